@@ -1,0 +1,431 @@
+"""The computation as the ordered single operations a person does by hand.
+
+Stages follow the seed page: 1 Embed, 2 Project, 3 Score, 4 Scale (the mask is
+applied here), 5 Softmax, 6 Mix, then Concat and W_O where the scenario has them.
+Stages 2-6 run once per head, head after head. The trace only stores segment
+boundaries; an :class:`Operation` (with its arithmetic text) is built when asked
+for, so a 512-token scenario costs nothing per operation until one is shown.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+from .engine import Computation, HeadResult
+from .fmt import NEG_INF, fmt, is_integral, operand
+from .scenario import Matrix
+
+
+@dataclass(frozen=True)
+class Stage:
+    key: str
+    name: str
+    meaning: str
+
+
+STAGES: dict[str, Stage] = {s.key: s for s in (
+    Stage("embed", "Embed",
+          "Each token becomes a row of numbers, its embedding; stacked, the rows form X (n × d_model)."
+          " Real models add position information here; we skip it to keep the multiply readable."),
+    Stage("project", "Project",
+          "Multiply X by three learned matrices. Row i of Q is what token i is looking for, row i of K"
+          " what it advertises, row i of V the content it will contribute. Separate projections let a"
+          " token ask for one thing and offer another."),
+    Stage("score", "Score",
+          "Each Query dots with every Key: cell (i, j) is how much token i wants token j."
+          " A high score means 'this token looks relevant to me'. These are raw logits, not yet probabilities."),
+    Stage("scale", "Scale",
+          "Divide every score by √dₖ so softmax does not saturate as widths grow; it never changes which"
+          " key wins a row, only how sharp the softmax is. Masked cells become −∞ here, so they get weight 0."),
+    Stage("softmax", "Softmax",
+          "Per row: subtract the row max (so exp never overflows), exponentiate, divide by the row sum."
+          " Each row becomes its own probability distribution: shares that are never negative and add to 1."),
+    Stage("mix", "Mix",
+          "Blend the Value rows with the weights: each token's output is a weighted sum of the Values it"
+          " may attend. That is how attention moves information across the sequence."),
+    Stage("concat", "Concat",
+          "Each head produced its own output. Place them side by side, left to right, one wide row per token."),
+    Stage("wo", "W_O",
+          "A final linear layer W_O mixes the heads' concatenated outputs into the model's output width."),
+)}
+
+HEAD_STAGES = ("project", "score", "scale", "softmax", "mix")
+MAX_TERMS = 16  # longer dot products are shown with an ellipsis
+SHOWN_HEAD, SHOWN_TAIL = 6, 2
+
+
+@dataclass(frozen=True)
+class Ref:
+    """Cells an operation reads or writes: a row, a column, or one cell of a matrix."""
+
+    matrix: str  # X, context_X, W_Q, W_K, W_V, Q, K, V, scores, scaled, weights, output, concat, W_O, final
+    head: int | None  # None for matrices shared by all heads
+    row: int | None = None  # None = every row
+    col: int | None = None  # None = every column
+
+
+@dataclass(frozen=True)
+class Segment:
+    """A run of operations that fill one matrix, row-major."""
+
+    stage: str
+    number: int  # 1-based stage number as shown (3/6 Score)
+    head: int | None
+    target: str
+    rows: int
+    cols: int
+    per_row: bool  # one operation fills a whole row (Embed, Concat)
+    start: int  # index of its first operation
+
+    @property
+    def count(self) -> int:
+        return self.rows if self.per_row else self.rows * self.cols
+
+    @property
+    def stop(self) -> int:
+        return self.start + self.count
+
+
+@dataclass(frozen=True)
+class StageRun:
+    """One stage of one head (or a shared stage): operations start..stop-1."""
+
+    stage: str
+    number: int
+    head: int | None
+    start: int
+    stop: int
+
+
+@dataclass(frozen=True)
+class Operation:
+    """One step: one cell (or one row) of one matrix, with its arithmetic."""
+
+    index: int
+    segment: Segment
+    row: int
+    col: int | None  # None when the operation fills a whole row
+    value: float | None  # the cell's value (None for row operations)
+    operands: tuple[Ref, ...]
+    arithmetic: str  # e.g. "Q[I,0] = X[I]·W_Q[:,0] = 1·1 + 0·0 + 1·1 + 0·0 = 2"
+    details: tuple[str, ...] = ()
+
+    @property
+    def stage(self) -> Stage:
+        return STAGES[self.segment.stage]
+
+    @property
+    def head(self) -> int | None:
+        return self.segment.head
+
+    @property
+    def target(self) -> Ref:
+        return Ref(self.segment.target, self.segment.head, self.row, self.col)
+
+
+class Trace:
+    """Random access to every operation of a computation, built lazily."""
+
+    def __init__(self, comp: Computation) -> None:
+        self.comp = comp
+        sc = comp.scenario
+        n, m = sc.n, sc.m
+        self.stage_keys: list[str] = ["embed", *HEAD_STAGES]
+        if len(comp.heads) > 1:
+            self.stage_keys.append("concat")
+        if comp.W_O is not None:
+            self.stage_keys.append("wo")
+        numbers = {key: i + 1 for i, key in enumerate(self.stage_keys)}
+        segs: list[Segment] = []
+
+        def add(stage: str, head: int | None, target: str, rows: int, cols: int, per_row: bool = False) -> None:
+            start = segs[-1].stop if segs else 0
+            segs.append(Segment(stage, numbers[stage], head, target, rows, cols, per_row, start))
+
+        add("embed", None, "X", n, sc.X.shape[1], per_row=True)
+        for h, head in enumerate(comp.heads):
+            add("project", h, "Q", n, head.d_k)
+            add("project", h, "K", m, head.d_k)
+            add("project", h, "V", m, head.d_v)
+            add("score", h, "scores", n, m)
+            add("scale", h, "scaled", n, m)
+            add("softmax", h, "weights", n, m)
+            add("mix", h, "output", n, head.d_v)
+        if "concat" in numbers:
+            add("concat", None, "concat", n, comp.concat.shape[1], per_row=True)
+        if "wo" in numbers:
+            add("wo", None, "final", n, comp.output.shape[1])
+        self.segments: tuple[Segment, ...] = tuple(segs)
+        self._starts = [s.start for s in segs]
+        runs: list[StageRun] = []
+        for seg in segs:
+            if runs and runs[-1].stage == seg.stage and runs[-1].head == seg.head:
+                runs[-1] = StageRun(seg.stage, seg.number, seg.head, runs[-1].start, seg.stop)
+            else:
+                runs.append(StageRun(seg.stage, seg.number, seg.head, seg.start, seg.stop))
+        self.runs: tuple[StageRun, ...] = tuple(runs)
+        self._by_target = {(s.target, s.head): s for s in segs}
+        self._integral: dict[tuple[str, int | None], bool] = {}
+        self.op = lru_cache(maxsize=512)(self._build)
+
+    # --- structure ---------------------------------------------------------
+
+    def __len__(self) -> int:
+        return self.segments[-1].stop
+
+    @property
+    def stage_count(self) -> int:
+        return len(self.stage_keys)
+
+    def segment_at(self, index: int) -> Segment:
+        return self.segments[bisect.bisect_right(self._starts, index) - 1]
+
+    def segment_for(self, target: str, head: int | None) -> Segment | None:
+        return self._by_target.get((target, head))
+
+    def stage_starts(self) -> list[int]:
+        """Index of the first operation of every stage run (each head's stages separately)."""
+        return [run.start for run in self.runs]
+
+    def stage_start(self, stage: str, head: int | None) -> int | None:
+        for seg in self.segments:
+            if seg.stage == stage and (seg.head == head or seg.head is None):
+                return seg.start
+        return None
+
+    def filled(self, target: str, head: int | None, index: int) -> int:
+        """How many cells of a matrix (row-major) are computed once operation ``index`` is done."""
+        seg = self.segment_for(target, head)
+        if seg is None:  # inputs: given, always complete
+            return 1 << 62
+        done = min(max(index - seg.start + 1, 0), seg.count)
+        return done * seg.cols if seg.per_row else done
+
+    def matrix(self, name: str, head: int | None) -> Matrix:
+        """The full values of a matrix named as in :class:`Ref`."""
+        comp = self.comp
+        if head is not None and name in HEAD_MATRICES:
+            return getattr(comp.heads[head], "masked" if name == "scaled" else name)  # type: ignore[no-any-return]
+        if name == "X":
+            return comp.scenario.X
+        if name == "context_X":
+            return comp.scenario.X_kv
+        if name == "concat":
+            return comp.concat
+        if name == "final":
+            return comp.output
+        if name == "W_O" and comp.W_O is not None:
+            return comp.W_O
+        raise KeyError(name)
+
+    def integral(self, name: str, head: int | None) -> bool:
+        key = (name, head)
+        if key not in self._integral:
+            self._integral[key] = is_integral(self.matrix(name, head))
+        return self._integral[key]
+
+    # --- labels ------------------------------------------------------------
+
+    def row_label(self, name: str, row: int) -> str:
+        sc = self.comp.scenario
+        if name in ("K", "V", "context_X"):
+            return sc.key_tokens[row]
+        return sc.tokens[row]
+
+    def col_label(self, name: str, col: int) -> str:
+        if name in ("scores", "scaled", "weights"):
+            return self.comp.scenario.key_tokens[col]
+        return str(col)
+
+    # --- building operations ----------------------------------------------
+
+    def _num(self, name: str, head: int | None, decimals: int) -> _Num:
+        return _Num(self.integral(name, head), decimals)
+
+    def _build(self, index: int, decimals: int = 3) -> Operation:
+        if not 0 <= index < len(self):
+            raise IndexError(f"operation {index} out of range 0..{len(self) - 1}")
+        seg = self.segment_at(index)
+        offset = index - seg.start
+        if seg.per_row:
+            row, col = offset, None
+        else:
+            row, col = divmod(offset, seg.cols)
+        builder = getattr(self, f"_op_{seg.stage}")
+        return builder(index, seg, row, col, decimals)  # type: ignore[no-any-return]
+
+    def _op_embed(self, index: int, seg: Segment, row: int, col: None, d: int) -> Operation:
+        X = self.comp.scenario.X
+        num = self._num("X", None, d)
+        token = self.comp.scenario.tokens[row]
+        values = ", ".join(num.fmt(v) for v in X[row])
+        text = f'X[{token}] = embedding of "{token}" = [{values}]'
+        return Operation(index, seg, row, None, None, (), text)
+
+    def _op_project(self, index: int, seg: Segment, row: int, col: int, d: int) -> Operation:
+        h = seg.head
+        assert h is not None
+        sc = self.comp.scenario
+        source, src_name = (sc.X_kv, "context_X") if seg.target in ("K", "V") and sc.is_cross else (sc.X, "X")
+        weight_name = f"W_{seg.target}"
+        head = self.comp.heads[h]
+        W = getattr(head, weight_name)
+        value = float(getattr(head, seg.target)[row, col])
+        label = self.row_label(seg.target, row)
+        xs = "X_ctx" if src_name == "context_X" else "X"
+        terms = _terms(source[row], W[:, col], self._num(src_name, None, d), self._num(weight_name, h, d))
+        result = self._num(seg.target, h, d).fmt(value)
+        text = f"{seg.target}[{label},{col}] = {xs}[{label}]·{weight_name}[:,{col}] = {terms} = {result}"
+        operands = (Ref(src_name, None, row, None), Ref(weight_name, h, None, col))
+        return Operation(index, seg, row, col, value, operands, text)
+
+    def _op_score(self, index: int, seg: Segment, row: int, col: int, d: int) -> Operation:
+        h = seg.head
+        assert h is not None
+        head = self.comp.heads[h]
+        value = float(head.scores[row, col])
+        q, k = self.comp.scenario.tokens[row], self.comp.scenario.key_tokens[col]
+        terms = _terms(head.Q[row], head.K[col], self._num("Q", h, d), self._num("K", h, d))
+        result = self._num("scores", h, d).fmt(value)
+        text = f"scores[{q},{k}] = Q[{q}]·K[{k}] = {terms} = {result}"
+        return Operation(index, seg, row, col, value, (Ref("Q", h, row), Ref("K", h, col)), text)
+
+    def _op_scale(self, index: int, seg: Segment, row: int, col: int, d: int) -> Operation:
+        h = seg.head
+        assert h is not None
+        head = self.comp.heads[h]
+        q, k = self.comp.scenario.tokens[row], self.comp.scenario.key_tokens[col]
+        score = self._num("scores", h, d).fmt(float(head.scores[row, col]))
+        divisor = f"√{head.d_k}" if head.scale_is_default else fmt(head.scale, True, d)
+        scaled = fmt(float(head.scaled[row, col]), False, d)
+        text = f"scaled[{q},{k}] = {score} / {divisor} = {scaled}"
+        details: tuple[str, ...] = ()
+        value = float(head.masked[row, col])
+        if not self.comp.allow[row, col]:
+            text += f", masked → {NEG_INF}"
+            details = (self._mask_reason(row, col),)
+        elif head.scale_is_default:
+            details = (f"dₖ = {head.d_k}, so √dₖ ≈ {math.sqrt(head.d_k):.{d}f}",)
+        else:
+            details = (f"the scenario sets scale = {fmt(head.scale, True, d)} instead of √dₖ = √{head.d_k}",)
+        operands = (Ref("scores", h, row, col),)
+        return Operation(index, seg, row, col, value, operands, text, details)
+
+    def _mask_reason(self, row: int, col: int) -> str:
+        sc = self.comp.scenario
+        q, k = sc.tokens[row], sc.key_tokens[col]
+        if sc.mask_kind == "causal":
+            return f'causal mask: "{k}" comes after "{q}", and a token may not look ahead; weight will be exactly 0'
+        if sc.mask_kind == "padding":
+            return f'padding mask: "{k}" is padding, never attended; weight will be exactly 0'
+        return f'custom mask: "{q}" may not attend "{k}"; weight will be exactly 0'
+
+    def _op_softmax(self, index: int, seg: Segment, row: int, col: int, d: int) -> Operation:
+        h = seg.head
+        assert h is not None
+        head = self.comp.heads[h]
+        sc = self.comp.scenario
+        q, k = sc.tokens[row], sc.key_tokens[col]
+        value = float(head.weights[row, col])
+        mx = fmt(float(head.row_max[row]), False, d)
+        total = fmt(float(head.row_sum[row]), False, d)
+        w = fmt(value, False, d)
+        s = float(head.masked[row, col])
+        if math.isinf(s):
+            text = f"weights[{q},{k}] = e^{NEG_INF} / {total} = 0 (masked)"
+        else:
+            shifted = fmt(s - float(head.row_max[row]), False, d)
+            e = fmt(float(head.exps[row, col]), False, d)
+            text = f"weights[{q},{k}] = e^({fmt(s, False, d)} − {mx}) / {total} = e^{shifted} / {total} = {e} / {total} = {w}"
+        parts = []
+        for j in range(min(sc.m, MAX_TERMS)):
+            sj = float(head.masked[row, j])
+            if math.isinf(sj):
+                parts.append(f"e^{NEG_INF} = 0")
+            else:
+                parts.append(f"e^{fmt(sj - float(head.row_max[row]), False, d)} = {fmt(float(head.exps[row, j]), False, d)}")
+        more = " + …" if sc.m > MAX_TERMS else ""
+        details = [
+            f"row max of scaled[{q}] = {mx}; subtracting it keeps every exponent ≤ 0, so exp never overflows",
+            "e^(s − max): " + " · ".join(parts) + more + f"  →  Σ = {total}",
+        ]
+        unshifted = self._unshifted(head, row, col, d)
+        if unshifted:
+            details.append(unshifted)
+        return Operation(index, seg, row, col, value, (Ref("scaled", h, row),), text, tuple(details))
+
+    @staticmethod
+    def _unshifted(head: HeadResult, row: int, col: int, d: int) -> str:
+        """The seed's way, e^s / Σe^s, when it does not overflow: the same weight."""
+        s = float(head.masked[row, col])
+        if math.isinf(s):
+            return ""
+        allowed = head.masked[row][np.isfinite(head.masked[row])]
+        if allowed.max() > 700:
+            return ""
+        total = float(np.exp(allowed).sum())
+        return (
+            f"same as without the max: e^{fmt(s, False, d)} / Σ e^s = {fmt(math.exp(s), False, d)}"
+            f" / {fmt(total, False, d)} = {fmt(float(head.weights[row, col]), False, d)}"
+        )
+
+    def _op_mix(self, index: int, seg: Segment, row: int, col: int, d: int) -> Operation:
+        h = seg.head
+        assert h is not None
+        head = self.comp.heads[h]
+        q = self.comp.scenario.tokens[row]
+        value = float(head.output[row, col])
+        terms = _terms(head.weights[row], head.V[:, col], _Num(False, d), self._num("V", h, d))
+        result = self._num("output", h, d).fmt(value)
+        text = f"out[{q},{col}] = weights[{q}]·V[:,{col}] = {terms} = {result}"
+        return Operation(index, seg, row, col, value, (Ref("weights", h, row), Ref("V", h, None, col)), text)
+
+    def _op_concat(self, index: int, seg: Segment, row: int, col: None, d: int) -> Operation:
+        q = self.comp.scenario.tokens[row]
+        pieces, refs = [], []
+        for h, head in enumerate(self.comp.heads):
+            num = self._num("output", h, d)
+            pieces.append(", ".join(num.fmt(v) for v in head.output[row]))
+            refs.append(Ref("output", h, row))
+        names = " | ".join(f"{head.name} out[{q}]" for head in self.comp.heads)
+        text = f"concat[{q}] = [{names}] = [{' | '.join(pieces)}]"
+        return Operation(index, seg, row, None, None, tuple(refs), text)
+
+    def _op_wo(self, index: int, seg: Segment, row: int, col: int, d: int) -> Operation:
+        comp = self.comp
+        assert comp.W_O is not None
+        q = comp.scenario.tokens[row]
+        value = float(comp.output[row, col])
+        terms = _terms(comp.concat[row], comp.W_O[:, col], self._num("concat", None, d), self._num("W_O", None, d))
+        result = self._num("final", None, d).fmt(value)
+        text = f"final[{q},{col}] = concat[{q}]·W_O[:,{col}] = {terms} = {result}"
+        return Operation(index, seg, row, col, value, (Ref("concat", None, row), Ref("W_O", None, None, col)), text)
+
+
+HEAD_MATRICES = ("W_Q", "W_K", "W_V", "Q", "K", "V", "scores", "scaled", "weights", "output")
+
+
+@dataclass(frozen=True)
+class _Num:
+    integral: bool
+    decimals: int
+
+    def fmt(self, x: float) -> str:
+        return fmt(float(x), self.integral, self.decimals)
+
+    def operand(self, x: float) -> str:
+        return operand(float(x), self.integral, self.decimals)
+
+
+def _terms(left: Matrix, right: Matrix, lnum: _Num, rnum: _Num) -> str:
+    """``1·1 + 0·0 + 1·1``; long dot products keep their ends and count the rest."""
+    pairs = [f"{lnum.operand(a)}·{rnum.operand(b)}" for a, b in zip(left, right)]
+    if len(pairs) > MAX_TERMS:
+        hidden = len(pairs) - SHOWN_HEAD - SHOWN_TAIL
+        pairs = [*pairs[:SHOWN_HEAD], f"… {hidden} more …", *pairs[-SHOWN_TAIL:]]
+    return " + ".join(pairs)
