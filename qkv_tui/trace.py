@@ -233,6 +233,8 @@ class Trace:
 
     def row_label(self, name: str, row: int) -> str:
         sc = self.comp.scenario
+        if name.startswith("W_"):
+            return str(row)
         if name in ("K", "V", "context_X"):
             return sc.key_tokens[row]
         return sc.tokens[row]

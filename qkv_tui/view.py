@@ -1,0 +1,265 @@
+"""What the screen shows at a position, as plain data (no Textual, no Rich).
+
+The app's widgets only draw what these functions return, so every pane is a pure
+function of (computation, position) and can be tested without a terminal.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .scenario import BoolMatrix, Matrix
+from .stepper import Position
+from .trace import STAGES, Operation, Ref, Trace
+
+
+@dataclass(frozen=True, eq=False)
+class PaneSpec:
+    """One matrix pane: its values, labels, progress and highlights."""
+
+    key: str  # stable identity, e.g. "Q" or "output@1"
+    title: str  # "Q = X·W_Q  3×3"
+    subtitle: str  # the head's name where the matrix belongs to a head
+    values: Matrix  # as displayed (Kᵀ already transposed)
+    row_labels: tuple[str, ...]
+    col_labels: tuple[str, ...]
+    integral: bool
+    cell_width: int
+    filled: int  # cells of the source matrix computed so far, row-major
+    transposed: bool = False  # values is the source matrix transposed (Kᵀ)
+    current: tuple[int, int | None] | None = None  # (row, col); col None = the whole row
+    rows: frozenset[int] = frozenset()  # operand rows
+    cols: frozenset[int] = frozenset()  # operand columns
+    cells: frozenset[tuple[int, int]] = frozenset()
+    mark_row_max: bool = False
+    heat: bool = False
+    decimals: int = 3
+    allow: BoolMatrix | None = None  # for weights: False where the mask forced a 0
+
+    def is_filled(self, row: int, col: int) -> bool:
+        if self.transposed:
+            row, col = col, row
+            width = self.values.shape[0]
+        else:
+            width = self.values.shape[1]
+        return bool(row * width + col < self.filled)
+
+    def row_complete(self, row: int) -> bool:
+        return self.is_filled(row, self.values.shape[1] - 1) and self.is_filled(row, 0)
+
+    @property
+    def shape_text(self) -> str:
+        return f"{self.values.shape[0]}×{self.values.shape[1]}"
+
+
+@dataclass(frozen=True)
+class Explanation:
+    stage_label: str  # "3/6 Score"
+    counter: str  # "op 31/66"
+    head_label: str  # "head 1 (1/2)" or ""
+    arithmetic: str
+    details: tuple[str, ...]
+    meaning: str
+    formula: tuple[tuple[str, bool], ...]  # pieces of softmax(QKᵀ/√dₖ)V, True = being computed
+    stages: tuple[tuple[str, str], ...] = field(default=())  # (label, "done" | "current" | "todo")
+
+
+def cell_width(values: Matrix, integral: bool, decimals: int) -> int:
+    """Characters the widest cell needs, estimated from the magnitudes without formatting each."""
+    finite = values[np.isfinite(values)]
+    width = 2 if finite.size < values.size else 1  # "−∞"
+    if finite.size:
+        biggest = float(np.abs(finite).max())
+        negative = bool((finite < 0).any())
+        if biggest >= 1e6:
+            digits = 6 + decimals  # d.ddde+NN
+        else:
+            whole = len(str(int(biggest)))
+            digits = whole if integral else whole + 1 + decimals
+        width = max(width, digits + negative)
+    return width
+
+
+class View:
+    """Pane and explanation builders over one trace, with per-matrix caches."""
+
+    def __init__(self, trace: Trace) -> None:
+        self.trace = trace
+        self.comp = trace.comp
+        self._widths: dict[tuple[str, int | None, int], int] = {}
+
+    # --- panes -----------------------------------------------------------------
+
+    def focus_keys(self, op: Operation) -> list[tuple[str, int | None]]:
+        """The matrices the current operation reads and writes, left to right."""
+        h = op.head
+        sc = self.comp.scenario
+        stage = op.segment.stage
+        if stage == "embed":
+            return [("X", None)] + ([("context_X", None)] if sc.is_cross else [])
+        if stage == "project":
+            target = op.segment.target
+            source = "context_X" if sc.is_cross and target in ("K", "V") else "X"
+            return [(source, None), (f"W_{target}", h), (target, h)]
+        if stage == "score":
+            return [("Q", h), ("KT", h), ("scores", h)]
+        if stage == "scale":
+            return [("scores", h), ("scaled", h)]
+        if stage == "softmax":
+            return [("scaled", h), ("weights", h)]
+        if stage == "mix":
+            return [("weights", h), ("V", h), ("output", h)]
+        if stage == "concat":
+            outputs: list[tuple[str, int | None]] = [("output", i) for i in range(len(self.comp.heads))]
+            return [*outputs, ("concat", None)]
+        return [("concat", None), ("W_O", None), ("final", None)]
+
+    def overview_keys(self, pos: Position) -> list[tuple[str, int | None]]:
+        """Every matrix of the viewed head and after, for screens with room for context."""
+        h = pos.head
+        keys: list[tuple[str, int | None]] = [("X", None)]
+        keys += [("Q", h), ("K", h), ("V", h), ("scores", h), ("scaled", h), ("weights", h), ("output", h)]
+        if "concat" in self.trace.stage_keys:
+            keys.append(("concat", None))
+        if self.comp.W_O is not None:
+            keys.append(("final", None))
+        return keys
+
+    def pane(self, name: str, head: int | None, pos: Position, op: Operation, decimals: int) -> PaneSpec:
+        trace = self.trace
+        transposed = name == "KT"
+        source = "K" if transposed else name
+        values = trace.matrix(source, head)
+        integral = trace.integral(source, head)
+        n_rows, n_cols = values.shape
+        row_labels = tuple(trace.row_label(source, r) for r in range(n_rows))
+        col_labels = tuple(trace.col_label(source, c) for c in range(n_cols))
+        if transposed:
+            values = values.T
+            row_labels, col_labels = col_labels, row_labels
+        wkey = (source, head, decimals)
+        if wkey not in self._widths:
+            self._widths[wkey] = cell_width(values, integral, decimals)
+        width = max(self._widths[wkey], *(len(c) for c in col_labels))
+        rows: set[int] = set()
+        cols: set[int] = set()
+        cells: set[tuple[int, int]] = set()
+        for ref in op.operands:
+            if ref.matrix == source and ref.head == head:
+                _mark(ref, transposed, rows, cols, cells)
+        current = None
+        target = op.target
+        if target.matrix == source and target.head == head:
+            current = (target.row, target.col) if target.row is not None else None
+        subtitle = self.comp.heads[head].name if head is not None and len(self.comp.heads) > 1 else ""
+        return PaneSpec(
+            key=f"{name}@{head}", title=self.title(name, head, values), subtitle=subtitle,
+            values=values, row_labels=row_labels, col_labels=col_labels, integral=integral,
+            cell_width=width, filled=trace.filled(source, head, pos.index), transposed=transposed,
+            current=current, rows=frozenset(rows), cols=frozenset(cols), cells=frozenset(cells),
+            mark_row_max=name in ("scores", "scaled"), heat=name == "weights", decimals=decimals,
+            allow=self.comp.allow if name == "weights" and self.comp.scenario.mask_kind != "none" else None,
+        )
+
+    def title(self, name: str, head: int | None, values: Matrix) -> str:
+        sc = self.comp.scenario
+        shape = f"{values.shape[0]}×{values.shape[1]}"
+        src = "X_ctx" if sc.is_cross else "X"
+        if head is not None:
+            hr = self.comp.heads[head]
+            divisor = f"√{hr.d_k}" if hr.scale_is_default else f"{hr.scale:g}"
+        else:
+            divisor = ""
+        masked = "" if sc.mask_kind == "none" else f" +{sc.mask_kind} mask"
+        names = {
+            "X": "X (embeddings)",
+            "context_X": "X_ctx (context)",
+            "W_Q": "W_Q", "W_K": "W_K", "W_V": "W_V", "W_O": "W_O",
+            "Q": "Q = X·W_Q",
+            "K": f"K = {src}·W_K",
+            "V": f"V = {src}·W_V",
+            "KT": "Kᵀ",
+            "scores": "scores = Q·Kᵀ",
+            "scaled": f"scaled = scores/{divisor}{masked}",
+            "weights": "weights = softmax(scaled)",
+            "output": "out = weights·V",
+            "concat": "concat = [" + " | ".join(f"out{i + 1}" for i in range(len(self.comp.heads))) + "]",
+            "final": "final = concat·W_O",
+        }
+        return f"{names[name]}  {shape}"
+
+    def panes(self, pos: Position, decimals: int = 3, overview: bool = False) -> tuple[list[PaneSpec], list[PaneSpec]]:
+        """(focus panes, overview panes) at a position."""
+        op = self.trace.op(pos.index, decimals)
+        focus = self.focus_keys(op)
+        shown = [self.pane(name, head, pos, op, decimals) for name, head in focus]
+        extra: list[PaneSpec] = []
+        if overview:
+            taken = {(("K" if n == "KT" else n), h) for n, h in focus}
+            extra = [self.pane(n, h, pos, op, decimals) for n, h in self.overview_keys(pos) if (n, h) not in taken]
+        return shown, extra
+
+    # --- explanation ----------------------------------------------------------
+
+    def explain(self, pos: Position, decimals: int = 3) -> Explanation:
+        trace = self.trace
+        op = trace.op(pos.index, decimals)
+        seg = op.segment
+        heads = self.comp.heads
+        head_label = ""
+        if len(heads) > 1:
+            head_label = f"{heads[pos.head].name} ({pos.head + 1}/{len(heads)})"
+        meaning = op.stage.meaning
+        if seg.stage == "scale" and not heads[seg.head or 0].scale_is_default:
+            meaning += f" This scenario divides by {heads[seg.head or 0].scale:g} instead of √dₖ."
+        stages = []
+        for number, key in enumerate(trace.stage_keys, start=1):
+            state = "current" if number == seg.number else ("done" if number < seg.number else "todo")
+            stages.append((f"{number} {STAGES[key].name}", state))
+        return Explanation(
+            stage_label=f"{seg.number}/{trace.stage_count} {op.stage.name}",
+            counter=f"op {pos.index + 1}/{len(trace)}",
+            head_label=head_label,
+            arithmetic=op.arithmetic,
+            details=op.details,
+            meaning=meaning,
+            formula=self.formula(op),
+            stages=tuple(stages),
+        )
+
+    def formula(self, op: Operation) -> tuple[tuple[str, bool], ...]:
+        seg = op.segment
+        stage, target = seg.stage, seg.target
+        scale = "√dₖ"
+        if seg.head is not None and not self.comp.heads[seg.head].scale_is_default:
+            scale = f"{self.comp.heads[seg.head].scale:g}"
+        pieces = [
+            ("softmax(", stage == "softmax"),
+            ("Q", stage == "score" or (stage == "project" and target == "Q")),
+            ("·", stage == "score"),
+            ("Kᵀ", stage == "score" or (stage == "project" and target == "K")),
+            (f"/{scale}", stage == "scale"),
+            (")", stage == "softmax"),
+            ("·", stage == "mix"),
+            ("V", stage == "mix" or (stage == "project" and target == "V")),
+        ]
+        if stage == "embed":
+            pieces = [("X → ", True), *pieces]
+        if "concat" in self.trace.stage_keys:
+            pieces.append(("  → concat", stage == "concat"))
+        if self.comp.W_O is not None:
+            pieces.append(("·W_O", stage == "wo"))
+        return tuple(pieces)
+
+
+def _mark(ref: Ref, transposed: bool, rows: set[int], cols: set[int], cells: set[tuple[int, int]]) -> None:
+    row, col = (ref.col, ref.row) if transposed else (ref.row, ref.col)
+    if row is not None and col is not None:
+        cells.add((row, col))
+    elif row is not None:
+        rows.add(row)
+    elif col is not None:
+        cols.add(col)
+

@@ -1,0 +1,136 @@
+"""Modal screens: help (keys and stages), the seed page's notes, and go-to-operation."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical, VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Input, Static
+
+from ..trace import STAGES
+
+KEYS = (
+    ("→ / space", "next operation (one cell of one matrix)"),
+    ("←", "previous operation"),
+    ("] / [", "next / previous stage (a whole matrix)"),
+    ("home / end", "first operation / everything computed"),
+    ("1 … 8", "jump to stage N of the head in view"),
+    ("g", "go to operation N"),
+    ("tab / shift+tab", "next / previous head"),
+    ("n", "notes: what attention weights are and are not"),
+    ("?", "this help"),
+    ("q", "quit"),
+)
+
+NOTES = (
+    ("Attention weights are not the model's thoughts",
+     "They are a useful diagnostic, not a full explanation of why a model said something. Treat them as one lens,"
+     " not a mind-read."),
+    ("Q is not stored in the KV cache",
+     "Only the Keys and Values of past tokens are reused across decode steps. Each new token brings a fresh Query."
+     " A causal mask is what makes this safe: past rows never change when a token is appended."),
+    ("Self-attention vs cross-attention",
+     "In self-attention Q, K and V all come from the same sequence. In encoder-decoder models the Queries come from"
+     " one side and the Keys and Values from the other (cross-attention): same formula, different sources."),
+    ("These numbers are pedagogical",
+     "Real embeddings and weights are floats learned from data, with hundreds of dimensions and many heads"
+     " (32 heads of dₖ = 128 for d_model = 4096). The shapes and the six steps stay the same."),
+)
+
+
+class _Modal(ModalScreen[None]):
+    DEFAULT_CSS = """
+    _Modal { align: center middle; }
+    _Modal > VerticalScroll {
+        width: 90%; max-width: 100; height: 90%;
+        border: round $accent; background: $surface; padding: 0 1;
+    }
+    """
+    BINDINGS = [Binding("escape,q,question_mark,n", "dismiss_screen", "close")]
+
+    def action_dismiss_screen(self) -> None:
+        self.dismiss()
+
+
+class HelpScreen(_Modal):
+    """Every key, and what each stage computes."""
+
+    def __init__(self, stage_keys: list[str]) -> None:
+        super().__init__()
+        self.stage_keys = stage_keys
+
+    def compose(self) -> ComposeResult:
+        text = Text()
+        text.append("Keys\n", style="bold underline")
+        for key, what in KEYS:
+            text.append(f"  {key:<16}", style="bold #ffd75f")
+            text.append(f"{what}\n")
+        text.append("\nStages: softmax(QKᵀ/√dₖ)V, one operation at a time\n", style="bold underline")
+        for number, key in enumerate(self.stage_keys, start=1):
+            stage = STAGES[key]
+            text.append(f"  {number} {stage.name}\n", style="bold #5fafff")
+            text.append(f"    {stage.meaning}\n")
+        text.append("\nOn screen\n", style="bold underline")
+        text.append("  yellow", style="bold #000000 on #ffd75f")
+        text.append(" the cell being computed    ")
+        text.append("blue", style="#ffffff on #1f4e79")
+        text.append(" the cells it reads\n")
+        text.append("  green", style="bold #5fd75f")
+        text.append(" the row maximum of the scores    ")
+        text.append("−∞", style="#6c6c6c")
+        text.append(" a masked cell (weight exactly 0)\n")
+        text.append("  blank cells are not computed yet; weights are shaded by size\n")
+        text.append("\nesc, q or ? closes this help.", style="italic #8a8a8a")
+        with VerticalScroll():
+            yield Static(text)
+
+
+class NotesScreen(_Modal):
+    """The seed page's caveats."""
+
+    def compose(self) -> ComposeResult:
+        text = Text()
+        text.append("Notes from the page\n\n", style="bold underline")
+        for title, body in NOTES:
+            text.append(f"• {title}\n", style="bold #ffd75f")
+            text.append(f"  {body}\n\n")
+        text.append("esc, q or n closes these notes.", style="italic #8a8a8a")
+        with VerticalScroll():
+            yield Static(text)
+
+
+class GotoScreen(ModalScreen[int | None]):
+    """Ask for an operation number; answers kindly when the input is not one."""
+
+    DEFAULT_CSS = """
+    GotoScreen { align: center middle; }
+    GotoScreen > Vertical {
+        width: 50; height: auto; border: round $accent; background: $surface; padding: 0 1;
+    }
+    GotoScreen #goto-error { color: $warning; height: auto; }
+    """
+    BINDINGS = [Binding("escape", "cancel", "cancel")]
+
+    def __init__(self, total: int) -> None:
+        super().__init__()
+        self.total = total
+
+    def compose(self) -> ComposeResult:
+        with Vertical():
+            yield Static(f"Go to operation (1-{self.total}), then enter:")
+            yield Input(placeholder=f"1-{self.total}", id="goto-input")
+            yield Static("", id="goto-error")
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        value = event.value.strip()
+        if not value.isdigit() or not 1 <= int(value) <= self.total:
+            self.query_one("#goto-error", Static).update(
+                f"{value!r} is not an operation number; type a whole number from 1 to {self.total}."
+            )
+            return
+        self.dismiss(int(value))
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)
