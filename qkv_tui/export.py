@@ -55,8 +55,8 @@ def to_json(comp: Computation) -> str:
 # --- Markdown -----------------------------------------------------------------
 
 
-def md_table(array: Matrix, rows: list[str], cols: list[str], corner: str = "") -> str:
-    integral = is_integral(array)
+def md_table(array: Matrix, rows: list[str], cols: list[str], corner: str = "", integral: bool | None = None) -> str:
+    integral = is_integral(array) if integral is None else integral
     head = "| " + " | ".join([corner or " ", *cols]) + " |"
     rule = "|" + "---|" * (len(cols) + 1)
     body = [
@@ -103,6 +103,8 @@ def to_markdown(comp: Computation) -> str:
             lines.append(f"    {op.arithmetic}")
             if stage == "softmax" and op.col == 0:
                 lines.extend(f"      {d}" for d in op.details[:2])
+            if stage == "softmax" and len(op.details) > 2:
+                lines.append(f"      {op.details[2]}")
             if stage == "scale" and op.details and "mask" in op.details[0]:
                 lines.append(f"      {op.details[0]}")
         out.extend(lines)
@@ -136,7 +138,7 @@ def to_markdown(comp: Computation) -> str:
                 md_table(head.masked, tokens, keys, "scaled"), ""]
         worked("scale", h)
         stage_heading("softmax", head.name)
-        out += [md_table(head.weights, tokens, keys, "weights"), "",
+        out += [md_table(head.weights, tokens, keys, "weights", integral=False), "",
                 "Every row sums to 1" + (" and masked weights are exactly 0." if not sc.allow.all() else "."), ""]
         worked("softmax", h)
         stage_heading("mix", head.name)

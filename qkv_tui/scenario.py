@@ -167,8 +167,10 @@ def parse_scenario(raw: bytes | str, source: str, default_title: str = "scenario
         try:
             text = raw.decode("utf-8-sig")
         except UnicodeDecodeError as exc:
+            line = raw.count(b"\n", 0, exc.start) + 1
+            column = exc.start - (raw.rfind(b"\n", 0, exc.start) + 1) + 1
             raise ScenarioError(
-                source, f"not UTF-8 text (bad byte at offset {exc.start}); save the file as UTF-8"
+                source, f"line {line}, column {column}: not UTF-8 text (byte 0x{raw[exc.start]:02x}); save the file as UTF-8"
             ) from None
     else:
         text = raw
@@ -362,7 +364,9 @@ class _Validator:
             heads.append(Head(f"head {h + 1}", parts[0], parts[1], parts[2]))
         return tuple(heads), count
 
-    def check_projection(self, W_Q: Matrix, W_K: Matrix, W_V: Matrix, where: str, d_model: int, d_in: int, d_in_name: str) -> None:
+    def check_projection(
+        self, W_Q: Matrix, W_K: Matrix, W_V: Matrix, where: str, d_model: int, d_in: int, d_in_name: str
+    ) -> None:
         if W_Q.shape[0] != d_model:
             raise self.fail(f"{where}.W_Q has {W_Q.shape[0]} rows; expected d_model = {d_model} (the width of X)")
         for role, mat in (("W_K", W_K), ("W_V", W_V)):

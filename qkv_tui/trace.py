@@ -226,7 +226,8 @@ class Trace:
     def integral(self, name: str, head: int | None) -> bool:
         key = (name, head)
         if key not in self._integral:
-            self._integral[key] = is_integral(self.matrix(name, head))
+            # weights are shares of 1: always written with decimals, even a lone 1.000
+            self._integral[key] = name != "weights" and is_integral(self.matrix(name, head))
         return self._integral[key]
 
     # --- labels ------------------------------------------------------------

@@ -98,7 +98,8 @@ class View:
         sc = self.comp.scenario
         stage = op.segment.stage
         if stage == "embed":
-            return [("X", None)] + ([("context_X", None)] if sc.is_cross else [])
+            inputs: list[tuple[str, int | None]] = [("X", None)]
+            return [*inputs, ("context_X", None)] if sc.is_cross else inputs
         if stage == "project":
             target = op.segment.target
             source = "context_X" if sc.is_cross and target in ("K", "V") else "X"

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from rich.text import Text
 from textual.app import ComposeResult
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Input, Static
@@ -48,7 +50,7 @@ class _Modal(ModalScreen[None]):
         border: round $accent; background: $surface; padding: 0 1;
     }
     """
-    BINDINGS = [Binding("escape,q,question_mark,n", "dismiss_screen", "close")]
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape,q,question_mark,n", "dismiss_screen", "close")]
 
     def action_dismiss_screen(self) -> None:
         self.dismiss()
@@ -111,7 +113,7 @@ class GotoScreen(ModalScreen[int | None]):
     }
     GotoScreen #goto-error { color: $warning; height: auto; }
     """
-    BINDINGS = [Binding("escape", "cancel", "cancel")]
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "cancel", "cancel")]
 
     def __init__(self, total: int) -> None:
         super().__init__()

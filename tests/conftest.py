@@ -1,0 +1,57 @@
+"""Shared helpers: the shipped scenarios, and running the command line in-process."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from qkv_tui.cli import main
+
+ROOT = Path(__file__).resolve().parent.parent
+SCENARIOS = sorted((ROOT / "scenarios").glob("*.toml"))
+BASE = '''
+tokens = ["I", "love", "AI"]
+X = [[1, 0, 1, 0], [0, 1, 0, 1], [1, 1, 0, 0]]
+'''
+HEAD = '''
+[[heads]]
+W_Q = [[1, 0, 1], [0, 1, 0], [1, 0, 0], [0, 1, 1]]
+W_K = [[0, 0, 1], [1, 1, 0], [0, 1, 0], [1, 0, 1]]
+W_V = [[1, 0, 0], [0, 1, 0], [0, 0, 1], [1, 1, 0]]
+'''
+
+
+@dataclass
+class Run:
+    code: int
+    out: str
+    err: str
+
+
+@pytest.fixture
+def cli(capsys: pytest.CaptureFixture[str]) -> Callable[..., Run]:
+    def run(*args: str) -> Run:
+        try:
+            code = main(list(args))
+        except SystemExit as exc:  # argparse's --help / --version
+            code = int(exc.code or 0)
+        captured = capsys.readouterr()
+        return Run(code, captured.out, captured.err)
+
+    return run
+
+
+@pytest.fixture
+def write(tmp_path: Path) -> Callable[[str | bytes], Path]:
+    def make(content: str | bytes, name: str = "case.toml") -> Path:
+        path = tmp_path / name
+        if isinstance(content, bytes):
+            path.write_bytes(content)
+        else:
+            path.write_text(content, encoding="utf-8")
+        return path
+
+    return make

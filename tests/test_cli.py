@@ -1,0 +1,86 @@
+"""The command line: check, export, version, built-in names from any folder."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+
+from .conftest import SCENARIOS
+
+
+def test_check_all_shipped(cli) -> None:
+    run = cli("--check", *map(str, SCENARIOS))
+    assert run.code == 0 and run.err == ""
+    assert run.out.count("ok: ") == len(SCENARIOS) == 7
+
+
+def test_json_export_has_full_precision(cli) -> None:
+    run = cli("--export", "json", "i_love_ai")
+    data = json.loads(run.out)
+    head = data["heads"][0]
+    assert data["tokens"] == data["key_tokens"] == ["I", "love", "AI"]
+    assert data["context_X"] is None and data["W_O"] is None
+    assert head["scores"] == [[1, 5, 3], [3, 3, 3], [2, 4, 3]]
+    assert head["scale"] == math.sqrt(3)
+    assert head["scaled"][0][1] == 5 / math.sqrt(3)  # not rounded
+    assert [round(w, 3) for w in head["weights"][0]] == [0.070, 0.707, 0.223]
+    assert data["output"] == head["output"] == data["concat"]
+    assert set(head) == {"name", "d_k", "scale", "W_Q", "W_K", "W_V", "Q", "K", "V",
+                         "scores", "scaled", "masked", "weights", "output"}
+
+
+def test_json_masked_entries_are_null(cli) -> None:
+    data = json.loads(cli("--export", "json", "causal_mask").out)
+    assert data["mask"] == [[True, False, False], [True, True, False], [True, True, True]]
+    assert data["heads"][0]["masked"][0][1:] == [None, None]
+    assert data["heads"][0]["weights"][0] == [1.0, 0.0, 0.0]
+
+
+def test_json_cross_attention(cli) -> None:
+    data = json.loads(cli("--export", "json", "cross_attention").out)
+    assert data["key_tokens"] == ["J'", "aime", "l'IA"]
+    assert len(data["context_X"][0]) == 3
+
+
+def test_markdown_holds_the_seed_numbers(cli) -> None:
+    page = cli("--export", "markdown", "i_love_ai").out
+    for text in ("Q[I,0] = X[I]·W_Q[:,0] = 1·1 + 0·0 + 1·1 + 0·0 = 2", "| **I** | 1 | 5 | 3 |",
+                 "| **love** | 3 | 3 | 3 |", "| **AI** | 2 | 4 | 3 |", "0.577", "2.887", "1.732",
+                 "| **I** | 0.070 | 0.707 | 0.223 |", "| **love** | 0.333 | 0.333 | 0.333 |",
+                 "| **I** | 1.000 | 1.637 | 0.070 |", "| **love** | 1.000 | 1.000 | 0.333 |",
+                 "17.935 / 25.368 = 0.707", "## 6 · Mix", "not the model's thoughts"):
+        assert text in page, text
+
+
+def test_markdown_has_masks_and_heads(cli) -> None:
+    page = cli("--export", "markdown", "two_heads").out
+    assert "# head 2" in page and "## 7 · Concat" in page and "## 8 · W_O" in page
+    masked = cli("--export", "markdown", "causal_mask").out
+    assert "−∞" in masked and "masked weights are exactly 0" in masked
+
+
+def test_version_and_help(cli) -> None:
+    run = cli("--version")
+    assert run.code == 0 and run.out.startswith("qkv-tui 0.")
+    help_run = cli("--help")
+    assert help_run.code == 0 and "causal_mask" in help_run.out
+
+
+def test_builtin_names_work_from_any_folder(tmp_path) -> None:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    proc = subprocess.run([sys.executable, "-m", "qkv_tui", "--check", "causal_mask", "two_heads.toml"],
+                          capture_output=True, text=True, cwd=tmp_path, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("ok: causal_mask: ")
+
+
+def test_local_file_wins_over_builtin_name(cli, write, tmp_path, monkeypatch) -> None:
+    from .conftest import BASE, HEAD
+
+    write('title = "mine"\n' + BASE + HEAD, "i_love_ai.toml")
+    monkeypatch.chdir(tmp_path)
+    run = cli("--check", "i_love_ai.toml")
+    assert "'mine'" in run.out

@@ -1,0 +1,147 @@
+"""Every bad scenario gets one clean line on stderr, exit 2, nothing on stdout, no traceback."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from .conftest import BASE, HEAD
+
+HEAD2 = HEAD.replace("[[heads]]", "[[heads]]\nname = \"second\"")
+
+CASES = {
+    "toml_syntax": ('tokens = ["I"\nX = [[1]]\n', "line 2, column 1: TOML syntax error"),
+    "empty_file": ("   \n", "the file is empty"),
+    "unknown_top_key": (BASE.replace("tokens", "tokns") + HEAD, "unknown key 'tokns'; did you mean 'tokens'?"),
+    "unknown_head_key": (BASE + HEAD.replace("W_V =", "W_v ="), "unknown key 'W_v' in [[heads]] #1; did you mean 'W_V'?"),
+    "unknown_mask_key": (BASE + '[mask]\nkind = "padding"\npads = [false, false, true]\n' + HEAD,
+                         "unknown key 'pads' in [mask]; did you mean 'pad'?"),
+    "nan": (BASE.replace("[1, 0, 1, 0]", "[1, nan, 1, 0]") + HEAD, "X[0][1] is nan; expected a finite number"),
+    "inf": (BASE + HEAD.replace("[1, 0, 1], [0, 1, 0]", "[1, 0, inf], [0, 1, 0]"), "heads[0].W_Q[0][2] is inf"),
+    "huge_integer": (BASE.replace("[1, 0, 1, 0]", f"[1, {10**400}, 1, 0]") + HEAD, "X[0][1] = 1000"),
+    "string_in_matrix": (BASE.replace("[1, 0, 1, 0]", '[1, "0", 1, 0]') + HEAD, "X[0][1] must be a number, got a string"),
+    "bool_in_matrix": (BASE.replace("[1, 0, 1, 0]", "[1, true, 1, 0]") + HEAD, "X[0][1] must be a number, got a boolean"),
+    "ragged": (BASE.replace("[0, 1, 0, 1]", "[0, 1, 0]") + HEAD, "X is ragged: row 1 has 3 numbers, row 0 has 4"),
+    "three_d": (BASE.replace("[1, 0, 1, 0]", "[[1], 0, 1, 0]") + HEAD, "X[0][0] is a list; X must be 2-D"),
+    "not_a_matrix": ('tokens = ["a"]\nX = 3\n' + HEAD, "X must be a non-empty list of rows"),
+    "empty_row": ('tokens = ["a"]\nX = [[]]\n' + HEAD, "X row 0 is empty"),
+    "missing_tokens": ("X = [[1, 0, 1, 0]]\n" + HEAD, "missing key 'tokens'"),
+    "missing_x": ('tokens = ["I"]\n' + HEAD, "missing key 'X'"),
+    "empty_tokens": ("tokens = []\nX = [[1, 0, 1, 0]]\n" + HEAD, "tokens must be a non-empty list of strings"),
+    "token_not_string": ('tokens = ["I", 2, "AI"]\n' + BASE.split("\n", 2)[2] + HEAD, "tokens[1] must be a string"),
+    "rows_vs_tokens": (BASE.replace('"AI"]', '"AI", "!"]') + HEAD, "X has 3 rows but there are 4 tokens"),
+    "wq_rows": (BASE + HEAD.replace("[0, 1, 0], [1, 0, 0], [0, 1, 1]]\nW_K", "[0, 1, 0], [1, 0, 0]]\nW_K"),
+                "heads[0].W_Q has 3 rows; expected d_model = 4"),
+    "wk_rows": (BASE + HEAD.replace("W_K = [[0, 0, 1], ", "W_K = ["), "heads[0].W_K has 3 rows; expected d_model = 4"),
+    "dk_mismatch": (BASE + HEAD.replace("W_K = [[0, 0, 1], [1, 1, 0], [0, 1, 0], [1, 0, 1]]",
+                                        "W_K = [[0, 0], [1, 1], [0, 1], [1, 0]]"),
+                    "heads[0].W_Q has 3 columns but W_K has 2"),
+    "w_o_rows": (BASE + HEAD + "[output]\nW_O = [[1], [1]]\n", "output.W_O has 2 rows; expected the concatenated heads' width 3 = 3"),
+    "w_o_missing": (BASE + HEAD + "[output]\n", "[output] is missing 'W_O'"),
+    "context_rows": (BASE + '[context]\ntokens = ["a", "b"]\nX = [[1, 0, 1, 0]]\n' + HEAD,
+                     "context.X has 1 rows but there are 2 context tokens"),
+    "context_width": (BASE + '[context]\ntokens = ["a"]\nX = [[1, 0]]\n' + HEAD,
+                      "heads[0].W_K has 4 rows; expected context.X's width = 2"),
+    "mask_kind": (BASE + 'mask = "casual"\n' + HEAD, "mask = 'casual' is not a mask kind; expected one of: none, causal, padding, custom; did you mean 'causal'?"),
+    "mask_type": (BASE + "mask = 3\n" + HEAD, "mask must be a string or a [mask] table"),
+    "pad_length": (BASE + '[mask]\nkind = "padding"\npad = [false, true]\n' + HEAD,
+                   "mask.pad must have one true/false per key token: expected 3, got 2 flags"),
+    "pad_missing": (BASE + '[mask]\nkind = "padding"\n' + HEAD, "mask kind 'padding' needs pad"),
+    "pad_not_bool": (BASE + '[mask]\nkind = "padding"\npad = [0, 0, 1]\n' + HEAD, "mask.pad[0] must be true or false"),
+    "pad_on_causal": (BASE + '[mask]\nkind = "causal"\npad = [false, false, true]\n' + HEAD,
+                      "mask.pad is only used with kind = 'padding'"),
+    "allow_rows": (BASE + '[mask]\nkind = "custom"\nallow = [[1, 1, 1]]\n' + HEAD,
+                   "mask.allow must have one row per query token: expected 3, got 1 rows"),
+    "allow_cols": (BASE + '[mask]\nkind = "custom"\nallow = [[1, 1, 1], [1, 1], [1, 1, 1]]\n' + HEAD,
+                   "mask.allow row 1 must have one flag per key token: expected 3, got 2 flags"),
+    "allow_value": (BASE + '[mask]\nkind = "custom"\nallow = [[1, 1, 1], [1, 2, 1], [1, 1, 1]]\n' + HEAD,
+                    "mask.allow[1][1] must be 1/0 or true/false, got 2"),
+    "row_without_key": (BASE + '[mask]\nkind = "custom"\nallow = [[1, 1, 1], [0, 0, 0], [1, 1, 1]]\n' + HEAD,
+                        "query 1 ('love') may attend no key"),
+    "all_padding": (BASE + '[mask]\nkind = "padding"\npad = [true, true, true]\n' + HEAD, "query 0 ('I') may attend no key"),
+    "causal_not_square": (BASE + 'mask = "causal"\n[context]\ntokens = ["a", "b"]\nX = [[1, 0, 1, 0], [0, 1, 0, 1]]\n' + HEAD,
+                          "a causal mask needs as many keys as queries, but there are 3 queries and 2 keys"),
+    "heads_and_attention": (BASE + HEAD + "[attention]\nnum_heads = 1\nW_Q = [[1]]\nW_K = [[1]]\nW_V = [[1]]\n",
+                            "both [[heads]] and [attention] are given"),
+    "no_heads": (BASE, "no heads: expected [[heads]] tables"),
+    "head_missing_wv": (BASE + HEAD.split("W_V")[0], "heads[0] (head 1) is missing W_V"),
+    "num_heads_divides": (BASE + "[attention]\nnum_heads = 2\n" + HEAD.split("\n", 2)[2], "which num_heads = 2 does not divide"),
+    "num_heads_zero": (BASE + "[attention]\nnum_heads = 0\n" + HEAD.split("\n", 2)[2], "attention.num_heads must be a whole number >= 1"),
+    "scale_zero": (BASE + "scale = 0\n" + HEAD, "scale = 0; expected a finite number > 0"),
+    "scale_negative": (BASE + "scale = -2.5\n" + HEAD, "scale = -2.5; expected a finite number > 0"),
+    "scale_nan": (BASE + "scale = nan\n" + HEAD, "scale = nan; expected a finite number > 0"),
+    "scale_string": (BASE + 'scale = "sqrt"\n' + HEAD, "scale must be a number > 0, got a string"),
+    "overflow": (BASE.replace("[1, 0, 1, 0]", "[1e200, 0, 1e200, 0]") + HEAD, "scores overflows float64"),
+    "title_type": ("title = 3\n" + BASE + HEAD, "title must be a string, got a number (3)"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_check_reports_one_clean_line(case: str, cli, write) -> None:
+    text, expected = CASES[case]
+    path = write(text)
+    run = cli("--check", str(path))
+    assert run.code == 2
+    assert run.out == ""
+    lines = run.err.splitlines()
+    assert len(lines) == 1, run.err
+    assert lines[0].startswith(f"error: {path}: ")
+    assert expected in lines[0]
+    assert "Traceback" not in run.err
+
+
+@pytest.mark.parametrize("mode", [("--export", "json"), ("--export", "markdown"), ()])
+@pytest.mark.parametrize("case", ["toml_syntax", "nan", "overflow", "row_without_key"])
+def test_every_command_refuses_bad_files(case: str, mode: tuple[str, ...], cli, write) -> None:
+    path = write(CASES[case][0])
+    run = cli(*mode, str(path))
+    assert (run.code, run.out) == (2, "")
+    assert run.err.count("\n") == 1 and run.err.startswith(f"error: {path}: ")
+
+
+def test_missing_file(cli) -> None:
+    run = cli("--check", "no/such/file.toml")
+    assert run.code == 2
+    assert run.err.startswith("error: no/such/file.toml: no such file (built-in scenarios: causal_mask,")
+
+
+def test_directory(cli, tmp_path) -> None:
+    run = cli("--export", "json", str(tmp_path))
+    assert run.code == 2
+    assert run.err == f"error: {tmp_path}: is a directory; expected a .toml scenario file\n"
+
+
+def test_not_utf8(cli, write) -> None:
+    path = write(b'tokens = ["I"]\ntitle = "caf\xe9"\n')
+    run = cli("--check", str(path))
+    assert run.code == 2
+    assert run.err == f"error: {path}: line 2, column 13: not UTF-8 text (byte 0xe9); save the file as UTF-8\n"
+
+
+def test_utf8_with_bom_is_fine(cli, write) -> None:
+    path = write(("\ufeff" + BASE + HEAD).encode())
+    assert cli("--check", str(path)).code == 0
+
+
+def test_check_mixes_good_and_bad(cli, write) -> None:
+    bad = write("tokens = 3\n", "bad.toml")
+    run = cli("--check", "i_love_ai", str(bad), "causal_mask")
+    assert run.code == 2
+    assert run.out.count("\n") == 2 and run.out.startswith("ok: i_love_ai: 'I love AI', 3 tokens")
+    assert run.err.startswith(f"error: {bad}: tokens must be")
+
+
+@pytest.mark.parametrize("args", [("--export", "xml", "i_love_ai"), ("--bogus",), ("a.toml", "b.toml"), ("--check",)])
+def test_bad_arguments(args: tuple[str, ...], cli) -> None:
+    run = cli(*args)
+    assert run.code == 2 and run.out == ""
+    assert run.err.startswith("error: ") and run.err.count("\n") == 1
+
+
+def test_real_process_prints_no_traceback(write) -> None:
+    path = write(CASES["overflow"][0])
+    proc = subprocess.run([sys.executable, "-m", "qkv_tui", str(path)], capture_output=True, text=True)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.startswith(f"error: {path}: head 1: scores overflows float64")

@@ -1,0 +1,25 @@
+"""The core never loads Textual or Rich: proved in a fresh interpreter."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+
+def test_core_imports_no_ui() -> None:
+    code = (
+        "import sys, json\n"
+        "import qkv_tui, qkv_tui.scenario, qkv_tui.engine, qkv_tui.trace, qkv_tui.stepper,"
+        " qkv_tui.view, qkv_tui.export, qkv_tui.cli\n"
+        "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in ('textual', 'rich'))))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert json.loads(out) == []
+
+
+def test_app_module_does_load_textual() -> None:
+    """The check above can fail: importing the app does pull Textual in."""
+    code = "import sys, qkv_tui.app; print('textual' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "True"
