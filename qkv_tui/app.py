@@ -21,8 +21,8 @@ from .widgets.panels import ExplainPanel, FormulaLine, StageBar
 from .widgets.screens import GotoScreen, HelpScreen, NotesScreen
 
 MIN_WIDTH, MIN_HEIGHT = 50, 14
-OVERVIEW_MIN = (110, 36)  # room for every pane of the head below the focus panes
-OVERVIEW_SLOTS = 10
+OVERVIEW_ROWS, OVERVIEW_SLOTS = 2, 8  # rows of context panes below the focus panes, when there is room
+OVERVIEW_MIN_HEIGHT = 6  # a context pane shows at least three rows
 
 
 class QKVApp(App[None]):
@@ -71,9 +71,10 @@ class QKVApp(App[None]):
             with Horizontal(id="focus"):
                 for i in range(max(4, len(self.comp.heads) + 1)):
                     yield MatrixView(id=f"focus-{i}")
-            with Horizontal(id="overview"):
-                for i in range(OVERVIEW_SLOTS):
-                    yield MatrixView(id=f"overview-{i}")
+            for row in range(OVERVIEW_ROWS):
+                with Horizontal(id=f"overview-{row}", classes="overview"):
+                    for i in range(OVERVIEW_SLOTS):
+                        yield MatrixView(id=f"overview-{row}-{i}")
             yield ExplainPanel(id="explain")
         yield Static("", id="too-small")
         yield Footer()
@@ -108,8 +109,7 @@ class QKVApp(App[None]):
             )
             return
         pos = self.position
-        overview = self.size.width >= OVERVIEW_MIN[0] and self.size.height >= OVERVIEW_MIN[1]
-        focus, extra = self.view.panes(pos, self.decimals, overview=overview)
+        focus, extra = self.view.panes(pos, self.decimals, overview=True)
         ex = self.view.explain(pos, self.decimals)
         self.query_one(StageBar).show(self.scenario.title, ex)
         self.query_one(FormulaLine).show(ex)
@@ -118,29 +118,36 @@ class QKVApp(App[None]):
         explain.show(ex, description)
         explain_lines = min(explain.lines_needed(self.size.width), max(6, self.size.height * 2 // 5))
         room = self.size.height - 3 - explain_lines  # stage bar, formula and footer: 3 lines
-        if overview:
-            extra = self._fit(extra)
-            overview_height = min(max((s.values.shape[0] + 3 for s in extra), default=0), room // 2)
-            room -= overview_height
-            self._fill("overview", extra, overview_height)
-        self.query_one("#overview").display = overview
-        self._fill("focus", focus, max(room, 5))
+        room -= self._fill("focus", focus, max(room, 5))
+        # the rest of the head's matrices, in rows below, while there is room for them
+        rows = self._rows(extra)
+        for i in range(OVERVIEW_ROWS):
+            box = self.query_one(f"#overview-{i}")
+            specs = rows[i] if i < len(rows) else []
+            box.display = bool(specs) and room >= min(_height(specs), OVERVIEW_MIN_HEIGHT)
+            if box.display:
+                room -= self._fill(f"overview-{i}", specs, room)
 
-    def _fit(self, specs: list[PaneSpec]) -> list[PaneSpec]:
-        """As many overview panes as fit side by side at their natural width."""
+    def _rows(self, specs: list[PaneSpec]) -> list[list[PaneSpec]]:
+        """Overview panes packed into rows at their natural width, in order."""
+        rows: list[list[PaneSpec]] = [[]]
         room = self.size.width
-        kept = []
-        for spec in specs[:OVERVIEW_SLOTS]:
-            need = _natural_width(spec)
-            if need > room:
-                break
-            kept.append(spec)
+        for spec in specs:
+            need = _natural_width(spec, titled=False)
+            if need > room and rows[-1]:
+                rows.append([])
+                room = self.size.width
+            if need > self.size.width or len(rows[-1]) >= OVERVIEW_SLOTS:
+                continue
+            rows[-1].append(spec)
             room -= need
-        return kept
+        return [row for row in rows if row]
 
-    def _fill(self, group: str, specs: list[PaneSpec], height: int) -> None:
+    def _fill(self, group: str, specs: list[PaneSpec], height: int) -> int:
+        """Show ``specs`` in a row of pane slots at most ``height`` lines tall; returns the lines used."""
         box = self.query_one(f"#{group}")
-        box.styles.height = min(height, max((s.values.shape[0] + 3 for s in specs), default=0))
+        used = min(height, _height(specs))
+        box.styles.height = used
         views = list(box.query(MatrixView))
         widths: list[int | str] = list(_share_width(specs, self.size.width))
         for i, view in enumerate(views):
@@ -150,6 +157,7 @@ class QKVApp(App[None]):
             view.display = True
             view.styles.width = widths[i]
             view.show(specs[i])
+        return used
 
     # --- actions --------------------------------------------------------------------
 
@@ -200,6 +208,11 @@ class QKVApp(App[None]):
                 self.position = self.stepper.goto(self.position, number - 1)
 
         self.push_screen(GotoScreen(len(self.trace)), done)
+
+
+def _height(specs: list[PaneSpec]) -> int:
+    """Lines the tallest pane needs: border, header and every row."""
+    return max((int(s.values.shape[0]) + 3 for s in specs), default=0)
 
 
 def _share_width(specs: list[PaneSpec], total: int) -> list[int | str]:
