@@ -1,0 +1,217 @@
+"""The app driven by Pilot: every key, exact back-and-forth, End = the engine, odd sizes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from qkv_tui import compute, load_scenario
+from qkv_tui.app import QKVApp
+from qkv_tui.scenario import parse_scenario
+from qkv_tui.widgets.matrix import MatrixView
+from qkv_tui.widgets.panels import ExplainPanel, FormulaLine, StageBar
+from qkv_tui.widgets.screens import GotoScreen, HelpScreen, NotesScreen
+
+
+def text_of(app: QKVApp, widget_type) -> str:
+    return str(app.query_one(widget_type).render())
+
+
+def visible_panes(app: QKVApp) -> list[MatrixView]:
+    return [v for v in app.query(MatrixView) if v.display and v.parent is not None and v.parent.display]
+
+
+def screen_text(app: QKVApp) -> str:
+    return "\n".join(
+        [text_of(app, StageBar), text_of(app, FormulaLine), text_of(app, ExplainPanel)]
+        + [f"{v.border_title}|{v.spec.filled if v.spec else None}|{v.spec.current if v.spec else None}" for v in visible_panes(app)]
+    )
+
+
+async def test_stepping_keys() -> None:
+    app = QKVApp("i_love_ai")
+    async with app.run_test(size=(120, 40)) as pilot:
+        assert app.position.index == 0
+        assert "1/6 Embed" in text_of(app, FormulaLine) and "op 1/66" in text_of(app, FormulaLine)
+        await pilot.press("right", "space")
+        assert app.position.index == 2
+        await pilot.press("left")
+        assert app.position.index == 1
+        await pilot.press("right_square_bracket")
+        assert app.position.index == 3 and "2/6 Project" in text_of(app, FormulaLine)
+        assert "Q[I,0] = X[I]·W_Q[:,0] = 1·1 + 0·0 + 1·1 + 0·0 = 2" in text_of(app, ExplainPanel)
+        await pilot.press("right_square_bracket")
+        assert "3/6 Score" in text_of(app, FormulaLine)
+        await pilot.press("left_square_bracket")
+        assert app.position.index == 3
+        await pilot.press("end")
+        assert app.position.index == 65 and "op 66/66" in text_of(app, FormulaLine)
+        await pilot.press("home")
+        assert app.position.index == 0
+        await pilot.press("5")
+        assert "5/6 Softmax" in text_of(app, FormulaLine)
+        await pilot.press("9")  # no such stage: nothing happens
+        assert "5/6 Softmax" in text_of(app, FormulaLine)
+
+
+async def test_keys_grey_out_at_the_ends() -> None:
+    app = QKVApp("i_love_ai")
+    async with app.run_test(size=(80, 24)) as pilot:
+        assert app.check_action("prev", ()) is None
+        assert app.check_action("first", ()) is None
+        assert app.check_action("next", ()) is True
+        assert app.check_action("head", (1,)) is None  # one head only
+        await pilot.press("end")
+        assert app.check_action("next", ()) is None
+        assert app.check_action("next_stage", ()) is None
+        assert app.check_action("prev", ()) is True
+        await pilot.press("right")  # at the end: stays, no crash
+        assert app.position.index == 65
+
+
+async def test_forward_then_back_restores_every_screen() -> None:
+    app = QKVApp("two_heads")
+    async with app.run_test(size=(120, 40)) as pilot:
+        screens = [screen_text(app)]
+        for _ in range(40):
+            await pilot.press("right")
+            screens.append(screen_text(app))
+        for expected in reversed(screens[:-1]):
+            await pilot.press("left")
+            assert screen_text(app) == expected
+
+
+def engine_matrix(comp, key: str) -> np.ndarray:
+    """The engine's own array for a pane key such as ``scores@0`` (independent of the view code)."""
+    name, _, head_text = key.partition("@")
+    sc = comp.scenario
+    if head_text != "None":
+        head = comp.heads[int(head_text)]
+        return {"KT": head.K.T, "scaled": head.masked}.get(name, getattr(head, name, None))
+    return {"X": sc.X, "context_X": sc.context_X, "concat": comp.concat, "final": comp.output, "W_O": comp.W_O}[name]
+
+
+@pytest.mark.parametrize("name", ["i_love_ai", "causal_mask", "two_heads", "cross_attention", "split_heads"])
+async def test_end_shows_the_engine_matrices(name: str) -> None:
+    comp = compute(load_scenario(name))
+    app = QKVApp(name)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("end")
+        for head in range(len(comp.heads)):
+            if head:
+                await pilot.press("tab")
+            assert app.position.head == head
+            for view in visible_panes(app):
+                spec = view.spec
+                assert spec is not None
+                rows, cols = spec.values.shape
+                assert all(spec.is_filled(r, c) for r in range(rows) for c in range(cols)), spec.title
+                assert np.array_equal(spec.values, engine_matrix(comp, spec.key)), spec.key
+
+
+async def test_the_drawn_cells_hold_the_numbers() -> None:
+    app = QKVApp("i_love_ai")
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("end")
+        out = next(v for v in visible_panes(app) if v.spec and v.spec.key == "output@0")
+        lines = [out.render_line(y).text for y in range(4)]
+        assert "1.000 1.637 0.070" in lines[1]
+        assert "1.000 1.000 0.333" in lines[2]
+
+
+async def test_tab_switches_heads() -> None:
+    app = QKVApp("two_heads")
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("3")
+        assert app.position.head == 0
+        await pilot.press("right", "right", "tab")
+        assert app.position.head == 1
+        assert "head 2 (2/2)" in text_of(app, FormulaLine)
+        assert "3/8 Score" in text_of(app, FormulaLine)
+        titles = [v.border_subtitle for v in visible_panes(app)]
+        assert "head 2" in titles
+        await pilot.press("shift+tab")
+        assert app.position.head == 0
+
+
+async def test_cross_attention_labels_the_key_side() -> None:
+    app = QKVApp("cross_attention")
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("3")
+        kt = next(v for v in visible_panes(app) if v.spec and v.spec.key.startswith("KT"))
+        assert kt.spec is not None and kt.spec.col_labels == ("J'", "aime", "l'IA")
+
+
+async def test_help_notes_and_quit() -> None:
+    app = QKVApp("i_love_ai")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("question_mark")
+        assert isinstance(app.screen, HelpScreen)
+        await pilot.press("escape")
+        await pilot.press("n")
+        assert isinstance(app.screen, NotesScreen)
+        await pilot.press("n")
+        assert not isinstance(app.screen, NotesScreen)
+        await pilot.press("q")
+    assert app.return_code == 0
+
+
+async def test_goto_answers_bad_input_kindly() -> None:
+    app = QKVApp("i_love_ai")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("g")
+        assert isinstance(app.screen, GotoScreen)
+        await pilot.press("x", "y", "enter")
+        assert isinstance(app.screen, GotoScreen)
+        assert "is not an operation number" in str(app.screen.query_one("#goto-error").render())
+        await pilot.press("backspace", "backspace", "9", "9", "enter")
+        assert isinstance(app.screen, GotoScreen)  # out of range
+        await pilot.press("backspace", "backspace", "4", "0", "enter")
+        assert not isinstance(app.screen, GotoScreen)
+        assert app.position.index == 39
+
+
+@pytest.mark.parametrize("size", [(1, 1), (10, 3), (20, 5), (30, 8), (49, 30)])
+async def test_tiny_terminals_say_so(size: tuple[int, int]) -> None:
+    app = QKVApp("two_heads")
+    async with app.run_test(size=size) as pilot:
+        await pilot.press("right", "tab", "end", "left")
+        assert app.screen.has_class("-too-small")
+
+
+async def test_resize_while_stepping() -> None:
+    app = QKVApp("causal_mask")
+    async with app.run_test(size=(120, 40)) as pilot:
+        for size in [(80, 24), (30, 8), (60, 16), (200, 60), (1, 1), (80, 24)]:
+            await pilot.resize_terminal(*size)
+            await pilot.press("right", "right_square_bracket")
+            await pilot.pause()
+        assert not app.screen.has_class("-too-small")
+        assert app.position.index > 0
+
+
+def big_scenario(n: int) -> str:
+    rng = np.random.default_rng(7)
+    X = rng.integers(-2, 3, size=(n, 8)).tolist()
+    W = rng.integers(-1, 2, size=(8, 4)).tolist()
+    tokens = [f"t{i}" for i in range(n)]
+    return (f"tokens = {tokens}\nX = {X}\nmask = 'causal'\n"
+            f"[[heads]]\nW_Q = {W}\nW_K = {W}\nW_V = {W}\n").replace("'", '"')
+
+
+async def test_big_scenarios_scroll_to_the_current_cell() -> None:
+    app = QKVApp(parse_scenario(big_scenario(80), "big.toml"))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("3")  # Score: an 80×80 matrix
+        await pilot.press("g")
+        score_start = app.position.index
+        for ch in str(score_start + 75 * 80 + 70 + 1):
+            await pilot.press(ch)
+        await pilot.press("enter")
+        await pilot.pause()
+        scores = next(v for v in visible_panes(app) if v.spec and v.spec.key == "scores@0")
+        assert scores.spec is not None and scores.spec.current == (75, 70)
+        assert scores.scroll_y > 0 and scores.scroll_x > 0
+        visible_row = 75 - int(scores.scroll_y) + 1
+        assert 1 <= visible_row < scores.size.height
+        assert "t75" in scores.render_line(visible_row).text

@@ -1,0 +1,54 @@
+"""Snapshot tests: each screen a learner meets, at 120×40 and 80×24.
+
+Plain ``def`` tests (snap_compare runs its own event loop). Every SVG under
+__snapshots__ was rendered to PNG and looked at before it was accepted.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from qkv_tui.app import QKVApp
+
+STAGES = {1: "embed", 2: "project", 3: "score", 4: "scale", 5: "softmax", 6: "mix"}
+
+
+class TestSeedStages:
+    @pytest.mark.parametrize("size", [(120, 40), (80, 24)], ids=["120x40", "80x24"])
+    @pytest.mark.parametrize("stage", sorted(STAGES), ids=[STAGES[s] for s in sorted(STAGES)])
+    def test_stage(self, snap_compare, stage: int, size: tuple[int, int]) -> None:
+        assert snap_compare(QKVApp("i_love_ai"), press=[str(stage), "right"], terminal_size=size)
+
+    @pytest.mark.parametrize("size", [(120, 40), (80, 24)], ids=["120x40", "80x24"])
+    def test_everything_computed(self, snap_compare, size: tuple[int, int]) -> None:
+        assert snap_compare(QKVApp("i_love_ai"), press=["end"], terminal_size=size)
+
+
+class TestMasks:
+    @pytest.mark.parametrize("stage", [4, 5], ids=["scale", "softmax"])
+    @pytest.mark.parametrize("name", ["causal_mask", "padding_mask", "custom_mask"])
+    def test_mask(self, snap_compare, name: str, stage: int) -> None:
+        # the end of the stage: the whole masked matrix is on screen
+        assert snap_compare(QKVApp(name), press=[str(stage + 1), "left"], terminal_size=(120, 40))
+
+
+class TestHeadsAndCross:
+    def test_second_head(self, snap_compare) -> None:
+        assert snap_compare(QKVApp("two_heads"), press=["5", "right", "tab"], terminal_size=(120, 40))
+
+    def test_concat_and_w_o(self, snap_compare) -> None:
+        assert snap_compare(QKVApp("two_heads"), press=["end"], terminal_size=(120, 40))
+
+    def test_cross_attention(self, snap_compare) -> None:
+        assert snap_compare(QKVApp("cross_attention"), press=["3", "right", "right"], terminal_size=(120, 40))
+
+
+class TestScreens:
+    def test_help(self, snap_compare) -> None:
+        assert snap_compare(QKVApp("i_love_ai"), press=["question_mark"], terminal_size=(80, 24))
+
+    def test_notes(self, snap_compare) -> None:
+        assert snap_compare(QKVApp("i_love_ai"), press=["n"], terminal_size=(80, 24))
+
+    def test_too_small(self, snap_compare) -> None:
+        assert snap_compare(QKVApp("i_love_ai"), terminal_size=(30, 8))
