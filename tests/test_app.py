@@ -22,10 +22,8 @@ def visible_panes(app: QKVApp) -> list[MatrixView]:
 
 
 def screen_text(app: QKVApp) -> str:
-    return "\n".join(
-        [text_of(app, StageBar), text_of(app, FormulaLine), text_of(app, ExplainPanel)]
-        + [f"{v.border_title}|{v.spec.filled if v.spec else None}|{v.spec.current if v.spec else None}" for v in visible_panes(app)]
-    )
+    panes = [f"{v.border_title}|{v.spec.filled}|{v.spec.current}" for v in visible_panes(app) if v.spec]
+    return "\n".join([text_of(app, StageBar), text_of(app, FormulaLine), text_of(app, ExplainPanel), *panes])
 
 
 async def test_stepping_keys() -> None:
