@@ -116,9 +116,11 @@ class QKVApp(App[None]):
         description = self.scenario.description if pos.index == 0 else ""
         explain = self.query_one(ExplainPanel)
         explain.show(ex, description)
-        explain_lines = min(explain.lines_needed(self.size.width), max(6, self.size.height * 2 // 5))
-        room = self.size.height - 3 - explain_lines  # stage bar, formula and footer: 3 lines
-        room -= self._fill("focus", focus, max(room, 5))
+        # the focus panes come first, then the whole explanation, then context panes in what is left
+        avail = self.size.height - 3  # stage bar, formula and footer
+        explain_lines = explain.lines_needed(self.size.width)
+        focus_budget = max(avail - min(explain_lines, max(6, self.size.height * 2 // 5)), 5)
+        room = avail - self._fill("focus", focus, focus_budget) - explain_lines
         # the rest of the head's matrices, in rows below, while there is room for them
         rows = self._rows(extra)
         for i in range(OVERVIEW_ROWS):
@@ -232,6 +234,4 @@ def _share_width(specs: list[PaneSpec], total: int) -> list[int | str]:
 
 def _natural_width(spec: PaneSpec, titled: bool = True) -> int:
     """Columns a pane needs: border, labels and cells, and room for its whole title if ``titled``."""
-    label = max((len(s) for s in spec.row_labels), default=0)
-    cells = label + int(spec.values.shape[1]) * (spec.cell_width + 1) + 1
-    return max(cells, len(spec.title) + 4 if titled else 0) + 2
+    return max(spec.content_width, len(spec.title) + 4 if titled else 0) + 2

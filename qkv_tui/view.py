@@ -6,10 +6,13 @@ function of (computation, position) and can be tested without a terminal.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 
+from .fmt import BIG
 from .scenario import BoolMatrix, Matrix
 from .stepper import Position
 from .trace import STAGES, Operation, Ref, Trace
@@ -26,7 +29,7 @@ class PaneSpec:
     row_labels: tuple[str, ...]
     col_labels: tuple[str, ...]
     integral: bool
-    cell_width: int
+    col_widths: tuple[int, ...]  # characters of each column's widest cell or label
     filled: int  # cells of the source matrix computed so far, row-major
     transposed: bool = False  # values is the source matrix transposed (Kᵀ)
     current: tuple[int, int | None] | None = None  # (row, col); col None = the whole row
@@ -50,8 +53,18 @@ class PaneSpec:
         return self.is_filled(row, self.values.shape[1] - 1) and self.is_filled(row, 0)
 
     @property
-    def shape_text(self) -> str:
-        return f"{self.values.shape[0]}×{self.values.shape[1]}"
+    def label_width(self) -> int:
+        return max((len(label) for label in self.row_labels), default=0)
+
+    @cached_property
+    def offsets(self) -> tuple[int, ...]:
+        """Where each column starts after the row labels (each cell has a space before it); one more for the end."""
+        return tuple(itertools.accumulate((w + 1 for w in self.col_widths), initial=0))
+
+    @property
+    def content_width(self) -> int:
+        """Columns needed to show every cell without scrolling (labels included, border not)."""
+        return self.label_width + self.offsets[-1]
 
 
 @dataclass(frozen=True)
@@ -66,20 +79,20 @@ class Explanation:
     stages: tuple[tuple[str, str], ...] = field(default=())  # (label, "done" | "current" | "todo")
 
 
-def cell_width(values: Matrix, integral: bool, decimals: int) -> int:
-    """Characters the widest cell needs, estimated from the magnitudes without formatting each."""
-    finite = values[np.isfinite(values)]
-    width = 2 if finite.size < values.size else 1  # "−∞"
-    if finite.size:
-        biggest = float(np.abs(finite).max())
-        negative = bool((finite < 0).any())
-        if biggest >= 1e6:
-            digits = 6 + decimals  # d.ddde+NN
-        else:
-            whole = len(str(int(biggest)))
-            digits = whole if integral else whole + 1 + decimals
-        width = max(width, digits + negative)
-    return width
+def column_widths(values: Matrix, integral: bool, decimals: int) -> tuple[int, ...]:
+    """Characters each column's widest cell needs, from the magnitudes, without formatting every cell."""
+    finite = np.isfinite(values)
+    size = np.where(finite, np.abs(values), 0.0)
+    if not integral:
+        size = np.round(size, decimals)  # 999.9996 prints as 1000.000
+    biggest = size.max(axis=0)  # (cols,)
+    whole = np.floor(np.log10(np.maximum(biggest, 1.0))).astype(int) + 1
+    digits = whole if integral else whole + 1 + decimals
+    digits = np.where(biggest >= BIG, 6 + decimals, digits)  # d.ddde+NN
+    negative = ((values < 0) & finite).any(axis=0)
+    width = digits + negative
+    width = np.maximum(width, np.where((~finite).any(axis=0), 2, 1))  # "−∞"
+    return tuple(int(w) for w in width)
 
 
 class View:
@@ -88,7 +101,7 @@ class View:
     def __init__(self, trace: Trace) -> None:
         self.trace = trace
         self.comp = trace.comp
-        self._widths: dict[tuple[str, int | None, int], int] = {}
+        self._widths: dict[tuple[str, int | None, int], tuple[int, ...]] = {}
 
     # --- panes -----------------------------------------------------------------
 
@@ -140,10 +153,10 @@ class View:
         if transposed:
             values = values.T
             row_labels, col_labels = col_labels, row_labels
-        wkey = (source, head, decimals)
+        wkey = (name, head, decimals)
         if wkey not in self._widths:
-            self._widths[wkey] = cell_width(values, integral, decimals)
-        width = max(self._widths[wkey], *(len(c) for c in col_labels))
+            widths = column_widths(values, integral, decimals)
+            self._widths[wkey] = tuple(max(w, len(label)) for w, label in zip(widths, col_labels))
         rows: set[int] = set()
         cols: set[int] = set()
         cells: set[tuple[int, int]] = set()
@@ -158,7 +171,7 @@ class View:
         return PaneSpec(
             key=f"{name}@{head}", title=self.title(name, head, values), subtitle=subtitle,
             values=values, row_labels=row_labels, col_labels=col_labels, integral=integral,
-            cell_width=width, filled=trace.filled(source, head, pos.index), transposed=transposed,
+            col_widths=self._widths[wkey], filled=trace.filled(source, head, pos.index), transposed=transposed,
             current=current, rows=frozenset(rows), cols=frozenset(cols), cells=frozenset(cells),
             mark_row_max=name in ("scores", "scaled"), heat=name == "weights", decimals=decimals,
             allow=self.comp.allow if name == "weights" and self.comp.scenario.mask_kind != "none" else None,

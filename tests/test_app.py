@@ -12,6 +12,8 @@ from qkv_tui.widgets.matrix import MatrixView
 from qkv_tui.widgets.panels import ExplainPanel, FormulaLine, StageBar
 from qkv_tui.widgets.screens import GotoScreen, HelpScreen, NotesScreen
 
+from .conftest import SCENARIOS
+
 
 def text_of(app: QKVApp, widget_type) -> str:
     return str(app.query_one(widget_type).render())
@@ -213,3 +215,21 @@ async def test_big_scenarios_scroll_to_the_current_cell() -> None:
         visible_row = 75 - int(scores.scroll_y) + 1
         assert 1 <= visible_row < scores.size.height
         assert "t75" in scores.render_line(visible_row).text
+
+
+@pytest.mark.parametrize("path", SCENARIOS, ids=lambda p: p.stem)
+async def test_focus_panes_fit_80x24_without_scrolling(path) -> None:
+    """At 80×24 the panes the current operation reads and writes, and its arithmetic, are all in view."""
+    app = QKVApp(path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        for run in app.trace.runs:
+            for index in (run.start, run.stop - 1):
+                app.position = app.stepper.goto(app.position, index)
+                await pilot.pause()
+                focus = [v for v in app.query_one("#focus").query(MatrixView) if v.display]
+                assert focus
+                for view in focus:
+                    assert (view.max_scroll_x, view.max_scroll_y) == (0, 0), (run.stage, view.border_title)
+                    assert view.region.bottom <= app.query_one(ExplainPanel).region.y
+                explain = app.query_one(ExplainPanel)
+                assert explain.region.height >= explain.lines_needed(80)  # the whole explanation, unclipped

@@ -7,6 +7,8 @@ the cells scroll under them.
 
 from __future__ import annotations
 
+import bisect
+
 from rich.segment import Segment
 from rich.style import Style
 from textual.geometry import Size
@@ -55,26 +57,14 @@ class MatrixView(ScrollView, can_focus=False):
 
     @property
     def label_width(self) -> int:
-        return max((len(label) for label in self.spec.row_labels), default=0) if self.spec else 0
-
-    @property
-    def column_width(self) -> int:
-        return self.spec.cell_width + 1 if self.spec else 1
-
-    def natural_size(self) -> Size:
-        """Cells needed to show the whole matrix without scrolling."""
-        if self.spec is None:
-            return Size(0, 0)
-        rows, cols = self.spec.values.shape
-        return Size(self.label_width + cols * self.column_width + 1, rows + 1)
+        return self.spec.label_width if self.spec else 0
 
     def show(self, spec: PaneSpec) -> None:
         """Draw a new state of the pane and keep its current cell in view."""
         self.spec = spec
         self.border_title = spec.title
         self.border_subtitle = spec.subtitle
-        size = self.natural_size()
-        self.virtual_size = size
+        self.virtual_size = Size(spec.content_width, int(spec.values.shape[0]) + 1)
         self.refresh()
         self.call_after_refresh(self._follow_current)
 
@@ -84,20 +74,18 @@ class MatrixView(ScrollView, can_focus=False):
             return
         row, col = spec.current
         x, y = int(self.scroll_x), int(self.scroll_y)
-        visible_rows = max(self.size.height - 1, 1)
+        visible_rows = max(self.scrollable_content_region.height - 1, 1)
         if row < y:
             y = row
         elif row >= y + visible_rows:
             y = row - visible_rows + 1
         if col is not None:
-            cw = self.column_width
-            visible_cols = max((self.size.width - self.label_width - 1) // cw, 1)
-            first = x // cw
-            if col < first:
-                first = col
-            elif col >= first + visible_cols:
-                first = col - visible_cols + 1
-            x = first * cw
+            room = max(self.scrollable_content_region.width - spec.label_width, 1)
+            left, right = spec.offsets[col], spec.offsets[col + 1]
+            if left < x:
+                x = left
+            elif right > x + room:
+                x = right - room
         if (x, y) != (int(self.scroll_x), int(self.scroll_y)):
             self.scroll_to(x=x, y=y, animate=False, immediate=True)
 
@@ -110,25 +98,30 @@ class MatrixView(ScrollView, can_focus=False):
         if spec is None:
             return Strip.blank(width, base)
         rows, cols = spec.values.shape
-        label_w = self.label_width
-        cw = self.column_width
-        first_col = int(self.scroll_x) // cw
-        last_col = min(cols, first_col + max(width - label_w, 0) // cw + 1)
-        segments: list[Segment]
+        label_w = spec.label_width
+        room = max(width - label_w, 0)
+        scroll_x = int(self.scroll_x)
+        # whole columns from the one under the left edge; the strip is cropped to the exact scroll offset
+        first = max(bisect.bisect_right(spec.offsets, scroll_x) - 1, 0)
+        last = min(bisect.bisect_left(spec.offsets, scroll_x + room) + 1, cols)
         if y == 0:
-            segments = [Segment(" " * label_w, base)]
-            segments += [Segment(spec.col_labels[c][:cw - 1].rjust(cw), base + HEADER) for c in range(first_col, last_col)]
+            label = Segment(" " * label_w, base)
+            cells = [
+                Segment(spec.col_labels[c][: spec.col_widths[c]].rjust(spec.col_widths[c] + 1), base + HEADER)
+                for c in range(first, last)
+            ]
         else:
             row = int(self.scroll_y) + y - 1
             if row >= rows:
                 return Strip.blank(width, base)
-            segments = [Segment(spec.row_labels[row][:label_w].ljust(label_w), base + LABEL)]
-            segments += self._cells(spec, row, first_col, last_col, base)
-        return Strip(segments).crop_extend(0, width, base)
+            label = Segment(spec.row_labels[row][:label_w].ljust(label_w), base + LABEL)
+            cells = self._cells(spec, row, first, last, base)
+        skip = scroll_x - spec.offsets[first]
+        body = Strip(cells).crop(skip, skip + room)
+        return Strip([label, *body]).crop_extend(0, width, base)
 
     def _cells(self, spec: PaneSpec, row: int, first: int, last: int, base: Style) -> list[Segment]:
         values = spec.values
-        cw = self.column_width
         complete = spec.mark_row_max and spec.row_complete(row)
         row_max = float(values[row].max()) if complete else None
         out = []
@@ -151,6 +144,5 @@ class MatrixView(ScrollView, can_focus=False):
             elif row in spec.rows or col in spec.cols or (row, col) in spec.cells:
                 style = style + OPERAND
             out.append(Segment(" ", base))
-            out.append(Segment(text.rjust(cw - 1), style))
+            out.append(Segment(text.rjust(spec.col_widths[col]), style))
         return out
-

@@ -18,14 +18,28 @@ class StageBar(Static):
     """
 
     def show(self, title: str, ex: Explanation) -> None:
+        # narrow terminals drop the title, then the names of the stages not being computed
+        width = self.app.size.width
+        for with_title, full_names in ((True, True), (False, True), (False, False)):
+            text = self._line(title if with_title else "", ex, full_names)
+            if text.cell_len <= width:
+                break
+        self.update(text)
+
+    @staticmethod
+    def _line(title: str, ex: Explanation, full_names: bool) -> Text:
         text = Text(no_wrap=True, overflow="ellipsis")
-        text.append(f" {title} ", style="bold")
-        text.append("  ")
+        if title:
+            text.append(f" {title} ", style="bold")
+            text.append("  ")
         for i, (label, state) in enumerate(ex.stages):
             if i:
                 text.append(" › ", style="#8a8a8a")
-            text.append(f" {label} " if state == "current" else label, style=STAGE_STYLE[state])
-        self.update(text)
+            if state == "current":
+                text.append(f" {label} ", style=STAGE_STYLE[state])
+            else:
+                text.append(label if full_names else label.split()[0], style=STAGE_STYLE[state])
+        return text
 
 
 class FormulaLine(Static):
@@ -62,10 +76,10 @@ class ExplainPanel(Static):
     """
 
     def lines_needed(self, width: int) -> int:
-        """Screen lines this panel takes at a terminal width (border and wrapping included)."""
-        usable = max(width - 2, 1)
-        lines = sum(max(1, -(-len(line) // usable)) for line in self._plain.split("\n"))
-        return lines + 1
+        """Screen lines this panel takes at a terminal width: its wrapped text and the top border."""
+        return len(self._text.wrap(self.app.console, max(width - 2, 1))) + 1  # padding: one column each side
+
+    _text = Text()
 
     def show(self, ex: Explanation, description: str = "") -> None:
         text = Text()
@@ -78,5 +92,5 @@ class ExplainPanel(Static):
         if description:
             text.append("\n")
             text.append(description, style="#87afd7")
-        self._plain = text.plain
+        self._text = text
         self.update(text)
