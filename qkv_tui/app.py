@@ -48,7 +48,7 @@ class QKVApp(App[None]):
         Binding("q", "quit", "quit"),
     ]
 
-    position: reactive[Position] = reactive(Position(0, 0), bindings=True, init=False)
+    position: reactive[Position] = reactive(Position(0, 0), init=False, repaint=False)
     """The current operation and the head in view; the whole screen follows from it."""
 
     def __init__(self, scenario: Scenario | str | Path = "i_love_ai", computation: Computation | None = None) -> None:
@@ -62,6 +62,8 @@ class QKVApp(App[None]):
         self.theme = "textual-dark"
         self.set_reactive(QKVApp.position, self.stepper.start())
         self.ready = False  # widgets exist only after mount
+        self._placed: dict[str, int] = {}  # height last given to each row of panes
+        self._ends: tuple[bool, bool] | None = None  # (at first, at last) when the footer was last refreshed
 
 
     def compose(self) -> ComposeResult:
@@ -89,6 +91,10 @@ class QKVApp(App[None]):
 
     def watch_position(self) -> None:
         self.redraw()
+        ends = (self.position.index == 0, self.position.index == self.stepper.last_index)
+        if ends != self._ends:  # the footer greys keys out only at the ends; rebuilding it costs a frame
+            self._ends = ends
+            self.refresh_bindings()
 
     # --- drawing ------------------------------------------------------------------
 
@@ -101,7 +107,8 @@ class QKVApp(App[None]):
         if not self.ready:
             return
         small = self.too_small
-        self.screen.set_class(small, "-too-small")
+        if self.screen.has_class("-too-small") != small:
+            self.screen.set_class(small, "-too-small")
         if small:
             self.query_one("#too-small", Static).update(
                 f"terminal too small: need {MIN_WIDTH}×{MIN_HEIGHT}, have {self.size.width}×{self.size.height}"
@@ -124,11 +131,10 @@ class QKVApp(App[None]):
         # the rest of the head's matrices, in rows below, while there is room for them
         rows = self._rows(extra)
         for i in range(OVERVIEW_ROWS):
-            box = self.query_one(f"#overview-{i}")
             specs = rows[i] if i < len(rows) else []
-            box.display = bool(specs) and room >= min(_height(specs), OVERVIEW_MIN_HEIGHT)
-            if box.display:
-                room -= self._fill(f"overview-{i}", specs, room)
+            if not (specs and room >= min(_height(specs), OVERVIEW_MIN_HEIGHT)):
+                specs = []
+            room -= self._fill(f"overview-{i}", specs, room)
 
     def _rows(self, specs: list[PaneSpec]) -> list[list[PaneSpec]]:
         """Overview panes packed into rows at their natural width, in order."""
@@ -149,16 +155,16 @@ class QKVApp(App[None]):
         """Show ``specs`` in a row of pane slots at most ``height`` lines tall; returns the lines used."""
         box = self.query_one(f"#{group}")
         used = min(height, _height(specs))
-        box.styles.height = used
-        views = list(box.query(MatrixView))
+        # every style change costs a layout pass: touch only what differs from the last frame
+        if self._placed.get(group) != used:
+            self._placed[group] = used
+            box.styles.height = used
+            box.display = used > 0
         widths: list[int | str] = list(_share_width(specs, self.size.width))
-        for i, view in enumerate(views):
-            if i >= len(specs):
-                view.display = False
-                continue
-            view.display = True
-            view.styles.width = widths[i]
-            view.show(specs[i])
+        for i, view in enumerate(box.query(MatrixView)):
+            view.place(widths[i] if i < len(specs) else None)
+            if i < len(specs):
+                view.show(specs[i])
         return used
 
     # --- actions --------------------------------------------------------------------

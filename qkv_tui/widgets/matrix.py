@@ -52,6 +52,8 @@ class MatrixView(ScrollView, can_focus=False):
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
         self.spec: PaneSpec | None = None
+        self._placed: int | str | None = None
+        self._shown: tuple[object, ...] = ()
 
     # --- geometry ---------------------------------------------------------------
 
@@ -59,12 +61,28 @@ class MatrixView(ScrollView, can_focus=False):
     def label_width(self) -> int:
         return self.spec.label_width if self.spec else 0
 
+    def place(self, width: int | str | None) -> None:
+        """Take a width, or hide (None); styles change only when the width does, as each change costs a layout."""
+        if width == self._placed:
+            return
+        self._placed = width
+        if width is not None:
+            self.styles.width = width
+        self.display = width is not None
+
     def show(self, spec: PaneSpec) -> None:
-        """Draw a new state of the pane and keep its current cell in view."""
+        """Draw a new state of the pane and keep its current cell in view; an unchanged state costs nothing."""
+        state = (spec.key, spec.filled, spec.current, spec.rows, spec.cols, spec.cells,
+                 spec.decimals, spec.title, spec.subtitle, spec.col_widths, spec.values.shape)
+        if state == self._shown:
+            return
+        self._shown = state
         self.spec = spec
         self.border_title = spec.title
         self.border_subtitle = spec.subtitle
-        self.virtual_size = Size(spec.content_width, int(spec.values.shape[0]) + 1)
+        size = Size(spec.content_width, int(spec.values.shape[0]) + 1)
+        if size != self.virtual_size:
+            self.virtual_size = size
         self.refresh()
         self.call_after_refresh(self._follow_current)
 

@@ -24,7 +24,7 @@ class StageBar(Static):
             text = self._line(title if with_title else "", ex, full_names)
             if text.cell_len <= width:
                 break
-        self.update(text)
+        self.update(text, layout=False)  # its size is fixed by CSS: no layout pass
 
     @staticmethod
     def _line(title: str, ex: Explanation, full_names: bool) -> Text:
@@ -61,7 +61,7 @@ class FormulaLine(Static):
         if ex.head_label:
             text.append(" · ")
             text.append(ex.head_label, style="bold #5fafff")
-        self.update(text)
+        self.update(text, layout=False)  # its size is fixed by CSS: no layout pass
 
 
 class ExplainPanel(Static):
@@ -93,4 +93,4 @@ class ExplainPanel(Static):
             text.append("\n")
             text.append(description, style="#87afd7")
         self._text = text
-        self.update(text)
+        self.update(text, layout=False)  # its size is fixed by CSS: no layout pass

@@ -1,0 +1,251 @@
+"""qkv-tui against bare Textual: start-up, CPU per step, memory, and the core's own cost.
+
+Run ``python benchmarks/bench.py`` (``--json`` for machines, ``--quick`` for a smoke run).
+Every figure is a median over repeated runs, and the two programs compared are run
+alternately in the same session, so a noisy shared machine moves both alike; the
+ratios are what the targets are stated in.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+SIZES = (16, 64, 256, 512)
+CORE_SIZES = (512, 2048)
+TARGETS = {
+    "startup_vs_bare": 1.3,
+    "step_cpu_vs_bare": 4.0,
+    "startup_512_vs_3": 2.0,
+    "step_cpu_512_vs_3": 1.5,
+    "rss_512_vs_3": 2.0,
+}
+
+
+# --- the programs measured ------------------------------------------------------------
+
+
+def generated_scenario(n: int, d_model: int = 64, d_k: int = 16, heads: int = 4, seed: int = 0) -> str:
+    """A causal scenario of n tokens with small integer weights, as TOML text."""
+    rng = np.random.default_rng(seed)
+
+    def mat(rows: int, cols: int) -> str:
+        return "[" + ",".join("[" + ",".join(map(str, row)) + "]" for row in rng.integers(-2, 3, (rows, cols)).tolist()) + "]"
+
+    tokens = ",".join(f'"t{i}"' for i in range(n))
+    lines = [f'title = "generated {n}"', f"tokens = [{tokens}]", f"X = {mat(n, d_model)}", 'mask = "causal"',
+             "[attention]", f"num_heads = {heads}"]
+    lines += [f"{role} = {mat(d_model, heads * d_k)}" for role in ("W_Q", "W_K", "W_V")]
+    return "\n".join(lines) + "\n"
+
+
+def bare_app() -> Any:
+    from textual.app import App, ComposeResult
+    from textual.widgets import Static
+
+    class Bare(App[None]):
+        """The floor: one Static, and a key that updates it."""
+
+        BINDINGS = [("right", "step", "step")]  # noqa: RUF012 - Textual's own idiom
+        count = 0
+
+        def compose(self) -> ComposeResult:
+            yield Static("step 0", id="text")
+
+        def action_step(self) -> None:
+            self.count += 1
+            self.query_one("#text", Static).update(f"step {self.count}")
+
+    return Bare()
+
+
+def qkv_app(scenario: str) -> Any:
+    from qkv_tui.app import QKVApp
+
+    return QKVApp(scenario)
+
+
+def child(program: str, scenario: str) -> None:
+    """Start the program headless, leave at its first complete frame, report peak memory."""
+
+    async def leave(pilot: Any) -> None:
+        await pilot.pause()  # let the first frame be composed and drawn
+        pilot.app.exit()
+
+    app = bare_app() if program == "bare" else qkv_app(scenario)
+    app.run(headless=True, size=(120, 40), auto_pilot=leave)
+    print(json.dumps({"rss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}))
+
+
+def start_once(program: str, scenario: str) -> tuple[float, int]:
+    t0 = time.perf_counter()
+    done = subprocess.run([sys.executable, __file__, "--child", program, scenario],
+                          capture_output=True, text=True, check=True)
+    elapsed = time.perf_counter() - t0
+    return elapsed, int(json.loads(done.stdout.strip().splitlines()[-1])["rss_kib"])
+
+
+async def step_cpu(app: Any, presses: int) -> float:
+    """CPU seconds per step keypress, with the frame it causes (sleeping does not count as CPU).
+
+    The key goes in as a terminal driver sends it, an event posted to the app; Pilot's own
+    press() also visits every widget, which would bill the harness to the app under test.
+    """
+    from textual import events
+
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        samples = []
+        for _ in range(presses):
+            t0 = time.process_time()
+            app.post_message(events.Key("right", None))
+            await asyncio.sleep(1 / 20)  # the key is handled and the next frame drawn
+            samples.append(time.process_time() - t0)
+        assert app.position.index if hasattr(app, "position") else app.count, "the keys were not handled"
+    return statistics.median(samples)
+
+
+# --- the measurements --------------------------------------------------------------------
+
+
+def measure(repeats: int, presses: int, sizes: tuple[int, ...], core_sizes: tuple[int, ...]) -> dict[str, Any]:
+    from qkv_tui import compute
+    from qkv_tui.scenario import parse_scenario
+    from qkv_tui.trace import Trace
+
+    tmp = Path(tempfile.mkdtemp(prefix="qkv-bench-"))
+    scenarios = {3: "i_love_ai"}
+    for n in sizes:
+        path = tmp / f"gen{n}.toml"
+        path.write_text(generated_scenario(n))
+        scenarios[n] = str(path)
+
+    programs = [("bare", "i_love_ai")] + [("qkv", scenarios[n]) for n in scenarios]
+    starts: dict[tuple[str, str], list[float]] = {p: [] for p in programs}
+    rss: dict[tuple[str, str], list[int]] = {p: [] for p in programs}
+    for _ in range(repeats):  # alternate the programs in every round
+        for prog in programs:
+            seconds, kib = start_once(*prog)
+            starts[prog].append(seconds)
+            rss[prog].append(kib)
+
+    cpu: dict[tuple[str, str], list[float]] = {p: [] for p in programs}
+    for _ in range(max(1, repeats // 2)):
+        for prog in programs:
+            app = bare_app() if prog[0] == "bare" else qkv_app(prog[1])
+            cpu[prog].append(asyncio.run(step_cpu(app, presses)))
+
+    def med(values: list[float] | list[int]) -> float:
+        return float(statistics.median(values))
+
+    bare = ("bare", "i_love_ai")
+    base = ("qkv", "i_love_ai")
+    rows = []
+    for n, scenario in scenarios.items():
+        prog = ("qkv", scenario)
+        rows.append({
+            "tokens": n,
+            "startup_s": med(starts[prog]),
+            "step_cpu_ms": med(cpu[prog]) * 1000,
+            "rss_mib": med(rss[prog]) / 1024,
+            "startup_vs_3": med(starts[prog]) / med(starts[base]),
+            "step_cpu_vs_3": med(cpu[prog]) / med(cpu[base]),
+            "rss_vs_3": med(rss[prog]) / med(rss[base]),
+        })
+
+    core = []
+    for n in core_sizes:
+        text = generated_scenario(n)
+        times = {"load": [], "compute": [], "trace": [], "op": []}
+        for _ in range(max(3, repeats)):
+            t0 = time.perf_counter()
+            sc = parse_scenario(text, f"gen{n}")
+            t1 = time.perf_counter()
+            comp = compute(sc)
+            t2 = time.perf_counter()
+            trace = Trace(comp)
+            t3 = time.perf_counter()
+            for i in np.random.default_rng(1).integers(0, len(trace), 200):
+                trace.op(int(i))
+            t4 = time.perf_counter()
+            times["load"].append(t1 - t0)
+            times["compute"].append(t2 - t1)
+            times["trace"].append(t3 - t2)
+            times["op"].append((t4 - t3) / 200)
+        core.append({"tokens": n, "operations": len(trace), **{f"{k}_ms": med(v) * 1000 for k, v in times.items()}})
+
+    ratios = {
+        "startup_vs_bare": med(starts[base]) / med(starts[bare]),
+        "step_cpu_vs_bare": med(cpu[base]) / med(cpu[bare]),
+        "startup_512_vs_3": next((r["startup_vs_3"] for r in rows if r["tokens"] == 512), float("nan")),
+        "step_cpu_512_vs_3": next((r["step_cpu_vs_3"] for r in rows if r["tokens"] == 512), float("nan")),
+        "rss_512_vs_3": next((r["rss_vs_3"] for r in rows if r["tokens"] == 512), float("nan")),
+    }
+    return {
+        "machine": f"{platform.machine()}, {platform.python_implementation()} {platform.python_version()},"
+                   f" {__import__('os').cpu_count()} cores",
+        "repeats": repeats,
+        "presses": presses,
+        "bare": {"startup_s": med(starts[bare]), "step_cpu_ms": med(cpu[bare]) * 1000, "rss_mib": med(rss[bare]) / 1024},
+        "sizes": rows,
+        "core": core,
+        "ratios": ratios,
+        "targets": TARGETS,
+    }
+
+
+def report(result: dict[str, Any]) -> str:
+    out = [f"machine: {result['machine']}; medians of {result['repeats']} start-ups, "
+           f"{result['presses']} step presses per run", ""]
+    bare = result["bare"]
+    out.append(f"bare Textual app (one Static): start-up {bare['startup_s']:.3f} s, "
+               f"CPU per keypress {bare['step_cpu_ms']:.2f} ms, peak RSS {bare['rss_mib']:.1f} MiB")
+    out.append("")
+    out.append(f"{'tokens':>6} {'start-up s':>10} {'×3-tok':>7} {'CPU/step ms':>11} {'×3-tok':>7} {'RSS MiB':>8} {'×3-tok':>7}")
+    for r in result["sizes"]:
+        out.append(f"{r['tokens']:>6} {r['startup_s']:>10.3f} {r['startup_vs_3']:>7.2f} {r['step_cpu_ms']:>11.2f}"
+                   f" {r['step_cpu_vs_3']:>7.2f} {r['rss_mib']:>8.1f} {r['rss_vs_3']:>7.2f}")
+    out.append("")
+    out.append(f"{'core':>6} {'operations':>12} {'load ms':>9} {'compute ms':>11} {'trace ms':>9} {'one op ms':>10}")
+    for c in result["core"]:
+        out.append(f"{c['tokens']:>6} {c['operations']:>12,} {c['load_ms']:>9.1f} {c['compute_ms']:>11.1f}"
+                   f" {c['trace_ms']:>9.3f} {c['op_ms']:>10.3f}")
+    out.append("")
+    out.append("target                      measured   target  met")
+    for key, target in result["targets"].items():
+        value = result["ratios"][key]
+        out.append(f"{key:<26} {value:>9.2f}× {target:>6.1f}×  {'yes' if value <= target else 'NO'}")
+    return "\n".join(out)
+
+
+def main() -> None:
+    if len(sys.argv) == 4 and sys.argv[1] == "--child":
+        child(sys.argv[2], sys.argv[3])
+        return
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", action="store_true", help="print the figures as JSON")
+    parser.add_argument("--quick", action="store_true", help="few repeats and sizes: a smoke run, not figures to quote")
+    parser.add_argument("--repeats", type=int, default=9, help="start-ups per program (default 9)")
+    parser.add_argument("--presses", type=int, default=100, help="step presses per run (default 100)")
+    args = parser.parse_args()
+    if args.quick:
+        result = measure(2, 10, (16,), (512,))
+    else:
+        result = measure(args.repeats, args.presses, SIZES, CORE_SIZES)
+    print(json.dumps(result, indent=2) if args.json else report(result))
+
+
+if __name__ == "__main__":
+    main()
