@@ -21,7 +21,7 @@ from .widgets.panels import ExplainPanel, FormulaLine, StageBar
 from .widgets.screens import GotoScreen, HelpScreen, NotesScreen
 
 MIN_WIDTH, MIN_HEIGHT = 50, 14
-OVERVIEW_ROWS, OVERVIEW_SLOTS = 2, 8  # rows of context panes below the focus panes, when there is room
+OVERVIEW_ROWS, OVERVIEW_SLOTS = 2, 5  # rows of context panes below the focus panes, when there is room
 OVERVIEW_MIN_HEIGHT = 6  # a context pane shows at least three rows
 
 
@@ -63,6 +63,7 @@ class QKVApp(App[None]):
         self.set_reactive(QKVApp.position, self.stepper.start())
         self.ready = False  # widgets exist only after mount
         self._placed: dict[str, int] = {}  # height last given to each row of panes
+        self._slots: dict[str, list[MatrixView]] = {}  # each row's pane widgets, found once
         self._ends: tuple[bool, bool] | None = None  # (at first, at last) when the footer was last refreshed
 
 
@@ -142,11 +143,11 @@ class QKVApp(App[None]):
         room = self.size.width
         for spec in specs:
             need = _natural_width(spec, titled=False)
-            if need > room and rows[-1]:
+            if need > self.size.width:
+                continue
+            if rows[-1] and (need > room or len(rows[-1]) == OVERVIEW_SLOTS):
                 rows.append([])
                 room = self.size.width
-            if need > self.size.width or len(rows[-1]) >= OVERVIEW_SLOTS:
-                continue
             rows[-1].append(spec)
             room -= need
         return [row for row in rows if row]
@@ -161,7 +162,9 @@ class QKVApp(App[None]):
             box.styles.height = used
             box.display = used > 0
         widths: list[int | str] = list(_share_width(specs, self.size.width))
-        for i, view in enumerate(box.query(MatrixView)):
+        if group not in self._slots:
+            self._slots[group] = list(box.query(MatrixView))
+        for i, view in enumerate(self._slots[group]):
             view.place(widths[i] if i < len(specs) else None)
             if i < len(specs):
                 view.show(specs[i])

@@ -67,6 +67,27 @@ class PaneSpec:
         return self.label_width + self.offsets[-1]
 
 
+def changed_rows(old: PaneSpec, new: PaneSpec) -> set[int] | None:
+    """Rows drawn differently in two states of one pane, so only they are redrawn; None means all."""
+    same = ("key", "transposed", "col_widths", "decimals", "title", "subtitle", "cols", "row_labels")
+    if old.values.shape != new.values.shape or any(getattr(old, a) != getattr(new, a) for a in same):
+        return None
+    rows: set[int] = set()
+    if old.filled != new.filled:
+        if new.transposed:  # Kᵀ fills column by column: every row changes
+            return None
+        width = int(new.values.shape[1])
+        last_row = int(new.values.shape[0]) - 1
+        lo, hi = sorted((old.filled, new.filled))
+        rows.update(range(lo // width, min((hi - 1) // width, last_row) + 1))
+    for current in (old.current, new.current):
+        if current is not None and old.current != new.current:
+            rows.add(current[0])
+    rows.update(old.rows ^ new.rows)
+    rows.update(r for r, _ in old.cells ^ new.cells)
+    return rows
+
+
 @dataclass(frozen=True)
 class Explanation:
     stage_label: str  # "3/6 Score"

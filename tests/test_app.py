@@ -8,6 +8,7 @@ import pytest
 from qkv_tui import compute, load_scenario
 from qkv_tui.app import QKVApp
 from qkv_tui.scenario import parse_scenario
+from qkv_tui.stepper import Position
 from qkv_tui.widgets.matrix import MatrixView
 from qkv_tui.widgets.panels import ExplainPanel, FormulaLine, StageBar
 from qkv_tui.widgets.screens import GotoScreen, HelpScreen, NotesScreen
@@ -16,7 +17,8 @@ from .conftest import SCENARIOS
 
 
 def text_of(app: QKVApp, widget_type) -> str:
-    return str(app.query_one(widget_type).render())
+    widget = app.query_one(widget_type)
+    return widget.plain if isinstance(widget, ExplainPanel) else str(widget.render())
 
 
 def visible_panes(app: QKVApp) -> list[MatrixView]:
@@ -233,3 +235,29 @@ async def test_focus_panes_fit_80x24_without_scrolling(path) -> None:
                     assert view.region.bottom <= app.query_one(ExplainPanel).region.y
                 explain = app.query_one(ExplainPanel)
                 assert explain.region.height >= explain.lines_needed(80)  # the whole explanation, unclipped
+
+
+async def screenshot_at(name: str, index: int, head: int) -> str:
+    app = QKVApp(name)
+    async with app.run_test(size=(120, 40)) as pilot:
+        app.position = Position(index, head)
+        await pilot.pause()
+        return app.export_screenshot()
+
+
+@pytest.mark.parametrize("name", ["two_heads", "padding_mask"])
+async def test_partial_redraws_leave_no_stale_cells(name: str) -> None:
+    """Stepping redraws only the rows that change; every screen must equal one drawn from scratch."""
+    stepped = QKVApp(name)
+    seen = []
+    async with stepped.run_test(size=(120, 40)) as pilot:
+        for steps in (5, 4, 9, 22, 14, 23):
+            for _ in range(steps):
+                await pilot.press("right")
+            await pilot.pause()
+            seen.append((stepped.position, stepped.export_screenshot()))
+        await pilot.press("left", "left", "tab", "right")
+        await pilot.pause()
+        seen.append((stepped.position, stepped.export_screenshot()))
+    for pos, expected in seen:
+        assert await screenshot_at(name, pos.index, pos.head) == expected, pos

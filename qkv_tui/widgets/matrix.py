@@ -16,7 +16,7 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
 from ..fmt import fmt
-from ..view import PaneSpec
+from ..view import PaneSpec, changed_rows
 
 LABEL = Style(color="#d7af5f", bold=True)
 HEADER = Style(color="#8a8a8a", bold=True)
@@ -52,8 +52,13 @@ class MatrixView(ScrollView, can_focus=False):
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
         self.spec: PaneSpec | None = None
-        self._placed: int | str | None = None
+        self._placed: int | str | None | bool = False  # nothing placed yet (None means hidden)
         self._shown: tuple[object, ...] = ()
+        self._base: Style | None = None  # rich_style walks every ancestor's CSS: keep it between frames
+
+    def notify_style_update(self) -> None:
+        self._base = None
+        super().notify_style_update()
 
     # --- geometry ---------------------------------------------------------------
 
@@ -71,22 +76,31 @@ class MatrixView(ScrollView, can_focus=False):
         self.display = width is not None
 
     def show(self, spec: PaneSpec) -> None:
-        """Draw a new state of the pane and keep its current cell in view; an unchanged state costs nothing."""
+        """Draw a new state of the pane and keep its current cell in view; unchanged rows are not redrawn."""
         state = (spec.key, spec.filled, spec.current, spec.rows, spec.cols, spec.cells,
                  spec.decimals, spec.title, spec.subtitle, spec.col_widths, spec.values.shape)
         if state == self._shown:
             return
         self._shown = state
-        self.spec = spec
-        self.border_title = spec.title
-        self.border_subtitle = spec.subtitle
+        old, self.spec = self.spec, spec
+        if old is None or (old.title, old.subtitle) != (spec.title, spec.subtitle):
+            self.border_title = spec.title  # setting a title redraws the whole pane, even when unchanged
+            self.border_subtitle = spec.subtitle
         size = Size(spec.content_width, int(spec.values.shape[0]) + 1)
-        if size != self.virtual_size:
+        resized = size != self.virtual_size
+        if resized:
             self.virtual_size = size
-        self.refresh()
-        self.call_after_refresh(self._follow_current)
+        rows = None if old is None or resized else changed_rows(old, spec)
+        if rows is None or len(rows) >= self.size.height:
+            self.refresh()
+        else:
+            for row in rows:
+                self.refresh_line(row + 1)  # line 0 is the pinned column header
+        if spec.current is not None and (resized or self.max_scroll_x or self.max_scroll_y):
+            self.call_after_refresh(self._follow_current)
 
     def _follow_current(self) -> None:
+        """Scroll by pages, not lines, so that stepping on does not redraw the whole pane every time."""
         spec = self.spec
         if spec is None or spec.current is None:
             return
@@ -94,23 +108,25 @@ class MatrixView(ScrollView, can_focus=False):
         x, y = int(self.scroll_x), int(self.scroll_y)
         visible_rows = max(self.scrollable_content_region.height - 1, 1)
         if row < y:
-            y = row
+            y = max(row - visible_rows * 3 // 4, 0)
         elif row >= y + visible_rows:
-            y = row - visible_rows + 1
+            y = row - visible_rows // 4
         if col is not None:
             room = max(self.scrollable_content_region.width - spec.label_width, 1)
             left, right = spec.offsets[col], spec.offsets[col + 1]
             if left < x:
-                x = left
+                x = max(right - room * 3 // 4, 0)
             elif right > x + room:
-                x = right - room
+                x = max(left - room // 4, right - room)
         if (x, y) != (int(self.scroll_x), int(self.scroll_y)):
             self.scroll_to(x=x, y=y, animate=False, immediate=True)
 
     # --- drawing ----------------------------------------------------------------
 
     def render_line(self, y: int) -> Strip:
-        base = self.rich_style
+        if self._base is None:
+            self._base = self.rich_style
+        base = self._base
         width = self.size.width
         spec = self.spec
         if spec is None:

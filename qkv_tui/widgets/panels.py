@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 from rich.text import Text
+from textual.geometry import Region
+from textual.strip import Strip
+from textual.widget import Widget
 from textual.widgets import Static
 
 from ..view import Explanation
@@ -17,9 +20,14 @@ class StageBar(Static):
     StageBar { height: 1; width: 1fr; background: $boost; }
     """
 
+    _shown: tuple[object, ...] = ()
+
     def show(self, title: str, ex: Explanation) -> None:
         # narrow terminals drop the title, then the names of the stages not being computed
         width = self.app.size.width
+        if (title, ex.stages, width) == self._shown:  # it changes only with the stage
+            return
+        self._shown = (title, ex.stages, width)
         for with_title, full_names in ((True, True), (False, True), (False, False)):
             text = self._line(title if with_title else "", ex, full_names)
             if text.cell_len <= width:
@@ -64,8 +72,12 @@ class FormulaLine(Static):
         self.update(text, layout=False)  # its size is fixed by CSS: no layout pass
 
 
-class ExplainPanel(Static):
-    """The current operation's arithmetic with its real numbers, and what the stage means."""
+class ExplainPanel(Widget):
+    """The current operation's arithmetic with its real numbers, and what the stage means.
+
+    Drawn line by line from the wrapped text, and only the lines that differ from the last
+    step are redrawn: most of the panel (the stage's meaning, the blank rest) stays put.
+    """
 
     DEFAULT_CSS = """
     ExplainPanel {
@@ -75,11 +87,27 @@ class ExplainPanel(Static):
     }
     """
 
+    def __init__(self, *, id: str | None = None) -> None:  # noqa: A002 - Textual's name
+        super().__init__(id=id)
+        self._text = Text()
+        self._strips: list[Strip] = []
+        self._wrapped: tuple[int, list[Strip]] = (-1, [])  # (width, lines) of the current text
+
+    def _wrap(self, width: int) -> list[Strip]:
+        if self._wrapped[0] != width:
+            console = self.app.console
+            lines = console.render_lines(self._text, console.options.update_width(max(width, 1)), pad=False)
+            self._wrapped = (width, [Strip(line) for line in lines])
+        return self._wrapped[1]
+
+    @property
+    def plain(self) -> str:
+        """The panel's text without styles."""
+        return self._text.plain
+
     def lines_needed(self, width: int) -> int:
         """Screen lines this panel takes at a terminal width: its wrapped text and the top border."""
-        return len(self._text.wrap(self.app.console, max(width - 2, 1))) + 1  # padding: one column each side
-
-    _text = Text()
+        return len(self._wrap(max(width - 2, 1))) + 1  # padding: one column each side
 
     def show(self, ex: Explanation, description: str = "") -> None:
         text = Text()
@@ -92,5 +120,26 @@ class ExplainPanel(Static):
         if description:
             text.append("\n")
             text.append(description, style="#87afd7")
+        if text.plain == self._text.plain and text.spans == self._text.spans:
+            return
         self._text = text
-        self.update(text, layout=False)  # its size is fixed by CSS: no layout pass
+        self._wrapped = (-1, [])
+        self._redraw_changed()
+
+    def on_resize(self) -> None:
+        self._redraw_changed()
+
+    def _redraw_changed(self) -> None:
+        width = self.size.width
+        new = self._wrap(width)
+        old, self._strips = self._strips, new
+        for y in range(max(len(old), len(new))):
+            if y >= len(old) or y >= len(new) or old[y] != new[y]:
+                self.refresh(Region(0, y, width, 1))
+
+    def render_line(self, y: int) -> Strip:
+        width = self.size.width
+        if self._wrapped[0] != width:  # laid out at a new width since the last step
+            self._strips = self._wrap(width)
+        strip = self._strips[y] if y < len(self._strips) else Strip.blank(width)
+        return strip.apply_style(self.rich_style).crop_extend(0, width, self.rich_style)
