@@ -64,6 +64,7 @@ class QKVApp(App[None]):
         self.ready = False  # widgets exist only after mount
         self._placed: dict[str, int] = {}  # height last given to each row of panes
         self._slots: dict[str, list[MatrixView]] = {}  # each row's pane widgets, found once
+        self._drawn: tuple[Position, object] | None = None  # (position, size) of the last redraw
         self._ends: tuple[bool, bool] | None = None  # (at first, at last) when the footer was last refreshed
 
 
@@ -88,7 +89,8 @@ class QKVApp(App[None]):
         self.redraw()
 
     def on_resize(self) -> None:
-        self.redraw()
+        if self._drawn != (self.position, self.size):  # the first resize repeats what mount drew
+            self.redraw()
 
     def watch_position(self) -> None:
         self.redraw()
@@ -107,6 +109,7 @@ class QKVApp(App[None]):
         """Make every widget show the current position."""
         if not self.ready:
             return
+        self._drawn = (self.position, self.size)
         small = self.too_small
         if self.screen.has_class("-too-small") != small:
             self.screen.set_class(small, "-too-small")

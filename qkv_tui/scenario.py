@@ -12,7 +12,6 @@ import math
 import re
 import tomllib
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -118,11 +117,10 @@ class Scenario:
 
 
 def builtin_dir() -> Path:
-    """Where the shipped scenarios live: inside the wheel, or in a source checkout."""
-    packaged = Path(str(resources.files("qkv_tui"))) / "scenarios"
-    if packaged.is_dir():
-        return packaged
-    return Path(__file__).resolve().parent.parent / "scenarios"
+    """Where the shipped scenarios live: inside the installed package, or in a source checkout."""
+    here = Path(__file__).resolve().parent
+    packaged = here / "scenarios"  # the wheel carries them here (pyproject's force-include)
+    return packaged if packaged.is_dir() else here.parent / "scenarios"
 
 
 def builtin_names() -> list[str]:

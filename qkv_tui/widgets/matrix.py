@@ -37,22 +37,11 @@ def heat_style(weight: float) -> Style:
 class MatrixView(ScrollView, can_focus=False):
     """A scrolling grid of numbers with labels, progress and highlights."""
 
-    DEFAULT_CSS = """
-    MatrixView {
-        border: round $panel-lighten-2;
-        border-title-color: $text;
-        border-subtitle-color: $text-muted;
-        height: auto;
-        max-height: 100%;
-        scrollbar-size: 1 1;
-        padding: 0;
-    }
-    """
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
         self.spec: PaneSpec | None = None
-        self._placed: int | str | None | bool = False  # nothing placed yet (None means hidden)
+        self._placed: int | str | bool | None = False  # nothing placed yet (None means hidden)
         self._shown: tuple[object, ...] = ()
         self._base: Style | None = None  # rich_style walks every ancestor's CSS: keep it between frames
 

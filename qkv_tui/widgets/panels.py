@@ -16,9 +16,6 @@ STAGE_STYLE = {"current": "bold #000000 on #ffd75f", "done": "#5fd75f", "todo": 
 class StageBar(Static):
     """``I love AI · 1 Embed › 2 Project › [3 Score] › …`` with the current stage marked."""
 
-    DEFAULT_CSS = """
-    StageBar { height: 1; width: 1fr; background: $boost; }
-    """
 
     _shown: tuple[object, ...] = ()
 
@@ -53,9 +50,6 @@ class StageBar(Static):
 class FormulaLine(Static):
     """softmax(QKᵀ/√dₖ)V with the part being computed marked, and where we are."""
 
-    DEFAULT_CSS = """
-    FormulaLine { height: 1; width: 1fr; }
-    """
 
     def show(self, ex: Explanation) -> None:
         text = Text(no_wrap=True, overflow="ellipsis")
@@ -79,15 +73,8 @@ class ExplainPanel(Widget):
     step are redrawn: most of the panel (the stage's meaning, the blank rest) stays put.
     """
 
-    DEFAULT_CSS = """
-    ExplainPanel {
-        height: 1fr;
-        border-top: solid $panel-lighten-2;
-        padding: 0 1;
-    }
-    """
 
-    def __init__(self, *, id: str | None = None) -> None:  # noqa: A002 - Textual's name
+    def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
         self._text = Text()
         self._strips: list[Strip] = []
@@ -131,6 +118,9 @@ class ExplainPanel(Widget):
 
     def _redraw_changed(self) -> None:
         width = self.size.width
+        if not width:  # not laid out yet: render_line wraps at the real width
+            self.refresh()
+            return
         new = self._wrap(width)
         old, self._strips = self._strips, new
         for y in range(max(len(old), len(new))):
