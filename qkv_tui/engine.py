@@ -49,6 +49,7 @@ class Computation:
     concat: Matrix  # (n, sum d_v)
     W_O: Matrix | None  # (sum d_v, d_out)
     output: Matrix  # (n, d_out) = concat W_O, or concat
+    hand_decimals: int | None = None  # set when every intermediate was rounded (handcalc), else exact
 
     @property
     def allow(self) -> BoolMatrix:

@@ -362,8 +362,7 @@ class Trace:
             details.append(unshifted)
         return Operation(index, seg, row, col, value, (Ref("scaled", h, row),), text, tuple(details))
 
-    @staticmethod
-    def _unshifted(head: HeadResult, row: int, col: int, d: int) -> str:
+    def _unshifted(self, head: HeadResult, row: int, col: int, d: int) -> str:
         """The seed's way, e^s / Σe^s, when it does not overflow: the same weight."""
         s = float(head.masked[row, col])
         if math.isinf(s):
@@ -371,10 +370,15 @@ class Trace:
         allowed = head.masked[row][np.isfinite(head.masked[row])]
         if allowed.max() > 700:
             return ""
-        total = float(np.exp(allowed).sum())
+        exps = np.exp(allowed)
+        hand = self.comp.hand_decimals
+        if hand is not None:  # by hand, each e^s is written down rounded, and so is their sum
+            exps = np.round(exps, hand)
+        e = math.exp(s) if hand is None else round(math.exp(s), hand)
+        total = float(exps.sum()) if hand is None else round(float(exps.sum()), hand)
         return (
-            f"same as without the max: e^{fmt(s, False, d)} / Σ e^s = {fmt(math.exp(s), False, d)}"
-            f" / {fmt(total, False, d)} = {fmt(float(head.weights[row, col]), False, d)}"
+            f"same as without the max: e^{fmt(s, False, d)} / Σ e^s = {fmt(e, False, d)}"
+            f" / {fmt(total, False, d)} = {fmt(e / total, False, d)}"
         )
 
     def _op_mix(self, index: int, seg: Segment, row: int, col: int, d: int) -> Operation:

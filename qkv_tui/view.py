@@ -12,7 +12,8 @@ from functools import cached_property
 
 import numpy as np
 
-from .fmt import BIG
+from .engine import HeadResult
+from .fmt import BIG, fmt
 from .scenario import BoolMatrix, Matrix
 from .stepper import Position
 from .trace import STAGES, Operation, Ref, Trace
@@ -298,3 +299,41 @@ def _mark(ref: Ref, transposed: bool, rows: set[int], cols: set[int], cells: set
     elif col is not None:
         cols.add(col)
 
+
+
+def hand_note(exact: Trace, hand: Trace, index: int, decimals: int) -> str:
+    """Says whether hand rounding has drifted from the exact value of this operation."""
+    op_hand, op_exact = hand.op(index, decimals), exact.op(index, decimals)
+    if op_hand.value is None or op_exact.value is None:
+        return f"hand rounding: every intermediate rounded to {decimals} decimals before it is used"
+    target = op_hand.arithmetic.split(" = ")[0]
+    integral = exact.integral(op_exact.segment.target, op_exact.head)
+    by_hand, exactly = fmt(op_hand.value, integral, decimals), fmt(op_exact.value, integral, decimals)
+    if by_hand == exactly:
+        return f"hand rounding: {target} = {by_hand}, the same as the exact value at {decimals} decimals"
+    return (f"hand rounding: {target} = {by_hand} by hand, but {exactly} exactly"
+            f" ({op_exact.value:.{decimals + 3}f}): rounded intermediates have drifted")
+
+
+def whatif_lines(comp_head: HeadResult, allow: BoolMatrix, row: int, token: str, keys: tuple[str, ...],
+                 decimals: int) -> list[str]:
+    """The query row's softmax with and without the √dₖ division, at dₖ ×1, ×4 and ×16."""
+    from .whatif import what_if
+
+    rows = what_if(comp_head, allow, row)
+    divisor = "÷√dₖ" if comp_head.scale_is_default else f"÷{comp_head.scale:g}·√f"
+
+    def weights(values: Matrix) -> str:
+        return " ".join(fmt(float(v), False, decimals) for v in values)
+
+    def winner(values: Matrix) -> str:
+        return keys[int(np.argmax(values))]
+
+    lines = [f"what if: softmax of row {token} ({', '.join(keys)}) with and without the {divisor} division"]
+    for r in rows:
+        lines.append(
+            f"  dₖ = {r.d_k:<4} {'(×' + str(r.factor) + ')':<6} {divisor}: {weights(r.scaled)}  max {r.scaled_max:.{decimals}f}"
+            f" ({winner(r.scaled)})   no scaling: {weights(r.unscaled)}  max {r.unscaled_max:.{decimals}f} ({winner(r.unscaled)})"
+        )
+    lines.append("  wider heads stretch the scores by √f: scaled weights stay put, unscaled softmax saturates on one key")
+    return lines

@@ -1,0 +1,133 @@
+"""Predict-then-reveal: checking a learner's answer before the result is shown.
+
+An answer is right when it is within the displayed precision of the value: half a unit
+in the last shown decimal (±0.5 for whole numbers, ±0.0005 at three decimals).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from .fmt import fmt
+from .trace import Trace
+
+NUMBER = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?$")
+MINUS_SIGNS = str.maketrans({"−": "-", "–": "-", ",": "."})
+
+
+@dataclass(frozen=True)
+class Verdict:
+    right: bool | None  # None: the input was not an answer (empty, letters); nothing is scored
+    message: str
+
+
+@dataclass(frozen=True)
+class Score:
+    right: int = 0
+    asked: int = 0
+
+    def add(self, verdict: Verdict) -> Score:
+        if verdict.right is None:
+            return self
+        return Score(self.right + int(verdict.right), self.asked + 1)
+
+    def __str__(self) -> str:
+        return f"{self.right}/{self.asked} right"
+
+
+def tolerance(integral: bool, decimals: int) -> float:
+    return 0.5 if integral else 0.5 * 10.0 ** -decimals
+
+
+def parse_number(text: str) -> float | None:
+    """A number as a person types it: ``0.707``, ``.707``, ``-1``, ``1e-3``, ``−∞``, ``-inf``."""
+    cleaned = text.strip().translate(MINUS_SIGNS).replace(" ", "")
+    if cleaned.lower() in ("-inf", "-∞", "-infinity"):
+        return -math.inf
+    if not NUMBER.match(cleaned):
+        return None
+    return float(cleaned)
+
+
+def check_number(text: str, value: float, integral: bool, decimals: int) -> Verdict:
+    shown = fmt(value, integral, decimals)
+    if not text.strip():
+        return Verdict(None, "Type your prediction (a number), then enter; or press escape to reveal the answer.")
+    guess = parse_number(text)
+    if guess is None:
+        return Verdict(None, f"{text.strip()!r} is not a number. Try something like 2, 0.707 or -1.5 (escape reveals).")
+    if math.isinf(value) or math.isinf(guess):
+        right = guess == value
+    else:
+        # the rounding that produced the shown value may sit right on the edge: compare what is shown too
+        right = abs(guess - value) <= tolerance(integral, decimals) + 1e-12 or fmt(guess, integral, decimals) == shown
+    if right:
+        return Verdict(True, f"Right: {shown}.")
+    return Verdict(False, f"Not quite: you said {text.strip()}, the value is {shown}.")
+
+
+def check_choice(text: str, choices: tuple[str, ...], best: frozenset[str]) -> Verdict:
+    """Which key gets the largest weight: a token label (any of several tied ones is right)."""
+    answer = text.strip()
+    if not answer:
+        return Verdict(None, "Type the token you think gets the largest weight, then enter (escape reveals).")
+    matches = [c for c in choices if c == answer] or [c for c in choices if c.lower() == answer.lower()]
+    if not matches:
+        return Verdict(None, f"{answer!r} is not one of the keys here: {', '.join(choices)}.")
+    tied = " and ".join(sorted(best))
+    gets = "tie for" if len(best) > 1 else "gets"
+    if matches[0] in best:
+        return Verdict(True, f"Right: {tied} {gets} the largest weight.")
+    return Verdict(False, f"Not quite: {tied} {gets} the largest weight, not {matches[0]}.")
+
+
+
+@dataclass(frozen=True)
+class Question:
+    """What the learner is asked before an operation's result is shown."""
+
+    index: int  # the operation
+    kind: str  # "value" or "argmax"
+    prompt: str
+    value: float = 0.0
+    integral: bool = False
+    decimals: int = 3
+    choices: tuple[str, ...] = ()
+    best: frozenset[str] = frozenset()
+
+    def check(self, text: str) -> Verdict:
+        if self.kind == "argmax":
+            return check_choice(text, self.choices, self.best)
+        return check_number(text, self.value, self.integral, self.decimals)
+
+
+def questions(trace: Trace, index: int, decimals: int) -> list[Question]:
+    """The questions for one operation, in order; none for look-ups (embedding, concatenation)."""
+    op = trace.op(index, decimals)
+    if op.col is None or op.value is None:
+        return []
+    asked: list[Question] = []
+    seg = op.segment
+    if seg.stage == "softmax" and op.col == 0 and seg.head is not None:
+        head = trace.comp.heads[seg.head]
+        row = head.weights[op.row]
+        keys = trace.comp.scenario.key_tokens
+        best = frozenset(keys[j] for j in np.flatnonzero(row == row.max()))
+        token = trace.comp.scenario.tokens[op.row]
+        asked.append(Question(index, "argmax", f"Which key gets the largest weight in row {token}? ({', '.join(keys)})",
+                              choices=keys, best=best))
+    target = op.arithmetic.split(" = ")[0]
+    integral = trace.integral(seg.target, seg.head)
+    asked.append(Question(index, "value", f"What is {target}? Type it, then enter (escape reveals).",
+                          value=op.value, integral=integral, decimals=decimals))
+    return asked
+
+
+def hide_result(arithmetic: str) -> str:
+    """The arithmetic with its final result replaced by a question mark."""
+    head, sep, _ = arithmetic.rpartition(" = ")
+    return f"{head}{sep}?" if sep else arithmetic
