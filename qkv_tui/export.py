@@ -153,6 +153,7 @@ def to_markdown(comp: Computation) -> str:
                          [str(j) for j in range(comp.W_O.shape[1])], "W_O"), "",
                 md_table(comp.output, tokens, [str(j) for j in range(comp.output.shape[1])], "final"), ""]
         worked("wo", None)
+    out += decode_section(comp)
     out += [
         "## Notes",
         "",
@@ -164,3 +165,42 @@ def to_markdown(comp: Computation) -> str:
         "",
     ]
     return "\n".join(out)
+
+
+def decode_section(comp: Computation) -> list[str]:
+    """Generation with a KV cache, step by step, each output checked against full attention."""
+    from .decode import decode
+
+    dec = decode(comp)
+    sc = comp.scenario
+    n = min(sc.n, WORKED_ROWS)
+    kind = "cross" if sc.is_cross else "causal"
+    out = ["## KV-cache decode", "",
+           "Generation replayed token by token. Each new token's Query is computed fresh; "
+           + ("the context's Keys and Values are computed once, at the first step, and reused at every step."
+              if sc.is_cross else "its Key and Value rows are appended to the cache and earlier rows are reused.")
+           + f" Decoding is {'cross-attention' if sc.is_cross else 'causal'} whatever mask the scenario declares,"
+           f" so each step's output must equal that row of full {kind} attention.", ""]
+
+    def vec(values: Matrix, exact: bool = True) -> str:
+        integral = exact and is_integral(values)  # weights and outputs are always written with decimals
+        return "[" + ", ".join(fmt(float(v), integral) for v in values) + "]"
+
+    for h, steps in enumerate(dec.steps):
+        if len(comp.heads) > 1:
+            out += [f"### {comp.heads[h].name}", ""]
+        for step in steps[:n]:
+            token = sc.tokens[step.t]
+            out.append(f"- step {step.t + 1}, generating **{token}**: q = {vec(step.q)};"
+                       f" K/V rows computed {step.kv_computed}, reused {step.kv_reused};"
+                       f" scores {vec(step.scores)}, weights {vec(step.weights, False)};"
+                       f" out = {vec(step.output, False)} {'=' if step.matches else '≠'}"
+                       f" full {kind} row {vec(step.reference, False)}"
+                       f" {'✓' if step.matches else '✗'}")
+        last = sc.n - 1
+        computed, reused = dec.rows_computed(h, last), dec.rows_reused(h, last)
+        out += ["", f"Key/Value rows computed: {computed}, reused: {reused}; without a cache:"
+                f" {dec.rows_without_cache(last)} computed.", ""]
+    if sc.n > n:
+        out += [f"(The first {n} steps are listed; every one of the {sc.n} was checked.)", ""]
+    return out

@@ -41,6 +41,7 @@ class PaneSpec:
     heat: bool = False
     decimals: int = 3
     allow: BoolMatrix | None = None  # for weights: False where the mask forced a 0
+    hide_current: bool = False  # the learner is predicting the current cell: show "?"
 
     def is_filled(self, row: int, col: int) -> bool:
         if self.transposed:
@@ -52,6 +53,11 @@ class PaneSpec:
 
     def row_complete(self, row: int) -> bool:
         return self.is_filled(row, self.values.shape[1] - 1) and self.is_filled(row, 0)
+
+    @property
+    def source(self) -> Matrix:
+        """The array the values come from (Kᵀ is a fresh view of K each time): same source, same numbers."""
+        return self.values if self.values.base is None else self.values.base
 
     @property
     def label_width(self) -> int:
@@ -70,8 +76,8 @@ class PaneSpec:
 
 def changed_rows(old: PaneSpec, new: PaneSpec) -> set[int] | None:
     """Rows drawn differently in two states of one pane, so only they are redrawn; None means all."""
-    same = ("key", "transposed", "col_widths", "decimals", "title", "subtitle", "cols", "row_labels")
-    if old.values.shape != new.values.shape or any(getattr(old, a) != getattr(new, a) for a in same):
+    same = ("key", "transposed", "col_widths", "decimals", "title", "subtitle", "cols", "row_labels", "hide_current")
+    if old.source is not new.source or any(getattr(old, a) != getattr(new, a) for a in same):
         return None
     rows: set[int] = set()
     if old.filled != new.filled:
@@ -163,7 +169,8 @@ class View:
             keys.append(("final", None))
         return keys
 
-    def pane(self, name: str, head: int | None, pos: Position, op: Operation, decimals: int) -> PaneSpec:
+    def pane(self, name: str, head: int | None, pos: Position, op: Operation, decimals: int,
+             hide_current: bool = False) -> PaneSpec:
         trace = self.trace
         transposed = name == "KT"
         source = "K" if transposed else name
@@ -197,6 +204,7 @@ class View:
             current=current, rows=frozenset(rows), cols=frozenset(cols), cells=frozenset(cells),
             mark_row_max=name in ("scores", "scaled"), heat=name == "weights", decimals=decimals,
             allow=self.comp.allow if name == "weights" and self.comp.scenario.mask_kind != "none" else None,
+            hide_current=hide_current and current is not None,
         )
 
     def title(self, name: str, head: int | None, values: Matrix) -> str:
@@ -226,11 +234,12 @@ class View:
         }
         return f"{names[name]}  {shape}"
 
-    def panes(self, pos: Position, decimals: int = 3, overview: bool = False) -> tuple[list[PaneSpec], list[PaneSpec]]:
-        """(focus panes, overview panes) at a position."""
+    def panes(self, pos: Position, decimals: int = 3, overview: bool = False,
+              hide_current: bool = False) -> tuple[list[PaneSpec], list[PaneSpec]]:
+        """(focus panes, overview panes) at a position; ``hide_current`` shows the current cell as "?"."""
         op = self.trace.op(pos.index, decimals)
         focus = self.focus_keys(op)
-        shown = [self.pane(name, head, pos, op, decimals) for name, head in focus]
+        shown = [self.pane(name, head, pos, op, decimals, hide_current) for name, head in focus]
         extra: list[PaneSpec] = []
         if overview:
             taken = {(("K" if n == "KT" else n), h) for n, h in focus}
@@ -322,18 +331,17 @@ def whatif_lines(comp_head: HeadResult, allow: BoolMatrix, row: int, token: str,
 
     rows = what_if(comp_head, allow, row)
     divisor = "÷√dₖ" if comp_head.scale_is_default else f"÷{comp_head.scale:g}·√f"
+    every = len(keys) <= 6  # a long row shows only its largest weight
 
     def weights(values: Matrix) -> str:
-        return " ".join(fmt(float(v), False, decimals) for v in values)
+        top = f"max {float(values.max()):.{decimals}f}"
+        if not every:
+            return f"{top} ({keys[int(np.argmax(values))]})"
+        return " ".join(fmt(float(v), False, decimals) for v in values) + f" {top}"
 
-    def winner(values: Matrix) -> str:
-        return keys[int(np.argmax(values))]
-
-    lines = [f"what if: softmax of row {token} ({', '.join(keys)}) with and without the {divisor} division"]
+    lines = [f"what if, row {token}: softmax with {divisor} | without scaling"
+             + (f" (keys {' '.join(keys)})" if every else f" ({len(keys)} keys)")]
     for r in rows:
-        lines.append(
-            f"  dₖ = {r.d_k:<4} {'(×' + str(r.factor) + ')':<6} {divisor}: {weights(r.scaled)}  max {r.scaled_max:.{decimals}f}"
-            f" ({winner(r.scaled)})   no scaling: {weights(r.unscaled)}  max {r.unscaled_max:.{decimals}f} ({winner(r.unscaled)})"
-        )
-    lines.append("  wider heads stretch the scores by √f: scaled weights stay put, unscaled softmax saturates on one key")
+        lines.append(f"  dₖ {r.d_k:>3} ×{r.factor:<2} {weights(r.scaled)} | {weights(r.unscaled)}")
+    lines.append("  f× wider heads stretch scores by √f: scaled weights stay put, unscaled saturate")
     return lines

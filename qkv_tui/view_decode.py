@@ -78,13 +78,15 @@ def decode_explanation(dec: Decode, t: int, head: int, decimals: int) -> Explana
             lines.append(f"context K and V: all {sc.m} rows reused from step 1, nothing recomputed")
     else:
         k_int, v_int = is_integral(step.K_cache), is_integral(step.V_cache)
-        lines.append(f"appended to the cache: K[{token}] = {vec(step.K_cache[t], k_int)}, V[{token}] = {vec(step.V_cache[t], v_int)}"
-                     + (f"; reused: {t} row{'s' if t != 1 else ''} each ({', '.join(keys[:t])})" if t else ""))
+        reused_rows = f"; reused: {t} row{'s' if t != 1 else ''} each ({', '.join(keys[:t])})" if t else ""
+        lines.append(f"appended to the cache: K[{token}] = {vec(step.K_cache[t], k_int)},"
+                     f" V[{token}] = {vec(step.V_cache[t], v_int)}{reused_rows}")
     s_int = is_integral(step.scores)
     lines.append(f"scores = q·K_cacheᵀ = {vec(step.scores, s_int)}; scaled = {vec(step.scaled)}; weights = {vec(step.weights)}")
     check = "✓ equal" if step.matches else "✗ DIFFERENT"
-    lines.append(f"out[{token}] = weights·V_cache = {vec(step.output)}  =  row {token} of full "
-                 f"{'cross' if sc.is_cross else 'causal'} attention {vec(step.reference)}  {check} (max |diff| {step.max_error:.1e})")
+    lines.append(f"out[{token}] = weights·V_cache = {vec(step.output)}  =  row {token} of full"
+                 f" {'cross' if sc.is_cross else 'causal'} attention {vec(step.reference)}"
+                 f"  {check} (max |diff| {step.max_error:.1e})")
     computed, reused = dec.rows_computed(head, t), dec.rows_reused(head, t)
     without = dec.rows_without_cache(t)
     lines.append(f"Key/Value rows so far: computed {computed}, reused {reused}; without a cache: {without} computed"

@@ -66,8 +66,8 @@ class MatrixView(ScrollView, can_focus=False):
 
     def show(self, spec: PaneSpec) -> None:
         """Draw a new state of the pane and keep its current cell in view; unchanged rows are not redrawn."""
-        state = (spec.key, spec.filled, spec.current, spec.rows, spec.cols, spec.cells,
-                 spec.decimals, spec.title, spec.subtitle, spec.col_widths, spec.values.shape)
+        state = (spec.key, spec.filled, spec.current, spec.rows, spec.cols, spec.cells, spec.decimals,
+                 spec.title, spec.subtitle, spec.col_widths, spec.values.shape, spec.hide_current, id(spec.source))
         if state == self._shown:
             return
         self._shown = state
@@ -164,6 +164,8 @@ class MatrixView(ScrollView, can_focus=False):
             current = spec.current
             if current is not None and current[0] == row and current[1] in (None, col):
                 style = base + CURRENT
+                if spec.hide_current:
+                    text = "?"
             elif row in spec.rows or col in spec.cols or (row, col) in spec.cells:
                 style = style + OPERAND
             out.append(Segment(" ", base))

@@ -51,7 +51,7 @@ class FormulaLine(Static):
     """softmax(QKᵀ/√dₖ)V with the part being computed marked, and where we are."""
 
 
-    def show(self, ex: Explanation) -> None:
+    def show(self, ex: Explanation, flags: str = "") -> None:
         text = Text(no_wrap=True, overflow="ellipsis")
         text.append(" ")
         for piece, active in ex.formula:
@@ -63,6 +63,8 @@ class FormulaLine(Static):
         if ex.head_label:
             text.append(" · ")
             text.append(ex.head_label, style="bold #5fafff")
+        if flags:
+            text.append(f"   [{flags}]", style="#8a8a8a")
         self.update(text, layout=False)  # its size is fixed by CSS: no layout pass
 
 
@@ -96,12 +98,15 @@ class ExplainPanel(Widget):
         """Screen lines this panel takes at a terminal width: its wrapped text and the top border."""
         return len(self._wrap(max(width - 2, 1))) + 1  # padding: one column each side
 
-    def show(self, ex: Explanation, description: str = "") -> None:
+    def show(self, ex: Explanation, description: str = "", notes: tuple[str, ...] = ()) -> None:
         text = Text()
         text.append(ex.arithmetic, style="bold #ffd75f")
         for line in ex.details:
             text.append("\n")
             text.append(line, style="#d0d0d0")
+        for line in notes:
+            text.append("\n")
+            text.append(line, style="#87d7af")
         text.append("\n")
         text.append(ex.meaning, style="italic #8a8a8a")
         if description:
