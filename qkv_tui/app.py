@@ -101,7 +101,9 @@ class QKVApp(App[None]):
                 yield Static("", id="quiz-message")
                 with Horizontal(id="quiz-ask"):
                     yield Static("", id="quiz-prompt")
-                    yield Input(placeholder="answer", id="quiz-input", disabled=True)
+                    answer = Input(placeholder="answer", id="quiz-input", disabled=True)
+                    answer.cursor_blink = False  # a steady cursor: calmer, and snapshots stay stable
+                    yield answer
         yield Static("", id="too-small")
         yield Footer()
 

@@ -52,3 +52,25 @@ class TestScreens:
 
     def test_too_small(self, snap_compare) -> None:
         assert snap_compare(QKVApp("i_love_ai"), terminal_size=(30, 8))
+
+
+SIZES = pytest.mark.parametrize("size", [(120, 40), (80, 24)], ids=["120x40", "80x24"])
+
+
+class TestModes:
+    @SIZES
+    def test_decode(self, snap_compare, size: tuple[int, int]) -> None:
+        assert snap_compare(QKVApp("causal_mask"), press=["k", "right"], terminal_size=size)
+
+    @SIZES
+    def test_quiz_question(self, snap_compare, size: tuple[int, int]) -> None:
+        assert snap_compare(QKVApp("i_love_ai"), press=["3", "left", "p", "right", "right", "5", "enter", "right"],
+                            terminal_size=size)
+
+    @SIZES
+    def test_what_if(self, snap_compare, size: tuple[int, int]) -> None:
+        assert snap_compare(QKVApp("i_love_ai"), press=["4", "right", "w"], terminal_size=size)
+
+    @SIZES
+    def test_hand_rounding(self, snap_compare, size: tuple[int, int]) -> None:
+        assert snap_compare(QKVApp("i_love_ai"), press=["6", "right", "right", "right", "h"], terminal_size=size)

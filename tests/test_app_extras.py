@@ -1,0 +1,118 @@
+"""The extras driven by Pilot: decode view, quiz, what-if, hand rounding, decimals."""
+
+from __future__ import annotations
+
+from qkv_tui.app import QKVApp
+from qkv_tui.widgets.matrix import MatrixView
+from qkv_tui.widgets.panels import ExplainPanel, FormulaLine
+
+
+def explanation(app: QKVApp) -> str:
+    return app.query_one(ExplainPanel).plain
+
+
+def pane(app: QKVApp, key: str) -> MatrixView:
+    return next(v for v in app.query(MatrixView) if v.display and v.spec is not None and v.spec.key == key)
+
+
+async def test_decode_view_replays_generation() -> None:
+    app = QKVApp("causal_mask")
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("k")
+        assert app.modes.decode
+        assert "KV-cache decode, step 1/3" in str(app.query_one(FormulaLine).render())
+        assert pane(app, "dK").spec.values.shape == (1, 3)
+        await pilot.press("right")
+        cache = pane(app, "dK").spec
+        assert cache.values.shape == (2, 3)  # grew by one row
+        assert cache.current == (1, None) and cache.rows == frozenset({0})  # new row computed, old row reused
+        text = explanation(app)
+        assert "appended to the cache: K[love] = [2, 1, 1], V[love] = [1, 2, 0]; reused: 1 row each (I)" in text
+        assert "row love of full causal attention [1.000, 1.000, 0.500]  ✓ equal" in text
+        assert "computed 2, reused 1; without a cache: 3 computed" in text
+        await pilot.press("end")
+        assert app.modes.decode_step == 2 and "computed 3, reused 3; without a cache: 6" in explanation(app)
+        assert app.check_action("next_stage", ()) is None  # trace-only keys are greyed out here
+        await pilot.press("k")
+        assert not app.modes.decode and app.position.index == 0
+
+
+async def test_decode_view_for_cross_attention_and_heads() -> None:
+    app = QKVApp("cross_attention")
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("k", "right")
+        assert "context K and V: all 3 rows reused from step 1" in explanation(app)
+    app = QKVApp("two_heads")
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("k", "tab", "right")
+        assert app.position.head == 1 and "head 2 (2/2)" in str(app.query_one(FormulaLine).render())
+        assert "✓ equal" in explanation(app)
+
+
+async def test_quiz_round_through_a_whole_stage() -> None:
+    app = QKVApp("i_love_ai")
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("3", "left", "p")  # just before the Score stage
+        for _ in range(9):
+            await pilot.press("right")
+            question = app.modes.question
+            assert question is not None and question.kind == "value"
+            assert "= ?" in explanation(app)  # the result is hidden until answered
+            target = pane(app, "scores@0").spec
+            assert target.hide_current
+            answer = str(int(question.value))
+            for ch in answer:
+                await pilot.press(ch)
+            await pilot.press("enter")
+            assert app.modes.question is None and app.modes.message.startswith("Right")
+        assert str(app.modes.quiz) == "9/9 right"
+        assert app.position.index == 38
+
+
+async def test_quiz_wrong_and_kind_answers() -> None:
+    app = QKVApp("i_love_ai")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("2", "p", "right")  # asks for Q[I,1]
+        assert app.modes.question is not None
+        await pilot.press("enter")  # empty
+        assert app.modes.question is not None and "Type your prediction" in app.modes.message
+        await pilot.press("a", "b", "c", "enter")  # letters
+        assert app.modes.question is not None and "is not a number" in app.modes.message
+        await pilot.press("7", "enter")
+        assert app.modes.message == "Not quite: you said 7, the value is 0."
+        assert str(app.modes.quiz) == "0/1 right"
+        await pilot.press("right", "escape")  # ask, then reveal without scoring
+        assert app.modes.question is None and app.modes.message.startswith("Revealed")
+        assert str(app.modes.quiz) == "0/1 right"
+        await pilot.press("escape")  # nothing pending: leave the quiz
+        assert app.modes.quiz is None
+
+
+async def test_quiz_asks_which_key_wins_at_softmax() -> None:
+    app = QKVApp("i_love_ai")
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("5", "left", "p", "right")
+        assert app.modes.question is not None and app.modes.question.kind == "argmax"
+        for ch in "love":
+            await pilot.press(ch)
+        await pilot.press("enter")
+        assert app.modes.message.startswith("Right: love gets the largest weight")
+        assert app.modes.question is not None and app.modes.question.kind == "value"  # then the value itself
+
+
+async def test_what_if_hand_and_decimals() -> None:
+    app = QKVApp("i_love_ai")
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("4", "right", "w")
+        text = explanation(app)
+        assert "what if, row I" in text and "0.000 1.000 0.000 max 1.000" in text
+        await pilot.press("w", "plus")
+        assert app.modes.decimals == 4 and "scaled[I,love] = 5 / √3 = 2.8868" in explanation(app)
+        await pilot.press("minus", "minus", "minus", "minus", "minus")
+        assert app.modes.decimals == 0  # never below zero
+        await pilot.press("equals_sign", "equals_sign", "equals_sign", "6", "right", "right", "right", "h")
+        assert app.modes.hand
+        assert "hand rounding: out[love,0] = 0.999 by hand, but 1.000 exactly" in explanation(app)
+        assert "by hand" in str(app.query_one(FormulaLine).render())
+        await pilot.press("h")
+        assert "hand rounding" not in explanation(app)

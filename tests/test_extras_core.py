@@ -1,0 +1,160 @@
+"""The core of the extras: KV-cache decode, hand rounding, what-if scaling, quiz answers."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+
+from qkv_tui import compute, load_scenario
+from qkv_tui.decode import decode
+from qkv_tui.handcalc import compute_hand
+from qkv_tui.quiz import Score, check_choice, check_number, hide_result, parse_number, questions
+from qkv_tui.scenario import parse_scenario
+from qkv_tui.trace import Trace
+from qkv_tui.view import hand_note
+from qkv_tui.whatif import what_if
+
+from .conftest import SCENARIOS
+from .strategies import Case, cases
+
+
+def causal_by_loops(X, W_Q, W_K, W_V, scale):
+    """Causal attention written out with loops: token t sees tokens 0..t."""
+    n = len(X)
+    Q, K, V = X @ W_Q, X @ W_K, X @ W_V
+    divisor = math.sqrt(W_Q.shape[1]) if scale is None else scale
+    out = []
+    for t in range(n):
+        s = [float(Q[t] @ K[j]) / divisor for j in range(t + 1)]
+        top = max(s)
+        e = [math.exp(v - top) for v in s]
+        w = [v / sum(e) for v in e]
+        out.append(sum(w[j] * V[j] for j in range(t + 1)))
+    return np.array(out)
+
+
+@settings(max_examples=80, deadline=None)
+@given(cases())
+def test_decode_equals_full_attention(case: Case) -> None:
+    comp = compute(parse_scenario(case.toml, "generated.toml"))
+    dec = decode(comp)
+    sc = comp.scenario
+    for h, steps in enumerate(dec.steps):
+        assert len(steps) == sc.n
+        for step in steps:
+            assert step.matches, (h, step.t, step.max_error)
+        if not sc.is_cross:  # an independent loop version of causal attention, whatever mask the file has
+            head = sc.heads[h]
+            want = causal_by_loops(sc.X, head.W_Q, head.W_K, head.W_V, sc.scale)
+            got = np.array([s.output for s in steps])
+            assert np.allclose(got, want, rtol=1e-9, atol=1e-9)
+            assert [s.K_cache.shape[0] for s in steps] == list(range(1, sc.n + 1))  # the cache grows a row a step
+
+
+def test_cache_accounting() -> None:
+    dec = decode(compute(load_scenario("causal_mask")))
+    assert [(s.kv_computed, s.kv_reused) for s in dec.steps[0]] == [(1, 0), (1, 1), (1, 2)]
+    assert (dec.rows_computed(0, 2), dec.rows_reused(0, 2), dec.rows_without_cache(2)) == (3, 3, 6)
+    # the earlier rows are the very rows computed before: reused, not recomputed
+    assert np.array_equal(dec.steps[0][2].K_cache[:2], dec.steps[0][1].K_cache)
+    cross = decode(compute(load_scenario("cross_attention")))
+    assert [(s.kv_computed, s.kv_reused) for s in cross.steps[0]] == [(3, 0), (0, 3), (0, 3)]
+    assert cross.rows_without_cache(2) == 9
+
+
+def test_decode_ignores_the_declared_mask_but_not_causality() -> None:
+    padded = decode(compute(load_scenario("padding_mask")))
+    assert all(s.matches for s in padded.steps[0])
+    assert padded.steps[0][3].weights.shape == (4,)  # the <pad> step attends to all four cached keys
+
+
+def test_hand_rounding_reproduces_the_seed() -> None:
+    comp = compute(load_scenario("i_love_ai"))
+    hand = compute_hand(comp, 3)
+    head = hand.heads[0]
+    assert head.scaled[0].tolist() == [0.577, 2.887, 1.732]
+    assert head.weights[0].tolist() == [0.070, 0.707, 0.223]
+    details = Trace(hand).op(49).details
+    # the seed's row sum 25.372 comes from rounded exponentials; exactly it is 25.368
+    assert details[2] == "same as without the max: e^2.887 / Σ e^s = 17.939 / 25.372 = 0.707"
+    assert Trace(comp).op(49).details[2] == "same as without the max: e^2.887 / Σ e^s = 17.935 / 25.368 = 0.707"
+    # love's uniform row by hand: 3 × 0.333 = 0.999, not 1.000
+    assert hand.heads[0].output[1].tolist() == [0.999, 0.999, 0.333]
+    note = hand_note(Trace(comp), Trace(hand), 60, 3)
+    assert note.startswith("hand rounding: out[love,0] = 0.999 by hand, but 1.000 exactly")
+    assert "the same as the exact value" in hand_note(Trace(comp), Trace(hand), 49, 3)
+
+
+@pytest.mark.parametrize("path", SCENARIOS, ids=lambda p: p.stem)
+def test_hand_rounding_converges_to_exact(path) -> None:
+    comp = compute(load_scenario(path))
+    hand = compute_hand(comp, 10)
+    assert np.allclose(hand.output, comp.output, atol=1e-7)
+    for h in hand.heads:
+        assert np.allclose(h.weights.sum(axis=1), 1, atol=1e-8)
+
+
+def test_what_if_scaling() -> None:
+    head = compute(load_scenario("i_love_ai")).heads[0]
+    rows = what_if(head, np.ones((3, 3), dtype=bool), 0)
+    assert [r.d_k for r in rows] == [3, 12, 48]
+    for r in rows:  # dividing by √(f·dₖ) undoes the √f stretch exactly
+        assert np.allclose(r.scaled, head.weights[0])
+    maxima = [r.unscaled_max for r in rows]
+    assert maxima == sorted(maxima) and maxima[-1] > 0.999
+    assert round(rows[0].unscaled_max, 3) == 0.867
+
+
+def test_what_if_keeps_masked_keys_at_zero() -> None:
+    comp = compute(load_scenario("causal_mask"))
+    rows = what_if(comp.heads[0], comp.allow, 1)
+    assert all(r.unscaled[2] == 0 and r.scaled[2] == 0 for r in rows)
+
+
+@pytest.mark.parametrize(("text", "value", "integral", "right"), [
+    ("0.707", 0.7071067, False, True),
+    (".707", 0.7071067, False, True),
+    ("0.7075", 0.7071067, False, True),  # within half a unit of the 3rd decimal
+    ("0.708", 0.7071067, False, False),
+    ("2", 2.0, True, True),
+    ("2.4", 2.0, True, True),
+    ("3", 2.0, True, False),
+    ("−1.5", -1.5, False, True),  # a typographic minus
+    ("-inf", -math.inf, False, True),
+    ("−∞", -math.inf, False, True),
+    ("0", -math.inf, False, False),
+    ("1e-3", 0.001, False, True),
+])
+def test_numbers_are_judged_at_the_shown_precision(text: str, value: float, integral: bool, right: bool) -> None:
+    assert check_number(text, value, integral, 3).right is right
+
+
+@pytest.mark.parametrize("text", ["", "   ", "abc", "0.7.1", "--1", "1,2,3"])
+def test_non_answers_are_answered_kindly(text: str) -> None:
+    verdict = check_number(text, 0.5, False, 3)
+    assert verdict.right is None and verdict.message
+    assert parse_number("abc") is None
+
+
+def test_choice_and_score() -> None:
+    keys = ("I", "love", "AI")
+    assert check_choice("love", keys, frozenset({"love"})).right is True
+    assert check_choice("LOVE", keys, frozenset({"love"})).right is True
+    assert check_choice("AI", keys, frozenset({"love"})).right is False
+    assert check_choice("cat", keys, frozenset({"love"})).right is None
+    score = Score().add(check_number("2", 2, True, 3)).add(check_number("x", 2, True, 3)).add(check_number("5", 2, True, 3))
+    assert str(score) == "1/2 right"
+
+
+def test_questions_follow_the_operations() -> None:
+    trace = Trace(compute(load_scenario("i_love_ai")))
+    assert questions(trace, 0, 3) == []  # an embedding is looked up, not computed
+    (q,) = questions(trace, 3, 3)
+    assert q.kind == "value" and q.prompt.startswith("What is Q[I,0]?") and q.check("2").right
+    argmax, value = questions(trace, 48, 3)
+    assert argmax.kind == "argmax" and argmax.check("love").right and not argmax.check("I").right
+    assert value.check("0.070").right
+    assert hide_result("scores[I,love] = Q[I]·K[love] = 2·2 + 0·1 + 1·1 = 5") == "scores[I,love] = Q[I]·K[love] = 2·2 + 0·1 + 1·1 = ?"
