@@ -157,4 +157,5 @@ def test_questions_follow_the_operations() -> None:
     argmax, value = questions(trace, 48, 3)
     assert argmax.kind == "argmax" and argmax.check("love").right and not argmax.check("I").right
     assert value.check("0.070").right
-    assert hide_result("scores[I,love] = Q[I]·K[love] = 2·2 + 0·1 + 1·1 = 5") == "scores[I,love] = Q[I]·K[love] = 2·2 + 0·1 + 1·1 = ?"
+    shown = "scores[I,love] = Q[I]·K[love] = 2·2 + 0·1 + 1·1 = 5"
+    assert hide_result(shown) == "scores[I,love] = Q[I]·K[love] = 2·2 + 0·1 + 1·1 = ?"
