@@ -88,8 +88,9 @@ def decode(comp: Computation) -> Decode:
         if sc.is_cross:
             K_full = sc.X_kv @ head.W_K  # (m, d_k): computed once, at the first step
             V_full = sc.X_kv @ head.W_V  # (m, d_v)
-        K_rows: list[Matrix] = []
-        V_rows: list[Matrix] = []
+        # the cache: rows are written once, when their token arrives, and only read after that
+        K_buf = np.empty((sc.n, head.d_k))
+        V_buf = np.empty((sc.n, head.d_v))
         steps = []
         for t in range(sc.n):
             x = sc.X[t]  # (d_model,) the token being generated
@@ -98,9 +99,9 @@ def decode(comp: Computation) -> Decode:
                 K, V = K_full, V_full
                 computed, reused = (sc.m, 0) if t == 0 else (0, sc.m)
             else:
-                K_rows.append(x @ head.W_K)  # only the new token's Key and Value are computed
-                V_rows.append(x @ head.W_V)
-                K, V = np.array(K_rows), np.array(V_rows)  # (t + 1, d_k), (t + 1, d_v)
+                K_buf[t] = x @ head.W_K  # only the new token's Key and Value are computed
+                V_buf[t] = x @ head.W_V
+                K, V = K_buf[: t + 1], V_buf[: t + 1]  # (t + 1, d_k), (t + 1, d_v): views, no copies
                 computed, reused = 1, t
             scores = K @ q  # (keys,)
             scaled = scores / divisor

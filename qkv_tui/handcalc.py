@@ -17,6 +17,8 @@ import numpy as np
 from .engine import Computation, HeadResult
 from .scenario import Matrix
 
+CHUNK = 2_000_000  # products held at once (16 MB of float64)
+
 
 def _rounder(decimals: int) -> Callable[[Matrix], Matrix]:
     def r(x: Matrix) -> Matrix:
@@ -29,8 +31,13 @@ def _rounder(decimals: int) -> Callable[[Matrix], Matrix]:
 
 def hand_matmul(a: Matrix, b: Matrix, decimals: int) -> Matrix:
     """a·b with every product rounded, then every sum: (n, k) · (k, m) -> (n, m)."""
-    products = np.round(a[:, :, None] * b[None, :, :], decimals)  # (n, k, m)
-    result: Matrix = np.round(products.sum(axis=1), decimals)
+    n, k = a.shape
+    m = b.shape[1]
+    result: Matrix = np.empty((n, m))
+    rows = max(1, CHUNK // max(k * m, 1))  # rows per block, so the products stay a few MB at 2048 tokens
+    for start in range(0, n, rows):
+        products = np.round(a[start:start + rows, :, None] * b[None, :, :], decimals)  # (rows, k, m)
+        result[start:start + rows] = np.round(products.sum(axis=1), decimals)
     return result
 
 
