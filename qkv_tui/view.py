@@ -76,13 +76,16 @@ class PaneSpec:
 
 def changed_rows(old: PaneSpec, new: PaneSpec) -> set[int] | None:
     """Rows drawn differently in two states of one pane, so only they are redrawn; None means all."""
-    same = ("key", "transposed", "col_widths", "decimals", "title", "subtitle", "cols", "row_labels", "hide_current")
+    same = ("key", "transposed", "col_widths", "decimals", "title", "subtitle", "row_labels", "hide_current")
     if old.source is not new.source or any(getattr(old, a) != getattr(new, a) for a in same):
         return None
+    every = set(range(int(new.values.shape[0])))
+    if old.cols != new.cols:  # a highlighted column moved: a cell in every row changes
+        return every
     rows: set[int] = set()
     if old.filled != new.filled:
         if new.transposed:  # Kᵀ fills column by column: every row changes
-            return None
+            return every
         width = int(new.values.shape[1])
         last_row = int(new.values.shape[0]) - 1
         lo, hi = sorted((old.filled, new.filled))
@@ -130,6 +133,7 @@ class View:
         self.trace = trace
         self.comp = trace.comp
         self._widths: dict[tuple[str, int | None, int], tuple[int, ...]] = {}
+        self._labels: dict[tuple[str, int | None], tuple[tuple[str, ...], tuple[str, ...]]] = {}
 
     # --- panes -----------------------------------------------------------------
 
@@ -176,9 +180,7 @@ class View:
         source = "K" if transposed else name
         values = trace.matrix(source, head)
         integral = trace.integral(source, head)
-        n_rows, n_cols = values.shape
-        row_labels = tuple(trace.row_label(source, r) for r in range(n_rows))
-        col_labels = tuple(trace.col_label(source, c) for c in range(n_cols))
+        row_labels, col_labels = self.labels(source, head)
         if transposed:
             values = values.T
             row_labels, col_labels = col_labels, row_labels
@@ -206,6 +208,15 @@ class View:
             allow=self.comp.allow if name == "weights" and self.comp.scenario.mask_kind != "none" else None,
             hide_current=hide_current and current is not None,
         )
+
+    def labels(self, source: str, head: int | None) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """Row and column labels of a matrix, built once: 512-token panes are drawn at every step."""
+        key = (source, head)
+        if key not in self._labels:
+            n_rows, n_cols = self.trace.matrix(source, head).shape
+            self._labels[key] = (tuple(self.trace.row_label(source, r) for r in range(n_rows)),
+                                 tuple(self.trace.col_label(source, c) for c in range(n_cols)))
+        return self._labels[key]
 
     def title(self, name: str, head: int | None, values: Matrix) -> str:
         sc = self.comp.scenario

@@ -8,10 +8,11 @@ the cells scroll under them.
 from __future__ import annotations
 
 import bisect
+from functools import lru_cache
 
 from rich.segment import Segment
 from rich.style import Style
-from textual.geometry import Size
+from textual.geometry import Region, Size
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
@@ -24,14 +25,24 @@ CURRENT = Style(color="#000000", bgcolor="#ffd75f", bold=True)
 OPERAND = Style(bgcolor="#1f4e79", color="#ffffff")
 ROW_MAX = Style(color="#5fd75f", bold=True)
 MASKED = Style(color="#6c6c6c", dim=True)
+NEG_INF = float("-inf")
 HEAT_LOW = (32, 32, 40)
 HEAT_HIGH = (20, 120, 70)
 
 
-def heat_style(weight: float) -> Style:
-    t = min(max(weight, 0.0), 1.0)
+HEAT_LEVELS = 64  # shades of the weights heatmap
+
+
+@lru_cache(maxsize=HEAT_LEVELS + 1)
+def _heat(level: int) -> Style:
+    t = level / HEAT_LEVELS
     r, g, b = (round(lo + (hi - lo) * t) for lo, hi in zip(HEAT_LOW, HEAT_HIGH))
     return Style(bgcolor=f"#{r:02x}{g:02x}{b:02x}")
+
+
+def heat_style(weight: float) -> Style:
+    """A background from dark (0) to green (1); styles are shared, as a big pane draws thousands."""
+    return _heat(round(min(max(weight, 0.0), 1.0) * HEAT_LEVELS))
 
 
 class MatrixView(ScrollView, can_focus=False):
@@ -80,13 +91,21 @@ class MatrixView(ScrollView, can_focus=False):
         if resized:
             self.virtual_size = size
         rows = None if old is None or resized else changed_rows(old, spec)
-        if rows is None or len(rows) >= self.size.height:
+        if rows is None:  # another matrix in this slot: borders, title, scrollbars and all
             self.refresh()
+        elif len(rows) >= self.size.height:  # every visible row, but not the header or the scrollbars
+            self._refresh_screen_lines(1, self.size.height - 1)
         else:
+            top = int(self.scroll_y)
             for row in rows:
-                self.refresh_line(row + 1)  # line 0 is the pinned column header
+                if 0 <= row - top < self.size.height - 1:
+                    self._refresh_screen_lines(row - top + 1, 1)  # line 0 is the pinned column header
         if spec.current is not None and (resized or self.max_scroll_x or self.max_scroll_y):
             self.call_after_refresh(self._follow_current)
+
+    def _refresh_screen_lines(self, y: int, count: int) -> None:
+        """Redraw lines of the visible grid only (ScrollView's own helpers also repaint the scrollbars)."""
+        self.refresh(Region(0, y, self.size.width, count))
 
     def _follow_current(self) -> None:
         """Scroll by pages, not lines, so that stepping on does not redraw the whole pane every time."""
@@ -147,6 +166,11 @@ class MatrixView(ScrollView, can_focus=False):
         values = spec.values
         complete = spec.mark_row_max and spec.row_complete(row)
         row_max = float(values[row].max()) if complete else None
+        current = spec.current
+        current_cols = () if current is None or current[0] != row else (current[1],)
+        whole_row = row in spec.rows
+        allow = spec.allow[row] if spec.allow is not None else None
+        space = Segment(" ", base)
         out = []
         for col in range(first, last):
             style = base
@@ -155,19 +179,18 @@ class MatrixView(ScrollView, can_focus=False):
             else:
                 value = float(values[row, col])
                 text = fmt(value, spec.integral, spec.decimals)
-                if value == float("-inf") or (spec.allow is not None and not spec.allow[row, col]):
+                if value == NEG_INF or (allow is not None and not allow[col]):
                     style = base + MASKED
                 elif spec.heat:
                     style = base + heat_style(value)
-                elif row_max is not None and value == row_max:
+                elif value == row_max:
                     style = base + ROW_MAX
-            current = spec.current
-            if current is not None and current[0] == row and current[1] in (None, col):
+            if current_cols and current_cols[0] in (None, col):
                 style = base + CURRENT
                 if spec.hide_current:
                     text = "?"
-            elif row in spec.rows or col in spec.cols or (row, col) in spec.cells:
+            elif whole_row or col in spec.cols or (row, col) in spec.cells:
                 style = style + OPERAND
-            out.append(Segment(" ", base))
+            out.append(space)
             out.append(Segment(text.rjust(spec.col_widths[col]), style))
         return out
