@@ -27,6 +27,7 @@ from .widgets.screens import GotoScreen, HelpScreen, NotesScreen
 MIN_WIDTH, MIN_HEIGHT = 50, 14
 OVERVIEW_ROWS, OVERVIEW_SLOTS = 2, 5  # rows of context panes below the focus panes, when there is room
 OVERVIEW_MIN_HEIGHT = 6  # a context pane shows at least three rows
+FOCUS_MIN_ROWS = 8  # rows a tall focus pane keeps when it shares the screen with context panes
 TRACE_ONLY = ("next_stage", "prev_stage", "stage", "goto", "quiz", "hand", "whatif")
 
 
@@ -159,6 +160,8 @@ class QKVApp(App[None]):
         avail = self.size.height - 3 - quiz_lines  # stage bar, formula line, footer and the quiz
         explain_lines = explain.lines_needed(self.size.width)
         focus_budget = max(avail - min(explain_lines, max(6, self.size.height * 2 // 5)), 5)
+        if screen.extra:  # big matrices: half the room, so the rest of the head stays in view below
+            focus_budget = min(focus_budget, max(FOCUS_MIN_ROWS + 3, avail // 2))
         room = avail - self._fill("focus", screen.focus, focus_budget) - explain_lines
         rows = pack_rows(screen.extra, self.size.width, OVERVIEW_SLOTS)
         for i in range(OVERVIEW_ROWS):

@@ -59,7 +59,16 @@ class PaneSpec:
         """The array the values come from (Kᵀ is a fresh view of K each time): same source, same numbers."""
         return self.values if self.values.base is None else self.values.base
 
-    @property
+    @cached_property
+    def focus_point(self) -> tuple[int | None, int | None]:
+        """(row, col) to keep in view: the current cell, or else the first cells being read."""
+        if self.current is not None:
+            return self.current
+        if self.cells:
+            return min(self.cells)
+        return (min(self.rows) if self.rows else None, min(self.cols) if self.cols else None)
+
+    @cached_property
     def label_width(self) -> int:
         return max((len(label) for label in self.row_labels), default=0)
 
@@ -79,13 +88,11 @@ def changed_rows(old: PaneSpec, new: PaneSpec) -> set[int] | None:
     same = ("key", "transposed", "col_widths", "decimals", "title", "subtitle", "row_labels", "hide_current")
     if old.source is not new.source or any(getattr(old, a) != getattr(new, a) for a in same):
         return None
-    every = set(range(int(new.values.shape[0])))
-    if old.cols != new.cols:  # a highlighted column moved: a cell in every row changes
-        return every
+    if old.cols != new.cols or (new.transposed and old.filled != new.filled):
+        # a highlighted column moved, or Kᵀ filled a column: a cell in every row changes
+        return set(range(int(new.values.shape[0])))
     rows: set[int] = set()
     if old.filled != new.filled:
-        if new.transposed:  # Kᵀ fills column by column: every row changes
-            return every
         width = int(new.values.shape[1])
         last_row = int(new.values.shape[0]) - 1
         lo, hi = sorted((old.filled, new.filled))

@@ -100,7 +100,7 @@ class MatrixView(ScrollView, can_focus=False):
             for row in rows:
                 if 0 <= row - top < self.size.height - 1:
                     self._refresh_screen_lines(row - top + 1, 1)  # line 0 is the pinned column header
-        if spec.current is not None and (resized or self.max_scroll_x or self.max_scroll_y):
+        if spec.focus_point != (None, None) and (resized or self.max_scroll_x or self.max_scroll_y):
             self.call_after_refresh(self._follow_current)
 
     def _refresh_screen_lines(self, y: int, count: int) -> None:
@@ -108,17 +108,21 @@ class MatrixView(ScrollView, can_focus=False):
         self.refresh(Region(0, y, self.size.width, count))
 
     def _follow_current(self) -> None:
-        """Scroll by pages, not lines, so that stepping on does not redraw the whole pane every time."""
+        """Keep the current cell, or else the cells being read, in view.
+
+        Scrolls by pages, not lines, so that stepping on does not redraw the whole pane every time.
+        """
         spec = self.spec
-        if spec is None or spec.current is None:
+        if spec is None:
             return
-        row, col = spec.current
+        row, col = spec.focus_point
         x, y = int(self.scroll_x), int(self.scroll_y)
-        visible_rows = max(self.scrollable_content_region.height - 1, 1)
-        if row < y:
-            y = max(row - visible_rows * 3 // 4, 0)
-        elif row >= y + visible_rows:
-            y = row - visible_rows // 4
+        if row is not None:
+            visible_rows = max(self.scrollable_content_region.height - 1, 1)
+            if row < y:
+                y = max(row - visible_rows * 3 // 4, 0)
+            elif row >= y + visible_rows:
+                y = row - visible_rows // 4
         if col is not None:
             room = max(self.scrollable_content_region.width - spec.label_width, 1)
             left, right = spec.offsets[col], spec.offsets[col + 1]
@@ -143,9 +147,10 @@ class MatrixView(ScrollView, can_focus=False):
         label_w = spec.label_width
         room = max(width - label_w, 0)
         scroll_x = int(self.scroll_x)
-        # whole columns from the one under the left edge; the strip is cropped to the exact scroll offset
-        first = max(bisect.bisect_right(spec.offsets, scroll_x) - 1, 0)
-        last = min(bisect.bisect_left(spec.offsets, scroll_x + room) + 1, cols)
+        # whole columns only, from the first that starts at or after the scroll offset: a cell cut
+        # in half would run its digits into the row labels
+        first = min(bisect.bisect_left(spec.offsets, scroll_x), cols - 1)
+        last = min(bisect.bisect_left(spec.offsets, spec.offsets[first] + room) + 1, cols)
         if y == 0:
             label = Segment(" " * label_w, base)
             cells = [
@@ -158,8 +163,7 @@ class MatrixView(ScrollView, can_focus=False):
                 return Strip.blank(width, base)
             label = Segment(spec.row_labels[row][:label_w].ljust(label_w), base + LABEL)
             cells = self._cells(spec, row, first, last, base)
-        skip = scroll_x - spec.offsets[first]
-        body = Strip(cells).crop(skip, skip + room)
+        body = Strip(cells).crop(0, room)
         return Strip([label, *body]).crop_extend(0, width, base)
 
     def _cells(self, spec: PaneSpec, row: int, first: int, last: int, base: Style) -> list[Segment]:
