@@ -261,3 +261,26 @@ async def test_partial_redraws_leave_no_stale_cells(name: str) -> None:
         seen.append((stepped.position, stepped.export_screenshot()))
     for pos, expected in seen:
         assert await screenshot_at(name, pos.index, pos.head) == expected, pos
+
+
+async def test_big_panes_follow_the_cells_being_read() -> None:
+    """In a wide W_Q the column being read scrolls into view, though the current cell is in Q."""
+    app = QKVApp(parse_scenario(big_scenario_wide(), "wide.toml"))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("2")
+        start = app.position.index
+        app.position = app.stepper.goto(app.position, start + 29)  # Q[t0,29]: reads W_Q[:,29]
+        await pilot.pause()
+        weights = next(v for v in visible_panes(app) if v.spec and v.spec.key == "W_Q@0")
+        assert weights.spec is not None and weights.spec.cols == frozenset({29})
+        assert weights.scroll_x > 0
+        header = weights.render_line(0).text
+        assert "29" in header.split()
+
+
+def big_scenario_wide() -> str:
+    rng = np.random.default_rng(3)
+    X = rng.integers(-2, 3, size=(20, 6)).tolist()
+    W = rng.integers(-1, 2, size=(6, 32)).tolist()
+    tokens = [f"t{i}" for i in range(20)]
+    return (f"tokens = {tokens}\nX = {X}\n[[heads]]\nW_Q = {W}\nW_K = {W}\nW_V = {W}\n").replace("'", '"')
