@@ -48,7 +48,6 @@ def heat_style(weight: float) -> Style:
 class MatrixView(ScrollView, can_focus=False):
     """A scrolling grid of numbers with labels, progress and highlights."""
 
-
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
         self.spec: PaneSpec | None = None

@@ -16,7 +16,6 @@ STAGE_STYLE = {"current": "bold #000000 on #ffd75f", "done": "#5fd75f", "todo": 
 class StageBar(Static):
     """``I love AI · 1 Embed › 2 Project › [3 Score] › …`` with the current stage marked."""
 
-
     _shown: tuple[object, ...] = ()
 
     def show(self, title: str, ex: Explanation) -> None:
@@ -50,7 +49,6 @@ class StageBar(Static):
 class FormulaLine(Static):
     """softmax(QKᵀ/√dₖ)V with the part being computed marked, and where we are."""
 
-
     def show(self, ex: Explanation, flags: str = "") -> None:
         text = Text(no_wrap=True, overflow="ellipsis")
         text.append(" ")
@@ -74,7 +72,6 @@ class ExplainPanel(Widget):
     Drawn line by line from the wrapped text, and only the lines that differ from the last
     step are redrawn: most of the panel (the stage's meaning, the blank rest) stays put.
     """
-
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
