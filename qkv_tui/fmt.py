@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import unicodedata
 
 import numpy as np
 import numpy.typing as npt
@@ -40,3 +41,15 @@ def operand(x: float, integral: bool = False, decimals: int = 3) -> str:
     text = fmt(x, integral, decimals)
     return f"({text})" if text.startswith("-") else text
 
+
+
+def cell_len(text: str) -> int:
+    """Terminal columns a label takes: CJK and emoji take two, combining marks none."""
+    if text.isascii():
+        return len(text)
+    width = 0
+    for ch in text:
+        if unicodedata.combining(ch) or unicodedata.category(ch) in ("Mn", "Me", "Cf"):
+            continue
+        width += 2 if unicodedata.east_asian_width(ch) in ("W", "F") else 1
+    return width

@@ -13,7 +13,7 @@ from functools import cached_property
 import numpy as np
 
 from .engine import HeadResult
-from .fmt import BIG, fmt
+from .fmt import BIG, cell_len, fmt
 from .scenario import BoolMatrix, Matrix
 from .stepper import Position
 from .trace import STAGES, Operation, Ref, Trace
@@ -70,7 +70,7 @@ class PaneSpec:
 
     @cached_property
     def label_width(self) -> int:
-        return max((len(label) for label in self.row_labels), default=0)
+        return max((cell_len(label) for label in self.row_labels), default=0)
 
     @cached_property
     def offsets(self) -> tuple[int, ...]:
@@ -123,10 +123,12 @@ def column_widths(values: Matrix, integral: bool, decimals: int) -> tuple[int, .
     size = np.where(finite, np.abs(values), 0.0)
     if not integral:
         size = np.round(size, decimals)  # 999.9996 prints as 1000.000
-    biggest = size.max(axis=0)  # (cols,)
-    whole = np.floor(np.log10(np.maximum(biggest, 1.0))).astype(int) + 1
+    big = (size >= BIG) & (not integral)  # written d.ddde+NN
+    fixed = np.where(big, 0.0, size).max(axis=0)  # (cols,) the widest number written in full
+    whole = np.floor(np.log10(np.maximum(fixed, 1.0))).astype(int) + 1
     digits = whole if integral else whole + 1 + decimals
-    digits = np.where(biggest >= BIG, 6 + decimals, digits)  # d.ddde+NN
+    exponent = np.where(size.max(axis=0) >= 1e100, 3, 2)
+    digits = np.where(big.any(axis=0), np.maximum(digits, 4 + decimals + exponent), digits)
     negative = ((values < 0) & finite).any(axis=0)
     width = digits + negative
     width = np.maximum(width, np.where((~finite).any(axis=0), 2, 1))  # "−∞"
@@ -194,7 +196,7 @@ class View:
         wkey = (name, head, decimals)
         if wkey not in self._widths:
             widths = column_widths(values, integral, decimals)
-            self._widths[wkey] = tuple(max(w, len(label)) for w, label in zip(widths, col_labels))
+            self._widths[wkey] = tuple(max(w, cell_len(label)) for w, label in zip(widths, col_labels))
         rows: set[int] = set()
         cols: set[int] = set()
         cells: set[tuple[int, int]] = set()

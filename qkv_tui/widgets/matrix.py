@@ -10,6 +10,7 @@ from __future__ import annotations
 import bisect
 from functools import lru_cache
 
+from rich.cells import cell_len, set_cell_size
 from rich.segment import Segment
 from rich.style import Style
 from textual.geometry import Region, Size
@@ -43,6 +44,14 @@ def _heat(level: int) -> Style:
 def heat_style(weight: float) -> Style:
     """A background from dark (0) to green (1); styles are shared, as a big pane draws thousands."""
     return _heat(round(min(max(weight, 0.0), 1.0) * HEAT_LEVELS))
+
+
+def _fit(text: str, width: int, right: bool = False) -> str:
+    """A label cut or padded to ``width`` terminal cells (CJK and emoji take two)."""
+    fitted = set_cell_size(text, width)
+    if right and cell_len(text) < width:
+        fitted = " " * (width - cell_len(text)) + text
+    return fitted
 
 
 class MatrixView(ScrollView, can_focus=False):
@@ -153,14 +162,14 @@ class MatrixView(ScrollView, can_focus=False):
         if y == 0:
             label = Segment(" " * label_w, base)
             cells = [
-                Segment(spec.col_labels[c][: spec.col_widths[c]].rjust(spec.col_widths[c] + 1), base + HEADER)
+                Segment(" " + _fit(spec.col_labels[c], spec.col_widths[c], right=True), base + HEADER)
                 for c in range(first, last)
             ]
         else:
             row = int(self.scroll_y) + y - 1
             if row >= rows:
                 return Strip.blank(width, base)
-            label = Segment(spec.row_labels[row][:label_w].ljust(label_w), base + LABEL)
+            label = Segment(_fit(spec.row_labels[row], label_w), base + LABEL)
             cells = self._cells(spec, row, first, last, base)
         body = Strip(cells).crop(0, room)
         return Strip([label, *body]).crop_extend(0, width, base)

@@ -1,0 +1,37 @@
+"""Odd but valid scenarios at odd sizes: the app must never crash (contracts §4)."""
+
+from __future__ import annotations
+
+import pytest
+
+from qkv_tui.app import QKVApp
+from qkv_tui.scenario import parse_scenario
+
+ODD = {
+    "one_token_one_dim": 'tokens = ["x"]\nX = [[2]]\n[[heads]]\nW_Q = [[1]]\nW_K = [[1]]\nW_V = [[-3]]\n',
+    "long_labels": (
+        'tokens = ["a-very-long-token-label-that-goes-on", "b"]\nX = [[1, 2], [3, 4]]\nmask = "causal"\n'
+        "[[heads]]\nW_Q = [[1, 0], [0, 1]]\nW_K = [[1, 0], [0, 1]]\nW_V = [[1, 0], [0, 1]]\n"
+    ),
+    "wide_labels": (
+        'tokens = ["猫", "🙂", "é"]\nX = [[1, 0], [0, 1], [1, 1]]\n'
+        "[[heads]]\nW_Q = [[1, 0], [0, 1]]\nW_K = [[1, 0], [0, 1]]\nW_V = [[1, 0], [0, 1]]\n"
+    ),
+    "huge_and_tiny_numbers": (
+        'tokens = ["a", "b"]\nX = [[1e6, -2.5e-7], [123456.789, 0.001]]\nscale = 1e5\n'
+        "[[heads]]\nW_Q = [[1e-3], [2]]\nW_K = [[1e-3], [1]]\nW_V = [[-1e7], [3]]\n"
+    ),
+}
+
+
+@pytest.mark.parametrize("size", [(1, 1), (20, 5), (50, 14), (80, 24), (200, 60)], ids=lambda s: f"{s[0]}x{s[1]}")
+@pytest.mark.parametrize("name", sorted(ODD))
+async def test_odd_scenarios_never_crash(name: str, size: tuple[int, int]) -> None:
+    app = QKVApp(parse_scenario(ODD[name], f"{name}.toml"))
+    async with app.run_test(size=size) as pilot:
+        for keys in (["end", "home", "right", "right_square_bracket"], ["plus", "h", "w", "left"],
+                     ["k", "right", "end", "k"], ["p", "right", "1", "enter", "right", "escape", "escape"],
+                     ["minus", "minus", "minus", "minus", "end"]):
+            await pilot.press(*keys)
+        await pilot.pause()
+    assert app.return_code in (None, 0)
