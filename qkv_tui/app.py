@@ -6,6 +6,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import ClassVar
 
+from rich.text import Text
 from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
@@ -186,10 +187,10 @@ class QKVApp(App[None]):
         bar.display = modes.quiz is not None
         if modes.quiz is None:
             return 0
-        message = f"[b]{modes.quiz}[/b]  {modes.message}" if modes.message else f"[b]{modes.quiz}[/b]"
-        self.query_one("#quiz-message", Static).update(message)
+        # Text, not markup: answers and token labels are the learner's and the scenario's own words
+        self.query_one("#quiz-message", Static).update(Text.assemble((str(modes.quiz), "bold"), "  ", modes.message))
         prompt = modes.question.prompt if modes.question is not None else "Press → for the next operation to predict."
-        self.query_one("#quiz-prompt", Static).update(prompt)
+        self.query_one("#quiz-prompt", Static).update(Text(prompt))
         field = self.query_one("#quiz-input", Input)
         field.disabled = modes.question is None
         if modes.question is not None and not field.has_focus:

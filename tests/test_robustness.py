@@ -35,3 +35,31 @@ async def test_odd_scenarios_never_crash(name: str, size: tuple[int, int]) -> No
             await pilot.press(*keys)
         await pilot.pause()
     assert app.return_code in (None, 0)
+
+
+MARKUP = '''tokens = ["[CLS]", "[/b]", "x"]
+X = [[1, 0], [0, 1], [1, 1]]
+[[heads]]
+name = "[/head]"
+W_Q = [[1, 0], [0, 1]]
+W_K = [[1, 0], [0, 1]]
+W_V = [[1, 0], [0, 1]]
+[[heads]]
+name = "[b]bold"
+W_Q = [[1, 0], [0, 1]]
+W_K = [[1, 0], [0, 1]]
+W_V = [[1, 0], [0, 1]]
+'''
+
+
+async def test_brackets_in_labels_and_answers_are_text_not_markup() -> None:
+    """Textual reads "[...]" in strings as markup; labels and typed answers must show as typed."""
+    app = QKVApp(parse_scenario(MARKUP, "markup.toml"))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("end", "home", "tab", "5", "right", "p", "right", *"[/b]", "enter")
+        assert "'[/b]' is not a number" in app.modes.message
+        await pilot.press("escape", "escape", "g", *"[/b]", "enter", "escape", "k", "right", "tab")
+        await pilot.pause()
+        screen = app.export_screenshot()
+        assert "[/head]" in screen and "[CLS]" in screen  # drawn as typed in the file
+    assert app.return_code in (None, 0)

@@ -13,6 +13,7 @@ from functools import lru_cache
 from rich.cells import cell_len, set_cell_size
 from rich.segment import Segment
 from rich.style import Style
+from rich.text import Text
 from textual.geometry import Region, Size
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
@@ -92,8 +93,10 @@ class MatrixView(ScrollView, can_focus=False):
         self._shown = state
         old, self.spec = self.spec, spec
         if old is None or (old.title, old.subtitle) != (spec.title, spec.subtitle):
-            self.border_title = spec.title  # setting a title redraws the whole pane, even when unchanged
-            self.border_subtitle = spec.subtitle
+            # Text, not str: a title is otherwise read as markup, and a head named "[x]" would break it;
+            # setting a title redraws the whole pane, even when unchanged
+            self.border_title = Text(spec.title)
+            self.border_subtitle = Text(spec.subtitle)
         size = Size(spec.content_width, int(spec.values.shape[0]) + 1)
         resized = size != self.virtual_size
         if resized:

@@ -133,8 +133,8 @@ class GotoScreen(ModalScreen[int | None]):
     def on_input_submitted(self, event: Input.Submitted) -> None:
         value = event.value.strip()
         if not value.isdigit() or not 1 <= int(value) <= self.total:
-            self.query_one("#goto-error", Static).update(
-                f"{value!r} is not an operation number; type a whole number from 1 to {self.total}."
+            self.query_one("#goto-error", Static).update(  # Text: what was typed is not markup
+                Text(f"{value!r} is not an operation number; type a whole number from 1 to {self.total}.")
             )
             return
         self.dismiss(int(value))
