@@ -55,8 +55,14 @@ def to_json(comp: Computation) -> str:
 # --- Markdown -----------------------------------------------------------------
 
 
+def _cell(label: str) -> str:
+    """A token label inside a Markdown table: a "|" would end the cell."""
+    return label.replace("|", "\\|")
+
+
 def md_table(array: Matrix, rows: list[str], cols: list[str], corner: str = "", integral: bool | None = None) -> str:
     integral = is_integral(array) if integral is None else integral
+    rows, cols = [_cell(r) for r in rows], [_cell(c) for c in cols]
     head = "| " + " | ".join([corner or " ", *cols]) + " |"
     rule = "|" + "---|" * (len(cols) + 1)
     body = [

@@ -84,3 +84,9 @@ def test_local_file_wins_over_builtin_name(cli, write, tmp_path, monkeypatch) ->
     monkeypatch.chdir(tmp_path)
     run = cli("--check", "i_love_ai.toml")
     assert "'mine'" in run.out
+
+
+def test_markdown_escapes_pipes_in_labels(cli, write) -> None:
+    path = write('tokens = ["a|b", "c"]\nX = [[1], [2]]\n[[heads]]\nW_Q = [[1]]\nW_K = [[1]]\nW_V = [[1]]\n')
+    page = cli("--export", "markdown", str(path)).out
+    assert "| **a\\|b** | 1 |" in page
