@@ -188,16 +188,6 @@ class Trace:
     def segment_for(self, target: str, head: int | None) -> Segment | None:
         return self._by_target.get((target, head))
 
-    def stage_starts(self) -> list[int]:
-        """Index of the first operation of every stage run (each head's stages separately)."""
-        return [run.start for run in self.runs]
-
-    def stage_start(self, stage: str, head: int | None) -> int | None:
-        for seg in self.segments:
-            if seg.stage == stage and (seg.head == head or seg.head is None):
-                return seg.start
-        return None
-
     def filled(self, target: str, head: int | None, index: int) -> int:
         """How many cells of a matrix (row-major) are computed once operation ``index`` is done."""
         seg = self.segment_for(target, head)
