@@ -60,6 +60,13 @@ class _Modal(ModalScreen[None]):
     def action_dismiss_screen(self) -> None:
         self.dismiss()
 
+    def body(self) -> Text:
+        raise NotImplementedError
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll():
+            yield Static(self.body())
+
 
 class HelpScreen(_Modal):
     """Every key, and what each stage computes."""
@@ -68,7 +75,7 @@ class HelpScreen(_Modal):
         super().__init__()
         self.stage_keys = stage_keys
 
-    def compose(self) -> ComposeResult:
+    def body(self) -> Text:
         text = Text()
         text.append("Keys\n", style="bold underline")
         for key, what in KEYS:
@@ -90,22 +97,20 @@ class HelpScreen(_Modal):
         text.append(" a masked cell (weight exactly 0)\n")
         text.append("  blank cells are not computed yet; weights are shaded by size\n")
         text.append("\nesc, q or ? closes this help.", style="italic #8a8a8a")
-        with VerticalScroll():
-            yield Static(text)
+        return text
 
 
 class NotesScreen(_Modal):
     """The seed page's caveats."""
 
-    def compose(self) -> ComposeResult:
+    def body(self) -> Text:
         text = Text()
         text.append("Notes from the page\n\n", style="bold underline")
         for title, body in NOTES:
             text.append(f"• {title}\n", style="bold #ffd75f")
             text.append(f"  {body}\n\n")
         text.append("esc, q or n closes these notes.", style="italic #8a8a8a")
-        with VerticalScroll():
-            yield Static(text)
+        return text
 
 
 class GotoScreen(ModalScreen[int | None]):
