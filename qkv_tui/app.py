@@ -207,7 +207,7 @@ class QKVApp(App[None]):
             self._placed[group] = used
             box.styles.height = used
             box.display = used > 0
-        widths = share_width(specs, self.size.width)
+        widths = share_width(specs, self.size.width, used)
         if group not in self._slots:
             self._slots[group] = list(box.query(MatrixView))
         for i, view in enumerate(self._slots[group]):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import bisect
+
 from .view import PaneSpec
 
 
@@ -10,19 +12,39 @@ def pane_height(specs: list[PaneSpec]) -> int:
     return max((int(s.values.shape[0]) + 3 for s in specs), default=0)
 
 
-def natural_width(spec: PaneSpec, titled: bool = True) -> int:
-    """Columns a pane needs: border, labels and cells, and room for its whole title if ``titled``."""
-    return max(spec.content_width, len(spec.title) + 4 if titled else 0) + 2
+def natural_width(spec: PaneSpec, titled: bool = True, height: int | None = None) -> int:
+    """Columns a pane needs: border, labels and cells, and room for its whole title if ``titled``.
+
+    A pane cut to ``height`` lines scrolls, and its scrollbar takes a column.
+    """
+    scrollbar = 1 if height is not None and pane_height([spec]) > height else 0
+    return max(spec.content_width + scrollbar, len(spec.title) + 4 if titled else 0) + 2
 
 
-def share_width(specs: list[PaneSpec], total: int) -> list[int | str]:
-    """Every pane its cells; spare columns complete the shortest-cut titles first; fr shares if even cells don't fit."""
-    cells = [natural_width(s, titled=False) for s in specs]
+def share_width(specs: list[PaneSpec], total: int, height: int | None = None) -> list[int | str]:
+    """Every pane its cells; spare columns complete the shortest-cut titles first.
+
+    When even the cells do not fit, the panes that need less than an equal share get all
+    they need (a 4-column Q beside a 16×16 scores matrix stays whole) and the big ones split
+    what is left equally, scrolling inside.
+    """
+    cells = [natural_width(s, titled=False, height=height) for s in specs]
     spare = total - sum(cells)
     if spare < 0:
-        return [f"{w}fr" for w in cells]
-    widths: list[int | str] = list(cells)
-    wants = sorted((natural_width(s) - w, i) for i, (s, w) in enumerate(zip(specs, cells)))
+        widths: list[int | str] = ["1fr"] * len(cells)
+        pending, room = set(range(len(cells))), total
+        while pending:
+            fair = room // len(pending)
+            small = {i for i in pending if cells[i] <= fair}
+            if not small:
+                break
+            for i in small:
+                widths[i] = cells[i]
+            room -= sum(cells[i] for i in small)
+            pending -= small
+        return widths
+    widths = list(cells)
+    wants = sorted((natural_width(s, height=height) - w, i) for i, (s, w) in enumerate(zip(specs, cells)))
     for want, i in wants:
         grant = min(want, spare)
         widths[i] = cells[i] + grant
@@ -44,3 +66,15 @@ def pack_rows(specs: list[PaneSpec], width: int, per_row: int) -> list[list[Pane
         rows[-1].append(spec)
         room -= need
     return [row for row in rows if row]
+
+
+def visible_columns(offsets: tuple[int, ...], scroll_x: int, room: int) -> tuple[int, int]:
+    """Columns [first, last) drawn in ``room`` cells after scrolling ``scroll_x``: whole columns only.
+
+    ``offsets`` are where each column starts (one more for the end). A number cut in half
+    would run into the row labels or read as another number ("-11" cut to "-1").
+    """
+    cols = len(offsets) - 1
+    first = min(bisect.bisect_left(offsets, scroll_x), cols - 1)
+    last = max(min(bisect.bisect_right(offsets, offsets[first] + room) - 1, cols), first)
+    return first, last

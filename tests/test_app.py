@@ -7,6 +7,7 @@ import pytest
 
 from qkv_tui import compute, load_scenario
 from qkv_tui.app import QKVApp
+from qkv_tui.fmt import fmt
 from qkv_tui.scenario import parse_scenario
 from qkv_tui.stepper import Position
 from qkv_tui.widgets.matrix import MatrixView
@@ -284,3 +285,59 @@ def big_scenario_wide() -> str:
     W = rng.integers(-1, 2, size=(6, 32)).tolist()
     tokens = [f"t{i}" for i in range(20)]
     return (f"tokens = {tokens}\nX = {X}\n[[heads]]\nW_Q = {W}\nW_K = {W}\nW_V = {W}\n").replace("'", '"')
+
+
+async def test_scrolled_panes_never_show_a_cut_number() -> None:
+    """Only whole columns are drawn: a pane too narrow for "-11" must not show "-1"."""
+    rng = np.random.default_rng(0)
+
+    def mat(rows: int, cols: int) -> list[list[int]]:
+        return rng.integers(-2, 3, (rows, cols)).tolist()
+
+    tokens = [f"t{i}" for i in range(16)]
+    text = (f"tokens = {tokens}\nX = {mat(16, 8)}\nmask = 'causal'\n[attention]\nnum_heads = 2\n"
+            f"W_Q = {mat(8, 8)}\nW_K = {mat(8, 8)}\nW_V = {mat(8, 8)}\n")
+    app = QKVApp(parse_scenario(text.replace("'", '"'), "wide.toml"))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("3", *["right"] * 5)
+        await pilot.pause()
+        for view in visible_panes(app):
+            spec = view.spec
+            assert spec is not None
+            for y in range(1, view.size.height):
+                row = int(view.scroll_y) + y - 1
+                if row >= spec.values.shape[0]:
+                    break
+                shown = view.render_line(y).text.split()[1:]  # drop the row label
+                cells = [fmt(float(v), spec.integral, spec.decimals) if spec.is_filled(row, c) else ""
+                         for c, v in enumerate(spec.values[row])]
+                shown_cells = [c for c in cells if c]
+                # the numbers on screen are a run of whole, consecutive cells of the row
+                runs = [shown_cells[i:i + len(shown)] for i in range(len(shown_cells) - len(shown) + 1)]
+                assert not shown or shown in runs, (spec.key, row, shown)
+
+
+def test_small_panes_keep_their_width_beside_big_ones() -> None:
+    from qkv_tui import compute
+    from qkv_tui.layout import natural_width, share_width
+    from qkv_tui.trace import Trace
+    from qkv_tui.view import View
+
+    comp = compute(parse_scenario(big_scenario(40), "big.toml"))
+    view = View(Trace(comp))
+    op_index = Trace(comp).runs[2].start + 3  # Score: Q, Kᵀ, scores
+    specs, _ = view.panes(Position(op_index, 0))
+    widths = share_width(specs, 80)
+    assert widths[0] == natural_width(specs[0], titled=False)  # Q (40×4) stays whole
+    assert widths[1:] == ["1fr", "1fr"]
+
+
+def test_only_whole_columns_are_drawn() -> None:
+    from qkv_tui.layout import visible_columns
+
+    offsets = (0, 4, 8, 12, 16)  # four columns of 3 characters, each after a space
+    assert visible_columns(offsets, 0, 14) == (0, 3)  # the fourth would end at 16 > 14: left out
+    assert visible_columns(offsets, 0, 16) == (0, 4)
+    assert visible_columns(offsets, 5, 8) == (2, 4)  # scrolled into column 1: start at column 2
+    assert visible_columns(offsets, 0, 2) == (0, 0)  # not even one column fits
+    assert visible_columns(offsets, 99, 8) == (3, 4)

@@ -7,7 +7,6 @@ the cells scroll under them.
 
 from __future__ import annotations
 
-import bisect
 from functools import lru_cache
 
 from rich.cells import cell_len, set_cell_size
@@ -19,6 +18,7 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
 from ..fmt import fmt
+from ..layout import visible_columns
 from ..view import PaneSpec, changed_rows
 
 LABEL = Style(color="#d7af5f", bold=True)
@@ -154,14 +154,10 @@ class MatrixView(ScrollView, can_focus=False):
         spec = self.spec
         if spec is None:
             return Strip.blank(width, base)
-        rows, cols = spec.values.shape
+        rows = int(spec.values.shape[0])
         label_w = spec.label_width
         room = max(width - label_w, 0)
-        scroll_x = int(self.scroll_x)
-        # whole columns only, from the first that starts at or after the scroll offset: a cell cut
-        # in half would run its digits into the row labels
-        first = min(bisect.bisect_left(spec.offsets, scroll_x), cols - 1)
-        last = min(bisect.bisect_left(spec.offsets, spec.offsets[first] + room) + 1, cols)
+        first, last = visible_columns(spec.offsets, int(self.scroll_x), room)
         if y == 0:
             label = Segment(" " * label_w, base)
             cells = [
