@@ -7,7 +7,7 @@ import math
 from typing import Any
 
 from .engine import Computation
-from .fmt import fmt, is_integral
+from .fmt import fmt, is_integral, vector
 from .scenario import Matrix
 from .trace import STAGES, Trace
 
@@ -189,8 +189,7 @@ def decode_section(comp: Computation) -> list[str]:
            f" so each step's output must equal that row of full {kind} attention.", ""]
 
     def vec(values: Matrix, exact: bool = True) -> str:
-        integral = exact and is_integral(values)  # weights and outputs are always written with decimals
-        return "[" + ", ".join(fmt(float(v), integral) for v in values) + "]"
+        return vector(values, exact and is_integral(values))  # weights and outputs always get decimals
 
     for h, steps in enumerate(dec.steps):
         if len(comp.heads) > 1:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import unicodedata
+from collections.abc import Iterable
 
 import numpy as np
 import numpy.typing as npt
@@ -34,6 +35,11 @@ def fmt(x: float, integral: bool = False, decimals: int = 3) -> str:
     if text.lstrip("-").strip("0.") == "":  # "-0.000" reads as a sign error
         return text.lstrip("-")
     return text
+
+
+def vector(values: Iterable[float], integral: bool = False, decimals: int = 3) -> str:
+    """A row of numbers as written by hand: ``[1, 0, 1, 0]``, ``[0.070, 0.707, 0.223]``."""
+    return "[" + ", ".join(fmt(float(v), integral, decimals) for v in values) + "]"
 
 
 def operand(x: float, integral: bool = False, decimals: int = 3) -> str:

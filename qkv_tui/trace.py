@@ -17,7 +17,7 @@ from functools import lru_cache
 import numpy as np
 
 from .engine import Computation, HeadResult
-from .fmt import NEG_INF, fmt, is_integral, operand
+from .fmt import NEG_INF, fmt, is_integral, operand, vector
 from .scenario import Matrix
 
 
@@ -253,11 +253,9 @@ class Trace:
         return builder(index, seg, row, col, decimals)  # type: ignore[no-any-return]
 
     def _op_embed(self, index: int, seg: Segment, row: int, col: None, d: int) -> Operation:
-        X = self.comp.scenario.X
-        num = self._num("X", None, d)
         token = self.comp.scenario.tokens[row]
-        values = ", ".join(num.fmt(v) for v in X[row])
-        text = f'X[{token}] = embedding of "{token}" = [{values}]'
+        values = vector(self.comp.scenario.X[row], self.integral("X", None), d)
+        text = f'X[{token}] = embedding of "{token}" = {values}'
         return Operation(index, seg, row, None, None, (), text)
 
     def _op_project(self, index: int, seg: Segment, row: int, col: int, d: int) -> Operation:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from .decode import Decode
-from .fmt import cell_len, fmt, is_integral
+from .fmt import cell_len, is_integral, vector
 from .scenario import Matrix
 from .view import Explanation, PaneSpec, column_widths
 
@@ -67,7 +67,7 @@ def decode_explanation(dec: Decode, t: int, head: int, decimals: int) -> Explana
     keys = sc.key_tokens if sc.is_cross else sc.tokens[: t + 1]
 
     def vec(values: Matrix, integral: bool = False) -> str:
-        return "[" + ", ".join(fmt(float(v), integral, decimals) for v in values) + "]"
+        return vector(values, integral, decimals)
 
     q_int = is_integral(step.q)
     lines = [f"q[{token}] = X[{token}]·W_Q = {vec(step.q, q_int)}   (fresh: Queries are never cached)"]
