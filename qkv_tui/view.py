@@ -117,8 +117,11 @@ class Explanation:
     stages: tuple[tuple[str, str], ...] = field(default=())  # (label, "done" | "current" | "todo")
 
 
-def column_widths(values: Matrix, integral: bool, decimals: int) -> tuple[int, ...]:
-    """Characters each column's widest cell needs, from the magnitudes, without formatting every cell."""
+def column_widths(values: Matrix, integral: bool, decimals: int, labels: tuple[str, ...]) -> tuple[int, ...]:
+    """Characters each column needs for its widest cell or its label.
+
+    Cell widths come from the magnitudes, without formatting every cell.
+    """
     finite = np.isfinite(values)
     size = np.where(finite, np.abs(values), 0.0)
     if not integral:
@@ -132,7 +135,7 @@ def column_widths(values: Matrix, integral: bool, decimals: int) -> tuple[int, .
     negative = ((values < 0) & finite).any(axis=0)
     width = digits + negative
     width = np.maximum(width, np.where((~finite).any(axis=0), 2, 1))  # "−∞"
-    return tuple(int(w) for w in width)
+    return tuple(max(int(w), cell_len(label)) for w, label in zip(width, labels))
 
 
 class View:
@@ -195,8 +198,7 @@ class View:
             row_labels, col_labels = col_labels, row_labels
         wkey = (name, head, decimals)
         if wkey not in self._widths:
-            widths = column_widths(values, integral, decimals)
-            self._widths[wkey] = tuple(max(w, cell_len(label)) for w, label in zip(widths, col_labels))
+            self._widths[wkey] = column_widths(values, integral, decimals, col_labels)
         rows: set[int] = set()
         cols: set[int] = set()
         cells: set[tuple[int, int]] = set()

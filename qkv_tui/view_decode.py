@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from .decode import Decode
-from .fmt import cell_len, is_integral, vector
+from .fmt import is_integral, vector
 from .scenario import Matrix
 from .view import Explanation, PaneSpec, column_widths
 
@@ -21,7 +21,7 @@ def _pane(key: str, title: str, values: Matrix, rows: tuple[str, ...], cols: tup
           subtitle: str = "") -> PaneSpec:
     values = np.atleast_2d(values)
     integral = not heat and is_integral(values)
-    widths = tuple(max(w, cell_len(c)) for w, c in zip(column_widths(values, integral, decimals), cols))
+    widths = column_widths(values, integral, decimals, cols)
     return PaneSpec(
         key=key, title=f"{title}  {values.shape[0]}×{values.shape[1]}", subtitle=subtitle, values=values,
         row_labels=rows, col_labels=cols, integral=integral, col_widths=widths, filled=values.size,
