@@ -73,7 +73,7 @@ def bare_app() -> Any:
 
 
 def qkv_app(scenario: str) -> Any:
-    from qkv_tui.app import QKVApp
+    from qkv_tui.ui.app import QKVApp
 
     return QKVApp(scenario)
 
@@ -137,8 +137,8 @@ def measure(repeats: int, presses: int, sizes: tuple[int, ...], core_sizes: tupl
     import numpy as np
 
     from qkv_tui import compute
-    from qkv_tui.scenario import parse_scenario
-    from qkv_tui.trace import Trace
+    from qkv_tui.core.scenario import parse_scenario
+    from qkv_tui.teach.trace import Trace
 
     # an installed package runs from compiled bytecode; a source checkout may not have it yet
     compileall.compile_dir(str(Path(__file__).resolve().parent.parent / "qkv_tui"), quiet=1)

@@ -5,8 +5,8 @@ Importing this package loads only the core (scenario, engine); never Textual.
 
 from __future__ import annotations
 
-from .engine import Computation, HeadResult, compute
-from .scenario import Scenario, ScenarioError, load_scenario
+from qkv_tui.core.engine import Computation, HeadResult, compute
+from qkv_tui.core.scenario import Scenario, ScenarioError, load_scenario
 
 __version__ = "0.1.0"
 

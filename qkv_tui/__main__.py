@@ -1,5 +1,5 @@
 """``python -m qkv_tui``: the same as the ``qkv-tui`` command."""
 
-from .cli import main
+from qkv_tui.edges.cli import main
 
 raise SystemExit(main())

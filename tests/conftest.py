@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from qkv_tui.cli import main
+from qkv_tui.edges.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
 SCENARIOS = sorted((ROOT / "scenarios").glob("*.toml"))

@@ -6,13 +6,13 @@ import numpy as np
 import pytest
 
 from qkv_tui import compute, load_scenario
-from qkv_tui.app import QKVApp
-from qkv_tui.fmt import fmt
-from qkv_tui.scenario import parse_scenario
-from qkv_tui.stepper import Position
-from qkv_tui.widgets.matrix import MatrixView
-from qkv_tui.widgets.panels import ExplainPanel, FormulaLine, StageBar
-from qkv_tui.widgets.screens import GotoScreen, HelpScreen, NotesScreen
+from qkv_tui.core.fmt import fmt
+from qkv_tui.core.scenario import parse_scenario
+from qkv_tui.teach.stepper import Position
+from qkv_tui.ui.app import QKVApp
+from qkv_tui.ui.widgets.matrix import MatrixView
+from qkv_tui.ui.widgets.panels import ExplainPanel, FormulaLine, StageBar
+from qkv_tui.ui.widgets.screens import GotoScreen, HelpScreen, NotesScreen
 
 from .conftest import SCENARIOS
 
@@ -319,9 +319,9 @@ async def test_scrolled_panes_never_show_a_cut_number() -> None:
 
 def test_small_panes_keep_their_width_beside_big_ones() -> None:
     from qkv_tui import compute
-    from qkv_tui.layout import natural_width, share_width
-    from qkv_tui.trace import Trace
-    from qkv_tui.view import View
+    from qkv_tui.screen.layout import natural_width, share_width
+    from qkv_tui.screen.view import View
+    from qkv_tui.teach.trace import Trace
 
     comp = compute(parse_scenario(big_scenario(40), "big.toml"))
     view = View(Trace(comp))
@@ -333,7 +333,7 @@ def test_small_panes_keep_their_width_beside_big_ones() -> None:
 
 
 def test_only_whole_columns_are_drawn() -> None:
-    from qkv_tui.layout import visible_columns
+    from qkv_tui.screen.layout import visible_columns
 
     offsets = (0, 4, 8, 12, 16)  # four columns of 3 characters, each after a space
     assert visible_columns(offsets, 0, 14) == (0, 3)  # the fourth would end at 16 > 14: left out

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from qkv_tui.app import QKVApp
-from qkv_tui.widgets.matrix import MatrixView
-from qkv_tui.widgets.panels import ExplainPanel, FormulaLine
+from qkv_tui.ui.app import QKVApp
+from qkv_tui.ui.widgets.matrix import MatrixView
+from qkv_tui.ui.widgets.panels import ExplainPanel, FormulaLine
 
 
 def explanation(app: QKVApp) -> str:

@@ -6,7 +6,7 @@ import numpy as np
 from hypothesis import given, settings
 
 from qkv_tui import compute, load_scenario
-from qkv_tui.scenario import parse_scenario
+from qkv_tui.core.scenario import parse_scenario
 
 from .conftest import SCENARIOS
 from .strategies import Case, cases, reference

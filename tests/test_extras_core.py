@@ -9,13 +9,13 @@ import pytest
 from hypothesis import given, settings
 
 from qkv_tui import compute, load_scenario
-from qkv_tui.decode import decode
-from qkv_tui.handcalc import compute_hand
-from qkv_tui.quiz import Score, check_choice, check_number, hide_result, parse_number, questions
-from qkv_tui.scenario import parse_scenario
-from qkv_tui.trace import Trace
-from qkv_tui.view import hand_note
-from qkv_tui.whatif import what_if
+from qkv_tui.core.scenario import parse_scenario
+from qkv_tui.screen.view import hand_note
+from qkv_tui.teach.decode import decode
+from qkv_tui.teach.handcalc import compute_hand
+from qkv_tui.teach.quiz import Score, check_choice, check_number, hide_result, parse_number, questions
+from qkv_tui.teach.trace import Trace
+from qkv_tui.teach.whatif import what_if
 
 from .conftest import SCENARIOS
 from .strategies import Case, cases

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from qkv_tui.app import QKVApp
-from qkv_tui.scenario import parse_scenario
+from qkv_tui.core.scenario import parse_scenario
+from qkv_tui.ui.app import QKVApp
 
 ODD = {
     "one_token_one_dim": 'tokens = ["x"]\nX = [[2]]\n[[heads]]\nW_Q = [[1]]\nW_K = [[1]]\nW_V = [[-3]]\n',

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from qkv_tui import compute, load_scenario
-from qkv_tui.trace import Trace
+from qkv_tui.teach.trace import Trace
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from qkv_tui.app import QKVApp
+from qkv_tui.ui.app import QKVApp
 
 STAGES = {1: "embed", 2: "project", 3: "score", 4: "scale", 5: "softmax", 6: "mix"}
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from qkv_tui import compute, load_scenario
-from qkv_tui.stepper import Position, Stepper
-from qkv_tui.trace import Trace
+from qkv_tui.teach.stepper import Position, Stepper
+from qkv_tui.teach.trace import Trace
 
 
 def stepper(name: str) -> Stepper:

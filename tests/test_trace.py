@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 
 from qkv_tui import compute, load_scenario
-from qkv_tui.fmt import fmt
-from qkv_tui.scenario import parse_scenario
-from qkv_tui.trace import Trace
+from qkv_tui.core.fmt import fmt
+from qkv_tui.core.scenario import parse_scenario
+from qkv_tui.teach.trace import Trace
 
 from .conftest import SCENARIOS
 from .strategies import Case, cases

@@ -17,9 +17,9 @@ from textual.geometry import Region, Size
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
-from ..fmt import fmt
-from ..layout import visible_columns
-from ..view import PaneSpec, changed_rows
+from qkv_tui.core.fmt import fmt
+from qkv_tui.screen.layout import visible_columns
+from qkv_tui.screen.view import PaneSpec, changed_rows
 
 LABEL = Style(color="#d7af5f", bold=True)
 HEADER = Style(color="#8a8a8a", bold=True)

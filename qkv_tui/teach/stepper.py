@@ -10,7 +10,7 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass
 
-from .trace import StageRun, Trace
+from qkv_tui.teach.trace import StageRun, Trace
 
 
 @dataclass(frozen=True)

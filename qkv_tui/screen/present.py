@@ -10,14 +10,14 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from functools import cached_property
 
-from .decode import Decode, decode
-from .engine import Computation
-from .handcalc import compute_hand
-from .quiz import Question, Score, hide_result
-from .stepper import Position
-from .trace import Trace
-from .view import Explanation, PaneSpec, View, hand_note, whatif_lines
-from .view_decode import decode_explanation, decode_panes
+from qkv_tui.core.engine import Computation
+from qkv_tui.screen.decode_view import decode_explanation, decode_panes
+from qkv_tui.screen.view import Explanation, PaneSpec, View, hand_note, whatif_lines
+from qkv_tui.teach.decode import Decode, decode
+from qkv_tui.teach.handcalc import compute_hand
+from qkv_tui.teach.quiz import Question, Score, hide_result
+from qkv_tui.teach.stepper import Position
+from qkv_tui.teach.trace import Trace
 
 MIN_DECIMALS, MAX_DECIMALS = 0, 8
 

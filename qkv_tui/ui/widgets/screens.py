@@ -11,7 +11,7 @@ from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Input, Static
 
-from ..trace import STAGES
+from qkv_tui.teach.trace import STAGES
 
 KEYS = (
     ("→ / space", "next operation (one cell of one matrix)"),

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from .decode import Decode
-from .fmt import is_integral, vector
-from .scenario import Matrix
-from .view import Explanation, PaneSpec, column_widths
+from qkv_tui.core.fmt import is_integral, vector
+from qkv_tui.core.scenario import Matrix
+from qkv_tui.screen.view import Explanation, PaneSpec, column_widths
+from qkv_tui.teach.decode import Decode
 
 DECODE_MEANING = (
     "Generation appends one token at a time. Its Query is computed fresh; its Key and Value rows are"

@@ -12,11 +12,11 @@ from functools import cached_property
 
 import numpy as np
 
-from .engine import HeadResult
-from .fmt import BIG, cell_len, fmt
-from .scenario import BoolMatrix, Matrix
-from .stepper import Position
-from .trace import STAGES, Operation, Ref, Trace
+from qkv_tui.core.engine import HeadResult
+from qkv_tui.core.fmt import BIG, cell_len, fmt
+from qkv_tui.core.scenario import BoolMatrix, Matrix
+from qkv_tui.teach.stepper import Position
+from qkv_tui.teach.trace import STAGES, Operation, Ref, Trace
 
 
 @dataclass(frozen=True, eq=False)
@@ -349,7 +349,7 @@ def hand_note(exact: Trace, hand: Trace, index: int, decimals: int) -> str:
 def whatif_lines(comp_head: HeadResult, allow: BoolMatrix, row: int, token: str, keys: tuple[str, ...],
                  decimals: int) -> list[str]:
     """The query row's softmax with and without the √dₖ division, at dₖ ×1, ×4 and ×16."""
-    from .whatif import what_if
+    from qkv_tui.teach.whatif import what_if
 
     rows = what_if(comp_head, allow, row)
     divisor = "÷√dₖ" if comp_head.scale_is_default else f"÷{comp_head.scale:g}·√f"

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .engine import HeadResult, softmax_rows
-from .scenario import BoolMatrix, Matrix
+from qkv_tui.core.engine import HeadResult, softmax_rows
+from qkv_tui.core.scenario import BoolMatrix, Matrix
 
 FACTORS = (1, 4, 16)
 

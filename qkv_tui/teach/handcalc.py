@@ -14,8 +14,8 @@ from dataclasses import replace
 
 import numpy as np
 
-from .engine import Computation, HeadResult
-from .scenario import Matrix
+from qkv_tui.core.engine import Computation, HeadResult
+from qkv_tui.core.scenario import Matrix
 
 CHUNK = 2_000_000  # products held at once (16 MB of float64)
 

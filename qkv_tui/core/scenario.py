@@ -118,9 +118,9 @@ class Scenario:
 
 def builtin_dir() -> Path:
     """Where the shipped scenarios live: inside the installed package, or in a source checkout."""
-    here = Path(__file__).resolve().parent
-    packaged = here / "scenarios"  # the wheel carries them here (pyproject's force-include)
-    return packaged if packaged.is_dir() else here.parent / "scenarios"
+    package = Path(__file__).resolve().parent.parent
+    packaged = package / "scenarios"  # the wheel carries them here (pyproject's force-include)
+    return packaged if packaged.is_dir() else package.parent / "scenarios"
 
 
 def builtin_names() -> list[str]:

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .engine import Computation, compute_head, softmax_rows
-from .scenario import Matrix
+from qkv_tui.core.engine import Computation, compute_head, softmax_rows
+from qkv_tui.core.scenario import Matrix
 
 
 @dataclass(frozen=True, eq=False)

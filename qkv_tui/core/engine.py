@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .scenario import BoolMatrix, Head, Matrix, Scenario, ScenarioError
+from qkv_tui.core.scenario import BoolMatrix, Head, Matrix, Scenario, ScenarioError
 
 
 @dataclass(frozen=True, eq=False)

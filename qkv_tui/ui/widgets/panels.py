@@ -8,7 +8,7 @@ from textual.strip import Strip
 from textual.widget import Widget
 from textual.widgets import Static
 
-from ..view import Explanation
+from qkv_tui.screen.view import Explanation
 
 STAGE_STYLE = {"current": "bold #000000 on #ffd75f", "done": "#5fd75f", "todo": "#8a8a8a"}
 

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .fmt import fmt
-from .trace import Trace
+from qkv_tui.core.fmt import fmt
+from qkv_tui.teach.trace import Trace
 
 NUMBER = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?$")
 MINUS_SIGNS = str.maketrans({"−": "-", "–": "-", ",": "."})

@@ -6,10 +6,10 @@ import json
 import math
 from typing import Any
 
-from .engine import Computation
-from .fmt import fmt, is_integral, vector
-from .scenario import Matrix
-from .trace import STAGES, Trace
+from qkv_tui.core.engine import Computation
+from qkv_tui.core.fmt import fmt, is_integral, vector
+from qkv_tui.core.scenario import Matrix
+from qkv_tui.teach.trace import STAGES, Trace
 
 WORKED_ROWS = 8  # beyond this many query tokens, the page works only the first rows by hand
 
@@ -175,7 +175,7 @@ def to_markdown(comp: Computation) -> str:
 
 def decode_section(comp: Computation) -> list[str]:
     """Generation with a KV cache, step by step, each output checked against full attention."""
-    from .decode import decode
+    from qkv_tui.teach.decode import decode
 
     dec = decode(comp)
     sc = comp.scenario

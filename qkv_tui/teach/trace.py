@@ -16,9 +16,9 @@ from functools import lru_cache
 
 import numpy as np
 
-from .engine import Computation, HeadResult
-from .fmt import NEG_INF, fmt, is_integral, operand, vector
-from .scenario import Matrix
+from qkv_tui.core.engine import Computation, HeadResult
+from qkv_tui.core.fmt import NEG_INF, fmt, is_integral, operand, vector
+from qkv_tui.core.scenario import Matrix
 
 
 @dataclass(frozen=True)

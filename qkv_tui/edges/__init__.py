@@ -1,0 +1,1 @@
+"""Where qkv-tui meets the outside: the command line and the exports."""

@@ -1,0 +1,1 @@
+"""The Textual app and its widgets: draws the screen model and turns keys into positions."""

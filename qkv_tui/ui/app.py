@@ -1,0 +1,353 @@
+"""The step-through app: one position and one set of modes; every widget is drawn from them."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import ClassVar
+
+from rich.text import Text
+from textual.app import App, ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Horizontal, Vertical
+from textual.reactive import reactive
+from textual.widgets import Footer, Input, Static
+
+from qkv_tui.core.engine import Computation, compute
+from qkv_tui.core.scenario import Scenario, load_scenario
+from qkv_tui.screen.layout import pack_rows, pane_height, share_width
+from qkv_tui.screen.present import MAX_DECIMALS, MIN_DECIMALS, Modes, Presenter
+from qkv_tui.screen.view import PaneSpec
+from qkv_tui.teach.quiz import Score, questions
+from qkv_tui.teach.stepper import Position, Stepper
+from qkv_tui.teach.trace import Trace
+from qkv_tui.ui.widgets.matrix import MatrixView
+from qkv_tui.ui.widgets.panels import ExplainPanel, FormulaLine, StageBar
+from qkv_tui.ui.widgets.screens import GotoScreen, HelpScreen, NotesScreen
+
+MIN_WIDTH, MIN_HEIGHT = 50, 14
+OVERVIEW_ROWS, OVERVIEW_SLOTS = 2, 5  # rows of context panes below the focus panes, when there is room
+OVERVIEW_MIN_HEIGHT = 6  # a context pane shows at least three rows
+FOCUS_MIN_ROWS = 8  # rows a tall focus pane keeps when it shares the screen with context panes
+TRACE_ONLY = ("next_stage", "prev_stage", "stage", "goto", "quiz", "hand", "whatif")
+
+
+class QKVApp(App[None]):
+    """softmax(QKᵀ/√dₖ)V, one operation at a time."""
+
+    # An absolute path: a relative one resolves against the file of whichever subclass is run.
+    CSS_PATH = Path(__file__).with_name("qkv.tcss")
+    TITLE = "qkv-tui"
+    ENABLE_COMMAND_PALETTE = False
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("right,space", "next", "next", key_display="→", priority=True),
+        Binding("left", "prev", "prev", key_display="←", priority=True),
+        Binding("right_square_bracket", "next_stage", "stage", key_display="]", priority=True),
+        Binding("left_square_bracket", "prev_stage", "stage back", key_display="[", show=False, priority=True),
+        Binding("home", "first", "first", show=False, priority=True),
+        Binding("end", "last", "all", show=False, priority=True),
+        Binding("tab", "head(1)", "head", priority=True),
+        Binding("shift+tab", "head(-1)", "head", show=False, priority=True),
+        *(Binding(str(i), f"stage({i})", f"stage {i}", show=False) for i in range(1, 10)),
+        Binding("g", "goto", "go to", show=False),
+        Binding("k", "decode", "cache"),
+        Binding("p", "quiz", "predict"),
+        Binding("w", "whatif", "what if", show=False),
+        Binding("h", "hand", "by hand", show=False),
+        Binding("plus,equals_sign", "decimals(1)", "more decimals", show=False),
+        Binding("minus", "decimals(-1)", "fewer decimals", show=False),
+        Binding("escape", "reveal", "reveal", show=False),
+        Binding("n", "notes", "notes", show=False),
+        Binding("question_mark", "help", "help", key_display="?"),
+        Binding("q", "quit", "quit"),
+    ]
+
+    position: reactive[Position] = reactive(Position(0, 0), init=False, repaint=False)
+    """The current operation and the head in view."""
+
+    modes: reactive[Modes] = reactive(Modes(), init=False, repaint=False)
+    """Decimals, hand rounding, what-if, decode view and quiz: what the learner has switched on."""
+
+    def __init__(self, scenario: Scenario | str | Path = "i_love_ai", computation: Computation | None = None) -> None:
+        super().__init__()
+        self.scenario = load_scenario(scenario)
+        self.comp = computation if computation is not None else compute(self.scenario)
+        self.trace = Trace(self.comp)
+        self.stepper = Stepper(self.trace)
+        self.presenter = Presenter(self.comp, self.trace)
+        self.theme = "textual-dark"
+        self.set_reactive(QKVApp.position, self.stepper.start())
+        self.ready = False  # widgets exist only after mount
+        self._placed: dict[str, int] = {}  # height last given to each row of panes
+        self._slots: dict[str, list[MatrixView]] = {}  # each row's pane widgets, found once
+        self._drawn: tuple[object, ...] | None = None  # (position, modes, size) of the last redraw
+        self._ends: tuple[bool, ...] | None = None  # what greys footer keys out, when last refreshed
+
+    @property
+    def decimals(self) -> int:
+        return self.modes.decimals
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="main"):
+            yield StageBar(id="stagebar")
+            yield FormulaLine(id="formula")
+            with Horizontal(id="focus"):
+                for i in range(max(4, len(self.comp.heads) + 1)):
+                    yield MatrixView(id=f"focus-{i}")
+            for row in range(OVERVIEW_ROWS):
+                with Horizontal(id=f"overview-{row}", classes="overview"):
+                    for i in range(OVERVIEW_SLOTS):
+                        yield MatrixView(id=f"overview-{row}-{i}")
+            yield ExplainPanel(id="explain")
+            with Vertical(id="quizbar"):
+                yield Static("", id="quiz-message")
+                with Horizontal(id="quiz-ask"):
+                    yield Static("", id="quiz-prompt")
+                    answer = Input(placeholder="answer", id="quiz-input", disabled=True)
+                    answer.cursor_blink = False  # a steady cursor: calmer, and snapshots stay stable
+                    yield answer
+        yield Static("", id="too-small")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.title = self.scenario.title
+        self.ready = True
+        self.redraw()
+
+    def on_resize(self) -> None:
+        if self._drawn != (self.position, self.modes, self.size):  # the first resize repeats what mount drew
+            self.redraw()
+
+    def watch_position(self) -> None:
+        self._changed()
+
+    def watch_modes(self) -> None:
+        self._changed()
+
+    def _changed(self) -> None:
+        self.redraw()
+        ends = (self.at_start, self.at_end, self.modes.decode, self.modes.quiz is not None)
+        if ends != self._ends:  # the footer's greyed keys change only here; rebuilding it costs a frame
+            self._ends = ends
+            self.refresh_bindings()
+
+    # --- drawing ------------------------------------------------------------------
+
+    @property
+    def too_small(self) -> bool:
+        return self.size.width < MIN_WIDTH or self.size.height < MIN_HEIGHT
+
+    def redraw(self) -> None:
+        """Make every widget show the current position and modes."""
+        if not self.ready:
+            return
+        self._drawn = (self.position, self.modes, self.size)
+        small = self.too_small
+        if self.screen.has_class("-too-small") != small:
+            self.screen.set_class(small, "-too-small")
+        if small:
+            self.query_one("#too-small", Static).update(
+                f"terminal too small: need {MIN_WIDTH}×{MIN_HEIGHT}, have {self.size.width}×{self.size.height}"
+                "\nenlarge the window, or press q to quit"
+            )
+            return
+        screen = self.presenter.screen(self.position, self.modes)
+        self.query_one(StageBar).show(self.scenario.title, screen.explanation)
+        self.query_one(FormulaLine).show(screen.explanation, self._flags())
+        explain = self.query_one(ExplainPanel)
+        explain.show(screen.explanation, screen.description, screen.notes)
+        quiz_lines = self._show_quiz()
+        # the focus panes come first, then the whole explanation, then context panes in what is left
+        avail = self.size.height - 3 - quiz_lines  # stage bar, formula line, footer and the quiz
+        explain_lines = explain.lines_needed(self.size.width)
+        focus_budget = max(avail - min(explain_lines, max(6, self.size.height * 2 // 5)), 5)
+        if screen.extra:  # big matrices: half the room, so the rest of the head stays in view below
+            focus_budget = min(focus_budget, max(FOCUS_MIN_ROWS + 3, avail // 2))
+        room = avail - self._fill("focus", screen.focus, focus_budget) - explain_lines
+        rows = pack_rows(screen.extra, self.size.width, OVERVIEW_SLOTS)
+        for i in range(OVERVIEW_ROWS):
+            specs = rows[i] if i < len(rows) else []
+            if not (specs and room >= min(pane_height(specs), OVERVIEW_MIN_HEIGHT)):
+                specs = []
+            room -= self._fill(f"overview-{i}", specs, room)
+
+    def _flags(self) -> str:
+        modes = self.modes
+        flags = [f"{modes.decimals} dp"]
+        if modes.hand:
+            flags.append("by hand")
+        if modes.whatif:
+            flags.append("what-if")
+        return " · ".join(flags)
+
+    def _show_quiz(self) -> int:
+        """The quiz lines under the explanation; returns how many screen lines they take."""
+        bar = self.query_one("#quizbar")
+        modes = self.modes
+        bar.display = modes.quiz is not None
+        if modes.quiz is None:
+            return 0
+        # Text, not markup: answers and token labels are the learner's and the scenario's own words
+        self.query_one("#quiz-message", Static).update(Text.assemble((str(modes.quiz), "bold"), "  ", modes.message))
+        prompt = modes.question.prompt if modes.question is not None else "Press → for the next operation to predict."
+        self.query_one("#quiz-prompt", Static).update(Text(prompt))
+        field = self.query_one("#quiz-input", Input)
+        field.disabled = modes.question is None
+        if modes.question is not None and not field.has_focus:
+            field.focus()
+        width = max(self.size.width - 2, 1)
+        return -(-len(f"{modes.quiz}  {modes.message}") // width) + -(-len(prompt) // max(width - 18, 1))
+
+    def _fill(self, group: str, specs: list[PaneSpec], height: int) -> int:
+        """Show ``specs`` in a row of pane slots at most ``height`` lines tall; returns the lines used."""
+        box = self.query_one(f"#{group}")
+        used = min(height, pane_height(specs))
+        # every style change costs a layout pass: touch only what differs from the last frame
+        if self._placed.get(group) != used:
+            self._placed[group] = used
+            box.styles.height = used
+            box.display = used > 0
+        widths = share_width(specs, self.size.width, used)
+        if group not in self._slots:
+            self._slots[group] = list(box.query(MatrixView))
+        for i, view in enumerate(self._slots[group]):
+            view.place(widths[i] if i < len(specs) else None)
+            if i < len(specs):
+                view.show(specs[i])
+        return used
+
+    # --- actions --------------------------------------------------------------------
+
+    @property
+    def at_start(self) -> bool:
+        return (self.modes.decode_step if self.modes.decode else self.position.index) == 0
+
+    @property
+    def at_end(self) -> bool:
+        if self.modes.decode:
+            return self.modes.decode_step == self.scenario.n - 1
+        return self.position.index == self.stepper.last_index
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action in ("prev", "prev_stage", "first") and self.at_start:
+            return None
+        if action in ("next", "next_stage", "last") and self.at_end:
+            return None
+        if action == "head" and self.stepper.head_count == 1:
+            return None
+        if self.modes.decode and action in TRACE_ONLY:
+            return None
+        return True
+
+    def _move(self, position: Position) -> None:
+        """Go somewhere in the trace; a pending quiz question is left unanswered (revealed, not scored)."""
+        if self.modes.question is not None:
+            self.modes = replace(self.modes, question=None, message="")
+        self.position = position
+
+    def _decode_step(self, step: int) -> None:
+        self.modes = replace(self.modes, decode_step=min(max(step, 0), self.scenario.n - 1))
+
+    def action_next(self) -> None:
+        if self.modes.decode:
+            self._decode_step(self.modes.decode_step + 1)
+        elif self.modes.quiz is not None:
+            # every step forward asks first; an unanswered question is left (revealed, not scored)
+            self.position = self.stepper.next(self.position)
+            asked = questions(self.trace, self.position.index, self.decimals)
+            self.modes = replace(self.modes, question=asked[0] if asked else None, message="")
+        else:
+            self.position = self.stepper.next(self.position)
+
+    def action_prev(self) -> None:
+        if self.modes.decode:
+            self._decode_step(self.modes.decode_step - 1)
+        else:
+            self._move(self.stepper.prev(self.position))
+
+    def action_next_stage(self) -> None:
+        self._move(self.stepper.next_stage(self.position))
+
+    def action_prev_stage(self) -> None:
+        self._move(self.stepper.prev_stage(self.position))
+
+    def action_first(self) -> None:
+        if self.modes.decode:
+            self._decode_step(0)
+        else:
+            self._move(self.stepper.first(self.position))
+
+    def action_last(self) -> None:
+        if self.modes.decode:
+            self._decode_step(self.scenario.n - 1)
+        else:
+            self._move(self.stepper.last(self.position))
+
+    def action_head(self, delta: int) -> None:
+        if self.modes.decode:
+            self.position = Position(self.position.index, (self.position.head + delta) % self.stepper.head_count)
+        else:
+            self._move(self.stepper.switch_head(self.position, delta))
+
+    def action_stage(self, number: int) -> None:
+        self._move(self.stepper.stage(self.position, number))
+
+    def action_decode(self) -> None:
+        """The KV-cache decode view: generation replayed token by token."""
+        self.modes = replace(self.modes, decode=not self.modes.decode, question=None, message="")
+
+    def action_quiz(self) -> None:
+        """Predict-then-reveal: each step asks for the result before showing it."""
+        on = self.modes.quiz is None
+        self.modes = replace(self.modes, quiz=Score() if on else None, question=None,
+                             message="Predict-then-reveal is on: press → and type what the next result will be." if on else "")
+        if not on:
+            self.set_focus(None)
+
+    def action_reveal(self) -> None:
+        """Escape: show the answer to the pending question (unscored); with none pending, leave the quiz."""
+        if self.modes.question is not None:
+            self.modes = replace(self.modes, question=None, message="Revealed, not scored.")
+            self.set_focus(None)
+        elif self.modes.quiz is not None:
+            self.action_quiz()
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        question = self.modes.question
+        if question is None:
+            return
+        verdict = question.check(event.value)
+        event.input.value = ""
+        if verdict.right is None:  # not an answer: say so kindly and ask again
+            self.modes = replace(self.modes, message=verdict.message)
+            return
+        # after "which key wins this row?" comes the cell's own value
+        later = [q for q in questions(self.trace, question.index, self.decimals) if question.kind == "argmax" != q.kind]
+        self.modes = replace(self.modes, quiz=(self.modes.quiz or Score()).add(verdict),
+                             question=later[0] if later else None, message=verdict.message)
+        if not later:
+            self.set_focus(None)
+
+    def action_whatif(self) -> None:
+        self.modes = replace(self.modes, whatif=not self.modes.whatif)
+
+    def action_hand(self) -> None:
+        self.modes = replace(self.modes, hand=not self.modes.hand)
+
+    def action_decimals(self, delta: int) -> None:
+        decimals = min(max(self.modes.decimals + delta, MIN_DECIMALS), MAX_DECIMALS)
+        self.modes = replace(self.modes, decimals=decimals, question=None, message="")
+
+    def action_help(self) -> None:
+        self.push_screen(HelpScreen(self.trace.stage_keys))
+
+    def action_notes(self) -> None:
+        self.push_screen(NotesScreen())
+
+    def action_goto(self) -> None:
+        def done(number: int | None) -> None:
+            if number is not None:
+                self._move(self.stepper.goto(self.position, number - 1))
+
+        self.push_screen(GotoScreen(len(self.trace)), done)
