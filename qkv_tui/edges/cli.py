@@ -73,12 +73,12 @@ def _main(argv: list[str] | None) -> int:
     except ScenarioError as exc:
         return _fail(exc)
     if args.export == "json":
-        from qkv_tui.edges.export import to_json
+        from qkv_tui.edges.export_json import to_json
 
         sys.stdout.write(to_json(comp))
         return 0
     if args.export == "markdown":
-        from qkv_tui.edges.export import to_markdown
+        from qkv_tui.edges.export_markdown import to_markdown
 
         sys.stdout.write(to_markdown(comp))
         return 0
