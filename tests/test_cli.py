@@ -90,3 +90,123 @@ def test_markdown_escapes_pipes_in_labels(cli, write) -> None:
     path = write('tokens = ["a|b", "c"]\nX = [[1], [2]]\n[[heads]]\nW_Q = [[1]]\nW_K = [[1]]\nW_V = [[1]]\n')
     page = cli("--export", "markdown", str(path)).out
     assert "| **a\\|b** | 1 |" in page
+
+
+# --- bare names: the path as given, then NAME.toml here, then the built-in ----------------
+
+
+def test_bare_name_finds_a_local_file(cli, write, tmp_path, monkeypatch) -> None:
+    from .conftest import BASE, HEAD
+
+    write('title = "the cat"\n' + BASE + HEAD, "cat_sat.toml")
+    monkeypatch.chdir(tmp_path)
+    run = cli("--check", "cat_sat")
+    assert run.code == 0 and run.out.startswith("ok: cat_sat: 'the cat'")
+
+
+def test_local_file_shadows_a_builtin_of_the_same_name(cli, write, tmp_path, monkeypatch) -> None:
+    from .conftest import BASE, HEAD
+
+    write('title = "my causal"\n' + BASE + HEAD, "causal_mask.toml")
+    monkeypatch.chdir(tmp_path)
+    assert "'my causal'" in cli("--check", "causal_mask").out
+    assert "'my causal'" in cli("--check", "causal_mask.toml").out
+    assert "'my causal'" in cli("--check", "./causal_mask.toml").out
+
+
+def test_builtin_when_nothing_local(cli, tmp_path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert cli("--check", "causal_mask").out.startswith("ok: causal_mask: 'I love AI, causal'")
+    assert cli("--check", "causal_mask.toml").out.startswith("ok: causal_mask.toml: 'I love AI, causal'")
+    run = cli("--check", "./causal_mask.toml")  # a path is only a path
+    assert run.code == 2 and "no such file" in run.err
+
+
+def test_a_file_without_extension_is_taken_as_given(cli, write, tmp_path, monkeypatch) -> None:
+    from .conftest import BASE, HEAD
+
+    write('title = "bare"\n' + BASE + HEAD, "i_love_ai")
+    write('title = "dot toml"\n' + BASE + HEAD, "i_love_ai.toml")
+    monkeypatch.chdir(tmp_path)
+    assert "'bare'" in cli("--check", "i_love_ai").out
+
+
+# --- --check warnings -------------------------------------------------------------------
+
+
+def test_duplicate_tokens_are_valid_with_a_warning(cli, write) -> None:
+    path = write('tokens = ["the", "cat", "the"]\nX = [[1], [2], [3]]\n[[heads]]\nW_Q = [[1]]\nW_K = [[1]]\nW_V = [[1]]\n')
+    run = cli("--check", str(path))
+    assert run.code == 0 and run.out.startswith(f"ok: {path}: ")
+    assert run.err == (f'warning: {path}: tokens: "the" appears 2 times (items 1, 3);'
+                       " its rows are told apart only by position\n")
+
+
+# --- the JSON layout --------------------------------------------------------------------
+
+
+def test_json_has_one_matrix_row_per_line(cli) -> None:
+    out = cli("--export", "json", "i_love_ai").out
+    lines = out.splitlines()
+    start = lines.index('      "scores": [')
+    assert lines[start + 1: start + 5] == ["        [1.0, 5.0, 3.0],", "        [3.0, 3.0, 3.0],",
+                                           "        [2.0, 4.0, 3.0]", "      ],"]
+    assert '  "tokens": ["I", "love", "AI"],' in lines
+    assert len(lines) < 150
+
+
+def test_json_numbers_round_trip_exactly(cli) -> None:
+    from qkv_tui import compute, load_scenario
+
+    for name in ("two_heads", "cross_attention", "padding_mask", "split_heads"):
+        data = json.loads(cli("--export", "json", name).out)
+        comp = compute(load_scenario(name))
+        for got, head in zip(data["heads"], comp.heads, strict=True):
+            for key in ("W_Q", "Q", "K", "V", "scores", "scaled", "weights", "output"):
+                assert got[key] == getattr(head, key).tolist(), (name, key)  # bit for bit
+            masked = [[None if math.isinf(v) else v for v in row] for row in head.masked.tolist()]
+            assert got["masked"] == masked
+        assert data["output"] == comp.output.tolist()
+        assert data["concat"] == comp.concat.tolist()
+
+
+def test_json_keeps_unicode_labels_and_escapes_quotes(cli, write) -> None:
+    path = write('tokens = ["猫", "say \\"hi\\""]\nX = [[1], [2]]\n[[heads]]\nW_Q = [[1]]\nW_K = [[1]]\nW_V = [[1]]\n')
+    out = cli("--export", "json", str(path)).out
+    assert '"tokens": ["猫", "say \\"hi\\""]' in out
+    assert json.loads(out)["tokens"] == ["猫", 'say "hi"']
+
+
+# --- the app's exit status -----------------------------------------------------------------
+
+
+def test_app_crash_gives_a_nonzero_exit_status(cli, monkeypatch) -> None:
+    from qkv_tui.ui.app import QKVApp
+
+    def crash(self: QKVApp) -> None:
+        raise RuntimeError("boom")
+
+    def headless_run(self: QKVApp) -> None:
+        from textual.app import App
+
+        App.run(self, headless=True)
+
+    monkeypatch.setattr(QKVApp, "on_mount", crash)
+    monkeypatch.setattr(QKVApp, "run", headless_run)
+    run = cli("i_love_ai")
+    assert run.code == 1
+
+
+def test_app_normal_exit_is_zero(cli, monkeypatch) -> None:
+    from qkv_tui.ui.app import QKVApp
+
+    def headless_run(self: QKVApp) -> None:
+        from textual.app import App
+
+        async def leave(pilot: object) -> None:
+            self.exit()
+
+        App.run(self, headless=True, auto_pilot=leave)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(QKVApp, "run", headless_run)
+    assert cli("i_love_ai").code == 0

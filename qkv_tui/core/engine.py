@@ -8,6 +8,7 @@ weights = stable row softmax, output = weights V; then concat and W_O.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -88,16 +89,12 @@ def compute_head(head: Head, X: Matrix, X_kv: Matrix, allow: BoolMatrix, scale: 
     )
 
 
-def compute(scenario: Scenario) -> Computation:
-    """Every matrix of the scenario; raises ScenarioError if a value overflows."""
-    with np.errstate(over="ignore", invalid="ignore"):
-        heads = tuple(
-            compute_head(h, scenario.X, scenario.X_kv, scenario.allow, scenario.scale)
-            for h in scenario.heads
-        )
-        concat = np.concatenate([h.output for h in heads], axis=1)  # (n, sum d_v)
-        output = concat @ scenario.W_O if scenario.W_O is not None else concat  # (n, d_out)
-    for head in heads:
+def iter_heads(scenario: Scenario) -> Iterator[HeadResult]:
+    """Each head's computation in turn, so a caller can hold one head at a time (the
+    streaming JSON export); raises ScenarioError on the first head that overflows."""
+    for h in scenario.heads:
+        with np.errstate(over="ignore", invalid="ignore"):
+            head = compute_head(h, scenario.X, scenario.X_kv, scenario.allow, scenario.scale)
         for name in ("Q", "K", "V", "scores", "scaled", "weights", "output"):
             if not np.isfinite(getattr(head, name)).all():
                 raise ScenarioError(
@@ -105,6 +102,21 @@ def compute(scenario: Scenario) -> Computation:
                     f"{head.name}: {name} overflows float64 (values too large);"
                     " expected numbers small enough that every product stays finite",
                 )
+        yield head
+
+
+def combine(scenario: Scenario, outputs: Sequence[Matrix]) -> tuple[Matrix, Matrix]:
+    """(concat, final output) from the heads' outputs; raises ScenarioError on overflow."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        concat = np.concatenate(outputs, axis=1)  # (n, sum d_v)
+        output = concat @ scenario.W_O if scenario.W_O is not None else concat  # (n, d_out)
     if not np.isfinite(output).all():
         raise ScenarioError(scenario.source, "the final output overflows float64 (W_O values too large)")
-    return Computation(scenario, heads, _frozen(concat), scenario.W_O, _frozen(output))
+    return _frozen(concat), _frozen(output)
+
+
+def compute(scenario: Scenario) -> Computation:
+    """Every matrix of the scenario; raises ScenarioError if a value overflows."""
+    heads = tuple(iter_heads(scenario))
+    concat, output = combine(scenario, [h.output for h in heads])
+    return Computation(scenario, heads, concat, scenario.W_O, output)

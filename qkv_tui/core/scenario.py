@@ -8,15 +8,17 @@ expected, so the command line can print one clean line (contracts §4).
 from __future__ import annotations
 
 import difflib
+import json
 import math
-import re
-import tomllib
+import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+
+from qkv_tui.core.tomlfile import ReadError, decode, parse_toml, read_bytes, stat_path
 
 Matrix = npt.NDArray[np.float64]
 BoolMatrix = npt.NDArray[np.bool_]
@@ -37,9 +39,24 @@ class ScenarioError(Exception):
     """A scenario that cannot be loaded or computed; ``str()`` is ``<file>: <message>``."""
 
     def __init__(self, source: str, message: str) -> None:
+        source, message = printable(source), printable(message)
         super().__init__(f"{source}: {message}")
         self.source = source
         self.message = message
+
+
+def printable(text: str) -> str:
+    """One line of text that any terminal shows as written: control characters and
+    undecodable bytes (a path from argv) become escapes such as ``\\n``."""
+    if text.isprintable():
+        return text
+    out = []
+    for ch in text:
+        if ch.isprintable() or ch == " ":
+            out.append(ch)
+        else:
+            out.append(ch.encode("unicode_escape", "backslashreplace").decode("ascii"))
+    return "".join(out)
 
 
 @dataclass(frozen=True, eq=False)
@@ -112,6 +129,22 @@ class Scenario:
             parts.append(f"scale {self.scale:g}")
         return ", ".join(parts)
 
+    def warnings(self) -> list[str]:
+        """Legal but probably unintended: ``--check`` prints each as a ``warning:`` line."""
+        found = []
+        for key, labels in (("tokens", self.tokens), ("[context] tokens", self.key_tokens if self.is_cross else ())):
+            places: dict[str, list[int]] = {}
+            for i, label in enumerate(labels):
+                places.setdefault(label, []).append(i + 1)
+            for label, items in places.items():
+                if len(items) > 1:
+                    where = ", ".join(map(str, items[:5])) + (", ..." if len(items) > 5 else "")
+                    found.append(
+                        f"{key}: {_quote(label)} appears {len(items)} times (items {where});"
+                        " its rows are told apart only by position"
+                    )
+        return found
+
 
 # --- locating files -------------------------------------------------------
 
@@ -128,68 +161,80 @@ def builtin_names() -> list[str]:
 
 
 def resolve(spec: str | Path) -> Path:
-    """A path as given, or a built-in scenario's bare name (``causal_mask``)."""
+    """The file a SCENARIO argument names, in this order: the path as given; for a bare
+    name, ``NAME.toml`` in the current folder; then the built-in scenario ``NAME``.
+    Raises ScenarioError when checking a candidate fails for a reason other than absence."""
     path = Path(spec)
-    if path.exists():
-        return path
     text = str(spec)
-    if "/" not in text and "\\" not in text:
+    try:
+        if stat_path(path) is not None:
+            return path
+        if "/" in text or "\\" in text or text in ("", ".", ".."):
+            return path
         stem = text[:-5] if text.endswith(".toml") else text
-        candidate = builtin_dir() / f"{stem}.toml"
-        if candidate.is_file():
-            return candidate
-    return path
+        local = Path(f"{stem}.toml")
+        if stem != text or stat_path(local) is None:
+            candidate = builtin_dir() / f"{stem}.toml"
+            return candidate if stat_path(candidate) is not None else path
+        return local
+    except ReadError as exc:
+        raise ScenarioError(text, exc.message) from None
 
 
 def load_scenario(spec: str | Path | Scenario) -> Scenario:
     """Load and validate a scenario from a path or a built-in name; raises ScenarioError."""
     if isinstance(spec, Scenario):
         return spec
-    path = resolve(spec)
     source = str(spec)
-    if not path.exists():
-        names = ", ".join(builtin_names())
-        raise ScenarioError(source, f"no such file (built-in scenarios: {names})")
-    if path.is_dir():
-        raise ScenarioError(source, "is a directory; expected a .toml scenario file")
+    path = resolve(spec)
     try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise ScenarioError(source, f"cannot read: {exc.strerror or exc}") from None
-    return parse_scenario(raw, source, default_title=path.stem)
+        status = stat_path(path)
+        if status is None:
+            names = ", ".join(builtin_names())
+            raise ScenarioError(source, f"no such file (built-in scenarios: {names})")
+        raw = read_bytes(path, status)
+    except ReadError as exc:
+        raise ScenarioError(source, exc.message) from None
+    return parse_scenario(raw, source, default_title=printable(path.stem))
 
 
 def parse_scenario(raw: bytes | str, source: str, default_title: str = "scenario") -> Scenario:
     """Validate TOML text (bytes are decoded as UTF-8, with or without a BOM)."""
-    if isinstance(raw, bytes):
-        try:
-            text = raw.decode("utf-8-sig")
-        except UnicodeDecodeError as exc:
-            line = raw.count(b"\n", 0, exc.start) + 1
-            column = exc.start - (raw.rfind(b"\n", 0, exc.start) + 1) + 1
-            raise ScenarioError(
-                source, f"line {line}, column {column}: not UTF-8 text (byte 0x{raw[exc.start]:02x}); save the file as UTF-8"
-            ) from None
-    else:
-        text = raw
-    if not text.strip():
-        raise ScenarioError(source, "the file is empty; expected tokens, X and [[heads]] or [attention]")
     try:
-        doc = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise ScenarioError(source, _toml_message(str(exc))) from None
+        text = decode(raw) if isinstance(raw, bytes) else raw
+        if not text.strip():
+            raise ReadError("the file is empty; expected tokens, X and [[heads]] or [attention]")
+        doc = parse_toml(text)
+    except ReadError as exc:
+        raise ScenarioError(source, exc.message) from None
     return _Validator(source).scenario(doc, default_title)
 
 
-def _toml_message(msg: str) -> str:
-    found = re.search(r"\(at line (\d+), column (\d+)\)", msg)
-    if not found:
-        found_eof = re.search(r"\(at end of document\)", msg)
-        what = re.sub(r"\s*\(at end of document\)", "", msg)
-        where = "at end of file" if found_eof else "somewhere"
-        return f"TOML syntax error {where}: {what}"
-    what = msg[: found.start()].strip()
-    return f"line {found.group(1)}, column {found.group(2)}: TOML syntax error: {what}"
+# --- where each key belongs -------------------------------------------------------
+
+
+def key_tables() -> dict[str, tuple[str, ...]]:
+    """Every table of the format and the keys it takes ("" is the top level)."""
+    return {
+        "": TOP_KEYS,
+        "[[heads]]": HEAD_KEYS,
+        "[attention]": ATTENTION_KEYS,
+        "[output]": OUTPUT_KEYS,
+        "[context]": CONTEXT_KEYS,
+        "[mask]": MASK_KEYS,
+    }
+
+
+def _misplaced(key: str, here: str) -> str | None:
+    """Where a key that does not belong in ``here`` does belong, in words; None if nowhere."""
+    homes = [table for table, keys in key_tables().items() if table != here and key in keys]
+    if not homes:
+        return None
+    if "" in homes:
+        return (f"{key} is a top-level key; write it above the first [table] header"
+                " (in TOML every key after a [header] belongs to that table)")
+    tables = " or ".join(("a [[heads]] table" if t == "[[heads]]" else t) for t in homes)
+    return f"{key} belongs in {tables}"
 
 
 # --- validation -------------------------------------------------------------
@@ -206,73 +251,93 @@ class _Validator:
 
     def known(self, table: dict[str, Any], allowed: tuple[str, ...], where: str) -> None:
         for key in table:
-            if key not in allowed:
-                hint = difflib.get_close_matches(key, allowed, n=1, cutoff=0.6)
-                if not hint:
-                    lowered = {a.lower(): a for a in allowed}
-                    hint = [lowered[key.lower()]] if key.lower() in lowered else []
-                suggestion = f"; did you mean {hint[0]!r}?" if hint else f"; expected one of: {', '.join(allowed)}"
-                place = f" in {where}" if where else ""
-                raise self.fail(f"unknown key {key!r}{place}{suggestion}")
+            if key in allowed:
+                continue
+            place = f" in {where}" if where else ""
+            same_but_case = [a for a in allowed if a.lower() == key.lower()]
+            if same_but_case:
+                raise self.fail(f"unknown key {_show(key)}{place}; did you mean {same_but_case[0]!r}? (keys are case-sensitive)")
+            elsewhere = _misplaced(key, where.split(" #")[0])
+            if elsewhere:
+                raise self.fail(f"key {_show(key)} is not allowed{place}: {elsewhere}")
+            hint = difflib.get_close_matches(key, allowed, n=1, cutoff=0.6)
+            suggestion = f"; did you mean {hint[0]!r}?" if hint else f"; expected one of: {', '.join(allowed)}"
+            raise self.fail(f"unknown key {_show(key)}{place}{suggestion}")
 
-    def string(self, value: Any, key: str) -> str:
+    def string(self, value: Any, key: str, *, multiline: bool = False) -> str:
         if not isinstance(value, str):
             raise self.fail(f"{key} must be a string, got {_kind(value)}")
+        bad = _unprintable(value, allow="\n\t" if multiline else "")
+        if bad:
+            raise self.fail(f"{key} contains {bad}; expected text that shows on one line" if not multiline
+                            else f"{key} contains {bad}; expected printable text (new lines and tabs are fine)")
         return value
+
+    def label(self, value: Any, key: str) -> str:
+        text = self.string(value, key)
+        if not text:
+            raise self.fail(f"{key} is empty; every label needs at least one visible character")
+        return text
 
     def labels(self, value: Any, key: str) -> tuple[str, ...]:
         if not isinstance(value, list) or not value:
             raise self.fail(f"{key} must be a non-empty list of strings, got {_kind(value)}")
-        for i, item in enumerate(value):
-            if not isinstance(item, str):
-                raise self.fail(f"{key}[{i}] must be a string, got {_kind(item)}")
-        return tuple(value)
+        return tuple(self.label(item, f"{key} item {i + 1}") for i, item in enumerate(value))
 
-    def matrix(self, value: Any, key: str) -> Matrix:
+    def matrix(self, value: Any, key: str, labels: tuple[str, ...] = ()) -> Matrix:
         if not isinstance(value, list) or not value:
             raise self.fail(f"{key} must be a non-empty list of rows (a 2-D array of numbers), got {_kind(value)}")
         width = None
         rows: list[list[float]] = []
         for r, row in enumerate(value):
+            name = _row(key, r, labels)
             if not isinstance(row, list):
-                raise self.fail(f"{key} row {r} must be a list of numbers, got {_kind(row)}")
+                raise self.fail(f"{name} must be a list of numbers, got {_kind(row)}")
             if not row:
-                raise self.fail(f"{key} row {r} is empty; expected numbers")
+                raise self.fail(f"{name} is empty; expected numbers")
             if width is None:
                 width = len(row)
             elif len(row) != width:
-                raise self.fail(f"{key} is ragged: row {r} has {len(row)} numbers, row 0 has {width}")
+                raise self.fail(
+                    f"{key} is ragged: {_row('', r, labels).strip()} has {len(row)} numbers,"
+                    f" {_row('', 0, labels).strip()} has {width}; every row needs the same count"
+                )
             out: list[float] = []
             for c, item in enumerate(row):
-                where = f"{key}[{r}][{c}]"
                 if isinstance(item, list):
-                    raise self.fail(f"{where} is a list; {key} must be 2-D (rows of numbers)")
-                if isinstance(item, bool) or not isinstance(item, (int, float)):
-                    raise self.fail(f"{where} must be a number, got {_kind(item)}")
-                try:
-                    number = float(item)
-                except OverflowError:
-                    raise self.fail(f"{where} = {item} is too large; expected a finite number") from None
-                if not math.isfinite(number):
-                    raise self.fail(f"{where} is {item}; expected a finite number")
-                out.append(number)
+                    raise self.fail(f"{name}, column {c + 1} is a list; {key} must be 2-D (rows of numbers)")
+                out.append(self.number(item, f"{name}, column {c + 1}"))
             rows.append(out)
         array = np.array(rows, dtype=np.float64)
         array.setflags(write=False)
         return array
 
+    def number(self, item: Any, where: str) -> float:
+        if isinstance(item, bool) or not isinstance(item, (int, float)):
+            raise self.fail(f"{where} must be a number, got {_kind(item)}")
+        try:
+            number = float(item)
+        except OverflowError:
+            raise self.fail(f"{where} is {_show(item)}, too large; expected a finite number (at most about 1.8e308)") from None
+        if not math.isfinite(number):
+            raise self.fail(f"{where} is {_show(item)}; expected a finite number")
+        return number
+
     def scenario(self, doc: dict[str, Any], default_title: str) -> Scenario:
         self.known(doc, TOP_KEYS, "")
         title = self.string(doc.get("title", default_title), "title")
-        description = self.string(doc.get("description", ""), "description")
+        description = self.string(doc.get("description", ""), "description", multiline=True)
         if "tokens" not in doc:
             raise self.fail("missing key 'tokens'; expected a list of token labels, e.g. tokens = [\"I\", \"love\", \"AI\"]")
         tokens = self.labels(doc["tokens"], "tokens")
         if "X" not in doc:
-            raise self.fail(f"missing key 'X'; expected {len(tokens)} rows of embeddings, one per token")
-        X = self.matrix(doc["X"], "X")
+            raise self.fail(f"missing key 'X'; expected {_count(len(tokens), 'row')} of embeddings, one per token")
+        X = self.matrix(doc["X"], "X", tokens)
         if X.shape[0] != len(tokens):
-            raise self.fail(f"X has {X.shape[0]} rows but there are {len(tokens)} tokens; expected one row per token")
+            raise self.fail(
+                f"X has {_count(X.shape[0], 'row')} but there {_count(len(tokens), 'token', are=True)};"
+                " expected one row per token"
+            )
         d_model = X.shape[1]
 
         context_X = None
@@ -285,15 +350,16 @@ class _Validator:
             for need in CONTEXT_KEYS:
                 if need not in ctx:
                     raise self.fail(f"[context] is missing {need!r}; cross-attention needs tokens and X for the key side")
-            key_tokens = self.labels(ctx["tokens"], "context.tokens")
-            context_X = self.matrix(ctx["X"], "context.X")
+            key_tokens = self.labels(ctx["tokens"], "[context] tokens")
+            context_X = self.matrix(ctx["X"], "[context] X", key_tokens)
             if context_X.shape[0] != len(key_tokens):
                 raise self.fail(
-                    f"context.X has {context_X.shape[0]} rows but there are {len(key_tokens)} context tokens;"
+                    f"[context] X has {_count(context_X.shape[0], 'row')} but there"
+                    f" {_count(len(key_tokens), 'context token', are=True)};"
                     " expected one row per context token"
                 )
         d_in = context_X.shape[1] if context_X is not None else d_model
-        d_in_name = "context.X's width" if context_X is not None else "d_model"
+        d_in_name = "the width of [context] X" if context_X is not None else "d_model (the width of X)"
 
         heads, split = self.heads(doc, d_model, d_in, d_in_name)
         W_O = self.output(doc, heads)
@@ -320,14 +386,14 @@ class _Validator:
                 raise self.fail("heads is empty; expected at least one [[heads]] table")
             result = []
             for i, table in enumerate(raw):
-                where = f"heads[{i}]"
-                self.known(table, HEAD_KEYS, f"[[heads]] #{i + 1}")
-                name = self.string(table.get("name", f"head {i + 1}"), f"{where}.name")
+                where = f"[[heads]] #{i + 1}"
+                self.known(table, HEAD_KEYS, where)
+                name = self.label(table.get("name", f"head {i + 1}"), f"{where} name")
                 mats = {}
                 for role in ("W_Q", "W_K", "W_V"):
                     if role not in table:
-                        raise self.fail(f"{where} (head {i + 1}) is missing {role}")
-                    mats[role] = self.matrix(table[role], f"{where}.{role}")
+                        raise self.fail(f"{where} is missing {role}; every head needs W_Q, W_K and W_V")
+                    mats[role] = self.matrix(table[role], f"{where} {role}")
                 self.check_projection(mats["W_Q"], mats["W_K"], mats["W_V"], where, d_model, d_in, d_in_name)
                 result.append(Head(name, mats["W_Q"], mats["W_K"], mats["W_V"]))
             return tuple(result), None
@@ -341,14 +407,14 @@ class _Validator:
                 raise self.fail(f"[attention] is missing {need!r}")
         count = table["num_heads"]
         if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-            raise self.fail(f"attention.num_heads must be a whole number >= 1, got {count!r}")
-        mats = {role: self.matrix(table[role], f"attention.{role}") for role in ("W_Q", "W_K", "W_V")}
-        self.check_projection(mats["W_Q"], mats["W_K"], mats["W_V"], "attention", d_model, d_in, d_in_name)
+            raise self.fail(f"[attention] num_heads must be a whole number >= 1, got {_kind(count)}")
+        mats = {role: self.matrix(table[role], f"[attention] {role}") for role in ("W_Q", "W_K", "W_V")}
+        self.check_projection(mats["W_Q"], mats["W_K"], mats["W_V"], "[attention]", d_model, d_in, d_in_name)
         for role, mat in mats.items():
             if mat.shape[1] % count:
                 raise self.fail(
-                    f"attention.{role} has {mat.shape[1]} columns, which num_heads = {count} does not divide;"
-                    " expected num_heads * d_k columns"
+                    f"[attention] {role} has {mat.shape[1]} columns, which num_heads = {_show(count)} does not divide;"
+                    f" expected num_heads x d_{'v' if role == 'W_V' else 'k'} columns"
                 )
         d_k = mats["W_Q"].shape[1] // count
         d_v = mats["W_V"].shape[1] // count
@@ -366,13 +432,13 @@ class _Validator:
         self, W_Q: Matrix, W_K: Matrix, W_V: Matrix, where: str, d_model: int, d_in: int, d_in_name: str
     ) -> None:
         if W_Q.shape[0] != d_model:
-            raise self.fail(f"{where}.W_Q has {W_Q.shape[0]} rows; expected d_model = {d_model} (the width of X)")
+            raise self.fail(f"{where} W_Q has {W_Q.shape[0]} rows; expected d_model = {d_model} (the width of X)")
         for role, mat in (("W_K", W_K), ("W_V", W_V)):
             if mat.shape[0] != d_in:
-                raise self.fail(f"{where}.{role} has {mat.shape[0]} rows; expected {d_in_name} = {d_in}")
+                raise self.fail(f"{where} {role} has {mat.shape[0]} rows; expected {d_in_name} = {d_in}")
         if W_Q.shape[1] != W_K.shape[1]:
             raise self.fail(
-                f"{where}.W_Q has {W_Q.shape[1]} columns but W_K has {W_K.shape[1]};"
+                f"{where} W_Q has {W_Q.shape[1]} columns but W_K has {W_K.shape[1]};"
                 " expected the same width d_k (Queries and Keys are dotted together)"
             )
 
@@ -385,11 +451,15 @@ class _Validator:
         self.known(table, OUTPUT_KEYS, "[output]")
         if "W_O" not in table:
             raise self.fail("[output] is missing 'W_O'")
-        W_O = self.matrix(table["W_O"], "output.W_O")
+        W_O = self.matrix(table["W_O"], "[output] W_O")
         total = sum(h.d_v for h in heads)
         if W_O.shape[0] != total:
-            widths = " + ".join(str(h.d_v) for h in heads)
-            raise self.fail(f"output.W_O has {W_O.shape[0]} rows; expected the concatenated heads' width {widths} = {total}")
+            if len(heads) == 1:
+                because = f"one per column of the head's output (d_v = {total})"
+            else:
+                widths = " + ".join(str(h.d_v) for h in heads)
+                because = f"one per column of the {len(heads)} heads' outputs side by side (d_v {widths} = {total})"
+            raise self.fail(f"[output] W_O has {W_O.shape[0]} rows; expected {total}, {because}")
         return W_O
 
     def scale(self, doc: dict[str, Any]) -> float | None:
@@ -401,9 +471,9 @@ class _Validator:
         try:
             number = float(value)
         except OverflowError:
-            raise self.fail(f"scale = {value} is too large; expected a finite number > 0") from None
+            raise self.fail(f"scale is {_show(value)}, too large; expected a finite number > 0") from None
         if not math.isfinite(number) or number <= 0:
-            raise self.fail(f"scale = {value}; expected a finite number > 0")
+            raise self.fail(f"scale = {_show(value)}; expected a finite number > 0")
         return number
 
     def mask(self, doc: dict[str, Any], tokens: tuple[str, ...], key_tokens: tuple[str, ...]) -> tuple[str, BoolMatrix]:
@@ -418,17 +488,17 @@ class _Validator:
             if "kind" not in raw:
                 raise self.fail(f"[mask] is missing 'kind'; expected one of: {', '.join(MASK_KINDS)}")
             table = raw
-            where = "mask.kind"
+            where = "[mask] kind"
         else:
             raise self.fail(f"mask must be a string or a [mask] table, got {_kind(raw)}")
         kind = table["kind"]
         if not isinstance(kind, str) or kind not in MASK_KINDS:
-            hint = difflib.get_close_matches(str(kind), MASK_KINDS, n=1)
+            hint = difflib.get_close_matches(kind, MASK_KINDS, n=1) if isinstance(kind, str) else []
             extra = f"; did you mean {hint[0]!r}?" if hint else ""
-            raise self.fail(f"{where} = {kind!r} is not a mask kind; expected one of: {', '.join(MASK_KINDS)}{extra}")
+            raise self.fail(f"{where} = {_show(kind)} is not a mask kind; expected one of: {', '.join(MASK_KINDS)}{extra}")
         for extra_key, owner in (("pad", "padding"), ("allow", "custom")):
             if extra_key in table and kind != owner:
-                raise self.fail(f"mask.{extra_key} is only used with kind = {owner!r}, but kind = {kind!r}")
+                raise self.fail(f"[mask] {extra_key} is only used with kind = {owner!r}, but kind = {kind!r}")
 
         allow = np.ones((n, m), dtype=bool)
         if kind == "causal":
@@ -440,47 +510,98 @@ class _Validator:
                 raise self.fail(f"mask kind 'padding' needs pad = [...], one true/false per key token ({m})")
             pad = table["pad"]
             if not isinstance(pad, list) or len(pad) != m:
-                got = f"{len(pad)} flags" if isinstance(pad, list) else _kind(pad)
-                raise self.fail(f"mask.pad must have one true/false per key token: expected {m}, got {got}")
+                got = _count(len(pad), "flag") if isinstance(pad, list) else _kind(pad)
+                raise self.fail(f"[mask] pad must have one true/false per key token: expected {m}, got {got}")
             for j, flag in enumerate(pad):
                 if not isinstance(flag, bool):
-                    raise self.fail(f"mask.pad[{j}] must be true or false, got {_kind(flag)}")
+                    raise self.fail(
+                        f"[mask] pad item {j + 1} (key {_quote(key_tokens[j])}) must be true or false, got {_kind(flag)}"
+                    )
             allow = np.tile(~np.array(pad, dtype=bool), (n, 1))
         elif kind == "custom":
             if "allow" not in table:
                 raise self.fail(f"mask kind 'custom' needs allow = [[...]], {n} rows of {m} flags (1/true = may attend)")
             rows = table["allow"]
             if not isinstance(rows, list) or len(rows) != n:
-                got = f"{len(rows)} rows" if isinstance(rows, list) else _kind(rows)
-                raise self.fail(f"mask.allow must have one row per query token: expected {n}, got {got}")
+                got = _count(len(rows), "row") if isinstance(rows, list) else _kind(rows)
+                raise self.fail(f"[mask] allow must have one row per query token: expected {n}, got {got}")
             for i, row in enumerate(rows):
+                name = _row("[mask] allow", i, tokens)
                 if not isinstance(row, list) or len(row) != m:
-                    got = f"{len(row)} flags" if isinstance(row, list) else _kind(row)
-                    raise self.fail(f"mask.allow row {i} must have one flag per key token: expected {m}, got {got}")
+                    got = _count(len(row), "flag") if isinstance(row, list) else _kind(row)
+                    raise self.fail(f"{name} must have one flag per key token: expected {m}, got {got}")
                 for j, flag in enumerate(row):
-                    if isinstance(flag, bool) or (flag in (0, 1) and isinstance(flag, int)):
+                    if isinstance(flag, bool) or (isinstance(flag, int) and flag in (0, 1)):
                         allow[i, j] = bool(flag)
                     else:
-                        raise self.fail(f"mask.allow[{i}][{j}] must be 1/0 or true/false, got {flag!r}")
+                        raise self.fail(
+                            f"{name}, column {j + 1} ({_quote(key_tokens[j])}) must be 1/0 or true/false, got {_kind(flag)}"
+                        )
         for i in range(n):
             if not allow[i].any():
                 raise self.fail(
-                    f"with mask {kind!r}, query {i} ({tokens[i]!r}) may attend no key;"
-                    " every query row needs at least one allowed key"
+                    f"with mask {kind!r}, query row {i + 1} ({_quote(tokens[i])}) may attend no key;"
+                    " every query row needs at least one key it may attend"
                 )
         allow.setflags(write=False)
         return kind, allow
+
+
+# --- how values are named in messages -------------------------------------------------
+
+
+def _count(number: int, noun: str, *, are: bool = False) -> str:
+    """``1 row``, ``2 rows``; with ``are``: ``is 1 token``, ``are 2 tokens``."""
+    text = f"{number} {noun}{'' if number == 1 else 's'}"
+    return (("is " if number == 1 else "are ") + text) if are else text
+
+
+def _quote(label: str) -> str:
+    return json.dumps(label, ensure_ascii=False)
+
+
+def _row(key: str, r: int, labels: tuple[str, ...]) -> str:
+    """``X row 2 ("love")``: counted from 1, and named by its token where rows are tokens."""
+    named = f" ({_quote(labels[r])})" if r < len(labels) else ""
+    return f"{key} row {r + 1}{named}"
+
+
+_CONTROL_NAMES = {"\n": "a new line", "\r": "a carriage return", "\t": "a tab", "\x1b": "an escape character"}
+_BIDI = frozenset("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+
+
+def _unprintable(text: str, allow: str = "") -> str | None:
+    """The first character that would break a terminal line (with its code point), or None."""
+    if text.isprintable():
+        return None
+    for ch in text:
+        if ch in allow:
+            continue
+        if unicodedata.category(ch) in ("Cc", "Zl", "Zp") or ch in _BIDI:
+            name = _CONTROL_NAMES.get(ch, "a control character")
+            return f"{name} (U+{ord(ch):04X})"
+    return None
+
+
+def _show(value: Any) -> str:
+    """A value as a message shows it: short, one line, and safe for integers of any size."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 256:
+        return f"an integer of about {int(value.bit_length() * math.log10(2)) + 1:,} digits"
+    if isinstance(value, str):
+        shown = repr(value if len(value) <= 60 else value[:57] + "...")
+        return shown
+    return repr(value) if isinstance(value, float) else str(value)
 
 
 def _kind(value: Any) -> str:
     if isinstance(value, bool):
         return f"a boolean ({str(value).lower()})"
     if isinstance(value, str):
-        return f"a string ({value!r})"
+        return f"a string ({_show(value)})"
     if isinstance(value, (int, float)):
-        return f"a number ({value})"
+        return f"a number ({_show(value)})"
     if isinstance(value, list):
-        return "a list"
+        return "a list" if value else "an empty list"
     if isinstance(value, dict):
         return "a table"
-    return type(value).__name__
+    return f"a {type(value).__name__}"

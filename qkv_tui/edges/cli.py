@@ -4,18 +4,45 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import NoReturn
+import warnings
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import NoReturn, TextIO
+
+import numpy as np
 
 from qkv_tui import __version__
-from qkv_tui.core.engine import compute
-from qkv_tui.core.scenario import ScenarioError, builtin_names, load_scenario
+from qkv_tui.core.engine import combine, compute, iter_heads
+from qkv_tui.core.scenario import Scenario, ScenarioError, builtin_names, load_scenario, printable
 
 DEFAULT_SCENARIO = "i_love_ai"
+
+Exporter = Callable[[Scenario, TextIO], None]
+
+
+def _export_json(scenario: Scenario, out: TextIO) -> None:
+    from qkv_tui.edges.export_json import write_json
+
+    write_json(scenario, out)
+
+
+def _export_markdown(scenario: Scenario, out: TextIO) -> None:
+    from qkv_tui.edges.export_markdown import to_markdown
+
+    out.write(to_markdown(compute(scenario)))
+
+
+# ``--export FORMAT``: each writes the scenario to stdout, or raises ScenarioError before
+# writing anything. Imported lazily, so ``--check`` and the app do not pay for them.
+EXPORTERS: dict[str, tuple[Exporter, str]] = {
+    "json": (_export_json, "every matrix as JSON (full float64 precision)"),
+    "markdown": (_export_markdown, "a worked-example page, every step with its numbers"),
+}
 
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
-        sys.stderr.write(f"error: {message} (see qkv-tui --help)\n")
+        sys.stderr.write(f"error: {printable(message)} (see qkv-tui --help)\n")
         raise SystemExit(2)
 
 
@@ -23,12 +50,15 @@ def _parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="qkv-tui",
         description="Step through softmax(QKᵀ/√dₖ)V one operation at a time.",
-        epilog=f"built-in scenarios (by bare name): {', '.join(builtin_names())}",
+        epilog=(f"SCENARIO is a path; a bare NAME also finds NAME.toml in the current folder, then the"
+                f" built-in scenario NAME ({', '.join(builtin_names())})"),
     )
     parser.add_argument("scenario", nargs="*", metavar="SCENARIO",
                         help="a scenario .toml file or a built-in name (default: i_love_ai)")
     mode = parser.add_mutually_exclusive_group()
-    mode.add_argument("--export", choices=("json", "markdown"), help="print every matrix as JSON, or a worked-example page")
+    formats = "; ".join(f"{name}: {what}" for name, (_, what) in EXPORTERS.items())
+    mode.add_argument("--export", choices=tuple(EXPORTERS), metavar="FORMAT",
+                      help=f"write the scenario to stdout as FORMAT ({formats})")
     mode.add_argument("--check", action="store_true", help="validate the scenarios; one line per file")
     parser.add_argument("--version", action="version", version=f"qkv-tui {__version__}")
     return parser
@@ -37,6 +67,21 @@ def _parser() -> argparse.ArgumentParser:
 def _fail(error: ScenarioError) -> int:
     sys.stderr.write(f"error: {error}\n")
     return 2
+
+
+@contextmanager
+def _arithmetic_policy(source: str) -> Iterator[None]:
+    """One rule for every computation outside the app: an overflow, a division by zero or
+    an invalid operation is a clean ScenarioError, never a NumPy warning on stderr beside
+    a zero exit status. Underflow to 0 is what softmax is meant to do, so it passes."""
+    with warnings.catch_warnings(), np.errstate(over="raise", divide="raise", invalid="raise", under="ignore"):
+        warnings.simplefilter("error")
+        try:
+            yield
+        except (FloatingPointError, ArithmeticError, Warning) as exc:
+            raise ScenarioError(
+                source, f"the numbers are too large or too small to compute with float64 ({exc}); expected smaller values"
+            ) from None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -49,6 +94,13 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
+def check(scenario: Scenario) -> None:
+    """Compute every matrix once, a head at a time (so memory stays near one head's),
+    to be sure the app and the exports can show them; raises ScenarioError."""
+    outputs = [head.output for head in iter_heads(scenario)]
+    combine(scenario, outputs)
+
+
 def _main(argv: list[str] | None) -> int:
     args = _parser().parse_args(argv)
     if args.check:
@@ -57,32 +109,35 @@ def _main(argv: list[str] | None) -> int:
         status = 0
         for spec in args.scenario:
             try:
-                scenario = load_scenario(spec)
-                compute(scenario)
+                with _arithmetic_policy(spec):
+                    scenario = load_scenario(spec)
+                    check(scenario)
             except ScenarioError as exc:
                 status = _fail(exc)
                 continue
-            sys.stdout.write(f"ok: {spec}: {scenario.summary()}\n")
+            sys.stdout.write(f"ok: {printable(spec)}: {scenario.summary()}\n")
+            for warning in scenario.warnings():
+                sys.stderr.write(f"warning: {printable(spec)}: {warning}\n")
         return status
     if len(args.scenario) > 1:
         _parser().error("give one SCENARIO (several are allowed only with --check)")
     spec = args.scenario[0] if args.scenario else DEFAULT_SCENARIO
+    if args.export:
+        exporter = EXPORTERS[args.export][0]
+        try:
+            with _arithmetic_policy(spec):
+                exporter(load_scenario(spec), sys.stdout)
+        except ScenarioError as exc:
+            return _fail(exc)
+        return 0
     try:
-        scenario = load_scenario(spec)
-        comp = compute(scenario)
+        with _arithmetic_policy(spec):
+            scenario = load_scenario(spec)
+            comp = compute(scenario)
     except ScenarioError as exc:
         return _fail(exc)
-    if args.export == "json":
-        from qkv_tui.edges.export_json import to_json
-
-        sys.stdout.write(to_json(comp))
-        return 0
-    if args.export == "markdown":
-        from qkv_tui.edges.export_markdown import to_markdown
-
-        sys.stdout.write(to_markdown(comp))
-        return 0
     from qkv_tui.ui.app import QKVApp  # Textual loads only when the app is really run
 
-    QKVApp(scenario, computation=comp).run()
-    return 0
+    app = QKVApp(scenario, computation=comp)
+    app.run()
+    return app.return_code or 0  # Textual sets 1 when the app died of an unhandled exception

@@ -1,48 +1,137 @@
-"""The JSON export (contracts §3): every matrix of the computation at full float64 precision."""
+"""The JSON export (contracts §3): every matrix of the computation at full float64 precision.
+
+Written as a stream: one head is computed, written and dropped before the next, and each
+matrix goes out a row at a time, one row per line, so memory stays near one head's matrices
+however long the document (a 2,048-token, 4-head export is about 1.4 GB of text). Numbers
+are Python's shortest round-tripping ``repr``; masked entries of ``masked`` are ``null``.
+"""
 
 from __future__ import annotations
 
+import io
 import json
-import math
-from typing import Any
+from collections.abc import Iterable
+from typing import Any, TextIO
 
-from qkv_tui.core.engine import Computation
-from qkv_tui.core.scenario import Matrix
+import numpy as np
 
+from qkv_tui.core.engine import Computation, HeadResult, combine, iter_heads
+from qkv_tui.core.scenario import Matrix, Scenario
 
-def _rows(array: Matrix) -> list[list[float]]:
-    return [[float(v) for v in row] for row in array]
-
-
-def _masked_rows(array: Matrix) -> list[list[float | None]]:
-    return [[None if math.isinf(v) else float(v) for v in row] for row in array]
+_CHUNK = 1 << 16  # characters gathered before each write: few calls, little memory
 
 
-def to_data(comp: Computation) -> dict[str, Any]:
-    """The computation as plain JSON-ready data, full float64 precision."""
-    sc = comp.scenario
-    heads = []
-    for h in comp.heads:
-        heads.append({
-            "name": h.name, "d_k": h.d_k, "scale": h.scale,
-            "W_Q": _rows(h.W_Q), "W_K": _rows(h.W_K), "W_V": _rows(h.W_V),
-            "Q": _rows(h.Q), "K": _rows(h.K), "V": _rows(h.V),
-            "scores": _rows(h.scores), "scaled": _rows(h.scaled), "masked": _masked_rows(h.masked),
-            "weights": _rows(h.weights), "output": _rows(h.output),
-        })
-    return {
-        "title": sc.title,
-        "tokens": list(sc.tokens),
-        "key_tokens": list(sc.key_tokens),
-        "X": _rows(sc.X),
-        "context_X": _rows(sc.context_X) if sc.context_X is not None else None,
-        "mask": [[bool(v) for v in row] for row in sc.allow],
-        "heads": heads,
-        "concat": _rows(comp.concat),
-        "W_O": _rows(comp.W_O) if comp.W_O is not None else None,
-        "output": _rows(comp.output),
-    }
+class _Out:
+    """A buffered writer: the text of many rows, handed to ``out`` in large pieces."""
+
+    def __init__(self, out: TextIO) -> None:
+        self.out = out
+        self.parts: list[str] = []
+        self.size = 0
+
+    def write(self, text: str) -> None:
+        self.parts.append(text)
+        self.size += len(text)
+        if self.size >= _CHUNK:
+            self.flush()
+
+    def flush(self) -> None:
+        self.out.write("".join(self.parts))
+        self.parts.clear()
+        self.size = 0
+
+
+def _matrix(out: _Out, array: Matrix | np.ndarray[Any, Any], indent: str, *, masked: bool = False) -> None:
+    """``[`` / one row per line / ``]``; -inf (masked) becomes null where ``masked``."""
+    if array.shape[0] == 0:
+        out.write("[]")
+        return
+    out.write("[\n")
+    last = array.shape[0] - 1
+    for i, row in enumerate(array):
+        values = row.tolist()
+        if masked and not np.isfinite(row).all():
+            values = [None if v == float("-inf") else v for v in values]
+        # json.dumps of a list of floats runs in C and writes each as repr(): exact round trips
+        out.write(f"{indent}  {json.dumps(values, allow_nan=False)}{',' if i < last else ''}\n")
+    out.write(f"{indent}]")
+
+
+def _fields(out: _Out, fields: Iterable[tuple[str, Any]], indent: str) -> None:
+    """The members of one JSON object, in order; matrices (NumPy arrays) a row per line."""
+    out.write("{\n")
+    first = True
+    for key, value in fields:
+        if not first:
+            out.write(",\n")
+        first = False
+        out.write(f"{indent}  {json.dumps(key)}: ")
+        if isinstance(value, np.ndarray):
+            _matrix(out, value, indent + "  ", masked=(key == "masked"))
+        elif isinstance(value, _Heads):
+            value.write(out, indent + "  ")
+        else:
+            out.write(json.dumps(value, ensure_ascii=False, allow_nan=False))
+    out.write(f"\n{indent}}}")
+
+
+def head_fields(h: HeadResult) -> list[tuple[str, Any]]:
+    """One entry of ``heads``, in the order of contracts §3."""
+    return [
+        ("name", h.name), ("d_k", h.d_k), ("scale", h.scale),
+        ("W_Q", h.W_Q), ("W_K", h.W_K), ("W_V", h.W_V),
+        ("Q", h.Q), ("K", h.K), ("V", h.V),
+        ("scores", h.scores), ("scaled", h.scaled), ("masked", h.masked),
+        ("weights", h.weights), ("output", h.output),
+    ]
+
+
+class _Heads:
+    """The ``heads`` array, computed lazily: each head exists only while it is written."""
+
+    def __init__(self, heads: Iterable[HeadResult]) -> None:
+        self.heads = heads
+
+    def write(self, out: _Out, indent: str) -> None:
+        out.write("[\n")
+        for i, head in enumerate(self.heads):
+            if i:
+                out.write(",\n")
+            out.write(indent + "  ")
+            _fields(out, head_fields(head), indent + "  ")
+        out.write(f"\n{indent}]")
+
+
+def _document(out: TextIO, sc: Scenario, heads: Iterable[HeadResult], concat: Matrix, output: Matrix) -> None:
+    buffered = _Out(out)
+    _fields(buffered, [
+        ("title", sc.title),
+        ("tokens", list(sc.tokens)),
+        ("key_tokens", list(sc.key_tokens)),
+        ("X", sc.X),
+        ("context_X", sc.context_X),
+        ("mask", sc.allow),
+        ("heads", _Heads(heads)),
+        ("concat", concat),
+        ("W_O", sc.W_O),
+        ("output", output),
+    ], "")
+    buffered.write("\n")
+    buffered.flush()
+
+
+def write_json(scenario: Scenario, out: TextIO) -> None:
+    """Stream the export to ``out``. Every head is computed once first, to refuse an overflow
+    (ScenarioError) before anything is written, keeping only the small head outputs; then
+    again, one at a time, as it is written."""
+    outputs = [head.output for head in iter_heads(scenario)]
+    concat, output = combine(scenario, outputs)
+    del outputs
+    _document(out, scenario, iter_heads(scenario), concat, output)
 
 
 def to_json(comp: Computation) -> str:
-    return json.dumps(to_data(comp), indent=2, allow_nan=False) + "\n"
+    """The export of a computation already in memory, as one string."""
+    text = io.StringIO()
+    _document(text, comp.scenario, comp.heads, comp.concat, comp.output)
+    return text.getvalue()

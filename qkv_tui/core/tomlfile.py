@@ -1,0 +1,236 @@
+"""Reading a scenario file without trusting it, and its TOML with a position in every error.
+
+A scenario is a few bytes to a few tens of megabytes of text. Anything else a path can
+name (a FIFO with no writer, /dev/zero, a multi-gigabyte log) is refused before it is read,
+and the TOML reader's own failures (nesting deep enough to exhaust the stack, integers too
+long to convert) become messages with a line and column, like its syntax errors.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+import tomllib
+from pathlib import Path
+from typing import Any
+
+MAX_BYTES = 64 * 1024 * 1024  # 64 MiB: a 4,096 x 512 matrix at full precision is about 45 MB
+MAX_BYTES_TEXT = "64 MiB"
+_DEPTH_SHOWN = 64  # where a runaway nesting is reported; tomllib itself gives up near 500
+
+
+class ReadError(Exception):
+    """A file that cannot be read as TOML; ``message`` is the text after ``<file>: ``."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+# --- the file -------------------------------------------------------------------------
+
+
+def stat_path(path: Path) -> os.stat_result | None:
+    """The file's status, or None when nothing is there; other failures are ReadError."""
+    try:
+        return os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except ValueError:  # an embedded NUL: no file can have that name
+        raise ReadError("cannot open: the path contains a NUL character") from None
+    except OSError as exc:  # a name too long, a folder without search permission, a loop of links
+        raise ReadError(f"cannot open: {_reason(exc)}") from None
+
+
+def _reason(exc: OSError) -> str:
+    text = exc.strerror or type(exc).__name__
+    if isinstance(exc, PermissionError):
+        text += " (a folder on the path, or the file, is not readable by you)"
+    return text
+
+
+def _not_regular(mode: int) -> str | None:
+    if stat.S_ISREG(mode):
+        return None
+    if stat.S_ISDIR(mode):
+        return "is a directory; expected a .toml scenario file"
+    kind = (
+        "a named pipe (FIFO)" if stat.S_ISFIFO(mode)
+        else "a character device" if stat.S_ISCHR(mode)
+        else "a block device" if stat.S_ISBLK(mode)
+        else "a socket" if stat.S_ISSOCK(mode)
+        else "not a regular file"
+    )
+    return f"is {kind}, not a regular file; expected a .toml scenario file"
+
+
+def _too_big(size: int) -> str:
+    return f"is {size / 1e6:,.1f} MB; scenario files are limited to {MAX_BYTES_TEXT}"
+
+
+def read_bytes(path: Path, status: os.stat_result) -> bytes:
+    """The file's bytes, refusing anything that is not a regular file of at most MAX_BYTES."""
+    problem = _not_regular(status.st_mode)
+    if problem:
+        raise ReadError(problem)
+    if status.st_size > MAX_BYTES:
+        raise ReadError(_too_big(status.st_size))
+    # Non-blocking, so that a FIFO swapped in after the stat cannot hang the open.
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError as exc:
+        raise ReadError(f"cannot open: {_reason(exc)}") from None
+    try:
+        problem = _not_regular(os.fstat(fd).st_mode)
+        if problem:
+            raise ReadError(problem)
+        chunks: list[bytes] = []
+        total = 0
+        while total <= MAX_BYTES:  # the file may grow after the stat: read one byte past the limit at most
+            chunk = os.read(fd, min(1 << 20, MAX_BYTES + 1 - total))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+    except OSError as exc:
+        raise ReadError(f"cannot read: {_reason(exc)}") from None
+    finally:
+        os.close(fd)
+    if total > MAX_BYTES:
+        raise ReadError(f"is more than {MAX_BYTES_TEXT}; scenario files are limited to {MAX_BYTES_TEXT}")
+    return b"".join(chunks)
+
+
+def decode(raw: bytes) -> str:
+    """UTF-8 text, with or without a byte-order mark; otherwise the first bad byte's position."""
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        column = exc.start - (raw.rfind(b"\n", 0, exc.start) + 1) + 1
+        raise ReadError(
+            f"line {line}, column {column}: not UTF-8 text (byte 0x{raw[exc.start]:02x}); save the file as UTF-8"
+        ) from None
+
+
+# --- the TOML -------------------------------------------------------------------------
+
+
+def parse_toml(text: str) -> dict[str, Any]:
+    """tomllib's document, with every failure turned into a ReadError with a position."""
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ReadError(syntax_message(text, str(exc))) from None
+    except RecursionError:
+        raise ReadError(_nesting_message(text)) from None
+    except ValueError as exc:  # int() refuses more than sys.get_int_max_str_digits() digits
+        raise ReadError(_long_integer_message(text, exc)) from None
+
+
+# One pass over TOML that knows strings and comments: brackets inside them do not count.
+_LEX = re.compile(
+    r"""
+    (?P<comment>\#[^\n]*)
+    | (?P<string>\"\"\"(?:[^"\\]|\\.|"(?!""))*\"{3,5} | '''(?:[^']|'(?!''))*'{3,5})
+    | (?P<unclosed>\"\"\"|''')
+    | (?P<string1>"(?:[^"\\\n]|\\.)*" | '[^'\n]*')
+    | (?P<unclosed1>["'])
+    | (?P<open>[\[{])
+    | (?P<close>[\]}])
+    | (?P<other>[^\s\#"'\[\]{}]+)
+    """,
+    re.VERBOSE | re.DOTALL,
+)
+
+
+class _Scan:
+    """What the lexer saw in a prefix of the text: open brackets, a runaway string, the last value."""
+
+    def __init__(self, text: str, end: int) -> None:
+        self.stack: list[int] = []  # offsets of the open '[' and '{'
+        self.unclosed_string: int | None = None
+        self.last_end = 0  # just past the last thing that is not a comment or white space
+        self.deepest: int | None = None  # the first opener past _DEPTH_SHOWN levels
+        for match in _LEX.finditer(text, 0, end):
+            kind = match.lastgroup
+            if kind == "comment":
+                continue
+            if kind in ("unclosed", "unclosed1"):
+                self.unclosed_string = match.start()
+                break
+            if kind == "open":
+                self.stack.append(match.start())
+                if len(self.stack) > _DEPTH_SHOWN and self.deepest is None:
+                    self.deepest = match.start()
+            elif kind == "close" and self.stack:
+                self.stack.pop()
+            self.last_end = match.end()
+
+
+def position(text: str, offset: int) -> tuple[int, int]:
+    """1-based line and column of a character offset."""
+    line = text.count("\n", 0, offset) + 1
+    return line, offset - (text.rfind("\n", 0, offset) + 1) + 1
+
+
+def _at(text: str, offset: int) -> str:
+    line, column = position(text, offset)
+    return f"line {line}, column {column}"
+
+
+def syntax_message(text: str, message: str) -> str:
+    """tomllib's message, placed where the mistake is (not where tomllib noticed it)."""
+    found = re.search(r"\s*\(at line (\d+), column (\d+)\)$", message)
+    at_end = message.endswith("(at end of document)")
+    what = message[: found.start()] if found else re.sub(r"\s*\(at end of document\)$", "", message)
+    if found:
+        line, column = int(found.group(1)), int(found.group(2))
+        lines = text.split("\n", line)
+        offset = sum(len(part) + 1 for part in lines[: line - 1]) + column - 1
+    else:
+        offset = len(text)
+    unclosed = what.startswith(("Unclosed array", "Unclosed inline table"))
+    if at_end or unclosed or what.startswith("Unterminated string"):
+        scan = _Scan(text, offset)
+        if scan.unclosed_string is not None:
+            quote = text[scan.unclosed_string: scan.unclosed_string + 3]
+            quote = quote if quote in ('"""', "'''") else quote[0]
+            return (f"{_at(text, scan.unclosed_string)}: TOML syntax error: the string that starts here"
+                    f" is never closed; expected a closing {quote}")
+        if scan.stack:
+            opener = scan.stack[-1]
+            name, closer = ("array", "]") if text[opener] == "[" else ("inline table", "}")
+            if at_end:
+                return (f"{_at(text, opener)}: TOML syntax error: the file ends inside the {name} that"
+                        f" opens here; expected '{closer}'")
+            if closer == "}":
+                return (f"{_at(text, scan.last_end)}: TOML syntax error: expected ',' or '}}' here; an inline"
+                        f" table must close on the line where it opens (at {_at(text, opener)})")
+            # tomllib notices at the next value, often on the next line; the fix goes after the last one
+            return (f"{_at(text, scan.last_end)}: TOML syntax error: expected ',' or '{closer}' here"
+                    f" (the {name} opened at {_at(text, opener)} continues at {_at(text, offset)})")
+    if at_end:
+        return f"{_at(text, offset)} (the end of the file): TOML syntax error: {what}"
+    return f"{_at(text, offset)}: TOML syntax error: {what}"
+
+
+def _nesting_message(text: str) -> str:
+    scan = _Scan(text, len(text))
+    where = f"{_at(text, scan.deepest)}: " if scan.deepest is not None else ""
+    return (f"{where}arrays or tables nested more than {_DEPTH_SHOWN} levels deep;"
+            " a scenario needs at most 3 (a matrix is a list of rows)")
+
+
+_LONG_INTEGER = re.compile(r"(?<![\w.])[+-]?[0-9][0-9_]{999,}")
+
+
+def _long_integer_message(text: str, exc: ValueError) -> str:
+    found = _LONG_INTEGER.search(text)
+    if found is None:
+        return f"the TOML reader failed: {exc}"
+    digits = sum(ch.isdigit() for ch in found.group())
+    return (f"{_at(text, found.start())}: an integer of {digits:,} digits; numbers must fit a float64"
+            " (at most 309 digits, about 1.8e308)")
