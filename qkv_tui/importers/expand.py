@@ -1,0 +1,198 @@
+"""A ``[model]`` table (contracts §8) expanded into plain scenario data: the dict a TOML file would parse to.
+
+The result uses only contracts §1/§7 keys, so the loader validates it like any file and every
+later stage (engine, trace, app, exports) sees an ordinary scenario:
+- every head of the layer: ``[attention]`` in the model's own wide matrices (num_heads,
+  num_kv_heads, W_Q/W_K/W_V and biases) and ``[output]`` W_O (and b_O);
+- a chosen subset: one ``[[heads]]`` table per head, in the order asked, each with its
+  W_Q/W_K/W_V column slices and ``kv_head``, the model's K/V head index (heads that share a
+  K/V head carry the same K/V slices); no W_O, since the other heads' outputs would be missing.
+"""
+
+from __future__ import annotations
+
+import difflib
+from pathlib import Path
+from typing import Any
+
+from qkv_tui.importers.errors import ImporterError
+from qkv_tui.importers.glass import PREFIX as GLASS_PREFIX
+from qkv_tui.importers.glass import open_glassllm
+from qkv_tui.importers.hf_folder import open_folder
+from qkv_tui.importers.stack import Array, Layer, Model, residual_stream
+
+MODEL_KEYS = ("source", "text", "layer", "heads")
+BESIDE_MODEL = ("title", "description", "model")
+
+
+def expand_model(doc: dict[str, Any], base: Path | None = None) -> dict[str, Any]:
+    """The scenario ``doc`` (a parsed TOML file with a ``[model]`` table) stands for, as plain data.
+
+    ``base`` is the scenario file's folder: a relative model folder is found from there.
+    Raises ImporterError with a one-line message.
+    """
+    for key in doc:
+        if key not in BESIDE_MODEL:
+            raise ImporterError(
+                f"{key!r} cannot sit beside [model]: the model gives tokens, X, [norm], [rope], the heads, [output]"
+                " and mask; only title and description may be written beside it"
+            )
+    table = doc["model"]
+    if not isinstance(table, dict):
+        raise ImporterError("model must be a table ([model]) with source and text")
+    _known(table)
+    source = _string(table, "source", 'a model: "glassllm:en", "glassllm:pt" or a Hugging Face model folder')
+    text = _string(table, "text", "the sentence to run through the model")
+    if not text.strip():
+        raise ImporterError("model.text is empty; expected a sentence to run through the model")
+    model = open_source(source, base)
+    layer = _layer(table, model)
+    heads = _heads(table, model)
+
+    labels, ids = model.tokenize(text)
+    if not ids:
+        raise ImporterError(f"model.text {text!r} gives no tokens; expected a sentence the tokenizer can read")
+    if len(ids) > model.context:
+        raise ImporterError(
+            f"model.text is {len(ids)} tokens long but {model.name} takes at most {model.context}; expected a shorter text"
+        )
+    X = residual_stream(model.embed(ids), [model.layer(i) for i in range(layer)], model.rope)  # (n, d_model)
+    weights = model.layer(layer)
+    _check_shapes(weights, model, X.shape[1])
+
+    result: dict[str, Any] = {key: doc[key] for key in ("title",) if key in doc}
+    result["description"] = _description(doc.get("description"), model, layer, heads, text, ids)
+    result["tokens"] = labels
+    result["X"] = X.tolist()
+    norm = weights.norm
+    result["norm"] = {"kind": norm.kind, "gamma": norm.gamma.tolist(), "eps": norm.eps}
+    if norm.beta is not None:
+        result["norm"]["beta"] = norm.beta.tolist()
+    if model.rope is not None:
+        result["rope"] = {"layout": model.rope.layout, "base": model.rope.base, "positions": list(range(len(ids)))}
+    if weights.scale is not None:
+        result["scale"] = weights.scale
+    result["mask"] = "causal" if weights.window is None else {"kind": "sliding", "window": weights.window}
+    if heads == list(range(model.num_heads)):
+        result.update(_all_heads(weights))
+    else:
+        result["heads"] = [_one_head(weights, layer, h) for h in heads]
+    return result
+
+
+def open_source(source: str, base: Path | None) -> Model:
+    if source.startswith(GLASS_PREFIX):
+        return open_glassllm(source[len(GLASS_PREFIX):])
+    folder = Path(source).expanduser()
+    if not folder.is_absolute() and base is not None:
+        folder = base / folder
+    return open_folder(folder, source)
+
+
+def _all_heads(weights: Layer) -> dict[str, Any]:
+    att = weights.attention
+    attention: dict[str, Any] = {"num_heads": att.num_heads, "num_kv_heads": att.num_kv_heads}
+    for role in ("Q", "K", "V"):
+        attention[f"W_{role}"] = getattr(att, f"W_{role}").tolist()
+        bias = getattr(att, f"b_{role}")
+        if bias is not None:
+            attention[f"b_{role}"] = bias.tolist()
+    output: dict[str, Any] = {"W_O": att.W_O.tolist()}
+    if att.b_O is not None:
+        output["b_O"] = att.b_O.tolist()
+    return {"attention": attention, "output": output}
+
+
+def _one_head(weights: Layer, layer: int, h: int) -> dict[str, Any]:
+    att = weights.attention
+    g = att.kv_head(h)
+    cols = {"Q": slice(h * att.d_k, (h + 1) * att.d_k), "K": slice(g * att.d_k, (g + 1) * att.d_k),
+            "V": slice(g * att.d_v, (g + 1) * att.d_v)}
+    table: dict[str, Any] = {"name": f"L{layer} H{h}"}
+    for role, cut in cols.items():
+        table[f"W_{role}"] = getattr(att, f"W_{role}")[:, cut].tolist()
+        bias: Array | None = getattr(att, f"b_{role}")
+        if bias is not None:
+            table[f"b_{role}"] = bias[cut].tolist()
+    table["kv_head"] = g
+    return table
+
+
+def _description(given: Any, model: Model, layer: int, heads: list[int], text: str, ids: list[int]) -> str:
+    which = "every head"
+    if heads != list(range(model.num_heads)):
+        which = ("head " if len(heads) == 1 else "heads ") + ", ".join(map(str, heads))
+    origin = f"{model.name}, layer {layer}, {which} (0-based), on {text!r}: {len(ids)} tokens, ids {' '.join(map(str, ids))}."
+    if isinstance(given, str) and given.strip():
+        return f"{given.rstrip()}\n\n{origin}"
+    return origin
+
+
+def _check_shapes(weights: Layer, model: Model, d_model: int) -> None:
+    att = weights.attention
+    expected = {
+        "W_Q": (d_model, att.num_heads * att.d_k), "W_K": (d_model, att.num_kv_heads * att.d_k),
+        "W_V": (d_model, att.num_kv_heads * att.d_v), "W_O": (att.num_heads * att.d_v, d_model),
+    }
+    for role, shape in expected.items():
+        got = getattr(att, role).shape
+        if got != shape:
+            raise ImporterError(
+                f"{model.name}: the layer's {role} is {got[0]}×{got[1]}; the config implies {shape[0]}×{shape[1]}"
+            )
+
+
+def _known(table: dict[str, Any]) -> None:
+    for key in table:
+        if key not in MODEL_KEYS:
+            hint = difflib.get_close_matches(key, MODEL_KEYS, n=1, cutoff=0.6)
+            more = f"; did you mean {hint[0]!r}?" if hint else f"; expected one of: {', '.join(MODEL_KEYS)}"
+            raise ImporterError(f"unknown key {key!r} in [model]{more}")
+
+
+def _string(table: dict[str, Any], key: str, what: str) -> str:
+    if key not in table:
+        raise ImporterError(f"[model] is missing {key!r}; expected {what}")
+    value = table[key]
+    if not isinstance(value, str):
+        raise ImporterError(f"model.{key} must be a string ({what}), got {_kind(value)}")
+    return value
+
+
+def _index(value: Any, key: str, count: int, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ImporterError(f"{key} must be a whole number, got {_kind(value)}; expected 0 … {count - 1} (0-based {what})")
+    if not 0 <= value < count:
+        raise ImporterError(f"{key} = {value} is out of range; the model has {count} {what}s, numbered 0 … {count - 1}")
+    return value
+
+
+def _layer(table: dict[str, Any], model: Model) -> int:
+    return _index(table.get("layer", 0), "model.layer", model.num_layers, "layer")
+
+
+def _heads(table: dict[str, Any], model: Model) -> list[int]:
+    if "heads" not in table:
+        return list(range(model.num_heads))
+    raw = table["heads"]
+    if not isinstance(raw, list) or not raw:
+        raise ImporterError(f"model.heads must be a non-empty list of head numbers (0 … {model.num_heads - 1}), got {_kind(raw)}")
+    heads = [_index(h, f"model.heads[{i}]", model.num_heads, "head") for i, h in enumerate(raw)]
+    for i, h in enumerate(heads):
+        if h in heads[:i]:
+            raise ImporterError(f"model.heads lists head {h} twice; expected each head at most once")
+    return heads
+
+
+def _kind(value: Any) -> str:
+    if isinstance(value, bool):
+        return f"a boolean ({str(value).lower()})"
+    if isinstance(value, str):
+        return f"a string ({value!r})"
+    if isinstance(value, (int, float)):
+        return f"a number ({value})"
+    if isinstance(value, list):
+        return "a list" if value else "an empty list"
+    if isinstance(value, dict):
+        return "a table"
+    return type(value).__name__

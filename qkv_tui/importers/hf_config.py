@@ -1,0 +1,178 @@
+"""A Hugging Face config.json, read strictly: what each model_type means for the format.
+
+Every feature the scenario format cannot express (a rope scaling, a partial rotary factor,
+another model_type, a chunked attention layer) is an error naming it, never an approximation.
+Both config forms are read: transformers 4's ``rope_theta``/``rope_scaling`` and transformers
+5's ``rope_parameters`` (one dict, or one per layer type).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from qkv_tui.importers.errors import ImporterError
+
+GPT2_TYPES = ("gpt2",)
+LLAMA_TYPES = ("llama", "mistral", "qwen2")
+ALL_TYPES = GPT2_TYPES + LLAMA_TYPES
+
+
+@dataclass(frozen=True)
+class Config:
+    model_type: str
+    d_model: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    context: int
+    eps: float
+    activation: str
+    rope_base: float | None  # None for GPT-2 (learned positions)
+    raw: dict[str, Any]
+
+
+def read_config(path: Path) -> Config:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ImporterError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ImporterError(f"{path}: not valid JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise ImporterError(f"{path}: expected a JSON object")
+    model_type = data.get("model_type")
+    if model_type not in ALL_TYPES:
+        raise ImporterError(
+            f"{path.name}: model_type {model_type!r} is not supported; expected one of: {', '.join(ALL_TYPES)}"
+        )
+    get = _Reader(path.name, data)
+    if model_type == "gpt2":
+        d_model, heads = get.int("n_embd", 768), get.int("n_head", 12)
+        if d_model % heads:
+            raise ImporterError(f"{path.name}: n_embd = {d_model} is not a multiple of n_head = {heads}")
+        return Config(
+            model_type, d_model, get.int("n_layer", 12), heads, heads, d_model // heads,
+            get.int("n_positions", get.int("n_ctx", 1024)), get.number("layer_norm_epsilon", 1e-5),
+            get.string("activation_function", "gelu_new"), None, data,
+        )
+    d_model, heads = get.int("hidden_size", 4096), get.int("num_attention_heads", 32)
+    kv_heads = get.int("num_key_value_heads", heads)
+    if heads % kv_heads:
+        raise ImporterError(f"{path.name}: num_key_value_heads = {kv_heads} does not divide num_attention_heads = {heads}")
+    head_dim = get.int("head_dim", d_model // heads)
+    if head_dim % 2:
+        raise ImporterError(f"{path.name}: head_dim = {head_dim} is odd; RoPE needs an even head_dim")
+    if data.get("mlp_bias"):
+        raise ImporterError(f"{path.name}: mlp_bias = true is not supported (LLaMA-family MLPs without biases only)")
+    return Config(
+        model_type, d_model, get.int("num_hidden_layers", 32), heads, kv_heads, head_dim,
+        get.int("max_position_embeddings", 2048), get.number("rms_norm_eps", 1e-6),
+        get.string("hidden_act", "silu"), _rope_base(path.name, data), data,
+    )
+
+
+def _rope_base(name: str, data: dict[str, Any]) -> float:
+    """The RoPE base, refusing every rope variant the Rotate stage does not compute."""
+    params = data.get("rope_parameters")
+    if isinstance(params, dict) and params and "rope_type" not in params and "rope_theta" not in params:
+        # transformers 5 with several layer types: one dict per type; they must agree to share one [rope]
+        tables = [t for t in params.values() if isinstance(t, dict)]
+        bases = {_rope_table_base(name, t, "rope_parameters") for t in tables}
+        if len(bases) != 1:
+            raise ImporterError(f"{name}: rope_parameters gives different bases per layer type ({sorted(bases)}); not supported")
+        return bases.pop()
+    if isinstance(params, dict):
+        return _rope_table_base(name, params, "rope_parameters")
+    scaling = data.get("rope_scaling")
+    if isinstance(scaling, dict):
+        kind = scaling.get("rope_type", scaling.get("type", "default"))
+        if kind != "default":
+            raise ImporterError(
+                f"{name}: rope_scaling of type {kind!r} is not supported; the Rotate stage computes plain RoPE"
+                " (rope_scaling null or type 'default')"
+            )
+    _no_partial(name, data.get("partial_rotary_factor"))
+    return _Reader(name, data).number("rope_theta", 10000.0)
+
+
+def _rope_table_base(name: str, table: dict[str, Any], where: str) -> float:
+    kind = table.get("rope_type", "default")
+    if kind != "default":
+        raise ImporterError(f"{name}: {where}.rope_type {kind!r} is not supported; the Rotate stage computes plain RoPE")
+    _no_partial(name, table.get("partial_rotary_factor"))
+    return _Reader(name, table).number("rope_theta", 10000.0)
+
+
+def _no_partial(name: str, factor: Any) -> None:
+    if factor is not None and factor != 1 and factor != 1.0:
+        raise ImporterError(f"{name}: partial_rotary_factor = {factor} is not supported; [rope] rotates every dimension of d_k")
+
+
+def sliding_window(config: Config, layer: int) -> int | None:
+    """The window of the layer's causal sliding-window attention, or None for plain causal attention."""
+    data = config.raw
+    window = data.get("sliding_window")
+    types = data.get("layer_types")
+    if types is not None:
+        if not isinstance(types, list) or len(types) != config.num_layers:
+            raise ImporterError(f"config.json: layer_types must list one type per layer ({config.num_layers})")
+        kind = types[layer]
+        if kind == "full_attention":
+            return None
+        if kind != "sliding_attention":
+            raise ImporterError(
+                f"config.json: layer_types[{layer}] = {kind!r} is not supported; expected full_attention or sliding_attention"
+            )
+        return _window(window)
+    if window is None or config.model_type in ("gpt2", "llama"):
+        return None
+    if config.model_type == "qwen2":
+        # Qwen2 slides only with use_sliding_window, and only from layer max_window_layers on
+        if not data.get("use_sliding_window", False):
+            return None
+        if layer < _Reader("config.json", data).int("max_window_layers", 28):
+            return None
+        return _window(window)
+    if data.get("use_sliding_window") is False:
+        return None
+    return _window(window)  # mistral
+
+
+def _window(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ImporterError(f"config.json: sliding_window = {value!r}; expected a whole number >= 1")
+    return value
+
+
+class _Reader:
+    def __init__(self, name: str, data: dict[str, Any]) -> None:
+        self.name, self.data = name, data
+
+    def int(self, key: str, default: int) -> int:
+        value = self.data.get(key)
+        if value is None:
+            return default
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ImporterError(f"{self.name}: {key} = {value!r}; expected a whole number >= 1")
+        return value
+
+    def number(self, key: str, default: float) -> float:
+        value = self.data.get(key)
+        if value is None:
+            return default
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+            raise ImporterError(f"{self.name}: {key} = {value!r}; expected a number > 0")
+        return float(value)
+
+    def string(self, key: str, default: str) -> str:
+        value = self.data.get(key)
+        if value is None:
+            return default
+        if not isinstance(value, str):
+            raise ImporterError(f"{self.name}: {key} = {value!r}; expected a string")
+        return value

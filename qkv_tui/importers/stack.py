@@ -1,0 +1,209 @@
+"""What every source is turned into: a decoder stack in NumPy, and the forward pass up to a layer.
+
+A source (glassllm, a Hugging Face folder) says how to tokenize, embed and read layer i; this
+module runs the layers before the chosen one (attention, then the MLP, each with its residual,
+pre-norm as GPT-2, LLaMA and glassllm all are) so X is the residual stream entering it. Everything
+is float64: the weights are widened once when read.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+Array = npt.NDArray[np.float64]
+Tokenize = Callable[[str], tuple[list[str], list[int]]]  # text -> (labels, ids)
+
+
+@dataclass(frozen=True, eq=False)
+class Norm:
+    """RMSNorm or LayerNorm with the model's own eps (contracts §7 [norm])."""
+
+    kind: str  # "rms" | "layer"
+    gamma: Array  # (d_model,)
+    beta: Array | None  # (d_model,), LayerNorm only
+    eps: float
+
+    def __call__(self, x: Array) -> Array:
+        out: Array
+        if self.kind == "rms":
+            out = x / np.sqrt((x * x).mean(axis=-1, keepdims=True) + self.eps) * self.gamma
+            return out
+        centred = x - x.mean(axis=-1, keepdims=True)
+        out = centred / np.sqrt((centred * centred).mean(axis=-1, keepdims=True) + self.eps) * self.gamma
+        return out + self.beta if self.beta is not None else out
+
+
+@dataclass(frozen=True)
+class Rope:
+    layout: str  # "interleaved" (pairs 2i, 2i+1) | "half" (pairs i, i + d_k/2)
+    base: float
+
+    def rotate(self, x: Array) -> Array:
+        """Rotate the rows of x (n, d_k), row p by position p."""
+        n, d_k = x.shape
+        half = d_k // 2
+        theta = self.base ** (-2.0 * np.arange(half) / d_k)  # (d_k/2,)
+        angle = np.arange(n)[:, None] * theta[None, :]  # (n, d_k/2)
+        cos, sin = np.cos(angle), np.sin(angle)
+        first = np.arange(0, d_k, 2) if self.layout == "interleaved" else np.arange(half)
+        second = first + 1 if self.layout == "interleaved" else first + half
+        a, b = x[:, first], x[:, second]
+        out = np.empty_like(x)
+        out[:, first] = a * cos - b * sin
+        out[:, second] = a * sin + b * cos
+        return out
+
+
+@dataclass(frozen=True, eq=False)
+class Attention:
+    """One layer's attention in the x·W orientation (rows = inputs), heads side by side in the columns."""
+
+    W_Q: Array  # (d_model, H·d_k)
+    W_K: Array  # (d_model, H_kv·d_k)
+    W_V: Array  # (d_model, H_kv·d_v)
+    W_O: Array  # (H·d_v, d_model)
+    b_Q: Array | None
+    b_K: Array | None
+    b_V: Array | None
+    b_O: Array | None
+    num_heads: int
+    num_kv_heads: int
+
+    @property
+    def d_k(self) -> int:
+        return int(self.W_Q.shape[1]) // self.num_heads
+
+    @property
+    def d_v(self) -> int:
+        return int(self.W_V.shape[1]) // self.num_kv_heads
+
+    def kv_head(self, head: int) -> int:
+        return head * self.num_kv_heads // self.num_heads
+
+
+@dataclass(frozen=True, eq=False)
+class Layer:
+    norm: Norm  # before attention
+    attention: Attention
+    mlp_norm: Norm  # before the MLP
+    mlp: Callable[[Array], Array]  # (n, d_model) -> (n, d_model)
+    scale: float | None  # what scores are divided by; None = sqrt(d_k)
+    window: int | None  # a sliding window (0 <= i - j < window), None = plain causal
+
+
+def _project(x: Array, W: Array, b: Array | None) -> Array:
+    out: Array = x @ W
+    return out + b if b is not None else out
+
+
+def attention_forward(layer: Layer, rope: Rope | None, x: Array) -> Array:
+    """The attention sub-layer's output for the normed input x (n, d_model): every head, then W_O."""
+    att = layer.attention
+    n = x.shape[0]
+    d_k, d_v = att.d_k, att.d_v
+    q_all = _project(x, att.W_Q, att.b_Q)  # (n, H·d_k)
+    k_all = _project(x, att.W_K, att.b_K)  # (n, H_kv·d_k)
+    v_all = _project(x, att.W_V, att.b_V)  # (n, H_kv·d_v)
+    i, j = np.arange(n)[:, None], np.arange(n)[None, :]
+    allow = (i - j >= 0) & (i - j < (layer.window if layer.window is not None else n + 1))
+    scale = layer.scale if layer.scale is not None else math.sqrt(d_k)
+    outputs = []
+    for h in range(att.num_heads):
+        g = att.kv_head(h)
+        q = q_all[:, h * d_k:(h + 1) * d_k]
+        k = k_all[:, g * d_k:(g + 1) * d_k]
+        v = v_all[:, g * d_v:(g + 1) * d_v]
+        if rope is not None:
+            q, k = rope.rotate(q), rope.rotate(k)
+        scores = np.where(allow, q @ k.T / scale, -np.inf)  # (n, n)
+        weights = np.exp(scores - scores.max(axis=1, keepdims=True))
+        outputs.append(weights / weights.sum(axis=1, keepdims=True) @ v)  # (n, d_v)
+    return _project(np.concatenate(outputs, axis=1), att.W_O, att.b_O)
+
+
+def residual_stream(embedded: Array, layers: list[Layer], rope: Rope | None) -> Array:
+    """Run whole blocks (attention and MLP, each added back) over the embeddings: the input of the next layer."""
+    x = embedded
+    for layer in layers:
+        x = x + attention_forward(layer, rope, layer.norm(x))
+        x = x + layer.mlp(layer.mlp_norm(x))
+    return x
+
+
+# --- MLPs and their activations ---------------------------------------------------
+
+
+def _gelu_tanh(x: Array) -> Array:
+    return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3)))
+
+
+def _gelu_erf(x: Array) -> Array:
+    erf: Array = np.vectorize(math.erf, otypes=[np.float64])(x / math.sqrt(2.0))  # NumPy has no erf
+    return 0.5 * x * (1.0 + erf)
+
+
+def _silu(x: Array) -> Array:
+    return x / (1.0 + np.exp(-x))
+
+
+ACTIVATIONS: dict[str, Callable[[Array], Array]] = {
+    "gelu_new": _gelu_tanh,  # GPT-2's
+    "gelu_pytorch_tanh": _gelu_tanh,
+    "gelu_fast": _gelu_tanh,
+    "gelu": _gelu_erf,
+    "relu": lambda x: np.maximum(x, 0.0),
+    "silu": _silu,  # LLaMA's (SwiGLU gate)
+    "swish": _silu,
+    "quick_gelu": lambda x: x / (1.0 + np.exp(-1.702 * x)),
+}
+
+
+@dataclass(frozen=True, eq=False)
+class DenseMlp:
+    """GPT-2's MLP: act(x·W_in + b_in)·W_out + b_out."""
+
+    W_in: Array
+    b_in: Array | None
+    W_out: Array
+    b_out: Array | None
+    act: Callable[[Array], Array]
+
+    def __call__(self, x: Array) -> Array:
+        return _project(self.act(_project(x, self.W_in, self.b_in)), self.W_out, self.b_out)
+
+
+@dataclass(frozen=True, eq=False)
+class GatedMlp:
+    """LLaMA's and glassllm's SwiGLU: (act(x·W_gate) ⊙ x·W_up)·W_down."""
+
+    W_gate: Array
+    W_up: Array
+    W_down: Array
+    act: Callable[[Array], Array]
+
+    def __call__(self, x: Array) -> Array:
+        return (self.act(x @ self.W_gate) * (x @ self.W_up)) @ self.W_down
+
+
+@dataclass(frozen=True, eq=False)
+class Model:
+    """A source, opened: enough to tokenize a text and read any layer."""
+
+    name: str  # as the [model] table names it, for messages
+    num_layers: int
+    num_heads: int  # query heads per layer
+    context: int  # the longest token sequence the model takes
+    rope: Rope | None  # None: positions are learned and already in the embeddings
+    tokenize: Tokenize
+    embed: Callable[[list[int]], Array]  # ids -> (n, d_model), position embeddings included
+    layer: Callable[[int], Layer]
+
+
+def printable(label: str) -> str:
+    """A token label that a one-line pane can show: control characters (a newline token) escaped."""
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in label)
