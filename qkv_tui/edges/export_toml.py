@@ -1,0 +1,91 @@
+"""The TOML export: any scenario, a real model's head included, as a plain scenario file with every number.
+
+A teacher freezes a head this way and shares one file that opens without the model. Floats are
+written with ``repr`` (the shortest text that reads back to the same float64), so loading the
+export gives bit-for-bit the same matrices, and the same computation.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+import numpy as np
+
+from qkv_tui.core.scenario import Matrix, Scenario
+
+
+def number(value: float) -> str:
+    """A finite float as TOML: whole numbers without ".0" (hand-made files read as written), the rest exactly."""
+    v = float(value)
+    if not math.isfinite(v):
+        raise ValueError(f"{v} cannot be written to a scenario file")
+    if v.is_integer() and abs(v) < 2**53:
+        return str(int(v))
+    return repr(v)
+
+
+def string(text: str) -> str:
+    """A TOML basic string."""
+    out = []
+    for c in text:
+        if c in '"\\':
+            out.append("\\" + c)
+        elif c in "\b\t\n\f\r":
+            out.append({"\b": "\\b", "\t": "\\t", "\n": "\\n", "\f": "\\f", "\r": "\\r"}[c])
+        elif ord(c) < 0x20 or ord(c) == 0x7F:
+            out.append(f"\\u{ord(c):04x}")
+        else:
+            out.append(c)
+    return '"' + "".join(out) + '"'
+
+
+def vector(values: Iterable[float]) -> str:
+    return "[" + ", ".join(number(v) for v in values) + "]"
+
+
+def matrix(array: Matrix) -> str:
+    """One row per line: a diff of two exports shows which rows changed."""
+    return "[\n" + "".join(f"  {vector(row)},\n" for row in array) + "]"
+
+
+def labels(items: Iterable[str]) -> str:
+    return "[" + ", ".join(string(t) for t in items) + "]"
+
+
+def _flags(allow: np.ndarray) -> str:
+    return "[\n" + "".join("  [" + ", ".join("1" if v else "0" for v in row) + "],\n" for row in allow) + "]"
+
+
+def to_toml(scenario: Scenario) -> str:
+    """The scenario as a scenario file that loads back to the same computation."""
+    sc = scenario
+    lines = [
+        f"# Exported by qkv-tui --export toml from {sc.source}: every number at full precision.",
+        f"title = {string(sc.title)}",
+    ]
+    if sc.description:
+        lines.append(f"description = {string(sc.description)}")
+    lines += [f"tokens = {labels(sc.tokens)}", f"X = {matrix(sc.X)}"]
+    if sc.scale is not None:
+        lines.append(f"scale = {number(sc.scale)}")
+    if sc.mask_kind in ("none", "causal"):
+        lines.append(f"mask = {string(sc.mask_kind)}")
+    if sc.context_X is not None:
+        lines += ["", "[context]", f"tokens = {labels(sc.key_tokens)}", f"X = {matrix(sc.context_X)}"]
+    if sc.mask_kind == "padding":
+        lines += ["", "[mask]", 'kind = "padding"', "pad = [" + ", ".join("false" if v else "true" for v in sc.allow[0]) + "]"]
+    elif sc.mask_kind == "custom":
+        lines += ["", "[mask]", 'kind = "custom"', f"allow = {_flags(sc.allow)}"]
+    if sc.num_heads_split is not None:
+        lines += ["", "[attention]", f"num_heads = {sc.num_heads_split}"]
+        for role in ("W_Q", "W_K", "W_V"):
+            wide = np.concatenate([getattr(h, role) for h in sc.heads], axis=1)
+            lines.append(f"{role} = {matrix(wide)}")
+    else:
+        for head in sc.heads:
+            lines += ["", "[[heads]]", f"name = {string(head.name)}"]
+            lines += [f"{role} = {matrix(getattr(head, role))}" for role in ("W_Q", "W_K", "W_V")]
+    if sc.W_O is not None:
+        lines += ["", "[output]", f"W_O = {matrix(sc.W_O)}"]
+    return "\n".join(lines) + "\n"
