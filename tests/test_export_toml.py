@@ -75,3 +75,11 @@ def test_the_file_reads_like_a_hand_written_one() -> None:
     assert 'tokens = ["I", "love", "AI"]' in text
     assert "X = [\n  [1, 0, 1, 0],\n  [0, 1, 0, 1],\n  [1, 1, 0, 0],\n]" in text
     assert text.startswith("# Exported by qkv-tui --export toml from i_love_ai")
+
+
+def test_the_command_line_writes_it(cli) -> None:
+    run = cli("--export", "toml", "two_heads")
+    assert run.code == 0 and run.err == ""
+    same_computation(load_scenario("two_heads"), parse_scenario(run.out, "exported.toml"))
+    bad = cli("--export", "toml", "no_such_scenario")
+    assert bad.code == 2 and bad.out == "" and bad.err.startswith("error: no_such_scenario: no such file")

@@ -32,11 +32,19 @@ def _export_markdown(scenario: Scenario, out: TextIO) -> None:
     out.write(to_markdown(compute(scenario)))
 
 
+def _export_toml(scenario: Scenario, out: TextIO) -> None:
+    from qkv_tui.edges.export_toml import to_toml
+
+    compute(scenario)  # a scenario that cannot be computed is an error here too, before any output
+    out.write(to_toml(scenario))
+
+
 # ``--export FORMAT``: each writes the scenario to stdout, or raises ScenarioError before
 # writing anything. Imported lazily, so ``--check`` and the app do not pay for them.
 EXPORTERS: dict[str, tuple[Exporter, str]] = {
     "json": (_export_json, "every matrix as JSON (full float64 precision)"),
     "markdown": (_export_markdown, "a worked-example page, every step with its numbers"),
+    "toml": (_export_toml, "a plain scenario file with every number, a model's head included"),
 }
 
 
