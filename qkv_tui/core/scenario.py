@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from qkv_tui.core.tomlfile import ReadError, decode, parse_toml, read_bytes, stat_path
+from qkv_tui.core.tomlfile import NumberGrid, ReadError, decode, parse_toml, read_bytes, stat_path
 
 Matrix = npt.NDArray[np.float64]
 BoolMatrix = npt.NDArray[np.bool_]
@@ -207,7 +207,27 @@ def parse_scenario(raw: bytes | str, source: str, default_title: str = "scenario
         doc = parse_toml(text)
     except ReadError as exc:
         raise ScenarioError(source, exc.message) from None
+    _plain_lists(doc)
     return _Validator(source).scenario(doc, default_title)
+
+
+MATRIX_KEYS = frozenset({"X", "W_Q", "W_K", "W_V", "W_O", "allow"})
+
+
+def _plain_lists(doc: dict[str, Any]) -> None:
+    """Large number arrays come from the reader as NumberGrid (tomlfile); only matrix keys
+    take them as they are. Anywhere else one gets tomllib's own lists, so every other
+    rule (and its message) sees exactly what the file says."""
+    tables: list[dict[str, Any]] = [doc]
+    while tables:
+        table = tables.pop()
+        for key, value in table.items():
+            if isinstance(value, dict):
+                tables.append(value)
+            elif isinstance(value, list):
+                tables.extend(item for item in value if isinstance(item, dict))
+            elif isinstance(value, NumberGrid) and key not in MATRIX_KEYS:
+                table[key] = value.as_lists()
 
 
 # --- where each key belongs -------------------------------------------------------
@@ -285,6 +305,12 @@ class _Validator:
         return tuple(self.label(item, f"{key} item {i + 1}") for i, item in enumerate(value))
 
     def matrix(self, value: Any, key: str, labels: tuple[str, ...] = ()) -> Matrix:
+        if isinstance(value, NumberGrid):  # already numbers, rectangular; only finiteness is left
+            bad = np.argwhere(~np.isfinite(value.values))
+            if bad.size:
+                r, c = (int(i) for i in bad[0])
+                self.number(float(value.values[r, c]), f"{_row(key, r, labels)}, column {c + 1}")
+            return value.values
         if not isinstance(value, list) or not value:
             raise self.fail(f"{key} must be a non-empty list of rows (a 2-D array of numbers), got {_kind(value)}")
         width = None
@@ -521,22 +547,7 @@ class _Validator:
         elif kind == "custom":
             if "allow" not in table:
                 raise self.fail(f"mask kind 'custom' needs allow = [[...]], {n} rows of {m} flags (1/true = may attend)")
-            rows = table["allow"]
-            if not isinstance(rows, list) or len(rows) != n:
-                got = _count(len(rows), "row") if isinstance(rows, list) else _kind(rows)
-                raise self.fail(f"[mask] allow must have one row per query token: expected {n}, got {got}")
-            for i, row in enumerate(rows):
-                name = _row("[mask] allow", i, tokens)
-                if not isinstance(row, list) or len(row) != m:
-                    got = _count(len(row), "flag") if isinstance(row, list) else _kind(row)
-                    raise self.fail(f"{name} must have one flag per key token: expected {m}, got {got}")
-                for j, flag in enumerate(row):
-                    if isinstance(flag, bool) or (isinstance(flag, int) and flag in (0, 1)):
-                        allow[i, j] = bool(flag)
-                    else:
-                        raise self.fail(
-                            f"{name}, column {j + 1} ({_quote(key_tokens[j])}) must be 1/0 or true/false, got {_kind(flag)}"
-                        )
+            allow = self.custom_allow(table["allow"], tokens, key_tokens)
         for i in range(n):
             if not allow[i].any():
                 raise self.fail(
@@ -545,6 +556,32 @@ class _Validator:
                 )
         allow.setflags(write=False)
         return kind, allow
+
+    def custom_allow(self, rows: Any, tokens: tuple[str, ...], key_tokens: tuple[str, ...]) -> BoolMatrix:
+        n, m = len(tokens), len(key_tokens)
+        if isinstance(rows, NumberGrid):
+            grid = rows.values
+            if rows.integers and grid.shape == (n, m) and ((grid == 0) | (grid == 1)).all():
+                fast: BoolMatrix = grid == 1
+                return fast
+            rows = rows.as_lists()  # something is wrong: find it with the file's own values
+        if not isinstance(rows, list) or len(rows) != n:
+            got = _count(len(rows), "row") if isinstance(rows, list) else _kind(rows)
+            raise self.fail(f"[mask] allow must have one row per query token: expected {n}, got {got}")
+        allow = np.ones((n, m), dtype=bool)
+        for i, row in enumerate(rows):
+            name = _row("[mask] allow", i, tokens)
+            if not isinstance(row, list) or len(row) != m:
+                got = _count(len(row), "flag") if isinstance(row, list) else _kind(row)
+                raise self.fail(f"{name} must have one flag per key token: expected {m}, got {got}")
+            for j, flag in enumerate(row):
+                if isinstance(flag, bool) or (isinstance(flag, int) and flag in (0, 1)):
+                    allow[i, j] = bool(flag)
+                else:
+                    raise self.fail(
+                        f"{name}, column {j + 1} ({_quote(key_tokens[j])}) must be 1/0 or true/false, got {_kind(flag)}"
+                    )
+        return allow
 
 
 # --- how values are named in messages -------------------------------------------------

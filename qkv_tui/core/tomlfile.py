@@ -12,8 +12,12 @@ import os
 import re
 import stat
 import tomllib
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import numpy as np
+import numpy.typing as npt
 
 MAX_BYTES = 64 * 1024 * 1024  # 64 MiB: a 4,096 x 512 matrix at full precision is about 45 MB
 MAX_BYTES_TEXT = "64 MiB"
@@ -119,9 +123,10 @@ def decode(raw: bytes) -> str:
 
 
 def parse_toml(text: str) -> dict[str, Any]:
-    """tomllib's document, with every failure turned into a ReadError with a position."""
+    """tomllib's document, with every failure turned into a ReadError with a position.
+    Large 2-D arrays of plain decimal numbers arrive as NumberGrid (see below)."""
     try:
-        return tomllib.loads(text)
+        return _with_grids(text)
     except tomllib.TOMLDecodeError as exc:
         raise ReadError(syntax_message(text, str(exc))) from None
     except RecursionError:
@@ -234,3 +239,142 @@ def _long_integer_message(text: str, exc: ValueError) -> str:
     digits = sum(ch.isdigit() for ch in found.group())
     return (f"{_at(text, found.start())}: an integer of {digits:,} digits; numbers must fit a float64"
             " (at most 309 digits, about 1.8e308)")
+
+
+# --- large matrices, read without tomllib ---------------------------------------------
+#
+# tomllib is pure Python: a 45 MB scenario (a 4,096 x 512 X) took 14 s of a 17 s --check.
+# A matrix written as rows of plain decimal numbers is recognised with one regular
+# expression that accepts only what TOML accepts, converted by NumPy, and replaced in
+# the text by a unique integer marker that keeps every line (and every column after
+# it) where it was; tomllib then reads the rest. A file that is not valid TOML is read
+# again by tomllib alone, so its errors and their positions are exactly tomllib's.
+# Anything unusual in an array (comments, underscores, hex, inf, a ragged row, a long
+# integer) leaves that array to tomllib.
+
+_FAST_MIN_CHARS = 4096  # below this tomllib is quick enough, and exactness is easiest
+_WS = r"(?:[ \t]|\r?\n)*+"
+# TOML's decimal integer and float (an integer part of at most 300 digits: longer ones
+# are left to tomllib, whose integer the validator names as too large)
+_NUM = r"[+-]?(?:0|[1-9][0-9]{0,299})(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?"
+_ROW = rf"\[{_WS}{_NUM}(?:{_WS},{_WS}{_NUM})*+{_WS},?{_WS}\]"
+_GRID = re.compile(rf"\[{_WS}{_ROW}(?:{_WS},{_WS}{_ROW})*+{_WS},?{_WS}\]")
+_LINE_END = re.compile(r"[ \t]*(?:\#[^\n]*)?(?:\r?\n|\Z)")
+# What can come before a matrix: strings and comments (skipped whole, so that text
+# inside them is never taken for a key), or a `key = [[` at the start of a line
+# (never inside an inline table or an array, where TOML puts no line start).
+_SCAN = re.compile(
+    r"""
+    (?P<skip>\#[^\n]*
+      | \"\"\"(?:[^"\\]|\\.|"(?!""))*\"{3,5} | '\'\'(?:[^']|'(?!''))*'{3,5}
+      | "(?:[^"\\\n]|\\.)*" | '[^'\n]*')
+    | (?P<stop>["'])
+    | ^[ \t]*[A-Za-z0-9_-]+(?:[ \t]*\.[ \t]*[A-Za-z0-9_-]+)*[ \t]*=[ \t]*(?P<grid>\[(?:[ \t]|\r?\n)*\[)
+    """,
+    re.VERBOSE | re.DOTALL | re.MULTILINE,
+)
+# An integer -0 (also matches an exponent "e-0", which only costs the fast path)
+_INTEGER_MINUS_ZERO = re.compile(r"-0(?![0-9.eE])")
+_MARKER = "7316029485731602948573160"  # 25 digits, then 6 of index: far beyond any real value
+
+
+@dataclass(frozen=True, eq=False)
+class NumberGrid:
+    """A large matrix of decimal numbers read straight into NumPy.
+
+    ``values`` is what tomllib's numbers would give as floats, bit for bit; ``integers``
+    says every number was written as an integer. ``as_lists()`` gives tomllib's own
+    nested lists, for a consumer that needs exactly what the file says (a mask)."""
+
+    values: npt.NDArray[np.float64]
+    integers: bool
+    text: str
+
+    def as_lists(self) -> list[Any]:
+        value: list[Any] = tomllib.loads("v = " + self.text)["v"]
+        return value
+
+
+def _grid(span: str) -> NumberGrid | None:
+    integers = not any(ch in span for ch in ".eE")
+    if not integers and _INTEGER_MINUS_ZERO.search(span):
+        return None  # an integer -0 among floats: tomllib's +0.0 is not worth a special case
+    rows = [part.split("]", 1)[0] for part in span.split("[")[2:]]  # the grammar matched: no brackets elsewhere
+    values = np.empty((0, 0), dtype=np.float64)
+    width = None
+    for i, body in enumerate(rows):
+        body = body.strip(" \t\r\n")
+        if body.endswith(","):
+            body = body[:-1]
+        count = body.count(",") + 1
+        if width is None:
+            width = count
+            values = np.empty((len(rows), width), dtype=np.float64)
+        elif count != width:
+            return None  # ragged: tomllib's lists, and the validator's message
+        parsed = np.fromstring(body, dtype=np.float64, sep=",")
+        if parsed.shape[0] != width:
+            return None
+        values[i] = parsed
+    if integers and "-0" in span:
+        values[values == 0] = 0.0  # tomllib's -0 is the integer 0, not the float -0.0
+    values.setflags(write=False)
+    return NumberGrid(values, integers, span)
+
+
+def _with_grids(text: str) -> dict[str, Any]:
+    if len(text) < _FAST_MIN_CHARS or _MARKER in text:
+        return tomllib.loads(text)
+    grids: dict[int, NumberGrid] = {}
+    pieces: list[str] = []
+    done = 0
+    pos = 0
+    while True:
+        found = _SCAN.search(text, pos)
+        if found is None:
+            break
+        if found.lastgroup == "stop":  # an unterminated string: tomllib will say where
+            return tomllib.loads(text)
+        pos = found.end()
+        if found.lastgroup != "grid":
+            continue
+        start = found.start("grid")
+        match = _GRID.match(text, start)
+        if match is None or match.end() - start < _FAST_MIN_CHARS or not _LINE_END.match(text, match.end()):
+            continue
+        span = match.group()
+        grid = _grid(span)
+        if grid is None:
+            pos = match.end()
+            continue
+        marker = f"{_MARKER}{len(grids):06d}"
+        grids[int(marker)] = grid
+        lines = span.count("\n")
+        tail = len(span) - span.rfind("\n") - 1 if lines else len(span) - len(marker)
+        pieces += [text[done:start], marker, "\n" * lines, " " * max(tail, 0)]
+        done = pos = match.end()
+    if not grids:
+        return tomllib.loads(text)
+    pieces.append(text[done:])
+    try:
+        doc = tomllib.loads("".join(pieces))
+    except (ValueError, RecursionError):
+        # The original text fails too (the grids were valid TOML): let tomllib report it there,
+        # since a position just after a marker is not the position just after its matrix.
+        return tomllib.loads(text)
+    _put_back(doc, grids)
+    return doc
+
+
+def _put_back(doc: dict[str, Any], grids: dict[int, NumberGrid]) -> None:
+    """Replace each marker by its grid; markers sit only in tables (a key = value line)."""
+    tables: list[dict[str, Any]] = [doc]
+    while tables:
+        table = tables.pop()
+        for key, value in table.items():
+            if isinstance(value, dict):
+                tables.append(value)
+            elif isinstance(value, list):
+                tables.extend(item for item in value if isinstance(item, dict))
+            elif type(value) is int and value in grids:
+                table[key] = grids[value]

@@ -1,0 +1,166 @@
+"""The reader's fast path for large matrices gives exactly what tomllib gives, errors included."""
+
+from __future__ import annotations
+
+import math
+import tomllib
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from qkv_tui.core import tomlfile
+from qkv_tui.core.tomlfile import NumberGrid, ReadError, parse_toml
+
+# Numbers as a person or a program writes them: shortest reprs, long decimals, integers,
+# signed zeros, exponents with leading zeros.
+number_text = st.one_of(
+    st.floats(allow_nan=False, allow_infinity=False).map(repr),
+    st.integers(-(10**30), 10**30).map(str),
+    st.sampled_from(["0", "-0", "+0", "-0.0", "0.0", "+1.5", "1e06", "1E-5", "-2.5e+3", "1e400", "-1e400", "5e-324"]),
+    st.tuples(st.integers(0, 10**20), st.integers(0, 10**40)).map(lambda p: f"{p[0]}.{p[1]:040d}"),
+)
+
+
+@st.composite
+def grid_text(draw: st.DrawFn) -> str:
+    rows, cols = draw(st.integers(1, 40)), draw(st.integers(1, 30))
+    sep = draw(st.sampled_from([", ", ",", " , ", ",\t"]))
+    newline = draw(st.sampled_from(["\n", "\r\n"]))
+    one_line = draw(st.booleans())
+    lines = []
+    for _ in range(rows):
+        cells = [draw(number_text) for _ in range(cols)]
+        trailing = "," if draw(st.booleans()) else ""
+        lines.append("[" + sep.join(cells) + trailing + "]")
+    joiner = ", " if one_line else "," + newline + "  "
+    return "[" + ("" if one_line else newline + "  ") + joiner.join(lines) + ("" if one_line else newline) + "]"
+
+
+def same(a: object, b: object) -> bool:
+    """Equal, with floats compared bit for bit (the sign of zero included)."""
+    if isinstance(a, NumberGrid):
+        a = a.values.tolist()
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+    if isinstance(a, float) or isinstance(b, float):
+        fa, fb = float(a), float(b)  # type: ignore[arg-type]
+        return (fa == fb and math.copysign(1, fa) == math.copysign(1, fb)) or (math.isnan(fa) and math.isnan(fb))
+    return a == b
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(grid=grid_text(), before=st.sampled_from(["", 'title = "a = [[1]]"\n', "# X = [[1, 2]]\n"]),
+       after=st.sampled_from(["", " # a comment", "\n[[heads]]\nname = 'h'"]))
+def test_fast_grids_equal_tomllib(grid: str, before: str, after: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(tomlfile, "_FAST_MIN_CHARS", 8)  # the same for every example: no reset needed
+    text = f'{before}X = {grid}{after}\nY = 1\n'
+    expected = tomllib.loads(text)
+    got = parse_toml(text)
+    assert same(got, expected)
+
+
+def test_large_grid_takes_the_fast_path_and_keeps_integer_zero_positive() -> None:
+    rows = ",\n".join("[" + ", ".join(["-0", "3", "-7"] * 100) + "]" for _ in range(20))
+    doc = parse_toml(f"X = [\n{rows}\n]\n")
+    grid = doc["X"]
+    assert isinstance(grid, NumberGrid) and grid.integers
+    assert grid.values.shape == (20, 300)
+    assert not np.signbit(grid.values[:, 0]).any()  # tomllib's -0 is the integer 0
+    assert same(grid, tomllib.loads(f"X = [\n{rows}\n]\n")["X"])
+
+
+@pytest.mark.parametrize("odd", ["1_000", "0x10", "inf", "nan", "# c\n", "01", "1.", ".5", "true", '"1"'])
+def test_anything_unusual_is_left_to_tomllib(odd: str) -> None:
+    rows = ",\n".join("[" + ", ".join(["1.25"] * 200) + "]" for _ in range(5))
+    text = f"X = [\n{rows},\n[{odd}" + ", 1.25" * 199 + "]\n]\n"
+    try:
+        expected = tomllib.loads(text)
+    except tomllib.TOMLDecodeError:
+        with pytest.raises(ReadError, match="TOML syntax error"):
+            parse_toml(text)
+        return
+    got = parse_toml(text)
+    assert isinstance(got["X"], list) and same(got, expected)
+
+
+def test_errors_after_a_large_grid_keep_their_line_and_column(monkeypatch: pytest.MonkeyPatch) -> None:
+    rows = ",\n".join("[" + ", ".join(["0.5"] * 300) + "]" for _ in range(10))
+    assert isinstance(parse_toml(f"X = [\n{rows}\n]\n")["X"], NumberGrid)
+    tails = ("] junk\n", "]\nY = [1, 2\nZ = 3\n", "]\n[[heads]\n", "]\nY = 1\nY = 2\n", "]\nW = '''x\n", "] # ok\nV = \n")
+    for tail in tails:
+        text = f"X = [\n{rows}\n{tail}"
+        messages = []
+        for limit in (8, 10**9):  # the fast path, then tomllib alone
+            monkeypatch.setattr(tomlfile, "_FAST_MIN_CHARS", limit)
+            with pytest.raises(ReadError) as caught:
+                parse_toml(text)
+            messages.append(caught.value.message)
+        assert messages[0] == messages[1] and messages[0].startswith("line "), messages
+
+
+def test_duplicate_keys_are_still_refused() -> None:
+    rows = ",\n".join("[" + ", ".join(["2"] * 500) + "]" for _ in range(3))
+    with pytest.raises(ReadError, match="line 10, column 2: TOML syntax error: Cannot overwrite a value"):
+        parse_toml(f"X = [\n{rows}\n]\nX = [\n{rows}\n]\n")
+
+
+def test_grids_inside_multiline_strings_stay_text() -> None:
+    rows = ",\n".join("[" + ", ".join(["2"] * 500) + "]" for _ in range(3))
+    text = f'description = """\nX = [\n{rows}\n]\n"""\n'
+    assert parse_toml(text) == tomllib.loads(text)
+
+
+def test_scenario_from_a_large_file_equals_the_slow_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    from qkv_tui.core.scenario import parse_scenario
+
+    rng = np.random.default_rng(3)
+    X = rng.standard_normal((64, 32))
+    W = rng.standard_normal((32, 8))
+
+    def mat(a: np.ndarray) -> str:
+        return "[\n" + ",\n".join("  [" + ", ".join(map(repr, row)) + "]" for row in a.tolist()) + "\n]"
+
+    allow = np.tril(np.ones((64, 64), dtype=int))
+    text = (f"tokens = [{', '.join(f'{chr(34)}t{i}{chr(34)}' for i in range(64))}]\nX = {mat(X)}\n"
+            f"[mask]\nkind = \"custom\"\nallow = [{', '.join(str(r.tolist()) for r in allow)}]\n"
+            f"[[heads]]\nW_Q = {mat(W)}\nW_K = {mat(W)}\nW_V = {mat(W)}\n")
+    fast = parse_scenario(text, "fast.toml")
+    monkeypatch.setattr(tomlfile, "_FAST_MIN_CHARS", 10**9)
+    slow = parse_scenario(text, "slow.toml")
+    assert np.array_equal(fast.X, slow.X) and np.array_equal(fast.X, X)
+    assert np.array_equal(fast.allow, slow.allow) and np.array_equal(fast.allow, allow == 1)
+    assert np.array_equal(fast.heads[0].W_V, slow.heads[0].W_V)
+
+
+def test_bad_values_in_a_large_grid_get_the_slow_paths_message(monkeypatch: pytest.MonkeyPatch) -> None:
+    from qkv_tui.core.scenario import ScenarioError, parse_scenario
+
+    allow = [[1] * 300 for _ in range(3)]
+    allow[1][7] = 2
+    a3 = ", ".join(['"a"'] * 3)
+    text = (f"tokens = [{a3}]\nX = [[1], [2], [3]]\n"
+            f"[mask]\nkind = \"custom\"\nallow = {allow}\n[[heads]]\nW_Q = [[1]]\nW_K = [[1]]\nW_V = [[1]]\n")
+    text = text.replace("[mask]", "[context]\ntokens = [" + ", ".join(['"k"'] * 300) + "]\nX = ["
+                        + ", ".join(["[1]"] * 300) + "]\n[mask]")
+    messages = []
+    for limit in (8, 10**9):
+        monkeypatch.setattr(tomlfile, "_FAST_MIN_CHARS", limit)
+        with pytest.raises(ScenarioError) as caught:
+            parse_scenario(text, "f.toml")
+        messages.append(caught.value.message)
+    assert messages[0] == messages[1] == (
+        '[mask] allow row 2 ("a"), column 8 ("k") must be 1/0 or true/false, got a number (2)')
+
+
+def test_infinite_values_in_a_large_grid(monkeypatch: pytest.MonkeyPatch) -> None:
+    from qkv_tui.core.scenario import ScenarioError, parse_scenario
+
+    row = ", ".join(["1.5"] * 300)
+    text = ('tokens = ["a", "b"]\nX = [[' + row + "], [" + row.replace("1.5", "1e999", 1) + "]]\n"
+            "[[heads]]\nW_Q = [[1]]\nW_K = [[1]]\nW_V = [[1]]\n")
+    with pytest.raises(ScenarioError, match=r'X row 2 \("b"\), column 1 is inf; expected a finite number'):
+        parse_scenario(text, "f.toml")
