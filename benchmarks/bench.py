@@ -227,6 +227,85 @@ def measure(repeats: int, presses: int, sizes: tuple[int, ...], core_sizes: tupl
     }
 
 
+# --- the command line at scale: --export json and --check of large files ---------------
+
+
+def full_precision_scenario(n: int, d_model: int, seed: int = 0) -> str:
+    """n tokens x d_model of random normals written with repr (about 20 characters a number),
+    as an exporter writing every float64 in full would: the large-file case for --check."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+
+    def mat(rows: int, cols: int) -> str:
+        rows_text = ("  [" + ", ".join(map(repr, row)) + "]" for row in rng.standard_normal((rows, cols)).tolist())
+        return "[\n" + ",\n".join(rows_text) + "\n]"
+
+    tokens = ", ".join(f'"t{i}"' for i in range(n))
+    head = "\n".join(f"{role} = {mat(d_model, 32)}" for role in ("W_Q", "W_K", "W_V"))
+    return f'title = "full precision {n}"\ntokens = [{tokens}]\nX = {mat(n, d_model)}\nmask = "causal"\n[[heads]]\n{head}\n'
+
+
+def run_measured(argv: list[str]) -> tuple[float, float]:
+    """Wall seconds and peak RSS (MiB) of one child process; its stdout is discarded."""
+    import os
+
+    with tempfile.TemporaryFile() as err:
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=err)
+        _, status, usage = os.wait4(proc.pid, 0)
+        elapsed = time.perf_counter() - t0
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        if proc.returncode:
+            err.seek(0)
+            raise RuntimeError(f"{argv} exited {proc.returncode}: {err.read().decode()[-500:]}")
+    return elapsed, usage.ru_maxrss / 1024  # Linux reports KiB
+
+
+def measure_cli(repeats: int, quick: bool) -> dict[str, Any]:
+    """--export json of a 2,048-token, 4-head scenario and --check of a 45 MB file, each beside
+    a baseline in the same run: for the export, loading and computing the scenario (the floor
+    any export pays); for the check, tomllib alone reading the same file (the old loader's core)."""
+    tmp = Path(tempfile.mkdtemp(prefix="qkv-bench-cli-"))
+    n_export, (n_check, d_check) = (256, (512, 128)) if quick else (2048, (4096, 512))
+    export_file = tmp / f"gen{n_export}.toml"
+    export_file.write_text(generated_scenario(n_export))
+    check_file = tmp / f"full{n_check}.toml"
+    check_file.write_text(full_precision_scenario(n_check, d_check))
+    py = sys.executable
+    floor = f"from qkv_tui import compute, load_scenario; compute(load_scenario({str(export_file)!r}))"
+    tomllib_only = f"import tomllib; tomllib.loads(open({str(check_file)!r}, encoding='utf-8').read())"
+    runs: dict[str, list[tuple[float, float]]] = {k: [] for k in ("export", "floor", "check", "tomllib")}
+    for _ in range(repeats):  # alternate measured and baseline runs, as the rest of the benchmark does
+        runs["export"].append(run_measured([py, "-m", "qkv_tui", "--export", "json", str(export_file)]))
+        runs["floor"].append(run_measured([py, "-c", floor]))
+        runs["check"].append(run_measured([py, "-m", "qkv_tui", "--check", str(check_file)]))
+        runs["tomllib"].append(run_measured([py, "-c", tomllib_only]))
+
+    def med(key: str, i: int) -> float:
+        return float(statistics.median(r[i] for r in runs[key]))
+
+    largest_mib = n_export * n_export * 8 / 2**20  # one n x n float64 matrix
+    return {
+        "export_tokens": n_export, "export_heads": 4, "largest_matrix_mib": largest_mib,
+        "check_file_mb": check_file.stat().st_size / 1e6, "check_shape": [n_check, d_check],
+        **{f"{k}_s": med(k, 0) for k in runs}, **{f"{k}_rss_mib": med(k, 1) for k in runs},
+        "repeats": repeats,
+    }
+
+
+def report_cli(cli: dict[str, Any]) -> str:
+    out = [f"command line at scale (medians of {cli['repeats']} runs; peak RSS of the process)"]
+    out.append(f"  --export json, {cli['export_tokens']} tokens x {cli['export_heads']} heads:"
+               f" {cli['export_s']:.1f} s, {cli['export_rss_mib']:.0f} MiB"
+               f" (load + compute alone: {cli['floor_s']:.1f} s, {cli['floor_rss_mib']:.0f} MiB;"
+               f" one {cli['export_tokens']}x{cli['export_tokens']} matrix: {cli['largest_matrix_mib']:.0f} MiB)")
+    out.append(f"  --check, {cli['check_file_mb']:.0f} MB file ({cli['check_shape'][0]} x {cli['check_shape'][1]} X,"
+               f" full precision): {cli['check_s']:.1f} s, {cli['check_rss_mib']:.0f} MiB"
+               f" (tomllib alone reading it: {cli['tomllib_s']:.1f} s, {cli['tomllib_rss_mib']:.0f} MiB)")
+    return "\n".join(out)
+
+
 def report(result: dict[str, Any]) -> str:
     out = [f"machine: {result['machine']}; medians of {result['repeats']} start-ups, "
            f"{result['presses']} step presses per run", ""]
@@ -263,10 +342,18 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="few repeats and sizes: a smoke run, not figures to quote")
     parser.add_argument("--repeats", type=int, default=9, help="start-ups per program (default 9)")
     parser.add_argument("--presses", type=int, default=100, help="step presses per run (default 100)")
+    parser.add_argument("--cli-only", action="store_true", help="only the command line at scale (minutes, not the app)")
+    parser.add_argument("--cli-repeats", type=int, default=3, help="runs of each command-line measurement (default 3)")
     args = parser.parse_args()
     quick = (2, 10, (16,), (512,))
-    result = measure(*quick) if args.quick else measure(args.repeats, args.presses, SIZES, CORE_SIZES)
-    print(json.dumps(result, indent=2) if args.json else report(result))
+    result: dict[str, Any] = {}
+    if not args.cli_only:
+        result = measure(*quick) if args.quick else measure(args.repeats, args.presses, SIZES, CORE_SIZES)
+    result["cli"] = measure_cli(1 if args.quick else args.cli_repeats, args.quick)
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        print("\n\n".join(([] if args.cli_only else [report(result)]) + [report_cli(result["cli"])]))
 
 
 if __name__ == "__main__":

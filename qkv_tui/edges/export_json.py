@@ -19,6 +19,8 @@ from qkv_tui.core.engine import Computation, HeadResult, combine, iter_heads
 from qkv_tui.core.scenario import Matrix, Scenario
 
 _CHUNK = 1 << 16  # characters gathered before each write: few calls, little memory
+_NEG_INF = float("-inf")
+_BOOL_TEXT = {False: "false", True: "true"}
 
 
 class _Out:
@@ -48,12 +50,16 @@ def _matrix(out: _Out, array: Matrix | np.ndarray[Any, Any], indent: str, *, mas
         return
     out.write("[\n")
     last = array.shape[0] - 1
+    number = _BOOL_TEXT.__getitem__ if array.dtype == np.bool_ else float.__repr__
     for i, row in enumerate(array):
         values = row.tolist()
         if masked and not np.isfinite(row).all():
-            values = [None if v == float("-inf") else v for v in values]
-        # json.dumps of a list of floats runs in C and writes each as repr(): exact round trips
-        out.write(f"{indent}  {json.dumps(values, allow_nan=False)}{',' if i < last else ''}\n")
+            text = ", ".join("null" if v == _NEG_INF else float.__repr__(v) for v in values)
+        else:
+            # repr is the shortest text that reads back as the same float64; the engine has
+            # refused inf and nan, so every number is valid JSON
+            text = ", ".join(map(number, values))
+        out.write(f"{indent}  [{text}]{',' if i < last else ''}\n")
     out.write(f"{indent}]")
 
 
