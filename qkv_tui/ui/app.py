@@ -21,6 +21,7 @@ from qkv_tui.screen.view import PaneSpec
 from qkv_tui.teach.quiz import Score, questions
 from qkv_tui.teach.stepper import Position, Stepper
 from qkv_tui.teach.trace import Trace
+from qkv_tui.ui.widgets.heatmap import HeatmapScreen
 from qkv_tui.ui.widgets.matrix import MatrixView
 from qkv_tui.ui.widgets.panels import ExplainPanel, FormulaLine, StageBar
 from qkv_tui.ui.widgets.screens import GotoScreen, HelpScreen, NotesScreen
@@ -59,6 +60,7 @@ class QKVApp(App[None]):
         Binding("minus", "decimals(-1)", "fewer decimals", show=False),
         Binding("escape", "reveal", "reveal", show=False),
         Binding("n", "notes", "notes", show=False),
+        Binding("m", "heatmap", "map", show=False),
         Binding("question_mark", "help", "help", key_display="?"),
         Binding("q", "quit", "quit"),
     ]
@@ -236,6 +238,8 @@ class QKVApp(App[None]):
             return None
         if action == "head" and self.stepper.head_count == 1:
             return None
+        if action == "head" and isinstance(self.screen, HeatmapScreen):
+            return False  # tab walks the map's heads, not the trace's behind it
         if self.modes.decode and action in TRACE_ONLY:
             return None
         return True
@@ -344,6 +348,10 @@ class QKVApp(App[None]):
 
     def action_notes(self) -> None:
         self.push_screen(NotesScreen())
+
+    def action_heatmap(self) -> None:
+        pending = self.modes.question is not None  # a cell the learner is predicting stays hidden here too
+        self.push_screen(HeatmapScreen(self.trace, self.position.head, self.position.index - pending))
 
     def action_goto(self) -> None:
         def done(number: int | None) -> None:

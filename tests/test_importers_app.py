@@ -1,0 +1,84 @@
+"""The attention map (key m) and real heads in the app."""
+
+from __future__ import annotations
+
+import pytest
+from textual.widgets import Static
+
+from qkv_tui import compute, load_scenario
+from qkv_tui.app import QKVApp
+from qkv_tui.screen.heatmap import SHADES, attention_map, shade
+from qkv_tui.teach.stepper import Position
+from qkv_tui.teach.trace import Trace
+from qkv_tui.ui.widgets.heatmap import HeatmapScreen
+
+
+def test_shades_follow_the_weight() -> None:
+    assert [shade(w)[0] for w in (0.0, 0.019, 0.02, 0.099, 0.1, 0.29, 0.3, 0.59, 0.6, 1.0)] == [0, 0, 1, 1, 2, 2, 3, 3, 4, 4]
+    assert shade(1.0)[1] == SHADES[-1][1] == "██"
+
+
+def test_the_map_shows_the_computed_weights_and_marks_each_rows_largest() -> None:
+    trace = Trace(compute(load_scenario("causal_mask")))
+    weights = trace.comp.heads[0].weights
+    full = attention_map(trace, 0, len(trace) - 1)
+    assert full.note == "every row computed"
+    assert [label.strip() for label in full.row_labels] == ["0 I", "1 love", "2 AI"]
+    assert full.header[0] == "I l A " and full.header[1] == "  o I "  # key labels written downwards
+    for i, row in enumerate(full.rows):
+        for j, cell in enumerate(row):
+            if j > i:
+                assert cell.level == -1  # masked by the causal mask
+            else:
+                assert cell.level == shade(float(weights[i, j]))[0]
+        assert [c.strongest for c in row].index(True) == int(weights[i].argmax())
+
+
+def test_rows_not_yet_computed_stay_blank() -> None:
+    trace = Trace(compute(load_scenario("i_love_ai")))
+    softmax = next(s for s in trace.segments if s.stage == "softmax")
+    amap = attention_map(trace, 0, softmax.start)  # the first weight only
+    assert amap.note.startswith("0 of 3 rows computed") or amap.note.startswith("1 of 3 rows computed")
+    assert amap.rows[2][2].level == -2 and amap.rows[2][2].text == "  "
+    before = attention_map(trace, 0, 0)
+    assert all(cell.level == -2 for row in before.rows for cell in row)
+
+
+async def test_m_opens_the_map_and_tab_walks_the_heads() -> None:
+    app = QKVApp("two_heads")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("end", "m")
+        await pilot.pause()
+        assert isinstance(app.screen, HeatmapScreen)
+        body = str(app.screen.query_one("#heatmap", Static).render())
+        assert "head 1" in body and "every row computed" in body and "0 I" in body
+        await pilot.press("tab")
+        await pilot.pause()
+        assert "head 2" in str(app.screen.query_one("#heatmap", Static).render())
+        await pilot.press("escape")
+        await pilot.pause()
+        assert not isinstance(app.screen, HeatmapScreen) and app.position.head == 0
+
+
+async def test_a_predicted_cell_stays_hidden_in_the_map() -> None:
+    app = QKVApp("i_love_ai")
+    async with app.run_test(size=(120, 40)) as pilot:
+        softmax = next(s for s in app.trace.segments if s.stage == "softmax")
+        app.position = Position(softmax.start - 1, 0)
+        await pilot.press("p", "right")  # the first weight is now a question, typed into the answer box
+        await pilot.pause()
+        assert app.modes.question is not None and app.position.index == softmax.start
+        app.action_heatmap()  # as the command palette would; the "m" key itself goes to the answer box
+        await pilot.pause()
+        assert isinstance(app.screen, HeatmapScreen) and app.screen.index == softmax.start - 1
+        amap = attention_map(app.trace, 0, app.screen.index)
+        assert all(cell.level == -2 for row in amap.rows for cell in row)
+
+
+@pytest.mark.parametrize("size", [(120, 40), (80, 24)])
+async def test_the_map_fits_small_screens_by_scrolling(size: tuple[int, int]) -> None:
+    app = QKVApp("two_heads")
+    async with app.run_test(size=size) as pilot:
+        await pilot.press("end", "m")
+        await pilot.pause()
+        assert app.screen.query_one("#heatmap", Static).region.width > 0
