@@ -27,7 +27,7 @@ KEYS = (
     ("h", "by hand: round every intermediate to the shown decimals, as on paper"),
     ("+ / -", "more / fewer decimals (default 3, as the seed page)"),
     ("n", "notes: what attention weights are and are not"),
-    ("m", "map: the head's weights as shades over the whole sentence, token labels on both axes; tab walks the heads"),
+    ("m", "map: the head's weights over the whole sentence; tab walks the heads"),
     ("?", "this help"),
     ("q", "quit"),
 )
