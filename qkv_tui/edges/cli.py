@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 import warnings
 from collections.abc import Callable, Iterator
@@ -39,12 +40,23 @@ def _export_toml(scenario: Scenario, out: TextIO) -> None:
     out.write(to_toml(scenario))
 
 
+def _export_worksheet(scenario: Scenario, out: TextIO, blanks: str = "25%", seed: int = 0) -> None:
+    from qkv_tui.edges.worksheet import WorksheetError, to_worksheet
+
+    try:
+        page = to_worksheet(compute(scenario), blanks, seed)
+    except WorksheetError as exc:
+        raise ScenarioError(scenario.source, str(exc)) from None
+    out.write(page)
+
+
 # ``--export FORMAT``: each writes the scenario to stdout, or raises ScenarioError before
 # writing anything. Imported lazily, so ``--check`` and the app do not pay for them.
 EXPORTERS: dict[str, tuple[Exporter, str]] = {
     "json": (_export_json, "every matrix as JSON (full float64 precision)"),
     "markdown": (_export_markdown, "a worked-example page, every step with its numbers"),
     "toml": (_export_toml, "a plain scenario file with every number, a model's head included"),
+    "worksheet": (_export_worksheet, "a printable page with blanks to fill in and an answer key (--blanks, --seed)"),
 }
 
 
@@ -68,6 +80,9 @@ def _parser() -> argparse.ArgumentParser:
     mode.add_argument("--export", choices=tuple(EXPORTERS), metavar="FORMAT",
                       help=f"write the scenario to stdout as FORMAT ({formats})")
     mode.add_argument("--check", action="store_true", help="validate the scenarios; one line per file")
+    parser.add_argument("--blanks", default="25%", metavar="N|P%",
+                        help="worksheet: how many cells to leave blank, a count (12) or a share (25%%; the default)")
+    parser.add_argument("--seed", type=int, default=0, help="worksheet: which cells are blank (the same seed, the same page)")
     parser.add_argument("--version", action="version", version=f"qkv-tui {__version__}")
     return parser
 
@@ -127,11 +142,20 @@ def _main(argv: list[str] | None) -> int:
             for warning in scenario.warnings():
                 sys.stderr.write(f"warning: {printable(spec)}: {warning}\n")
         return status
+    if args.export == "worksheet":
+        from qkv_tui.edges.worksheet import WorksheetError, parse_blanks
+
+        try:
+            parse_blanks(args.blanks)
+        except WorksheetError as exc:
+            _parser().error(str(exc))
     if len(args.scenario) > 1:
         _parser().error("give one SCENARIO (several are allowed only with --check)")
     spec = args.scenario[0] if args.scenario else DEFAULT_SCENARIO
     if args.export:
         exporter = EXPORTERS[args.export][0]
+        if args.export == "worksheet":
+            exporter = functools.partial(_export_worksheet, blanks=args.blanks, seed=args.seed)
         try:
             with _arithmetic_policy(spec):
                 exporter(load_scenario(spec), sys.stdout)
