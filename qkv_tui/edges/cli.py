@@ -80,6 +80,10 @@ def _parser() -> argparse.ArgumentParser:
     mode.add_argument("--export", choices=tuple(EXPORTERS), metavar="FORMAT",
                       help=f"write the scenario to stdout as FORMAT ({formats})")
     mode.add_argument("--check", action="store_true", help="validate the scenarios; one line per file")
+    mode.add_argument("--serve", action="store_true", help="serve the app to web browsers, one app per tab (a classroom)")
+    parser.add_argument("--host", default="127.0.0.1",
+                        help="--serve: the address to listen on (default 127.0.0.1: this computer only)")
+    parser.add_argument("--port", type=int, default=8000, help="--serve: the port to listen on (default 8000)")
     parser.add_argument("--blanks", default="25%", metavar="N|P%",
                         help="worksheet: how many cells to leave blank, a count (12) or a share (25%%; the default)")
     parser.add_argument("--seed", type=int, default=0, help="worksheet: which cells are blank (the same seed, the same page)")
@@ -168,6 +172,12 @@ def _main(argv: list[str] | None) -> int:
             comp = compute(scenario)
     except ScenarioError as exc:
         return _fail(exc)
+    if args.serve:
+        if not 1 <= args.port <= 65535:
+            _parser().error(f"--port {args.port}: expected a port number from 1 to 65535")
+        from qkv_tui.edges.serve import serve
+
+        return serve(spec, scenario.title, args.host, args.port)
     from qkv_tui.ui.app import QKVApp  # Textual loads only when the app is really run
 
     app = QKVApp(scenario, computation=comp)
