@@ -109,8 +109,8 @@ async def test_what_if_hand_and_decimals() -> None:
         await pilot.press("w", "plus")
         assert app.modes.decimals == 4 and "scaled[I,love] = 5 / √3 = 2.8868" in explanation(app)
         await pilot.press("minus", "minus", "minus", "minus", "minus")
-        assert app.modes.decimals == 0  # never below zero
-        await pilot.press("equals_sign", "equals_sign", "equals_sign", "6", "right", "right", "right", "h")
+        assert app.modes.decimals == 1  # never below one: at 0 a weight row reads 0 0 0
+        await pilot.press("equals_sign", "equals_sign", "6", "right", "right", "right", "h")
         assert app.modes.hand
         assert "hand rounding: out[love,0] = 0.999 by hand, but 1.000 exactly" in explanation(app)
         assert "by hand" in str(app.query_one(FormulaLine).render())

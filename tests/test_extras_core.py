@@ -78,9 +78,10 @@ def test_hand_rounding_reproduces_the_seed() -> None:
     assert head.scaled[0].tolist() == [0.577, 2.887, 1.732]
     assert head.weights[0].tolist() == [0.070, 0.707, 0.223]
     details = Trace(hand).op(49).details
-    # the seed's row sum 25.372 comes from rounded exponentials; exactly it is 25.368
-    assert details[2] == "same as without the max: e^2.887 / Σ e^s = 17.939 / 25.372 = 0.707"
-    assert Trace(comp).op(49).details[2] == "same as without the max: e^2.887 / Σ e^s = 17.935 / 25.368 = 0.707"
+    # the seed's row sum 25.372 comes from rounded exponentials, by hand and in the exact trace alike,
+    # since every line is worked from the numbers it shows (exactly, Σ e^s is 25.368)
+    assert details[3] == "same weight: e^2.887 / Σ e^s = 17.939 / 25.372 = 0.707"
+    assert Trace(comp).op(49).details[3] == details[3]
     # love's uniform row by hand: 3 × 0.333 = 0.999, not 1.000
     assert hand.heads[0].output[1].tolist() == [0.999, 0.999, 0.333]
     note = hand_note(Trace(comp), Trace(hand), 60, 3)

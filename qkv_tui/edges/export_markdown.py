@@ -3,34 +3,44 @@
 from __future__ import annotations
 
 from qkv_tui.core.engine import Computation
-from qkv_tui.core.fmt import fmt, is_integral, vector
+from qkv_tui.core.fmt import cell_len, fmt, is_integral, vector
 from qkv_tui.core.scenario import Matrix
 from qkv_tui.teach.trace import STAGES, Trace
 
 WORKED_ROWS = 8  # beyond this many query tokens, the page works only the first rows by hand
+ROW_DETAILS = ("row max", "e^(s − max)", "without the max")  # softmax lines that hold for the whole row
 
 
 def _cell(label: str) -> str:
-    """A token label inside a Markdown table: a "|" would end the cell."""
-    return label.replace("|", "\\|")
+    """A token label inside a Markdown table: a "|" would end the cell, and an empty one would vanish."""
+    return label.replace("|", "\\|") if label.strip() else "*(empty)*"
 
 
-def md_table(array: Matrix, rows: list[str], cols: list[str], corner: str = "", integral: bool | None = None) -> str:
+def md_table(array: Matrix, rows: list[str], cols: list[str], corner: str = "", integral: bool | None = None,
+             decimals: int = 3) -> str:
+    """A table padded so the Markdown source reads as aligned columns; numbers right-aligned."""
     integral = is_integral(array) if integral is None else integral
-    rows, cols = [_cell(r) for r in rows], [_cell(c) for c in cols]
-    head = "| " + " | ".join([corner or " ", *cols]) + " |"
-    rule = "|" + "---|" * (len(cols) + 1)
-    body = [
-        "| " + " | ".join([f"**{label}**", *(fmt(float(v), integral) for v in row)]) + " |"
-        for label, row in zip(rows, array)
-    ]
-    return "\n".join([head, rule, *body])
+    header = [corner or " ", *(_cell(c) for c in cols)]
+    body = [[f"**{_cell(label)}**", *(fmt(float(v), integral, decimals) for v in row)]
+            for label, row in zip(rows, array)]
+    widths = [max(cell_len(r[j]) for r in [header, *body]) for j in range(len(header))]
+    widths = [max(w, 3) for w in widths]
+
+    def line(cells: list[str]) -> str:
+        padded = [c + " " * (widths[0] - cell_len(c)) if j == 0 else " " * (widths[j] - cell_len(c)) + c
+                  for j, c in enumerate(cells)]
+        return "| " + " | ".join(padded) + " |"
+
+    rule = "| " + " | ".join([":" + "-" * (widths[0] - 1), *("-" * (w - 1) + ":" for w in widths[1:])]) + " |"
+    return "\n".join([line(header), rule, *(line(r) for r in body)])
 
 
-def to_markdown(comp: Computation) -> str:
+def to_markdown(comp: Computation, decimals: int = 3) -> str:
+    """The page; ``decimals`` as the app's +/- keys set them (the seed's 3 by default)."""
     trace = Trace(comp)
     sc = comp.scenario
     tokens, keys = list(sc.tokens), list(sc.key_tokens)
+    multi = len(comp.heads) > 1
     out: list[str] = [f"# {sc.title}", ""]
     if sc.description:
         out += [sc.description, ""]
@@ -44,75 +54,85 @@ def to_markdown(comp: Computation) -> str:
     else:
         out.append("- Keys and Values come from the same tokens (self-attention)")
     out.append(f"- Mask: {sc.mask_kind}; heads: {len(comp.heads)}; d_model = {sc.X.shape[1]}")
-    out.append("")
+    out += ["", "Every line of arithmetic below can be redone on a calculator from the numbers it shows"
+            f" (within one unit of the last digit); where {decimals} decimals would not be enough, operands carry more.", ""]
 
-    def stage_heading(key: str, head_name: str | None = None) -> None:
+    def table(name: str, head: int | None, rows: list[str], cols: list[str], corner: str) -> str:
+        return md_table(trace.matrix(name, head), rows, cols, corner, trace.integral(name, head), decimals)
+
+    def numbered(name: str, head: int | None) -> list[str]:
+        array = trace.matrix(name, head)
+        return [trace.row_label(name, i) for i in range(array.shape[0])]
+
+    def columns(name: str, head: int | None) -> list[str]:
+        array = trace.matrix(name, head)
+        return [trace.col_label(name, j) for j in range(array.shape[1])]
+
+    def stage_heading(key: str, head: bool = False) -> None:
         number = trace.stage_keys.index(key) + 1
-        suffix = f" ({head_name})" if head_name and len(comp.heads) > 1 else ""
-        out.extend([f"## {number} · {STAGES[key].name}{suffix}", "", STAGES[key].meaning, ""])
+        level = "###" if head and multi else "##"
+        out.extend([f"{level} {number} · {STAGES[key].name}", "", trace.meaning(key, None), ""])
 
     def worked(stage: str, head: int | None) -> None:
         run = next(r for r in trace.runs if r.stage == stage and r.head == head)
-        limit_rows = min(sc.n, WORKED_ROWS)
         lines = []
         for i in range(run.start, run.stop):
-            op = trace.op(i)
-            if op.segment.target not in ("K", "V") and op.row >= limit_rows:
-                continue
-            if op.segment.target in ("K", "V") and op.row >= min(sc.m, WORKED_ROWS):
+            op = trace.op(i, decimals)
+            rows = sc.m if op.segment.target in ("K", "V") else sc.n
+            if op.row >= min(rows, WORKED_ROWS):
                 continue
             lines.append(f"    {op.arithmetic}")
-            if stage == "softmax" and op.col == 0:
-                lines.extend(f"      {d}" for d in op.details[:2])
-            if stage == "softmax" and len(op.details) > 2:
-                lines.append(f"      {op.details[2]}")
-            if stage == "scale" and op.details and "mask" in op.details[0]:
-                lines.append(f"      {op.details[0]}")
+            for detail in op.details:
+                row_wide = stage == "mix" or detail.startswith(ROW_DETAILS)
+                if stage == "softmax" and row_wide and op.col != 0:
+                    continue
+                if stage == "mix" and op.col != op.segment.cols - 1:
+                    continue  # the vector form closes the row it sums up
+                if stage == "scale" and "mask" not in detail:
+                    continue
+                lines.append(f"      {detail}")
         out.extend(lines)
         if sc.n > WORKED_ROWS:
             out.append(f"\n(Worked by hand for the first {WORKED_ROWS} rows; the tables hold every value.)")
         out.append("")
 
     stage_heading("embed")
-    out += [md_table(sc.X, tokens, [str(j) for j in range(sc.X.shape[1])], "X"), ""]
+    out += [table("X", None, tokens, columns("X", None), "X"), ""]
     if sc.is_cross:
-        assert sc.context_X is not None
         out += ["The context's embeddings (Keys and Values are built from these):", "",
-                md_table(sc.context_X, keys, [str(j) for j in range(sc.context_X.shape[1])], "X_ctx"), ""]
+                table("context_X", None, keys, columns("context_X", None), "X_ctx"), ""]
     for h, head in enumerate(comp.heads):
-        if len(comp.heads) > 1:
-            out += [f"# {head.name}", ""]
-        stage_heading("project", head.name)
-        for role, array, labels in (("Q", head.Q, tokens), ("K", head.K, keys), ("V", head.V, keys)):
-            weight = getattr(head, f"W_{role}")
-            out += [f"W_{role}:", "", md_table(weight, [str(i) for i in range(weight.shape[0])],
-                                               [str(j) for j in range(weight.shape[1])], f"W_{role}"), ""]
-            out += [f"{role} = {'X_ctx' if sc.is_cross and role != 'Q' else 'X'}·W_{role}:", "",
-                    md_table(array, labels, [str(j) for j in range(array.shape[1])], role), ""]
+        if multi:
+            out += [f"## {head.name}", ""]
+        stage_heading("project", True)
+        for role, labels in (("Q", tokens), ("K", keys), ("V", keys)):
+            weight = f"W_{role}"
+            out += [f"{weight}:", "", table(weight, h, numbered(weight, h), columns(weight, h), weight), ""]
+            out += [f"{role} = {'X_ctx' if sc.is_cross and role != 'Q' else 'X'}·{weight}:", "",
+                    table(role, h, labels, columns(role, h), role), ""]
         worked("project", h)
-        stage_heading("score", head.name)
-        out += [md_table(head.scores, tokens, keys, "scores"), ""]
+        stage_heading("score", True)
+        out += [table("scores", h, tokens, keys, "scores"), ""]
         worked("score", h)
-        stage_heading("scale", head.name)
-        divisor = f"√{head.d_k} ≈ {head.scale:.3f}" if head.scale_is_default else f"{head.scale:g} (set by the scenario)"
+        stage_heading("scale", True)
+        divisor = f"√{head.d_k} = {head.scale:.{decimals}f}" if head.scale_is_default else f"{head.scale:g} (set by the scenario)"
         out += [f"Divide by {divisor}." + (" Masked cells are −∞." if not sc.allow.all() else ""), "",
-                md_table(head.masked, tokens, keys, "scaled"), ""]
+                table("scaled", h, tokens, keys, "scaled"), ""]
         worked("scale", h)
-        stage_heading("softmax", head.name)
-        out += [md_table(head.weights, tokens, keys, "weights", integral=False), "",
+        stage_heading("softmax", True)
+        out += [table("weights", h, tokens, keys, "weights"), "",
                 "Every row sums to 1" + (" and masked weights are exactly 0." if not sc.allow.all() else "."), ""]
         worked("softmax", h)
-        stage_heading("mix", head.name)
-        out += [md_table(head.output, tokens, [str(j) for j in range(head.d_v)], "output"), ""]
+        stage_heading("mix", True)
+        out += [table("output", h, tokens, columns("output", h), "output"), ""]
         worked("mix", h)
     if "concat" in trace.stage_keys:
         stage_heading("concat")
-        out += [md_table(comp.concat, tokens, [str(j) for j in range(comp.concat.shape[1])], "concat"), ""]
+        out += [table("concat", None, tokens, columns("concat", None), "concat"), ""]
     if comp.W_O is not None:
         stage_heading("wo")
-        out += [md_table(comp.W_O, [str(i) for i in range(comp.W_O.shape[0])],
-                         [str(j) for j in range(comp.W_O.shape[1])], "W_O"), "",
-                md_table(comp.output, tokens, [str(j) for j in range(comp.output.shape[1])], "final"), ""]
+        out += [table("W_O", None, numbered("W_O", None), columns("W_O", None), "W_O"), "",
+                table("final", None, tokens, columns("final", None), "final"), ""]
         worked("wo", None)
     out += decode_section(comp)
     out += [

@@ -19,7 +19,7 @@ from qkv_tui.teach.quiz import Question, Score, hide_result
 from qkv_tui.teach.stepper import Position
 from qkv_tui.teach.trace import Trace
 
-MIN_DECIMALS, MAX_DECIMALS = 0, 8
+MIN_DECIMALS, MAX_DECIMALS = 1, 8  # at 0 a weight row reads 0 0 0: it must visibly sum to 1
 
 
 @dataclass(frozen=True)

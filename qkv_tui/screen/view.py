@@ -276,11 +276,9 @@ class View:
         seg = op.segment
         heads = self.comp.heads
         head_label = ""
-        if len(heads) > 1:
+        if len(heads) > 1 and seg.head is not None:  # Embed, Concat and W_O belong to no one head
             head_label = f"{heads[pos.head].name} ({pos.head + 1}/{len(heads)})"
-        meaning = op.stage.meaning
-        if seg.stage == "scale" and not heads[seg.head or 0].scale_is_default:
-            meaning += f" This scenario divides by {heads[seg.head or 0].scale:g} instead of √dₖ."
+        meaning = trace.meaning(seg.stage, seg.head)
         stages = []
         for number, key in enumerate(trace.stage_keys, start=1):
             state = "current" if number == seg.number else ("done" if number < seg.number else "todo")

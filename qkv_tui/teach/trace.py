@@ -14,11 +14,18 @@ import math
 from dataclasses import dataclass
 from functools import lru_cache
 
-import numpy as np
-
-from qkv_tui.core.engine import Computation, HeadResult
-from qkv_tui.core.fmt import NEG_INF, fmt, is_integral, operand, vector
+from qkv_tui.core.engine import Computation
+from qkv_tui.core.fmt import NEG_INF, fmt, is_integral, vector
 from qkv_tui.core.scenario import Matrix
+from qkv_tui.teach.arith import (
+    SoftmaxRow,
+    dot_line,
+    dot_places,
+    elide,
+    quotient_line,
+    softmax_row,
+    vector_mix,
+)
 
 
 @dataclass(frozen=True)
@@ -41,7 +48,7 @@ STAGES: dict[str, Stage] = {s.key: s for s in (
           " A high score means 'this token looks relevant to me'. These are raw logits, not yet probabilities."),
     Stage("scale", "Scale",
           "Divide every score by √dₖ so softmax does not saturate as widths grow; it never changes which"
-          " key wins a row, only how sharp the softmax is. Masked cells become −∞ here, so they get weight 0."),
+          " key wins a row, only how sharp the softmax is."),
     Stage("softmax", "Softmax",
           "Per row: subtract the row max (so exp never overflows), exponentiate, divide by the row sum."
           " Each row becomes its own probability distribution: shares that are never negative and add to 1."),
@@ -55,8 +62,7 @@ STAGES: dict[str, Stage] = {s.key: s for s in (
 )}
 
 HEAD_STAGES = ("project", "score", "scale", "softmax", "mix")
-MAX_TERMS = 16  # longer dot products are shown with an ellipsis
-SHOWN_HEAD, SHOWN_TAIL = 6, 2
+VECTOR_WIDTH = 8  # the Mix stage's vector form is shown for Value rows up to this wide
 
 
 @dataclass(frozen=True)
@@ -172,6 +178,9 @@ class Trace:
         self._by_target = {(s.target, s.head): s for s in segs}
         self._integral: dict[tuple[str, int | None], bool] = {}
         self.op = lru_cache(maxsize=512)(self._build)
+        # one precision per softmax / mix row, so a row's lines show its numbers alike
+        self.softmax_row = lru_cache(maxsize=64)(self._softmax_row)
+        self._mix_places = lru_cache(maxsize=64)(self._mix_row_places)
 
     # --- structure ---------------------------------------------------------
 
@@ -214,11 +223,29 @@ class Trace:
         raise KeyError(name)
 
     def integral(self, name: str, head: int | None) -> bool:
+        """Whether a matrix is written as integers: one rule, so a value reads the same in every pane.
+
+        Inputs are integers when the file gives whole numbers; Q, K, V and the scores when
+        everything they are multiplied from is; everything from the division on (scaled,
+        weights, outputs, concat, final) always has decimals, even where a value happens to
+        be whole.
+        """
         key = (name, head)
         if key not in self._integral:
-            # weights are shares of 1: always written with decimals, even a lone 1.000
-            self._integral[key] = name != "weights" and is_integral(self.matrix(name, head))
+            self._integral[key] = self._derive_integral(name, head) and is_integral(self.matrix(name, head))
         return self._integral[key]
+
+    def _derive_integral(self, name: str, head: int | None) -> bool:
+        if name in ("X", "context_X", "W_Q", "W_K", "W_V", "W_O"):
+            return True  # as given: is_integral decides
+        cross = self.comp.scenario.is_cross
+        if name == "Q":
+            return self.integral("X", None) and self.integral("W_Q", head)
+        if name in ("K", "V"):
+            return self.integral("context_X" if cross else "X", None) and self.integral(f"W_{name}", head)
+        if name == "scores":
+            return self.integral("Q", head) and self.integral("K", head)
+        return False
 
     # --- labels ------------------------------------------------------------
 
@@ -233,12 +260,46 @@ class Trace:
     def col_label(self, name: str, col: int) -> str:
         if name in ("scores", "scaled", "weights"):
             return self.comp.scenario.key_tokens[col]
+        if name == "concat":
+            return self.concat_label(col)
         return str(col)
+
+    def concat_label(self, col: int) -> str:
+        """Which head a concatenated column came from: ``h2:0`` is head 2's column 0."""
+        if len(self.comp.heads) == 1:
+            return str(col)
+        for h, head in enumerate(self.comp.heads):
+            if col < head.d_v:
+                return f"h{h + 1}:{col}"
+            col -= head.d_v
+        raise IndexError(col)
+
+    def meaning(self, stage: str, head: int | None) -> str:
+        """What a stage means, in words that fit this scenario (its mask, its scale, its sources)."""
+        sc = self.comp.scenario
+        text = STAGES[stage].meaning
+        if stage == "project" and sc.is_cross:
+            text = ("Multiply by three learned matrices: Q = X·W_Q from the query tokens, but K = X_ctx·W_K and"
+                    " V = X_ctx·W_V from the context (cross-attention). Row i of Q is what query token i is"
+                    " looking for, row j of K what context token j advertises, row j of V the content it will"
+                    " contribute.")
+        if stage == "scale":
+            hr = self.comp.heads[head if head is not None else 0]
+            if not hr.scale_is_default:
+                text += f" This scenario divides by {hr.scale:g} instead of √dₖ."
+            if sc.mask_kind != "none":
+                text += f" The {sc.mask_kind} mask applies here: masked cells become −∞, so they get weight 0."
+        return text
 
     # --- building operations ----------------------------------------------
 
-    def _num(self, name: str, head: int | None, decimals: int) -> _Num:
-        return _Num(self.integral(name, head), decimals)
+    def _fmt(self, name: str, head: int | None, value: float, decimals: int) -> str:
+        return fmt(float(value), self.integral(name, head), decimals)
+
+    @property
+    def hand(self) -> int | None:
+        """The decimals every intermediate was rounded to, when the computation was done by hand."""
+        return self.comp.hand_decimals
 
     def _build(self, index: int, decimals: int = 3) -> Operation:
         if not 0 <= index < len(self):
@@ -269,9 +330,10 @@ class Trace:
         value = float(getattr(head, seg.target)[row, col])
         label = self.row_label(seg.target, row)
         xs = "X_ctx" if src_name == "context_X" else "X"
-        terms = _terms(source[row], W[:, col], self._num(src_name, None, d), self._num(weight_name, h, d))
-        result = self._num(seg.target, h, d).fmt(value)
-        text = f"{seg.target}[{label},{col}] = {xs}[{label}]·{weight_name}[:,{col}] = {terms} = {result}"
+        result = self._fmt(seg.target, h, value, d)
+        work = dot_line(source[row], W[:, col], self.integral(src_name, None), self.integral(weight_name, h),
+                        result, d, self.hand)
+        text = f"{seg.target}[{label},{col}] = {xs}[{label}]·{weight_name}[:,{col}] = {work}"
         operands = (Ref(src_name, None, row, None), Ref(weight_name, h, None, col))
         return Operation(index, seg, row, col, value, operands, text)
 
@@ -281,9 +343,9 @@ class Trace:
         head = self.comp.heads[h]
         value = float(head.scores[row, col])
         q, k = self.comp.scenario.tokens[row], self.comp.scenario.key_tokens[col]
-        terms = _terms(head.Q[row], head.K[col], self._num("Q", h, d), self._num("K", h, d))
-        result = self._num("scores", h, d).fmt(value)
-        text = f"scores[{q},{k}] = Q[{q}]·K[{k}] = {terms} = {result}"
+        result = self._fmt("scores", h, value, d)
+        work = dot_line(head.Q[row], head.K[col], self.integral("Q", h), self.integral("K", h), result, d, self.hand)
+        text = f"scores[{q},{k}] = Q[{q}]·K[{k}] = {work}"
         return Operation(index, seg, row, col, value, (Ref("Q", h, row), Ref("K", h, col)), text)
 
     def _op_scale(self, index: int, seg: Segment, row: int, col: int, d: int) -> Operation:
@@ -291,19 +353,24 @@ class Trace:
         assert h is not None
         head = self.comp.heads[h]
         q, k = self.comp.scenario.tokens[row], self.comp.scenario.key_tokens[col]
-        score = self._num("scores", h, d).fmt(float(head.scores[row, col]))
-        divisor = f"√{head.d_k}" if head.scale_is_default else fmt(head.scale, True, d)
         scaled = fmt(float(head.scaled[row, col]), False, d)
-        text = f"scaled[{q},{k}] = {score} / {divisor} = {scaled}"
+        # by hand √dₖ is written down rounded (√3 ≈ 1.732) and divided by as such
+        symbol = f"√{head.d_k}" if head.scale_is_default and self.hand is None else None
+        work = quotient_line(float(head.scores[row, col]), self.integral("scores", h), head.scale, symbol,
+                             head.scale == round(head.scale), scaled, d)
+        text = f"scaled[{q},{k}] = {work}"
         details: tuple[str, ...] = ()
         value = float(head.masked[row, col])
         if not self.comp.allow[row, col]:
             text += f", masked → {NEG_INF}"
             details = (self._mask_reason(row, col),)
+        elif head.scale_is_default and self.hand is None:
+            details = (f"dₖ = {head.d_k}, so √dₖ = √{head.d_k} = {fmt(math.sqrt(head.d_k), False, d)}",)
         elif head.scale_is_default:
-            details = (f"dₖ = {head.d_k}, so √dₖ ≈ {math.sqrt(head.d_k):.{d}f}",)
+            details = (f"dₖ = {head.d_k}; by hand √{head.d_k} is rounded to {fmt(head.scale, False, d)} first",)
         else:
-            details = (f"the scenario sets scale = {fmt(head.scale, True, d)} instead of √dₖ = √{head.d_k}",)
+            details = (f"the scenario sets scale = {fmt(head.scale, head.scale == round(head.scale), d + 3)}"
+                       f" instead of √dₖ = √{head.d_k}",)
         operands = (Ref("scores", h, row, col),)
         return Operation(index, seg, row, col, value, operands, text, details)
 
@@ -316,6 +383,10 @@ class Trace:
             return f'padding mask: "{k}" is padding, never attended; weight will be exactly 0'
         return f'custom mask: "{q}" may not attend "{k}"; weight will be exactly 0'
 
+    def _softmax_row(self, head: int, row: int, decimals: int) -> SoftmaxRow:
+        hr = self.comp.heads[head]
+        return softmax_row(hr.masked[row], hr.weights[row], decimals)
+
     def _op_softmax(self, index: int, seg: Segment, row: int, col: int, d: int) -> Operation:
         h = seg.head
         assert h is not None
@@ -323,51 +394,32 @@ class Trace:
         sc = self.comp.scenario
         q, k = sc.tokens[row], sc.key_tokens[col]
         value = float(head.weights[row, col])
-        mx = fmt(float(head.row_max[row]), False, d)
-        total = fmt(float(head.row_sum[row]), False, d)
-        w = fmt(value, False, d)
-        s = float(head.masked[row, col])
-        if math.isinf(s):
-            text = f"weights[{q},{k}] = e^{NEG_INF} / {total} = 0 (masked)"
+        r = self.softmax_row(h, row, d)
+        w = r.weights[col]
+        if r.scaled[col] == NEG_INF:
+            text = f"weights[{q},{k}] = e^{NEG_INF} / {r.total} = 0 (masked)"
         else:
-            shifted = fmt(s - float(head.row_max[row]), False, d)
-            e = fmt(float(head.exps[row, col]), False, d)
-            text = f"weights[{q},{k}] = e^({fmt(s, False, d)} − {mx}) / {total} = e^{shifted} / {total} = {e} / {total} = {w}"
-        parts = []
-        for j in range(min(sc.m, MAX_TERMS)):
-            sj = float(head.masked[row, j])
-            if math.isinf(sj):
-                parts.append(f"e^{NEG_INF} = 0")
-            else:
-                parts.append(f"e^{fmt(sj - float(head.row_max[row]), False, d)} = {fmt(float(head.exps[row, j]), False, d)}")
-        more = " + …" if sc.m > MAX_TERMS else ""
+            s, top = r.scaled[col], r.top
+            text = (f"weights[{q},{k}] = e^({s} − {_paren(top)}) / {r.total} = e^{r.shifted[col]} / {r.total}"
+                    f" = {r.exps[col]} / {r.total} = {w}")
+        exps = [f"e^{sh} = {e}" for sh, e in zip(r.shifted, r.exps)]
         details = [
-            f"row max of scaled[{q}] = {mx}; subtracting it keeps every exponent ≤ 0, so exp never overflows",
-            "e^(s − max): " + " · ".join(parts) + more + f"  →  Σ = {total}",
+            f"row max = max({elide(list(r.scaled), ', ')}) = {r.top};"
+            " subtracting it keeps every exponent ≤ 0, so exp never overflows",
+            f"e^(s − max): {elide(exps, ' | ')}  →  Σ = {r.total}",
         ]
-        unshifted = self._unshifted(head, row, col, d)
-        if unshifted:
-            details.append(unshifted)
+        if r.plain is not None and r.plain_total is not None:
+            plain = [f"e^{s} = {e}" for s, e in zip(r.scaled, r.plain) if s != NEG_INF]
+            details.append(f"without the max, as the seed does: {elide(plain, ' | ')}  →  Σ e^s = {r.plain_total}")
+            if r.scaled[col] != NEG_INF:
+                details.append(f"same weight: e^{r.scaled[col]} / Σ e^s = {r.plain[col]} / {r.plain_total} = {w}")
         return Operation(index, seg, row, col, value, (Ref("scaled", h, row),), text, tuple(details))
 
-    def _unshifted(self, head: HeadResult, row: int, col: int, d: int) -> str:
-        """The seed's way, e^s / Σe^s, when it does not overflow: the same weight."""
-        s = float(head.masked[row, col])
-        if math.isinf(s):
-            return ""
-        allowed = head.masked[row][np.isfinite(head.masked[row])]
-        if allowed.max() > 700:
-            return ""
-        exps = np.exp(allowed)
-        hand = self.comp.hand_decimals
-        if hand is not None:  # by hand, each e^s is written down rounded, and so is their sum
-            exps = np.round(exps, hand)
-        e = math.exp(s) if hand is None else round(math.exp(s), hand)
-        total = float(exps.sum()) if hand is None else round(float(exps.sum()), hand)
-        return (
-            f"same as without the max: e^{fmt(s, False, d)} / Σ e^s = {fmt(e, False, d)}"
-            f" / {fmt(total, False, d)} = {fmt(e / total, False, d)}"
-        )
+    def _mix_row_places(self, head: int, row: int, decimals: int) -> int:
+        hr = self.comp.heads[head]
+        results = [self._fmt("output", head, v, decimals) for v in hr.output[row]]
+        rows = [(hr.weights[row], hr.V[:, j], results[j]) for j in range(hr.d_v)]
+        return dot_places(rows, False, self.integral("V", head), decimals, self.hand)
 
     def _op_mix(self, index: int, seg: Segment, row: int, col: int, d: int) -> Operation:
         h = seg.head
@@ -375,17 +427,24 @@ class Trace:
         head = self.comp.heads[h]
         q = self.comp.scenario.tokens[row]
         value = float(head.output[row, col])
-        terms = _terms(head.weights[row], head.V[:, col], _Num(False, d), self._num("V", h, d))
-        result = self._num("output", h, d).fmt(value)
-        text = f"out[{q},{col}] = weights[{q}]·V[:,{col}] = {terms} = {result}"
-        return Operation(index, seg, row, col, value, (Ref("weights", h, row), Ref("V", h, None, col)), text)
+        v_int = self.integral("V", h)
+        places = self._mix_places(h, row, d)
+        result = self._fmt("output", h, value, d)
+        work = dot_line(head.weights[row], head.V[:, col], False, v_int, result, d, self.hand, places)
+        text = f"out[{q},{col}] = weights[{q}]·V[:,{col}] = {work}"
+        details: tuple[str, ...] = ()
+        if head.d_v <= VECTOR_WIDTH and col == head.d_v - 1:  # the row's vector, once all of it is computed
+            results = [self._fmt("output", h, v, d) for v in head.output[row]]
+            form = vector_mix(head.weights[row], head.V, v_int, results, places, self.hand)
+            if form:
+                details = (f"out[{q}] = {form}",)
+        return Operation(index, seg, row, col, value, (Ref("weights", h, row), Ref("V", h, None, col)), text, details)
 
     def _op_concat(self, index: int, seg: Segment, row: int, col: None, d: int) -> Operation:
         q = self.comp.scenario.tokens[row]
         pieces, refs = [], []
         for h, head in enumerate(self.comp.heads):
-            num = self._num("output", h, d)
-            pieces.append(", ".join(num.fmt(v) for v in head.output[row]))
+            pieces.append(", ".join(self._fmt("output", h, v, d) for v in head.output[row]))
             refs.append(Ref("output", h, row))
         names = " | ".join(f"{head.name} out[{q}]" for head in self.comp.heads)
         text = f"concat[{q}] = [{names}] = [{' | '.join(pieces)}]"
@@ -396,31 +455,16 @@ class Trace:
         assert comp.W_O is not None
         q = comp.scenario.tokens[row]
         value = float(comp.output[row, col])
-        terms = _terms(comp.concat[row], comp.W_O[:, col], self._num("concat", None, d), self._num("W_O", None, d))
-        result = self._num("final", None, d).fmt(value)
-        text = f"final[{q},{col}] = concat[{q}]·W_O[:,{col}] = {terms} = {result}"
+        result = self._fmt("final", None, value, d)
+        work = dot_line(comp.concat[row], comp.W_O[:, col], self.integral("concat", None),
+                        self.integral("W_O", None), result, d, self.hand)
+        text = f"final[{q},{col}] = concat[{q}]·W_O[:,{col}] = {work}"
         return Operation(index, seg, row, col, value, (Ref("concat", None, row), Ref("W_O", None, None, col)), text)
 
 
 HEAD_MATRICES = ("W_Q", "W_K", "W_V", "Q", "K", "V", "scores", "scaled", "weights", "output")
 
 
-@dataclass(frozen=True)
-class _Num:
-    integral: bool
-    decimals: int
-
-    def fmt(self, x: float) -> str:
-        return fmt(float(x), self.integral, self.decimals)
-
-    def operand(self, x: float) -> str:
-        return operand(float(x), self.integral, self.decimals)
-
-
-def _terms(left: Matrix, right: Matrix, lnum: _Num, rnum: _Num) -> str:
-    """``1·1 + 0·0 + 1·1``; long dot products keep their ends and count the rest."""
-    pairs = [f"{lnum.operand(a)}·{rnum.operand(b)}" for a, b in zip(left, right)]
-    if len(pairs) > MAX_TERMS:
-        hidden = len(pairs) - SHOWN_HEAD - SHOWN_TAIL
-        pairs = [*pairs[:SHOWN_HEAD], f"… {hidden} more …", *pairs[-SHOWN_TAIL:]]
-    return " + ".join(pairs)
+def _paren(text: str) -> str:
+    """A subtrahend in parentheses when negative: ``0.5 − (-1.000)``."""
+    return f"({text})" if text.startswith("-") else text
