@@ -102,7 +102,7 @@ def _arithmetic_policy(source: str) -> Iterator[None]:
     an invalid operation is a clean ScenarioError, never a NumPy warning on stderr beside
     a zero exit status. Underflow to 0 is what softmax is meant to do, so it passes."""
     with warnings.catch_warnings(), np.errstate(over="raise", divide="raise", invalid="raise", under="ignore"):
-        warnings.simplefilter("error")
+        warnings.simplefilter("error", RuntimeWarning)  # NumPy's arithmetic warnings, and Python's own
         try:
             yield
         except (FloatingPointError, ArithmeticError, Warning) as exc:
