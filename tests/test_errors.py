@@ -44,7 +44,7 @@ CASES = {
                      "[context] X has 1 row but there are 2 context tokens; expected one row per context token"),
     "context_width": (BASE + '[context]\ntokens = ["a"]\nX = [[1, 0]]\n' + HEAD,
                       "[[heads]] #1 W_K has 4 rows; expected the width of [context] X = 2"),
-    "mask_kind": (BASE + 'mask = "casual"\n' + HEAD, "mask = 'casual' is not a mask kind; expected one of: none, causal, padding, custom; did you mean 'causal'?"),
+    "mask_kind": (BASE + 'mask = "casual"\n' + HEAD, "mask = 'casual' is not a mask kind; expected one of: none, causal, padding, custom, sliding; did you mean 'causal'?"),
     "mask_type": (BASE + "mask = 3\n" + HEAD, "mask must be a string or a [mask] table"),
     "pad_length": (BASE + '[mask]\nkind = "padding"\npad = [false, true]\n' + HEAD,
                    "[mask] pad must have one true/false per key token: expected 3, got 2 flags"),
@@ -141,7 +141,7 @@ def test_every_command_refuses_bad_files(case: str, mode: tuple[str, ...], cli, 
 def test_missing_file(cli) -> None:
     run = cli("--check", "no/such/file.toml")
     assert run.code == 2
-    assert run.err.startswith("error: no/such/file.toml: no such file (built-in scenarios: causal_mask,")
+    assert run.err.startswith("error: no/such/file.toml: no such file (built-in scenarios: alibi, causal_mask,")
 
 
 def test_directory(cli, tmp_path) -> None:

@@ -18,6 +18,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from qkv_tui.core import modern
+from qkv_tui.core.modern import Alibi, Norm, Rope, Vector
 from qkv_tui.core.tomlfile import NumberGrid, ReadError, decode, parse_toml, read_bytes, stat_path
 
 Matrix = npt.NDArray[np.float64]
@@ -26,13 +28,15 @@ BoolMatrix = npt.NDArray[np.bool_]
 TOP_KEYS = (
     "title", "description", "tokens", "X", "mask", "scale",
     "heads", "attention", "output", "context",
+    "norm", "rope", "alibi",  # contracts §7
 )
-HEAD_KEYS = ("name", "W_Q", "W_K", "W_V")
-ATTENTION_KEYS = ("num_heads", "W_Q", "W_K", "W_V")
-OUTPUT_KEYS = ("W_O",)
+HEAD_KEYS = ("name", "W_Q", "W_K", "W_V", "b_Q", "b_K", "b_V", "sink")
+ATTENTION_REQUIRED = ("num_heads", "W_Q", "W_K", "W_V")
+ATTENTION_KEYS = (*ATTENTION_REQUIRED, "num_kv_heads", "b_Q", "b_K", "b_V", "sinks")
+OUTPUT_KEYS = ("W_O", "b_O")
 CONTEXT_KEYS = ("tokens", "X")
-MASK_KEYS = ("kind", "pad", "allow")
-MASK_KINDS = ("none", "causal", "padding", "custom")
+MASK_KEYS = ("kind", "pad", "allow", "window")
+MASK_KINDS = ("none", "causal", "padding", "custom", "sliding")
 
 
 class ScenarioError(Exception):
@@ -67,6 +71,11 @@ class Head:
     W_Q: Matrix  # (d_model, d_k)
     W_K: Matrix  # (d_in, d_k)
     W_V: Matrix  # (d_in, d_v)
+    b_Q: Vector | None = None  # (d_k,) added to every Query row; None = no bias
+    b_K: Vector | None = None  # (d_k,)
+    b_V: Vector | None = None  # (d_v,)
+    sink: float | None = None  # the attention sink's logit (contracts §7); None = no sink
+    kv_head: int | None = None  # which K/V head it reads (GQA); None = its own index
 
     @property
     def d_k(self) -> int:
@@ -94,6 +103,24 @@ class Scenario:
     heads: tuple[Head, ...]
     W_O: Matrix | None  # (sum d_v, d_out)
     num_heads_split: int | None  # set when heads came from [attention]
+    norm: Norm | None = None  # [norm]: applied to X before the projections
+    rope: Rope | None = None  # [rope]: rotates Q and K by position
+    alibi: Alibi | None = None  # [alibi]: slope·(j − i) added to the scaled scores
+    window: int | None = None  # the sliding window when mask_kind == "sliding"
+    b_O: Vector | None = None  # (d_out,) added after W_O
+    num_kv_heads: int | None = None  # set when [attention] shares K/V heads (GQA/MQA)
+
+    @property
+    def positions(self) -> tuple[int, ...] | None:
+        """Token positions for RoPE and ALiBi: rope's, or 0 … n−1; None for cross-attention."""
+        if self.is_cross:
+            return None
+        return self.rope.positions if self.rope is not None else tuple(range(self.n))
+
+    def kv_head(self, h: int) -> int:
+        """The K/V head that query head h reads (its own index unless heads share K/V)."""
+        kv = self.heads[h].kv_head
+        return h if kv is None else kv
 
     @property
     def n(self) -> int:
@@ -127,6 +154,7 @@ class Scenario:
             parts.append("W_O")
         if self.scale is not None:
             parts.append(f"scale {self.scale:g}")
+        parts.extend(modern.summary_parts(self))
         return ", ".join(parts)
 
     def warnings(self) -> list[str]:
@@ -242,6 +270,9 @@ def key_tables() -> dict[str, tuple[str, ...]]:
         "[output]": OUTPUT_KEYS,
         "[context]": CONTEXT_KEYS,
         "[mask]": MASK_KEYS,
+        "[norm]": modern.NORM_KEYS,
+        "[rope]": modern.ROPE_KEYS,
+        "[alibi]": modern.ALIBI_KEYS,
     }
 
 
@@ -387,18 +418,27 @@ class _Validator:
         d_in = context_X.shape[1] if context_X is not None else d_model
         d_in_name = "the width of [context] X" if context_X is not None else "d_model (the width of X)"
 
-        heads, split = self.heads(doc, d_model, d_in, d_in_name)
-        W_O = self.output(doc, heads)
+        heads, split, kv_split = self.heads(doc, d_model, d_in, d_in_name)
+        W_O, b_O = self.output(doc, heads)
         scale = self.scale(doc)
-        mask_kind, allow = self.mask(doc, tokens, key_tokens)
+        mask_kind, allow, window = self.mask(doc, tokens, key_tokens, context_X is not None)
+        norm = modern.parse_norm(self, doc, d_model)
+        head_dks = [
+            (f"head {i + 1}" + ("" if h.name == f"head {i + 1}" else f" ({_quote(h.name)})"), h.d_k) for i, h in enumerate(heads)
+        ]
+        rope = modern.parse_rope(self, doc, tokens, context_X is not None, head_dks)
+        alibi = modern.parse_alibi(self, doc, len(heads), context_X is not None)
         return Scenario(
             title=title, description=description, source=self.source,
             tokens=tokens, X=X, key_tokens=key_tokens, context_X=context_X,
             mask_kind=mask_kind, allow=allow, scale=scale, heads=heads, W_O=W_O,
-            num_heads_split=split,
+            num_heads_split=split, norm=norm, rope=rope, alibi=alibi, window=window,
+            b_O=b_O, num_kv_heads=kv_split,
         )
 
-    def heads(self, doc: dict[str, Any], d_model: int, d_in: int, d_in_name: str) -> tuple[tuple[Head, ...], int | None]:
+    def heads(
+        self, doc: dict[str, Any], d_model: int, d_in: int, d_in_name: str
+    ) -> tuple[tuple[Head, ...], int | None, int | None]:
         has_heads, has_split = "heads" in doc, "attention" in doc
         if has_heads and has_split:
             raise self.fail("both [[heads]] and [attention] are given; expected exactly one way to define the heads")
@@ -421,60 +461,102 @@ class _Validator:
                         raise self.fail(f"{where} is missing {role}; every head needs W_Q, W_K and W_V")
                     mats[role] = self.matrix(table[role], f"{where} {role}")
                 self.check_projection(mats["W_Q"], mats["W_K"], mats["W_V"], where, d_model, d_in, d_in_name)
-                result.append(Head(name, mats["W_Q"], mats["W_K"], mats["W_V"]))
-            return tuple(result), None
+                d_k, d_v = mats["W_Q"].shape[1], mats["W_V"].shape[1]
+                b_Q, b_K, b_V = (
+                    modern.parse_bias(self, table, role, where, width, f"one per column of W_{role}")
+                    for role, width in (("Q", d_k), ("K", d_k), ("V", d_v))
+                )
+                sink = modern.parse_sink(self, table, f"{where} sink")
+                result.append(Head(name, mats["W_Q"], mats["W_K"], mats["W_V"], b_Q, b_K, b_V, sink=sink, kv_head=i))
+            return tuple(result), None, None
 
         table = doc["attention"]
         if not isinstance(table, dict):
             raise self.fail(f"attention must be a table ([attention]), got {_kind(table)}")
         self.known(table, ATTENTION_KEYS, "[attention]")
-        for need in ATTENTION_KEYS:
+        for need in ATTENTION_REQUIRED:
             if need not in table:
                 raise self.fail(f"[attention] is missing {need!r}")
         count = table["num_heads"]
         if isinstance(count, bool) or not isinstance(count, int) or count < 1:
             raise self.fail(f"[attention] num_heads must be a whole number >= 1, got {_kind(count)}")
+        kv_count = modern.parse_num_kv_heads(self, table, count)
         mats = {role: self.matrix(table[role], f"[attention] {role}") for role in ("W_Q", "W_K", "W_V")}
-        self.check_projection(mats["W_Q"], mats["W_K"], mats["W_V"], "[attention]", d_model, d_in, d_in_name)
+        # grouped K/V heads make W_K narrower than W_Q: its width is checked per head below
+        self.check_projection(
+            mats["W_Q"], mats["W_K"], mats["W_V"], "[attention]", d_model, d_in, d_in_name, same_width=kv_count == count
+        )
         for role, mat in mats.items():
-            if mat.shape[1] % count:
+            what, divisor = ("num_heads", count) if role == "W_Q" else ("num_kv_heads", kv_count)
+            if kv_count == count:
+                what = "num_heads"
+            if mat.shape[1] % divisor:
                 raise self.fail(
-                    f"[attention] {role} has {mat.shape[1]} columns, which num_heads = {_show(count)} does not divide;"
-                    f" expected num_heads x d_{'v' if role == 'W_V' else 'k'} columns"
+                    f"[attention] {role} has {mat.shape[1]} columns, which {what} = {_show(divisor)} does not divide;"
+                    f" expected {what} x d_{'v' if role == 'W_V' else 'k'} columns"
                 )
         d_k = mats["W_Q"].shape[1] // count
-        d_v = mats["W_V"].shape[1] // count
+        d_v = mats["W_V"].shape[1] // kv_count
+        if mats["W_K"].shape[1] // kv_count != d_k:
+            raise self.fail(
+                f"[attention] W_K has {mats['W_K'].shape[1]} columns; expected num_kv_heads x d_k = {kv_count} x {d_k}"
+                f" (d_k = {d_k} from W_Q's {mats['W_Q'].shape[1]} columns over num_heads = {count})"
+            )
+        wide = {
+            role: modern.parse_bias(self, table, role, "[attention]", heads_of * width, f"{what} x {name}")
+            for role, heads_of, width, what, name in (
+                ("Q", count, d_k, "num_heads", "d_k"), ("K", kv_count, d_k, "num_kv_heads", "d_k"),
+                ("V", kv_count, d_v, "num_kv_heads", "d_v"),
+            )
+        }
+        sinks = modern.parse_sinks(self, table, count)
+
+        def cut(array: Any, index: int, width: int) -> Any:
+            if array is None:
+                return None
+            part = np.ascontiguousarray(array[..., index * width:(index + 1) * width])
+            part.setflags(write=False)
+            return part
+
+        # each K/V slice is cut once, so the query heads that share it hold the very same arrays
+        kv_parts = [
+            (cut(mats["W_K"], kv, d_k), cut(mats["W_V"], kv, d_v), cut(wide["K"], kv, d_k), cut(wide["V"], kv, d_v))
+            for kv in range(kv_count)
+        ]
         heads = []
         for h in range(count):
-            parts = []
-            for role, width in (("W_Q", d_k), ("W_K", d_k), ("W_V", d_v)):
-                part = np.ascontiguousarray(mats[role][:, h * width:(h + 1) * width])
-                part.setflags(write=False)
-                parts.append(part)
-            heads.append(Head(f"head {h + 1}", parts[0], parts[1], parts[2]))
-        return tuple(heads), count
+            kv = modern.kv_head_of(h, count, kv_count)
+            W_K, W_V, b_K, b_V = kv_parts[kv]
+            heads.append(Head(
+                f"head {h + 1}", cut(mats["W_Q"], h, d_k), W_K, W_V, cut(wide["Q"], h, d_k), b_K, b_V,
+                sink=sinks[h], kv_head=kv,
+            ))
+        return tuple(heads), count, (kv_count if kv_count != count else None)
 
     def check_projection(
-        self, W_Q: Matrix, W_K: Matrix, W_V: Matrix, where: str, d_model: int, d_in: int, d_in_name: str
+        self, W_Q: Matrix, W_K: Matrix, W_V: Matrix, where: str, d_model: int, d_in: int, d_in_name: str,
+        same_width: bool = True,
     ) -> None:
         if W_Q.shape[0] != d_model:
             raise self.fail(f"{where} W_Q has {W_Q.shape[0]} rows; expected d_model = {d_model} (the width of X)")
         for role, mat in (("W_K", W_K), ("W_V", W_V)):
             if mat.shape[0] != d_in:
                 raise self.fail(f"{where} {role} has {mat.shape[0]} rows; expected {d_in_name} = {d_in}")
-        if W_Q.shape[1] != W_K.shape[1]:
+        if same_width and W_Q.shape[1] != W_K.shape[1]:
             raise self.fail(
                 f"{where} W_Q has {W_Q.shape[1]} columns but W_K has {W_K.shape[1]};"
                 " expected the same width d_k (Queries and Keys are dotted together)"
             )
 
-    def output(self, doc: dict[str, Any], heads: tuple[Head, ...]) -> Matrix | None:
+    def output(self, doc: dict[str, Any], heads: tuple[Head, ...]) -> tuple[Matrix | None, Vector | None]:
         if "output" not in doc:
-            return None
+            return None, None
         table = doc["output"]
         if not isinstance(table, dict):
             raise self.fail(f"output must be a table ([output]), got {_kind(table)}")
         self.known(table, OUTPUT_KEYS, "[output]")
+        if "W_O" not in table and "b_O" in table:
+            raise self.fail("[output] b_O needs W_O beside it: the bias is added after the W_O projection")
         if "W_O" not in table:
             raise self.fail("[output] is missing 'W_O'")
         W_O = self.matrix(table["W_O"], "[output] W_O")
@@ -486,7 +568,8 @@ class _Validator:
                 widths = " + ".join(str(h.d_v) for h in heads)
                 because = f"one per column of the {len(heads)} heads' outputs side by side (d_v {widths} = {total})"
             raise self.fail(f"[output] W_O has {W_O.shape[0]} rows; expected {total}, {because}")
-        return W_O
+        b_O = modern.parse_bias(self, table, "O", "[output]", W_O.shape[1], "one per column of W_O, d_out")
+        return W_O, b_O
 
     def scale(self, doc: dict[str, Any]) -> float | None:
         if "scale" not in doc:
@@ -502,7 +585,9 @@ class _Validator:
             raise self.fail(f"scale = {_show(value)}; expected a finite number > 0")
         return number
 
-    def mask(self, doc: dict[str, Any], tokens: tuple[str, ...], key_tokens: tuple[str, ...]) -> tuple[str, BoolMatrix]:
+    def mask(
+        self, doc: dict[str, Any], tokens: tuple[str, ...], key_tokens: tuple[str, ...], is_cross: bool = False
+    ) -> tuple[str, BoolMatrix, int | None]:
         n, m = len(tokens), len(key_tokens)
         raw = doc.get("mask", "none")
         table: dict[str, Any]
@@ -522,12 +607,16 @@ class _Validator:
             hint = difflib.get_close_matches(kind, MASK_KINDS, n=1) if isinstance(kind, str) else []
             extra = f"; did you mean {hint[0]!r}?" if hint else ""
             raise self.fail(f"{where} = {_show(kind)} is not a mask kind; expected one of: {', '.join(MASK_KINDS)}{extra}")
-        for extra_key, owner in (("pad", "padding"), ("allow", "custom")):
+        for extra_key, owner in (("pad", "padding"), ("allow", "custom"), ("window", "sliding")):
             if extra_key in table and kind != owner:
                 raise self.fail(f"[mask] {extra_key} is only used with kind = {owner!r}, but kind = {kind!r}")
 
         allow = np.ones((n, m), dtype=bool)
-        if kind == "causal":
+        window = None
+        if kind == "sliding":
+            window = modern.parse_window(self, table, is_cross)
+            allow = modern.sliding_allow(n, window)
+        elif kind == "causal":
             if n != m:
                 raise self.fail(f"a causal mask needs as many keys as queries, but there are {n} queries and {m} keys")
             allow = np.tril(allow)
@@ -555,7 +644,7 @@ class _Validator:
                     " every query row needs at least one key it may attend"
                 )
         allow.setflags(write=False)
-        return kind, allow
+        return kind, allow, window
 
     def custom_allow(self, rows: Any, tokens: tuple[str, ...], key_tokens: tuple[str, ...]) -> BoolMatrix:
         n, m = len(tokens), len(key_tokens)

@@ -15,7 +15,8 @@ from typing import Any, TextIO
 
 import numpy as np
 
-from qkv_tui.core.engine import Computation, HeadResult, combine, iter_heads
+from qkv_tui.core.engine import Computation, HeadResult, NormResult, combine, iter_heads, norm_of
+from qkv_tui.core.modern import Vector
 from qkv_tui.core.scenario import Matrix, Scenario
 
 _CHUNK = 1 << 16  # characters gathered before each write: few calls, little memory
@@ -89,7 +90,14 @@ def head_fields(h: HeadResult) -> list[tuple[str, Any]]:
         ("Q", h.Q), ("K", h.K), ("V", h.V),
         ("scores", h.scores), ("scaled", h.scaled), ("masked", h.masked),
         ("weights", h.weights), ("output", h.output),
+        # contracts §7 (null where the scenario does not use the feature), then the biases
+        ("Q_rot", h.Q_rot), ("K_rot", h.K_rot), ("bias", h.bias), ("sink", h.sink), ("kv_head", h.kv_head),
+        ("b_Q", _vector(h.b_Q)), ("b_K", _vector(h.b_K)), ("b_V", _vector(h.b_V)),
     ]
+
+
+def _vector(values: Vector | None) -> list[float] | None:
+    return None if values is None else values.tolist()
 
 
 class _Heads:
@@ -108,7 +116,9 @@ class _Heads:
         out.write(f"\n{indent}]")
 
 
-def _document(out: TextIO, sc: Scenario, heads: Iterable[HeadResult], concat: Matrix, output: Matrix) -> None:
+def _document(
+    out: TextIO, sc: Scenario, heads: Iterable[HeadResult], concat: Matrix, output: Matrix, norm: NormResult | None
+) -> None:
     buffered = _Out(out)
     _fields(buffered, [
         ("title", sc.title),
@@ -121,6 +131,9 @@ def _document(out: TextIO, sc: Scenario, heads: Iterable[HeadResult], concat: Ma
         ("concat", concat),
         ("W_O", sc.W_O),
         ("output", output),
+        ("X_norm", norm.X_norm if norm is not None else None),
+        ("positions", list(sc.positions) if sc.positions is not None else None),
+        ("b_O", _vector(sc.b_O)),
     ], "")
     buffered.write("\n")
     buffered.flush()
@@ -130,14 +143,15 @@ def write_json(scenario: Scenario, out: TextIO) -> None:
     """Stream the export to ``out``. Every head is computed once first, to refuse an overflow
     (ScenarioError) before anything is written, keeping only the small head outputs; then
     again, one at a time, as it is written."""
-    outputs = [head.output for head in iter_heads(scenario)]
+    norm = norm_of(scenario)
+    outputs = [head.output for head in iter_heads(scenario, norm)]
     concat, output = combine(scenario, outputs)
     del outputs
-    _document(out, scenario, iter_heads(scenario), concat, output)
+    _document(out, scenario, iter_heads(scenario, norm), concat, output, norm)
 
 
 def to_json(comp: Computation) -> str:
     """The export of a computation already in memory, as one string."""
     text = io.StringIO()
-    _document(text, comp.scenario, comp.heads, comp.concat, comp.output)
+    _document(text, comp.scenario, comp.heads, comp.concat, comp.output, comp.norm)
     return text.getvalue()

@@ -14,7 +14,8 @@ from dataclasses import replace
 
 import numpy as np
 
-from qkv_tui.core.engine import Computation, HeadResult
+from qkv_tui.core.engine import Computation, HeadResult, NormResult
+from qkv_tui.core.modern import Norm, Rope, Vector
 from qkv_tui.core.scenario import Matrix
 
 CHUNK = 2_000_000  # products held at once (16 MB of float64)
@@ -41,34 +42,89 @@ def hand_matmul(a: Matrix, b: Matrix, decimals: int) -> Matrix:
     return result
 
 
-def hand_head(head: HeadResult, X: Matrix, X_kv: Matrix, allow: np.ndarray, decimals: int) -> HeadResult:
+def hand_head(
+    head: HeadResult, X: Matrix, X_kv: Matrix, allow: np.ndarray, decimals: int,
+    rope: Rope | None = None, positions: tuple[int, ...] | None = None,
+) -> HeadResult:
     r = _rounder(decimals)
-    Q = r(hand_matmul(X, head.W_Q, decimals))  # (n, d_k)
-    K = r(hand_matmul(X_kv, head.W_K, decimals))  # (m, d_k)
-    V = r(hand_matmul(X_kv, head.W_V, decimals))  # (m, d_v)
-    scores = r(hand_matmul(Q, K.T, decimals))  # (n, m)
+    Q = r(_plus(hand_matmul(X, head.W_Q, decimals), head.b_Q))  # (n, d_k)
+    K = r(_plus(hand_matmul(X_kv, head.W_K, decimals), head.b_K))  # (m, d_k)
+    V = r(_plus(hand_matmul(X_kv, head.W_V, decimals), head.b_V))  # (m, d_v)
+    Q_rot = K_rot = None
+    if rope is not None and positions is not None:
+        Q_rot, K_rot = hand_rotate(Q, rope, positions, decimals), hand_rotate(K, rope, positions, decimals)
+    Q_used = Q if Q_rot is None else Q_rot
+    K_used = K if K_rot is None else K_rot
+    scores = r(hand_matmul(Q_used, K_used.T, decimals))  # (n, m)
     divisor = float(np.round(head.scale, decimals)) or head.scale  # √3 ≈ 1.732; never divide by 0
     scaled = r(scores / divisor)
-    masked = np.where(allow, scaled, -np.inf)
+    bias = r(head.bias) if head.bias is not None else None  # slope·(j − i), written down rounded
+    logits = scaled if bias is None else np.round(scaled + bias, decimals)
+    masked = np.where(allow, logits, -np.inf)
     masked.setflags(write=False)
     row_max = masked.max(axis=1)
+    if head.sink is not None:
+        row_max = np.maximum(row_max, head.sink)
     shifted = np.round(masked - row_max[:, None], decimals)
     with np.errstate(under="ignore"):
         exps = r(np.where(allow, np.round(np.exp(shifted), decimals), 0.0))
-    row_sum = r(exps.sum(axis=1))
+        sink_exp = None
+        if head.sink is not None:
+            sink_exp = r(np.round(np.exp(np.round(head.sink - row_max, decimals)), decimals))
+    row_sum = r(exps.sum(axis=1) + (sink_exp if sink_exp is not None else 0.0))
     weights = r(exps / row_sum[:, None])
     output = r(hand_matmul(weights, V, decimals))
     return replace(head, scale=divisor, Q=Q, K=K, V=V, scores=scores, scaled=scaled, masked=masked,
-                   row_max=row_max, exps=exps, row_sum=row_sum, weights=weights, output=output)
+                   row_max=row_max, exps=exps, row_sum=row_sum, weights=weights, output=output,
+                   Q_rot=Q_rot, K_rot=K_rot, bias=bias, sink_exp=sink_exp)
+
+
+def _plus(a: Matrix, b: Vector | None) -> Matrix:
+    return a if b is None else a + b[None, :]
+
+
+def hand_rotate(M: Matrix, rope: Rope, positions: tuple[int, ...], decimals: int) -> Matrix:
+    """RoPE by hand: cos and sin written down rounded, each product rounded, then the difference."""
+    out = M.copy()
+    d_k = M.shape[1]
+    p = np.asarray(positions, dtype=np.float64)
+    for i, (a, b) in enumerate(rope.pairs(d_k)):
+        angle = p * rope.theta(i, d_k)
+        cos, sin = np.round(np.cos(angle), decimals), np.round(np.sin(angle), decimals)
+        out[:, a] = np.round(M[:, a] * cos, decimals) - np.round(M[:, b] * sin, decimals)
+        out[:, b] = np.round(M[:, a] * sin, decimals) + np.round(M[:, b] * cos, decimals)
+    out = np.round(out, decimals)
+    out.setflags(write=False)
+    return out
+
+
+def hand_norm(norm: Norm, X: Matrix, decimals: int) -> NormResult:
+    """The norm by hand: the row's mean and mean square (or variance), the root, then each cell."""
+    r = _rounder(decimals)
+    d = X.shape[1]
+    mean = r(X.mean(axis=1)) if norm.kind == "layer" else r(np.zeros(X.shape[0]))
+    centered = np.round(X - mean[:, None], decimals)
+    spread = r(np.round(centered * centered, decimals).sum(axis=1) / d)
+    exact_root: Matrix = np.sqrt(spread + norm.eps)
+    root: Matrix = np.round(exact_root, decimals)
+    root = np.where(root == 0, exact_root, root)  # never divide by a rounded 0
+    X_norm = np.round(np.round(centered / root[:, None], decimals) * norm.gamma[None, :], decimals)
+    if norm.beta is not None:
+        X_norm = np.round(X_norm + norm.beta[None, :], decimals)
+    return NormResult(r(X_norm), mean, spread, r(root))
 
 
 def compute_hand(comp: Computation, decimals: int) -> Computation:
     """The same scenario worked by hand at ``decimals`` places (contracts' shapes, rounded values)."""
     sc = comp.scenario
-    heads = tuple(hand_head(h, sc.X, sc.X_kv, sc.allow, decimals) for h in comp.heads)
+    norm = hand_norm(sc.norm, sc.X, decimals) if sc.norm is not None else None
+    X_in = sc.X if norm is None else norm.X_norm
+    X_kv = sc.X_kv if sc.is_cross else X_in
+    heads = tuple(hand_head(h, X_in, X_kv, sc.allow, decimals, sc.rope, sc.positions) for h in comp.heads)
     concat = np.concatenate([h.output for h in heads], axis=1)
     output = hand_matmul(concat, comp.W_O, decimals) if comp.W_O is not None else concat
+    if comp.b_O is not None:
+        output = np.round(output + comp.b_O[None, :], decimals)
     for array in (concat, output):
         array.setflags(write=False)
-    return Computation(sc, heads, concat, comp.W_O, output, hand_decimals=decimals)
-
+    return Computation(sc, heads, concat, comp.W_O, output, hand_decimals=decimals, norm=norm, b_O=comp.b_O)

@@ -1,0 +1,306 @@
+"""Modern attention's scenario keys (contracts §7): norm, biases, RoPE, GQA, ALiBi, sliding windows, sinks.
+
+The loader in :mod:`qkv_tui.core.scenario` hands each table to a parser here. Every rule of §7
+fails with a one-line message naming the key, where it sits and what was expected, like the
+rest of the format. The dataclasses hold what the engine needs and nothing else.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+if TYPE_CHECKING:
+    from qkv_tui.core.scenario import Scenario
+
+Vector = npt.NDArray[np.float64]
+
+NORM_KEYS = ("kind", "gamma", "beta", "eps")
+NORM_KINDS = ("rms", "layer")
+ROPE_KEYS = ("base", "layout", "positions")
+ROPE_LAYOUTS = ("interleaved", "half")
+ALIBI_KEYS = ("slopes",)
+DEFAULT_EPS = 1e-5
+DEFAULT_BASE = 10000.0
+
+
+class Checker(Protocol):
+    """What the parsers need from the loader's validator (kept abstract to avoid an import cycle)."""
+
+    def fail(self, message: str) -> Exception: ...
+
+    def known(self, table: dict[str, Any], allowed: tuple[str, ...], where: str) -> None: ...
+
+    def number(self, item: Any, where: str) -> float: ...
+
+
+@dataclass(frozen=True, eq=False)
+class Norm:
+    """Normalise each row of X before the projections (pre-norm)."""
+
+    kind: str  # "rms" | "layer"
+    gamma: Vector  # (d_model,) gains
+    beta: Vector | None  # (d_model,) shifts, "layer" only; None = all 0
+    eps: float  # added to the mean square (rms) or the variance (layer) under the root
+
+
+@dataclass(frozen=True)
+class Rope:
+    """Rotary position embeddings on Q and K."""
+
+    base: float  # θ_i = base^(−2i/d_k)
+    layout: str  # "interleaved": pair i = (2i, 2i+1); "half": pair i = (i, i + d_k/2)
+    positions: tuple[int, ...]  # one per token
+
+    def pairs(self, d_k: int) -> list[tuple[int, int]]:
+        """The dimensions rotated together, pair i first: what makes the two layouts differ."""
+        half = d_k // 2
+        if self.layout == "interleaved":
+            return [(2 * i, 2 * i + 1) for i in range(half)]
+        return [(i, i + half) for i in range(half)]
+
+    def theta(self, i: int, d_k: int) -> float:
+        """Frequency of pair i: angles grow by this much per position."""
+        return float(self.base ** (-2.0 * i / d_k))
+
+
+@dataclass(frozen=True)
+class Alibi:
+    """ALiBi: a per-head linear bias slope·(j − i) added to the scaled scores."""
+
+    slopes: tuple[float, ...]  # one per query head
+    default: bool  # True when the slopes are the paper's 2^(−8(h+1)/H)
+
+
+def default_slopes(count: int) -> tuple[float, ...]:
+    """The ALiBi paper's geometric slopes, 2^(−8(h+1)/H) for head h = 0 … H−1."""
+    return tuple(2.0 ** (-8.0 * (h + 1) / count) for h in range(count))
+
+
+def kv_head_of(head: int, num_heads: int, num_kv_heads: int) -> int:
+    """The K/V head a query head reads in grouped-query attention: ⌊h · H_kv / H⌋."""
+    return head * num_kv_heads // num_heads
+
+
+def summary_parts(sc: Scenario) -> list[str]:
+    """What ``--check`` adds to its one-line summary for the §7 features a scenario uses."""
+    parts = []
+    if sc.norm is not None:
+        parts.append(f"{sc.norm.kind} norm")
+    if any(h.b_Q is not None or h.b_K is not None or h.b_V is not None for h in sc.heads) or sc.b_O is not None:
+        parts.append("biases")
+    if sc.rope is not None:
+        parts.append(f"rope {sc.rope.layout}")
+    if sc.num_kv_heads is not None:
+        parts.append(f"{sc.num_kv_heads} K/V head{'s' if sc.num_kv_heads != 1 else ''}")
+    if sc.alibi is not None:
+        parts.append("alibi")
+    if sc.window is not None:
+        parts.append(f"window {sc.window}")
+    if any(h.sink is not None for h in sc.heads):
+        parts.append("sink")
+    return parts
+
+
+# --- parsers -----------------------------------------------------------------
+
+
+def number(v: Checker, value: Any, key: str, expected: str = "a finite number") -> float:
+    """A TOML integer or float, finite (the loader's own rules and wording); booleans are not numbers."""
+    return v.number(value, key)
+
+
+def numbers(v: Checker, value: Any, key: str, count: int, what: str) -> Vector:
+    """A flat list of exactly ``count`` finite numbers (``what`` says what each is for)."""
+    if not isinstance(value, list):
+        raise v.fail(f"{key} must be a list of {count} numbers ({what}), got {_kind(value)}")
+    if len(value) != count:
+        raise v.fail(f"{key} has {len(value)} number{'s' if len(value) != 1 else ''}; expected {count} ({what})")
+    out = [number(v, item, f"{key} item {i + 1}") for i, item in enumerate(value)]
+    array = np.array(out, dtype=np.float64)
+    array.setflags(write=False)
+    return array
+
+
+def table_of(v: Checker, doc: dict[str, Any], key: str) -> dict[str, Any] | None:
+    if key not in doc:
+        return None
+    table = doc[key]
+    if not isinstance(table, dict):
+        raise v.fail(f"{key} must be a table ([{key}]), got {_kind(table)}")
+    return table
+
+
+def choice(v: Checker, value: Any, key: str, allowed: tuple[str, ...]) -> str:
+    if not isinstance(value, str) or value not in allowed:
+        hint = difflib.get_close_matches(str(value), allowed, n=1, cutoff=0.5)
+        extra = f"; did you mean {hint[0]!r}?" if hint else ""
+        raise v.fail(f"{key} = {_show(value)} is not allowed; expected one of: {', '.join(map(repr, allowed))}{extra}")
+    return value
+
+
+def parse_norm(v: Checker, doc: dict[str, Any], d_model: int) -> Norm | None:
+    table = table_of(v, doc, "norm")
+    if table is None:
+        return None
+    v.known(table, NORM_KEYS, "[norm]")
+    if "kind" not in table:
+        raise v.fail("[norm] is missing 'kind'; expected kind = \"rms\" (RMSNorm) or \"layer\" (LayerNorm)")
+    kind = choice(v, table["kind"], "[norm] kind", NORM_KINDS)
+    ones = np.ones(d_model)
+    ones.setflags(write=False)
+    gamma = numbers(v, table["gamma"], "[norm] gamma", d_model, "one gain per column of X, d_model") if "gamma" in table else ones
+    beta = None
+    if "beta" in table:
+        if kind == "rms":
+            raise v.fail("[norm] beta is only used with kind = 'layer'; RMSNorm has no shift (remove beta or use 'layer')")
+        beta = numbers(v, table["beta"], "[norm] beta", d_model, "one shift per column of X, d_model")
+    eps = DEFAULT_EPS
+    if "eps" in table:
+        eps = number(v, table["eps"], "[norm] eps")
+        if eps <= 0:
+            raise v.fail(f"[norm] eps = {_show(table['eps'])}; expected a finite number > 0 (it keeps the root away from 0)")
+    return Norm(kind, gamma, beta, eps)
+
+
+def parse_rope(
+    v: Checker, doc: dict[str, Any], tokens: tuple[str, ...], is_cross: bool, head_dks: Sequence[tuple[str, int]]
+) -> Rope | None:
+    table = table_of(v, doc, "rope")
+    if table is None:
+        return None
+    v.known(table, ROPE_KEYS, "[rope]")
+    if is_cross:
+        raise v.fail("[rope] needs self-attention (keys and queries share positions); remove [context] or [rope]")
+    for name, d_k in head_dks:
+        if d_k % 2:
+            raise v.fail(f"[rope] needs an even d_k (dimensions rotate in pairs), but {name} has d_k = {d_k}")
+    if "layout" not in table:
+        raise v.fail(
+            "[rope] is missing 'layout'; expected layout = \"interleaved\" (pairs (0,1), (2,3), …: RoFormer, Meta's LLaMA)"
+            " or \"half\" (pairs (0, d_k/2), …: Hugging Face rotate_half)"
+        )
+    layout = choice(v, table["layout"], "[rope] layout", ROPE_LAYOUTS)
+    base = DEFAULT_BASE
+    if "base" in table:
+        base = number(v, table["base"], "[rope] base")
+        if base <= 0:
+            raise v.fail(f"[rope] base = {_show(table['base'])}; expected a finite number > 0 (θ_i = base^(−2i/d_k))")
+    n = len(tokens)
+    positions = tuple(range(n))
+    if "positions" in table:
+        raw = table["positions"]
+        if not isinstance(raw, list):
+            raise v.fail(f"[rope] positions must be a list of {n} whole numbers >= 0 (one per token), got {_kind(raw)}")
+        if len(raw) != n:
+            raise v.fail(f"[rope] positions has {len(raw)} number{'s' if len(raw) != 1 else ''}; expected {n}, one per token")
+        out = []
+        for i, p in enumerate(raw):
+            where = f"[rope] positions item {i + 1} ({json.dumps(tokens[i], ensure_ascii=False)})"
+            if isinstance(p, bool) or not isinstance(p, int) or p < 0:
+                raise v.fail(f"{where} is {_kind(p)}; expected a whole number >= 0 (the token's position)")
+            if p > 2**53:
+                raise v.fail(f"{where} is {_show(p)}, too large; expected a position below 2^53")
+            out.append(p)
+        positions = tuple(out)
+    return Rope(base, layout, positions)
+
+
+def parse_alibi(v: Checker, doc: dict[str, Any], heads: int, is_cross: bool) -> Alibi | None:
+    table = table_of(v, doc, "alibi")
+    if table is None:
+        return None
+    v.known(table, ALIBI_KEYS, "[alibi]")
+    if is_cross:
+        raise v.fail(
+            "[alibi] needs self-attention (the bias uses the distance j − i between tokens); remove [context] or [alibi]"
+        )
+    if "slopes" not in table:
+        return Alibi(default_slopes(heads), True)
+    slopes = numbers(v, table["slopes"], "[alibi] slopes", heads, "one slope per head")
+    return Alibi(tuple(float(s) for s in slopes), False)
+
+
+def parse_window(v: Checker, table: dict[str, Any], is_cross: bool) -> int:
+    """The sliding window of a ``kind = "sliding"`` mask."""
+    if is_cross:
+        raise v.fail("mask kind 'sliding' needs self-attention (a window over the same tokens); remove [context] or the mask")
+    if "window" not in table:
+        raise v.fail("mask kind 'sliding' needs window = W (a whole number >= 1: each token sees itself and the W−1 before it)")
+    window = table["window"]
+    if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+        raise v.fail(f"[mask] window is {_kind(window)}; expected a whole number >= 1 (itself and the window−1 tokens before it)")
+    return window
+
+
+def sliding_allow(n: int, window: int) -> npt.NDArray[np.bool_]:
+    """Query i may attend key j when 0 ≤ i − j < window (token indices, not rope positions)."""
+    i = np.arange(n)[:, None]
+    j = np.arange(n)[None, :]
+    allow: npt.NDArray[np.bool_] = (i - j >= 0) & (i - j < window)  # (n, n)
+    return allow
+
+
+def parse_sink(v: Checker, table: dict[str, Any], key: str) -> float | None:
+    if "sink" not in table:
+        return None
+    return number(v, table["sink"], key, "a finite number (the sink's logit)")
+
+
+def parse_sinks(v: Checker, table: dict[str, Any], heads: int) -> tuple[float | None, ...]:
+    if "sinks" not in table:
+        return (None,) * heads
+    sinks = numbers(v, table["sinks"], "[attention] sinks", heads, "one sink logit per query head, num_heads")
+    return tuple(float(s) for s in sinks)
+
+
+def parse_bias(v: Checker, table: dict[str, Any], role: str, where: str, width: int, what: str) -> Vector | None:
+    """``b_Q``, ``b_K``, ``b_V`` or ``b_O``: one number per column of its projection."""
+    key = f"b_{role}"
+    if key not in table:
+        return None
+    return numbers(v, table[key], f"{where} {key}", width, what)
+
+
+def parse_num_kv_heads(v: Checker, table: dict[str, Any], num_heads: int) -> int:
+    if "num_kv_heads" not in table:
+        return num_heads
+    count = table["num_kv_heads"]
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        raise v.fail(f"[attention] num_kv_heads must be a whole number >= 1, got {_kind(count)}")
+    if num_heads % count:
+        raise v.fail(
+            f"[attention] num_kv_heads = {count} does not divide num_heads = {num_heads};"
+            " expected a divisor (each K/V head serves the same number of query heads)"
+        )
+    return count
+
+
+def _show(value: Any) -> str:
+    """A value as a message shows it: short, and safe for integers of any size (the loader's wording)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 256:
+        return f"an integer of about {int(value.bit_length() * math.log10(2)) + 1:,} digits"
+    if isinstance(value, str):
+        return repr(value if len(value) <= 60 else value[:57] + "...")
+    return repr(value) if isinstance(value, float) else str(value)
+
+
+def _kind(value: Any) -> str:
+    if isinstance(value, bool):
+        return f"a boolean ({str(value).lower()})"
+    if isinstance(value, str):
+        return f"a string ({_show(value)})"
+    if isinstance(value, (int, float)):
+        return f"a number ({_show(value)})"
+    if isinstance(value, list):
+        return "a list" if value else "an empty list"
+    if isinstance(value, dict):
+        return "a table"
+    return f"a {type(value).__name__}"
