@@ -15,7 +15,7 @@ from .conftest import SCENARIOS
 def test_check_all_shipped(cli) -> None:
     run = cli("--check", *map(str, SCENARIOS))
     assert run.code == 0 and run.err == ""
-    assert run.out.count("ok: ") == len(SCENARIOS) == 7
+    assert run.out.count("ok: ") == len(SCENARIOS) == 15
 
 
 def test_json_export_has_full_precision(cli) -> None:
@@ -30,7 +30,10 @@ def test_json_export_has_full_precision(cli) -> None:
     assert [round(w, 3) for w in head["weights"][0]] == [0.070, 0.707, 0.223]
     assert data["output"] == head["output"] == data["concat"]
     assert set(head) == {"name", "d_k", "scale", "W_Q", "W_K", "W_V", "Q", "K", "V",
-                         "scores", "scaled", "masked", "weights", "output"}
+                         "scores", "scaled", "masked", "weights", "output",
+                         "Q_rot", "K_rot", "bias", "sink", "kv_head", "b_Q", "b_K", "b_V"}  # contracts §7, then biases
+    assert (head["Q_rot"], head["K_rot"], head["bias"], head["sink"], head["kv_head"]) == (None, None, None, None, 0)
+    assert (data["X_norm"], data["positions"], data["b_O"]) == (None, [0, 1, 2], None)
 
 
 def test_json_masked_entries_are_null(cli) -> None:

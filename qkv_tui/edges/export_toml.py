@@ -73,19 +73,59 @@ def to_toml(scenario: Scenario) -> str:
         lines.append(f"mask = {string(sc.mask_kind)}")
     if sc.context_X is not None:
         lines += ["", "[context]", f"tokens = {labels(sc.key_tokens)}", f"X = {matrix(sc.context_X)}"]
-    if sc.mask_kind == "padding":
+    if sc.mask_kind == "sliding":
+        lines += ["", "[mask]", 'kind = "sliding"', f"window = {sc.window}"]
+    elif sc.mask_kind == "padding":
         lines += ["", "[mask]", 'kind = "padding"', "pad = [" + ", ".join("false" if v else "true" for v in sc.allow[0]) + "]"]
     elif sc.mask_kind == "custom":
         lines += ["", "[mask]", 'kind = "custom"', f"allow = {_flags(sc.allow)}"]
+    lines += _modern_tables(sc)
     if sc.num_heads_split is not None:
         lines += ["", "[attention]", f"num_heads = {sc.num_heads_split}"]
+        # K/V roles: one slice per K/V head (the first query head reading it), as num_kv_heads expects
+        kv_heads = [sc.heads[[sc.kv_head(h) for h in range(len(sc.heads))].index(kv)] for kv in
+                    sorted({sc.kv_head(h) for h in range(len(sc.heads))})]
+        if sc.num_kv_heads is not None:
+            lines.append(f"num_kv_heads = {sc.num_kv_heads}")
         for role in ("W_Q", "W_K", "W_V"):
-            wide = np.concatenate([getattr(h, role) for h in sc.heads], axis=1)
+            owners = sc.heads if role == "W_Q" else kv_heads
+            wide = np.concatenate([getattr(h, role) for h in owners], axis=1)
             lines.append(f"{role} = {matrix(wide)}")
+        for role in ("b_Q", "b_K", "b_V"):
+            owners = sc.heads if role == "b_Q" else kv_heads
+            parts = [getattr(h, role) for h in owners]
+            if parts[0] is not None:
+                lines.append(f"{role} = {vector(np.concatenate(parts))}")
+        if sc.heads[0].sink is not None:
+            lines.append(f"sinks = {vector(h.sink for h in sc.heads if h.sink is not None)}")
     else:
         for head in sc.heads:
             lines += ["", "[[heads]]", f"name = {string(head.name)}"]
             lines += [f"{role} = {matrix(getattr(head, role))}" for role in ("W_Q", "W_K", "W_V")]
+            biases = [(role, getattr(head, role)) for role in ("b_Q", "b_K", "b_V")]
+            lines += [f"{role} = {vector(b)}" for role, b in biases if b is not None]
+            if head.sink is not None:
+                lines.append(f"sink = {number(head.sink)}")
     if sc.W_O is not None:
         lines += ["", "[output]", f"W_O = {matrix(sc.W_O)}"]
+        if sc.b_O is not None:
+            lines.append(f"b_O = {vector(sc.b_O)}")
     return "\n".join(lines) + "\n"
+
+
+def _modern_tables(sc: Scenario) -> list[str]:
+    """[norm], [rope] and [alibi] (contracts §7), where the scenario has them."""
+    lines: list[str] = []
+    if sc.norm is not None:
+        lines += ["", "[norm]", f"kind = {string(sc.norm.kind)}", f"gamma = {vector(sc.norm.gamma)}"]
+        if sc.norm.beta is not None:
+            lines.append(f"beta = {vector(sc.norm.beta)}")
+        lines.append(f"eps = {float(sc.norm.eps)!r}")
+    if sc.rope is not None:
+        lines += ["", "[rope]", f"layout = {string(sc.rope.layout)}", f"base = {float(sc.rope.base)!r}",
+                  f"positions = [{', '.join(map(str, sc.rope.positions))}]"]
+    if sc.alibi is not None:
+        lines += ["", "[alibi]"]
+        if not sc.alibi.default:
+            lines.append(f"slopes = {vector(sc.alibi.slopes)}")
+    return lines
