@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from qkv_tui import compute, load_scenario
 from qkv_tui.core.engine import Computation
 from qkv_tui.core.scenario import parse_scenario
-from qkv_tui.edges.worksheet import build, parse_blanks
+from qkv_tui.edges.worksheet import WorksheetError, build, parse_blanks, unsupported
 
 from .conftest import SCENARIOS, Run
 from .strategies import Case, cases
@@ -204,6 +204,10 @@ def engine_value(comp: Computation, name: str, i: int, j: int) -> float:
 @pytest.mark.parametrize(("blanks", "seed"), [("25%", 0), ("100%", 1), ("7", 2)])
 def test_builtin_worksheets(path, blanks: str, seed: int) -> None:
     comp = compute(load_scenario(path))
+    if unsupported(comp.scenario) is not None:  # a §7 stage the worksheet does not print yet: refused, by name
+        with pytest.raises(WorksheetError, match="worksheets do not cover"):
+            build(comp, blanks, seed)
+        return
     page = check_page(comp, blanks, seed)
     for cell, n in page.blanks.items():
         answer = number(answer_of(page.key[n]))
