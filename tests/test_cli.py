@@ -214,3 +214,11 @@ def test_app_normal_exit_is_zero(cli, monkeypatch) -> None:
 
     monkeypatch.setattr(QKVApp, "run", headless_run)
     assert cli("i_love_ai").code == 0
+
+
+def test_a_missing_bare_name_says_where_it_looked(cli, tmp_path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    run = cli("--check", "cat_sat")
+    assert run.code == 2
+    assert run.err.startswith("error: cat_sat: no such file, no cat_sat.toml in this folder, and no built-in scenario"
+                              " of that name (built-in scenarios: causal_mask, ")

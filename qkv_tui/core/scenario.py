@@ -219,7 +219,10 @@ def load_scenario(spec: str | Path | Scenario) -> Scenario:
         status = stat_path(path)
         if status is None:
             names = ", ".join(builtin_names())
-            raise ScenarioError(source, f"no such file (built-in scenarios: {names})")
+            bare = "/" not in source and "\\" not in source
+            stem = source[:-5] if source.endswith(".toml") else source
+            looked = f", no {stem}.toml in this folder, and no built-in scenario of that name" if bare else ""
+            raise ScenarioError(source, f"no such file{looked} (built-in scenarios: {names})")
         raw = read_bytes(path, status)
     except ReadError as exc:
         raise ScenarioError(source, exc.message) from None
