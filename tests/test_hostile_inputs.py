@@ -4,6 +4,7 @@ exit 2 (contracts §4), or a correct result; never a traceback, a hang or a huge
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import warnings
@@ -257,3 +258,23 @@ def test_parse_scenario_reports_as_the_cli_does() -> None:
     with pytest.raises(ScenarioError) as caught:
         parse_scenario('tokens = ["I"]\nX = ' + "[" * 900, "deep.toml")
     assert str(caught.value).startswith("deep.toml: line 2, column ")
+
+
+@pytest.mark.skipif(not (hasattr(os, "geteuid") and os.geteuid() == 0 and shutil.which("setpriv")),
+                    reason="needs root and setpriv, to run the check as a user the folder shuts out")
+def test_unsearchable_folder_for_real(tmp_path: Path) -> None:
+    locked = tmp_path / "locked"
+    (locked / "inner").mkdir(parents=True)
+    target = locked / "inner" / "a.toml"
+    target.write_text(GOOD)
+    locked.chmod(0o700)
+    tmp_path.chmod(0o755)
+    proc = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                           sys.executable, "-m", "qkv_tui", "--check", str(target)],
+                          capture_output=True, text=True, timeout=120, cwd="/",
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    if "No module named" in proc.stderr or proc.returncode not in (0, 2):
+        pytest.skip(f"the unprivileged user cannot run this Python: {proc.stderr[-200:]}")
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr == (f"error: {target}: cannot open: Permission denied"
+                           " (a folder on the path, or the file, is not readable by you)\n")
