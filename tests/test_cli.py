@@ -221,4 +221,5 @@ def test_a_missing_bare_name_says_where_it_looked(cli, tmp_path, monkeypatch) ->
     run = cli("--check", "cat_sat")
     assert run.code == 2
     assert run.err.startswith("error: cat_sat: no such file, no cat_sat.toml in this folder, and no built-in scenario"
-                              " of that name (built-in scenarios: causal_mask, ")
+                              " of that name (built-in scenarios: ")
+    assert "causal_mask, " in run.err and run.err.count("\n") == 1
