@@ -52,6 +52,21 @@ def generated_scenario(n: int, d_model: int = 64, d_k: int = 16, heads: int = 4,
     return "\n".join(lines) + "\n"
 
 
+# 32 tokens for glassllm:en (its tokenizer adds no special tokens)
+MODEL_TEXT = "Alice was beginning to get very tired of sitting by her sister on the bank, and of having nothing to do"
+
+
+def model_scenario(folder: Path) -> str | None:
+    """A glassllm head on a 32-token sentence, as a scenario file; None without the models extra."""
+    try:
+        import glassllm  # noqa: F401
+    except ImportError:
+        return None
+    path = folder / "glassllm32.toml"
+    path.write_text(f'[model]\nsource = "glassllm:en"\ntext = "{MODEL_TEXT}"\nlayer = 1\nheads = [0]\n')
+    return str(path)
+
+
 def bare_app() -> Any:
     from textual.app import App, ComposeResult
     from textual.widgets import Static
@@ -151,6 +166,9 @@ def measure(repeats: int, presses: int, sizes: tuple[int, ...], core_sizes: tupl
         scenarios[n] = str(path)
 
     programs = [("bare", "i_love_ai")] + [("qkv", scenarios[n]) for n in scenarios]
+    model = model_scenario(tmp)
+    if model is not None:  # command to first screen for a real model's head: tokenize, run layer 0, expand, draw
+        programs.append(("qkv", model))
     starts: dict[tuple[str, str], list[float]] = {p: [] for p in programs}
     rss: dict[tuple[str, str], list[int]] = {p: [] for p in programs}
     for _ in range(repeats):  # alternate the programs in every round
@@ -211,6 +229,11 @@ def measure(repeats: int, presses: int, sizes: tuple[int, ...], core_sizes: tupl
         "step_cpu_512_vs_3": next((r["step_cpu_vs_3"] for r in rows if r["tokens"] == 512), float("nan")),
         "rss_512_vs_3": next((r["rss_vs_3"] for r in rows if r["tokens"] == 512), float("nan")),
     }
+    model_row = None
+    if model is not None:
+        prog = ("qkv", model)
+        model_row = {"tokens": 32, "startup_s": med(starts[prog]), "startup_vs_3": med(starts[prog]) / med(starts[base]),
+                     "step_cpu_ms": med(cpu[prog]) * 1000, "rss_mib": med(rss[prog]) / 1024}
     by_size = {r["tokens"]: r for r in rows}
     if 64 in by_size and 512 in by_size:  # once the panes fill the screen, does the cost still grow with n?
         ratios["step_cpu_512_vs_64"] = by_size[512]["step_cpu_ms"] / by_size[64]["step_cpu_ms"]
@@ -221,6 +244,7 @@ def measure(repeats: int, presses: int, sizes: tuple[int, ...], core_sizes: tupl
         "presses": presses,
         "bare": {"startup_s": med(starts[bare]), "step_cpu_ms": med(cpu[bare]) * 1000, "rss_mib": med(rss[bare]) / 1024},
         "sizes": rows,
+        "glassllm_head": model_row,
         "core": core,
         "ratios": ratios,
         "targets": TARGETS,
@@ -317,6 +341,11 @@ def report(result: dict[str, Any]) -> str:
     for r in result["sizes"]:
         out.append(f"{r['tokens']:>6} {r['startup_s']:>10.3f} {r['startup_vs_3']:>7.2f} {r['step_cpu_ms']:>11.2f}"
                    f" {r['step_cpu_vs_3']:>7.2f} {r['rss_mib']:>8.1f} {r['rss_vs_3']:>7.2f}")
+    model = result.get("glassllm_head")
+    if model:
+        out.append(f"glassllm:en layer 1 head 0, {model['tokens']} tokens: command to first screen {model['startup_s']:.3f} s"
+                   f" (×{model['startup_vs_3']:.2f} of I love AI), CPU per step {model['step_cpu_ms']:.2f} ms,"
+                   f" peak RSS {model['rss_mib']:.1f} MiB")
     out.append("")
     out.append(f"{'core':>6} {'operations':>12} {'load ms':>9} {'compute ms':>11} {'trace ms':>9} {'one op ms':>10}")
     for c in result["core"]:
@@ -344,9 +373,15 @@ def main() -> None:
     parser.add_argument("--presses", type=int, default=100, help="step presses per run (default 100)")
     parser.add_argument("--cli-only", action="store_true", help="only the command line at scale (minutes, not the app)")
     parser.add_argument("--cli-repeats", type=int, default=3, help="runs of each command-line measurement (default 3)")
+    parser.add_argument("--model-only", action="store_true",
+                        help="only the glassllm head beside I love AI and the bare app (needs the models extra)")
     args = parser.parse_args()
     quick = (2, 10, (16,), (512,))
     result: dict[str, Any] = {}
+    if args.model_only:
+        result = measure(args.repeats, args.presses, (), ())
+        print(json.dumps(result, indent=2) if args.json else "\n\n".join(report(result).split("\n\n")[:3]))
+        return
     if not args.cli_only:
         result = measure(*quick) if args.quick else measure(args.repeats, args.presses, SIZES, CORE_SIZES)
     result["cli"] = measure_cli(1 if args.quick else args.cli_repeats, args.quick)

@@ -82,3 +82,55 @@ async def test_the_map_fits_small_screens_by_scrolling(size: tuple[int, int]) ->
         await pilot.press("end", "m")
         await pilot.pause()
         assert app.screen.query_one("#heatmap", Static).region.width > 0
+
+
+# --- a real head in the app (the models extra) --------------------------------------------------
+
+MODEL = "glassllm_previous_word"
+
+
+def needs_models() -> None:
+    pytest.importorskip("glassllm", reason="the models extra (pip install 'qkv-tui[models]') is not installed")
+
+
+def at_weight(app: QKVApp, row: int, col: int) -> Position:
+    """The operation that computes weights[row, col] of the first head."""
+    seg = next(s for s in app.trace.segments if s.stage == "softmax" and s.head == 0)
+    for index in range(seg.start, seg.start + seg.count):
+        op = app.trace.op(index)
+        if op.row == row and (op.col == col or op.col is None):
+            return Position(index, 0)
+    raise AssertionError("no such weight")
+
+
+async def test_a_real_head_steps_and_maps_without_errors() -> None:
+    needs_models()
+    app = QKVApp(MODEL)
+    async with app.run_test(size=(80, 24)) as pilot:
+        app.position = at_weight(app, 8, 6)  # "at" (of "mat") reading "▁the"
+        await pilot.pause()
+        for _ in range(3):
+            await pilot.press("right")
+        await pilot.press("end", "m")
+        await pilot.pause()
+        body = str(app.screen.query_one("#heatmap", Static).render())
+        assert "L1 H0" in body and "20×20" in body and "every row computed" in body
+        amap = attention_map(app.trace, 0, app.position.index)
+        assert amap.rows[8][6].strongest and amap.rows[7][6].strongest  # both pieces of "mat" look at "the"
+
+
+class TestRealHead:
+    @pytest.mark.parametrize("size", [(120, 40), (80, 24)], ids=["120x40", "80x24"])
+    def test_softmax_of_a_real_head(self, snap_compare, size: tuple[int, int]) -> None:
+        needs_models()
+
+        async def there(pilot) -> None:  # type: ignore[no-untyped-def]
+            pilot.app.position = at_weight(pilot.app, 8, 6)
+            await pilot.pause()
+
+        assert snap_compare(QKVApp(MODEL), run_before=there, terminal_size=size)
+
+    @pytest.mark.parametrize("size", [(120, 40), (80, 24)], ids=["120x40", "80x24"])
+    def test_map_of_a_real_head(self, snap_compare, size: tuple[int, int]) -> None:
+        needs_models()
+        assert snap_compare(QKVApp(MODEL), press=["end", "m"], terminal_size=size)

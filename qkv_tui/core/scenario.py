@@ -29,8 +29,9 @@ TOP_KEYS = (
     "title", "description", "tokens", "X", "mask", "scale",
     "heads", "attention", "output", "context",
     "norm", "rope", "alibi",  # contracts §7
+    "model",  # contracts §8: expanded by the importers before validation
 )
-HEAD_KEYS = ("name", "W_Q", "W_K", "W_V", "b_Q", "b_K", "b_V", "sink")
+HEAD_KEYS = ("name", "W_Q", "W_K", "W_V", "b_Q", "b_K", "b_V", "sink", "kv_head")
 ATTENTION_REQUIRED = ("num_heads", "W_Q", "W_K", "W_V")
 ATTENTION_KEYS = (*ATTENTION_REQUIRED, "num_kv_heads", "b_Q", "b_K", "b_V", "sinks")
 OUTPUT_KEYS = ("W_O", "b_O")
@@ -226,11 +227,13 @@ def load_scenario(spec: str | Path | Scenario) -> Scenario:
         raw = read_bytes(path, status)
     except ReadError as exc:
         raise ScenarioError(source, exc.message) from None
-    return parse_scenario(raw, source, default_title=printable(path.stem))
+    return parse_scenario(raw, source, default_title=printable(path.stem), base=path.parent)
 
 
-def parse_scenario(raw: bytes | str, source: str, default_title: str = "scenario") -> Scenario:
-    """Validate TOML text (bytes are decoded as UTF-8, with or without a BOM)."""
+def parse_scenario(raw: bytes | str, source: str, default_title: str = "scenario", base: Path | None = None) -> Scenario:
+    """Validate TOML text (bytes are decoded as UTF-8, with or without a BOM).
+
+    ``base``: the file's folder, where a [model] table's relative model folder is found."""
     try:
         text = decode(raw) if isinstance(raw, bytes) else raw
         if not text.strip():
@@ -239,7 +242,19 @@ def parse_scenario(raw: bytes | str, source: str, default_title: str = "scenario
     except ReadError as exc:
         raise ScenarioError(source, exc.message) from None
     _plain_lists(doc)
+    if "model" in doc:
+        doc = _expand_model(doc, source, base)
     return _Validator(source).scenario(doc, default_title)
+
+
+def _expand_model(doc: dict[str, Any], source: str, base: Path | None) -> dict[str, Any]:
+    """A [model] table becomes the plain scenario data a file would hold, then is validated like one."""
+    from qkv_tui.importers import ImporterError, expand_model  # the models extra loads only for a model
+
+    try:
+        return expand_model(doc, base)
+    except ImporterError as exc:
+        raise ScenarioError(source, str(exc)) from None
 
 
 MATRIX_KEYS = frozenset({"X", "W_Q", "W_K", "W_V", "W_O", "allow"})
@@ -453,7 +468,7 @@ class _Validator:
                 raise self.fail("heads must be written as [[heads]] tables, each with W_Q, W_K and W_V")
             if not raw:
                 raise self.fail("heads is empty; expected at least one [[heads]] table")
-            result = []
+            result: list[Head] = []
             for i, table in enumerate(raw):
                 where = f"[[heads]] #{i + 1}"
                 self.known(table, HEAD_KEYS, where)
@@ -470,7 +485,8 @@ class _Validator:
                     for role, width in (("Q", d_k), ("K", d_k), ("V", d_v))
                 )
                 sink = modern.parse_sink(self, table, f"{where} sink")
-                result.append(Head(name, mats["W_Q"], mats["W_K"], mats["W_V"], b_Q, b_K, b_V, sink=sink, kv_head=i))
+                result.append(Head(name, mats["W_Q"], mats["W_K"], mats["W_V"], b_Q, b_K, b_V, sink=sink,
+                                   kv_head=self.kv_head(table, where, i, result, (mats["W_K"], mats["W_V"], b_K, b_V))))
             return tuple(result), None, None
 
         table = doc["attention"]
@@ -535,6 +551,25 @@ class _Validator:
                 sink=sinks[h], kv_head=kv,
             ))
         return tuple(heads), count, (kv_count if kv_count != count else None)
+
+    def kv_head(self, table: dict[str, Any], where: str, i: int, earlier: list[Head], kv: tuple[Any, ...]) -> int:
+        """``kv_head`` in [[heads]]: the K/V head it reads (a real model's index, contracts §8); default its own index.
+        Heads that name the same K/V head read the same Keys and Values, so they must carry the same W_K, W_V."""
+        if "kv_head" not in table:
+            return i
+        value = table["kv_head"]
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise self.fail(f"{where} kv_head must be a whole number >= 0 (the K/V head it reads), got {_kind(value)}")
+        for j, other in enumerate(earlier):
+            theirs = (other.W_K, other.W_V, other.b_K, other.b_V)
+            same = all((a is None and b is None) or (a is not None and b is not None and np.array_equal(a, b))
+                       for a, b in zip(kv, theirs))
+            if other.kv_head == value and not same:
+                raise self.fail(
+                    f"{where} has kv_head = {value} like [[heads]] #{j + 1}, but different W_K, W_V or biases;"
+                    " expected heads that share a K/V head to carry the same K/V weights"
+                )
+        return value
 
     def check_projection(
         self, W_Q: Matrix, W_K: Matrix, W_V: Matrix, where: str, d_model: int, d_in: int, d_in_name: str,

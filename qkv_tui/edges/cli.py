@@ -15,6 +15,7 @@ import numpy as np
 from qkv_tui import __version__
 from qkv_tui.core.engine import combine, compute, iter_heads
 from qkv_tui.core.scenario import Scenario, ScenarioError, builtin_names, load_scenario, printable
+from qkv_tui.edges import model_args
 
 DEFAULT_SCENARIO = "i_love_ai"
 
@@ -88,6 +89,7 @@ def _parser() -> argparse.ArgumentParser:
                         help="worksheet: how many cells to leave blank, a count (12) or a share (25%%; the default)")
     parser.add_argument("--seed", type=int, default=0, help="worksheet: which cells are blank (the same seed, the same page)")
     parser.add_argument("--version", action="version", version=f"qkv-tui {__version__}")
+    model_args.add_arguments(parser)
     return parser
 
 
@@ -130,6 +132,11 @@ def check(scenario: Scenario) -> None:
 
 def _main(argv: list[str] | None) -> int:
     args = _parser().parse_args(argv)
+    load: Callable[[str], Scenario] = load_scenario
+    if model_args.wants_model(args):  # --model SOURCE --text TEXT: a [model] table built from the options
+        if (problem := model_args.problem(args)) is not None:
+            _parser().error(problem)
+        args.scenario, load = [args.model], lambda _spec: model_args.model_scenario(args)
     if args.check:
         if not args.scenario:
             _parser().error("--check needs at least one SCENARIO")
@@ -137,7 +144,7 @@ def _main(argv: list[str] | None) -> int:
         for spec in args.scenario:
             try:
                 with _arithmetic_policy(spec):
-                    scenario = load_scenario(spec)
+                    scenario = load(spec)
                     check(scenario)
             except ScenarioError as exc:
                 status = _fail(exc)
@@ -162,13 +169,13 @@ def _main(argv: list[str] | None) -> int:
             exporter = functools.partial(_export_worksheet, blanks=args.blanks, seed=args.seed)
         try:
             with _arithmetic_policy(spec):
-                exporter(load_scenario(spec), sys.stdout)
+                exporter(load(spec), sys.stdout)
         except ScenarioError as exc:
             return _fail(exc)
         return 0
     try:
         with _arithmetic_policy(spec):
-            scenario = load_scenario(spec)
+            scenario = load(spec)
             comp = compute(scenario)
     except ScenarioError as exc:
         return _fail(exc)

@@ -99,13 +99,15 @@ def to_toml(scenario: Scenario) -> str:
         if sc.heads[0].sink is not None:
             lines.append(f"sinks = {vector(h.sink for h in sc.heads if h.sink is not None)}")
     else:
-        for head in sc.heads:
+        for i, head in enumerate(sc.heads):
             lines += ["", "[[heads]]", f"name = {string(head.name)}"]
             lines += [f"{role} = {matrix(getattr(head, role))}" for role in ("W_Q", "W_K", "W_V")]
             biases = [(role, getattr(head, role)) for role in ("b_Q", "b_K", "b_V")]
             lines += [f"{role} = {vector(b)}" for role, b in biases if b is not None]
             if head.sink is not None:
                 lines.append(f"sink = {number(head.sink)}")
+            if sc.kv_head(i) != i:  # a real model's K/V head index (contracts §8)
+                lines.append(f"kv_head = {sc.kv_head(i)}")
     if sc.W_O is not None:
         lines += ["", "[output]", f"W_O = {matrix(sc.W_O)}"]
         if sc.b_O is not None:

@@ -23,7 +23,8 @@ def render_map(amap: AttentionMap) -> Text:
     text.append(amap.note + "\n\n", style="dim")
     pad = " " * (len(amap.row_labels[0]) + 1 if amap.row_labels else 0)
     for line in amap.header:
-        text.append(pad + line + "\n", style="bold")
+        text.append(pad)  # unstyled, apart from the labels: an SVG screenshot keeps the labels over their columns
+        text.append(line + "\n", style="bold")
     for label, row in zip(amap.row_labels, amap.rows, strict=True):
         text.append(label + " ", style="bold")
         for cell in row:
