@@ -147,3 +147,31 @@ def test_without_the_extra_the_builtin_says_how_to_install_it(cli, monkeypatch: 
 def test_a_model_error_is_a_scenario_error(tmp_path: Path) -> None:
     with pytest.raises(ScenarioError, match=r"head\.toml: unknown key 'layers' in \[model\]; did you mean 'layer'\?"):
         load_scenario(model_file(tmp_path, '[model]\nsource = "glassllm:en"\ntext = "hi"\nlayers = 1\n'))
+
+
+KV = '''tokens = ["a", "b"]
+X = [[1, 0], [0, 1]]
+[[heads]]
+W_Q = [[1, 0], [0, 1]]
+W_K = [[1, 2], [3, 4]]
+W_V = [[1, 0], [0, 1]]
+kv_head = 1
+[[heads]]
+W_Q = [[0, 1], [1, 0]]
+W_K = [[1, 2], [3, 4]]
+W_V = [[1, 0], [0, 1]]
+kv_head = 1
+'''
+
+
+def test_kv_head_in_heads_tables() -> None:
+    sc = parse_scenario(KV, "kv.toml")
+    assert [sc.kv_head(h) for h in range(2)] == [1, 1]
+    comp = compute(sc)
+    np.testing.assert_array_equal(comp.heads[0].K, comp.heads[1].K)
+    different = KV[: KV.rindex("W_K")] + "W_K = [[1, 2], [3, 5]]\nW_V = [[1, 0], [0, 1]]\nkv_head = 1\n"
+    with pytest.raises(ScenarioError, match=r"\[\[heads\]\] #2 has kv_head = 1 like \[\[heads\]\] #1, but different W_K"):
+        parse_scenario(different, "kv.toml")
+    for bad in ("-1", "1.5", "true", '"1"'):
+        with pytest.raises(ScenarioError, match=r"\[\[heads\]\] #1 kv_head must be a whole number >= 0"):
+            parse_scenario(KV.replace("kv_head = 1", f"kv_head = {bad}", 1), "kv.toml")
