@@ -134,3 +134,26 @@ class TestRealHead:
     def test_map_of_a_real_head(self, snap_compare, size: tuple[int, int]) -> None:
         needs_models()
         assert snap_compare(QKVApp(MODEL), press=["end", "m"], terminal_size=size)
+
+
+@pytest.mark.parametrize("size", [(20, 5), (10, 3), (1, 1), (50, 14)])
+async def test_a_real_head_never_crashes_at_small_sizes(size: tuple[int, int]) -> None:
+    needs_models()
+    app = QKVApp(MODEL)
+    async with app.run_test(size=size) as pilot:
+        for key in ("right_square_bracket",) * 7 + ("m", "tab", "escape", "end", "left"):
+            await pilot.press(key)
+        await pilot.pause()
+        assert app.is_running
+
+
+async def test_every_stage_of_a_real_head_is_reachable() -> None:
+    needs_models()
+    app = QKVApp(MODEL)
+    async with app.run_test(size=(120, 40)) as pilot:
+        stages = []
+        for _ in range(len(app.trace.stage_keys)):
+            stages.append(app.trace.segment_at(app.position.index).stage)
+            await pilot.press("right_square_bracket")
+            await pilot.pause()
+        assert stages == app.trace.stage_keys and app.position.index > 0
