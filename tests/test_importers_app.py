@@ -157,3 +157,19 @@ async def test_every_stage_of_a_real_head_is_reachable() -> None:
             await pilot.press("right_square_bracket")
             await pilot.pause()
         assert stages == app.trace.stage_keys and app.position.index > 0
+
+
+async def test_a_hugging_face_folder_opens_in_the_app(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    pytest.importorskip("tokenizers", reason="the models extra (pip install 'qkv-tui[models]') is not installed")
+    pytest.importorskip("safetensors", reason="safetensors (the test extra) writes the checkpoint")
+    from .model_fixtures import build_gpt2
+
+    build_gpt2(tmp_path / "gpt2", dtype="BF16")
+    path = tmp_path / "head.toml"
+    path.write_text('[model]\nsource = "gpt2"\ntext = "Alice was reading"\nlayer = 1\nheads = [2]\n', encoding="utf-8")
+    app = QKVApp(path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        assert app.scenario.tokens[1] == "Ġwas" and app.comp.scenario.norm is not None and app.comp.scenario.norm.beta is not None
+        await pilot.press("end", "m")
+        await pilot.pause()
+        assert "L1 H2" in str(app.screen.query_one("#heatmap", Static).render())
