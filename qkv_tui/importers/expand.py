@@ -32,6 +32,8 @@ def expand_model(doc: dict[str, Any], base: Path | None = None) -> dict[str, Any
     Raises ImporterError with a one-line message.
     """
     for key in doc:
+        if key in MODEL_KEYS:  # TOML puts keys above the first header at the top level
+            raise ImporterError(f"{key!r} belongs in the [model] table; write it below the [model] header")
         if key not in BESIDE_MODEL:
             raise ImporterError(
                 f"{key!r} cannot sit beside [model]: the model gives tokens, X, [norm], [rope], the heads, [output]"
