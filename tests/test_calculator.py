@@ -400,3 +400,13 @@ def test_extreme_scores_never_divide_by_zero(write) -> None:
     lines = [line for i in range(len(trace)) for line in (trace.op(i).arithmetic, *trace.op(i).details)]
     assert not any("without the max" in line for line in lines)
     assert_holds(check_text("\n".join(lines)))
+
+
+def test_hand_rounding_of_far_apart_scores_never_divides_by_zero(write) -> None:
+    # scores of −8 at 3 decimals: by hand every e^s rounds to 0.000, so Σ e^s would be 0
+    text = ('tokens = ["a", "b"]\nX = [[1], [1]]\nscale = 1\n'
+            "[[heads]]\nW_Q = [[1]]\nW_K = [[-8]]\nW_V = [[1]]\n")
+    trace = Trace(compute_hand(compute(load_scenario(write(text))), 3))
+    lines = [line for i in range(len(trace)) for line in (trace.op(i).arithmetic, *trace.op(i).details)]
+    assert not any("without the max" in line for line in lines)
+    assert_holds(check_text("\n".join(lines), whole=False))

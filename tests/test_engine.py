@@ -68,7 +68,7 @@ def test_padding_leaves_real_rows_unchanged() -> None:
 def test_split_heads_are_column_slices() -> None:
     sc = load_scenario("split_heads")
     assert len(sc.heads) == 2
-    assert sc.heads[1].W_Q.tolist() == [[1, 0], [0, 1], [0, 1], [1, 0]]
+    assert sc.heads[1].W_Q.tolist() == [[0, 0], [0, 1], [1, 0], [1, -1]]  # columns 2-3 of the wide W_Q
     comp = compute(sc)
     assert comp.concat.shape == (3, 4)
     assert comp.heads[0].scale == np.sqrt(2)

@@ -122,3 +122,35 @@ def test_every_shipped_operation_renders(path) -> None:
     for i in range(len(trace)):
         op = trace.op(i)
         assert op.arithmetic and "nan" not in op.arithmetic
+
+
+def test_descriptions_are_true() -> None:
+    """What the shipped descriptions say the heads do, checked on the computed weights."""
+    two = compute(load_scenario("two_heads")).heads[1]  # "every token looks mostly at itself"
+    assert "mostly at itself" in load_scenario("two_heads").description
+    for i in range(3):
+        assert int(np.argmax(two.weights[i])) == i and two.weights[i, i] > 0.5
+    split = compute(load_scenario("split_heads"))
+    first, second = split.heads[0].weights, split.heads[1].weights
+    assert int(np.argmax(first[0])) == 1 and int(np.argmax(first[1])) == 0  # I and love look at each other
+    assert np.allclose(first[2], 1 / 3)  # AI spreads evenly
+    assert [int(np.argmax(row)) for row in second] == [0, 0, 1]  # one token back; I, first, at itself
+    assert all(row.max() > 0.5 for row in second)
+    assert len({tuple(row) for row in split.heads[1].Q}) > 1  # head 2's Queries are not all alike
+
+
+def test_split_scenarios_show_the_wide_matrix_with_slices_labelled() -> None:
+    trace = trace_of("split_heads")
+    wide = trace.matrix("W_Q_wide", None)
+    assert wide.shape == (4, 4)
+    assert np.array_equal(wide[:, 2:], trace.matrix("W_Q", 1))
+    assert [trace.col_label("W_Q_wide", j) for j in range(4)] == ["h1:0", "h1:1", "h2:0", "h2:1"]
+    assert trace.wide_offset("W_Q", 1) == 2
+    assert not trace_of("two_heads").split  # [[heads]] were never one matrix
+
+
+def test_stage_prose_fits_the_scenario() -> None:
+    assert "−∞" not in trace_of("i_love_ai").meaning("scale", 0)
+    assert "causal mask applies here" in trace_of("causal_mask").meaning("scale", 0)
+    cross = trace_of("cross_attention").meaning("project", 0)
+    assert "K = X_ctx·W_K" in cross and "from the context" in cross

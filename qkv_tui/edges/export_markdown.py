@@ -101,6 +101,12 @@ def to_markdown(comp: Computation, decimals: int = 3) -> str:
     if sc.is_cross:
         out += ["The context's embeddings (Keys and Values are built from these):", "",
                 table("context_X", None, keys, columns("context_X", None), "X_ctx"), ""]
+    if trace.split:
+        out += [f"The scenario gives one wide matrix per role, cut into {len(comp.heads)} equal column slices:"
+                " each head takes the columns labelled with its number (h2:0 is head 2's column 0).", ""]
+        for role in ("W_Q", "W_K", "W_V"):
+            name = f"{role}_wide"
+            out += [table(name, None, numbered(name, None), columns(name, None), role), ""]
     for h, head in enumerate(comp.heads):
         if multi:
             out += [f"## {head.name}", ""]

@@ -16,7 +16,7 @@ from qkv_tui.core.engine import HeadResult
 from qkv_tui.core.fmt import BIG, cell_len, fmt
 from qkv_tui.core.scenario import BoolMatrix, Matrix
 from qkv_tui.teach.stepper import Position
-from qkv_tui.teach.trace import STAGES, Operation, Ref, Trace
+from qkv_tui.teach.trace import STAGES, WIDE, Operation, Ref, Trace
 
 
 @dataclass(frozen=True, eq=False)
@@ -160,7 +160,8 @@ class View:
         if stage == "project":
             target = op.segment.target
             source = "context_X" if sc.is_cross and target in ("K", "V") else "X"
-            return [(source, None), (f"W_{target}", h), (target, h)]
+            weight = f"W_{target}_wide" if self.trace.split else f"W_{target}"  # the head's slice, marked
+            return [(source, None), (weight, h), (target, h)]
         if stage == "score":
             return [("Q", h), ("KT", h), ("scores", h)]
         if stage == "scale":
@@ -203,6 +204,9 @@ class View:
         cols: set[int] = set()
         cells: set[tuple[int, int]] = set()
         for ref in op.operands:
+            if source in WIDE and head is not None and ref.matrix == source.removesuffix("_wide") and ref.head == head:
+                offset = trace.wide_offset(ref.matrix, head)
+                ref = Ref(source, head, ref.row, None if ref.col is None else ref.col + offset)
             if ref.matrix == source and ref.head == head:
                 _mark(ref, transposed, rows, cols, cells)
         current = None
@@ -210,6 +214,8 @@ class View:
         if target.matrix == source and target.head == head:
             current = (target.row, target.col) if target.row is not None else None
         subtitle = self.comp.heads[head].name if head is not None and len(self.comp.heads) > 1 else ""
+        if source in WIDE and head is not None:
+            subtitle = f"{subtitle} = h{head + 1}:*"
         return PaneSpec(
             key=f"{name}@{head}", title=self.title(name, head, values), subtitle=subtitle,
             values=values, row_labels=row_labels, col_labels=col_labels, integral=integral,
@@ -243,6 +249,7 @@ class View:
             "X": "X (embeddings)",
             "context_X": "X_ctx (context)",
             "W_Q": "W_Q", "W_K": "W_K", "W_V": "W_V", "W_O": "W_O",
+            "W_Q_wide": "W_Q, all heads", "W_K_wide": "W_K, all heads", "W_V_wide": "W_V, all heads",
             "Q": "Q = X·W_Q",
             "K": f"K = {src}·W_K",
             "V": f"V = {src}·W_V",

@@ -14,6 +14,8 @@ import math
 from dataclasses import dataclass
 from functools import lru_cache
 
+import numpy as np
+
 from qkv_tui.core.engine import Computation
 from qkv_tui.core.fmt import NEG_INF, fmt, is_integral, vector
 from qkv_tui.core.scenario import Matrix
@@ -177,6 +179,7 @@ class Trace:
         self.runs: tuple[StageRun, ...] = tuple(runs)
         self._by_target = {(s.target, s.head): s for s in segs}
         self._integral: dict[tuple[str, int | None], bool] = {}
+        self._wide_cache: dict[str, Matrix] = {}
         self.op = lru_cache(maxsize=512)(self._build)
         # one precision per softmax / mix row, so a row's lines show its numbers alike
         self.softmax_row = lru_cache(maxsize=64)(self._softmax_row)
@@ -220,7 +223,27 @@ class Trace:
             return comp.output
         if name == "W_O" and comp.W_O is not None:
             return comp.W_O
+        if name in WIDE and self.split:
+            return self._wide(name)
         raise KeyError(name)
+
+    @property
+    def split(self) -> bool:
+        """The heads were cut from one wide matrix per role ([attention]), which the screen can show."""
+        return bool(self.comp.scenario.num_heads_split) and len(self.comp.heads) > 1
+
+    def _wide(self, name: str) -> Matrix:
+        # head h took columns h·d_k … (h+1)·d_k − 1 of the file's matrix: side by side they are that matrix
+        if name not in self._wide_cache:
+            role = name.removesuffix("_wide")
+            wide = np.concatenate([getattr(h, role) for h in self.comp.heads], axis=1)
+            wide.setflags(write=False)
+            self._wide_cache[name] = wide
+        return self._wide_cache[name]
+
+    def wide_offset(self, role: str, head: int) -> int:
+        """Where a head's slice of the wide matrix starts."""
+        return sum(getattr(h, role).shape[1] for h in self.comp.heads[:head])
 
     def integral(self, name: str, head: int | None) -> bool:
         """Whether a matrix is written as integers: one rule, so a value reads the same in every pane.
@@ -236,7 +259,7 @@ class Trace:
         return self._integral[key]
 
     def _derive_integral(self, name: str, head: int | None) -> bool:
-        if name in ("X", "context_X", "W_Q", "W_K", "W_V", "W_O"):
+        if name in ("X", "context_X", "W_Q", "W_K", "W_V", "W_O", *WIDE):
             return True  # as given: is_integral decides
         cross = self.comp.scenario.is_cross
         if name == "Q":
@@ -262,7 +285,18 @@ class Trace:
             return self.comp.scenario.key_tokens[col]
         if name == "concat":
             return self.concat_label(col)
+        if name in WIDE:
+            return self.slice_label(name.removesuffix("_wide"), col)
         return str(col)
+
+    def slice_label(self, role: str, col: int) -> str:
+        """A wide matrix's column by the head whose slice it is: ``h2:0`` is head 2's column 0."""
+        for h, head in enumerate(self.comp.heads):
+            width = getattr(head, role).shape[1]
+            if col < width:
+                return f"h{h + 1}:{col}"
+            col -= width
+        raise IndexError(col)
 
     def concat_label(self, col: int) -> str:
         """Which head a concatenated column came from: ``h2:0`` is head 2's column 0."""
@@ -333,7 +367,9 @@ class Trace:
         result = self._fmt(seg.target, h, value, d)
         work = dot_line(source[row], W[:, col], self.integral(src_name, None), self.integral(weight_name, h),
                         result, d, self.hand)
-        text = f"{seg.target}[{label},{col}] = {xs}[{label}]·{weight_name}[:,{col}] = {work}"
+        # split heads: name the column of the wide matrix the screen shows, h2:0 for head 2's column 0
+        wcol = self.slice_label(weight_name, self.wide_offset(weight_name, h) + col) if self.split else str(col)
+        text = f"{seg.target}[{label},{col}] = {xs}[{label}]·{weight_name}[:,{wcol}] = {work}"
         operands = (Ref(src_name, None, row, None), Ref(weight_name, h, None, col))
         return Operation(index, seg, row, col, value, operands, text)
 
@@ -463,6 +499,7 @@ class Trace:
 
 
 HEAD_MATRICES = ("W_Q", "W_K", "W_V", "Q", "K", "V", "scores", "scaled", "weights", "output")
+WIDE = ("W_Q_wide", "W_K_wide", "W_V_wide")  # split scenarios: every head's slice side by side
 
 
 def _paren(text: str) -> str:
