@@ -104,7 +104,7 @@ def to_markdown(comp: Computation, decimals: int = 3) -> str:
     if trace.split:
         out += [f"The scenario gives one wide matrix per role, cut into {len(comp.heads)} equal column slices:"
                 " each head takes the columns labelled with its number (h2:0 is head 2's column 0).", ""]
-        for role in ("W_Q", "W_K", "W_V"):
+        for role in (r for r in ("W_Q", "W_K", "W_V") if trace.is_wide(r)):
             name = f"{role}_wide"
             out += [table(name, None, numbered(name, None), columns(name, None), role), ""]
     for h, head in enumerate(comp.heads):

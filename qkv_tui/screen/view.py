@@ -160,7 +160,7 @@ class View:
         if stage == "project":
             target = op.segment.target
             source = "context_X" if sc.is_cross and target in ("K", "V") else "X"
-            weight = f"W_{target}_wide" if self.trace.split else f"W_{target}"  # the head's slice, marked
+            weight = f"W_{target}_wide" if self.trace.is_wide(f"W_{target}") else f"W_{target}"  # slice marked
             return [(source, None), (weight, h), (target, h)]
         if stage == "score":
             return [("Q", h), ("KT", h), ("scores", h)]

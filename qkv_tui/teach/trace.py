@@ -223,7 +223,7 @@ class Trace:
             return comp.output
         if name == "W_O" and comp.W_O is not None:
             return comp.W_O
-        if name in WIDE and self.split:
+        if name in WIDE and self.is_wide(name.removesuffix("_wide")):
             return self._wide(name)
         raise KeyError(name)
 
@@ -231,6 +231,11 @@ class Trace:
     def split(self) -> bool:
         """The heads were cut from one wide matrix per role ([attention]), which the screen can show."""
         return bool(self.comp.scenario.num_heads_split) and len(self.comp.heads) > 1
+
+    def is_wide(self, role: str) -> bool:
+        """Whether a role's wide matrix is the heads' slices side by side (with shared K/V heads it is not)."""
+        shared = self.comp.scenario.num_kv_heads not in (None, len(self.comp.heads))
+        return self.split and (role == "W_Q" or not shared)
 
     def _wide(self, name: str) -> Matrix:
         # head h took columns h·d_k … (h+1)·d_k − 1 of the file's matrix: side by side they are that matrix
@@ -368,7 +373,8 @@ class Trace:
         work = dot_line(source[row], W[:, col], self.integral(src_name, None), self.integral(weight_name, h),
                         result, d, self.hand)
         # split heads: name the column of the wide matrix the screen shows, h2:0 for head 2's column 0
-        wcol = self.slice_label(weight_name, self.wide_offset(weight_name, h) + col) if self.split else str(col)
+        wide = self.is_wide(weight_name)
+        wcol = self.slice_label(weight_name, self.wide_offset(weight_name, h) + col) if wide else str(col)
         text = f"{seg.target}[{label},{col}] = {xs}[{label}]·{weight_name}[:,{wcol}] = {work}"
         operands = (Ref(src_name, None, row, None), Ref(weight_name, h, None, col))
         return Operation(index, seg, row, col, value, operands, text)
@@ -415,6 +421,11 @@ class Trace:
         q, k = sc.tokens[row], sc.key_tokens[col]
         if sc.mask_kind == "causal":
             return f'causal mask: "{k}" comes after "{q}", and a token may not look ahead; weight will be exactly 0'
+        if sc.mask_kind == "sliding" and col <= row:
+            return (f'sliding window of {sc.window}: "{k}" is {row - col} tokens before "{q}", out of reach;'
+                    " weight will be exactly 0")
+        if sc.mask_kind == "sliding":
+            return f'sliding window (causal): "{k}" comes after "{q}"; weight will be exactly 0'
         if sc.mask_kind == "padding":
             return f'padding mask: "{k}" is padding, never attended; weight will be exactly 0'
         return f'custom mask: "{q}" may not attend "{k}"; weight will be exactly 0'
