@@ -65,7 +65,7 @@ def test_trace_prints_the_seed_arithmetic() -> None:
     softmax = next(trace.op(i) for i in range(len(trace)) if trace.op(i).arithmetic.startswith("weights[I,love]"))
     assert softmax.arithmetic.endswith("= 0.707")
     assert "weights[I,I] = e^(0.577 − 2.887) / 1.414 = e^-2.310 / 1.414 = 0.099 / 1.414 = 0.070" in texts
-    assert "same weight: e^2.887 / Σ e^s = 17.939 / 25.372 = 0.707" in softmax.details
+    assert softmax.details[2].endswith("; same weight: e^2.887 / Σ e^s = 17.939 / 25.372 = 0.707")
 
 
 def test_trace_shows_the_seed_softmax_and_mix_lines() -> None:
@@ -77,10 +77,11 @@ def test_trace_shows_the_seed_softmax_and_mix_lines() -> None:
     """
     trace = Trace(compute(load_scenario("i_love_ai")))
     lines = [line for i in range(len(trace)) for line in (trace.op(i).arithmetic, *trace.op(i).details)]
+    text = "\n".join(lines)
     assert ("without the max, as the seed does: e^0.577 = 1.781 | e^2.887 = 17.939 | e^1.732 = 5.652"
-            "  →  Σ e^s = 25.372") in lines
+            "  →  Σ e^s = 25.372;") in text
     assert ("without the max, as the seed does: e^1.155 = 3.174 | e^2.309 = 10.064 | e^1.732 = 5.652"
-            "  →  Σ e^s = 18.890") in lines
+            "  →  Σ e^s = 18.890;") in text
     assert "out[I] = 0.070·[1, 0, 1] + 0.707·[1, 2, 0] + 0.223·[1, 1, 0] = [1.000, 1.637, 0.070]" in lines
     assert "out[love] = 0.333·[1, 0, 1] + 0.333·[1, 2, 0] + 0.333·[1, 1, 0] = [1.000, 1.000, 0.333]" in lines
     assert "row max = max(0.577, 2.887, 1.732) = 2.887" in "\n".join(lines)

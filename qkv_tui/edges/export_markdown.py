@@ -5,10 +5,9 @@ from __future__ import annotations
 from qkv_tui.core.engine import Computation
 from qkv_tui.core.fmt import cell_len, fmt, is_integral, vector
 from qkv_tui.core.scenario import Matrix
-from qkv_tui.teach.trace import STAGES, Trace
+from qkv_tui.teach.trace import SAME_WEIGHT, STAGES, Trace
 
 WORKED_ROWS = 8  # beyond this many query tokens, the page works only the first rows by hand
-ROW_DETAILS = ("row max", "e^(s − max)", "without the max")  # softmax lines that hold for the whole row
 
 
 def _cell(label: str) -> str:
@@ -83,9 +82,11 @@ def to_markdown(comp: Computation, decimals: int = 3) -> str:
                 continue
             lines.append(f"    {op.arithmetic}")
             for detail in op.details:
-                row_wide = stage == "mix" or detail.startswith(ROW_DETAILS)
-                if stage == "softmax" and row_wide and op.col != 0:
-                    continue
+                if stage == "softmax" and op.col != 0:  # the row's lines once; then each weight the seed's way
+                    _, sep, same = detail.partition(f"; {SAME_WEIGHT}")
+                    if not sep:
+                        continue
+                    detail = f"{SAME_WEIGHT}{same}"
                 if stage == "mix" and op.col != op.segment.cols - 1:
                     continue  # the vector form closes the row it sums up
                 if stage == "scale" and "mask" not in detail:

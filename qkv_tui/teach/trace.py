@@ -64,6 +64,7 @@ STAGES: dict[str, Stage] = {s.key: s for s in (
 )}
 
 HEAD_STAGES = ("project", "score", "scale", "softmax", "mix")
+SAME_WEIGHT = "same weight:"  # the seed's way to one weight, after the row's list of e^s
 VECTOR_WIDTH = 8  # the Mix stage's vector form is shown for Value rows up to this wide
 
 
@@ -451,15 +452,15 @@ class Trace:
                     f" = {r.exps[col]} / {r.total} = {w}")
         exps = [f"e^{sh} = {e}" for sh, e in zip(r.shifted, r.exps)]
         details = [
-            f"row max = max({elide(list(r.scaled), ', ')}) = {r.top};"
-            " subtracting it keeps every exponent ≤ 0, so exp never overflows",
+            f"row max = max({elide(list(r.scaled), ', ')}) = {r.top}",
             f"e^(s − max): {elide(exps, ' | ')}  →  Σ = {r.total}",
         ]
         if r.plain is not None and r.plain_total is not None:
             plain = [f"e^{s} = {e}" for s, e in zip(r.scaled, r.plain) if s != NEG_INF]
-            details.append(f"without the max, as the seed does: {elide(plain, ' | ')}  →  Σ e^s = {r.plain_total}")
+            line = f"without the max, as the seed does: {elide(plain, ' | ')}  →  Σ e^s = {r.plain_total}"
             if r.scaled[col] != NEG_INF:
-                details.append(f"same weight: e^{r.scaled[col]} / Σ e^s = {r.plain[col]} / {r.plain_total} = {w}")
+                line += f"; {SAME_WEIGHT} e^{r.scaled[col]} / Σ e^s = {r.plain[col]} / {r.plain_total} = {w}"
+            details.append(line)
         return Operation(index, seg, row, col, value, (Ref("scaled", h, row),), text, tuple(details))
 
     def _mix_row_places(self, head: int, row: int, decimals: int) -> int:
