@@ -20,6 +20,7 @@ from qkv_tui.core.engine import Computation
 from qkv_tui.core.fmt import NEG_INF, fmt, is_integral, vector
 from qkv_tui.core.scenario import Matrix
 from qkv_tui.teach.arith import (
+    MAX_TERMS,
     SoftmaxRow,
     dot_line,
     dot_places,
@@ -450,11 +451,14 @@ class Trace:
             s, top = r.scaled[col], r.top
             text = (f"weights[{q},{k}] = e^({s} − {_paren(top)}) / {r.total} = e^{r.shifted[col]} / {r.total}"
                     f" = {r.exps[col]} / {r.total} = {w}")
-        exps = [f"e^{sh} = {e}" for sh, e in zip(r.shifted, r.exps)]
-        details = [
-            f"row max = max({elide(list(r.scaled), ', ')}) = {r.top}",
-            f"e^(s − max): {elide(exps, ' | ')}  →  Σ = {r.total}",
-        ]
+        # a long row keeps only the keys it may attend (masked ones add e^−∞ = 0) and names its max
+        keep = [j for j, t in enumerate(r.scaled) if len(r.scaled) <= MAX_TERMS or t != NEG_INF]
+        exps = [f"e^{r.shifted[j]} = {r.exps[j]}" for j in keep]
+        if len(keep) <= MAX_TERMS:
+            top = f"row max = max({', '.join(r.scaled[j] for j in keep)}) = {r.top}"
+        else:
+            top = f"row max = {r.top}, at {sc.key_tokens[int(np.argmax(head.masked[row]))]}"
+        details = [top, f"e^(s − max): {elide(exps, ' | ')}  →  Σ = {r.total}"]
         if r.plain is not None and r.plain_total is not None:
             plain = [f"e^{s} = {e}" for s, e in zip(r.scaled, r.plain) if s != NEG_INF]
             line = f"without the max, as the seed does: {elide(plain, ' | ')}  →  Σ e^s = {r.plain_total}"
