@@ -437,3 +437,21 @@ def test_hand_rounding_of_far_apart_scores_never_divides_by_zero(write) -> None:
     lines = [line for i in range(len(trace)) for line in (trace.op(i).arithmetic, *trace.op(i).details)]
     assert not any("without the max" in line for line in lines)
     assert_holds(check_text("\n".join(lines), whole=False))
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.floats(-3, 3, allow_nan=False), min_size=17, max_size=60), st.integers(1, 6))
+def test_long_sums_would_check_out_if_every_term_were_shown(values: list[float], decimals: int) -> None:
+    """A dot product too long to print is still worked so that its hidden terms, written out at the
+    line's precision, give the shown result."""
+    from qkv_tui.core.fmt import fmt
+    from qkv_tui.teach.arith import dot_line
+
+    a = np.array(values)
+    b = np.array(values[::-1]) / 3
+    result = fmt(float(a @ b), False, decimals)
+    line = dot_line(a, b, False, False, result, decimals)
+    assert "more …" in line
+    shown_places = max(len(t.partition(".")[2]) for t in re.findall(r"-?\d+\.\d+", line.rsplit(" = ", 1)[0]))
+    total = math.fsum(float(f"{x:.{shown_places}f}") * float(f"{y:.{shown_places}f}") for x, y in zip(a, b))
+    assert close(total, result)

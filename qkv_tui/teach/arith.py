@@ -20,13 +20,13 @@ rounded products appear as their own step, ``0.12·0.35 + … = 0.042 + … = 0.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 
-from qkv_tui.core.fmt import NEG_INF, fmt, operand
+from qkv_tui.core.fmt import BIG, NEG_INF, fmt, operand
 
 Numbers = Sequence[float] | npt.NDArray[np.float64]  # a row or column of a matrix, or a plain list
 
@@ -75,22 +75,54 @@ def _guards(*integral: bool) -> range:
 # --- dot products (Project, Score, Mix, W_O) ------------------------------------------
 
 
+def _picked(n: int) -> list[int | None]:
+    """Which terms a sum of n shows: all, or its ends around one ``None`` for the hidden middle."""
+    if n <= MAX_TERMS:
+        return list(range(n))
+    return [*range(SHOWN_HEAD), None, *range(n - SHOWN_TAIL, n)]
+
+
+def _join(n: int, item: Callable[[int], str], sep: str) -> str:
+    hidden = n - SHOWN_HEAD - SHOWN_TAIL
+    return sep.join(f"… {hidden} more …" if i is None else item(i) for i in _picked(n))
+
+
+def _as_shown(x: Numbers, integral: bool, places: int) -> npt.NDArray[np.float64]:
+    """What every entry reads as when shown at ``places`` (used where only a sum's ends are shown)."""
+    values = np.asarray(x, dtype=float)
+    if integral:
+        return values
+    out = np.round(values, places)
+    big = np.abs(values) >= BIG  # written in scientific notation: rounded relative to the exponent
+    for i in np.flatnonzero(big):
+        out[i] = shown(fmt(float(values[i]), False, places))
+    return out
+
+
 def dot_at(a: Numbers, b: Numbers, a_int: bool, b_int: bool, places: int,
            hand: int | None) -> tuple[list[str], float, bool]:
     """The sides ``1·1 + 0·0 …`` (and, by hand, the rounded products), their sum, and whether the
     products as shown give the rounded ones (always true when not by hand)."""
-    at = [operand(float(x), a_int, places) for x in a]
-    bt = [operand(float(y), b_int, places) for y in b]
-    products = [shown(x) * shown(y) for x, y in zip(at, bt)]
-    sides = [elide([f"{x}·{y}" for x, y in zip(at, bt)], " + ")]
+    n = len(a)
+    if n <= MAX_TERMS:  # every operand is on the page: recompute from the very texts
+        at = {i: operand(float(x), a_int, places) for i, x in enumerate(a)}
+        bt = {i: operand(float(y), b_int, places) for i, y in enumerate(b)}
+        products = np.array([shown(at[i]) * shown(bt[i]) for i in range(n)], dtype=float)
+    else:  # a long sum shows only its ends; the middle is worked the same way, without the texts
+        picked = [i for i in _picked(n) if i is not None]
+        at, bt = {}, {}
+        for i in picked:
+            at[i], bt[i] = operand(float(a[i]), a_int, places), operand(float(b[i]), b_int, places)
+        products = _as_shown(a, a_int, places) * _as_shown(b, b_int, places)
+    sides = [_join(n, lambda i: f"{at[i]}·{bt[i]}", " + ")]
     if hand is None:
         return sides, math.fsum(products), True
     # what the hand computation wrote down: its own products (inputs are used as given), rounded
-    rounded = [float(v) for v in np.round(np.asarray(a, dtype=float) * np.asarray(b, dtype=float), hand)]
-    texts = [operand(v, False, hand) for v in rounded]
-    if rounded != products:
-        sides.append(elide(texts, " + "))
-    return sides, math.fsum(rounded), all(agrees(p, t) for p, t in zip(products, texts))
+    rounded = np.round(np.asarray(a, dtype=float) * np.asarray(b, dtype=float), hand)
+    if not np.array_equal(rounded, products):
+        sides.append(_join(n, lambda i: operand(float(rounded[i]), False, hand), " + "))
+    steps = bool(np.all(np.abs(products - rounded) <= 10.0 ** -hand * (1 + 1e-9)))
+    return sides, math.fsum(rounded), steps
 
 
 def dot_line(a: Numbers, b: Numbers, a_int: bool, b_int: bool, result: str,
