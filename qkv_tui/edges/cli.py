@@ -16,6 +16,7 @@ from qkv_tui import __version__
 from qkv_tui.core.engine import combine, compute, iter_heads
 from qkv_tui.core.scenario import Scenario, ScenarioError, builtin_names, load_scenario, printable
 from qkv_tui.edges import model_args
+from qkv_tui.edges.config import THEME_NAMES, config_path, save_theme, saved_theme
 
 DEFAULT_SCENARIO = "i_love_ai"
 
@@ -85,6 +86,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--host", default="127.0.0.1",
                         help="--serve: the address to listen on (default 127.0.0.1: this computer only)")
     parser.add_argument("--port", type=int, default=8000, help="--serve: the port to listen on (default 8000)")
+    parser.add_argument("--theme", choices=THEME_NAMES, help="dark (default) or light (for projectors)")
+    parser.add_argument("--save-theme", action="store_true",
+                        help="remember --theme for later runs (in $XDG_CONFIG_HOME/qkv-tui/config.toml)")
     parser.add_argument("--blanks", default="25%", metavar="N|P%",
                         help="worksheet: how many cells to leave blank, a count (12) or a share (25%%; the default)")
     parser.add_argument("--seed", type=int, default=0, help="worksheet: which cells are blank (the same seed, the same page)")
@@ -179,14 +183,23 @@ def _main(argv: list[str] | None) -> int:
             comp = compute(scenario)
     except ScenarioError as exc:
         return _fail(exc)
+    if args.save_theme:
+        if args.theme is None:
+            _parser().error("--save-theme needs --theme dark or --theme light")
+        try:
+            save_theme(args.theme)
+        except OSError as exc:
+            sys.stderr.write(f"error: {config_path()}: cannot save the theme: {exc.strerror or exc}\n")
+            return 2
+    theme = args.theme or saved_theme()
     if args.serve:
         if not 1 <= args.port <= 65535:
             _parser().error(f"--port {args.port}: expected a port number from 1 to 65535")
         from qkv_tui.edges.serve import serve
 
-        return serve(spec, scenario.title, args.host, args.port)
+        return serve(spec, scenario.title, args.host, args.port, ["--theme", theme] if theme else [])
     from qkv_tui.ui.app import QKVApp  # Textual loads only when the app is really run
 
-    app = QKVApp(scenario, computation=comp)
+    app = QKVApp(scenario, computation=comp, theme=theme)
     app.run()
     return app.return_code or 0  # Textual sets 1 when the app died of an unhandled exception

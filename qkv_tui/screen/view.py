@@ -42,6 +42,7 @@ class PaneSpec:
     decimals: int = 3
     allow: BoolMatrix | None = None  # for weights: False where the mask forced a 0
     hide_current: bool = False  # the learner is predicting the current cell: show "?"
+    changed: frozenset[tuple[int, int]] = frozenset()  # cells an edit just changed (as displayed), marked until the next step
 
     def is_filled(self, row: int, col: int) -> bool:
         if self.transposed:
@@ -102,6 +103,7 @@ def changed_rows(old: PaneSpec, new: PaneSpec) -> set[int] | None:
             rows.add(current[0])
     rows.update(old.rows ^ new.rows)
     rows.update(r for r, _ in old.cells ^ new.cells)
+    rows.update(r for r, _ in old.changed ^ new.changed)
     return rows
 
 

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
 from typing import ClassVar
 
 from rich.text import Text
-from textual.app import App, ComposeResult
+from textual import events
+from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.reactive import reactive
+from textual.screen import Screen
 from textual.widgets import Footer, Input, Static
 
 from qkv_tui.core.engine import Computation, compute
@@ -21,6 +24,7 @@ from qkv_tui.screen.view import PaneSpec
 from qkv_tui.teach.quiz import Score, questions
 from qkv_tui.teach.stepper import Position, Stepper
 from qkv_tui.teach.trace import Trace
+from qkv_tui.ui.live import Live
 from qkv_tui.ui.widgets.heatmap import HeatmapScreen
 from qkv_tui.ui.widgets.matrix import MatrixView
 from qkv_tui.ui.widgets.panels import ExplainPanel, FormulaLine, StageBar
@@ -39,7 +43,7 @@ class QKVApp(App[None]):
     # An absolute path: a relative one resolves against the file of whichever subclass is run.
     CSS_PATH = Path(__file__).with_name("qkv.tcss")
     TITLE = "qkv-tui"
-    ENABLE_COMMAND_PALETTE = False
+    ENABLE_COMMAND_PALETTE = True  # ctrl+p: every action, stages, heads, scenarios, themes (ui/live.py)
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("right,space", "next", "next", key_display="→", priority=True),
@@ -61,6 +65,12 @@ class QKVApp(App[None]):
         Binding("escape", "reveal", "reveal", show=False),
         Binding("n", "notes", "notes", show=False),
         Binding("m", "heatmap", "map", show=False),
+        Binding("e", "edit", "edit", show=False),
+        Binding("u", "undo", "undo", show=False),
+        Binding("ctrl+s", "save", "save", show=False),
+        Binding("r", "reload", "reload", show=False),
+        Binding("s", "take_screenshot", "screenshot", show=False),
+        Binding("a", "autoplay", "autoplay", show=False),
         Binding("question_mark", "help", "help", key_display="?"),
         Binding("q", "quit", "quit"),
     ]
@@ -71,7 +81,8 @@ class QKVApp(App[None]):
     modes: reactive[Modes] = reactive(Modes(), init=False, repaint=False)
     """Decimals, hand rounding, what-if, decode view and quiz: what the learner has switched on."""
 
-    def __init__(self, scenario: Scenario | str | Path = "i_love_ai", computation: Computation | None = None) -> None:
+    def __init__(self, scenario: Scenario | str | Path = "i_love_ai", computation: Computation | None = None,
+                 theme: str | None = None) -> None:
         super().__init__()
         self.scenario = load_scenario(scenario)
         self.comp = computation if computation is not None else compute(self.scenario)
@@ -85,6 +96,7 @@ class QKVApp(App[None]):
         self._slots: dict[str, list[MatrixView]] = {}  # each row's pane widgets, found once
         self._drawn: tuple[object, ...] | None = None  # (position, modes, size) of the last redraw
         self._ends: tuple[bool, ...] | None = None  # what greys footer keys out, when last refreshed
+        self.live = Live(self, theme)  # edit, undo, save, reload, screenshots, autoplay, palette, theme
 
     @property
     def decimals(self) -> int:
@@ -115,6 +127,7 @@ class QKVApp(App[None]):
     def on_mount(self) -> None:
         self.title = self.scenario.title
         self.ready = True
+        self.live.start()
         self.redraw()
 
     def on_resize(self) -> None:
@@ -154,7 +167,7 @@ class QKVApp(App[None]):
                 "\nenlarge the window, or press q to quit"
             )
             return
-        screen = self.presenter.screen(self.position, self.modes)
+        screen = self.live.mark(self.presenter.screen(self.position, self.modes))
         self.query_one(StageBar).show(self.scenario.title, screen.explanation)
         self.query_one(FormulaLine).show(screen.explanation, self._flags())
         explain = self.query_one(ExplainPanel)
@@ -181,6 +194,7 @@ class QKVApp(App[None]):
             flags.append("by hand")
         if modes.whatif:
             flags.append("what-if")
+        flags += self.live.flags()
         return " · ".join(flags)
 
     def _show_quiz(self) -> int:
@@ -359,3 +373,32 @@ class QKVApp(App[None]):
                 self._move(self.stepper.goto(self.position, number - 1))
 
         self.push_screen(GotoScreen(len(self.trace)), done)
+
+    # --- live: edit, reload, palette, screenshots, autoplay (ui/live.py) --------------------
+
+    async def on_event(self, event: events.Event) -> None:
+        if self.live.intercept(event):  # while autoplaying, a key changes the speed or stops it
+            return
+        await super().on_event(event)
+
+    def get_system_commands(self, screen: Screen[object]) -> Iterable[SystemCommand]:
+        yield from super().get_system_commands(screen)  # Textual's own: theme, keys, screenshot, quit
+        yield from self.live.commands(screen)
+
+    def action_edit(self) -> None:
+        self.live.edit()
+
+    def action_undo(self) -> None:
+        self.live.undo()
+
+    def action_save(self) -> None:
+        self.live.save()
+
+    def action_reload(self) -> None:
+        self.live.reload()
+
+    def action_take_screenshot(self) -> None:  # not action_screenshot: Textual's own takes a file name
+        self.live.screenshot()
+
+    def action_autoplay(self) -> None:
+        self.live.autoplay()

@@ -27,6 +27,7 @@ CURRENT = Style(color="#000000", bgcolor="#ffd75f", bold=True)
 OPERAND = Style(bgcolor="#1f4e79", color="#ffffff")
 ROW_MAX = Style(color="#5fd75f", bold=True)
 MASKED = Style(color="#6c6c6c", dim=True)
+CHANGED = Style(color="#ffffff", bgcolor="#875f00", bold=True, italic=True)  # ui/themes.py sets these per theme
 NEG_INF = float("-inf")
 HEAT_LOW = (32, 32, 40)
 HEAT_HIGH = (20, 120, 70)
@@ -87,7 +88,8 @@ class MatrixView(ScrollView, can_focus=False):
     def show(self, spec: PaneSpec) -> None:
         """Draw a new state of the pane and keep its current cell in view; unchanged rows are not redrawn."""
         state = (spec.key, spec.filled, spec.current, spec.rows, spec.cols, spec.cells, spec.decimals,
-                 spec.title, spec.subtitle, spec.col_widths, spec.values.shape, spec.hide_current, id(spec.source))
+                 spec.title, spec.subtitle, spec.col_widths, spec.values.shape, spec.hide_current, id(spec.source),
+                 spec.changed)
         if state == self._shown:
             return
         self._shown = state
@@ -200,6 +202,8 @@ class MatrixView(ScrollView, can_focus=False):
                 style = base + CURRENT
                 if spec.hide_current:
                     text = "?"
+            elif spec.changed and (row, col) in spec.changed and text:
+                style = base + CHANGED
             elif whole_row or col in spec.cols or (row, col) in spec.cells:
                 style = style + OPERAND
             out.append(space)

@@ -11,6 +11,12 @@ from textual.widgets import Static
 from qkv_tui.screen.view import Explanation
 
 STAGE_STYLE = {"current": "bold #000000 on #ffd75f", "done": "#5fd75f", "todo": "#8a8a8a"}
+# the panels' text styles; ui/themes.py swaps both dicts for the light theme
+TEXT = {
+    "muted": "#8a8a8a", "formula": "#d0d0d0", "formula_active": "bold #000000 on #5fafff",
+    "stage_label": "bold #ffd75f", "head_label": "bold #5fafff", "arithmetic": "bold #ffd75f",
+    "detail": "#d0d0d0", "note": "#87d7af", "meaning": "italic #8a8a8a", "description": "#87afd7",
+}
 
 
 class StageBar(Static):
@@ -38,7 +44,7 @@ class StageBar(Static):
             text.append("  ")
         for i, (label, state) in enumerate(ex.stages):
             if i:
-                text.append(" › ", style="#8a8a8a")
+                text.append(" › ", style=TEXT["muted"])
             if state == "current":
                 text.append(f" {label} ", style=STAGE_STYLE[state])
             else:
@@ -53,16 +59,16 @@ class FormulaLine(Static):
         text = Text(no_wrap=True, overflow="ellipsis")
         text.append(" ")
         for piece, active in ex.formula:
-            text.append(piece, style="bold #000000 on #5fafff" if active else "#d0d0d0")
+            text.append(piece, style=TEXT["formula_active"] if active else TEXT["formula"])
         text.append("   ")
-        text.append(ex.stage_label, style="bold #ffd75f")
+        text.append(ex.stage_label, style=TEXT["stage_label"])
         text.append(" · ")
         text.append(ex.counter, style="bold")
         if ex.head_label:
             text.append(" · ")
-            text.append(ex.head_label, style="bold #5fafff")
+            text.append(ex.head_label, style=TEXT["head_label"])
         if flags:
-            text.append(f"   [{flags}]", style="#8a8a8a")
+            text.append(f"   [{flags}]", style=TEXT["muted"])
         self.update(text, layout=False)  # its size is fixed by CSS: no layout pass
 
 
@@ -97,18 +103,18 @@ class ExplainPanel(Widget):
 
     def show(self, ex: Explanation, description: str = "", notes: tuple[str, ...] = ()) -> None:
         text = Text()
-        text.append(ex.arithmetic, style="bold #ffd75f")
+        text.append(ex.arithmetic, style=TEXT["arithmetic"])
         for line in ex.details:
             text.append("\n")
-            text.append(line, style="#d0d0d0")
+            text.append(line, style=TEXT["detail"])
         for line in notes:
             text.append("\n")
-            text.append(line, style="#87d7af")
+            text.append(line, style=TEXT["note"])
         text.append("\n")
-        text.append(ex.meaning, style="italic #8a8a8a")
+        text.append(ex.meaning, style=TEXT["meaning"])
         if description:
             text.append("\n")
-            text.append(description, style="#87afd7")
+            text.append(description, style=TEXT["description"])
         if text.plain == self._text.plain and text.spans == self._text.spans:
             return
         self._text = text

@@ -1,0 +1,106 @@
+"""The edit prompt (``e``): one input cell, its current value, and what was wrong with the last try.
+
+It opens on the input cell the current operation reads (``X[love,0] = 0``); ↑/↓ move to the
+previous / next input cell (X row by row, then each head's W_Q, W_K, W_V, then W_O, the scale
+and the mask), or type a whole assignment (``W_K[1,2] = 3``, ``mask[I,love] = 0``, ``scale = 1``).
+Enter applies; a value the scenario cannot take keeps the prompt open with a one-line reason.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import ClassVar
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Horizontal, Vertical
+from textual.screen import ModalScreen
+from textual.widgets import Input, Static
+
+from qkv_tui.core.edit import EditError, InputCell, input_cells, parse_address, value_of
+from qkv_tui.core.fmt import fmt
+from qkv_tui.core.scenario import Scenario
+
+HINT = "enter applies · ↑/↓ another input · or type e.g. W_Q[1,2] = 0.5 · esc cancels"
+
+
+def shown_value(sc: Scenario, cell: InputCell) -> str:
+    """The value as the prompt offers it: exact (every digit), so enter alone changes nothing."""
+    value = value_of(sc, cell)
+    if cell.matrix == "mask":
+        return "1" if value else "0"
+    return fmt(value, True, 17).rstrip("0").rstrip(".") if value != round(value) else str(int(value))
+
+
+class EditScreen(ModalScreen[None]):
+    """Ask for one input value; ``apply(cell, text)`` returns None when done, or why it cannot be."""
+
+    DEFAULT_CSS = """
+    EditScreen { align: center bottom; }
+    EditScreen > Vertical {
+        width: 100%; height: auto; border: round $accent; background: $surface; padding: 0 1; margin: 0 0 1 0;
+    }
+    EditScreen #edit-row { height: 1; }
+    EditScreen #edit-label { width: auto; height: 1; }
+    EditScreen #edit-input { width: 1fr; height: 1; border: none; padding: 0 1; }
+    EditScreen #edit-error { color: $warning; height: auto; }
+    EditScreen #edit-hint { color: $text-muted; height: auto; }
+    """
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape", "cancel", "cancel"),
+        Binding("up", "move(-1)", "previous input", show=False),
+        Binding("down", "move(1)", "next input", show=False),
+    ]
+
+    def __init__(self, scenario: Scenario, cell: InputCell, apply: Callable[[InputCell, str], str | None]) -> None:
+        super().__init__()
+        self.scenario = scenario
+        self.cells = input_cells(scenario)
+        self.cell = cell
+        self.apply = apply
+
+    def compose(self) -> ComposeResult:
+        with Vertical():
+            with Horizontal(id="edit-row"):
+                yield Static("", id="edit-label")
+                field = Input(id="edit-input")
+                field.cursor_blink = False  # steady: calmer, and snapshots stay stable
+                yield field
+            yield Static("", id="edit-error")
+            yield Static(HINT, id="edit-hint")
+
+    def on_mount(self) -> None:
+        self.show_cell(self.cell)
+
+    def show_cell(self, cell: InputCell) -> None:
+        self.cell = cell
+        self.query_one("#edit-label", Static).update(Text(f"{cell.label(self.scenario)} = ", style="bold"))
+        field = self.query_one("#edit-input", Input)
+        field.value = shown_value(self.scenario, cell)
+        field.cursor_position = len(field.value)
+        field.focus()
+
+    def say(self, message: str) -> None:
+        self.query_one("#edit-error", Static).update(Text(message))  # Text: what was typed is not markup
+
+    def action_move(self, delta: int) -> None:
+        index = self.cells.index(self.cell) if self.cell in self.cells else 0
+        self.show_cell(self.cells[(index + delta) % len(self.cells)])
+        self.say("")
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        event.stop()
+        try:
+            cell, value = parse_address(self.scenario, event.value)
+        except EditError as exc:
+            self.say(str(exc))
+            return
+        problem = self.apply(cell or self.cell, value)
+        if problem is not None:
+            self.say(problem)
+            return
+        self.dismiss(None)
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)

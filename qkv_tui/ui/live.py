@@ -1,0 +1,435 @@
+"""The live instrument: edit an input and watch everything downstream change, undo, save, reload,
+follow the file as a teacher edits it, open other scenarios, screenshots, autoplay, themes.
+
+The app owns one Live; its actions are one-line calls into it. Editing itself is pure
+(qkv_tui.core.edit); this module swaps the app's computation and keeps the position.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+from textual import events
+from textual.app import SystemCommand
+from textual.screen import Screen
+from textual.theme import Theme
+from textual.timer import Timer
+from textual.widgets import Footer
+
+from qkv_tui.core.edit import EditError, InputCell, edit, save_text
+from qkv_tui.core.engine import Computation, compute
+from qkv_tui.core.scenario import Scenario, ScenarioError, builtin_dir, builtin_names, load_scenario, resolve
+from qkv_tui.screen.present import Screen as ScreenModel
+from qkv_tui.screen.view import PaneSpec
+from qkv_tui.teach.stepper import Position, Stepper
+from qkv_tui.teach.trace import STAGES, Trace
+from qkv_tui.ui import themes
+from qkv_tui.ui.edit import EditScreen
+from qkv_tui.ui.widgets.matrix import MatrixView
+from qkv_tui.ui.widgets.panels import StageBar
+
+if TYPE_CHECKING:
+    from qkv_tui.ui.app import QKVApp
+
+POLL_SECONDS = 1.0  # how often the file's modification time is compared (a stat call: cheap)
+SPEEDS = (2.0, 1.0, 0.5, 0.25)  # seconds per step, slowest first
+DEFAULT_SPEED = 1
+FASTER, SLOWER = ("greater_than_sign", "full_stop"), ("less_than_sign", "comma")  # > or . / < or ,
+FOOTER_ROOM = 100  # columns from which the footer also shows "^p palette" (below, it would hide "q quit")
+ERROR_SECONDS = 24 * 3600  # an error stays on screen until it is fixed (or the next message replaces it)
+
+
+@dataclass(frozen=True)
+class Undo:
+    scenario: Scenario
+    comp: Computation
+    cell: InputCell
+
+
+def file_of(scenario: Scenario) -> Path | None:
+    """The file a scenario was loaded from, when there is one."""
+    path = resolve(scenario.source)
+    return path if path.is_file() else None
+
+
+def is_builtin(path: Path) -> bool:
+    return path.resolve().parent == builtin_dir().resolve()
+
+
+def _stamp(path: Path) -> tuple[int, int] | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return st.st_mtime_ns, st.st_size
+
+
+class Live:
+    """Edits, undo, save, reload and the rest, for one app."""
+
+    def __init__(self, app: QKVApp, theme: str | None = None) -> None:
+        self.app = app
+        self.path = file_of(app.scenario)
+        self.stamp = _stamp(self.path) if self.path else None
+        self.missing = False
+        self.undo_stack: list[Undo] = []
+        self.dirty: list[InputCell] = []  # every cell edited since the file was read, undone ones too
+        self.changed_from: Computation | None = None  # marks what the last edit changed ...
+        self.marked_at: Position | None = None  # ... until the position moves
+        self.timer: Timer | None = None
+        self.speed = DEFAULT_SPEED
+        self.theme = theme if theme in themes.THEMES else "dark"
+
+    # --- set-up --------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """On mount: the theme, and the watch on the file."""
+        app = self.app
+        app.theme_changed_signal.subscribe(app, self.on_theme)
+        app.theme = themes.THEMES[self.theme]
+        themes.use_palette(themes.palette_for(app.current_theme.dark))
+        app.set_interval(POLL_SECONDS, self.poll)  # a stat call a second; nothing when there is no file
+
+    def on_theme(self, theme: Theme) -> None:
+        themes.use_palette(themes.palette_for(theme.dark))
+        for view in self.app.query(MatrixView):
+            view.refresh()
+        for bar in self.app.query(StageBar):
+            bar._shown = ()  # it redraws only when its stage changes: make it draw in the new colours
+        self.app.redraw()
+
+    # --- what the screen shows --------------------------------------------------------------
+
+    def mark(self, screen: ScreenModel) -> ScreenModel:
+        """Mark the cells the last edit changed, until the next step."""
+        wide = self.app.size.width >= FOOTER_ROOM
+        for footer in self.app.query(Footer):
+            if footer.show_command_palette != wide:  # narrow: the step, help and quit keys come first
+                footer.show_command_palette = wide
+        if self.changed_from is None:
+            return screen
+        if self.marked_at != self.app.position:
+            self.changed_from = self.marked_at = None
+            return screen
+        old = Trace(self.changed_from)
+        return replace(screen, focus=[self._marked(p, old) for p in screen.focus],
+                       extra=[self._marked(p, old) for p in screen.extra])
+
+    @staticmethod
+    def _marked(spec: PaneSpec, old: Trace) -> PaneSpec:
+        name, _, head_text = spec.key.partition("@")
+        head = None if head_text in ("", "None") else int(head_text)
+        try:
+            before = old.matrix("K" if name == "KT" else name, head)
+        except (KeyError, IndexError):
+            return spec
+        if name == "KT":
+            before = before.T
+        if before.shape != spec.values.shape:
+            return spec
+        with np.errstate(invalid="ignore"):
+            differs = ~((before == spec.values) | (np.isnan(before) & np.isnan(spec.values)))
+        cells = frozenset((int(r), int(c)) for r, c in np.argwhere(differs))
+        return replace(spec, changed=cells) if cells else spec
+
+    def flags(self) -> list[str]:
+        flags = []
+        if self.dirty:
+            flags.append("edited")
+        if self.timer is not None:
+            flags.append(f"▶ {1 / SPEEDS[self.speed]:g}/s")
+        return flags
+
+    # --- swapping the computation ------------------------------------------------------------
+
+    def install(self, scenario: Scenario, comp: Computation, position: Position | None = None) -> None:
+        """Show another computation; the position is kept where it still exists."""
+        app = self.app
+        from qkv_tui.screen.present import Presenter
+
+        heads_before = len(app.comp.heads)
+        app.scenario, app.comp = scenario, comp
+        app.trace = Trace(comp)
+        app.stepper = Stepper(app.trace)
+        app.presenter = Presenter(comp, app.trace)
+        app.title = scenario.title
+        if len(comp.heads) + 1 > heads_before + 1:
+            self._more_focus_slots(len(comp.heads) + 1)
+        old = app.position if position is None else position
+        head = min(old.head, len(comp.heads) - 1)
+        moved = app.stepper.goto(Position(old.index, head), old.index)
+        modes = app.modes
+        app.modes = replace(modes, question=None, message="",
+                            decode_step=min(modes.decode_step, scenario.n - 1))
+        if moved != app.position:
+            app.position = moved
+        if self.changed_from is not None:
+            self.marked_at = app.position
+        app._drawn = None
+        app.redraw()
+        app.refresh_bindings()
+
+    def _more_focus_slots(self, wanted: int) -> None:
+        app = self.app
+        box = app.query_one("#focus")
+        have = len(box.query(MatrixView))
+        if wanted > have:
+            box.mount_all([MatrixView(id=f"focus-{i}") for i in range(have, wanted)])
+            app._slots.pop("focus", None)
+
+    # --- edit, undo, save ---------------------------------------------------------------------
+
+    def default_cell(self) -> InputCell:
+        """The input cell the current operation reads (the first one), or the current row's first X."""
+        app = self.app
+        op = app.trace.op(app.position.index)
+        for ref in op.operands:
+            if ref.matrix in ("X", "context_X"):
+                return InputCell(ref.matrix, None, ref.row or 0, 0)
+            if ref.matrix in ("W_Q", "W_K", "W_V", "W_O"):
+                return InputCell(ref.matrix, ref.head, 0, ref.col or 0)
+        if op.segment.stage == "scale":
+            if not app.scenario.allow[op.row, op.col or 0]:
+                return InputCell("mask", None, op.row, op.col or 0)
+            return InputCell("scale")
+        if op.segment.stage == "embed":
+            return InputCell("X", None, op.row, 0)
+        if op.segment.stage == "wo":
+            return InputCell("W_O", None, 0, op.col or 0)
+        row = op.row if op.segment.target not in ("K", "V") else 0
+        return InputCell("X", None, min(row, app.scenario.n - 1), 0)
+
+    def edit(self) -> None:
+        self.app.push_screen(EditScreen(self.app.scenario, self.default_cell(), self.apply))
+
+    def apply(self, cell: InputCell, text: str) -> str | None:
+        """Make one edit; returns why it cannot be made, or None."""
+        app = self.app
+        try:
+            scenario, comp = edit(app.scenario, cell, text)
+        except EditError as exc:
+            return str(exc)
+        self.undo_stack.append(Undo(app.scenario, app.comp, cell))
+        if cell not in self.dirty:
+            self.dirty.append(cell)
+        self.changed_from = app.comp
+        self.install(scenario, comp)
+        return None
+
+    def undo(self) -> None:
+        app = self.app
+        if not self.undo_stack:
+            app.notify("Nothing to undo.", timeout=3)
+            return
+        last = self.undo_stack.pop()
+        self.changed_from = app.comp
+        self.install(last.scenario, last.comp)
+        app.notify(f"Undone: {last.cell.label(last.scenario)}", timeout=3)
+
+    def save(self) -> None:
+        app = self.app
+        if self.path is None:
+            app.notify("This scenario has no file to write to.", severity="warning", timeout=6)
+            return
+        if is_builtin(self.path):
+            stem = self.path.stem
+            app.notify(f"{stem} is a built-in scenario and is never written over. Save a copy first:"
+                       f" qkv-tui --export toml {stem} > my_{stem}.toml, then open my_{stem}.toml.",
+                       severity="warning", timeout=12)
+            return
+        if not self.dirty:
+            app.notify("No edits to save.", timeout=3)
+            return
+        try:
+            original = self.path.read_text(encoding="utf-8-sig")
+            text = save_text(original, app.scenario, self.dirty)
+            temporary = self.path.with_name(f".{self.path.name}.qkv-tui-save")
+            temporary.write_text(text, encoding="utf-8")
+            os.replace(temporary, self.path)  # whole or not at all: an editor never reads half a file
+        except (OSError, UnicodeDecodeError, EditError) as exc:
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            app.notify(f"error: {self.path}: not saved: {reason}", severity="error", timeout=12)
+            return
+        self.stamp = _stamp(self.path)  # our own write is not a change to reload
+        count = len(self.dirty)
+        self.dirty = []
+        app.notify(f"Saved {count} edit{'s' if count != 1 else ''} to {self.path}", timeout=4)
+        app.refresh_bindings()
+        app.redraw()
+
+    # --- reload and the file watch -------------------------------------------------------------
+
+    def poll(self) -> None:
+        if self.path is None:
+            return
+        stamp = _stamp(self.path)
+        if stamp is None:
+            if not self.missing:
+                self.missing = True
+                self.error(f"error: {self.path}: the file is gone (deleted or renamed); the last good state stays on screen")
+            return
+        if self.missing or stamp != self.stamp:
+            self.reload()
+
+    def reload(self) -> None:
+        """Read the file again; a bad file shows its error and the last good computation stays."""
+        app = self.app
+        if self.path is None:
+            app.notify("This scenario has no file to reload.", timeout=4)
+            return
+        self.stamp = _stamp(self.path)
+        self.missing = self.stamp is None
+        try:
+            scenario = load_scenario(str(self.path))
+            comp = compute(scenario)
+        except ScenarioError as exc:
+            self.error(f"error: {exc}")
+            return
+        dropped = len(self.dirty)
+        self.undo_stack.clear()
+        self.dirty = []
+        self.changed_from = None
+        app.clear_notifications()
+        self.install(scenario, comp)
+        note = f"; {dropped} unsaved edit{'s' if dropped != 1 else ''} dropped" if dropped else ""
+        app.notify(f"Reloaded {self.path.name}{note}", timeout=3)
+
+    def error(self, message: str) -> None:
+        self.app.clear_notifications()
+        self.app.notify(message, title="The file has a problem", severity="error", timeout=ERROR_SECONDS, markup=False)
+
+    def open(self, spec: str) -> None:
+        """Open another scenario (a built-in name or a file), from its first operation."""
+        app = self.app
+        try:
+            scenario = load_scenario(spec)
+            comp = compute(scenario)
+        except ScenarioError as exc:
+            self.error(f"error: {exc}")
+            return
+        self.timer_stop()
+        self.path = file_of(scenario)
+        self.stamp = _stamp(self.path) if self.path else None
+        self.missing = False
+        self.undo_stack.clear()
+        self.dirty = []
+        self.changed_from = None
+        app.clear_notifications()
+        self.install(scenario, comp, Position(0, 0))
+
+    # --- screenshots ----------------------------------------------------------------------------
+
+    def screenshot_name(self) -> str:
+        app = self.app
+        stem = self.path.stem if self.path else app.scenario.title
+        slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", stem).strip("_") or "qkv"
+        if app.modes.decode:
+            return f"{slug}-decode-step{app.modes.decode_step + 1}.svg"
+        op = app.trace.op(app.position.index)
+        width = len(str(len(app.trace)))
+        stage = STAGES[op.segment.stage].name.lower().replace("_", "")
+        head = f"-head{app.position.head + 1}" if len(app.comp.heads) > 1 else ""
+        return f"{slug}-op{app.position.index + 1:0{width}d}-{stage}{head}.svg"
+
+    def screenshot(self) -> str:
+        """Write the screen as SVG to the current folder (in a browser: a download); returns the file name."""
+        name = self.screenshot_name()
+        self.app.deliver_screenshot(filename=name, path=os.getcwd())
+        return name
+
+    # --- autoplay -------------------------------------------------------------------------------
+
+    @property
+    def playing(self) -> bool:
+        return self.timer is not None
+
+    def autoplay(self) -> None:
+        app = self.app
+        if app.at_end:
+            app.action_first()
+        self.timer = app.set_interval(SPEEDS[self.speed], self.tick)
+        app.notify(f"Autoplay: {1 / SPEEDS[self.speed]:g} step/s. > faster, < slower, any other key stops.", timeout=4)
+        app.redraw()
+
+    def tick(self) -> None:
+        app = self.app
+        if app.at_end or app.modes.quiz is not None:
+            self.timer_stop()
+            return
+        app.action_next()
+
+    def timer_stop(self) -> None:
+        if self.timer is not None:
+            self.timer.stop()
+            self.timer = None
+            self.app.redraw()
+
+    def intercept(self, event: events.Event) -> bool:
+        """While autoplaying, > and < change the speed and any other key stops it; True = the key is used up."""
+        if self.timer is None or not isinstance(event, events.Key):
+            return False
+        if event.key in FASTER + SLOWER:
+            faster = event.key in FASTER
+            self.speed = min(self.speed + 1, len(SPEEDS) - 1) if faster else max(self.speed - 1, 0)
+            self.timer.stop()
+            self.timer = self.app.set_interval(SPEEDS[self.speed], self.tick)
+            self.app.redraw()
+        else:
+            self.timer_stop()
+        event.stop()
+        event.prevent_default()
+        return True
+
+    # --- the command palette -------------------------------------------------------------------------
+
+    def commands(self, screen: Screen[object]) -> Iterator[SystemCommand]:
+        app = self.app
+        actions = (
+            ("Next operation", "→: compute the next cell", app.action_next),
+            ("Previous operation", "←: step back one cell", app.action_prev),
+            ("Next stage", "]: the first operation of the next stage", app.action_next_stage),
+            ("Previous stage", "[: the start of this stage, or of the one before", app.action_prev_stage),
+            ("First operation", "home", app.action_first),
+            ("Everything computed", "end: the last operation", app.action_last),
+            ("Go to operation…", "g: type an operation number", app.action_goto),
+            ("KV-cache decode view", "k: generation replayed token by token", app.action_decode),
+            ("Predict-then-reveal quiz", "p: type each result before it is shown", app.action_quiz),
+            ("What-if scaling table", "w: this row's softmax with and without ÷√dₖ", app.action_whatif),
+            ("Hand rounding", "h: round every intermediate to the shown decimals", app.action_hand),
+            ("More decimals", "+", lambda: app.action_decimals(1)),
+            ("Fewer decimals", "-", lambda: app.action_decimals(-1)),
+            ("Edit an input value", "e: change X, a weight, the scale or a mask cell; everything downstream follows",
+             self.edit),
+            ("Undo the last edit", "u", self.undo),
+            ("Save the edits to the file", "ctrl+s: keeps its comments and layout", self.save),
+            ("Reload the file", "r: also done by itself when the file changes on disk", self.reload),
+            ("Screenshot to the current folder", "s: an SVG named for the scenario and step", self.screenshot),
+            ("Autoplay", "a: step on a timer; > faster, < slower, any key stops", self.autoplay),
+            ("Attention map", "m: the head's weights over the whole sentence", app.action_heatmap),
+            ("Notes", "n: what attention weights are and are not", app.action_notes),
+            ("Help", "?: every key, and what each stage computes", app.action_help),
+        )
+        for title, help_text, callback in actions:
+            yield SystemCommand(title, help_text, callback)
+        for number, key in enumerate(app.trace.stage_keys, start=1):
+            yield SystemCommand(f"Stage {number}: {STAGES[key].name}", f"{number}: jump to the stage's first operation",
+                                lambda n=number: app.action_stage(n))
+        for h, head in enumerate(app.comp.heads):
+            if len(app.comp.heads) > 1:
+                yield SystemCommand(f"Head: {head.name}", "view this head (tab cycles)",
+                                    lambda h=h: app._move(app.stepper.switch_head(app.position, h - app.position.head)))
+        for name in builtin_names():
+            yield SystemCommand(f"Open built-in scenario: {name}", "from its first operation", lambda n=name: self.open(n),
+                                discover=False)
+        for path in sorted(Path.cwd().glob("*.toml"))[:200]:
+            yield SystemCommand(f"Open file: {path.name}", f"{path.parent}", lambda p=str(path): self.open(p), discover=False)
+        for name, textual_name in themes.THEMES.items():
+            what = "for projectors and bright rooms" if name == "light" else "for screens"
+            yield SystemCommand(f"Theme: {name}", f"{what} (Textual's {textual_name})",
+                                lambda t=textual_name: setattr(app, "theme", t), discover=False)

@@ -1,0 +1,514 @@
+"""The live instrument: edit (each kind of input), undo, save, reload, the palette, screenshots,
+autoplay and themes. Pilot tests drive the app by its keys; timers are called, never waited for."""
+
+from __future__ import annotations
+
+import difflib
+import math
+import shutil
+import tomllib
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from qkv_tui import load_scenario
+from qkv_tui.core.edit import EditError, InputCell, apply_edit, edit, input_cells, parse_address, parse_number, save_text
+from qkv_tui.core.scenario import builtin_dir
+from qkv_tui.edges import config
+from qkv_tui.ui import themes
+from qkv_tui.ui.app import QKVApp
+from qkv_tui.ui.edit import EditScreen
+from qkv_tui.ui.widgets import matrix
+
+from .conftest import ROOT
+
+SIZE = (120, 40)
+
+
+def copy(tmp_path: Path, name: str = "i_love_ai") -> Path:
+    target = tmp_path / f"my_{name}.toml"
+    shutil.copy(ROOT / "scenarios" / f"{name}.toml", target)
+    return target
+
+
+def attention_by_loops(X, W_Q, W_K, W_V, allow, scale):
+    """One head with plain loops: the reference every edit is checked against."""
+    n, m = len(X), len(X)
+    Q = [[sum(X[i][k] * W_Q[k][c] for k in range(len(W_Q))) for c in range(len(W_Q[0]))] for i in range(n)]
+    K = [[sum(X[j][k] * W_K[k][c] for k in range(len(W_K))) for c in range(len(W_K[0]))] for j in range(m)]
+    V = [[sum(X[j][k] * W_V[k][c] for k in range(len(W_V))) for c in range(len(W_V[0]))] for j in range(m)]
+    out = []
+    for i in range(n):
+        s = [sum(a * b for a, b in zip(Q[i], K[j])) / scale if allow[i][j] else -math.inf for j in range(m)]
+        top = max(s)
+        e = [math.exp(v - top) for v in s]
+        out.append([sum(e[j] / sum(e) * V[j][c] for j in range(m)) for c in range(len(V[0]))])
+    return np.array(out)
+
+
+# --- the pure edit ---------------------------------------------------------------------------
+
+
+def test_an_edited_x_recomputes_everything_downstream() -> None:
+    sc = load_scenario("i_love_ai")
+    new, comp = edit(sc, InputCell("X", None, 1, 0), "3")
+    X = sc.X.tolist()
+    X[1][0] = 3.0
+    head = sc.heads[0]
+    want = attention_by_loops(X, head.W_Q.tolist(), head.W_K.tolist(), head.W_V.tolist(), sc.allow.tolist(), math.sqrt(3))
+    assert np.allclose(comp.output, want)
+    assert sc.X[1, 0] == 0 and new.X[1, 0] == 3  # the original is untouched
+
+
+@pytest.mark.parametrize(("name", "cell", "check"), [
+    ("cross_attention", InputCell("context_X", None, 0, 1), lambda s: s.context_X[0, 1]),
+    ("two_heads", InputCell("W_Q", 1, 0, 1), lambda s: s.heads[1].W_Q[0, 1]),
+    ("two_heads", InputCell("W_K", 0, 2, 0), lambda s: s.heads[0].W_K[2, 0]),
+    ("split_heads", InputCell("W_V", 1, 3, 0), lambda s: s.heads[1].W_V[3, 0]),
+    ("two_heads", InputCell("W_O", None, 4, 1), lambda s: s.W_O[4, 1]),
+    ("i_love_ai", InputCell("scale"), lambda s: s.scale),
+])
+def test_each_kind_of_input(name: str, cell: InputCell, check) -> None:
+    sc = load_scenario(name)
+    new, comp = edit(sc, cell, "-1.5" if cell.matrix != "scale" else "2.5")
+    assert check(new) == (-1.5 if cell.matrix != "scale" else 2.5)
+    assert cell in input_cells(sc)
+    if cell.matrix == "scale":
+        assert comp.heads[0].scale == 2.5 and np.allclose(comp.heads[0].scaled, comp.heads[0].scores / 2.5)
+
+
+def test_a_mask_cell_toggles() -> None:
+    sc = load_scenario("causal_mask")
+    new, comp = edit(sc, InputCell("mask", None, 0, 2), "1")
+    assert new.allow[0, 2] and new.mask_kind == "custom"
+    assert comp.heads[0].weights[0, 2] > 0
+    with pytest.raises(EditError, match="attend no key"):
+        apply_edit(sc, InputCell("mask", None, 0, 0), "0")  # I sees only itself: masking it leaves nothing
+
+
+@pytest.mark.parametrize("text", ["abc", "", "2²", "nan", "inf", "1e999", "1,5", "--1"])
+def test_bad_numbers_are_one_line_reasons(text: str) -> None:
+    with pytest.raises(EditError) as caught:
+        parse_number(text)
+    assert "\n" not in str(caught.value) and str(caught.value)
+
+
+def test_scale_must_be_positive() -> None:
+    with pytest.raises(EditError, match="> 0"):
+        apply_edit(load_scenario("i_love_ai"), InputCell("scale"), "0")
+
+
+def test_addresses() -> None:
+    sc = load_scenario("two_heads")
+    assert parse_address(sc, "2") == (None, "2")
+    assert parse_address(sc, "X[love,3] = 7") == (InputCell("X", None, 1, 3), " 7")
+    assert parse_address(sc, "W_K[1,0] (head 2) = 1")[0] == InputCell("W_K", 1, 1, 0)
+    assert parse_address(sc, "scale=1")[0] == InputCell("scale")
+    assert parse_address(sc, "mask[AI,I] = 0")[0] == InputCell("mask", None, 2, 0)
+    for bad in ("Q[0,0] = 1", "X[nobody,0] = 1", "X[0,9] = 1", "W_Q[0,0] (head 9) = 1", "X = 1"):
+        with pytest.raises(EditError):
+            parse_address(sc, bad)
+
+
+@pytest.mark.parametrize(("name", "cell"), [
+    ("i_love_ai", InputCell("X", None, 1, 0)),
+    ("two_heads", InputCell("W_V", 1, 0, 0)),
+    ("split_heads", InputCell("W_K", 1, 2, 1)),
+    ("two_heads", InputCell("W_O", None, 0, 0)),
+    ("cross_attention", InputCell("context_X", None, 2, 2)),
+    ("causal_mask", InputCell("mask", None, 1, 2)),
+    ("padding_mask", InputCell("mask", None, 0, 3)),
+    ("custom_mask", InputCell("mask", None, 0, 2)),
+    ("i_love_ai", InputCell("scale")),
+])
+def test_save_round_trip_keeps_comments(name: str, cell: InputCell) -> None:
+    path = ROOT / "scenarios" / f"{name}.toml"
+    original = path.read_text(encoding="utf-8")
+    sc = load_scenario(path)
+    new = apply_edit(sc, cell, "1" if cell.matrix == "mask" else "0.25")
+    text = save_text(original, new, [cell])
+    again = load_scenario_text(text)
+    assert np.array_equal(again.X, new.X) and np.array_equal(again.allow, new.allow)
+    for a, b in zip(again.heads, new.heads):
+        assert all(np.array_equal(getattr(a, r), getattr(b, r)) for r in ("W_Q", "W_K", "W_V"))
+    assert again.scale == new.scale
+    if new.W_O is not None:
+        assert np.array_equal(again.W_O, new.W_O)
+    if new.context_X is not None:
+        assert np.array_equal(again.context_X, new.context_X)
+    comments = [line for line in original.splitlines() if line.lstrip().startswith("#") or "  # " in line]
+    for line in comments:
+        if cell.matrix != "mask" or "mask" not in line:
+            assert line.split("#", 1)[1] in text  # every comment survives
+    diff = [d for d in difflib.ndiff(original.splitlines(), text.splitlines()) if d[:1] in "+-"]
+    assert len(diff) <= 4, diff  # only the edited line changes (or the one line a new key takes)
+
+
+def load_scenario_text(text: str):
+    from qkv_tui.core.scenario import parse_scenario
+
+    return parse_scenario(text, "saved.toml")
+
+
+def test_save_refuses_a_model_scenario() -> None:
+    sc = load_scenario("i_love_ai")
+    with pytest.raises(EditError, match="model"):
+        save_text('[model]\nsource = "glassllm:en"\ntext = "hi"\n', sc, [InputCell("X", None, 0, 0)])
+
+
+# --- the app: edit, undo, save -----------------------------------------------------------------
+
+
+async def type_edit(pilot, text: str) -> None:
+    await pilot.press("e")
+    await pilot.pause()
+    field = pilot.app.screen.query_one("#edit-input")
+    field.value = text
+    await pilot.press("enter")
+    await pilot.pause()
+
+
+async def test_edit_in_the_app_keeps_the_position_and_marks_changes(tmp_path: Path) -> None:
+    app = QKVApp(str(copy(tmp_path)))
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("3", "right")  # scores[I,love], which reads Q[I] and K[love]
+        before = app.position
+        await type_edit(pilot, "X[love,0] = 3")
+        assert app.position == before
+        assert app.scenario.X[1, 0] == 3
+        assert app.comp.heads[0].scores[0, 1] == 8  # Q[I]·K[love] = 2·2 + 0·1 + 1·4
+        screen = app.live.mark(app.presenter.screen(app.position, app.modes))
+        marked = {p.key: p.changed for p in screen.focus + screen.extra}
+        assert (0, 1) in marked["scores@0"] and (1, 0) in marked["X@None"]
+        assert "edited" in str(app.query_one("FormulaLine").render())
+        await pilot.press("right")  # the marks last until the next step
+        screen = app.live.mark(app.presenter.screen(app.position, app.modes))
+        assert not any(p.changed for p in screen.focus + screen.extra)
+
+
+async def test_bad_input_changes_nothing(tmp_path: Path) -> None:
+    app = QKVApp("causal_mask")
+    async with app.run_test(size=SIZE) as pilot:
+        comp = app.comp
+        await type_edit(pilot, "abc")
+        assert isinstance(app.screen, EditScreen)
+        assert "not a number" in str(app.screen.query_one("#edit-error").render())
+        app.screen.query_one("#edit-input").value = "mask[I,I] = 0"
+        await pilot.press("enter")
+        await pilot.pause()
+        assert "attend no key" in str(app.screen.query_one("#edit-error").render())
+        await pilot.press("escape")
+        await pilot.pause()
+        assert app.comp is comp and not app.live.dirty
+
+
+async def test_arrow_keys_move_among_input_cells() -> None:
+    app = QKVApp("i_love_ai")
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("2", "right")  # Q[I,1] reads X[I] and W_Q[:,1]
+        await pilot.press("e")
+        await pilot.pause()
+        assert app.screen.cell == InputCell("X", None, 0, 0)
+        await pilot.press("down", "down", "up")
+        assert app.screen.cell == InputCell("X", None, 0, 1)
+        assert app.screen.query_one("#edit-input").value == "0"
+        await pilot.press("up", "up")
+        assert app.screen.cell == input_cells(app.scenario)[-1]  # wraps round to the last mask cell
+
+
+async def test_undo_as_many_times_as_edits(tmp_path: Path) -> None:
+    app = QKVApp(str(copy(tmp_path)))
+    async with app.run_test(size=SIZE) as pilot:
+        original = app.comp.output.copy()
+        await type_edit(pilot, "X[I,0] = 2")
+        await type_edit(pilot, "W_V[0,0] = 5")
+        await type_edit(pilot, "scale = 1")
+        assert app.scenario.scale == 1
+        await pilot.press("u")
+        assert app.scenario.scale is None and app.scenario.heads[0].W_V[0, 0] == 5
+        await pilot.press("u", "u")
+        assert np.array_equal(app.comp.output, original)
+        await pilot.press("u")  # nothing left: says so, changes nothing
+        assert np.array_equal(app.comp.output, original)
+
+
+async def test_save_writes_the_file_keeping_comments(tmp_path: Path) -> None:
+    path = copy(tmp_path)
+    app = QKVApp(str(path))
+    async with app.run_test(size=SIZE) as pilot:
+        await type_edit(pilot, "X[love,0] = 2.5")
+        await type_edit(pilot, "W_Q[0,0] = 4")
+        await type_edit(pilot, "X[I,3] = 1")
+        await pilot.press("u")  # undone before saving: the file keeps its value
+        await pilot.press("ctrl+s")
+        await pilot.pause()
+        text = path.read_text()
+        assert "[2.5, 1, 0, 1],   # love" in text and "# I" in text and "# AI" in text
+        assert tomllib.loads(text)["heads"][0]["W_Q"][0][0] == 4
+        assert tomllib.loads(text)["X"][0] == [1, 0, 1, 0]
+        assert not app.live.dirty
+        await pilot.pause()
+        app.live.poll()  # our own write is not a change on disk to reload
+        assert app.scenario.X[1, 0] == 2.5 and app.live.undo_stack
+
+
+async def test_save_refuses_a_builtin() -> None:
+    before = (builtin_dir() / "i_love_ai.toml").read_bytes()
+    app = QKVApp("i_love_ai")
+    async with app.run_test(size=SIZE) as pilot:
+        await type_edit(pilot, "X[I,0] = 9")
+        await pilot.press("ctrl+s")
+        await pilot.pause()
+        assert any("built-in" in n.message for n in app._notifications)
+    assert (builtin_dir() / "i_love_ai.toml").read_bytes() == before
+
+
+# --- reload ------------------------------------------------------------------------------------
+
+
+async def test_reload_follows_the_file(tmp_path: Path) -> None:
+    path = copy(tmp_path)
+    app = QKVApp(str(path))
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("5", "right", "right")
+        where = app.position
+        path.write_text(path.read_text().replace("[0, 1, 0, 1],   # love", "[4, 1, 0, 1],   # love"))
+        app.live.stamp = None  # a same-second rewrite of the same size: make the change certain
+        app.live.poll()
+        await pilot.pause()
+        assert app.scenario.X[1, 0] == 4 and app.position == where
+        # a bad file: its error on screen, the last good computation stays
+        good = app.comp
+        path.write_text("tokens = [\n")
+        app.live.poll()
+        await pilot.pause()
+        assert app.comp is good
+        errors = [n.message for n in app._notifications if n.severity == "error"]
+        assert errors and errors[-1].startswith(f"error: {path}: line ")
+        await pilot.press("right")  # still stepping through the last good state
+        assert app.position.index == where.index + 1
+        path.unlink()
+        app.live.poll()
+        await pilot.pause()
+        assert "gone" in [n.message for n in app._notifications][-1] and app.comp is good
+        shutil.copy(ROOT / "scenarios" / "two_heads.toml", path)  # back, and different: a second head
+        app.live.poll()
+        await pilot.pause()
+        assert len(app.comp.heads) == 2 and app.position.index == where.index + 1
+        await pilot.press("end", "r")
+        await pilot.pause()
+        assert app.position.index == len(app.trace) - 1
+
+
+async def test_reload_drops_unsaved_edits(tmp_path: Path) -> None:
+    path = copy(tmp_path)
+    app = QKVApp(str(path))
+    async with app.run_test(size=SIZE) as pilot:
+        await type_edit(pilot, "X[I,0] = 7")
+        await pilot.press("r")
+        await pilot.pause()
+        assert app.scenario.X[0, 0] == 1 and not app.live.undo_stack and not app.live.dirty
+
+
+async def test_a_shorter_file_keeps_what_position_it_can(tmp_path: Path) -> None:
+    path = copy(tmp_path, "two_heads")
+    app = QKVApp(str(path))
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("end")
+        shutil.copy(ROOT / "scenarios" / "i_love_ai.toml", path)
+        await pilot.press("r")
+        await pilot.pause()
+        assert app.position.index == len(app.trace) - 1 and app.position.head == 0
+
+
+# --- the palette -------------------------------------------------------------------------------
+
+
+async def test_palette_jumps_to_a_stage() -> None:
+    app = QKVApp("i_love_ai")
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("ctrl+p")
+        await pilot.pause()
+        await pilot.press(*"stage 5")
+        for _ in range(50):  # the palette searches in the background: wait for the hit
+            await pilot.pause(0.05)
+            if "Stage 5" in str(app.screen.query_one("CommandList").get_option_at_index(0).prompt):
+                break
+        await pilot.press("enter")
+        await pilot.pause()
+        assert app.trace.op(app.position.index).segment.stage == "softmax"
+        assert app.position.index == app.trace.runs[4].start
+
+
+async def test_palette_offers_every_action_and_keeps_textuals_own(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "lesson.toml").write_text((ROOT / "scenarios" / "causal_mask.toml").read_text())
+    monkeypatch.chdir(tmp_path)
+    app = QKVApp("two_heads")
+    async with app.run_test(size=SIZE):
+        titles = [c.title for c in app.get_system_commands(app.screen)]
+        for builtin in ("Theme", "Keys", "Screenshot", "Quit"):
+            assert builtin in titles
+        for ours in ("Edit an input value", "Undo the last edit", "Reload the file", "Autoplay", "Go to operation…",
+                     "Stage 8: W_O", "Head: head 2", "Open built-in scenario: cross_attention", "Open file: lesson.toml",
+                     "Theme: light"):
+            assert ours in titles
+        command = {c.title: c for c in app.get_system_commands(app.screen)}
+        command["Open file: lesson.toml"].callback()
+        assert app.scenario.mask_kind == "causal" and app.position.index == 0
+        assert app.live.path == tmp_path / "lesson.toml"
+        command["Head: head 2"].callback()  # a command from before the switch: harmless
+        command["Theme: light"].callback()
+        assert app.theme == "textual-light"
+
+
+# --- screenshots, autoplay, themes -------------------------------------------------------------------
+
+
+async def test_screenshot_is_written_to_the_current_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    app = QKVApp("i_love_ai")
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("3", "right", "s")
+        target = tmp_path / "i_love_ai-op32-score.svg"  # scenario, operation 32 of 66, its stage
+        for _ in range(200):  # written by a thread: wait for it, not for a clock
+            await pilot.pause(0.02)
+            if target.exists() and target.read_text().rstrip().endswith("</svg>"):
+                break
+        assert "scores[I,love]" in target.read_text().replace("&#160;", " ")
+
+
+async def test_autoplay_steps_and_any_key_stops_it() -> None:
+    app = QKVApp("i_love_ai")
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("a")
+        assert app.live.playing
+        start = app.position.index
+        app.live.tick()
+        app.live.tick()
+        assert app.position.index == start + 2
+        slow = app.live.speed
+        await pilot.press("greater_than_sign")
+        assert app.live.playing and app.live.speed == slow + 1
+        assert "▶ 2/s" in str(app.query_one("FormulaLine").render())
+        await pilot.press("x")
+        assert not app.live.playing and app.position.index == start + 2
+        await pilot.press("end", "a")  # from the end, it starts again at the beginning
+        assert app.live.playing and app.position.index == 0
+        await pilot.press("right")  # a step key stops it and is used up doing so
+        assert not app.live.playing and app.position.index == 0
+        await pilot.press("a")
+        app.live.tick()
+        await pilot.press("end")
+        await pilot.press("end")
+        app.live.timer_stop()
+        await pilot.press("a")
+        await pilot.press("end")  # stops
+        await pilot.press("end")
+        app.live.tick()  # a tick after the end stops by itself
+        assert not app.live.playing
+
+
+async def test_light_theme_and_palette() -> None:
+    app = QKVApp("i_love_ai", theme="light")
+    async with app.run_test(size=SIZE) as pilot:
+        assert app.theme == "textual-light" and themes.LIGHT.current == matrix.CURRENT
+        app.theme = "textual-dark"
+        await pilot.pause()
+        assert themes.DARK.current == matrix.CURRENT
+
+
+def test_theme_is_remembered_only_when_asked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cli) -> None:
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
+    assert config.saved_theme() is None
+    assert config.save_theme("light") == tmp_path / "qkv-tui" / "config.toml"
+    assert config.saved_theme() == "light"
+    (tmp_path / "qkv-tui" / "config.toml").write_text('theme = "neon"\n')
+    assert config.saved_theme() is None
+    run = cli("--save-theme", "i_love_ai")
+    assert run.code == 2 and run.err.startswith("error: --save-theme needs --theme")
+    assert config.saved_theme() is None  # a refused flag writes nothing
+
+
+def test_cli_passes_the_theme(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from qkv_tui.edges import cli
+
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
+    seen: list[str | None] = []
+
+    class Recorder(QKVApp):
+        def run(self, *args, **kwargs):  # the app is not started: what it was given is enough
+            seen.append(self.live.theme)
+
+    monkeypatch.setattr("qkv_tui.ui.app.QKVApp", Recorder)
+    assert cli.main(["i_love_ai"]) == 0
+    assert cli.main(["--theme", "light", "--save-theme", "i_love_ai"]) == 0
+    assert cli.main(["i_love_ai"]) == 0  # remembered
+    assert cli.main(["--theme", "dark", "i_love_ai"]) == 0  # a flag wins over the file, and is not saved
+    assert cli.main(["i_love_ai"]) == 0
+    assert seen == ["dark", "light", "light", "dark", "light"]
+
+
+def test_highlights_differ_in_more_than_hue() -> None:
+    """Current cell, operands, row maximum, changed and masked cells: distinct in greyscale and in attributes."""
+    def luminance(color) -> float:
+        if color is None:
+            return -1.0
+        r, g, b = color.get_truecolor()
+        return 0.2126 * r + 0.7152 * g + 0.0722 * b
+
+    for palette in (themes.DARK, themes.LIGHT):
+        looks = {
+            name: (round(luminance(style.bgcolor) / 40), round(luminance(style.color) / 40), bool(style.bold),
+                   bool(style.underline), bool(style.italic), bool(style.dim))
+            for name, style in (("current", palette.current), ("operand", palette.operand), ("row_max", palette.row_max),
+                                ("changed", palette.changed), ("masked", palette.masked))
+        }
+        assert len(set(looks.values())) == len(looks), looks
+        # boxes: the current cell light, the operands dark; text on each readable (far from its box)
+        assert luminance(palette.current.bgcolor) - luminance(palette.operand.bgcolor) > 100
+        for style in (palette.current, palette.operand, palette.changed):
+            assert abs(luminance(style.bgcolor) - luminance(style.color)) > 100
+
+
+# --- snapshots (each rendered to PNG, and to greyscale for the themes, and looked at) ----------------
+
+SIZES = pytest.mark.parametrize("size", [(120, 40), (80, 24)], ids=["120x40", "80x24"])
+
+
+class TestLiveSnapshots:
+    @SIZES
+    def test_palette(self, snap_compare, size: tuple[int, int]) -> None:
+        async def run_before(pilot) -> None:
+            await pilot.press("ctrl+p")
+            await pilot.press(*"stage")
+            seen = -1
+            for _ in range(100):  # the palette searches in the background: wait until its list settles
+                await pilot.pause(0.05)
+                count = pilot.app.screen.query_one("CommandList").option_count
+                if count == seen and count:
+                    break
+                seen = count
+
+        assert snap_compare(QKVApp("i_love_ai"), run_before=run_before, terminal_size=size)
+
+    @SIZES
+    def test_edited(self, snap_compare, size: tuple[int, int]) -> None:
+        async def run_before(pilot) -> None:
+            await pilot.press("3", "right")
+            await type_edit(pilot, "X[love,0] = 3")
+
+        assert snap_compare(QKVApp("i_love_ai"), run_before=run_before, terminal_size=size)
+
+    @SIZES
+    def test_light_theme(self, snap_compare, size: tuple[int, int]) -> None:
+        # the softmax of a causal mask: the current cell, its operands, row maxima and masked cells at once
+        assert snap_compare(QKVApp("causal_mask", theme="light"), press=["5", "right", "right", "right", "right"],
+                            terminal_size=size)
+
+    def test_light_theme_edited(self, snap_compare) -> None:
+        async def run_before(pilot) -> None:
+            await pilot.press("4", "right", "right", "right")
+            await type_edit(pilot, "X[I,1] = 2")
+
+        assert snap_compare(QKVApp("causal_mask", theme="light"), run_before=run_before, terminal_size=(120, 40))
