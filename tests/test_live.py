@@ -217,6 +217,18 @@ async def test_arrow_keys_move_among_input_cells() -> None:
         assert app.screen.cell == input_cells(app.scenario)[-1]  # wraps round to the last mask cell
 
 
+async def test_enter_on_the_offered_value_changes_nothing() -> None:
+    app = QKVApp("i_love_ai")
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("4", "e")  # the Scale stage offers the scale: √3, every digit
+        await pilot.pause()
+        assert app.screen.query_one("#edit-input").value == repr(math.sqrt(3))
+        await pilot.press("enter")
+        await pilot.pause()
+        assert not isinstance(app.screen, EditScreen)
+        assert not app.live.undo_stack and not app.live.dirty and app.scenario.scale is None
+
+
 async def test_undo_as_many_times_as_edits(tmp_path: Path) -> None:
     app = QKVApp(str(copy(tmp_path)))
     async with app.run_test(size=SIZE) as pilot:
@@ -253,14 +265,29 @@ async def test_save_writes_the_file_keeping_comments(tmp_path: Path) -> None:
         assert app.scenario.X[1, 0] == 2.5 and app.live.undo_stack
 
 
-async def test_save_refuses_a_builtin() -> None:
+async def test_a_builtin_is_never_written_over(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
     before = (builtin_dir() / "i_love_ai.toml").read_bytes()
     app = QKVApp("i_love_ai")
     async with app.run_test(size=SIZE) as pilot:
-        await type_edit(pilot, "X[I,0] = 9")
+        await type_edit(pilot, "X[love,0] = 9")
         await pilot.press("ctrl+s")
         await pilot.pause()
-        assert any("built-in" in n.message for n in app._notifications)
+        copy_path = tmp_path / "i_love_ai.toml"
+        assert "[9, 1, 0, 1],   # love" in copy_path.read_text()  # a copy here, comments and all
+        assert app.live.path == copy_path
+        await type_edit(pilot, "X[I,0] = 8")
+        await pilot.press("ctrl+s")  # now it writes the copy it follows
+        await pilot.pause()
+        assert tomllib.loads(copy_path.read_text())["X"][0][0] == 8
+    assert (builtin_dir() / "i_love_ai.toml").read_bytes() == before
+    other = QKVApp(str(builtin_dir() / "i_love_ai.toml"))
+    async with other.run_test(size=SIZE) as pilot:
+        await type_edit(pilot, "X[I,0] = 7")
+        await pilot.press("ctrl+s")  # the copy exists: it is not written over either
+        await pilot.pause()
+        assert any("exists already" in n.message for n in other._notifications)
+        assert tomllib.loads(copy_path.read_text())["X"][0][0] == 8
     assert (builtin_dir() / "i_love_ai.toml").read_bytes() == before
 
 
@@ -331,10 +358,9 @@ async def test_palette_jumps_to_a_stage() -> None:
         await pilot.press("ctrl+p")
         await pilot.pause()
         await pilot.press(*"stage 5")
-        for _ in range(50):  # the palette searches in the background: wait for the hit
-            await pilot.pause(0.05)
-            if "Stage 5" in str(app.screen.query_one("CommandList").get_option_at_index(0).prompt):
-                break
+        await app.workers.wait_for_complete()  # the palette searches in a worker: wait for it to finish
+        await pilot.pause()
+        assert "Stage 5" in str(app.screen.query_one("CommandList").get_option_at_index(0).prompt)
         await pilot.press("enter")
         await pilot.pause()
         assert app.trace.op(app.position.index).segment.stage == "softmax"
@@ -380,6 +406,7 @@ async def test_screenshot_is_written_to_the_current_folder(tmp_path: Path, monke
 
 async def test_autoplay_steps_and_any_key_stops_it() -> None:
     app = QKVApp("i_love_ai")
+    app.live.speeds = (4000.0, 2000.0, 1000.0, 500.0)  # the real timers never fire: the test ticks by hand
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("a")
         assert app.live.playing
@@ -390,7 +417,7 @@ async def test_autoplay_steps_and_any_key_stops_it() -> None:
         slow = app.live.speed
         await pilot.press("greater_than_sign")
         assert app.live.playing and app.live.speed == slow + 1
-        assert "▶ 2/s" in str(app.query_one("FormulaLine").render())
+        assert "▶ 0.001/s" in str(app.query_one("FormulaLine").render())
         await pilot.press("x")
         assert not app.live.playing and app.position.index == start + 2
         await pilot.press("end", "a")  # from the end, it starts again at the beginning
@@ -482,13 +509,8 @@ class TestLiveSnapshots:
         async def run_before(pilot) -> None:
             await pilot.press("ctrl+p")
             await pilot.press(*"stage")
-            seen = -1
-            for _ in range(100):  # the palette searches in the background: wait until its list settles
-                await pilot.pause(0.05)
-                count = pilot.app.screen.query_one("CommandList").option_count
-                if count == seen and count:
-                    break
-                seen = count
+            await pilot.app.workers.wait_for_complete()  # the palette searches in a worker: wait for it to finish
+            await pilot.pause()
 
         assert snap_compare(QKVApp("i_love_ai"), run_before=run_before, terminal_size=size)
 

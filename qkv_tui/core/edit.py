@@ -20,6 +20,11 @@ from qkv_tui.core.engine import Computation, compute
 from qkv_tui.core.scenario import Head, Matrix, Scenario, ScenarioError
 
 WEIGHTS = ("W_Q", "W_K", "W_V")
+HEAD_BIASES = ("b_Q", "b_K", "b_V")
+SHARED = ("W_K", "W_V", "b_K", "b_V")  # with grouped-query attention, heads that share a K/V head share these
+VECTORS = ("gamma", "beta", "b_O", *HEAD_BIASES)  # one row: cell (0, i) is entry i
+# NAME, NAME[row,col] or NAME[i], then an optional "(head name)"
+ADDRESS = re.compile(r"\s*([A-Za-z_]+)\s*(?:\[\s*([^,\]]+?)\s*,\s*([^\]]+?)\s*\])?\s*(?:\[\s*\d+\s*\])?\s*(?:\(([^)]*)\))?\s*")
 
 
 class EditError(ValueError):
@@ -30,8 +35,8 @@ class EditError(ValueError):
 class InputCell:
     """One number the scenario gives (not one the computation derives)."""
 
-    matrix: str  # X | context_X | W_Q | W_K | W_V | W_O | mask | scale
-    head: int | None = None  # for W_Q, W_K, W_V
+    matrix: str  # X | context_X | W_Q | W_K | W_V | W_O | gamma | beta | b_Q | b_K | b_V | b_O | sink | mask | scale
+    head: int | None = None  # for the per-head inputs: W_Q, W_K, W_V, b_Q, b_K, b_V, sink
     row: int = 0
     col: int = 0
 
@@ -39,17 +44,47 @@ class InputCell:
         """How the cell is written in the prompt and in messages: ``X[love,0]``, ``W_Q[2,1]``, ``mask[I,love]``."""
         if self.matrix == "scale":
             return "scale"
+        where = f" ({sc.heads[self.head].name})" if self.head is not None and len(sc.heads) > 1 else ""
+        if self.matrix == "sink":
+            return f"sink{where}"
+        if self.matrix in VECTORS:
+            return f"{self.matrix}[{self.col}]{where}"
         if self.matrix == "mask":
             return f"mask[{sc.tokens[self.row]},{sc.key_tokens[self.col]}]"
         if self.matrix in ("X", "context_X"):
             labels = sc.tokens if self.matrix == "X" else sc.key_tokens
             name = "X" if self.matrix == "X" else "X_ctx"
             return f"{name}[{labels[self.row]},{self.col}]"
-        where = f" ({sc.heads[self.head].name})" if self.head is not None and len(sc.heads) > 1 else ""
         return f"{self.matrix}[{self.row},{self.col}]{where}"
 
 
+def _vector(sc: Scenario, name: str, head: int | None) -> Matrix | None:
+    """A 1-D input (gamma, beta, a bias) where the scenario has it; None otherwise (or before §7 existed)."""
+    if name in HEAD_BIASES:
+        return getattr(sc.heads[head], name, None) if head is not None else None
+    if name == "b_O":
+        return getattr(sc, "b_O", None)
+    norm = getattr(sc, "norm", None)
+    if norm is None:
+        return None
+    if name == "beta" and norm.kind != "layer":
+        return None
+    if name == "beta" and norm.beta is None:
+        zeros: Matrix = np.zeros_like(norm.gamma)  # "layer" with beta left out: all 0, and editable
+        return zeros
+    vector: Matrix | None = getattr(norm, name, None)
+    return vector
+
+
+def _kv(sc: Scenario, head: int) -> int:
+    kv = getattr(sc.heads[head], "kv_head", None)
+    return head if kv is None else int(kv)
+
+
 def _array(sc: Scenario, matrix: str, head: int | None) -> Matrix | None:
+    if matrix in VECTORS:
+        vector = _vector(sc, matrix, head)
+        return None if vector is None else vector[None, :]  # (1, size)
     if matrix == "X":
         return sc.X
     if matrix == "context_X":
@@ -72,10 +107,15 @@ def input_cells(sc: Scenario) -> list[InputCell]:
 
     grid("X", None)
     grid("context_X", None)
-    for h in range(len(sc.heads)):
-        for role in WEIGHTS:
+    grid("gamma", None)
+    grid("beta", None)
+    for h, head in enumerate(sc.heads):
+        for role in ("W_Q", "b_Q", "W_K", "b_K", "W_V", "b_V"):
             grid(role, h)
+        if getattr(head, "sink", None) is not None:
+            cells.append(InputCell("sink", h))
     grid("W_O", None)
+    grid("b_O", None)
     cells.append(InputCell("scale"))
     cells.extend(InputCell("mask", None, i, j) for i in range(sc.n) for j in range(sc.m))
     return cells
@@ -87,6 +127,8 @@ def value_of(sc: Scenario, cell: InputCell) -> float:
         return sc.scale if sc.scale is not None else math.sqrt(sc.heads[0].d_k)
     if cell.matrix == "mask":
         return 1.0 if sc.allow[cell.row, cell.col] else 0.0
+    if cell.matrix == "sink" and cell.head is not None:
+        return float(sc.heads[cell.head].sink)  # type: ignore[attr-defined]
     array = _array(sc, cell.matrix, cell.head)
     assert array is not None
     return float(array[cell.row, cell.col])
@@ -110,25 +152,38 @@ def parse_address(sc: Scenario, text: str) -> tuple[InputCell | None, str]:
     name, sep, value = text.partition("=")
     if not sep:
         return None, text
-    found = re.fullmatch(r"\s*([A-Za-z_]+)\s*(?:\[\s*([^,\]]+?)\s*,\s*([^\]]+?)\s*\])?\s*(?:\(([^)]*)\))?\s*", name)
+    found = ADDRESS.fullmatch(name)
     if not found:
         raise EditError(f"{name.strip()!r} is not a cell; write e.g. X[love,0] = 2 or W_Q[1,2] = 0.5")
     matrix, row_text, col_text, head_text = found.groups()
     matrix = {"X_ctx": "context_X", "context.X": "context_X"}.get(matrix, matrix)
     if matrix == "scale" and row_text is None:
         return InputCell("scale"), value
-    if row_text is None or col_text is None:
-        raise EditError(f"{name.strip()!r}: give a row and a column, e.g. {matrix}[0,1]")
     head: int | None = None
-    if matrix in WEIGHTS:
+    if matrix in (*WEIGHTS, *HEAD_BIASES, "sink"):
         head = 0
         if head_text:
             names = [h.name for h in sc.heads]
             if head_text.strip() not in names:
                 raise EditError(f"no head named {head_text.strip()!r}; the heads are {', '.join(names)}")
             head = names.index(head_text.strip())
-    elif matrix not in ("X", "context_X", "W_O", "mask"):
-        raise EditError(f"{matrix!r} is not an input; edit X, X_ctx, W_Q, W_K, W_V, W_O, scale or mask")
+    if matrix == "sink" and row_text is None:
+        if getattr(sc.heads[head or 0], "sink", None) is None:
+            raise EditError("this head has no sink")
+        return InputCell("sink", head), value
+    if matrix in VECTORS and row_text is None:
+        entry = re.fullmatch(r"\s*[A-Za-z_]+\s*\[\s*(\d+)\s*\]\s*(?:\([^)]*\))?\s*", name)
+        vector = _vector(sc, matrix, head)
+        if vector is None:
+            raise EditError(f"this scenario has no {matrix}")
+        if not entry or int(entry.group(1)) >= vector.shape[0]:
+            raise EditError(f"{name.strip()!r}: give an entry, e.g. {matrix}[0] (0 … {vector.shape[0] - 1})")
+        return InputCell(matrix, head, 0, int(entry.group(1))), value
+    if row_text is None or col_text is None:
+        raise EditError(f"{name.strip()!r}: give a row and a column, e.g. {matrix}[0,1]")
+    if matrix not in ("X", "context_X", "W_O", "mask", *WEIGHTS):
+        raise EditError(f"{matrix!r} is not an input; edit X, X_ctx, W_Q, W_K, W_V, W_O, scale, mask"
+                        " (and gamma, beta, b_Q, b_K, b_V, b_O, sink where the scenario has them)")
 
     def index(text: str, labels: tuple[str, ...] | None, size: int, what: str) -> int:
         if labels is not None and text in labels:
@@ -167,8 +222,22 @@ def apply_edit(sc: Scenario, cell: InputCell, text: str) -> Scenario:
         if not allow[cell.row].any():
             raise EditError(f"{sc.tokens[cell.row]!r} would attend no key; every query row needs at least one allowed key")
         allow.setflags(write=False)
-        return replace(sc, allow=allow, mask_kind="custom" if not allow.all() else "none")
+        kind = "custom" if not allow.all() else "none"
+        if hasattr(sc, "window"):  # a sliding window edited by hand is a custom mask now
+            return replace(sc, allow=allow, mask_kind=kind, window=None)  # type: ignore[call-arg]
+        return replace(sc, allow=allow, mask_kind=kind)
     value = parse_number(text)
+    if cell.matrix == "sink" and cell.head is not None:
+        heads = list(sc.heads)
+        heads[cell.head] = replace(heads[cell.head], sink=value)  # type: ignore[call-arg]
+        return replace(sc, heads=tuple(heads))
+    if cell.matrix in ("gamma", "beta"):
+        norm = sc.norm  # type: ignore[attr-defined]
+        current = _vector(sc, cell.matrix, None)
+        assert current is not None
+        return replace(sc, norm=replace(norm, **{cell.matrix: _with(current[None, :], 0, cell.col, value)[0]}))  # type: ignore[call-arg]
+    if cell.matrix == "b_O":
+        return replace(sc, b_O=_with(sc.b_O[None, :], 0, cell.col, value)[0])  # type: ignore[attr-defined,call-arg]
     if cell.matrix == "scale":
         if value <= 0:
             raise EditError(f"scale = {text.strip()}: expected a number > 0 (what the scores are divided by)")
@@ -181,11 +250,19 @@ def apply_edit(sc: Scenario, cell: InputCell, text: str) -> Scenario:
     if cell.matrix == "W_O":
         assert sc.W_O is not None
         return replace(sc, W_O=_with(sc.W_O, cell.row, cell.col, value))
-    if cell.matrix in WEIGHTS and cell.head is not None:
+    if cell.matrix in (*WEIGHTS, *HEAD_BIASES) and cell.head is not None:
         heads = list(sc.heads)
-        head: Head = heads[cell.head]
-        changed: dict[str, Matrix] = {cell.matrix: _with(getattr(head, cell.matrix), cell.row, cell.col, value)}
-        heads[cell.head] = replace(head, **changed)  # type: ignore[arg-type]
+        source = _array(sc, cell.matrix, cell.head)
+        assert source is not None
+        new = _with(source, cell.row, cell.col, value)
+        if cell.matrix in HEAD_BIASES:
+            new = new[0]
+        # heads sharing this K/V head (grouped-query attention) share its W_K, W_V and biases
+        owners = [h for h in range(len(heads)) if cell.matrix not in SHARED or _kv(sc, h) == _kv(sc, cell.head)]
+        for h in owners if cell.matrix in SHARED else [cell.head]:
+            head: Head = heads[h]
+            changed: dict[str, Matrix] = {cell.matrix: new}
+            heads[h] = replace(head, **changed)  # type: ignore[arg-type]
         return replace(sc, heads=tuple(heads))
     raise EditError(f"{cell.matrix} cannot be edited")
 
@@ -232,9 +309,31 @@ def save_text(original: str, sc: Scenario, cells: Iterable[InputCell]) -> str:
             doc["context"]["X"][cell.row][cell.col] = _number(value)
         elif cell.matrix == "W_O":
             doc["output"]["W_O"][cell.row][cell.col] = _number(value)
+        elif cell.matrix in ("gamma", "beta"):
+            vector = _vector(sc, cell.matrix, None)
+            assert vector is not None
+            if cell.matrix in doc["norm"]:
+                doc["norm"][cell.matrix][cell.col] = _number(value)
+            else:  # left at its default in the file: write the whole vector
+                doc["norm"][cell.matrix] = [_number(float(v)) for v in vector]
+        elif cell.matrix == "b_O":
+            doc["output"]["b_O"][cell.col] = _number(value)
+        elif cell.matrix == "sink" and cell.head is not None:
+            if sc.num_heads_split is not None:
+                doc["attention"]["sinks"][cell.head] = _number(value)
+            else:
+                doc["heads"][cell.head]["sink"] = _number(value)
         elif cell.head is not None and sc.num_heads_split is not None:
-            width = getattr(sc.heads[cell.head], cell.matrix).shape[1]  # one head's slice of the wide matrix
-            doc["attention"][cell.matrix][cell.row][cell.head * width + cell.col] = _number(value)
+            # one head's slice of the wide matrix; K/V slices are numbered by K/V head
+            index = _kv(sc, cell.head) if cell.matrix in SHARED else cell.head
+            if cell.matrix in HEAD_BIASES:
+                width = _vector(sc, cell.matrix, cell.head).shape[0]  # type: ignore[union-attr]
+                doc["attention"][cell.matrix][index * width + cell.col] = _number(value)
+            else:
+                width = getattr(sc.heads[cell.head], cell.matrix).shape[1]
+                doc["attention"][cell.matrix][cell.row][index * width + cell.col] = _number(value)
+        elif cell.head is not None and cell.matrix in HEAD_BIASES:
+            doc["heads"][cell.head][cell.matrix][cell.col] = _number(value)
         elif cell.head is not None:
             doc["heads"][cell.head][cell.matrix][cell.row][cell.col] = _number(value)
     return tomlkit.dumps(doc)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import ClassVar
 
+import numpy as np
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
@@ -19,7 +20,6 @@ from textual.screen import ModalScreen
 from textual.widgets import Input, Static
 
 from qkv_tui.core.edit import EditError, InputCell, input_cells, parse_address, value_of
-from qkv_tui.core.fmt import fmt
 from qkv_tui.core.scenario import Scenario
 
 HINT = "enter applies · ↑/↓ another input · or type e.g. W_Q[1,2] = 0.5 · esc cancels"
@@ -30,7 +30,9 @@ def shown_value(sc: Scenario, cell: InputCell) -> str:
     value = value_of(sc, cell)
     if cell.matrix == "mask":
         return "1" if value else "0"
-    return fmt(value, True, 17).rstrip("0").rstrip(".") if value != round(value) else str(int(value))
+    if value == round(value) and abs(value) < 1e15:
+        return str(int(value))
+    return np.format_float_positional(value, trim="-")  # the shortest text that reads back as the same float
 
 
 class EditScreen(ModalScreen[None]):

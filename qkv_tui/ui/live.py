@@ -22,7 +22,7 @@ from textual.theme import Theme
 from textual.timer import Timer
 from textual.widgets import Footer
 
-from qkv_tui.core.edit import EditError, InputCell, edit, save_text
+from qkv_tui.core.edit import EditError, InputCell, edit, save_text, value_of
 from qkv_tui.core.engine import Computation, compute
 from qkv_tui.core.scenario import Scenario, ScenarioError, builtin_dir, builtin_names, load_scenario, resolve
 from qkv_tui.screen.present import Screen as ScreenModel
@@ -84,6 +84,7 @@ class Live:
         self.marked_at: Position | None = None  # ... until the position moves
         self.timer: Timer | None = None
         self.speed = DEFAULT_SPEED
+        self.speeds = SPEEDS  # seconds per step (tests slow them down so that only their own ticks count)
         self.theme = theme if theme in themes.THEMES else "dark"
 
     # --- set-up --------------------------------------------------------------------------
@@ -143,7 +144,7 @@ class Live:
         if self.dirty:
             flags.append("edited")
         if self.timer is not None:
-            flags.append(f"▶ {1 / SPEEDS[self.speed]:g}/s")
+            flags.append(f"▶ {1 / self.speeds[self.speed]:g}/s")
         return flags
 
     # --- swapping the computation ------------------------------------------------------------
@@ -215,6 +216,8 @@ class Live:
             scenario, comp = edit(app.scenario, cell, text)
         except EditError as exc:
             return str(exc)
+        if value_of(scenario, cell) == value_of(app.scenario, cell):  # enter on the value as it was: no edit
+            return None
         self.undo_stack.append(Undo(app.scenario, app.comp, cell))
         if cell not in self.dirty:
             self.dirty.append(cell)
@@ -233,34 +236,40 @@ class Live:
         app.notify(f"Undone: {last.cell.label(last.scenario)}", timeout=3)
 
     def save(self) -> None:
+        """Write the edits into the file; a built-in is never written over: the edited copy goes to the current folder."""
         app = self.app
         if self.path is None:
             app.notify("This scenario has no file to write to.", severity="warning", timeout=6)
             return
-        if is_builtin(self.path):
-            stem = self.path.stem
-            app.notify(f"{stem} is a built-in scenario and is never written over. Save a copy first:"
-                       f" qkv-tui --export toml {stem} > my_{stem}.toml, then open my_{stem}.toml.",
-                       severity="warning", timeout=12)
-            return
         if not self.dirty:
             app.notify("No edits to save.", timeout=3)
             return
+        source, target = self.path, self.path
+        if is_builtin(self.path):
+            target = Path.cwd() / self.path.name
+            if target.exists():
+                app.notify(f"{self.path.stem} is built in and is never written over, and {target} exists already:"
+                           f" open that file (qkv-tui {target.name}) to edit it.", severity="warning", timeout=12)
+                return
         try:
-            original = self.path.read_text(encoding="utf-8-sig")
-            text = save_text(original, app.scenario, self.dirty)
-            temporary = self.path.with_name(f".{self.path.name}.qkv-tui-save")
+            text = save_text(source.read_text(encoding="utf-8-sig"), app.scenario, self.dirty)
+            temporary = target.with_name(f".{target.name}.qkv-tui-save")
             temporary.write_text(text, encoding="utf-8")
-            os.replace(temporary, self.path)  # whole or not at all: an editor never reads half a file
+            os.replace(temporary, target)  # whole or not at all: an editor never reads half a file
         except (OSError, UnicodeDecodeError, EditError) as exc:
             reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-            app.notify(f"error: {self.path}: not saved: {reason}", severity="error", timeout=12)
+            app.notify(f"error: {target}: not saved: {reason}", severity="error", timeout=12)
             return
-        self.stamp = _stamp(self.path)  # our own write is not a change to reload
+        self.path = target  # from now on the app follows the file it wrote
+        self.stamp = _stamp(target)  # our own write is not a change to reload
         count = len(self.dirty)
         self.dirty = []
-        app.notify(f"Saved {count} edit{'s' if count != 1 else ''} to {self.path}", timeout=4)
-        app.refresh_bindings()
+        edits = f"{count} edit{'s' if count != 1 else ''}"
+        if target != source:
+            app.notify(f"{source.stem} is built in and is never written over: saved {edits} to a copy, {target};"
+                       " the app follows that file now.", timeout=10)
+        else:
+            app.notify(f"Saved {edits} to {target}", timeout=4)
         app.redraw()
 
     # --- reload and the file watch -------------------------------------------------------------
@@ -353,8 +362,8 @@ class Live:
         app = self.app
         if app.at_end:
             app.action_first()
-        self.timer = app.set_interval(SPEEDS[self.speed], self.tick)
-        app.notify(f"Autoplay: {1 / SPEEDS[self.speed]:g} step/s. > faster, < slower, any other key stops.", timeout=4)
+        self.timer = app.set_interval(self.speeds[self.speed], self.tick)
+        app.notify(f"Autoplay: {1 / self.speeds[self.speed]:g} step/s. > faster, < slower, any other key stops.", timeout=4)
         app.redraw()
 
     def tick(self) -> None:
@@ -376,9 +385,9 @@ class Live:
             return False
         if event.key in FASTER + SLOWER:
             faster = event.key in FASTER
-            self.speed = min(self.speed + 1, len(SPEEDS) - 1) if faster else max(self.speed - 1, 0)
+            self.speed = min(self.speed + 1, len(self.speeds) - 1) if faster else max(self.speed - 1, 0)
             self.timer.stop()
-            self.timer = self.app.set_interval(SPEEDS[self.speed], self.tick)
+            self.timer = self.app.set_interval(self.speeds[self.speed], self.tick)
             self.app.redraw()
         else:
             self.timer_stop()
@@ -407,7 +416,7 @@ class Live:
             ("Edit an input value", "e: change X, a weight, the scale or a mask cell; everything downstream follows",
              self.edit),
             ("Undo the last edit", "u", self.undo),
-            ("Save the edits to the file", "ctrl+s: keeps its comments and layout", self.save),
+            ("Save the edits to the file", "ctrl+s: keeps its comments and layout; a built-in: a copy here", self.save),
             ("Reload the file", "r: also done by itself when the file changes on disk", self.reload),
             ("Screenshot to the current folder", "s: an SVG named for the scenario and step", self.screenshot),
             ("Autoplay", "a: step on a timer; > faster, < slower, any key stops", self.autoplay),

@@ -30,7 +30,7 @@ KEYS = (
     ("m", "map: the head's weights over the whole sentence; tab walks the heads"),
     ("e", "edit an input value (X, a weight, W_O, the scale, a mask cell); ↑/↓ pick another; all downstream follows"),
     ("u", "undo the last edit (as many times as there were edits)"),
-    ("ctrl+s", "save the edits to the scenario file, keeping its comments (never a built-in)"),
+    ("ctrl+s", "save the edits to the scenario file, keeping its comments (a built-in: a copy here)"),
     ("r", "reload the file (also by itself when it changes on disk)"),
     ("s", "screenshot: an SVG in the current folder (in a browser: a download)"),
     ("a", "autoplay: step on a timer; > faster, < slower, any other key stops"),
