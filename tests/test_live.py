@@ -492,10 +492,15 @@ def test_highlights_differ_in_more_than_hue() -> None:
                                 ("changed", palette.changed), ("masked", palette.masked))
         }
         assert len(set(looks.values())) == len(looks), looks
-        # boxes: the current cell light, the operands dark; text on each readable (far from its box)
-        assert luminance(palette.current.bgcolor) - luminance(palette.operand.bgcolor) > 100
-        for style in (palette.current, palette.operand, palette.changed):
+        # the current cell: dark text on a lighter box; the cells it reads: light text on a darker box
+        current, operand = palette.current, palette.operand
+        assert luminance(current.color) < luminance(current.bgcolor) and luminance(operand.color) > luminance(operand.bgcolor)
+        assert luminance(current.bgcolor) - luminance(operand.bgcolor) > 60
+        for style in (current, operand, palette.changed):  # text readable on its box
             assert abs(luminance(style.bgcolor) - luminance(style.color)) > 100
+        # and the current cell's box is no shade of the weights' heat map
+        heat = [0.2126 * lo + 0.7152 * mid + 0.0722 * hi for lo, mid, hi in (palette.heat_low, palette.heat_high)]
+        assert all(abs(luminance(current.bgcolor) - h) > 35 for h in heat)
 
 
 # --- snapshots (each rendered to PNG, and to greyscale for the themes, and looked at) ----------------
@@ -534,3 +539,97 @@ class TestLiveSnapshots:
             await type_edit(pilot, "X[I,1] = 2")
 
         assert snap_compare(QKVApp("causal_mask", theme="light"), run_before=run_before, terminal_size=(120, 40))
+
+
+# --- §7 inputs: norm gains and shifts, biases, sinks, shared K/V heads ------------------------------
+
+BIASED = """
+tokens = ["a", "b", "c"]
+X = [[1, 0, 1, 0], [0, 1, 0, 1], [1, 1, 0, 0]]
+mask = "causal"
+
+[norm]
+kind = "layer"   # beta left out: all 0
+
+[attention]
+num_heads = 2
+num_kv_heads = 1
+W_Q = [[1, 0, 0, 1], [0, 1, 1, 0], [1, 0, 1, 1], [0, 1, 0, 0]]
+W_K = [[0, 1], [1, 0], [0, 1], [1, 1]]
+W_V = [[1, 0], [0, 1], [1, 1], [0, 0]]
+b_Q = [0.5, 0, 0, -0.5]
+b_K = [0, 1]       # one K/V head, shared by both query heads
+b_V = [0.25, 0]
+sinks = [0.5, -1]
+
+[output]
+W_O = [[1, 0], [0, 1], [1, 1], [0, 0]]
+b_O = [0, 0.5]
+"""
+
+
+@pytest.mark.parametrize(("cell", "text", "check"), [
+    (InputCell("gamma", None, 0, 1), "2", lambda s: s.norm.gamma[1]),
+    (InputCell("beta", None, 0, 3), "0.5", lambda s: s.norm.beta[3]),
+    (InputCell("b_Q", 1, 0, 0), "3", lambda s: s.heads[1].b_Q[0]),
+    (InputCell("b_O", None, 0, 1), "-2", lambda s: s.b_O[1]),
+    (InputCell("sink", 1), "0.25", lambda s: s.heads[1].sink),
+])
+def test_modern_inputs_edit_and_save(tmp_path: Path, cell: InputCell, text: str, check) -> None:
+    from qkv_tui.core.scenario import parse_scenario
+
+    sc = parse_scenario(BIASED, "biased.toml")
+    assert cell in input_cells(sc)
+    new, comp = edit(sc, cell, text)
+    assert check(new) == float(text)
+    saved = parse_scenario(save_text(BIASED, new, [cell]), "saved.toml")
+    assert check(saved) == float(text)
+    assert np.array_equal(compute_of(saved).output, comp.output)
+
+
+def test_shared_kv_heads_change_together_and_save_in_place() -> None:
+    from qkv_tui.core.scenario import parse_scenario
+
+    sc = parse_scenario(BIASED, "biased.toml")
+    for cell in (InputCell("W_K", 1, 2, 0), InputCell("b_K", 0, 0, 1), InputCell("W_V", 0, 0, 1)):
+        new, comp = edit(sc, cell, "7")
+        source = "b_K" if cell.matrix == "b_K" else cell.matrix
+        for head in new.heads:  # both query heads read the one K/V head: both see the edit
+            value = getattr(head, source)
+            assert (value[cell.col] if value.ndim == 1 else value[cell.row, cell.col]) == 7
+        saved = parse_scenario(save_text(BIASED, new, [cell]), "saved.toml")
+        assert np.array_equal(compute_of(saved).output, comp.output)
+    gqa = load_scenario("gqa")
+    new, comp = edit(gqa, InputCell("W_K", 3, 1, 1), "5")  # head 4 reads K/V head 2, as head 3 does
+    assert [h.W_K[1, 1] for h in new.heads] == [gqa.heads[0].W_K[1, 1], gqa.heads[1].W_K[1, 1], 5, 5]
+    text = save_text((ROOT / "scenarios" / "gqa.toml").read_text(), new, [InputCell("W_K", 3, 1, 1)])
+    assert "  [1, 0,   1, 5]," in text and "#     K/V head 1   K/V head 2" in text
+    assert np.array_equal(compute_of(load_scenario_text(text)).output, comp.output)
+
+
+def test_a_sliding_window_cell_becomes_a_custom_mask() -> None:
+    sc = load_scenario("sliding_window")
+    i, j = next((i, j) for i in range(sc.n) for j in range(i) if not sc.allow[i, j])
+    new, _ = edit(sc, InputCell("mask", None, i, j), "1")
+    assert new.mask_kind == "custom" and new.window is None and new.allow[i, j]
+    path = ROOT / "scenarios" / "sliding_window.toml"
+    again = load_scenario_text(save_text(path.read_text(), new, [InputCell("mask", None, i, j)]))
+    assert again.mask_kind == "custom" and np.array_equal(again.allow, new.allow)
+
+
+async def test_editing_a_gain_in_the_app(tmp_path: Path) -> None:
+    path = copy(tmp_path, "pre_norm")
+    app = QKVApp(str(path))
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("end")
+        await type_edit(pilot, "gamma[0] = 3")
+        assert app.scenario.norm.gamma[0] == 3 and app.live.dirty
+        await pilot.press("ctrl+s")
+        await pilot.pause()
+        assert tomllib.loads(path.read_text())["norm"]["gamma"] == [3, 1.0, 1.0, 1.0]
+
+
+def compute_of(sc):
+    from qkv_tui import compute
+
+    return compute(sc)

@@ -128,7 +128,9 @@ def value_of(sc: Scenario, cell: InputCell) -> float:
     if cell.matrix == "mask":
         return 1.0 if sc.allow[cell.row, cell.col] else 0.0
     if cell.matrix == "sink" and cell.head is not None:
-        return float(sc.heads[cell.head].sink)  # type: ignore[attr-defined]
+        sink = sc.heads[cell.head].sink
+        assert sink is not None
+        return sink
     array = _array(sc, cell.matrix, cell.head)
     assert array is not None
     return float(array[cell.row, cell.col])
@@ -223,21 +225,21 @@ def apply_edit(sc: Scenario, cell: InputCell, text: str) -> Scenario:
             raise EditError(f"{sc.tokens[cell.row]!r} would attend no key; every query row needs at least one allowed key")
         allow.setflags(write=False)
         kind = "custom" if not allow.all() else "none"
-        if hasattr(sc, "window"):  # a sliding window edited by hand is a custom mask now
-            return replace(sc, allow=allow, mask_kind=kind, window=None)  # type: ignore[call-arg]
-        return replace(sc, allow=allow, mask_kind=kind)
+        return replace(sc, allow=allow, mask_kind=kind, window=None)  # a sliding window edited by hand is custom now
     value = parse_number(text)
     if cell.matrix == "sink" and cell.head is not None:
         heads = list(sc.heads)
-        heads[cell.head] = replace(heads[cell.head], sink=value)  # type: ignore[call-arg]
+        heads[cell.head] = replace(heads[cell.head], sink=value)
         return replace(sc, heads=tuple(heads))
     if cell.matrix in ("gamma", "beta"):
-        norm = sc.norm  # type: ignore[attr-defined]
         current = _vector(sc, cell.matrix, None)
-        assert current is not None
-        return replace(sc, norm=replace(norm, **{cell.matrix: _with(current[None, :], 0, cell.col, value)[0]}))  # type: ignore[call-arg]
+        assert sc.norm is not None and current is not None
+        entry = _with(current[None, :], 0, cell.col, value)[0]
+        norm = replace(sc.norm, gamma=entry) if cell.matrix == "gamma" else replace(sc.norm, beta=entry)
+        return replace(sc, norm=norm)
     if cell.matrix == "b_O":
-        return replace(sc, b_O=_with(sc.b_O[None, :], 0, cell.col, value)[0])  # type: ignore[attr-defined,call-arg]
+        assert sc.b_O is not None
+        return replace(sc, b_O=_with(sc.b_O[None, :], 0, cell.col, value)[0])
     if cell.matrix == "scale":
         if value <= 0:
             raise EditError(f"scale = {text.strip()}: expected a number > 0 (what the scores are divided by)")
@@ -355,8 +357,9 @@ def _write_mask(doc: tomlkit.TOMLDocument, sc: Scenario) -> None:
         return
     if isinstance(current, dict) and not isinstance(current, tomlkit.items.InlineTable):
         current["kind"] = "custom"  # a [mask] table keeps its place and comments
-        if "pad" in current:
-            del current["pad"]
+        for stale in ("pad", "window"):  # what the old kind needed, and "custom" refuses
+            if stale in current:
+                del current[stale]
         current["allow"] = allow
         return
     table = tomlkit.inline_table()

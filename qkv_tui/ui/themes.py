@@ -50,13 +50,13 @@ DARK = Palette(
 LIGHT = Palette(
     label=Style(color="#5f3f00", bold=True),
     header=Style(color="#4e4e4e", bold=True),
-    current=Style(color="#000000", bgcolor="#ffc400", bold=True),
+    current=Style(color="#000000", bgcolor="#f08000", bold=True),  # mid grey in greyscale: darker than any heat shade
     operand=Style(bgcolor="#1f4e79", color="#ffffff"),
     row_max=Style(color="#005f00", bold=True, underline=True),
     masked=Style(color="#8a8a8a"),
     changed=Style(color="#ffffff", bgcolor="#8f4a00", bold=True, italic=True),
     heat_low=(250, 250, 250),
-    heat_high=(120, 190, 140),
+    heat_high=(150, 205, 165),
     text={
         "muted": "#5f5f5f", "formula": "#303030", "formula_active": "bold #ffffff on #005f87",
         "stage_label": "bold #875f00", "head_label": "bold #005f87", "arithmetic": "bold #5f3f00",
