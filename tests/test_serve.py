@@ -133,6 +133,23 @@ def test_a_browser_steps_through_the_app(server: str, tmp_path: Path) -> None:
             page.wait_for_function("() => window.__qkvText().includes('op 4/66')", timeout=WAIT_MS)
             text = page.evaluate("window.__qkvText()")
             assert "Q[I,0] = X[I]·W_Q[:,0] = 1·1 + 0·0 + 1·1 + 0·0 = 2" in text  # the fourth operation, its real numbers
+            # s: in a browser the screenshot is a download (the page opens /download/KEY); catch what it serves
+            downloads: list[tuple[str, bytes]] = []
+
+            def keep(route: sync_api.Route) -> None:
+                response = route.fetch()
+                downloads.append((response.headers.get("content-disposition", ""), response.body()))
+                route.fulfill(response=response)
+
+            context.route("**/download/**", keep)
+            page.keyboard.press("s")
+            deadline = time.monotonic() + WAIT_MS / 1000
+            while not downloads and time.monotonic() < deadline:
+                page.wait_for_timeout(200)  # a poll for the condition, not a sleep the test relies on
+            assert downloads, "no download followed s"
+            disposition, body = downloads[0]
+            assert "i_love_ai-op04-project.svg" in disposition
+            assert body.lstrip().startswith(b"<svg") and b"Q[I,0]" in body.replace(b"&#160;", b" ")
         finally:
             context.close()
 
