@@ -328,6 +328,25 @@ async def test_reload_follows_the_file(tmp_path: Path) -> None:
         assert app.position.index == len(app.trace) - 1
 
 
+async def test_a_reload_under_an_open_prompt(tmp_path: Path) -> None:
+    path = copy(tmp_path)
+    app = QKVApp(str(path))
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("e")
+        await pilot.pause()
+        text = path.read_text().replace('tokens = ["I", "love", "AI"]', 'tokens = ["I", "love"]')
+        path.write_text(text.replace("  [1, 1, 0, 0],   # AI\n", ""))  # one token fewer
+        app.live.stamp = None
+        app.live.poll()
+        await pilot.pause()
+        assert app.scenario.n == 2
+        app.screen.query_one("#edit-input").value = "X[AI,0] = 5"  # a row the new file no longer has
+        await pilot.press("enter")
+        await pilot.pause()
+        assert "changed on disk" in str(app.screen.query_one("#edit-error").render())
+        assert app.scenario.n == 2 and not app.live.dirty
+
+
 async def test_reload_drops_unsaved_edits(tmp_path: Path) -> None:
     path = copy(tmp_path)
     app = QKVApp(str(path))

@@ -22,7 +22,7 @@ from textual.theme import Theme
 from textual.timer import Timer
 from textual.widgets import Footer
 
-from qkv_tui.core.edit import EditError, InputCell, edit, save_text, value_of
+from qkv_tui.core.edit import EditError, InputCell, edit, input_cells, save_text, value_of
 from qkv_tui.core.engine import Computation, compute
 from qkv_tui.core.scenario import Scenario, ScenarioError, builtin_dir, builtin_names, load_scenario, resolve
 from qkv_tui.screen.present import Screen as ScreenModel
@@ -212,6 +212,8 @@ class Live:
     def apply(self, cell: InputCell, text: str) -> str | None:
         """Make one edit; returns why it cannot be made, or None."""
         app = self.app
+        if cell not in input_cells(app.scenario):  # the file was reloaded while the prompt was open
+            return "the scenario changed on disk meanwhile; press esc, then e again"
         try:
             scenario, comp = edit(app.scenario, cell, text)
         except EditError as exc:
