@@ -1,4 +1,4 @@
-"""The extras driven by Pilot: decode view, quiz, what-if, hand rounding, decimals."""
+"""The extras driven by Pilot (the cache and tiled views: tests/test_views_app.py): quiz, what-if, hand rounding, decimals."""
 
 from __future__ import annotations
 
@@ -13,40 +13,6 @@ def explanation(app: QKVApp) -> str:
 
 def pane(app: QKVApp, key: str) -> MatrixView:
     return next(v for v in app.query(MatrixView) if v.display and v.spec is not None and v.spec.key == key)
-
-
-async def test_decode_view_replays_generation() -> None:
-    app = QKVApp("causal_mask")
-    async with app.run_test(size=(120, 40)) as pilot:
-        await pilot.press("k")
-        assert app.modes.decode
-        assert "KV-cache decode, step 1/3" in str(app.query_one(FormulaLine).render())
-        assert pane(app, "dK").spec.values.shape == (1, 3)
-        await pilot.press("right")
-        cache = pane(app, "dK").spec
-        assert cache.values.shape == (2, 3)  # grew by one row
-        assert cache.current == (1, None) and cache.rows == frozenset({0})  # new row computed, old row reused
-        text = explanation(app)
-        assert "appended to the cache: K[love] = [2, 1, 1], V[love] = [1, 2, 0]; reused: 1 row each (I)" in text
-        assert "row love of full causal attention [1.000, 1.000, 0.500]  ✓ equal" in text
-        assert "computed 2, reused 1; without a cache: 3 computed" in text
-        await pilot.press("end")
-        assert app.modes.decode_step == 2 and "computed 3, reused 3; without a cache: 6" in explanation(app)
-        assert app.check_action("next_stage", ()) is None  # trace-only keys are greyed out here
-        await pilot.press("k")
-        assert not app.modes.decode and app.position.index == 0
-
-
-async def test_decode_view_for_cross_attention_and_heads() -> None:
-    app = QKVApp("cross_attention")
-    async with app.run_test(size=(120, 40)) as pilot:
-        await pilot.press("k", "right")
-        assert "context K and V: all 3 rows reused from step 1" in explanation(app)
-    app = QKVApp("two_heads")
-    async with app.run_test(size=(120, 40)) as pilot:
-        await pilot.press("k", "tab", "right")
-        assert app.position.head == 1 and "head 2 (2/2)" in str(app.query_one(FormulaLine).render())
-        assert "✓ equal" in explanation(app)
 
 
 async def test_quiz_round_through_a_whole_stage() -> None:

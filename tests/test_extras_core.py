@@ -1,4 +1,4 @@
-"""The core of the extras: KV-cache decode, hand rounding, what-if scaling, quiz answers."""
+"""The core of the extras (decode: tests/test_decode.py): hand rounding, what-if scaling, quiz answers."""
 
 from __future__ import annotations
 
@@ -6,69 +6,15 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
 
 from qkv_tui import compute, load_scenario
-from qkv_tui.core.scenario import parse_scenario
 from qkv_tui.screen.view import hand_note
-from qkv_tui.teach.decode import decode
 from qkv_tui.teach.handcalc import compute_hand
 from qkv_tui.teach.quiz import Score, check_choice, check_number, hide_result, parse_number, questions
 from qkv_tui.teach.trace import Trace
 from qkv_tui.teach.whatif import what_if
 
 from .conftest import SCENARIOS
-from .strategies import Case, cases
-
-
-def causal_by_loops(X, W_Q, W_K, W_V, scale):
-    """Causal attention written out with loops: token t sees tokens 0..t."""
-    n = len(X)
-    Q, K, V = X @ W_Q, X @ W_K, X @ W_V
-    divisor = math.sqrt(W_Q.shape[1]) if scale is None else scale
-    out = []
-    for t in range(n):
-        s = [float(Q[t] @ K[j]) / divisor for j in range(t + 1)]
-        top = max(s)
-        e = [math.exp(v - top) for v in s]
-        w = [v / sum(e) for v in e]
-        out.append(sum(w[j] * V[j] for j in range(t + 1)))
-    return np.array(out)
-
-
-@settings(max_examples=80, deadline=None)
-@given(cases())
-def test_decode_equals_full_attention(case: Case) -> None:
-    comp = compute(parse_scenario(case.toml, "generated.toml"))
-    dec = decode(comp)
-    sc = comp.scenario
-    for h, steps in enumerate(dec.steps):
-        assert len(steps) == sc.n
-        for step in steps:
-            assert step.matches, (h, step.t, step.max_error)
-        if not sc.is_cross:  # an independent loop version of causal attention, whatever mask the file has
-            head = sc.heads[h]
-            want = causal_by_loops(sc.X, head.W_Q, head.W_K, head.W_V, sc.scale)
-            got = np.array([s.output for s in steps])
-            assert np.allclose(got, want, rtol=1e-9, atol=1e-9)
-            assert [s.K_cache.shape[0] for s in steps] == list(range(1, sc.n + 1))  # the cache grows a row a step
-
-
-def test_cache_accounting() -> None:
-    dec = decode(compute(load_scenario("causal_mask")))
-    assert [(s.kv_computed, s.kv_reused) for s in dec.steps[0]] == [(1, 0), (1, 1), (1, 2)]
-    assert (dec.rows_computed(0, 2), dec.rows_reused(0, 2), dec.rows_without_cache(2)) == (3, 3, 6)
-    # the earlier rows are the very rows computed before: reused, not recomputed
-    assert np.array_equal(dec.steps[0][2].K_cache[:2], dec.steps[0][1].K_cache)
-    cross = decode(compute(load_scenario("cross_attention")))
-    assert [(s.kv_computed, s.kv_reused) for s in cross.steps[0]] == [(3, 0), (0, 3), (0, 3)]
-    assert cross.rows_without_cache(2) == 9
-
-
-def test_decode_ignores_the_declared_mask_but_not_causality() -> None:
-    padded = decode(compute(load_scenario("padding_mask")))
-    assert all(s.matches for s in padded.steps[0])
-    assert padded.steps[0][3].weights.shape == (4,)  # the <pad> step attends to all four cached keys
 
 
 def test_hand_rounding_reproduces_the_seed() -> None:

@@ -11,7 +11,7 @@ import difflib
 import json
 import math
 import unicodedata
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +20,7 @@ import numpy.typing as npt
 
 from qkv_tui.core import modern
 from qkv_tui.core.modern import Alibi, Norm, Rope, Vector
+from qkv_tui.core.production import ProductionSettings, parse_production
 from qkv_tui.core.tomlfile import NumberGrid, ReadError, decode, parse_toml, read_bytes, stat_path
 
 Matrix = npt.NDArray[np.float64]
@@ -30,6 +31,7 @@ TOP_KEYS = (
     "heads", "attention", "output", "context",
     "norm", "rope", "alibi",  # contracts §7
     "model",  # contracts §8: expanded by the importers before validation
+    "tiles", "cache",  # the production views' settings (core/production.py)
 )
 HEAD_KEYS = ("name", "W_Q", "W_K", "W_V", "b_Q", "b_K", "b_V", "sink", "kv_head")
 ATTENTION_REQUIRED = ("num_heads", "W_Q", "W_K", "W_V")
@@ -110,6 +112,7 @@ class Scenario:
     window: int | None = None  # the sliding window when mask_kind == "sliding"
     b_O: Vector | None = None  # (d_out,) added after W_O
     num_kv_heads: int | None = None  # set when [attention] shares K/V heads (GQA/MQA)
+    production: ProductionSettings = field(default_factory=ProductionSettings)  # [tiles], [cache] (core/production.py)
 
     @property
     def positions(self) -> tuple[int, ...] | None:
@@ -451,7 +454,7 @@ class _Validator:
             tokens=tokens, X=X, key_tokens=key_tokens, context_X=context_X,
             mask_kind=mask_kind, allow=allow, scale=scale, heads=heads, W_O=W_O,
             num_heads_split=split, norm=norm, rope=rope, alibi=alibi, window=window,
-            b_O=b_O, num_kv_heads=kv_split,
+            b_O=b_O, num_kv_heads=kv_split, production=parse_production(doc, len(tokens), self.fail),
         )
 
     def heads(

@@ -1,4 +1,4 @@
-"""The KV-cache decode view as plain data: panes and explanation for one step of one head."""
+"""The KV-cache view as plain data: prefill, chunked prefill and decode steps over a paged cache."""
 
 from __future__ import annotations
 
@@ -7,18 +7,27 @@ import numpy as np
 from qkv_tui.core.fmt import is_integral, vector
 from qkv_tui.core.scenario import Matrix
 from qkv_tui.screen.view import Explanation, PaneSpec, column_widths
-from qkv_tui.teach.decode import Decode
+from qkv_tui.teach.decode import SCHEDULE_NAMES, Decode, DecodeStep
+from qkv_tui.teach.fitted import fit
 
+MAX_TERMS = 4  # a weighted sum of more Value rows than this is summarised, not written out
 DECODE_MEANING = (
-    "Generation appends one token at a time. Its Query is computed fresh; its Key and Value rows are"
-    " appended to the cache, and the rows of earlier tokens are reused, not recomputed. Q is never"
-    " cached: no later token needs it. Yellow: computed at this step; blue: read back from the cache."
+    "A serving engine prefills the prompt (its tokens at once, a causal block), then decodes one token a step."
+    " Each step's Queries are computed fresh; their Key and Value rows are written to the cache, and earlier"
+    " rows are read back, not recomputed. Q is never cached: no later token needs it. The cache is paged:"
+    " rows live in fixed-size blocks anywhere in a pool, found through the block table (@p.s: physical block p,"
+    " slot s). Yellow: computed at this step; blue: read back from the cache."
+)
+CROSS_MEANING = (
+    "Cross-attention: the Queries come from the tokens being processed, the Keys and Values from the context."
+    " The context's Keys and Values are computed once, at the first step, and only read after that: nothing"
+    " is added to that cache as tokens are processed. It is paged like any cache (@p.s: physical block p, slot s)."
 )
 
 
 def _pane(key: str, title: str, values: Matrix, rows: tuple[str, ...], cols: tuple[str, ...], decimals: int,
           current_row: int | None = None, reused: frozenset[int] = frozenset(), heat: bool = False,
-          subtitle: str = "") -> PaneSpec:
+          subtitle: str = "", allow: np.ndarray | None = None) -> PaneSpec:
     values = np.atleast_2d(values)
     integral = not heat and is_integral(values)
     widths = column_widths(values, integral, decimals, cols)
@@ -26,82 +35,204 @@ def _pane(key: str, title: str, values: Matrix, rows: tuple[str, ...], cols: tup
         key=key, title=f"{title}  {values.shape[0]}×{values.shape[1]}", subtitle=subtitle, values=values,
         row_labels=rows, col_labels=cols, integral=integral, col_widths=widths, filled=values.size,
         current=None if current_row is None else (current_row, None), rows=reused, heat=heat, decimals=decimals,
+        allow=allow,
     )
 
 
-def decode_panes(dec: Decode, t: int, head: int, decimals: int) -> tuple[list[PaneSpec], list[PaneSpec]]:
-    """(focus panes, context panes) at decode step t of a head."""
+def _span(labels: tuple[str, ...], start: int, stop: int) -> str:
+    return labels[start] if stop - start == 1 else f"{labels[start]}..{labels[stop - 1]}"
+
+
+def step_title(dec: Decode, step: DecodeStep) -> str:
+    """``prefill I..love``, ``chunk 2: AI``, ``decode AI``: the tokens being processed, never "generating"."""
+    tokens = dec.comp.scenario.tokens
+    return f"{step.kind} {_span(tokens, step.start, step.stop)}"
+
+
+def decode_panes(dec: Decode, index: int, head: int, decimals: int) -> tuple[list[PaneSpec], list[PaneSpec]]:
+    """(focus panes, context panes) at one step of a head."""
     sc = dec.comp.scenario
-    step = dec.steps[head][t]
-    keys = sc.key_tokens if sc.is_cross else sc.tokens[: t + 1]
-    token = sc.tokens[t]
+    step = dec.steps[head][index]
+    paging = dec.paging[index]
+    keys = sc.key_tokens if sc.is_cross else sc.tokens
+    S = step.K_cache.shape[0]
+    cached = tuple(f"{keys[t]} @{a.physical}.{a.slot}" for t, a in ((t, paging.table.address(t)) for t in range(S)))
+    queries = sc.tokens[step.start:step.stop]
     dims_k = tuple(str(c) for c in range(step.K_cache.shape[1]))
     dims_v = tuple(str(c) for c in range(step.V_cache.shape[1]))
     name = dec.comp.heads[head].name if len(dec.comp.heads) > 1 else ""
+    one = step.width == 1
     if sc.is_cross:
-        # the context's Keys and Values are computed at the first step and only read afterwards
-        cache = "K (context, computed once)" if t == 0 else "K cache (context)"
-        current, reused = None, frozenset(range(sc.m)) if t else frozenset()
+        cache = "K (context, computed once)" if index == 0 else "K cache (context, read)"
+        current, reused = None, frozenset(range(sc.m)) if index else frozenset()
     else:
-        cache, current, reused = "K cache", t, frozenset(range(t))
+        cache = "K cache"
+        current = step.start if one else None
+        reused = frozenset(range(step.start))
     focus = [
-        _pane("dq", "q = X[t]·W_Q (fresh)", step.q, (token,), dims_k, decimals, current_row=0, subtitle=name),
-        _pane("dK", cache, step.K_cache, keys, dims_k, decimals, current, reused, subtitle=name),
-        _pane("dV", cache.replace("K", "V", 1), step.V_cache, keys, dims_v, decimals, current, reused, subtitle=name),
+        _pane("dq", "q = X·W_Q (fresh)", step.q, queries, dims_k, decimals, current_row=0 if one else None,
+              subtitle=name),
+        _pane("dK", cache, step.K_cache, cached, dims_k, decimals, current, reused, subtitle=name),
+        _pane("dV", cache.replace("K", "V", 1), step.V_cache, cached, dims_v, decimals, current, reused,
+              subtitle=name),
+        _pane("dtable", "block table", np.array([paging.table.physical], dtype=float), ("physical",),
+              tuple(str(i) for i in range(len(paging.table.physical))), decimals, subtitle=name),
     ]
-    outputs = np.array([s.output for s in dec.steps[head][: t + 1]])
+    masked = np.where(step.allowed, step.scaled, -np.inf)
+    divisor = dec.comp.heads[head].scale
+    scale = f"√{dec.comp.heads[head].d_k}" if dec.comp.heads[head].scale_is_default else f"{divisor:g}"
+    outputs = np.concatenate([s.output for s in dec.steps[head][: index + 1]])
     context = [
-        _pane("dw", "weights = softmax(q·Kᵀ/√dₖ)", step.weights, (token,), keys, decimals, heat=True, subtitle=name),
-        _pane("dout", "decoded outputs", outputs, sc.tokens[: t + 1], dims_v, decimals, current_row=t, subtitle=name),
-        _pane("dref", "full causal attention" if not sc.is_cross else "full cross-attention", dec.reference[head],
-              sc.tokens, dims_v, decimals, reused=frozenset({t}), subtitle=name),
+        _pane("dS", f"q·Kᵀ/{scale} + mask", masked, queries, keys[:S], decimals, subtitle=name),
+        _pane("dw", "weights", step.weights, queries, keys[:S], decimals, heat=True, subtitle=name,
+              allow=step.allowed),
+        _pane("dout", "outputs so far", outputs, sc.tokens[: step.stop], dims_v, decimals,
+              current_row=step.start if one else None, reused=frozenset(range(step.start, step.stop)) if not one
+              else frozenset(), subtitle=name),
+        _pane("dref", "no cache, all at once" if not dec.own_mask else "Mix stage", dec.reference[head],
+              sc.tokens, dims_v, decimals, reused=frozenset(range(step.start, step.stop)), subtitle=name),
     ]
+    if not dec.own_mask:
+        context.append(_pane("dmix", f"Mix stage (mask {sc.mask_kind})", dec.comp.heads[head].output, sc.tokens,
+                             dims_v, decimals, reused=frozenset(range(step.start, step.stop)), subtitle=name))
     return focus, context
 
 
-def decode_explanation(dec: Decode, t: int, head: int, decimals: int) -> Explanation:
-    """What happens at decode step t, with its numbers and the check against full attention."""
+def mask_note(dec: Decode) -> str:
+    """Says when decoding cannot follow the scenario's mask, and what that changes."""
     sc = dec.comp.scenario
-    step = dec.steps[head][t]
-    token = sc.tokens[t]
-    keys = sc.key_tokens if sc.is_cross else sc.tokens[: t + 1]
+    if dec.own_mask:
+        if sc.is_cross:
+            return ""
+        return f"The scenario's {sc.mask_kind} mask is one a cache can keep: every output equals the Mix stage."
+    rows = dec.differs_from_trace()
+    names = ", ".join(sc.tokens[i] for i in rows[:6]) + (", …" if len(rows) > 6 else "")
+    kept = {"none": "", "causal": "", "padding": " (its padding is kept)",
+            "custom": " (its past part is kept)"}.get(sc.mask_kind, " (what it allows in the past is kept)")
+    what = "The scenario has no mask, which" if sc.mask_kind == "none" else f"The scenario's {sc.mask_kind} mask{kept}"
+    return (f"Decoding with a cache is causal: a token attends only to tokens already in the cache. {what}"
+            f" lets tokens see later ones, so the outputs of {names} differ from the Mix stage.")
 
-    def vec(values: Matrix, integral: bool = False) -> str:
-        return vector(values, integral, decimals)
 
-    q_int = is_integral(step.q)
-    lines = [f"q[{token}] = X[{token}]·W_Q = {vec(step.q, q_int)}   (fresh: Queries are never cached)"]
-    if sc.is_cross:
-        if t == 0:
-            lines.append(f"context K and V computed once now: {sc.m} rows each ({', '.join(keys)})")
-        else:
-            lines.append(f"context K and V: all {sc.m} rows reused from step 1, nothing recomputed")
+def _vec(values: Matrix, decimals: int) -> str:
+    return vector(values, is_integral(values), decimals)
+
+
+def decode_lines(dec: Decode, index: int, head: int, decimals: int) -> list[str]:
+    """The step's arithmetic and checks, for its last query row; every line checkable on a calculator."""
+    sc = dec.comp.scenario
+    step = dec.steps[head][index]
+    paging = dec.paging[index]
+    hr = dec.comp.heads[head]
+    keys = sc.key_tokens if sc.is_cross else sc.tokens
+    r = step.width - 1  # the step's last query row: the newest token
+    token = sc.tokens[step.t]
+    lines = []
+    if step.width == 1:
+        lines.append(f"q[{token}] = X[{token}]·W_Q = {_vec(step.q[0], decimals)}   (fresh: Queries are never cached)")
     else:
-        k_int, v_int = is_integral(step.K_cache), is_integral(step.V_cache)
-        reused_rows = f"; reused: {t} row{'s' if t != 1 else ''} each ({', '.join(keys[:t])})" if t else ""
-        lines.append(f"appended to the cache: K[{token}] = {vec(step.K_cache[t], k_int)},"
-                     f" V[{token}] = {vec(step.V_cache[t], v_int)}{reused_rows}")
-    s_int = is_integral(step.scores)
-    lines.append(f"scores = q·K_cacheᵀ = {vec(step.scores, s_int)}; scaled = {vec(step.scaled)}; weights = {vec(step.weights)}")
-    check = "✓ equal" if step.matches else "✗ DIFFERENT"
-    lines.append(f"out[{token}] = weights·V_cache = {vec(step.output)}  =  row {token} of full"
-                 f" {'cross' if sc.is_cross else 'causal'} attention {vec(step.reference)}"
-                 f"  {check} (max |diff| {step.max_error:.1e})")
-    computed, reused = dec.rows_computed(head, t), dec.rows_reused(head, t)
-    without = dec.rows_without_cache(t)
-    lines.append(f"Key/Value rows so far: computed {computed}, reused {reused}; without a cache: {without} computed"
-                 f" (the cache saves {without - computed})")
+        lines.append(f"Q[{_span(sc.tokens, step.start, step.stop)}] = X·W_Q: {step.width} rows at once, fresh"
+                     f" (the q pane); worked below for the last, {token}")
+    if sc.is_cross:
+        if index == 0:
+            lines.append(f"context K and V computed once now: {sc.m} rows each ({', '.join(keys[:8])}"
+                         f"{', …' if sc.m > 8 else ''}), written to blocks {list(paging.table.physical)}")
+        else:
+            lines.append(f"context K and V: all {sc.m} rows read from the cache, nothing recomputed or added")
+    else:
+        writes = "; ".join(a.text(keys[a.token]) for a in paging.writes[:2])
+        more = f"; … {len(paging.writes) - 2} more" if len(paging.writes) > 2 else ""
+        if step.width == 1:
+            lines.append(f"appended to the cache: K[{token}] = {_vec(step.K_cache[step.start], decimals)},"
+                         f" V[{token}] = {_vec(step.V_cache[step.start], decimals)}: {writes}")
+        else:
+            lines.append(f"written to the cache: {writes}{more}")
+    if paging.allocated:
+        full = " (the last block was full)" if step.start and step.start % dec.block_size == 0 and not sc.is_cross else ""
+        lines.append(f"new block{'s' if len(paging.allocated) > 1 else ''} from the pool:"
+                     f" physical {', '.join(map(str, paging.allocated))}{full}; {len(paging.table.free)} of"
+                     f" {paging.pool} still free")
+    lines.append(f"read through block_table = {list(paging.table.physical)}: key j is in physical block"
+                 f" block_table[j // {dec.block_size}], slot j % {dec.block_size}")
+    scores = step.scores[r]
+    allowed = step.allowed[r]
+    divisor = hr.scale
+    scale = f"√{hr.d_k}" if hr.scale_is_default else f"{divisor:g}"
+    (sc_text,), scaled = fit(lambda s: s / divisor, [scores], scores / divisor, decimals)
+    lines.append(f"scaled[{token}] = q·K_cacheᵀ/{scale} = {sc_text}/{scale} = {scaled}")
+    if not allowed.all():
+        hidden = [keys[j] for j in np.flatnonzero(~allowed)]
+        lines.append(f"masked for {token}: {', '.join(hidden[:6])}{', …' if len(hidden) > 6 else ''} (−∞, weight 0)")
+    live = np.flatnonzero(allowed)
+    kept = (step.scaled[r][live])
+    (kept_text,), weights = fit(lambda v: np.exp(v - v.max()) / np.exp(v - v.max()).sum(), [kept],
+                                step.weights[r][live], decimals)
+    lines.append(f"weights[{token}] = softmax({kept_text}) = {weights}"
+                 + (f"   (over {', '.join(keys[j] for j in live[:6])}{', …' if live.size > 6 else ''})"
+                    if not allowed.all() else ""))
+    out = step.output[r]
+    if live.size <= MAX_TERMS:
+        operands: list[float | Matrix] = []
+        for j in live:
+            operands += [float(step.weights[r][j]), step.V_cache[j]]
+
+        def mix(*wv: float | Matrix) -> Matrix:
+            return sum((np.asarray(wv[k]) * np.asarray(wv[k + 1]) for k in range(0, len(wv), 2)), np.zeros(out.size))
+
+        ops, res = fit(mix, operands, out, decimals)
+        terms = " + ".join(f"{ops[k]}·{ops[k + 1]}" for k in range(0, len(ops), 2))
+        lines.append(f"out[{token}] = weights·V_cache = {terms} = {res}")
+    else:
+        lines.append(f"out[{token}] = weights·V_cache, {live.size} rows weighted and summed = {_vec(out, decimals)}")
+    mark = "✓ equal" if step.matches else "✗ DIFFERENT"
+    what = "cross-attention" if sc.is_cross else "attention (all queries at once, no cache)"
+    paged = "✓" if step.paged_error == 0 else "✗"
+    lines.append(f"{mark} to full {what} (max |diff| {step.max_error:.1e}); paging changes nothing:"
+                 f" {paged} equal to a contiguous cache (max |diff| {step.paged_error:.1e})")
+    rows = [i for i in dec.differs_from_trace() if step.start <= i < step.stop]
+    if rows:
+        i = rows[-1]
+        mask = "no mask" if sc.mask_kind == "none" else f"its {sc.mask_kind} mask"
+        lines.append(f"the Mix stage ({mask}) had out[{sc.tokens[i]}] = {_vec(hr.output[i], decimals)}: it let"
+                     f" {sc.tokens[i]} see later tokens, which a cache does not hold yet")
+    if not sc.is_cross:
+        offset = step.stop - step.width
+        if step.width < step.stop:
+            lines.append(f"mask aligned bottom-right: query row r is token {offset} + r (offset S − L ="
+                         f" {step.stop} − {step.width} = {offset}). Aligned top-left, as PyTorch's is_causal=True"
+                         f" does with fewer queries than keys, row 0 would see only key 0: this query would"
+                         f" attend to \"{keys[0]}\" alone")
+        else:
+            lines.append(f"a {step.width}×{step.width} causal block: queries and keys are the same tokens,"
+                         " so bottom-right and top-left alignment agree")
+    computed, reused_rows = dec.rows_computed(head, index), dec.rows_reused(head, index)
+    without = dec.rows_without_cache(index)
+    lines.append(f"Key/Value rows so far: computed {computed}, reused {reused_rows}; without a cache: {without}"
+                 f" computed (the cache saves {without - computed})")
+    return lines
+
+
+def decode_explanation(dec: Decode, index: int, head: int, decimals: int) -> Explanation:
+    """What happens at one step, with its numbers and the checks against full attention."""
+    sc = dec.comp.scenario
+    step = dec.steps[head][index]
+    lines = decode_lines(dec, index, head, decimals)
     name = dec.comp.heads[head].name
     heads = len(dec.comp.heads)
+    count = dec.count
+    label = {"prefill": "prefill", "chunk": "chunked prefill", "decode": "decode"}[step.kind]
+    stages = []
+    for i, s in enumerate(dec.steps[head]):
+        text = sc.tokens[s.start] if s.width == 1 and s.kind == "decode" else f"{s.kind} ×{s.width}"
+        stages.append((f"{i + 1} {text}", "current" if i == index else ("done" if i < index else "todo")))
     return Explanation(
-        stage_label=f"KV-cache decode, step {t + 1}/{dec.n}",
-        counter=f'generating "{token}"',
+        stage_label=f"KV cache, {SCHEDULE_NAMES[dec.mode]}: {label} step {index + 1}/{count}",
+        counter=f'processing "{_span(sc.tokens, step.start, step.stop)}"',
         head_label=f"{name} ({head + 1}/{heads})" if heads > 1 else "",
         arithmetic=lines[0],
         details=tuple(lines[1:]),
-        meaning=DECODE_MEANING,
-        formula=(("softmax(", False), ("q_t", True), ("·", False), ("K_cacheᵀ", True), ("/√dₖ)", False),
+        meaning=" ".join(filter(None, (mask_note(dec), CROSS_MEANING if sc.is_cross else DECODE_MEANING))),
+        formula=(("softmax(", False), ("q", True), ("·", False), ("K_cacheᵀ", True), ("/√dₖ + mask)", False),
                  ("·", False), ("V_cache", True)),
-        stages=tuple((f"t{i + 1} {sc.tokens[i]}", "current" if i == t else ("done" if i < t else "todo"))
-                     for i in range(dec.n)),
+        stages=tuple(stages),
     )

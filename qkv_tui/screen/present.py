@@ -8,15 +8,16 @@ one Modes; this module turns them into panes and text.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from functools import cached_property
 
 from qkv_tui.core.engine import Computation
 from qkv_tui.screen.decode_view import decode_explanation, decode_panes
+from qkv_tui.screen.tiled_view import tiled_explanation, tiled_panes
 from qkv_tui.screen.view import Explanation, PaneSpec, View, hand_note, whatif_lines
 from qkv_tui.teach.decode import Decode, decode
 from qkv_tui.teach.handcalc import compute_hand
 from qkv_tui.teach.quiz import Question, Score, hide_result
 from qkv_tui.teach.stepper import Position
+from qkv_tui.teach.tiled import TiledHead, tiled
 from qkv_tui.teach.trace import Trace
 
 MIN_DECIMALS, MAX_DECIMALS = 1, 8  # at 0 a weight row reads 0 0 0: it must visibly sum to 1
@@ -27,8 +28,10 @@ class Modes:
     decimals: int = 3  # shown after the point (the seed uses 3)
     hand: bool = False  # every intermediate rounded to the shown decimals before it is used
     whatif: bool = False  # the current query row's softmax with and without scaling, at wider heads
-    decode: bool = False  # the KV-cache decode view instead of the operation trace
-    decode_step: int = 0  # the token being generated, in the decode view
+    decode: bool = False  # a side view (the KV cache or FlashAttention's tiles) instead of the operation trace
+    decode_step: int = 0  # the step in the side view: a prefill/decode step, or a tile operation
+    side: str = "cache"  # which side view: "cache" (prefill, decode, paged cache) or "tiles" (FlashAttention)
+    schedule: str = "prefill"  # the cache view's schedule: "prefill", "chunked" or "tokens"
     quiz: Score | None = None  # predict-then-reveal is on when this is set
     question: Question | None = None  # what the learner is being asked now; its result is hidden
     message: str = ""  # the quiz's last word to the learner
@@ -50,6 +53,8 @@ class Presenter:
         self.comp = comp
         self.exact = trace if trace is not None else Trace(comp)
         self._views: dict[int | None, View] = {None: View(self.exact)}
+        self._decoded: dict[str, Decode] = {}
+        self._tiled: dict[int, TiledHead] = {}
 
     def view(self, modes: Modes) -> View:
         key = modes.decimals if modes.hand else None
@@ -58,15 +63,36 @@ class Presenter:
             self._views[key] = View(Trace(compute_hand(self.comp, key)))
         return self._views[key]
 
-    @cached_property
+    @property
     def decoded(self) -> Decode:
-        return decode(self.comp)
+        return self.decoding("prefill")
+
+    def decoding(self, schedule: str) -> Decode:
+        if schedule not in self._decoded:
+            self._decoded[schedule] = decode(self.comp, schedule)
+        return self._decoded[schedule]
+
+    def tiles(self, head: int) -> TiledHead:
+        if head not in self._tiled:
+            self._tiled[head] = tiled(self.comp, head)
+        return self._tiled[head]
+
+    def side_steps(self, modes: Modes, head: int) -> int:
+        """Steps of the side view in force: decode steps, or tile operations (the same for every head)."""
+        if modes.side == "tiles":
+            return len(self.tiles(head))
+        return self.decoding(modes.schedule).count
 
     def screen(self, pos: Position, modes: Modes) -> Screen:
         if modes.decode:
-            step = min(modes.decode_step, self.comp.scenario.n - 1)
-            focus, extra = decode_panes(self.decoded, step, pos.head, modes.decimals)
-            return Screen(decode_explanation(self.decoded, step, pos.head, modes.decimals), focus, extra, (), "")
+            step = min(modes.decode_step, self.side_steps(modes, pos.head) - 1)
+            if modes.side == "tiles":
+                th = self.tiles(pos.head)
+                focus, extra = tiled_panes(th, step, modes.decimals)
+                return Screen(tiled_explanation(th, step, modes.decimals), focus, extra, (), "")
+            dec = self.decoding(modes.schedule)
+            focus, extra = decode_panes(dec, step, pos.head, modes.decimals)
+            return Screen(decode_explanation(dec, step, pos.head, modes.decimals), focus, extra, (), "")
         view = self.view(modes)
         hidden = modes.question is not None and modes.question.index == pos.index
         focus, extra = view.panes(pos, modes.decimals, overview=True, hide_current=hidden)

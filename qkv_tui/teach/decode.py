@@ -1,39 +1,97 @@
-"""Generation with a KV cache, token by token, checked against full causal attention.
+"""Prefill, chunked prefill and decode with a (paged) KV cache, checked against full attention.
 
-At decode step t the new token's Query is computed fresh, its Key and Value rows are
-appended to the cache (earlier rows are reused, never recomputed), and the Query is
-scored against the cached Keys only. Decoding is causal whatever mask the scenario
-declares, so each step's output must equal row t of full causal attention. For
-cross-attention the context's Keys and Values are computed once and reused at every step.
+A serving engine first runs the prompt's P tokens at once (prefill: a P×P causal block),
+or in chunks of C tokens (chunked prefill), and then decodes one token at a time. At every
+step the new tokens' Queries are computed fresh, their Key and Value rows are written to
+the cache, and the Queries attend to every cached row they may see. The queries of a
+step are the last L of the S keys, so the causal mask is aligned to the bottom-right of
+the L×S block: query row r is token S − L + r.
+
+A cache only holds tokens already processed, so decoding is causal: the scenario's mask
+is honoured where it allows past keys (causal, padding, a sliding window, the past part
+of a custom mask), and a mask that lets tokens see later ones cannot be. Each step's
+output must equal the matching rows of full attention under that decode mask. For
+cross-attention the context's Keys and Values are computed once, at the first step; the
+scenario's mask applies unchanged.
+
+The cache is paged (teach/paged.py): every row is written through the block table, read
+back through it, and the paged output is checked against the contiguous one.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
 
-from qkv_tui.core.engine import Computation, compute_head, softmax_rows
-from qkv_tui.core.scenario import Matrix
+from qkv_tui.core.engine import Computation, softmax_rows
+from qkv_tui.core.scenario import BoolMatrix, Matrix, Scenario
+from qkv_tui.teach.paged import Address, BlockTable, PagedStore, empty_table, pool_order, pool_size
+
+SCHEDULES = ("prefill", "chunked", "tokens")
+SCHEDULE_NAMES = {"prefill": "prefill, then decode", "chunked": "chunked prefill, then decode",
+                  "tokens": "decode token by token"}
+
+
+def schedule(n: int, mode: str, prefill: int, chunk: int) -> list[range]:
+    """The query tokens of each step: a prefill (whole or in chunks), then one token a step."""
+    prefill = min(max(prefill, 1), n)
+    if mode == "tokens":
+        first = [range(0, 1)]
+        prefill = 1
+    elif mode == "chunked":
+        first = [range(s, min(s + chunk, prefill)) for s in range(0, prefill, max(chunk, 1))]
+    else:
+        first = [range(0, prefill)]
+    return first + [range(t, t + 1) for t in range(prefill, n)]
+
+
+def decode_mask(sc: Scenario) -> tuple[BoolMatrix, bool]:
+    """(the mask decoding uses, whether it is the scenario's own).
+
+    Self-attention: the scenario's mask where it allows past keys, and never a later key;
+    should that leave a query no key at all (a custom mask that looks only ahead), plain causal.
+    """
+    if sc.is_cross:
+        return sc.allow, True
+    causal = np.tril(np.ones((sc.n, sc.n), dtype=bool))
+    allow = sc.allow & causal
+    if not allow.any(axis=1).all():
+        allow = causal
+    return allow, bool(np.array_equal(allow, sc.allow))
 
 
 @dataclass(frozen=True, eq=False)
 class DecodeStep:
-    """One head at one decode step t (0-based): the token being generated attends to the cache."""
+    """One head at one step: the queries of tokens ``start .. stop−1`` attend to the cache."""
 
-    t: int
+    index: int  # 0-based step number
     head: int
-    q: Matrix  # (d_k,) the new token's Query, computed fresh
-    K_cache: Matrix  # (t + 1, d_k), or (m, d_k) for cross-attention
-    V_cache: Matrix  # (t + 1, d_v), or (m, d_v)
-    scores: Matrix  # (keys,)
-    scaled: Matrix  # (keys,)
-    weights: Matrix  # (keys,)
-    output: Matrix  # (d_v,)
-    reference: Matrix  # (d_v,) row t of full causal (or full cross) attention
-    kv_computed: int  # Key/Value rows computed at this step (1 for self-attention; m, then 0, for cross)
+    start: int  # first query token of the step
+    stop: int  # one past the last query token
+    kind: str  # "prefill" | "chunk" | "decode"
+    q: Matrix  # (L, d_k) fresh Queries
+    K_cache: Matrix  # (S, d_k) every cached Key the step reads (S = stop; cross: m)
+    V_cache: Matrix  # (S, d_v)
+    allowed: BoolMatrix  # (L, S) the step's mask, aligned bottom-right for self-attention
+    scores: Matrix  # (L, S) q·K_cacheᵀ
+    scaled: Matrix  # (L, S)
+    weights: Matrix  # (L, S)
+    output: Matrix  # (L, d_v)
+    reference: Matrix  # (L, d_v) the same rows of full attention under the decode mask
+    trace_output: Matrix  # (L, d_v) the same rows of the trace (the scenario's own mask)
+    paged_output: Matrix  # (L, d_v) computed from rows gathered through the block table
+    kv_computed: int  # Key/Value rows computed at this step
     kv_reused: int  # cached rows read again instead of recomputed
+
+    @property
+    def t(self) -> int:
+        """The last token of the step."""
+        return self.stop - 1
+
+    @property
+    def width(self) -> int:
+        return self.stop - self.start
 
     @property
     def max_error(self) -> float:
@@ -43,73 +101,139 @@ class DecodeStep:
     def matches(self) -> bool:
         return bool(np.allclose(self.output, self.reference, rtol=1e-12, atol=1e-12))
 
+    @property
+    def paged_error(self) -> float:
+        return float(np.abs(self.paged_output - self.output).max())
+
+
+@dataclass(frozen=True)
+class Paging:
+    """The shared block table at one step: every head's cache uses the same table."""
+
+    table: BlockTable  # after the step
+    allocated: tuple[int, ...]  # physical blocks handed out at this step
+    writes: tuple[Address, ...]  # where the step's Key/Value rows went
+    pool: int  # physical blocks in the pool
+
 
 @dataclass(frozen=True, eq=False)
 class Decode:
-    """Every decode step of every head."""
+    """Every step of every head, for one schedule."""
 
     comp: Computation
-    reference: tuple[Matrix, ...]  # per head (n, d_v): full causal attention (cross: the full computation)
-    steps: tuple[tuple[DecodeStep, ...], ...]  # [head][t]
+    mode: str  # one of SCHEDULES
+    ranges: tuple[range, ...]  # the query tokens of each step
+    allow: BoolMatrix  # (n, m) the mask decoding uses
+    own_mask: bool  # True when that is the scenario's mask
+    reference: tuple[Matrix, ...]  # per head (n, d_v): full attention under the decode mask
+    steps: tuple[tuple[DecodeStep, ...], ...]  # [head][step]
+    paging: tuple[Paging, ...]  # [step]
 
     @property
     def n(self) -> int:
         return self.comp.scenario.n
 
-    def rows_computed(self, head: int, t: int) -> int:
-        """Key/Value rows computed up to and including step t."""
-        return sum(s.kv_computed for s in self.steps[head][: t + 1])
+    @property
+    def count(self) -> int:
+        return len(self.ranges)
 
-    def rows_reused(self, head: int, t: int) -> int:
-        return sum(s.kv_reused for s in self.steps[head][: t + 1])
+    @property
+    def block_size(self) -> int:
+        return self.paging[0].table.block_size
 
-    def rows_without_cache(self, t: int) -> int:
-        """Key/Value rows a decoder without a cache computes up to step t (all its keys, every step)."""
+    def rows_computed(self, head: int, step: int) -> int:
+        """Key/Value rows computed up to and including ``step``."""
+        return sum(s.kv_computed for s in self.steps[head][: step + 1])
+
+    def rows_reused(self, head: int, step: int) -> int:
+        return sum(s.kv_reused for s in self.steps[head][: step + 1])
+
+    def rows_without_cache(self, step: int) -> int:
+        """Key/Value rows a model without a cache computes up to ``step``: all its keys again at every step."""
         m = self.comp.scenario.m
-        return m * (t + 1) if self.comp.scenario.is_cross else (t + 1) * (t + 2) // 2
+        if self.comp.scenario.is_cross:
+            return m * (step + 1)
+        return sum(r.stop for r in self.ranges[: step + 1])
+
+    def differs_from_trace(self) -> tuple[int, ...]:
+        """Query rows whose decode mask is not the scenario's: their outputs may differ from the Mix stage."""
+        return tuple(int(i) for i in np.flatnonzero((self.allow != self.comp.scenario.allow).any(axis=1)))
 
 
-def causal_reference(comp: Computation) -> tuple[Matrix, ...]:
-    """Full attention with a causal mask (cross-attention: the full computation, its own mask kept)."""
+def _attend(q: Matrix, K: Matrix, V: Matrix, allowed: BoolMatrix, divisor: float) -> tuple[Matrix, ...]:
+    scores = q @ K.T  # (L, S)
+    scaled = scores / divisor
+    _, _, _, weights = softmax_rows(np.where(allowed, scaled, -np.inf))
+    return scores, scaled, weights, weights @ V  # (L, d_v)
+
+
+def full_reference(comp: Computation, allow: BoolMatrix) -> tuple[Matrix, ...]:
+    """Full attention (every query at once, no cache) under the decode mask."""
+    return tuple(_attend(hr.Q, hr.K, hr.V, allow, hr.scale)[3] for hr in comp.heads)
+
+
+def decode(comp: Computation, mode: str = "prefill", block_size: int | None = None,
+           order: tuple[int, ...] | None = None) -> Decode:
+    """Replay the scenario as prefill and decode with a paged KV cache, for every head.
+
+    ``block_size`` and ``order`` (the pool's hand-out order) default to the scenario's [cache] settings.
+    """
     sc = comp.scenario
-    if sc.is_cross:
-        return tuple(h.output for h in comp.heads)
-    allow = np.tril(np.ones((sc.n, sc.n), dtype=bool))
-    return tuple(compute_head(h, sc.X, sc.X, allow, sc.scale).output for h in sc.heads)
+    settings = sc.production
+    ranges = tuple(schedule(sc.n, mode, settings.prefill_for(sc.n), settings.chunk_for(sc.n)))
+    prefilled = 0 if mode == "tokens" else settings.prefill_for(sc.n)  # tokens before the first decode step
+    allow, own = decode_mask(sc)
+    reference = full_reference(comp, allow)
+    block = settings.block_size if block_size is None else block_size
+    cached = sc.m if sc.is_cross else sc.n
+    blocks = pool_size(cached, block) if order is None else max(len(order), max(order, default=0) + 1)
+    order = pool_order(blocks, settings.seed) if order is None else order
 
-
-def decode(comp: Computation) -> Decode:
-    """Replay the scenario as generation with a KV cache, for every head."""
-    sc = comp.scenario
-    reference = causal_reference(comp)
-    all_steps = []
-    for h, head in enumerate(sc.heads):
-        divisor = math.sqrt(head.d_k) if sc.scale is None else sc.scale
+    # the block table is the sequence's, shared by every head (and, in a model, every layer)
+    paging: list[Paging] = []
+    table = empty_table(block, order)
+    for i, rng in enumerate(ranges):
         if sc.is_cross:
-            K_full = sc.X_kv @ head.W_K  # (m, d_k): computed once, at the first step
-            V_full = sc.X_kv @ head.W_V  # (m, d_v)
-        # the cache: rows are written once, when their token arrives, and only read after that
-        K_buf = np.empty((sc.n, head.d_k))
-        V_buf = np.empty((sc.n, head.d_v))
+            stop, start = (sc.m, 0) if i == 0 else (sc.m, sc.m)
+        else:
+            start, stop = rng.start, rng.stop
+        table, new = table.grow(stop) if stop > table.tokens else (table, ())
+        paging.append(Paging(table, new, tuple(table.address(t) for t in range(start, stop)), blocks))
+
+    all_steps = []
+    for h, hr in enumerate(comp.heads):
+        head = sc.heads[h]
+        store = PagedStore(blocks, block, hr.d_k, hr.d_v)
+        # the contiguous cache: rows are written once, when their token arrives, and only read after that
+        K_buf = np.empty((cached, hr.d_k))
+        V_buf = np.empty((cached, hr.d_v))
         steps = []
-        for t in range(sc.n):
-            x = sc.X[t]  # (d_model,) the token being generated
-            q = x @ head.W_Q  # (d_k,) fresh at every step: Queries are never cached
+        for i, rng in enumerate(ranges):
+            x = sc.X[rng.start:rng.stop]  # (L, d_model) the tokens being processed
+            q = x @ head.W_Q  # (L, d_k) fresh at every step: Queries are never cached
             if sc.is_cross:
-                K, V = K_full, V_full
-                computed, reused = (sc.m, 0) if t == 0 else (0, sc.m)
+                if i == 0:  # the context's Keys and Values, once
+                    K_buf[:] = sc.X_kv @ head.W_K
+                    V_buf[:] = sc.X_kv @ head.W_V
+                written = range(0, sc.m) if i == 0 else range(0)
+                S = sc.m
+                computed, reused = (sc.m, 0) if i == 0 else (0, sc.m)
             else:
-                K_buf[t] = x @ head.W_K  # only the new token's Key and Value are computed
-                V_buf[t] = x @ head.W_V
-                K, V = K_buf[: t + 1], V_buf[: t + 1]  # (t + 1, d_k), (t + 1, d_v): views, no copies
-                computed, reused = 1, t
-            scores = K @ q  # (keys,)
-            scaled = scores / divisor
-            # self-attention: every cached key is in the past, so the causal mask is implicit;
-            # cross-attention keeps the scenario's mask on the context (padding, say)
-            allowed = sc.allow[t] if sc.is_cross else np.ones(t + 1, dtype=bool)
-            _, _, _, weights = softmax_rows(np.where(allowed, scaled, -np.inf)[None, :])
-            output = weights[0] @ V  # (d_v,)
-            steps.append(DecodeStep(t, h, q, K, V, scores, scaled, weights[0], output, reference[h][t], computed, reused))
+                K_buf[rng.start:rng.stop] = x @ head.W_K  # only the new tokens' Keys and Values are computed
+                V_buf[rng.start:rng.stop] = x @ head.W_V
+                written = rng
+                S = rng.stop
+                computed, reused = len(rng), rng.start
+            for t in written:
+                store.write(paging[i].table, t, K_buf[t], V_buf[t])
+            K, V = K_buf[:S], V_buf[:S]  # views, no copies
+            allowed = allow[rng.start:rng.stop, :S]  # (L, S): row r is token start + r, bottom-right aligned
+            scores, scaled, weights, output = _attend(q, K, V, allowed, hr.scale)
+            K_paged, V_paged = store.gather(paging[i].table, S)
+            paged = _attend(q, K_paged, V_paged, allowed, hr.scale)[3]
+            kind = "decode" if rng.start >= prefilled else ("chunk" if mode == "chunked" else "prefill")
+            steps.append(DecodeStep(i, h, rng.start, rng.stop, kind, q, K, V, allowed, scores, scaled, weights,
+                                    output, reference[h][rng.start:rng.stop], hr.output[rng.start:rng.stop],
+                                    paged, computed, reused))
         all_steps.append(tuple(steps))
-    return Decode(comp, reference, tuple(all_steps))
+    return Decode(comp, mode, ranges, allow, own, reference, tuple(all_steps), tuple(paging))

@@ -57,6 +57,8 @@ class QKVApp(App[None]):
         *(Binding(str(i), f"stage({i})", f"stage {i}", show=False) for i in range(1, 10)),
         Binding("g", "goto", "go to", show=False),
         Binding("k", "decode", "cache"),
+        Binding("t", "tiles", "tiles"),
+        Binding("c", "schedule", "prefill/chunks", show=False),
         Binding("p", "quiz", "predict"),
         Binding("w", "whatif", "what if", show=False),
         Binding("h", "hand", "by hand", show=False),
@@ -242,7 +244,7 @@ class QKVApp(App[None]):
     @property
     def at_end(self) -> bool:
         if self.modes.decode:
-            return self.modes.decode_step == self.scenario.n - 1
+            return self.modes.decode_step >= self._side_last()
         return self.position.index == self.stepper.last_index
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
@@ -256,6 +258,8 @@ class QKVApp(App[None]):
             return False  # tab walks the map's heads, not the trace's behind it
         if self.modes.decode and action in TRACE_ONLY:
             return None
+        if action == "schedule" and not (self.modes.decode and self.modes.side == "cache"):
+            return None
         return True
 
     def _move(self, position: Position) -> None:
@@ -265,7 +269,11 @@ class QKVApp(App[None]):
         self.position = position
 
     def _decode_step(self, step: int) -> None:
-        self.modes = replace(self.modes, decode_step=min(max(step, 0), self.scenario.n - 1))
+        self.modes = replace(self.modes, decode_step=min(max(step, 0), self._side_last()))
+
+    def _side_last(self) -> int:
+        """The last step of the side view in force (the cache's steps, or FlashAttention's operations)."""
+        return self.presenter.side_steps(self.modes, self.position.head) - 1
 
     def action_next(self) -> None:
         if self.modes.decode:
@@ -298,7 +306,7 @@ class QKVApp(App[None]):
 
     def action_last(self) -> None:
         if self.modes.decode:
-            self._decode_step(self.scenario.n - 1)
+            self._decode_step(self._side_last())
         else:
             self._move(self.stepper.last(self.position))
 
@@ -312,8 +320,24 @@ class QKVApp(App[None]):
         self._move(self.stepper.stage(self.position, number))
 
     def action_decode(self) -> None:
-        """The KV-cache decode view: generation replayed token by token."""
-        self.modes = replace(self.modes, decode=not self.modes.decode, question=None, message="")
+        """The KV-cache view: prefill, then decode a token at a time, over a paged cache."""
+        self._side("cache")
+
+    def action_tiles(self) -> None:
+        """The tiled view: FlashAttention's online softmax, a tile of keys at a time."""
+        self._side("tiles")
+
+    def _side(self, side: str) -> None:
+        """Open a side view from its first step; its own key again returns to the trace."""
+        on = not (self.modes.decode and self.modes.side == side)
+        self.modes = replace(self.modes, decode=on, side=side, decode_step=0, question=None, message="")
+
+    def action_schedule(self) -> None:
+        """In the cache view: prefill at once → chunked prefill → token by token."""
+        if self.modes.decode and self.modes.side == "cache":
+            order = ("prefill", "chunked", "tokens")
+            following = order[(order.index(self.modes.schedule) + 1) % len(order)]
+            self.modes = replace(self.modes, schedule=following, decode_step=0)
 
     def action_quiz(self) -> None:
         """Predict-then-reveal: each step asks for the result before showing it."""

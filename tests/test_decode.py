@@ -1,0 +1,120 @@
+"""Prefill, chunked prefill and decode with a KV cache, against loop implementations of attention."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from qkv_tui import compute, load_scenario
+from qkv_tui.core.scenario import parse_scenario
+from qkv_tui.teach.decode import SCHEDULES, decode, decode_mask, schedule
+
+from .conftest import BASE, HEAD
+from .strategies import Case, cases
+
+
+def attention_by_loops(X, X_kv, W_Q, W_K, W_V, scale, allowed):
+    """Attention written out with loops: query t sees the keys ``allowed(t, j)`` says it may."""
+    Q, K, V = X @ W_Q, X_kv @ W_K, X_kv @ W_V
+    divisor = math.sqrt(W_Q.shape[1]) if scale is None else scale
+    out = []
+    for t in range(len(X)):
+        keys = [j for j in range(len(X_kv)) if allowed(t, j)]
+        s = [float(Q[t] @ K[j]) / divisor for j in keys]
+        top = max(s)
+        e = [math.exp(v - top) for v in s]
+        out.append(sum(e[i] / sum(e) * V[j] for i, j in enumerate(keys)))
+    return np.array(out)
+
+
+@settings(max_examples=80, deadline=None)
+@given(cases(), st.sampled_from(SCHEDULES))
+def test_decode_equals_full_attention_under_the_decode_mask(case: Case, mode: str) -> None:
+    comp = compute(parse_scenario(case.toml, "generated.toml"))
+    dec = decode(comp, mode)
+    sc = comp.scenario
+    mask = np.array(case.allow)
+    if not sc.is_cross:  # the past part of the scenario's mask, or plain causal if that leaves a row empty
+        past = mask & np.tril(np.ones_like(mask))
+        mask = past if past.any(axis=1).all() else np.tril(np.ones_like(mask))
+    assert np.array_equal(dec.allow, mask)
+    for h, steps in enumerate(dec.steps):
+        head = sc.heads[h]
+        want = attention_by_loops(sc.X, sc.X_kv, head.W_Q, head.W_K, head.W_V, sc.scale, lambda t, j: mask[t, j])
+        got = np.concatenate([s.output for s in steps])
+        assert got.shape == want.shape and np.allclose(got, want, rtol=1e-9, atol=1e-9)
+        assert all(s.matches for s in steps)
+        if not sc.is_cross:
+            assert [s.K_cache.shape[0] for s in steps] == [r.stop for r in dec.ranges]  # the cache holds the past only
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 9), st.data())
+def test_chunked_prefill_equals_full_causal_attention_for_every_chunk_size(n: int, data: st.DataObject) -> None:
+    X = data.draw(st.lists(st.lists(st.integers(-3, 3), min_size=3, max_size=3), min_size=n, max_size=n))
+    W = [data.draw(st.lists(st.lists(st.integers(-2, 2), min_size=2, max_size=2), min_size=3, max_size=3))
+         for _ in range(3)]
+    tokens = ", ".join(f'"t{i}"' for i in range(n))
+    for prefill in range(1, n + 1):
+        for chunk in range(1, prefill + 1):
+            text = (f"tokens = [{tokens}]\nX = {X}\nmask = \"causal\"\n[cache]\nprefill = {prefill}\nchunk = {chunk}\n"
+                    f"[[heads]]\nW_Q = {W[0]}\nW_K = {W[1]}\nW_V = {W[2]}\n")
+            comp = compute(parse_scenario(text, "chunks.toml"))
+            dec = decode(comp, "chunked")
+            sizes = [len(r) for r in dec.ranges]
+            assert sizes[: -(-prefill // chunk)] == [min(chunk, prefill - s) for s in range(0, prefill, chunk)]
+            got = np.concatenate([s.output for s in dec.steps[0]])
+            sc = comp.scenario
+            head = sc.heads[0]
+            want = attention_by_loops(sc.X, sc.X, head.W_Q, head.W_K, head.W_V, None, lambda t, j: j <= t)
+            assert np.allclose(got, want, rtol=1e-9, atol=1e-9)
+            assert np.allclose(got, comp.heads[0].output, rtol=1e-9, atol=1e-9)  # causal: the trace itself
+
+
+def test_a_chunk_sits_bottom_right() -> None:
+    text = BASE + 'mask = "causal"\n[cache]\nprefill = 3\nchunk = 2\n' + HEAD
+    dec = decode(compute(parse_scenario(text, "c.toml")), "chunked")
+    second = dec.steps[0][1]
+    assert (second.start, second.stop) == (2, 3)
+    assert second.allowed.tolist() == [[True, True, True]]  # the one query is the last key: it sees all three
+    first = dec.steps[0][0]
+    assert first.allowed.tolist() == [[True, False], [True, True]]
+
+
+def test_schedules() -> None:
+    assert schedule(5, "prefill", 3, 2) == [range(0, 3), range(3, 4), range(4, 5)]
+    assert schedule(5, "chunked", 3, 2) == [range(0, 2), range(2, 3), range(3, 4), range(4, 5)]
+    assert schedule(3, "tokens", 2, 1) == [range(0, 1), range(1, 2), range(2, 3)]
+    assert load_scenario("i_love_ai").production.prefill_for(3) == 2
+
+
+def test_cache_accounting() -> None:
+    dec = decode(compute(load_scenario("causal_mask")), "tokens")
+    assert [(s.kv_computed, s.kv_reused) for s in dec.steps[0]] == [(1, 0), (1, 1), (1, 2)]
+    assert (dec.rows_computed(0, 2), dec.rows_reused(0, 2), dec.rows_without_cache(2)) == (3, 3, 6)
+    # the earlier rows are the very rows computed before: reused, not recomputed
+    assert np.array_equal(dec.steps[0][2].K_cache[:2], dec.steps[0][1].K_cache)
+    pre = decode(compute(load_scenario("causal_mask")), "prefill")
+    assert [(s.kv_computed, s.kv_reused) for s in pre.steps[0]] == [(2, 0), (1, 2)]
+    assert pre.rows_without_cache(1) == 5
+    cross = decode(compute(load_scenario("cross_attention")), "tokens")
+    assert [(s.kv_computed, s.kv_reused) for s in cross.steps[0]] == [(3, 0), (0, 3), (0, 3)]
+    assert cross.rows_without_cache(2) == 9
+
+
+def test_the_decode_mask_honours_what_a_cache_can() -> None:
+    padded = decode(compute(load_scenario("padding_mask")), "tokens")
+    assert all(s.matches for s in padded.steps[0])
+    pad_step = padded.steps[0][3]  # the <pad> query: its own key is padding, never attended
+    assert pad_step.weights.shape == (1, 4) and pad_step.weights[0, 3] == 0.0
+    assert decode_mask(load_scenario("causal_mask"))[1]
+    plain = decode(compute(load_scenario("i_love_ai")), "tokens")
+    assert not plain.own_mask and plain.differs_from_trace() == (0, 1)
+    # out[I] with a cache sees only I; the Mix stage saw every token
+    assert np.allclose(plain.steps[0][0].output, [[1.0, 0.0, 1.0]])
+    assert np.allclose(plain.steps[0][0].trace_output, [[1.0, 1.637, 0.070]], atol=5e-4)
+    custom = decode_mask(load_scenario("custom_mask"))[0]
+    assert custom.tolist() == [[True, False, False], [True, True, False], [False, True, True]]

@@ -1,0 +1,109 @@
+"""FlashAttention's tiled online softmax: equal to plain attention, each rescale as the recurrence says."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from qkv_tui import compute, load_scenario
+from qkv_tui.core.scenario import parse_scenario
+from qkv_tui.teach.tiled import PHASES, tiled
+
+from .strategies import Case, cases
+
+
+def online_softmax_by_loops(q: list[float], keys: list[list[float]], values: list[list[float]], allowed: list[bool],
+                            divisor: float, tile: int) -> list[tuple[float, float, list[float]]]:
+    """Milakov & Gimelshein's recurrence with plain floats: (m, ℓ, Õ) after each tile that has an allowed key."""
+    m, ell, acc = -math.inf, 0.0, [0.0] * len(values[0])
+    states = []
+    for start in range(0, len(keys), tile):
+        cols = [j for j in range(start, min(start + tile, len(keys))) if allowed[j]]
+        if not cols:
+            states.append((m, ell, list(acc)))
+            continue
+        s = {j: sum(a * b for a, b in zip(q, keys[j])) / divisor for j in cols}
+        new = max(m, max(s.values()))
+        alpha = math.exp(m - new) if m != -math.inf else 0.0
+        ell = alpha * ell + sum(math.exp(s[j] - new) for j in cols)
+        acc = [alpha * a + sum(math.exp(s[j] - new) * values[j][c] for j in cols) for c, a in enumerate(acc)]
+        m = new
+        states.append((m, ell, acc))
+    return states
+
+
+@settings(max_examples=60, deadline=None)
+@given(cases(), st.data())
+def test_tiled_equals_plain_attention_for_every_tile_size(case: Case, data: st.DataObject) -> None:
+    comp = compute(parse_scenario(case.toml, "generated.toml"))
+    sc = comp.scenario
+    for h in range(len(comp.heads)):
+        for tile in range(1, max(sc.n, sc.m) + 1):
+            th = tiled(comp, h, tile)
+            assert np.allclose(th.output, comp.heads[h].output, rtol=1e-9, atol=1e-9), (h, tile)
+            assert th.matches
+            # the walk block by block, with skipping, ends where the all-rows pass ends
+            for qb in range(len(th.blocks)):
+                _, end = th.block(qb)
+                assert np.allclose(end.out, th.output[th.blocks[qb].start:th.blocks[qb].stop], rtol=1e-9, atol=1e-12)
+
+
+@settings(max_examples=40, deadline=None)
+@given(cases(), st.integers(1, 5))
+def test_each_rescale_follows_the_recurrence(case: Case, tile: int) -> None:
+    comp = compute(parse_scenario(case.toml, "generated.toml"))
+    sc = comp.scenario
+    for h, hr in enumerate(comp.heads):
+        th = tiled(comp, h, tile)
+        for qb, rows in enumerate(th.blocks):
+            visits, end = th.block(qb)
+            for r, i in enumerate(rows):
+                want = online_softmax_by_loops(hr.Q[i].tolist(), hr.K.tolist(), hr.V.tolist(), sc.allow[i].tolist(),
+                                               hr.scale, tile)
+                for v in visits:
+                    m, ell, acc = want[v.ktile]
+                    assert v.m_new[r] == m or math.isclose(v.m_new[r], m, rel_tol=1e-12)
+                    assert math.isclose(v.l_new[r], ell, rel_tol=1e-9, abs_tol=1e-12)
+                    assert np.allclose(v.O_new[r], acc, rtol=1e-9, atol=1e-9)
+                    # the rescale: α = e^(m_old − m_new) applied to the old ℓ and Õ, nothing else
+                    if math.isfinite(v.m_old[r]):
+                        assert math.isclose(v.alpha[r], math.exp(v.m_old[r] - v.m_new[r]), rel_tol=1e-12)
+                        assert math.isclose(v.l_scaled[r], v.alpha[r] * v.l_old[r], rel_tol=1e-12, abs_tol=0)
+                    else:
+                        assert v.l_old[r] == 0 and not v.O_old[r].any()
+                    assert v.alpha[r] <= 1.0
+                m_final = want[-1][0]
+                assert math.isclose(end.m[r], m_final, rel_tol=1e-12) or end.m[r] == m_final
+
+
+def test_seed_numbers_tile_by_tile() -> None:
+    th = tiled(compute(load_scenario("i_love_ai")), 0, 2)
+    assert len(th) == 2 * (2 * 6 + 1)  # two query blocks, two tiles each, then O = Õ/ℓ
+    first, second = th.block(0)[0]
+    assert np.allclose(first.S[0], [1 / math.sqrt(3), 5 / math.sqrt(3)])
+    assert first.m_old[0] == -math.inf and first.alpha[0] == 0.0  # nothing to rescale yet
+    # AI's score 3/√3 = 1.732 is below the running max 2.887: α = 1, only ℓ and Õ grow
+    assert second.alpha[0] == 1.0 and second.m_new[0] == first.m_new[0]
+    assert np.allclose(th.block(0)[1].out[0], [1.0, 1.637, 0.070], atol=5e-4)  # the seed's out[I]
+    assert [th.op(i).phase for i in range(13)] == [*PHASES, *PHASES, "normalise"]
+
+
+def test_causal_tiles_above_the_diagonal_are_skipped() -> None:
+    th = tiled(compute(load_scenario("causal_mask")), 0, 1)
+    assert th.skipped == 3 and th.total_tiles == 9  # 1×1 tiles: the three cells above the diagonal
+    assert len(th) == 6 * 6 + 3
+    assert th.matches
+    th2 = tiled(compute(load_scenario("causal_mask")), 0, 2)
+    assert th2.needed.tolist() == [[True, False], [True, True]]
+    assert th2.skipped_before(0, 1) == 1
+
+
+def test_tile_size_is_a_scenario_setting(tmp_path) -> None:
+    from .conftest import BASE, HEAD
+
+    sc = parse_scenario(BASE + "[tiles]\nsize = 3\n" + HEAD, "t.toml")
+    assert sc.production.tile == 3 and tiled(compute(sc), 0).tile == 3
+    assert load_scenario("i_love_ai").production.tile == 2
