@@ -223,6 +223,8 @@ async def test_big_scenarios_scroll_to_the_current_cell() -> None:
 @pytest.mark.parametrize("path", SCENARIOS, ids=lambda p: p.stem)
 async def test_focus_panes_fit_80x24_without_scrolling(path) -> None:
     """At 80×24 the panes the current operation reads and writes, and its arithmetic, are all in view."""
+    if load_scenario(path).n > 8:
+        pytest.skip("more rows than 80×24 holds: its panes scroll to the cells in use")
     app = QKVApp(path)
     async with app.run_test(size=(80, 24)) as pilot:
         for run in app.trace.runs:

@@ -65,3 +65,27 @@ def test_generated_lines_check_out(case: Case, decimals: int, tile: int) -> None
     count, bad = checked(tiled_lines(comp, decimals, tile) + decode_lines(comp, decimals))
     assert not bad, "\n".join(bad[:10])
     assert count > 0
+
+
+@pytest.mark.parametrize("path", SCENARIOS, ids=lambda p: p.stem)
+def test_markdown_sections_check_out(path) -> None:
+    from qkv_tui.edges.export_markdown import to_markdown
+
+    page = to_markdown(compute(load_scenario(path)))
+    start, end = page.index("## KV cache: prefill, decode and a paged cache"), page.index("## Notes")
+    ours = page[start:end]
+    assert "## FlashAttention: tiled online softmax" in ours and "✓ equal to the Mix stage (max |diff|" in ours
+    assert "block_table = [" in ours and "paging changes nothing: ✓" in ours
+    count, bad = checked(ours.splitlines())
+    assert not bad, "\n".join(bad[:10])
+    assert count > 10
+
+
+def test_markdown_sixteen_tokens_summarises_long_runs() -> None:
+    from qkv_tui.edges.export_production import production_sections
+
+    lines = production_sections(compute(load_scenario("sixteen_tokens")), 3)
+    text = "\n".join(lines)
+    assert "- tiles skipped (the mask forbids every cell): 6 of 16" in text
+    assert "Chunked prefill in chunks of 4 (4 + 4 + 2 tokens, then decode): ✓" in text
+    assert len(lines) < 250

@@ -74,3 +74,20 @@ class TestModes:
     @SIZES
     def test_hand_rounding(self, snap_compare, size: tuple[int, int]) -> None:
         assert snap_compare(QKVApp("i_love_ai"), press=["6", "right", "right", "right", "h"], terminal_size=size)
+
+
+class TestProduction:
+    @SIZES
+    def test_tiles_rescale(self, snap_compare, size: tuple[int, int]) -> None:
+        # the second tile's rescale: the running max did not move for I, α = 1
+        assert snap_compare(QKVApp("i_love_ai"), press=["t", *["right"] * 9], terminal_size=size)
+
+    @SIZES
+    def test_tiles_sixteen_tokens(self, snap_compare, size: tuple[int, int]) -> None:
+        # block 3 meets tile 2: the exponentials join ℓ; six tiles above the diagonal are skipped
+        assert snap_compare(QKVApp("sixteen_tokens"), press=["t", *["right"] * 40], terminal_size=size)
+
+    @SIZES
+    def test_cache_chunked_sixteen_tokens(self, snap_compare, size: tuple[int, int]) -> None:
+        # the second chunk of 4 sits bottom-right of 8 keys; a second block comes from the pool
+        assert snap_compare(QKVApp("sixteen_tokens"), press=["k", "c", "right"], terminal_size=size)

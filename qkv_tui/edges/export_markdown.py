@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from qkv_tui.core.engine import Computation
-from qkv_tui.core.fmt import cell_len, fmt, is_integral, vector
+from qkv_tui.core.fmt import cell_len, fmt, is_integral
 from qkv_tui.core.scenario import Matrix
 from qkv_tui.teach.trace import SAME_WEIGHT, STAGES, Trace
 
@@ -141,7 +141,7 @@ def to_markdown(comp: Computation, decimals: int = 3) -> str:
         out += [table("W_O", None, numbered("W_O", None), columns("W_O", None), "W_O"), "",
                 table("final", None, tokens, columns("final", None), "final"), ""]
         worked("wo", None)
-    out += decode_section(comp)
+    out += decode_section(comp, decimals)
     out += [
         "## Notes",
         "",
@@ -155,39 +155,8 @@ def to_markdown(comp: Computation, decimals: int = 3) -> str:
     return "\n".join(out)
 
 
-def decode_section(comp: Computation) -> list[str]:
-    """Generation with a KV cache, step by step, each output checked against full attention."""
-    from qkv_tui.teach.decode import decode
+def decode_section(comp: Computation, decimals: int = 3) -> list[str]:
+    """The production sections: prefill and decode over a paged KV cache, then FlashAttention's tiles."""
+    from qkv_tui.edges.export_production import production_sections
 
-    dec = decode(comp)
-    sc = comp.scenario
-    n = min(sc.n, WORKED_ROWS)
-    kind = "cross" if sc.is_cross else "causal"
-    out = ["## KV-cache decode", "",
-           "Generation replayed token by token. Each new token's Query is computed fresh; "
-           + ("the context's Keys and Values are computed once, at the first step, and reused at every step."
-              if sc.is_cross else "its Key and Value rows are appended to the cache and earlier rows are reused.")
-           + f" Decoding is {'cross-attention' if sc.is_cross else 'causal'} whatever mask the scenario declares,"
-           f" so each step's output must equal that row of full {kind} attention.", ""]
-
-    def vec(values: Matrix, exact: bool = True) -> str:
-        return vector(values, exact and is_integral(values))  # weights and outputs always get decimals
-
-    for h, steps in enumerate(dec.steps):
-        if len(comp.heads) > 1:
-            out += [f"### {comp.heads[h].name}", ""]
-        for step in steps[:n]:
-            token = sc.tokens[step.t]
-            out.append(f"- step {step.t + 1}, generating **{token}**: q = {vec(step.q)};"
-                       f" K/V rows computed {step.kv_computed}, reused {step.kv_reused};"
-                       f" scores {vec(step.scores)}, weights {vec(step.weights, False)};"
-                       f" out = {vec(step.output, False)} {'=' if step.matches else '≠'}"
-                       f" full {kind} row {vec(step.reference, False)}"
-                       f" {'✓' if step.matches else '✗'}")
-        last = sc.n - 1
-        computed, reused = dec.rows_computed(h, last), dec.rows_reused(h, last)
-        out += ["", f"Key/Value rows computed: {computed}, reused: {reused}; without a cache:"
-                f" {dec.rows_without_cache(last)} computed.", ""]
-    if sc.n > n:
-        out += [f"(The first {n} steps are listed; every one of the {sc.n} was checked.)", ""]
-    return out
+    return production_sections(comp, decimals)

@@ -149,11 +149,11 @@ def decode_lines(dec: Decode, index: int, head: int, decimals: int) -> list[str]
             lines.append(f"written to the cache: {writes}{more}")
     if paging.allocated:
         full = " (the last block was full)" if step.start and step.start % dec.block_size == 0 and not sc.is_cross else ""
-        lines.append(f"new block{'s' if len(paging.allocated) > 1 else ''} from the pool:"
-                     f" physical {', '.join(map(str, paging.allocated))}{full}; {len(paging.table.free)} of"
-                     f" {paging.pool} still free")
-    lines.append(f"read through block_table = {list(paging.table.physical)}: key j is in physical block"
-                 f" block_table[j // {dec.block_size}], slot j % {dec.block_size}")
+        lines.append(f"new block{'s' if len(paging.allocated) > 1 else ''}: physical"
+                     f" {', '.join(map(str, paging.allocated))} from the pool{full}; {len(paging.table.free)} of"
+                     f" {paging.pool} free")
+    lines.append(f"read via block_table = {list(paging.table.physical)}: key j at block_table[j // {dec.block_size}],"
+                 f" slot j % {dec.block_size}")
     scores = step.scores[r]
     allowed = step.allowed[r]
     divisor = hr.scale
@@ -226,12 +226,13 @@ def decode_explanation(dec: Decode, index: int, head: int, decimals: int) -> Exp
         text = sc.tokens[s.start] if s.width == 1 and s.kind == "decode" else f"{s.kind} ×{s.width}"
         stages.append((f"{i + 1} {text}", "current" if i == index else ("done" if i < index else "todo")))
     return Explanation(
-        stage_label=f"KV cache, {SCHEDULE_NAMES[dec.mode]}: {label} step {index + 1}/{count}",
+        stage_label=f"{label} step {index + 1}/{count}",
         counter=f'processing "{_span(sc.tokens, step.start, step.stop)}"',
         head_label=f"{name} ({head + 1}/{heads})" if heads > 1 else "",
         arithmetic=lines[0],
         details=tuple(lines[1:]),
-        meaning=" ".join(filter(None, (mask_note(dec), CROSS_MEANING if sc.is_cross else DECODE_MEANING))),
+        meaning=" ".join(filter(None, (f"Schedule: {SCHEDULE_NAMES[dec.mode]} (c changes it).", mask_note(dec),
+                                       CROSS_MEANING if sc.is_cross else DECODE_MEANING))),
         formula=(("softmax(", False), ("q", True), ("·", False), ("K_cacheᵀ", True), ("/√dₖ + mask)", False),
                  ("·", False), ("V_cache", True)),
         stages=tuple(stages),

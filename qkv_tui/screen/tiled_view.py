@@ -155,8 +155,8 @@ def tiled_explanation(th: TiledHead, index: int, decimals: int) -> Explanation:
                ("O=Õ/ℓ", op.phase == "normalise"))
     stages = tuple((PHASE_NAMES[p], "current" if p == op.phase else "todo") for p in (*PHASES, "normalise"))
     return Explanation(
-        stage_label=f"tiles of {th.tile}: block {op.qblock + 1}/{blocks} · {where}",
-        counter=f"op {index + 1}/{len(th)}",
+        stage_label=f"op {index + 1}/{len(th)}",
+        counter=f"block {op.qblock + 1}/{blocks} · {where}",
         head_label=f"{name} ({th.head + 1}/{heads})" if heads > 1 else "",
         arithmetic=lines[0] if lines else PHASE_NAMES[op.phase],
         details=tuple(details),
@@ -227,8 +227,8 @@ def tiled_panes(th: TiledHead, index: int, decimals: int) -> tuple[list[PaneSpec
         return [state_pane, acc_pane, out_pane], [mix_pane]
     tile_keys = keys[v.cols.start:v.cols.stop]
     phase = PHASES.index(op.phase)
-    s_pane = _pane("t_S", "S, this tile only", v.S, block_labels,
-                   tile_keys, decimals, row_max=op.phase in ("tile_max", "new_max"),
+    s_pane = _pane("t_S", "S, tile only", v.S, block_labels,
+                   tile_keys, decimals, row_max=True,
                    current=(0, None) if op.phase == "scores" else None, subtitle=name)
     p_pane = _pane("t_P", "p = e^(S − m)", v.P, block_labels, tile_keys, decimals,
                    filled=v.P.size if phase >= PHASES.index("exps") else 0, heat=True,

@@ -227,7 +227,6 @@ def tiled(comp: Computation, head: int, tile: int | None = None) -> TiledHead:
 def memory_line(n: int, m: int, tile: int, d_v: int) -> str:
     """The full score matrix against what one tile needs at a time."""
     rows, cols = min(tile, n), min(tile, m)
-    state = rows * (2 + d_v)
-    return (f"memory: full scores n×m = {n}×{m} = {n * m} numbers; one tile {rows}×{cols} = {rows * cols},"
-            f" plus m, ℓ, Õ for its {rows} rows: {rows}·(2 + {d_v}) = {state}."
-            f" At 8,192 tokens: {8192 * 8192:,} against a 128×128 tile, {128 * 128:,} + 128·(2 + 128) = {128 * 130:,}")
+    return (f"memory: full scores n×m = {n}×{m} = {n * m} numbers; one tile {rows}×{cols} = {rows * cols}"
+            f"; m, ℓ and Õ for its rows: {rows}·(2 + {d_v}) = {rows * (2 + d_v)}"
+            f"; at 8,192 tokens the full scores are {8192 * 8192:,} numbers, a 128×128 tile {128 * 128:,}")
