@@ -20,7 +20,7 @@ import numpy.typing as npt
 
 from qkv_tui.core import modern
 from qkv_tui.core.modern import Alibi, Norm, Rope, Vector
-from qkv_tui.core.production import ProductionSettings, parse_production
+from qkv_tui.core.production import CACHE_KEYS, TILES_KEYS, ProductionSettings, parse_production
 from qkv_tui.core.tomlfile import NumberGrid, ReadError, decode, parse_toml, read_bytes, stat_path
 
 Matrix = npt.NDArray[np.float64]
@@ -294,6 +294,8 @@ def key_tables() -> dict[str, tuple[str, ...]]:
         "[norm]": modern.NORM_KEYS,
         "[rope]": modern.ROPE_KEYS,
         "[alibi]": modern.ALIBI_KEYS,
+        "[tiles]": TILES_KEYS,
+        "[cache]": CACHE_KEYS,
     }
 
 
