@@ -107,3 +107,18 @@ def test_tile_size_is_a_scenario_setting(tmp_path) -> None:
     sc = parse_scenario(BASE + "[tiles]\nsize = 3\n" + HEAD, "t.toml")
     assert sc.production.tile == 3 and tiled(compute(sc), 0).tile == 3
     assert load_scenario("i_love_ai").production.tile == 2
+
+
+def test_a_row_with_no_allowed_key_in_a_tile_says_so() -> None:
+    from qkv_tui.screen.tiled_view import op_lines
+
+    text = ('tokens = ["t0", "t1", "t2", "t3"]\nX = [[1], [1], [1], [1]]\n'
+            'mask = { kind = "custom", allow = [[1, 0, 0, 0], [0, 0, 0, 1], [0, 0, 0, 1], [0, 0, 0, 1]] }\n'
+            "[[heads]]\nW_Q = [[1]]\nW_K = [[1]]\nW_V = [[2]]\n")
+    comp = compute(parse_scenario(text, "c.toml"))
+    th = tiled(comp, 0, 2)
+    assert th.matches
+    lines = [line for i in range(len(th)) for line in op_lines(th, th.op(i), 1)]
+    assert "p = 0 for every key of this tile for t1: the mask allows t1 none of t0..t1" in lines
+    assert "α[t1]: nothing to rescale, no key allowed to t1 so far" in lines
+    assert not any("nan" in line or "− −∞" in line for line in lines)

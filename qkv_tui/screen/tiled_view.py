@@ -62,6 +62,10 @@ def op_lines(th: TiledHead, op: TileOp, decimals: int) -> list[str]:
         tile = _names(keys, visit.cols)
         allowed = visit.allowed[r]
         S = visit.S[r]
+        if op.phase in ("exps", "accumulate") and not allowed.any():
+            sign = "p = 0 for every key" if op.phase == "exps" else "Õ unchanged"
+            lines.append(f"{sign} of this tile for {tok}: the mask allows {tok} none of {tile}")
+            continue
         if op.phase == "scores":
             dots = visit.dots[r]
             (d,), s = fit(lambda a, k=div: a / k, [dots], dots / div, decimals)
@@ -79,6 +83,9 @@ def op_lines(th: TiledHead, op: TileOp, decimals: int) -> list[str]:
             lines.append(f"m[{tok}] = max(m_old, m̃) = max({ops[0]}, {ops[1]}) = {res}")
         elif op.phase == "rescale":
             m_old, m_new, alpha = float(visit.m_old[r]), float(visit.m_new[r]), float(visit.alpha[r])
+            if math.isinf(m_new):
+                lines.append(f"α[{tok}]: nothing to rescale, no key allowed to {tok} so far")
+                continue
             if math.isinf(m_old):
                 lines.append(f"α[{tok}] = e^(m_old − m) = e^(−∞) = 0; nothing gathered yet: ℓ and Õ are still 0")
                 continue
