@@ -118,3 +118,28 @@ def test_the_decode_mask_honours_what_a_cache_can() -> None:
     assert np.allclose(plain.steps[0][0].trace_output, [[1.0, 1.637, 0.070]], atol=5e-4)
     custom = decode_mask(load_scenario("custom_mask"))[0]
     assert custom.tolist() == [[True, False, False], [True, True, False], [False, True, True]]
+
+
+def test_decode_and_tiles_honour_every_modern_variant() -> None:
+    """rope, ALiBi, sinks, norms, biases and shared K/V heads: under a mask a cache can keep, decode is the Mix stage."""
+    from dataclasses import replace
+
+    from qkv_tui.core.scenario import builtin_names
+    from qkv_tui.teach.tiled import tiled
+
+    for name in builtin_names():
+        sc = load_scenario(name)
+        if not sc.is_cross:
+            causal = np.tril(np.ones((sc.n, sc.n), dtype=bool)) & (sc.allow if sc.mask_kind == "sliding" else True)
+            sc = replace(sc, mask_kind=sc.mask_kind if sc.mask_kind == "sliding" else "causal", allow=causal)
+        comp = compute(sc)
+        for mode in SCHEDULES:
+            dec = decode(comp, mode)
+            assert dec.own_mask, name
+            for h, steps in enumerate(dec.steps):
+                got = np.concatenate([s.output for s in steps])
+                assert np.allclose(got, comp.heads[h].output, rtol=1e-9, atol=1e-12), (name, mode, h)
+                assert all(s.paged_error == 0 for s in steps)
+        for h in range(len(comp.heads)):
+            for tile in (1, 2, 3):
+                assert tiled(comp, h, tile).matches, (name, h, tile)

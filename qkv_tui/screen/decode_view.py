@@ -114,6 +114,19 @@ def mask_note(dec: Decode) -> str:
             f" lets tokens see later ones, so the outputs of {names} differ from the Mix stage.")
 
 
+def _projection(dec: Decode, role: str, token: str, t: int) -> str:
+    """``X[I]·W_Q``, with the norm, bias and rotation the scenario adds."""
+    comp = dec.comp
+    hr = comp.heads[0]
+    x = f"X_norm[{token}]" if comp.norm is not None else f"X[{token}]"
+    bias = f" + b_{role}" if getattr(hr, f"b_{role}") is not None else ""
+    text = f"{x}·W_{role}{bias}"
+    positions = comp.scenario.positions
+    if comp.scenario.rope is not None and positions is not None:
+        text = f"rotate({text}, position {positions[t]})"
+    return text
+
+
 def _vec(values: Matrix, decimals: int) -> str:
     return vector(values, is_integral(values), decimals)
 
@@ -129,7 +142,8 @@ def decode_lines(dec: Decode, index: int, head: int, decimals: int) -> list[str]
     token = sc.tokens[step.t]
     lines = []
     if step.width == 1:
-        lines.append(f"q[{token}] = X[{token}]·W_Q = {_vec(step.q[0], decimals)}   (fresh: Queries are never cached)")
+        lines.append(f"q[{token}] = {_projection(dec, 'Q', token, step.t)} = {_vec(step.q[0], decimals)}"
+                     "   (fresh: Queries are never cached)")
     else:
         lines.append(f"Q[{_span(sc.tokens, step.start, step.stop)}] = X·W_Q: {step.width} rows at once, fresh"
                      f" (the q pane); worked below for the last, {token}")
@@ -143,7 +157,8 @@ def decode_lines(dec: Decode, index: int, head: int, decimals: int) -> list[str]
         writes = "; ".join(a.text(keys[a.token]) for a in paging.writes[:2])
         more = f"; … {len(paging.writes) - 2} more" if len(paging.writes) > 2 else ""
         if step.width == 1:
-            lines.append(f"appended to the cache: K[{token}] = {_vec(step.K_cache[step.start], decimals)},"
+            lines.append(f"appended to the cache: K[{token}] = {_vec(step.K_cache[step.start], decimals)}"
+                         f"{' (rotated)' if hr.K_rot is not None else ''},"
                          f" V[{token}] = {_vec(step.V_cache[step.start], decimals)}: {writes}")
         else:
             lines.append(f"written to the cache: {writes}{more}")
@@ -158,21 +173,42 @@ def decode_lines(dec: Decode, index: int, head: int, decimals: int) -> list[str]
     allowed = step.allowed[r]
     divisor = hr.scale
     scale = f"√{hr.d_k}" if hr.scale_is_default else f"{divisor:g}"
-    (sc_text,), scaled = fit(lambda s: s / divisor, [scores], scores / divisor, decimals)
-    lines.append(f"scaled[{token}] = q·K_cacheᵀ/{scale} = {sc_text}/{scale} = {scaled}")
+    exact = hr.scale_is_default  # √d_k is written as such; a scenario's own scale is a number
+    bias = None if hr.bias is None else hr.bias[step.t, : step.K_cache.shape[0]]  # ALiBi joins after the division
+    operands: list[float | Matrix] = [scores] + ([] if exact else [divisor]) + ([] if bias is None else [bias])
+
+    def scaled_row(*v: float | Matrix) -> Matrix:
+        out = np.asarray(v[0]) / (divisor if exact else v[1])
+        return out + np.asarray(v[-1]) if bias is not None else out
+
+    texts, scaled = fit(scaled_row, operands, scores / divisor + (0 if bias is None else bias), decimals)
+    written = f"{texts[0]}/{scale if exact else texts[1]}" + (f" + {texts[-1]}" if bias is not None else "")
+    name = "logits" if bias is not None else "scaled"
+    lines.append(f"{name}[{token}] = q·K_cacheᵀ/{scale if exact else 'scale'}{' + bias' if bias is not None else ''}"
+                 f" = {written} = {scaled}")
     if not allowed.all():
         hidden = [keys[j] for j in np.flatnonzero(~allowed)]
         lines.append(f"masked for {token}: {', '.join(hidden[:6])}{', …' if len(hidden) > 6 else ''} (−∞, weight 0)")
     live = np.flatnonzero(allowed)
-    kept = (step.scaled[r][live])
-    (kept_text,), weights = fit(lambda v: np.exp(v - v.max()) / np.exp(v - v.max()).sum(), [kept],
-                                step.weights[r][live], decimals)
-    lines.append(f"weights[{token}] = softmax({kept_text}) = {weights}"
+    logits = step.scaled[r] if hr.bias is None else step.scaled[r] + hr.bias[step.t, : step.K_cache.shape[0]]
+    kept = logits[live]
+    if hr.sink is not None:  # the sink joins the sum as one more column, then is dropped
+        sink = hr.sink
+        (kept_text,), weights = fit(
+            lambda v: np.exp(v - max(v.max(), sink)) / (np.exp(v - max(v.max(), sink)).sum()
+                                                        + np.exp(sink - max(v.max(), sink))),
+            [kept], step.weights[r][live], decimals)
+        softmax = f"softmax({kept_text} with the sink {sink:g}, then dropped)"
+    else:
+        (kept_text,), weights = fit(lambda v: np.exp(v - v.max()) / np.exp(v - v.max()).sum(), [kept],
+                                    step.weights[r][live], decimals)
+        softmax = f"softmax({kept_text})"
+    lines.append(f"weights[{token}] = {softmax} = {weights}"
                  + (f"   (over {', '.join(keys[j] for j in live[:6])}{', …' if live.size > 6 else ''})"
                     if not allowed.all() else ""))
     out = step.output[r]
     if live.size <= MAX_TERMS:
-        operands: list[float | Matrix] = []
+        operands = []
         for j in live:
             operands += [float(step.weights[r][j]), step.V_cache[j]]
 

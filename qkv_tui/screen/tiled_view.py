@@ -42,6 +42,11 @@ def _names(labels: tuple[str, ...], span: range) -> str:
     return labels[span.start] if len(span) == 1 else f"{labels[span.start]}..{labels[span.stop - 1]}"
 
 
+def op_first_tile(th: TiledHead, qblock: int) -> int:
+    """The first tile a query block visits (tiles the mask forbids entirely are skipped)."""
+    return int(np.flatnonzero(th.needed[qblock])[0])
+
+
 def op_lines(th: TiledHead, op: TileOp, decimals: int) -> list[str]:
     """The operation's arithmetic, one line per query row, each checkable on a calculator."""
     sc = th.comp.scenario
@@ -68,13 +73,29 @@ def op_lines(th: TiledHead, op: TileOp, decimals: int) -> list[str]:
             continue
         if op.phase == "scores":
             dots = visit.dots[r]
-            (d,), s = fit(lambda a, k=div: a / k, [dots], dots / div, decimals)
+            q_name, k_name = ("Q_rot", "K_rot") if hr.Q_rot is not None else ("Q", "K")
+            exact = hr.scale_is_default  # √d_k is written as such; a scenario's own scale is a number
+            symbolic = f"{q_name}[{tok}]·{k_name}[{tile}]ᵀ/{divisor_text if exact else 'scale'}"
+            bias = None if hr.bias is None else hr.bias[i, visit.cols.start:visit.cols.stop]
+            operands: list[float | Matrix] = [dots] + ([] if exact else [div]) + ([] if bias is None else [bias])
+
+            def scaled(*v: float | Matrix, exact: bool = exact, has_bias: bool = bias is not None) -> Matrix:
+                k = div if exact else v[1]
+                out = np.asarray(v[0]) / k
+                return out + np.asarray(v[-1]) if has_bias else out
+
+            texts, s = fit(scaled, operands, dots / div + (0 if bias is None else bias), decimals)
+            written = f"{texts[0]}/{divisor_text if exact else texts[1]}" + (f" + {texts[-1]}" if bias is not None else "")
+            arithmetic = f"{symbolic}{' + bias' if bias is not None else ''} = {written} = {s}"
             masked = ""
             if not allowed.all():
                 hidden = ", ".join(keys[j] for j, a in zip(visit.cols, allowed) if not a)
                 after = "[" + ", ".join("−∞" if not a else t for t, a in zip(s.strip("[]").split(", "), allowed)) + "]"
                 masked = f"; with the mask: {after} ({hidden} not allowed)"
-            lines.append(f"S[{tok}] = Q[{tok}]·K[{tile}]ᵀ/{divisor_text} = {d}/{divisor_text} = {s}{masked}")
+            lines.append(f"S[{tok}] = {arithmetic}{masked}")
+            if hr.sink is not None and r == 0 and visit.ktile == op_first_tile(th, op.qblock):
+                lines.append(f"    the sink joins as a column with no Value: m starts at its logit {hr.sink:g},"
+                             f" ℓ at e^({hr.sink:g} − {hr.sink:g}) = 1, Õ at 0")
         elif op.phase == "tile_max":
             ops, res = fit(lambda *v: max(v), [float(v) for v in S], float(visit.tile_max[r]), decimals)
             lines.append(f"m̃[{tok}] = max({', '.join(ops)}) = {res}")
@@ -107,7 +128,7 @@ def op_lines(th: TiledHead, op: TileOp, decimals: int) -> list[str]:
         elif op.phase == "accumulate":
             V = hr.V[visit.cols.start:visit.cols.stop]
             live = [(float(p), V[c]) for c, (p, a) in enumerate(zip(visit.P[r], allowed)) if a]
-            operands: list[float | Matrix] = [visit.O_scaled[r]]
+            operands = [visit.O_scaled[r]]
             for p, v in live:
                 operands += [p, v]
 

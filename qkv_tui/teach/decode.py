@@ -160,16 +160,18 @@ class Decode:
         return tuple(int(i) for i in np.flatnonzero((self.allow != self.comp.scenario.allow).any(axis=1)))
 
 
-def _attend(q: Matrix, K: Matrix, V: Matrix, allowed: BoolMatrix, divisor: float) -> tuple[Matrix, ...]:
+def _attend(q: Matrix, K: Matrix, V: Matrix, allowed: BoolMatrix, divisor: float, bias: Matrix | None,
+            sink: float | None) -> tuple[Matrix, ...]:
     scores = q @ K.T  # (L, S)
     scaled = scores / divisor
-    _, _, _, weights = softmax_rows(np.where(allowed, scaled, -np.inf))
+    logits = scaled if bias is None else scaled + bias  # ALiBi: slope·(j − i), added after scaling
+    _, _, _, weights = softmax_rows(np.where(allowed, logits, -np.inf), sink)
     return scores, scaled, weights, weights @ V  # (L, d_v)
 
 
 def full_reference(comp: Computation, allow: BoolMatrix) -> tuple[Matrix, ...]:
     """Full attention (every query at once, no cache) under the decode mask."""
-    return tuple(_attend(hr.Q, hr.K, hr.V, allow, hr.scale)[3] for hr in comp.heads)
+    return tuple(_attend(hr.Q_used, hr.K_used, hr.V, allow, hr.scale, hr.bias, hr.sink)[3] for hr in comp.heads)
 
 
 def decode(comp: Computation, mode: str = "prefill", block_size: int | None = None,
@@ -202,25 +204,26 @@ def decode(comp: Computation, mode: str = "prefill", block_size: int | None = No
 
     all_steps = []
     for h, hr in enumerate(comp.heads):
-        head = sc.heads[h]
+        # Each row is what the model computes for that token alone (its projection, bias and
+        # rotation at its position): the engine's rows, taken one step's worth at a time.
+        Q_rows, K_rows, V_rows = hr.Q_used, hr.K_used, hr.V
         store = PagedStore(blocks, block, hr.d_k, hr.d_v)
         # the contiguous cache: rows are written once, when their token arrives, and only read after that
         K_buf = np.empty((cached, hr.d_k))
         V_buf = np.empty((cached, hr.d_v))
         steps = []
         for i, rng in enumerate(ranges):
-            x = sc.X[rng.start:rng.stop]  # (L, d_model) the tokens being processed
-            q = x @ head.W_Q  # (L, d_k) fresh at every step: Queries are never cached
+            q = Q_rows[rng.start:rng.stop]  # (L, d_k) fresh at every step: Queries are never cached
             if sc.is_cross:
                 if i == 0:  # the context's Keys and Values, once
-                    K_buf[:] = sc.X_kv @ head.W_K
-                    V_buf[:] = sc.X_kv @ head.W_V
+                    K_buf[:] = K_rows
+                    V_buf[:] = V_rows
                 written = range(0, sc.m) if i == 0 else range(0)
                 S = sc.m
                 computed, reused = (sc.m, 0) if i == 0 else (0, sc.m)
             else:
-                K_buf[rng.start:rng.stop] = x @ head.W_K  # only the new tokens' Keys and Values are computed
-                V_buf[rng.start:rng.stop] = x @ head.W_V
+                K_buf[rng.start:rng.stop] = K_rows[rng.start:rng.stop]  # only the new tokens' rows
+                V_buf[rng.start:rng.stop] = V_rows[rng.start:rng.stop]
                 written = rng
                 S = rng.stop
                 computed, reused = len(rng), rng.start
@@ -228,9 +231,10 @@ def decode(comp: Computation, mode: str = "prefill", block_size: int | None = No
                 store.write(paging[i].table, t, K_buf[t], V_buf[t])
             K, V = K_buf[:S], V_buf[:S]  # views, no copies
             allowed = allow[rng.start:rng.stop, :S]  # (L, S): row r is token start + r, bottom-right aligned
-            scores, scaled, weights, output = _attend(q, K, V, allowed, hr.scale)
+            bias = None if hr.bias is None else hr.bias[rng.start:rng.stop, :S]
+            scores, scaled, weights, output = _attend(q, K, V, allowed, hr.scale, bias, hr.sink)
             K_paged, V_paged = store.gather(paging[i].table, S)
-            paged = _attend(q, K_paged, V_paged, allowed, hr.scale)[3]
+            paged = _attend(q, K_paged, V_paged, allowed, hr.scale, bias, hr.sink)[3]
             kind = "decode" if rng.start >= prefilled else ("chunk" if mode == "chunked" else "prefill")
             steps.append(DecodeStep(i, h, rng.start, rng.stop, kind, q, K, V, allowed, scores, scaled, weights,
                                     output, reference[h][rng.start:rng.stop], hr.output[rng.start:rng.stop],

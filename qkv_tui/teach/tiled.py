@@ -85,11 +85,12 @@ class TileOp:
 
 
 def visit_tiles(Q: Matrix, K: Matrix, V: Matrix, allow: BoolMatrix, divisor: float, rows: range, tiles: list[range],
-                qblock: int = 0, sink: float | None = None,
-                numbers: list[int] | None = None) -> tuple[list[TileVisit], BlockEnd]:
+                qblock: int = 0, sink: float | None = None, numbers: list[int] | None = None,
+                bias: Matrix | None = None) -> tuple[list[TileVisit], BlockEnd]:
     """The online softmax of one block of query rows over the given key tiles, in order.
 
     ``numbers`` are the tiles' indices among all tiles (skipped ones leave gaps); default 0, 1, ...
+    ``bias`` (n, m) is added to the scaled scores (ALiBi); ``sink`` is a logit with no Value.
     """
     r = len(rows)
     # a sink is one more softmax column with no Value: it starts the running max and sum
@@ -100,7 +101,10 @@ def visit_tiles(Q: Matrix, K: Matrix, V: Matrix, allow: BoolMatrix, divisor: flo
     for k, cols in enumerate(tiles):
         dots = Q[rows.start:rows.stop] @ K[cols.start:cols.stop].T  # (r, c)
         allowed = allow[rows.start:rows.stop, cols.start:cols.stop]  # (r, c)
-        S = np.where(allowed, dots / divisor, -np.inf)  # (r, c)
+        logits = dots / divisor
+        if bias is not None:
+            logits = logits + bias[rows.start:rows.stop, cols.start:cols.stop]
+        S = np.where(allowed, logits, -np.inf)  # (r, c)
         tile_max = S.max(axis=1)  # (r,)
         m_new = np.maximum(m, tile_max)  # (r,)
         alpha = _exp_diff(m, m_new)  # (r,)
@@ -123,7 +127,6 @@ class TiledHead:
     comp: Computation
     head: int
     tile: int
-    sink: float | None = None
     _blocks: dict[int, tuple[list[TileVisit], BlockEnd]] = field(default_factory=dict, repr=False)
 
     @property
@@ -175,9 +178,9 @@ class TiledHead:
                 self._blocks.clear()
             hr = self.comp.heads[self.head]
             kept = [k for k in range(len(self.tiles)) if self.needed[qblock, k]]
-            self._blocks[qblock] = visit_tiles(hr.Q, hr.K, hr.V, self.comp.scenario.allow, hr.scale,
+            self._blocks[qblock] = visit_tiles(hr.Q_used, hr.K_used, hr.V, self.comp.scenario.allow, hr.scale,
                                                self.blocks[qblock], [self.tiles[k] for k in kept], qblock,
-                                               self.sink, kept)
+                                               hr.sink, kept, hr.bias)
         return self._blocks[qblock]
 
     def op(self, index: int) -> TileOp:
@@ -201,8 +204,8 @@ class TiledHead:
         every tile gives exactly what the per-block walk with skipping gives.
         """
         hr = self.comp.heads[self.head]
-        _, end = visit_tiles(hr.Q, hr.K, hr.V, self.comp.scenario.allow, hr.scale, range(self.n), self.tiles,
-                             0, self.sink)
+        _, end = visit_tiles(hr.Q_used, hr.K_used, hr.V, self.comp.scenario.allow, hr.scale, range(self.n),
+                             self.tiles, 0, hr.sink, None, hr.bias)
         return end.m, end.ell, end.O_acc, end.out
 
     @property
