@@ -106,3 +106,18 @@ async def test_tiled_view_counts_skipped_tiles() -> None:
         assert "tiles skipped: 0 so far, 1 of 4 in all" in explanation(app)
         await pilot.press("end")
         assert "✓ equal to the Mix stage" in explanation(app)
+
+
+async def test_panes_redraw_when_a_step_keeps_their_shape() -> None:
+    # chunk 2 has the shape of chunk 1 (4 queries): its rows must still be redrawn with its own tokens
+    app = QKVApp("sixteen_tokens")
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("k", "c", "right")
+        await pilot.pause()
+        q = pane(app, "dq")
+        assert q.spec.row_labels == ("a", "mat", "because", "she")
+        assert [q.render_line(y).text.split()[0] for y in range(1, 5)] == ["a", "mat", "because", "she"]
+        await pilot.press("t", *["right"] * 40)  # block 4: its Q block has block 3's shape
+        await pilot.pause()
+        block = pane(app, "t_Q")
+        assert [block.render_line(y).text.split()[0] for y in range(1, 5)] == ["slept", "all", "day", "long"]

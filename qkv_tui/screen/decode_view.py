@@ -12,23 +12,22 @@ from qkv_tui.teach.fitted import fit
 
 MAX_TERMS = 4  # a weighted sum of more Value rows than this is summarised, not written out
 DECODE_MEANING = (
-    "A serving engine prefills the prompt (its tokens at once, a causal block), then decodes one token a step."
-    " Each step's Queries are computed fresh; their Key and Value rows are written to the cache, and earlier"
-    " rows are read back, not recomputed. Q is never cached: no later token needs it. The cache is paged:"
-    " rows live in fixed-size blocks anywhere in a pool, found through the block table (@p.s: physical block p,"
-    " slot s). Yellow: computed at this step; blue: read back from the cache."
+    "Prefill runs the prompt at once (a causal block); decode adds one token a step. Queries are computed fresh"
+    " and never cached; Key and Value rows are written once and read back. Rows live in blocks of a pool, found"
+    " through the block table (@p.s: physical block p, slot s). Yellow: computed now; blue: read from the cache."
 )
 CROSS_MEANING = (
-    "Cross-attention: the Queries come from the tokens being processed, the Keys and Values from the context."
-    " The context's Keys and Values are computed once, at the first step, and only read after that: nothing"
-    " is added to that cache as tokens are processed. It is paged like any cache (@p.s: physical block p, slot s)."
+    "Cross-attention: Queries come from the tokens being processed, Keys and Values from the context, computed"
+    " once at the first step and only read after that: nothing is added to that cache. It is paged like any"
+    " cache (@p.s: physical block p, slot s)."
 )
 
 
 def _pane(key: str, title: str, values: Matrix, rows: tuple[str, ...], cols: tuple[str, ...], decimals: int,
           current_row: int | None = None, reused: frozenset[int] = frozenset(), heat: bool = False,
           subtitle: str = "", allow: np.ndarray | None = None) -> PaneSpec:
-    values = np.atleast_2d(values)
+    # its own array: a pane knows a new state by its source, and two steps' slices of one buffer share theirs
+    values = np.array(np.atleast_2d(values))
     integral = not heat and is_integral(values)
     widths = column_widths(values, integral, decimals, cols)
     return PaneSpec(
@@ -104,7 +103,7 @@ def mask_note(dec: Decode) -> str:
     if dec.own_mask:
         if sc.is_cross:
             return ""
-        return f"The scenario's {sc.mask_kind} mask is one a cache can keep: every output equals the Mix stage."
+        return f"Its {sc.mask_kind} mask is one a cache keeps: outputs equal the Mix stage."
     rows = dec.differs_from_trace()
     names = ", ".join(sc.tokens[i] for i in rows[:6]) + (", …" if len(rows) > 6 else "")
     kept = {"none": "", "causal": "", "padding": " (its padding is kept)",
@@ -267,7 +266,7 @@ def decode_explanation(dec: Decode, index: int, head: int, decimals: int) -> Exp
         head_label=f"{name} ({head + 1}/{heads})" if heads > 1 else "",
         arithmetic=lines[0],
         details=tuple(lines[1:]),
-        meaning=" ".join(filter(None, (f"Schedule: {SCHEDULE_NAMES[dec.mode]} (c changes it).", mask_note(dec),
+        meaning=" ".join(filter(None, (f"{SCHEDULE_NAMES[dec.mode].capitalize()} (c changes it).", mask_note(dec),
                                        CROSS_MEANING if sc.is_cross else DECODE_MEANING))),
         formula=(("softmax(", False), ("q", True), ("·", False), ("K_cacheᵀ", True), ("/√dₖ + mask)", False),
                  ("·", False), ("V_cache", True)),

@@ -198,7 +198,8 @@ def _pane(key: str, title: str, values: Matrix, rows: tuple[str, ...], cols: tup
           filled: int | None = None, current: tuple[int, int | None] | None = None,
           block: frozenset[int] = frozenset(), heat: bool = False, row_max: bool = False,
           subtitle: str = "") -> PaneSpec:
-    values = np.atleast_2d(values)
+    # its own array: a pane knows a new state by its source, and two blocks' slices of Q share theirs
+    values = np.array(np.atleast_2d(values))
     integral = not heat and is_integral(values)
     return PaneSpec(
         key=key, title=f"{title}  {values.shape[0]}×{values.shape[1]}", subtitle=subtitle, values=values,
