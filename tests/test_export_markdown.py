@@ -15,7 +15,8 @@ def test_multi_head_pages_nest_only_the_head_stages() -> None:
     headings = [line for line in page.splitlines() if line.startswith("#")]
     top = [h for h in headings if re.match(r"#{1,2} ", h)]
     assert top == ["# I love AI, two heads", "## 1 · Embed", "## head 1", "## head 2", "## 7 · Concat",
-                   "## 8 · W_O", "## KV-cache decode", "## Notes"]
+                   "## 8 · W_O", "## KV cache: prefill, decode and a paged cache",
+                   "## FlashAttention: tiled online softmax", "## Notes"]
     # each head's own stages sit one level below it
     inside = headings[headings.index("## head 2") + 1:headings.index("## 7 · Concat")]
     assert inside == ["### 2 · Project", "### 3 · Score", "### 4 · Scale", "### 5 · Softmax", "### 6 · Mix"]
