@@ -343,3 +343,98 @@ def test_only_whole_columns_are_drawn() -> None:
     assert visible_columns(offsets, 5, 8) == (2, 4)  # scrolled into column 1: start at column 2
     assert visible_columns(offsets, 0, 2) == (0, 0)  # not even one column fits
     assert visible_columns(offsets, 99, 8) == (3, 4)
+
+
+async def test_too_small_follows_each_resize_without_a_key() -> None:
+    """The app reads the size from the resize event: no key press is needed to catch up."""
+    app = QKVApp("i_love_ai")
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.resize_terminal(30, 8)
+        await pilot.pause()
+        assert app.screen.has_class("-too-small")
+        assert "have 30×8" in str(app.query_one("#too-small").render())
+        await pilot.resize_terminal(120, 40)
+        await pilot.pause()
+        assert not app.screen.has_class("-too-small")
+        await pilot.resize_terminal(49, 40)
+        await pilot.pause()
+        assert app.screen.has_class("-too-small")
+
+
+def ten_tokens() -> str:
+    rng = np.random.default_rng(1)
+    X = rng.integers(-2, 3, size=(10, 6)).tolist()
+    W = rng.integers(-1, 2, size=(6, 4)).tolist()
+    tokens = [f"tok{i}" for i in range(10)]
+    return (f"tokens = {tokens}\nX = {X}\n[[heads]]\nW_Q = {W}\nW_K = {W}\nW_V = {W}\n").replace("'", '"')
+
+
+def assert_current_cell_in_view(app: QKVApp) -> None:
+    """The pane holding the current cell shows it: its row and its whole column are inside the pane."""
+    holders = [v for v in visible_panes(app) if v.spec is not None and v.spec.current is not None]
+    assert holders, "no pane holds the current cell"
+    for view in holders:
+        spec = view.spec
+        assert spec is not None and spec.current is not None
+        row, col = spec.current
+        top = int(view.scroll_y)
+        assert top <= row < top + view.scrollable_content_region.height - 1, (spec.key, row, top)
+        if col is not None:
+            x, room = int(view.scroll_x), view.scrollable_content_region.width - spec.label_width
+            assert x <= spec.offsets[col] and spec.offsets[col + 1] <= x + room, (spec.key, col, x, room)
+
+
+@pytest.mark.parametrize("keys", [["g", "2", "5", "0", "enter"], ["end"], ["4", "end", "home", "g", "2", "5", "0",
+                                                                           "enter"], ["3", "right_square_bracket"],
+                                  ["g", "3", "0", "0", "enter", "left_square_bracket"]],
+                         ids=["goto", "end", "home-goto", "stage-keys", "goto-stage-back"])
+async def test_every_jump_brings_the_current_cell_into_view(keys: list[str]) -> None:
+    """10 tokens at 80×24: after g, end, a stage key... the yellow cell is on screen, as after →."""
+    app = QKVApp(parse_scenario(ten_tokens(), "ten.toml"))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press(*keys)
+        await pilot.pause()
+        assert_current_cell_in_view(app)
+
+
+async def test_keys_do_not_reach_the_trace_behind_help_and_notes() -> None:
+    app = QKVApp("two_heads")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("right", "right")
+        for opener in ("question_mark", "n"):
+            await pilot.press(opener)
+            assert isinstance(app.screen, (HelpScreen, NotesScreen))
+            await pilot.press("home", "right", "end", "left", "space", "right_square_bracket", "left_square_bracket",
+                              "tab", "shift+tab", "3", "g", "k", "p", "w", "h", "plus")
+            assert app.position == Position(2, 0)
+            assert app.modes == type(app.modes)()
+            await pilot.press("escape")
+            assert not isinstance(app.screen, (HelpScreen, NotesScreen))
+        await pilot.press("right")  # and the trace moves again once they are closed
+        assert app.position.index == 3
+
+
+async def test_goto_box_keeps_its_own_editing_keys() -> None:
+    """In the go-to box, home, end and the arrows edit the number; the trace behind stays put."""
+    app = QKVApp("i_love_ai")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("g", "0", "home", "1", "end", "left", "right")
+        assert app.position.index == 0
+        assert app.screen.query_one("#goto-input").value == "10"
+        await pilot.press("enter")
+        assert app.position.index == 9
+
+
+@pytest.mark.parametrize("typed", ["²", "①", "١٢٣٤", "9" * 5000, "1e3", "-3", " "],
+                         ids=["superscript", "circled", "arabic-indic-out-of-range", "5000-digits", "exponent",
+                              "negative", "blank"])
+async def test_goto_refuses_what_int_cannot_read(typed: str) -> None:
+    app = QKVApp("i_love_ai")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("g")
+        app.screen.query_one("#goto-input").value = typed
+        await pilot.press("enter")
+        assert isinstance(app.screen, GotoScreen)
+        assert "is not an operation number" in str(app.screen.query_one("#goto-error").render())
+        assert app.position.index == 0
+    assert app.return_code in (None, 0)

@@ -82,3 +82,39 @@ async def test_what_if_hand_and_decimals() -> None:
         assert "by hand" in str(app.query_one(FormulaLine).render())
         await pilot.press("h")
         assert "hand rounding" not in explanation(app)
+
+
+def test_a_half_is_right_for_neither_whole_number() -> None:
+    from qkv_tui.teach.quiz import check_number
+
+    for value in (0.0, 1.0):
+        assert check_number("0.5", value, integral=True, decimals=3).right is False
+    assert check_number("1", 1.0, integral=True, decimals=3).right is True
+    assert check_number("1.0", 1.0, integral=True, decimals=3).right is True
+    assert check_number("-0", 0.0, integral=True, decimals=3).right is True
+    # decimals: right when it shows as the cell does, so one answer never fits two shown values
+    weight = 0.70710678
+    assert check_number("0.707", weight, integral=False, decimals=3).right is True
+    assert check_number("0.7068", weight, integral=False, decimals=3).right is True
+    assert check_number("0.7064", weight, integral=False, decimals=3).right is False
+    assert check_number(".71", weight, integral=False, decimals=2).right is True
+    assert check_number("−∞", float("-inf"), integral=False, decimals=3).right is True
+    assert check_number("1e999", 2.0, integral=True, decimals=3).right is False
+
+
+async def test_skipping_a_question_clears_what_was_typed() -> None:
+    app = QKVApp("i_love_ai")
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("3", "left", "p", "right")  # asks for scores[I,I]
+        first = app.modes.question
+        assert first is not None
+        await pilot.press("4")  # typed, not submitted
+        field = app.query_one("#quiz-input")
+        assert field.value == "4"
+        await pilot.press("right")  # skip: the next question gets an empty box
+        assert app.modes.question is not None and app.modes.question is not first
+        assert field.value == ""
+        await pilot.press("enter")  # nothing typed: a hint, and nothing scored
+        assert str(app.modes.quiz) == "0/0 right" and "Type your prediction" in app.modes.message
+        await pilot.press("9", "left")  # moving back also drops the typed text
+        assert field.value == ""

@@ -19,11 +19,29 @@ from qkv_tui.core.modern import Norm, Rope, Vector
 from qkv_tui.core.scenario import Matrix
 
 CHUNK = 2_000_000  # products held at once (16 MB of float64)
+WHOLE = 2.0 ** 52  # from here on every float is a whole number: rounding to decimals >= 0 leaves it as it is
+
+
+def round_to(x: Matrix, decimals: int) -> Matrix:
+    """``np.round(x, decimals)`` that never overflows.
+
+    NumPy rounds by scaling by 10^decimals first, so 1e306 at 3 decimals becomes inf (and
+    then NaN downstream). Values that large are whole numbers already: they are kept as they are.
+    """
+    x = np.asarray(x, dtype=float)
+    if x.ndim == 0:
+        return np.round(x, decimals) if abs(float(x)) < WHOLE else x
+    small = np.abs(x) < WHOLE  # False for inf and NaN too: kept as they are
+    if small.all():
+        return np.round(x, decimals)
+    out = x.copy()
+    out[small] = np.round(x[small], decimals)
+    return out
 
 
 def _rounder(decimals: int) -> Callable[[Matrix], Matrix]:
     def r(x: Matrix) -> Matrix:
-        out = np.round(x, decimals)
+        out = round_to(x, decimals)
         out.setflags(write=False)
         return out
 
@@ -37,8 +55,8 @@ def hand_matmul(a: Matrix, b: Matrix, decimals: int) -> Matrix:
     result: Matrix = np.empty((n, m))
     rows = max(1, CHUNK // max(k * m, 1))  # rows per block, so the products stay a few MB at 2048 tokens
     for start in range(0, n, rows):
-        products = np.round(a[start:start + rows, :, None] * b[None, :, :], decimals)  # (rows, k, m)
-        result[start:start + rows] = np.round(products.sum(axis=1), decimals)
+        products = round_to(a[start:start + rows, :, None] * b[None, :, :], decimals)  # (rows, k, m)
+        result[start:start + rows] = round_to(products.sum(axis=1), decimals)
     return result
 
 
@@ -56,21 +74,21 @@ def hand_head(
     Q_used = Q if Q_rot is None else Q_rot
     K_used = K if K_rot is None else K_rot
     scores = r(hand_matmul(Q_used, K_used.T, decimals))  # (n, m)
-    divisor = float(np.round(head.scale, decimals)) or head.scale  # √3 ≈ 1.732; never divide by 0
+    divisor = float(round_to(np.array(head.scale), decimals)) or head.scale  # √3 ≈ 1.732; never divide by 0
     scaled = r(scores / divisor)
     bias = r(head.bias) if head.bias is not None else None  # slope·(j − i), written down rounded
-    logits = scaled if bias is None else np.round(scaled + bias, decimals)
+    logits = scaled if bias is None else round_to(scaled + bias, decimals)
     masked = np.where(allow, logits, -np.inf)
     masked.setflags(write=False)
     row_max = masked.max(axis=1)
     if head.sink is not None:
         row_max = np.maximum(row_max, head.sink)
-    shifted = np.round(masked - row_max[:, None], decimals)
+    shifted = round_to(masked - row_max[:, None], decimals)
     with np.errstate(under="ignore"):
-        exps = r(np.where(allow, np.round(np.exp(shifted), decimals), 0.0))
+        exps = r(np.where(allow, round_to(np.exp(shifted), decimals), 0.0))
         sink_exp = None
         if head.sink is not None:
-            sink_exp = r(np.round(np.exp(np.round(head.sink - row_max, decimals)), decimals))
+            sink_exp = r(round_to(np.exp(round_to(head.sink - row_max, decimals)), decimals))
     row_sum = r(exps.sum(axis=1) + (sink_exp if sink_exp is not None else 0.0))
     weights = r(exps / row_sum[:, None])
     output = r(hand_matmul(weights, V, decimals))
@@ -90,10 +108,10 @@ def hand_rotate(M: Matrix, rope: Rope, positions: tuple[int, ...], decimals: int
     p = np.asarray(positions, dtype=np.float64)
     for i, (a, b) in enumerate(rope.pairs(d_k)):
         angle = p * rope.theta(i, d_k)
-        cos, sin = np.round(np.cos(angle), decimals), np.round(np.sin(angle), decimals)
-        out[:, a] = np.round(M[:, a] * cos, decimals) - np.round(M[:, b] * sin, decimals)
-        out[:, b] = np.round(M[:, a] * sin, decimals) + np.round(M[:, b] * cos, decimals)
-    out = np.round(out, decimals)
+        cos, sin = round_to(np.cos(angle), decimals), round_to(np.sin(angle), decimals)
+        out[:, a] = round_to(M[:, a] * cos, decimals) - round_to(M[:, b] * sin, decimals)
+        out[:, b] = round_to(M[:, a] * sin, decimals) + round_to(M[:, b] * cos, decimals)
+    out = round_to(out, decimals)
     out.setflags(write=False)
     return out
 
@@ -103,14 +121,14 @@ def hand_norm(norm: Norm, X: Matrix, decimals: int) -> NormResult:
     r = _rounder(decimals)
     d = X.shape[1]
     mean = r(X.mean(axis=1)) if norm.kind == "layer" else r(np.zeros(X.shape[0]))
-    centered = np.round(X - mean[:, None], decimals)
-    spread = r(np.round(centered * centered, decimals).sum(axis=1) / d)
+    centered = round_to(X - mean[:, None], decimals)
+    spread = r(round_to(centered * centered, decimals).sum(axis=1) / d)
     exact_root: Matrix = np.sqrt(spread + norm.eps)
-    root: Matrix = np.round(exact_root, decimals)
+    root: Matrix = round_to(exact_root, decimals)
     root = np.where(root == 0, exact_root, root)  # never divide by a rounded 0
-    X_norm = np.round(np.round(centered / root[:, None], decimals) * norm.gamma[None, :], decimals)
+    X_norm = round_to(round_to(centered / root[:, None], decimals) * norm.gamma[None, :], decimals)
     if norm.beta is not None:
-        X_norm = np.round(X_norm + norm.beta[None, :], decimals)
+        X_norm = round_to(X_norm + norm.beta[None, :], decimals)
     return NormResult(r(X_norm), mean, spread, r(root))
 
 
@@ -124,7 +142,7 @@ def compute_hand(comp: Computation, decimals: int) -> Computation:
     concat = np.concatenate([h.output for h in heads], axis=1)
     output = hand_matmul(concat, comp.W_O, decimals) if comp.W_O is not None else concat
     if comp.b_O is not None:
-        output = np.round(output + comp.b_O[None, :], decimals)
+        output = round_to(output + comp.b_O[None, :], decimals)
     for array in (concat, output):
         array.setflags(write=False)
     return Computation(sc, heads, concat, comp.W_O, output, hand_decimals=decimals, norm=norm, b_O=comp.b_O)

@@ -1,7 +1,10 @@
 """Predict-then-reveal: checking a learner's answer before the result is shown.
 
-An answer is right when it is within the displayed precision of the value: half a unit
-in the last shown decimal (±0.5 for whole numbers, ±0.0005 at three decimals).
+An answer is right when it shows as the displayed value: a whole-number cell wants that
+whole number, and a decimal cell wants a number that, written to the shown decimals, is
+what the cell shows (at three decimals 0.707 and 0.7068 are right for 0.707, 0.7064 is
+not). So one answer is never right for two different displayed values: 0.5 is neither
+0 nor 1.
 """
 
 from __future__ import annotations
@@ -39,8 +42,13 @@ class Score:
         return f"{self.right}/{self.asked} right"
 
 
-def tolerance(integral: bool, decimals: int) -> float:
-    return 0.5 if integral else 0.5 * 10.0 ** -decimals
+def is_right(guess: float, value: float, integral: bool, decimals: int) -> bool:
+    """Whether ``guess`` shows as ``value`` does (the rule in the module docstring)."""
+    if math.isinf(value) or math.isinf(guess):
+        return guess == value
+    if integral:  # whole numbers are exact: any fraction is a different number
+        return guess == value
+    return fmt(guess, False, decimals) == fmt(value, False, decimals)
 
 
 def parse_number(text: str) -> float | None:
@@ -60,12 +68,7 @@ def check_number(text: str, value: float, integral: bool, decimals: int) -> Verd
     guess = parse_number(text)
     if guess is None:
         return Verdict(None, f"{text.strip()!r} is not a number. Try something like 2, 0.707 or -1.5 (escape reveals).")
-    if math.isinf(value) or math.isinf(guess):
-        right = guess == value
-    else:
-        # the rounding that produced the shown value may sit right on the edge: compare what is shown too
-        right = abs(guess - value) <= tolerance(integral, decimals) + 1e-12 or fmt(guess, integral, decimals) == shown
-    if right:
+    if is_right(guess, value, integral, decimals):
         return Verdict(True, f"Right: {shown}.")
     return Verdict(False, f"Not quite: you said {text.strip()}, the value is {shown}.")
 

@@ -12,16 +12,18 @@ from textual import events
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
+from textual.geometry import Size
 from textual.reactive import reactive
-from textual.screen import Screen
+from textual.screen import ModalScreen, Screen
 from textual.widgets import Footer, Input, Static
 
 from qkv_tui.core.engine import Computation, compute
 from qkv_tui.core.scenario import Scenario, load_scenario
 from qkv_tui.screen.layout import pack_rows, pane_height, share_width
 from qkv_tui.screen.present import MAX_DECIMALS, MIN_DECIMALS, Modes, Presenter
+from qkv_tui.screen.text import printable
 from qkv_tui.screen.view import PaneSpec
-from qkv_tui.teach.quiz import Score, questions
+from qkv_tui.teach.quiz import Question, Score, questions
 from qkv_tui.teach.stepper import Position, Stepper
 from qkv_tui.teach.trace import Trace
 from qkv_tui.ui.live import Live
@@ -97,6 +99,7 @@ class QKVApp(App[None]):
         self._placed: dict[str, int] = {}  # height last given to each row of panes
         self._slots: dict[str, list[MatrixView]] = {}  # each row's pane widgets, found once
         self._drawn: tuple[object, ...] | None = None  # (position, modes, size) of the last redraw
+        self._term: Size | None = None  # the size the latest Resize event announced
         self._ends: tuple[bool, ...] | None = None  # what greys footer keys out, when last refreshed
         self.live = Live(self, theme)  # edit, undo, save, reload, screenshots, autoplay, palette, theme
 
@@ -127,19 +130,29 @@ class QKVApp(App[None]):
         yield Footer()
 
     def on_mount(self) -> None:
-        self.title = self.scenario.title
+        self.title = printable(self.scenario.title)
         self.ready = True
         self.live.start()
         self.redraw()
 
-    def on_resize(self) -> None:
-        if self._drawn != (self.position, self.modes, self.size):  # the first resize repeats what mount drew
+    def on_resize(self, event: events.Resize) -> None:
+        # This handler runs before App's own, which is what updates self.size: trust the event,
+        # or the screen is drawn for the size before (no "too small" after a shrink, a stale one after a grow).
+        self._term = event.size
+        if self._drawn != (self.position, self.modes, event.size):  # the first resize repeats what mount drew
             self.redraw()
+
+    @property
+    def term(self) -> Size:
+        """The terminal's size, as of the latest resize."""
+        return self._term if self._term is not None else self.size
 
     def watch_position(self) -> None:
         self._changed()
 
-    def watch_modes(self) -> None:
+    def watch_modes(self, old: Modes, new: Modes) -> None:
+        if old.question is not new.question:  # typed text belongs to the question it was typed for
+            self._clear_answer()
         self._changed()
 
     def _changed(self) -> None:
@@ -153,36 +166,37 @@ class QKVApp(App[None]):
 
     @property
     def too_small(self) -> bool:
-        return self.size.width < MIN_WIDTH or self.size.height < MIN_HEIGHT
+        return self.term.width < MIN_WIDTH or self.term.height < MIN_HEIGHT
 
     def redraw(self) -> None:
         """Make every widget show the current position and modes."""
         if not self.ready:
             return
-        self._drawn = (self.position, self.modes, self.size)
+        size = self.term
+        self._drawn = (self.position, self.modes, size)
         small = self.too_small
         if self.screen.has_class("-too-small") != small:
             self.screen.set_class(small, "-too-small")
         if small:
             self.query_one("#too-small", Static).update(
-                f"terminal too small: need {MIN_WIDTH}×{MIN_HEIGHT}, have {self.size.width}×{self.size.height}"
+                f"terminal too small: need {MIN_WIDTH}×{MIN_HEIGHT}, have {size.width}×{size.height}"
                 "\nenlarge the window, or press q to quit"
             )
             return
         screen = self.live.mark(self.presenter.screen(self.position, self.modes))
-        self.query_one(StageBar).show(self.scenario.title, screen.explanation)
+        self.query_one(StageBar).show(self.scenario.title, screen.explanation, size.width)
         self.query_one(FormulaLine).show(screen.explanation, self._flags())
         explain = self.query_one(ExplainPanel)
         explain.show(screen.explanation, screen.description, screen.notes)
         quiz_lines = self._show_quiz()
         # the focus panes come first, then the whole explanation, then context panes in what is left
-        avail = self.size.height - 3 - quiz_lines  # stage bar, formula line, footer and the quiz
-        explain_lines = explain.lines_needed(self.size.width)
-        focus_budget = max(avail - min(explain_lines, max(6, self.size.height * 2 // 5)), 5)
+        avail = size.height - 3 - quiz_lines  # stage bar, formula line, footer and the quiz
+        explain_lines = explain.lines_needed(size.width)
+        focus_budget = max(avail - min(explain_lines, max(6, size.height * 2 // 5)), 5)
         if screen.extra:  # big matrices: half the room, so the rest of the head stays in view below
             focus_budget = min(focus_budget, max(FOCUS_MIN_ROWS + 3, avail // 2))
         room = avail - self._fill("focus", screen.focus, focus_budget) - explain_lines
-        rows = pack_rows(screen.extra, self.size.width, OVERVIEW_SLOTS)
+        rows = pack_rows(screen.extra, size.width, OVERVIEW_SLOTS)
         for i in range(OVERVIEW_ROWS):
             specs = rows[i] if i < len(rows) else []
             if not (specs and room >= min(pane_height(specs), OVERVIEW_MIN_HEIGHT)):
@@ -207,14 +221,16 @@ class QKVApp(App[None]):
         if modes.quiz is None:
             return 0
         # Text, not markup: answers and token labels are the learner's and the scenario's own words
-        self.query_one("#quiz-message", Static).update(Text.assemble((str(modes.quiz), "bold"), "  ", modes.message))
-        prompt = modes.question.prompt if modes.question is not None else "Press → for the next operation to predict."
+        self.query_one("#quiz-message", Static).update(
+            Text.assemble((str(modes.quiz), "bold"), "  ", printable(modes.message)))
+        prompt = printable(modes.question.prompt if modes.question is not None
+                           else "Press → for the next operation to predict.")
         self.query_one("#quiz-prompt", Static).update(Text(prompt))
         field = self.query_one("#quiz-input", Input)
         field.disabled = modes.question is None
         if modes.question is not None and not field.has_focus:
             field.focus()
-        width = max(self.size.width - 2, 1)
+        width = max(self.term.width - 2, 1)
         return -(-len(f"{modes.quiz}  {modes.message}") // width) + -(-len(prompt) // max(width - 18, 1))
 
     def _fill(self, group: str, specs: list[PaneSpec], height: int) -> int:
@@ -226,7 +242,7 @@ class QKVApp(App[None]):
             self._placed[group] = used
             box.styles.height = used
             box.display = used > 0
-        widths = share_width(specs, self.size.width, used)
+        widths = share_width(specs, self.term.width, used)
         if group not in self._slots:
             self._slots[group] = list(box.query(MatrixView))
         for i, view in enumerate(self._slots[group]):
@@ -248,6 +264,10 @@ class QKVApp(App[None]):
         return self.position.index == self.stepper.last_index
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if isinstance(self.screen, ModalScreen) and action in self._own_actions():
+            # help, notes and go-to sit on top of the trace: its keys must not move it unseen
+            # (False, not None: the key then goes on to the modal's own widgets, such as its input)
+            return False
         if action in ("prev", "prev_stage", "first") and self.at_start:
             return None
         if action in ("next", "next_stage", "last") and self.at_end:
@@ -262,11 +282,25 @@ class QKVApp(App[None]):
             return None
         return True
 
+    @classmethod
+    def _own_actions(cls) -> frozenset[str]:
+        """The actions of this app's key bindings, without their arguments; quit stays always on."""
+        return frozenset(b.action.partition("(")[0] for b in cls.BINDINGS if isinstance(b, Binding)) - {"quit"}
+
     def _move(self, position: Position) -> None:
         """Go somewhere in the trace; a pending quiz question is left unanswered (revealed, not scored)."""
         if self.modes.question is not None:
             self.modes = replace(self.modes, question=None, message="")
         self.position = position
+
+    def _clear_answer(self) -> None:
+        """Empty the answer box: what was typed for a skipped question must not answer the next one."""
+        if self.ready:
+            self.query_one("#quiz-input", Input).value = ""
+
+    def _questions(self, index: int) -> list[Question]:
+        """The questions for an operation, about the numbers on screen (hand-rounded ones when h is on)."""
+        return questions(self.presenter.view(self.modes).trace, index, self.decimals)
 
     def _decode_step(self, step: int) -> None:
         self.modes = replace(self.modes, decode_step=min(max(step, 0), self._side_last()))
@@ -281,7 +315,7 @@ class QKVApp(App[None]):
         elif self.modes.quiz is not None:
             # every step forward asks first; an unanswered question is left (revealed, not scored)
             self.position = self.stepper.next(self.position)
-            asked = questions(self.trace, self.position.index, self.decimals)
+            asked = self._questions(self.position.index)
             self.modes = replace(self.modes, question=asked[0] if asked else None, message="")
         else:
             self.position = self.stepper.next(self.position)
@@ -365,7 +399,7 @@ class QKVApp(App[None]):
             self.modes = replace(self.modes, message=verdict.message)
             return
         # after "which key wins this row?" comes the cell's own value
-        later = [q for q in questions(self.trace, question.index, self.decimals) if question.kind == "argmax" != q.kind]
+        later = [q for q in self._questions(question.index) if question.kind == "argmax" != q.kind]
         self.modes = replace(self.modes, quiz=(self.modes.quiz or Score()).add(verdict),
                              question=later[0] if later else None, message=verdict.message)
         if not later:

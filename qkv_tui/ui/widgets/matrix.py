@@ -19,6 +19,7 @@ from textual.strip import Strip
 
 from qkv_tui.core.fmt import fmt
 from qkv_tui.screen.layout import visible_columns
+from qkv_tui.screen.text import printable
 from qkv_tui.screen.view import PaneSpec, changed_rows
 
 LABEL = Style(color="#d7af5f", bold=True)
@@ -44,12 +45,18 @@ def _heat(level: int) -> Style:
 
 
 def heat_style(weight: float) -> Style:
-    """A background from dark (0) to green (1); styles are shared, as a big pane draws thousands."""
-    return _heat(round(min(max(weight, 0.0), 1.0) * HEAT_LEVELS))
+    """A background from dark (0) to green (1); styles are shared, as a big pane draws thousands.
+
+    Anything that is not a weight between 0 and 1 (NaN included: round(NaN) raises) gets the dark end.
+    """
+    if not 0.0 <= weight <= 1.0:
+        weight = 1.0 if weight > 1.0 else 0.0
+    return _heat(round(weight * HEAT_LEVELS))
 
 
 def _fit(text: str, width: int, right: bool = False) -> str:
-    """A label cut or padded to ``width`` terminal cells (CJK and emoji take two)."""
+    """A label cut or padded to ``width`` terminal cells (CJK and emoji take two); controls made visible."""
+    text = printable(text)
     fitted = set_cell_size(text, width)
     if right and cell_len(text) < width:
         fitted = " " * (width - cell_len(text)) + text
@@ -97,8 +104,8 @@ class MatrixView(ScrollView, can_focus=False):
         if old is None or (old.title, old.subtitle) != (spec.title, spec.subtitle):
             # Text, not str: a title is otherwise read as markup, and a head named "[x]" would break it;
             # setting a title redraws the whole pane, even when unchanged
-            self.border_title = Text(spec.title)
-            self.border_subtitle = Text(spec.subtitle)
+            self.border_title = Text(printable(spec.title))
+            self.border_subtitle = Text(printable(spec.subtitle))
         size = Size(spec.content_width, int(spec.values.shape[0]) + 1)
         resized = size != self.virtual_size
         if resized:
@@ -116,6 +123,12 @@ class MatrixView(ScrollView, can_focus=False):
         if spec.focus_point != (None, None) and (resized or self.max_scroll_x or self.max_scroll_y):
             self.call_after_refresh(self._follow_current)
 
+    def on_resize(self) -> None:
+        # A pane given a new matrix after a jump (g, home, a stage key, tab) is laid out only after
+        # show(): follow again once its real size is known, or the current cell may stay off screen.
+        if self.spec is not None and self.spec.focus_point != (None, None):
+            self._follow_current()
+
     def _refresh_screen_lines(self, y: int, count: int) -> None:
         """Redraw lines of the visible grid only (ScrollView's own helpers also repaint the scrollbars)."""
         self.refresh(Region(0, y, self.size.width, count))
@@ -126,7 +139,7 @@ class MatrixView(ScrollView, can_focus=False):
         Scrolls by pages, not lines, so that stepping on does not redraw the whole pane every time.
         """
         spec = self.spec
-        if spec is None:
+        if spec is None or not self.size.area:  # not laid out yet: on_resize follows once it is
             return
         row, col = spec.focus_point
         x, y = int(self.scroll_x), int(self.scroll_y)
@@ -144,7 +157,9 @@ class MatrixView(ScrollView, can_focus=False):
             elif right > x + room:
                 x = max(left - room // 4, right - room)
         if (x, y) != (int(self.scroll_x), int(self.scroll_y)):
-            self.scroll_to(x=x, y=y, animate=False, immediate=True)
+            # force: the scrollbars of a pane that just took a bigger matrix are not updated yet,
+            # and without it Textual refuses to scroll an axis that had no scrollbar
+            self.scroll_to(x=x, y=y, animate=False, immediate=True, force=True)
 
     # --- drawing ----------------------------------------------------------------
 

@@ -8,6 +8,7 @@ from textual.strip import Strip
 from textual.widget import Widget
 from textual.widgets import Static
 
+from qkv_tui.screen.text import printable
 from qkv_tui.screen.view import Explanation
 
 STAGE_STYLE = {"current": "bold #000000 on #ffd75f", "done": "#5fd75f", "todo": "#8a8a8a"}
@@ -24,9 +25,8 @@ class StageBar(Static):
 
     _shown: tuple[object, ...] = ()
 
-    def show(self, title: str, ex: Explanation) -> None:
+    def show(self, title: str, ex: Explanation, width: int) -> None:
         # narrow terminals drop the title, then the names of the stages not being computed
-        width = self.app.size.width
         if (title, ex.stages, width) == self._shown:  # it changes only with the stage
             return
         self._shown = (title, ex.stages, width)
@@ -40,7 +40,7 @@ class StageBar(Static):
     def _line(title: str, ex: Explanation, full_names: bool) -> Text:
         text = Text(no_wrap=True, overflow="ellipsis")
         if title:
-            text.append(f" {title} ", style="bold")
+            text.append(f" {printable(title)} ", style="bold")
             text.append("  ")
         for i, (label, state) in enumerate(ex.stages):
             if i:
@@ -66,7 +66,7 @@ class FormulaLine(Static):
         text.append(ex.counter, style="bold")
         if ex.head_label:
             text.append(" · ")
-            text.append(ex.head_label, style=TEXT["head_label"])
+            text.append(printable(ex.head_label), style=TEXT["head_label"])
         if flags:
             text.append(f"   [{flags}]", style=TEXT["muted"])
         self.update(text, layout=False)  # its size is fixed by CSS: no layout pass
@@ -102,19 +102,21 @@ class ExplainPanel(Widget):
         return len(self._wrap(max(width - 2, 1))) + 1  # padding: one column each side
 
     def show(self, ex: Explanation, description: str = "", notes: tuple[str, ...] = ()) -> None:
+        # every line is the scenario's words too (labels, names): no control character may break it
         text = Text()
-        text.append(ex.arithmetic, style=TEXT["arithmetic"])
+        text.append(printable(ex.arithmetic), style=TEXT["arithmetic"])
         for line in ex.details:
             text.append("\n")
-            text.append(line, style=TEXT["detail"])
+            text.append(printable(line), style=TEXT["detail"])
         for line in notes:
             text.append("\n")
-            text.append(line, style=TEXT["note"])
+            text.append(printable(line), style=TEXT["note"])
         text.append("\n")
-        text.append(ex.meaning, style=TEXT["meaning"])
+        text.append(printable(ex.meaning), style=TEXT["meaning"])
         if description:
             text.append("\n")
-            text.append(description, style=TEXT["description"])
+            # a description's own line breaks are the author's layout: keep them, and only them
+            text.append("\n".join(printable(line) for line in description.split("\n")), style=TEXT["description"])
         if text.plain == self._text.plain and text.spans == self._text.spans:
             return
         self._text = text

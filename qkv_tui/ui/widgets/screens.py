@@ -11,6 +11,7 @@ from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Input, Static
 
+from qkv_tui.screen.text import printable
 from qkv_tui.teach.trace import STAGES
 
 KEYS = (
@@ -123,6 +124,19 @@ class NotesScreen(_Modal):
         return text
 
 
+def parse_operation(text: str, total: int) -> int | None:
+    """An operation number from 1 to ``total``, or None.
+
+    Parse, then catch: ``str.isdigit`` accepts ``²`` and ``①``, which ``int`` refuses, and
+    ``int`` refuses digit strings longer than Python's conversion limit.
+    """
+    try:
+        number = int(text)
+    except ValueError:
+        return None
+    return number if 1 <= number <= total else None
+
+
 class GotoScreen(ModalScreen[int | None]):
     """Ask for an operation number; answers kindly when the input is not one."""
 
@@ -147,12 +161,14 @@ class GotoScreen(ModalScreen[int | None]):
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         value = event.value.strip()
-        if not value.isdigit() or not 1 <= int(value) <= self.total:
+        number = parse_operation(value, self.total)
+        if number is None:
+            shown = printable(value if len(value) <= 20 else value[:19] + "…")
             self.query_one("#goto-error", Static).update(  # Text: what was typed is not markup
-                Text(f"{value!r} is not an operation number; type a whole number from 1 to {self.total}.")
+                Text(f"{shown!r} is not an operation number; type a whole number from 1 to {self.total}.")
             )
             return
-        self.dismiss(int(value))
+        self.dismiss(number)
 
     def action_cancel(self) -> None:
         self.dismiss(None)
