@@ -15,6 +15,7 @@ from qkv_tui.ui.widgets.panels import ExplainPanel, FormulaLine, StageBar
 from qkv_tui.ui.widgets.screens import GotoScreen, HelpScreen, NotesScreen
 
 from .conftest import SCENARIOS
+from .settle import settle
 
 
 def text_of(app: QKVApp, widget_type) -> str:
@@ -244,23 +245,27 @@ async def screenshot_at(name: str, index: int, head: int) -> str:
     app = QKVApp(name)
     async with app.run_test(size=(120, 40)) as pilot:
         app.position = Position(index, head)
-        await pilot.pause()
+        await settle(pilot)
         return app.export_screenshot()
 
 
 @pytest.mark.parametrize("name", ["two_heads", "padding_mask"])
 async def test_partial_redraws_leave_no_stale_cells(name: str) -> None:
-    """Stepping redraws only the rows that change; every screen must equal one drawn from scratch."""
+    """Stepping redraws only the rows that change; every screen must equal one drawn from scratch.
+
+    Both screenshots are taken once the app has settled (tests/settle.py): Textual rebuilds the
+    footer asynchronously, and on a loaded machine one pause() used to catch a fresh app before it had.
+    """
     stepped = QKVApp(name)
     seen = []
     async with stepped.run_test(size=(120, 40)) as pilot:
         for steps in (5, 4, 9, 22, 14, 23):
             for _ in range(steps):
                 await pilot.press("right")
-            await pilot.pause()
+            await settle(pilot)
             seen.append((stepped.position, stepped.export_screenshot()))
         await pilot.press("left", "left", "tab", "right")
-        await pilot.pause()
+        await settle(pilot)
         seen.append((stepped.position, stepped.export_screenshot()))
     for pos, expected in seen:
         assert await screenshot_at(name, pos.index, pos.head) == expected, pos

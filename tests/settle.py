@@ -1,0 +1,59 @@
+"""Waiting for the app to finish its work, by condition rather than by time.
+
+``pilot.pause()`` waits for the queued messages and then for the CPU to look idle. On a
+loaded machine the process looks idle while it is only starved, and Textual's footer is
+rebuilt asynchronously (after a refresh, then a recompose that mounts new keys), so a
+screenshot taken after one pause may show the footer of an earlier state, or none at all.
+That was the race in ``test_partial_redraws_leave_no_stale_cells``: a freshly started app's
+screenshot sometimes had an empty footer line.
+
+Every ``pause()`` processes everything queued before it, so the chain of messages
+advances by at least one hop each time, however slow the machine: looping until a
+condition holds is deterministic where one pause is a bet on timing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+from textual.app import App
+from textual.pilot import Pilot
+
+ROUNDS = 200  # far more hops than any chain of messages here needs
+
+
+def footer_matches(app: App[object]) -> bool:
+    """The footer shows exactly the keys the app's bindings say, each greyed out as check_action says."""
+    wanted = {binding.action: enabled for _, binding, enabled, _ in app.screen.active_bindings.values()
+              if binding.show}
+    # FooterKey marks a greyed-out key with the "-disabled" class (its own `disabled` stays False)
+    shown = {key.action: not key.has_class("-disabled") for key in app.screen.query("FooterKey")}  # type: ignore[attr-defined]
+    return shown == wanted
+
+
+async def settle(pilot: Pilot[object]) -> None:
+    """Pause until the footer is rebuilt for the current state and two screenshots in a row agree."""
+    app = pilot.app
+    previous = None
+    for _ in range(ROUNDS):
+        await pilot.pause()
+        if not footer_matches(app):
+            previous = None
+            continue
+        shot = app.export_screenshot()
+        if shot == previous:
+            return
+        previous = shot
+    raise AssertionError("the app did not settle")
+
+
+def pressing(*keys: str) -> Callable[[Pilot[object]], Awaitable[None]]:
+    """A snapshot's run_before: press the keys, then wait for the app to settle."""
+
+    async def run(pilot: Pilot[object]) -> None:
+        await settle(pilot)
+        if keys:
+            await pilot.press(*keys)
+        await settle(pilot)
+
+    return run
