@@ -71,7 +71,8 @@ async def test_what_if_hand_and_decimals() -> None:
     async with app.run_test(size=(120, 40)) as pilot:
         await pilot.press("4", "right", "w")
         text = explanation(app)
-        assert "what if, row I" in text and "0.000 1.000 0.000 max 1.000" in text
+        assert "what if, row I" in text and "0.000 1.000 0.000 1.000" in text
+        assert "     I  love    AI   max |     I  love    AI   max" in text  # the keys head their columns
         await pilot.press("w", "plus")
         assert app.modes.decimals == 4 and "scaled[I,love] = 5 / √3 = 2.8868" in explanation(app)
         await pilot.press("minus", "minus", "minus", "minus", "minus")
@@ -118,3 +119,41 @@ async def test_skipping_a_question_clears_what_was_typed() -> None:
         assert str(app.modes.quiz) == "0/0 right" and "Type your prediction" in app.modes.message
         await pilot.press("9", "left")  # moving back also drops the typed text
         assert field.value == ""
+
+
+async def test_what_if_waits_for_the_scores() -> None:
+    """Before a row's scores exist, the table would show numbers from the future: it says so instead."""
+    app = QKVApp("i_love_ai")
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("2", "w")
+        assert "appears once its scores are all computed" in explanation(app)
+        assert "max |" not in explanation(app)
+        await pilot.press("3", "right", "right")  # scores[I] complete
+        assert "what if, row I" in explanation(app)
+
+
+def test_what_if_never_shows_nan_for_finite_scores() -> None:
+    """Scores near the float limit, stretched by √f for a wider head, overflowed to inf, and inf − inf is NaN.
+
+    Every case here passes the loader's check (all of the engine's matrices are finite).
+    """
+    import math
+
+    import numpy as np
+
+    from qkv_tui.core.scenario import parse_scenario
+    from qkv_tui.screen.view import whatif_lines
+
+    for scale, x in ((1.0, 1.2e154), (1e-3, 1e152), (1e-300, 1e-5), (2.0, 1.3e154)):
+        text = (f'tokens = ["a", "b", "c"]\nX = [[{x!r}], [{-x!r}], [0.5]]\nscale = {scale!r}\n'
+                "[[heads]]\nW_Q = [[1.0]]\nW_K = [[1.0]]\nW_V = [[1.0]]\n")
+        comp = QKVApp(parse_scenario(text, "big.toml")).comp
+        head = comp.heads[0]
+        for row in range(3):
+            lines = whatif_lines(head, comp.allow, row, "a", ("a", "b", "c"), 3)
+            assert not any("nan" in line for line in lines), (scale, x, lines)
+        from qkv_tui.teach.whatif import what_if
+
+        for r in what_if(head, comp.allow, 0):
+            for weights in (r.scaled, r.unscaled):
+                assert np.isfinite(weights).all() and math.isclose(weights.sum(), 1.0)

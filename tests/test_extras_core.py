@@ -65,10 +65,12 @@ def test_what_if_keeps_masked_keys_at_zero() -> None:
 @pytest.mark.parametrize(("text", "value", "integral", "right"), [
     ("0.707", 0.7071067, False, True),
     (".707", 0.7071067, False, True),
-    ("0.7075", 0.7071067, False, True),  # within half a unit of the 3rd decimal
+    ("0.7074", 0.7071067, False, True),  # shows as 0.707 at 3 decimals
+    ("0.7075", 0.7071067, False, False),  # shows as 0.708: one answer never fits two shown values
     ("0.708", 0.7071067, False, False),
     ("2", 2.0, True, True),
-    ("2.4", 2.0, True, True),
+    ("2.4", 2.0, True, False),  # a whole-number cell wants the whole number
+    ("2.0", 2.0, True, True),
     ("3", 2.0, True, False),
     ("−1.5", -1.5, False, True),  # a typographic minus
     ("-inf", -math.inf, False, True),

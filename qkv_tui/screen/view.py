@@ -353,24 +353,46 @@ def hand_note(exact: Trace, hand: Trace, index: int, decimals: int) -> str:
             f" ({op_exact.value:.{decimals + 3}f}): rounded intermediates have drifted")
 
 
+WHATIF_WIDTH = 78  # the what-if table fits an 80-column terminal, explanation padding included
+
+
 def whatif_lines(comp_head: HeadResult, allow: BoolMatrix, row: int, token: str, keys: tuple[str, ...],
                  decimals: int) -> list[str]:
-    """The query row's softmax with and without the √dₖ division, at dₖ ×1, ×4 and ×16."""
+    """The query row's softmax with and without the √dₖ division, at dₖ ×1, ×4 and ×16, as a table.
+
+    Each weight sits under its key's label; a row of more than six keys shows only its
+    largest weight and which key has it.
+    """
     from qkv_tui.teach.whatif import what_if
 
     rows = what_if(comp_head, allow, row)
     divisor = "÷√dₖ" if comp_head.scale_is_default else f"÷{comp_head.scale:g}·√f"
-    every = len(keys) <= 6  # a long row shows only its largest weight
+    every = len(keys) <= 6
+    number = 2 + decimals  # "0.707": a weight is never more than 1
+    if every:
+        labels = [key if cell_len(key) <= 8 else key[:7] + "…" for key in keys]
+        widths = [max(number, cell_len(label)) for label in labels]
+        header = " ".join(_pad(label, w) for label, w in zip(labels, widths)) + " " + _pad("max", number)
+    else:
+        header = _pad("max", number) + " key"
 
     def weights(values: Matrix) -> str:
-        top = f"max {float(values.max()):.{decimals}f}"
+        top = fmt(float(values.max()), False, decimals)
         if not every:
-            return f"{top} ({keys[int(np.argmax(values))]})"
-        return " ".join(fmt(float(v), False, decimals) for v in values) + f" {top}"
+            return f"{top} {keys[int(np.argmax(values))]}"
+        return " ".join(_pad(fmt(float(v), False, decimals), w) for v, w in zip(values, widths)) + f" {top:>{number}}"
 
-    lines = [f"what if, row {token}: softmax with {divisor} | without scaling"
-             + (f" (keys {' '.join(keys)})" if every else f" ({len(keys)} keys)")]
+    if every and 2 * cell_len(header) + 13 > WHATIF_WIDTH:  # long labels: keep the table inside 80 columns
+        every = False
+        header = _pad("max", number) + " key"
+    lines = [f"what if, row {token}: softmax with {divisor} | without scaling, for heads f× wider",
+             f"  dₖ   ×f  {header} | {header}"]
     for r in rows:
-        lines.append(f"  dₖ {r.d_k:>3} ×{r.factor:<2} {weights(r.scaled)} | {weights(r.unscaled)}")
+        lines.append(f"  {r.d_k:<4} ×{r.factor:<2} {weights(r.scaled)} | {weights(r.unscaled)}")
     lines.append("  f× wider heads stretch scores by √f: scaled weights stay put, unscaled saturate")
     return lines
+
+
+def _pad(text: str, width: int) -> str:
+    """Right-aligned in ``width`` terminal cells, as numbers are."""
+    return " " * max(width - cell_len(text), 0) + text

@@ -41,15 +41,27 @@ def what_if(head: HeadResult, allow: BoolMatrix, row: int, factors: tuple[int, .
     allowed = allow[row]
     out = []
     for f in factors:
-        stretched = scores * math.sqrt(f)  # the same score distribution at width f·dₖ
+        stretch = math.sqrt(f)  # the same score distribution at width f·dₖ
         divisor = math.sqrt(f * head.d_k) if head.scale_is_default else head.scale * math.sqrt(f)
-        with np.errstate(over="ignore"):
-            scaled = _softmax(stretched / divisor, allowed)
-            unscaled = _softmax(stretched, allowed)
+        scaled = _softmax(scores, stretch / divisor, allowed)
+        unscaled = _softmax(scores, stretch, allowed)
         out.append(WhatIfRow(f, f * head.d_k, scaled, unscaled))
     return out
 
 
-def _softmax(values: Matrix, allowed: BoolMatrix) -> Matrix:
-    weights: Matrix = softmax_rows(np.where(allowed, values, -np.inf)[None, :])[3][0]
+def _softmax(scores: Matrix, factor: float, allowed: BoolMatrix) -> Matrix:
+    """softmax(scores · factor) over the allowed keys, for any finite scores and factor > 0.
+
+    The row max is subtracted before multiplying: (s − max)·factor is never above 0, so it
+    cannot overflow to +inf, where scores·factor can (scores of 1e306 with a scale of 0.001),
+    and inf − inf is the NaN the table once showed. A difference that overflows downwards
+    is −inf, whose exponential is exactly 0, as it should be.
+    """
+    masked = np.where(allowed, scores, -np.inf)  # (m,)
+    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+        top = masked.max()
+        # the largest key is 0 exactly, even if factor overflowed to inf (0·inf is NaN); masked keys stay out
+        shifted = np.where(masked == top, 0.0, (masked - top) * factor)  # (m,) all <= 0
+        shifted = np.where(allowed, shifted, -np.inf)
+    weights: Matrix = softmax_rows(shifted[None, :])[3][0]
     return weights
