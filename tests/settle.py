@@ -23,12 +23,16 @@ ROUNDS = 200  # far more hops than any chain of messages here needs
 
 
 def footer_matches(app: App[object]) -> bool:
-    """The footer shows exactly the keys the app's bindings say, each greyed out as check_action says."""
-    wanted = {binding.action: enabled for _, binding, enabled, _ in app.screen.active_bindings.values()
-              if binding.show}
+    """The footer shows every key the app's bindings list, each greyed out as check_action says.
+
+    Keys the footer adds on its own (the command palette's) need only agree on their state.
+    """
+    active = {binding.action: (enabled, binding.show) for _, binding, enabled, _ in app.screen.active_bindings.values()}
     # FooterKey marks a greyed-out key with the "-disabled" class (its own `disabled` stays False)
     shown = {key.action: not key.has_class("-disabled") for key in app.screen.query("FooterKey")}  # type: ignore[attr-defined]
-    return shown == wanted
+    listed = {action for action, (_, show) in active.items() if show}
+    return listed <= shown.keys() and all(action in active and active[action][0] == enabled
+                                          for action, enabled in shown.items())
 
 
 async def settle(pilot: Pilot[object]) -> None:
