@@ -1,1 +1,1 @@
-"""Where qkv-tui meets the outside: the command line and the exports."""
+"""Where qkv-tui meets the outside: the command line, the exports, worksheets and serving."""
