@@ -67,3 +67,16 @@ def test_paging_is_shared_by_every_head() -> None:
     dec = decode(compute(load_scenario("two_heads")))
     assert len(dec.paging) == dec.count
     assert all(np.array_equal(s.paged_output, s.output) for steps in dec.steps for s in steps)
+
+
+def test_a_sliding_window_keeps_a_rolling_buffer() -> None:
+    comp = compute(load_scenario("sliding_window"))  # window 3, six tokens
+    dec = decode(comp, "tokens", block_size=2, order=(3, 2, 5, 0, 1, 4))
+    steps = dec.steps[0]
+    assert [s.first for s in steps] == [0, 0, 0, 1, 2, 3]  # at most 3 rows kept
+    assert [list(s.evicted) for s in steps] == [[], [], [], [0], [1], [2]]
+    assert all(s.K_cache.shape[0] <= 3 and s.matches and s.paged_error == 0 for s in steps)
+    # block 3 held a and b: once both have left the window it goes back to the pool and is reused first
+    assert dec.paging[4].freed == (3,) and dec.paging[4].allocated == (3,)
+    assert dec.paging[4].table.physical == (-1, 2, 3)
+    assert np.allclose(np.concatenate([s.output for s in steps]), comp.heads[0].output)

@@ -91,3 +91,7 @@ class TestProduction:
     def test_cache_chunked_sixteen_tokens(self, snap_compare, size: tuple[int, int]) -> None:
         # the second chunk of 4 sits bottom-right of 8 keys; a second block comes from the pool
         assert snap_compare(QKVApp("sixteen_tokens"), press=["k", "c", "right"], terminal_size=size)
+
+    def test_cache_rolling_buffer(self, snap_compare) -> None:
+        # window 3: "b" leaves the buffer as "e" arrives, and its block returns to the pool
+        assert snap_compare(QKVApp("sliding_window"), press=["k", "right", "right"], terminal_size=(120, 40))

@@ -121,3 +121,12 @@ async def test_panes_redraw_when_a_step_keeps_their_shape() -> None:
         await pilot.pause()
         block = pane(app, "t_Q")
         assert [block.render_line(y).text.split()[0] for y in range(1, 5)] == ["slept", "all", "day", "long"]
+
+
+async def test_sliding_window_cache_is_a_rolling_buffer() -> None:
+    app = QKVApp("sliding_window")
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("k", "right", "right")
+        assert "rolling buffer (window 3): K/V of b left the cache" in explanation(app)
+        cache = pane(app, "dK").spec
+        assert cache.values.shape[0] == 3 and cache.row_labels[0].startswith("c @")

@@ -54,8 +54,9 @@ def decode_panes(dec: Decode, index: int, head: int, decimals: int) -> tuple[lis
     step = dec.steps[head][index]
     paging = dec.paging[index]
     keys = sc.key_tokens if sc.is_cross else sc.tokens
-    S = step.K_cache.shape[0]
-    cached = tuple(f"{keys[t]} @{a.physical}.{a.slot}" for t, a in ((t, paging.table.address(t)) for t in range(S)))
+    lo = step.first  # a sliding window's rolling buffer keeps tokens lo … S − 1 only
+    S = lo + step.K_cache.shape[0]
+    cached = tuple(f"{keys[t]} @{a.physical}.{a.slot}" for t, a in ((t, paging.table.address(t)) for t in range(lo, S)))
     queries = sc.tokens[step.start:step.stop]
     dims_k = tuple(str(c) for c in range(step.K_cache.shape[1]))
     dims_v = tuple(str(c) for c in range(step.V_cache.shape[1]))
@@ -65,9 +66,9 @@ def decode_panes(dec: Decode, index: int, head: int, decimals: int) -> tuple[lis
         cache = "K (context, computed once)" if index == 0 else "K cache (context, read)"
         current, reused = None, frozenset(range(sc.m)) if index else frozenset()
     else:
-        cache = "K cache"
-        current = step.start if one else None
-        reused = frozenset(range(step.start))
+        cache = "K rolling buffer" if sc.mask_kind == "sliding" else "K cache"
+        current = step.start - lo if one else None
+        reused = frozenset(range(step.start - lo))
     focus = [
         _pane("dq", "q = X·W_Q (fresh)", step.q, queries, dims_k, decimals, current_row=0 if one else None,
               subtitle=name),
@@ -82,8 +83,8 @@ def decode_panes(dec: Decode, index: int, head: int, decimals: int) -> tuple[lis
     scale = f"√{dec.comp.heads[head].d_k}" if dec.comp.heads[head].scale_is_default else f"{divisor:g}"
     outputs = np.concatenate([s.output for s in dec.steps[head][: index + 1]])
     context = [
-        _pane("dS", f"q·Kᵀ/{scale} + mask", masked, queries, keys[:S], decimals, subtitle=name),
-        _pane("dw", "weights", step.weights, queries, keys[:S], decimals, heat=True, subtitle=name,
+        _pane("dS", f"q·Kᵀ/{scale} + mask", masked, queries, keys[lo:S], decimals, subtitle=name),
+        _pane("dw", "weights", step.weights, queries, keys[lo:S], decimals, heat=True, subtitle=name,
               allow=step.allowed),
         _pane("dout", "outputs so far", outputs, sc.tokens[: step.stop], dims_v, decimals,
               current_row=step.start if one else None, reused=frozenset(range(step.start, step.stop)) if not one
@@ -156,24 +157,30 @@ def decode_lines(dec: Decode, index: int, head: int, decimals: int) -> list[str]
         writes = "; ".join(a.text(keys[a.token]) for a in paging.writes[:2])
         more = f"; … {len(paging.writes) - 2} more" if len(paging.writes) > 2 else ""
         if step.width == 1:
-            lines.append(f"appended to the cache: K[{token}] = {_vec(step.K_cache[step.start], decimals)}"
+            lines.append(f"appended to the cache: K[{token}] = {_vec(step.K_cache[step.start - step.first], decimals)}"
                          f"{' (rotated)' if hr.K_rot is not None else ''},"
-                         f" V[{token}] = {_vec(step.V_cache[step.start], decimals)}: {writes}")
+                         f" V[{token}] = {_vec(step.V_cache[step.start - step.first], decimals)}: {writes}")
         else:
             lines.append(f"written to the cache: {writes}{more}")
+    if step.evicted:
+        gone = ", ".join(keys[t] for t in step.evicted)
+        back = f"; physical {', '.join(map(str, paging.freed))} back to the pool" if paging.freed else ""
+        lines.append(f"rolling buffer (window {sc.window}): K/V of {gone} left the cache, outside every"
+                     f" query's window from now on{back}")
     if paging.allocated:
         full = " (the last block was full)" if step.start and step.start % dec.block_size == 0 and not sc.is_cross else ""
         lines.append(f"new block{'s' if len(paging.allocated) > 1 else ''}: physical"
                      f" {', '.join(map(str, paging.allocated))} from the pool{full}; {len(paging.table.free)} of"
                      f" {paging.pool} free")
     lines.append(f"read via block_table = {list(paging.table.physical)}: key j at block_table[j // {dec.block_size}],"
-                 f" slot j % {dec.block_size}")
+                 f" slot j % {dec.block_size}{' (−1: freed)' if -1 in paging.table.physical else ''}")
     scores = step.scores[r]
     allowed = step.allowed[r]
     divisor = hr.scale
     scale = f"√{hr.d_k}" if hr.scale_is_default else f"{divisor:g}"
     exact = hr.scale_is_default  # √d_k is written as such; a scenario's own scale is a number
-    bias = None if hr.bias is None else hr.bias[step.t, : step.K_cache.shape[0]]  # ALiBi joins after the division
+    lo, S = step.first, step.first + step.K_cache.shape[0]
+    bias = None if hr.bias is None else hr.bias[step.t, lo:S]  # ALiBi joins after the division
     operands: list[float | Matrix] = [scores] + ([] if exact else [divisor]) + ([] if bias is None else [bias])
 
     def scaled_row(*v: float | Matrix) -> Matrix:
@@ -186,10 +193,10 @@ def decode_lines(dec: Decode, index: int, head: int, decimals: int) -> list[str]
     lines.append(f"{name}[{token}] = q·K_cacheᵀ/{scale if exact else 'scale'}{' + bias' if bias is not None else ''}"
                  f" = {written} = {scaled}")
     if not allowed.all():
-        hidden = [keys[j] for j in np.flatnonzero(~allowed)]
+        hidden = [keys[lo + j] for j in np.flatnonzero(~allowed)]
         lines.append(f"masked for {token}: {', '.join(hidden[:6])}{', …' if len(hidden) > 6 else ''} (−∞, weight 0)")
     live = np.flatnonzero(allowed)
-    logits = step.scaled[r] if hr.bias is None else step.scaled[r] + hr.bias[step.t, : step.K_cache.shape[0]]
+    logits = step.scaled[r] if hr.bias is None else step.scaled[r] + hr.bias[step.t, lo:S]
     kept = logits[live]
     if hr.sink is not None:  # the sink joins the sum as one more column, then is dropped
         sink = hr.sink
@@ -203,7 +210,7 @@ def decode_lines(dec: Decode, index: int, head: int, decimals: int) -> list[str]
                                     step.weights[r][live], decimals)
         softmax = f"softmax({kept_text})"
     lines.append(f"weights[{token}] = {softmax} = {weights}"
-                 + (f"   (over {', '.join(keys[j] for j in live[:6])}{', …' if live.size > 6 else ''})"
+                 + (f"   (over {', '.join(keys[lo + j] for j in live[:6])}{', …' if live.size > 6 else ''})"
                     if not allowed.all() else ""))
     out = step.output[r]
     if live.size <= MAX_TERMS:
@@ -231,12 +238,14 @@ def decode_lines(dec: Decode, index: int, head: int, decimals: int) -> list[str]
         lines.append(f"the Mix stage ({mask}) had out[{sc.tokens[i]}] = {_vec(hr.output[i], decimals)}: it let"
                      f" {sc.tokens[i]} see later tokens, which a cache does not hold yet")
     if not sc.is_cross:
-        offset = step.stop - step.width
-        if step.width < step.stop:
-            lines.append(f"mask aligned bottom-right: query row r is token {offset} + r (offset S − L ="
-                         f" {step.stop} − {step.width} = {offset}). Aligned top-left, as PyTorch's is_causal=True"
+        held = step.stop - step.first  # S: the keys this step reads
+        offset = held - step.width
+        if step.width < held:
+            column = "token" if not step.first else "key column"
+            lines.append(f"mask aligned bottom-right: query row r is {column} {offset} + r (offset S − L ="
+                         f" {held} − {step.width} = {offset}). Aligned top-left, as PyTorch's is_causal=True"
                          f" does with fewer queries than keys, row 0 would see only key 0: this query would"
-                         f" attend to \"{keys[0]}\" alone")
+                         f" attend to \"{keys[step.first]}\" alone")
         else:
             lines.append(f"a {step.width}×{step.width} causal block: queries and keys are the same tokens,"
                          " so bottom-right and top-left alignment agree")

@@ -83,6 +83,8 @@ class DecodeStep:
     paged_output: Matrix  # (L, d_v) computed from rows gathered through the block table
     kv_computed: int  # Key/Value rows computed at this step
     kv_reused: int  # cached rows read again instead of recomputed
+    first: int = 0  # the oldest token still cached: a sliding window's rolling buffer drops those before it
+    evicted: range = range(0)  # tokens whose rows left the rolling buffer at this step
 
     @property
     def t(self) -> int:
@@ -114,6 +116,7 @@ class Paging:
     allocated: tuple[int, ...]  # physical blocks handed out at this step
     writes: tuple[Address, ...]  # where the step's Key/Value rows went
     pool: int  # physical blocks in the pool
+    freed: tuple[int, ...] = ()  # blocks returned to the pool: every token in them left the sliding window
 
 
 @dataclass(frozen=True, eq=False)
@@ -194,13 +197,17 @@ def decode(comp: Computation, mode: str = "prefill", block_size: int | None = No
     # the block table is the sequence's, shared by every head (and, in a model, every layer)
     paging: list[Paging] = []
     table = empty_table(block, order)
+    window = sc.window if sc.mask_kind == "sliding" and not sc.is_cross else None
+    firsts = [0 if window is None else max(0, rng.start - window + 1) for rng in ranges]
     for i, rng in enumerate(ranges):
         if sc.is_cross:
             stop, start = (sc.m, 0) if i == 0 else (sc.m, sc.m)
         else:
             start, stop = rng.start, rng.stop
+        # a rolling buffer: rows no query of this step can see leave before the new ones arrive
+        table, freed = table.release(firsts[i])
         table, new = table.grow(stop) if stop > table.tokens else (table, ())
-        paging.append(Paging(table, new, tuple(table.address(t) for t in range(start, stop)), blocks))
+        paging.append(Paging(table, new, tuple(table.address(t) for t in range(start, stop)), blocks, freed))
 
     all_steps = []
     for h, hr in enumerate(comp.heads):
@@ -226,18 +233,19 @@ def decode(comp: Computation, mode: str = "prefill", block_size: int | None = No
                 V_buf[rng.start:rng.stop] = V_rows[rng.start:rng.stop]
                 written = rng
                 S = rng.stop
-                computed, reused = len(rng), rng.start
+                computed, reused = len(rng), rng.start - firsts[i]
             for t in written:
                 store.write(paging[i].table, t, K_buf[t], V_buf[t])
-            K, V = K_buf[:S], V_buf[:S]  # views, no copies
-            allowed = allow[rng.start:rng.stop, :S]  # (L, S): row r is token start + r, bottom-right aligned
-            bias = None if hr.bias is None else hr.bias[rng.start:rng.stop, :S]
+            lo = firsts[i]  # 0 unless a sliding window has let older rows go
+            K, V = K_buf[lo:S], V_buf[lo:S]  # views, no copies
+            allowed = allow[rng.start:rng.stop, lo:S]  # (L, S − lo): row r is token start + r, bottom-right aligned
+            bias = None if hr.bias is None else hr.bias[rng.start:rng.stop, lo:S]
             scores, scaled, weights, output = _attend(q, K, V, allowed, hr.scale, bias, hr.sink)
-            K_paged, V_paged = store.gather(paging[i].table, S)
+            K_paged, V_paged = store.gather(paging[i].table, S, lo)
             paged = _attend(q, K_paged, V_paged, allowed, hr.scale, bias, hr.sink)[3]
             kind = "decode" if rng.start >= prefilled else ("chunk" if mode == "chunked" else "prefill")
             steps.append(DecodeStep(i, h, rng.start, rng.stop, kind, q, K, V, allowed, scores, scaled, weights,
                                     output, reference[h][rng.start:rng.stop], hr.output[rng.start:rng.stop],
-                                    paged, computed, reused))
+                                    paged, computed, reused, lo, range(firsts[i - 1] if i else 0, lo)))
         all_steps.append(tuple(steps))
     return Decode(comp, mode, ranges, allow, own, reference, tuple(all_steps), tuple(paging))

@@ -63,6 +63,17 @@ class BlockTable:
         return BlockTable(self.block_size, self.physical + new, tokens, self.free[len(new):]), new
 
 
+    def release(self, first: int) -> tuple[BlockTable, tuple[int, ...]]:
+        """The table once tokens before ``first`` have left a sliding window: blocks holding only
+        such tokens go back to the front of the free list (reused first); their entries become −1."""
+        freed = tuple(p for logical, p in enumerate(self.physical)
+                      if p >= 0 and (logical + 1) * self.block_size <= first)
+        if not freed:
+            return self, ()
+        physical = tuple(-1 if p in freed else p for p in self.physical)
+        return BlockTable(self.block_size, physical, self.tokens, freed + self.free), freed
+
+
 def empty_table(block_size: int, order: tuple[int, ...]) -> BlockTable:
     return BlockTable(block_size, (), 0, order)
 
@@ -81,9 +92,9 @@ class PagedStore:
         self.V[address.physical, address.slot] = v
         return address
 
-    def gather(self, table: BlockTable, length: int) -> tuple[Matrix, Matrix]:
-        """The first ``length`` rows of K and V in token order, read through the block table."""
-        blocks = np.asarray(table.physical, dtype=np.intp)
-        K = self.K[blocks].reshape(-1, self.K.shape[2])[:length]  # (length, d_k)
-        V = self.V[blocks].reshape(-1, self.V.shape[2])[:length]  # (length, d_v)
+    def gather(self, table: BlockTable, length: int, first: int = 0) -> tuple[Matrix, Matrix]:
+        """Rows ``first`` … ``length − 1`` of K and V in token order, each read through the block table."""
+        addresses = [table.address(t) for t in range(first, length)]
+        K = np.array([self.K[a.physical, a.slot] for a in addresses]).reshape(-1, self.K.shape[2])
+        V = np.array([self.V[a.physical, a.slot] for a in addresses]).reshape(-1, self.V.shape[2])
         return K, V
