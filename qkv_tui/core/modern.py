@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import difflib
 import json
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
+
+from qkv_tui.core.values import kind as _kind
+from qkv_tui.core.values import show as _show
 
 if TYPE_CHECKING:
     from qkv_tui.core.scenario import Scenario
@@ -281,26 +283,3 @@ def parse_num_kv_heads(v: Checker, table: dict[str, Any], num_heads: int) -> int
             " expected a divisor (each K/V head serves the same number of query heads)"
         )
     return count
-
-
-def _show(value: Any) -> str:
-    """A value as a message shows it: short, and safe for integers of any size (the loader's wording)."""
-    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 256:
-        return f"an integer of about {int(value.bit_length() * math.log10(2)) + 1:,} digits"
-    if isinstance(value, str):
-        return repr(value if len(value) <= 60 else value[:57] + "...")
-    return repr(value) if isinstance(value, float) else str(value)
-
-
-def _kind(value: Any) -> str:
-    if isinstance(value, bool):
-        return f"a boolean ({str(value).lower()})"
-    if isinstance(value, str):
-        return f"a string ({_show(value)})"
-    if isinstance(value, (int, float)):
-        return f"a number ({_show(value)})"
-    if isinstance(value, list):
-        return "a list" if value else "an empty list"
-    if isinstance(value, dict):
-        return "a table"
-    return f"a {type(value).__name__}"

@@ -22,6 +22,8 @@ from qkv_tui.core import modern
 from qkv_tui.core.modern import Alibi, Norm, Rope, Vector
 from qkv_tui.core.production import CACHE_KEYS, TILES_KEYS, ProductionSettings, parse_production
 from qkv_tui.core.tomlfile import NumberGrid, ReadError, decode, parse_toml, read_bytes, stat_path
+from qkv_tui.core.values import kind as _kind
+from qkv_tui.core.values import show as _show
 
 Matrix = npt.NDArray[np.float64]
 BoolMatrix = npt.NDArray[np.bool_]
@@ -750,27 +752,3 @@ def _unprintable(text: str, allow: str = "") -> str | None:
             name = _CONTROL_NAMES.get(ch, "a control character")
             return f"{name} (U+{ord(ch):04X})"
     return None
-
-
-def _show(value: Any) -> str:
-    """A value as a message shows it: short, one line, and safe for integers of any size."""
-    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 256:
-        return f"an integer of about {int(value.bit_length() * math.log10(2)) + 1:,} digits"
-    if isinstance(value, str):
-        shown = repr(value if len(value) <= 60 else value[:57] + "...")
-        return shown
-    return repr(value) if isinstance(value, float) else str(value)
-
-
-def _kind(value: Any) -> str:
-    if isinstance(value, bool):
-        return f"a boolean ({str(value).lower()})"
-    if isinstance(value, str):
-        return f"a string ({_show(value)})"
-    if isinstance(value, (int, float)):
-        return f"a number ({_show(value)})"
-    if isinstance(value, list):
-        return "a list" if value else "an empty list"
-    if isinstance(value, dict):
-        return "a table"
-    return f"a {type(value).__name__}"

@@ -1,0 +1,33 @@
+"""How an error message names a value from a scenario file: short, one line, safe at any size.
+
+Shared by the loader (scenario.py) and the modern keys (modern.py), so both say the same.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+
+def show(value: Any) -> str:
+    """A value as a message shows it; an integer of thousands of digits is described, not printed."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 256:
+        return f"an integer of about {int(value.bit_length() * math.log10(2)) + 1:,} digits"
+    if isinstance(value, str):
+        return repr(value if len(value) <= 60 else value[:57] + "...")
+    return repr(value) if isinstance(value, float) else str(value)
+
+
+def kind(value: Any) -> str:
+    """What a value is, with the value where it is short: ``a number (3)``, ``an empty list``."""
+    if isinstance(value, bool):
+        return f"a boolean ({str(value).lower()})"
+    if isinstance(value, str):
+        return f"a string ({show(value)})"
+    if isinstance(value, (int, float)):
+        return f"a number ({show(value)})"
+    if isinstance(value, list):
+        return "a list" if value else "an empty list"
+    if isinstance(value, dict):
+        return "a table"
+    return f"a {type(value).__name__}"
