@@ -36,6 +36,8 @@ MIN_WIDTH, MIN_HEIGHT = 50, 14
 OVERVIEW_ROWS, OVERVIEW_SLOTS = 2, 5  # rows of context panes below the focus panes, when there is room
 OVERVIEW_MIN_HEIGHT = 6  # a context pane shows at least three rows
 FOCUS_MIN_ROWS = 8  # rows a tall focus pane keeps when it shares the screen with context panes
+# lines the focus panes keep however long the explanation (which then scrolls): up to 8 rows whole
+FOCUS_FLOOR = FOCUS_MIN_ROWS + 3
 TRACE_ONLY = ("next_stage", "prev_stage", "stage", "goto", "quiz", "hand", "whatif")
 
 
@@ -185,14 +187,15 @@ class QKVApp(App[None]):
             return
         screen = self.live.mark(self.presenter.screen(self.position, self.modes))
         self.query_one(StageBar).show(self.scenario.title, screen.explanation, size.width)
-        self.query_one(FormulaLine).show(screen.explanation, self._flags())
+        self.query_one(FormulaLine).show(screen.explanation, self._flags(), size.width)
         explain = self.query_one(ExplainPanel)
         explain.show(screen.explanation, screen.description, screen.notes)
         quiz_lines = self._show_quiz()
         # the focus panes come first, then the whole explanation, then context panes in what is left
         avail = size.height - 3 - quiz_lines  # stage bar, formula line, footer and the quiz
         explain_lines = explain.lines_needed(size.width)
-        focus_budget = max(avail - min(explain_lines, max(6, size.height * 2 // 5)), 5)
+        # the whole explanation where the panes can spare it; else the panes keep a few rows and it scrolls
+        focus_budget = max(avail - explain_lines, min(pane_height(screen.focus), FOCUS_FLOOR))
         if screen.extra:  # big matrices: half the room, so the rest of the head stays in view below
             focus_budget = min(focus_budget, max(FOCUS_MIN_ROWS + 3, avail // 2))
         room = avail - self._fill("focus", screen.focus, focus_budget) - explain_lines

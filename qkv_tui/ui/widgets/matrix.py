@@ -19,7 +19,7 @@ from textual.strip import Strip
 
 from qkv_tui.core.fmt import fmt
 from qkv_tui.screen.layout import visible_columns
-from qkv_tui.screen.text import printable
+from qkv_tui.screen.text import printable, shorten, title_variants
 from qkv_tui.screen.view import PaneSpec, changed_rows
 
 LABEL = Style(color="#d7af5f", bold=True)
@@ -72,6 +72,8 @@ class MatrixView(ScrollView, can_focus=False):
         self._placed: int | str | bool | None = False  # nothing placed yet (None means hidden)
         self._shown: tuple[object, ...] = ()
         self._base: Style | None = None  # rich_style walks every ancestor's CSS: keep it between frames
+        self._titles: list[str] = [""]  # the spec's title, fullest first
+        self._title_shown: tuple[str, str] | None = None
 
     def notify_style_update(self) -> None:
         self._base = None
@@ -102,10 +104,8 @@ class MatrixView(ScrollView, can_focus=False):
         self._shown = state
         old, self.spec = self.spec, spec
         if old is None or (old.title, old.subtitle) != (spec.title, spec.subtitle):
-            # Text, not str: a title is otherwise read as markup, and a head named "[x]" would break it;
-            # setting a title redraws the whole pane, even when unchanged
-            self.border_title = Text(printable(spec.title))
-            self.border_subtitle = Text(printable(spec.subtitle))
+            self._titles = title_variants(printable(spec.title))
+            self._fit_title()
         size = Size(spec.content_width, int(spec.values.shape[0]) + 1)
         resized = size != self.virtual_size
         if resized:
@@ -123,7 +123,24 @@ class MatrixView(ScrollView, can_focus=False):
         if spec.focus_point != (None, None) and (resized or self.max_scroll_x or self.max_scroll_y):
             self.call_after_refresh(self._follow_current)
 
+    def _fit_title(self) -> None:
+        """The fullest title that fits the border; the formula and shape go last (see title_variants)."""
+        if self.spec is None:
+            return
+        # the width place() gave, before the layout pass makes it the real one
+        width = self._placed if isinstance(self._placed, int) and not isinstance(self._placed, bool) else 0
+        room = (width or self.outer_size.width) - 6  # "╭─ " and " ─╮"
+        title = next((t for t in self._titles if cell_len(t) <= room), self._titles[-1])
+        subtitle = shorten(printable(self.spec.subtitle), max(room, 1))
+        if (title, subtitle) != self._title_shown:
+            self._title_shown = (title, subtitle)
+            # Text, not str: a title is otherwise read as markup, and a head named "[x]" would break it;
+            # setting a title redraws the whole pane, even when unchanged
+            self.border_title = Text(title)
+            self.border_subtitle = Text(subtitle)
+
     def on_resize(self) -> None:
+        self._fit_title()
         # A pane given a new matrix after a jump (g, home, a stage key, tab) is laid out only after
         # show(): follow again once its real size is known, or the current cell may stay off screen.
         if self.spec is not None and self.spec.focus_point != (None, None):

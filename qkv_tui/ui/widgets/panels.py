@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from functools import lru_cache
+
+from rich.segment import Segment
+from rich.style import Style
 from rich.text import Text
-from textual.geometry import Region
+from textual.geometry import Region, Size
+from textual.scroll_view import ScrollView
 from textual.strip import Strip
-from textual.widget import Widget
 from textual.widgets import Static
 
-from qkv_tui.screen.text import printable
+from qkv_tui.core.fmt import cell_len
+from qkv_tui.screen.text import printable, shorten, wrap
 from qkv_tui.screen.view import Explanation
 
+TITLE_MIN = 12  # a title cut shorter than this says little: name only the current stage first
 STAGE_STYLE = {"current": "bold #000000 on #ffd75f", "done": "#5fd75f", "todo": "#8a8a8a"}
 # the panels' text styles; ui/themes.py swaps both dicts for the light theme
 TEXT = {
@@ -26,13 +33,18 @@ class StageBar(Static):
     _shown: tuple[object, ...] = ()
 
     def show(self, title: str, ex: Explanation, width: int) -> None:
-        # narrow terminals drop the title, then the names of the stages not being computed
+        # a narrow terminal shortens the title, then names only the stage being computed, then shortens
+        # the title further; the title goes only when not even a few letters of it fit
         if (title, ex.stages, width) == self._shown:  # it changes only with the stage
             return
         self._shown = (title, ex.stages, width)
-        for with_title, full_names in ((True, True), (False, True), (False, False)):
-            text = self._line(title if with_title else "", ex, full_names)
-            if text.cell_len <= width:
+        title = printable(title)
+        text = self._line("", ex, full_names=False)
+        for full_names, least in ((True, len(title)), (True, TITLE_MIN), (False, len(title)), (False, 4)):
+            stages = self._line("", ex, full_names)
+            room = width - stages.cell_len - 4  # the title's padding and the gap after it
+            if room >= min(least, cell_len(title)):
+                text = self._line(shorten(title, room), ex, full_names)
                 break
         self.update(text, layout=False)  # its size is fixed by CSS: no layout pass
 
@@ -40,7 +52,7 @@ class StageBar(Static):
     def _line(title: str, ex: Explanation, full_names: bool) -> Text:
         text = Text(no_wrap=True, overflow="ellipsis")
         if title:
-            text.append(f" {printable(title)} ", style="bold")
+            text.append(f" {title} ", style="bold")
             text.append("  ")
         for i, (label, state) in enumerate(ex.stages):
             if i:
@@ -53,93 +65,141 @@ class StageBar(Static):
 
 
 class FormulaLine(Static):
-    """softmax(QKᵀ/√dₖ)V with the part being computed marked, and where we are."""
+    """softmax(QKᵀ/√dₖ)V with the part being computed marked, and where we are.
 
-    def show(self, ex: Explanation, flags: str = "") -> None:
+    A narrow terminal gets the same facts in fewer cells: tighter gaps, the formula without
+    the parts not being computed after V, shorter flags and head name, and at last no formula.
+    Where we are (stage, operation, head) is never cut.
+    """
+
+    def show(self, ex: Explanation, flags: str = "", width: int = 1_000) -> None:
+        name, _, count = ex.head_label.rpartition(" (")
+        head = (printable(name), f"({count}") if ex.head_label else None
+        for fit in FITS:
+            text = self._line(ex, flags, head, fit)
+            if text.cell_len <= width:
+                break
+        self.update(text, layout=False)  # its size is fixed by CSS: no layout pass
+
+    @staticmethod
+    def _line(ex: Explanation, flags: str, head: tuple[str, str] | None, fit: Fit) -> Text:
         text = Text(no_wrap=True, overflow="ellipsis")
         text.append(" ")
-        for piece, active in ex.formula:
-            text.append(piece, style=TEXT["formula_active"] if active else TEXT["formula"])
-        text.append("   ")
+        if fit.formula:
+            after_v = False
+            for piece, active in ex.formula:
+                if after_v and not fit.tail and not active:
+                    continue
+                text.append(piece, style=TEXT["formula_active"] if active else TEXT["formula"])
+                after_v = after_v or piece == "V"
+            text.append(fit.gap)
         text.append(ex.stage_label, style=TEXT["stage_label"])
         text.append(" · ")
         text.append(ex.counter, style="bold")
-        if ex.head_label:
+        if head is not None:
             text.append(" · ")
-            text.append(printable(ex.head_label), style=TEXT["head_label"])
+            text.append(f"{shorten(head[0], fit.name) if fit.name else head[0]} {head[1]}", style=TEXT["head_label"])
         if flags:
-            text.append(f"   [{flags}]", style=TEXT["muted"])
-        self.update(text, layout=False)  # its size is fixed by CSS: no layout pass
+            if fit.compact_flags:
+                flags = flags.replace(" dp", "dp").replace(" · ", "·")
+            text.append(f"{fit.gap}[{flags}]", style=TEXT["muted"])
+        return text
 
 
-class ExplainPanel(Widget):
+@dataclass(frozen=True)
+class Fit:
+    """One way of writing the formula line, from roomiest to tightest."""
+
+    gap: str = "   "  # between the formula, where we are, and the flags
+    tail: bool = True  # the formula's parts after V (→ concat·W_O) even when not being computed
+    compact_flags: bool = False  # [3dp·by hand] rather than [3 dp · by hand]
+    name: int = 0  # cells the head's name is cut to; 0 = whole
+    formula: bool = True
+
+
+FITS = (Fit(), Fit(gap="  "), Fit(gap="  ", tail=False), Fit(gap="  ", tail=False, compact_flags=True),
+        Fit(gap="  ", tail=False, compact_flags=True, name=8),
+        Fit(gap=" ", tail=False, compact_flags=True, name=4, formula=False))
+
+
+class ExplainPanel(ScrollView, can_focus=False):
     """The current operation's arithmetic with its real numbers, and what the stage means.
 
-    Drawn line by line from the wrapped text, and only the lines that differ from the last
-    step are redrawn: most of the panel (the stage's meaning, the blank rest) stays put.
+    Each line is wrapped at term boundaries (never inside an expression) with a hanging
+    indent, and only the screen lines that differ from the last step are redrawn: most of
+    the panel (the stage's meaning, the blank rest) stays put. When the terminal is too
+    short for all of it, the panel scrolls (mouse wheel, or page up / page down).
     """
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
-        self._text = Text()
+        self._lines: tuple[tuple[str, str], ...] = ()  # (text, style) of each logical line
         self._strips: list[Strip] = []
         self._wrapped: tuple[int, list[Strip]] = (-1, [])  # (width, lines) of the current text
 
     def _wrap(self, width: int) -> list[Strip]:
         if self._wrapped[0] != width:
-            console = self.app.console
-            lines = console.render_lines(self._text, console.options.update_width(max(width, 1)), pad=False)
-            self._wrapped = (width, [Strip(line) for line in lines])
+            strips = []
+            for text, style in self._lines:
+                rich = _style(style)
+                strips += [Strip([Segment(line, rich)]) for line in wrap(text, width)]
+            self._wrapped = (width, strips)
         return self._wrapped[1]
 
     @property
     def plain(self) -> str:
-        """The panel's text without styles."""
-        return self._text.plain
+        """The panel's text without styles, one logical line per line (not wrapped)."""
+        return "\n".join(text for text, _ in self._lines)
 
     def lines_needed(self, width: int) -> int:
         """Screen lines this panel takes at a terminal width: its wrapped text and the top border."""
-        return len(self._wrap(max(width - 2, 1))) + 1  # padding: one column each side
+        return len(self._wrap(max(width - 2, 1))) + 1  # padding on the left, the scrollbar's gutter on the right
 
     def show(self, ex: Explanation, description: str = "", notes: tuple[str, ...] = ()) -> None:
         # every line is the scenario's words too (labels, names): no control character may break it
-        text = Text()
-        text.append(printable(ex.arithmetic), style=TEXT["arithmetic"])
-        for line in ex.details:
-            text.append("\n")
-            text.append(printable(line), style=TEXT["detail"])
-        for line in notes:
-            text.append("\n")
-            text.append(printable(line), style=TEXT["note"])
-        text.append("\n")
-        text.append(printable(ex.meaning), style=TEXT["meaning"])
-        if description:
-            text.append("\n")
-            # a description's own line breaks are the author's layout: keep them, and only them
-            text.append("\n".join(printable(line) for line in description.split("\n")), style=TEXT["description"])
-        if text.plain == self._text.plain and text.spans == self._text.spans:
+        lines = [(printable(ex.arithmetic), TEXT["arithmetic"])]
+        lines += [(printable(line), TEXT["detail"]) for line in ex.details]
+        lines += [(printable(line), TEXT["note"]) for line in notes]
+        lines.append((printable(ex.meaning), TEXT["meaning"]))
+        # a description's own line breaks are the author's layout: keep them, and only them
+        lines += [(printable(line), TEXT["description"]) for line in description.split("\n") if description]
+        if tuple(lines) == self._lines:
             return
-        self._text = text
+        self._lines = tuple(lines)
         self._wrapped = (-1, [])
+        if self.scroll_y:
+            self.scroll_to(y=0, animate=False, immediate=True)  # a new operation reads from its first line
         self._redraw_changed()
 
     def on_resize(self) -> None:
         self._redraw_changed()
 
     def _redraw_changed(self) -> None:
-        width = self.size.width
+        width = self.scrollable_content_region.width
         if not width:  # not laid out yet: render_line wraps at the real width
             self.refresh()
             return
         new = self._wrap(width)
         old, self._strips = self._strips, new
+        size = Size(width, len(new))
+        if size != self.virtual_size:
+            self.virtual_size = size
+            self.refresh()
+            return
+        top = int(self.scroll_y)
         for y in range(max(len(old), len(new))):
-            if y >= len(old) or y >= len(new) or old[y] != new[y]:
-                self.refresh(Region(0, y, width, 1))
+            if (y >= len(old) or y >= len(new) or old[y] != new[y]) and 0 <= y - top < self.size.height:
+                self.refresh(Region(0, y - top, width, 1))
 
     def render_line(self, y: int) -> Strip:
-        width = self.size.width
+        width = self.scrollable_content_region.width
         if self._wrapped[0] != width:  # laid out at a new width since the last step
             self._strips = self._wrap(width)
-        strip = self._strips[y] if y < len(self._strips) else Strip.blank(width)
+        row = y + int(self.scroll_y)
+        strip = self._strips[row] if row < len(self._strips) else Strip.blank(width)
         return strip.apply_style(self.rich_style).crop_extend(0, width, self.rich_style)
+
+
+@lru_cache(maxsize=32)
+def _style(text: str) -> Style:
+    return Style.parse(text)
