@@ -13,7 +13,6 @@ import itertools
 import math
 import re
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -344,26 +343,9 @@ def test_the_checker_rejects_false_lines(line: str) -> None:
 # --- the Markdown export ------------------------------------------------------------------------
 
 
-def pending_stages(path: Path) -> list[str]:
-    """§7 features whose stages the trace does not show yet (a norm, rotation, bias or sink)."""
-    sc = load_scenario(path)
-    found = [name for name in ("norm", "rope") if getattr(sc, name) is not None]
-    if any(h.sink is not None for h in sc.heads):
-        found.append("sink")
-    if any(b is not None for h in sc.heads for b in (h.b_Q, h.b_K, h.b_V)):
-        found.append("bias")
-    return found
-
-
 def each_scenario() -> list[Any]:
-    """Every built-in scenario; those using §7 stages not yet in the trace are expected to fail
-    (helper "modern" adds those stages; then this mark goes)."""
-    out = []
-    for path in SCENARIOS:
-        pending = pending_stages(path)
-        marks = [pytest.mark.xfail(strict=False, reason=f"trace lacks the {', '.join(pending)} stage")] if pending else []
-        out.append(pytest.param(path, id=path.stem, marks=marks))
-    return out
+    """Every built-in scenario, the §7 ones (norm, rotation, biases, sinks) included."""
+    return [pytest.param(path, id=path.stem) for path in SCENARIOS]
 
 
 @pytest.mark.parametrize("decimals", range(1, 9))

@@ -13,9 +13,14 @@ from qkv_tui import compute, load_scenario
 from qkv_tui.core.engine import rotate
 from qkv_tui.core.modern import Rope, default_slopes
 from qkv_tui.core.scenario import parse_scenario
+from qkv_tui.edges.export_markdown import to_markdown
+from qkv_tui.screen.view import View
+from qkv_tui.teach.handcalc import compute_hand
+from qkv_tui.teach.trace import Trace
 
 from .conftest import BASE, HEAD
 from .modern_cases import ModernCase, modern_cases, reference
+from .test_calculator import assert_holds, check_text, explanation_text
 from .test_errors_modern import HEAD4
 
 TOL = {"rtol": 1e-9, "atol": 1e-9}
@@ -264,3 +269,32 @@ def test_toml_export_round_trips_every_variant(case: ModernCase) -> None:
             x, y = getattr(ha, name), getattr(hb, name)
             assert (x is None and y is None) or np.array_equal(x, y), name
     assert np.array_equal(a.output, b.output)
+
+
+@settings(max_examples=30, deadline=None)
+@given(modern_cases(), st.integers(1, 6), st.booleans())
+def test_every_modern_line_checks_out_on_a_calculator(case: ModernCase, decimals: int, hand: bool) -> None:
+    """Norm, + b, Rotate, + slope·(j − i) and the sink column: each '=' recomputes from the shown numbers."""
+    comp = compute(parse_scenario(case.toml, "generated.toml"))
+    if hand:
+        comp = compute_hand(comp, decimals)
+    assert_holds(check_text(explanation_text(View(Trace(comp)), decimals), whole=not hand))
+
+
+@settings(max_examples=15, deadline=None)
+@given(modern_cases(), st.integers(1, 6))
+def test_modern_markdown_checks_out_on_a_calculator(case: ModernCase, decimals: int) -> None:
+    assert_holds(check_text(to_markdown(compute(parse_scenario(case.toml, "generated.toml")), decimals)))
+
+
+def test_trace_has_the_modern_stages() -> None:
+    assert Trace(compute(load_scenario("pre_norm"))).stage_keys[:3] == ["embed", "norm", "project"]
+    rope = Trace(compute(load_scenario("rope")))
+    assert rope.stage_keys[1:4] == ["project", "rotate", "score"]
+    op = next(rope.op(i) for i in range(len(rope)) if rope.op(i).arithmetic.startswith("Q'[love,1]"))
+    assert op.arithmetic == "Q'[love,1] = Q[love,0]·sin(1·θ₀) + Q[love,1]·cos(1·θ₀) = 0·0.841 + 2·0.540 = 1.081"
+    gqa = Trace(compute(load_scenario("gqa")))
+    targets = [(s.head, s.target) for s in gqa.segments if s.stage == "project"]
+    assert targets == [(0, "Q"), (0, "K"), (0, "V"), (1, "Q"), (2, "Q"), (2, "K"), (2, "V"), (3, "Q")]
+    norm = Trace(compute(load_scenario("pre_norm")))
+    assert norm.op(3).arithmetic == "X̂[I,0] = X[I,0] / √(ms + eps)·γ[0] = 1 / √(0.500 + 1e-05)·1 = 1.414"

@@ -77,7 +77,7 @@ def to_markdown(comp: Computation, decimals: int = 3) -> str:
         lines = []
         for i in range(run.start, run.stop):
             op = trace.op(i, decimals)
-            rows = sc.m if op.segment.target in ("K", "V") else sc.n
+            rows = sc.m if op.segment.target in ("K", "V", "K_rot") else sc.n
             if op.row >= min(rows, WORKED_ROWS):
                 continue
             lines.append(f"    {op.arithmetic}")
@@ -102,6 +102,12 @@ def to_markdown(comp: Computation, decimals: int = 3) -> str:
     if sc.is_cross:
         out += ["The context's embeddings (Keys and Values are built from these):", "",
                 table("context_X", None, keys, columns("context_X", None), "X_ctx"), ""]
+    if comp.norm is not None:  # contracts §7: X is normalised before the projections
+        stage_heading("norm")
+        out += [f"X̂ = {sc.norm.kind if sc.norm else ''}norm(X):", "",
+                table("X_norm", None, tokens, columns("X_norm", None), "X̂"), ""]
+        worked("norm", None)
+    x_in = "X̂" if comp.norm is not None else "X"
     if trace.split:
         out += [f"The scenario gives one wide matrix per role, cut into {len(comp.heads)} equal column slices:"
                 " each head takes the columns labelled with its number (h2:0 is head 2's column 0).", ""]
@@ -114,21 +120,39 @@ def to_markdown(comp: Computation, decimals: int = 3) -> str:
         stage_heading("project", True)
         for role, labels in (("Q", tokens), ("K", keys), ("V", keys)):
             weight = f"W_{role}"
+            bias = " + b_" + role if getattr(head, f"b_{role}") is not None else ""
+            shared = role != "Q" and trace.kv_owner[h] != h
             out += [f"{weight}:", "", table(weight, h, numbered(weight, h), columns(weight, h), weight), ""]
-            out += [f"{role} = {'X_ctx' if sc.is_cross and role != 'Q' else 'X'}·{weight}:", "",
+            out += [f"{role} = {'X_ctx' if sc.is_cross and role != 'Q' else x_in}·{weight}{bias}"
+                    + (f" (K/V head {head.kv_head + 1}, computed by {comp.heads[trace.kv_owner[h]].name}):" if shared
+                       else ":"), "",
                     table(role, h, labels, columns(role, h), role), ""]
         worked("project", h)
+        if sc.rope is not None:
+            stage_heading("rotate", True)
+            pairs = " ".join(f"({a},{b})" for a, b in sc.rope.pairs(head.d_k))
+            out += [f"Pairs ({sc.rope.layout} layout): {pairs}; positions {', '.join(map(str, sc.rope.positions))}.", "",
+                    table("Q_rot", h, tokens, columns("Q_rot", h), "Q'"), "",
+                    table("K_rot", h, keys, columns("K_rot", h), "K'"), ""]
+            worked("rotate", h)
         stage_heading("score", True)
         out += [table("scores", h, tokens, keys, "scores"), ""]
         worked("score", h)
         stage_heading("scale", True)
         divisor = f"√{head.d_k} = {head.scale:.{decimals}f}" if head.scale_is_default else f"{head.scale:g} (set by the scenario)"
-        out += [f"Divide by {divisor}." + (" Masked cells are −∞." if not sc.allow.all() else ""), "",
-                table("scaled", h, tokens, keys, "scaled"), ""]
+        out += [f"Divide by {divisor}." + (" Masked cells are −∞." if not sc.allow.all() else ""), ""]
+        if head.bias is not None:
+            out += [f"ALiBi bias, slope {head.slope:g} · (j − i):", "", table("bias", h, tokens, keys, "bias"), "",
+                    "scaled + bias (the softmax's input):", ""]
+        out += [table("scaled", h, tokens, keys, "scaled"), ""]
         worked("scale", h)
         stage_heading("softmax", True)
-        out += [table("weights", h, tokens, keys, "weights"), "",
-                "Every row sums to 1" + (" and masked weights are exactly 0." if not sc.allow.all() else "."), ""]
+        out += [table("weights", h, tokens, keys, "weights"), ""]
+        if head.sink is not None:
+            out += [f"With the sink (logit {head.sink:g}) each row sums to less than 1:", "",
+                    md_table(trace.sink_panel(h), tokens, ["logit", "e^(s−m)", "Σw"], "sink", False, decimals), ""]
+        else:
+            out += ["Every row sums to 1" + (" and masked weights are exactly 0." if not sc.allow.all() else "."), ""]
         worked("softmax", h)
         stage_heading("mix", True)
         out += [table("output", h, tokens, columns("output", h), "output"), ""]

@@ -126,9 +126,11 @@ def hand_norm(norm: Norm, X: Matrix, decimals: int) -> NormResult:
     exact_root: Matrix = np.sqrt(spread + norm.eps)
     root: Matrix = round_to(exact_root, decimals)
     root = np.where(root == 0, exact_root, root)  # never divide by a rounded 0
-    X_norm = round_to(round_to(centered / root[:, None], decimals) * norm.gamma[None, :], decimals)
+    # each cell in one go from the written-down centred value and root: c / root · γ + β
+    X_norm = centered / root[:, None] * norm.gamma[None, :]
     if norm.beta is not None:
-        X_norm = round_to(X_norm + norm.beta[None, :], decimals)
+        X_norm = X_norm + norm.beta[None, :]
+    X_norm = round_to(X_norm, decimals)
     return NormResult(r(X_norm), mean, spread, r(root))
 
 

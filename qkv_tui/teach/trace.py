@@ -18,7 +18,8 @@ import numpy as np
 
 from qkv_tui.core.engine import Computation
 from qkv_tui.core.fmt import NEG_INF, fmt, is_integral, vector
-from qkv_tui.core.scenario import Matrix
+from qkv_tui.core.scenario import Head, Matrix
+from qkv_tui.teach import trace_modern as modern
 from qkv_tui.teach.arith import (
     MAX_TERMS,
     SoftmaxRow,
@@ -62,6 +63,8 @@ STAGES: dict[str, Stage] = {s.key: s for s in (
           "Each head produced its own output. Place them side by side, left to right, one wide row per token."),
     Stage("wo", "W_O",
           "A final linear layer W_O mixes the heads' concatenated outputs into the model's output width."),
+    Stage("norm", "Norm", modern.NORM_MEANING),  # contracts §7: after Embed
+    Stage("rotate", "Rotate", modern.ROTATE_MEANING),  # contracts §7: after Project
 )}
 
 HEAD_STAGES = ("project", "score", "scale", "softmax", "mix")
@@ -146,6 +149,10 @@ class Trace:
         sc = comp.scenario
         n, m = sc.n, sc.m
         self.stage_keys: list[str] = ["embed", *HEAD_STAGES]
+        if comp.norm is not None:
+            self.stage_keys.insert(1, "norm")
+        if sc.rope is not None:
+            self.stage_keys.insert(self.stage_keys.index("project") + 1, "rotate")
         if len(comp.heads) > 1:
             self.stage_keys.append("concat")
         if comp.W_O is not None:
@@ -158,10 +165,21 @@ class Trace:
             segs.append(Segment(stage, numbers[stage], head, target, rows, cols, per_row, start))
 
         add("embed", None, "X", n, sc.X.shape[1], per_row=True)
+        if comp.norm is not None:
+            add("norm", None, "X_norm", n, sc.X.shape[1])
+        self.kv_owner: list[int] = []  # the query head that computes each head's K and V (GQA shares them)
         for h, head in enumerate(comp.heads):
+            owner = next(g for g in range(h + 1) if _shares_kv(sc.heads[g], sc.heads[h]) and
+                         comp.heads[g].kv_head == head.kv_head)
+            self.kv_owner.append(owner)
             add("project", h, "Q", n, head.d_k)
-            add("project", h, "K", m, head.d_k)
-            add("project", h, "V", m, head.d_v)
+            if owner == h:
+                add("project", h, "K", m, head.d_k)
+                add("project", h, "V", m, head.d_v)
+            if sc.rope is not None:
+                add("rotate", h, "Q_rot", n, head.d_k)
+                if owner == h:
+                    add("rotate", h, "K_rot", m, head.d_k)
             add("score", h, "scores", n, m)
             add("scale", h, "scaled", n, m)
             add("softmax", h, "weights", n, m)
@@ -215,8 +233,12 @@ class Trace:
         comp = self.comp
         if head is not None and name in HEAD_MATRICES:
             return getattr(comp.heads[head], "masked" if name == "scaled" else name)  # type: ignore[no-any-return]
+        if head is not None and name == "sink":
+            return self.sink_panel(head)
         if name == "X":
             return comp.scenario.X
+        if name == "X_norm" and comp.norm is not None:
+            return comp.norm.X_norm
         if name == "context_X":
             return comp.scenario.X_kv
         if name == "concat":
@@ -268,13 +290,19 @@ class Trace:
     def _derive_integral(self, name: str, head: int | None) -> bool:
         if name in ("X", "context_X", "W_Q", "W_K", "W_V", "W_O", *WIDE):
             return True  # as given: is_integral decides
-        cross = self.comp.scenario.is_cross
+        sc = self.comp.scenario
+        cross = sc.is_cross
+        x_in = "X" if self.comp.norm is None else "X_norm"
+        if name in ("Q", "K", "V") and head is not None:
+            bias = getattr(self.comp.heads[head], f"b_{name}")
+            if bias is not None and not bool(np.all(bias == np.round(bias))):
+                return False
         if name == "Q":
-            return self.integral("X", None) and self.integral("W_Q", head)
+            return self.integral(x_in, None) and self.integral("W_Q", head)
         if name in ("K", "V"):
-            return self.integral("context_X" if cross else "X", None) and self.integral(f"W_{name}", head)
+            return self.integral("context_X" if cross else x_in, None) and self.integral(f"W_{name}", head)
         if name == "scores":
-            return self.integral("Q", head) and self.integral("K", head)
+            return sc.rope is None and self.integral("Q", head) and self.integral("K", head)
         return False
 
     # --- labels ------------------------------------------------------------
@@ -283,13 +311,20 @@ class Trace:
         sc = self.comp.scenario
         if name.startswith("W_"):
             return str(row)
-        if name in ("K", "V", "context_X"):
+        if name in ("K", "V", "context_X", "K_rot"):
             return sc.key_tokens[row]
         return sc.tokens[row]
 
     def col_label(self, name: str, col: int) -> str:
-        if name in ("scores", "scaled", "weights"):
+        if name in ("scores", "scaled", "weights", "bias"):
             return self.comp.scenario.key_tokens[col]
+        if name in ("Q_rot", "K_rot") and self.comp.scenario.rope is not None:
+            # which pair each dimension belongs to: the two layouts pair different columns
+            d_k = self.comp.heads[0].d_k
+            pair = next(i for i, ab in enumerate(self.comp.scenario.rope.pairs(d_k)) if col in ab)
+            return f"{col}p{pair}"
+        if name == "sink":
+            return ("logit", "e^(s−m)", "Σw")[col]
         if name == "concat":
             return self.concat_label(col)
         if name in WIDE:
@@ -328,8 +363,24 @@ class Trace:
             hr = self.comp.heads[head if head is not None else 0]
             if not hr.scale_is_default:
                 text += f" This scenario divides by {hr.scale:g} instead of √dₖ."
-            if sc.mask_kind != "none":
+            if sc.alibi is not None:
+                text += (" ALiBi then adds slope·(j − i) to each cell: 0 on the diagonal and more negative the further"
+                         " back the key, so nearer tokens win; the bias pane shows it, and the softmax takes the sum.")
+            if sc.mask_kind == "sliding" and sc.window is not None:
+                text += (f" The sliding window of {sc.window} applies here: a token sees itself and the {sc.window - 1}"
+                         " before it (0 ≤ i − j < window; libraries differ by one on what a window counts),"
+                         " so older keys become −∞ as well as later ones.")
+            elif sc.mask_kind != "none":
                 text += f" The {sc.mask_kind} mask applies here: masked cells become −∞, so they get weight 0."
+        if stage == "project" and sc.num_kv_heads is not None:
+            text += (f" Grouped K/V heads: {len(self.comp.heads)} query heads share {sc.num_kv_heads} K/V"
+                     f" head{'s' if sc.num_kv_heads != 1 else ''}, so each K and V is computed once, by the first"
+                     " query head that reads it.")
+        if stage == "project" and self.comp.norm is not None:
+            text += " The projections read X̂, the normalised X."
+        if stage == "softmax" and any(h.sink is not None for h in self.comp.heads):
+            text += (" An attention sink joins each row as one more logit: its exponential is added to the row"
+                     " sum, then its column is dropped, so the row's weights add up to less than 1.")
         return text
 
     # --- building operations ----------------------------------------------
@@ -364,22 +415,63 @@ class Trace:
         h = seg.head
         assert h is not None
         sc = self.comp.scenario
-        source, src_name = (sc.X_kv, "context_X") if seg.target in ("K", "V") and sc.is_cross else (sc.X, "X")
+        if seg.target in ("K", "V") and sc.is_cross:
+            source, src_name, xs = sc.X_kv, "context_X", "X_ctx"
+        elif self.comp.norm is not None:
+            source, src_name, xs = self.comp.norm.X_norm, "X_norm", "X̂"
+        else:
+            source, src_name, xs = sc.X, "X", "X"
         weight_name = f"W_{seg.target}"
         head = self.comp.heads[h]
         W = getattr(head, weight_name)
+        bias = getattr(head, f"b_{seg.target}")
         value = float(getattr(head, seg.target)[row, col])
         label = self.row_label(seg.target, row)
-        xs = "X_ctx" if src_name == "context_X" else "X"
         result = self._fmt(seg.target, h, value, d)
-        work = dot_line(source[row], W[:, col], self.integral(src_name, None), self.integral(weight_name, h),
-                        result, d, self.hand)
+        src_int, w_int = self.integral(src_name, None), self.integral(weight_name, h)
         # split heads: name the column of the wide matrix the screen shows, h2:0 for head 2's column 0
         wide = self.is_wide(weight_name)
         wcol = self.slice_label(weight_name, self.wide_offset(weight_name, h) + col) if wide else str(col)
-        text = f"{seg.target}[{label},{col}] = {xs}[{label}]·{weight_name}[:,{wcol}] = {work}"
+        if bias is None:
+            work = dot_line(source[row], W[:, col], src_int, w_int, result, d, self.hand)
+            text = f"{seg.target}[{label},{col}] = {xs}[{label}]·{weight_name}[:,{wcol}] = {work}"
+        else:
+            work = modern.dot_bias_line(source[row], W[:, col], float(bias[col]), src_int, w_int, result, d, self.hand)
+            text = f"{seg.target}[{label},{col}] = {xs}[{label}]·{weight_name}[:,{wcol}] + b_{seg.target}[{col}] = {work}"
         operands = (Ref(src_name, None, row, None), Ref(weight_name, h, None, col))
-        return Operation(index, seg, row, col, value, operands, text)
+        details: tuple[str, ...] = ()
+        if seg.target in ("K", "V") and sc.num_kv_heads is not None:
+            sharing = [g for g in range(len(self.comp.heads)) if self.kv_owner[g] == h]
+            names = ", ".join(str(g + 1) for g in sharing)
+            ratio = len(self.comp.heads) / sc.num_kv_heads
+            details = (f"K/V head {head.kv_head + 1} is computed once and read by query heads {names}; the KV cache"
+                       f" keeps {sc.num_kv_heads} K/V head{'s' if sc.num_kv_heads != 1 else ''} instead of"
+                       f" {len(self.comp.heads)}: {ratio:g}× smaller",)
+        return Operation(index, seg, row, col, value, operands, text, details)
+
+    def _op_norm(self, index: int, seg: Segment, row: int, col: int, d: int) -> Operation:
+        assert self.comp.norm is not None
+        token = self.comp.scenario.tokens[row]
+        value = float(self.comp.norm.X_norm[row, col])
+        text, details = modern.norm_lines(self.comp, row, col, token, d, self.hand)
+        return Operation(index, seg, row, col, value, (Ref("X", None, row),), text, details)
+
+    def _op_rotate(self, index: int, seg: Segment, row: int, col: int, d: int) -> Operation:
+        h = seg.head
+        assert h is not None and self.comp.scenario.rope is not None
+        value, text, details = modern.rotate_lines(self.comp, h, seg.target, row, col, d, self.hand)
+        source = "Q" if seg.target == "Q_rot" else "K"
+        pair = next(ab for ab in self.comp.scenario.rope.pairs(self.comp.heads[h].d_k) if col in ab)
+        operands = (Ref(source, h, row, pair[0]), Ref(source, h, row, pair[1]))
+        return Operation(index, seg, row, col, value, operands, text, details)
+
+    def sink_panel(self, head: int) -> Matrix:
+        """The softmax's extra sink column per row: its logit, its exponential, and the row's Σ weights."""
+        hr = self.comp.heads[head]
+        assert hr.sink is not None and hr.sink_exp is not None
+        panel = np.stack([np.full(len(hr.row_sum), hr.sink), hr.sink_exp, hr.weights.sum(axis=1)], axis=1)
+        panel.setflags(write=False)
+        return panel
 
     def _op_score(self, index: int, seg: Segment, row: int, col: int, d: int) -> Operation:
         h = seg.head
@@ -388,9 +480,18 @@ class Trace:
         value = float(head.scores[row, col])
         q, k = self.comp.scenario.tokens[row], self.comp.scenario.key_tokens[col]
         result = self._fmt("scores", h, value, d)
-        work = dot_line(head.Q[row], head.K[col], self.integral("Q", h), self.integral("K", h), result, d, self.hand)
-        text = f"scores[{q},{k}] = Q[{q}]·K[{k}] = {work}"
-        return Operation(index, seg, row, col, value, (Ref("Q", h, row), Ref("K", h, col)), text)
+        qn, kn = ("Q_rot", "K_rot") if head.Q_rot is not None else ("Q", "K")
+        qs, ks = ("Q'", "K'") if head.Q_rot is not None else ("Q", "K")
+        work = dot_line(head.Q_used[row], head.K_used[col], self.integral(qn, h), self.integral(kn, h), result, d,
+                        self.hand)
+        text = f"scores[{q},{k}] = {qs}[{q}]·{ks}[{k}] = {work}"
+        details: tuple[str, ...] = ()
+        sc = self.comp.scenario
+        if head.Q_rot is not None and sc.positions is not None:
+            distance = sc.positions[row] - sc.positions[col]
+            details = (f"both vectors are rotated by their own position, so this score depends only on the distance"
+                       f" {sc.positions[row]} − {sc.positions[col]} = {distance}",)
+        return Operation(index, seg, row, col, value, (Ref(qn, h, row), Ref(kn, h, col)), text, details)
 
     def _op_scale(self, index: int, seg: Segment, row: int, col: int, d: int) -> Operation:
         h = seg.head
@@ -402,6 +503,12 @@ class Trace:
         symbol = f"√{head.d_k}" if head.scale_is_default and self.hand is None else None
         work = quotient_line(float(head.scores[row, col]), self.integral("scores", h), head.scale, symbol,
                              head.scale == round(head.scale), scaled, d)
+        extra: tuple[str, ...] = ()
+        if head.bias is not None and self.comp.scenario.positions is not None:
+            work, term, bias_t = modern.alibi_line(head, row, col, self.comp.scenario.positions,
+                                                   self.integral("scores", h), symbol, d, self.hand)
+            extra = (f"ALiBi: {head.name}'s slope {head.slope or 0:g} times the distance"
+                     f" j − i; bias = {term} = {bias_t}",)
         text = f"scaled[{q},{k}] = {work}"
         details: tuple[str, ...] = ()
         value = float(head.masked[row, col])
@@ -415,8 +522,10 @@ class Trace:
         else:
             details = (f"the scenario sets scale = {fmt(head.scale, head.scale == round(head.scale), d + 3)}"
                        f" instead of √dₖ = √{head.d_k}",)
-        operands = (Ref("scores", h, row, col),)
-        return Operation(index, seg, row, col, value, operands, text, details)
+        operands: tuple[Ref, ...] = (Ref("scores", h, row, col),)
+        if head.bias is not None:
+            operands += (Ref("bias", h, row, col),)
+        return Operation(index, seg, row, col, value, operands, text, extra + details)
 
     def _mask_reason(self, row: int, col: int) -> str:
         sc = self.comp.scenario
@@ -434,6 +543,9 @@ class Trace:
 
     def _softmax_row(self, head: int, row: int, decimals: int) -> SoftmaxRow:
         hr = self.comp.heads[head]
+        if hr.sink is not None:  # the sink is one more column of the row until the weights are read off
+            logits, weights = modern.sink_row(hr, row)
+            return softmax_row(logits, weights, decimals)
         return softmax_row(hr.masked[row], hr.weights[row], decimals)
 
     def _op_softmax(self, index: int, seg: Segment, row: int, col: int, d: int) -> Operation:
@@ -452,15 +564,23 @@ class Trace:
             text = (f"weights[{q},{k}] = e^({s} − {_paren(top)}) / {r.total} = e^{r.shifted[col]} / {r.total}"
                     f" = {r.exps[col]} / {r.total} = {w}")
         # a long row keeps only the keys it may attend (masked ones add e^−∞ = 0) and names its max
+        sink = head.sink is not None  # the sink is the row's last column until the weights are read off
         keep = [j for j, t in enumerate(r.scaled) if len(r.scaled) <= MAX_TERMS or t != NEG_INF]
-        exps = [f"e^{r.shifted[j]} = {r.exps[j]}" for j in keep]
+        exps = [f"{'sink: ' if sink and j == len(r.scaled) - 1 else ''}e^{r.shifted[j]} = {r.exps[j]}" for j in keep]
         if len(keep) <= MAX_TERMS:
             top = f"row max = max({', '.join(r.scaled[j] for j in keep)}) = {r.top}"
+            if sink:
+                top += "; the last is the sink's logit"
         else:
             top = f"row max = {r.top}, at {sc.key_tokens[int(np.argmax(head.masked[row]))]}"
         details = [top, f"e^(s − max): {elide(exps, ' | ')}  →  Σ = {r.total}"]
+        if sink:
+            details.append(f"the sink's e^{r.shifted[-1]} = {r.exps[-1]} is in Σ, then its column is dropped: this row's"
+                           f" weights add up to {fmt(float(head.weights[row].sum()), False, d)}, not 1")
         if r.plain is not None and r.plain_total is not None:
             plain = [f"e^{s} = {e}" for s, e in zip(r.scaled, r.plain) if s != NEG_INF]
+            if sink:
+                plain[-1] = f"sink: {plain[-1]}"
             line = f"without the max, as the seed does: {elide(plain, ' | ')}  →  Σ e^s = {r.plain_total}"
             if r.scaled[col] != NEG_INF:
                 line += f"; {SAME_WEIGHT} e^{r.scaled[col]} / Σ e^s = {r.plain[col]} / {r.plain_total} = {w}"
@@ -508,14 +628,29 @@ class Trace:
         q = comp.scenario.tokens[row]
         value = float(comp.output[row, col])
         result = self._fmt("final", None, value, d)
-        work = dot_line(comp.concat[row], comp.W_O[:, col], self.integral("concat", None),
-                        self.integral("W_O", None), result, d, self.hand)
-        text = f"final[{q},{col}] = concat[{q}]·W_O[:,{col}] = {work}"
+        if comp.b_O is None:
+            work = dot_line(comp.concat[row], comp.W_O[:, col], self.integral("concat", None),
+                            self.integral("W_O", None), result, d, self.hand)
+            text = f"final[{q},{col}] = concat[{q}]·W_O[:,{col}] = {work}"
+        else:
+            work = modern.dot_bias_line(comp.concat[row], comp.W_O[:, col], float(comp.b_O[col]),
+                                        self.integral("concat", None), self.integral("W_O", None), result, d, self.hand)
+            text = f"final[{q},{col}] = concat[{q}]·W_O[:,{col}] + b_O[{col}] = {work}"
         return Operation(index, seg, row, col, value, (Ref("concat", None, row), Ref("W_O", None, None, col)), text)
 
 
-HEAD_MATRICES = ("W_Q", "W_K", "W_V", "Q", "K", "V", "scores", "scaled", "weights", "output")
+HEAD_MATRICES = ("W_Q", "W_K", "W_V", "Q", "K", "V", "scores", "scaled", "weights", "output", "Q_rot", "K_rot", "bias")
 WIDE = ("W_Q_wide", "W_K_wide", "W_V_wide")  # split scenarios: every head's slice side by side
+
+
+def _shares_kv(a: Head, b: Head) -> bool:
+    """Two query heads read one K/V head: the same projections, so K and V are computed once."""
+    def same(x: Matrix | None, y: Matrix | None) -> bool:
+        if x is None or y is None:
+            return x is y
+        return x is y or (x.shape == y.shape and bool(np.array_equal(x, y)))
+
+    return a.kv_head == b.kv_head and all(same(getattr(a, r), getattr(b, r)) for r in ("W_K", "W_V", "b_K", "b_V"))
 
 
 def _paren(text: str) -> str:

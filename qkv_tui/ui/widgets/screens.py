@@ -13,6 +13,7 @@ from textual.widgets import Input, Static
 
 from qkv_tui.screen.text import printable
 from qkv_tui.teach.trace import STAGES
+from qkv_tui.teach.trace_modern import VARIANT_NOTES
 
 KEYS = (
     ("→ / space", "next operation (one cell of one matrix)"),
@@ -55,6 +56,7 @@ NOTES = (
     ("These numbers are pedagogical",
      "Real embeddings and weights are floats learned from data, with hundreds of dimensions and many heads"
      " (32 heads of dₖ = 128 for d_model = 4096). The shapes and the six steps stay the same."),
+    *VARIANT_NOTES,  # what modern models change, in plain words
 )
 
 
@@ -97,6 +99,10 @@ class HelpScreen(_Modal):
             stage = STAGES[key]
             text.append(f"  {number} {stage.name}\n", style="bold #5fafff")
             text.append(f"    {stage.meaning}\n")
+        text.append("\nModern attention: what the [norm], [rope], [alibi] ... keys do\n", style="bold underline")
+        for title, body in VARIANT_NOTES:
+            text.append(f"  {title}\n", style="bold #5fafff")
+            text.append(f"    {body}\n")
         text.append("\nOn screen\n", style="bold underline")
         text.append("  yellow", style="bold #000000 on #ffd75f")
         text.append(" the cell being computed    ")
