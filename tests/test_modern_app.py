@@ -63,12 +63,12 @@ async def test_alibi_bias_pane_beside_scaled() -> None:
         for _ in range(4):  # scaled[cat,the]
             await pilot.press("right")
         text = explanation(app)
-        assert "scaled[cat,the] = 1 / √1 + 0.500·(0 − 1) = 1.000 + (-0.500) = 0.500" in text
+        assert "scaled[cat,the] = 1 / √1 + 0.5·(0 − 1) = 1.000 + (-0.500) = 0.500" in text
         panes = shown_panes(app)
         assert list(panes)[:3] == ["scores@0", "bias@0", "scaled@0"]
         assert panes["bias@0"].spec.title.startswith("bias = 0.5·(j − i)")
         await pilot.press("tab")  # the gentle head: slope 0.25
-        assert "0.250·(0 − 1)" in explanation(app)
+        assert "0.25·(0 − 1)" in explanation(app)
 
 
 async def test_sliding_window_masks_old_keys() -> None:

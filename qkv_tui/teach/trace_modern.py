@@ -250,7 +250,9 @@ def alibi_line(head: HeadResult, row: int, col: int, positions: tuple[int, ...],
         div_t = symbol if symbol is not None else operand(head.scale, div_int, p)
         divisor = head.scale if symbol is not None else shown(div_t)
         q_t, bias_t = fmt(scaled, False, p), fmt(bias, False, p)
-        slope_t = operand(slope, slope_int, p)
+        given = repr(float(slope)) if not slope_int else str(int(slope))
+        # the slope as written in the file when it is short (0.25, 0.0625): by hand too it is used as given
+        slope_t = (f"({given})" if slope < 0 else given) if len(given) <= 10 else operand(slope, slope_int, p)
         term = f"{slope_t}·({positions[col]} − {positions[row]})"
         line = f"{num_t} / {div_t} + {term} = {operand(scaled, False, p)} + {operand(bias, False, p)} = {result}"
         total = shown(q_t) + shown(bias_t)
