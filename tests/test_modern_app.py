@@ -60,7 +60,7 @@ async def test_alibi_bias_pane_beside_scaled() -> None:
     app = QKVApp("alibi")
     async with app.run_test(size=(120, 40)) as pilot:
         await pilot.press("4")
-        for _ in range(4):  # scaled[cat,the]
+        for _ in range(3):  # scaled[cat,the]
             await pilot.press("right")
         text = explanation(app)
         assert "scaled[cat,the] = 1 / √1 + 0.5·(0 − 1) = 1.000 + (-0.500) = 0.500" in text
@@ -88,11 +88,11 @@ async def test_sink_column_in_the_softmax() -> None:
     async with app.run_test(size=(120, 40)) as pilot:
         await pilot.press("5")
         sink = shown_panes(app)["sink@0"].spec
-        assert sink.col_labels == ("logit", "e^(s−m)", "Σw") and sink.filled == 0  # nothing shown before the row
+        assert sink.col_labels == ("logit", "exp", "Σw") and sink.filled == 0  # nothing shown before the row
         await pilot.press("right", "right")  # weights[I,AI] completes the first row
         text = explanation(app)
         assert "sink: e^-1.887 = 0.152" in text
-        assert "this row's weights add up to 0.903, not 1" in text
+        assert "the sink's column is dropped after the sum: weights add up to 0.903, not 1" in text
         assert shown_panes(app)["sink@0"].spec.filled == 3  # the first row is complete
 
 

@@ -150,7 +150,7 @@ def to_markdown(comp: Computation, decimals: int = 3) -> str:
         out += [table("weights", h, tokens, keys, "weights"), ""]
         if head.sink is not None:
             out += [f"With the sink (logit {head.sink:g}) each row sums to less than 1:", "",
-                    md_table(trace.sink_panel(h), tokens, ["logit", "e^(s−m)", "Σw"], "sink", False, decimals), ""]
+                    md_table(trace.sink_panel(h), tokens, ["logit", "exp", "Σw"], "sink", False, decimals), ""]
         else:
             out += ["Every row sums to 1" + (" and masked weights are exactly 0." if not sc.allow.all() else "."), ""]
         worked("softmax", h)

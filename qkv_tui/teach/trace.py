@@ -324,7 +324,7 @@ class Trace:
             pair = next(i for i, ab in enumerate(self.comp.scenario.rope.pairs(d_k)) if col in ab)
             return f"{col}p{pair}"
         if name == "sink":
-            return ("logit", "e^(s−m)", "Σw")[col]
+            return ("logit", "exp", "Σw")[col]
         if name == "concat":
             return self.concat_label(col)
         if name in WIDE:
@@ -379,8 +379,7 @@ class Trace:
         if stage == "project" and self.comp.norm is not None:
             text += " The projections read X̂, the normalised X."
         if stage == "softmax" and any(h.sink is not None for h in self.comp.heads):
-            text += (" An attention sink joins each row as one more logit: its exponential is added to the row"
-                     " sum, then its column is dropped, so the row's weights add up to less than 1.")
+            text += " A sink is one more logit in each row's sum, then dropped: rows add up to less than 1."
         return text
 
     # --- building operations ----------------------------------------------
@@ -570,13 +569,13 @@ class Trace:
         if len(keep) <= MAX_TERMS:
             top = f"row max = max({', '.join(r.scaled[j] for j in keep)}) = {r.top}"
             if sink:
-                top += "; the last is the sink's logit"
+                top += " (the last is the sink)"
         else:
             top = f"row max = {r.top}, at {sc.key_tokens[int(np.argmax(head.masked[row]))]}"
         details = [top, f"e^(s − max): {elide(exps, ' | ')}  →  Σ = {r.total}"]
         if sink:
-            details.append(f"the sink's e^{r.shifted[-1]} = {r.exps[-1]} is in Σ, then its column is dropped: this row's"
-                           f" weights add up to {fmt(float(head.weights[row].sum()), False, d)}, not 1")
+            details.append(f"the sink's column is dropped after the sum: weights add up to"
+                           f" {fmt(float(head.weights[row].sum()), False, d)}, not 1")
         if r.plain is not None and r.plain_total is not None:
             plain = [f"e^{s} = {e}" for s, e in zip(r.scaled, r.plain) if s != NEG_INF]
             if sink:

@@ -110,7 +110,7 @@ def norm_lines(comp: Computation, row: int, col: int, token: str, d: int, hand: 
         work = f"{centred} / √({spread_t} + {eps})·{g_t}{b_t}"
         steps = [work]
         if hand is not None:  # by hand the centred value and the root are written down first
-            c_t = fmt(round(shown(x_t) - shown(mean_t), hand), False, p) if layer else x_t
+            c_t = fmt(_hround(shown(x_t) - shown(mean_t), hand), False, p) if layer else x_t
             steps.append(f"{c_t} / {root_t}·{g_t}{b_t}")
         calc = ((shown(x_t) - (shown(mean_t) if layer else 0.0)) / math.sqrt(shown(spread_t) + norm.eps)
                 * shown(g_t) + (shown(b_t[3:]) if beta is not None else 0.0))
@@ -189,7 +189,7 @@ def rotate_lines(comp: Computation, h: int, target: str, row: int, col: int, d: 
     for p in _places(d, hand is not None):
         va, vb = operand(float(source[row, a]), src_int, p), operand(float(source[row, b]), src_int, p)
         if hand is not None:  # by hand cos and sin are written down rounded, and so is each product
-            c, s = round(math.cos(angle), hand), round(math.sin(angle), hand)
+            c, s = _hround(math.cos(angle), hand), _hround(math.sin(angle), hand)
         else:
             c, s = math.cos(angle), math.sin(angle)
         ct, st = operand(c, False, p), operand(s, False, p)
@@ -202,11 +202,11 @@ def rotate_lines(comp: Computation, h: int, target: str, row: int, col: int, d: 
         steps = [work]
         if hand is not None:
             if first:
-                p1, p2 = round(shown(va) * shown(ct), hand), round(shown(vb) * shown(st), hand)
+                p1, p2 = _hround(shown(va) * shown(ct), hand), _hround(shown(vb) * shown(st), hand)
                 steps.append(f"{operand(p1, False, hand)} − {_paren(fmt(p2, False, hand))}")
                 calc = p1 - p2
             else:
-                p1, p2 = round(shown(va) * shown(st), hand), round(shown(vb) * shown(ct), hand)
+                p1, p2 = _hround(shown(va) * shown(st), hand), _hround(shown(vb) * shown(ct), hand)
                 steps.append(f"{operand(p1, False, hand)} + {operand(p2, False, hand)}")
                 calc = p1 + p2
         text = " = ".join([symbolic, *steps, result])
@@ -271,6 +271,11 @@ def sink_row(head: HeadResult, row: int) -> tuple[Numbers, Numbers]:
     logits = np.append(head.masked[row], head.sink)
     share = float(head.sink_exp[row] / head.row_sum[row])
     return logits, np.append(head.weights[row], share)
+
+
+def _hround(x: float, decimals: int) -> float:
+    """Rounded as the hand computation rounds (NumPy's rule, which differs from round() at some halves)."""
+    return float(np.round(x, decimals))
 
 
 def _paren(text: str) -> str:
