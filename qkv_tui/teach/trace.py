@@ -567,9 +567,8 @@ class Trace:
         keep = [j for j, t in enumerate(r.scaled) if len(r.scaled) <= MAX_TERMS or t != NEG_INF]
         exps = [f"{'sink: ' if sink and j == len(r.scaled) - 1 else ''}e^{r.shifted[j]} = {r.exps[j]}" for j in keep]
         if len(keep) <= MAX_TERMS:
-            top = f"row max = max({', '.join(r.scaled[j] for j in keep)}) = {r.top}"
-            if sink:
-                top += " (the last is the sink)"
+            label = "row max (the last is the sink)" if sink else "row max"
+            top = f"{label} = max({', '.join(r.scaled[j] for j in keep)}) = {r.top}"
         else:
             top = f"row max = {r.top}, at {sc.key_tokens[int(np.argmax(head.masked[row]))]}"
         details = [top, f"e^(s − max): {elide(exps, ' | ')}  →  Σ = {r.total}"]

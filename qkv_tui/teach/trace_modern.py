@@ -257,7 +257,9 @@ def alibi_line(head: HeadResult, row: int, col: int, positions: tuple[int, ...],
         line = f"{num_t} / {div_t} + {term} = {operand(scaled, False, p)} + {operand(bias, False, p)} = {result}"
         total = shown(q_t) + shown(bias_t)
         sums = (abs(total - shown(result)) < 1e-9 * max(1.0, abs(total))) if p == d else agrees(total, result)
-        if hand is not None or (sums and agrees(shown(num_t) / divisor, q_t) and agrees(shown(slope_t) * distance, bias_t)):
+        whole = agrees(shown(num_t) / divisor + shown(slope_t) * distance, result)  # the left side, redone, too
+        if hand is not None or (sums and whole and agrees(shown(num_t) / divisor, q_t)
+                                and agrees(shown(slope_t) * distance, bias_t)):
             break
     return line, term, bias_t
 
