@@ -437,3 +437,16 @@ def test_long_sums_would_check_out_if_every_term_were_shown(values: list[float],
     shown_places = max(len(t.partition(".")[2]) for t in re.findall(r"-?\d+\.\d+", line.rsplit(" = ", 1)[0]))
     total = math.fsum(float(f"{x:.{shown_places}f}") * float(f"{y:.{shown_places}f}") for x, y in zip(a, b))
     assert close(total, result)
+
+
+@pytest.mark.parametrize("decimals", [1, 2, 3, 5])
+def test_hidden_terms_round_as_a_student_writes_them(decimals: int) -> None:
+    """Entries on a rounding tie (0.125 at 2 decimals) read as their correctly rounded text, which
+    np.round (binary scaling) does not always give: the hidden middle of a long sum must use the text."""
+    from qkv_tui.core.fmt import fmt
+    from qkv_tui.teach.arith import _as_shown
+
+    rng = np.random.default_rng(decimals)
+    ties = (np.floor(rng.uniform(-3e4, 3e4, 400)) + 0.5) / 10**decimals
+    want = [float(fmt(float(x), False, decimals)) for x in ties]
+    assert _as_shown(ties, False, decimals).tolist() == want

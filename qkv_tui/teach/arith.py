@@ -94,7 +94,11 @@ def _as_shown(x: Numbers, integral: bool, places: int) -> npt.NDArray[np.float64
         return values
     out = np.round(values, places)
     big = np.abs(values) >= BIG  # written in scientific notation: rounded relative to the exponent
-    for i in np.flatnonzero(big):
+    # np.round scales by 10^places in binary, so near a tie it can round the other way from the
+    # correctly rounded text a student would write; those few entries take the text's value
+    scaled = np.abs(values) * 10.0**places
+    near_tie = np.abs(scaled - np.floor(scaled) - 0.5) < 1e-6
+    for i in np.flatnonzero(big | near_tie):
         out[i] = shown(fmt(float(values[i]), False, places))
     return out
 
