@@ -104,6 +104,8 @@ def norm_lines(comp: Computation, row: int, col: int, token: str, d: int, hand: 
         spread_t = fmt(float(result_norm.spread[row]), False, p)
         root_t = fmt(float(result_norm.root[row]), False, p)
         x_t = operand(float(x_row[col]), x_int, p)
+        if hand is not None and not layer:  # by hand the cell is written down rounded, as the hand computation does
+            x_t = operand(_hround(float(x_row[col]), hand), x_int, p)
         g_t = operand(gamma, g_int, p)
         b_t = f" + {operand(beta, beta == round(beta), p)}" if beta is not None else ""
         centred = f"({x_t} − {_paren(mean_t)})" if layer else x_t
