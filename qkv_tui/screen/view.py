@@ -15,6 +15,7 @@ import numpy as np
 from qkv_tui.core.engine import HeadResult
 from qkv_tui.core.fmt import BIG, cell_len, fmt
 from qkv_tui.core.scenario import BoolMatrix, Matrix
+from qkv_tui.teach.handcalc import round_to
 from qkv_tui.teach.stepper import Position
 from qkv_tui.teach.trace import STAGES, WIDE, Operation, Ref, Trace
 
@@ -127,7 +128,7 @@ def column_widths(values: Matrix, integral: bool, decimals: int, labels: tuple[s
     finite = np.isfinite(values)
     size = np.where(finite, np.abs(values), 0.0)
     if not integral:
-        size = np.round(size, decimals)  # 999.9996 prints as 1000.000
+        size = round_to(size, decimals)  # 999.9996 prints as 1000.000; 1e306 must not overflow to inf
     big = (size >= BIG) & (not integral)  # written d.ddde+NN
     fixed = np.where(big, 0.0, size).max(axis=0)  # (cols,) the widest number written in full
     whole = np.floor(np.log10(np.maximum(fixed, 1.0))).astype(int) + 1

@@ -27,6 +27,7 @@ import numpy as np
 import numpy.typing as npt
 
 from qkv_tui.core.fmt import BIG, NEG_INF, fmt, operand
+from qkv_tui.teach.handcalc import round_to
 
 Numbers = Sequence[float] | npt.NDArray[np.float64]  # a row or column of a matrix, or a plain list
 
@@ -92,11 +93,11 @@ def _as_shown(x: Numbers, integral: bool, places: int) -> npt.NDArray[np.float64
     values = np.asarray(x, dtype=float)
     if integral:
         return values
-    out = np.round(values, places)
+    out = round_to(values, places)
     big = np.abs(values) >= BIG  # written in scientific notation: rounded relative to the exponent
     # np.round scales by 10^places in binary, so near a tie it can round the other way from the
     # correctly rounded text a student would write; those few entries take the text's value
-    scaled = np.abs(values) * 10.0**places
+    scaled = np.where(big, 0.0, np.abs(values)) * 10.0**places  # big ones are handled by their text anyway
     near_tie = np.abs(scaled - np.floor(scaled) - 0.5) < 1e-6
     for i in np.flatnonzero(big | near_tie):
         out[i] = shown(fmt(float(values[i]), False, places))
@@ -122,7 +123,7 @@ def dot_at(a: Numbers, b: Numbers, a_int: bool, b_int: bool, places: int,
     if hand is None:
         return sides, math.fsum(products), True
     # what the hand computation wrote down: its own products (inputs are used as given), rounded
-    rounded = np.round(np.asarray(a, dtype=float) * np.asarray(b, dtype=float), hand)
+    rounded = round_to(np.asarray(a, dtype=float) * np.asarray(b, dtype=float), hand)
     if not np.array_equal(rounded, products):
         sides.append(_join(n, lambda i: operand(float(rounded[i]), False, hand), " + "))
     steps = bool(np.all(np.abs(products - rounded) <= 10.0 ** -hand * (1 + 1e-9)))
@@ -165,7 +166,7 @@ def vector_mix(weights: Numbers, V: npt.NDArray[np.float64], v_int: bool, result
     vt = [[fmt(float(x), v_int, places) for x in row] for row in V]
     for j, result in enumerate(results):
         products = [shown(w) * shown(row[j]) for w, row in zip(wt, vt)]
-        if hand is not None and [float(v) for v in np.round(products, hand)] != products:
+        if hand is not None and [float(v) for v in round_to(np.asarray(products, dtype=float), hand)] != products:
             return ""  # by hand each product is rounded first: the scalar lines show that step
         if not agrees(math.fsum(products), result):
             return ""
