@@ -21,7 +21,7 @@ import numpy.typing as npt
 from qkv_tui.core import modern
 from qkv_tui.core.modern import Alibi, Norm, Rope, Vector
 from qkv_tui.core.production import CACHE_KEYS, TILES_KEYS, ProductionSettings, parse_production
-from qkv_tui.core.tomlfile import NumberGrid, ReadError, decode, parse_toml, read_bytes, stat_path
+from qkv_tui.core.tomlfile import NumberGrid, ReadError, decode, parse_toml, read_bytes, stat_path, table_values
 from qkv_tui.core.values import kind as _kind
 from qkv_tui.core.values import show as _show
 
@@ -269,16 +269,9 @@ def _plain_lists(doc: dict[str, Any]) -> None:
     """Large number arrays come from the reader as NumberGrid (tomlfile); only matrix keys
     take them as they are. Anywhere else one gets tomllib's own lists, so every other
     rule (and its message) sees exactly what the file says."""
-    tables: list[dict[str, Any]] = [doc]
-    while tables:
-        table = tables.pop()
-        for key, value in table.items():
-            if isinstance(value, dict):
-                tables.append(value)
-            elif isinstance(value, list):
-                tables.extend(item for item in value if isinstance(item, dict))
-            elif isinstance(value, NumberGrid) and key not in MATRIX_KEYS:
-                table[key] = value.as_lists()
+    for table, key, value in table_values(doc):
+        if isinstance(value, NumberGrid) and key not in MATRIX_KEYS:
+            table[key] = value.as_lists()
 
 
 # --- where each key belongs -------------------------------------------------------

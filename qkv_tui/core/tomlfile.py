@@ -12,6 +12,7 @@ import os
 import re
 import stat
 import tomllib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -366,8 +367,9 @@ def _with_grids(text: str) -> dict[str, Any]:
     return doc
 
 
-def _put_back(doc: dict[str, Any], grids: dict[int, NumberGrid]) -> None:
-    """Replace each marker by its grid; markers sit only in tables (a key = value line)."""
+def table_values(doc: dict[str, Any]) -> Iterator[tuple[dict[str, Any], str, Any]]:
+    """Every (table, key, value) whose value is not itself a table, in every table and array of
+    tables. Assigning ``table[key]`` while iterating is safe: no key is added or removed."""
     tables: list[dict[str, Any]] = [doc]
     while tables:
         table = tables.pop()
@@ -376,5 +378,11 @@ def _put_back(doc: dict[str, Any], grids: dict[int, NumberGrid]) -> None:
                 tables.append(value)
             elif isinstance(value, list):
                 tables.extend(item for item in value if isinstance(item, dict))
-            elif type(value) is int and value in grids:
-                table[key] = grids[value]
+            yield table, key, value
+
+
+def _put_back(doc: dict[str, Any], grids: dict[int, NumberGrid]) -> None:
+    """Replace each marker by its grid; markers sit only in tables (a key = value line)."""
+    for table, key, value in table_values(doc):
+        if type(value) is int and value in grids:
+            table[key] = grids[value]
