@@ -1,4 +1,4 @@
-"""A calculator for the production views' lines, written apart from qkv_tui.teach.fitted.
+"""A calculator for the production views' lines, written apart from qkv_tui.teach.arith.
 
 A line ``name = … = operands = result`` holds when the operands, evaluated exactly as printed,
 give the result within one unit of its last digit. Annotations follow "; ".

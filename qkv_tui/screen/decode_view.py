@@ -7,8 +7,8 @@ import numpy as np
 from qkv_tui.core.fmt import is_integral, vector
 from qkv_tui.core.scenario import Matrix
 from qkv_tui.screen.view import Explanation, PaneSpec, column_widths
+from qkv_tui.teach.arith import fit
 from qkv_tui.teach.decode import SCHEDULE_NAMES, Decode, DecodeStep
-from qkv_tui.teach.fitted import fit
 
 MAX_TERMS = 4  # a weighted sum of more Value rows than this is summarised, not written out
 DECODE_MEANING = (

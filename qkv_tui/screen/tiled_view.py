@@ -9,7 +9,7 @@ import numpy as np
 from qkv_tui.core.fmt import is_integral
 from qkv_tui.core.scenario import Matrix
 from qkv_tui.screen.view import Explanation, PaneSpec, column_widths
-from qkv_tui.teach.fitted import fit
+from qkv_tui.teach.arith import fit
 from qkv_tui.teach.tiled import PHASE_NAMES, PHASES, TiledHead, TileOp, memory_line
 
 MAX_ROWS = 4  # the explanation works this many query rows of a block; the panes hold the rest

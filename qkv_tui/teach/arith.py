@@ -11,7 +11,8 @@ How the lines keep it:
 - the line's result is the exact value, the one in the pane;
 - when the shown operands would miss that result by more than a unit (a long dot product,
   e^x of a rounded x), the operands get more digits, one at a time, until they do not
-  (``guard`` digits; integers never need them).
+  (``guard`` digits; integers never need them). :func:`first_fit` is that search, for the
+  trace's own lines below and for :func:`fit`, which the cache and tiled views give any formula.
 
 By hand (``hand`` decimals set) intermediates are what the hand computation wrote down:
 rounded products appear as their own step, ``0.12·0.35 + … = 0.042 + … = 0.117``.
@@ -20,57 +21,126 @@ rounded products appear as their own step, ``0.12·0.35 + … = 0.042 + … = 0.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 import numpy.typing as npt
 
-from qkv_tui.core.fmt import BIG, NEG_INF, fmt, operand
+from qkv_tui.core.fmt import BIG, NEG_INF, fmt, is_integral, operand, vector
+from qkv_tui.core.scenario import Matrix
 from qkv_tui.teach.handcalc import round_to
 
 Numbers = Sequence[float] | npt.NDArray[np.float64]  # a row or column of a matrix, or a plain list
+Operand = float | Matrix  # what a view's formula takes: a number or a whole row
+T = TypeVar("T")
 
 MAX_TERMS = 16  # longer sums are shown with an ellipsis (and cannot be redone from the page)
 SHOWN_HEAD, SHOWN_TAIL = 6, 2
 MAX_GUARD = 8  # extra digits an operand may get; float64 has no more to give
 
 
+# --- the rule ------------------------------------------------------------------------------
+
+
 def shown(text: str) -> float:
     """The number a displayed text stands for: ``(-2.000)`` → -2.0, ``−∞`` → -inf."""
-    t = text.strip("()")
+    t = text.strip("() ")
     if t == NEG_INF:
         return -math.inf
     if t == "∞":
         return math.inf
-    return float(t)
+    return float(t.replace("−", "-"))
 
 
 def unit(text: str) -> float:
     """One unit of a displayed number's last digit: ``2.887`` → 0.001, ``5`` → 1, ``1.2e+08`` → 1e7."""
-    mantissa, _, exponent = text.strip("()").lstrip("-").partition("e")
+    t = text.strip("()[] ")
+    if t in (NEG_INF, "∞", "nan"):
+        return 0.0
+    mantissa, _, exponent = t.lower().partition("e")
     return float(10.0 ** (int(exponent or 0) - len(mantissa.partition(".")[2])))
 
 
-def agrees(calculated: float, text: str) -> bool:
-    """True when a recomputed value is within one unit of the last digit of the shown text."""
+def agrees(calculated: float | Numbers, text: str, exact: bool = False) -> bool:
+    """True when a recomputed value is within one unit of the last digit of the shown text
+    (a number, or a row ``[0.070, 0.707]`` against as many values).
+
+    ``exact``: a plain sum of numbers shown to the result's decimals gives it exactly, as a calculator does.
+    """
+    parts = text.strip("[]").split(", ")
+    values = np.atleast_1d(np.asarray(calculated, dtype=float))
+    return len(parts) == values.size and all(_within(float(v), t, exact) for v, t in zip(values, parts))
+
+
+def _within(calculated: float, text: str, exact: bool) -> bool:
     value = shown(text)
     if math.isinf(value) or math.isinf(calculated) or math.isnan(calculated):
         return calculated == value
-    return abs(calculated - value) <= unit(text) * (1 + 1e-9)
+    # one whole unit is the rule (0.19 + 0.51 = 0.70 reads as 0.69); the 1e-9 of a unit only absorbs float
+    # noise, so the trace and the views stop at the same digits for the same numbers
+    return abs(calculated - value) <= unit(text) * (1e-7 if exact else 1 + 1e-9)
 
 
-def elide(items: Sequence[str], sep: str) -> str:
-    """Items joined by ``sep``; long runs keep their ends and say how many are hidden."""
-    if len(items) > MAX_TERMS:
-        hidden = len(items) - SHOWN_HEAD - SHOWN_TAIL
-        items = [*items[:SHOWN_HEAD], f"… {hidden} more …", *items[-SHOWN_TAIL:]]
-    return sep.join(items)
+def tries(decimals: int, *integral: bool) -> range:
+    """Decimals to try: the shown ones, then guard digits (none when every operand is whole)."""
+    return range(decimals, decimals + 1) if all(integral) else range(decimals, decimals + MAX_GUARD + 1)
 
 
-def _guards(*integral: bool) -> range:
-    """Digits to try beyond the decimals: none when every operand is an integer."""
-    return range(1) if all(integral) else range(MAX_GUARD + 1)
+def first_fit(candidates: Iterable[int], attempt: Callable[[int], tuple[T, bool]]) -> T:
+    """What ``attempt`` builds at the first places that check out; failing all, at the last (the most
+    digits float64 can give, the closest a page can come)."""
+    built: T | None = None
+    for p in candidates:
+        built, ok = attempt(p)
+        if ok:
+            break
+    assert built is not None, "no places to try"
+    return built
+
+
+# --- any formula (the cache and tiled views) ------------------------------------------------
+
+
+def fit(fn: Callable[..., Operand], operands: Sequence[Operand], result: Operand, decimals: int,
+        integral: bool = False, plain_sum: bool = False) -> tuple[list[str], str]:
+    """(operand texts, result text): operands with the fewest digits that recompute the result.
+
+    ``fn`` recomputes the result from the operands as a calculator would (``math.exp`` for e^x).
+    ``plain_sum``: the line only adds, so operands at the result's own decimals must give it exactly.
+    """
+    result_text = (vector(result, integral, decimals) if isinstance(result, np.ndarray)
+                   else fmt(float(result), integral, decimals))
+
+    def attempt(p: int) -> tuple[list[str], bool]:
+        texts = [_text(v, p) for v in operands]
+        with np.errstate(all="ignore"):  # a formula may meet −∞ (a masked score): its value is the check
+            calculated = fn(*(_value(v, t) for v, t in zip(operands, texts)))
+        return texts, agrees(calculated, result_text, plain_sum and p == decimals)
+
+    return first_fit(tries(decimals, *(_whole(v) for v in operands)), attempt), result_text
+
+
+def _whole(value: Operand) -> bool:
+    """True when guard digits cannot change how an operand reads: whole numbers are shown bare."""
+    if isinstance(value, np.ndarray):
+        return is_integral(value)
+    return float(value).is_integer() and abs(float(value)) < 1e15  # fmt's bound for writing it bare
+
+
+def _text(value: Operand, p: int) -> str:
+    """A number whole when it is whole (``2·(-1)``), a row ``[1, 0, 1]`` whole when all of it is."""
+    if isinstance(value, np.ndarray):
+        return vector(value, is_integral(value), p)
+    return operand(float(value), float(value).is_integer(), p)
+
+
+def _value(value: Operand, text: str) -> Operand:
+    """An operand as its text reads."""
+    if isinstance(value, np.ndarray):
+        return np.array([shown(t) for t in text[1:-1].split(", ") if t])
+    return shown(text)
 
 
 # --- dot products (Project, Score, Mix, W_O) ------------------------------------------
@@ -86,6 +156,11 @@ def _picked(n: int) -> list[int | None]:
 def _join(n: int, item: Callable[[int], str], sep: str) -> str:
     hidden = n - SHOWN_HEAD - SHOWN_TAIL
     return sep.join(f"… {hidden} more …" if i is None else item(i) for i in _picked(n))
+
+
+def elide(items: Sequence[str], sep: str) -> str:
+    """Items joined by ``sep``; long runs keep their ends and say how many are hidden."""
+    return _join(len(items), items.__getitem__, sep)
 
 
 def _as_shown(x: Numbers, integral: bool, places: int) -> npt.NDArray[np.float64]:
@@ -130,33 +205,26 @@ def dot_at(a: Numbers, b: Numbers, a_int: bool, b_int: bool, places: int,
     return sides, math.fsum(rounded), steps
 
 
+def _dot(a: Numbers, b: Numbers, a_int: bool, b_int: bool, result: str, places: int,
+         hand: int | None) -> tuple[list[str], bool]:
+    """The sides at ``places``, and whether they check out against the result."""
+    sides, total, steps = dot_at(a, b, a_int, b_int, places, hand)
+    return sides, steps and agrees(total, result)
+
+
 def dot_line(a: Numbers, b: Numbers, a_int: bool, b_int: bool, result: str,
              decimals: int, hand: int | None = None, places: int | None = None) -> str:
     """``1·1 + 0·0 + 1·1 = 2``: operands with the digits the result needs (or ``places`` of them)."""
-    tries = [places] if places is not None else [decimals + g for g in _guards(a_int, b_int)]
-    sides: list[str] = []
-    for p in tries:
-        sides, total, steps = dot_at(a, b, a_int, b_int, p, hand)
-        if steps and agrees(total, result):
-            break
+    sides = first_fit([places] if places is not None else tries(decimals, a_int, b_int),
+                      lambda p: _dot(a, b, a_int, b_int, result, p, hand))
     return " = ".join([*sides, result])
 
 
 def dot_places(rows: Sequence[tuple[Numbers, Numbers, str]], a_int: bool, b_int: bool,
                decimals: int, hand: int | None = None) -> int:
     """The fewest places at which every dot product of a row checks out (one precision per row)."""
-    p = decimals
-    for g in _guards(a_int, b_int):
-        p = decimals + g
-        if all(_dot_ok(a, b, a_int, b_int, p, hand, result) for a, b, result in rows):
-            return p
-    return p
-
-
-def _dot_ok(a: Numbers, b: Numbers, a_int: bool, b_int: bool, places: int, hand: int | None,
-            result: str) -> bool:
-    _, total, steps = dot_at(a, b, a_int, b_int, places, hand)
-    return steps and agrees(total, result)
+    return first_fit(tries(decimals, a_int, b_int),
+                     lambda p: (p, all(_dot(a, b, a_int, b_int, result, p, hand)[1] for a, b, result in rows)))
 
 
 def vector_mix(weights: Numbers, V: npt.NDArray[np.float64], v_int: bool, results: Sequence[str],
@@ -180,15 +248,14 @@ def vector_mix(weights: Numbers, V: npt.NDArray[np.float64], v_int: bool, result
 def quotient_line(numerator: float, num_int: bool, divisor: float, divisor_text: str | None, div_int: bool,
                   result: str, decimals: int) -> str:
     """``5 / √3 = 2.887``; ``divisor_text`` is a symbol such as ``√3``, else the divisor is shown as a number."""
-    line = ""
-    for g in _guards(num_int, divisor_text is not None or div_int):
-        p = decimals + g
+
+    def attempt(p: int) -> tuple[str, bool]:
         nt = fmt(numerator, num_int, p)
         dt = divisor_text if divisor_text is not None else operand(divisor, div_int, p)
-        line = f"{nt} / {dt} = {result}"
-        if agrees(shown(nt) / (divisor if divisor_text is not None else shown(dt)), result):
-            break
-    return line
+        calculated = shown(nt) / (divisor if divisor_text is not None else shown(dt))
+        return f"{nt} / {dt} = {result}", agrees(calculated, result)
+
+    return first_fit(tries(decimals, num_int, divisor_text is not None or div_int), attempt)
 
 
 # --- softmax -----------------------------------------------------------------------------
@@ -212,16 +279,11 @@ class SoftmaxRow:
 def softmax_row(masked: Numbers, weights: Numbers, decimals: int) -> SoftmaxRow:
     """The fewest places at which every weight of the row re-computes from the shown numbers."""
     finite = [float(s) for s in masked if not math.isinf(s)]
-    row = SoftmaxRow(decimals, (), "", (), (), "", (), None, None)
-    for g in range(MAX_GUARD + 1):
-        row = _softmax_at(masked, weights, decimals, decimals + g, finite)
-        if row.exps:  # the max-subtracted form checks out at these places
-            return row
-    return _softmax_at(masked, weights, decimals, decimals + MAX_GUARD, finite, force=True)
+    return first_fit(tries(decimals, False), lambda p: _softmax_at(masked, weights, decimals, p, finite))
 
 
-def _softmax_at(masked: Numbers, weights: Numbers, d: int, p: int, finite: list[float],
-                force: bool = False) -> SoftmaxRow:
+def _softmax_at(masked: Numbers, weights: Numbers, d: int, p: int, finite: list[float]) -> tuple[SoftmaxRow, bool]:
+    """The row worked at ``p`` places, and whether its max-subtracted form checks out."""
     scaled = tuple(NEG_INF if math.isinf(s) else fmt(float(s), False, p) for s in masked)
     top = fmt(max(finite), False, p)
     shifted = tuple(NEG_INF if t == NEG_INF else fmt(round(shown(t) - shown(top), p), False, p) for t in scaled)
@@ -232,8 +294,6 @@ def _softmax_at(masked: Numbers, weights: Numbers, d: int, p: int, finite: list[
         agrees(shown(e) / shown(total), wt) and agrees(math.exp(shown(sh)) / shown(total), wt)
         for sh, e, wt in zip(shifted, exps, w) if sh != NEG_INF
     )
-    if not ok and not force:
-        return SoftmaxRow(p, (), "", (), (), "", (), None, None)
     plain: tuple[str, ...] | None = None
     plain_total: str | None = None
     if max(finite) <= 700:  # e^s itself must stay finite
@@ -243,4 +303,4 @@ def _softmax_at(masked: Numbers, weights: Numbers, d: int, p: int, finite: list[
             agrees(shown(v) / shown(sum_text), wt) for v, wt, t in zip(values, w, scaled) if t != NEG_INF
         ):
             plain, plain_total = values, sum_text
-    return SoftmaxRow(p, scaled, top, shifted, exps, total, w, plain, plain_total)
+    return SoftmaxRow(p, scaled, top, shifted, exps, total, w, plain, plain_total), ok

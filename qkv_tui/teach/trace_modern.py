@@ -14,7 +14,8 @@ import numpy as np
 
 from qkv_tui.core.engine import Computation, HeadResult
 from qkv_tui.core.fmt import fmt, operand
-from qkv_tui.teach.arith import MAX_GUARD, Numbers, agrees, dot_at, shown
+from qkv_tui.teach.arith import Numbers, agrees, dot_at, shown
+from qkv_tui.teach.arith import tries as _places
 
 NORM_MEANING = (
     "Normalise each token's row of X before attention (pre-norm, as LLaMA, Mistral and Qwen do)."
@@ -62,11 +63,6 @@ VARIANT_NOTES = (
      " the softmax and is then thrown away, so a head can put its attention 'nowhere' and its weights sum"
      " to less than 1."),
 )
-
-
-def _places(decimals: int, *integral: bool) -> range:
-    """Decimals to try: the shown ones, then guard digits (none when every operand is whole)."""
-    return range(decimals, decimals + 1) if all(integral) else range(decimals, decimals + MAX_GUARD + 1)
 
 
 def eps_text(eps: float) -> str:
