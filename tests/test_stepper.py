@@ -62,3 +62,43 @@ def test_view_follows_the_head_of_the_operation() -> None:
     second = next(r for r in s.trace.runs if r.head == 1)
     assert s.goto(Position(0, 0), second.start).head == 1
     assert s.stage(Position(second.start, 1), 2).index == second.start
+
+
+def _row_ends(s: Stepper) -> list[int]:
+    """Every operation after which its matrix row is complete, found from the operations themselves."""
+    trace = s.trace
+    ends = []
+    for i in range(len(trace)):
+        op = trace.op(i)
+        nxt = trace.op(i + 1) if i + 1 < len(trace) else None
+        if nxt is None or nxt.segment != op.segment or nxt.row != op.row:
+            ends.append(i)
+    return ends
+
+
+def test_row_steps_stop_at_every_row_end_and_back() -> None:
+    for name in ("i_love_ai", "two_heads", "cross_attention", "split_heads"):
+        s = stepper(name)
+        ends = _row_ends(s)
+        pos, seen = s.start(), []
+        while True:
+            seen.append(pos.index)
+            nxt = s.next_row(pos)
+            if nxt == pos:
+                break
+            pos = nxt
+        assert seen == ends, name  # the start (row X[0], one operation) is itself a row end
+        for expected in reversed(ends[:-1]):
+            pos = s.prev_row(pos)
+            assert pos.index == expected, name
+        assert s.prev_row(pos) == pos
+
+
+def test_a_row_step_from_inside_a_row_finishes_it_and_back_blanks_it() -> None:
+    s = stepper("i_love_ai")
+    q_row_1 = Position(3 + 3 + 1, 0)  # Project starts at 3; Q[love,1]
+    done = s.next_row(q_row_1)
+    assert done.index == 3 + 5  # Q[love,2], the row's last cell
+    op = s.trace.op(done.index)
+    assert (op.segment.target, op.row, op.col) == ("Q", 1, 2)
+    assert s.prev_row(q_row_1).index == 3 + 2  # Q[I] whole, Q[love] blank again

@@ -52,20 +52,45 @@ def share_width(specs: list[PaneSpec], total: int, height: int | None = None) ->
     return widths
 
 
-def pack_rows(specs: list[PaneSpec], width: int, per_row: int) -> list[list[PaneSpec]]:
-    """Context panes packed into rows at their natural width, in order; a pane wider than the screen is left out."""
+def pack_rows(specs: list[PaneSpec], width: int, per_row: int, titled: bool = True) -> list[list[PaneSpec]]:
+    """Context panes packed into rows in order, at their width with (``titled``) or without their whole title.
+
+    A pane wider than the screen is left out; one whose title alone is wider than the screen
+    is packed at the width of its cells (its title is then shortened).
+    """
     rows: list[list[PaneSpec]] = [[]]
     room = width
     for spec in specs:
-        need = natural_width(spec, titled=False)
+        need = natural_width(spec, titled=titled)
         if need > width:
-            continue
+            need = natural_width(spec, titled=False)
+            if need > width:
+                continue
         if rows[-1] and (need > room or len(rows[-1]) == per_row):
             rows.append([])
             room = width
         rows[-1].append(spec)
         room -= need
     return [row for row in rows if row]
+
+
+def overview_rows(specs: list[PaneSpec], width: int, per_row: int, max_rows: int, room: int,
+                  min_height: int) -> list[list[PaneSpec]]:
+    """The rows of context panes to show in ``room`` lines: whole titles where that shows every pane
+    the tight packing would; else panes side by side with shortened titles (numbers beat titles).
+
+    A row is shown when the lines left hold the whole row or at least ``min_height`` of it.
+    """
+    choices = []
+    for titled in (True, False):
+        shown, left = [], room
+        for row in pack_rows(specs, width, per_row, titled)[:max_rows]:
+            if left >= min(pane_height(row), min_height):
+                shown.append(row)
+                left -= min(left, pane_height(row))
+        choices.append(shown)
+    whole, tight = choices
+    return whole if sum(map(len, whole)) >= sum(map(len, tight)) else tight
 
 
 def visible_columns(offsets: tuple[int, ...], scroll_x: int, room: int) -> tuple[int, int]:

@@ -17,6 +17,7 @@ from qkv_tui.teach.decode import Decode, decode
 from qkv_tui.teach.handcalc import compute_hand
 from qkv_tui.teach.quiz import Question, Score, hide_result
 from qkv_tui.teach.stepper import Position
+from qkv_tui.teach.summary import MAX_ROWS, closing_summary
 from qkv_tui.teach.tiled import TiledHead, tiled
 from qkv_tui.teach.trace import Trace
 
@@ -104,8 +105,20 @@ class Presenter:
             notes.append(hand_note(self.exact, view.trace, pos.index, modes.decimals))
         if modes.whatif:
             notes += self._whatif(pos, modes)
+        if pos.index == len(view.trace) - 1 and not hidden:
+            notes += self._closing(pos, modes)
         description = self.comp.scenario.description if pos.index == 0 else ""
         return Screen(ex, focus, extra, tuple(notes), description)
+
+    def _closing(self, pos: Position, modes: Modes) -> list[str]:
+        """After the last operation: what was computed, where each token looked, the checks, what next."""
+        lines = list(closing_summary(self.comp, pos.head, len(self.exact), modes.decimals))
+        others = ["m the map of every row"] if self.comp.scenario.n > MAX_ROWS else []
+        if len(self.comp.heads) > 1:
+            others.append("tab another head")
+        others += ["k the KV cache", "t FlashAttention's tiles", "home then p to predict every result"]
+        lines.append("Next: " + " · ".join(others))
+        return lines
 
     def _whatif(self, pos: Position, modes: Modes) -> list[str]:
         op = self.exact.op(pos.index, modes.decimals)

@@ -204,6 +204,8 @@ class View:
             keys.append(("concat", None))
         if self.comp.W_O is not None:
             keys.append(("final", None))
+        # last, so they only take room nothing above needs: the other heads' outputs that Concat joins
+        keys += [("output", g) for g in range(len(self.comp.heads)) if g != h]
         return keys
 
     def pane(self, name: str, head: int | None, pos: Position, op: Operation, decimals: int,

@@ -58,6 +58,24 @@ class Stepper:
     def last(self, pos: Position) -> Position:
         return self.goto(pos, self.last_index)
 
+    def row_end(self, index: int) -> int:
+        """The last operation of the matrix row that operation ``index`` helps fill."""
+        seg = self.trace.segment_at(index)
+        if seg.per_row:
+            return index
+        row = (index - seg.start) // seg.cols
+        return seg.start + (row + 1) * seg.cols - 1
+
+    def next_row(self, pos: Position) -> Position:
+        """Finish the row being filled; at a row's end, fill the whole next row (a lecture's pace)."""
+        return self.goto(pos, self.row_end(min(pos.index + 1, self.last_index)))
+
+    def prev_row(self, pos: Position) -> Position:
+        """Back to the end of the previous row: the row being filled becomes blank again."""
+        seg = self.trace.segment_at(pos.index)
+        row_start = pos.index if seg.per_row else pos.index - (pos.index - seg.start) % seg.cols
+        return self.goto(pos, row_start - 1)
+
     def next_stage(self, pos: Position) -> Position:
         """The first operation of the next stage (of this head, then the next head's)."""
         i = bisect.bisect_right(self._run_starts, pos.index)

@@ -17,7 +17,7 @@ from functools import lru_cache
 import numpy as np
 
 from qkv_tui.core.engine import Computation
-from qkv_tui.core.fmt import NEG_INF, fmt, is_integral, vector
+from qkv_tui.core.fmt import NEG_INF, fmt, is_integral
 from qkv_tui.core.scenario import Head, Matrix
 from qkv_tui.teach import trace_modern as modern
 from qkv_tui.teach.arith import (
@@ -42,7 +42,9 @@ class Stage:
 STAGES: dict[str, Stage] = {s.key: s for s in (
     Stage("embed", "Embed",
           "Each token becomes a row of numbers, its embedding; stacked, the rows form X (n × d_model)."
-          " Real models add position information here; we skip it to keep the multiply readable."),
+          " In a full Transformer position information enters too: GPT-2 adds it to these rows, RoPE and"
+          " ALiBi models add it later (to Q and K, or to the scores). A small example like the seed's"
+          " leaves it out to keep the multiply readable."),
     Stage("project", "Project",
           "Multiply X by three learned matrices. Row i of Q is what token i is looking for, row i of K"
           " what it advertises, row i of V the content it will contribute. Separate projections let a"
@@ -354,6 +356,10 @@ class Trace:
         """What a stage means, in words that fit this scenario (its mask, its scale, its sources)."""
         sc = self.comp.scenario
         text = STAGES[stage].meaning
+        if stage == "embed" and sc.rope is not None:
+            text += " Here position enters at the Rotate stage, which turns Q and K by each token's position."
+        elif stage == "embed" and sc.alibi is not None:
+            text += " Here position enters at the Scale stage, as ALiBi's distance bias on the scores."
         if stage == "project" and sc.is_cross:
             text = ("Multiply by three learned matrices: Q = X·W_Q from the query tokens, but K = X_ctx·W_K and"
                     " V = X_ctx·W_V from the context (cross-attention). Row i of Q is what query token i is"
@@ -406,7 +412,10 @@ class Trace:
 
     def _op_embed(self, index: int, seg: Segment, row: int, col: None, d: int) -> Operation:
         token = self.comp.scenario.tokens[row]
-        values = vector(self.comp.scenario.X[row], self.integral("X", None), d)
+        x = self.comp.scenario.X[row]
+        integral = self.integral("X", None)
+        # a real model's row has hundreds of numbers: the line keeps its ends; the X pane holds them all
+        values = "[" + elide([fmt(float(v), integral, d) for v in x], ", ") + "]"
         text = f'X[{token}] = embedding of "{token}" = {values}'
         return Operation(index, seg, row, None, None, (), text)
 

@@ -19,7 +19,7 @@ from textual.widgets import Footer, Input, Static
 
 from qkv_tui.core.engine import Computation, compute
 from qkv_tui.core.scenario import Scenario, load_scenario
-from qkv_tui.screen.layout import pack_rows, pane_height, share_width
+from qkv_tui.screen.layout import overview_rows, pane_height, share_width
 from qkv_tui.screen.present import MAX_DECIMALS, MIN_DECIMALS, Modes, Presenter
 from qkv_tui.screen.text import printable
 from qkv_tui.screen.view import PaneSpec
@@ -33,12 +33,12 @@ from qkv_tui.ui.widgets.panels import ExplainPanel, FormulaLine, StageBar
 from qkv_tui.ui.widgets.screens import GotoScreen, HelpScreen, NotesScreen
 
 MIN_WIDTH, MIN_HEIGHT = 50, 14
-OVERVIEW_ROWS, OVERVIEW_SLOTS = 2, 5  # rows of context panes below the focus panes, when there is room
+OVERVIEW_ROWS, OVERVIEW_SLOTS = 3, 8  # rows of context panes below the focus panes, as many as fit across
 OVERVIEW_MIN_HEIGHT = 6  # a context pane shows at least three rows
 FOCUS_MIN_ROWS = 8  # rows a tall focus pane keeps when it shares the screen with context panes
 # lines the focus panes keep however long the explanation (which then scrolls): up to 8 rows whole
 FOCUS_FLOOR = FOCUS_MIN_ROWS + 3
-TRACE_ONLY = ("next_stage", "prev_stage", "stage", "goto", "quiz", "hand", "whatif")
+TRACE_ONLY = ("row", "next_stage", "prev_stage", "stage", "goto", "quiz", "hand", "whatif")
 
 
 class QKVApp(App[None]):
@@ -52,6 +52,8 @@ class QKVApp(App[None]):
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("right,space", "next", "next", key_display="→", priority=True),
         Binding("left", "prev", "prev", key_display="←", priority=True),
+        Binding("down", "row(1)", "row", key_display="↓", priority=True),
+        Binding("up", "row(-1)", "row back", key_display="↑", show=False, priority=True),
         Binding("right_square_bracket", "next_stage", "stage", key_display="]", priority=True),
         Binding("left_square_bracket", "prev_stage", "stage back", key_display="[", show=False, priority=True),
         Binding("home", "first", "first", show=False, priority=True),
@@ -199,12 +201,9 @@ class QKVApp(App[None]):
         if screen.extra:  # big matrices: half the room, so the rest of the head stays in view below
             focus_budget = min(focus_budget, max(FOCUS_MIN_ROWS + 3, avail // 2))
         room = avail - self._fill("focus", screen.focus, focus_budget) - explain_lines
-        rows = pack_rows(screen.extra, size.width, OVERVIEW_SLOTS)
+        rows = overview_rows(screen.extra, size.width, OVERVIEW_SLOTS, OVERVIEW_ROWS, room, OVERVIEW_MIN_HEIGHT)
         for i in range(OVERVIEW_ROWS):
-            specs = rows[i] if i < len(rows) else []
-            if not (specs and room >= min(pane_height(specs), OVERVIEW_MIN_HEIGHT)):
-                specs = []
-            room -= self._fill(f"overview-{i}", specs, room)
+            room -= self._fill(f"overview-{i}", rows[i] if i < len(rows) else [], room)
 
     def _flags(self) -> str:
         modes = self.modes
@@ -275,6 +274,8 @@ class QKVApp(App[None]):
             return None
         if action in ("next", "next_stage", "last") and self.at_end:
             return None
+        if action == "row" and (self.at_start if parameters == (-1,) else self.at_end):
+            return None
         if action == "head" and self.stepper.head_count == 1:
             return None
         if action == "head" and isinstance(self.screen, HeatmapScreen):
@@ -328,6 +329,10 @@ class QKVApp(App[None]):
             self._decode_step(self.modes.decode_step - 1)
         else:
             self._move(self.stepper.prev(self.position))
+
+    def action_row(self, delta: int) -> None:
+        """A whole row of the matrix being filled at once: ↓ finishes it (or does the next), ↑ undoes one."""
+        self._move(self.stepper.next_row(self.position) if delta > 0 else self.stepper.prev_row(self.position))
 
     def action_next_stage(self) -> None:
         self._move(self.stepper.next_stage(self.position))

@@ -42,6 +42,7 @@ SPEEDS = (2.0, 1.0, 0.5, 0.25)  # seconds per step, slowest first
 DEFAULT_SPEED = 1
 FASTER, SLOWER = ("greater_than_sign", "full_stop"), ("less_than_sign", "comma")  # > or . / < or ,
 FOOTER_ROOM = 100  # columns from which the footer also shows "^p palette" (below, it would hide "q quit")
+FOOTER_ROOMY = 90  # columns from which the footer's keys get their full spacing (below, "q quit" would be cut)
 ERROR_SECONDS = 24 * 3600  # an error stays on screen until it is fixed (or the next message replaces it)
 
 
@@ -109,10 +110,12 @@ class Live:
 
     def mark(self, screen: ScreenModel) -> ScreenModel:
         """Mark the cells the last edit changed, until the next step."""
-        wide = self.app.size.width >= FOOTER_ROOM
+        width = self.app.term.width  # the resize event's size: self.app.size lags one resize behind
         for footer in self.app.query(Footer):
-            if footer.show_command_palette != wide:  # narrow: the step, help and quit keys come first
-                footer.show_command_palette = wide
+            if footer.show_command_palette != (width >= FOOTER_ROOM):  # narrow: step, help, quit first
+                footer.show_command_palette = width >= FOOTER_ROOM
+            if footer.compact != (width < FOOTER_ROOMY):
+                footer.compact = width < FOOTER_ROOMY
         if self.changed_from is None:
             return screen
         if self.marked_at != self.app.position:

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from rich.console import Group, RenderableType
+from rich.padding import Padding
+from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
@@ -18,6 +21,7 @@ from qkv_tui.teach.trace_modern import VARIANT_NOTES
 KEYS = (
     ("→ / space", "next operation (one cell of one matrix)"),
     ("←", "previous operation"),
+    ("↓ / ↑", "next / previous row: ↓ finishes the row being filled, or fills the next one whole; ↑ takes one back"),
     ("] / [", "next / previous stage (a whole matrix)"),
     ("home / end", "first operation / everything computed"),
     ("1 … 8", "jump to stage N of the head in view"),
@@ -73,7 +77,7 @@ class _Modal(ModalScreen[None]):
     def action_dismiss_screen(self) -> None:
         self.dismiss()
 
-    def body(self) -> Text:
+    def body(self) -> RenderableType:
         raise NotImplementedError
 
     def compose(self) -> ComposeResult:
@@ -88,46 +92,52 @@ class HelpScreen(_Modal):
         super().__init__()
         self.stage_keys = stage_keys
 
-    def body(self) -> Text:
-        text = Text()
-        text.append("Keys\n", style="bold underline")
+    def body(self) -> RenderableType:
+        keys = Table.grid()
+        keys.add_column(width=19, no_wrap=True, style="bold #ffd75f")  # "  tab / shift+tab" and a gap
+        keys.add_column(ratio=1)  # wraps under itself: a hanging indent
         for key, what in KEYS:
-            text.append(f"  {key:<16}", style="bold #ffd75f")
-            text.append(f"{what}\n")
-        text.append("\nStages: softmax(QKᵀ/√dₖ)V, one operation at a time\n", style="bold underline")
+            keys.add_row(f"  {key}", what)
+        parts: list[RenderableType] = [Text("Keys", style="bold underline"), keys,
+                                       Text("\nStages: softmax(QKᵀ/√dₖ)V, one operation at a time", style="bold underline")]
         for number, key in enumerate(self.stage_keys, start=1):
             stage = STAGES[key]
-            text.append(f"  {number} {stage.name}\n", style="bold #5fafff")
-            text.append(f"    {stage.meaning}\n")
-        text.append("\nModern attention: what the [norm], [rope], [alibi] ... keys do\n", style="bold underline")
+            parts += [Text(f"  {number} {stage.name}", style="bold #5fafff"), _indented(stage.meaning, 4)]
+        parts.append(Text("\nModern attention: what the [norm], [rope], [alibi] ... keys do", style="bold underline"))
         for title, body in VARIANT_NOTES:
-            text.append(f"  {title}\n", style="bold #5fafff")
-            text.append(f"    {body}\n")
-        text.append("\nOn screen\n", style="bold underline")
-        text.append("  yellow", style="bold #000000 on #ffd75f")
-        text.append(" the cell being computed    ")
-        text.append("blue", style="#ffffff on #1f4e79")
-        text.append(" the cells it reads\n")
-        text.append("  green", style="bold #5fd75f")
-        text.append(" the row maximum of the scores    ")
-        text.append("−∞", style="#6c6c6c")
-        text.append(" a masked cell (weight exactly 0)\n")
-        text.append("  blank cells are not computed yet; weights are shaded by size\n")
-        text.append("\nesc, q or ? closes this help.", style="italic #8a8a8a")
-        return text
+            parts += [Text(f"  {title}", style="bold #5fafff"), _indented(body, 4)]
+        legend = Text()
+        legend.append("\nOn screen\n", style="bold underline")
+        legend.append("  yellow", style="bold #000000 on #ffd75f")
+        legend.append(" the cell being computed    ")
+        legend.append("blue", style="#ffffff on #1f4e79")
+        legend.append(" the cells it reads\n")
+        legend.append("  green", style="bold #5fd75f")
+        legend.append(" the row maximum of the scores    ")
+        legend.append("−∞", style="#6c6c6c")
+        legend.append(" a masked cell (weight exactly 0)\n")
+        legend.append("  blank cells are not computed yet; weights are shaded by size\n")
+        legend.append("\nesc, q or ? closes this help.", style="italic #8a8a8a")
+        return Group(*parts, legend)
+
+
+def _indented(text: str, indent: int, style: str = "") -> Padding:
+    """A paragraph whose every line, wrapped ones too, starts ``indent`` columns in."""
+    return Padding(Text(text, style=style), (0, 0, 0, indent))
 
 
 class NotesScreen(_Modal):
     """The seed page's caveats."""
 
-    def body(self) -> Text:
-        text = Text()
-        text.append("Notes from the page\n\n", style="bold underline")
+    def body(self) -> RenderableType:
+        notes = Table.grid()
+        notes.add_column(width=2, no_wrap=True)
+        notes.add_column(ratio=1)  # the bullet hangs: wrapped lines line up after "• "
         for title, body in NOTES:
-            text.append(f"• {title}\n", style="bold #ffd75f")
-            text.append(f"  {body}\n\n")
-        text.append("esc, q or n closes these notes.", style="italic #8a8a8a")
-        return text
+            notes.add_row("•", Text(title, style="bold #ffd75f"))
+            notes.add_row("", body + "\n")
+        return Group(Text("Notes from the page\n", style="bold underline"), notes,
+                     Text("esc, q or n closes these notes.", style="italic #8a8a8a"))
 
 
 def parse_operation(text: str, total: int) -> int | None:

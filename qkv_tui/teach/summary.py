@@ -1,0 +1,71 @@
+"""What the learner has after the last operation: where each token looked, and the checks that hold.
+
+The summary is computed from the finished computation, not from the trace's text: it
+names, per query token, the key it weighs most (or says the row is spread evenly), and
+it re-checks the two invariants a student can rely on — weight rows sum to 1 (with a
+sink, weights plus the sink's share) and masked weights are exactly 0.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from qkv_tui.core.engine import Computation, HeadResult
+from qkv_tui.core.fmt import fmt
+from qkv_tui.core.scenario import BoolMatrix
+
+MAX_ROWS = 8  # tokens listed by name; longer sentences list their first ones and point to the map
+
+
+def closing_summary(comp: Computation, head: int, operations: int, decimals: int) -> tuple[str, ...]:
+    """The lines shown once every operation is done, about the head in view."""
+    sc = comp.scenario
+    hr = comp.heads[head]
+    heads = len(comp.heads)
+    route = "weights·V"
+    if heads > 1:
+        route += f" in each of the {heads} heads, joined by Concat"
+    if comp.W_O is not None:
+        route += " and mixed by W_O"
+    lines = [f"✓ Done: all {operations} operations. Each token's output is {route}."]
+    who = f"{hr.name} ({head + 1}/{heads})" if heads > 1 else "this head"
+    looks = [looked_at(hr, sc.allow[i], sc.tokens[i], sc.key_tokens, i, decimals)
+             for i in range(min(sc.n, MAX_ROWS))]
+    more = f"; … {sc.n - MAX_ROWS} more tokens (m shows every row)" if sc.n > MAX_ROWS else ""
+    lines.append(f"Where each token looks, {who}: " + "; ".join(looks) + more)
+    lines.append(checks(hr, sc.allow))
+    return tuple(lines)
+
+
+def looked_at(hr: HeadResult, allow: BoolMatrix, token: str, keys: tuple[str, ...], row: int,
+              decimals: int) -> str:
+    """``I → love 0.707``; a row whose shown weights are all alike reads ``love → 3 keys evenly at 0.333``."""
+    weights = hr.weights[row]
+    shown = [fmt(float(w), False, decimals) for w in weights]
+    allowed = [j for j in range(len(keys)) if allow[j]]
+    top = shown[int(np.argmax(weights))]
+    best = [j for j in allowed if shown[j] == top]  # ties as the student reads them, at these decimals
+    # no-break spaces around the arrow: a wrapped line never starts "→ love", away from its token
+    if len(best) == len(allowed) and len(allowed) > 1:
+        return f"{token}\u00a0→\u00a0{len(allowed)} keys evenly at {top}"
+    if len(best) > 1:
+        return f"{token}\u00a0→\u00a0{' and '.join(keys[j] for j in best)} at {top} each"
+    return f"{token}\u00a0→\u00a0{keys[best[0]]} {top}"
+
+
+def checks(hr: HeadResult, allow: BoolMatrix) -> str:
+    """The invariants, re-checked on the numbers computed (not assumed)."""
+    total = hr.weights.sum(axis=1)
+    what = "every weight row sums to 1"
+    if hr.sink_exp is not None:
+        total = total + hr.sink_exp / hr.row_sum
+        what = "every weight row plus its sink's share sums to 1"
+    error = float(np.abs(total - 1.0).max())
+    exact = "exactly" if error == 0 else f"to within {error:.0e}"
+    masked = ~allow
+    line = f"Checks: {what} ({exact})"
+    if masked.any():
+        zero = bool((hr.weights[masked] == 0).all())
+        count = int(masked.sum())
+        line += f"; the {count} masked weights are {'exactly 0' if zero else 'NOT all 0'}"
+    return line + "."

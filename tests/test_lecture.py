@@ -1,0 +1,112 @@
+"""What a lecture needs: a key that fills a whole row, and a closing summary after the last operation."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from qkv_tui import compute, load_scenario
+from qkv_tui.screen.present import Modes, Presenter
+from qkv_tui.teach.stepper import Position
+from qkv_tui.teach.summary import checks, closing_summary
+from qkv_tui.ui.app import QKVApp
+from qkv_tui.ui.widgets.panels import ExplainPanel, FormulaLine
+
+from .settle import settle
+
+
+def plain(lines: tuple[str, ...] | list[str]) -> str:
+    return "\n".join(lines).replace("\u00a0", " ")
+
+
+def test_the_summary_reads_the_seed_numbers() -> None:
+    comp = compute(load_scenario("i_love_ai"))
+    text = plain(closing_summary(comp, 0, 66, 3))
+    assert "all 66 operations" in text
+    # the seed page: I puts 0.707 on love, love is uniform, AI puts 0.533 on love
+    assert "I → love 0.707; love → 3 keys evenly at 0.333; AI → love 0.533" in text
+    assert "every weight row sums to 1" in text
+
+
+def test_the_summary_follows_the_largest_weight_of_each_row() -> None:
+    """For every built-in without ties, the named key is the argmax of the row, found independently."""
+    for name in ("two_heads", "causal_mask", "sliding_window", "alibi", "gqa", "rope"):
+        comp = compute(load_scenario(name))
+        sc = comp.scenario
+        for h, head in enumerate(comp.heads):
+            line = plain(closing_summary(comp, h, 1, 3)).splitlines()[1]
+            items = line.split(": ", 1)[1].split("; ")
+            for i, item in enumerate(items[: sc.n]):
+                token, _, said = item.partition(" → ")
+                assert token == sc.tokens[i]
+                row = head.weights[i]
+                if "evenly" in said or " and " in said:
+                    continue
+                key, value = said.rsplit(" ", 1)
+                assert key == sc.key_tokens[int(np.argmax(row))], (name, h, item)
+                assert abs(float(value) - row.max()) <= 0.0005 + 1e-12
+
+
+def test_the_checks_can_fail() -> None:
+    comp = compute(load_scenario("causal_mask"))
+    head = comp.heads[0]
+    assert "exactly 0" in checks(head, comp.allow)
+    broken = head.weights.copy()
+    broken[0, 2] = 0.25  # a weight where the mask forbids one, and a row that no longer sums to 1
+    line = checks(replace(head, weights=broken), comp.allow)
+    assert "NOT all 0" in line and "to within 2e-01" in line
+
+
+def test_a_sink_row_sums_with_its_share() -> None:
+    comp = compute(load_scenario("sink"))
+    assert comp.heads[0].weights.sum(axis=1).max() < 1  # the sink takes a share
+    assert "plus its sink's share sums to 1" in checks(comp.heads[0], comp.allow)
+
+
+def test_the_summary_is_shown_only_after_the_last_operation_and_not_while_predicting() -> None:
+    comp = compute(load_scenario("two_heads"))
+    presenter = Presenter(comp)
+    last = len(presenter.exact) - 1
+    assert not any("✓ Done" in n for n in presenter.screen(Position(last - 1, 0), Modes()).notes)
+    notes = presenter.screen(Position(last, 1), Modes()).notes
+    assert "✓ Done" in notes[0] and "head 2 (2/2)" in notes[1] and notes[-1].startswith("Next: ")
+    from qkv_tui.teach.quiz import Score, questions
+
+    asked = questions(presenter.exact, last, 3)[0]
+    hidden = presenter.screen(Position(last, 0), Modes(quiz=Score(), question=asked))
+    assert not any("✓ Done" in n for n in hidden.notes)  # the summary would give the answer away
+
+
+async def test_down_and_up_step_whole_rows_in_the_app() -> None:
+    app = QKVApp("i_love_ai")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("right", "right", "right", "right")  # Q[I,0] is op 4, Q[I,1] op 5
+        assert app.position.index == 4
+        await pilot.press("down")
+        assert app.position.index == 5 and "Q[I,2] =" in app.query_one(ExplainPanel).plain  # the row finished
+        await pilot.press("down")
+        assert app.position.index == 8 and "Q[love,2] =" in app.query_one(ExplainPanel).plain  # a whole row
+        await pilot.press("up", "up")
+        assert app.position.index == 2  # Q blank again: the last of X's rows
+        await pilot.press("end", "down")
+        assert app.position.index == 65  # nothing past the end
+        await settle(pilot)
+        assert "✓ Done" in app.query_one(ExplainPanel).plain
+        footer = " ".join(str(k.render()) for k in app.screen.query("FooterKey"))
+        assert "row" in footer and "quit" in footer  # 80 columns hold the row key and quit
+
+
+async def test_row_keys_stay_out_of_the_cache_view_and_the_modal_screens() -> None:
+    app = QKVApp("i_love_ai")
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("k")
+        step = app.modes.decode_step
+        await pilot.press("down")
+        assert app.modes.decode_step == step and app.position.index == 0
+        await pilot.press("k", "question_mark", "down", "down")
+        assert app.position.index == 0  # the help scrolls; the trace behind it stays
+        await pilot.press("escape")
+        assert app.position.index == 0 and "op 1/66" in str(app.query_one(FormulaLine).render())
+        await pilot.press("down")
+        assert app.position.index == 1  # Embed fills a row per operation
