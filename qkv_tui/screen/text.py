@@ -37,17 +37,21 @@ _AFTER = {";": 0, ":": 0, ",": 1}
 _WORD = 4  # an ordinary space between words of prose
 
 
-def wrap(text: str, width: int, indent: int = 2) -> list[str]:
+def wrap(text: str, width: int, indent: int = 2, prose: bool = False) -> list[str]:
     """``text`` cut into lines of at most ``width`` cells, continuation lines indented by ``indent``.
 
     Arithmetic breaks only between terms (before an operator, after a comma or colon, never
     inside brackets), preferring the strongest boundary that still fills at least half the line;
-    a single term wider than the line is cut by cells as a last resort.
+    a single term wider than the line is cut by cells as a last resort. ``prose`` fills each
+    line with as many words as fit: a sentence reads best without early breaks at its commas.
     """
     width = max(width, 1)
     lead = min(len(text) - len(text.lstrip(" ")), width // 2)  # a line's own indent is kept, and hangs
     indent = min(lead + indent, width // 2)
-    pieces = _words(text.lstrip(" "))
+    if prose:  # every space is a place to break, brackets' too
+        pieces = [(piece, _WORD) for piece, _ in _words(text.lstrip(" "), depth_limit=len(text))]
+    else:
+        pieces = _words(text.lstrip(" "))
     lines: list[str] = []
     start = 0
     while start < len(pieces):

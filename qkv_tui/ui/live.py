@@ -32,7 +32,7 @@ from qkv_tui.teach.trace import STAGES, Trace
 from qkv_tui.ui import themes
 from qkv_tui.ui.edit import EditScreen
 from qkv_tui.ui.widgets.matrix import MatrixView
-from qkv_tui.ui.widgets.panels import StageBar
+from qkv_tui.ui.widgets.panels import ExplainPanel, StageBar
 
 if TYPE_CHECKING:
     from qkv_tui.ui.app import QKVApp
@@ -104,6 +104,8 @@ class Live:
             view.refresh()
         for bar in self.app.query(StageBar):
             bar._shown = ()  # it redraws only when its stage changes: make it draw in the new colours
+        for panel in self.app.query(ExplainPanel):
+            panel.restyle()
         self.app.redraw()
 
     # --- what the screen shows --------------------------------------------------------------

@@ -133,16 +133,17 @@ class ExplainPanel(ScrollView, can_focus=False):
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
-        self._lines: tuple[tuple[str, str], ...] = ()  # (text, style) of each logical line
+        self._lines: tuple[tuple[str, str], ...] = ()  # (text, style key in TEXT) of each logical line
         self._strips: list[Strip] = []
         self._wrapped: tuple[int, list[Strip]] = (-1, [])  # (width, lines) of the current text
 
     def _wrap(self, width: int) -> list[Strip]:
         if self._wrapped[0] != width:
             strips = []
-            for text, style in self._lines:
-                rich = _style(style)
-                strips += [Strip([Segment(line, rich)]) for line in wrap(text, width)]
+            for text, kind in self._lines:
+                rich = _style(TEXT[kind])
+                prose = kind in ("meaning", "description")  # sentences, not arithmetic
+                strips += [Strip([Segment(line, rich)]) for line in wrap(text, width, prose=prose)]
             self._wrapped = (width, strips)
         return self._wrapped[1]
 
@@ -157,18 +158,23 @@ class ExplainPanel(ScrollView, can_focus=False):
 
     def show(self, ex: Explanation, description: str = "", notes: tuple[str, ...] = ()) -> None:
         # every line is the scenario's words too (labels, names): no control character may break it
-        lines = [(printable(ex.arithmetic), TEXT["arithmetic"])]
-        lines += [(printable(line), TEXT["detail"]) for line in ex.details]
-        lines += [(printable(line), TEXT["note"]) for line in notes]
-        lines.append((printable(ex.meaning), TEXT["meaning"]))
+        lines = [(printable(ex.arithmetic), "arithmetic")]
+        lines += [(printable(line), "detail") for line in ex.details]
+        lines += [(printable(line), "note") for line in notes]
+        lines.append((printable(ex.meaning), "meaning"))
         # a description's own line breaks are the author's layout: keep them, and only them
-        lines += [(printable(line), TEXT["description"]) for line in description.split("\n") if description]
+        lines += [(printable(line), "description") for line in description.split("\n") if description]
         if tuple(lines) == self._lines:
             return
         self._lines = tuple(lines)
         self._wrapped = (-1, [])
         if self.scroll_y:
             self.scroll_to(y=0, animate=False, immediate=True)  # a new operation reads from its first line
+        self._redraw_changed()
+
+    def restyle(self) -> None:
+        """Draw the same lines in the colours of a new theme."""
+        self._wrapped = (-1, [])
         self._redraw_changed()
 
     def on_resize(self) -> None:
