@@ -281,6 +281,26 @@ def test_every_modern_line_checks_out_on_a_calculator(case: ModernCase, decimals
     assert_holds(check_text(explanation_text(View(Trace(comp)), decimals), whole=not hand))
 
 
+BIAS_WITH_HIDDEN_DIGITS = """tokens = ["t0", "t1"]
+X = [[0, 1, 0, 2], [1, 0, 0, 0]]
+[norm]
+kind = "rms"
+[[heads]]
+W_Q = [[1], [0], [0], [0]]
+W_K = [[0], [1.27], [0], [-3]]
+W_V = [[1], [0], [0], [0]]
+b_K = [-1.45]
+"""
+
+
+def test_a_hand_sum_with_a_bias_of_more_digits_shows_them() -> None:
+    """Found by the generated test: by hand, ``1.1 + (-5.4) + (-1.4) = -5.8`` hid the bias's -1.45."""
+    comp = compute_hand(compute(parse_scenario(BIAS_WITH_HIDDEN_DIGITS, "bias.toml")), 1)
+    text = explanation_text(View(Trace(comp)), 1)
+    assert "(-1.45) = -5.8" in text
+    assert_holds(check_text(text, whole=False))
+
+
 @settings(max_examples=15, deadline=None)
 @given(modern_cases(), st.integers(1, 6))
 def test_modern_markdown_checks_out_on_a_calculator(case: ModernCase, decimals: int) -> None:
