@@ -58,15 +58,20 @@ def _rules(ws: Worksheet) -> list[str]:
         else:
             out.append("- Norm (LayerNorm), row by row: mean, then var = the mean of (x − mean)²; each cell"
                        " X̂ = (x − mean) / √(var + eps)·γ + β.")
-        out.append(f"  eps = {float(sc.norm.eps)!r}. Q{', K and V' if not sc.is_cross else ''} are computed from X̂.")
+        reads = ("Q is computed from X̂ (K and V from the context's X, as given)" if sc.is_cross
+                 else "Q, K and V are computed from X̂")
+        out.append(f"  eps = {float(sc.norm.eps)!r}. {reads}.")
     if any(h.b_Q is not None or h.b_K is not None or h.b_V is not None for h in sc.heads) or sc.b_O is not None:
         out.append("- Biases: a projection with a bias vector b adds b[j] to every cell of its column j"
                    " (Q = X·W_Q + b_Q).")
     if sc.rope is not None:
         shown = ", ".join(f"({a}, {b})" for a, b in pairs(sc.rope.layout, comp.heads[0].d_k))
-        out.append(f"- Rotate (RoPE, {sc.rope.layout} layout): Q and K (never V) turn in pairs of dimensions,"
+        places = max(t.places or d for t in ws.tables if t.name == "cos/sin")
+        guard = (f" (printed to {places} decimals: with fewer, the turned values could miss the page's last digit)"
+                 if places > d else "")
+        out.append(f"- Rotate (RoPE, {sc.rope.layout} layout): Q and K (never V) turn in pairs of dimensions"
                    f" {shown}; pair i of a token at position p turns by the angle p·θᵢ, θᵢ = {_base(sc.rope.base)}^(−2i/dₖ):"
-                   " a' = a·cos − b·sin, b' = a·sin + b·cos, with cos and sin read from the table."
+                   f" a' = a·cos − b·sin, b' = a·sin + b·cos, with cos and sin read from the table{guard}."
                    " The scores then use Q' and K'.")
     out.append("- Softmax, row by row: subtract the row's largest scaled score, take e to each difference, divide each"
                " by their sum. Masked cells are −∞ and get weight 0.")
