@@ -25,7 +25,7 @@ from qkv_tui.edges.worksheet import WorksheetError, build
 
 from .conftest import MODEL_SCENARIOS, SCENARIOS, Run
 from .modern_cases import ModernCase, modern_cases
-from .test_calculator import UnparsableError, evaluate
+from .test_calculator import UnparsableError, check_text, evaluate
 
 BLANK = re.compile(r"^\((\d+)\) _+$")
 PER_HEAD = {"W_Q", "b_Q", "Q", "Q'", "scores", "scaled", "weights", "output"}
@@ -274,6 +274,9 @@ def check_sheet(comp: Computation, blanks: str, seed: int, decimals: int) -> tup
         label = full.grids[(name, h)].cols[c] if name == "stats" else name
         row = full.grids[(name, h)].rows[r]
         assert working.startswith(f"{label}[{row}"), (working, label, row)
+    # and the calculator of test_calculator agrees, side by side (a plain sum of printed decimals exactly)
+    report = check_text("\n".join(sheet.key.values()))
+    assert not report.failures, report.failures[:3]
     # the student fills the blanks in page order, from what is printed and filled before
     student = Student(sheet)
     filled: dict[Ref, float] = {}
