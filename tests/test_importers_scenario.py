@@ -144,6 +144,24 @@ def test_without_the_extra_the_builtin_says_how_to_install_it(cli, monkeypatch: 
                        " installed; pip install 'qkv-tui[models]'\n")
 
 
+@pytest.mark.parametrize(
+    ("line", "needle"),
+    [
+        ("layer = 0x" + "f" * 4000, "model.layer = an integer of about 4,817 digits is out of range"),
+        ('heads = "' + "x" * 5000 + '"', "model.heads must be a non-empty list of head numbers (0 … 3), got a string ('xxx"),
+        ('text = "hi"\n"' + "k" * 5000 + '" = 1', "unknown key 'kkk"),
+    ],
+    ids=["huge-hex-layer", "long-string", "long-key"],
+)
+def test_hostile_model_values_are_one_short_error_line(cli, tmp_path: Path, line: str, needle: str) -> None:
+    """Found by a fuzzer: a huge integer crashed while being formatted; long values flooded the line."""
+    text = "" if line.startswith("text") else 'text = "hi"\n'
+    path = model_file(tmp_path, f'[model]\nsource = "glassllm:en"\n{text}{line}\n')
+    run = cli("--check", str(path))
+    assert run.code == 2 and run.out == "" and run.err.count("\n") == 1, run.err[:300]
+    assert needle in run.err and len(run.err) < 400 and "Traceback" not in run.err
+
+
 def test_a_model_error_is_a_scenario_error(tmp_path: Path) -> None:
     with pytest.raises(ScenarioError, match=r"head\.toml: unknown key 'layers' in \[model\]; did you mean 'layer'\?"):
         load_scenario(model_file(tmp_path, '[model]\nsource = "glassllm:en"\ntext = "hi"\nlayers = 1\n'))

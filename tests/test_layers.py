@@ -1,7 +1,7 @@
-"""The package's layers import one way only: importers <- core <- teach <- screen <- ui <- edges.
+"""The package's layers import one way only: base <- importers <- core <- teach <- screen <- ui <- edges.
 
 The importers (real models -> plain scenario data) sit below the core: the loader calls them, they
-never call the loader.
+never call the loader. The base (how a value is named in a one-line message) serves both.
 
 Read from the source with ast, so the check covers lazy imports inside functions too.
 """
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "qkv_tui"
-RANK = {"importers": 0, "core": 1, "teach": 2, "screen": 3, "ui": 4, "edges": 5}
+RANK = {"base": 0, "importers": 1, "core": 2, "teach": 3, "screen": 4, "ui": 5, "edges": 6}
 
 
 def layer_of(module: str) -> str | None:
@@ -49,7 +49,7 @@ def test_imports_run_downward(path: Path) -> None:
         assert RANK[target] <= RANK[own], f"{path.relative_to(PACKAGE)} ({own}) imports {module} ({target}): upward"
 
 
-@pytest.mark.parametrize("layer", ["importers", "core", "teach", "screen"])
+@pytest.mark.parametrize("layer", ["base", "importers", "core", "teach", "screen"])
 def test_layers_below_the_ui_never_name_textual_or_rich(layer: str) -> None:
     for path in (PACKAGE / layer).rglob("*.py"):
         for module in imports_of(path):

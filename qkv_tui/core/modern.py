@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from qkv_tui.core.values import kind as _kind
-from qkv_tui.core.values import show as _show
+from qkv_tui.base.values import kind as _kind
+from qkv_tui.base.values import show as _show
 
 if TYPE_CHECKING:
     from qkv_tui.core.scenario import Scenario

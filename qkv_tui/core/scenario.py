@@ -18,12 +18,13 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from qkv_tui.base.values import kind as _kind
+from qkv_tui.base.values import printable
+from qkv_tui.base.values import show as _show
 from qkv_tui.core import modern
 from qkv_tui.core.modern import Alibi, Norm, Rope, Vector
 from qkv_tui.core.production import CACHE_KEYS, TILES_KEYS, ProductionSettings, parse_production
 from qkv_tui.core.tomlfile import NumberGrid, ReadError, decode, parse_toml, read_bytes, stat_path, table_values
-from qkv_tui.core.values import kind as _kind
-from qkv_tui.core.values import show as _show
 
 Matrix = npt.NDArray[np.float64]
 BoolMatrix = npt.NDArray[np.bool_]
@@ -52,20 +53,6 @@ class ScenarioError(Exception):
         super().__init__(f"{source}: {message}")
         self.source = source
         self.message = message
-
-
-def printable(text: str) -> str:
-    """One line of text that any terminal shows as written: control characters and
-    undecodable bytes (a path from argv) become escapes such as ``\\n``."""
-    if text.isprintable():
-        return text
-    out = []
-    for ch in text:
-        if ch.isprintable() or ch == " ":
-            out.append(ch)
-        else:
-            out.append(ch.encode("unicode_escape", "backslashreplace").decode("ascii"))
-    return "".join(out)
 
 
 @dataclass(frozen=True, eq=False)

@@ -13,8 +13,9 @@ from typing import NoReturn, TextIO
 import numpy as np
 
 from qkv_tui import __version__
+from qkv_tui.base.values import printable
 from qkv_tui.core.engine import combine, compute, iter_heads
-from qkv_tui.core.scenario import Scenario, ScenarioError, builtin_names, load_scenario, printable
+from qkv_tui.core.scenario import Scenario, ScenarioError, builtin_names, load_scenario
 from qkv_tui.edges import model_args
 from qkv_tui.edges.config import THEME_NAMES, config_path, save_theme, saved_theme
 

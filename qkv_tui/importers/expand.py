@@ -15,6 +15,8 @@ import difflib
 from pathlib import Path
 from typing import Any
 
+from qkv_tui.base.values import kind as _kind
+from qkv_tui.base.values import show as _show
 from qkv_tui.importers.errors import ImporterError
 from qkv_tui.importers.glass import PREFIX as GLASS_PREFIX
 from qkv_tui.importers.glass import open_glassllm
@@ -33,10 +35,10 @@ def expand_model(doc: dict[str, Any], base: Path | None = None) -> dict[str, Any
     """
     for key in doc:
         if key in MODEL_KEYS:  # TOML puts keys above the first header at the top level
-            raise ImporterError(f"{key!r} belongs in the [model] table; write it below the [model] header")
+            raise ImporterError(f"{_show(key)} belongs in the [model] table; write it below the [model] header")
         if key not in BESIDE_MODEL:
             raise ImporterError(
-                f"{key!r} cannot sit beside [model]: the model gives tokens, X, [norm], [rope], the heads, [output]"
+                f"{_show(key)} cannot sit beside [model]: the model gives tokens, X, [norm], [rope], the heads, [output]"
                 " and mask; only title and description may be written beside it"
             )
     table = doc["model"]
@@ -53,7 +55,7 @@ def expand_model(doc: dict[str, Any], base: Path | None = None) -> dict[str, Any
 
     labels, ids = model.tokenize(text)
     if not ids:
-        raise ImporterError(f"model.text {text!r} gives no tokens; expected a sentence the tokenizer can read")
+        raise ImporterError(f"model.text {_show(text)} gives no tokens; expected a sentence the tokenizer can read")
     if len(ids) > model.context:
         raise ImporterError(
             f"model.text is {len(ids)} tokens long but {model.name} takes at most {model.context}; expected a shorter text"
@@ -149,7 +151,7 @@ def _known(table: dict[str, Any]) -> None:
         if key not in MODEL_KEYS:
             hint = difflib.get_close_matches(key, MODEL_KEYS, n=1, cutoff=0.6)
             more = f"; did you mean {hint[0]!r}?" if hint else f"; expected one of: {', '.join(MODEL_KEYS)}"
-            raise ImporterError(f"unknown key {key!r} in [model]{more}")
+            raise ImporterError(f"unknown key {_show(key)} in [model]{more}")
 
 
 def _string(table: dict[str, Any], key: str, what: str) -> str:
@@ -165,7 +167,7 @@ def _index(value: Any, key: str, count: int, what: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise ImporterError(f"{key} must be a whole number, got {_kind(value)}; expected 0 … {count - 1} (0-based {what})")
     if not 0 <= value < count:
-        raise ImporterError(f"{key} = {value} is out of range; the model has {count} {what}s, numbered 0 … {count - 1}")
+        raise ImporterError(f"{key} = {_show(value)} is out of range; the model has {count} {what}s, numbered 0 … {count - 1}")
     return value
 
 
@@ -184,17 +186,3 @@ def _heads(table: dict[str, Any], model: Model) -> list[int]:
         if h in heads[:i]:
             raise ImporterError(f"model.heads lists head {h} twice; expected each head at most once")
     return heads
-
-
-def _kind(value: Any) -> str:
-    if isinstance(value, bool):
-        return f"a boolean ({str(value).lower()})"
-    if isinstance(value, str):
-        return f"a string ({value!r})"
-    if isinstance(value, (int, float)):
-        return f"a number ({value})"
-    if isinstance(value, list):
-        return "a list" if value else "an empty list"
-    if isinstance(value, dict):
-        return "a table"
-    return type(value).__name__

@@ -13,8 +13,9 @@ from functools import lru_cache
 
 import numpy as np
 
+from qkv_tui.base.values import printable
 from qkv_tui.importers.errors import EXTRA_HINT, ImporterError
-from qkv_tui.importers.stack import Array, Attention, GatedMlp, Layer, Model, Norm, Rope, _silu, printable
+from qkv_tui.importers.stack import Array, Attention, GatedMlp, Layer, Model, Norm, Rope, _silu
 
 PREFIX = "glassllm:"
 

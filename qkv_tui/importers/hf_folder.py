@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from qkv_tui.base.values import printable
 from qkv_tui.importers.errors import EXTRA_HINT, ImporterError
 from qkv_tui.importers.hf_config import Config, read_config, sliding_window
 from qkv_tui.importers.safetensors_raw import TensorFiles
@@ -28,7 +29,6 @@ from qkv_tui.importers.stack import (
     Norm,
     Rope,
     Tokenize,
-    printable,
 )
 
 

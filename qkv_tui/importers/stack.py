@@ -202,8 +202,3 @@ class Model:
     tokenize: Tokenize
     embed: Callable[[list[int]], Array]  # ids -> (n, d_model), position embeddings included
     layer: Callable[[int], Layer]
-
-
-def printable(label: str) -> str:
-    """A token label that a one-line pane can show: control characters (a newline token) escaped."""
-    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in label)

@@ -1,6 +1,7 @@
 """How an error message names a value from a scenario file: short, one line, safe at any size.
 
-Shared by the loader (scenario.py) and the modern keys (modern.py), so both say the same.
+Shared by the importers, the loader and the modern keys, so all three say the same; the
+importers sit below the core, so this sits below them both.
 """
 
 from __future__ import annotations
@@ -31,3 +32,17 @@ def kind(value: Any) -> str:
     if isinstance(value, dict):
         return "a table"
     return f"a {type(value).__name__}"
+
+
+def printable(text: str) -> str:
+    """One line of text that any terminal shows as written: control characters and
+    undecodable bytes (a path from argv) become escapes such as ``\\n``."""
+    if text.isprintable():
+        return text
+    out = []
+    for ch in text:
+        if ch.isprintable() or ch == " ":
+            out.append(ch)
+        else:
+            out.append(ch.encode("unicode_escape", "backslashreplace").decode("ascii"))
+    return "".join(out)
