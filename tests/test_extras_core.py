@@ -6,10 +6,12 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from qkv_tui import compute, load_scenario
 from qkv_tui.screen.view import hand_note
-from qkv_tui.teach.handcalc import compute_hand
+from qkv_tui.teach.handcalc import compute_hand, round_to
 from qkv_tui.teach.quiz import Score, check_choice, check_number, hide_result, parse_number, questions
 from qkv_tui.teach.trace import Trace
 from qkv_tui.teach.whatif import what_if
@@ -33,6 +35,23 @@ def test_hand_rounding_reproduces_the_seed() -> None:
     note = hand_note(Trace(comp), Trace(hand), 60, 3)
     assert note.startswith("hand rounding: out[love,0] = 0.999 by hand, but 1.000 exactly")
     assert "the same as the exact value" in hand_note(Trace(comp), Trace(hand), 49, 3)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.floats(-1e6, 1e6, allow_nan=False) | st.sampled_from([1.85, 2.675, 0.125, -0.5, 1.005, 2.5]),
+                min_size=1, max_size=20), st.integers(0, 8))
+def test_hand_rounding_rounds_as_the_text_reads(values: list[float], decimals: int) -> None:
+    """A hand-rounded number is the number the student reads: 1.85 at 1 decimal is 1.9, as printed
+    (np.round gives 1.8: it scales by 10 in binary first)."""
+    rounded = round_to(np.array(values), decimals)
+    for x, r in zip(values, rounded):
+        assert r == float(f"{x:.{decimals}f}"), (x, decimals)
+
+
+def test_a_tie_in_the_hand_computation_is_the_printed_one() -> None:
+    assert round_to(np.array([1.85, 2.675, -1.85]), 1).tolist() == [1.9, 2.7, -1.9]
+    assert float(round_to(np.array(1.85), 1)) == 1.9  # a 0-d value too
+    assert round_to(np.array([1e306, np.inf, np.nan]), 3)[:2].tolist() == [1e306, np.inf]
 
 
 @pytest.mark.parametrize("path", SCENARIOS, ids=lambda p: p.stem)

@@ -168,13 +168,9 @@ def _as_shown(x: Numbers, integral: bool, places: int) -> npt.NDArray[np.float64
     values = np.asarray(x, dtype=float)
     if integral:
         return values
-    out = round_to(values, places)
+    out = round_to(values, places)  # as the text reads, ties included
     big = np.abs(values) >= BIG  # written in scientific notation: rounded relative to the exponent
-    # np.round scales by 10^places in binary, so near a tie it can round the other way from the
-    # correctly rounded text a student would write; those few entries take the text's value
-    scaled = np.where(big, 0.0, np.abs(values)) * 10.0**places  # big ones are handled by their text anyway
-    near_tie = np.abs(scaled - np.floor(scaled) - 0.5) < 1e-6
-    for i in np.flatnonzero(big | near_tie):
+    for i in np.flatnonzero(big):
         out[i] = shown(fmt(float(values[i]), False, places))
     return out
 

@@ -23,19 +23,24 @@ WHOLE = 2.0 ** 52  # from here on every float is a whole number: rounding to dec
 
 
 def round_to(x: Matrix, decimals: int) -> Matrix:
-    """``np.round(x, decimals)`` that never overflows.
+    """``x`` rounded to ``decimals`` as its printed text reads (``1.85`` → 1.9, as ``f"{1.85:.1f}"``).
 
-    NumPy rounds by scaling by 10^decimals first, so 1e306 at 3 decimals becomes inf (and
-    then NaN downstream). Values that large are whole numbers already: they are kept as they are.
+    ``np.round`` scales by 10^decimals in binary first: near a tie it can round the other way
+    from the correctly rounded text a student writes (1.85 → 1.8), and 1e306 at 3 decimals
+    overflows to inf. The few entries near a tie take Python's correctly rounded ``round``;
+    values from 2^52 on are whole numbers already and are kept as they are.
     """
     x = np.asarray(x, dtype=float)
-    if x.ndim == 0:
-        return np.round(x, decimals) if abs(float(x)) < WHOLE else x
     small = np.abs(x) < WHOLE  # False for inf and NaN too: kept as they are
-    if small.all():
-        return np.round(x, decimals)
-    out = x.copy()
-    out[small] = np.round(x[small], decimals)
+    safe = np.where(small, x, 0.0)
+    out = np.where(small, np.round(safe, decimals), x)
+    scaled = np.abs(safe) * 10.0**decimals
+    near_tie = small & (np.abs(scaled - np.floor(scaled) - 0.5) < 1e-6)
+    if near_tie.any():
+        flat, values = out.reshape(-1), x.reshape(-1)
+        for i in np.flatnonzero(near_tie):
+            flat[i] = round(float(values[i]), decimals)
+        out = flat.reshape(x.shape)
     return out
 
 

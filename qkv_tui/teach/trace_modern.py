@@ -16,6 +16,7 @@ from qkv_tui.core.engine import Computation, HeadResult
 from qkv_tui.core.fmt import fmt, operand
 from qkv_tui.teach.arith import Numbers, agrees, dot_at, shown
 from qkv_tui.teach.arith import tries as _places
+from qkv_tui.teach.handcalc import round_to
 
 NORM_MEANING = (
     "Normalise each token's row of X before attention (pre-norm, as LLaMA, Mistral and Qwen do)."
@@ -276,8 +277,8 @@ def sink_row(head: HeadResult, row: int) -> tuple[Numbers, Numbers]:
 
 
 def _hround(x: float, decimals: int) -> float:
-    """Rounded as the hand computation rounds (NumPy's rule, which differs from round() at some halves)."""
-    return float(np.round(x, decimals))
+    """Rounded as the hand computation rounds: as the number's text reads."""
+    return float(round_to(np.array(x), decimals))
 
 
 def _paren(text: str) -> str:
