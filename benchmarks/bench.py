@@ -330,6 +330,78 @@ def report_cli(cli: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
+# --- the side views at scale: time to the first screen of k and t, and their memory -----------
+
+
+VIEW_KEYS = ("k", "t")  # the KV-cache view and FlashAttention's tiles
+
+
+def view_child(scenario: str, key: str) -> None:
+    """Open the app at 120×40, press End, then time a few trace steps (the baseline), then the
+    view's key until its first screen is drawn, then steps inside the view; print JSON."""
+
+    async def run() -> dict[str, float]:
+        from qkv_tui.ui.app import QKVApp
+
+        app = QKVApp(scenario)
+
+        async def timed(k: str) -> float:
+            t0 = time.perf_counter()
+            await pilot.press(k)
+            await pilot.pause()
+            return time.perf_counter() - t0
+
+        async with app.run_test(size=(120, 40)) as pilot:
+            await pilot.pause()
+            await timed("end")
+            trace = [await timed(k) for k in ("left", "right") * 3]
+            before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+            first = await timed(key)
+            inside = [await timed("right") for _ in range(6)]
+            assert app.modes.decode and app.modes.decode_step > 0, "the view's keys were not handled"
+            after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return {"trace_step_s": statistics.median(trace), "first_s": first, "view_step_s": statistics.median(inside),
+                "rss_before_mib": before / 1024, "rss_after_mib": after / 1024}
+
+    print(json.dumps(asyncio.run(run())))
+
+
+def measure_views(repeats: int, quick: bool) -> dict[str, Any]:
+    """Each (scenario, view) in its own process, so peak RSS is that view's; alternated in every round."""
+    tmp = Path(tempfile.mkdtemp(prefix="qkv-bench-views-"))
+    n = 256 if quick else 2048
+    big = tmp / f"gen{n}.toml"
+    big.write_text(generated_scenario(n))
+    runs: dict[tuple[int, str], list[dict[str, float]]] = {(t, k): [] for t in (3, n) for k in VIEW_KEYS}
+    for _ in range(repeats):
+        for tokens, scenario in ((3, "i_love_ai"), (n, str(big))):
+            for key in VIEW_KEYS:
+                done = subprocess.run([sys.executable, __file__, "--view-child", scenario, key],
+                                      capture_output=True, text=True, check=True)
+                runs[(tokens, key)].append(json.loads(done.stdout.strip().splitlines()[-1]))
+    rows = []
+    for (tokens, key), samples in runs.items():
+        row = {"tokens": tokens, "heads": 4 if tokens == n else 1, "view": key}
+        for field in samples[0]:
+            row[field] = float(statistics.median(s[field] for s in samples))
+        base = runs[(3, key)]
+        row["first_vs_trace_step"] = row["first_s"] / row["trace_step_s"]
+        row["first_vs_3"] = row["first_s"] / float(statistics.median(s["first_s"] for s in base))
+        rows.append(row)
+    return {"repeats": repeats, "views": rows}
+
+
+def report_views(views: dict[str, Any]) -> str:
+    out = [f"side views, End then the key, 120x40 (medians of {views['repeats']} processes each)",
+           f"{'tokens':>6} {'heads':>5} {'view':>4} {'trace step s':>12} {'first screen s':>14} {'×step':>7}"
+           f" {'×3-tok':>7} {'view step s':>11} {'RSS MiB before → after':>23}"]
+    for r in views["views"]:
+        out.append(f"{r['tokens']:>6} {r['heads']:>5} {r['view']:>4} {r['trace_step_s']:>12.3f} {r['first_s']:>14.3f}"
+                   f" {r['first_vs_trace_step']:>7.1f} {r['first_vs_3']:>7.1f} {r['view_step_s']:>11.3f}"
+                   f" {r['rss_before_mib']:>11.0f} → {r['rss_after_mib']:<9.0f}")
+    return "\n".join(out)
+
+
 def report(result: dict[str, Any]) -> str:
     out = [f"machine: {result['machine']}; medians of {result['repeats']} start-ups, "
            f"{result['presses']} step presses per run", ""]
@@ -366,6 +438,9 @@ def main() -> None:
     if len(sys.argv) == 4 and sys.argv[1] == "--child":
         child(sys.argv[2], sys.argv[3])
         return
+    if len(sys.argv) == 4 and sys.argv[1] == "--view-child":
+        view_child(sys.argv[2], sys.argv[3])
+        return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     parser.add_argument("--quick", action="store_true", help="few repeats and sizes: a smoke run, not figures to quote")
@@ -373,6 +448,8 @@ def main() -> None:
     parser.add_argument("--presses", type=int, default=100, help="step presses per run (default 100)")
     parser.add_argument("--cli-only", action="store_true", help="only the command line at scale (minutes, not the app)")
     parser.add_argument("--cli-repeats", type=int, default=3, help="runs of each command-line measurement (default 3)")
+    parser.add_argument("--views-only", action="store_true",
+                        help="only the KV-cache and tiled views opened at 2,048 tokens beside 3 (minutes)")
     parser.add_argument("--model-only", action="store_true",
                         help="only the glassllm head beside I love AI and the bare app (needs the models extra)")
     args = parser.parse_args()
@@ -382,13 +459,19 @@ def main() -> None:
         result = measure(args.repeats, args.presses, (), ())
         print(json.dumps(result, indent=2) if args.json else "\n\n".join(report(result).split("\n\n")[:3]))
         return
+    if args.views_only:
+        result["views"] = measure_views(1 if args.quick else args.cli_repeats, args.quick)
+        print(json.dumps(result, indent=2) if args.json else report_views(result["views"]))
+        return
     if not args.cli_only:
         result = measure(*quick) if args.quick else measure(args.repeats, args.presses, SIZES, CORE_SIZES)
+        result["views"] = measure_views(1 if args.quick else args.cli_repeats, args.quick)
     result["cli"] = measure_cli(1 if args.quick else args.cli_repeats, args.quick)
     if args.json:
         print(json.dumps(result, indent=2))
     else:
-        print("\n\n".join(([] if args.cli_only else [report(result)]) + [report_cli(result["cli"])]))
+        parts = [] if args.cli_only else [report(result), report_views(result["views"])]
+        print("\n\n".join([*parts, report_cli(result["cli"])]))
 
 
 if __name__ == "__main__":

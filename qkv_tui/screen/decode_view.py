@@ -10,6 +10,7 @@ from qkv_tui.screen.view import Explanation, PaneSpec, column_widths
 from qkv_tui.teach.arith import fit
 from qkv_tui.teach.decode import SCHEDULE_NAMES, Decode, DecodeStep
 
+MAX_STAGES = 7  # more steps than this are not all named in the stage bar
 MAX_TERMS = 4  # a weighted sum of more Value rows than this is summarised, not written out
 DECODE_MEANING = (
     "Prefill runs the prompt at once (a causal block); decode adds one token a step. Queries are computed fresh"
@@ -81,7 +82,7 @@ def decode_panes(dec: Decode, index: int, head: int, decimals: int) -> tuple[lis
     masked = np.where(step.allowed, step.scaled, -np.inf)
     divisor = dec.comp.heads[head].scale
     scale = f"√{dec.comp.heads[head].d_k}" if dec.comp.heads[head].scale_is_default else f"{divisor:g}"
-    outputs = np.concatenate([s.output for s in dec.steps[head][: index + 1]])
+    outputs = dec.outputs(head, index)
     context = [
         _pane("dS", f"q·Kᵀ/{scale} + mask", masked, queries, keys[lo:S], decimals, subtitle=name),
         _pane("dw", "weights", step.weights, queries, keys[lo:S], decimals, heat=True, subtitle=name,
@@ -256,6 +257,23 @@ def decode_lines(dec: Decode, index: int, head: int, decimals: int) -> list[str]
     return lines
 
 
+def step_stages(dec: Decode, index: int) -> tuple[tuple[str, str], ...]:
+    """The stage bar: every step when there are few; else the first, the current with its
+    neighbours, and the last, with … for the steps between (1,025 steps would push the title off)."""
+    count = dec.count
+    shown = list(range(count)) if count <= MAX_STAGES else sorted(
+        {0, count - 1} | {i for i in range(index - 1, index + 2) if 0 <= i < count})
+    stages: list[tuple[str, str]] = []
+    for k, i in enumerate(shown):
+        if k and i > shown[k - 1] + 1:
+            stages.append(("…", "done" if i <= index else "todo"))
+        rng = dec.ranges[i]
+        kind = dec.kind(i)
+        text = dec.comp.scenario.tokens[rng.start] if len(rng) == 1 and kind == "decode" else f"{kind} ×{len(rng)}"
+        stages.append((f"{i + 1} {text}", "current" if i == index else ("done" if i < index else "todo")))
+    return tuple(stages)
+
+
 def decode_explanation(dec: Decode, index: int, head: int, decimals: int) -> Explanation:
     """What happens at one step, with its numbers and the checks against full attention."""
     sc = dec.comp.scenario
@@ -265,10 +283,7 @@ def decode_explanation(dec: Decode, index: int, head: int, decimals: int) -> Exp
     heads = len(dec.comp.heads)
     count = dec.count
     label = {"prefill": "prefill", "chunk": "chunked prefill", "decode": "decode"}[step.kind]
-    stages = []
-    for i, s in enumerate(dec.steps[head]):
-        text = sc.tokens[s.start] if s.width == 1 and s.kind == "decode" else f"{s.kind} ×{s.width}"
-        stages.append((f"{i + 1} {text}", "current" if i == index else ("done" if i < index else "todo")))
+    stages = step_stages(dec, index)
     return Explanation(
         stage_label=f"{label} step {index + 1}/{count}",
         counter=f'processing "{_span(sc.tokens, step.start, step.stop)}"',

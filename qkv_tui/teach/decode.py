@@ -20,14 +20,19 @@ back through it, and the paged output is checked against the contiguous one.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from functools import partial
+from typing import TypeVar, overload
 
 import numpy as np
 
-from qkv_tui.core.engine import Computation, softmax_rows
+from qkv_tui.core.engine import Computation, HeadResult, softmax_rows
 from qkv_tui.core.scenario import BoolMatrix, Matrix, Scenario
 from qkv_tui.teach.paged import Address, BlockTable, PagedStore, empty_table, pool_order, pool_size
 
+T = TypeVar("T")
 SCHEDULES = ("prefill", "chunked", "tokens")
 SCHEDULE_NAMES = {"prefill": "prefill, then decode", "chunked": "chunked prefill, then decode",
                   "tokens": "decode token by token"}
@@ -119,18 +124,59 @@ class Paging:
     freed: tuple[int, ...] = ()  # blocks returned to the pool: every token in them left the sliding window
 
 
+class Lazy(Sequence[T]):
+    """``count`` items made by ``make(i)`` when first asked for; the last ``keep`` are kept.
+
+    A 2,048-token scenario has 1,025 steps a head, each with an L×S weight matrix: built all at
+    once they took tens of seconds and hundreds of MiB before the first one could be shown.
+    """
+
+    def __init__(self, count: int, make: Callable[[int], T], keep: int = 8) -> None:
+        self._count, self._make, self._keep = count, make, keep
+        self._kept: OrderedDict[int, T] = OrderedDict()
+
+    def __len__(self) -> int:
+        return self._count
+
+    @overload
+    def __getitem__(self, i: int) -> T: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[T]: ...
+
+    def __getitem__(self, i: int | slice) -> T | list[T]:
+        if isinstance(i, slice):
+            return [self[k] for k in range(*i.indices(self._count))]
+        if i < 0:
+            i += self._count
+        if not 0 <= i < self._count:
+            raise IndexError(i)
+        if i in self._kept:
+            self._kept.move_to_end(i)
+            return self._kept[i]
+        item = self._make(i)
+        self._kept[i] = item
+        if len(self._kept) > self._keep:
+            self._kept.popitem(last=False)
+        return item
+
+
 @dataclass(frozen=True, eq=False)
 class Decode:
-    """Every step of every head, for one schedule."""
+    """Every step of every head, for one schedule; a step is computed when it is first looked at."""
 
     comp: Computation
     mode: str  # one of SCHEDULES
     ranges: tuple[range, ...]  # the query tokens of each step
     allow: BoolMatrix  # (n, m) the mask decoding uses
     own_mask: bool  # True when that is the scenario's mask
-    reference: tuple[Matrix, ...]  # per head (n, d_v): full attention under the decode mask
-    steps: tuple[tuple[DecodeStep, ...], ...]  # [head][step]
+    reference: Sequence[Matrix]  # per head (n, d_v): full attention under the decode mask
+    steps: tuple[Sequence[DecodeStep], ...]  # [head][step]
     paging: tuple[Paging, ...]  # [step]
+    firsts: tuple[int, ...] = ()  # [step] the oldest token still cached (a sliding window drops the rest)
+    prefilled: int = 0  # tokens before the first decode step
+    _outputs: dict[int, list[Matrix]] = field(default_factory=dict, repr=False)  # [head] outputs of steps 0 …
+    _buffers: dict[int, tuple[Matrix, Matrix]] = field(default_factory=dict, repr=False)
 
     @property
     def n(self) -> int:
@@ -144,12 +190,26 @@ class Decode:
     def block_size(self) -> int:
         return self.paging[0].table.block_size
 
+    def kind(self, step: int) -> str:
+        """"prefill", "chunk" or "decode": what the step does, known without computing it."""
+        if self.ranges[step].start >= self.prefilled:
+            return "decode"
+        return "chunk" if self.mode == "chunked" else "prefill"
+
+    def counts(self, step: int) -> tuple[int, int]:
+        """(Key/Value rows computed, cached rows reused) at one step: the same for every head."""
+        sc = self.comp.scenario
+        if sc.is_cross:
+            return (sc.m, 0) if step == 0 else (0, sc.m)
+        rng = self.ranges[step]
+        return len(rng), rng.start - self.firsts[step]
+
     def rows_computed(self, head: int, step: int) -> int:
         """Key/Value rows computed up to and including ``step``."""
-        return sum(s.kv_computed for s in self.steps[head][: step + 1])
+        return sum(self.counts(i)[0] for i in range(step + 1))
 
     def rows_reused(self, head: int, step: int) -> int:
-        return sum(s.kv_reused for s in self.steps[head][: step + 1])
+        return sum(self.counts(i)[1] for i in range(step + 1))
 
     def rows_without_cache(self, step: int) -> int:
         """Key/Value rows a model without a cache computes up to ``step``: all its keys again at every step."""
@@ -157,6 +217,24 @@ class Decode:
         if self.comp.scenario.is_cross:
             return m * (step + 1)
         return sum(r.stop for r in self.ranges[: step + 1])
+
+    def cache(self, head: int) -> tuple[Matrix, Matrix]:
+        """The head's contiguous K and V cache once every row is written; a step reads only rows before its end."""
+        if head not in self._buffers:
+            hr = self.comp.heads[head]
+            self._buffers[head] = (np.ascontiguousarray(hr.K_used, dtype=float), np.ascontiguousarray(hr.V, dtype=float))
+        return self._buffers[head]
+
+    def outputs(self, head: int, step: int) -> Matrix:
+        """The outputs of steps 0 … ``step`` stacked: each the step's own (contiguous-cache) output.
+
+        Earlier steps' outputs are computed without their paged copy or kept score matrices,
+        and remembered, so stepping forward costs one step's attention.
+        """
+        done = self._outputs.setdefault(head, [])
+        for i in range(len(done), step + 1):
+            done.append(_contiguous(self, head, i)[3])
+        return np.concatenate(done[: step + 1])
 
     def differs_from_trace(self) -> tuple[int, ...]:
         """Query rows whose decode mask is not the scenario's: their outputs may differ from the Mix stage."""
@@ -172,11 +250,6 @@ def _attend(q: Matrix, K: Matrix, V: Matrix, allowed: BoolMatrix, divisor: float
     return scores, scaled, weights, weights @ V  # (L, d_v)
 
 
-def full_reference(comp: Computation, allow: BoolMatrix) -> tuple[Matrix, ...]:
-    """Full attention (every query at once, no cache) under the decode mask."""
-    return tuple(_attend(hr.Q_used, hr.K_used, hr.V, allow, hr.scale, hr.bias, hr.sink)[3] for hr in comp.heads)
-
-
 def decode(comp: Computation, mode: str = "prefill", block_size: int | None = None,
            order: tuple[int, ...] | None = None) -> Decode:
     """Replay the scenario as prefill and decode with a paged KV cache, for every head.
@@ -188,7 +261,6 @@ def decode(comp: Computation, mode: str = "prefill", block_size: int | None = No
     ranges = tuple(schedule(sc.n, mode, settings.prefill_for(sc.n), settings.chunk_for(sc.n)))
     prefilled = 0 if mode == "tokens" else settings.prefill_for(sc.n)  # tokens before the first decode step
     allow, own = decode_mask(sc)
-    reference = full_reference(comp, allow)
     block = settings.block_size if block_size is None else block_size
     cached = sc.m if sc.is_cross else sc.n
     blocks = pool_size(cached, block) if order is None else max(len(order), max(order, default=0) + 1)
@@ -209,43 +281,57 @@ def decode(comp: Computation, mode: str = "prefill", block_size: int | None = No
         table, new = table.grow(stop) if stop > table.tokens else (table, ())
         paging.append(Paging(table, new, tuple(table.address(t) for t in range(start, stop)), blocks, freed))
 
-    all_steps = []
-    for h, hr in enumerate(comp.heads):
-        # Each row is what the model computes for that token alone (its projection, bias and
-        # rotation at its position): the engine's rows, taken one step's worth at a time.
-        Q_rows, K_rows, V_rows = hr.Q_used, hr.K_used, hr.V
-        store = PagedStore(blocks, block, hr.d_k, hr.d_v)
-        # the contiguous cache: rows are written once, when their token arrives, and only read after that
-        K_buf = np.empty((cached, hr.d_k))
-        V_buf = np.empty((cached, hr.d_v))
-        steps = []
-        for i, rng in enumerate(ranges):
-            q = Q_rows[rng.start:rng.stop]  # (L, d_k) fresh at every step: Queries are never cached
-            if sc.is_cross:
-                if i == 0:  # the context's Keys and Values, once
-                    K_buf[:] = K_rows
-                    V_buf[:] = V_rows
-                written = range(0, sc.m) if i == 0 else range(0)
-                S = sc.m
-                computed, reused = (sc.m, 0) if i == 0 else (0, sc.m)
-            else:
-                K_buf[rng.start:rng.stop] = K_rows[rng.start:rng.stop]  # only the new tokens' rows
-                V_buf[rng.start:rng.stop] = V_rows[rng.start:rng.stop]
-                written = rng
-                S = rng.stop
-                computed, reused = len(rng), rng.start - firsts[i]
-            for t in written:
-                store.write(paging[i].table, t, K_buf[t], V_buf[t])
-            lo = firsts[i]  # 0 unless a sliding window has let older rows go
-            K, V = K_buf[lo:S], V_buf[lo:S]  # views, no copies
-            allowed = allow[rng.start:rng.stop, lo:S]  # (L, S − lo): row r is token start + r, bottom-right aligned
-            bias = None if hr.bias is None else hr.bias[rng.start:rng.stop, lo:S]
-            scores, scaled, weights, output = _attend(q, K, V, allowed, hr.scale, bias, hr.sink)
-            K_paged, V_paged = store.gather(paging[i].table, S, lo)
-            paged = _attend(q, K_paged, V_paged, allowed, hr.scale, bias, hr.sink)[3]
-            kind = "decode" if rng.start >= prefilled else ("chunk" if mode == "chunked" else "prefill")
-            steps.append(DecodeStep(i, h, rng.start, rng.stop, kind, q, K, V, allowed, scores, scaled, weights,
-                                    output, reference[h][rng.start:rng.stop], hr.output[rng.start:rng.stop],
-                                    paged, computed, reused, lo, range(firsts[i - 1] if i else 0, lo)))
-        all_steps.append(tuple(steps))
-    return Decode(comp, mode, ranges, allow, own, reference, tuple(all_steps), tuple(paging))
+    dec = Decode(comp, mode, ranges, allow, own, (), (), tuple(paging), tuple(firsts), prefilled)
+    reference = Lazy(len(comp.heads), lambda h: _full(comp.heads[h], allow), keep=len(comp.heads))
+    steps = tuple(Lazy(len(ranges), partial(_step, dec, h, blocks=blocks, block=block))
+                  for h in range(len(comp.heads)))
+    object.__setattr__(dec, "reference", reference)  # the steps read the Decode they belong to
+    object.__setattr__(dec, "steps", steps)
+    return dec
+
+
+def _window(dec: Decode, head: int, i: int) -> tuple[Matrix, Matrix, Matrix, BoolMatrix, Matrix | None, int, int]:
+    """(q, K, V, allowed, bias, lo, S) of one step: the cached rows lo … S − 1 it reads."""
+    sc = dec.comp.scenario
+    hr = dec.comp.heads[head]
+    rng = dec.ranges[i]
+    S = sc.m if sc.is_cross else rng.stop
+    lo = dec.firsts[i]  # 0 unless a sliding window has let older rows go
+    q = hr.Q_used[rng.start:rng.stop]  # (L, d_k) fresh at every step: Queries are never cached
+    # Each row is what the model computes for that token alone (its projection, bias and rotation
+    # at its position): the engine's rows. A step reads rows written at it or before it, never later ones.
+    K_buf, V_buf = dec.cache(head)
+    K, V = K_buf[lo:S], V_buf[lo:S]  # views, no copies
+    allowed = dec.allow[rng.start:rng.stop, lo:S]  # (L, S − lo): row r is token start + r, bottom-right aligned
+    bias = None if hr.bias is None else hr.bias[rng.start:rng.stop, lo:S]
+    return q, K, V, allowed, bias, lo, S
+
+
+def _contiguous(dec: Decode, head: int, i: int) -> tuple[Matrix, ...]:
+    """(scores, scaled, weights, output) of one step from the contiguous cache."""
+    hr = dec.comp.heads[head]
+    q, K, V, allowed, bias, _, _ = _window(dec, head, i)
+    return _attend(q, K, V, allowed, hr.scale, bias, hr.sink)
+
+
+def _full(hr: HeadResult, allow: BoolMatrix) -> Matrix:
+    return _attend(hr.Q_used, hr.K_used, hr.V, allow, hr.scale, hr.bias, hr.sink)[3]
+
+
+def _step(dec: Decode, h: int, i: int, blocks: int, block: int) -> DecodeStep:
+    """One head at one step, with its paged copy: rows written through the step's block table, read back."""
+    hr = dec.comp.heads[h]
+    rng = dec.ranges[i]
+    q, K, V, allowed, bias, lo, S = _window(dec, h, i)
+    scores, scaled, weights, output = _contiguous(dec, h, i)
+    # the pool as it stands after this step: every row still cached sits where the block table put
+    # it when its token arrived (a row's address never changes while it is cached)
+    store = PagedStore(blocks, block, hr.d_k, hr.d_v)
+    table = dec.paging[i].table
+    store.write_rows(table, lo, K, V)
+    K_paged, V_paged = store.gather(table, S, lo)
+    paged = _attend(q, K_paged, V_paged, allowed, hr.scale, bias, hr.sink)[3]
+    computed, reused = dec.counts(i)
+    return DecodeStep(i, h, rng.start, rng.stop, dec.kind(i), q, K, V, allowed, scores, scaled, weights, output,
+                      dec.reference[h][rng.start:rng.stop], hr.output[rng.start:rng.stop], paged, computed, reused,
+                      lo, range(dec.firsts[i - 1] if i else 0, lo))

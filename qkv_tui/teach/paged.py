@@ -92,9 +92,21 @@ class PagedStore:
         self.V[address.physical, address.slot] = v
         return address
 
+    def slots(self, table: BlockTable, first: int, length: int) -> tuple[np.ndarray, np.ndarray]:
+        """(physical block, slot) of tokens ``first`` … ``length − 1``, each looked up in the block table."""
+        tokens = np.arange(first, length)
+        physical = np.asarray(table.physical, dtype=np.int64)[tokens // self.block_size]
+        if (physical < 0).any():
+            raise ValueError("a token in a freed block was read")
+        return physical, tokens % self.block_size
+
+    def write_rows(self, table: BlockTable, first: int, K: Matrix, V: Matrix) -> None:
+        """Rows of tokens ``first``, ``first + 1``, … written through the block table at once."""
+        physical, slot = self.slots(table, first, first + K.shape[0])
+        self.K[physical, slot] = K
+        self.V[physical, slot] = V
+
     def gather(self, table: BlockTable, length: int, first: int = 0) -> tuple[Matrix, Matrix]:
         """Rows ``first`` … ``length − 1`` of K and V in token order, each read through the block table."""
-        addresses = [table.address(t) for t in range(first, length)]
-        K = np.array([self.K[a.physical, a.slot] for a in addresses]).reshape(-1, self.K.shape[2])
-        V = np.array([self.V[a.physical, a.slot] for a in addresses]).reshape(-1, self.V.shape[2])
-        return K, V
+        physical, slot = self.slots(table, first, length)
+        return self.K[physical, slot], self.V[physical, slot]

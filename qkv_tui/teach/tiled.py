@@ -86,9 +86,11 @@ class TileOp:
 
 def visit_tiles(Q: Matrix, K: Matrix, V: Matrix, allow: BoolMatrix, divisor: float, rows: range, tiles: list[range],
                 qblock: int = 0, sink: float | None = None, numbers: list[int] | None = None,
-                bias: Matrix | None = None) -> tuple[list[TileVisit], BlockEnd]:
+                bias: Matrix | None = None, keep: bool = True) -> tuple[list[TileVisit], BlockEnd]:
     """The online softmax of one block of query rows over the given key tiles, in order.
 
+    ``keep=False`` returns no visits, only the end: every row of a long sequence over every
+    tile would otherwise hold each tile's (rows, d_v) accumulators, gigabytes at 2,048 tokens.
     ``numbers`` are the tiles' indices among all tiles (skipped ones leave gaps); default 0, 1, ...
     ``bias`` (n, m) is added to the scaled scores (ALiBi); ``sink`` is a logit with no Value.
     """
@@ -114,8 +116,9 @@ def visit_tiles(Q: Matrix, K: Matrix, V: Matrix, allow: BoolMatrix, divisor: flo
         l_new = l_scaled + P.sum(axis=1)
         O_new = O_scaled + P @ V[cols.start:cols.stop]  # (r, d_v)
         number = k if numbers is None else numbers[k]
-        visits.append(TileVisit(qblock, number, rows, cols, dots, S, allowed, m, tile_max, m_new, alpha, ell,
-                                l_scaled, P, l_new, O_acc, O_scaled, O_new))
+        if keep:
+            visits.append(TileVisit(qblock, number, rows, cols, dots, S, allowed, m, tile_max, m_new, alpha, ell,
+                                    l_scaled, P, l_new, O_acc, O_scaled, O_new))
         m, ell, O_acc = m_new, l_new, O_new
     return visits, BlockEnd(qblock, rows, m, ell, O_acc, O_acc / ell[:, None])
 
@@ -205,7 +208,7 @@ class TiledHead:
         """
         hr = self.comp.heads[self.head]
         _, end = visit_tiles(hr.Q_used, hr.K_used, hr.V, self.comp.scenario.allow, hr.scale, range(self.n),
-                             self.tiles, 0, hr.sink, None, hr.bias)
+                             self.tiles, 0, hr.sink, None, hr.bias, keep=False)
         return end.m, end.ell, end.O_acc, end.out
 
     @property
