@@ -73,7 +73,7 @@ CASES = {
     "scale_negative": (BASE + "scale = -2.5\n" + HEAD, "scale = -2.5; expected a finite number > 0"),
     "scale_nan": (BASE + "scale = nan\n" + HEAD, "scale = nan; expected a finite number > 0"),
     "scale_string": (BASE + 'scale = "sqrt"\n' + HEAD, "scale must be a number > 0, got a string"),
-    "overflow": (BASE.replace("[1, 0, 1, 0]", "[1e200, 0, 1e200, 0]") + HEAD, "scores overflows float64"),
+    "overflow": (BASE.replace("[1, 0, 1, 0]", "[1e200, 0, 1e200, 0]") + HEAD, "values in scores overflow float64"),
     "title_type": ("title = 3\n" + BASE + HEAD, "title must be a string, got a number (3)"),
     # a key in the wrong table says where it belongs; a case-only slip suggests the key itself
     "case_only_hint": (BASE + HEAD.replace("W_K =", "W_k ="), "unknown key 'W_k' in [[heads]] #1; did you mean 'W_K'? (keys are case-sensitive)"),
@@ -97,6 +97,16 @@ CASES = {
     "escape_in_head_name": (BASE + HEAD.replace("[[heads]]", '[[heads]]\nname = "\\u001b[31mred"'),
                             "[[heads]] #1 name contains an escape character (U+001B); expected text that shows on one line"),
     "empty_head_name": (BASE + HEAD.replace("[[heads]]", '[[heads]]\nname = ""'), "[[heads]] #1 name is empty"),
+    "key_twice": (BASE + HEAD + "W_Q = [[1]]\n", "line 9: TOML syntax error: W_Q is given twice in this table (first at line 6)"),
+    "table_twice": (BASE + '[mask]\nkind = "causal"\n[mask]\nkind = "none"\n' + HEAD,
+                    "TOML syntax error: the table [mask] is declared twice; expected one [mask] header"),
+    "string_open_at_line_end": ('title = "I love AI\n' + BASE + HEAD,
+                                "line 1, column 9: TOML syntax error: the string that starts here is never closed"),
+    "blank_token": (BASE.replace('"love"', '"   "') + HEAD,
+                    "tokens item 2 is '   ', which shows nothing (only spaces or invisible characters)"),
+    "zero_width_token": (BASE.replace('"love"', '"\\u200b"') + HEAD, "tokens item 2 is '\\u200b', which shows nothing"),
+    "empty_title": ('title = ""\n' + BASE + HEAD, "title is empty; every label needs at least one visible character"),
+    "blank_title": ('title = "  "\n' + BASE + HEAD, "title is '  ', which shows nothing"),
     "bidi_override_in_context": (BASE + '[context]\ntokens = ["a\\u202eb"]\nX = [[1, 0, 1, 0]]\n' + HEAD,
                                  "[context] tokens item 1 contains a control character (U+202E)"),
     "newline_in_title": ('title = "two\\nlines"\n' + BASE + HEAD, "title contains a new line (U+000A); expected text that shows on one line"),
@@ -181,7 +191,7 @@ def test_real_process_prints_no_traceback(write) -> None:
     path = write(CASES["overflow"][0])
     proc = subprocess.run([sys.executable, "-m", "qkv_tui", str(path)], capture_output=True, text=True)
     assert proc.returncode == 2 and proc.stdout == ""
-    assert proc.stderr.startswith(f"error: {path}: head 1: scores overflows float64")
+    assert proc.stderr.startswith(f"error: {path}: head 1: values in scores overflow float64")
 
 
 def test_messages_count_from_one_and_name_rows_by_token() -> None:
@@ -199,3 +209,12 @@ def test_messages_count_from_one_and_name_rows_by_token() -> None:
             assert "row 0" not in exc.message and "column 0" not in exc.message, (case, exc.message)
         else:
             raise AssertionError(f"{case} was accepted")
+
+
+def test_a_models_blank_token_is_shown_not_refused() -> None:
+    """A tokenizer may give a token of spaces: the label must show it, and pass the blank-label rule."""
+    from qkv_tui.base.values import token_label, visible
+
+    labels = [token_label(t) for t in (" ", "  ", "\u200b", "\n", "", "Ġthe", "a b")]
+    assert labels == ["␣", "␣␣", "\\u200b", "\\n", "∅", "Ġthe", "a b"]
+    assert all(visible(label) for label in labels)

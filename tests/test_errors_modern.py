@@ -46,8 +46,8 @@ CASES = {
     "b_v_nan": (BASE + HEAD + "b_V = [0, nan, 0]\n", "[[heads]] #1 b_V item 2 is nan; expected a finite number"),
     "b_k_typo": (BASE + HEAD + "b_k = [0, 0, 0]\n", "unknown key 'b_k' in [[heads]] #1; did you mean 'b_K'?"),
     "wide_b_k_length": (BASE + SPLIT + "b_K = [0, 0, 0, 0]\n",
-                        "[attention] b_K has 4 numbers; expected 2 (num_kv_heads x d_k)"),
-    "wide_b_q_length": (BASE + SPLIT + "b_Q = [0, 0]\n", "[attention] b_Q has 2 numbers; expected 4 (num_heads x d_k)"),
+                        "[attention] b_K has 4 numbers; expected 2 (num_kv_heads × d_k)"),
+    "wide_b_q_length": (BASE + SPLIT + "b_Q = [0, 0]\n", "[attention] b_Q has 2 numbers; expected 4 (num_heads × d_k)"),
     "b_o_without_w_o": (BASE + HEAD + "[output]\nb_O = [1, 2, 3]\n", "[output] b_O needs W_O beside it"),
     "b_o_length": (BASE + HEAD + "[output]\nW_O = [[1], [1], [1]]\nb_O = [1, 2]\n",
                    "[output] b_O has 2 numbers; expected 1 (one per column of W_O, d_out)"),
@@ -77,7 +77,7 @@ CASES = {
     "alibi_unknown_key": (BASE + "[alibi]\nslope = [0.5]\n" + HEAD, "unknown key 'slope' in [alibi]; did you mean 'slopes'?"),
     # sliding window
     "sliding_no_window": (BASE + 'mask = "sliding"\n' + HEAD, "mask kind 'sliding' needs window = W"),
-    "sliding_window_zero": (BASE + '[mask]\nkind = "sliding"\nwindow = 0\n' + HEAD, "[mask] window is a number (0); expected a whole number >= 1"),
+    "sliding_window_zero": (BASE + '[mask]\nkind = "sliding"\nwindow = 0\n' + HEAD, "[mask] window is 0, too small; expected a whole number >= 1"),
     "sliding_window_float": (BASE + '[mask]\nkind = "sliding"\nwindow = 2.5\n' + HEAD, "[mask] window is a number (2.5); expected a whole number >= 1"),
     "sliding_cross": (BASE + '[mask]\nkind = "sliding"\nwindow = 2\n' + CONTEXT + HEAD, "mask kind 'sliding' needs self-attention"),
     "window_on_causal": (BASE + '[mask]\nkind = "causal"\nwindow = 2\n' + HEAD, "[mask] window is only used with kind = 'sliding'"),
@@ -89,11 +89,11 @@ CASES = {
     "kv_heads_string": (BASE + SPLIT.replace("num_kv_heads = 1", 'num_kv_heads = "1"'),
                         "[attention] num_kv_heads must be a whole number >= 1, got a string ('1')"),
     "kv_w_k_width": (BASE + SPLIT.replace("W_K = [[0, 1], [1, 0], [0, 1], [1, 1]]", "W_K = [[0, 1, 1, 1], [1, 0, 0, 0], [0, 1, 0, 0], [1, 1, 0, 0]]"),
-                     "[attention] W_K has 4 columns; expected num_kv_heads x d_k = 1 x 2"),
+                     "[attention] W_K has 4 columns; expected num_kv_heads × d_k = 1 × 2"),
     "kv_w_v_divides": (BASE + SPLIT.replace("num_heads = 2\nnum_kv_heads = 1", "num_heads = 4\nnum_kv_heads = 2")
                        .replace("W_K = [[0, 1], [1, 0], [0, 1], [1, 1]]", "W_K = [[0, 1], [1, 0], [0, 1], [1, 1]]")
                        .replace("W_V = [[1], [0], [0], [1]]", "W_V = [[1, 0, 0], [0, 1, 0], [0, 0, 1], [1, 1, 1]]"),
-                       "[attention] W_V has 3 columns, which num_kv_heads = 2 does not divide; expected num_kv_heads x d_v columns"),
+                       "[attention] W_V has 3 columns, which num_kv_heads = 2 does not divide; expected num_kv_heads × d_v columns"),
     "kv_heads_in_heads_table": (BASE + HEAD + "num_kv_heads = 1\n", "key 'num_kv_heads' is not allowed in [[heads]] #1: num_kv_heads belongs in [attention]"),
     # sinks
     "sink_string": (BASE + HEAD + 'sink = "0.5"\n', "[[heads]] #1 sink must be a number, got a string"),

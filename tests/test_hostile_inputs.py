@@ -206,6 +206,17 @@ def test_extreme_scenario_exports_cleanly_or_fails_cleanly(cli, write) -> None:
             one_error_line(run, str(path))
 
 
+def test_what_check_accepts_every_export_can_print(cli, write) -> None:
+    """Found by a reviewer: --check said ok, but Markdown and the worksheet stopped at a difference
+    beyond float64 (−1e308 − 1e308): its e^ is simply 0, as the app already showed."""
+    path = write('tokens = ["a", "b"]\nX = [[1e154], [-1e154]]\nscale = 1\n[[heads]]\nW_Q = [[1]]\nW_K = [[1]]\nW_V = [[1]]\n')
+    for mode in (("--check",), ("--export", "markdown"), ("--export", "json"), ("--export", "worksheet")):
+        run = cli(*mode, str(path))
+        assert run.code == 0 and run.err == "" and run.out, (mode, run.err)
+    markdown = cli("--export", "markdown", str(path)).out
+    assert "e^(-1.000e+308 − 1.000e+308) / 1.000 = e^−∞ / 1.000 = 0 / 1.000 = 0.000" in markdown
+
+
 # --- mutated scenario files -------------------------------------------------------------
 
 SOURCES = [p.read_bytes() for p in SCENARIOS]

@@ -110,3 +110,41 @@ async def test_row_keys_stay_out_of_the_cache_view_and_the_modal_screens() -> No
         assert app.position.index == 0 and "op 1/66" in str(app.query_one(FormulaLine).render())
         await pilot.press("down")
         assert app.position.index == 1  # Embed fills a row per operation
+
+
+async def test_page_down_scrolls_a_long_explanation() -> None:
+    app = QKVApp("i_love_ai")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("5", "w")  # Softmax with the what-if table: more lines than the panel holds
+        await settle(pilot)
+        panel = app.query_one(ExplainPanel)
+        assert panel.virtual_size.height > panel.size.height
+        await pilot.press("pagedown")
+        await settle(pilot)
+        assert panel.scroll_y > 0 and app.position.index == 48  # the trace stays where it was
+        await pilot.press("pageup")
+        await settle(pilot)
+        assert panel.scroll_y == 0
+
+
+async def test_the_quiz_bar_leaves_the_side_views() -> None:
+    app = QKVApp("i_love_ai")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("p")
+        await settle(pilot)
+        assert app.query_one("#quizbar").display
+        await pilot.press("k")  # the cache view hides nothing to predict
+        await settle(pilot)
+        assert not app.query_one("#quizbar").display
+        await pilot.press("k")
+        await settle(pilot)
+        assert app.query_one("#quizbar").display and app.modes.quiz is not None
+
+
+def test_the_maps_legend_fits_its_box_at_80_columns() -> None:
+    from qkv_tui.screen.heatmap import attention_map
+    from qkv_tui.teach.trace import Trace
+
+    trace = Trace(compute(load_scenario("causal_mask")))
+    legend = attention_map(trace, 0, len(trace) - 1).legend
+    assert "masked" in legend and all(len(line) <= 72 for line in legend.splitlines())

@@ -652,3 +652,15 @@ def compute_of(sc):
     from qkv_tui import compute
 
     return compute(sc)
+
+
+async def test_typing_in_the_edit_box_replaces_the_shown_value(tmp_path: Path) -> None:
+    """Found by a reviewer: the box opened with the value and the cursor after it, so typing 2 gave 12."""
+    app = QKVApp(str(copy(tmp_path)))
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("e")
+        await pilot.pause()
+        field = app.screen.query_one("#edit-input")
+        shown = field.value
+        await pilot.press("7")
+        assert field.value == "7" and shown != "7"

@@ -7,6 +7,7 @@ importers sit below the core, so this sits below them both.
 from __future__ import annotations
 
 import math
+import unicodedata
 from typing import Any
 
 
@@ -46,3 +47,17 @@ def printable(text: str) -> str:
         else:
             out.append(ch.encode("unicode_escape", "backslashreplace").decode("ascii"))
     return "".join(out)
+
+
+def visible(text: str) -> bool:
+    """True when the text leaves a mark: some character that is not a space (Zs) or zero-width (Cf)."""
+    return any(not ch.isspace() and unicodedata.category(ch) not in ("Zs", "Cf") for ch in text)
+
+
+def token_label(text: str) -> str:
+    """A tokenizer's token as a label that shows: escaped where it would not, and ``␣`` for each space
+    of a token that is only spaces (a model's token must never be refused as a blank label)."""
+    text = printable(text)
+    if visible(text):
+        return text
+    return "".join("␣" if ch == " " else ch.encode("unicode_escape").decode("ascii") for ch in text) or "∅"

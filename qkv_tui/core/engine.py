@@ -117,7 +117,10 @@ def softmax_rows(masked: Matrix, sink: float | None = None) -> tuple[Matrix, Mat
     row_max = masked.max(axis=1)  # (n,)
     if sink is not None:
         row_max = np.maximum(row_max, sink)
-    exps = np.exp(masked - row_max[:, None])  # (n, m); e^-inf = 0 exactly
+    # a logit far below its row's max may give a difference beyond float64: −inf, whose e^ is the 0 it
+    # stands for (e^(−1e308 − 1e308) underflows anyway), so that overflow is not an error
+    with np.errstate(over="ignore"):
+        exps = np.exp(masked - row_max[:, None])  # (n, m); e^-inf = 0 exactly
     row_sum = exps.sum(axis=1)  # (n,)
     if sink is not None:
         row_sum = row_sum + np.exp(sink - row_max)
@@ -269,7 +272,7 @@ def iter_heads(scenario: Scenario, norm: NormResult | None = None) -> Iterator[H
             if array is not None and not np.isfinite(array).all():
                 raise ScenarioError(
                     sc.source,
-                    f"{result.name}: {name} overflows float64 (values too large);"
+                    f"{result.name}: values in {name} overflow float64 (too large);"
                     " expected numbers small enough that every product stays finite",
                 )
         if kv in kv_ids[h + 1:]:  # kept only while a later query head still reads it

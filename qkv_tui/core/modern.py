@@ -237,8 +237,11 @@ def parse_window(v: Checker, table: dict[str, Any], is_cross: bool) -> int:
     if "window" not in table:
         raise v.fail("mask kind 'sliding' needs window = W (a whole number >= 1: each token sees itself and the W−1 before it)")
     window = table["window"]
-    if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+    if isinstance(window, bool) or not isinstance(window, int):
         raise v.fail(f"[mask] window is {_kind(window)}; expected a whole number >= 1 (itself and the window−1 tokens before it)")
+    if window < 1:
+        raise v.fail(f"[mask] window is {_show(window)}, too small; expected a whole number >= 1 (each token sees itself"
+                     " and the window−1 tokens before it)")
     return window
 
 

@@ -21,6 +21,9 @@ import difflib
 from dataclasses import dataclass
 from typing import Any
 
+from qkv_tui.base.values import kind as _kind
+from qkv_tui.base.values import show as _show
+
 TILES_KEYS = ("size",)
 CACHE_KEYS = ("block_size", "prefill", "chunk", "seed")
 LIMIT = 1 << 20  # a tile or block larger than this is a typo, not a teaching choice
@@ -47,8 +50,8 @@ def _whole(table: dict[str, Any], key: str, where: str, low: int, high: int, fai
         return None
     value = table[key]
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        shown = repr(value) if isinstance(value, (int, float, str, bool)) else type(value).__name__
-        raise fail(f"{where}.{key} = {shown[:40]}; expected a whole number from {low} to {high}")
+        said = f"= {_show(value)}" if isinstance(value, int) and not isinstance(value, bool) else f"is {_kind(value)}"
+        raise fail(f"[{where}] {key} {said}; expected a whole number from {low} to {high}")
     return value
 
 
@@ -60,7 +63,7 @@ def _table(doc: dict[str, Any], name: str, allowed: tuple[str, ...], fail: Any) 
         if key not in allowed:
             hint = difflib.get_close_matches(key, allowed, n=1, cutoff=0.6)
             tail = f"; did you mean {hint[0]!r}?" if hint else f"; expected one of: {', '.join(allowed)}"
-            raise fail(f"unknown key {key!r} in [{name}]{tail}")
+            raise fail(f"unknown key {_show(key)} in [{name}]{tail}")
     return table
 
 

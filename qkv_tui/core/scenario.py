@@ -19,7 +19,7 @@ import numpy as np
 import numpy.typing as npt
 
 from qkv_tui.base.values import kind as _kind
-from qkv_tui.base.values import printable
+from qkv_tui.base.values import printable, visible
 from qkv_tui.base.values import show as _show
 from qkv_tui.core import modern
 from qkv_tui.core.modern import Alibi, Norm, Rope, Vector
@@ -333,6 +333,9 @@ class _Validator:
         text = self.string(value, key)
         if not text:
             raise self.fail(f"{key} is empty; every label needs at least one visible character")
+        if not visible(text):
+            raise self.fail(f"{key} is {_show(text)}, which shows nothing (only spaces or invisible characters);"
+                            " every label needs at least one visible character")
         return text
 
     def labels(self, value: Any, key: str) -> tuple[str, ...]:
@@ -387,7 +390,7 @@ class _Validator:
 
     def scenario(self, doc: dict[str, Any], default_title: str) -> Scenario:
         self.known(doc, TOP_KEYS, "")
-        title = self.string(doc.get("title", default_title), "title")
+        title = self.label(doc["title"], "title") if "title" in doc else default_title
         description = self.string(doc.get("description", ""), "description", multiline=True)
         if "tokens" not in doc:
             raise self.fail("missing key 'tokens'; expected a list of token labels, e.g. tokens = [\"I\", \"love\", \"AI\"]")
@@ -499,17 +502,17 @@ class _Validator:
             if mat.shape[1] % divisor:
                 raise self.fail(
                     f"[attention] {role} has {mat.shape[1]} columns, which {what} = {_show(divisor)} does not divide;"
-                    f" expected {what} x d_{'v' if role == 'W_V' else 'k'} columns"
+                    f" expected {what} × d_{'v' if role == 'W_V' else 'k'} columns"
                 )
         d_k = mats["W_Q"].shape[1] // count
         d_v = mats["W_V"].shape[1] // kv_count
         if mats["W_K"].shape[1] // kv_count != d_k:
             raise self.fail(
-                f"[attention] W_K has {mats['W_K'].shape[1]} columns; expected num_kv_heads x d_k = {kv_count} x {d_k}"
+                f"[attention] W_K has {mats['W_K'].shape[1]} columns; expected num_kv_heads × d_k = {kv_count} × {d_k}"
                 f" (d_k = {d_k} from W_Q's {mats['W_Q'].shape[1]} columns over num_heads = {count})"
             )
         wide = {
-            role: modern.parse_bias(self, table, role, "[attention]", heads_of * width, f"{what} x {name}")
+            role: modern.parse_bias(self, table, role, "[attention]", heads_of * width, f"{what} × {name}")
             for role, heads_of, width, what, name in (
                 ("Q", count, d_k, "num_heads", "d_k"), ("K", kv_count, d_k, "num_kv_heads", "d_k"),
                 ("V", kv_count, d_v, "num_kv_heads", "d_v"),

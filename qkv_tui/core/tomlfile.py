@@ -199,7 +199,16 @@ def syntax_message(text: str, message: str) -> str:
     else:
         offset = len(text)
     unclosed = what.startswith(("Unclosed array", "Unclosed inline table"))
-    if at_end or unclosed or what.startswith("Unterminated string"):
+    declared = re.fullmatch(r"Cannot declare \((.*?),?\) twice", what)
+    if declared:
+        name = ".".join(part.strip().strip("'\"") for part in declared.group(1).split(","))
+        what = f"the table [{name}] is declared twice; expected one [{name}] header (or [[{name}]] for a list of tables)"
+    if what == "Cannot overwrite a value" and found:
+        twice = _set_twice(text, int(found.group(1)))
+        if twice:
+            return twice
+    # a one-line string that runs into the end of its line: tomllib names the new line, not the string
+    if at_end or unclosed or what.startswith("Unterminated string") or what == "Illegal character '\\n'":
         scan = _Scan(text, offset)
         if scan.unclosed_string is not None:
             quote = text[scan.unclosed_string: scan.unclosed_string + 3]
@@ -221,6 +230,22 @@ def syntax_message(text: str, message: str) -> str:
     if at_end:
         return f"{_at(text, offset)} (the end of the file): TOML syntax error: {what}"
     return f"{_at(text, offset)}: TOML syntax error: {what}"
+
+
+def _set_twice(text: str, line: int) -> str | None:
+    """A key given twice in one table: where, and where it was first given."""
+    lines = text.split("\n")
+    match = re.match(r"\s*([A-Za-z0-9_\-]+|\"[^\"]*\")\s*=", lines[line - 1]) if line <= len(lines) else None
+    if match is None:
+        return None
+    key = match.group(1)
+    for back in range(line - 2, -1, -1):
+        if re.match(r"\s*\[", lines[back]):  # a table header: the first one is not in this table
+            break
+        if re.match(rf"\s*{re.escape(key)}\s*=", lines[back]):
+            return (f"line {line}: TOML syntax error: {key} is given twice in this table (first at line {back + 1});"
+                    " expected each key once")
+    return f"line {line}: TOML syntax error: {key} is given twice in this table; expected each key once"
 
 
 def _nesting_message(text: str) -> str:

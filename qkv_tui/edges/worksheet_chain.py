@@ -12,9 +12,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from qkv_tui.core.engine import Computation
+from qkv_tui.core.engine import Computation, softmax_rows
 from qkv_tui.core.fmt import fmt, is_integral
 from qkv_tui.core.scenario import Matrix, Scenario
+from qkv_tui.teach.handcalc import round_to
 
 MAX_GUARD = 8  # more decimals than the page's that a helper table may get; float64 has no more to give
 
@@ -103,8 +104,8 @@ def _trig_places(d: int, angles: Matrix, layout: str, rotated: list[Matrix]) -> 
     cos: Matrix = np.cos(angles)
     sin: Matrix = np.sin(angles)
     for places in range(d, d + MAX_GUARD + 1):
-        c: Matrix = np.round(cos, places)
-        s: Matrix = np.round(sin, places)
+        c: Matrix = round_to(cos, places)
+        s: Matrix = round_to(sin, places)
         if all(np.max(np.abs(rotate(M, c, s, layout) - rotate(M, cos, sin, layout)), initial=0.0) <= 0.5 * 10.0 ** -d
                for M in rotated):
             return places
@@ -125,7 +126,7 @@ def chain(comp: Computation, d: int) -> list[Table]:
     sc = comp.scenario
 
     def r(a: Matrix) -> Matrix:
-        rounded: Matrix = np.round(a, d)
+        rounded: Matrix = round_to(a, d)
         return rounded
 
     tokens, keys = sc.tokens, sc.key_tokens
@@ -193,14 +194,14 @@ def chain(comp: Computation, d: int) -> list[Table]:
             turned = [r(Q_raw[h]) for h, head in enumerate(sc.heads) if head.d_k == d_k]
             turned += [r(K_raw[g]) for g in readers if sc.heads[g].d_k == d_k]
             places = _trig_places(d, angles, rope.layout, turned)
-            trig[d_k] = (np.round(np.cos(angles), places), np.round(np.sin(angles), places), places)
+            trig[d_k] = (round_to(np.cos(angles), places), round_to(np.sin(angles), places), places)
 
     slopes_p: list[float] = []
     extras: list[Table] = []  # inputs printed after the weights: slopes and sinks
     if sc.alibi is not None:
         assert positions is not None
         slope_places = _slope_places(d, sc.alibi.slopes, positions)
-        slopes_p = [float(np.round(s, slope_places)) if slope_places is not None else s for s in sc.alibi.slopes]
+        slopes_p = [float(round_to(np.array(s), slope_places)) if slope_places is not None else s for s in sc.alibi.slopes]
         notes = (["the paper's 2^(−8(h+1)/H)"] if sc.alibi.default else []) + (
             [f"rounded to {slope_places} decimals"] if slope_places is not None else [])
         default = f" ({', '.join(notes)})" if notes else ""
@@ -316,13 +317,7 @@ def _project(X: Matrix, W: Matrix, b: Matrix | None) -> Matrix:
 
 def _softmax(scaled: Matrix, sink: float | None) -> Matrix:
     """Row softmax of the printed scaled scores; a sink's e^(sink − m) joins each row's sum (m counts the sink too)."""
-    top = scaled.max(axis=1)  # (n,)
-    if sink is not None:
-        top = np.maximum(top, sink)
-    exps = np.exp(scaled - top[:, None])  # (n, m); e^−∞ = 0 where masked
-    total = exps.sum(axis=1) + (np.exp(sink - top) if sink is not None else 0.0)  # (n,)
-    weights: Matrix = exps / total[:, None]
-    return weights
+    return softmax_rows(scaled, sink)[3]  # the engine's own, on the printed numbers
 
 
 def _sub(i: int) -> str:

@@ -13,7 +13,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from qkv_tui.base.values import printable
+from qkv_tui.base.values import token_label
 from qkv_tui.importers.errors import EXTRA_HINT, ImporterError
 from qkv_tui.importers.stack import Array, Attention, GatedMlp, Layer, Model, Norm, Rope, _silu
 
@@ -41,7 +41,7 @@ def open_glassllm(lang: str) -> Model:
 
     def tokenize(text: str) -> tuple[list[str], list[int]]:
         ids = [int(i) for i in tokenizer.encode(text)]
-        return [printable(t) for t in tokenizer.tokens(ids)], ids
+        return [token_label(t) for t in tokenizer.tokens(ids)], ids
 
     def embed(ids: list[int]) -> Array:
         return embedding[ids]  # (n, d_model); positions enter through RoPE, not here

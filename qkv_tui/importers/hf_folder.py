@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from qkv_tui.base.values import printable
+from qkv_tui.base.values import token_label
 from qkv_tui.importers.errors import EXTRA_HINT, ImporterError
 from qkv_tui.importers.hf_config import Config, read_config, sliding_window
 from qkv_tui.importers.safetensors_raw import TensorFiles
@@ -75,7 +75,7 @@ def _tokenizer(path: Path) -> Tokenize:
 
     def tokenize(text: str) -> tuple[list[str], list[int]]:
         encoding = tokenizer.encode(text)  # special tokens the post-processor adds (LLaMA's <s>) included
-        return [printable(t) for t in encoding.tokens], [int(i) for i in encoding.ids]
+        return [token_label(t) for t in encoding.tokens], [int(i) for i in encoding.ids]
 
     return tokenize
 

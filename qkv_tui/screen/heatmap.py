@@ -79,6 +79,8 @@ def attention_map(trace: Trace, head: int, index: int) -> AttentionMap:
     done = min(filled // m, n)
     note = "every row computed" if done == n else f"{done} of {n} rows computed so far (end computes everything)"
     middle = "  ".join(f"{text} {low:g}–{high:g}" for (low, _), (high, text) in itertools.pairwise(SHADES[:-1]))
-    legend = f"weight: blank <{SHADES[0][0]:g}  {middle}  {SHADES[-1][1]} ≥{SHADES[-2][0]:g}  {MASKED.strip()} masked"
+    # two short lines, not one long one: the map's box at 80 columns holds 72
+    legend = (f"weight: blank <{SHADES[0][0]:g}  {middle}  {SHADES[-1][1]} ≥{SHADES[-2][0]:g}\n"
+              f"{MASKED.strip()} masked (weight exactly 0)")
     title = f"weights = softmax(scaled) · {result.name} · {n}×{m}"
     return AttentionMap(title, row_labels, header, tuple(rows), legend, note)

@@ -8,6 +8,7 @@ like the character it stands for.
 
 from __future__ import annotations
 
+import re
 import unicodedata
 
 from qkv_tui.core.fmt import cell_len
@@ -164,8 +165,9 @@ def title_variants(title: str) -> list[str]:
     base, _, shape = title.rpartition("  ")
     if not base:
         base, shape = title, ""
-    plain = " ".join(word for word in base.split(" ") if not (word.startswith("(") or word.startswith("+"))
-                     and word not in ("mask", "mask)"))
+    # a remark in parentheses goes whole ("(context, computed once)"), a formula's own brackets stay
+    remarks = re.sub(r" +\([^()]*\)", "", base)
+    plain = " ".join(word for word in remarks.split(" ") if not word.startswith("+") and word != "mask")
     tight = plain.replace(" = ", "=")
     name = base.split(" = ")[0].split(" (")[0]
     variants = [title, f"{base} {shape}", f"{plain} {shape}", f"{tight} {shape}", f"{name} {shape}", name]

@@ -395,14 +395,18 @@ def hand_note(exact: Trace, hand: Trace, index: int, decimals: int) -> str:
     """Says whether hand rounding has drifted from the exact value of this operation."""
     op_hand, op_exact = hand.op(index, decimals), exact.op(index, decimals)
     if op_hand.value is None or op_exact.value is None:
-        return f"hand rounding: every intermediate rounded to {decimals} decimals before it is used"
+        return f"hand rounding: every intermediate rounded to {_places(decimals)} before it is used"
     target = op_hand.arithmetic.split(" = ")[0]
     integral = exact.integral(op_exact.segment.target, op_exact.head)
     by_hand, exactly = fmt(op_hand.value, integral, decimals), fmt(op_exact.value, integral, decimals)
     if by_hand == exactly:
-        return f"hand rounding: {target} = {by_hand}, the same as the exact value at {decimals} decimals"
+        return f"hand rounding: {target} = {by_hand}, the same as the exact value at {_places(decimals)}"
     return (f"hand rounding: {target} = {by_hand} by hand, but {exactly} exactly"
             f" ({op_exact.value:.{decimals + 3}f}): rounded intermediates have drifted")
+
+
+def _places(decimals: int) -> str:
+    return "1 decimal" if decimals == 1 else f"{decimals} decimals"
 
 
 WHATIF_WIDTH = 78  # the what-if table fits an 80-column terminal, explanation padding included

@@ -34,8 +34,10 @@ PHASE_NAMES = {
 
 
 def _exp_diff(a: Matrix, b: Matrix) -> Matrix:
-    """e^(a − b), with e^(−∞ − (−∞)) taken as 1: a row that has seen no key yet has nothing to rescale."""
-    with np.errstate(invalid="ignore"):
+    """e^(a − b), with e^(−∞ − (−∞)) taken as 1: a row that has seen no key yet has nothing to rescale.
+
+    A difference beyond float64 is −∞, and its e^ the 0 it stands for (as in the engine's softmax)."""
+    with np.errstate(invalid="ignore", over="ignore"):
         diff = a - b
     return np.exp(np.where(np.isnan(diff), 0.0, diff))
 

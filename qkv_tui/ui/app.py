@@ -79,6 +79,8 @@ class QKVApp(App[None]):
         Binding("r", "reload", "reload", show=False),
         Binding("s", "take_screenshot", "screenshot", show=False),
         Binding("a", "autoplay", "autoplay", show=False),
+        Binding("pagedown", "explain_page(1)", "scroll the explanation", show=False),
+        Binding("pageup", "explain_page(-1)", "scroll the explanation back", show=False),
         Binding("question_mark", "help", "help", key_display="?"),
         Binding("q", "quit", "quit"),
     ]
@@ -219,8 +221,8 @@ class QKVApp(App[None]):
         """The quiz lines under the explanation; returns how many screen lines they take."""
         bar = self.query_one("#quizbar")
         modes = self.modes
-        bar.display = modes.quiz is not None
-        if modes.quiz is None:
+        bar.display = modes.quiz is not None and not modes.decode  # the side views hide nothing to predict
+        if not bar.display:
             return 0
         # Text, not markup: answers and token labels are the learner's and the scenario's own words
         self.query_one("#quiz-message", Static).update(
@@ -422,6 +424,14 @@ class QKVApp(App[None]):
     def action_decimals(self, delta: int) -> None:
         decimals = min(max(self.modes.decimals + delta, MIN_DECIMALS), MAX_DECIMALS)
         self.modes = replace(self.modes, decimals=decimals, question=None, message="")
+
+    def action_explain_page(self, delta: int) -> None:
+        """Page through an explanation longer than its room (a 10-token softmax, the what-if table)."""
+        panel = self.query_one(ExplainPanel)
+        if delta > 0:
+            panel.scroll_page_down(animate=False)
+        else:
+            panel.scroll_page_up(animate=False)
 
     def action_help(self) -> None:
         self.push_screen(HelpScreen(self.trace.stage_keys))

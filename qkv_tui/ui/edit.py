@@ -80,8 +80,8 @@ class EditScreen(ModalScreen[None]):
         self.query_one("#edit-label", Static).update(Text(f"{cell.label(self.scenario)} = ", style="bold"))
         field = self.query_one("#edit-input", Input)
         field.value = shown_value(self.scenario, cell)
-        field.cursor_position = len(field.value)
         field.focus()
+        field.select_all()  # typing replaces the shown value; → or home keeps it to amend
 
     def say(self, message: str) -> None:
         self.query_one("#edit-error", Static).update(Text(message))  # Text: what was typed is not markup

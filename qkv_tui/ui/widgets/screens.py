@@ -26,6 +26,7 @@ KEYS = (
     ("home / end", "first operation / everything computed"),
     ("1 … 8", "jump to stage N of the head in view"),
     ("g", "go to operation N"),
+    ("page down / up", "scroll the explanation when it is longer than its room"),
     ("tab / shift+tab", "next / previous head"),
     ("k", "KV cache: prefill, then decode a token at a time over a paged cache (→ ← step; k again leaves)"),
     ("c", "in the cache view: prefill at once → chunked prefill → token by token"),
@@ -106,19 +107,20 @@ class HelpScreen(_Modal):
         parts.append(Text("\nModern attention: what the [norm], [rope], [alibi] ... keys do", style="bold underline"))
         for title, body in VARIANT_NOTES:
             parts += [Text(f"  {title}", style="bold #5fafff"), _indented(body, 4)]
-        legend = Text()
-        legend.append("\nOn screen\n", style="bold underline")
-        legend.append("  yellow", style="bold #000000 on #ffd75f")
-        legend.append(" the cell being computed    ")
-        legend.append("blue", style="#ffffff on #1f4e79")
-        legend.append(" the cells it reads\n")
-        legend.append("  green", style="bold #5fd75f")
-        legend.append(" the row maximum of the scores    ")
-        legend.append("−∞", style="#6c6c6c")
-        legend.append(" a masked cell (weight exactly 0)\n")
-        legend.append("  blank cells are not computed yet; weights are shaded by size\n")
-        legend.append("\nesc, q or ? closes this help.", style="italic #8a8a8a")
-        return Group(*parts, legend)
+        legend = Table.grid()
+        legend.add_column(width=9, no_wrap=True)  # "  yellow " and a gap; the meaning wraps under itself
+        legend.add_column(ratio=1)
+        for word, style, meaning in (
+            ("yellow", "bold #000000 on #ffd75f", "the cell being computed"),
+            ("blue", "#ffffff on #1f4e79", "the cells it reads"),
+            ("green", "bold #5fd75f", "the row maximum of the scores"),
+            ("−∞", "#6c6c6c", "a masked cell (weight exactly 0)"),
+            ("blank", "", "a cell not computed yet; weights are shaded by size"),
+        ):
+            legend.add_row(Text.assemble("  ", (word, style)), meaning)
+        parts += [Text("\nOn screen", style="bold underline"), legend,
+                  Text("\nesc, q or ? closes this help.", style="italic #8a8a8a")]
+        return Group(*parts)
 
 
 def _indented(text: str, indent: int, style: str = "") -> Padding:
