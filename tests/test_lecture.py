@@ -148,3 +148,14 @@ def test_the_maps_legend_fits_its_box_at_80_columns() -> None:
     trace = Trace(compute(load_scenario("causal_mask")))
     legend = attention_map(trace, 0, len(trace) - 1).legend
     assert "masked" in legend and all(len(line) <= 72 for line in legend.splitlines())
+
+
+async def test_the_map_shades_the_weights_the_panes_show_by_hand() -> None:
+    from qkv_tui.ui.widgets.heatmap import HeatmapScreen
+
+    app = QKVApp("i_love_ai")
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("end", "minus", "minus", "h", "m")  # 1 decimal, by hand
+        await pilot.pause()
+        assert isinstance(app.screen, HeatmapScreen)
+        assert app.screen.trace.comp.hand_decimals == 1

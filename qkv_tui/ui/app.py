@@ -441,7 +441,8 @@ class QKVApp(App[None]):
 
     def action_heatmap(self) -> None:
         pending = self.modes.question is not None  # a cell the learner is predicting stays hidden here too
-        self.push_screen(HeatmapScreen(self.trace, self.position.head, self.position.index - pending))
+        trace = self.presenter.view(self.modes).trace  # by hand: the weights the panes show, not the exact ones
+        self.push_screen(HeatmapScreen(trace, self.position.head, self.position.index - pending))
 
     def action_goto(self) -> None:
         def done(number: int | None) -> None:

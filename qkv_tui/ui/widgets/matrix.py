@@ -184,7 +184,7 @@ class MatrixView(ScrollView, can_focus=False):
         if self._base is None:
             self._base = self.rich_style
         base = self._base
-        width = self.size.width
+        width = self.scrollable_content_region.width  # a vertical scrollbar takes the last column: not a digit's
         spec = self.spec
         if spec is None:
             return Strip.blank(width, base)
