@@ -10,6 +10,7 @@ from typing import ClassVar
 from rich.text import Text
 from textual import events
 from textual.app import App, ComposeResult, SystemCommand
+from textual.await_complete import AwaitComplete
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.geometry import Size
@@ -181,8 +182,12 @@ class QKVApp(App[None]):
         size = self.term
         self._drawn = (self.position, self.modes, size)
         small = self.too_small
-        if self.screen.has_class("-too-small") != small:
-            self.screen.set_class(small, "-too-small")
+        # the trace's own screen, not self.screen: a resize while help, go-to or the map is on top
+        # would otherwise mark the modal, and the trace would show the old size's layout once it closed
+        main = self.screen_stack[0]
+        if main.has_class("-too-small") != small:
+            main.set_class(small, "-too-small")
+        self.live.fit_footer()  # too small too: "press q to quit" needs the q key in view
         if small:
             self.query_one("#too-small", Static).update(
                 f"terminal too small: need {MIN_WIDTH}×{MIN_HEIGHT}, have {size.width}×{size.height}"
@@ -450,6 +455,13 @@ class QKVApp(App[None]):
                 self._move(self.stepper.goto(self.position, number - 1))
 
         self.push_screen(GotoScreen(len(self.trace)), done)
+
+    def pop_screen(self) -> AwaitComplete:
+        # Textual's command palette can dismiss itself twice (enter picks a command, escape arrives
+        # before the pick does): the second would pop the trace's own screen, which Textual refuses by raising
+        if len(self.screen_stack) <= 1:
+            return AwaitComplete()  # awaiting nothing: done at once
+        return super().pop_screen()
 
     # --- live: edit, reload, palette, screenshots, autoplay (ui/live.py) --------------------
 

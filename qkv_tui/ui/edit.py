@@ -16,11 +16,11 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
-from textual.screen import ModalScreen
 from textual.widgets import Input, Static
 
 from qkv_tui.core.edit import EditError, InputCell, input_cells, parse_address, value_of
 from qkv_tui.core.scenario import Scenario
+from qkv_tui.ui.widgets.modal import Modal
 
 HINT = "enter applies · ↑/↓ another input · or type e.g. W_Q[1,2] = 0.5 · esc cancels"
 
@@ -35,7 +35,7 @@ def shown_value(sc: Scenario, cell: InputCell) -> str:
     return np.format_float_positional(value, trim="-")  # the shortest text that reads back as the same float
 
 
-class EditScreen(ModalScreen[None]):
+class EditScreen(Modal[None]):
     """Ask for one input value; ``apply(cell, text)`` returns None when done, or why it cannot be."""
 
     DEFAULT_CSS = """

@@ -110,14 +110,19 @@ class Live:
 
     # --- what the screen shows --------------------------------------------------------------
 
-    def mark(self, screen: ScreenModel) -> ScreenModel:
-        """Mark the cells the last edit changed, until the next step."""
+    def fit_footer(self) -> None:
+        """The footer for the width: narrow, the step, help and quit keys come first (no palette key, tighter spacing)."""
         width = self.app.term.width  # the resize event's size: self.app.size lags one resize behind
+        wide = width >= FOOTER_ROOM
         for footer in self.app.query(Footer):
-            if footer.show_command_palette != (width >= FOOTER_ROOM):  # narrow: step, help, quit first
-                footer.show_command_palette = width >= FOOTER_ROOM
+            if footer.show_command_palette != wide:
+                footer.show_command_palette = wide
+                footer.refresh(recompose=True)  # the footer composes its keys only when the bindings change
             if footer.compact != (width < FOOTER_ROOMY):
                 footer.compact = width < FOOTER_ROOMY
+
+    def mark(self, screen: ScreenModel) -> ScreenModel:
+        """Mark the cells the last edit changed, until the next step."""
         if self.changed_from is None:
             return screen
         if self.marked_at != self.app.position:

@@ -8,11 +8,11 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import ScrollableContainer
-from textual.screen import ModalScreen
 from textual.widgets import Static
 
 from qkv_tui.screen.heatmap import AttentionMap, attention_map
 from qkv_tui.teach.trace import Trace
+from qkv_tui.ui.widgets.modal import Modal
 
 LEVEL_STYLES = {-2: "", -1: "dim", 0: "", 1: "cyan", 2: "cyan", 3: "bright_cyan", 4: "bold bright_cyan"}
 
@@ -35,7 +35,7 @@ def render_map(amap: AttentionMap) -> Text:
     return text
 
 
-class HeatmapScreen(ModalScreen[None]):
+class HeatmapScreen(Modal[None]):
     """Every computed weight of one head, token labels on both axes."""
 
     DEFAULT_CSS = """

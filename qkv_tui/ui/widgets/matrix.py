@@ -14,13 +14,13 @@ from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
 from textual.geometry import Region, Size
-from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
 from qkv_tui.core.fmt import fmt
 from qkv_tui.screen.layout import visible_columns
 from qkv_tui.screen.text import printable, shorten, title_variants
 from qkv_tui.screen.view import PaneSpec, changed_rows
+from qkv_tui.ui.widgets.scrolling import SyncedScrollView
 
 LABEL = Style(color="#d7af5f", bold=True)
 HEADER = Style(color="#8a8a8a", bold=True)
@@ -63,7 +63,7 @@ def _fit(text: str, width: int, right: bool = False) -> str:
     return fitted
 
 
-class MatrixView(ScrollView, can_focus=False):
+class MatrixView(SyncedScrollView, can_focus=False):
     """A scrolling grid of numbers with labels, progress and highlights."""
 
     def __init__(self, *, id: str | None = None) -> None:
@@ -109,7 +109,7 @@ class MatrixView(ScrollView, can_focus=False):
         size = Size(spec.content_width, int(spec.values.shape[0]) + 1)
         resized = size != self.virtual_size
         if resized:
-            self.virtual_size = size
+            self.set_virtual_size(size)
         rows = None if old is None or resized else changed_rows(old, spec)
         if rows is None:  # another matrix in this slot: borders, title, scrollbars and all
             self.refresh()

@@ -9,13 +9,13 @@ from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
 from textual.geometry import Region, Size
-from textual.scroll_view import ScrollView
 from textual.strip import Strip
 from textual.widgets import Static
 
 from qkv_tui.core.fmt import cell_len
 from qkv_tui.screen.text import printable, shorten, wrap
 from qkv_tui.screen.view import Explanation
+from qkv_tui.ui.widgets.scrolling import SyncedScrollView
 
 TITLE_MIN = 12  # a title cut shorter than this says little: name only the current stage first
 STAGE_STYLE = {"current": "bold #000000 on #ffd75f", "done": "#5fd75f", "todo": "#8a8a8a"}
@@ -122,7 +122,7 @@ FITS = (Fit(), Fit(gap="  "), Fit(gap="  ", tail=False), Fit(gap="  ", tail=Fals
         Fit(gap=" ", tail=False, compact_flags=True, name=4, formula=False))
 
 
-class ExplainPanel(ScrollView, can_focus=False):
+class ExplainPanel(SyncedScrollView, can_focus=False):
     """The current operation's arithmetic with its real numbers, and what the stage means.
 
     Each line is wrapped at term boundaries (never inside an expression) with a hanging
@@ -189,7 +189,7 @@ class ExplainPanel(ScrollView, can_focus=False):
         old, self._strips = self._strips, new
         size = Size(width, len(new))
         if size != self.virtual_size:
-            self.virtual_size = size
+            self.set_virtual_size(size)
             self.refresh()
             return
         top = int(self.scroll_y)

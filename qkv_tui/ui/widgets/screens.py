@@ -11,12 +11,12 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Vertical, VerticalScroll
-from textual.screen import ModalScreen
 from textual.widgets import Input, Static
 
 from qkv_tui.screen.text import printable
 from qkv_tui.teach.trace import STAGES
 from qkv_tui.teach.trace_modern import VARIANT_NOTES
+from qkv_tui.ui.widgets.modal import Modal
 
 KEYS = (
     ("→ / space", "next operation (one cell of one matrix)"),
@@ -65,7 +65,7 @@ NOTES = (
 )
 
 
-class _Modal(ModalScreen[None]):
+class _Modal(Modal[None]):
     DEFAULT_CSS = """
     _Modal { align: center middle; }
     _Modal > VerticalScroll {
@@ -155,7 +155,7 @@ def parse_operation(text: str, total: int) -> int | None:
     return number if 1 <= number <= total else None
 
 
-class GotoScreen(ModalScreen[int | None]):
+class GotoScreen(Modal[int | None]):
     """Ask for an operation number; answers kindly when the input is not one."""
 
     DEFAULT_CSS = """
