@@ -43,8 +43,9 @@ def test_the_first_screen_computes_a_fixed_number_of_attentions_however_many_ste
         decode_panes(dec, 0, 1, 3)
         decode_explanation(dec, 0, 1, 3)
         assert dec.count == n
-        # the head's reference, the step (contiguous and paged) and the outputs so far: never one per step
-        assert len(calls) <= 5, (n, len(calls))
+        # the head's reference and the step (contiguous and paged; its output is the outputs so far):
+        # never one per step
+        assert len(calls) == 3, (n, len(calls))
 
 
 def test_steps_asked_for_in_any_order_equal_a_walk_from_the_start() -> None:

@@ -138,6 +138,10 @@ class Lazy(Sequence[T]):
     def __len__(self) -> int:
         return self._count
 
+    def kept(self, i: int) -> T | None:
+        """Item ``i`` if it is already made, without making it."""
+        return self._kept.get(i)
+
     @overload
     def __getitem__(self, i: int) -> T: ...
 
@@ -232,8 +236,10 @@ class Decode:
         and remembered, so stepping forward costs one step's attention.
         """
         done = self._outputs.setdefault(head, [])
+        steps = self.steps[head]
         for i in range(len(done), step + 1):
-            done.append(_contiguous(self, head, i)[3])
+            shown = steps.kept(i) if isinstance(steps, Lazy) else None  # a step on screen has its output
+            done.append(shown.output if shown is not None else _contiguous(self, head, i)[3])
         return np.concatenate(done[: step + 1])
 
     def differs_from_trace(self) -> tuple[int, ...]:
