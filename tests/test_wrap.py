@@ -70,3 +70,15 @@ def test_notes_hang_after_their_bullet() -> None:
     assert lines[body + 1].startswith("  ") and lines[body + 1][2] != " "
     assert len(KEYS) == sum(1 for line in rendered(HelpScreen([]).body(), 200) if line.startswith("  ") and
                             line[19:20] != " " and line[:19].strip() in {k for k, _ in KEYS})
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.floats(-99, 99, allow_nan=False), min_size=8, max_size=40), st.integers(30, 100))
+def test_a_long_list_inside_brackets_breaks_between_its_numbers(values: list[float], width: int) -> None:
+    """Found in the cache view: ``softmax([0.707, …, 2.`` / ``121, …])`` cut a number in two at 80 columns."""
+    numbers = [f"{v:.3f}" for v in values]
+    text = "weights[then] = softmax([" + ", ".join(numbers) + "]) = 1.000"
+    lines = wrap(text, width)
+    assert all(cell_len(line) <= width for line in lines)
+    words = " ".join(lines).replace("softmax([", "").replace("])", "").replace(",", " ").split()
+    assert [w for w in words if w in numbers or w.lstrip("-").replace(".", "").isdigit()][: len(numbers)] == numbers

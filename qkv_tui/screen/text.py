@@ -62,7 +62,7 @@ def wrap(text: str, width: int, indent: int = 2, prose: bool = False) -> list[st
             size = cell_len(pieces[end][0].lstrip(" ") if end == start else pieces[end][0])
             if used + size > room and end > start and size > width - indent:
                 # a term no line can hold: open it up here rather than start a line it will overflow
-                inner = _words(pieces[end][0], depth_limit=1)
+                inner = _opened(pieces[end][0])
                 if len(inner) > 1:
                     pieces[end:end + 1] = [(inner[0][0], pieces[end][1]), *inner[1:]]
                     continue
@@ -71,7 +71,7 @@ def wrap(text: str, width: int, indent: int = 2, prose: bool = False) -> list[st
             used += size
             end += 1
         if end == start:  # one term wider than the line: break inside its brackets, at commas, or cut it
-            inner = _words(pieces[start][0], depth_limit=1)
+            inner = _opened(pieces[start][0])
             if len(inner) > 1:
                 pieces[start:start + 1] = [(inner[0][0], pieces[start][1]), *inner[1:]]
                 continue
@@ -130,6 +130,16 @@ def _words(text: str, depth_limit: int = 0) -> list[tuple[str, int]]:
             start, level = k, boundary
     pieces.append((text[start:], level))
     return pieces
+
+
+def _opened(term: str) -> list[tuple[str, int]]:
+    """A term too wide for a line, split at its shallowest brackets that have a boundary inside:
+    ``softmax([0.707, 3.536, …])`` opens inside the list, never inside a number."""
+    for depth in range(1, term.count("(") + term.count("[") + term.count("{") + 1):
+        inner = _words(term, depth_limit=depth)
+        if len(inner) > 1:
+            return inner
+    return [(term, _WORD)]
 
 
 def _cut(text: str, room: int) -> tuple[str, str]:
