@@ -194,13 +194,19 @@ async def test_resize_while_stepping() -> None:
         assert app.position.index > 0
 
 
-def big_scenario(n: int) -> str:
-    rng = np.random.default_rng(7)
-    X = rng.integers(-2, 3, size=(n, 8)).tolist()
-    W = rng.integers(-1, 2, size=(8, 4)).tolist()
-    tokens = [f"t{i}" for i in range(n)]
-    return (f"tokens = {tokens}\nX = {X}\nmask = 'causal'\n"
+def one_head(seed: int, n: int, d_model: int, d_k: int, token: str = "t", mask: str = "") -> str:
+    """A generated one-head scenario of small integers: n tokens, the same W for Q, K and V."""
+    rng = np.random.default_rng(seed)
+    X = rng.integers(-2, 3, size=(n, d_model)).tolist()
+    W = rng.integers(-1, 2, size=(d_model, d_k)).tolist()
+    tokens = [f"{token}{i}" for i in range(n)]
+    masked = f"mask = '{mask}'\n" if mask else ""
+    return (f"tokens = {tokens}\nX = {X}\n{masked}"
             f"[[heads]]\nW_Q = {W}\nW_K = {W}\nW_V = {W}\n").replace("'", '"')
+
+
+def big_scenario(n: int) -> str:
+    return one_head(7, n, 8, 4, mask="causal")
 
 
 async def test_big_scenarios_scroll_to_the_current_cell() -> None:
@@ -291,11 +297,7 @@ async def test_big_panes_follow_the_cells_being_read() -> None:
 
 
 def big_scenario_wide() -> str:
-    rng = np.random.default_rng(3)
-    X = rng.integers(-2, 3, size=(20, 6)).tolist()
-    W = rng.integers(-1, 2, size=(6, 32)).tolist()
-    tokens = [f"t{i}" for i in range(20)]
-    return (f"tokens = {tokens}\nX = {X}\n[[heads]]\nW_Q = {W}\nW_K = {W}\nW_V = {W}\n").replace("'", '"')
+    return one_head(3, 20, 6, 32)
 
 
 async def test_scrolled_panes_never_show_a_cut_number() -> None:
@@ -375,11 +377,7 @@ async def test_too_small_follows_each_resize_without_a_key() -> None:
 
 
 def ten_tokens() -> str:
-    rng = np.random.default_rng(1)
-    X = rng.integers(-2, 3, size=(10, 6)).tolist()
-    W = rng.integers(-1, 2, size=(6, 4)).tolist()
-    tokens = [f"tok{i}" for i in range(10)]
-    return (f"tokens = {tokens}\nX = {X}\n[[heads]]\nW_Q = {W}\nW_K = {W}\nW_V = {W}\n").replace("'", '"')
+    return one_head(1, 10, 6, 4, token="tok")
 
 
 def assert_current_cell_in_view(app: QKVApp) -> None:

@@ -73,8 +73,7 @@ class Stepper:
     def prev_row(self, pos: Position) -> Position:
         """Back to the end of the previous row: the row being filled becomes blank again."""
         seg = self.trace.segment_at(pos.index)
-        row_start = pos.index if seg.per_row else pos.index - (pos.index - seg.start) % seg.cols
-        return self.goto(pos, row_start - 1)
+        return self.goto(pos, self.row_end(pos.index) - (1 if seg.per_row else seg.cols))
 
     def next_stage(self, pos: Position) -> Position:
         """The first operation of the next stage (of this head, then the next head's)."""
