@@ -22,7 +22,7 @@ import tomlkit
 import tomlkit.exceptions
 
 from qkv_tui.core.engine import Computation, compute
-from qkv_tui.core.scenario import Head, Matrix, Scenario, ScenarioError
+from qkv_tui.core.scenario import Head, Matrix, Scenario, ScenarioError, parse_scenario
 from qkv_tui.core.tomlfile import ReadError, decode, read_bytes, stat_path
 
 WEIGHTS = ("W_Q", "W_K", "W_V")
@@ -378,6 +378,11 @@ def save_file(source: Path, target: Path, sc: Scenario, cells: Iterable[InputCel
     except ReadError as exc:
         raise EditError(exc.message) from None
     new_text = save_text(text, sc, cells)
+    try:  # a file changed on disk can take the numbers and still not be a scenario (emptied, then a mask edit)
+        parse_scenario(new_text, str(source))
+    except ScenarioError as exc:
+        raise EditError(f"the file on disk has changed and with the edits would not be a valid scenario ({exc.message});"
+                        " the edits stay in the app: put the file back and save again") from None
     real = Path(os.path.realpath(target))
     try:
         existing = os.stat(real)
