@@ -10,6 +10,8 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 from .conftest import SCENARIOS
 
 
@@ -266,7 +268,12 @@ def test_a_missing_bare_name_says_where_it_looked(cli, tmp_path, monkeypatch) ->
 # --- options where they do nothing ----------------------------------------------------------------
 
 
-def test_worksheet_options_elsewhere_are_errors(cli) -> None:
+def test_worksheet_options_elsewhere_are_errors(cli, monkeypatch) -> None:
+    def started(*_: object, **__: object) -> None:  # an old version ignored the option and went on
+        pytest.fail("the app or the server was started")
+
+    monkeypatch.setattr("qkv_tui.ui.app.QKVApp.run", started)
+    monkeypatch.setattr("qkv_tui.edges.serve.serve", started)
     for args, says in (
         (["--seed", "3", "i_love_ai"], "--seed goes only with --export worksheet"),
         (["--blanks", "4", "--export", "json", "i_love_ai"], "--blanks goes only with --export worksheet"),
