@@ -119,7 +119,8 @@ def rounding_bound(q: Array, K: Array, V: Array, weights: Array, divisor: float,
         terms = weights @ np.abs(V)  # (L, d_v) Σ w·|V|
         bound = SAFETY * ((relative + (S + 2) * U)[:, None] * terms + (S + 2) * 2.0**-1074)
         widest = np.where(seen[:, :, None], np.abs(V)[None, :, :], 0.0).max(axis=1)  # (L, d_v) max |V| seen
-    return np.where((relative < 1)[:, None], bound, 2 * widest)
+        out: Array = np.where((relative < 1)[:, None], bound, 2 * widest)
+    return out
 
 
 def agreement(got: Array, want: Array, bound: Array) -> tuple[bool, str]:

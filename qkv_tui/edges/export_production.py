@@ -29,8 +29,9 @@ def cache_section(comp: Computation, decimals: int = 3) -> list[str]:
     else:
         out.append(f"The first {settings.prefill_for(sc.n)} tokens are prefilled at once (a causal block), then the"
                    " rest are decoded one a step (in a model, each decode step feeds the token the model has just"
-                   " produced; here the sentence's next word stands in for it). Each step's Queries are computed fresh; their Key and Value rows"
-                   " are written to the cache and earlier rows are reused, not recomputed.")
+                   " produced; here the sentence's next word stands in for it). Each step's Queries are computed"
+                   " fresh; their Key and Value rows are written to the cache and earlier rows are reused, not"
+                   " recomputed.")
     out += ["", f"The cache is paged: blocks of {dec.block_size} token rows in a pool of {dec.paging[0].pool} physical"
             f" blocks, handed out in the order {list(dec.paging[0].table.physical + dec.paging[0].table.free)}"
             f" (seed {settings.seed}); a sequence's block table maps its logical blocks to physical ones.", ""]

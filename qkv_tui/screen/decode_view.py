@@ -72,7 +72,8 @@ def decode_panes(dec: Decode, index: int, head: int, decimals: int) -> tuple[lis
         current = step.start - lo if one else None
         reused = frozenset(range(step.start - lo))
     focus = [
-        _pane("dq", f"q = {_projection(dec, head, 'Q')} (fresh)", step.q, queries, dims_k, decimals, current_row=0 if one else None,
+        _pane("dq", f"q = {_projection(dec, head, 'Q')} (fresh)", step.q, queries, dims_k, decimals,
+              current_row=0 if one else None,
               subtitle=name),
         _pane("dK", cache, step.K_cache, cached, dims_k, decimals, current, reused, subtitle=name),
         _pane("dV", cache.replace("K", "V", 1), step.V_cache, cached, dims_v, decimals, current, reused,

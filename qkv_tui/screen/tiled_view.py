@@ -15,8 +15,11 @@ from qkv_tui.teach.tiled import PHASE_NAMES, PHASES, TiledHead, TileOp, memory_l
 MAX_ROWS = 4  # the explanation works this many query rows of a block; the panes hold the rest
 
 MEANING = {
-    "scores": "Only this tile's scores exist: the block's Queries against the tile's Keys. The full score matrix"
-              " is never formed, so memory stays one tile wide however long the sequence.",
+    "scores": "Only this tile's scores exist: the block's Queries against the tile's Keys, in fast on-chip memory."
+              " The full score matrix is never formed, so it is never written to the GPU's main memory (HBM) and"
+              " read back: FlashAttention's win is that traffic. Its extra memory still grows with the sequence:"
+              " m and ℓ for every row, O(N). One size B here stands for both B_r (query rows per block) and B_c"
+              " (keys per tile); the kernels choose them apart, from the on-chip memory and the head size.",
     "tile_max": "The largest score of each row within this tile: the running max may have to move up to it.",
     "new_max": "The running max m is the largest score seen so far in the row. Exponentials are taken against it,"
                " so none overflows.",
@@ -28,7 +31,9 @@ MEANING = {
     "accumulate": "The tile's Value rows, weighted by the same exponentials, join the output accumulator Õ: the"
                   " numerator of softmax·V, not yet divided.",
     "normalise": "After the block's last tile, one division per row: O = Õ / ℓ. It equals softmax(scores)·V,"
-                 " because Õ and ℓ carry the same e^(−m) factor, which cancels.",
+                 " because Õ and ℓ carry the same e^(−m) factor, which cancels. This is FlashAttention-2's order:"
+                 " FlashAttention-1 divided its O by ℓ after every tile (and rescaled it back at the next);"
+                 " FlashAttention-2 divides once, here, and keeps only L = m + log ℓ per row for the backward pass.",
 }
 
 

@@ -26,10 +26,10 @@ shown, so p = e^(S − m) reads as the trace's e^(s − max) wherever the runnin
 from __future__ import annotations
 
 import bisect
+import math
 from dataclasses import dataclass, field
 from functools import cached_property
 
-import math
 import numpy as np
 
 from qkv_tui.core.engine import Computation, HeadResult
@@ -209,7 +209,7 @@ def _work_row(visits: list[TileVisit], r: int, V: Matrix, v_integral: bool, sink
     p = places
     m = float(_as_shown(sink, p)) if sink is not None else -math.inf
     ell = 1.0 if sink is not None else 0.0  # the sink's e^(sink − sink)
-    O = np.zeros(V.shape[1])  # (d_v,)
+    acc = np.zeros(V.shape[1])  # (d_v,) Õ
     out = []
     for v in visits:
         allowed = v.allowed[r]
@@ -222,7 +222,7 @@ def _work_row(visits: list[TileVisit], r: int, V: Matrix, v_integral: bool, sink
             alpha_shift = float(_as_shown(round(m - m_new, p), p))
             alpha = float(_as_shown(math.exp(alpha_shift), p))
         l_scaled = float(_as_shown(alpha * ell, p))
-        O_scaled = _as_shown(alpha * O, p)
+        O_scaled = _as_shown(alpha * acc, p)
         shifted = np.full(S.shape, -math.inf)
         P = np.zeros(S.shape)
         for j in np.flatnonzero(allowed):  # exactly as the trace works e^(s − max): math.exp of the shown difference
@@ -234,8 +234,8 @@ def _work_row(visits: list[TileVisit], r: int, V: Matrix, v_integral: bool, sink
         V_summed = np.ldexp(V_shown, -shift) if shift else V_shown  # exact
         O_new = _as_shown(O_scaled + P @ V_summed, p) if allowed.any() else O_scaled
         out.append(WorkedVisit(p, S, tile_max, m, m_new, alpha_shift, alpha, ell, l_scaled, shifted, P, l_new,
-                               V_shown, O, O_scaled, O_new))
-        m, ell, O = m_new, l_new, O_new
+                               V_shown, acc, O_scaled, O_new))
+        m, ell, acc = m_new, l_new, O_new
     return tuple(out)
 
 
@@ -408,8 +408,14 @@ def tiled(comp: Computation, head: int, tile: int | None = None) -> TiledHead:
 
 
 def memory_line(n: int, m: int, tile: int, d_v: int) -> str:
-    """The full score matrix against what one tile needs at a time."""
+    """The full score matrix against what one tile needs at a time, and what FlashAttention keeps per row.
+
+    Its extra memory is O(N) (Dao et al. 2022, Theorem 1): m and ℓ per row, where FlashAttention-2 keeps
+    L = m + log ℓ; the saving is that the n×m scores never travel to HBM and back.
+    """
     rows, cols = min(tile, n), min(tile, m)
-    return (f"memory: full scores n×m = {n}×{m} = {n * m} numbers; one tile {rows}×{cols} = {rows * cols}"
-            f"; m, ℓ and Õ for its rows: {rows}·(2 + {d_v}) = {rows * (2 + d_v)}"
-            f"; at 8,192 tokens the full scores are {8192 * 8192:,} numbers, a 128×128 tile {128 * 128:,}")
+    return (f"memory: full scores n×m = {n}×{m} = {n * m} numbers, never formed (nor written to HBM and read back);"
+            f" one tile B_r×B_c = {rows}×{cols} = {rows * cols} on chip, with m, ℓ and Õ for its rows:"
+            f" {rows}·(2 + {d_v}) = {rows * (2 + d_v)}; written for every row besides O: L = m + log ℓ, {n} numbers"
+            " (O(n), for the backward pass);"
+            f" at 8,192 tokens the full scores are {8192 * 8192:,} numbers, a 128×128 tile {128 * 128:,}")
