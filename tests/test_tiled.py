@@ -178,3 +178,34 @@ def test_the_old_exponential_is_gone() -> None:
     assert "p[AI] = e^(S − m) = e^([1.732] − 2.309) = e^[-0.577] = [0.562]" in lines
     assert "ℓ[AI] = ℓ + Σp = 1.315 + 0.562 = 1.877" in lines  # the trace's Σ = 1.877
     assert "O[AI] = Õ/ℓ = [1.877, 2.562, 0.315]/1.877 = [1.000, 1.365, 0.168]" in lines
+
+
+def test_the_view_says_whose_algorithm_and_what_it_saves() -> None:
+    from qkv_tui.screen.tiled_view import MEANING
+    from qkv_tui.teach.tiled import memory_line
+
+    assert "one tile wide" not in MEANING["scores"]  # FlashAttention's extra memory is O(N), not one tile
+    assert "FlashAttention's win is that traffic" in MEANING["scores"] and "O(N)" in MEANING["scores"]
+    assert "One size B here stands for both B_r (query rows per block) and B_c (keys per tile)" in MEANING["scores"]
+    assert ("FlashAttention-1 divided its O by ℓ after every tile" in MEANING["normalise"]
+            and "keeps only L = m + log ℓ per row for the backward pass" in MEANING["normalise"])
+    line = memory_line(16, 16, 4, 2)
+    assert "one tile B_r×B_c = 4×4 = 16 on chip" in line and "L = m + log ℓ, 16 numbers (O(n)" in line
+
+
+def test_values_near_the_largest_float_are_summed_scaled_and_say_so() -> None:
+    # Õ = 1.5e308 + 1.5e308 overflowed; O = Õ/ℓ is 1.5e308, within float64
+    import warnings
+
+    from qkv_tui.screen.tiled_view import tiled_explanation
+
+    text = 'tokens = ["a", "b", "c"]\nX = [[1], [1], [1]]\n[[heads]]\nW_Q = [[1]]\nW_K = [[1]]\nW_V = [[1.5e308]]\n'
+    comp = compute(parse_scenario(text, "big.toml"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for tile in (1, 2, 3):
+            th = tiled(comp, 0, tile)
+            assert th.shift == 3 and np.array_equal(th.output, comp.heads[0].output) and th.matches
+            ex = tiled_explanation(th, len(th) - 1, 3)
+            assert ex.details[-1].startswith("Õ sums V/8 (2^3)")
+            assert "] = Õ/ℓ·8 = [" in ex.arithmetic and ex.arithmetic.endswith(" = [1.500e+308]")
