@@ -33,11 +33,10 @@ from functools import cached_property
 import numpy as np
 
 from qkv_tui.core.engine import Computation, HeadResult
-from qkv_tui.core.fmt import BIG, fmt, is_integral, vector
+from qkv_tui.core.fmt import fmt, is_integral, vector
 from qkv_tui.core.production import agreement, rounding_bound
 from qkv_tui.core.scenario import BoolMatrix, Matrix
 from qkv_tui.teach.arith import MAX_GUARD, agrees, first_fit, shown, softmax_row
-from qkv_tui.teach.handcalc import round_to
 from qkv_tui.teach.trace_modern import sink_row
 
 PHASES = ("scores", "tile_max", "new_max", "rescale", "exps", "accumulate")
@@ -155,14 +154,15 @@ def visit_tiles(Q: Matrix, K: Matrix, V: Matrix, allow: BoolMatrix, divisor: flo
     return visits, BlockEnd(qblock, rows, m, ell, O_acc, np.ldexp(out, shift) if shift else out)
 
 
+def _read(x: float, places: int) -> float:
+    """What one number reads as at ``places`` decimals (scientific from 1e6 on, as fmt writes it)."""
+    return x if not math.isfinite(x) else shown(fmt(x, False, places))
+
+
 def _as_shown(x: Matrix | float, places: int) -> Matrix:
-    """What each number reads as at ``places`` decimals (scientific from 1e6 on, as fmt writes it)."""
+    """What each number reads as at ``places`` decimals: the value of its text, entry by entry."""
     x = np.asarray(x, dtype=float)
-    out = np.array(round_to(x, places))
-    big = np.isfinite(x) & (np.abs(x) >= BIG)
-    for i in np.flatnonzero(big):
-        out.flat[i] = shown(fmt(float(x.flat[i]), False, places))
-    return out
+    return np.array([_read(float(v), places) for v in x.ravel()]).reshape(x.shape)
 
 
 @dataclass(frozen=True, eq=False)
@@ -207,7 +207,7 @@ def _work_row(visits: list[TileVisit], r: int, V: Matrix, v_integral: bool, sink
               shift: int) -> tuple[WorkedVisit, ...]:
     """Row ``r`` of a block over its tiles at ``places`` decimals, every number from the ones shown before it."""
     p = places
-    m = float(_as_shown(sink, p)) if sink is not None else -math.inf
+    m = _read(float(sink), p) if sink is not None else -math.inf
     ell = 1.0 if sink is not None else 0.0  # the sink's e^(sink − sink)
     acc = np.zeros(V.shape[1])  # (d_v,) Õ
     out = []
@@ -219,16 +219,16 @@ def _work_row(visits: list[TileVisit], r: int, V: Matrix, v_integral: bool, sink
         if math.isinf(m):  # nothing gathered yet: ℓ and Õ are 0, whatever α is
             alpha_shift, alpha = None, 0.0 if math.isfinite(m_new) else 1.0
         else:
-            alpha_shift = float(_as_shown(round(m - m_new, p), p))
-            alpha = float(_as_shown(math.exp(alpha_shift), p))
-        l_scaled = float(_as_shown(alpha * ell, p))
+            alpha_shift = _read(round(m - m_new, p), p)
+            alpha = _read(math.exp(alpha_shift), p)
+        l_scaled = _read(alpha * ell, p)
         O_scaled = _as_shown(alpha * acc, p)
         shifted = np.full(S.shape, -math.inf)
         P = np.zeros(S.shape)
         for j in np.flatnonzero(allowed):  # exactly as the trace works e^(s − max): math.exp of the shown difference
-            shifted[j] = float(_as_shown(round(float(S[j]) - m_new, p), p))
-            P[j] = float(_as_shown(math.exp(shifted[j]), p))
-        l_new = float(_as_shown(math.fsum([l_scaled, *P[allowed]]), p))
+            shifted[j] = _read(round(float(S[j]) - m_new, p), p)
+            P[j] = _read(math.exp(shifted[j]), p)
+        l_new = _read(math.fsum([l_scaled, *P[allowed]]), p)
         V_tile = V[v.cols.start:v.cols.stop]
         V_shown = V_tile if v_integral else _as_shown(V_tile, p)  # (c, d_v) as the V pane shows them
         V_summed = np.ldexp(V_shown, -shift) if shift else V_shown  # exact
