@@ -13,7 +13,7 @@ from qkv_tui import compute, load_scenario
 from qkv_tui.core.scenario import parse_scenario
 from qkv_tui.teach.decode import SCHEDULES, decode, decode_mask, schedule
 
-from .conftest import BASE, HEAD
+from .conftest import BASE, HEAD, SCENARIOS
 from .strategies import Case, cases
 
 
@@ -209,3 +209,29 @@ def test_q_names_the_norm_and_the_rotation() -> None:
     assert np.array_equal(q.values, comp.heads[0].Q_rot[2:3])  # rotated, from the normalised X
     assert not np.allclose(q.values, comp.scenario.X[2:3] @ comp.heads[0].W_Q)
     assert "in a model, the token it has just produced; here the sentence's next word stands in for it" in DECODE_MEANING
+
+
+@pytest.mark.parametrize("decimals", [1, 3, 6])
+@pytest.mark.parametrize("path", SCENARIOS, ids=lambda p: p.stem)
+def test_the_cache_views_weights_read_as_the_trace_prints_them(path, decimals: int) -> None:
+    # the cache view prints results only (no intermediates): each weight is the trace's, digit for digit
+    from qkv_tui.screen.decode_view import decode_lines
+    from qkv_tui.teach.trace import Trace
+
+    comp = compute(load_scenario(path))
+    trace = Trace(comp)
+    dec = decode(comp, "tokens")
+    differ = set(dec.differs_from_trace())
+    compared = 0
+    for h in range(len(comp.heads)):
+        for i in range(dec.count):
+            step = dec.steps[h][i]
+            if step.t in differ:
+                continue  # another mask, other weights: the line beside it says so
+            line = next(x for x in decode_lines(dec, i, h, decimals) if x.startswith("weights["))
+            shown = line.split(" = ")[-1].split("   (over")[0].strip("[]").split(", ")
+            live = [step.first + j for j in np.flatnonzero(step.allowed[-1])]
+            want = trace.softmax_row(h, step.t, decimals).weights
+            assert shown == [want[j] for j in live], line
+            compared += 1
+    assert compared > 0 or len(differ) == comp.scenario.n
