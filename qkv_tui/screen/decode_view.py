@@ -13,7 +13,8 @@ from qkv_tui.teach.decode import SCHEDULE_NAMES, Decode, DecodeStep
 MAX_STAGES = 7  # more steps than this are not all named in the stage bar
 MAX_TERMS = 4  # a weighted sum of more Value rows than this is summarised, not written out
 DECODE_MEANING = (
-    "Prefill runs the prompt at once (a causal block); decode adds one token a step. Queries are computed fresh"
+    "Prefill runs the prompt at once (a causal block); decode adds one token a step: in a model, the token it"
+    " has just produced; here the sentence's next word stands in for it. Queries are computed fresh"
     " and never cached; Key and Value rows are written once and read back. Rows live in blocks of a pool, found"
     " through the block table (@p.s: physical block p, slot s). Yellow: computed now; blue: read from the cache."
 )
@@ -71,7 +72,8 @@ def decode_panes(dec: Decode, index: int, head: int, decimals: int) -> tuple[lis
         current = step.start - lo if one else None
         reused = frozenset(range(step.start - lo))
     focus = [
-        _pane("dq", "q = X·W_Q (fresh)", step.q, queries, dims_k, decimals, current_row=0 if one else None,
+        _pane("dq", f"q = {_projection(dec, head, 'Q')} (fresh)", step.q, queries, dims_k, decimals,
+              current_row=0 if one else None,
               subtitle=name),
         _pane("dK", cache, step.K_cache, cached, dims_k, decimals, current, reused, subtitle=name),
         _pane("dV", cache.replace("K", "V", 1), step.V_cache, cached, dims_v, decimals, current, reused,
@@ -115,17 +117,41 @@ def mask_note(dec: Decode) -> str:
             f" lets tokens see later ones, so the outputs of {names} differ from the Mix stage.")
 
 
-def _projection(dec: Decode, role: str, token: str, t: int) -> str:
-    """``X[I]·W_Q``, with the norm, bias and rotation the scenario adds."""
+def _projection(dec: Decode, head: int, role: str, token: str | None = None, t: int | None = None) -> str:
+    """What the step's q (or a cached k) is: ``X[I]·W_Q``, from X̂ after a norm, plus a bias, rotated by RoPE.
+
+    Without a token, the symbol for all rows: ``RoPE(X̂·W_Q)``.
+    """
     comp = dec.comp
-    hr = comp.heads[0]
-    x = f"X_norm[{token}]" if comp.norm is not None else f"X[{token}]"
+    hr = comp.heads[head]
+    x = "X̂" if comp.norm is not None and (role == "Q" or not comp.scenario.is_cross) else "X"
     bias = f" + b_{role}" if getattr(hr, f"b_{role}") is not None else ""
-    text = f"{x}·W_{role}{bias}"
+    rotated = comp.scenario.rope is not None and comp.scenario.positions is not None and role != "V"
+    if token is None:
+        text = f"{x}·W_{role}{bias}"
+        return f"RoPE({text})" if rotated else text
+    text = f"{x}[{token}]·W_{role}{bias}"
     positions = comp.scenario.positions
-    if comp.scenario.rope is not None and positions is not None:
+    if rotated and positions is not None and t is not None:
         text = f"rotate({text}, position {positions[t]})"
     return text
+
+
+def reference_name(dec: Decode) -> str:
+    """What the cache view checks its outputs against: full attention under the mask decoding uses.
+
+    Without a cache every query sees every key at once; under a mask a cache cannot keep (none, a custom
+    one that looks ahead) that is causal attention, not the Mix stage's.
+    """
+    sc = dec.comp.scenario
+    if sc.is_cross:
+        return "cross-attention over the whole context at once"
+    if dec.own_mask:
+        return "attention over all tokens at once (no cache)"
+    if sc.mask_kind == "none":
+        return "causal attention over all tokens at once (no cache; not the Mix stage, which has no mask)"
+    return (f"attention over all tokens at once under the past part of the {sc.mask_kind} mask"
+            " (no cache; not the Mix stage)")
 
 
 def _vec(values: Matrix, decimals: int) -> str:
@@ -143,10 +169,11 @@ def decode_lines(dec: Decode, index: int, head: int, decimals: int) -> list[str]
     token = sc.tokens[step.t]
     lines = []
     if step.width == 1:
-        lines.append(f"q[{token}] = {_projection(dec, 'Q', token, step.t)} = {_vec(step.q[0], decimals)}"
+        lines.append(f"q[{token}] = {_projection(dec, head, 'Q', token, step.t)} = {_vec(step.q[0], decimals)}"
                      "   (fresh: Queries are never cached)")
     else:
-        lines.append(f"Q[{_span(sc.tokens, step.start, step.stop)}] = X·W_Q: {step.width} rows at once, fresh"
+        lines.append(f"Q[{_span(sc.tokens, step.start, step.stop)}] = {_projection(dec, head, 'Q')}:"
+                     f" {step.width} rows at once, fresh"
                      f" (the q pane); worked below for the last, {token}")
     if sc.is_cross:
         if index == 0:
@@ -227,11 +254,12 @@ def decode_lines(dec: Decode, index: int, head: int, decimals: int) -> list[str]
         lines.append(f"out[{token}] = weights·V_cache = {terms} = {res}")
     else:
         lines.append(f"out[{token}] = weights·V_cache, {live.size} rows weighted and summed = {_vec(out, decimals)}")
-    mark = "✓ equal" if step.matches else "✗ DIFFERENT"
-    what = "cross-attention" if sc.is_cross else "attention (all queries at once, no cache)"
-    paged = "✓" if step.paged_error == 0 else "✗"
-    lines.append(f"{mark} to full {what} (max |diff| {step.max_error:.1e}); paging changes nothing:"
-                 f" {paged} equal to a contiguous cache (max |diff| {step.paged_error:.1e})")
+    what = reference_name(dec)
+    ok, check = step.check
+    paged_ok, paged_check = step.paged_check
+    paged = "✓ equal to a contiguous cache" if paged_ok else f"✗ DIFFERENT from a contiguous cache: {paged_check}"
+    lines.append(f"{'✓ equal to' if ok else '✗ DIFFERENT from'} {what} {check}; paging changes nothing:"
+                 f" {paged}")
     rows = [i for i in dec.differs_from_trace() if step.start <= i < step.stop]
     if rows:
         i = rows[-1]
@@ -243,10 +271,11 @@ def decode_lines(dec: Decode, index: int, head: int, decimals: int) -> list[str]
         offset = held - step.width
         if step.width < held:
             column = "token" if not step.first else "key column"
-            lines.append(f"mask aligned bottom-right: query row r is {column} {offset} + r (offset S − L ="
+            lines.append(f"mask aligned bottom-right, as FlashAttention ≥ 2.1 and vLLM align it (PyTorch:"
+                         f" causal_lower_right): query row r is {column} {offset} + r (offset S − L ="
                          f" {held} − {step.width} = {offset}). Aligned top-left, as PyTorch's is_causal=True"
-                         f" does with fewer queries than keys, row 0 would see only key 0: this query would"
-                         f" attend to \"{keys[step.first]}\" alone")
+                         f" (causal_upper_left) does with fewer queries than keys, row 0 would see only key 0:"
+                         f" this query would attend to \"{keys[step.first]}\" alone")
         else:
             lines.append(f"a {step.width}×{step.width} causal block: queries and keys are the same tokens,"
                          " so bottom-right and top-left alignment agree")
