@@ -12,9 +12,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-pytest.importorskip("tokenizers", reason="the models extra (pip install 'qkv-tui[models]') is not installed")
-pytest.importorskip("safetensors", reason="the models extra (pip install 'qkv-tui[models]') is not installed")
-
 from qkv_tui.importers import ImporterError, expand_model
 from qkv_tui.importers.safetensors_raw import TensorFiles
 

@@ -14,7 +14,7 @@ from functools import lru_cache
 import numpy as np
 
 from qkv_tui.base.values import token_label
-from qkv_tui.importers.errors import EXTRA_HINT, ImporterError
+from qkv_tui.importers.errors import ImporterError, missing_package
 from qkv_tui.importers.stack import Array, Attention, GatedMlp, Layer, Model, Norm, Rope, _silu
 
 PREFIX = "glassllm:"
@@ -25,9 +25,7 @@ def open_glassllm(lang: str) -> Model:
     try:
         import glassllm
     except ImportError:
-        raise ImporterError(
-            f"model.source {PREFIX}{lang} needs the glassllm package, which is not installed; {EXTRA_HINT}"
-        ) from None
+        raise ImporterError(missing_package("glassllm", f"model.source {PREFIX}{lang}")) from None
     if lang not in glassllm.LANGUAGES:
         choices = ", ".join(f"{PREFIX}{x}" for x in glassllm.LANGUAGES)
         raise ImporterError(f"model.source {PREFIX}{lang!r} is not a glassllm model; expected one of: {choices}")

@@ -15,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from qkv_tui.base.values import token_label
-from qkv_tui.importers.errors import EXTRA_HINT, ImporterError
+from qkv_tui.importers.errors import ImporterError, missing_package
 from qkv_tui.importers.hf_config import Config, read_config, sliding_window
 from qkv_tui.importers.safetensors_raw import TensorFiles
 from qkv_tui.importers.stack import (
@@ -67,7 +67,7 @@ def _tokenizer(path: Path) -> Tokenize:
     try:
         from tokenizers import Tokenizer
     except ImportError:
-        raise ImporterError(f"reading {path.name} needs the tokenizers package, which is not installed; {EXTRA_HINT}") from None
+        raise ImporterError(missing_package("tokenizers", f"reading {path.name}")) from None
     try:
         tokenizer = Tokenizer.from_file(str(path))
     except Exception as exc:  # the Rust side raises plain Exception for every malformed file
