@@ -6,10 +6,9 @@ layer, ``attn.mix`` each head's output, ``attn.out`` the layer's attention outpu
 
 from __future__ import annotations
 
+import glassllm
 import numpy as np
 import pytest
-
-import glassllm
 
 from qkv_tui.importers import ImporterError, expand_model
 

@@ -6,10 +6,9 @@ import json
 import sys
 from pathlib import Path
 
+import glassllm
 import numpy as np
 import pytest
-
-import glassllm
 
 from qkv_tui import compute, load_scenario
 from qkv_tui.core.scenario import ScenarioError, parse_scenario
