@@ -22,6 +22,7 @@ from qkv_tui.base.values import kind as _kind
 from qkv_tui.base.values import printable, visible
 from qkv_tui.base.values import show as _show
 from qkv_tui.core import modern
+from qkv_tui.core.inputs import INPUT_KEYS, Input, parse_input
 from qkv_tui.core.modern import Alibi, Norm, Rope, Vector
 from qkv_tui.core.production import CACHE_KEYS, TILES_KEYS, ProductionSettings, parse_production
 from qkv_tui.core.tomlfile import NumberGrid, ReadError, decode, parse_toml, read_bytes, stat_path, table_values
@@ -34,6 +35,7 @@ TOP_KEYS = (
     "heads", "attention", "output", "context",
     "norm", "rope", "alibi",  # contracts §7
     "model",  # contracts §8: expanded by the importers before validation
+    "input",  # what X is (core/inputs.py); the importers set it
     "tiles", "cache",  # the production views' settings (core/production.py)
 )
 HEAD_KEYS = ("name", "W_Q", "W_K", "W_V", "b_Q", "b_K", "b_V", "sink", "kv_head")
@@ -102,6 +104,7 @@ class Scenario:
     b_O: Vector | None = None  # (d_out,) added after W_O
     num_kv_heads: int | None = None  # set when [attention] shares K/V heads (GQA/MQA)
     production: ProductionSettings = field(default_factory=ProductionSettings)  # [tiles], [cache] (core/production.py)
+    input: Input = field(default_factory=Input)  # what the rows of X are: embeddings, or a model's residual stream
 
     @property
     def positions(self) -> tuple[int, ...] | None:
@@ -278,6 +281,7 @@ def key_tables() -> dict[str, tuple[str, ...]]:
         "[alibi]": modern.ALIBI_KEYS,
         "[tiles]": TILES_KEYS,
         "[cache]": CACHE_KEYS,
+        "[input]": INPUT_KEYS,
     }
 
 
@@ -442,6 +446,7 @@ class _Validator:
             mask_kind=mask_kind, allow=allow, scale=scale, heads=heads, W_O=W_O,
             num_heads_split=split, norm=norm, rope=rope, alibi=alibi, window=window,
             b_O=b_O, num_kv_heads=kv_split, production=parse_production(doc, len(tokens), self.fail),
+            input=parse_input(self, doc),
         )
 
     def heads(

@@ -3,7 +3,7 @@
 glassllm (PyPI, MIT, NumPy only) ships two small trained decoders: 4 layers, d_model 128, 4
 query heads sharing 2 K/V heads (d_k 32), RMSNorm (eps 1e-6), interleaved RoPE (pairs 2i, 2i+1,
 base 10000), SwiGLU, 128 positions. Its matrices are already in the x·W orientation and its heads
-are column slices (``x @ W_Q`` reshaped to (n, H, d_k)), which is contracts §1's [attention].
+are column slices (``x @ W_Q`` reshaped to (n, H, d_k)), which is the scenario format's [attention] (docs/scenario-format.md).
 Its tokenizer adds no special tokens.
 """
 

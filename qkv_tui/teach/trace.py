@@ -18,7 +18,7 @@ import numpy as np
 
 from qkv_tui.core.engine import Computation
 from qkv_tui.core.fmt import NEG_INF, fmt, is_integral
-from qkv_tui.core.scenario import Head, Matrix
+from qkv_tui.core.scenario import Head, Matrix, Scenario
 from qkv_tui.teach import trace_modern as modern
 from qkv_tui.teach.arith import (
     MAX_TERMS,
@@ -68,6 +68,31 @@ STAGES: dict[str, Stage] = {s.key: s for s in (
     Stage("norm", "Norm", modern.NORM_MEANING),  # contracts §7: after Embed
     Stage("rotate", "Rotate", modern.ROTATE_MEANING),  # contracts §7: after Project
 )}
+
+# A real model's X from layer 1 on is not an embedding: the stage is named for what it shows
+INPUT_STAGE = Stage("embed", "Input",
+                    "X is a real model's residual stream entering the layer shown: each token's embedding after"
+                    " the earlier layers ran over it (attention and MLP, each added back into the row).")
+EMBED_POSITION_MEANING = (
+    "Each row of X is a token's embedding plus the learned embedding of its position (0, 1, 2, …), added"
+    " before the first layer as GPT-2 does; stacked, the rows form X (n × d_model).")
+
+
+def x_title(sc: Scenario) -> str:
+    """What X holds, for its pane and its table: ``X (embeddings)``, ``X (residual stream into layer 2)``."""
+    given = sc.input
+    if given.kind == "residual":
+        return f"X (residual stream into layer {given.layer})"
+    return "X (token + position embeddings)" if given.kind == "embedding+position" else "X (embeddings)"
+
+
+def residual_meaning(layer: int, learned_positions: bool) -> str:
+    earlier = "layer 0 ran over it, adding" if layer == 1 else f"layers 0 … {layer - 1} ran over it, each adding"
+    position = " (plus, in GPT-2 and models like it, the learned embedding of its position)" if learned_positions else ""
+    return (f"X is not an embedding here: it is the residual stream entering layer {layer}. Each token's row started"
+            f" as its embedding{position}, then {earlier} its attention output and then its MLP output back into the"
+            " row. This layer reads the result, one row per token (n × d_model).")
+
 
 HEAD_STAGES = ("project", "score", "scale", "softmax", "mix")
 SAME_WEIGHT = "same weight:"  # the seed's way to one weight, after the row's list of e^s
@@ -352,10 +377,24 @@ class Trace:
             col -= head.d_v
         raise IndexError(col)
 
+    def stage(self, key: str) -> Stage:
+        """The stage as this scenario names it: Embed is "Input" where X is a model's residual stream."""
+        if key == "embed" and not self.comp.scenario.input.is_embedding:
+            return INPUT_STAGE
+        return STAGES[key]
+
+    def x_title(self) -> str:
+        return x_title(self.comp.scenario)
+
     def meaning(self, stage: str, head: int | None) -> str:
         """What a stage means, in words that fit this scenario (its mask, its scale, its sources)."""
         sc = self.comp.scenario
         text = STAGES[stage].meaning
+        if stage == "embed" and sc.input.kind == "residual":
+            assert sc.input.layer is not None
+            text = residual_meaning(sc.input.layer, learned_positions=sc.rope is None and sc.alibi is None)
+        elif stage == "embed" and sc.input.kind == "embedding+position":
+            text = EMBED_POSITION_MEANING
         if stage == "embed" and sc.rope is not None:
             text += " Here position enters at the Rotate stage, which turns Q and K by each token's position."
         elif stage == "embed" and sc.alibi is not None:
@@ -416,7 +455,14 @@ class Trace:
         integral = self.integral("X", None)
         # a real model's row has hundreds of numbers: the line keeps its ends; the X pane holds them all
         values = "[" + elide([fmt(float(v), integral, d) for v in x], ", ") + "]"
-        text = f'X[{token}] = embedding of "{token}" = {values}'
+        given = self.comp.scenario.input
+        if given.kind == "residual":
+            what = f'residual stream entering layer {given.layer} at "{token}"'
+        elif given.kind == "embedding+position":
+            what = f'embedding of "{token}" + embedding of position {row}'
+        else:
+            what = f'embedding of "{token}"'
+        text = f"X[{token}] = {what} = {values}"
         return Operation(index, seg, row, None, None, (), text)
 
     def _op_project(self, index: int, seg: Segment, row: int, col: int, d: int) -> Operation:
