@@ -12,14 +12,15 @@ import json
 import math
 import unicodedata
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
+from qkv_tui.base.values import distinct_labels, printable, visible
 from qkv_tui.base.values import kind as _kind
-from qkv_tui.base.values import printable, visible
 from qkv_tui.base.values import show as _show
 from qkv_tui.core import modern
 from qkv_tui.core.inputs import INPUT_KEYS, Input, parse_input
@@ -118,6 +119,15 @@ class Scenario:
         kv = self.heads[h].kv_head
         return h if kv is None else kv
 
+    @cached_property
+    def labels(self) -> tuple[str, ...]:
+        """The query labels as every screen and explanation shows them: repeated ones told apart (``▁the₂``)."""
+        return distinct_labels(self.tokens)
+
+    @cached_property
+    def key_labels(self) -> tuple[str, ...]:
+        return self.labels if self.key_tokens is self.tokens else distinct_labels(self.key_tokens)
+
     @property
     def n(self) -> int:
         return len(self.tokens)
@@ -156,17 +166,22 @@ class Scenario:
     def warnings(self) -> list[str]:
         """Legal but probably unintended: ``--check`` prints each as a ``warning:`` line."""
         found = []
-        for key, labels in (("tokens", self.tokens), ("[context] tokens", self.key_tokens if self.is_cross else ())):
+        for key, labels, shown in (("tokens", self.tokens, self.labels),
+                                   ("[context] tokens", self.key_tokens if self.is_cross else (), self.key_labels)):
             places: dict[str, list[int]] = {}
             for i, label in enumerate(labels):
                 places.setdefault(label, []).append(i + 1)
-            for label, items in places.items():
-                if len(items) > 1:
-                    where = ", ".join(map(str, items[:5])) + (", ..." if len(items) > 5 else "")
-                    found.append(
-                        f"{key}: {_quote(label)} appears {len(items)} times (items {where});"
-                        " its rows are told apart only by position"
-                    )
+            repeated = [(label, items) for label, items in places.items() if len(items) > 1]
+            if not repeated:
+                continue
+            # one line however many repeat (a real sentence repeats "the" and word pieces often)
+            parts = [f"{_quote(label)} at items {', '.join(map(str, items[:4]))}{', …' if len(items) > 4 else ''}"
+                     for label, items in repeated[:4]]
+            more = f" and {len(repeated) - 4} more" if len(repeated) > 4 else ""
+            example = ", ".join(shown[i - 1] for i in repeated[0][1][:2])
+            verb = "labels repeat" if len(repeated) > 1 else "label repeats"
+            found.append(f"{key}: {len(repeated)} {verb} ({'; '.join(parts)}{more});"
+                         f" the screens tell them apart by occurrence ({example})")
         return found
 
 

@@ -38,7 +38,7 @@ def to_markdown(comp: Computation, decimals: int = 3) -> str:
     """The page; ``decimals`` as the app's +/- keys set them (the seed's 3 by default)."""
     trace = Trace(comp)
     sc = comp.scenario
-    tokens, keys = list(sc.tokens), list(sc.key_tokens)
+    tokens, keys = list(sc.labels), list(sc.key_labels)
     multi = len(comp.heads) > 1
     out: list[str] = [f"# {sc.title}", ""]
     if sc.description:

@@ -130,7 +130,7 @@ def chain(comp: Computation, d: int) -> list[Table]:
         rounded: Matrix = round_to(a, d)
         return rounded
 
-    tokens, keys = sc.tokens, sc.key_tokens
+    tokens, keys = sc.labels, sc.key_labels
     multi = len(sc.heads) > 1
     out: list[Table] = [Table("X", "X", x_title(sc), "embed", None, sc.X, tokens, idx(sc.X.shape[1]), True, False)]
     if sc.context_X is not None:

@@ -50,7 +50,7 @@ def op_first_tile(th: TiledHead, qblock: int) -> int:
 def op_lines(th: TiledHead, op: TileOp, decimals: int) -> list[str]:
     """The operation's arithmetic, one line per query row, each checkable on a calculator."""
     sc = th.comp.scenario
-    tokens, keys = sc.tokens, sc.key_tokens
+    tokens, keys = sc.labels, sc.key_labels
     lines: list[str] = []
     visit, end = op.visit, op.end
     rows = end.rows
@@ -169,7 +169,7 @@ def tiled_explanation(th: TiledHead, index: int, decimals: int) -> Explanation:
         rows = op.end.rows
         err = float(np.abs(op.end.out - hr.output[rows.start:rows.stop]).max())
         mark = "✓" if np.allclose(op.end.out, hr.output[rows.start:rows.stop], rtol=1e-9, atol=1e-12) else "✗"
-        scope = "equal to the Mix stage" if last else f"rows {_names(sc.tokens, rows)} equal to the Mix stage"
+        scope = "equal to the Mix stage" if last else f"rows {_names(sc.labels, rows)} equal to the Mix stage"
         if last:
             mark = "✓" if th.matches else "✗"
             err = th.max_error
@@ -228,7 +228,7 @@ def tiled_panes(th: TiledHead, index: int, decimals: int) -> tuple[list[PaneSpec
     hr = th.comp.heads[th.head]
     op = th.op(index)
     rows = op.end.rows
-    tokens, keys = sc.tokens, sc.key_tokens
+    tokens, keys = sc.labels, sc.key_labels
     block_labels = tokens[rows.start:rows.stop]
     name = hr.name if len(th.comp.heads) > 1 else ""
     m_fin, l_fin, acc_fin, out_fin = th.finals
