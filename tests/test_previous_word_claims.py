@@ -89,7 +89,11 @@ def test_the_built_in_sentence_row_by_row() -> None:
             f" ({len(just_before)} at the token just before, {' and '.join(themselves)} at themselves)") in d
     mat, dog = tokens.index("▁m"), tokens.index("▁do")
     assert tokens[mat + 1] == "at" and tokens[dog + 1] == "g"
-    assert tokens[top[mat + 1]] == tokens[top[dog + 1]] == "▁the"  # "at of "mat" and g of "dog" both peak at ▁the"
+    assert tokens[top[mat + 1]] == tokens[top[dog + 1]] == "▁the"
+    labels = comp.scenario.labels  # as the screen names them
+    assert (f'at₂ of "mat" peaks at {labels[top[mat + 1]]} and g of "dog" at {labels[top[dog + 1]]}' ==
+            'at₂ of "mat" peaks at ▁the₁ and g of "dog" at ▁the₂') and labels[mat + 1] == "at₂"
+    assert 'at₂ of "mat" peaks at ▁the₁ and g of "dog" at ▁the₂' in d
     assert top[mat + 1] == word_first[mat + 1] and top[dog + 1] == word_first[dog + 1]
     # the app's weights and glassllm's own agree on every row's largest weight
     labels, glass = measure().attention_weights((measure().BUILTIN,))[0]
