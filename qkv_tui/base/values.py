@@ -61,3 +61,28 @@ def token_label(text: str) -> str:
     if visible(text):
         return text
     return "".join("␣" if ch == " " else ch.encode("unicode_escape").decode("ascii") for ch in text) or "∅"
+
+
+SUBSCRIPTS = str.maketrans("0123456789", "₀₁₂₃₄₅₆₇₈₉")
+
+
+def distinct_labels(labels: tuple[str, ...]) -> tuple[str, ...]:
+    """Labels as the screens show them: a label that repeats gets its occurrence as a subscript on every
+    occurrence (``▁the₁ … ▁the₃``), so rows, columns and arithmetic lines name one token each; labels that
+    occur once are unchanged. Should a suffixed label collide with another label, positions are used instead."""
+    counts: dict[str, int] = {}
+    for label in labels:
+        counts[label] = counts.get(label, 0) + 1
+    if all(c == 1 for c in counts.values()):
+        return labels
+    seen: dict[str, int] = {}
+    out = []
+    for label in labels:
+        if counts[label] == 1:
+            out.append(label)
+            continue
+        seen[label] = seen.get(label, 0) + 1
+        out.append(label + str(seen[label]).translate(SUBSCRIPTS))
+    if len(set(out)) == len(out):
+        return tuple(out)
+    return tuple(label if counts[label] == 1 else f"{label}@{i}" for i, label in enumerate(labels))

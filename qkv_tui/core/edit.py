@@ -50,9 +50,9 @@ class InputCell:
         if self.matrix in VECTORS:
             return f"{self.matrix}[{self.col}]{where}"
         if self.matrix == "mask":
-            return f"mask[{sc.tokens[self.row]},{sc.key_tokens[self.col]}]"
+            return f"mask[{sc.labels[self.row]},{sc.key_labels[self.col]}]"
         if self.matrix in ("X", "context_X"):
-            labels = sc.tokens if self.matrix == "X" else sc.key_tokens
+            labels = sc.labels if self.matrix == "X" else sc.key_labels
             name = "X" if self.matrix == "X" else "X_ctx"
             return f"{name}[{labels[self.row]},{self.col}]"
         return f"{self.matrix}[{self.row},{self.col}]{where}"
@@ -187,22 +187,27 @@ def parse_address(sc: Scenario, text: str) -> tuple[InputCell | None, str]:
         raise EditError(f"{matrix!r} is not an input; edit X, X_ctx, W_Q, W_K, W_V, W_O, scale, mask"
                         " (and gamma, beta, b_Q, b_K, b_V, b_O, sink where the scenario has them)")
 
-    def index(text: str, labels: tuple[str, ...] | None, size: int, what: str) -> int:
-        if labels is not None and text in labels:
+    def index(text: str, labels: tuple[str, ...] | None, size: int, what: str, spelt: tuple[str, ...] = ()) -> int:
+        if labels is not None and text in labels:  # as the screens show it (▁the₂), or as the file spells it
             return labels.index(text)
+        if text in spelt:
+            return spelt.index(text)
         if text.isascii() and text.isdigit() and int(text) < size:
             return int(text)
         raise EditError(f"{what} {text!r} is not in {matrix}; expected 0 … {size - 1}"
                         + (f" or a token ({', '.join(labels)})" if labels else ""))
 
     if matrix == "mask":
-        row, col = index(row_text, sc.tokens, sc.n, "row"), index(col_text, sc.key_tokens, sc.m, "column")
+        row = index(row_text, sc.labels, sc.n, "row", sc.tokens)
+        col = index(col_text, sc.key_labels, sc.m, "column", sc.key_tokens)
         return InputCell("mask", None, row, col), value
     array = _array(sc, matrix, head)
     if array is None:
         raise EditError(f"this scenario has no {matrix}")
-    rows = sc.tokens if matrix == "X" else sc.key_tokens if matrix == "context_X" else None
-    cell = InputCell(matrix, head, index(row_text, rows, array.shape[0], "row"), index(col_text, None, array.shape[1], "column"))
+    rows = sc.labels if matrix == "X" else sc.key_labels if matrix == "context_X" else None
+    spelt = sc.tokens if matrix == "X" else sc.key_tokens if matrix == "context_X" else ()
+    cell = InputCell(matrix, head, index(row_text, rows, array.shape[0], "row", spelt),
+                     index(col_text, None, array.shape[1], "column"))
     return cell, value
 
 
@@ -222,7 +227,7 @@ def apply_edit(sc: Scenario, cell: InputCell, text: str) -> Scenario:
         allow = sc.allow.copy()
         allow[cell.row, cell.col] = flag in ("1", "true")
         if not allow[cell.row].any():
-            raise EditError(f"{sc.tokens[cell.row]!r} would attend no key; every query row needs at least one allowed key")
+            raise EditError(f"{sc.labels[cell.row]!r} would attend no key; every query row needs at least one allowed key")
         allow.setflags(write=False)
         kind = "custom" if not allow.all() else "none"
         return replace(sc, allow=allow, mask_kind=kind, window=None)  # a sliding window edited by hand is custom now

@@ -12,16 +12,18 @@ import json
 import math
 import unicodedata
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
+from qkv_tui.base.values import distinct_labels, printable, visible
 from qkv_tui.base.values import kind as _kind
-from qkv_tui.base.values import printable, visible
 from qkv_tui.base.values import show as _show
 from qkv_tui.core import modern
+from qkv_tui.core.inputs import INPUT_KEYS, Input, parse_input
 from qkv_tui.core.modern import Alibi, Norm, Rope, Vector
 from qkv_tui.core.production import CACHE_KEYS, TILES_KEYS, ProductionSettings, parse_production
 from qkv_tui.core.tomlfile import NumberGrid, ReadError, decode, parse_toml, read_bytes, stat_path, table_values
@@ -34,6 +36,7 @@ TOP_KEYS = (
     "heads", "attention", "output", "context",
     "norm", "rope", "alibi",  # contracts §7
     "model",  # contracts §8: expanded by the importers before validation
+    "input",  # what X is (core/inputs.py); the importers set it
     "tiles", "cache",  # the production views' settings (core/production.py)
 )
 HEAD_KEYS = ("name", "W_Q", "W_K", "W_V", "b_Q", "b_K", "b_V", "sink", "kv_head")
@@ -102,6 +105,7 @@ class Scenario:
     b_O: Vector | None = None  # (d_out,) added after W_O
     num_kv_heads: int | None = None  # set when [attention] shares K/V heads (GQA/MQA)
     production: ProductionSettings = field(default_factory=ProductionSettings)  # [tiles], [cache] (core/production.py)
+    input: Input = field(default_factory=Input)  # what the rows of X are: embeddings, or a model's residual stream
 
     @property
     def positions(self) -> tuple[int, ...] | None:
@@ -114,6 +118,15 @@ class Scenario:
         """The K/V head that query head h reads (its own index unless heads share K/V)."""
         kv = self.heads[h].kv_head
         return h if kv is None else kv
+
+    @cached_property
+    def labels(self) -> tuple[str, ...]:
+        """The query labels as every screen and explanation shows them: repeated ones told apart (``▁the₂``)."""
+        return distinct_labels(self.tokens)
+
+    @cached_property
+    def key_labels(self) -> tuple[str, ...]:
+        return self.labels if self.key_tokens is self.tokens else distinct_labels(self.key_tokens)
 
     @property
     def n(self) -> int:
@@ -153,17 +166,22 @@ class Scenario:
     def warnings(self) -> list[str]:
         """Legal but probably unintended: ``--check`` prints each as a ``warning:`` line."""
         found = []
-        for key, labels in (("tokens", self.tokens), ("[context] tokens", self.key_tokens if self.is_cross else ())):
+        for key, labels, shown in (("tokens", self.tokens, self.labels),
+                                   ("[context] tokens", self.key_tokens if self.is_cross else (), self.key_labels)):
             places: dict[str, list[int]] = {}
             for i, label in enumerate(labels):
                 places.setdefault(label, []).append(i + 1)
-            for label, items in places.items():
-                if len(items) > 1:
-                    where = ", ".join(map(str, items[:5])) + (", ..." if len(items) > 5 else "")
-                    found.append(
-                        f"{key}: {_quote(label)} appears {len(items)} times (items {where});"
-                        " its rows are told apart only by position"
-                    )
+            repeated = [(label, items) for label, items in places.items() if len(items) > 1]
+            if not repeated:
+                continue
+            # one line however many repeat (a real sentence repeats "the" and word pieces often)
+            parts = [f"{_quote(label)} at items {', '.join(map(str, items[:4]))}{', …' if len(items) > 4 else ''}"
+                     for label, items in repeated[:4]]
+            more = f" and {len(repeated) - 4} more" if len(repeated) > 4 else ""
+            example = ", ".join(shown[i - 1] for i in repeated[0][1][:2])
+            verb = "labels repeat" if len(repeated) > 1 else "label repeats"
+            found.append(f"{key}: {len(repeated)} {verb} ({'; '.join(parts)}{more});"
+                         f" the screens tell them apart by occurrence ({example})")
         return found
 
 
@@ -278,6 +296,7 @@ def key_tables() -> dict[str, tuple[str, ...]]:
         "[alibi]": modern.ALIBI_KEYS,
         "[tiles]": TILES_KEYS,
         "[cache]": CACHE_KEYS,
+        "[input]": INPUT_KEYS,
     }
 
 
@@ -442,6 +461,7 @@ class _Validator:
             mask_kind=mask_kind, allow=allow, scale=scale, heads=heads, W_O=W_O,
             num_heads_split=split, norm=norm, rope=rope, alibi=alibi, window=window,
             b_O=b_O, num_kv_heads=kv_split, production=parse_production(doc, len(tokens), self.fail),
+            input=parse_input(self, doc),
         )
 
     def heads(

@@ -5,7 +5,7 @@ from __future__ import annotations
 from qkv_tui.core.engine import Computation
 from qkv_tui.core.fmt import cell_len, fmt, is_integral
 from qkv_tui.core.scenario import Matrix
-from qkv_tui.teach.trace import SAME_WEIGHT, STAGES, Trace
+from qkv_tui.teach.trace import SAME_WEIGHT, Trace
 
 WORKED_ROWS = 8  # beyond this many query tokens, the page works only the first rows by hand
 
@@ -38,7 +38,7 @@ def to_markdown(comp: Computation, decimals: int = 3) -> str:
     """The page; ``decimals`` as the app's +/- keys set them (the seed's 3 by default)."""
     trace = Trace(comp)
     sc = comp.scenario
-    tokens, keys = list(sc.tokens), list(sc.key_tokens)
+    tokens, keys = list(sc.labels), list(sc.key_labels)
     multi = len(comp.heads) > 1
     out: list[str] = [f"# {sc.title}", ""]
     if sc.description:
@@ -70,7 +70,7 @@ def to_markdown(comp: Computation, decimals: int = 3) -> str:
     def stage_heading(key: str, head: bool = False) -> None:
         number = trace.stage_keys.index(key) + 1
         level = "###" if head and multi else "##"
-        out.extend([f"{level} {number} · {STAGES[key].name}", "", trace.meaning(key, None), ""])
+        out.extend([f"{level} {number} · {trace.stage(key).name}", "", trace.meaning(key, None), ""])
 
     def worked(stage: str, head: int | None) -> None:
         run = next(r for r in trace.runs if r.stage == stage and r.head == head)

@@ -16,6 +16,7 @@ from qkv_tui.core.engine import Computation, softmax_rows
 from qkv_tui.core.fmt import fmt, is_integral
 from qkv_tui.core.scenario import Matrix, Scenario
 from qkv_tui.teach.handcalc import round_to
+from qkv_tui.teach.trace import x_title
 
 MAX_GUARD = 8  # more decimals than the page's that a helper table may get; float64 has no more to give
 
@@ -129,9 +130,9 @@ def chain(comp: Computation, d: int) -> list[Table]:
         rounded: Matrix = round_to(a, d)
         return rounded
 
-    tokens, keys = sc.tokens, sc.key_tokens
+    tokens, keys = sc.labels, sc.key_labels
     multi = len(sc.heads) > 1
-    out: list[Table] = [Table("X", "X", "X (embeddings)", "embed", None, sc.X, tokens, idx(sc.X.shape[1]), True, False)]
+    out: list[Table] = [Table("X", "X", x_title(sc), "embed", None, sc.X, tokens, idx(sc.X.shape[1]), True, False)]
     if sc.context_X is not None:
         out.append(Table("context_X", "X_ctx", "X_ctx (the context's embeddings)", "embed", None, sc.context_X,
                          keys, idx(sc.context_X.shape[1]), True, False))

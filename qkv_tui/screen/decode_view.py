@@ -46,7 +46,7 @@ def _span(labels: tuple[str, ...], start: int, stop: int) -> str:
 
 def step_title(dec: Decode, step: DecodeStep) -> str:
     """``prefill I..love``, ``chunk 2: AI``, ``decode AI``: the tokens being processed, never "generating"."""
-    tokens = dec.comp.scenario.tokens
+    tokens = dec.comp.scenario.labels
     return f"{step.kind} {_span(tokens, step.start, step.stop)}"
 
 
@@ -55,11 +55,11 @@ def decode_panes(dec: Decode, index: int, head: int, decimals: int) -> tuple[lis
     sc = dec.comp.scenario
     step = dec.steps[head][index]
     paging = dec.paging[index]
-    keys = sc.key_tokens if sc.is_cross else sc.tokens
+    keys = sc.key_labels if sc.is_cross else sc.labels
     lo = step.first  # a sliding window's rolling buffer keeps tokens lo … S − 1 only
     S = lo + step.K_cache.shape[0]
     cached = tuple(f"{keys[t]} @{a.physical}.{a.slot}" for t, a in ((t, paging.table.address(t)) for t in range(lo, S)))
-    queries = sc.tokens[step.start:step.stop]
+    queries = sc.labels[step.start:step.stop]
     dims_k = tuple(str(c) for c in range(step.K_cache.shape[1]))
     dims_v = tuple(str(c) for c in range(step.V_cache.shape[1]))
     name = dec.comp.heads[head].name if len(dec.comp.heads) > 1 else ""
@@ -89,14 +89,14 @@ def decode_panes(dec: Decode, index: int, head: int, decimals: int) -> tuple[lis
         _pane("dS", f"q·Kᵀ/{scale} + mask", masked, queries, keys[lo:S], decimals, subtitle=name),
         _pane("dw", "weights", step.weights, queries, keys[lo:S], decimals, heat=True, subtitle=name,
               allow=step.allowed),
-        _pane("dout", "outputs so far", outputs, sc.tokens[: step.stop], dims_v, decimals,
+        _pane("dout", "outputs so far", outputs, sc.labels[: step.stop], dims_v, decimals,
               current_row=step.start if one else None, reused=frozenset(range(step.start, step.stop)) if not one
               else frozenset(), subtitle=name),
         _pane("dref", "no cache, all at once" if not dec.own_mask else "Mix stage", dec.reference[head],
-              sc.tokens, dims_v, decimals, reused=frozenset(range(step.start, step.stop)), subtitle=name),
+              sc.labels, dims_v, decimals, reused=frozenset(range(step.start, step.stop)), subtitle=name),
     ]
     if not dec.own_mask:
-        context.append(_pane("dmix", f"Mix stage (mask {sc.mask_kind})", dec.comp.heads[head].output, sc.tokens,
+        context.append(_pane("dmix", f"Mix stage (mask {sc.mask_kind})", dec.comp.heads[head].output, sc.labels,
                              dims_v, decimals, reused=frozenset(range(step.start, step.stop)), subtitle=name))
     return focus, context
 
@@ -109,7 +109,7 @@ def mask_note(dec: Decode) -> str:
             return ""
         return f"Its {sc.mask_kind} mask is one a cache keeps: outputs equal the Mix stage."
     rows = dec.differs_from_trace()
-    names = ", ".join(sc.tokens[i] for i in rows[:6]) + (", …" if len(rows) > 6 else "")
+    names = ", ".join(sc.labels[i] for i in rows[:6]) + (", …" if len(rows) > 6 else "")
     kept = {"none": "", "causal": "", "padding": " (its padding is kept)",
             "custom": " (its past part is kept)"}.get(sc.mask_kind, " (what it allows in the past is kept)")
     what = "The scenario has no mask, which" if sc.mask_kind == "none" else f"The scenario's {sc.mask_kind} mask{kept}"
@@ -164,15 +164,15 @@ def decode_lines(dec: Decode, index: int, head: int, decimals: int) -> list[str]
     step = dec.steps[head][index]
     paging = dec.paging[index]
     hr = dec.comp.heads[head]
-    keys = sc.key_tokens if sc.is_cross else sc.tokens
+    keys = sc.key_labels if sc.is_cross else sc.labels
     r = step.width - 1  # the step's last query row: the newest token
-    token = sc.tokens[step.t]
+    token = sc.labels[step.t]
     lines = []
     if step.width == 1:
         lines.append(f"q[{token}] = {_projection(dec, head, 'Q', token, step.t)} = {_vec(step.q[0], decimals)}"
                      "   (fresh: Queries are never cached)")
     else:
-        lines.append(f"Q[{_span(sc.tokens, step.start, step.stop)}] = {_projection(dec, head, 'Q')}:"
+        lines.append(f"Q[{_span(sc.labels, step.start, step.stop)}] = {_projection(dec, head, 'Q')}:"
                      f" {step.width} rows at once, fresh"
                      f" (the q pane); worked below for the last, {token}")
     if sc.is_cross:
@@ -264,8 +264,8 @@ def decode_lines(dec: Decode, index: int, head: int, decimals: int) -> list[str]
     if rows:
         i = rows[-1]
         mask = "no mask" if sc.mask_kind == "none" else f"its {sc.mask_kind} mask"
-        lines.append(f"the Mix stage ({mask}) had out[{sc.tokens[i]}] = {_vec(hr.output[i], decimals)}: it let"
-                     f" {sc.tokens[i]} see later tokens, which a cache does not hold yet")
+        lines.append(f"the Mix stage ({mask}) had out[{sc.labels[i]}] = {_vec(hr.output[i], decimals)}: it let"
+                     f" {sc.labels[i]} see later tokens, which a cache does not hold yet")
     if not sc.is_cross:
         held = step.stop - step.first  # S: the keys this step reads
         offset = held - step.width
@@ -298,7 +298,7 @@ def step_stages(dec: Decode, index: int) -> tuple[tuple[str, str], ...]:
             stages.append(("…", "done" if i <= index else "todo"))
         rng = dec.ranges[i]
         kind = dec.kind(i)
-        text = dec.comp.scenario.tokens[rng.start] if len(rng) == 1 and kind == "decode" else f"{kind} ×{len(rng)}"
+        text = dec.comp.scenario.labels[rng.start] if len(rng) == 1 and kind == "decode" else f"{kind} ×{len(rng)}"
         stages.append((f"{i + 1} {text}", "current" if i == index else ("done" if i < index else "todo")))
     return tuple(stages)
 
@@ -315,7 +315,7 @@ def decode_explanation(dec: Decode, index: int, head: int, decimals: int) -> Exp
     stages = step_stages(dec, index)
     return Explanation(
         stage_label=f"{label} step {index + 1}/{count}",
-        counter=f'processing "{_span(sc.tokens, step.start, step.stop)}"',
+        counter=f'processing "{_span(sc.labels, step.start, step.stop)}"',
         head_label=f"{name} ({head + 1}/{heads})" if heads > 1 else "",
         arithmetic=lines[0],
         details=tuple(lines[1:]),

@@ -72,7 +72,7 @@ def op_lines(th: TiledHead, op: TileOp, decimals: int) -> list[str]:
     number is worked from the ones shown before it, at the places of the row's softmax in the trace.
     """
     sc = th.comp.scenario
-    tokens, keys = sc.tokens, sc.key_tokens
+    tokens, keys = sc.labels, sc.key_labels
     lines: list[str] = []
     visit, end = op.visit, op.end
     rows = end.rows
@@ -178,7 +178,7 @@ def tiled_explanation(th: TiledHead, index: int, decimals: int) -> Explanation:
     if op.phase == "normalise":
         rows = op.end.rows
         ok, check = th.check() if last else th.check(rows, op.end.out)
-        scope = "the Mix stage" if last else f"the Mix stage in rows {_names(sc.tokens, rows)}"
+        scope = "the Mix stage" if last else f"the Mix stage in rows {_names(sc.labels, rows)}"
         details.append(f"{'✓ equal to' if ok else '✗ DIFFERENT from'} {scope} {check}")
     if th.shift and op.phase in ("accumulate", "normalise"):
         factor = 1 << th.shift
@@ -248,7 +248,7 @@ def tiled_panes(th: TiledHead, index: int, decimals: int) -> tuple[list[PaneSpec
     hr = th.comp.heads[th.head]
     op = th.op(index)
     rows = op.end.rows
-    tokens, keys = sc.tokens, sc.key_tokens
+    tokens, keys = sc.labels, sc.key_labels
     block_labels = tokens[rows.start:rows.stop]
     name = hr.name if len(th.comp.heads) > 1 else ""
     out_fin = th.output

@@ -18,7 +18,7 @@ import numpy as np
 
 from qkv_tui.core.engine import Computation
 from qkv_tui.core.fmt import NEG_INF, fmt, is_integral
-from qkv_tui.core.scenario import Head, Matrix
+from qkv_tui.core.scenario import Head, Matrix, Scenario
 from qkv_tui.teach import trace_modern as modern
 from qkv_tui.teach.arith import (
     MAX_TERMS,
@@ -68,6 +68,31 @@ STAGES: dict[str, Stage] = {s.key: s for s in (
     Stage("norm", "Norm", modern.NORM_MEANING),  # contracts §7: after Embed
     Stage("rotate", "Rotate", modern.ROTATE_MEANING),  # contracts §7: after Project
 )}
+
+# A real model's X from layer 1 on is not an embedding: the stage is named for what it shows
+INPUT_STAGE = Stage("embed", "Input",
+                    "X is a real model's residual stream entering the layer shown: each token's embedding after"
+                    " the earlier layers ran over it (attention and MLP, each added back into the row).")
+EMBED_POSITION_MEANING = (
+    "Each row of X is a token's embedding plus the learned embedding of its position (0, 1, 2, …), added"
+    " before the first layer as GPT-2 does; stacked, the rows form X (n × d_model).")
+
+
+def x_title(sc: Scenario) -> str:
+    """What X holds, for its pane and its table: ``X (embeddings)``, ``X (residual stream into layer 2)``."""
+    given = sc.input
+    if given.kind == "residual":
+        return f"X (residual stream into layer {given.layer})"
+    return "X (token + position embeddings)" if given.kind == "embedding+position" else "X (embeddings)"
+
+
+def residual_meaning(layer: int, learned_positions: bool) -> str:
+    earlier = "layer 0 ran over it, adding" if layer == 1 else f"layers 0 … {layer - 1} ran over it, each adding"
+    position = " (plus, in GPT-2 and models like it, the learned embedding of its position)" if learned_positions else ""
+    return (f"X is not an embedding here: it is the residual stream entering layer {layer}. Each token's row started"
+            f" as its embedding{position}, then {earlier} its attention output and then its MLP output back into the"
+            " row. This layer reads the result, one row per token (n × d_model).")
+
 
 HEAD_STAGES = ("project", "score", "scale", "softmax", "mix")
 SAME_WEIGHT = "same weight:"  # the seed's way to one weight, after the row's list of e^s
@@ -314,12 +339,12 @@ class Trace:
         if name.startswith("W_"):
             return str(row)
         if name in ("K", "V", "context_X", "K_rot"):
-            return sc.key_tokens[row]
-        return sc.tokens[row]
+            return sc.key_labels[row]
+        return sc.labels[row]
 
     def col_label(self, name: str, col: int) -> str:
         if name in ("scores", "scaled", "weights", "bias"):
-            return self.comp.scenario.key_tokens[col]
+            return self.comp.scenario.key_labels[col]
         if name in ("Q_rot", "K_rot") and self.comp.scenario.rope is not None:
             # which pair each dimension belongs to: the two layouts pair different columns
             d_k = self.comp.heads[0].d_k
@@ -352,10 +377,24 @@ class Trace:
             col -= head.d_v
         raise IndexError(col)
 
+    def stage(self, key: str) -> Stage:
+        """The stage as this scenario names it: Embed is "Input" where X is a model's residual stream."""
+        if key == "embed" and not self.comp.scenario.input.is_embedding:
+            return INPUT_STAGE
+        return STAGES[key]
+
+    def x_title(self) -> str:
+        return x_title(self.comp.scenario)
+
     def meaning(self, stage: str, head: int | None) -> str:
         """What a stage means, in words that fit this scenario (its mask, its scale, its sources)."""
         sc = self.comp.scenario
         text = STAGES[stage].meaning
+        if stage == "embed" and sc.input.kind == "residual":
+            assert sc.input.layer is not None
+            text = residual_meaning(sc.input.layer, learned_positions=sc.rope is None and sc.alibi is None)
+        elif stage == "embed" and sc.input.kind == "embedding+position":
+            text = EMBED_POSITION_MEANING
         if stage == "embed" and sc.rope is not None:
             text += " Here position enters at the Rotate stage, which turns Q and K by each token's position."
         elif stage == "embed" and sc.alibi is not None:
@@ -411,12 +450,20 @@ class Trace:
         return builder(index, seg, row, col, decimals)  # type: ignore[no-any-return]
 
     def _op_embed(self, index: int, seg: Segment, row: int, col: None, d: int) -> Operation:
-        token = self.comp.scenario.tokens[row]
-        x = self.comp.scenario.X[row]
+        sc = self.comp.scenario
+        token, spelt = sc.labels[row], sc.tokens[row]  # ▁the₂ is the second "▁the"; its embedding is the token's
+        x = sc.X[row]
         integral = self.integral("X", None)
         # a real model's row has hundreds of numbers: the line keeps its ends; the X pane holds them all
         values = "[" + elide([fmt(float(v), integral, d) for v in x], ", ") + "]"
-        text = f'X[{token}] = embedding of "{token}" = {values}'
+        given = sc.input
+        if given.kind == "residual":
+            what = f'residual stream entering layer {given.layer} at "{token}"'
+        elif given.kind == "embedding+position":
+            what = f'embedding of "{spelt}" + embedding of position {row}'
+        else:
+            what = f'embedding of "{spelt}"'
+        text = f"X[{token}] = {what} = {values}"
         return Operation(index, seg, row, None, None, (), text)
 
     def _op_project(self, index: int, seg: Segment, row: int, col: int, d: int) -> Operation:
@@ -459,7 +506,7 @@ class Trace:
 
     def _op_norm(self, index: int, seg: Segment, row: int, col: int, d: int) -> Operation:
         assert self.comp.norm is not None
-        token = self.comp.scenario.tokens[row]
+        token = self.comp.scenario.labels[row]
         value = float(self.comp.norm.X_norm[row, col])
         text, details = modern.norm_lines(self.comp, row, col, token, d, self.hand)
         return Operation(index, seg, row, col, value, (Ref("X", None, row),), text, details)
@@ -486,7 +533,7 @@ class Trace:
         assert h is not None
         head = self.comp.heads[h]
         value = float(head.scores[row, col])
-        q, k = self.comp.scenario.tokens[row], self.comp.scenario.key_tokens[col]
+        q, k = self.comp.scenario.labels[row], self.comp.scenario.key_labels[col]
         result = self._fmt("scores", h, value, d)
         qn, kn = ("Q_rot", "K_rot") if head.Q_rot is not None else ("Q", "K")
         qs, ks = ("Q'", "K'") if head.Q_rot is not None else ("Q", "K")
@@ -505,7 +552,7 @@ class Trace:
         h = seg.head
         assert h is not None
         head = self.comp.heads[h]
-        q, k = self.comp.scenario.tokens[row], self.comp.scenario.key_tokens[col]
+        q, k = self.comp.scenario.labels[row], self.comp.scenario.key_labels[col]
         scaled = fmt(float(head.scaled[row, col]), False, d)
         # by hand √dₖ is written down rounded (√3 ≈ 1.732) and divided by as such
         symbol = f"√{head.d_k}" if head.scale_is_default and self.hand is None else None
@@ -537,7 +584,7 @@ class Trace:
 
     def _mask_reason(self, row: int, col: int) -> str:
         sc = self.comp.scenario
-        q, k = sc.tokens[row], sc.key_tokens[col]
+        q, k = sc.labels[row], sc.key_labels[col]
         if sc.mask_kind == "causal":
             return f'causal mask: "{k}" comes after "{q}", and a token may not look ahead; weight will be exactly 0'
         if sc.mask_kind == "sliding" and col <= row:
@@ -561,7 +608,7 @@ class Trace:
         assert h is not None
         head = self.comp.heads[h]
         sc = self.comp.scenario
-        q, k = sc.tokens[row], sc.key_tokens[col]
+        q, k = sc.labels[row], sc.key_labels[col]
         value = float(head.weights[row, col])
         r = self.softmax_row(h, row, d)
         w = r.weights[col]
@@ -579,7 +626,7 @@ class Trace:
             label = "row max (the last is the sink)" if sink else "row max"
             top = f"{label} = max({', '.join(r.scaled[j] for j in keep)}) = {r.top}"
         else:
-            top = f"row max = {r.top}, at {sc.key_tokens[int(np.argmax(head.masked[row]))]}"
+            top = f"row max = {r.top}, at {sc.key_labels[int(np.argmax(head.masked[row]))]}"
         details = [top, f"e^(s − max): {elide(exps, ' | ')}  →  Σ = {r.total}"]
         if sink:
             details.append(f"the sink's column is dropped after the sum: weights add up to"
@@ -604,7 +651,7 @@ class Trace:
         h = seg.head
         assert h is not None
         head = self.comp.heads[h]
-        q = self.comp.scenario.tokens[row]
+        q = self.comp.scenario.labels[row]
         value = float(head.output[row, col])
         v_int = self.integral("V", h)
         places = self._mix_places(h, row, d)
@@ -620,7 +667,7 @@ class Trace:
         return Operation(index, seg, row, col, value, (Ref("weights", h, row), Ref("V", h, None, col)), text, details)
 
     def _op_concat(self, index: int, seg: Segment, row: int, col: None, d: int) -> Operation:
-        q = self.comp.scenario.tokens[row]
+        q = self.comp.scenario.labels[row]
         pieces, refs = [], []
         for h, head in enumerate(self.comp.heads):
             pieces.append(", ".join(self._fmt("output", h, v, d) for v in head.output[row]))
@@ -632,7 +679,7 @@ class Trace:
     def _op_wo(self, index: int, seg: Segment, row: int, col: int, d: int) -> Operation:
         comp = self.comp
         assert comp.W_O is not None
-        q = comp.scenario.tokens[row]
+        q = comp.scenario.labels[row]
         value = float(comp.output[row, col])
         result = self._fmt("final", None, value, d)
         if comp.b_O is None:

@@ -167,7 +167,7 @@ def rotate_lines(comp: Computation, h: int, target: str, row: int, col: int, d: 
     rotated = head.Q_rot if target == "Q_rot" else head.K_rot
     assert rotated is not None
     name = target[0]
-    labels = sc.tokens if name == "Q" else sc.key_tokens
+    labels = sc.labels if name == "Q" else sc.key_labels
     token = labels[row]
     d_k = head.d_k
     pairs = rope.pairs(d_k)

@@ -439,7 +439,7 @@ class QKVApp(App[None]):
             panel.scroll_page_up(animate=False)
 
     def action_help(self) -> None:
-        self.push_screen(HelpScreen(self.trace.stage_keys))
+        self.push_screen(HelpScreen([self.trace.stage(key) for key in self.trace.stage_keys]))
 
     def action_notes(self) -> None:
         self.push_screen(NotesScreen())

@@ -28,7 +28,7 @@ from qkv_tui.core.scenario import Scenario, ScenarioError, builtin_dir, builtin_
 from qkv_tui.screen.present import Screen as ScreenModel
 from qkv_tui.screen.view import PaneSpec
 from qkv_tui.teach.stepper import Position, Stepper
-from qkv_tui.teach.trace import STAGES, Trace
+from qkv_tui.teach.trace import Trace
 from qkv_tui.ui import themes
 from qkv_tui.ui.edit import EditScreen
 from qkv_tui.ui.widgets.matrix import MatrixView
@@ -354,7 +354,7 @@ class Live:
             return f"{slug}-decode-step{app.modes.decode_step + 1}.svg"
         op = app.trace.op(app.position.index)
         width = len(str(len(app.trace)))
-        stage = STAGES[op.segment.stage].name.lower().replace("_", "")
+        stage = app.trace.stage(op.segment.stage).name.lower().replace("_", "")
         head = f"-head{app.position.head + 1}" if len(app.comp.heads) > 1 else ""
         return f"{slug}-op{app.position.index + 1:0{width}d}-{stage}{head}.svg"
 
@@ -439,7 +439,7 @@ class Live:
         for title, help_text, callback in actions:
             yield SystemCommand(title, help_text, callback)
         for number, key in enumerate(app.trace.stage_keys, start=1):
-            yield SystemCommand(f"Stage {number}: {STAGES[key].name}", f"{number}: jump to the stage's first operation",
+            yield SystemCommand(f"Stage {number}: {app.trace.stage(key).name}", f"{number}: jump to the stage's first operation",
                                 lambda n=number: app.action_stage(n))
         for h, head in enumerate(app.comp.heads):
             if len(app.comp.heads) > 1:
