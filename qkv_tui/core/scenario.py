@@ -8,9 +8,10 @@ expected, so the command line can print one clean line (contracts §4).
 from __future__ import annotations
 
 import difflib
+import functools
 import json
 import math
-import unicodedata
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -721,17 +722,24 @@ def _row(key: str, r: int, labels: tuple[str, ...]) -> str:
 
 
 _CONTROL_NAMES = {"\n": "a new line", "\r": "a carriage return", "\t": "a tab", "\x1b": "an escape character"}
-_BIDI = frozenset("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+_BIDI = "\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
+# Unicode's Cc (C0, DEL, C1), Zl and Zp, and the bidirectional overrides: what breaks a line
+_BREAKS = "".join(map(chr, (*range(0x20), *range(0x7F, 0xA0), 0x2028, 0x2029))) + _BIDI
+
+
+@functools.lru_cache(maxsize=4)
+def _breaking(allow: str) -> re.Pattern[str]:
+    """One character class of every line-breaking character but ``allow``: a description of
+    tens of megabytes is searched in C, not walked a character at a time in Python."""
+    return re.compile("[" + "".join(re.escape(ch) for ch in _BREAKS if ch not in allow) + "]")
 
 
 def _unprintable(text: str, allow: str = "") -> str | None:
     """The first character that would break a terminal line (with its code point), or None."""
     if text.isprintable():
         return None
-    for ch in text:
-        if ch in allow:
-            continue
-        if unicodedata.category(ch) in ("Cc", "Zl", "Zp") or ch in _BIDI:
-            name = _CONTROL_NAMES.get(ch, "a control character")
-            return f"{name} (U+{ord(ch):04X})"
-    return None
+    found = _breaking(allow).search(text)
+    if found is None:
+        return None
+    ch = found.group()
+    return f"{_CONTROL_NAMES.get(ch, 'a control character')} (U+{ord(ch):04X})"
