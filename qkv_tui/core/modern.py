@@ -31,6 +31,7 @@ ROPE_LAYOUTS = ("interleaved", "half")
 ALIBI_KEYS = ("slopes",)
 DEFAULT_EPS = 1e-5
 DEFAULT_BASE = 10000.0
+MAX_INDEX = 2**53  # the largest position, window or K/V head index: every one is exact as a float64
 
 
 class Checker(Protocol):
@@ -122,7 +123,7 @@ def number(v: Checker, value: Any, key: str, expected: str = "a finite number") 
 def numbers(v: Checker, value: Any, key: str, count: int, what: str) -> Vector:
     """A flat list of exactly ``count`` finite numbers (``what`` says what each is for)."""
     if not isinstance(value, list):
-        raise v.fail(f"{key} must be a list of {count} numbers ({what}), got {_kind(value)}")
+        raise v.fail(f"{key} must be a list of {count} number{'s' if count != 1 else ''} ({what}), got {_kind(value)}")
     if len(value) != count:
         raise v.fail(f"{key} has {len(value)} number{'s' if len(value) != 1 else ''}; expected {count} ({what})")
     out = [number(v, item, f"{key} item {i + 1}") for i, item in enumerate(value)]
@@ -208,7 +209,7 @@ def parse_rope(
             where = f"[rope] positions item {i + 1} ({json.dumps(tokens[i], ensure_ascii=False)})"
             if isinstance(p, bool) or not isinstance(p, int) or p < 0:
                 raise v.fail(f"{where} is {_kind(p)}; expected a whole number >= 0 (the token's position)")
-            if p > 2**53:
+            if p > MAX_INDEX:
                 raise v.fail(f"{where} is {_show(p)}, too large; expected a position below 2^53")
             out.append(p)
         positions = tuple(out)
@@ -242,6 +243,9 @@ def parse_window(v: Checker, table: dict[str, Any], is_cross: bool) -> int:
     if window < 1:
         raise v.fail(f"[mask] window is {_show(window)}, too small; expected a whole number >= 1 (each token sees itself"
                      " and the window−1 tokens before it)")
+    if window > MAX_INDEX:
+        raise v.fail(f"[mask] window is {_show(window)}, too large; expected a whole number from 1 to 2^53"
+                     " (a window as long as the text is already the causal mask)")
     return window
 
 

@@ -551,6 +551,8 @@ class _Validator:
         value = table["kv_head"]
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise self.fail(f"{where} kv_head must be a whole number >= 0 (the K/V head it reads), got {_kind(value)}")
+        if value > modern.MAX_INDEX:
+            raise self.fail(f"{where} kv_head is {_show(value)}, too large; expected a K/V head index from 0 to 2^53")
         for j, other in enumerate(earlier):
             theirs = (other.W_K, other.W_V, other.b_K, other.b_V)
             same = all((a is None and b is None) or (a is not None and b is not None and np.array_equal(a, b))

@@ -20,6 +20,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from qkv_tui.base.values import tame
+
 MAX_BYTES = 64 * 1024 * 1024  # 64 MiB: a 4,096 x 512 matrix at full precision is about 45 MB
 MAX_BYTES_TEXT = "64 MiB"
 _DEPTH_SHOWN = 64  # where a runaway nesting is reported; tomllib itself gives up near 500
@@ -127,7 +129,7 @@ def parse_toml(text: str) -> dict[str, Any]:
     """tomllib's document, with every failure turned into a ReadError with a position.
     Large 2-D arrays of plain decimal numbers arrive as NumberGrid (see below)."""
     try:
-        return _with_grids(text)
+        return tame(_with_grids(text))  # an integer too long to print formats as its description
     except tomllib.TOMLDecodeError as exc:
         raise ReadError(syntax_message(text, str(exc))) from None
     except RecursionError:
@@ -325,7 +327,7 @@ class NumberGrid:
     text: str
 
     def as_lists(self) -> list[Any]:
-        value: list[Any] = tomllib.loads("v = " + self.text)["v"]
+        value: list[Any] = tame(tomllib.loads("v = " + self.text)["v"])
         return value
 
 
