@@ -146,6 +146,15 @@ def test_a_long_integer_formats_as_its_description_everywhere() -> None:
     big = doc["a"]
     assert big == BIG and big > 2**53 and float(BIG // big) == 1.0  # still the number
     described = "an integer of about 5,000 digits"
-    assert str(big) == repr(big) == f"{big}" == f"{big:,}" == f"{big:d}" == "{}".format(big) == show(big) == described
+    assert str(big) == repr(big) == f"{big}" == f"{big:,}" == f"{big:d}" == "%s" % (big,) == show(big) == described
     assert f"{big:>40}" == described.rjust(40) and str([big]) == f"[{described}]"
     assert show(-BIG) == described and str(doc["b"][1][1]) == described
+
+
+@pytest.mark.parametrize("literal", ["0b1" + "_0" * 256, "0o" + "7" * 86, "0x1" + "0" * 64, "2" + "0" * 77, "-" + "9" * 78])
+def test_the_reader_wraps_every_integer_past_256_bits(literal: str) -> None:
+    from qkv_tui.core.tomlfile import parse_toml
+
+    doc = parse_toml(f"a = {literal}\nb = [[1, {literal}]]\nc = 0x{'f' * 64}\n")
+    assert type(doc["a"]) is LongInt and type(doc["b"][0][1]) is LongInt and doc["a"] == doc["b"][0][1]
+    assert type(doc["c"]) is int and doc["c"] == 2**256 - 1  # 256 bits: printed as it is

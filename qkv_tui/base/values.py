@@ -10,7 +10,6 @@ import math
 import unicodedata
 from typing import Any
 
-
 _LONG_BITS = 256  # an integer past this (about 78 digits) is described, never written out
 
 
@@ -38,7 +37,8 @@ class LongInt(int):
 
 def tame(value: Any) -> Any:
     """``value`` (a parsed TOML document, or any part of one) with every integer of more than
-    256 bits made a :class:`LongInt`, in place where it sits in a list or a table."""
+    256 bits made a :class:`LongInt`, in place where it sits in a list or a table. A list of
+    numbers is looked at in C (its largest magnitude), so a matrix costs next to nothing."""
     if _is_long(value):
         return LongInt(value)
     stack = [value]
@@ -50,14 +50,20 @@ def tame(value: Any) -> Any:
                     item[key] = LongInt(inner)
                 elif isinstance(inner, (dict, list)):
                     stack.append(inner)
-        elif isinstance(item, list):
-            for i, inner in enumerate(item):
-                if type(inner) is int:
+        elif isinstance(item, list) and item:
+            kinds = set(map(type, item))
+            numbers = kinds & _NUMBER_TYPES
+            if int in kinds and (kinds != numbers or max(map(abs, item)) >= _LONG):
+                for i, inner in enumerate(item):
                     if _is_long(inner):
                         item[i] = LongInt(inner)
-                elif isinstance(inner, (dict, list)):
-                    stack.append(inner)
+            if kinds != numbers:
+                stack.extend(inner for inner in item if isinstance(inner, (dict, list)))
     return value
+
+
+_NUMBER_TYPES = frozenset({int, float, bool})
+_LONG = 1 << _LONG_BITS  # the smallest magnitude with more than 256 bits
 
 
 def _is_long(value: Any) -> bool:

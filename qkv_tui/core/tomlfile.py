@@ -129,13 +129,19 @@ def parse_toml(text: str) -> dict[str, Any]:
     """tomllib's document, with every failure turned into a ReadError with a position.
     Large 2-D arrays of plain decimal numbers arrive as NumberGrid (see below)."""
     try:
-        return tame(_with_grids(text))  # an integer too long to print formats as its description
+        doc = _with_grids(text)
     except tomllib.TOMLDecodeError as exc:
         raise ReadError(syntax_message(text, str(exc))) from None
     except RecursionError:
         raise ReadError(_nesting_message(text)) from None
     except ValueError as exc:  # int() refuses more than sys.get_int_max_str_digits() digits
         raise ReadError(_long_integer_message(text, exc)) from None
+    # an integer too long to print formats as its description (base/values.py); one past 256 bits
+    # is a run of at least 65 hexadecimal (78 decimal, 86 octal, 257 binary) digits
+    return tame(doc) if _DIGIT_RUN.search(text) else doc
+
+
+_DIGIT_RUN = re.compile(r"[0-9A-Fa-f_]{65}")
 
 
 # One pass over TOML that knows strings and comments: brackets inside them do not count.
