@@ -94,13 +94,24 @@ CASES = {
                        .replace("W_K = [[0, 1], [1, 0], [0, 1], [1, 1]]", "W_K = [[0, 1], [1, 0], [0, 1], [1, 1]]")
                        .replace("W_V = [[1], [0], [0], [1]]", "W_V = [[1, 0, 0], [0, 1, 0], [0, 0, 1], [1, 1, 1]]"),
                        "[attention] W_V has 3 columns, which num_kv_heads = 2 does not divide; expected num_kv_heads × d_v columns"),
-    "kv_heads_in_heads_table": (BASE + HEAD + "num_kv_heads = 1\n", "key 'num_kv_heads' is not allowed in [[heads]] #1: num_kv_heads belongs in [attention]"),
+    # a key of the other way of writing heads is renamed, not sent to the other table
+    "kv_heads_in_heads_table": (BASE + HEAD + "num_kv_heads = 1\n",
+                                "unknown key 'num_kv_heads' in [[heads]] #1; did you mean 'kv_head'? (a [[heads]] table names the K/V head"
+                                " it reads, kv_head = <index>; num_kv_heads = <count> is the [attention] form)"),
+    "kv_head_in_attention": (BASE + SPLIT + "kv_head = 0\n",
+                             "unknown key 'kv_head' in [attention]; did you mean 'num_kv_heads'? ([attention] says how many K/V heads"
+                             " the query heads share, num_kv_heads = <count>; kv_head = <index> is the [[heads]] form)"),
     # sinks
     "sink_string": (BASE + HEAD + 'sink = "0.5"\n', "[[heads]] #1 sink must be a number, got a string"),
     "sink_nan": (BASE + HEAD + "sink = nan\n", "[[heads]] #1 sink is nan; expected a finite number"),
     "sinks_length": (BASE + SPLIT + "sinks = [0.5]\n", "[attention] sinks has 1 number; expected 2 (one sink logit per query head, num_heads)"),
-    "sink_in_attention": (BASE + SPLIT + "sink = 0.5\n", "key 'sink' is not allowed in [attention]: sink belongs in a [[heads]] table"),
-    "sinks_in_heads": (BASE + HEAD + "sinks = [0.5]\n", "key 'sinks' is not allowed in [[heads]] #1: sinks belongs in [attention]"),
+    "sink_in_attention": (BASE + SPLIT + "sink = 0.5\n",
+                          "unknown key 'sink' in [attention]; did you mean 'sinks'? ([attention] takes sinks = [...], one logit per"
+                          " query head; sink = <logit> is the [[heads]] form)"),
+    "sinks_in_heads": (BASE + HEAD + "sinks = [0.5]\n",
+                       "unknown key 'sinks' in [[heads]] #1; did you mean 'sink'? (a [[heads]] table takes its own sink = <logit>;"
+                       " sinks = [...], one logit per query head, is the [attention] form)"),
+    "sink_at_top": (BASE + "sink = 0.5\n" + HEAD, "key 'sink' is not allowed: sink belongs in a [[heads]] table"),
 }
 
 

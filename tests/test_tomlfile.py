@@ -110,7 +110,7 @@ def test_errors_after_a_large_grid_keep_their_line_and_column(monkeypatch: pytes
 
 def test_duplicate_keys_are_still_refused() -> None:
     rows = ",\n".join("[" + ", ".join(["2"] * 500) + "]" for _ in range(3))
-    with pytest.raises(ReadError, match="line 10, column 2: TOML syntax error: Cannot overwrite a value"):
+    with pytest.raises(ReadError, match=r"^line 6: TOML syntax error: X is given twice in this table \(first at line 1\)"):
         parse_toml(f"X = [\n{rows}\n]\nX = [\n{rows}\n]\n")
 
 

@@ -30,6 +30,18 @@ ROPE_KEYS = ("base", "layout", "positions")
 ROPE_LAYOUTS = ("interleaved", "half")
 ALIBI_KEYS = ("slopes",)
 DEFAULT_EPS = 1e-5
+# Keys with a twin in the other way of writing heads: one in the wrong table is a slip of form,
+# so the message renames it rather than sending it to the other table.
+LOOKALIKES = {
+    ("[[heads]]", "sinks"): ("sink", "a [[heads]] table takes its own sink = <logit>;"
+                                     " sinks = [...], one logit per query head, is the [attention] form"),
+    ("[attention]", "sink"): ("sinks", "[attention] takes sinks = [...], one logit per query head;"
+                                       " sink = <logit> is the [[heads]] form"),
+    ("[attention]", "kv_head"): ("num_kv_heads", "[attention] says how many K/V heads the query heads share,"
+                                                 " num_kv_heads = <count>; kv_head = <index> is the [[heads]] form"),
+    ("[[heads]]", "num_kv_heads"): ("kv_head", "a [[heads]] table names the K/V head it reads, kv_head = <index>;"
+                                               " num_kv_heads = <count> is the [attention] form"),
+}
 DEFAULT_BASE = 10000.0
 MAX_INDEX = 2**53  # the largest position, window or K/V head index: every one is exact as a float64
 

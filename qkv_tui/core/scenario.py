@@ -282,11 +282,20 @@ def key_tables() -> dict[str, tuple[str, ...]]:
     }
 
 
-def _misplaced(key: str, here: str) -> str | None:
+TOP_TABLES = ("heads", "attention", "output", "context", "mask", "norm", "rope", "alibi", "model", "tiles", "cache")
+
+
+def _misplaced(key: str, here: str, value: Any = None) -> str | None:
     """Where a key that does not belong in ``here`` does belong, in words; None if nowhere."""
     homes = [table for table, keys in key_tables().items() if table != here and key in keys]
     if not homes:
         return None
+    if "" in homes and key in TOP_TABLES and isinstance(value, (dict, list)):
+        # [heads.rope], rope = {...} or rope.layout = ... inside a table: a table put one level too deep
+        header = "[[heads]]" if key == "heads" else f"[{key}]"
+        inside = "a [[heads]] table" if here == "[[heads]]" else here
+        return (f"{header} is a table of its own at the top level, one for the whole scenario;"
+                f" write it under its own {header} header, not as [{here.strip('[]')}.{key}] or inside {inside}")
     if "" in homes:
         return (f"{key} is a top-level key; write it above the first [table] header"
                 " (in TOML every key after a [header] belongs to that table)")
@@ -314,7 +323,10 @@ class _Validator:
             same_but_case = [a for a in allowed if a.lower() == key.lower()]
             if same_but_case:
                 raise self.fail(f"unknown key {_show(key)}{place}; did you mean {same_but_case[0]!r}? (keys are case-sensitive)")
-            elsewhere = _misplaced(key, where.split(" #")[0])
+            twin = modern.LOOKALIKES.get((where.split(" #")[0], key))
+            if twin:
+                raise self.fail(f"unknown key {_show(key)}{place}; did you mean {twin[0]!r}? ({twin[1]})")
+            elsewhere = _misplaced(key, where.split(" #")[0], table[key])
             if elsewhere:
                 raise self.fail(f"key {_show(key)} is not allowed{place}: {elsewhere}")
             hint = difflib.get_close_matches(key, allowed, n=1, cutoff=0.6)

@@ -218,13 +218,13 @@ def syntax_message(text: str, message: str) -> str:
         offset = len(text)
     unclosed = what.startswith(("Unclosed array", "Unclosed inline table"))
     declared = re.fullmatch(r"Cannot declare \((.*?),?\) twice", what)
+    if (declared or what == "Cannot overwrite a value" or what.startswith("Cannot mutate immutable")) and found:
+        twice = _given_twice(text, offset)
+        if twice:
+            return twice
     if declared:
         name = ".".join(part.strip().strip("'\"") for part in declared.group(1).split(","))
         what = f"the table [{name}] is declared twice; expected one [{name}] header (or [[{name}]] for a list of tables)"
-    if what == "Cannot overwrite a value" and found:
-        twice = _set_twice(text, int(found.group(1)))
-        if twice:
-            return twice
     # a one-line string that runs into the end of its line: tomllib names the new line, not the string
     if at_end or unclosed or what.startswith("Unterminated string") or what == "Illegal character '\\n'":
         scan = _Scan(text, offset)
@@ -250,20 +250,100 @@ def syntax_message(text: str, message: str) -> str:
     return f"{_at(text, offset)}: TOML syntax error: {what}"
 
 
-def _set_twice(text: str, line: int) -> str | None:
-    """A key given twice in one table: where, and where it was first given."""
-    lines = text.split("\n")
-    match = re.match(r"\s*([A-Za-z0-9_\-]+|\"[^\"]*\")\s*=", lines[line - 1]) if line <= len(lines) else None
-    if match is None:
-        return None
-    key = match.group(1)
-    for back in range(line - 2, -1, -1):
-        if re.match(r"\s*\[", lines[back]):  # a table header: the first one is not in this table
+_KEY_PART = r"""(?:[A-Za-z0-9_-]+|"(?:[^"\\\n]|\\.)*"|'[^'\n]*')"""
+_KEY_PATH = rf"{_KEY_PART}(?:[ \t]*\.[ \t]*{_KEY_PART})*"
+_HEADER = re.compile(rf"(\[\[?)[ \t]*({_KEY_PATH})[ \t]*\]")
+_ASSIGN = re.compile(rf"({_KEY_PATH})[ \t]*=[ \t]*(\{{)?")
+
+
+@dataclass(frozen=True)
+class _Statement:
+    """A table header or a key = value line, as the file writes it."""
+
+    line: int
+    kind: str  # "table" ([a.b]), "array" ([[a.b]]) or "key" (a.b = ...)
+    path: tuple[str, ...]  # the full dotted path: the header's, or the key's table's and the key's
+    table: tuple[str, ...]  # for a key: the table it sits in
+    written: str  # the key or header path as written
+    inline: bool = False  # a key whose value is an inline table { ... }
+
+    def form(self, name: tuple[str, ...]) -> str:
+        """How this statement gives ``name`` (its own path or a prefix of it), in words."""
+        header = f"[{self.written}]" if self.kind == "table" else f"[[{self.written}]]"
+        if self.path != name:
+            return f"as a table, by {self.written} = …" if self.kind == "key" else f"as a table, by {header}"
+        if self.kind != "key":
+            return f"as the table {header}" if self.kind == "table" else f"as the list of tables {header}"
+        return f"as the inline table {self.written} = {{…}}" if self.inline else f"as {self.written} = …"
+
+
+def _key_parts(written: str) -> tuple[str, ...]:
+    parts = re.findall(_KEY_PART, written)
+    return tuple(tomllib.loads(f"k = {part}")["k"] if part[0] in "\"'" else part for part in parts)
+
+
+def _statements(text: str, end: int) -> list[_Statement]:
+    """Every header and key line that starts before ``end`` (brackets and strings understood)."""
+    found: list[_Statement] = []
+    table: tuple[str, ...] = ()
+    depth = 0
+    skip = 0
+    for match in _LEX.finditer(text, 0, end):
+        kind, start = match.lastgroup, match.start()
+        if kind == "comment" or start < skip:
+            continue
+        if kind in ("unclosed", "unclosed1"):
             break
-        if re.match(rf"\s*{re.escape(key)}\s*=", lines[back]):
-            return (f"line {line}: TOML syntax error: {key} is given twice in this table (first at line {back + 1});"
-                    " expected each key once")
-    return f"line {line}: TOML syntax error: {key} is given twice in this table; expected each key once"
+        line_start = text.rfind("\n", 0, start) + 1
+        if depth == 0 and not text[line_start:start].strip():
+            header = _HEADER.match(text, start) if kind == "open" and text[start] == "[" else None
+            assign = _ASSIGN.match(text, start) if header is None else None
+            line = text.count("\n", 0, start) + 1
+            if header is not None:
+                table = _key_parts(header.group(2))
+                array = header.group(1) == "[["
+                if array and any(s.kind == "array" and s.path == table for s in found):
+                    # a new element of the list: what the previous element held is no longer in the way
+                    found = [s for s in found if len(s.path) <= len(table) or s.path[: len(table)] != table]
+                found.append(_Statement(line, "array" if array else "table", table, table, header.group(2)))
+                skip = header.end() + (1 if array else 0)
+                continue
+            if assign is not None:
+                found.append(_Statement(line, "key", table + _key_parts(assign.group(1)), table, assign.group(1),
+                                        inline=assign.group(2) is not None))
+        if kind == "open":
+            depth += 1
+        elif kind == "close" and depth:
+            depth -= 1
+    return found
+
+
+def _given_twice(text: str, offset: int) -> str | None:
+    """A key or table given twice (tomllib's bare "Cannot overwrite a value" and "Cannot declare
+    twice"): the statement at fault, where the same name was given first, and in which forms."""
+    statements = _statements(text, offset + 1)
+    if not statements:
+        return None
+    here, earlier = statements[-1], statements[:-1]
+    for first in earlier:
+        shorter = min(first.path, here.path, key=len)
+        if first.path[: len(shorter)] != here.path[: len(shorter)]:
+            continue
+        if first.kind != "key" and len(first.path) < len(here.path):
+            continue  # [a] then [a.b] or a key in [a]: what tables are for
+        if first.kind == here.kind == "array" and first.path == here.path:
+            continue
+        at = f"line {here.line}: TOML syntax error: "
+        if first.kind == here.kind == "key" and first.path == here.path and first.table == here.table:
+            return f"{at}{here.written} is given twice in this table (first at line {first.line}); expected each key once"
+        name = ".".join(shorter)
+        if first.kind == here.kind == "table" and first.path == here.path:
+            return (f"{at}the table [{name}] is declared twice (first at line {first.line}); expected one [{name}]"
+                    f" header (or [[{name}]] for a list of tables)")
+        hint = ' (mask = "causal" is short for a [mask] table with kind = "causal")' if name == "mask" else ""
+        return (f"{at}{name} is given twice, {first.form(shorter)} at line {first.line} and {here.form(shorter)}"
+                f" here; expected one of the two{hint}")
+    return None
 
 
 def _nesting_message(text: str) -> str:
