@@ -288,17 +288,18 @@ def _statements(text: str, end: int) -> list[_Statement]:
     table: tuple[str, ...] = ()
     depth = 0
     skip = 0
+    line, counted = 1, 0  # the line number at offset ``counted``
     for match in _LEX.finditer(text, 0, end):
         kind, start = match.lastgroup, match.start()
         if kind == "comment" or start < skip:
             continue
         if kind in ("unclosed", "unclosed1"):
             break
-        line_start = text.rfind("\n", 0, start) + 1
-        if depth == 0 and not text[line_start:start].strip():
+        if depth == 0 and not text[text.rfind("\n", 0, start) + 1:start].strip():
             header = _HEADER.match(text, start) if kind == "open" and text[start] == "[" else None
             assign = _ASSIGN.match(text, start) if header is None else None
-            line = text.count("\n", 0, start) + 1
+            line += text.count("\n", counted, start)
+            counted = start
             if header is not None:
                 table = _key_parts(header.group(2))
                 array = header.group(1) == "[["
