@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
@@ -91,12 +92,23 @@ class Alibi:
     """ALiBi: a per-head linear bias slope·(j − i) added to the scaled scores."""
 
     slopes: tuple[float, ...]  # one per query head
-    default: bool  # True when the slopes are the paper's 2^(−8(h+1)/H)
+    default: bool  # True when the slopes are the ALiBi paper's default (default_slopes)
 
 
 def default_slopes(count: int) -> tuple[float, ...]:
-    """The ALiBi paper's geometric slopes, 2^(−8(h+1)/H) for head h = 0 … H−1."""
-    return tuple(2.0 ** (-8.0 * (h + 1) / count) for h in range(count))
+    """The default slopes of the ALiBi paper's code (Press et al., ``get_slopes`` in ofirpress/attention_with_linear_biases),
+    which BLOOM and MosaicBERT also use. For H a power of 2: the geometric sequence 2^(−8/H), 2^(−16/H), …, 2^(−8).
+    Otherwise, with P the largest power of 2 below H: the P slopes for P heads, then every other slope of the
+    sequence for 2P heads (its 1st, 3rd, 5th, …) until there are H. Three heads: 2^−4, 2^−8, then 2^−2."""
+
+    def power_of_2(n: int) -> list[float]:
+        start = 2 ** (-(2 ** -(math.log2(n) - 3)))  # 2^(−8/n), written as the paper's code writes it
+        return [start * start**i for i in range(n)]
+
+    if math.log2(count).is_integer():
+        return tuple(power_of_2(count))
+    closest = 2 ** math.floor(math.log2(count))
+    return tuple(power_of_2(closest) + list(default_slopes(2 * closest)[0::2][: count - closest]))
 
 
 def kv_head_of(head: int, num_heads: int, num_kv_heads: int) -> int:
@@ -197,6 +209,17 @@ def parse_rope(
     for name, d_k in head_dks:
         if d_k % 2:
             raise v.fail(f"[rope] needs an even d_k (dimensions rotate in pairs), but {name} has d_k = {d_k}")
+    widths: dict[int, list[str]] = {}
+    for name, d_k in head_dks:
+        widths.setdefault(d_k, []).append(name)
+    if len(widths) > 1:
+        def heads_with(names: list[str]) -> str:
+            shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+            return f"{shown} {'has' if len(names) == 1 else 'have'}"
+
+        said = "; ".join(f"{heads_with(names)} d_k = {d_k}" for d_k, names in widths.items())
+        raise v.fail(f"[rope] needs every head to have the same d_k (the format keeps one set of frequencies"
+                     f" θ_i = base^(−2i/d_k) for every head, as RoPE models do), but {said}; expected one d_k for every head")
     if "layout" not in table:
         raise v.fail(
             "[rope] is missing 'layout'; expected layout = \"interleaved\" (pairs (0,1), (2,3), …: RoFormer, Meta's LLaMA)"
@@ -228,7 +251,11 @@ def parse_rope(
     return Rope(base, layout, positions)
 
 
-def parse_alibi(v: Checker, doc: dict[str, Any], heads: int, is_cross: bool) -> Alibi | None:
+def parse_alibi(
+    v: Checker, doc: dict[str, Any], heads: int, is_cross: bool, mask: tuple[str, npt.NDArray[np.bool_]],
+    tokens: tuple[str, ...], positions: tuple[int, ...],
+) -> Alibi | None:
+    """[alibi]; ``mask`` is the mask's kind and its (n, n) allow matrix, ``positions`` the tokens' positions."""
     table = table_of(v, doc, "alibi")
     if table is None:
         return None
@@ -237,10 +264,51 @@ def parse_alibi(v: Checker, doc: dict[str, Any], heads: int, is_cross: bool) -> 
         raise v.fail(
             "[alibi] needs self-attention (the bias uses the distance j − i between tokens); remove [context] or [alibi]"
         )
-    if "slopes" not in table:
-        return Alibi(default_slopes(heads), True)
-    slopes = numbers(v, table["slopes"], "[alibi] slopes", heads, "one slope per head")
-    return Alibi(tuple(float(s) for s in slopes), False)
+    if "slopes" in table:
+        slopes = numbers(v, table["slopes"], "[alibi] slopes", heads, "one slope per head")
+        alibi = Alibi(tuple(float(s) for s in slopes), False)
+    else:
+        alibi = Alibi(default_slopes(heads), True)
+    alibi_mask(v, *mask, tokens, positions)
+    return alibi
+
+
+def alibi_later_key(allow: npt.NDArray[np.bool_], positions: Sequence[int]) -> tuple[int, int] | None:
+    """The first allowed (query, key) cell whose key comes after the query, by index or by position."""
+    n = len(positions)
+    pos = np.asarray(positions)
+    later = allow & ((np.arange(n)[None, :] > np.arange(n)[:, None]) | (pos[None, :] > pos[:, None]))  # (n, n)
+    if not later.any():
+        return None
+    i, j = (int(x) for x in np.argwhere(later)[0])
+    return i, j
+
+
+def alibi_mask(v: Checker, kind: str, allow: npt.NDArray[np.bool_], tokens: tuple[str, ...],
+               positions: tuple[int, ...]) -> None:
+    """ALiBi's bias is defined for keys at or before the query (Press et al. §3, j ≤ i). A query that may
+    attend a later key would get slope·(j − i) > 0 there: a bonus for the later key, and since softmax
+    ignores what a row adds to every cell, the query's own position would stop mattering. So every
+    allowed cell must have j ≤ i, and no later position (rope's ``positions``) than its query."""
+    found = alibi_later_key(allow, positions)
+    if found is None:
+        return
+    i, j = found
+    q, k = json.dumps(tokens[i], ensure_ascii=False), json.dumps(tokens[j], ensure_ascii=False)
+    if j > i:
+        cell = f"query {i + 1} ({q}) may attend key {j + 1} ({k}), which comes after it"
+        expected = ("mask = \"causal\", a sliding window, or a padding or custom mask that allows no key"
+                    " after its query")
+    else:
+        cell = (f"query {i + 1} ({q}, position {positions[i]}) may attend key {j + 1} ({k}),"
+                f" whose [rope] position {positions[j]} is later")
+        expected = "[rope] positions that never decrease from one token to the next"
+    raise v.fail(
+        f"[alibi] needs a mask under which no query attends a later key, but with mask {kind!r} {cell}:"
+        " there slope·(j − i) is positive, so the bias favours later keys rather than nearer ones, and where a row"
+        " may attend every key the query's own position no longer matters (softmax ignores the −slope·i the row"
+        f" shares); Press et al. define the bias for keys j ≤ i only. Expected {expected}"
+    )
 
 
 def parse_window(v: Checker, table: dict[str, Any], is_cross: bool) -> int:

@@ -448,7 +448,8 @@ class _Validator:
             (f"head {i + 1}" + ("" if h.name == f"head {i + 1}" else f" ({_quote(h.name)})"), h.d_k) for i, h in enumerate(heads)
         ]
         rope = modern.parse_rope(self, doc, tokens, context_X is not None, head_dks)
-        alibi = modern.parse_alibi(self, doc, len(heads), context_X is not None)
+        positions = rope.positions if rope is not None else tuple(range(len(tokens)))
+        alibi = modern.parse_alibi(self, doc, len(heads), context_X is not None, (mask_kind, allow), tokens, positions)
         return Scenario(
             title=title, description=description, source=self.source,
             tokens=tokens, X=X, key_tokens=key_tokens, context_X=context_X,
