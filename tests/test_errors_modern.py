@@ -169,3 +169,13 @@ def test_valid_modern_files_pass(text: str, cli, write) -> None:
     run = cli("--check", str(write(text)))
     assert run.code == 0, run.err
     assert run.out.startswith("ok: ")
+
+
+@pytest.mark.parametrize("mode", [("--export", "markdown"), ("--export", "json"), ("--check",)])
+@pytest.mark.parametrize("case", ["rope_heads_of_two_widths", "alibi_without_mask"])
+def test_every_command_refuses_them(case: str, mode: tuple[str, ...], cli, write) -> None:
+    """[rope] over heads of two d_k once crashed --export markdown (StopIteration) and the app on tab."""
+    path = write(CASES[case][0])
+    run = cli(*mode, str(path))
+    assert (run.code, run.out) == (2, "")
+    assert run.err.count("\n") == 1 and run.err.startswith(f"error: {path}: ") and CASES[case][1] in run.err
