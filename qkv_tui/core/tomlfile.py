@@ -136,12 +136,9 @@ def parse_toml(text: str) -> dict[str, Any]:
         raise ReadError(_nesting_message(text)) from None
     except ValueError as exc:  # int() refuses more than sys.get_int_max_str_digits() digits
         raise ReadError(_long_integer_message(text, exc)) from None
-    # an integer too long to print formats as its description (base/values.py); one past 256 bits
-    # is a run of at least 65 hexadecimal (78 decimal, 86 octal, 257 binary) digits
-    return tame(doc) if _DIGIT_RUN.search(text) else doc
-
-
-_DIGIT_RUN = re.compile(r"[0-9A-Fa-f_]{65}")
+    # an integer too long to print formats as its description (base/values.py); large matrices
+    # are NumberGrids by now, so the walk sees only what tomllib itself built, for far less
+    return tame(doc)
 
 
 # One pass over TOML that knows strings and comments: brackets inside them do not count.
@@ -451,31 +448,30 @@ def _with_grids(text: str) -> dict[str, Any]:
     grids: dict[int, NumberGrid] = {}
     pieces: list[str] = []
     done = 0
-    pos = 0
-    while True:
-        found = _SCAN.search(text, pos)
-        if found is None:
-            break
-        if found.lastgroup == "stop":  # an unterminated string: tomllib will say where
-            return tomllib.loads(text)
-        pos = found.end()
-        if found.lastgroup != "grid":
-            continue
-        start = found.start("grid")
+    scan = _Lines(text)
+    for candidate in _GRID_START.finditer(text):
+        start = candidate.end() - 1 - len(candidate.group("inner"))  # the outer '['
+        if start < done:
+            continue  # inside a matrix already taken
         match = _GRID.match(text, start)
         if match is None or match.end() - start < _FAST_MIN_CHARS or not _LINE_END.match(text, match.end()):
-            continue
+            continue  # small matrices are left to tomllib: no need to know where they sit
+        where = scan.grid_at(start)
+        if where == "stop":  # an unterminated string before it: tomllib will say where
+            return tomllib.loads(text)
+        if where != "key":
+            continue  # inside a string or a comment, or not a key = [[ line
         span = match.group()
         grid = _grid(span)
+        scan.pos = match.end()
         if grid is None:
-            pos = match.end()
             continue
         marker = f"{_MARKER}{len(grids):06d}"
         grids[int(marker)] = grid
         lines = span.count("\n")
         tail = len(span) - span.rfind("\n") - 1 if lines else len(span) - len(marker)
         pieces += [text[done:start], marker, "\n" * lines, " " * max(tail, 0)]
-        done = pos = match.end()
+        done = match.end()
     if not grids:
         return tomllib.loads(text)
     pieces.append(text[done:])
@@ -487,6 +483,37 @@ def _with_grids(text: str) -> dict[str, Any]:
         return tomllib.loads(text)
     _put_back(doc, grids)
     return doc
+
+
+# Where a large matrix may start: found in C over the whole text, so that a file whose only
+# matrices are small (a long description and a 3 x 4 X) is never scanned string by string.
+_GRID_START = re.compile(r"=[ \t]*\[(?P<inner>(?:[ \t]|\r?\n)*\[)")
+
+
+class _Lines:
+    """The scan of the text for strings, comments and key lines, run only as far as needed."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.pos = 0  # everything before this is scanned
+
+    def grid_at(self, start: int) -> str:
+        """"key" when the matrix at ``start`` is the value of a ``key = [[`` line; "stop" at an
+        unterminated string before it; "no" inside a string or a comment, or elsewhere."""
+        while True:
+            found = _SCAN.search(self.text, self.pos)
+            if found is None or found.start() > start:
+                return "no"
+            if found.lastgroup == "stop":
+                return "stop"
+            if found.lastgroup == "grid" and found.start("grid") >= start:
+                if found.start("grid") > start:
+                    return "no"
+                self.pos = found.end()
+                return "key"
+            self.pos = found.end()
+            if found.end() > start:
+                return "no"  # the candidate is inside this string or comment
 
 
 def table_values(doc: dict[str, Any]) -> Iterator[tuple[dict[str, Any], str, Any]]:
