@@ -138,7 +138,8 @@ def parse_toml(text: str) -> dict[str, Any]:
         raise ReadError(_long_integer_message(text, exc)) from None
     # an integer too long to print formats as its description (base/values.py); large matrices
     # are NumberGrids by now, so the walk sees only what tomllib itself built, for far less
-    return tame(doc)
+    tamed: dict[str, Any] = tame(doc)
+    return tamed
 
 
 # One pass over TOML that knows strings and comments: brackets inside them do not count.
