@@ -1,4 +1,4 @@
-"""Every rule of contracts §7 fails with one clean line: the key, where, what was expected."""
+"""Every rule of the modern keys (docs/scenario-format.md) fails with one clean line: the key, where, what was expected."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Modern attention's scenario keys (contracts §7): norm, biases, RoPE, GQA, ALiBi, sliding windows, sinks.
+"""Modern attention's scenario keys (docs/scenario-format.md): norm, biases, RoPE, GQA, ALiBi, sliding windows, sinks.
 
 The loader in :mod:`qkv_tui.core.scenario` hands each table to a parser here. Every rule of §7
 fails with a one-line message naming the key, where it sits and what was expected, like the

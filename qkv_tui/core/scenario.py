@@ -1,8 +1,8 @@
 """Scenario files: TOML in, a frozen, validated :class:`Scenario` out.
 
-The format is contracts §1. Every rule the loader enforces fails with a
+The format is docs/scenario-format.md. Every rule the loader enforces fails with a
 :class:`ScenarioError` whose message names the file, the key and what was
-expected, so the command line can print one clean line (contracts §4).
+expected, so the command line can print one clean line (its Errors section).
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ BoolMatrix = npt.NDArray[np.bool_]
 TOP_KEYS = (
     "title", "description", "tokens", "X", "mask", "scale",
     "heads", "attention", "output", "context",
-    "norm", "rope", "alibi",  # contracts §7
-    "model",  # contracts §8: expanded by the importers before validation
+    "norm", "rope", "alibi",  # modern attention (core/modern.py)
+    "model",  # a real model's head: expanded by the importers before validation
     "tiles", "cache",  # the production views' settings (core/production.py)
 )
 HEAD_KEYS = ("name", "W_Q", "W_K", "W_V", "b_Q", "b_K", "b_V", "sink", "kv_head")
@@ -67,7 +67,7 @@ class Head:
     b_Q: Vector | None = None  # (d_k,) added to every Query row; None = no bias
     b_K: Vector | None = None  # (d_k,)
     b_V: Vector | None = None  # (d_v,)
-    sink: float | None = None  # the attention sink's logit (contracts §7); None = no sink
+    sink: float | None = None  # the attention sink's logit; None = no sink
     kv_head: int | None = None  # which K/V head it reads (GQA); None = its own index
 
     @property
@@ -81,7 +81,7 @@ class Head:
 
 @dataclass(frozen=True, eq=False)
 class Scenario:
-    """A validated attention problem (contracts §1)."""
+    """A validated attention problem (docs/scenario-format.md)."""
 
     title: str
     description: str
@@ -557,7 +557,7 @@ class _Validator:
         return tuple(heads), count, (kv_count if kv_count != count else None)
 
     def kv_head(self, table: dict[str, Any], where: str, i: int, earlier: list[Head], kv: tuple[Any, ...]) -> int:
-        """``kv_head`` in [[heads]]: the K/V head it reads (a real model's index, contracts §8); default its own index.
+        """``kv_head`` in [[heads]]: the K/V head it reads (a real model's index); default its own index.
         Heads that name the same K/V head read the same Keys and Values, so they must carry the same W_K, W_V."""
         if "kv_head" not in table:
             return i
