@@ -158,3 +158,26 @@ def test_the_reader_wraps_every_integer_past_256_bits(literal: str) -> None:
     doc = parse_toml(f"a = {literal}\nb = [[1, {literal}]]\nc = 0x{'f' * 64}\n")
     assert type(doc["a"]) is LongInt and type(doc["b"][0][1]) is LongInt and doc["a"] == doc["b"][0][1]
     assert type(doc["c"]) is int and doc["c"] == 2**256 - 1  # 256 bits: printed as it is
+
+
+def test_a_model_folder_with_a_5000_digit_integer_is_one_clean_line(cli, write, tmp_path) -> None:
+    """json.loads, like int(), refuses an integer past 4,300 digits: a ValueError that is not a JSONDecodeError."""
+    import struct
+
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "tokenizer.json").write_text("{}")
+    (folder / "model.safetensors").write_bytes(b"")
+    (folder / "config.json").write_text('{"model_type": "llama", "num_attention_heads": ' + "9" * 5000 + "}")
+    path = write(f'[model]\nsource = "{folder}"\ntext = "a"\n')
+    run = cli("--check", str(path))
+    assert run.code == 2 and run.err.count("\n") == 1, run.err[-300:]
+    assert "config.json: holds an integer of more than 4,300 digits" in run.err
+
+    from qkv_tui.importers import ImporterError
+    from qkv_tui.importers.safetensors_raw import TensorFiles
+
+    header = ('{"w": {"dtype": "F32", "shape": [' + "9" * 5000 + '], "data_offsets": [0, 4]}}').encode()
+    (folder / "model.safetensors").write_bytes(struct.pack("<Q", len(header)) + header + b"\0" * 4)
+    with pytest.raises(ImporterError, match="not a safetensors file"):
+        TensorFiles([folder / "model.safetensors"])

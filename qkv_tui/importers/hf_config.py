@@ -43,6 +43,8 @@ def read_config(path: Path) -> Config:
         raise ImporterError(f"{path}: cannot read: {exc.strerror or exc}") from None
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ImporterError(f"{path}: not valid JSON ({exc})") from None
+    except ValueError:  # json refuses an integer of more than 4,300 digits, as int() does
+        raise ImporterError(f"{path}: holds an integer of more than 4,300 digits; expected a model's config") from None
     if not isinstance(data, dict):
         raise ImporterError(f"{path}: expected a JSON object")
     model_type = data.get("model_type")
