@@ -17,6 +17,7 @@ import tomlkit
 import tomlkit.exceptions
 
 from qkv_tui.core.engine import Computation, compute
+from qkv_tui.core.modern import alibi_later_key
 from qkv_tui.core.scenario import Head, Matrix, Scenario, ScenarioError
 
 WEIGHTS = ("W_Q", "W_K", "W_V")
@@ -228,6 +229,9 @@ def apply_edit(sc: Scenario, cell: InputCell, text: str) -> Scenario:
         allow[cell.row, cell.col] = flag in ("1", "true")
         if not allow[cell.row].any():
             raise EditError(f"{sc.labels[cell.row]!r} would attend no key; every query row needs at least one allowed key")
+        if sc.alibi is not None and sc.positions is not None and alibi_later_key(allow, sc.positions) is not None:
+            raise EditError(f"{sc.labels[cell.row]!r} would attend a later key, where ALiBi's bias is a bonus, not a"
+                            " penalty; with [alibi] a query may attend only keys at or before it (docs/scenario-format.md)")
         allow.setflags(write=False)
         kind = "custom" if not allow.all() else "none"
         return replace(sc, allow=allow, mask_kind=kind, window=None)  # a sliding window edited by hand is custom now

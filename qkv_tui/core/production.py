@@ -67,7 +67,7 @@ def _whole(table: dict[str, Any], key: str, where: str, low: int, high: int, fai
 def _table(doc: dict[str, Any], name: str, allowed: tuple[str, ...], fail: Any) -> dict[str, Any]:
     table = doc.get(name, {})
     if not isinstance(table, dict):
-        raise fail(f"{name} must be a table ([{name}]), got a {type(table).__name__}")
+        raise fail(f"{name} must be a table ([{name}]), got {_kind(table)}")
     for key in table:
         if key not in allowed:
             hint = difflib.get_close_matches(key, allowed, n=1, cutoff=0.6)

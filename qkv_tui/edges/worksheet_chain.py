@@ -203,7 +203,7 @@ def chain(comp: Computation, d: int) -> list[Table]:
         assert positions is not None
         slope_places = _slope_places(d, sc.alibi.slopes, positions)
         slopes_p = [float(round_to(np.array(s), slope_places)) if slope_places is not None else s for s in sc.alibi.slopes]
-        notes = (["the paper's 2^(−8(h+1)/H)"] if sc.alibi.default else []) + (
+        notes = (["the ALiBi paper code's default"] if sc.alibi.default else []) + (
             [f"rounded to {slope_places} decimals"] if slope_places is not None else [])
         default = f" ({', '.join(notes)})" if notes else ""
         extras.append(Table("slopes", "slope", f"ALiBi slopes{default}", "scale", None, np.array([slopes_p]), ("slope",),

@@ -43,8 +43,10 @@ def read_config(path: Path) -> Config:
     raw = read_limited(path, "a config.json", CONFIG_LIMIT)  # refused by its size before a byte is read
     try:
         data = json.loads(raw.decode("utf-8-sig"))
-    except (UnicodeDecodeError, ValueError, RecursionError) as exc:  # ValueError: JSON errors, and ints of 4,300+ digits
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
         raise ImporterError(f"{path.name}: not valid JSON ({str(exc)[:120]})") from None
+    except ValueError:  # json refuses an integer of more than 4,300 digits, as int() does
+        raise ImporterError(f"{path.name}: holds an integer of more than 4,300 digits; expected a model's config") from None
     if not isinstance(data, dict):
         raise ImporterError(f"{path.name}: expected a JSON object")
     model_type = data.get("model_type")

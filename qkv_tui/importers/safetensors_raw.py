@@ -110,7 +110,7 @@ def _read_header(path: Path) -> dict[str, _Entry]:
         os.close(fd)
     try:
         header = json.loads(text)
-    except (UnicodeDecodeError, json.JSONDecodeError):
+    except (UnicodeDecodeError, ValueError):  # ValueError: not JSON, or an integer of more than 4,300 digits
         raise ImporterError(f"{path.name}: not a safetensors file (its header is not JSON)") from None
     if not isinstance(header, dict):
         raise ImporterError(f"{path.name}: not a safetensors file (its header is not a JSON object)")

@@ -236,7 +236,7 @@ def rotate_lines(comp: Computation, h: int, target: str, row: int, col: int, d: 
 
 def alibi_line(head: HeadResult, row: int, col: int, positions: tuple[int, ...], score_int: bool, symbol: str | None,
                d: int, hand: int | None) -> tuple[str, str, str]:
-    """``5 / √3 + 0.25·(1 − 0) = 2.887 + 0.250 = 3.137``, the bias term alone and its value, one precision for all."""
+    """``4 / √3 + 0.25·(1 − 2) = 2.309 + (-0.250) = 2.059``, the bias term alone and its value, one precision for all."""
     assert head.slope is not None and head.bias is not None
     slope = head.slope
     slope_int = slope == round(slope)
