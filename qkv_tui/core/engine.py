@@ -253,7 +253,7 @@ def iter_heads(scenario: Scenario, norm: NormResult | None = None) -> Iterator[H
     X_kv = sc.X_kv if sc.is_cross else X_in
     positions = sc.positions
     kv_done: dict[int, HeadResult] = {}  # K/V head -> the first query head that computed it
-    kv_ids = [sc.kv_head(h) for h in range(len(sc.heads))]
+    last_reader = {sc.kv_head(h): h for h in range(len(sc.heads))}  # a K/V head -> the last query head reading it
     for h, head in enumerate(sc.heads):
         kv = sc.kv_head(h)
         first = kv_done.get(kv)
@@ -275,7 +275,7 @@ def iter_heads(scenario: Scenario, norm: NormResult | None = None) -> Iterator[H
                     f"{result.name}: values in {name} overflow float64 (too large);"
                     " expected numbers small enough that every product stays finite",
                 )
-        if kv in kv_ids[h + 1:]:  # kept only while a later query head still reads it
+        if last_reader[kv] > h:  # kept only while a later query head still reads it
             kv_done.setdefault(kv, result)
         else:
             kv_done.pop(kv, None)
