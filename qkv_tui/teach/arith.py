@@ -114,13 +114,18 @@ def fit(fn: Callable[..., Operand], operands: Sequence[Operand], result: Operand
     result_text = (vector(result, integral, decimals) if isinstance(result, np.ndarray)
                    else fmt(float(result), integral, decimals))
 
-    def attempt(p: int) -> tuple[list[str], bool]:
-        texts = [_text(v, p) for v in operands]
+    def attempt(form: tuple[int, bool]) -> tuple[list[str], bool]:
+        p, scientific = form
+        texts = [_text(v, p, scientific) for v in operands]
         with np.errstate(all="ignore"):  # a formula may meet −∞ (a masked score): its value is the check
             calculated = fn(*(_value(v, t) for v, t in zip(operands, texts)))
-        return texts, agrees(calculated, result_text, plain_sum and p == decimals)
+        return texts, agrees(calculated, result_text, plain_sum and p == decimals and not scientific)
 
-    return first_fit(tries(decimals, *(_whole(v) for v in operands)), attempt), result_text
+    whole = [_whole(v) for v in operands]
+    forms = [(p, False) for p in tries(decimals, *whole)]
+    if not all(whole):  # then significant digits, as quotient_line does: a divisor of 1e-12 reads 0 at fixed places
+        forms += [(p, True) for p in range(decimals, SIGNIFICANT)]
+    return first_fit(forms, attempt), result_text
 
 
 def _whole(value: Operand) -> bool:
@@ -130,11 +135,15 @@ def _whole(value: Operand) -> bool:
     return float(value).is_integer() and abs(float(value)) < 1e15  # fmt's bound for writing it bare
 
 
-def _text(value: Operand, p: int) -> str:
+def _text(value: Operand, p: int, scientific: bool = False) -> str:
     """A number whole when it is whole (``2·(-1)``), a row ``[1, 0, 1]`` whole when all of it is."""
     if isinstance(value, np.ndarray):
-        return vector(value, is_integral(value), p)
-    return operand(float(value), float(value).is_integer(), p)
+        if not scientific:
+            return vector(value, is_integral(value), p)
+        integral = is_integral(value)
+        return "[" + ", ".join(significant(float(x), integral, p, True) for x in value) + "]"
+    text = significant(float(value), float(value).is_integer(), p, scientific)
+    return f"({text})" if text.startswith("-") else text
 
 
 def _value(value: Operand, text: str) -> Operand:
@@ -309,7 +318,10 @@ class SoftmaxRow:
 def softmax_row(masked: Numbers, weights: Numbers, decimals: int) -> SoftmaxRow:
     """The fewest places at which every weight of the row re-computes from the shown numbers."""
     finite = [float(s) for s in masked if not math.isinf(s)]
-    return first_fit(tries(decimals, False), lambda p: _softmax_at(masked, weights, decimals, p, finite))
+    # logits of 1e12 (a tiny scale) are written 1.000e+12: their differences need up to float64's 16 mantissa
+    # decimals, past the usual guard digits
+    places = range(decimals, max(decimals + MAX_GUARD, SIGNIFICANT - 1) + 1)
+    return first_fit(places, lambda p: _softmax_at(masked, weights, decimals, p, finite))
 
 
 def _softmax_at(masked: Numbers, weights: Numbers, d: int, p: int, finite: list[float]) -> tuple[SoftmaxRow, bool]:

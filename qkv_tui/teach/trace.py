@@ -28,6 +28,7 @@ from qkv_tui.teach.arith import (
     dot_places,
     elide,
     quotient_line,
+    significant,
     softmax_row,
     vector_mix,
 )
@@ -544,7 +545,9 @@ class Trace:
         elif head.scale_is_default:
             details = (f"dₖ = {head.d_k}; by hand √{head.d_k} is rounded to {fmt(head.scale, False, d)} first",)
         else:
-            details = (f"the scenario sets scale = {fmt(head.scale, head.scale == round(head.scale), d + 3)}"
+            tiny = head.scale < 1e-3  # fixed decimals would read 0.000000: its significant digits instead
+            given = significant(head.scale, head.scale == round(head.scale), d if tiny else d + 3, tiny)
+            details = (f"the scenario sets scale = {given}"
                        f" instead of √dₖ = √{head.d_k}",)
         operands: tuple[Ref, ...] = (Ref("scores", h, row, col),)
         if head.bias is not None:
