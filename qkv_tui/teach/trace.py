@@ -10,6 +10,7 @@ for, so a 512-token scenario costs nothing per operation until one is shown.
 from __future__ import annotations
 
 import bisect
+import itertools
 import math
 from dataclasses import dataclass
 from functools import lru_cache
@@ -27,6 +28,7 @@ from qkv_tui.teach.arith import (
     dot_places,
     elide,
     quotient_line,
+    significant,
     softmax_row,
     vector_mix,
 )
@@ -195,10 +197,17 @@ class Trace:
         if comp.norm is not None:
             add("norm", None, "X_norm", n, sc.X.shape[1])
         self.kv_owner: list[int] = []  # the query head that computes each head's K and V (GQA shares them)
+        self.kv_readers: dict[int, list[int]] = {}  # an owner -> the query heads that read its K and V
+        owners_of: dict[int, list[int]] = {}  # a K/V head -> the query heads that compute one of its K, V
         for h, head in enumerate(comp.heads):
-            owner = next(g for g in range(h + 1) if _shares_kv(sc.heads[g], sc.heads[h]) and
-                         comp.heads[g].kv_head == head.kv_head)
+            # sharing is equality of the projections, so the first head that shares with h is an owner itself:
+            # only the owners of h's K/V head need a look (not every earlier head: 300 heads stay linear)
+            owners = owners_of.setdefault(head.kv_head, [])
+            owner = next((g for g in owners if _shares_kv(sc.heads[g], sc.heads[h])), h)
+            if owner == h:
+                owners.append(h)
             self.kv_owner.append(owner)
+            self.kv_readers.setdefault(owner, []).append(h)
             add("project", h, "Q", n, head.d_k)
             if owner == h:
                 add("project", h, "K", m, head.d_k)
@@ -227,6 +236,7 @@ class Trace:
         self._by_target = {(s.target, s.head): s for s in segs}
         self._integral: dict[tuple[str, int | None], bool] = {}
         self._wide_cache: dict[str, Matrix] = {}
+        self._offset_cache: dict[str, list[int]] = {}
         self.op = lru_cache(maxsize=512)(self._build)
         # one precision per softmax / mix row, so a row's lines show its numbers alike
         self.softmax_row = lru_cache(maxsize=64)(self._softmax_row)
@@ -299,7 +309,23 @@ class Trace:
 
     def wide_offset(self, role: str, head: int) -> int:
         """Where a head's slice of the wide matrix starts."""
-        return sum(getattr(h, role).shape[1] for h in self.comp.heads[:head])
+        return self._offsets(role)[head]
+
+    def _offsets(self, role: str) -> list[int]:
+        """Where each head's columns of a role start in the heads' matrices side by side, then the total width
+        (worked out once: a label per column must not walk every head, or 300 heads cost 300² steps)."""
+        if role not in self._offset_cache:
+            widths = [getattr(h, role).shape[1] for h in self.comp.heads]
+            self._offset_cache[role] = [0, *itertools.accumulate(widths)]
+        return self._offset_cache[role]
+
+    def _head_column(self, role: str, col: int) -> str:
+        """``h2:0``: column ``col`` of the heads' ``role`` matrices side by side is head 2's column 0."""
+        offsets = self._offsets(role)
+        if not 0 <= col < offsets[-1]:
+            raise IndexError(col)
+        h = bisect.bisect_right(offsets, col) - 1
+        return f"h{h + 1}:{col - offsets[h]}"
 
     def integral(self, name: str, head: int | None) -> bool:
         """Whether a matrix is written as integers: one rule, so a value reads the same in every pane.
@@ -360,22 +386,13 @@ class Trace:
 
     def slice_label(self, role: str, col: int) -> str:
         """A wide matrix's column by the head whose slice it is: ``h2:0`` is head 2's column 0."""
-        for h, head in enumerate(self.comp.heads):
-            width = getattr(head, role).shape[1]
-            if col < width:
-                return f"h{h + 1}:{col}"
-            col -= width
-        raise IndexError(col)
+        return self._head_column(role, col)
 
     def concat_label(self, col: int) -> str:
         """Which head a concatenated column came from: ``h2:0`` is head 2's column 0."""
         if len(self.comp.heads) == 1:
             return str(col)
-        for h, head in enumerate(self.comp.heads):
-            if col < head.d_v:
-                return f"h{h + 1}:{col}"
-            col -= head.d_v
-        raise IndexError(col)
+        return self._head_column("V", col)  # each head's output is d_v wide, as its V
 
     def stage(self, key: str) -> Stage:
         """The stage as this scenario names it: Embed is "Input" where X is a model's residual stream."""
@@ -496,7 +513,7 @@ class Trace:
         operands = (Ref(src_name, None, row, None), Ref(weight_name, h, None, col))
         details: tuple[str, ...] = ()
         if seg.target in ("K", "V") and sc.num_kv_heads is not None:
-            sharing = [g for g in range(len(self.comp.heads)) if self.kv_owner[g] == h]
+            sharing = self.kv_readers[h]
             names = ", ".join(str(g + 1) for g in sharing)
             ratio = len(self.comp.heads) / sc.num_kv_heads
             details = (f"K/V head {head.kv_head + 1} is computed once and read by query heads {names}; the KV cache"
@@ -575,7 +592,9 @@ class Trace:
         elif head.scale_is_default:
             details = (f"dₖ = {head.d_k}; by hand √{head.d_k} is rounded to {fmt(head.scale, False, d)} first",)
         else:
-            details = (f"the scenario sets scale = {fmt(head.scale, head.scale == round(head.scale), d + 3)}"
+            tiny = head.scale < 1e-3  # fixed decimals would read 0.000000: its significant digits instead
+            given = significant(head.scale, head.scale == round(head.scale), d if tiny else d + 3, tiny)
+            details = (f"the scenario sets scale = {given}"
                        f" instead of √dₖ = √{head.d_k}",)
         operands: tuple[Ref, ...] = (Ref("scores", h, row, col),)
         if head.bias is not None:
