@@ -111,8 +111,8 @@ def test_a_hand_made_residual_file_and_its_worksheet() -> None:
     [
         ('kind = "hidden"', "[input] kind = 'hidden' is not allowed; expected one of: 'embedding', 'embedding+position', 'residual'"),
         ('kind = "residual"', "[input] kind = 'residual' needs layer, the 0-based layer X enters (1 or more)"),
-        ('kind = "residual"\nlayer = 0', "[input] layer = 0; expected a whole number >= 1 (at layer 0, X is the embeddings)"),
-        ('kind = "residual"\nlayer = "2"', "[input] layer = a string ('2'); expected a whole number >= 1"),
+        ('kind = "residual"\nlayer = 0', "[input] layer = 0; expected a whole number from 1 to 2^53 (at layer 0, X is the embeddings)"),
+        ('kind = "residual"\nlayer = "2"', "[input] layer = a string ('2'); expected a whole number from 1 to 2^53"),
         ('kind = "embedding"\nlayer = 2', "[input] layer goes with kind = 'residual' (the layer X enters); kind is 'embedding'"),
         ('kinds = "residual"', "unknown key 'kinds' in [input]; did you mean 'kind'?"),
     ],

@@ -29,7 +29,7 @@ SAMPLES: dict[str, list[dict[str, Any]]] = {
     "": [{"title": "t", "description": "d", "mask": "causal", "scale": 2, "tokens": BASE["tokens"], "X": X4,
           "heads": BASE["heads"], "attention": SPLIT, "output": {"W_O": W4}, "context": {"tokens": ["a"], "X": [[1]]},
           "norm": {"kind": "rms"}, "rope": {"layout": "half"}, "alibi": {}, "model": {"source": "glassllm:en"},
-          "tiles": {"size": 2}, "cache": {"seed": 1}}],
+          "tiles": {"size": 2}, "cache": {"seed": 1}, "input": {"kind": "residual", "layer": 1}}],
     "[[heads]]": [{"name": "h", "W_Q": W4, "W_K": W4, "W_V": W4, "b_Q": [0, 0], "b_K": [0, 0], "b_V": [0, 0],
                    "sink": 0.5, "kv_head": 0}],
     "[attention]": [SPLIT],
@@ -42,10 +42,11 @@ SAMPLES: dict[str, list[dict[str, Any]]] = {
     "[alibi]": [{"slopes": [0.5]}],
     "[tiles]": [{"size": 2}],
     "[cache]": [{"block_size": 2, "prefill": 2, "chunk": 1, "seed": 0}],
+    "[input]": [{"kind": "residual", "layer": 1}],
 }
 TABLE_KEY = {"[[heads]]": "heads", "[attention]": "attention", "[output]": "output", "[context]": "context",
              "[mask]": "mask", "[norm]": "norm", "[rope]": "rope", "[alibi]": "alibi", "[tiles]": "tiles",
-             "[cache]": "cache"}
+             "[cache]": "cache", "[input]": "input"}
 
 
 def toml(doc: dict[str, Any]) -> str:

@@ -13,7 +13,7 @@ from typing import Any
 
 from qkv_tui.base.values import kind as _kind
 from qkv_tui.base.values import show as _show
-from qkv_tui.core.modern import Checker, choice, table_of
+from qkv_tui.core.modern import MAX_INDEX, Checker, choice, table_of
 
 INPUT_KEYS = ("kind", "layer")
 INPUT_KINDS = ("embedding", "embedding+position", "residual")
@@ -42,7 +42,7 @@ def parse_input(v: Checker, doc: dict[str, Any]) -> Input:
     if "layer" not in table:
         raise v.fail("[input] kind = 'residual' needs layer, the 0-based layer X enters (1 or more)")
     layer = table["layer"]
-    if isinstance(layer, bool) or not isinstance(layer, int) or layer < 1:
+    if isinstance(layer, bool) or not isinstance(layer, int) or not 1 <= layer <= MAX_INDEX:
         shown = _show(layer) if isinstance(layer, int) and not isinstance(layer, bool) else _kind(layer)
-        raise v.fail(f"[input] layer = {shown}; expected a whole number >= 1 (at layer 0, X is the embeddings)")
+        raise v.fail(f"[input] layer = {shown}; expected a whole number from 1 to 2^53 (at layer 0, X is the embeddings)")
     return Input(kind, layer)
