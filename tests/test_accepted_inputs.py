@@ -110,7 +110,8 @@ def extreme_scenarios(draw: st.DrawFn) -> str:
         return draw(st.lists(EXTREME, min_size=size, max_size=size))
 
     lines = [f"tokens = {json.dumps([f't{i}' for i in range(n)])}", f"X = {_toml(matrix(n, d_model))}"]
-    if draw(st.booleans()):
+    alibi = draw(st.booleans())
+    if alibi or draw(st.booleans()):  # ALiBi needs a causal mask: without one every drawing would be refused
         lines.append('mask = "causal"')
     if (scale := draw(SCALES)) is not None:
         lines.append(f"scale = {scale!r}")
@@ -125,7 +126,7 @@ def extreme_scenarios(draw: st.DrawFn) -> str:
     if rope:
         layout = draw(st.sampled_from(["interleaved", "half"]))
         tables += ["[rope]", f'layout = "{layout}"', f"base = {draw(st.sampled_from([10000.0, 1.5, 1e300]))!r}"]
-    if draw(st.booleans()):
+    if alibi:
         tables += ["[alibi]", f"slopes = {_toml([draw(SLOPES) for _ in range(heads)])}"]
     d_vs = []
     for _ in range(heads):
@@ -182,7 +183,7 @@ HEAD = "[[heads]]\nW_Q = [[1, 0], [0, 1]]\nW_K = [[1, 0], [0, 1]]\nW_V = [[1, 0]
 @pytest.mark.parametrize("alibi", [False, True], ids=["plain", "alibi"])
 def test_a_tiny_scale_shows_lines_that_recompute(scale: float, alibi: bool, write) -> None:
     """A scale below 0.0005 read 0.000 at three decimals, and the Scale line divided by it."""
-    text = BASE + f"scale = {scale!r}\n" + ("[alibi]\nslopes = [0.5]\n" if alibi else "") + HEAD
+    text = BASE + f"scale = {scale!r}\n" + ('mask = "causal"\n[alibi]\nslopes = [0.5]\n' if alibi else "") + HEAD
     path = write(text)
     assert_every_command_agrees_with_check(path)
     comp = compute(load_scenario(path))
