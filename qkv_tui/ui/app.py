@@ -7,6 +7,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import ClassVar
 
+from rich.console import RenderableType
 from rich.text import Text
 from textual import events
 from textual.app import App, ComposeResult, SystemCommand
@@ -102,7 +103,7 @@ class QKVApp(App[None]):
         self.presenter = Presenter(self.comp, self.trace)
         self.theme = "textual-dark"
         self.set_reactive(QKVApp.position, self.stepper.start())
-        self.ready = False  # widgets exist only after mount
+        self.ready = False  # widgets exist only after mount, and no longer once the app is exiting
         self._placed: dict[str, int] = {}  # height last given to each row of panes
         self._slots: dict[str, list[MatrixView]] = {}  # each row's pane widgets, found once
         self._drawn: tuple[object, ...] | None = None  # (position, modes, size) of the last redraw
@@ -141,6 +142,7 @@ class QKVApp(App[None]):
         self.ready = True
         self.live.start()
         self.redraw()
+        self.refresh_bindings()  # the keys check_action kept off until now
 
     def on_resize(self, event: events.Resize) -> None:
         # This handler runs before App's own, which is what updates self.size: trust the event,
@@ -272,7 +274,15 @@ class QKVApp(App[None]):
             return self.modes.decode_step >= self._side_last()
         return self.position.index == self.stepper.last_index
 
+    def exit(self, result: None = None, return_code: int = 0, message: RenderableType | None = None) -> None:
+        # From here on the widgets are being taken down: a key of the same burst (q then e, a paste)
+        # must not open a prompt or redraw a pane that no longer exists (check_action and redraw ask)
+        self.ready = False
+        super().exit(result, return_code, message)
+
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if not self.ready:
+            return action == "quit"  # before mount, or once quitting: nothing to act on, and quit always works
         if isinstance(self.screen, ModalScreen) and action in self._own_actions():
             # help, notes and go-to sit on top of the trace: its keys must not move it unseen
             # (False, not None: the key then goes on to the modal's own widgets, such as its input)

@@ -287,7 +287,7 @@ class Live:
     # --- reload and the file watch -------------------------------------------------------------
 
     def poll(self) -> None:
-        if self.path is None:
+        if self.path is None or not self.app.ready:  # quitting: no reload into widgets on their way out
             return
         stamp = _stamp(self.path)
         if stamp is None:
@@ -380,6 +380,8 @@ class Live:
 
     def tick(self) -> None:
         app = self.app
+        if not app.ready:
+            return
         if app.at_end or app.modes.quiz is not None:
             self.timer_stop()
             return
