@@ -407,6 +407,22 @@ async def test_palette_offers_every_action_and_keeps_textuals_own(tmp_path: Path
         assert app.theme == "textual-light"
 
 
+async def test_palette_opens_the_packaged_built_in_never_a_same_named_local_file(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    local = (builtin_dir() / "i_love_ai.toml").read_text().replace('title = "I love AI"', 'title = "my copy"')
+    (tmp_path / "i_love_ai.toml").write_text(local.replace("X = [", "X = [[9, 9, 9, 9],", 1).replace(
+        'tokens = ["I", "love", "AI"]', 'tokens = ["x", "I", "love", "AI"]'))
+    assert load_scenario(str(tmp_path / "i_love_ai.toml")).title == "my copy"  # a valid file that differs
+    monkeypatch.chdir(tmp_path)
+    app = QKVApp("two_heads")
+    async with app.run_test(size=SIZE):
+        command = {c.title: c for c in app.get_system_commands(app.screen)}
+        command["Open built-in scenario: i_love_ai"].callback()
+        assert app.scenario.title == "I love AI" and app.scenario.tokens == ("I", "love", "AI")
+        assert np.array_equal(app.scenario.X, load_scenario(builtin_dir() / "i_love_ai.toml").X)
+        assert app.live.path == builtin_dir() / "i_love_ai.toml"  # reload and the file watch follow it too
+
+
 # --- screenshots, autoplay, themes -------------------------------------------------------------------
 
 

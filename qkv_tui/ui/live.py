@@ -448,8 +448,10 @@ class Live:
                 yield SystemCommand(f"Head: {head.name}", "view this head (tab cycles)",
                                     lambda h=h: app._move(app.stepper.switch_head(app.position, h - app.position.head)))
         for name in builtin_names():
-            yield SystemCommand(f"Open built-in scenario: {name}", "from its first operation", lambda n=name: self.open(n),
-                                discover=False)
+            # by path: a bare name would open a same-named ./NAME.toml instead of the packaged file
+            packaged = str(builtin_dir() / f"{name}.toml")
+            yield SystemCommand(f"Open built-in scenario: {name}", "the packaged file, from its first operation",
+                                lambda p=packaged: self.open(p), discover=False)
         for path in sorted(Path.cwd().glob("*.toml"))[:200]:
             yield SystemCommand(f"Open file: {path.name}", f"{path.parent}", lambda p=str(path): self.open(p), discover=False)
         for name, textual_name in themes.THEMES.items():
