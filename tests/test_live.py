@@ -18,7 +18,7 @@ from qkv_tui.core.scenario import builtin_dir
 from qkv_tui.edges import config
 from qkv_tui.ui import themes
 from qkv_tui.ui.app import QKVApp
-from qkv_tui.ui.edit import EditScreen
+from qkv_tui.ui.edit import DropEditsScreen, EditScreen, ReloadScreen
 from qkv_tui.ui.widgets import matrix
 
 from .conftest import ROOT
@@ -347,14 +347,149 @@ async def test_a_reload_under_an_open_prompt(tmp_path: Path) -> None:
         assert app.scenario.n == 2 and not app.live.dirty
 
 
-async def test_reload_drops_unsaved_edits(tmp_path: Path) -> None:
+async def test_reload_asks_before_it_drops_unsaved_edits(tmp_path: Path) -> None:
     path = copy(tmp_path)
     app = QKVApp(str(path))
     async with app.run_test(size=SIZE) as pilot:
         await type_edit(pilot, "X[I,0] = 7")
         await pilot.press("r")
         await pilot.pause()
+        assert isinstance(app.screen, ReloadScreen)  # it asks, and says what would be lost
+        question = str(app.screen.query_one("#drop-question").render())
+        assert f"Reload {path.name} from disk?" in question and "X[I,0] = 7 (the file: 1)" in question
+        await pilot.press("escape")  # keeps them
+        await pilot.pause()
+        assert not isinstance(app.screen, ReloadScreen) and app.scenario.X[0, 0] == 7 and app.live.dirty
+        await pilot.press("r", "r")  # r again confirms
+        await pilot.pause()
         assert app.scenario.X[0, 0] == 1 and not app.live.undo_stack and not app.live.dirty
+        assert "1 unsaved edit dropped" in [n.message for n in app._notifications][-1]
+        await type_edit(pilot, "X[I,0] = 6")
+        await pilot.press("r", "y")  # so does y
+        await pilot.pause()
+        assert app.scenario.X[0, 0] == 1
+        await pilot.press("r")  # nothing unsaved: it reloads at once
+        await pilot.pause()
+        assert not isinstance(app.screen, ReloadScreen)
+
+
+async def test_a_change_on_disk_never_replaces_unsaved_edits(tmp_path: Path) -> None:
+    path = copy(tmp_path)
+    app = QKVApp(str(path))
+    async with app.run_test(size=SIZE) as pilot:
+        await type_edit(pilot, "X[I,0] = 7")
+        path.write_text(path.read_text().replace("[0, 1, 0, 1],   # love", "[4, 1, 0, 1],   # love"))
+        app.live.stamp = None  # a same-second rewrite of the same size: make the change certain
+        app.live.poll()
+        app.live.poll()  # said once, not every second
+        await pilot.pause()
+        assert app.scenario.X[0, 0] == 7 and app.scenario.X[1, 0] == 0  # the edits stay, the file waits
+        warnings = [n.message for n in app._notifications if n.severity == "warning"]
+        assert len(warnings) == 1 and "changed on disk" in warnings[0] and "ctrl+s writes your edits into it" in warnings[0]
+        await pilot.press("ctrl+s")  # the edit goes into the changed file, whose own change is kept
+        await pilot.pause()
+        on_disk = tomllib.loads(path.read_text())["X"]
+        assert on_disk[0][0] == 7 and on_disk[1][0] == 4
+        assert app.scenario.X[0, 0] == 7 and app.scenario.X[1, 0] == 4 and not app.live.dirty  # the screen shows it
+        # once every edit is undone, a change on disk is followed again by itself
+        await type_edit(pilot, "X[AI,0] = 5")
+        path.write_text(path.read_text().replace("[1, 1, 0, 0],   # AI", "[1, 1, 0, 3],   # AI"))
+        app.live.stamp = None
+        app.live.poll()
+        await pilot.pause()
+        assert app.scenario.X[2, 3] == 0
+        await pilot.press("u")
+        app.live.poll()
+        await pilot.pause()
+        assert app.scenario.X[2, 3] == 3 and app.scenario.X[2, 0] == 1
+
+
+async def test_edits_are_not_written_into_a_file_whose_shapes_changed(tmp_path: Path) -> None:
+    path = copy(tmp_path)
+    app = QKVApp(str(path))
+    async with app.run_test(size=SIZE) as pilot:
+        await type_edit(pilot, "X[AI,0] = 5")
+        text = path.read_text().replace('tokens = ["I", "love", "AI"]', 'tokens = ["I", "love"]')
+        path.write_text(text.replace("  [1, 1, 0, 0],   # AI\n", ""))  # one token fewer: no row for AI's edit
+        written = path.read_text()
+        app.live.stamp = None
+        await pilot.press("ctrl+s")
+        await pilot.pause()
+        assert path.read_text() == written and app.live.dirty  # nothing written, nothing lost
+        errors = [n.message for n in app._notifications if n.severity == "error"]
+        assert errors and "other shapes" in errors[-1]
+
+
+async def test_edited_means_different_from_the_file(tmp_path: Path) -> None:
+    app = QKVApp(str(copy(tmp_path)))
+    async with app.run_test(size=SIZE) as pilot:
+        def edited() -> bool:
+            return "edited" in str(app.query_one("FormulaLine").render())
+
+        await type_edit(pilot, "X[I,0] = 7")
+        await type_edit(pilot, "W_Q[0,0] = 3")
+        assert edited() and app.live.dirty == [InputCell("X", None, 0, 0), InputCell("W_Q", 0, 0, 0)]
+        await pilot.press("u", "u")  # every edit undone: the file's values, so not edited
+        assert not edited() and not app.live.dirty
+        await type_edit(pilot, "X[I,0] = 7")
+        await type_edit(pilot, "X[I,0] = 1")  # typed back to the file's value
+        assert not edited() and not app.live.dirty
+        await pilot.press("ctrl+s")
+        await pilot.pause()
+        assert "No edits to save." in [n.message for n in app._notifications]
+        await type_edit(pilot, "X[I,0] = 2")
+        await pilot.press("ctrl+s")
+        await pilot.pause()
+        assert not edited()  # saved: the file holds it
+        await pilot.press("u")  # back to 7? no: to 1, which the file no longer holds
+        assert app.scenario.X[0, 0] == 1 and edited()
+
+
+async def test_opening_another_scenario_asks_before_it_drops_unsaved_edits(tmp_path: Path) -> None:
+    app = QKVApp(str(copy(tmp_path)))
+    async with app.run_test(size=SIZE) as pilot:
+        await type_edit(pilot, "X[I,0] = 7")
+        command = {c.title: c for c in app.get_system_commands(app.screen)}
+        command["Open built-in scenario: two_heads"].callback()
+        await pilot.pause()
+        assert isinstance(app.screen, DropEditsScreen)
+        assert "Open two_heads.toml?" in str(app.screen.query_one("#drop-question").render())
+        await pilot.press("escape")
+        assert app.scenario.X[0, 0] == 7 and len(app.scenario.heads) == 1
+        command["Open built-in scenario: two_heads"].callback()
+        await pilot.pause()
+        await pilot.press("y")
+        await pilot.pause()
+        assert len(app.scenario.heads) == 2 and not app.live.dirty
+
+
+async def test_a_failed_open_says_so_until_the_file_is_fixed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    bad = tmp_path / "lesson.toml"
+    bad.write_text("tokens = [\n")
+    app = QKVApp("i_love_ai")
+    async with app.run_test(size=SIZE) as pilot:
+        command = {c.title: c for c in app.get_system_commands(app.screen)}
+        command["Open file: lesson.toml"].callback()
+        await pilot.pause()
+
+        def errors() -> list[str]:
+            return [n.message for n in app._notifications if n.severity == "error"]
+
+        assert len(errors()) == 1 and "line " in errors()[0]
+        app.live.poll()
+        assert len(errors()) == 1  # unchanged file: the error stays
+        bad.write_text('tokens = ["a"]\nX = [[1]]\n')  # valid TOML, still not a scenario: the new reason replaces it
+        app.live.failed = (bad, None)  # a same-second rewrite: make the change certain
+        app.live.poll()
+        await pilot.pause()
+        assert len(errors()) == 1 and "line " not in errors()[0]
+        shutil.copy(ROOT / "scenarios" / "causal_mask.toml", bad)  # fixed
+        app.live.failed = (bad, None)
+        app.live.poll()
+        await pilot.pause()
+        assert not errors() and "lesson.toml loads now" in [n.message for n in app._notifications][-1]
+        assert app.live.failed is None and app.scenario.title == "I love AI"  # it did not open by itself
 
 
 async def test_a_shorter_file_keeps_what_position_it_can(tmp_path: Path) -> None:

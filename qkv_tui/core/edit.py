@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -96,28 +96,51 @@ def _array(sc: Scenario, matrix: str, head: int | None) -> Matrix | None:
     return None
 
 
+def _inputs(sc: Scenario) -> Iterator[tuple[str, int | None]]:
+    """Every input (matrix, head) in the order the arrow keys visit them: X, the context, the norm,
+    each head's weights, biases and sink, W_O, b_O, scale, mask. Arrays where the scenario has them;
+    "sink", "scale" and "mask" always (a sink only where the head has one)."""
+    yield from (("X", None), ("context_X", None), ("gamma", None), ("beta", None))
+    for h, head in enumerate(sc.heads):
+        yield from ((role, h) for role in ("W_Q", "b_Q", "W_K", "b_K", "W_V", "b_V"))
+        if getattr(head, "sink", None) is not None:
+            yield "sink", h
+    yield from (("W_O", None), ("b_O", None), ("scale", None), ("mask", None))
+
+
 def input_cells(sc: Scenario) -> list[InputCell]:
     """Every editable cell, in the order the arrow keys visit them: X, the context, each head's weights, W_O, scale, mask."""
     cells: list[InputCell] = []
-
-    def grid(matrix: str, head: int | None) -> None:
-        array = _array(sc, matrix, head)
+    for matrix, head in _inputs(sc):
+        if matrix in ("sink", "scale"):
+            cells.append(InputCell(matrix, head))
+            continue
+        array = sc.allow if matrix == "mask" else _array(sc, matrix, head)
         if array is not None:
             cells.extend(InputCell(matrix, head, r, c) for r in range(array.shape[0]) for c in range(array.shape[1]))
+    return cells
 
-    grid("X", None)
-    grid("context_X", None)
-    grid("gamma", None)
-    grid("beta", None)
-    for h, head in enumerate(sc.heads):
-        for role in ("W_Q", "b_Q", "W_K", "b_K", "W_V", "b_V"):
-            grid(role, h)
-        if getattr(head, "sink", None) is not None:
-            cells.append(InputCell("sink", h))
-    grid("W_O", None)
-    grid("b_O", None)
-    cells.append(InputCell("scale"))
-    cells.extend(InputCell("mask", None, i, j) for i in range(sc.n) for j in range(sc.m))
+
+def changed_cells(base: Scenario, sc: Scenario) -> list[InputCell]:
+    """The input cells whose value in ``sc`` differs from ``base`` (the file as read), in input_cells order.
+
+    Whole arrays are compared at once, so a real model's head (a million weights) costs milliseconds.
+    An edit back to the file's value is no change; an input the two do not share in shape is ignored
+    (edits never change a shape: only a reload does, and it makes the reloaded file the new base).
+    """
+    cells: list[InputCell] = []
+    for matrix, head in _inputs(sc):
+        if head is not None and head >= len(base.heads):
+            continue
+        if matrix in ("sink", "scale"):
+            cell = InputCell(matrix, head)
+            shared = matrix == "scale" or getattr(base.heads[head or 0], "sink", None) is not None
+            if shared and value_of(base, cell) != value_of(sc, cell):
+                cells.append(cell)
+            continue
+        old, new = (base.allow, sc.allow) if matrix == "mask" else (_array(base, matrix, head), _array(sc, matrix, head))
+        if old is not None and new is not None and old.shape == new.shape:
+            cells.extend(InputCell(matrix, head, int(r), int(c)) for r, c in np.argwhere(old != new))
     return cells
 
 

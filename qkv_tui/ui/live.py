@@ -22,7 +22,7 @@ from textual.theme import Theme
 from textual.timer import Timer
 from textual.widgets import Footer
 
-from qkv_tui.core.edit import EditError, InputCell, edit, input_cells, save_text, value_of
+from qkv_tui.core.edit import EditError, InputCell, changed_cells, edit, input_cells, save_text, value_of
 from qkv_tui.core.engine import Computation, compute
 from qkv_tui.core.scenario import Scenario, ScenarioError, builtin_dir, builtin_names, load_scenario, resolve
 from qkv_tui.screen.present import Screen as ScreenModel
@@ -30,7 +30,7 @@ from qkv_tui.screen.view import PaneSpec
 from qkv_tui.teach.stepper import Position, Stepper
 from qkv_tui.teach.trace import STAGES, Trace
 from qkv_tui.ui import themes
-from qkv_tui.ui.edit import EditScreen
+from qkv_tui.ui.edit import DropEditsScreen, EditScreen, ReloadScreen, shown_value
 from qkv_tui.ui.widgets.matrix import MatrixView
 from qkv_tui.ui.widgets.panels import ExplainPanel, StageBar
 
@@ -80,7 +80,10 @@ class Live:
         self.stamp = _stamp(self.path) if self.path else None
         self.missing = False
         self.undo_stack: list[Undo] = []
-        self.dirty: list[InputCell] = []  # every cell edited since the file was read, undone ones too
+        self.base = app.scenario  # the values as the file holds them (as read, or as saved): what "edited" measures
+        self.dirty: list[InputCell] = []  # the cells whose value differs from the file's: what ctrl+s writes
+        self.announced: tuple[int, int] | None = None  # the change on disk last announced while edits were pending
+        self.failed: tuple[Path, tuple[int, int] | None] | None = None  # a file that would not open, watched until fixed
         self.changed_from: Computation | None = None  # marks what the last edit changed ...
         self.marked_at: Position | None = None  # ... until the position moves
         self.timer: Timer | None = None
@@ -231,8 +234,7 @@ class Live:
         if value_of(scenario, cell) == value_of(app.scenario, cell):  # enter on the value as it was: no edit
             return None
         self.undo_stack.append(Undo(app.scenario, app.comp, cell))
-        if cell not in self.dirty:
-            self.dirty.append(cell)
+        self.dirty = changed_cells(self.base, scenario)  # an edit back to the file's value is no edit
         self.changed_from = app.comp
         self.install(scenario, comp)
         return None
@@ -243,6 +245,7 @@ class Live:
             app.notify("Nothing to undo.", timeout=3)
             return
         last = self.undo_stack.pop()
+        self.dirty = changed_cells(self.base, last.scenario)  # every edit undone: the file's values, not "edited"
         self.changed_from = app.comp
         self.install(last.scenario, last.comp)
         app.notify(f"Undone: {last.cell.label(last.scenario)}", timeout=3)
@@ -263,6 +266,10 @@ class Live:
                 app.notify(f"{self.path.stem} is built in and is never written over, and {target} exists already:"
                            f" open that file (qkv-tui {target.name}) to edit it.", severity="warning", timeout=12)
                 return
+        merged = target == source and _stamp(source) != self.stamp  # changed on disk since it was read
+        if merged and (problem := self._merge_problem(source)):
+            app.notify(f"error: {target}: not saved: {problem}", severity="error", timeout=ERROR_SECONDS, markup=False)
+            return
         try:
             text = save_text(source.read_text(encoding="utf-8-sig"), app.scenario, self.dirty)
             temporary = target.with_name(f".{target.name}.qkv-tui-save")
@@ -275,19 +282,36 @@ class Live:
         self.path = target  # from now on the app follows the file it wrote
         self.stamp = _stamp(target)  # our own write is not a change to reload
         count = len(self.dirty)
-        self.dirty = []
+        self.base, self.dirty = app.scenario, []
         edits = f"{count} edit{'s' if count != 1 else ''}"
-        if target != source:
+        if merged:  # the file's own changes are in it too now: show the file as it is
+            self.reload()
+            app.notify(f"Saved {edits} into {target}, which had changed on disk: its changes are kept and shown.", timeout=8)
+        elif target != source:
             app.notify(f"{source.stem} is built in and is never written over: saved {edits} to a copy, {target};"
                        " the app follows that file now.", timeout=10)
         else:
             app.notify(f"Saved {edits} to {target}", timeout=4)
         app.redraw()
 
+    def _merge_problem(self, path: Path) -> str | None:
+        """Why the edits cannot be written into a file that changed on disk, or None when they can."""
+        try:
+            on_disk = load_scenario(str(path))
+        except ScenarioError as exc:
+            return f"it changed on disk and has a problem now ({exc.message}); fix it, or reload (r) to drop your edits"
+        if input_cells(on_disk) != input_cells(self.base):
+            return ("it changed on disk and its inputs have other shapes now, so your edits have no place in it;"
+                    " r reloads it (your edits are lost)")
+        return None
+
     # --- reload and the file watch -------------------------------------------------------------
 
     def poll(self) -> None:
-        if self.path is None or not self.app.ready:  # quitting: no reload into widgets on their way out
+        if not self.app.ready:  # quitting: no reload into widgets on their way out
+            return
+        self.watch_failed()
+        if self.path is None:
             return
         stamp = _stamp(self.path)
         if stamp is None:
@@ -296,13 +320,33 @@ class Live:
                 self.error(f"error: {self.path}: the file is gone (deleted or renamed); the last good state stays on screen")
             return
         if self.missing or stamp != self.stamp:
+            if self.dirty:  # as an editor does: a change on disk never replaces unsaved edits by itself
+                self.announce(stamp)
+                return
             self.reload()
 
-    def reload(self) -> None:
-        """Read the file again; a bad file shows its error and the last good computation stays."""
+    def announce(self, stamp: tuple[int, int]) -> None:
+        """Say once per change on disk that the unsaved edits are kept, and what r and ctrl+s would do."""
+        if self.announced == stamp or self.path is None:
+            return
+        self.announced = stamp
+        count = len(self.dirty)
+        self.app.clear_notifications()
+        self.app.notify(f"{self.path.name} changed on disk, but the screen keeps your {count} unsaved"
+                        f" edit{'s' if count != 1 else ''} and does not show the change: r reloads the file (it asks"
+                        " first), ctrl+s writes your edits into it.", severity="warning", timeout=ERROR_SECONDS, markup=False)
+
+    def reload(self, confirmed: bool = False) -> None:
+        """Read the file again; a bad file shows its error and the last good computation stays.
+
+        With unsaved edits it asks first, naming what would be lost (r or y reloads, escape keeps them).
+        """
         app = self.app
         if self.path is None:
             app.notify("This scenario has no file to reload.", timeout=4)
+            return
+        if self.dirty and not confirmed:
+            app.push_screen(ReloadScreen(f"Reload {self.path.name} from disk?", self.lost()), self._reload_answered)
             return
         self.stamp = _stamp(self.path)
         self.missing = self.stamp is None
@@ -314,35 +358,75 @@ class Live:
             return
         dropped = len(self.dirty)
         self.undo_stack.clear()
-        self.dirty = []
+        self.base, self.dirty, self.announced = scenario, [], None
         self.changed_from = None
         app.clear_notifications()
         self.install(scenario, comp)
         note = f"; {dropped} unsaved edit{'s' if dropped != 1 else ''} dropped" if dropped else ""
         app.notify(f"Reloaded {self.path.name}{note}", timeout=3)
 
+    def _reload_answered(self, reload: bool | None) -> None:
+        if reload and self.app.ready:
+            self.reload(confirmed=True)
+
+    def lost(self) -> list[str]:
+        """The unsaved edits, each with the file's value: ``X[I,0] = 7 (the file: 1)``."""
+        sc, base = self.app.scenario, self.base
+        return [f"{c.label(sc)} = {shown_value(sc, c)} (the file: {shown_value(base, c)})" for c in self.dirty]
+
     def error(self, message: str) -> None:
         self.app.clear_notifications()
         self.app.notify(message, title="The file has a problem", severity="error", timeout=ERROR_SECONDS, markup=False)
 
-    def open(self, spec: str) -> None:
-        """Open another scenario (a built-in name or a file), from its first operation."""
+    def open(self, spec: str, confirmed: bool = False) -> None:
+        """Open another scenario (a built-in name or a file), from its first operation; asks first when
+        that would drop unsaved edits."""
         app = self.app
+        if self.dirty and not confirmed:
+            def answered(go: bool | None) -> None:
+                if go and app.ready:
+                    self.open(spec, confirmed=True)
+
+            app.push_screen(DropEditsScreen(f"Open {Path(spec).name}?", self.lost(), go="y opens it"), answered)
+            return
         try:
             scenario = load_scenario(spec)
             comp = compute(scenario)
         except ScenarioError as exc:
             self.error(f"error: {exc}")
+            try:  # watched: the error goes once the file is fixed (or is replaced by what is wrong now)
+                failed = resolve(spec)
+                self.failed = (failed, _stamp(failed))
+            except ScenarioError:
+                self.failed = None
             return
         self.timer_stop()
         self.path = file_of(scenario)
         self.stamp = _stamp(self.path) if self.path else None
         self.missing = False
         self.undo_stack.clear()
-        self.dirty = []
+        self.base, self.dirty, self.announced, self.failed = scenario, [], None, None
         self.changed_from = None
         app.clear_notifications()
         self.install(scenario, comp, Position(0, 0))
+
+    def watch_failed(self) -> None:
+        """A file that would not open: when it changes, its error goes (it loads now) or says what is wrong now."""
+        if self.failed is None:
+            return
+        path, stamp = self.failed
+        now = _stamp(path)
+        if now == stamp:
+            return
+        self.failed = (path, now)
+        try:
+            compute(load_scenario(str(path)))
+        except ScenarioError as exc:
+            self.error(f"error: {exc}")
+            return
+        self.failed = None
+        self.app.clear_notifications()
+        self.app.notify(f"{path.name} loads now: ctrl+p opens it (Open file: {path.name}).", timeout=8, markup=False)
 
     # --- screenshots ----------------------------------------------------------------------------
 
