@@ -7,6 +7,7 @@ The app owns one Live; its actions are one-line calls into it. Editing itself is
 
 from __future__ import annotations
 
+import io
 import os
 import re
 from collections.abc import Iterator
@@ -251,13 +252,19 @@ class Live:
         app.notify(f"Undone: {last.cell.label(last.scenario)}", timeout=3)
 
     def save(self) -> None:
-        """Write the edits into the file; a built-in is never written over: the edited copy goes to the current folder."""
+        """Write the edits into the file; a built-in is never written over: the edited copy goes to the current folder.
+
+        In a browser (``--serve``) nothing is written on the server: the edited file is a download.
+        """
         app = self.app
         if self.path is None:
             app.notify("This scenario has no file to write to.", severity="warning", timeout=6)
             return
         if not self.dirty:
             app.notify("No edits to save.", timeout=3)
+            return
+        if app.is_web:
+            self.download(self.path)
             return
         source, target = self.path, self.path
         if is_builtin(self.path):
@@ -293,6 +300,25 @@ class Live:
         else:
             app.notify(f"Saved {edits} to {target}", timeout=4)
         app.redraw()
+
+    def download(self, source: Path) -> None:
+        """The edited file, as ``s`` delivers a screenshot: a download in the student's browser. The
+        server's folders are shared by every student and every restart: nothing is written into them."""
+        app = self.app
+        if _stamp(source) != self.stamp and (problem := self._merge_problem(source)):
+            app.notify(f"error: {source.name}: not downloaded: {problem}", severity="error", timeout=12, markup=False)
+            return
+        try:
+            text = save_text(source.read_text(encoding="utf-8-sig"), app.scenario, self.dirty)
+        except (OSError, UnicodeDecodeError, EditError) as exc:
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            app.notify(f"error: {source.name}: not downloaded: {reason}", severity="error", timeout=12, markup=False)
+            return
+        app.deliver_text(io.StringIO(text), save_filename=source.name, open_method="download",
+                         mime_type="application/toml", name="scenario")
+        count = len(self.dirty)
+        app.notify(f"Downloading {source.name} with your {count} edit{'s' if count != 1 else ''} (the server's copy"
+                   " stays as it is, for everyone).", timeout=6, markup=False)
 
     def _merge_problem(self, path: Path) -> str | None:
         """Why the edits cannot be written into a file that changed on disk, or None when they can."""
