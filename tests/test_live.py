@@ -574,6 +574,57 @@ async def test_screenshot_is_written_to_the_current_folder(tmp_path: Path, monke
         assert "scores[I,love]" in target.read_text().replace("&#160;", " ")
 
 
+async def written(pilot, target: Path) -> str:
+    """The SVG once its thread has written it whole (waits for the file, not for a clock)."""
+    for _ in range(300):
+        await pilot.pause(0.02)
+        if target.exists() and target.read_text().rstrip().endswith("</svg>"):
+            return target.read_text().replace("&#160;", " ")
+    raise AssertionError(f"{target} was not written")
+
+
+@pytest.mark.parametrize(("name", "keys", "expected"), [
+    ("i_love_ai", ["t", "right", "right", "right"], "i_love_ai-tiles-step04.svg"),  # was …-decode-step4
+    ("causal_mask", ["k", "right"], "causal_mask-cache-step2.svg"),
+    ("two_heads", ["k", "c", "right", "tab"], "two_heads-cache-chunked-step2-head2.svg"),
+    ("i_love_ai", ["3", "right", "m"], "i_love_ai-map-op32.svg"),  # was the trace's name, and s did nothing
+    ("two_heads", ["3", "right", "m", "tab"], "two_heads-map-op032-head2.svg"),  # the map's own head
+    ("i_love_ai", ["question_mark"], "i_love_ai-help.svg"),
+    ("two_heads", ["5", "right", "tab"], "two_heads-op104-softmax-head2.svg"),
+])
+async def test_a_screenshot_is_named_for_its_view_and_place(name: str, keys: list[str], expected: str, tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    app = QKVApp(name)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press(*keys, "s")
+        await written(pilot, tmp_path / expected)
+        assert [p.name for p in tmp_path.iterdir()] == [expected]
+
+
+async def test_screenshots_never_overwrite_and_never_show_a_toast(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "i_love_ai-op04-project.svg").write_text("a teacher's own file")
+    app = QKVApp("i_love_ai")
+    async with app.run_test(size=SIZE, notifications=True) as pilot:  # toasts drawn, as in a terminal
+        await pilot.press("2")  # op 4: Q[I,0]
+        app.notify("a toast that is showing", timeout=60)
+        await pilot.pause()
+        await pilot.press("s")
+        second = await written(pilot, tmp_path / "i_love_ai-op04-project-2.svg")
+        await pilot.pause()
+        assert any("Saved screenshot" in n.message for n in app._notifications)  # announced, after the picture
+        await pilot.press("s")  # with that announcement on screen
+        third = await written(pilot, tmp_path / "i_love_ai-op04-project-3.svg")
+        assert (tmp_path / "i_love_ai-op04-project.svg").read_text() == "a teacher's own file"
+        for svg in (second, third):
+            assert "Q[I,0]" in svg  # the screen itself
+            assert "a toast that is showing" not in svg and "Saved screenshot" not in svg
+        assert not app.screen.has_class("-screenshot")  # toasts show again
+        assert app.live.screenshot() == "i_love_ai-op04-project-4.svg"  # a name given out is not given twice
+        assert app.live.screenshot() == "i_love_ai-op04-project-5.svg"
+
+
 async def test_autoplay_steps_and_any_key_stops_it() -> None:
     app = QKVApp("i_love_ai")
     app.live.speeds = (4000.0, 2000.0, 1000.0, 500.0)  # the real timers never fire: the test ticks by hand

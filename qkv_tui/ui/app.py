@@ -79,7 +79,8 @@ class QKVApp(App[None]):
         Binding("u", "undo", "undo", show=False),
         Binding("ctrl+s", "save", "save", show=False),
         Binding("r", "reload", "reload", show=False),
-        Binding("s", "take_screenshot", "screenshot", show=False),
+        # priority: help, notes and the map are photographed too (check_action leaves s to a focused input)
+        Binding("s", "take_screenshot", "screenshot", show=False, priority=True),
         Binding("a", "autoplay", "autoplay", show=False),
         Binding("pagedown", "explain_page(1)", "scroll the explanation", show=False),
         Binding("pageup", "explain_page(-1)", "scroll the explanation back", show=False),
@@ -285,8 +286,11 @@ class QKVApp(App[None]):
             return action == "quit"  # before mount, or once quitting: nothing to act on, and quit always works
         if isinstance(self.screen, ModalScreen) and action in self._own_actions():
             # help, notes and go-to sit on top of the trace: its keys must not move it unseen
-            # (False, not None: the key then goes on to the modal's own widgets, such as its input)
-            return False
+            # (False, not None: the key then goes on to the modal's own widgets, such as its input);
+            # s photographs help, notes and the map too, but is a letter where a prompt has the focus
+            return action == "take_screenshot" and not isinstance(self.focused, Input)
+        if action == "take_screenshot" and isinstance(self.focused, Input):
+            return False  # the quiz's answer box: s is typed
         if action in ("prev", "prev_stage", "first") and self.at_start:
             return None
         if action in ("next", "next_stage", "last") and self.at_end:

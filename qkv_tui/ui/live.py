@@ -32,8 +32,10 @@ from qkv_tui.teach.stepper import Position, Stepper
 from qkv_tui.teach.trace import STAGES, Trace
 from qkv_tui.ui import themes
 from qkv_tui.ui.edit import DropEditsScreen, EditScreen, ReloadScreen, shown_value
+from qkv_tui.ui.widgets.heatmap import HeatmapScreen
 from qkv_tui.ui.widgets.matrix import MatrixView
 from qkv_tui.ui.widgets.panels import ExplainPanel, StageBar
+from qkv_tui.ui.widgets.screens import HelpScreen, NotesScreen
 
 if TYPE_CHECKING:
     from qkv_tui.ui.app import QKVApp
@@ -89,6 +91,7 @@ class Live:
         self.marked_at: Position | None = None  # ... until the position moves
         self.timer: Timer | None = None
         self.speed = DEFAULT_SPEED
+        self.shot_names: set[str] = set()  # screenshot names given out (a file is written by a thread, later)
         self.speeds = SPEEDS  # seconds per step (tests slow them down so that only their own ticks count)
         self.theme = theme if theme in themes.THEMES else "dark"
 
@@ -457,21 +460,61 @@ class Live:
     # --- screenshots ----------------------------------------------------------------------------
 
     def screenshot_name(self) -> str:
+        """Named for the scenario, the view and the place in it: ``i_love_ai-op32-score.svg`` in the trace,
+        ``-cache-step03`` (``-cache-chunked-…``, ``-cache-tokens-…`` for the other schedules), ``-tiles-step10``,
+        ``-map-op32``, ``-help``, ``-notes``; ``-head2`` where there are several heads."""
         app = self.app
         stem = self.path.stem if self.path else app.scenario.title
         slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", stem).strip("_") or "qkv"
-        if app.modes.decode:
-            return f"{slug}-decode-step{app.modes.decode_step + 1}.svg"
-        op = app.trace.op(app.position.index)
-        width = len(str(len(app.trace)))
-        stage = STAGES[op.segment.stage].name.lower().replace("_", "")
-        head = f"-head{app.position.head + 1}" if len(app.comp.heads) > 1 else ""
-        return f"{slug}-op{app.position.index + 1:0{width}d}-{stage}{head}.svg"
+        screen, modes, head = app.screen, app.modes, app.position.head
+        op_width = len(str(len(app.trace)))
+        if isinstance(screen, HelpScreen | NotesScreen):
+            return f"{slug}-{'help' if isinstance(screen, HelpScreen) else 'notes'}.svg"
+        if isinstance(screen, HeatmapScreen):  # the weights computed up to the current operation
+            place, head = f"map-op{app.position.index + 1:0{op_width}d}", screen.head
+        elif modes.decode:
+            steps = len(str(app.presenter.side_steps(modes, head)))
+            schedule = f"-{modes.schedule}" if modes.side == "cache" and modes.schedule != "prefill" else ""
+            place = f"{modes.side}{schedule}-step{modes.decode_step + 1:0{steps}d}"
+        else:
+            op = app.trace.op(app.position.index)
+            stage = STAGES[op.segment.stage].name.lower().replace("_", "")
+            place = f"op{app.position.index + 1:0{op_width}d}-{stage}"
+        heads = f"-head{head + 1}" if len(app.comp.heads) > 1 else ""
+        return f"{slug}-{place}{heads}.svg"
+
+    def unused(self, name: str) -> str:
+        """``name``, or with -2, -3 … before .svg where a file of that name exists here or was given already."""
+        stem, suffix = name.rsplit(".", 1)
+        candidate, number = name, 1
+        while candidate in self.shot_names or (Path.cwd() / candidate).exists():
+            number += 1
+            candidate = f"{stem}-{number}.{suffix}"
+        return candidate
 
     def screenshot(self) -> str:
-        """Write the screen as SVG to the current folder (in a browser: a download); returns the file name."""
+        """Write the screen as SVG to the current folder (in a browser: a download); returns the file name.
+
+        A name that exists gets -2, -3 …: nothing is overwritten. Toasts are hidden for the picture (an earlier
+        one, still showing, is not part of the screen being shown), and the picture is taken once the screen
+        has been drawn without them; Textual's "Saved screenshot" toast comes after.
+        """
+        app = self.app
         name = self.screenshot_name()
-        self.app.deliver_screenshot(filename=name, path=os.getcwd())
+        if not app.is_web:  # a browser keeps its own downloads apart
+            name = self.unused(name)
+        self.shot_names.add(name)
+        screen = app.screen
+        screen.add_class("-screenshot")  # qkv.tcss: toasts invisible while it is on
+
+        def shoot() -> None:
+            try:
+                if app.ready:
+                    app.deliver_screenshot(filename=name, path=os.getcwd())
+            finally:
+                screen.remove_class("-screenshot")
+
+        app.call_after_refresh(shoot)
         return name
 
     # --- autoplay -------------------------------------------------------------------------------
