@@ -566,6 +566,7 @@ class Live:
 
     def commands(self, screen: Screen[object]) -> Iterator[SystemCommand]:
         app = self.app
+        web = app.is_web  # in a browser, saving and screenshots are downloads
         actions = (
             ("Next operation", "→: compute the next cell", app.action_next),
             ("Previous operation", "←: step back one cell", app.action_prev),
@@ -583,9 +584,11 @@ class Live:
             ("Edit an input value", "e: change X, a weight, the scale or a mask cell; everything downstream follows",
              self.edit),
             ("Undo the last edit", "u", self.undo),
-            ("Save the edits to the file", "ctrl+s: keeps its comments and layout; a built-in: a copy here", self.save),
+            ("Save the edits to the file", "ctrl+s: a download of the edited file, comments and layout kept" if web
+             else "ctrl+s: keeps its comments and layout; a built-in: a copy here", self.save),
             ("Reload the file", "r: also done by itself when the file changes on disk", self.reload),
-            ("Screenshot to the current folder", "s: an SVG named for the scenario and step", self.screenshot),
+            ("Screenshot (a download)" if web else "Screenshot to the current folder",
+             "s: an SVG named for the scenario, the view and the place", self.screenshot),
             ("Autoplay", "a: step on a timer; > faster, < slower, any key stops", self.autoplay),
             ("Attention map", "m: the head's weights over the whole sentence", app.action_heatmap),
             ("Notes", "n: what attention weights are and are not", app.action_notes),
