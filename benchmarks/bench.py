@@ -57,7 +57,7 @@ MODEL_TEXT = "Alice was beginning to get very tired of sitting by her sister on 
 
 
 def model_scenario(folder: Path) -> str | None:
-    """A glassllm head on a 32-token sentence, as a scenario file; None without the models extra."""
+    """A glassllm head on a 32-token sentence, as a scenario file; None where glassllm is not installed."""
     try:
         import glassllm  # noqa: F401
     except ImportError:
@@ -451,7 +451,7 @@ def main() -> None:
     parser.add_argument("--views-only", action="store_true",
                         help="only the KV-cache and tiled views opened at 2,048 tokens beside 3 (minutes)")
     parser.add_argument("--model-only", action="store_true",
-                        help="only the glassllm head beside I love AI and the bare app (needs the models extra)")
+                        help="only the glassllm head beside I love AI and the bare app")
     args = parser.parse_args()
     quick = (2, 10, (16,), (512,))
     result: dict[str, Any] = {}

@@ -55,6 +55,21 @@ def toml_value(value: Any) -> str:
     return repr(value)
 
 
+def press_slopes(n: int) -> list[float]:
+    """ALiBi's default slopes as the paper's code computes them (Press et al., ``get_slopes`` in
+    github.com/ofirpress/attention_with_linear_biases), written out again here as the reference."""
+
+    def get_slopes_power_of_2(n: int) -> list[float]:
+        start = 2 ** (-(2 ** -(math.log2(n) - 3)))
+        ratio = start
+        return [start * ratio**i for i in range(n)]
+
+    if math.log2(n).is_integer():
+        return get_slopes_power_of_2(n)
+    closest_power_of_2 = 2 ** math.floor(math.log2(n))
+    return get_slopes_power_of_2(closest_power_of_2) + press_slopes(2 * closest_power_of_2)[0::2][: n - closest_power_of_2]
+
+
 @st.composite
 def modern_cases(draw: st.DrawFn, cross: bool | None = None, rope: bool = False) -> ModernCase:
     """A scenario combining norm, biases, rope, GQA, alibi, sliding windows, sinks and W_O + b_O."""
@@ -131,9 +146,16 @@ def modern_cases(draw: st.DrawFn, cross: bool | None = None, rope: bool = False)
             slopes = draw(st.lists(st.sampled_from([0.5, 0.25, 1.0, -0.5, 0.125]), min_size=num_heads, max_size=num_heads))
             tables.append(f"slopes = {toml_value(slopes)}")
         else:
-            slopes = [2.0 ** (-8.0 * (h + 1) / num_heads) for h in range(num_heads)]
+            slopes = press_slopes(num_heads)
+        if rope_table is not None and rope_table["positions"] != sorted(rope_table["positions"]):
+            # ALiBi needs positions that never decrease (docs/scenario-format.md): keep them in order
+            tables[tables.index(f"positions = {toml_value(rope_table['positions'])}")] = \
+                f"positions = {toml_value(sorted(rope_table['positions']))}"
+            rope_table["positions"] = sorted(rope_table["positions"])
 
-    kinds = ["none", "padding", "custom"] + ([] if is_cross else ["causal", "sliding"])
+    # ALiBi allows no key after its query: causal, sliding, or a custom mask below the diagonal
+    kinds = ["causal", "sliding", "custom"] if slopes is not None else (
+        ["none", "padding", "custom"] + ([] if is_cross else ["causal", "sliding"]))
     kind = draw(st.sampled_from(kinds))
     allow = [[True] * m for _ in range(n)]
     if kind == "causal":
@@ -150,9 +172,11 @@ def modern_cases(draw: st.DrawFn, cross: bool | None = None, rope: bool = False)
         tables += ["[mask]", 'kind = "padding"', f"pad = {toml_value(pad)}"]
     elif kind == "custom":
         allow = draw(st.lists(st.lists(st.booleans(), min_size=m, max_size=m), min_size=n, max_size=n))
-        for row in allow:
+        if slopes is not None:
+            allow = [[flag and j <= i for j, flag in enumerate(row)] for i, row in enumerate(allow)]
+        for i, row in enumerate(allow):
             if not any(row):
-                row[draw(st.integers(0, m - 1))] = True
+                row[draw(st.integers(0, min(i, m - 1) if slopes is not None else m - 1))] = True
         tables += ["[mask]", 'kind = "custom"', f"allow = {toml_value(allow)}"]
 
     scale = draw(st.one_of(st.none(), st.sampled_from([1.0, 0.5, 2.0])))

@@ -180,8 +180,8 @@ def test_duplicate_tokens_are_valid_with_a_warning(cli, write) -> None:
     path = write('tokens = ["the", "cat", "the"]\nX = [[1], [2], [3]]\n[[heads]]\nW_Q = [[1]]\nW_K = [[1]]\nW_V = [[1]]\n')
     run = cli("--check", str(path))
     assert run.code == 0 and run.out.startswith(f"ok: {path}: ")
-    assert run.err == (f'warning: {path}: tokens: "the" appears 2 times (items 1, 3);'
-                       " its rows are told apart only by position\n")
+    assert run.err == (f'warning: {path}: tokens: 1 label repeats ("the" at items 1, 3);'
+                       " the screens tell them apart by occurrence (the₁, the₂)\n")
 
 
 # --- the JSON layout --------------------------------------------------------------------

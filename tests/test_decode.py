@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -12,7 +13,7 @@ from qkv_tui import compute, load_scenario
 from qkv_tui.core.scenario import parse_scenario
 from qkv_tui.teach.decode import SCHEDULES, decode, decode_mask, schedule
 
-from .conftest import BASE, HEAD
+from .conftest import BASE, HEAD, SCENARIOS
 from .strategies import Case, cases
 
 
@@ -143,3 +144,94 @@ def test_decode_and_tiles_honour_every_modern_variant() -> None:
         for h in range(len(comp.heads)):
             for tile in (1, 2, 3):
                 assert tiled(comp, h, tile).matches, (name, h, tile)
+
+
+# --- the conventions the cache view states, each with whose it is ------------------------------------
+
+
+def _line(dec, i: int, start: str) -> str:
+    from qkv_tui.screen.decode_view import decode_lines
+
+    return next(line for line in decode_lines(dec, i, 0, 3) if line.startswith(start))
+
+
+def test_each_step_is_torchs_attention_with_causal_lower_right() -> None:
+    torch = pytest.importorskip("torch")
+    from torch.nn.attention.bias import causal_lower_right
+    from torch.nn.functional import scaled_dot_product_attention as sdpa
+
+    comp = compute(load_scenario("sixteen_tokens"))
+    hr = comp.heads[0]
+    for mode in SCHEDULES:
+        dec = decode(comp, mode)
+        for i in range(dec.count):
+            step = dec.steps[0][i]
+            L, S = step.allowed.shape
+            q, k, v = (torch.from_numpy(np.array(a))[None, None] for a in (step.q, step.K_cache, step.V_cache))
+            theirs = sdpa(q, k, v, attn_mask=causal_lower_right(L, S), scale=1 / hr.scale)[0, 0].numpy()
+            assert np.allclose(step.output, theirs, rtol=1e-12, atol=1e-12), (mode, i)
+            if L < S:  # what the view warns of: aligned top-left, the first query sees key 0 alone
+                top_left = sdpa(q, k, v, is_causal=True, scale=1 / hr.scale)[0, 0].numpy()
+                assert np.allclose(top_left[0], step.V_cache[0]) and not np.allclose(top_left, theirs)
+    line = _line(decode(comp, "prefill"), 1, "mask aligned bottom-right")
+    assert "as FlashAttention ≥ 2.1 and vLLM align it (PyTorch: causal_lower_right)" in line
+    assert "as PyTorch's is_causal=True (causal_upper_left) does with fewer queries than keys" in line
+
+
+def test_an_unmasked_scenario_is_checked_against_causal_attention_not_the_mix_stage() -> None:
+    comp = compute(load_scenario("i_love_ai"))  # no mask: the Mix stage lets I see love and AI
+    dec = decode(comp, "prefill")
+    hr = comp.heads[0]
+    causal = attention_by_loops(comp.scenario.X, comp.scenario.X, hr.W_Q, hr.W_K, hr.W_V, None, lambda t, j: j <= t)
+    assert np.allclose(dec.reference[0], causal, atol=1e-12) and not np.allclose(causal, hr.output, atol=1e-3)
+    check = _line(dec, 0, "✓ equal to")
+    assert check.startswith("✓ equal to causal attention over all tokens at once (no cache; not the Mix stage,"
+                            " which has no mask) within float64 rounding (every |diff| ≤ 1e-")
+    assert _line(dec, 0, "the Mix stage (no mask) had out[love] = [1.000, 1.000, 0.333]")
+    own = decode(compute(load_scenario("causal_mask")), "prefill")
+    assert _line(own, 1, "✓ equal to").startswith("✓ equal to attention over all tokens at once (no cache) within")
+
+
+def test_q_names_the_norm_and_the_rotation() -> None:
+    from qkv_tui.screen.decode_view import DECODE_MEANING, decode_panes
+
+    text = ('tokens = ["a", "b", "c"]\nX = [[1, 2], [0, 1], [2, 1]]\n[norm]\nkind = "rms"\n'
+            '[rope]\nlayout = "interleaved"\n[[heads]]\nW_Q = [[1, 0], [0, 1]]\nW_K = [[1, 1], [0, 1]]\n'
+            "W_V = [[1, 0], [0, 1]]\n")
+    comp = compute(parse_scenario(text, "nr.toml"))
+    dec = decode(comp, "prefill")
+    line = _line(dec, 1, "q[c]")
+    assert line.startswith("q[c] = rotate(X̂[c]·W_Q, position 2) = ")
+    assert _line(dec, 0, "Q[a..b]").startswith("Q[a..b] = RoPE(X̂·W_Q): 2 rows at once")
+    focus, _ = decode_panes(dec, 1, 0, 3)
+    q = next(p for p in focus if p.key == "dq")
+    assert q.title.startswith("q = RoPE(X̂·W_Q) (fresh)")
+    assert np.array_equal(q.values, comp.heads[0].Q_rot[2:3])  # rotated, from the normalised X
+    assert not np.allclose(q.values, comp.scenario.X[2:3] @ comp.heads[0].W_Q)
+    assert "in a model, the token it has just produced; here the sentence's next word stands in for it" in DECODE_MEANING
+
+
+@pytest.mark.parametrize("decimals", [1, 3, 6])
+@pytest.mark.parametrize("path", SCENARIOS, ids=lambda p: p.stem)
+def test_the_cache_views_weights_read_as_the_trace_prints_them(path, decimals: int) -> None:
+    # the cache view prints results only (no intermediates): each weight is the trace's, digit for digit
+    from qkv_tui.screen.decode_view import decode_lines
+    from qkv_tui.teach.trace import Trace
+
+    comp = compute(load_scenario(path))
+    trace = Trace(comp)
+    dec = decode(comp, "tokens")
+    differ = set(dec.differs_from_trace())
+    compared = 0
+    for h in range(len(comp.heads)):
+        for i in range(dec.count):
+            step = dec.steps[h][i]
+            if step.t in differ:
+                continue  # another mask, other weights: the line beside it says so
+            line = next(x for x in decode_lines(dec, i, h, decimals) if x.startswith("weights["))
+            shown = line.split(" = ")[-1].split("   (over")[0].strip("[]").split(", ")
+            live = [step.first + j for j in np.flatnonzero(step.allowed[-1])]
+            want = trace.softmax_row(h, step.t, decimals).weights
+            assert shown == [want[j] for j in live], line
+            compared += 1
+    assert compared > 0 or len(differ) == comp.scenario.n

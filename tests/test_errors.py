@@ -99,7 +99,33 @@ CASES = {
     "empty_head_name": (BASE + HEAD.replace("[[heads]]", '[[heads]]\nname = ""'), "[[heads]] #1 name is empty"),
     "key_twice": (BASE + HEAD + "W_Q = [[1]]\n", "line 9: TOML syntax error: W_Q is given twice in this table (first at line 6)"),
     "table_twice": (BASE + '[mask]\nkind = "causal"\n[mask]\nkind = "none"\n' + HEAD,
-                    "TOML syntax error: the table [mask] is declared twice; expected one [mask] header"),
+                    "line 6: TOML syntax error: the table [mask] is declared twice (first at line 4); expected one [mask] header"),
+    # a key given twice in two forms: tomllib says only "Cannot overwrite a value"
+    "mask_string_and_table": (BASE + 'mask = "causal"\n[mask]\nkind = "none"\n' + HEAD,
+                              'line 5: TOML syntax error: mask is given twice, as mask = … at line 4 and as the table [mask] here;'
+                              ' expected one of the two (mask = "causal" is short for a [mask] table with kind = "causal")'),
+    "mask_inline_and_table": (BASE + 'mask = { kind = "causal" }\n[mask]\nwindow = 2\n' + HEAD,
+                              "line 5: TOML syntax error: mask is given twice, as the inline table mask = {…} at line 4 and as the"
+                              " table [mask] here"),
+    "mask_string_and_dotted": (BASE + 'mask = "causal"\nmask.kind = "none"\n' + HEAD,
+                               "line 5: TOML syntax error: mask is given twice, as mask = … at line 4 and as a table, by"
+                               " mask.kind = … here; expected one of the two"),
+    "mask_inline_and_dotted": (BASE + 'mask = { kind = "causal" }\nmask.window = 2\n' + HEAD,
+                               "line 5: TOML syntax error: mask is given twice, as the inline table mask = {…} at line 4"),
+    "key_twice_after_a_long_value": (BASE + HEAD + "W_V = [\n  [1, 0, 0],\n  [0, 1, 0]\n]\n",
+                                     "line 9: TOML syntax error: W_V is given twice in this table (first at line 8)"),
+    "heads_table_after_subtable": (BASE + "[[heads.rope]]\n" + HEAD,
+                                   "line 6: TOML syntax error: heads is given twice, as a table, by [[heads.rope]] at line 4"
+                                   " and as the list of tables [[heads]] here"),
+    # a top-level table written inside another: where it goes, not "above the first header"
+    "rope_inside_heads": (BASE + HEAD + '[heads.rope]\nlayout = "half"\n',
+                          "key 'rope' is not allowed in [[heads]] #1: [rope] is a table of its own at the top level, one for the"
+                          " whole scenario; write it under its own [rope] header, not as [heads.rope] or inside a [[heads]] table"),
+    "rope_inline_in_heads": (BASE + HEAD + 'rope = { layout = "half" }\n', "write it under its own [rope] header, not as [heads.rope]"),
+    "rope_inside_attention": (BASE + "[attention]\nnum_heads = 1\n" + HEAD.split("\n", 2)[2] + '[attention.rope]\nlayout = "half"\n',
+                              "key 'rope' is not allowed in [attention]: [rope] is a table of its own at the top level, one for the"
+                              " whole scenario; write it under its own [rope] header, not as [attention.rope] or inside [attention]"),
+    "mask_inside_heads": (BASE + HEAD + '[heads.mask]\nkind = "causal"\n', "write it under its own [mask] header, not as [heads.mask]"),
     "string_open_at_line_end": ('title = "I love AI\n' + BASE + HEAD,
                                 "line 1, column 9: TOML syntax error: the string that starts here is never closed"),
     "blank_token": (BASE.replace('"love"', '"   "') + HEAD,

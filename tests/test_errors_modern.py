@@ -1,4 +1,4 @@
-"""Every rule of contracts §7 fails with one clean line: the key, where, what was expected."""
+"""Every rule of the modern keys (docs/scenario-format.md) fails with one clean line: the key, where, what was expected."""
 
 from __future__ import annotations
 
@@ -70,11 +70,36 @@ CASES = {
                            "[rope] positions item 2 (\"love\") is a boolean (true); expected a whole number >= 0"),
     "rope_positions_not_list": (BASE + '[rope]\nlayout = "half"\npositions = 3\n' + HEAD4,
                                 "[rope] positions must be a list of 3 whole numbers >= 0"),
+    "rope_heads_of_two_widths": (BASE + '[rope]\nlayout = "half"\n' + HEAD4 + HEAD4.replace("[[heads]]", '[[heads]]\nname = "narrow"')
+                                 .replace("[[1, 0, 1, 0], [0, 1, 0, 0], [1, 0, 0, 1], [0, 1, 1, 0]]", "[[1, 0], [0, 1], [1, 0], [0, 1]]")
+                                 .replace("[[0, 0, 1, 1], [1, 1, 0, 0], [0, 1, 0, 1], [1, 0, 1, 0]]", "[[0, 1], [1, 0], [0, 1], [1, 1]]"),
+                                 "[rope] needs every head to have the same d_k (the format keeps one set of frequencies"
+                                 " θ_i = base^(−2i/d_k) for every head, as RoPE models do), but head 1 has d_k = 4; head 2"
+                                 " (\"narrow\") has d_k = 2; expected one d_k for every head"),
+    "rope_many_heads_of_two_widths": (BASE + '[rope]\nlayout = "half"\n' + HEAD4 * 5 + HEAD4
+                                      .replace("[[1, 0, 1, 0], [0, 1, 0, 0], [1, 0, 0, 1], [0, 1, 1, 0]]", "[[1, 0], [0, 1], [1, 0], [0, 1]]")
+                                      .replace("[[0, 0, 1, 1], [1, 1, 0, 0], [0, 1, 0, 1], [1, 0, 1, 0]]", "[[0, 1], [1, 0], [0, 1], [1, 1]]"),
+                                      "but head 1, head 2, head 3 and 2 more have d_k = 4; head 6 has d_k = 2"),
     # [alibi]
     "alibi_slopes_length": (BASE + "[alibi]\nslopes = [0.5, 0.25]\n" + HEAD, "[alibi] slopes has 2 numbers; expected 1 (one slope per head)"),
     "alibi_slope_inf": (BASE + "[alibi]\nslopes = [inf]\n" + HEAD, "[alibi] slopes item 1 is inf; expected a finite number"),
     "alibi_cross": (BASE + "[alibi]\n" + CONTEXT + HEAD, "[alibi] needs self-attention"),
     "alibi_unknown_key": (BASE + "[alibi]\nslope = [0.5]\n" + HEAD, "unknown key 'slope' in [alibi]; did you mean 'slopes'?"),
+    # ALiBi is defined for keys at or before the query (Press et al.): a mask that allows a later key is refused
+    "alibi_without_mask": (BASE + "[alibi]\n" + HEAD,
+                           "[alibi] needs a mask under which no query attends a later key, but with mask 'none' query 1 (\"I\") may"
+                           " attend key 2 (\"love\"), which comes after it: there slope·(j − i) is positive, so the bias favours"
+                           " later keys rather than nearer ones"),
+    "alibi_padding": (BASE + '[mask]\nkind = "padding"\npad = [false, false, true]\n[alibi]\n' + HEAD,
+                      "with mask 'padding' query 1 (\"I\") may attend key 2 (\"love\"), which comes after it"),
+    "alibi_custom_upper": (BASE + '[mask]\nkind = "custom"\nallow = [[1, 0, 0], [1, 1, 1], [0, 1, 1]]\n[alibi]\n' + HEAD,
+                           "with mask 'custom' query 2 (\"love\") may attend key 3 (\"AI\"), which comes after it"),
+    "alibi_mask_why": (BASE + "[alibi]\n" + HEAD,
+                       "Press et al. define the bias for keys j ≤ i only. Expected mask = \"causal\", a sliding window, or a"
+                       " padding or custom mask that allows no key after its query"),
+    "alibi_positions_decrease": (BASE + 'mask = "causal"\n[rope]\nlayout = "half"\npositions = [5, 1, 7]\n[alibi]\n' + HEAD4,
+                                 "with mask 'causal' query 2 (\"love\", position 1) may attend key 1 (\"I\"), whose [rope]"
+                                 " position 5 is later"),
     # sliding window
     "sliding_no_window": (BASE + 'mask = "sliding"\n' + HEAD, "mask kind 'sliding' needs window = W"),
     "sliding_window_zero": (BASE + '[mask]\nkind = "sliding"\nwindow = 0\n' + HEAD, "[mask] window is 0, too small; expected a whole number >= 1"),
@@ -94,13 +119,24 @@ CASES = {
                        .replace("W_K = [[0, 1], [1, 0], [0, 1], [1, 1]]", "W_K = [[0, 1], [1, 0], [0, 1], [1, 1]]")
                        .replace("W_V = [[1], [0], [0], [1]]", "W_V = [[1, 0, 0], [0, 1, 0], [0, 0, 1], [1, 1, 1]]"),
                        "[attention] W_V has 3 columns, which num_kv_heads = 2 does not divide; expected num_kv_heads × d_v columns"),
-    "kv_heads_in_heads_table": (BASE + HEAD + "num_kv_heads = 1\n", "key 'num_kv_heads' is not allowed in [[heads]] #1: num_kv_heads belongs in [attention]"),
+    # a key of the other way of writing heads is renamed, not sent to the other table
+    "kv_heads_in_heads_table": (BASE + HEAD + "num_kv_heads = 1\n",
+                                "unknown key 'num_kv_heads' in [[heads]] #1; did you mean 'kv_head'? (a [[heads]] table names the K/V head"
+                                " it reads, kv_head = <index>; num_kv_heads = <count> is the [attention] form)"),
+    "kv_head_in_attention": (BASE + SPLIT + "kv_head = 0\n",
+                             "unknown key 'kv_head' in [attention]; did you mean 'num_kv_heads'? ([attention] says how many K/V heads"
+                             " the query heads share, num_kv_heads = <count>; kv_head = <index> is the [[heads]] form)"),
     # sinks
     "sink_string": (BASE + HEAD + 'sink = "0.5"\n', "[[heads]] #1 sink must be a number, got a string"),
     "sink_nan": (BASE + HEAD + "sink = nan\n", "[[heads]] #1 sink is nan; expected a finite number"),
     "sinks_length": (BASE + SPLIT + "sinks = [0.5]\n", "[attention] sinks has 1 number; expected 2 (one sink logit per query head, num_heads)"),
-    "sink_in_attention": (BASE + SPLIT + "sink = 0.5\n", "key 'sink' is not allowed in [attention]: sink belongs in a [[heads]] table"),
-    "sinks_in_heads": (BASE + HEAD + "sinks = [0.5]\n", "key 'sinks' is not allowed in [[heads]] #1: sinks belongs in [attention]"),
+    "sink_in_attention": (BASE + SPLIT + "sink = 0.5\n",
+                          "unknown key 'sink' in [attention]; did you mean 'sinks'? ([attention] takes sinks = [...], one logit per"
+                          " query head; sink = <logit> is the [[heads]] form)"),
+    "sinks_in_heads": (BASE + HEAD + "sinks = [0.5]\n",
+                       "unknown key 'sinks' in [[heads]] #1; did you mean 'sink'? (a [[heads]] table takes its own sink = <logit>;"
+                       " sinks = [...], one logit per query head, is the [attention] form)"),
+    "sink_at_top": (BASE + "sink = 0.5\n" + HEAD, "key 'sink' is not allowed: sink belongs in a [[heads]] table"),
 }
 
 
@@ -121,7 +157,11 @@ def test_check_reports_one_clean_line(case: str, cli, write) -> None:
 @pytest.mark.parametrize("text", [
     BASE + '[norm]\nkind = "layer"\ngamma = [1, 2, 1, 1]\nbeta = [0, 1, 0, 0]\n' + HEAD,
     BASE + '[rope]\nlayout = "interleaved"\nbase = 100\npositions = [3, 3, 7]\n' + HEAD4,
-    BASE + "[alibi]\n" + HEAD,
+    BASE + 'mask = "causal"\n[alibi]\n' + HEAD,
+    BASE + '[mask]\nkind = "sliding"\nwindow = 2\n[alibi]\nslopes = [0.5]\n' + HEAD,
+    BASE + '[mask]\nkind = "custom"\nallow = [[1, 0, 0], [0, 1, 0], [1, 0, 1]]\n[alibi]\n' + HEAD,
+    BASE + '[mask]\nkind = "padding"\npad = [false, true, true]\n[alibi]\n' + HEAD,
+    BASE + 'mask = "causal"\n[rope]\nlayout = "half"\npositions = [2, 2, 9]\n[alibi]\n' + HEAD4,
     BASE + 'mask = { kind = "sliding", window = 5 }\n' + HEAD,
     BASE + SPLIT + "b_Q = [1, 2, 3, 4]\nb_K = [0, 1]\nb_V = [1]\nsinks = [0, 1]\n[output]\nW_O = [[1], [1]]\nb_O = [0.5]\n",
 ])
@@ -129,3 +169,13 @@ def test_valid_modern_files_pass(text: str, cli, write) -> None:
     run = cli("--check", str(write(text)))
     assert run.code == 0, run.err
     assert run.out.startswith("ok: ")
+
+
+@pytest.mark.parametrize("mode", [("--export", "markdown"), ("--export", "json"), ("--check",)])
+@pytest.mark.parametrize("case", ["rope_heads_of_two_widths", "alibi_without_mask"])
+def test_every_command_refuses_them(case: str, mode: tuple[str, ...], cli, write) -> None:
+    """[rope] over heads of two d_k once crashed --export markdown (StopIteration) and the app on tab."""
+    path = write(CASES[case][0])
+    run = cli(*mode, str(path))
+    assert (run.code, run.out) == (2, "")
+    assert run.err.count("\n") == 1 and run.err.startswith(f"error: {path}: ") and CASES[case][1] in run.err

@@ -41,8 +41,6 @@ def round_trip(path_or_name: object) -> object:
 
 @pytest.mark.parametrize("path", SCENARIOS, ids=lambda p: p.stem)
 def test_every_shipped_scenario_round_trips(path: Path) -> None:
-    if "[model]" in path.read_text(encoding="utf-8"):
-        pytest.importorskip("glassllm", reason="the models extra (pip install 'qkv-tui[models]') is not installed")
     round_trip(path)
 
 

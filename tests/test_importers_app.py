@@ -84,13 +84,9 @@ async def test_the_map_fits_small_screens_by_scrolling(size: tuple[int, int]) ->
         assert app.screen.query_one("#heatmap", Static).region.width > 0
 
 
-# --- a real head in the app (the models extra) --------------------------------------------------
+# --- a real head in the app ---------------------------------------------------------------------
 
 MODEL = "glassllm_previous_word"
-
-
-def needs_models() -> None:
-    pytest.importorskip("glassllm", reason="the models extra (pip install 'qkv-tui[models]') is not installed")
 
 
 def at_weight(app: QKVApp, row: int, col: int) -> Position:
@@ -104,7 +100,6 @@ def at_weight(app: QKVApp, row: int, col: int) -> Position:
 
 
 async def test_a_real_head_steps_and_maps_without_errors() -> None:
-    needs_models()
     app = QKVApp(MODEL)
     async with app.run_test(size=(80, 24)) as pilot:
         app.position = at_weight(app, 8, 6)  # "at" (of "mat") reading "▁the"
@@ -122,7 +117,6 @@ async def test_a_real_head_steps_and_maps_without_errors() -> None:
 class TestRealHead:
     @pytest.mark.parametrize("size", [(120, 40), (80, 24)], ids=["120x40", "80x24"])
     def test_softmax_of_a_real_head(self, snap_compare, size: tuple[int, int]) -> None:
-        needs_models()
 
         async def there(pilot) -> None:  # type: ignore[no-untyped-def]
             pilot.app.position = at_weight(pilot.app, 8, 6)
@@ -132,13 +126,11 @@ class TestRealHead:
 
     @pytest.mark.parametrize("size", [(120, 40), (80, 24)], ids=["120x40", "80x24"])
     def test_map_of_a_real_head(self, snap_compare, size: tuple[int, int]) -> None:
-        needs_models()
         assert snap_compare(QKVApp(MODEL), press=["end", "m"], terminal_size=size)
 
 
 @pytest.mark.parametrize("size", [(20, 5), (10, 3), (1, 1), (50, 14)])
 async def test_a_real_head_never_crashes_at_small_sizes(size: tuple[int, int]) -> None:
-    needs_models()
     app = QKVApp(MODEL)
     async with app.run_test(size=size) as pilot:
         for key in ("right_square_bracket",) * 7 + ("m", "tab", "escape", "end", "left"):
@@ -148,7 +140,6 @@ async def test_a_real_head_never_crashes_at_small_sizes(size: tuple[int, int]) -
 
 
 async def test_every_stage_of_a_real_head_is_reachable() -> None:
-    needs_models()
     app = QKVApp(MODEL)
     async with app.run_test(size=(120, 40)) as pilot:
         stages = []
@@ -160,8 +151,6 @@ async def test_every_stage_of_a_real_head_is_reachable() -> None:
 
 
 async def test_a_hugging_face_folder_opens_in_the_app(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    pytest.importorskip("tokenizers", reason="the models extra (pip install 'qkv-tui[models]') is not installed")
-    pytest.importorskip("safetensors", reason="safetensors (the test extra) writes the checkpoint")
     from .model_fixtures import build_gpt2
 
     build_gpt2(tmp_path / "gpt2", dtype="BF16")

@@ -6,14 +6,13 @@ layer, ``attn.mix`` each head's output, ``attn.out`` the layer's attention outpu
 
 from __future__ import annotations
 
+import glassllm
 import numpy as np
 import pytest
 
-glassllm = pytest.importorskip("glassllm", reason="the models extra (pip install 'qkv-tui[models]') is not installed")
+from qkv_tui.importers import ImporterError, expand_model
 
-from qkv_tui.importers import ImporterError, expand_model  # noqa: E402
-
-from .model_fixtures import evaluate_scenario_dict  # noqa: E402
+from .model_fixtures import evaluate_scenario_dict
 
 TEXT = "Alice was beginning to get very tired of sitting by her sister"
 
@@ -89,7 +88,7 @@ def test_bad_model_tables(doc: dict, needle: str) -> None:
     assert needle in str(info.value) and "\n" not in str(info.value)
 
 
-def test_the_missing_extra_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_missing_dependency_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
     import sys
 
     from qkv_tui.importers.glass import open_glassllm
@@ -97,7 +96,7 @@ def test_the_missing_extra_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
     open_glassllm.cache_clear()
     monkeypatch.setitem(sys.modules, "glassllm", None)  # what an uninstalled package looks like to import
     try:
-        with pytest.raises(ImporterError, match=r"needs the glassllm package, which is not installed; pip install 'qkv-tui\[models\]'"):
+        with pytest.raises(ImporterError, match=r"needs the glassllm package, which is not installed; it is one of qkv-tui's own dependencies: pip install glassllm \(or reinstall qkv-tui\)$"):
             expand_model({"model": {"source": "glassllm:en", "text": "hi"}})
     finally:
         open_glassllm.cache_clear()

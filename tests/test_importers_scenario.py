@@ -6,17 +6,16 @@ import json
 import sys
 from pathlib import Path
 
+import glassllm
 import numpy as np
 import pytest
 
-glassllm = pytest.importorskip("glassllm", reason="the models extra (pip install 'qkv-tui[models]') is not installed")
+from qkv_tui import compute, load_scenario
+from qkv_tui.core.scenario import ScenarioError, parse_scenario
+from qkv_tui.edges.export_toml import to_toml
 
-from qkv_tui import compute, load_scenario  # noqa: E402
-from qkv_tui.core.scenario import ScenarioError, parse_scenario  # noqa: E402
-from qkv_tui.edges.export_toml import to_toml  # noqa: E402
-
-from .conftest import MODEL_SCENARIOS  # noqa: E402
-from .model_fixtures import build_gpt2, build_llama, gpt2_reference, llama_reference  # noqa: E402
+from .conftest import MODEL_SCENARIOS
+from .model_fixtures import build_gpt2, build_llama, gpt2_reference, llama_reference
 
 TEXT = "The cat sat on the mat and the dog slept by the door."
 
@@ -130,7 +129,7 @@ def test_bad_model_file_is_one_error_line(cli, tmp_path: Path) -> None:
     assert run.code == 2 and run.err == f"error: {path}: model.text is empty; expected a sentence to run through the model\n"
 
 
-def test_without_the_extra_the_builtin_says_how_to_install_it(cli, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_without_glassllm_the_builtin_says_how_to_install_it(cli, monkeypatch: pytest.MonkeyPatch) -> None:
     from qkv_tui.importers.glass import open_glassllm
 
     open_glassllm.cache_clear()
@@ -141,7 +140,7 @@ def test_without_the_extra_the_builtin_says_how_to_install_it(cli, monkeypatch: 
         open_glassllm.cache_clear()
     assert run.code == 2 and run.out.startswith("ok: i_love_ai")
     assert run.err == ("error: glassllm_previous_word: model.source glassllm:en needs the glassllm package, which is not"
-                       " installed; pip install 'qkv-tui[models]'\n")
+                       " installed; it is one of qkv-tui's own dependencies: pip install glassllm (or reinstall qkv-tui)\n")
 
 
 @pytest.mark.parametrize(

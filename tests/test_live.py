@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import difflib
 import math
+import re
 import shutil
 import tomllib
 from pathlib import Path
@@ -18,7 +19,7 @@ from qkv_tui.core.scenario import builtin_dir
 from qkv_tui.edges import config
 from qkv_tui.ui import themes
 from qkv_tui.ui.app import QKVApp
-from qkv_tui.ui.edit import EditScreen
+from qkv_tui.ui.edit import DropEditsScreen, EditScreen, ReloadScreen
 from qkv_tui.ui.widgets import matrix
 
 from .conftest import ROOT
@@ -102,13 +103,31 @@ def test_scale_must_be_positive() -> None:
 def test_addresses() -> None:
     sc = load_scenario("two_heads")
     assert parse_address(sc, "2") == (None, "2")
-    assert parse_address(sc, "X[love,3] = 7") == (InputCell("X", None, 1, 3), " 7")
-    assert parse_address(sc, "W_K[1,0] (head 2) = 1")[0] == InputCell("W_K", 1, 1, 0)
+    assert parse_address(sc, "X[love,4] = 7") == (InputCell("X", None, 1, 3), " 7")
+    assert parse_address(sc, "W_K[2,1] (head 2) = 1")[0] == InputCell("W_K", 1, 1, 0)
     assert parse_address(sc, "scale=1")[0] == InputCell("scale")
     assert parse_address(sc, "mask[AI,I] = 0")[0] == InputCell("mask", None, 2, 0)
-    for bad in ("Q[0,0] = 1", "X[nobody,0] = 1", "X[0,9] = 1", "W_Q[0,0] (head 9) = 1", "X = 1"):
+    assert parse_address(sc, "W_Q[4,3] = 1")[0] == InputCell("W_Q", 0, 3, 2)  # rows and columns count from 1
+    assert parse_address(sc, "X[1,1] = 1")[0] == InputCell("X", None, 0, 0)  # a row by number: from 1 too
+    for bad in ("Q[1,1] = 1", "X[nobody,1] = 1", "X[1,9] = 1", "W_Q[1,1] (head 9) = 1", "X = 1",
+                "X[I,0] = 1", "W_Q[0,1] = 1", "W_Q[5,1] = 1", "X[I,5] = 1"):  # 0 and one past the end are not cells
         with pytest.raises(EditError):
             parse_address(sc, bad)
+
+
+def test_the_prompt_counts_rows_columns_and_entries_from_one() -> None:
+    sc = load_scenario("pre_norm")
+    assert InputCell("X", None, 1, 0).label(sc) == "X[love,1]"  # love's first column
+    assert InputCell("W_Q", 0, 2, 1).label(sc) == "W_Q[3,2]"
+    assert InputCell("gamma", None, 0, 0).label(sc) == "gamma[1]"
+    assert parse_address(sc, "gamma[4] = 2")[0] == InputCell("gamma", None, 0, 3)
+    for bad, says in (("gamma[0] = 2", "1 … 4"), ("W_Q[0,1] = 2", "expected 1 … 4 (counting from 1)"),
+                      ("X[I,5] = 2", "expected 1 … 4 (counting from 1)"), ("W_Q = 2", "W_Q[1,2]"), ("X[I] = 2", "X[love,1]")):
+        with pytest.raises(EditError, match=re.escape(says)):
+            parse_address(sc, bad)
+    for cell in input_cells(sc):  # every label reads back as its own cell
+        if cell.matrix not in ("scale",):
+            assert parse_address(sc, f"{cell.label(sc)} = 1")[0] == cell, cell
 
 
 @pytest.mark.parametrize(("name", "cell"), [
@@ -174,7 +193,7 @@ async def test_edit_in_the_app_keeps_the_position_and_marks_changes(tmp_path: Pa
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("3", "right")  # scores[I,love], which reads Q[I] and K[love]
         before = app.position
-        await type_edit(pilot, "X[love,0] = 3")
+        await type_edit(pilot, "X[love,1] = 3")
         assert app.position == before
         assert app.scenario.X[1, 0] == 3
         assert app.comp.heads[0].scores[0, 1] == 8  # Q[I]·K[love] = 2·2 + 0·1 + 1·4
@@ -233,8 +252,8 @@ async def test_undo_as_many_times_as_edits(tmp_path: Path) -> None:
     app = QKVApp(str(copy(tmp_path)))
     async with app.run_test(size=SIZE) as pilot:
         original = app.comp.output.copy()
-        await type_edit(pilot, "X[I,0] = 2")
-        await type_edit(pilot, "W_V[0,0] = 5")
+        await type_edit(pilot, "X[I,1] = 2")
+        await type_edit(pilot, "W_V[1,1] = 5")
         await type_edit(pilot, "scale = 1")
         assert app.scenario.scale == 1
         await pilot.press("u")
@@ -249,9 +268,9 @@ async def test_save_writes_the_file_keeping_comments(tmp_path: Path) -> None:
     path = copy(tmp_path)
     app = QKVApp(str(path))
     async with app.run_test(size=SIZE) as pilot:
-        await type_edit(pilot, "X[love,0] = 2.5")
-        await type_edit(pilot, "W_Q[0,0] = 4")
-        await type_edit(pilot, "X[I,3] = 1")
+        await type_edit(pilot, "X[love,1] = 2.5")
+        await type_edit(pilot, "W_Q[1,1] = 4")
+        await type_edit(pilot, "X[I,4] = 1")
         await pilot.press("u")  # undone before saving: the file keeps its value
         await pilot.press("ctrl+s")
         await pilot.pause()
@@ -270,20 +289,20 @@ async def test_a_builtin_is_never_written_over(tmp_path: Path, monkeypatch: pyte
     before = (builtin_dir() / "i_love_ai.toml").read_bytes()
     app = QKVApp("i_love_ai")
     async with app.run_test(size=SIZE) as pilot:
-        await type_edit(pilot, "X[love,0] = 9")
+        await type_edit(pilot, "X[love,1] = 9")
         await pilot.press("ctrl+s")
         await pilot.pause()
         copy_path = tmp_path / "i_love_ai.toml"
         assert "[9, 1, 0, 1],   # love" in copy_path.read_text()  # a copy here, comments and all
         assert app.live.path == copy_path
-        await type_edit(pilot, "X[I,0] = 8")
+        await type_edit(pilot, "X[I,1] = 8")
         await pilot.press("ctrl+s")  # now it writes the copy it follows
         await pilot.pause()
         assert tomllib.loads(copy_path.read_text())["X"][0][0] == 8
     assert (builtin_dir() / "i_love_ai.toml").read_bytes() == before
     other = QKVApp(str(builtin_dir() / "i_love_ai.toml"))
     async with other.run_test(size=SIZE) as pilot:
-        await type_edit(pilot, "X[I,0] = 7")
+        await type_edit(pilot, "X[I,1] = 7")
         await pilot.press("ctrl+s")  # the copy exists: it is not written over either
         await pilot.pause()
         assert any("exists already" in n.message for n in other._notifications)
@@ -340,21 +359,156 @@ async def test_a_reload_under_an_open_prompt(tmp_path: Path) -> None:
         app.live.poll()
         await pilot.pause()
         assert app.scenario.n == 2
-        app.screen.query_one("#edit-input").value = "X[AI,0] = 5"  # a row the new file no longer has
+        app.screen.query_one("#edit-input").value = "X[AI,1] = 5"  # a row the new file no longer has
         await pilot.press("enter")
         await pilot.pause()
         assert "changed on disk" in str(app.screen.query_one("#edit-error").render())
         assert app.scenario.n == 2 and not app.live.dirty
 
 
-async def test_reload_drops_unsaved_edits(tmp_path: Path) -> None:
+async def test_reload_asks_before_it_drops_unsaved_edits(tmp_path: Path) -> None:
     path = copy(tmp_path)
     app = QKVApp(str(path))
     async with app.run_test(size=SIZE) as pilot:
-        await type_edit(pilot, "X[I,0] = 7")
+        await type_edit(pilot, "X[I,1] = 7")
         await pilot.press("r")
         await pilot.pause()
+        assert isinstance(app.screen, ReloadScreen)  # it asks, and says what would be lost
+        question = str(app.screen.query_one("#drop-question").render())
+        assert f"Reload {path.name} from disk?" in question and "X[I,1] = 7 (the file: 1)" in question
+        await pilot.press("escape")  # keeps them
+        await pilot.pause()
+        assert not isinstance(app.screen, ReloadScreen) and app.scenario.X[0, 0] == 7 and app.live.dirty
+        await pilot.press("r", "r")  # r again confirms
+        await pilot.pause()
         assert app.scenario.X[0, 0] == 1 and not app.live.undo_stack and not app.live.dirty
+        assert "1 unsaved edit dropped" in [n.message for n in app._notifications][-1]
+        await type_edit(pilot, "X[I,1] = 6")
+        await pilot.press("r", "y")  # so does y
+        await pilot.pause()
+        assert app.scenario.X[0, 0] == 1
+        await pilot.press("r")  # nothing unsaved: it reloads at once
+        await pilot.pause()
+        assert not isinstance(app.screen, ReloadScreen)
+
+
+async def test_a_change_on_disk_never_replaces_unsaved_edits(tmp_path: Path) -> None:
+    path = copy(tmp_path)
+    app = QKVApp(str(path))
+    async with app.run_test(size=SIZE) as pilot:
+        await type_edit(pilot, "X[I,1] = 7")
+        path.write_text(path.read_text().replace("[0, 1, 0, 1],   # love", "[4, 1, 0, 1],   # love"))
+        app.live.stamp = None  # a same-second rewrite of the same size: make the change certain
+        app.live.poll()
+        app.live.poll()  # said once, not every second
+        await pilot.pause()
+        assert app.scenario.X[0, 0] == 7 and app.scenario.X[1, 0] == 0  # the edits stay, the file waits
+        warnings = [n.message for n in app._notifications if n.severity == "warning"]
+        assert len(warnings) == 1 and "changed on disk" in warnings[0] and "ctrl+s writes your edits into it" in warnings[0]
+        await pilot.press("ctrl+s")  # the edit goes into the changed file, whose own change is kept
+        await pilot.pause()
+        on_disk = tomllib.loads(path.read_text())["X"]
+        assert on_disk[0][0] == 7 and on_disk[1][0] == 4
+        assert app.scenario.X[0, 0] == 7 and app.scenario.X[1, 0] == 4 and not app.live.dirty  # the screen shows it
+        # once every edit is undone, a change on disk is followed again by itself
+        await type_edit(pilot, "X[AI,1] = 5")
+        path.write_text(path.read_text().replace("[1, 1, 0, 0],   # AI", "[1, 1, 0, 3],   # AI"))
+        app.live.stamp = None
+        app.live.poll()
+        await pilot.pause()
+        assert app.scenario.X[2, 3] == 0
+        await pilot.press("u")
+        app.live.poll()
+        await pilot.pause()
+        assert app.scenario.X[2, 3] == 3 and app.scenario.X[2, 0] == 1
+
+
+async def test_edits_are_not_written_into_a_file_whose_shapes_changed(tmp_path: Path) -> None:
+    path = copy(tmp_path)
+    app = QKVApp(str(path))
+    async with app.run_test(size=SIZE) as pilot:
+        await type_edit(pilot, "X[AI,1] = 5")
+        text = path.read_text().replace('tokens = ["I", "love", "AI"]', 'tokens = ["I", "love"]')
+        path.write_text(text.replace("  [1, 1, 0, 0],   # AI\n", ""))  # one token fewer: no row for AI's edit
+        written = path.read_text()
+        app.live.stamp = None
+        await pilot.press("ctrl+s")
+        await pilot.pause()
+        assert path.read_text() == written and app.live.dirty  # nothing written, nothing lost
+        errors = [n.message for n in app._notifications if n.severity == "error"]
+        assert errors and "other shapes" in errors[-1]
+
+
+async def test_edited_means_different_from_the_file(tmp_path: Path) -> None:
+    app = QKVApp(str(copy(tmp_path)))
+    async with app.run_test(size=SIZE) as pilot:
+        def edited() -> bool:
+            return "edited" in str(app.query_one("FormulaLine").render())
+
+        await type_edit(pilot, "X[I,1] = 7")
+        await type_edit(pilot, "W_Q[1,1] = 3")
+        assert edited() and app.live.dirty == [InputCell("X", None, 0, 0), InputCell("W_Q", 0, 0, 0)]
+        await pilot.press("u", "u")  # every edit undone: the file's values, so not edited
+        assert not edited() and not app.live.dirty
+        await type_edit(pilot, "X[I,1] = 7")
+        await type_edit(pilot, "X[I,1] = 1")  # typed back to the file's value
+        assert not edited() and not app.live.dirty
+        await pilot.press("ctrl+s")
+        await pilot.pause()
+        assert "No edits to save." in [n.message for n in app._notifications]
+        await type_edit(pilot, "X[I,1] = 2")
+        await pilot.press("ctrl+s")
+        await pilot.pause()
+        assert not edited()  # saved: the file holds it
+        await pilot.press("u")  # back to 7? no: to 1, which the file no longer holds
+        assert app.scenario.X[0, 0] == 1 and edited()
+
+
+async def test_opening_another_scenario_asks_before_it_drops_unsaved_edits(tmp_path: Path) -> None:
+    app = QKVApp(str(copy(tmp_path)))
+    async with app.run_test(size=SIZE) as pilot:
+        await type_edit(pilot, "X[I,1] = 7")
+        command = {c.title: c for c in app.get_system_commands(app.screen)}
+        command["Open built-in scenario: two_heads"].callback()
+        await pilot.pause()
+        assert isinstance(app.screen, DropEditsScreen)
+        assert "Open two_heads.toml?" in str(app.screen.query_one("#drop-question").render())
+        await pilot.press("escape")
+        assert app.scenario.X[0, 0] == 7 and len(app.scenario.heads) == 1
+        command["Open built-in scenario: two_heads"].callback()
+        await pilot.pause()
+        await pilot.press("y")
+        await pilot.pause()
+        assert len(app.scenario.heads) == 2 and not app.live.dirty
+
+
+async def test_a_failed_open_says_so_until_the_file_is_fixed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    bad = tmp_path / "lesson.toml"
+    bad.write_text("tokens = [\n")
+    app = QKVApp("i_love_ai")
+    async with app.run_test(size=SIZE) as pilot:
+        command = {c.title: c for c in app.get_system_commands(app.screen)}
+        command["Open file: lesson.toml"].callback()
+        await pilot.pause()
+
+        def errors() -> list[str]:
+            return [n.message for n in app._notifications if n.severity == "error"]
+
+        assert len(errors()) == 1 and "line " in errors()[0]
+        app.live.poll()
+        assert len(errors()) == 1  # unchanged file: the error stays
+        bad.write_text('tokens = ["a"]\nX = [[1]]\n')  # valid TOML, still not a scenario: the new reason replaces it
+        app.live.failed = (bad, None)  # a same-second rewrite: make the change certain
+        app.live.poll()
+        await pilot.pause()
+        assert len(errors()) == 1 and "line " not in errors()[0]
+        shutil.copy(ROOT / "scenarios" / "causal_mask.toml", bad)  # fixed
+        app.live.failed = (bad, None)
+        app.live.poll()
+        await pilot.pause()
+        assert not errors() and "lesson.toml loads now" in [n.message for n in app._notifications][-1]
+        assert app.live.failed is None and app.scenario.title == "I love AI"  # it did not open by itself
 
 
 async def test_a_shorter_file_keeps_what_position_it_can(tmp_path: Path) -> None:
@@ -407,6 +561,22 @@ async def test_palette_offers_every_action_and_keeps_textuals_own(tmp_path: Path
         assert app.theme == "textual-light"
 
 
+async def test_palette_opens_the_packaged_built_in_never_a_same_named_local_file(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    local = (builtin_dir() / "i_love_ai.toml").read_text().replace('title = "I love AI"', 'title = "my copy"')
+    (tmp_path / "i_love_ai.toml").write_text(local.replace("X = [", "X = [[9, 9, 9, 9],", 1).replace(
+        'tokens = ["I", "love", "AI"]', 'tokens = ["x", "I", "love", "AI"]'))
+    assert load_scenario(str(tmp_path / "i_love_ai.toml")).title == "my copy"  # a valid file that differs
+    monkeypatch.chdir(tmp_path)
+    app = QKVApp("two_heads")
+    async with app.run_test(size=SIZE):
+        command = {c.title: c for c in app.get_system_commands(app.screen)}
+        command["Open built-in scenario: i_love_ai"].callback()
+        assert app.scenario.title == "I love AI" and app.scenario.tokens == ("I", "love", "AI")
+        assert np.array_equal(app.scenario.X, load_scenario(builtin_dir() / "i_love_ai.toml").X)
+        assert app.live.path == builtin_dir() / "i_love_ai.toml"  # reload and the file watch follow it too
+
+
 # --- screenshots, autoplay, themes -------------------------------------------------------------------
 
 
@@ -421,6 +591,57 @@ async def test_screenshot_is_written_to_the_current_folder(tmp_path: Path, monke
             if target.exists() and target.read_text().rstrip().endswith("</svg>"):
                 break
         assert "scores[I,love]" in target.read_text().replace("&#160;", " ")
+
+
+async def written(pilot, target: Path) -> str:
+    """The SVG once its thread has written it whole (waits for the file, not for a clock)."""
+    for _ in range(300):
+        await pilot.pause(0.02)
+        if target.exists() and target.read_text().rstrip().endswith("</svg>"):
+            return target.read_text().replace("&#160;", " ")
+    raise AssertionError(f"{target} was not written")
+
+
+@pytest.mark.parametrize(("name", "keys", "expected"), [
+    ("i_love_ai", ["t", "right", "right", "right"], "i_love_ai-tiles-step04.svg"),  # was …-decode-step4
+    ("causal_mask", ["k", "right"], "causal_mask-cache-step2.svg"),
+    ("two_heads", ["k", "c", "right", "tab"], "two_heads-cache-chunked-step2-head2.svg"),
+    ("i_love_ai", ["3", "right", "m"], "i_love_ai-map-op32.svg"),  # was the trace's name, and s did nothing
+    ("two_heads", ["3", "right", "m", "tab"], "two_heads-map-op032-head2.svg"),  # the map's own head
+    ("i_love_ai", ["question_mark"], "i_love_ai-help.svg"),
+    ("two_heads", ["5", "right", "tab"], "two_heads-op104-softmax-head2.svg"),
+])
+async def test_a_screenshot_is_named_for_its_view_and_place(name: str, keys: list[str], expected: str, tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    app = QKVApp(name)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press(*keys, "s")
+        await written(pilot, tmp_path / expected)
+        assert [p.name for p in tmp_path.iterdir()] == [expected]
+
+
+async def test_screenshots_never_overwrite_and_never_show_a_toast(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "i_love_ai-op04-project.svg").write_text("a teacher's own file")
+    app = QKVApp("i_love_ai")
+    async with app.run_test(size=SIZE, notifications=True) as pilot:  # toasts drawn, as in a terminal
+        await pilot.press("2")  # op 4: Q[I,0]
+        app.notify("a toast that is showing", timeout=60)
+        await pilot.pause()
+        await pilot.press("s")
+        second = await written(pilot, tmp_path / "i_love_ai-op04-project-2.svg")
+        await pilot.pause()
+        assert any("Saved screenshot" in n.message for n in app._notifications)  # announced, after the picture
+        await pilot.press("s")  # with that announcement on screen
+        third = await written(pilot, tmp_path / "i_love_ai-op04-project-3.svg")
+        assert (tmp_path / "i_love_ai-op04-project.svg").read_text() == "a teacher's own file"
+        for svg in (second, third):
+            assert "Q[I,0]" in svg  # the screen itself
+            assert "a toast that is showing" not in svg and "Saved screenshot" not in svg
+        assert not app.screen.has_class("-screenshot")  # toasts show again
+        assert app.live.screenshot() == "i_love_ai-op04-project-4.svg"  # a name given out is not given twice
+        assert app.live.screenshot() == "i_love_ai-op04-project-5.svg"
 
 
 async def test_autoplay_steps_and_any_key_stops_it() -> None:
@@ -487,6 +708,7 @@ def test_cli_passes_the_theme(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
             seen.append(self.live.theme)
 
     monkeypatch.setattr("qkv_tui.ui.app.QKVApp", Recorder)
+    monkeypatch.setattr(cli, "terminal_problem", lambda: None)  # the app is not started: no terminal needed
     assert cli.main(["i_love_ai"]) == 0
     assert cli.main(["--theme", "light", "--save-theme", "i_love_ai"]) == 0
     assert cli.main(["i_love_ai"]) == 0  # remembered
@@ -542,7 +764,7 @@ class TestLiveSnapshots:
     def test_edited(self, snap_compare, size: tuple[int, int]) -> None:
         async def run_before(pilot) -> None:
             await pilot.press("3", "right")
-            await type_edit(pilot, "X[love,0] = 3")
+            await type_edit(pilot, "X[love,1] = 3")
 
         assert snap_compare(QKVApp("i_love_ai"), run_before=run_before, terminal_size=size)
 
@@ -555,7 +777,7 @@ class TestLiveSnapshots:
     def test_light_theme_edited(self, snap_compare) -> None:
         async def run_before(pilot) -> None:
             await pilot.press("4", "right", "right", "right")
-            await type_edit(pilot, "X[I,1] = 2")
+            await type_edit(pilot, "X[I,2] = 2")
 
         assert snap_compare(QKVApp("causal_mask", theme="light"), run_before=run_before, terminal_size=(120, 40))
 
@@ -641,7 +863,7 @@ async def test_editing_a_gain_in_the_app(tmp_path: Path) -> None:
     app = QKVApp(str(path))
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("end")
-        await type_edit(pilot, "gamma[0] = 3")
+        await type_edit(pilot, "gamma[1] = 3")
         assert app.scenario.norm.gamma[0] == 3 and app.live.dirty
         await pilot.press("ctrl+s")
         await pilot.pause()

@@ -125,7 +125,7 @@ def test_rope_at_position_zero_changes_nothing() -> None:
 def test_alibi_default_slopes_are_the_papers() -> None:
     assert default_slopes(8) == tuple(2.0 ** -(h + 1) for h in range(8))
     assert default_slopes(2) == (2.0**-4, 2.0**-8)
-    sc = parse_scenario(BASE + "[alibi]\n" + HEAD, "a.toml")
+    sc = parse_scenario(BASE + 'mask = "causal"\n[alibi]\n' + HEAD, "a.toml")
     head = compute(sc).heads[0]
     assert head.slope == 2.0**-8
     assert head.bias is not None

@@ -81,10 +81,10 @@ def test_a_link_stays_a_link(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("now", "says"), [
-    ("", "no longer holds X[love,0]"),
-    ('tokens = ["I"]\n', "no longer holds X[love,0]"),
-    (ORIGINAL.replace("X = [", 'X = "gone"\nold_X = [', 1), "no longer holds X[love,0]"),
-    (ORIGINAL.replace("[0, 1, 0, 1],   # love", "[],   # love"), "no longer holds X[love,0]"),
+    ("", "no longer holds X[love,1]"),
+    ('tokens = ["I"]\n', "no longer holds X[love,1]"),
+    (ORIGINAL.replace("X = [", 'X = "gone"\nold_X = [', 1), "no longer holds X[love,1]"),
+    (ORIGINAL.replace("[0, 1, 0, 1],   # love", "[],   # love"), "no longer holds X[love,1]"),
     (ORIGINAL.replace("[0, 1, 0, 1],   # love", "[0],   # love"), "would not be a valid scenario (X is ragged"),
     ('tokens = "oops', "is not valid TOML any more"),
     (ORIGINAL.replace('tokens = ["I", "love", "AI"]', 'tokens = ["I", "love"]'), "would not be a valid scenario"),
@@ -166,11 +166,11 @@ def last_error(app: QKVApp) -> str:
 
 
 async def save_after(tmp_path: Path, spoil: Callable[[Path], None], fifo: bool = False) -> tuple[QKVApp, Path, str]:
-    """Open a copy, edit X[love,0], spoil the file, press ctrl+s: the app, the file and the error shown."""
+    """Open a copy, edit X[love,1], spoil the file, press ctrl+s: the app, the file and the error shown."""
     path = scenario_file(tmp_path)
     app = QKVApp(str(path))
     async with app.run_test(size=SIZE) as pilot:
-        await type_edit(pilot, "X[love,0] = 2.5")
+        await type_edit(pilot, "X[love,1] = 2.5")
         spoil(path)
         app.live.poll()  # what the file watch does within a second: its error comes before the save's
         with valve(path) if fifo else _nothing() as opened:
@@ -198,7 +198,7 @@ def _nothing() -> Iterator[list[bool]]:
 
 async def test_ctrl_s_after_the_file_was_emptied(tmp_path: Path) -> None:
     _, path, message = await save_after(tmp_path, lambda p: p.write_text(""))
-    assert "no longer holds X[love,0]" in message and "the edits stay in the app" in message
+    assert "the file is empty" in message  # the change on disk is checked first: why it cannot take the edits
     assert tomllib.loads(path.read_text())["X"][1][0] == 2.5  # put back, the same edits saved
 
 
@@ -208,7 +208,7 @@ async def test_ctrl_s_after_the_file_became_a_fifo(tmp_path: Path) -> None:
         os.mkfifo(path)
 
     _, path, message = await save_after(tmp_path, to_fifo, fifo=True)
-    assert message.endswith("is a named pipe (FIFO), not a regular file; expected a .toml scenario file")
+    assert "is a named pipe (FIFO), not a regular file; expected a .toml scenario file" in message
     assert stat.S_ISFIFO(os.stat(path).st_mode)
 
 
@@ -218,7 +218,7 @@ async def test_ctrl_s_after_the_file_became_a_loop_of_links(tmp_path: Path) -> N
         path.symlink_to(path)
 
     _, path, message = await save_after(tmp_path, to_loop)
-    assert message.endswith("cannot open: Too many levels of symbolic links")
+    assert "cannot open: Too many levels of symbolic links" in message
     assert path.is_symlink()
 
 
@@ -226,7 +226,7 @@ async def test_ctrl_s_with_brackets_in_the_path_and_the_reason(tmp_path: Path) -
     folder = tmp_path / "[bold]class [1]"
     folder.mkdir()
     _, _, message = await save_after(folder, lambda p: p.write_text(""))  # markup would eat or refuse the brackets
-    assert "[bold]class [1]" in message and "X[love,0]" in message
+    assert "[bold]class [1]" in message and "[[heads]]" in message
 
 
 async def test_a_builtin_copy_is_written_beside_a_fifo_never_into_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -234,7 +234,7 @@ async def test_a_builtin_copy_is_written_beside_a_fifo_never_into_it(tmp_path: P
     target = tmp_path / "i_love_ai.toml"
     app = QKVApp("i_love_ai")
     async with app.run_test(size=SIZE) as pilot:
-        await type_edit(pilot, "X[love,0] = 9")
+        await type_edit(pilot, "X[love,1] = 9")
         os.mkfifo(target)
         with valve(target) as opened:
             await pilot.press("ctrl+s")

@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from qkv_tui import compute, load_scenario
 from qkv_tui.core.scenario import parse_scenario
+from qkv_tui.screen.tiled_view import op_lines
 from qkv_tui.teach.tiled import PHASES, tiled
+from qkv_tui.teach.trace import Trace
 
+from .conftest import SCENARIOS
 from .strategies import Case, cases
 
 
@@ -110,8 +115,6 @@ def test_tile_size_is_a_scenario_setting(tmp_path) -> None:
 
 
 def test_a_row_with_no_allowed_key_in_a_tile_says_so() -> None:
-    from qkv_tui.screen.tiled_view import op_lines
-
     text = ('tokens = ["t0", "t1", "t2", "t3"]\nX = [[1], [1], [1], [1]]\n'
             'mask = { kind = "custom", allow = [[1, 0, 0, 0], [0, 0, 0, 1], [0, 0, 0, 1], [0, 0, 0, 1]] }\n'
             "[[heads]]\nW_Q = [[1]]\nW_K = [[1]]\nW_V = [[2]]\n")
@@ -122,3 +125,87 @@ def test_a_row_with_no_allowed_key_in_a_tile_says_so() -> None:
     assert "p = 0 for every key of this tile for t1: the mask allows t1 none of t0..t1" in lines
     assert "α[t1]: nothing to rescale, no key allowed to t1 so far" in lines
     assert not any("nan" in line or "− −∞" in line for line in lines)
+
+
+P_LINE = re.compile(r"^p\[(?P<tok>.+?)\] = e\^\(S − m\) = e\^\((?P<S>\[.*?\]) − (?P<m>\S+)\) = e\^(?P<shift>\[.*?\])"
+                    r" = (?P<p>\[.*?\])$")
+
+
+def _items(text: str) -> list[str]:
+    return text.strip("[]").split(", ")
+
+
+@pytest.mark.parametrize("decimals", range(1, 9))
+@pytest.mark.parametrize("path", SCENARIOS, ids=lambda p: p.stem)
+def test_every_exponential_reads_as_the_trace_prints_it(path, decimals: int) -> None:
+    # the same quantity, e^(s − max) of one cell, never reads differently on two screens: wherever the
+    # running max is the row's max, the tiles view prints the trace's difference and exponential
+    comp = compute(load_scenario(path))
+    trace = Trace(comp)
+    sc = comp.scenario
+    same = 0
+    for h in range(len(comp.heads)):
+        th = tiled(comp, h)
+        for i in range(len(th)):
+            op = th.op(i)
+            if op.phase != "exps":
+                continue
+            assert op.visit is not None
+            # one p line (or "p = 0 for every key") per row of the block, in order
+            per_row = [line for line in op_lines(th, op, decimals) if line.startswith("p")]
+            for row, line in zip(op.end.rows, per_row):
+                match = P_LINE.match(line)
+                if match is None:
+                    assert line.startswith("p = 0 for every key"), line
+                    continue
+                assert match["tok"] == sc.tokens[row]
+                want = trace.softmax_row(h, row, decimals)
+                if match["m"].strip("()") != want.top:
+                    continue  # a running max below the row's: a number the trace never shows
+                cols = list(op.visit.cols)
+                assert _items(match["S"]) == [want.scaled[j] for j in cols], line
+                assert _items(match["shift"]) == [want.shifted[j] for j in cols], line
+                assert _items(match["p"]) == [want.exps[j] for j in cols], line
+                same += 1
+    assert same > 0
+
+
+def test_the_old_exponential_is_gone() -> None:
+    # the seed's AI row: e^(1.732 − 2.309) = e^-0.577, which a calculator gives as 0.562 (exactly, 0.5614)
+    comp = compute(load_scenario("i_love_ai"))
+    th = tiled(comp, 0, 2)
+    lines = [line for i in range(len(th)) for line in op_lines(th, th.op(i), 3)]
+    assert "p[AI] = e^(S − m) = e^([1.732] − 2.309) = e^[-0.577] = [0.562]" in lines
+    assert "ℓ[AI] = ℓ + Σp = 1.315 + 0.562 = 1.877" in lines  # the trace's Σ = 1.877
+    assert "O[AI] = Õ/ℓ = [1.877, 2.562, 0.315]/1.877 = [1.000, 1.365, 0.168]" in lines
+
+
+def test_the_view_says_whose_algorithm_and_what_it_saves() -> None:
+    from qkv_tui.screen.tiled_view import MEANING
+    from qkv_tui.teach.tiled import memory_line
+
+    assert "one tile wide" not in MEANING["scores"]  # FlashAttention's extra memory is O(N), not one tile
+    assert "FlashAttention's win is that traffic" in MEANING["scores"] and "O(N)" in MEANING["scores"]
+    assert "One size B here stands for both B_r (query rows per block) and B_c (keys per tile)" in MEANING["scores"]
+    assert ("FlashAttention-1 divided its O by ℓ after every tile" in MEANING["normalise"]
+            and "keeps only L = m + log ℓ per row for the backward pass" in MEANING["normalise"])
+    line = memory_line(16, 16, 4, 2)
+    assert "one tile B_r×B_c = 4×4 = 16 on chip" in line and "L = m + log ℓ, 16 numbers (O(n)" in line
+
+
+def test_values_near_the_largest_float_are_summed_scaled_and_say_so() -> None:
+    # Õ = 1.5e308 + 1.5e308 overflowed; O = Õ/ℓ is 1.5e308, within float64
+    import warnings
+
+    from qkv_tui.screen.tiled_view import tiled_explanation
+
+    text = 'tokens = ["a", "b", "c"]\nX = [[1], [1], [1]]\n[[heads]]\nW_Q = [[1]]\nW_K = [[1]]\nW_V = [[1.5e308]]\n'
+    comp = compute(parse_scenario(text, "big.toml"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for tile in (1, 2, 3):
+            th = tiled(comp, 0, tile)
+            assert th.shift == 3 and np.array_equal(th.output, comp.heads[0].output) and th.matches
+            ex = tiled_explanation(th, len(th) - 1, 3)
+            assert ex.details[-1].startswith("Õ sums V/8 (2^3)")
+            assert "] = Õ/ℓ·8 = [" in ex.arithmetic and ex.arithmetic.endswith(" = [1.500e+308]")

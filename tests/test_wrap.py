@@ -53,7 +53,7 @@ def rendered(body: object, width: int) -> list[str]:
 
 
 def test_help_descriptions_hang_under_their_own_column() -> None:
-    lines = rendered(HelpScreen(["embed", "project"]).body(), 70)
+    lines = rendered(HelpScreen([STAGES["embed"], STAGES["project"]]).body(), 70)
     start = next(i for i, line in enumerate(lines) if line.startswith("  k "))
     column = lines[start].index("KV cache")
     assert column == 19

@@ -4,6 +4,10 @@ Pure: a Scenario and a cell in, a new validated Scenario out (or an :class:`Edit
 one-line reason); the TOML file's text and the edited cells in, new text out. The file keeps its
 comments and layout (tomlkit): only the edited numbers change. :func:`save_file` is the one part
 that touches the disk: it reads the file as the loader does and replaces it whole.
+
+A person reads and types rows, columns and entries counting from 1 (``W_Q[1,1]`` is the first
+weight, ``gamma[1]`` the first gain; docs/scenario-format.md, "Counting"); :class:`InputCell`
+holds them from 0, as NumPy and the JSON export do.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ import os
 import re
 import stat
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -22,6 +26,7 @@ import tomlkit
 import tomlkit.exceptions
 
 from qkv_tui.core.engine import Computation, compute
+from qkv_tui.core.modern import alibi_later_key
 from qkv_tui.core.scenario import Head, Matrix, Scenario, ScenarioError, parse_scenario
 from qkv_tui.core.tomlfile import ReadError, decode, read_bytes, stat_path
 
@@ -43,25 +48,26 @@ class InputCell:
 
     matrix: str  # X | context_X | W_Q | W_K | W_V | W_O | gamma | beta | b_Q | b_K | b_V | b_O | sink | mask | scale
     head: int | None = None  # for the per-head inputs: W_Q, W_K, W_V, b_Q, b_K, b_V, sink
-    row: int = 0
-    col: int = 0
+    row: int = 0  # 0-based; shown and typed from 1
+    col: int = 0  # 0-based; shown and typed from 1
 
     def label(self, sc: Scenario) -> str:
-        """How the cell is written in the prompt and in messages: ``X[love,0]``, ``W_Q[2,1]``, ``mask[I,love]``."""
+        """How the cell is written in the prompt and in messages, counting from 1: ``X[love,1]`` (love's first
+        column), ``W_Q[3,2]`` (row 3, column 2), ``gamma[1]``, ``mask[I,love]``."""
         if self.matrix == "scale":
             return "scale"
         where = f" ({sc.heads[self.head].name})" if self.head is not None and len(sc.heads) > 1 else ""
         if self.matrix == "sink":
             return f"sink{where}"
         if self.matrix in VECTORS:
-            return f"{self.matrix}[{self.col}]{where}"
+            return f"{self.matrix}[{self.col + 1}]{where}"
         if self.matrix == "mask":
-            return f"mask[{sc.tokens[self.row]},{sc.key_tokens[self.col]}]"
+            return f"mask[{sc.labels[self.row]},{sc.key_labels[self.col]}]"
         if self.matrix in ("X", "context_X"):
-            labels = sc.tokens if self.matrix == "X" else sc.key_tokens
+            labels = sc.labels if self.matrix == "X" else sc.key_labels
             name = "X" if self.matrix == "X" else "X_ctx"
-            return f"{name}[{labels[self.row]},{self.col}]"
-        return f"{self.matrix}[{self.row},{self.col}]{where}"
+            return f"{name}[{labels[self.row]},{self.col + 1}]"
+        return f"{self.matrix}[{self.row + 1},{self.col + 1}]{where}"
 
 
 def _vector(sc: Scenario, name: str, head: int | None) -> Matrix | None:
@@ -102,28 +108,51 @@ def _array(sc: Scenario, matrix: str, head: int | None) -> Matrix | None:
     return None
 
 
+def _inputs(sc: Scenario) -> Iterator[tuple[str, int | None]]:
+    """Every input (matrix, head) in the order the arrow keys visit them: X, the context, the norm,
+    each head's weights, biases and sink, W_O, b_O, scale, mask. Arrays where the scenario has them;
+    "sink", "scale" and "mask" always (a sink only where the head has one)."""
+    yield from (("X", None), ("context_X", None), ("gamma", None), ("beta", None))
+    for h, head in enumerate(sc.heads):
+        yield from ((role, h) for role in ("W_Q", "b_Q", "W_K", "b_K", "W_V", "b_V"))
+        if getattr(head, "sink", None) is not None:
+            yield "sink", h
+    yield from (("W_O", None), ("b_O", None), ("scale", None), ("mask", None))
+
+
 def input_cells(sc: Scenario) -> list[InputCell]:
     """Every editable cell, in the order the arrow keys visit them: X, the context, each head's weights, W_O, scale, mask."""
     cells: list[InputCell] = []
-
-    def grid(matrix: str, head: int | None) -> None:
-        array = _array(sc, matrix, head)
+    for matrix, head in _inputs(sc):
+        if matrix in ("sink", "scale"):
+            cells.append(InputCell(matrix, head))
+            continue
+        array = sc.allow if matrix == "mask" else _array(sc, matrix, head)
         if array is not None:
             cells.extend(InputCell(matrix, head, r, c) for r in range(array.shape[0]) for c in range(array.shape[1]))
+    return cells
 
-    grid("X", None)
-    grid("context_X", None)
-    grid("gamma", None)
-    grid("beta", None)
-    for h, head in enumerate(sc.heads):
-        for role in ("W_Q", "b_Q", "W_K", "b_K", "W_V", "b_V"):
-            grid(role, h)
-        if getattr(head, "sink", None) is not None:
-            cells.append(InputCell("sink", h))
-    grid("W_O", None)
-    grid("b_O", None)
-    cells.append(InputCell("scale"))
-    cells.extend(InputCell("mask", None, i, j) for i in range(sc.n) for j in range(sc.m))
+
+def changed_cells(base: Scenario, sc: Scenario) -> list[InputCell]:
+    """The input cells whose value in ``sc`` differs from ``base`` (the file as read), in input_cells order.
+
+    Whole arrays are compared at once, so a real model's head (a million weights) costs milliseconds.
+    An edit back to the file's value is no change; an input the two do not share in shape is ignored
+    (edits never change a shape: only a reload does, and it makes the reloaded file the new base).
+    """
+    cells: list[InputCell] = []
+    for matrix, head in _inputs(sc):
+        if head is not None and head >= len(base.heads):
+            continue
+        if matrix in ("sink", "scale"):
+            cell = InputCell(matrix, head)
+            shared = matrix == "scale" or getattr(base.heads[head or 0], "sink", None) is not None
+            if shared and value_of(base, cell) != value_of(sc, cell):
+                cells.append(cell)
+            continue
+        old, new = (base.allow, sc.allow) if matrix == "mask" else (_array(base, matrix, head), _array(sc, matrix, head))
+        if old is not None and new is not None and old.shape == new.shape:
+            cells.extend(InputCell(matrix, head, int(r), int(c)) for r, c in np.argwhere(old != new))
     return cells
 
 
@@ -156,13 +185,14 @@ def parse_number(text: str) -> float:
 
 
 def parse_address(sc: Scenario, text: str) -> tuple[InputCell | None, str]:
-    """``W_Q[2,1] = 0.5`` -> (that cell, "0.5"); a bare value -> (None, value). Token labels or indices name rows."""
+    """``W_Q[2,1] = 0.5`` -> (row 2, column 1 counted from 1: InputCell("W_Q", 0, 1, 0), "0.5"); a bare value ->
+    (None, value). Token labels, or numbers from 1, name rows; numbers from 1 name columns and entries."""
     name, sep, value = text.partition("=")
     if not sep:
         return None, text
     found = ADDRESS.fullmatch(name)
     if not found:
-        raise EditError(f"{name.strip()!r} is not a cell; write e.g. X[love,0] = 2 or W_Q[1,2] = 0.5")
+        raise EditError(f"{name.strip()!r} is not a cell; write e.g. X[love,1] = 2 or W_Q[1,2] = 0.5 (counting from 1)")
     matrix, row_text, col_text, head_text = found.groups()
     matrix = {"X_ctx": "context_X", "context.X": "context_X"}.get(matrix, matrix)
     if matrix == "scale" and row_text is None:
@@ -184,31 +214,38 @@ def parse_address(sc: Scenario, text: str) -> tuple[InputCell | None, str]:
         vector = _vector(sc, matrix, head)
         if vector is None:
             raise EditError(f"this scenario has no {matrix}")
-        if not entry or int(entry.group(1)) >= vector.shape[0]:
-            raise EditError(f"{name.strip()!r}: give an entry, e.g. {matrix}[0] (0 … {vector.shape[0] - 1})")
-        return InputCell(matrix, head, 0, int(entry.group(1))), value
+        if not entry or not 1 <= int(entry.group(1)) <= vector.shape[0]:
+            raise EditError(f"{name.strip()!r}: give an entry, e.g. {matrix}[1] (counting from 1: 1 … {vector.shape[0]})")
+        return InputCell(matrix, head, 0, int(entry.group(1)) - 1), value
     if row_text is None or col_text is None:
-        raise EditError(f"{name.strip()!r}: give a row and a column, e.g. {matrix}[0,1]")
+        raise EditError(f"{name.strip()!r}: give a row and a column, e.g. {matrix}[1,2] (counting from 1)")
     if matrix not in ("X", "context_X", "W_O", "mask", *WEIGHTS):
         raise EditError(f"{matrix!r} is not an input; edit X, X_ctx, W_Q, W_K, W_V, W_O, scale, mask"
                         " (and gamma, beta, b_Q, b_K, b_V, b_O, sink where the scenario has them)")
 
-    def index(text: str, labels: tuple[str, ...] | None, size: int, what: str) -> int:
+    def index(text: str, labels: tuple[str, ...] | None, size: int, what: str, spelt: tuple[str, ...] = ()) -> int:
+        """A token label (as the screens show it, ▁the₂, or as the file spells it), or a number counted from 1,
+        as the 0-based index it names."""
         if labels is not None and text in labels:
             return labels.index(text)
-        if text.isascii() and text.isdigit() and int(text) < size:
-            return int(text)
-        raise EditError(f"{what} {text!r} is not in {matrix}; expected 0 … {size - 1}"
+        if text in spelt:
+            return spelt.index(text)
+        if text.isascii() and text.isdigit() and 1 <= int(text) <= size:
+            return int(text) - 1
+        raise EditError(f"{what} {text!r} is not in {matrix}; expected 1 … {size} (counting from 1)"
                         + (f" or a token ({', '.join(labels)})" if labels else ""))
 
     if matrix == "mask":
-        row, col = index(row_text, sc.tokens, sc.n, "row"), index(col_text, sc.key_tokens, sc.m, "column")
+        row = index(row_text, sc.labels, sc.n, "row", sc.tokens)
+        col = index(col_text, sc.key_labels, sc.m, "column", sc.key_tokens)
         return InputCell("mask", None, row, col), value
     array = _array(sc, matrix, head)
     if array is None:
         raise EditError(f"this scenario has no {matrix}")
-    rows = sc.tokens if matrix == "X" else sc.key_tokens if matrix == "context_X" else None
-    cell = InputCell(matrix, head, index(row_text, rows, array.shape[0], "row"), index(col_text, None, array.shape[1], "column"))
+    rows = sc.labels if matrix == "X" else sc.key_labels if matrix == "context_X" else None
+    spelt = sc.tokens if matrix == "X" else sc.key_tokens if matrix == "context_X" else ()
+    cell = InputCell(matrix, head, index(row_text, rows, array.shape[0], "row", spelt),
+                     index(col_text, None, array.shape[1], "column"))
     return cell, value
 
 
@@ -228,7 +265,10 @@ def apply_edit(sc: Scenario, cell: InputCell, text: str) -> Scenario:
         allow = sc.allow.copy()
         allow[cell.row, cell.col] = flag in ("1", "true")
         if not allow[cell.row].any():
-            raise EditError(f"{sc.tokens[cell.row]!r} would attend no key; every query row needs at least one allowed key")
+            raise EditError(f"{sc.labels[cell.row]!r} would attend no key; every query row needs at least one allowed key")
+        if sc.alibi is not None and sc.positions is not None and alibi_later_key(allow, sc.positions) is not None:
+            raise EditError(f"{sc.labels[cell.row]!r} would attend a later key, where ALiBi's bias is a bonus, not a"
+                            " penalty; with [alibi] a query may attend only keys at or before it (docs/scenario-format.md)")
         allow.setflags(write=False)
         kind = "custom" if not allow.all() else "none"
         return replace(sc, allow=allow, mask_kind=kind, window=None)  # a sliding window edited by hand is custom now
@@ -316,7 +356,7 @@ def save_text(original: str, sc: Scenario, cells: Iterable[InputCell]) -> str:
             # emptied, cut short or reshaped since it was read: there is no place for the number
             raise EditError(f"the file on disk has changed and no longer holds {cell.label(sc)} where it was read from;"
                             " the edits stay in the app: put the file back and save again, or reload (r) to take"
-                            " the file as it is now (the edits are dropped)") from None
+                            " the file as it is now") from None
     return tomlkit.dumps(doc)
 
 
@@ -361,14 +401,12 @@ def _write_cell(doc: tomlkit.TOMLDocument, sc: Scenario, cell: InputCell) -> Non
         doc["heads"][cell.head][cell.matrix][cell.row][cell.col] = _number(value)
 
 
-def save_file(source: Path, target: Path, sc: Scenario, cells: Iterable[InputCell]) -> Path:
-    """Read ``source``, set the edited cells (save_text) and write the text to ``target``; returns the
-    file written. Raises EditError, one line, for anything that stops it; then nothing is written.
+def edited_text(source: Path, sc: Scenario, cells: Iterable[InputCell]) -> str:
+    """``source``'s text with the edited cells set (save_text), checked to be a valid scenario still.
+    Raises EditError, one line.
 
     ``source`` is read as a scenario is loaded: anything but a regular file (a FIFO, a device, a folder)
-    is refused without a blocking open, and so is a file over the size limit or not UTF-8. The new text
-    goes to a fresh file beside the target, renamed over it (whole or not at all: an editor never reads
-    half a file), with the target's permissions. A symbolic link is followed, so the link stays a link.
+    is refused without a blocking open, and so is a file over the size limit or not UTF-8.
     """
     try:
         status = stat_path(source)
@@ -383,6 +421,18 @@ def save_file(source: Path, target: Path, sc: Scenario, cells: Iterable[InputCel
     except ScenarioError as exc:
         raise EditError(f"the file on disk has changed and with the edits would not be a valid scenario ({exc.message});"
                         " the edits stay in the app: put the file back and save again") from None
+    return new_text
+
+
+def save_file(source: Path, target: Path, sc: Scenario, cells: Iterable[InputCell]) -> Path:
+    """Write :func:`edited_text` to ``target``; returns the file written. Raises EditError, one line, for
+    anything that stops it; then nothing is written.
+
+    The new text goes to a fresh file beside the target, renamed over it (whole or not at all: an editor
+    never reads half a file), with the target's permissions. A symbolic link is followed, so the link
+    stays a link; a target that is not a regular file is refused.
+    """
+    new_text = edited_text(source, sc, cells)
     real = Path(os.path.realpath(target))
     try:
         existing = os.stat(real)

@@ -11,7 +11,7 @@ Query heads that share a K/V head (grouped-query attention) share its K and V ar
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -127,14 +127,47 @@ def softmax_rows(masked: Matrix, sink: float | None = None) -> tuple[Matrix, Mat
     return row_max, exps, row_sum, exps / row_sum[:, None]
 
 
+def row_mean(X: Matrix) -> Matrix:
+    """Each row's mean, (n,): its plain mean, or, where the sum overflows float64 (1e308 + 1e308) though the
+    mean does not, the mean of the row divided by its largest magnitude, times that magnitude."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        mean: Matrix = X.mean(axis=1)
+    return _rescued(X, mean, lambda unit: unit.mean(axis=1), power=1)
+
+
+def mean_square(C: Matrix) -> Matrix:
+    """Each row's mean of squares, (n,), safe where the squares overflow: a row of 1.5e154 and 0 has squares
+    past float64 (2.25e308) but a mean square of 1.125e308. Where the mean square itself is beyond float64
+    the result is inf (the caller refuses it). Rows whose squares are all finite are computed plainly, so
+    ordinary numbers come out bit for bit as ``(C * C).mean(axis=1)``."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        plain: Matrix = (C * C).mean(axis=1)
+    return _rescued(C, plain, lambda unit: (unit * unit).mean(axis=1), power=2)
+
+
+def _rescued(X: Matrix, plain: Matrix, of_unit: Callable[[Matrix], Matrix], power: int) -> Matrix:
+    """``plain`` where it is finite; elsewhere the statistic of the row scaled to magnitude 1, scaled back."""
+    bad = ~np.isfinite(plain) & np.isfinite(X).all(axis=1)
+    if not bad.any():
+        return plain
+    out = plain.copy()
+    top = np.abs(X[bad]).max(axis=1)  # (bad,) > 0: a row of zeros has a finite statistic
+    with np.errstate(over="ignore"):
+        value = of_unit(X[bad] / top[:, None])
+        for _ in range(power):  # one factor at a time: top² alone may overflow where the product does not
+            value = value * top
+        out[bad] = value  # inf where the statistic is past float64
+    return out
+
+
 def normalize(norm: Norm, X: Matrix) -> NormResult:
     """RMSNorm x / √(mean(x²) + eps) · γ, or LayerNorm (x − mean) / √(var + eps) · γ + β."""
     if norm.kind == "rms":
         mean = np.zeros(X.shape[0])  # (n,)
-        spread = (X * X).mean(axis=1)  # (n,) mean of squares
+        spread = mean_square(X)  # (n,) mean of squares
     else:
-        mean = X.mean(axis=1)  # (n,)
-        spread = ((X - mean[:, None]) ** 2).mean(axis=1)  # (n,) population variance
+        mean = row_mean(X)  # (n,)
+        spread = mean_square(X - mean[:, None])  # (n,) population variance
     root = np.sqrt(spread + norm.eps)  # (n,)
     X_norm = (X - mean[:, None]) / root[:, None] * norm.gamma[None, :]  # (n, d_model)
     if norm.beta is not None:
@@ -231,15 +264,78 @@ def _same(a: Matrix | None, b: Matrix | None) -> bool:
     return a is b or (a.shape == b.shape and bool(np.array_equal(a, b)))
 
 
+# --- the one overflow rule ---------------------------------------------------------------------
+#
+# Every command (--check, each --export, the app, its edits and reloads) gets its numbers from
+# norm_of, iter_heads and combine below, so this is the one place that decides what float64 can
+# compute: a matrix with an infinite or undefined entry is refused with a line that names it, the
+# row where it first happens and what to change. What it lets through is finite everywhere (masked
+# cells are −∞ by design, and only there), so every export and every arithmetic line can show it.
+
+_NORM_HINTS = {
+    "mean": "expected values whose sum stays within float64 (about ±1.8e308)",
+    "mean square": "expected values below about 1.3e154 in size, whose squares float64 can hold",
+    "variance": "expected values closer together (their distances from the mean square past float64)",
+    "root": "expected a smaller eps (the mean square plus eps is past float64)",
+    "X_norm": "expected a smaller gamma or beta",
+}
+_HEAD_HINTS = {
+    "Q": "expected smaller X, W_Q or b_Q", "K": "expected smaller X, W_K or b_K",
+    "V": "expected smaller X, W_V or b_V", "Q_rot": "expected smaller Q", "K_rot": "expected smaller K",
+    "scores": "expected smaller Q and K, so that every product stays finite",
+    "scaled": "expected a larger scale or smaller scores",
+    "bias": "expected a smaller ALiBi slope (the bias is slope·(j − i))",
+    "masked": "expected a smaller ALiBi slope or smaller scaled scores (the softmax reads their sum)",
+    "weights": "expected smaller scores",
+    "output": "expected smaller V",
+}
+
+
+def first_bad(array: Matrix, where: BoolMatrix | None = None) -> tuple[int, ...] | None:
+    """The index of the first entry that is not finite (among ``where``), or None."""
+    bad = ~np.isfinite(array)
+    if where is not None:
+        bad &= where
+    if not bad.any():
+        return None
+    return tuple(int(i) for i in np.unravel_index(int(np.argmax(bad)), bad.shape))
+
+
+def _at(labels: tuple[str, ...], i: int) -> str:
+    return f'row {i + 1} ("{labels[i]}")'
+
+
 def norm_of(scenario: Scenario) -> NormResult | None:
-    """The scenario's [norm] applied to X; raises ScenarioError if it overflows."""
+    """The scenario's [norm] applied to X; raises ScenarioError where a statistic or X_norm overflows."""
     if scenario.norm is None:
         return None
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         norm = normalize(scenario.norm, scenario.X)
-    if not np.isfinite(norm.X_norm).all():
-        raise ScenarioError(scenario.source, "[norm]: X_norm overflows float64 (values too large); expected smaller X or gamma")
+    spread = "mean square" if scenario.norm.kind == "rms" else "variance"
+    for what, array in (("mean", norm.mean), (spread, norm.spread), ("root", norm.root), ("X_norm", norm.X_norm)):
+        if (bad := first_bad(array)) is not None:
+            raise ScenarioError(
+                scenario.source,
+                f"[norm]: the {what} of X {_at(scenario.tokens, bad[0])} overflows float64; {_NORM_HINTS[what]}",
+            )
     return norm
+
+
+def check_head(sc: Scenario, result: HeadResult) -> None:
+    """Refuse a head with a value float64 cannot hold: ScenarioError naming the matrix, row and remedy."""
+    keys = sc.key_tokens
+    for name in ("Q", "K", "V", "Q_rot", "K_rot", "scores", "scaled", "bias", "masked", "weights", "output"):
+        array = getattr(result, name)
+        if array is None:
+            continue
+        # masked cells of the softmax's input are −∞ by design; an infinity where the mask allows is an overflow
+        bad = first_bad(array, sc.allow if name == "masked" else None)
+        if bad is None:
+            continue
+        where = _at(keys if name in ("K", "V", "K_rot") else sc.tokens, bad[0])
+        if name in ("scores", "scaled", "bias", "masked", "weights"):
+            where += f', key "{keys[bad[1]]}"'
+        raise ScenarioError(sc.source, f"{result.name}: values in {name} overflow float64 at {where}; {_HEAD_HINTS[name]}")
 
 
 def iter_heads(scenario: Scenario, norm: NormResult | None = None) -> Iterator[HeadResult]:
@@ -253,7 +349,7 @@ def iter_heads(scenario: Scenario, norm: NormResult | None = None) -> Iterator[H
     X_kv = sc.X_kv if sc.is_cross else X_in
     positions = sc.positions
     kv_done: dict[int, HeadResult] = {}  # K/V head -> the first query head that computed it
-    kv_ids = [sc.kv_head(h) for h in range(len(sc.heads))]
+    last_reader = {sc.kv_head(h): h for h in range(len(sc.heads))}  # a K/V head -> the last query head reading it
     for h, head in enumerate(sc.heads):
         kv = sc.kv_head(h)
         first = kv_done.get(kv)
@@ -267,15 +363,8 @@ def iter_heads(scenario: Scenario, norm: NormResult | None = None) -> Iterator[H
                 head, X_in, X_kv, sc.allow, sc.scale,
                 rope=sc.rope, positions=positions, slope=slope, kv_head=kv, shared=shared,
             )
-        for name in ("Q", "K", "V", "Q_rot", "K_rot", "scores", "scaled", "weights", "output"):
-            array = getattr(result, name)
-            if array is not None and not np.isfinite(array).all():
-                raise ScenarioError(
-                    sc.source,
-                    f"{result.name}: values in {name} overflow float64 (too large);"
-                    " expected numbers small enough that every product stays finite",
-                )
-        if kv in kv_ids[h + 1:]:  # kept only while a later query head still reads it
+        check_head(sc, result)
+        if last_reader[kv] > h:  # kept only while a later query head still reads it
             kv_done.setdefault(kv, result)
         else:
             kv_done.pop(kv, None)
@@ -289,8 +378,9 @@ def combine(scenario: Scenario, outputs: Sequence[Matrix]) -> tuple[Matrix, Matr
         output = concat @ scenario.W_O if scenario.W_O is not None else concat  # (n, d_out)
         if scenario.b_O is not None:
             output = output + scenario.b_O[None, :]
-    if not np.isfinite(output).all():
-        raise ScenarioError(scenario.source, "the final output overflows float64 (W_O values too large)")
+    if (bad := first_bad(output)) is not None:
+        raise ScenarioError(scenario.source, f"the final output overflows float64 at {_at(scenario.tokens, bad[0])};"
+                            " expected smaller W_O or b_O")
     return _frozen(concat), _frozen(output)
 
 

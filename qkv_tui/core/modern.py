@@ -1,4 +1,4 @@
-"""Modern attention's scenario keys (contracts §7): norm, biases, RoPE, GQA, ALiBi, sliding windows, sinks.
+"""Modern attention's scenario keys (docs/scenario-format.md): norm, biases, RoPE, GQA, ALiBi, sliding windows, sinks.
 
 The loader in :mod:`qkv_tui.core.scenario` hands each table to a parser here. Every rule of §7
 fails with a one-line message naming the key, where it sits and what was expected, like the
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
@@ -30,7 +31,20 @@ ROPE_KEYS = ("base", "layout", "positions")
 ROPE_LAYOUTS = ("interleaved", "half")
 ALIBI_KEYS = ("slopes",)
 DEFAULT_EPS = 1e-5
+# Keys with a twin in the other way of writing heads: one in the wrong table is a slip of form,
+# so the message renames it rather than sending it to the other table.
+LOOKALIKES = {
+    ("[[heads]]", "sinks"): ("sink", "a [[heads]] table takes its own sink = <logit>;"
+                                     " sinks = [...], one logit per query head, is the [attention] form"),
+    ("[attention]", "sink"): ("sinks", "[attention] takes sinks = [...], one logit per query head;"
+                                       " sink = <logit> is the [[heads]] form"),
+    ("[attention]", "kv_head"): ("num_kv_heads", "[attention] says how many K/V heads the query heads share,"
+                                                 " num_kv_heads = <count>; kv_head = <index> is the [[heads]] form"),
+    ("[[heads]]", "num_kv_heads"): ("kv_head", "a [[heads]] table names the K/V head it reads, kv_head = <index>;"
+                                               " num_kv_heads = <count> is the [attention] form"),
+}
 DEFAULT_BASE = 10000.0
+MAX_INDEX = 2**53  # the largest position, window or K/V head index: every one is exact as a float64
 
 
 class Checker(Protocol):
@@ -78,12 +92,23 @@ class Alibi:
     """ALiBi: a per-head linear bias slope·(j − i) added to the scaled scores."""
 
     slopes: tuple[float, ...]  # one per query head
-    default: bool  # True when the slopes are the paper's 2^(−8(h+1)/H)
+    default: bool  # True when the slopes are the ALiBi paper's default (default_slopes)
 
 
 def default_slopes(count: int) -> tuple[float, ...]:
-    """The ALiBi paper's geometric slopes, 2^(−8(h+1)/H) for head h = 0 … H−1."""
-    return tuple(2.0 ** (-8.0 * (h + 1) / count) for h in range(count))
+    """The default slopes of the ALiBi paper's code (Press et al., ``get_slopes`` in ofirpress/attention_with_linear_biases),
+    which BLOOM and MosaicBERT also use. For H a power of 2: the geometric sequence 2^(−8/H), 2^(−16/H), …, 2^(−8).
+    Otherwise, with P the largest power of 2 below H: the P slopes for P heads, then every other slope of the
+    sequence for 2P heads (its 1st, 3rd, 5th, …) until there are H. Three heads: 2^−4, 2^−8, then 2^−2."""
+
+    def power_of_2(n: int) -> list[float]:
+        start = 2 ** (-(2 ** -(math.log2(n) - 3)))  # 2^(−8/n), written as the paper's code writes it
+        return [start * start**i for i in range(n)]
+
+    if math.log2(count).is_integer():
+        return tuple(power_of_2(count))
+    closest = 2 ** math.floor(math.log2(count))
+    return tuple(power_of_2(closest) + list(default_slopes(2 * closest)[0::2][: count - closest]))
 
 
 def kv_head_of(head: int, num_heads: int, num_kv_heads: int) -> int:
@@ -122,7 +147,7 @@ def number(v: Checker, value: Any, key: str, expected: str = "a finite number") 
 def numbers(v: Checker, value: Any, key: str, count: int, what: str) -> Vector:
     """A flat list of exactly ``count`` finite numbers (``what`` says what each is for)."""
     if not isinstance(value, list):
-        raise v.fail(f"{key} must be a list of {count} numbers ({what}), got {_kind(value)}")
+        raise v.fail(f"{key} must be a list of {count} number{'s' if count != 1 else ''} ({what}), got {_kind(value)}")
     if len(value) != count:
         raise v.fail(f"{key} has {len(value)} number{'s' if len(value) != 1 else ''}; expected {count} ({what})")
     out = [number(v, item, f"{key} item {i + 1}") for i, item in enumerate(value)]
@@ -184,6 +209,17 @@ def parse_rope(
     for name, d_k in head_dks:
         if d_k % 2:
             raise v.fail(f"[rope] needs an even d_k (dimensions rotate in pairs), but {name} has d_k = {d_k}")
+    widths: dict[int, list[str]] = {}
+    for name, d_k in head_dks:
+        widths.setdefault(d_k, []).append(name)
+    if len(widths) > 1:
+        def heads_with(names: list[str]) -> str:
+            shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+            return f"{shown} {'has' if len(names) == 1 else 'have'}"
+
+        said = "; ".join(f"{heads_with(names)} d_k = {d_k}" for d_k, names in widths.items())
+        raise v.fail(f"[rope] needs every head to have the same d_k (the format keeps one set of frequencies"
+                     f" θ_i = base^(−2i/d_k) for every head, as RoPE models do), but {said}; expected one d_k for every head")
     if "layout" not in table:
         raise v.fail(
             "[rope] is missing 'layout'; expected layout = \"interleaved\" (pairs (0,1), (2,3), …: RoFormer, Meta's LLaMA)"
@@ -208,14 +244,18 @@ def parse_rope(
             where = f"[rope] positions item {i + 1} ({json.dumps(tokens[i], ensure_ascii=False)})"
             if isinstance(p, bool) or not isinstance(p, int) or p < 0:
                 raise v.fail(f"{where} is {_kind(p)}; expected a whole number >= 0 (the token's position)")
-            if p > 2**53:
+            if p > MAX_INDEX:
                 raise v.fail(f"{where} is {_show(p)}, too large; expected a position below 2^53")
             out.append(p)
         positions = tuple(out)
     return Rope(base, layout, positions)
 
 
-def parse_alibi(v: Checker, doc: dict[str, Any], heads: int, is_cross: bool) -> Alibi | None:
+def parse_alibi(
+    v: Checker, doc: dict[str, Any], heads: int, is_cross: bool, mask: tuple[str, npt.NDArray[np.bool_]],
+    tokens: tuple[str, ...], positions: tuple[int, ...],
+) -> Alibi | None:
+    """[alibi]; ``mask`` is the mask's kind and its (n, n) allow matrix, ``positions`` the tokens' positions."""
     table = table_of(v, doc, "alibi")
     if table is None:
         return None
@@ -224,10 +264,51 @@ def parse_alibi(v: Checker, doc: dict[str, Any], heads: int, is_cross: bool) -> 
         raise v.fail(
             "[alibi] needs self-attention (the bias uses the distance j − i between tokens); remove [context] or [alibi]"
         )
-    if "slopes" not in table:
-        return Alibi(default_slopes(heads), True)
-    slopes = numbers(v, table["slopes"], "[alibi] slopes", heads, "one slope per head")
-    return Alibi(tuple(float(s) for s in slopes), False)
+    if "slopes" in table:
+        slopes = numbers(v, table["slopes"], "[alibi] slopes", heads, "one slope per head")
+        alibi = Alibi(tuple(float(s) for s in slopes), False)
+    else:
+        alibi = Alibi(default_slopes(heads), True)
+    alibi_mask(v, *mask, tokens, positions)
+    return alibi
+
+
+def alibi_later_key(allow: npt.NDArray[np.bool_], positions: Sequence[int]) -> tuple[int, int] | None:
+    """The first allowed (query, key) cell whose key comes after the query, by index or by position."""
+    n = len(positions)
+    pos = np.asarray(positions)
+    later = allow & ((np.arange(n)[None, :] > np.arange(n)[:, None]) | (pos[None, :] > pos[:, None]))  # (n, n)
+    if not later.any():
+        return None
+    i, j = (int(x) for x in np.argwhere(later)[0])
+    return i, j
+
+
+def alibi_mask(v: Checker, kind: str, allow: npt.NDArray[np.bool_], tokens: tuple[str, ...],
+               positions: tuple[int, ...]) -> None:
+    """ALiBi's bias is defined for keys at or before the query (Press et al. §3, j ≤ i). A query that may
+    attend a later key would get slope·(j − i) > 0 there: a bonus for the later key, and since softmax
+    ignores what a row adds to every cell, the query's own position would stop mattering. So every
+    allowed cell must have j ≤ i, and no later position (rope's ``positions``) than its query."""
+    found = alibi_later_key(allow, positions)
+    if found is None:
+        return
+    i, j = found
+    q, k = json.dumps(tokens[i], ensure_ascii=False), json.dumps(tokens[j], ensure_ascii=False)
+    if j > i:
+        cell = f"query {i + 1} ({q}) may attend key {j + 1} ({k}), which comes after it"
+        expected = ("mask = \"causal\", a sliding window, or a padding or custom mask that allows no key"
+                    " after its query")
+    else:
+        cell = (f"query {i + 1} ({q}, position {positions[i]}) may attend key {j + 1} ({k}),"
+                f" whose [rope] position {positions[j]} is later")
+        expected = "[rope] positions that never decrease from one token to the next"
+    raise v.fail(
+        f"[alibi] needs a mask under which no query attends a later key, but with mask {kind!r} {cell}:"
+        " there slope·(j − i) is positive, so the bias favours later keys rather than nearer ones, and where a row"
+        " may attend every key the query's own position no longer matters (softmax ignores the −slope·i the row"
+        f" shares); Press et al. define the bias for keys j ≤ i only. Expected {expected}"
+    )
 
 
 def parse_window(v: Checker, table: dict[str, Any], is_cross: bool) -> int:
@@ -242,6 +323,9 @@ def parse_window(v: Checker, table: dict[str, Any], is_cross: bool) -> int:
     if window < 1:
         raise v.fail(f"[mask] window is {_show(window)}, too small; expected a whole number >= 1 (each token sees itself"
                      " and the window−1 tokens before it)")
+    if window > MAX_INDEX:
+        raise v.fail(f"[mask] window is {_show(window)}, too large; expected a whole number from 1 to 2^53"
+                     " (a window as long as the text is already the causal mask)")
     return window
 
 

@@ -12,18 +12,27 @@ Two optional scenario tables (docs/scenario-format.md):
     seed = 0          # the order in which the pool hands out free physical blocks (a seeded shuffle)
 
 They change how the computation is scheduled, never its result: every view built on them
-ends in a check that it equals plain attention.
+ends in a check that it equals plain attention. That check is :func:`agreement`: two float64
+evaluations of one attention, summed in different orders, may differ by rounding alone, by
+an amount that grows with the numbers involved; equal means within that bound.
 """
 
 from __future__ import annotations
 
 import difflib
+import math
 from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
+import numpy.typing as npt
 
 from qkv_tui.base.values import kind as _kind
 from qkv_tui.base.values import show as _show
 
+Array = npt.NDArray[np.float64]
+U = 2.0**-53  # float64's unit roundoff: one rounding moves a number by at most this fraction of it
+SAFETY = 4  # the bound below counts each rounding once; real sums of rounding errors stay far below
 TILES_KEYS = ("size",)
 CACHE_KEYS = ("block_size", "prefill", "chunk", "seed")
 LIMIT = 1 << 20  # a tile or block larger than this is a typo, not a teaching choice
@@ -58,7 +67,7 @@ def _whole(table: dict[str, Any], key: str, where: str, low: int, high: int, fai
 def _table(doc: dict[str, Any], name: str, allowed: tuple[str, ...], fail: Any) -> dict[str, Any]:
     table = doc.get(name, {})
     if not isinstance(table, dict):
-        raise fail(f"{name} must be a table ([{name}]), got a {type(table).__name__}")
+        raise fail(f"{name} must be a table ([{name}]), got {_kind(table)}")
     for key in table:
         if key not in allowed:
             hint = difflib.get_close_matches(key, allowed, n=1, cutoff=0.6)
@@ -83,3 +92,48 @@ def parse_production(doc: dict[str, Any], n: int, fail: Any) -> ProductionSettin
         chunk=chunk,
         seed=0 if seed is None else seed,
     )
+
+
+def rounding_bound(q: Array, K: Array, V: Array, weights: Array, divisor: float, bias: Array | None = None,
+                   rescales: int = 1) -> Array:
+    """(L, d_v): how far two float64 evaluations of softmax(q·Kᵀ/divisor + bias)·V may differ by rounding alone.
+
+    The standard forward-error bound, term by term (u = 2⁻⁵³): each logit is a dot product of d_k terms,
+    then a division and a bias, so it may be off by (d_k + 2)·u·Σ|q·k|/divisor + |bias| in absolute terms;
+    an exponential e^(s − m) inherits that error (twice: in s and in the max m) as a relative one, and
+    each weight twice that again after the normalisation, plus a rounding per term of the sum and per
+    rescale (``rescales``: FlashAttention's tiles). The output sums S products w·V, so its error is at
+    most that relative error times Σ w·|V|, plus S + 2 roundings of that size. Where the logits are
+    too large for float64 to fix the weights at all (a relative error of 1 or more), any two weightings
+    are possible: 2·max|V|. It depends only on the inputs' magnitudes, never on the order of a sum.
+    ``weights`` (L, S) are 0 where masked.
+    """
+    seen = weights > 0  # (L, S) keys with a weight
+    d_k, S = K.shape[1], K.shape[0]
+    with np.errstate(over="ignore"):  # a magnitude beyond float64 only means that no bound holds: ∞
+        size = (np.abs(q) @ np.abs(K).T) / divisor  # (L, S)
+        if bias is not None:
+            size = size + np.abs(bias)
+        logit = (d_k + 2) * U * np.where(seen, size, 0.0)  # (L, S) absolute error of each logit
+        relative = 4 * logit.max(axis=1, initial=0.0) + (2 * S + 2 * rescales + 8) * U  # (L,) of each weight
+        terms = weights @ np.abs(V)  # (L, d_v) Σ w·|V|
+        bound = SAFETY * ((relative + (S + 2) * U)[:, None] * terms + (S + 2) * 2.0**-1074)
+        widest = np.where(seen[:, :, None], np.abs(V)[None, :, :], 0.0).max(axis=1)  # (L, d_v) max |V| seen
+        out: Array = np.where((relative < 1)[:, None], bound, 2 * widest)
+    return out
+
+
+def agreement(got: Array, want: Array, bound: Array) -> tuple[bool, str]:
+    """(whether every entry is within its rounding bound, what to print after "equal" or "DIFFERENT").
+
+    ``within float64 rounding (every |diff| ≤ 1e-13)``: the bound rounded up to a power of ten, so the
+    text does not move with the last bits of a sum. A larger difference is a fault, shown with its size.
+    """
+    diff = np.abs(np.asarray(got, dtype=float) - np.asarray(want, dtype=float))
+    ok = bool(np.all(diff <= bound))
+    top = float(np.max(bound, initial=0.0))
+    limit = "∞" if not math.isfinite(top) else f"1e{math.ceil(math.log10(top)):+03d}" if top > 0 else "0"
+    if ok:
+        return True, f"within float64 rounding (every |diff| ≤ {limit})"
+    worst = float(np.max(np.where(np.isnan(diff), np.inf, diff), initial=0.0))  # NaN: no agreement at all
+    return False, f"max |diff| {worst:.1e}, beyond float64 rounding (≤ {limit})"

@@ -1,27 +1,30 @@
 """Scenario files: TOML in, a frozen, validated :class:`Scenario` out.
 
-The format is contracts §1. Every rule the loader enforces fails with a
+The format is docs/scenario-format.md. Every rule the loader enforces fails with a
 :class:`ScenarioError` whose message names the file, the key and what was
-expected, so the command line can print one clean line (contracts §4).
+expected, so the command line can print one clean line (its Errors section).
 """
 
 from __future__ import annotations
 
 import difflib
+import functools
 import json
 import math
-import unicodedata
+import re
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
+from qkv_tui.base.values import distinct_labels, printable, visible
 from qkv_tui.base.values import kind as _kind
-from qkv_tui.base.values import printable, visible
 from qkv_tui.base.values import show as _show
 from qkv_tui.core import modern
+from qkv_tui.core.inputs import INPUT_KEYS, Input, parse_input
 from qkv_tui.core.modern import Alibi, Norm, Rope, Vector
 from qkv_tui.core.production import CACHE_KEYS, TILES_KEYS, ProductionSettings, parse_production
 from qkv_tui.core.tomlfile import NumberGrid, ReadError, decode, parse_toml, read_bytes, stat_path, table_values
@@ -32,8 +35,9 @@ BoolMatrix = npt.NDArray[np.bool_]
 TOP_KEYS = (
     "title", "description", "tokens", "X", "mask", "scale",
     "heads", "attention", "output", "context",
-    "norm", "rope", "alibi",  # contracts §7
-    "model",  # contracts §8: expanded by the importers before validation
+    "norm", "rope", "alibi",  # modern attention (core/modern.py)
+    "model",  # a real model's head: expanded by the importers before validation
+    "input",  # what X is (core/inputs.py); the importers set it
     "tiles", "cache",  # the production views' settings (core/production.py)
 )
 HEAD_KEYS = ("name", "W_Q", "W_K", "W_V", "b_Q", "b_K", "b_V", "sink", "kv_head")
@@ -66,7 +70,7 @@ class Head:
     b_Q: Vector | None = None  # (d_k,) added to every Query row; None = no bias
     b_K: Vector | None = None  # (d_k,)
     b_V: Vector | None = None  # (d_v,)
-    sink: float | None = None  # the attention sink's logit (contracts §7); None = no sink
+    sink: float | None = None  # the attention sink's logit; None = no sink
     kv_head: int | None = None  # which K/V head it reads (GQA); None = its own index
 
     @property
@@ -80,7 +84,7 @@ class Head:
 
 @dataclass(frozen=True, eq=False)
 class Scenario:
-    """A validated attention problem (contracts §1)."""
+    """A validated attention problem (docs/scenario-format.md)."""
 
     title: str
     description: str
@@ -102,6 +106,7 @@ class Scenario:
     b_O: Vector | None = None  # (d_out,) added after W_O
     num_kv_heads: int | None = None  # set when [attention] shares K/V heads (GQA/MQA)
     production: ProductionSettings = field(default_factory=ProductionSettings)  # [tiles], [cache] (core/production.py)
+    input: Input = field(default_factory=Input)  # what the rows of X are: embeddings, or a model's residual stream
 
     @property
     def positions(self) -> tuple[int, ...] | None:
@@ -114,6 +119,15 @@ class Scenario:
         """The K/V head that query head h reads (its own index unless heads share K/V)."""
         kv = self.heads[h].kv_head
         return h if kv is None else kv
+
+    @cached_property
+    def labels(self) -> tuple[str, ...]:
+        """The query labels as every screen and explanation shows them: repeated ones told apart (``▁the₂``)."""
+        return distinct_labels(self.tokens)
+
+    @cached_property
+    def key_labels(self) -> tuple[str, ...]:
+        return self.labels if self.key_tokens is self.tokens else distinct_labels(self.key_tokens)
 
     @property
     def n(self) -> int:
@@ -153,17 +167,22 @@ class Scenario:
     def warnings(self) -> list[str]:
         """Legal but probably unintended: ``--check`` prints each as a ``warning:`` line."""
         found = []
-        for key, labels in (("tokens", self.tokens), ("[context] tokens", self.key_tokens if self.is_cross else ())):
+        for key, labels, shown in (("tokens", self.tokens, self.labels),
+                                   ("[context] tokens", self.key_tokens if self.is_cross else (), self.key_labels)):
             places: dict[str, list[int]] = {}
             for i, label in enumerate(labels):
                 places.setdefault(label, []).append(i + 1)
-            for label, items in places.items():
-                if len(items) > 1:
-                    where = ", ".join(map(str, items[:5])) + (", ..." if len(items) > 5 else "")
-                    found.append(
-                        f"{key}: {_quote(label)} appears {len(items)} times (items {where});"
-                        " its rows are told apart only by position"
-                    )
+            repeated = [(label, items) for label, items in places.items() if len(items) > 1]
+            if not repeated:
+                continue
+            # one line however many repeat (a real sentence repeats "the" and word pieces often)
+            parts = [f"{_quote(label)} at items {', '.join(map(str, items[:4]))}{', …' if len(items) > 4 else ''}"
+                     for label, items in repeated[:4]]
+            more = f" and {len(repeated) - 4} more" if len(repeated) > 4 else ""
+            example = ", ".join(shown[i - 1] for i in repeated[0][1][:2])
+            verb = "labels repeat" if len(repeated) > 1 else "label repeats"
+            found.append(f"{key}: {len(repeated)} {verb} ({'; '.join(parts)}{more});"
+                         f" the screens tell them apart by occurrence ({example})")
         return found
 
 
@@ -278,14 +297,24 @@ def key_tables() -> dict[str, tuple[str, ...]]:
         "[alibi]": modern.ALIBI_KEYS,
         "[tiles]": TILES_KEYS,
         "[cache]": CACHE_KEYS,
+        "[input]": INPUT_KEYS,
     }
 
 
-def _misplaced(key: str, here: str) -> str | None:
+TOP_TABLES = ("heads", "attention", "output", "context", "mask", "norm", "rope", "alibi", "model", "tiles", "cache")
+
+
+def _misplaced(key: str, here: str, value: Any = None) -> str | None:
     """Where a key that does not belong in ``here`` does belong, in words; None if nowhere."""
     homes = [table for table, keys in key_tables().items() if table != here and key in keys]
     if not homes:
         return None
+    if "" in homes and key in TOP_TABLES and isinstance(value, (dict, list)):
+        # [heads.rope], rope = {...} or rope.layout = ... inside a table: a table put one level too deep
+        header = "[[heads]]" if key == "heads" else f"[{key}]"
+        inside = "a [[heads]] table" if here == "[[heads]]" else here
+        return (f"{header} is a table of its own at the top level, one for the whole scenario;"
+                f" write it under its own {header} header, not as [{here.strip('[]')}.{key}] or inside {inside}")
     if "" in homes:
         return (f"{key} is a top-level key; write it above the first [table] header"
                 " (in TOML every key after a [header] belongs to that table)")
@@ -313,7 +342,10 @@ class _Validator:
             same_but_case = [a for a in allowed if a.lower() == key.lower()]
             if same_but_case:
                 raise self.fail(f"unknown key {_show(key)}{place}; did you mean {same_but_case[0]!r}? (keys are case-sensitive)")
-            elsewhere = _misplaced(key, where.split(" #")[0])
+            twin = modern.LOOKALIKES.get((where.split(" #")[0], key))
+            if twin:
+                raise self.fail(f"unknown key {_show(key)}{place}; did you mean {twin[0]!r}? ({twin[1]})")
+            elsewhere = _misplaced(key, where.split(" #")[0], table[key])
             if elsewhere:
                 raise self.fail(f"key {_show(key)} is not allowed{place}: {elsewhere}")
             hint = difflib.get_close_matches(key, allowed, n=1, cutoff=0.6)
@@ -435,13 +467,15 @@ class _Validator:
             (f"head {i + 1}" + ("" if h.name == f"head {i + 1}" else f" ({_quote(h.name)})"), h.d_k) for i, h in enumerate(heads)
         ]
         rope = modern.parse_rope(self, doc, tokens, context_X is not None, head_dks)
-        alibi = modern.parse_alibi(self, doc, len(heads), context_X is not None)
+        positions = rope.positions if rope is not None else tuple(range(len(tokens)))
+        alibi = modern.parse_alibi(self, doc, len(heads), context_X is not None, (mask_kind, allow), tokens, positions)
         return Scenario(
             title=title, description=description, source=self.source,
             tokens=tokens, X=X, key_tokens=key_tokens, context_X=context_X,
             mask_kind=mask_kind, allow=allow, scale=scale, heads=heads, W_O=W_O,
             num_heads_split=split, norm=norm, rope=rope, alibi=alibi, window=window,
             b_O=b_O, num_kv_heads=kv_split, production=parse_production(doc, len(tokens), self.fail),
+            input=parse_input(self, doc),
         )
 
     def heads(
@@ -543,13 +577,15 @@ class _Validator:
         return tuple(heads), count, (kv_count if kv_count != count else None)
 
     def kv_head(self, table: dict[str, Any], where: str, i: int, earlier: list[Head], kv: tuple[Any, ...]) -> int:
-        """``kv_head`` in [[heads]]: the K/V head it reads (a real model's index, contracts §8); default its own index.
+        """``kv_head`` in [[heads]]: the K/V head it reads (a real model's index); default its own index.
         Heads that name the same K/V head read the same Keys and Values, so they must carry the same W_K, W_V."""
         if "kv_head" not in table:
             return i
         value = table["kv_head"]
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise self.fail(f"{where} kv_head must be a whole number >= 0 (the K/V head it reads), got {_kind(value)}")
+        if value > modern.MAX_INDEX:
+            raise self.fail(f"{where} kv_head is {_show(value)}, too large; expected a K/V head index from 0 to 2^53")
         for j, other in enumerate(earlier):
             theirs = (other.W_K, other.W_V, other.b_K, other.b_V)
             same = all((a is None and b is None) or (a is not None and b is not None and np.array_equal(a, b))
@@ -721,17 +757,24 @@ def _row(key: str, r: int, labels: tuple[str, ...]) -> str:
 
 
 _CONTROL_NAMES = {"\n": "a new line", "\r": "a carriage return", "\t": "a tab", "\x1b": "an escape character"}
-_BIDI = frozenset("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+_BIDI = "\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
+# Unicode's Cc (C0, DEL, C1), Zl and Zp, and the bidirectional overrides: what breaks a line
+_BREAKS = "".join(map(chr, (*range(0x20), *range(0x7F, 0xA0), 0x2028, 0x2029))) + _BIDI
+
+
+@functools.lru_cache(maxsize=4)
+def _breaking(allow: str) -> re.Pattern[str]:
+    """One character class of every line-breaking character but ``allow``: a description of
+    tens of megabytes is searched in C, not walked a character at a time in Python."""
+    return re.compile("[" + "".join(re.escape(ch) for ch in _BREAKS if ch not in allow) + "]")
 
 
 def _unprintable(text: str, allow: str = "") -> str | None:
     """The first character that would break a terminal line (with its code point), or None."""
     if text.isprintable():
         return None
-    for ch in text:
-        if ch in allow:
-            continue
-        if unicodedata.category(ch) in ("Cc", "Zl", "Zp") or ch in _BIDI:
-            name = _CONTROL_NAMES.get(ch, "a control character")
-            return f"{name} (U+{ord(ch):04X})"
-    return None
+    found = _breaking(allow).search(text)
+    if found is None:
+        return None
+    ch = found.group()
+    return f"{_CONTROL_NAMES.get(ch, 'a control character')} (U+{ord(ch):04X})"

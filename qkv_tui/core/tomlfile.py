@@ -20,6 +20,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from qkv_tui.base.values import tame
+
 MAX_BYTES = 64 * 1024 * 1024  # 64 MiB: a 4,096 x 512 matrix at full precision is about 45 MB
 MAX_BYTES_TEXT = "64 MiB"
 _DEPTH_SHOWN = 64  # where a runaway nesting is reported; tomllib itself gives up near 500
@@ -127,26 +129,40 @@ def parse_toml(text: str) -> dict[str, Any]:
     """tomllib's document, with every failure turned into a ReadError with a position.
     Large 2-D arrays of plain decimal numbers arrive as NumberGrid (see below)."""
     try:
-        return _with_grids(text)
+        doc = _with_grids(text)
     except tomllib.TOMLDecodeError as exc:
         raise ReadError(syntax_message(text, str(exc))) from None
     except RecursionError:
         raise ReadError(_nesting_message(text)) from None
     except ValueError as exc:  # int() refuses more than sys.get_int_max_str_digits() digits
         raise ReadError(_long_integer_message(text, exc)) from None
+    # an integer too long to print formats as its description (base/values.py); large matrices
+    # are NumberGrids by now, so the walk sees only what tomllib itself built, for far less
+    tamed: dict[str, Any] = tame(doc)
+    return tamed
 
 
 # One pass over TOML that knows strings and comments: brackets inside them do not count.
+# TOML's four kinds of string, each written as one possessive run of a character class
+# between its rare exceptions (an escape, a lone quote), so that a string of tens of
+# megabytes is matched in one pass of C with constant memory; ``(?:a|b)*`` would take a
+# backtracking frame per character (7 GB and half a minute for a 52 MB description).
+_MULTI_BASIC = r'"""[^"\\]*+(?:(?:\\.|"(?!""))[^"\\]*+)*+"{3,5}'
+_MULTI_LITERAL = r"'''[^']*+(?:'(?!'')[^']*+)*+'{3,5}"
+_BASIC = r'"[^"\\\n]*+(?:\\.[^"\\\n]*+)*+"'
+_LITERAL = r"'[^'\n]*+'"
+_STRINGS = f"{_MULTI_BASIC}|{_MULTI_LITERAL}|{_BASIC}|{_LITERAL}"
+
 _LEX = re.compile(
-    r"""
-    (?P<comment>\#[^\n]*)
-    | (?P<string>\"\"\"(?:[^"\\]|\\.|"(?!""))*\"{3,5} | '''(?:[^']|'(?!''))*'{3,5})
+    rf"""
+    (?P<comment>\#[^\n]*+)
+    | (?P<string>{_MULTI_BASIC}|{_MULTI_LITERAL})
     | (?P<unclosed>\"\"\"|''')
-    | (?P<string1>"(?:[^"\\\n]|\\.)*" | '[^'\n]*')
+    | (?P<string1>{_BASIC}|{_LITERAL})
     | (?P<unclosed1>["'])
-    | (?P<open>[\[{])
-    | (?P<close>[\]}])
-    | (?P<other>[^\s\#"'\[\]{}]+)
+    | (?P<open>[\[{{])
+    | (?P<close>[\]}}])
+    | (?P<other>[^\s\#"'\[\]{{}}]++)
     """,
     re.VERBOSE | re.DOTALL,
 )
@@ -200,13 +216,13 @@ def syntax_message(text: str, message: str) -> str:
         offset = len(text)
     unclosed = what.startswith(("Unclosed array", "Unclosed inline table"))
     declared = re.fullmatch(r"Cannot declare \((.*?),?\) twice", what)
+    if (declared or what == "Cannot overwrite a value" or what.startswith("Cannot mutate immutable")) and found:
+        twice = _given_twice(text, offset)
+        if twice:
+            return twice
     if declared:
         name = ".".join(part.strip().strip("'\"") for part in declared.group(1).split(","))
         what = f"the table [{name}] is declared twice; expected one [{name}] header (or [[{name}]] for a list of tables)"
-    if what == "Cannot overwrite a value" and found:
-        twice = _set_twice(text, int(found.group(1)))
-        if twice:
-            return twice
     # a one-line string that runs into the end of its line: tomllib names the new line, not the string
     if at_end or unclosed or what.startswith("Unterminated string") or what == "Illegal character '\\n'":
         scan = _Scan(text, offset)
@@ -232,20 +248,101 @@ def syntax_message(text: str, message: str) -> str:
     return f"{_at(text, offset)}: TOML syntax error: {what}"
 
 
-def _set_twice(text: str, line: int) -> str | None:
-    """A key given twice in one table: where, and where it was first given."""
-    lines = text.split("\n")
-    match = re.match(r"\s*([A-Za-z0-9_\-]+|\"[^\"]*\")\s*=", lines[line - 1]) if line <= len(lines) else None
-    if match is None:
-        return None
-    key = match.group(1)
-    for back in range(line - 2, -1, -1):
-        if re.match(r"\s*\[", lines[back]):  # a table header: the first one is not in this table
+_KEY_PART = r"""(?:[A-Za-z0-9_-]+|"(?:[^"\\\n]|\\.)*"|'[^'\n]*')"""
+_KEY_PATH = rf"{_KEY_PART}(?:[ \t]*\.[ \t]*{_KEY_PART})*"
+_HEADER = re.compile(rf"(\[\[?)[ \t]*({_KEY_PATH})[ \t]*\]")
+_ASSIGN = re.compile(rf"({_KEY_PATH})[ \t]*=[ \t]*(\{{)?")
+
+
+@dataclass(frozen=True)
+class _Statement:
+    """A table header or a key = value line, as the file writes it."""
+
+    line: int
+    kind: str  # "table" ([a.b]), "array" ([[a.b]]) or "key" (a.b = ...)
+    path: tuple[str, ...]  # the full dotted path: the header's, or the key's table's and the key's
+    table: tuple[str, ...]  # for a key: the table it sits in
+    written: str  # the key or header path as written
+    inline: bool = False  # a key whose value is an inline table { ... }
+
+    def form(self, name: tuple[str, ...]) -> str:
+        """How this statement gives ``name`` (its own path or a prefix of it), in words."""
+        header = f"[{self.written}]" if self.kind == "table" else f"[[{self.written}]]"
+        if self.path != name:
+            return f"as a table, by {self.written} = …" if self.kind == "key" else f"as a table, by {header}"
+        if self.kind != "key":
+            return f"as the table {header}" if self.kind == "table" else f"as the list of tables {header}"
+        return f"as the inline table {self.written} = {{…}}" if self.inline else f"as {self.written} = …"
+
+
+def _key_parts(written: str) -> tuple[str, ...]:
+    parts = re.findall(_KEY_PART, written)
+    return tuple(tomllib.loads(f"k = {part}")["k"] if part[0] in "\"'" else part for part in parts)
+
+
+def _statements(text: str, end: int) -> list[_Statement]:
+    """Every header and key line that starts before ``end`` (brackets and strings understood)."""
+    found: list[_Statement] = []
+    table: tuple[str, ...] = ()
+    depth = 0
+    skip = 0
+    line, counted = 1, 0  # the line number at offset ``counted``
+    for match in _LEX.finditer(text, 0, end):
+        kind, start = match.lastgroup, match.start()
+        if kind == "comment" or start < skip:
+            continue
+        if kind in ("unclosed", "unclosed1"):
             break
-        if re.match(rf"\s*{re.escape(key)}\s*=", lines[back]):
-            return (f"line {line}: TOML syntax error: {key} is given twice in this table (first at line {back + 1});"
-                    " expected each key once")
-    return f"line {line}: TOML syntax error: {key} is given twice in this table; expected each key once"
+        if depth == 0 and not text[text.rfind("\n", 0, start) + 1:start].strip():
+            header = _HEADER.match(text, start) if kind == "open" and text[start] == "[" else None
+            assign = _ASSIGN.match(text, start) if header is None else None
+            line += text.count("\n", counted, start)
+            counted = start
+            if header is not None:
+                table = _key_parts(header.group(2))
+                array = header.group(1) == "[["
+                if array and any(s.kind == "array" and s.path == table for s in found):
+                    # a new element of the list: what the previous element held is no longer in the way
+                    found = [s for s in found if len(s.path) <= len(table) or s.path[: len(table)] != table]
+                found.append(_Statement(line, "array" if array else "table", table, table, header.group(2)))
+                skip = header.end() + (1 if array else 0)
+                continue
+            if assign is not None:
+                found.append(_Statement(line, "key", table + _key_parts(assign.group(1)), table, assign.group(1),
+                                        inline=assign.group(2) is not None))
+        if kind == "open":
+            depth += 1
+        elif kind == "close" and depth:
+            depth -= 1
+    return found
+
+
+def _given_twice(text: str, offset: int) -> str | None:
+    """A key or table given twice (tomllib's bare "Cannot overwrite a value" and "Cannot declare
+    twice"): the statement at fault, where the same name was given first, and in which forms."""
+    statements = _statements(text, offset + 1)
+    if not statements:
+        return None
+    here, earlier = statements[-1], statements[:-1]
+    for first in earlier:
+        shorter = min(first.path, here.path, key=len)
+        if first.path[: len(shorter)] != here.path[: len(shorter)]:
+            continue
+        if first.kind != "key" and len(first.path) < len(here.path):
+            continue  # [a] then [a.b] or a key in [a]: what tables are for
+        if first.kind == here.kind == "array" and first.path == here.path:
+            continue
+        at = f"line {here.line}: TOML syntax error: "
+        if first.kind == here.kind == "key" and first.path == here.path and first.table == here.table:
+            return f"{at}{here.written} is given twice in this table (first at line {first.line}); expected each key once"
+        name = ".".join(shorter)
+        if first.kind == here.kind == "table" and first.path == here.path:
+            return (f"{at}the table [{name}] is declared twice (first at line {first.line}); expected one [{name}]"
+                    f" header (or [[{name}]] for a list of tables)")
+        hint = ' (mask = "causal" is short for a [mask] table with kind = "causal")' if name == "mask" else ""
+        return (f"{at}{name} is given twice, {first.form(shorter)} at line {first.line} and {here.form(shorter)}"
+                f" here; expected one of the two{hint}")
+    return None
 
 
 def _nesting_message(text: str) -> str:
@@ -290,10 +387,8 @@ _LINE_END = re.compile(r"[ \t]*(?:\#[^\n]*)?(?:\r?\n|\Z)")
 # inside them is never taken for a key), or a `key = [[` at the start of a line
 # (never inside an inline table or an array, where TOML puts no line start).
 _SCAN = re.compile(
-    r"""
-    (?P<skip>\#[^\n]*
-      | \"\"\"(?:[^"\\]|\\.|"(?!""))*\"{3,5} | '\'\'(?:[^']|'(?!''))*'{3,5}
-      | "(?:[^"\\\n]|\\.)*" | '[^'\n]*')
+    rf"""
+    (?P<skip>\#[^\n]*+ | {_STRINGS})
     | (?P<stop>["'])
     | ^[ \t]*[A-Za-z0-9_-]+(?:[ \t]*\.[ \t]*[A-Za-z0-9_-]+)*[ \t]*=[ \t]*(?P<grid>\[(?:[ \t]|\r?\n)*\[)
     """,
@@ -317,7 +412,7 @@ class NumberGrid:
     text: str
 
     def as_lists(self) -> list[Any]:
-        value: list[Any] = tomllib.loads("v = " + self.text)["v"]
+        value: list[Any] = tame(tomllib.loads("v = " + self.text)["v"])
         return value
 
 
@@ -354,31 +449,30 @@ def _with_grids(text: str) -> dict[str, Any]:
     grids: dict[int, NumberGrid] = {}
     pieces: list[str] = []
     done = 0
-    pos = 0
-    while True:
-        found = _SCAN.search(text, pos)
-        if found is None:
-            break
-        if found.lastgroup == "stop":  # an unterminated string: tomllib will say where
-            return tomllib.loads(text)
-        pos = found.end()
-        if found.lastgroup != "grid":
-            continue
-        start = found.start("grid")
+    scan = _Lines(text)
+    for candidate in _GRID_START.finditer(text):
+        start = candidate.end() - 1 - len(candidate.group("inner"))  # the outer '['
+        if start < done:
+            continue  # inside a matrix already taken
         match = _GRID.match(text, start)
         if match is None or match.end() - start < _FAST_MIN_CHARS or not _LINE_END.match(text, match.end()):
-            continue
+            continue  # small matrices are left to tomllib: no need to know where they sit
+        where = scan.grid_at(start)
+        if where == "stop":  # an unterminated string before it: tomllib will say where
+            return tomllib.loads(text)
+        if where != "key":
+            continue  # inside a string or a comment, or not a key = [[ line
         span = match.group()
         grid = _grid(span)
+        scan.pos = match.end()
         if grid is None:
-            pos = match.end()
             continue
         marker = f"{_MARKER}{len(grids):06d}"
         grids[int(marker)] = grid
         lines = span.count("\n")
         tail = len(span) - span.rfind("\n") - 1 if lines else len(span) - len(marker)
         pieces += [text[done:start], marker, "\n" * lines, " " * max(tail, 0)]
-        done = pos = match.end()
+        done = match.end()
     if not grids:
         return tomllib.loads(text)
     pieces.append(text[done:])
@@ -390,6 +484,37 @@ def _with_grids(text: str) -> dict[str, Any]:
         return tomllib.loads(text)
     _put_back(doc, grids)
     return doc
+
+
+# Where a large matrix may start: found in C over the whole text, so that a file whose only
+# matrices are small (a long description and a 3 x 4 X) is never scanned string by string.
+_GRID_START = re.compile(r"=[ \t]*\[(?P<inner>(?:[ \t]|\r?\n)*\[)")
+
+
+class _Lines:
+    """The scan of the text for strings, comments and key lines, run only as far as needed."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.pos = 0  # everything before this is scanned
+
+    def grid_at(self, start: int) -> str:
+        """"key" when the matrix at ``start`` is the value of a ``key = [[`` line; "stop" at an
+        unterminated string before it; "no" inside a string or a comment, or elsewhere."""
+        while True:
+            found = _SCAN.search(self.text, self.pos)
+            if found is None or found.start() > start:
+                return "no"
+            if found.lastgroup == "stop":
+                return "stop"
+            if found.lastgroup == "grid" and found.start("grid") >= start:
+                if found.start("grid") > start:
+                    return "no"
+                self.pos = found.end()
+                return "key"
+            self.pos = found.end()
+            if found.end() > start:
+                return "no"  # the candidate is inside this string or comment
 
 
 def table_values(doc: dict[str, Any]) -> Iterator[tuple[dict[str, Any], str, Any]]:

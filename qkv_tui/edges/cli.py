@@ -260,12 +260,12 @@ def _main(argv: list[str] | None) -> int:
             comp = compute(scenario)
     except ScenarioError as exc:
         return _fail(exc)
+    if args.save_theme and args.theme is None:
+        _parser().error("--save-theme needs --theme dark or --theme light")
     if not args.serve and (problem := terminal_problem()) is not None:
         sys.stderr.write(f"error: {problem}\n")
-        return 2
+        return 2  # before the theme is saved: a command refused does nothing
     if args.save_theme:
-        if args.theme is None:
-            _parser().error("--save-theme needs --theme dark or --theme light")
         try:
             save_theme(args.theme)
         except OSError as exc:

@@ -52,13 +52,17 @@ def _matrix(out: _Out, array: Matrix | np.ndarray[Any, Any], indent: str, *, mas
     out.write("[\n")
     last = array.shape[0] - 1
     number = _BOOL_TEXT.__getitem__ if array.dtype == np.bool_ else float.__repr__
+    floats = array.dtype != np.bool_
     for i, row in enumerate(array):
         values = row.tolist()
-        if masked and not np.isfinite(row).all():
+        if floats and not np.isfinite(row).all():
+            # the engine refuses inf and nan (core/engine.py's one overflow rule), so only a masked cell's
+            # −∞ gets here, and it is written null; anything else would be bare inf, which is not JSON
+            if not masked or any(v != _NEG_INF and not np.isfinite(v) for v in values):
+                raise ValueError(f"row {i + 1} of a matrix holds inf or nan, which JSON cannot write")
             text = ", ".join("null" if v == _NEG_INF else float.__repr__(v) for v in values)
         else:
-            # repr is the shortest text that reads back as the same float64; the engine has
-            # refused inf and nan, so every number is valid JSON
+            # repr is the shortest text that reads back as the same float64
             text = ", ".join(map(number, values))
         out.write(f"{indent}  [{text}]{',' if i < last else ''}\n")
     out.write(f"{indent}]")

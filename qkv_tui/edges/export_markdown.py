@@ -5,7 +5,7 @@ from __future__ import annotations
 from qkv_tui.core.engine import Computation
 from qkv_tui.core.fmt import cell_len, fmt, is_integral
 from qkv_tui.core.scenario import Matrix
-from qkv_tui.teach.trace import SAME_WEIGHT, STAGES, Trace
+from qkv_tui.teach.trace import SAME_WEIGHT, Trace
 
 WORKED_ROWS = 8  # beyond this many query tokens, the page works only the first rows by hand
 
@@ -38,7 +38,7 @@ def to_markdown(comp: Computation, decimals: int = 3) -> str:
     """The page; ``decimals`` as the app's +/- keys set them (the seed's 3 by default)."""
     trace = Trace(comp)
     sc = comp.scenario
-    tokens, keys = list(sc.tokens), list(sc.key_tokens)
+    tokens, keys = list(sc.labels), list(sc.key_labels)
     multi = len(comp.heads) > 1
     out: list[str] = [f"# {sc.title}", ""]
     if sc.description:
@@ -67,19 +67,22 @@ def to_markdown(comp: Computation, decimals: int = 3) -> str:
         array = trace.matrix(name, head)
         return [trace.col_label(name, j) for j in range(array.shape[1])]
 
+    meanings: dict[str, str] = {}  # each stage's words once, not once per head (they look at every head)
+
     def stage_heading(key: str, head: bool = False) -> None:
         number = trace.stage_keys.index(key) + 1
         level = "###" if head and multi else "##"
-        out.extend([f"{level} {number} · {STAGES[key].name}", "", trace.meaning(key, None), ""])
+        if key not in meanings:
+            meanings[key] = trace.meaning(key, None)
+        out.extend([f"{level} {number} · {trace.stage(key).name}", "", meanings[key], ""])
+
+    runs = {(r.stage, r.head): r for r in trace.runs}  # found by key: a search per stage would be 300² for 300 heads
 
     def worked(stage: str, head: int | None) -> None:
-        run = next(r for r in trace.runs if r.stage == stage and r.head == head)
+        run = runs[(stage, head)]
         lines = []
-        for i in range(run.start, run.stop):
+        for i in worked_ops(trace, run.start, run.stop):
             op = trace.op(i, decimals)
-            rows = sc.m if op.segment.target in ("K", "V", "K_rot") else sc.n
-            if op.row >= min(rows, WORKED_ROWS):
-                continue
             lines.append(f"    {op.arithmetic}")
             for detail in op.details:
                 if stage == "softmax" and op.col != 0:  # the row's lines once; then each weight the seed's way
@@ -177,6 +180,22 @@ def to_markdown(comp: Computation, decimals: int = 3) -> str:
         "",
     ]
     return "\n".join(out)
+
+
+def worked_ops(trace: Trace, start: int, stop: int) -> list[int]:
+    """The operations of start..stop-1 that the page works: those of each matrix's first WORKED_ROWS rows.
+
+    Only these are built (the tables hold every value): a 512-token head's Softmax has 262,144 operations,
+    of which the page shows 4,096.
+    """
+    out: list[int] = []
+    i = start
+    while i < stop:
+        seg = trace.segment_at(i)
+        per_row = 1 if seg.per_row else seg.cols
+        out += range(i, min(seg.start + min(seg.rows, WORKED_ROWS) * per_row, stop))
+        i = seg.stop
+    return out
 
 
 def decode_section(comp: Computation, decimals: int = 3) -> list[str]:

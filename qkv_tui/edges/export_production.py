@@ -7,7 +7,7 @@ checks out on a calculator as it does on screen.
 from __future__ import annotations
 
 from qkv_tui.core.engine import Computation
-from qkv_tui.screen.decode_view import decode_lines, mask_note, step_title
+from qkv_tui.screen.decode_view import decode_lines, mask_note, reference_name, step_title
 from qkv_tui.screen.tiled_view import MEANING, op_lines
 from qkv_tui.teach.decode import decode
 from qkv_tui.teach.tiled import PHASE_NAMES, memory_line, tiled
@@ -28,8 +28,10 @@ def cache_section(comp: Computation, decimals: int = 3) -> list[str]:
                    " read after that; nothing is added to that cache as the query tokens are processed.")
     else:
         out.append(f"The first {settings.prefill_for(sc.n)} tokens are prefilled at once (a causal block), then the"
-                   " rest are decoded one a step. Each step's Queries are computed fresh; their Key and Value rows"
-                   " are written to the cache and earlier rows are reused, not recomputed.")
+                   " rest are decoded one a step (in a model, each decode step feeds the token the model has just"
+                   " produced; here the sentence's next word stands in for it). Each step's Queries are computed"
+                   " fresh; their Key and Value rows are written to the cache and earlier rows are reused, not"
+                   " recomputed.")
     out += ["", f"The cache is paged: blocks of {dec.block_size} token rows in a pool of {dec.paging[0].pool} physical"
             f" blocks, handed out in the order {list(dec.paging[0].table.physical + dec.paging[0].table.free)}"
             f" (seed {settings.seed}); a sequence's block table maps its logical blocks to physical ones.", ""]
@@ -43,18 +45,19 @@ def cache_section(comp: Computation, decimals: int = 3) -> list[str]:
             out.append(f"- step {i + 1}, {step_title(dec, dec.steps[h][i])}:")
             out += [f"    {line}" for line in decode_lines(dec, i, h, decimals)]
         if dec.count > WORKED_STEPS:
-            ok = all(s.matches and s.paged_error == 0 for s in dec.steps[h])
-            out.append(f"- steps {WORKED_STEPS + 1} to {dec.count}: {'✓' if ok else '✗'} each equal to full attention"
-                       " and unchanged by paging")
+            ok = all(s.matches and s.paged_check[0] for s in dec.steps[h])
+            out.append(f"- steps {WORKED_STEPS + 1} to {dec.count}: {'✓' if ok else '✗'} each equal to"
+                       f" {reference_name(dec)} within float64 rounding, and unchanged by paging")
         out.append("")
     if not sc.is_cross:
         sizes = " + ".join(str(len(r)) for r in chunked.ranges[: len(chunked.ranges) - (sc.n - settings.prefill_for(sc.n))])
         ok = all(s.matches for steps in chunked.steps for s in steps)
         out += [f"Chunked prefill in chunks of {settings.chunk_for(sc.n)} ({sizes} tokens, then decode):"
-                f" {'✓' if ok else '✗'} every output equal to full attention. Each chunk's queries are the last L of"
-                " the S cached keys, so the causal mask is aligned bottom-right (offset S − L); aligned top-left,"
-                " as PyTorch's is_causal=True does with fewer queries than keys, a decode query would see only"
-                " key 0.", ""]
+                f" {'✓' if ok else '✗'} every output equal to {reference_name(chunked)} within float64 rounding."
+                " Each chunk's queries are the last L of the S cached keys, so the causal mask is aligned"
+                " bottom-right (offset S − L), as FlashAttention ≥ 2.1 and vLLM align it (PyTorch:"
+                " causal_lower_right); aligned top-left, as PyTorch's is_causal=True (causal_upper_left) does with"
+                " fewer queries than keys, a decode query would see only key 0.", ""]
     return out
 
 
@@ -81,7 +84,8 @@ def tiled_section(comp: Computation, decimals: int = 3) -> list[str]:
             out.append(f"- blocks {WORKED_BLOCKS + 1} to {len(th.blocks)}: the same six operations per tile")
         if th.skipped:
             out.append(f"- tiles skipped (the mask forbids every cell): {th.skipped} of {th.total_tiles}")
-        out += [f"- {'✓' if th.matches else '✗'} equal to the Mix stage (max |diff| {th.max_error:.1e}), every block",
+        ok, check = th.check()
+        out += [f"- {'✓ equal to' if ok else '✗ DIFFERENT from'} the Mix stage {check}, every block",
                 f"- {memory_line(sc.n, sc.m, th.tile, hr.d_v)}", ""]
     return out
 

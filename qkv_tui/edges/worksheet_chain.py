@@ -12,10 +12,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from qkv_tui.core.engine import Computation, softmax_rows
+from qkv_tui.core.engine import Computation, mean_square, row_mean, softmax_rows
 from qkv_tui.core.fmt import fmt, is_integral
 from qkv_tui.core.scenario import Matrix, Scenario
 from qkv_tui.teach.handcalc import round_to
+from qkv_tui.teach.trace import x_title
 
 MAX_GUARD = 8  # more decimals than the page's that a helper table may get; float64 has no more to give
 
@@ -53,7 +54,9 @@ def exact(x: float) -> str:
     """An input as the scenario gives it: ``1``, ``0.25``, ``-1.5`` (shortest exact form, no rounding)."""
     if x == round(x) and abs(x) < 1e15:
         return str(int(x))
-    return np.format_float_positional(x, trim="-")
+    text = np.format_float_positional(x, trim="-")
+    # 1.5e+154 or 1e-300 written out in full would be hundreds of digits: the shortest exact form then
+    return text if len(text) <= 24 else repr(float(x))
 
 
 def idx(count: int) -> tuple[str, ...]:
@@ -129,9 +132,9 @@ def chain(comp: Computation, d: int) -> list[Table]:
         rounded: Matrix = round_to(a, d)
         return rounded
 
-    tokens, keys = sc.tokens, sc.key_tokens
+    tokens, keys = sc.labels, sc.key_labels
     multi = len(sc.heads) > 1
-    out: list[Table] = [Table("X", "X", "X (embeddings)", "embed", None, sc.X, tokens, idx(sc.X.shape[1]), True, False)]
+    out: list[Table] = [Table("X", "X", x_title(sc), "embed", None, sc.X, tokens, idx(sc.X.shape[1]), True, False)]
     if sc.context_X is not None:
         out.append(Table("context_X", "X_ctx", "X_ctx (the context's embeddings)", "embed", None, sc.context_X,
                          keys, idx(sc.context_X.shape[1]), True, False))
@@ -150,13 +153,14 @@ def chain(comp: Computation, d: int) -> list[Table]:
                              False))
         X = sc.X
         cols: tuple[str, ...]
+        # the engine's statistics, which stay finite where the squares of 1e154 would not
         if norm.kind == "rms":
-            spread = r((X * X).sum(axis=1) / dm)  # (n,) mean of squares, from the exact inputs
+            spread = r(mean_square(X))  # (n,) mean of squares, from the exact inputs
             mean = np.zeros(sc.n)
             stats, cols = spread[:, None], ("ms",)
         else:
-            mean = r(X.sum(axis=1) / dm)  # (n,)
-            spread = r(((X - mean[:, None]) ** 2).sum(axis=1) / dm)  # (n,) population variance about the printed mean
+            mean = r(row_mean(X))  # (n,)
+            spread = r(mean_square(X - mean[:, None]))  # (n,) population variance about the printed mean
             stats, cols = np.column_stack([mean, spread]), ("mean", "var")
         raw = (X - mean[:, None]) / np.sqrt(spread + norm.eps)[:, None] * norm.gamma[None, :]  # (n, d_model)
         if norm.beta is not None:
@@ -202,7 +206,7 @@ def chain(comp: Computation, d: int) -> list[Table]:
         assert positions is not None
         slope_places = _slope_places(d, sc.alibi.slopes, positions)
         slopes_p = [float(round_to(np.array(s), slope_places)) if slope_places is not None else s for s in sc.alibi.slopes]
-        notes = (["the paper's 2^(−8(h+1)/H)"] if sc.alibi.default else []) + (
+        notes = (["the ALiBi paper code's default"] if sc.alibi.default else []) + (
             [f"rounded to {slope_places} decimals"] if slope_places is not None else [])
         default = f" ({', '.join(notes)})" if notes else ""
         extras.append(Table("slopes", "slope", f"ALiBi slopes{default}", "scale", None, np.array([slopes_p]), ("slope",),

@@ -117,7 +117,7 @@ def render(ws: Worksheet) -> str:
         if table.given:
             out += [f"{table.heading}{_suffix(ws, table)}:", "", _table_md(ws, table), ""]
     if not sc.allow.all():
-        mask = Table("mask", "mask", "", "scale", None, sc.allow.astype(np.float64), sc.tokens, sc.key_tokens, True, False)
+        mask = Table("mask", "mask", "", "scale", None, sc.allow.astype(np.float64), sc.labels, sc.key_labels, True, False)
         out += ["Mask (1 = the query may attend the key, 0 = masked):", "", _table_md(ws, mask), ""]
     multi = len(comp.heads) > 1
     for head in comp.heads:

@@ -42,7 +42,7 @@ class Working:
         s = f".{h}" if h is not None else ""
         answer = table.text(i, j, self.d)
         name = table.name
-        q = (sc.key_tokens if name in ("K", "V", "K'") else sc.tokens)[i]
+        q = (sc.key_labels if name in ("K", "V", "K'") else sc.labels)[i]
         if table.key == "stats":
             return self.stats(i, j, answer)
         if name == "X̂":
@@ -63,7 +63,7 @@ class Working:
         assert h is not None
         g = f".{self.owners[h]}"
         if name == "scores":
-            k = sc.key_tokens[j]
+            k = sc.key_labels[j]
             rope = sc.rope is not None
             qk, kk = (f"Q_rot{s}", f"K_rot{g}") if rope else (f"Q{s}", f"K{g}")
             width = self.tables[qk].values.shape[1]
@@ -80,7 +80,7 @@ class Working:
 
     def final(self, i: int, j: int) -> str:
         table = self.tables["final"]
-        q = self.sc.tokens[i]
+        q = self.sc.labels[i]
         # with one head, the output itself is what W_O multiplies (no concat table on the page)
         source, label = ("concat", "concat") if "concat" in self.tables else ("output.0", "output")
         plus = f" + b_O[{j}]" if "b_O" in self.tables else ""
@@ -91,7 +91,7 @@ class Working:
 
     def stats(self, i: int, j: int, answer: str) -> str:
         """``ms[I] = (1·1 + 0·0 + 1·1 + 0·0) / 4 = 0.500``, ``mean[I] = …``, ``var[I] = ((1 − 0.500)·(1 − 0.500) + …) / 4``."""
-        token = self.sc.tokens[i]
+        token = self.sc.labels[i]
         width = self.tables["X"].values.shape[1]
         xs = [self.txt("X", i, c) for c in range(width)]
         column = self.tables["stats"].cols[j]
@@ -110,7 +110,7 @@ class Working:
         """``X̂[I,2] = X[I,2] / √(ms[I] + eps)·γ[2] = 1 / √(0.500 + 1e-05)·1 = 1.414`` (LayerNorm: centred, + β)."""
         sc = self.sc
         assert sc.norm is not None
-        token = sc.tokens[i]
+        token = sc.labels[i]
         eps = repr(float(sc.norm.eps))
         x, gamma = self.txt("X", i, j), self.txt("gamma", 0, j)
         beta = f" + {self.txt('beta', 0, j)}" if "beta" in self.tables else ""
@@ -134,7 +134,7 @@ class Working:
         d_k = table.values.shape[1]
         found = next((k, pair) for k, pair in enumerate(pairs(sc.rope.layout, d_k)) if j in pair)
         k, (a, b) = found
-        token = sc.tokens[i]
+        token = sc.labels[i]
         angle = f"{sc.positions[i]}·θ{_sub(k)}"
         trig = f"trig.{d_k}"
         cos, sin = self.txt(trig, i, 2 * k), self.txt(trig, i, 2 * k + 1)
@@ -149,7 +149,7 @@ class Working:
 
     def scaled(self, h: int, i: int, j: int, answer: str) -> str:
         sc = self.sc
-        q, k = sc.tokens[i], sc.key_tokens[j]
+        q, k = sc.labels[i], sc.key_labels[j]
         divisor = f"√{sc.heads[h].d_k}" if sc.scale is None else exact(sc.scale)
         score = self.txt(f"scores.{h}", i, j)
         if "slopes" not in self.tables:
@@ -188,7 +188,7 @@ class Working:
         terms = " + ".join(power(c) for c in allowed) + sink_term
         mine = math.exp(float(scaled.values[i, j]) - top)
         symbolic = " = e^(s − m) / (Σ e^(s − m) + e^(sink − m))" if sink is not None else ""
-        return (f"weights[{sc.tokens[i]},{sc.key_tokens[j]}]{symbolic} = {power(j)} / ({terms})"
+        return (f"weights[{sc.labels[i]},{sc.key_labels[j]}]{symbolic} = {power(j)} / ({terms})"
                 f" = {fmt(mine, False, extra)} / {fmt(total, False, extra)} = {answer}")
 
 

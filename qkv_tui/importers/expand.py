@@ -1,7 +1,9 @@
-"""A ``[model]`` table (contracts §8) expanded into plain scenario data: the dict a TOML file would parse to.
+"""A ``[model]`` table (README, "A real model's head") expanded into plain scenario data: the dict a TOML file would parse to.
 
-The result uses only contracts §1/§7 keys, so the loader validates it like any file and every
-later stage (engine, trace, app, exports) sees an ordinary scenario:
+The result uses only scenario-file keys (docs/scenario-format.md), so the loader validates it like
+any file and every later stage (engine, trace, app, exports) sees an ordinary scenario. ``[input]``
+says what X is: the residual stream entering the layer from layer 1 on, token plus position
+embeddings at GPT-2's layer 0, plain embeddings (no table) otherwise. The heads:
 - every head of the layer: ``[attention]`` in the model's own wide matrices (num_heads,
   num_kv_heads, W_Q/W_K/W_V and biases) and ``[output]`` W_O (and b_O);
 - a chosen subset: one ``[[heads]]`` table per head, in the order asked, each with its
@@ -68,6 +70,10 @@ def expand_model(doc: dict[str, Any], base: Path | None = None) -> dict[str, Any
     result["description"] = _description(doc.get("description"), model, layer, heads, text, ids)
     result["tokens"] = labels
     result["X"] = X.tolist()
+    if layer > 0:  # what X is, for the trace, the panes and the exports (core/inputs.py)
+        result["input"] = {"kind": "residual", "layer": layer}
+    elif model.rope is None:  # GPT-2: learned position embeddings are added to the token embeddings
+        result["input"] = {"kind": "embedding+position"}
     norm = weights.norm
     result["norm"] = {"kind": norm.kind, "gamma": norm.gamma.tolist(), "eps": norm.eps}
     if norm.beta is not None:

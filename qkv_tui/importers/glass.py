@@ -3,7 +3,7 @@
 glassllm (PyPI, MIT, NumPy only) ships two small trained decoders: 4 layers, d_model 128, 4
 query heads sharing 2 K/V heads (d_k 32), RMSNorm (eps 1e-6), interleaved RoPE (pairs 2i, 2i+1,
 base 10000), SwiGLU, 128 positions. Its matrices are already in the x·W orientation and its heads
-are column slices (``x @ W_Q`` reshaped to (n, H, d_k)), which is contracts §1's [attention].
+are column slices (``x @ W_Q`` reshaped to (n, H, d_k)), which is the scenario format's [attention] (docs/scenario-format.md).
 Its tokenizer adds no special tokens.
 """
 
@@ -14,7 +14,7 @@ from functools import lru_cache
 import numpy as np
 
 from qkv_tui.base.values import token_label
-from qkv_tui.importers.errors import EXTRA_HINT, ImporterError
+from qkv_tui.importers.errors import ImporterError, missing_package
 from qkv_tui.importers.stack import Array, Attention, GatedMlp, Layer, Model, Norm, Rope, _silu
 
 PREFIX = "glassllm:"
@@ -25,9 +25,7 @@ def open_glassllm(lang: str) -> Model:
     try:
         import glassllm
     except ImportError:
-        raise ImporterError(
-            f"model.source {PREFIX}{lang} needs the glassllm package, which is not installed; {EXTRA_HINT}"
-        ) from None
+        raise ImporterError(missing_package("glassllm", f"model.source {PREFIX}{lang}")) from None
     if lang not in glassllm.LANGUAGES:
         choices = ", ".join(f"{PREFIX}{x}" for x in glassllm.LANGUAGES)
         raise ImporterError(f"model.source {PREFIX}{lang!r} is not a glassllm model; expected one of: {choices}")

@@ -14,11 +14,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from qkv_tui.base.values import show as _show
 from qkv_tui.importers.errors import ImporterError
+from qkv_tui.importers.files import read_limited
 
 GPT2_TYPES = ("gpt2",)
 LLAMA_TYPES = ("llama", "mistral", "qwen2")
 ALL_TYPES = GPT2_TYPES + LLAMA_TYPES
+CONFIG_LIMIT = 4 * 2**20  # real config.json files are a few kilobytes
 
 
 @dataclass(frozen=True)
@@ -37,18 +40,19 @@ class Config:
 
 
 def read_config(path: Path) -> Config:
+    raw = read_limited(path, "a config.json", CONFIG_LIMIT)  # refused by its size before a byte is read
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ImporterError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ImporterError(f"{path}: not valid JSON ({exc})") from None
+        data = json.loads(raw.decode("utf-8-sig"))
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        raise ImporterError(f"{path.name}: not valid JSON ({str(exc)[:120]})") from None
+    except ValueError:  # json refuses an integer of more than 4,300 digits, as int() does
+        raise ImporterError(f"{path.name}: holds an integer of more than 4,300 digits; expected a model's config") from None
     if not isinstance(data, dict):
-        raise ImporterError(f"{path}: expected a JSON object")
+        raise ImporterError(f"{path.name}: expected a JSON object")
     model_type = data.get("model_type")
     if model_type not in ALL_TYPES:
         raise ImporterError(
-            f"{path.name}: model_type {model_type!r} is not supported; expected one of: {', '.join(ALL_TYPES)}"
+            f"{path.name}: model_type {_show(model_type)} is not supported; expected one of: {', '.join(ALL_TYPES)}"
         )
     get = _Reader(path.name, data)
     if model_type == "gpt2":

@@ -12,10 +12,13 @@ Two layouts:
 
 from __future__ import annotations
 
+import stat
 from pathlib import Path
 
+from qkv_tui.base.values import show as _show
 from qkv_tui.base.values import token_label
-from qkv_tui.importers.errors import EXTRA_HINT, ImporterError
+from qkv_tui.importers.errors import ImporterError, missing_package
+from qkv_tui.importers.files import not_regular, read_limited, status
 from qkv_tui.importers.hf_config import Config, read_config, sliding_window
 from qkv_tui.importers.safetensors_raw import TensorFiles
 from qkv_tui.importers.stack import (
@@ -31,53 +34,75 @@ from qkv_tui.importers.stack import (
     Tokenize,
 )
 
+TOKENIZER_LIMIT = 256 * 2**20  # the largest tokenizer.json files in use (Gemma's, Qwen's) are tens of MB
 
-def open_folder(folder: Path, shown: str) -> Model:
-    """``shown`` is the source as the user wrote it, for messages."""
-    if not folder.exists():
+
+def open_folder(folder: Path, source: str) -> Model:
+    """``source`` is the source as the user wrote it: the model's name in messages and the description."""
+    shown = _show(source)
+    found = status(folder)
+    if found is None:
         raise ImporterError(
-            f"model.source {shown!r}: no such folder ({folder}); expected a Hugging Face folder or glassllm:en / glassllm:pt"
+            f"model.source {shown}: no such folder ({_show(str(folder))}); expected a Hugging Face folder"
+            " or glassllm:en / glassllm:pt"
         )
-    if not folder.is_dir():
+    if not stat.S_ISDIR(found.st_mode):
         raise ImporterError(
-            f"model.source {shown!r} is a file; expected a folder holding config.json, *.safetensors and tokenizer.json"
+            f"model.source {shown} is {not_regular(found.st_mode) or 'a file'}; expected a folder holding config.json,"
+            " *.safetensors and tokenizer.json"
         )
     for needed in ("config.json", "tokenizer.json"):
-        if not (folder / needed).is_file():
-            raise ImporterError(f"model.source {shown!r} has no {needed}; expected config.json, *.safetensors and tokenizer.json")
+        if status(folder / needed) is None:
+            raise ImporterError(f"model.source {shown} has no {needed}; expected config.json, *.safetensors and tokenizer.json")
     weights = sorted(folder.glob("*.safetensors"))
     if not weights:
         raise ImporterError(
-            f"model.source {shown!r} has no *.safetensors weights; expected model.safetensors (pytorch_model.bin is not read)"
+            f"model.source {shown} has no *.safetensors weights; expected model.safetensors (pytorch_model.bin is not read)"
         )
     config = read_config(folder / "config.json")
     if config.activation not in ACTIVATIONS:
         key = "activation_function" if config.model_type == "gpt2" else "hidden_act"
         raise ImporterError(
-            f"config.json: {key} {config.activation!r} is not supported; expected one of: {', '.join(ACTIVATIONS)}"
+            f"config.json: {key} {_show(config.activation)} is not supported; expected one of: {', '.join(ACTIVATIONS)}"
         )
     tokenize = _tokenizer(folder / "tokenizer.json")
     tensors = TensorFiles(weights)
     if config.model_type == "gpt2":
-        return _gpt2(config, tensors, tokenize, shown)
-    return _llama(config, tensors, tokenize, shown)
+        return _gpt2(config, tensors, tokenize, source)
+    return _llama(config, tensors, tokenize, source)
 
 
 def _tokenizer(path: Path) -> Tokenize:
     try:
         from tokenizers import Tokenizer
     except ImportError:
-        raise ImporterError(f"reading {path.name} needs the tokenizers package, which is not installed; {EXTRA_HINT}") from None
+        raise ImporterError(missing_package("tokenizers", f"reading {path.name}")) from None
+    raw = read_limited(path, "a tokenizer.json", TOKENIZER_LIMIT)  # never a blocking open: the library's own would be
     try:
-        tokenizer = Tokenizer.from_file(str(path))
+        tokenizer = Tokenizer.from_str(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise ImporterError(f"{path.name}: not UTF-8 text; expected the JSON file the tokenizers library writes") from None
     except Exception as exc:  # the Rust side raises plain Exception for every malformed file
-        raise ImporterError(f"{path}: not a tokenizer the tokenizers library reads ({str(exc).splitlines()[0]})") from None
+        reason = (str(exc).splitlines() or [type(exc).__name__])[0][:120]
+        raise ImporterError(f"{path.name}: not a tokenizer the tokenizers library reads ({reason})") from None
 
     def tokenize(text: str) -> tuple[list[str], list[int]]:
         encoding = tokenizer.encode(text)  # special tokens the post-processor adds (LLaMA's <s>) included
         return [token_label(t) for t in encoding.tokens], [int(i) for i in encoding.ids]
 
     return tokenize
+
+
+def _lookup(table: Array, key: str, ids: list[int]) -> Array:
+    """Rows ``ids`` of an embedding table, refusing an id the table has no row for."""
+    rows = int(table.shape[0])
+    for i, token_id in enumerate(ids):
+        if not 0 <= token_id < rows:
+            raise ImporterError(
+                f"tokenizer.json gives token id {token_id} (token {i + 1} of model.text) but {key} has {rows} rows"
+                f" (ids 0 … {rows - 1}); expected a tokenizer.json made for these weights"
+            )
+    return table[ids]
 
 
 def _prefix(tensors: TensorFiles, suffix: str, what: str) -> str:
@@ -88,74 +113,80 @@ def _prefix(tensors: TensorFiles, suffix: str, what: str) -> str:
     raise ImporterError(f"the checkpoint has no {suffix!r} tensor; expected a {what} checkpoint's key names")
 
 
-def _gpt2(config: Config, tensors: TensorFiles, tokenize: Tokenize, shown: str) -> Model:
+def _gpt2(config: Config, tensors: TensorFiles, tokenize: Tokenize, source: str) -> Model:
     p = _prefix(tensors, "wte.weight", "GPT-2")
-    wte, wpe = tensors.get(p + "wte.weight"), tensors.get(p + "wpe.weight")
     d = config.d_model
+    wte = tensors.get(p + "wte.weight", (None, d))  # (vocab, d)
+    wpe = tensors.get(p + "wpe.weight", (config.context, d))  # (n_positions, d)
     act = ACTIVATIONS[config.activation]
     raw = config.raw
 
     def embed(ids: list[int]) -> Array:
-        return wte[ids] + wpe[: len(ids)]  # (n, d_model): token plus learned position
+        return _lookup(wte, p + "wte.weight", ids) + wpe[: len(ids)]  # (n, d_model): token plus learned position
 
     def layer(i: int) -> Layer:
         h = f"{p}h.{i}."
-        c_attn, c_attn_b = tensors.get(h + "attn.c_attn.weight"), tensors.get(h + "attn.c_attn.bias")  # (d, 3d), (3d,)
+        get = tensors.get
+        c_attn, c_attn_b = get(h + "attn.c_attn.weight", (d, 3 * d)), get(h + "attn.c_attn.bias", (3 * d,))
+        c_fc = get(h + "mlp.c_fc.weight", (d, None))  # (d, inner)
+        inner = int(c_fc.shape[1])
         scale: float | None = None
         if raw.get("scale_attn_weights", True) is False or raw.get("scale_attn_by_inverse_layer_idx", False):
             base = config.head_dim**0.5 if raw.get("scale_attn_weights", True) is not False else 1.0
             scale = base * (i + 1 if raw.get("scale_attn_by_inverse_layer_idx", False) else 1)
         return Layer(
-            norm=Norm("layer", tensors.get(h + "ln_1.weight"), tensors.get(h + "ln_1.bias"), config.eps),
+            norm=Norm("layer", get(h + "ln_1.weight", (d,)), get(h + "ln_1.bias", (d,)), config.eps),
             attention=Attention(
-                c_attn[:, :d], c_attn[:, d:2 * d], c_attn[:, 2 * d:], tensors.get(h + "attn.c_proj.weight"),
-                c_attn_b[:d], c_attn_b[d:2 * d], c_attn_b[2 * d:], tensors.get(h + "attn.c_proj.bias"),
+                c_attn[:, :d], c_attn[:, d:2 * d], c_attn[:, 2 * d:], get(h + "attn.c_proj.weight", (d, d)),
+                c_attn_b[:d], c_attn_b[d:2 * d], c_attn_b[2 * d:], get(h + "attn.c_proj.bias", (d,)),
                 config.num_heads, config.num_heads,
             ),
-            mlp_norm=Norm("layer", tensors.get(h + "ln_2.weight"), tensors.get(h + "ln_2.bias"), config.eps),
+            mlp_norm=Norm("layer", get(h + "ln_2.weight", (d,)), get(h + "ln_2.bias", (d,)), config.eps),
             mlp=DenseMlp(
-                tensors.get(h + "mlp.c_fc.weight"), tensors.get(h + "mlp.c_fc.bias"),
-                tensors.get(h + "mlp.c_proj.weight"), tensors.get(h + "mlp.c_proj.bias"), act,
+                c_fc, get(h + "mlp.c_fc.bias", (inner,)),
+                get(h + "mlp.c_proj.weight", (inner, d)), get(h + "mlp.c_proj.bias", (d,)), act,
             ),
             scale=scale,
             window=None,
         )
 
-    return Model(shown, config.num_layers, config.num_heads, config.context, None, tokenize, embed, layer)
+    return Model(source, config.num_layers, config.num_heads, config.context, None, tokenize, embed, layer)
 
 
-def _llama(config: Config, tensors: TensorFiles, tokenize: Tokenize, shown: str) -> Model:
+def _llama(config: Config, tensors: TensorFiles, tokenize: Tokenize, source: str) -> Model:
     p = _prefix(tensors, "embed_tokens.weight", f"{config.model_type} (LLaMA-family)")
-    table = tensors.get(p + "embed_tokens.weight")
+    d = config.d_model
+    q_width, kv_width = config.num_heads * config.head_dim, config.num_kv_heads * config.head_dim
+    table = tensors.get(p + "embed_tokens.weight", (None, d))  # (vocab, d)
     act = ACTIVATIONS[config.activation]
     assert config.rope_base is not None
 
-    def optional(name: str) -> Array | None:
-        return tensors.get(name) if name in tensors else None
+    def optional(name: str, width: int) -> Array | None:
+        return tensors.get(name, (width,)) if name in tensors else None
 
     def embed(ids: list[int]) -> Array:
-        return table[ids]  # (n, d_model); positions enter through RoPE
+        return _lookup(table, p + "embed_tokens.weight", ids)  # (n, d_model); positions enter through RoPE
 
     def layer(i: int) -> Layer:
         h = f"{p}layers.{i}."
         a = h + "self_attn."
+        get = tensors.get
+        gate = get(h + "mlp.gate_proj.weight", (None, d))  # (intermediate, d)
+        inter = int(gate.shape[0])
         return Layer(
-            norm=Norm("rms", tensors.get(h + "input_layernorm.weight"), None, config.eps),
+            norm=Norm("rms", get(h + "input_layernorm.weight", (d,)), None, config.eps),
             attention=Attention(
-                tensors.get(a + "q_proj.weight").T, tensors.get(a + "k_proj.weight").T,  # nn.Linear is (out, in)
-                tensors.get(a + "v_proj.weight").T, tensors.get(a + "o_proj.weight").T,
-                optional(a + "q_proj.bias"), optional(a + "k_proj.bias"),
-                optional(a + "v_proj.bias"), optional(a + "o_proj.bias"),
+                get(a + "q_proj.weight", (q_width, d)).T, get(a + "k_proj.weight", (kv_width, d)).T,  # nn.Linear is (out, in)
+                get(a + "v_proj.weight", (kv_width, d)).T, get(a + "o_proj.weight", (d, q_width)).T,
+                optional(a + "q_proj.bias", q_width), optional(a + "k_proj.bias", kv_width),
+                optional(a + "v_proj.bias", kv_width), optional(a + "o_proj.bias", d),
                 config.num_heads, config.num_kv_heads,
             ),
-            mlp_norm=Norm("rms", tensors.get(h + "post_attention_layernorm.weight"), None, config.eps),
-            mlp=GatedMlp(
-                tensors.get(h + "mlp.gate_proj.weight").T, tensors.get(h + "mlp.up_proj.weight").T,
-                tensors.get(h + "mlp.down_proj.weight").T, act,
-            ),
+            mlp_norm=Norm("rms", get(h + "post_attention_layernorm.weight", (d,)), None, config.eps),
+            mlp=GatedMlp(gate.T, get(h + "mlp.up_proj.weight", (inter, d)).T, get(h + "mlp.down_proj.weight", (d, inter)).T, act),
             scale=None,
             window=sliding_window(config, i),
         )
 
     rope = Rope("half", config.rope_base)
-    return Model(shown, config.num_layers, config.num_heads, config.context, rope, tokenize, embed, layer)
+    return Model(source, config.num_layers, config.num_heads, config.context, rope, tokenize, embed, layer)

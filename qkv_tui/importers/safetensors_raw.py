@@ -10,6 +10,8 @@ of a float32, so widening is a 16-bit shift.
 from __future__ import annotations
 
 import json
+import math
+import os
 import struct
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,11 +19,16 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
+from qkv_tui.base.values import show as _show
 from qkv_tui.importers.errors import ImporterError
+from qkv_tui.importers.files import open_regular
 
 Array = npt.NDArray[np.float64]
 
 _PLAIN = {"F64": "<f8", "F32": "<f4", "F16": "<f2"}
+# bytes per element of every dtype the format defines, read or not: a header's shape must match its bytes
+_ITEM_BYTES = {"BOOL": 1, "U8": 1, "I8": 1, "F8_E5M2": 1, "F8_E4M3": 1, "F8_E8M0": 1, "I16": 2, "U16": 2, "F16": 2,
+               "BF16": 2, "I32": 4, "U32": 4, "F32": 4, "I64": 8, "U64": 8, "F64": 8}
 _HEADER_LIMIT = 100_000_000  # the format's own cap on the JSON header
 
 
@@ -49,11 +56,18 @@ class TensorFiles:
     def names(self) -> list[str]:
         return list(self.entries)
 
-    def get(self, name: str) -> Array:
+    def get(self, name: str, shape: tuple[int | None, ...]) -> Array:
+        """The tensor, as float64, refused unless its shape is ``shape`` (None: any length on that axis)."""
         entry = self.entries.get(name)
         if entry is None:
             raise ImporterError(f"the checkpoint has no tensor {name!r}; expected the model_type's usual key names")
-        count = int(np.prod(entry.shape)) if entry.shape else 1
+        if len(entry.shape) != len(shape) or any(w is not None and w != s for w, s in zip(shape, entry.shape)):
+            raise ImporterError(
+                f"{entry.path.name}: tensor {name!r} is {_dims(entry.shape)}; the config implies {_dims(shape)}"
+            )
+        count = math.prod(entry.shape)
+        if count == 0:  # np.memmap cannot map zero bytes
+            return np.zeros(entry.shape)
         if entry.dtype in _PLAIN:
             dtype = np.dtype(_PLAIN[entry.dtype])
             raw = np.memmap(entry.path, dtype=dtype, mode="r", offset=entry.start, shape=(count,))
@@ -63,28 +77,40 @@ class TensorFiles:
             values = (np.asarray(halves, dtype=np.uint32) << 16).view(np.float32).astype(np.float64)
         else:
             raise ImporterError(
-                f"{entry.path.name}: tensor {name!r} is {entry.dtype}; expected F32, F16 or BF16 weights"
+                f"{entry.path.name}: tensor {name!r} is {_show(entry.dtype)}; expected F32, F16 or BF16 weights"
                 " (quantised checkpoints are not read)"
             )
         return values.reshape(entry.shape)
 
 
+def _dims(shape: tuple[int | None, ...]) -> str:
+    if not shape:
+        return "a single number (0-D)"
+    if len(shape) == 1:
+        return f"a vector of {'any length' if shape[0] is None else shape[0]} (1-D)"
+    return "×".join("N" if s is None else str(s) for s in shape) + f" ({len(shape)}-D)"
+
+
 def _read_header(path: Path) -> dict[str, _Entry]:
+    fd = open_regular(path, "a safetensors file")
     try:
-        with path.open("rb") as handle:
+        size = os.fstat(fd).st_size
+        with os.fdopen(fd, "rb", closefd=False) as handle:
             head = handle.read(8)
             if len(head) < 8:
                 raise ImporterError(f"{path.name}: not a safetensors file (shorter than its 8-byte header length)")
             (length,) = struct.unpack("<Q", head)
-            if length > _HEADER_LIMIT:
-                raise ImporterError(f"{path.name}: not a safetensors file (header length {length} is implausible)")
+            if length > _HEADER_LIMIT or 8 + length > size:
+                raise ImporterError(f"{path.name}: not a safetensors file (header length {length:,} is implausible"
+                                    f" for a file of {size:,} bytes)")
             text = handle.read(length)
-        size = path.stat().st_size
     except OSError as exc:
-        raise ImporterError(f"{path}: cannot read: {exc.strerror or exc}") from None
+        raise ImporterError(f"{path.name}: cannot read: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
     try:
         header = json.loads(text)
-    except (UnicodeDecodeError, json.JSONDecodeError):
+    except (UnicodeDecodeError, ValueError):  # ValueError: not JSON, or an integer of more than 4,300 digits
         raise ImporterError(f"{path.name}: not a safetensors file (its header is not JSON)") from None
     if not isinstance(header, dict):
         raise ImporterError(f"{path.name}: not a safetensors file (its header is not a JSON object)")
@@ -93,13 +119,27 @@ def _read_header(path: Path) -> dict[str, _Entry]:
     for name, info in header.items():
         if name == "__metadata__":
             continue
+        shown = repr(name if len(name) <= 60 else name[:57] + "...")
         try:
-            dtype = str(info["dtype"])
-            shape = tuple(int(s) for s in info["shape"])
-            begin, end = (int(o) for o in info["data_offsets"])
+            dtype = info["dtype"]
+            shape = tuple(info["shape"])
+            begin, end = info["data_offsets"]
         except (KeyError, TypeError, ValueError):
-            raise ImporterError(f"{path.name}: tensor {name!r} has a malformed header entry") from None
+            raise ImporterError(f"{path.name}: tensor {shown} has a malformed header entry") from None
+        if not isinstance(dtype, str) or not all(_count(s) for s in (*shape, begin, end)):
+            raise ImporterError(f"{path.name}: tensor {shown} has a malformed header entry"
+                                " (expected a dtype string, and whole numbers >= 0 for its shape and offsets)")
         if base + end > size or begin > end:
-            raise ImporterError(f"{path.name}: tensor {name!r} lies beyond the end of the file (truncated download?)")
+            raise ImporterError(f"{path.name}: tensor {shown} lies beyond the end of the file (truncated download?)")
+        item = _ITEM_BYTES.get(dtype)
+        if item is not None and math.prod(shape) * item != end - begin:
+            raise ImporterError(
+                f"{path.name}: tensor {shown} is {dtype} of shape {_dims(shape)}, which takes"
+                f" {math.prod(shape) * item:,} bytes, but its data_offsets hold {end - begin:,}; expected the two to agree"
+            )
         entries[name] = _Entry(path, dtype, shape, base + begin, base + end)
     return entries
+
+
+def _count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0

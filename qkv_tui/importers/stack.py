@@ -21,7 +21,7 @@ Tokenize = Callable[[str], tuple[list[str], list[int]]]  # text -> (labels, ids)
 
 @dataclass(frozen=True, eq=False)
 class Norm:
-    """RMSNorm or LayerNorm with the model's own eps (contracts §7 [norm])."""
+    """RMSNorm or LayerNorm with the model's own eps (the scenario format's [norm], docs/scenario-format.md)."""
 
     kind: str  # "rms" | "layer"
     gamma: Array  # (d_model,)

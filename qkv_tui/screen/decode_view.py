@@ -13,7 +13,8 @@ from qkv_tui.teach.decode import SCHEDULE_NAMES, Decode, DecodeStep
 MAX_STAGES = 7  # more steps than this are not all named in the stage bar
 MAX_TERMS = 4  # a weighted sum of more Value rows than this is summarised, not written out
 DECODE_MEANING = (
-    "Prefill runs the prompt at once (a causal block); decode adds one token a step. Queries are computed fresh"
+    "Prefill runs the prompt at once (a causal block); decode adds one token a step: in a model, the token it"
+    " has just produced; here the sentence's next word stands in for it. Queries are computed fresh"
     " and never cached; Key and Value rows are written once and read back. Rows live in blocks of a pool, found"
     " through the block table (@p.s: physical block p, slot s). Yellow: computed now; blue: read from the cache."
 )
@@ -45,7 +46,7 @@ def _span(labels: tuple[str, ...], start: int, stop: int) -> str:
 
 def step_title(dec: Decode, step: DecodeStep) -> str:
     """``prefill I..love``, ``chunk 2: AI``, ``decode AI``: the tokens being processed, never "generating"."""
-    tokens = dec.comp.scenario.tokens
+    tokens = dec.comp.scenario.labels
     return f"{step.kind} {_span(tokens, step.start, step.stop)}"
 
 
@@ -54,11 +55,11 @@ def decode_panes(dec: Decode, index: int, head: int, decimals: int) -> tuple[lis
     sc = dec.comp.scenario
     step = dec.steps[head][index]
     paging = dec.paging[index]
-    keys = sc.key_tokens if sc.is_cross else sc.tokens
+    keys = sc.key_labels if sc.is_cross else sc.labels
     lo = step.first  # a sliding window's rolling buffer keeps tokens lo … S − 1 only
     S = lo + step.K_cache.shape[0]
     cached = tuple(f"{keys[t]} @{a.physical}.{a.slot}" for t, a in ((t, paging.table.address(t)) for t in range(lo, S)))
-    queries = sc.tokens[step.start:step.stop]
+    queries = sc.labels[step.start:step.stop]
     dims_k = tuple(str(c) for c in range(step.K_cache.shape[1]))
     dims_v = tuple(str(c) for c in range(step.V_cache.shape[1]))
     name = dec.comp.heads[head].name if len(dec.comp.heads) > 1 else ""
@@ -71,7 +72,8 @@ def decode_panes(dec: Decode, index: int, head: int, decimals: int) -> tuple[lis
         current = step.start - lo if one else None
         reused = frozenset(range(step.start - lo))
     focus = [
-        _pane("dq", "q = X·W_Q (fresh)", step.q, queries, dims_k, decimals, current_row=0 if one else None,
+        _pane("dq", f"q = {_projection(dec, head, 'Q')} (fresh)", step.q, queries, dims_k, decimals,
+              current_row=0 if one else None,
               subtitle=name),
         _pane("dK", cache, step.K_cache, cached, dims_k, decimals, current, reused, subtitle=name),
         _pane("dV", cache.replace("K", "V", 1), step.V_cache, cached, dims_v, decimals, current, reused,
@@ -87,14 +89,14 @@ def decode_panes(dec: Decode, index: int, head: int, decimals: int) -> tuple[lis
         _pane("dS", f"q·Kᵀ/{scale} + mask", masked, queries, keys[lo:S], decimals, subtitle=name),
         _pane("dw", "weights", step.weights, queries, keys[lo:S], decimals, heat=True, subtitle=name,
               allow=step.allowed),
-        _pane("dout", "outputs so far", outputs, sc.tokens[: step.stop], dims_v, decimals,
+        _pane("dout", "outputs so far", outputs, sc.labels[: step.stop], dims_v, decimals,
               current_row=step.start if one else None, reused=frozenset(range(step.start, step.stop)) if not one
               else frozenset(), subtitle=name),
         _pane("dref", "no cache, all at once" if not dec.own_mask else "Mix stage", dec.reference[head],
-              sc.tokens, dims_v, decimals, reused=frozenset(range(step.start, step.stop)), subtitle=name),
+              sc.labels, dims_v, decimals, reused=frozenset(range(step.start, step.stop)), subtitle=name),
     ]
     if not dec.own_mask:
-        context.append(_pane("dmix", f"Mix stage (mask {sc.mask_kind})", dec.comp.heads[head].output, sc.tokens,
+        context.append(_pane("dmix", f"Mix stage (mask {sc.mask_kind})", dec.comp.heads[head].output, sc.labels,
                              dims_v, decimals, reused=frozenset(range(step.start, step.stop)), subtitle=name))
     return focus, context
 
@@ -107,7 +109,7 @@ def mask_note(dec: Decode) -> str:
             return ""
         return f"Its {sc.mask_kind} mask is one a cache keeps: outputs equal the Mix stage."
     rows = dec.differs_from_trace()
-    names = ", ".join(sc.tokens[i] for i in rows[:6]) + (", …" if len(rows) > 6 else "")
+    names = ", ".join(sc.labels[i] for i in rows[:6]) + (", …" if len(rows) > 6 else "")
     kept = {"none": "", "causal": "", "padding": " (its padding is kept)",
             "custom": " (its past part is kept)"}.get(sc.mask_kind, " (what it allows in the past is kept)")
     what = "The scenario has no mask, which" if sc.mask_kind == "none" else f"The scenario's {sc.mask_kind} mask{kept}"
@@ -115,17 +117,41 @@ def mask_note(dec: Decode) -> str:
             f" lets tokens see later ones, so the outputs of {names} differ from the Mix stage.")
 
 
-def _projection(dec: Decode, role: str, token: str, t: int) -> str:
-    """``X[I]·W_Q``, with the norm, bias and rotation the scenario adds."""
+def _projection(dec: Decode, head: int, role: str, token: str | None = None, t: int | None = None) -> str:
+    """What the step's q (or a cached k) is: ``X[I]·W_Q``, from X̂ after a norm, plus a bias, rotated by RoPE.
+
+    Without a token, the symbol for all rows: ``RoPE(X̂·W_Q)``.
+    """
     comp = dec.comp
-    hr = comp.heads[0]
-    x = f"X_norm[{token}]" if comp.norm is not None else f"X[{token}]"
+    hr = comp.heads[head]
+    x = "X̂" if comp.norm is not None and (role == "Q" or not comp.scenario.is_cross) else "X"
     bias = f" + b_{role}" if getattr(hr, f"b_{role}") is not None else ""
-    text = f"{x}·W_{role}{bias}"
+    rotated = comp.scenario.rope is not None and comp.scenario.positions is not None and role != "V"
+    if token is None:
+        text = f"{x}·W_{role}{bias}"
+        return f"RoPE({text})" if rotated else text
+    text = f"{x}[{token}]·W_{role}{bias}"
     positions = comp.scenario.positions
-    if comp.scenario.rope is not None and positions is not None:
+    if rotated and positions is not None and t is not None:
         text = f"rotate({text}, position {positions[t]})"
     return text
+
+
+def reference_name(dec: Decode) -> str:
+    """What the cache view checks its outputs against: full attention under the mask decoding uses.
+
+    Without a cache every query sees every key at once; under a mask a cache cannot keep (none, a custom
+    one that looks ahead) that is causal attention, not the Mix stage's.
+    """
+    sc = dec.comp.scenario
+    if sc.is_cross:
+        return "cross-attention over the whole context at once"
+    if dec.own_mask:
+        return "attention over all tokens at once (no cache)"
+    if sc.mask_kind == "none":
+        return "causal attention over all tokens at once (no cache; not the Mix stage, which has no mask)"
+    return (f"attention over all tokens at once under the past part of the {sc.mask_kind} mask"
+            " (no cache; not the Mix stage)")
 
 
 def _vec(values: Matrix, decimals: int) -> str:
@@ -138,15 +164,16 @@ def decode_lines(dec: Decode, index: int, head: int, decimals: int) -> list[str]
     step = dec.steps[head][index]
     paging = dec.paging[index]
     hr = dec.comp.heads[head]
-    keys = sc.key_tokens if sc.is_cross else sc.tokens
+    keys = sc.key_labels if sc.is_cross else sc.labels
     r = step.width - 1  # the step's last query row: the newest token
-    token = sc.tokens[step.t]
+    token = sc.labels[step.t]
     lines = []
     if step.width == 1:
-        lines.append(f"q[{token}] = {_projection(dec, 'Q', token, step.t)} = {_vec(step.q[0], decimals)}"
+        lines.append(f"q[{token}] = {_projection(dec, head, 'Q', token, step.t)} = {_vec(step.q[0], decimals)}"
                      "   (fresh: Queries are never cached)")
     else:
-        lines.append(f"Q[{_span(sc.tokens, step.start, step.stop)}] = X·W_Q: {step.width} rows at once, fresh"
+        lines.append(f"Q[{_span(sc.labels, step.start, step.stop)}] = {_projection(dec, head, 'Q')}:"
+                     f" {step.width} rows at once, fresh"
                      f" (the q pane); worked below for the last, {token}")
     if sc.is_cross:
         if index == 0:
@@ -227,26 +254,28 @@ def decode_lines(dec: Decode, index: int, head: int, decimals: int) -> list[str]
         lines.append(f"out[{token}] = weights·V_cache = {terms} = {res}")
     else:
         lines.append(f"out[{token}] = weights·V_cache, {live.size} rows weighted and summed = {_vec(out, decimals)}")
-    mark = "✓ equal" if step.matches else "✗ DIFFERENT"
-    what = "cross-attention" if sc.is_cross else "attention (all queries at once, no cache)"
-    paged = "✓" if step.paged_error == 0 else "✗"
-    lines.append(f"{mark} to full {what} (max |diff| {step.max_error:.1e}); paging changes nothing:"
-                 f" {paged} equal to a contiguous cache (max |diff| {step.paged_error:.1e})")
+    what = reference_name(dec)
+    ok, check = step.check
+    paged_ok, paged_check = step.paged_check
+    paged = "✓ equal to a contiguous cache" if paged_ok else f"✗ DIFFERENT from a contiguous cache: {paged_check}"
+    lines.append(f"{'✓ equal to' if ok else '✗ DIFFERENT from'} {what} {check}; paging changes nothing:"
+                 f" {paged}")
     rows = [i for i in dec.differs_from_trace() if step.start <= i < step.stop]
     if rows:
         i = rows[-1]
         mask = "no mask" if sc.mask_kind == "none" else f"its {sc.mask_kind} mask"
-        lines.append(f"the Mix stage ({mask}) had out[{sc.tokens[i]}] = {_vec(hr.output[i], decimals)}: it let"
-                     f" {sc.tokens[i]} see later tokens, which a cache does not hold yet")
+        lines.append(f"the Mix stage ({mask}) had out[{sc.labels[i]}] = {_vec(hr.output[i], decimals)}: it let"
+                     f" {sc.labels[i]} see later tokens, which a cache does not hold yet")
     if not sc.is_cross:
         held = step.stop - step.first  # S: the keys this step reads
         offset = held - step.width
         if step.width < held:
             column = "token" if not step.first else "key column"
-            lines.append(f"mask aligned bottom-right: query row r is {column} {offset} + r (offset S − L ="
+            lines.append(f"mask aligned bottom-right, as FlashAttention ≥ 2.1 and vLLM align it (PyTorch:"
+                         f" causal_lower_right): query row r is {column} {offset} + r (offset S − L ="
                          f" {held} − {step.width} = {offset}). Aligned top-left, as PyTorch's is_causal=True"
-                         f" does with fewer queries than keys, row 0 would see only key 0: this query would"
-                         f" attend to \"{keys[step.first]}\" alone")
+                         f" (causal_upper_left) does with fewer queries than keys, row 0 would see only key 0:"
+                         f" this query would attend to \"{keys[step.first]}\" alone")
         else:
             lines.append(f"a {step.width}×{step.width} causal block: queries and keys are the same tokens,"
                          " so bottom-right and top-left alignment agree")
@@ -269,7 +298,7 @@ def step_stages(dec: Decode, index: int) -> tuple[tuple[str, str], ...]:
             stages.append(("…", "done" if i <= index else "todo"))
         rng = dec.ranges[i]
         kind = dec.kind(i)
-        text = dec.comp.scenario.tokens[rng.start] if len(rng) == 1 and kind == "decode" else f"{kind} ×{len(rng)}"
+        text = dec.comp.scenario.labels[rng.start] if len(rng) == 1 and kind == "decode" else f"{kind} ×{len(rng)}"
         stages.append((f"{i + 1} {text}", "current" if i == index else ("done" if i < index else "todo")))
     return tuple(stages)
 
@@ -286,7 +315,7 @@ def decode_explanation(dec: Decode, index: int, head: int, decimals: int) -> Exp
     stages = step_stages(dec, index)
     return Explanation(
         stage_label=f"{label} step {index + 1}/{count}",
-        counter=f'processing "{_span(sc.tokens, step.start, step.stop)}"',
+        counter=f'processing "{_span(sc.labels, step.start, step.stop)}"',
         head_label=f"{name} ({head + 1}/{heads})" if heads > 1 else "",
         arithmetic=lines[0],
         details=tuple(lines[1:]),

@@ -57,9 +57,9 @@ def attention_map(trace: Trace, head: int, index: int) -> AttentionMap:
     result = comp.heads[head]
     n, m = result.weights.shape
     filled = trace.filled("weights", head, index)
-    width = max(cell_len(f"{i} {t}") for i, t in enumerate(sc.tokens))
-    row_labels = tuple(f"{i} {t}" + " " * (width - cell_len(f"{i} {t}")) for i, t in enumerate(sc.tokens))
-    columns = [_downwards(t) for t in sc.key_tokens]
+    width = max(cell_len(f"{i} {t}") for i, t in enumerate(sc.labels))
+    row_labels = tuple(f"{i} {t}" + " " * (width - cell_len(f"{i} {t}")) for i, t in enumerate(sc.labels))
+    columns = [_downwards(t) for t in sc.key_labels]
     depth = max(len(c) for c in columns)
     header = tuple("".join((c[k] if k < len(c) else " ") + " " for c in columns) for k in range(depth))
     rows = []

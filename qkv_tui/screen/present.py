@@ -127,6 +127,6 @@ class Presenter:
         row = op.row if op.segment.stage in ("score", "scale", "softmax", "mix") and op.row is not None else 0
         # the table is built from the row's scores: before they are all computed it would show the future
         if self.exact.filled("scores", pos.head, pos.index) < (row + 1) * sc.m:
-            return [f"what if (w): the scaling table for row {sc.tokens[row]} appears once its scores are all"
+            return [f"what if (w): the scaling table for row {sc.labels[row]} appears once its scores are all"
                     " computed (stage Score)"]
-        return whatif_lines(self.comp.heads[pos.head], sc.allow, row, sc.tokens[row], sc.key_tokens, modes.decimals)
+        return whatif_lines(self.comp.heads[pos.head], sc.allow, row, sc.labels[row], sc.key_labels, modes.decimals)

@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 
-from qkv_tui.core.fmt import is_integral
+from qkv_tui.core.fmt import fmt, is_integral, operand, vector
 from qkv_tui.core.scenario import Matrix
 from qkv_tui.screen.view import Explanation, PaneSpec, column_widths
 from qkv_tui.teach.arith import fit
@@ -15,8 +15,11 @@ from qkv_tui.teach.tiled import PHASE_NAMES, PHASES, TiledHead, TileOp, memory_l
 MAX_ROWS = 4  # the explanation works this many query rows of a block; the panes hold the rest
 
 MEANING = {
-    "scores": "Only this tile's scores exist: the block's Queries against the tile's Keys. The full score matrix"
-              " is never formed, so memory stays one tile wide however long the sequence.",
+    "scores": "Only this tile's scores exist: the block's Queries against the tile's Keys, in fast on-chip memory."
+              " The full score matrix is never formed, so it is never written to the GPU's main memory (HBM) and"
+              " read back: FlashAttention's win is that traffic. Its extra memory still grows with the sequence:"
+              " m and ℓ for every row, O(N). One size B here stands for both B_r (query rows per block) and B_c"
+              " (keys per tile); the kernels choose them apart, from the on-chip memory and the head size.",
     "tile_max": "The largest score of each row within this tile: the running max may have to move up to it.",
     "new_max": "The running max m is the largest score seen so far in the row. Exponentials are taken against it,"
                " so none overflows.",
@@ -28,7 +31,9 @@ MEANING = {
     "accumulate": "The tile's Value rows, weighted by the same exponentials, join the output accumulator Õ: the"
                   " numerator of softmax·V, not yet divided.",
     "normalise": "After the block's last tile, one division per row: O = Õ / ℓ. It equals softmax(scores)·V,"
-                 " because Õ and ℓ carry the same e^(−m) factor, which cancels.",
+                 " because Õ and ℓ carry the same e^(−m) factor, which cancels. This is FlashAttention-2's order:"
+                 " FlashAttention-1 divided its O by ℓ after every tile (and rescaled it back at the next);"
+                 " FlashAttention-2 divides once, here, and keeps only L = m + log ℓ per row for the backward pass.",
 }
 
 
@@ -47,26 +52,48 @@ def op_first_tile(th: TiledHead, qblock: int) -> int:
     return int(np.flatnonzero(th.needed[qblock])[0])
 
 
+def _num(x: float, places: int) -> str:
+    """A worked number inside a line: ``0.562``, ``(-1.155)``, ``−∞``, ``0`` for a masked key's e^−∞."""
+    return operand(x, False, places)
+
+
+def _row(values: Matrix, places: int, masked_zero: Matrix | None = None) -> str:
+    """``[0.099, 1.000]``; a masked key's exponential is the bare 0 the trace writes."""
+    texts = [fmt(float(v), False, places) for v in values]
+    if masked_zero is not None:
+        texts = ["0" if not a else s for s, a in zip(texts, masked_zero)]
+    return "[" + ", ".join(texts) + "]"
+
+
 def op_lines(th: TiledHead, op: TileOp, decimals: int) -> list[str]:
-    """The operation's arithmetic, one line per query row, each checkable on a calculator."""
+    """The operation's arithmetic, one line per query row, each checkable on a calculator.
+
+    The scores are the exact ones (a result, as in the trace's Scale stage); from there on every
+    number is worked from the ones shown before it, at the places of the row's softmax in the trace.
+    """
     sc = th.comp.scenario
-    tokens, keys = sc.tokens, sc.key_tokens
+    tokens, keys = sc.labels, sc.key_labels
     lines: list[str] = []
     visit, end = op.visit, op.end
     rows = end.rows
     shown = list(rows)[:MAX_ROWS]
     divisor_text, div = _divisor(th)
     hr = th.comp.heads[th.head]
+    worked = th.worked(op.qblock, decimals)
+    over = f"/{1 << th.shift}" if th.shift else ""  # Õ sums V/2^k when V is near float64's largest number
     for r, i in enumerate(shown):
         tok = tokens[i]
+        row = worked[r]
+        p = row.places
         if op.phase == "normalise":
-            (acc, ell), out = fit(lambda a, b: a / b, [end.O_acc[r], float(end.ell[r])], end.out[r], decimals)
-            lines.append(f"O[{tok}] = Õ/ℓ = {acc}/{ell} = {out}")
+            factor = f"·{1 << th.shift}" if th.shift else ""
+            lines.append(f"O[{tok}] = Õ/ℓ{factor} = {_row(row.O_acc, p)}/{_num(row.ell, p)}{factor}"
+                         f" = {vector(row.out, False, decimals)}")
             continue
         assert visit is not None
+        w = row.visits[op.number]
         tile = _names(keys, visit.cols)
         allowed = visit.allowed[r]
-        S = visit.S[r]
         if op.phase in ("exps", "accumulate") and not allowed.any():
             sign = "p = 0 for every key" if op.phase == "exps" else "Õ unchanged"
             lines.append(f"{sign} of this tile for {tok}: the mask allows {tok} none of {tile}")
@@ -97,50 +124,33 @@ def op_lines(th: TiledHead, op: TileOp, decimals: int) -> list[str]:
                 lines.append(f"    the sink joins as a column with no Value: m starts at its logit {hr.sink:g},"
                              f" ℓ at e^({hr.sink:g} − {hr.sink:g}) = 1, Õ at 0")
         elif op.phase == "tile_max":
-            ops, res = fit(lambda *v: max(v), [float(v) for v in S], float(visit.tile_max[r]), decimals)
-            lines.append(f"m̃[{tok}] = max({', '.join(ops)}) = {res}")
+            live = [fmt(float(s), False, p) for s in w.S]
+            lines.append(f"m̃[{tok}] = max({', '.join(live)}) = {fmt(w.tile_max, False, p)}")
         elif op.phase == "new_max":
-            ops, res = fit(max, [float(visit.m_old[r]), float(visit.tile_max[r])], float(visit.m_new[r]), decimals)
-            lines.append(f"m[{tok}] = max(m_old, m̃) = max({ops[0]}, {ops[1]}) = {res}")
+            lines.append(f"m[{tok}] = max(m_old, m̃) = max({_num(w.m_old, p)}, {_num(w.tile_max, p)})"
+                         f" = {fmt(w.m_new, False, p)}")
         elif op.phase == "rescale":
-            m_old, m_new, alpha = float(visit.m_old[r]), float(visit.m_new[r]), float(visit.alpha[r])
-            if math.isinf(m_new):
+            if math.isinf(w.m_new):
                 lines.append(f"α[{tok}]: nothing to rescale, no key allowed to {tok} so far")
                 continue
-            if math.isinf(m_old):
+            if w.alpha_shift is None:
                 lines.append(f"α[{tok}] = e^(m_old − m) = e^(−∞) = 0; nothing gathered yet: ℓ and Õ are still 0")
                 continue
-            (a, b), res = fit(lambda x, y: math.exp(x - y), [m_old, m_new], alpha, decimals, alpha == 1.0)
-            note = "; the max did not move: nothing to undo" if m_old == m_new else ""
-            lines.append(f"α[{tok}] = e^(m_old − m) = e^({a} − {b}) = {res}{note}")
-            (al, lo), ls = fit(lambda x, y: x * y, [alpha, float(visit.l_old[r])], float(visit.l_scaled[r]), decimals)
-            lines.append(f"ℓ[{tok}] = α·ℓ = {al}·{lo} = {ls}")
-            (al2, oo), os_ = fit(lambda x, y: x * y, [alpha, visit.O_old[r]], visit.O_scaled[r], decimals)
-            lines.append(f"Õ[{tok}] = α·Õ = {al2}·{oo} = {os_}")
+            note = "; the max did not move: nothing to undo" if w.m_old == w.m_new else ""
+            lines.append(f"α[{tok}] = e^(m_old − m) = e^({_num(w.m_old, p)} − {_num(w.m_new, p)})"
+                         f" = e^{fmt(w.alpha_shift, False, p)} = {fmt(w.alpha, False, p)}{note}")
+            lines.append(f"ℓ[{tok}] = α·ℓ = {_num(w.alpha, p)}·{_num(w.l_old, p)} = {fmt(w.l_scaled, False, p)}")
+            lines.append(f"Õ[{tok}] = α·Õ = {_num(w.alpha, p)}·{_row(w.O_old, p)} = {_row(w.O_scaled, p)}")
         elif op.phase == "exps":
-            m_new = float(visit.m_new[r])
-            (srow, mm), prow = fit(lambda s, m: np.where(np.isinf(s), 0.0, np.exp(s - m)), [S, m_new], visit.P[r],
-                                   decimals)
-            lines.append(f"p[{tok}] = e^(S − m) = e^({srow} − {mm}) = {prow}")
-            terms = [float(visit.l_scaled[r]), *(float(p) for p, a in zip(visit.P[r], allowed) if a)]
-            ops, res = fit(lambda *v: sum(v), terms, float(visit.l_new[r]), decimals, plain_sum=True)
-            lines.append(f"ℓ[{tok}] = ℓ + Σp = {' + '.join(ops)} = {res}")
+            lines.append(f"p[{tok}] = e^(S − m) = e^({_row(w.S, p)} − {_num(w.m_new, p)})"
+                         f" = e^{_row(w.shifted, p)} = {_row(w.P, p, allowed)}")
+            terms = [_num(w.l_scaled, p), *(_num(float(x), p) for x, a in zip(w.P, allowed) if a)]
+            lines.append(f"ℓ[{tok}] = ℓ + Σp = {' + '.join(terms)} = {fmt(w.l_new, False, p)}")
         elif op.phase == "accumulate":
-            V = hr.V[visit.cols.start:visit.cols.stop]
-            live = [(float(p), V[c]) for c, (p, a) in enumerate(zip(visit.P[r], allowed)) if a]
-            operands = [visit.O_scaled[r]]
-            for p, v in live:
-                operands += [p, v]
-
-            def weighted(acc: Matrix, *pv: float | Matrix) -> Matrix:
-                total = np.array(acc, dtype=float)
-                for k in range(0, len(pv), 2):
-                    total = total + np.asarray(pv[k]) * np.asarray(pv[k + 1])
-                return total
-
-            ops, res = fit(weighted, operands, visit.O_new[r], decimals)
-            pieces = " + ".join(f"{ops[k]}·{ops[k + 1]}" for k in range(1, len(ops), 2))
-            lines.append(f"Õ[{tok}] = Õ + p·V[{tile}] = {ops[0]} + {pieces} = {res}")
+            v_int = is_integral(hr.V)
+            pieces = " + ".join(f"{_num(float(x), p)}·{vector(w.V[c], v_int, p)}{over}"
+                                for c, (x, a) in enumerate(zip(w.P, allowed)) if a)
+            lines.append(f"Õ[{tok}] = Õ + p·V[{tile}]{over} = {_row(w.O_scaled, p)} + {pieces} = {_row(w.O_new, p)}")
     if len(rows) > len(shown):
         lines.append(f"(and {len(rows) - len(shown)} more rows of this block: see the panes)")
     return lines
@@ -167,13 +177,14 @@ def tiled_explanation(th: TiledHead, index: int, decimals: int) -> Explanation:
         details.append(memory_line(sc.n, sc.m, th.tile, hr.d_v))
     if op.phase == "normalise":
         rows = op.end.rows
-        err = float(np.abs(op.end.out - hr.output[rows.start:rows.stop]).max())
-        mark = "✓" if np.allclose(op.end.out, hr.output[rows.start:rows.stop], rtol=1e-9, atol=1e-12) else "✗"
-        scope = "equal to the Mix stage" if last else f"rows {_names(sc.tokens, rows)} equal to the Mix stage"
-        if last:
-            mark = "✓" if th.matches else "✗"
-            err = th.max_error
-        details.append(f"{mark} {scope} (max |diff| {err:.1e})")
+        ok, check = th.check() if last else th.check(rows, op.end.out)
+        scope = "the Mix stage" if last else f"the Mix stage in rows {_names(sc.labels, rows)}"
+        details.append(f"{'✓ equal to' if ok else '✗ DIFFERENT from'} {scope} {check}")
+    if th.shift and op.phase in ("accumulate", "normalise"):
+        factor = 1 << th.shift
+        details.append(f"Õ sums V/{factor} (2^{th.shift}): these Values are so near float64's largest number that Õ,"
+                       f" a sum of up to ℓ of them, would overflow; O = Õ/ℓ·{factor}, and a power of two changes"
+                       " no digit")
     name = hr.name
     heads = len(th.comp.heads)
     formula = (("m=max(m,m̃)", op.phase in ("tile_max", "new_max")), (" ", False),
@@ -197,10 +208,11 @@ def tiled_explanation(th: TiledHead, index: int, decimals: int) -> Explanation:
 def _pane(key: str, title: str, values: Matrix, rows: tuple[str, ...], cols: tuple[str, ...], decimals: int,
           filled: int | None = None, current: tuple[int, int | None] | None = None,
           block: frozenset[int] = frozenset(), heat: bool = False, row_max: bool = False,
-          subtitle: str = "") -> PaneSpec:
+          subtitle: str = "", worked: bool = False) -> PaneSpec:
+    """``worked``: numbers the lines work out (m, ℓ, Õ), shown with decimals even where they start at 0."""
     # its own array: a pane knows a new state by its source, and two blocks' slices of Q share theirs
     values = np.array(np.atleast_2d(values))
-    integral = not heat and is_integral(values)
+    integral = not heat and not worked and is_integral(values)
     return PaneSpec(
         key=key, title=f"{title}  {values.shape[0]}×{values.shape[1]}", subtitle=subtitle, values=values,
         row_labels=rows, col_labels=cols, integral=integral,
@@ -210,47 +222,51 @@ def _pane(key: str, title: str, values: Matrix, rows: tuple[str, ...], cols: tup
     )
 
 
-def _running(th: TiledHead, op: TileOp) -> tuple[Matrix, Matrix, Matrix]:
-    """(m, ℓ, Õ) of the current block's rows as they stand after this operation."""
-    v, end = op.visit, op.end
-    if v is None:
-        return end.m, end.ell, end.O_acc
+def _running(th: TiledHead, op: TileOp, decimals: int) -> tuple[Matrix, Matrix, Matrix]:
+    """(m, ℓ, Õ) of the current block's rows as they stand after this operation, as the lines work them."""
+    worked = th.worked(op.qblock, decimals)
+    if op.visit is None:
+        return (np.array([w.m for w in worked]), np.array([w.ell for w in worked]),
+                np.array([w.O_acc for w in worked]))
     phase = PHASES.index(op.phase)
-    m = v.m_old if phase < PHASES.index("new_max") else v.m_new
-    ell = v.l_old if phase < PHASES.index("rescale") else (v.l_scaled if phase < PHASES.index("exps") else v.l_new)
-    acc = v.O_old if phase < PHASES.index("rescale") else (v.O_scaled if op.phase != "accumulate" else v.O_new)
-    return m, ell, acc
+    visits = [w.visits[op.number] for w in worked]
+    m = [v.m_old if phase < PHASES.index("new_max") else v.m_new for v in visits]
+    ell = [v.l_old if phase < PHASES.index("rescale") else (v.l_scaled if phase < PHASES.index("exps") else v.l_new)
+           for v in visits]
+    acc = [v.O_old if phase < PHASES.index("rescale") else (v.O_scaled if op.phase != "accumulate" else v.O_new)
+           for v in visits]
+    return np.array(m), np.array(ell), np.array(acc)
 
 
 def tiled_panes(th: TiledHead, index: int, decimals: int) -> tuple[list[PaneSpec], list[PaneSpec]]:
-    """(focus panes, context panes) at one operation of the tiled view."""
+    """(focus panes, context panes) at one operation of the tiled view.
+
+    m, ℓ and Õ are the current block's only: FlashAttention keeps them on chip for the block's
+    rows and drops them once O is written. O fills in block by block.
+    """
     sc = th.comp.scenario
     hr = th.comp.heads[th.head]
     op = th.op(index)
     rows = op.end.rows
-    tokens, keys = sc.tokens, sc.key_tokens
+    tokens, keys = sc.labels, sc.key_labels
     block_labels = tokens[rows.start:rows.stop]
     name = hr.name if len(th.comp.heads) > 1 else ""
-    m_fin, l_fin, acc_fin, out_fin = th.finals
-    m, ell, acc = _running(th, op)
-    state = np.column_stack([m_fin, l_fin])  # (n, 2) earlier blocks final, this block as it stands
-    state[rows.start:rows.stop] = np.column_stack([m, ell])
-    acc_all = acc_fin.copy()
-    acc_all[rows.start:rows.stop] = acc
+    out_fin = th.output
+    m, ell, acc = _running(th, op, decimals)
+    dims_v = tuple(str(c) for c in range(hr.d_v))
     col = {"new_max": 0, "rescale": 1, "exps": 1, "normalise": 1}.get(op.phase)
-    in_block = frozenset(rows)
-    state_pane = _pane("t_ml", "running m, ℓ", state, tokens, ("m", "ℓ"), decimals, filled=rows.stop * 2,
-                       current=(rows.start, col) if col is not None else None, block=in_block, subtitle=name)
+    state_pane = _pane("t_ml", "running m, ℓ", np.column_stack([m, ell]), block_labels, ("m", "ℓ"), decimals,
+                       current=(0, col) if col is not None else None, subtitle=name, worked=True)
     changed_acc = op.phase in ("rescale", "accumulate")
-    acc_pane = _pane("t_acc", "Õ (not yet divided)", acc_all, tokens, tuple(str(c) for c in range(hr.d_v)), decimals,
-                     filled=rows.stop * hr.d_v, current=(rows.start, None) if changed_acc else None, block=in_block,
-                     subtitle=name)
+    title = "Õ (not yet divided)" if not th.shift else f"Õ (V/{1 << th.shift}, not yet divided)"
+    acc_pane = _pane("t_acc", title, acc, block_labels, dims_v, decimals,
+                     current=(0, None) if changed_acc else None, subtitle=name, worked=True)
     done = rows.stop if op.phase == "normalise" else rows.start
-    out_pane = _pane("t_out", "O = Õ/ℓ", out_fin, tokens, tuple(str(c) for c in range(hr.d_v)), decimals,
+    out_pane = _pane("t_out", "O = Õ/ℓ", out_fin, tokens, dims_v, decimals,
                      filled=done * hr.d_v, current=(rows.start, None) if op.phase == "normalise" else None,
                      subtitle=name)
-    mix_pane = _pane("t_mix", "Mix stage output", hr.output, tokens, tuple(str(c) for c in range(hr.d_v)), decimals,
-                     block=in_block if op.phase == "normalise" else frozenset(), subtitle=name)
+    mix_pane = _pane("t_mix", "Mix stage output", hr.output, tokens, dims_v, decimals,
+                     block=frozenset(rows) if op.phase == "normalise" else frozenset(), subtitle=name)
     v = op.visit
     if v is None:
         return [state_pane, acc_pane, out_pane], [mix_pane]
@@ -259,16 +275,18 @@ def tiled_panes(th: TiledHead, index: int, decimals: int) -> tuple[list[PaneSpec
     s_pane = _pane("t_S", "S, tile only", v.S, block_labels,
                    tile_keys, decimals, row_max=True,
                    current=(0, None) if op.phase == "scores" else None, subtitle=name)
-    p_pane = _pane("t_P", "p = e^(S − m)", v.P, block_labels, tile_keys, decimals,
-                   filled=v.P.size if phase >= PHASES.index("exps") else 0, heat=True,
+    P = np.array([w.visits[op.number].P for w in th.worked(op.qblock, decimals)])  # as the lines work them
+    p_pane = _pane("t_P", "p = e^(S − m)", P, block_labels, tile_keys, decimals,
+                   filled=P.size if phase >= PHASES.index("exps") else 0, heat=True,
                    current=(0, None) if op.phase == "exps" else None, subtitle=name)
     V_tile = hr.V[v.cols.start:v.cols.stop]
-    v_pane = _pane("t_V", "V tile", V_tile, tile_keys, tuple(str(c) for c in range(hr.d_v)), decimals,
+    v_pane = _pane("t_V", "V tile", V_tile, tile_keys, dims_v, decimals,
                    block=frozenset(range(len(v.cols))) if op.phase == "accumulate" else frozenset(), subtitle=name)
-    q_pane = _pane("t_Q", "Q block", hr.Q[rows.start:rows.stop], block_labels,
+    rotated = hr.Q_rot is not None  # the scores are those of the rotated Queries and Keys
+    q_pane = _pane("t_Q", "Q_rot block" if rotated else "Q block", hr.Q_used[rows.start:rows.stop], block_labels,
                    tuple(str(c) for c in range(hr.d_k)), decimals, subtitle=name)
-    k_pane = _pane("t_K", "K tile", hr.K[v.cols.start:v.cols.stop], tile_keys, tuple(str(c) for c in range(hr.d_k)),
-                   decimals, subtitle=name)
+    k_pane = _pane("t_K", "K_rot tile" if rotated else "K tile", hr.K_used[v.cols.start:v.cols.stop], tile_keys,
+                   tuple(str(c) for c in range(hr.d_k)), decimals, subtitle=name)
     if op.phase in ("exps", "accumulate"):
         focus = [s_pane, p_pane, v_pane, state_pane, acc_pane]
         context = [q_pane, k_pane, out_pane, mix_pane]

@@ -17,7 +17,7 @@ from qkv_tui.core.fmt import BIG, cell_len, fmt
 from qkv_tui.core.scenario import BoolMatrix, Matrix
 from qkv_tui.teach.handcalc import round_to
 from qkv_tui.teach.stepper import Position
-from qkv_tui.teach.trace import STAGES, WIDE, Operation, Ref, Trace
+from qkv_tui.teach.trace import WIDE, Operation, Ref, Trace
 
 
 @dataclass(frozen=True, eq=False)
@@ -286,7 +286,7 @@ class View:
             pairs = " pairs " + "".join(f"({a},{b})" for a, b in sc.rope.pairs(hr.d_k))
         bias = " + bias" if sc.alibi is not None else ""
         names = {
-            "X": "X (embeddings)",
+            "X": self.trace.x_title(),
             "context_X": "X_ctx (context)",
             "W_Q": "W_Q", "W_K": "W_K", "W_V": "W_V", "W_O": "W_O",
             "W_Q_wide": "W_Q, all heads", "W_K_wide": "W_K, all heads", "W_V_wide": "W_V, all heads",
@@ -335,9 +335,9 @@ class View:
         stages = []
         for number, key in enumerate(trace.stage_keys, start=1):
             state = "current" if number == seg.number else ("done" if number < seg.number else "todo")
-            stages.append((f"{number} {STAGES[key].name}", state))
+            stages.append((f"{number} {trace.stage(key).name}", state))
         return Explanation(
-            stage_label=f"{seg.number}/{trace.stage_count} {op.stage.name}",
+            stage_label=f"{seg.number}/{trace.stage_count} {trace.stage(seg.stage).name}",
             counter=f"op {pos.index + 1}/{len(trace)}",
             head_label=head_label,
             arithmetic=op.arithmetic,

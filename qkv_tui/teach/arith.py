@@ -35,6 +35,7 @@ from qkv_tui.teach.handcalc import round_to
 Numbers = Sequence[float] | npt.NDArray[np.float64]  # a row or column of a matrix, or a plain list
 Operand = float | Matrix  # what a view's formula takes: a number or a whole row
 T = TypeVar("T")
+P = TypeVar("P")  # what first_fit tries: decimal places, or (places, scientific)
 
 MAX_TERMS = 16  # longer sums are shown with an ellipsis (and cannot be redone from the page)
 SHOWN_HEAD, SHOWN_TAIL = 6, 2
@@ -88,7 +89,7 @@ def tries(decimals: int, *integral: bool) -> range:
     return range(decimals, decimals + 1) if all(integral) else range(decimals, decimals + MAX_GUARD + 1)
 
 
-def first_fit(candidates: Iterable[int], attempt: Callable[[int], tuple[T, bool]]) -> T:
+def first_fit(candidates: Iterable[P], attempt: Callable[[P], tuple[T, bool]]) -> T:
     """What ``attempt`` builds at the first places that check out; failing all, at the last (the most
     digits float64 can give, the closest a page can come)."""
     built: T | None = None
@@ -113,13 +114,18 @@ def fit(fn: Callable[..., Operand], operands: Sequence[Operand], result: Operand
     result_text = (vector(result, integral, decimals) if isinstance(result, np.ndarray)
                    else fmt(float(result), integral, decimals))
 
-    def attempt(p: int) -> tuple[list[str], bool]:
-        texts = [_text(v, p) for v in operands]
+    def attempt(form: tuple[int, bool]) -> tuple[list[str], bool]:
+        p, scientific = form
+        texts = [_text(v, p, scientific) for v in operands]
         with np.errstate(all="ignore"):  # a formula may meet −∞ (a masked score): its value is the check
             calculated = fn(*(_value(v, t) for v, t in zip(operands, texts)))
-        return texts, agrees(calculated, result_text, plain_sum and p == decimals)
+        return texts, agrees(calculated, result_text, plain_sum and p == decimals and not scientific)
 
-    return first_fit(tries(decimals, *(_whole(v) for v in operands)), attempt), result_text
+    whole = [_whole(v) for v in operands]
+    forms = [(p, False) for p in tries(decimals, *whole)]
+    if not all(whole):  # then significant digits, as quotient_line does: a divisor of 1e-12 reads 0 at fixed places
+        forms += [(p, True) for p in range(decimals, SIGNIFICANT)]
+    return first_fit(forms, attempt), result_text
 
 
 def _whole(value: Operand) -> bool:
@@ -129,11 +135,15 @@ def _whole(value: Operand) -> bool:
     return float(value).is_integer() and abs(float(value)) < 1e15  # fmt's bound for writing it bare
 
 
-def _text(value: Operand, p: int) -> str:
+def _text(value: Operand, p: int, scientific: bool = False) -> str:
     """A number whole when it is whole (``2·(-1)``), a row ``[1, 0, 1]`` whole when all of it is."""
     if isinstance(value, np.ndarray):
-        return vector(value, is_integral(value), p)
-    return operand(float(value), float(value).is_integer(), p)
+        if not scientific:
+            return vector(value, is_integral(value), p)
+        integral = is_integral(value)
+        return "[" + ", ".join(significant(float(x), integral, p, True) for x in value) + "]"
+    text = significant(float(value), float(value).is_integer(), p, scientific)
+    return f"({text})" if text.startswith("-") else text
 
 
 def _value(value: Operand, text: str) -> Operand:
@@ -153,14 +163,21 @@ def _picked(n: int) -> list[int | None]:
     return [*range(SHOWN_HEAD), None, *range(n - SHOWN_TAIL, n)]
 
 
-def _join(n: int, item: Callable[[int], str], sep: str) -> str:
+def _join(n: int, item: Callable[[int], str], sep: str, hidden_sum: str | None = None) -> str:
     hidden = n - SHOWN_HEAD - SHOWN_TAIL
-    return sep.join(f"… {hidden} more …" if i is None else item(i) for i in _picked(n))
+    gap = f"… {hidden} more …" if hidden_sum is None else f"… {hidden} more, Σ = {hidden_sum} …"
+    return sep.join(gap if i is None else item(i) for i in _picked(n))
 
 
-def elide(items: Sequence[str], sep: str) -> str:
-    """Items joined by ``sep``; long runs keep their ends and say how many are hidden."""
-    return _join(len(items), items.__getitem__, sep)
+def hidden_terms(n: int) -> range:
+    """The terms of a sum of n that a line leaves out (none when all n are shown)."""
+    return range(SHOWN_HEAD, n - SHOWN_TAIL) if n > MAX_TERMS else range(0)
+
+
+def elide(items: Sequence[str], sep: str, hidden_sum: str | None = None) -> str:
+    """Items joined by ``sep``; long runs keep their ends and say how many are hidden (and, given
+    ``hidden_sum``, what the hidden ones add up to, so the line can still be redone)."""
+    return _join(len(items), items.__getitem__, sep, hidden_sum)
 
 
 def _as_shown(x: Numbers, integral: bool, places: int) -> npt.NDArray[np.float64]:
@@ -243,15 +260,41 @@ def vector_mix(weights: Numbers, V: npt.NDArray[np.float64], v_int: bool, result
 
 def quotient_line(numerator: float, num_int: bool, divisor: float, divisor_text: str | None, div_int: bool,
                   result: str, decimals: int) -> str:
-    """``5 / √3 = 2.887``; ``divisor_text`` is a symbol such as ``√3``, else the divisor is shown as a number."""
+    """``5 / √3 = 2.887``; ``divisor_text`` is a symbol such as ``√3``, else the divisor is shown as a number.
 
-    def attempt(p: int) -> tuple[str, bool]:
-        nt = fmt(numerator, num_int, p)
-        dt = divisor_text if divisor_text is not None else operand(divisor, div_int, p)
-        calculated = shown(nt) / (divisor if divisor_text is not None else shown(dt))
-        return f"{nt} / {dt} = {result}", agrees(calculated, result)
+    A quotient keeps its operands' *relative* precision: a scale of 0.0001 at three decimals would read
+    0.000, and a score of 3e-12 over a scale of 1e-12 needs digits no fixed decimals give. So after the
+    fixed decimals (with their guard digits) come the same operands in scientific notation, as many
+    significant digits as it takes (at most float64's 17): ``3.000e-12 / 1.000e-12 = 3.000``.
+    """
 
-    return first_fit(tries(decimals, num_int, divisor_text is not None or div_int), attempt)
+    def attempt(form: tuple[int, bool]) -> tuple[str, bool]:
+        p, scientific = form
+        nt = significant(numerator, num_int, p, scientific)
+        dt = divisor_text if divisor_text is not None else significant(divisor, div_int, p, scientific)
+        value = divisor if divisor_text is not None else shown(dt)
+        line = f"{nt} / {dt if not dt.startswith('-') else f'({dt})'} = {result}"
+        if value == 0:  # a divisor too small for these places reads 0: not a line anyone can redo
+            return line, False
+        return line, agrees(shown(nt) / value, result)
+
+    whole = num_int and (divisor_text is not None or div_int)
+    forms = [(p, False) for p in tries(decimals, whole)]
+    if not whole:
+        forms += [(p, True) for p in range(decimals, SIGNIFICANT)]
+    return first_fit(forms, attempt)
+
+
+SIGNIFICANT = 17  # decimals of a mantissa that float64 can fill: 16 after the point, so 17 digits
+
+
+def significant(x: float, integral: bool, p: int, scientific: bool) -> str:
+    """A number at ``p`` places: fixed decimals as :func:`fmt` writes them, or with ``scientific`` its
+    mantissa to ``p`` decimals (``1.000e-04``), where relative precision is what matters (a divisor).
+    Whole numbers stay bare either way."""
+    if not scientific or x == 0 or (integral and float(x).is_integer() and abs(x) < 1e15):
+        return fmt(x, integral, p)
+    return f"{x:.{p}e}"
 
 
 # --- softmax -----------------------------------------------------------------------------
@@ -275,7 +318,10 @@ class SoftmaxRow:
 def softmax_row(masked: Numbers, weights: Numbers, decimals: int) -> SoftmaxRow:
     """The fewest places at which every weight of the row re-computes from the shown numbers."""
     finite = [float(s) for s in masked if not math.isinf(s)]
-    return first_fit(tries(decimals, False), lambda p: _softmax_at(masked, weights, decimals, p, finite))
+    # logits of 1e12 (a tiny scale) are written 1.000e+12: their differences need up to float64's 16 mantissa
+    # decimals, past the usual guard digits
+    places = range(decimals, max(decimals + MAX_GUARD, SIGNIFICANT - 1) + 1)
+    return first_fit(places, lambda p: _softmax_at(masked, weights, decimals, p, finite))
 
 
 def _softmax_at(masked: Numbers, weights: Numbers, d: int, p: int, finite: list[float]) -> tuple[SoftmaxRow, bool]:

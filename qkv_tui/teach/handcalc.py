@@ -14,7 +14,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from qkv_tui.core.engine import Computation, HeadResult, NormResult
+from qkv_tui.core.engine import Computation, HeadResult, NormResult, mean_square, row_mean
 from qkv_tui.core.modern import Norm, Rope, Vector
 from qkv_tui.core.scenario import Matrix
 
@@ -125,9 +125,13 @@ def hand_norm(norm: Norm, X: Matrix, decimals: int) -> NormResult:
     """The norm by hand: the row's mean and mean square (or variance), the root, then each cell."""
     r = _rounder(decimals)
     d = X.shape[1]
-    mean = r(X.mean(axis=1)) if norm.kind == "layer" else r(np.zeros(X.shape[0]))
+    mean = r(row_mean(X)) if norm.kind == "layer" else r(np.zeros(X.shape[0]))
     centered = round_to(X - mean[:, None], decimals)
-    spread = r(round_to(centered * centered, decimals).sum(axis=1) / d)
+    with np.errstate(over="ignore"):
+        spread = round_to(centered * centered, decimals).sum(axis=1) / d
+    # a square of 1.5e154 is past float64 though the row's mean square is not: such squares are whole numbers
+    # that rounding leaves as they are, so the mean square is the exact one, taken the engine's safe way
+    spread = r(np.where(np.isfinite(spread), spread, mean_square(centered)))
     exact_root: Matrix = np.sqrt(spread + norm.eps)
     root: Matrix = round_to(exact_root, decimals)
     root = np.where(root == 0, exact_root, root)  # never divide by a rounded 0

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from qkv_tui.base.values import SUBSCRIPTS
 from qkv_tui.core.fmt import fmt
 from qkv_tui.teach.trace import Trace
 
@@ -78,7 +79,8 @@ def check_choice(text: str, choices: tuple[str, ...], best: frozenset[str]) -> V
     answer = text.strip()
     if not answer:
         return Verdict(None, "Type the token you think gets the largest weight, then enter (escape reveals).")
-    matches = [c for c in choices if c == answer] or [c for c in choices if c.lower() == answer.lower()]
+    typed = answer.rstrip("0123456789") + answer[len(answer.rstrip("0123456789")):].translate(SUBSCRIPTS)  # the2 → the₂
+    matches = [c for c in choices if c in (answer, typed)] or [c for c in choices if c.lower() in (answer.lower(), typed.lower())]
     if not matches:
         return Verdict(None, f"{answer!r} is not one of the keys here: {', '.join(choices)}.")
     tied = " and ".join(sorted(best))
@@ -118,9 +120,9 @@ def questions(trace: Trace, index: int, decimals: int) -> list[Question]:
     if seg.stage == "softmax" and op.col == 0 and seg.head is not None:
         head = trace.comp.heads[seg.head]
         row = head.weights[op.row]
-        keys = trace.comp.scenario.key_tokens
+        keys = trace.comp.scenario.key_labels
         best = frozenset(keys[j] for j in np.flatnonzero(row == row.max()))
-        token = trace.comp.scenario.tokens[op.row]
+        token = trace.comp.scenario.labels[op.row]
         asked.append(Question(index, "argmax", f"Which key gets the largest weight in row {token}? ({', '.join(keys)})",
                               choices=keys, best=best))
     target = op.arithmetic.split(" = ")[0]

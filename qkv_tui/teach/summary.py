@@ -29,7 +29,7 @@ def closing_summary(comp: Computation, head: int, operations: int, decimals: int
         route += " and mixed by W_O"
     lines = [f"✓ Done: all {operations} operations. Each token's output is {route}."]
     who = f"{hr.name} ({head + 1}/{heads})" if heads > 1 else "this head"
-    looks = [looked_at(hr, sc.allow[i], sc.tokens[i], sc.key_tokens, i, decimals)
+    looks = [looked_at(hr, sc.allow[i], sc.labels[i], sc.key_labels, i, decimals)
              for i in range(min(sc.n, MAX_ROWS))]
     more = f"; … {sc.n - MAX_ROWS} more tokens (m shows every row)" if sc.n > MAX_ROWS else ""
     lines.append(f"Where each token looks, {who}: " + "; ".join(looks) + more)

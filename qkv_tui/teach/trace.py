@@ -10,6 +10,7 @@ for, so a 512-token scenario costs nothing per operation until one is shown.
 from __future__ import annotations
 
 import bisect
+import itertools
 import math
 from dataclasses import dataclass
 from functools import lru_cache
@@ -18,7 +19,7 @@ import numpy as np
 
 from qkv_tui.core.engine import Computation
 from qkv_tui.core.fmt import NEG_INF, fmt, is_integral
-from qkv_tui.core.scenario import Head, Matrix
+from qkv_tui.core.scenario import Head, Matrix, Scenario
 from qkv_tui.teach import trace_modern as modern
 from qkv_tui.teach.arith import (
     MAX_TERMS,
@@ -27,6 +28,7 @@ from qkv_tui.teach.arith import (
     dot_places,
     elide,
     quotient_line,
+    significant,
     softmax_row,
     vector_mix,
 )
@@ -68,6 +70,31 @@ STAGES: dict[str, Stage] = {s.key: s for s in (
     Stage("norm", "Norm", modern.NORM_MEANING),  # contracts §7: after Embed
     Stage("rotate", "Rotate", modern.ROTATE_MEANING),  # contracts §7: after Project
 )}
+
+# A real model's X from layer 1 on is not an embedding: the stage is named for what it shows
+INPUT_STAGE = Stage("embed", "Input",
+                    "X is a real model's residual stream entering the layer shown: each token's embedding after"
+                    " the earlier layers ran over it (attention and MLP, each added back into the row).")
+EMBED_POSITION_MEANING = (
+    "Each row of X is a token's embedding plus the learned embedding of its position (0, 1, 2, …), added"
+    " before the first layer as GPT-2 does; stacked, the rows form X (n × d_model).")
+
+
+def x_title(sc: Scenario) -> str:
+    """What X holds, for its pane and its table: ``X (embeddings)``, ``X (residual stream into layer 2)``."""
+    given = sc.input
+    if given.kind == "residual":
+        return f"X (residual stream into layer {given.layer})"
+    return "X (token + position embeddings)" if given.kind == "embedding+position" else "X (embeddings)"
+
+
+def residual_meaning(layer: int, learned_positions: bool) -> str:
+    earlier = "layer 0 ran over it, adding" if layer == 1 else f"layers 0 … {layer - 1} ran over it, each adding"
+    position = " (plus, in GPT-2 and models like it, the learned embedding of its position)" if learned_positions else ""
+    return (f"X is not an embedding here: it is the residual stream entering layer {layer}. Each token's row started"
+            f" as its embedding{position}, then {earlier} its attention output and then its MLP output back into the"
+            " row. This layer reads the result, one row per token (n × d_model).")
+
 
 HEAD_STAGES = ("project", "score", "scale", "softmax", "mix")
 SAME_WEIGHT = "same weight:"  # the seed's way to one weight, after the row's list of e^s
@@ -170,10 +197,17 @@ class Trace:
         if comp.norm is not None:
             add("norm", None, "X_norm", n, sc.X.shape[1])
         self.kv_owner: list[int] = []  # the query head that computes each head's K and V (GQA shares them)
+        self.kv_readers: dict[int, list[int]] = {}  # an owner -> the query heads that read its K and V
+        owners_of: dict[int, list[int]] = {}  # a K/V head -> the query heads that compute one of its K, V
         for h, head in enumerate(comp.heads):
-            owner = next(g for g in range(h + 1) if _shares_kv(sc.heads[g], sc.heads[h]) and
-                         comp.heads[g].kv_head == head.kv_head)
+            # sharing is equality of the projections, so the first head that shares with h is an owner itself:
+            # only the owners of h's K/V head need a look (not every earlier head: 300 heads stay linear)
+            owners = owners_of.setdefault(head.kv_head, [])
+            owner = next((g for g in owners if _shares_kv(sc.heads[g], sc.heads[h])), h)
+            if owner == h:
+                owners.append(h)
             self.kv_owner.append(owner)
+            self.kv_readers.setdefault(owner, []).append(h)
             add("project", h, "Q", n, head.d_k)
             if owner == h:
                 add("project", h, "K", m, head.d_k)
@@ -202,6 +236,7 @@ class Trace:
         self._by_target = {(s.target, s.head): s for s in segs}
         self._integral: dict[tuple[str, int | None], bool] = {}
         self._wide_cache: dict[str, Matrix] = {}
+        self._offset_cache: dict[str, list[int]] = {}
         self.op = lru_cache(maxsize=512)(self._build)
         # one precision per softmax / mix row, so a row's lines show its numbers alike
         self.softmax_row = lru_cache(maxsize=64)(self._softmax_row)
@@ -274,7 +309,23 @@ class Trace:
 
     def wide_offset(self, role: str, head: int) -> int:
         """Where a head's slice of the wide matrix starts."""
-        return sum(getattr(h, role).shape[1] for h in self.comp.heads[:head])
+        return self._offsets(role)[head]
+
+    def _offsets(self, role: str) -> list[int]:
+        """Where each head's columns of a role start in the heads' matrices side by side, then the total width
+        (worked out once: a label per column must not walk every head, or 300 heads cost 300² steps)."""
+        if role not in self._offset_cache:
+            widths = [getattr(h, role).shape[1] for h in self.comp.heads]
+            self._offset_cache[role] = [0, *itertools.accumulate(widths)]
+        return self._offset_cache[role]
+
+    def _head_column(self, role: str, col: int) -> str:
+        """``h2:0``: column ``col`` of the heads' ``role`` matrices side by side is head 2's column 0."""
+        offsets = self._offsets(role)
+        if not 0 <= col < offsets[-1]:
+            raise IndexError(col)
+        h = bisect.bisect_right(offsets, col) - 1
+        return f"h{h + 1}:{col - offsets[h]}"
 
     def integral(self, name: str, head: int | None) -> bool:
         """Whether a matrix is written as integers: one rule, so a value reads the same in every pane.
@@ -314,12 +365,12 @@ class Trace:
         if name.startswith("W_"):
             return str(row)
         if name in ("K", "V", "context_X", "K_rot"):
-            return sc.key_tokens[row]
-        return sc.tokens[row]
+            return sc.key_labels[row]
+        return sc.labels[row]
 
     def col_label(self, name: str, col: int) -> str:
         if name in ("scores", "scaled", "weights", "bias"):
-            return self.comp.scenario.key_tokens[col]
+            return self.comp.scenario.key_labels[col]
         if name in ("Q_rot", "K_rot") and self.comp.scenario.rope is not None:
             # which pair each dimension belongs to: the two layouts pair different columns
             d_k = self.comp.heads[0].d_k
@@ -335,27 +386,32 @@ class Trace:
 
     def slice_label(self, role: str, col: int) -> str:
         """A wide matrix's column by the head whose slice it is: ``h2:0`` is head 2's column 0."""
-        for h, head in enumerate(self.comp.heads):
-            width = getattr(head, role).shape[1]
-            if col < width:
-                return f"h{h + 1}:{col}"
-            col -= width
-        raise IndexError(col)
+        return self._head_column(role, col)
 
     def concat_label(self, col: int) -> str:
         """Which head a concatenated column came from: ``h2:0`` is head 2's column 0."""
         if len(self.comp.heads) == 1:
             return str(col)
-        for h, head in enumerate(self.comp.heads):
-            if col < head.d_v:
-                return f"h{h + 1}:{col}"
-            col -= head.d_v
-        raise IndexError(col)
+        return self._head_column("V", col)  # each head's output is d_v wide, as its V
+
+    def stage(self, key: str) -> Stage:
+        """The stage as this scenario names it: Embed is "Input" where X is a model's residual stream."""
+        if key == "embed" and not self.comp.scenario.input.is_embedding:
+            return INPUT_STAGE
+        return STAGES[key]
+
+    def x_title(self) -> str:
+        return x_title(self.comp.scenario)
 
     def meaning(self, stage: str, head: int | None) -> str:
         """What a stage means, in words that fit this scenario (its mask, its scale, its sources)."""
         sc = self.comp.scenario
         text = STAGES[stage].meaning
+        if stage == "embed" and sc.input.kind == "residual":
+            assert sc.input.layer is not None
+            text = residual_meaning(sc.input.layer, learned_positions=sc.rope is None and sc.alibi is None)
+        elif stage == "embed" and sc.input.kind == "embedding+position":
+            text = EMBED_POSITION_MEANING
         if stage == "embed" and sc.rope is not None:
             text += " Here position enters at the Rotate stage, which turns Q and K by each token's position."
         elif stage == "embed" and sc.alibi is not None:
@@ -411,12 +467,20 @@ class Trace:
         return builder(index, seg, row, col, decimals)  # type: ignore[no-any-return]
 
     def _op_embed(self, index: int, seg: Segment, row: int, col: None, d: int) -> Operation:
-        token = self.comp.scenario.tokens[row]
-        x = self.comp.scenario.X[row]
+        sc = self.comp.scenario
+        token, spelt = sc.labels[row], sc.tokens[row]  # ▁the₂ is the second "▁the"; its embedding is the token's
+        x = sc.X[row]
         integral = self.integral("X", None)
         # a real model's row has hundreds of numbers: the line keeps its ends; the X pane holds them all
         values = "[" + elide([fmt(float(v), integral, d) for v in x], ", ") + "]"
-        text = f'X[{token}] = embedding of "{token}" = {values}'
+        given = sc.input
+        if given.kind == "residual":
+            what = f'residual stream entering layer {given.layer} at "{token}"'
+        elif given.kind == "embedding+position":
+            what = f'embedding of "{spelt}" + embedding of position {row}'
+        else:
+            what = f'embedding of "{spelt}"'
+        text = f"X[{token}] = {what} = {values}"
         return Operation(index, seg, row, None, None, (), text)
 
     def _op_project(self, index: int, seg: Segment, row: int, col: int, d: int) -> Operation:
@@ -449,7 +513,7 @@ class Trace:
         operands = (Ref(src_name, None, row, None), Ref(weight_name, h, None, col))
         details: tuple[str, ...] = ()
         if seg.target in ("K", "V") and sc.num_kv_heads is not None:
-            sharing = [g for g in range(len(self.comp.heads)) if self.kv_owner[g] == h]
+            sharing = self.kv_readers[h]
             names = ", ".join(str(g + 1) for g in sharing)
             ratio = len(self.comp.heads) / sc.num_kv_heads
             details = (f"K/V head {head.kv_head + 1} is computed once and read by query heads {names}; the KV cache"
@@ -459,7 +523,7 @@ class Trace:
 
     def _op_norm(self, index: int, seg: Segment, row: int, col: int, d: int) -> Operation:
         assert self.comp.norm is not None
-        token = self.comp.scenario.tokens[row]
+        token = self.comp.scenario.labels[row]
         value = float(self.comp.norm.X_norm[row, col])
         text, details = modern.norm_lines(self.comp, row, col, token, d, self.hand)
         return Operation(index, seg, row, col, value, (Ref("X", None, row),), text, details)
@@ -486,7 +550,7 @@ class Trace:
         assert h is not None
         head = self.comp.heads[h]
         value = float(head.scores[row, col])
-        q, k = self.comp.scenario.tokens[row], self.comp.scenario.key_tokens[col]
+        q, k = self.comp.scenario.labels[row], self.comp.scenario.key_labels[col]
         result = self._fmt("scores", h, value, d)
         qn, kn = ("Q_rot", "K_rot") if head.Q_rot is not None else ("Q", "K")
         qs, ks = ("Q'", "K'") if head.Q_rot is not None else ("Q", "K")
@@ -505,7 +569,7 @@ class Trace:
         h = seg.head
         assert h is not None
         head = self.comp.heads[h]
-        q, k = self.comp.scenario.tokens[row], self.comp.scenario.key_tokens[col]
+        q, k = self.comp.scenario.labels[row], self.comp.scenario.key_labels[col]
         scaled = fmt(float(head.scaled[row, col]), False, d)
         # by hand √dₖ is written down rounded (√3 ≈ 1.732) and divided by as such
         symbol = f"√{head.d_k}" if head.scale_is_default and self.hand is None else None
@@ -528,7 +592,9 @@ class Trace:
         elif head.scale_is_default:
             details = (f"dₖ = {head.d_k}; by hand √{head.d_k} is rounded to {fmt(head.scale, False, d)} first",)
         else:
-            details = (f"the scenario sets scale = {fmt(head.scale, head.scale == round(head.scale), d + 3)}"
+            tiny = head.scale < 1e-3  # fixed decimals would read 0.000000: its significant digits instead
+            given = significant(head.scale, head.scale == round(head.scale), d if tiny else d + 3, tiny)
+            details = (f"the scenario sets scale = {given}"
                        f" instead of √dₖ = √{head.d_k}",)
         operands: tuple[Ref, ...] = (Ref("scores", h, row, col),)
         if head.bias is not None:
@@ -537,7 +603,7 @@ class Trace:
 
     def _mask_reason(self, row: int, col: int) -> str:
         sc = self.comp.scenario
-        q, k = sc.tokens[row], sc.key_tokens[col]
+        q, k = sc.labels[row], sc.key_labels[col]
         if sc.mask_kind == "causal":
             return f'causal mask: "{k}" comes after "{q}", and a token may not look ahead; weight will be exactly 0'
         if sc.mask_kind == "sliding" and col <= row:
@@ -561,7 +627,7 @@ class Trace:
         assert h is not None
         head = self.comp.heads[h]
         sc = self.comp.scenario
-        q, k = sc.tokens[row], sc.key_tokens[col]
+        q, k = sc.labels[row], sc.key_labels[col]
         value = float(head.weights[row, col])
         r = self.softmax_row(h, row, d)
         w = r.weights[col]
@@ -579,7 +645,7 @@ class Trace:
             label = "row max (the last is the sink)" if sink else "row max"
             top = f"{label} = max({', '.join(r.scaled[j] for j in keep)}) = {r.top}"
         else:
-            top = f"row max = {r.top}, at {sc.key_tokens[int(np.argmax(head.masked[row]))]}"
+            top = f"row max = {r.top}, at {sc.key_labels[int(np.argmax(head.masked[row]))]}"
         details = [top, f"e^(s − max): {elide(exps, ' | ')}  →  Σ = {r.total}"]
         if sink:
             details.append(f"the sink's column is dropped after the sum: weights add up to"
@@ -604,7 +670,7 @@ class Trace:
         h = seg.head
         assert h is not None
         head = self.comp.heads[h]
-        q = self.comp.scenario.tokens[row]
+        q = self.comp.scenario.labels[row]
         value = float(head.output[row, col])
         v_int = self.integral("V", h)
         places = self._mix_places(h, row, d)
@@ -620,7 +686,7 @@ class Trace:
         return Operation(index, seg, row, col, value, (Ref("weights", h, row), Ref("V", h, None, col)), text, details)
 
     def _op_concat(self, index: int, seg: Segment, row: int, col: None, d: int) -> Operation:
-        q = self.comp.scenario.tokens[row]
+        q = self.comp.scenario.labels[row]
         pieces, refs = [], []
         for h, head in enumerate(self.comp.heads):
             pieces.append(", ".join(self._fmt("output", h, v, d) for v in head.output[row]))
@@ -632,7 +698,7 @@ class Trace:
     def _op_wo(self, index: int, seg: Segment, row: int, col: int, d: int) -> Operation:
         comp = self.comp
         assert comp.W_O is not None
-        q = comp.scenario.tokens[row]
+        q = comp.scenario.labels[row]
         value = float(comp.output[row, col])
         result = self._fmt("final", None, value, d)
         if comp.b_O is None:

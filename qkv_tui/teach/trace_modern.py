@@ -9,12 +9,14 @@ on its right within one unit of its last digit; operands get guard digits where 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from decimal import Decimal, localcontext
 
 import numpy as np
 
 from qkv_tui.core.engine import Computation, HeadResult
-from qkv_tui.core.fmt import fmt, operand
-from qkv_tui.teach.arith import Numbers, agrees, dot_at, shown
+from qkv_tui.core.fmt import BIG, fmt, operand
+from qkv_tui.teach.arith import SIGNIFICANT, Numbers, agrees, dot_at, elide, hidden_terms, shown, significant
 from qkv_tui.teach.arith import tries as _places
 from qkv_tui.teach.handcalc import round_to
 
@@ -114,23 +116,63 @@ def norm_lines(comp: Computation, row: int, col: int, token: str, d: int, hand: 
         calc = ((shown(x_t) - (shown(mean_t) if layer else 0.0)) / math.sqrt(shown(spread_t) + norm.eps)
                 * shown(g_t) + (shown(b_t[3:]) if beta is not None else 0.0))
         if layer:
-            terms = " + ".join(operand(float(x), x_int, p) for x in x_row)
+            m_t, mean_v = _paren(mean_t), _number(mean_t)
+
+            def centred_square(v: Decimal, m: Decimal = mean_v) -> Decimal:
+                return (v - m) * (v - m)
+
+            terms = _sum_text(xs, _paren, lambda v: v, p)
             mean_line = f"mean({token}) = ({terms}) / {len(x_row)} = {mean_t}"
-            squares = " + ".join(f"({fmt(float(x), x_int, p)} − {_paren(mean_t)})·({fmt(float(x), x_int, p)}"
-                                 f" − {_paren(mean_t)})" for x in x_row)
+            def centred_text(t: str, m: str = m_t) -> str:
+                return f"({t} − {m})·({t} − {m})"
+
+            squares = _sum_text(xs, centred_text, centred_square, p)
             spread_line = f"var({token}) = ({squares}) / {len(x_row)} = {spread_t}"
-            stats_ok = (agrees(math.fsum(shown(t) for t in xs) / len(xs), mean_t)
-                        and agrees(math.fsum((shown(t) - shown(mean_t)) ** 2 for t in xs) / len(xs), spread_t))
+            stats_ok = (agrees(_mean_of(xs, lambda v: v), mean_t) and agrees(_mean_of(xs, centred_square), spread_t))
             stats: tuple[str, ...] = (mean_line, spread_line)
         else:
-            squares = " + ".join(f"{operand(float(x), x_int, p)}·{operand(float(x), x_int, p)}" for x in x_row)
+            squares = _sum_text(xs, lambda t: f"{_paren(t)}·{_paren(t)}", lambda v: v * v, p)
             stats = (f"ms({token}) = mean of squares = ({squares}) / {len(x_row)} = {spread_t}",)
-            stats_ok = agrees(math.fsum(shown(t) ** 2 for t in xs) / len(xs), spread_t)
+            stats_ok = agrees(_mean_of(xs, lambda v: v * v), spread_t)
         root_line = f"√({spread_t} + {eps}) = {root_t}"
         lines = (f"{symbolic} = {' = '.join(steps)} = {result}", (*stats, root_line))
         if stats_ok and agrees(calc, result) and agrees(math.sqrt(shown(spread_t) + norm.eps), root_t):
             break
     return lines
+
+
+def _number(text: str) -> Decimal:
+    """A shown number as a calculator takes it, exactly (``(-0.841)`` → -0.841, ``1.000e+154``)."""
+    return Decimal(text.strip("() ").replace("−", "-"))
+
+
+def _mean_of(texts: list[str], term: Callable[[Decimal], Decimal]) -> float:
+    """The mean of ``term`` of the shown numbers, worked as a calculator would: in decimal, so that squares of
+    1e154 (past float64, not past a calculator) add up before the mean brings them back in range."""
+    with localcontext() as ctx:
+        ctx.prec = 60
+        return float(sum((term(_number(t)) for t in texts), Decimal(0)) / len(texts))
+
+
+def _sum_text(texts: list[str], item: Callable[[str], str], value: Callable[[Decimal], Decimal], p: int) -> str:
+    """``a + b + …``: each shown number as ``item`` writes it (``x·x``); a sum too long for a line keeps its
+    ends, as the Project's sums do, and shows what the hidden terms (``value`` of each) add up to at ``p``
+    places, so the line can still be redone: ``0.5·0.5 + … 120 more, Σ = 83.210 … + 1.7·1.7``."""
+    hidden = hidden_terms(len(texts))
+    total = None
+    if hidden:
+        with localcontext() as ctx:
+            ctx.prec = 60
+            total = _decimal_text(sum((value(_number(texts[i])) for i in hidden), Decimal(0)), p)
+    return elide([item(t) for t in texts], " + ", total)
+
+
+def _decimal_text(value: Decimal, p: int) -> str:
+    """A decimal written as :func:`fmt` writes a float at ``p`` places (scientific from 1e6 on), any size."""
+    text = f"{value:.{p}e}" if abs(value) >= BIG else f"{value:.{p}f}"
+    if text.startswith("-") and text.lstrip("-").strip("0.") == "":
+        return text.lstrip("-")
+    return text.replace("E", "e")
 
 
 # --- Project: the + b term -------------------------------------------------------------------
@@ -167,7 +209,7 @@ def rotate_lines(comp: Computation, h: int, target: str, row: int, col: int, d: 
     rotated = head.Q_rot if target == "Q_rot" else head.K_rot
     assert rotated is not None
     name = target[0]
-    labels = sc.tokens if name == "Q" else sc.key_tokens
+    labels = sc.labels if name == "Q" else sc.key_labels
     token = labels[row]
     d_k = head.d_k
     pairs = rope.pairs(d_k)
@@ -236,7 +278,7 @@ def rotate_lines(comp: Computation, h: int, target: str, row: int, col: int, d: 
 
 def alibi_line(head: HeadResult, row: int, col: int, positions: tuple[int, ...], score_int: bool, symbol: str | None,
                d: int, hand: int | None) -> tuple[str, str, str]:
-    """``5 / √3 + 0.25·(1 − 0) = 2.887 + 0.250 = 3.137``, the bias term alone and its value, one precision for all."""
+    """``4 / √3 + 0.25·(1 − 2) = 2.309 + (-0.250) = 2.059``, the bias term alone and its value, one precision for all."""
     assert head.slope is not None and head.bias is not None
     slope = head.slope
     slope_int = slope == round(slope)
@@ -246,10 +288,16 @@ def alibi_line(head: HeadResult, row: int, col: int, positions: tuple[int, ...],
     result = fmt(scaled + bias, False, d)
     div_int = head.scale == round(head.scale)
     line, term, bias_t = "", "", ""
-    for p in _places(d, hand is not None):
-        num_t = fmt(score, score_int, p)
-        div_t = symbol if symbol is not None else operand(head.scale, div_int, p)
+    # as in quotient_line: fixed decimals first, then the quotient's operands in scientific notation (a tiny
+    # scale reads 0.000 at fixed decimals; a calculator needs its significant digits)
+    # (by hand the first form that can be divided by is the one written down)
+    forms = [(p, False) for p in _places(d, hand is not None)] + [(p, True) for p in range(d, SIGNIFICANT)]
+    for p, scientific in forms:
+        num_t = significant(score, score_int, p, scientific)
+        div_t = symbol if symbol is not None else significant(head.scale, div_int, p, scientific)
         divisor = head.scale if symbol is not None else shown(div_t)
+        if divisor == 0:
+            continue
         q_t, bias_t = fmt(scaled, False, p), fmt(bias, False, p)
         given = repr(float(slope)) if not slope_int else str(int(slope))
         # the slope as written in the file when it is short (0.25, 0.0625): by hand too it is used as given

@@ -8,6 +8,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import ClassVar, Literal, TextIO
 
+from rich.console import RenderableType
 from rich.text import Text
 from textual import events
 from textual.app import App, ComposeResult, SystemCommand
@@ -80,7 +81,8 @@ class QKVApp(App[None]):
         Binding("u", "undo", "undo", show=False),
         Binding("ctrl+s", "save", "save", show=False),
         Binding("r", "reload", "reload", show=False),
-        Binding("s", "take_screenshot", "screenshot", show=False),
+        # priority: help, notes and the map are photographed too (check_action leaves s to a focused input)
+        Binding("s", "take_screenshot", "screenshot", show=False, priority=True),
         Binding("a", "autoplay", "autoplay", show=False),
         Binding("pagedown", "explain_page(1)", "scroll the explanation", show=False),
         Binding("pageup", "explain_page(-1)", "scroll the explanation back", show=False),
@@ -104,7 +106,7 @@ class QKVApp(App[None]):
         self.presenter = Presenter(self.comp, self.trace)
         self.theme = "textual-dark"
         self.set_reactive(QKVApp.position, self.stepper.start())
-        self.ready = False  # widgets exist only after mount
+        self.ready = False  # widgets exist only after mount, and no longer once the app is exiting
         self._placed: dict[str, int] = {}  # height last given to each row of panes
         self._slots: dict[str, list[MatrixView]] = {}  # each row's pane widgets, found once
         self._drawn: tuple[object, ...] | None = None  # (position, modes, size) of the last redraw
@@ -143,6 +145,7 @@ class QKVApp(App[None]):
         self.ready = True
         self.live.start()
         self.redraw()
+        self.refresh_bindings()  # the keys check_action kept off until now
 
     def on_resize(self, event: events.Resize) -> None:
         # This handler runs before App's own, which is what updates self.size: trust the event,
@@ -274,11 +277,22 @@ class QKVApp(App[None]):
             return self.modes.decode_step >= self._side_last()
         return self.position.index == self.stepper.last_index
 
+    def exit(self, result: None = None, return_code: int = 0, message: RenderableType | None = None) -> None:
+        # From here on the widgets are being taken down: a key of the same burst (q then e, a paste)
+        # must not open a prompt or redraw a pane that no longer exists (check_action and redraw ask)
+        self.ready = False
+        super().exit(result, return_code, message)
+
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if not self.ready:
+            return action == "quit"  # before mount, or once quitting: nothing to act on, and quit always works
         if isinstance(self.screen, ModalScreen) and action in self._own_actions():
             # help, notes and go-to sit on top of the trace: its keys must not move it unseen
-            # (False, not None: the key then goes on to the modal's own widgets, such as its input)
-            return False
+            # (False, not None: the key then goes on to the modal's own widgets, such as its input);
+            # s photographs help, notes and the map too, but is a letter where a prompt has the focus
+            return action == "take_screenshot" and not isinstance(self.focused, Input)
+        if action == "take_screenshot" and isinstance(self.focused, Input):
+            return False  # the quiz's answer box: s is typed
         if action in ("prev", "prev_stage", "first") and self.at_start:
             return None
         if action in ("next", "next_stage", "last") and self.at_end:
@@ -441,7 +455,7 @@ class QKVApp(App[None]):
             panel.scroll_page_up(animate=False)
 
     def action_help(self) -> None:
-        self.push_screen(HelpScreen(self.trace.stage_keys))
+        self.push_screen(HelpScreen([self.trace.stage(key) for key in self.trace.stage_keys]))
 
     def action_notes(self) -> None:
         self.push_screen(NotesScreen())

@@ -1,8 +1,9 @@
 """The edit prompt (``e``): one input cell, its current value, and what was wrong with the last try.
 
-It opens on the input cell the current operation reads (``X[love,0] = 0``); ↑/↓ move to the
+It opens on the input cell the current operation reads (``X[love,1] = 0``); ↑/↓ move to the
 previous / next input cell (X row by row, then each head's W_Q, W_K, W_V, then W_O, the scale
 and the mask), or type a whole assignment (``W_K[1,2] = 3``, ``mask[I,love] = 0``, ``scale = 1``).
+Rows, columns and entries count from 1, as everything a person reads and types does.
 Enter applies; a value the scenario cannot take keeps the prompt open with a one-line reason.
 """
 
@@ -22,7 +23,7 @@ from qkv_tui.core.edit import EditError, InputCell, input_cells, parse_address, 
 from qkv_tui.core.scenario import Scenario
 from qkv_tui.ui.widgets.modal import Modal
 
-HINT = "enter applies · ↑/↓ another input · or type e.g. W_Q[1,2] = 0.5 · esc cancels"
+HINT = "enter applies · ↑/↓ another input · or type e.g. W_Q[1,2] = 0.5 (row 1, column 2) · esc cancels"
 
 
 def shown_value(sc: Scenario, cell: InputCell) -> str:
@@ -106,3 +107,49 @@ class EditScreen(Modal[None]):
 
     def action_cancel(self) -> None:
         self.dismiss(None)
+
+
+
+class DropEditsScreen(Modal[bool]):
+    """Ask before unsaved edits are dropped (by a reload, or by opening another scenario): says which values
+    would be lost; y goes ahead, escape (or n) keeps them."""
+
+    DEFAULT_CSS = """
+    DropEditsScreen { align: center bottom; }
+    DropEditsScreen > Vertical {
+        width: 100%; height: auto; border: round $warning; background: $surface; padding: 0 1; margin: 0 0 1 0;
+    }
+    DropEditsScreen #drop-hint { color: $text-muted; height: auto; }
+    """
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("y", "answer(True)", "go ahead"),
+        Binding("escape,n", "answer(False)", "keep the edits"),
+    ]
+    SHOWN = 4  # edits listed by name; the rest are counted
+    GO = "y goes ahead"  # the hint's words for the keys that go ahead
+
+    def __init__(self, question: str, lost: list[str], go: str | None = None) -> None:
+        super().__init__()
+        self.question = question
+        self.lost = lost
+        self.go = go or self.GO
+
+    def compose(self) -> ComposeResult:
+        count = len(self.lost)
+        listed = ", ".join(self.lost[:self.SHOWN]) + (f" and {count - self.SHOWN} more" if count > self.SHOWN else "")
+        with Vertical():
+            yield Static(Text.assemble((self.question, "bold"),
+                                       f" {count} unsaved edit{'s' if count != 1 else ''} would be lost: {listed}."),
+                         id="drop-question")
+            yield Static(f"{self.go} · esc keeps the edits (ctrl+s saves them, u undoes them one by one)",
+                         id="drop-hint")
+
+    def action_answer(self, go: bool) -> None:
+        self.dismiss(go)
+
+
+class ReloadScreen(DropEditsScreen):
+    """The question before ``r`` drops unsaved edits; r again confirms, as y does."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("r", "answer(True)", "reload")]
+    GO = "r or y reloads"

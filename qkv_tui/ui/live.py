@@ -7,6 +7,7 @@ The app owns one Live; its actions are one-line calls into it. Editing itself is
 
 from __future__ import annotations
 
+import io
 import os
 import re
 from collections.abc import Iterator
@@ -22,17 +23,19 @@ from textual.theme import Theme
 from textual.timer import Timer
 from textual.widgets import Footer
 
-from qkv_tui.core.edit import EditError, InputCell, edit, input_cells, save_file, value_of
+from qkv_tui.core.edit import EditError, InputCell, changed_cells, edit, edited_text, input_cells, save_file, value_of
 from qkv_tui.core.engine import Computation, compute
 from qkv_tui.core.scenario import Scenario, ScenarioError, builtin_dir, builtin_names, load_scenario, resolve
 from qkv_tui.screen.present import Screen as ScreenModel
 from qkv_tui.screen.view import PaneSpec
 from qkv_tui.teach.stepper import Position, Stepper
-from qkv_tui.teach.trace import STAGES, Trace
+from qkv_tui.teach.trace import Trace
 from qkv_tui.ui import themes
-from qkv_tui.ui.edit import EditScreen
+from qkv_tui.ui.edit import DropEditsScreen, EditScreen, ReloadScreen, shown_value
+from qkv_tui.ui.widgets.heatmap import HeatmapScreen
 from qkv_tui.ui.widgets.matrix import MatrixView
 from qkv_tui.ui.widgets.panels import ExplainPanel, StageBar
+from qkv_tui.ui.widgets.screens import HelpScreen, NotesScreen
 
 if TYPE_CHECKING:
     from qkv_tui.ui.app import QKVApp
@@ -83,11 +86,15 @@ class Live:
         self.stamp = _stamp(self.path) if self.path else None
         self.missing = False
         self.undo_stack: list[Undo] = []
-        self.dirty: list[InputCell] = []  # every cell edited since the file was read, undone ones too
+        self.base = app.scenario  # the values as the file holds them (as read, or as saved): what "edited" measures
+        self.dirty: list[InputCell] = []  # the cells whose value differs from the file's: what ctrl+s writes
+        self.announced: tuple[int, int] | None = None  # the change on disk last announced while edits were pending
+        self.failed: tuple[Path, tuple[int, int] | None] | None = None  # a file that would not open, watched until fixed
         self.changed_from: Computation | None = None  # marks what the last edit changed ...
         self.marked_at: Position | None = None  # ... until the position moves
         self.timer: Timer | None = None
         self.speed = DEFAULT_SPEED
+        self.shot_names: set[str] = set()  # screenshot names given out (a file is written by a thread, later)
         self.speeds = SPEEDS  # seconds per step (tests slow them down so that only their own ticks count)
         self.theme = theme if theme in themes.THEMES else "dark"
 
@@ -234,8 +241,7 @@ class Live:
         if value_of(scenario, cell) == value_of(app.scenario, cell):  # enter on the value as it was: no edit
             return None
         self.undo_stack.append(Undo(app.scenario, app.comp, cell))
-        if cell not in self.dirty:
-            self.dirty.append(cell)
+        self.dirty = changed_cells(self.base, scenario)  # an edit back to the file's value is no edit
         self.changed_from = app.comp
         self.install(scenario, comp)
         return None
@@ -246,18 +252,25 @@ class Live:
             app.notify("Nothing to undo.", timeout=3)
             return
         last = self.undo_stack.pop()
+        self.dirty = changed_cells(self.base, last.scenario)  # every edit undone: the file's values, not "edited"
         self.changed_from = app.comp
         self.install(last.scenario, last.comp)
         app.notify(f"Undone: {last.cell.label(last.scenario)}", timeout=3)
 
     def save(self) -> None:
-        """Write the edits into the file; a built-in is never written over: the edited copy goes to the current folder."""
+        """Write the edits into the file; a built-in is never written over: the edited copy goes to the current folder.
+
+        In a browser (``--serve``) nothing is written on the server: the edited file is a download.
+        """
         app = self.app
         if self.path is None:
             app.notify("This scenario has no file to write to.", severity="warning", timeout=6)
             return
         if not self.dirty:
             app.notify("No edits to save.", timeout=3)
+            return
+        if app.is_web:
+            self.download(self.path)
             return
         source, target = self.path, self.path
         if is_builtin(self.path):
@@ -266,6 +279,10 @@ class Live:
                 app.notify(f"{self.path.stem} is built in and is never written over, and {target} exists already:"
                            f" open that file (qkv-tui {target.name}) to edit it.", severity="warning", timeout=12)
                 return
+        merged = target == source and _stamp(source) != self.stamp  # changed on disk since it was read
+        if merged and (problem := self._merge_problem(source)):
+            app.notify(f"error: {target}: not saved: {problem}", severity="error", timeout=ERROR_SECONDS, markup=False)
+            return
         try:
             save_file(source, target, app.scenario, self.dirty)  # never blocks, never half-written
         except EditError as exc:
@@ -274,18 +291,53 @@ class Live:
         self.path = target  # from now on the app follows the file it wrote
         self.stamp = _stamp(target)  # our own write is not a change to reload
         count = len(self.dirty)
-        self.dirty = []
+        self.base, self.dirty = app.scenario, []
         edits = f"{count} edit{'s' if count != 1 else ''}"
-        if target != source:
+        if merged:  # the file's own changes are in it too now: show the file as it is
+            self.reload()
+            app.notify(f"Saved {edits} into {target}, which had changed on disk: its changes are kept and shown.", timeout=8)
+        elif target != source:
             app.notify(f"{source.stem} is built in and is never written over: saved {edits} to a copy, {target};"
                        " the app follows that file now.", timeout=10)
         else:
             app.notify(f"Saved {edits} to {target}", timeout=4)
         app.redraw()
 
+    def download(self, source: Path) -> None:
+        """The edited file, as ``s`` delivers a screenshot: a download in the student's browser. The
+        server's folders are shared by every student and every restart: nothing is written into them."""
+        app = self.app
+        if _stamp(source) != self.stamp and (problem := self._merge_problem(source)):
+            app.notify(f"error: {source.name}: not downloaded: {problem}", severity="error", timeout=12, markup=False)
+            return
+        try:
+            text = edited_text(source, app.scenario, self.dirty)  # read as save reads: never a blocking open
+        except EditError as exc:
+            app.notify(f"error: {source.name}: not downloaded: {exc}", severity="error", timeout=12, markup=False)
+            return
+        app.deliver_text(io.StringIO(text), save_filename=source.name, open_method="download",
+                         mime_type="application/toml", name="scenario")
+        count = len(self.dirty)
+        app.notify(f"Downloading {source.name} with your {count} edit{'s' if count != 1 else ''} (the server's copy"
+                   " stays as it is, for everyone).", timeout=6, markup=False)
+
+    def _merge_problem(self, path: Path) -> str | None:
+        """Why the edits cannot be written into a file that changed on disk, or None when they can."""
+        try:
+            on_disk = load_scenario(str(path))
+        except ScenarioError as exc:
+            return f"it changed on disk and has a problem now ({exc.message}); fix it, or reload (r) to drop your edits"
+        if input_cells(on_disk) != input_cells(self.base):
+            return ("it changed on disk and its inputs have other shapes now, so your edits have no place in it;"
+                    " r reloads it (your edits are lost)")
+        return None
+
     # --- reload and the file watch -------------------------------------------------------------
 
     def poll(self) -> None:
+        if not self.app.ready:  # quitting: no reload into widgets on their way out
+            return
+        self.watch_failed()
         if self.path is None:
             return
         stamp = _stamp(self.path)
@@ -295,13 +347,33 @@ class Live:
                 self.error(f"error: {self.path}: the file is gone (deleted or renamed); the last good state stays on screen")
             return
         if self.missing or stamp != self.stamp:
+            if self.dirty:  # as an editor does: a change on disk never replaces unsaved edits by itself
+                self.announce(stamp)
+                return
             self.reload()
 
-    def reload(self) -> None:
-        """Read the file again; a bad file shows its error and the last good computation stays."""
+    def announce(self, stamp: tuple[int, int]) -> None:
+        """Say once per change on disk that the unsaved edits are kept, and what r and ctrl+s would do."""
+        if self.announced == stamp or self.path is None:
+            return
+        self.announced = stamp
+        count = len(self.dirty)
+        self.app.clear_notifications()
+        self.app.notify(f"{self.path.name} changed on disk, but the screen keeps your {count} unsaved"
+                        f" edit{'s' if count != 1 else ''} and does not show the change: r reloads the file (it asks"
+                        " first), ctrl+s writes your edits into it.", severity="warning", timeout=ERROR_SECONDS, markup=False)
+
+    def reload(self, confirmed: bool = False) -> None:
+        """Read the file again; a bad file shows its error and the last good computation stays.
+
+        With unsaved edits it asks first, naming what would be lost (r or y reloads, escape keeps them).
+        """
         app = self.app
         if self.path is None:
             app.notify("This scenario has no file to reload.", timeout=4)
+            return
+        if self.dirty and not confirmed:
+            app.push_screen(ReloadScreen(f"Reload {self.path.name} from disk?", self.lost()), self._reload_answered)
             return
         self.stamp = _stamp(self.path)
         self.missing = self.stamp is None
@@ -313,54 +385,134 @@ class Live:
             return
         dropped = len(self.dirty)
         self.undo_stack.clear()
-        self.dirty = []
+        self.base, self.dirty, self.announced = scenario, [], None
         self.changed_from = None
         app.clear_notifications()
         self.install(scenario, comp)
         note = f"; {dropped} unsaved edit{'s' if dropped != 1 else ''} dropped" if dropped else ""
         app.notify(f"Reloaded {self.path.name}{note}", timeout=3)
 
+    def _reload_answered(self, reload: bool | None) -> None:
+        if reload and self.app.ready:
+            self.reload(confirmed=True)
+
+    def lost(self) -> list[str]:
+        """The unsaved edits, each with the file's value: ``X[I,0] = 7 (the file: 1)``."""
+        sc, base = self.app.scenario, self.base
+        return [f"{c.label(sc)} = {shown_value(sc, c)} (the file: {shown_value(base, c)})" for c in self.dirty]
+
     def error(self, message: str) -> None:
         self.app.clear_notifications()
         self.app.notify(message, title="The file has a problem", severity="error", timeout=ERROR_SECONDS, markup=False)
 
-    def open(self, spec: str) -> None:
-        """Open another scenario (a built-in name or a file), from its first operation."""
+    def open(self, spec: str, confirmed: bool = False) -> None:
+        """Open another scenario (a built-in name or a file), from its first operation; asks first when
+        that would drop unsaved edits."""
         app = self.app
+        if self.dirty and not confirmed:
+            def answered(go: bool | None) -> None:
+                if go and app.ready:
+                    self.open(spec, confirmed=True)
+
+            app.push_screen(DropEditsScreen(f"Open {Path(spec).name}?", self.lost(), go="y opens it"), answered)
+            return
         try:
             scenario = load_scenario(spec)
             comp = compute(scenario)
         except ScenarioError as exc:
             self.error(f"error: {exc}")
+            try:  # watched: the error goes once the file is fixed (or is replaced by what is wrong now)
+                failed = resolve(spec)
+                self.failed = (failed, _stamp(failed))
+            except ScenarioError:
+                self.failed = None
             return
         self.timer_stop()
         self.path = file_of(scenario)
         self.stamp = _stamp(self.path) if self.path else None
         self.missing = False
         self.undo_stack.clear()
-        self.dirty = []
+        self.base, self.dirty, self.announced, self.failed = scenario, [], None, None
         self.changed_from = None
         app.clear_notifications()
         self.install(scenario, comp, Position(0, 0))
 
+    def watch_failed(self) -> None:
+        """A file that would not open: when it changes, its error goes (it loads now) or says what is wrong now."""
+        if self.failed is None:
+            return
+        path, stamp = self.failed
+        now = _stamp(path)
+        if now == stamp:
+            return
+        self.failed = (path, now)
+        try:
+            compute(load_scenario(str(path)))
+        except ScenarioError as exc:
+            self.error(f"error: {exc}")
+            return
+        self.failed = None
+        self.app.clear_notifications()
+        self.app.notify(f"{path.name} loads now: ctrl+p opens it (Open file: {path.name}).", timeout=8, markup=False)
+
     # --- screenshots ----------------------------------------------------------------------------
 
     def screenshot_name(self) -> str:
+        """Named for the scenario, the view and the place in it: ``i_love_ai-op32-score.svg`` in the trace,
+        ``-cache-step03`` (``-cache-chunked-…``, ``-cache-tokens-…`` for the other schedules), ``-tiles-step10``,
+        ``-map-op32``, ``-help``, ``-notes``; ``-head2`` where there are several heads."""
         app = self.app
         stem = self.path.stem if self.path else app.scenario.title
         slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", stem).strip("_") or "qkv"
-        if app.modes.decode:
-            return f"{slug}-decode-step{app.modes.decode_step + 1}.svg"
-        op = app.trace.op(app.position.index)
-        width = len(str(len(app.trace)))
-        stage = STAGES[op.segment.stage].name.lower().replace("_", "")
-        head = f"-head{app.position.head + 1}" if len(app.comp.heads) > 1 else ""
-        return f"{slug}-op{app.position.index + 1:0{width}d}-{stage}{head}.svg"
+        screen, modes, head = app.screen, app.modes, app.position.head
+        op_width = len(str(len(app.trace)))
+        if isinstance(screen, HelpScreen | NotesScreen):
+            return f"{slug}-{'help' if isinstance(screen, HelpScreen) else 'notes'}.svg"
+        if isinstance(screen, HeatmapScreen):  # the weights computed up to the current operation
+            place, head = f"map-op{app.position.index + 1:0{op_width}d}", screen.head
+        elif modes.decode:
+            steps = len(str(app.presenter.side_steps(modes, head)))
+            schedule = f"-{modes.schedule}" if modes.side == "cache" and modes.schedule != "prefill" else ""
+            place = f"{modes.side}{schedule}-step{modes.decode_step + 1:0{steps}d}"
+        else:
+            op = app.trace.op(app.position.index)
+            stage = app.trace.stage(op.segment.stage).name.lower().replace("_", "")
+            place = f"op{app.position.index + 1:0{op_width}d}-{stage}"
+        heads = f"-head{head + 1}" if len(app.comp.heads) > 1 else ""
+        return f"{slug}-{place}{heads}.svg"
+
+    def unused(self, name: str) -> str:
+        """``name``, or with -2, -3 … before .svg where a file of that name exists here or was given already."""
+        stem, suffix = name.rsplit(".", 1)
+        candidate, number = name, 1
+        while candidate in self.shot_names or (Path.cwd() / candidate).exists():
+            number += 1
+            candidate = f"{stem}-{number}.{suffix}"
+        return candidate
 
     def screenshot(self) -> str:
-        """Write the screen as SVG to the current folder (in a browser: a download); returns the file name."""
+        """Write the screen as SVG to the current folder (in a browser: a download); returns the file name.
+
+        A name that exists gets -2, -3 …: nothing is overwritten. Toasts are hidden for the picture (an earlier
+        one, still showing, is not part of the screen being shown), and the picture is taken once the screen
+        has been drawn without them; Textual's "Saved screenshot" toast comes after.
+        """
+        app = self.app
         name = self.screenshot_name()
-        self.app.deliver_screenshot(filename=name, path=os.getcwd())
+        if not app.is_web:  # a browser keeps its own downloads apart
+            name = self.unused(name)
+        self.shot_names.add(name)
+        screen = app.screen
+        screen.add_class("-screenshot")  # qkv.tcss: toasts invisible while it is on
+
+        def shoot() -> None:
+            try:
+                if app.ready:
+                    app.deliver_screenshot(filename=name, path=os.getcwd())
+            finally:
+                screen.remove_class("-screenshot")
+
+        app.call_after_refresh(shoot)
         return name
 
     # --- autoplay -------------------------------------------------------------------------------
@@ -379,6 +531,8 @@ class Live:
 
     def tick(self) -> None:
         app = self.app
+        if not app.ready:
+            return
         if app.at_end or app.modes.quiz is not None:
             self.timer_stop()
             return
@@ -410,6 +564,7 @@ class Live:
 
     def commands(self, screen: Screen[object]) -> Iterator[SystemCommand]:
         app = self.app
+        web = app.is_web  # in a browser, saving and screenshots are downloads
         actions = (
             ("Next operation", "→: compute the next cell", app.action_next),
             ("Previous operation", "←: step back one cell", app.action_prev),
@@ -427,9 +582,11 @@ class Live:
             ("Edit an input value", "e: change X, a weight, the scale or a mask cell; everything downstream follows",
              self.edit),
             ("Undo the last edit", "u", self.undo),
-            ("Save the edits to the file", "ctrl+s: keeps its comments and layout; a built-in: a copy here", self.save),
+            ("Save the edits to the file", "ctrl+s: a download of the edited file, comments and layout kept" if web
+             else "ctrl+s: keeps its comments and layout; a built-in: a copy here", self.save),
             ("Reload the file", "r: also done by itself when the file changes on disk", self.reload),
-            ("Screenshot to the current folder", "s: an SVG named for the scenario and step", self.screenshot),
+            ("Screenshot (a download)" if web else "Screenshot to the current folder",
+             "s: an SVG named for the scenario, the view and the place", self.screenshot),
             ("Autoplay", "a: step on a timer; > faster, < slower, any key stops", self.autoplay),
             ("Attention map", "m: the head's weights over the whole sentence", app.action_heatmap),
             ("Notes", "n: what attention weights are and are not", app.action_notes),
@@ -438,15 +595,17 @@ class Live:
         for title, help_text, callback in actions:
             yield SystemCommand(title, help_text, callback)
         for number, key in enumerate(app.trace.stage_keys, start=1):
-            yield SystemCommand(f"Stage {number}: {STAGES[key].name}", f"{number}: jump to the stage's first operation",
+            yield SystemCommand(f"Stage {number}: {app.trace.stage(key).name}", f"{number}: jump to the stage's first operation",
                                 lambda n=number: app.action_stage(n))
         for h, head in enumerate(app.comp.heads):
             if len(app.comp.heads) > 1:
                 yield SystemCommand(f"Head: {head.name}", "view this head (tab cycles)",
                                     lambda h=h: app._move(app.stepper.switch_head(app.position, h - app.position.head)))
         for name in builtin_names():
-            yield SystemCommand(f"Open built-in scenario: {name}", "from its first operation", lambda n=name: self.open(n),
-                                discover=False)
+            # by path: a bare name would open a same-named ./NAME.toml instead of the packaged file
+            packaged = str(builtin_dir() / f"{name}.toml")
+            yield SystemCommand(f"Open built-in scenario: {name}", "the packaged file, from its first operation",
+                                lambda p=packaged: self.open(p), discover=False)
         for path in sorted(Path.cwd().glob("*.toml"))[:200]:
             yield SystemCommand(f"Open file: {path.name}", f"{path.parent}", lambda p=str(path): self.open(p), discover=False)
         for name, textual_name in themes.THEMES.items():

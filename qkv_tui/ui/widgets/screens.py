@@ -14,7 +14,7 @@ from textual.containers import Vertical, VerticalScroll
 from textual.widgets import Input, Static
 
 from qkv_tui.screen.text import printable
-from qkv_tui.teach.trace import STAGES
+from qkv_tui.teach.trace import Stage
 from qkv_tui.teach.trace_modern import VARIANT_NOTES
 from qkv_tui.ui.widgets.modal import Modal
 
@@ -89,9 +89,9 @@ class _Modal(Modal[None]):
 class HelpScreen(_Modal):
     """Every key, and what each stage computes."""
 
-    def __init__(self, stage_keys: list[str]) -> None:
+    def __init__(self, stages: list[Stage]) -> None:
         super().__init__()
-        self.stage_keys = stage_keys
+        self.stages = stages  # as the scenario names them (Embed is "Input" for a model's residual stream)
 
     def body(self) -> RenderableType:
         keys = Table.grid()
@@ -101,8 +101,7 @@ class HelpScreen(_Modal):
             keys.add_row(f"  {key}", what)
         parts: list[RenderableType] = [Text("Keys", style="bold underline"), keys,
                                        Text("\nStages: softmax(QKᵀ/√dₖ)V, one operation at a time", style="bold underline")]
-        for number, key in enumerate(self.stage_keys, start=1):
-            stage = STAGES[key]
+        for number, stage in enumerate(self.stages, start=1):
             parts += [Text(f"  {number} {stage.name}", style="bold #5fafff"), _indented(stage.meaning, 4)]
         parts.append(Text("\nModern attention: what the [norm], [rope], [alibi] ... keys do", style="bold underline"))
         for title, body in VARIANT_NOTES:

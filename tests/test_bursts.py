@@ -1,0 +1,89 @@
+"""Keys that arrive in one burst (a paste into a terminal without bracketed paste, a fast double
+tap): quit wins, and nothing that opens a screen or touches a widget runs once the app is exiting.
+
+``pilot.press`` waits for the app to go idle after every key, which is exactly what a burst does
+not do; these tests post the key events back to back, as the terminal driver does when both
+arrive in one read.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from textual import events
+from textual.widgets import Input
+
+from qkv_tui.ui.app import QKVApp
+from qkv_tui.ui.edit import EditScreen
+
+SIZE = (120, 40)
+
+
+def burst(app: QKVApp, *keys: str) -> None:
+    """Post key events without letting the app handle one before the next arrives."""
+    for key in keys:
+        app.post_message(events.Key(key, key if len(key) == 1 else None))
+
+
+# e crashed with NoMatches('#edit-label') and exit status 1; the others are every key that opens a
+# screen, writes, reloads or redraws.
+@pytest.mark.parametrize("key", ["e", "question_mark", "g", "n", "m", "ctrl+s", "r", "s", "u", "a",
+                                 "k", "t", "p", "right", "5"])
+async def test_quit_wins_a_burst(key: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    app = QKVApp("i_love_ai")
+    async with app.run_test(size=SIZE) as pilot:
+        burst(app, "q", key)
+        await pilot.pause()
+        assert app.return_code == 0  # exiting, cleanly
+        assert len(app.screen_stack) == 1  # nothing opened on the way out
+    assert app.return_code == 0
+    assert list(tmp_path.iterdir()) == []  # s, ctrl+s: nothing written after quit
+
+
+async def test_a_priority_key_after_q_does_not_crash_and_q_then_quits() -> None:
+    """ctrl+p is a priority key: Textual handles it before a plain key that arrived first, so the
+    palette opens and that q is dropped. Nothing crashes, and q (after escape) quits with status 0."""
+    app = QKVApp("i_love_ai")
+    async with app.run_test(size=SIZE) as pilot:
+        burst(app, "q", "ctrl+p")
+        await pilot.pause()
+        await pilot.press("escape", "q")
+        assert app.return_code == 0
+    assert app.return_code == 0
+
+
+async def test_e_then_q_opens_the_prompt_whole() -> None:
+    """e then q: the q reaches the trace's screen after the prompt is on top of it, and is dropped there
+    (it neither quits behind the prompt's back nor reaches a prompt that is still being built)."""
+    app = QKVApp("i_love_ai")
+    async with app.run_test(size=SIZE) as pilot:
+        burst(app, "e", "q")
+        await pilot.pause()
+        assert isinstance(app.screen, EditScreen) and app.return_code is None
+        assert app.screen.query_one("#edit-input", Input).value == "1"  # X[I,0], ready to be typed over
+        await pilot.press("escape", "q")
+        assert app.return_code == 0
+
+
+async def test_q_closes_help_and_the_map_and_is_typed_into_the_prompts() -> None:
+    app = QKVApp("i_love_ai")
+    async with app.run_test(size=SIZE) as pilot:
+        for opener in ("question_mark", "n", "m"):
+            await pilot.press(opener, "q")
+            assert len(app.screen_stack) == 1 and app.return_code is None
+        await pilot.press("g", "q")
+        assert app.screen.query_one(Input).value == "q" and app.return_code is None
+        await pilot.press("escape", "3", "left", "p", "right", "right")  # a quiz question: its answer box has focus
+        assert isinstance(app.focused, Input)
+        await pilot.press("q")
+        assert app.focused.value == "q" and app.return_code is None
+        await pilot.press("escape", "escape", "q")  # out of the quiz, q quits
+        assert app.return_code == 0
+
+
+def test_no_action_runs_before_the_app_is_mounted() -> None:
+    app = QKVApp("i_love_ai")
+    assert app.check_action("edit", ()) is False and app.check_action("help", ()) is False
+    assert app.check_action("quit", ()) is True
