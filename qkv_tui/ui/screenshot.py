@@ -12,32 +12,34 @@ from __future__ import annotations
 
 import re
 
-FONT_FACE = re.compile(r"@font-face\s*\{[^{}]*\}\s*")
-SOURCES = re.compile(r"(\bsrc\s*:\s*)([^;{}]*)(;?)")
-# a url(...) with its optional format(...), one entry of a src list
-URL_SOURCE = re.compile(r"""url\(\s*(["']?)[^)]*?\1\s*\)(\s*format\([^)]*\))?""")
+FONT_FACE = re.compile(r"@font-face\s*\{([^{}]*)\}\s*")
+# a url(...) naming another host (http:, https: or scheme-relative //), with its optional format(...)
+REMOTE = re.compile(r"""url\(\s*["']?(?:[a-z][a-z0-9+.-]*:)?//.*\)(\s*format\(.*\))?""", re.IGNORECASE | re.DOTALL)
 
 
 def without_web_fonts(svg: str) -> str:
-    """The SVG with every @font-face source that is fetched by URL removed (a rule left with no
-    source is dropped); everything else as it was."""
+    """The SVG with every @font-face source fetched from another host removed (a rule left with no
+    source is dropped); local() and data: sources, and everything else, as they were."""
 
     def local_only(rule: re.Match[str]) -> str:
-        block = rule.group(0)
-        found = SOURCES.search(block)
-        if found is None:
-            return block
-        entries = [entry.strip() for entry in _split_sources(found.group(2))]
-        kept = [entry for entry in entries if entry and not URL_SOURCE.fullmatch(entry)]
-        if not kept:
-            return ""
-        return block[: found.start(2)] + ", ".join(kept) + block[found.end(2):]
+        declarations = _split(rule.group(1), ";")
+        kept_rule = []
+        for declaration in declarations:
+            name, colon, value = declaration.partition(":")
+            if colon and name.strip().lower() == "src":
+                sources = [entry.strip() for entry in _split(value, ",")]
+                kept = [entry for entry in sources if entry and not REMOTE.fullmatch(entry)]
+                if not kept:
+                    return ""
+                declaration = f"{name}: {', '.join(kept)}"
+            kept_rule.append(declaration)
+        return f"@font-face {{{';'.join(kept_rule)}}}" + rule.group(0)[len(rule.group(0).rstrip()):]
 
     return FONT_FACE.sub(local_only, svg)
 
 
-def _split_sources(text: str) -> list[str]:
-    """A src list split at its top-level commas (a quoted name or a url may hold one)."""
+def _split(text: str, separator: str) -> list[str]:
+    """``text`` split at each ``separator`` outside quotes and brackets (a data: URL holds ; and ,)."""
     parts, depth, quote, start = [], 0, "", 0
     for i, ch in enumerate(text):
         if quote:
@@ -48,7 +50,7 @@ def _split_sources(text: str) -> list[str]:
             depth += 1
         elif ch == ")":
             depth = max(depth - 1, 0)
-        elif ch == "," and depth == 0:
+        elif ch == separator and depth == 0:
             parts.append(text[start:i])
             start = i + 1
     parts.append(text[start:])
