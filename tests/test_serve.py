@@ -175,7 +175,8 @@ def test_serve_refuses_bad_input_in_one_line(tmp_path: Path) -> None:
         for args, says in (
             (["--port", str(port), "i_love_ai"], f"error: cannot serve on 127.0.0.1:{port}: Address already in use"
                                                  f" (another program listens there); expected a free port, e.g. --port"),
-            (["--host", "no-such-host.invalid", "i_love_ai"], "error: cannot serve on no-such-host.invalid:8000: no such address"),
+            (["--host", "no-such-host.invalid", "i_love_ai"],
+             "error: cannot serve on no-such-host.invalid:8000: no such address"),
             (["--port", "0", "i_love_ai"], "error: --port 0: expected a port number from 1 to 65535"),
             ([str(bad)], f"error: {bad}: "),
         ):
