@@ -109,7 +109,7 @@ def test_rope_rotates_rather_than_adds() -> None:
     adds = re.compile(r"\badds? (it|position\w*)?\s*to Q and K|add it later \(to Q and K")
     for where, text in TEXTS.items():
         assert not adds.search(text), where
-    assert "rotating Q and K" in STAGES["embed"].meaning
+    assert re.search(r"\brotat", STAGES["embed"].meaning)  # RoPE rotates Q and K
 
 
 # --- 3. RoPE layouts: Hugging Face's LLaMA checkpoints are Meta's weights, permuted ------------------------
@@ -143,6 +143,8 @@ def test_each_layout_gives_the_same_scores_with_its_own_weights() -> None:
     assert not np.allclose(unpermuted.scores, inter.scores)  # the same weights in the wrong layout
     assert "love's row 2.081, 3, 3.763" in load_scenario("rope_layouts").description
     assert [fmt(float(v), False, 3) for v in permuted.scores[1]] == ["2.081", "3.000", "3.763"]
+    assert [fmt(float(v), False, 3) for v in unpermuted.scores[1]] == ["2.540", "3.000", "3.382"]
+    assert "(love's row 2.540, 3, 3.382)" in load_scenario("rope_layouts").description
 
 
 def test_the_half_layout_is_credited_to_gpt_neox() -> None:
@@ -172,7 +174,8 @@ def test_the_window_is_the_one_each_named_library_computes() -> None:
         assert np.array_equal(compute(sc).allow, convention)
     assert all(row.sum() <= window for row in compute(sc).allow)  # window keys, the query's own included
     meaning = Trace(compute(sc)).meaning("scale", 0)
-    for named in ("Hugging Face transformers and gpt-oss", "window_size = (window − 1, 0)", "Mistral paper"):
+    for named in ("3 keys, the query's own included, as Hugging Face transformers and gpt-oss", "window_size = (2, 0)",
+                  "the Mistral paper, where position i sees i − W … i, as W = 2"):
         assert named in meaning
     assert "window_size = (2, 0)" in sc.description and "W = 2" in sc.description
 

@@ -428,14 +428,16 @@ class Trace:
             if not hr.scale_is_default:
                 text = _own_scale(hr.scale, hr.d_k)
             if sc.alibi is not None:
-                text += (" ALiBi then adds slope·(j − i) to each cell: 0 on the diagonal and more negative the further"
-                         " back the key, so nearer tokens win; the bias pane shows it, and the softmax takes the sum.")
+                text += (" ALiBi then adds slope·(j − i) to each scaled cell (after the division, as BLOOM's code does):"
+                         " 0 on the diagonal and more negative the further back the key, so nearer keys are favoured;"
+                         " the bias pane shows it, and the softmax takes the sum.")
             if sc.mask_kind == "sliding" and sc.window is not None:
-                text += (f" The sliding window of {sc.window} applies here: a token sees itself and the {sc.window - 1}"
-                         " before it, so older keys become −∞ as well as later ones. This counts the window as"
-                         " Hugging Face transformers and gpt-oss do (0 ≤ i − j < window: window keys, the query's"
-                         " own included); FlashAttention writes the same window as window_size = (window − 1, 0),"
-                         " and the Mistral paper's window W lets position i see i − W … i, one key more.")
+                w = sc.window
+                text += (f" The sliding window of {w} applies here: a token sees itself and the {w - 1} before it"
+                         f" (0 ≤ i − j < {w}), so older keys become −∞ as well as later ones. That counts {w} keys,"
+                         " the query's own included, as Hugging Face transformers and gpt-oss count their"
+                         f" sliding_window; FlashAttention writes the same window as window_size = ({w - 1}, 0), and"
+                         f" the Mistral paper, where position i sees i − W … i, as W = {w - 1}.")
             elif sc.mask_kind != "none":
                 text += (f" The {sc.mask_kind} mask applies here: masked cells become −∞ (as PyTorch does with a"
                          " boolean mask; Hugging Face's eager attention adds finfo.min, the original BERT −10000),"

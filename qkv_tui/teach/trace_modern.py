@@ -64,8 +64,8 @@ VARIANT_NOTES = (
      " LLaMA 2 7B and 13B use plain multi-head attention. num_kv_heads = 1 is multi-query attention"
      " (Shazeer 2019)."),
     ("ALiBi ([alibi])",
-     "No position vectors at all (Press et al. 2022): each head adds slope·(j − i) to its scores, a penalty"
-     " that grows the further back a key is. Steep heads look nearby, gentle heads look far."),
+     "No position vectors at all (Press et al. 2022): each head adds slope·(j − i) to its scaled scores, a"
+     " penalty that grows the further back a key is. Steep heads favour nearby keys, gentle heads reach further."),
     ("Sliding windows (kind = \"sliding\")",
      "A causal mask that also forgets: each token sees itself and the window − 1 tokens before it, so the"
      " KV cache never holds more than the window. Libraries count the window differently; here"
