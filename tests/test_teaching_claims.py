@@ -130,7 +130,7 @@ def test_rope_layouts_permuted_head_is_hugging_faces_permutation_of_rope() -> No
     for role in ("W_Q", "W_K"):  # this app's W is d_model × dₖ, nn.Linear's weight its transpose
         assert np.array_equal(getattr(permuted, role), hf_permute(getattr(meta, role).T, 1).T), role
         assert np.array_equal(getattr(unpermuted, role), getattr(meta, role)), role
-    assert np.array_equal(permuted.W_V, meta.W_V)
+    assert np.array_equal(permuted.W_V, meta.W_V[:, :2]) and np.array_equal(unpermuted.W_V, meta.W_V[:, :2])
 
 
 def test_each_layout_gives_the_same_scores_with_its_own_weights() -> None:
@@ -280,9 +280,15 @@ async def test_the_app_at_the_scale_stage_with_scale_one(write) -> None:
         assert "scale = 1" in text and "Divide every score by √dₖ" not in text
 
 
+def prose(markdown: str) -> str:
+    """A Markdown page without its inline code spans (identifiers, and error messages quoted as printed);
+    fenced blocks stay, so their comments are read too."""
+    return re.sub(r"`[^`]*`", "", markdown.replace("```", ""))
+
+
 def test_one_spelling_of_dk_in_what_the_user_reads() -> None:
     """dₖ in prose and formulas; d_k only as a JSON key or an attribute, never in text a student reads."""
-    for where, text in {**TEXTS, "variant notes": str(VARIANT_NOTES), "doc": DOC, "readme": README}.items():
+    for where, text in {**TEXTS, "variant notes": str(VARIANT_NOTES), "doc": prose(DOC), "readme": prose(README)}.items():
         assert "d_k" not in text, where
     for path in SCENARIOS:
         assert "d_k" not in path.read_text(encoding="utf-8"), path.name  # comments included

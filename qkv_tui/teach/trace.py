@@ -45,8 +45,8 @@ STAGES: dict[str, Stage] = {s.key: s for s in (
     Stage("embed", "Embed",
           "Each token becomes a row of numbers, its embedding; stacked, the rows form X (n × d_model)."
           " In a full Transformer position information enters too: GPT-2 adds it to these rows, RoPE and"
-          " ALiBi models bring it in later (by rotating Q and K, or as a bias on the scores). A small example like the seed's"
-          " leaves it out to keep the multiply readable."),
+          " ALiBi models bring it in later (by rotating Q and K, or as a bias on the scores). A small example"
+          " like the seed's leaves it out to keep the multiply readable."),
     Stage("project", "Project",
           "Multiply X by three learned matrices. Row i of Q is what token i is looking for, row i of K"
           " what it advertises, row i of V the content it will contribute. Separate projections let a"
