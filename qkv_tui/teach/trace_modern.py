@@ -68,10 +68,10 @@ VARIANT_NOTES = (
      " penalty that grows the further back a key is. Steep heads favour nearby keys, gentle heads reach further."),
     ("Sliding windows (kind = \"sliding\")",
      "A causal mask that also forgets: each token sees itself and the window − 1 tokens before it, so the"
-     " KV cache never holds more than the window. Libraries count the window differently; here"
-     " 0 ≤ i − j < window, W keys with the query's own, as Hugging Face transformers and gpt-oss count"
-     " their sliding_window; FlashAttention's window_size = (W − 1, 0) is the same window, and the Mistral"
-     " paper's W (position i sees i − W … i) is one key more."),
+     " KV cache never holds more than the window. Libraries count the window differently. Here a window W"
+     " means 0 ≤ i − j < W: W keys, the query's own included, as Hugging Face transformers and gpt-oss count"
+     " their sliding_window. FlashAttention writes the same window as window_size = (W − 1, 0); in the"
+     " Mistral paper position i sees i − W … i, so its window W holds one key more."),
     ("What masked cells hold",
      "Here a masked score is −∞, as PyTorch's scaled_dot_product_attention makes it from a boolean mask;"
      " Hugging Face transformers' eager attention adds torch.finfo(dtype).min instead, and the original"
