@@ -143,7 +143,7 @@ async def test_cross_attention_labels_the_key_side() -> None:
     async with app.run_test(size=(120, 40)) as pilot:
         await pilot.press("3")
         kt = next(v for v in visible_panes(app) if v.spec and v.spec.key.startswith("KT"))
-        assert kt.spec is not None and kt.spec.col_labels == ("J'", "aime", "l'IA")
+        assert kt.spec is not None and kt.spec.col_labels == ("I", "love", "AI")  # the English encoder's keys
 
 
 async def test_help_notes_and_quit() -> None:

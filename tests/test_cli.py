@@ -48,8 +48,9 @@ def test_json_masked_entries_are_null(cli) -> None:
 
 def test_json_cross_attention(cli) -> None:
     data = json.loads(cli("--export", "json", "cross_attention").out)
-    assert data["key_tokens"] == ["J'", "aime", "l'IA"]
-    assert len(data["context_X"][0]) == 3
+    assert data["tokens"] == ["J'", "aime", "l'IA"]  # the French decoder asks
+    assert data["key_tokens"] == ["I", "love", "AI"]  # the English encoder answers
+    assert len(data["context_X"][0]) == 4 and len(data["X"][0]) == 3
 
 
 def test_markdown_holds_the_seed_numbers(cli) -> None:

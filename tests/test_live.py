@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import difflib
 import math
-import re
 import shutil
 import tomllib
 from pathlib import Path
@@ -103,31 +102,13 @@ def test_scale_must_be_positive() -> None:
 def test_addresses() -> None:
     sc = load_scenario("two_heads")
     assert parse_address(sc, "2") == (None, "2")
-    assert parse_address(sc, "X[love,4] = 7") == (InputCell("X", None, 1, 3), " 7")
-    assert parse_address(sc, "W_K[2,1] (head 2) = 1")[0] == InputCell("W_K", 1, 1, 0)
+    assert parse_address(sc, "X[love,3] = 7") == (InputCell("X", None, 1, 3), " 7")
+    assert parse_address(sc, "W_K[1,0] (head 2) = 1")[0] == InputCell("W_K", 1, 1, 0)
     assert parse_address(sc, "scale=1")[0] == InputCell("scale")
     assert parse_address(sc, "mask[AI,I] = 0")[0] == InputCell("mask", None, 2, 0)
-    assert parse_address(sc, "W_Q[4,3] = 1")[0] == InputCell("W_Q", 0, 3, 2)  # rows and columns count from 1
-    assert parse_address(sc, "X[1,1] = 1")[0] == InputCell("X", None, 0, 0)  # a row by number: from 1 too
-    for bad in ("Q[1,1] = 1", "X[nobody,1] = 1", "X[1,9] = 1", "W_Q[1,1] (head 9) = 1", "X = 1",
-                "X[I,0] = 1", "W_Q[0,1] = 1", "W_Q[5,1] = 1", "X[I,5] = 1"):  # 0 and one past the end are not cells
+    for bad in ("Q[0,0] = 1", "X[nobody,0] = 1", "X[0,9] = 1", "W_Q[0,0] (head 9) = 1", "X = 1"):
         with pytest.raises(EditError):
             parse_address(sc, bad)
-
-
-def test_the_prompt_counts_rows_columns_and_entries_from_one() -> None:
-    sc = load_scenario("pre_norm")
-    assert InputCell("X", None, 1, 0).label(sc) == "X[love,1]"  # love's first column
-    assert InputCell("W_Q", 0, 2, 1).label(sc) == "W_Q[3,2]"
-    assert InputCell("gamma", None, 0, 0).label(sc) == "gamma[1]"
-    assert parse_address(sc, "gamma[4] = 2")[0] == InputCell("gamma", None, 0, 3)
-    for bad, says in (("gamma[0] = 2", "1 … 4"), ("W_Q[0,1] = 2", "expected 1 … 4 (counting from 1)"),
-                      ("X[I,5] = 2", "expected 1 … 4 (counting from 1)"), ("W_Q = 2", "W_Q[1,2]"), ("X[I] = 2", "X[love,1]")):
-        with pytest.raises(EditError, match=re.escape(says)):
-            parse_address(sc, bad)
-    for cell in input_cells(sc):  # every label reads back as its own cell
-        if cell.matrix not in ("scale",):
-            assert parse_address(sc, f"{cell.label(sc)} = 1")[0] == cell, cell
 
 
 @pytest.mark.parametrize(("name", "cell"), [
@@ -193,7 +174,7 @@ async def test_edit_in_the_app_keeps_the_position_and_marks_changes(tmp_path: Pa
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("3", "right")  # scores[I,love], which reads Q[I] and K[love]
         before = app.position
-        await type_edit(pilot, "X[love,1] = 3")
+        await type_edit(pilot, "X[love,0] = 3")
         assert app.position == before
         assert app.scenario.X[1, 0] == 3
         assert app.comp.heads[0].scores[0, 1] == 8  # Q[I]·K[love] = 2·2 + 0·1 + 1·4
@@ -252,8 +233,8 @@ async def test_undo_as_many_times_as_edits(tmp_path: Path) -> None:
     app = QKVApp(str(copy(tmp_path)))
     async with app.run_test(size=SIZE) as pilot:
         original = app.comp.output.copy()
-        await type_edit(pilot, "X[I,1] = 2")
-        await type_edit(pilot, "W_V[1,1] = 5")
+        await type_edit(pilot, "X[I,0] = 2")
+        await type_edit(pilot, "W_V[0,0] = 5")
         await type_edit(pilot, "scale = 1")
         assert app.scenario.scale == 1
         await pilot.press("u")
@@ -268,9 +249,9 @@ async def test_save_writes_the_file_keeping_comments(tmp_path: Path) -> None:
     path = copy(tmp_path)
     app = QKVApp(str(path))
     async with app.run_test(size=SIZE) as pilot:
-        await type_edit(pilot, "X[love,1] = 2.5")
-        await type_edit(pilot, "W_Q[1,1] = 4")
-        await type_edit(pilot, "X[I,4] = 1")
+        await type_edit(pilot, "X[love,0] = 2.5")
+        await type_edit(pilot, "W_Q[0,0] = 4")
+        await type_edit(pilot, "X[I,3] = 1")
         await pilot.press("u")  # undone before saving: the file keeps its value
         await pilot.press("ctrl+s")
         await pilot.pause()
@@ -289,20 +270,20 @@ async def test_a_builtin_is_never_written_over(tmp_path: Path, monkeypatch: pyte
     before = (builtin_dir() / "i_love_ai.toml").read_bytes()
     app = QKVApp("i_love_ai")
     async with app.run_test(size=SIZE) as pilot:
-        await type_edit(pilot, "X[love,1] = 9")
+        await type_edit(pilot, "X[love,0] = 9")
         await pilot.press("ctrl+s")
         await pilot.pause()
         copy_path = tmp_path / "i_love_ai.toml"
         assert "[9, 1, 0, 1],   # love" in copy_path.read_text()  # a copy here, comments and all
         assert app.live.path == copy_path
-        await type_edit(pilot, "X[I,1] = 8")
+        await type_edit(pilot, "X[I,0] = 8")
         await pilot.press("ctrl+s")  # now it writes the copy it follows
         await pilot.pause()
         assert tomllib.loads(copy_path.read_text())["X"][0][0] == 8
     assert (builtin_dir() / "i_love_ai.toml").read_bytes() == before
     other = QKVApp(str(builtin_dir() / "i_love_ai.toml"))
     async with other.run_test(size=SIZE) as pilot:
-        await type_edit(pilot, "X[I,1] = 7")
+        await type_edit(pilot, "X[I,0] = 7")
         await pilot.press("ctrl+s")  # the copy exists: it is not written over either
         await pilot.pause()
         assert any("exists already" in n.message for n in other._notifications)
@@ -359,7 +340,7 @@ async def test_a_reload_under_an_open_prompt(tmp_path: Path) -> None:
         app.live.poll()
         await pilot.pause()
         assert app.scenario.n == 2
-        app.screen.query_one("#edit-input").value = "X[AI,1] = 5"  # a row the new file no longer has
+        app.screen.query_one("#edit-input").value = "X[AI,0] = 5"  # a row the new file no longer has
         await pilot.press("enter")
         await pilot.pause()
         assert "changed on disk" in str(app.screen.query_one("#edit-error").render())
@@ -370,12 +351,12 @@ async def test_reload_asks_before_it_drops_unsaved_edits(tmp_path: Path) -> None
     path = copy(tmp_path)
     app = QKVApp(str(path))
     async with app.run_test(size=SIZE) as pilot:
-        await type_edit(pilot, "X[I,1] = 7")
+        await type_edit(pilot, "X[I,0] = 7")
         await pilot.press("r")
         await pilot.pause()
         assert isinstance(app.screen, ReloadScreen)  # it asks, and says what would be lost
         question = str(app.screen.query_one("#drop-question").render())
-        assert f"Reload {path.name} from disk?" in question and "X[I,1] = 7 (the file: 1)" in question
+        assert f"Reload {path.name} from disk?" in question and "X[I,0] = 7 (the file: 1)" in question
         await pilot.press("escape")  # keeps them
         await pilot.pause()
         assert not isinstance(app.screen, ReloadScreen) and app.scenario.X[0, 0] == 7 and app.live.dirty
@@ -383,7 +364,7 @@ async def test_reload_asks_before_it_drops_unsaved_edits(tmp_path: Path) -> None
         await pilot.pause()
         assert app.scenario.X[0, 0] == 1 and not app.live.undo_stack and not app.live.dirty
         assert "1 unsaved edit dropped" in [n.message for n in app._notifications][-1]
-        await type_edit(pilot, "X[I,1] = 6")
+        await type_edit(pilot, "X[I,0] = 6")
         await pilot.press("r", "y")  # so does y
         await pilot.pause()
         assert app.scenario.X[0, 0] == 1
@@ -396,7 +377,7 @@ async def test_a_change_on_disk_never_replaces_unsaved_edits(tmp_path: Path) -> 
     path = copy(tmp_path)
     app = QKVApp(str(path))
     async with app.run_test(size=SIZE) as pilot:
-        await type_edit(pilot, "X[I,1] = 7")
+        await type_edit(pilot, "X[I,0] = 7")
         path.write_text(path.read_text().replace("[0, 1, 0, 1],   # love", "[4, 1, 0, 1],   # love"))
         app.live.stamp = None  # a same-second rewrite of the same size: make the change certain
         app.live.poll()
@@ -411,7 +392,7 @@ async def test_a_change_on_disk_never_replaces_unsaved_edits(tmp_path: Path) -> 
         assert on_disk[0][0] == 7 and on_disk[1][0] == 4
         assert app.scenario.X[0, 0] == 7 and app.scenario.X[1, 0] == 4 and not app.live.dirty  # the screen shows it
         # once every edit is undone, a change on disk is followed again by itself
-        await type_edit(pilot, "X[AI,1] = 5")
+        await type_edit(pilot, "X[AI,0] = 5")
         path.write_text(path.read_text().replace("[1, 1, 0, 0],   # AI", "[1, 1, 0, 3],   # AI"))
         app.live.stamp = None
         app.live.poll()
@@ -427,7 +408,7 @@ async def test_edits_are_not_written_into_a_file_whose_shapes_changed(tmp_path: 
     path = copy(tmp_path)
     app = QKVApp(str(path))
     async with app.run_test(size=SIZE) as pilot:
-        await type_edit(pilot, "X[AI,1] = 5")
+        await type_edit(pilot, "X[AI,0] = 5")
         text = path.read_text().replace('tokens = ["I", "love", "AI"]', 'tokens = ["I", "love"]')
         path.write_text(text.replace("  [1, 1, 0, 0],   # AI\n", ""))  # one token fewer: no row for AI's edit
         written = path.read_text()
@@ -445,18 +426,18 @@ async def test_edited_means_different_from_the_file(tmp_path: Path) -> None:
         def edited() -> bool:
             return "edited" in str(app.query_one("FormulaLine").render())
 
-        await type_edit(pilot, "X[I,1] = 7")
-        await type_edit(pilot, "W_Q[1,1] = 3")
+        await type_edit(pilot, "X[I,0] = 7")
+        await type_edit(pilot, "W_Q[0,0] = 3")
         assert edited() and app.live.dirty == [InputCell("X", None, 0, 0), InputCell("W_Q", 0, 0, 0)]
         await pilot.press("u", "u")  # every edit undone: the file's values, so not edited
         assert not edited() and not app.live.dirty
-        await type_edit(pilot, "X[I,1] = 7")
-        await type_edit(pilot, "X[I,1] = 1")  # typed back to the file's value
+        await type_edit(pilot, "X[I,0] = 7")
+        await type_edit(pilot, "X[I,0] = 1")  # typed back to the file's value
         assert not edited() and not app.live.dirty
         await pilot.press("ctrl+s")
         await pilot.pause()
         assert "No edits to save." in [n.message for n in app._notifications]
-        await type_edit(pilot, "X[I,1] = 2")
+        await type_edit(pilot, "X[I,0] = 2")
         await pilot.press("ctrl+s")
         await pilot.pause()
         assert not edited()  # saved: the file holds it
@@ -467,7 +448,7 @@ async def test_edited_means_different_from_the_file(tmp_path: Path) -> None:
 async def test_opening_another_scenario_asks_before_it_drops_unsaved_edits(tmp_path: Path) -> None:
     app = QKVApp(str(copy(tmp_path)))
     async with app.run_test(size=SIZE) as pilot:
-        await type_edit(pilot, "X[I,1] = 7")
+        await type_edit(pilot, "X[I,0] = 7")
         command = {c.title: c for c in app.get_system_commands(app.screen)}
         command["Open built-in scenario: two_heads"].callback()
         await pilot.pause()
@@ -764,7 +745,7 @@ class TestLiveSnapshots:
     def test_edited(self, snap_compare, size: tuple[int, int]) -> None:
         async def run_before(pilot) -> None:
             await pilot.press("3", "right")
-            await type_edit(pilot, "X[love,1] = 3")
+            await type_edit(pilot, "X[love,0] = 3")
 
         assert snap_compare(QKVApp("i_love_ai"), run_before=run_before, terminal_size=size)
 
@@ -777,7 +758,7 @@ class TestLiveSnapshots:
     def test_light_theme_edited(self, snap_compare) -> None:
         async def run_before(pilot) -> None:
             await pilot.press("4", "right", "right", "right")
-            await type_edit(pilot, "X[I,2] = 2")
+            await type_edit(pilot, "X[I,1] = 2")
 
         assert snap_compare(QKVApp("causal_mask", theme="light"), run_before=run_before, terminal_size=(120, 40))
 
@@ -863,7 +844,7 @@ async def test_editing_a_gain_in_the_app(tmp_path: Path) -> None:
     app = QKVApp(str(path))
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("end")
-        await type_edit(pilot, "gamma[1] = 3")
+        await type_edit(pilot, "gamma[0] = 3")
         assert app.scenario.norm.gamma[0] == 3 and app.live.dirty
         await pilot.press("ctrl+s")
         await pilot.pause()

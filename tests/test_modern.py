@@ -242,11 +242,12 @@ def test_rope_scenario_is_the_seed_plus_rope() -> None:
 
 
 def test_rope_layouts_scenario_gives_different_numbers() -> None:
-    """rope_layouts is rope in the other layout: the same Q and K, rotated by other pairings."""
+    """rope_layouts' unpermuted head is rope in the other layout: the same Q and K, rotated by other pairings."""
     inter, half = load_scenario("rope"), load_scenario("rope_layouts")
     assert inter.rope is not None and half.rope is not None
     assert (inter.rope.layout, half.rope.layout) == ("interleaved", "half")
-    a, b = compute(inter).heads[0], compute(half).heads[0]
+    assert [h.name for h in half.heads] == ["permuted", "unpermuted"]
+    a, b = compute(inter).heads[0], compute(half).heads[1]
     assert np.array_equal(a.Q, b.Q) and np.array_equal(a.K, b.K)  # the same vectors
     assert a.Q_rot is not None and b.Q_rot is not None
     assert not np.allclose(a.Q_rot[1:], b.Q_rot[1:])  # rotated by different pairings

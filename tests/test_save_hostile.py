@@ -81,10 +81,10 @@ def test_a_link_stays_a_link(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("now", "says"), [
-    ("", "no longer holds X[love,1]"),
-    ('tokens = ["I"]\n', "no longer holds X[love,1]"),
-    (ORIGINAL.replace("X = [", 'X = "gone"\nold_X = [', 1), "no longer holds X[love,1]"),
-    (ORIGINAL.replace("[0, 1, 0, 1],   # love", "[],   # love"), "no longer holds X[love,1]"),
+    ("", "no longer holds X[love,0]"),
+    ('tokens = ["I"]\n', "no longer holds X[love,0]"),
+    (ORIGINAL.replace("X = [", 'X = "gone"\nold_X = [', 1), "no longer holds X[love,0]"),
+    (ORIGINAL.replace("[0, 1, 0, 1],   # love", "[],   # love"), "no longer holds X[love,0]"),
     (ORIGINAL.replace("[0, 1, 0, 1],   # love", "[0],   # love"), "would not be a valid scenario (X is ragged"),
     ('tokens = "oops', "is not valid TOML any more"),
     (ORIGINAL.replace('tokens = ["I", "love", "AI"]', 'tokens = ["I", "love"]'), "would not be a valid scenario"),
@@ -166,11 +166,11 @@ def last_error(app: QKVApp) -> str:
 
 
 async def save_after(tmp_path: Path, spoil: Callable[[Path], None], fifo: bool = False) -> tuple[QKVApp, Path, str]:
-    """Open a copy, edit X[love,1], spoil the file, press ctrl+s: the app, the file and the error shown."""
+    """Open a copy, edit X[love,0], spoil the file, press ctrl+s: the app, the file and the error shown."""
     path = scenario_file(tmp_path)
     app = QKVApp(str(path))
     async with app.run_test(size=SIZE) as pilot:
-        await type_edit(pilot, "X[love,1] = 2.5")
+        await type_edit(pilot, "X[love,0] = 2.5")
         spoil(path)
         app.live.poll()  # what the file watch does within a second: its error comes before the save's
         with valve(path) if fifo else _nothing() as opened:
@@ -234,7 +234,7 @@ async def test_a_builtin_copy_is_written_beside_a_fifo_never_into_it(tmp_path: P
     target = tmp_path / "i_love_ai.toml"
     app = QKVApp("i_love_ai")
     async with app.run_test(size=SIZE) as pilot:
-        await type_edit(pilot, "X[love,1] = 9")
+        await type_edit(pilot, "X[love,0] = 9")
         os.mkfifo(target)
         with valve(target) as opened:
             await pilot.press("ctrl+s")

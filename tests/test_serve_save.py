@@ -93,8 +93,8 @@ def test_ctrl_s_in_a_browser_downloads_the_edited_file_and_writes_nothing(
                 route.fulfill(response=response)
 
             context.route("**/download/**", keep)
-            page.keyboard.press("e")  # the prompt opens on X[I,1] = 1, selected: typing replaces it
-            page.wait_for_function("() => window.__qkvText().includes('X[I,1] =')", timeout=WAIT_MS)
+            page.keyboard.press("e")  # the prompt opens on X[I,0] = 1, selected: typing replaces it
+            page.wait_for_function("() => window.__qkvText().includes('X[I,0] =')", timeout=WAIT_MS)
             page.keyboard.type("7")
             page.keyboard.press("Enter")
             page.wait_for_function("() => window.__qkvText().includes('edited')", timeout=WAIT_MS)

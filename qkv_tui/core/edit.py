@@ -4,10 +4,6 @@ Pure: a Scenario and a cell in, a new validated Scenario out (or an :class:`Edit
 one-line reason); the TOML file's text and the edited cells in, new text out. The file keeps its
 comments and layout (tomlkit): only the edited numbers change. :func:`save_file` is the one part
 that touches the disk: it reads the file as the loader does and replaces it whole.
-
-A person reads and types rows, columns and entries counting from 1 (``W_Q[1,1]`` is the first
-weight, ``gamma[1]`` the first gain; docs/scenario-format.md, "Counting"); :class:`InputCell`
-holds them from 0, as NumPy and the JSON export do.
 """
 
 from __future__ import annotations
@@ -48,26 +44,25 @@ class InputCell:
 
     matrix: str  # X | context_X | W_Q | W_K | W_V | W_O | gamma | beta | b_Q | b_K | b_V | b_O | sink | mask | scale
     head: int | None = None  # for the per-head inputs: W_Q, W_K, W_V, b_Q, b_K, b_V, sink
-    row: int = 0  # 0-based; shown and typed from 1
-    col: int = 0  # 0-based; shown and typed from 1
+    row: int = 0
+    col: int = 0
 
     def label(self, sc: Scenario) -> str:
-        """How the cell is written in the prompt and in messages, counting from 1: ``X[love,1]`` (love's first
-        column), ``W_Q[3,2]`` (row 3, column 2), ``gamma[1]``, ``mask[I,love]``."""
+        """How the cell is written in the prompt and in messages: ``X[love,0]``, ``W_Q[2,1]``, ``mask[I,love]``."""
         if self.matrix == "scale":
             return "scale"
         where = f" ({sc.heads[self.head].name})" if self.head is not None and len(sc.heads) > 1 else ""
         if self.matrix == "sink":
             return f"sink{where}"
         if self.matrix in VECTORS:
-            return f"{self.matrix}[{self.col + 1}]{where}"
+            return f"{self.matrix}[{self.col}]{where}"
         if self.matrix == "mask":
             return f"mask[{sc.labels[self.row]},{sc.key_labels[self.col]}]"
         if self.matrix in ("X", "context_X"):
             labels = sc.labels if self.matrix == "X" else sc.key_labels
             name = "X" if self.matrix == "X" else "X_ctx"
-            return f"{name}[{labels[self.row]},{self.col + 1}]"
-        return f"{self.matrix}[{self.row + 1},{self.col + 1}]{where}"
+            return f"{name}[{labels[self.row]},{self.col}]"
+        return f"{self.matrix}[{self.row},{self.col}]{where}"
 
 
 def _vector(sc: Scenario, name: str, head: int | None) -> Matrix | None:
@@ -185,14 +180,13 @@ def parse_number(text: str) -> float:
 
 
 def parse_address(sc: Scenario, text: str) -> tuple[InputCell | None, str]:
-    """``W_Q[2,1] = 0.5`` -> (row 2, column 1 counted from 1: InputCell("W_Q", 0, 1, 0), "0.5"); a bare value ->
-    (None, value). Token labels, or numbers from 1, name rows; numbers from 1 name columns and entries."""
+    """``W_Q[2,1] = 0.5`` -> (that cell, "0.5"); a bare value -> (None, value). Token labels or indices name rows."""
     name, sep, value = text.partition("=")
     if not sep:
         return None, text
     found = ADDRESS.fullmatch(name)
     if not found:
-        raise EditError(f"{name.strip()!r} is not a cell; write e.g. X[love,1] = 2 or W_Q[1,2] = 0.5 (counting from 1)")
+        raise EditError(f"{name.strip()!r} is not a cell; write e.g. X[love,0] = 2 or W_Q[1,2] = 0.5")
     matrix, row_text, col_text, head_text = found.groups()
     matrix = {"X_ctx": "context_X", "context.X": "context_X"}.get(matrix, matrix)
     if matrix == "scale" and row_text is None:
@@ -214,25 +208,24 @@ def parse_address(sc: Scenario, text: str) -> tuple[InputCell | None, str]:
         vector = _vector(sc, matrix, head)
         if vector is None:
             raise EditError(f"this scenario has no {matrix}")
-        if not entry or not 1 <= int(entry.group(1)) <= vector.shape[0]:
-            raise EditError(f"{name.strip()!r}: give an entry, e.g. {matrix}[1] (counting from 1: 1 … {vector.shape[0]})")
-        return InputCell(matrix, head, 0, int(entry.group(1)) - 1), value
+        if not entry or int(entry.group(1)) >= vector.shape[0]:
+            raise EditError(f"{name.strip()!r}: give an entry, e.g. {matrix}[0] (0 … {vector.shape[0] - 1})")
+        return InputCell(matrix, head, 0, int(entry.group(1))), value
     if row_text is None or col_text is None:
-        raise EditError(f"{name.strip()!r}: give a row and a column, e.g. {matrix}[1,2] (counting from 1)")
+        raise EditError(f"{name.strip()!r}: give a row and a column, e.g. {matrix}[0,1]")
     if matrix not in ("X", "context_X", "W_O", "mask", *WEIGHTS):
         raise EditError(f"{matrix!r} is not an input; edit X, X_ctx, W_Q, W_K, W_V, W_O, scale, mask"
                         " (and gamma, beta, b_Q, b_K, b_V, b_O, sink where the scenario has them)")
 
     def index(text: str, labels: tuple[str, ...] | None, size: int, what: str, spelt: tuple[str, ...] = ()) -> int:
-        """A token label (as the screens show it, ▁the₂, or as the file spells it), or a number counted from 1,
-        as the 0-based index it names."""
+        """A token label (as the screens show it, ▁the₂, or as the file spells it), or an index from 0."""
         if labels is not None and text in labels:
             return labels.index(text)
         if text in spelt:
             return spelt.index(text)
-        if text.isascii() and text.isdigit() and 1 <= int(text) <= size:
-            return int(text) - 1
-        raise EditError(f"{what} {text!r} is not in {matrix}; expected 1 … {size} (counting from 1)"
+        if text.isascii() and text.isdigit() and int(text) < size:
+            return int(text)
+        raise EditError(f"{what} {text!r} is not in {matrix}; expected an index 0 … {size - 1}"
                         + (f" or a token ({', '.join(labels)})" if labels else ""))
 
     if matrix == "mask":

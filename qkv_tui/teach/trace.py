@@ -45,8 +45,8 @@ STAGES: dict[str, Stage] = {s.key: s for s in (
     Stage("embed", "Embed",
           "Each token becomes a row of numbers, its embedding; stacked, the rows form X (n × d_model)."
           " In a full Transformer position information enters too: GPT-2 adds it to these rows, RoPE and"
-          " ALiBi models add it later (to Q and K, or to the scores). A small example like the seed's"
-          " leaves it out to keep the multiply readable."),
+          " ALiBi models bring it in later (by rotating Q and K, or as a bias on the scores). A small example"
+          " like the seed's leaves it out to keep the multiply readable."),
     Stage("project", "Project",
           "Multiply X by three learned matrices. Row i of Q is what token i is looking for, row i of K"
           " what it advertises, row i of V the content it will contribute. Separate projections let a"
@@ -55,8 +55,9 @@ STAGES: dict[str, Stage] = {s.key: s for s in (
           "Each Query dots with every Key: cell (i, j) is how much token i wants token j."
           " A high score means 'this token looks relevant to me'. These are raw logits, not yet probabilities."),
     Stage("scale", "Scale",
-          "Divide every score by √dₖ so softmax does not saturate as widths grow; it never changes which"
-          " key wins a row, only how sharp the softmax is."),
+          "Divide every score by √dₖ (Vaswani et al. §3.2.1): dot products grow with the width dₖ, and large"
+          " scores push softmax to all-or-nothing weights with tiny gradients. Dividing never changes which"
+          " key scores highest in a row, only how sharp the softmax is."),
     Stage("softmax", "Softmax",
           "Per row: subtract the row max (so exp never overflows), exponentiate, divide by the row sum."
           " Each row becomes its own probability distribution: shares that are never negative and add to 1."),
@@ -67,8 +68,8 @@ STAGES: dict[str, Stage] = {s.key: s for s in (
           "Each head produced its own output. Place them side by side, left to right, one wide row per token."),
     Stage("wo", "W_O",
           "A final linear layer W_O mixes the heads' concatenated outputs into the model's output width."),
-    Stage("norm", "Norm", modern.NORM_MEANING),  # contracts §7: after Embed
-    Stage("rotate", "Rotate", modern.ROTATE_MEANING),  # contracts §7: after Project
+    Stage("norm", "Norm", modern.NORM_MEANING),  # after Embed
+    Stage("rotate", "Rotate", modern.ROTATE_MEANING),  # after Project
 )}
 
 # A real model's X from layer 1 on is not an embedding: the stage is named for what it shows
@@ -418,22 +419,29 @@ class Trace:
             text += " Here position enters at the Scale stage, as ALiBi's distance bias on the scores."
         if stage == "project" and sc.is_cross:
             text = ("Multiply by three learned matrices: Q = X·W_Q from the query tokens, but K = X_ctx·W_K and"
-                    " V = X_ctx·W_V from the context (cross-attention). Row i of Q is what query token i is"
-                    " looking for, row j of K what context token j advertises, row j of V the content it will"
+                    " V = X_ctx·W_V from the context (cross-attention: in a translator the decoder's tokens ask"
+                    " and the encoder's output answers, Vaswani et al. §3.2.3). Row i of Q is what query token i"
+                    " is looking for, row j of K what context token j advertises, row j of V the content it will"
                     " contribute.")
         if stage == "scale":
             hr = self.comp.heads[head if head is not None else 0]
             if not hr.scale_is_default:
-                text += f" This scenario divides by {hr.scale:g} instead of √dₖ."
+                text = _own_scale(hr.scale, hr.d_k)
             if sc.alibi is not None:
-                text += (" ALiBi then adds slope·(j − i) to each cell: 0 on the diagonal and more negative the further"
-                         " back the key, so nearer tokens win; the bias pane shows it, and the softmax takes the sum.")
+                text += (" ALiBi then adds slope·(j − i) to each scaled cell (after the division, as BLOOM's code does):"
+                         " 0 on the diagonal and more negative the further back the key, so nearer keys are favoured;"
+                         " the bias pane shows it, and the softmax takes the sum.")
             if sc.mask_kind == "sliding" and sc.window is not None:
-                text += (f" The sliding window of {sc.window} applies here: a token sees itself and the {sc.window - 1}"
-                         " before it (0 ≤ i − j < window; libraries differ by one on what a window counts),"
-                         " so older keys become −∞ as well as later ones.")
+                w = sc.window
+                text += (f" The sliding window of {w} applies here: a token sees itself and the {w - 1} before it"
+                         f" (0 ≤ i − j < {w}), so older keys become −∞ as well as later ones. That counts {w} keys,"
+                         " the query's own included, as Hugging Face transformers and gpt-oss count their"
+                         f" sliding_window; FlashAttention writes the same window as window_size = ({w - 1}, 0), and"
+                         f" the Mistral paper, where position i sees i − W … i, as W = {w - 1}.")
             elif sc.mask_kind != "none":
-                text += f" The {sc.mask_kind} mask applies here: masked cells become −∞, so they get weight 0."
+                text += (f" The {sc.mask_kind} mask applies here: masked cells become −∞ (as PyTorch does with a"
+                         " boolean mask; Hugging Face's eager attention adds finfo.min, the original BERT −10000),"
+                         " so they get weight 0.")
         if stage == "project" and sc.num_kv_heads is not None:
             text += (f" Grouped K/V heads: {len(self.comp.heads)} query heads share {sc.num_kv_heads} K/V"
                      f" head{'s' if sc.num_kv_heads != 1 else ''}, so each K and V is computed once, by the first"
@@ -512,7 +520,7 @@ class Trace:
             text = f"{seg.target}[{label},{col}] = {xs}[{label}]·{weight_name}[:,{wcol}] + b_{seg.target}[{col}] = {work}"
         operands = (Ref(src_name, None, row, None), Ref(weight_name, h, None, col))
         details: tuple[str, ...] = ()
-        if seg.target in ("K", "V") and sc.num_kv_heads is not None:
+        if seg.target == "K" and row == col == 0 and sc.num_kv_heads is not None:  # said once per K/V head
             sharing = self.kv_readers[h]
             names = ", ".join(str(g + 1) for g in sharing)
             ratio = len(self.comp.heads) / sc.num_kv_heads
@@ -561,8 +569,9 @@ class Trace:
         sc = self.comp.scenario
         if head.Q_rot is not None and sc.positions is not None:
             distance = sc.positions[row] - sc.positions[col]
-            details = (f"both vectors are rotated by their own position, so this score depends only on the distance"
-                       f" {sc.positions[row]} − {sc.positions[col]} = {distance}",)
+            details = (f"both vectors are rotated by their own position, so position enters this score only through"
+                       f" the distance {sc.positions[row]} − {sc.positions[col]} = {distance}; the vectors themselves"
+                       " decide the rest",)
         return Operation(index, seg, row, col, value, (Ref(qn, h, row), Ref(kn, h, col)), text, details)
 
     def _op_scale(self, index: int, seg: Segment, row: int, col: int, d: int) -> Operation:
@@ -724,6 +733,17 @@ def _shares_kv(a: Head, b: Head) -> bool:
         return x is y or (x.shape == y.shape and bool(np.array_equal(x, y)))
 
     return a.kv_head == b.kv_head and all(same(getattr(a, r), getattr(b, r)) for r in ("W_K", "W_V", "b_K", "b_V"))
+
+
+def _own_scale(scale: float, d_k: int) -> str:
+    """The Scale stage's meaning when the scenario sets its own divisor instead of √dₖ."""
+    paper = (f"Vaswani et al. (§3.2.1) divide by √dₖ = √{d_k} instead, because dot products grow with the"
+             " width dₖ and large scores push softmax to all-or-nothing weights with tiny gradients.")
+    if scale == 1:
+        return ("This scenario sets scale = 1: the scores pass through undivided, as several published"
+                f" walkthroughs do. {paper}")
+    return (f"Divide every score by {scale:g}, the scale this scenario sets. {paper} Any division leaves which"
+            " key scores highest in a row unchanged, only how sharp the softmax is.")
 
 
 def _paren(text: str) -> str:

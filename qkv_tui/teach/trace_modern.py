@@ -1,4 +1,4 @@
-"""The arithmetic of the modern stages (contracts §7), one cell at a time, checkable on a calculator.
+"""The arithmetic of the modern stages, one cell at a time, checkable on a calculator.
 
 The Norm and Rotate stages, the ``+ b`` term of a projection, the ALiBi ``+ slope·(j − i)`` of a
 scaled score and the attention sink's extra softmax column. Each line keeps the rule of
@@ -29,13 +29,15 @@ NORM_MEANING = (
 ROTATE_MEANING = (
     "RoPE turns Q and K (never V) by position: the dimensions go in pairs, and pair i of a token at"
     " position p turns by the angle p·θᵢ, with θᵢ = base^(−2i/dₖ) (the first pair fastest). Because both"
-    " vectors turn by their own position, the dot product q_m·k_n depends only on the distance m − n:"
-    " the scores now know how far apart two tokens are. Which dimensions pair up is the layout:"
-    " interleaved pairs neighbours (0,1), (2,3); half pairs i with i + dₖ/2."
+    " vectors turn by their own position, position enters the dot product q_m·k_n only through the"
+    " distance m − n (RoFormer, Su et al. §3.2): a score depends on the two vectors and on how far apart"
+    " the tokens are, not on where they sit. Which dimensions pair up is the layout: interleaved pairs"
+    " neighbours (0,1), (2,3) (RoFormer, Meta's LLaMA code); half pairs i with i + dₖ/2 (GPT-NeoX's"
+    " rotate_half, which Hugging Face's LLaMA code uses)."
 )
 
 
-# Plain-words notes on each variant, for the app's help and notes screens (contracts §7)
+# Plain-words notes on each variant, for the app's help and notes screens
 VARIANT_NOTES = (
     ("Pre-norm ([norm])",
      "Modern models rescale each token's row of X before attention, so no token shouts louder than another."
@@ -46,25 +48,43 @@ VARIANT_NOTES = (
      " Each projected cell then ends in '+ b'."),
     ("RoPE ([rope])",
      "Instead of adding positions to X, RoPE turns each pair of Q and K dimensions by an angle that grows"
-     " with the token's position. A rotation keeps lengths, and when both q and k are turned, their dot"
-     " product only sees the difference of the angles: scores depend on how far apart tokens are, not"
-     " where they sit. Libraries pair dimensions differently (interleaved: (0,1), (2,3); half: (0, d/2), …):"
-     " the same weights in the wrong layout give wrong numbers."),
+     " with the token's position. A rotation keeps lengths, and when both q and k are turned, position"
+     " reaches their dot product only through the difference of the angles (Su et al., RoFormer §3.2): a"
+     " score depends on the two vectors and on how far apart the tokens are, not on where they sit."
+     " Libraries pair dimensions differently: interleaved (0,1), (2,3) in the RoFormer paper and Meta's"
+     " LLaMA code; half (0, d/2), … in GPT-NeoX and Hugging Face's LLaMA code. Hugging Face's LLaMA"
+     " checkpoints are Meta's weights with each head's W_Q and W_K columns permuted (evens first, then odds;"
+     " its convert_llama_weights_to_hf.py), so each"
+     " layout gives the same scores with its own weights; the same weights in the wrong layout give wrong"
+     " numbers (the rope_layouts scenario shows both)."),
     ("Grouped-query and multi-query attention (num_kv_heads)",
-     "Several query heads can share one Key/Value head: each still asks its own question, but they look"
-     " things up in the same K and V. The KV cache shrinks by num_heads / num_kv_heads (LLaMA 2 70B, Mistral:"
-     " 4 or 8 times); num_kv_heads = 1 is multi-query attention."),
+     "Several query heads can share one Key/Value head (Ainslie et al. 2023): each still asks its own"
+     " question, but they look things up in the same K and V. The KV cache shrinks by num_heads /"
+     " num_kv_heads: 8 times in LLaMA 2 70B (64 query heads, 8 K/V heads), 4 times in Mistral 7B (32 and 8);"
+     " LLaMA 2 7B and 13B use plain multi-head attention. num_kv_heads = 1 is multi-query attention"
+     " (Shazeer 2019)."),
     ("ALiBi ([alibi])",
-     "No position vectors at all: each head adds slope·(j − i) to its scores, a penalty that grows the"
-     " further back a key is. Steep heads look nearby, gentle heads look far."),
+     "No position vectors at all (Press et al. 2022): each head adds slope·(j − i) to its scaled scores, a"
+     " penalty that grows the further back a key is. Steep heads favour nearby keys, gentle heads reach further."),
     ("Sliding windows (kind = \"sliding\")",
      "A causal mask that also forgets: each token sees itself and the window − 1 tokens before it, so the"
-     " KV cache never holds more than the window. Libraries differ by one on what 'window' counts; here"
-     " 0 ≤ i − j < window."),
+     " KV cache never holds more than the window. Libraries count the window differently. Here a window W"
+     " means 0 ≤ i − j < W: W keys, the query's own included, as Hugging Face transformers and gpt-oss count"
+     " their sliding_window. FlashAttention writes the same window as window_size = (W − 1, 0); in the"
+     " Mistral paper position i sees i − W … i, so its window W holds one key more."),
+    ("What masked cells hold",
+     "Here a masked score is −∞, as PyTorch's scaled_dot_product_attention makes it from a boolean mask;"
+     " Hugging Face transformers' eager attention adds torch.finfo(dtype).min instead, and the original"
+     " BERT code adds −10000. While a row keeps one allowed key, all three give masked keys weight 0. A row"
+     " with every key masked is where they part: a plain softmax of −∞ everywhere is 0/0 = NaN (PyTorch"
+     " 2.13's scaled_dot_product_attention returns a zero row instead), finfo.min gives every key the same"
+     " weight, and −10000 gives, to float32 rounding, the row's unmasked softmax. This app refuses such a"
+     " row."),
     ("Attention sinks (sink, sinks)",
-     "Softmax must hand out 100% of a row. A sink (gpt-oss) is one extra learned logit that takes part in"
-     " the softmax and is then thrown away, so a head can put its attention 'nowhere' and its weights sum"
-     " to less than 1."),
+     "Softmax must hand out 100% of a row. Trained models often park the spare share on the first tokens"
+     " (Xiao et al. 2023 named them attention sinks); gpt-oss instead gives each head one extra learned"
+     " logit that takes part in the softmax and is then thrown away, so a head can put its attention"
+     " 'nowhere' and its weights sum to less than 1."),
 )
 
 

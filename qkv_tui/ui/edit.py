@@ -1,9 +1,8 @@
 """The edit prompt (``e``): one input cell, its current value, and what was wrong with the last try.
 
-It opens on the input cell the current operation reads (``X[love,1] = 0``); ↑/↓ move to the
+It opens on the input cell the current operation reads (``X[love,0] = 0``); ↑/↓ move to the
 previous / next input cell (X row by row, then each head's W_Q, W_K, W_V, then W_O, the scale
 and the mask), or type a whole assignment (``W_K[1,2] = 3``, ``mask[I,love] = 0``, ``scale = 1``).
-Rows, columns and entries count from 1, as everything a person reads and types does.
 Enter applies; a value the scenario cannot take keeps the prompt open with a one-line reason.
 """
 
@@ -23,7 +22,7 @@ from qkv_tui.core.edit import EditError, InputCell, input_cells, parse_address, 
 from qkv_tui.core.scenario import Scenario
 from qkv_tui.ui.widgets.modal import Modal
 
-HINT = "enter applies · ↑/↓ another input · or type e.g. W_Q[1,2] = 0.5 (row 1, column 2) · esc cancels"
+HINT = "enter applies · ↑/↓ another input · or type e.g. W_Q[1,2] = 0.5 · esc cancels"
 
 
 def shown_value(sc: Scenario, cell: InputCell) -> str:

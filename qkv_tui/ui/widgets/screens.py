@@ -57,7 +57,9 @@ NOTES = (
      " A causal mask is what makes this safe: past rows never change when a token is appended."),
     ("Self-attention vs cross-attention",
      "In self-attention Q, K and V all come from the same sequence. In encoder-decoder models the Queries come from"
-     " one side and the Keys and Values from the other (cross-attention): same formula, different sources."),
+     " the decoder and the Keys and Values from the encoder's output (cross-attention, Vaswani et al. §3.2.3): in an"
+     " English-to-French translator the French being written asks and the English sentence answers. Same formula,"
+     " different sources."),
     ("These numbers are pedagogical",
      "Real embeddings and weights are floats learned from data, with hundreds of dimensions and many heads"
      " (32 heads of dₖ = 128 for d_model = 4096). The shapes and the six steps stay the same."),
