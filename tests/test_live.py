@@ -689,6 +689,7 @@ def test_cli_passes_the_theme(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
             seen.append(self.live.theme)
 
     monkeypatch.setattr("qkv_tui.ui.app.QKVApp", Recorder)
+    monkeypatch.setattr(cli, "terminal_problem", lambda: None)  # the app is not started: no terminal needed
     assert cli.main(["i_love_ai"]) == 0
     assert cli.main(["--theme", "light", "--save-theme", "i_love_ai"]) == 0
     assert cli.main(["i_love_ai"]) == 0  # remembered

@@ -15,6 +15,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -123,6 +124,9 @@ def test_a_browser_steps_through_the_app(server: str, tmp_path: Path) -> None:
         )
         try:
             page = context.new_page()
+            requested: list[str] = []  # every request the page makes: the page, its scripts, fonts, the websocket
+            page.on("request", lambda request: requested.append(request.url))
+            page.on("websocket", lambda socket: requested.append(socket.url))
             page.add_init_script(HOOK)
             page.goto(server, timeout=WAIT_MS)
             page.wait_for_function("() => window.__qkvText().includes('op 1/66')", timeout=WAIT_MS)
@@ -150,6 +154,12 @@ def test_a_browser_steps_through_the_app(server: str, tmp_path: Path) -> None:
             disposition, body = downloads[0]
             assert "i_love_ai-op04-project.svg" in disposition
             assert body.lstrip().startswith(b"<svg") and b"Q[I,0]" in body.replace(b"&#160;", b" ")
+            assert b"url(http" not in body.replace(b'"', b"") and b"cdnjs" not in body  # the SVG fetches no font
+            # offline is fine: nothing the page asked for was on another machine, and the font came from the server
+            hosts = {urllib.parse.urlsplit(url).hostname for url in requested}
+            assert hosts == {"127.0.0.1"}, sorted(set(requested))
+            assert any("/static/fonts/RobotoMono" in url for url in requested), requested
+            assert page.evaluate("document.fonts.check('16px \"Roboto Mono\"')")
         finally:
             context.close()
 
@@ -163,7 +173,10 @@ def test_serve_refuses_bad_input_in_one_line(tmp_path: Path) -> None:
     bad.write_text("tokens = [\n")
     try:
         for args, says in (
-            (["--port", str(port), "i_love_ai"], f"error: cannot serve on 127.0.0.1:{port}:"),
+            (["--port", str(port), "i_love_ai"], f"error: cannot serve on 127.0.0.1:{port}: Address already in use"
+                                                 f" (another program listens there); expected a free port, e.g. --port"),
+            (["--host", "no-such-host.invalid", "i_love_ai"],
+             "error: cannot serve on no-such-host.invalid:8000: no such address"),
             (["--port", "0", "i_love_ai"], "error: --port 0: expected a port number from 1 to 65535"),
             ([str(bad)], f"error: {bad}: "),
         ):
@@ -173,5 +186,6 @@ def test_serve_refuses_bad_input_in_one_line(tmp_path: Path) -> None:
             last = run.stderr.strip().splitlines()
             assert len(last) == 1 and last[0].startswith(says), run.stderr
             assert "Traceback" not in run.stderr
+            assert run.stdout == "", run.stdout  # nothing announced: no "serving …, Press Ctrl+C to stop" first
     finally:
         busy.close()

@@ -2,15 +2,20 @@
 
 Pure: a Scenario and a cell in, a new validated Scenario out (or an :class:`EditError` with a
 one-line reason); the TOML file's text and the edited cells in, new text out. The file keeps its
-comments and layout (tomlkit): only the edited numbers change.
+comments and layout (tomlkit): only the edited numbers change. :func:`save_file` is the one part
+that touches the disk: it reads the file as the loader does and replaces it whole.
 """
 
 from __future__ import annotations
 
 import math
+import os
 import re
+import stat
+import tempfile
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 import numpy as np
 import tomlkit
@@ -18,7 +23,8 @@ import tomlkit.exceptions
 
 from qkv_tui.core.engine import Computation, compute
 from qkv_tui.core.modern import alibi_later_key
-from qkv_tui.core.scenario import Head, Matrix, Scenario, ScenarioError
+from qkv_tui.core.scenario import Head, Matrix, Scenario, ScenarioError, parse_scenario
+from qkv_tui.core.tomlfile import ReadError, decode, read_bytes, stat_path
 
 WEIGHTS = ("W_Q", "W_K", "W_V")
 HEAD_BIASES = ("b_Q", "b_K", "b_V")
@@ -321,7 +327,8 @@ def _number(value: float) -> int | float:
 def save_text(original: str, sc: Scenario, cells: Iterable[InputCell]) -> str:
     """The file's text with the edited cells set to ``sc``'s values; comments and layout kept.
 
-    Raises EditError when the file does not hold the numbers (a ``[model]`` scenario) or cannot be parsed.
+    Raises EditError when the file does not hold the numbers (a ``[model]`` scenario, or a file
+    changed on disk since it was read so that a cell's place is gone) or cannot be parsed.
     """
     try:
         doc = tomlkit.parse(original)
@@ -331,47 +338,122 @@ def save_text(original: str, sc: Scenario, cells: Iterable[InputCell]) -> str:
         raise EditError("this scenario's numbers come from a [model]; write them out with --export toml and edit that file")
     mask_done = False
     for cell in dict.fromkeys(cells):
-        value = value_of(sc, cell)
-        if cell.matrix == "scale":
-            doc["scale"] = _number(value)
-        elif cell.matrix == "mask":
-            if not mask_done:
-                _write_mask(doc, sc)
-                mask_done = True
-        elif cell.matrix == "X":
-            doc["X"][cell.row][cell.col] = _number(value)
-        elif cell.matrix == "context_X":
-            doc["context"]["X"][cell.row][cell.col] = _number(value)
-        elif cell.matrix == "W_O":
-            doc["output"]["W_O"][cell.row][cell.col] = _number(value)
-        elif cell.matrix in ("gamma", "beta"):
-            vector = _vector(sc, cell.matrix, None)
-            assert vector is not None
-            if cell.matrix in doc["norm"]:
-                doc["norm"][cell.matrix][cell.col] = _number(value)
-            else:  # left at its default in the file: write the whole vector
-                doc["norm"][cell.matrix] = [_number(float(v)) for v in vector]
-        elif cell.matrix == "b_O":
-            doc["output"]["b_O"][cell.col] = _number(value)
-        elif cell.matrix == "sink" and cell.head is not None:
-            if sc.num_heads_split is not None:
-                doc["attention"]["sinks"][cell.head] = _number(value)
+        try:
+            if cell.matrix == "mask":
+                if not mask_done:
+                    _write_mask(doc, sc)
+                    mask_done = True
             else:
-                doc["heads"][cell.head]["sink"] = _number(value)
-        elif cell.head is not None and sc.num_heads_split is not None:
-            # one head's slice of the wide matrix; K/V slices are numbered by K/V head
-            index = _kv(sc, cell.head) if cell.matrix in SHARED else cell.head
-            if cell.matrix in HEAD_BIASES:
-                width = _vector(sc, cell.matrix, cell.head).shape[0]  # type: ignore[union-attr]
-                doc["attention"][cell.matrix][index * width + cell.col] = _number(value)
-            else:
-                width = getattr(sc.heads[cell.head], cell.matrix).shape[1]
-                doc["attention"][cell.matrix][cell.row][index * width + cell.col] = _number(value)
-        elif cell.head is not None and cell.matrix in HEAD_BIASES:
-            doc["heads"][cell.head][cell.matrix][cell.col] = _number(value)
-        elif cell.head is not None:
-            doc["heads"][cell.head][cell.matrix][cell.row][cell.col] = _number(value)
+                _write_cell(doc, sc, cell)
+        except (LookupError, TypeError, ValueError, AttributeError, tomlkit.exceptions.TOMLKitError):
+            # emptied, cut short or reshaped since it was read: there is no place for the number
+            raise EditError(f"the file on disk has changed and no longer holds {cell.label(sc)} where it was read from;"
+                            " the edits stay in the app: put the file back and save again, or reload (r) to take"
+                            " the file as it is now") from None
     return tomlkit.dumps(doc)
+
+
+def _write_cell(doc: tomlkit.TOMLDocument, sc: Scenario, cell: InputCell) -> None:
+    """Set one edited number (not a mask cell) in its place in the document; a place that is not there
+    raises what tomlkit or the indexing raises (KeyError, IndexError, TypeError)."""
+    value = value_of(sc, cell)
+    if cell.matrix == "scale":
+        doc["scale"] = _number(value)
+    elif cell.matrix == "X":
+        doc["X"][cell.row][cell.col] = _number(value)
+    elif cell.matrix == "context_X":
+        doc["context"]["X"][cell.row][cell.col] = _number(value)
+    elif cell.matrix == "W_O":
+        doc["output"]["W_O"][cell.row][cell.col] = _number(value)
+    elif cell.matrix in ("gamma", "beta"):
+        vector = _vector(sc, cell.matrix, None)
+        assert vector is not None
+        if cell.matrix in doc["norm"]:
+            doc["norm"][cell.matrix][cell.col] = _number(value)
+        else:  # left at its default in the file: write the whole vector
+            doc["norm"][cell.matrix] = [_number(float(v)) for v in vector]
+    elif cell.matrix == "b_O":
+        doc["output"]["b_O"][cell.col] = _number(value)
+    elif cell.matrix == "sink" and cell.head is not None:
+        if sc.num_heads_split is not None:
+            doc["attention"]["sinks"][cell.head] = _number(value)
+        else:
+            doc["heads"][cell.head]["sink"] = _number(value)
+    elif cell.head is not None and sc.num_heads_split is not None:
+        # one head's slice of the wide matrix; K/V slices are numbered by K/V head
+        index = _kv(sc, cell.head) if cell.matrix in SHARED else cell.head
+        if cell.matrix in HEAD_BIASES:
+            width = _vector(sc, cell.matrix, cell.head).shape[0]  # type: ignore[union-attr]
+            doc["attention"][cell.matrix][index * width + cell.col] = _number(value)
+        else:
+            width = getattr(sc.heads[cell.head], cell.matrix).shape[1]
+            doc["attention"][cell.matrix][cell.row][index * width + cell.col] = _number(value)
+    elif cell.head is not None and cell.matrix in HEAD_BIASES:
+        doc["heads"][cell.head][cell.matrix][cell.col] = _number(value)
+    elif cell.head is not None:
+        doc["heads"][cell.head][cell.matrix][cell.row][cell.col] = _number(value)
+
+
+def edited_text(source: Path, sc: Scenario, cells: Iterable[InputCell]) -> str:
+    """``source``'s text with the edited cells set (save_text), checked to be a valid scenario still.
+    Raises EditError, one line.
+
+    ``source`` is read as a scenario is loaded: anything but a regular file (a FIFO, a device, a folder)
+    is refused without a blocking open, and so is a file over the size limit or not UTF-8.
+    """
+    try:
+        status = stat_path(source)
+        if status is None:
+            raise EditError("the file is gone (deleted or renamed); the edits stay in the app")
+        text = decode(read_bytes(source, status))
+    except ReadError as exc:
+        raise EditError(exc.message) from None
+    new_text = save_text(text, sc, cells)
+    try:  # a file changed on disk can take the numbers and still not be a scenario (emptied, then a mask edit)
+        parse_scenario(new_text, str(source))
+    except ScenarioError as exc:
+        raise EditError(f"the file on disk has changed and with the edits would not be a valid scenario ({exc.message});"
+                        " the edits stay in the app: put the file back and save again") from None
+    return new_text
+
+
+def save_file(source: Path, target: Path, sc: Scenario, cells: Iterable[InputCell]) -> Path:
+    """Write :func:`edited_text` to ``target``; returns the file written. Raises EditError, one line, for
+    anything that stops it; then nothing is written.
+
+    The new text goes to a fresh file beside the target, renamed over it (whole or not at all: an editor
+    never reads half a file), with the target's permissions. A symbolic link is followed, so the link
+    stays a link; a target that is not a regular file is refused.
+    """
+    new_text = edited_text(source, sc, cells)
+    real = Path(os.path.realpath(target))
+    try:
+        existing = os.stat(real)
+    except FileNotFoundError:
+        existing = None
+    except OSError as exc:
+        raise EditError(f"cannot write: {exc.strerror or exc}") from None
+    if existing is not None and not stat.S_ISREG(existing.st_mode):
+        raise EditError("cannot write over something that is not a regular file")
+    try:
+        fd, temporary = tempfile.mkstemp(prefix=f".{real.name}.", suffix=".qkv-tui-save", dir=real.parent)
+    except OSError as exc:
+        raise EditError(f"cannot write in {real.parent}: {exc.strerror or exc}") from None
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.write(new_text)
+        os.chmod(temporary, stat.S_IMODE(existing.st_mode) if existing else 0o666 & ~_umask())
+        os.replace(temporary, real)
+    except OSError as exc:
+        Path(temporary).unlink(missing_ok=True)
+        raise EditError(f"cannot write: {exc.strerror or exc}") from None
+    return real
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)  # the only way to read it is to set it
+    os.umask(mask)
+    return mask
 
 
 def _write_mask(doc: tomlkit.TOMLDocument, sc: Scenario) -> None:

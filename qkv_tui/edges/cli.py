@@ -1,9 +1,10 @@
-"""The command line (contracts §2): arguments -> load -> export, check or run the app."""
+"""The command line (README, "The command line"): arguments -> load -> export, check or run the app."""
 
 from __future__ import annotations
 
 import argparse
 import functools
+import os
 import sys
 import warnings
 from collections.abc import Callable, Iterator
@@ -15,11 +16,12 @@ import numpy as np
 from qkv_tui import __version__
 from qkv_tui.base.values import printable
 from qkv_tui.core.engine import combine, compute, iter_heads
-from qkv_tui.core.scenario import Scenario, ScenarioError, builtin_names, load_scenario
+from qkv_tui.core.scenario import Scenario, ScenarioError, builtin_dir, builtin_names, load_scenario, resolve
 from qkv_tui.edges import model_args
 from qkv_tui.edges.config import THEME_NAMES, config_path, save_theme, saved_theme
 
 DEFAULT_SCENARIO = "i_love_ai"
+DEFAULT_BLANKS, DEFAULT_SEED, DEFAULT_PORT = "25%", 0, 8000
 
 Exporter = Callable[[Scenario, TextIO], None]
 
@@ -84,15 +86,15 @@ def _parser() -> argparse.ArgumentParser:
                       help=f"write the scenario to stdout as FORMAT ({formats})")
     mode.add_argument("--check", action="store_true", help="validate the scenarios; one line per file")
     mode.add_argument("--serve", action="store_true", help="serve the app to web browsers, one app per tab (a classroom)")
-    parser.add_argument("--host", default="127.0.0.1",
+    parser.add_argument("--host",
                         help="--serve: the address to listen on (default 127.0.0.1: this computer only)")
-    parser.add_argument("--port", type=int, default=8000, help="--serve: the port to listen on (default 8000)")
+    parser.add_argument("--port", type=int, help=f"--serve: the port to listen on (default {DEFAULT_PORT})")
     parser.add_argument("--theme", choices=THEME_NAMES, help="dark (default) or light (for projectors)")
     parser.add_argument("--save-theme", action="store_true",
                         help="remember --theme for later runs (in $XDG_CONFIG_HOME/qkv-tui/config.toml)")
-    parser.add_argument("--blanks", default="25%", metavar="N|P%",
+    parser.add_argument("--blanks", metavar="N|P%",
                         help="worksheet: how many cells to leave blank, a count (12) or a share (25%%; the default)")
-    parser.add_argument("--seed", type=int, default=0, help="worksheet: which cells are blank (the same seed, the same page)")
+    parser.add_argument("--seed", type=int, help="worksheet: which cells are blank (the same seed, the same page; default 0)")
     parser.add_argument("--version", action="version", version=f"qkv-tui {__version__}")
     model_args.add_arguments(parser)
     return parser
@@ -135,18 +137,86 @@ def check(scenario: Scenario) -> None:
     combine(scenario, outputs)
 
 
+def misplaced(args: argparse.Namespace) -> str | None:
+    """Options given where they do nothing (the worksheet's outside a worksheet, the server's without
+    --serve): the parser's error line, rather than being ignored without a word; None when all fit."""
+    def given(*names: str) -> list[str]:
+        return [f"--{name}" for name in names if getattr(args, name) is not None]
+
+    for flags, place, fits in ((given("blanks", "seed"), "--export worksheet", args.export == "worksheet"),
+                               (given("host", "port"), "--serve", args.serve)):
+        if flags and not fits:
+            return f"{' and '.join(flags)} {'goes' if len(flags) == 1 else 'go'} only with {place}"
+    return None
+
+
+def shadow_note(spec: str) -> str | None:
+    """When a bare name finds a file in the current folder that has a built-in scenario's name, the
+    note that says which file is used and how to open the built-in; None otherwise."""
+    if "/" in spec or "\\" in spec:
+        return None  # a path is only a path
+    stem = spec[:-5] if spec.endswith(".toml") else spec
+    if stem not in builtin_names():
+        return None
+    builtin = builtin_dir() / f"{stem}.toml"
+    try:
+        path = resolve(spec)
+        if os.path.samefile(path, builtin):  # the built-in itself (run from its own folder, say)
+            return None
+    except (ScenarioError, OSError):
+        return None  # loading it says what is wrong
+    return (f"{printable(spec)}: using ./{printable(str(path))} from this folder, not the built-in scenario"
+            f" {stem}; for the built-in: qkv-tui {printable(str(builtin))}")
+
+
+def _note(spec: str) -> None:
+    if (note := shadow_note(spec)) is not None:
+        sys.stderr.write(f"note: {note}\n")
+
+
+def _is_terminal(stream: TextIO | None) -> bool:
+    try:
+        return stream is not None and stream.isatty()
+    except (OSError, ValueError):  # closed
+        return False
+
+
+def terminal_problem() -> str | None:
+    """Why the app cannot run here, or None: Textual reads keys from standard input and draws on
+    standard error, and without a terminal there it would run unseen, using CPU, until killed.
+    Under textual-serve (which names its own driver in TEXTUAL_DRIVER) the browser is the terminal."""
+    if os.environ.get("TEXTUAL_DRIVER"):
+        return None
+    missing = [name for name, stream in (("standard input", sys.__stdin__), ("standard error", sys.__stderr__))
+               if not _is_terminal(stream)]
+    if not missing:
+        return None
+    return (f"the app needs a terminal, and {' and '.join(missing)} {'is' if len(missing) == 1 else 'are'} not one;"
+            " without a terminal, use --export FORMAT (to a file) or --serve (in web browsers)")
+
+
+def _warn(line: str) -> None:
+    sys.stderr.write(f"warning: {printable(line)}\n")
+
+
 def _main(argv: list[str] | None) -> int:
     args = _parser().parse_args(argv)
     load: Callable[[str], Scenario] = load_scenario
+    if (problem := misplaced(args)) is not None:
+        _parser().error(problem)
     if model_args.wants_model(args):  # --model SOURCE --text TEXT: a [model] table built from the options
         if (problem := model_args.problem(args)) is not None:
             _parser().error(problem)
         args.scenario, load = [args.model], lambda _spec: model_args.model_scenario(args)
+        note: Callable[[str], None] = lambda _spec: None
+    else:
+        note = _note
     if args.check:
         if not args.scenario:
             _parser().error("--check needs at least one SCENARIO")
         status = 0
         for spec in args.scenario:
+            note(spec)
             try:
                 with _arithmetic_policy(spec):
                     scenario = load(spec)
@@ -158,20 +228,26 @@ def _main(argv: list[str] | None) -> int:
             for warning in scenario.warnings():
                 sys.stderr.write(f"warning: {printable(spec)}: {warning}\n")
         return status
+    blanks = DEFAULT_BLANKS if args.blanks is None else args.blanks
     if args.export == "worksheet":
         from qkv_tui.edges.worksheet import WorksheetError, parse_blanks
 
         try:
-            parse_blanks(args.blanks)
+            parse_blanks(blanks)
         except WorksheetError as exc:
             _parser().error(str(exc))
     if len(args.scenario) > 1:
         _parser().error("give one SCENARIO (several are allowed only with --check)")
     spec = args.scenario[0] if args.scenario else DEFAULT_SCENARIO
+    port = DEFAULT_PORT if args.port is None else args.port
+    if args.serve and not 1 <= port <= 65535:
+        _parser().error(f"--port {port}: expected a port number from 1 to 65535")
+    note(spec)
     if args.export:
         exporter = EXPORTERS[args.export][0]
         if args.export == "worksheet":
-            exporter = functools.partial(_export_worksheet, blanks=args.blanks, seed=args.seed)
+            exporter = functools.partial(_export_worksheet, blanks=blanks,
+                                         seed=DEFAULT_SEED if args.seed is None else args.seed)
         try:
             with _arithmetic_policy(spec):
                 exporter(load(spec), sys.stdout)
@@ -184,21 +260,23 @@ def _main(argv: list[str] | None) -> int:
             comp = compute(scenario)
     except ScenarioError as exc:
         return _fail(exc)
+    if args.save_theme and args.theme is None:
+        _parser().error("--save-theme needs --theme dark or --theme light")
+    if not args.serve and (problem := terminal_problem()) is not None:
+        sys.stderr.write(f"error: {problem}\n")
+        return 2  # before the theme is saved: a command refused does nothing
     if args.save_theme:
-        if args.theme is None:
-            _parser().error("--save-theme needs --theme dark or --theme light")
         try:
             save_theme(args.theme)
         except OSError as exc:
-            sys.stderr.write(f"error: {config_path()}: cannot save the theme: {exc.strerror or exc}\n")
+            sys.stderr.write(f"error: {printable(str(config_path()))}: cannot save the theme: {exc.strerror or exc}\n")
             return 2
-    theme = args.theme or saved_theme()
+    theme = args.theme or saved_theme(warn=_warn)
     if args.serve:
-        if not 1 <= args.port <= 65535:
-            _parser().error(f"--port {args.port}: expected a port number from 1 to 65535")
-        from qkv_tui.edges.serve import serve
+        from qkv_tui.edges.serve import DEFAULT_HOST, serve
 
-        return serve(spec, scenario.title, args.host, args.port, ["--theme", theme] if theme else [])
+        # every tab's app is told the theme, so the config file is read once, here, not once per tab
+        return serve(spec, scenario.title, args.host or DEFAULT_HOST, port, ["--theme", theme or "dark"])
     from qkv_tui.ui.app import QKVApp  # Textual loads only when the app is really run
 
     app = QKVApp(scenario, computation=comp, theme=theme)

@@ -2,15 +2,28 @@
 
 $XDG_CONFIG_HOME/qkv-tui/config.toml (~/.config when unset), as the XDG base directory spec says.
 Read only by the command line, never by QKVApp itself, so tests and notebooks see the defaults.
+
+The file is a convenience, so a bad one never stops the app: a FIFO, a device or a folder in its
+place is refused without being opened (opening a FIFO with no writer would wait for ever), and
+one that is unreadable, too large or not valid TOML is skipped; each says so in one line, and the
+app starts with the defaults.
 """
 
 from __future__ import annotations
 
 import os
+import stat
+import tempfile
 import tomllib
+from collections.abc import Callable
 from pathlib import Path
 
 THEME_NAMES = ("dark", "light")
+MAX_BYTES = 64 * 1024  # the file holds one line; anything near this size is not ours
+
+
+class ConfigError(Exception):
+    """The config file cannot be used; ``str()`` says why, without the path."""
 
 
 def config_path() -> Path:
@@ -18,19 +31,109 @@ def config_path() -> Path:
     return Path(base) / "qkv-tui" / "config.toml"
 
 
-def saved_theme() -> str | None:
-    """The theme saved with --save-theme, or None (no file, an unreadable one, or an unknown name)."""
+def _kind(mode: int) -> str | None:
+    """What a non-regular file is, in words; None for a regular file."""
+    if stat.S_ISREG(mode):
+        return None
+    return ("a directory" if stat.S_ISDIR(mode)
+            else "a named pipe (FIFO)" if stat.S_ISFIFO(mode)
+            else "a character device" if stat.S_ISCHR(mode)
+            else "a block device" if stat.S_ISBLK(mode)
+            else "a socket" if stat.S_ISSOCK(mode)
+            else "not a regular file")
+
+
+def _reason(exc: OSError) -> str:
+    return exc.strerror or type(exc).__name__
+
+
+def read_config(path: Path | None = None) -> dict[str, object]:
+    """The config file's table; {} when there is none. Raises ConfigError for a file it cannot use."""
+    path = path or config_path()
     try:
-        data = tomllib.loads(config_path().read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        status = os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return {}
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"cannot open: {_reason(exc) if isinstance(exc, OSError) else exc}") from None
+    kind = _kind(status.st_mode)
+    if kind is not None:
+        raise ConfigError(f"is {kind}, not a regular file")
+    if status.st_size > MAX_BYTES:
+        raise ConfigError(f"is {status.st_size:,} bytes; a config file is at most {MAX_BYTES:,}")
+    # Non-blocking, so that a FIFO put there after the stat cannot hang the open.
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        raise ConfigError(f"cannot open: {_reason(exc)}") from None
+    try:
+        kind = _kind(os.fstat(fd).st_mode)
+        if kind is not None:
+            raise ConfigError(f"is {kind}, not a regular file")
+        raw = os.read(fd, MAX_BYTES + 1)
+    except OSError as exc:
+        raise ConfigError(f"cannot read: {_reason(exc)}") from None
+    finally:
+        os.close(fd)
+    if len(raw) > MAX_BYTES:
+        raise ConfigError(f"is more than {MAX_BYTES:,} bytes; a config file is at most {MAX_BYTES:,}")
+    try:
+        return tomllib.loads(raw.decode("utf-8-sig"))
+    except UnicodeDecodeError:
+        raise ConfigError("is not UTF-8 text") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"is not valid TOML ({exc})") from None
+    except (RecursionError, ValueError) as exc:  # deep nesting, an integer too long to convert
+        raise ConfigError(f"is not valid TOML ({type(exc).__name__})") from None
+
+
+def saved_theme(warn: Callable[[str], None] | None = None) -> str | None:
+    """The theme saved with --save-theme, or None. A file that cannot be used, or a theme that is not
+    dark or light, is passed to ``warn`` as one line (the path, what is wrong, what happens now)."""
+    path = config_path()
+    try:
+        data = read_config(path)
+    except ConfigError as exc:
+        if warn is not None:
+            warn(f"{path}: {exc}; starting with the default theme")
         return None
     theme = data.get("theme")
-    return theme if isinstance(theme, str) and theme in THEME_NAMES else None
+    if isinstance(theme, str) and theme in THEME_NAMES:
+        return theme
+    if theme is not None and warn is not None:
+        shown = repr(theme) if isinstance(theme, str) else f"a {type(theme).__name__}"
+        warn(f"{path}: theme = {shown[:40]}: expected \"dark\" or \"light\"; starting with the default theme")
+    return None
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)  # the only way to read it is to set it
+    os.umask(mask)
+    return mask
 
 
 def save_theme(name: str) -> Path:
-    """Remember ``name`` for later runs; returns the file written. Raises OSError when it cannot be."""
+    """Remember ``name`` for later runs; returns the file written. Raises OSError when it cannot be.
+
+    Written whole or not at all (a new file renamed over the old one). A symbolic link, as dotfile
+    managers make, is followed so the link stays; anything there that is not a regular file (a FIFO
+    would block the write for ever) is refused."""
     path = config_path()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(f'# written by qkv-tui --save-theme\ntheme = "{name}"\n', encoding="utf-8")
+    target = Path(os.path.realpath(path))
+    try:
+        status = os.stat(target)
+    except FileNotFoundError:
+        status = None
+    if status is not None and (kind := _kind(status.st_mode)) is not None:
+        raise OSError(f"it is {kind}, not a regular file; remove it and try again")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, temporary = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.write(f'# written by qkv-tui --save-theme\ntheme = "{name}"\n')
+        os.chmod(temporary, stat.S_IMODE(status.st_mode) if status else 0o666 & ~_umask())
+        os.replace(temporary, target)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
     return path

@@ -3,14 +3,22 @@
 It binds to 127.0.0.1 unless told otherwise and has no login of its own: for students on other
 machines, put a reverse proxy with TLS and a login in front of it (README, "A classroom in the
 browser"). Each tab costs one Python process running the app (measured by benchmarks/serve_cost.py).
+
+Nothing the browser is sent points off the server: textual-serve's page asks Google Fonts for
+Roboto Mono, which a classroom offline (or behind a strict proxy) never gets. The page here names
+the copy of that font textual-serve ships in its static folder instead (Roboto Mono, Apache
+License 2.0), and the terminal falls back to the browser's own monospace fonts without it.
 """
 
 from __future__ import annotations
 
+import errno
+import re
 import shlex
+import socket
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from aiohttp import web
@@ -18,6 +26,59 @@ if TYPE_CHECKING:
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8000
+
+# the fonts textual-serve ships in static/fonts, and the @font-face rules that serve them from there
+FONTS = (("RobotoMono-VariableFont_wght.ttf", "normal"), ("RobotoMono-Italic-VariableFont_wght.ttf", "italic"))
+# every <link> in the page, and the address it names
+LINK = re.compile(r"""<link\b[^>]*?\bhref\s*=\s*["']?([^"'\s>]+)[^>]*>\s*""", re.IGNORECASE)
+
+
+def local_fonts(page: str, base: str, static_url: str, fonts: list[str]) -> str:
+    """The page without links off the server (``base``, its own address as the browser sees it), and
+    with @font-face rules for ``fonts`` (file names in static/fonts) so that the terminal's "Roboto Mono"
+    comes from this server; the browser's own monospace fonts when there are none."""
+    def keep_own(link: re.Match[str]) -> str:
+        address = link.group(1)
+        off_server = address.startswith("//") or (re.match(r"[a-z][a-z0-9+.-]*:", address, re.IGNORECASE) is not None
+                                                   and not address.startswith(f"{base}/"))
+        return "" if off_server else link.group(0)
+
+    page = LINK.sub(keep_own, page)
+    rules = "".join(
+        f'@font-face {{ font-family: "Roboto Mono"; font-style: {style}; font-weight: 100 700; font-display: swap;'
+        f' src: local("Roboto Mono"), url("{static_url}fonts/{name}") format("truetype"); }}\n'
+        for name, style in FONTS if name in fonts
+    )
+    if rules:
+        page = re.sub(r"<head>", lambda found: f"{found.group(0)}\n    <style>\n{rules}    </style>", page, count=1)
+    return page
+
+
+def port_problem(host: str, port: int) -> str | None:
+    """Why the server could not listen on host:port (in use, not allowed, no such address), or None.
+
+    Bound and closed again at once, the way the server will bind it (every address the name has,
+    SO_REUSEADDR), so that a busy port is one error line before anything is announced."""
+    try:
+        addresses = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except (OSError, UnicodeError) as exc:
+        return f"no such address ({getattr(exc, 'strerror', None) or exc})"
+    for family, kind, proto, _name, address in addresses:
+        try:
+            with socket.socket(family, kind, proto) as probe:
+                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                if family == socket.AF_INET6 and hasattr(socket, "IPPROTO_IPV6"):
+                    probe.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+                probe.bind(address)
+        except OSError as exc:
+            reason = exc.strerror or str(exc)
+            if exc.errno == errno.EADDRINUSE:
+                other = port + 1 if port < 65535 else DEFAULT_PORT
+                return f"{reason} (another program listens there); expected a free port, e.g. --port {other}"
+            if exc.errno == errno.EACCES:
+                return f"{reason} (ports below 1024 need root); expected a port from 1024 to 65535, e.g. --port 8000"
+            return reason
+    return None
 
 
 def app_command(spec: str, options: list[str] | None = None) -> str:
@@ -37,14 +98,16 @@ def make_server(command: str, host: str, port: int, title: str) -> Server:
     Imported here, not at the top: the edges load no UI library until one is used.
     """
     import aiohttp_jinja2
+    from aiohttp import web
     from textual_serve.server import Server
 
     class ClassroomServer(Server):
         def __init__(self, command: str, host: str, port: int, title: str) -> None:
             super().__init__(command, host=host, port=port, title=title)
+            folder = Path(self.statics_path) / "fonts"
+            self.fonts = [name for name, _ in FONTS if (folder / name).is_file()]
 
-        @aiohttp_jinja2.template("app_index.html")
-        async def handle_index(self, request: web.Request) -> dict[str, Any]:
+        async def handle_index(self, request: web.Request) -> web.Response:
             scheme = request.headers.get("X-Forwarded-Proto", request.scheme).split(",")[0].strip()
             base = f"{'https' if scheme == 'https' else 'http'}://{request.host}"
             websocket = ("wss" if base.startswith("https") else "ws") + base[base.index(":"):]
@@ -53,12 +116,14 @@ def make_server(command: str, host: str, port: int, title: str) -> Server:
                 font_size = int(request.query.get("fontsize", "16"))
             except ValueError:
                 font_size = 16
-            return {
+            context = {
                 "font_size": font_size,
                 "app_websocket_url": f"{websocket}{request.app.router['websocket'].url_for()}",
                 "config": {"static": {"url": static}},
                 "application": {"name": self.title},
             }
+            page = aiohttp_jinja2.render_string("app_index.html", request, context)
+            return web.Response(text=local_fonts(page, base, static, self.fonts), content_type="text/html")
 
         async def on_startup(self, app: web.Application) -> None:
             shown = f"[{self.host}]" if ":" in self.host else self.host
@@ -74,6 +139,9 @@ def make_server(command: str, host: str, port: int, title: str) -> Server:
 
 def serve(spec: str, title: str, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, options: list[str] | None = None) -> int:
     """Serve until Ctrl+C; returns the exit status (2 when the address cannot be used)."""
+    if (problem := port_problem(host, port)) is not None:
+        sys.stderr.write(f"error: cannot serve on {host}:{port}: {problem}\n")
+        return 2
     server = make_server(app_command(spec, options), host, port, title)
     try:
         server.serve()

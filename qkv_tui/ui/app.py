@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import io
 from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
-from typing import ClassVar
+from typing import ClassVar, Literal, TextIO
 
 from rich.console import RenderableType
 from rich.text import Text
@@ -29,6 +30,7 @@ from qkv_tui.teach.quiz import Question, Score, questions
 from qkv_tui.teach.stepper import Position, Stepper
 from qkv_tui.teach.trace import Trace
 from qkv_tui.ui.live import Live
+from qkv_tui.ui.screenshot import without_web_fonts
 from qkv_tui.ui.widgets.heatmap import HeatmapScreen
 from qkv_tui.ui.widgets.matrix import MatrixView
 from qkv_tui.ui.widgets.panels import ExplainPanel, FormulaLine, StageBar
@@ -502,6 +504,15 @@ class QKVApp(App[None]):
 
     def action_take_screenshot(self) -> None:  # not action_screenshot: Textual's own takes a file name
         self.live.screenshot()
+
+    def deliver_text(self, path_or_file: str | Path | TextIO, *, save_directory: str | Path | None = None,
+                     save_filename: str | None = None, open_method: Literal["browser", "download"] = "download",
+                     encoding: str | None = None, mime_type: str | None = None, name: str | None = None) -> str | None:
+        """Every SVG screenshot (s, and Textual's own in the palette) without fonts fetched from the web."""
+        if mime_type == "image/svg+xml" and not isinstance(path_or_file, str | Path):
+            path_or_file = io.StringIO(without_web_fonts(path_or_file.read()))
+        return super().deliver_text(path_or_file, save_directory=save_directory, save_filename=save_filename,
+                                    open_method=open_method, encoding=encoding, mime_type=mime_type, name=name)
 
     def action_autoplay(self) -> None:
         self.live.autoplay()

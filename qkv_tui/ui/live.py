@@ -23,7 +23,7 @@ from textual.theme import Theme
 from textual.timer import Timer
 from textual.widgets import Footer
 
-from qkv_tui.core.edit import EditError, InputCell, changed_cells, edit, input_cells, save_text, value_of
+from qkv_tui.core.edit import EditError, InputCell, changed_cells, edit, edited_text, input_cells, save_file, value_of
 from qkv_tui.core.engine import Computation, compute
 from qkv_tui.core.scenario import Scenario, ScenarioError, builtin_dir, builtin_names, load_scenario, resolve
 from qkv_tui.screen.present import Screen as ScreenModel
@@ -63,7 +63,10 @@ def file_of(scenario: Scenario) -> Path | None:
 
 
 def is_builtin(path: Path) -> bool:
-    return path.resolve().parent == builtin_dir().resolve()
+    try:
+        return path.resolve().parent == builtin_dir().resolve()
+    except (OSError, RuntimeError):  # a loop of links (Python 3.11 raises RuntimeError): not a built-in
+        return False
 
 
 def _stamp(path: Path) -> tuple[int, int] | None:
@@ -281,13 +284,9 @@ class Live:
             app.notify(f"error: {target}: not saved: {problem}", severity="error", timeout=ERROR_SECONDS, markup=False)
             return
         try:
-            text = save_text(source.read_text(encoding="utf-8-sig"), app.scenario, self.dirty)
-            temporary = target.with_name(f".{target.name}.qkv-tui-save")
-            temporary.write_text(text, encoding="utf-8")
-            os.replace(temporary, target)  # whole or not at all: an editor never reads half a file
-        except (OSError, UnicodeDecodeError, EditError) as exc:
-            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-            app.notify(f"error: {target}: not saved: {reason}", severity="error", timeout=12)
+            save_file(source, target, app.scenario, self.dirty)  # never blocks, never half-written
+        except EditError as exc:
+            app.notify(f"error: {target}: not saved: {exc}", severity="error", timeout=12, markup=False)
             return
         self.path = target  # from now on the app follows the file it wrote
         self.stamp = _stamp(target)  # our own write is not a change to reload
@@ -312,10 +311,9 @@ class Live:
             app.notify(f"error: {source.name}: not downloaded: {problem}", severity="error", timeout=12, markup=False)
             return
         try:
-            text = save_text(source.read_text(encoding="utf-8-sig"), app.scenario, self.dirty)
-        except (OSError, UnicodeDecodeError, EditError) as exc:
-            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-            app.notify(f"error: {source.name}: not downloaded: {reason}", severity="error", timeout=12, markup=False)
+            text = edited_text(source, app.scenario, self.dirty)  # read as save reads: never a blocking open
+        except EditError as exc:
+            app.notify(f"error: {source.name}: not downloaded: {exc}", severity="error", timeout=12, markup=False)
             return
         app.deliver_text(io.StringIO(text), save_filename=source.name, open_method="download",
                          mime_type="application/toml", name="scenario")
