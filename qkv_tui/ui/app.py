@@ -44,7 +44,7 @@ TRACE_ONLY = ("row", "next_stage", "prev_stage", "stage", "goto", "quiz", "hand"
 FOOTER_KEEP = ("help", "quit", "next", "reveal", "quiz", "prev", "next_stage", "head", "row", "decode", "tiles")
 FOOTER_ORDER = ("head", "next", "prev", "row", "next_stage", "decode", "tiles", "reveal", "quiz", "help", "quit")
 # under a pending question: which keys act, and why the stage keys do not (they type the answer)
-QUIZ_KEYS = "esc reveals · p leaves · digits type here, ] [ change stage"
+QUIZ_KEYS = "esc reveals · p leaves · digits answer: ] [ change stage"
 
 
 class QKVApp(App[None]):

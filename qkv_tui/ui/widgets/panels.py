@@ -244,9 +244,11 @@ class KeyFooter(Footer):
         self.keep = tuple(keep)
         self.order = tuple(order)
         self._fitted = -1  # the width the shown keys were chosen for
+        self.left_out: frozenset[str] = frozenset()  # the actions of the keys the width had no room for
 
     def compose(self) -> ComposeResult:
         if self.screen is not self.app.screen:  # a modal is on top: its keys are not ours
+            self.left_out = frozenset()
             return
         width = self.size.width or self.app.size.width
         self._fitted = width
@@ -264,6 +266,7 @@ class KeyFooter(Footer):
             if sum(self.key_width(k) for k in shown) <= room:
                 break
             shown.discard(key)
+        self.left_out = frozenset(cast(_Key, k).action for k in keys if k not in shown)
         yield from sorted((k for k in keys if k in shown), key=lambda k: rank(self.order, k))
         yield from (w for w in widgets if w not in keys)  # the palette key, docked on the right
 
