@@ -15,7 +15,7 @@ from qkv_tui.core.scenario import parse_scenario
 from qkv_tui.teach.stepper import Position
 from qkv_tui.ui.app import FOCUS_FLOOR, QKVApp
 from qkv_tui.ui.widgets.matrix import MatrixView
-from qkv_tui.ui.widgets.panels import ExplainPanel, FormulaLine, KeyFooter, StageBar
+from qkv_tui.ui.widgets.panels import ExplainPanel, FormulaLine, KeyFooter, QuizInput, StageBar
 from qkv_tui.ui.widgets.screens import GotoScreen, HelpScreen, NotesScreen
 
 from .conftest import SCENARIOS
@@ -669,3 +669,28 @@ async def test_a_pending_question_follows_hand_rounding_and_decimals() -> None:
         await pilot.press("equals_sign")  # one more decimal: asked again, at four
         assert app.modes.decimals == 4 and app.modes.question is not None and app.modes.question.decimals == 4
         assert "= ?" in text_of(app, ExplainPanel)
+
+
+async def test_the_answer_box_gives_the_keys_back_when_its_question_goes_while_too_small() -> None:
+    """Found by the storms: closing the help while the terminal was too small gave the focus back to
+    the hidden answer box; the question then left (←) did not take it away, so a stage key was typed
+    into the box, and the side view's footer later offered `esc reveal p leave`."""
+    app = QKVApp("i_love_ai")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("2", "p", "right", "question_mark")
+        await pilot.resize_terminal(40, 10)
+        await settle(pilot)
+        await pilot.press("escape")  # the help closes: Textual gives the focus back to the box
+        await settle(pilot)
+        await pilot.press("left")  # the question is left unanswered, too small to see
+        assert app.modes.question is None and app.focused is None
+        await pilot.press("3")  # a stage key again, not a digit for a question no longer asked
+        assert app.position.index == 30 and app.query_one("#quiz-input", QuizInput).value == ""
+        await pilot.press("right", "t")  # asked again, then the tiles view
+        await pilot.resize_terminal(80, 24)
+        await settle(pilot)
+        assert app.modes.decode and app.focused is None
+        texts = [text for text, _, _ in footer_keys(app)]
+        assert "esc reveal" not in texts and "p leave" not in texts and "q quit" in texts
+        await pilot.press("t", "right")  # back in the trace, still predicting: the box asks again
+        assert app.modes.question is not None and isinstance(app.focused, QuizInput)

@@ -195,6 +195,7 @@ class QKVApp(App[None]):
             main.set_class(small, "-too-small")
         self.live.fit_footer()  # too small too: "press q to quit" needs the q key in view
         if small:
+            self._answer_box()  # a question answered or left while too small gives its keys back too
             self.query_one("#too-small", Static).update(
                 f"terminal too small: need {MIN_WIDTH}×{MIN_HEIGHT}, have {size.width}×{size.height}"
                 "\nenlarge the window, or press q to quit"
@@ -233,6 +234,7 @@ class QKVApp(App[None]):
         bar = self.query_one("#quizbar")
         modes = self.modes
         bar.display = modes.quiz is not None and not modes.decode  # the side views hide nothing to predict
+        field = self._answer_box()
         if not bar.display:
             return 0
         # Text, not markup: answers and token labels are the learner's and the scenario's own words
@@ -241,13 +243,18 @@ class QKVApp(App[None]):
         prompt = printable(modes.question.prompt if modes.question is not None
                            else "Press → for the next operation to predict.")
         self.query_one("#quiz-prompt", Static).update(Text(prompt))
-        field = self.query_one("#quiz-input", QuizInput)
-        field.question = modes.question
-        field.disabled = modes.question is None
         if modes.question is not None and not field.has_focus:
             field.focus()
         width = max(self.term.width - 2, 1)
         return -(-len(f"{modes.quiz}  {message}") // width) + -(-len(prompt) // max(width - 18, 1))
+
+    def _answer_box(self) -> QuizInput:
+        """The answer box, taking keys only while a question is shown (not in a side view, nor too small)."""
+        field = self.query_one("#quiz-input", QuizInput)
+        shown = not self.too_small and not self.modes.decode
+        field.question = self.modes.question if shown else None
+        field.disabled = field.question is None  # which also lets go of the focus: keys are the app's again
+        return field
 
     def _fill(self, group: str, specs: list[PaneSpec], height: int) -> int:
         """Show ``specs`` in a row of pane slots at most ``height`` lines tall; returns the lines used."""
