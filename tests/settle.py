@@ -19,18 +19,22 @@ from collections.abc import Awaitable, Callable
 from textual.app import App
 from textual.pilot import Pilot
 
+from qkv_tui.ui.widgets.panels import KeyFooter
+
 ROUNDS = 200  # far more hops than any chain of messages here needs
 
 
 def footer_matches(app: App[object]) -> bool:
     """The footer shows every key the app's bindings list, each greyed out as check_action says.
 
-    Keys the footer adds on its own (the command palette's) need only agree on their state.
+    Keys the footer adds on its own (the command palette's) need only agree on their state, and
+    keys it left out for want of room (KeyFooter.left_out) need not be shown.
     """
     active = {binding.action: (enabled, binding.show) for _, binding, enabled, _ in app.screen.active_bindings.values()}
     # FooterKey marks a greyed-out key with the "-disabled" class (its own `disabled` stays False)
     shown = {key.action: not key.has_class("-disabled") for key in app.screen.query("FooterKey")}  # type: ignore[attr-defined]
-    listed = {action for action, (_, show) in active.items() if show}
+    left_out = frozenset().union(*(footer.left_out for footer in app.screen.query(KeyFooter)))
+    listed = {action for action, (_, show) in active.items() if show} - left_out
     return listed <= shown.keys() and all(action in active and active[action][0] == enabled
                                           for action, enabled in shown.items())
 

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import io
+
 import numpy as np
 import pytest
+from rich.console import Console
+from textual.containers import VerticalScroll
 
 from qkv_tui import compute, load_scenario
 from qkv_tui.core.fmt import fmt
@@ -11,7 +15,7 @@ from qkv_tui.core.scenario import parse_scenario
 from qkv_tui.teach.stepper import Position
 from qkv_tui.ui.app import FOCUS_FLOOR, QKVApp
 from qkv_tui.ui.widgets.matrix import MatrixView
-from qkv_tui.ui.widgets.panels import ExplainPanel, FormulaLine, StageBar
+from qkv_tui.ui.widgets.panels import ExplainPanel, FormulaLine, KeyFooter, QuizInput, StageBar
 from qkv_tui.ui.widgets.screens import GotoScreen, HelpScreen, NotesScreen
 
 from .conftest import SCENARIOS
@@ -449,3 +453,244 @@ async def test_goto_refuses_what_int_cannot_read(typed: str) -> None:
         assert "is not an operation number" in str(app.screen.query_one("#goto-error").render())
         assert app.position.index == 0
     assert app.return_code in (None, 0)
+
+
+# --- the chrome around the panes: footer, stage bar, overlays ------------------------------------
+
+TEN_STAGES = """\
+title = "Every stage: norm, RoPE, two heads, W_O"
+tokens = ["I", "love", "AI"]
+X = [[1, 0, 1, 0], [0, 1, 0, 1], [1, 1, 0, 0]]
+[norm]
+kind = "rms"
+[rope]
+layout = "interleaved"
+[[heads]]
+W_Q = [[1, 0], [0, 1], [1, 0], [0, 1]]
+W_K = [[0, 1], [1, 1], [0, 1], [1, 0]]
+W_V = [[1, 0], [0, 1], [0, 0], [1, 1]]
+[[heads]]
+W_Q = [[1, -1], [0, -1], [1, 1], [0, 3]]
+W_K = [[1, -1], [0, -1], [1, 1], [0, 3]]
+W_V = [[0, 1], [1, 0], [1, 1], [0, 0]]
+[output]
+W_O = [[1, 0], [0, 1], [1, 1], [0, 1]]
+"""
+
+
+def rendered(body: object, width: int) -> list[str]:
+    console = Console(width=width, record=True, file=io.StringIO())
+    console.print(body)
+    return console.export_text().splitlines()
+
+
+def footer_keys(app: QKVApp) -> list[tuple[str, int, int]]:
+    """The footer keys on the screen on top, as (text, first column, last column + 1), left to right."""
+    keys = sorted(app.screen.query("FooterKey"), key=lambda k: k.region.x)
+    return [(str(k.render()).strip(), k.region.x, k.region.right) for k in keys]
+
+
+def assert_footer_whole(app: QKVApp, width: int, needed: tuple[str, ...]) -> None:
+    keys = footer_keys(app)
+    texts = [text for text, _, _ in keys]
+    for want in needed:
+        assert want in texts, (width, texts)
+    for (text, left, right), following in zip(keys, [*keys[1:], None]):
+        assert left >= 0 and right <= width, (width, text, left, right)  # never cut by the screen's edge
+        assert following is None or right <= following[1], (width, text)  # nor by the next key
+
+
+@pytest.mark.parametrize("name", ["i_love_ai", "two_heads"])
+async def test_the_footer_keeps_help_and_quit_whole_at_every_width(name: str) -> None:
+    """Below about 76 columns the footer used to cut its last keys mid-word: `? help` and `q quit` went first."""
+    app = QKVApp(name)
+    async with app.run_test(size=(130, 24)) as pilot:
+        for width in [*range(50, 96), 99, 100, 101, 120, 130]:
+            await pilot.resize_terminal(width, 24)
+            await settle(pilot)
+            assert_footer_whole(app, width, ("? help", "q quit", "→ next"))
+        await pilot.resize_terminal(80, 24)
+        await settle(pilot)
+        assert app.query_one(KeyFooter).left_out == frozenset()  # at 80 columns nothing is left out
+        assert len(footer_keys(app)) == 10
+
+
+async def test_the_footer_under_a_pending_question_says_how_to_reveal_and_leave() -> None:
+    app = QKVApp("i_love_ai")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("2", "p", "right")
+        assert app.modes.question is not None
+        for width in (50, 64, 80, 120):
+            await pilot.resize_terminal(width, 24)
+            await settle(pilot)
+            assert_footer_whole(app, width, ("esc reveal", "p leave", "? help", "q quit"))
+
+
+async def test_the_title_outranks_the_stage_names_at_80_columns() -> None:
+    """At 80 columns "I love AI, causal" was cut to "I love AI…", which reads as the seed scenario."""
+    for name, title in (("causal_mask", "I love AI, causal"), ("padding_mask", "I love AI, padded"),
+                        ("two_heads", "I love AI, two heads"), ("custom_mask", "I love AI, neighbours only (a custom mask)")):
+        app = QKVApp(name)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await pilot.press("3")
+            bar = text_of(app, StageBar)
+            assert f" {title} " in bar, bar
+            assert "3 Score" in bar  # the stage being computed keeps its name
+    app = QKVApp("i_love_ai")  # where both fit, every stage keeps its name
+    async with app.run_test(size=(80, 24)) as pilot:
+        assert "1 Embed › 2 Project › 3 Score › 4 Scale › 5 Softmax ›" in text_of(app, StageBar).replace("  ", " ")
+
+
+async def test_every_stage_has_a_key_and_the_bar_shows_it() -> None:
+    """Stage 10 had no key (the bindings stopped at 9) while the help said 1 … 8."""
+    app = QKVApp(parse_scenario(TEN_STAGES, "ten_stages.toml"))
+    async with app.run_test(size=(200, 40)) as pilot:
+        assert len(app.trace.stage_keys) == 10
+        bar = text_of(app, StageBar)
+        assert "9 Concat" in bar and "0 W_O" in bar and "10 W_O" not in bar
+        for key, number in [*((str(n), n) for n in range(1, 10)), ("0", 10)]:
+            await pilot.press(key)
+            assert f"{number}/10 " in text_of(app, FormulaLine), key
+            # the key the bar shows next to the current stage is the key just pressed
+            assert f" {key} {app.trace.op(app.position.index).stage.name} " in text_of(app, StageBar)
+        palette = {command.title: command.help for command in app.live.commands(app.screen)}
+        assert palette["Stage 10: W_O"].startswith("0: ") and palette["Stage 9: Concat"].startswith("9: ")
+        await pilot.press("question_mark")
+        assert isinstance(app.screen, HelpScreen)
+        help_text = "\n".join(rendered(app.screen.body(), 200))
+        assert "1 … 9, 0" in help_text and "here all ten" in help_text and "\n  0 W_O" in help_text
+
+
+def test_the_help_names_the_stage_keys_a_scenario_has() -> None:
+    from qkv_tui.ui.widgets.screens import stage_keys_row
+
+    assert stage_keys_row(6)[1].endswith("here 1 … 6")
+    assert stage_keys_row(10)[1].endswith("here all ten")
+    assert "stages 11 … 12 have no key" in stage_keys_row(12)[1]
+
+
+@pytest.mark.parametrize(("opener", "screen", "says"), [
+    ("question_mark", "HelpScreen", "esc/q close"), ("n", "NotesScreen", "esc/q close"),
+    ("g", "GotoScreen", "esc cancel"), ("m", "HeatmapScreen", "esc close"), ("e", "EditScreen", "esc cancel"),
+], ids=["help", "notes", "goto", "map", "edit"])
+async def test_an_overlay_footer_says_how_to_close_it_and_never_q_quit(opener: str, screen: str, says: str) -> None:
+    """Overlays showed the trace's `q quit` while q closed them (or typed into their box)."""
+    app = QKVApp("i_love_ai")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press(opener)
+        await settle(pilot)
+        assert type(app.screen).__name__ == screen
+        texts = [text for text, _, _ in footer_keys(app)]
+        assert says in texts and not any("quit" in text for text in texts), texts
+        await pilot.press("escape")
+        await settle(pilot)
+        assert "q quit" in [text for text, _, _ in footer_keys(app)]  # the trace's own footer is back
+
+
+async def test_the_help_says_how_to_close_it_on_its_first_line() -> None:
+    app = QKVApp("i_love_ai")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("question_mark")
+        assert isinstance(app.screen, HelpScreen)
+        assert rendered(app.screen.body(), 76)[0].startswith("esc, q or ? closes this help")
+        assert app.screen.query_one(VerticalScroll).border_subtitle == "esc, q or ? closes · ↑ ↓ scroll"
+        await pilot.press("q")
+        assert not isinstance(app.screen, HelpScreen) and app.return_code is None  # q closed it, not the app
+
+
+# --- the quiz: which keys act while a question waits ------------------------------------------------
+
+
+async def test_p_leaves_the_quiz_while_a_question_waits() -> None:
+    """p used to be typed into the answer box: the quiz could not be left with its own key."""
+    app = QKVApp("i_love_ai")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("2", "p", "right", "1")
+        assert app.modes.question is not None and app.query_one("#quiz-input").value == "1"
+        await pilot.press("p")
+        assert app.modes.quiz is None and app.modes.question is None
+        assert app.query_one("#quiz-input").value == "" and app.position.index == 4  # nothing else moved
+
+
+async def test_keys_that_cannot_be_part_of_an_answer_act_while_a_question_waits() -> None:
+    app = QKVApp("i_love_ai")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("2", "p", "right")
+        assert "digits answer: ] [ change stage" in str(app.query_one("#quiz-message").render())
+        await pilot.press("right_square_bracket")  # ] was typed into the box
+        assert app.position.index == 30 and "3/6 Score" in text_of(app, FormulaLine)
+        assert app.modes.quiz is not None and app.modes.question is None  # left unanswered: revealed, not scored
+        await pilot.press("right", "space")  # space steps on, as everywhere
+        assert app.position.index == 32 and app.modes.question is not None
+        await pilot.press("minus", "5", "full_stop", "7", "question_mark")  # a sign, digits, a point: typed; ? helps
+        assert isinstance(app.screen, HelpScreen)
+        await pilot.press("escape")
+        assert app.query_one("#quiz-input").value == "-5.7"
+        await pilot.press("minus")  # no number goes on with "-": it is the fewer-decimals key, and asks again
+        assert app.modes.decimals == 2 and app.modes.question is not None and app.modes.question.decimals == 2
+        assert app.query_one("#quiz-input").value == ""
+        await pilot.press("k")  # the cache view: nothing to predict there
+        assert app.modes.decode and app.modes.question is None
+
+
+async def test_minus_infinity_can_still_be_typed_for_a_masked_cell() -> None:
+    app = QKVApp("causal_mask")
+    async with app.run_test(size=(80, 24)) as pilot:
+        scale = next(r for r in app.trace.runs if r.stage == "scale")
+        app.position = Position(scale.start, 0)  # scaled[I,I]; the next, scaled[I,love], is masked
+        await pilot.press("p", "right")
+        assert app.modes.question is not None and app.modes.question.value == float("-inf")
+        await pilot.press("minus", "i", "n", "f", "enter")
+        assert app.modes.message.startswith("Right") and str(app.modes.quiz) == "1/1 right"
+
+
+async def test_which_key_wins_takes_a_number_or_a_name() -> None:
+    app = QKVApp("i_love_ai")
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("5", "left", "p", "right")
+        question = app.modes.question
+        assert question is not None and question.kind == "argmax"
+        assert question.prompt.endswith("1 I · 2 love · 3 AI")
+        await pilot.press("2", "enter")  # love, by its number
+        assert app.modes.message.startswith("Right: love") and str(app.modes.quiz) == "1/1 right"
+
+
+async def test_a_pending_question_follows_hand_rounding_and_decimals() -> None:
+    """h changed the numbers on screen but the question kept the exact answer; + revealed it unasked."""
+    app = QKVApp("i_love_ai")
+    async with app.run_test(size=(120, 40)) as pilot:
+        mix = next(r for r in app.trace.runs if r.stage == "mix")
+        app.position = Position(mix.start + 2, 0)
+        await pilot.press("p", "right")  # out[love,0]: 1.000 exactly, 0.999 by hand
+        assert app.modes.question is not None and app.modes.question.check("1.000").right
+        await pilot.press("h")
+        assert app.modes.question is not None and app.modes.question.check("0.999").right
+        assert not app.modes.question.check("1.000").right
+        await pilot.press("equals_sign")  # one more decimal: asked again, at four
+        assert app.modes.decimals == 4 and app.modes.question is not None and app.modes.question.decimals == 4
+        assert "= ?" in text_of(app, ExplainPanel)
+
+
+async def test_the_answer_box_gives_the_keys_back_when_its_question_goes_while_too_small() -> None:
+    """Found by the storms: closing the help while the terminal was too small gave the focus back to
+    the hidden answer box; the question then left (←) did not take it away, so a stage key was typed
+    into the box, and the side view's footer later offered `esc reveal p leave`."""
+    app = QKVApp("i_love_ai")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("2", "p", "right", "question_mark")
+        await pilot.resize_terminal(40, 10)
+        await settle(pilot)
+        await pilot.press("escape")  # the help closes: Textual gives the focus back to the box
+        await settle(pilot)
+        await pilot.press("left")  # the question is left unanswered, too small to see
+        assert app.modes.question is None and app.focused is None
+        await pilot.press("3")  # a stage key again, not a digit for a question no longer asked
+        assert app.position.index == 30 and app.query_one("#quiz-input", QuizInput).value == ""
+        await pilot.press("right", "t")  # asked again, then the tiles view
+        await pilot.resize_terminal(80, 24)
+        await settle(pilot)
+        assert app.modes.decode and app.focused is None
+        texts = [text for text, _, _ in footer_keys(app)]
+        assert "esc reveal" not in texts and "p leave" not in texts and "q quit" in texts
+        await pilot.press("t", "right")  # back in the trace, still predicting: the box asks again
+        assert app.modes.question is not None and isinstance(app.focused, QuizInput)

@@ -159,3 +159,60 @@ async def test_the_map_shades_the_weights_the_panes_show_by_hand() -> None:
         await pilot.pause()
         assert isinstance(app.screen, HeatmapScreen)
         assert app.screen.trace.comp.hand_decimals == 1
+
+
+# --- predict-then-reveal: a fair question ----------------------------------------------------------
+
+
+def test_a_softmax_question_leaves_the_exponentials_and_the_row_sum_to_the_learner() -> None:
+    """It showed `= e^-2.310 / 1.414 = 0.099 / 1.414 = ?`: every exponential and the row sum worked, one division left."""
+    from qkv_tui.teach.quiz import Score, questions
+
+    for name in ("i_love_ai", "causal_mask", "sink", "alibi", "sixteen_tokens"):
+        comp = compute(load_scenario(name))
+        presenter = Presenter(comp)
+        trace = presenter.exact
+        for run in (r for r in trace.runs if r.stage == "softmax"):
+            for index in range(run.start, run.stop):
+                op = trace.op(index, 3)
+                row = trace.softmax_row(run.head, op.row, 3)
+                for asked in questions(trace, index, 3):
+                    shown = presenter.screen(Position(index, run.head or 0), Modes(quiz=Score(), question=asked))
+                    text = plain([shown.explanation.arithmetic, *shown.explanation.details, *shown.notes])
+                    assert text.endswith("= ?") and "Σ" not in text
+                    assert f"/ {row.total}" not in text, (name, index, text)  # the row sum
+                    # no exponential worked out: e^s appears only as a power still to take
+                    assert all(f"= {e}" not in text for e in row.exps if e not in ("0", "1")), (name, index, text)
+                    finite = [s for s in row.scaled if s != "−∞"]
+                    assert all(f"e^{s}" in text for s in finite[:3])  # what to compute from is there
+
+
+def test_the_what_if_table_waits_while_a_question_is_pending() -> None:
+    """The what-if table holds the row's weights, at ×1 the very answers being asked for."""
+    from qkv_tui.teach.quiz import Score, questions
+
+    comp = compute(load_scenario("i_love_ai"))
+    presenter = Presenter(comp)
+    softmax = next(r for r in presenter.exact.runs if r.stage == "softmax")
+    asked = questions(presenter.exact, softmax.start + 1, 3)[0]  # weights[I,love] = 0.707
+    modes = Modes(whatif=True, quiz=Score(), question=asked)
+    notes = plain(presenter.screen(Position(softmax.start + 1, 0), modes).notes)
+    assert "0.707" not in notes and "waits until this question is answered" in notes
+    answered = plain(presenter.screen(Position(softmax.start + 1, 0), replace(modes, question=None)).notes)
+    assert "0.707" in answered  # once answered, the table is back
+
+
+def test_the_answer_box_takes_only_what_can_become_an_answer() -> None:
+    from qkv_tui.teach.quiz import could_be_choice, could_be_number
+
+    for text in ("", "-", "+", "1", "1.", ".", ".5", "-0.707", "2,5", "1e", "1e-", "1e-3", "−", "-i", "-in", "-inf",
+                 "−∞", "-INF"):
+        assert could_be_number(text), text
+    for text in ("p", "k", "1-", "1.2.", "e", "--", "1 ", "inf", "-infinity", "]", "?", "q", "1e3e"):
+        assert not could_be_number(text), text
+    keys = ("I", "love", "AI", "<pad>")
+    for text in ("l", "LO", "a", "<p", "<pad>", "1", "4"):
+        assert could_be_choice(text, keys), text
+    for text in ("p", "k", "5", "0", "12", "lovex", "?"):
+        assert not could_be_choice(text, keys), text
+    assert could_be_choice("1", tuple(f"t{i}" for i in range(12))) and could_be_choice("12", tuple(f"t{i}" for i in range(12)))

@@ -67,6 +67,10 @@ class TestModes:
         assert snap_compare(QKVApp("i_love_ai"), press=["3", "left", "p", "right", "right", "5", "enter", "right"],
                             terminal_size=size)
 
+    def test_quiz_softmax_question(self, snap_compare) -> None:
+        # which key wins (answered by its number), then the weight: the row's inputs, no exponential or sum worked
+        assert snap_compare(QKVApp("i_love_ai"), press=["5", "left", "p", "right", "2", "enter"], terminal_size=(80, 24))
+
     @SIZES
     def test_what_if(self, snap_compare, size: tuple[int, int]) -> None:
         assert snap_compare(QKVApp("i_love_ai"), press=["4", "right", "w"], terminal_size=size)

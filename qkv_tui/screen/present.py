@@ -98,12 +98,15 @@ class Presenter:
         hidden = modes.question is not None and modes.question.index == pos.index
         focus, extra = view.panes(pos, modes.decimals, overview=True, hide_current=hidden)
         ex = view.explain(pos, modes.decimals)
-        if hidden:  # the learner predicts: no result, no details that give it away
-            ex = replace(ex, arithmetic=hide_result(ex.arithmetic), details=())
+        if hidden:  # the learner predicts: no result, no details that give it away (teach/quiz.py)
+            assert modes.question is not None
+            ex = replace(ex, arithmetic=modes.question.arithmetic or hide_result(ex.arithmetic), details=())
         notes: list[str] = []
         if modes.hand and not hidden:
             notes.append(hand_note(self.exact, view.trace, pos.index, modes.decimals))
-        if modes.whatif:
+        if modes.whatif and hidden:  # the table holds the row's weights: the answer, or a step to it
+            notes.append("what if (w): the scaling table waits until this question is answered")
+        elif modes.whatif:
             notes += self._whatif(pos, modes)
         if pos.index == len(view.trace) - 1 and not hidden:
             notes += self._closing(pos, modes)

@@ -19,6 +19,13 @@ from qkv_tui.teach.handcalc import round_to
 from qkv_tui.teach.stepper import Position
 from qkv_tui.teach.trace import WIDE, Operation, Ref, Trace
 
+STAGE_KEYS = "1234567890"  # the keys that jump to stages 1 … 10: the digits in keyboard order, 0 last
+
+
+def stage_key(number: int) -> str | None:
+    """The key that jumps to stage ``number`` (1-based): 1 … 9, then 0 for the tenth; later stages have none."""
+    return STAGE_KEYS[number - 1] if 1 <= number <= len(STAGE_KEYS) else None
+
 
 @dataclass(frozen=True, eq=False)
 class PaneSpec:
@@ -117,7 +124,8 @@ class Explanation:
     details: tuple[str, ...]
     meaning: str
     formula: tuple[tuple[str, bool], ...]  # pieces of softmax(QKᵀ/√dₖ)V, True = being computed
-    stages: tuple[tuple[str, str], ...] = field(default=())  # (label, "done" | "current" | "todo")
+    # (label, "done" | "current" | "todo"); a label starts with the stage's key where it has one ("0 W_O")
+    stages: tuple[tuple[str, str], ...] = field(default=())
 
 
 def column_widths(values: Matrix, integral: bool, decimals: int, labels: tuple[str, ...]) -> tuple[int, ...]:
@@ -335,7 +343,8 @@ class View:
         stages = []
         for number, key in enumerate(trace.stage_keys, start=1):
             state = "current" if number == seg.number else ("done" if number < seg.number else "todo")
-            stages.append((f"{number} {trace.stage(key).name}", state))
+            jump = stage_key(number)  # the bar names each stage by the key that jumps there, so 0 for the tenth
+            stages.append((f"{jump} {trace.stage(key).name}" if jump else trace.stage(key).name, state))
         return Explanation(
             stage_label=f"{seg.number}/{trace.stage_count} {trace.stage(seg.stage).name}",
             counter=f"op {pos.index + 1}/{len(trace)}",

@@ -5,6 +5,13 @@ whole number, and a decimal cell wants a number that, written to the shown decim
 what the cell shows (at three decimals 0.707 and 0.7068 are right for 0.707, 0.7064 is
 not). So one answer is never right for two different displayed values: 0.5 is neither
 0 nor 1.
+
+A fair question shows what to compute from, never the work that gives the result away.
+Most operations' arithmetic is fair with only its result hidden: ``Q[I,0] = 1·1 + 0·0 +
+1·1 + 0·0 = ?`` leaves the sum to do. A softmax weight's is not: it ends
+``= 0.099 / 1.414 = ?``, the exponential and the row sum worked, so one division is left.
+Its question shows the row's inputs instead, ``e^0.577 / (e^0.577 + e^2.887 + e^1.732) = ?``:
+the exponentials and the sum are the learner's to do.
 """
 
 from __future__ import annotations
@@ -16,11 +23,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from qkv_tui.base.values import SUBSCRIPTS
-from qkv_tui.core.fmt import fmt
+from qkv_tui.core.fmt import NEG_INF, fmt
+from qkv_tui.teach.arith import elide
 from qkv_tui.teach.trace import Trace
 
 NUMBER = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?$")
+# what a number looks like while it is being typed: 1, 0., .7, -, 1e-, and −∞ or -inf on the way
+PARTIAL_NUMBER = re.compile(r"^[+-]?((\d+\.?\d*|\.\d*)([eE][+-]?\d*)?)?$|^-(i|in|inf|∞)$", re.IGNORECASE)
 MINUS_SIGNS = str.maketrans({"−": "-", "–": "-", ",": "."})
+MAX_LISTED = 8  # a "which key?" question lists its keys with their numbers up to this many
 
 
 @dataclass(frozen=True)
@@ -74,13 +85,28 @@ def check_number(text: str, value: float, integral: bool, decimals: int) -> Verd
     return Verdict(False, f"Not quite: you said {text.strip()}, the value is {shown}.")
 
 
+def could_be_number(text: str) -> bool:
+    """Whether ``text`` is a number being typed (the start of one, or a whole one)."""
+    return bool(PARTIAL_NUMBER.match(text.translate(MINUS_SIGNS)))
+
+
+def could_be_choice(text: str, choices: tuple[str, ...]) -> bool:
+    """Whether ``text`` is the start of a key's name (in any case) or of its number, 1 to len(choices)."""
+    folded = text.casefold()
+    if text.isascii() and text.isdigit():
+        return any(str(i).startswith(text) for i in range(1, len(choices) + 1))
+    return any(c.casefold().startswith(folded) for c in choices)
+
+
 def check_choice(text: str, choices: tuple[str, ...], best: frozenset[str]) -> Verdict:
-    """Which key gets the largest weight: a token label (any of several tied ones is right)."""
+    """Which key gets the largest weight: a token label, or its number in the list (any of several tied ones is right)."""
     answer = text.strip()
     if not answer:
-        return Verdict(None, "Type the token you think gets the largest weight, then enter (escape reveals).")
+        return Verdict(None, "Type the number or the name of the key you think gets the largest weight, then enter.")
     typed = answer.rstrip("0123456789") + answer[len(answer.rstrip("0123456789")):].translate(SUBSCRIPTS)  # the2 → the₂
-    matches = [c for c in choices if c in (answer, typed)] or [c for c in choices if c.lower() in (answer.lower(), typed.lower())]
+    numbered = [choices[int(answer) - 1]] if answer.isascii() and answer.isdigit() and 1 <= int(answer) <= len(choices) else []
+    matches = (numbered or [c for c in choices if c in (answer, typed)]
+               or [c for c in choices if c.lower() in (answer.lower(), typed.lower())])
     if not matches:
         return Verdict(None, f"{answer!r} is not one of the keys here: {', '.join(choices)}.")
     tied = " and ".join(sorted(best))
@@ -103,11 +129,18 @@ class Question:
     decimals: int = 3
     choices: tuple[str, ...] = ()
     best: frozenset[str] = frozenset()
+    arithmetic: str = ""  # the operation's arithmetic as shown while asking: what to compute from, no result
 
     def check(self, text: str) -> Verdict:
         if self.kind == "argmax":
             return check_choice(text, self.choices, self.best)
         return check_number(text, self.value, self.integral, self.decimals)
+
+    def could_be(self, text: str) -> bool:
+        """Whether ``text`` can still become an answer: the answer box takes a key only if so."""
+        if self.kind == "argmax":
+            return could_be_choice(text, self.choices)
+        return could_be_number(text)
 
 
 def questions(trace: Trace, index: int, decimals: int) -> list[Question]:
@@ -117,19 +150,36 @@ def questions(trace: Trace, index: int, decimals: int) -> list[Question]:
         return []
     asked: list[Question] = []
     seg = op.segment
+    shown = withheld(trace, index, decimals)
     if seg.stage == "softmax" and op.col == 0 and seg.head is not None:
         head = trace.comp.heads[seg.head]
         row = head.weights[op.row]
         keys = trace.comp.scenario.key_labels
         best = frozenset(keys[j] for j in np.flatnonzero(row == row.max()))
         token = trace.comp.scenario.labels[op.row]
-        asked.append(Question(index, "argmax", f"Which key gets the largest weight in row {token}? ({', '.join(keys)})",
-                              choices=keys, best=best))
+        listed = (" · ".join(f"{i} {k}" for i, k in enumerate(keys, 1)) if len(keys) <= MAX_LISTED
+                  else f"(a key's number, 1 … {len(keys)}, or its name)")
+        asked.append(Question(index, "argmax", f"Which key gets row {token}'s largest weight? {listed}",
+                              choices=keys, best=best, arithmetic=shown))
     target = op.arithmetic.split(" = ")[0]
     integral = trace.integral(seg.target, seg.head)
-    asked.append(Question(index, "value", f"What is {target}? Type it, then enter (escape reveals).",
-                          value=op.value, integral=integral, decimals=decimals))
+    asked.append(Question(index, "value", f"What is {target}? Type it, then enter.",
+                          value=op.value, integral=integral, decimals=decimals, arithmetic=shown))
     return asked
+
+
+def withheld(trace: Trace, index: int, decimals: int) -> str:
+    """An operation's arithmetic as shown while its result is asked for (the module docstring says why)."""
+    op = trace.op(index, decimals)
+    seg = op.segment
+    if seg.stage != "softmax" or op.col is None or seg.head is None:
+        return hide_result(op.arithmetic)
+    r = trace.softmax_row(seg.head, op.row, decimals)
+    sink = trace.comp.heads[seg.head].sink is not None  # the sink's logit is the row's last, and joins the sum
+    terms = [f"e^{s}" + (" (sink)" if sink and j == len(r.scaled) - 1 else "")
+             for j, s in enumerate(r.scaled) if s != NEG_INF]  # a masked key adds e^−∞ = 0
+    target = op.arithmetic.split(" = ")[0]
+    return f"{target} = e^{r.scaled[op.col]} / ({elide(terms, ' + ')}) = ?"
 
 
 def hide_result(arithmetic: str) -> str:

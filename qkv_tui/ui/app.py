@@ -18,14 +18,14 @@ from textual.containers import Horizontal, Vertical
 from textual.geometry import Size
 from textual.reactive import reactive
 from textual.screen import ModalScreen, Screen
-from textual.widgets import Footer, Input, Static
+from textual.widgets import Input, Static
 
 from qkv_tui.core.engine import Computation, compute
 from qkv_tui.core.scenario import Scenario, load_scenario
 from qkv_tui.screen.layout import overview_rows, pane_height, share_width
 from qkv_tui.screen.present import MAX_DECIMALS, MIN_DECIMALS, Modes, Presenter
 from qkv_tui.screen.text import printable
-from qkv_tui.screen.view import PaneSpec
+from qkv_tui.screen.view import STAGE_KEYS, PaneSpec
 from qkv_tui.teach.quiz import Question, Score, questions
 from qkv_tui.teach.stepper import Position, Stepper
 from qkv_tui.teach.trace import Trace
@@ -33,7 +33,7 @@ from qkv_tui.ui.live import Live
 from qkv_tui.ui.screenshot import without_web_fonts
 from qkv_tui.ui.widgets.heatmap import HeatmapScreen
 from qkv_tui.ui.widgets.matrix import MatrixView
-from qkv_tui.ui.widgets.panels import ExplainPanel, FormulaLine, StageBar
+from qkv_tui.ui.widgets.panels import ExplainPanel, FormulaLine, KeyFooter, QuizInput, StageBar
 from qkv_tui.ui.widgets.screens import GotoScreen, HelpScreen, NotesScreen
 
 MIN_WIDTH, MIN_HEIGHT = 50, 14
@@ -43,6 +43,11 @@ FOCUS_MIN_ROWS = 8  # rows a tall focus pane keeps when it shares the screen wit
 # lines the focus panes keep however long the explanation (which then scrolls): up to 8 rows whole
 FOCUS_FLOOR = FOCUS_MIN_ROWS + 3
 TRACE_ONLY = ("row", "next_stage", "prev_stage", "stage", "goto", "quiz", "hand", "whatif")
+# the footer's keys from most to least needed: a narrow terminal drops them from the end, whole
+FOOTER_KEEP = ("help", "quit", "next", "reveal", "quiz", "prev", "next_stage", "head", "row", "decode", "tiles")
+FOOTER_ORDER = ("head", "next", "prev", "row", "next_stage", "decode", "tiles", "reveal", "quiz", "help", "quit")
+# under a pending question: which keys act, and why the stage keys do not (they type the answer)
+QUIZ_KEYS = "esc reveals · p leaves · digits answer: ] [ change stage"
 
 
 class QKVApp(App[None]):
@@ -64,7 +69,8 @@ class QKVApp(App[None]):
         Binding("end", "last", "all", show=False, priority=True),
         Binding("tab", "head(1)", "head", priority=True),
         Binding("shift+tab", "head(-1)", "head", show=False, priority=True),
-        *(Binding(str(i), f"stage({i})", f"stage {i}", show=False) for i in range(1, 10)),
+        # 1 … 9, then 0 for stage 10: the stage bar labels each stage with the key that jumps there
+        *(Binding(key, f"stage({number})", f"stage {number}", show=False) for number, key in enumerate(STAGE_KEYS, 1)),
         Binding("g", "goto", "go to", show=False),
         Binding("k", "decode", "cache"),
         Binding("t", "tiles", "tiles"),
@@ -134,11 +140,11 @@ class QKVApp(App[None]):
                 yield Static("", id="quiz-message")
                 with Horizontal(id="quiz-ask"):
                     yield Static("", id="quiz-prompt")
-                    answer = Input(placeholder="answer", id="quiz-input", disabled=True)
+                    answer = QuizInput(placeholder="answer", id="quiz-input", disabled=True)
                     answer.cursor_blink = False  # a steady cursor: calmer, and snapshots stay stable
                     yield answer
         yield Static("", id="too-small")
-        yield Footer()
+        yield KeyFooter(FOOTER_KEEP, FOOTER_ORDER)
 
     def on_mount(self) -> None:
         self.title = printable(self.scenario.title)
@@ -194,6 +200,7 @@ class QKVApp(App[None]):
             main.set_class(small, "-too-small")
         self.live.fit_footer()  # too small too: "press q to quit" needs the q key in view
         if small:
+            self._answer_box()  # a question answered or left while too small gives its keys back too
             self.query_one("#too-small", Static).update(
                 f"terminal too small: need {MIN_WIDTH}×{MIN_HEIGHT}, have {size.width}×{size.height}"
                 "\nenlarge the window, or press q to quit"
@@ -232,20 +239,27 @@ class QKVApp(App[None]):
         bar = self.query_one("#quizbar")
         modes = self.modes
         bar.display = modes.quiz is not None and not modes.decode  # the side views hide nothing to predict
+        field = self._answer_box()
         if not bar.display:
             return 0
         # Text, not markup: answers and token labels are the learner's and the scenario's own words
-        self.query_one("#quiz-message", Static).update(
-            Text.assemble((str(modes.quiz), "bold"), "  ", printable(modes.message)))
+        message = printable(modes.message or (QUIZ_KEYS if modes.question is not None else ""))
+        self.query_one("#quiz-message", Static).update(Text.assemble((str(modes.quiz), "bold"), "  ", message))
         prompt = printable(modes.question.prompt if modes.question is not None
                            else "Press → for the next operation to predict.")
         self.query_one("#quiz-prompt", Static).update(Text(prompt))
-        field = self.query_one("#quiz-input", Input)
-        field.disabled = modes.question is None
         if modes.question is not None and not field.has_focus:
             field.focus()
         width = max(self.term.width - 2, 1)
-        return -(-len(f"{modes.quiz}  {modes.message}") // width) + -(-len(prompt) // max(width - 18, 1))
+        return -(-len(f"{modes.quiz}  {message}") // width) + -(-len(prompt) // max(width - 18, 1))
+
+    def _answer_box(self) -> QuizInput:
+        """The answer box, taking keys only while a question is shown (not in a side view, nor too small)."""
+        field = self.query_one("#quiz-input", QuizInput)
+        shown = not self.too_small and not self.modes.decode
+        field.question = self.modes.question if shown else None
+        field.disabled = field.question is None  # which also lets go of the focus: keys are the app's again
+        return field
 
     def _fill(self, group: str, specs: list[PaneSpec], height: int) -> int:
         """Show ``specs`` in a row of pane slots at most ``height`` lines tall; returns the lines used."""
@@ -328,6 +342,15 @@ class QKVApp(App[None]):
     def _questions(self, index: int) -> list[Question]:
         """The questions for an operation, about the numbers on screen (hand-rounded ones when h is on)."""
         return questions(self.presenter.view(self.modes).trace, index, self.decimals)
+
+    def _asked_again(self, modes: Modes) -> Modes:
+        """New numbers on screen (hand rounding, decimals): a pending question asks about them, not the old ones."""
+        pending = modes.question
+        if pending is None:
+            return modes
+        asked = questions(self.presenter.view(modes).trace, pending.index, modes.decimals)
+        again = [q for q in asked if q.kind == pending.kind]
+        return replace(modes, question=again[0] if again else None, message="")
 
     def _decode_step(self, step: int) -> None:
         self.modes = replace(self.modes, decode_step=min(max(step, 0), self._side_last()))
@@ -440,11 +463,11 @@ class QKVApp(App[None]):
         self.modes = replace(self.modes, whatif=not self.modes.whatif)
 
     def action_hand(self) -> None:
-        self.modes = replace(self.modes, hand=not self.modes.hand)
+        self.modes = self._asked_again(replace(self.modes, hand=not self.modes.hand))
 
     def action_decimals(self, delta: int) -> None:
         decimals = min(max(self.modes.decimals + delta, MIN_DECIMALS), MAX_DECIMALS)
-        self.modes = replace(self.modes, decimals=decimals, question=None, message="")
+        self.modes = self._asked_again(replace(self.modes, decimals=decimals))
 
     def action_explain_page(self, delta: int) -> None:
         """Page through an explanation longer than its room (a 10-token softmax, the what-if table)."""

@@ -27,7 +27,7 @@ from qkv_tui.core.edit import EditError, InputCell, changed_cells, edit, edited_
 from qkv_tui.core.engine import Computation, compute
 from qkv_tui.core.scenario import Scenario, ScenarioError, builtin_dir, builtin_names, load_scenario, resolve
 from qkv_tui.screen.present import Screen as ScreenModel
-from qkv_tui.screen.view import PaneSpec
+from qkv_tui.screen.view import PaneSpec, stage_key
 from qkv_tui.teach.stepper import Position, Stepper
 from qkv_tui.teach.trace import Trace
 from qkv_tui.ui import themes
@@ -595,7 +595,9 @@ class Live:
         for title, help_text, callback in actions:
             yield SystemCommand(title, help_text, callback)
         for number, key in enumerate(app.trace.stage_keys, start=1):
-            yield SystemCommand(f"Stage {number}: {app.trace.stage(key).name}", f"{number}: jump to the stage's first operation",
+            jump = stage_key(number)  # the key is 0 for stage 10, and later stages have none
+            yield SystemCommand(f"Stage {number}: {app.trace.stage(key).name}",
+                                f"{jump}: jump to the stage's first operation" if jump else "jump to the stage's first operation",
                                 lambda n=number: app.action_stage(n))
         for h, head in enumerate(app.comp.heads):
             if len(app.comp.heads) > 1:

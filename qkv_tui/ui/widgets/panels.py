@@ -1,23 +1,31 @@
-"""The text panels around the matrices: the stage bar, the formula line and the explanation."""
+"""The text panels around the matrices: the stage bar, the formula line, the explanation, the footer
+and the quiz's answer box."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import ClassVar, Protocol, cast
 
 from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
+from textual import events
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
 from textual.geometry import Region, Size
 from textual.strip import Strip
-from textual.widgets import Static
+from textual.widget import Widget
+from textual.widgets import Footer, Input, Static
 
 from qkv_tui.core.fmt import cell_len
 from qkv_tui.screen.text import printable, shorten, wrap
 from qkv_tui.screen.view import Explanation
+from qkv_tui.teach.quiz import Question
 from qkv_tui.ui.widgets.scrolling import SyncedScrollView
 
-TITLE_MIN = 12  # a title cut shorter than this says little: name only the current stage first
+TITLE_FLOOR = 4  # fewer letters of a title than this say nothing: the stage bar then leaves it out
 STAGE_STYLE = {"current": "bold #000000 on #ffd75f", "done": "#5fd75f", "todo": "#8a8a8a"}
 # the panels' text styles; ui/themes.py swaps both dicts for the light theme
 TEXT = {
@@ -33,14 +41,15 @@ class StageBar(Static):
     _shown: tuple[object, ...] = ()
 
     def show(self, title: str, ex: Explanation, width: int) -> None:
-        # a narrow terminal shortens the title, then names only the stage being computed, then shortens
-        # the title further; the title goes only when not even a few letters of it fit
+        # The title tells scenarios apart ("I love AI" from "I love AI, causal"), so it outranks the
+        # other stages' names: a narrow terminal first names only the stage being computed (the others
+        # keep their keys), then shortens the title; it goes only when not even a few letters of it fit
         if (title, ex.stages, width) == self._shown:  # it changes only with the stage
             return
         self._shown = (title, ex.stages, width)
         title = printable(title)
         text = self._line("", ex, full_names=False)
-        for full_names, least in ((True, len(title)), (True, TITLE_MIN), (False, len(title)), (False, 4)):
+        for full_names, least in ((True, cell_len(title)), (False, cell_len(title)), (False, TITLE_FLOOR)):
             stages = self._line("", ex, full_names)
             room = width - stages.cell_len - 4  # the title's padding and the gap after it
             if room >= min(least, cell_len(title)):
@@ -209,3 +218,97 @@ class ExplainPanel(SyncedScrollView, can_focus=False):
 @lru_cache(maxsize=32)
 def _style(text: str) -> Style:
     return Style.parse(text)
+
+
+class _Key(Protocol):
+    """What a footer key says: the action it runs, its key as shown, and what it does."""
+
+    action: str
+    key_display: str
+    description: str
+
+
+class KeyFooter(Footer):
+    """Textual's footer, narrowed a whole key at a time: no key is ever cut mid-word.
+
+    Keys that do not fit the width are left out, the least needed first (``keep`` names the
+    actions from most to least needed; the rest go before them, last first). The keys shown
+    stand in the order of ``order`` (others after them, as Textual lists them), so focusing
+    the quiz's answer box does not shuffle them. Under a modal screen it shows nothing: the
+    modal's own footer, with the keys that work there, covers it.
+    """
+
+    def __init__(self, keep: Sequence[str] = (), order: Sequence[str] = (), *, id: str | None = None,
+                 show_command_palette: bool = True, compact: bool = False) -> None:
+        super().__init__(id=id, show_command_palette=show_command_palette, compact=compact)
+        self.keep = tuple(keep)
+        self.order = tuple(order)
+        self._fitted = -1  # the width the shown keys were chosen for
+        self.left_out: frozenset[str] = frozenset()  # the actions of the keys the width had no room for
+
+    def compose(self) -> ComposeResult:
+        if self.screen is not self.app.screen:  # a modal is on top: its keys are not ours
+            self.left_out = frozenset()
+            return
+        width = self.size.width or self.app.size.width
+        self._fitted = width
+        widgets = list(super().compose())
+        # the footer's keys carry their action, key and description (Textual's FooterKey, not exported)
+        keys = [w for w in widgets if hasattr(w, "action") and not w.has_class("-command-palette")]
+        room = width - sum(self.key_width(w) + 2 for w in widgets if w.has_class("-command-palette"))  # its border
+
+        def rank(names: tuple[str, ...], key: Widget) -> int:
+            action = cast(_Key, key).action.partition("(")[0].rpartition(".")[2]  # "app.quiz" and "head(1)" too
+            return names.index(action) if action in names else len(names) + keys.index(key)
+
+        shown = set(keys)
+        for key in sorted(keys, key=lambda k: rank(self.keep, k), reverse=True):
+            if sum(self.key_width(k) for k in shown) <= room:
+                break
+            shown.discard(key)
+        self.left_out = frozenset(cast(_Key, k).action for k in keys if k not in shown)
+        yield from sorted((k for k in keys if k in shown), key=lambda k: rank(self.order, k))
+        yield from (w for w in widgets if w not in keys)  # the palette key, docked on the right
+
+    def key_width(self, widget: Widget) -> int:
+        """Cells a key takes: its key, its description and the padding or margin between keys."""
+        key = cast(_Key, widget)
+        words = cell_len(key.key_display) + (cell_len(key.description) + 1 if key.description else 0)
+        return words + (1 if self.compact else 2)
+
+    def watch_compact(self) -> None:
+        if self.is_mounted:
+            self.refresh(recompose=True)
+
+    def on_resize(self, event: events.Resize) -> None:
+        if event.size.width != self._fitted:
+            self.refresh(recompose=True)
+
+
+class QuizInput(Input):
+    """The quiz's answer box. It takes a key only while the text can still become an answer
+    (digits, a point, a minus, ``-inf``; for "which key?" a key's number or the start of its
+    name), so every other key does what it does elsewhere: p leaves the quiz, ] moves on a stage,
+    k opens the cache view, ? the help.
+    """
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape", "app.reveal", "reveal", key_display="esc"),
+        Binding("p", "app.quiz", "leave"),
+    ]
+
+    question: Question | None = None
+    """What is being asked; None: the box takes nothing."""
+
+    def check_consume_key(self, key: str, character: str | None) -> bool:
+        if character is None or not character.isprintable() or self.question is None:
+            return False
+        at = self.cursor_position
+        return self.question.could_be(self.value[:at] + character + self.value[at:])
+
+    def on_key(self, event: events.Key) -> None:
+        if event.is_printable and not self.check_consume_key(event.key, event.character):
+            event.prevent_default()  # not typed: the key goes on to the app's bindings
+
+    def on_input_changed(self) -> None:
+        self.app.refresh_bindings()  # what the box takes next changed: the footer shows the keys that act

@@ -14,9 +14,26 @@ from textual.containers import Vertical, VerticalScroll
 from textual.widgets import Input, Static
 
 from qkv_tui.screen.text import printable
+from qkv_tui.screen.view import STAGE_KEYS, stage_key
 from qkv_tui.teach.trace import Stage
 from qkv_tui.teach.trace_modern import VARIANT_NOTES
 from qkv_tui.ui.widgets.modal import Modal
+
+STAGE_KEYS_ROW = "1 … 9, 0"  # the stage keys' row of KEYS; HelpScreen adds which of them the scenario uses
+
+
+def stage_keys_row(stages: int) -> tuple[str, str]:
+    """The help's row for the stage keys, saying which of them this scenario's ``stages`` stages use."""
+    what = "jump to stage N of the head in view (0 is stage 10); the stage bar shows each stage's key"
+    if 1 <= stages <= 9:
+        what += f"; here 1 … {stages}" if stages > 1 else "; here 1"
+    elif stages == len(STAGE_KEYS):
+        what += "; here all ten"
+    elif stages > len(STAGE_KEYS):
+        later = f"stages 11 … {stages} have" if stages > len(STAGE_KEYS) + 1 else "stage 11 has"
+        what += f"; {later} no key (] / [ reach it)"
+    return STAGE_KEYS_ROW, what
+
 
 KEYS = (
     ("→ / space", "next operation (one cell of one matrix)"),
@@ -24,14 +41,15 @@ KEYS = (
     ("↓ / ↑", "next / previous row: ↓ finishes the row being filled, or fills the next one whole; ↑ takes one back"),
     ("] / [", "next / previous stage (a whole matrix)"),
     ("home / end", "first operation / everything computed"),
-    ("1 … 8", "jump to stage N of the head in view"),
+    stage_keys_row(0),
     ("g", "go to operation N"),
     ("page down / up", "scroll the explanation when it is longer than its room"),
     ("tab / shift+tab", "next / previous head"),
     ("k", "KV cache: prefill, then decode a token at a time over a paged cache (→ ← step; k again leaves)"),
     ("c", "in the cache view: prefill at once → chunked prefill → token by token"),
     ("t", "tiles: FlashAttention's online softmax, one tile of keys at a time (→ ← step; t again leaves)"),
-    ("p", "predict-then-reveal: type each result before it is shown; escape reveals, p or escape leaves"),
+    ("p", "predict-then-reveal: type each result before it is shown; escape reveals a pending answer,"
+          " escape or p leaves; while a question waits, digits type the answer (] [ change stage)"),
     ("w", "what if: this row's softmax with and without ÷√dₖ, at dₖ ×1, ×4, ×16"),
     ("h", "by hand: round every intermediate to the shown decimals, as on paper"),
     ("+ / -", "more / fewer decimals (default 3, as the seed page)"),
@@ -68,14 +86,17 @@ NOTES = (
 
 
 class _Modal(Modal[None]):
+    """A page of text over the trace: its own key (? or n), escape or q closes it; ↑ ↓ scroll it."""
+
     DEFAULT_CSS = """
     _Modal { align: center middle; }
     _Modal > VerticalScroll {
         width: 90%; max-width: 100; height: 90%;
         border: round $accent; background: $surface; padding: 0 1;
+        border-subtitle-color: $text-muted;
     }
     """
-    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape,q,question_mark,n", "dismiss_screen", "close")]
+    CLOSE_HINT: ClassVar[str] = "esc or q closes"  # the border's subtitle and the page's first line say it too
 
     def action_dismiss_screen(self) -> None:
         self.dismiss()
@@ -84,12 +105,19 @@ class _Modal(Modal[None]):
         raise NotImplementedError
 
     def compose(self) -> ComposeResult:
-        with VerticalScroll():
+        with VerticalScroll() as page:
+            page.border_subtitle = f"{self.CLOSE_HINT} · ↑ ↓ scroll"
             yield Static(self.body())
 
 
 class HelpScreen(_Modal):
     """Every key, and what each stage computes."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape", "dismiss_screen", "close", key_display="esc/q"),  # the footer: what q does here
+        Binding("q,question_mark", "dismiss_screen", "close", show=False),
+    ]
+    CLOSE_HINT = "esc, q or ? closes"
 
     def __init__(self, stages: list[Stage]) -> None:
         super().__init__()
@@ -100,11 +128,17 @@ class HelpScreen(_Modal):
         keys.add_column(width=19, no_wrap=True, style="bold #ffd75f")  # "  tab / shift+tab" and a gap
         keys.add_column(ratio=1)  # wraps under itself: a hanging indent
         for key, what in KEYS:
+            if key == STAGE_KEYS_ROW:  # which of the stage keys this scenario uses
+                key, what = stage_keys_row(len(self.stages))
             keys.add_row(f"  {key}", what)
-        parts: list[RenderableType] = [Text("Keys", style="bold underline"), keys,
+        parts: list[RenderableType] = [Text(f"{self.CLOSE_HINT} this help; ↑ ↓ and page down / up scroll it.\n",
+                                            style="italic #8a8a8a"),
+                                       Text("Keys", style="bold underline"), keys,
                                        Text("\nStages: softmax(QKᵀ/√dₖ)V, one operation at a time", style="bold underline")]
         for number, stage in enumerate(self.stages, start=1):
-            parts += [Text(f"  {number} {stage.name}", style="bold #5fafff"), _indented(stage.meaning, 4)]
+            jump = stage_key(number)
+            label = f"  {jump} {stage.name}" if jump else f"  {stage.name} (stage {number}: no key of its own; ] reaches it)"
+            parts += [Text(label, style="bold #5fafff"), _indented(stage.meaning, 4)]
         parts.append(Text("\nModern attention: what the [norm], [rope], [alibi] ... keys do", style="bold underline"))
         for title, body in VARIANT_NOTES:
             parts += [Text(f"  {title}", style="bold #5fafff"), _indented(body, 4)]
@@ -120,7 +154,7 @@ class HelpScreen(_Modal):
         ):
             legend.add_row(Text.assemble("  ", (word, style)), meaning)
         parts += [Text("\nOn screen", style="bold underline"), legend,
-                  Text("\nesc, q or ? closes this help.", style="italic #8a8a8a")]
+                  Text(f"\n{self.CLOSE_HINT} this help.", style="italic #8a8a8a")]
         return Group(*parts)
 
 
@@ -132,6 +166,12 @@ def _indented(text: str, indent: int, style: str = "") -> Padding:
 class NotesScreen(_Modal):
     """The seed page's caveats."""
 
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape", "dismiss_screen", "close", key_display="esc/q"),
+        Binding("q,n", "dismiss_screen", "close", show=False),
+    ]
+    CLOSE_HINT = "esc, q or n closes"
+
     def body(self) -> RenderableType:
         notes = Table.grid()
         notes.add_column(width=2, no_wrap=True)
@@ -139,8 +179,8 @@ class NotesScreen(_Modal):
         for title, body in NOTES:
             notes.add_row("•", Text(title, style="bold #ffd75f"))
             notes.add_row("", body + "\n")
-        return Group(Text("Notes from the page\n", style="bold underline"), notes,
-                     Text("esc, q or n closes these notes.", style="italic #8a8a8a"))
+        return Group(Text("Notes from the page", style="bold underline"),
+                     Text(f"{self.CLOSE_HINT} these notes.\n", style="italic #8a8a8a"), notes)
 
 
 def parse_operation(text: str, total: int) -> int | None:
@@ -166,7 +206,7 @@ class GotoScreen(Modal[int | None]):
     }
     GotoScreen #goto-error { color: $warning; height: auto; }
     """
-    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "cancel", "cancel")]
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "cancel", "cancel", key_display="esc")]
 
     def __init__(self, total: int) -> None:
         super().__init__()
@@ -174,7 +214,7 @@ class GotoScreen(Modal[int | None]):
 
     def compose(self) -> ComposeResult:
         with Vertical():
-            yield Static(f"Go to operation (1-{self.total}), then enter:")
+            yield Static(f"Go to operation (1-{self.total}), then enter; esc cancels:")
             yield Input(placeholder=f"1-{self.total}", id="goto-input")
             yield Static("", id="goto-error")
 
