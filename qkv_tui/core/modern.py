@@ -305,9 +305,8 @@ def alibi_mask(v: Checker, kind: str, allow: npt.NDArray[np.bool_], tokens: tupl
         expected = "[rope] positions that never decrease from one token to the next"
     raise v.fail(
         f"[alibi] needs a mask under which no query attends a later key, but with mask {kind!r} {cell}:"
-        " there slope·(j − i) is positive, so the bias favours later keys rather than nearer ones, and where a row"
-        " may attend every key the query's own position no longer matters (softmax ignores the −slope·i the row"
-        f" shares); Press et al. define the bias for keys j ≤ i only. Expected {expected}"
+        " there slope·(j − i) is positive, so the bias favours later keys rather than nearer ones;"
+        f" Press et al. define the bias for keys j ≤ i only. Expected {expected}"
     )
 
 
