@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import re
-import stat
 import tomllib
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -20,6 +19,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from qkv_tui.base.files import NotRegularError, TooLargeError, UnreadableError, read_capped
 from qkv_tui.base.values import tame
 
 MAX_BYTES = 64 * 1024 * 1024  # 64 MiB: a 4,096 x 512 matrix at full precision is about 45 MB
@@ -57,18 +57,9 @@ def _reason(exc: OSError) -> str:
     return text
 
 
-def _not_regular(mode: int) -> str | None:
-    if stat.S_ISREG(mode):
-        return None
-    if stat.S_ISDIR(mode):
+def _not_regular(kind: str) -> str:
+    if kind == "a directory":
         return "is a directory; expected a .toml scenario file"
-    kind = (
-        "a named pipe (FIFO)" if stat.S_ISFIFO(mode)
-        else "a character device" if stat.S_ISCHR(mode)
-        else "a block device" if stat.S_ISBLK(mode)
-        else "a socket" if stat.S_ISSOCK(mode)
-        else "not a regular file"
-    )
     return f"is {kind}, not a regular file; expected a .toml scenario file"
 
 
@@ -78,36 +69,16 @@ def _too_big(size: int) -> str:
 
 def read_bytes(path: Path, status: os.stat_result) -> bytes:
     """The file's bytes, refusing anything that is not a regular file of at most MAX_BYTES."""
-    problem = _not_regular(status.st_mode)
-    if problem:
-        raise ReadError(problem)
-    if status.st_size > MAX_BYTES:
-        raise ReadError(_too_big(status.st_size))
-    # Non-blocking, so that a FIFO swapped in after the stat cannot hang the open.
-    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
     try:
-        fd = os.open(path, flags)
-    except OSError as exc:
-        raise ReadError(f"cannot open: {_reason(exc)}") from None
-    try:
-        problem = _not_regular(os.fstat(fd).st_mode)
-        if problem:
-            raise ReadError(problem)
-        chunks: list[bytes] = []
-        total = 0
-        while total <= MAX_BYTES:  # the file may grow after the stat: read one byte past the limit at most
-            chunk = os.read(fd, min(1 << 20, MAX_BYTES + 1 - total))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            total += len(chunk)
-    except OSError as exc:
-        raise ReadError(f"cannot read: {_reason(exc)}") from None
-    finally:
-        os.close(fd)
-    if total > MAX_BYTES:
-        raise ReadError(f"is more than {MAX_BYTES_TEXT}; scenario files are limited to {MAX_BYTES_TEXT}")
-    return b"".join(chunks)
+        return read_capped(path, status, MAX_BYTES)
+    except NotRegularError as problem:
+        raise ReadError(_not_regular(problem.kind)) from None
+    except TooLargeError as problem:
+        if problem.size is not None:
+            raise ReadError(_too_big(problem.size)) from None
+        raise ReadError(f"is more than {MAX_BYTES_TEXT}; scenario files are limited to {MAX_BYTES_TEXT}") from None
+    except UnreadableError as problem:
+        raise ReadError(f"cannot {problem.stage}: {_reason(problem.error)}") from None
 
 
 def decode(raw: bytes) -> str:

@@ -18,6 +18,8 @@ import tomllib
 from collections.abc import Callable
 from pathlib import Path
 
+from qkv_tui.base.files import NotRegularError, TooLargeError, UnreadableError, file_kind, read_capped
+
 THEME_NAMES = ("dark", "light")
 MAX_BYTES = 64 * 1024  # the file holds one line; anything near this size is not ours
 
@@ -29,18 +31,6 @@ class ConfigError(Exception):
 def config_path() -> Path:
     base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
     return Path(base) / "qkv-tui" / "config.toml"
-
-
-def _kind(mode: int) -> str | None:
-    """What a non-regular file is, in words; None for a regular file."""
-    if stat.S_ISREG(mode):
-        return None
-    return ("a directory" if stat.S_ISDIR(mode)
-            else "a named pipe (FIFO)" if stat.S_ISFIFO(mode)
-            else "a character device" if stat.S_ISCHR(mode)
-            else "a block device" if stat.S_ISBLK(mode)
-            else "a socket" if stat.S_ISSOCK(mode)
-            else "not a regular file")
 
 
 def _reason(exc: OSError) -> str:
@@ -56,27 +46,15 @@ def read_config(path: Path | None = None) -> dict[str, object]:
         return {}
     except (OSError, ValueError) as exc:
         raise ConfigError(f"cannot open: {_reason(exc) if isinstance(exc, OSError) else exc}") from None
-    kind = _kind(status.st_mode)
-    if kind is not None:
-        raise ConfigError(f"is {kind}, not a regular file")
-    if status.st_size > MAX_BYTES:
-        raise ConfigError(f"is {status.st_size:,} bytes; a config file is at most {MAX_BYTES:,}")
-    # Non-blocking, so that a FIFO put there after the stat cannot hang the open.
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
-    except OSError as exc:
-        raise ConfigError(f"cannot open: {_reason(exc)}") from None
-    try:
-        kind = _kind(os.fstat(fd).st_mode)
-        if kind is not None:
-            raise ConfigError(f"is {kind}, not a regular file")
-        raw = os.read(fd, MAX_BYTES + 1)
-    except OSError as exc:
-        raise ConfigError(f"cannot read: {_reason(exc)}") from None
-    finally:
-        os.close(fd)
-    if len(raw) > MAX_BYTES:
-        raise ConfigError(f"is more than {MAX_BYTES:,} bytes; a config file is at most {MAX_BYTES:,}")
+        raw = read_capped(path, status, MAX_BYTES)
+    except NotRegularError as problem:
+        raise ConfigError(f"is {problem.kind}, not a regular file") from None
+    except TooLargeError as problem:
+        size = f"is {problem.size:,} bytes" if problem.size is not None else f"is more than {MAX_BYTES:,} bytes"
+        raise ConfigError(f"{size}; a config file is at most {MAX_BYTES:,}") from None
+    except UnreadableError as problem:
+        raise ConfigError(f"cannot {problem.stage}: {_reason(problem.error)}") from None
     try:
         return tomllib.loads(raw.decode("utf-8-sig"))
     except UnicodeDecodeError:
@@ -124,7 +102,7 @@ def save_theme(name: str) -> Path:
         status = os.stat(target)
     except FileNotFoundError:
         status = None
-    if status is not None and (kind := _kind(status.st_mode)) is not None:
+    if status is not None and (kind := file_kind(status.st_mode)) is not None:
         raise OSError(f"it is {kind}, not a regular file; remove it and try again")
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, temporary = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)

@@ -9,12 +9,10 @@ hang it either.
 from __future__ import annotations
 
 import os
-import stat
 from pathlib import Path
 
+from qkv_tui.base.files import FileError, NotRegularError, TooLargeError, UnreadableError, file_kind, open_checked, read_capped
 from qkv_tui.importers.errors import ImporterError
-
-O_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
 
 
 def size_text(size: int) -> str:
@@ -33,26 +31,12 @@ def status(path: Path) -> os.stat_result | None:
         raise ImporterError(f"{_name(path)}: cannot open: {exc.strerror or type(exc).__name__}") from None
 
 
-def not_regular(mode: int) -> str | None:
-    """What a file that is not a regular file is, in words; None for a regular file."""
-    if stat.S_ISREG(mode):
-        return None
-    return (
-        "a directory" if stat.S_ISDIR(mode)
-        else "a named pipe (FIFO)" if stat.S_ISFIFO(mode)
-        else "a character device" if stat.S_ISCHR(mode)
-        else "a block device" if stat.S_ISBLK(mode)
-        else "a socket" if stat.S_ISSOCK(mode)
-        else "not a regular file"
-    )
-
-
 def check_regular(path: Path, what: str) -> os.stat_result:
     """The status of a file that must be a regular file; refuses anything else without opening it."""
     found = status(path)
     if found is None:
         raise ImporterError(f"{_name(path)}: no such file; expected {what}")
-    kind = not_regular(found.st_mode)
+    kind = file_kind(found.st_mode)
     if kind is not None:
         raise ImporterError(f"{_name(path)} is {kind}; expected {what} (a regular file)")
     return found
@@ -62,38 +46,28 @@ def open_regular(path: Path, what: str) -> int:
     """A descriptor of the regular file at ``path`` (the caller closes it), opened without blocking."""
     check_regular(path, what)
     try:
-        fd = os.open(path, O_FLAGS)
-    except OSError as exc:
-        raise ImporterError(f"{_name(path)}: cannot open: {exc.strerror or exc}") from None
-    kind = not_regular(os.fstat(fd).st_mode)
-    if kind is not None:  # swapped after the check
-        os.close(fd)
-        raise ImporterError(f"{_name(path)} is {kind}; expected {what} (a regular file)")
-    return fd
+        return open_checked(path)
+    except FileError as problem:
+        raise _error(path, what, problem, 0) from None
 
 
 def read_limited(path: Path, what: str, limit: int) -> bytes:
     """The whole file, refused by its size (before reading) when it is larger than ``limit`` bytes."""
-    size = check_regular(path, what).st_size
-    if size > limit:
-        raise ImporterError(f"{_name(path)} is {size_text(size)}; expected {what} of at most {size_text(limit)}")
-    fd = open_regular(path, what)
-    chunks: list[bytes] = []
-    total = 0
+    found = check_regular(path, what)
     try:
-        while total <= limit:  # the file may grow after the stat: read one byte past the limit at most
-            chunk = os.read(fd, min(1 << 20, limit + 1 - total))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            total += len(chunk)
-    except OSError as exc:
-        raise ImporterError(f"{_name(path)}: cannot read: {exc.strerror or exc}") from None
-    finally:
-        os.close(fd)
-    if total > limit:
-        raise ImporterError(f"{_name(path)} is more than {size_text(limit)}; expected {what} of at most {size_text(limit)}")
-    return b"".join(chunks)
+        return read_capped(path, found, limit)
+    except FileError as problem:
+        raise _error(path, what, problem, limit) from None
+
+
+def _error(path: Path, what: str, problem: FileError, limit: int) -> ImporterError:
+    if isinstance(problem, NotRegularError):  # swapped after the check
+        return ImporterError(f"{_name(path)} is {problem.kind}; expected {what} (a regular file)")
+    if isinstance(problem, TooLargeError):
+        size = size_text(problem.size) if problem.size is not None else f"more than {size_text(limit)}"
+        return ImporterError(f"{_name(path)} is {size}; expected {what} of at most {size_text(limit)}")
+    assert isinstance(problem, UnreadableError)
+    return ImporterError(f"{_name(path)}: cannot {problem.stage}: {problem.error.strerror or problem.error}")
 
 
 def _name(path: Path) -> str:

@@ -15,10 +15,11 @@ from __future__ import annotations
 import stat
 from pathlib import Path
 
+from qkv_tui.base.files import file_kind
 from qkv_tui.base.values import show as _show
 from qkv_tui.base.values import token_label
 from qkv_tui.importers.errors import ImporterError, missing_package
-from qkv_tui.importers.files import not_regular, read_limited, status
+from qkv_tui.importers.files import read_limited, status
 from qkv_tui.importers.hf_config import Config, read_config, sliding_window
 from qkv_tui.importers.safetensors_raw import TensorFiles
 from qkv_tui.importers.stack import (
@@ -48,7 +49,7 @@ def open_folder(folder: Path, source: str) -> Model:
         )
     if not stat.S_ISDIR(found.st_mode):
         raise ImporterError(
-            f"model.source {shown} is {not_regular(found.st_mode) or 'a file'}; expected a folder holding config.json,"
+            f"model.source {shown} is {file_kind(found.st_mode) or 'a file'}; expected a folder holding config.json,"
             " *.safetensors and tokenizer.json"
         )
     for needed in ("config.json", "tokenizer.json"):
