@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import os
 import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -21,6 +22,7 @@ from qkv_tui.screen.view import Explanation, PaneSpec
 from qkv_tui.teach.stepper import Position
 
 HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent.parent  # the checkout: its path is replaced in every text, so any clone hashes alike
 INPUTS = HERE / "inputs"
 MANIFEST = HERE / "manifest.json"
 # Walks are capped so the corpus stays a few seconds of work: a long trace's first and last
@@ -145,9 +147,10 @@ def render(sc: Scenario) -> dict[str, str]:
     texts: dict[str, str] = {}
     for kind, make in outputs(sc).items():
         try:
-            texts[kind] = make()
+            text = make()
         except Exception as exc:
-            texts[kind] = f"raised {type(exc).__name__}: {exc}"
+            text = f"raised {type(exc).__name__}: {exc}"
+        texts[kind] = text.replace(f"{ROOT}{os.sep}", "")
     return texts
 
 
