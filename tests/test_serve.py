@@ -18,6 +18,7 @@ import time
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -63,13 +64,13 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-@pytest.fixture
-def server(tmp_path: Path) -> Iterator[str]:
-    """`qkv-tui --serve` on a free port, as a user starts it; its URL once it answers."""
+@contextmanager
+def serving(log_dir: Path, cwd: Path | None = None, env: dict[str, str] | None = None) -> Iterator[str]:
+    """`qkv-tui --serve i_love_ai` on a free port, as a user starts it; its URL once it answers."""
     port = free_port()
-    log = (tmp_path / "server.log").open("w")
+    log = (log_dir / "server.log").open("w")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "qkv_tui", "--serve", "--port", str(port), "i_love_ai"],
+        [sys.executable, "-m", "qkv_tui", "--serve", "--port", str(port), "i_love_ai"], cwd=cwd, env=env,
         stdout=log, stderr=subprocess.STDOUT, start_new_session=True,  # its own group: app processes end with it
     )
     url = f"http://127.0.0.1:{port}/"
@@ -82,7 +83,7 @@ def server(tmp_path: Path) -> Iterator[str]:
                         break
             except OSError:
                 pass
-            assert proc.poll() is None, (tmp_path / "server.log").read_text()
+            assert proc.poll() is None, (log_dir / "server.log").read_text()
             assert time.monotonic() < deadline, "the server did not answer"
             time.sleep(0.2)
         yield url
@@ -94,6 +95,12 @@ def server(tmp_path: Path) -> Iterator[str]:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
         log.close()
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[str]:
+    with serving(tmp_path) as url:
+        yield url
 
 
 def test_server_page_points_the_browser_back_at_itself(server: str) -> None:

@@ -10,12 +10,8 @@ from __future__ import annotations
 
 import hashlib
 import os
-import signal
-import subprocess
-import sys
 import time
 import tomllib
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,7 +19,7 @@ import pytest
 
 from qkv_tui.core.scenario import builtin_dir
 
-from .test_serve import CHROMIUM, FLAGS, HOOK, WAIT_MS, free_port
+from .test_serve import CHROMIUM, FLAGS, HOOK, WAIT_MS, serving
 
 
 def tree(folder: Path) -> dict[str, str]:
@@ -40,32 +36,8 @@ def classroom(tmp_path: Path) -> Iterator[tuple[str, list[Path]]]:
         folder.mkdir()
     env = {**os.environ, "HOME": str(folders[1]), "XDG_CONFIG_HOME": str(folders[2]),
            "XDG_DATA_HOME": str(folders[3]), "XDG_CACHE_HOME": str(folders[4])}
-    port = free_port()
-    log = (tmp_path / "server.log").open("w")
-    proc = subprocess.Popen([sys.executable, "-m", "qkv_tui", "--serve", "--port", str(port), "i_love_ai"],
-                            cwd=folders[0], env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    url = f"http://127.0.0.1:{port}/"
-    try:
-        deadline = time.monotonic() + WAIT_MS / 1000
-        while True:
-            try:
-                with urllib.request.urlopen(url, timeout=5) as response:
-                    if response.status == 200:
-                        break
-            except OSError:
-                pass
-            assert proc.poll() is None, (tmp_path / "server.log").read_text()
-            assert time.monotonic() < deadline, "the server did not answer"
-            time.sleep(0.2)
+    with serving(tmp_path, cwd=folders[0], env=env) as url:  # the server's own folder is folders[0]
         yield url, folders
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-        log.close()
 
 
 def test_ctrl_s_in_a_browser_downloads_the_edited_file_and_writes_nothing(
