@@ -220,7 +220,7 @@ def llama_reference(t: dict[str, np.ndarray], cfg: dict[str, Any], ids: list[int
     raise AssertionError("unreachable")
 
 
-# --- the scenario dict, evaluated by the letter of contracts §1/§7 ----------------------------
+# --- the scenario dict, evaluated by the letter of docs/scenario-format.md ----------------------------
 
 
 def evaluate_scenario_dict(doc: dict[str, Any]) -> dict[str, Any]:

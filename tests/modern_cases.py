@@ -1,8 +1,8 @@
-"""Hypothesis scenarios that combine every §7 feature, and a loop reference that shares nothing with the engine.
+"""Hypothesis scenarios that combine every variant feature, and a loop reference that shares nothing with the engine.
 
 A generated case is plain Python data plus the TOML text that describes it. The
 reference works from the data with loops and the math module only, writing each
-formula of contracts §7 out again, so a mistake in the engine cannot hide in it.
+formula of docs/scenario-format.md out again, so a mistake in the engine cannot hide in it.
 """
 
 from __future__ import annotations

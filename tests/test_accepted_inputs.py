@@ -23,10 +23,10 @@ from hypothesis import strategies as st
 
 from qkv_tui.core.engine import compute
 from qkv_tui.core.scenario import load_scenario, parse_scenario
+from qkv_tui.display.view import View
 from qkv_tui.edges.cli import main
 from qkv_tui.edges.export_json import to_json
 from qkv_tui.edges.export_markdown import to_markdown
-from qkv_tui.screen.view import View
 from qkv_tui.teach.handcalc import compute_hand
 from qkv_tui.teach.trace import Trace
 

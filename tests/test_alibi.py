@@ -7,10 +7,10 @@ import math
 import numpy as np
 import pytest
 
-from qkv_tui.core.edit import EditError, InputCell, apply_edit
+from qkv_tui.core.cell_edit import EditError, InputCell, apply_edit
 from qkv_tui.core.engine import compute
-from qkv_tui.core.modern import default_slopes
 from qkv_tui.core.scenario import ScenarioError, builtin_dir, load_scenario, parse_scenario
+from qkv_tui.core.variants import default_slopes
 
 from .conftest import BASE, HEAD
 from .modern_cases import press_slopes

@@ -340,8 +340,8 @@ async def test_scrolled_panes_never_show_a_cut_number() -> None:
 
 def test_small_panes_keep_their_width_beside_big_ones() -> None:
     from qkv_tui import compute
-    from qkv_tui.screen.layout import natural_width, share_width
-    from qkv_tui.screen.view import View
+    from qkv_tui.display.layout import natural_width, share_width
+    from qkv_tui.display.view import View
     from qkv_tui.teach.trace import Trace
 
     comp = compute(parse_scenario(big_scenario(40), "big.toml"))
@@ -354,7 +354,7 @@ def test_small_panes_keep_their_width_beside_big_ones() -> None:
 
 
 def test_only_whole_columns_are_drawn() -> None:
-    from qkv_tui.screen.layout import visible_columns
+    from qkv_tui.display.layout import visible_columns
 
     offsets = (0, 4, 8, 12, 16)  # four columns of 3 characters, each after a space
     assert visible_columns(offsets, 0, 14) == (0, 3)  # the fourth would end at 16 > 14: left out

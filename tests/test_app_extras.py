@@ -142,7 +142,7 @@ def test_what_if_never_shows_nan_for_finite_scores() -> None:
     import numpy as np
 
     from qkv_tui.core.scenario import parse_scenario
-    from qkv_tui.screen.view import whatif_lines
+    from qkv_tui.display.view import whatif_lines
 
     for scale, x in ((1.0, 1.2e154), (1e-3, 1e152), (1e-300, 1e-5), (2.0, 1.3e154)):
         text = (f'tokens = ["a", "b", "c"]\nX = [[{x!r}], [{-x!r}], [0.5]]\nscale = {scale!r}\n'

@@ -15,7 +15,7 @@ from textual import events
 from textual.widgets import Input
 
 from qkv_tui.ui.app import QKVApp
-from qkv_tui.ui.edit import EditScreen
+from qkv_tui.ui.edit_prompt import EditScreen
 
 SIZE = (120, 40)
 

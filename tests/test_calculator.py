@@ -22,8 +22,8 @@ from hypothesis import strategies as st
 
 from qkv_tui import compute, load_scenario
 from qkv_tui.core.scenario import parse_scenario
+from qkv_tui.display.view import View
 from qkv_tui.edges.export_markdown import to_markdown
-from qkv_tui.screen.view import View
 from qkv_tui.teach.handcalc import compute_hand
 from qkv_tui.teach.stepper import Position
 from qkv_tui.teach.trace import Trace
@@ -344,7 +344,7 @@ def test_the_checker_rejects_false_lines(line: str) -> None:
 
 
 def each_scenario() -> list[Any]:
-    """Every built-in scenario, the §7 ones (norm, rotation, biases, sinks) included."""
+    """Every built-in scenario, the variant ones (norm, rotation, biases, sinks) included."""
     return [pytest.param(path, id=path.stem) for path in SCENARIOS]
 
 

@@ -150,7 +150,7 @@ def test_decode_and_tiles_honour_every_modern_variant() -> None:
 
 
 def _line(dec, i: int, start: str) -> str:
-    from qkv_tui.screen.decode_view import decode_lines
+    from qkv_tui.display.decode_view import decode_lines
 
     return next(line for line in decode_lines(dec, i, 0, 3) if line.startswith(start))
 
@@ -193,7 +193,7 @@ def test_an_unmasked_scenario_is_checked_against_causal_attention_not_the_mix_st
 
 
 def test_q_names_the_norm_and_the_rotation() -> None:
-    from qkv_tui.screen.decode_view import DECODE_MEANING, decode_panes
+    from qkv_tui.display.decode_view import DECODE_MEANING, decode_panes
 
     text = ('tokens = ["a", "b", "c"]\nX = [[1, 2], [0, 1], [2, 1]]\n[norm]\nkind = "rms"\n'
             '[rope]\nlayout = "interleaved"\n[[heads]]\nW_Q = [[1, 0], [0, 1]]\nW_K = [[1, 1], [0, 1]]\n'
@@ -215,7 +215,7 @@ def test_q_names_the_norm_and_the_rotation() -> None:
 @pytest.mark.parametrize("path", SCENARIOS, ids=lambda p: p.stem)
 def test_the_cache_views_weights_read_as_the_trace_prints_them(path, decimals: int) -> None:
     # the cache view prints results only (no intermediates): each weight is the trace's, digit for digit
-    from qkv_tui.screen.decode_view import decode_lines
+    from qkv_tui.display.decode_view import decode_lines
     from qkv_tui.teach.trace import Trace
 
     comp = compute(load_scenario(path))

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from qkv_tui import compute, load_scenario
-from qkv_tui.screen.view import hand_note
+from qkv_tui.display.view import hand_note
 from qkv_tui.teach.handcalc import compute_hand, round_to
 from qkv_tui.teach.quiz import Score, check_choice, check_number, hide_result, parse_number, questions
 from qkv_tui.teach.trace import Trace

@@ -7,7 +7,7 @@ from textual.widgets import Static
 
 from qkv_tui import compute, load_scenario
 from qkv_tui.app import QKVApp
-from qkv_tui.screen.heatmap import SHADES, attention_map, shade
+from qkv_tui.display.heatmap import SHADES, attention_map, shade
 from qkv_tui.teach.stepper import Position
 from qkv_tui.teach.trace import Trace
 from qkv_tui.ui.widgets.heatmap import HeatmapScreen

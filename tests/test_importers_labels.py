@@ -10,10 +10,10 @@ import pytest
 
 from qkv_tui import compute, load_scenario
 from qkv_tui.base.values import distinct_labels
-from qkv_tui.core.edit import parse_address
+from qkv_tui.core.cell_edit import parse_address
 from qkv_tui.core.scenario import parse_scenario
+from qkv_tui.display.heatmap import attention_map
 from qkv_tui.edges.export_markdown import to_markdown
-from qkv_tui.screen.heatmap import attention_map
 from qkv_tui.teach.quiz import questions
 from qkv_tui.teach.summary import closing_summary
 from qkv_tui.teach.trace import Trace

@@ -7,7 +7,7 @@ from dataclasses import replace
 import numpy as np
 
 from qkv_tui import compute, load_scenario
-from qkv_tui.screen.present import Modes, Presenter
+from qkv_tui.display.presenter import Modes, Presenter
 from qkv_tui.teach.stepper import Position
 from qkv_tui.teach.summary import checks, closing_summary
 from qkv_tui.ui.app import QKVApp
@@ -68,13 +68,13 @@ def test_the_summary_is_shown_only_after_the_last_operation_and_not_while_predic
     comp = compute(load_scenario("two_heads"))
     presenter = Presenter(comp)
     last = len(presenter.exact) - 1
-    assert not any("✓ Done" in n for n in presenter.screen(Position(last - 1, 0), Modes()).notes)
-    notes = presenter.screen(Position(last, 1), Modes()).notes
+    assert not any("✓ Done" in n for n in presenter.frame(Position(last - 1, 0), Modes()).notes)
+    notes = presenter.frame(Position(last, 1), Modes()).notes
     assert "✓ Done" in notes[0] and "head 2 (2/2)" in notes[1] and notes[-1].startswith("Next: ")
     from qkv_tui.teach.quiz import Score, questions
 
     asked = questions(presenter.exact, last, 3)[0]
-    hidden = presenter.screen(Position(last, 0), Modes(quiz=Score(), question=asked))
+    hidden = presenter.frame(Position(last, 0), Modes(quiz=Score(), question=asked))
     assert not any("✓ Done" in n for n in hidden.notes)  # the summary would give the answer away
 
 
@@ -142,7 +142,7 @@ async def test_the_quiz_bar_leaves_the_side_views() -> None:
 
 
 def test_the_maps_legend_fits_its_box_at_80_columns() -> None:
-    from qkv_tui.screen.heatmap import attention_map
+    from qkv_tui.display.heatmap import attention_map
     from qkv_tui.teach.trace import Trace
 
     trace = Trace(compute(load_scenario("causal_mask")))
@@ -177,7 +177,7 @@ def test_a_softmax_question_leaves_the_exponentials_and_the_row_sum_to_the_learn
                 op = trace.op(index, 3)
                 row = trace.softmax_row(run.head, op.row, 3)
                 for asked in questions(trace, index, 3):
-                    shown = presenter.screen(Position(index, run.head or 0), Modes(quiz=Score(), question=asked))
+                    shown = presenter.frame(Position(index, run.head or 0), Modes(quiz=Score(), question=asked))
                     text = plain([shown.explanation.arithmetic, *shown.explanation.details, *shown.notes])
                     assert text.endswith("= ?") and "Σ" not in text
                     assert f"/ {row.total}" not in text, (name, index, text)  # the row sum
@@ -196,9 +196,9 @@ def test_the_what_if_table_waits_while_a_question_is_pending() -> None:
     softmax = next(r for r in presenter.exact.runs if r.stage == "softmax")
     asked = questions(presenter.exact, softmax.start + 1, 3)[0]  # weights[I,love] = 0.707
     modes = Modes(whatif=True, quiz=Score(), question=asked)
-    notes = plain(presenter.screen(Position(softmax.start + 1, 0), modes).notes)
+    notes = plain(presenter.frame(Position(softmax.start + 1, 0), modes).notes)
     assert "0.707" not in notes and "waits until this question is answered" in notes
-    answered = plain(presenter.screen(Position(softmax.start + 1, 0), replace(modes, question=None)).notes)
+    answered = plain(presenter.frame(Position(softmax.start + 1, 0), replace(modes, question=None)).notes)
     assert "0.707" in answered  # once answered, the table is back
 
 

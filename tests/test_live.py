@@ -13,12 +13,12 @@ import numpy as np
 import pytest
 
 from qkv_tui import load_scenario
-from qkv_tui.core.edit import EditError, InputCell, apply_edit, edit, input_cells, parse_address, parse_number, save_text
+from qkv_tui.core.cell_edit import EditError, InputCell, apply_edit, edit, input_cells, parse_address, parse_number, save_text
 from qkv_tui.core.scenario import builtin_dir
 from qkv_tui.edges import config
 from qkv_tui.ui import themes
 from qkv_tui.ui.app import QKVApp
-from qkv_tui.ui.edit import DropEditsScreen, EditScreen, ReloadScreen
+from qkv_tui.ui.edit_prompt import DropEditsScreen, EditScreen, ReloadScreen
 from qkv_tui.ui.widgets import matrix
 
 from .conftest import ROOT
@@ -178,12 +178,12 @@ async def test_edit_in_the_app_keeps_the_position_and_marks_changes(tmp_path: Pa
         assert app.position == before
         assert app.scenario.X[1, 0] == 3
         assert app.comp.heads[0].scores[0, 1] == 8  # Q[I]·K[love] = 2·2 + 0·1 + 1·4
-        screen = app.live.mark(app.presenter.screen(app.position, app.modes))
+        screen = app.live.mark(app.presenter.frame(app.position, app.modes))
         marked = {p.key: p.changed for p in screen.focus + screen.extra}
         assert (0, 1) in marked["scores@0"] and (1, 0) in marked["X@None"]
         assert "edited" in str(app.query_one("FormulaLine").render())
         await pilot.press("right")  # the marks last until the next step
-        screen = app.live.mark(app.presenter.screen(app.position, app.modes))
+        screen = app.live.mark(app.presenter.frame(app.position, app.modes))
         assert not any(p.changed for p in screen.focus + screen.extra)
 
 

@@ -1,4 +1,4 @@
-"""Modern attention (contracts §7) against a loop reference, and the invariants each variant keeps."""
+"""Modern attention (docs/scenario-format.md) against a loop reference, and the invariants each variant keeps."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ from hypothesis import strategies as st
 
 from qkv_tui import compute, load_scenario
 from qkv_tui.core.engine import rotate
-from qkv_tui.core.modern import Rope, default_slopes
 from qkv_tui.core.scenario import parse_scenario
+from qkv_tui.core.variants import Rope, default_slopes
+from qkv_tui.display.view import View
 from qkv_tui.edges.export_markdown import to_markdown
-from qkv_tui.screen.view import View
 from qkv_tui.teach.handcalc import compute_hand
 from qkv_tui.teach.trace import Trace
 

@@ -1,4 +1,4 @@
-"""Pilot tests stepping through each modern stage (contracts §7) in the app, and their snapshots."""
+"""Pilot tests stepping through each modern stage in the app, and their snapshots."""
 
 from __future__ import annotations
 

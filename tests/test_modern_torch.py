@@ -1,4 +1,4 @@
-"""The JSON export of scenarios combining every §7 feature, against PyTorch's own functions.
+"""The JSON export of scenarios combining every variant feature, against PyTorch's own functions.
 
 PyTorch has F.rms_norm, F.layer_norm, F.linear and scaled_dot_product_attention (with
 enable_gqa for shared K/V heads and a float attn_mask carrying ALiBi's bias and the mask's

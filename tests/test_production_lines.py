@@ -9,8 +9,8 @@ from hypothesis import strategies as st
 
 from qkv_tui import compute, load_scenario
 from qkv_tui.core.scenario import parse_scenario
-from qkv_tui.screen.decode_view import decode_explanation
-from qkv_tui.screen.tiled_view import tiled_explanation
+from qkv_tui.display.decode_view import decode_explanation
+from qkv_tui.display.tiled_view import tiled_explanation
 from qkv_tui.teach.decode import SCHEDULES, decode
 from qkv_tui.teach.tiled import tiled
 

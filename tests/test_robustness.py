@@ -1,4 +1,4 @@
-"""Odd but valid scenarios at odd sizes: the app must never crash (contracts §4)."""
+"""Odd but valid scenarios at odd sizes: the app must never crash."""
 
 from __future__ import annotations
 
@@ -101,12 +101,12 @@ def test_the_heat_map_takes_any_float() -> None:
 
 
 def test_control_characters_are_drawn_as_pictures() -> None:
-    from qkv_tui.screen.text import printable
+    from qkv_tui.display.text import pictured
 
-    assert printable("I") == "I" and printable("猫 é 🙂") == "猫 é 🙂"
-    assert printable("a\nb") == "a␊b"
-    assert printable("\x1b[2J") == "␛[2J"  # no terminal command smuggled in a label
-    assert printable("x\ty\x7f\x85\u2028") == "x␉y␡\ufffd\ufffd"
+    assert pictured("I") == "I" and pictured("猫 é 🙂") == "猫 é 🙂"
+    assert pictured("a\nb") == "a␊b"
+    assert pictured("\x1b[2J") == "␛[2J"  # no terminal command smuggled in a label
+    assert pictured("x\ty\x7f\x85\u2028") == "x␉y␡\ufffd\ufffd"
 
 
 async def test_control_characters_in_labels_do_not_tear_the_panes() -> None:

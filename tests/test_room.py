@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from qkv_tui import compute, load_scenario
-from qkv_tui.screen.layout import natural_width, overview_rows, pack_rows
-from qkv_tui.screen.present import Modes, Presenter
+from qkv_tui.display.layout import natural_width, overview_rows, pack_rows
+from qkv_tui.display.presenter import Modes, Presenter
 from qkv_tui.teach.stepper import Position
 from qkv_tui.ui.app import OVERVIEW_MIN_HEIGHT, OVERVIEW_ROWS, OVERVIEW_SLOTS, QKVApp
 from qkv_tui.ui.widgets.matrix import MatrixView
@@ -16,7 +16,7 @@ def extra_at_mix(name: str):
     comp = compute(load_scenario(name))
     presenter = Presenter(comp)
     mix = next(r for r in presenter.exact.runs if r.stage == "mix" and r.head == 0)
-    return presenter.screen(Position(mix.start, 0), Modes()).extra
+    return presenter.frame(Position(mix.start, 0), Modes()).extra
 
 
 def test_a_wide_screen_shows_every_context_pane_with_its_whole_title() -> None:
@@ -43,7 +43,7 @@ async def test_two_heads_at_200_by_60_leaves_no_context_pane_out() -> None:
     async with app.run_test(size=(200, 60)) as pilot:
         await pilot.press("6")
         await settle(pilot)
-        screen = app.presenter.screen(app.position, app.modes)
+        screen = app.presenter.frame(app.position, app.modes)
         shown = [v for v in app.query(MatrixView)
                  if v.display and v.parent is not None and v.parent.display and v.spec is not None]
         assert len(shown) == len(screen.focus) + len(screen.extra)

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from qkv_tui import load_scenario
-from qkv_tui.core.edit import EditError, InputCell, apply_edit, save_file, save_text
+from qkv_tui.core.cell_edit import EditError, InputCell, apply_edit, save_file, save_text
 from qkv_tui.ui.app import QKVApp
 
 from .conftest import ROOT

@@ -8,7 +8,7 @@ import pytest
 import qkv_tui.teach.decode as decode_module
 from qkv_tui import compute
 from qkv_tui.core.scenario import parse_scenario
-from qkv_tui.screen.decode_view import MAX_STAGES, decode_explanation, decode_panes
+from qkv_tui.display.decode_view import MAX_STAGES, decode_explanation, decode_panes
 from qkv_tui.teach.decode import decode
 from qkv_tui.teach.paged import PagedStore, empty_table
 from qkv_tui.teach.tiled import tiled, visit_tiles

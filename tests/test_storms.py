@@ -38,7 +38,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Input
 
 from qkv_tui.ui.app import MIN_HEIGHT, MIN_WIDTH, QKVApp
-from qkv_tui.ui.edit import EditScreen
+from qkv_tui.ui.edit_prompt import EditScreen
 from qkv_tui.ui.live import FASTER, FOOTER_ROOM, SLOWER
 from qkv_tui.ui.widgets.heatmap import HeatmapScreen
 from qkv_tui.ui.widgets.matrix import MatrixView
@@ -52,7 +52,7 @@ MAX_WIDTH, MAX_HEIGHT = 250, 80
 EDGE_SIZES = [(1, 1), (MAX_WIDTH, MAX_HEIGHT), (1, MAX_HEIGHT), (MAX_WIDTH, 1),
               (MIN_WIDTH - 1, MIN_HEIGHT - 1), (MIN_WIDTH - 1, MIN_HEIGHT), (MIN_WIDTH, MIN_HEIGHT - 1),
               (MIN_WIDTH, MIN_HEIGHT), (MIN_WIDTH + 1, MIN_HEIGHT + 1), (80, 24)]
-# built-ins of every kind: one head, two heads, a mask, cross-attention, grouped-query (§7), 16 tokens
+# built-ins of every kind: one head, two heads, a mask, cross-attention, grouped-query, 16 tokens
 STORM_SCENARIOS = ["i_love_ai", "two_heads", "causal_mask", "cross_attention", "gqa", "sixteen_tokens"]
 EXTRA_MOVES = 14  # random moves beyond one press of every key
 RESIZE_EVERY = 13  # a resize, or a burst of them, after this many moves (each settles: some 0.3 s)

@@ -16,7 +16,7 @@ from qkv_tui import compute, load_scenario
 from qkv_tui.core.fmt import fmt
 from qkv_tui.edges.export_markdown import to_markdown
 from qkv_tui.teach.trace import STAGES, Trace
-from qkv_tui.teach.trace_modern import VARIANT_NOTES
+from qkv_tui.teach.trace_variants import VARIANT_NOTES
 from qkv_tui.ui.widgets.screens import NOTES
 
 from .conftest import BASE, HEAD, ROOT, SCENARIOS

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from qkv_tui import compute, load_scenario
 from qkv_tui.core.scenario import parse_scenario
-from qkv_tui.screen.tiled_view import op_lines
+from qkv_tui.display.tiled_view import op_lines
 from qkv_tui.teach.tiled import PHASES, tiled
 from qkv_tui.teach.trace import Trace
 
@@ -181,7 +181,7 @@ def test_the_old_exponential_is_gone() -> None:
 
 
 def test_the_view_says_whose_algorithm_and_what_it_saves() -> None:
-    from qkv_tui.screen.tiled_view import MEANING
+    from qkv_tui.display.tiled_view import MEANING
     from qkv_tui.teach.tiled import memory_line
 
     assert "one tile wide" not in MEANING["scores"]  # FlashAttention's extra memory is O(N), not one tile
@@ -197,7 +197,7 @@ def test_values_near_the_largest_float_are_summed_scaled_and_say_so() -> None:
     # Õ = 1.5e308 + 1.5e308 overflowed; O = Õ/ℓ is 1.5e308, within float64
     import warnings
 
-    from qkv_tui.screen.tiled_view import tiled_explanation
+    from qkv_tui.display.tiled_view import tiled_explanation
 
     text = 'tokens = ["a", "b", "c"]\nX = [[1], [1], [1]]\n[[heads]]\nW_Q = [[1]]\nW_K = [[1]]\nW_V = [[1.5e308]]\n'
     comp = compute(parse_scenario(text, "big.toml"))

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from rich.console import Console
 
 from qkv_tui.core.fmt import cell_len
-from qkv_tui.screen.text import wrap
+from qkv_tui.display.text import wrap
 from qkv_tui.teach.trace import STAGES
 from qkv_tui.ui.widgets.screens import KEYS, NOTES, HelpScreen, NotesScreen
 

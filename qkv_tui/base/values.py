@@ -94,7 +94,7 @@ def kind(value: Any) -> str:
     return f"a {type(value).__name__}"
 
 
-def printable(text: str) -> str:
+def escaped(text: str) -> str:
     """One line of text that any terminal shows as written: control characters and
     undecodable bytes (a path from argv) become escapes such as ``\\n``."""
     if text.isprintable():
@@ -116,7 +116,7 @@ def visible(text: str) -> bool:
 def token_label(text: str) -> str:
     """A tokenizer's token as a label that shows: escaped where it would not, and ``␣`` for each space
     of a token that is only spaces (a model's token must never be refused as a blank label)."""
-    text = printable(text)
+    text = escaped(text)
     if visible(text):
         return text
     return "".join("␣" if ch == " " else ch.encode("unicode_escape").decode("ascii") for ch in text) or "∅"

@@ -1,6 +1,6 @@
 """Every matrix of softmax(Q Kᵀ / scale + bias) V for a scenario, in plain NumPy.
 
-Follows contracts §1 "Semantics" and §7 line by line: X is normalised first where the
+Follows docs/scenario-format.md, "What is computed", line by line: X is normalised first where the
 scenario has a [norm]; per head Q = X W_Q + b_Q, K = X_kv W_K + b_K, V = X_kv W_V + b_V;
 RoPE rotates Q and K by position; scores = Q Kᵀ, scaled = scores / scale; the softmax's
 input is scaled + ALiBi bias with -inf where the mask forbids; weights = stable row softmax
@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from qkv_tui.core.modern import Norm, Rope, Vector
 from qkv_tui.core.scenario import BoolMatrix, Head, Matrix, Scenario, ScenarioError
+from qkv_tui.core.variants import Norm, Rope, Vector
 
 
 @dataclass(frozen=True, eq=False)
@@ -76,7 +76,7 @@ class NormResult:
 
 @dataclass(frozen=True, eq=False)
 class Computation:
-    """The whole computation of a scenario (contracts §3 is its plain-data form)."""
+    """The whole computation of a scenario (the JSON export is its plain-data form)."""
 
     scenario: Scenario
     heads: tuple[HeadResult, ...]
@@ -176,7 +176,7 @@ def normalize(norm: Norm, X: Matrix) -> NormResult:
 
 
 def rotate(M: Matrix, rope: Rope, positions: tuple[int, ...]) -> Matrix:
-    """RoPE: each pair (a, b) of a row at position p turns by p·θ_i (contracts §7)."""
+    """RoPE: each pair (a, b) of a row at position p turns by p·θ_i (docs/scenario-format.md, `[rope]`)."""
     d_k = M.shape[1]
     out = M.copy()  # (rows, d_k)
     p = np.asarray(positions, dtype=np.float64)  # (rows,)

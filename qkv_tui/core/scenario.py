@@ -20,14 +20,14 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from qkv_tui.base.values import distinct_labels, printable, visible
+from qkv_tui.base.values import distinct_labels, escaped, visible
 from qkv_tui.base.values import kind as _kind
 from qkv_tui.base.values import show as _show
-from qkv_tui.core import modern
+from qkv_tui.core import variants
 from qkv_tui.core.inputs import INPUT_KEYS, Input, parse_input
-from qkv_tui.core.modern import Alibi, Norm, Rope, Vector
 from qkv_tui.core.production import CACHE_KEYS, TILES_KEYS, ProductionSettings, parse_production
 from qkv_tui.core.tomlfile import NumberGrid, ReadError, decode, parse_toml, read_bytes, stat_path, table_values
+from qkv_tui.core.variants import Alibi, Norm, Rope, Vector
 
 Matrix = npt.NDArray[np.float64]
 BoolMatrix = npt.NDArray[np.bool_]
@@ -35,7 +35,7 @@ BoolMatrix = npt.NDArray[np.bool_]
 TOP_KEYS = (
     "title", "description", "tokens", "X", "mask", "scale",
     "heads", "attention", "output", "context",
-    "norm", "rope", "alibi",  # modern attention (core/modern.py)
+    "norm", "rope", "alibi",  # modern attention (core/variants.py)
     "model",  # a real model's head: expanded by the importers before validation
     "input",  # what X is (core/inputs.py); the importers set it
     "tiles", "cache",  # the production views' settings (core/production.py)
@@ -53,7 +53,7 @@ class ScenarioError(Exception):
     """A scenario that cannot be loaded or computed; ``str()`` is ``<file>: <message>``."""
 
     def __init__(self, source: str, message: str) -> None:
-        source, message = printable(source), printable(message)
+        source, message = escaped(source), escaped(message)
         super().__init__(f"{source}: {message}")
         self.source = source
         self.message = message
@@ -161,7 +161,7 @@ class Scenario:
             parts.append("W_O")
         if self.scale is not None:
             parts.append(f"scale {self.scale:g}")
-        parts.extend(modern.summary_parts(self))
+        parts.extend(variants.summary_parts(self))
         return ", ".join(parts)
 
     def warnings(self) -> list[str]:
@@ -238,7 +238,7 @@ def load_scenario(spec: str | Path | Scenario) -> Scenario:
         raw = read_bytes(path, status)
     except ReadError as exc:
         raise ScenarioError(source, exc.message) from None
-    return parse_scenario(raw, source, default_title=printable(path.stem), base=path.parent)
+    return parse_scenario(raw, source, default_title=escaped(path.stem), base=path.parent)
 
 
 def parse_scenario(raw: bytes | str, source: str, default_title: str = "scenario", base: Path | None = None) -> Scenario:
@@ -292,9 +292,9 @@ def key_tables() -> dict[str, tuple[str, ...]]:
         "[output]": OUTPUT_KEYS,
         "[context]": CONTEXT_KEYS,
         "[mask]": MASK_KEYS,
-        "[norm]": modern.NORM_KEYS,
-        "[rope]": modern.ROPE_KEYS,
-        "[alibi]": modern.ALIBI_KEYS,
+        "[norm]": variants.NORM_KEYS,
+        "[rope]": variants.ROPE_KEYS,
+        "[alibi]": variants.ALIBI_KEYS,
         "[tiles]": TILES_KEYS,
         "[cache]": CACHE_KEYS,
         "[input]": INPUT_KEYS,
@@ -342,7 +342,7 @@ class _Validator:
             same_but_case = [a for a in allowed if a.lower() == key.lower()]
             if same_but_case:
                 raise self.fail(f"unknown key {_show(key)}{place}; did you mean {same_but_case[0]!r}? (keys are case-sensitive)")
-            twin = modern.LOOKALIKES.get((where.split(" #")[0], key))
+            twin = variants.LOOKALIKES.get((where.split(" #")[0], key))
             if twin:
                 raise self.fail(f"unknown key {_show(key)}{place}; did you mean {twin[0]!r}? ({twin[1]})")
             elsewhere = _misplaced(key, where.split(" #")[0], table[key])
@@ -462,13 +462,13 @@ class _Validator:
         W_O, b_O = self.output(doc, heads)
         scale = self.scale(doc)
         mask_kind, allow, window = self.mask(doc, tokens, key_tokens, context_X is not None)
-        norm = modern.parse_norm(self, doc, d_model)
+        norm = variants.parse_norm(self, doc, d_model)
         head_dks = [
             (f"head {i + 1}" + ("" if h.name == f"head {i + 1}" else f" ({_quote(h.name)})"), h.d_k) for i, h in enumerate(heads)
         ]
-        rope = modern.parse_rope(self, doc, tokens, context_X is not None, head_dks)
+        rope = variants.parse_rope(self, doc, tokens, context_X is not None, head_dks)
         positions = rope.positions if rope is not None else tuple(range(len(tokens)))
-        alibi = modern.parse_alibi(self, doc, len(heads), context_X is not None, (mask_kind, allow), tokens, positions)
+        alibi = variants.parse_alibi(self, doc, len(heads), context_X is not None, (mask_kind, allow), tokens, positions)
         return Scenario(
             title=title, description=description, source=self.source,
             tokens=tokens, X=X, key_tokens=key_tokens, context_X=context_X,
@@ -505,10 +505,10 @@ class _Validator:
                 self.check_projection(mats["W_Q"], mats["W_K"], mats["W_V"], where, d_model, d_in, d_in_name)
                 d_k, d_v = mats["W_Q"].shape[1], mats["W_V"].shape[1]
                 b_Q, b_K, b_V = (
-                    modern.parse_bias(self, table, role, where, width, f"one per column of W_{role}")
+                    variants.parse_bias(self, table, role, where, width, f"one per column of W_{role}")
                     for role, width in (("Q", d_k), ("K", d_k), ("V", d_v))
                 )
-                sink = modern.parse_sink(self, table, f"{where} sink")
+                sink = variants.parse_sink(self, table, f"{where} sink")
                 result.append(Head(name, mats["W_Q"], mats["W_K"], mats["W_V"], b_Q, b_K, b_V, sink=sink,
                                    kv_head=self.kv_head(table, where, i, result, (mats["W_K"], mats["W_V"], b_K, b_V))))
             return tuple(result), None, None
@@ -523,7 +523,7 @@ class _Validator:
         count = table["num_heads"]
         if isinstance(count, bool) or not isinstance(count, int) or count < 1:
             raise self.fail(f"[attention] num_heads must be a whole number >= 1, got {_kind(count)}")
-        kv_count = modern.parse_num_kv_heads(self, table, count)
+        kv_count = variants.parse_num_kv_heads(self, table, count)
         mats = {role: self.matrix(table[role], f"[attention] {role}") for role in ("W_Q", "W_K", "W_V")}
         # grouped K/V heads make W_K narrower than W_Q: its width is checked per head below
         self.check_projection(
@@ -546,13 +546,13 @@ class _Validator:
                 f" (d_k = {d_k} from W_Q's {mats['W_Q'].shape[1]} columns over num_heads = {count})"
             )
         wide = {
-            role: modern.parse_bias(self, table, role, "[attention]", heads_of * width, f"{what} × {name}")
+            role: variants.parse_bias(self, table, role, "[attention]", heads_of * width, f"{what} × {name}")
             for role, heads_of, width, what, name in (
                 ("Q", count, d_k, "num_heads", "d_k"), ("K", kv_count, d_k, "num_kv_heads", "d_k"),
                 ("V", kv_count, d_v, "num_kv_heads", "d_v"),
             )
         }
-        sinks = modern.parse_sinks(self, table, count)
+        sinks = variants.parse_sinks(self, table, count)
 
         def cut(array: Any, index: int, width: int) -> Any:
             if array is None:
@@ -568,7 +568,7 @@ class _Validator:
         ]
         heads = []
         for h in range(count):
-            kv = modern.kv_head_of(h, count, kv_count)
+            kv = variants.kv_head_of(h, count, kv_count)
             W_K, W_V, b_K, b_V = kv_parts[kv]
             heads.append(Head(
                 f"head {h + 1}", cut(mats["W_Q"], h, d_k), W_K, W_V, cut(wide["Q"], h, d_k), b_K, b_V,
@@ -584,7 +584,7 @@ class _Validator:
         value = table["kv_head"]
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise self.fail(f"{where} kv_head must be a whole number >= 0 (the K/V head it reads), got {_kind(value)}")
-        if value > modern.MAX_INDEX:
+        if value > variants.MAX_INDEX:
             raise self.fail(f"{where} kv_head is {_show(value)}, too large; expected a K/V head index from 0 to 2^53")
         for j, other in enumerate(earlier):
             theirs = (other.W_K, other.W_V, other.b_K, other.b_V)
@@ -632,7 +632,7 @@ class _Validator:
                 widths = " + ".join(str(h.d_v) for h in heads)
                 because = f"one per column of the {len(heads)} heads' outputs side by side (d_v {widths} = {total})"
             raise self.fail(f"[output] W_O has {W_O.shape[0]} rows; expected {total}, {because}")
-        b_O = modern.parse_bias(self, table, "O", "[output]", W_O.shape[1], "one per column of W_O, d_out")
+        b_O = variants.parse_bias(self, table, "O", "[output]", W_O.shape[1], "one per column of W_O, d_out")
         return W_O, b_O
 
     def scale(self, doc: dict[str, Any]) -> float | None:
@@ -678,8 +678,8 @@ class _Validator:
         allow = np.ones((n, m), dtype=bool)
         window = None
         if kind == "sliding":
-            window = modern.parse_window(self, table, is_cross)
-            allow = modern.sliding_allow(n, window)
+            window = variants.parse_window(self, table, is_cross)
+            allow = variants.sliding_allow(n, window)
         elif kind == "causal":
             if n != m:
                 raise self.fail(f"a causal mask needs as many keys as queries, but there are {n} queries and {m} keys")

@@ -14,7 +14,7 @@ from typing import NoReturn, TextIO
 import numpy as np
 
 from qkv_tui import __version__
-from qkv_tui.base.values import printable
+from qkv_tui.base.values import escaped
 from qkv_tui.core.engine import combine, compute, iter_heads
 from qkv_tui.core.scenario import Scenario, ScenarioError, builtin_dir, builtin_names, load_scenario, resolve
 from qkv_tui.edges import model_args
@@ -67,7 +67,7 @@ EXPORTERS: dict[str, tuple[Exporter, str]] = {
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
-        sys.stderr.write(f"error: {printable(message)} (see qkv-tui --help)\n")
+        sys.stderr.write(f"error: {escaped(message)} (see qkv-tui --help)\n")
         raise SystemExit(2)
 
 
@@ -165,8 +165,8 @@ def shadow_note(spec: str) -> str | None:
             return None
     except (ScenarioError, OSError):
         return None  # loading it says what is wrong
-    return (f"{printable(spec)}: using ./{printable(str(path))} from this folder, not the built-in scenario"
-            f" {stem}; for the built-in: qkv-tui {printable(str(builtin))}")
+    return (f"{escaped(spec)}: using ./{escaped(str(path))} from this folder, not the built-in scenario"
+            f" {stem}; for the built-in: qkv-tui {escaped(str(builtin))}")
 
 
 def _note(spec: str) -> None:
@@ -196,7 +196,7 @@ def terminal_problem() -> str | None:
 
 
 def _warn(line: str) -> None:
-    sys.stderr.write(f"warning: {printable(line)}\n")
+    sys.stderr.write(f"warning: {escaped(line)}\n")
 
 
 def _main(argv: list[str] | None) -> int:
@@ -224,9 +224,9 @@ def _main(argv: list[str] | None) -> int:
             except ScenarioError as exc:
                 status = _fail(exc)
                 continue
-            sys.stdout.write(f"ok: {printable(spec)}: {scenario.summary()}\n")
+            sys.stdout.write(f"ok: {escaped(spec)}: {scenario.summary()}\n")
             for warning in scenario.warnings():
-                sys.stderr.write(f"warning: {printable(spec)}: {warning}\n")
+                sys.stderr.write(f"warning: {escaped(spec)}: {warning}\n")
         return status
     blanks = DEFAULT_BLANKS if args.blanks is None else args.blanks
     if args.export == "worksheet":
@@ -269,7 +269,7 @@ def _main(argv: list[str] | None) -> int:
         try:
             save_theme(args.theme)
         except OSError as exc:
-            sys.stderr.write(f"error: {printable(str(config_path()))}: cannot save the theme: {exc.strerror or exc}\n")
+            sys.stderr.write(f"error: {escaped(str(config_path()))}: cannot save the theme: {exc.strerror or exc}\n")
             return 2
     theme = args.theme or saved_theme(warn=_warn)
     if args.serve:

@@ -1,4 +1,4 @@
-"""The JSON export (contracts §3): every matrix of the computation at full float64 precision.
+"""The JSON export (README, "The command line"): every matrix of the computation at full float64 precision.
 
 Written as a stream: one head is computed, written and dropped before the next, and each
 matrix goes out a row at a time, one row per line, so memory stays near one head's matrices
@@ -16,8 +16,8 @@ from typing import Any, TextIO
 import numpy as np
 
 from qkv_tui.core.engine import Computation, HeadResult, NormResult, combine, iter_heads, norm_of
-from qkv_tui.core.modern import Vector
 from qkv_tui.core.scenario import Matrix, Scenario
+from qkv_tui.core.variants import Vector
 
 _CHUNK = 1 << 16  # characters gathered before each write: few calls, little memory
 _NEG_INF = float("-inf")
@@ -87,14 +87,14 @@ def _fields(out: _Out, fields: Iterable[tuple[str, Any]], indent: str) -> None:
 
 
 def head_fields(h: HeadResult) -> list[tuple[str, Any]]:
-    """One entry of ``heads``, in the order of contracts §3."""
+    """One entry of ``heads``, in the export's documented order (README, "The command line")."""
     return [
         ("name", h.name), ("d_k", h.d_k), ("scale", h.scale),
         ("W_Q", h.W_Q), ("W_K", h.W_K), ("W_V", h.W_V),
         ("Q", h.Q), ("K", h.K), ("V", h.V),
         ("scores", h.scores), ("scaled", h.scaled), ("masked", h.masked),
         ("weights", h.weights), ("output", h.output),
-        # contracts §7 (null where the scenario does not use the feature), then the biases
+        # docs/scenario-format.md, "What is computed" (null where the scenario does not use the feature), then the biases
         ("Q_rot", h.Q_rot), ("K_rot", h.K_rot), ("bias", h.bias), ("sink", h.sink), ("kv_head", h.kv_head),
         ("b_Q", _vector(h.b_Q)), ("b_K", _vector(h.b_K)), ("b_V", _vector(h.b_V)),
     ]

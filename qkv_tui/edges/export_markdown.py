@@ -105,7 +105,7 @@ def to_markdown(comp: Computation, decimals: int = 3) -> str:
     if sc.is_cross:
         out += ["The context's embeddings (Keys and Values are built from these):", "",
                 table("context_X", None, keys, columns("context_X", None), "X_ctx"), ""]
-    if comp.norm is not None:  # contracts §7: X is normalised before the projections
+    if comp.norm is not None:  # X is normalised before the projections
         stage_heading("norm")
         out += [f"X̂ = {sc.norm.kind if sc.norm else ''}norm(X):", "",
                 table("X_norm", None, tokens, columns("X_norm", None), "X̂"), ""]

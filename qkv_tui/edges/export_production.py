@@ -1,14 +1,14 @@
 """The Markdown page's production sections: prefill and decode over a paged KV cache, and FlashAttention's tiles.
 
-The lines are the app's own (screen/decode_view.py, screen/tiled_view.py), so every one of them
+The lines are the app's own (display/decode_view.py, display/tiled_view.py), so every one of them
 checks out on a calculator as it does on screen.
 """
 
 from __future__ import annotations
 
 from qkv_tui.core.engine import Computation
-from qkv_tui.screen.decode_view import decode_lines, mask_note, reference_name, step_title
-from qkv_tui.screen.tiled_view import MEANING, op_lines
+from qkv_tui.display.decode_view import decode_lines, mask_note, reference_name, step_title
+from qkv_tui.display.tiled_view import MEANING, op_lines
 from qkv_tui.teach.decode import decode
 from qkv_tui.teach.tiled import PHASE_NAMES, memory_line, tiled
 

@@ -110,7 +110,7 @@ def to_toml(scenario: Scenario) -> str:
             lines += [f"{role} = {vector(b)}" for role, b in biases if b is not None]
             if head.sink is not None:
                 lines.append(f"sink = {number(head.sink)}")
-            if sc.kv_head(i) != i:  # a real model's K/V head index (contracts §8)
+            if sc.kv_head(i) != i:  # a real model's K/V head index (README, "A real model's head")
                 lines.append(f"kv_head = {sc.kv_head(i)}")
     if sc.W_O is not None:
         lines += ["", "[output]", f"W_O = {matrix(sc.W_O)}"]
@@ -120,7 +120,7 @@ def to_toml(scenario: Scenario) -> str:
 
 
 def _modern_tables(sc: Scenario) -> list[str]:
-    """[norm], [rope] and [alibi] (contracts §7), where the scenario has them."""
+    """[norm], [rope] and [alibi] (docs/scenario-format.md), where the scenario has them."""
     lines: list[str] = []
     if sc.norm is not None:
         lines += ["", "[norm]", f"kind = {string(sc.norm.kind)}", f"gamma = {vector(sc.norm.gamma)}"]

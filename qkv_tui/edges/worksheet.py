@@ -6,7 +6,7 @@ from the page gets the printed answer within one unit of its last digit. The inp
 printed exactly as the scenario gives them. A blank's operands always sit in earlier tables
 (shown, or blanks that come earlier on the page), so every blank can be filled in page order.
 
-Every stage of contracts §7 has its tables: the norm's row statistics and X̂, the ``+ b`` of a
+Every stage of docs/scenario-format.md, "What is computed", has its tables: the norm's row statistics and X̂, the ``+ b`` of a
 projection, RoPE's cos/sin table and Q', K', ALiBi's ``slope·(j − i)``, a sink's extra term in
 the softmax sum; heads that share a K/V head print its K and V once.
 The page order, the blanks and the answer key live here; the tables in

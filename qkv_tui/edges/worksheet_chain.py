@@ -87,7 +87,7 @@ def _same(a: Matrix | None, b: Matrix | None) -> bool:
 
 
 def pairs(layout: str, d_k: int) -> list[tuple[int, int]]:
-    """The dimensions RoPE turns together, pair i first (contracts §7)."""
+    """The dimensions RoPE turns together, pair i first (docs/scenario-format.md, `[rope]`)."""
     half = d_k // 2
     return [(2 * i, 2 * i + 1) for i in range(half)] if layout == "interleaved" else [(i, i + half) for i in range(half)]
 

@@ -42,7 +42,7 @@ def _suffix(ws: Worksheet, table: Table) -> str:
 
 
 def _rules(ws: Worksheet) -> list[str]:
-    """The bullets under the title: how to work the page, and each §7 stage it has."""
+    """The bullets under the title: how to work the page, and each variant stage it has."""
     comp = ws.comp
     sc = comp.scenario
     d = ws.decimals

@@ -15,8 +15,8 @@ from dataclasses import replace
 import numpy as np
 
 from qkv_tui.core.engine import Computation, HeadResult, NormResult, mean_square, row_mean
-from qkv_tui.core.modern import Norm, Rope, Vector
 from qkv_tui.core.scenario import Matrix
+from qkv_tui.core.variants import Norm, Rope, Vector
 
 CHUNK = 2_000_000  # products held at once (16 MB of float64)
 WHOLE = 2.0 ** 52  # from here on every float is a whole number: rounding to decimals >= 0 leaves it as it is
@@ -144,7 +144,7 @@ def hand_norm(norm: Norm, X: Matrix, decimals: int) -> NormResult:
 
 
 def compute_hand(comp: Computation, decimals: int) -> Computation:
-    """The same scenario worked by hand at ``decimals`` places (contracts' shapes, rounded values)."""
+    """The same scenario worked by hand at ``decimals`` places (the exact computation's shapes, rounded values)."""
     sc = comp.scenario
     norm = hand_norm(sc.norm, sc.X, decimals) if sc.norm is not None else None
     X_in = sc.X if norm is None else norm.X_norm

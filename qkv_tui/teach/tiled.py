@@ -37,7 +37,7 @@ from qkv_tui.core.fmt import fmt, is_integral, vector
 from qkv_tui.core.production import agreement, rounding_bound
 from qkv_tui.core.scenario import BoolMatrix, Matrix
 from qkv_tui.teach.arith import MAX_GUARD, agrees, first_fit, shown, softmax_row
-from qkv_tui.teach.trace_modern import sink_row
+from qkv_tui.teach.trace_variants import sink_row
 
 PHASES = ("scores", "tile_max", "new_max", "rescale", "exps", "accumulate")
 PHASE_NAMES = {

@@ -20,7 +20,7 @@ import numpy as np
 from qkv_tui.core.engine import Computation
 from qkv_tui.core.fmt import NEG_INF, fmt, is_integral
 from qkv_tui.core.scenario import Head, Matrix, Scenario
-from qkv_tui.teach import trace_modern as modern
+from qkv_tui.teach import trace_variants as variants
 from qkv_tui.teach.arith import (
     MAX_TERMS,
     SoftmaxRow,
@@ -68,8 +68,8 @@ STAGES: dict[str, Stage] = {s.key: s for s in (
           "Each head produced its own output. Place them side by side, left to right, one wide row per token."),
     Stage("wo", "W_O",
           "A final linear layer W_O mixes the heads' concatenated outputs into the model's output width."),
-    Stage("norm", "Norm", modern.NORM_MEANING),  # after Embed
-    Stage("rotate", "Rotate", modern.ROTATE_MEANING),  # after Project
+    Stage("norm", "Norm", variants.NORM_MEANING),  # after Embed
+    Stage("rotate", "Rotate", variants.ROTATE_MEANING),  # after Project
 )}
 
 # A real model's X from layer 1 on is not an embedding: the stage is named for what it shows
@@ -516,7 +516,7 @@ class Trace:
             work = dot_line(source[row], W[:, col], src_int, w_int, result, d, self.hand)
             text = f"{seg.target}[{label},{col}] = {xs}[{label}]·{weight_name}[:,{wcol}] = {work}"
         else:
-            work = modern.dot_bias_line(source[row], W[:, col], float(bias[col]), src_int, w_int, result, d, self.hand)
+            work = variants.dot_bias_line(source[row], W[:, col], float(bias[col]), src_int, w_int, result, d, self.hand)
             text = f"{seg.target}[{label},{col}] = {xs}[{label}]·{weight_name}[:,{wcol}] + b_{seg.target}[{col}] = {work}"
         operands = (Ref(src_name, None, row, None), Ref(weight_name, h, None, col))
         details: tuple[str, ...] = ()
@@ -533,13 +533,13 @@ class Trace:
         assert self.comp.norm is not None
         token = self.comp.scenario.labels[row]
         value = float(self.comp.norm.X_norm[row, col])
-        text, details = modern.norm_lines(self.comp, row, col, token, d, self.hand)
+        text, details = variants.norm_lines(self.comp, row, col, token, d, self.hand)
         return Operation(index, seg, row, col, value, (Ref("X", None, row),), text, details)
 
     def _op_rotate(self, index: int, seg: Segment, row: int, col: int, d: int) -> Operation:
         h = seg.head
         assert h is not None and self.comp.scenario.rope is not None
-        value, text, details = modern.rotate_lines(self.comp, h, seg.target, row, col, d, self.hand)
+        value, text, details = variants.rotate_lines(self.comp, h, seg.target, row, col, d, self.hand)
         source = "Q" if seg.target == "Q_rot" else "K"
         pair = next(ab for ab in self.comp.scenario.rope.pairs(self.comp.heads[h].d_k) if col in ab)
         operands = (Ref(source, h, row, pair[0]), Ref(source, h, row, pair[1]))
@@ -586,7 +586,7 @@ class Trace:
                              head.scale == round(head.scale), scaled, d)
         extra: tuple[str, ...] = ()
         if head.bias is not None and self.comp.scenario.positions is not None:
-            work, term, bias_t = modern.alibi_line(head, row, col, self.comp.scenario.positions,
+            work, term, bias_t = variants.alibi_line(head, row, col, self.comp.scenario.positions,
                                                    self.integral("scores", h), symbol, d, self.hand)
             extra = (f"ALiBi: {head.name}'s slope {head.slope or 0:g} times the distance"
                      f" j − i; bias = {term} = {bias_t}",)
@@ -627,7 +627,7 @@ class Trace:
     def _softmax_row(self, head: int, row: int, decimals: int) -> SoftmaxRow:
         hr = self.comp.heads[head]
         if hr.sink is not None:  # the sink is one more column of the row until the weights are read off
-            logits, weights = modern.sink_row(hr, row)
+            logits, weights = variants.sink_row(hr, row)
             return softmax_row(logits, weights, decimals)
         return softmax_row(hr.masked[row], hr.weights[row], decimals)
 
@@ -715,7 +715,7 @@ class Trace:
                             self.integral("W_O", None), result, d, self.hand)
             text = f"final[{q},{col}] = concat[{q}]·W_O[:,{col}] = {work}"
         else:
-            work = modern.dot_bias_line(comp.concat[row], comp.W_O[:, col], float(comp.b_O[col]),
+            work = variants.dot_bias_line(comp.concat[row], comp.W_O[:, col], float(comp.b_O[col]),
                                         self.integral("concat", None), self.integral("W_O", None), result, d, self.hand)
             text = f"final[{q},{col}] = concat[{q}]·W_O[:,{col}] + b_O[{col}] = {work}"
         return Operation(index, seg, row, col, value, (Ref("concat", None, row), Ref("W_O", None, None, col)), text)

@@ -22,10 +22,10 @@ from textual.widgets import Input, Static
 
 from qkv_tui.core.engine import Computation, compute
 from qkv_tui.core.scenario import Scenario, load_scenario
-from qkv_tui.screen.layout import overview_rows, pane_height, share_width
-from qkv_tui.screen.present import MAX_DECIMALS, MIN_DECIMALS, Modes, Presenter
-from qkv_tui.screen.text import printable
-from qkv_tui.screen.view import STAGE_KEYS, PaneSpec
+from qkv_tui.display.layout import overview_rows, pane_height, share_width
+from qkv_tui.display.presenter import MAX_DECIMALS, MIN_DECIMALS, Modes, Presenter
+from qkv_tui.display.text import pictured
+from qkv_tui.display.view import STAGE_KEYS, PaneSpec
 from qkv_tui.teach.quiz import Question, Score, questions
 from qkv_tui.teach.stepper import Position, Stepper
 from qkv_tui.teach.trace import Trace
@@ -147,7 +147,7 @@ class QKVApp(App[None]):
         yield KeyFooter(FOOTER_KEEP, FOOTER_ORDER)
 
     def on_mount(self) -> None:
-        self.title = printable(self.scenario.title)
+        self.title = pictured(self.scenario.title)
         self.ready = True
         self.live.start()
         self.redraw()
@@ -206,7 +206,7 @@ class QKVApp(App[None]):
                 "\nenlarge the window, or press q to quit"
             )
             return
-        screen = self.live.mark(self.presenter.screen(self.position, self.modes))
+        screen = self.live.mark(self.presenter.frame(self.position, self.modes))
         self.query_one(StageBar).show(self.scenario.title, screen.explanation, size.width)
         self.query_one(FormulaLine).show(screen.explanation, self._flags(), size.width)
         explain = self.query_one(ExplainPanel)
@@ -243,9 +243,9 @@ class QKVApp(App[None]):
         if not bar.display:
             return 0
         # Text, not markup: answers and token labels are the learner's and the scenario's own words
-        message = printable(modes.message or (QUIZ_KEYS if modes.question is not None else ""))
+        message = pictured(modes.message or (QUIZ_KEYS if modes.question is not None else ""))
         self.query_one("#quiz-message", Static).update(Text.assemble((str(modes.quiz), "bold"), "  ", message))
-        prompt = printable(modes.question.prompt if modes.question is not None
+        prompt = pictured(modes.question.prompt if modes.question is not None
                            else "Press → for the next operation to predict.")
         self.query_one("#quiz-prompt", Static).update(Text(prompt))
         if modes.question is not None and not field.has_focus:

@@ -2,7 +2,7 @@
 follow the file as a teacher edits it, open other scenarios, screenshots, autoplay, themes.
 
 The app owns one Live; its actions are one-line calls into it. Editing itself is pure
-(qkv_tui.core.edit); this module swaps the app's computation and keeps the position.
+(qkv_tui.core.cell_edit); this module swaps the app's computation and keeps the position.
 """
 
 from __future__ import annotations
@@ -23,15 +23,15 @@ from textual.theme import Theme
 from textual.timer import Timer
 from textual.widgets import Footer
 
-from qkv_tui.core.edit import EditError, InputCell, changed_cells, edit, edited_text, input_cells, save_file, value_of
+from qkv_tui.core.cell_edit import EditError, InputCell, changed_cells, edit, edited_text, input_cells, save_file, value_of
 from qkv_tui.core.engine import Computation, compute
 from qkv_tui.core.scenario import Scenario, ScenarioError, builtin_dir, builtin_names, load_scenario, resolve
-from qkv_tui.screen.present import Screen as ScreenModel
-from qkv_tui.screen.view import PaneSpec, stage_key
+from qkv_tui.display.presenter import Frame
+from qkv_tui.display.view import PaneSpec, stage_key
 from qkv_tui.teach.stepper import Position, Stepper
 from qkv_tui.teach.trace import Trace
 from qkv_tui.ui import themes
-from qkv_tui.ui.edit import DropEditsScreen, EditScreen, ReloadScreen, shown_value
+from qkv_tui.ui.edit_prompt import DropEditsScreen, EditScreen, ReloadScreen, shown_value
 from qkv_tui.ui.widgets.heatmap import HeatmapScreen
 from qkv_tui.ui.widgets.matrix import MatrixView
 from qkv_tui.ui.widgets.panels import ExplainPanel, StageBar
@@ -131,7 +131,7 @@ class Live:
             if footer.compact != (width < FOOTER_ROOMY):
                 footer.compact = width < FOOTER_ROOMY
 
-    def mark(self, screen: ScreenModel) -> ScreenModel:
+    def mark(self, screen: Frame) -> Frame:
         """Mark the cells the last edit changed, until the next step."""
         if self.changed_from is None:
             return screen
@@ -172,7 +172,7 @@ class Live:
     def install(self, scenario: Scenario, comp: Computation, position: Position | None = None) -> None:
         """Show another computation; the position is kept where it still exists."""
         app = self.app
-        from qkv_tui.screen.present import Presenter
+        from qkv_tui.display.presenter import Presenter
 
         heads_before = len(app.comp.heads)
         app.scenario, app.comp = scenario, comp

@@ -13,12 +13,12 @@ from pathlib import Path
 from qkv_tui.core.engine import Computation, compute
 from qkv_tui.core.fmt import fmt
 from qkv_tui.core.scenario import Scenario, builtin_names, load_scenario
+from qkv_tui.display.presenter import Modes, Presenter
+from qkv_tui.display.view import Explanation, PaneSpec
 from qkv_tui.edges.export_json import write_json
 from qkv_tui.edges.export_markdown import to_markdown
 from qkv_tui.edges.export_toml import to_toml
 from qkv_tui.edges.worksheet import to_worksheet
-from qkv_tui.screen.present import Modes, Presenter
-from qkv_tui.screen.view import Explanation, PaneSpec
 from qkv_tui.teach.stepper import Position
 
 HERE = Path(__file__).resolve().parent
@@ -75,7 +75,7 @@ def _walk(comp: Computation, modes: Modes, panes: bool = True) -> str:
     heads = len(comp.heads)
     for index in _indices(comp, presenter):
         for head in sorted({0, heads - 1}):
-            screen = presenter.screen(Position(index, head), modes)
+            screen = presenter.frame(Position(index, head), modes)
             out.append(f"== op {index} head {head}")
             out += _explanation(screen.explanation)
             out += list(screen.notes)
@@ -92,7 +92,7 @@ def _side(comp: Computation, side: str) -> str:
     steps = presenter.side_steps(modes, 0)
     out: list[str] = []
     for step in sorted(set(range(min(steps, 60))) | {steps - 1}):
-        screen = presenter.screen(Position(0, 0), Modes(decode=True, side=side, decode_step=step))
+        screen = presenter.frame(Position(0, 0), Modes(decode=True, side=side, decode_step=step))
         out.append(f"== step {step}")
         out += _explanation(screen.explanation)
         for spec in screen.focus:

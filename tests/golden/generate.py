@@ -13,7 +13,7 @@ from tests.golden.corpus import INPUTS
 from tests.modern_cases import modern_cases
 from tests.strategies import cases
 
-PLAIN, MODERN = 80, 220  # §1 keys; then the modern keys (norm, biases, rope, GQA, ALiBi, windows, sinks, W_O)
+PLAIN, MODERN = 80, 220  # the plain keys; then the modern keys (norm, biases, rope, GQA, ALiBi, windows, sinks, W_O)
 
 
 def _draw(strategy: object, count: int) -> list[str]:

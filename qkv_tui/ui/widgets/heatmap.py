@@ -10,7 +10,7 @@ from textual.binding import Binding, BindingType
 from textual.containers import ScrollableContainer
 from textual.widgets import Static
 
-from qkv_tui.screen.heatmap import AttentionMap, attention_map
+from qkv_tui.display.heatmap import AttentionMap, attention_map
 from qkv_tui.teach.trace import Trace
 from qkv_tui.ui.widgets.modal import Modal
 

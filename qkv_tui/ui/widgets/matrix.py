@@ -17,9 +17,9 @@ from textual.geometry import Region, Size
 from textual.strip import Strip
 
 from qkv_tui.core.fmt import fmt
-from qkv_tui.screen.layout import visible_columns
-from qkv_tui.screen.text import printable, shorten, title_variants
-from qkv_tui.screen.view import PaneSpec, changed_rows
+from qkv_tui.display.layout import visible_columns
+from qkv_tui.display.text import pictured, shorten, title_variants
+from qkv_tui.display.view import PaneSpec, changed_rows
 from qkv_tui.ui.widgets.scrolling import SyncedScrollView
 
 LABEL = Style(color="#d7af5f", bold=True)
@@ -56,7 +56,7 @@ def heat_style(weight: float) -> Style:
 
 def _fit(text: str, width: int, right: bool = False) -> str:
     """A label cut or padded to ``width`` terminal cells (CJK and emoji take two); controls made visible."""
-    text = printable(text)
+    text = pictured(text)
     fitted = set_cell_size(text, width)
     if right and cell_len(text) < width:
         fitted = " " * (width - cell_len(text)) + text
@@ -104,7 +104,7 @@ class MatrixView(SyncedScrollView, can_focus=False):
         self._shown = state
         old, self.spec = self.spec, spec
         if old is None or (old.title, old.subtitle) != (spec.title, spec.subtitle):
-            self._titles = title_variants(printable(spec.title))
+            self._titles = title_variants(pictured(spec.title))
             self._fit_title()
         size = Size(spec.content_width, int(spec.values.shape[0]) + 1)
         resized = size != self.virtual_size
@@ -131,7 +131,7 @@ class MatrixView(SyncedScrollView, can_focus=False):
         width = self._placed if isinstance(self._placed, int) and not isinstance(self._placed, bool) else 0
         room = (width or self.outer_size.width) - 6  # "╭─ " and " ─╮"
         title = next((t for t in self._titles if cell_len(t) <= room), self._titles[-1])
-        subtitle = shorten(printable(self.spec.subtitle), max(room, 1))
+        subtitle = shorten(pictured(self.spec.subtitle), max(room, 1))
         if (title, subtitle) != self._title_shown:
             self._title_shown = (title, subtitle)
             # Text, not str: a title is otherwise read as markup, and a head named "[x]" would break it;

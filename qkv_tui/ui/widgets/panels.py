@@ -20,8 +20,8 @@ from textual.widget import Widget
 from textual.widgets import Footer, Input, Static
 
 from qkv_tui.core.fmt import cell_len
-from qkv_tui.screen.text import printable, shorten, wrap
-from qkv_tui.screen.view import Explanation
+from qkv_tui.display.text import pictured, shorten, wrap
+from qkv_tui.display.view import Explanation
 from qkv_tui.teach.quiz import Question
 from qkv_tui.ui.widgets.scrolling import SyncedScrollView
 
@@ -47,7 +47,7 @@ class StageBar(Static):
         if (title, ex.stages, width) == self._shown:  # it changes only with the stage
             return
         self._shown = (title, ex.stages, width)
-        title = printable(title)
+        title = pictured(title)
         text = self._line("", ex, full_names=False)
         for full_names, least in ((True, cell_len(title)), (False, cell_len(title)), (False, TITLE_FLOOR)):
             stages = self._line("", ex, full_names)
@@ -83,7 +83,7 @@ class FormulaLine(Static):
 
     def show(self, ex: Explanation, flags: str = "", width: int = 1_000) -> None:
         name, _, count = ex.head_label.rpartition(" (")
-        head = (printable(name), f"({count}") if ex.head_label else None
+        head = (pictured(name), f"({count}") if ex.head_label else None
         for fit in FITS:
             text = self._line(ex, flags, head, fit)
             if text.cell_len <= width:
@@ -167,12 +167,12 @@ class ExplainPanel(SyncedScrollView, can_focus=False):
 
     def show(self, ex: Explanation, description: str = "", notes: tuple[str, ...] = ()) -> None:
         # every line is the scenario's words too (labels, names): no control character may break it
-        lines = [(printable(ex.arithmetic), "arithmetic")]
-        lines += [(printable(line), "detail") for line in ex.details]
-        lines += [(printable(line), "note") for line in notes]
-        lines.append((printable(ex.meaning), "meaning"))
+        lines = [(pictured(ex.arithmetic), "arithmetic")]
+        lines += [(pictured(line), "detail") for line in ex.details]
+        lines += [(pictured(line), "note") for line in notes]
+        lines.append((pictured(ex.meaning), "meaning"))
         # a description's own line breaks are the author's layout: keep them, and only them
-        lines += [(printable(line), "description") for line in description.split("\n") if description]
+        lines += [(pictured(line), "description") for line in description.split("\n") if description]
         if tuple(lines) == self._lines:
             return
         self._lines = tuple(lines)

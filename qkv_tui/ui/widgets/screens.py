@@ -13,10 +13,10 @@ from textual.binding import Binding, BindingType
 from textual.containers import Vertical, VerticalScroll
 from textual.widgets import Input, Static
 
-from qkv_tui.screen.text import printable
-from qkv_tui.screen.view import STAGE_KEYS, stage_key
+from qkv_tui.display.text import pictured
+from qkv_tui.display.view import STAGE_KEYS, stage_key
 from qkv_tui.teach.trace import Stage
-from qkv_tui.teach.trace_modern import VARIANT_NOTES
+from qkv_tui.teach.trace_variants import VARIANT_NOTES
 from qkv_tui.ui.widgets.modal import Modal
 
 STAGE_KEYS_ROW = "1 … 9, 0"  # the stage keys' row of KEYS; HelpScreen adds which of them the scenario uses
@@ -222,7 +222,7 @@ class GotoScreen(Modal[int | None]):
         value = event.value.strip()
         number = parse_operation(value, self.total)
         if number is None:
-            shown = printable(value if len(value) <= 20 else value[:19] + "…")
+            shown = pictured(value if len(value) <= 20 else value[:19] + "…")
             self.query_one("#goto-error", Static).update(  # Text: what was typed is not markup
                 Text(f"{shown!r} is not an operation number; type a whole number from 1 to {self.total}.")
             )

@@ -8,7 +8,7 @@ import numpy as np
 
 from qkv_tui.core.fmt import fmt, is_integral, operand, vector
 from qkv_tui.core.scenario import Matrix
-from qkv_tui.screen.view import Explanation, PaneSpec, column_widths
+from qkv_tui.display.view import Explanation, PaneSpec, column_widths
 from qkv_tui.teach.arith import fit
 from qkv_tui.teach.tiled import PHASE_NAMES, PHASES, TiledHead, TileOp, memory_line
 

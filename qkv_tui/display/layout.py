@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import bisect
 
-from qkv_tui.screen.view import PaneSpec
+from qkv_tui.display.view import PaneSpec
 
 
 def pane_height(specs: list[PaneSpec]) -> int:

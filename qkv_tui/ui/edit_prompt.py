@@ -18,7 +18,7 @@ from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Input, Static
 
-from qkv_tui.core.edit import EditError, InputCell, input_cells, parse_address, value_of
+from qkv_tui.core.cell_edit import EditError, InputCell, input_cells, parse_address, value_of
 from qkv_tui.core.scenario import Scenario
 from qkv_tui.ui.widgets.modal import Modal
 

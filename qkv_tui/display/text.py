@@ -17,7 +17,7 @@ REPLACEMENT = "\ufffd"  # �: C1 controls and line separators have no picture o
 _PICTURES = {**{i: chr(0x2400 + i) for i in range(0x20)}, 0x7F: "\u2421"}  # ␀ … ␟, ␡
 
 
-def printable(text: str) -> str:
+def pictured(text: str) -> str:
     """``text`` with every control character and line separator replaced by a visible one."""
     if text.isprintable() or not any(_is_control(ch) for ch in text):
         return text

@@ -10,9 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from qkv_tui.core.engine import Computation
-from qkv_tui.screen.decode_view import decode_explanation, decode_panes
-from qkv_tui.screen.tiled_view import tiled_explanation, tiled_panes
-from qkv_tui.screen.view import Explanation, PaneSpec, View, hand_note, whatif_lines
+from qkv_tui.display.decode_view import decode_explanation, decode_panes
+from qkv_tui.display.tiled_view import tiled_explanation, tiled_panes
+from qkv_tui.display.view import Explanation, PaneSpec, View, hand_note, whatif_lines
 from qkv_tui.teach.decode import Decode, decode
 from qkv_tui.teach.handcalc import compute_hand
 from qkv_tui.teach.quiz import Question, Score, hide_result
@@ -39,7 +39,7 @@ class Modes:
 
 
 @dataclass(frozen=True)
-class Screen:
+class Frame:
     explanation: Explanation
     focus: list[PaneSpec]
     extra: list[PaneSpec]
@@ -48,7 +48,7 @@ class Screen:
 
 
 class Presenter:
-    """Builds Screens; keeps the traces and views of each mode so toggling back costs nothing."""
+    """Builds Frames (what one screen shows, as plain data); keeps each mode's traces and views, so toggling back is free."""
 
     def __init__(self, comp: Computation, trace: Trace | None = None) -> None:
         self.comp = comp
@@ -84,16 +84,16 @@ class Presenter:
             return len(self.tiles(head))
         return self.decoding(modes.schedule).count
 
-    def screen(self, pos: Position, modes: Modes) -> Screen:
+    def frame(self, pos: Position, modes: Modes) -> Frame:
         if modes.decode:
             step = min(modes.decode_step, self.side_steps(modes, pos.head) - 1)
             if modes.side == "tiles":
                 th = self.tiles(pos.head)
                 focus, extra = tiled_panes(th, step, modes.decimals)
-                return Screen(tiled_explanation(th, step, modes.decimals), focus, extra, (), "")
+                return Frame(tiled_explanation(th, step, modes.decimals), focus, extra, (), "")
             dec = self.decoding(modes.schedule)
             focus, extra = decode_panes(dec, step, pos.head, modes.decimals)
-            return Screen(decode_explanation(dec, step, pos.head, modes.decimals), focus, extra, (), "")
+            return Frame(decode_explanation(dec, step, pos.head, modes.decimals), focus, extra, (), "")
         view = self.view(modes)
         hidden = modes.question is not None and modes.question.index == pos.index
         focus, extra = view.panes(pos, modes.decimals, overview=True, hide_current=hidden)
@@ -111,7 +111,7 @@ class Presenter:
         if pos.index == len(view.trace) - 1 and not hidden:
             notes += self._closing(pos, modes)
         description = self.comp.scenario.description if pos.index == 0 else ""
-        return Screen(ex, focus, extra, tuple(notes), description)
+        return Frame(ex, focus, extra, tuple(notes), description)
 
     def _closing(self, pos: Position, modes: Modes) -> list[str]:
         """After the last operation: what was computed, where each token looked, the checks, what next."""

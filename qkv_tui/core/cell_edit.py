@@ -22,9 +22,9 @@ import tomlkit
 import tomlkit.exceptions
 
 from qkv_tui.core.engine import Computation, compute
-from qkv_tui.core.modern import alibi_later_key
 from qkv_tui.core.scenario import Head, Matrix, Scenario, ScenarioError, parse_scenario
 from qkv_tui.core.tomlfile import ReadError, decode, read_bytes, stat_path
+from qkv_tui.core.variants import alibi_later_key
 
 WEIGHTS = ("W_Q", "W_K", "W_V")
 HEAD_BIASES = ("b_Q", "b_K", "b_V")
@@ -66,7 +66,7 @@ class InputCell:
 
 
 def _vector(sc: Scenario, name: str, head: int | None) -> Matrix | None:
-    """A 1-D input (gamma, beta, a bias) where the scenario has it; None otherwise (or before §7 existed)."""
+    """A 1-D input (gamma, beta, a bias) where the scenario has it; None otherwise (or from a file that predates the key)."""
     if name in HEAD_BIASES:
         return getattr(sc.heads[head], name, None) if head is not None else None
     if name == "b_O":

@@ -1,6 +1,6 @@
 """Modern attention's scenario keys (docs/scenario-format.md): norm, biases, RoPE, GQA, ALiBi, sliding windows, sinks.
 
-The loader in :mod:`qkv_tui.core.scenario` hands each table to a parser here. Every rule of §7
+The loader in :mod:`qkv_tui.core.scenario` hands each table to a parser here. Every rule of docs/scenario-format.md
 fails with a one-line message naming the key, where it sits and what was expected, like the
 rest of the format. The dataclasses hold what the engine needs and nothing else.
 """
@@ -117,7 +117,7 @@ def kv_head_of(head: int, num_heads: int, num_kv_heads: int) -> int:
 
 
 def summary_parts(sc: Scenario) -> list[str]:
-    """What ``--check`` adds to its one-line summary for the §7 features a scenario uses."""
+    """What ``--check`` adds to its one-line summary for the variant features a scenario uses."""
     parts = []
     if sc.norm is not None:
         parts.append(f"{sc.norm.kind} norm")

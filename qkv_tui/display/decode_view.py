@@ -6,7 +6,7 @@ import numpy as np
 
 from qkv_tui.core.fmt import is_integral, vector
 from qkv_tui.core.scenario import Matrix
-from qkv_tui.screen.view import Explanation, PaneSpec, column_widths
+from qkv_tui.display.view import Explanation, PaneSpec, column_widths
 from qkv_tui.teach.arith import fit
 from qkv_tui.teach.decode import SCHEDULE_NAMES, Decode, DecodeStep
 
