@@ -2,8 +2,8 @@
 
 A stage module (embed.py, score.py, …) holds one ``StageSpec``: when the stage runs, the segments it adds,
 how one of its operations is worked out, the matrices it answers for, and what the screen shows of it (panes,
-titles, its part of the formula). The trace and the display read these generically; docs/architecture is
-the place for the why.
+titles, its part of the formula). The trace, the display and the quiz read these generically, so none of
+them names a stage.
 """
 
 from __future__ import annotations
