@@ -5,6 +5,8 @@ each uses the others' names late enough; one moved import then breaks it at star
 import counts, read from the source with ast: at the top, inside functions, and under
 ``if TYPE_CHECKING:`` (mypy and a reader follow those too). ``from qkv_tui.x import y`` imports
 the module ``qkv_tui.x.y`` when there is one, else the module ``qkv_tui.x`` that holds ``y``.
+Only imports written in the source count: the parent packages Python runs first do not (the
+package root imports the core, and every module sits under the root).
 """
 
 from __future__ import annotations
