@@ -12,18 +12,14 @@ import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
 
 from qkv_tui.base.values import kind as _kind
 from qkv_tui.base.values import show as _show
-
-if TYPE_CHECKING:
-    from qkv_tui.core.scenario import Scenario
-
-Vector = npt.NDArray[np.float64]
+from qkv_tui.core.arrays import Vector as Vector  # re-exported: the modules that read a Norm or Rope import it from here
 
 NORM_KEYS = ("kind", "gamma", "beta", "eps")
 NORM_KINDS = ("rms", "layer")
@@ -55,6 +51,47 @@ class Checker(Protocol):
     def known(self, table: dict[str, Any], allowed: tuple[str, ...], where: str) -> None: ...
 
     def number(self, item: Any, where: str) -> float: ...
+
+
+class HeadFeatures(Protocol):
+    """What :func:`summary_parts` reads of a head (the loader's Head; abstract like Checker)."""
+
+    @property
+    def b_Q(self) -> Vector | None: ...
+
+    @property
+    def b_K(self) -> Vector | None: ...
+
+    @property
+    def b_V(self) -> Vector | None: ...
+
+    @property
+    def sink(self) -> float | None: ...
+
+
+class Features(Protocol):
+    """What :func:`summary_parts` reads of a Scenario: abstract like Checker, so this module never imports the loader."""
+
+    @property
+    def norm(self) -> Norm | None: ...
+
+    @property
+    def heads(self) -> Sequence[HeadFeatures]: ...
+
+    @property
+    def b_O(self) -> Vector | None: ...
+
+    @property
+    def rope(self) -> Rope | None: ...
+
+    @property
+    def num_kv_heads(self) -> int | None: ...
+
+    @property
+    def alibi(self) -> Alibi | None: ...
+
+    @property
+    def window(self) -> int | None: ...
 
 
 @dataclass(frozen=True, eq=False)
@@ -116,7 +153,7 @@ def kv_head_of(head: int, num_heads: int, num_kv_heads: int) -> int:
     return head * num_kv_heads // num_heads
 
 
-def summary_parts(sc: Scenario) -> list[str]:
+def summary_parts(sc: Features) -> list[str]:
     """What ``--check`` adds to its one-line summary for the variant features a scenario uses."""
     parts = []
     if sc.norm is not None:
