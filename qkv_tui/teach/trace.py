@@ -76,7 +76,8 @@ class Trace:
             for plan in spec.segments(self, head):
                 start = segs[-1].stop if segs else 0
                 key = spec.stage.key
-                segs.append(Segment(key, numbers[key], head, plan.target, plan.rows, plan.cols, plan.per_row, start))
+                segs.append(Segment(key, numbers[key], head, plan.target, plan.rows, plan.cols, plan.per_row, start,
+                                    spec.stage))
 
         # a run of per-head stages goes head after head (Project … Mix of head 1, then of head 2); others once
         for per_head, group in itertools.groupby(self.specs, key=lambda s: s.per_head):

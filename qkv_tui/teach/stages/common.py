@@ -11,7 +11,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -21,9 +20,7 @@ from qkv_tui.core.scenario import Matrix
 from qkv_tui.teach.arith import Numbers, agrees, dot_at, shown
 from qkv_tui.teach.arith import tries as _places
 from qkv_tui.teach.handcalc import round_to
-
-if TYPE_CHECKING:
-    from qkv_tui.teach.trace import Trace
+from qkv_tui.teach.stages.context import TraceContext
 
 
 @dataclass(frozen=True)
@@ -55,6 +52,7 @@ class Segment:
     cols: int
     per_row: bool  # one operation fills a whole row (Embed, Concat)
     start: int  # index of its first operation
+    about: Stage | None = None  # the registered stage it belongs to (its spec's Stage), set by the trace
 
     @property
     def count(self) -> int:
@@ -101,9 +99,8 @@ class Operation:
 
     @property
     def stage(self) -> Stage:
-        from qkv_tui.teach.stages import spec  # the registry imports this module
-
-        return spec(self.segment.stage).stage
+        assert self.segment.about is not None, "a segment the trace did not place"
+        return self.segment.about
 
     @property
     def head(self) -> int | None:
@@ -150,53 +147,53 @@ class StageSpec:
 
     # --- the trace ----------------------------------------------------------------------------
 
-    def runs(self, trace: Trace) -> bool:
+    def runs(self, trace: TraceContext) -> bool:
         """Whether the scenario has this stage."""
         return True
 
-    def segments(self, trace: Trace, head: int | None) -> list[Plan]:
+    def segments(self, trace: TraceContext, head: int | None) -> list[Plan]:
         """The matrices it fills, in order (``head`` is None for a shared stage)."""
         raise NotImplementedError
 
-    def operation(self, trace: Trace, index: int, seg: Segment, row: int, col: int | None, d: int) -> Operation:
+    def operation(self, trace: TraceContext, index: int, seg: Segment, row: int, col: int | None, d: int) -> Operation:
         """One operation of one of its segments, with its arithmetic at ``d`` decimals."""
         raise NotImplementedError
 
-    def named(self, trace: Trace) -> Stage:
+    def named(self, trace: TraceContext) -> Stage:
         """The stage as this scenario names it."""
         return self.stage
 
-    def meaning(self, trace: Trace, head: int | None) -> str:
+    def meaning(self, trace: TraceContext, head: int | None) -> str:
         """What the stage means, in words that fit this scenario."""
         return self.stage.meaning
 
-    def matrix(self, trace: Trace, name: str, head: int | None) -> Matrix:
+    def matrix(self, trace: TraceContext, name: str, head: int | None) -> Matrix:
         """The full values of one of :attr:`matrices`; KeyError where this scenario has none."""
         raise KeyError(name)
 
     # --- the screen ---------------------------------------------------------------------------
 
-    def panes(self, trace: Trace, op: Operation) -> list[Key]:
+    def panes(self, trace: TraceContext, op: Operation) -> list[Key]:
         """The matrices one of its operations reads and writes, left to right."""
         return [(op.segment.target, op.segment.head)]
 
-    def overview(self, trace: Trace, head: int) -> list[Key]:
+    def overview(self, trace: TraceContext, head: int) -> list[Key]:
         """Its matrices among every matrix of the viewed head, for screens with room for context."""
         return []
 
-    def overview_tail(self, trace: Trace, head: int) -> list[Key]:
+    def overview_tail(self, trace: TraceContext, head: int) -> list[Key]:
         """Context panes that come after every stage's overview (they only take room nothing above needs)."""
         return []
 
-    def title(self, trace: Trace, name: str, head: int | None) -> str:
+    def title(self, trace: TraceContext, name: str, head: int | None) -> str:
         """A pane's title without its shape, for one of :attr:`matrices` or :attr:`transposed`."""
         return name
 
-    def filled(self, trace: Trace, name: str, head: int | None, index: int) -> int:
+    def filled(self, trace: TraceContext, name: str, head: int | None, index: int) -> int:
         """How many cells of one of its matrices are shown once operation ``index`` is done."""
         return trace.filled(name, head, index)
 
-    def formula(self, trace: Trace, op: Operation) -> list[FormulaPart]:
+    def formula(self, trace: TraceContext, op: Operation) -> list[FormulaPart]:
         """Its parts of the formula line while operation ``op`` (of any stage) is shown."""
         return []
 
@@ -206,11 +203,11 @@ class StageSpec:
 
     # --- the quiz -----------------------------------------------------------------------------
 
-    def withheld(self, trace: Trace, op: Operation, decimals: int) -> str | None:
+    def withheld(self, trace: TraceContext, op: Operation, decimals: int) -> str | None:
         """The arithmetic shown while the result is asked for; None: the arithmetic with its result hidden."""
         return None
 
-    def choice(self, trace: Trace, op: Operation) -> tuple[str, tuple[str, ...], frozenset[str]] | None:
+    def choice(self, trace: TraceContext, op: Operation) -> tuple[str, tuple[str, ...], frozenset[str]] | None:
         """A "which one?" question asked before the value: (prompt, choices, the right ones)."""
         return None
 
@@ -228,12 +225,12 @@ def hround(x: float, decimals: int) -> float:
     return float(round_to(np.array(x), decimals))
 
 
-def x_in(trace: Trace) -> tuple[str, str]:
+def x_in(trace: TraceContext) -> tuple[str, str]:
     """What the projections read: (its matrix, its name on screen), X or the normalised X̂."""
     return ("X", "X") if trace.comp.norm is None else ("X_norm", "X̂")
 
 
-def kv_shared(trace: Trace, hr: HeadResult | None) -> str:
+def kv_shared(trace: TraceContext, hr: HeadResult | None) -> str:
     """`` (K/V head 1: heads 1,2)`` in a K or V title where query heads share K/V heads."""
     sc = trace.comp.scenario
     if hr is None or sc.num_kv_heads is None:

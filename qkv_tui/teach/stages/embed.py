@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from qkv_tui.core.fmt import fmt
 from qkv_tui.core.scenario import Matrix, Scenario
 from qkv_tui.teach.arith import elide
 from qkv_tui.teach.stages.common import INPUT, FormulaPart, Key, Operation, Plan, Segment, Stage, StageSpec
-
-if TYPE_CHECKING:
-    from qkv_tui.teach.trace import Trace
+from qkv_tui.teach.stages.context import TraceContext
 
 STAGE = Stage("embed", "Embed",
               "Each token becomes a row of numbers, its embedding; stacked, the rows form X (n × d_model)."
@@ -47,14 +43,14 @@ class Embed(StageSpec):
     stage = STAGE
     matrices = ("X", "context_X")
 
-    def segments(self, trace: Trace, head: int | None) -> list[Plan]:
+    def segments(self, trace: TraceContext, head: int | None) -> list[Plan]:
         sc = trace.comp.scenario
         return [Plan("X", sc.n, sc.X.shape[1], per_row=True)]
 
-    def named(self, trace: Trace) -> Stage:
+    def named(self, trace: TraceContext) -> Stage:
         return self.stage if trace.comp.scenario.input.is_embedding else INPUT_STAGE
 
-    def meaning(self, trace: Trace, head: int | None) -> str:
+    def meaning(self, trace: TraceContext, head: int | None) -> str:
         sc = trace.comp.scenario
         text = self.stage.meaning
         if sc.input.kind == "residual":
@@ -68,7 +64,7 @@ class Embed(StageSpec):
             text += " Here position enters at the Scale stage, as ALiBi's distance bias on the scores."
         return text
 
-    def operation(self, trace: Trace, index: int, seg: Segment, row: int, col: int | None, d: int) -> Operation:
+    def operation(self, trace: TraceContext, index: int, seg: Segment, row: int, col: int | None, d: int) -> Operation:
         sc = trace.comp.scenario
         token, spelt = sc.labels[row], sc.tokens[row]  # ▁the₂ is the second "▁the"; its embedding is the token's
         x = sc.X[row]
@@ -85,20 +81,20 @@ class Embed(StageSpec):
         text = f"X[{token}] = {what} = {values}"
         return Operation(index, seg, row, None, None, (), text)
 
-    def matrix(self, trace: Trace, name: str, head: int | None) -> Matrix:
+    def matrix(self, trace: TraceContext, name: str, head: int | None) -> Matrix:
         return trace.comp.scenario.X if name == "X" else trace.comp.scenario.X_kv
 
-    def panes(self, trace: Trace, op: Operation) -> list[Key]:
+    def panes(self, trace: TraceContext, op: Operation) -> list[Key]:
         inputs: list[Key] = [("X", None)]
         return [*inputs, ("context_X", None)] if trace.comp.scenario.is_cross else inputs
 
-    def overview(self, trace: Trace, head: int) -> list[Key]:
+    def overview(self, trace: TraceContext, head: int) -> list[Key]:
         return [("X", None)]
 
-    def title(self, trace: Trace, name: str, head: int | None) -> str:
+    def title(self, trace: TraceContext, name: str, head: int | None) -> str:
         return x_title(trace.comp.scenario) if name == "X" else "X_ctx (context)"
 
-    def formula(self, trace: Trace, op: Operation) -> list[FormulaPart]:
+    def formula(self, trace: TraceContext, op: Operation) -> list[FormulaPart]:
         if op.segment.stage != self.stage.key:  # X itself is named only while it is being read in
             return []
         return [FormulaPart(INPUT, "X → ", alone=True)]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from functools import lru_cache, partial
-from typing import TYPE_CHECKING
 
 from qkv_tui.core.scenario import Matrix
 from qkv_tui.teach.arith import dot_line, dot_places, vector_mix
@@ -19,9 +18,7 @@ from qkv_tui.teach.stages.common import (
     Stage,
     StageSpec,
 )
-
-if TYPE_CHECKING:
-    from qkv_tui.teach.trace import Trace
+from qkv_tui.teach.stages.context import TraceContext
 
 VECTOR_WIDTH = 8  # the Mix stage's vector form is shown for Value rows up to this wide
 
@@ -33,11 +30,11 @@ class Mix(StageSpec):
     per_head = True
     matrices = ("output",)
 
-    def segments(self, trace: Trace, head: int | None) -> list[Plan]:
+    def segments(self, trace: TraceContext, head: int | None) -> list[Plan]:
         assert head is not None
         return [Plan("output", trace.comp.scenario.n, trace.comp.heads[head].d_v)]
 
-    def operation(self, trace: Trace, index: int, seg: Segment, row: int, col: int | None, d: int) -> Operation:
+    def operation(self, trace: TraceContext, index: int, seg: Segment, row: int, col: int | None, d: int) -> Operation:
         h = seg.head
         assert h is not None and col is not None
         head = trace.comp.heads[h]
@@ -56,21 +53,21 @@ class Mix(StageSpec):
                 details = (f"out[{q}] = {form}",)
         return Operation(index, seg, row, col, value, (Ref("weights", h, row), Ref("V", h, None, col)), text, details)
 
-    def matrix(self, trace: Trace, name: str, head: int | None) -> Matrix:
+    def matrix(self, trace: TraceContext, name: str, head: int | None) -> Matrix:
         if head is None:
             raise KeyError(name)
         return trace.comp.heads[head].output
 
-    def panes(self, trace: Trace, op: Operation) -> list[Key]:
+    def panes(self, trace: TraceContext, op: Operation) -> list[Key]:
         return [("weights", op.head), ("V", op.head), ("output", op.head)]
 
-    def overview(self, trace: Trace, head: int) -> list[Key]:
+    def overview(self, trace: TraceContext, head: int) -> list[Key]:
         return [("output", head)]
 
-    def title(self, trace: Trace, name: str, head: int | None) -> str:
+    def title(self, trace: TraceContext, name: str, head: int | None) -> str:
         return "out = weights·V"
 
-    def formula(self, trace: Trace, op: Operation) -> list[FormulaPart]:
+    def formula(self, trace: TraceContext, op: Operation) -> list[FormulaPart]:
         return [FormulaPart(V_DOT, "·"), FormulaPart(V_SLOT, "V")]
 
     def lights(self, seg: Segment) -> frozenset[int]:
@@ -80,13 +77,13 @@ class Mix(StageSpec):
 SPEC = Mix()
 
 
-def _row_places(trace: Trace, head: int, row: int, decimals: int) -> int:
+def _row_places(trace: TraceContext, head: int, row: int, decimals: int) -> int:
     """One precision per output row, so a row's lines show its numbers alike (worked out once per row)."""
     places = trace.memo("mix places", lambda: lru_cache(maxsize=64)(partial(_places, trace)))
     return places(head, row, decimals)
 
 
-def _places(trace: Trace, head: int, row: int, decimals: int) -> int:
+def _places(trace: TraceContext, head: int, row: int, decimals: int) -> int:
     hr = trace.comp.heads[head]
     results = [trace.formatted("output", head, v, decimals) for v in hr.output[row]]
     rows = [(hr.weights[row], hr.V[:, j], results[j]) for j in range(hr.d_v)]

@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from decimal import Decimal, localcontext
-from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -27,9 +26,7 @@ from qkv_tui.teach.stages.common import (
     hround,
     paren,
 )
-
-if TYPE_CHECKING:
-    from qkv_tui.teach.trace import Trace
+from qkv_tui.teach.stages.context import TraceContext
 
 NORM_MEANING = (
     "Normalise each token's row of X before attention (pre-norm, as LLaMA, Mistral and Qwen do)."
@@ -43,36 +40,36 @@ class Norm(StageSpec):
     stage = Stage("norm", "Norm", NORM_MEANING)
     matrices = ("X_norm",)
 
-    def runs(self, trace: Trace) -> bool:
+    def runs(self, trace: TraceContext) -> bool:
         return trace.comp.norm is not None
 
-    def segments(self, trace: Trace, head: int | None) -> list[Plan]:
+    def segments(self, trace: TraceContext, head: int | None) -> list[Plan]:
         sc = trace.comp.scenario
         return [Plan("X_norm", sc.n, sc.X.shape[1])]
 
-    def operation(self, trace: Trace, index: int, seg: Segment, row: int, col: int | None, d: int) -> Operation:
+    def operation(self, trace: TraceContext, index: int, seg: Segment, row: int, col: int | None, d: int) -> Operation:
         assert trace.comp.norm is not None and col is not None
         token = trace.comp.scenario.labels[row]
         value = float(trace.comp.norm.X_norm[row, col])
         text, details = norm_lines(trace.comp, row, col, token, d, trace.hand)
         return Operation(index, seg, row, col, value, (Ref("X", None, row),), text, details)
 
-    def matrix(self, trace: Trace, name: str, head: int | None) -> Matrix:
+    def matrix(self, trace: TraceContext, name: str, head: int | None) -> Matrix:
         if trace.comp.norm is None:
             raise KeyError(name)
         return trace.comp.norm.X_norm
 
-    def panes(self, trace: Trace, op: Operation) -> list[Key]:
+    def panes(self, trace: TraceContext, op: Operation) -> list[Key]:
         return [("X", None), ("X_norm", None)]
 
-    def overview(self, trace: Trace, head: int) -> list[Key]:
+    def overview(self, trace: TraceContext, head: int) -> list[Key]:
         return [("X_norm", None)]
 
-    def title(self, trace: Trace, name: str, head: int | None) -> str:
+    def title(self, trace: TraceContext, name: str, head: int | None) -> str:
         norm = trace.comp.scenario.norm
         return f"X̂ = {norm.kind if norm is not None else ''}norm(X)"
 
-    def formula(self, trace: Trace, op: Operation) -> list[FormulaPart]:
+    def formula(self, trace: TraceContext, op: Operation) -> list[FormulaPart]:
         return [FormulaPart(INPUT, "X̂ → ")]
 
     def lights(self, seg: Segment) -> frozenset[int]:

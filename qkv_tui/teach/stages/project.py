@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from types import MappingProxyType
-from typing import TYPE_CHECKING
 
 from qkv_tui.core.scenario import Matrix
 from qkv_tui.teach.arith import dot_line
@@ -22,9 +21,7 @@ from qkv_tui.teach.stages.common import (
     kv_shared,
     x_in,
 )
-
-if TYPE_CHECKING:
-    from qkv_tui.teach.trace import Trace
+from qkv_tui.teach.stages.context import TraceContext
 
 WIDE = ("W_Q_wide", "W_K_wide", "W_V_wide")  # split scenarios: every head's slice side by side
 WEIGHTS = ("W_Q", "W_K", "W_V")
@@ -40,7 +37,7 @@ class Project(StageSpec):
     matrices = (*WEIGHTS, *WIDE, "Q", "K", "V")
     transposed = MappingProxyType({"KT": "K"})
 
-    def segments(self, trace: Trace, head: int | None) -> list[Plan]:
+    def segments(self, trace: TraceContext, head: int | None) -> list[Plan]:
         assert head is not None
         sc, hr = trace.comp.scenario, trace.comp.heads[head]
         plans = [Plan("Q", sc.n, hr.d_k)]
@@ -48,7 +45,7 @@ class Project(StageSpec):
             plans += [Plan("K", sc.m, hr.d_k), Plan("V", sc.m, hr.d_v)]
         return plans
 
-    def meaning(self, trace: Trace, head: int | None) -> str:
+    def meaning(self, trace: TraceContext, head: int | None) -> str:
         sc = trace.comp.scenario
         text = self.stage.meaning
         if sc.is_cross:
@@ -65,7 +62,7 @@ class Project(StageSpec):
             text += " The projections read X̂, the normalised X."
         return text
 
-    def operation(self, trace: Trace, index: int, seg: Segment, row: int, col: int | None, d: int) -> Operation:
+    def operation(self, trace: TraceContext, index: int, seg: Segment, row: int, col: int | None, d: int) -> Operation:
         h = seg.head
         assert h is not None and col is not None
         comp = trace.comp
@@ -104,7 +101,7 @@ class Project(StageSpec):
                        f" {len(comp.heads)}: {ratio:g}× smaller",)
         return Operation(index, seg, row, col, value, operands, text, details)
 
-    def matrix(self, trace: Trace, name: str, head: int | None) -> Matrix:
+    def matrix(self, trace: TraceContext, name: str, head: int | None) -> Matrix:
         if name in WIDE:
             if not trace.is_wide(name.removesuffix("_wide")):
                 raise KeyError(name)
@@ -113,16 +110,16 @@ class Project(StageSpec):
             raise KeyError(name)
         return getattr(trace.comp.heads[head], name)  # type: ignore[no-any-return]
 
-    def panes(self, trace: Trace, op: Operation) -> list[Key]:
+    def panes(self, trace: TraceContext, op: Operation) -> list[Key]:
         h, target = op.head, op.segment.target
         source = "context_X" if trace.comp.scenario.is_cross and target in ("K", "V") else x_in(trace)[0]
         weight = f"W_{target}_wide" if trace.is_wide(f"W_{target}") else f"W_{target}"  # slice marked
         return [(source, None), (weight, h), (target, h)]
 
-    def overview(self, trace: Trace, head: int) -> list[Key]:
+    def overview(self, trace: TraceContext, head: int) -> list[Key]:
         return [("Q", head), ("K", head), ("V", head)]
 
-    def title(self, trace: Trace, name: str, head: int | None) -> str:
+    def title(self, trace: TraceContext, name: str, head: int | None) -> str:
         if name in WEIGHTS:
             return name
         if name in WIDE:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 from types import MappingProxyType
-from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -27,9 +26,7 @@ from qkv_tui.teach.stages.common import (
     kv_shared,
     paren,
 )
-
-if TYPE_CHECKING:
-    from qkv_tui.teach.trace import Trace
+from qkv_tui.teach.stages.context import TraceContext
 
 ROTATE_MEANING = (
     "RoPE turns Q and K (never V) by position: the dimensions go in pairs, and pair i of a token at"
@@ -48,10 +45,10 @@ class Rotate(StageSpec):
     matrices = ("Q_rot", "K_rot")
     transposed = MappingProxyType({"K_rotT": "K_rot"})
 
-    def runs(self, trace: Trace) -> bool:
+    def runs(self, trace: TraceContext) -> bool:
         return trace.comp.scenario.rope is not None
 
-    def segments(self, trace: Trace, head: int | None) -> list[Plan]:
+    def segments(self, trace: TraceContext, head: int | None) -> list[Plan]:
         assert head is not None
         sc, hr = trace.comp.scenario, trace.comp.heads[head]
         plans = [Plan("Q_rot", sc.n, hr.d_k)]
@@ -59,7 +56,7 @@ class Rotate(StageSpec):
             plans.append(Plan("K_rot", sc.m, hr.d_k))
         return plans
 
-    def operation(self, trace: Trace, index: int, seg: Segment, row: int, col: int | None, d: int) -> Operation:
+    def operation(self, trace: TraceContext, index: int, seg: Segment, row: int, col: int | None, d: int) -> Operation:
         h = seg.head
         comp = trace.comp
         assert h is not None and col is not None and comp.scenario.rope is not None
@@ -69,19 +66,19 @@ class Rotate(StageSpec):
         operands = (Ref(source, h, row, pair[0]), Ref(source, h, row, pair[1]))
         return Operation(index, seg, row, col, value, operands, text, details)
 
-    def matrix(self, trace: Trace, name: str, head: int | None) -> Matrix:
+    def matrix(self, trace: TraceContext, name: str, head: int | None) -> Matrix:
         if head is None:
             raise KeyError(name)
         return getattr(trace.comp.heads[head], name)  # type: ignore[no-any-return]
 
-    def panes(self, trace: Trace, op: Operation) -> list[Key]:
+    def panes(self, trace: TraceContext, op: Operation) -> list[Key]:
         target = op.segment.target
         return [(target[0], op.head), (target, op.head)]
 
-    def overview(self, trace: Trace, head: int) -> list[Key]:
+    def overview(self, trace: TraceContext, head: int) -> list[Key]:
         return [("Q_rot", head), ("K_rot", head)]
 
-    def title(self, trace: Trace, name: str, head: int | None) -> str:
+    def title(self, trace: TraceContext, name: str, head: int | None) -> str:
         rope = trace.comp.scenario.rope
         hr = trace.comp.heads[head] if head is not None else None
         if name == "K_rotT":

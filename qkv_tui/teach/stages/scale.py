@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 from types import MappingProxyType
-from typing import TYPE_CHECKING
 
 from qkv_tui.core.engine import HeadResult
 from qkv_tui.core.fmt import NEG_INF, fmt, operand
@@ -24,9 +23,7 @@ from qkv_tui.teach.stages.common import (
     Stage,
     StageSpec,
 )
-
-if TYPE_CHECKING:
-    from qkv_tui.teach.trace import Trace
+from qkv_tui.teach.stages.context import TraceContext
 
 
 class Scale(StageSpec):
@@ -38,11 +35,11 @@ class Scale(StageSpec):
     matrices = ("scaled", "bias")
     styles = MappingProxyType({"scaled": PaneStyle(row_max=True)})
 
-    def segments(self, trace: Trace, head: int | None) -> list[Plan]:
+    def segments(self, trace: TraceContext, head: int | None) -> list[Plan]:
         sc = trace.comp.scenario
         return [Plan("scaled", sc.n, sc.m)]
 
-    def meaning(self, trace: Trace, head: int | None) -> str:
+    def meaning(self, trace: TraceContext, head: int | None) -> str:
         sc = trace.comp.scenario
         text = self.stage.meaning
         hr = trace.comp.heads[head if head is not None else 0]
@@ -65,7 +62,7 @@ class Scale(StageSpec):
                      " so they get weight 0.")
         return text
 
-    def operation(self, trace: Trace, index: int, seg: Segment, row: int, col: int | None, d: int) -> Operation:
+    def operation(self, trace: TraceContext, index: int, seg: Segment, row: int, col: int | None, d: int) -> Operation:
         h = seg.head
         assert h is not None and col is not None
         comp = trace.comp
@@ -102,22 +99,22 @@ class Scale(StageSpec):
             operands += (Ref("bias", h, row, col),)
         return Operation(index, seg, row, col, value, operands, text, extra + details)
 
-    def matrix(self, trace: Trace, name: str, head: int | None) -> Matrix:
+    def matrix(self, trace: TraceContext, name: str, head: int | None) -> Matrix:
         if head is None:
             raise KeyError(name)
         hr = trace.comp.heads[head]
         return hr.masked if name == "scaled" else hr.bias  # type: ignore[return-value]
 
-    def panes(self, trace: Trace, op: Operation) -> list[Key]:
+    def panes(self, trace: TraceContext, op: Operation) -> list[Key]:
         h = op.head
         if trace.comp.scenario.alibi is not None:
             return [("scores", h), ("bias", h), ("scaled", h)]
         return [("scores", h), ("scaled", h)]
 
-    def overview(self, trace: Trace, head: int) -> list[Key]:
+    def overview(self, trace: TraceContext, head: int) -> list[Key]:
         return [("scaled", head)]
 
-    def title(self, trace: Trace, name: str, head: int | None) -> str:
+    def title(self, trace: TraceContext, name: str, head: int | None) -> str:
         sc = trace.comp.scenario
         hr = trace.comp.heads[head] if head is not None else None
         if name == "bias":
@@ -129,7 +126,7 @@ class Scale(StageSpec):
         bias = " + bias" if sc.alibi is not None else ""
         return f"scaled = scores/{divisor}{bias}{masked}"
 
-    def formula(self, trace: Trace, op: Operation) -> list[FormulaPart]:
+    def formula(self, trace: TraceContext, op: Operation) -> list[FormulaPart]:
         h = op.head
         scale = "√dₖ"
         if h is not None and not trace.comp.heads[h].scale_is_default:
@@ -146,7 +143,7 @@ class Scale(StageSpec):
 SPEC = Scale()
 
 
-def _mask_reason(trace: Trace, row: int, col: int) -> str:
+def _mask_reason(trace: TraceContext, row: int, col: int) -> str:
     sc = trace.comp.scenario
     q, k = sc.labels[row], sc.key_labels[col]
     if sc.mask_kind == "causal":

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from types import MappingProxyType
-from typing import TYPE_CHECKING
 
 from qkv_tui.core.scenario import Matrix
 from qkv_tui.teach.arith import dot_line
@@ -21,9 +20,7 @@ from qkv_tui.teach.stages.common import (
     Stage,
     StageSpec,
 )
-
-if TYPE_CHECKING:
-    from qkv_tui.teach.trace import Trace
+from qkv_tui.teach.stages.context import TraceContext
 
 
 class Score(StageSpec):
@@ -34,11 +31,11 @@ class Score(StageSpec):
     matrices = ("scores",)
     styles = MappingProxyType({"scores": PaneStyle(row_max=True)})
 
-    def segments(self, trace: Trace, head: int | None) -> list[Plan]:
+    def segments(self, trace: TraceContext, head: int | None) -> list[Plan]:
         sc = trace.comp.scenario
         return [Plan("scores", sc.n, sc.m)]
 
-    def operation(self, trace: Trace, index: int, seg: Segment, row: int, col: int | None, d: int) -> Operation:
+    def operation(self, trace: TraceContext, index: int, seg: Segment, row: int, col: int | None, d: int) -> Operation:
         h = seg.head
         assert h is not None and col is not None
         head = trace.comp.heads[h]
@@ -59,24 +56,24 @@ class Score(StageSpec):
                        " decide the rest",)
         return Operation(index, seg, row, col, value, (Ref(qn, h, row), Ref(kn, h, col)), text, details)
 
-    def matrix(self, trace: Trace, name: str, head: int | None) -> Matrix:
+    def matrix(self, trace: TraceContext, name: str, head: int | None) -> Matrix:
         if head is None:
             raise KeyError(name)
         return trace.comp.heads[head].scores
 
-    def panes(self, trace: Trace, op: Operation) -> list[Key]:
+    def panes(self, trace: TraceContext, op: Operation) -> list[Key]:
         h = op.head
         if trace.comp.scenario.rope is not None:
             return [("Q_rot", h), ("K_rotT", h), ("scores", h)]
         return [("Q", h), ("KT", h), ("scores", h)]
 
-    def overview(self, trace: Trace, head: int) -> list[Key]:
+    def overview(self, trace: TraceContext, head: int) -> list[Key]:
         return [("scores", head)]
 
-    def title(self, trace: Trace, name: str, head: int | None) -> str:
+    def title(self, trace: TraceContext, name: str, head: int | None) -> str:
         return "scores = Q'·K'ᵀ" if trace.comp.scenario.rope is not None else "scores = Q·Kᵀ"
 
-    def formula(self, trace: Trace, op: Operation) -> list[FormulaPart]:
+    def formula(self, trace: TraceContext, op: Operation) -> list[FormulaPart]:
         rotated = "'" if trace.comp.scenario.rope is not None else ""
         return [FormulaPart(Q_SLOT, f"Q{rotated}"), FormulaPart(QK_DOT, "·"), FormulaPart(K_SLOT, f"K{rotated}ᵀ")]
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from functools import lru_cache, partial
 from types import MappingProxyType
-from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -27,9 +26,7 @@ from qkv_tui.teach.stages.common import (
     StageSpec,
     paren,
 )
-
-if TYPE_CHECKING:
-    from qkv_tui.teach.trace import Trace
+from qkv_tui.teach.stages.context import TraceContext
 
 SAME_WEIGHT = "same weight:"  # the seed's way to one weight, after the row's list of e^s
 MAX_LISTED = 8  # a "which key?" question lists its keys with their numbers up to this many
@@ -44,17 +41,17 @@ class Softmax(StageSpec):
     matrices = ("weights", "sink")
     styles = MappingProxyType({"weights": PaneStyle(heat=True, masked=True)})
 
-    def segments(self, trace: Trace, head: int | None) -> list[Plan]:
+    def segments(self, trace: TraceContext, head: int | None) -> list[Plan]:
         sc = trace.comp.scenario
         return [Plan("weights", sc.n, sc.m)]
 
-    def meaning(self, trace: Trace, head: int | None) -> str:
+    def meaning(self, trace: TraceContext, head: int | None) -> str:
         text = self.stage.meaning
         if any(h.sink is not None for h in trace.comp.heads):
             text += " A sink is one more logit in each row's sum, then dropped: rows add up to less than 1."
         return text
 
-    def operation(self, trace: Trace, index: int, seg: Segment, row: int, col: int | None, d: int) -> Operation:
+    def operation(self, trace: TraceContext, index: int, seg: Segment, row: int, col: int | None, d: int) -> Operation:
         h = seg.head
         assert h is not None and col is not None
         head = trace.comp.heads[h]
@@ -92,39 +89,39 @@ class Softmax(StageSpec):
             details.append(line)
         return Operation(index, seg, row, col, value, (Ref("scaled", h, row),), text, tuple(details))
 
-    def matrix(self, trace: Trace, name: str, head: int | None) -> Matrix:
+    def matrix(self, trace: TraceContext, name: str, head: int | None) -> Matrix:
         if head is None:
             raise KeyError(name)
         return trace.comp.heads[head].weights if name == "weights" else sink_panel(trace, head)
 
-    def panes(self, trace: Trace, op: Operation) -> list[Key]:
+    def panes(self, trace: TraceContext, op: Operation) -> list[Key]:
         h = op.head
         if h is not None and trace.comp.heads[h].sink is not None:
             return [("scaled", h), ("weights", h), ("sink", h)]
         return [("scaled", h), ("weights", h)]
 
-    def overview(self, trace: Trace, head: int) -> list[Key]:
+    def overview(self, trace: TraceContext, head: int) -> list[Key]:
         return [("weights", head)]
 
-    def title(self, trace: Trace, name: str, head: int | None) -> str:
+    def title(self, trace: TraceContext, name: str, head: int | None) -> str:
         if name == "sink":
             hr = trace.comp.heads[head] if head is not None else None
             return f"sink {hr.sink if hr is not None and hr.sink is not None else 0:g}, dropped"
         return "weights = softmax(scaled)"
 
-    def filled(self, trace: Trace, name: str, head: int | None, index: int) -> int:
+    def filled(self, trace: TraceContext, name: str, head: int | None, index: int) -> int:
         if name == "sink" and head is not None:  # a row of the sink pane appears as its weights row is finished
             done_rows = trace.filled("weights", head, index) // max(trace.comp.scenario.m, 1)
             return done_rows * len(SINK_COLUMNS)
         return trace.filled(name, head, index)
 
-    def formula(self, trace: Trace, op: Operation) -> list[FormulaPart]:
+    def formula(self, trace: TraceContext, op: Operation) -> list[FormulaPart]:
         return [FormulaPart(OPEN, "softmax("), FormulaPart(CLOSE, ")")]
 
     def lights(self, seg: Segment) -> frozenset[int]:
         return frozenset({OPEN, CLOSE})
 
-    def choice(self, trace: Trace, op: Operation) -> tuple[str, tuple[str, ...], frozenset[str]] | None:
+    def choice(self, trace: TraceContext, op: Operation) -> tuple[str, tuple[str, ...], frozenset[str]] | None:
         """Before a row's first weight: which key gets the row's largest weight."""
         if op.col != 0 or op.head is None:
             return None
@@ -136,7 +133,7 @@ class Softmax(StageSpec):
                   else f"(a key's number, 1 … {len(keys)}, or its name)")
         return f"Which key gets row {token}'s largest weight? {listed}", keys, best
 
-    def withheld(self, trace: Trace, op: Operation, decimals: int) -> str | None:
+    def withheld(self, trace: TraceContext, op: Operation, decimals: int) -> str | None:
         """The row's inputs, not its worked exponentials and sum (the quiz's docstring says why)."""
         if op.col is None or op.head is None:
             return None
@@ -151,13 +148,13 @@ class Softmax(StageSpec):
 SPEC = Softmax()
 
 
-def softmax_row(trace: Trace, head: int, row: int, decimals: int) -> SoftmaxRow:
+def softmax_row(trace: TraceContext, head: int, row: int, decimals: int) -> SoftmaxRow:
     """One softmax row as shown, worked out once: a row's lines show its numbers at one precision."""
     rows = trace.memo("softmax rows", lambda: lru_cache(maxsize=64)(partial(_worked, trace)))
     return rows(head, row, decimals)
 
 
-def _worked(trace: Trace, head: int, row: int, decimals: int) -> SoftmaxRow:
+def _worked(trace: TraceContext, head: int, row: int, decimals: int) -> SoftmaxRow:
     hr = trace.comp.heads[head]
     if hr.sink is not None:  # the sink is one more column of the row until the weights are read off
         logits, weights = sink_row(hr, row)
@@ -165,7 +162,7 @@ def _worked(trace: Trace, head: int, row: int, decimals: int) -> SoftmaxRow:
     return worked_row(hr.masked[row], hr.weights[row], decimals)
 
 
-def sink_panel(trace: Trace, head: int) -> Matrix:
+def sink_panel(trace: TraceContext, head: int) -> Matrix:
     """The softmax's extra sink column per row: its logit, its exponential, and the row's Σ weights."""
     hr = trace.comp.heads[head]
     assert hr.sink is not None and hr.sink_exp is not None

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from qkv_tui.core.scenario import Matrix
 from qkv_tui.teach.arith import dot_line
 from qkv_tui.teach.stages.common import (
@@ -18,9 +16,7 @@ from qkv_tui.teach.stages.common import (
     StageSpec,
     dot_bias_line,
 )
-
-if TYPE_CHECKING:
-    from qkv_tui.teach.trace import Trace
+from qkv_tui.teach.stages.context import TraceContext
 
 
 class WO(StageSpec):
@@ -28,13 +24,13 @@ class WO(StageSpec):
                   "A final linear layer W_O mixes the heads' concatenated outputs into the model's output width.")
     matrices = ("W_O", "final")
 
-    def runs(self, trace: Trace) -> bool:
+    def runs(self, trace: TraceContext) -> bool:
         return trace.comp.W_O is not None
 
-    def segments(self, trace: Trace, head: int | None) -> list[Plan]:
+    def segments(self, trace: TraceContext, head: int | None) -> list[Plan]:
         return [Plan("final", trace.comp.scenario.n, trace.comp.output.shape[1])]
 
-    def operation(self, trace: Trace, index: int, seg: Segment, row: int, col: int | None, d: int) -> Operation:
+    def operation(self, trace: TraceContext, index: int, seg: Segment, row: int, col: int | None, d: int) -> Operation:
         comp = trace.comp
         assert comp.W_O is not None and col is not None
         q = comp.scenario.labels[row]
@@ -50,25 +46,25 @@ class WO(StageSpec):
             text = f"final[{q},{col}] = concat[{q}]·W_O[:,{col}] + b_O[{col}] = {work}"
         return Operation(index, seg, row, col, value, (Ref("concat", None, row), Ref("W_O", None, None, col)), text)
 
-    def matrix(self, trace: Trace, name: str, head: int | None) -> Matrix:
+    def matrix(self, trace: TraceContext, name: str, head: int | None) -> Matrix:
         if name == "final":
             return trace.comp.output
         if trace.comp.W_O is None:
             raise KeyError(name)
         return trace.comp.W_O
 
-    def panes(self, trace: Trace, op: Operation) -> list[Key]:
+    def panes(self, trace: TraceContext, op: Operation) -> list[Key]:
         return [("concat", None), ("W_O", None), ("final", None)]
 
-    def overview(self, trace: Trace, head: int) -> list[Key]:
+    def overview(self, trace: TraceContext, head: int) -> list[Key]:
         return [("final", None)]
 
-    def title(self, trace: Trace, name: str, head: int | None) -> str:
+    def title(self, trace: TraceContext, name: str, head: int | None) -> str:
         if name == "W_O":
             return "W_O"
         return "final = concat·W_O" + (" + b_O" if trace.comp.b_O is not None else "")
 
-    def formula(self, trace: Trace, op: Operation) -> list[FormulaPart]:
+    def formula(self, trace: TraceContext, op: Operation) -> list[FormulaPart]:
         return [FormulaPart(W_O_SLOT, "·W_O")]
 
     def lights(self, seg: Segment) -> frozenset[int]:
