@@ -13,8 +13,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from qkv_tui.core.engine import HeadResult, softmax_rows
+from qkv_tui.core.engine import HeadResult
 from qkv_tui.core.scenario import BoolMatrix, Matrix
+from qkv_tui.kernels.softmax import softmax_rows
 
 FACTORS = (1, 4, 16)
 
@@ -63,5 +64,5 @@ def _softmax(scores: Matrix, factor: float, allowed: BoolMatrix) -> Matrix:
         # the largest key is 0 exactly, even if factor overflowed to inf (0·inf is NaN); masked keys stay out
         shifted = np.where(masked == top, 0.0, (masked - top) * factor)  # (m,) all <= 0
         shifted = np.where(allowed, shifted, -np.inf)
-    weights: Matrix = softmax_rows(shifted[None, :])[3][0]
+    weights: Matrix = softmax_rows(shifted[None, :]).weights[0]
     return weights
