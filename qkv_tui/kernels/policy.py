@@ -89,25 +89,25 @@ class ByHand(Exact):
     """
 
     def __init__(self, decimals: int) -> None:
-        self.decimals = decimals
+        self.decimals = self.places = decimals
 
     def worked(self, x: Matrix) -> Matrix:
-        return round_to(x, self.decimals)
+        return round_to(x, self.places)
 
     def table(self, x: Matrix) -> Matrix:
-        return round_to(x, self.decimals)
+        return round_to(x, self.places)
 
     def matmul(self, a: Matrix, b: Matrix) -> Matrix:
         """Each product written down rounded, then each sum (a dot product worked term by term)."""
-        return hand_matmul(a, b, self.decimals)
+        return hand_matmul(a, b, self.places)
 
     def divisor(self, scale: float) -> float:
         """A person divides by the written-down root (√3 ≈ 1.732), never by a rounded 0."""
-        return float(round_to(np.array(scale), self.decimals)) or scale
+        return float(round_to(np.array(scale), self.places)) or scale
 
     def logits(self, scaled: Matrix, bias: Matrix | None) -> Matrix:
         """The scaled scores are already written down as a line of their own; only a sum with the bias is new."""
-        return scaled if bias is None else round_to(scaled + bias, self.decimals)
+        return scaled if bias is None else round_to(scaled + bias, self.places)
 
     def mean_square(self, centred: Matrix) -> Matrix:
         """Each square written down rounded, then their sum over the row's count.
@@ -116,7 +116,7 @@ class ByHand(Exact):
         whole numbers that rounding leaves as they are, so there the exact mean square is taken,
         the overflow-safe way."""
         with np.errstate(over="ignore"):
-            spread: Matrix = round_to(centred * centred, self.decimals).sum(axis=1) / centred.shape[1]
+            spread: Matrix = round_to(centred * centred, self.places).sum(axis=1) / centred.shape[1]
         return np.where(np.isfinite(spread), spread, mean_square(centred))
 
 
@@ -129,14 +129,14 @@ class PrintedPage(Exact):
     """
 
     def __init__(self, decimals: int) -> None:
-        self.decimals = decimals
+        self.decimals = self.places = decimals
 
     def table(self, x: Matrix) -> Matrix:
-        return round_to(x, self.decimals)
+        return round_to(x, self.places)
 
     def logits(self, scaled: Matrix, bias: Matrix | None) -> Matrix:
         """The page prints one "scaled" table, scores / scale + slope·(j − i): the sum is rounded, not its terms."""
-        return round_to(scaled if bias is None else scaled + bias, self.decimals)
+        return round_to(scaled if bias is None else scaled + bias, self.places)
 
 
 Policy = Exact  # every policy is an Exact with some sites overridden
