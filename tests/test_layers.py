@@ -1,7 +1,8 @@
 """The package's layers import one way only: base <- kernels <- importers <- core <- teach <- display <- ui <- edges.
 
 The kernels (the forward pass in NumPy, under a numeric policy) sit just above the base: the importers
-run a real model's earlier layers with them, and the core, teach and edges layers compute with them. The importers (real models -> plain scenario data) sit below the core: the loader calls them, they
+run a real model's earlier layers with them, and the core, teach and edges layers compute with them.
+The importers (real models -> plain scenario data) sit below the core: the loader calls them, they
 never call the loader. The base (how a value is named in a one-line message) serves both.
 
 Read from the source with ast, so the check covers lazy imports inside functions too.

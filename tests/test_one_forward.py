@@ -57,7 +57,7 @@ def _within(kept: object, loop: list[list[float]] | list[float], d: int) -> None
     assert np.all(np.abs(x[ok] - y[ok]) <= _unit(d)), (x, y)
 
 
-def _loop_matmul(a: np.ndarray, b: np.ndarray, keep: "Keep") -> list[list[float]]:
+def _loop_matmul(a: np.ndarray, b: np.ndarray, keep: Keep) -> list[list[float]]:
     out = []
     for row in a:
         cells = []
@@ -278,7 +278,7 @@ def own_kernels(source: str) -> list[str]:
         # RoPE's turn: a·cos ∓ b·sin (or a·sin + b·cos)
         if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub)):
             left, right = _names(node.left), _names(node.right)
-            trig = any("cos" in n for n in left) and any("sin" in n for n in right) or (
+            trig = (any("cos" in n for n in left) and any("sin" in n for n in right)) or (
                 any("sin" in n for n in left) and any("cos" in n for n in right))
             if trig and _has_product(node.left) and _has_product(node.right):
                 found.append(f"{line}: a rotation {ast.unparse(node)}")
