@@ -123,10 +123,11 @@ def test_by_hand_every_table_is_worked_from_its_rounded_operands(case: ModernCas
                 assert abs(mu - keep.table(sum(float(v) for v in x) / len(x))) <= _unit(d)
             spread = keep.table(sum(keep.worked(c * c) for c in centred) / len(x))
             assert abs(float(nr.spread[i]) - spread) <= _unit(d)
-            root = keep.worked(math.sqrt(float(nr.spread[i]) + sc.norm.eps)) or math.sqrt(float(nr.spread[i]) + sc.norm.eps)
-            assert abs(float(nr.root[i]) - root) <= _unit(d)
+            exact_root = math.sqrt(float(nr.spread[i]) + sc.norm.eps)
+            root = keep.worked(exact_root) or exact_root  # never a division by a rounded 0 (the table shows 0 then)
+            assert abs(float(nr.root[i]) - keep.table(root)) <= _unit(d)
             beta = sc.norm.beta if sc.norm.beta is not None else np.zeros(len(x))
-            want = [keep.table(keep.worked(c / float(nr.root[i]) * float(g) + float(b)))
+            want = [keep.table(keep.worked(c / root * float(g) + float(b)))
                     for c, g, b in zip(centred, sc.norm.gamma, beta, strict=True)]
             _within(nr.X_norm[i], want, d)
     X_in = sc.X if hand.norm is None else hand.norm.X_norm
@@ -163,6 +164,14 @@ def test_by_hand_every_table_is_worked_from_its_rounded_operands(case: ModernCas
             _within(hr.weights[i, allowed], [keep.table(float(hr.exps[i, j]) / float(hr.row_sum[i])) for j in allowed],
                     d)
         _within(hr.output, _loop_matmul(hr.weights, hr.V, keep), d)
+
+
+def test_by_hand_a_root_that_rounds_to_0_divides_by_the_exact_one() -> None:
+    text = 'tokens = ["t0"]\nX = [[0]]\n[norm]\nkind = "rms"\n[[heads]]\nname = "h0"\nW_Q = [[1]]\nW_K = [[1]]\nW_V = [[1]]\n'
+    hand = compute_hand(compute(parse_scenario(text, "a.toml")), 2)
+    assert hand.norm is not None
+    assert float(hand.norm.root[0]) == 0.0  # √(0 + 1e-5) ≈ 0.003 is written 0.00
+    assert float(hand.norm.X_norm[0, 0]) == 0.0  # 0 / 0.003, not 0 / 0
 
 
 def _loop_rotate(M: np.ndarray, base: float, layout: str, positions: tuple[int, ...], keep: Keep) -> list[list[float]]:

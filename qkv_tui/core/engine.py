@@ -21,7 +21,7 @@ from qkv_tui.core.variants import Norm, Rope, Vector
 from qkv_tui.kernels.attention import Forward, Turn, head_forward
 from qkv_tui.kernels.attention import frozen as _frozen
 from qkv_tui.kernels.norm import normalise
-from qkv_tui.kernels.policy import EXACT, Exact
+from qkv_tui.kernels.policy import EXACT, Policy
 from qkv_tui.kernels.rope import angles, turn
 from qkv_tui.kernels.sharing import same_kv_weights
 from qkv_tui.kernels.softmax import alibi_bias
@@ -109,7 +109,7 @@ class Computation:
         return self.scenario.X_kv if self.scenario.is_cross else self.X_in
 
 
-def normalize(norm: Norm, X: Matrix, policy: Exact = EXACT) -> NormResult:
+def normalize(norm: Norm, X: Matrix, policy: Policy = EXACT) -> NormResult:
     """RMSNorm x / √(mean(x²) + eps) · γ, or LayerNorm (x − mean) / √(var + eps) · γ + β (kernels/norm.py)."""
     done = normalise(policy, norm.kind, X, norm.gamma[None, :], None if norm.beta is None else norm.beta[None, :],
                      norm.eps)
@@ -142,7 +142,6 @@ def compute_head(
     slope: float | None = None,
     kv_head: int = 0,
     shared: tuple[Matrix, Matrix, Matrix | None] | None = None,
-    policy: Exact = EXACT,
 ) -> HeadResult:
     """One head (kernels/attention.py). ``X`` is what the Query projection reads (already normalised); ``shared``
     hands over the K, V and rotated K of a K/V head computed for an earlier query head."""
@@ -152,7 +151,7 @@ def compute_head(
         bias = _frozen(alibi_bias(slope, positions))  # (n, n)
     f = head_forward(X, X_kv, head.W_Q, head.W_K, head.W_V, head.b_Q, head.b_K, head.b_V, allow,
                      math.sqrt(head.d_k) if scale is None else scale, turn=turn_of(rope, positions, head.d_k),
-                     bias=bias, sink=head.sink, shared=shared, policy=policy)
+                     bias=bias, sink=head.sink, shared=shared)
     return result_of(head, f, scale is None, slope, kv_head)
 
 

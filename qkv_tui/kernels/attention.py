@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from qkv_tui.kernels.norm import Matrix
-from qkv_tui.kernels.policy import EXACT, Exact
+from qkv_tui.kernels.policy import EXACT, Policy
 from qkv_tui.kernels.rope import rotate
 from qkv_tui.kernels.softmax import SoftmaxRows, masked_logits, softmax_rows
 
@@ -53,14 +53,14 @@ def frozen(array: Matrix) -> Matrix:
     return array
 
 
-def project(X: Matrix, W: Matrix, b: Matrix | None, policy: Exact = EXACT) -> Matrix:
+def project(X: Matrix, W: Matrix, b: Matrix | None, policy: Policy = EXACT) -> Matrix:
     """X W + b: (rows, width)."""
     out = policy.matmul(X, W)  # (rows, width)
     return policy.table(out if b is None else out + b[None, :])
 
 
 def attend(Q: Matrix, K: Matrix, V: Matrix, allow: np.ndarray, scale: float, bias: Matrix | None = None,
-           sink: float | None = None, policy: Exact = EXACT) -> Attended:
+           sink: float | None = None, policy: Policy = EXACT) -> Attended:
     """softmax(Q Kᵀ / scale + bias) V for Queries (n, d_k) and Keys (m, d_k) as scored, Values (m, d_v)."""
     divisor = policy.divisor(scale)
     scores = policy.table(policy.matmul(Q, K.T))  # (n, m)
@@ -81,7 +81,7 @@ def attend(Q: Matrix, K: Matrix, V: Matrix, allow: np.ndarray, scale: float, bia
 def head_forward(X: Matrix, X_kv: Matrix, W_Q: Matrix, W_K: Matrix, W_V: Matrix, b_Q: Matrix | None,
                  b_K: Matrix | None, b_V: Matrix | None, allow: np.ndarray, scale: float, *,
                  turn: Turn | None = None, bias: Matrix | None = None, sink: float | None = None,
-                 shared: tuple[Matrix, Matrix, Matrix | None] | None = None, policy: Exact = EXACT) -> Forward:
+                 shared: tuple[Matrix, Matrix, Matrix | None] | None = None, policy: Policy = EXACT) -> Forward:
     """One head. ``X`` is what the Query projection reads (already normalised), ``X_kv`` what the Keys and
     Values read; ``shared`` hands over the K, V and turned K of a K/V head computed for an earlier query head."""
     Q = frozen(project(X, W_Q, b_Q, policy))  # (n, d_k)

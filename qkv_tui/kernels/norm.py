@@ -10,7 +10,7 @@ import numpy as np
 import numpy.typing as npt
 
 if TYPE_CHECKING:
-    from qkv_tui.kernels.policy import Exact
+    from qkv_tui.kernels.policy import Policy
 
 Matrix = npt.NDArray[np.float64]
 
@@ -59,7 +59,7 @@ class Normed:
     unrounded: Matrix  # (n, d_model) X_norm as computed from the kept statistics, before the policy keeps it
 
 
-def normalise(policy: Exact, kind: str, X: Matrix, gamma: Matrix, beta: Matrix | None, eps: float) -> Normed:
+def normalise(policy: Policy, kind: str, X: Matrix, gamma: Matrix, beta: Matrix | None, eps: float) -> Normed:
     """RMSNorm x / √(mean(x²) + eps) · γ, or LayerNorm (x − mean) / √(var + eps) · γ + β (docs/scenario-format.md, [norm]).
 
     Works on the last axis, so a batch of rows of any leading shape normalises too."""
@@ -73,5 +73,5 @@ def normalise(policy: Exact, kind: str, X: Matrix, gamma: Matrix, beta: Matrix |
         raw = centred / root[..., None] * gamma  # (n, d_model)
         if beta is not None:
             raw = raw + beta
-        X_norm = policy.table(policy.worked(raw))
+        X_norm = policy.table(policy.worked(raw))  # by hand: each cell worked, then copied into the table
     return Normed(X_norm, mean, spread, policy.table(root), raw)

@@ -139,5 +139,5 @@ class PrintedPage(Exact):
         return round_to(scaled if bias is None else scaled + bias, self.places)
 
 
-Policy = Exact  # every policy is an Exact with some sites overridden
+Policy = Exact  # a policy is the exact one with some sites overridden: what a forward pass accepts
 EXACT = Exact()

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from qkv_tui.kernels.norm import Matrix
-from qkv_tui.kernels.policy import EXACT, Exact
+from qkv_tui.kernels.policy import EXACT, Policy
 
 
 def pairs(layout: str, d_k: int) -> list[tuple[int, int]]:
@@ -33,7 +33,7 @@ def angles(base: float, d_k: int, positions: Sequence[int] | Matrix) -> Matrix:
     return out
 
 
-def rotate(M: Matrix, cos: Matrix, sin: Matrix, turned: Sequence[tuple[int, int]], policy: Exact = EXACT) -> Matrix:
+def rotate(M: Matrix, cos: Matrix, sin: Matrix, turned: Sequence[tuple[int, int]], policy: Policy = EXACT) -> Matrix:
     """Each pair (a, b) of row r turns by the angle whose cos and sin are cos[r, i], sin[r, i]: (rows, d_k).
 
     ``cos`` and ``sin`` (rows, d_k/2) are kept as the policy keeps a worked number (by hand: written down
@@ -46,7 +46,7 @@ def rotate(M: Matrix, cos: Matrix, sin: Matrix, turned: Sequence[tuple[int, int]
     return policy.table(out)
 
 
-def turn(M: Matrix, layout: str, base: float, positions: Sequence[int] | Matrix, policy: Exact = EXACT) -> Matrix:
+def turn(M: Matrix, layout: str, base: float, positions: Sequence[int] | Matrix, policy: Policy = EXACT) -> Matrix:
     """RoPE on the rows of M (rows, d_k), row r at ``positions[r]``."""
     d_k = M.shape[1]
     a = angles(base, d_k, positions)  # (rows, d_k/2)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from qkv_tui.kernels.norm import Matrix
-from qkv_tui.kernels.policy import EXACT, Exact
+from qkv_tui.kernels.policy import EXACT, Policy
 
 
 def alibi_bias(slope: float, positions: tuple[int, ...]) -> Matrix:
@@ -17,7 +17,7 @@ def alibi_bias(slope: float, positions: tuple[int, ...]) -> Matrix:
     return bias
 
 
-def masked_logits(scaled: Matrix, allow: np.ndarray, bias: Matrix | None = None, policy: Exact = EXACT) -> Matrix:
+def masked_logits(scaled: Matrix, allow: np.ndarray, bias: Matrix | None = None, policy: Policy = EXACT) -> Matrix:
     """The softmax's input: scaled + bias (as the policy adds them), −∞ where the mask forbids: (n, m)."""
     out: Matrix = np.where(allow, policy.logits(scaled, bias), -np.inf)
     return out
@@ -42,7 +42,7 @@ class SoftmaxRows:
     sink_exp: Matrix | None  # (n,) e^(sink − row_max), the part of each row sum the sink takes
 
 
-def softmax_rows(masked: Matrix, sink: float | None = None, policy: Exact = EXACT) -> SoftmaxRows:
+def softmax_rows(masked: Matrix, sink: float | None = None, policy: Policy = EXACT) -> SoftmaxRows:
     """Stable row softmax of ``masked`` (n, m), −∞ where the mask forbids.
 
     With a sink, its logit joins every row as an extra column: the max subtracted is the
@@ -56,6 +56,8 @@ def softmax_rows(masked: Matrix, sink: float | None = None, policy: Exact = EXAC
     # stands for (e^(−1e308 − 1e308) underflows anyway), so that overflow is not an error
     with np.errstate(over="ignore", under="ignore"):
         shifted = policy.worked(masked - row_max[:, None])  # (n, m) <= 0; −∞ where masked
+        # by hand each e^ is written down rounded, then copied, rounded, into the row of exponentials: both
+        # roundings are the hand computation's own (a rounded number rounds to itself almost always, not always)
         exps = policy.worked(policy.worked(np.exp(shifted)))  # (n, m); e^-inf = 0 exactly
         sink_exp = None
         if sink is not None:
