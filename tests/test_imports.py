@@ -11,7 +11,7 @@ def test_core_imports_no_ui() -> None:
     code = (
         "import sys, json, pkgutil, importlib, qkv_tui\n"
         "core = [m.name for m in pkgutil.walk_packages(qkv_tui.__path__, 'qkv_tui.')"
-        " if m.name.split('.')[1] in ('base', 'importers', 'core', 'teach', 'screen', 'edges')]\n"
+        " if m.name.split('.')[1] in ('base', 'kernels', 'importers', 'core', 'teach', 'screen', 'edges')]\n"
         "assert len(core) >= 15, core\n"
         "for name in core: importlib.import_module(name)\n"
         "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in ('textual', 'rich'))))\n"

@@ -20,6 +20,8 @@ import numpy.typing as npt
 from qkv_tui.base.values import kind as _kind
 from qkv_tui.base.values import show as _show
 from qkv_tui.core.arrays import Vector as Vector  # re-exported: the modules that read a Norm or Rope import it from here
+from qkv_tui.kernels import rope as rope_kernel
+from qkv_tui.kernels.sharing import kv_head_of as kv_head_of
 
 NORM_KEYS = ("kind", "gamma", "beta", "eps")
 NORM_KINDS = ("rms", "layer")
@@ -114,14 +116,11 @@ class Rope:
 
     def pairs(self, d_k: int) -> list[tuple[int, int]]:
         """The dimensions rotated together, pair i first: what makes the two layouts differ."""
-        half = d_k // 2
-        if self.layout == "interleaved":
-            return [(2 * i, 2 * i + 1) for i in range(half)]
-        return [(i, i + half) for i in range(half)]
+        return rope_kernel.pairs(self.layout, d_k)
 
     def theta(self, i: int, d_k: int) -> float:
         """Frequency of pair i: angles grow by this much per position."""
-        return float(self.base ** (-2.0 * i / d_k))
+        return rope_kernel.theta(self.base, i, d_k)
 
 
 @dataclass(frozen=True)
@@ -146,11 +145,6 @@ def default_slopes(count: int) -> tuple[float, ...]:
         return tuple(power_of_2(count))
     closest = 2 ** math.floor(math.log2(count))
     return tuple(power_of_2(closest) + list(default_slopes(2 * closest)[0::2][: count - closest]))
-
-
-def kv_head_of(head: int, num_heads: int, num_kv_heads: int) -> int:
-    """The K/V head a query head reads in grouped-query attention: ⌊h · H_kv / H⌋."""
-    return head * num_kv_heads // num_heads
 
 
 def summary_parts(sc: Features) -> list[str]:

@@ -20,7 +20,8 @@ import numpy as np
 
 from qkv_tui.core.engine import Computation
 from qkv_tui.core.fmt import fmt, is_integral
-from qkv_tui.core.scenario import Head, Matrix
+from qkv_tui.core.scenario import Matrix
+from qkv_tui.kernels.sharing import shares_kv
 from qkv_tui.teach import stages
 from qkv_tui.teach.arith import SoftmaxRow
 from qkv_tui.teach.stages.common import Operation, Ref, Segment, Stage, StageRun, StageSpec
@@ -107,7 +108,7 @@ class Trace:
             # sharing is equality of the projections, so the first head that shares with h is an owner itself:
             # only the owners of h's K/V head need a look (not every earlier head: 300 heads stay linear)
             owners = owners_of.setdefault(head.kv_head, [])
-            owner = next((g for g in owners if _shares_kv(sc.heads[g], sc.heads[h])), h)
+            owner = next((g for g in owners if shares_kv(sc.heads[g], sc.heads[h])), h)
             if owner == h:
                 owners.append(h)
             kv_owner.append(owner)
@@ -305,12 +306,3 @@ class Trace:
             row, col = divmod(offset, seg.cols)
         return self._specs[seg.stage].operation(self, index, seg, row, col, decimals)
 
-
-def _shares_kv(a: Head, b: Head) -> bool:
-    """Two query heads read one K/V head: the same projections, so K and V are computed once."""
-    def same(x: Matrix | None, y: Matrix | None) -> bool:
-        if x is None or y is None:
-            return x is y
-        return x is y or (x.shape == y.shape and bool(np.array_equal(x, y)))
-
-    return a.kv_head == b.kv_head and all(same(getattr(a, r), getattr(b, r)) for r in ("W_K", "W_V", "b_K", "b_V"))
