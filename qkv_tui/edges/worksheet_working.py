@@ -12,6 +12,7 @@ import math
 from qkv_tui.core.fmt import fmt
 from qkv_tui.core.scenario import Scenario
 from qkv_tui.edges.worksheet_chain import Table, exact, kv_owners, pairs
+from qkv_tui.teach import stages
 
 
 class Working:
@@ -76,7 +77,7 @@ class Working:
             return self.softmax(h, i, j, answer)
         if name == "output":
             return f"output[{q},{j}] = weights[{q}]·V[:,{j}] = {self.dot(f'weights{s}', i, f'V{g}', j)} = {answer}"
-        raise KeyError(name)
+        return stages.spec(table.stage).worksheet_line(self, table, i, j, answer)  # a stage's own table
 
     def final(self, i: int, j: int) -> str:
         table = self.tables["final"]
