@@ -6,7 +6,6 @@ import numpy as np
 
 from qkv_tui.edges.worksheet_chain import Table, exact, pairs
 from qkv_tui.edges.worksheet_content import BLANK, WorksheetContent
-from qkv_tui.teach import stages
 
 
 def _md(label: str) -> str:
@@ -111,7 +110,7 @@ def render(ws: WorksheetContent) -> str:
         if table.given:
             continue
         suffix = f" ({comp.heads[table.head].name})" if multi and table.head is not None else ""
-        spec = stages.spec(table.stage)  # the section is named for the stage whose table it is
+        spec = ws.specs[table.stage]  # the section is named for the stage whose table it is
         section = f"## {spec.stage.name}{suffix}"
         if section != last_section:
             out += [section, ""]
