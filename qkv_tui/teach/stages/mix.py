@@ -20,7 +20,7 @@ from qkv_tui.teach.stages.common import (
     StageSpec,
 )
 from qkv_tui.teach.stages.context import TraceContext
-from qkv_tui.teach.stages.printed import PrintedChain, Table, idx
+from qkv_tui.teach.stages.printed import PrintedCells, PrintedChain, Table, idx
 
 VECTOR_WIDTH = 8  # the Mix stage's vector form is shown for Value rows up to this wide
 
@@ -85,6 +85,13 @@ class Mix(StageSpec):
         output = project(chain.values(f"weights.{head}"), chain.values(f"V.{chain.owners[head]}"), None, chain.page)
         return [Table(f"output.{head}", "output", "output = weights·V", "mix", head, output, sc.labels,
                       idx(sc.heads[head].d_v), False, True)]
+
+    def worksheet_line(self, cells: PrintedCells, table: Table, row: int, col: int, answer: str) -> str:
+        h = table.head
+        assert h is not None
+        q = cells.sc.labels[row]
+        return (f"output[{q},{col}] = weights[{q}]·V[:,{col}]"
+                f" = {cells.dot(f'weights.{h}', row, f'V.{cells.owners[h]}', col)} = {answer}")
 
 
 SPEC = Mix()

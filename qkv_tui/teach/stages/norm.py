@@ -29,7 +29,7 @@ from qkv_tui.teach.stages.common import (
 )
 from qkv_tui.teach.stages.context import TraceContext
 from qkv_tui.teach.stages.markdown import MarkdownPage
-from qkv_tui.teach.stages.printed import PrintedChain, Table, idx
+from qkv_tui.teach.stages.printed import PrintedCells, PrintedChain, Table, idx
 
 NORM_MEANING = (
     "Normalise each token's row of X before attention (pre-norm, as LLaMA, Mistral and Qwen do)."
@@ -112,6 +112,9 @@ class Norm(StageSpec):
             Table("X_norm", "X̂", f"X̂ = {kind}(X), row by row", "norm", None, normed.X_norm, tokens, idx(dm), False, True,
                   whole=is_integral(raw)),
         ]
+
+    def worksheet_line(self, cells: PrintedCells, table: Table, row: int, col: int, answer: str) -> str:
+        return _stats_line(cells, row, col, answer) if table.key == "stats" else _norm_line(cells, row, col, answer)
 
 
 SPEC = Norm()
@@ -219,3 +222,39 @@ def _decimal_text(value: Decimal, p: int) -> str:
     if text.startswith("-") and text.lstrip("-").strip("0.") == "":
         return text.lstrip("-")
     return text.replace("E", "e")
+
+
+def _stats_line(cells: PrintedCells, i: int, j: int, answer: str) -> str:
+    """``ms[I] = (1·1 + 0·0 + 1·1 + 0·0) / 4 = 0.500``, ``mean[I] = …``, ``var[I] = ((1 − 0.500)·(1 − 0.500) + …) / 4``."""
+    token = cells.sc.labels[i]
+    width = cells.tables["X"].values.shape[1]
+    xs = [cells.txt("X", i, c) for c in range(width)]
+    column = cells.tables["stats"].cols[j]
+    if column == "ms":
+        terms = " + ".join(f"{x}·{x}" for x in xs)
+        return f"ms[{token}] = (X[{token},0]² + … + X[{token},{width - 1}]²) / {width} = ({terms}) / {width} = {answer}"
+    if column == "mean":
+        terms = " + ".join(xs)
+        return f"mean[{token}] = (X[{token},0] + … + X[{token},{width - 1}]) / {width} = ({terms}) / {width} = {answer}"
+    mean = cells.txt("stats", i, 0)
+    terms = " + ".join(f"({x} − {mean})·({x} − {mean})" for x in xs)
+    first, last = f"(X[{token},0] − mean[{token}])²", f"(X[{token},{width - 1}] − mean[{token}])²"
+    return f"var[{token}] = ({first} + … + {last}) / {width} = ({terms}) / {width} = {answer}"
+
+
+def _norm_line(cells: PrintedCells, i: int, j: int, answer: str) -> str:
+    """``X̂[I,2] = X[I,2] / √(ms[I] + eps)·γ[2] = 1 / √(0.500 + 1e-05)·1 = 1.414`` (LayerNorm: centred, + β)."""
+    sc = cells.sc
+    assert sc.norm is not None
+    token = sc.labels[i]
+    eps = repr(float(sc.norm.eps))
+    x, gamma = cells.txt("X", i, j), cells.txt("gamma", 0, j)
+    beta = f" + {cells.txt('beta', 0, j)}" if "beta" in cells.tables else ""
+    beta_sym = f" + β[{j}]" if beta else ""
+    if sc.norm.kind == "rms":
+        ms = cells.txt("stats", i, 0)
+        return (f"X̂[{token},{j}] = X[{token},{j}] / √(ms[{token}] + eps)·γ[{j}]{beta_sym}"
+                f" = {x} / √({ms} + {eps})·{gamma}{beta} = {answer}")
+    mean, var = cells.txt("stats", i, 0), cells.txt("stats", i, 1)
+    return (f"X̂[{token},{j}] = (X[{token},{j}] − mean[{token}]) / √(var[{token}] + eps)·γ[{j}]{beta_sym}"
+            f" = ({x} − {mean}) / √({var} + {eps})·{gamma}{beta} = {answer}")

@@ -125,10 +125,19 @@ class PrintedChain:
 class PrintedCells(Protocol):
     """The worksheet's answer key, as a stage writes one of its cells' arithmetic with the printed operands."""
 
+    sc: Scenario
+    tables: dict[str, Table]  # every table on the page by key
+    d: int  # the page's decimals
+    owners: list[int]  # query head -> the head whose section prints the K and V it reads
+
     def txt(self, key: str, row: int, col: int) -> str:
-        """A printed cell as an operand: negatives in parentheses."""
+        """A printed cell as an operand: negatives in parentheses, ``1·(-2)``."""
         ...
 
     def dot(self, left: str, row: int, right: str, col: int) -> str:
         """``1·2 + 0·(-1)``: a printed row dotted with a printed column."""
+        ...
+
+    def bias(self, key: str, col: int) -> str:
+        """`` + 0.5`` when the projection has a bias vector on the page, else nothing."""
         ...

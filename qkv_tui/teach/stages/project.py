@@ -27,7 +27,7 @@ from qkv_tui.teach.stages.common import (
 )
 from qkv_tui.teach.stages.context import TraceContext
 from qkv_tui.teach.stages.markdown import MarkdownPage
-from qkv_tui.teach.stages.printed import PrintedChain, Table, idx
+from qkv_tui.teach.stages.printed import PrintedCells, PrintedChain, Table, idx
 
 WIDE = ("W_Q_wide", "W_K_wide", "W_V_wide")  # split scenarios: every head's slice side by side
 WEIGHTS = ("W_Q", "W_K", "W_V")
@@ -212,6 +212,19 @@ class Project(StageSpec):
                                  chain.rounded(raw), sc.key_labels, idx(width), False, True,
                                  whole=kv_whole and is_integral(raw), readers=chain.kv_readers(h)))
         return out
+
+    def worksheet_line(self, cells: PrintedCells, table: Table, row: int, col: int, answer: str) -> str:
+        sc, name, i, j = cells.sc, table.name, row, col
+        s = f".{table.head}" if table.head is not None else ""
+        q = (sc.key_labels if name in ("K", "V") else sc.labels)[i]
+        if name != "Q" and sc.is_cross:
+            source, xs = "context_X", "X_ctx"
+        else:
+            source, xs = ("X_norm", "X̂") if "X_norm" in cells.tables else ("X", "X")
+        b_key = f"b_{name}{s}"
+        plus = f" + b_{name}[{j}]" if b_key in cells.tables else ""
+        return (f"{name}[{q},{j}] = {xs}[{q}]·W_{name}[:,{j}]{plus}"
+                f" = {cells.dot(source, i, f'W_{name}{s}', j)}{cells.bias(b_key, j)} = {answer}")
 
     def worksheet_note(self, comp: Computation, owners: list[int], head: int) -> list[str]:
         """A head that reads an earlier head's K and V says where they are."""

@@ -32,7 +32,7 @@ from qkv_tui.teach.stages.common import (
 )
 from qkv_tui.teach.stages.context import TraceContext
 from qkv_tui.teach.stages.markdown import MarkdownPage
-from qkv_tui.teach.stages.printed import PrintedChain, Table, idx
+from qkv_tui.teach.stages.printed import PrintedCells, PrintedChain, Table, idx
 from qkv_tui.teach.stages.project import raw_projections
 
 MAX_GUARD = 8  # more decimals than the page's that the cos/sin table may get; float64 has no more to give
@@ -133,6 +133,25 @@ class Rotate(StageSpec):
             out.append(Table(f"K_rot.{h}", "K'", f"K' = K turned by position{chain.kv_suffix(h)}", "rotate", h, K_rot,
                              sc.key_labels, idx(d_k), False, True, readers=chain.kv_readers(h)))
         return out
+
+    def worksheet_line(self, cells: PrintedCells, table: Table, row: int, col: int, answer: str) -> str:
+        """``Q'[love,0] = Q[love,0]·cos(1·θ₀) − Q[love,1]·sin(1·θ₀) = 0·0.540 − 2·0.841 = -1.683``."""
+        sc, i, j = cells.sc, row, col
+        assert sc.rope is not None and sc.positions is not None and table.head is not None
+        name = table.name[0]
+        source = f"{name}.{table.head}"
+        d_k = table.values.shape[1]
+        k, (a, b) = next((k, pair) for k, pair in enumerate(rope_pairs(sc.rope.layout, d_k)) if j in pair)
+        token = sc.labels[i]
+        angle = f"{sc.positions[i]}·θ{_sub(k)}"
+        trig = f"trig.{d_k}"
+        cos, sin = cells.txt(trig, i, 2 * k), cells.txt(trig, i, 2 * k + 1)
+        va, vb = cells.txt(source, i, a), cells.txt(source, i, b)
+        if j == a:
+            return (f"{name}'[{token},{a}] = {name}[{token},{a}]·cos({angle}) − {name}[{token},{b}]·sin({angle})"
+                    f" = {va}·{cos} − {vb}·{sin} = {answer}")
+        return (f"{name}'[{token},{b}] = {name}[{token},{a}]·sin({angle}) + {name}[{token},{b}]·cos({angle})"
+                f" = {va}·{sin} + {vb}·{cos} = {answer}")
 
 
 SPEC = Rotate()

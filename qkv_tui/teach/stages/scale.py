@@ -29,7 +29,7 @@ from qkv_tui.teach.stages.common import (
 )
 from qkv_tui.teach.stages.context import TraceContext
 from qkv_tui.teach.stages.markdown import MarkdownPage
-from qkv_tui.teach.stages.printed import PrintedChain, Table, exact
+from qkv_tui.teach.stages.printed import PrintedCells, PrintedChain, Table, exact
 
 
 class Scale(StageSpec):
@@ -177,6 +177,21 @@ class Scale(StageSpec):
         return [Table(f"scaled.{h}", "scaled", f"scaled = scores / {divisor}{alibi}", "scale", h, scaled, sc.labels,
                       sc.key_labels, False, True, sc.allow,
                       whole=scores.whole and is_integral(np.where(sc.allow, logits, 0.0)))]
+
+    def worksheet_line(self, cells: PrintedCells, table: Table, row: int, col: int, answer: str) -> str:
+        h = table.head
+        assert h is not None
+        sc = cells.sc
+        q, k = sc.labels[row], sc.key_labels[col]
+        divisor = f"√{sc.heads[h].d_k}" if sc.scale is None else exact(sc.scale)
+        score = cells.txt(f"scores.{h}", row, col)
+        if "slopes" not in cells.tables:
+            return f"scaled[{q},{k}] = {score} / {divisor} = {answer}"
+        assert sc.positions is not None
+        slope = cells.txt("slopes", 0, h)
+        pi, pj = sc.positions[row], sc.positions[col]
+        return (f"scaled[{q},{k}] = scores[{q},{k}] / {divisor} + slope·(j − i)"
+                f" = {score} / {divisor} + {slope}·({pj} − {pi}) = {answer}")
 
 
 SPEC = Scale()

@@ -22,7 +22,7 @@ from qkv_tui.teach.stages.common import (
     StageSpec,
 )
 from qkv_tui.teach.stages.context import TraceContext
-from qkv_tui.teach.stages.printed import PrintedChain, Table
+from qkv_tui.teach.stages.printed import PrintedCells, PrintedChain, Table
 
 
 class Score(StageSpec):
@@ -94,6 +94,19 @@ class Score(StageSpec):
         score_of = "Q'·K'ᵀ" if rope else "Q·Kᵀ"
         return [Table(f"scores.{h}", "scores", f"scores = {score_of}", "score", h, chain.rounded(scores_raw), sc.labels,
                       sc.key_labels, False, True, whole=read_whole and is_integral(scores_raw))]
+
+    def worksheet_line(self, cells: PrintedCells, table: Table, row: int, col: int, answer: str) -> str:
+        h = table.head
+        assert h is not None
+        sc = cells.sc
+        q, k = sc.labels[row], sc.key_labels[col]
+        rope = sc.rope is not None
+        s, g = f".{h}", f".{cells.owners[h]}"
+        qk, kk = (f"Q_rot{s}", f"K_rot{g}") if rope else (f"Q{s}", f"K{g}")
+        width = cells.tables[qk].values.shape[1]
+        terms = " + ".join(f"{cells.txt(qk, row, c)}·{cells.txt(kk, col, c)}" for c in range(width))
+        mark = "'" if rope else ""
+        return f"scores[{q},{k}] = Q{mark}[{q}]·K{mark}[{k}] = {terms} = {answer}"
 
 
 SPEC = Score()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from functools import lru_cache, partial
 from types import MappingProxyType
 
@@ -29,7 +30,7 @@ from qkv_tui.teach.stages.common import (
 )
 from qkv_tui.teach.stages.context import TraceContext
 from qkv_tui.teach.stages.markdown import MarkdownPage
-from qkv_tui.teach.stages.printed import PrintedChain, Table
+from qkv_tui.teach.stages.printed import PrintedCells, PrintedChain, Table, exact
 
 SAME_WEIGHT = "same weight:"  # the seed's way to one weight, after the row's list of e^s
 MAX_LISTED = 8  # a "which key?" question lists its keys with their numbers up to this many
@@ -181,6 +182,39 @@ class Softmax(StageSpec):
         weights = softmax_rows(chain.values(f"scaled.{head}"), sc.heads[head].sink, chain.page).weights
         return [Table(f"weights.{head}", "weights", "weights = softmax(scaled), row by row", "softmax", head, weights,
                       sc.labels, sc.key_labels, False, True, sc.allow)]
+
+    def worksheet_line(self, cells: PrintedCells, table: Table, row: int, col: int, answer: str) -> str:
+        h, i, j = table.head, row, col
+        assert h is not None
+        sc = cells.sc
+        key = f"scaled.{h}"
+        scaled = cells.tables[key]
+        allowed = [c for c in range(sc.m) if sc.allow[i, c]]
+        values = [float(scaled.values[i, c]) for c in allowed]
+        sink = sc.heads[h].sink
+        top = max(values)
+        top_text = cells.txt(key, i, allowed[values.index(top)])
+        if sink is not None and sink > top:  # the sink is the largest logit: it is what is subtracted
+            top, top_text = sink, f"({exact(sink)})" if sink < 0 else exact(sink)
+        exps = [math.exp(v - top) for v in values]
+        sink_term = ""
+        if sink is not None:
+            sink_text = f"({exact(sink)})" if sink < 0 else exact(sink)
+            sink_term = f" + e^({sink_text} − {top_text})"
+            exps.append(math.exp(sink - top))
+        total = sum(exps)
+        # one decimal more than the page for e and Σ: the sum is at least 1 (e^0 of the largest), so their
+        # quotient stays within a unit of the answer
+        extra = cells.d + 1
+
+        def power(c: int) -> str:
+            return f"e^({cells.txt(key, i, c)} − {top_text})"
+
+        terms = " + ".join(power(c) for c in allowed) + sink_term
+        mine = math.exp(float(scaled.values[i, j]) - top)
+        symbolic = " = e^(s − m) / (Σ e^(s − m) + e^(sink − m))" if sink is not None else ""
+        return (f"weights[{sc.labels[i]},{sc.key_labels[j]}]{symbolic} = {power(j)} / ({terms})"
+                f" = {fmt(mine, False, extra)} / {fmt(total, False, extra)} = {answer}")
 
 
 SPEC = Softmax()

@@ -19,7 +19,7 @@ from qkv_tui.teach.stages.common import (
 from qkv_tui.teach.stages.concat import printed_concat
 from qkv_tui.teach.stages.context import TraceContext
 from qkv_tui.teach.stages.markdown import MarkdownPage
-from qkv_tui.teach.stages.printed import PrintedChain, Table, idx
+from qkv_tui.teach.stages.printed import PrintedCells, PrintedChain, Table, idx
 
 
 class WO(StageSpec):
@@ -88,6 +88,14 @@ class WO(StageSpec):
         out.append(Table("final", "final", f"final = {source}·W_O" + (" + b_O" if sc.b_O is not None else ""), "wo", None,
                          chain.rounded(final), sc.labels, width, False, True))
         return out
+
+    def worksheet_line(self, cells: PrintedCells, table: Table, row: int, col: int, answer: str) -> str:
+        q = cells.sc.labels[row]
+        # with one head, the output itself is what W_O multiplies (no concat table on the page)
+        source, label = ("concat", "concat") if "concat" in cells.tables else ("output.0", "output")
+        plus = f" + b_O[{col}]" if "b_O" in cells.tables else ""
+        return (f"final[{q},{col}] = {label}[{q}]·W_O[:,{col}]{plus} = {cells.dot(source, row, 'W_O', col)}"
+                f"{cells.bias('b_O', col)} = {answer}")
 
 
 SPEC = WO()
