@@ -2,8 +2,9 @@
 
 A stage module (embed.py, score.py, …) holds one ``StageSpec``: when the stage runs, the segments it adds,
 how one of its operations is worked out, the matrices it answers for, and what the screen shows of it (panes,
-titles, its part of the formula). The trace, the display and the quiz read these generically, so none of
-them names a stage.
+titles, its part of the formula), its section of the Markdown export, and its worksheet tables and their
+answer-key lines. The trace, the display, the quiz and the exports read these generically, so none of them
+names a stage.
 """
 
 from __future__ import annotations
