@@ -5,9 +5,12 @@ from __future__ import annotations
 from qkv_tui import compute, load_scenario
 from qkv_tui.core.scenario import Matrix
 from qkv_tui.display.view import View
+from qkv_tui.edges.export_markdown import to_markdown
+from qkv_tui.edges.worksheet import build
 from qkv_tui.teach import stages
 from qkv_tui.teach.quiz import questions
 from qkv_tui.teach.stages.common import Key, Operation, Plan, Ref, Segment, Stage, StageSpec
+from qkv_tui.teach.stages.printed import PrintedCells, PrintedChain, Table
 from qkv_tui.teach.stepper import Position, Stepper
 from qkv_tui.teach.trace import STAGES, Trace
 
@@ -70,6 +73,15 @@ class Hold(StageSpec):
     def title(self, trace: Trace, name: str, head: int | None) -> str:
         return "held = out"
 
+    # its Markdown section is the default one (its table, its worked lines); on the worksheet, a copy of the output
+
+    def worksheet_tables(self, chain: PrintedChain, head: int | None) -> list[Table]:
+        out = chain.printed[f"output.{head}"]
+        return [Table(f"held.{head}", "held", "held = output", "hold", head, out.values, out.rows, out.cols, False, True)]
+
+    def worksheet_line(self, cells: PrintedCells, table: Table, row: int, col: int, answer: str) -> str:
+        return f"held[{table.rows[row]},{col}] = output[{table.rows[row]},{col}] = {cells.txt(f'output.{table.head}', row, col)}"
+
 
 def test_a_stage_registered_in_a_test_runs_in_the_trace_and_on_the_screen() -> None:
     plain = Trace(compute(load_scenario("two_heads")))
@@ -106,3 +118,30 @@ def test_a_stage_registered_in_a_test_runs_in_the_trace_and_on_the_screen() -> N
             assert trace.op(index + shift).arithmetic == plain.op(index).arithmetic
     assert "hold" not in STAGES and [s.stage.key for s in stages.REGISTRY] == SEED_ORDER
     assert Trace(compute(load_scenario("two_heads"))).stage_keys == plain.stage_keys
+
+
+def test_a_stage_registered_in_a_test_appears_in_the_markdown_export_and_on_the_worksheet() -> None:
+    comp = compute(load_scenario("two_heads"))
+    plain_md, plain_ws = to_markdown(comp), build(comp, "100%")
+    with stages.registered(Hold(), after="mix"):
+        md, ws = to_markdown(comp), build(comp, "100%")
+    sc, heads = comp.scenario, comp.heads
+    first = sc.labels[0]
+    # the Markdown page: a section per head after Mix, numbered in the walk, with its table and its worked lines
+    for head in heads:
+        section = md.split(f"## {head.name}\n")[1].split("\n## ")[0]
+        assert section.index("### 6 · Mix") < section.index("### 7 · Hold"), head.name
+        hold = section.split("### 7 · Hold\n\n")[1].split("\n")
+        assert hold[0].startswith("A pass-through stage") and hold[2].startswith("| held "), head.name
+        assert any(line.startswith(f"    held[{first},0] = out[{first},0] = ") for line in hold), head.name
+    assert "## 8 · Concat" in md and "## 7 · Concat" in plain_md
+    # the worksheet: a Hold section per head, its cells blanks like any computed table's, worked from the page
+    for h, head in enumerate(heads):
+        assert f"## Hold ({head.name})\n\nheld = output:" in ws.markdown()
+        assert ws.table(f"held.{h}").values is ws.table(f"output.{h}").values
+    lines = [b.working for b in ws.blanks if b.table.startswith("held.")]
+    assert len(lines) == sum(sc.n * head.d_v for head in heads)
+    assert lines[0] == f"held[{first},0] = output[{first},0] = {ws.table('output.0').text(0, 0, 3)}"
+    # everything else is as before
+    assert [t.key for t in ws.tables if t.stage != "hold"] == [t.key for t in plain_ws.tables]
+    assert "hold" not in STAGES and to_markdown(comp) == plain_md

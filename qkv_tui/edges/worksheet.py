@@ -10,7 +10,8 @@ Every stage of docs/scenario-format.md, "What is computed", has its tables: the 
 projection, RoPE's cos/sin table and Q', K', ALiBi's ``slope·(j − i)``, a sink's extra term in
 the softmax sum; heads that share a K/V head print its K and V once.
 The page order, the blanks and the answer key live here; the tables in
-:mod:`qkv_tui.edges.worksheet_chain`, each cell's arithmetic in :mod:`qkv_tui.edges.worksheet_working`,
+:mod:`qkv_tui.edges.worksheet_chain`, which walks the stages (each builds its own tables and writes
+its cells' arithmetic, through :mod:`qkv_tui.edges.worksheet_working`),
 the Markdown in :mod:`qkv_tui.edges.worksheet_page`, which renders the content
 (:mod:`qkv_tui.edges.worksheet_content`) that this module fills.
 """
@@ -26,6 +27,7 @@ from qkv_tui.edges.worksheet_chain import Table, chain
 from qkv_tui.edges.worksheet_content import BLANK, Blank, Cell, WorksheetContent
 from qkv_tui.edges.worksheet_page import render
 from qkv_tui.edges.worksheet_working import Working
+from qkv_tui.teach import stages
 from qkv_tui.teach.arith import MAX_TERMS
 
 DEFAULT_BLANKS = "25%"
@@ -112,13 +114,13 @@ def build(comp: Computation, blanks: str = DEFAULT_BLANKS, seed: int = 0, decima
     by_key = {t.key: t for t in tables}
     order = {t.key: n for n, t in enumerate(tables)}
     chosen.sort(key=lambda c: (order[c[0]], c[1], c[2]))
-    work = Working(sc, by_key, decimals)
+    specs = {s.stage.key: s for s in stages.REGISTRY}  # as registered now: each writes its tables' arithmetic
+    work = Working(sc, by_key, decimals, specs)
     result = tuple(
-        Blank(n + 1, key, i, j, by_key[key].text(i, j, decimals),
-              work.final(i, j) if key == "final" else work.line(by_key[key], i, j))
+        Blank(n + 1, key, i, j, by_key[key].text(i, j, decimals), work.line(by_key[key], i, j))
         for n, (key, i, j) in enumerate(chosen)
     )
-    return Worksheet(comp, tuple(tables), result, decimals)
+    return Worksheet(comp, tuple(tables), result, decimals, specs)
 
 
 def to_worksheet(comp: Computation, blanks: str = DEFAULT_BLANKS, seed: int = 0, decimals: int = 3) -> str:

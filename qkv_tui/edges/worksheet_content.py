@@ -6,11 +6,14 @@ Kept apart from :mod:`qkv_tui.edges.worksheet` (which chooses the blanks) so tha
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from functools import cached_property
 
 from qkv_tui.core.engine import Computation
 from qkv_tui.edges.worksheet_chain import Table, kv_owners
+from qkv_tui.teach import stages
+from qkv_tui.teach.stages.common import StageSpec
 
 BLANK = "______"
 Cell = tuple[str, int, int]  # (table key, row, col)
@@ -32,6 +35,8 @@ class WorksheetContent:
     tables: tuple[Table, ...]
     blanks: tuple[Blank, ...]
     decimals: int
+    # the stages as registered when the page was made (a stage a test registers renders after it is gone)
+    specs: Mapping[str, StageSpec] = field(default_factory=lambda: {s.stage.key: s for s in stages.REGISTRY})
 
     def table(self, key: str) -> Table:
         return next(t for t in self.tables if t.key == key)

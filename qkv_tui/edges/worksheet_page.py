@@ -7,9 +7,6 @@ import numpy as np
 from qkv_tui.edges.worksheet_chain import Table, exact, pairs
 from qkv_tui.edges.worksheet_content import BLANK, WorksheetContent
 
-STAGE_NAMES = {"norm": "Norm", "project": "Project", "rotate": "Rotate", "score": "Score", "scale": "Scale",
-               "softmax": "Softmax", "mix": "Mix", "concat": "Concat", "wo": "W_O"}
-
 
 def _md(label: str) -> str:
     return label.replace("|", "\\|")
@@ -88,17 +85,6 @@ def _rules(ws: WorksheetContent) -> list[str]:
     return out
 
 
-def _shared_note(ws: WorksheetContent, h: int) -> list[str]:
-    """A head that reads an earlier head's K and V says where they are."""
-    owner = ws.kv_owners[h]
-    if owner == h:
-        return []
-    heads = ws.comp.heads
-    turned = " (and K' in its Rotate section)" if ws.comp.scenario.rope is not None else ""
-    return [f"{heads[h].name} reads K/V head {heads[owner].kv_head + 1}: its K and V are in {heads[owner].name}'s"
-            f" Project section{turned}.", ""]
-
-
 def render(ws: WorksheetContent) -> str:
     comp = ws.comp
     sc = comp.scenario
@@ -124,12 +110,13 @@ def render(ws: WorksheetContent) -> str:
         if table.given:
             continue
         suffix = f" ({comp.heads[table.head].name})" if multi and table.head is not None else ""
-        section = f"## {STAGE_NAMES[table.stage]}{suffix}"
+        spec = ws.specs[table.stage]  # the section is named for the stage whose table it is
+        section = f"## {spec.stage.name}{suffix}"
         if section != last_section:
             out += [section, ""]
             last_section = section
-            if table.stage == "project" and table.head is not None:
-                out += _shared_note(ws, table.head)
+            if table.head is not None:
+                out += spec.worksheet_note(comp, ws.kv_owners, table.head)
         out += [f"{table.heading}:", "", _table_md(ws, table), ""]
     out += ["## Answer key", ""]
     if not ws.blanks:

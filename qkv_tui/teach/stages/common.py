@@ -2,8 +2,9 @@
 
 A stage module (embed.py, score.py, …) holds one ``StageSpec``: when the stage runs, the segments it adds,
 how one of its operations is worked out, the matrices it answers for, and what the screen shows of it (panes,
-titles, its part of the formula). The trace, the display and the quiz read these generically, so none of
-them names a stage.
+titles, its part of the formula), its section of the Markdown export, and its worksheet tables and their
+answer-key lines. The trace, the display, the quiz and the exports read these generically, so none of them
+names a stage.
 """
 
 from __future__ import annotations
@@ -14,13 +15,15 @@ from types import MappingProxyType
 
 import numpy as np
 
-from qkv_tui.core.engine import HeadResult
+from qkv_tui.core.engine import Computation, HeadResult
 from qkv_tui.core.fmt import operand
 from qkv_tui.core.scenario import Matrix
 from qkv_tui.teach.arith import Numbers, agrees, dot_at, shown
 from qkv_tui.teach.arith import tries as _places
 from qkv_tui.teach.handcalc import round_to
 from qkv_tui.teach.stages.context import TraceContext
+from qkv_tui.teach.stages.markdown import MarkdownPage
+from qkv_tui.teach.stages.printed import PrintedCells, PrintedChain, Table
 
 
 @dataclass(frozen=True)
@@ -210,6 +213,38 @@ class StageSpec:
     def choice(self, trace: TraceContext, op: Operation) -> tuple[str, tuple[str, ...], frozenset[str]] | None:
         """A "which one?" question asked before the value: (prompt, choices, the right ones)."""
         return None
+
+    # --- the Markdown export ------------------------------------------------------------------
+
+    def markdown_before(self, page: MarkdownPage) -> list[str]:
+        """Lines before the first head's sections, for a per-head stage (the wide matrices the heads cut)."""
+        return []
+
+    def markdown(self, page: MarkdownPage, head: int | None) -> list[str]:
+        """Its section under its heading: the matrices it fills, then its worked lines."""
+        out: list[str] = []
+        for plan in self.segments(page.trace, head):
+            out += [page.table(plan.target, head), ""]
+        return out + page.worked(self.stage.key, head)
+
+    def markdown_details(self, op: Operation) -> tuple[str, ...]:
+        """The details the page prints under one of its worked lines."""
+        return op.details
+
+    # --- the worksheet ------------------------------------------------------------------------
+
+    def worksheet_tables(self, chain: PrintedChain, head: int | None) -> list[Table]:
+        """Its tables on the worksheet (inputs among them, marked ``given``), each worked from the tables
+        printed before it under the printed-page policy."""
+        return []
+
+    def worksheet_line(self, cells: PrintedCells, table: Table, row: int, col: int, answer: str) -> str:
+        """The answer key's line for a blank in one of its tables, from the printed operands."""
+        raise KeyError(table.name)
+
+    def worksheet_note(self, comp: Computation, owners: list[int], head: int) -> list[str]:
+        """Lines opening its worksheet section for a head."""
+        return []
 
 
 # --- helpers several stages use -------------------------------------------------------------------

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from qkv_tui.core.scenario import Matrix
 from qkv_tui.teach.stages.common import CONCAT, FormulaPart, Key, Operation, Plan, Ref, Segment, Stage, StageSpec
 from qkv_tui.teach.stages.context import TraceContext
+from qkv_tui.teach.stages.markdown import MarkdownPage
+from qkv_tui.teach.stages.printed import PrintedChain, Table, idx
 
 
 class Concat(StageSpec):
@@ -51,5 +55,19 @@ class Concat(StageSpec):
     def lights(self, seg: Segment) -> frozenset[int]:
         return frozenset({CONCAT})
 
+    def markdown(self, page: MarkdownPage, head: int | None) -> list[str]:
+        return [page.table("concat", None), ""]  # nothing to work: the outputs, placed
+
+    def worksheet_tables(self, chain: PrintedChain, head: int | None) -> list[Table]:
+        sc = chain.sc
+        concat = printed_concat(chain)
+        return [Table("concat", "concat", "concat = [" + " | ".join(h.name for h in sc.heads) + "]", "concat", None,
+                      concat, sc.labels, idx(concat.shape[1]), False, False)]
+
 
 SPEC = Concat()
+
+
+def printed_concat(chain: PrintedChain) -> Matrix:
+    """The printed outputs side by side: (n, sum d_v)."""
+    return np.concatenate([chain.values(f"output.{h}") for h in range(len(chain.sc.heads))], axis=1)

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from qkv_tui.core.fmt import fmt
 from qkv_tui.core.scenario import Matrix, Scenario
 from qkv_tui.teach.arith import elide
 from qkv_tui.teach.stages.common import INPUT, FormulaPart, Key, Operation, Plan, Segment, Stage, StageSpec
 from qkv_tui.teach.stages.context import TraceContext
+from qkv_tui.teach.stages.markdown import MarkdownPage
+from qkv_tui.teach.stages.printed import PrintedChain, Table, idx
 
 STAGE = Stage("embed", "Embed",
               "Each token becomes a row of numbers, its embedding; stacked, the rows form X (n × d_model)."
@@ -101,6 +105,26 @@ class Embed(StageSpec):
 
     def lights(self, seg: Segment) -> frozenset[int]:
         return frozenset({INPUT})
+
+    def markdown(self, page: MarkdownPage, head: int | None) -> list[str]:
+        out = [page.table("X", None), ""]
+        if page.trace.comp.scenario.is_cross:
+            out += ["The context's embeddings (Keys and Values are built from these):", "",
+                    page.table("context_X", None, "X_ctx"), ""]
+        return out
+
+    def worksheet_tables(self, chain: PrintedChain, head: int | None) -> list[Table]:
+        sc = chain.sc
+        tokens, keys = sc.labels, sc.key_labels
+        out = [Table("X", "X", x_title(sc), "embed", None, sc.X, tokens, idx(sc.X.shape[1]), True, False)]
+        if sc.context_X is not None:
+            out.append(Table("context_X", "X_ctx", "X_ctx (the context's embeddings)", "embed", None, sc.context_X,
+                             keys, idx(sc.context_X.shape[1]), True, False))
+        positions = sc.positions
+        if positions is not None and (sc.rope is not None or sc.alibi is not None):
+            out.append(Table("positions", "position", "Positions (RoPE and ALiBi read these)", "embed", None,
+                             np.array([positions], dtype=np.float64), ("p",), tokens, True, False))
+        return out
 
 
 SPEC = Embed()

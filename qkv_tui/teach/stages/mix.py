@@ -5,6 +5,7 @@ from __future__ import annotations
 from functools import lru_cache, partial
 
 from qkv_tui.core.scenario import Matrix
+from qkv_tui.kernels.attention import project
 from qkv_tui.teach.arith import dot_line, dot_places, vector_mix
 from qkv_tui.teach.stages.common import (
     V_DOT,
@@ -19,6 +20,7 @@ from qkv_tui.teach.stages.common import (
     StageSpec,
 )
 from qkv_tui.teach.stages.context import TraceContext
+from qkv_tui.teach.stages.printed import PrintedCells, PrintedChain, Table, idx
 
 VECTOR_WIDTH = 8  # the Mix stage's vector form is shown for Value rows up to this wide
 
@@ -72,6 +74,24 @@ class Mix(StageSpec):
 
     def lights(self, seg: Segment) -> frozenset[int]:
         return frozenset({V_DOT, V_SLOT})
+
+    def markdown_details(self, op: Operation) -> tuple[str, ...]:
+        return op.details if op.col == op.segment.cols - 1 else ()  # the vector form closes the row it sums up
+
+    def worksheet_tables(self, chain: PrintedChain, head: int | None) -> list[Table]:
+        assert head is not None
+        sc = chain.sc
+        # (n, d_v) from the printed weights and V
+        output = project(chain.values(f"weights.{head}"), chain.values(f"V.{chain.owners[head]}"), None, chain.page)
+        return [Table(f"output.{head}", "output", "output = weights·V", "mix", head, output, sc.labels,
+                      idx(sc.heads[head].d_v), False, True)]
+
+    def worksheet_line(self, cells: PrintedCells, table: Table, row: int, col: int, answer: str) -> str:
+        h = table.head
+        assert h is not None
+        q = cells.sc.labels[row]
+        return (f"output[{q},{col}] = weights[{q}]·V[:,{col}]"
+                f" = {cells.dot(f'weights.{h}', row, f'V.{cells.owners[h]}', col)} = {answer}")
 
 
 SPEC = Mix()

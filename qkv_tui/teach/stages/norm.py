@@ -9,8 +9,9 @@ from decimal import Decimal, localcontext
 import numpy as np
 
 from qkv_tui.core.engine import Computation
-from qkv_tui.core.fmt import BIG, fmt, operand
+from qkv_tui.core.fmt import BIG, fmt, is_integral, operand
 from qkv_tui.core.scenario import Matrix
+from qkv_tui.kernels.norm import normalise
 from qkv_tui.teach.arith import agrees, elide, hidden_terms, shown
 from qkv_tui.teach.arith import tries as _places
 from qkv_tui.teach.stages.common import (
@@ -27,6 +28,8 @@ from qkv_tui.teach.stages.common import (
     paren,
 )
 from qkv_tui.teach.stages.context import TraceContext
+from qkv_tui.teach.stages.markdown import MarkdownPage
+from qkv_tui.teach.stages.printed import PrintedCells, PrintedChain, Table, idx
 
 NORM_MEANING = (
     "Normalise each token's row of X before attention (pre-norm, as LLaMA, Mistral and Qwen do)."
@@ -74,6 +77,44 @@ class Norm(StageSpec):
 
     def lights(self, seg: Segment) -> frozenset[int]:
         return frozenset({INPUT})
+
+
+    def markdown(self, page: MarkdownPage, head: int | None) -> list[str]:
+        norm = page.trace.comp.scenario.norm
+        return [f"X̂ = {norm.kind if norm else ''}norm(X):", "", page.table("X_norm", None, "X̂"), "",
+                *page.worked(self.stage.key, None)]
+
+    def worksheet_tables(self, chain: PrintedChain, head: int | None) -> list[Table]:
+        sc = chain.sc
+        norm = sc.norm
+        assert norm is not None
+        tokens = sc.labels
+        dm = sc.X.shape[1]
+        out = [Table("gamma", "γ", "γ (the norm's gains)", "embed", None, norm.gamma[None, :], ("γ",), idx(dm), True, False)]
+        if norm.beta is not None:
+            out.append(Table("beta", "β", "β (the norm's shifts)", "embed", None, norm.beta[None, :], ("β",), idx(dm), True,
+                             False))
+        cols: tuple[str, ...]
+        # the engine's statistics, which stay finite where the squares of 1e154 would not; the variance is
+        # about the printed mean, and X̂ is worked from the printed statistics
+        normed = normalise(chain.page, norm.kind, sc.X, norm.gamma[None, :],
+                           None if norm.beta is None else norm.beta[None, :], norm.eps)
+        if norm.kind == "rms":
+            stats, cols = normed.spread[:, None], ("ms",)
+        else:
+            stats, cols = np.column_stack([normed.mean, normed.spread]), ("mean", "var")
+        raw = normed.unrounded  # (n, d_model)
+        kind = "RMSNorm" if norm.kind == "rms" else "LayerNorm"
+        what = "ms = the mean of the row's squares" if norm.kind == "rms" else "mean and var = the row's mean and variance"
+        return [
+            *out,
+            Table("stats", "stats", f"Each token's row of X: {what}", "norm", None, stats, tokens, cols, False, True),
+            Table("X_norm", "X̂", f"X̂ = {kind}(X), row by row", "norm", None, normed.X_norm, tokens, idx(dm), False, True,
+                  whole=is_integral(raw)),
+        ]
+
+    def worksheet_line(self, cells: PrintedCells, table: Table, row: int, col: int, answer: str) -> str:
+        return _stats_line(cells, row, col, answer) if table.key == "stats" else _norm_line(cells, row, col, answer)
 
 
 SPEC = Norm()
@@ -181,3 +222,39 @@ def _decimal_text(value: Decimal, p: int) -> str:
     if text.startswith("-") and text.lstrip("-").strip("0.") == "":
         return text.lstrip("-")
     return text.replace("E", "e")
+
+
+def _stats_line(cells: PrintedCells, i: int, j: int, answer: str) -> str:
+    """``ms[I] = (1·1 + 0·0 + 1·1 + 0·0) / 4 = 0.500``, ``mean[I] = …``, ``var[I] = ((1 − 0.500)·(1 − 0.500) + …) / 4``."""
+    token = cells.sc.labels[i]
+    width = cells.tables["X"].values.shape[1]
+    xs = [cells.txt("X", i, c) for c in range(width)]
+    column = cells.tables["stats"].cols[j]
+    if column == "ms":
+        terms = " + ".join(f"{x}·{x}" for x in xs)
+        return f"ms[{token}] = (X[{token},0]² + … + X[{token},{width - 1}]²) / {width} = ({terms}) / {width} = {answer}"
+    if column == "mean":
+        terms = " + ".join(xs)
+        return f"mean[{token}] = (X[{token},0] + … + X[{token},{width - 1}]) / {width} = ({terms}) / {width} = {answer}"
+    mean = cells.txt("stats", i, 0)
+    terms = " + ".join(f"({x} − {mean})·({x} − {mean})" for x in xs)
+    first, last = f"(X[{token},0] − mean[{token}])²", f"(X[{token},{width - 1}] − mean[{token}])²"
+    return f"var[{token}] = ({first} + … + {last}) / {width} = ({terms}) / {width} = {answer}"
+
+
+def _norm_line(cells: PrintedCells, i: int, j: int, answer: str) -> str:
+    """``X̂[I,2] = X[I,2] / √(ms[I] + eps)·γ[2] = 1 / √(0.500 + 1e-05)·1 = 1.414`` (LayerNorm: centred, + β)."""
+    sc = cells.sc
+    assert sc.norm is not None
+    token = sc.labels[i]
+    eps = repr(float(sc.norm.eps))
+    x, gamma = cells.txt("X", i, j), cells.txt("gamma", 0, j)
+    beta = f" + {cells.txt('beta', 0, j)}" if "beta" in cells.tables else ""
+    beta_sym = f" + β[{j}]" if beta else ""
+    if sc.norm.kind == "rms":
+        ms = cells.txt("stats", i, 0)
+        return (f"X̂[{token},{j}] = X[{token},{j}] / √(ms[{token}] + eps)·γ[{j}]{beta_sym}"
+                f" = {x} / √({ms} + {eps})·{gamma}{beta} = {answer}")
+    mean, var = cells.txt("stats", i, 0), cells.txt("stats", i, 1)
+    return (f"X̂[{token},{j}] = (X[{token},{j}] − mean[{token}]) / √(var[{token}] + eps)·γ[{j}]{beta_sym}"
+            f" = ({x} − {mean}) / √({var} + {eps})·{gamma}{beta} = {answer}")

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from types import MappingProxyType
 
+from qkv_tui.core.engine import Computation
+from qkv_tui.core.fmt import is_integral
 from qkv_tui.core.scenario import Matrix
+from qkv_tui.kernels.attention import project
+from qkv_tui.kernels.policy import EXACT
 from qkv_tui.teach.arith import dot_line
 from qkv_tui.teach.stages.common import (
     K_SLOT,
@@ -22,6 +26,8 @@ from qkv_tui.teach.stages.common import (
     x_in,
 )
 from qkv_tui.teach.stages.context import TraceContext
+from qkv_tui.teach.stages.markdown import MarkdownPage
+from qkv_tui.teach.stages.printed import PrintedCells, PrintedChain, Table, idx
 
 WIDE = ("W_Q_wide", "W_K_wide", "W_V_wide")  # split scenarios: every head's slice side by side
 WEIGHTS = ("W_Q", "W_K", "W_V")
@@ -142,4 +148,120 @@ class Project(StageSpec):
         return frozenset({SLOTS[seg.target]})
 
 
+    def markdown_before(self, page: MarkdownPage) -> list[str]:
+        trace = page.trace
+        if not trace.split:
+            return []
+        out = [f"The scenario gives one wide matrix per role, cut into {len(trace.comp.heads)} equal column slices:"
+               " each head takes the columns labelled with its number (h2:0 is head 2's column 0).", ""]
+        for role in (r for r in WEIGHTS if trace.is_wide(r)):
+            out += [page.table(f"{role}_wide", None, role), ""]
+        return out
+
+    def markdown(self, page: MarkdownPage, head: int | None) -> list[str]:
+        assert head is not None
+        trace = page.trace
+        comp, sc = trace.comp, trace.comp.scenario
+        hr = comp.heads[head]
+        out: list[str] = []
+        for role in ("Q", "K", "V"):
+            weight = f"W_{role}"
+            bias = " + b_" + role if getattr(hr, f"b_{role}") is not None else ""
+            shared = role != "Q" and trace.kv_owner[head] != head
+            source = "X_ctx" if sc.is_cross and role != "Q" else x_in(trace)[1]
+            out += [f"{weight}:", "", page.table(weight, head), ""]
+            out += [f"{role} = {source}·{weight}{bias}"
+                    + (f" (K/V head {hr.kv_head + 1}, computed by {comp.heads[trace.kv_owner[head]].name}):" if shared
+                       else ":"), "",
+                    page.table(role, head), ""]
+        return out + page.worked(self.stage.key, head)
+
+    def worksheet_tables(self, chain: PrintedChain, head: int | None) -> list[Table]:
+        assert head is not None
+        h, sc = head, chain.sc
+        hr = sc.heads[h]
+        g = chain.owners[h]
+        mine = g == h  # the first head reading its K/V head prints its K and V
+        kv_suffix = chain.kv_suffix(h)
+        out: list[Table] = []
+        inputs: list[tuple[str, Matrix | None, tuple[int, ...]]] = [("W_Q", hr.W_Q, ()), ("b_Q", hr.b_Q, ())]
+        if mine:
+            who = chain.readers[g]
+            inputs += [("W_K", hr.W_K, who), ("b_K", hr.b_K, who), ("W_V", hr.W_V, who), ("b_V", hr.b_V, who)]
+        for name, array, who in inputs:
+            if array is None:
+                continue
+            matrix = array[None, :] if array.ndim == 1 else array
+            rows = ("b",) if array.ndim == 1 else idx(matrix.shape[0])
+            heading = name + (kv_suffix if who else "")
+            out.append(Table(f"{name}.{h}", name, heading, "project", h, matrix, rows, idx(matrix.shape[1]), True, False,
+                             readers=who if chain.grouped else ()))
+        Q_raw, K_raw, V_raw = raw_projections(chain)
+        q_whole, kv_whole = _reads_whole(chain)
+        xq = "X̂" if sc.norm is not None else "X"
+        xkv = "X_ctx" if sc.is_cross else xq
+        Q = chain.rounded(Q_raw[h])
+        plus = " + b_Q" if hr.b_Q is not None else ""
+        out.append(Table(f"Q.{h}", "Q", f"Q = {xq}·W_Q{plus}", "project", h, Q, sc.labels, idx(hr.d_k), False, True,
+                         whole=q_whole and is_integral(Q_raw[h])))
+        if mine:
+            for role, raw in (("K", K_raw[g]), ("V", V_raw[g])):
+                bias = " + b_" + role if getattr(hr, f"b_{role}") is not None else ""
+                width = hr.d_k if role == "K" else hr.d_v
+                out.append(Table(f"{role}.{h}", role, f"{role} = {xkv}·W_{role}{bias}{kv_suffix}", "project", h,
+                                 chain.rounded(raw), sc.key_labels, idx(width), False, True,
+                                 whole=kv_whole and is_integral(raw), readers=chain.kv_readers(h)))
+        return out
+
+    def worksheet_line(self, cells: PrintedCells, table: Table, row: int, col: int, answer: str) -> str:
+        sc, name, i, j = cells.sc, table.name, row, col
+        s = f".{table.head}" if table.head is not None else ""
+        q = (sc.key_labels if name in ("K", "V") else sc.labels)[i]
+        if name != "Q" and sc.is_cross:
+            source, xs = "context_X", "X_ctx"
+        else:
+            source, xs = ("X_norm", "X̂") if "X_norm" in cells.tables else ("X", "X")
+        b_key = f"b_{name}{s}"
+        plus = f" + b_{name}[{j}]" if b_key in cells.tables else ""
+        return (f"{name}[{q},{j}] = {xs}[{q}]·W_{name}[:,{j}]{plus}"
+                f" = {cells.dot(source, i, f'W_{name}{s}', j)}{cells.bias(b_key, j)} = {answer}")
+
+    def worksheet_note(self, comp: Computation, owners: list[int], head: int) -> list[str]:
+        """A head that reads an earlier head's K and V says where they are."""
+        owner = owners[head]
+        if owner == head:
+            return []
+        heads = comp.heads
+        turned = " (and K' in its Rotate section)" if comp.scenario.rope is not None else ""
+        return [f"{heads[head].name} reads K/V head {heads[owner].kv_head + 1}: its K and V are in {heads[owner].name}'s"
+                f" Project section{turned}.", ""]
+
+
 SPEC = Project()
+
+
+def raw_projections(chain: PrintedChain) -> tuple[list[Matrix], dict[int, Matrix], dict[int, Matrix]]:
+    """Every head's Q, and each K/V head's K and V, computed exactly from the printed X (or X̂), before rounding.
+
+    Worked out once for the page: the cos/sin table's digits depend on the largest Q and K it turns, and the
+    whole-number flags read the unrounded values.
+    """
+
+    def make() -> tuple[list[Matrix], dict[int, Matrix], dict[int, Matrix]]:
+        sc = chain.sc
+        X_src = chain.values("X_norm") if sc.norm is not None else sc.X  # what the Query projection reads, as printed
+        X_kv_src = sc.context_X if sc.context_X is not None else X_src
+        Q_raw = [project(X_src, hr.W_Q, hr.b_Q, EXACT) for hr in sc.heads]
+        K_raw = {g: project(X_kv_src, sc.heads[g].W_K, sc.heads[g].b_K, EXACT) for g in chain.readers}
+        V_raw = {g: project(X_kv_src, sc.heads[g].W_V, sc.heads[g].b_V, EXACT) for g in chain.readers}
+        return Q_raw, K_raw, V_raw
+
+    return chain.memo("raw projections", make)
+
+
+def _reads_whole(chain: PrintedChain) -> tuple[bool, bool]:
+    """Whether what Q, and what K and V, read is whole numbers: 1.000·1 is written 1.000, not 1."""
+    sc = chain.sc
+    q_whole = is_integral(sc.X) if sc.norm is None else chain.printed["X_norm"].whole
+    kv_whole = is_integral(sc.context_X) if sc.context_X is not None else q_whole
+    return q_whole, kv_whole

@@ -10,6 +10,10 @@ import numpy as np
 from qkv_tui.core.engine import Computation
 from qkv_tui.core.fmt import fmt, operand
 from qkv_tui.core.scenario import Matrix
+from qkv_tui.kernels.policy import EXACT, round_to
+from qkv_tui.kernels.rope import angles as rope_angles
+from qkv_tui.kernels.rope import pairs as rope_pairs
+from qkv_tui.kernels.rope import rotate as rope_rotate
 from qkv_tui.teach.arith import agrees, shown
 from qkv_tui.teach.arith import tries as _places
 from qkv_tui.teach.stages.common import (
@@ -27,6 +31,11 @@ from qkv_tui.teach.stages.common import (
     paren,
 )
 from qkv_tui.teach.stages.context import TraceContext
+from qkv_tui.teach.stages.markdown import MarkdownPage
+from qkv_tui.teach.stages.printed import PrintedCells, PrintedChain, Table, idx
+from qkv_tui.teach.stages.project import raw_projections
+
+MAX_GUARD = 8  # more decimals than the page's that the cos/sin table may get; float64 has no more to give
 
 ROTATE_MEANING = (
     "RoPE turns Q and K (never V) by position: the dimensions go in pairs, and pair i of a token at"
@@ -90,6 +99,59 @@ class Rotate(StageSpec):
 
     def lights(self, seg: Segment) -> frozenset[int]:
         return frozenset({Q_SLOT if seg.target == "Q_rot" else K_SLOT})
+
+
+    def markdown(self, page: MarkdownPage, head: int | None) -> list[str]:
+        assert head is not None
+        rope = page.trace.comp.scenario.rope
+        assert rope is not None
+        pairs = " ".join(f"({a},{b})" for a, b in rope.pairs(page.trace.comp.heads[head].d_k))
+        return [f"Pairs ({rope.layout} layout): {pairs}; positions {', '.join(map(str, rope.positions))}.", "",
+                page.table("Q_rot", head, "Q'"), "", page.table("K_rot", head, "K'"), "",
+                *page.worked(self.stage.key, head)]
+
+    def worksheet_tables(self, chain: PrintedChain, head: int | None) -> list[Table]:
+        assert head is not None
+        h, sc = head, chain.sc
+        assert sc.rope is not None
+        d_k = sc.heads[h].d_k
+        trig = chain.memo("trig", lambda: _trig_tables(chain))
+        cos, sin, places = trig[d_k]
+        out: list[Table] = []
+        if f"trig.{d_k}" not in chain.printed:  # once per width, in the first head that turns with it
+            trig_cols = tuple(f"{f} p·θ{_sub(i)}" for i in range(d_k // 2) for f in ("cos", "sin"))
+            both = np.stack([cos, sin], axis=2).reshape(sc.n, d_k)  # (n, d_k): cos, sin of pair 0, then pair 1, …
+            dk_note = f" (dₖ = {d_k})" if len(trig) > 1 else ""
+            out.append(Table(f"trig.{d_k}", "cos/sin", f"cos and sin of each token's angle p·θᵢ{dk_note}",
+                             "rotate", h, both, sc.labels, trig_cols, False, False, places=places))
+        turned_pairs = rope_pairs(sc.rope.layout, d_k)
+        Q_rot = rope_rotate(chain.values(f"Q.{h}"), cos, sin, turned_pairs, chain.page)
+        out.append(Table(f"Q_rot.{h}", "Q'", "Q' = Q turned by position", "rotate", h, Q_rot, sc.labels,
+                         idx(d_k), False, True))
+        if chain.owners[h] == h:
+            K_rot = rope_rotate(chain.values(f"K.{h}"), cos, sin, turned_pairs, chain.page)
+            out.append(Table(f"K_rot.{h}", "K'", f"K' = K turned by position{chain.kv_suffix(h)}", "rotate", h, K_rot,
+                             sc.key_labels, idx(d_k), False, True, readers=chain.kv_readers(h)))
+        return out
+
+    def worksheet_line(self, cells: PrintedCells, table: Table, row: int, col: int, answer: str) -> str:
+        """``Q'[love,0] = Q[love,0]·cos(1·θ₀) − Q[love,1]·sin(1·θ₀) = 0·0.540 − 2·0.841 = -1.683``."""
+        sc, i, j = cells.sc, row, col
+        assert sc.rope is not None and sc.positions is not None and table.head is not None
+        name = table.name[0]
+        source = f"{name}.{table.head}"
+        d_k = table.values.shape[1]
+        k, (a, b) = next((k, pair) for k, pair in enumerate(rope_pairs(sc.rope.layout, d_k)) if j in pair)
+        token = sc.labels[i]
+        angle = f"{sc.positions[i]}·θ{_sub(k)}"
+        trig = f"trig.{d_k}"
+        cos, sin = cells.txt(trig, i, 2 * k), cells.txt(trig, i, 2 * k + 1)
+        va, vb = cells.txt(source, i, a), cells.txt(source, i, b)
+        if j == a:
+            return (f"{name}'[{token},{a}] = {name}[{token},{a}]·cos({angle}) − {name}[{token},{b}]·sin({angle})"
+                    f" = {va}·{cos} − {vb}·{sin} = {answer}")
+        return (f"{name}'[{token},{b}] = {name}[{token},{a}]·sin({angle}) + {name}[{token},{b}]·cos({angle})"
+                f" = {va}·{sin} + {vb}·{cos} = {answer}")
 
 
 SPEC = Rotate()
@@ -176,3 +238,38 @@ def _sub(i: int) -> str:
 
 def _base(base: float) -> str:
     return str(int(base)) if base == round(base) and abs(base) < 1e15 else f"{base:g}"
+
+
+def _trig_tables(chain: PrintedChain) -> dict[int, tuple[Matrix, Matrix, int]]:
+    """d_k -> (cos, sin, places), as printed: each width's table, with the digits every head turning with it needs."""
+    sc = chain.sc
+    rope, positions = sc.rope, sc.positions
+    assert rope is not None and positions is not None
+    Q_raw, K_raw, _ = raw_projections(chain)
+    trig: dict[int, tuple[Matrix, Matrix, int]] = {}
+    for d_k in sorted({head.d_k for head in sc.heads}):
+        angles = rope_angles(rope.base, d_k, positions)  # (n, d_k/2)
+        turned = [chain.rounded(Q_raw[h]) for h, head in enumerate(sc.heads) if head.d_k == d_k]
+        turned += [chain.rounded(K_raw[g]) for g in chain.readers if sc.heads[g].d_k == d_k]
+        places = _trig_places(chain.d, angles, rope.layout, turned)
+        trig[d_k] = (round_to(np.cos(angles), places), round_to(np.sin(angles), places), places)
+    return trig
+
+
+def _exact_turn(M: Matrix, cos: Matrix, sin: Matrix, layout: str) -> Matrix:
+    """Each pair (a, b) of row r turns by the angle whose cos and sin are cos[r, i], sin[r, i], kept exact."""
+    return rope_rotate(M, cos, sin, rope_pairs(layout, M.shape[1]), EXACT)
+
+
+def _trig_places(d: int, angles: Matrix, layout: str, rotated: list[Matrix]) -> int:
+    """Decimals for cos and sin: the page's, or more while the printed values would move a rotated cell by more
+    than half a unit of the page's last digit (a Q of 40 needs more digits of cos than a Q of 1)."""
+    cos: Matrix = np.cos(angles)
+    sin: Matrix = np.sin(angles)
+    for places in range(d, d + MAX_GUARD + 1):
+        c: Matrix = round_to(cos, places)
+        s: Matrix = round_to(sin, places)
+        if all(np.max(np.abs(_exact_turn(M, c, s, layout) - _exact_turn(M, cos, sin, layout)), initial=0.0)
+               <= 0.5 * 10.0 ** -d for M in rotated):
+            return places
+    return d + MAX_GUARD

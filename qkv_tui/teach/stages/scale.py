@@ -5,9 +5,13 @@ from __future__ import annotations
 import math
 from types import MappingProxyType
 
+import numpy as np
+
 from qkv_tui.core.engine import HeadResult
-from qkv_tui.core.fmt import NEG_INF, fmt, operand
+from qkv_tui.core.fmt import NEG_INF, fmt, is_integral, operand
 from qkv_tui.core.scenario import Matrix
+from qkv_tui.kernels.policy import EXACT, round_to
+from qkv_tui.kernels.softmax import alibi_bias, masked_logits
 from qkv_tui.teach.arith import SIGNIFICANT, agrees, quotient_line, shown, significant
 from qkv_tui.teach.arith import tries as _places
 from qkv_tui.teach.stages.common import (
@@ -24,6 +28,8 @@ from qkv_tui.teach.stages.common import (
     StageSpec,
 )
 from qkv_tui.teach.stages.context import TraceContext
+from qkv_tui.teach.stages.markdown import MarkdownPage
+from qkv_tui.teach.stages.printed import PrintedCells, PrintedChain, Table, exact
 
 
 class Scale(StageSpec):
@@ -140,6 +146,54 @@ class Scale(StageSpec):
         return frozenset({DIVIDE, BIAS})
 
 
+    def markdown(self, page: MarkdownPage, head: int | None) -> list[str]:
+        assert head is not None
+        sc, hr, decimals = page.trace.comp.scenario, page.trace.comp.heads[head], page.decimals
+        divisor = f"√{hr.d_k} = {hr.scale:.{decimals}f}" if hr.scale_is_default else f"{hr.scale:g} (set by the scenario)"
+        out = [f"Divide by {divisor}." + (" Masked cells are −∞." if not sc.allow.all() else ""), ""]
+        if hr.bias is not None:
+            out += [f"ALiBi bias, slope {hr.slope:g} · (j − i):", "", page.table("bias", head), "",
+                    "scaled + bias (the softmax's input):", ""]
+        return [*out, page.table("scaled", head), "", *page.worked(self.stage.key, head)]
+
+    def markdown_details(self, op: Operation) -> tuple[str, ...]:
+        return tuple(detail for detail in op.details if "mask" in detail)
+
+    def worksheet_tables(self, chain: PrintedChain, head: int | None) -> list[Table]:
+        assert head is not None
+        h, sc, page = head, chain.sc, chain.page
+        hr = chain.comp.heads[h]
+        scores = chain.printed[f"scores.{h}"]
+        divisor = f"√{hr.d_k}" if hr.scale_is_default else exact(hr.scale)
+        quotient = page.worked(scores.values / page.divisor(hr.scale))  # (n, m) from the printed scores
+        alibi = ""
+        alibi_terms: Matrix | None = None
+        if sc.alibi is not None:
+            assert sc.positions is not None
+            alibi_terms = alibi_bias(_printed_slopes(chain)[h], sc.positions)  # (n, n) slope·(j − i), from the printed slope
+            alibi = " + slope·(j − i)"
+        logits = EXACT.logits(quotient, alibi_terms)  # (n, m) before it is printed: its whole-number flag reads this
+        scaled = masked_logits(quotient, sc.allow, alibi_terms, page)  # (n, m) printed rounded, −∞ where masked
+        return [Table(f"scaled.{h}", "scaled", f"scaled = scores / {divisor}{alibi}", "scale", h, scaled, sc.labels,
+                      sc.key_labels, False, True, sc.allow,
+                      whole=scores.whole and is_integral(np.where(sc.allow, logits, 0.0)))]
+
+    def worksheet_line(self, cells: PrintedCells, table: Table, row: int, col: int, answer: str) -> str:
+        h = table.head
+        assert h is not None
+        sc = cells.sc
+        q, k = sc.labels[row], sc.key_labels[col]
+        divisor = f"√{sc.heads[h].d_k}" if sc.scale is None else exact(sc.scale)
+        score = cells.txt(f"scores.{h}", row, col)
+        if "slopes" not in cells.tables:
+            return f"scaled[{q},{k}] = {score} / {divisor} = {answer}"
+        assert sc.positions is not None
+        slope = cells.txt("slopes", 0, h)
+        pi, pj = sc.positions[row], sc.positions[col]
+        return (f"scaled[{q},{k}] = scores[{q},{k}] / {divisor} + slope·(j − i)"
+                f" = {score} / {divisor} + {slope}·({pj} − {pi}) = {answer}")
+
+
 SPEC = Scale()
 
 
@@ -207,3 +261,30 @@ def alibi_line(head: HeadResult, row: int, col: int, positions: tuple[int, ...],
                                 and agrees(shown(slope_t) * distance, bias_t)):
             break
     return line, term, bias_t
+
+
+def _printed_slopes(chain: PrintedChain) -> list[float]:
+    """The ALiBi slopes as printed (an input printed after the weights), one per head."""
+
+    def make() -> list[float]:
+        sc = chain.sc
+        assert sc.alibi is not None and sc.positions is not None
+        places = _slope_places(chain.d, sc.alibi.slopes, sc.positions)
+        slopes = [float(round_to(np.array(s), places)) if places is not None else s for s in sc.alibi.slopes]
+        notes = (["the ALiBi paper code's default"] if sc.alibi.default else []) + (
+            [f"rounded to {places} decimals"] if places is not None else [])
+        default = f" ({', '.join(notes)})" if notes else ""
+        chain.late_input(Table("slopes", "slope", f"ALiBi slopes{default}", "scale", None, np.array([slopes]), ("slope",),
+                               tuple(h.name for h in sc.heads), True, False, places=places))
+        return slopes
+
+    return chain.memo("slopes", make)
+
+
+def _slope_places(d: int, slopes: tuple[float, ...], positions: tuple[int, ...]) -> int | None:
+    """None when every slope is short enough to print as given (0.5, 0.0625); else decimals that keep
+    slope·(j − i) within a tenth of a unit of the page's last digit at the largest distance."""
+    if all(len(exact(s)) <= 8 for s in slopes):
+        return None
+    far = max(positions) - min(positions) if positions else 0
+    return d + 1 + len(str(max(1, far)))

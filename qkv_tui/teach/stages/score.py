@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from types import MappingProxyType
 
+from qkv_tui.core.fmt import is_integral
 from qkv_tui.core.scenario import Matrix
 from qkv_tui.teach.arith import dot_line
 from qkv_tui.teach.stages.common import (
@@ -21,6 +22,7 @@ from qkv_tui.teach.stages.common import (
     StageSpec,
 )
 from qkv_tui.teach.stages.context import TraceContext
+from qkv_tui.teach.stages.printed import PrintedCells, PrintedChain, Table
 
 
 class Score(StageSpec):
@@ -79,6 +81,32 @@ class Score(StageSpec):
 
     def lights(self, seg: Segment) -> frozenset[int]:
         return frozenset({Q_SLOT, QK_DOT, K_SLOT})
+
+
+    def worksheet_tables(self, chain: PrintedChain, head: int | None) -> list[Table]:
+        assert head is not None
+        h, g, sc = head, chain.owners[head], chain.sc
+        rope = sc.rope is not None
+        Q_used = chain.values(f"Q_rot.{h}" if rope else f"Q.{h}")
+        K_used = chain.values(f"K_rot.{g}" if rope else f"K.{g}")
+        scores_raw = Q_used @ K_used.T  # (n, m) from the printed Q and K (turned, with rope)
+        read_whole = not rope and chain.printed[f"Q.{h}"].whole and chain.printed[f"K.{g}"].whole
+        score_of = "Q'·K'ᵀ" if rope else "Q·Kᵀ"
+        return [Table(f"scores.{h}", "scores", f"scores = {score_of}", "score", h, chain.rounded(scores_raw), sc.labels,
+                      sc.key_labels, False, True, whole=read_whole and is_integral(scores_raw))]
+
+    def worksheet_line(self, cells: PrintedCells, table: Table, row: int, col: int, answer: str) -> str:
+        h = table.head
+        assert h is not None
+        sc = cells.sc
+        q, k = sc.labels[row], sc.key_labels[col]
+        rope = sc.rope is not None
+        s, g = f".{h}", f".{cells.owners[h]}"
+        qk, kk = (f"Q_rot{s}", f"K_rot{g}") if rope else (f"Q{s}", f"K{g}")
+        width = cells.tables[qk].values.shape[1]
+        terms = " + ".join(f"{cells.txt(qk, row, c)}·{cells.txt(kk, col, c)}" for c in range(width))
+        mark = "'" if rope else ""
+        return f"scores[{q},{k}] = Q{mark}[{q}]·K{mark}[{k}] = {terms} = {answer}"
 
 
 SPEC = Score()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from functools import lru_cache, partial
 from types import MappingProxyType
 
@@ -10,6 +11,7 @@ import numpy as np
 from qkv_tui.core.engine import HeadResult
 from qkv_tui.core.fmt import NEG_INF, fmt
 from qkv_tui.core.scenario import Matrix
+from qkv_tui.kernels.softmax import softmax_rows
 from qkv_tui.teach.arith import MAX_TERMS, Numbers, SoftmaxRow, elide
 from qkv_tui.teach.arith import softmax_row as worked_row
 from qkv_tui.teach.stages.common import (
@@ -27,6 +29,8 @@ from qkv_tui.teach.stages.common import (
     paren,
 )
 from qkv_tui.teach.stages.context import TraceContext
+from qkv_tui.teach.stages.markdown import MarkdownPage
+from qkv_tui.teach.stages.printed import PrintedCells, PrintedChain, Table, exact
 
 SAME_WEIGHT = "same weight:"  # the seed's way to one weight, after the row's list of e^s
 MAX_LISTED = 8  # a "which key?" question lists its keys with their numbers up to this many
@@ -143,6 +147,74 @@ class Softmax(StageSpec):
                  for j, s in enumerate(r.scaled) if s != NEG_INF]  # a masked key adds e^−∞ = 0
         target = op.arithmetic.split(" = ")[0]
         return f"{target} = e^{r.scaled[op.col]} / ({elide(terms, ' + ')}) = ?"
+
+    def markdown(self, page: MarkdownPage, head: int | None) -> list[str]:
+        assert head is not None
+        sc, hr = page.trace.comp.scenario, page.trace.comp.heads[head]
+        out = [page.table("weights", head), ""]
+        if hr.sink is not None:
+            out += [f"With the sink (logit {hr.sink:g}) each row sums to less than 1:", "",
+                    page.array(sink_panel(page.trace, head), list(sc.labels), list(SINK_COLUMNS), "sink", False), ""]
+        else:
+            out += ["Every row sums to 1" + (" and masked weights are exactly 0." if not sc.allow.all() else "."), ""]
+        return out + page.worked(self.stage.key, head)
+
+    def markdown_details(self, op: Operation) -> tuple[str, ...]:
+        if op.col == 0:
+            return op.details
+        # the row's lines once, under its first weight; then each weight the seed's way
+        out = []
+        for detail in op.details:
+            _, sep, same = detail.partition(f"; {SAME_WEIGHT}")
+            if sep:
+                out.append(f"{SAME_WEIGHT}{same}")
+        return tuple(out)
+
+    def worksheet_tables(self, chain: PrintedChain, head: int | None) -> list[Table]:
+        assert head is not None
+        sc = chain.sc
+        sinks = [(hr.name, hr.sink) for hr in sc.heads if hr.sink is not None]
+        if sinks:
+            chain.late_input(Table("sinks", "sink", "Attention sinks (one logit per head)", "softmax", None,
+                                   np.array([[s for _, s in sinks]]), ("sink",), tuple(name for name, _ in sinks), True,
+                                   False))
+        # (n, m) from the printed scaled row
+        weights = softmax_rows(chain.values(f"scaled.{head}"), sc.heads[head].sink, chain.page).weights
+        return [Table(f"weights.{head}", "weights", "weights = softmax(scaled), row by row", "softmax", head, weights,
+                      sc.labels, sc.key_labels, False, True, sc.allow)]
+
+    def worksheet_line(self, cells: PrintedCells, table: Table, row: int, col: int, answer: str) -> str:
+        h, i, j = table.head, row, col
+        assert h is not None
+        sc = cells.sc
+        key = f"scaled.{h}"
+        scaled = cells.tables[key]
+        allowed = [c for c in range(sc.m) if sc.allow[i, c]]
+        values = [float(scaled.values[i, c]) for c in allowed]
+        sink = sc.heads[h].sink
+        top = max(values)
+        top_text = cells.txt(key, i, allowed[values.index(top)])
+        if sink is not None and sink > top:  # the sink is the largest logit: it is what is subtracted
+            top, top_text = sink, f"({exact(sink)})" if sink < 0 else exact(sink)
+        exps = [math.exp(v - top) for v in values]
+        sink_term = ""
+        if sink is not None:
+            sink_text = f"({exact(sink)})" if sink < 0 else exact(sink)
+            sink_term = f" + e^({sink_text} − {top_text})"
+            exps.append(math.exp(sink - top))
+        total = sum(exps)
+        # one decimal more than the page for e and Σ: the sum is at least 1 (e^0 of the largest), so their
+        # quotient stays within a unit of the answer
+        extra = cells.d + 1
+
+        def power(c: int) -> str:
+            return f"e^({cells.txt(key, i, c)} − {top_text})"
+
+        terms = " + ".join(power(c) for c in allowed) + sink_term
+        mine = math.exp(float(scaled.values[i, j]) - top)
+        symbolic = " = e^(s − m) / (Σ e^(s − m) + e^(sink − m))" if sink is not None else ""
+        return (f"weights[{sc.labels[i]},{sc.key_labels[j]}]{symbolic} = {power(j)} / ({terms})"
+                f" = {fmt(mine, False, extra)} / {fmt(total, False, extra)} = {answer}")
 
 
 SPEC = Softmax()

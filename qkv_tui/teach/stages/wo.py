@@ -16,7 +16,10 @@ from qkv_tui.teach.stages.common import (
     StageSpec,
     dot_bias_line,
 )
+from qkv_tui.teach.stages.concat import printed_concat
 from qkv_tui.teach.stages.context import TraceContext
+from qkv_tui.teach.stages.markdown import MarkdownPage
+from qkv_tui.teach.stages.printed import PrintedCells, PrintedChain, Table, idx
 
 
 class WO(StageSpec):
@@ -69,6 +72,30 @@ class WO(StageSpec):
 
     def lights(self, seg: Segment) -> frozenset[int]:
         return frozenset({W_O_SLOT})
+
+    def markdown(self, page: MarkdownPage, head: int | None) -> list[str]:
+        return [page.table("W_O", None), "", page.table("final", None), "", *page.worked(self.stage.key, None)]
+
+    def worksheet_tables(self, chain: PrintedChain, head: int | None) -> list[Table]:
+        sc = chain.sc
+        assert sc.W_O is not None
+        width = idx(sc.W_O.shape[1])
+        out = [Table("W_O", "W_O", "W_O", "wo", None, sc.W_O, idx(sc.W_O.shape[0]), width, True, False)]
+        if sc.b_O is not None:
+            out.append(Table("b_O", "b_O", "b_O", "wo", None, sc.b_O[None, :], ("b",), width, True, False))
+        source = "concat" if len(sc.heads) > 1 else "output"
+        final = printed_concat(chain) @ sc.W_O + (sc.b_O[None, :] if sc.b_O is not None else 0.0)
+        out.append(Table("final", "final", f"final = {source}·W_O" + (" + b_O" if sc.b_O is not None else ""), "wo", None,
+                         chain.rounded(final), sc.labels, width, False, True))
+        return out
+
+    def worksheet_line(self, cells: PrintedCells, table: Table, row: int, col: int, answer: str) -> str:
+        q = cells.sc.labels[row]
+        # with one head, the output itself is what W_O multiplies (no concat table on the page)
+        source, label = ("concat", "concat") if "concat" in cells.tables else ("output.0", "output")
+        plus = f" + b_O[{col}]" if "b_O" in cells.tables else ""
+        return (f"final[{q},{col}] = {label}[{q}]·W_O[:,{col}]{plus} = {cells.dot(source, row, 'W_O', col)}"
+                f"{cells.bias('b_O', col)} = {answer}")
 
 
 SPEC = WO()
