@@ -205,9 +205,9 @@ def assert_consistent(app: StormApp, size: tuple[int, int]) -> None:
     position = app.position
     assert 0 <= position.index < len(app.trace), position
     assert 0 <= position.head < app.stepper.head_count, position
-    assert app.modes.decode_step >= 0, app.modes
-    if app.modes.decode:
-        assert app.modes.decode_step <= app._side_last(), app.modes
+    assert app.modes.side_step >= 0, app.modes
+    if app.modes.side:
+        assert app.modes.side_step <= app.presenter.side_steps(app.modes, app.position.head) - 1, app.modes
 
 
 # --- driving the app ---------------------------------------------------------------------

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import ClassVar, Protocol, cast
 
 from rich.segment import Segment
@@ -26,27 +25,40 @@ from qkv_tui.teach.quiz import Question
 from qkv_tui.ui.widgets.scrolling import SyncedScrollView
 
 TITLE_FLOOR = 4  # fewer letters of a title than this say nothing: the stage bar then leaves it out
-STAGE_STYLE = {"current": "bold #000000 on #ffd75f", "done": "#5fd75f", "todo": "#8a8a8a"}
-# the panels' text styles; ui/themes.py swaps both dicts for the light theme
-TEXT = {
-    "muted": "#8a8a8a", "formula": "#d0d0d0", "formula_active": "bold #000000 on #5fafff",
-    "stage_label": "bold #ffd75f", "head_label": "bold #5fafff", "arithmetic": "bold #ffd75f",
-    "detail": "#d0d0d0", "note": "#87d7af", "meaning": "italic #8a8a8a", "description": "#87afd7",
-}
 
 
-class StageBar(Static):
+class Styled(Widget):
+    """A widget whose text styles are component classes, styled per theme in qkv.tcss: ``look("muted")``
+    is the rules of ``.PREFIX--muted`` alone (to add to the text's own)."""
+
+    PREFIX: ClassVar[str] = ""
+
+    def look(self, name: str) -> Style:
+        return self.get_component_rich_style(f"{self.PREFIX}--{name}", partial=True)
+
+
+class StageBar(Static, Styled):
     """``I love AI · 1 Embed › 2 Project › [3 Score] › …`` with the current stage marked."""
 
+    PREFIX = "stagebar"
+    COMPONENT_CLASSES: ClassVar[set[str]] = {"stagebar--current", "stagebar--done", "stagebar--todo", "stagebar--muted"}
     _shown: tuple[object, ...] = ()
+
+    def notify_style_update(self) -> None:
+        super().notify_style_update()
+        if self._shown:  # a new theme: the same stages in its colours
+            title, ex, width = cast(tuple[str, Explanation, int], self._shown)
+            self._shown = ()
+            self.show(title, ex, width)
 
     def show(self, title: str, ex: Explanation, width: int) -> None:
         # The title tells scenarios apart ("I love AI" from "I love AI, causal"), so it outranks the
         # other stages' names: a narrow terminal first names only the stage being computed (the others
         # keep their keys), then shortens the title; it goes only when not even a few letters of it fit
-        if (title, ex.stages, width) == self._shown:  # it changes only with the stage
+        if self._shown and (title, ex.stages, width) == (self._shown[0], cast(Explanation, self._shown[1]).stages,
+                                                         self._shown[2]):  # it changes only with the stage
             return
-        self._shown = (title, ex.stages, width)
+        self._shown = (title, ex, width)
         title = pictured(title)
         text = self._line("", ex, full_names=False)
         for full_names, least in ((True, cell_len(title)), (False, cell_len(title)), (False, TITLE_FLOOR)):
@@ -57,23 +69,23 @@ class StageBar(Static):
                 break
         self.update(text, layout=False)  # its size is fixed by CSS: no layout pass
 
-    @staticmethod
-    def _line(title: str, ex: Explanation, full_names: bool) -> Text:
+    def _line(self, title: str, ex: Explanation, full_names: bool) -> Text:
         text = Text(no_wrap=True, overflow="ellipsis")
+        muted = self.look("muted")
         if title:
             text.append(f" {title} ", style="bold")
             text.append("  ")
         for i, (label, state) in enumerate(ex.stages):
             if i:
-                text.append(" › ", style=TEXT["muted"])
+                text.append(" › ", style=muted)
             if state == "current":
-                text.append(f" {label} ", style=STAGE_STYLE[state])
+                text.append(f" {label} ", style=self.look(state))
             else:
-                text.append(label if full_names else label.split()[0], style=STAGE_STYLE[state])
+                text.append(label if full_names else label.split()[0], style=self.look(state))
         return text
 
 
-class FormulaLine(Static):
+class FormulaLine(Static, Styled):
     """softmax(QKᵀ/√dₖ)V with the part being computed marked, and where we are.
 
     A narrow terminal gets the same facts in fewer cells: tighter gaps, the formula without
@@ -81,7 +93,18 @@ class FormulaLine(Static):
     Where we are (stage, operation, head) is never cut.
     """
 
+    PREFIX = "formula"
+    COMPONENT_CLASSES: ClassVar[set[str]] = {"formula--muted", "formula--formula", "formula--active",
+                                             "formula--stage", "formula--head"}
+    _shown: tuple[Explanation, str, int] | None = None
+
+    def notify_style_update(self) -> None:
+        super().notify_style_update()
+        if self._shown is not None:  # a new theme: the same line in its colours
+            self.show(*self._shown)
+
     def show(self, ex: Explanation, flags: str = "", width: int = 1_000) -> None:
+        self._shown = (ex, flags, width)
         name, _, count = ex.head_label.rpartition(" (")
         head = (pictured(name), f"({count}") if ex.head_label else None
         for fit in FITS:
@@ -90,8 +113,7 @@ class FormulaLine(Static):
                 break
         self.update(text, layout=False)  # its size is fixed by CSS: no layout pass
 
-    @staticmethod
-    def _line(ex: Explanation, flags: str, head: tuple[str, str] | None, fit: Fit) -> Text:
+    def _line(self, ex: Explanation, flags: str, head: tuple[str, str] | None, fit: Fit) -> Text:
         text = Text(no_wrap=True, overflow="ellipsis")
         text.append(" ")
         if fit.formula:
@@ -99,19 +121,19 @@ class FormulaLine(Static):
             for piece, active in ex.formula:
                 if after_v and not fit.tail and not active:
                     continue
-                text.append(piece, style=TEXT["formula_active"] if active else TEXT["formula"])
+                text.append(piece, style=self.look("active" if active else "formula"))
                 after_v = after_v or piece == "V"
             text.append(fit.gap)
-        text.append(ex.stage_label, style=TEXT["stage_label"])
+        text.append(ex.stage_label, style=self.look("stage"))
         text.append(" · ")
         text.append(ex.counter, style="bold")
         if head is not None:
             text.append(" · ")
-            text.append(f"{shorten(head[0], fit.name) if fit.name else head[0]} {head[1]}", style=TEXT["head_label"])
+            text.append(f"{shorten(head[0], fit.name) if fit.name else head[0]} {head[1]}", style=self.look("head"))
         if flags:
             if fit.compact_flags:
                 flags = flags.replace(" dp", "dp").replace(" · ", "·")
-            text.append(f"{fit.gap}[{flags}]", style=TEXT["muted"])
+            text.append(f"{fit.gap}[{flags}]", style=self.look("muted"))
         return text
 
 
@@ -131,7 +153,7 @@ FITS = (Fit(), Fit(gap="  "), Fit(gap="  ", tail=False), Fit(gap="  ", tail=Fals
         Fit(gap=" ", tail=False, compact_flags=True, name=4, formula=False))
 
 
-class ExplainPanel(SyncedScrollView, can_focus=False):
+class ExplainPanel(SyncedScrollView, Styled, can_focus=False):
     """The current operation's arithmetic with its real numbers, and what the stage means.
 
     Each line is wrapped at term boundaries (never inside an expression) with a hanging
@@ -140,9 +162,13 @@ class ExplainPanel(SyncedScrollView, can_focus=False):
     short for all of it, the panel scrolls (mouse wheel, or page up / page down).
     """
 
+    PREFIX = "explain"
+    KINDS = ("arithmetic", "detail", "note", "meaning", "description")  # each logical line is one
+    COMPONENT_CLASSES: ClassVar[set[str]] = {f"explain--{kind}" for kind in KINDS}
+
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
-        self._lines: tuple[tuple[str, str], ...] = ()  # (text, style key in TEXT) of each logical line
+        self._lines: tuple[tuple[str, str], ...] = ()  # (text, one of KINDS) of each logical line
         self._strips: list[Strip] = []
         self._wrapped: tuple[int, list[Strip]] = (-1, [])  # (width, lines) of the current text
 
@@ -150,7 +176,7 @@ class ExplainPanel(SyncedScrollView, can_focus=False):
         if self._wrapped[0] != width:
             strips = []
             for text, kind in self._lines:
-                rich = _style(TEXT[kind])
+                rich = self.look(kind)
                 prose = kind in ("meaning", "description")  # sentences, not arithmetic
                 strips += [Strip([Segment(line, rich)]) for line in wrap(text, width, prose=prose)]
             self._wrapped = (width, strips)
@@ -181,10 +207,11 @@ class ExplainPanel(SyncedScrollView, can_focus=False):
             self.scroll_to(y=0, animate=False, immediate=True)  # a new operation reads from its first line
         self._redraw_changed()
 
-    def restyle(self) -> None:
-        """Draw the same lines in the colours of a new theme."""
-        self._wrapped = (-1, [])
-        self._redraw_changed()
+    def notify_style_update(self) -> None:
+        super().notify_style_update()
+        if self._lines and self.is_mounted:  # a new theme: the same lines in its colours
+            self._wrapped = (-1, [])
+            self._redraw_changed()
 
     def on_resize(self) -> None:
         self._redraw_changed()
@@ -213,11 +240,6 @@ class ExplainPanel(SyncedScrollView, can_focus=False):
         row = y + int(self.scroll_y)
         strip = self._strips[row] if row < len(self._strips) else Strip.blank(width)
         return strip.apply_style(self.rich_style).crop_extend(0, width, self.rich_style)
-
-
-@lru_cache(maxsize=32)
-def _style(text: str) -> Style:
-    return Style.parse(text)
 
 
 class _Key(Protocol):
@@ -258,8 +280,13 @@ class KeyFooter(Footer):
         room = width - sum(self.key_width(w) + 2 for w in widgets if w.has_class("-command-palette"))  # its border
 
         def rank(names: tuple[str, ...], key: Widget) -> int:
-            action = cast(_Key, key).action.partition("(")[0].rpartition(".")[2]  # "app.quiz" and "head(1)" too
-            return names.index(action) if action in names else len(names) + keys.index(key)
+            call = cast(_Key, key).action
+            name = call.partition("(")[0]
+            bare = name.rpartition(".")[2]  # "app.quiz" is quiz, "head(1)" head
+            for action in (bare + call[len(name):], bare):  # a call named whole ("side('cache')") comes first
+                if action in names:
+                    return names.index(action)
+            return len(names) + keys.index(key)
 
         shown = set(keys)
         for key in sorted(keys, key=lambda k: rank(self.keep, k), reverse=True):

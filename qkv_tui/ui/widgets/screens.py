@@ -13,6 +13,7 @@ from textual.binding import Binding, BindingType
 from textual.containers import Vertical, VerticalScroll
 from textual.widgets import Input, Static
 
+from qkv_tui.display.side_views import SIDE_VIEWS
 from qkv_tui.display.text import pictured
 from qkv_tui.display.view import STAGE_KEYS, stage_key
 from qkv_tui.teach.trace import Stage
@@ -45,9 +46,7 @@ KEYS = (
     ("g", "go to operation N"),
     ("page down / up", "scroll the explanation when it is longer than its room"),
     ("tab / shift+tab", "next / previous head"),
-    ("k", "KV cache: prefill, then decode a token at a time over a paged cache (→ ← step; k again leaves)"),
-    ("c", "in the cache view: prefill at once → chunked prefill → token by token"),
-    ("t", "tiles: FlashAttention's online softmax, one tile of keys at a time (→ ← step; t again leaves)"),
+    *(row for view in SIDE_VIEWS for row in view.help),  # k (and c), t: display/side_views.py
     ("p", "predict-then-reveal: type each result before it is shown; escape reveals a pending answer,"
           " escape or p leaves; while a question waits, digits type the answer (] [ change stage)"),
     ("w", "what if: this row's softmax with and without ÷√dₖ, at dₖ ×1, ×4, ×16"),
