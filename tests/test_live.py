@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from rich.style import Style
 
 from qkv_tui import load_scenario
 from qkv_tui.core.cell_edit import EditError, InputCell, apply_edit, edit, input_cells, parse_address, parse_number, save_text
@@ -19,7 +20,7 @@ from qkv_tui.edges import config
 from qkv_tui.ui import themes
 from qkv_tui.ui.app import QKVApp
 from qkv_tui.ui.edit_prompt import DropEditsScreen, EditScreen, ReloadScreen
-from qkv_tui.ui.widgets import matrix
+from qkv_tui.ui.widgets.matrix import MatrixView
 
 from .conftest import ROOT
 
@@ -657,13 +658,19 @@ async def test_autoplay_steps_and_any_key_stops_it() -> None:
         assert not app.live.playing
 
 
+def highlights(app: QKVApp) -> dict[str, Style]:
+    """The highlights as a pane draws them in the theme in force (qkv.tcss)."""
+    view = app.query(MatrixView).first()
+    return {name: view.look(name) for name in ("current", "operand", "row-max", "changed", "masked")}
+
+
 async def test_light_theme_and_palette() -> None:
     app = QKVApp("i_love_ai", theme="light")
     async with app.run_test(size=SIZE) as pilot:
-        assert app.theme == "textual-light" and themes.LIGHT.current == matrix.CURRENT
+        assert app.theme == "textual-light" and highlights(app)["current"].bgcolor.name == "#f08000"
         app.theme = "textual-dark"
         await pilot.pause()
-        assert themes.DARK.current == matrix.CURRENT
+        assert highlights(app)["current"].bgcolor.name == "#ffd75f"
 
 
 def test_theme_is_remembered_only_when_asked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cli) -> None:
@@ -698,7 +705,7 @@ def test_cli_passes_the_theme(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
     assert seen == ["dark", "light", "light", "dark", "light"]
 
 
-def test_highlights_differ_in_more_than_hue() -> None:
+async def test_highlights_differ_in_more_than_hue() -> None:
     """Current cell, operands, row maximum, changed and masked cells: distinct in greyscale and in attributes."""
     def luminance(color) -> float:
         if color is None:
@@ -706,22 +713,28 @@ def test_highlights_differ_in_more_than_hue() -> None:
         r, g, b = color.get_truecolor()
         return 0.2126 * r + 0.7152 * g + 0.0722 * b
 
-    for palette in (themes.DARK, themes.LIGHT):
+    app = QKVApp("i_love_ai")
+    async with app.run_test(size=SIZE) as pilot:
+        palettes = []
+        for theme in themes.THEMES.values():
+            app.theme = theme
+            await pilot.pause()
+            palettes.append((highlights(app), app.query(MatrixView).first().heat_ends))
+    for palette, (heat_low, heat_high) in palettes:
         looks = {
             name: (round(luminance(style.bgcolor) / 40), round(luminance(style.color) / 40), bool(style.bold),
                    bool(style.underline), bool(style.italic), bool(style.dim))
-            for name, style in (("current", palette.current), ("operand", palette.operand), ("row_max", palette.row_max),
-                                ("changed", palette.changed), ("masked", palette.masked))
+            for name, style in palette.items()
         }
         assert len(set(looks.values())) == len(looks), looks
         # the current cell: dark text on a lighter box; the cells it reads: light text on a darker box
-        current, operand = palette.current, palette.operand
+        current, operand = palette["current"], palette["operand"]
         assert luminance(current.color) < luminance(current.bgcolor) and luminance(operand.color) > luminance(operand.bgcolor)
         assert luminance(current.bgcolor) - luminance(operand.bgcolor) > 60
-        for style in (current, operand, palette.changed):  # text readable on its box
+        for style in (current, operand, palette["changed"]):  # text readable on its box
             assert abs(luminance(style.bgcolor) - luminance(style.color)) > 100
         # and the current cell's box is no shade of the weights' heat map
-        heat = [0.2126 * lo + 0.7152 * mid + 0.0722 * hi for lo, mid, hi in (palette.heat_low, palette.heat_high)]
+        heat = [0.2126 * lo + 0.7152 * mid + 0.0722 * hi for lo, mid, hi in (heat_low, heat_high)]
         assert all(abs(luminance(current.bgcolor) - h) > 35 for h in heat)
 
 

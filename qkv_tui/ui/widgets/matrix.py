@@ -70,34 +70,24 @@ class MatrixView(SyncedScrollView, can_focus=False):
         self._placed: int | str | bool | None = False  # nothing placed yet (None means hidden)
         self._shown: tuple[object, ...] = ()
         self._base: Style | None = None  # rich_style walks every ancestor's CSS: keep it between frames
-        self._looks: dict[str, Style] = {}  # the highlights' styles in the theme in force (qkv.tcss)
-        self._heat_ends: tuple[RGB, RGB] | None = None
         self._titles: list[str] = [""]  # the spec's title, fullest first
         self._title_shown: tuple[str, str] | None = None
 
     def notify_style_update(self) -> None:
-        # a new theme (or any restyle): the highlights are read from the stylesheet again
         self._base = None
-        before, self._looks = self._looks, {}
-        ends, self._heat_ends = self._heat_ends, None
         super().notify_style_update()
-        if any(self.look(name) != style for name, style in before.items()) or (ends and ends != self.heat_ends):
-            self.refresh()
 
     def look(self, name: str) -> Style:
-        """A highlight's style (``current``, ``row-max`` …) in the theme in force: its own rules only,
-        added to the pane's base style."""
-        if name not in self._looks:
-            self._looks[name] = self.get_component_rich_style(f"matrix--{name}", partial=True)
-        return self._looks[name]
+        """A highlight's style (``current``, ``row-max`` …) in the theme in force (qkv.tcss): its own rules
+        only, added to the pane's base style. Textual keeps it until the styles change (a new theme)."""
+        return self.get_component_rich_style(f"matrix--{name}", partial=True)
 
     @property
     def heat_ends(self) -> tuple[RGB, RGB]:
         """The weights' shades run between these two backgrounds (qkv.tcss)."""
-        if self._heat_ends is None:
-            low, high = (self.get_component_styles(f"matrix--heat-{end}").background.rgb for end in ("low", "high"))
-            self._heat_ends = (low, high)
-        return self._heat_ends
+        low, high = (self.look(f"heat-{end}").bgcolor for end in ("low", "high"))
+        assert low is not None and high is not None, "qkv.tcss gives both ends a background"
+        return low.get_truecolor(), high.get_truecolor()
 
     # --- geometry ---------------------------------------------------------------
 

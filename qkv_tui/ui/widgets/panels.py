@@ -43,31 +43,29 @@ class StageBar(Static, Styled):
     PREFIX = "stagebar"
     COMPONENT_CLASSES: ClassVar[set[str]] = {"stagebar--current", "stagebar--done", "stagebar--todo", "stagebar--muted"}
     _shown: tuple[object, ...] = ()
+    _text: tuple[str, Explanation, bool] | None = None  # what render() writes: (title, stages, full names)
 
-    def notify_style_update(self) -> None:
-        super().notify_style_update()
-        if self._shown:  # a new theme: the same stages in its colours
-            title, ex, width = cast(tuple[str, Explanation, int], self._shown)
-            self._shown = ()
-            self.show(title, ex, width)
+    def render(self) -> Text:
+        # built here, not in show(): a new theme repaints the bar, in its colours (qkv.tcss)
+        return self._line(*self._text) if self._text is not None else Text()
 
     def show(self, title: str, ex: Explanation, width: int) -> None:
         # The title tells scenarios apart ("I love AI" from "I love AI, causal"), so it outranks the
         # other stages' names: a narrow terminal first names only the stage being computed (the others
         # keep their keys), then shortens the title; it goes only when not even a few letters of it fit
-        if self._shown and (title, ex.stages, width) == (self._shown[0], cast(Explanation, self._shown[1]).stages,
-                                                         self._shown[2]):  # it changes only with the stage
+        if (title, ex.stages, width) == self._shown:  # it changes only with the stage
             return
-        self._shown = (title, ex, width)
+        self._shown = (title, ex.stages, width)
         title = pictured(title)
-        text = self._line("", ex, full_names=False)
+        text = ("", ex, False)
         for full_names, least in ((True, cell_len(title)), (False, cell_len(title)), (False, TITLE_FLOOR)):
             stages = self._line("", ex, full_names)
             room = width - stages.cell_len - 4  # the title's padding and the gap after it
             if room >= min(least, cell_len(title)):
-                text = self._line(shorten(title, room), ex, full_names)
+                text = (shorten(title, room), ex, full_names)
                 break
-        self.update(text, layout=False)  # its size is fixed by CSS: no layout pass
+        self._text = text
+        self.refresh()  # its size is fixed by CSS: no layout pass
 
     def _line(self, title: str, ex: Explanation, full_names: bool) -> Text:
         text = Text(no_wrap=True, overflow="ellipsis")
@@ -96,22 +94,20 @@ class FormulaLine(Static, Styled):
     PREFIX = "formula"
     COMPONENT_CLASSES: ClassVar[set[str]] = {"formula--muted", "formula--formula", "formula--active",
                                              "formula--stage", "formula--head"}
-    _shown: tuple[Explanation, str, int] | None = None
+    _text: tuple[Explanation, str, tuple[str, str] | None, Fit] | None = None  # what render() writes
 
-    def notify_style_update(self) -> None:
-        super().notify_style_update()
-        if self._shown is not None:  # a new theme: the same line in its colours
-            self.show(*self._shown)
+    def render(self) -> Text:
+        # built here, not in show(): a new theme repaints the line, in its colours (qkv.tcss)
+        return self._line(*self._text) if self._text is not None else Text()
 
     def show(self, ex: Explanation, flags: str = "", width: int = 1_000) -> None:
-        self._shown = (ex, flags, width)
         name, _, count = ex.head_label.rpartition(" (")
         head = (pictured(name), f"({count}") if ex.head_label else None
         for fit in FITS:
-            text = self._line(ex, flags, head, fit)
-            if text.cell_len <= width:
+            if self._line(ex, flags, head, fit).cell_len <= width:
                 break
-        self.update(text, layout=False)  # its size is fixed by CSS: no layout pass
+        self._text = (ex, flags, head, fit)
+        self.refresh()  # its size is fixed by CSS: no layout pass
 
     def _line(self, ex: Explanation, flags: str, head: tuple[str, str] | None, fit: Fit) -> Text:
         text = Text(no_wrap=True, overflow="ellipsis")
@@ -170,16 +166,19 @@ class ExplainPanel(SyncedScrollView, Styled, can_focus=False):
         super().__init__(id=id)
         self._lines: tuple[tuple[str, str], ...] = ()  # (text, one of KINDS) of each logical line
         self._strips: list[Strip] = []
-        self._wrapped: tuple[int, list[Strip]] = (-1, [])  # (width, lines) of the current text
+        # the current text's lines, wrapped at a width in the theme's styles (a new theme wraps again)
+        self._wrapped: tuple[tuple[int, tuple[Style, ...]] | None, list[Strip]] = (None, [])
 
     def _wrap(self, width: int) -> list[Strip]:
-        if self._wrapped[0] != width:
+        looks = {kind: self.look(kind) for kind in self.KINDS}  # Textual keeps them: a lookup each
+        key = (width, tuple(looks.values()))
+        if self._wrapped[0] != key:
             strips = []
             for text, kind in self._lines:
-                rich = self.look(kind)
+                rich = looks[kind]
                 prose = kind in ("meaning", "description")  # sentences, not arithmetic
                 strips += [Strip([Segment(line, rich)]) for line in wrap(text, width, prose=prose)]
-            self._wrapped = (width, strips)
+            self._wrapped = (key, strips)
         return self._wrapped[1]
 
     @property
@@ -202,16 +201,10 @@ class ExplainPanel(SyncedScrollView, Styled, can_focus=False):
         if tuple(lines) == self._lines:
             return
         self._lines = tuple(lines)
-        self._wrapped = (-1, [])
+        self._wrapped = (None, [])
         if self.scroll_y:
             self.scroll_to(y=0, animate=False, immediate=True)  # a new operation reads from its first line
         self._redraw_changed()
-
-    def notify_style_update(self) -> None:
-        super().notify_style_update()
-        if self._lines and self.is_mounted:  # a new theme: the same lines in its colours
-            self._wrapped = (-1, [])
-            self._redraw_changed()
 
     def on_resize(self) -> None:
         self._redraw_changed()
@@ -235,8 +228,7 @@ class ExplainPanel(SyncedScrollView, Styled, can_focus=False):
 
     def render_line(self, y: int) -> Strip:
         width = self.scrollable_content_region.width
-        if self._wrapped[0] != width:  # laid out at a new width since the last step
-            self._strips = self._wrap(width)
+        self._strips = self._wrap(width)  # the same lines, unless laid out at a new width or in a new theme
         row = y + int(self.scroll_y)
         strip = self._strips[row] if row < len(self._strips) else Strip.blank(width)
         return strip.apply_style(self.rich_style).crop_extend(0, width, self.rich_style)
