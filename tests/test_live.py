@@ -22,7 +22,7 @@ from qkv_tui.ui.app import QKVApp
 from qkv_tui.ui.edit_prompt import DropEditsScreen, EditScreen, ReloadScreen
 from qkv_tui.ui.widgets.matrix import MatrixView
 
-from .conftest import ROOT
+from .conftest import ROOT, notices
 
 SIZE = (120, 40)
 
@@ -287,7 +287,7 @@ async def test_a_builtin_is_never_written_over(tmp_path: Path, monkeypatch: pyte
         await type_edit(pilot, "X[I,0] = 7")
         await pilot.press("ctrl+s")  # the copy exists: it is not written over either
         await pilot.pause()
-        assert any("exists already" in n.message for n in other._notifications)
+        assert any("exists already" in n.message for n in notices(other))
         assert tomllib.loads(copy_path.read_text())["X"][0][0] == 8
     assert (builtin_dir() / "i_love_ai.toml").read_bytes() == before
 
@@ -312,14 +312,14 @@ async def test_reload_follows_the_file(tmp_path: Path) -> None:
         app.live.poll()
         await pilot.pause()
         assert app.comp is good
-        errors = [n.message for n in app._notifications if n.severity == "error"]
+        errors = [n.message for n in notices(app) if n.severity == "error"]
         assert errors and errors[-1].startswith(f"error: {path}: line ")
         await pilot.press("right")  # still stepping through the last good state
         assert app.position.index == where.index + 1
         path.unlink()
         app.live.poll()
         await pilot.pause()
-        assert "gone" in [n.message for n in app._notifications][-1] and app.comp is good
+        assert "gone" in [n.message for n in notices(app)][-1] and app.comp is good
         shutil.copy(ROOT / "scenarios" / "two_heads.toml", path)  # back, and different: a second head
         app.live.poll()
         await pilot.pause()
@@ -364,7 +364,7 @@ async def test_reload_asks_before_it_drops_unsaved_edits(tmp_path: Path) -> None
         await pilot.press("r", "r")  # r again confirms
         await pilot.pause()
         assert app.scenario.X[0, 0] == 1 and not app.live.undo_stack and not app.live.dirty
-        assert "1 unsaved edit dropped" in [n.message for n in app._notifications][-1]
+        assert "1 unsaved edit dropped" in [n.message for n in notices(app)][-1]
         await type_edit(pilot, "X[I,0] = 6")
         await pilot.press("r", "y")  # so does y
         await pilot.pause()
@@ -385,7 +385,7 @@ async def test_a_change_on_disk_never_replaces_unsaved_edits(tmp_path: Path) -> 
         app.live.poll()  # said once, not every second
         await pilot.pause()
         assert app.scenario.X[0, 0] == 7 and app.scenario.X[1, 0] == 0  # the edits stay, the file waits
-        warnings = [n.message for n in app._notifications if n.severity == "warning"]
+        warnings = [n.message for n in notices(app) if n.severity == "warning"]
         assert len(warnings) == 1 and "changed on disk" in warnings[0] and "ctrl+s writes your edits into it" in warnings[0]
         await pilot.press("ctrl+s")  # the edit goes into the changed file, whose own change is kept
         await pilot.pause()
@@ -417,7 +417,7 @@ async def test_edits_are_not_written_into_a_file_whose_shapes_changed(tmp_path: 
         await pilot.press("ctrl+s")
         await pilot.pause()
         assert path.read_text() == written and app.live.dirty  # nothing written, nothing lost
-        errors = [n.message for n in app._notifications if n.severity == "error"]
+        errors = [n.message for n in notices(app) if n.severity == "error"]
         assert errors and "other shapes" in errors[-1]
 
 
@@ -437,7 +437,7 @@ async def test_edited_means_different_from_the_file(tmp_path: Path) -> None:
         assert not edited() and not app.live.dirty
         await pilot.press("ctrl+s")
         await pilot.pause()
-        assert "No edits to save." in [n.message for n in app._notifications]
+        assert "No edits to save." in [n.message for n in notices(app)]
         await type_edit(pilot, "X[I,0] = 2")
         await pilot.press("ctrl+s")
         await pilot.pause()
@@ -475,7 +475,7 @@ async def test_a_failed_open_says_so_until_the_file_is_fixed(tmp_path: Path, mon
         await pilot.pause()
 
         def errors() -> list[str]:
-            return [n.message for n in app._notifications if n.severity == "error"]
+            return [n.message for n in notices(app) if n.severity == "error"]
 
         assert len(errors()) == 1 and "line " in errors()[0]
         app.live.poll()
@@ -489,7 +489,7 @@ async def test_a_failed_open_says_so_until_the_file_is_fixed(tmp_path: Path, mon
         app.live.failed = (bad, None)
         app.live.poll()
         await pilot.pause()
-        assert not errors() and "lesson.toml loads now" in [n.message for n in app._notifications][-1]
+        assert not errors() and "lesson.toml loads now" in [n.message for n in notices(app)][-1]
         assert app.live.failed is None and app.scenario.title == "I love AI"  # it did not open by itself
 
 
@@ -614,7 +614,7 @@ async def test_screenshots_never_overwrite_and_never_show_a_toast(tmp_path: Path
         await pilot.press("s")
         second = await written(pilot, tmp_path / "i_love_ai-op04-project-2.svg")
         await pilot.pause()
-        assert any("Saved screenshot" in n.message for n in app._notifications)  # announced, after the picture
+        assert any("Saved screenshot" in n.message for n in notices(app))  # announced, after the picture
         await pilot.press("s")  # with that announcement on screen
         third = await written(pilot, tmp_path / "i_love_ai-op04-project-3.svg")
         assert (tmp_path / "i_love_ai-op04-project.svg").read_text() == "a teacher's own file"
