@@ -13,7 +13,7 @@ from qkv_tui.core.scenario import ScenarioError, builtin_dir, load_scenario, par
 from qkv_tui.core.variants import default_slopes
 
 from .conftest import BASE, HEAD
-from .modern_cases import press_slopes
+from .variants_cases import press_slopes
 
 
 def test_default_slopes_for_three_heads_are_the_paper_codes() -> None:

@@ -1,5 +1,7 @@
-"""The package's layers import one way only: base <- importers <- core <- teach <- display <- ui <- edges.
+"""The package's layers import one way only: base <- kernels <- importers <- core <- teach <- display <- ui <- edges.
 
+The kernels (the forward pass in NumPy, under a numeric policy) sit just above the base: the importers
+run a real model's earlier layers with them, and the core, teach and edges layers compute with them.
 The importers (real models -> plain scenario data) sit below the core: the loader calls them, they
 never call the loader. The base (how a value is named in a one-line message) serves both.
 
@@ -14,7 +16,7 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "qkv_tui"
-RANK = {"base": 0, "importers": 1, "core": 2, "teach": 3, "display": 4, "ui": 5, "edges": 6}
+RANK = {"base": 0, "kernels": 1, "importers": 2, "core": 3, "teach": 4, "display": 5, "ui": 6, "edges": 7}
 
 
 def layer_of(module: str) -> str | None:
@@ -49,7 +51,7 @@ def test_imports_run_downward(path: Path) -> None:
         assert RANK[target] <= RANK[own], f"{path.relative_to(PACKAGE)} ({own}) imports {module} ({target}): upward"
 
 
-@pytest.mark.parametrize("layer", ["base", "importers", "core", "teach", "display"])
+@pytest.mark.parametrize("layer", ["base", "kernels", "importers", "core", "teach", "display"])
 def test_layers_below_the_ui_never_name_textual_or_rich(layer: str) -> None:
     for path in (PACKAGE / layer).rglob("*.py"):
         for module in imports_of(path):

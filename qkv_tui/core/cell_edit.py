@@ -16,15 +16,17 @@ import tempfile
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import tomlkit
-import tomlkit.exceptions
 
 from qkv_tui.core.engine import Computation, compute
 from qkv_tui.core.scenario import Head, Matrix, Scenario, ScenarioError, parse_scenario
 from qkv_tui.core.tomlfile import ReadError, decode, read_bytes, stat_path
 from qkv_tui.core.variants import alibi_later_key
+
+if TYPE_CHECKING:
+    import tomlkit
 
 WEIGHTS = ("W_Q", "W_K", "W_V")
 HEAD_BIASES = ("b_Q", "b_K", "b_V")
@@ -330,6 +332,9 @@ def save_text(original: str, sc: Scenario, cells: Iterable[InputCell]) -> str:
     Raises EditError when the file does not hold the numbers (a ``[model]`` scenario, or a file
     changed on disk since it was read so that a cell's place is gone) or cannot be parsed.
     """
+    import tomlkit  # only saving writes TOML back: the app starts without it
+    import tomlkit.exceptions
+
     try:
         doc = tomlkit.parse(original)
     except tomlkit.exceptions.ParseError as exc:
@@ -457,6 +462,8 @@ def _umask() -> int:
 
 
 def _write_mask(doc: tomlkit.TOMLDocument, sc: Scenario) -> None:
+    import tomlkit
+
     allow = [[int(flag) for flag in row] for row in np.asarray(sc.allow)]
     if sc.allow.all():
         if "mask" in doc:

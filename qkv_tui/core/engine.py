@@ -11,13 +11,20 @@ Query heads that share a K/V head (grouped-query attention) share its K and V ar
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from qkv_tui.core.scenario import BoolMatrix, Head, Matrix, Scenario, ScenarioError
 from qkv_tui.core.variants import Norm, Rope, Vector
+from qkv_tui.kernels.attention import Forward, Turn, head_forward
+from qkv_tui.kernels.attention import frozen as _frozen
+from qkv_tui.kernels.norm import normalise
+from qkv_tui.kernels.policy import EXACT, Policy
+from qkv_tui.kernels.rope import angles, turn
+from qkv_tui.kernels.sharing import same_kv_weights
+from qkv_tui.kernels.softmax import alibi_bias
 
 
 @dataclass(frozen=True, eq=False)
@@ -102,102 +109,25 @@ class Computation:
         return self.scenario.X_kv if self.scenario.is_cross else self.X_in
 
 
-def _frozen(array: Matrix) -> Matrix:
-    array.setflags(write=False)
-    return array
-
-
-def softmax_rows(masked: Matrix, sink: float | None = None) -> tuple[Matrix, Matrix, Matrix, Matrix]:
-    """Stable row softmax; returns (row_max, exps, row_sum, weights).
-
-    With a sink, its logit joins every row as an extra column: the max subtracted is the
-    larger of the row max and the sink, and e^(sink − max) joins the row sum (it is not
-    among ``exps``: the sink's column is dropped after the sum).
-    """
-    row_max = masked.max(axis=1)  # (n,)
-    if sink is not None:
-        row_max = np.maximum(row_max, sink)
-    # a logit far below its row's max may give a difference beyond float64: −inf, whose e^ is the 0 it
-    # stands for (e^(−1e308 − 1e308) underflows anyway), so that overflow is not an error
-    with np.errstate(over="ignore"):
-        exps = np.exp(masked - row_max[:, None])  # (n, m); e^-inf = 0 exactly
-    row_sum = exps.sum(axis=1)  # (n,)
-    if sink is not None:
-        row_sum = row_sum + np.exp(sink - row_max)
-    return row_max, exps, row_sum, exps / row_sum[:, None]
-
-
-def row_mean(X: Matrix) -> Matrix:
-    """Each row's mean, (n,): its plain mean, or, where the sum overflows float64 (1e308 + 1e308) though the
-    mean does not, the mean of the row divided by its largest magnitude, times that magnitude."""
-    with np.errstate(over="ignore", invalid="ignore"):
-        mean: Matrix = X.mean(axis=1)
-    return _rescued(X, mean, lambda unit: unit.mean(axis=1), power=1)
-
-
-def mean_square(C: Matrix) -> Matrix:
-    """Each row's mean of squares, (n,), safe where the squares overflow: a row of 1.5e154 and 0 has squares
-    past float64 (2.25e308) but a mean square of 1.125e308. Where the mean square itself is beyond float64
-    the result is inf (the caller refuses it). Rows whose squares are all finite are computed plainly, so
-    ordinary numbers come out bit for bit as ``(C * C).mean(axis=1)``."""
-    with np.errstate(over="ignore", invalid="ignore"):
-        plain: Matrix = (C * C).mean(axis=1)
-    return _rescued(C, plain, lambda unit: (unit * unit).mean(axis=1), power=2)
-
-
-def _rescued(X: Matrix, plain: Matrix, of_unit: Callable[[Matrix], Matrix], power: int) -> Matrix:
-    """``plain`` where it is finite; elsewhere the statistic of the row scaled to magnitude 1, scaled back."""
-    bad = ~np.isfinite(plain) & np.isfinite(X).all(axis=1)
-    if not bad.any():
-        return plain
-    out = plain.copy()
-    top = np.abs(X[bad]).max(axis=1)  # (bad,) > 0: a row of zeros has a finite statistic
-    with np.errstate(over="ignore"):
-        value = of_unit(X[bad] / top[:, None])
-        for _ in range(power):  # one factor at a time: top² alone may overflow where the product does not
-            value = value * top
-        out[bad] = value  # inf where the statistic is past float64
-    return out
-
-
-def normalize(norm: Norm, X: Matrix) -> NormResult:
-    """RMSNorm x / √(mean(x²) + eps) · γ, or LayerNorm (x − mean) / √(var + eps) · γ + β."""
-    if norm.kind == "rms":
-        mean = np.zeros(X.shape[0])  # (n,)
-        spread = mean_square(X)  # (n,) mean of squares
-    else:
-        mean = row_mean(X)  # (n,)
-        spread = mean_square(X - mean[:, None])  # (n,) population variance
-    root = np.sqrt(spread + norm.eps)  # (n,)
-    X_norm = (X - mean[:, None]) / root[:, None] * norm.gamma[None, :]  # (n, d_model)
-    if norm.beta is not None:
-        X_norm = X_norm + norm.beta[None, :]
-    return NormResult(*(_frozen(a) for a in (X_norm, mean, spread, root)))
+def normalize(norm: Norm, X: Matrix, policy: Policy = EXACT) -> NormResult:
+    """RMSNorm x / √(mean(x²) + eps) · γ, or LayerNorm (x − mean) / √(var + eps) · γ + β (kernels/norm.py)."""
+    done = normalise(policy, norm.kind, X, norm.gamma[None, :], None if norm.beta is None else norm.beta[None, :],
+                     norm.eps)
+    return NormResult(*(_frozen(a) for a in (done.X_norm, done.mean, done.spread, done.root)))
 
 
 def rotate(M: Matrix, rope: Rope, positions: tuple[int, ...]) -> Matrix:
     """RoPE: each pair (a, b) of a row at position p turns by p·θ_i (docs/scenario-format.md, `[rope]`)."""
-    d_k = M.shape[1]
-    out = M.copy()  # (rows, d_k)
-    p = np.asarray(positions, dtype=np.float64)  # (rows,)
-    for i, (a, b) in enumerate(rope.pairs(d_k)):
-        angle = p * rope.theta(i, d_k)  # (rows,)
-        cos, sin = np.cos(angle), np.sin(angle)
-        out[:, a] = M[:, a] * cos - M[:, b] * sin
-        out[:, b] = M[:, a] * sin + M[:, b] * cos
-    return out
+    return turn(M, rope.layout, rope.base, positions)
 
 
-def alibi_bias(slope: float, positions: tuple[int, ...]) -> Matrix:
-    """slope · (pos_j − pos_i): 0 on the diagonal, more negative the further back the key."""
-    p = np.asarray(positions, dtype=np.float64)
-    bias: Matrix = slope * (p[None, :] - p[:, None])  # (n, n)
-    return bias
-
-
-def _project(X: Matrix, W: Matrix, b: Vector | None) -> Matrix:
-    out = X @ W  # (rows, width)
-    return out if b is None else out + b[None, :]
+def turn_of(rope: Rope | None, positions: tuple[int, ...] | None, d_k: int) -> Turn | None:
+    """RoPE's cos and sin for every token's position, for heads of width d_k; None without rope."""
+    if rope is None:
+        return None
+    assert positions is not None
+    a = angles(rope.base, d_k, positions)  # (n, d_k/2)
+    return Turn(np.cos(a), np.sin(a), rope.pairs(d_k))
 
 
 def compute_head(
@@ -213,55 +143,28 @@ def compute_head(
     kv_head: int = 0,
     shared: tuple[Matrix, Matrix, Matrix | None] | None = None,
 ) -> HeadResult:
-    """One head. ``X`` is what the Query projection reads (already normalised); ``shared``
+    """One head (kernels/attention.py). ``X`` is what the Query projection reads (already normalised); ``shared``
     hands over the K, V and rotated K of a K/V head computed for an earlier query head."""
-    divisor = math.sqrt(head.d_k) if scale is None else scale
-    Q = _project(X, head.W_Q, head.b_Q)  # (n, d_k)
-    if shared is None:
-        K = _project(X_kv, head.W_K, head.b_K)  # (m, d_k)
-        V = _project(X_kv, head.W_V, head.b_V)  # (m, d_v)
-        K_rot = None
-        if rope is not None:
-            assert positions is not None
-            K_rot = _frozen(rotate(K, rope, positions))  # (m, d_k)
-        for a in (K, V):
-            _frozen(a)
-    else:
-        K, V, K_rot = shared
-    Q_rot = None
-    if rope is not None:
-        assert positions is not None
-        Q_rot = _frozen(rotate(Q, rope, positions))  # (n, d_k)
-    Q_used = Q if Q_rot is None else Q_rot
-    K_used = K if K_rot is None else K_rot
-    scores = Q_used @ K_used.T  # (n, m)
-    scaled = scores / divisor  # (n, m)
     bias = None
-    logits = scaled
     if slope is not None:
         assert positions is not None
         bias = _frozen(alibi_bias(slope, positions))  # (n, n)
-        logits = scaled + bias
-    masked = np.where(allow, logits, -np.inf)  # (n, m)
-    row_max, exps, row_sum, weights = softmax_rows(masked, head.sink)
-    sink_exp = None if head.sink is None else _frozen(np.exp(head.sink - row_max))  # (n,)
-    output = weights @ V  # (n, d_v)
-    for a in (Q, scores, scaled, masked, row_max, exps, row_sum, weights, output):
-        _frozen(a)
+    f = head_forward(X, X_kv, head.W_Q, head.W_K, head.W_V, head.b_Q, head.b_K, head.b_V, allow,
+                     math.sqrt(head.d_k) if scale is None else scale, turn=turn_of(rope, positions, head.d_k),
+                     bias=bias, sink=head.sink, shared=shared)
+    return result_of(head, f, scale is None, slope, kv_head)
+
+
+def result_of(head: Head, f: Forward, scale_is_default: bool, slope: float | None, kv_head: int) -> HeadResult:
+    """The engine's record of a head's forward pass."""
+    a, soft = f.attended, f.attended.softmax
     return HeadResult(
-        name=head.name, d_k=head.d_k, d_v=head.d_v, scale=divisor, scale_is_default=scale is None,
-        W_Q=head.W_Q, W_K=head.W_K, W_V=head.W_V, Q=Q, K=K, V=V, scores=scores, scaled=scaled,
-        masked=masked, row_max=row_max, exps=exps, row_sum=row_sum, weights=weights, output=output,
-        kv_head=kv_head, b_Q=head.b_Q, b_K=head.b_K, b_V=head.b_V, Q_rot=Q_rot, K_rot=K_rot,
-        bias=bias, slope=slope, sink=head.sink, sink_exp=sink_exp,
+        name=head.name, d_k=head.d_k, d_v=head.d_v, scale=a.divisor, scale_is_default=scale_is_default,
+        W_Q=head.W_Q, W_K=head.W_K, W_V=head.W_V, Q=f.Q, K=f.K, V=f.V, scores=a.scores, scaled=a.scaled,
+        masked=a.masked, row_max=soft.row_max, exps=soft.exps, row_sum=soft.row_sum, weights=soft.weights,
+        output=a.output, kv_head=kv_head, b_Q=head.b_Q, b_K=head.b_K, b_V=head.b_V, Q_rot=f.Q_rot, K_rot=f.K_rot,
+        bias=a.bias, slope=slope, sink=head.sink, sink_exp=soft.sink_exp,
     )
-
-
-def _same(a: Matrix | None, b: Matrix | None) -> bool:
-    """The same projection: one slice shared by the loader, or equal numbers given twice."""
-    if a is None or b is None:
-        return a is b
-    return a is b or (a.shape == b.shape and bool(np.array_equal(a, b)))
 
 
 # --- the one overflow rule ---------------------------------------------------------------------
@@ -354,8 +257,7 @@ def iter_heads(scenario: Scenario, norm: NormResult | None = None) -> Iterator[H
         kv = sc.kv_head(h)
         first = kv_done.get(kv)
         shared = None
-        pairs = ((first.W_K, head.W_K), (first.W_V, head.W_V), (first.b_K, head.b_K), (first.b_V, head.b_V)) if first else ()
-        if first is not None and all(_same(a, b) for a, b in pairs):
+        if first is not None and same_kv_weights(first, head):
             shared = (first.K, first.V, first.K_rot)
         slope = sc.alibi.slopes[h] if sc.alibi is not None else None
         with np.errstate(over="ignore", invalid="ignore"):

@@ -18,19 +18,18 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 
 from qkv_tui.base.values import distinct_labels, escaped, visible
 from qkv_tui.base.values import kind as _kind
 from qkv_tui.base.values import show as _show
 from qkv_tui.core import variants
+from qkv_tui.core.arrays import BoolMatrix as BoolMatrix  # re-exported: most modules take the array types from here
+from qkv_tui.core.arrays import Matrix as Matrix
+from qkv_tui.core.arrays import Vector
 from qkv_tui.core.inputs import INPUT_KEYS, Input, parse_input
 from qkv_tui.core.production import CACHE_KEYS, TILES_KEYS, ProductionSettings, parse_production
 from qkv_tui.core.tomlfile import NumberGrid, ReadError, decode, parse_toml, read_bytes, stat_path, table_values
-from qkv_tui.core.variants import Alibi, Norm, Rope, Vector
-
-Matrix = npt.NDArray[np.float64]
-BoolMatrix = npt.NDArray[np.bool_]
+from qkv_tui.core.variants import Alibi, Norm, Rope
 
 TOP_KEYS = (
     "title", "description", "tokens", "X", "mask", "scale",

@@ -12,18 +12,16 @@ import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
 
 from qkv_tui.base.values import kind as _kind
 from qkv_tui.base.values import show as _show
-
-if TYPE_CHECKING:
-    from qkv_tui.core.scenario import Scenario
-
-Vector = npt.NDArray[np.float64]
+from qkv_tui.core.arrays import Vector as Vector  # re-exported: the modules that read a Norm or Rope import it from here
+from qkv_tui.kernels import rope as rope_kernel
+from qkv_tui.kernels.sharing import kv_head_of as kv_head_of
 
 NORM_KEYS = ("kind", "gamma", "beta", "eps")
 NORM_KINDS = ("rms", "layer")
@@ -57,6 +55,47 @@ class Checker(Protocol):
     def number(self, item: Any, where: str) -> float: ...
 
 
+class HeadFeatures(Protocol):
+    """What :func:`summary_parts` reads of a head (the loader's Head; abstract like Checker)."""
+
+    @property
+    def b_Q(self) -> Vector | None: ...
+
+    @property
+    def b_K(self) -> Vector | None: ...
+
+    @property
+    def b_V(self) -> Vector | None: ...
+
+    @property
+    def sink(self) -> float | None: ...
+
+
+class Features(Protocol):
+    """What :func:`summary_parts` reads of a Scenario: abstract like Checker, so this module never imports the loader."""
+
+    @property
+    def norm(self) -> Norm | None: ...
+
+    @property
+    def heads(self) -> Sequence[HeadFeatures]: ...
+
+    @property
+    def b_O(self) -> Vector | None: ...
+
+    @property
+    def rope(self) -> Rope | None: ...
+
+    @property
+    def num_kv_heads(self) -> int | None: ...
+
+    @property
+    def alibi(self) -> Alibi | None: ...
+
+    @property
+    def window(self) -> int | None: ...
+
+
 @dataclass(frozen=True, eq=False)
 class Norm:
     """Normalise each row of X before the projections (pre-norm)."""
@@ -77,14 +116,11 @@ class Rope:
 
     def pairs(self, d_k: int) -> list[tuple[int, int]]:
         """The dimensions rotated together, pair i first: what makes the two layouts differ."""
-        half = d_k // 2
-        if self.layout == "interleaved":
-            return [(2 * i, 2 * i + 1) for i in range(half)]
-        return [(i, i + half) for i in range(half)]
+        return rope_kernel.pairs(self.layout, d_k)
 
     def theta(self, i: int, d_k: int) -> float:
         """Frequency of pair i: angles grow by this much per position."""
-        return float(self.base ** (-2.0 * i / d_k))
+        return rope_kernel.theta(self.base, i, d_k)
 
 
 @dataclass(frozen=True)
@@ -111,12 +147,7 @@ def default_slopes(count: int) -> tuple[float, ...]:
     return tuple(power_of_2(closest) + list(default_slopes(2 * closest)[0::2][: count - closest]))
 
 
-def kv_head_of(head: int, num_heads: int, num_kv_heads: int) -> int:
-    """The K/V head a query head reads in grouped-query attention: ⌊h · H_kv / H⌋."""
-    return head * num_kv_heads // num_heads
-
-
-def summary_parts(sc: Scenario) -> list[str]:
+def summary_parts(sc: Features) -> list[str]:
     """What ``--check`` adds to its one-line summary for the variant features a scenario uses."""
     parts = []
     if sc.norm is not None:

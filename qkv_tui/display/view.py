@@ -16,9 +16,11 @@ from qkv_tui.core.engine import HeadResult
 from qkv_tui.core.fmt import BIG, cell_len, fmt
 from qkv_tui.core.scenario import BoolMatrix, Matrix
 from qkv_tui.teach.handcalc import round_to
+from qkv_tui.teach.stages.common import PaneStyle
 from qkv_tui.teach.stepper import Position
 from qkv_tui.teach.trace import WIDE, Operation, Ref, Trace
 
+PLAIN = PaneStyle()  # a pane no stage styles
 STAGE_KEYS = "1234567890"  # the keys that jump to stages 1 … 10: the digits in keyboard order, 0 last
 
 
@@ -162,65 +164,22 @@ class View:
 
     def focus_keys(self, op: Operation) -> list[tuple[str, int | None]]:
         """The matrices the current operation reads and writes, left to right."""
-        h = op.head
-        sc = self.comp.scenario
-        stage = op.segment.stage
-        if stage == "embed":
-            inputs: list[tuple[str, int | None]] = [("X", None)]
-            return [*inputs, ("context_X", None)] if sc.is_cross else inputs
-        if stage == "norm":
-            return [("X", None), ("X_norm", None)]
-        if stage == "project":
-            target = op.segment.target
-            x_in = "X" if self.comp.norm is None else "X_norm"
-            source = "context_X" if sc.is_cross and target in ("K", "V") else x_in
-            weight = f"W_{target}_wide" if self.trace.is_wide(f"W_{target}") else f"W_{target}"  # slice marked
-            return [(source, None), (weight, h), (target, h)]
-        if stage == "rotate":
-            target = op.segment.target
-            return [(target[0], h), (target, h)]
-        if stage == "score":
-            if sc.rope is not None:
-                return [("Q_rot", h), ("K_rotT", h), ("scores", h)]
-            return [("Q", h), ("KT", h), ("scores", h)]
-        if stage == "scale":
-            if sc.alibi is not None:
-                return [("scores", h), ("bias", h), ("scaled", h)]
-            return [("scores", h), ("scaled", h)]
-        if stage == "softmax":
-            if h is not None and self.comp.heads[h].sink is not None:
-                return [("scaled", h), ("weights", h), ("sink", h)]
-            return [("scaled", h), ("weights", h)]
-        if stage == "mix":
-            return [("weights", h), ("V", h), ("output", h)]
-        if stage == "concat":
-            outputs: list[tuple[str, int | None]] = [("output", i) for i in range(len(self.comp.heads))]
-            return [*outputs, ("concat", None)]
-        return [("concat", None), ("W_O", None), ("final", None)]
+        return self.trace.spec(op.segment.stage).panes(self.trace, op)
 
     def overview_keys(self, pos: Position) -> list[tuple[str, int | None]]:
         """Every matrix of the viewed head and after, for screens with room for context."""
-        h = pos.head
-        keys: list[tuple[str, int | None]] = [("X", None)]
-        if self.comp.norm is not None:
-            keys.append(("X_norm", None))
-        keys += [("Q", h), ("K", h), ("V", h)]
-        if self.comp.scenario.rope is not None:
-            keys += [("Q_rot", h), ("K_rot", h)]
-        keys += [("scores", h), ("scaled", h), ("weights", h), ("output", h)]
-        if "concat" in self.trace.stage_keys:
-            keys.append(("concat", None))
-        if self.comp.W_O is not None:
-            keys.append(("final", None))
-        # last, so they only take room nothing above needs: the other heads' outputs that Concat joins
-        keys += [("output", g) for g in range(len(self.comp.heads)) if g != h]
-        return keys
+        specs = self.trace.specs
+        keys = [key for spec in specs for key in spec.overview(self.trace, pos.head)]
+        # last, so they only take room nothing above needs (the other heads' outputs that Concat joins)
+        return keys + [key for spec in specs for key in spec.overview_tail(self.trace, pos.head)]
 
     def pane(self, name: str, head: int | None, pos: Position, op: Operation, decimals: int,
              hide_current: bool = False) -> PaneSpec:
         trace = self.trace
-        transposed = name in TRANSPOSED
-        source = TRANSPOSED.get(name, name)
+        transposed = name in trace.transposed
+        source = trace.transposed.get(name, name)
+        owner = trace.owner(source)
+        style = owner.styles.get(name, PLAIN)
         values = trace.matrix(source, head)
         integral = trace.integral(source, head)
         row_labels, col_labels = self.labels(source, head)
@@ -249,18 +208,12 @@ class View:
         return PaneSpec(
             key=f"{name}@{head}", title=self.title(name, head, values), subtitle=subtitle,
             values=values, row_labels=row_labels, col_labels=col_labels, integral=integral,
-            col_widths=self._widths[wkey], filled=self._filled(source, head, pos.index), transposed=transposed,
+            col_widths=self._widths[wkey], filled=owner.filled(trace, source, head, pos.index), transposed=transposed,
             current=current, rows=frozenset(rows), cols=frozenset(cols), cells=frozenset(cells),
-            mark_row_max=name in ("scores", "scaled"), heat=name == "weights", decimals=decimals,
-            allow=self.comp.allow if name == "weights" and self.comp.scenario.mask_kind != "none" else None,
+            mark_row_max=style.row_max, heat=style.heat, decimals=decimals,
+            allow=self.comp.allow if style.masked and self.comp.scenario.mask_kind != "none" else None,
             hide_current=hide_current and current is not None,
         )
-
-    def _filled(self, source: str, head: int | None, index: int) -> int:
-        if source == "sink" and head is not None:  # a row of the sink pane appears as its weights row is finished
-            done_rows = self.trace.filled("weights", head, index) // max(self.comp.scenario.m, 1)
-            return done_rows * 3
-        return self.trace.filled(source, head, index)
 
     def labels(self, source: str, head: int | None) -> tuple[tuple[str, ...], tuple[str, ...]]:
         """Row and column labels of a matrix, built once: 512-token panes are drawn at every step."""
@@ -272,50 +225,8 @@ class View:
         return self._labels[key]
 
     def title(self, name: str, head: int | None, values: Matrix) -> str:
-        sc = self.comp.scenario
-        shape = f"{values.shape[0]}×{values.shape[1]}"
-        hr = self.comp.heads[head] if head is not None else None
-        divisor = "" if hr is None else (f"√{hr.d_k}" if hr.scale_is_default else f"{hr.scale:g}")
-        masked = "" if sc.mask_kind == "none" else f" +{sc.mask_kind} mask"
-        if sc.mask_kind == "sliding":
-            masked = f" +sliding mask (window {sc.window})"
-        x_in = "X" if self.comp.norm is None else "X̂"
-        src = "X_ctx" if sc.is_cross else x_in
-
-        def plus(role: str) -> str:
-            return f" + b_{role}" if hr is not None and getattr(hr, f"b_{role}") is not None else ""
-
-        shared = ""
-        if hr is not None and sc.num_kv_heads is not None:
-            readers = [str(g + 1) for g, other in enumerate(self.comp.heads) if other.kv_head == hr.kv_head]
-            shared = f" (K/V head {hr.kv_head + 1}: heads {','.join(readers)})"
-        pairs = ""
-        if sc.rope is not None and hr is not None:
-            pairs = " pairs " + "".join(f"({a},{b})" for a, b in sc.rope.pairs(hr.d_k))
-        bias = " + bias" if sc.alibi is not None else ""
-        names = {
-            "X": self.trace.x_title(),
-            "context_X": "X_ctx (context)",
-            "W_Q": "W_Q", "W_K": "W_K", "W_V": "W_V", "W_O": "W_O",
-            "W_Q_wide": "W_Q, all heads", "W_K_wide": "W_K, all heads", "W_V_wide": "W_V, all heads",
-            "X_norm": f"X̂ = {sc.norm.kind if sc.norm is not None else ''}norm(X)",
-            "Q": f"Q = {x_in}·W_Q{plus('Q')}",
-            "K": f"K = {src}·W_K{plus('K')}{shared}",
-            "V": f"V = {src}·W_V{plus('V')}{shared}",
-            "KT": f"Kᵀ{shared}",
-            "Q_rot": f"Q' = rope(Q){pairs}",
-            "K_rot": f"K' = rope(K){pairs}",
-            "K_rotT": f"K'ᵀ{shared}",
-            "scores": "scores = Q'·K'ᵀ" if sc.rope is not None else "scores = Q·Kᵀ",
-            "scaled": f"scaled = scores/{divisor}{bias}{masked}",
-            "bias": f"bias = {hr.slope if hr is not None and hr.slope is not None else 0:g}·(j − i)",
-            "sink": f"sink {hr.sink if hr is not None and hr.sink is not None else 0:g}, dropped",
-            "weights": "weights = softmax(scaled)",
-            "output": "out = weights·V",
-            "concat": "concat = [" + " | ".join(f"out{i + 1}" for i in range(len(self.comp.heads))) + "]",
-            "final": "final = concat·W_O" + (" + b_O" if self.comp.b_O is not None else ""),
-        }
-        return f"{names[name]}  {shape}"
+        own = self.trace.owner(name).title(self.trace, name, head)
+        return f"{own}  {values.shape[0]}×{values.shape[1]}"
 
     def panes(self, pos: Position, decimals: int = 3, overview: bool = False,
               hide_current: bool = False) -> tuple[list[PaneSpec], list[PaneSpec]]:
@@ -325,7 +236,7 @@ class View:
         shown = [self.pane(name, head, pos, op, decimals, hide_current) for name, head in focus]
         extra: list[PaneSpec] = []
         if overview:
-            taken = {(TRANSPOSED.get(n, n), h) for n, h in focus}
+            taken = {(self.trace.transposed.get(n, n), h) for n, h in focus}
             extra = [self.pane(n, h, pos, op, decimals) for n, h in self.overview_keys(pos) if (n, h) not in taken]
         return shown, extra
 
@@ -357,36 +268,12 @@ class View:
         )
 
     def formula(self, op: Operation) -> tuple[tuple[str, bool], ...]:
-        seg = op.segment
-        stage, target = seg.stage, seg.target
-        scale = "√dₖ"
-        if seg.head is not None and not self.comp.heads[seg.head].scale_is_default:
-            scale = f"{self.comp.heads[seg.head].scale:g}"
-        sc = self.comp.scenario
-        rotated = "'" if sc.rope is not None else ""
-        pieces = [
-            ("softmax(", stage == "softmax"),
-            (f"Q{rotated}", stage == "score" or (stage == "project" and target == "Q") or target == "Q_rot"),
-            ("·", stage == "score"),
-            (f"K{rotated}ᵀ", stage == "score" or (stage == "project" and target == "K") or target == "K_rot"),
-            (f"/{scale}", stage == "scale"),
-            *([(" + bias", stage == "scale")] if sc.alibi is not None else []),
-            (")", stage == "softmax"),
-            ("·", stage == "mix"),
-            ("V", stage == "mix" or (stage == "project" and target == "V")),
-        ]
-        if stage == "embed":
-            pieces = [("X → ", True), *pieces]
-        elif self.comp.norm is not None:
-            pieces = [("X̂ → ", stage == "norm"), *pieces]
-        if "concat" in self.trace.stage_keys:
-            pieces.append(("  → concat", stage == "concat"))
-        if self.comp.W_O is not None:
-            pieces.append(("·W_O", stage == "wo"))
-        return tuple(pieces)
-
-
-TRANSPOSED = {"KT": "K", "K_rotT": "K_rot"}  # panes that show a matrix transposed, and what they show
+        """The pieces of softmax(QKᵀ/√dₖ)V each stage of the scenario places, lit where ``op``'s stage computes."""
+        trace = self.trace
+        lit = trace.spec(op.segment.stage).lights(op.segment)
+        parts = sorted((p for spec in trace.specs for p in spec.formula(trace, op)), key=lambda p: p.slot)
+        alone = {p.slot for p in parts if p.alone}  # "X → " at Embed stands in for "X̂ → "
+        return tuple((p.text, p.slot in lit) for p in parts if p.alone or p.slot not in alone)
 
 
 def _mark(ref: Ref, transposed: bool, rows: set[int], cols: set[int], cells: set[tuple[int, int]]) -> None:

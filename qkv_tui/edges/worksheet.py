@@ -11,25 +11,24 @@ projection, RoPE's cos/sin table and Q', K', ALiBi's ``slope·(j − i)``, a sin
 the softmax sum; heads that share a K/V head print its K and V once.
 The page order, the blanks and the answer key live here; the tables in
 :mod:`qkv_tui.edges.worksheet_chain`, each cell's arithmetic in :mod:`qkv_tui.edges.worksheet_working`,
-the Markdown in :mod:`qkv_tui.edges.worksheet_page`.
+the Markdown in :mod:`qkv_tui.edges.worksheet_page`, which renders the content
+(:mod:`qkv_tui.edges.worksheet_content`) that this module fills.
 """
 
 from __future__ import annotations
 
 import math
 import random
-from dataclasses import dataclass
-from functools import cached_property
 
 from qkv_tui.core.engine import Computation
 from qkv_tui.core.scenario import Scenario
-from qkv_tui.edges.worksheet_chain import Table, chain, kv_owners
+from qkv_tui.edges.worksheet_chain import Table, chain
+from qkv_tui.edges.worksheet_content import BLANK, Blank, Cell, WorksheetContent
+from qkv_tui.edges.worksheet_page import render
 from qkv_tui.edges.worksheet_working import Working
 from qkv_tui.teach.arith import MAX_TERMS
 
 DEFAULT_BLANKS = "25%"
-BLANK = "______"
-Cell = tuple[str, int, int]  # (table key, row, col)
 
 __all__ = [
     "BLANK",
@@ -45,41 +44,10 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
-class Blank:
-    number: int  # 1-based, in page order
-    table: str
-    row: int
-    col: int
-    answer: str  # as it would have been printed
-    working: str  # the arithmetic from the printed operands
-
-
-@dataclass(frozen=True, eq=False)
-class Worksheet:
-    comp: Computation
-    tables: tuple[Table, ...]
-    blanks: tuple[Blank, ...]
-    decimals: int
-
-    def table(self, key: str) -> Table:
-        return next(t for t in self.tables if t.key == key)
-
-    def blank_at(self, key: str, row: int, col: int) -> Blank | None:
-        return self._blank_index.get((key, row, col))
-
-    @cached_property
-    def _blank_index(self) -> dict[Cell, Blank]:
-        return {(b.table, b.row, b.col): b for b in self.blanks}
-
-    @cached_property
-    def kv_owners(self) -> list[int]:
-        """For each query head, the head whose section prints the K and V it reads."""
-        return kv_owners(self.comp.scenario)
+class Worksheet(WorksheetContent):
+    """A worksheet's content, and the page it prints as."""
 
     def markdown(self) -> str:
-        from qkv_tui.edges.worksheet_page import render
-
         return render(self)
 
 

@@ -12,10 +12,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from qkv_tui.core.engine import Computation, mean_square, row_mean, softmax_rows
+from qkv_tui.core.engine import Computation
 from qkv_tui.core.fmt import fmt, is_integral
 from qkv_tui.core.scenario import Matrix, Scenario
-from qkv_tui.teach.handcalc import round_to
+from qkv_tui.kernels.attention import project
+from qkv_tui.kernels.norm import normalise
+from qkv_tui.kernels.policy import EXACT, PrintedPage, round_to
+from qkv_tui.kernels.rope import angles as rope_angles
+from qkv_tui.kernels.rope import pairs as rope_pairs
+from qkv_tui.kernels.rope import rotate as rope_rotate
+from qkv_tui.kernels.sharing import kv_owners as owners_of
+from qkv_tui.kernels.softmax import alibi_bias, masked_logits, softmax_rows
 from qkv_tui.teach.trace import x_title
 
 MAX_GUARD = 8  # more decimals than the page's that a helper table may get; float64 has no more to give
@@ -66,39 +73,17 @@ def idx(count: int) -> tuple[str, ...]:
 def kv_owners(sc: Scenario) -> list[int]:
     """For each query head, the first query head that reads the same K/V head with the same weights: its K and V
     are printed once, in that head's section (the engine shares them on the same rule)."""
-    owners: list[int] = []
-    for h, head in enumerate(sc.heads):
-        owner = h
-        for g in range(h):
-            other = sc.heads[g]
-            if owners[g] == g and sc.kv_head(g) == sc.kv_head(h) and all(
-                _same(getattr(other, r), getattr(head, r)) for r in ("W_K", "W_V", "b_K", "b_V")
-            ):
-                owner = g
-                break
-        owners.append(owner)
-    return owners
-
-
-def _same(a: Matrix | None, b: Matrix | None) -> bool:
-    if a is None or b is None:
-        return a is b
-    return a.shape == b.shape and bool(np.array_equal(a, b))
+    return owners_of([sc.kv_head(h) for h in range(len(sc.heads))], sc.heads)
 
 
 def pairs(layout: str, d_k: int) -> list[tuple[int, int]]:
     """The dimensions RoPE turns together, pair i first (docs/scenario-format.md, `[rope]`)."""
-    half = d_k // 2
-    return [(2 * i, 2 * i + 1) for i in range(half)] if layout == "interleaved" else [(i, i + half) for i in range(half)]
+    return rope_pairs(layout, d_k)
 
 
 def rotate(M: Matrix, cos: Matrix, sin: Matrix, layout: str) -> Matrix:
-    """Each pair (a, b) of row r turns by the angle whose cos and sin are cos[r, i], sin[r, i]."""
-    out = M.copy()  # (rows, d_k)
-    for i, (a, b) in enumerate(pairs(layout, M.shape[1])):
-        out[:, a] = M[:, a] * cos[:, i] - M[:, b] * sin[:, i]
-        out[:, b] = M[:, a] * sin[:, i] + M[:, b] * cos[:, i]
-    return out
+    """Each pair (a, b) of row r turns by the angle whose cos and sin are cos[r, i], sin[r, i], kept exact."""
+    return rope_rotate(M, cos, sin, rope_pairs(layout, M.shape[1]), EXACT)
 
 
 def _trig_places(d: int, angles: Matrix, layout: str, rotated: list[Matrix]) -> int:
@@ -128,9 +113,8 @@ def chain(comp: Computation, d: int) -> list[Table]:
     """Every table of the page, in page order (the inputs among them, marked ``given``)."""
     sc = comp.scenario
 
-    def r(a: Matrix) -> Matrix:
-        rounded: Matrix = round_to(a, d)
-        return rounded
+    page = PrintedPage(d)
+    r = page.table
 
     tokens, keys = sc.labels, sc.key_labels
     multi = len(sc.heads) > 1
@@ -151,25 +135,21 @@ def chain(comp: Computation, d: int) -> list[Table]:
         if norm.beta is not None:
             out.append(Table("beta", "β", "β (the norm's shifts)", "embed", None, norm.beta[None, :], ("β",), idx(dm), True,
                              False))
-        X = sc.X
         cols: tuple[str, ...]
-        # the engine's statistics, which stay finite where the squares of 1e154 would not
+        # the engine's statistics, which stay finite where the squares of 1e154 would not; the variance is
+        # about the printed mean, and X̂ is worked from the printed statistics
+        normed = normalise(page, norm.kind, sc.X, norm.gamma[None, :], None if norm.beta is None else norm.beta[None, :],
+                           norm.eps)
         if norm.kind == "rms":
-            spread = r(mean_square(X))  # (n,) mean of squares, from the exact inputs
-            mean = np.zeros(sc.n)
-            stats, cols = spread[:, None], ("ms",)
+            stats, cols = normed.spread[:, None], ("ms",)
         else:
-            mean = r(row_mean(X))  # (n,)
-            spread = r(mean_square(X - mean[:, None]))  # (n,) population variance about the printed mean
-            stats, cols = np.column_stack([mean, spread]), ("mean", "var")
-        raw = (X - mean[:, None]) / np.sqrt(spread + norm.eps)[:, None] * norm.gamma[None, :]  # (n, d_model)
-        if norm.beta is not None:
-            raw = raw + norm.beta[None, :]
+            stats, cols = np.column_stack([normed.mean, normed.spread]), ("mean", "var")
+        raw = normed.unrounded  # (n, d_model)
         kind = "RMSNorm" if norm.kind == "rms" else "LayerNorm"
         what = "ms = the mean of the row's squares" if norm.kind == "rms" else "mean and var = the row's mean and variance"
         out += [
             Table("stats", "stats", f"Each token's row of X: {what}", "norm", None, stats, tokens, cols, False, True),
-            Table("X_norm", "X̂", f"X̂ = {kind}(X), row by row", "norm", None, r(raw), tokens, idx(dm), False, True,
+            Table("X_norm", "X̂", f"X̂ = {kind}(X), row by row", "norm", None, normed.X_norm, tokens, idx(dm), False, True,
                   whole=is_integral(raw)),
         ]
         X_src = out[-1].values
@@ -185,16 +165,16 @@ def chain(comp: Computation, d: int) -> list[Table]:
     grouped = sc.num_kv_heads is not None or any(len(v) > 1 for v in readers.values())
 
     # the projections of every head first: the cos/sin table's digits depend on the largest Q and K it turns
-    Q_raw = [_project(X_src, head.W_Q, head.b_Q) for head in sc.heads]
-    K_raw = {g: _project(X_kv_src, sc.heads[g].W_K, sc.heads[g].b_K) for g in readers}
-    V_raw = {g: _project(X_kv_src, sc.heads[g].W_V, sc.heads[g].b_V) for g in readers}
+    # computed exactly from the printed X (their whole-number flags read the unrounded values), printed rounded
+    Q_raw = [project(X_src, head.W_Q, head.b_Q, EXACT) for head in sc.heads]
+    K_raw = {g: project(X_kv_src, sc.heads[g].W_K, sc.heads[g].b_K, EXACT) for g in readers}
+    V_raw = {g: project(X_kv_src, sc.heads[g].W_V, sc.heads[g].b_V, EXACT) for g in readers}
     trig: dict[int, tuple[Matrix, Matrix, int]] = {}  # d_k -> (cos, sin, places), printed
     if sc.rope is not None:
         rope = sc.rope
         assert positions is not None
-        p = np.asarray(positions, dtype=np.float64)  # (n,)
         for d_k in sorted({head.d_k for head in sc.heads}):
-            angles = p[:, None] * np.array([rope.theta(i, d_k) for i in range(d_k // 2)])[None, :]  # (n, d_k/2)
+            angles = rope_angles(rope.base, d_k, positions)  # (n, d_k/2)
             turned = [r(Q_raw[h]) for h, head in enumerate(sc.heads) if head.d_k == d_k]
             turned += [r(K_raw[g]) for g in readers if sc.heads[g].d_k == d_k]
             places = _trig_places(d, angles, rope.layout, turned)
@@ -261,13 +241,13 @@ def chain(comp: Computation, d: int) -> list[Table]:
                 dk_note = f" (dₖ = {head.d_k})" if len(trig) > 1 else ""
                 computed.append(Table(f"trig.{head.d_k}", "cos/sin", f"cos and sin of each token's angle p·θᵢ{dk_note}",
                                       "rotate", h, both, tokens, trig_cols, False, False, places=places))
-            Q_raw_rot = rotate(Q, cos, sin, sc.rope.layout)
-            Q_used = r(Q_raw_rot)
+            turned_pairs = rope_pairs(sc.rope.layout, head.d_k)
+            Q_used = rope_rotate(Q, cos, sin, turned_pairs, page)
             computed.append(Table(f"Q_rot.{h}", "Q'", "Q' = Q turned by position", "rotate", h, Q_used, tokens,
                                   idx(head.d_k), False, True))
             if g == h:
-                K_raw_rot = rotate(K_used, cos, sin, sc.rope.layout)
-                computed.append(Table(f"K_rot.{h}", "K'", f"K' = K turned by position{kv_suffix}", "rotate", h, r(K_raw_rot),
+                K_rot = rope_rotate(K_used, cos, sin, turned_pairs, page)
+                computed.append(Table(f"K_rot.{h}", "K'", f"K' = K turned by position{kv_suffix}", "rotate", h, K_rot,
                                       keys, idx(head.d_k), False, True, readers=readers[g] if grouped else ()))
             printed.update((t.key, t) for t in computed)
             K_used = printed[f"K_rot.{g}"].values
@@ -276,17 +256,18 @@ def chain(comp: Computation, d: int) -> list[Table]:
         scores_whole = read_whole and is_integral(scores_raw)
         scores = r(scores_raw)
         divisor = f"√{head.d_k}" if comp.heads[h].scale_is_default else exact(comp.heads[h].scale)
-        logits = scores / comp.heads[h].scale  # (n, m) from the printed scores
+        quotient = page.worked(scores / page.divisor(comp.heads[h].scale))  # (n, m) from the printed scores
         alibi = ""
+        alibi_terms: Matrix | None = None
         if sc.alibi is not None:
             assert positions is not None
-            pos = np.asarray(positions, dtype=np.float64)
-            logits = logits + slopes_p[h] * (pos[None, :] - pos[:, None])  # (n, n) slope·(j − i)
+            alibi_terms = alibi_bias(slopes_p[h], positions)  # (n, n) slope·(j − i), from the printed slope
             alibi = " + slope·(j − i)"
-        scaled = np.where(sc.allow, r(logits), -np.inf)  # (n, m)
-        weights = r(_softmax(scaled, head.sink))  # (n, m) from the printed scaled row
+        logits = EXACT.logits(quotient, alibi_terms)  # (n, m) before it is printed: its whole-number flag reads this
+        scaled = masked_logits(quotient, sc.allow, alibi_terms, page)  # (n, m) printed rounded, −∞ where masked
+        weights = softmax_rows(scaled, head.sink, page).weights  # (n, m) from the printed scaled row
         V = printed[f"V.{g}"].values
-        output = r(weights @ V)  # (n, d_v) from the printed weights and V
+        output = project(weights, V, None, page)  # (n, d_v) from the printed weights and V
         outputs.append(output)
         score_of = ("Q'·K'ᵀ" if sc.rope is not None else "Q·Kᵀ")
         computed += [
@@ -312,16 +293,6 @@ def chain(comp: Computation, d: int) -> list[Table]:
         out.append(Table("final", "final", f"final = {source}·W_O" + (" + b_O" if sc.b_O is not None else ""), "wo", None,
                          r(final), tokens, idx(sc.W_O.shape[1]), False, True))
     return out + extras
-
-
-def _project(X: Matrix, W: Matrix, b: Matrix | None) -> Matrix:
-    out: Matrix = X @ W  # (rows, width)
-    return out if b is None else out + b[None, :]
-
-
-def _softmax(scaled: Matrix, sink: float | None) -> Matrix:
-    """Row softmax of the printed scaled scores; a sink's e^(sink − m) joins each row's sum (m counts the sink too)."""
-    return softmax_rows(scaled, sink)[3]  # the engine's own, on the printed numbers
 
 
 def _sub(i: int) -> str:

@@ -2,16 +2,11 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 
 from qkv_tui.edges.worksheet_chain import Table, exact, pairs
+from qkv_tui.edges.worksheet_content import BLANK, WorksheetContent
 
-if TYPE_CHECKING:
-    from qkv_tui.edges.worksheet import Worksheet
-
-BLANK = "______"
 STAGE_NAMES = {"norm": "Norm", "project": "Project", "rotate": "Rotate", "score": "Score", "scale": "Scale",
                "softmax": "Softmax", "mix": "Mix", "concat": "Concat", "wo": "W_O"}
 
@@ -20,7 +15,7 @@ def _md(label: str) -> str:
     return label.replace("|", "\\|")
 
 
-def _table_md(ws: Worksheet, table: Table) -> str:
+def _table_md(ws: WorksheetContent, table: Table) -> str:
     head = "| " + " | ".join([_md(table.name), *(_md(c) for c in table.cols)]) + " |"
     rule = "|" + "---|" * (len(table.cols) + 1)
     body = []
@@ -33,7 +28,7 @@ def _table_md(ws: Worksheet, table: Table) -> str:
     return "\n".join([head, rule, *body])
 
 
-def _suffix(ws: Worksheet, table: Table) -> str:
+def _suffix(ws: WorksheetContent, table: Table) -> str:
     """`` (head 2)`` on a head's own table when there are several; K/V tables of shared heads name their readers."""
     heads = ws.comp.heads
     if table.readers or table.head is None or len(heads) == 1 or "K/V head" in table.heading:
@@ -41,7 +36,7 @@ def _suffix(ws: Worksheet, table: Table) -> str:
     return f" ({heads[table.head].name})"
 
 
-def _rules(ws: Worksheet) -> list[str]:
+def _rules(ws: WorksheetContent) -> list[str]:
     """The bullets under the title: how to work the page, and each variant stage it has."""
     comp = ws.comp
     sc = comp.scenario
@@ -93,7 +88,7 @@ def _rules(ws: Worksheet) -> list[str]:
     return out
 
 
-def _shared_note(ws: Worksheet, h: int) -> list[str]:
+def _shared_note(ws: WorksheetContent, h: int) -> list[str]:
     """A head that reads an earlier head's K and V says where they are."""
     owner = ws.kv_owners[h]
     if owner == h:
@@ -104,7 +99,7 @@ def _shared_note(ws: Worksheet, h: int) -> list[str]:
             f" Project section{turned}.", ""]
 
 
-def render(ws: Worksheet) -> str:
+def render(ws: WorksheetContent) -> str:
     comp = ws.comp
     sc = comp.scenario
     out = [f"# Worksheet: {sc.title}", ""]

@@ -15,6 +15,12 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from qkv_tui.kernels.attention import attend, project
+from qkv_tui.kernels.norm import normalise
+from qkv_tui.kernels.policy import EXACT
+from qkv_tui.kernels.rope import turn
+from qkv_tui.kernels.sharing import kv_head_of
+
 Array = npt.NDArray[np.float64]
 Tokenize = Callable[[str], tuple[list[str], list[int]]]  # text -> (labels, ids)
 
@@ -29,13 +35,8 @@ class Norm:
     eps: float
 
     def __call__(self, x: Array) -> Array:
-        out: Array
-        if self.kind == "rms":
-            out = x / np.sqrt((x * x).mean(axis=-1, keepdims=True) + self.eps) * self.gamma
-            return out
-        centred = x - x.mean(axis=-1, keepdims=True)
-        out = centred / np.sqrt((centred * centred).mean(axis=-1, keepdims=True) + self.eps) * self.gamma
-        return out + self.beta if self.beta is not None else out
+        """x normalised along its last axis (the engine's own norm, exactly)."""
+        return normalise(EXACT, self.kind, x, self.gamma, self.beta, self.eps).X_norm
 
 
 @dataclass(frozen=True)
@@ -45,18 +46,7 @@ class Rope:
 
     def rotate(self, x: Array) -> Array:
         """Rotate the rows of x (n, d_k), row p by position p."""
-        n, d_k = x.shape
-        half = d_k // 2
-        theta = self.base ** (-2.0 * np.arange(half) / d_k)  # (d_k/2,)
-        angle = np.arange(n)[:, None] * theta[None, :]  # (n, d_k/2)
-        cos, sin = np.cos(angle), np.sin(angle)
-        first = np.arange(0, d_k, 2) if self.layout == "interleaved" else np.arange(half)
-        second = first + 1 if self.layout == "interleaved" else first + half
-        a, b = x[:, first], x[:, second]
-        out = np.empty_like(x)
-        out[:, first] = a * cos - b * sin
-        out[:, second] = a * sin + b * cos
-        return out
+        return turn(x, self.layout, self.base, np.arange(x.shape[0], dtype=np.float64))
 
 
 @dataclass(frozen=True, eq=False)
@@ -83,7 +73,7 @@ class Attention:
         return int(self.W_V.shape[1]) // self.num_kv_heads
 
     def kv_head(self, head: int) -> int:
-        return head * self.num_kv_heads // self.num_heads
+        return kv_head_of(head, self.num_heads, self.num_kv_heads)
 
 
 @dataclass(frozen=True, eq=False)
@@ -96,19 +86,15 @@ class Layer:
     window: int | None  # a sliding window (0 <= i - j < window), None = plain causal
 
 
-def _project(x: Array, W: Array, b: Array | None) -> Array:
-    out: Array = x @ W
-    return out + b if b is not None else out
-
-
 def attention_forward(layer: Layer, rope: Rope | None, x: Array) -> Array:
     """The attention sub-layer's output for the normed input x (n, d_model): every head, then W_O."""
     att = layer.attention
     n = x.shape[0]
     d_k, d_v = att.d_k, att.d_v
-    q_all = _project(x, att.W_Q, att.b_Q)  # (n, H·d_k)
-    k_all = _project(x, att.W_K, att.b_K)  # (n, H_kv·d_k)
-    v_all = _project(x, att.W_V, att.b_V)  # (n, H_kv·d_v)
+    # every head's projection at once (the model's own matrices), then one head at a time
+    q_all = project(x, att.W_Q, att.b_Q)  # (n, H·d_k)
+    k_all = project(x, att.W_K, att.b_K)  # (n, H_kv·d_k)
+    v_all = project(x, att.W_V, att.b_V)  # (n, H_kv·d_v)
     i, j = np.arange(n)[:, None], np.arange(n)[None, :]
     allow = (i - j >= 0) & (i - j < (layer.window if layer.window is not None else n + 1))
     scale = layer.scale if layer.scale is not None else math.sqrt(d_k)
@@ -120,10 +106,8 @@ def attention_forward(layer: Layer, rope: Rope | None, x: Array) -> Array:
         v = v_all[:, g * d_v:(g + 1) * d_v]
         if rope is not None:
             q, k = rope.rotate(q), rope.rotate(k)
-        scores = np.where(allow, q @ k.T / scale, -np.inf)  # (n, n)
-        weights = np.exp(scores - scores.max(axis=1, keepdims=True))
-        outputs.append(weights / weights.sum(axis=1, keepdims=True) @ v)  # (n, d_v)
-    return _project(np.concatenate(outputs, axis=1), att.W_O, att.b_O)
+        outputs.append(attend(q, k, v, allow, scale).output)  # (n, d_v)
+    return project(np.concatenate(outputs, axis=1), att.W_O, att.b_O)
 
 
 def residual_stream(embedded: Array, layers: list[Layer], rope: Rope | None) -> Array:
@@ -174,7 +158,7 @@ class DenseMlp:
     act: Callable[[Array], Array]
 
     def __call__(self, x: Array) -> Array:
-        return _project(self.act(_project(x, self.W_in, self.b_in)), self.W_out, self.b_out)
+        return project(self.act(project(x, self.W_in, self.b_in)), self.W_out, self.b_out)
 
 
 @dataclass(frozen=True, eq=False)

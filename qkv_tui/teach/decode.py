@@ -28,9 +28,10 @@ from typing import TypeVar, overload
 
 import numpy as np
 
-from qkv_tui.core.engine import Computation, HeadResult, softmax_rows
+from qkv_tui.core.engine import Computation, HeadResult
 from qkv_tui.core.production import agreement, rounding_bound
 from qkv_tui.core.scenario import BoolMatrix, Matrix, Scenario
+from qkv_tui.kernels.attention import attend
 from qkv_tui.teach.paged import Address, BlockTable, PagedStore, empty_table, pool_order, pool_size
 
 T = TypeVar("T")
@@ -262,11 +263,8 @@ class Decode:
 
 def _attend(q: Matrix, K: Matrix, V: Matrix, allowed: BoolMatrix, divisor: float, bias: Matrix | None,
             sink: float | None) -> tuple[Matrix, ...]:
-    scores = q @ K.T  # (L, S)
-    scaled = scores / divisor
-    logits = scaled if bias is None else scaled + bias  # ALiBi: slope·(j − i), added after scaling
-    _, _, _, weights = softmax_rows(np.where(allowed, logits, -np.inf), sink)
-    return scores, scaled, weights, weights @ V  # (L, d_v)
+    a = attend(q, K, V, allowed, divisor, bias, sink)  # ALiBi's slope·(j − i) is added after scaling
+    return a.scores, a.scaled, a.softmax.weights, a.output  # (L, S), (L, S), (L, S), (L, d_v)
 
 
 def decode(comp: Computation, mode: str = "prefill", block_size: int | None = None,

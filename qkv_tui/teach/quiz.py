@@ -20,18 +20,14 @@ import math
 import re
 from dataclasses import dataclass
 
-import numpy as np
-
 from qkv_tui.base.values import SUBSCRIPTS
-from qkv_tui.core.fmt import NEG_INF, fmt
-from qkv_tui.teach.arith import elide
+from qkv_tui.core.fmt import fmt
 from qkv_tui.teach.trace import Trace
 
 NUMBER = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?$")
 # what a number looks like while it is being typed: 1, 0., .7, -, 1e-, and −∞ or -inf on the way
 PARTIAL_NUMBER = re.compile(r"^[+-]?((\d+\.?\d*|\.\d*)([eE][+-]?\d*)?)?$|^-(i|in|inf|∞)$", re.IGNORECASE)
 MINUS_SIGNS = str.maketrans({"−": "-", "–": "-", ",": "."})
-MAX_LISTED = 8  # a "which key?" question lists its keys with their numbers up to this many
 
 
 @dataclass(frozen=True)
@@ -151,16 +147,10 @@ def questions(trace: Trace, index: int, decimals: int) -> list[Question]:
     asked: list[Question] = []
     seg = op.segment
     shown = withheld(trace, index, decimals)
-    if seg.stage == "softmax" and op.col == 0 and seg.head is not None:
-        head = trace.comp.heads[seg.head]
-        row = head.weights[op.row]
-        keys = trace.comp.scenario.key_labels
-        best = frozenset(keys[j] for j in np.flatnonzero(row == row.max()))
-        token = trace.comp.scenario.labels[op.row]
-        listed = (" · ".join(f"{i} {k}" for i, k in enumerate(keys, 1)) if len(keys) <= MAX_LISTED
-                  else f"(a key's number, 1 … {len(keys)}, or its name)")
-        asked.append(Question(index, "argmax", f"Which key gets row {token}'s largest weight? {listed}",
-                              choices=keys, best=best, arithmetic=shown))
+    picked = trace.spec(seg.stage).choice(trace, op)  # a softmax row's first weight: which key gets the most?
+    if picked is not None:
+        prompt, choices, best = picked
+        asked.append(Question(index, "argmax", prompt, choices=choices, best=best, arithmetic=shown))
     target = op.arithmetic.split(" = ")[0]
     integral = trace.integral(seg.target, seg.head)
     asked.append(Question(index, "value", f"What is {target}? Type it, then enter.",
@@ -171,15 +161,8 @@ def questions(trace: Trace, index: int, decimals: int) -> list[Question]:
 def withheld(trace: Trace, index: int, decimals: int) -> str:
     """An operation's arithmetic as shown while its result is asked for (the module docstring says why)."""
     op = trace.op(index, decimals)
-    seg = op.segment
-    if seg.stage != "softmax" or op.col is None or seg.head is None:
-        return hide_result(op.arithmetic)
-    r = trace.softmax_row(seg.head, op.row, decimals)
-    sink = trace.comp.heads[seg.head].sink is not None  # the sink's logit is the row's last, and joins the sum
-    terms = [f"e^{s}" + (" (sink)" if sink and j == len(r.scaled) - 1 else "")
-             for j, s in enumerate(r.scaled) if s != NEG_INF]  # a masked key adds e^−∞ = 0
-    target = op.arithmetic.split(" = ")[0]
-    return f"{target} = e^{r.scaled[op.col]} / ({elide(terms, ' + ')}) = ?"
+    own = trace.spec(op.segment.stage).withheld(trace, op, decimals)
+    return hide_result(op.arithmetic) if own is None else own
 
 
 def hide_result(arithmetic: str) -> str:

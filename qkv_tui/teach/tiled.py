@@ -36,6 +36,7 @@ from qkv_tui.core.engine import Computation, HeadResult
 from qkv_tui.core.fmt import fmt, is_integral, vector
 from qkv_tui.core.production import agreement, rounding_bound
 from qkv_tui.core.scenario import BoolMatrix, Matrix
+from qkv_tui.kernels.softmax import exp_of_difference, masked_logits
 from qkv_tui.teach.arith import MAX_GUARD, agrees, first_fit, shown, softmax_row
 from qkv_tui.teach.trace_variants import sink_row
 
@@ -45,15 +46,6 @@ PHASE_NAMES = {
     "rescale": "rescale ℓ and Õ", "exps": "exponentials into ℓ", "accumulate": "weighted V into Õ",
     "normalise": "O = Õ / ℓ",
 }
-
-
-def _exp_diff(a: Matrix, b: Matrix) -> Matrix:
-    """e^(a − b), with e^(−∞ − (−∞)) taken as 1: a row that has seen no key yet has nothing to rescale.
-
-    A difference beyond float64 is −∞, and its e^ the 0 it stands for (as in the engine's softmax)."""
-    with np.errstate(invalid="ignore", over="ignore"):
-        diff = a - b
-    return np.exp(np.where(np.isnan(diff), 0.0, diff))
 
 
 @dataclass(frozen=True, eq=False)
@@ -133,16 +125,14 @@ def visit_tiles(Q: Matrix, K: Matrix, V: Matrix, allow: BoolMatrix, divisor: flo
     for k, cols in enumerate(tiles):
         dots = Q[rows.start:rows.stop] @ K[cols.start:cols.stop].T  # (r, c)
         allowed = allow[rows.start:rows.stop, cols.start:cols.stop]  # (r, c)
-        logits = dots / divisor
-        if bias is not None:
-            logits = logits + bias[rows.start:rows.stop, cols.start:cols.stop]
-        S = np.where(allowed, logits, -np.inf)  # (r, c)
+        tile_bias = None if bias is None else bias[rows.start:rows.stop, cols.start:cols.stop]
+        S = masked_logits(dots / divisor, allowed, tile_bias)  # (r, c)
         tile_max = S.max(axis=1)  # (r,) −∞ where the tile allows the row no key
         m_new = np.maximum(m, tile_max)  # (r,)
-        alpha = _exp_diff(m, m_new)  # (r,)
+        alpha = exp_of_difference(m, m_new)  # (r,)
         l_scaled = alpha * ell
         O_scaled = alpha[:, None] * O_acc
-        P = np.where(allowed, _exp_diff(S, m_new[:, None]), 0.0)  # (r, c)
+        P = np.where(allowed, exp_of_difference(S, m_new[:, None]), 0.0)  # (r, c)
         l_new = l_scaled + P.sum(axis=1)
         O_new = O_scaled + P @ V[cols.start:cols.stop]  # (r, d_v)
         number = k if numbers is None else numbers[k]

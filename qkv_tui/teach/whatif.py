@@ -13,8 +13,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from qkv_tui.core.engine import HeadResult, softmax_rows
+from qkv_tui.core.engine import HeadResult
 from qkv_tui.core.scenario import BoolMatrix, Matrix
+from qkv_tui.kernels.softmax import masked_logits, softmax_rows
 
 FACTORS = (1, 4, 16)
 
@@ -57,11 +58,11 @@ def _softmax(scores: Matrix, factor: float, allowed: BoolMatrix) -> Matrix:
     and inf − inf is the NaN the table once showed. A difference that overflows downwards
     is −inf, whose exponential is exactly 0, as it should be.
     """
-    masked = np.where(allowed, scores, -np.inf)  # (m,)
+    masked = masked_logits(scores, allowed)  # (m,)
     with np.errstate(over="ignore", under="ignore", invalid="ignore"):
         top = masked.max()
         # the largest key is 0 exactly, even if factor overflowed to inf (0·inf is NaN); masked keys stay out
         shifted = np.where(masked == top, 0.0, (masked - top) * factor)  # (m,) all <= 0
-        shifted = np.where(allowed, shifted, -np.inf)
-    weights: Matrix = softmax_rows(shifted[None, :])[3][0]
+        shifted = masked_logits(shifted, allowed)
+    weights: Matrix = softmax_rows(shifted[None, :]).weights[0]
     return weights

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import sys
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 from pathlib import Path
@@ -31,12 +32,9 @@ from qkv_tui.teach.quiz import Question, Score, questions
 from qkv_tui.teach.stepper import Position, Stepper
 from qkv_tui.teach.trace import Trace
 from qkv_tui.ui.live import Live
-from qkv_tui.ui.screenshot import without_web_fonts
 from qkv_tui.ui.session import Session
-from qkv_tui.ui.widgets.heatmap import HeatmapScreen
 from qkv_tui.ui.widgets.matrix import MatrixView
 from qkv_tui.ui.widgets.panels import ExplainPanel, FormulaLine, KeyFooter, QuizInput, StageBar
-from qkv_tui.ui.widgets.screens import GotoScreen, HelpScreen, NotesScreen
 
 MIN_WIDTH, MIN_HEIGHT = 50, 14
 OVERVIEW_ROWS, OVERVIEW_SLOTS = 3, 8  # rows of context panes below the focus panes, as many as fit across
@@ -340,8 +338,11 @@ class QKVApp(Session):
             return None
         if action == "head" and self.stepper.head_count == 1:
             return None
-        if action == "head" and isinstance(self.screen, HeatmapScreen):
-            return False  # tab walks the map's heads, not the trace's behind it
+        if action == "head" and "qkv_tui.ui.widgets.heatmap" in sys.modules:  # else no map was ever opened
+            from qkv_tui.ui.widgets.heatmap import HeatmapScreen
+
+            if isinstance(self.screen, HeatmapScreen):
+                return False  # tab walks the map's heads, not the trace's behind it
         if self.modes.side and action in TRACE_ONLY:
             return None
         if action == "option" and self._option() is None:
@@ -498,17 +499,25 @@ class QKVApp(Session):
             panel.scroll_page_up(animate=False)
 
     def action_help(self) -> None:
+        from qkv_tui.ui.widgets.screens import HelpScreen  # the overlays load when first opened, not at start-up
+
         self.push_screen(HelpScreen([self.trace.stage(key) for key in self.trace.stage_keys]))
 
     def action_notes(self) -> None:
+        from qkv_tui.ui.widgets.screens import NotesScreen
+
         self.push_screen(NotesScreen())
 
     def action_heatmap(self) -> None:
+        from qkv_tui.ui.widgets.heatmap import HeatmapScreen
+
         pending = self.modes.question is not None  # a cell the learner is predicting stays hidden here too
         trace = self.presenter.view(self.modes).trace  # by hand: the weights the panes show, not the exact ones
         self.push_screen(HeatmapScreen(trace, self.position.head, self.position.index - pending))
 
     def action_goto(self) -> None:
+        from qkv_tui.ui.widgets.screens import GotoScreen
+
         def done(number: int | None) -> None:
             if number is not None:
                 self.move_to(self.stepper.goto(self.position, number - 1))
@@ -552,6 +561,8 @@ class QKVApp(Session):
                      save_filename: str | None = None, open_method: Literal["browser", "download"] = "download",
                      encoding: str | None = None, mime_type: str | None = None, name: str | None = None) -> str | None:
         """Every SVG screenshot (s, and Textual's own in the palette) without fonts fetched from the web."""
+        from qkv_tui.ui.screenshot import without_web_fonts
+
         if mime_type == "image/svg+xml" and not isinstance(path_or_file, str | Path):
             path_or_file = io.StringIO(without_web_fonts(path_or_file.read()))
         return super().deliver_text(path_or_file, save_directory=save_directory, save_filename=save_filename,

@@ -30,10 +30,7 @@ from qkv_tui.display.view import PaneSpec, stage_key
 from qkv_tui.teach.stepper import Position
 from qkv_tui.teach.trace import Trace
 from qkv_tui.ui import themes
-from qkv_tui.ui.edit_prompt import DropEditsScreen, EditScreen, ReloadScreen, shown_value
 from qkv_tui.ui.session import Session
-from qkv_tui.ui.widgets.heatmap import HeatmapScreen
-from qkv_tui.ui.widgets.screens import HelpScreen, NotesScreen
 
 POLL_SECONDS = 1.0  # how often the file's modification time is compared (a stat call: cheap)
 SPEEDS = (2.0, 1.0, 0.5, 0.25)  # seconds per step, slowest first
@@ -174,6 +171,8 @@ class Live:
         return InputCell("X", None, min(row, app.scenario.n - 1), 0)
 
     def edit(self) -> None:
+        from qkv_tui.ui.edit_prompt import EditScreen  # the prompts load when first asked for, not at start-up
+
         self.app.push_screen(EditScreen(self.app.scenario, self.default_cell(), self.apply))
 
     def apply(self, cell: InputCell, text: str) -> str | None:
@@ -320,6 +319,8 @@ class Live:
             app.notify("This scenario has no file to reload.", timeout=4)
             return
         if self.dirty and not confirmed:
+            from qkv_tui.ui.edit_prompt import ReloadScreen
+
             app.push_screen(ReloadScreen(f"Reload {self.path.name} from disk?", self.lost()), self._reload_answered)
             return
         self.stamp = _stamp(self.path)
@@ -345,6 +346,8 @@ class Live:
 
     def lost(self) -> list[str]:
         """The unsaved edits, each with the file's value: ``X[I,0] = 7 (the file: 1)``."""
+        from qkv_tui.ui.edit_prompt import shown_value
+
         sc, base = self.app.scenario, self.base
         return [f"{c.label(sc)} = {shown_value(sc, c)} (the file: {shown_value(base, c)})" for c in self.dirty]
 
@@ -357,6 +360,8 @@ class Live:
         that would drop unsaved edits."""
         app = self.app
         if self.dirty and not confirmed:
+            from qkv_tui.ui.edit_prompt import DropEditsScreen
+
             def answered(go: bool | None) -> None:
                 if go and app.ready:
                     self.open(spec, confirmed=True)
@@ -409,6 +414,9 @@ class Live:
         a side view's name from display/side_views.py and its step (``-cache-step03``, ``-cache-chunked-…``,
         ``-tiles-step10``),
         ``-map-op32``, ``-help``, ``-notes``; ``-head2`` where there are several heads."""
+        from qkv_tui.ui.widgets.heatmap import HeatmapScreen  # the overlays load when first opened, not at start-up
+        from qkv_tui.ui.widgets.screens import HelpScreen, NotesScreen
+
         app = self.app
         stem = self.path.stem if self.path else app.scenario.title
         slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", stem).strip("_") or "qkv"

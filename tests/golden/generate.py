@@ -10,8 +10,8 @@ from hypothesis import HealthCheck, Phase, given, settings
 
 from qkv_tui.core.scenario import ScenarioError, parse_scenario
 from tests.golden.corpus import INPUTS
-from tests.modern_cases import modern_cases
 from tests.strategies import cases
+from tests.variants_cases import modern_cases
 
 PLAIN, MODERN = 80, 220  # the plain keys; then the modern keys (norm, biases, rope, GQA, ALiBi, windows, sinks, W_O)
 

@@ -21,7 +21,7 @@ from qkv_tui import compute
 from qkv_tui.core.scenario import Scenario, parse_scenario
 from qkv_tui.edges.export_json import write_json
 
-from .modern_cases import ModernCase, modern_cases
+from .variants_cases import ModernCase, modern_cases
 
 torch = pytest.importorskip("torch", reason="PyTorch is in the test extra (pip install -e '.[test]')")
 F = torch.nn.functional

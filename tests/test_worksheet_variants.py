@@ -24,8 +24,8 @@ from qkv_tui.core.scenario import parse_scenario
 from qkv_tui.edges.worksheet import WorksheetError, build
 
 from .conftest import MODEL_SCENARIOS, SCENARIOS, Run
-from .modern_cases import ModernCase, modern_cases
 from .test_calculator import UnparsableError, check_text, evaluate
+from .variants_cases import ModernCase, modern_cases
 
 BLANK = re.compile(r"^\((\d+)\) _+$")
 PER_HEAD = {"W_Q", "b_Q", "Q", "Q'", "scores", "scaled", "weights", "output"}

@@ -19,9 +19,9 @@ from qkv_tui.teach.handcalc import compute_hand
 from qkv_tui.teach.trace import Trace
 
 from .conftest import BASE, HEAD
-from .modern_cases import ModernCase, modern_cases, reference
 from .test_calculator import assert_holds, check_text, explanation_text
-from .test_errors_modern import HEAD4
+from .test_errors_variants import HEAD4
+from .variants_cases import ModernCase, modern_cases, reference
 
 TOL = {"rtol": 1e-9, "atol": 1e-9}
 

@@ -1,0 +1,49 @@
+"""What a worksheet holds, as data: its tables in page order and its numbered blanks.
+
+Kept apart from :mod:`qkv_tui.edges.worksheet` (which chooses the blanks) so that
+:mod:`qkv_tui.edges.worksheet_page` can render this without importing the module that calls it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+from qkv_tui.core.engine import Computation
+from qkv_tui.edges.worksheet_chain import Table, kv_owners
+
+BLANK = "______"
+Cell = tuple[str, int, int]  # (table key, row, col)
+
+
+@dataclass(frozen=True)
+class Blank:
+    number: int  # 1-based, in page order
+    table: str
+    row: int
+    col: int
+    answer: str  # as it would have been printed
+    working: str  # the arithmetic from the printed operands
+
+
+@dataclass(frozen=True, eq=False)
+class WorksheetContent:
+    comp: Computation
+    tables: tuple[Table, ...]
+    blanks: tuple[Blank, ...]
+    decimals: int
+
+    def table(self, key: str) -> Table:
+        return next(t for t in self.tables if t.key == key)
+
+    def blank_at(self, key: str, row: int, col: int) -> Blank | None:
+        return self._blank_index.get((key, row, col))
+
+    @cached_property
+    def _blank_index(self) -> dict[Cell, Blank]:
+        return {(b.table, b.row, b.col): b for b in self.blanks}
+
+    @cached_property
+    def kv_owners(self) -> list[int]:
+        """For each query head, the head whose section prints the K and V it reads."""
+        return kv_owners(self.comp.scenario)

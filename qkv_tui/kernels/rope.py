@@ -1,0 +1,53 @@
+"""RoPE (Su et al., RoFormer): which dimensions turn together, how fast, and the turn itself (docs/scenario-format.md, [rope])."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from qkv_tui.kernels.policy import EXACT, Policy
+from qkv_tui.kernels.stats import Matrix
+
+
+def pairs(layout: str, d_k: int) -> list[tuple[int, int]]:
+    """The dimensions rotated together, pair i first: what makes the two layouts differ.
+
+    "interleaved" (the paper's, GPT-J): pair i = (2i, 2i+1); "half" (LLaMA's, GPT-NeoX): (i, i + d_k/2)."""
+    half = d_k // 2
+    if layout == "interleaved":
+        return [(2 * i, 2 * i + 1) for i in range(half)]
+    return [(i, i + half) for i in range(half)]
+
+
+def theta(base: float, i: int, d_k: int) -> float:
+    """Frequency of pair i, base^(−2i/d_k): angles grow by this much per position."""
+    return float(base ** (-2.0 * i / d_k))
+
+
+def angles(base: float, d_k: int, positions: Sequence[int] | Matrix) -> Matrix:
+    """p·θᵢ for every row's position p and pair i: (rows, d_k/2)."""
+    p = np.asarray(positions, dtype=np.float64)  # (rows,)
+    thetas = np.array([theta(base, i, d_k) for i in range(d_k // 2)], dtype=np.float64)  # (d_k/2,)
+    out: Matrix = p[:, None] * thetas[None, :]
+    return out
+
+
+def rotate(M: Matrix, cos: Matrix, sin: Matrix, turned: Sequence[tuple[int, int]], policy: Policy = EXACT) -> Matrix:
+    """Each pair (a, b) of row r turns by the angle whose cos and sin are cos[r, i], sin[r, i]: (rows, d_k).
+
+    ``cos`` and ``sin`` (rows, d_k/2) are kept as the policy keeps a worked number (by hand: written down
+    rounded), and so is each product; the turned matrix is a table."""
+    cos, sin = policy.worked(cos), policy.worked(sin)
+    out = M.copy()  # (rows, d_k)
+    for i, (a, b) in enumerate(turned):
+        out[:, a] = policy.worked(M[:, a] * cos[:, i]) - policy.worked(M[:, b] * sin[:, i])
+        out[:, b] = policy.worked(M[:, a] * sin[:, i]) + policy.worked(M[:, b] * cos[:, i])
+    return policy.table(out)
+
+
+def turn(M: Matrix, layout: str, base: float, positions: Sequence[int] | Matrix, policy: Policy = EXACT) -> Matrix:
+    """RoPE on the rows of M (rows, d_k), row r at ``positions[r]``."""
+    d_k = M.shape[1]
+    a = angles(base, d_k, positions)  # (rows, d_k/2)
+    return rotate(M, np.cos(a), np.sin(a), pairs(layout, d_k), policy)

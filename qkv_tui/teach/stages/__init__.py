@@ -1,0 +1,57 @@
+"""The stages, in the order the trace walks them: one module each, registered here.
+
+A scenario runs the stages whose ``runs`` says so; consecutive per-head stages run head after
+head (Project … Mix for head 1, then for head 2), shared ones once. Adding a stage is one module
+with a :class:`~qkv_tui.teach.stages.common.StageSpec` and one line in ``REGISTRY`` (or
+:func:`register` at run time, as the tests do).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from qkv_tui.teach.stages import concat, embed, mix, norm, project, rotate, scale, score, softmax, wo
+from qkv_tui.teach.stages.common import StageSpec
+
+REGISTRY: list[StageSpec] = [
+    embed.SPEC,
+    norm.SPEC,
+    project.SPEC,
+    rotate.SPEC,
+    score.SPEC,
+    scale.SPEC,
+    softmax.SPEC,
+    mix.SPEC,
+    concat.SPEC,
+    wo.SPEC,
+]
+
+
+def spec(key: str) -> StageSpec:
+    """The registered stage with this key."""
+    for s in REGISTRY:
+        if s.stage.key == key:
+            return s
+    raise KeyError(key)
+
+
+def register(new: StageSpec, after: str) -> None:
+    """Add a stage to the walk, right after the stage ``after``."""
+    if any(s.stage.key == new.stage.key for s in REGISTRY):
+        raise ValueError(f"a stage {new.stage.key!r} is registered already")
+    REGISTRY.insert(REGISTRY.index(spec(after)) + 1, new)
+
+
+def unregister(key: str) -> None:
+    REGISTRY.remove(spec(key))
+
+
+@contextmanager
+def registered(new: StageSpec, after: str) -> Iterator[StageSpec]:
+    """A stage registered for the length of a ``with`` block (traces built inside keep it)."""
+    register(new, after)
+    try:
+        yield new
+    finally:
+        unregister(new.stage.key)

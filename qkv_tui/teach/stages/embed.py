@@ -1,0 +1,106 @@
+"""Stage 1, Embed: each token's row of X (or, for a real model's later layer, the residual stream it reads)."""
+
+from __future__ import annotations
+
+from qkv_tui.core.fmt import fmt
+from qkv_tui.core.scenario import Matrix, Scenario
+from qkv_tui.teach.arith import elide
+from qkv_tui.teach.stages.common import INPUT, FormulaPart, Key, Operation, Plan, Segment, Stage, StageSpec
+from qkv_tui.teach.stages.context import TraceContext
+
+STAGE = Stage("embed", "Embed",
+              "Each token becomes a row of numbers, its embedding; stacked, the rows form X (n × d_model)."
+              " In a full Transformer position information enters too: GPT-2 adds it to these rows, RoPE and"
+              " ALiBi models bring it in later (by rotating Q and K, or as a bias on the scores). A small example"
+              " like the seed's leaves it out to keep the multiply readable.")
+
+# A real model's X from layer 1 on is not an embedding: the stage is named for what it shows
+INPUT_STAGE = Stage("embed", "Input",
+                    "X is a real model's residual stream entering the layer shown: each token's embedding after"
+                    " the earlier layers ran over it (attention and MLP, each added back into the row).")
+EMBED_POSITION_MEANING = (
+    "Each row of X is a token's embedding plus the learned embedding of its position (0, 1, 2, …), added"
+    " before the first layer as GPT-2 does; stacked, the rows form X (n × d_model).")
+
+
+def x_title(sc: Scenario) -> str:
+    """What X holds, for its pane and its table: ``X (embeddings)``, ``X (residual stream into layer 2)``."""
+    given = sc.input
+    if given.kind == "residual":
+        return f"X (residual stream into layer {given.layer})"
+    return "X (token + position embeddings)" if given.kind == "embedding+position" else "X (embeddings)"
+
+
+def residual_meaning(layer: int, learned_positions: bool) -> str:
+    earlier = "layer 0 ran over it, adding" if layer == 1 else f"layers 0 … {layer - 1} ran over it, each adding"
+    position = " (plus, in GPT-2 and models like it, the learned embedding of its position)" if learned_positions else ""
+    return (f"X is not an embedding here: it is the residual stream entering layer {layer}. Each token's row started"
+            f" as its embedding{position}, then {earlier} its attention output and then its MLP output back into the"
+            " row. This layer reads the result, one row per token (n × d_model).")
+
+
+class Embed(StageSpec):
+    stage = STAGE
+    matrices = ("X", "context_X")
+
+    def segments(self, trace: TraceContext, head: int | None) -> list[Plan]:
+        sc = trace.comp.scenario
+        return [Plan("X", sc.n, sc.X.shape[1], per_row=True)]
+
+    def named(self, trace: TraceContext) -> Stage:
+        return self.stage if trace.comp.scenario.input.is_embedding else INPUT_STAGE
+
+    def meaning(self, trace: TraceContext, head: int | None) -> str:
+        sc = trace.comp.scenario
+        text = self.stage.meaning
+        if sc.input.kind == "residual":
+            assert sc.input.layer is not None
+            text = residual_meaning(sc.input.layer, learned_positions=sc.rope is None and sc.alibi is None)
+        elif sc.input.kind == "embedding+position":
+            text = EMBED_POSITION_MEANING
+        if sc.rope is not None:
+            text += " Here position enters at the Rotate stage, which turns Q and K by each token's position."
+        elif sc.alibi is not None:
+            text += " Here position enters at the Scale stage, as ALiBi's distance bias on the scores."
+        return text
+
+    def operation(self, trace: TraceContext, index: int, seg: Segment, row: int, col: int | None, d: int) -> Operation:
+        sc = trace.comp.scenario
+        token, spelt = sc.labels[row], sc.tokens[row]  # ▁the₂ is the second "▁the"; its embedding is the token's
+        x = sc.X[row]
+        integral = trace.integral("X", None)
+        # a real model's row has hundreds of numbers: the line keeps its ends; the X pane holds them all
+        values = "[" + elide([fmt(float(v), integral, d) for v in x], ", ") + "]"
+        given = sc.input
+        if given.kind == "residual":
+            what = f'residual stream entering layer {given.layer} at "{token}"'
+        elif given.kind == "embedding+position":
+            what = f'embedding of "{spelt}" + embedding of position {row}'
+        else:
+            what = f'embedding of "{spelt}"'
+        text = f"X[{token}] = {what} = {values}"
+        return Operation(index, seg, row, None, None, (), text)
+
+    def matrix(self, trace: TraceContext, name: str, head: int | None) -> Matrix:
+        return trace.comp.scenario.X if name == "X" else trace.comp.scenario.X_kv
+
+    def panes(self, trace: TraceContext, op: Operation) -> list[Key]:
+        inputs: list[Key] = [("X", None)]
+        return [*inputs, ("context_X", None)] if trace.comp.scenario.is_cross else inputs
+
+    def overview(self, trace: TraceContext, head: int) -> list[Key]:
+        return [("X", None)]
+
+    def title(self, trace: TraceContext, name: str, head: int | None) -> str:
+        return x_title(trace.comp.scenario) if name == "X" else "X_ctx (context)"
+
+    def formula(self, trace: TraceContext, op: Operation) -> list[FormulaPart]:
+        if op.segment.stage != self.stage.key:  # X itself is named only while it is being read in
+            return []
+        return [FormulaPart(INPUT, "X → ", alone=True)]
+
+    def lights(self, seg: Segment) -> frozenset[int]:
+        return frozenset({INPUT})
+
+
+SPEC = Embed()

@@ -1,0 +1,90 @@
+"""Stage Mix: each token's output, the weights times the Value rows."""
+
+from __future__ import annotations
+
+from functools import lru_cache, partial
+
+from qkv_tui.core.scenario import Matrix
+from qkv_tui.teach.arith import dot_line, dot_places, vector_mix
+from qkv_tui.teach.stages.common import (
+    V_DOT,
+    V_SLOT,
+    FormulaPart,
+    Key,
+    Operation,
+    Plan,
+    Ref,
+    Segment,
+    Stage,
+    StageSpec,
+)
+from qkv_tui.teach.stages.context import TraceContext
+
+VECTOR_WIDTH = 8  # the Mix stage's vector form is shown for Value rows up to this wide
+
+
+class Mix(StageSpec):
+    stage = Stage("mix", "Mix",
+                  "Blend the Value rows with the weights: each token's output is a weighted sum of the Values it"
+                  " may attend. That is how attention moves information across the sequence.")
+    per_head = True
+    matrices = ("output",)
+
+    def segments(self, trace: TraceContext, head: int | None) -> list[Plan]:
+        assert head is not None
+        return [Plan("output", trace.comp.scenario.n, trace.comp.heads[head].d_v)]
+
+    def operation(self, trace: TraceContext, index: int, seg: Segment, row: int, col: int | None, d: int) -> Operation:
+        h = seg.head
+        assert h is not None and col is not None
+        head = trace.comp.heads[h]
+        q = trace.comp.scenario.labels[row]
+        value = float(head.output[row, col])
+        v_int = trace.integral("V", h)
+        places = _row_places(trace, h, row, d)
+        result = trace.formatted("output", h, value, d)
+        work = dot_line(head.weights[row], head.V[:, col], False, v_int, result, d, trace.hand, places)
+        text = f"out[{q},{col}] = weights[{q}]·V[:,{col}] = {work}"
+        details: tuple[str, ...] = ()
+        if head.d_v <= VECTOR_WIDTH and col == head.d_v - 1:  # the row's vector, once all of it is computed
+            results = [trace.formatted("output", h, v, d) for v in head.output[row]]
+            form = vector_mix(head.weights[row], head.V, v_int, results, places, trace.hand)
+            if form:
+                details = (f"out[{q}] = {form}",)
+        return Operation(index, seg, row, col, value, (Ref("weights", h, row), Ref("V", h, None, col)), text, details)
+
+    def matrix(self, trace: TraceContext, name: str, head: int | None) -> Matrix:
+        if head is None:
+            raise KeyError(name)
+        return trace.comp.heads[head].output
+
+    def panes(self, trace: TraceContext, op: Operation) -> list[Key]:
+        return [("weights", op.head), ("V", op.head), ("output", op.head)]
+
+    def overview(self, trace: TraceContext, head: int) -> list[Key]:
+        return [("output", head)]
+
+    def title(self, trace: TraceContext, name: str, head: int | None) -> str:
+        return "out = weights·V"
+
+    def formula(self, trace: TraceContext, op: Operation) -> list[FormulaPart]:
+        return [FormulaPart(V_DOT, "·"), FormulaPart(V_SLOT, "V")]
+
+    def lights(self, seg: Segment) -> frozenset[int]:
+        return frozenset({V_DOT, V_SLOT})
+
+
+SPEC = Mix()
+
+
+def _row_places(trace: TraceContext, head: int, row: int, decimals: int) -> int:
+    """One precision per output row, so a row's lines show its numbers alike (worked out once per row)."""
+    places = trace.memo("mix places", lambda: lru_cache(maxsize=64)(partial(_places, trace)))
+    return places(head, row, decimals)
+
+
+def _places(trace: TraceContext, head: int, row: int, decimals: int) -> int:
+    hr = trace.comp.heads[head]
+    results = [trace.formatted("output", head, v, decimals) for v in hr.output[row]]
+    rows = [(hr.weights[row], hr.V[:, j], results[j]) for j in range(hr.d_v)]
+    return dot_places(rows, False, trace.integral("V", head), decimals, trace.hand)

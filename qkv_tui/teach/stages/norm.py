@@ -1,0 +1,183 @@
+"""The Norm stage (pre-norm, after Embed): each cell of X̂, RMSNorm or LayerNorm, checkable on a calculator."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from decimal import Decimal, localcontext
+
+import numpy as np
+
+from qkv_tui.core.engine import Computation
+from qkv_tui.core.fmt import BIG, fmt, operand
+from qkv_tui.core.scenario import Matrix
+from qkv_tui.teach.arith import agrees, elide, hidden_terms, shown
+from qkv_tui.teach.arith import tries as _places
+from qkv_tui.teach.stages.common import (
+    INPUT,
+    FormulaPart,
+    Key,
+    Operation,
+    Plan,
+    Ref,
+    Segment,
+    Stage,
+    StageSpec,
+    hround,
+    paren,
+)
+from qkv_tui.teach.stages.context import TraceContext
+
+NORM_MEANING = (
+    "Normalise each token's row of X before attention (pre-norm, as LLaMA, Mistral and Qwen do)."
+    " RMSNorm divides each cell by the row's root mean square, √(mean(x²) + eps), then multiplies by a"
+    " learned gain γ; LayerNorm first subtracts the row's mean, divides by √(variance + eps), then"
+    " multiplies by γ and adds β. Every token arrives at the projections at the same scale."
+)
+
+
+class Norm(StageSpec):
+    stage = Stage("norm", "Norm", NORM_MEANING)
+    matrices = ("X_norm",)
+
+    def runs(self, trace: TraceContext) -> bool:
+        return trace.comp.norm is not None
+
+    def segments(self, trace: TraceContext, head: int | None) -> list[Plan]:
+        sc = trace.comp.scenario
+        return [Plan("X_norm", sc.n, sc.X.shape[1])]
+
+    def operation(self, trace: TraceContext, index: int, seg: Segment, row: int, col: int | None, d: int) -> Operation:
+        assert trace.comp.norm is not None and col is not None
+        token = trace.comp.scenario.labels[row]
+        value = float(trace.comp.norm.X_norm[row, col])
+        text, details = norm_lines(trace.comp, row, col, token, d, trace.hand)
+        return Operation(index, seg, row, col, value, (Ref("X", None, row),), text, details)
+
+    def matrix(self, trace: TraceContext, name: str, head: int | None) -> Matrix:
+        if trace.comp.norm is None:
+            raise KeyError(name)
+        return trace.comp.norm.X_norm
+
+    def panes(self, trace: TraceContext, op: Operation) -> list[Key]:
+        return [("X", None), ("X_norm", None)]
+
+    def overview(self, trace: TraceContext, head: int) -> list[Key]:
+        return [("X_norm", None)]
+
+    def title(self, trace: TraceContext, name: str, head: int | None) -> str:
+        norm = trace.comp.scenario.norm
+        return f"X̂ = {norm.kind if norm is not None else ''}norm(X)"
+
+    def formula(self, trace: TraceContext, op: Operation) -> list[FormulaPart]:
+        return [FormulaPart(INPUT, "X̂ → ")]
+
+    def lights(self, seg: Segment) -> frozenset[int]:
+        return frozenset({INPUT})
+
+
+SPEC = Norm()
+
+
+def eps_text(eps: float) -> str:
+    """eps as a calculator takes it: ``1e-05``, ``0.5``."""
+    return f"{eps:g}"
+
+
+def norm_lines(comp: Computation, row: int, col: int, token: str, d: int, hand: int | None) -> tuple[str, tuple[str, ...]]:
+    """``X̂[I,2] = X[I,2] / √(ms + eps)·γ[2] = 1 / √(0.500 + 1e-05)·1 = 1.414`` and the row's statistics."""
+    sc = comp.scenario
+    norm = sc.norm
+    result_norm = comp.norm
+    assert norm is not None and result_norm is not None
+    x_row = sc.X[row]
+    x_int = bool(np.all(x_row == np.round(x_row)))
+    value = float(result_norm.X_norm[row, col])
+    result = fmt(value, False, d)
+    gamma = float(norm.gamma[col])
+    beta = float(norm.beta[col]) if norm.beta is not None else None
+    layer = norm.kind == "layer"
+    eps = eps_text(norm.eps)
+    g_int = gamma == round(gamma)
+    symbolic = (f"X̂[{token},{col}] = (X[{token},{col}] − mean) / √(var + eps)·γ[{col}]" if layer
+                else f"X̂[{token},{col}] = X[{token},{col}] / √(ms + eps)·γ[{col}]")
+    if beta is not None:
+        symbolic += f" + β[{col}]"
+    lines: tuple[str, tuple[str, ...]] = ("", ())
+    # the mean square is rarely whole: it may need guard digits (by hand, every number is as written down)
+    for p in _places(d, hand is not None):
+        xs = [fmt(float(x), x_int, p) for x in x_row]
+        mean_t = fmt(float(result_norm.mean[row]), False, p)
+        spread_t = fmt(float(result_norm.spread[row]), False, p)
+        root_t = fmt(float(result_norm.root[row]), False, p)
+        x_t = operand(float(x_row[col]), x_int, p)
+        if hand is not None and not layer:  # by hand the cell is written down rounded, as the hand computation does
+            x_t = operand(hround(float(x_row[col]), hand), x_int, p)
+        g_t = operand(gamma, g_int, p)
+        b_t = f" + {operand(beta, beta == round(beta), p)}" if beta is not None else ""
+        centred = f"({x_t} − {paren(mean_t)})" if layer else x_t
+        work = f"{centred} / √({spread_t} + {eps})·{g_t}{b_t}"
+        steps = [work]
+        if hand is not None:  # by hand the centred value and the root are written down first
+            c_t = fmt(hround(shown(x_t) - shown(mean_t), hand), False, p) if layer else x_t
+            steps.append(f"{c_t} / {root_t}·{g_t}{b_t}")
+        calc = ((shown(x_t) - (shown(mean_t) if layer else 0.0)) / math.sqrt(shown(spread_t) + norm.eps)
+                * shown(g_t) + (shown(b_t[3:]) if beta is not None else 0.0))
+        if layer:
+            m_t, mean_v = paren(mean_t), _number(mean_t)
+
+            def centred_square(v: Decimal, m: Decimal = mean_v) -> Decimal:
+                return (v - m) * (v - m)
+
+            terms = _sum_text(xs, paren, lambda v: v, p)
+            mean_line = f"mean({token}) = ({terms}) / {len(x_row)} = {mean_t}"
+            def centred_text(t: str, m: str = m_t) -> str:
+                return f"({t} − {m})·({t} − {m})"
+
+            squares = _sum_text(xs, centred_text, centred_square, p)
+            spread_line = f"var({token}) = ({squares}) / {len(x_row)} = {spread_t}"
+            stats_ok = (agrees(_mean_of(xs, lambda v: v), mean_t) and agrees(_mean_of(xs, centred_square), spread_t))
+            stats: tuple[str, ...] = (mean_line, spread_line)
+        else:
+            squares = _sum_text(xs, lambda t: f"{paren(t)}·{paren(t)}", lambda v: v * v, p)
+            stats = (f"ms({token}) = mean of squares = ({squares}) / {len(x_row)} = {spread_t}",)
+            stats_ok = agrees(_mean_of(xs, lambda v: v * v), spread_t)
+        root_line = f"√({spread_t} + {eps}) = {root_t}"
+        lines = (f"{symbolic} = {' = '.join(steps)} = {result}", (*stats, root_line))
+        if stats_ok and agrees(calc, result) and agrees(math.sqrt(shown(spread_t) + norm.eps), root_t):
+            break
+    return lines
+
+
+def _number(text: str) -> Decimal:
+    """A shown number as a calculator takes it, exactly (``(-0.841)`` → -0.841, ``1.000e+154``)."""
+    return Decimal(text.strip("() ").replace("−", "-"))
+
+
+def _mean_of(texts: list[str], term: Callable[[Decimal], Decimal]) -> float:
+    """The mean of ``term`` of the shown numbers, worked as a calculator would: in decimal, so that squares of
+    1e154 (past float64, not past a calculator) add up before the mean brings them back in range."""
+    with localcontext() as ctx:
+        ctx.prec = 60
+        return float(sum((term(_number(t)) for t in texts), Decimal(0)) / len(texts))
+
+
+def _sum_text(texts: list[str], item: Callable[[str], str], value: Callable[[Decimal], Decimal], p: int) -> str:
+    """``a + b + …``: each shown number as ``item`` writes it (``x·x``); a sum too long for a line keeps its
+    ends, as the Project's sums do, and shows what the hidden terms (``value`` of each) add up to at ``p``
+    places, so the line can still be redone: ``0.5·0.5 + … 120 more, Σ = 83.210 … + 1.7·1.7``."""
+    hidden = hidden_terms(len(texts))
+    total = None
+    if hidden:
+        with localcontext() as ctx:
+            ctx.prec = 60
+            total = _decimal_text(sum((value(_number(texts[i])) for i in hidden), Decimal(0)), p)
+    return elide([item(t) for t in texts], " + ", total)
+
+
+def _decimal_text(value: Decimal, p: int) -> str:
+    """A decimal written as :func:`fmt` writes a float at ``p`` places (scientific from 1e6 on), any size."""
+    text = f"{value:.{p}e}" if abs(value) >= BIG else f"{value:.{p}f}"
+    if text.startswith("-") and text.lstrip("-").strip("0.") == "":
+        return text.lstrip("-")
+    return text.replace("E", "e")

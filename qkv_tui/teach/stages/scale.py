@@ -1,0 +1,209 @@
+"""Stage Scale: every score divided by √dₖ (or the scenario's scale), with ALiBi's bias and the mask applied here."""
+
+from __future__ import annotations
+
+import math
+from types import MappingProxyType
+
+from qkv_tui.core.engine import HeadResult
+from qkv_tui.core.fmt import NEG_INF, fmt, operand
+from qkv_tui.core.scenario import Matrix
+from qkv_tui.teach.arith import SIGNIFICANT, agrees, quotient_line, shown, significant
+from qkv_tui.teach.arith import tries as _places
+from qkv_tui.teach.stages.common import (
+    BIAS,
+    DIVIDE,
+    FormulaPart,
+    Key,
+    Operation,
+    PaneStyle,
+    Plan,
+    Ref,
+    Segment,
+    Stage,
+    StageSpec,
+)
+from qkv_tui.teach.stages.context import TraceContext
+
+
+class Scale(StageSpec):
+    stage = Stage("scale", "Scale",
+                  "Divide every score by √dₖ (Vaswani et al. §3.2.1): dot products grow with the width dₖ, and large"
+                  " scores push softmax to all-or-nothing weights with tiny gradients. Dividing never changes which"
+                  " key scores highest in a row, only how sharp the softmax is.")
+    per_head = True
+    matrices = ("scaled", "bias")
+    styles = MappingProxyType({"scaled": PaneStyle(row_max=True)})
+
+    def segments(self, trace: TraceContext, head: int | None) -> list[Plan]:
+        sc = trace.comp.scenario
+        return [Plan("scaled", sc.n, sc.m)]
+
+    def meaning(self, trace: TraceContext, head: int | None) -> str:
+        sc = trace.comp.scenario
+        text = self.stage.meaning
+        hr = trace.comp.heads[head if head is not None else 0]
+        if not hr.scale_is_default:
+            text = _own_scale(hr.scale, hr.d_k)
+        if sc.alibi is not None:
+            text += (" ALiBi then adds slope·(j − i) to each scaled cell (after the division, as BLOOM's code does):"
+                     " 0 on the diagonal and more negative the further back the key, so nearer keys are favoured;"
+                     " the bias pane shows it, and the softmax takes the sum.")
+        if sc.mask_kind == "sliding" and sc.window is not None:
+            w = sc.window
+            text += (f" The sliding window of {w} applies here: a token sees itself and the {w - 1} before it"
+                     f" (0 ≤ i − j < {w}), so older keys become −∞ as well as later ones. That counts {w} keys,"
+                     " the query's own included, as Hugging Face transformers and gpt-oss count their"
+                     f" sliding_window; FlashAttention writes the same window as window_size = ({w - 1}, 0), and"
+                     f" the Mistral paper, where position i sees i − W … i, as W = {w - 1}.")
+        elif sc.mask_kind != "none":
+            text += (f" The {sc.mask_kind} mask applies here: masked cells become −∞ (as PyTorch does with a"
+                     " boolean mask; Hugging Face's eager attention adds finfo.min, the original BERT −10000),"
+                     " so they get weight 0.")
+        return text
+
+    def operation(self, trace: TraceContext, index: int, seg: Segment, row: int, col: int | None, d: int) -> Operation:
+        h = seg.head
+        assert h is not None and col is not None
+        comp = trace.comp
+        head = comp.heads[h]
+        q, k = comp.scenario.labels[row], comp.scenario.key_labels[col]
+        scaled = fmt(float(head.scaled[row, col]), False, d)
+        # by hand √dₖ is written down rounded (√3 ≈ 1.732) and divided by as such
+        symbol = f"√{head.d_k}" if head.scale_is_default and trace.hand is None else None
+        work = quotient_line(float(head.scores[row, col]), trace.integral("scores", h), head.scale, symbol,
+                             head.scale == round(head.scale), scaled, d)
+        extra: tuple[str, ...] = ()
+        if head.bias is not None and comp.scenario.positions is not None:
+            work, term, bias_t = alibi_line(head, row, col, comp.scenario.positions,
+                                            trace.integral("scores", h), symbol, d, trace.hand)
+            extra = (f"ALiBi: {head.name}'s slope {head.slope or 0:g} times the distance"
+                     f" j − i; bias = {term} = {bias_t}",)
+        text = f"scaled[{q},{k}] = {work}"
+        details: tuple[str, ...] = ()
+        value = float(head.masked[row, col])
+        if not comp.allow[row, col]:
+            text += f", masked → {NEG_INF}"
+            details = (_mask_reason(trace, row, col),)
+        elif head.scale_is_default and trace.hand is None:
+            details = (f"dₖ = {head.d_k}, so √dₖ = √{head.d_k} = {fmt(math.sqrt(head.d_k), False, d)}",)
+        elif head.scale_is_default:
+            details = (f"dₖ = {head.d_k}; by hand √{head.d_k} is rounded to {fmt(head.scale, False, d)} first",)
+        else:
+            tiny = head.scale < 1e-3  # fixed decimals would read 0.000000: its significant digits instead
+            given = significant(head.scale, head.scale == round(head.scale), d if tiny else d + 3, tiny)
+            details = (f"the scenario sets scale = {given}"
+                       f" instead of √dₖ = √{head.d_k}",)
+        operands: tuple[Ref, ...] = (Ref("scores", h, row, col),)
+        if head.bias is not None:
+            operands += (Ref("bias", h, row, col),)
+        return Operation(index, seg, row, col, value, operands, text, extra + details)
+
+    def matrix(self, trace: TraceContext, name: str, head: int | None) -> Matrix:
+        if head is None:
+            raise KeyError(name)
+        hr = trace.comp.heads[head]
+        return hr.masked if name == "scaled" else hr.bias  # type: ignore[return-value]
+
+    def panes(self, trace: TraceContext, op: Operation) -> list[Key]:
+        h = op.head
+        if trace.comp.scenario.alibi is not None:
+            return [("scores", h), ("bias", h), ("scaled", h)]
+        return [("scores", h), ("scaled", h)]
+
+    def overview(self, trace: TraceContext, head: int) -> list[Key]:
+        return [("scaled", head)]
+
+    def title(self, trace: TraceContext, name: str, head: int | None) -> str:
+        sc = trace.comp.scenario
+        hr = trace.comp.heads[head] if head is not None else None
+        if name == "bias":
+            return f"bias = {hr.slope if hr is not None and hr.slope is not None else 0:g}·(j − i)"
+        divisor = "" if hr is None else (f"√{hr.d_k}" if hr.scale_is_default else f"{hr.scale:g}")
+        masked = "" if sc.mask_kind == "none" else f" +{sc.mask_kind} mask"
+        if sc.mask_kind == "sliding":
+            masked = f" +sliding mask (window {sc.window})"
+        bias = " + bias" if sc.alibi is not None else ""
+        return f"scaled = scores/{divisor}{bias}{masked}"
+
+    def formula(self, trace: TraceContext, op: Operation) -> list[FormulaPart]:
+        h = op.head
+        scale = "√dₖ"
+        if h is not None and not trace.comp.heads[h].scale_is_default:
+            scale = f"{trace.comp.heads[h].scale:g}"
+        parts = [FormulaPart(DIVIDE, f"/{scale}")]
+        if trace.comp.scenario.alibi is not None:
+            parts.append(FormulaPart(BIAS, " + bias"))
+        return parts
+
+    def lights(self, seg: Segment) -> frozenset[int]:
+        return frozenset({DIVIDE, BIAS})
+
+
+SPEC = Scale()
+
+
+def _mask_reason(trace: TraceContext, row: int, col: int) -> str:
+    sc = trace.comp.scenario
+    q, k = sc.labels[row], sc.key_labels[col]
+    if sc.mask_kind == "causal":
+        return f'causal mask: "{k}" comes after "{q}", and a token may not look ahead; weight will be exactly 0'
+    if sc.mask_kind == "sliding" and col <= row:
+        return (f'sliding window of {sc.window}: "{k}" is {row - col} tokens before "{q}", out of reach;'
+                " weight will be exactly 0")
+    if sc.mask_kind == "sliding":
+        return f'sliding window (causal): "{k}" comes after "{q}"; weight will be exactly 0'
+    if sc.mask_kind == "padding":
+        return f'padding mask: "{k}" is padding, never attended; weight will be exactly 0'
+    return f'custom mask: "{q}" may not attend "{k}"; weight will be exactly 0'
+
+
+def _own_scale(scale: float, d_k: int) -> str:
+    """The Scale stage's meaning when the scenario sets its own divisor instead of √dₖ."""
+    paper = (f"Vaswani et al. (§3.2.1) divide by √dₖ = √{d_k} instead, because dot products grow with the"
+             " width dₖ and large scores push softmax to all-or-nothing weights with tiny gradients.")
+    if scale == 1:
+        return ("This scenario sets scale = 1: the scores pass through undivided, as several published"
+                f" walkthroughs do. {paper}")
+    return (f"Divide every score by {scale:g}, the scale this scenario sets. {paper} Any division leaves which"
+            " key scores highest in a row unchanged, only how sharp the softmax is.")
+
+
+# --- the ALiBi term ----------------------------------------------------------------------------
+
+
+def alibi_line(head: HeadResult, row: int, col: int, positions: tuple[int, ...], score_int: bool, symbol: str | None,
+               d: int, hand: int | None) -> tuple[str, str, str]:
+    """``4 / √3 + 0.25·(1 − 2) = 2.309 + (-0.250) = 2.059``, the bias term alone and its value, one precision for all."""
+    assert head.slope is not None and head.bias is not None
+    slope = head.slope
+    slope_int = slope == round(slope)
+    distance = positions[col] - positions[row]
+    score = float(head.scores[row, col])
+    scaled, bias = float(head.scaled[row, col]), float(head.bias[row, col])
+    result = fmt(scaled + bias, False, d)
+    div_int = head.scale == round(head.scale)
+    line, term, bias_t = "", "", ""
+    # as in quotient_line: fixed decimals first, then the quotient's operands in scientific notation (a tiny
+    # scale reads 0.000 at fixed decimals; a calculator needs its significant digits)
+    # (by hand the first form that can be divided by is the one written down)
+    forms = [(p, False) for p in _places(d, hand is not None)] + [(p, True) for p in range(d, SIGNIFICANT)]
+    for p, scientific in forms:
+        num_t = significant(score, score_int, p, scientific)
+        div_t = symbol if symbol is not None else significant(head.scale, div_int, p, scientific)
+        divisor = head.scale if symbol is not None else shown(div_t)
+        if divisor == 0:
+            continue
+        q_t, bias_t = fmt(scaled, False, p), fmt(bias, False, p)
+        given = repr(float(slope)) if not slope_int else str(int(slope))
+        # the slope as written in the file when it is short (0.25, 0.0625): by hand too it is used as given
+        slope_t = (f"({given})" if slope < 0 else given) if len(given) <= 10 else operand(slope, slope_int, p)
+        term = f"{slope_t}·({positions[col]} − {positions[row]})"
+        line = f"{num_t} / {div_t} + {term} = {operand(scaled, False, p)} + {operand(bias, False, p)} = {result}"
+        total = shown(q_t) + shown(bias_t)
+        sums = (abs(total - shown(result)) < 1e-9 * max(1.0, abs(total))) if p == d else agrees(total, result)
+        whole = agrees(shown(num_t) / divisor + shown(slope_t) * distance, result)  # the left side, redone, too
+        if hand is not None or (sums and whole and agrees(shown(num_t) / divisor, q_t)
+                                and agrees(shown(slope_t) * distance, bias_t)):
+            break
+    return line, term, bias_t

@@ -1,0 +1,179 @@
+"""Stage Softmax: each row's weights, e^(s − max) / Σ, with an attention sink's extra column where a head has one."""
+
+from __future__ import annotations
+
+from functools import lru_cache, partial
+from types import MappingProxyType
+
+import numpy as np
+
+from qkv_tui.core.engine import HeadResult
+from qkv_tui.core.fmt import NEG_INF, fmt
+from qkv_tui.core.scenario import Matrix
+from qkv_tui.teach.arith import MAX_TERMS, Numbers, SoftmaxRow, elide
+from qkv_tui.teach.arith import softmax_row as worked_row
+from qkv_tui.teach.stages.common import (
+    CLOSE,
+    OPEN,
+    FormulaPart,
+    Key,
+    Operation,
+    PaneStyle,
+    Plan,
+    Ref,
+    Segment,
+    Stage,
+    StageSpec,
+    paren,
+)
+from qkv_tui.teach.stages.context import TraceContext
+
+SAME_WEIGHT = "same weight:"  # the seed's way to one weight, after the row's list of e^s
+MAX_LISTED = 8  # a "which key?" question lists its keys with their numbers up to this many
+SINK_COLUMNS = ("logit", "exp", "Σw")  # the sink pane's columns, one row per query
+
+
+class Softmax(StageSpec):
+    stage = Stage("softmax", "Softmax",
+                  "Per row: subtract the row max (so exp never overflows), exponentiate, divide by the row sum."
+                  " Each row becomes its own probability distribution: shares that are never negative and add to 1.")
+    per_head = True
+    matrices = ("weights", "sink")
+    styles = MappingProxyType({"weights": PaneStyle(heat=True, masked=True)})
+
+    def segments(self, trace: TraceContext, head: int | None) -> list[Plan]:
+        sc = trace.comp.scenario
+        return [Plan("weights", sc.n, sc.m)]
+
+    def meaning(self, trace: TraceContext, head: int | None) -> str:
+        text = self.stage.meaning
+        if any(h.sink is not None for h in trace.comp.heads):
+            text += " A sink is one more logit in each row's sum, then dropped: rows add up to less than 1."
+        return text
+
+    def operation(self, trace: TraceContext, index: int, seg: Segment, row: int, col: int | None, d: int) -> Operation:
+        h = seg.head
+        assert h is not None and col is not None
+        head = trace.comp.heads[h]
+        sc = trace.comp.scenario
+        q, k = sc.labels[row], sc.key_labels[col]
+        value = float(head.weights[row, col])
+        r = softmax_row(trace, h, row, d)
+        w = r.weights[col]
+        if r.scaled[col] == NEG_INF:
+            text = f"weights[{q},{k}] = e^{NEG_INF} / {r.total} = 0 (masked)"
+        else:
+            s, top = r.scaled[col], r.top
+            text = (f"weights[{q},{k}] = e^({s} − {paren(top)}) / {r.total} = e^{r.shifted[col]} / {r.total}"
+                    f" = {r.exps[col]} / {r.total} = {w}")
+        # a long row keeps only the keys it may attend (masked ones add e^−∞ = 0) and names its max
+        sink = head.sink is not None  # the sink is the row's last column until the weights are read off
+        keep = [j for j, t in enumerate(r.scaled) if len(r.scaled) <= MAX_TERMS or t != NEG_INF]
+        exps = [f"{'sink: ' if sink and j == len(r.scaled) - 1 else ''}e^{r.shifted[j]} = {r.exps[j]}" for j in keep]
+        if len(keep) <= MAX_TERMS:
+            label = "row max (the last is the sink)" if sink else "row max"
+            top = f"{label} = max({', '.join(r.scaled[j] for j in keep)}) = {r.top}"
+        else:
+            top = f"row max = {r.top}, at {sc.key_labels[int(np.argmax(head.masked[row]))]}"
+        details = [top, f"e^(s − max): {elide(exps, ' | ')}  →  Σ = {r.total}"]
+        if sink:
+            details.append(f"the sink's column is dropped after the sum: weights add up to"
+                           f" {fmt(float(head.weights[row].sum()), False, d)}, not 1")
+        if r.plain is not None and r.plain_total is not None:
+            plain = [f"e^{s} = {e}" for s, e in zip(r.scaled, r.plain) if s != NEG_INF]
+            if sink:
+                plain[-1] = f"sink: {plain[-1]}"
+            line = f"without the max, as the seed does: {elide(plain, ' | ')}  →  Σ e^s = {r.plain_total}"
+            if r.scaled[col] != NEG_INF:
+                line += f"; {SAME_WEIGHT} e^{r.scaled[col]} / Σ e^s = {r.plain[col]} / {r.plain_total} = {w}"
+            details.append(line)
+        return Operation(index, seg, row, col, value, (Ref("scaled", h, row),), text, tuple(details))
+
+    def matrix(self, trace: TraceContext, name: str, head: int | None) -> Matrix:
+        if head is None:
+            raise KeyError(name)
+        return trace.comp.heads[head].weights if name == "weights" else sink_panel(trace, head)
+
+    def panes(self, trace: TraceContext, op: Operation) -> list[Key]:
+        h = op.head
+        if h is not None and trace.comp.heads[h].sink is not None:
+            return [("scaled", h), ("weights", h), ("sink", h)]
+        return [("scaled", h), ("weights", h)]
+
+    def overview(self, trace: TraceContext, head: int) -> list[Key]:
+        return [("weights", head)]
+
+    def title(self, trace: TraceContext, name: str, head: int | None) -> str:
+        if name == "sink":
+            hr = trace.comp.heads[head] if head is not None else None
+            return f"sink {hr.sink if hr is not None and hr.sink is not None else 0:g}, dropped"
+        return "weights = softmax(scaled)"
+
+    def filled(self, trace: TraceContext, name: str, head: int | None, index: int) -> int:
+        if name == "sink" and head is not None:  # a row of the sink pane appears as its weights row is finished
+            done_rows = trace.filled("weights", head, index) // max(trace.comp.scenario.m, 1)
+            return done_rows * len(SINK_COLUMNS)
+        return trace.filled(name, head, index)
+
+    def formula(self, trace: TraceContext, op: Operation) -> list[FormulaPart]:
+        return [FormulaPart(OPEN, "softmax("), FormulaPart(CLOSE, ")")]
+
+    def lights(self, seg: Segment) -> frozenset[int]:
+        return frozenset({OPEN, CLOSE})
+
+    def choice(self, trace: TraceContext, op: Operation) -> tuple[str, tuple[str, ...], frozenset[str]] | None:
+        """Before a row's first weight: which key gets the row's largest weight."""
+        if op.col != 0 or op.head is None:
+            return None
+        row = trace.comp.heads[op.head].weights[op.row]
+        keys = trace.comp.scenario.key_labels
+        best = frozenset(keys[j] for j in np.flatnonzero(row == row.max()))
+        token = trace.comp.scenario.labels[op.row]
+        listed = (" · ".join(f"{i} {k}" for i, k in enumerate(keys, 1)) if len(keys) <= MAX_LISTED
+                  else f"(a key's number, 1 … {len(keys)}, or its name)")
+        return f"Which key gets row {token}'s largest weight? {listed}", keys, best
+
+    def withheld(self, trace: TraceContext, op: Operation, decimals: int) -> str | None:
+        """The row's inputs, not its worked exponentials and sum (the quiz's docstring says why)."""
+        if op.col is None or op.head is None:
+            return None
+        r = softmax_row(trace, op.head, op.row, decimals)
+        sink = trace.comp.heads[op.head].sink is not None  # the sink's logit is the row's last, and joins the sum
+        terms = [f"e^{s}" + (" (sink)" if sink and j == len(r.scaled) - 1 else "")
+                 for j, s in enumerate(r.scaled) if s != NEG_INF]  # a masked key adds e^−∞ = 0
+        target = op.arithmetic.split(" = ")[0]
+        return f"{target} = e^{r.scaled[op.col]} / ({elide(terms, ' + ')}) = ?"
+
+
+SPEC = Softmax()
+
+
+def softmax_row(trace: TraceContext, head: int, row: int, decimals: int) -> SoftmaxRow:
+    """One softmax row as shown, worked out once: a row's lines show its numbers at one precision."""
+    rows = trace.memo("softmax rows", lambda: lru_cache(maxsize=64)(partial(_worked, trace)))
+    return rows(head, row, decimals)
+
+
+def _worked(trace: TraceContext, head: int, row: int, decimals: int) -> SoftmaxRow:
+    hr = trace.comp.heads[head]
+    if hr.sink is not None:  # the sink is one more column of the row until the weights are read off
+        logits, weights = sink_row(hr, row)
+        return worked_row(logits, weights, decimals)
+    return worked_row(hr.masked[row], hr.weights[row], decimals)
+
+
+def sink_panel(trace: TraceContext, head: int) -> Matrix:
+    """The softmax's extra sink column per row: its logit, its exponential, and the row's Σ weights."""
+    hr = trace.comp.heads[head]
+    assert hr.sink is not None and hr.sink_exp is not None
+    panel = np.stack([np.full(len(hr.row_sum), hr.sink), hr.sink_exp, hr.weights.sum(axis=1)], axis=1)
+    panel.setflags(write=False)
+    return panel
+
+
+def sink_row(head: HeadResult, row: int) -> tuple[Numbers, Numbers]:
+    """The softmax row with the sink as an extra last column: its logit, and the share it takes."""
+    assert head.sink is not None and head.sink_exp is not None
+    logits = np.append(head.masked[row], head.sink)
+    share = float(head.sink_exp[row] / head.row_sum[row])
+    return logits, np.append(head.weights[row], share)

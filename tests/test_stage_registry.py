@@ -1,0 +1,108 @@
+"""The stages are a registry of modules: the trace and the screen model walk it, so a new stage is one module."""
+
+from __future__ import annotations
+
+from qkv_tui import compute, load_scenario
+from qkv_tui.core.scenario import Matrix
+from qkv_tui.display.view import View
+from qkv_tui.teach import stages
+from qkv_tui.teach.quiz import questions
+from qkv_tui.teach.stages.common import Key, Operation, Plan, Ref, Segment, Stage, StageSpec
+from qkv_tui.teach.stepper import Position, Stepper
+from qkv_tui.teach.trace import STAGES, Trace
+
+from .conftest import SHIPPED
+
+SEED_ORDER = ["embed", "norm", "project", "rotate", "score", "scale", "softmax", "mix", "concat", "wo"]
+
+
+def test_every_registered_stage_has_a_name_a_meaning_and_a_builder() -> None:
+    assert [s.stage.key for s in stages.REGISTRY] == SEED_ORDER
+    for spec in stages.REGISTRY:
+        assert spec.stage.name and len(spec.stage.meaning) > 40, spec.stage.key
+        # its own segments and operations, not the base class's placeholders
+        assert type(spec).segments is not StageSpec.segments, spec.stage.key
+        assert type(spec).operation is not StageSpec.operation, spec.stage.key
+        assert stages.spec(spec.stage.key) is spec and STAGES[spec.stage.key] is spec.stage
+
+
+def test_a_built_in_scenarios_stages_come_from_the_registry_in_order() -> None:
+    for name in SHIPPED:  # the real models' heads too
+        trace = Trace(compute(load_scenario(name)))
+        assert trace.stage_keys == [s.stage.key for s in stages.REGISTRY if s.runs(trace)], name
+        assert [s.stage.key for s in trace.specs] == trace.stage_keys
+        # each stage appears in one block of runs per head (or once), in registry order within a head
+        order = {key: i for i, key in enumerate(trace.stage_keys)}
+        for h in range(len(trace.comp.heads)):
+            mine = [r.stage for r in trace.runs if r.head in (None, h)]
+            assert mine == sorted(mine, key=order.__getitem__), (name, h)
+            assert set(mine) == set(trace.stage_keys), (name, h)
+
+
+class Hold(StageSpec):
+    """A toy pass-through stage after Mix: each output cell copied into ``held``, per head."""
+
+    stage = Stage("hold", "Hold", "A pass-through stage for the test: each output cell is held as it is.")
+    per_head = True
+    matrices = ("held",)
+
+    def segments(self, trace: Trace, head: int | None) -> list[Plan]:
+        assert head is not None
+        return [Plan("held", trace.comp.scenario.n, trace.comp.heads[head].d_v)]
+
+    def operation(self, trace: Trace, index: int, seg: Segment, row: int, col: int | None, d: int) -> Operation:
+        assert seg.head is not None and col is not None
+        value = float(trace.comp.heads[seg.head].output[row, col])
+        q = trace.comp.scenario.labels[row]
+        text = f"held[{q},{col}] = out[{q},{col}] = {trace.formatted('output', seg.head, value, d)}"
+        return Operation(index, seg, row, col, value, (Ref("output", seg.head, row, col),), text)
+
+    def matrix(self, trace: Trace, name: str, head: int | None) -> Matrix:
+        assert head is not None
+        return trace.comp.heads[head].output
+
+    def panes(self, trace: Trace, op: Operation) -> list[Key]:
+        return [("output", op.head), ("held", op.head)]
+
+    def overview(self, trace: Trace, head: int) -> list[Key]:
+        return [("held", head)]
+
+    def title(self, trace: Trace, name: str, head: int | None) -> str:
+        return "held = out"
+
+
+def test_a_stage_registered_in_a_test_runs_in_the_trace_and_on_the_screen() -> None:
+    plain = Trace(compute(load_scenario("two_heads")))
+    with stages.registered(Hold(), after="mix"):
+        assert "hold" in STAGES
+        trace = Trace(compute(load_scenario("two_heads")))
+        n, heads = trace.comp.scenario.n, trace.comp.heads
+        assert trace.stage_keys == [*plain.stage_keys[:6], "hold", *plain.stage_keys[6:]]
+        assert len(trace) == len(plain) + sum(n * h.d_v for h in heads)
+        # head after head: Project … Mix, then Hold, for each head before Concat
+        assert [r.stage for r in trace.runs if r.head == 1][-2:] == ["mix", "hold"]
+        run = next(r for r in trace.runs if r.stage == "hold" and r.head == 1)
+        op = trace.op(run.start + 1)
+        want = float(heads[1].output[0, 1])
+        assert op.value == want and op.arithmetic.startswith(f"held[{trace.comp.scenario.labels[0]},1] = out[")
+        assert op.stage.name == "Hold" and trace.meaning("hold", 1).startswith("A pass-through")
+
+        # the screen model: the stage bar, the stage label, the panes and their titles, the overview, the quiz
+        view = View(trace)
+        pos = Stepper(trace).stage(Position(0, 1), 7)
+        assert pos.index == next(r.start for r in trace.runs if r.stage == "hold" and r.head == 1)
+        ex = view.explain(pos)
+        assert ex.stage_label == f"7/{len(trace.stage_keys)} Hold"
+        assert ("7 Hold", "current") in ex.stages and ex.arithmetic.startswith("held[")
+        assert not any(lit for _, lit in ex.formula)  # it computes no part of softmax(QKᵀ/√dₖ)V
+        focus, extra = view.panes(pos, overview=True)
+        assert [p.key for p in focus] == ["output@1", "held@1"]
+        assert focus[1].title == f"held = out  {n}×{heads[1].d_v}" and focus[1].current == (0, 0)
+        assert ("held", 1) in view.overview_keys(pos) and "held@1" not in [p.key for p in extra]  # shown once
+        assert [q.kind for q in questions(trace, pos.index, 3)] == ["value"]
+        # the other stages are as before: their operations read the same
+        for index in (0, plain.runs[5].start, len(plain) - 1):
+            shift = sum(n * h.d_v for h in heads) if index == len(plain) - 1 else 0
+            assert trace.op(index + shift).arithmetic == plain.op(index).arithmetic
+    assert "hold" not in STAGES and [s.stage.key for s in stages.REGISTRY] == SEED_ORDER
+    assert Trace(compute(load_scenario("two_heads"))).stage_keys == plain.stage_keys
