@@ -377,7 +377,7 @@ def view_child(scenario: str, key: str) -> None:
             before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
             first = await timed(key)
             inside = [await timed("right") for _ in range(6)]
-            assert app.modes.decode and app.modes.decode_step > 0, "the view's keys were not handled"
+            assert app.modes.side and app.modes.side_step > 0, "the view's keys were not handled"
             after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         return {"trace_step_s": statistics.median(trace), "first_s": first, "view_step_s": statistics.median(inside),
                 "rss_before_mib": before / 1024, "rss_after_mib": after / 1024}

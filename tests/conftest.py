@@ -36,6 +36,38 @@ W_V = [[1, 0, 0], [0, 1, 0], [0, 0, 1], [1, 1, 0]]
 '''
 
 
+@dataclass(frozen=True)
+class Notice:
+    """A notification the app gave, as the tests read it."""
+
+    message: str
+    severity: str
+
+
+@pytest.fixture(autouse=True)
+def _recorded_notices(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every app's notifications, kept for notices(app): Textual keeps its own only privately."""
+    from textual.app import App
+
+    notify, clear = App.notify, App.clear_notifications
+
+    def recorded(self: App[object], message: str, **kwargs: object) -> None:
+        vars(self).setdefault("test_notices", []).append(Notice(str(message), str(kwargs.get("severity", "information"))))
+        notify(self, message, **kwargs)  # type: ignore[arg-type]
+
+    def cleared(self: App[object]) -> None:
+        vars(self)["test_notices"] = []
+        clear(self)
+
+    monkeypatch.setattr(App, "notify", recorded)
+    monkeypatch.setattr(App, "clear_notifications", cleared)
+
+
+def notices(app: object) -> list[Notice]:
+    """The notifications the app gave since it last cleared them, oldest first."""
+    return list(vars(app).get("test_notices", []))
+
+
 @dataclass
 class Run:
     code: int

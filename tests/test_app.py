@@ -630,7 +630,7 @@ async def test_keys_that_cannot_be_part_of_an_answer_act_while_a_question_waits(
         assert app.modes.decimals == 2 and app.modes.question is not None and app.modes.question.decimals == 2
         assert app.query_one("#quiz-input").value == ""
         await pilot.press("k")  # the cache view: nothing to predict there
-        assert app.modes.decode and app.modes.question is None
+        assert app.modes.view == "cache" and app.modes.question is None
 
 
 async def test_minus_infinity_can_still_be_typed_for_a_masked_cell() -> None:
@@ -689,7 +689,7 @@ async def test_the_answer_box_gives_the_keys_back_when_its_question_goes_while_t
         await pilot.press("right", "t")  # asked again, then the tiles view
         await pilot.resize_terminal(80, 24)
         await settle(pilot)
-        assert app.modes.decode and app.focused is None
+        assert app.modes.view == "tiles" and app.focused is None
         texts = [text for text, _, _ in footer_keys(app)]
         assert "esc reveal" not in texts and "p leave" not in texts and "q quit" in texts
         await pilot.press("t", "right")  # back in the trace, still predicting: the box asks again

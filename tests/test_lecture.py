@@ -7,7 +7,8 @@ from dataclasses import replace
 import numpy as np
 
 from qkv_tui import compute, load_scenario
-from qkv_tui.display.presenter import Modes, Presenter
+from qkv_tui.display.modes import Modes
+from qkv_tui.display.presenter import Presenter
 from qkv_tui.teach.stepper import Position
 from qkv_tui.teach.summary import checks, closing_summary
 from qkv_tui.ui.app import QKVApp
@@ -101,9 +102,9 @@ async def test_row_keys_stay_out_of_the_cache_view_and_the_modal_screens() -> No
     app = QKVApp("i_love_ai")
     async with app.run_test(size=(120, 40)) as pilot:
         await pilot.press("k")
-        step = app.modes.decode_step
+        step = app.modes.side_step
         await pilot.press("down")
-        assert app.modes.decode_step == step and app.position.index == 0
+        assert app.modes.side_step == step and app.position.index == 0
         await pilot.press("k", "question_mark", "down", "down")
         assert app.position.index == 0  # the help scrolls; the trace behind it stays
         await pilot.press("escape")

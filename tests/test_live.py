@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from rich.style import Style
 
 from qkv_tui import load_scenario
 from qkv_tui.core.cell_edit import EditError, InputCell, apply_edit, edit, input_cells, parse_address, parse_number, save_text
@@ -19,9 +20,9 @@ from qkv_tui.edges import config
 from qkv_tui.ui import themes
 from qkv_tui.ui.app import QKVApp
 from qkv_tui.ui.edit_prompt import DropEditsScreen, EditScreen, ReloadScreen
-from qkv_tui.ui.widgets import matrix
+from qkv_tui.ui.widgets.matrix import MatrixView
 
-from .conftest import ROOT
+from .conftest import ROOT, notices
 
 SIZE = (120, 40)
 
@@ -286,7 +287,7 @@ async def test_a_builtin_is_never_written_over(tmp_path: Path, monkeypatch: pyte
         await type_edit(pilot, "X[I,0] = 7")
         await pilot.press("ctrl+s")  # the copy exists: it is not written over either
         await pilot.pause()
-        assert any("exists already" in n.message for n in other._notifications)
+        assert any("exists already" in n.message for n in notices(other))
         assert tomllib.loads(copy_path.read_text())["X"][0][0] == 8
     assert (builtin_dir() / "i_love_ai.toml").read_bytes() == before
 
@@ -311,14 +312,14 @@ async def test_reload_follows_the_file(tmp_path: Path) -> None:
         app.live.poll()
         await pilot.pause()
         assert app.comp is good
-        errors = [n.message for n in app._notifications if n.severity == "error"]
+        errors = [n.message for n in notices(app) if n.severity == "error"]
         assert errors and errors[-1].startswith(f"error: {path}: line ")
         await pilot.press("right")  # still stepping through the last good state
         assert app.position.index == where.index + 1
         path.unlink()
         app.live.poll()
         await pilot.pause()
-        assert "gone" in [n.message for n in app._notifications][-1] and app.comp is good
+        assert "gone" in [n.message for n in notices(app)][-1] and app.comp is good
         shutil.copy(ROOT / "scenarios" / "two_heads.toml", path)  # back, and different: a second head
         app.live.poll()
         await pilot.pause()
@@ -363,7 +364,7 @@ async def test_reload_asks_before_it_drops_unsaved_edits(tmp_path: Path) -> None
         await pilot.press("r", "r")  # r again confirms
         await pilot.pause()
         assert app.scenario.X[0, 0] == 1 and not app.live.undo_stack and not app.live.dirty
-        assert "1 unsaved edit dropped" in [n.message for n in app._notifications][-1]
+        assert "1 unsaved edit dropped" in [n.message for n in notices(app)][-1]
         await type_edit(pilot, "X[I,0] = 6")
         await pilot.press("r", "y")  # so does y
         await pilot.pause()
@@ -384,7 +385,7 @@ async def test_a_change_on_disk_never_replaces_unsaved_edits(tmp_path: Path) -> 
         app.live.poll()  # said once, not every second
         await pilot.pause()
         assert app.scenario.X[0, 0] == 7 and app.scenario.X[1, 0] == 0  # the edits stay, the file waits
-        warnings = [n.message for n in app._notifications if n.severity == "warning"]
+        warnings = [n.message for n in notices(app) if n.severity == "warning"]
         assert len(warnings) == 1 and "changed on disk" in warnings[0] and "ctrl+s writes your edits into it" in warnings[0]
         await pilot.press("ctrl+s")  # the edit goes into the changed file, whose own change is kept
         await pilot.pause()
@@ -416,7 +417,7 @@ async def test_edits_are_not_written_into_a_file_whose_shapes_changed(tmp_path: 
         await pilot.press("ctrl+s")
         await pilot.pause()
         assert path.read_text() == written and app.live.dirty  # nothing written, nothing lost
-        errors = [n.message for n in app._notifications if n.severity == "error"]
+        errors = [n.message for n in notices(app) if n.severity == "error"]
         assert errors and "other shapes" in errors[-1]
 
 
@@ -436,7 +437,7 @@ async def test_edited_means_different_from_the_file(tmp_path: Path) -> None:
         assert not edited() and not app.live.dirty
         await pilot.press("ctrl+s")
         await pilot.pause()
-        assert "No edits to save." in [n.message for n in app._notifications]
+        assert "No edits to save." in [n.message for n in notices(app)]
         await type_edit(pilot, "X[I,0] = 2")
         await pilot.press("ctrl+s")
         await pilot.pause()
@@ -474,7 +475,7 @@ async def test_a_failed_open_says_so_until_the_file_is_fixed(tmp_path: Path, mon
         await pilot.pause()
 
         def errors() -> list[str]:
-            return [n.message for n in app._notifications if n.severity == "error"]
+            return [n.message for n in notices(app) if n.severity == "error"]
 
         assert len(errors()) == 1 and "line " in errors()[0]
         app.live.poll()
@@ -488,7 +489,7 @@ async def test_a_failed_open_says_so_until_the_file_is_fixed(tmp_path: Path, mon
         app.live.failed = (bad, None)
         app.live.poll()
         await pilot.pause()
-        assert not errors() and "lesson.toml loads now" in [n.message for n in app._notifications][-1]
+        assert not errors() and "lesson.toml loads now" in [n.message for n in notices(app)][-1]
         assert app.live.failed is None and app.scenario.title == "I love AI"  # it did not open by itself
 
 
@@ -613,7 +614,7 @@ async def test_screenshots_never_overwrite_and_never_show_a_toast(tmp_path: Path
         await pilot.press("s")
         second = await written(pilot, tmp_path / "i_love_ai-op04-project-2.svg")
         await pilot.pause()
-        assert any("Saved screenshot" in n.message for n in app._notifications)  # announced, after the picture
+        assert any("Saved screenshot" in n.message for n in notices(app))  # announced, after the picture
         await pilot.press("s")  # with that announcement on screen
         third = await written(pilot, tmp_path / "i_love_ai-op04-project-3.svg")
         assert (tmp_path / "i_love_ai-op04-project.svg").read_text() == "a teacher's own file"
@@ -657,13 +658,19 @@ async def test_autoplay_steps_and_any_key_stops_it() -> None:
         assert not app.live.playing
 
 
+def highlights(app: QKVApp) -> dict[str, Style]:
+    """The highlights as a pane draws them in the theme in force (qkv.tcss)."""
+    view = app.query(MatrixView).first()
+    return {name: view.look(name) for name in ("current", "operand", "row-max", "changed", "masked")}
+
+
 async def test_light_theme_and_palette() -> None:
     app = QKVApp("i_love_ai", theme="light")
     async with app.run_test(size=SIZE) as pilot:
-        assert app.theme == "textual-light" and themes.LIGHT.current == matrix.CURRENT
+        assert app.theme == "textual-light" and highlights(app)["current"].bgcolor.name == "#f08000"
         app.theme = "textual-dark"
         await pilot.pause()
-        assert themes.DARK.current == matrix.CURRENT
+        assert highlights(app)["current"].bgcolor.name == "#ffd75f"
 
 
 def test_theme_is_remembered_only_when_asked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cli) -> None:
@@ -698,7 +705,7 @@ def test_cli_passes_the_theme(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
     assert seen == ["dark", "light", "light", "dark", "light"]
 
 
-def test_highlights_differ_in_more_than_hue() -> None:
+async def test_highlights_differ_in_more_than_hue() -> None:
     """Current cell, operands, row maximum, changed and masked cells: distinct in greyscale and in attributes."""
     def luminance(color) -> float:
         if color is None:
@@ -706,22 +713,28 @@ def test_highlights_differ_in_more_than_hue() -> None:
         r, g, b = color.get_truecolor()
         return 0.2126 * r + 0.7152 * g + 0.0722 * b
 
-    for palette in (themes.DARK, themes.LIGHT):
+    app = QKVApp("i_love_ai")
+    async with app.run_test(size=SIZE) as pilot:
+        palettes = []
+        for theme in themes.THEMES.values():
+            app.theme = theme
+            await pilot.pause()
+            palettes.append((highlights(app), app.query(MatrixView).first().heat_ends))
+    for palette, (heat_low, heat_high) in palettes:
         looks = {
             name: (round(luminance(style.bgcolor) / 40), round(luminance(style.color) / 40), bool(style.bold),
                    bool(style.underline), bool(style.italic), bool(style.dim))
-            for name, style in (("current", palette.current), ("operand", palette.operand), ("row_max", palette.row_max),
-                                ("changed", palette.changed), ("masked", palette.masked))
+            for name, style in palette.items()
         }
         assert len(set(looks.values())) == len(looks), looks
         # the current cell: dark text on a lighter box; the cells it reads: light text on a darker box
-        current, operand = palette.current, palette.operand
+        current, operand = palette["current"], palette["operand"]
         assert luminance(current.color) < luminance(current.bgcolor) and luminance(operand.color) > luminance(operand.bgcolor)
         assert luminance(current.bgcolor) - luminance(operand.bgcolor) > 60
-        for style in (current, operand, palette.changed):  # text readable on its box
+        for style in (current, operand, palette["changed"]):  # text readable on its box
             assert abs(luminance(style.bgcolor) - luminance(style.color)) > 100
         # and the current cell's box is no shade of the weights' heat map
-        heat = [0.2126 * lo + 0.7152 * mid + 0.0722 * hi for lo, mid, hi in (palette.heat_low, palette.heat_high)]
+        heat = [0.2126 * lo + 0.7152 * mid + 0.0722 * hi for lo, mid, hi in (heat_low, heat_high)]
         assert all(abs(luminance(current.bgcolor) - h) > 35 for h in heat)
 
 

@@ -95,9 +95,10 @@ async def test_hand_rounding_near_the_float_limit_stays_finite() -> None:
 def test_the_heat_map_takes_any_float() -> None:
     from qkv_tui.ui.widgets.matrix import heat_style
 
+    ends = ((32, 32, 40), (20, 120, 70))
     for weight in (float("nan"), float("inf"), float("-inf"), -1.0, 2.0, 0.5):
-        heat_style(weight)  # round(nan) used to raise ValueError here
-    assert heat_style(float("nan")) == heat_style(0.0) and heat_style(3.0) == heat_style(1.0)
+        heat_style(weight, ends)  # round(nan) used to raise ValueError here
+    assert heat_style(float("nan"), ends) == heat_style(0.0, ends) and heat_style(3.0, ends) == heat_style(1.0, ends)
 
 
 def test_control_characters_are_drawn_as_pictures() -> None:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from qkv_tui import compute, load_scenario
 from qkv_tui.display.layout import natural_width, overview_rows, pack_rows
-from qkv_tui.display.presenter import Modes, Presenter
+from qkv_tui.display.modes import Modes
+from qkv_tui.display.presenter import Presenter
 from qkv_tui.teach.stepper import Position
 from qkv_tui.ui.app import OVERVIEW_MIN_HEIGHT, OVERVIEW_ROWS, OVERVIEW_SLOTS, QKVApp
 from qkv_tui.ui.widgets.matrix import MatrixView

@@ -19,7 +19,7 @@ from qkv_tui import load_scenario
 from qkv_tui.core.cell_edit import EditError, InputCell, apply_edit, save_file, save_text
 from qkv_tui.ui.app import QKVApp
 
-from .conftest import ROOT
+from .conftest import ROOT, notices
 
 SIZE = (120, 40)
 ORIGINAL = (ROOT / "scenarios" / "i_love_ai.toml").read_text(encoding="utf-8")
@@ -160,8 +160,8 @@ async def type_edit(pilot, text: str) -> None:  # type: ignore[no-untyped-def]
 
 
 def last_error(app: QKVApp) -> str:
-    errors = [n.message for n in app._notifications if n.severity == "error"]
-    assert errors, [n.message for n in app._notifications]
+    errors = [n.message for n in notices(app) if n.severity == "error"]
+    assert errors, [n.message for n in notices(app)]
     return errors[-1]
 
 
@@ -240,4 +240,4 @@ async def test_a_builtin_copy_is_written_beside_a_fifo_never_into_it(tmp_path: P
             await pilot.press("ctrl+s")
             await pilot.pause()
         assert not opened and app.live.dirty and stat.S_ISFIFO(os.stat(target).st_mode)
-        assert any("exists already" in n.message for n in app._notifications)
+        assert any("exists already" in n.message for n in notices(app))

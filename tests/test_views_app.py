@@ -23,7 +23,7 @@ async def test_cache_view_prefills_then_decodes() -> None:
     app = QKVApp("causal_mask")
     async with app.run_test(size=(120, 40)) as pilot:
         await pilot.press("k")
-        assert app.modes.decode and app.modes.side == "cache"
+        assert app.modes.view == "cache"
         assert "prefill step 1/2" in formula(app) and 'processing "I..love"' in formula(app)
         assert "generating" not in formula(app)
         assert pane(app, "dK").spec.values.shape == (2, 3)  # the prefill writes two rows at once
@@ -41,13 +41,13 @@ async def test_cache_view_prefills_then_decodes() -> None:
         assert "computed 3, reused 2; without a cache: 5 computed" in text
         assert app.check_action("next", ()) is None and app.check_action("next_stage", ()) is None
         await pilot.press("c")  # chunked prefill: chunks of one token for three tokens
-        assert app.modes.schedule == "chunked" and app.modes.decode_step == 0
+        assert app.modes.schedule == "chunked" and app.modes.side_step == 0
         assert "chunked prefill step 1/3" in formula(app)
         await pilot.press("c", "end")
         assert app.modes.schedule == "tokens" and "decode step 3/3" in formula(app)
         assert "computed 3, reused 3; without a cache: 6" in explanation(app)
         await pilot.press("k")
-        assert not app.modes.decode and app.position.index == 0
+        assert app.modes.view == "trace" and app.position.index == 0
 
 
 async def test_cache_view_says_when_it_cannot_follow_the_mask() -> None:
@@ -81,7 +81,7 @@ async def test_tiled_view_walks_flashattention() -> None:
     app = QKVApp("i_love_ai")
     async with app.run_test(size=(120, 40)) as pilot:
         await pilot.press("t")
-        assert app.modes.decode and app.modes.side == "tiles"
+        assert app.modes.view == "tiles"
         assert "block 1/2 · tile 1/2" in formula(app) and "op 1/26" in formula(app)
         assert "S[I] = Q[I]·K[I..love]ᵀ/√3 = [1, 5]/√3 = [0.577, 2.887]" in explanation(app)
         assert pane(app, "t_S").spec.values.shape == (2, 2)  # one tile, never the full matrix
@@ -94,9 +94,9 @@ async def test_tiled_view_walks_flashattention() -> None:
         assert "O[AI] = Õ/ℓ" in text and "✓ equal to the Mix stage within float64 rounding (every |diff| ≤ 1e-" in text
         assert pane(app, "t_out").spec.filled == 9
         await pilot.press("k")  # from tiles straight to the cache view
-        assert app.modes.side == "cache" and app.modes.decode
+        assert app.modes.view == "cache"
         await pilot.press("t", "t")
-        assert not app.modes.decode
+        assert app.modes.view == "trace"
 
 
 async def test_tiled_view_counts_skipped_tiles() -> None:

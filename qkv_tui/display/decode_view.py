@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from qkv_tui.core.fmt import is_integral, vector
 from qkv_tui.core.scenario import Matrix
+from qkv_tui.display.frame import Frame
+from qkv_tui.display.modes import Modes
+from qkv_tui.display.side_view import SideView, Sources
 from qkv_tui.display.view import Explanation, PaneSpec, column_widths
 from qkv_tui.teach.arith import fit
-from qkv_tui.teach.decode import SCHEDULE_NAMES, Decode, DecodeStep
+from qkv_tui.teach.decode import SCHEDULE_NAMES, SCHEDULES, Decode, DecodeStep, decode
 
 MAX_STAGES = 7  # more steps than this are not all named in the stage bar
 MAX_TERMS = 4  # a weighted sum of more Value rows than this is summarised, not written out
@@ -325,3 +330,31 @@ def decode_explanation(dec: Decode, index: int, head: int, decimals: int) -> Exp
                  ("·", False), ("V_cache", True)),
         stages=tuple(stages),
     )
+
+
+def _decoding(sources: Sources, schedule: str) -> Decode:
+    return sources.kept(("cache", schedule), lambda: decode(sources.comp, schedule))
+
+
+def _frame(sources: Sources, modes: Modes, step: int, head: int) -> Frame:
+    dec = _decoding(sources, modes.schedule)
+    focus, extra = decode_panes(dec, step, head, modes.decimals)
+    return Frame(decode_explanation(dec, step, head, modes.decimals), focus, extra, (), "")
+
+
+def _next_schedule(modes: Modes) -> Modes:
+    following = SCHEDULES[(SCHEDULES.index(modes.schedule) + 1) % len(SCHEDULES)]  # prefill → chunked → tokens
+    return replace(modes, schedule=following, side_step=0)
+
+
+VIEW = SideView(
+    name="cache", key="k", label="cache",
+    title="KV-cache decode view", summary="generation replayed token by token", closing="the KV cache",
+    help=(("k", "KV cache: prefill, then decode a token at a time over a paged cache (→ ← step; k again leaves)"),
+          ("c", "in the cache view: prefill at once → chunked prefill → token by token")),
+    steps=lambda sources, modes, head: _decoding(sources, modes.schedule).count,
+    frame=_frame,
+    # the default schedule goes unnamed: i_love_ai-cache-step03.svg, i_love_ai-cache-chunked-step03.svg
+    shot=lambda modes: "cache" if modes.schedule == "prefill" else f"cache-{modes.schedule}",
+    option=_next_schedule,
+)

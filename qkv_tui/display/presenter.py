@@ -1,50 +1,28 @@
 """Everything the screen shows, from the computation, the position and the modes (no Textual).
 
-The modes are what the learner toggles: decimals, hand rounding, the what-if table, the
-KV-cache decode view and the predict-then-reveal quiz. The app keeps one Position and
-one Modes; this module turns them into panes and text.
+The app keeps one Position and one Modes (display/modes.py); this module turns them into a
+Frame of panes and text: the operation trace's own, or the open side view's (display/side_views.py).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Hashable
+from dataclasses import replace
+from typing import TypeVar, cast
 
 from qkv_tui.core.engine import Computation
-from qkv_tui.display.decode_view import decode_explanation, decode_panes
-from qkv_tui.display.tiled_view import tiled_explanation, tiled_panes
-from qkv_tui.display.view import Explanation, PaneSpec, View, hand_note, whatif_lines
-from qkv_tui.teach.decode import Decode, decode
+from qkv_tui.display.frame import Frame
+from qkv_tui.display.modes import Modes
+from qkv_tui.display.side_view import SideView
+from qkv_tui.display.side_views import SIDE_VIEWS, side_view
+from qkv_tui.display.view import View, hand_note, whatif_lines
 from qkv_tui.teach.handcalc import compute_hand
-from qkv_tui.teach.quiz import Question, Score, hide_result
+from qkv_tui.teach.quiz import hide_result
 from qkv_tui.teach.stepper import Position
 from qkv_tui.teach.summary import MAX_ROWS, closing_summary
-from qkv_tui.teach.tiled import TiledHead, tiled
 from qkv_tui.teach.trace import Trace
 
-MIN_DECIMALS, MAX_DECIMALS = 1, 8  # at 0 a weight row reads 0 0 0: it must visibly sum to 1
-
-
-@dataclass(frozen=True)
-class Modes:
-    decimals: int = 3  # shown after the point (the seed uses 3)
-    hand: bool = False  # every intermediate rounded to the shown decimals before it is used
-    whatif: bool = False  # the current query row's softmax with and without scaling, at wider heads
-    decode: bool = False  # a side view (the KV cache or FlashAttention's tiles) instead of the operation trace
-    decode_step: int = 0  # the step in the side view: a prefill/decode step, or a tile operation
-    side: str = "cache"  # which side view: "cache" (prefill, decode, paged cache) or "tiles" (FlashAttention)
-    schedule: str = "prefill"  # the cache view's schedule: "prefill", "chunked" or "tokens"
-    quiz: Score | None = None  # predict-then-reveal is on when this is set
-    question: Question | None = None  # what the learner is being asked now; its result is hidden
-    message: str = ""  # the quiz's last word to the learner
-
-
-@dataclass(frozen=True)
-class Frame:
-    explanation: Explanation
-    focus: list[PaneSpec]
-    extra: list[PaneSpec]
-    notes: tuple[str, ...]  # lines added under the explanation (hand rounding, what-if)
-    description: str  # the scenario's description, on its first screen
+T = TypeVar("T")
 
 
 class Presenter:
@@ -54,8 +32,7 @@ class Presenter:
         self.comp = comp
         self.exact = trace if trace is not None else Trace(comp)
         self._views: dict[int | None, View] = {None: View(self.exact)}
-        self._decoded: dict[str, Decode] = {}
-        self._tiled: dict[int, TiledHead] = {}
+        self._kept: dict[Hashable, object] = {}  # what the side views built (display/side_view.py Sources)
 
     def view(self, modes: Modes) -> View:
         key = modes.decimals if modes.hand else None
@@ -64,36 +41,26 @@ class Presenter:
             self._views[key] = View(Trace(compute_hand(self.comp, key)))
         return self._views[key]
 
-    @property
-    def decoded(self) -> Decode:
-        return self.decoding("prefill")
+    def kept(self, key: Hashable, build: Callable[[], T]) -> T:
+        """What ``build`` makes, made once per key: a side view's decode or tiling, kept while the computation is."""
+        if key not in self._kept:
+            self._kept[key] = build()
+        return cast(T, self._kept[key])
 
-    def decoding(self, schedule: str) -> Decode:
-        if schedule not in self._decoded:
-            self._decoded[schedule] = decode(self.comp, schedule)
-        return self._decoded[schedule]
-
-    def tiles(self, head: int) -> TiledHead:
-        if head not in self._tiled:
-            self._tiled[head] = tiled(self.comp, head)
-        return self._tiled[head]
+    def side(self, modes: Modes) -> SideView | None:
+        """The side view in front, or None in the trace."""
+        return side_view(modes.view)
 
     def side_steps(self, modes: Modes, head: int) -> int:
-        """Steps of the side view in force: decode steps, or tile operations (the same for every head)."""
-        if modes.side == "tiles":
-            return len(self.tiles(head))
-        return self.decoding(modes.schedule).count
+        """Steps of the side view in force (decode steps, tile operations), 0 in the trace."""
+        view = side_view(modes.view)
+        return view.steps(self, modes, head) if view is not None else 0
 
     def frame(self, pos: Position, modes: Modes) -> Frame:
-        if modes.decode:
-            step = min(modes.decode_step, self.side_steps(modes, pos.head) - 1)
-            if modes.side == "tiles":
-                th = self.tiles(pos.head)
-                focus, extra = tiled_panes(th, step, modes.decimals)
-                return Frame(tiled_explanation(th, step, modes.decimals), focus, extra, (), "")
-            dec = self.decoding(modes.schedule)
-            focus, extra = decode_panes(dec, step, pos.head, modes.decimals)
-            return Frame(decode_explanation(dec, step, pos.head, modes.decimals), focus, extra, (), "")
+        side = side_view(modes.view)
+        if side is not None:
+            step = min(modes.side_step, side.steps(self, modes, pos.head) - 1)
+            return side.frame(self, modes, step, pos.head)
         view = self.view(modes)
         hidden = modes.question is not None and modes.question.index == pos.index
         focus, extra = view.panes(pos, modes.decimals, overview=True, hide_current=hidden)
@@ -119,7 +86,8 @@ class Presenter:
         others = ["m the map of every row"] if self.comp.scenario.n > MAX_ROWS else []
         if len(self.comp.heads) > 1:
             others.append("tab another head")
-        others += ["k the KV cache", "t FlashAttention's tiles", "home then p to predict every result"]
+        others += [f"{view.key} {view.closing}" for view in SIDE_VIEWS]
+        others.append("home then p to predict every result")
         lines.append("Next: " + " · ".join(others))
         return lines
 

@@ -8,9 +8,12 @@ import numpy as np
 
 from qkv_tui.core.fmt import fmt, is_integral, operand, vector
 from qkv_tui.core.scenario import Matrix
+from qkv_tui.display.frame import Frame
+from qkv_tui.display.modes import Modes
+from qkv_tui.display.side_view import SideView, Sources
 from qkv_tui.display.view import Explanation, PaneSpec, column_widths
 from qkv_tui.teach.arith import fit
-from qkv_tui.teach.tiled import PHASE_NAMES, PHASES, TiledHead, TileOp, memory_line
+from qkv_tui.teach.tiled import PHASE_NAMES, PHASES, TiledHead, TileOp, memory_line, tiled
 
 MAX_ROWS = 4  # the explanation works this many query rows of a block; the panes hold the rest
 
@@ -294,3 +297,24 @@ def tiled_panes(th: TiledHead, index: int, decimals: int) -> tuple[list[PaneSpec
         focus = [s_pane, state_pane, acc_pane]
         context = [q_pane, k_pane, p_pane, v_pane, out_pane, mix_pane]
     return focus, context
+
+
+def _tiling(sources: Sources, head: int) -> TiledHead:
+    return sources.kept(("tiles", head), lambda: tiled(sources.comp, head))
+
+
+def _frame(sources: Sources, modes: Modes, step: int, head: int) -> Frame:
+    th = _tiling(sources, head)
+    focus, extra = tiled_panes(th, step, modes.decimals)
+    return Frame(tiled_explanation(th, step, modes.decimals), focus, extra, (), "")
+
+
+VIEW = SideView(
+    name="tiles", key="t", label="tiles",
+    title="FlashAttention tiles view", summary="the online softmax, one tile of keys at a time",
+    closing="FlashAttention's tiles",
+    help=(("t", "tiles: FlashAttention's online softmax, one tile of keys at a time (→ ← step; t again leaves)"),),
+    steps=lambda sources, modes, head: len(_tiling(sources, head)),  # the same for every head
+    frame=_frame,
+    shot=lambda modes: "tiles",
+)

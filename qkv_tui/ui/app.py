@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 from pathlib import Path
 from typing import ClassVar, Literal, TextIO
@@ -12,25 +12,27 @@ from typing import ClassVar, Literal, TextIO
 from rich.console import RenderableType
 from rich.text import Text
 from textual import events
-from textual.app import App, ComposeResult, SystemCommand
+from textual.app import ComposeResult, SystemCommand
 from textual.await_complete import AwaitComplete
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.geometry import Size
-from textual.reactive import reactive
 from textual.screen import ModalScreen, Screen
 from textual.widgets import Input, Static
 
 from qkv_tui.core.engine import Computation, compute
 from qkv_tui.core.scenario import Scenario, load_scenario
 from qkv_tui.display.layout import overview_rows, pane_height, share_width
-from qkv_tui.display.presenter import MAX_DECIMALS, MIN_DECIMALS, Modes, Presenter
+from qkv_tui.display.modes import MAX_DECIMALS, MIN_DECIMALS, TRACE, Modes
+from qkv_tui.display.presenter import Presenter
+from qkv_tui.display.side_views import SIDE_VIEWS
 from qkv_tui.display.text import pictured
 from qkv_tui.display.view import STAGE_KEYS, PaneSpec
 from qkv_tui.teach.quiz import Question, Score, questions
 from qkv_tui.teach.stepper import Position, Stepper
 from qkv_tui.teach.trace import Trace
 from qkv_tui.ui.live import Live
+from qkv_tui.ui.session import Session
 from qkv_tui.ui.widgets.matrix import MatrixView
 from qkv_tui.ui.widgets.panels import ExplainPanel, FormulaLine, KeyFooter, QuizInput, StageBar
 
@@ -41,14 +43,15 @@ FOCUS_MIN_ROWS = 8  # rows a tall focus pane keeps when it shares the screen wit
 # lines the focus panes keep however long the explanation (which then scrolls): up to 8 rows whole
 FOCUS_FLOOR = FOCUS_MIN_ROWS + 3
 TRACE_ONLY = ("row", "next_stage", "prev_stage", "stage", "goto", "quiz", "hand", "whatif")
+SIDE_ACTIONS = tuple(f"side('{view.name}')" for view in SIDE_VIEWS)  # each side view's key opens it
 # the footer's keys from most to least needed: a narrow terminal drops them from the end, whole
-FOOTER_KEEP = ("help", "quit", "next", "reveal", "quiz", "prev", "next_stage", "head", "row", "decode", "tiles")
-FOOTER_ORDER = ("head", "next", "prev", "row", "next_stage", "decode", "tiles", "reveal", "quiz", "help", "quit")
+FOOTER_KEEP = ("help", "quit", "next", "reveal", "quiz", "prev", "next_stage", "head", "row", *SIDE_ACTIONS)
+FOOTER_ORDER = ("head", "next", "prev", "row", "next_stage", *SIDE_ACTIONS, "reveal", "quiz", "help", "quit")
 # under a pending question: which keys act, and why the stage keys do not (they type the answer)
 QUIZ_KEYS = "esc reveals · p leaves · digits answer: ] [ change stage"
 
 
-class QKVApp(App[None]):
+class QKVApp(Session):
     """softmax(QKᵀ/√dₖ)V, one operation at a time."""
 
     # An absolute path: a relative one resolves against the file of whichever subclass is run.
@@ -70,9 +73,8 @@ class QKVApp(App[None]):
         # 1 … 9, then 0 for stage 10: the stage bar labels each stage with the key that jumps there
         *(Binding(key, f"stage({number})", f"stage {number}", show=False) for number, key in enumerate(STAGE_KEYS, 1)),
         Binding("g", "goto", "go to", show=False),
-        Binding("k", "decode", "cache"),
-        Binding("t", "tiles", "tiles"),
-        Binding("c", "schedule", "prefill/chunks", show=False),
+        *(Binding(view.key, action, view.label) for view, action in zip(SIDE_VIEWS, SIDE_ACTIONS, strict=True)),
+        Binding("c", "option", "prefill/chunks", show=False),  # the side view's own choice: the cache's schedule
         Binding("p", "quiz", "predict"),
         Binding("w", "whatif", "what if", show=False),
         Binding("h", "hand", "by hand", show=False),
@@ -93,12 +95,6 @@ class QKVApp(App[None]):
         Binding("question_mark", "help", "help", key_display="?"),
         Binding("q", "quit", "quit"),
     ]
-
-    position: reactive[Position] = reactive(Position(0, 0), init=False, repaint=False)
-    """The current operation and the head in view."""
-
-    modes: reactive[Modes] = reactive(Modes(), init=False, repaint=False)
-    """Decimals, hand rounding, what-if, decode view and quiz: what the learner has switched on."""
 
     def __init__(self, scenario: Scenario | str | Path = "i_love_ai", computation: Computation | None = None,
                  theme: str | None = None) -> None:
@@ -173,7 +169,7 @@ class QKVApp(App[None]):
 
     def _changed(self) -> None:
         self.redraw()
-        ends = (self.at_start, self.at_end, self.modes.decode, self.modes.quiz is not None)
+        ends = (self.at_start, self.at_end, self.modes.side, self.modes.quiz is not None)
         if ends != self._ends:  # the footer's greyed keys change only here; rebuilding it costs a frame
             self._ends = ends
             self.refresh_bindings()
@@ -236,7 +232,7 @@ class QKVApp(App[None]):
         """The quiz lines under the explanation; returns how many screen lines they take."""
         bar = self.query_one("#quizbar")
         modes = self.modes
-        bar.display = modes.quiz is not None and not modes.decode  # the side views hide nothing to predict
+        bar.display = modes.quiz is not None and not modes.side  # the side views hide nothing to predict
         field = self._answer_box()
         if not bar.display:
             return 0
@@ -254,10 +250,39 @@ class QKVApp(App[None]):
     def _answer_box(self) -> QuizInput:
         """The answer box, taking keys only while a question is shown (not in a side view, nor too small)."""
         field = self.query_one("#quiz-input", QuizInput)
-        shown = not self.too_small and not self.modes.decode
+        shown = not self.too_small and not self.modes.side
         field.question = self.modes.question if shown else None
         field.disabled = field.question is None  # which also lets go of the focus: keys are the app's again
         return field
+
+    def install(self, scenario: Scenario, comp: Computation, position: Position | None = None) -> None:
+        """Show another computation (an edit, an undo, a reload, another file); the position is kept where it
+        still exists, and so is the side view's step."""
+        heads_before = len(self.comp.heads)
+        self.scenario, self.comp = scenario, comp
+        self.trace = Trace(comp)
+        self.stepper = Stepper(self.trace)
+        self.presenter = Presenter(comp, self.trace)
+        self.title = scenario.title
+        if len(comp.heads) > heads_before:
+            self._more_focus_slots(len(comp.heads) + 1)
+        old = self.position if position is None else position
+        head = min(old.head, len(comp.heads) - 1)
+        moved = self.stepper.goto(Position(old.index, head), old.index)
+        modes = self.modes
+        self.modes = replace(modes, question=None, message="", side_step=min(modes.side_step, scenario.n - 1))
+        if moved != self.position:
+            self.position = moved
+        self._drawn = None
+        self.redraw()
+        self.refresh_bindings()
+
+    def _more_focus_slots(self, wanted: int) -> None:
+        box = self.query_one("#focus")
+        have = len(box.query(MatrixView))
+        if wanted > have:
+            box.mount_all([MatrixView(id=f"focus-{i}") for i in range(have, wanted)])
+            self._slots.pop("focus", None)
 
     def _fill(self, group: str, specs: list[PaneSpec], height: int) -> int:
         """Show ``specs`` in a row of pane slots at most ``height`` lines tall; returns the lines used."""
@@ -281,12 +306,12 @@ class QKVApp(App[None]):
 
     @property
     def at_start(self) -> bool:
-        return (self.modes.decode_step if self.modes.decode else self.position.index) == 0
+        return (self.modes.side_step if self.modes.side else self.position.index) == 0
 
     @property
     def at_end(self) -> bool:
-        if self.modes.decode:
-            return self.modes.decode_step >= self._side_last()
+        if self.modes.side:
+            return self.modes.side_step >= self._side_last()
         return self.position.index == self.stepper.last_index
 
     def exit(self, result: None = None, return_code: int = 0, message: RenderableType | None = None) -> None:
@@ -318,9 +343,9 @@ class QKVApp(App[None]):
 
             if isinstance(self.screen, HeatmapScreen):
                 return False  # tab walks the map's heads, not the trace's behind it
-        if self.modes.decode and action in TRACE_ONLY:
+        if self.modes.side and action in TRACE_ONLY:
             return None
-        if action == "schedule" and not (self.modes.decode and self.modes.side == "cache"):
+        if action == "option" and self._option() is None:
             return None
         return True
 
@@ -329,7 +354,7 @@ class QKVApp(App[None]):
         """The actions of this app's key bindings, without their arguments; quit stays always on."""
         return frozenset(b.action.partition("(")[0] for b in cls.BINDINGS if isinstance(b, Binding)) - {"quit"}
 
-    def _move(self, position: Position) -> None:
+    def move_to(self, position: Position) -> None:
         """Go somewhere in the trace; a pending quiz question is left unanswered (revealed, not scored)."""
         if self.modes.question is not None:
             self.modes = replace(self.modes, question=None, message="")
@@ -353,16 +378,16 @@ class QKVApp(App[None]):
         again = [q for q in asked if q.kind == pending.kind]
         return replace(modes, question=again[0] if again else None, message="")
 
-    def _decode_step(self, step: int) -> None:
-        self.modes = replace(self.modes, decode_step=min(max(step, 0), self._side_last()))
+    def _side_step(self, step: int) -> None:
+        self.modes = replace(self.modes, side_step=min(max(step, 0), self._side_last()))
 
     def _side_last(self) -> int:
         """The last step of the side view in force (the cache's steps, or FlashAttention's operations)."""
         return self.presenter.side_steps(self.modes, self.position.head) - 1
 
     def action_next(self) -> None:
-        if self.modes.decode:
-            self._decode_step(self.modes.decode_step + 1)
+        if self.modes.side:
+            self._side_step(self.modes.side_step + 1)
         elif self.modes.quiz is not None:
             # every step forward asks first; an unanswered question is left (revealed, not scored)
             self.position = self.stepper.next(self.position)
@@ -372,61 +397,56 @@ class QKVApp(App[None]):
             self.position = self.stepper.next(self.position)
 
     def action_prev(self) -> None:
-        if self.modes.decode:
-            self._decode_step(self.modes.decode_step - 1)
+        if self.modes.side:
+            self._side_step(self.modes.side_step - 1)
         else:
-            self._move(self.stepper.prev(self.position))
+            self.move_to(self.stepper.prev(self.position))
 
     def action_row(self, delta: int) -> None:
         """A whole row of the matrix being filled at once: ↓ finishes it (or does the next), ↑ undoes one."""
-        self._move(self.stepper.next_row(self.position) if delta > 0 else self.stepper.prev_row(self.position))
+        self.move_to(self.stepper.next_row(self.position) if delta > 0 else self.stepper.prev_row(self.position))
 
     def action_next_stage(self) -> None:
-        self._move(self.stepper.next_stage(self.position))
+        self.move_to(self.stepper.next_stage(self.position))
 
     def action_prev_stage(self) -> None:
-        self._move(self.stepper.prev_stage(self.position))
+        self.move_to(self.stepper.prev_stage(self.position))
 
     def action_first(self) -> None:
-        if self.modes.decode:
-            self._decode_step(0)
+        if self.modes.side:
+            self._side_step(0)
         else:
-            self._move(self.stepper.first(self.position))
+            self.move_to(self.stepper.first(self.position))
 
     def action_last(self) -> None:
-        if self.modes.decode:
-            self._decode_step(self._side_last())
+        if self.modes.side:
+            self._side_step(self._side_last())
         else:
-            self._move(self.stepper.last(self.position))
+            self.move_to(self.stepper.last(self.position))
 
     def action_head(self, delta: int) -> None:
-        if self.modes.decode:
+        if self.modes.side:
             self.position = Position(self.position.index, (self.position.head + delta) % self.stepper.head_count)
         else:
-            self._move(self.stepper.switch_head(self.position, delta))
+            self.move_to(self.stepper.switch_head(self.position, delta))
 
     def action_stage(self, number: int) -> None:
-        self._move(self.stepper.stage(self.position, number))
+        self.move_to(self.stepper.stage(self.position, number))
 
-    def action_decode(self) -> None:
-        """The KV-cache view: prefill, then decode a token at a time, over a paged cache."""
-        self._side("cache")
+    def action_side(self, name: str) -> None:
+        """Open a side view (display/side_views.py) from its first step; its own key again returns to the trace."""
+        view = TRACE if self.modes.view == name else name
+        self.modes = replace(self.modes, view=view, side_step=0, question=None, message="")
 
-    def action_tiles(self) -> None:
-        """The tiled view: FlashAttention's online softmax, a tile of keys at a time."""
-        self._side("tiles")
+    def _option(self) -> Callable[[Modes], Modes] | None:
+        side = self.presenter.side(self.modes)
+        return side.option if side is not None else None
 
-    def _side(self, side: str) -> None:
-        """Open a side view from its first step; its own key again returns to the trace."""
-        on = not (self.modes.decode and self.modes.side == side)
-        self.modes = replace(self.modes, decode=on, side=side, decode_step=0, question=None, message="")
-
-    def action_schedule(self) -> None:
-        """In the cache view: prefill at once → chunked prefill → token by token."""
-        if self.modes.decode and self.modes.side == "cache":
-            order = ("prefill", "chunked", "tokens")
-            following = order[(order.index(self.modes.schedule) + 1) % len(order)]
-            self.modes = replace(self.modes, schedule=following, decode_step=0)
+    def action_option(self) -> None:
+        """The open side view's own choice (c): in the cache view, prefill at once → chunked prefill → token by token."""
+        option = self._option()
+        if option is not None:
+            self.modes = option(self.modes)
 
     def action_quiz(self) -> None:
         """Predict-then-reveal: each step asks for the result before showing it."""
@@ -500,7 +520,7 @@ class QKVApp(App[None]):
 
         def done(number: int | None) -> None:
             if number is not None:
-                self._move(self.stepper.goto(self.position, number - 1))
+                self.move_to(self.stepper.goto(self.position, number - 1))
 
         self.push_screen(GotoScreen(len(self.trace)), done)
 

@@ -38,17 +38,6 @@ def shown_value(sc: Scenario, cell: InputCell) -> str:
 class EditScreen(Modal[None]):
     """Ask for one input value; ``apply(cell, text)`` returns None when done, or why it cannot be."""
 
-    DEFAULT_CSS = """
-    EditScreen { align: center bottom; }
-    EditScreen > Vertical {
-        width: 100%; height: auto; border: round $accent; background: $surface; padding: 0 1; margin: 0 0 1 0;
-    }
-    EditScreen #edit-row { height: 1; }
-    EditScreen #edit-label { width: auto; height: 1; }
-    EditScreen #edit-input { width: 1fr; height: 1; border: none; padding: 0 1; }
-    EditScreen #edit-error { color: $warning; height: auto; }
-    EditScreen #edit-hint { color: $text-muted; height: auto; }
-    """
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape", "cancel", "cancel"),
         Binding("up", "move(-1)", "previous input", show=False),
@@ -113,13 +102,6 @@ class DropEditsScreen(Modal[bool]):
     """Ask before unsaved edits are dropped (by a reload, or by opening another scenario): says which values
     would be lost; y goes ahead, escape (or n) keeps them."""
 
-    DEFAULT_CSS = """
-    DropEditsScreen { align: center bottom; }
-    DropEditsScreen > Vertical {
-        width: 100%; height: auto; border: round $warning; background: $surface; padding: 0 1; margin: 0 0 1 0;
-    }
-    DropEditsScreen #drop-hint { color: $text-muted; height: auto; }
-    """
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("y", "answer(True)", "go ahead"),
         Binding("escape,n", "answer(False)", "keep the edits"),

@@ -13,29 +13,24 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 from textual import events
 from textual.app import SystemCommand
 from textual.screen import Screen
-from textual.theme import Theme
 from textual.timer import Timer
 from textual.widgets import Footer
 
 from qkv_tui.core.cell_edit import EditError, InputCell, changed_cells, edit, edited_text, input_cells, save_file, value_of
 from qkv_tui.core.engine import Computation, compute
 from qkv_tui.core.scenario import Scenario, ScenarioError, builtin_dir, builtin_names, load_scenario, resolve
-from qkv_tui.display.presenter import Frame
+from qkv_tui.display.frame import Frame
+from qkv_tui.display.side_views import SIDE_VIEWS
 from qkv_tui.display.view import PaneSpec, stage_key
-from qkv_tui.teach.stepper import Position, Stepper
+from qkv_tui.teach.stepper import Position
 from qkv_tui.teach.trace import Trace
 from qkv_tui.ui import themes
-from qkv_tui.ui.widgets.matrix import MatrixView
-from qkv_tui.ui.widgets.panels import ExplainPanel, StageBar
-
-if TYPE_CHECKING:
-    from qkv_tui.ui.app import QKVApp
+from qkv_tui.ui.session import Session
 
 POLL_SECONDS = 1.0  # how often the file's modification time is compared (a stat call: cheap)
 SPEEDS = (2.0, 1.0, 0.5, 0.25)  # seconds per step, slowest first
@@ -77,7 +72,7 @@ def _stamp(path: Path) -> tuple[int, int] | None:
 class Live:
     """Edits, undo, save, reload and the rest, for one app."""
 
-    def __init__(self, app: QKVApp, theme: str | None = None) -> None:
+    def __init__(self, app: Session, theme: str | None = None) -> None:
         self.app = app
         self.path = file_of(app.scenario)
         self.stamp = _stamp(self.path) if self.path else None
@@ -98,22 +93,9 @@ class Live:
     # --- set-up --------------------------------------------------------------------------
 
     def start(self) -> None:
-        """On mount: the theme, and the watch on the file."""
-        app = self.app
-        app.theme_changed_signal.subscribe(app, self.on_theme)
-        app.theme = themes.THEMES[self.theme]
-        themes.use_palette(themes.palette_for(app.current_theme.dark))
-        app.set_interval(POLL_SECONDS, self.poll)  # a stat call a second; nothing when there is no file
-
-    def on_theme(self, theme: Theme) -> None:
-        themes.use_palette(themes.palette_for(theme.dark))
-        for view in self.app.query(MatrixView):
-            view.refresh()
-        for bar in self.app.query(StageBar):
-            bar._shown = ()  # it redraws only when its stage changes: make it draw in the new colours
-        for panel in self.app.query(ExplainPanel):
-            panel.restyle()
-        self.app.redraw()
+        """On mount: the theme (its colours are qkv.tcss's), and the watch on the file."""
+        self.app.theme = themes.THEMES[self.theme]
+        self.app.set_interval(POLL_SECONDS, self.poll)  # a stat call a second; nothing when there is no file
 
     # --- what the screen shows --------------------------------------------------------------
 
@@ -132,7 +114,9 @@ class Live:
         """Mark the cells the last edit changed, until the next step."""
         if self.changed_from is None:
             return screen
-        if self.marked_at != self.app.position:
+        if self.marked_at is None:  # the first frame since the edit: the marks stay while the position does
+            self.marked_at = self.app.position
+        elif self.marked_at != self.app.position:
             self.changed_from = self.marked_at = None
             return screen
         old = Trace(self.changed_from)
@@ -163,43 +147,6 @@ class Live:
         if self.timer is not None:
             flags.append(f"▶ {1 / self.speeds[self.speed]:g}/s")
         return flags
-
-    # --- swapping the computation ------------------------------------------------------------
-
-    def install(self, scenario: Scenario, comp: Computation, position: Position | None = None) -> None:
-        """Show another computation; the position is kept where it still exists."""
-        app = self.app
-        from qkv_tui.display.presenter import Presenter
-
-        heads_before = len(app.comp.heads)
-        app.scenario, app.comp = scenario, comp
-        app.trace = Trace(comp)
-        app.stepper = Stepper(app.trace)
-        app.presenter = Presenter(comp, app.trace)
-        app.title = scenario.title
-        if len(comp.heads) + 1 > heads_before + 1:
-            self._more_focus_slots(len(comp.heads) + 1)
-        old = app.position if position is None else position
-        head = min(old.head, len(comp.heads) - 1)
-        moved = app.stepper.goto(Position(old.index, head), old.index)
-        modes = app.modes
-        app.modes = replace(modes, question=None, message="",
-                            decode_step=min(modes.decode_step, scenario.n - 1))
-        if moved != app.position:
-            app.position = moved
-        if self.changed_from is not None:
-            self.marked_at = app.position
-        app._drawn = None
-        app.redraw()
-        app.refresh_bindings()
-
-    def _more_focus_slots(self, wanted: int) -> None:
-        app = self.app
-        box = app.query_one("#focus")
-        have = len(box.query(MatrixView))
-        if wanted > have:
-            box.mount_all([MatrixView(id=f"focus-{i}") for i in range(have, wanted)])
-            app._slots.pop("focus", None)
 
     # --- edit, undo, save ---------------------------------------------------------------------
 
@@ -241,8 +188,8 @@ class Live:
             return None
         self.undo_stack.append(Undo(app.scenario, app.comp, cell))
         self.dirty = changed_cells(self.base, scenario)  # an edit back to the file's value is no edit
-        self.changed_from = app.comp
-        self.install(scenario, comp)
+        self.changed_from, self.marked_at = app.comp, None
+        app.install(scenario, comp)
         return None
 
     def undo(self) -> None:
@@ -252,8 +199,8 @@ class Live:
             return
         last = self.undo_stack.pop()
         self.dirty = changed_cells(self.base, last.scenario)  # every edit undone: the file's values, not "edited"
-        self.changed_from = app.comp
-        self.install(last.scenario, last.comp)
+        self.changed_from, self.marked_at = app.comp, None
+        app.install(last.scenario, last.comp)
         app.notify(f"Undone: {last.cell.label(last.scenario)}", timeout=3)
 
     def save(self) -> None:
@@ -389,7 +336,7 @@ class Live:
         self.base, self.dirty, self.announced = scenario, [], None
         self.changed_from = None
         app.clear_notifications()
-        self.install(scenario, comp)
+        app.install(scenario, comp)
         note = f"; {dropped} unsaved edit{'s' if dropped != 1 else ''} dropped" if dropped else ""
         app.notify(f"Reloaded {self.path.name}{note}", timeout=3)
 
@@ -440,7 +387,7 @@ class Live:
         self.base, self.dirty, self.announced, self.failed = scenario, [], None, None
         self.changed_from = None
         app.clear_notifications()
-        self.install(scenario, comp, Position(0, 0))
+        app.install(scenario, comp, Position(0, 0))
 
     def watch_failed(self) -> None:
         """A file that would not open: when it changes, its error goes (it loads now) or says what is wrong now."""
@@ -464,7 +411,8 @@ class Live:
 
     def screenshot_name(self) -> str:
         """Named for the scenario, the view and the place in it: ``i_love_ai-op32-score.svg`` in the trace,
-        ``-cache-step03`` (``-cache-chunked-…``, ``-cache-tokens-…`` for the other schedules), ``-tiles-step10``,
+        a side view's name from display/side_views.py and its step (``-cache-step03``, ``-cache-chunked-…``,
+        ``-tiles-step10``),
         ``-map-op32``, ``-help``, ``-notes``; ``-head2`` where there are several heads."""
         from qkv_tui.ui.widgets.heatmap import HeatmapScreen  # the overlays load when first opened, not at start-up
         from qkv_tui.ui.widgets.screens import HelpScreen, NotesScreen
@@ -478,10 +426,9 @@ class Live:
             return f"{slug}-{'help' if isinstance(screen, HelpScreen) else 'notes'}.svg"
         if isinstance(screen, HeatmapScreen):  # the weights computed up to the current operation
             place, head = f"map-op{app.position.index + 1:0{op_width}d}", screen.head
-        elif modes.decode:
-            steps = len(str(app.presenter.side_steps(modes, head)))
-            schedule = f"-{modes.schedule}" if modes.side == "cache" and modes.schedule != "prefill" else ""
-            place = f"{modes.side}{schedule}-step{modes.decode_step + 1:0{steps}d}"
+        elif (side := app.presenter.side(modes)) is not None:
+            steps = len(str(side.steps(app.presenter, modes, head)))
+            place = f"{side.shot(modes)}-step{modes.side_step + 1:0{steps}d}"
         else:
             op = app.trace.op(app.position.index)
             stage = app.trace.stage(op.segment.stage).name.lower().replace("_", "")
@@ -581,7 +528,8 @@ class Live:
             ("First operation", "home", app.action_first),
             ("Everything computed", "end: the last operation", app.action_last),
             ("Go to operation…", "g: type an operation number", app.action_goto),
-            ("KV-cache decode view", "k: generation replayed token by token", app.action_decode),
+            *((view.title, f"{view.key}: {view.summary}", lambda name=view.name: app.action_side(name))
+              for view in SIDE_VIEWS),
             ("Predict-then-reveal quiz", "p: type each result before it is shown", app.action_quiz),
             ("What-if scaling table", "w: this row's softmax with and without ÷√dₖ", app.action_whatif),
             ("Hand rounding", "h: round every intermediate to the shown decimals", app.action_hand),
@@ -610,7 +558,7 @@ class Live:
         for h, head in enumerate(app.comp.heads):
             if len(app.comp.heads) > 1:
                 yield SystemCommand(f"Head: {head.name}", "view this head (tab cycles)",
-                                    lambda h=h: app._move(app.stepper.switch_head(app.position, h - app.position.head)))
+                                    lambda h=h: app.move_to(app.stepper.switch_head(app.position, h - app.position.head)))
         for name in builtin_names():
             # by path: a bare name would open a same-named ./NAME.toml instead of the packaged file
             packaged = str(builtin_dir() / f"{name}.toml")

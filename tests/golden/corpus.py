@@ -13,7 +13,8 @@ from pathlib import Path
 from qkv_tui.core.engine import Computation, compute
 from qkv_tui.core.fmt import fmt
 from qkv_tui.core.scenario import Scenario, builtin_names, load_scenario
-from qkv_tui.display.presenter import Modes, Presenter
+from qkv_tui.display.modes import Modes
+from qkv_tui.display.presenter import Presenter
 from qkv_tui.display.view import Explanation, PaneSpec
 from qkv_tui.edges.export_json import write_json
 from qkv_tui.edges.export_markdown import to_markdown
@@ -88,11 +89,11 @@ def _walk(comp: Computation, modes: Modes, panes: bool = True) -> str:
 
 def _side(comp: Computation, side: str) -> str:
     presenter = Presenter(comp)
-    modes = Modes(decode=True, side=side)
+    modes = Modes(view=side)
     steps = presenter.side_steps(modes, 0)
     out: list[str] = []
     for step in sorted(set(range(min(steps, 60))) | {steps - 1}):
-        screen = presenter.frame(Position(0, 0), Modes(decode=True, side=side, decode_step=step))
+        screen = presenter.frame(Position(0, 0), Modes(view=side, side_step=step))
         out.append(f"== step {step}")
         out += _explanation(screen.explanation)
         for spec in screen.focus:

@@ -38,13 +38,6 @@ def render_map(amap: AttentionMap) -> Text:
 class HeatmapScreen(Modal[None]):
     """Every computed weight of one head, token labels on both axes."""
 
-    DEFAULT_CSS = """
-    HeatmapScreen { align: center middle; }
-    HeatmapScreen > ScrollableContainer {
-        width: 95%; height: 95%; border: round $accent; background: $surface; padding: 0 1;
-    }
-    HeatmapScreen Static { width: auto; }
-    """
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape,m,q", "dismiss_screen", "close"),
         Binding("tab", "head(1)", "next head", priority=True),

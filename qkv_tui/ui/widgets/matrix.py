@@ -8,6 +8,7 @@ the cells scroll under them.
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import ClassVar
 
 from rich.cells import cell_len, set_cell_size
 from rich.segment import Segment
@@ -22,36 +23,29 @@ from qkv_tui.display.text import pictured, shorten, title_variants
 from qkv_tui.display.view import PaneSpec, changed_rows
 from qkv_tui.ui.widgets.scrolling import SyncedScrollView
 
-LABEL = Style(color="#d7af5f", bold=True)
-HEADER = Style(color="#8a8a8a", bold=True)
-CURRENT = Style(color="#000000", bgcolor="#ffd75f", bold=True)
-OPERAND = Style(bgcolor="#1f4e79", color="#ffffff")
-ROW_MAX = Style(color="#5fd75f", bold=True)
-MASKED = Style(color="#6c6c6c", dim=True)
-CHANGED = Style(color="#ffffff", bgcolor="#875f00", bold=True, italic=True)  # ui/themes.py sets these per theme
 NEG_INF = float("-inf")
-HEAT_LOW = (32, 32, 40)
-HEAT_HIGH = (20, 120, 70)
-
-
 HEAT_LEVELS = 64  # shades of the weights heatmap
+RGB = tuple[int, int, int]
+# the highlights' component classes (styled per theme in qkv.tcss), by the name the drawing code uses
+LOOKS = ("label", "header", "current", "operand", "row-max", "masked", "changed")
 
 
-@lru_cache(maxsize=HEAT_LEVELS + 1)
-def _heat(level: int) -> Style:
+@lru_cache(maxsize=4 * (HEAT_LEVELS + 1))
+def _heat(level: int, low: RGB, high: RGB) -> Style:
     t = level / HEAT_LEVELS
-    r, g, b = (round(lo + (hi - lo) * t) for lo, hi in zip(HEAT_LOW, HEAT_HIGH))
+    r, g, b = (round(lo + (hi - lo) * t) for lo, hi in zip(low, high))
     return Style(bgcolor=f"#{r:02x}{g:02x}{b:02x}")
 
 
-def heat_style(weight: float) -> Style:
-    """A background from dark (0) to green (1); styles are shared, as a big pane draws thousands.
+def heat_style(weight: float, ends: tuple[RGB, RGB]) -> Style:
+    """A background from the ``ends``' first colour (0) to their second (1); styles are shared, as a big
+    pane draws thousands.
 
-    Anything that is not a weight between 0 and 1 (NaN included: round(NaN) raises) gets the dark end.
+    Anything that is not a weight between 0 and 1 (NaN included: round(NaN) raises) gets the low end.
     """
     if not 0.0 <= weight <= 1.0:
         weight = 1.0 if weight > 1.0 else 0.0
-    return _heat(round(weight * HEAT_LEVELS))
+    return _heat(round(weight * HEAT_LEVELS), *ends)
 
 
 def _fit(text: str, width: int, right: bool = False) -> str:
@@ -66,6 +60,10 @@ def _fit(text: str, width: int, right: bool = False) -> str:
 class MatrixView(SyncedScrollView, can_focus=False):
     """A scrolling grid of numbers with labels, progress and highlights."""
 
+    COMPONENT_CLASSES: ClassVar[set[str]] = {
+        *(f"matrix--{look}" for look in LOOKS), "matrix--heat-low", "matrix--heat-high",
+    }
+
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
         self.spec: PaneSpec | None = None
@@ -78,6 +76,18 @@ class MatrixView(SyncedScrollView, can_focus=False):
     def notify_style_update(self) -> None:
         self._base = None
         super().notify_style_update()
+
+    def look(self, name: str) -> Style:
+        """A highlight's style (``current``, ``row-max`` …) in the theme in force (qkv.tcss): its own rules
+        only, added to the pane's base style. Textual keeps it until the styles change (a new theme)."""
+        return self.get_component_rich_style(f"matrix--{name}", partial=True)
+
+    @property
+    def heat_ends(self) -> tuple[RGB, RGB]:
+        """The weights' shades run between these two backgrounds (qkv.tcss)."""
+        low, high = (self.look(f"heat-{end}").bgcolor for end in ("low", "high"))
+        assert low is not None and high is not None, "qkv.tcss gives both ends a background"
+        return low.get_truecolor(), high.get_truecolor()
 
     # --- geometry ---------------------------------------------------------------
 
@@ -194,15 +204,16 @@ class MatrixView(SyncedScrollView, can_focus=False):
         first, last = visible_columns(spec.offsets, int(self.scroll_x), room)
         if y == 0:
             label = Segment(" " * label_w, base)
+            header = base + self.look("header")
             cells = [
-                Segment(" " + _fit(spec.col_labels[c], spec.col_widths[c], right=True), base + HEADER)
+                Segment(" " + _fit(spec.col_labels[c], spec.col_widths[c], right=True), header)
                 for c in range(first, last)
             ]
         else:
             row = int(self.scroll_y) + y - 1
             if row >= rows:
                 return Strip.blank(width, base)
-            label = Segment(_fit(spec.row_labels[row], label_w), base + LABEL)
+            label = Segment(_fit(spec.row_labels[row], label_w), base + self.look("label"))
             cells = self._cells(spec, row, first, last, base)
         body = Strip(cells).crop(0, room)
         return Strip([label, *body]).crop_extend(0, width, base)
@@ -210,12 +221,14 @@ class MatrixView(SyncedScrollView, can_focus=False):
     def _cells(self, spec: PaneSpec, row: int, first: int, last: int, base: Style) -> list[Segment]:
         values = spec.values
         complete = spec.mark_row_max and spec.row_complete(row)
-        row_max = float(values[row].max()) if complete else None
+        largest = float(values[row].max()) if complete else None
         current = spec.current
         current_cols = () if current is None or current[0] != row else (current[1],)
         whole_row = row in spec.rows
         allow = spec.allow[row] if spec.allow is not None else None
         space = Segment(" ", base)
+        masked, row_max, current_look = self.look("masked"), self.look("row-max"), self.look("current")
+        changed, operand, ends = self.look("changed"), self.look("operand"), self.heat_ends
         out = []
         for col in range(first, last):
             style = base
@@ -225,19 +238,19 @@ class MatrixView(SyncedScrollView, can_focus=False):
                 value = float(values[row, col])
                 text = fmt(value, spec.integral, spec.decimals)
                 if value == NEG_INF or (allow is not None and not allow[col]):
-                    style = base + MASKED
+                    style = base + masked
                 elif spec.heat:
-                    style = base + heat_style(value)
-                elif value == row_max:
-                    style = base + ROW_MAX
+                    style = base + heat_style(value, ends)
+                elif value == largest:
+                    style = base + row_max
             if current_cols and current_cols[0] in (None, col):
-                style = base + CURRENT
+                style = base + current_look
                 if spec.hide_current:
                     text = "?"
             elif spec.changed and (row, col) in spec.changed and text:
-                style = base + CHANGED
+                style = base + changed
             elif whole_row or col in spec.cols or (row, col) in spec.cells:
-                style = style + OPERAND
+                style = style + operand
             out.append(space)
             out.append(Segment(text.rjust(spec.col_widths[col]), style))
         return out

@@ -7,6 +7,8 @@ Textual's ``Screen.dismiss`` pops whatever screen is on top and resolves the res
 it is called. Two keys typed quickly can both close a modal (enter, then escape before the
 first has closed it; or enter, then ctrl+p, whose palette the late dismiss would pop instead):
 the second call then resolves a result twice, which raises and ends the app.
+
+Every modal is styled in qkv.tcss, with the rest of the app.
 """
 
 from __future__ import annotations

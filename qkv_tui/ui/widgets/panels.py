@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import ClassVar, Protocol, cast
 
 from rich.segment import Segment
@@ -26,19 +25,29 @@ from qkv_tui.teach.quiz import Question
 from qkv_tui.ui.widgets.scrolling import SyncedScrollView
 
 TITLE_FLOOR = 4  # fewer letters of a title than this say nothing: the stage bar then leaves it out
-STAGE_STYLE = {"current": "bold #000000 on #ffd75f", "done": "#5fd75f", "todo": "#8a8a8a"}
-# the panels' text styles; ui/themes.py swaps both dicts for the light theme
-TEXT = {
-    "muted": "#8a8a8a", "formula": "#d0d0d0", "formula_active": "bold #000000 on #5fafff",
-    "stage_label": "bold #ffd75f", "head_label": "bold #5fafff", "arithmetic": "bold #ffd75f",
-    "detail": "#d0d0d0", "note": "#87d7af", "meaning": "italic #8a8a8a", "description": "#87afd7",
-}
 
 
-class StageBar(Static):
+class Styled(Widget):
+    """A widget whose text styles are component classes, styled per theme in qkv.tcss: ``look("muted")``
+    is the rules of ``.PREFIX--muted`` alone (to add to the text's own)."""
+
+    PREFIX: ClassVar[str] = ""
+
+    def look(self, name: str) -> Style:
+        return self.get_component_rich_style(f"{self.PREFIX}--{name}", partial=True)
+
+
+class StageBar(Static, Styled):
     """``I love AI · 1 Embed › 2 Project › [3 Score] › …`` with the current stage marked."""
 
+    PREFIX = "stagebar"
+    COMPONENT_CLASSES: ClassVar[set[str]] = {"stagebar--current", "stagebar--done", "stagebar--todo", "stagebar--muted"}
     _shown: tuple[object, ...] = ()
+    _text: tuple[str, Explanation, bool] | None = None  # what render() writes: (title, stages, full names)
+
+    def render(self) -> Text:
+        # built here, not in show(): a new theme repaints the bar, in its colours (qkv.tcss)
+        return self._line(*self._text) if self._text is not None else Text()
 
     def show(self, title: str, ex: Explanation, width: int) -> None:
         # The title tells scenarios apart ("I love AI" from "I love AI, causal"), so it outranks the
@@ -48,32 +57,33 @@ class StageBar(Static):
             return
         self._shown = (title, ex.stages, width)
         title = pictured(title)
-        text = self._line("", ex, full_names=False)
+        text = ("", ex, False)
         for full_names, least in ((True, cell_len(title)), (False, cell_len(title)), (False, TITLE_FLOOR)):
             stages = self._line("", ex, full_names)
             room = width - stages.cell_len - 4  # the title's padding and the gap after it
             if room >= min(least, cell_len(title)):
-                text = self._line(shorten(title, room), ex, full_names)
+                text = (shorten(title, room), ex, full_names)
                 break
-        self.update(text, layout=False)  # its size is fixed by CSS: no layout pass
+        self._text = text
+        self.refresh()  # its size is fixed by CSS: no layout pass
 
-    @staticmethod
-    def _line(title: str, ex: Explanation, full_names: bool) -> Text:
+    def _line(self, title: str, ex: Explanation, full_names: bool) -> Text:
         text = Text(no_wrap=True, overflow="ellipsis")
+        muted = self.look("muted")
         if title:
             text.append(f" {title} ", style="bold")
             text.append("  ")
         for i, (label, state) in enumerate(ex.stages):
             if i:
-                text.append(" › ", style=TEXT["muted"])
+                text.append(" › ", style=muted)
             if state == "current":
-                text.append(f" {label} ", style=STAGE_STYLE[state])
+                text.append(f" {label} ", style=self.look(state))
             else:
-                text.append(label if full_names else label.split()[0], style=STAGE_STYLE[state])
+                text.append(label if full_names else label.split()[0], style=self.look(state))
         return text
 
 
-class FormulaLine(Static):
+class FormulaLine(Static, Styled):
     """softmax(QKᵀ/√dₖ)V with the part being computed marked, and where we are.
 
     A narrow terminal gets the same facts in fewer cells: tighter gaps, the formula without
@@ -81,17 +91,25 @@ class FormulaLine(Static):
     Where we are (stage, operation, head) is never cut.
     """
 
+    PREFIX = "formula"
+    COMPONENT_CLASSES: ClassVar[set[str]] = {"formula--muted", "formula--formula", "formula--active",
+                                             "formula--stage", "formula--head"}
+    _text: tuple[Explanation, str, tuple[str, str] | None, Fit] | None = None  # what render() writes
+
+    def render(self) -> Text:
+        # built here, not in show(): a new theme repaints the line, in its colours (qkv.tcss)
+        return self._line(*self._text) if self._text is not None else Text()
+
     def show(self, ex: Explanation, flags: str = "", width: int = 1_000) -> None:
         name, _, count = ex.head_label.rpartition(" (")
         head = (pictured(name), f"({count}") if ex.head_label else None
         for fit in FITS:
-            text = self._line(ex, flags, head, fit)
-            if text.cell_len <= width:
+            if self._line(ex, flags, head, fit).cell_len <= width:
                 break
-        self.update(text, layout=False)  # its size is fixed by CSS: no layout pass
+        self._text = (ex, flags, head, fit)
+        self.refresh()  # its size is fixed by CSS: no layout pass
 
-    @staticmethod
-    def _line(ex: Explanation, flags: str, head: tuple[str, str] | None, fit: Fit) -> Text:
+    def _line(self, ex: Explanation, flags: str, head: tuple[str, str] | None, fit: Fit) -> Text:
         text = Text(no_wrap=True, overflow="ellipsis")
         text.append(" ")
         if fit.formula:
@@ -99,19 +117,19 @@ class FormulaLine(Static):
             for piece, active in ex.formula:
                 if after_v and not fit.tail and not active:
                     continue
-                text.append(piece, style=TEXT["formula_active"] if active else TEXT["formula"])
+                text.append(piece, style=self.look("active" if active else "formula"))
                 after_v = after_v or piece == "V"
             text.append(fit.gap)
-        text.append(ex.stage_label, style=TEXT["stage_label"])
+        text.append(ex.stage_label, style=self.look("stage"))
         text.append(" · ")
         text.append(ex.counter, style="bold")
         if head is not None:
             text.append(" · ")
-            text.append(f"{shorten(head[0], fit.name) if fit.name else head[0]} {head[1]}", style=TEXT["head_label"])
+            text.append(f"{shorten(head[0], fit.name) if fit.name else head[0]} {head[1]}", style=self.look("head"))
         if flags:
             if fit.compact_flags:
                 flags = flags.replace(" dp", "dp").replace(" · ", "·")
-            text.append(f"{fit.gap}[{flags}]", style=TEXT["muted"])
+            text.append(f"{fit.gap}[{flags}]", style=self.look("muted"))
         return text
 
 
@@ -131,7 +149,7 @@ FITS = (Fit(), Fit(gap="  "), Fit(gap="  ", tail=False), Fit(gap="  ", tail=Fals
         Fit(gap=" ", tail=False, compact_flags=True, name=4, formula=False))
 
 
-class ExplainPanel(SyncedScrollView, can_focus=False):
+class ExplainPanel(SyncedScrollView, Styled, can_focus=False):
     """The current operation's arithmetic with its real numbers, and what the stage means.
 
     Each line is wrapped at term boundaries (never inside an expression) with a hanging
@@ -140,20 +158,27 @@ class ExplainPanel(SyncedScrollView, can_focus=False):
     short for all of it, the panel scrolls (mouse wheel, or page up / page down).
     """
 
+    PREFIX = "explain"
+    KINDS = ("arithmetic", "detail", "note", "meaning", "description")  # each logical line is one
+    COMPONENT_CLASSES: ClassVar[set[str]] = {f"explain--{kind}" for kind in KINDS}
+
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
-        self._lines: tuple[tuple[str, str], ...] = ()  # (text, style key in TEXT) of each logical line
+        self._lines: tuple[tuple[str, str], ...] = ()  # (text, one of KINDS) of each logical line
         self._strips: list[Strip] = []
-        self._wrapped: tuple[int, list[Strip]] = (-1, [])  # (width, lines) of the current text
+        # the current text's lines, wrapped at a width in the theme's styles (a new theme wraps again)
+        self._wrapped: tuple[tuple[int, tuple[Style, ...]] | None, list[Strip]] = (None, [])
 
     def _wrap(self, width: int) -> list[Strip]:
-        if self._wrapped[0] != width:
+        looks = {kind: self.look(kind) for kind in self.KINDS}  # Textual keeps them: a lookup each
+        key = (width, tuple(looks.values()))
+        if self._wrapped[0] != key:
             strips = []
             for text, kind in self._lines:
-                rich = _style(TEXT[kind])
+                rich = looks[kind]
                 prose = kind in ("meaning", "description")  # sentences, not arithmetic
                 strips += [Strip([Segment(line, rich)]) for line in wrap(text, width, prose=prose)]
-            self._wrapped = (width, strips)
+            self._wrapped = (key, strips)
         return self._wrapped[1]
 
     @property
@@ -176,14 +201,9 @@ class ExplainPanel(SyncedScrollView, can_focus=False):
         if tuple(lines) == self._lines:
             return
         self._lines = tuple(lines)
-        self._wrapped = (-1, [])
+        self._wrapped = (None, [])
         if self.scroll_y:
             self.scroll_to(y=0, animate=False, immediate=True)  # a new operation reads from its first line
-        self._redraw_changed()
-
-    def restyle(self) -> None:
-        """Draw the same lines in the colours of a new theme."""
-        self._wrapped = (-1, [])
         self._redraw_changed()
 
     def on_resize(self) -> None:
@@ -208,16 +228,10 @@ class ExplainPanel(SyncedScrollView, can_focus=False):
 
     def render_line(self, y: int) -> Strip:
         width = self.scrollable_content_region.width
-        if self._wrapped[0] != width:  # laid out at a new width since the last step
-            self._strips = self._wrap(width)
+        self._strips = self._wrap(width)  # the same lines, unless laid out at a new width or in a new theme
         row = y + int(self.scroll_y)
         strip = self._strips[row] if row < len(self._strips) else Strip.blank(width)
         return strip.apply_style(self.rich_style).crop_extend(0, width, self.rich_style)
-
-
-@lru_cache(maxsize=32)
-def _style(text: str) -> Style:
-    return Style.parse(text)
 
 
 class _Key(Protocol):
@@ -258,8 +272,13 @@ class KeyFooter(Footer):
         room = width - sum(self.key_width(w) + 2 for w in widgets if w.has_class("-command-palette"))  # its border
 
         def rank(names: tuple[str, ...], key: Widget) -> int:
-            action = cast(_Key, key).action.partition("(")[0].rpartition(".")[2]  # "app.quiz" and "head(1)" too
-            return names.index(action) if action in names else len(names) + keys.index(key)
+            call = cast(_Key, key).action
+            name = call.partition("(")[0]
+            bare = name.rpartition(".")[2]  # "app.quiz" is quiz, "head(1)" head
+            for action in (bare + call[len(name):], bare):  # a call named whole ("side('cache')") comes first
+                if action in names:
+                    return names.index(action)
+            return len(names) + keys.index(key)
 
         shown = set(keys)
         for key in sorted(keys, key=lambda k: rank(self.keep, k), reverse=True):

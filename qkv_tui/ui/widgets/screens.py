@@ -13,6 +13,7 @@ from textual.binding import Binding, BindingType
 from textual.containers import Vertical, VerticalScroll
 from textual.widgets import Input, Static
 
+from qkv_tui.display.side_views import SIDE_VIEWS
 from qkv_tui.display.text import pictured
 from qkv_tui.display.view import STAGE_KEYS, stage_key
 from qkv_tui.teach.trace import Stage
@@ -45,9 +46,7 @@ KEYS = (
     ("g", "go to operation N"),
     ("page down / up", "scroll the explanation when it is longer than its room"),
     ("tab / shift+tab", "next / previous head"),
-    ("k", "KV cache: prefill, then decode a token at a time over a paged cache (→ ← step; k again leaves)"),
-    ("c", "in the cache view: prefill at once → chunked prefill → token by token"),
-    ("t", "tiles: FlashAttention's online softmax, one tile of keys at a time (→ ← step; t again leaves)"),
+    *(row for view in SIDE_VIEWS for row in view.help),  # k (and c), t: display/side_views.py
     ("p", "predict-then-reveal: type each result before it is shown; escape reveals a pending answer,"
           " escape or p leaves; while a question waits, digits type the answer (] [ change stage)"),
     ("w", "what if: this row's softmax with and without ÷√dₖ, at dₖ ×1, ×4, ×16"),
@@ -85,17 +84,9 @@ NOTES = (
 )
 
 
-class _Modal(Modal[None]):
+class PageScreen(Modal[None]):
     """A page of text over the trace: its own key (? or n), escape or q closes it; ↑ ↓ scroll it."""
 
-    DEFAULT_CSS = """
-    _Modal { align: center middle; }
-    _Modal > VerticalScroll {
-        width: 90%; max-width: 100; height: 90%;
-        border: round $accent; background: $surface; padding: 0 1;
-        border-subtitle-color: $text-muted;
-    }
-    """
     CLOSE_HINT: ClassVar[str] = "esc or q closes"  # the border's subtitle and the page's first line say it too
 
     def action_dismiss_screen(self) -> None:
@@ -110,7 +101,7 @@ class _Modal(Modal[None]):
             yield Static(self.body())
 
 
-class HelpScreen(_Modal):
+class HelpScreen(PageScreen):
     """Every key, and what each stage computes."""
 
     BINDINGS: ClassVar[list[BindingType]] = [
@@ -163,7 +154,7 @@ def _indented(text: str, indent: int, style: str = "") -> Padding:
     return Padding(Text(text, style=style), (0, 0, 0, indent))
 
 
-class NotesScreen(_Modal):
+class NotesScreen(PageScreen):
     """The seed page's caveats."""
 
     BINDINGS: ClassVar[list[BindingType]] = [
@@ -199,13 +190,6 @@ def parse_operation(text: str, total: int) -> int | None:
 class GotoScreen(Modal[int | None]):
     """Ask for an operation number; answers kindly when the input is not one."""
 
-    DEFAULT_CSS = """
-    GotoScreen { align: center middle; }
-    GotoScreen > Vertical {
-        width: 50; height: auto; border: round $accent; background: $surface; padding: 0 1;
-    }
-    GotoScreen #goto-error { color: $warning; height: auto; }
-    """
     BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "cancel", "cancel", key_display="esc")]
 
     def __init__(self, total: int) -> None:

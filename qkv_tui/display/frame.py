@@ -1,0 +1,16 @@
+"""Frame: what one screen shows, as plain data (built by display/presenter.py and the side views)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from qkv_tui.display.view import Explanation, PaneSpec
+
+
+@dataclass(frozen=True)
+class Frame:
+    explanation: Explanation
+    focus: list[PaneSpec]
+    extra: list[PaneSpec]
+    notes: tuple[str, ...]  # lines added under the explanation (hand rounding, what-if)
+    description: str  # the scenario's description, on its first screen

@@ -1,0 +1,29 @@
+"""What the learner has switched on: decimals, hand rounding, the what-if table, the view in
+front (the operation trace or one of the side views of display/side_views.py) and the quiz."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from qkv_tui.teach.quiz import Question, Score
+
+MIN_DECIMALS, MAX_DECIMALS = 1, 8  # at 0 a weight row reads 0 0 0: it must visibly sum to 1
+TRACE = "trace"  # the operation trace: the view that is no side view
+
+
+@dataclass(frozen=True)
+class Modes:
+    decimals: int = 3  # shown after the point (the seed uses 3)
+    hand: bool = False  # every intermediate rounded to the shown decimals before it is used
+    whatif: bool = False  # the current query row's softmax with and without scaling, at wider heads
+    view: str = TRACE  # the view in front: the trace, or a side view's name ("cache", "tiles")
+    side_step: int = 0  # the step in the side view: a prefill/decode step, or a tile operation
+    schedule: str = "prefill"  # the cache view's schedule: "prefill", "chunked" or "tokens"
+    quiz: Score | None = None  # predict-then-reveal is on when this is set
+    question: Question | None = None  # what the learner is being asked now; its result is hidden
+    message: str = ""  # the quiz's last word to the learner
+
+    @property
+    def side(self) -> bool:
+        """A side view is in front (the trace's keys and its quiz do not act there)."""
+        return self.view != TRACE

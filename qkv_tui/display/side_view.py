@@ -1,0 +1,44 @@
+"""What a side view is: a screen beside the operation trace, stepped on its own (→ ←, home, end),
+opened by its key and closed by the same key again.
+
+Each view is one module that defines one ``SideView`` (display/decode_view.py, tiled_view.py);
+display/side_views.py lists them. The app's keys, the command palette, the help, the screenshots'
+names and the closing summary's "Next:" line all walk that list, so a new view needs nothing else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass
+from typing import Protocol, TypeVar
+
+from qkv_tui.core.engine import Computation
+from qkv_tui.display.frame import Frame
+from qkv_tui.display.modes import Modes
+
+T = TypeVar("T")
+
+
+class Sources(Protocol):
+    """What a side view builds from: the computation, and a store that keeps what was built for it
+    (a decode per schedule, a tiling per head), so stepping and toggling back cost nothing."""
+
+    @property
+    def comp(self) -> Computation: ...
+
+    def kept(self, key: Hashable, build: Callable[[], T]) -> T: ...
+
+
+@dataclass(frozen=True)
+class SideView:
+    name: str  # Modes.view while it is open; also its word in a screenshot's name
+    key: str  # the key that opens it (and, pressed again, returns to the trace)
+    label: str  # the footer's word for that key
+    title: str  # its entry in the command palette
+    summary: str  # the palette's line under the title, after "key: "
+    closing: str  # how the last operation's "Next:" line names it, after its key
+    help: tuple[tuple[str, str], ...]  # its rows in the help's table of keys: (keys, what they do)
+    steps: Callable[[Sources, Modes, int], int]  # how many steps it has, for a head
+    frame: Callable[[Sources, Modes, int, int], Frame]  # the screen at (step, head); step < steps
+    shot: Callable[[Modes], str]  # its part of a screenshot's name ("cache", "cache-chunked", "tiles")
+    option: Callable[[Modes], Modes] | None = None  # what c does in it (the cache's schedules), if anything

@@ -1,0 +1,18 @@
+"""The side views, each listed once: the app's keys, the palette, the help, the screenshots' names and
+the closing summary walk this list (display/side_view.py says what an entry holds)."""
+
+from __future__ import annotations
+
+from qkv_tui.display import decode_view, tiled_view
+from qkv_tui.display.side_view import SideView
+
+SIDE_VIEWS: tuple[SideView, ...] = (
+    decode_view.VIEW,  # k: prefill and decode over a paged KV cache
+    tiled_view.VIEW,  # t: FlashAttention's online softmax
+)
+BY_NAME = {view.name: view for view in SIDE_VIEWS}
+
+
+def side_view(name: str) -> SideView | None:
+    """The side view of that name (Modes.view); None for the trace."""
+    return BY_NAME.get(name)
