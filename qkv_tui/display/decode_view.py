@@ -12,6 +12,7 @@ from qkv_tui.display.frame import Frame
 from qkv_tui.display.modes import Modes
 from qkv_tui.display.side_view import SideView, Sources
 from qkv_tui.display.view import Explanation, PaneSpec, column_widths
+from qkv_tui.kernels.softmax import masked_logits, softmax_rows
 from qkv_tui.teach.arith import fit
 from qkv_tui.teach.decode import SCHEDULE_NAMES, SCHEDULES, Decode, DecodeStep, decode
 
@@ -86,7 +87,7 @@ def decode_panes(dec: Decode, index: int, head: int, decimals: int) -> tuple[lis
         _pane("dtable", "block table", np.array([paging.table.physical], dtype=float), ("physical",),
               tuple(str(i) for i in range(len(paging.table.physical))), decimals, subtitle=name),
     ]
-    masked = np.where(step.allowed, step.scaled, -np.inf)
+    masked = masked_logits(step.scaled, step.allowed)
     divisor = dec.comp.heads[head].scale
     scale = f"√{dec.comp.heads[head].d_k}" if dec.comp.heads[head].scale_is_default else f"{divisor:g}"
     outputs = dec.outputs(head, index)
@@ -233,13 +234,11 @@ def decode_lines(dec: Decode, index: int, head: int, decimals: int) -> list[str]
     kept = logits[live]
     if hr.sink is not None:  # the sink joins the sum as one more column, then is dropped
         sink = hr.sink
-        (kept_text,), weights = fit(
-            lambda v: np.exp(v - max(v.max(), sink)) / (np.exp(v - max(v.max(), sink)).sum()
-                                                        + np.exp(sink - max(v.max(), sink))),
-            [kept], step.weights[r][live], decimals)
+        (kept_text,), weights = fit(lambda v: softmax_rows(np.asarray(v)[None, :], sink).weights[0], [kept],
+                                    step.weights[r][live], decimals)
         softmax = f"softmax({kept_text} with the sink {sink:g}, then dropped)"
     else:
-        (kept_text,), weights = fit(lambda v: np.exp(v - v.max()) / np.exp(v - v.max()).sum(), [kept],
+        (kept_text,), weights = fit(lambda v: softmax_rows(np.asarray(v)[None, :]).weights[0], [kept],
                                     step.weights[r][live], decimals)
         softmax = f"softmax({kept_text})"
     lines.append(f"weights[{token}] = {softmax} = {weights}"
