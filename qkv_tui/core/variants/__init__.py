@@ -5,7 +5,8 @@ one-line error (naming the key, where it sits and what was expected, like the re
 the did-you-mean hints, its part of the ``--check`` summary and, for a top-level table, the lines
 the TOML export writes for it. The loader (:mod:`qkv_tui.core.scenario`) and the export walk
 :data:`TABLES`; ``--check`` walks :data:`FEATURES`. Adding a table is one module with a
-:class:`~qkv_tui.core.variants.common.Table` and one line in ``FEATURES`` (docs/architecture.md).
+:class:`~qkv_tui.core.variants.common.Table`, one line in ``FEATURES`` and the Scenario field of
+the table's name that the loader fills (docs/architecture.md).
 """
 
 from __future__ import annotations
