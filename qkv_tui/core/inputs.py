@@ -13,7 +13,7 @@ from typing import Any
 
 from qkv_tui.base.values import kind as _kind
 from qkv_tui.base.values import show as _show
-from qkv_tui.core.variants import MAX_INDEX, Checker, choice, table_of
+from qkv_tui.core.variants.common import MAX_INDEX, Checker, choice, table_of
 
 INPUT_KEYS = ("kind", "layer")
 INPUT_KINDS = ("embedding", "embedding+position", "residual")

@@ -34,17 +34,20 @@ from qkv_tui.core.variants import Alibi, Norm, Rope
 TOP_KEYS = (
     "title", "description", "tokens", "X", "mask", "scale",
     "heads", "attention", "output", "context",
-    "norm", "rope", "alibi",  # modern attention (core/variants.py)
+    *(t.key for t in variants.TABLES),  # modern attention's tables (core/variants/)
     "model",  # a real model's head: expanded by the importers before validation
     "input",  # what X is (core/inputs.py); the importers set it
     "tiles", "cache",  # the production views' settings (core/production.py)
 )
-HEAD_KEYS = ("name", "W_Q", "W_K", "W_V", "b_Q", "b_K", "b_V", "sink", "kv_head")
+# the variants' keys inside the loader's own tables come from their modules (core/variants/)
+HEAD_KEYS = ("name", "W_Q", "W_K", "W_V", *variants.biases.HEAD_KEYS, variants.sinks.HEAD_KEY, variants.kv_heads.HEAD_KEY)
 ATTENTION_REQUIRED = ("num_heads", "W_Q", "W_K", "W_V")
-ATTENTION_KEYS = (*ATTENTION_REQUIRED, "num_kv_heads", "b_Q", "b_K", "b_V", "sinks")
-OUTPUT_KEYS = ("W_O", "b_O")
+ATTENTION_KEYS = (
+    *ATTENTION_REQUIRED, variants.kv_heads.ATTENTION_KEY, *variants.biases.HEAD_KEYS, variants.sinks.ATTENTION_KEY
+)
+OUTPUT_KEYS = ("W_O", *variants.biases.OUTPUT_KEYS)
 CONTEXT_KEYS = ("tokens", "X")
-MASK_KEYS = ("kind", "pad", "allow", "window")
+MASK_KEYS = ("kind", "pad", "allow", variants.window.MASK_KEY)
 MASK_KINDS = ("none", "causal", "padding", "custom", "sliding")
 
 
@@ -291,16 +294,14 @@ def key_tables() -> dict[str, tuple[str, ...]]:
         "[output]": OUTPUT_KEYS,
         "[context]": CONTEXT_KEYS,
         "[mask]": MASK_KEYS,
-        "[norm]": variants.NORM_KEYS,
-        "[rope]": variants.ROPE_KEYS,
-        "[alibi]": variants.ALIBI_KEYS,
+        **{t.header: t.keys for t in variants.TABLES},
         "[tiles]": TILES_KEYS,
         "[cache]": CACHE_KEYS,
         "[input]": INPUT_KEYS,
     }
 
 
-TOP_TABLES = ("heads", "attention", "output", "context", "mask", "norm", "rope", "alibi", "model", "tiles", "cache")
+TOP_TABLES = ("heads", "attention", "output", "context", "mask", *(t.key for t in variants.TABLES), "model", "tiles", "cache")
 
 
 def _misplaced(key: str, here: str, value: Any = None) -> str | None:
@@ -461,21 +462,32 @@ class _Validator:
         W_O, b_O = self.output(doc, heads)
         scale = self.scale(doc)
         mask_kind, allow, window = self.mask(doc, tokens, key_tokens, context_X is not None)
-        norm = variants.parse_norm(self, doc, d_model)
-        head_dks = [
-            (f"head {i + 1}" + ("" if h.name == f"head {i + 1}" else f" ({_quote(h.name)})"), h.d_k) for i, h in enumerate(heads)
-        ]
-        rope = variants.parse_rope(self, doc, tokens, context_X is not None, head_dks)
-        positions = rope.positions if rope is not None else tuple(range(len(tokens)))
-        alibi = variants.parse_alibi(self, doc, len(heads), context_X is not None, (mask_kind, allow), tokens, positions)
+        ctx = variants.Context(
+            self, tokens, d_model, context_X is not None,
+            tuple((f"head {i + 1}" + ("" if h.name == f"head {i + 1}" else f" ({_quote(h.name)})"), h.d_k)
+                  for i, h in enumerate(heads)),
+            mask_kind, allow,
+        )
+        tables = self.tables(doc, ctx)
         return Scenario(
             title=title, description=description, source=self.source,
             tokens=tokens, X=X, key_tokens=key_tokens, context_X=context_X,
             mask_kind=mask_kind, allow=allow, scale=scale, heads=heads, W_O=W_O,
-            num_heads_split=split, norm=norm, rope=rope, alibi=alibi, window=window,
+            num_heads_split=split, **tables, window=window,
             b_O=b_O, num_kv_heads=kv_split, production=parse_production(doc, len(tokens), self.fail),
             input=parse_input(self, doc),
         )
+
+    def tables(self, doc: dict[str, Any], ctx: variants.Context) -> dict[str, Any]:
+        """Each variant table the file has, in the registry's order, by key (the Scenario field it fills); None where absent."""
+        found: dict[str, Any] = {}
+        for t in variants.TABLES:
+            table = variants.table_of(self, doc, t.key)
+            if table is not None:
+                self.known(table, t.keys, t.header)
+                ctx.earlier[t.key] = t.parse(table, ctx)
+            found[t.key] = ctx.earlier.get(t.key)
+        return found
 
     def heads(
         self, doc: dict[str, Any], d_model: int, d_in: int, d_in_name: str
@@ -508,8 +520,8 @@ class _Validator:
                     for role, width in (("Q", d_k), ("K", d_k), ("V", d_v))
                 )
                 sink = variants.parse_sink(self, table, f"{where} sink")
-                result.append(Head(name, mats["W_Q"], mats["W_K"], mats["W_V"], b_Q, b_K, b_V, sink=sink,
-                                   kv_head=self.kv_head(table, where, i, result, (mats["W_K"], mats["W_V"], b_K, b_V))))
+                kv_head = variants.parse_kv_head(self, table, where, i, result, (mats["W_K"], mats["W_V"], b_K, b_V))
+                result.append(Head(name, mats["W_Q"], mats["W_K"], mats["W_V"], b_Q, b_K, b_V, sink=sink, kv_head=kv_head))
             return tuple(result), None, None
 
         table = doc["attention"]
@@ -574,27 +586,6 @@ class _Validator:
                 sink=sinks[h], kv_head=kv,
             ))
         return tuple(heads), count, (kv_count if kv_count != count else None)
-
-    def kv_head(self, table: dict[str, Any], where: str, i: int, earlier: list[Head], kv: tuple[Any, ...]) -> int:
-        """``kv_head`` in [[heads]]: the K/V head it reads (a real model's index); default its own index.
-        Heads that name the same K/V head read the same Keys and Values, so they must carry the same W_K, W_V."""
-        if "kv_head" not in table:
-            return i
-        value = table["kv_head"]
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise self.fail(f"{where} kv_head must be a whole number >= 0 (the K/V head it reads), got {_kind(value)}")
-        if value > variants.MAX_INDEX:
-            raise self.fail(f"{where} kv_head is {_show(value)}, too large; expected a K/V head index from 0 to 2^53")
-        for j, other in enumerate(earlier):
-            theirs = (other.W_K, other.W_V, other.b_K, other.b_V)
-            same = all((a is None and b is None) or (a is not None and b is not None and np.array_equal(a, b))
-                       for a, b in zip(kv, theirs))
-            if other.kv_head == value and not same:
-                raise self.fail(
-                    f"{where} has kv_head = {value} like [[heads]] #{j + 1}, but different W_K, W_V or biases;"
-                    " expected heads that share a K/V head to carry the same K/V weights"
-                )
-        return value
 
     def check_projection(
         self, W_Q: Matrix, W_K: Matrix, W_V: Matrix, where: str, d_model: int, d_in: int, d_in_name: str,

@@ -7,41 +7,15 @@ export gives bit-for-bit the same matrices, and the same computation.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
 
 import numpy as np
 
+from qkv_tui.core import variants
 from qkv_tui.core.scenario import Matrix, Scenario
-
-
-def number(value: float) -> str:
-    """A finite float as TOML: whole numbers without ".0" (hand-made files read as written), the rest exactly."""
-    v = float(value)
-    if not math.isfinite(v):
-        raise ValueError(f"{v} cannot be written to a scenario file")
-    if v.is_integer() and abs(v) < 2**53:
-        return str(int(v))
-    return repr(v)
-
-
-def string(text: str) -> str:
-    """A TOML basic string."""
-    out = []
-    for c in text:
-        if c in '"\\':
-            out.append("\\" + c)
-        elif c in "\b\t\n\f\r":
-            out.append({"\b": "\\b", "\t": "\\t", "\n": "\\n", "\f": "\\f", "\r": "\\r"}[c])
-        elif ord(c) < 0x20 or ord(c) == 0x7F:
-            out.append(f"\\u{ord(c):04x}")
-        else:
-            out.append(c)
-    return '"' + "".join(out) + '"'
-
-
-def vector(values: Iterable[float]) -> str:
-    return "[" + ", ".join(number(v) for v in values) + "]"
+from qkv_tui.core.toml_text import number as number  # re-exported: how the CLI and the tests write a value
+from qkv_tui.core.toml_text import string as string
+from qkv_tui.core.toml_text import vector as vector
 
 
 def matrix(array: Matrix) -> str:
@@ -120,18 +94,10 @@ def to_toml(scenario: Scenario) -> str:
 
 
 def _modern_tables(sc: Scenario) -> list[str]:
-    """[norm], [rope] and [alibi] (docs/scenario-format.md), where the scenario has them."""
+    """The variant tables (docs/scenario-format.md) the scenario has, each written by its own module."""
     lines: list[str] = []
-    if sc.norm is not None:
-        lines += ["", "[norm]", f"kind = {string(sc.norm.kind)}", f"gamma = {vector(sc.norm.gamma)}"]
-        if sc.norm.beta is not None:
-            lines.append(f"beta = {vector(sc.norm.beta)}")
-        lines.append(f"eps = {float(sc.norm.eps)!r}")
-    if sc.rope is not None:
-        lines += ["", "[rope]", f"layout = {string(sc.rope.layout)}", f"base = {float(sc.rope.base)!r}",
-                  f"positions = [{', '.join(map(str, sc.rope.positions))}]"]
-    if sc.alibi is not None:
-        lines += ["", "[alibi]"]
-        if not sc.alibi.default:
-            lines.append(f"slopes = {vector(sc.alibi.slopes)}")
+    for table in variants.TABLES:
+        value = getattr(sc, table.key)
+        if value is not None:
+            lines += ["", *table.write(value)]
     return lines

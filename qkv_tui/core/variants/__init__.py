@@ -1,0 +1,71 @@
+"""Modern attention's scenario keys (docs/scenario-format.md): one module per variant, registered here.
+
+Each module holds what its keys are: the dataclass the engine reads, the keys, the parser with every
+one-line error (naming the key, where it sits and what was expected, like the rest of the format),
+the did-you-mean hints, its part of the ``--check`` summary and, for a top-level table, the lines
+the TOML export writes for it. The loader (:mod:`qkv_tui.core.scenario`) and the export walk
+:data:`TABLES`; ``--check`` walks :data:`FEATURES`. Adding a table is one module with a
+:class:`~qkv_tui.core.variants.common.Table`, one line in ``FEATURES`` and the Scenario field of
+the table's name that the loader fills (docs/architecture.md).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from qkv_tui.core.arrays import Vector as Vector  # re-exported: the modules that read a Norm or Rope import it from here
+from qkv_tui.core.variants import alibi, biases, kv_heads, norm, rope, sinks, window
+from qkv_tui.core.variants.alibi import ALIBI_KEYS as ALIBI_KEYS
+from qkv_tui.core.variants.alibi import Alibi as Alibi
+from qkv_tui.core.variants.alibi import alibi_later_key as alibi_later_key
+from qkv_tui.core.variants.alibi import alibi_mask as alibi_mask
+from qkv_tui.core.variants.alibi import default_slopes as default_slopes
+from qkv_tui.core.variants.biases import parse_bias as parse_bias
+from qkv_tui.core.variants.common import MAX_INDEX as MAX_INDEX
+from qkv_tui.core.variants.common import Checker as Checker
+from qkv_tui.core.variants.common import Context as Context
+from qkv_tui.core.variants.common import Features as Features
+from qkv_tui.core.variants.common import HeadFeatures as HeadFeatures
+from qkv_tui.core.variants.common import Keys, Lookalikes, Table
+from qkv_tui.core.variants.common import choice as choice
+from qkv_tui.core.variants.common import number as number
+from qkv_tui.core.variants.common import numbers as numbers
+from qkv_tui.core.variants.common import table_of as table_of
+from qkv_tui.core.variants.kv_heads import kv_head_of as kv_head_of
+from qkv_tui.core.variants.kv_heads import parse_kv_head as parse_kv_head
+from qkv_tui.core.variants.kv_heads import parse_num_kv_heads as parse_num_kv_heads
+from qkv_tui.core.variants.norm import DEFAULT_EPS as DEFAULT_EPS
+from qkv_tui.core.variants.norm import NORM_KEYS as NORM_KEYS
+from qkv_tui.core.variants.norm import NORM_KINDS as NORM_KINDS
+from qkv_tui.core.variants.norm import Norm as Norm
+from qkv_tui.core.variants.rope import DEFAULT_BASE as DEFAULT_BASE
+from qkv_tui.core.variants.rope import ROPE_KEYS as ROPE_KEYS
+from qkv_tui.core.variants.rope import ROPE_LAYOUTS as ROPE_LAYOUTS
+from qkv_tui.core.variants.rope import Rope as Rope
+from qkv_tui.core.variants.sinks import parse_sink as parse_sink
+from qkv_tui.core.variants.sinks import parse_sinks as parse_sinks
+from qkv_tui.core.variants.window import parse_window as parse_window
+from qkv_tui.core.variants.window import sliding_allow as sliding_allow
+
+# In the order ``--check`` names them (the tables and the keys of other tables interleave).
+FEATURES: tuple[Table[Any] | Keys, ...] = (
+    norm.TABLE,
+    biases.KEYS,
+    rope.TABLE,
+    kv_heads.KEYS,
+    alibi.TABLE,
+    window.KEYS,
+    sinks.KEYS,
+)
+
+# The top-level tables, in the order the loader parses them (a table may read the ones before it:
+# [alibi] reads [rope]'s positions) and the TOML export writes them.
+TABLES: tuple[Table[Any], ...] = tuple(f for f in FEATURES if isinstance(f, Table))
+
+# (table, key) -> (the key meant, why): a key in the form of another table, renamed by the message.
+LOOKALIKES: Lookalikes = {pair: twin for f in FEATURES for pair, twin in f.lookalikes.items()}
+
+
+def summary_parts(sc: Features) -> list[str]:
+    """What ``--check`` adds to its one-line summary for the variant features a scenario uses."""
+    return [part for f in FEATURES for part in f.summary_parts(sc)]

@@ -1,0 +1,152 @@
+"""What every variant module of the scenario format shares: the loader's checker, the context a table
+is parsed in, the two kinds of registry entry, and the value rules the tables have in common.
+
+A variant's keys either make a top-level table of their own (:class:`Table`: ``[norm]``, ``[rope]``,
+``[alibi]``) or sit in tables the loader owns (:class:`Keys`: the biases, sinks and K/V heads in
+``[[heads]]`` and ``[attention]``, the window in ``[mask]``). Both say what ``--check`` names of them
+and the did-you-mean hints for their keys; a table also parses itself and writes itself back.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Generic, Protocol, TypeVar
+
+import numpy as np
+
+from qkv_tui.base.values import kind as _kind
+from qkv_tui.base.values import show as _show
+from qkv_tui.core.arrays import BoolMatrix, Vector
+
+MAX_INDEX = 2**53  # the largest position, window or K/V head index: every one is exact as a float64
+
+# (table, key) -> (the key meant, why): a key written in the form of another table
+Lookalikes = Mapping[tuple[str, str], tuple[str, str]]
+
+
+class Checker(Protocol):
+    """What the parsers need from the loader's validator (kept abstract to avoid an import cycle)."""
+
+    def fail(self, message: str) -> Exception: ...
+
+    def known(self, table: dict[str, Any], allowed: tuple[str, ...], where: str) -> None: ...
+
+    def number(self, item: Any, where: str) -> float: ...
+
+
+class HeadFeatures(Protocol):
+    """What the ``--check`` summary reads of a head (the loader's Head; abstract like Checker)."""
+
+    @property
+    def b_Q(self) -> Vector | None: ...
+
+    @property
+    def b_K(self) -> Vector | None: ...
+
+    @property
+    def b_V(self) -> Vector | None: ...
+
+    @property
+    def sink(self) -> float | None: ...
+
+
+class Features(Protocol):
+    """What the ``--check`` summary reads of a Scenario besides its tables (which it reads by key):
+    abstract like Checker, so no variant module imports the loader."""
+
+    @property
+    def heads(self) -> Sequence[HeadFeatures]: ...
+
+    @property
+    def b_O(self) -> Vector | None: ...
+
+    @property
+    def num_kv_heads(self) -> int | None: ...
+
+    @property
+    def window(self) -> int | None: ...
+
+
+@dataclass(frozen=True)
+class Context:
+    """What a table's parser may read of the scenario validated before it: one object, so a new
+    table needs no new argument list in the loader."""
+
+    v: Checker
+    tokens: tuple[str, ...]  # the query labels, n
+    d_model: int  # the width of X
+    is_cross: bool  # [context] given: keys and queries have no shared positions
+    heads: tuple[tuple[str, int], ...]  # each head as messages name it, and its d_k
+    mask_kind: str
+    allow: BoolMatrix  # (n, m) the mask: True = query i may attend key j
+    earlier: dict[str, object] = field(default_factory=dict)  # the tables parsed before this one, by key
+
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Table(Generic[T]):
+    """A top-level table of the format: ``[key]``, filling the Scenario field of the same name."""
+
+    key: str
+    keys: tuple[str, ...]  # every key it takes, in the order the messages list them
+    parse: Callable[[dict[str, Any], Context], T]  # the table as written (its keys already known) -> its value
+    summary: Callable[[T], str]  # its part of the ``--check`` line
+    write: Callable[[T], list[str]]  # its lines of a scenario file, the header first
+    lookalikes: Lookalikes = field(default_factory=dict)
+
+    @property
+    def header(self) -> str:
+        return f"[{self.key}]"
+
+    def summary_parts(self, sc: Features) -> list[str]:
+        value = getattr(sc, self.key)
+        return [] if value is None else [self.summary(value)]
+
+
+@dataclass(frozen=True)
+class Keys:
+    """A variant whose keys sit in tables the loader owns; the loader calls its parsers where those tables are read."""
+
+    summary_parts: Callable[[Features], list[str]]
+    lookalikes: Lookalikes = field(default_factory=dict)
+
+
+# --- value rules -----------------------------------------------------------------
+
+
+def number(v: Checker, value: Any, key: str, expected: str = "a finite number") -> float:
+    """A TOML integer or float, finite (the loader's own rules and wording); booleans are not numbers."""
+    return v.number(value, key)
+
+
+def numbers(v: Checker, value: Any, key: str, count: int, what: str) -> Vector:
+    """A flat list of exactly ``count`` finite numbers (``what`` says what each is for)."""
+    if not isinstance(value, list):
+        raise v.fail(f"{key} must be a list of {count} number{'s' if count != 1 else ''} ({what}), got {_kind(value)}")
+    if len(value) != count:
+        raise v.fail(f"{key} has {len(value)} number{'s' if len(value) != 1 else ''}; expected {count} ({what})")
+    out = [number(v, item, f"{key} item {i + 1}") for i, item in enumerate(value)]
+    array = np.array(out, dtype=np.float64)  # (count,)
+    array.setflags(write=False)
+    return array
+
+
+def table_of(v: Checker, doc: dict[str, Any], key: str) -> dict[str, Any] | None:
+    if key not in doc:
+        return None
+    table = doc[key]
+    if not isinstance(table, dict):
+        raise v.fail(f"{key} must be a table ([{key}]), got {_kind(table)}")
+    return table
+
+
+def choice(v: Checker, value: Any, key: str, allowed: tuple[str, ...]) -> str:
+    if not isinstance(value, str) or value not in allowed:
+        hint = difflib.get_close_matches(str(value), allowed, n=1, cutoff=0.5)
+        extra = f"; did you mean {hint[0]!r}?" if hint else ""
+        raise v.fail(f"{key} = {_show(value)} is not allowed; expected one of: {', '.join(map(repr, allowed))}{extra}")
+    return value

@@ -1,0 +1,47 @@
+"""The sliding window: ``window`` in a ``kind = "sliding"`` ``[mask]`` (docs/scenario-format.md)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from qkv_tui.base.values import kind as _kind
+from qkv_tui.base.values import show as _show
+from qkv_tui.core.variants.common import MAX_INDEX, Checker, Features, Keys
+
+MASK_KEY = "window"
+
+
+def parse_window(v: Checker, table: dict[str, Any], is_cross: bool) -> int:
+    """The sliding window of a ``kind = "sliding"`` mask."""
+    if is_cross:
+        raise v.fail("mask kind 'sliding' needs self-attention (a window over the same tokens); remove [context] or the mask")
+    if "window" not in table:
+        raise v.fail("mask kind 'sliding' needs window = W (a whole number >= 1: each token sees itself and the W−1 before it)")
+    window = table["window"]
+    if isinstance(window, bool) or not isinstance(window, int):
+        raise v.fail(f"[mask] window is {_kind(window)}; expected a whole number >= 1 (itself and the window−1 tokens before it)")
+    if window < 1:
+        raise v.fail(f"[mask] window is {_show(window)}, too small; expected a whole number >= 1 (each token sees itself"
+                     " and the window−1 tokens before it)")
+    if window > MAX_INDEX:
+        raise v.fail(f"[mask] window is {_show(window)}, too large; expected a whole number from 1 to 2^53"
+                     " (a window as long as the text is already the causal mask)")
+    return window
+
+
+def sliding_allow(n: int, window: int) -> npt.NDArray[np.bool_]:
+    """Query i may attend key j when 0 ≤ i − j < window (token indices, not rope positions)."""
+    i = np.arange(n)[:, None]
+    j = np.arange(n)[None, :]
+    allow: npt.NDArray[np.bool_] = (i - j >= 0) & (i - j < window)  # (n, n)
+    return allow
+
+
+def summary_parts(sc: Features) -> list[str]:
+    return [] if sc.window is None else [f"window {sc.window}"]
+
+
+KEYS = Keys(summary_parts)
