@@ -126,9 +126,9 @@ class QKVApp(Session):
                 for i in range(max(4, len(self.comp.heads) + 1)):
                     yield MatrixView(id=f"focus-{i}")
             for row in range(OVERVIEW_ROWS):
-                with Horizontal(id=f"overview-{row}", classes="overview"):
-                    for i in range(OVERVIEW_SLOTS):
-                        yield MatrixView(id=f"overview-{row}-{i}")
+                # empty until a screen needs its panes (_fill mounts them): every pane widget costs the first
+                # frame its stylesheet passes, and most screens show a few of the 24 context slots
+                yield Horizontal(id=f"overview-{row}", classes="overview")
             yield ExplainPanel(id="explain")
             with Vertical(id="quizbar"):
                 yield Static("", id="quiz-message")
@@ -296,7 +296,12 @@ class QKVApp(Session):
         widths = share_width(specs, self.term.width, used)
         if group not in self._slots:
             self._slots[group] = list(box.query(MatrixView))
-        for i, view in enumerate(self._slots[group]):
+        slots = self._slots[group]
+        if len(specs) > len(slots):  # a context row's slots are made when first needed, and then kept
+            more = [MatrixView(id=f"{group}-{i}") for i in range(len(slots), len(specs))]
+            box.mount_all(more)
+            slots.extend(more)
+        for i, view in enumerate(slots):
             view.place(widths[i] if i < len(specs) else None)
             if i < len(specs):
                 view.show(specs[i])
