@@ -51,3 +51,17 @@ async def test_switching_the_theme_restyles_from_the_stylesheet() -> None:
         await pilot.pause()
         assert current_cell_background(app) == "#ffd75f"
         assert colours(app.query_one(FormulaLine).render()) == dark_formula
+
+
+async def test_both_themes_draw_pane_frames_that_stand_out_from_the_background() -> None:
+    app = QKVApp("i_love_ai")
+    async with app.run_test(size=(120, 40)) as pilot:
+        for theme in ("textual-dark", "textual-light"):
+            app.theme = theme
+            await pilot.pause()
+            for widget in (next(v for v in app.query(MatrixView) if v.display), app.query_one(ExplainPanel)):
+                frame = widget.styles.border_top[1]
+                ground = widget.background_colors[1]
+                # the dark theme's frames differ from their ground by 0.235 in brightness; the light theme's were
+                # #FAFAFA on #E0E0E0 (0.10), which a projector washes out
+                assert abs(frame.brightness - ground.brightness) > 0.2, (theme, type(widget).__name__, frame, ground)
