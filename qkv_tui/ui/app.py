@@ -118,6 +118,13 @@ class QKVApp(Session):
     def decimals(self) -> int:
         return self.modes.decimals
 
+    def action_command_palette(self) -> None:
+        """Textual's palette, whose page keys wait for its list to be laid out (widgets/palette.py)."""
+        from qkv_tui.ui.widgets.palette import Palette  # with its first use, like the other overlays
+
+        if self.use_command_palette and not any(isinstance(s, Palette) for s in self.screen_stack):
+            self.push_screen(Palette(id="--command-palette"))
+
     def compose(self) -> ComposeResult:
         with Vertical(id="main"):
             yield StageBar(id="stagebar")
