@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
-
 from qkv_tui.core.engine import Computation
 from qkv_tui.core.fmt import cell_len, fmt, is_integral
 from qkv_tui.core.scenario import Matrix
@@ -72,8 +70,7 @@ def to_markdown(comp: Computation, decimals: int = 3) -> str:
         out.extend(spec.markdown(page, head))
 
     # as the trace walks them: a run of per-head stages head after head (Project … Mix of head 1, then of head 2)
-    for per_head, group in itertools.groupby(trace.specs, key=lambda s: s.per_head):
-        run = list(group)
+    for per_head, run in trace.stage_groups():
         if not per_head:
             for spec in run:
                 section(spec, None)

@@ -80,12 +80,8 @@ class Trace:
                 segs.append(Segment(key, numbers[key], head, plan.target, plan.rows, plan.cols, plan.per_row, start,
                                     spec.stage))
 
-        # a run of per-head stages goes head after head (Project … Mix of head 1, then of head 2); others once
-        for per_head, group in itertools.groupby(self.specs, key=lambda s: s.per_head):
-            run = list(group)
-            for head in range(len(comp.heads)) if per_head else [None]:
-                for spec in run:
-                    add(spec, head)
+        for spec, head in self.walk():
+            add(spec, head)
         self.segments: tuple[Segment, ...] = tuple(segs)
         self._starts = [s.start for s in segs]
         runs: list[StageRun] = []
@@ -114,6 +110,20 @@ class Trace:
             kv_owner.append(owner)
             kv_readers.setdefault(owner, []).append(h)
         return kv_owner, kv_readers
+
+    def stage_groups(self) -> Iterator[tuple[bool, list[StageSpec]]]:
+        """The stages in runs: (per head, the run). A run of per-head stages goes head after head (Project … Mix
+        of head 1, then of head 2); the others once. The trace, the Markdown export and the worksheet all
+        walk this order."""
+        for per_head, group in itertools.groupby(self.specs, key=lambda s: s.per_head):
+            yield per_head, list(group)
+
+    def walk(self) -> Iterator[tuple[StageSpec, int | None]]:
+        """Each stage with the head it runs for (None for a shared stage), in the trace's order."""
+        for per_head, run in self.stage_groups():
+            for head in range(len(self.comp.heads)) if per_head else [None]:
+                for spec in run:
+                    yield spec, head
 
     # --- structure ---------------------------------------------------------
 
