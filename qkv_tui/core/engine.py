@@ -286,7 +286,10 @@ def check_head(sc: Scenario, result: HeadResult) -> None:
         where = _at(keys if name in ("K", "V", "K_norm", "K_rot") else sc.tokens, bad[0])
         if name in ("scores", "scaled", "bias", "masked", "weights"):
             where += f', key "{keys[bad[1]]}"'
-        raise ScenarioError(sc.source, f"{result.name}: values in {name} overflow float64 at {where}; {_HEAD_HINTS[name]}")
+        hint = _HEAD_HINTS[name]
+        if name == "scores" and sc.qk_norm is not None:  # the normalised vectors' size is the gains'
+            hint = "expected smaller [qk_norm] gains (gamma_q, gamma_k), so that every product stays finite"
+        raise ScenarioError(sc.source, f"{result.name}: values in {name} overflow float64 at {where}; {hint}")
 
 
 def iter_heads(scenario: Scenario, norm: NormResult | None = None) -> Iterator[HeadResult]:
