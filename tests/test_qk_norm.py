@@ -228,7 +228,8 @@ ERRORS = {
     "gamma_q_length": (BASE + '[qk_norm]\nover = "head"\ngamma_q = [1, 1]\n' + HEAD,
                        "[qk_norm] gamma_q has 2 numbers; expected 3 (one gain per column of a head, d_k = 3)"),
     "gamma_k_all_length": (BASE + '[qk_norm]\nover = "all"\ngamma_k = [1, 1, 1, 1]\n' + SPLIT,
-                           "[qk_norm] gamma_k has 4 numbers; expected 2 (one gain per column of W_K, num_kv_heads × d_k = 1 × 2)"),
+                           "[qk_norm] gamma_k has 4 numbers; expected 2 (one gain per column of W_K,"
+                           " num_kv_heads × d_k = 1 × 2)"),
     "gamma_nan": (BASE + '[qk_norm]\nover = "head"\ngamma_q = [1, nan, 1]\n' + HEAD,
                   "[qk_norm] gamma_q item 2 is nan; expected a finite number"),
     "all_needs_attention": (BASE + '[qk_norm]\nover = "all"\n' + HEAD,
@@ -238,7 +239,8 @@ ERRORS = {
              "unknown key 'gama_q' in [qk_norm]; did you mean 'gamma_q'?"),
     "not_table": (BASE + 'qk_norm = "head"\n' + HEAD, "qk_norm must be a table ([qk_norm]), got a string"),
     "two_widths": (BASE + '[qk_norm]\nover = "head"\n' + HEAD
-                   + "[[heads]]\nW_Q = [[1, 0], [0, 1], [1, 0], [0, 1]]\nW_K = [[1, 0], [0, 1], [1, 0], [0, 1]]\nW_V = [[1], [0], [0], [1]]\n",
+                   + "[[heads]]\nW_Q = [[1, 0], [0, 1], [1, 0], [0, 1]]\nW_K = [[1, 0], [0, 1], [1, 0], [0, 1]]\n"
+                   + "W_V = [[1], [0], [0], [1]]\n",
                    "[qk_norm] needs every head to have the same d_k"),
 }
 

@@ -254,8 +254,8 @@ class Student:
         raise AssertionError(name)
 
 
-INPUTS = ("X", "X_ctx", "position", "γ", "β", "γ_q", "γ_k", "W_Q", "b_Q", "W_K", "b_K", "W_V", "b_V", "W_O", "b_O", "slope", "sink",
-          "cos/sin")
+INPUTS = ("X", "X_ctx", "position", "γ", "β", "γ_q", "γ_k", "W_Q", "b_Q", "W_K", "b_K", "W_V", "b_V", "W_O", "b_O", "slope",
+          "sink", "cos/sin")
 
 
 def answer_of(working: str) -> str:
