@@ -28,8 +28,8 @@ from .test_calculator import UnparsableError, check_text, evaluate
 from .variants_cases import ModernCase, modern_cases
 
 BLANK = re.compile(r"^\((\d+)\) _+$")
-PER_HEAD = {"W_Q", "b_Q", "Q", "Q'", "scores", "scaled", "weights", "output"}
-PER_KV = {"W_K", "b_K", "W_V", "b_V", "K", "V", "K'"}
+PER_HEAD = {"W_Q", "b_Q", "Q", "ms_Q", "Q̂", "Q'", "scores", "scaled", "weights", "output"}
+PER_KV = {"W_K", "b_K", "W_V", "b_V", "K", "ms_K", "K̂", "V", "K'"}
 Key = tuple[str, int]  # (corner name, head index; 0 for tables of the whole page)
 Ref = tuple[Key, int, int]
 
@@ -72,6 +72,7 @@ class Sheet:
     key: dict[int, str] = field(default_factory=dict)
     blanks: dict[Ref, int] = field(default_factory=dict)
     eps: float | None = None
+    qk_eps: float | None = None  # QK-norm's, from its rule
 
     @classmethod
     def read(cls, comp: Computation, text: str) -> Sheet:
@@ -81,7 +82,7 @@ class Sheet:
         section_head = 0
         seen_kv: set[tuple[str, tuple[int, ...]]] = set()
         for i, line in enumerate(lines):
-            found = re.match(r"^## \w[\w ]*?(?: \((.+)\))?$", line)
+            found = re.match(r"^## \w[\w -]*?(?: \((.+)\))?$", line)
             if found:
                 section_head = names.index(found.group(1)) if found.group(1) in names else 0
             if not (line.startswith("| ") and i + 1 < len(lines) and lines[i + 1].startswith("|---")):
@@ -118,7 +119,9 @@ class Sheet:
         for found_line in re.finditer(r"^- \((\d+)\) (.*)$", text, re.M):
             sheet.key[int(found_line.group(1))] = found_line.group(2)
         eps = re.search(r"eps = (\S+?)\. ", text)
-        sheet.eps = float(eps.group(1)) if eps else None
+        sheet.eps = float(eps.group(1)) if eps and "- QK-norm" not in text[:eps.start()].rsplit("\n- ", 1)[-1] else None
+        qk_eps = re.search(r"^- QK-norm .*\n  eps = (\S+?)\. ", text, re.M)
+        sheet.qk_eps = float(qk_eps.group(1)) if qk_eps else None
         done: set[int] = set()
         for key, grid in sheet.grids.items():
             if id(grid) in done:
@@ -186,6 +189,21 @@ class Student:
             width = len(sheet.grids[(source, 0)].cols)
             total = sum(get(source, 0, i, c) * get(f"W_{name}", h, c, j) for c in range(width))
             return total + (get(f"b_{name}", h, 0, j) if sheet.has(f"b_{name}", h) else 0.0)
+        if name in ("ms_Q", "ms_K"):
+            role = name[-1]
+            qk = sc.qk_norm
+            assert qk is not None
+            owners = [h] if qk.over == "head" else (range(len(sc.heads)) if role == "Q" else
+                                                    sorted({sc.kv_head(g): g for g in reversed(range(len(sc.heads)))}.values()))
+            xs = [get(role, g, i, c) for g in owners for c in range(len(sheet.grids[(role, g)].cols))]
+            return sum(x * x for x in xs) / len(xs)
+        if name in ("Q̂", "K̂"):
+            role = "Q" if name == "Q̂" else "K"
+            assert sc.qk_norm is not None and sheet.qk_eps is not None
+            d_k = len(sheet.grids[key].cols)
+            offset = 0 if sc.qk_norm.over == "head" else (h if role == "Q" else sc.kv_head(h)) * d_k
+            gamma = get(f"γ_{role.lower()}", 0, 0, offset + j)
+            return get(role, h, i, j) / math.sqrt(get(f"ms_{role}", h, i, 0) + sheet.qk_eps) * gamma
         if name in ("Q'", "K'"):
             assert sc.rope is not None
             d_k = len(sheet.grids[key].cols)
@@ -195,10 +213,11 @@ class Student:
             p = next(n for n, pair in enumerate(pairs) if j in pair)
             a, b = pairs[p]
             cos, sin = get("cos/sin", d_k, i, 2 * p), get("cos/sin", d_k, i, 2 * p + 1)
-            va, vb = get(name[0], h, i, a), get(name[0], h, i, b)
+            source = name[0] + ("̂" if sc.qk_norm is not None else "")
+            va, vb = get(source, h, i, a), get(source, h, i, b)
             return va * cos - vb * sin if j == a else va * sin + vb * cos
         if name == "scores":
-            q, k = ("Q'", "K'") if sc.rope is not None else ("Q", "K")
+            q, k = ("Q'", "K'") if sc.rope is not None else ("Q̂", "K̂") if sc.qk_norm is not None else ("Q", "K")
             d_k = len(sheet.grids[(q, h)].cols)
             return sum(get(q, h, i, c) * get(k, h, j, c) for c in range(d_k))
         if name == "scaled":
@@ -235,8 +254,8 @@ class Student:
         raise AssertionError(name)
 
 
-INPUTS = ("X", "X_ctx", "position", "γ", "β", "W_Q", "b_Q", "W_K", "b_K", "W_V", "b_V", "W_O", "b_O", "slope", "sink",
-          "cos/sin")
+INPUTS = ("X", "X_ctx", "position", "γ", "β", "γ_q", "γ_k", "W_Q", "b_Q", "W_K", "b_K", "W_V", "b_V", "W_O", "b_O", "slope",
+          "sink", "cos/sin")
 
 
 def answer_of(working: str) -> str:
@@ -319,6 +338,7 @@ def engine(comp: Computation, key: Key, r: int, c: int) -> float | None:
     name, h = key
     head = comp.heads[h]
     arrays = {"Q": head.Q, "K": head.K, "V": head.V, "Q'": head.Q_rot, "K'": head.K_rot, "scores": head.scores,
+              "Q̂": head.Q_norm, "K̂": head.K_norm,
               "scaled": head.masked, "weights": head.weights, "output": head.output, "final": comp.output,
               "X̂": comp.norm.X_norm if comp.norm is not None else None}
     array = arrays.get(name)

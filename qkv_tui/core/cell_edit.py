@@ -31,7 +31,8 @@ if TYPE_CHECKING:
 WEIGHTS = ("W_Q", "W_K", "W_V")
 HEAD_BIASES = ("b_Q", "b_K", "b_V")
 SHARED = ("W_K", "W_V", "b_K", "b_V")  # with grouped-query attention, heads that share a K/V head share these
-VECTORS = ("gamma", "beta", "b_O", *HEAD_BIASES)  # one row: cell (0, i) is entry i
+QK_GAINS = ("gamma_q", "gamma_k")  # [qk_norm]'s gains
+VECTORS = ("gamma", "beta", *QK_GAINS, "b_O", *HEAD_BIASES)  # one row: cell (0, i) is entry i
 # NAME, NAME[row,col] or NAME[i], then an optional "(head name)"
 ADDRESS = re.compile(r"\s*([A-Za-z_]+)\s*(?:\[\s*([^,\]]+?)\s*,\s*([^\]]+?)\s*\])?\s*(?:\[\s*\d+\s*\])?\s*(?:\(([^)]*)\))?\s*")
 
@@ -73,6 +74,9 @@ def _vector(sc: Scenario, name: str, head: int | None) -> Matrix | None:
         return getattr(sc.heads[head], name, None) if head is not None else None
     if name == "b_O":
         return getattr(sc, "b_O", None)
+    if name in QK_GAINS:
+        qk = getattr(sc, "qk_norm", None)
+        return None if qk is None else getattr(qk, name)
     norm = getattr(sc, "norm", None)
     if norm is None:
         return None
@@ -82,6 +86,12 @@ def _vector(sc: Scenario, name: str, head: int | None) -> Matrix | None:
         zeros: Matrix = np.zeros_like(norm.gamma)  # "layer" with beta left out: all 0, and editable
         return zeros
     vector: Matrix | None = getattr(norm, name, None)
+    return vector
+
+
+def value_of_vector(sc: Scenario, name: str) -> Matrix:
+    vector = _vector(sc, name, None)
+    assert vector is not None
     return vector
 
 
@@ -109,7 +119,7 @@ def _inputs(sc: Scenario) -> Iterator[tuple[str, int | None]]:
     """Every input (matrix, head) in the order the arrow keys visit them: X, the context, the norm,
     each head's weights, biases and sink, W_O, b_O, scale, mask. Arrays where the scenario has them;
     "sink", "scale" and "mask" always (a sink only where the head has one)."""
-    yield from (("X", None), ("context_X", None), ("gamma", None), ("beta", None))
+    yield from (("X", None), ("context_X", None), ("gamma", None), ("beta", None), ("gamma_q", None), ("gamma_k", None))
     for h, head in enumerate(sc.heads):
         yield from ((role, h) for role in ("W_Q", "b_Q", "W_K", "b_K", "W_V", "b_V"))
         if getattr(head, "sink", None) is not None:
@@ -278,6 +288,11 @@ def apply_edit(sc: Scenario, cell: InputCell, text: str) -> Scenario:
         entry = _with(current[None, :], 0, cell.col, value)[0]
         norm = replace(sc.norm, gamma=entry) if cell.matrix == "gamma" else replace(sc.norm, beta=entry)
         return replace(sc, norm=norm)
+    if cell.matrix in QK_GAINS:
+        current = _vector(sc, cell.matrix, None)
+        assert sc.qk_norm is not None and current is not None
+        gains = _with(current[None, :], 0, cell.col, value)[0]
+        return replace(sc, qk_norm=replace(sc.qk_norm, **{cell.matrix: gains}))
     if cell.matrix == "b_O":
         assert sc.b_O is not None
         return replace(sc, b_O=_with(sc.b_O[None, :], 0, cell.col, value)[0])
@@ -377,6 +392,11 @@ def _write_cell(doc: tomlkit.TOMLDocument, sc: Scenario, cell: InputCell) -> Non
             doc["norm"][cell.matrix][cell.col] = _number(value)
         else:  # left at its default in the file: write the whole vector
             doc["norm"][cell.matrix] = [_number(float(v)) for v in vector]
+    elif cell.matrix in QK_GAINS:
+        if cell.matrix in doc["qk_norm"]:
+            doc["qk_norm"][cell.matrix][cell.col] = _number(value)
+        else:  # left at its default in the file: write the whole vector
+            doc["qk_norm"][cell.matrix] = [_number(float(v)) for v in value_of_vector(sc, cell.matrix)]
     elif cell.matrix == "b_O":
         doc["output"]["b_O"][cell.col] = _number(value)
     elif cell.matrix == "sink" and cell.head is not None:

@@ -2,9 +2,10 @@
 
 Follows docs/scenario-format.md, "What is computed", line by line: X is normalised first where the
 scenario has a [norm]; per head Q = X W_Q + b_Q, K = X_kv W_K + b_K, V = X_kv W_V + b_V;
-RoPE rotates Q and K by position; scores = Q Kᵀ, scaled = scores / scale; the softmax's
-input is scaled + ALiBi bias with -inf where the mask forbids; weights = stable row softmax
-(with an attention sink joining each row's sum), output = weights V; then concat, W_O + b_O.
+[qk_norm] normalises each query and key vector; RoPE rotates Q and K by position;
+scores = Q Kᵀ, scaled = scores / scale; the softmax's input is scaled + ALiBi bias with -inf where
+the mask forbids; weights = stable row softmax (with an attention sink joining each row's sum),
+output = weights V; then concat, W_O + b_O.
 Query heads that share a K/V head (grouped-query attention) share its K and V arrays.
 """
 
@@ -17,10 +18,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from qkv_tui.core.scenario import BoolMatrix, Head, Matrix, Scenario, ScenarioError
-from qkv_tui.core.variants import Norm, Rope, Vector
-from qkv_tui.kernels.attention import Forward, Turn, head_forward
+from qkv_tui.core.variants import Norm, QKNorm, Rope, Vector
+from qkv_tui.kernels.attention import Forward, QKNormHead, Turn, head_forward, project
 from qkv_tui.kernels.attention import frozen as _frozen
-from qkv_tui.kernels.norm import normalise
+from qkv_tui.kernels.norm import Normed, normalise
 from qkv_tui.kernels.policy import EXACT, Policy
 from qkv_tui.kernels.rope import angles, turn
 from qkv_tui.kernels.sharing import same_kv_weights
@@ -60,15 +61,34 @@ class HeadResult:
     slope: float | None = None  # the ALiBi slope of this head
     sink: float | None = None  # the sink's logit; None without a sink
     sink_exp: Matrix | None = None  # (n,) e^(sink − row_max), the part of each row sum the sink takes
+    Q_normed: Normed | None = None  # (n, d_k) Q after QK-norm, each row's mean square and root; None without
+    K_normed: Normed | None = None  # (m, d_k)
+
+    @property
+    def Q_norm(self) -> Matrix | None:
+        return None if self.Q_normed is None else self.Q_normed.X_norm
+
+    @property
+    def K_norm(self) -> Matrix | None:
+        return None if self.K_normed is None else self.K_normed.X_norm
+
+    @property
+    def Q_turned(self) -> Matrix:
+        """The Queries RoPE turns: normalised where the scenario has QK-norm."""
+        return self.Q if self.Q_normed is None else self.Q_normed.X_norm
+
+    @property
+    def K_turned(self) -> Matrix:
+        return self.K if self.K_normed is None else self.K_normed.X_norm
 
     @property
     def Q_used(self) -> Matrix:
-        """The Queries that are scored: rotated where the scenario has rope."""
-        return self.Q if self.Q_rot is None else self.Q_rot
+        """The Queries that are scored: normalised and rotated where the scenario says so."""
+        return self.Q_turned if self.Q_rot is None else self.Q_rot
 
     @property
     def K_used(self) -> Matrix:
-        return self.K if self.K_rot is None else self.K_rot
+        return self.K_turned if self.K_rot is None else self.K_rot
 
 
 @dataclass(frozen=True, eq=False)
@@ -141,17 +161,18 @@ def compute_head(
     positions: tuple[int, ...] | None = None,
     slope: float | None = None,
     kv_head: int = 0,
-    shared: tuple[Matrix, Matrix, Matrix | None] | None = None,
+    shared: HeadResult | None = None,
+    qk_norm: QKNormHead | None = None,
 ) -> HeadResult:
     """One head (kernels/attention.py). ``X`` is what the Query projection reads (already normalised); ``shared``
-    hands over the K, V and rotated K of a K/V head computed for an earlier query head."""
+    is an earlier query head reading the same K/V head, whose K and V this one reuses."""
     bias = None
     if slope is not None:
         assert positions is not None
         bias = _frozen(alibi_bias(slope, positions))  # (n, n)
     f = head_forward(X, X_kv, head.W_Q, head.W_K, head.W_V, head.b_Q, head.b_K, head.b_V, allow,
                      math.sqrt(head.d_k) if scale is None else scale, turn=turn_of(rope, positions, head.d_k),
-                     bias=bias, sink=head.sink, shared=shared)
+                     bias=bias, sink=head.sink, shared=shared, qk_norm=qk_norm)
     return result_of(head, f, scale is None, slope, kv_head)
 
 
@@ -163,8 +184,33 @@ def result_of(head: Head, f: Forward, scale_is_default: bool, slope: float | Non
         W_Q=head.W_Q, W_K=head.W_K, W_V=head.W_V, Q=f.Q, K=f.K, V=f.V, scores=a.scores, scaled=a.scaled,
         masked=a.masked, row_max=soft.row_max, exps=soft.exps, row_sum=soft.row_sum, weights=soft.weights,
         output=a.output, kv_head=kv_head, b_Q=head.b_Q, b_K=head.b_K, b_V=head.b_V, Q_rot=f.Q_rot, K_rot=f.K_rot,
-        bias=a.bias, slope=slope, sink=head.sink, sink_exp=soft.sink_exp,
+        bias=a.bias, slope=slope, sink=head.sink, sink_exp=soft.sink_exp, Q_normed=f.Q_normed, K_normed=f.K_normed,
     )
+
+
+def qk_norms(sc: Scenario, X: Matrix, X_kv: Matrix, policy: Policy = EXACT) -> list[QKNormHead | None]:
+    """Each head's QK-norm ([qk_norm]); over every head, each token's statistics are those of its whole
+    projection, the heads' columns side by side (under the same policy as the heads' own)."""
+    qk = sc.qk_norm
+    if qk is None:
+        return [None] * len(sc.heads)
+    q_rows = k_rows = None
+    if qk.over == "all":
+        kv_heads = sorted({sc.kv_head(h): h for h in range(len(sc.heads))}.items())  # K/V head -> a query head reading it
+        Q_all = np.concatenate([project(X, h.W_Q, h.b_Q, policy) for h in sc.heads], axis=1)  # (n, H·d_k)
+        K_all = np.concatenate([project(X_kv, sc.heads[h].W_K, sc.heads[h].b_K, policy) for _, h in kv_heads], axis=1)
+        q_rows = _row_stats(Q_all, qk, qk.gamma_q, policy)
+        k_rows = _row_stats(K_all, qk, qk.gamma_k, policy)
+    out: list[QKNormHead | None] = []
+    for h, head in enumerate(sc.heads):
+        gamma_q, gamma_k = qk.gammas(h, sc.kv_head(h), head.d_k)
+        out.append(QKNormHead(gamma_q, gamma_k, qk.eps, q_rows, k_rows))
+    return out
+
+
+def _row_stats(M: Matrix, qk: QKNorm, gamma: Vector, policy: Policy) -> Normed:
+    with np.errstate(over="ignore", invalid="ignore"):
+        return normalise(policy, "rms", M, gamma[None, :], None, qk.eps)
 
 
 # --- the one overflow rule ---------------------------------------------------------------------
@@ -185,6 +231,8 @@ _NORM_HINTS = {
 _HEAD_HINTS = {
     "Q": "expected smaller X, W_Q or b_Q", "K": "expected smaller X, W_K or b_K",
     "V": "expected smaller X, W_V or b_V", "Q_rot": "expected smaller Q", "K_rot": "expected smaller K",
+    "Q_norm": "expected a smaller gamma_q in [qk_norm], or Q whose squares float64 can hold",
+    "K_norm": "expected a smaller gamma_k in [qk_norm], or K whose squares float64 can hold",
     "scores": "expected smaller Q and K, so that every product stays finite",
     "scaled": "expected a larger scale or smaller scores",
     "bias": "expected a smaller ALiBi slope (the bias is slope·(j − i))",
@@ -227,7 +275,7 @@ def norm_of(scenario: Scenario) -> NormResult | None:
 def check_head(sc: Scenario, result: HeadResult) -> None:
     """Refuse a head with a value float64 cannot hold: ScenarioError naming the matrix, row and remedy."""
     keys = sc.key_tokens
-    for name in ("Q", "K", "V", "Q_rot", "K_rot", "scores", "scaled", "bias", "masked", "weights", "output"):
+    for name in ("Q", "K", "V", "Q_norm", "K_norm", "Q_rot", "K_rot", "scores", "scaled", "bias", "masked", "weights", "output"):
         array = getattr(result, name)
         if array is None:
             continue
@@ -235,10 +283,13 @@ def check_head(sc: Scenario, result: HeadResult) -> None:
         bad = first_bad(array, sc.allow if name == "masked" else None)
         if bad is None:
             continue
-        where = _at(keys if name in ("K", "V", "K_rot") else sc.tokens, bad[0])
+        where = _at(keys if name in ("K", "V", "K_norm", "K_rot") else sc.tokens, bad[0])
         if name in ("scores", "scaled", "bias", "masked", "weights"):
             where += f', key "{keys[bad[1]]}"'
-        raise ScenarioError(sc.source, f"{result.name}: values in {name} overflow float64 at {where}; {_HEAD_HINTS[name]}")
+        hint = _HEAD_HINTS[name]
+        if name == "scores" and sc.qk_norm is not None:  # the normalised vectors' size is the gains'
+            hint = "expected smaller [qk_norm] gains (gamma_q, gamma_k), so that every product stays finite"
+        raise ScenarioError(sc.source, f"{result.name}: values in {name} overflow float64 at {where}; {hint}")
 
 
 def iter_heads(scenario: Scenario, norm: NormResult | None = None) -> Iterator[HeadResult]:
@@ -251,19 +302,19 @@ def iter_heads(scenario: Scenario, norm: NormResult | None = None) -> Iterator[H
     X_in = sc.X if norm is None else norm.X_norm
     X_kv = sc.X_kv if sc.is_cross else X_in
     positions = sc.positions
+    with np.errstate(over="ignore", invalid="ignore"):
+        qk = qk_norms(sc, X_in, X_kv)
     kv_done: dict[int, HeadResult] = {}  # K/V head -> the first query head that computed it
     last_reader = {sc.kv_head(h): h for h in range(len(sc.heads))}  # a K/V head -> the last query head reading it
     for h, head in enumerate(sc.heads):
         kv = sc.kv_head(h)
         first = kv_done.get(kv)
-        shared = None
-        if first is not None and same_kv_weights(first, head):
-            shared = (first.K, first.V, first.K_rot)
+        shared = first if first is not None and same_kv_weights(first, head) else None
         slope = sc.alibi.slopes[h] if sc.alibi is not None else None
         with np.errstate(over="ignore", invalid="ignore"):
             result = compute_head(
                 head, X_in, X_kv, sc.allow, sc.scale,
-                rope=sc.rope, positions=positions, slope=slope, kv_head=kv, shared=shared,
+                rope=sc.rope, positions=positions, slope=slope, kv_head=kv, shared=shared, qk_norm=qk[h],
             )
         check_head(sc, result)
         if last_reader[kv] > h:  # kept only while a later query head still reads it

@@ -29,7 +29,7 @@ from qkv_tui.core.arrays import Vector
 from qkv_tui.core.inputs import INPUT_KEYS, Input, parse_input
 from qkv_tui.core.production import CACHE_KEYS, TILES_KEYS, ProductionSettings, parse_production
 from qkv_tui.core.tomlfile import NumberGrid, ReadError, decode, parse_toml, read_bytes, stat_path, table_values
-from qkv_tui.core.variants import Alibi, Norm, Rope
+from qkv_tui.core.variants import Alibi, Norm, QKNorm, Rope
 
 TOP_KEYS = (
     "title", "description", "tokens", "X", "mask", "scale",
@@ -103,6 +103,7 @@ class Scenario:
     num_heads_split: int | None  # set when heads came from [attention]
     norm: Norm | None = None  # [norm]: applied to X before the projections
     rope: Rope | None = None  # [rope]: rotates Q and K by position
+    qk_norm: QKNorm | None = None  # [qk_norm]: RMSNorm of each query and key vector, before the rotation
     alibi: Alibi | None = None  # [alibi]: slope·(j − i) added to the scaled scores
     window: int | None = None  # the sliding window when mask_kind == "sliding"
     b_O: Vector | None = None  # (d_out,) added after W_O
@@ -466,7 +467,7 @@ class _Validator:
             self, tokens, d_model, context_X is not None,
             tuple((f"head {i + 1}" + ("" if h.name == f"head {i + 1}" else f" ({_quote(h.name)})"), h.d_k)
                   for i, h in enumerate(heads)),
-            mask_kind, allow,
+            mask_kind, allow, num_heads_split=split, num_kv_heads=kv_split,
         )
         tables = self.tables(doc, ctx)
         return Scenario(

@@ -192,7 +192,7 @@ def decode_lines(dec: Decode, index: int, head: int, decimals: int) -> list[str]
         more = f"; … {len(paging.writes) - 2} more" if len(paging.writes) > 2 else ""
         if step.width == 1:
             lines.append(f"appended to the cache: K[{token}] = {_vec(step.K_cache[step.start - step.first], decimals)}"
-                         f"{' (rotated)' if hr.K_rot is not None else ''},"
+                         f"{' (rotated)' if hr.K_rot is not None else ' (normalised)' if hr.K_normed else ''},"
                          f" V[{token}] = {_vec(step.V_cache[step.start - step.first], decimals)}: {writes}")
         else:
             lines.append(f"written to the cache: {writes}{more}")

@@ -103,7 +103,7 @@ def op_lines(th: TiledHead, op: TileOp, decimals: int) -> list[str]:
             continue
         if op.phase == "scores":
             dots = visit.dots[r]
-            q_name, k_name = ("Q_rot", "K_rot") if hr.Q_rot is not None else ("Q", "K")
+            q_name, k_name = ("Q_rot", "K_rot") if hr.Q_rot is not None else ("Q_norm", "K_norm") if hr.Q_normed else ("Q", "K")
             exact = hr.scale_is_default  # √d_k is written as such; a scenario's own scale is a number
             symbolic = f"{q_name}[{tok}]·{k_name}[{tile}]ᵀ/{divisor_text if exact else 'scale'}"
             bias = None if hr.bias is None else hr.bias[i, visit.cols.start:visit.cols.stop]
@@ -285,10 +285,11 @@ def tiled_panes(th: TiledHead, index: int, decimals: int) -> tuple[list[PaneSpec
     V_tile = hr.V[v.cols.start:v.cols.stop]
     v_pane = _pane("t_V", "V tile", V_tile, tile_keys, dims_v, decimals,
                    block=frozenset(range(len(v.cols))) if op.phase == "accumulate" else frozenset(), subtitle=name)
-    rotated = hr.Q_rot is not None  # the scores are those of the rotated Queries and Keys
-    q_pane = _pane("t_Q", "Q_rot block" if rotated else "Q block", hr.Q_used[rows.start:rows.stop], block_labels,
+    # the scores are those of the Queries and Keys as scored: rotated, or normalised, where the scenario says so
+    scored = "_rot" if hr.Q_rot is not None else "_norm" if hr.Q_normed is not None else ""
+    q_pane = _pane("t_Q", f"Q{scored} block", hr.Q_used[rows.start:rows.stop], block_labels,
                    tuple(str(c) for c in range(hr.d_k)), decimals, subtitle=name)
-    k_pane = _pane("t_K", "K_rot tile" if rotated else "K tile", hr.K_used[v.cols.start:v.cols.stop], tile_keys,
+    k_pane = _pane("t_K", f"K{scored} tile", hr.K_used[v.cols.start:v.cols.stop], tile_keys,
                    tuple(str(c) for c in range(hr.d_k)), decimals, subtitle=name)
     if op.phase in ("exps", "accumulate"):
         focus = [s_pane, p_pane, v_pane, state_pane, acc_pane]

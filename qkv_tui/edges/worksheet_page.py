@@ -56,6 +56,7 @@ def _rules(ws: WorksheetContent) -> list[str]:
     if any(h.b_Q is not None or h.b_K is not None or h.b_V is not None for h in sc.heads) or sc.b_O is not None:
         out.append("- Biases: a projection with a bias vector b adds b[j] to every cell of its column j"
                    " (Q = X·W_Q + b_Q).")
+    out += [line for spec in ws.specs.values() for line in spec.worksheet_rules(comp)]
     if sc.rope is not None:
         shown = ", ".join(f"({a}, {b})" for a, b in pairs(sc.rope.layout, comp.heads[0].d_k))
         places = max(t.places or d for t in ws.tables if t.name == "cos/sin")

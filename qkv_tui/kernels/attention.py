@@ -1,13 +1,15 @@
 """One head's forward pass, softmax(Q Kᵀ / scale + bias) V, keeping every intermediate (docs/scenario-format.md,
-"What is computed"): project, rotate, score, scale, add the bias, mask, softmax, mix."""
+"What is computed"): project, QK-norm, rotate, score, scale, add the bias, mask, softmax, mix."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
+from qkv_tui.kernels.norm import Normed, normalise
 from qkv_tui.kernels.policy import EXACT, Policy
 from qkv_tui.kernels.rope import rotate
 from qkv_tui.kernels.softmax import SoftmaxRows, masked_logits, softmax_rows
@@ -21,6 +23,34 @@ class Turn:
     cos: Matrix
     sin: Matrix
     pairs: Sequence[tuple[int, int]]
+
+
+class SharedKV(Protocol):
+    """A K/V head already computed for an earlier query head: its Keys (as projected, normalised, turned) and Values."""
+
+    @property
+    def K(self) -> Matrix: ...
+
+    @property
+    def V(self) -> Matrix: ...
+
+    @property
+    def K_rot(self) -> Matrix | None: ...
+
+    @property
+    def K_normed(self) -> Normed | None: ...
+
+
+@dataclass(frozen=True, eq=False)
+class QKNormHead:
+    """QK-norm for one head: the gains of its Q and of its K/V head's K, and, where the norm runs over every
+    head's columns together, each row's statistics over the whole projection (None: over the head's d_k)."""
+
+    gamma_q: Matrix  # (d_k,)
+    gamma_k: Matrix  # (d_k,)
+    eps: float
+    q_rows: Normed | None = None  # (n,) statistics of each token's whole query projection
+    k_rows: Normed | None = None  # (m,) statistics of each token's whole key projection
 
 
 @dataclass(frozen=True, eq=False)
@@ -46,6 +76,8 @@ class Forward:
     Q_rot: Matrix | None  # (n, d_k); None without rope
     K_rot: Matrix | None  # (m, d_k)
     attended: Attended
+    Q_normed: Normed | None = None  # (n, d_k) Q after QK-norm, with each row's mean square and root; None without
+    K_normed: Normed | None = None  # (m, d_k)
 
 
 def frozen(array: Matrix) -> Matrix:
@@ -81,16 +113,32 @@ def attend(Q: Matrix, K: Matrix, V: Matrix, allow: np.ndarray, scale: float, bia
 def head_forward(X: Matrix, X_kv: Matrix, W_Q: Matrix, W_K: Matrix, W_V: Matrix, b_Q: Matrix | None,
                  b_K: Matrix | None, b_V: Matrix | None, allow: np.ndarray, scale: float, *,
                  turn: Turn | None = None, bias: Matrix | None = None, sink: float | None = None,
-                 shared: tuple[Matrix, Matrix, Matrix | None] | None = None, policy: Policy = EXACT) -> Forward:
+                 shared: SharedKV | None = None, qk_norm: QKNormHead | None = None,
+                 policy: Policy = EXACT) -> Forward:
     """One head. ``X`` is what the Query projection reads (already normalised), ``X_kv`` what the Keys and
-    Values read; ``shared`` hands over the K, V and turned K of a K/V head computed for an earlier query head."""
+    Values read; ``shared`` is the forward of an earlier query head reading the same K/V head, whose K, V
+    (normalised and turned) this one reuses."""
     Q = frozen(project(X, W_Q, b_Q, policy))  # (n, d_k)
+    Q_normed = None if qk_norm is None else qk_normalise(Q, qk_norm.gamma_q, qk_norm.eps, qk_norm.q_rows, policy)
     if shared is None:
         K = frozen(project(X_kv, W_K, b_K, policy))  # (m, d_k)
         V = frozen(project(X_kv, W_V, b_V, policy))  # (m, d_v)
-        K_rot = None if turn is None else frozen(rotate(K, turn.cos, turn.sin, turn.pairs, policy))
+        K_normed = None if qk_norm is None else qk_normalise(K, qk_norm.gamma_k, qk_norm.eps, qk_norm.k_rows, policy)
+        K_in = K if K_normed is None else K_normed.X_norm  # (m, d_k) what RoPE turns
+        K_rot = None if turn is None else frozen(rotate(K_in, turn.cos, turn.sin, turn.pairs, policy))
     else:
-        K, V, K_rot = shared
-    Q_rot = None if turn is None else frozen(rotate(Q, turn.cos, turn.sin, turn.pairs, policy))
-    attended = attend(Q if Q_rot is None else Q_rot, K if K_rot is None else K_rot, V, allow, scale, bias, sink, policy)
-    return Forward(Q, K, V, Q_rot, K_rot, attended)
+        K, V, K_rot, K_normed = shared.K, shared.V, shared.K_rot, shared.K_normed
+    Q_in = Q if Q_normed is None else Q_normed.X_norm  # (n, d_k)
+    Q_rot = None if turn is None else frozen(rotate(Q_in, turn.cos, turn.sin, turn.pairs, policy))
+    K_used = K_rot if K_rot is not None else K if K_normed is None else K_normed.X_norm
+    attended = attend(Q_in if Q_rot is None else Q_rot, K_used, V, allow, scale, bias, sink, policy)
+    return Forward(Q, K, V, Q_rot, K_rot, attended, Q_normed, K_normed)
+
+
+def qk_normalise(M: Matrix, gamma: Matrix, eps: float, rows: Normed | None, policy: Policy = EXACT) -> Normed:
+    """RMSNorm of each row of Q or K (rows, d_k): over the row itself, or with the statistics of the whole
+    projection it was cut from (``rows``)."""
+    done = normalise(policy, "rms", M, gamma[None, :], None, eps, rows)
+    for a in (done.X_norm, done.spread, done.root):
+        frozen(a)
+    return done

@@ -23,17 +23,22 @@ class Normed:
     unrounded: Matrix  # (n, d_model) X_norm as computed from the kept statistics, before the policy keeps it
 
 
-def normalise(policy: Policy, kind: str, X: Matrix, gamma: Matrix, beta: Matrix | None, eps: float) -> Normed:
+def normalise(policy: Policy, kind: str, X: Matrix, gamma: Matrix, beta: Matrix | None, eps: float,
+              rows: Normed | None = None) -> Normed:
     """RMSNorm x / √(mean(x²) + eps) · γ, or LayerNorm (x − mean) / √(var + eps) · γ + β (docs/scenario-format.md, [norm]).
 
-    Works on the last axis, so a batch of rows of any leading shape normalises too."""
+    Works on the last axis, so a batch of rows of any leading shape normalises too. ``rows`` gives each row's
+    statistics taken over a wider row that X is a slice of (QK-norm over every head: X is one head's columns)."""
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-        mean = policy.table(row_mean(X) if kind == "layer" else np.zeros(X.shape[:-1]))  # (n,)
+        mean = rows.mean if rows is not None else policy.table(row_mean(X) if kind == "layer" else np.zeros(X.shape[:-1]))
         centred = policy.worked(X - mean[..., None])  # (n, d_model)
-        spread = policy.table(policy.mean_square(centred))  # (n,) mean of squares, or the variance
-        exact_root: Matrix = np.sqrt(spread + eps)  # (n,)
-        root = policy.worked(exact_root)
-        root = np.where(root == 0, exact_root, root)  # never divide by a rounded 0
+        if rows is None:
+            spread = policy.table(policy.mean_square(centred))  # (n,) mean of squares, or the variance
+            exact_root: Matrix = np.sqrt(spread + eps)  # (n,)
+            root = policy.worked(exact_root)
+            root = np.where(root == 0, exact_root, root)  # never divide by a rounded 0
+        else:
+            spread, root = rows.spread, rows.root
         raw = centred / root[..., None] * gamma  # (n, d_model)
         if beta is not None:
             raw = raw + beta

@@ -253,7 +253,7 @@ class Trace:
         sc = self.comp.scenario
         if name.startswith("W_"):
             return str(row)
-        if name in ("K", "V", "context_X", "K_rot"):
+        if name in ("K", "V", "context_X", "K_rot", "K_norm"):
             return sc.key_labels[row]
         return sc.labels[row]
 

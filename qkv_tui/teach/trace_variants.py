@@ -19,6 +19,12 @@ VARIANT_NOTES = (
     ("Biases (b_Q, b_K, b_V, b_O)",
      "Some models (GPT-2, Qwen2) add a learned number to every column of a projection: Q = X·W_Q + b_Q."
      " Each projected cell then ends in '+ b'."),
+    ("QK-norm ([qk_norm])",
+     "Qwen3, Gemma 3 and OLMo 2 RMS-normalise every query and key vector after the projection, before RoPE,"
+     " so each has about the same length and no score q·k can grow without bound as the weights grow: the"
+     " logits stay bounded and training stays stable (Gemma 3 dropped Gemma 2's logit soft-capping for it)."
+     " Qwen3 and Gemma 3 normalise each head's vector on its own; OLMo 2 normalises a token's whole"
+     " projection, every head's columns together, before cutting it into heads."),
     ("RoPE ([rope])",
      "Instead of adding positions to X, RoPE turns each pair of Q and K dimensions by an angle that grows"
      " with the token's position. A rotation keeps lengths, and when both q and k are turned, position"

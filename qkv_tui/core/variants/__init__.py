@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from qkv_tui.core.arrays import Vector as Vector  # re-exported: the modules that read a Norm or Rope import it from here
-from qkv_tui.core.variants import alibi, biases, kv_heads, norm, rope, sinks, window
+from qkv_tui.core.variants import alibi, biases, kv_heads, norm, qk_norm, rope, sinks, window
 from qkv_tui.core.variants.alibi import ALIBI_KEYS as ALIBI_KEYS
 from qkv_tui.core.variants.alibi import Alibi as Alibi
 from qkv_tui.core.variants.alibi import alibi_later_key as alibi_later_key
@@ -38,6 +38,7 @@ from qkv_tui.core.variants.norm import DEFAULT_EPS as DEFAULT_EPS
 from qkv_tui.core.variants.norm import NORM_KEYS as NORM_KEYS
 from qkv_tui.core.variants.norm import NORM_KINDS as NORM_KINDS
 from qkv_tui.core.variants.norm import Norm as Norm
+from qkv_tui.core.variants.qk_norm import QKNorm as QKNorm
 from qkv_tui.core.variants.rope import DEFAULT_BASE as DEFAULT_BASE
 from qkv_tui.core.variants.rope import ROPE_KEYS as ROPE_KEYS
 from qkv_tui.core.variants.rope import ROPE_LAYOUTS as ROPE_LAYOUTS
@@ -51,6 +52,7 @@ from qkv_tui.core.variants.window import sliding_allow as sliding_allow
 FEATURES: tuple[Table[Any] | Keys, ...] = (
     norm.TABLE,
     biases.KEYS,
+    qk_norm.TABLE,
     rope.TABLE,
     kv_heads.KEYS,
     alibi.TABLE,

@@ -82,6 +82,8 @@ class Context:
     mask_kind: str
     allow: BoolMatrix  # (n, m) the mask: True = query i may attend key j
     earlier: dict[str, object] = field(default_factory=dict)  # the tables parsed before this one, by key
+    num_heads_split: int | None = None  # num_heads where the heads came from [attention]; None in [[heads]] form
+    num_kv_heads: int | None = None  # [attention]'s num_kv_heads where it shares K/V heads
 
 
 T = TypeVar("T")

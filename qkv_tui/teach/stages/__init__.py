@@ -11,13 +11,14 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from qkv_tui.teach.stages import concat, embed, mix, norm, project, rotate, scale, score, softmax, wo
+from qkv_tui.teach.stages import concat, embed, mix, norm, project, qk_norm, rotate, scale, score, softmax, wo
 from qkv_tui.teach.stages.common import StageSpec
 
 REGISTRY: list[StageSpec] = [
     embed.SPEC,
     norm.SPEC,
     project.SPEC,
+    qk_norm.SPEC,
     rotate.SPEC,
     score.SPEC,
     scale.SPEC,

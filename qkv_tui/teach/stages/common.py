@@ -246,6 +246,10 @@ class StageSpec:
         """Lines opening its worksheet section for a head."""
         return []
 
+    def worksheet_rules(self, comp: Computation) -> list[str]:
+        """Its bullets among the page's rules (how to work its tables), where the scenario has the stage."""
+        return []
+
 
 # --- helpers several stages use -------------------------------------------------------------------
 

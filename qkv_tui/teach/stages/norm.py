@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from decimal import Decimal, localcontext
 
 import numpy as np
@@ -131,29 +132,46 @@ def norm_lines(comp: Computation, row: int, col: int, token: str, d: int, hand: 
     norm = sc.norm
     result_norm = comp.norm
     assert norm is not None and result_norm is not None
-    x_row = sc.X[row]
-    x_int = bool(np.all(x_row == np.round(x_row)))
-    value = float(result_norm.X_norm[row, col])
-    result = fmt(value, False, d)
-    gamma = float(norm.gamma[col])
     beta = float(norm.beta[col]) if norm.beta is not None else None
     layer = norm.kind == "layer"
-    eps = eps_text(norm.eps)
-    g_int = gamma == round(gamma)
     symbolic = (f"X̂[{token},{col}] = (X[{token},{col}] − mean) / √(var + eps)·γ[{col}]" if layer
                 else f"X̂[{token},{col}] = X[{token},{col}] / √(ms + eps)·γ[{col}]")
     if beta is not None:
         symbolic += f" + β[{col}]"
+    stats = RowStats(float(result_norm.mean[row]), float(result_norm.spread[row]), float(result_norm.root[row]), norm.eps)
+    return cell_lines(symbolic, sc.X[row], col, float(result_norm.X_norm[row, col]), float(norm.gamma[col]), beta,
+                      stats, layer, token, d, hand)
+
+
+@dataclass(frozen=True)
+class RowStats:
+    """One row's statistics as the norm kept them, and the eps under its root."""
+
+    mean: float
+    spread: float  # the mean square (rms) or the variance (layer)
+    root: float
+    eps: float
+
+
+def cell_lines(symbolic: str, x_row: Matrix, at: int, value: float, gamma: float, beta: float | None, row: RowStats,
+               layer: bool, of: str, d: int, hand: int | None) -> tuple[str, tuple[str, ...]]:
+    """One normalised cell, ``symbolic = x / √(ms + eps)·γ = … = result``, with the statistics of the row ``x_row``
+    it sits in (at ``at``) as details: ``ms(of) = mean of squares = (…) / n``, ``√(ms + eps) = root``."""
+    x_int = bool(np.all(x_row == np.round(x_row)))
+    result = fmt(value, False, d)
+    eps = eps_text(row.eps)
+    g_int = gamma == round(gamma)
+    token = of
     lines: tuple[str, tuple[str, ...]] = ("", ())
     # the mean square is rarely whole: it may need guard digits (by hand, every number is as written down)
     for p in _places(d, hand is not None):
         xs = [fmt(float(x), x_int, p) for x in x_row]
-        mean_t = fmt(float(result_norm.mean[row]), False, p)
-        spread_t = fmt(float(result_norm.spread[row]), False, p)
-        root_t = fmt(float(result_norm.root[row]), False, p)
-        x_t = operand(float(x_row[col]), x_int, p)
+        mean_t = fmt(row.mean, False, p)
+        spread_t = fmt(row.spread, False, p)
+        root_t = fmt(row.root, False, p)
+        x_t = operand(float(x_row[at]), x_int, p)
         if hand is not None and not layer:  # by hand the cell is written down rounded, as the hand computation does
-            x_t = operand(hround(float(x_row[col]), hand), x_int, p)
+            x_t = operand(hround(float(x_row[at]), hand), x_int, p)
         g_t = operand(gamma, g_int, p)
         b_t = f" + {operand(beta, beta == round(beta), p)}" if beta is not None else ""
         centred = f"({x_t} − {paren(mean_t)})" if layer else x_t
@@ -162,7 +180,7 @@ def norm_lines(comp: Computation, row: int, col: int, token: str, d: int, hand: 
         if hand is not None:  # by hand the centred value and the root are written down first
             c_t = fmt(hround(shown(x_t) - shown(mean_t), hand), False, p) if layer else x_t
             steps.append(f"{c_t} / {root_t}·{g_t}{b_t}")
-        calc = ((shown(x_t) - (shown(mean_t) if layer else 0.0)) / math.sqrt(shown(spread_t) + norm.eps)
+        calc = ((shown(x_t) - (shown(mean_t) if layer else 0.0)) / math.sqrt(shown(spread_t) + row.eps)
                 * shown(g_t) + (shown(b_t[3:]) if beta is not None else 0.0))
         if layer:
             m_t, mean_v = paren(mean_t), _number(mean_t)
@@ -185,7 +203,7 @@ def norm_lines(comp: Computation, row: int, col: int, token: str, d: int, hand: 
             stats_ok = agrees(_mean_of(xs, lambda v: v * v), spread_t)
         root_line = f"√({spread_t} + {eps}) = {root_t}"
         lines = (f"{symbolic} = {' = '.join(steps)} = {result}", (*stats, root_line))
-        if stats_ok and agrees(calc, result) and agrees(math.sqrt(shown(spread_t) + norm.eps), root_t):
+        if stats_ok and agrees(calc, result) and agrees(math.sqrt(shown(spread_t) + row.eps), root_t):
             break
     return lines
 

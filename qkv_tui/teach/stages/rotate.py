@@ -9,7 +9,7 @@ import numpy as np
 
 from qkv_tui.core.engine import Computation
 from qkv_tui.core.fmt import fmt, operand
-from qkv_tui.core.scenario import Matrix
+from qkv_tui.core.scenario import Matrix, Scenario
 from qkv_tui.kernels.policy import EXACT, round_to
 from qkv_tui.kernels.rope import angles as rope_angles
 from qkv_tui.kernels.rope import pairs as rope_pairs
@@ -70,7 +70,7 @@ class Rotate(StageSpec):
         comp = trace.comp
         assert h is not None and col is not None and comp.scenario.rope is not None
         value, text, details = rotate_lines(comp, h, seg.target, row, col, d, trace.hand)
-        source = "Q" if seg.target == "Q_rot" else "K"
+        source = turned_from(comp, seg.target[0])[0]
         pair = next(ab for ab in comp.scenario.rope.pairs(comp.heads[h].d_k) if col in ab)
         operands = (Ref(source, h, row, pair[0]), Ref(source, h, row, pair[1]))
         return Operation(index, seg, row, col, value, operands, text, details)
@@ -82,7 +82,7 @@ class Rotate(StageSpec):
 
     def panes(self, trace: TraceContext, op: Operation) -> list[Key]:
         target = op.segment.target
-        return [(target[0], op.head), (target, op.head)]
+        return [(turned_from(trace.comp, target[0])[0], op.head), (target, op.head)]
 
     def overview(self, trace: TraceContext, head: int) -> list[Key]:
         return [("Q_rot", head), ("K_rot", head)]
@@ -95,7 +95,7 @@ class Rotate(StageSpec):
         pairs = ""
         if rope is not None and hr is not None:
             pairs = " pairs " + "".join(f"({a},{b})" for a, b in rope.pairs(hr.d_k))
-        return f"{name[0]}' = rope({name[0]}){pairs}"
+        return f"{name[0]}' = rope({turned_from(trace.comp, name[0])[1]}){pairs}"
 
     def lights(self, seg: Segment) -> frozenset[int]:
         return frozenset({Q_SLOT if seg.target == "Q_rot" else K_SLOT})
@@ -125,11 +125,12 @@ class Rotate(StageSpec):
             out.append(Table(f"trig.{d_k}", "cos/sin", f"cos and sin of each token's angle p·θᵢ{dk_note}",
                              "rotate", h, both, sc.labels, trig_cols, False, False, places=places))
         turned_pairs = rope_pairs(sc.rope.layout, d_k)
-        Q_rot = rope_rotate(chain.values(f"Q.{h}"), cos, sin, turned_pairs, chain.page)
+        q_key, k_key = (f"{turned_from(chain.comp, role)[0]}.{h}" for role in ("Q", "K"))
+        Q_rot = rope_rotate(chain.values(q_key), cos, sin, turned_pairs, chain.page)
         out.append(Table(f"Q_rot.{h}", "Q'", "Q' = Q turned by position", "rotate", h, Q_rot, sc.labels,
                          idx(d_k), False, True))
         if chain.owners[h] == h:
-            K_rot = rope_rotate(chain.values(f"K.{h}"), cos, sin, turned_pairs, chain.page)
+            K_rot = rope_rotate(chain.values(k_key), cos, sin, turned_pairs, chain.page)
             out.append(Table(f"K_rot.{h}", "K'", f"K' = K turned by position{chain.kv_suffix(h)}", "rotate", h, K_rot,
                              sc.key_labels, idx(d_k), False, True, readers=chain.kv_readers(h)))
         return out
@@ -139,7 +140,8 @@ class Rotate(StageSpec):
         sc, i, j = cells.sc, row, col
         assert sc.rope is not None and sc.positions is not None and table.head is not None
         name = table.name[0]
-        source = f"{name}.{table.head}"
+        source_name, src = turned_from(cells.sc, name)
+        source = f"{source_name}.{table.head}"
         d_k = table.values.shape[1]
         k, (a, b) = next((k, pair) for k, pair in enumerate(rope_pairs(sc.rope.layout, d_k)) if j in pair)
         token = sc.labels[i]
@@ -148,13 +150,19 @@ class Rotate(StageSpec):
         cos, sin = cells.txt(trig, i, 2 * k), cells.txt(trig, i, 2 * k + 1)
         va, vb = cells.txt(source, i, a), cells.txt(source, i, b)
         if j == a:
-            return (f"{name}'[{token},{a}] = {name}[{token},{a}]·cos({angle}) − {name}[{token},{b}]·sin({angle})"
+            return (f"{name}'[{token},{a}] = {src}[{token},{a}]·cos({angle}) − {src}[{token},{b}]·sin({angle})"
                     f" = {va}·{cos} − {vb}·{sin} = {answer}")
-        return (f"{name}'[{token},{b}] = {name}[{token},{a}]·sin({angle}) + {name}[{token},{b}]·cos({angle})"
+        return (f"{name}'[{token},{b}] = {src}[{token},{a}]·sin({angle}) + {src}[{token},{b}]·cos({angle})"
                 f" = {va}·{sin} + {vb}·{cos} = {answer}")
 
 
 SPEC = Rotate()
+
+
+def turned_from(where: Computation | Scenario, role: str) -> tuple[str, str]:
+    """The matrix RoPE turns for "Q" or "K" and its name in the arithmetic: the normalised one under QK-norm."""
+    sc = where.scenario if isinstance(where, Computation) else where
+    return (f"{role}_norm", f"{role}̂") if sc.qk_norm is not None else (role, role)
 
 
 def rotate_lines(comp: Computation, h: int, target: str, row: int, col: int, d: int,
@@ -164,10 +172,11 @@ def rotate_lines(comp: Computation, h: int, target: str, row: int, col: int, d: 
     rope = sc.rope
     head = comp.heads[h]
     assert rope is not None and sc.positions is not None
-    source = head.Q if target == "Q_rot" else head.K
+    source = head.Q_turned if target == "Q_rot" else head.K_turned
     rotated = head.Q_rot if target == "Q_rot" else head.K_rot
     assert rotated is not None
     name = target[0]
+    src = turned_from(sc, name)[1]
     labels = sc.labels if name == "Q" else sc.key_labels
     token = labels[row]
     d_k = head.d_k
@@ -182,9 +191,9 @@ def rotate_lines(comp: Computation, h: int, target: str, row: int, col: int, d: 
     first = col == a
     sym_angle = f"{pos}·θ{_sub(i)}"
     if first:
-        symbolic = f"{name}'[{token},{a}] = {name}[{token},{a}]·cos({sym_angle}) − {name}[{token},{b}]·sin({sym_angle})"
+        symbolic = f"{name}'[{token},{a}] = {src}[{token},{a}]·cos({sym_angle}) − {src}[{token},{b}]·sin({sym_angle})"
     else:
-        symbolic = f"{name}'[{token},{b}] = {name}[{token},{a}]·sin({sym_angle}) + {name}[{token},{b}]·cos({sym_angle})"
+        symbolic = f"{name}'[{token},{b}] = {src}[{token},{a}]·sin({sym_angle}) + {src}[{token},{b}]·cos({sym_angle})"
     src_int = bool(np.all(source == np.round(source)))
     text = ""
     details: tuple[str, ...] = ()

@@ -45,8 +45,7 @@ class Score(StageSpec):
         sc = trace.comp.scenario
         q, k = sc.labels[row], sc.key_labels[col]
         result = trace.formatted("scores", h, value, d)
-        qn, kn = ("Q_rot", "K_rot") if head.Q_rot is not None else ("Q", "K")
-        qs, ks = ("Q'", "K'") if head.Q_rot is not None else ("Q", "K")
+        qn, kn, qs, ks = scored(trace)
         work = dot_line(head.Q_used[row], head.K_used[col], trace.integral(qn, h), trace.integral(kn, h), result, d,
                         trace.hand)
         text = f"scores[{q},{k}] = {qs}[{q}]·{ks}[{k}] = {work}"
@@ -67,17 +66,20 @@ class Score(StageSpec):
         h = op.head
         if trace.comp.scenario.rope is not None:
             return [("Q_rot", h), ("K_rotT", h), ("scores", h)]
+        if trace.comp.scenario.qk_norm is not None:
+            return [("Q_norm", h), ("K_normT", h), ("scores", h)]
         return [("Q", h), ("KT", h), ("scores", h)]
 
     def overview(self, trace: TraceContext, head: int) -> list[Key]:
         return [("scores", head)]
 
     def title(self, trace: TraceContext, name: str, head: int | None) -> str:
-        return "scores = Q'·K'ᵀ" if trace.comp.scenario.rope is not None else "scores = Q·Kᵀ"
+        _, _, qs, ks = scored(trace)
+        return f"scores = {qs}·{ks}ᵀ"
 
     def formula(self, trace: TraceContext, op: Operation) -> list[FormulaPart]:
-        rotated = "'" if trace.comp.scenario.rope is not None else ""
-        return [FormulaPart(Q_SLOT, f"Q{rotated}"), FormulaPart(QK_DOT, "·"), FormulaPart(K_SLOT, f"K{rotated}ᵀ")]
+        _, _, qs, ks = scored(trace)
+        return [FormulaPart(Q_SLOT, qs), FormulaPart(QK_DOT, "·"), FormulaPart(K_SLOT, f"{ks}ᵀ")]
 
     def lights(self, seg: Segment) -> frozenset[int]:
         return frozenset({Q_SLOT, QK_DOT, K_SLOT})
@@ -87,11 +89,12 @@ class Score(StageSpec):
         assert head is not None
         h, g, sc = head, chain.owners[head], chain.sc
         rope = sc.rope is not None
-        Q_used = chain.values(f"Q_rot.{h}" if rope else f"Q.{h}")
-        K_used = chain.values(f"K_rot.{g}" if rope else f"K.{g}")
-        scores_raw = Q_used @ K_used.T  # (n, m) from the printed Q and K (turned, with rope)
-        read_whole = not rope and chain.printed[f"Q.{h}"].whole and chain.printed[f"K.{g}"].whole
-        score_of = "Q'·K'ᵀ" if rope else "Q·Kᵀ"
+        qn, kn, qs, ks = scored_names(sc.rope is not None, sc.qk_norm is not None)
+        Q_used = chain.values(f"{qn}.{h}")
+        K_used = chain.values(f"{kn}.{g}")
+        scores_raw = Q_used @ K_used.T  # (n, m) from the printed Q and K (normalised and turned, where they are)
+        read_whole = not rope and chain.printed[f"{qn}.{h}"].whole and chain.printed[f"{kn}.{g}"].whole
+        score_of = f"{qs}·{ks}ᵀ"
         return [Table(f"scores.{h}", "scores", f"scores = {score_of}", "score", h, chain.rounded(scores_raw), sc.labels,
                       sc.key_labels, False, True, whole=read_whole and is_integral(scores_raw))]
 
@@ -100,13 +103,27 @@ class Score(StageSpec):
         assert h is not None
         sc = cells.sc
         q, k = sc.labels[row], sc.key_labels[col]
-        rope = sc.rope is not None
         s, g = f".{h}", f".{cells.owners[h]}"
-        qk, kk = (f"Q_rot{s}", f"K_rot{g}") if rope else (f"Q{s}", f"K{g}")
+        qn, kn, qs, ks = scored_names(sc.rope is not None, sc.qk_norm is not None)
+        qk, kk = f"{qn}{s}", f"{kn}{g}"
         width = cells.tables[qk].values.shape[1]
         terms = " + ".join(f"{cells.txt(qk, row, c)}·{cells.txt(kk, col, c)}" for c in range(width))
-        mark = "'" if rope else ""
-        return f"scores[{q},{k}] = Q{mark}[{q}]·K{mark}[{k}] = {terms} = {answer}"
+        return f"scores[{q},{k}] = {qs}[{q}]·{ks}[{k}] = {terms} = {answer}"
 
 
 SPEC = Score()
+
+
+def scored_names(rope: bool, qk_norm: bool) -> tuple[str, str, str, str]:
+    """The matrices the scores are taken of and their names in the arithmetic: turned (Q', K'), normalised
+    (Q̂, K̂) or as projected (Q, K)."""
+    if rope:
+        return "Q_rot", "K_rot", "Q'", "K'"
+    if qk_norm:
+        return "Q_norm", "K_norm", "Q̂", "K̂"
+    return "Q", "K", "Q", "K"
+
+
+def scored(trace: TraceContext) -> tuple[str, str, str, str]:
+    sc = trace.comp.scenario
+    return scored_names(sc.rope is not None, sc.qk_norm is not None)
