@@ -22,6 +22,10 @@ STAGE = Stage("embed", "Embed",
 INPUT_STAGE = Stage("embed", "Input",
                     "X is a real model's residual stream entering the layer shown: each token's embedding after"
                     " the earlier layers ran over it (attention and MLP, each added back into the row).")
+EMBED_TYPE_MEANING = (
+    "Each row of X is a token's embedding plus the learned embedding of its position (0, 1, 2, …) plus the"
+    " embedding of its token type (0: one sentence), then the LayerNorm of that sum, as BERT makes its input;"
+    " stacked, the rows form X (n × d_model).")
 EMBED_POSITION_MEANING = (
     "Each row of X is a token's embedding plus the learned embedding of its position (0, 1, 2, …), added"
     " before the first layer as GPT-2 does; stacked, the rows form X (n × d_model).")
@@ -32,6 +36,8 @@ def x_title(sc: Scenario) -> str:
     given = sc.input
     if given.kind == "residual":
         return f"X (residual stream into layer {given.layer})"
+    if given.kind == "embedding+position+type":
+        return "X (LayerNorm of token + position + type embeddings)"
     return "X (token + position embeddings)" if given.kind == "embedding+position" else "X (embeddings)"
 
 
@@ -62,6 +68,8 @@ class Embed(StageSpec):
             text = residual_meaning(sc.input.layer, learned_positions=sc.rope is None and sc.alibi is None)
         elif sc.input.kind == "embedding+position":
             text = EMBED_POSITION_MEANING
+        elif sc.input.kind == "embedding+position+type":
+            text = EMBED_TYPE_MEANING
         if sc.rope is not None:
             text += " Here position enters at the Rotate stage, which turns Q and K by each token's position."
         elif sc.alibi is not None:
@@ -80,6 +88,8 @@ class Embed(StageSpec):
             what = f'residual stream entering layer {given.layer} at "{token}"'
         elif given.kind == "embedding+position":
             what = f'embedding of "{spelt}" + embedding of position {row}'
+        elif given.kind == "embedding+position+type":
+            what = f'LayerNorm(embedding of "{spelt}" + embedding of position {row} + embedding of type 0)'
         else:
             what = f'embedding of "{spelt}"'
         text = f"X[{token}] = {what} = {values}"
