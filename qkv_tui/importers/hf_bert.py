@@ -20,7 +20,6 @@ from qkv_tui.importers.schedule import hf_schedule
 from qkv_tui.importers.stack import ACTIVATIONS, Array, Attention, DenseMlp, Layer, Model, Norm, Tokenize
 
 
-
 def note(layer: int) -> str:
     what = ("the sum of each token's embedding, its position's and the token-type embedding, after the embedding"
             " LayerNorm" if layer == 0 else f"layer {layer - 1}'s output after its last LayerNorm")

@@ -25,8 +25,8 @@ from qkv_tui.base.values import token_label
 from qkv_tui.importers.errors import ImporterError, missing_package
 from qkv_tui.importers.files import read_limited, status
 from qkv_tui.importers.hf_config import Config, read_config, rotary, sliding_window
-from qkv_tui.importers.schedule import hf_schedule
 from qkv_tui.importers.safetensors_raw import TensorFiles
+from qkv_tui.importers.schedule import hf_schedule
 from qkv_tui.importers.stack import (
     ACTIVATIONS,
     Array,

@@ -198,4 +198,4 @@ class Model:
     embed: Callable[[list[int]], Array]  # ids -> (n, d_model), position embeddings included
     layer: Callable[[int], Layer]
     schedule: tuple[str, ...] = ()  # each layer's attention, as [input] schedule spells it (core/layer_schedule.py)
-    note: Callable[[int], str] = lambda layer: ""  # what layer i's scenario cannot show (BERT's post-norm), said in its description
+    note: Callable[[int], str] = lambda layer: ""  # what layer i's scenario cannot show (BERT's post-norm)

@@ -1,0 +1,230 @@
+"""The 2026 Hugging Face families against transformers' own eager forward (the reference; the package never imports it).
+
+Each case builds a tiny random checkpoint with transformers' own config and model classes, saves it
+with ``save_pretrained``, opens it through a scenario's [model] table, and compares what the app
+computes with what forward hooks capture inside the model's own float64 eager forward: the layer's
+input X, every head's W_Q/W_K/W_V columns, every head's output (the input of o_proj, head by head)
+and the attention output after W_O, at layer 0 and at later layers (which checks the residual stream).
+The types whose attention the format cannot express yet are one line naming the missing feature.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from qkv_tui.core.engine import compute
+from qkv_tui.core.scenario import parse_scenario
+
+from .model_fixtures import llama_tokenizer
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+TEXT = "Alice was reading the book of her sister"
+EXACT = 1e-9  # float64 throughout (BERT: learned positions)
+# transformers computes RoPE's cos and sin in float32 whatever the model's dtype (its rotary embedding
+# casts inv_freq and the positions with .float()), so every rotated layer agrees to float32 only
+ROPE_FLOAT32 = 2e-5
+
+
+def _randomise(model: Any, seed: int) -> None:
+    """transformers' own init (std 0.02) leaves attention nearly uniform: wider weights make every head tell."""
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            noise = torch.randn(p.shape, generator=gen, dtype=p.dtype) * 0.4
+            p.copy_(1.0 + 0.2 * noise if name.endswith(("norm.weight", "LayerNorm.weight")) else noise)
+
+
+def _build(folder: Path, cls_name: str, config: Any, seed: int = 0) -> Any:
+    cls = getattr(transformers, cls_name)
+    model = cls._from_config(config, attn_implementation="eager")
+    _randomise(model, seed)
+    model.save_pretrained(folder)  # float32 safetensors, the key names the Hub's checkpoints carry
+    return model.double().eval()
+
+
+def _ids(doc_description: str) -> list[int]:
+    return [int(i) for i in doc_description.rsplit("ids ", 1)[1].split(".")[0].split()]
+
+
+def _reference(model: Any, layers: Any, ids: list[int], layer: int, attention: Callable[[Any], Any],
+               o_proj: Callable[[Any], Any]) -> dict[str, np.ndarray]:
+    """X entering ``layer``, the merged head outputs entering W_O, and W_O's output, from hooks in the eager forward."""
+    seen: dict[str, np.ndarray] = {}
+    block = layers[layer]
+
+    def before_block(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        hidden = args[0] if args else kwargs["hidden_states"]
+        seen["X"] = hidden[0].detach().numpy().copy()
+
+    def before_o(module: Any, args: tuple[Any, ...]) -> None:
+        seen["merged"] = args[0][0].detach().numpy().copy()
+
+    def after_o(module: Any, args: tuple[Any, ...], out: Any) -> None:
+        seen["attn"] = out[0].detach().numpy().copy()
+
+    hooks = [block.register_forward_pre_hook(before_block, with_kwargs=True),
+             o_proj(block).register_forward_pre_hook(before_o), o_proj(block).register_forward_hook(after_o)]
+    try:
+        with torch.no_grad():
+            model(input_ids=torch.tensor([ids]))
+    finally:
+        for h in hooks:
+            h.remove()
+    return seen
+
+
+def _open(tmp_path: Path, folder: Path, layer: int) -> Any:
+    path = tmp_path / f"layer{layer}.toml"
+    path.write_text(f'[model]\nsource = "{folder}"\ntext = "{TEXT}"\nlayer = {layer}\n', encoding="utf-8")
+    return compute(parse_scenario(path.read_text(encoding="utf-8"), str(path)))
+
+
+def _check(comp: Any, ref: dict[str, np.ndarray], q: np.ndarray, k: np.ndarray, v: np.ndarray, kv_heads: int,
+           tol: float = ROPE_FLOAT32) -> None:
+    """``q``, ``k``, ``v``: the model's own projection weights in the x·W orientation (d_model, width)."""
+    sc = comp.scenario
+    np.testing.assert_allclose(sc.X, ref["X"], rtol=tol, atol=tol)
+    heads = len(comp.heads)
+    d_k, d_v = comp.heads[0].d_k, comp.heads[0].d_v
+    for h, head in enumerate(comp.heads):
+        g = h // (heads // kv_heads)
+        assert head.kv_head == g
+        np.testing.assert_array_equal(head.W_Q, q[:, h * d_k:(h + 1) * d_k])
+        np.testing.assert_array_equal(head.W_K, k[:, g * d_k:(g + 1) * d_k])
+        np.testing.assert_array_equal(head.W_V, v[:, g * d_v:(g + 1) * d_v])
+        np.testing.assert_allclose(head.output, ref["merged"][:, h * d_v:(h + 1) * d_v], rtol=tol, atol=tol)
+    np.testing.assert_allclose(comp.output, ref["attn"], rtol=tol, atol=tol)
+
+
+def _linear(weight: Any) -> np.ndarray:
+    return weight.detach().numpy().T.astype(np.float64)  # nn.Linear is (out, in)
+
+
+def _llama_like(model: Any, layer: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    att = model.model.layers[layer].self_attn
+    return _linear(att.q_proj.weight), _linear(att.k_proj.weight), _linear(att.v_proj.weight)
+
+
+def _decoder_config(cls_name: str, vocab: int, **extra: Any) -> Any:
+    base = dict(vocab_size=vocab, hidden_size=32, intermediate_size=48, num_hidden_layers=4, num_attention_heads=4,
+                num_key_value_heads=2, max_position_embeddings=64, pad_token_id=0, bos_token_id=1, eos_token_id=2,
+                tie_word_embeddings=False)
+    return getattr(transformers, cls_name)(**(base | extra))
+
+
+def _with_tokenizer(tmp_path: Path, name: str) -> tuple[Path, int]:
+    """The folder to build into (not yet made: save_pretrained makes it) and the tokenizer's vocabulary size."""
+    vocab = llama_tokenizer(tmp_path / f"{name}-tokenizer.json")
+    return tmp_path / name, vocab
+
+
+def _place_tokenizer(tmp_path: Path, folder: Path) -> None:
+    (tmp_path / f"{folder.name}-tokenizer.json").rename(folder / "tokenizer.json")
+
+
+@pytest.mark.parametrize("layer", [0, 1, 3])
+def test_smollm3_nope_layers_and_grouped_heads(tmp_path: Path, layer: int) -> None:
+    folder, vocab = _with_tokenizer(tmp_path, "smollm3")
+    config = _decoder_config("SmolLM3Config", vocab, no_rope_layer_interval=2)  # NoPE at layers 1 and 3
+    model = _build(folder, "SmolLM3ForCausalLM", config)
+    _place_tokenizer(tmp_path, folder)
+    saved = json.loads((folder / "config.json").read_text())
+    assert saved["no_rope_layers"] == [1, 0, 1, 0]
+    comp = _open(tmp_path, folder, layer)
+    ref = _reference(model, model.model.layers, _ids(comp.scenario.description), layer,
+                     lambda b: b.self_attn, lambda b: b.self_attn.o_proj)
+    _check(comp, ref, *_llama_like(model, layer), kv_heads=2)
+    assert (comp.scenario.rope is None) == (layer in (1, 3))
+    assert comp.scenario.input.schedule == ("full", "full no-rope", "full", "full no-rope")
+    marked = {0: "[0 F]", 1: "[1 N]", 3: "[3 N]"}[layer]
+    assert marked in comp.scenario.input.schedule_text and "N no RoPE" in comp.scenario.input.schedule_text
+
+
+@pytest.mark.parametrize("layer", [0, 2])
+def test_granite_multipliers_and_biases(tmp_path: Path, layer: int) -> None:
+    folder, vocab = _with_tokenizer(tmp_path, "granite")
+    config = _decoder_config("GraniteConfig", vocab, embedding_multiplier=3.0, attention_multiplier=0.3,
+                             residual_multiplier=0.5, logits_scaling=4.0, attention_bias=True, num_hidden_layers=3)
+    model = _build(folder, "GraniteForCausalLM", config, seed=1)
+    _place_tokenizer(tmp_path, folder)
+    comp = _open(tmp_path, folder, layer)
+    ref = _reference(model, model.model.layers, _ids(comp.scenario.description), layer,
+                     lambda b: b.self_attn, lambda b: b.self_attn.o_proj)
+    _check(comp, ref, *_llama_like(model, layer), kv_heads=2)
+    assert comp.heads[0].scale == pytest.approx(1 / 0.3) and not comp.heads[0].scale_is_default
+    assert comp.heads[0].b_Q is not None and comp.b_O is not None
+    assert "multiplied by 3" in comp.scenario.description
+
+
+@pytest.mark.parametrize("layer", [0, 2])
+def test_phi3_fused_projections_and_sliding_window(tmp_path: Path, layer: int) -> None:
+    folder, vocab = _with_tokenizer(tmp_path, "phi3")
+    config = _decoder_config("Phi3Config", vocab, num_hidden_layers=3, sliding_window=4)
+    model = _build(folder, "Phi3ForCausalLM", config, seed=2)
+    _place_tokenizer(tmp_path, folder)
+    comp = _open(tmp_path, folder, layer)
+    ref = _reference(model, model.model.layers, _ids(comp.scenario.description), layer,
+                     lambda b: b.self_attn, lambda b: b.self_attn.o_proj)
+    fused = _linear(model.model.layers[layer].self_attn.qkv_proj.weight)  # (d, q + k + v)
+    q_width, kv_width = 4 * 8, 2 * 8
+    _check(comp, ref, fused[:, :q_width], fused[:, q_width:q_width + kv_width], fused[:, q_width + kv_width:], kv_heads=2)
+    assert comp.scenario.mask_kind == "sliding" and comp.scenario.window == 4
+    assert comp.scenario.input.schedule_text == {0: "layers: [0 S] · 1–2 S (S sliding 4)",
+                                                 2: "layers: 0–1 S · [2 S] (S sliding 4)"}[layer]
+
+
+@pytest.mark.parametrize("layer", [0, 2])
+def test_bert_post_norm_bidirectional_encoder(tmp_path: Path, layer: int) -> None:
+    folder, vocab = _with_tokenizer(tmp_path, "bert")
+    config = transformers.BertConfig(vocab_size=vocab, hidden_size=32, num_hidden_layers=3, num_attention_heads=4,
+                                     intermediate_size=48, max_position_embeddings=64, type_vocab_size=2, pad_token_id=0)
+    model = _build(folder, "BertModel", config, seed=3)
+    _place_tokenizer(tmp_path, folder)
+    comp = _open(tmp_path, folder, layer)
+    ref = _reference(model, model.encoder.layer, _ids(comp.scenario.description), layer,
+                     lambda b: b.attention, lambda b: b.attention.output.dense)
+    att = model.encoder.layer[layer].attention.self
+    _check(comp, ref, _linear(att.query.weight), _linear(att.key.weight), _linear(att.value.weight), kv_heads=4, tol=EXACT)
+    sc = comp.scenario
+    assert sc.mask_kind == "none" and sc.norm is None and sc.rope is None
+    assert comp.heads[0].b_Q is not None and comp.b_O is not None
+    assert sc.input.kind == ("embedding+position+type" if layer == 0 else "residual")
+    assert "post-norm" in sc.description and sc.input.schedule == ("full",) * 3
+
+
+NOT_YET = [
+    # (model_type, extra config keys, the feature the one line names)
+    ("qwen3", {}, "QK-norm"),
+    ("qwen3_5", {"text_config": {"layer_types": ["linear_attention", "full_attention"]}}, "QK-norm"),
+    ("olmo2", {}, "QK-norm"),
+    ("gemma2", {"attn_logit_softcapping": 50.0}, "soft-capping of the attention scores (attn_logit_softcapping)"),
+    ("gemma3_text", {}, "QK-norm"),
+    ("gemma3", {"text_config": {"model_type": "gemma3_text"}}, "QK-norm"),
+    ("gpt_oss", {"rope_parameters": {"rope_type": "yarn", "factor": 32.0, "rope_theta": 150000}}, "RoPE scaling (rope_type 'yarn')"),
+    ("gpt_oss", {"rope_parameters": {"rope_type": "default", "rope_theta": 150000}}, "the mixture-of-experts MLP"),
+]
+
+
+@pytest.mark.parametrize(("model_type", "extra", "needle"), NOT_YET, ids=[f"{t}-{n[:12]}" for t, _, n in NOT_YET])
+def test_not_yet_expressible_types_are_one_line_naming_the_feature(cli: Any, tmp_path: Path, model_type: str,
+                                                                   extra: dict[str, Any], needle: str) -> None:
+    """These cases change as QK-norm, soft-capping and RoPE scaling land in the format (hf_pending.py)."""
+    folder = tmp_path / model_type
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"model_type": model_type, "hidden_size": 32} | extra))
+    llama_tokenizer(folder / "tokenizer.json")
+    (folder / "model.safetensors").write_bytes(b"")
+    path = tmp_path / "head.toml"
+    path.write_text(f'[model]\nsource = "{folder}"\ntext = "{TEXT}"\n', encoding="utf-8")
+    run = cli("--check", str(path))
+    assert run.code == 2 and run.out == "", run.err
+    assert run.err.count("\n") == 1 and "Traceback" not in run.err, run.err
+    assert f"model_type {model_type!r} needs {needle}" in run.err, run.err
