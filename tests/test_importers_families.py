@@ -19,8 +19,15 @@ import numpy as np
 import pytest
 
 from qkv_tui.core.engine import compute
+from qkv_tui.core.layer_schedule import schedule_line
 from qkv_tui.core.scenario import parse_scenario
+from qkv_tui.display.modes import Modes
+from qkv_tui.display.presenter import Presenter
+from qkv_tui.edges.export_markdown import to_markdown
+from qkv_tui.edges.export_toml import to_toml
+from qkv_tui.teach.stepper import Position
 
+from .conftest import BASE, HEAD
 from .model_fixtures import llama_tokenizer
 
 torch = pytest.importorskip("torch")
@@ -228,3 +235,59 @@ def test_not_yet_expressible_types_are_one_line_naming_the_feature(cli: Any, tmp
     assert run.code == 2 and run.out == "", run.err
     assert run.err.count("\n") == 1 and "Traceback" not in run.err, run.err
     assert f"model_type {model_type!r} needs {needle}" in run.err, run.err
+
+
+# --- the layer schedule: [input] schedule -------------------------------------------
+
+GEMMA_LIKE = (["sliding 512"] * 5 + ["full"]) * 4 + ["sliding 512"] * 2  # 26 layers, one full in six
+
+
+@pytest.mark.parametrize(("schedule", "chosen", "line"), [
+    (["full", "full no-rope", "full", "full no-rope"], 1, "layers: 0 F · [1 N] · 2 F · 3 N (F full, N no RoPE)"),
+    (["full"] * 4, 1, "layers: 0 F · [1 F] · 2–3 F (F full)"),
+    (["sliding 4096", "sliding 4096", "full", "full"], 3, "layers: 0–1 S · 2 F · [3 F] (S sliding 4096, F full)"),
+    (["linear"] * 3 + ["full"], 3, "layers: 0–2 L · [3 F] (F full, L linear attention)"),
+    (["sliding 128", "sliding 4096 no-rope", "full"], 2,
+     "layers: 0 S128 · 1 S4096N · [2 F] (S<W> sliding, window W, F full, N no RoPE)"),
+    (GEMMA_LIKE, 11, "layers: 0–4 S · 5 F · 6–10 S · [11 F] · 12–16 S · 17 F · 18–22 S · 23 F · 24–25 S"
+                     " (S sliding 512, F full)"),
+    ((["sliding 512"] * 5 + ["full"]) * 8, 23, "layers: 0–4 S · 5 F · … · 12–16 S · 17 F · 18–22 S · [23 F] · 24–28 S"
+                                                " · 29 F · 30–34 S · … · 42–46 S · 47 F (S sliding 512, F full)"),
+])
+def test_the_schedule_line_marks_the_chosen_layer(schedule: list[str], chosen: int, line: str) -> None:
+    assert schedule_line(schedule, chosen) == line
+
+
+def _residual(schedule: str, layer: int = 1) -> str:
+    return BASE + f'[input]\nkind = "residual"\nlayer = {layer}\nschedule = {schedule}\n' + HEAD
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    (_residual('"full"'), "[input] schedule must be a non-empty list of strings, one per layer of the model, got a string"),
+    (_residual("[]"), "[input] schedule must be a non-empty list of strings"),
+    (_residual('["full", 3]'), "[input] schedule[1] = a number (3); expected a string"),
+    (_residual('["full", "sliding"]'), "[input] schedule[1] = 'sliding'; expected 'full', 'sliding W' (W a whole number >= 1)"),
+    (_residual('["full", "sliding 0"]'), "[input] schedule[1] = 'sliding 0'"),
+    (_residual('["full", "linear no-rope"]'), "with ' no-rope' after full or sliding"),
+    (_residual('["full", "full"]', layer=2), "[input] schedule lists 2 layers, but X enters layer 2; expected one entry per layer"),
+])
+def test_a_bad_schedule_is_one_line(cli: Any, write: Any, text: str, expected: str) -> None:
+    path = write(text)
+    run = cli("--check", str(path))
+    assert run.code == 2 and run.out == "" and run.err.count("\n") == 1, run.err
+    assert run.err.startswith(f"error: {path}: ") and expected in run.err, run.err
+
+
+def test_a_schedule_is_shown_on_the_first_screen_and_in_markdown_and_kept_by_toml() -> None:
+    text = 'description = "Two layers."\n' + BASE + '[input]\nkind = "residual"\nlayer = 1\nschedule = ["sliding 2", "full"]\n' + HEAD
+    sc = parse_scenario(text, "s.toml")
+    line = "layers: 0 S · [1 F] (S sliding 2, F full)"
+    assert sc.input.schedule_text == line
+    comp = compute(sc)
+    presenter = Presenter(comp)
+    assert presenter.frame(Position(0, 0), Modes()).description == f"Two layers.\n\n{line}"
+    assert presenter.frame(Position(1, 0), Modes()).description == ""
+    assert f"Two layers.\n\n{line}\n\nScaled dot-product" in to_markdown(comp)
+    frozen = to_toml(sc)
+    assert 'schedule = ["sliding 2", "full"]' in frozen
+    assert parse_scenario(frozen, "f.toml").input.schedule == ("sliding 2", "full")

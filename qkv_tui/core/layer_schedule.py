@@ -44,11 +44,11 @@ def _legend(schedule: Sequence[str], windows: set[str]) -> str:
     nope = any(e.endswith(NO_ROPE) for e in schedule)
     parts = []
     if "sliding" in kinds:
-        parts.append(f"S sliding {windows.pop()}" if len(windows) == 1 else "S<W> sliding window W")
+        parts.append(f"S sliding {windows.pop()}" if len(windows) == 1 else "S<W> sliding, window W")
     if any(e == "full" for e in schedule):
         parts.append("F full")
     if nope:
-        parts.append("N no RoPE" if "sliding" not in kinds else "N no RoPE (SN: sliding without RoPE)")
+        parts.append("N no RoPE")
     if "linear" in kinds:
         parts.append("L linear attention")
     return ", ".join(parts)

@@ -14,7 +14,7 @@ Keys may carry a ``bert.`` prefix (BertForMaskedLM and kin); the pooler and head
 from __future__ import annotations
 
 from qkv_tui.importers.hf_config import Config
-from qkv_tui.importers.hf_folder import lookup, prefix_of
+from qkv_tui.importers.hf_tensors import lookup, prefix_of
 from qkv_tui.importers.safetensors_raw import TensorFiles
 from qkv_tui.importers.schedule import hf_schedule
 from qkv_tui.importers.stack import ACTIVATIONS, Array, Attention, DenseMlp, Layer, Model, Norm, Tokenize

@@ -24,7 +24,9 @@ from qkv_tui.base.values import show as _show
 from qkv_tui.base.values import token_label
 from qkv_tui.importers.errors import ImporterError, missing_package
 from qkv_tui.importers.files import read_limited, status
+from qkv_tui.importers.hf_bert import open_bert
 from qkv_tui.importers.hf_config import Config, read_config, rotary, sliding_window
+from qkv_tui.importers.hf_tensors import lookup, prefix_of
 from qkv_tui.importers.safetensors_raw import TensorFiles
 from qkv_tui.importers.schedule import hf_schedule
 from qkv_tui.importers.stack import (
@@ -76,8 +78,6 @@ def open_folder(folder: Path, source: str) -> Model:
     if config.model_type == "gpt2":
         return _gpt2(config, tensors, tokenize, source)
     if config.model_type == "bert":
-        from qkv_tui.importers.hf_bert import open_bert
-
         return open_bert(config, tensors, tokenize, source)
     return _llama(config, tensors, tokenize, source)
 
@@ -101,26 +101,6 @@ def _tokenizer(path: Path) -> Tokenize:
         return [token_label(t) for t in encoding.tokens], [int(i) for i in encoding.ids]
 
     return tokenize
-
-
-def lookup(table: Array, key: str, ids: list[int]) -> Array:
-    """Rows ``ids`` of an embedding table, refusing an id the table has no row for."""
-    rows = int(table.shape[0])
-    for i, token_id in enumerate(ids):
-        if not 0 <= token_id < rows:
-            raise ImporterError(
-                f"tokenizer.json gives token id {token_id} (token {i + 1} of model.text) but {key} has {rows} rows"
-                f" (ids 0 … {rows - 1}); expected a tokenizer.json made for these weights"
-            )
-    return table[ids]
-
-
-def prefix_of(tensors: TensorFiles, suffix: str, what: str) -> str:
-    """The key prefix in front of ``suffix`` ("transformer.", "model.", or none)."""
-    for name in tensors.names():
-        if name == suffix or name.endswith("." + suffix):
-            return name[: len(name) - len(suffix)]
-    raise ImporterError(f"the checkpoint has no {suffix!r} tensor; expected a {what} checkpoint's key names")
 
 
 def _gpt2(config: Config, tensors: TensorFiles, tokenize: Tokenize, source: str) -> Model:
