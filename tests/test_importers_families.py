@@ -291,3 +291,41 @@ def test_a_schedule_is_shown_on_the_first_screen_and_in_markdown_and_kept_by_tom
     frozen = to_toml(sc)
     assert 'schedule = ["sliding 2", "full"]' in frozen
     assert parse_scenario(frozen, "f.toml").input.schedule == ("sliding 2", "full")
+
+
+SCHEDULED = '''title = "A NoPE layer"
+description = "Layer 3 of a model whose every fourth layer leaves RoPE out."
+tokens = ["I", "love", "AI"]
+X = [[1, 0, 1, 0], [0, 1, 0, 1], [1, 1, 0, 0]]
+mask = "causal"
+
+[input]
+kind = "residual"
+layer = 3
+schedule = ["full", "full", "full", "full no-rope", "full", "full", "full", "full no-rope"]
+''' + HEAD
+SCHEDULE_LINE = "layers: 0–2 F · [3 N] · 4–6 F · 7 N (F full, N no RoPE)"
+
+
+async def test_the_app_shows_the_schedule_on_the_first_screen(tmp_path: Path) -> None:
+    from qkv_tui.ui.app import QKVApp
+    from qkv_tui.ui.widgets.panels import ExplainPanel
+
+    path = tmp_path / "nope.toml"
+    path.write_text(SCHEDULED, encoding="utf-8")
+    app = QKVApp(str(path))
+    async with app.run_test(size=(120, 40)) as pilot:
+        text = app.query_one(ExplainPanel).plain
+        assert SCHEDULE_LINE in text and "a NoPE layer" in text
+        await pilot.press("right")
+        assert "layers:" not in app.query_one(ExplainPanel).plain  # the description's place: the first screen only
+
+
+class TestScheduleSnapshots:
+    @pytest.mark.parametrize(("size", "keys"), [((120, 40), []), ((80, 24), ["pagedown"])], ids=["120x40", "80x24"])
+    def test_first_screen(self, snap_compare: Any, tmp_path: Path, size: tuple[int, int], keys: list[str]) -> None:
+        from qkv_tui.ui.app import QKVApp
+
+        path = tmp_path / "nope.toml"
+        path.write_text(SCHEDULED, encoding="utf-8")
+        assert snap_compare(QKVApp(str(path)), press=keys, terminal_size=size)

@@ -63,9 +63,12 @@ class Embed(StageSpec):
     def meaning(self, trace: TraceContext, head: int | None) -> str:
         sc = trace.comp.scenario
         text = self.stage.meaning
+        nope = sc.input.schedule[sc.input.chosen_layer].endswith("no-rope") if sc.input.schedule else False
         if sc.input.kind == "residual":
             assert sc.input.layer is not None
-            text = residual_meaning(sc.input.layer, learned_positions=sc.rope is None and sc.alibi is None)
+            rotated_elsewhere = any(e.endswith("no-rope") for e in sc.input.schedule)  # a NoPE layer of a RoPE model
+            text = residual_meaning(sc.input.layer,
+                                    learned_positions=sc.rope is None and sc.alibi is None and not rotated_elsewhere)
         elif sc.input.kind == "embedding+position":
             text = EMBED_POSITION_MEANING
         elif sc.input.kind == "embedding+position+type":
@@ -74,6 +77,9 @@ class Embed(StageSpec):
             text += " Here position enters at the Rotate stage, which turns Q and K by each token's position."
         elif sc.alibi is not None:
             text += " Here position enters at the Scale stage, as ALiBi's distance bias on the scores."
+        elif nope:
+            text += (" This layer applies no RoPE, though the model's other layers do (a NoPE layer): its scores see"
+                     " position only through what earlier layers wrote into X, and through the mask.")
         return text
 
     def operation(self, trace: TraceContext, index: int, seg: Segment, row: int, col: int | None, d: int) -> Operation:
