@@ -329,3 +329,18 @@ class TestScheduleSnapshots:
         path = tmp_path / "nope.toml"
         path.write_text(SCHEDULED, encoding="utf-8")
         assert snap_compare(QKVApp(str(path)), press=keys, terminal_size=size)
+
+
+def test_the_package_never_imports_transformers_or_torch() -> None:
+    """transformers is the tests' reference only: opening every family's folder needs neither it nor PyTorch."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, pkgutil, importlib, qkv_tui\n"
+        "for m in pkgutil.walk_packages(qkv_tui.__path__, 'qkv_tui.'):\n"
+        "    if not m.name.endswith('__main__'): importlib.import_module(m.name)\n"
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'transformers', 'torch'}))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

@@ -194,7 +194,7 @@ def _llama(config: Config, tensors: TensorFiles, tokenize: Tokenize, source: str
             ),
             mlp_norm=Norm("rms", get(h + "post_attention_layernorm.weight", (d,)), None, config.eps),
             mlp=mlp(h),
-            scale=granite[1] if granite is not None else None,
+            scale=1.0 / granite[1] if granite is not None else None,  # scores × attention_multiplier
             window=sliding_window(config, i),
             rotary=rotary(config, i),
             residual_scale=granite[2] if granite is not None else 1.0,
@@ -205,13 +205,13 @@ def _llama(config: Config, tensors: TensorFiles, tokenize: Tokenize, source: str
     if granite is not None:
         said = (f"Granite scales its residual stream: the embeddings are multiplied by {_show(granite[0])} and every"
                 f" attention and MLP output by {_show(granite[2])} before it is added back; the scores are multiplied"
-                f" by attention_multiplier = {_show(1 / granite[1])}, so the scale divides them by its inverse.")
+                f" by attention_multiplier = {_show(granite[1])}, so the scale divides them by its inverse.")
     return Model(source, config.num_layers, config.num_heads, config.context, rope, tokenize, embed, layer,
                  hf_schedule(config), lambda layer: said)
 
 
 def _granite(config: Config) -> tuple[float, float, float] | None:
-    """Granite's (embedding_multiplier, 1 / attention_multiplier, residual_multiplier); None for the others."""
+    """Granite's (embedding_multiplier, attention_multiplier, residual_multiplier); None for the others."""
     if config.model_type != "granite":
         return None
     raw = config.raw
@@ -221,4 +221,4 @@ def _granite(config: Config) -> tuple[float, float, float] | None:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
             raise ImporterError(f"config.json: {key} = {value!r}; expected a number > 0")
         numbers.append(float(value))
-    return numbers[0], 1.0 / numbers[1], numbers[2]
+    return numbers[0], numbers[1], numbers[2]
