@@ -344,3 +344,21 @@ def test_the_package_never_imports_transformers_or_torch() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_the_gpt_oss_mixture_of_experts_matches_transformers() -> None:
+    """gpt-oss stays an error until RoPE scaling lands; its MoE MLP (for the layers before the chosen one) is ready."""
+    from qkv_tui.importers.stack import MoeMlp
+
+    config = transformers.GptOssConfig(hidden_size=16, intermediate_size=12, num_local_experts=5, num_experts_per_tok=2,
+                                       num_attention_heads=4, num_key_value_heads=2, head_dim=4, num_hidden_layers=2,
+                                       vocab_size=32, swiglu_limit=1.5)
+    mlp = transformers.models.gpt_oss.modeling_gpt_oss.GptOssMLP(config).double()
+    _randomise(mlp, 4)
+    x = torch.randn((1, 7, 16), generator=torch.Generator().manual_seed(5), dtype=torch.float64)
+    with torch.no_grad():
+        want = mlp(x)[0][0].numpy()
+    p = {name: t.detach().numpy() for name, t in mlp.named_parameters()}
+    ours = MoeMlp(p["router.weight"].T, p["router.bias"], p["experts.gate_up_proj"], p["experts.gate_up_proj_bias"],
+                  p["experts.down_proj"], p["experts.down_proj_bias"], 2, float(config.swiglu_alpha), 1.5)
+    np.testing.assert_allclose(ours(x[0].numpy()), want, rtol=1e-10, atol=1e-10)

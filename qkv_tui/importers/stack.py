@@ -186,6 +186,42 @@ class GatedMlp:
 
 
 @dataclass(frozen=True, eq=False)
+class MoeMlp:
+    """gpt-oss's mixture of experts: each token's top-k experts by router logit, weighted by a softmax over those k.
+
+    An expert is a clamped SwiGLU whose gate and up columns interleave (gate 2i, up 2i + 1):
+    (clip(up, ±limit) + 1) · g·σ(α·g) with g = min(gate, limit), then its down projection. Weights are
+    already x·W (gpt-oss stores experts as (in, out)).
+    """
+
+    W_router: Array  # (d_model, experts)
+    b_router: Array  # (experts,)
+    W_gate_up: Array  # (experts, d_model, 2·inner)
+    b_gate_up: Array  # (experts, 2·inner)
+    W_down: Array  # (experts, inner, d_model)
+    b_down: Array  # (experts, d_model)
+    top_k: int
+    alpha: float
+    limit: float
+
+    def __call__(self, x: Array) -> Array:
+        logits = x @ self.W_router + self.b_router  # (n, experts)
+        chosen = np.argsort(-logits, axis=1, kind="stable")[:, : self.top_k]  # (n, k), the largest first
+        top = np.take_along_axis(logits, chosen, axis=1)  # (n, k)
+        weights = np.exp(top - top.max(axis=1, keepdims=True))
+        weights /= weights.sum(axis=1, keepdims=True)
+        out = np.zeros_like(x)  # (n, d_model)
+        for row in range(x.shape[0]):
+            for slot in range(self.top_k):
+                e = int(chosen[row, slot])
+                gate_up = x[row] @ self.W_gate_up[e] + self.b_gate_up[e]  # (2·inner,)
+                gate, up = np.minimum(gate_up[0::2], self.limit), np.clip(gate_up[1::2], -self.limit, self.limit)
+                glu = gate / (1.0 + np.exp(-self.alpha * gate))
+                out[row] += weights[row, slot] * (((up + 1.0) * glu) @ self.W_down[e] + self.b_down[e])
+        return out
+
+
+@dataclass(frozen=True, eq=False)
 class Model:
     """A source, opened: enough to tokenize a text and read any layer."""
 
