@@ -53,6 +53,7 @@ def _build(folder: Path, cls_name: str, config: Any, seed: int = 0) -> Any:
     cls = getattr(transformers, cls_name)
     model = cls._from_config(config, attn_implementation="eager")
     _randomise(model, seed)
+    transformers.utils.logging.disable_progress_bar()  # its bar on stderr would be read as the CLI's output
     model.save_pretrained(folder)  # float32 safetensors, the key names the Hub's checkpoints carry
     return model.double().eval()
 
@@ -362,3 +363,43 @@ def test_the_gpt_oss_mixture_of_experts_matches_transformers() -> None:
     ours = MoeMlp(p["router.weight"].T, p["router.bias"], p["experts.gate_up_proj"], p["experts.gate_up_proj_bias"],
                   p["experts.down_proj"], p["experts.down_proj_bias"], 2, float(config.swiglu_alpha), 1.5)
     np.testing.assert_allclose(ours(x[0].numpy()), want, rtol=1e-10, atol=1e-10)
+
+
+def _edit_config(folder: Path, change: dict[str, Any]) -> None:
+    data = json.loads((folder / "config.json").read_text())
+    for key, value in change.items():
+        if isinstance(value, dict) and isinstance(data.get(key), dict):
+            data[key] |= value
+        else:
+            data[key] = value
+    (folder / "config.json").write_text(json.dumps(data))
+
+
+CONFIG_ERRORS = [
+    ("Phi3", {"rope_parameters": {"partial_rotary_factor": 0.5}}, "partial_rotary_factor = 0.5 is not supported"),
+    ("Phi3", {"rope_parameters": {"rope_type": "longrope"}}, "rope_parameters.rope_type 'longrope' is not supported"),
+    ("SmolLM3", {"no_rope_layers": [1, 0]}, "no_rope_layers must list 1 (RoPE) or 0 (no RoPE) for each of the 4 layers"),
+    ("Granite", {"attention_multiplier": 0}, "attention_multiplier = 0; expected a number > 0"),
+    ("Granite", {"mlp_bias": True}, "mlp_bias = true is not supported"),
+    ("Bert", {"position_embedding_type": "relative_key"}, "position_embedding_type 'relative_key' is not supported"),
+    ("Bert", {"is_decoder": True}, "is_decoder = true is not supported"),
+]
+
+
+@pytest.mark.parametrize(("family", "change", "needle"), CONFIG_ERRORS, ids=[f"{f}-{next(iter(c))}" for f, c, _ in CONFIG_ERRORS])
+def test_a_config_feature_the_format_lacks_is_one_line(cli: Any, tmp_path: Path, family: str, change: dict[str, Any],
+                                                       needle: str) -> None:
+    folder, vocab = _with_tokenizer(tmp_path, family.lower())
+    if family == "Bert":
+        config = transformers.BertConfig(vocab_size=vocab, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
+                                         intermediate_size=24, max_position_embeddings=64)
+        _build(folder, "BertModel", config)
+    else:
+        _build(folder, f"{family}ForCausalLM", _decoder_config(f"{family}Config", vocab))
+    _place_tokenizer(tmp_path, folder)
+    _edit_config(folder, change)
+    path = tmp_path / "head.toml"
+    path.write_text(f'[model]\nsource = "{folder}"\ntext = "{TEXT}"\nlayer = 1\n', encoding="utf-8")
+    run = cli("--check", str(path))
+    assert run.code == 2 and run.out == "" and run.err.count("\n") == 1 and "Traceback" not in run.err, run.err
+    assert needle in run.err, run.err
