@@ -61,7 +61,7 @@ def test_layer_0_of_glassllm_is_its_embeddings() -> None:
 def test_gpt2_layer_0_adds_position_embeddings(tmp_path: Path) -> None:
     weights = build_gpt2(tmp_path / "g")
     doc = expand_model({"model": {"source": str(tmp_path / "g"), "text": "Alice was", "layer": 0}})
-    assert doc["input"] == {"kind": "embedding+position"}
+    assert doc["input"] == {"kind": "embedding+position", "schedule": ["full", "full", "full"]}
     ids = [int(i) for i in doc["description"].rsplit("ids ", 1)[1].rstrip(".").split()]
     np.testing.assert_allclose(doc["X"][1], weights["wte.weight"][ids[1]] + weights["wpe.weight"][1])  # what the line says
     trace = Trace(compute(parse_scenario(to_toml(parse_scenario(_plain(doc), "d.toml")), "again.toml")))
@@ -70,7 +70,7 @@ def test_gpt2_layer_0_adds_position_embeddings(tmp_path: Path) -> None:
     assert stage == "1 Embed" and title.startswith("X (token + position embeddings)")
     assert trace.op(1).arithmetic.startswith('X[Ġwas] = embedding of "Ġwas" + embedding of position 1 = [')
     later = expand_model({"model": {"source": str(tmp_path / "g"), "text": "Alice was", "layer": 2}})
-    assert later["input"] == {"kind": "residual", "layer": 2}
+    assert later["input"] == {"kind": "residual", "layer": 2, "schedule": ["full", "full", "full"]}
 
 
 def _plain(doc: dict) -> str:  # type: ignore[type-arg]

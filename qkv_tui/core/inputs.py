@@ -8,21 +8,36 @@ exports can say which; a frozen head keeps it, and a hand-made file may use it t
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from qkv_tui.base.values import kind as _kind
 from qkv_tui.base.values import show as _show
+from qkv_tui.core.layer_schedule import entry_error, schedule_line
 from qkv_tui.core.variants.common import MAX_INDEX, Checker, choice, table_of
 
-INPUT_KEYS = ("kind", "layer")
-INPUT_KINDS = ("embedding", "embedding+position", "residual")
+INPUT_KEYS = ("kind", "layer", "schedule")
+INPUT_KINDS = ("embedding", "embedding+position", "residual", "embedding+position+type")
 
 
 @dataclass(frozen=True)
 class Input:
     kind: str = "embedding"  # token embeddings | token plus learned position embeddings | the residual stream
+    # | "embedding+position+type": BERT's token, position and token-type embeddings summed, then LayerNormed
     layer: int | None = None  # "residual": the 0-based layer X enters (the stream after layers 0 … layer − 1)
+    # the model's layers, one entry each (core/layer_schedule.py); () = not given. Not part of equality:
+    # it says where the layer sits in its model, not what X holds
+    schedule: tuple[str, ...] = field(default=(), compare=False)
+
+    @property
+    def chosen_layer(self) -> int:
+        """The layer whose attention the scenario shows: the one X enters (0 where X is the embeddings)."""
+        return self.layer if self.layer is not None else 0
+
+    @property
+    def schedule_text(self) -> str:
+        """The model's layer schedule as one line, the chosen layer marked; "" without a schedule."""
+        return schedule_line(self.schedule, self.chosen_layer) if self.schedule else ""
 
     @property
     def is_embedding(self) -> bool:
@@ -38,11 +53,27 @@ def parse_input(v: Checker, doc: dict[str, Any]) -> Input:
     if kind != "residual":
         if "layer" in table:
             raise v.fail(f"[input] layer goes with kind = 'residual' (the layer X enters); kind is {kind!r}")
-        return Input(kind)
+        return Input(kind, None, _schedule(v, table, 0))
     if "layer" not in table:
         raise v.fail("[input] kind = 'residual' needs layer, the 0-based layer X enters (1 or more)")
     layer = table["layer"]
     if isinstance(layer, bool) or not isinstance(layer, int) or not 1 <= layer <= MAX_INDEX:
         shown = _show(layer) if isinstance(layer, int) and not isinstance(layer, bool) else _kind(layer)
         raise v.fail(f"[input] layer = {shown}; expected a whole number from 1 to 2^53 (at layer 0, X is the embeddings)")
-    return Input(kind, layer)
+    return Input(kind, layer, _schedule(v, table, layer))
+
+
+def _schedule(v: Checker, table: dict[str, Any], chosen: int) -> tuple[str, ...]:
+    if "schedule" not in table:
+        return ()
+    raw = table["schedule"]
+    if not isinstance(raw, list) or not raw:
+        raise v.fail(f"[input] schedule must be a non-empty list of strings, one per layer of the model, got {_kind(raw)}")
+    for i, entry in enumerate(raw):
+        problem = entry_error(entry)
+        if problem is not None:
+            shown = _show(entry) if isinstance(entry, str) else _kind(entry)
+            raise v.fail(f"[input] schedule[{i}] = {shown}; {problem}")
+    if chosen >= len(raw):
+        raise v.fail(f"[input] schedule lists {len(raw)} layers, but X enters layer {chosen}; expected one entry per layer")
+    return tuple(raw)

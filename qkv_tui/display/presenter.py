@@ -78,6 +78,9 @@ class Presenter:
         if pos.index == len(view.trace) - 1 and not hidden:
             notes += self._closing(pos, modes)
         description = self.comp.scenario.description if pos.index == 0 else ""
+        schedule = self.comp.scenario.input.schedule_text  # a model's layers, beside what it says of the model
+        if pos.index == 0 and schedule:
+            description = f"{description}\n\n{schedule}" if description else schedule
         return Frame(ex, focus, extra, tuple(notes), description)
 
     def _closing(self, pos: Position, modes: Modes) -> list[str]:

@@ -44,6 +44,8 @@ def to_markdown(comp: Computation, decimals: int = 3) -> str:
     out: list[str] = [f"# {sc.title}", ""]
     if sc.description:
         out += [sc.description, ""]
+    if sc.input.schedule:  # a real model's layers, the one shown marked
+        out += [sc.input.schedule_text, ""]
     out += [
         "Scaled dot-product attention, **softmax(QKᵀ/√dₖ)V**, worked cell by cell.",
         "",

@@ -54,10 +54,12 @@ def to_toml(scenario: Scenario) -> str:
     elif sc.mask_kind == "custom":
         lines += ["", "[mask]", 'kind = "custom"', f"allow = {_flags(sc.allow)}"]
     lines += _modern_tables(sc)
-    if sc.input.kind != "embedding":  # what X is: a frozen model head keeps saying so
+    if sc.input.kind != "embedding" or sc.input.schedule:  # what X is: a frozen model head keeps saying so
         lines += ["", "[input]", f"kind = {string(sc.input.kind)}"]
         if sc.input.layer is not None:
             lines.append(f"layer = {sc.input.layer}")
+        if sc.input.schedule:
+            lines.append("schedule = [" + ", ".join(string(e) for e in sc.input.schedule) + "]")
     if sc.num_heads_split is not None:
         lines += ["", "[attention]", f"num_heads = {sc.num_heads_split}"]
         # K/V roles: one slice per K/V head (the first query head reading it), as num_kv_heads expects

@@ -72,17 +72,25 @@ def expand_model(doc: dict[str, Any], base: Path | None = None) -> dict[str, Any
     result["X"] = X.tolist()
     if layer > 0:  # what X is, for the trace, the panes and the exports (core/inputs.py)
         result["input"] = {"kind": "residual", "layer": layer}
+    elif weights.post_norm:  # BERT: token, position and token-type embeddings, summed and normed
+        result["input"] = {"kind": "embedding+position+type"}
     elif model.rope is None:  # GPT-2: learned position embeddings are added to the token embeddings
         result["input"] = {"kind": "embedding+position"}
-    norm = weights.norm
-    result["norm"] = {"kind": norm.kind, "gamma": norm.gamma.tolist(), "eps": norm.eps}
-    if norm.beta is not None:
-        result["norm"]["beta"] = norm.beta.tolist()
-    if model.rope is not None:
+    if model.schedule:  # every layer's attention, the chosen one marked where the scenario is shown
+        result.setdefault("input", {})["schedule"] = list(model.schedule)
+    if not weights.post_norm:  # a post-norm layer's attention reads X as it is (hf_bert.py)
+        norm = weights.norm
+        result["norm"] = {"kind": norm.kind, "gamma": norm.gamma.tolist(), "eps": norm.eps}
+        if norm.beta is not None:
+            result["norm"]["beta"] = norm.beta.tolist()
+    if model.rope is not None and weights.rotary:
         result["rope"] = {"layout": model.rope.layout, "base": model.rope.base, "positions": list(range(len(ids)))}
     if weights.scale is not None:
         result["scale"] = weights.scale
-    result["mask"] = "causal" if weights.window is None else {"kind": "sliding", "window": weights.window}
+    if not weights.causal:
+        result["mask"] = "none"
+    else:
+        result["mask"] = "causal" if weights.window is None else {"kind": "sliding", "window": weights.window}
     if heads == list(range(model.num_heads)):
         result.update(_all_heads(weights))
     else:
@@ -133,6 +141,9 @@ def _description(given: Any, model: Model, layer: int, heads: list[int], text: s
     if heads != list(range(model.num_heads)):
         which = ("head " if len(heads) == 1 else "heads ") + ", ".join(map(str, heads))
     origin = f"{model.name}, layer {layer}, {which} (0-based), on {text!r}: {len(ids)} tokens, ids {' '.join(map(str, ids))}."
+    said = model.note(layer)
+    if said:
+        origin = f"{origin} {said}"
     if isinstance(given, str) and given.strip():
         return f"{given.rstrip()}\n\n{origin}"
     return origin

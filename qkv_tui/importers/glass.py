@@ -67,5 +67,6 @@ def open_glassllm(lang: str) -> Model:
         tokenize=tokenize,
         embed=embed,
         layer=layer,
+        schedule=("full",) * int(cfg.n_layers),  # every layer attends causally over every earlier token, with RoPE
     )
 

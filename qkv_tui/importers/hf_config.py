@@ -17,10 +17,12 @@ from typing import Any
 from qkv_tui.base.values import show as _show
 from qkv_tui.importers.errors import ImporterError
 from qkv_tui.importers.files import read_limited
+from qkv_tui.importers.hf_pending import PENDING_TYPES, pending_feature
 
 GPT2_TYPES = ("gpt2",)
-LLAMA_TYPES = ("llama", "mistral", "qwen2")
-ALL_TYPES = GPT2_TYPES + LLAMA_TYPES
+LLAMA_TYPES = ("llama", "mistral", "qwen2", "smollm3", "granite", "phi3")
+BERT_TYPES = ("bert",)
+ALL_TYPES = GPT2_TYPES + LLAMA_TYPES + BERT_TYPES
 CONFIG_LIMIT = 4 * 2**20  # real config.json files are a few kilobytes
 
 
@@ -50,6 +52,8 @@ def read_config(path: Path) -> Config:
     if not isinstance(data, dict):
         raise ImporterError(f"{path.name}: expected a JSON object")
     model_type = data.get("model_type")
+    if isinstance(model_type, str) and model_type in PENDING_TYPES:
+        raise ImporterError(f"{path.name}: {pending_feature(model_type, data)}")
     if model_type not in ALL_TYPES:
         raise ImporterError(
             f"{path.name}: model_type {_show(model_type)} is not supported; expected one of: {', '.join(ALL_TYPES)}"
@@ -64,6 +68,8 @@ def read_config(path: Path) -> Config:
             get.int("n_positions", get.int("n_ctx", 1024)), get.number("layer_norm_epsilon", 1e-5),
             get.string("activation_function", "gelu_new"), None, data,
         )
+    if model_type == "bert":
+        return _bert(path.name, data)
     d_model, heads = get.int("hidden_size", 4096), get.int("num_attention_heads", 32)
     kv_heads = get.int("num_key_value_heads", heads)
     if heads % kv_heads:
@@ -77,6 +83,23 @@ def read_config(path: Path) -> Config:
         model_type, d_model, get.int("num_hidden_layers", 32), heads, kv_heads, head_dim,
         get.int("max_position_embeddings", 2048), get.number("rms_norm_eps", 1e-6),
         get.string("hidden_act", "silu"), _rope_base(path.name, data), data,
+    )
+
+
+def _bert(name: str, data: dict[str, Any]) -> Config:
+    get = _Reader(name, data)
+    kind = data.get("position_embedding_type", "absolute")
+    if kind != "absolute":
+        raise ImporterError(f"{name}: position_embedding_type {kind!r} is not supported; expected 'absolute' (learned positions)")
+    if data.get("is_decoder"):
+        raise ImporterError(f"{name}: is_decoder = true is not supported; BERT is read as the bidirectional encoder")
+    d_model, heads = get.int("hidden_size", 768), get.int("num_attention_heads", 12)
+    if d_model % heads:
+        raise ImporterError(f"{name}: hidden_size = {d_model} is not a multiple of num_attention_heads = {heads}")
+    return Config(
+        "bert", d_model, get.int("num_hidden_layers", 12), heads, heads, d_model // heads,
+        get.int("max_position_embeddings", 512), get.number("layer_norm_eps", 1e-12),
+        get.string("hidden_act", "gelu"), None, data,
     )
 
 
@@ -122,6 +145,8 @@ def sliding_window(config: Config, layer: int) -> int | None:
     data = config.raw
     window = data.get("sliding_window")
     types = data.get("layer_types")
+    if config.model_type in ("granite", "bert") or (config.model_type == "smollm3" and not data.get("use_sliding_window")):
+        return None  # Granite and BERT never slide; SmolLM3 only with use_sliding_window, whatever layer_types says
     if types is not None:
         if not isinstance(types, list) or len(types) != config.num_layers:
             raise ImporterError(f"config.json: layer_types must list one type per layer ({config.num_layers})")
@@ -145,6 +170,23 @@ def sliding_window(config: Config, layer: int) -> int | None:
     if data.get("use_sliding_window") is False:
         return None
     return _window(window)  # mistral
+
+
+def rotary(config: Config, layer: int) -> bool:
+    """Whether the layer applies RoPE: SmolLM3 leaves it out of every no_rope_layer_interval-th layer (NoPE)."""
+    if config.rope_base is None:
+        return False
+    if config.model_type != "smollm3":
+        return True
+    flags = config.raw.get("no_rope_layers")
+    if flags is None:  # transformers' own default: NoPE at layers interval − 1, 2·interval − 1, …
+        interval = _Reader("config.json", config.raw).int("no_rope_layer_interval", 4)
+        return (layer + 1) % interval != 0
+    if not isinstance(flags, list) or len(flags) != config.num_layers or any(f not in (0, 1) for f in flags):
+        raise ImporterError(
+            f"config.json: no_rope_layers must list 1 (RoPE) or 0 (no RoPE) for each of the {config.num_layers} layers"
+        )
+    return bool(flags[layer])
 
 
 def _window(value: Any) -> int:

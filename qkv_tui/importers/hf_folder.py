@@ -5,9 +5,13 @@ Two layouts:
   ``c_attn`` (Q, K, V side by side) with biases. GPT-2's Conv1D stores weights as (in, out), which
   is already the x·W orientation. Keys may carry a ``transformer.`` prefix; ``attn.bias`` and
   ``attn.masked_bias`` are the causal-mask buffers, not biases, and are never read.
-- "llama" and its kin "mistral" and "qwen2": RMSNorm, RoPE in the "half" layout (Hugging Face's
-  rotate_half), separate ``q_proj``/``k_proj``/``v_proj``/``o_proj`` stored as nn.Linear (out, in)
-  and transposed here, optional Q/K/V biases (Qwen2), grouped K/V heads, SwiGLU MLP.
+- "llama" and its kin "mistral", "qwen2", "smollm3", "granite" and "phi3": RMSNorm, RoPE in the
+  "half" layout (Hugging Face's rotate_half), separate ``q_proj``/``k_proj``/``v_proj``/``o_proj``
+  stored as nn.Linear (out, in) and transposed here, optional Q/K/V biases (Qwen2), grouped K/V heads,
+  SwiGLU MLP. Phi-3 fuses Q, K and V into one ``qkv_proj`` (rows Q, then K, then V) and gate and up
+  into ``gate_up_proj``; SmolLM3 leaves RoPE out of some layers (NoPE); Granite multiplies the
+  embeddings, the scores and each sub-layer's output by constants of its config.
+- "bert": hf_bert.py.
 """
 
 from __future__ import annotations
@@ -20,8 +24,11 @@ from qkv_tui.base.values import show as _show
 from qkv_tui.base.values import token_label
 from qkv_tui.importers.errors import ImporterError, missing_package
 from qkv_tui.importers.files import read_limited, status
-from qkv_tui.importers.hf_config import Config, read_config, sliding_window
+from qkv_tui.importers.hf_bert import open_bert
+from qkv_tui.importers.hf_config import Config, read_config, rotary, sliding_window
+from qkv_tui.importers.hf_tensors import lookup, prefix_of
 from qkv_tui.importers.safetensors_raw import TensorFiles
+from qkv_tui.importers.schedule import hf_schedule
 from qkv_tui.importers.stack import (
     ACTIVATIONS,
     Array,
@@ -70,6 +77,8 @@ def open_folder(folder: Path, source: str) -> Model:
     tensors = TensorFiles(weights)
     if config.model_type == "gpt2":
         return _gpt2(config, tensors, tokenize, source)
+    if config.model_type == "bert":
+        return open_bert(config, tensors, tokenize, source)
     return _llama(config, tensors, tokenize, source)
 
 
@@ -94,28 +103,8 @@ def _tokenizer(path: Path) -> Tokenize:
     return tokenize
 
 
-def _lookup(table: Array, key: str, ids: list[int]) -> Array:
-    """Rows ``ids`` of an embedding table, refusing an id the table has no row for."""
-    rows = int(table.shape[0])
-    for i, token_id in enumerate(ids):
-        if not 0 <= token_id < rows:
-            raise ImporterError(
-                f"tokenizer.json gives token id {token_id} (token {i + 1} of model.text) but {key} has {rows} rows"
-                f" (ids 0 … {rows - 1}); expected a tokenizer.json made for these weights"
-            )
-    return table[ids]
-
-
-def _prefix(tensors: TensorFiles, suffix: str, what: str) -> str:
-    """The key prefix in front of ``suffix`` ("transformer.", "model.", or none)."""
-    for name in tensors.names():
-        if name == suffix or name.endswith("." + suffix):
-            return name[: len(name) - len(suffix)]
-    raise ImporterError(f"the checkpoint has no {suffix!r} tensor; expected a {what} checkpoint's key names")
-
-
 def _gpt2(config: Config, tensors: TensorFiles, tokenize: Tokenize, source: str) -> Model:
-    p = _prefix(tensors, "wte.weight", "GPT-2")
+    p = prefix_of(tensors, "wte.weight", "GPT-2")
     d = config.d_model
     wte = tensors.get(p + "wte.weight", (None, d))  # (vocab, d)
     wpe = tensors.get(p + "wpe.weight", (config.context, d))  # (n_positions, d)
@@ -123,7 +112,7 @@ def _gpt2(config: Config, tensors: TensorFiles, tokenize: Tokenize, source: str)
     raw = config.raw
 
     def embed(ids: list[int]) -> Array:
-        return _lookup(wte, p + "wte.weight", ids) + wpe[: len(ids)]  # (n, d_model): token plus learned position
+        return lookup(wte, p + "wte.weight", ids) + wpe[: len(ids)]  # (n, d_model): token plus learned position
 
     def layer(i: int) -> Layer:
         h = f"{p}h.{i}."
@@ -151,43 +140,85 @@ def _gpt2(config: Config, tensors: TensorFiles, tokenize: Tokenize, source: str)
             window=None,
         )
 
-    return Model(source, config.num_layers, config.num_heads, config.context, None, tokenize, embed, layer)
+    return Model(source, config.num_layers, config.num_heads, config.context, None, tokenize, embed, layer,
+                 hf_schedule(config))
 
 
 def _llama(config: Config, tensors: TensorFiles, tokenize: Tokenize, source: str) -> Model:
-    p = _prefix(tensors, "embed_tokens.weight", f"{config.model_type} (LLaMA-family)")
+    p = prefix_of(tensors, "embed_tokens.weight", f"{config.model_type} (LLaMA-family)")
     d = config.d_model
     q_width, kv_width = config.num_heads * config.head_dim, config.num_kv_heads * config.head_dim
     table = tensors.get(p + "embed_tokens.weight", (None, d))  # (vocab, d)
     act = ACTIVATIONS[config.activation]
     assert config.rope_base is not None
+    granite = _granite(config)
 
     def optional(name: str, width: int) -> Array | None:
         return tensors.get(name, (width,)) if name in tensors else None
 
     def embed(ids: list[int]) -> Array:
-        return _lookup(table, p + "embed_tokens.weight", ids)  # (n, d_model); positions enter through RoPE
+        rows = lookup(table, p + "embed_tokens.weight", ids)  # (n, d_model); positions enter through RoPE
+        return rows * granite[0] if granite is not None else rows
+
+    def projections(a: str) -> tuple[Array, Array, Array]:
+        """W_Q, W_K, W_V in the x·W orientation: nn.Linear is (out, in); Phi-3 stacks the three in one."""
+        get = tensors.get
+        if config.model_type == "phi3":
+            fused = get(a + "qkv_proj.weight", (q_width + 2 * kv_width, d)).T  # (d, q + k + v)
+            return fused[:, :q_width], fused[:, q_width:q_width + kv_width], fused[:, q_width + kv_width:]
+        return get(a + "q_proj.weight", (q_width, d)).T, get(a + "k_proj.weight", (kv_width, d)).T, \
+            get(a + "v_proj.weight", (kv_width, d)).T
+
+    def mlp(h: str) -> GatedMlp:
+        get = tensors.get
+        if config.model_type == "phi3":
+            fused = get(h + "mlp.gate_up_proj.weight", (None, d))  # (2·intermediate, d): gate rows, then up rows
+            inter = int(fused.shape[0]) // 2
+            return GatedMlp(fused[:inter].T, fused[inter:].T, get(h + "mlp.down_proj.weight", (d, inter)).T, act)
+        gate = get(h + "mlp.gate_proj.weight", (None, d))  # (intermediate, d)
+        inter = int(gate.shape[0])
+        return GatedMlp(gate.T, get(h + "mlp.up_proj.weight", (inter, d)).T, get(h + "mlp.down_proj.weight", (d, inter)).T, act)
 
     def layer(i: int) -> Layer:
         h = f"{p}layers.{i}."
         a = h + "self_attn."
         get = tensors.get
-        gate = get(h + "mlp.gate_proj.weight", (None, d))  # (intermediate, d)
-        inter = int(gate.shape[0])
+        W_Q, W_K, W_V = projections(a)
         return Layer(
             norm=Norm("rms", get(h + "input_layernorm.weight", (d,)), None, config.eps),
             attention=Attention(
-                get(a + "q_proj.weight", (q_width, d)).T, get(a + "k_proj.weight", (kv_width, d)).T,  # nn.Linear is (out, in)
-                get(a + "v_proj.weight", (kv_width, d)).T, get(a + "o_proj.weight", (d, q_width)).T,
+                W_Q, W_K, W_V, get(a + "o_proj.weight", (d, q_width)).T,
                 optional(a + "q_proj.bias", q_width), optional(a + "k_proj.bias", kv_width),
                 optional(a + "v_proj.bias", kv_width), optional(a + "o_proj.bias", d),
                 config.num_heads, config.num_kv_heads,
             ),
             mlp_norm=Norm("rms", get(h + "post_attention_layernorm.weight", (d,)), None, config.eps),
-            mlp=GatedMlp(gate.T, get(h + "mlp.up_proj.weight", (inter, d)).T, get(h + "mlp.down_proj.weight", (d, inter)).T, act),
-            scale=None,
+            mlp=mlp(h),
+            scale=1.0 / granite[1] if granite is not None else None,  # scores × attention_multiplier
             window=sliding_window(config, i),
+            rotary=rotary(config, i),
+            residual_scale=granite[2] if granite is not None else 1.0,
         )
 
     rope = Rope("half", config.rope_base)
-    return Model(source, config.num_layers, config.num_heads, config.context, rope, tokenize, embed, layer)
+    said = ""
+    if granite is not None:
+        said = (f"Granite scales its residual stream: the embeddings are multiplied by {_show(granite[0])} and every"
+                f" attention and MLP output by {_show(granite[2])} before it is added back; the scores are multiplied"
+                f" by attention_multiplier = {_show(granite[1])}, so the scale divides them by its inverse.")
+    return Model(source, config.num_layers, config.num_heads, config.context, rope, tokenize, embed, layer,
+                 hf_schedule(config), lambda layer: said)
+
+
+def _granite(config: Config) -> tuple[float, float, float] | None:
+    """Granite's (embedding_multiplier, attention_multiplier, residual_multiplier); None for the others."""
+    if config.model_type != "granite":
+        return None
+    raw = config.raw
+    numbers = []
+    for key, default in (("embedding_multiplier", 1.0), ("attention_multiplier", 1.0), ("residual_multiplier", 1.0)):
+        value = raw.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
+            raise ImporterError(f"config.json: {key} = {value!r}; expected a number > 0")
+        numbers.append(float(value))
+    return numbers[0], numbers[1], numbers[2]

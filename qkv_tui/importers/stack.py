@@ -84,6 +84,10 @@ class Layer:
     mlp: Callable[[Array], Array]  # (n, d_model) -> (n, d_model)
     scale: float | None  # what scores are divided by; None = sqrt(d_k)
     window: int | None  # a sliding window (0 <= i - j < window), None = plain causal
+    rotary: bool = True  # False: a layer without RoPE (SmolLM3's NoPE layers) even where the model has it
+    causal: bool = True  # False: every query attends every key (BERT's bidirectional encoder)
+    post_norm: bool = False  # True: norm and mlp_norm come after each residual add (BERT), not before the sub-layer
+    residual_scale: float = 1.0  # each sub-layer's output is multiplied by this before it is added (Granite)
 
 
 def attention_forward(layer: Layer, rope: Rope | None, x: Array) -> Array:
@@ -97,6 +101,8 @@ def attention_forward(layer: Layer, rope: Rope | None, x: Array) -> Array:
     v_all = project(x, att.W_V, att.b_V)  # (n, H_kv·d_v)
     i, j = np.arange(n)[:, None], np.arange(n)[None, :]
     allow = (i - j >= 0) & (i - j < (layer.window if layer.window is not None else n + 1))
+    if not layer.causal:
+        allow = np.ones((n, n), dtype=bool)
     scale = layer.scale if layer.scale is not None else math.sqrt(d_k)
     outputs = []
     for h in range(att.num_heads):
@@ -104,7 +110,7 @@ def attention_forward(layer: Layer, rope: Rope | None, x: Array) -> Array:
         q = q_all[:, h * d_k:(h + 1) * d_k]
         k = k_all[:, g * d_k:(g + 1) * d_k]
         v = v_all[:, g * d_v:(g + 1) * d_v]
-        if rope is not None:
+        if rope is not None and layer.rotary:
             q, k = rope.rotate(q), rope.rotate(k)
         outputs.append(attend(q, k, v, allow, scale).output)  # (n, d_v)
     return project(np.concatenate(outputs, axis=1), att.W_O, att.b_O)
@@ -114,8 +120,13 @@ def residual_stream(embedded: Array, layers: list[Layer], rope: Rope | None) -> 
     """Run whole blocks (attention and MLP, each added back) over the embeddings: the input of the next layer."""
     x = embedded
     for layer in layers:
-        x = x + attention_forward(layer, rope, layer.norm(x))
-        x = x + layer.mlp(layer.mlp_norm(x))
+        if layer.post_norm:  # BERT: the sub-layer reads the stream as it is; the sum is normed
+            x = layer.norm(x + attention_forward(layer, rope, x))
+            x = layer.mlp_norm(x + layer.mlp(x))
+            continue
+        r = layer.residual_scale
+        x = x + r * attention_forward(layer, rope, layer.norm(x))
+        x = x + r * layer.mlp(layer.mlp_norm(x))
     return x
 
 
@@ -175,6 +186,42 @@ class GatedMlp:
 
 
 @dataclass(frozen=True, eq=False)
+class MoeMlp:
+    """gpt-oss's mixture of experts: each token's top-k experts by router logit, weighted by a softmax over those k.
+
+    An expert is a clamped SwiGLU whose gate and up columns interleave (gate 2i, up 2i + 1):
+    (clip(up, ±limit) + 1) · g·σ(α·g) with g = min(gate, limit), then its down projection. Weights are
+    already x·W (gpt-oss stores experts as (in, out)).
+    """
+
+    W_router: Array  # (d_model, experts)
+    b_router: Array  # (experts,)
+    W_gate_up: Array  # (experts, d_model, 2·inner)
+    b_gate_up: Array  # (experts, 2·inner)
+    W_down: Array  # (experts, inner, d_model)
+    b_down: Array  # (experts, d_model)
+    top_k: int
+    alpha: float
+    limit: float
+
+    def __call__(self, x: Array) -> Array:
+        logits = x @ self.W_router + self.b_router  # (n, experts)
+        chosen = np.argsort(-logits, axis=1, kind="stable")[:, : self.top_k]  # (n, k), the largest first
+        top = np.take_along_axis(logits, chosen, axis=1)  # (n, k)
+        weights = np.exp(top - top.max(axis=1, keepdims=True))
+        weights /= weights.sum(axis=1, keepdims=True)
+        out = np.zeros_like(x)  # (n, d_model)
+        for row in range(x.shape[0]):
+            for slot in range(self.top_k):
+                e = int(chosen[row, slot])
+                gate_up = x[row] @ self.W_gate_up[e] + self.b_gate_up[e]  # (2·inner,)
+                gate, up = np.minimum(gate_up[0::2], self.limit), np.clip(gate_up[1::2], -self.limit, self.limit)
+                glu = gate / (1.0 + np.exp(-self.alpha * gate))
+                out[row] += weights[row, slot] * (((up + 1.0) * glu) @ self.W_down[e] + self.b_down[e])
+        return out
+
+
+@dataclass(frozen=True, eq=False)
 class Model:
     """A source, opened: enough to tokenize a text and read any layer."""
 
@@ -186,3 +233,5 @@ class Model:
     tokenize: Tokenize
     embed: Callable[[list[int]], Array]  # ids -> (n, d_model), position embeddings included
     layer: Callable[[int], Layer]
+    schedule: tuple[str, ...] = ()  # each layer's attention, as [input] schedule spells it (core/layer_schedule.py)
+    note: Callable[[int], str] = lambda layer: ""  # what layer i's scenario cannot show (BERT's post-norm)

@@ -22,6 +22,10 @@ STAGE = Stage("embed", "Embed",
 INPUT_STAGE = Stage("embed", "Input",
                     "X is a real model's residual stream entering the layer shown: each token's embedding after"
                     " the earlier layers ran over it (attention and MLP, each added back into the row).")
+EMBED_TYPE_MEANING = (
+    "Each row of X is a token's embedding plus the learned embedding of its position (0, 1, 2, …) plus the"
+    " embedding of its token type (0: one sentence), then the LayerNorm of that sum, as BERT makes its input;"
+    " stacked, the rows form X (n × d_model).")
 EMBED_POSITION_MEANING = (
     "Each row of X is a token's embedding plus the learned embedding of its position (0, 1, 2, …), added"
     " before the first layer as GPT-2 does; stacked, the rows form X (n × d_model).")
@@ -32,6 +36,8 @@ def x_title(sc: Scenario) -> str:
     given = sc.input
     if given.kind == "residual":
         return f"X (residual stream into layer {given.layer})"
+    if given.kind == "embedding+position+type":
+        return "X (LayerNorm of token + position + type embeddings)"
     return "X (token + position embeddings)" if given.kind == "embedding+position" else "X (embeddings)"
 
 
@@ -57,15 +63,23 @@ class Embed(StageSpec):
     def meaning(self, trace: TraceContext, head: int | None) -> str:
         sc = trace.comp.scenario
         text = self.stage.meaning
+        nope = sc.input.schedule[sc.input.chosen_layer].endswith("no-rope") if sc.input.schedule else False
         if sc.input.kind == "residual":
             assert sc.input.layer is not None
-            text = residual_meaning(sc.input.layer, learned_positions=sc.rope is None and sc.alibi is None)
+            rotated_elsewhere = any(e.endswith("no-rope") for e in sc.input.schedule)  # a NoPE layer of a RoPE model
+            text = residual_meaning(sc.input.layer,
+                                    learned_positions=sc.rope is None and sc.alibi is None and not rotated_elsewhere)
         elif sc.input.kind == "embedding+position":
             text = EMBED_POSITION_MEANING
+        elif sc.input.kind == "embedding+position+type":
+            text = EMBED_TYPE_MEANING
         if sc.rope is not None:
             text += " Here position enters at the Rotate stage, which turns Q and K by each token's position."
         elif sc.alibi is not None:
             text += " Here position enters at the Scale stage, as ALiBi's distance bias on the scores."
+        elif nope:
+            text += (" This layer applies no RoPE, though the model's other layers do (a NoPE layer): its scores see"
+                     " position only through what earlier layers wrote into X, and through the mask.")
         return text
 
     def operation(self, trace: TraceContext, index: int, seg: Segment, row: int, col: int | None, d: int) -> Operation:
@@ -80,6 +94,8 @@ class Embed(StageSpec):
             what = f'residual stream entering layer {given.layer} at "{token}"'
         elif given.kind == "embedding+position":
             what = f'embedding of "{spelt}" + embedding of position {row}'
+        elif given.kind == "embedding+position+type":
+            what = f'LayerNorm(embedding of "{spelt}" + embedding of position {row} + embedding of type 0)'
         else:
             what = f'embedding of "{spelt}"'
         text = f"X[{token}] = {what} = {values}"

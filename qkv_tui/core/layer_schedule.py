@@ -1,0 +1,81 @@
+"""``[input] schedule``: which attention each layer of the model runs, shown with the scenario's layer marked.
+
+An importer writes one entry per layer (importers/schedule.py): "full", "sliding W", "linear", with
+" no-rope" after full or sliding where the layer leaves RoPE out (docs/scenario-format.md). The app
+and the Markdown export show it as one line, compressed into runs where a schedule is long:
+``layers: 0–4 S · 5 F · [6 S] · … (S sliding 512, F full)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+MAX_ITEMS = 12  # past this many runs, the line keeps both ends and the chosen layer's neighbourhood
+NO_ROPE = "no-rope"
+
+
+def entry_error(entry: object) -> str | None:
+    """Why ``entry`` is not a schedule entry, or None."""
+    if not isinstance(entry, str):
+        return "expected a string"
+    words = entry.split(" ")
+    if words and words[-1] == NO_ROPE and words[0] in ("full", "sliding"):
+        words = words[:-1]
+    if words == ["full"] or words == ["linear"]:
+        return None
+    if len(words) == 2 and words[0] == "sliding" and words[1].isdigit() and words[1][0] != "0" and len(words[1]) <= 16:
+        return None
+    return "expected 'full', 'sliding W' (W a whole number >= 1) or 'linear', with ' no-rope' after full or sliding"
+
+
+def _letter(entry: str, windows: set[str]) -> str:
+    words = entry.split(" ")
+    if words[0] == "linear":
+        return "L"
+    nope = words[-1] == NO_ROPE
+    if words[0] == "full":
+        return "N" if nope else "F"
+    shown = "S" if len(windows) == 1 else f"S{words[1]}"
+    return shown + ("N" if nope else "")
+
+
+def _legend(schedule: Sequence[str], windows: set[str]) -> str:
+    kinds = {e.split(" ")[0] for e in schedule}
+    nope = any(e.endswith(NO_ROPE) for e in schedule)
+    parts = []
+    if "sliding" in kinds:
+        parts.append(f"S sliding {windows.pop()}" if len(windows) == 1 else "S<W> sliding, window W")
+    if any(e == "full" for e in schedule):
+        parts.append("F full")
+    if nope:
+        parts.append("N no RoPE")
+    if "linear" in kinds:
+        parts.append("L linear attention")
+    return ", ".join(parts)
+
+
+def schedule_line(schedule: Sequence[str], chosen: int) -> str:
+    """``layers: 0 S · 1 S · [2 F] · 3 S (S sliding 4096, F full)``: runs of one kind share a range."""
+    windows = {e.split(" ")[1] for e in schedule if e.startswith("sliding")}
+    letters = [_letter(e, set(windows)) for e in schedule]
+    runs: list[tuple[int, int]] = []  # [first, last] layers of one letter, the chosen layer alone
+    for i, letter in enumerate(letters):
+        if runs and letters[runs[-1][0]] == letter and chosen not in (i, runs[-1][1]):
+            runs[-1] = (runs[-1][0], i)
+        else:
+            runs.append((i, i))
+    items = []
+    for first, last in runs:
+        span = str(first) if first == last else f"{first}–{last}"
+        item = f"{span} {letters[first]}"
+        items.append(f"[{item}]" if first == chosen else item)
+    if len(items) > MAX_ITEMS:
+        at = next(k for k, (first, _) in enumerate(runs) if first == chosen)
+        keep = sorted({0, 1, len(items) - 2, len(items) - 1} | set(range(max(0, at - 3), min(len(items), at + 4))))
+        shown: list[str] = []
+        for k, index in enumerate(keep):
+            if k and index != keep[k - 1] + 1:
+                shown.append("…")
+            shown.append(items[index])
+        items = shown
+    return f"layers: {' · '.join(items)} ({_legend(schedule, windows)})"

@@ -1,0 +1,20 @@
+"""A model's layer schedule: what attention each layer runs, spelt as ``[input] schedule`` entries.
+
+The spelling is the scenario format's (core/layer_schedule.py parses and shows it):
+"full", "sliding 4096", "full no-rope", "sliding 4096 no-rope", "linear".
+"""
+
+from __future__ import annotations
+
+from qkv_tui.importers.hf_config import Config, rotary, sliding_window
+
+
+def entry(window: int | None, rope: bool) -> str:
+    """One layer: full or sliding attention, and "no-rope" where the model rotates other layers but not this one."""
+    kind = "full" if window is None else f"sliding {window}"
+    return kind if rope else f"{kind} no-rope"
+
+
+def hf_schedule(config: Config) -> tuple[str, ...]:
+    has_rope = config.rope_base is not None
+    return tuple(entry(sliding_window(config, i), rotary(config, i) or not has_rope) for i in range(config.num_layers))

@@ -1,0 +1,405 @@
+"""The 2026 Hugging Face families against transformers' own eager forward (the reference; the package never imports it).
+
+Each case builds a tiny random checkpoint with transformers' own config and model classes, saves it
+with ``save_pretrained``, opens it through a scenario's [model] table, and compares what the app
+computes with what forward hooks capture inside the model's own float64 eager forward: the layer's
+input X, every head's W_Q/W_K/W_V columns, every head's output (the input of o_proj, head by head)
+and the attention output after W_O, at layer 0 and at later layers (which checks the residual stream).
+The types whose attention the format cannot express yet are one line naming the missing feature.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from qkv_tui.core.engine import compute
+from qkv_tui.core.layer_schedule import schedule_line
+from qkv_tui.core.scenario import parse_scenario
+from qkv_tui.display.modes import Modes
+from qkv_tui.display.presenter import Presenter
+from qkv_tui.edges.export_markdown import to_markdown
+from qkv_tui.edges.export_toml import to_toml
+from qkv_tui.teach.stepper import Position
+
+from .conftest import BASE, HEAD
+from .model_fixtures import llama_tokenizer
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+TEXT = "Alice was reading the book of her sister"
+EXACT = 1e-9  # float64 throughout (BERT: learned positions)
+# transformers computes RoPE's cos and sin in float32 whatever the model's dtype (its rotary embedding
+# casts inv_freq and the positions with .float()), so every rotated layer agrees to float32 only
+ROPE_FLOAT32 = 2e-5
+
+
+def _randomise(model: Any, seed: int) -> None:
+    """transformers' own init (std 0.02) leaves attention nearly uniform: wider weights make every head tell."""
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            noise = torch.randn(p.shape, generator=gen, dtype=p.dtype) * 0.4
+            p.copy_(1.0 + 0.2 * noise if name.endswith(("norm.weight", "LayerNorm.weight")) else noise)
+
+
+def _build(folder: Path, cls_name: str, config: Any, seed: int = 0) -> Any:
+    cls = getattr(transformers, cls_name)
+    model = cls._from_config(config, attn_implementation="eager")
+    _randomise(model, seed)
+    transformers.utils.logging.disable_progress_bar()  # its bar on stderr would be read as the CLI's output
+    model.save_pretrained(folder)  # float32 safetensors, the key names the Hub's checkpoints carry
+    return model.double().eval()
+
+
+def _ids(doc_description: str) -> list[int]:
+    return [int(i) for i in doc_description.rsplit("ids ", 1)[1].split(".")[0].split()]
+
+
+def _reference(model: Any, layers: Any, ids: list[int], layer: int, attention: Callable[[Any], Any],
+               o_proj: Callable[[Any], Any]) -> dict[str, np.ndarray]:
+    """X entering ``layer``, the merged head outputs entering W_O, and W_O's output, from hooks in the eager forward."""
+    seen: dict[str, np.ndarray] = {}
+    block = layers[layer]
+
+    def before_block(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        hidden = args[0] if args else kwargs["hidden_states"]
+        seen["X"] = hidden[0].detach().numpy().copy()
+
+    def before_o(module: Any, args: tuple[Any, ...]) -> None:
+        seen["merged"] = args[0][0].detach().numpy().copy()
+
+    def after_o(module: Any, args: tuple[Any, ...], out: Any) -> None:
+        seen["attn"] = out[0].detach().numpy().copy()
+
+    hooks = [block.register_forward_pre_hook(before_block, with_kwargs=True),
+             o_proj(block).register_forward_pre_hook(before_o), o_proj(block).register_forward_hook(after_o)]
+    try:
+        with torch.no_grad():
+            model(input_ids=torch.tensor([ids]))
+    finally:
+        for h in hooks:
+            h.remove()
+    return seen
+
+
+def _open(tmp_path: Path, folder: Path, layer: int) -> Any:
+    path = tmp_path / f"layer{layer}.toml"
+    path.write_text(f'[model]\nsource = "{folder}"\ntext = "{TEXT}"\nlayer = {layer}\n', encoding="utf-8")
+    return compute(parse_scenario(path.read_text(encoding="utf-8"), str(path)))
+
+
+def _check(comp: Any, ref: dict[str, np.ndarray], q: np.ndarray, k: np.ndarray, v: np.ndarray, kv_heads: int,
+           tol: float = ROPE_FLOAT32) -> None:
+    """``q``, ``k``, ``v``: the model's own projection weights in the x·W orientation (d_model, width)."""
+    sc = comp.scenario
+    np.testing.assert_allclose(sc.X, ref["X"], rtol=tol, atol=tol)
+    heads = len(comp.heads)
+    d_k, d_v = comp.heads[0].d_k, comp.heads[0].d_v
+    for h, head in enumerate(comp.heads):
+        g = h // (heads // kv_heads)
+        assert head.kv_head == g
+        np.testing.assert_array_equal(head.W_Q, q[:, h * d_k:(h + 1) * d_k])
+        np.testing.assert_array_equal(head.W_K, k[:, g * d_k:(g + 1) * d_k])
+        np.testing.assert_array_equal(head.W_V, v[:, g * d_v:(g + 1) * d_v])
+        np.testing.assert_allclose(head.output, ref["merged"][:, h * d_v:(h + 1) * d_v], rtol=tol, atol=tol)
+    np.testing.assert_allclose(comp.output, ref["attn"], rtol=tol, atol=tol)
+
+
+def _linear(weight: Any) -> np.ndarray:
+    return weight.detach().numpy().T.astype(np.float64)  # nn.Linear is (out, in)
+
+
+def _llama_like(model: Any, layer: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    att = model.model.layers[layer].self_attn
+    return _linear(att.q_proj.weight), _linear(att.k_proj.weight), _linear(att.v_proj.weight)
+
+
+def _decoder_config(cls_name: str, vocab: int, **extra: Any) -> Any:
+    base = dict(vocab_size=vocab, hidden_size=32, intermediate_size=48, num_hidden_layers=4, num_attention_heads=4,
+                num_key_value_heads=2, max_position_embeddings=64, pad_token_id=0, bos_token_id=1, eos_token_id=2,
+                tie_word_embeddings=False)
+    return getattr(transformers, cls_name)(**(base | extra))
+
+
+def _with_tokenizer(tmp_path: Path, name: str) -> tuple[Path, int]:
+    """The folder to build into (not yet made: save_pretrained makes it) and the tokenizer's vocabulary size."""
+    vocab = llama_tokenizer(tmp_path / f"{name}-tokenizer.json")
+    return tmp_path / name, vocab
+
+
+def _place_tokenizer(tmp_path: Path, folder: Path) -> None:
+    (tmp_path / f"{folder.name}-tokenizer.json").rename(folder / "tokenizer.json")
+
+
+@pytest.mark.parametrize("layer", [0, 1, 3])
+def test_smollm3_nope_layers_and_grouped_heads(tmp_path: Path, layer: int) -> None:
+    folder, vocab = _with_tokenizer(tmp_path, "smollm3")
+    config = _decoder_config("SmolLM3Config", vocab, no_rope_layer_interval=2)  # NoPE at layers 1 and 3
+    model = _build(folder, "SmolLM3ForCausalLM", config)
+    _place_tokenizer(tmp_path, folder)
+    saved = json.loads((folder / "config.json").read_text())
+    assert saved["no_rope_layers"] == [1, 0, 1, 0]
+    comp = _open(tmp_path, folder, layer)
+    ref = _reference(model, model.model.layers, _ids(comp.scenario.description), layer,
+                     lambda b: b.self_attn, lambda b: b.self_attn.o_proj)
+    _check(comp, ref, *_llama_like(model, layer), kv_heads=2)
+    assert (comp.scenario.rope is None) == (layer in (1, 3))
+    assert comp.scenario.input.schedule == ("full", "full no-rope", "full", "full no-rope")
+    marked = {0: "[0 F]", 1: "[1 N]", 3: "[3 N]"}[layer]
+    assert marked in comp.scenario.input.schedule_text and "N no RoPE" in comp.scenario.input.schedule_text
+
+
+@pytest.mark.parametrize("layer", [0, 2])
+def test_granite_multipliers_and_biases(tmp_path: Path, layer: int) -> None:
+    folder, vocab = _with_tokenizer(tmp_path, "granite")
+    config = _decoder_config("GraniteConfig", vocab, embedding_multiplier=3.0, attention_multiplier=0.3,
+                             residual_multiplier=0.5, logits_scaling=4.0, attention_bias=True, num_hidden_layers=3)
+    model = _build(folder, "GraniteForCausalLM", config, seed=1)
+    _place_tokenizer(tmp_path, folder)
+    comp = _open(tmp_path, folder, layer)
+    ref = _reference(model, model.model.layers, _ids(comp.scenario.description), layer,
+                     lambda b: b.self_attn, lambda b: b.self_attn.o_proj)
+    _check(comp, ref, *_llama_like(model, layer), kv_heads=2)
+    assert comp.heads[0].scale == pytest.approx(1 / 0.3) and not comp.heads[0].scale_is_default
+    assert comp.heads[0].b_Q is not None and comp.b_O is not None
+    assert "multiplied by 3" in comp.scenario.description
+
+
+@pytest.mark.parametrize("layer", [0, 2])
+def test_phi3_fused_projections_and_sliding_window(tmp_path: Path, layer: int) -> None:
+    folder, vocab = _with_tokenizer(tmp_path, "phi3")
+    config = _decoder_config("Phi3Config", vocab, num_hidden_layers=3, sliding_window=4)
+    model = _build(folder, "Phi3ForCausalLM", config, seed=2)
+    _place_tokenizer(tmp_path, folder)
+    comp = _open(tmp_path, folder, layer)
+    ref = _reference(model, model.model.layers, _ids(comp.scenario.description), layer,
+                     lambda b: b.self_attn, lambda b: b.self_attn.o_proj)
+    fused = _linear(model.model.layers[layer].self_attn.qkv_proj.weight)  # (d, q + k + v)
+    q_width, kv_width = 4 * 8, 2 * 8
+    _check(comp, ref, fused[:, :q_width], fused[:, q_width:q_width + kv_width], fused[:, q_width + kv_width:], kv_heads=2)
+    assert comp.scenario.mask_kind == "sliding" and comp.scenario.window == 4
+    assert comp.scenario.input.schedule_text == {0: "layers: [0 S] · 1–2 S (S sliding 4)",
+                                                 2: "layers: 0–1 S · [2 S] (S sliding 4)"}[layer]
+
+
+@pytest.mark.parametrize("layer", [0, 2])
+def test_bert_post_norm_bidirectional_encoder(tmp_path: Path, layer: int) -> None:
+    folder, vocab = _with_tokenizer(tmp_path, "bert")
+    config = transformers.BertConfig(vocab_size=vocab, hidden_size=32, num_hidden_layers=3, num_attention_heads=4,
+                                     intermediate_size=48, max_position_embeddings=64, type_vocab_size=2, pad_token_id=0)
+    model = _build(folder, "BertModel", config, seed=3)
+    _place_tokenizer(tmp_path, folder)
+    comp = _open(tmp_path, folder, layer)
+    ref = _reference(model, model.encoder.layer, _ids(comp.scenario.description), layer,
+                     lambda b: b.attention, lambda b: b.attention.output.dense)
+    att = model.encoder.layer[layer].attention.self
+    _check(comp, ref, _linear(att.query.weight), _linear(att.key.weight), _linear(att.value.weight), kv_heads=4, tol=EXACT)
+    sc = comp.scenario
+    assert sc.mask_kind == "none" and sc.norm is None and sc.rope is None
+    assert comp.heads[0].b_Q is not None and comp.b_O is not None
+    assert sc.input.kind == ("embedding+position+type" if layer == 0 else "residual")
+    assert "post-norm" in sc.description and sc.input.schedule == ("full",) * 3
+
+
+NOT_YET = [
+    # (model_type, extra config keys, the feature the one line names)
+    ("qwen3", {}, "QK-norm"),
+    ("qwen3_5", {"text_config": {"layer_types": ["linear_attention", "full_attention"]}}, "QK-norm"),
+    ("olmo2", {}, "QK-norm"),
+    ("gemma2", {"attn_logit_softcapping": 50.0}, "soft-capping of the attention scores (attn_logit_softcapping)"),
+    ("gemma3_text", {}, "QK-norm"),
+    ("gemma3", {"text_config": {"model_type": "gemma3_text"}}, "QK-norm"),
+    ("gpt_oss", {"rope_parameters": {"rope_type": "yarn", "factor": 32.0, "rope_theta": 150000}}, "RoPE scaling (rope_type 'yarn')"),
+    ("gpt_oss", {"rope_parameters": {"rope_type": "default", "rope_theta": 150000}}, "the mixture-of-experts MLP"),
+]
+
+
+@pytest.mark.parametrize(("model_type", "extra", "needle"), NOT_YET, ids=[f"{t}-{n[:12]}" for t, _, n in NOT_YET])
+def test_not_yet_expressible_types_are_one_line_naming_the_feature(cli: Any, tmp_path: Path, model_type: str,
+                                                                   extra: dict[str, Any], needle: str) -> None:
+    """These cases change as QK-norm, soft-capping and RoPE scaling land in the format (hf_pending.py)."""
+    folder = tmp_path / model_type
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"model_type": model_type, "hidden_size": 32} | extra))
+    llama_tokenizer(folder / "tokenizer.json")
+    (folder / "model.safetensors").write_bytes(b"")
+    path = tmp_path / "head.toml"
+    path.write_text(f'[model]\nsource = "{folder}"\ntext = "{TEXT}"\n', encoding="utf-8")
+    run = cli("--check", str(path))
+    assert run.code == 2 and run.out == "", run.err
+    assert run.err.count("\n") == 1 and "Traceback" not in run.err, run.err
+    assert f"model_type {model_type!r} needs {needle}" in run.err, run.err
+
+
+# --- the layer schedule: [input] schedule -------------------------------------------
+
+GEMMA_LIKE = (["sliding 512"] * 5 + ["full"]) * 4 + ["sliding 512"] * 2  # 26 layers, one full in six
+
+
+@pytest.mark.parametrize(("schedule", "chosen", "line"), [
+    (["full", "full no-rope", "full", "full no-rope"], 1, "layers: 0 F · [1 N] · 2 F · 3 N (F full, N no RoPE)"),
+    (["full"] * 4, 1, "layers: 0 F · [1 F] · 2–3 F (F full)"),
+    (["sliding 4096", "sliding 4096", "full", "full"], 3, "layers: 0–1 S · 2 F · [3 F] (S sliding 4096, F full)"),
+    (["linear"] * 3 + ["full"], 3, "layers: 0–2 L · [3 F] (F full, L linear attention)"),
+    (["sliding 128", "sliding 4096 no-rope", "full"], 2,
+     "layers: 0 S128 · 1 S4096N · [2 F] (S<W> sliding, window W, F full, N no RoPE)"),
+    (GEMMA_LIKE, 11, "layers: 0–4 S · 5 F · 6–10 S · [11 F] · 12–16 S · 17 F · 18–22 S · 23 F · 24–25 S"
+                     " (S sliding 512, F full)"),
+    ((["sliding 512"] * 5 + ["full"]) * 8, 23, "layers: 0–4 S · 5 F · … · 12–16 S · 17 F · 18–22 S · [23 F] · 24–28 S"
+                                                " · 29 F · 30–34 S · … · 42–46 S · 47 F (S sliding 512, F full)"),
+])
+def test_the_schedule_line_marks_the_chosen_layer(schedule: list[str], chosen: int, line: str) -> None:
+    assert schedule_line(schedule, chosen) == line
+
+
+def _residual(schedule: str, layer: int = 1) -> str:
+    return BASE + f'[input]\nkind = "residual"\nlayer = {layer}\nschedule = {schedule}\n' + HEAD
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    (_residual('"full"'), "[input] schedule must be a non-empty list of strings, one per layer of the model, got a string"),
+    (_residual("[]"), "[input] schedule must be a non-empty list of strings"),
+    (_residual('["full", 3]'), "[input] schedule[1] = a number (3); expected a string"),
+    (_residual('["full", "sliding"]'), "[input] schedule[1] = 'sliding'; expected 'full', 'sliding W' (W a whole number >= 1)"),
+    (_residual('["full", "sliding 0"]'), "[input] schedule[1] = 'sliding 0'"),
+    (_residual('["full", "linear no-rope"]'), "with ' no-rope' after full or sliding"),
+    (_residual('["full", "full"]', layer=2), "[input] schedule lists 2 layers, but X enters layer 2; expected one entry per layer"),
+])
+def test_a_bad_schedule_is_one_line(cli: Any, write: Any, text: str, expected: str) -> None:
+    path = write(text)
+    run = cli("--check", str(path))
+    assert run.code == 2 and run.out == "" and run.err.count("\n") == 1, run.err
+    assert run.err.startswith(f"error: {path}: ") and expected in run.err, run.err
+
+
+def test_a_schedule_is_shown_on_the_first_screen_and_in_markdown_and_kept_by_toml() -> None:
+    text = 'description = "Two layers."\n' + BASE + '[input]\nkind = "residual"\nlayer = 1\nschedule = ["sliding 2", "full"]\n' + HEAD
+    sc = parse_scenario(text, "s.toml")
+    line = "layers: 0 S · [1 F] (S sliding 2, F full)"
+    assert sc.input.schedule_text == line
+    comp = compute(sc)
+    presenter = Presenter(comp)
+    assert presenter.frame(Position(0, 0), Modes()).description == f"Two layers.\n\n{line}"
+    assert presenter.frame(Position(1, 0), Modes()).description == ""
+    assert f"Two layers.\n\n{line}\n\nScaled dot-product" in to_markdown(comp)
+    frozen = to_toml(sc)
+    assert 'schedule = ["sliding 2", "full"]' in frozen
+    assert parse_scenario(frozen, "f.toml").input.schedule == ("sliding 2", "full")
+
+
+SCHEDULED = '''title = "A NoPE layer"
+description = "Layer 3 of a model whose every fourth layer leaves RoPE out."
+tokens = ["I", "love", "AI"]
+X = [[1, 0, 1, 0], [0, 1, 0, 1], [1, 1, 0, 0]]
+mask = "causal"
+
+[input]
+kind = "residual"
+layer = 3
+schedule = ["full", "full", "full", "full no-rope", "full", "full", "full", "full no-rope"]
+''' + HEAD
+SCHEDULE_LINE = "layers: 0–2 F · [3 N] · 4–6 F · 7 N (F full, N no RoPE)"
+
+
+async def test_the_app_shows_the_schedule_on_the_first_screen(tmp_path: Path) -> None:
+    from qkv_tui.ui.app import QKVApp
+    from qkv_tui.ui.widgets.panels import ExplainPanel
+
+    path = tmp_path / "nope.toml"
+    path.write_text(SCHEDULED, encoding="utf-8")
+    app = QKVApp(str(path))
+    async with app.run_test(size=(120, 40)) as pilot:
+        text = app.query_one(ExplainPanel).plain
+        assert SCHEDULE_LINE in text and "a NoPE layer" in text
+        await pilot.press("right")
+        assert "layers:" not in app.query_one(ExplainPanel).plain  # the description's place: the first screen only
+
+
+class TestScheduleSnapshots:
+    @pytest.mark.parametrize(("size", "keys"), [((120, 40), []), ((80, 24), ["pagedown"])], ids=["120x40", "80x24"])
+    def test_first_screen(self, snap_compare: Any, tmp_path: Path, size: tuple[int, int], keys: list[str]) -> None:
+        from qkv_tui.ui.app import QKVApp
+
+        path = tmp_path / "nope.toml"
+        path.write_text(SCHEDULED, encoding="utf-8")
+        assert snap_compare(QKVApp(str(path)), press=keys, terminal_size=size)
+
+
+def test_the_package_never_imports_transformers_or_torch() -> None:
+    """transformers is the tests' reference only: opening every family's folder needs neither it nor PyTorch."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, pkgutil, importlib, qkv_tui\n"
+        "for m in pkgutil.walk_packages(qkv_tui.__path__, 'qkv_tui.'):\n"
+        "    if not m.name.endswith('__main__'): importlib.import_module(m.name)\n"
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'transformers', 'torch'}))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_the_gpt_oss_mixture_of_experts_matches_transformers() -> None:
+    """gpt-oss stays an error until RoPE scaling lands; its MoE MLP (for the layers before the chosen one) is ready."""
+    from qkv_tui.importers.stack import MoeMlp
+
+    config = transformers.GptOssConfig(hidden_size=16, intermediate_size=12, num_local_experts=5, num_experts_per_tok=2,
+                                       num_attention_heads=4, num_key_value_heads=2, head_dim=4, num_hidden_layers=2,
+                                       vocab_size=32, swiglu_limit=1.5)
+    mlp = transformers.models.gpt_oss.modeling_gpt_oss.GptOssMLP(config).double()
+    _randomise(mlp, 4)
+    x = torch.randn((1, 7, 16), generator=torch.Generator().manual_seed(5), dtype=torch.float64)
+    with torch.no_grad():
+        want = mlp(x)[0][0].numpy()
+    p = {name: t.detach().numpy() for name, t in mlp.named_parameters()}
+    ours = MoeMlp(p["router.weight"].T, p["router.bias"], p["experts.gate_up_proj"], p["experts.gate_up_proj_bias"],
+                  p["experts.down_proj"], p["experts.down_proj_bias"], 2, float(config.swiglu_alpha), 1.5)
+    np.testing.assert_allclose(ours(x[0].numpy()), want, rtol=1e-10, atol=1e-10)
+
+
+def _edit_config(folder: Path, change: dict[str, Any]) -> None:
+    data = json.loads((folder / "config.json").read_text())
+    for key, value in change.items():
+        if isinstance(value, dict) and isinstance(data.get(key), dict):
+            data[key] |= value
+        else:
+            data[key] = value
+    (folder / "config.json").write_text(json.dumps(data))
+
+
+CONFIG_ERRORS = [
+    ("Phi3", {"rope_parameters": {"partial_rotary_factor": 0.5}}, "partial_rotary_factor = 0.5 is not supported"),
+    ("Phi3", {"rope_parameters": {"rope_type": "longrope"}}, "rope_parameters.rope_type 'longrope' is not supported"),
+    ("SmolLM3", {"no_rope_layers": [1, 0]}, "no_rope_layers must list 1 (RoPE) or 0 (no RoPE) for each of the 4 layers"),
+    ("Granite", {"attention_multiplier": 0}, "attention_multiplier = 0; expected a number > 0"),
+    ("Granite", {"mlp_bias": True}, "mlp_bias = true is not supported"),
+    ("Bert", {"position_embedding_type": "relative_key"}, "position_embedding_type 'relative_key' is not supported"),
+    ("Bert", {"is_decoder": True}, "is_decoder = true is not supported"),
+]
+
+
+@pytest.mark.parametrize(("family", "change", "needle"), CONFIG_ERRORS, ids=[f"{f}-{next(iter(c))}" for f, c, _ in CONFIG_ERRORS])
+def test_a_config_feature_the_format_lacks_is_one_line(cli: Any, tmp_path: Path, family: str, change: dict[str, Any],
+                                                       needle: str) -> None:
+    folder, vocab = _with_tokenizer(tmp_path, family.lower())
+    if family == "Bert":
+        config = transformers.BertConfig(vocab_size=vocab, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
+                                         intermediate_size=24, max_position_embeddings=64)
+        _build(folder, "BertModel", config)
+    else:
+        _build(folder, f"{family}ForCausalLM", _decoder_config(f"{family}Config", vocab))
+    _place_tokenizer(tmp_path, folder)
+    _edit_config(folder, change)
+    path = tmp_path / "head.toml"
+    path.write_text(f'[model]\nsource = "{folder}"\ntext = "{TEXT}"\nlayer = 1\n', encoding="utf-8")
+    run = cli("--check", str(path))
+    assert run.code == 2 and run.out == "" and run.err.count("\n") == 1 and "Traceback" not in run.err, run.err
+    assert needle in run.err, run.err
