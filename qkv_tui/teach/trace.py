@@ -263,8 +263,8 @@ class Trace:
         if name in ("Q_rot", "K_rot") and self.comp.scenario.rope is not None:
             # which pair each dimension belongs to: the two layouts pair different columns
             d_k = self.comp.heads[0].d_k
-            pair = next(i for i, ab in enumerate(self.comp.scenario.rope.pairs(d_k)) if col in ab)
-            return f"{col}p{pair}"
+            pair = next((i for i, ab in enumerate(self.comp.scenario.rope.pairs(d_k)) if col in ab), None)
+            return f"{col}=" if pair is None else f"{col}p{pair}"  # "=": partial rotary passes it through
         if name == "sink":
             return ("logit", "exp", "Σw")[col]
         if name == "concat":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from types import MappingProxyType
 
 import numpy as np
@@ -10,6 +11,7 @@ import numpy as np
 from qkv_tui.core.engine import Computation
 from qkv_tui.core.fmt import fmt, operand
 from qkv_tui.core.scenario import Matrix
+from qkv_tui.core.variants import Rope
 from qkv_tui.kernels.policy import EXACT, round_to
 from qkv_tui.kernels.rope import angles as rope_angles
 from qkv_tui.kernels.rope import pairs as rope_pairs
@@ -71,8 +73,8 @@ class Rotate(StageSpec):
         assert h is not None and col is not None and comp.scenario.rope is not None
         value, text, details = rotate_lines(comp, h, seg.target, row, col, d, trace.hand)
         source = "Q" if seg.target == "Q_rot" else "K"
-        pair = next(ab for ab in comp.scenario.rope.pairs(comp.heads[h].d_k) if col in ab)
-        operands = (Ref(source, h, row, pair[0]), Ref(source, h, row, pair[1]))
+        pair = next((ab for ab in comp.scenario.rope.pairs(comp.heads[h].d_k) if col in ab), (col,))
+        operands = tuple(Ref(source, h, row, c) for c in pair)
         return Operation(index, seg, row, col, value, operands, text, details)
 
     def matrix(self, trace: TraceContext, name: str, head: int | None) -> Matrix:
@@ -94,7 +96,7 @@ class Rotate(StageSpec):
             return f"K'ᵀ{kv_shared(trace, hr)}"
         pairs = ""
         if rope is not None and hr is not None:
-            pairs = " pairs " + "".join(f"({a},{b})" for a, b in rope.pairs(hr.d_k))
+            pairs = " pairs " + "".join(f"({a},{b})" for a, b in rope.pairs(hr.d_k)) + passing(rope, hr.d_k)
         return f"{name[0]}' = rope({name[0]}){pairs}"
 
     def lights(self, seg: Segment) -> frozenset[int]:
@@ -105,8 +107,10 @@ class Rotate(StageSpec):
         assert head is not None
         rope = page.trace.comp.scenario.rope
         assert rope is not None
-        pairs = " ".join(f"({a},{b})" for a, b in rope.pairs(page.trace.comp.heads[head].d_k))
-        return [f"Pairs ({rope.layout} layout): {pairs}; positions {', '.join(map(str, rope.positions))}.", "",
+        d_k = page.trace.comp.heads[head].d_k
+        pairs = " ".join(f"({a},{b})" for a, b in rope.pairs(d_k))
+        return [f"Pairs ({rope.layout} layout): {pairs}{passing(rope, d_k, True)}; positions"
+                f" {', '.join(map(str, rope.positions))}.", *frequency_lines(rope, d_k, page.decimals), "",
                 page.table("Q_rot", head, "Q'"), "", page.table("K_rot", head, "K'"), "",
                 *page.worked(self.stage.key, head)]
 
@@ -172,7 +176,10 @@ def rotate_lines(comp: Computation, h: int, target: str, row: int, col: int, d: 
     token = labels[row]
     d_k = head.d_k
     pairs = rope.pairs(d_k)
-    i = next(k for k, (a, b) in enumerate(pairs) if col in (a, b))
+    found = next((k for k, (a, b) in enumerate(pairs) if col in (a, b)), None)
+    if found is None:  # partial rotary: a dimension past the turned ones passes through as it is
+        return passed_lines(comp, h, target, row, col, d)
+    i = found
     a, b = pairs[i]
     pos = sc.positions[row]
     theta = rope.theta(i, d_k)
@@ -180,21 +187,23 @@ def rotate_lines(comp: Computation, h: int, target: str, row: int, col: int, d: 
     value = float(rotated[row, col])
     result = fmt(value, False, d)
     first = col == a
-    sym_angle = f"{pos}·θ{_sub(i)}"
+    factor = rope.attention_factor  # YaRN's: on cos and sin
+    on = "" if factor == 1.0 else "a·"
+    mark = "'" if rope.scaling is not None else ""  # θ'ᵢ: the frequency after scaling
+    sym_angle = f"{pos}·θ{mark}{_sub(i)}"
     if first:
-        symbolic = f"{name}'[{token},{a}] = {name}[{token},{a}]·cos({sym_angle}) − {name}[{token},{b}]·sin({sym_angle})"
+        symbolic = (f"{name}'[{token},{a}] = {name}[{token},{a}]·{on}cos({sym_angle})"
+                    f" − {name}[{token},{b}]·{on}sin({sym_angle})")
     else:
-        symbolic = f"{name}'[{token},{b}] = {name}[{token},{a}]·sin({sym_angle}) + {name}[{token},{b}]·cos({sym_angle})"
+        symbolic = (f"{name}'[{token},{b}] = {name}[{token},{a}]·{on}sin({sym_angle})"
+                    f" + {name}[{token},{b}]·{on}cos({sym_angle})")
     src_int = bool(np.all(source == np.round(source)))
     text = ""
     details: tuple[str, ...] = ()
     for p in _places(d, hand is not None):
         va, vb = operand(float(source[row, a]), src_int, p), operand(float(source[row, b]), src_int, p)
-        if hand is not None:  # by hand cos and sin are written down rounded, and so is each product
-            c, s = hround(math.cos(angle), hand), hround(math.sin(angle), hand)
-        else:
-            c, s = math.cos(angle), math.sin(angle)
-        ct, st = operand(c, False, p), operand(s, False, p)
+        trig = _trig(angle, factor, hand, p)
+        ct, st = trig.cos, trig.sin
         if first:
             work = f"{va}·{ct} − {vb}·{st}"
             calc = shown(va) * shown(ct) - shown(vb) * shown(st)
@@ -213,12 +222,25 @@ def rotate_lines(comp: Computation, h: int, target: str, row: int, col: int, d: 
                 calc = p1 + p2
         text = " = ".join([symbolic, *steps, result])
         theta_t = fmt(theta, False, max(p, 3))
+        angle_t = fmt(angle, False, max(p, 3))
+        r = rope.rotated(d_k)
+        formula = f"θ{_sub(i)} = {_base(rope.base)}^(−2·{i}/{r})"
+        if rope.scaling is None:
+            freq, scaled_ok = f"{formula} = {theta_t}", True
+        else:
+            scaled, scaled_ok = scaling_line(rope, i, d_k, p)
+            freq = f"{formula} = {fmt(rope.theta_unscaled(i, d_k), False, max(p, 3))} → θ'{_sub(i)} = {theta_t}"
         details = (
-            f"pair {i} = dims ({a}, {b}) ({rope.layout} layout); θ{_sub(i)} = {_base(rope.base)}^(−2·{i}/{d_k})"
-            f" = {theta_t}; angle = position·θ{_sub(i)} = {pos}·{theta_t} = {fmt(angle, False, max(p, 3))} radians",
-            f"cos {fmt(angle, False, max(p, 3))} = {ct} and sin {fmt(angle, False, max(p, 3))} = {st}",
+            f"pair {i} = dims ({a}, {b}) ({rope.layout} layout{_turned(rope, d_k)}); {freq};"
+            f" angle = position·θ{mark}{_sub(i)} = {pos}·{theta_t} = {angle_t} radians",
         )
-        if not first and hand is None:  # the pair is complete: a rotation keeps its length
+        if rope.scaling is not None:
+            details += (scaled,)
+        details += (f"cos {angle_t} = {trig.plain_cos} and sin {angle_t} = {trig.plain_sin}",)
+        if factor != 1.0:
+            details += (f"{_factor_words(rope)} | cos·a = {trig.plain_cos}·{trig.factor} = {ct}"
+                        f" | sin·a = {trig.plain_sin}·{trig.factor} = {st}",)
+        if not first and hand is None and factor == 1.0:  # the pair is complete: a rotation keeps its length
             before = [operand(float(source[row, a]), src_int, p), operand(float(source[row, b]), src_int, p)]
             after = [operand(float(rotated[row, a]), False, p), operand(float(rotated[row, b]), False, p)]
             length = fmt(math.hypot(float(source[row, a]), float(source[row, b])), False, p)
@@ -227,9 +249,151 @@ def rotate_lines(comp: Computation, h: int, target: str, row: int, col: int, d: 
             lengths_ok = all(agrees(math.hypot(shown(x), shown(y)), length) for x, y in (before, after))
         else:
             lengths_ok = True
-        if lengths_ok and agrees(calc, result) and agrees(pos * shown(theta_t), fmt(angle, False, max(p, 3))):
+        if (lengths_ok and scaled_ok and trig.ok and agrees(calc, result)
+                and agrees(pos * shown(theta_t), angle_t)):
             break
     return value, text, details
+
+
+def passed_lines(comp: Computation, h: int, target: str, row: int, col: int, d: int) -> tuple[float, str, tuple[str, ...]]:
+    """A dimension that partial rotary leaves unturned: ``Q'[love,2] = Q[love,2] = 1.000 (not rotated: partial 0.5)``."""
+    rope = comp.scenario.rope
+    assert rope is not None
+    head = comp.heads[h]
+    rotated = head.Q_rot if target == "Q_rot" else head.K_rot
+    assert rotated is not None
+    name = target[0]
+    token = (comp.scenario.labels if name == "Q" else comp.scenario.key_labels)[row]
+    value = float(rotated[row, col])
+    r = rope.rotated(head.d_k)
+    text = f"{name}'[{token},{col}] = {name}[{token},{col}] = {fmt(value, False, d)} (not rotated: partial {rope.partial:g})"
+    turned = "".join(f"({a},{b})" for a, b in rope.pairs(head.d_k))
+    return value, text, (
+        f"partial = {rope.partial:g}: only the first r = int({rope.partial:g}·{head.d_k}) = {r} of dₖ = {head.d_k}"
+        f" dimensions turn, in pairs {turned}; dims {r} to {head.d_k - 1} pass through unchanged, so their part of"
+        " each score ignores position (GPT-NeoX and Phi turn a share of each head, as Hugging Face's"
+        " partial_rotary_factor)",
+    )
+
+
+def passing(rope: Rope, d_k: int, words: bool = False) -> str:
+    """What a title (or, in ``words``, a page) adds for partial rotary: `` pass 2,3``; nothing when every dimension turns."""
+    r = rope.rotated(d_k)
+    if r == d_k:
+        return ""
+    return f"; dims {r} to {d_k - 1} pass through" if words else f" pass {','.join(map(str, range(r, d_k)))}"
+
+
+@dataclass(frozen=True)
+class _Trig:
+    """cos and sin of one angle as a line shows them: plain, the attention factor, and the factors' products."""
+
+    plain_cos: str
+    plain_sin: str
+    factor: str
+    cos: str  # what the arithmetic multiplies by: cos·a (cos without a factor)
+    sin: str
+    ok: bool  # the products recompute from the shown numbers
+
+
+def _trig(angle: float, factor: float, hand: int | None, p: int) -> _Trig:
+    """By hand each of cos, sin and a is written down rounded, and so is each product cos·a (kernels/policy.py)."""
+    c, s = math.cos(angle), math.sin(angle)
+    if hand is not None:
+        c, s = hround(c, hand), hround(s, hand)
+    if factor == 1.0:
+        ct, st = operand(c, False, p), operand(s, False, p)
+        return _Trig(ct, st, "1", ct, st, True)
+    f = hround(factor, hand) if hand is not None else factor
+    ca, sa = (hround(c * f, hand), hround(s * f, hand)) if hand is not None else (c * f, s * f)
+    pc, ps, ft = operand(c, False, p), operand(s, False, p), fmt(f, False, max(p, 3))
+    ct, st = operand(ca, False, p), operand(sa, False, p)
+    ok = agrees(shown(pc) * shown(ft), ct) and agrees(shown(ps) * shown(ft), st)
+    return _Trig(pc, ps, ft, ct, st, ok)
+
+
+def _turned(rope: Rope, d_k: int) -> str:
+    r = rope.rotated(d_k)
+    return "" if r == d_k else f", first {r} of {d_k} dims turn"
+
+
+def _factor_words(rope: Rope) -> str:
+    assert rope.scaling is not None
+    given = rope.scaling.attention_factor is not None
+    how = "given as attention_factor" if given else "0.1·ln(factor) + 1, YaRN's default"
+    return (f"attention factor a ({how}) multiplies cos and sin, so each score carries a²"
+            f" = {fmt(rope.attention_factor ** 2, False, 3)}")
+
+
+def scaling_line(rope: Rope, i: int, d_k: int, p: int) -> tuple[str, bool]:
+    """How pair i's frequency is scaled, worked from the shown numbers; and whether it recomputes."""
+    sc = rope.scaling
+    assert sc is not None
+    q = max(p, 3)
+    before = rope.theta_unscaled(i, d_k)
+    after = rope.theta(i, d_k)
+    w = float(rope.kept(d_k)[i])
+    bt, at, ft = fmt(before, False, q), fmt(after, False, q), _num(sc.factor)
+    divided = f"θ'{_sub(i)} = θ{_sub(i)} / factor = {bt} / {ft} = {at}"
+    kept = f"θ'{_sub(i)} = θ{_sub(i)} = {at}"
+    blend_ok = True
+    if w == 0.0:
+        how, ok = divided, agrees(shown(bt) / sc.factor, at)
+    elif w == 1.0:
+        how, ok = kept, True
+    else:
+        wt, vt = fmt(w, False, q), fmt(1 - w, False, q)
+        how = (f"θ'{_sub(i)} = w·θ{_sub(i)} + (1 − w)·θ{_sub(i)} / factor = {wt}·{bt} + {vt}·{bt} / {ft} = {at}")
+        ok = agrees(shown(wt) * shown(bt) + shown(vt) * shown(bt) / sc.factor, at)
+    if sc.type == "linear":
+        return f"linear scaling (positions interpolated: p·θ / {ft} is the angle of position p / {ft}): {how}", ok
+    r = rope.rotated(d_k)
+    if sc.type == "llama3":
+        assert sc.original_max_position_embeddings is not None
+        assert sc.low_freq_factor is not None and sc.high_freq_factor is not None
+        old = _num(sc.original_max_position_embeddings)
+        wave = 2 * math.pi / before
+        wt_ = fmt(wave, False, q)
+        lo, hi = _num(sc.low_freq_factor), _num(sc.high_freq_factor)
+        orig = sc.original_max_position_embeddings
+        if w == 1.0:
+            band = f"λ < {old} / {hi} = {fmt(orig / sc.high_freq_factor, False, q)}: high frequency, kept"
+        elif w == 0.0:
+            band = f"λ > {old} / {lo} = {fmt(orig / sc.low_freq_factor, False, q)}: low frequency, divided"
+        else:
+            band = f"between {old} / {hi} and {old} / {lo}: blended with w = ({old} / λ − {lo}) / ({hi} − {lo})"
+            wv = fmt(w, False, q)
+            band += f" = ({old} / {wt_} − {lo}) / ({hi} − {lo}) = {wv}"
+            blend_ok = agrees((sc.original_max_position_embeddings / shown(wt_) - sc.low_freq_factor)
+                              / (sc.high_freq_factor - sc.low_freq_factor), wv)
+        return (f"llama3 scaling: wavelength λ = 2π / θ{_sub(i)} = {wt_} positions; {band} | {how}",
+                ok and blend_ok and agrees(2 * math.pi / shown(bt), wt_) if w not in (0.0, 1.0) else ok)
+    low, high = sc.yarn_range(rope.base, r)
+    ramp = 1 - w
+    band = (f"yarn scaling: ramp over the pairs from {_num(low)} to {_num(high)} (pairs turning more than beta_fast"
+            f" = {_num(sc.fast)} times over the original {_num(sc.original_max_position_embeddings or 0)} positions"
+            f" kept, fewer than beta_slow = {_num(sc.slow)} times divided); ramp{_sub(i)} = {fmt(ramp, False, q)}, w = 1 − ramp")
+    return f"{band} | {how}", ok
+
+
+def _num(x: float) -> str:
+    """A parameter as written: ``8`` for 8.0, else its shortest form."""
+    return str(int(x)) if float(x) == round(float(x)) and abs(x) < 1e15 else f"{float(x):g}"
+
+
+def frequency_lines(rope: Rope, d_k: int, d: int) -> list[str]:
+    """The Markdown page's frequencies, before → after scaling, and YaRN's factor; none for plain RoPE."""
+    if rope.scaling is None:
+        return []
+    before, after = (np.array([f(i, d_k) for i in range(rope.rotated(d_k) // 2)])
+                     for f in (rope.theta_unscaled, rope.theta))
+    pairs = ", ".join(f"θ{_sub(i)} {fmt(float(x), False, max(d, 3))} → {fmt(float(y), False, max(d, 3))}"
+                      for i, (x, y) in enumerate(zip(before, after)))
+    out = ["", f"Frequencies before → after {rope.scaling.type} scaling (factor {_num(rope.scaling.factor)}): {pairs}."]
+    if rope.attention_factor != 1.0:
+        out.append(f"Attention factor a = {fmt(rope.attention_factor, False, max(d, 3))} multiplies cos and sin:"
+                   " the scores carry a².")
+    return out
 
 
 def _sub(i: int) -> str:
