@@ -3,18 +3,17 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 
 import numpy as np
 
-from qkv_tui.core.engine import Computation
+from qkv_tui.core.engine import Computation, turn_of
 from qkv_tui.core.fmt import fmt, operand
 from qkv_tui.core.scenario import Matrix
 from qkv_tui.core.variants import Rope
 from qkv_tui.kernels.policy import EXACT, round_to
-from qkv_tui.kernels.rope import angles as rope_angles
-from qkv_tui.kernels.rope import pairs as rope_pairs
 from qkv_tui.kernels.rope import rotate as rope_rotate
 from qkv_tui.teach.arith import agrees, shown
 from qkv_tui.teach.arith import tries as _places
@@ -123,12 +122,15 @@ class Rotate(StageSpec):
         cos, sin, places = trig[d_k]
         out: list[Table] = []
         if f"trig.{d_k}" not in chain.printed:  # once per width, in the first head that turns with it
-            trig_cols = tuple(f"{f} p·θ{_sub(i)}" for i in range(d_k // 2) for f in ("cos", "sin"))
-            both = np.stack([cos, sin], axis=2).reshape(sc.n, d_k)  # (n, d_k): cos, sin of pair 0, then pair 1, …
+            r = sc.rope.rotated(d_k)
+            on, mark = ("a·" if sc.rope.attention_factor != 1.0 else ""), ("'" if sc.rope.scaling is not None else "")
+            trig_cols = tuple(f"{on}{f} p·θ{mark}{_sub(i)}" for i in range(r // 2) for f in ("cos", "sin"))
+            both = np.stack([cos, sin], axis=2).reshape(sc.n, r)  # (n, r): cos, sin of pair 0, then pair 1, …
             dk_note = f" (dₖ = {d_k})" if len(trig) > 1 else ""
-            out.append(Table(f"trig.{d_k}", "cos/sin", f"cos and sin of each token's angle p·θᵢ{dk_note}",
+            what = f"{on}cos and {on}sin" if on else "cos and sin"
+            out.append(Table(f"trig.{d_k}", "cos/sin", f"{what} of each token's angle p·θ{mark}ᵢ{dk_note}",
                              "rotate", h, both, sc.labels, trig_cols, False, False, places=places))
-        turned_pairs = rope_pairs(sc.rope.layout, d_k)
+        turned_pairs = sc.rope.pairs(d_k)
         Q_rot = rope_rotate(chain.values(f"Q.{h}"), cos, sin, turned_pairs, chain.page)
         out.append(Table(f"Q_rot.{h}", "Q'", "Q' = Q turned by position", "rotate", h, Q_rot, sc.labels,
                          idx(d_k), False, True))
@@ -145,16 +147,20 @@ class Rotate(StageSpec):
         name = table.name[0]
         source = f"{name}.{table.head}"
         d_k = table.values.shape[1]
-        k, (a, b) = next((k, pair) for k, pair in enumerate(rope_pairs(sc.rope.layout, d_k)) if j in pair)
         token = sc.labels[i]
-        angle = f"{sc.positions[i]}·θ{_sub(k)}"
+        found = next(((k, pair) for k, pair in enumerate(sc.rope.pairs(d_k)) if j in pair), None)
+        if found is None:  # partial rotary: copied as it is
+            return f"{name}'[{token},{j}] = {name}[{token},{j}] = {cells.txt(source, i, j)} = {answer}"
+        k, (a, b) = found
+        on = "a·" if sc.rope.attention_factor != 1.0 else ""
+        angle = f"{sc.positions[i]}·θ{chr(39) if sc.rope.scaling is not None else ''}{_sub(k)}"
         trig = f"trig.{d_k}"
         cos, sin = cells.txt(trig, i, 2 * k), cells.txt(trig, i, 2 * k + 1)
         va, vb = cells.txt(source, i, a), cells.txt(source, i, b)
         if j == a:
-            return (f"{name}'[{token},{a}] = {name}[{token},{a}]·cos({angle}) − {name}[{token},{b}]·sin({angle})"
+            return (f"{name}'[{token},{a}] = {name}[{token},{a}]·{on}cos({angle}) − {name}[{token},{b}]·{on}sin({angle})"
                     f" = {va}·{cos} − {vb}·{sin} = {answer}")
-        return (f"{name}'[{token},{b}] = {name}[{token},{a}]·sin({angle}) + {name}[{token},{b}]·cos({angle})"
+        return (f"{name}'[{token},{b}] = {name}[{token},{a}]·{on}sin({angle}) + {name}[{token},{b}]·{on}cos({angle})"
                 f" = {va}·{sin} + {vb}·{cos} = {answer}")
 
 
@@ -412,28 +418,49 @@ def _trig_tables(chain: PrintedChain) -> dict[int, tuple[Matrix, Matrix, int]]:
     Q_raw, K_raw, _ = raw_projections(chain)
     trig: dict[int, tuple[Matrix, Matrix, int]] = {}
     for d_k in sorted({head.d_k for head in sc.heads}):
-        angles = rope_angles(rope.base, d_k, positions)  # (n, d_k/2)
+        turn = turn_of(rope, positions, d_k)  # (n, r/2): a·cos and a·sin of the scaled angles
+        assert turn is not None
         turned = [chain.rounded(Q_raw[h]) for h, head in enumerate(sc.heads) if head.d_k == d_k]
         turned += [chain.rounded(K_raw[g]) for g in chain.readers if sc.heads[g].d_k == d_k]
-        places = _trig_places(chain.d, angles, rope.layout, turned)
-        trig[d_k] = (round_to(np.cos(angles), places), round_to(np.sin(angles), places), places)
+        places = _trig_places(chain.d, turn.cos, turn.sin, turn.pairs, turned)
+        trig[d_k] = (round_to(turn.cos, places), round_to(turn.sin, places), places)
     return trig
 
 
-def _exact_turn(M: Matrix, cos: Matrix, sin: Matrix, layout: str) -> Matrix:
+def _exact_turn(M: Matrix, cos: Matrix, sin: Matrix, pairs: Sequence[tuple[int, int]]) -> Matrix:
     """Each pair (a, b) of row r turns by the angle whose cos and sin are cos[r, i], sin[r, i], kept exact."""
-    return rope_rotate(M, cos, sin, rope_pairs(layout, M.shape[1]), EXACT)
+    return rope_rotate(M, cos, sin, pairs, EXACT)
 
 
-def _trig_places(d: int, angles: Matrix, layout: str, rotated: list[Matrix]) -> int:
+def _trig_places(d: int, cos: Matrix, sin: Matrix, pairs: Sequence[tuple[int, int]], rotated: list[Matrix]) -> int:
     """Decimals for cos and sin: the page's, or more while the printed values would move a rotated cell by more
     than half a unit of the page's last digit (a Q of 40 needs more digits of cos than a Q of 1)."""
-    cos: Matrix = np.cos(angles)
-    sin: Matrix = np.sin(angles)
     for places in range(d, d + MAX_GUARD + 1):
         c: Matrix = round_to(cos, places)
         s: Matrix = round_to(sin, places)
-        if all(np.max(np.abs(_exact_turn(M, c, s, layout) - _exact_turn(M, cos, sin, layout)), initial=0.0)
+        if all(np.max(np.abs(_exact_turn(M, c, s, pairs) - _exact_turn(M, cos, sin, pairs)), initial=0.0)
                <= 0.5 * 10.0 ** -d for M in rotated):
             return places
     return d + MAX_GUARD
+
+
+def rope_notes(rope: Rope, d_k: int) -> list[str]:
+    """A worksheet's words for partial rotary and scaling, under its Rotate rule; none for plain RoPE."""
+    out = []
+    r = rope.rotated(d_k)
+    if r != d_k:
+        out.append(f"  Partial rotary (partial = {rope.partial:g}): only the first r = {r} of dₖ = {d_k} dimensions"
+                   f" turn, with θᵢ = {_base(rope.base)}^(−2i/{r}); dims {r} to {d_k - 1} of Q' and K' are Q's and K's,"
+                   " copied.")
+    if rope.scaling is not None:
+        pairs = ", ".join(f"θ{_sub(i)} {_num_text(rope.theta_unscaled(i, d_k))} → {_num_text(rope.theta(i, d_k))}"
+                          for i in range(r // 2))
+        factor = (f"; the table holds a·cos and a·sin, with a = {_num_text(rope.attention_factor)} (YaRN's attention"
+                  " factor: the scores carry a²)" if rope.attention_factor != 1.0 else "")
+        out.append(f"  {rope.scaling.type} scaling (factor {_num(rope.scaling.factor)}): the angles p·θ'ᵢ use the"
+                   f" scaled frequencies, {pairs}{factor}.")
+    return out
+
+
+def _num_text(x: float) -> str:
+    return f"{x:.6g}"
