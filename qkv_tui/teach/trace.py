@@ -255,6 +255,8 @@ class Trace:
             return str(row)
         if name in ("K", "V", "context_X", "K_rot"):
             return sc.key_labels[row]
+        if name == "rope_freq":  # the Rotate stage's frequencies, one row per pair
+            return f"pair {row}"
         return sc.labels[row]
 
     def col_label(self, name: str, col: int) -> str:
@@ -267,6 +269,8 @@ class Trace:
             return f"{col}=" if pair is None else f"{col}p{pair}"  # "=": partial rotary passes it through
         if name == "sink":
             return ("logit", "exp", "Σw")[col]
+        if name == "rope_freq":
+            return ("θ", "θ'")[col]
         if name == "concat":
             return self.concat_label(col)
         if name in WIDE:

@@ -52,7 +52,7 @@ ROTATE_MEANING = (
 class Rotate(StageSpec):
     stage = Stage("rotate", "Rotate", ROTATE_MEANING)
     per_head = True
-    matrices = ("Q_rot", "K_rot")
+    matrices = ("Q_rot", "K_rot", "rope_freq")
     transposed = MappingProxyType({"K_rotT": "K_rot"})
 
     def runs(self, trace: TraceContext) -> bool:
@@ -79,10 +79,15 @@ class Rotate(StageSpec):
     def matrix(self, trace: TraceContext, name: str, head: int | None) -> Matrix:
         if head is None:
             raise KeyError(name)
+        if name == "rope_freq":
+            return frequency_table(trace.comp, head)
         return getattr(trace.comp.heads[head], name)  # type: ignore[no-any-return]
 
     def panes(self, trace: TraceContext, op: Operation) -> list[Key]:
         target = op.segment.target
+        rope = trace.comp.scenario.rope
+        if rope is not None and rope.scaling is not None:  # the frequencies, before → after scaling
+            return [(target[0], op.head), (target, op.head), ("rope_freq", op.head)]
         return [(target[0], op.head), (target, op.head)]
 
     def overview(self, trace: TraceContext, head: int) -> list[Key]:
@@ -93,6 +98,8 @@ class Rotate(StageSpec):
         hr = trace.comp.heads[head] if head is not None else None
         if name == "K_rotT":
             return f"K'ᵀ{kv_shared(trace, hr)}"
+        if name == "rope_freq" and rope is not None and rope.scaling is not None:
+            return f"θ → θ' {rope.scaling.type}"
         pairs = ""
         if rope is not None and hr is not None:
             pairs = " pairs " + "".join(f"({a},{b})" for a, b in rope.pairs(hr.d_k)) + passing(rope, hr.d_k)
@@ -244,8 +251,8 @@ def rotate_lines(comp: Computation, h: int, target: str, row: int, col: int, d: 
             details += (scaled,)
         details += (f"cos {angle_t} = {trig.plain_cos} and sin {angle_t} = {trig.plain_sin}",)
         if factor != 1.0:
-            details += (f"{_factor_words(rope)} | cos·a = {trig.plain_cos}·{trig.factor} = {ct}"
-                        f" | sin·a = {trig.plain_sin}·{trig.factor} = {st}",)
+            details += (_factor_words(rope),
+                        f"cos·a = {trig.plain_cos}·{trig.factor} = {ct} | sin·a = {trig.plain_sin}·{trig.factor} = {st}")
         if not first and hand is None and factor == 1.0:  # the pair is complete: a rotation keeps its length
             before = [operand(float(source[row, a]), src_int, p), operand(float(source[row, b]), src_int, p)]
             after = [operand(float(rotated[row, a]), False, p), operand(float(rotated[row, b]), False, p)]
@@ -276,7 +283,7 @@ def passed_lines(comp: Computation, h: int, target: str, row: int, col: int, d: 
     turned = "".join(f"({a},{b})" for a, b in rope.pairs(head.d_k))
     return value, text, (
         f"partial = {rope.partial:g}: only the first r = int({rope.partial:g}·{head.d_k}) = {r} of dₖ = {head.d_k}"
-        f" dimensions turn, in pairs {turned}; dims {r} to {head.d_k - 1} pass through unchanged, so their part of"
+        f" dimensions turn, in pairs {turned}; dims {_span(r, head.d_k)} pass through unchanged, so their part of"
         " each score ignores position (GPT-NeoX and Phi turn a share of each head, as Hugging Face's"
         " partial_rotary_factor)",
     )
@@ -287,7 +294,7 @@ def passing(rope: Rope, d_k: int, words: bool = False) -> str:
     r = rope.rotated(d_k)
     if r == d_k:
         return ""
-    return f"; dims {r} to {d_k - 1} pass through" if words else f" pass {','.join(map(str, range(r, d_k)))}"
+    return f"; dims {_span(r, d_k)} pass through" if words else f" pass {','.join(map(str, range(r, d_k)))}"
 
 
 @dataclass(frozen=True)
@@ -318,6 +325,11 @@ def _trig(angle: float, factor: float, hand: int | None, p: int) -> _Trig:
     return _Trig(pc, ps, ft, ct, st, ok)
 
 
+def _span(r: int, d_k: int) -> str:
+    """The unturned dims in words: ``2 and 3``, ``4 to 7``."""
+    return f"{r} and {d_k - 1}" if d_k - r == 2 else f"{r} to {d_k - 1}"
+
+
 def _turned(rope: Rope, d_k: int) -> str:
     r = rope.rotated(d_k)
     return "" if r == d_k else f", first {r} of {d_k} dims turn"
@@ -326,9 +338,9 @@ def _turned(rope: Rope, d_k: int) -> str:
 def _factor_words(rope: Rope) -> str:
     assert rope.scaling is not None
     given = rope.scaling.attention_factor is not None
-    how = "given as attention_factor" if given else "0.1·ln(factor) + 1, YaRN's default"
-    return (f"attention factor a ({how}) multiplies cos and sin, so each score carries a²"
-            f" = {fmt(rope.attention_factor ** 2, False, 3)}")
+    how = "attention_factor, as given" if given else "YaRN's default 0.1·ln(factor) + 1"
+    return (f"a = {fmt(rope.attention_factor, False, 3)} ({how}) multiplies cos and sin, so each score carries"
+            f" a² = {fmt(rope.attention_factor ** 2, False, 3)}")
 
 
 def scaling_line(rope: Rope, i: int, d_k: int, p: int) -> tuple[str, bool]:
@@ -375,10 +387,10 @@ def scaling_line(rope: Rope, i: int, d_k: int, p: int) -> tuple[str, bool]:
         return (f"llama3 scaling: wavelength λ = 2π / θ{_sub(i)} = {wt_} positions; {band} | {how}",
                 ok and blend_ok and agrees(2 * math.pi / shown(bt), wt_) if w not in (0.0, 1.0) else ok)
     low, high = sc.yarn_range(rope.base, r)
-    ramp = 1 - w
-    band = (f"yarn scaling: ramp over the pairs from {_num(low)} to {_num(high)} (pairs turning more than beta_fast"
-            f" = {_num(sc.fast)} times over the original {_num(sc.original_max_position_embeddings or 0)} positions"
-            f" kept, fewer than beta_slow = {_num(sc.slow)} times divided); ramp{_sub(i)} = {fmt(ramp, False, q)}, w = 1 − ramp")
+    orig = _num(sc.original_max_position_embeddings or 0)
+    band = (f"yarn scaling: w = 1 − ramp{_sub(i)} = {fmt(w, False, q)}, the ramp rising over pairs {_num(low)} to"
+            f" {_num(high)} (pairs up to {_num(low)} turn more than beta_fast {_num(sc.fast)} times in the original"
+            f" {orig} positions and keep θ; from {_num(high)} on, fewer than beta_slow {_num(sc.slow)}, and θ is divided)")
     return f"{band} | {how}", ok
 
 
@@ -444,13 +456,27 @@ def _trig_places(d: int, cos: Matrix, sin: Matrix, pairs: Sequence[tuple[int, in
     return d + MAX_GUARD
 
 
+FREQ_COLUMNS = ("θ", "θ'")  # the frequency pane: before and after scaling, one row per pair
+
+
+def frequency_table(comp: Computation, head: int) -> Matrix:
+    """Each pair's frequency before and after scaling: (r/2, 2)."""
+    rope = comp.scenario.rope
+    assert rope is not None
+    d_k = comp.heads[head].d_k
+    r = rope.rotated(d_k)
+    before = np.array([rope.theta_unscaled(i, d_k) for i in range(r // 2)])  # (r/2,)
+    out: Matrix = np.stack([before, rope.inv_freq(d_k)], axis=1)
+    return out
+
+
 def rope_notes(rope: Rope, d_k: int) -> list[str]:
     """A worksheet's words for partial rotary and scaling, under its Rotate rule; none for plain RoPE."""
     out = []
     r = rope.rotated(d_k)
     if r != d_k:
         out.append(f"  Partial rotary (partial = {rope.partial:g}): only the first r = {r} of dₖ = {d_k} dimensions"
-                   f" turn, with θᵢ = {_base(rope.base)}^(−2i/{r}); dims {r} to {d_k - 1} of Q' and K' are Q's and K's,"
+                   f" turn, with θᵢ = {_base(rope.base)}^(−2i/{r}); dims {_span(r, d_k)} of Q' and K' are Q's and K's,"
                    " copied.")
     if rope.scaling is not None:
         pairs = ", ".join(f"θ{_sub(i)} {_num_text(rope.theta_unscaled(i, d_k))} → {_num_text(rope.theta(i, d_k))}"
