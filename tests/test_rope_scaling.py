@@ -115,6 +115,20 @@ def test_the_importer_entry_point_takes_huggingface_fields() -> None:
         inv_freq("dynamic", 10000.0, 8, factor=2.0)
 
 
+@pytest.mark.parametrize("scaling", [None, *SCALINGS])
+def test_turn_scaled_is_the_engines_rotation(scaling: str | None) -> None:
+    """What an importer turns earlier layers with: the same numbers as the Rotate stage's."""
+    from qkv_tui.kernels.rope_scaling import turn_scaled
+
+    positions = (0, 5, 40)
+    fields = SCALINGS.get(scaling or "")
+    comp = comp_of(scenario_text(8, "half", 0.5, fields, positions))
+    thetas, a = inv_freq(fields["type"] if fields else "default", 100.0, 8, partial_rotary_factor=0.5,
+                         **{k: v for k, v in (fields or {}).items() if k != "type"})
+    got = turn_scaled(comp.heads[0].Q, "half", thetas, a, np.array(positions, dtype=float))
+    assert np.array_equal(got, comp.heads[0].Q_rot)
+
+
 # --- the rotation against transformers' partial application and a loop ------------------------------
 
 

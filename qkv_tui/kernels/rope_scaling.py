@@ -22,7 +22,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from qkv_tui.kernels.rope import theta
+from qkv_tui.kernels.policy import EXACT, Policy
+from qkv_tui.kernels.rope import angles_at, pairs, rotate, theta
 from qkv_tui.kernels.stats import Matrix
 
 SCALING_TYPES = ("linear", "llama3", "yarn")
@@ -141,3 +142,11 @@ def inv_freq(rope_type: str, base: float, head_dim: int, *, partial_rotary_facto
                           original_max_position_embeddings, beta_fast, beta_slow, attention_factor, truncate,
                           mscale, mscale_all_dim)
     return scaling.apply(base, dim, thetas), scaling.scale
+
+
+def turn_scaled(M: Matrix, layout: str, thetas: Matrix, factor: float, positions: Matrix,
+                policy: Policy = EXACT) -> Matrix:
+    """RoPE on the rows of M (rows, d_k) with the given frequencies (r/2,), as :func:`inv_freq` returns them:
+    the first r = 2·len(thetas) dims turn (cos and sin times ``factor``), the rest pass through."""
+    a = angles_at(thetas, positions)  # (rows, r/2)
+    return rotate(M, np.cos(a) * factor, np.sin(a) * factor, pairs(layout, 2 * len(thetas)), policy)
