@@ -387,10 +387,10 @@ def scaling_line(rope: Rope, i: int, d_k: int, p: int) -> tuple[str, bool]:
         return (f"llama3 scaling: wavelength λ = 2π / θ{_sub(i)} = {wt_} positions; {band} | {how}",
                 ok and blend_ok and agrees(2 * math.pi / shown(bt), wt_) if w not in (0.0, 1.0) else ok)
     low, high = sc.yarn_range(rope.base, r)
-    orig = _num(sc.original_max_position_embeddings or 0)
+    context = _num(sc.original_max_position_embeddings or 0)
     band = (f"yarn scaling: w = 1 − ramp{_sub(i)} = {fmt(w, False, q)}, the ramp rising over pairs {_num(low)} to"
             f" {_num(high)} (pairs up to {_num(low)} turn more than beta_fast {_num(sc.fast)} times in the original"
-            f" {orig} positions and keep θ; from {_num(high)} on, fewer than beta_slow {_num(sc.slow)}, and θ is divided)")
+            f" {context} positions and keep θ; from {_num(high)} on, fewer than beta_slow {_num(sc.slow)}, and θ is divided)")
     return f"{band} | {how}", ok
 
 
