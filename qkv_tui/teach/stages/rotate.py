@@ -58,6 +58,21 @@ class Rotate(StageSpec):
     def runs(self, trace: TraceContext) -> bool:
         return trace.comp.scenario.rope is not None
 
+    def meaning(self, trace: TraceContext, head: int | None) -> str:
+        text = self.stage.meaning
+        rope = trace.comp.scenario.rope
+        if rope is None:
+            return text
+        if rope.partial != 1.0:
+            text += (" With partial rotary only the first r dimensions turn (θᵢ = base^(−2i/r)) and the rest pass"
+                     " through unchanged: their share of each score ignores position.")
+        if rope.scaling is not None:
+            text += (" Scaling stretches the context a model was trained on by lowering the frequencies (θ → θ'),"
+                     " so distances past the original context turn the slow pairs no further than training did.")
+            if rope.attention_factor != 1.0:
+                text += " YaRN also multiplies cos and sin by a, sharpening the softmax a little (scores × a²)."
+        return text
+
     def segments(self, trace: TraceContext, head: int | None) -> list[Plan]:
         assert head is not None
         sc, hr = trace.comp.scenario, trace.comp.heads[head]
