@@ -242,7 +242,7 @@ def test_every_rotate_line_checks_out(layout: str, scaling: str | None, decimals
     if scaling is not None:
         assert "→ θ'₀ = " in text and f"{SCALINGS[scaling]['type']} scaling" in text
     if scaling in ("yarn", "yarn_given"):
-        assert "| cos·a = " in text and "·a·cos(" in text
+        assert "\ncos·a = " in text and " | sin·a = " in text and "·a·cos(" in text
 
 
 def test_pass_through_reads_its_one_operand() -> None:
