@@ -14,6 +14,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -207,13 +208,16 @@ class Student:
         if name in ("Q'", "K'"):
             assert sc.rope is not None
             d_k = len(sheet.grids[key].cols)
-            half = d_k // 2
+            r = int(d_k * sc.rope.partial)  # partial rotary: the first r dims turn, the rest are copied
+            source = name[0] + ("̂" if sc.qk_norm is not None else "")
+            if j >= r:
+                return get(source, h, i, j)
+            half = r // 2
             pairs = [(2 * p, 2 * p + 1) for p in range(half)] if sc.rope.layout == "interleaved" else \
                 [(p, p + half) for p in range(half)]
             p = next(n for n, pair in enumerate(pairs) if j in pair)
             a, b = pairs[p]
-            cos, sin = get("cos/sin", d_k, i, 2 * p), get("cos/sin", d_k, i, 2 * p + 1)
-            source = name[0] + ("̂" if sc.qk_norm is not None else "")
+            cos, sin = get("cos/sin", r, i, 2 * p), get("cos/sin", r, i, 2 * p + 1)
             va, vb = get(source, h, i, a), get(source, h, i, b)
             return va * cos - vb * sin if j == a else va * sin + vb * cos
         if name == "scores":
@@ -325,11 +329,16 @@ def check_sheet(comp: Computation, blanks: str, seed: int, decimals: int) -> tup
         for (name, d_k), grid in sheet.grids.items():
             if name != "cos/sin":
                 continue
+            # d_k here is the table's width: the rotated dims r (all of d_k without partial rotary)
+            thetas = np.array([sc.rope.base ** (-2 * k / d_k) for k in range(d_k // 2)])
+            if sc.rope.scaling is not None:  # checked against transformers' own in test_rope_scaling.py
+                thetas = sc.rope.scaling.apply(sc.rope.base, d_k, thetas)
+            factor = sc.rope.attention_factor
             for r, row in enumerate(grid.cells):
                 p = student.get("position", 0, 0, r)
                 for c, cell in enumerate(row):
-                    angle = p * sc.rope.base ** (-2 * (c // 2) / d_k)
-                    assert near(math.cos(angle) if c % 2 == 0 else math.sin(angle), cell), (r, c, cell)
+                    angle = p * thetas[c // 2]
+                    assert near(factor * (math.cos(angle) if c % 2 == 0 else math.sin(angle)), cell), (r, c, cell)
     assert checked + len(filled) > 0
     return sheet, filled
 

@@ -23,7 +23,8 @@ from qkv_tui.kernels.attention import Forward, QKNormHead, Turn, head_forward, p
 from qkv_tui.kernels.attention import frozen as _frozen
 from qkv_tui.kernels.norm import Normed, normalise
 from qkv_tui.kernels.policy import EXACT, Policy
-from qkv_tui.kernels.rope import angles, turn
+from qkv_tui.kernels.rope import angles_at
+from qkv_tui.kernels.rope import rotate as rotate_kernel
 from qkv_tui.kernels.sharing import same_kv_weights
 from qkv_tui.kernels.softmax import alibi_bias
 
@@ -138,16 +139,24 @@ def normalize(norm: Norm, X: Matrix, policy: Policy = EXACT) -> NormResult:
 
 def rotate(M: Matrix, rope: Rope, positions: tuple[int, ...]) -> Matrix:
     """RoPE: each pair (a, b) of a row at position p turns by p·θ_i (docs/scenario-format.md, `[rope]`)."""
-    return turn(M, rope.layout, rope.base, positions)
+    t = turn_of(rope, positions, M.shape[1])
+    assert t is not None
+    return rotate_kernel(M, t.cos, t.sin, t.pairs)
 
 
-def turn_of(rope: Rope | None, positions: tuple[int, ...] | None, d_k: int) -> Turn | None:
+def turn_of(rope: Rope | None, positions: tuple[int, ...] | None, d_k: int, policy: Policy = EXACT) -> Turn | None:
     """RoPE's cos and sin for every token's position, for heads of width d_k; None without rope."""
     if rope is None:
         return None
     assert positions is not None
-    a = angles(rope.base, d_k, positions)  # (n, d_k/2)
-    return Turn(np.cos(a), np.sin(a), rope.pairs(d_k))
+    a = angles_at(rope.inv_freq(d_k), positions)  # (n, r/2): r = d_k unless partial
+    factor = rope.attention_factor  # YaRN's: it multiplies cos and sin (so the scores carry it squared)
+    if factor == 1.0:
+        return Turn(np.cos(a), np.sin(a), rope.pairs(d_k))
+    # by hand cos, sin and the factor are each written down rounded, then their products
+    f = policy.worked(np.array(factor))
+    cos, sin = policy.worked(np.cos(a)) * f, policy.worked(np.sin(a)) * f  # (n, r/2)
+    return Turn(policy.worked(cos), policy.worked(sin), rope.pairs(d_k))
 
 
 def compute_head(

@@ -101,6 +101,16 @@ def head_fields(h: HeadResult) -> list[tuple[str, Any]]:
     ]
 
 
+def _rope(sc: Scenario) -> dict[str, Any] | None:
+    """The frequencies RoPE turns by, after scaling, with YaRN's attention factor and how many dims turn;
+    null for plain RoPE (every dim turns at base^(−2i/d_k), all in "positions" and the heads' d_k) and without."""
+    if sc.rope is None or not sc.heads or (sc.rope.partial == 1.0 and sc.rope.scaling is None):
+        return None
+    d_k = sc.heads[0].d_k  # [rope] needs one d_k for every head
+    return {"inv_freq": sc.rope.inv_freq(d_k).tolist(), "attention_factor": sc.rope.attention_factor,
+            "rotated_dims": sc.rope.rotated(d_k)}
+
+
 def _vector(values: Vector | None) -> list[float] | None:
     return None if values is None else values.tolist()
 
@@ -139,6 +149,7 @@ def _document(
         ("X_norm", norm.X_norm if norm is not None else None),
         ("positions", list(sc.positions) if sc.positions is not None else None),
         ("b_O", _vector(sc.b_O)),
+        ("rope", _rope(sc)),
     ], "")
     buffered.write("\n")
     buffered.flush()

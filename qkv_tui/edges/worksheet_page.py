@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from qkv_tui.edges.worksheet_chain import Table, exact, pairs
+from qkv_tui.edges.worksheet_chain import Table, exact
 from qkv_tui.edges.worksheet_content import BLANK, WorksheetContent
+from qkv_tui.teach.stages.rotate import rope_notes
 
 
 def _md(label: str) -> str:
@@ -58,7 +59,7 @@ def _rules(ws: WorksheetContent) -> list[str]:
                    " (Q = X·W_Q + b_Q).")
     out += [line for spec in ws.specs.values() for line in spec.worksheet_rules(comp)]
     if sc.rope is not None:
-        shown = ", ".join(f"({a}, {b})" for a, b in pairs(sc.rope.layout, comp.heads[0].d_k))
+        shown = ", ".join(f"({a}, {b})" for a, b in sc.rope.pairs(comp.heads[0].d_k))
         places = max(t.places or d for t in ws.tables if t.name == "cos/sin")
         guard = (f" (printed to {places} decimals: with fewer, the turned values could miss the page's last digit)"
                  if places > d else "")
@@ -66,6 +67,7 @@ def _rules(ws: WorksheetContent) -> list[str]:
                    f" {shown}; pair i of a token at position p turns by the angle p·θᵢ, θᵢ = {_base(sc.rope.base)}^(−2i/dₖ):"
                    f" a' = a·cos − b·sin, b' = a·sin + b·cos, with cos and sin read from the table{guard}."
                    " The scores then use Q' and K'.")
+        out.extend(rope_notes(sc.rope, comp.heads[0].d_k))
     out.append("- Softmax, row by row: subtract the row's largest scaled score, take e to each difference, divide each"
                " by their sum. Masked cells are −∞ and get weight 0.")
     if sc.alibi is not None:

@@ -27,14 +27,21 @@ def theta(base: float, i: int, d_k: int) -> float:
 
 def angles(base: float, d_k: int, positions: Sequence[int] | Matrix) -> Matrix:
     """p·θᵢ for every row's position p and pair i: (rows, d_k/2)."""
-    p = np.asarray(positions, dtype=np.float64)  # (rows,)
     thetas = np.array([theta(base, i, d_k) for i in range(d_k // 2)], dtype=np.float64)  # (d_k/2,)
+    return angles_at(thetas, positions)
+
+
+def angles_at(thetas: Matrix, positions: Sequence[int] | Matrix) -> Matrix:
+    """p·θᵢ for every row's position p and each given frequency (scaled ones too): (rows, len(thetas))."""
+    p = np.asarray(positions, dtype=np.float64)  # (rows,)
     out: Matrix = p[:, None] * thetas[None, :]
     return out
 
 
 def rotate(M: Matrix, cos: Matrix, sin: Matrix, turned: Sequence[tuple[int, int]], policy: Policy = EXACT) -> Matrix:
     """Each pair (a, b) of row r turns by the angle whose cos and sin are cos[r, i], sin[r, i]: (rows, d_k).
+
+    Dimensions in no pair (partial rotary: those from r on) pass through as they are.
 
     ``cos`` and ``sin`` (rows, d_k/2) are kept as the policy keeps a worked number (by hand: written down
     rounded), and so is each product; the turned matrix is a table."""

@@ -27,7 +27,7 @@ def hand_head(
 ) -> HeadResult:
     """The exact head ``head`` worked again by hand: its own K and V, its bias slope·(j − i) written down rounded."""
     f = head_forward(X, X_kv, head.W_Q, head.W_K, head.W_V, head.b_Q, head.b_K, head.b_V, allow, head.scale,
-                     turn=turn_of(rope, positions, head.d_k) if positions is not None else None,
+                     turn=turn_of(rope, positions, head.d_k, ByHand(decimals)) if positions is not None else None,
                      bias=head.bias, sink=head.sink, qk_norm=qk_norm, policy=ByHand(decimals))
     a, soft = f.attended, f.attended.softmax
     return replace(head, scale=a.divisor, Q=f.Q, K=f.K, V=f.V, scores=a.scores, scaled=a.scaled, masked=a.masked,

@@ -255,6 +255,8 @@ class Trace:
             return str(row)
         if name in ("K", "V", "context_X", "K_rot", "K_norm"):
             return sc.key_labels[row]
+        if name == "rope_freq":  # the Rotate stage's frequencies, one row per pair
+            return f"pair {row}"
         return sc.labels[row]
 
     def col_label(self, name: str, col: int) -> str:
@@ -263,10 +265,12 @@ class Trace:
         if name in ("Q_rot", "K_rot") and self.comp.scenario.rope is not None:
             # which pair each dimension belongs to: the two layouts pair different columns
             d_k = self.comp.heads[0].d_k
-            pair = next(i for i, ab in enumerate(self.comp.scenario.rope.pairs(d_k)) if col in ab)
-            return f"{col}p{pair}"
+            pair = next((i for i, ab in enumerate(self.comp.scenario.rope.pairs(d_k)) if col in ab), None)
+            return f"{col}=" if pair is None else f"{col}p{pair}"  # "=": partial rotary passes it through
         if name == "sink":
             return ("logit", "exp", "Σw")[col]
+        if name == "rope_freq":
+            return ("θ", "θ'")[col]
         if name == "concat":
             return self.concat_label(col)
         if name in WIDE:

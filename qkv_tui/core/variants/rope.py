@@ -6,13 +6,18 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from qkv_tui.base.values import kind as _kind
 from qkv_tui.base.values import show as _show
 from qkv_tui.core.toml_text import string
 from qkv_tui.core.variants.common import MAX_INDEX, Context, Table, choice, number
+from qkv_tui.core.variants.rope_scaling import parse_partial, parse_scaling, summary, write_scaling
 from qkv_tui.kernels import rope as rope_kernel
+from qkv_tui.kernels.rope_scaling import RopeScaling, base_inv_freq, rotated_dims
+from qkv_tui.kernels.stats import Matrix
 
-ROPE_KEYS = ("base", "layout", "positions")
+ROPE_KEYS = ("base", "layout", "positions", "partial", "scaling")
 ROPE_LAYOUTS = ("interleaved", "half")
 DEFAULT_BASE = 10000.0
 
@@ -24,14 +29,43 @@ class Rope:
     base: float  # θ_i = base^(−2i/d_k)
     layout: str  # "interleaved": pair i = (2i, 2i+1); "half": pair i = (i, i + d_k/2)
     positions: tuple[int, ...]  # one per token
+    partial: float = 1.0  # the share of d_k that turns: the first int(partial·d_k) dimensions
+    scaling: RopeScaling | None = None  # [rope.scaling]: context extension of the frequencies
+
+    def rotated(self, d_k: int) -> int:
+        """r, how many of a head's d_k dimensions turn; the rest pass through."""
+        return rotated_dims(d_k, self.partial)
 
     def pairs(self, d_k: int) -> list[tuple[int, int]]:
-        """The dimensions rotated together, pair i first: what makes the two layouts differ."""
-        return rope_kernel.pairs(self.layout, d_k)
+        """The dimensions rotated together, pair i first, within the first r: what makes the two layouts differ."""
+        return rope_kernel.pairs(self.layout, self.rotated(d_k))
+
+    def theta_unscaled(self, i: int, d_k: int) -> float:
+        """Frequency of pair i before any scaling, base^(−2i/r)."""
+        return rope_kernel.theta(self.base, i, self.rotated(d_k))
 
     def theta(self, i: int, d_k: int) -> float:
-        """Frequency of pair i: angles grow by this much per position."""
-        return rope_kernel.theta(self.base, i, d_k)
+        """Frequency of pair i: angles grow by this much per position (after scaling)."""
+        if self.scaling is None:
+            return self.theta_unscaled(i, d_k)
+        return float(self.inv_freq(d_k)[i])
+
+    def inv_freq(self, d_k: int) -> Matrix:
+        """Every pair's frequency, after scaling: (r/2,)."""
+        r = self.rotated(d_k)
+        thetas = base_inv_freq(self.base, r)  # (r/2,)
+        return thetas if self.scaling is None else self.scaling.apply(self.base, r, thetas)
+
+    def kept(self, d_k: int) -> Matrix:
+        """wᵢ of each pair, θ'ᵢ = wᵢ·θᵢ + (1 − wᵢ)·θᵢ/factor: (r/2,); all 1 without scaling."""
+        r = self.rotated(d_k)
+        thetas = base_inv_freq(self.base, r)  # (r/2,)
+        return np.ones(r // 2) if self.scaling is None else self.scaling.kept(self.base, r, thetas)
+
+    @property
+    def attention_factor(self) -> float:
+        """What cos and sin are multiplied by: YaRN's attention factor, else 1."""
+        return 1.0 if self.scaling is None else self.scaling.scale
 
 
 def parse_rope(table: dict[str, Any], ctx: Context) -> Rope:
@@ -80,13 +114,23 @@ def parse_rope(table: dict[str, Any], ctx: Context) -> Rope:
                 raise v.fail(f"{where} is {_show(p)}, too large; expected a position below 2^53")
             out.append(p)
         positions = tuple(out)
-    return Rope(base, layout, positions)
+    partial = parse_partial(v, table["partial"], head_dks[0][1] if head_dks else None) if "partial" in table else 1.0
+    scaling = parse_scaling(v, table["scaling"]) if "scaling" in table else None
+    return Rope(base, layout, positions, partial, scaling)
 
 
 def write_rope(rope: Rope) -> list[str]:
     """Positions as whole numbers (not through the float writer: 2^53 itself must stay an integer)."""
-    return ["[rope]", f"layout = {string(rope.layout)}", f"base = {float(rope.base)!r}",
-            f"positions = [{', '.join(map(str, rope.positions))}]"]
+    lines = ["[rope]", f"layout = {string(rope.layout)}", f"base = {float(rope.base)!r}",
+             f"positions = [{', '.join(map(str, rope.positions))}]"]
+    if rope.partial != 1.0:
+        lines.append(f"partial = {float(rope.partial)!r}")
+    return lines + ([] if rope.scaling is None else write_scaling(rope.scaling))
 
 
-TABLE: Table[Rope] = Table("rope", ROPE_KEYS, parse_rope, lambda rope: f"rope {rope.layout}", write_rope)
+TABLE: Table[Rope] = Table(
+    "rope", ROPE_KEYS, parse_rope, lambda rope: f"rope {rope.layout}{summary(rope.partial, rope.scaling)}", write_rope,
+    lookalikes={("[rope]", key): ("scaling", f"{key} is a field of [rope.scaling]: write it under that header")
+                for key in ("factor", "type", "original_max_position_embeddings", "low_freq_factor",
+                            "high_freq_factor", "beta_fast", "beta_slow", "attention_factor", "rope_type")},
+)

@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from dataclasses import dataclass
 from types import MappingProxyType
 
 import numpy as np
 
-from qkv_tui.core.engine import Computation
+from qkv_tui.core.engine import Computation, turn_of
 from qkv_tui.core.fmt import fmt, operand
 from qkv_tui.core.scenario import Matrix, Scenario
+from qkv_tui.core.variants import Rope
 from qkv_tui.kernels.policy import EXACT, round_to
-from qkv_tui.kernels.rope import angles as rope_angles
-from qkv_tui.kernels.rope import pairs as rope_pairs
 from qkv_tui.kernels.rope import rotate as rope_rotate
 from qkv_tui.teach.arith import agrees, shown
 from qkv_tui.teach.arith import tries as _places
@@ -51,11 +52,26 @@ ROTATE_MEANING = (
 class Rotate(StageSpec):
     stage = Stage("rotate", "Rotate", ROTATE_MEANING)
     per_head = True
-    matrices = ("Q_rot", "K_rot")
+    matrices = ("Q_rot", "K_rot", "rope_freq")
     transposed = MappingProxyType({"K_rotT": "K_rot"})
 
     def runs(self, trace: TraceContext) -> bool:
         return trace.comp.scenario.rope is not None
+
+    def meaning(self, trace: TraceContext, head: int | None) -> str:
+        text = self.stage.meaning
+        rope = trace.comp.scenario.rope
+        if rope is None:
+            return text
+        if rope.partial != 1.0:
+            text += (" With partial rotary only the first r dimensions turn (θᵢ = base^(−2i/r)) and the rest pass"
+                     " through unchanged: their share of each score ignores position.")
+        if rope.scaling is not None:
+            text += (" Scaling stretches the context a model was trained on by lowering the frequencies (θ → θ'),"
+                     " so distances past the original context turn the slow pairs no further than training did.")
+            if rope.attention_factor != 1.0:
+                text += " YaRN also multiplies cos and sin by a, sharpening the softmax a little (scores × a²)."
+        return text
 
     def segments(self, trace: TraceContext, head: int | None) -> list[Plan]:
         assert head is not None
@@ -71,17 +87,22 @@ class Rotate(StageSpec):
         assert h is not None and col is not None and comp.scenario.rope is not None
         value, text, details = rotate_lines(comp, h, seg.target, row, col, d, trace.hand)
         source = turned_from(comp, seg.target[0])[0]
-        pair = next(ab for ab in comp.scenario.rope.pairs(comp.heads[h].d_k) if col in ab)
-        operands = (Ref(source, h, row, pair[0]), Ref(source, h, row, pair[1]))
+        pair = next((ab for ab in comp.scenario.rope.pairs(comp.heads[h].d_k) if col in ab), (col,))
+        operands = tuple(Ref(source, h, row, c) for c in pair)
         return Operation(index, seg, row, col, value, operands, text, details)
 
     def matrix(self, trace: TraceContext, name: str, head: int | None) -> Matrix:
         if head is None:
             raise KeyError(name)
+        if name == "rope_freq":
+            return frequency_table(trace.comp, head)
         return getattr(trace.comp.heads[head], name)  # type: ignore[no-any-return]
 
     def panes(self, trace: TraceContext, op: Operation) -> list[Key]:
         target = op.segment.target
+        rope = trace.comp.scenario.rope
+        if rope is not None and rope.scaling is not None:  # the frequencies, before → after scaling
+            return [(turned_from(trace.comp, target[0])[0], op.head), (target, op.head), ("rope_freq", op.head)]
         return [(turned_from(trace.comp, target[0])[0], op.head), (target, op.head)]
 
     def overview(self, trace: TraceContext, head: int) -> list[Key]:
@@ -92,9 +113,11 @@ class Rotate(StageSpec):
         hr = trace.comp.heads[head] if head is not None else None
         if name == "K_rotT":
             return f"K'ᵀ{kv_shared(trace, hr)}"
+        if name == "rope_freq" and rope is not None and rope.scaling is not None:
+            return f"θ → θ' {rope.scaling.type}"
         pairs = ""
         if rope is not None and hr is not None:
-            pairs = " pairs " + "".join(f"({a},{b})" for a, b in rope.pairs(hr.d_k))
+            pairs = " pairs " + "".join(f"({a},{b})" for a, b in rope.pairs(hr.d_k)) + passing(rope, hr.d_k)
         return f"{name[0]}' = rope({turned_from(trace.comp, name[0])[1]}){pairs}"
 
     def lights(self, seg: Segment) -> frozenset[int]:
@@ -105,8 +128,10 @@ class Rotate(StageSpec):
         assert head is not None
         rope = page.trace.comp.scenario.rope
         assert rope is not None
-        pairs = " ".join(f"({a},{b})" for a, b in rope.pairs(page.trace.comp.heads[head].d_k))
-        return [f"Pairs ({rope.layout} layout): {pairs}; positions {', '.join(map(str, rope.positions))}.", "",
+        d_k = page.trace.comp.heads[head].d_k
+        pairs = " ".join(f"({a},{b})" for a, b in rope.pairs(d_k))
+        return [f"Pairs ({rope.layout} layout): {pairs}{passing(rope, d_k, True)}; positions"
+                f" {', '.join(map(str, rope.positions))}.", *frequency_lines(rope, d_k, page.decimals), "",
                 page.table("Q_rot", head, "Q'"), "", page.table("K_rot", head, "K'"), "",
                 *page.worked(self.stage.key, head)]
 
@@ -119,12 +144,15 @@ class Rotate(StageSpec):
         cos, sin, places = trig[d_k]
         out: list[Table] = []
         if f"trig.{d_k}" not in chain.printed:  # once per width, in the first head that turns with it
-            trig_cols = tuple(f"{f} p·θ{_sub(i)}" for i in range(d_k // 2) for f in ("cos", "sin"))
-            both = np.stack([cos, sin], axis=2).reshape(sc.n, d_k)  # (n, d_k): cos, sin of pair 0, then pair 1, …
+            r = sc.rope.rotated(d_k)
+            on, mark = ("a·" if sc.rope.attention_factor != 1.0 else ""), ("'" if sc.rope.scaling is not None else "")
+            trig_cols = tuple(f"{on}{f} p·θ{mark}{_sub(i)}" for i in range(r // 2) for f in ("cos", "sin"))
+            both = np.stack([cos, sin], axis=2).reshape(sc.n, r)  # (n, r): cos, sin of pair 0, then pair 1, …
             dk_note = f" (dₖ = {d_k})" if len(trig) > 1 else ""
-            out.append(Table(f"trig.{d_k}", "cos/sin", f"cos and sin of each token's angle p·θᵢ{dk_note}",
+            what = f"{on}cos and {on}sin" if on else "cos and sin"
+            out.append(Table(f"trig.{d_k}", "cos/sin", f"{what} of each token's angle p·θ{mark}ᵢ{dk_note}",
                              "rotate", h, both, sc.labels, trig_cols, False, False, places=places))
-        turned_pairs = rope_pairs(sc.rope.layout, d_k)
+        turned_pairs = sc.rope.pairs(d_k)
         q_key, k_key = (f"{turned_from(chain.comp, role)[0]}.{h}" for role in ("Q", "K"))
         Q_rot = rope_rotate(chain.values(q_key), cos, sin, turned_pairs, chain.page)
         out.append(Table(f"Q_rot.{h}", "Q'", "Q' = Q turned by position", "rotate", h, Q_rot, sc.labels,
@@ -143,16 +171,20 @@ class Rotate(StageSpec):
         source_name, src = turned_from(cells.sc, name)
         source = f"{source_name}.{table.head}"
         d_k = table.values.shape[1]
-        k, (a, b) = next((k, pair) for k, pair in enumerate(rope_pairs(sc.rope.layout, d_k)) if j in pair)
         token = sc.labels[i]
-        angle = f"{sc.positions[i]}·θ{_sub(k)}"
+        found = next(((k, pair) for k, pair in enumerate(sc.rope.pairs(d_k)) if j in pair), None)
+        if found is None:  # partial rotary: copied as it is
+            return f"{name}'[{token},{j}] = {src}[{token},{j}] = {cells.txt(source, i, j)} = {answer}"
+        k, (a, b) = found
+        on = "a·" if sc.rope.attention_factor != 1.0 else ""
+        angle = f"{sc.positions[i]}·θ{chr(39) if sc.rope.scaling is not None else ''}{_sub(k)}"
         trig = f"trig.{d_k}"
         cos, sin = cells.txt(trig, i, 2 * k), cells.txt(trig, i, 2 * k + 1)
         va, vb = cells.txt(source, i, a), cells.txt(source, i, b)
         if j == a:
-            return (f"{name}'[{token},{a}] = {src}[{token},{a}]·cos({angle}) − {src}[{token},{b}]·sin({angle})"
+            return (f"{name}'[{token},{a}] = {src}[{token},{a}]·{on}cos({angle}) − {src}[{token},{b}]·{on}sin({angle})"
                     f" = {va}·{cos} − {vb}·{sin} = {answer}")
-        return (f"{name}'[{token},{b}] = {src}[{token},{a}]·sin({angle}) + {src}[{token},{b}]·cos({angle})"
+        return (f"{name}'[{token},{b}] = {src}[{token},{a}]·{on}sin({angle}) + {src}[{token},{b}]·{on}cos({angle})"
                 f" = {va}·{sin} + {vb}·{cos} = {answer}")
 
 
@@ -181,7 +213,10 @@ def rotate_lines(comp: Computation, h: int, target: str, row: int, col: int, d: 
     token = labels[row]
     d_k = head.d_k
     pairs = rope.pairs(d_k)
-    i = next(k for k, (a, b) in enumerate(pairs) if col in (a, b))
+    found = next((k for k, (a, b) in enumerate(pairs) if col in (a, b)), None)
+    if found is None:  # partial rotary: a dimension past the turned ones passes through as it is
+        return passed_lines(comp, h, target, row, col, d)
+    i = found
     a, b = pairs[i]
     pos = sc.positions[row]
     theta = rope.theta(i, d_k)
@@ -189,21 +224,23 @@ def rotate_lines(comp: Computation, h: int, target: str, row: int, col: int, d: 
     value = float(rotated[row, col])
     result = fmt(value, False, d)
     first = col == a
-    sym_angle = f"{pos}·θ{_sub(i)}"
+    factor = rope.attention_factor  # YaRN's: on cos and sin
+    on = "" if factor == 1.0 else "a·"
+    mark = "'" if rope.scaling is not None else ""  # θ'ᵢ: the frequency after scaling
+    sym_angle = f"{pos}·θ{mark}{_sub(i)}"
     if first:
-        symbolic = f"{name}'[{token},{a}] = {src}[{token},{a}]·cos({sym_angle}) − {src}[{token},{b}]·sin({sym_angle})"
+        symbolic = (f"{name}'[{token},{a}] = {src}[{token},{a}]·{on}cos({sym_angle})"
+                    f" − {src}[{token},{b}]·{on}sin({sym_angle})")
     else:
-        symbolic = f"{name}'[{token},{b}] = {src}[{token},{a}]·sin({sym_angle}) + {src}[{token},{b}]·cos({sym_angle})"
+        symbolic = (f"{name}'[{token},{b}] = {src}[{token},{a}]·{on}sin({sym_angle})"
+                    f" + {src}[{token},{b}]·{on}cos({sym_angle})")
     src_int = bool(np.all(source == np.round(source)))
     text = ""
     details: tuple[str, ...] = ()
     for p in _places(d, hand is not None):
         va, vb = operand(float(source[row, a]), src_int, p), operand(float(source[row, b]), src_int, p)
-        if hand is not None:  # by hand cos and sin are written down rounded, and so is each product
-            c, s = hround(math.cos(angle), hand), hround(math.sin(angle), hand)
-        else:
-            c, s = math.cos(angle), math.sin(angle)
-        ct, st = operand(c, False, p), operand(s, False, p)
+        trig = _trig(angle, factor, hand, p)
+        ct, st = trig.cos, trig.sin
         if first:
             work = f"{va}·{ct} − {vb}·{st}"
             calc = shown(va) * shown(ct) - shown(vb) * shown(st)
@@ -222,12 +259,25 @@ def rotate_lines(comp: Computation, h: int, target: str, row: int, col: int, d: 
                 calc = p1 + p2
         text = " = ".join([symbolic, *steps, result])
         theta_t = fmt(theta, False, max(p, 3))
+        angle_t = fmt(angle, False, max(p, 3))
+        r = rope.rotated(d_k)
+        formula = f"θ{_sub(i)} = {_base(rope.base)}^(−2·{i}/{r})"
+        if rope.scaling is None:
+            freq, scaled_ok = f"{formula} = {theta_t}", True
+        else:
+            scaled, scaled_ok = scaling_line(rope, i, d_k, p)
+            freq = f"{formula} = {fmt(rope.theta_unscaled(i, d_k), False, max(p, 3))} → θ'{_sub(i)} = {theta_t}"
         details = (
-            f"pair {i} = dims ({a}, {b}) ({rope.layout} layout); θ{_sub(i)} = {_base(rope.base)}^(−2·{i}/{d_k})"
-            f" = {theta_t}; angle = position·θ{_sub(i)} = {pos}·{theta_t} = {fmt(angle, False, max(p, 3))} radians",
-            f"cos {fmt(angle, False, max(p, 3))} = {ct} and sin {fmt(angle, False, max(p, 3))} = {st}",
+            f"pair {i} = dims ({a}, {b}) ({rope.layout} layout{_turned(rope, d_k)}); {freq};"
+            f" angle = position·θ{mark}{_sub(i)} = {pos}·{theta_t} = {angle_t} radians",
         )
-        if not first and hand is None:  # the pair is complete: a rotation keeps its length
+        if rope.scaling is not None:
+            details += (scaled,)
+        details += (f"cos {angle_t} = {trig.plain_cos} and sin {angle_t} = {trig.plain_sin}",)
+        if factor != 1.0:
+            details += (_factor_words(rope),
+                        f"cos·a = {trig.plain_cos}·{trig.factor} = {ct} | sin·a = {trig.plain_sin}·{trig.factor} = {st}")
+        if not first and hand is None and factor == 1.0:  # the pair is complete: a rotation keeps its length
             before = [operand(float(source[row, a]), src_int, p), operand(float(source[row, b]), src_int, p)]
             after = [operand(float(rotated[row, a]), False, p), operand(float(rotated[row, b]), False, p)]
             length = fmt(math.hypot(float(source[row, a]), float(source[row, b])), False, p)
@@ -236,9 +286,157 @@ def rotate_lines(comp: Computation, h: int, target: str, row: int, col: int, d: 
             lengths_ok = all(agrees(math.hypot(shown(x), shown(y)), length) for x, y in (before, after))
         else:
             lengths_ok = True
-        if lengths_ok and agrees(calc, result) and agrees(pos * shown(theta_t), fmt(angle, False, max(p, 3))):
+        if (lengths_ok and scaled_ok and trig.ok and agrees(calc, result)
+                and agrees(pos * shown(theta_t), angle_t)):
             break
     return value, text, details
+
+
+def passed_lines(comp: Computation, h: int, target: str, row: int, col: int, d: int) -> tuple[float, str, tuple[str, ...]]:
+    """A dimension that partial rotary leaves unturned: ``Q'[love,2] = Q[love,2] = 1.000 (not rotated: partial 0.5)``."""
+    rope = comp.scenario.rope
+    assert rope is not None
+    head = comp.heads[h]
+    rotated = head.Q_rot if target == "Q_rot" else head.K_rot
+    assert rotated is not None
+    name = target[0]
+    src = turned_from(comp, name)[1]
+    token = (comp.scenario.labels if name == "Q" else comp.scenario.key_labels)[row]
+    value = float(rotated[row, col])
+    r = rope.rotated(head.d_k)
+    text = f"{name}'[{token},{col}] = {src}[{token},{col}] = {fmt(value, False, d)} (not rotated: partial {rope.partial:g})"
+    turned = "".join(f"({a},{b})" for a, b in rope.pairs(head.d_k))
+    return value, text, (
+        f"partial = {rope.partial:g}: only the first r = int({rope.partial:g}·{head.d_k}) = {r} of dₖ = {head.d_k}"
+        f" dimensions turn, in pairs {turned}; dims {_span(r, head.d_k)} pass through unchanged, so their part of"
+        " each score ignores position (GPT-NeoX and Phi turn a share of each head, as Hugging Face's"
+        " partial_rotary_factor)",
+    )
+
+
+def passing(rope: Rope, d_k: int, words: bool = False) -> str:
+    """What a title (or, in ``words``, a page) adds for partial rotary: `` pass 2,3``; nothing when every dimension turns."""
+    r = rope.rotated(d_k)
+    if r == d_k:
+        return ""
+    return f"; dims {_span(r, d_k)} pass through" if words else f" pass {','.join(map(str, range(r, d_k)))}"
+
+
+@dataclass(frozen=True)
+class _Trig:
+    """cos and sin of one angle as a line shows them: plain, the attention factor, and the factors' products."""
+
+    plain_cos: str
+    plain_sin: str
+    factor: str
+    cos: str  # what the arithmetic multiplies by: cos·a (cos without a factor)
+    sin: str
+    ok: bool  # the products recompute from the shown numbers
+
+
+def _trig(angle: float, factor: float, hand: int | None, p: int) -> _Trig:
+    """By hand each of cos, sin and a is written down rounded, and so is each product cos·a (kernels/policy.py)."""
+    c, s = math.cos(angle), math.sin(angle)
+    if hand is not None:
+        c, s = hround(c, hand), hround(s, hand)
+    if factor == 1.0:
+        ct, st = operand(c, False, p), operand(s, False, p)
+        return _Trig(ct, st, "1", ct, st, True)
+    f = hround(factor, hand) if hand is not None else factor
+    ca, sa = (hround(c * f, hand), hround(s * f, hand)) if hand is not None else (c * f, s * f)
+    pc, ps, ft = operand(c, False, p), operand(s, False, p), fmt(f, False, max(p, 3))
+    ct, st = operand(ca, False, p), operand(sa, False, p)
+    ok = agrees(shown(pc) * shown(ft), ct) and agrees(shown(ps) * shown(ft), st)
+    return _Trig(pc, ps, ft, ct, st, ok)
+
+
+def _span(r: int, d_k: int) -> str:
+    """The unturned dims in words: ``2 and 3``, ``4 to 7``."""
+    return f"{r} and {d_k - 1}" if d_k - r == 2 else f"{r} to {d_k - 1}"
+
+
+def _turned(rope: Rope, d_k: int) -> str:
+    r = rope.rotated(d_k)
+    return "" if r == d_k else f", first {r} of {d_k} dims turn"
+
+
+def _factor_words(rope: Rope) -> str:
+    assert rope.scaling is not None
+    given = rope.scaling.attention_factor is not None
+    how = "attention_factor, as given" if given else "YaRN's default 0.1·ln(factor) + 1"
+    return (f"a = {fmt(rope.attention_factor, False, 3)} ({how}) multiplies cos and sin, so each score carries"
+            f" a² = {fmt(rope.attention_factor ** 2, False, 3)}")
+
+
+def scaling_line(rope: Rope, i: int, d_k: int, p: int) -> tuple[str, bool]:
+    """How pair i's frequency is scaled, worked from the shown numbers; and whether it recomputes."""
+    sc = rope.scaling
+    assert sc is not None
+    q = max(p, 3)
+    before = rope.theta_unscaled(i, d_k)
+    after = rope.theta(i, d_k)
+    w = float(rope.kept(d_k)[i])
+    bt, at, ft = fmt(before, False, q), fmt(after, False, q), _num(sc.factor)
+    divided = f"θ'{_sub(i)} = θ{_sub(i)} / factor = {bt} / {ft} = {at}"
+    kept = f"θ'{_sub(i)} = θ{_sub(i)} = {at}"
+    blend_ok = True
+    if w == 0.0:
+        how, ok = divided, agrees(shown(bt) / sc.factor, at)
+    elif w == 1.0:
+        how, ok = kept, True
+    else:
+        wt, vt = fmt(w, False, q), fmt(1 - w, False, q)
+        how = (f"θ'{_sub(i)} = w·θ{_sub(i)} + (1 − w)·θ{_sub(i)} / factor = {wt}·{bt} + {vt}·{bt} / {ft} = {at}")
+        ok = agrees(shown(wt) * shown(bt) + shown(vt) * shown(bt) / sc.factor, at)
+    if sc.type == "linear":
+        return f"linear scaling (positions interpolated: p·θ / {ft} is the angle of position p / {ft}): {how}", ok
+    r = rope.rotated(d_k)
+    if sc.type == "llama3":
+        assert sc.original_max_position_embeddings is not None
+        assert sc.low_freq_factor is not None and sc.high_freq_factor is not None
+        old = _num(sc.original_max_position_embeddings)
+        wave = 2 * math.pi / before
+        wt_ = fmt(wave, False, q)
+        lo, hi = _num(sc.low_freq_factor), _num(sc.high_freq_factor)
+        orig = sc.original_max_position_embeddings
+        if w == 1.0:
+            band = f"λ < {old} / {hi} = {fmt(orig / sc.high_freq_factor, False, q)}: high frequency, kept"
+        elif w == 0.0:
+            band = f"λ > {old} / {lo} = {fmt(orig / sc.low_freq_factor, False, q)}: low frequency, divided"
+        else:
+            band = f"between {old} / {hi} and {old} / {lo}: blended with w = ({old} / λ − {lo}) / ({hi} − {lo})"
+            wv = fmt(w, False, q)
+            band += f" = ({old} / {wt_} − {lo}) / ({hi} − {lo}) = {wv}"
+            blend_ok = agrees((sc.original_max_position_embeddings / shown(wt_) - sc.low_freq_factor)
+                              / (sc.high_freq_factor - sc.low_freq_factor), wv)
+        return (f"llama3 scaling: wavelength λ = 2π / θ{_sub(i)} = {wt_} positions; {band} | {how}",
+                ok and blend_ok and agrees(2 * math.pi / shown(bt), wt_) if w not in (0.0, 1.0) else ok)
+    low, high = sc.yarn_range(rope.base, r)
+    context = _num(sc.original_max_position_embeddings or 0)
+    band = (f"yarn scaling: w = 1 − ramp{_sub(i)} = {fmt(w, False, q)}, the ramp rising over pairs {_num(low)} to"
+            f" {_num(high)} (pairs up to {_num(low)} turn more than beta_fast {_num(sc.fast)} times in the original"
+            f" {context} positions and keep θ; from {_num(high)} on, fewer than beta_slow {_num(sc.slow)}, and θ is divided)")
+    return f"{band} | {how}", ok
+
+
+def _num(x: float) -> str:
+    """A parameter as written: ``8`` for 8.0, else its shortest form."""
+    return str(int(x)) if float(x) == round(float(x)) and abs(x) < 1e15 else f"{float(x):g}"
+
+
+def frequency_lines(rope: Rope, d_k: int, d: int) -> list[str]:
+    """The Markdown page's frequencies, before → after scaling, and YaRN's factor; none for plain RoPE."""
+    if rope.scaling is None:
+        return []
+    before, after = (np.array([f(i, d_k) for i in range(rope.rotated(d_k) // 2)])
+                     for f in (rope.theta_unscaled, rope.theta))
+    pairs = ", ".join(f"θ{_sub(i)} {fmt(float(x), False, max(d, 3))} → {fmt(float(y), False, max(d, 3))}"
+                      for i, (x, y) in enumerate(zip(before, after)))
+    out = ["", f"Frequencies before → after {rope.scaling.type} scaling (factor {_num(rope.scaling.factor)}): {pairs}."]
+    if rope.attention_factor != 1.0:
+        out.append(f"Attention factor a = {fmt(rope.attention_factor, False, max(d, 3))} multiplies cos and sin:"
+                   " the scores carry a².")
+    return out
 
 
 def _sub(i: int) -> str:
@@ -257,28 +455,63 @@ def _trig_tables(chain: PrintedChain) -> dict[int, tuple[Matrix, Matrix, int]]:
     Q_raw, K_raw, _ = raw_projections(chain)
     trig: dict[int, tuple[Matrix, Matrix, int]] = {}
     for d_k in sorted({head.d_k for head in sc.heads}):
-        angles = rope_angles(rope.base, d_k, positions)  # (n, d_k/2)
+        turn = turn_of(rope, positions, d_k)  # (n, r/2): a·cos and a·sin of the scaled angles
+        assert turn is not None
         turned = [chain.rounded(Q_raw[h]) for h, head in enumerate(sc.heads) if head.d_k == d_k]
         turned += [chain.rounded(K_raw[g]) for g in chain.readers if sc.heads[g].d_k == d_k]
-        places = _trig_places(chain.d, angles, rope.layout, turned)
-        trig[d_k] = (round_to(np.cos(angles), places), round_to(np.sin(angles), places), places)
+        places = _trig_places(chain.d, turn.cos, turn.sin, turn.pairs, turned)
+        trig[d_k] = (round_to(turn.cos, places), round_to(turn.sin, places), places)
     return trig
 
 
-def _exact_turn(M: Matrix, cos: Matrix, sin: Matrix, layout: str) -> Matrix:
+def _exact_turn(M: Matrix, cos: Matrix, sin: Matrix, pairs: Sequence[tuple[int, int]]) -> Matrix:
     """Each pair (a, b) of row r turns by the angle whose cos and sin are cos[r, i], sin[r, i], kept exact."""
-    return rope_rotate(M, cos, sin, rope_pairs(layout, M.shape[1]), EXACT)
+    return rope_rotate(M, cos, sin, pairs, EXACT)
 
 
-def _trig_places(d: int, angles: Matrix, layout: str, rotated: list[Matrix]) -> int:
+def _trig_places(d: int, cos: Matrix, sin: Matrix, pairs: Sequence[tuple[int, int]], rotated: list[Matrix]) -> int:
     """Decimals for cos and sin: the page's, or more while the printed values would move a rotated cell by more
     than half a unit of the page's last digit (a Q of 40 needs more digits of cos than a Q of 1)."""
-    cos: Matrix = np.cos(angles)
-    sin: Matrix = np.sin(angles)
     for places in range(d, d + MAX_GUARD + 1):
         c: Matrix = round_to(cos, places)
         s: Matrix = round_to(sin, places)
-        if all(np.max(np.abs(_exact_turn(M, c, s, layout) - _exact_turn(M, cos, sin, layout)), initial=0.0)
+        if all(np.max(np.abs(_exact_turn(M, c, s, pairs) - _exact_turn(M, cos, sin, pairs)), initial=0.0)
                <= 0.5 * 10.0 ** -d for M in rotated):
             return places
     return d + MAX_GUARD
+
+
+FREQ_COLUMNS = ("θ", "θ'")  # the frequency pane: before and after scaling, one row per pair
+
+
+def frequency_table(comp: Computation, head: int) -> Matrix:
+    """Each pair's frequency before and after scaling: (r/2, 2)."""
+    rope = comp.scenario.rope
+    assert rope is not None
+    d_k = comp.heads[head].d_k
+    r = rope.rotated(d_k)
+    before = np.array([rope.theta_unscaled(i, d_k) for i in range(r // 2)])  # (r/2,)
+    out: Matrix = np.stack([before, rope.inv_freq(d_k)], axis=1)
+    return out
+
+
+def rope_notes(rope: Rope, d_k: int) -> list[str]:
+    """A worksheet's words for partial rotary and scaling, under its Rotate rule; none for plain RoPE."""
+    out = []
+    r = rope.rotated(d_k)
+    if r != d_k:
+        out.append(f"  Partial rotary (partial = {rope.partial:g}): only the first r = {r} of dₖ = {d_k} dimensions"
+                   f" turn, with θᵢ = {_base(rope.base)}^(−2i/{r}); dims {_span(r, d_k)} of Q' and K' are Q's and K's,"
+                   " copied.")
+    if rope.scaling is not None:
+        pairs = ", ".join(f"θ{_sub(i)} {_num_text(rope.theta_unscaled(i, d_k))} → {_num_text(rope.theta(i, d_k))}"
+                          for i in range(r // 2))
+        factor = (f"; the table holds a·cos and a·sin, with a = {_num_text(rope.attention_factor)} (YaRN's attention"
+                  " factor: the scores carry a²)" if rope.attention_factor != 1.0 else "")
+        out.append(f"  {rope.scaling.type} scaling (factor {_num(rope.scaling.factor)}): the angles p·θ'ᵢ use the"
+                   f" scaled frequencies, {pairs}{factor}.")
+    return out
+
+
+def _num_text(x: float) -> str:
+    return f"{x:.6g}"
