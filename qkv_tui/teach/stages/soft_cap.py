@@ -20,8 +20,17 @@ from qkv_tui.teach.stages.common import Operation, Ref, Segment, hround
 from qkv_tui.teach.stages.context import TraceContext
 from qkv_tui.teach.stages.printed import PrintedCells, PrintedChain, Table, exact
 
-WHY = ("soft-cap: c·tanh(s/c) stays within ±c and leaves a score far below c almost as it was, so no logit can"
-       " run away and swamp its row (Gemma 2 caps attention logits at 50; Gemma 3 replaced the cap by QK-norm)")
+
+
+def pull_note(scaled: float, capped: float, cap: float, d: int) -> str:
+    """How much of the score the cap keeps: nearly all far below c, less and less towards ±c."""
+    c = cap_text(cap)
+    s_t = fmt(scaled, False, d)
+    if scaled == 0:
+        return f"tanh(0) = 0: a zero score stays 0 under any cap (c·tanh(s/c) stays within ±{c})"
+    kept = capped / scaled
+    return (f"the cap keeps {kept:.0%} of {s_t}: c·tanh(s/c) stays within ±{c}, and the nearer s comes to ±{c},"
+            " the more it is pulled in")
 
 
 def cap_text(cap: float) -> str:
@@ -109,10 +118,10 @@ def capped_operation(trace: TraceContext, index: int, seg: Segment, row: int, co
                  f" bias = {term} = {fmt(value, False, d)}",)
     text = f"capped[{q},{k}] = " + capped_line(float(hr.scaled[row, col]), hr.softcap, fmt(logit, False, d), d,
                                                trace.hand, bias)
-    details: tuple[str, ...] = (WHY,)
+    details: tuple[str, ...] = (pull_note(float(hr.scaled[row, col]), float(hr.capped[row, col]), hr.softcap, d),)
     if reason is not None:
         text += f", masked → {NEG_INF}"
-        details = (reason, WHY)
+        details = (reason, *details)
     operands: tuple[Ref, ...] = (Ref("scaled", h, row, col),)
     if hr.bias is not None:
         operands += (Ref("bias", h, row, col),)
@@ -129,10 +138,9 @@ def capped_title(trace: TraceContext, hr: HeadResult, masked: str) -> str:
 def meaning(hr: HeadResult) -> str:
     assert hr.softcap is not None
     c = cap_text(hr.softcap)
-    return (f" Then {hr.name}'s soft-cap turns each scaled score s into {c}·tanh(s/{c}), before any bias and the"
-            f" mask: tanh keeps it within ±{c} and leaves a score far below {c} almost as it was, so no logit can run"
-            " away and swamp its row. Gemma 2 caps attention logits at 50 this way; Gemma 3 dropped the cap for"
-            " QK-norm, which keeps Queries and Keys small before they are dotted.")
+    return (f" Then {hr.name}'s soft-cap makes each scaled score s {c}·tanh(s/{c}), before any bias and the mask:"
+            f" no logit passes ±{c}, so none can run away, and a score far below {c} stays almost as it was"
+            " (Gemma 2 caps at 50; Gemma 3 replaced the cap by QK-norm).")
 
 
 # --- the worksheet -----------------------------------------------------------------------------
