@@ -138,7 +138,7 @@ def capped_title(trace: TraceContext, hr: HeadResult, masked: str) -> str:
 def meaning(hr: HeadResult) -> str:
     assert hr.softcap is not None
     c = cap_text(hr.softcap)
-    return (f" Then {hr.name}'s soft-cap makes each scaled score s {c}·tanh(s/{c}), before any bias and the mask:"
+    return (f" Then {hr.name}'s soft-cap turns each scaled score s into {c}·tanh(s/{c}), before any bias and the mask:"
             f" no logit passes ±{c}, so none can run away, and a score far below {c} stays almost as it was"
             " (Gemma 2 caps at 50; Gemma 3 replaced the cap by QK-norm).")
 
