@@ -84,6 +84,8 @@ class Layer:
     mlp: Callable[[Array], Array]  # (n, d_model) -> (n, d_model)
     scale: float | None  # what scores are divided by; None = sqrt(d_k)
     window: int | None  # a sliding window (0 <= i - j < window), None = plain causal
+    softcap: float | None = None  # Gemma 2's cap c of c·tanh(scaled / c); None = no soft-cap
+    scale_from: str | None = None  # where a scale other than sqrt(d_k) comes from, in words (docs/scenario-format.md)
 
 
 def attention_forward(layer: Layer, rope: Rope | None, x: Array) -> Array:
@@ -106,7 +108,7 @@ def attention_forward(layer: Layer, rope: Rope | None, x: Array) -> Array:
         v = v_all[:, g * d_v:(g + 1) * d_v]
         if rope is not None:
             q, k = rope.rotate(q), rope.rotate(k)
-        outputs.append(attend(q, k, v, allow, scale).output)  # (n, d_v)
+        outputs.append(attend(q, k, v, allow, scale, softcap=layer.softcap).output)  # (n, d_v)
     return project(np.concatenate(outputs, axis=1), att.W_O, att.b_O)
 
 

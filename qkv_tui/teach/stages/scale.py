@@ -56,8 +56,7 @@ class Scale(StageSpec):
             text = _own_scale(hr.scale, hr.d_k)
             if sc.scale_from is not None:
                 text = text.replace(", the scale this scenario sets.", f", the scale this scenario sets ({sc.scale_from}).")
-        if hr.softcap is not None:
-            text += soft_cap.meaning(hr)
+        text += soft_cap.meaning(list(trace.comp.heads) if head is None else [hr])
         if sc.alibi is not None:
             text += (" ALiBi then adds slope·(j − i) to each scaled cell (after the division, as BLOOM's code does):"
                      " 0 on the diagonal and more negative the further back the key, so nearer keys are favoured;"
@@ -116,6 +115,12 @@ class Scale(StageSpec):
         if head.bias is not None and not capping:
             operands += (Ref("bias", h, row, col),)
         return Operation(index, seg, row, col, value, operands, text, extra + details)
+
+    def withheld(self, trace: TraceContext, op: Operation, decimals: int) -> str | None:
+        """A capped cell is asked from its scaled score, not from s/c worked out: ``capped[I,love] = 5·tanh(5.774/5) = ?``."""
+        if op.segment.target != "capped":
+            return None
+        return " = ".join(op.arithmetic.split(" = ")[:2]) + " = ?"
 
     def matrix(self, trace: TraceContext, name: str, head: int | None) -> Matrix:
         if head is None:

@@ -21,7 +21,6 @@ from qkv_tui.teach.stages.context import TraceContext
 from qkv_tui.teach.stages.printed import PrintedCells, PrintedChain, Table, exact
 
 
-
 def pull_note(scaled: float, capped: float, cap: float, d: int) -> str:
     """How much of the score the cap keeps: nearly all far below c, less and less towards ±c."""
     c = cap_text(cap)
@@ -135,10 +134,17 @@ def capped_title(trace: TraceContext, hr: HeadResult, masked: str) -> str:
     return f"capped = {c}·tanh(scaled/{c}){bias}{masked}"
 
 
-def meaning(hr: HeadResult) -> str:
-    assert hr.softcap is not None
-    c = cap_text(hr.softcap)
-    return (f" Then {hr.name}'s soft-cap turns each scaled score s into {c}·tanh(s/{c}), before any bias and the mask:"
+def meaning(heads: list[HeadResult]) -> str:
+    """The soft-cap's sentence of the Scale stage, for one head or (the Markdown page) for every head."""
+    capped = [hr for hr in heads if hr.softcap is not None]
+    if not capped:
+        return ""
+    caps = list(dict.fromkeys(cap_text(hr.softcap) for hr in capped if hr.softcap is not None))
+    c = caps[0] if len(caps) == 1 else "c"
+    whose = f"{capped[0].name}'s soft-cap" if len(heads) == 1 else "the soft-cap"
+    if len(capped) < len(heads) or len(caps) > 1:  # heads with caps of their own, or none
+        whose += " (" + ", ".join(f"{hr.name}: c = {cap_text(hr.softcap)}" for hr in capped if hr.softcap) + ")"
+    return (f" Then {whose} turns each scaled score s into {c}·tanh(s/{c}), before any bias and the mask:"
             f" no logit passes ±{c}, so none can run away, and a score far below {c} stays almost as it was"
             " (Gemma 2 caps at 50; Gemma 3 replaced the cap by QK-norm).")
 
