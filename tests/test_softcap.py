@@ -424,3 +424,44 @@ def test_worksheet_works_the_capped_table_from_the_printed_scaled_one() -> None:
     page = to_worksheet(comp, "100%")
     assert "capped = 5·tanh(scaled / 5)" in page and "weights = softmax(capped)" in page
     assert "capped[I,love] = 5·tanh(scaled[I,love] / 5) = 5·tanh(5.774/5) = 5·tanh(1.155) = 4.097" in page
+
+
+# --- the importers ------------------------------------------------------------------------------
+
+
+def test_an_importers_layer_caps_its_earlier_attention_as_the_engine_does() -> None:
+    from qkv_tui.importers.stack import Attention, Layer, Norm, attention_forward
+
+    rng = np.random.default_rng(7)
+    d, n = 4, 3
+    att = Attention(rng.normal(size=(d, 4)) * 3, rng.normal(size=(d, 4)) * 3, rng.normal(size=(d, 4)),
+                    np.eye(4), None, None, None, None, num_heads=2, num_kv_heads=2)
+    norm = Norm("rms", np.ones(d), None, 1e-6)
+    x = rng.normal(size=(n, d))
+    capped = Layer(norm, att, norm, lambda v: v, None, None, softcap=2.0)
+    plain = Layer(norm, att, norm, lambda v: v, None, None)
+    got = attention_forward(capped, None, x)
+    i, j = np.arange(n)[:, None], np.arange(n)[None, :]
+    want = []
+    for h in range(2):
+        q, k, v = x @ att.W_Q[:, 2 * h:2 * h + 2], x @ att.W_K[:, 2 * h:2 * h + 2], x @ att.W_V[:, 2 * h:2 * h + 2]
+        logits = np.where(i >= j, 2.0 * np.tanh(q @ k.T / math.sqrt(2) / 2.0), -np.inf)
+        w = np.exp(logits - logits.max(axis=1, keepdims=True))
+        want.append((w / w.sum(axis=1, keepdims=True)) @ v)
+    assert np.allclose(got, np.concatenate(want, axis=1), rtol=1e-12, atol=1e-12)
+    assert not np.allclose(got, attention_forward(plain, None, x))
+
+
+# --- where the scale comes from -----------------------------------------------------------------
+
+
+def test_the_scale_stage_quotes_where_the_scale_comes_from() -> None:
+    origin = "1/attention_multiplier = 1/0.015625 (Granite)"
+    comp = compute(parse_scenario(BASE + f'scale = 64\nscale_from = "{origin}"\n' + HEAD, "granite.toml"))
+    trace = Trace(comp)
+    assert f"Divide every score by 64, the scale this scenario sets ({origin})." in trace.meaning("scale", 0)
+    op = next(trace.op(i) for i in range(len(trace)) if trace.op(i).segment.stage == "scale")
+    assert f"the scenario sets scale = 64 ({origin}) instead of √dₖ = √3" in op.details
+    assert f"Divide by 64 (set by the scenario: {origin})." in to_markdown(comp, 3)
+    plain = Trace(compute(parse_scenario(BASE + "scale = 64\n" + HEAD, "plain.toml")))
+    assert "Divide every score by 64, the scale this scenario sets. " in plain.meaning("scale", 0)

@@ -1,4 +1,5 @@
-"""Stage Scale: every score divided by √dₖ (or the scenario's scale), with ALiBi's bias and the mask applied here."""
+"""Stage Scale: every score divided by √dₖ (or the scenario's scale), soft-capped where a head has a cap
+(soft_cap.py), with ALiBi's bias and the mask applied here."""
 
 from __future__ import annotations
 
