@@ -465,3 +465,10 @@ def test_the_scale_stage_quotes_where_the_scale_comes_from() -> None:
     assert f"Divide by 64 (set by the scenario: {origin})." in to_markdown(comp, 3)
     plain = Trace(compute(parse_scenario(BASE + "scale = 64\n" + HEAD, "plain.toml")))
     assert "Divide every score by 64, the scale this scenario sets. " in plain.meaning("scale", 0)
+
+
+def test_a_scale_of_1_says_where_it_comes_from_too() -> None:
+    text = BASE + 'scale = 1\nscale_from = "1 (Gemma 4: QK-norm keeps the scores small)"\n' + HEAD
+    meaning = Trace(compute(parse_scenario(text, "gemma4.toml"))).meaning("scale", 0)
+    assert meaning.startswith("Divide every score by 1, the scale this scenario sets (1 (Gemma 4: QK-norm keeps the"
+                              " scores small)) (the scores pass through undivided).")

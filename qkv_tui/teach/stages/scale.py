@@ -54,9 +54,7 @@ class Scale(StageSpec):
         text = self.stage.meaning
         hr = trace.comp.heads[head if head is not None else 0]
         if not hr.scale_is_default:
-            text = _own_scale(hr.scale, hr.d_k)
-            if sc.scale_from is not None:
-                text = text.replace(", the scale this scenario sets.", f", the scale this scenario sets ({sc.scale_from}).")
+            text = _own_scale(hr.scale, hr.d_k, sc.scale_from)
         text += soft_cap.meaning(list(trace.comp.heads) if head is None else [hr])
         if sc.alibi is not None:
             text += (" ALiBi then adds slope·(j − i) to each scaled cell (after the division, as BLOOM's code does):"
@@ -257,10 +255,15 @@ def _mask_reason(trace: TraceContext, row: int, col: int) -> str:
     return f'custom mask: "{q}" may not attend "{k}"; weight will be exactly 0'
 
 
-def _own_scale(scale: float, d_k: int) -> str:
-    """The Scale stage's meaning when the scenario sets its own divisor instead of √dₖ."""
+def _own_scale(scale: float, d_k: int, origin: str | None = None) -> str:
+    """The Scale stage's meaning when the scenario sets its own divisor instead of √dₖ (``origin``: where the
+    scenario says it comes from, its ``scale_from``)."""
     paper = (f"Vaswani et al. (§3.2.1) divide by √dₖ = √{d_k} instead, because dot products grow with the"
              " width dₖ and large scores push softmax to all-or-nothing weights with tiny gradients.")
+    if origin is not None:
+        undivided = " (the scores pass through undivided)" if scale == 1 else ""
+        return (f"Divide every score by {scale:g}, the scale this scenario sets ({origin}){undivided}. {paper}"
+                " Any division leaves which key scores highest in a row unchanged, only how sharp the softmax is.")
     if scale == 1:
         return ("This scenario sets scale = 1: the scores pass through undivided, as several published"
                 f" walkthroughs do. {paper}")
