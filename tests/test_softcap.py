@@ -472,3 +472,11 @@ def test_a_scale_of_1_says_where_it_comes_from_too() -> None:
     meaning = Trace(compute(parse_scenario(text, "gemma4.toml"))).meaning("scale", 0)
     assert meaning.startswith("Divide every score by 1, the scale this scenario sets (1 (Gemma 4: QK-norm keeps the"
                               " scores small)) (the scores pass through undivided).")
+
+
+def test_the_quiz_asks_a_capped_cell_from_its_scaled_score() -> None:
+    from qkv_tui.teach.quiz import withheld
+
+    trace = Trace(compute(load_scenario("softcap")))
+    index = next(i for i in range(len(trace)) if trace.op(i).arithmetic.startswith("capped[I,love]"))
+    assert withheld(trace, index, 3) == "capped[I,love] = 5·tanh(5.774/5) = ?"
