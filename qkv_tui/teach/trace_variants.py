@@ -1,8 +1,7 @@
 """The modern variants in plain words, for the app's help and notes screens.
 
 Their arithmetic lives with the stage each one changes (:mod:`qkv_tui.teach.stages`): norm.py,
-project's ``+ b``, rotate.py, scale's ALiBi term, soft_cap.py and softmax's sink. ``sink_row`` is still read
-from here.
+project's ``+ b``, rotate.py, scale's ALiBi term and softmax's sink. ``sink_row`` is still read from here.
 """
 
 from __future__ import annotations
@@ -59,13 +58,4 @@ VARIANT_NOTES = (
      " (Xiao et al. 2023 named them attention sinks); gpt-oss instead gives each head one extra learned"
      " logit that takes part in the softmax and is then thrown away, so a head can put its attention"
      " 'nowhere' and its weights sum to less than 1."),
-    ("Soft-capped logits (softcap)",
-     "Gemma 2 passes each scaled score s through c·tanh(s/c) before the bias, the mask and the softmax"
-     " (c = 50 for attention): a score far below c is almost unchanged, one near c is pulled in, and none"
-     " passes ±c, so no logit can run away with its row however large its dot product grows. Gemma 3"
-     " dropped the cap and normalises Queries and Keys instead (QK-norm)."),
-    ("Other scales (scale, scale_from)",
-     "Not every model divides by √dₖ: Gemma 4 uses a scale of 1, Granite multiplies by its"
-     " attention_multiplier (a scale of 1/attention_multiplier), Gemma 2 divides by √query_pre_attn_scalar."
-     " A scenario's scale_from says where its scale comes from, and the Scale stage quotes it."),
 )
