@@ -29,12 +29,12 @@ def _softmax(v: np.ndarray) -> np.ndarray:
 
 
 SAFE = {"array": lambda items: np.array(items, dtype=float), "exp": np.exp, "sqrt": math.sqrt,
-        "max": max, "inf": math.inf, "softmax": _softmax}
+        "max": max, "inf": math.inf, "softmax": _softmax, "tanh": np.tanh}
 
 
 def evaluate(expr: str) -> float | np.ndarray | None:
     """The value of a printed expression, or None when it names symbols (Q[I], ℓ) rather than numbers."""
-    words = expr.replace("softmax", "").replace("max", "")
+    words = expr.replace("softmax", "").replace("max", "").replace("tanh", "")
     if not re.fullmatch(r"[\d.\s+\-−·/()\[\],e^√∞]*", words.replace("−∞", "")):
         return None
     try:

@@ -33,7 +33,7 @@ from .strategies import Case, cases
 
 # --- a small calculator ---------------------------------------------------------------------
 
-TOKEN = re.compile(r"\s*(−∞|∞|e\^|√|max\(|-?\d+(?:\.\d+)?(?:e[+-]\d+)?|[()\[\],·/+−])")
+TOKEN = re.compile(r"\s*(−∞|∞|e\^|√|max\(|tanh\(|-?\d+(?:\.\d+)?(?:e[+-]\d+)?|[()\[\],·/+−])")
 Value = float | np.ndarray
 
 
@@ -116,6 +116,9 @@ class Parser:
             return value
         if tok == "max(":
             return max(self.items(")"))
+        if tok == "tanh(":  # the soft-cap's c·tanh(s/c)
+            (x,) = self.items(")")
+            return np.tanh(x) if isinstance(x, np.ndarray) else math.tanh(x)
         if tok == "[":
             return np.array(self.items("]"), dtype=float)
         if tok == "−∞":
@@ -234,6 +237,10 @@ def check_link(left: str, right: str, line: str, report: Report) -> None:
             return
     if left.startswith("e^") and right.startswith("e^"):
         check_link(left[2:], right[2:], line, report)
+        return
+    if left.startswith("tanh(") and right.startswith("tanh(") and left.endswith(")") and right.endswith(")"):
+        check_link(left[5:-1], right[5:-1], line, report)
+        report.kinds.add("tanh")
         return
     if left.startswith("(") and left.endswith(")"):
         check_link(left[1:-1], right, line, report)

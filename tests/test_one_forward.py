@@ -288,6 +288,10 @@ def own_kernels(source: str) -> list[str]:
                 any("sin" in n for n in left) and any("cos" in n for n in right))
             if trig and _has_product(node.left) and _has_product(node.right):
                 found.append(f"{line}: a rotation {ast.unparse(node)}")
+        # the soft-cap's c·tanh(s/c) over arrays (a GELU's tanh of a product is an activation)
+        if (_is_call(node, ("np", "numpy"), "tanh") and isinstance(node.args[0], ast.BinOp)  # type: ignore[attr-defined]
+                and isinstance(node.args[0].op, ast.Div)):  # type: ignore[attr-defined]
+            found.append(f"{line}: np.tanh of {ast.unparse(node.args[0])}")  # type: ignore[attr-defined]
         # a norm's root over arrays: √(statistic + eps)
         if (_is_call(node, ("np", "numpy"), "sqrt")
                 and "eps" in _names(node.args[0])):  # type: ignore[attr-defined]
@@ -314,6 +318,7 @@ def test_no_module_outside_the_kernels_computes_a_kernel_itself(path: Path) -> N
 def test_the_kernels_hold_each_operation() -> None:
     found = {p.name: own_kernels(p.read_text(encoding="utf-8")) for p in (PACKAGE / "kernels").glob("*.py")}
     assert any("np.exp" in f for f in found["softmax.py"])
+    assert any("np.tanh" in f for f in found["softmax.py"])  # the soft-cap
     assert any("rotation" in f for f in found["rope.py"])
     assert any("root" in f for f in found["norm.py"])
     assert any("mean of squares" in f for f in found["stats.py"])  # the overflow-safe row statistics
@@ -333,6 +338,7 @@ FORMER = {
     "importer rms": "out = x / np.sqrt((x * x).mean(axis=-1, keepdims=True) + self.eps) * self.gamma\n",
     "engine norm": "root = np.sqrt(spread + norm.eps)\n",
     "engine mean square": "plain = (C * C).mean(axis=1)\n",
+    "tile soft-cap": "S = masked_logits(cap * np.tanh(dots / divisor / cap), allowed, tile_bias)\n",
 }
 
 
@@ -343,3 +349,8 @@ def test_the_check_finds_the_former_copies(what: str) -> None:
 
 def test_an_activation_is_not_a_softmax() -> None:
     assert own_kernels("def silu(x):\n    return x / (1.0 + np.exp(-x))\nq = lambda x: np.exp(-1.702 * x)\n") == []
+
+
+def test_a_gelu_is_not_a_soft_cap() -> None:
+    gelu = "y = 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3)))\n"
+    assert own_kernels(gelu) == []

@@ -29,7 +29,7 @@ from .test_calculator import UnparsableError, check_text, evaluate
 from .variants_cases import ModernCase, modern_cases
 
 BLANK = re.compile(r"^\((\d+)\) _+$")
-PER_HEAD = {"W_Q", "b_Q", "Q", "ms_Q", "Q̂", "Q'", "scores", "scaled", "weights", "output"}
+PER_HEAD = {"W_Q", "b_Q", "Q", "ms_Q", "Q̂", "Q'", "scores", "scaled", "capped", "weights", "output"}
 PER_KV = {"W_K", "b_K", "W_V", "b_V", "K", "ms_K", "K̂", "V", "K'"}
 Key = tuple[str, int]  # (corner name, head index; 0 for tables of the whole page)
 Ref = tuple[Key, int, int]
@@ -224,23 +224,35 @@ class Student:
             q, k = ("Q'", "K'") if sc.rope is not None else ("Q̂", "K̂") if sc.qk_norm is not None else ("Q", "K")
             d_k = len(sheet.grids[(q, h)].cols)
             return sum(get(q, h, i, c) * get(k, h, j, c) for c in range(d_k))
-        if name == "scaled":
+        cap = sc.heads[h].softcap
+        if name == "capped":  # c·tanh(scaled / c), then the bias and the mask (docs/scenario-format.md, "softcap")
+            assert cap is not None
             if not sc.allow[i, j]:
                 return -math.inf
+            value = cap * math.tanh(get("scaled", h, i, j) / cap)
+            if sheet.has("slope"):
+                value += get("slope", 0, 0, h) * (get("position", 0, 0, j) - get("position", 0, 0, i))
+            return value
+        if name == "scaled":
             d_k = len(sheet.grids[("Q", h)].cols)
             divisor = math.sqrt(d_k) if sc.scale is None else sc.scale
+            if cap is not None:  # the bias and the mask come after the cap
+                return get("scores", h, i, j) / divisor
+            if not sc.allow[i, j]:
+                return -math.inf
             value = get("scores", h, i, j) / divisor
             if sheet.has("slope"):
                 value += get("slope", 0, 0, h) * (get("position", 0, 0, j) - get("position", 0, 0, i))
             return value
         if name == "weights":
-            row = [get("scaled", h, i, c) for c in range(sc.m) if sc.allow[i, c]]
+            logits = "capped" if cap is not None else "scaled"
+            row = [get(logits, h, i, c) for c in range(sc.m) if sc.allow[i, c]]
             sink = None
             if sheet.has("sink") and sc.heads[h].name in sheet.grids[("sink", 0)].cols:
                 sink = get("sink", 0, 0, sheet.grids[("sink", 0)].cols.index(sc.heads[h].name))
             top = max(row) if sink is None else max(*row, sink)
             total = sum(math.exp(v - top) for v in row) + (math.exp(sink - top) if sink is not None else 0.0)
-            return 0.0 if not sc.allow[i, j] else math.exp(get("scaled", h, i, j) - top) / total
+            return 0.0 if not sc.allow[i, j] else math.exp(get(logits, h, i, j) - top) / total
         if name == "output":
             return sum(get("weights", h, i, k) * get("V", h, k, j) for k in range(sc.m))
         if name == "concat":
@@ -348,7 +360,8 @@ def engine(comp: Computation, key: Key, r: int, c: int) -> float | None:
     head = comp.heads[h]
     arrays = {"Q": head.Q, "K": head.K, "V": head.V, "Q'": head.Q_rot, "K'": head.K_rot, "scores": head.scores,
               "Q̂": head.Q_norm, "K̂": head.K_norm,
-              "scaled": head.masked, "weights": head.weights, "output": head.output, "final": comp.output,
+              "scaled": head.masked if head.capped is None else head.scaled, "capped": head.masked,
+              "weights": head.weights, "output": head.output, "final": comp.output,
               "X̂": comp.norm.X_norm if comp.norm is not None else None}
     array = arrays.get(name)
     return None if array is None else float(array[r, c])

@@ -55,8 +55,8 @@ class InputCell:
         if self.matrix == "scale":
             return "scale"
         where = f" ({sc.heads[self.head].name})" if self.head is not None and len(sc.heads) > 1 else ""
-        if self.matrix == "sink":
-            return f"sink{where}"
+        if self.matrix in ("sink", "softcap"):
+            return f"{self.matrix}{where}"
         if self.matrix in VECTORS:
             return f"{self.matrix}[{self.col}]{where}"
         if self.matrix == "mask":
@@ -124,6 +124,8 @@ def _inputs(sc: Scenario) -> Iterator[tuple[str, int | None]]:
         yield from ((role, h) for role in ("W_Q", "b_Q", "W_K", "b_K", "W_V", "b_V"))
         if getattr(head, "sink", None) is not None:
             yield "sink", h
+        if getattr(head, "softcap", None) is not None:
+            yield "softcap", h
     yield from (("W_O", None), ("b_O", None), ("scale", None), ("mask", None))
 
 
@@ -131,7 +133,7 @@ def input_cells(sc: Scenario) -> list[InputCell]:
     """Every editable cell, in the order the arrow keys visit them: X, the context, each head's weights, W_O, scale, mask."""
     cells: list[InputCell] = []
     for matrix, head in _inputs(sc):
-        if matrix in ("sink", "scale"):
+        if matrix in ("sink", "scale", "softcap"):
             cells.append(InputCell(matrix, head))
             continue
         array = sc.allow if matrix == "mask" else _array(sc, matrix, head)
@@ -151,9 +153,9 @@ def changed_cells(base: Scenario, sc: Scenario) -> list[InputCell]:
     for matrix, head in _inputs(sc):
         if head is not None and head >= len(base.heads):
             continue
-        if matrix in ("sink", "scale"):
+        if matrix in ("sink", "scale", "softcap"):
             cell = InputCell(matrix, head)
-            shared = matrix == "scale" or getattr(base.heads[head or 0], "sink", None) is not None
+            shared = matrix == "scale" or getattr(base.heads[head or 0], matrix, None) is not None
             if shared and value_of(base, cell) != value_of(sc, cell):
                 cells.append(cell)
             continue
@@ -173,6 +175,10 @@ def value_of(sc: Scenario, cell: InputCell) -> float:
         sink = sc.heads[cell.head].sink
         assert sink is not None
         return sink
+    if cell.matrix == "softcap" and cell.head is not None:
+        cap = sc.heads[cell.head].softcap
+        assert cap is not None
+        return cap
     array = _array(sc, cell.matrix, cell.head)
     assert array is not None
     return float(array[cell.row, cell.col])
@@ -204,7 +210,7 @@ def parse_address(sc: Scenario, text: str) -> tuple[InputCell | None, str]:
     if matrix == "scale" and row_text is None:
         return InputCell("scale"), value
     head: int | None = None
-    if matrix in (*WEIGHTS, *HEAD_BIASES, "sink"):
+    if matrix in (*WEIGHTS, *HEAD_BIASES, "sink", "softcap"):
         head = 0
         if head_text:
             names = [h.name for h in sc.heads]
@@ -215,6 +221,10 @@ def parse_address(sc: Scenario, text: str) -> tuple[InputCell | None, str]:
         if getattr(sc.heads[head or 0], "sink", None) is None:
             raise EditError("this head has no sink")
         return InputCell("sink", head), value
+    if matrix == "softcap" and row_text is None:
+        if getattr(sc.heads[head or 0], "softcap", None) is None:
+            raise EditError("this head has no softcap")
+        return InputCell("softcap", head), value
     if matrix in VECTORS and row_text is None:
         entry = re.fullmatch(r"\s*[A-Za-z_]+\s*\[\s*(\d+)\s*\]\s*(?:\([^)]*\))?\s*", name)
         vector = _vector(sc, matrix, head)
@@ -281,6 +291,13 @@ def apply_edit(sc: Scenario, cell: InputCell, text: str) -> Scenario:
     if cell.matrix == "sink" and cell.head is not None:
         heads = list(sc.heads)
         heads[cell.head] = replace(heads[cell.head], sink=value)
+        return replace(sc, heads=tuple(heads))
+    if cell.matrix == "softcap" and cell.head is not None:
+        if value <= 0:
+            raise EditError(f"softcap = {text.strip()}: expected a number > 0 (the cap c in c·tanh(s/c))")
+        # [attention] gives every head one cap, so its heads change together; a [[heads]] table has its own
+        together = sc.num_heads_split is not None
+        heads = [replace(head, softcap=value) if together or h == cell.head else head for h, head in enumerate(sc.heads)]
         return replace(sc, heads=tuple(heads))
     if cell.matrix in ("gamma", "beta"):
         current = _vector(sc, cell.matrix, None)
@@ -399,6 +416,14 @@ def _write_cell(doc: tomlkit.TOMLDocument, sc: Scenario, cell: InputCell) -> Non
             doc["qk_norm"][cell.matrix] = [_number(float(v)) for v in value_of_vector(sc, cell.matrix)]
     elif cell.matrix == "b_O":
         doc["output"]["b_O"][cell.col] = _number(value)
+    elif cell.matrix == "softcap" and cell.head is not None:
+        if sc.num_heads_split is not None:
+            if "softcap" in doc["attention"]:
+                doc["attention"]["softcap"] = _number(value)
+            else:
+                doc["softcap"] = _number(value)
+        else:
+            doc["heads"][cell.head]["softcap"] = _number(value)  # the head's own, over any top-level cap
     elif cell.matrix == "sink" and cell.head is not None:
         if sc.num_heads_split is not None:
             doc["attention"]["sinks"][cell.head] = _number(value)

@@ -62,6 +62,8 @@ class HeadResult:
     slope: float | None = None  # the ALiBi slope of this head
     sink: float | None = None  # the sink's logit; None without a sink
     sink_exp: Matrix | None = None  # (n,) e^(sink − row_max), the part of each row sum the sink takes
+    capped: Matrix | None = None  # (n, m) softcap·tanh(scaled / softcap), without the bias; None without a soft-cap
+    softcap: float | None = None  # the cap c of this head
     Q_normed: Normed | None = None  # (n, d_k) Q after QK-norm, each row's mean square and root; None without
     K_normed: Normed | None = None  # (m, d_k)
 
@@ -181,7 +183,7 @@ def compute_head(
         bias = _frozen(alibi_bias(slope, positions))  # (n, n)
     f = head_forward(X, X_kv, head.W_Q, head.W_K, head.W_V, head.b_Q, head.b_K, head.b_V, allow,
                      math.sqrt(head.d_k) if scale is None else scale, turn=turn_of(rope, positions, head.d_k),
-                     bias=bias, sink=head.sink, shared=shared, qk_norm=qk_norm)
+                     bias=bias, sink=head.sink, shared=shared, qk_norm=qk_norm, softcap=head.softcap)
     return result_of(head, f, scale is None, slope, kv_head)
 
 
@@ -194,6 +196,7 @@ def result_of(head: Head, f: Forward, scale_is_default: bool, slope: float | Non
         masked=a.masked, row_max=soft.row_max, exps=soft.exps, row_sum=soft.row_sum, weights=soft.weights,
         output=a.output, kv_head=kv_head, b_Q=head.b_Q, b_K=head.b_K, b_V=head.b_V, Q_rot=f.Q_rot, K_rot=f.K_rot,
         bias=a.bias, slope=slope, sink=head.sink, sink_exp=soft.sink_exp, Q_normed=f.Q_normed, K_normed=f.K_normed,
+        capped=a.capped, softcap=head.softcap,
     )
 
 
@@ -244,6 +247,7 @@ _HEAD_HINTS = {
     "K_norm": "expected a smaller gamma_k in [qk_norm], or K whose squares float64 can hold",
     "scores": "expected smaller Q and K, so that every product stays finite",
     "scaled": "expected a larger scale or smaller scores",
+    "capped": "expected a larger scale or smaller scores (the soft-cap reads scores / scale)",
     "bias": "expected a smaller ALiBi slope (the bias is slope·(j − i))",
     "masked": "expected a smaller ALiBi slope or smaller scaled scores (the softmax reads their sum)",
     "weights": "expected smaller scores",
@@ -284,7 +288,8 @@ def norm_of(scenario: Scenario) -> NormResult | None:
 def check_head(sc: Scenario, result: HeadResult) -> None:
     """Refuse a head with a value float64 cannot hold: ScenarioError naming the matrix, row and remedy."""
     keys = sc.key_tokens
-    for name in ("Q", "K", "V", "Q_norm", "K_norm", "Q_rot", "K_rot", "scores", "scaled", "bias", "masked", "weights", "output"):
+    for name in ("Q", "K", "V", "Q_norm", "K_norm", "Q_rot", "K_rot", "scores", "scaled", "capped", "bias", "masked",
+                 "weights", "output"):
         array = getattr(result, name)
         if array is None:
             continue
@@ -293,7 +298,7 @@ def check_head(sc: Scenario, result: HeadResult) -> None:
         if bad is None:
             continue
         where = _at(keys if name in ("K", "V", "K_norm", "K_rot") else sc.tokens, bad[0])
-        if name in ("scores", "scaled", "bias", "masked", "weights"):
+        if name in ("scores", "scaled", "capped", "bias", "masked", "weights"):
             where += f', key "{keys[bad[1]]}"'
         hint = _HEAD_HINTS[name]
         if name == "scores" and sc.qk_norm is not None:  # the normalised vectors' size is the gains'

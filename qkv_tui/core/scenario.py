@@ -38,12 +38,15 @@ TOP_KEYS = (
     "model",  # a real model's head: expanded by the importers before validation
     "input",  # what X is (core/inputs.py); the importers set it
     "tiles", "cache",  # the production views' settings (core/production.py)
+    variants.softcap.KEY, variants.scale_from.KEY,  # the soft-cap for every head; where scale comes from
 )
 # the variants' keys inside the loader's own tables come from their modules (core/variants/)
-HEAD_KEYS = ("name", "W_Q", "W_K", "W_V", *variants.biases.HEAD_KEYS, variants.sinks.HEAD_KEY, variants.kv_heads.HEAD_KEY)
+HEAD_KEYS = ("name", "W_Q", "W_K", "W_V", *variants.biases.HEAD_KEYS, variants.sinks.HEAD_KEY, variants.kv_heads.HEAD_KEY,
+             variants.softcap.KEY)
 ATTENTION_REQUIRED = ("num_heads", "W_Q", "W_K", "W_V")
 ATTENTION_KEYS = (
-    *ATTENTION_REQUIRED, variants.kv_heads.ATTENTION_KEY, *variants.biases.HEAD_KEYS, variants.sinks.ATTENTION_KEY
+    *ATTENTION_REQUIRED, variants.kv_heads.ATTENTION_KEY, *variants.biases.HEAD_KEYS, variants.sinks.ATTENTION_KEY,
+    variants.softcap.KEY,
 )
 OUTPUT_KEYS = ("W_O", *variants.biases.OUTPUT_KEYS)
 CONTEXT_KEYS = ("tokens", "X")
@@ -74,6 +77,7 @@ class Head:
     b_V: Vector | None = None  # (d_v,)
     sink: float | None = None  # the attention sink's logit; None = no sink
     kv_head: int | None = None  # which K/V head it reads (GQA); None = its own index
+    softcap: float | None = None  # c of c·tanh(scaled / c) before the bias and mask; None = no soft-cap
 
     @property
     def d_k(self) -> int:
@@ -110,6 +114,7 @@ class Scenario:
     num_kv_heads: int | None = None  # set when [attention] shares K/V heads (GQA/MQA)
     production: ProductionSettings = field(default_factory=ProductionSettings)  # [tiles], [cache] (core/production.py)
     input: Input = field(default_factory=Input)  # what the rows of X are: embeddings, or a model's residual stream
+    scale_from: str | None = None  # where a scenario's own scale comes from, in words (core/variants/scale_from.py)
 
     @property
     def positions(self) -> tuple[int, ...] | None:
@@ -476,7 +481,7 @@ class _Validator:
             mask_kind=mask_kind, allow=allow, scale=scale, heads=heads, W_O=W_O,
             num_heads_split=split, **tables, window=window,
             b_O=b_O, num_kv_heads=kv_split, production=parse_production(doc, len(tokens), self.fail),
-            input=parse_input(self, doc),
+            input=parse_input(self, doc), scale_from=variants.scale_from.check(self, doc),
         )
 
     def tables(self, doc: dict[str, Any], ctx: variants.Context) -> dict[str, Any]:
@@ -493,6 +498,7 @@ class _Validator:
     def heads(
         self, doc: dict[str, Any], d_model: int, d_in: int, d_in_name: str
     ) -> tuple[tuple[Head, ...], int | None, int | None]:
+        softcap = variants.softcap.parse_softcap(self, doc, "")  # every head's, unless its table sets its own
         has_heads, has_split = "heads" in doc, "attention" in doc
         if has_heads and has_split:
             raise self.fail("both [[heads]] and [attention] are given; expected exactly one way to define the heads")
@@ -522,7 +528,9 @@ class _Validator:
                 )
                 sink = variants.parse_sink(self, table, f"{where} sink")
                 kv_head = variants.parse_kv_head(self, table, where, i, result, (mats["W_K"], mats["W_V"], b_K, b_V))
-                result.append(Head(name, mats["W_Q"], mats["W_K"], mats["W_V"], b_Q, b_K, b_V, sink=sink, kv_head=kv_head))
+                cap = variants.softcap.parse_softcap(self, table, where, softcap)
+                result.append(Head(name, mats["W_Q"], mats["W_K"], mats["W_V"], b_Q, b_K, b_V, sink=sink, kv_head=kv_head,
+                                   softcap=cap))
             return tuple(result), None, None
 
         table = doc["attention"]
@@ -565,6 +573,7 @@ class _Validator:
             )
         }
         sinks = variants.parse_sinks(self, table, count)
+        softcap = variants.softcap.parse_softcap(self, table, "[attention]", softcap)
 
         def cut(array: Any, index: int, width: int) -> Any:
             if array is None:
@@ -584,7 +593,7 @@ class _Validator:
             W_K, W_V, b_K, b_V = kv_parts[kv]
             heads.append(Head(
                 f"head {h + 1}", cut(mats["W_Q"], h, d_k), W_K, W_V, cut(wide["Q"], h, d_k), b_K, b_V,
-                sink=sinks[h], kv_head=kv,
+                sink=sinks[h], kv_head=kv, softcap=softcap,
             ))
         return tuple(heads), count, (kv_count if kv_count != count else None)
 

@@ -12,9 +12,10 @@ from qkv_tui.display.frame import Frame
 from qkv_tui.display.modes import Modes
 from qkv_tui.display.side_view import SideView, Sources
 from qkv_tui.display.view import Explanation, PaneSpec, column_widths
-from qkv_tui.kernels.softmax import masked_logits, softmax_rows
+from qkv_tui.kernels.softmax import masked_logits, soft_cap, softmax_rows
 from qkv_tui.teach.arith import fit
 from qkv_tui.teach.decode import SCHEDULE_NAMES, SCHEDULES, Decode, DecodeStep, decode
+from qkv_tui.teach.stages.soft_cap import cap_text as exact
 
 MAX_STAGES = 7  # more steps than this are not all named in the stage bar
 MAX_TERMS = 4  # a weighted sum of more Value rows than this is summarised, not written out
@@ -87,9 +88,12 @@ def decode_panes(dec: Decode, index: int, head: int, decimals: int) -> tuple[lis
         _pane("dtable", "block table", np.array([paging.table.physical], dtype=float), ("physical",),
               tuple(str(i) for i in range(len(paging.table.physical))), decimals, subtitle=name),
     ]
-    masked = masked_logits(step.scaled, step.allowed)
+    masked = masked_logits(step.scaled if step.capped is None else step.capped, step.allowed)
     divisor = dec.comp.heads[head].scale
     scale = f"√{dec.comp.heads[head].d_k}" if dec.comp.heads[head].scale_is_default else f"{divisor:g}"
+    if step.capped is not None:  # the pane shows what the softmax reads: the capped scores
+        cap = exact(float(dec.comp.heads[head].softcap or 0.0))
+        scale = f"{scale}→{cap}·tanh"
     outputs = dec.outputs(head, index)
     context = [
         _pane("dS", f"q·Kᵀ/{scale} + mask", masked, queries, keys[lo:S], decimals, subtitle=name),
@@ -217,20 +221,25 @@ def decode_lines(dec: Decode, index: int, head: int, decimals: int) -> list[str]
     bias = None if hr.bias is None else hr.bias[step.t, lo:S]  # ALiBi joins after the division
     operands: list[float | Matrix] = [scores] + ([] if exact else [divisor]) + ([] if bias is None else [bias])
 
-    def scaled_row(*v: float | Matrix) -> Matrix:
-        out = np.asarray(v[0]) / (divisor if exact else v[1])
-        return out + np.asarray(v[-1]) if bias is not None else out
+    cap = hr.softcap
+    if cap is not None:  # the cap comes between the division and the bias: a line for each
+        lines += _capped_lines(step, r, token, scale, exact, divisor, bias, cap, decimals)
+    else:
+        def scaled_row(*v: float | Matrix) -> Matrix:
+            out = np.asarray(v[0]) / (divisor if exact else v[1])
+            return out + np.asarray(v[-1]) if bias is not None else out
 
-    texts, scaled = fit(scaled_row, operands, scores / divisor + (0 if bias is None else bias), decimals)
-    written = f"{texts[0]}/{scale if exact else texts[1]}" + (f" + {texts[-1]}" if bias is not None else "")
-    name = "logits" if bias is not None else "scaled"
-    lines.append(f"{name}[{token}] = q·K_cacheᵀ/{scale if exact else 'scale'}{' + bias' if bias is not None else ''}"
-                 f" = {written} = {scaled}")
+        texts, scaled = fit(scaled_row, operands, scores / divisor + (0 if bias is None else bias), decimals)
+        written = f"{texts[0]}/{scale if exact else texts[1]}" + (f" + {texts[-1]}" if bias is not None else "")
+        name = "logits" if bias is not None else "scaled"
+        lines.append(f"{name}[{token}] = q·K_cacheᵀ/{scale if exact else 'scale'}{' + bias' if bias is not None else ''}"
+                     f" = {written} = {scaled}")
     if not allowed.all():
         hidden = [keys[lo + j] for j in np.flatnonzero(~allowed)]
         lines.append(f"masked for {token}: {', '.join(hidden[:6])}{', …' if len(hidden) > 6 else ''} (−∞, weight 0)")
     live = np.flatnonzero(allowed)
-    logits = step.scaled[r] if hr.bias is None else step.scaled[r] + hr.bias[step.t, lo:S]
+    base = step.scaled[r] if step.capped is None else step.capped[r]
+    logits = base if hr.bias is None else base + hr.bias[step.t, lo:S]
     kept = logits[live]
     if hr.sink is not None:  # the sink joins the sum as one more column, then is dropped
         sink = hr.sink
@@ -357,3 +366,28 @@ VIEW = SideView(
     shot=lambda modes: "cache" if modes.schedule == "prefill" else f"cache-{modes.schedule}",
     option=_next_schedule,
 )
+
+
+def _capped_lines(step: DecodeStep, r: int, token: str, scale: str, exact_scale: bool, divisor: float,
+                  bias: Matrix | None, cap: float, decimals: int) -> list[str]:
+    """``scaled[AI] = q·K_cacheᵀ/√3 = …``, then ``capped[AI] = 50·tanh(scaled/50) = 50·tanh([…]/50) = […]``."""
+    scores = step.scores[r]
+    texts, scaled = fit(lambda *v: np.asarray(v[0]) / (divisor if exact_scale else v[1]),
+                        [scores] + ([] if exact_scale else [divisor]), scores / divisor, decimals)
+    out = [f"scaled[{token}] = q·K_cacheᵀ/{scale if exact_scale else 'scale'}"
+           f" = {texts[0]}/{scale if exact_scale else texts[1]} = {scaled}"]
+    c = exact(cap)
+    kept = step.scaled[r]
+    operands: list[float | Matrix] = [kept] + ([] if bias is None else [bias])
+
+    def capped_row(*v: float | Matrix) -> Matrix:
+        out = soft_cap(np.asarray(v[0], dtype=float), cap)
+        return out + np.asarray(v[-1]) if bias is not None else out
+
+    assert step.capped is not None
+    texts, capped = fit(capped_row, operands, step.capped[r] + (0 if bias is None else bias), decimals)
+    name = "logits" if bias is not None else "capped"
+    plus = f" + {texts[-1]}" if bias is not None else ""
+    out.append(f"{name}[{token}] = {c}·tanh(scaled/{c}){' + bias' if bias is not None else ''}"
+               f" = {c}·tanh({texts[0]}/{c}){plus} = {capped}")
+    return out

@@ -12,7 +12,9 @@ from qkv_tui.display.frame import Frame
 from qkv_tui.display.modes import Modes
 from qkv_tui.display.side_view import SideView, Sources
 from qkv_tui.display.view import Explanation, PaneSpec, column_widths
+from qkv_tui.kernels.softmax import soft_cap
 from qkv_tui.teach.arith import fit
+from qkv_tui.teach.stages.soft_cap import cap_text
 from qkv_tui.teach.tiled import PHASE_NAMES, PHASES, TiledHead, TileOp, memory_line, tiled
 
 MAX_ROWS = 4  # the explanation works this many query rows of a block; the panes hold the rest
@@ -109,13 +111,20 @@ def op_lines(th: TiledHead, op: TileOp, decimals: int) -> list[str]:
             bias = None if hr.bias is None else hr.bias[i, visit.cols.start:visit.cols.stop]
             operands: list[float | Matrix] = [dots] + ([] if exact else [div]) + ([] if bias is None else [bias])
 
-            def scaled(*v: float | Matrix, exact: bool = exact, has_bias: bool = bias is not None) -> Matrix:
+            cap = hr.softcap  # the tile's scores soft-capped before the bias, as the trace's capped cells
+
+            def scaled(*v: float | Matrix, exact: bool = exact, has_bias: bool = bias is not None,
+                       cap: float | None = cap) -> Matrix:
                 k = div if exact else v[1]
-                out = np.asarray(v[0]) / k
+                out = soft_cap(np.asarray(v[0]) / k, cap)
                 return out + np.asarray(v[-1]) if has_bias else out
 
-            texts, s = fit(scaled, operands, dots / div + (0 if bias is None else bias), decimals)
-            written = f"{texts[0]}/{divisor_text if exact else texts[1]}" + (f" + {texts[-1]}" if bias is not None else "")
+            texts, s = fit(scaled, operands, soft_cap(dots / div, cap) + (0 if bias is None else bias), decimals)
+            written = f"{texts[0]}/{divisor_text if exact else texts[1]}"
+            if cap is not None:
+                c = cap_text(cap)
+                written, symbolic = f"{c}·tanh({written}/{c})", f"{c}·tanh({symbolic}/{c})"
+            written += f" + {texts[-1]}" if bias is not None else ""
             arithmetic = f"{symbolic}{' + bias' if bias is not None else ''} = {written} = {s}"
             masked = ""
             if not allowed.all():

@@ -342,6 +342,8 @@ def whatif_lines(comp_head: HeadResult, allow: BoolMatrix, row: int, token: str,
     for r in rows:
         lines.append(f"  {r.d_k:<4} ×{r.factor:<2} {weights(r.scaled)} | {weights(r.unscaled)}")
     lines.append("  f× wider heads stretch scores by √f: scaled weights stay put, unscaled saturate")
+    if comp_head.softcap is not None:  # the table isolates the division: a cap would blur what it shows
+        lines.append(f"  (the division alone: {comp_head.name}'s soft-cap of {comp_head.softcap:g} is left out here)")
     return lines
 
 

@@ -97,7 +97,7 @@ def head_fields(h: HeadResult) -> list[tuple[str, Any]]:
         # docs/scenario-format.md, "What is computed" (null where the scenario does not use the feature), then the biases
         ("Q_rot", h.Q_rot), ("K_rot", h.K_rot), ("bias", h.bias), ("sink", h.sink), ("kv_head", h.kv_head),
         ("b_Q", _vector(h.b_Q)), ("b_K", _vector(h.b_K)), ("b_V", _vector(h.b_V)),
-        ("Q_norm", h.Q_norm), ("K_norm", h.K_norm),
+        ("Q_norm", h.Q_norm), ("K_norm", h.K_norm), ("capped", h.capped),
     ]
 
 

@@ -43,6 +43,12 @@ def to_toml(scenario: Scenario) -> str:
     lines += [f"tokens = {labels(sc.tokens)}", f"X = {matrix(sc.X)}"]
     if sc.scale is not None:
         lines.append(f"scale = {number(sc.scale)}")
+    if sc.scale_from is not None:
+        lines.append(f"scale_from = {string(sc.scale_from)}")
+    caps = {h.softcap for h in sc.heads}
+    one_cap = len(caps) == 1 and sc.num_heads_split is None  # one cap for every [[heads]] table: at the top level
+    if one_cap and sc.heads[0].softcap is not None:
+        lines.append(f"softcap = {number(sc.heads[0].softcap)}")
     if sc.mask_kind in ("none", "causal"):
         lines.append(f"mask = {string(sc.mask_kind)}")
     if sc.context_X is not None:
@@ -78,6 +84,8 @@ def to_toml(scenario: Scenario) -> str:
                 lines.append(f"{role} = {vector(np.concatenate(parts))}")
         if sc.heads[0].sink is not None:
             lines.append(f"sinks = {vector(h.sink for h in sc.heads if h.sink is not None)}")
+        if sc.heads[0].softcap is not None:  # [attention] gives every head the same cap
+            lines.append(f"softcap = {number(sc.heads[0].softcap)}")
     else:
         for i, head in enumerate(sc.heads):
             lines += ["", "[[heads]]", f"name = {string(head.name)}"]
@@ -88,6 +96,8 @@ def to_toml(scenario: Scenario) -> str:
                 lines.append(f"sink = {number(head.sink)}")
             if sc.kv_head(i) != i:  # a real model's K/V head index (README, "A real model's head")
                 lines.append(f"kv_head = {sc.kv_head(i)}")
+            if not one_cap and head.softcap is not None:
+                lines.append(f"softcap = {number(head.softcap)}")
     if sc.W_O is not None:
         lines += ["", "[output]", f"W_O = {matrix(sc.W_O)}"]
         if sc.b_O is not None:

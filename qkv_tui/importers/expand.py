@@ -87,6 +87,10 @@ def expand_model(doc: dict[str, Any], base: Path | None = None) -> dict[str, Any
         result["rope"] = {"layout": model.rope.layout, "base": model.rope.base, "positions": list(range(len(ids)))}
     if weights.scale is not None:
         result["scale"] = weights.scale
+        if weights.scale_from is not None:
+            result["scale_from"] = weights.scale_from
+    if weights.softcap is not None:
+        result["softcap"] = weights.softcap
     if not weights.causal:
         result["mask"] = "none"
     else:

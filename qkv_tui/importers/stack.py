@@ -88,6 +88,8 @@ class Layer:
     causal: bool = True  # False: every query attends every key (BERT's bidirectional encoder)
     post_norm: bool = False  # True: norm and mlp_norm come after each residual add (BERT), not before the sub-layer
     residual_scale: float = 1.0  # each sub-layer's output is multiplied by this before it is added (Granite)
+    softcap: float | None = None  # Gemma 2's cap c of c·tanh(scaled / c); None = no soft-cap
+    scale_from: str | None = None  # where a scale other than sqrt(d_k) comes from, in words (docs/scenario-format.md)
 
 
 def attention_forward(layer: Layer, rope: Rope | None, x: Array) -> Array:
@@ -112,7 +114,7 @@ def attention_forward(layer: Layer, rope: Rope | None, x: Array) -> Array:
         v = v_all[:, g * d_v:(g + 1) * d_v]
         if rope is not None and layer.rotary:
             q, k = rope.rotate(q), rope.rotate(k)
-        outputs.append(attend(q, k, v, allow, scale).output)  # (n, d_v)
+        outputs.append(attend(q, k, v, allow, scale, softcap=layer.softcap).output)  # (n, d_v)
     return project(np.concatenate(outputs, axis=1), att.W_O, att.b_O)
 
 

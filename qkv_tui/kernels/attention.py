@@ -12,7 +12,7 @@ import numpy as np
 from qkv_tui.kernels.norm import Normed, normalise
 from qkv_tui.kernels.policy import EXACT, Policy
 from qkv_tui.kernels.rope import rotate
-from qkv_tui.kernels.softmax import SoftmaxRows, masked_logits, softmax_rows
+from qkv_tui.kernels.softmax import SoftmaxRows, masked_logits, soft_cap, softmax_rows
 from qkv_tui.kernels.stats import Matrix
 
 
@@ -61,9 +61,10 @@ class Attended:
     scores: Matrix  # (n, m) Q_used K_usedᵀ
     scaled: Matrix  # (n, m) scores / divisor
     bias: Matrix | None  # (n, m) the ALiBi bias as kept
-    masked: Matrix  # (n, m) scaled + bias, −∞ where the mask forbids
+    masked: Matrix  # (n, m) scaled (capped) + bias, −∞ where the mask forbids
     softmax: SoftmaxRows
     output: Matrix  # (n, d_v) weights V
+    capped: Matrix | None = None  # (n, m) softcap·tanh(scaled / softcap); None without a soft-cap
 
 
 @dataclass(frozen=True, eq=False)
@@ -92,13 +93,15 @@ def project(X: Matrix, W: Matrix, b: Matrix | None, policy: Policy = EXACT) -> M
 
 
 def attend(Q: Matrix, K: Matrix, V: Matrix, allow: np.ndarray, scale: float, bias: Matrix | None = None,
-           sink: float | None = None, policy: Policy = EXACT) -> Attended:
-    """softmax(Q Kᵀ / scale + bias) V for Queries (n, d_k) and Keys (m, d_k) as scored, Values (m, d_v)."""
+           sink: float | None = None, policy: Policy = EXACT, softcap: float | None = None) -> Attended:
+    """softmax(Q Kᵀ / scale + bias) V for Queries (n, d_k) and Keys (m, d_k) as scored, Values (m, d_v);
+    with ``softcap`` the scaled scores are soft-capped before the bias and the mask."""
     divisor = policy.divisor(scale)
     scores = policy.table(policy.matmul(Q, K.T))  # (n, m)
     scaled = policy.worked(scores / divisor)  # (n, m)
+    capped = None if softcap is None else frozen(soft_cap(scaled, softcap, policy))  # (n, m)
     kept_bias = None if bias is None else policy.worked(bias)  # (n, m)
-    masked = masked_logits(scaled, allow, kept_bias, policy)  # (n, m)
+    masked = masked_logits(scaled if capped is None else capped, allow, kept_bias, policy)  # (n, m)
     soft = softmax_rows(masked, sink, policy)
     output = policy.table(policy.matmul(soft.weights, V))  # (n, d_v)
     for a in (scores, scaled, masked, soft.row_max, soft.exps, soft.row_sum, soft.weights, output):
@@ -107,14 +110,14 @@ def attend(Q: Matrix, K: Matrix, V: Matrix, allow: np.ndarray, scale: float, bia
         frozen(soft.sink_exp)
     if kept_bias is not None and kept_bias is not bias:  # the caller's own array is the caller's to freeze
         frozen(kept_bias)
-    return Attended(divisor, scores, scaled, kept_bias, masked, soft, output)
+    return Attended(divisor, scores, scaled, kept_bias, masked, soft, output, capped)
 
 
 def head_forward(X: Matrix, X_kv: Matrix, W_Q: Matrix, W_K: Matrix, W_V: Matrix, b_Q: Matrix | None,
                  b_K: Matrix | None, b_V: Matrix | None, allow: np.ndarray, scale: float, *,
                  turn: Turn | None = None, bias: Matrix | None = None, sink: float | None = None,
                  shared: SharedKV | None = None, qk_norm: QKNormHead | None = None,
-                 policy: Policy = EXACT) -> Forward:
+                 policy: Policy = EXACT, softcap: float | None = None) -> Forward:
     """One head. ``X`` is what the Query projection reads (already normalised), ``X_kv`` what the Keys and
     Values read; ``shared`` is the forward of an earlier query head reading the same K/V head, whose K, V
     (normalised and turned) this one reuses."""
@@ -131,7 +134,7 @@ def head_forward(X: Matrix, X_kv: Matrix, W_Q: Matrix, W_K: Matrix, W_V: Matrix,
     Q_in = Q if Q_normed is None else Q_normed.X_norm  # (n, d_k)
     Q_rot = None if turn is None else frozen(rotate(Q_in, turn.cos, turn.sin, turn.pairs, policy))
     K_used = K_rot if K_rot is not None else K if K_normed is None else K_normed.X_norm
-    attended = attend(Q_in if Q_rot is None else Q_rot, K_used, V, allow, scale, bias, sink, policy)
+    attended = attend(Q_in if Q_rot is None else Q_rot, K_used, V, allow, scale, bias, sink, policy, softcap)
     return Forward(Q, K, V, Q_rot, K_rot, attended, Q_normed, K_normed)
 
 

@@ -80,6 +80,10 @@ class Exact:
         """Each row's mean of squares, (n,): overflow-safe (see norm.mean_square)."""
         return mean_square(centred)
 
+    def capped(self, capped: Matrix) -> Matrix:
+        """The soft-capped scores, c·tanh(s/c), computed from the scaled scores as kept."""
+        return capped
+
 
 class ByHand(Exact):
     """Pen and paper: every product, sum, quotient and exponential rounded to ``decimals`` before it is reused.
@@ -109,6 +113,12 @@ class ByHand(Exact):
         """The scaled scores are already written down as a line of their own; only a sum with the bias is new."""
         return scaled if bias is None else round_to(scaled + bias, self.places)
 
+    def capped(self, capped: Matrix) -> Matrix:
+        """c·tanh(s/c) is keyed into a calculator as one line and its result written down rounded, as the
+        logits are: rounding s/c or its tanh on the way (0.02828 → 0.028) would lose a logit's digits to the
+        cap's factor 50 (1.414 → 1.400), an error no hand computation of it makes."""
+        return round_to(capped, self.places)
+
     def mean_square(self, centred: Matrix) -> Matrix:
         """Each square written down rounded, then their sum over the row's count.
 
@@ -137,6 +147,10 @@ class PrintedPage(Exact):
     def logits(self, scaled: Matrix, bias: Matrix | None) -> Matrix:
         """The page prints one "scaled" table, scores / scale + slope·(j − i): the sum is rounded, not its terms."""
         return round_to(scaled if bias is None else scaled + bias, self.places)
+
+    def capped(self, capped: Matrix) -> Matrix:
+        """The page prints the capped table, each cell from the printed scaled one, rounded once."""
+        return round_to(capped, self.places)
 
 
 Policy = Exact  # a policy is the exact one with some sites overridden: what a forward pass accepts

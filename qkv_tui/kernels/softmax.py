@@ -17,6 +17,15 @@ def alibi_bias(slope: float, positions: tuple[int, ...]) -> Matrix:
     return bias
 
 
+def soft_cap(scaled: Matrix, cap: float | None, policy: Policy = EXACT) -> Matrix:
+    """Gemma 2's soft-cap, cap·tanh(scaled / cap), before any bias and the mask; ``scaled`` as it is without a cap.
+
+    tanh bounds every logit within ±cap while leaving small ones almost as they were (|s| ≪ cap)."""
+    if cap is None:
+        return scaled
+    return policy.capped(cap * np.tanh(scaled / cap))  # (n, m)
+
+
 def masked_logits(scaled: Matrix, allow: np.ndarray, bias: Matrix | None = None, policy: Policy = EXACT) -> Matrix:
     """The softmax's input: scaled + bias (as the policy adds them), −∞ where the mask forbids: (n, m)."""
     out: Matrix = np.where(allow, policy.logits(scaled, bias), -np.inf)

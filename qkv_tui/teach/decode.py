@@ -93,6 +93,7 @@ class DecodeStep:
     bound: Matrix  # (L, d_v) how far two float64 evaluations may differ by rounding alone
     first: int = 0  # the oldest token still cached: a sliding window's rolling buffer drops those before it
     evicted: range = range(0)  # tokens whose rows left the rolling buffer at this step
+    capped: Matrix | None = None  # (L, S) softcap·tanh(scaled / softcap); None without a soft-cap
 
     @property
     def t(self) -> int:
@@ -262,9 +263,10 @@ class Decode:
 
 
 def _attend(q: Matrix, K: Matrix, V: Matrix, allowed: BoolMatrix, divisor: float, bias: Matrix | None,
-            sink: float | None) -> tuple[Matrix, ...]:
-    a = attend(q, K, V, allowed, divisor, bias, sink)  # ALiBi's slope·(j − i) is added after scaling
-    return a.scores, a.scaled, a.softmax.weights, a.output  # (L, S), (L, S), (L, S), (L, d_v)
+            sink: float | None, softcap: float | None = None) -> tuple[Matrix, Matrix, Matrix, Matrix, Matrix | None]:
+    # ALiBi's slope·(j − i) is added after scaling, and after the soft-cap where there is one
+    a = attend(q, K, V, allowed, divisor, bias, sink, softcap=softcap)
+    return a.scores, a.scaled, a.softmax.weights, a.output, a.capped  # (L, S), (L, S), (L, S), (L, d_v), (L, S)
 
 
 def decode(comp: Computation, mode: str = "prefill", block_size: int | None = None,
@@ -324,15 +326,15 @@ def _window(dec: Decode, head: int, i: int) -> tuple[Matrix, Matrix, Matrix, Boo
     return q, K, V, allowed, bias, lo, S
 
 
-def _contiguous(dec: Decode, head: int, i: int) -> tuple[Matrix, ...]:
-    """(scores, scaled, weights, output) of one step from the contiguous cache."""
+def _contiguous(dec: Decode, head: int, i: int) -> tuple[Matrix, Matrix, Matrix, Matrix, Matrix | None]:
+    """(scores, scaled, weights, output, capped) of one step from the contiguous cache."""
     hr = dec.comp.heads[head]
     q, K, V, allowed, bias, _, _ = _window(dec, head, i)
-    return _attend(q, K, V, allowed, hr.scale, bias, hr.sink)
+    return _attend(q, K, V, allowed, hr.scale, bias, hr.sink, hr.softcap)
 
 
 def _full(hr: HeadResult, allow: BoolMatrix) -> Matrix:
-    return _attend(hr.Q_used, hr.K_used, hr.V, allow, hr.scale, hr.bias, hr.sink)[3]
+    return _attend(hr.Q_used, hr.K_used, hr.V, allow, hr.scale, hr.bias, hr.sink, hr.softcap)[3]
 
 
 def _step(dec: Decode, h: int, i: int, blocks: int, block: int) -> DecodeStep:
@@ -340,16 +342,18 @@ def _step(dec: Decode, h: int, i: int, blocks: int, block: int) -> DecodeStep:
     hr = dec.comp.heads[h]
     rng = dec.ranges[i]
     q, K, V, allowed, bias, lo, S = _window(dec, h, i)
-    scores, scaled, weights, output = _contiguous(dec, h, i)
+    scores, scaled, weights, output, capped = _contiguous(dec, h, i)
     # the pool as it stands after this step: every row still cached sits where the block table put
     # it when its token arrived (a row's address never changes while it is cached)
     store = PagedStore(blocks, block, hr.d_k, hr.d_v)
     table = dec.paging[i].table
     store.write_rows(table, lo, K, V)
     K_paged, V_paged = store.gather(table, S, lo)
-    paged = _attend(q, K_paged, V_paged, allowed, hr.scale, bias, hr.sink)[3]
+    paged = _attend(q, K_paged, V_paged, allowed, hr.scale, bias, hr.sink, hr.softcap)[3]
     computed, reused = dec.counts(i)
+    # c·tanh(s/c) moves no logit's error further than s's own (tanh' ≤ 1) and adds one rounding, which the
+    # bound's two spare roundings per logit cover
     bound = rounding_bound(q, K, V, weights, hr.scale, bias)
     return DecodeStep(i, h, rng.start, rng.stop, dec.kind(i), q, K, V, allowed, scores, scaled, weights, output,
                       dec.reference[h][rng.start:rng.stop], hr.output[rng.start:rng.stop], paged, computed, reused,
-                      bound, lo, range(dec.firsts[i - 1] if i else 0, lo))
+                      bound, lo, range(dec.firsts[i - 1] if i else 0, lo), capped)

@@ -68,4 +68,8 @@ def checks(hr: HeadResult, allow: BoolMatrix) -> str:
         zero = bool((hr.weights[masked] == 0).all())
         count = int(masked.sum())
         line += f"; the {count} masked weights are {'exactly 0' if zero else 'NOT all 0'}"
+    if hr.capped is not None and hr.softcap is not None:
+        top = float(np.abs(hr.capped).max())
+        stay = "stay" if top <= hr.softcap else "do NOT stay"
+        line += f"; the capped scores {stay} within ±{hr.softcap:g} (largest |capped| {top:.3f})"
     return line + "."

@@ -36,7 +36,7 @@ from qkv_tui.core.engine import Computation, HeadResult
 from qkv_tui.core.fmt import fmt, is_integral, vector
 from qkv_tui.core.production import agreement, rounding_bound
 from qkv_tui.core.scenario import BoolMatrix, Matrix
-from qkv_tui.kernels.softmax import exp_of_difference, masked_logits
+from qkv_tui.kernels.softmax import exp_of_difference, masked_logits, soft_cap
 from qkv_tui.teach.arith import MAX_GUARD, agrees, first_fit, shown, softmax_row
 from qkv_tui.teach.trace_variants import sink_row
 
@@ -106,13 +106,15 @@ def value_shift(V: Matrix, keys: int) -> int:
 
 def visit_tiles(Q: Matrix, K: Matrix, V: Matrix, allow: BoolMatrix, divisor: float, rows: range, tiles: list[range],
                 qblock: int = 0, sink: float | None = None, numbers: list[int] | None = None,
-                bias: Matrix | None = None, keep: bool = True, shift: int = 0) -> tuple[list[TileVisit], BlockEnd]:
+                bias: Matrix | None = None, keep: bool = True, shift: int = 0,
+                softcap: float | None = None) -> tuple[list[TileVisit], BlockEnd]:
     """The online softmax of one block of query rows over the given key tiles, in order.
 
     ``keep=False`` returns no visits, only the end: every row of a long sequence over every
     tile would otherwise hold each tile's (rows, d_v) accumulators, gigabytes at 2,048 tokens.
     ``numbers`` are the tiles' indices among all tiles (skipped ones leave gaps); default 0, 1, ...
-    ``bias`` (n, m) is added to the scaled scores (ALiBi); ``sink`` is a logit with no Value.
+    ``bias`` (n, m) is added to the scaled scores (ALiBi), after ``softcap``'s c·tanh(s/c) where there is one;
+    ``sink`` is a logit with no Value.
     ``shift``: Õ sums V/2^shift (:func:`value_shift`); O is multiplied back.
     """
     V = np.ldexp(V, -shift) if shift else V  # exact: a power of two changes no digit
@@ -126,7 +128,7 @@ def visit_tiles(Q: Matrix, K: Matrix, V: Matrix, allow: BoolMatrix, divisor: flo
         dots = Q[rows.start:rows.stop] @ K[cols.start:cols.stop].T  # (r, c)
         allowed = allow[rows.start:rows.stop, cols.start:cols.stop]  # (r, c)
         tile_bias = None if bias is None else bias[rows.start:rows.stop, cols.start:cols.stop]
-        S = masked_logits(dots / divisor, allowed, tile_bias)  # (r, c)
+        S = masked_logits(soft_cap(dots / divisor, softcap), allowed, tile_bias)  # (r, c)
         tile_max = S.max(axis=1)  # (r,) −∞ where the tile allows the row no key
         m_new = np.maximum(m, tile_max)  # (r,)
         alpha = exp_of_difference(m, m_new)  # (r,)
@@ -325,7 +327,7 @@ class TiledHead:
             kept = [k for k in range(len(self.tiles)) if self.needed[qblock, k]]
             self._blocks[qblock] = visit_tiles(hr.Q_used, hr.K_used, hr.V, self.comp.scenario.allow, hr.scale,
                                                self.blocks[qblock], [self.tiles[k] for k in kept], qblock,
-                                               hr.sink, kept, hr.bias, shift=self.shift)
+                                               hr.sink, kept, hr.bias, shift=self.shift, softcap=hr.softcap)
         return self._blocks[qblock]
 
     def worked(self, qblock: int, decimals: int) -> tuple[WorkedRow, ...]:
@@ -361,7 +363,8 @@ class TiledHead:
         """
         hr = self.comp.heads[self.head]
         _, end = visit_tiles(hr.Q_used, hr.K_used, hr.V, self.comp.scenario.allow, hr.scale, range(self.n),
-                             self.tiles, 0, hr.sink, None, hr.bias, keep=False, shift=self.shift)
+                             self.tiles, 0, hr.sink, None, hr.bias, keep=False, shift=self.shift,
+                             softcap=hr.softcap)
         return end.m, end.ell, end.O_acc, end.out
 
     @property

@@ -260,7 +260,7 @@ class Trace:
         return sc.labels[row]
 
     def col_label(self, name: str, col: int) -> str:
-        if name in ("scores", "scaled", "weights", "bias"):
+        if name in ("scores", "scaled", "weights", "bias", "capped"):
             return self.comp.scenario.key_labels[col]
         if name in ("Q_rot", "K_rot") and self.comp.scenario.rope is not None:
             # which pair each dimension belongs to: the two layouts pair different columns

@@ -160,8 +160,12 @@ class Live:
             if ref.matrix in ("W_Q", "W_K", "W_V", "W_O"):
                 return InputCell(ref.matrix, ref.head, 0, ref.col or 0)
         if op.segment.stage == "scale":
-            if not app.scenario.allow[op.row, op.col or 0]:
+            capping = app.trace.spec("scale").segments(app.trace, op.head)[-1].target == "capped"
+            masks_here = op.segment.target == "capped" or not capping  # with a soft-cap the mask comes after it
+            if masks_here and not app.scenario.allow[op.row, op.col or 0]:
                 return InputCell("mask", None, op.row, op.col or 0)
+            if op.segment.target == "capped":  # the cap is what this operation reads besides the scaled score
+                return InputCell("softcap", op.head)
             return InputCell("scale")
         if op.segment.stage == "embed":
             return InputCell("X", None, op.row, 0)

@@ -1,4 +1,5 @@
-"""Stage Scale: every score divided by √dₖ (or the scenario's scale), with ALiBi's bias and the mask applied here."""
+"""Stage Scale: every score divided by √dₖ (or the scenario's scale), soft-capped where a head has a cap
+(soft_cap.py), with ALiBi's bias and the mask applied here."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from qkv_tui.kernels.policy import EXACT, round_to
 from qkv_tui.kernels.softmax import alibi_bias, masked_logits
 from qkv_tui.teach.arith import SIGNIFICANT, agrees, quotient_line, shown, significant
 from qkv_tui.teach.arith import tries as _places
+from qkv_tui.teach.stages import soft_cap
 from qkv_tui.teach.stages.common import (
     BIAS,
     DIVIDE,
@@ -38,11 +40,13 @@ class Scale(StageSpec):
                   " scores push softmax to all-or-nothing weights with tiny gradients. Dividing never changes which"
                   " key scores highest in a row, only how sharp the softmax is.")
     per_head = True
-    matrices = ("scaled", "bias")
-    styles = MappingProxyType({"scaled": PaneStyle(row_max=True)})
+    matrices = ("scaled", "bias", "capped")
+    styles = MappingProxyType({"scaled": PaneStyle(row_max=True), "capped": PaneStyle(row_max=True)})
 
     def segments(self, trace: TraceContext, head: int | None) -> list[Plan]:
         sc = trace.comp.scenario
+        if soft_cap.has_cap(trace, head):  # each cell divided, then each capped: a segment each
+            return [Plan("scaled", sc.n, sc.m), Plan("capped", sc.n, sc.m)]
         return [Plan("scaled", sc.n, sc.m)]
 
     def meaning(self, trace: TraceContext, head: int | None) -> str:
@@ -50,7 +54,8 @@ class Scale(StageSpec):
         text = self.stage.meaning
         hr = trace.comp.heads[head if head is not None else 0]
         if not hr.scale_is_default:
-            text = _own_scale(hr.scale, hr.d_k)
+            text = _own_scale(hr.scale, hr.d_k, sc.scale_from)
+        text += soft_cap.meaning(list(trace.comp.heads) if head is None else [hr])
         if sc.alibi is not None:
             text += (" ALiBi then adds slope·(j − i) to each scaled cell (after the division, as BLOOM's code does):"
                      " 0 on the diagonal and more negative the further back the key, so nearer keys are favoured;"
@@ -73,6 +78,10 @@ class Scale(StageSpec):
         assert h is not None and col is not None
         comp = trace.comp
         head = comp.heads[h]
+        if seg.target == "capped":
+            reason = None if comp.allow[row, col] else _mask_reason(trace, row, col)
+            return soft_cap.capped_operation(trace, index, seg, row, col, d, reason)
+        capping = head.capped is not None  # the bias and the mask come after the cap, in its own operation
         q, k = comp.scenario.labels[row], comp.scenario.key_labels[col]
         scaled = fmt(float(head.scaled[row, col]), False, d)
         # by hand √dₖ is written down rounded (√3 ≈ 1.732) and divided by as such
@@ -80,15 +89,15 @@ class Scale(StageSpec):
         work = quotient_line(float(head.scores[row, col]), trace.integral("scores", h), head.scale, symbol,
                              head.scale == round(head.scale), scaled, d)
         extra: tuple[str, ...] = ()
-        if head.bias is not None and comp.scenario.positions is not None:
+        if head.bias is not None and comp.scenario.positions is not None and not capping:
             work, term, bias_t = alibi_line(head, row, col, comp.scenario.positions,
                                             trace.integral("scores", h), symbol, d, trace.hand)
             extra = (f"ALiBi: {head.name}'s slope {head.slope or 0:g} times the distance"
                      f" j − i; bias = {term} = {bias_t}",)
         text = f"scaled[{q},{k}] = {work}"
         details: tuple[str, ...] = ()
-        value = float(head.masked[row, col])
-        if not comp.allow[row, col]:
+        value = float(head.masked[row, col] if not capping else head.scaled[row, col])
+        if not comp.allow[row, col] and not capping:
             text += f", masked → {NEG_INF}"
             details = (_mask_reason(trace, row, col),)
         elif head.scale_is_default and trace.hand is None:
@@ -98,26 +107,42 @@ class Scale(StageSpec):
         else:
             tiny = head.scale < 1e-3  # fixed decimals would read 0.000000: its significant digits instead
             given = significant(head.scale, head.scale == round(head.scale), d if tiny else d + 3, tiny)
-            details = (f"the scenario sets scale = {given}"
-                       f" instead of √dₖ = √{head.d_k}",)
+            origin = comp.scenario.scale_from
+            details = (f"the scenario sets scale = {given}" + (f" ({origin})" if origin is not None else "")
+                       + f" instead of √dₖ = √{head.d_k}",)
         operands: tuple[Ref, ...] = (Ref("scores", h, row, col),)
-        if head.bias is not None:
+        if head.bias is not None and not capping:
             operands += (Ref("bias", h, row, col),)
         return Operation(index, seg, row, col, value, operands, text, extra + details)
+
+    def withheld(self, trace: TraceContext, op: Operation, decimals: int) -> str | None:
+        """A capped cell is asked from its scaled score, not from s/c worked out: ``capped[I,love] = 5·tanh(5.774/5) = ?``."""
+        if op.segment.target != "capped":
+            return None
+        return " = ".join(op.arithmetic.split(" = ")[:2]) + " = ?"
 
     def matrix(self, trace: TraceContext, name: str, head: int | None) -> Matrix:
         if head is None:
             raise KeyError(name)
         hr = trace.comp.heads[head]
+        if hr.capped is not None and name in ("scaled", "capped"):  # the mask is applied to the capped scores
+            return hr.scaled if name == "scaled" else hr.masked
+        if name == "capped":
+            raise KeyError(name)
         return hr.masked if name == "scaled" else hr.bias  # type: ignore[return-value]
 
     def panes(self, trace: TraceContext, op: Operation) -> list[Key]:
         h = op.head
+        if soft_cap.has_cap(trace, h):
+            bias = [("bias", h)] if trace.comp.scenario.alibi is not None else []
+            return [("scores", h), ("scaled", h), *bias, ("capped", h)]
         if trace.comp.scenario.alibi is not None:
             return [("scores", h), ("bias", h), ("scaled", h)]
         return [("scores", h), ("scaled", h)]
 
     def overview(self, trace: TraceContext, head: int) -> list[Key]:
+        if soft_cap.has_cap(trace, head):
+            return [("scaled", head), ("capped", head)]
         return [("scaled", head)]
 
     def title(self, trace: TraceContext, name: str, head: int | None) -> str:
@@ -130,6 +155,8 @@ class Scale(StageSpec):
         if sc.mask_kind == "sliding":
             masked = f" +sliding mask (window {sc.window})"
         bias = " + bias" if sc.alibi is not None else ""
+        if hr is not None and hr.softcap is not None:
+            return soft_cap.capped_title(trace, hr, masked) if name == "capped" else f"scaled = scores/{divisor}"
         return f"scaled = scores/{divisor}{bias}{masked}"
 
     def formula(self, trace: TraceContext, op: Operation) -> list[FormulaPart]:
@@ -138,6 +165,8 @@ class Scale(StageSpec):
         if h is not None and not trace.comp.heads[h].scale_is_default:
             scale = f"{trace.comp.heads[h].scale:g}"
         parts = [FormulaPart(DIVIDE, f"/{scale}")]
+        if soft_cap.has_cap(trace, h):
+            parts.append(FormulaPart(DIVIDE, "→cap"))
         if trace.comp.scenario.alibi is not None:
             parts.append(FormulaPart(BIAS, " + bias"))
         return parts
@@ -150,7 +179,17 @@ class Scale(StageSpec):
         assert head is not None
         sc, hr, decimals = page.trace.comp.scenario, page.trace.comp.heads[head], page.decimals
         divisor = f"√{hr.d_k} = {hr.scale:.{decimals}f}" if hr.scale_is_default else f"{hr.scale:g} (set by the scenario)"
+        if sc.scale_from is not None and not hr.scale_is_default:
+            divisor = f"{hr.scale:g} (set by the scenario: {sc.scale_from})"
         out = [f"Divide by {divisor}." + (" Masked cells are −∞." if not sc.allow.all() else ""), ""]
+        if hr.softcap is not None:
+            c = soft_cap.cap_text(hr.softcap)
+            bias = " + bias" if hr.bias is not None else ""
+            if hr.bias is not None:
+                out += [f"ALiBi bias, slope {hr.slope:g} · (j − i), added after the cap:", "", page.table("bias", head), ""]
+            out += [page.table("scaled", head), "", f"Soft-cap each scaled score: {c}·tanh(scaled/{c}){bias}"
+                    " (the softmax's input):", "", page.table("capped", head), "", *page.worked(self.stage.key, head)]
+            return out
         if hr.bias is not None:
             out += [f"ALiBi bias, slope {hr.slope:g} · (j − i):", "", page.table("bias", head), "",
                     "scaled + bias (the softmax's input):", ""]
@@ -172,6 +211,8 @@ class Scale(StageSpec):
             assert sc.positions is not None
             alibi_terms = alibi_bias(_printed_slopes(chain)[h], sc.positions)  # (n, n) slope·(j − i), from the printed slope
             alibi = " + slope·(j − i)"
+        if hr.softcap is not None:
+            return soft_cap.worksheet_tables(chain, h, quotient, alibi_terms, divisor)
         logits = EXACT.logits(quotient, alibi_terms)  # (n, m) before it is printed: its whole-number flag reads this
         scaled = masked_logits(quotient, sc.allow, alibi_terms, page)  # (n, m) printed rounded, −∞ where masked
         return [Table(f"scaled.{h}", "scaled", f"scaled = scores / {divisor}{alibi}", "scale", h, scaled, sc.labels,
@@ -182,10 +223,12 @@ class Scale(StageSpec):
         h = table.head
         assert h is not None
         sc = cells.sc
+        if table.name == "capped":
+            return soft_cap.worksheet_line(cells, table, row, col, answer)
         q, k = sc.labels[row], sc.key_labels[col]
         divisor = f"√{sc.heads[h].d_k}" if sc.scale is None else exact(sc.scale)
         score = cells.txt(f"scores.{h}", row, col)
-        if "slopes" not in cells.tables:
+        if "slopes" not in cells.tables or sc.heads[h].softcap is not None:
             return f"scaled[{q},{k}] = {score} / {divisor} = {answer}"
         assert sc.positions is not None
         slope = cells.txt("slopes", 0, h)
@@ -212,10 +255,15 @@ def _mask_reason(trace: TraceContext, row: int, col: int) -> str:
     return f'custom mask: "{q}" may not attend "{k}"; weight will be exactly 0'
 
 
-def _own_scale(scale: float, d_k: int) -> str:
-    """The Scale stage's meaning when the scenario sets its own divisor instead of √dₖ."""
+def _own_scale(scale: float, d_k: int, origin: str | None = None) -> str:
+    """The Scale stage's meaning when the scenario sets its own divisor instead of √dₖ (``origin``: where the
+    scenario says it comes from, its ``scale_from``)."""
     paper = (f"Vaswani et al. (§3.2.1) divide by √dₖ = √{d_k} instead, because dot products grow with the"
              " width dₖ and large scores push softmax to all-or-nothing weights with tiny gradients.")
+    if origin is not None:
+        undivided = " (the scores pass through undivided)" if scale == 1 else ""
+        return (f"Divide every score by {scale:g}, the scale this scenario sets ({origin}){undivided}. {paper}"
+                " Any division leaves which key scores highest in a row unchanged, only how sharp the softmax is.")
     if scale == 1:
         return ("This scenario sets scale = 1: the scores pass through undivided, as several published"
                 f" walkthroughs do. {paper}")

@@ -31,6 +31,7 @@ from qkv_tui.teach.stages.common import (
 from qkv_tui.teach.stages.context import TraceContext
 from qkv_tui.teach.stages.markdown import MarkdownPage
 from qkv_tui.teach.stages.printed import PrintedCells, PrintedChain, Table, exact
+from qkv_tui.teach.stages.soft_cap import logits_name
 
 SAME_WEIGHT = "same weight:"  # the seed's way to one weight, after the row's list of e^s
 MAX_LISTED = 8  # a "which key?" question lists its keys with their numbers up to this many
@@ -91,7 +92,7 @@ class Softmax(StageSpec):
             if r.scaled[col] != NEG_INF:
                 line += f"; {SAME_WEIGHT} e^{r.scaled[col]} / Σ e^s = {r.plain[col]} / {r.plain_total} = {w}"
             details.append(line)
-        return Operation(index, seg, row, col, value, (Ref("scaled", h, row),), text, tuple(details))
+        return Operation(index, seg, row, col, value, (Ref(logits_name(trace, h), h, row),), text, tuple(details))
 
     def matrix(self, trace: TraceContext, name: str, head: int | None) -> Matrix:
         if head is None:
@@ -100,9 +101,10 @@ class Softmax(StageSpec):
 
     def panes(self, trace: TraceContext, op: Operation) -> list[Key]:
         h = op.head
+        logits = logits_name(trace, h)  # the capped scores where the head has a soft-cap
         if h is not None and trace.comp.heads[h].sink is not None:
-            return [("scaled", h), ("weights", h), ("sink", h)]
-        return [("scaled", h), ("weights", h)]
+            return [(logits, h), ("weights", h), ("sink", h)]
+        return [(logits, h), ("weights", h)]
 
     def overview(self, trace: TraceContext, head: int) -> list[Key]:
         return [("weights", head)]
@@ -111,7 +113,7 @@ class Softmax(StageSpec):
         if name == "sink":
             hr = trace.comp.heads[head] if head is not None else None
             return f"sink {hr.sink if hr is not None and hr.sink is not None else 0:g}, dropped"
-        return "weights = softmax(scaled)"
+        return f"weights = softmax({logits_name(trace, head)})"
 
     def filled(self, trace: TraceContext, name: str, head: int | None, index: int) -> int:
         if name == "sink" and head is not None:  # a row of the sink pane appears as its weights row is finished
@@ -179,15 +181,16 @@ class Softmax(StageSpec):
                                    np.array([[s for _, s in sinks]]), ("sink",), tuple(name for name, _ in sinks), True,
                                    False))
         # (n, m) from the printed scaled row
-        weights = softmax_rows(chain.values(f"scaled.{head}"), sc.heads[head].sink, chain.page).weights
-        return [Table(f"weights.{head}", "weights", "weights = softmax(scaled), row by row", "softmax", head, weights,
+        logits = "capped" if sc.heads[head].softcap is not None else "scaled"
+        weights = softmax_rows(chain.values(f"{logits}.{head}"), sc.heads[head].sink, chain.page).weights
+        return [Table(f"weights.{head}", "weights", f"weights = softmax({logits}), row by row", "softmax", head, weights,
                       sc.labels, sc.key_labels, False, True, sc.allow)]
 
     def worksheet_line(self, cells: PrintedCells, table: Table, row: int, col: int, answer: str) -> str:
         h, i, j = table.head, row, col
         assert h is not None
         sc = cells.sc
-        key = f"scaled.{h}"
+        key = f"{'capped' if sc.heads[h].softcap is not None else 'scaled'}.{h}"
         scaled = cells.tables[key]
         allowed = [c for c in range(sc.m) if sc.allow[i, c]]
         values = [float(scaled.values[i, c]) for c in allowed]

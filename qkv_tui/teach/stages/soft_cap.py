@@ -1,0 +1,193 @@
+"""The Scale stage's soft-cap (Gemma 2): capped = c·tanh(scaled / c) per cell, before ALiBi's bias and the mask.
+
+Its own operation per cell, after the cell's division, so a learner sees the scaled score and then what the
+cap makes of it: ``capped[I,love] = 50·tanh(1.414/50) = 50·tanh(0.02828) = 1.414``. The tanh is the kernels'
+(kernels/softmax.py, soft_cap); the lines here redo it on the numbers as shown, as a calculator would.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from qkv_tui.core.engine import HeadResult
+from qkv_tui.core.fmt import NEG_INF, fmt, operand
+from qkv_tui.core.scenario import Matrix
+from qkv_tui.kernels.softmax import masked_logits, soft_cap
+from qkv_tui.teach.arith import MAX_GUARD, SIGNIFICANT, agrees, shown, significant
+from qkv_tui.teach.stages.common import Operation, Ref, Segment, hround
+from qkv_tui.teach.stages.context import TraceContext
+from qkv_tui.teach.stages.printed import PrintedCells, PrintedChain, Table, exact
+
+
+def pull_note(scaled: float, capped: float, cap: float, d: int) -> str:
+    """How much of the score the cap keeps: nearly all far below c, less and less towards ±c."""
+    c = cap_text(cap)
+    s_t = fmt(scaled, False, d)
+    if scaled == 0:
+        return f"tanh(0) = 0: a zero score stays 0 under any cap (c·tanh(s/c) stays within ±{c})"
+    kept = capped / scaled
+    return (f"the cap keeps {kept:.0%} of {s_t}: c·tanh(s/c) stays within ±{c}, and the nearer s comes to ±{c},"
+            " the more it is pulled in")
+
+
+def cap_text(cap: float) -> str:
+    """The cap as the scenario gives it: ``50``, ``30.5``."""
+    return exact(cap)
+
+
+def has_cap(trace: TraceContext, head: int | None) -> bool:
+    return head is not None and trace.comp.heads[head].softcap is not None
+
+
+def logits_name(trace: TraceContext, head: int | None) -> str:
+    """The pane the softmax reads: the capped scores where the head has a soft-cap, else the scaled ones."""
+    return "capped" if has_cap(trace, head) else "scaled"
+
+
+def _u_forms(p: int) -> list[tuple[int, bool]]:
+    """Decimals for s/c: the fixed ones (a cap of 50 needs two more than the score), then scientific."""
+    return [(q, False) for q in range(p, p + MAX_GUARD + 4)] + [(q, True) for q in range(p, SIGNIFICANT)]
+
+
+def capped_line(scaled: float, cap: float, result: str, d: int, hand: int | None,
+                bias: tuple[float, float, int, str] | None = None) -> str:
+    """``50·tanh(1.414/50) = 50·tanh(0.02828) = 1.414``, with ALiBi's term after it where ``bias`` is
+    (its value, the slope, the distance j − i, the term's text ``0.25·(1 − 2)``).
+
+    The score is shown at the line's places (by hand: as written down), s/c with the digits the cap's
+    factor needs, and every ``=`` redoes on a calculator from the numbers on its left."""
+    c_t = cap_text(cap)
+    c = shown(c_t)
+    places = range(d, d + 1) if hand is not None else range(d, d + MAX_GUARD + 1)
+    line = ""
+    for p in places:
+        s_t = fmt(scaled, False, p)
+        u = shown(s_t) / c
+        capped = c * math.tanh(u)  # from the shown score: the hand value, or the exact one to these places
+        cap_t = fmt(capped if hand is None else hround(capped, hand), False, p)
+        if bias is None:
+            score_ok = agrees(capped, result)
+        else:
+            value, slope, distance, term = bias
+            bias_t = fmt(value, False, p)
+            total = shown(cap_t) + shown(bias_t)
+            sums = abs(total - shown(result)) < 1e-9 * max(1.0, abs(total)) if p == d else agrees(total, result)
+            score_ok = sums and agrees(slope * distance, bias_t) and agrees(capped + slope * distance, result)
+        for q, scientific in _u_forms(p):
+            u_t = significant(u, False, q, scientific)
+            if bias is None:
+                line = f"{c_t}·tanh({s_t}/{c_t}) = {c_t}·tanh({u_t}) = {result}"
+            else:
+                line = (f"{c_t}·tanh({s_t}/{c_t}) + {term} = {c_t}·tanh({u_t}) + {operand(value, False, p)}"
+                        f" = {operand(shown(cap_t), False, p)} + {operand(value, False, p)} = {result}")
+            if agrees(u, u_t) and agrees(c * math.tanh(shown(u_t)), cap_t if bias is not None else result):
+                break  # s/c has the digits the cap's factor needs
+        if score_ok or hand is not None:
+            return line
+    return line
+
+
+def capped_operation(trace: TraceContext, index: int, seg: Segment, row: int, col: int, d: int,
+                     reason: str | None) -> Operation:
+    """One cell of the capped scores: c·tanh(scaled / c), then ALiBi's bias, then the mask (``reason``: why the
+    mask forbids the cell, in the Scale stage's words; None where it allows it)."""
+    h = seg.head
+    assert h is not None
+    comp, sc = trace.comp, trace.comp.scenario
+    hr = comp.heads[h]
+    assert hr.softcap is not None and hr.capped is not None
+    q, k = sc.labels[row], sc.key_labels[col]
+    allowed = bool(comp.allow[row, col])
+    bias = None
+    extra: tuple[str, ...] = ()
+    logit = float(hr.capped[row, col])
+    if hr.bias is not None and sc.positions is not None:
+        slope = float(hr.slope or 0.0)
+        distance = sc.positions[col] - sc.positions[row]
+        value = float(hr.bias[row, col])
+        slope_t = exact(slope)
+        term = f"{f'({slope_t})' if slope < 0 else slope_t}·({sc.positions[col]} − {sc.positions[row]})"
+        bias = (value, slope, distance, term)
+        logit = float(hr.masked[row, col]) if allowed else logit + value
+        if not allowed and trace.hand is not None:
+            logit = hround(logit, trace.hand)
+        extra = (f"ALiBi: {hr.name}'s slope {slope:g} times the distance j − i, added after the cap;"
+                 f" bias = {term} = {fmt(value, False, d)}",)
+    text = f"capped[{q},{k}] = " + capped_line(float(hr.scaled[row, col]), hr.softcap, fmt(logit, False, d), d,
+                                               trace.hand, bias)
+    details: tuple[str, ...] = (pull_note(float(hr.scaled[row, col]), float(hr.capped[row, col]), hr.softcap, d),)
+    if reason is not None:
+        text += f", masked → {NEG_INF}"
+        details = (reason, *details)
+    operands: tuple[Ref, ...] = (Ref("scaled", h, row, col),)
+    if hr.bias is not None:
+        operands += (Ref("bias", h, row, col),)
+    return Operation(index, seg, row, col, float(hr.masked[row, col]), operands, text, extra + details)
+
+
+def capped_title(trace: TraceContext, hr: HeadResult, masked: str) -> str:
+    assert hr.softcap is not None
+    c = cap_text(hr.softcap)
+    bias = " + bias" if trace.comp.scenario.alibi is not None else ""
+    return f"capped = {c}·tanh(scaled/{c}){bias}{masked}"
+
+
+def meaning(heads: list[HeadResult]) -> str:
+    """The soft-cap's sentence of the Scale stage, for one head or (the Markdown page) for every head."""
+    capped = [hr for hr in heads if hr.softcap is not None]
+    if not capped:
+        return ""
+    caps = list(dict.fromkeys(cap_text(hr.softcap) for hr in capped if hr.softcap is not None))
+    c = caps[0] if len(caps) == 1 else "c"
+    whose = f"{capped[0].name}'s soft-cap" if len(heads) == 1 else "the soft-cap"
+    if len(capped) < len(heads) or len(caps) > 1:  # heads with caps of their own, or none
+        whose += " (" + ", ".join(f"{hr.name}: c = {cap_text(hr.softcap)}" for hr in capped if hr.softcap) + ")"
+    return (f" Then {whose} turns each scaled score s into {c}·tanh(s/{c}), before any bias and the mask:"
+            f" no logit passes ±{c}, so none can run away, and a score far below {c} stays almost as it was"
+            " (Gemma 2 caps at 50; Gemma 3 replaced the cap by QK-norm).")
+
+
+# --- the worksheet -----------------------------------------------------------------------------
+
+
+def worksheet_tables(chain: PrintedChain, h: int, quotient: Matrix, alibi_terms: Matrix | None,
+                     divisor: str) -> list[Table]:
+    """The printed ``scaled`` table (scores / scale, no mask yet), then ``capped`` worked from it."""
+    sc, page = chain.sc, chain.page
+    hr = chain.comp.heads[h]
+    assert hr.softcap is not None
+    everywhere = np.ones_like(sc.allow)
+    printed = page.table(quotient)  # (n, m) scores / scale, as printed
+    capped = soft_cap(printed, hr.softcap, page)  # (n, m) from the printed scaled table
+    logits = masked_logits(capped, sc.allow, alibi_terms, page)  # (n, m) + bias, −∞ where masked
+    alibi = " + slope·(j − i)" if alibi_terms is not None else ""
+    c = cap_text(hr.softcap)
+    return [
+        Table(f"scaled.{h}", "scaled", f"scaled = scores / {divisor}", "scale", h, printed, sc.labels, sc.key_labels,
+              False, True, everywhere),
+        Table(f"capped.{h}", "capped", f"capped = {c}·tanh(scaled / {c}){alibi}", "scale", h, logits, sc.labels,
+              sc.key_labels, False, True, sc.allow),
+    ]
+
+
+def worksheet_line(cells: PrintedCells, table: Table, row: int, col: int, answer: str) -> str:
+    h = table.head
+    assert h is not None
+    sc = cells.sc
+    q, k = sc.labels[row], sc.key_labels[col]
+    cap = sc.heads[h].softcap
+    assert cap is not None
+    c = cap_text(cap)
+    scaled = shown(cells.txt(f"scaled.{h}", row, col))  # as printed: the line starts from the page's number
+    if "slopes" not in cells.tables:
+        return f"capped[{q},{k}] = {c}·tanh(scaled[{q},{k}] / {c}) = " + capped_line(scaled, cap, answer, cells.d, None)
+    assert sc.positions is not None
+    slope_t = cells.txt("slopes", 0, h)
+    pi, pj = sc.positions[row], sc.positions[col]
+    term = f"{f'({slope_t})' if slope_t.startswith('-') else slope_t}·({pj} − {pi})"
+    slope = shown(slope_t)
+    bias = (slope * (pj - pi), slope, pj - pi, term)
+    return (f"capped[{q},{k}] = {c}·tanh(scaled[{q},{k}] / {c}) + slope·(j − i) = "
+            + capped_line(scaled, cap, answer, cells.d, None, bias))
