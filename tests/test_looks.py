@@ -73,6 +73,27 @@ async def test_a_theme_changed_under_a_modal_recolours_the_trace_behind_it() -> 
         assert kept == fresh != dark
 
 
+@pytest.mark.parametrize("reload", ["file", "refresh_css"])
+async def test_a_reloaded_stylesheet_restyles_the_kept_looks(reload: str) -> None:
+    """A CSS file edited under ``textual run --dev`` (App._on_css_change updates the nodes), or the styles
+    refreshed as a new ANSI theme or screen mode does (App.refresh_css, animated)."""
+    app = QKVApp("i_love_ai")
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("right", "right")
+        view = next(v for v in app.query(MatrixView) if v.display)
+        assert view.look("current").bgcolor.name == "#ffd75f"
+        app.stylesheet.add_source("MatrixView:dark > .matrix--current { background: #ff0000; }", read_from=("test", ""))
+        if reload == "file":
+            app.stylesheet.reparse()
+            app.stylesheet.update(app)
+        else:
+            app.refresh_css()
+        await pilot.pause()
+        assert view.look("current").bgcolor.name == "#ff0000"
+        kept, fresh = kept_and_fresh(app)
+        assert kept == fresh
+
+
 async def test_steps_look_up_no_style_once_drawn(monkeypatch: pytest.MonkeyPatch) -> None:
     """The cost the looks are kept for: a lookup walks the widget's styles and its ancestors' again."""
     lookups: list[str] = []

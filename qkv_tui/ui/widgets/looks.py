@@ -1,12 +1,12 @@
 """Styled: a widget whose text styles are component classes (qkv.tcss), each looked up once until its styles change.
 
 Textual (8.2) keeps a widget's component styles in a cache that every refresh of the widget empties, and a step
-refreshes every pane: each lookup then walked the widget's styles and its ancestors' again, about 30 a keypress
-(benchmarks/bench.py --step-only). The looks here are kept until the stylesheet is applied to the widget again
-(notify_style_update: a new theme, a CSS reload, a class of its own) or the theme changes (theme_changed_signal).
-That is all that can change them as long as qkv.tcss styles a component class by the widget's type and
-``:dark``/``:light`` alone, which tests/test_looks.py holds it to: a rule keyed on an ancestor's class could change
-a component's styles while the widget's own stay the same, and Textual then re-applies them without telling it.
+refreshes every pane: each lookup then walked the widget's styles and its ancestors' again, about 25 a keypress
+(benchmarks/bench.py --step-only). The looks here are kept until Textual applies the stylesheet to the widget anew
+(notify_style_update, as for a new theme or a CSS reload) or the theme changes (theme_changed_signal). That is all
+that can change them as long as qkv.tcss styles a component class by the widget's type and ``:dark``/``:light``
+alone, which tests/test_looks.py holds it to: a rule keyed on an ancestor's class could change a component's
+styles while the widget's own stay the same, and Textual does not call notify_style_update then.
 """
 
 from __future__ import annotations
