@@ -263,6 +263,37 @@ def measure_startup(repeats: int) -> dict[str, Any]:
             "target": TARGETS["startup_vs_bare"], "runs": runs}
 
 
+def measure_steps(rounds: int, presses: int) -> dict[str, Any]:
+    """Only the CPU per step: the bare app, I love AI and the glassllm head (where installed), alternated in
+    every round and no start-ups, so more rounds fit the same minutes (the figure a widget change moves)."""
+    compileall.compile_dir(str(Path(__file__).resolve().parent.parent / "qkv_tui"), quiet=1)
+    programs = {"bare": "i_love_ai", "qkv": "i_love_ai"}
+    model = model_scenario(Path(tempfile.mkdtemp(prefix="qkv-bench-steps-")))
+    if model is not None:
+        programs["glassllm_head"] = model
+    runs: dict[str, list[float]] = {name: [] for name in programs}
+    for _ in range(rounds):
+        for name, scenario in programs.items():
+            app = bare_app() if name == "bare" else qkv_app(scenario)
+            runs[name].append(asyncio.run(step_cpu(app, presses)) * 1000)
+    medians = {name: float(statistics.median(ms)) for name, ms in runs.items()}
+    return {"rounds": rounds, "presses": presses, "step_cpu_ms": medians, "runs_ms": runs,
+            "step_cpu_vs_bare": medians["qkv"] / medians["bare"], "target": TARGETS["step_cpu_vs_bare"]}
+
+
+def report_steps(result: dict[str, Any]) -> str:
+    ms = result["step_cpu_ms"]
+    met = "yes" if result["step_cpu_vs_bare"] <= result["target"] else "NO"
+    out = [f"CPU per step, medians of {result['rounds']} alternated runs of {result['presses']} presses:"
+           f" bare Textual {ms['bare']:.2f} ms, qkv-tui (I love AI) {ms['qkv']:.2f} ms:"
+           f" {result['step_cpu_vs_bare']:.2f}× (target {result['target']:.1f}×, met: {met})"]
+    if "glassllm_head" in ms:
+        out.append(f"glassllm:en layer 1 head 0, 32 tokens: {ms['glassllm_head']:.2f} ms per step")
+    for name, values in result["runs_ms"].items():
+        out.append(f"  {name:<14} " + " ".join(f"{v:6.2f}" for v in values))
+    return "\n".join(out)
+
+
 def report_startup(result: dict[str, Any]) -> str:
     met = "yes" if result["startup_vs_bare"] <= result["target"] else "NO"
     return (f"start-up, medians of {result['repeats']} alternated runs: bare Textual {result['bare_startup_s']:.3f} s,"
@@ -471,6 +502,9 @@ def main() -> None:
                         help="only the KV-cache and tiled views opened at 2,048 tokens beside 3 (minutes)")
     parser.add_argument("--model-only", action="store_true",
                         help="only the glassllm head beside I love AI and the bare app")
+    parser.add_argument("--step-only", action="store_true",
+                        help="only the CPU per step of the bare app, I love AI and the glassllm head,"
+                             " --repeats alternated rounds (no start-ups)")
     parser.add_argument("--startup-only", action="store_true",
                         help="only start-up of I love AI beside the bare app (seconds, not minutes)")
     args = parser.parse_args()
@@ -479,6 +513,10 @@ def main() -> None:
     if args.startup_only:
         result = measure_startup(2 if args.quick else args.repeats)
         print(json.dumps(result, indent=2) if args.json else report_startup(result))
+        return
+    if args.step_only:
+        result = measure_steps(2 if args.quick else args.repeats, args.presses)
+        print(json.dumps(result, indent=2) if args.json else report_steps(result))
         return
     if args.model_only:
         result = measure(args.repeats, args.presses, (), ())

@@ -6,7 +6,7 @@ from __future__ import annotations
 from rich.style import Style
 
 from qkv_tui.ui.app import QKVApp
-from qkv_tui.ui.widgets import matrix, panels
+from qkv_tui.ui.widgets import looks, matrix, panels
 from qkv_tui.ui.widgets.matrix import MatrixView
 from qkv_tui.ui.widgets.panels import ExplainPanel, FormulaLine, StageBar
 
@@ -26,7 +26,7 @@ def colours(line: object) -> set[str]:
 
 
 def test_no_module_keeps_colours_for_a_theme_to_overwrite() -> None:
-    for module in (matrix, panels):
+    for module in (looks, matrix, panels):
         held = [name for name, value in vars(module).items() if isinstance(value, Style)
                 or (isinstance(value, dict) and any(isinstance(v, str) and v.startswith("#") for v in value.values()))]
         assert not held, (module.__name__, held)

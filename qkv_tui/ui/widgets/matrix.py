@@ -21,6 +21,7 @@ from qkv_tui.core.fmt import fmt
 from qkv_tui.display.layout import visible_columns
 from qkv_tui.display.text import pictured, shorten, title_variants
 from qkv_tui.display.view import PaneSpec, changed_rows
+from qkv_tui.ui.widgets.looks import Styled
 from qkv_tui.ui.widgets.scrolling import SyncedScrollView
 
 NEG_INF = float("-inf")
@@ -57,9 +58,14 @@ def _fit(text: str, width: int, right: bool = False) -> str:
     return fitted
 
 
-class MatrixView(SyncedScrollView, can_focus=False):
-    """A scrolling grid of numbers with labels, progress and highlights."""
+class MatrixView(SyncedScrollView, Styled, can_focus=False):
+    """A scrolling grid of numbers with labels, progress and highlights.
 
+    ``look("current")``, ``look("row-max")`` …: a highlight's style in the theme in force (qkv.tcss), its own
+    rules only, to add to the pane's base style.
+    """
+
+    PREFIX = "matrix"
     COMPONENT_CLASSES: ClassVar[set[str]] = {
         *(f"matrix--{look}" for look in LOOKS), "matrix--heat-low", "matrix--heat-high",
     }
@@ -76,11 +82,6 @@ class MatrixView(SyncedScrollView, can_focus=False):
     def notify_style_update(self) -> None:
         self._base = None
         super().notify_style_update()
-
-    def look(self, name: str) -> Style:
-        """A highlight's style (``current``, ``row-max`` …) in the theme in force (qkv.tcss): its own rules
-        only, added to the pane's base style. Textual keeps it until the styles change (a new theme)."""
-        return self.get_component_rich_style(f"matrix--{name}", partial=True)
 
     @property
     def heat_ends(self) -> tuple[RGB, RGB]:

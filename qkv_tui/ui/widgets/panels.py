@@ -22,19 +22,10 @@ from qkv_tui.core.fmt import cell_len
 from qkv_tui.display.text import pictured, shorten, wrap
 from qkv_tui.display.view import Explanation
 from qkv_tui.teach.quiz import Question
+from qkv_tui.ui.widgets.looks import Styled
 from qkv_tui.ui.widgets.scrolling import SyncedScrollView
 
 TITLE_FLOOR = 4  # fewer letters of a title than this say nothing: the stage bar then leaves it out
-
-
-class Styled(Widget):
-    """A widget whose text styles are component classes, styled per theme in qkv.tcss: ``look("muted")``
-    is the rules of ``.PREFIX--muted`` alone (to add to the text's own)."""
-
-    PREFIX: ClassVar[str] = ""
-
-    def look(self, name: str) -> Style:
-        return self.get_component_rich_style(f"{self.PREFIX}--{name}", partial=True)
 
 
 class StageBar(Static, Styled):
@@ -170,7 +161,7 @@ class ExplainPanel(SyncedScrollView, Styled, can_focus=False):
         self._wrapped: tuple[tuple[int, tuple[Style, ...]] | None, list[Strip]] = (None, [])
 
     def _wrap(self, width: int) -> list[Strip]:
-        looks = {kind: self.look(kind) for kind in self.KINDS}  # Textual keeps them: a lookup each
+        looks = {kind: self.look(kind) for kind in self.KINDS}  # kept until the styles change (looks.py)
         key = (width, tuple(looks.values()))
         if self._wrapped[0] != key:
             strips = []
