@@ -77,6 +77,38 @@ def bytelevel_tokenizer(folder: Path, pre: str = "qwen2", split: str = QWEN2_SPL
             "merges": [f"{a} {b}" for a, b in merges], "eos": tokens.index("<|endoftext|>"), "add_bos": False}
 
 
+LLAMA3_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
+                r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+
+
+def llama3_tokenizer(folder: Path) -> dict[str, Any]:
+    """A Llama-3-style tokenizer.json (byte-level BPE taking whole words first, <|begin_of_text|> first) and its metadata."""
+    import json
+
+    from tokenizers import Regex, Tokenizer, models, pre_tokenizers, processors, trainers
+
+    split = pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(LLAMA3_SPLIT), behavior="isolated"),
+                                     pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    trainer_tok = Tokenizer(models.BPE())
+    trainer_tok.pre_tokenizer = split
+    trainer = trainers.BpeTrainer(vocab_size=400, special_tokens=["<|begin_of_text|>", "<|end_of_text|>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    trainer_tok.train_from_iterator(CORPUS, trainer)
+    vocab = trainer_tok.get_vocab()
+    merges = [tuple(m) for m in json.loads(trainer_tok.to_str())["model"]["merges"]]
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=merges, ignore_merges=True))
+    tok.pre_tokenizer = split
+    tok.add_special_tokens(["<|begin_of_text|>", "<|end_of_text|>"])
+    bos = vocab["<|begin_of_text|>"]
+    tok.post_processor = processors.TemplateProcessing(single="<|begin_of_text|>:0 $A:0",
+                                                       special_tokens=[("<|begin_of_text|>", bos)])
+    folder.mkdir(parents=True, exist_ok=True)
+    tok.save(str(folder / "tokenizer.json"))
+    tokens = [t for t, _ in sorted(vocab.items(), key=lambda kv: kv[1])]
+    return {"model": "gpt2", "pre": "llama-bpe", "tokens": tokens, "types": [3 if t.startswith("<|") else 1 for t in tokens],
+            "merges": [f"{a} {b}" for a, b in merges], "bos": bos, "eos": vocab["<|end_of_text|>"], "add_bos": True}
+
+
 # --- checkpoints --------------------------------------------------------------------------
 
 

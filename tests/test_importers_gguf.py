@@ -30,6 +30,7 @@ from qkv_tui.importers.gguf_header import Header
 from .gguf_fixtures import (
     build_hf,
     bytelevel_tokenizer,
+    llama3_tokenizer,
     load_weights,
     permute,
     reference,
@@ -204,6 +205,18 @@ def test_a_byte_level_vocabulary_tokenizes_as_its_tokenizer_json(checkpoints: di
     assert tokenize("<|endoftext|>")[1] == [tok["eos"]]  # a control token is one token, not its characters
 
 
+def test_a_llama3_vocabulary_takes_whole_words_and_puts_its_bos_first(tmp_path: Path) -> None:
+    from qkv_tui.importers.gguf_tokenizer import gguf_tokenizer
+
+    tok = llama3_tokenizer(tmp_path)
+    model = build_hf(tmp_path, "llama", len(tok["tokens"]), d=32, head_dim=8, inter=64)
+    write_gguf(tmp_path / "m.gguf", model, "llama", tok, "F32")
+    tokenize = gguf_tokenizer(Header(tmp_path / "m.gguf", "m.gguf").metadata, "m.gguf")
+    for text in TEXTS:
+        assert tokenize(text)[1] == hf_ids(tmp_path, text), text
+    assert tokenize("Alice")[0][0] == "<|begin_of_text|>"
+
+
 # --- bad files: one line each through --check -------------------------------------------------
 
 
@@ -258,6 +271,14 @@ def test_a_huge_string_array_is_refused_by_its_count(cli: Callable[..., Any], tm
     raw = b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + struct.pack("<Q", len(key)) + key + struct.pack("<IIQ", 9, 8, 2**45)
     (tmp_path / "m.gguf").write_bytes(raw + b"\0" * 64)
     one_error(cli, tmp_path, "m.gguf", "gives the array 'tokenizer.ggml.tokens' 35,184,372,088,832 strings; expected at most")
+
+
+def test_an_unknown_ggml_type_is_named(cli: Callable[..., Any], tmp_path: Path) -> None:
+    name = b"blk.0.attn_q.weight"
+    table = struct.pack("<Q", len(name)) + name + struct.pack("<IQIQ", 1, 32, 99, 0)  # 1-D, 32 values, type 99
+    raw = b"GGUF" + struct.pack("<IQQ", 3, 1, 0) + table
+    (tmp_path / "m.gguf").write_bytes(raw + b"\0" * (32 - len(raw) % 32) + b"\0" * 256)
+    one_error(cli, tmp_path, "m.gguf", "stores tensor 'blk.0.attn_q.weight' as ggml type 99, which the gguf package does not know")
 
 
 def test_a_fifo_or_a_device_is_refused_without_opening_it(cli: Callable[..., Any], tmp_path: Path) -> None:
