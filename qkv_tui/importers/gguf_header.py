@@ -3,12 +3,12 @@
 GGUF is llama.cpp's format: the magic ``GGUF``, a version, the tensor and metadata counts, the
 metadata (key, type, value), the tensor table (name, dimensions, ggml type, offset) and, aligned,
 the tensor data. The header is parsed here rather than by the gguf package's ``GGUFReader``
-because that reader builds NumPy views for every string of a vocabulary (for Qwen2's 151,000 tokens
-and merges it took 60 times as long as this reader on this project's shared machine, 149 s against
-2.4 s under load) and trusts every count: here each count, length and offset is checked against limits and the file's size first, so a corrupt,
-truncated or hostile file is one error line, never a hang or a gigabyte allocation. The tensors'
-bytes stay in a memory map until a layer asks for them; the gguf package's own code gives the
-block sizes and dequantizes them (gguf_file.py).
+because that reader builds NumPy views for every string of a vocabulary (for Qwen2's 151,000
+tokens and merges it took 60 times as long as this reader on this project's shared machine, 149 s
+against 2.4 s under load) and trusts every count: here each count, length and offset is checked
+against limits and the file's size first, so a corrupt, truncated or hostile file is one error
+line, never a hang or a gigabyte allocation. The tensors' bytes stay in a memory map until a layer
+asks for them; the gguf package's own code gives the block sizes and dequantizes them (gguf_file.py).
 """
 
 from __future__ import annotations
@@ -32,9 +32,9 @@ MAGIC = b"GGUF"
 VERSIONS = (2, 3)  # version 1 counted in 32 bits; llama.cpp itself reads only 2 and 3
 KV_LIMIT = 65_536  # metadata entries; real files have a few dozen
 TENSOR_LIMIT = 65_536  # real files have at most a few thousand
-STRING_ARRAY_LIMIT = 4 * 2**20  # strings in one array: the largest vocabularies in use have 262,144 tokens
+STRING_ARRAY_LIMIT = 4 * 2**20  # strings in the whole header: the largest vocabularies in use have 262,144 tokens
 STRING_LIMIT = 16 * 2**20  # bytes of one string (a chat template is kilobytes)
-HEADER_LIMIT = 512 * 2**20  # bytes before the tensor data; real headers are a few to tens of MB
+HEADER_LIMIT = 256 * 2**20  # bytes before the tensor data; real headers are a few to tens of MB
 MAX_DIMS = 4  # GGML_MAX_DIMS
 
 # the GGUF value types (the spec's numbering) that have a fixed width
@@ -103,7 +103,7 @@ class Header:
             raise self.fail(f"claims {kv_count:,} metadata entries; expected at most {KV_LIMIT:,} (a corrupt header?)")
         if tensor_count > TENSOR_LIMIT:
             raise self.fail(f"claims {tensor_count:,} tensors; expected at most {TENSOR_LIMIT:,} (a corrupt header?)")
-        self.pos = 24
+        self.pos, self.strings = 24, 0
         for _ in range(kv_count):
             key = self._string("a metadata key")
             if key in self.metadata:
@@ -193,9 +193,10 @@ class Header:
             return values.astype(bool) if item == _BOOL else values
         if item != _STRING:
             raise self.fail(f"gives {key!r} an array of type {item}; expected numbers or strings (nested arrays are not read)")
-        if count > STRING_ARRAY_LIMIT:
+        self.strings += count
+        if self.strings > STRING_ARRAY_LIMIT:  # bounds the time spent reading strings, whatever the file's size
             raise self.fail(f"gives the array {key!r} {count:,} strings; expected at most {STRING_ARRAY_LIMIT:,}"
-                            " (a corrupt header?)")
+                            " in the whole header (a corrupt header?)")
         return self._strings(count, f"the array {key!r}")
 
     def _strings(self, count: int, what: str) -> list[str]:
