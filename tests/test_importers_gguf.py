@@ -291,7 +291,9 @@ def test_a_fifo_or_a_device_is_refused_without_opening_it(cli: Callable[..., Any
 
 META_CASES = [
     ({"general.architecture": "gemma2"}, "general.architecture 'gemma2' is not supported; expected one of: llama, qwen2, qwen3"),
-    ({"split.count": 3}, "is part 1 of 3 (a split GGUF)"),
+    ({"split.count": 3}, "is one part of a split GGUF (split.count = 3)"),
+    ({"split.count": "three"}, "is one part of a split GGUF (split.count = 'three')"),
+    ({"llama.rope.scaling.factor": 4.0}, "llama.rope.scaling.type 'none' (factor 4.0) is not supported"),
     ({"llama.rope.scaling.type": "linear"}, "llama.rope.scaling.type 'linear' (factor 1.0) is not supported"),
     ({"llama.rope.dimension_count": 32}, "llama.rope.dimension_count = 32 but the heads have d_k = 64 (partial RoPE)"),
     ({"tokenizer.ggml.pre": "mystery-bpe", "tokenizer.ggml.model": "gpt2"}, "tokenizer.ggml.pre 'mystery-bpe' is not a pre-tokenizer"),

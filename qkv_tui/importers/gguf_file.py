@@ -78,14 +78,16 @@ def open_gguf(path: Path, source: str) -> GgufModel:
         import gguf  # noqa: F401  (the dequantizers; imported only when a GGUF is opened)
     except ImportError:
         raise ImporterError(missing_package("gguf", f"model.source {_show(source)}")) from None
-    shown = path.name if len(path.name) <= 60 else path.name[:57] + "..."
+    named = path.name if path.suffix.lower() == ".gguf" else source  # an Ollama blob's name says nothing
+    shown = named if len(named) <= 60 else named[:57] + "..."
     header = Header(path, shown)
     meta = header.metadata
-    if meta.get("split.count", 1) not in (0, 1):
-        raise ImporterError(f"{shown} is part {meta.get('split.no', 0) + 1} of {meta['split.count']} (a split GGUF);"
-                            " expected one file: merge the parts with llama-gguf-split --merge")
+    parts = meta.get("split.count", 1)
+    if not isinstance(parts, int) or parts > 1:
+        raise ImporterError(f"{shown} is one part of a split GGUF (split.count = {parts!r}); expected one file:"
+                            " merge the parts with llama-gguf-split --merge")
     arch = meta.get("general.architecture")
-    if arch not in ARCHITECTURES:
+    if not isinstance(arch, str) or arch not in ARCHITECTURES:
         raise ImporterError(f"{shown}: general.architecture {_show(arch)} is not supported;"
                             f" expected one of: {', '.join(ARCHITECTURES)}")
     sizes = _Sizes(meta, arch, shown)
@@ -167,12 +169,13 @@ class _Sizes:
 def _plain_rope(header: Header, meta: dict[str, Any], arch: str, sizes: _Sizes, shown: str) -> None:
     """Refuse every RoPE variant the Rotate stage does not compute (partial, scaled), naming it."""
     dims = meta.get(f"{arch}.rope.dimension_count")
-    if dims is not None and dims != sizes.d_k:
-        raise ImporterError(f"{shown}: {arch}.rope.dimension_count = {dims} but the heads have d_k = {sizes.d_k} (partial RoPE);"
-                            " not supported: [rope] rotates every dimension of d_k")
+    if dims is not None and (not isinstance(dims, int) or dims != sizes.d_k):
+        raise ImporterError(f"{shown}: {arch}.rope.dimension_count = {dims!r} but the heads have d_k = {sizes.d_k}"
+                            " (partial RoPE); not supported: [rope] rotates every dimension of d_k")
     kind = meta.get(f"{arch}.rope.scaling.type", "none")
     factor = meta.get(f"{arch}.rope.scaling.factor", meta.get(f"{arch}.rope.scale_linear", 1.0))
-    if kind != "none" or factor not in (0, 0.0, 1, 1.0):
+    unit = isinstance(factor, (int, float)) and not isinstance(factor, bool) and factor in (0, 1)  # 0: unset
+    if not (isinstance(kind, str) and kind == "none" and unit):
         raise ImporterError(f"{shown}: {arch}.rope.scaling.type {kind!r} (factor {factor}) is not supported; the Rotate stage"
                             " computes plain RoPE")
     if "rope_freqs.weight" in header.tensors:

@@ -53,7 +53,7 @@ def gguf_tokenizer(meta: dict[str, Any], shown: str) -> Tokenize:
         raise ImporterError(missing_package("tokenizers", f"the tokenizer of {shown}")) from None
     kind = meta.get("tokenizer.ggml.model")
     tokens = meta.get("tokenizer.ggml.tokens")
-    if kind is None or not isinstance(tokens, list) or not tokens:
+    if not isinstance(kind, str) or not isinstance(tokens, list) or not tokens:
         raise ImporterError(f"{shown} has no tokenizer (tokenizer.ggml.model and tokenizer.ggml.tokens); expected a GGUF"
                             " converted with its vocabulary")
     types = _ints(meta, "tokenizer.ggml.token_type", len(tokens), shown)
@@ -62,7 +62,7 @@ def gguf_tokenizer(meta: dict[str, Any], shown: str) -> Tokenize:
     try:
         if kind == "gpt2":
             pre = meta.get("tokenizer.ggml.pre", "default")
-            if pre not in SPLITS:
+            if not isinstance(pre, str) or pre not in SPLITS:
                 raise ImporterError(f"{shown}: tokenizer.ggml.pre {pre!r} is not a pre-tokenizer qkv-tui knows;"
                                     f" expected one of: {', '.join(SPLITS)}")
             if not isinstance(merges, list):
