@@ -86,6 +86,16 @@ def memory_kib(pid: int) -> tuple[int, int]:
     return rss, pss
 
 
+READERS: set[asyncio.Task[None]] = set()
+
+
+async def drain(ws: aiohttp.ClientWebSocketResponse) -> None:
+    """Read on, as a browser does: aiohttp answers the server's heartbeat pings only while a socket is
+    read, and the server closes one that has not answered for 15 s (a slow class takes longer)."""
+    async for _message in ws:
+        pass
+
+
 async def first_frame(session: aiohttp.ClientSession, url: str) -> tuple[float, aiohttp.ClientWebSocketResponse]:
     """Open one student's app; seconds until its first complete frame arrives."""
     start = time.perf_counter()
@@ -95,7 +105,11 @@ async def first_frame(session: aiohttp.ClientSession, url: str) -> tuple[float, 
         if message.type == aiohttp.WSMsgType.BINARY:
             seen = (seen + message.data)[-65536:]
             if MARK in seen:
-                return time.perf_counter() - start, ws
+                took = time.perf_counter() - start
+                reader = asyncio.create_task(drain(ws))
+                READERS.add(reader)
+                reader.add_done_callback(READERS.discard)
+                return took, ws
         elif message.type in (aiohttp.WSMsgType.CLOSED, aiohttp.WSMsgType.ERROR):
             break
     raise RuntimeError("the app closed before its first frame")
@@ -120,6 +134,7 @@ async def measure(port: int, server_pid: int, students: int) -> dict[str, object
         everyone = children(server_pid)
         zygotes = [pid for pid in everyone if "serve_zygote" in command_line(pid)]
         apps = [pid for pid in everyone if pid not in zygotes]
+        assert len(apps) >= students, f"{len(apps)} app processes for {students} students: some ended early"
         usage = [memory_kib(pid) for pid in apps]
         zygote_rss, zygote_pss = (sum(m) for m in zip(*(memory_kib(pid) for pid in zygotes), strict=True)) \
             if zygotes else (0, 0)
