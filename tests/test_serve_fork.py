@@ -226,3 +226,14 @@ def test_read_only_refuses_every_edit(tmp_path: Path) -> None:
                 await tab.ws.close()
 
         asyncio.run(run())
+
+
+def test_read_only_goes_only_where_an_app_runs() -> None:
+    import subprocess
+    import sys
+
+    for args in (["--export", "json"], ["--check"]):
+        run = subprocess.run([sys.executable, "-m", "qkv_tui", "--read-only", *args, "i_love_ai"],
+                             capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+        assert run.returncode == 2 and run.stdout == "", run
+        assert run.stderr == "error: --read-only goes only with the app or --serve (see qkv-tui --help)\n", run.stderr

@@ -179,10 +179,9 @@ class Live:
         self.app.push_screen(EditScreen(self.app.scenario, self.default_cell(), self.apply))
 
     def refused(self, what: str) -> bool:
-        """Under --read-only: says so in one line, and True."""
+        """Under --read-only (a lecture: everyone sees the same numbers): says so in one line, and True."""
         if self.read_only:
-            self.app.notify(f"Read-only (--read-only): {what} is off, so everyone sees the same numbers.",
-                            severity="warning", timeout=5, markup=False)
+            self.app.notify(f"Read-only: {what} is off.", severity="warning", timeout=4, markup=False)
         return self.read_only
 
     def apply(self, cell: InputCell, text: str) -> str | None:
