@@ -187,6 +187,24 @@ def test_closing_a_tab_ends_its_process(classroom: tuple[str, int, Path]) -> Non
     asyncio.run(run())
 
 
+def test_a_hung_app_is_killed_when_its_tab_closes(classroom: tuple[str, int, Path]) -> None:
+    url, server, _log = classroom
+
+    async def run() -> None:
+        async with aiohttp.ClientSession() as session:
+            tab = await Tab.open(session, url)
+            (hung,) = apps(server)
+            os.kill(hung, signal.SIGSTOP)  # it will not answer the quit its closed tab sends
+            try:
+                await tab.ws.close()
+                until(lambda: gone(hung), "the hung app of a closed tab is still there")  # killed after QUIT_SECONDS
+            finally:
+                if not gone(hung):
+                    os.kill(hung, signal.SIGKILL)
+
+    asyncio.run(run())
+
+
 def test_a_dead_app_starter_is_replaced_and_said_so(classroom: tuple[str, int, Path]) -> None:
     url, server, log = classroom
     zygote = zygote_of(server)

@@ -60,9 +60,13 @@ class ForkedApp:
         return self._exited.result() if self._exited.done() and not self._exited.cancelled() else None
 
     async def wait(self) -> int | None:
-        with contextlib.suppress(asyncio.CancelledError):
+        """Its exit status; None when the zygote that would report it died (the app was orphaned)."""
+        try:
             return await asyncio.shield(self._exited)
-        return None
+        except asyncio.CancelledError:
+            if self._exited.cancelled():
+                return None
+            raise  # the waiter itself was cancelled (a timeout): not to be taken for an exit
 
     def send_signal(self, number: int) -> None:
         if self._exited.done():
