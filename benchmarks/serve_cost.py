@@ -72,6 +72,13 @@ def children(pid: int) -> list[int]:
     return found
 
 
+def parent(pid: int) -> int:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except OSError:
+        return 0
+
+
 def memory_kib(pid: int) -> tuple[int, int]:
     """(RSS, PSS) of one process in KiB."""
     rss = pss = 0
@@ -132,7 +139,8 @@ async def measure(port: int, server_pid: int, students: int) -> dict[str, object
             sockets.append(ws)
         await asyncio.sleep(2.0)  # every app idle before memory is read
         everyone = children(server_pid)
-        zygotes = [pid for pid in everyone if "serve_zygote" in command_line(pid)]
+        # the zygote is the server's own child; the apps it forked have its command line too
+        zygotes = [pid for pid in everyone if "serve_zygote" in command_line(pid) and parent(pid) == server_pid]
         apps = [pid for pid in everyone if pid not in zygotes]
         assert len(apps) >= students, f"{len(apps)} app processes for {students} students: some ended early"
         usage = [memory_kib(pid) for pid in apps]
