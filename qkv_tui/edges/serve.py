@@ -170,15 +170,8 @@ def make_server(command: str, host: str, port: int, title: str, argv: list[str] 
             return web.Response(text=local_fonts(page, base, static, self.fonts), content_type="text/html")
 
         async def on_startup(self, app: web.Application) -> None:
-            shown = f"[{self.host}]" if ":" in self.host else self.host
-            print(f"qkv-tui: serving {self.title!r} at http://{shown}:{self.port}/ (one app per browser tab)")
-            if self.host in ("127.0.0.1", "localhost", "::1"):
-                print("Only this computer can connect. For a classroom: --host, behind a reverse proxy with TLS and a login.")
-            else:
-                print("There is no login: anyone who can reach this address gets an app. Put a proxy with one in front.")
-            print("Press Ctrl+C to stop.", flush=True)
             if argv is not None:
-                # its imports start now, while the teacher hands out the address
+                # before the port opens: the first student's app is forked too, not kept waiting for the imports
                 probe = ForkedAppService(self.command, zygote=None, argv=argv, write_bytes=_nothing, write_str=_nothing,
                                          close=_nothing, download_manager=self.download_manager, debug=self.debug)
                 self.zygote = Zygote(probe._build_environment())
@@ -188,6 +181,15 @@ def make_server(command: str, host: str, port: int, title: str, argv: list[str] 
                     print(f"qkv-tui: cannot start the app starter ({exc.strerror or exc}): each student's app starts"
                           " as a fresh Python (slower)", file=sys.stderr, flush=True)
                     self.zygote = None
+                else:
+                    await self.zygote.wait_ready()  # one that fails has said so; the first tab tries a new one
+            shown = f"[{self.host}]" if ":" in self.host else self.host
+            print(f"qkv-tui: serving {self.title!r} at http://{shown}:{self.port}/ (one app per browser tab)")
+            if self.host in ("127.0.0.1", "localhost", "::1"):
+                print("Only this computer can connect. For a classroom: --host, behind a reverse proxy with TLS and a login.")
+            else:
+                print("There is no login: anyone who can reach this address gets an app. Put a proxy with one in front.")
+            print("Press Ctrl+C to stop.", flush=True)
 
         async def on_shutdown(self, app: web.Application) -> None:
             if self.zygote is not None:

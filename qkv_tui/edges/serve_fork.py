@@ -119,6 +119,16 @@ class Zygote:
         self.ready = loop.create_future()
         loop.add_reader(ours.fileno(), self._readable)
 
+    async def wait_ready(self) -> bool:
+        """Wait for the zygote's imports; False when it ended first (said in one line) or took too long."""
+        if self.ready is None:
+            return False
+        try:
+            await asyncio.wait_for(asyncio.shield(self.ready), READY_SECONDS)
+        except (ZygoteError, TimeoutError):
+            return False
+        return True
+
     def stop(self) -> None:
         """At the server's end: closing the socket ends the zygote, which ends the apps it started."""
         self._lost(None)

@@ -42,7 +42,9 @@ PRELOAD = (
     "textual.widgets._static", "textual.command", "textual._xterm_parser", "textual.css.stylesheet",
     "qkv_tui.edges.cli", "qkv_tui.ui.app", "qkv_tui.ui.edit_prompt", "qkv_tui.ui.screenshot",
     "qkv_tui.ui.widgets.heatmap", "qkv_tui.ui.widgets.screens", "qkv_tui.ui.widgets.modal",
-    "qkv_tui.display.heatmap", "qkv_tui.teach.whatif", "tomlkit",
+    "qkv_tui.display.heatmap", "qkv_tui.teach.whatif", "tomlkit", "encodings.utf_8_sig", "textual.scrollbar",
+    "textual.layouts.factory", "textual.layouts.horizontal", "textual.layouts.vertical", "textual.layouts.stream",
+    "textual.layouts.grid",
 )
 MAX_MESSAGE = 1 << 20  # an environment and a command line fit many times over
 
@@ -56,6 +58,10 @@ def preload() -> None:
     for name in PRELOAD:
         with contextlib.suppress(Exception):  # a module missing only costs a child the import later
             importlib.import_module(name)
+    with contextlib.suppress(Exception):  # Rich loads its table of character widths with the first wide one
+        from rich.cells import cell_len
+
+        cell_len("·→√")
     # Objects made so far are never collected: the collector then does not touch (and so copy) their pages
     gc.collect()
     gc.freeze()
