@@ -79,6 +79,15 @@ def parent(pid: int) -> int:
         return 0
 
 
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU time a process has used so far."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def memory_kib(pid: int) -> tuple[int, int]:
     """(RSS, PSS) of one process in KiB."""
     rss = pss = 0
@@ -144,15 +153,22 @@ async def measure(port: int, server_pid: int, students: int) -> dict[str, object
         apps = [pid for pid in everyone if pid not in zygotes]
         assert len(apps) >= students, f"{len(apps)} app processes for {students} students: some ended early"
         usage = [memory_kib(pid) for pid in apps]
+        started = [cpu_seconds(pid) for pid in apps]  # idle since their first frame: what a start costs
         zygote_rss, zygote_pss = (sum(m) for m in zip(*(memory_kib(pid) for pid in zygotes), strict=True)) \
             if zygotes else (0, 0)
         server_rss, server_pss = memory_kib(server_pid)
         for ws in sockets:
             await ws.close()
         await asyncio.sleep(2.0)
+        server_cpu = cpu_seconds(server_pid)
+        zygote_cpu = sum(cpu_seconds(pid) for pid in zygotes)
         start = time.perf_counter()
         burst = await asyncio.gather(*(first_frame(session, url) for _ in range(students)))
         burst_last = time.perf_counter() - start
+        server_burst_cpu = cpu_seconds(server_pid) - server_cpu
+        zygote_burst_cpu = sum(cpu_seconds(pid) for pid in zygotes) - zygote_cpu
+        burst_apps = [pid for pid in children(server_pid) if pid not in zygotes]
+        burst_cpu = [cpu_seconds(pid) for pid in burst_apps]
         for _, ws in burst:
             await ws.close()
     return {
@@ -167,21 +183,27 @@ async def measure(port: int, server_pid: int, students: int) -> dict[str, object
         "pss_per_student_with_zygote_mib": (sum(p for _, p in usage) + zygote_pss) / students / 1024,
         "zygote_rss_mib": zygote_rss / 1024,
         "zygote_pss_mib": zygote_pss / 1024,
+        "app_start_cpu_median_s": statistics.median(started),
+        "server_burst_cpu_s": server_burst_cpu,
+        "zygote_burst_cpu_s": zygote_burst_cpu,
+        "burst_apps_cpu_total_s": sum(burst_cpu),
         "server_rss_mib": server_rss / 1024,
         "server_pss_mib": server_pss / 1024,
     }
 
 
-async def measure_bare(port: int, starts: int) -> list[float]:
-    """The yardstick: a bare Textual app's start-up, one student at a time."""
-    seconds = []
+async def measure_bare(port: int, server_pid: int, starts: int) -> tuple[list[float], list[float]]:
+    """The yardstick: a bare Textual app's start-up, one student at a time; and the CPU each used."""
+    seconds, cpu = [], []
     async with aiohttp.ClientSession() as session:
         for _ in range(starts):
             took, ws = await first_frame(session, f"ws://127.0.0.1:{port}/ws")
             seconds.append(took)
+            await asyncio.sleep(0.5)
+            cpu.append(sum(cpu_seconds(pid) for pid in children(server_pid)))
             await ws.close()
             await asyncio.sleep(0.5)
-    return seconds
+    return seconds, cpu
 
 
 def running(command: Callable[[int], list[str]], root: Path, call: Callable[[int, int], Awaitable[T]]) -> T:
@@ -213,12 +235,13 @@ def main() -> int:
     bare_command = shlex.join([sys.executable, "-c", BARE_APP])
     runs = []
     for _ in range(args.repeat):
-        bare = running(lambda port: [sys.executable, "-c", BARE_SERVER, bare_command, str(port)], root,
-                       lambda port, _pid: measure_bare(port, 5))
+        bare, bare_cpu = running(lambda port: [sys.executable, "-c", BARE_SERVER, bare_command, str(port)], root,
+                                 lambda port, pid: measure_bare(port, pid, 5))
         result = running(lambda port: [sys.executable, "-m", "qkv_tui", "--serve", "--port", str(port), "i_love_ai"],
                          root, lambda port, pid: measure(port, pid, args.students))
         result["bare_startup_median_s"] = bare_median = statistics.median(bare)
         result["bare_startup_all_s"] = bare
+        result["bare_start_cpu_median_s"] = statistics.median(bare_cpu)
         result["startup_ratio"] = float(result["startup_median_s"]) / bare_median  # type: ignore[arg-type]
         result["burst_ratio"] = float(result["burst_last_s"]) / bare_median  # type: ignore[arg-type]
         result["load_average"] = os.getloadavg()[0]
@@ -243,6 +266,10 @@ def report(result: dict[str, object], students: int) -> None:
     print(f"memory per student: RSS {result['rss_per_student_mib']:.1f} MiB, PSS {result['pss_per_student_mib']:.1f} MiB"
           f" ({result['processes_per_student']:.0f} process(es) each)")
     print(f"the server itself: RSS {result['server_rss_mib']:.1f} MiB, PSS {result['server_pss_mib']:.1f} MiB")
+    print(f"CPU: an app's start, median {result['app_start_cpu_median_s']:.2f} s (a bare Textual app's:"
+          f" {result['bare_start_cpu_median_s']:.2f} s); the server's during the class's arrival"
+          f" {result['server_burst_cpu_s']:.2f} s, the app starter's {result['zygote_burst_cpu_s']:.2f} s, the"
+          f" class's apps' {result['burst_apps_cpu_total_s']:.2f} s in all")
     if result["zygote_rss_mib"]:
         print(f"the app starter (zygote): RSS {result['zygote_rss_mib']:.1f} MiB, PSS {result['zygote_pss_mib']:.1f} MiB;"
               f" per student with its share: PSS {result['pss_per_student_with_zygote_mib']:.1f} MiB")
