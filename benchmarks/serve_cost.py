@@ -177,6 +177,7 @@ async def measure(port: int, server_pid: int, students: int) -> dict[str, object
         "startup_median_s": statistics.median(sequential),
         "startup_all_s": sequential,
         "burst_last_s": burst_last,
+        "burst_all_s": sorted(seconds for seconds, _ in burst),
         "rss_per_student_mib": sum(r for r, _ in usage) / students / 1024,
         "pss_per_student_mib": sum(p for _, p in usage) / students / 1024,
         # the zygote's share too: what the class costs beyond the server, divided by its size
