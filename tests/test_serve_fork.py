@@ -255,3 +255,25 @@ def test_read_only_goes_only_where_an_app_runs() -> None:
                              capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
         assert run.returncode == 2 and run.stdout == "", run
         assert run.stderr == "error: --read-only goes only with the app or --serve (see qkv-tui --help)\n", run.stderr
+
+
+def test_a_read_only_app_opens_no_edit_and_saves_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same refusal in the terminal: no prompt, no file written, one line each (cwd: where a copy would go)."""
+    from qkv_tui.ui.app import QKVApp
+
+    from .conftest import notices
+
+    monkeypatch.chdir(tmp_path)
+
+    async def run() -> None:
+        app = QKVApp("i_love_ai", read_only=True)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await pilot.press("e")
+            await pilot.pause()
+            assert len(app.screen_stack) == 1  # no edit prompt
+            await pilot.press("ctrl+s")
+            await pilot.pause()
+            assert [n.message for n in notices(app)] == ["Read-only: editing is off.", "Read-only: saving is off."]
+
+    asyncio.run(run())
+    assert list(tmp_path.iterdir()) == []
