@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import TypedDict
 
 import numpy as np
 
@@ -60,6 +61,15 @@ class HeadResult:
     slope: float | None = None  # the ALiBi slope of this head
     sink: float | None = None  # the sink's logit; None without a sink
     sink_exp: Matrix | None = None  # (n,) e^(sink − row_max), the part of each row sum the sink takes
+    W_G: Matrix | None = None  # (d_model, d_v) the output gate's weights; None without a gate
+    gate_logit: Matrix | None = None  # (n, d_v) X̂·W_G, what the sigmoid reads
+    gate: Matrix | None = None  # (n, d_v) σ(X̂·W_G)
+    gated_output: Matrix | None = None  # (n, d_v) output ⊙ gate: what Concat joins
+
+    @property
+    def joined(self) -> Matrix:
+        """What Concat joins: the gated output where the head has a gate, else the output."""
+        return self.output if self.gated_output is None else self.gated_output
 
     @property
     def Q_used(self) -> Matrix:
@@ -151,7 +161,7 @@ def compute_head(
         bias = _frozen(alibi_bias(slope, positions))  # (n, n)
     f = head_forward(X, X_kv, head.W_Q, head.W_K, head.W_V, head.b_Q, head.b_K, head.b_V, allow,
                      math.sqrt(head.d_k) if scale is None else scale, turn=turn_of(rope, positions, head.d_k),
-                     bias=bias, sink=head.sink, shared=shared)
+                     bias=bias, sink=head.sink, shared=shared, W_G=head.W_G)
     return result_of(head, f, scale is None, slope, kv_head)
 
 
@@ -164,7 +174,22 @@ def result_of(head: Head, f: Forward, scale_is_default: bool, slope: float | Non
         masked=a.masked, row_max=soft.row_max, exps=soft.exps, row_sum=soft.row_sum, weights=soft.weights,
         output=a.output, kv_head=kv_head, b_Q=head.b_Q, b_K=head.b_K, b_V=head.b_V, Q_rot=f.Q_rot, K_rot=f.K_rot,
         bias=a.bias, slope=slope, sink=head.sink, sink_exp=soft.sink_exp,
+        **gate_fields(head.W_G, f),
     )
+
+
+class GateFields(TypedDict):
+    W_G: Matrix | None
+    gate_logit: Matrix | None
+    gate: Matrix | None
+    gated_output: Matrix | None
+
+
+def gate_fields(W_G: Matrix | None, f: Forward) -> GateFields:
+    """The output gate's HeadResult fields from a forward pass (all None without a gate)."""
+    g = f.gated
+    return GateFields(W_G=W_G, gate_logit=None if g is None else g.logit, gate=None if g is None else g.gate,
+                      gated_output=None if g is None else g.gated)
 
 
 # --- the one overflow rule ---------------------------------------------------------------------
@@ -239,6 +264,10 @@ def check_head(sc: Scenario, result: HeadResult) -> None:
         if name in ("scores", "scaled", "bias", "masked", "weights"):
             where += f', key "{keys[bad[1]]}"'
         raise ScenarioError(sc.source, f"{result.name}: values in {name} overflow float64 at {where}; {_HEAD_HINTS[name]}")
+    # the gate's logit X̂·W_G (its sigmoid and the gated output stay finite wherever the logit is)
+    if result.gate_logit is not None and (bad := first_bad(result.gate_logit)) is not None:
+        raise ScenarioError(sc.source, f"{result.name}: values in the gate's X̂·W_G overflow float64 at"
+                            f" {_at(sc.tokens, bad[0])}; expected smaller X or W_G")
 
 
 def iter_heads(scenario: Scenario, norm: NormResult | None = None) -> Iterator[HeadResult]:
@@ -290,5 +319,5 @@ def compute(scenario: Scenario) -> Computation:
     """Every matrix of the scenario; raises ScenarioError if a value overflows."""
     norm = norm_of(scenario)
     heads = tuple(iter_heads(scenario, norm))
-    concat, output = combine(scenario, [h.output for h in heads])
+    concat, output = combine(scenario, [h.joined for h in heads])
     return Computation(scenario, heads, concat, scenario.W_O, output, norm=norm, b_O=scenario.b_O)

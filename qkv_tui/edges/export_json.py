@@ -97,6 +97,7 @@ def head_fields(h: HeadResult) -> list[tuple[str, Any]]:
         # docs/scenario-format.md, "What is computed" (null where the scenario does not use the feature), then the biases
         ("Q_rot", h.Q_rot), ("K_rot", h.K_rot), ("bias", h.bias), ("sink", h.sink), ("kv_head", h.kv_head),
         ("b_Q", _vector(h.b_Q)), ("b_K", _vector(h.b_K)), ("b_V", _vector(h.b_V)),
+        ("gate", h.gate), ("gated_output", h.gated_output),
     ]
 
 
@@ -148,7 +149,7 @@ def write_json(scenario: Scenario, out: TextIO) -> None:
     (ScenarioError) before anything is written, keeping only the small head outputs; then
     again, one at a time, as it is written."""
     norm = norm_of(scenario)
-    outputs = [head.output for head in iter_heads(scenario, norm)]
+    outputs = [head.joined for head in iter_heads(scenario, norm)]
     concat, output = combine(scenario, outputs)
     del outputs
     _document(out, scenario, iter_heads(scenario, norm), concat, output, norm)

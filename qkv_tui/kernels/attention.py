@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from qkv_tui.kernels.gate import Gated, gate
 from qkv_tui.kernels.policy import EXACT, Policy
 from qkv_tui.kernels.rope import rotate
 from qkv_tui.kernels.softmax import SoftmaxRows, masked_logits, softmax_rows
@@ -46,6 +47,7 @@ class Forward:
     Q_rot: Matrix | None  # (n, d_k); None without rope
     K_rot: Matrix | None  # (m, d_k)
     attended: Attended
+    gated: Gated | None = None  # the output gate's sigmoid and gated output; None without a gate
 
 
 def frozen(array: Matrix) -> Matrix:
@@ -81,7 +83,8 @@ def attend(Q: Matrix, K: Matrix, V: Matrix, allow: np.ndarray, scale: float, bia
 def head_forward(X: Matrix, X_kv: Matrix, W_Q: Matrix, W_K: Matrix, W_V: Matrix, b_Q: Matrix | None,
                  b_K: Matrix | None, b_V: Matrix | None, allow: np.ndarray, scale: float, *,
                  turn: Turn | None = None, bias: Matrix | None = None, sink: float | None = None,
-                 shared: tuple[Matrix, Matrix, Matrix | None] | None = None, policy: Policy = EXACT) -> Forward:
+                 shared: tuple[Matrix, Matrix, Matrix | None] | None = None, policy: Policy = EXACT,
+                 W_G: Matrix | None = None) -> Forward:
     """One head. ``X`` is what the Query projection reads (already normalised), ``X_kv`` what the Keys and
     Values read; ``shared`` hands over the K, V and turned K of a K/V head computed for an earlier query head."""
     Q = frozen(project(X, W_Q, b_Q, policy))  # (n, d_k)
@@ -93,4 +96,6 @@ def head_forward(X: Matrix, X_kv: Matrix, W_Q: Matrix, W_K: Matrix, W_V: Matrix,
         K, V, K_rot = shared
     Q_rot = None if turn is None else frozen(rotate(Q, turn.cos, turn.sin, turn.pairs, policy))
     attended = attend(Q if Q_rot is None else Q_rot, K if K_rot is None else K_rot, V, allow, scale, bias, sink, policy)
-    return Forward(Q, K, V, Q_rot, K_rot, attended)
+    # the gate reads X̂ (what the Query projection reads) and scales the head's output, after Mix
+    gated = None if W_G is None else gate(X, W_G, attended.output, policy)
+    return Forward(Q, K, V, Q_rot, K_rot, attended, gated)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from qkv_tui.teach.stages import concat, embed, mix, norm, project, rotate, scale, score, softmax, wo
+from qkv_tui.teach.stages import concat, embed, gate, mix, norm, project, rotate, scale, score, softmax, wo
 from qkv_tui.teach.stages.common import StageSpec
 
 REGISTRY: list[StageSpec] = [
@@ -23,6 +23,7 @@ REGISTRY: list[StageSpec] = [
     scale.SPEC,
     softmax.SPEC,
     mix.SPEC,
+    gate.SPEC,
     concat.SPEC,
     wo.SPEC,
 ]
