@@ -6,10 +6,10 @@ import math
 
 import numpy as np
 
-from qkv_tui.core.fmt import fmt
+from qkv_tui.core.fmt import fmt, operand
 from qkv_tui.core.scenario import Matrix
 from qkv_tui.kernels.gate import gate as gate_of
-from qkv_tui.teach.arith import agrees, dot_line, first_fit, fit, shown, tries
+from qkv_tui.teach.arith import agrees, dot_line, first_fit, shown, tries
 from qkv_tui.teach.stages.common import (
     GATE_SLOT,
     FormulaPart,
@@ -25,6 +25,7 @@ from qkv_tui.teach.stages.common import (
     x_in,
 )
 from qkv_tui.teach.stages.context import TraceContext
+from qkv_tui.teach.stages.markdown import MarkdownPage
 from qkv_tui.teach.stages.printed import PrintedCells, PrintedChain, Table, exact, idx
 
 WHY = ("A gate lets a head output nothing for a token, so it need not dump weight on a sink to stay quiet;"
@@ -62,7 +63,14 @@ class Gate(StageSpec):
         q = trace.comp.scenario.labels[row]
         value = float(hr.gated_output[row, col])
         out, g = float(hr.output[row, col]), float(hr.gate[row, col])
-        (at, gt), result = fit(lambda a, b: a * b, [out, g], value, d)
+        result = trace.formatted("gated", h, value, d)
+
+        def attempt(p: int) -> tuple[tuple[str, str], bool]:
+            """The operands as the panes write them (0.000, not 0), with guard digits where the product needs them."""
+            texts = operand(out, False, p), operand(g, False, p)
+            return texts, agrees(shown(texts[0]) * shown(texts[1]), result)
+
+        at, gt = first_fit(tries(d, False), attempt)
         text = f"gated[{q},{col}] = out[{q},{col}]·g[{q},{col}] = {at}·{gt} = {result}"
         return Operation(index, seg, row, col, value, (Ref("output", h, row, col), Ref("gate", h, row, col)), text)
 
@@ -104,6 +112,11 @@ class Gate(StageSpec):
         target, rest = op.arithmetic.split(" = ", 1)
         return f"{target} = {rest.split(' = ')[0]} = σ(z) = 1 / (1 + e^−z) = ?"
 
+    def markdown(self, page: MarkdownPage, head: int | None) -> list[str]:
+        """W_G (an input the other stages do not show), the gate, the gated output, then the worked lines."""
+        return [page.table("W_G", head), "", page.table("gate", head, "g"), "", page.table("gated", head), "",
+                *page.worked(self.stage.key, head)]
+
     def worksheet_tables(self, chain: PrintedChain, head: int | None) -> list[Table]:
         assert head is not None
         sc, hr = chain.sc, chain.sc.heads[head]
@@ -134,7 +147,7 @@ class Gate(StageSpec):
         z = float(np.dot(x.values[row], W_G[:, col]))
         terms = " + ".join(f"{cells.txt(x_key, row, c)}·{paren(exact(float(W_G[c, col])))}" for c in range(W_G.shape[0]))
         extra = cells.d + 1  # one more decimal than the page for z and e^−z, so the quotient lands on the answer
-        zt = fmt(z, False, extra)
+        zt = fmt(z, z.is_integer(), extra)  # a whole logit (whole inputs) is written bare
         return (f"g[{q},{col}] = σ({x.name}[{q}]·W_G[:,{col}]) = σ({terms}) = σ({zt})"
                 f" = 1 / (1 + e^{_negated(zt)}) = {answer}")
 
@@ -165,29 +178,27 @@ def _gate_op(trace: TraceContext, index: int, seg: Segment, row: int, col: int, 
     x_int, w_int = trace.integral(src, None), trace.integral("W_G", h)
     z_int = x_int and w_int and z == round(z)  # whole inputs make a whole logit: written bare, as Q is
 
-    def attempt(p: int) -> tuple[tuple[str, str, str] | None, bool]:
+    def attempt(p: int) -> tuple[tuple[str, str | None, str | None], bool]:
         zt = fmt(z, z_int, p)
         zv = shown(zt)
         if -zv > 700:  # e^−z past float64: the gate is shut, 0 at any decimals
-            return None, True
+            return (zt, None, None), True
         e = math.exp(-zv) if trace.hand is None else hround(math.exp(-z), trace.hand)
         et = fmt(e, False, p)
         dt = fmt(1.0 + shown(et), False, p)
         ok = agrees(1.0 / (1.0 + math.exp(-zv)), result) and agrees(1.0 / shown(dt), result) and shown(dt) > 0
         return (zt, et, dt), ok
 
-    found = first_fit(tries(d, False), attempt)
-    dot_at = d if found is None else max(d, len(found[0].partition(".")[2]))
-    zt = found[0] if found is not None else fmt(z, z_int, d)
+    zt, et, dt = first_fit(tries(d, False), attempt)
+    dot_at = max(d, len(zt.partition(".")[2]))
     work = dot_line(X[row], hr.W_G[:, col], x_int, w_int, zt, dot_at, trace.hand)
     sides = [f"σ({side})" for side in work.split(" = ")]
     head_text = f"g[{q},{col}] = σ({xs}[{q}]·W_G[:,{col}]) = {' = '.join(sides)}"
     details: tuple[str, ...] = ()
-    if found is None:
+    if et is None or dt is None:
         text = f"{head_text} = {result}"
-        details = ("e^−z is past float64 here: the gate is shut",)
+        details = (f"e^{_negated(zt)} is past float64: the gate is shut",)
     else:
-        _, et, dt = found
         neg = _negated(zt)
         text = f"{head_text} = 1 / (1 + e^{neg}) = 1 / {dt} = {result}"
         details = (f"e^{neg} = {et}; 1 + {et} = {dt}",)
