@@ -106,11 +106,11 @@ class Gate(StageSpec):
         return frozenset({GATE_SLOT})
 
     def withheld(self, trace: TraceContext, op: Operation, decimals: int) -> str | None:
-        """The gate's inputs (its logit and the sigmoid's form), not the worked exponential and sum."""
+        """The gate's dot product and the sigmoid's form, not the worked logit, exponential and sum."""
         if op.segment.target != "gate":
             return None
-        target, rest = op.arithmetic.split(" = ", 1)
-        return f"{target} = {rest.split(' = ')[0]} = σ(z) = 1 / (1 + e^−z) = ?"
+        target, symbolic, products = op.arithmetic.split(" = ")[:3]
+        return f"{target} = {symbolic} = {products} = 1 / (1 + e^−z) = ?"
 
     def markdown(self, page: MarkdownPage, head: int | None) -> list[str]:
         """W_G (an input the other stages do not show), the gate, the gated output, then the worked lines."""
