@@ -18,7 +18,7 @@ from .conftest import SCENARIOS
 def test_check_all_shipped(cli) -> None:
     run = cli("--check", *map(str, SCENARIOS))
     assert run.code == 0 and run.err == ""
-    assert run.out.count("ok: ") == len(SCENARIOS) == 16
+    assert run.out.count("ok: ") == len(SCENARIOS) == 17
 
 
 def test_json_export_has_full_precision(cli) -> None:
@@ -34,7 +34,9 @@ def test_json_export_has_full_precision(cli) -> None:
     assert data["output"] == head["output"] == data["concat"]
     assert set(head) == {"name", "d_k", "scale", "W_Q", "W_K", "W_V", "Q", "K", "V",
                          "scores", "scaled", "masked", "weights", "output",
-                         "Q_rot", "K_rot", "bias", "sink", "kv_head", "b_Q", "b_K", "b_V"}  # the modern keys, then biases
+                         "Q_rot", "K_rot", "bias", "sink", "kv_head", "b_Q", "b_K", "b_V",
+                         "gate", "gated_output"}  # the modern keys, then biases, then the output gate
+    assert (head["gate"], head["gated_output"]) == (None, None)
     assert (head["Q_rot"], head["K_rot"], head["bias"], head["sink"], head["kv_head"]) == (None, None, None, None, 0)
     assert (data["X_norm"], data["positions"], data["b_O"]) == (None, [0, 1, 2], None)
 

@@ -1,7 +1,7 @@
 """The modern variants in plain words, for the app's help and notes screens.
 
 Their arithmetic lives with the stage each one changes (:mod:`qkv_tui.teach.stages`): norm.py,
-project's ``+ b``, rotate.py, scale's ALiBi term, softmax's sink and gate.py. ``sink_row`` is still read from here.
+project's ``+ b``, rotate.py, scale's ALiBi term and softmax's sink. ``sink_row`` is still read from here.
 """
 
 from __future__ import annotations
@@ -58,10 +58,4 @@ VARIANT_NOTES = (
      " (Xiao et al. 2023 named them attention sinks); gpt-oss instead gives each head one extra learned"
      " logit that takes part in the softmax and is then thrown away, so a head can put its attention"
      " 'nowhere' and its weights sum to less than 1."),
-    ("The output gate (W_G, [gate])",
-     "Qwen3-Next and Qwen3.5 multiply each head's output, cell by cell, by a gate between 0 and 1 that the"
-     " token computes from its own X̂: σ(X̂·W_G) (Qiu et al. 2025). A gate near 0 lets a head say nothing for a"
-     " token, so the head need not park its weight on a sink to stay quiet; Qiu et al. found such gated models"
-     " lose their attention sinks and their massive activations. The Gate stage works each gate, then each"
-     " product; Concat joins the gated outputs."),
 )
