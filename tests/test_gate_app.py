@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from qkv_tui.core.cell_edit import InputCell
 from qkv_tui.ui.app import QKVApp
 from qkv_tui.ui.widgets.panels import FormulaLine
 
@@ -36,6 +37,20 @@ async def test_the_gate_stage_steps_cell_by_cell() -> None:
         assert panes["gated@1"].spec.title.startswith("gated = out ⊙ g")
         await pilot.press("8")  # Concat joins the gated outputs
         assert "concat[the] = [sink head gated[the] | gated head gated[the]]" in explanation(app)
+
+
+async def test_editing_a_gate_starts_at_its_weight_and_recomputes() -> None:
+    app = QKVApp("gated")
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("tab", "7")
+        await pilot.press("e")
+        await pilot.pause()
+        assert app.screen.cell == InputCell("W_G", 1, 0, 0)
+        app.screen.query_one("#edit-input").value = "2"
+        await pilot.press("enter")
+        await pilot.pause()
+        assert app.scenario.heads[1].W_G is not None and float(app.scenario.heads[1].W_G[0, 0]) == 2.0
+        assert "σ(1·2 + 0·2) = σ(2) = 1 / (1 + e^-2) = 1 / 1.135 = 0.881" in explanation(app)
 
 
 class TestGateSnapshots:
