@@ -135,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
 def check(scenario: Scenario) -> None:
     """Compute every matrix once, a head at a time (so memory stays near one head's),
     to be sure the app and the exports can show them; raises ScenarioError."""
-    outputs = [head.output for head in iter_heads(scenario)]
+    outputs = [head.joined for head in iter_heads(scenario)]
     combine(scenario, outputs)
 
 

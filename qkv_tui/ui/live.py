@@ -155,6 +155,8 @@ class Live:
         """The input cell the current operation reads (the first one), or the current row's first X."""
         app = self.app
         op = app.trace.op(app.position.index)
+        if op.segment.target == "gate" and op.head is not None:  # the gate's own input: its weights
+            return InputCell("W_G", op.head, 0, op.col or 0)
         for ref in op.operands:
             if ref.matrix in ("X", "context_X"):
                 return InputCell(ref.matrix, None, ref.row or 0, 0)
