@@ -189,6 +189,41 @@ def test_phi3_fused_projections_and_sliding_window(tmp_path: Path, layer: int) -
                                                  2: "layers: 0–1 S · [2 S] (S sliding 4)"}[layer]
 
 
+@pytest.mark.parametrize("layer", [0, 3])
+def test_qwen3_qk_norm_per_head_and_head_dim_from_the_config(tmp_path: Path, layer: int) -> None:
+    folder, vocab = _with_tokenizer(tmp_path, "qwen3")
+    config = _decoder_config("Qwen3Config", vocab, head_dim=12, attention_bias=True, use_sliding_window=True,
+                             sliding_window=4, max_window_layers=2)  # layers 2 and 3 slide
+    model = _build(folder, "Qwen3ForCausalLM", config, seed=5)
+    _place_tokenizer(tmp_path, folder)
+    comp = _open(tmp_path, folder, layer)
+    ref = _reference(model, model.model.layers, _ids(comp.scenario.description), layer,
+                     lambda b: b.self_attn, lambda b: b.self_attn.o_proj)
+    _check(comp, ref, *_llama_like(model, layer), kv_heads=2)
+    sc, att = comp.scenario, model.model.layers[layer].self_attn
+    assert sc.qk_norm is not None and sc.qk_norm.over == "head" and comp.heads[0].d_k == 12
+    np.testing.assert_array_equal(sc.qk_norm.gamma_q, att.q_norm.weight.detach().numpy())
+    np.testing.assert_array_equal(sc.qk_norm.gamma_k, att.k_norm.weight.detach().numpy())
+    assert sc.qk_norm.eps == config.rms_norm_eps
+    assert sc.input.schedule == ("full", "full", "sliding 4", "sliding 4")
+    assert (sc.mask_kind == "sliding") == (layer == 3)
+
+
+def test_qwen3_chosen_heads_keep_their_qk_norm(tmp_path: Path) -> None:
+    folder, vocab = _with_tokenizer(tmp_path, "qwen3")
+    model = _build(folder, "Qwen3ForCausalLM", _decoder_config("Qwen3Config", vocab, num_hidden_layers=2), seed=6)
+    _place_tokenizer(tmp_path, folder)
+    path = tmp_path / "heads.toml"
+    path.write_text(f'[model]\nsource = "{folder}"\ntext = "{TEXT}"\nlayer = 1\nheads = [3, 0]\n', encoding="utf-8")
+    comp = compute(parse_scenario(path.read_text(encoding="utf-8"), str(path)))
+    ref = _reference(model, model.model.layers, _ids(comp.scenario.description), 1,
+                     lambda b: b.self_attn, lambda b: b.self_attn.o_proj)
+    d = comp.heads[0].d_v  # Qwen3Config's own head_dim (128), not hidden_size / heads
+    assert d == model.config.head_dim == 128 and comp.scenario.qk_norm is not None
+    for head, h in zip(comp.heads, (3, 0), strict=True):
+        np.testing.assert_allclose(head.output, ref["merged"][:, h * d:(h + 1) * d], rtol=ROPE_FLOAT32, atol=ROPE_FLOAT32)
+
+
 @pytest.mark.parametrize("layer", [0, 2])
 def test_bert_post_norm_bidirectional_encoder(tmp_path: Path, layer: int) -> None:
     folder, vocab = _with_tokenizer(tmp_path, "bert")
@@ -210,7 +245,6 @@ def test_bert_post_norm_bidirectional_encoder(tmp_path: Path, layer: int) -> Non
 
 NOT_YET = [
     # (model_type, extra config keys, the feature the one line names)
-    ("qwen3", {}, "QK-norm"),
     ("qwen3_5", {"text_config": {"layer_types": ["linear_attention", "full_attention"]}}, "QK-norm"),
     ("olmo2", {}, "QK-norm"),
     ("gemma2", {"attn_logit_softcapping": 50.0}, "soft-capping of the attention scores (attn_logit_softcapping)"),

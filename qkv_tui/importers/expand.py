@@ -83,6 +83,8 @@ def expand_model(doc: dict[str, Any], base: Path | None = None) -> dict[str, Any
         result["norm"] = {"kind": norm.kind, "gamma": norm.gamma.tolist(), "eps": norm.eps}
         if norm.beta is not None:
             result["norm"]["beta"] = norm.beta.tolist()
+    if weights.qk_norm is not None:
+        result["qk_norm"] = _qk_norm(weights, heads == list(range(model.num_heads)), model.name)
     if model.rope is not None and weights.rotary:
         result["rope"] = {"layout": model.rope.layout, "base": model.rope.base, "positions": list(range(len(ids)))}
     if weights.scale is not None:
@@ -109,6 +111,18 @@ def open_source(source: str, base: Path | None) -> Model:
     if not folder.is_absolute() and base is not None:
         folder = base / folder
     return open_folder(folder, source)
+
+
+def _qk_norm(weights: Layer, every_head: bool, name: str) -> dict[str, Any]:
+    qkn = weights.qk_norm
+    assert qkn is not None
+    if qkn.over == "all" and not every_head:
+        # one head's columns cannot be normed without the others': the statistics run over the whole projection
+        raise ImporterError(
+            f"{name}: its QK-norm runs over every head's query and key projection together ([qk_norm] over = \"all\"),"
+            " so the scenario needs every head; leave out model.heads"
+        )
+    return {"over": qkn.over, "gamma_q": qkn.gamma_q.tolist(), "gamma_k": qkn.gamma_k.tolist(), "eps": qkn.eps}
 
 
 def _all_heads(weights: Layer) -> dict[str, Any]:

@@ -20,7 +20,7 @@ from qkv_tui.importers.files import read_limited
 from qkv_tui.importers.hf_pending import PENDING_TYPES, pending_feature
 
 GPT2_TYPES = ("gpt2",)
-LLAMA_TYPES = ("llama", "mistral", "qwen2", "smollm3", "granite", "phi3")
+LLAMA_TYPES = ("llama", "mistral", "qwen2", "smollm3", "granite", "phi3", "qwen3")
 BERT_TYPES = ("bert",)
 ALL_TYPES = GPT2_TYPES + LLAMA_TYPES + BERT_TYPES
 CONFIG_LIMIT = 4 * 2**20  # real config.json files are a few kilobytes
@@ -160,8 +160,8 @@ def sliding_window(config: Config, layer: int) -> int | None:
         return _window(window)
     if window is None or config.model_type in ("gpt2", "llama"):
         return None
-    if config.model_type == "qwen2":
-        # Qwen2 slides only with use_sliding_window, and only from layer max_window_layers on
+    if config.model_type in ("qwen2", "qwen3"):
+        # Qwen2 and Qwen3 slide only with use_sliding_window, and only from layer max_window_layers on
         if not data.get("use_sliding_window", False):
             return None
         if layer < _Reader("config.json", data).int("max_window_layers", 28):

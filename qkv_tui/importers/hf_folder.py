@@ -5,12 +5,13 @@ Two layouts:
   ``c_attn`` (Q, K, V side by side) with biases. GPT-2's Conv1D stores weights as (in, out), which
   is already the x·W orientation. Keys may carry a ``transformer.`` prefix; ``attn.bias`` and
   ``attn.masked_bias`` are the causal-mask buffers, not biases, and are never read.
-- "llama" and its kin "mistral", "qwen2", "smollm3", "granite" and "phi3": RMSNorm, RoPE in the
+- "llama" and its kin "mistral", "qwen2", "qwen3", "smollm3", "granite" and "phi3": RMSNorm, RoPE in the
   "half" layout (Hugging Face's rotate_half), separate ``q_proj``/``k_proj``/``v_proj``/``o_proj``
   stored as nn.Linear (out, in) and transposed here, optional Q/K/V biases (Qwen2), grouped K/V heads,
   SwiGLU MLP. Phi-3 fuses Q, K and V into one ``qkv_proj`` (rows Q, then K, then V) and gate and up
   into ``gate_up_proj``; SmolLM3 leaves RoPE out of some layers (NoPE); Granite multiplies the
-  embeddings, the scores and each sub-layer's output by constants of its config.
+  embeddings, the scores and each sub-layer's output by constants of its config. Qwen3 adds QK-norm:
+  ``q_norm``/``k_norm``, an RMSNorm over each head's head_dim with gains shared by the heads.
 - "bert": hf_bert.py.
 """
 
@@ -38,6 +39,7 @@ from qkv_tui.importers.stack import (
     Layer,
     Model,
     Norm,
+    QkNorm,
     Rope,
     Tokenize,
 )
@@ -179,6 +181,12 @@ def _llama(config: Config, tensors: TensorFiles, tokenize: Tokenize, source: str
         inter = int(gate.shape[0])
         return GatedMlp(gate.T, get(h + "mlp.up_proj.weight", (inter, d)).T, get(h + "mlp.down_proj.weight", (d, inter)).T, act)
 
+    def qk_norm(a: str) -> QkNorm | None:
+        if config.model_type != "qwen3":
+            return None
+        return QkNorm("head", tensors.get(a + "q_norm.weight", (config.head_dim,)),
+                      tensors.get(a + "k_norm.weight", (config.head_dim,)), config.eps)
+
     def layer(i: int) -> Layer:
         h = f"{p}layers.{i}."
         a = h + "self_attn."
@@ -198,6 +206,7 @@ def _llama(config: Config, tensors: TensorFiles, tokenize: Tokenize, source: str
             window=sliding_window(config, i),
             rotary=rotary(config, i),
             residual_scale=granite[2] if granite is not None else 1.0,
+            qk_norm=qk_norm(a),
         )
 
     rope = Rope("half", config.rope_base)

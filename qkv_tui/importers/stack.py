@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from qkv_tui.kernels.attention import attend, project
+from qkv_tui.kernels.attention import attend, project, qk_normalise
 from qkv_tui.kernels.norm import normalise
 from qkv_tui.kernels.policy import EXACT
 from qkv_tui.kernels.rope import turn
@@ -77,6 +77,16 @@ class Attention:
 
 
 @dataclass(frozen=True, eq=False)
+class QkNorm:
+    """QK-norm: an RMSNorm of each query and key vector after the projection, before RoPE ([qk_norm])."""
+
+    over: str  # "head": each head's d_k columns on their own (Qwen3); "all": the whole projection (OLMo 2)
+    gamma_q: Array  # (d_k,) for "head", (H·d_k,) for "all"
+    gamma_k: Array  # (d_k,) for "head", (H_kv·d_k,) for "all"
+    eps: float
+
+
+@dataclass(frozen=True, eq=False)
 class Layer:
     norm: Norm  # before attention
     attention: Attention
@@ -90,6 +100,7 @@ class Layer:
     residual_scale: float = 1.0  # each sub-layer's output is multiplied by this before it is added (Granite)
     softcap: float | None = None  # Gemma 2's cap c of c·tanh(scaled / c); None = no soft-cap
     scale_from: str | None = None  # where a scale other than sqrt(d_k) comes from, in words (docs/scenario-format.md)
+    qk_norm: QkNorm | None = None  # Qwen3's and OLMo 2's norm of Q and K before RoPE
 
 
 def attention_forward(layer: Layer, rope: Rope | None, x: Array) -> Array:
@@ -101,6 +112,10 @@ def attention_forward(layer: Layer, rope: Rope | None, x: Array) -> Array:
     q_all = project(x, att.W_Q, att.b_Q)  # (n, H·d_k)
     k_all = project(x, att.W_K, att.b_K)  # (n, H_kv·d_k)
     v_all = project(x, att.W_V, att.b_V)  # (n, H_kv·d_v)
+    qkn = layer.qk_norm
+    if qkn is not None and qkn.over == "all":  # OLMo 2: each token's whole projection, before it is cut into heads
+        q_all = normalise(EXACT, "rms", q_all, qkn.gamma_q, None, qkn.eps).X_norm
+        k_all = normalise(EXACT, "rms", k_all, qkn.gamma_k, None, qkn.eps).X_norm
     i, j = np.arange(n)[:, None], np.arange(n)[None, :]
     allow = (i - j >= 0) & (i - j < (layer.window if layer.window is not None else n + 1))
     if not layer.causal:
@@ -112,6 +127,9 @@ def attention_forward(layer: Layer, rope: Rope | None, x: Array) -> Array:
         q = q_all[:, h * d_k:(h + 1) * d_k]
         k = k_all[:, g * d_k:(g + 1) * d_k]
         v = v_all[:, g * d_v:(g + 1) * d_v]
+        if qkn is not None and qkn.over == "head":
+            q = qk_normalise(q, qkn.gamma_q, qkn.eps, None).X_norm
+            k = qk_normalise(k, qkn.gamma_k, qkn.eps, None).X_norm
         if rope is not None and layer.rotary:
             q, k = rope.rotate(q), rope.rotate(k)
         outputs.append(attend(q, k, v, allow, scale, softcap=layer.softcap).output)  # (n, d_v)
