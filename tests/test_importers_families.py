@@ -225,6 +225,35 @@ def test_qwen3_chosen_heads_keep_their_qk_norm(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("layer", [0, 2])
+def test_olmo2_qk_norm_over_the_whole_projection_and_norms_after_the_sub_layers(tmp_path: Path, layer: int) -> None:
+    folder, vocab = _with_tokenizer(tmp_path, "olmo2")
+    config = _decoder_config("Olmo2Config", vocab, num_hidden_layers=3, attention_bias=True)
+    model = _build(folder, "Olmo2ForCausalLM", config, seed=7)
+    _place_tokenizer(tmp_path, folder)
+    comp = _open(tmp_path, folder, layer)
+    ref = _reference(model, model.model.layers, _ids(comp.scenario.description), layer,
+                     lambda b: b.self_attn, lambda b: b.self_attn.o_proj)
+    _check(comp, ref, *_llama_like(model, layer), kv_heads=2)
+    sc, att = comp.scenario, model.model.layers[layer].self_attn
+    assert sc.qk_norm is not None and sc.qk_norm.over == "all"
+    np.testing.assert_array_equal(sc.qk_norm.gamma_q, att.q_norm.weight.detach().numpy())  # (H·d_k,)
+    np.testing.assert_array_equal(sc.qk_norm.gamma_k, att.k_norm.weight.detach().numpy())  # (H_kv·d_k,)
+    assert sc.norm is None and "no Norm stage" in sc.description
+
+
+def test_olmo2_chosen_heads_are_one_line(cli: Any, tmp_path: Path) -> None:
+    """Refused rather than emitting every head: a head's QK-norm needs the other heads' columns ([[heads]] cannot)."""
+    folder, vocab = _with_tokenizer(tmp_path, "olmo2")
+    _build(folder, "Olmo2ForCausalLM", _decoder_config("Olmo2Config", vocab, num_hidden_layers=2))
+    _place_tokenizer(tmp_path, folder)
+    path = tmp_path / "heads.toml"
+    path.write_text(f'[model]\nsource = "{folder}"\ntext = "{TEXT}"\nheads = [1]\n', encoding="utf-8")
+    run = cli("--check", str(path))
+    assert run.code == 2 and run.out == "" and run.err.count("\n") == 1, run.err
+    assert '[qk_norm] over = "all"), so the scenario needs every head; leave out model.heads' in run.err, run.err
+
+
+@pytest.mark.parametrize("layer", [0, 2])
 def test_bert_post_norm_bidirectional_encoder(tmp_path: Path, layer: int) -> None:
     folder, vocab = _with_tokenizer(tmp_path, "bert")
     config = transformers.BertConfig(vocab_size=vocab, hidden_size=32, num_hidden_layers=3, num_attention_heads=4,
@@ -246,7 +275,6 @@ def test_bert_post_norm_bidirectional_encoder(tmp_path: Path, layer: int) -> Non
 NOT_YET = [
     # (model_type, extra config keys, the feature the one line names)
     ("qwen3_5", {"text_config": {"layer_types": ["linear_attention", "full_attention"]}}, "QK-norm"),
-    ("olmo2", {}, "QK-norm"),
     ("gemma2", {"attn_logit_softcapping": 50.0}, "soft-capping of the attention scores (attn_logit_softcapping)"),
     ("gemma3_text", {}, "QK-norm"),
     ("gemma3", {"text_config": {"model_type": "gemma3_text"}}, "QK-norm"),

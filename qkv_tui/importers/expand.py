@@ -78,7 +78,7 @@ def expand_model(doc: dict[str, Any], base: Path | None = None) -> dict[str, Any
         result["input"] = {"kind": "embedding+position"}
     if model.schedule:  # every layer's attention, the chosen one marked where the scenario is shown
         result.setdefault("input", {})["schedule"] = list(model.schedule)
-    if not weights.post_norm:  # a post-norm layer's attention reads X as it is (hf_bert.py)
+    if not weights.post_norm and not weights.norm_after:  # BERT's and OLMo 2's attention reads X as it is
         norm = weights.norm
         result["norm"] = {"kind": norm.kind, "gamma": norm.gamma.tolist(), "eps": norm.eps}
         if norm.beta is not None:

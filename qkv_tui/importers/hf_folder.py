@@ -11,7 +11,10 @@ Two layouts:
   SwiGLU MLP. Phi-3 fuses Q, K and V into one ``qkv_proj`` (rows Q, then K, then V) and gate and up
   into ``gate_up_proj``; SmolLM3 leaves RoPE out of some layers (NoPE); Granite multiplies the
   embeddings, the scores and each sub-layer's output by constants of its config. Qwen3 adds QK-norm:
-  ``q_norm``/``k_norm``, an RMSNorm over each head's head_dim with gains shared by the heads.
+  ``q_norm``/``k_norm``, an RMSNorm over each head's head_dim with gains shared by the heads. OLMo 2
+  norms the whole query and key projections (every head's columns together) and puts its norms after
+  the sub-layers (``post_attention_layernorm``, ``post_feedforward_layernorm`` on each one's output,
+  before the residual add), so its attention reads the stream as it is: no [norm].
 - "bert": hf_bert.py.
 """
 
@@ -181,7 +184,12 @@ def _llama(config: Config, tensors: TensorFiles, tokenize: Tokenize, source: str
         inter = int(gate.shape[0])
         return GatedMlp(gate.T, get(h + "mlp.up_proj.weight", (inter, d)).T, get(h + "mlp.down_proj.weight", (d, inter)).T, act)
 
+    olmo2 = config.model_type == "olmo2"
+
     def qk_norm(a: str) -> QkNorm | None:
+        if olmo2:
+            return QkNorm("all", tensors.get(a + "q_norm.weight", (q_width,)),
+                          tensors.get(a + "k_norm.weight", (kv_width,)), config.eps)
         if config.model_type != "qwen3":
             return None
         return QkNorm("head", tensors.get(a + "q_norm.weight", (config.head_dim,)),
@@ -193,20 +201,23 @@ def _llama(config: Config, tensors: TensorFiles, tokenize: Tokenize, source: str
         get = tensors.get
         W_Q, W_K, W_V = projections(a)
         return Layer(
-            norm=Norm("rms", get(h + "input_layernorm.weight", (d,)), None, config.eps),
+            norm=Norm("rms", get(h + ("post_attention_layernorm" if olmo2 else "input_layernorm") + ".weight", (d,)),
+                      None, config.eps),
             attention=Attention(
                 W_Q, W_K, W_V, get(a + "o_proj.weight", (d, q_width)).T,
                 optional(a + "q_proj.bias", q_width), optional(a + "k_proj.bias", kv_width),
                 optional(a + "v_proj.bias", kv_width), optional(a + "o_proj.bias", d),
                 config.num_heads, config.num_kv_heads,
             ),
-            mlp_norm=Norm("rms", get(h + "post_attention_layernorm.weight", (d,)), None, config.eps),
+            mlp_norm=Norm("rms", get(h + ("post_feedforward_layernorm" if olmo2 else "post_attention_layernorm")
+                                     + ".weight", (d,)), None, config.eps),
             mlp=mlp(h),
             scale=1.0 / granite[1] if granite is not None else None,  # scores × attention_multiplier
             window=sliding_window(config, i),
             rotary=rotary(config, i),
             residual_scale=granite[2] if granite is not None else 1.0,
             qk_norm=qk_norm(a),
+            norm_after=olmo2,
         )
 
     rope = Rope("half", config.rope_base)
@@ -215,6 +226,11 @@ def _llama(config: Config, tensors: TensorFiles, tokenize: Tokenize, source: str
         said = (f"Granite scales its residual stream: the embeddings are multiplied by {_show(granite[0])} and every"
                 f" attention and MLP output by {_show(granite[2])} before it is added back; the scores are multiplied"
                 f" by attention_multiplier = {_show(granite[1])}, so the scale divides them by its inverse.")
+    if olmo2:
+        said = ("OLMo 2 norms after each sub-layer: its attention reads the stream as it is (no norm before it, so"
+                " no Norm stage here), and its output is RMS-normed (post_attention_layernorm) before it is added"
+                " back; so is the MLP's. Its QK-norm runs over each token's whole query and key projections,"
+                " every head's columns together.")
     return Model(source, config.num_layers, config.num_heads, config.context, rope, tokenize, embed, layer,
                  hf_schedule(config), lambda layer: said)
 

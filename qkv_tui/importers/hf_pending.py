@@ -1,8 +1,8 @@
 """The 2026 model types whose attention the scenario format cannot express yet: one line naming what is missing.
 
 Each type lists the features its config can turn on, in the order they are checked; the first one
-the config turns on is named. A type whose every layer needs a feature (OLMo 2's
-QK-norm over the whole projection) names it whatever the config says. When a feature lands in the format, its type moves out
+the config turns on is named. A type whose every layer needs a feature names it
+whatever the config says. When a feature lands in the format, its type moves out
 of here into hf_config.py and hf_folder.py (docs/scenario-format.md lists what the format computes).
 """
 
@@ -47,7 +47,6 @@ def _always(data: dict[str, Any]) -> bool:
 
 FEATURES: dict[str, list[Feature]] = {
     "qwen3_5": [(_always, QK_NORM), (lambda d: _partial(_text(d)), "partial rotary (partial_rotary_factor)")],
-    "olmo2": [(_always, "QK-norm (an RMSNorm of the whole query and key projections, q_norm and k_norm)")],
     "gemma2": [(lambda d: d.get("attn_logit_softcapping") is not None, SOFTCAP),
                (_always, "Gemma's norms after each sub-layer (post_attention_layernorm, post_feedforward_layernorm)")],
     "gemma3_text": [(_always, QK_NORM)],

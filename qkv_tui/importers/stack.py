@@ -101,6 +101,7 @@ class Layer:
     softcap: float | None = None  # Gemma 2's cap c of c·tanh(scaled / c); None = no soft-cap
     scale_from: str | None = None  # where a scale other than sqrt(d_k) comes from, in words (docs/scenario-format.md)
     qk_norm: QkNorm | None = None  # Qwen3's and OLMo 2's norm of Q and K before RoPE
+    norm_after: bool = False  # True: norm and mlp_norm apply to each sub-layer's output before its add (OLMo 2)
 
 
 def attention_forward(layer: Layer, rope: Rope | None, x: Array) -> Array:
@@ -143,6 +144,10 @@ def residual_stream(embedded: Array, layers: list[Layer], rope: Rope | None) -> 
         if layer.post_norm:  # BERT: the sub-layer reads the stream as it is; the sum is normed
             x = layer.norm(x + attention_forward(layer, rope, x))
             x = layer.mlp_norm(x + layer.mlp(x))
+            continue
+        if layer.norm_after:  # OLMo 2: the sub-layer reads the stream as it is; its output is normed, then added
+            x = x + layer.norm(attention_forward(layer, rope, x))
+            x = x + layer.mlp_norm(layer.mlp(x))
             continue
         r = layer.residual_scale
         x = x + r * attention_forward(layer, rope, layer.norm(x))
