@@ -253,6 +253,68 @@ def test_olmo2_chosen_heads_are_one_line(cli: Any, tmp_path: Path) -> None:
     assert '[qk_norm] over = "all"), so the scenario needs every head; leave out model.heads' in run.err, run.err
 
 
+ROPE_CASES = [
+    # (family, rope_parameters as transformers 5 writes them, what the scenario's [rope] gets beside layout and base)
+    ("Phi3", {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.75}, {"partial": 0.75}),
+    ("Mistral", {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0, "original_max_position_embeddings": 4,
+                 "truncate": False},
+     {"scaling": {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 4.0, "truncate": False}}),
+    ("Llama", {"rope_type": "linear", "rope_theta": 500.0, "factor": 2.0}, {"scaling": {"type": "linear", "factor": 2.0}}),
+    ("Llama", {"rope_type": "llama3", "rope_theta": 500.0, "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+               "original_max_position_embeddings": 16},
+     {"scaling": {"type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                  "original_max_position_embeddings": 16.0}}),
+    ("Qwen2", {"rope_type": "yarn", "rope_theta": 1000.0, "factor": 4.0, "original_max_position_embeddings": 4,
+               "beta_fast": 8.0, "beta_slow": 2.0, "attention_factor": 1.3},
+     {"scaling": {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 4.0, "beta_fast": 8.0,
+                  "beta_slow": 2.0, "attention_factor": 1.3}}),
+]
+
+
+@pytest.mark.parametrize("form", ["transformers5", "transformers4"])
+@pytest.mark.parametrize(("family", "params", "rope"), ROPE_CASES,
+                         ids=[f"{f}-{p['rope_type']}-{p.get('partial_rotary_factor', 1)}" for f, p, _ in ROPE_CASES])
+def test_partial_rotary_and_rope_scaling_pass_straight_through(tmp_path: Path, family: str, params: dict[str, Any],
+                                                               rope: dict[str, Any], form: str) -> None:
+    folder, vocab = _with_tokenizer(tmp_path, family.lower())
+    config = _decoder_config(f"{family}Config", vocab, num_hidden_layers=3, rope_parameters=dict(params))
+    model = _build(folder, f"{family}ForCausalLM", config, seed=8)
+    _place_tokenizer(tmp_path, folder)
+    if form == "transformers4":  # the same fields as top-level rope_theta, partial_rotary_factor and rope_scaling
+        data = json.loads((folder / "config.json").read_text())
+        table = dict(data.pop("rope_parameters"))
+        data["rope_theta"] = table.pop("rope_theta")
+        if "partial_rotary_factor" in table:
+            data["partial_rotary_factor"] = table.pop("partial_rotary_factor")
+        data["rope_scaling"] = None if table["rope_type"] == "default" else table
+        (folder / "config.json").write_text(json.dumps(data))
+    # transformers works the scaled frequencies out in float32 as well: a looser bound than plain RoPE's, and the
+    # frequencies themselves compared with its own rotary buffer to float32's precision
+    tol = ROPE_FLOAT32 if "scaling" not in rope else 1e-4
+    for layer in (0, 2):
+        comp = _open(tmp_path, folder, layer)
+        ref = _reference(model, model.model.layers, _ids(comp.scenario.description), layer,
+                         lambda b: b.self_attn, lambda b: b.self_attn.o_proj)
+        att = model.model.layers[layer].self_attn
+        if family == "Phi3":
+            fused = _linear(att.qkv_proj.weight)  # (d, q + k + v)
+            _check(comp, ref, fused[:, :32], fused[:, 32:48], fused[:, 48:], kv_heads=2, tol=tol)
+        else:
+            _check(comp, ref, *_llama_like(model, layer), kv_heads=2, tol=tol)
+    table = comp.scenario.rope
+    assert table is not None
+    np.testing.assert_allclose(table.inv_freq(8), model.model.rotary_emb.inv_freq.numpy(), rtol=3e-7)
+    assert table.attention_factor == pytest.approx(model.model.rotary_emb.attention_scaling)
+    table = parse_scenario(to_toml(comp.scenario), "frozen.toml").rope
+    assert table is not None and table.base == params["rope_theta"]
+    assert table.partial == rope.get("partial", 1.0)
+    if "scaling" in rope:
+        assert table.scaling is not None and table.scaling.type == rope["scaling"]["type"]
+        assert table.scaling.factor == rope["scaling"]["factor"]
+    else:
+        assert table.scaling is None
+
+
 @pytest.mark.parametrize("layer", [0, 2])
 def test_bert_post_norm_bidirectional_encoder(tmp_path: Path, layer: int) -> None:
     folder, vocab = _with_tokenizer(tmp_path, "bert")
@@ -438,7 +500,9 @@ def _edit_config(folder: Path, change: dict[str, Any]) -> None:
 
 
 CONFIG_ERRORS = [
-    ("Phi3", {"rope_parameters": {"partial_rotary_factor": 0.5}}, "partial_rotary_factor = 0.5 is not supported"),
+    ("Llama", {"rope_parameters": {"partial_rotary_factor": 0.5}}, "partial_rotary_factor = 0.5 is not supported"),
+    ("Phi3", {"rope_parameters": {"rope_type": "yarn", "factor": 2.0}}, "Phi-3 scales RoPE only by longrope"),
+    ("Llama", {"rope_parameters": {"rope_type": "dynamic", "factor": 2.0}}, "rope_type 'dynamic' is not supported"),
     ("Phi3", {"rope_parameters": {"rope_type": "longrope"}}, "rope_parameters.rope_type 'longrope' is not supported"),
     ("SmolLM3", {"no_rope_layers": [1, 0]}, "no_rope_layers must list 1 (RoPE) or 0 (no RoPE) for each of the 4 layers"),
     ("Granite", {"attention_multiplier": 0}, "attention_multiplier = 0; expected a number > 0"),

@@ -87,6 +87,10 @@ def expand_model(doc: dict[str, Any], base: Path | None = None) -> dict[str, Any
         result["qk_norm"] = _qk_norm(weights, heads == list(range(model.num_heads)), model.name)
     if model.rope is not None and weights.rotary:
         result["rope"] = {"layout": model.rope.layout, "base": model.rope.base, "positions": list(range(len(ids)))}
+        if model.rope.partial != 1.0:
+            result["rope"]["partial"] = model.rope.partial
+        if model.rope.scaling is not None:
+            result["rope"]["scaling"] = dict(model.rope.scaling)
     if weights.scale is not None:
         result["scale"] = weights.scale
         if weights.scale_from is not None:

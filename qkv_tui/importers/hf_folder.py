@@ -221,6 +221,8 @@ def _llama(config: Config, tensors: TensorFiles, tokenize: Tokenize, source: str
         )
 
     rope = Rope("half", config.rope_base)
+    if config.rope is not None and (config.rope.partial != 1.0 or config.rope.scaling is not None):
+        rope = Rope("half", config.rope_base, config.rope.partial, config.rope.scaling_table())
     said = ""
     if granite is not None:
         said = (f"Granite scales its residual stream: the embeddings are multiplied by {_show(granite[0])} and every"

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -19,6 +20,7 @@ from qkv_tui.kernels.attention import attend, project, qk_normalise
 from qkv_tui.kernels.norm import normalise
 from qkv_tui.kernels.policy import EXACT
 from qkv_tui.kernels.rope import turn
+from qkv_tui.kernels.rope_scaling import inv_freq, turn_scaled
 from qkv_tui.kernels.sharing import kv_head_of
 
 Array = npt.NDArray[np.float64]
@@ -39,14 +41,22 @@ class Norm:
         return normalise(EXACT, self.kind, x, self.gamma, self.beta, self.eps).X_norm
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Rope:
     layout: str  # "interleaved" (pairs 2i, 2i+1) | "half" (pairs i, i + d_k/2)
     base: float
+    partial: float = 1.0  # Hugging Face's partial_rotary_factor: the first int(partial·d_k) dimensions turn
+    scaling: dict[str, Any] | None = None  # [rope.scaling] as the scenario spells it: "type", then its fields
 
     def rotate(self, x: Array) -> Array:
         """Rotate the rows of x (n, d_k), row p by position p."""
-        return turn(x, self.layout, self.base, np.arange(x.shape[0], dtype=np.float64))
+        positions = np.arange(x.shape[0], dtype=np.float64)
+        if self.partial == 1.0 and self.scaling is None:
+            return turn(x, self.layout, self.base, positions)
+        fields = dict(self.scaling or {"type": "default"})
+        thetas, a = inv_freq(fields.pop("type"), self.base, int(x.shape[1]), partial_rotary_factor=self.partial,
+                             **fields)  # (r/2,), the attention factor
+        return turn_scaled(x, self.layout, thetas, a, positions)
 
 
 @dataclass(frozen=True, eq=False)
