@@ -49,9 +49,9 @@ def _randomise(model: Any, seed: int) -> None:
             p.copy_(1.0 + 0.2 * noise if name.endswith(("norm.weight", "LayerNorm.weight")) else noise)
 
 
-def _build(folder: Path, cls_name: str, config: Any, seed: int = 0) -> Any:
+def _build(folder: Path, cls_name: str, config: Any, seed: int = 0, **how: Any) -> Any:
     cls = getattr(transformers, cls_name)
-    model = cls._from_config(config, attn_implementation="eager")
+    model = cls._from_config(config, attn_implementation="eager", **how)
     _randomise(model, seed)
     transformers.utils.logging.disable_progress_bar()  # its bar on stderr would be read as the CLI's output
     model.save_pretrained(folder)  # float32 safetensors, the key names the Hub's checkpoints carry
@@ -315,6 +315,30 @@ def test_partial_rotary_and_rope_scaling_pass_straight_through(tmp_path: Path, f
         assert table.scaling is None
 
 
+@pytest.mark.parametrize("layer", [0, 1, 3])
+def test_gpt_oss_sinks_yarn_sliding_layers_and_experts(tmp_path: Path, layer: int) -> None:
+    folder, vocab = _with_tokenizer(tmp_path, "gpt_oss")
+    config = transformers.GptOssConfig(
+        vocab_size=vocab, hidden_size=32, intermediate_size=12, num_hidden_layers=4, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=8, max_position_embeddings=64, num_local_experts=4, num_experts_per_tok=2,
+        sliding_window=4, layer_types=["sliding_attention", "full_attention"] * 2, swiglu_limit=2.0,
+        rope_parameters={"rope_type": "yarn", "rope_theta": 1000.0, "factor": 4.0, "original_max_position_embeddings": 8,
+                         "beta_fast": 8.0, "beta_slow": 1.0, "truncate": False},
+        pad_token_id=0, bos_token_id=1, eos_token_id=2, tie_word_embeddings=False)
+    model = _build(folder, "GptOssForCausalLM", config, seed=9, experts_implementation="eager")  # float64 experts
+    _place_tokenizer(tmp_path, folder)
+    comp = _open(tmp_path, folder, layer)
+    ref = _reference(model, model.model.layers, _ids(comp.scenario.description), layer,
+                     lambda b: b.self_attn, lambda b: b.self_attn.o_proj)
+    _check(comp, ref, *_llama_like(model, layer), kv_heads=2, tol=1e-4)  # YaRN's frequencies in float32
+    sc, att = comp.scenario, model.model.layers[layer].self_attn
+    assert [h.sink for h in comp.heads] == att.sinks.detach().numpy().astype(np.float32).tolist()
+    assert comp.heads[0].b_Q is not None and comp.b_O is not None and comp.heads[0].scale_is_default
+    assert sc.rope is not None and sc.rope.scaling is not None and sc.rope.scaling.type == "yarn"
+    assert sc.input.schedule == ("sliding 4", "full") * 2
+    assert (sc.mask_kind == "sliding") == (layer % 2 == 0)
+
+
 @pytest.mark.parametrize("layer", [0, 2])
 def test_bert_post_norm_bidirectional_encoder(tmp_path: Path, layer: int) -> None:
     folder, vocab = _with_tokenizer(tmp_path, "bert")
@@ -340,8 +364,6 @@ NOT_YET = [
     ("gemma2", {"attn_logit_softcapping": 50.0}, "soft-capping of the attention scores (attn_logit_softcapping)"),
     ("gemma3_text", {}, "QK-norm"),
     ("gemma3", {"text_config": {"model_type": "gemma3_text"}}, "QK-norm"),
-    ("gpt_oss", {"rope_parameters": {"rope_type": "yarn", "factor": 32.0, "rope_theta": 150000}}, "RoPE scaling (rope_type 'yarn')"),
-    ("gpt_oss", {"rope_parameters": {"rope_type": "default", "rope_theta": 150000}}, "the mixture-of-experts MLP"),
 ]
 
 
@@ -472,7 +494,7 @@ def test_the_package_never_imports_transformers_or_torch() -> None:
 
 
 def test_the_gpt_oss_mixture_of_experts_matches_transformers() -> None:
-    """gpt-oss stays an error until RoPE scaling lands; its MoE MLP (for the layers before the chosen one) is ready."""
+    """gpt-oss's MoE MLP (for the layers before the chosen one) on its own, against transformers' GptOssMLP."""
     from qkv_tui.importers.stack import MoeMlp
 
     config = transformers.GptOssConfig(hidden_size=16, intermediate_size=12, num_local_experts=5, num_experts_per_tok=2,

@@ -137,6 +137,8 @@ def _all_heads(weights: Layer) -> dict[str, Any]:
         bias = getattr(att, f"b_{role}")
         if bias is not None:
             attention[f"b_{role}"] = bias.tolist()
+    if weights.sinks is not None:
+        attention["sinks"] = weights.sinks.tolist()
     output: dict[str, Any] = {"W_O": att.W_O.tolist()}
     if att.b_O is not None:
         output["b_O"] = att.b_O.tolist()
@@ -155,6 +157,8 @@ def _one_head(weights: Layer, layer: int, h: int) -> dict[str, Any]:
         if bias is not None:
             table[f"b_{role}"] = bias[cut].tolist()
     table["kv_head"] = g
+    if weights.sinks is not None:
+        table["sink"] = float(weights.sinks[h])
     return table
 
 

@@ -20,7 +20,7 @@ from qkv_tui.importers.hf_pending import PENDING_TYPES, pending_feature
 from qkv_tui.importers.hf_rope import RopeConfig, read_rope
 
 GPT2_TYPES = ("gpt2",)
-LLAMA_TYPES = ("llama", "mistral", "qwen2", "smollm3", "granite", "phi3", "qwen3", "olmo2")
+LLAMA_TYPES = ("llama", "mistral", "qwen2", "smollm3", "granite", "phi3", "qwen3", "olmo2", "gpt_oss")
 BERT_TYPES = ("bert",)
 ALL_TYPES = GPT2_TYPES + LLAMA_TYPES + BERT_TYPES
 CONFIG_LIMIT = 4 * 2**20  # real config.json files are a few kilobytes

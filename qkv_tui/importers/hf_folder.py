@@ -14,7 +14,9 @@ Two layouts:
   ``q_norm``/``k_norm``, an RMSNorm over each head's head_dim with gains shared by the heads. OLMo 2
   norms the whole query and key projections (every head's columns together) and puts its norms after
   the sub-layers (``post_attention_layernorm``, ``post_feedforward_layernorm`` on each one's output,
-  before the residual add), so its attention reads the stream as it is: no [norm].
+  before the residual add), so its attention reads the stream as it is: no [norm]. gpt-oss adds a
+  sink logit per head (``self_attn.sinks``), biases on every projection, YaRN, sliding and full layers
+  (``layer_types``) and a mixture-of-experts MLP (stack.MoeMlp; experts stored (in, out), not quantised).
 - "bert": hf_bert.py.
 """
 
@@ -41,6 +43,7 @@ from qkv_tui.importers.stack import (
     GatedMlp,
     Layer,
     Model,
+    MoeMlp,
     Norm,
     QkNorm,
     Rope,
@@ -174,8 +177,10 @@ def _llama(config: Config, tensors: TensorFiles, tokenize: Tokenize, source: str
         return get(a + "q_proj.weight", (q_width, d)).T, get(a + "k_proj.weight", (kv_width, d)).T, \
             get(a + "v_proj.weight", (kv_width, d)).T
 
-    def mlp(h: str) -> GatedMlp:
+    def mlp(h: str) -> GatedMlp | MoeMlp:
         get = tensors.get
+        if config.model_type == "gpt_oss":
+            return _moe(config, tensors, h + "mlp.")
         if config.model_type == "phi3":
             fused = get(h + "mlp.gate_up_proj.weight", (None, d))  # (2·intermediate, d): gate rows, then up rows
             inter = int(fused.shape[0]) // 2
@@ -218,6 +223,7 @@ def _llama(config: Config, tensors: TensorFiles, tokenize: Tokenize, source: str
             residual_scale=granite[2] if granite is not None else 1.0,
             qk_norm=qk_norm(a),
             norm_after=olmo2,
+            sinks=get(a + "sinks", (config.num_heads,)) if config.model_type == "gpt_oss" else None,
         )
 
     rope = Rope("half", config.rope_base)
@@ -235,6 +241,38 @@ def _llama(config: Config, tensors: TensorFiles, tokenize: Tokenize, source: str
                 " every head's columns together.")
     return Model(source, config.num_layers, config.num_heads, config.context, rope, tokenize, embed, layer,
                  hf_schedule(config), lambda layer: said)
+
+
+def _moe(config: Config, tensors: TensorFiles, m: str) -> MoeMlp:
+    """gpt-oss's experts, as transformers stores them (already x·W); the router is an nn.Linear (out, in)."""
+    get, d = tensors.get, config.d_model
+    raw = config.raw
+    experts = raw.get("num_local_experts")
+    top_k = raw.get("num_experts_per_tok")
+    for key, value in (("num_local_experts", experts), ("num_experts_per_tok", top_k)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ImporterError(f"config.json: {key} = {value!r}; expected a whole number >= 1")
+    assert isinstance(experts, int) and isinstance(top_k, int)
+    if top_k > experts:
+        raise ImporterError(f"config.json: num_experts_per_tok = {top_k} is more than num_local_experts = {experts}")
+    numbers = []
+    for key, default in (("swiglu_alpha", 1.702), ("swiglu_limit", 7.0)):
+        value = raw.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
+            raise ImporterError(f"config.json: {key} = {value!r}; expected a number > 0")
+        numbers.append(float(value))
+    if m + "experts.gate_up_proj" not in tensors and m + "experts.gate_up_proj_blocks" in tensors:
+        raise ImporterError(
+            "gpt-oss's experts are MXFP4-quantised (experts.gate_up_proj_blocks); expected the dequantised"
+            " checkpoint (transformers' save_pretrained after loading with Mxfp4Config(dequantize=True))"
+        )
+    gate_up = get(m + "experts.gate_up_proj", (experts, d, None))  # (experts, d_model, 2·inner)
+    inner = int(gate_up.shape[2]) // 2
+    return MoeMlp(
+        get(m + "router.weight", (experts, d)).T, get(m + "router.bias", (experts,)), gate_up,
+        get(m + "experts.gate_up_proj_bias", (experts, 2 * inner)), get(m + "experts.down_proj", (experts, inner, d)),
+        get(m + "experts.down_proj_bias", (experts, d)), top_k, numbers[0], numbers[1],
+    )
 
 
 def _granite(config: Config) -> tuple[float, float, float] | None:

@@ -17,17 +17,6 @@ QK_NORM = "QK-norm (an RMSNorm of every query and key head, q_norm and k_norm)"
 SOFTCAP = "soft-capping of the attention scores (attn_logit_softcapping)"
 
 
-def _rope_kind(data: dict[str, Any]) -> str:
-    params = data.get("rope_parameters") or data.get("rope_scaling")
-    if isinstance(params, dict):
-        tables = [params] if "rope_type" in params or "type" in params else [t for t in params.values() if isinstance(t, dict)]
-        for table in tables:
-            kind = table.get("rope_type", table.get("type", "default"))
-            if kind != "default":
-                return str(kind)
-    return "default"
-
-
 def _partial(data: dict[str, Any]) -> bool:
     factor = data.get("partial_rotary_factor")
     params = data.get("rope_parameters")
@@ -51,8 +40,6 @@ FEATURES: dict[str, list[Feature]] = {
                (_always, "Gemma's norms after each sub-layer (post_attention_layernorm, post_feedforward_layernorm)")],
     "gemma3_text": [(_always, QK_NORM)],
     "gemma3": [(_always, QK_NORM)],
-    "gpt_oss": [(lambda d: _rope_kind(d) != "default", "RoPE scaling (rope_type {rope})"),
-                (_always, "the mixture-of-experts MLP the layers before the chosen one run")],
 }
 PENDING_TYPES = tuple(FEATURES)
 
@@ -61,6 +48,5 @@ def pending_feature(model_type: str, data: dict[str, Any]) -> str:
     """The one-line reason ``model_type`` cannot be read yet (the first feature its config turns on)."""
     for turned_on, feature in FEATURES[model_type]:
         if turned_on(data):
-            named = feature.format(rope=repr(_rope_kind(data)))
-            return f"model_type {model_type!r} needs {named}, which the scenario format does not compute yet"
+            return f"model_type {model_type!r} needs {feature}, which the scenario format does not compute yet"
     raise AssertionError("every pending type ends in a feature that is always on")

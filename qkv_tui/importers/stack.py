@@ -112,6 +112,7 @@ class Layer:
     scale_from: str | None = None  # where a scale other than sqrt(d_k) comes from, in words (docs/scenario-format.md)
     qk_norm: QkNorm | None = None  # Qwen3's and OLMo 2's norm of Q and K before RoPE
     norm_after: bool = False  # True: norm and mlp_norm apply to each sub-layer's output before its add (OLMo 2)
+    sinks: Array | None = None  # (H,) gpt-oss's per-head sink logit, joining each row's softmax
 
 
 def attention_forward(layer: Layer, rope: Rope | None, x: Array) -> Array:
@@ -143,7 +144,8 @@ def attention_forward(layer: Layer, rope: Rope | None, x: Array) -> Array:
             k = qk_normalise(k, qkn.gamma_k, qkn.eps, None).X_norm
         if rope is not None and layer.rotary:
             q, k = rope.rotate(q), rope.rotate(k)
-        outputs.append(attend(q, k, v, allow, scale, softcap=layer.softcap).output)  # (n, d_v)
+        sink = None if layer.sinks is None else float(layer.sinks[h])
+        outputs.append(attend(q, k, v, allow, scale, sink=sink, softcap=layer.softcap).output)  # (n, d_v)
     return project(np.concatenate(outputs, axis=1), att.W_O, att.b_O)
 
 
