@@ -7,9 +7,12 @@ operation counter "op 1/" in what the app sends). Measured:
 - start-up, one student at a time: websocket open -> first complete frame (median);
 - a class arriving at once: N websockets opened together -> the last first frame;
 - memory per student: RSS and PSS (shared pages split between the processes that share them)
-  of each app's processes, read from /proc once every app is idle.
+  of each app's processes, read from /proc once every app is idle; the app starter that
+  --serve forks every app from (its "zygote") is counted apart, and also shared out;
+- the yardstick, in the same run: a bare Textual app (one Static) served by plain
+  textual-serve, a fresh Python per tab, one student at a time; the ratios divide by its median.
 
-    .venv/bin/python benchmarks/serve_cost.py [--students N] [--json]
+    .venv/bin/python benchmarks/serve_cost.py [--students N] [--repeat R] [--json]
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import compileall
 import json
 import os
 import platform
+import shlex
 import signal
 import socket
 import statistics
@@ -27,11 +31,20 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import TypeVar
 
 import aiohttp
 
+T = TypeVar("T")
+
 MARK = b"op 1/"
+# the yardstick: the smallest Textual app that draws the mark, started as textual-serve starts any app
+BARE_APP = ("from textual.app import App\nfrom textual.widgets import Static\n"
+            "class Bare(App[None]):\n    def compose(self):\n        yield Static('op 1/1')\nBare().run()\n")
+BARE_SERVER = ("import sys\nfrom textual_serve.server import Server\n"
+               "Server(sys.argv[1], host='127.0.0.1', port=int(sys.argv[2])).serve()\n")
 
 
 def free_port() -> int:
@@ -59,6 +72,22 @@ def children(pid: int) -> list[int]:
     return found
 
 
+def parent(pid: int) -> int:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except OSError:
+        return 0
+
+
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU time a process has used so far."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def memory_kib(pid: int) -> tuple[int, int]:
     """(RSS, PSS) of one process in KiB."""
     rss = pss = 0
@@ -73,6 +102,16 @@ def memory_kib(pid: int) -> tuple[int, int]:
     return rss, pss
 
 
+READERS: set[asyncio.Task[None]] = set()
+
+
+async def drain(ws: aiohttp.ClientWebSocketResponse) -> None:
+    """Read on, as a browser does: aiohttp answers the server's heartbeat pings only while a socket is
+    read, and the server closes one that has not answered for 15 s (a slow class takes longer)."""
+    async for _message in ws:
+        pass
+
+
 async def first_frame(session: aiohttp.ClientSession, url: str) -> tuple[float, aiohttp.ClientWebSocketResponse]:
     """Open one student's app; seconds until its first complete frame arrives."""
     start = time.perf_counter()
@@ -82,10 +121,21 @@ async def first_frame(session: aiohttp.ClientSession, url: str) -> tuple[float, 
         if message.type == aiohttp.WSMsgType.BINARY:
             seen = (seen + message.data)[-65536:]
             if MARK in seen:
-                return time.perf_counter() - start, ws
+                took = time.perf_counter() - start
+                reader = asyncio.create_task(drain(ws))
+                READERS.add(reader)
+                reader.add_done_callback(READERS.discard)
+                return took, ws
         elif message.type in (aiohttp.WSMsgType.CLOSED, aiohttp.WSMsgType.ERROR):
             break
     raise RuntimeError("the app closed before its first frame")
+
+
+def command_line(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
 
 
 async def measure(port: int, server_pid: int, students: int) -> dict[str, object]:
@@ -97,15 +147,28 @@ async def measure(port: int, server_pid: int, students: int) -> dict[str, object
             sequential.append(seconds)
             sockets.append(ws)
         await asyncio.sleep(2.0)  # every app idle before memory is read
-        apps = children(server_pid)
+        everyone = children(server_pid)
+        # the zygote is the server's own child; the apps it forked have its command line too
+        zygotes = [pid for pid in everyone if "serve_zygote" in command_line(pid) and parent(pid) == server_pid]
+        apps = [pid for pid in everyone if pid not in zygotes]
+        assert len(apps) >= students, f"{len(apps)} app processes for {students} students: some ended early"
         usage = [memory_kib(pid) for pid in apps]
+        started = [cpu_seconds(pid) for pid in apps]  # idle since their first frame: what a start costs
+        zygote_rss, zygote_pss = (sum(m) for m in zip(*(memory_kib(pid) for pid in zygotes), strict=True)) \
+            if zygotes else (0, 0)
         server_rss, server_pss = memory_kib(server_pid)
         for ws in sockets:
             await ws.close()
         await asyncio.sleep(2.0)
+        server_cpu = cpu_seconds(server_pid)
+        zygote_cpu = sum(cpu_seconds(pid) for pid in zygotes)
         start = time.perf_counter()
         burst = await asyncio.gather(*(first_frame(session, url) for _ in range(students)))
         burst_last = time.perf_counter() - start
+        server_burst_cpu = cpu_seconds(server_pid) - server_cpu
+        zygote_burst_cpu = sum(cpu_seconds(pid) for pid in zygotes) - zygote_cpu
+        burst_apps = [pid for pid in children(server_pid) if pid not in zygotes]
+        burst_cpu = [cpu_seconds(pid) for pid in burst_apps]
         for _, ws in burst:
             await ws.close()
     return {
@@ -114,25 +177,41 @@ async def measure(port: int, server_pid: int, students: int) -> dict[str, object
         "startup_median_s": statistics.median(sequential),
         "startup_all_s": sequential,
         "burst_last_s": burst_last,
+        "burst_all_s": sorted(seconds for seconds, _ in burst),
         "rss_per_student_mib": sum(r for r, _ in usage) / students / 1024,
         "pss_per_student_mib": sum(p for _, p in usage) / students / 1024,
+        # the zygote's share too: what the class costs beyond the server, divided by its size
+        "pss_per_student_with_zygote_mib": (sum(p for _, p in usage) + zygote_pss) / students / 1024,
+        "zygote_rss_mib": zygote_rss / 1024,
+        "zygote_pss_mib": zygote_pss / 1024,
+        "app_start_cpu_s": sum(started) / students,  # a student's processes together (sh and Python, before)
+        "server_burst_cpu_s": server_burst_cpu,
+        "zygote_burst_cpu_s": zygote_burst_cpu,
+        "burst_apps_cpu_total_s": sum(burst_cpu),
         "server_rss_mib": server_rss / 1024,
         "server_pss_mib": server_pss / 1024,
     }
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--students", type=int, default=6)
-    parser.add_argument("--json", action="store_true")
-    args = parser.parse_args()
+async def measure_bare(port: int, server_pid: int, starts: int) -> tuple[list[float], list[float]]:
+    """The yardstick: a bare Textual app's start-up, one student at a time; and the CPU each used."""
+    seconds, cpu = [], []
+    async with aiohttp.ClientSession() as session:
+        for _ in range(starts):
+            took, ws = await first_frame(session, f"ws://127.0.0.1:{port}/ws")
+            seconds.append(took)
+            await asyncio.sleep(0.5)
+            cpu.append(sum(cpu_seconds(pid) for pid in children(server_pid)))
+            await ws.close()
+            await asyncio.sleep(0.5)
+    return seconds, cpu
+
+
+def running(command: Callable[[int], list[str]], root: Path, call: Callable[[int, int], Awaitable[T]]) -> T:
+    """Start the server command(port) names, wait until it answers, measure it with call(port, pid), stop it."""
     port = free_port()
-    root = Path(__file__).resolve().parent.parent
-    compileall.compile_dir(str(root / "qkv_tui"), quiet=1)  # as pip install does; this machine sets PYTHONDONTWRITEBYTECODE
-    server = subprocess.Popen(
-        [sys.executable, "-m", "qkv_tui", "--serve", "--port", str(port), "i_love_ai"],
-        cwd=root, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-    )
+    server = subprocess.Popen(command(port), cwd=root, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                              start_new_session=True)
     try:
         for _ in range(600):
             try:
@@ -140,21 +219,64 @@ def main() -> int:
                 break
             except OSError:
                 time.sleep(0.1)
-        result = asyncio.run(measure(port, server.pid, args.students))
+        return asyncio.run(call(port, server.pid))
     finally:
         os.killpg(server.pid, signal.SIGTERM)
         server.wait(timeout=30)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--students", type=int, default=6)
+    parser.add_argument("--repeat", type=int, default=1, help="whole runs, each with its own yardstick (the spread)")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    root = Path(__file__).resolve().parent.parent
+    compileall.compile_dir(str(root / "qkv_tui"), quiet=1)  # as pip install does; this machine sets PYTHONDONTWRITEBYTECODE
+    bare_command = shlex.join([sys.executable, "-c", BARE_APP])
+    runs = []
+    for _ in range(args.repeat):
+        bare, bare_cpu = running(lambda port: [sys.executable, "-c", BARE_SERVER, bare_command, str(port)], root,
+                                 lambda port, pid: measure_bare(port, pid, 5))
+        result = running(lambda port: [sys.executable, "-m", "qkv_tui", "--serve", "--port", str(port), "i_love_ai"],
+                         root, lambda port, pid: measure(port, pid, args.students))
+        result["bare_startup_median_s"] = bare_median = statistics.median(bare)
+        result["bare_startup_all_s"] = bare
+        result["bare_start_cpu_median_s"] = statistics.median(bare_cpu)
+        result["startup_ratio"] = float(result["startup_median_s"]) / bare_median  # type: ignore[arg-type]
+        result["burst_ratio"] = float(result["burst_last_s"]) / bare_median  # type: ignore[arg-type]
+        result["load_average"] = os.getloadavg()[0]
+        runs.append(result)
     if args.json:
-        print(json.dumps(result, indent=2))
+        print(json.dumps(runs if args.repeat > 1 else runs[0], indent=2))
         return 0
+    for result in runs:
+        report(result, args.students)
+    if args.repeat > 1:
+        for key in ("startup_ratio", "burst_ratio", "pss_per_student_mib"):
+            values = sorted(float(r[key]) for r in runs)  # type: ignore[arg-type]
+            print(f"{key}: median {statistics.median(values):.2f}, from {values[0]:.2f} to {values[-1]:.2f}")
+    return 0
+
+
+def report(result: dict[str, object], students: int) -> None:
     print(f"machine: {platform.machine()}, CPython {platform.python_version()}, {os.cpu_count()} cores; "
-          f"{args.students} students, i_love_ai at 120×40")
+          f"{students} students, i_love_ai at 120×40")
     print(f"start-up, one student at a time: median {result['startup_median_s']:.2f} s (websocket open -> first frame)")
-    print(f"a class arriving at once ({args.students}): the last first frame after {result['burst_last_s']:.2f} s")
+    print(f"a class arriving at once ({students}): the last first frame after {result['burst_last_s']:.2f} s")
     print(f"memory per student: RSS {result['rss_per_student_mib']:.1f} MiB, PSS {result['pss_per_student_mib']:.1f} MiB"
           f" ({result['processes_per_student']:.0f} process(es) each)")
     print(f"the server itself: RSS {result['server_rss_mib']:.1f} MiB, PSS {result['server_pss_mib']:.1f} MiB")
-    return 0
+    print(f"CPU: an app's start, mean {result['app_start_cpu_s']:.2f} s (a bare Textual app's, median:"
+          f" {result['bare_start_cpu_median_s']:.2f} s); the server's during the class's arrival"
+          f" {result['server_burst_cpu_s']:.2f} s, the app starter's {result['zygote_burst_cpu_s']:.2f} s, the"
+          f" class's apps' {result['burst_apps_cpu_total_s']:.2f} s in all")
+    if result["zygote_rss_mib"]:
+        print(f"the app starter (zygote): RSS {result['zygote_rss_mib']:.1f} MiB, PSS {result['zygote_pss_mib']:.1f} MiB;"
+              f" per student with its share: PSS {result['pss_per_student_with_zygote_mib']:.1f} MiB")
+    print(f"a bare Textual app (plain textual-serve, a fresh Python): median start-up {result['bare_startup_median_s']:.2f} s;"
+          f" ratios: one student {result['startup_ratio']:.2f}x, the last of the class {result['burst_ratio']:.2f}x"
+          f" (load average {result['load_average']:.1f})")
 
 
 if __name__ == "__main__":

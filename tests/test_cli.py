@@ -18,7 +18,7 @@ from .conftest import SCENARIOS
 def test_check_all_shipped(cli) -> None:
     run = cli("--check", *map(str, SCENARIOS))
     assert run.code == 0 and run.err == ""
-    assert run.out.count("ok: ") == len(SCENARIOS) == 21
+    assert run.out.count("ok: ") == len(SCENARIOS) == 22
 
 
 def test_json_export_has_full_precision(cli) -> None:
@@ -35,7 +35,8 @@ def test_json_export_has_full_precision(cli) -> None:
     assert set(head) == {"name", "d_k", "scale", "W_Q", "W_K", "W_V", "Q", "K", "V",
                          "scores", "scaled", "masked", "weights", "output",
                          "Q_rot", "K_rot", "bias", "sink", "kv_head", "b_Q", "b_K", "b_V",
-                         "Q_norm", "K_norm", "capped"}  # the modern keys, the biases, the newer variants' (null where unused)
+                         "Q_norm", "K_norm", "capped", "gate", "gated_output"}  # the modern keys, the biases, the newer ones
+    assert (head["gate"], head["gated_output"]) == (None, None)
     assert (head["Q_rot"], head["K_rot"], head["bias"], head["sink"], head["kv_head"]) == (None, None, None, None, 0)
     assert (data["X_norm"], data["positions"], data["b_O"]) == (None, [0, 1, 2], None)
     assert head["capped"] is None and head["Q_norm"] is None and head["K_norm"] is None and data["rope"] is None

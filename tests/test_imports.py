@@ -31,7 +31,8 @@ def test_app_module_does_load_textual() -> None:
 # overlays, screenshots' SVG rewriting, the exports, serving and the model importers.
 LAZY = ("tomlkit", "qkv_tui.ui.edit_prompt", "qkv_tui.ui.widgets.heatmap", "qkv_tui.ui.widgets.screens",
         "qkv_tui.ui.widgets.modal", "qkv_tui.ui.screenshot", "qkv_tui.display.heatmap", "qkv_tui.teach.whatif",
-        "qkv_tui.edges", "qkv_tui.importers", "textual_serve", "aiohttp", "glassllm", "tokenizers", "safetensors")
+        "qkv_tui.edges", "qkv_tui.importers", "textual_serve", "aiohttp", "glassllm", "tokenizers", "safetensors",
+        "gguf", "huggingface_hub")
 
 
 def test_the_first_screen_loads_only_what_it_shows() -> None:

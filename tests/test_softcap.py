@@ -158,12 +158,12 @@ def test_json_export_agrees_with_torch_tanh(cc: CappedCase) -> None:
         assert np.allclose(head["weights"], weights.numpy(), rtol=1e-9, atol=1e-12)
 
 
-def test_json_field_sits_after_b_v_and_is_null_without_a_cap() -> None:
+def test_json_field_sits_after_the_qk_norm_fields_and_is_null_without_a_cap() -> None:
     out = io.StringIO()
     write_json(load_scenario("softcap"), out)
     data = json.loads(out.getvalue())
     keys = list(data["heads"][0])
-    assert keys[keys.index("b_V") + 1] == "capped"
+    assert keys[keys.index("b_V") + 1:keys.index("b_V") + 4] == ["Q_norm", "K_norm", "capped"]  # the agreed order
     assert data["heads"][0]["capped"][0][1] == pytest.approx(5 * math.tanh(10 / math.sqrt(3) / 5), abs=1e-12)
     assert data["heads"][0]["scaled"][0][1] == pytest.approx(10 / math.sqrt(3), abs=1e-12)  # scores / scale, uncapped
     plain = io.StringIO()

@@ -29,7 +29,7 @@ from .test_calculator import UnparsableError, check_text, evaluate
 from .variants_cases import ModernCase, modern_cases
 
 BLANK = re.compile(r"^\((\d+)\) _+$")
-PER_HEAD = {"W_Q", "b_Q", "Q", "ms_Q", "Q̂", "Q'", "scores", "scaled", "capped", "weights", "output"}
+PER_HEAD = {"W_Q", "b_Q", "Q", "ms_Q", "Q̂", "Q'", "scores", "scaled", "capped", "weights", "output", "W_G", "g", "gated"}
 PER_KV = {"W_K", "b_K", "W_V", "b_V", "K", "ms_K", "K̂", "V", "K'"}
 Key = tuple[str, int]  # (corner name, head index; 0 for tables of the whole page)
 Ref = tuple[Key, int, int]
@@ -255,15 +255,22 @@ class Student:
             return 0.0 if not sc.allow[i, j] else math.exp(get(logits, h, i, j) - top) / total
         if name == "output":
             return sum(get("weights", h, i, k) * get("V", h, k, j) for k in range(sc.m))
+        if name == "g":  # the output gate: σ(X̂·W_G)
+            source = "X̂" if sheet.has("X̂") else "X"
+            width = len(sheet.grids[(source, 0)].cols)
+            z = sum(get(source, 0, i, c) * get("W_G", h, c, j) for c in range(width))
+            return 1 / (1 + math.exp(-z))
+        if name == "gated":
+            return get("output", h, i, j) * get("g", h, i, j)
         if name == "concat":
             widths = [len(sheet.grids[("output", g)].cols) for g in range(len(sc.heads))]
             g = 0
             while j >= widths[g]:
                 j -= widths[g]
                 g += 1
-            return get("output", g, i, j)
+            return get("gated" if sheet.has("gated", g) else "output", g, i, j)
         if name == "final":
-            source = ("concat", 0) if sheet.has("concat") else ("output", 0)
+            source = ("concat", 0) if sheet.has("concat") else ("gated", 0) if sheet.has("gated") else ("output", 0)
             width = len(sheet.grids[source].cols)
             total = sum(get(*source, i, c) * get("W_O", 0, c, j) for c in range(width))
             return total + (get("b_O", 0, 0, j) if sheet.has("b_O") else 0.0)
@@ -271,7 +278,7 @@ class Student:
 
 
 INPUTS = ("X", "X_ctx", "position", "γ", "β", "γ_q", "γ_k", "W_Q", "b_Q", "W_K", "b_K", "W_V", "b_V", "W_O", "b_O", "slope",
-          "sink", "cos/sin")
+          "sink", "cos/sin", "W_G")
 
 
 def answer_of(working: str) -> str:

@@ -112,6 +112,9 @@ def _array(sc: Scenario, matrix: str, head: int | None) -> Matrix | None:
         return sc.W_O
     if matrix in WEIGHTS and head is not None:
         return getattr(sc.heads[head], matrix)  # type: ignore[no-any-return]
+    if matrix == "W_G" and head is not None:  # the output gate's weights, where the head has a gate
+        gate: Matrix | None = getattr(sc.heads[head], "W_G", None)
+        return gate
     return None
 
 
@@ -126,6 +129,8 @@ def _inputs(sc: Scenario) -> Iterator[tuple[str, int | None]]:
             yield "sink", h
         if getattr(head, "softcap", None) is not None:
             yield "softcap", h
+        if getattr(head, "W_G", None) is not None:
+            yield "W_G", h
     yield from (("W_O", None), ("b_O", None), ("scale", None), ("mask", None))
 
 
@@ -210,7 +215,7 @@ def parse_address(sc: Scenario, text: str) -> tuple[InputCell | None, str]:
     if matrix == "scale" and row_text is None:
         return InputCell("scale"), value
     head: int | None = None
-    if matrix in (*WEIGHTS, *HEAD_BIASES, "sink", "softcap"):
+    if matrix in (*WEIGHTS, *HEAD_BIASES, "sink", "softcap", "W_G"):
         head = 0
         if head_text:
             names = [h.name for h in sc.heads]
@@ -235,9 +240,9 @@ def parse_address(sc: Scenario, text: str) -> tuple[InputCell | None, str]:
         return InputCell(matrix, head, 0, int(entry.group(1))), value
     if row_text is None or col_text is None:
         raise EditError(f"{name.strip()!r}: give a row and a column, e.g. {matrix}[0,1]")
-    if matrix not in ("X", "context_X", "W_O", "mask", *WEIGHTS):
+    if matrix not in ("X", "context_X", "W_O", "mask", *WEIGHTS, "W_G"):
         raise EditError(f"{matrix!r} is not an input; edit X, X_ctx, W_Q, W_K, W_V, W_O, scale, mask"
-                        " (and gamma, beta, b_Q, b_K, b_V, b_O, sink where the scenario has them)")
+                        " (and gamma, beta, b_Q, b_K, b_V, b_O, sink, W_G where the scenario has them)")
 
     def index(text: str, labels: tuple[str, ...] | None, size: int, what: str, spelt: tuple[str, ...] = ()) -> int:
         """A token label (as the screens show it, ▁the₂, or as the file spells it), or an index from 0."""
@@ -325,6 +330,12 @@ def apply_edit(sc: Scenario, cell: InputCell, text: str) -> Scenario:
     if cell.matrix == "W_O":
         assert sc.W_O is not None
         return replace(sc, W_O=_with(sc.W_O, cell.row, cell.col, value))
+    if cell.matrix == "W_G" and cell.head is not None:
+        gate = _array(sc, "W_G", cell.head)
+        assert gate is not None
+        heads = list(sc.heads)
+        heads[cell.head] = replace(heads[cell.head], W_G=_with(gate, cell.row, cell.col, value))
+        return replace(sc, heads=tuple(heads))
     if cell.matrix in (*WEIGHTS, *HEAD_BIASES) and cell.head is not None:
         heads = list(sc.heads)
         source = _array(sc, cell.matrix, cell.head)
@@ -429,6 +440,9 @@ def _write_cell(doc: tomlkit.TOMLDocument, sc: Scenario, cell: InputCell) -> Non
             doc["attention"]["sinks"][cell.head] = _number(value)
         else:
             doc["heads"][cell.head]["sink"] = _number(value)
+    elif cell.matrix == "W_G" and cell.head is not None and sc.num_heads_split is not None:
+        width = sc.heads[cell.head].d_v  # [gate] W_G: every head's d_v columns side by side
+        doc["gate"]["W_G"][cell.row][cell.head * width + cell.col] = _number(value)
     elif cell.head is not None and sc.num_heads_split is not None:
         # one head's slice of the wide matrix; K/V slices are numbered by K/V head
         index = _kv(sc, cell.head) if cell.matrix in SHARED else cell.head

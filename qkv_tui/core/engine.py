@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import TypedDict
 
 import numpy as np
 
@@ -83,6 +84,15 @@ class HeadResult:
     @property
     def K_turned(self) -> Matrix:
         return self.K if self.K_normed is None else self.K_normed.X_norm
+    W_G: Matrix | None = None  # (d_model, d_v) the output gate's weights; None without a gate
+    gate_logit: Matrix | None = None  # (n, d_v) X̂·W_G, what the sigmoid reads
+    gate: Matrix | None = None  # (n, d_v) σ(X̂·W_G)
+    gated_output: Matrix | None = None  # (n, d_v) output ⊙ gate: what Concat joins
+
+    @property
+    def joined(self) -> Matrix:
+        """What Concat joins: the gated output where the head has a gate, else the output."""
+        return self.output if self.gated_output is None else self.gated_output
 
     @property
     def Q_used(self) -> Matrix:
@@ -183,7 +193,7 @@ def compute_head(
         bias = _frozen(alibi_bias(slope, positions))  # (n, n)
     f = head_forward(X, X_kv, head.W_Q, head.W_K, head.W_V, head.b_Q, head.b_K, head.b_V, allow,
                      math.sqrt(head.d_k) if scale is None else scale, turn=turn_of(rope, positions, head.d_k),
-                     bias=bias, sink=head.sink, shared=shared, qk_norm=qk_norm, softcap=head.softcap)
+                     bias=bias, sink=head.sink, shared=shared, qk_norm=qk_norm, softcap=head.softcap, W_G=head.W_G)
     return result_of(head, f, scale is None, slope, kv_head)
 
 
@@ -196,7 +206,7 @@ def result_of(head: Head, f: Forward, scale_is_default: bool, slope: float | Non
         masked=a.masked, row_max=soft.row_max, exps=soft.exps, row_sum=soft.row_sum, weights=soft.weights,
         output=a.output, kv_head=kv_head, b_Q=head.b_Q, b_K=head.b_K, b_V=head.b_V, Q_rot=f.Q_rot, K_rot=f.K_rot,
         bias=a.bias, slope=slope, sink=head.sink, sink_exp=soft.sink_exp, Q_normed=f.Q_normed, K_normed=f.K_normed,
-        capped=a.capped, softcap=head.softcap,
+        capped=a.capped, softcap=head.softcap, **gate_fields(head.W_G, f),
     )
 
 
@@ -223,6 +233,20 @@ def qk_norms(sc: Scenario, X: Matrix, X_kv: Matrix, policy: Policy = EXACT) -> l
 def _row_stats(M: Matrix, qk: QKNorm, gamma: Vector, policy: Policy) -> Normed:
     with np.errstate(over="ignore", invalid="ignore"):
         return normalise(policy, "rms", M, gamma[None, :], None, qk.eps)
+
+
+class GateFields(TypedDict):
+    W_G: Matrix | None
+    gate_logit: Matrix | None
+    gate: Matrix | None
+    gated_output: Matrix | None
+
+
+def gate_fields(W_G: Matrix | None, f: Forward) -> GateFields:
+    """The output gate's HeadResult fields from a forward pass (all None without a gate)."""
+    g = f.gated
+    return GateFields(W_G=W_G, gate_logit=None if g is None else g.logit, gate=None if g is None else g.gate,
+                      gated_output=None if g is None else g.gated)
 
 
 # --- the one overflow rule ---------------------------------------------------------------------
@@ -304,6 +328,10 @@ def check_head(sc: Scenario, result: HeadResult) -> None:
         if name == "scores" and sc.qk_norm is not None:  # the normalised vectors' size is the gains'
             hint = "expected smaller [qk_norm] gains (gamma_q, gamma_k), so that every product stays finite"
         raise ScenarioError(sc.source, f"{result.name}: values in {name} overflow float64 at {where}; {hint}")
+    # the gate's logit X̂·W_G (its sigmoid and the gated output stay finite wherever the logit is)
+    if result.gate_logit is not None and (bad := first_bad(result.gate_logit)) is not None:
+        raise ScenarioError(sc.source, f"{result.name}: values in the gate's X̂·W_G overflow float64 at"
+                            f" {_at(sc.tokens, bad[0])}; expected smaller X or W_G")
 
 
 def iter_heads(scenario: Scenario, norm: NormResult | None = None) -> Iterator[HeadResult]:
@@ -355,5 +383,5 @@ def compute(scenario: Scenario) -> Computation:
     """Every matrix of the scenario; raises ScenarioError if a value overflows."""
     norm = norm_of(scenario)
     heads = tuple(iter_heads(scenario, norm))
-    concat, output = combine(scenario, [h.output for h in heads])
+    concat, output = combine(scenario, [h.joined for h in heads])
     return Computation(scenario, heads, concat, scenario.W_O, output, norm=norm, b_O=scenario.b_O)

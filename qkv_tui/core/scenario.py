@@ -39,10 +39,11 @@ TOP_KEYS = (
     "input",  # what X is (core/inputs.py); the importers set it
     "tiles", "cache",  # the production views' settings (core/production.py)
     variants.softcap.KEY, variants.scale_from.KEY,  # the soft-cap for every head; where scale comes from
+    variants.gate.TABLE_KEY,  # [gate]: the output gate's wide W_G, read with [attention] (core/variants/gate.py)
 )
 # the variants' keys inside the loader's own tables come from their modules (core/variants/)
 HEAD_KEYS = ("name", "W_Q", "W_K", "W_V", *variants.biases.HEAD_KEYS, variants.sinks.HEAD_KEY, variants.kv_heads.HEAD_KEY,
-             variants.softcap.KEY)
+             variants.softcap.KEY, variants.gate.HEAD_KEY)
 ATTENTION_REQUIRED = ("num_heads", "W_Q", "W_K", "W_V")
 ATTENTION_KEYS = (
     *ATTENTION_REQUIRED, variants.kv_heads.ATTENTION_KEY, *variants.biases.HEAD_KEYS, variants.sinks.ATTENTION_KEY,
@@ -78,6 +79,7 @@ class Head:
     sink: float | None = None  # the attention sink's logit; None = no sink
     kv_head: int | None = None  # which K/V head it reads (GQA); None = its own index
     softcap: float | None = None  # c of c·tanh(scaled / c) before the bias and mask; None = no soft-cap
+    W_G: Matrix | None = None  # (d_model, d_v) the output gate's weights; None = no gate
 
     @property
     def d_k(self) -> int:
@@ -304,10 +306,12 @@ def key_tables() -> dict[str, tuple[str, ...]]:
         "[tiles]": TILES_KEYS,
         "[cache]": CACHE_KEYS,
         "[input]": INPUT_KEYS,
+        "[gate]": variants.gate.GATE_KEYS,
     }
 
 
 TOP_TABLES = ("heads", "attention", "output", "context", "mask", *(t.key for t in variants.TABLES), "model", "tiles", "cache")
+TOP_TABLES += (variants.gate.TABLE_KEY,)
 
 
 def _misplaced(key: str, here: str, value: Any = None) -> str | None:
@@ -510,6 +514,7 @@ class _Validator:
                 raise self.fail("heads must be written as [[heads]] tables, each with W_Q, W_K and W_V")
             if not raw:
                 raise self.fail("heads is empty; expected at least one [[heads]] table")
+            variants.gate.no_table_with_heads(self, doc)
             result: list[Head] = []
             for i, table in enumerate(raw):
                 where = f"[[heads]] #{i + 1}"
@@ -529,8 +534,11 @@ class _Validator:
                 sink = variants.parse_sink(self, table, f"{where} sink")
                 kv_head = variants.parse_kv_head(self, table, where, i, result, (mats["W_K"], mats["W_V"], b_K, b_V))
                 cap = variants.softcap.parse_softcap(self, table, where, softcap)
+                W_G = variants.gate.parse_head_gate(self, table, where, d_model, d_v)
                 result.append(Head(name, mats["W_Q"], mats["W_K"], mats["W_V"], b_Q, b_K, b_V, sink=sink, kv_head=kv_head,
-                                   softcap=cap))
+                                   softcap=cap, W_G=W_G))
+            variants.gate.every_head_or_none(self, [h.W_G for h in result],
+                                             [f"[[heads]] #{i + 1}" for i in range(len(result))])
             return tuple(result), None, None
 
         table = doc["attention"]
@@ -574,6 +582,7 @@ class _Validator:
         }
         sinks = variants.parse_sinks(self, table, count)
         softcap = variants.softcap.parse_softcap(self, table, "[attention]", softcap)
+        gates = variants.gate.parse_wide_gate(self, doc, d_model, count, d_v)
 
         def cut(array: Any, index: int, width: int) -> Any:
             if array is None:
@@ -593,7 +602,7 @@ class _Validator:
             W_K, W_V, b_K, b_V = kv_parts[kv]
             heads.append(Head(
                 f"head {h + 1}", cut(mats["W_Q"], h, d_k), W_K, W_V, cut(wide["Q"], h, d_k), b_K, b_V,
-                sink=sinks[h], kv_head=kv, softcap=softcap,
+                sink=sinks[h], kv_head=kv, softcap=softcap, W_G=gates[h],
             ))
         return tuple(heads), count, (kv_count if kv_count != count else None)
 

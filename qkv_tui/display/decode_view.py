@@ -267,6 +267,8 @@ def decode_lines(dec: Decode, index: int, head: int, decimals: int) -> list[str]
         lines.append(f"out[{token}] = weights·V_cache = {terms} = {res}")
     else:
         lines.append(f"out[{token}] = weights·V_cache, {live.size} rows weighted and summed = {_vec(out, decimals)}")
+    if step.gate is not None and step.gated is not None and hr.W_G is not None:
+        lines += gate_lines(dec, step, r, token, decimals)
     what = reference_name(dec)
     ok, check = step.check
     paged_ok, paged_check = step.paged_check
@@ -297,6 +299,17 @@ def decode_lines(dec: Decode, index: int, head: int, decimals: int) -> list[str]
     lines.append(f"Key/Value rows so far: computed {computed}, reused {reused_rows}; without a cache: {without}"
                  f" computed (the cache saves {without - computed})")
     return lines
+
+
+def gate_lines(dec: Decode, step: DecodeStep, r: int, token: str, decimals: int) -> list[str]:
+    """The output gate at a decode step: computed for the new token from its own x̂ (no cache), then out ⊙ g."""
+    assert step.gate is not None and step.gated is not None
+    x = "X̂" if dec.comp.norm is not None else "X"
+    g, out = step.gate[r], step.output[r]
+    (ot, gt), gated = fit(lambda a, b: np.asarray(a) * np.asarray(b), [out, g], step.gated[r], decimals)
+    return [f"g[{token}] = σ({x}[{token}]·W_G) = {_vec(g, decimals)}; the gate reads the new token's own {x} row,"
+            " so nothing of it is cached",
+            f"gated[{token}] = out ⊙ g = {ot}·{gt} = {gated}; cell by cell, what Concat joins"]
 
 
 def step_stages(dec: Decode, index: int) -> tuple[tuple[str, str], ...]:

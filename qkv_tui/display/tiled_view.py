@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 
+from qkv_tui.core.engine import Computation
 from qkv_tui.core.fmt import fmt, is_integral, operand, vector
 from qkv_tui.core.scenario import Matrix
 from qkv_tui.display.frame import Frame
@@ -40,6 +41,13 @@ MEANING = {
                  " FlashAttention-1 divided its O by ℓ after every tile (and rescaled it back at the next);"
                  " FlashAttention-2 divides once, here, and keeps only L = m + log ℓ per row for the backward pass.",
 }
+
+
+def gate_note(comp: Computation) -> str:
+    """Where the output gate meets the tiles: after them, on the final O."""
+    x = "X̂" if comp.norm is not None else "X"
+    return (f"the output gate applies after the tiles' final O, as the Gate stage does: gated = O ⊙ σ({x}·W_G),"
+            " row by row; it reads no score, so tiling changes nothing of it")
 
 
 def _divisor(th: TiledHead) -> tuple[str, float]:
@@ -192,6 +200,8 @@ def tiled_explanation(th: TiledHead, index: int, decimals: int) -> Explanation:
         ok, check = th.check() if last else th.check(rows, op.end.out)
         scope = "the Mix stage" if last else f"the Mix stage in rows {_names(sc.labels, rows)}"
         details.append(f"{'✓ equal to' if ok else '✗ DIFFERENT from'} {scope} {check}")
+        if hr.gate is not None:
+            details.append(gate_note(th.comp))
     if th.shift and op.phase in ("accumulate", "normalise"):
         factor = 1 << th.shift
         details.append(f"Õ sums V/{factor} (2^{th.shift}): these Values are so near float64's largest number that Õ,"

@@ -89,6 +89,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--host",
                         help="--serve: the address to listen on (default 127.0.0.1: this computer only)")
     parser.add_argument("--port", type=int, help=f"--serve: the port to listen on (default {DEFAULT_PORT})")
+    parser.add_argument("--read-only", action="store_true", default=None,
+                        help="the app (every student's under --serve) allows no edits: a lecture's numbers for everyone")
     parser.add_argument("--theme", choices=THEME_NAMES, help="dark (default) or light (for projectors)")
     parser.add_argument("--save-theme", action="store_true",
                         help="remember --theme for later runs (in $XDG_CONFIG_HOME/qkv-tui/config.toml)")
@@ -133,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
 def check(scenario: Scenario) -> None:
     """Compute every matrix once, a head at a time (so memory stays near one head's),
     to be sure the app and the exports can show them; raises ScenarioError."""
-    outputs = [head.output for head in iter_heads(scenario)]
+    outputs = [head.joined for head in iter_heads(scenario)]
     combine(scenario, outputs)
 
 
@@ -147,6 +149,8 @@ def misplaced(args: argparse.Namespace) -> str | None:
                                (given("host", "port"), "--serve", args.serve)):
         if flags and not fits:
             return f"{' and '.join(flags)} {'goes' if len(flags) == 1 else 'go'} only with {place}"
+    if args.read_only and (args.export or args.check):  # no app runs there to allow edits or not
+        return "--read-only goes only with the app or --serve"
     return None
 
 
@@ -276,9 +280,10 @@ def _main(argv: list[str] | None) -> int:
         from qkv_tui.edges.serve import DEFAULT_HOST, serve
 
         # every tab's app is told the theme, so the config file is read once, here, not once per tab
-        return serve(spec, scenario.title, args.host or DEFAULT_HOST, port, ["--theme", theme or "dark"])
+        return serve(spec, scenario.title, args.host or DEFAULT_HOST, port,
+                     ["--theme", theme or "dark", *(["--read-only"] if args.read_only else [])])
     from qkv_tui.ui.app import QKVApp  # Textual loads only when the app is really run
 
-    app = QKVApp(scenario, computation=comp, theme=theme)
+    app = QKVApp(scenario, computation=comp, theme=theme, read_only=bool(args.read_only))
     app.run()
     return app.return_code or 0  # Textual sets 1 when the app died of an unhandled exception

@@ -98,6 +98,7 @@ def head_fields(h: HeadResult) -> list[tuple[str, Any]]:
         ("Q_rot", h.Q_rot), ("K_rot", h.K_rot), ("bias", h.bias), ("sink", h.sink), ("kv_head", h.kv_head),
         ("b_Q", _vector(h.b_Q)), ("b_K", _vector(h.b_K)), ("b_V", _vector(h.b_V)),
         ("Q_norm", h.Q_norm), ("K_norm", h.K_norm), ("capped", h.capped),
+        ("gate", h.gate), ("gated_output", h.gated_output),
     ]
 
 
@@ -160,7 +161,7 @@ def write_json(scenario: Scenario, out: TextIO) -> None:
     (ScenarioError) before anything is written, keeping only the small head outputs; then
     again, one at a time, as it is written."""
     norm = norm_of(scenario)
-    outputs = [head.output for head in iter_heads(scenario, norm)]
+    outputs = [head.joined for head in iter_heads(scenario, norm)]
     concat, output = combine(scenario, outputs)
     del outputs
     _document(out, scenario, iter_heads(scenario, norm), concat, output, norm)

@@ -86,6 +86,8 @@ def to_toml(scenario: Scenario) -> str:
             lines.append(f"sinks = {vector(h.sink for h in sc.heads if h.sink is not None)}")
         if sc.heads[0].softcap is not None:  # [attention] gives every head the same cap
             lines.append(f"softcap = {number(sc.heads[0].softcap)}")
+        if sc.heads[0].W_G is not None:  # the output gate's wide form: a table of its own after [attention]
+            lines += ["", "[gate]", f"W_G = {matrix(np.concatenate([h.W_G for h in sc.heads if h.W_G is not None], axis=1))}"]
     else:
         for i, head in enumerate(sc.heads):
             lines += ["", "[[heads]]", f"name = {string(head.name)}"]
@@ -98,6 +100,8 @@ def to_toml(scenario: Scenario) -> str:
                 lines.append(f"kv_head = {sc.kv_head(i)}")
             if not one_cap and head.softcap is not None:
                 lines.append(f"softcap = {number(head.softcap)}")
+            if head.W_G is not None:
+                lines.append(f"W_G = {matrix(head.W_G)}")
     if sc.W_O is not None:
         lines += ["", "[output]", f"W_O = {matrix(sc.W_O)}"]
         if sc.b_O is not None:

@@ -15,7 +15,8 @@ from qkv_tui.edges.export_toml import string
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("a real model's head")
-    group.add_argument("--model", metavar="SOURCE", help="glassllm:en, glassllm:pt or a Hugging Face folder, instead of SCENARIO")
+    group.add_argument("--model", metavar="SOURCE", help="glassllm:en, glassllm:pt, a Hugging Face folder, a .gguf file,"
+                       " hf:ORG/NAME or ollama:NAME[:TAG], instead of SCENARIO")
     group.add_argument("--text", metavar="TEXT", help="the sentence to run through the model")
     group.add_argument("--layer", metavar="L", type=_whole, help="0-based layer (default 0)")
     group.add_argument("--heads", metavar="H,H", type=_heads, help="0-based query heads, in this order (default: every head)")

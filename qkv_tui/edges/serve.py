@@ -1,8 +1,10 @@
-"""The app in web browsers, for a classroom: textual-serve starts one app process per browser tab.
+"""The app in web browsers, for a classroom: textual-serve runs one app process per browser tab.
 
 It binds to 127.0.0.1 unless told otherwise and has no login of its own: for students on other
 machines, put a reverse proxy with TLS and a login in front of it (README, "A classroom in the
-browser"). Each tab costs one Python process running the app (measured by benchmarks/serve_cost.py).
+browser"). Each tab's app is a process forked from one that has imported everything already
+(serve_fork.py, serve_zygote.py), so a class arriving at once does not wait for thirty Pythons to
+import Textual and NumPy (measured by benchmarks/serve_cost.py).
 
 Nothing the browser is sent points off the server: textual-serve's page asks Google Fonts for
 Roboto Mono, which a classroom offline (or behind a strict proxy) never gets. The page here names
@@ -13,6 +15,7 @@ License 2.0), and the terminal falls back to the browser's own monospace fonts w
 from __future__ import annotations
 
 import errno
+import logging
 import re
 import shlex
 import socket
@@ -23,6 +26,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from aiohttp import web
     from textual_serve.server import Server
+
+log = logging.getLogger("textual-serve")  # where textual-serve's own handler reports an app's failure
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8000
@@ -81,31 +86,70 @@ def port_problem(host: str, port: int) -> str | None:
     return None
 
 
-def app_command(spec: str, options: list[str] | None = None) -> str:
-    """The shell command each browser tab runs: this Python, this package, the scenario."""
+def app_argv(spec: str, options: list[str] | None = None) -> list[str]:
+    """The command line of each browser tab's app, after ``qkv-tui``: its options, the scenario."""
     path = Path(spec)
     # a file is named absolutely, so the app finds it whatever folder the server was started from
     target = str(path.resolve()) if path.is_file() else spec
-    return shlex.join([sys.executable, "-m", "qkv_tui", *(options or []), target])
+    return [*(options or []), target]
 
 
-def make_server(command: str, host: str, port: int, title: str) -> Server:
+def app_command(spec: str, options: list[str] | None = None) -> str:
+    """The shell command a browser tab would run without the app starter: this Python, this package, the scenario."""
+    return shlex.join([sys.executable, "-m", "qkv_tui", *app_argv(spec, options)])
+
+
+def make_server(command: str, host: str, port: int, title: str, argv: list[str] | None = None) -> Server:
     """textual-serve's server, with the page's websocket address taken from the browser's own request.
 
     textual-serve writes ``http://HOST:PORT`` into the page; with ``--host 0.0.0.0`` that address means
     nothing to a student's browser, and behind a reverse proxy the port and scheme differ too. The
     address the browser used (the Host header, and X-Forwarded-Proto from a TLS proxy) always works.
+    Each tab's app is forked by the app starter with ``argv`` (serve_fork.py); ``command`` starts one
+    the old way when there is no app starter (argv None, or one that cannot start).
     Imported here, not at the top: the edges load no UI library until one is used.
     """
+    import asyncio
+
     import aiohttp_jinja2
     from aiohttp import web
-    from textual_serve.server import Server
+    from textual_serve.server import Server, to_int
+
+    from qkv_tui.edges.serve_fork import ForkedAppService, Zygote
 
     class ClassroomServer(Server):
         def __init__(self, command: str, host: str, port: int, title: str) -> None:
             super().__init__(command, host=host, port=port, title=title)
             folder = Path(self.statics_path) / "fonts"
             self.fonts = [name for name, _ in FONTS if (folder / name).is_file()]
+            self.zygote: Zygote | None = None
+
+        async def handle_websocket(self, request: web.Request) -> web.WebSocketResponse:
+            """textual-serve 1.1.3's own, with the app forked by the app starter (ForkedAppService)."""
+            websocket = web.WebSocketResponse(heartbeat=15)
+            width = to_int(request.query.get("width", "80"), 80)
+            height = to_int(request.query.get("height", "24"), 24)
+            app_service: ForkedAppService | None = None
+            try:
+                await websocket.prepare(request)
+                app_service = ForkedAppService(
+                    self.command, zygote=self.zygote, argv=argv or [], write_bytes=websocket.send_bytes,
+                    write_str=websocket.send_str, close=websocket.close, download_manager=self.download_manager,
+                    debug=self.debug,
+                )
+                await app_service.start(width, height)
+                try:
+                    await self._process_messages(websocket, app_service)
+                finally:
+                    await app_service.stop()
+            except asyncio.CancelledError:
+                await websocket.close()
+            except Exception as error:
+                log.exception(error)
+            finally:
+                if app_service is not None:
+                    await app_service.stop()
+            return websocket
 
         async def handle_index(self, request: web.Request) -> web.Response:
             scheme = request.headers.get("X-Forwarded-Proto", request.scheme).split(",")[0].strip()
@@ -126,6 +170,19 @@ def make_server(command: str, host: str, port: int, title: str) -> Server:
             return web.Response(text=local_fonts(page, base, static, self.fonts), content_type="text/html")
 
         async def on_startup(self, app: web.Application) -> None:
+            if argv is not None:
+                # before the port opens: the first student's app is forked too, not kept waiting for the imports
+                probe = ForkedAppService(self.command, zygote=None, argv=argv, write_bytes=_nothing, write_str=_nothing,
+                                         close=_nothing, download_manager=self.download_manager, debug=self.debug)
+                self.zygote = Zygote(probe._build_environment())
+                try:
+                    self.zygote.start()
+                except OSError as exc:
+                    print(f"qkv-tui: cannot start the app starter ({exc.strerror or exc}): each student's app starts"
+                          " as a fresh Python (slower)", file=sys.stderr, flush=True)
+                    self.zygote = None
+                else:
+                    await self.zygote.wait_ready()  # one that fails has said so; the first tab tries a new one
             shown = f"[{self.host}]" if ":" in self.host else self.host
             print(f"qkv-tui: serving {self.title!r} at http://{shown}:{self.port}/ (one app per browser tab)")
             if self.host in ("127.0.0.1", "localhost", "::1"):
@@ -133,6 +190,13 @@ def make_server(command: str, host: str, port: int, title: str) -> Server:
             else:
                 print("There is no login: anyone who can reach this address gets an app. Put a proxy with one in front.")
             print("Press Ctrl+C to stop.", flush=True)
+
+        async def on_shutdown(self, app: web.Application) -> None:
+            if self.zygote is not None:
+                self.zygote.stop()
+
+    async def _nothing(*_args: object) -> None:
+        return None
 
     return ClassroomServer(command, host=host, port=port, title=title)
 
@@ -142,7 +206,7 @@ def serve(spec: str, title: str, host: str = DEFAULT_HOST, port: int = DEFAULT_P
     if (problem := port_problem(host, port)) is not None:
         sys.stderr.write(f"error: cannot serve on {host}:{port}: {problem}\n")
         return 2
-    server = make_server(app_command(spec, options), host, port, title)
+    server = make_server(app_command(spec, options), host, port, title, app_argv(spec, options))
     try:
         server.serve()
     except OSError as exc:

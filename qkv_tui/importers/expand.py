@@ -20,9 +20,12 @@ from typing import Any
 from qkv_tui.base.values import kind as _kind
 from qkv_tui.base.values import show as _show
 from qkv_tui.importers.errors import ImporterError
+from qkv_tui.importers.gguf_file import is_gguf, open_gguf
 from qkv_tui.importers.glass import PREFIX as GLASS_PREFIX
 from qkv_tui.importers.glass import open_glassllm
 from qkv_tui.importers.hf_folder import open_folder
+from qkv_tui.importers.hub import PREFIXES as NAMED_PREFIXES
+from qkv_tui.importers.hub import open_named
 from qkv_tui.importers.stack import Array, Layer, Model, residual_stream
 
 MODEL_KEYS = ("source", "text", "layer", "heads")
@@ -111,9 +114,13 @@ def expand_model(doc: dict[str, Any], base: Path | None = None) -> dict[str, Any
 def open_source(source: str, base: Path | None) -> Model:
     if source.startswith(GLASS_PREFIX):
         return open_glassllm(source[len(GLASS_PREFIX):])
+    if source.startswith(NAMED_PREFIXES):  # hf:ORG/NAME, ollama:NAME[:TAG] (importers/hub.py)
+        return open_named(source)
     folder = Path(source).expanduser()
     if not folder.is_absolute() and base is not None:
         folder = base / folder
+    if is_gguf(folder):  # a .gguf file, or an Ollama blob named by its path
+        return open_gguf(folder, source)
     return open_folder(folder, source)
 
 

@@ -22,6 +22,7 @@ from qkv_tui.kernels.policy import EXACT
 from qkv_tui.kernels.rope import turn
 from qkv_tui.kernels.rope_scaling import inv_freq, turn_scaled
 from qkv_tui.kernels.sharing import kv_head_of
+from qkv_tui.kernels.softmax import softmax_rows
 
 Array = npt.NDArray[np.float64]
 Tokenize = Callable[[str], tuple[list[str], list[int]]]  # text -> (labels, ids)
@@ -245,8 +246,7 @@ class MoeMlp:
         logits = x @ self.W_router + self.b_router  # (n, experts)
         chosen = np.argsort(-logits, axis=1, kind="stable")[:, : self.top_k]  # (n, k), the largest first
         top = np.take_along_axis(logits, chosen, axis=1)  # (n, k)
-        weights = np.exp(top - top.max(axis=1, keepdims=True))
-        weights /= weights.sum(axis=1, keepdims=True)
+        weights = softmax_rows(top).weights  # (n, k) the router's softmax over the chosen experts
         out = np.zeros_like(x)  # (n, d_model)
         for row in range(x.shape[0]):
             for slot in range(self.top_k):

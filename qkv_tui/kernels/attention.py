@@ -9,6 +9,7 @@ from typing import Protocol
 
 import numpy as np
 
+from qkv_tui.kernels.gate import Gated, gate
 from qkv_tui.kernels.norm import Normed, normalise
 from qkv_tui.kernels.policy import EXACT, Policy
 from qkv_tui.kernels.rope import rotate
@@ -79,6 +80,7 @@ class Forward:
     attended: Attended
     Q_normed: Normed | None = None  # (n, d_k) Q after QK-norm, with each row's mean square and root; None without
     K_normed: Normed | None = None  # (m, d_k)
+    gated: Gated | None = None  # the output gate's sigmoid and gated output; None without a gate
 
 
 def frozen(array: Matrix) -> Matrix:
@@ -117,7 +119,7 @@ def head_forward(X: Matrix, X_kv: Matrix, W_Q: Matrix, W_K: Matrix, W_V: Matrix,
                  b_K: Matrix | None, b_V: Matrix | None, allow: np.ndarray, scale: float, *,
                  turn: Turn | None = None, bias: Matrix | None = None, sink: float | None = None,
                  shared: SharedKV | None = None, qk_norm: QKNormHead | None = None,
-                 policy: Policy = EXACT, softcap: float | None = None) -> Forward:
+                 policy: Policy = EXACT, softcap: float | None = None, W_G: Matrix | None = None) -> Forward:
     """One head. ``X`` is what the Query projection reads (already normalised), ``X_kv`` what the Keys and
     Values read; ``shared`` is the forward of an earlier query head reading the same K/V head, whose K, V
     (normalised and turned) this one reuses."""
@@ -135,7 +137,9 @@ def head_forward(X: Matrix, X_kv: Matrix, W_Q: Matrix, W_K: Matrix, W_V: Matrix,
     Q_rot = None if turn is None else frozen(rotate(Q_in, turn.cos, turn.sin, turn.pairs, policy))
     K_used = K_rot if K_rot is not None else K if K_normed is None else K_normed.X_norm
     attended = attend(Q_in if Q_rot is None else Q_rot, K_used, V, allow, scale, bias, sink, policy, softcap)
-    return Forward(Q, K, V, Q_rot, K_rot, attended, Q_normed, K_normed)
+    # the gate reads X̂ (what the Query projection reads) and scales the head's output, after Mix
+    gated = None if W_G is None else gate(X, W_G, attended.output, policy)
+    return Forward(Q, K, V, Q_rot, K_rot, attended, Q_normed, K_normed, gated=gated)
 
 
 def qk_normalise(M: Matrix, gamma: Matrix, eps: float, rows: Normed | None, policy: Policy = EXACT) -> Normed:

@@ -32,6 +32,7 @@ from qkv_tui.core.engine import Computation, HeadResult
 from qkv_tui.core.production import agreement, rounding_bound
 from qkv_tui.core.scenario import BoolMatrix, Matrix, Scenario
 from qkv_tui.kernels.attention import attend
+from qkv_tui.kernels.gate import gate as gate_of
 from qkv_tui.teach.paged import Address, BlockTable, PagedStore, empty_table, pool_order, pool_size
 
 T = TypeVar("T")
@@ -94,6 +95,8 @@ class DecodeStep:
     first: int = 0  # the oldest token still cached: a sliding window's rolling buffer drops those before it
     evicted: range = range(0)  # tokens whose rows left the rolling buffer at this step
     capped: Matrix | None = None  # (L, S) softcap·tanh(scaled / softcap); None without a soft-cap
+    gate: Matrix | None = None  # (L, d_v) the output gate σ(x̂·W_G) of the step's own tokens; None without a gate
+    gated: Matrix | None = None  # (L, d_v) output ⊙ gate
 
     @property
     def t(self) -> int:
@@ -354,6 +357,9 @@ def _step(dec: Decode, h: int, i: int, blocks: int, block: int) -> DecodeStep:
     # c·tanh(s/c) moves no logit's error further than s's own (tanh' ≤ 1) and adds one rounding, which the
     # bound's two spare roundings per logit cover
     bound = rounding_bound(q, K, V, weights, hr.scale, bias)
+    # the gate is per query token: the step's new tokens compute theirs from their own x̂, nothing is cached
+    gated = None if hr.W_G is None else gate_of(dec.comp.X_in[rng.start:rng.stop], hr.W_G, output)
     return DecodeStep(i, h, rng.start, rng.stop, dec.kind(i), q, K, V, allowed, scores, scaled, weights, output,
                       dec.reference[h][rng.start:rng.stop], hr.output[rng.start:rng.stop], paged, computed, reused,
-                      bound, lo, range(dec.firsts[i - 1] if i else 0, lo), capped)
+                      bound, lo, range(dec.firsts[i - 1] if i else 0, lo), capped,
+                      gate=None if gated is None else gated.gate, gated=None if gated is None else gated.gated)

@@ -12,7 +12,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from qkv_tui.core.engine import Computation, HeadResult, NormResult, normalize, qk_norms, turn_of
+from qkv_tui.core.engine import Computation, HeadResult, NormResult, gate_fields, normalize, qk_norms, turn_of
 from qkv_tui.core.scenario import Matrix
 from qkv_tui.core.variants import Norm, Rope
 from qkv_tui.kernels.attention import QKNormHead, frozen, head_forward
@@ -28,12 +28,13 @@ def hand_head(
     """The exact head ``head`` worked again by hand: its own K and V, its bias slope·(j − i) written down rounded."""
     f = head_forward(X, X_kv, head.W_Q, head.W_K, head.W_V, head.b_Q, head.b_K, head.b_V, allow, head.scale,
                      turn=turn_of(rope, positions, head.d_k, ByHand(decimals)) if positions is not None else None,
-                     bias=head.bias, sink=head.sink, qk_norm=qk_norm, policy=ByHand(decimals), softcap=head.softcap)
+                     bias=head.bias, sink=head.sink, qk_norm=qk_norm, policy=ByHand(decimals), softcap=head.softcap,
+                     W_G=head.W_G)
     a, soft = f.attended, f.attended.softmax
     return replace(head, scale=a.divisor, Q=f.Q, K=f.K, V=f.V, scores=a.scores, scaled=a.scaled, masked=a.masked,
                    row_max=soft.row_max, exps=soft.exps, row_sum=soft.row_sum, weights=soft.weights, output=a.output,
                    Q_rot=f.Q_rot, K_rot=f.K_rot, bias=a.bias, sink_exp=soft.sink_exp, Q_normed=f.Q_normed,
-                   K_normed=f.K_normed, capped=a.capped)
+                   K_normed=f.K_normed, capped=a.capped, **gate_fields(head.W_G, f))
 
 
 def hand_norm(norm: Norm, X: Matrix, decimals: int) -> NormResult:
@@ -50,7 +51,7 @@ def compute_hand(comp: Computation, decimals: int) -> Computation:
     qk = qk_norms(sc, X_in, X_kv, ByHand(decimals))
     heads = tuple(hand_head(h, X_in, X_kv, sc.allow, decimals, sc.rope, sc.positions, qk[i])
                   for i, h in enumerate(comp.heads))
-    concat = np.concatenate([h.output for h in heads], axis=1)  # (n, sum d_v)
+    concat = np.concatenate([h.joined for h in heads], axis=1)  # (n, sum d_v)
     output = hand_matmul(concat, comp.W_O, decimals) if comp.W_O is not None else concat  # (n, d_out)
     if comp.b_O is not None:
         output = round_to(output + comp.b_O[None, :], decimals)

@@ -232,6 +232,8 @@ class Trace:
     def _derive_integral(self, name: str, head: int | None) -> bool:
         if name in ("X", "context_X", "W_Q", "W_K", "W_V", "W_O", *WIDE):
             return True  # as given: is_integral decides
+        if name == "W_G":
+            return True  # the output gate's weights, as given
         sc = self.comp.scenario
         cross = sc.is_cross
         x_in = "X" if self.comp.norm is None else "X_norm"

@@ -97,7 +97,7 @@ class QKVApp(Session):
     ]
 
     def __init__(self, scenario: Scenario | str | Path = "i_love_ai", computation: Computation | None = None,
-                 theme: str | None = None) -> None:
+                 theme: str | None = None, read_only: bool = False) -> None:
         super().__init__()
         self.scenario = load_scenario(scenario)
         self.comp = computation if computation is not None else compute(self.scenario)
@@ -113,6 +113,7 @@ class QKVApp(Session):
         self._term: Size | None = None  # the size the latest Resize event announced
         self._ends: tuple[bool, ...] | None = None  # what greys footer keys out, when last refreshed
         self.live = Live(self, theme)  # edit, undo, save, reload, screenshots, autoplay, palette, theme
+        self.live.read_only = read_only  # --read-only: a lecture's numbers, the same for everyone
 
     @property
     def decimals(self) -> int:

@@ -89,6 +89,7 @@ class Live:
         self.shot_names: set[str] = set()  # screenshot names given out (a file is written by a thread, later)
         self.speeds = SPEEDS  # seconds per step (tests slow them down so that only their own ticks count)
         self.theme = theme if theme in themes.THEMES else "dark"
+        self.read_only = False  # --read-only: no edit starts, nothing is saved
 
     # --- set-up --------------------------------------------------------------------------
 
@@ -154,6 +155,8 @@ class Live:
         """The input cell the current operation reads (the first one), or the current row's first X."""
         app = self.app
         op = app.trace.op(app.position.index)
+        if op.segment.target == "gate" and op.head is not None:  # the gate's own input: its weights
+            return InputCell("W_G", op.head, 0, op.col or 0)
         for ref in op.operands:
             if ref.matrix in ("X", "context_X"):
                 return InputCell(ref.matrix, None, ref.row or 0, 0)
@@ -177,7 +180,15 @@ class Live:
     def edit(self) -> None:
         from qkv_tui.ui.edit_prompt import EditScreen  # the prompts load when first asked for, not at start-up
 
+        if self.refused("editing"):
+            return
         self.app.push_screen(EditScreen(self.app.scenario, self.default_cell(), self.apply))
+
+    def refused(self, what: str) -> bool:
+        """Under --read-only (a lecture: everyone sees the same numbers): says so in one line, and True."""
+        if self.read_only:
+            self.app.notify(f"Read-only: {what} is off.", severity="warning", timeout=4, markup=False)
+        return self.read_only
 
     def apply(self, cell: InputCell, text: str) -> str | None:
         """Make one edit; returns why it cannot be made, or None."""
@@ -213,6 +224,8 @@ class Live:
         In a browser (``--serve``) nothing is written on the server: the edited file is a download.
         """
         app = self.app
+        if self.refused("saving"):
+            return
         if self.path is None:
             app.notify("This scenario has no file to write to.", severity="warning", timeout=6)
             return

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from qkv_tui.teach.stages import concat, embed, mix, norm, project, qk_norm, rotate, scale, score, softmax, wo
+from qkv_tui.teach.stages import concat, embed, gate, mix, norm, project, qk_norm, rotate, scale, score, softmax, wo
 from qkv_tui.teach.stages.common import StageSpec
 
 REGISTRY: list[StageSpec] = [
@@ -24,6 +24,7 @@ REGISTRY: list[StageSpec] = [
     scale.SPEC,
     softmax.SPEC,
     mix.SPEC,
+    gate.SPEC,
     concat.SPEC,
     wo.SPEC,
 ]

@@ -115,7 +115,7 @@ class Operation:
 
 
 # Where each part of softmax(QKᵀ/√dₖ)V sits in the formula line; stages place their parts in these slots
-INPUT, OPEN, Q_SLOT, QK_DOT, K_SLOT, DIVIDE, BIAS, CLOSE, V_DOT, V_SLOT, CONCAT, W_O_SLOT = range(12)
+INPUT, OPEN, Q_SLOT, QK_DOT, K_SLOT, DIVIDE, BIAS, CLOSE, V_DOT, V_SLOT, GATE_SLOT, CONCAT, W_O_SLOT = range(13)
 
 
 @dataclass(frozen=True)

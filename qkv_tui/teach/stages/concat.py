@@ -26,9 +26,11 @@ class Concat(StageSpec):
         q = trace.comp.scenario.labels[row]
         pieces, refs = [], []
         for h, head in enumerate(trace.comp.heads):
-            pieces.append(", ".join(trace.formatted("output", h, v, d) for v in head.output[row]))
-            refs.append(Ref("output", h, row))
-        names = " | ".join(f"{head.name} out[{q}]" for head in trace.comp.heads)
+            shown = "output" if head.gated_output is None else "gated"  # a gate's output is what Concat joins
+            pieces.append(", ".join(trace.formatted(shown, h, v, d) for v in head.joined[row]))
+            refs.append(Ref(shown, h, row))
+        names = " | ".join(f"{head.name} {'out' if head.gated_output is None else 'gated'}[{q}]"
+                           for head in trace.comp.heads)
         text = f"concat[{q}] = [{names}] = [{' | '.join(pieces)}]"
         return Operation(index, seg, row, None, None, tuple(refs), text)
 
@@ -36,7 +38,7 @@ class Concat(StageSpec):
         return trace.comp.concat
 
     def panes(self, trace: TraceContext, op: Operation) -> list[Key]:
-        outputs: list[Key] = [("output", i) for i in range(len(trace.comp.heads))]
+        outputs: list[Key] = [("output" if h.gated_output is None else "gated", i) for i, h in enumerate(trace.comp.heads)]
         return [*outputs, ("concat", None)]
 
     def overview(self, trace: TraceContext, head: int) -> list[Key]:
@@ -44,10 +46,12 @@ class Concat(StageSpec):
 
     def overview_tail(self, trace: TraceContext, head: int) -> list[Key]:
         # the other heads' outputs that Concat joins
-        return [("output", g) for g in range(len(trace.comp.heads)) if g != head]
+        return [("output" if trace.comp.heads[g].gated_output is None else "gated", g)
+                for g in range(len(trace.comp.heads)) if g != head]
 
     def title(self, trace: TraceContext, name: str, head: int | None) -> str:
-        return "concat = [" + " | ".join(f"out{i + 1}" for i in range(len(trace.comp.heads))) + "]"
+        return "concat = [" + " | ".join(f"{'out' if h.gated_output is None else 'gated'}{i + 1}"
+                                         for i, h in enumerate(trace.comp.heads)) + "]"
 
     def formula(self, trace: TraceContext, op: Operation) -> list[FormulaPart]:
         return [FormulaPart(CONCAT, "  → concat")]
@@ -70,4 +74,6 @@ SPEC = Concat()
 
 def printed_concat(chain: PrintedChain) -> Matrix:
     """The printed outputs side by side: (n, sum d_v)."""
-    return np.concatenate([chain.values(f"output.{h}") for h in range(len(chain.sc.heads))], axis=1)
+    # a gated head's output is its gated table (the Gate stage's, printed after Mix)
+    return np.concatenate([chain.values(f"gated.{h}" if f"gated.{h}" in chain.printed else f"output.{h}")
+                           for h in range(len(chain.sc.heads))], axis=1)

@@ -83,7 +83,7 @@ class WO(StageSpec):
         out = [Table("W_O", "W_O", "W_O", "wo", None, sc.W_O, idx(sc.W_O.shape[0]), width, True, False)]
         if sc.b_O is not None:
             out.append(Table("b_O", "b_O", "b_O", "wo", None, sc.b_O[None, :], ("b",), width, True, False))
-        source = "concat" if len(sc.heads) > 1 else "output"
+        source = "concat" if len(sc.heads) > 1 else "output" if sc.heads[0].W_G is None else "gated"
         final = printed_concat(chain) @ sc.W_O + (sc.b_O[None, :] if sc.b_O is not None else 0.0)
         out.append(Table("final", "final", f"final = {source}·W_O" + (" + b_O" if sc.b_O is not None else ""), "wo", None,
                          chain.rounded(final), sc.labels, width, False, True))
@@ -93,6 +93,8 @@ class WO(StageSpec):
         q = cells.sc.labels[row]
         # with one head, the output itself is what W_O multiplies (no concat table on the page)
         source, label = ("concat", "concat") if "concat" in cells.tables else ("output.0", "output")
+        if source == "output.0" and "gated.0" in cells.tables:  # a gated head: W_O multiplies the gated output
+            source, label = "gated.0", "gated"
         plus = f" + b_O[{col}]" if "b_O" in cells.tables else ""
         return (f"final[{q},{col}] = {label}[{q}]·W_O[:,{col}]{plus} = {cells.dot(source, row, 'W_O', col)}"
                 f"{cells.bias('b_O', col)} = {answer}")

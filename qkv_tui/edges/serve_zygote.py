@@ -1,0 +1,187 @@
+"""The app starter of ``--serve`` (its "zygote"): one process that has imported everything a
+student's app needs, and forks a copy of itself for each browser tab.
+
+A fresh Python per tab imports Textual and NumPy again (most of a start's CPU) and keeps its own
+copy of every module in memory; a forked child starts with both already there, and shares the
+pages it does not write with every other child (serve_fork.py is the server's side of it).
+
+Run by the server as ``python -m qkv_tui.edges.serve_zygote FD``, with the environment textual-serve
+gives an app (Textual reads its TEXTUAL_* settings once, at import), FD being its end of a Unix
+SEQPACKET socket. Messages are JSON, one a packet:
+
+- server -> zygote: ``{"op": "fork", "id": N, "env": {...}, "argv": [...]}`` with three file
+  descriptors attached (SCM_RIGHTS): the app's standard input, output and error (pipes to the server);
+- zygote -> server: ``{"op": "ready", "pid": P}`` once, when everything is imported;
+  ``{"op": "forked", "id": N, "pid": P}`` (or ``"error"`` with a reason) per request, and
+  ``{"op": "exit", "pid": P, "status": S}`` when a child ends (S as subprocess gives it: -9 for SIGKILL).
+
+The zygote never runs an app itself and keeps no state of a child's: a crash is the child's alone.
+It ends when the server does (its socket closes), ending the apps it started.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import gc
+import importlib
+import json
+import os
+import selectors
+import signal
+import socket
+import sys
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+# What an app imports by the time a student sees the first screen, and what the first uses of
+# edit, save, help, the map and a screenshot import: each child then finds it already loaded.
+PRELOAD = (
+    "numpy", "textual.app", "textual.drivers.web_driver", "textual.widgets", "textual.widgets._input",
+    "textual.widgets._static", "textual.command", "textual._xterm_parser", "textual.css.stylesheet",
+    "qkv_tui.edges.cli", "qkv_tui.ui.app", "qkv_tui.ui.edit_prompt", "qkv_tui.ui.screenshot",
+    "qkv_tui.ui.widgets.heatmap", "qkv_tui.ui.widgets.screens", "qkv_tui.ui.widgets.modal",
+    "qkv_tui.display.heatmap", "qkv_tui.teach.whatif", "tomlkit", "encodings.utf_8_sig", "textual.scrollbar",
+    "textual.layouts.factory", "textual.layouts.horizontal", "textual.layouts.vertical", "textual.layouts.stream",
+    "textual.layouts.grid",
+)
+MAX_MESSAGE = 1 << 20  # an environment and a command line fit many times over
+
+
+def send(channel: socket.socket, message: dict[str, Any]) -> None:
+    with contextlib.suppress(OSError):  # the server is gone: the loop sees its socket close and ends
+        channel.send(json.dumps(message).encode())
+
+
+def preload() -> None:
+    for name in PRELOAD:
+        with contextlib.suppress(Exception):  # a module missing only costs a child the import later
+            importlib.import_module(name)
+    with contextlib.suppress(Exception):  # Rich loads its table of character widths with the first wide one
+        from rich.cells import cell_len
+
+        cell_len("·→√")
+    # Objects made so far are never collected: the collector then does not touch (and so copy) their pages
+    gc.collect()
+    gc.freeze()
+
+
+def run_child(request: dict[str, Any], fds: list[int], close_zygote: Callable[[], None]) -> None:
+    """In the forked child: become the tab's app process, run the app, exit; never returns."""
+    code = 1
+    try:
+        signal.set_wakeup_fd(-1)
+        for number in (signal.SIGCHLD, signal.SIGTERM):
+            signal.signal(number, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        close_zygote()  # the zygote's own: its socket to the server, its selector and signal pipe
+        for target, fd in enumerate(fds):
+            os.dup2(fd, target)
+            os.close(fd)
+        os.environ.clear()
+        os.environ.update(request["env"])
+        argv = [str(arg) for arg in request["argv"]]
+        sys.argv = ["qkv-tui", *argv]
+        from qkv_tui.edges.cli import main
+
+        code = main(argv)
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        try:
+            atexit._run_exitfuncs()  # as an interpreter's own exit would
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(code)
+
+
+def serve(channel: socket.socket) -> None:
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_w, False)
+    os.set_blocking(wake_r, False)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda _number, _frame: None)  # wakes the loop through the pipe
+    # Ctrl+C at the server's terminal reaches every process of its group: the apps end on it, the
+    # server ends them too; the zygote ends when the server's socket closes, not halfway through a fork
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    selector = selectors.DefaultSelector()
+    selector.register(channel, selectors.EVENT_READ)
+    selector.register(wake_r, selectors.EVENT_READ)
+    send(channel, {"op": "ready", "pid": os.getpid()})
+    children: set[int] = set()
+
+    def close_zygote() -> None:
+        selector.close()
+        channel.close()
+        os.close(wake_r)
+        os.close(wake_w)
+
+    try:
+        while True:
+            for key, _ in selector.select():
+                if key.fileobj is channel:
+                    try:
+                        data, fds, _flags, _address = socket.recv_fds(channel, MAX_MESSAGE, 3)
+                    except InterruptedError:
+                        continue
+                    if not data:
+                        return
+                    fork(channel, data, fds, children, close_zygote)
+                else:
+                    with contextlib.suppress(BlockingIOError):
+                        while os.read(wake_r, 512):
+                            pass
+                    reap(channel, children)
+    finally:
+        for pid in children:  # the server is gone: so is every tab
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGTERM)
+
+
+def fork(channel: socket.socket, data: bytes, fds: list[int], children: set[int], close_zygote: Callable[[], None]) -> None:
+    request: dict[str, Any] = {}
+    try:
+        request = json.loads(data)
+        if request.get("op") != "fork" or len(fds) != 3:
+            raise ValueError(f"expected a fork request with 3 file descriptors, got {request.get('op')!r} with {len(fds)}")
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+    except Exception as exc:
+        for fd in fds:
+            os.close(fd)
+        send(channel, {"op": "error", "id": request.get("id"), "error": str(exc) or type(exc).__name__})
+        return
+    if pid == 0:
+        run_child(request, fds, close_zygote)
+    for fd in fds:  # the child's now
+        os.close(fd)
+    children.add(pid)
+    send(channel, {"op": "forked", "id": request["id"], "pid": pid})
+
+
+def reap(channel: socket.socket, children: set[int]) -> None:
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        children.discard(pid)
+        send(channel, {"op": "exit", "pid": pid, "status": os.waitstatus_to_exitcode(status)})
+
+
+def main(argv: list[str]) -> int:
+    channel = socket.socket(fileno=int(argv[1]))
+    preload()
+    serve(channel)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv))

@@ -1,0 +1,42 @@
+"""The output gate (Qiu et al. 2025; Qwen3-Next): a head's output times sigmoid(X̂·W_G), cell by cell.
+
+A gate near 0 lets a head say nothing for a token, so the head need not park its weight on a sink (or the
+first token) to stay quiet; Qiu et al. found such a gate removes attention sinks and massive activations.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from qkv_tui.kernels.policy import EXACT, Policy
+from qkv_tui.kernels.stats import Matrix
+
+
+@dataclass(frozen=True, eq=False)
+class Gated:
+    """The gate's numbers for one head; every array read-only."""
+
+    logit: Matrix  # (n, d_v) X̂·W_G, what the sigmoid reads
+    gate: Matrix  # (n, d_v) σ(logit) = 1 / (1 + e^−logit), each in (0, 1)
+    gated: Matrix  # (n, d_v) output ⊙ gate: what Concat joins
+
+
+def sigmoid(logit: Matrix, policy: Policy = EXACT) -> Matrix:
+    """1 / (1 + e^−z), as a person works it: e^−z written down, then 1 + e^−z, then the quotient.
+
+    A very negative z makes e^−z overflow to ∞ and the gate exactly 0, which is its limit (closed)."""
+    with np.errstate(over="ignore"):
+        e = policy.worked(np.exp(-logit))  # (n, d_v)
+    return policy.table(1.0 / policy.worked(1.0 + e))
+
+
+def gate(X: Matrix, W_G: Matrix, output: Matrix, policy: Policy = EXACT) -> Gated:
+    """σ(X W_G) for every query row (X: (n, d_model), what the Query projection reads), and output ⊙ it."""
+    logit = policy.worked(policy.matmul(X, W_G))  # (n, d_v)
+    g = sigmoid(logit, policy)  # (n, d_v)
+    gated = policy.table(output * g)  # (n, d_v)
+    for a in (logit, g, gated):
+        a.setflags(write=False)
+    return Gated(logit, g, gated)
