@@ -339,6 +339,72 @@ def test_gpt_oss_sinks_yarn_sliding_layers_and_experts(tmp_path: Path, layer: in
     assert (sc.mask_kind == "sliding") == (layer % 2 == 0)
 
 
+def _gemma_config(cls_name: str, vocab: int, **extra: Any) -> Any:
+    base = dict(vocab_size=vocab, hidden_size=32, intermediate_size=48, num_hidden_layers=4, num_attention_heads=4,
+                num_key_value_heads=2, head_dim=8, max_position_embeddings=64, sliding_window=4, query_pre_attn_scalar=12,
+                pad_token_id=0, bos_token_id=1, eos_token_id=2, tie_word_embeddings=False)
+    return getattr(transformers, cls_name)(**(base | extra))
+
+
+@pytest.mark.parametrize("layer", [0, 1, 3])
+def test_gemma2_sandwich_norms_softcap_and_scale(tmp_path: Path, layer: int) -> None:
+    folder, vocab = _with_tokenizer(tmp_path, "gemma2")
+    config = _gemma_config("Gemma2Config", vocab, attn_logit_softcapping=5.0, final_logit_softcapping=30.0)
+    model = _build(folder, "Gemma2ForCausalLM", config, seed=10)
+    _place_tokenizer(tmp_path, folder)
+    comp = _open(tmp_path, folder, layer)
+    ref = _reference(model, model.model.layers, _ids(comp.scenario.description), layer,
+                     lambda b: b.self_attn, lambda b: b.self_attn.o_proj)
+    _check(comp, ref, *_llama_like(model, layer), kv_heads=2)
+    sc = comp.scenario
+    assert comp.heads[0].scale == pytest.approx(12**0.5) and sc.scale_from == "√query_pre_attn_scalar = √12 (Gemma 2)"
+    assert comp.heads[0].softcap == 5.0
+    assert sc.norm is not None
+    gamma = model.model.layers[layer].input_layernorm.weight.detach().numpy().astype(np.float32)
+    np.testing.assert_array_equal(sc.norm.gamma, gamma.astype(np.float64) + 1.0)  # (1 + γ)
+    assert sc.input.schedule == ("sliding 4", "full") * 2 and "1 + γ" in sc.description
+
+
+@pytest.mark.parametrize(("layer", "nested"), [(0, False), (2, True), (5, False), (5, True)])
+def test_gemma3_qk_norm_per_layer_rope_base_and_scaling(tmp_path: Path, layer: int, nested: bool) -> None:
+    folder, vocab = _with_tokenizer(tmp_path, "gemma3")
+    rope = {"sliding_attention": {"rope_type": "default", "rope_theta": 100.0},
+            "full_attention": {"rope_type": "linear", "factor": 2.0, "rope_theta": 10000.0}}
+    config = _gemma_config("Gemma3TextConfig", vocab, num_hidden_layers=6, rope_parameters=rope)  # layer 5 is full
+    model = _build(folder, "Gemma3ForCausalLM", config, seed=11)
+    _place_tokenizer(tmp_path, folder)
+    if not nested:  # transformers 4's form: rope_theta and rope_scaling for the full layers, rope_local_base_freq
+        data = json.loads((folder / "config.json").read_text())
+        del data["rope_parameters"]
+        data |= {"rope_theta": 10000.0, "rope_local_base_freq": 100.0, "rope_scaling": {"rope_type": "linear", "factor": 2.0}}
+        (folder / "config.json").write_text(json.dumps(data))
+    comp = _open(tmp_path, folder, layer)
+    ref = _reference(model, model.model.layers, _ids(comp.scenario.description), layer,
+                     lambda b: b.self_attn, lambda b: b.self_attn.o_proj)
+    # Gemma's RMSNorm runs in float32 (x.float()) whatever the model's dtype, four of them a layer: after five layers
+    # of them the stream agrees to float32's precision of its size (values near 20), not to ROPE_FLOAT32 absolute
+    _check(comp, ref, *_llama_like(model, layer), kv_heads=2, tol=1e-4 if layer == 5 else ROPE_FLOAT32)
+    sc, att = comp.scenario, model.model.layers[layer].self_attn
+    assert sc.qk_norm is not None and sc.qk_norm.over == "head"
+    np.testing.assert_array_equal(sc.qk_norm.gamma_q, att.q_norm.weight.detach().numpy().astype(np.float64) + 1.0)
+    assert sc.rope is not None and sc.rope.base == (10000.0 if layer == 5 else 100.0)
+    assert (sc.rope.scaling is not None) == (layer == 5)
+    assert sc.input.schedule == ("sliding 4",) * 5 + ("full",)
+
+
+def test_gemma3_multimodal_config_reads_its_text_config(tmp_path: Path) -> None:
+    folder, vocab = _with_tokenizer(tmp_path, "gemma3mm")
+    config = _gemma_config("Gemma3TextConfig", vocab, num_hidden_layers=2)
+    model = _build(folder, "Gemma3ForCausalLM", config, seed=12)
+    _place_tokenizer(tmp_path, folder)
+    text = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({"model_type": "gemma3", "text_config": text}))
+    comp = _open(tmp_path, folder, 1)
+    ref = _reference(model, model.model.layers, _ids(comp.scenario.description), 1,
+                     lambda b: b.self_attn, lambda b: b.self_attn.o_proj)
+    _check(comp, ref, *_llama_like(model, 1), kv_heads=2)
+
+
 @pytest.mark.parametrize("layer", [0, 2])
 def test_bert_post_norm_bidirectional_encoder(tmp_path: Path, layer: int) -> None:
     folder, vocab = _with_tokenizer(tmp_path, "bert")
@@ -361,9 +427,6 @@ def test_bert_post_norm_bidirectional_encoder(tmp_path: Path, layer: int) -> Non
 NOT_YET = [
     # (model_type, extra config keys, the feature the one line names)
     ("qwen3_5", {"text_config": {"layer_types": ["linear_attention", "full_attention"]}}, "QK-norm"),
-    ("gemma2", {"attn_logit_softcapping": 50.0}, "soft-capping of the attention scores (attn_logit_softcapping)"),
-    ("gemma3_text", {}, "QK-norm"),
-    ("gemma3", {"text_config": {"model_type": "gemma3_text"}}, "QK-norm"),
 ]
 
 

@@ -88,12 +88,13 @@ def expand_model(doc: dict[str, Any], base: Path | None = None) -> dict[str, Any
             result["norm"]["beta"] = norm.beta.tolist()
     if weights.qk_norm is not None:
         result["qk_norm"] = _qk_norm(weights, heads == list(range(model.num_heads)), model.name)
-    if model.rope is not None and weights.rotary:
-        result["rope"] = {"layout": model.rope.layout, "base": model.rope.base, "positions": list(range(len(ids)))}
-        if model.rope.partial != 1.0:
-            result["rope"]["partial"] = model.rope.partial
-        if model.rope.scaling is not None:
-            result["rope"]["scaling"] = dict(model.rope.scaling)
+    rope = weights.rope if weights.rope is not None else model.rope
+    if rope is not None and weights.rotary:
+        result["rope"] = {"layout": rope.layout, "base": rope.base, "positions": list(range(len(ids)))}
+        if rope.partial != 1.0:
+            result["rope"]["partial"] = rope.partial
+        if rope.scaling is not None:
+            result["rope"]["scaling"] = dict(rope.scaling)
     if weights.scale is not None:
         result["scale"] = weights.scale
         if weights.scale_from is not None:

@@ -20,7 +20,8 @@ from qkv_tui.importers.hf_pending import PENDING_TYPES, pending_feature
 from qkv_tui.importers.hf_rope import RopeConfig, read_rope
 
 GPT2_TYPES = ("gpt2",)
-LLAMA_TYPES = ("llama", "mistral", "qwen2", "smollm3", "granite", "phi3", "qwen3", "olmo2", "gpt_oss")
+LLAMA_TYPES = ("llama", "mistral", "qwen2", "smollm3", "granite", "phi3", "qwen3", "olmo2", "gpt_oss", "gemma2", "gemma3_text")
+GEMMA_TYPES = ("gemma2", "gemma3_text")
 BERT_TYPES = ("bert",)
 ALL_TYPES = GPT2_TYPES + LLAMA_TYPES + BERT_TYPES
 CONFIG_LIMIT = 4 * 2**20  # real config.json files are a few kilobytes
@@ -55,6 +56,12 @@ def read_config(path: Path) -> Config:
     model_type = data.get("model_type")
     if isinstance(model_type, str) and model_type in PENDING_TYPES:
         raise ImporterError(f"{path.name}: {pending_feature(model_type, data)}")
+    if model_type == "gemma3":  # the multimodal config: its language model's config is text_config
+        nested = data.get("text_config")
+        if not isinstance(nested, dict):
+            raise ImporterError(f"{path.name}: model_type 'gemma3' needs a text_config (its language model's config)")
+        data = nested | {"model_type": "gemma3_text"}
+        model_type = "gemma3_text"
     if model_type not in ALL_TYPES:
         raise ImporterError(
             f"{path.name}: model_type {_show(model_type)} is not supported; expected one of: {', '.join(ALL_TYPES)}"
@@ -80,11 +87,13 @@ def read_config(path: Path) -> Config:
         raise ImporterError(f"{path.name}: head_dim = {head_dim} is odd; RoPE needs an even head_dim")
     if data.get("mlp_bias"):
         raise ImporterError(f"{path.name}: mlp_bias = true is not supported (LLaMA-family MLPs without biases only)")
-    rope = read_rope(path.name, data, model_type)
+    # Gemma 3's layer types turn with different bases: each layer reads its own (hf_folder.py); this is the full one's
+    rope = read_rope(path.name, data, model_type, "full_attention" if model_type == "gemma3_text" else None)
+    act = get.string("hidden_activation", "gelu_pytorch_tanh") if model_type in GEMMA_TYPES else get.string("hidden_act", "silu")
     return Config(
         model_type, d_model, get.int("num_hidden_layers", 32), heads, kv_heads, head_dim,
         get.int("max_position_embeddings", 2048), get.number("rms_norm_eps", 1e-6),
-        get.string("hidden_act", "silu"), rope.base, data, rope,
+        act, rope.base, data, rope,
     )
 
 

@@ -17,21 +17,24 @@ Two layouts:
   before the residual add), so its attention reads the stream as it is: no [norm]. gpt-oss adds a
   sink logit per head (``self_attn.sinks``), biases on every projection, YaRN, sliding and full layers
   (``layer_types``) and a mixture-of-experts MLP (stack.MoeMlp; experts stored (in, out), not quantised).
+  Gemma 2 and 3: hf_gemma.py.
 - "bert": hf_bert.py.
 """
 
 from __future__ import annotations
 
 import stat
+from collections.abc import Callable
 from pathlib import Path
 
+import qkv_tui.importers.hf_gemma as hf_gemma
 from qkv_tui.base.files import file_kind
 from qkv_tui.base.values import show as _show
 from qkv_tui.base.values import token_label
 from qkv_tui.importers.errors import ImporterError, missing_package
 from qkv_tui.importers.files import read_limited, status
 from qkv_tui.importers.hf_bert import open_bert
-from qkv_tui.importers.hf_config import Config, read_config, rotary, sliding_window
+from qkv_tui.importers.hf_config import GEMMA_TYPES, Config, read_config, rotary, sliding_window
 from qkv_tui.importers.hf_tensors import lookup, prefix_of
 from qkv_tui.importers.safetensors_raw import TensorFiles
 from qkv_tui.importers.schedule import hf_schedule
@@ -164,9 +167,17 @@ def _llama(config: Config, tensors: TensorFiles, tokenize: Tokenize, source: str
     def optional(name: str, width: int) -> Array | None:
         return tensors.get(name, (width,)) if name in tensors else None
 
+    gemma = config.model_type in GEMMA_TYPES
+    one = 1.0 if gemma else 0.0  # Gemma's norms multiply by 1 + γ
+
     def embed(ids: list[int]) -> Array:
         rows = lookup(table, p + "embed_tokens.weight", ids)  # (n, d_model); positions enter through RoPE
+        if gemma:
+            return rows * hf_gemma.embed_scale(config)
         return rows * granite[0] if granite is not None else rows
+
+    def rms(name: str) -> Norm:
+        return Norm("rms", tensors.get(name + ".weight", (d,)) + one, None, config.eps)
 
     def projections(a: str) -> tuple[Array, Array, Array]:
         """W_Q, W_K, W_V in the x·W orientation: nn.Linear is (out, in); Phi-3 stacks the three in one."""
@@ -195,25 +206,41 @@ def _llama(config: Config, tensors: TensorFiles, tokenize: Tokenize, source: str
         if olmo2:
             return QkNorm("all", tensors.get(a + "q_norm.weight", (q_width,)),
                           tensors.get(a + "k_norm.weight", (kv_width,)), config.eps)
-        if config.model_type != "qwen3":
+        if config.model_type not in ("qwen3", "gemma3_text"):
             return None
-        return QkNorm("head", tensors.get(a + "q_norm.weight", (config.head_dim,)),
-                      tensors.get(a + "k_norm.weight", (config.head_dim,)), config.eps)
+        return QkNorm("head", tensors.get(a + "q_norm.weight", (config.head_dim,)) + one,
+                      tensors.get(a + "k_norm.weight", (config.head_dim,)) + one, config.eps)
+
+    def attention(a: str, W_Q: Array, W_K: Array, W_V: Array) -> Attention:
+        return Attention(
+            W_Q, W_K, W_V, tensors.get(a + "o_proj.weight", (d, q_width)).T,
+            optional(a + "q_proj.bias", q_width), optional(a + "k_proj.bias", kv_width),
+            optional(a + "v_proj.bias", kv_width), optional(a + "o_proj.bias", d),
+            config.num_heads, config.num_kv_heads,
+        )
+
+    def gemma_layer(i: int, h: str, att: Attention, feed: GatedMlp | MoeMlp, qkn: QkNorm | None,
+                     norm: Callable[[str], Norm]) -> Layer:
+        window = sliding_window(config, i)
+        divisor, said = hf_gemma.scale(config)
+        return Layer(
+            norm=norm(h + "input_layernorm"), attention=att, mlp_norm=norm(h + "pre_feedforward_layernorm"),
+            mlp=feed, scale=divisor, window=window, scale_from=said, softcap=hf_gemma.softcap(config), qk_norm=qkn,
+            post_attention_norm=norm(h + "post_attention_layernorm"), post_mlp_norm=norm(h + "post_feedforward_layernorm"),
+            rope=hf_gemma.layer_rope(config, window is not None),
+        )
 
     def layer(i: int) -> Layer:
         h = f"{p}layers.{i}."
         a = h + "self_attn."
         get = tensors.get
         W_Q, W_K, W_V = projections(a)
+        if gemma:
+            return gemma_layer(i, h, attention(a, W_Q, W_K, W_V), mlp(h), qk_norm(a), rms)
         return Layer(
             norm=Norm("rms", get(h + ("post_attention_layernorm" if olmo2 else "input_layernorm") + ".weight", (d,)),
                       None, config.eps),
-            attention=Attention(
-                W_Q, W_K, W_V, get(a + "o_proj.weight", (d, q_width)).T,
-                optional(a + "q_proj.bias", q_width), optional(a + "k_proj.bias", kv_width),
-                optional(a + "v_proj.bias", kv_width), optional(a + "o_proj.bias", d),
-                config.num_heads, config.num_kv_heads,
-            ),
+            attention=attention(a, W_Q, W_K, W_V),
             mlp_norm=Norm("rms", get(h + ("post_feedforward_layernorm" if olmo2 else "post_attention_layernorm")
                                      + ".weight", (d,)), None, config.eps),
             mlp=mlp(h),
@@ -234,6 +261,8 @@ def _llama(config: Config, tensors: TensorFiles, tokenize: Tokenize, source: str
         said = (f"Granite scales its residual stream: the embeddings are multiplied by {_show(granite[0])} and every"
                 f" attention and MLP output by {_show(granite[2])} before it is added back; the scores are multiplied"
                 f" by attention_multiplier = {_show(granite[1])}, so the scale divides them by its inverse.")
+    if gemma:
+        said = hf_gemma.note(config)
     if olmo2:
         said = ("OLMo 2 norms after each sub-layer: its attention reads the stream as it is (no norm before it, so"
                 " no Norm stage here), and its output is RMS-normed (post_attention_layernorm) before it is added"

@@ -36,10 +36,6 @@ def _always(data: dict[str, Any]) -> bool:
 
 FEATURES: dict[str, list[Feature]] = {
     "qwen3_5": [(_always, QK_NORM), (lambda d: _partial(_text(d)), "partial rotary (partial_rotary_factor)")],
-    "gemma2": [(lambda d: d.get("attn_logit_softcapping") is not None, SOFTCAP),
-               (_always, "Gemma's norms after each sub-layer (post_attention_layernorm, post_feedforward_layernorm)")],
-    "gemma3_text": [(_always, QK_NORM)],
-    "gemma3": [(_always, QK_NORM)],
 }
 PENDING_TYPES = tuple(FEATURES)
 

@@ -37,10 +37,16 @@ class RopeConfig:
         return None if self.scaling is None else dict(self.scaling)
 
 
-def read_rope(name: str, data: dict[str, Any], model_type: str) -> RopeConfig:
+def read_rope(name: str, data: dict[str, Any], model_type: str, layer_type: str | None = None) -> RopeConfig:
+    """``layer_type``: the RoPE of that type of layer (Gemma 3's sliding and full layers differ); None: one for all."""
     params = data.get("rope_parameters")
     if isinstance(params, dict) and params and "rope_type" not in params and "rope_theta" not in params \
             and all(isinstance(t, dict) or t is None for t in params.values()):
+        if layer_type is not None:
+            table = params.get(layer_type)
+            if not isinstance(table, dict):
+                raise ImporterError(f"{name}: rope_parameters has no {layer_type!r} table; expected one per layer type")
+            return _table(name, table, data, model_type, f"rope_parameters.{layer_type}", nested=True)
         # transformers 5 with several layer types: one dict per type; they must agree to share one [rope]
         read = {_table(name, t, data, model_type, "rope_parameters", nested=True) for t in params.values() if t}
         if len(read) != 1:
@@ -51,6 +57,9 @@ def read_rope(name: str, data: dict[str, Any], model_type: str) -> RopeConfig:
         return read.pop()
     if isinstance(params, dict):
         return _table(name, params, data, model_type, "rope_parameters", nested=False)
+    if layer_type == "sliding_attention" and data.get("rope_local_base_freq") is not None:
+        # Gemma 3 in transformers 4's form: its sliding layers turn with their own base, never scaled
+        return RopeConfig(_number(name, data["rope_local_base_freq"], "rope_local_base_freq", 10000.0), 1.0, None)
     scaling = data.get("rope_scaling")
     table = dict(scaling) if isinstance(scaling, dict) else {}
     return _table(name, table, data, model_type, "rope_scaling", nested=False)

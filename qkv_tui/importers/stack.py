@@ -114,11 +114,15 @@ class Layer:
     qk_norm: QkNorm | None = None  # Qwen3's and OLMo 2's norm of Q and K before RoPE
     norm_after: bool = False  # True: norm and mlp_norm apply to each sub-layer's output before its add (OLMo 2)
     sinks: Array | None = None  # (H,) gpt-oss's per-head sink logit, joining each row's softmax
+    post_attention_norm: Norm | None = None  # Gemma's sandwich: a norm of the attention's output before its add
+    post_mlp_norm: Norm | None = None  # and of the MLP's
+    rope: Rope | None = None  # the layer's own RoPE over the model's (Gemma 3's sliding layers have another base)
 
 
 def attention_forward(layer: Layer, rope: Rope | None, x: Array) -> Array:
     """The attention sub-layer's output for the normed input x (n, d_model): every head, then W_O."""
     att = layer.attention
+    rope = layer.rope if layer.rope is not None else rope
     n = x.shape[0]
     d_k, d_v = att.d_k, att.d_v
     # every head's projection at once (the model's own matrices), then one head at a time
@@ -163,8 +167,10 @@ def residual_stream(embedded: Array, layers: list[Layer], rope: Rope | None) -> 
             x = x + layer.mlp_norm(layer.mlp(x))
             continue
         r = layer.residual_scale
-        x = x + r * attention_forward(layer, rope, layer.norm(x))
-        x = x + r * layer.mlp(layer.mlp_norm(x))
+        attended = attention_forward(layer, rope, layer.norm(x))
+        x = x + r * (attended if layer.post_attention_norm is None else layer.post_attention_norm(attended))
+        fed = layer.mlp(layer.mlp_norm(x))
+        x = x + r * (fed if layer.post_mlp_norm is None else layer.post_mlp_norm(fed))
     return x
 
 
