@@ -68,4 +68,5 @@ def layer_rope(config: Config, sliding: bool) -> Rope | None:
 def note(config: Config) -> str:
     return (f"{NAMES[config.model_type]}'s norms multiply by 1 + γ (the checkpoint stores γ − 1; [norm] gamma here is"
             " 1 + the stored weight), and each sub-layer's output is normed again before it is added back. X is the"
-            f" residual stream, whose embeddings were multiplied by √d_model = {_show(embed_scale(config))}.")
+            f" residual stream, whose embeddings were multiplied by √d_model = √{config.d_model}"
+            f" = {embed_scale(config):.7g} (in the model's dtype).")
