@@ -5,7 +5,8 @@ with ``save_pretrained``, opens it through a scenario's [model] table, and compa
 computes with what forward hooks capture inside the model's own float64 eager forward: the layer's
 input X, every head's W_Q/W_K/W_V columns, every head's output (the input of o_proj, head by head)
 and the attention output after W_O, at layer 0 and at later layers (which checks the residual stream).
-The types whose attention the format cannot express yet are one line naming the missing feature.
+Qwen3, OLMo 2, gpt-oss, Gemma 2 and 3 and partial or scaled RoPE are read as transformers runs them; the
+types the importer cannot read yet (hf_pending.py) are one line naming the missing feature.
 """
 
 from __future__ import annotations
