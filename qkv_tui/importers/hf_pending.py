@@ -13,29 +13,14 @@ from typing import Any
 
 Feature = tuple[Callable[[dict[str, Any]], bool], str]
 
-QK_NORM = "QK-norm (an RMSNorm of every query and key head, q_norm and k_norm)"
-SOFTCAP = "soft-capping of the attention scores (attn_logit_softcapping)"
-
-
-def _partial(data: dict[str, Any]) -> bool:
-    factor = data.get("partial_rotary_factor")
-    params = data.get("rope_parameters")
-    if factor is None and isinstance(params, dict):
-        factor = params.get("partial_rotary_factor")
-    return factor is not None and factor != 1
-
-
-def _text(data: dict[str, Any]) -> dict[str, Any]:
-    nested = data.get("text_config")
-    return nested if isinstance(nested, dict) else data
-
-
-def _always(data: dict[str, Any]) -> bool:
-    return True
+# Qwen3.5's full-attention layers read the residual stream its linear-attention layers wrote before them (a
+# gated delta rule with a causal convolution, which stack.py does not run), and gate their attention's output
+LINEAR = ("the linear-attention layers (Gated DeltaNet, layer_types 'linear_attention') that run before each"
+          " full-attention layer, and its gated attention output")
 
 
 FEATURES: dict[str, list[Feature]] = {
-    "qwen3_5": [(_always, QK_NORM), (lambda d: _partial(_text(d)), "partial rotary (partial_rotary_factor)")],
+    "qwen3_5": [(lambda d: True, LINEAR)],
 }
 PENDING_TYPES = tuple(FEATURES)
 
@@ -44,5 +29,5 @@ def pending_feature(model_type: str, data: dict[str, Any]) -> str:
     """The one-line reason ``model_type`` cannot be read yet (the first feature its config turns on)."""
     for turned_on, feature in FEATURES[model_type]:
         if turned_on(data):
-            return f"model_type {model_type!r} needs {feature}, which the scenario format does not compute yet"
+            return f"model_type {model_type!r} needs {feature}, which qkv-tui does not compute yet"
     raise AssertionError("every pending type ends in a feature that is always on")
