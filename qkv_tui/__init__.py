@@ -5,6 +5,13 @@ Importing this package loads only the core (scenario, engine); never Textual.
 
 from __future__ import annotations
 
+import os
+
+# One BLAS thread, set before NumPy loads: the matrices here are small (a (32, 576)·(576, 576) product), and
+# OpenBLAS's second thread made that product 20× slower, not 2× faster, on a busy 2-core machine (63 ms
+# against 3 ms measured), where a classroom's thirty apps share the cores. A setting of the user's own wins.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
 from qkv_tui.core.engine import Computation, HeadResult, compute
 from qkv_tui.core.scenario import Scenario, ScenarioError, load_scenario
 

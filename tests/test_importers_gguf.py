@@ -57,7 +57,7 @@ def checkpoints(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Pat
 
 
 def ids_of(doc: dict[str, Any]) -> list[int]:
-    return [int(i) for i in doc["description"].rsplit("ids ", 1)[1].rstrip(".").split()]
+    return [int(i) for i in doc["description"].split(", ids ", 1)[1].split(".", 1)[0].split()]  # a note may follow
 
 
 def hf_ids(folder: Path, text: str) -> list[int]:

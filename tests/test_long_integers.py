@@ -29,24 +29,28 @@ SAMPLES: dict[str, list[dict[str, Any]]] = {
     "": [{"title": "t", "description": "d", "mask": "causal", "scale": 2, "tokens": BASE["tokens"], "X": X4,
           "heads": BASE["heads"], "attention": SPLIT, "output": {"W_O": W4}, "context": {"tokens": ["a"], "X": [[1]]},
           "norm": {"kind": "rms"}, "rope": {"layout": "half"}, "alibi": {}, "model": {"source": "glassllm:en"},
-          "tiles": {"size": 2}, "cache": {"seed": 1}, "input": {"kind": "residual", "layer": 1}}],
+          "tiles": {"size": 2}, "cache": {"seed": 1}, "input": {"kind": "residual", "layer": 1},
+          "qk_norm": {"over": "head"}, "softcap": 5, "scale_from": "1/d", "gate": {"W_G": W4}}],
     "[[heads]]": [{"name": "h", "W_Q": W4, "W_K": W4, "W_V": W4, "b_Q": [0, 0], "b_K": [0, 0], "b_V": [0, 0],
-                   "sink": 0.5, "kv_head": 0}],
-    "[attention]": [SPLIT],
+                   "sink": 0.5, "kv_head": 0, "softcap": 5, "W_G": W4}],
+    "[attention]": [{**SPLIT, "softcap": 5}],
     "[output]": [{"W_O": [[1, 0], [0, 1]], "b_O": [0, 0]}],
     "[context]": [{"tokens": ["a"], "X": [[1, 0, 1, 0]]}],
     "[mask]": [{"kind": "padding", "pad": [False, True, False]}, {"kind": "custom", "allow": [[1, 0, 0]] * 3},
                {"kind": "sliding", "window": 2}],
     "[norm]": [{"kind": "layer", "gamma": [1, 1, 1, 1], "beta": [0, 0, 0, 0], "eps": 1e-5}],
-    "[rope]": [{"layout": "half", "base": 100, "positions": [0, 1, 2]}],
+    "[qk_norm]": [{"over": "head", "gamma_q": [1, 1], "gamma_k": [1, 1], "eps": 1e-6}],
+    "[rope]": [{"layout": "half", "base": 100, "positions": [0, 1, 2], "partial": 1,
+                "scaling": {"type": "linear", "factor": 2}}],
     "[alibi]": [{"slopes": [0.5]}],
     "[tiles]": [{"size": 2}],
     "[cache]": [{"block_size": 2, "prefill": 2, "chunk": 1, "seed": 0}],
-    "[input]": [{"kind": "residual", "layer": 1}],
+    "[input]": [{"kind": "residual", "layer": 1, "schedule": ["full", "full"]}],
+    "[gate]": [{"W_G": [[1, 0, 1, 0]] * 4}],
 }
 TABLE_KEY = {"[[heads]]": "heads", "[attention]": "attention", "[output]": "output", "[context]": "context",
              "[mask]": "mask", "[norm]": "norm", "[rope]": "rope", "[alibi]": "alibi", "[tiles]": "tiles",
-             "[cache]": "cache", "[input]": "input"}
+             "[cache]": "cache", "[input]": "input", "[qk_norm]": "qk_norm", "[gate]": "gate"}
 
 
 def toml(doc: dict[str, Any]) -> str:
