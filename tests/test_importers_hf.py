@@ -148,10 +148,10 @@ def test_bf16_is_widened_exactly(tmp_path: Path) -> None:
     ("config", "needle"),
     [
         ({"model_type": "gemma"}, "model_type 'gemma' is not supported"),
-        ({"rope_scaling": {"rope_type": "llama3", "factor": 8.0}}, "rope_scaling of type 'llama3' is not supported"),
-        ({"rope_scaling": {"type": "linear", "factor": 2.0}}, "rope_scaling of type 'linear'"),
+        ({"rope_scaling": {"rope_type": "llama3", "factor": 8.0}}, "rope_scaling of rope_type 'llama3' is missing 'low_freq_factor'"),
+        ({"rope_scaling": {"type": "dynamic", "factor": 2.0}}, "rope_scaling.rope_type 'dynamic' is not supported"),
         ({"partial_rotary_factor": 0.5}, "partial_rotary_factor = 0.5 is not supported"),
-        ({"rope_theta": ..., "rope_parameters": {"rope_type": "yarn", "rope_theta": 1e4}}, "rope_parameters.rope_type 'yarn'"),
+        ({"rope_theta": ..., "rope_parameters": {"rope_type": "longrope", "rope_theta": 1e4}}, "rope_parameters.rope_type 'longrope'"),
         ({"hidden_act": "mish"}, "hidden_act 'mish' is not supported"),
         ({"num_key_value_heads": 3}, "num_key_value_heads = 3 does not divide"),
         ({"layer_types": ["full_attention", "chunked_attention", "full_attention"]}, "layer_types[1] = 'chunked_attention'"),

@@ -81,13 +81,20 @@ def expand_model(doc: dict[str, Any], base: Path | None = None) -> dict[str, Any
         result["input"] = {"kind": "embedding+position"}
     if model.schedule:  # every layer's attention, the chosen one marked where the scenario is shown
         result.setdefault("input", {})["schedule"] = list(model.schedule)
-    if not weights.post_norm:  # a post-norm layer's attention reads X as it is (hf_bert.py)
+    if not weights.post_norm and not weights.norm_after:  # BERT's and OLMo 2's attention reads X as it is
         norm = weights.norm
         result["norm"] = {"kind": norm.kind, "gamma": norm.gamma.tolist(), "eps": norm.eps}
         if norm.beta is not None:
             result["norm"]["beta"] = norm.beta.tolist()
-    if model.rope is not None and weights.rotary:
-        result["rope"] = {"layout": model.rope.layout, "base": model.rope.base, "positions": list(range(len(ids)))}
+    if weights.qk_norm is not None:
+        result["qk_norm"] = _qk_norm(weights, heads == list(range(model.num_heads)), model.name)
+    rope = weights.rope if weights.rope is not None else model.rope
+    if rope is not None and weights.rotary:
+        result["rope"] = {"layout": rope.layout, "base": rope.base, "positions": list(range(len(ids)))}
+        if rope.partial != 1.0:
+            result["rope"]["partial"] = rope.partial
+        if rope.scaling is not None:
+            result["rope"]["scaling"] = dict(rope.scaling)
     if weights.scale is not None:
         result["scale"] = weights.scale
         if weights.scale_from is not None:
@@ -118,6 +125,18 @@ def open_source(source: str, base: Path | None) -> Model:
     return open_folder(folder, source)
 
 
+def _qk_norm(weights: Layer, every_head: bool, name: str) -> dict[str, Any]:
+    qkn = weights.qk_norm
+    assert qkn is not None
+    if qkn.over == "all" and not every_head:
+        # one head's columns cannot be normed without the others': the statistics run over the whole projection
+        raise ImporterError(
+            f"{name}: its QK-norm runs over every head's query and key projection together ([qk_norm] over = \"all\"),"
+            " so the scenario needs every head; leave out model.heads"
+        )
+    return {"over": qkn.over, "gamma_q": qkn.gamma_q.tolist(), "gamma_k": qkn.gamma_k.tolist(), "eps": qkn.eps}
+
+
 def _all_heads(weights: Layer) -> dict[str, Any]:
     att = weights.attention
     attention: dict[str, Any] = {"num_heads": att.num_heads, "num_kv_heads": att.num_kv_heads}
@@ -126,6 +145,8 @@ def _all_heads(weights: Layer) -> dict[str, Any]:
         bias = getattr(att, f"b_{role}")
         if bias is not None:
             attention[f"b_{role}"] = bias.tolist()
+    if weights.sinks is not None:
+        attention["sinks"] = weights.sinks.tolist()
     output: dict[str, Any] = {"W_O": att.W_O.tolist()}
     if att.b_O is not None:
         output["b_O"] = att.b_O.tolist()
@@ -144,6 +165,8 @@ def _one_head(weights: Layer, layer: int, h: int) -> dict[str, Any]:
         if bias is not None:
             table[f"b_{role}"] = bias[cut].tolist()
     table["kv_head"] = g
+    if weights.sinks is not None:
+        table["sink"] = float(weights.sinks[h])
     return table
 
 

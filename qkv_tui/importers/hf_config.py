@@ -1,9 +1,8 @@
 """A Hugging Face config.json, read strictly: what each model_type means for the format.
 
-Every feature the scenario format cannot express (a rope scaling, a partial rotary factor,
+Every feature the scenario format cannot express (longrope, a partial rotary factor outside Phi-3,
 another model_type, a chunked attention layer) is an error naming it, never an approximation.
-Both config forms are read: transformers 4's ``rope_theta``/``rope_scaling`` and transformers
-5's ``rope_parameters`` (one dict, or one per layer type).
+RoPE is read by hf_rope.py, in both config forms.
 """
 
 from __future__ import annotations
@@ -18,9 +17,11 @@ from qkv_tui.base.values import show as _show
 from qkv_tui.importers.errors import ImporterError
 from qkv_tui.importers.files import read_limited
 from qkv_tui.importers.hf_pending import PENDING_TYPES, pending_feature
+from qkv_tui.importers.hf_rope import RopeConfig, read_rope
 
 GPT2_TYPES = ("gpt2",)
-LLAMA_TYPES = ("llama", "mistral", "qwen2", "smollm3", "granite", "phi3")
+LLAMA_TYPES = ("llama", "mistral", "qwen2", "smollm3", "granite", "phi3", "qwen3", "olmo2", "gpt_oss", "gemma2", "gemma3_text")
+GEMMA_TYPES = ("gemma2", "gemma3_text")
 BERT_TYPES = ("bert",)
 ALL_TYPES = GPT2_TYPES + LLAMA_TYPES + BERT_TYPES
 CONFIG_LIMIT = 4 * 2**20  # real config.json files are a few kilobytes
@@ -39,6 +40,7 @@ class Config:
     activation: str
     rope_base: float | None  # None for GPT-2 (learned positions)
     raw: dict[str, Any]
+    rope: RopeConfig | None = None  # the base again, with partial rotary and scaling (hf_rope.py)
 
 
 def read_config(path: Path) -> Config:
@@ -54,6 +56,12 @@ def read_config(path: Path) -> Config:
     model_type = data.get("model_type")
     if isinstance(model_type, str) and model_type in PENDING_TYPES:
         raise ImporterError(f"{path.name}: {pending_feature(model_type, data)}")
+    if model_type == "gemma3":  # the multimodal config: its language model's config is text_config
+        nested = data.get("text_config")
+        if not isinstance(nested, dict):
+            raise ImporterError(f"{path.name}: model_type 'gemma3' needs a text_config (its language model's config)")
+        data = nested | {"model_type": "gemma3_text"}
+        model_type = "gemma3_text"
     if model_type not in ALL_TYPES:
         raise ImporterError(
             f"{path.name}: model_type {_show(model_type)} is not supported; expected one of: {', '.join(ALL_TYPES)}"
@@ -79,10 +87,13 @@ def read_config(path: Path) -> Config:
         raise ImporterError(f"{path.name}: head_dim = {head_dim} is odd; RoPE needs an even head_dim")
     if data.get("mlp_bias"):
         raise ImporterError(f"{path.name}: mlp_bias = true is not supported (LLaMA-family MLPs without biases only)")
+    # Gemma 3's layer types turn with different bases: each layer reads its own (hf_folder.py); this is the full one's
+    rope = read_rope(path.name, data, model_type, "full_attention" if model_type == "gemma3_text" else None)
+    act = get.string("hidden_activation", "gelu_pytorch_tanh") if model_type in GEMMA_TYPES else get.string("hidden_act", "silu")
     return Config(
         model_type, d_model, get.int("num_hidden_layers", 32), heads, kv_heads, head_dim,
         get.int("max_position_embeddings", 2048), get.number("rms_norm_eps", 1e-6),
-        get.string("hidden_act", "silu"), _rope_base(path.name, data), data,
+        act, rope.base, data, rope,
     )
 
 
@@ -101,43 +112,6 @@ def _bert(name: str, data: dict[str, Any]) -> Config:
         get.int("max_position_embeddings", 512), get.number("layer_norm_eps", 1e-12),
         get.string("hidden_act", "gelu"), None, data,
     )
-
-
-def _rope_base(name: str, data: dict[str, Any]) -> float:
-    """The RoPE base, refusing every rope variant the Rotate stage does not compute."""
-    params = data.get("rope_parameters")
-    if isinstance(params, dict) and params and "rope_type" not in params and "rope_theta" not in params:
-        # transformers 5 with several layer types: one dict per type; they must agree to share one [rope]
-        tables = [t for t in params.values() if isinstance(t, dict)]
-        bases = {_rope_table_base(name, t, "rope_parameters") for t in tables}
-        if len(bases) != 1:
-            raise ImporterError(f"{name}: rope_parameters gives different bases per layer type ({sorted(bases)}); not supported")
-        return bases.pop()
-    if isinstance(params, dict):
-        return _rope_table_base(name, params, "rope_parameters")
-    scaling = data.get("rope_scaling")
-    if isinstance(scaling, dict):
-        kind = scaling.get("rope_type", scaling.get("type", "default"))
-        if kind != "default":
-            raise ImporterError(
-                f"{name}: rope_scaling of type {kind!r} is not supported; the Rotate stage computes plain RoPE"
-                " (rope_scaling null or type 'default')"
-            )
-    _no_partial(name, data.get("partial_rotary_factor"))
-    return _Reader(name, data).number("rope_theta", 10000.0)
-
-
-def _rope_table_base(name: str, table: dict[str, Any], where: str) -> float:
-    kind = table.get("rope_type", "default")
-    if kind != "default":
-        raise ImporterError(f"{name}: {where}.rope_type {kind!r} is not supported; the Rotate stage computes plain RoPE")
-    _no_partial(name, table.get("partial_rotary_factor"))
-    return _Reader(name, table).number("rope_theta", 10000.0)
-
-
-def _no_partial(name: str, factor: Any) -> None:
-    if factor is not None and factor != 1 and factor != 1.0:
-        raise ImporterError(f"{name}: partial_rotary_factor = {factor} is not supported; [rope] rotates every dimension of d_k")
 
 
 def sliding_window(config: Config, layer: int) -> int | None:
@@ -160,8 +134,8 @@ def sliding_window(config: Config, layer: int) -> int | None:
         return _window(window)
     if window is None or config.model_type in ("gpt2", "llama"):
         return None
-    if config.model_type == "qwen2":
-        # Qwen2 slides only with use_sliding_window, and only from layer max_window_layers on
+    if config.model_type in ("qwen2", "qwen3"):
+        # Qwen2 and Qwen3 slide only with use_sliding_window, and only from layer max_window_layers on
         if not data.get("use_sliding_window", False):
             return None
         if layer < _Reader("config.json", data).int("max_window_layers", 28):

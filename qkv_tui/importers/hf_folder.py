@@ -5,27 +5,36 @@ Two layouts:
   ``c_attn`` (Q, K, V side by side) with biases. GPT-2's Conv1D stores weights as (in, out), which
   is already the x·W orientation. Keys may carry a ``transformer.`` prefix; ``attn.bias`` and
   ``attn.masked_bias`` are the causal-mask buffers, not biases, and are never read.
-- "llama" and its kin "mistral", "qwen2", "smollm3", "granite" and "phi3": RMSNorm, RoPE in the
+- "llama" and its kin "mistral", "qwen2", "qwen3", "smollm3", "granite" and "phi3": RMSNorm, RoPE in the
   "half" layout (Hugging Face's rotate_half), separate ``q_proj``/``k_proj``/``v_proj``/``o_proj``
   stored as nn.Linear (out, in) and transposed here, optional Q/K/V biases (Qwen2), grouped K/V heads,
   SwiGLU MLP. Phi-3 fuses Q, K and V into one ``qkv_proj`` (rows Q, then K, then V) and gate and up
   into ``gate_up_proj``; SmolLM3 leaves RoPE out of some layers (NoPE); Granite multiplies the
-  embeddings, the scores and each sub-layer's output by constants of its config.
+  embeddings, the scores and each sub-layer's output by constants of its config. Qwen3 adds QK-norm:
+  ``q_norm``/``k_norm``, an RMSNorm over each head's head_dim with gains shared by the heads. OLMo 2
+  norms the whole query and key projections (every head's columns together) and puts its norms after
+  the sub-layers (``post_attention_layernorm``, ``post_feedforward_layernorm`` on each one's output,
+  before the residual add), so its attention reads the stream as it is: no [norm]. gpt-oss adds a
+  sink logit per head (``self_attn.sinks``), biases on every projection, YaRN, sliding and full layers
+  (``layer_types``) and a mixture-of-experts MLP (stack.MoeMlp; experts stored (in, out), not quantised).
+  Gemma 2 and 3: hf_gemma.py.
 - "bert": hf_bert.py.
 """
 
 from __future__ import annotations
 
 import stat
+from collections.abc import Callable
 from pathlib import Path
 
+import qkv_tui.importers.hf_gemma as hf_gemma
 from qkv_tui.base.files import file_kind
 from qkv_tui.base.values import show as _show
 from qkv_tui.base.values import token_label
 from qkv_tui.importers.errors import ImporterError, missing_package
 from qkv_tui.importers.files import read_limited, status
 from qkv_tui.importers.hf_bert import open_bert
-from qkv_tui.importers.hf_config import Config, read_config, rotary, sliding_window
+from qkv_tui.importers.hf_config import GEMMA_TYPES, Config, read_config, rotary, sliding_window
 from qkv_tui.importers.hf_tensors import lookup, prefix_of
 from qkv_tui.importers.safetensors_raw import TensorFiles
 from qkv_tui.importers.schedule import hf_schedule
@@ -37,7 +46,9 @@ from qkv_tui.importers.stack import (
     GatedMlp,
     Layer,
     Model,
+    MoeMlp,
     Norm,
+    QkNorm,
     Rope,
     Tokenize,
 )
@@ -156,9 +167,17 @@ def _llama(config: Config, tensors: TensorFiles, tokenize: Tokenize, source: str
     def optional(name: str, width: int) -> Array | None:
         return tensors.get(name, (width,)) if name in tensors else None
 
+    gemma = config.model_type in GEMMA_TYPES
+    one = 1.0 if gemma else 0.0  # Gemma's norms multiply by 1 + γ
+
     def embed(ids: list[int]) -> Array:
         rows = lookup(table, p + "embed_tokens.weight", ids)  # (n, d_model); positions enter through RoPE
+        if gemma:
+            return rows * hf_gemma.embed_scale(config)
         return rows * granite[0] if granite is not None else rows
+
+    def rms(name: str) -> Norm:
+        return Norm("rms", tensors.get(name + ".weight", (d,)) + one, None, config.eps)
 
     def projections(a: str) -> tuple[Array, Array, Array]:
         """W_Q, W_K, W_V in the x·W orientation: nn.Linear is (out, in); Phi-3 stacks the three in one."""
@@ -169,8 +188,10 @@ def _llama(config: Config, tensors: TensorFiles, tokenize: Tokenize, source: str
         return get(a + "q_proj.weight", (q_width, d)).T, get(a + "k_proj.weight", (kv_width, d)).T, \
             get(a + "v_proj.weight", (kv_width, d)).T
 
-    def mlp(h: str) -> GatedMlp:
+    def mlp(h: str) -> GatedMlp | MoeMlp:
         get = tensors.get
+        if config.model_type == "gpt_oss":
+            return _moe(config, tensors, h + "mlp.")
         if config.model_type == "phi3":
             fused = get(h + "mlp.gate_up_proj.weight", (None, d))  # (2·intermediate, d): gate rows, then up rows
             inter = int(fused.shape[0]) // 2
@@ -179,35 +200,108 @@ def _llama(config: Config, tensors: TensorFiles, tokenize: Tokenize, source: str
         inter = int(gate.shape[0])
         return GatedMlp(gate.T, get(h + "mlp.up_proj.weight", (inter, d)).T, get(h + "mlp.down_proj.weight", (d, inter)).T, act)
 
+    olmo2 = config.model_type == "olmo2"
+
+    def qk_norm(a: str) -> QkNorm | None:
+        if olmo2:
+            return QkNorm("all", tensors.get(a + "q_norm.weight", (q_width,)),
+                          tensors.get(a + "k_norm.weight", (kv_width,)), config.eps)
+        if config.model_type not in ("qwen3", "gemma3_text"):
+            return None
+        return QkNorm("head", tensors.get(a + "q_norm.weight", (config.head_dim,)) + one,
+                      tensors.get(a + "k_norm.weight", (config.head_dim,)) + one, config.eps)
+
+    def attention(a: str, W_Q: Array, W_K: Array, W_V: Array) -> Attention:
+        return Attention(
+            W_Q, W_K, W_V, tensors.get(a + "o_proj.weight", (d, q_width)).T,
+            optional(a + "q_proj.bias", q_width), optional(a + "k_proj.bias", kv_width),
+            optional(a + "v_proj.bias", kv_width), optional(a + "o_proj.bias", d),
+            config.num_heads, config.num_kv_heads,
+        )
+
+    def gemma_layer(i: int, h: str, att: Attention, feed: GatedMlp | MoeMlp, qkn: QkNorm | None,
+                     norm: Callable[[str], Norm]) -> Layer:
+        window = sliding_window(config, i)
+        divisor, said = hf_gemma.scale(config)
+        return Layer(
+            norm=norm(h + "input_layernorm"), attention=att, mlp_norm=norm(h + "pre_feedforward_layernorm"),
+            mlp=feed, scale=divisor, window=window, scale_from=said, softcap=hf_gemma.softcap(config), qk_norm=qkn,
+            post_attention_norm=norm(h + "post_attention_layernorm"), post_mlp_norm=norm(h + "post_feedforward_layernorm"),
+            rope=hf_gemma.layer_rope(config, window is not None),
+        )
+
     def layer(i: int) -> Layer:
         h = f"{p}layers.{i}."
         a = h + "self_attn."
         get = tensors.get
         W_Q, W_K, W_V = projections(a)
+        if gemma:
+            return gemma_layer(i, h, attention(a, W_Q, W_K, W_V), mlp(h), qk_norm(a), rms)
         return Layer(
-            norm=Norm("rms", get(h + "input_layernorm.weight", (d,)), None, config.eps),
-            attention=Attention(
-                W_Q, W_K, W_V, get(a + "o_proj.weight", (d, q_width)).T,
-                optional(a + "q_proj.bias", q_width), optional(a + "k_proj.bias", kv_width),
-                optional(a + "v_proj.bias", kv_width), optional(a + "o_proj.bias", d),
-                config.num_heads, config.num_kv_heads,
-            ),
-            mlp_norm=Norm("rms", get(h + "post_attention_layernorm.weight", (d,)), None, config.eps),
+            norm=Norm("rms", get(h + ("post_attention_layernorm" if olmo2 else "input_layernorm") + ".weight", (d,)),
+                      None, config.eps),
+            attention=attention(a, W_Q, W_K, W_V),
+            mlp_norm=Norm("rms", get(h + ("post_feedforward_layernorm" if olmo2 else "post_attention_layernorm")
+                                     + ".weight", (d,)), None, config.eps),
             mlp=mlp(h),
             scale=1.0 / granite[1] if granite is not None else None,  # scores × attention_multiplier
             window=sliding_window(config, i),
             rotary=rotary(config, i),
             residual_scale=granite[2] if granite is not None else 1.0,
+            qk_norm=qk_norm(a),
+            norm_after=olmo2,
+            sinks=get(a + "sinks", (config.num_heads,)) if config.model_type == "gpt_oss" else None,
         )
 
     rope = Rope("half", config.rope_base)
+    if config.rope is not None and (config.rope.partial != 1.0 or config.rope.scaling is not None):
+        rope = Rope("half", config.rope_base, config.rope.partial, config.rope.scaling_table())
     said = ""
     if granite is not None:
         said = (f"Granite scales its residual stream: the embeddings are multiplied by {_show(granite[0])} and every"
                 f" attention and MLP output by {_show(granite[2])} before it is added back; the scores are multiplied"
                 f" by attention_multiplier = {_show(granite[1])}, so the scale divides them by its inverse.")
+    if gemma:
+        said = hf_gemma.note(config)
+    if olmo2:
+        said = ("OLMo 2 norms after each sub-layer: its attention reads the stream as it is (no norm before it, so"
+                " no Norm stage here), and its output is RMS-normed (post_attention_layernorm) before it is added"
+                " back; so is the MLP's. Its QK-norm runs over each token's whole query and key projections,"
+                " every head's columns together.")
     return Model(source, config.num_layers, config.num_heads, config.context, rope, tokenize, embed, layer,
                  hf_schedule(config), lambda layer: said)
+
+
+def _moe(config: Config, tensors: TensorFiles, m: str) -> MoeMlp:
+    """gpt-oss's experts, as transformers stores them (already x·W); the router is an nn.Linear (out, in)."""
+    get, d = tensors.get, config.d_model
+    raw = config.raw
+    experts = raw.get("num_local_experts")
+    top_k = raw.get("num_experts_per_tok")
+    for key, value in (("num_local_experts", experts), ("num_experts_per_tok", top_k)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ImporterError(f"config.json: {key} = {value!r}; expected a whole number >= 1")
+    assert isinstance(experts, int) and isinstance(top_k, int)
+    if top_k > experts:
+        raise ImporterError(f"config.json: num_experts_per_tok = {top_k} is more than num_local_experts = {experts}")
+    numbers = []
+    for key, default in (("swiglu_alpha", 1.702), ("swiglu_limit", 7.0)):
+        value = raw.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
+            raise ImporterError(f"config.json: {key} = {value!r}; expected a number > 0")
+        numbers.append(float(value))
+    if m + "experts.gate_up_proj" not in tensors and m + "experts.gate_up_proj_blocks" in tensors:
+        raise ImporterError(
+            "gpt-oss's experts are MXFP4-quantised (experts.gate_up_proj_blocks); expected the dequantised"
+            " checkpoint (transformers' save_pretrained after loading with Mxfp4Config(dequantize=True))"
+        )
+    gate_up = get(m + "experts.gate_up_proj", (experts, d, None))  # (experts, d_model, 2·inner)
+    inner = int(gate_up.shape[2]) // 2
+    return MoeMlp(
+        get(m + "router.weight", (experts, d)).T, get(m + "router.bias", (experts,)), gate_up,
+        get(m + "experts.gate_up_proj_bias", (experts, 2 * inner)), get(m + "experts.down_proj", (experts, inner, d)),
+        get(m + "experts.down_proj_bias", (experts, d)), top_k, numbers[0], numbers[1],
+    )
 
 
 def _granite(config: Config) -> tuple[float, float, float] | None:

@@ -1,8 +1,8 @@
 """The 2026 model types whose attention the scenario format cannot express yet: one line naming what is missing.
 
 Each type lists the features its config can turn on, in the order they are checked; the first one
-the config turns on is named. A type whose every layer needs a feature (Qwen3's and OLMo 2's
-QK-norm) names it whatever the config says. When a feature lands in the format, its type moves out
+the config turns on is named. A type whose every layer needs a feature names it
+whatever the config says. When a feature lands in the format, its type moves out
 of here into hf_config.py and hf_folder.py (docs/scenario-format.md lists what the format computes).
 """
 
@@ -13,48 +13,14 @@ from typing import Any
 
 Feature = tuple[Callable[[dict[str, Any]], bool], str]
 
-QK_NORM = "QK-norm (an RMSNorm of every query and key head, q_norm and k_norm)"
-SOFTCAP = "soft-capping of the attention scores (attn_logit_softcapping)"
-
-
-def _rope_kind(data: dict[str, Any]) -> str:
-    params = data.get("rope_parameters") or data.get("rope_scaling")
-    if isinstance(params, dict):
-        tables = [params] if "rope_type" in params or "type" in params else [t for t in params.values() if isinstance(t, dict)]
-        for table in tables:
-            kind = table.get("rope_type", table.get("type", "default"))
-            if kind != "default":
-                return str(kind)
-    return "default"
-
-
-def _partial(data: dict[str, Any]) -> bool:
-    factor = data.get("partial_rotary_factor")
-    params = data.get("rope_parameters")
-    if factor is None and isinstance(params, dict):
-        factor = params.get("partial_rotary_factor")
-    return factor is not None and factor != 1
-
-
-def _text(data: dict[str, Any]) -> dict[str, Any]:
-    nested = data.get("text_config")
-    return nested if isinstance(nested, dict) else data
-
-
-def _always(data: dict[str, Any]) -> bool:
-    return True
+# Qwen3.5's full-attention layers read the residual stream its linear-attention layers wrote before them (a
+# gated delta rule with a causal convolution, which stack.py does not run), and gate their attention's output
+LINEAR = ("the linear-attention layers (Gated DeltaNet, layer_types 'linear_attention') that run before each"
+          " full-attention layer, and its gated attention output")
 
 
 FEATURES: dict[str, list[Feature]] = {
-    "qwen3": [(_always, QK_NORM)],
-    "qwen3_5": [(_always, QK_NORM), (lambda d: _partial(_text(d)), "partial rotary (partial_rotary_factor)")],
-    "olmo2": [(_always, "QK-norm (an RMSNorm of the whole query and key projections, q_norm and k_norm)")],
-    "gemma2": [(lambda d: d.get("attn_logit_softcapping") is not None, SOFTCAP),
-               (_always, "Gemma's norms after each sub-layer (post_attention_layernorm, post_feedforward_layernorm)")],
-    "gemma3_text": [(_always, QK_NORM)],
-    "gemma3": [(_always, QK_NORM)],
-    "gpt_oss": [(lambda d: _rope_kind(d) != "default", "RoPE scaling (rope_type {rope})"),
-                (_always, "the mixture-of-experts MLP the layers before the chosen one run")],
+    "qwen3_5": [(lambda d: True, LINEAR)],
 }
 PENDING_TYPES = tuple(FEATURES)
 
@@ -63,6 +29,5 @@ def pending_feature(model_type: str, data: dict[str, Any]) -> str:
     """The one-line reason ``model_type`` cannot be read yet (the first feature its config turns on)."""
     for turned_on, feature in FEATURES[model_type]:
         if turned_on(data):
-            named = feature.format(rope=repr(_rope_kind(data)))
-            return f"model_type {model_type!r} needs {named}, which the scenario format does not compute yet"
+            return f"model_type {model_type!r} needs {feature}, which qkv-tui does not compute yet"
     raise AssertionError("every pending type ends in a feature that is always on")

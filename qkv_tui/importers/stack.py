@@ -11,14 +11,16 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from qkv_tui.kernels.attention import attend, project
+from qkv_tui.kernels.attention import attend, project, qk_normalise
 from qkv_tui.kernels.norm import normalise
 from qkv_tui.kernels.policy import EXACT
 from qkv_tui.kernels.rope import turn
+from qkv_tui.kernels.rope_scaling import inv_freq, turn_scaled
 from qkv_tui.kernels.sharing import kv_head_of
 from qkv_tui.kernels.softmax import softmax_rows
 
@@ -40,14 +42,22 @@ class Norm:
         return normalise(EXACT, self.kind, x, self.gamma, self.beta, self.eps).X_norm
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Rope:
     layout: str  # "interleaved" (pairs 2i, 2i+1) | "half" (pairs i, i + d_k/2)
     base: float
+    partial: float = 1.0  # Hugging Face's partial_rotary_factor: the first int(partial·d_k) dimensions turn
+    scaling: dict[str, Any] | None = None  # [rope.scaling] as the scenario spells it: "type", then its fields
 
     def rotate(self, x: Array) -> Array:
         """Rotate the rows of x (n, d_k), row p by position p."""
-        return turn(x, self.layout, self.base, np.arange(x.shape[0], dtype=np.float64))
+        positions = np.arange(x.shape[0], dtype=np.float64)
+        if self.partial == 1.0 and self.scaling is None:
+            return turn(x, self.layout, self.base, positions)
+        fields = dict(self.scaling or {"type": "default"})
+        thetas, a = inv_freq(fields.pop("type"), self.base, int(x.shape[1]), partial_rotary_factor=self.partial,
+                             **fields)  # (r/2,), the attention factor
+        return turn_scaled(x, self.layout, thetas, a, positions)
 
 
 @dataclass(frozen=True, eq=False)
@@ -78,6 +88,16 @@ class Attention:
 
 
 @dataclass(frozen=True, eq=False)
+class QkNorm:
+    """QK-norm: an RMSNorm of each query and key vector after the projection, before RoPE ([qk_norm])."""
+
+    over: str  # "head": each head's d_k columns on their own (Qwen3); "all": the whole projection (OLMo 2)
+    gamma_q: Array  # (d_k,) for "head", (H·d_k,) for "all"
+    gamma_k: Array  # (d_k,) for "head", (H_kv·d_k,) for "all"
+    eps: float
+
+
+@dataclass(frozen=True, eq=False)
 class Layer:
     norm: Norm  # before attention
     attention: Attention
@@ -91,17 +111,28 @@ class Layer:
     residual_scale: float = 1.0  # each sub-layer's output is multiplied by this before it is added (Granite)
     softcap: float | None = None  # Gemma 2's cap c of c·tanh(scaled / c); None = no soft-cap
     scale_from: str | None = None  # where a scale other than sqrt(d_k) comes from, in words (docs/scenario-format.md)
+    qk_norm: QkNorm | None = None  # Qwen3's and OLMo 2's norm of Q and K before RoPE
+    norm_after: bool = False  # True: norm and mlp_norm apply to each sub-layer's output before its add (OLMo 2)
+    sinks: Array | None = None  # (H,) gpt-oss's per-head sink logit, joining each row's softmax
+    post_attention_norm: Norm | None = None  # Gemma's sandwich: a norm of the attention's output before its add
+    post_mlp_norm: Norm | None = None  # and of the MLP's
+    rope: Rope | None = None  # the layer's own RoPE over the model's (Gemma 3's sliding layers have another base)
 
 
 def attention_forward(layer: Layer, rope: Rope | None, x: Array) -> Array:
     """The attention sub-layer's output for the normed input x (n, d_model): every head, then W_O."""
     att = layer.attention
+    rope = layer.rope if layer.rope is not None else rope
     n = x.shape[0]
     d_k, d_v = att.d_k, att.d_v
     # every head's projection at once (the model's own matrices), then one head at a time
     q_all = project(x, att.W_Q, att.b_Q)  # (n, H·d_k)
     k_all = project(x, att.W_K, att.b_K)  # (n, H_kv·d_k)
     v_all = project(x, att.W_V, att.b_V)  # (n, H_kv·d_v)
+    qkn = layer.qk_norm
+    if qkn is not None and qkn.over == "all":  # OLMo 2: each token's whole projection, before it is cut into heads
+        q_all = normalise(EXACT, "rms", q_all, qkn.gamma_q, None, qkn.eps).X_norm
+        k_all = normalise(EXACT, "rms", k_all, qkn.gamma_k, None, qkn.eps).X_norm
     i, j = np.arange(n)[:, None], np.arange(n)[None, :]
     allow = (i - j >= 0) & (i - j < (layer.window if layer.window is not None else n + 1))
     if not layer.causal:
@@ -113,9 +144,13 @@ def attention_forward(layer: Layer, rope: Rope | None, x: Array) -> Array:
         q = q_all[:, h * d_k:(h + 1) * d_k]
         k = k_all[:, g * d_k:(g + 1) * d_k]
         v = v_all[:, g * d_v:(g + 1) * d_v]
+        if qkn is not None and qkn.over == "head":
+            q = qk_normalise(q, qkn.gamma_q, qkn.eps, None).X_norm
+            k = qk_normalise(k, qkn.gamma_k, qkn.eps, None).X_norm
         if rope is not None and layer.rotary:
             q, k = rope.rotate(q), rope.rotate(k)
-        outputs.append(attend(q, k, v, allow, scale, softcap=layer.softcap).output)  # (n, d_v)
+        sink = None if layer.sinks is None else float(layer.sinks[h])
+        outputs.append(attend(q, k, v, allow, scale, sink=sink, softcap=layer.softcap).output)  # (n, d_v)
     return project(np.concatenate(outputs, axis=1), att.W_O, att.b_O)
 
 
@@ -127,9 +162,15 @@ def residual_stream(embedded: Array, layers: list[Layer], rope: Rope | None) -> 
             x = layer.norm(x + attention_forward(layer, rope, x))
             x = layer.mlp_norm(x + layer.mlp(x))
             continue
+        if layer.norm_after:  # OLMo 2: the sub-layer reads the stream as it is; its output is normed, then added
+            x = x + layer.norm(attention_forward(layer, rope, x))
+            x = x + layer.mlp_norm(layer.mlp(x))
+            continue
         r = layer.residual_scale
-        x = x + r * attention_forward(layer, rope, layer.norm(x))
-        x = x + r * layer.mlp(layer.mlp_norm(x))
+        attended = attention_forward(layer, rope, layer.norm(x))
+        x = x + r * (attended if layer.post_attention_norm is None else layer.post_attention_norm(attended))
+        fed = layer.mlp(layer.mlp_norm(x))
+        x = x + r * (fed if layer.post_mlp_norm is None else layer.post_mlp_norm(fed))
     return x
 
 
