@@ -140,20 +140,27 @@ def test_the_permuted_llama_head_scores_as_the_checkpoints_half_layout(checkpoin
         np.testing.assert_allclose(a.K_rot, b.K_rot[:, order], atol=1e-9)
 
 
-def test_a_qwen3_gguf_reads_its_qk_norm_then_names_it(checkpoints: dict, tmp_path: Path) -> None:
+@pytest.mark.parametrize("qtype", ["F32", "Q8_0"])
+def test_a_qwen3_gguf_keeps_its_qk_norm(checkpoints: dict, tmp_path: Path, qtype: str) -> None:
     from qkv_tui.importers.gguf_file import _Sizes, _Tensors, qk_norms
 
-    _, model, tok = checkpoints["qwen3"]
-    write_gguf(tmp_path / "q3.gguf", model, "qwen3", tok, "F32")
-    with pytest.raises(ImporterError) as info:
-        expand_model({"model": {"source": str(tmp_path / "q3.gguf"), "text": TEXT, "layer": 1}})
-    assert "attn_q_norm (QK-norm" in str(info.value) and "\n" not in str(info.value)
+    folder, model, tok = checkpoints["qwen3"]
+    stored = write_gguf(tmp_path / "q3.gguf", model, "qwen3", tok, qtype)
     header = Header(tmp_path / "q3.gguf", "q3.gguf")
     q_norm, k_norm = qk_norms(_Tensors(header, "q3.gguf"), _Sizes(header.metadata, "qwen3", "q3.gguf"), 1)
     attn = model.model.layers[1].self_attn
     np.testing.assert_array_equal(q_norm.gamma, attn.q_norm.weight.detach().float().numpy())
     np.testing.assert_array_equal(k_norm.gamma, attn.k_norm.weight.detach().float().numpy())
     assert q_norm.eps == pytest.approx(1e-6)
+    doc = expand_model({"model": {"source": str(tmp_path / "q3.gguf"), "text": TEXT, "layer": 1}})
+    assert doc["qk_norm"]["over"] == "head" and doc["qk_norm"]["gamma_q"] == q_norm.gamma.tolist()
+    assert doc["rope"]["layout"] == "half"
+    # layer 0's QK-norm runs in the residual stream, layer 1's in the head: both against transformers' own forward
+    ref = reference(with_weights(model, stored), ids_of(doc), 1)
+    np.testing.assert_allclose(np.array(doc["X"]), ref["X"], atol=3e-5, rtol=1e-5)
+    comp = computed(tmp_path / "q3.gguf", 1, tmp_path)
+    np.testing.assert_allclose(np.stack([h.output for h in comp.heads]), ref["heads"], atol=3e-5, rtol=1e-5)
+    np.testing.assert_allclose(comp.output, ref["attn"], atol=3e-5, rtol=1e-5)
 
 
 def test_the_header_reader_agrees_with_ggufs_own(checkpoints: dict, tmp_path: Path) -> None:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 import os
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +34,7 @@ from qkv_tui.importers.errors import ImporterError, missing_package
 from qkv_tui.importers.files import open_regular
 from qkv_tui.importers.gguf_header import Header, TensorInfo
 from qkv_tui.importers.gguf_tokenizer import gguf_tokenizer
-from qkv_tui.importers.stack import Array, Attention, GatedMlp, Layer, Model, Norm, Rope, _silu
+from qkv_tui.importers.stack import Array, Attention, GatedMlp, Layer, Model, Norm, QkNorm, Rope, _silu
 
 ARCHITECTURES = ("llama", "qwen2", "qwen3")
 # the ggml types read, by name: what llama.cpp's usual quantisations (Q4_K_M, Q5_K_M, Q8_0 …) are made of
@@ -264,6 +265,6 @@ def qk_norms(t: _Tensors, s: _Sizes, i: int) -> tuple[Norm, Norm]:
 
 
 def _with_qk_norm(layer: Layer, norms: tuple[Norm, Norm], shown: str, i: int) -> Layer:
-    """The last step of a Qwen3 layer: the scenario format (and stack.Attention) have no QK-norm yet."""
-    raise ImporterError(f"{shown}: blk.{i}.attn_q_norm (QK-norm, Qwen3's RMSNorm of each query and key) is not supported"
-                        " yet; expected a llama or qwen2 GGUF")
+    """A Qwen3 layer: its RMSNorm of each head's query and key (over d_k, one gain vector shared by the heads)."""
+    q, k = norms
+    return replace(layer, qk_norm=QkNorm("head", q.gamma, k.gamma, q.eps))
