@@ -24,7 +24,7 @@ import pytest
 
 from qkv_tui import compute
 from qkv_tui.core.scenario import load_scenario
-from qkv_tui.importers import ImporterError, expand_model
+from qkv_tui.importers import expand_model
 from qkv_tui.importers.gguf_header import Header
 
 from .gguf_fixtures import (

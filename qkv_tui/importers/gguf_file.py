@@ -43,7 +43,7 @@ LAYOUT = {"llama": "interleaved", "qwen2": "half", "qwen3": "half"}  # ggml's ro
 
 PERMUTED_NOTE = (
     "The file's W_Q and W_K hold each head's rows in llama.cpp's order for ggml's RoPE, which turns"
-    " neighbouring dimensions: the checkpoint's pair (i, i + d_k/2) is (2i, 2i+1) here, so this head rotates"
+    " neighbouring dimensions: the checkpoint's pair (i, i + dₖ/2) is (2i, 2i+1) here, so this head rotates"
     ' with layout "interleaved". Q and K are reordered alike, so every score equals the Hugging Face'
     ' checkpoint\'s with layout "half".'
 )
