@@ -144,7 +144,7 @@ def test_the_permuted_llama_head_scores_as_the_checkpoints_half_layout(checkpoin
 def test_a_qwen3_gguf_keeps_its_qk_norm(checkpoints: dict, tmp_path: Path, qtype: str) -> None:
     from qkv_tui.importers.gguf_file import _Sizes, _Tensors, qk_norms
 
-    folder, model, tok = checkpoints["qwen3"]
+    _, model, tok = checkpoints["qwen3"]
     stored = write_gguf(tmp_path / "q3.gguf", model, "qwen3", tok, qtype)
     header = Header(tmp_path / "q3.gguf", "q3.gguf")
     q_norm, k_norm = qk_norms(_Tensors(header, "q3.gguf"), _Sizes(header.metadata, "qwen3", "q3.gguf"), 1)
