@@ -21,7 +21,7 @@ VARIANT_NOTES = (
      " Each projected cell then ends in '+ b'."),
     ("QK-norm ([qk_norm])",
      "Qwen3, Gemma 3 and OLMo 2 RMS-normalise every query and key vector after the projection, before RoPE,"
-     " so each has about the same length and no score q·k can grow without bound as the weights grow: the"
+     " so before its gains each has length √dₖ and a score grows only with the gains, never with W_Q and W_K: the"
      " logits stay bounded and training stays stable (Gemma 3 dropped Gemma 2's logit soft-capping for it)."
      " Qwen3 and Gemma 3 normalise each head's vector on its own; OLMo 2 normalises a token's whole"
      " projection, every head's columns together, before cutting it into heads."),

@@ -28,11 +28,12 @@ from qkv_tui.teach.stages.printed import PrintedCells, PrintedChain, Table, idx
 
 QK_NORM_MEANING = (
     "RMSNorm on every query and key vector, after the projection and before RoPE: each cell is divided by its"
-    " vector's root mean square √(mean(x²) + eps) and multiplied by a learned gain γ. Every Q and K row then has"
-    " about the same length, so no score q·k can grow without bound however large the weights become: the"
-    " logits stay bounded and training stays stable. That is how Gemma 3 could drop Gemma 2's soft-capping of the"
-    " logits, and how Gemma 4 drops the 1/√dₖ as well. Qwen3 and Gemma 3 normalise each head's vector on its own;"
-    " OLMo 2 normalises a token's whole projection, every head's columns together, before cutting it into heads."
+    " vector's root mean square √(mean(x²) + eps) and multiplied by a learned gain γ. Before its gains every Q"
+    " and K row has length √dₖ, so a score is bounded by the gains alone, |q̂·k̂| ≤ dₖ·max|γ_q|·max|γ_k|,"
+    " however large W_Q and W_K become: the logits stay bounded and training stays stable. That is how Gemma 3"
+    " could drop Gemma 2's soft-capping of the logits, and how Gemma 4 drops the 1/√dₖ as well. Qwen3 and"
+    " Gemma 3 normalise each head's vector on its own; OLMo 2 normalises a token's whole projection, every"
+    " head's columns together, before cutting it into heads."
 )
 HAT = {"Q": "Q̂", "K": "K̂"}
 
