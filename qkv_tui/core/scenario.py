@@ -647,16 +647,7 @@ class _Validator:
     def scale(self, doc: dict[str, Any]) -> float | None:
         if "scale" not in doc:
             return None
-        value = doc["scale"]
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise self.fail(f"scale must be a number > 0, got {_kind(value)}")
-        try:
-            number = float(value)
-        except OverflowError:
-            raise self.fail(f"scale is {_show(value)}, too large; expected a finite number > 0") from None
-        if not math.isfinite(number) or number <= 0:
-            raise self.fail(f"scale = {_show(value)}; expected a finite number > 0")
-        return number
+        return variants.positive(self, doc["scale"], "scale")
 
     def mask(
         self, doc: dict[str, Any], tokens: tuple[str, ...], key_tokens: tuple[str, ...], is_cross: bool = False

@@ -31,6 +31,7 @@ from qkv_tui.core.variants.common import Keys, Lookalikes, Table
 from qkv_tui.core.variants.common import choice as choice
 from qkv_tui.core.variants.common import number as number
 from qkv_tui.core.variants.common import numbers as numbers
+from qkv_tui.core.variants.common import positive as positive
 from qkv_tui.core.variants.common import table_of as table_of
 from qkv_tui.core.variants.kv_heads import kv_head_of as kv_head_of
 from qkv_tui.core.variants.kv_heads import parse_kv_head as parse_kv_head

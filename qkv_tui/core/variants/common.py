@@ -10,6 +10,7 @@ and the did-you-mean hints for their keys; a table also parses itself and writes
 from __future__ import annotations
 
 import difflib
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
@@ -123,6 +124,19 @@ class Keys:
 def number(v: Checker, value: Any, key: str, expected: str = "a finite number") -> float:
     """A TOML integer or float, finite (the loader's own rules and wording); booleans are not numbers."""
     return v.number(value, key)
+
+
+def positive(v: Checker, value: Any, key: str, why: str = "") -> float:
+    """A TOML number, finite and > 0 (``scale``, ``softcap``); ``why`` (`` (the cap c …)``) says what it is for."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise v.fail(f"{key} must be a number > 0{why}, got {_kind(value)}")
+    try:
+        number = float(value)
+    except OverflowError:
+        raise v.fail(f"{key} is {_show(value)}, too large; expected a finite number > 0") from None
+    if not math.isfinite(number) or number <= 0:
+        raise v.fail(f"{key} = {_show(value)}; expected a finite number > 0{why}")
+    return number
 
 
 def numbers(v: Checker, value: Any, key: str, count: int, what: str) -> Vector:

@@ -4,12 +4,9 @@ mask (docs/scenario-format.md, "softcap")."""
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
-from qkv_tui.base.values import kind as _kind
-from qkv_tui.base.values import show as _show
-from qkv_tui.core.variants.common import Checker, Features, Keys
+from qkv_tui.core.variants.common import Checker, Features, Keys, positive
 
 KEY = "softcap"  # the same key at the top level, in [[heads]] and in [attention]
 
@@ -18,17 +15,8 @@ def parse_softcap(v: Checker, table: dict[str, Any], where: str, inherited: floa
     """A table's own ``softcap`` (finite, > 0), or the one it inherits from the top level."""
     if KEY not in table:
         return inherited
-    value = table[KEY]
     key = f"{where} {KEY}" if where else KEY
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise v.fail(f"{key} must be a number > 0 (the cap c in c·tanh(s/c)), got {_kind(value)}")
-    try:
-        number = float(value)
-    except OverflowError:
-        raise v.fail(f"{key} is {_show(value)}, too large; expected a finite number > 0") from None
-    if not math.isfinite(number) or number <= 0:
-        raise v.fail(f"{key} = {_show(value)}; expected a finite number > 0 (the cap c in c·tanh(s/c))")
-    return number
+    return positive(v, table[KEY], key, " (the cap c in c·tanh(s/c))")
 
 
 def caps_of(sc: Features) -> list[float | None]:
