@@ -570,6 +570,12 @@ class QKVApp(Session):
     def action_take_screenshot(self) -> None:  # not action_screenshot: Textual's own takes a file name
         self.live.screenshot()
 
+    def export_screenshot(self, *, title: str | None = None, simplify: bool = False) -> str:
+        """Every SVG of the screen (s, the palette's, the test snapshots) with its blanks where the screen has them."""
+        from qkv_tui.ui.screenshot import keeping_blanks
+
+        return keeping_blanks(super().export_screenshot(title=title, simplify=simplify))
+
     def deliver_text(self, path_or_file: str | Path | TextIO, *, save_directory: str | Path | None = None,
                      save_filename: str | None = None, open_method: Literal["browser", "download"] = "download",
                      encoding: str | None = None, mime_type: str | None = None, name: str | None = None) -> str | None:
