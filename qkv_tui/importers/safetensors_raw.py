@@ -50,6 +50,9 @@ class TensorFiles:
         for path in paths:
             for name, entry in _read_header(path).items():
                 self.entries[name] = entry
+        # each file mapped once, when its first tensor is read: a deep layer reads hundreds of tensors,
+        # and a mapping of its own for each cost an open and an mmap apiece
+        self._maps: dict[Path, npt.NDArray[np.uint8]] = {}
 
     def __contains__(self, name: str) -> bool:
         return name in self.entries
@@ -84,8 +87,10 @@ class TensorFiles:
                 " (quantised checkpoints are not read)"
             )
         dtype = np.dtype(_STORED[entry.dtype])
-        raw = np.memmap(entry.path, dtype=dtype, mode="r", offset=entry.start, shape=(count,))
-        return raw.reshape(entry.shape)
+        whole = self._maps.get(entry.path)
+        if whole is None:
+            whole = self._maps[entry.path] = np.memmap(entry.path, dtype=np.uint8, mode="r")
+        return whole[entry.start:entry.end].view(dtype).reshape(entry.shape)
 
 
 class Rows:
