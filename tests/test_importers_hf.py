@@ -81,7 +81,7 @@ def test_qwen2_biases_and_grouped_heads(tmp_path: Path) -> None:
     cfg = json.loads((tmp_path / "q" / "config.json").read_text())
     doc = expand(tmp_path / "q", layer=1, heads=[1, 2, 3])
     assert [h["kv_head"] for h in doc["heads"]] == [0, 1, 1]
-    assert doc["heads"][1]["W_K"] == doc["heads"][2]["W_K"] and doc["heads"][1]["b_V"] == doc["heads"][2]["b_V"]
+    assert np.array_equal(doc["heads"][1]["W_K"], doc["heads"][2]["W_K"]) and doc["heads"][1]["b_V"] == doc["heads"][2]["b_V"]
     assert len(doc["heads"][0]["b_Q"]) == 4
     check_against(doc, llama_reference(weights, cfg, ids_of(doc), 1), [1, 2, 3])
 

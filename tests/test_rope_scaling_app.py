@@ -45,3 +45,8 @@ class TestRopeScalingSnapshots:
     @SIZES
     def test_scaled_frequencies(self, snap_compare, size: tuple[int, int]) -> None:
         assert snap_compare(QKVApp("rope_scaling"), press=["3", *["right"] * 6], terminal_size=size)
+
+    @SIZES
+    def test_score_whole_at_80_columns(self, snap_compare, size: tuple[int, int]) -> None:
+        """Q' 3×4, K'ᵀ and the scores side by side unscrolled: at 80 columns K'ᵀ without its dimension labels."""
+        assert snap_compare(QKVApp("rope_scaling"), press=["4", *["right"] * 8], terminal_size=size)

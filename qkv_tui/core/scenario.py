@@ -392,6 +392,8 @@ class _Validator:
                 r, c = (int(i) for i in bad[0])
                 self.number(float(value.values[r, c]), f"{_row(key, r, labels)}, column {c + 1}")
             return value.values
+        if isinstance(value, np.ndarray):  # an importer's own float64 matrix (expand_model); no file gives one
+            return self.matrix(NumberGrid(value, False, ""), key, labels)
         if not isinstance(value, list) or not value:
             raise self.fail(f"{key} must be a non-empty list of rows (a 2-D array of numbers), got {_kind(value)}")
         width = None

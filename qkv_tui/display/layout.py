@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import bisect
+from dataclasses import replace
 
 from qkv_tui.display.view import PaneSpec
 
@@ -19,6 +20,19 @@ def natural_width(spec: PaneSpec, titled: bool = True, height: int | None = None
     """
     scrollbar = 1 if height is not None and pane_height([spec]) > height else 0
     return max(spec.content_width + scrollbar, len(spec.title) + 4 if titled else 0) + 2
+
+
+def fitted(specs: list[PaneSpec], total: int, height: int | None = None) -> list[PaneSpec]:
+    """The panes, a transposed one (Kᵀ) without its row labels where only that makes every pane's cells fit.
+
+    Kᵀ's rows are the dimensions, named in the same order across the top of Q beside it, so the
+    column they take is the one a row of panes can best spare (RoPE's K'ᵀ at 80 columns: "0p0" … "3p1").
+    """
+    cells = sum(natural_width(s, titled=False, height=height) for s in specs)
+    if cells <= total:
+        return specs
+    bare = [replace(s, row_labels=("",) * len(s.row_labels)) if s.transposed else s for s in specs]
+    return bare if sum(natural_width(s, titled=False, height=height) for s in bare) <= total else specs
 
 
 def share_width(specs: list[PaneSpec], total: int, height: int | None = None) -> list[int | str]:

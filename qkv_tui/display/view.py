@@ -91,7 +91,12 @@ class PaneSpec:
     @property
     def content_width(self) -> int:
         """Columns needed to show every cell without scrolling (labels included, border not)."""
-        return self.label_width + self.offsets[-1]
+        return self.label_width + self.offsets[-1] - self.lead_cut
+
+    @property
+    def lead_cut(self) -> int:
+        """1 where the pane has no row labels (layout.fitted): no blank is needed before its first column."""
+        return 0 if self.label_width else 1
 
 
 def changed_rows(old: PaneSpec, new: PaneSpec) -> set[int] | None:

@@ -1,7 +1,10 @@
 """A ``[model]`` table (README, "A real model's head") expanded into plain scenario data: the dict a TOML file would parse to.
 
 The result uses only scenario-file keys (docs/scenario-format.md), so the loader validates it like
-any file and every later stage (engine, trace, app, exports) sees an ordinary scenario. ``[input]``
+any file and every later stage (engine, trace, app, exports) sees an ordinary scenario. Its matrices
+(X, W_Q, W_K, W_V, W_O) are read-only float64 NumPy arrays rather than lists: a head of a real model
+holds hundreds of thousands of numbers, and the loader takes an array as it takes a file's large
+grid, checking only that every number is finite, instead of turning each into a Python float twice. ``[input]``
 says what X is: the residual stream entering the layer from layer 1 on, token plus position
 embeddings at GPT-2's layer 0, plain embeddings (no table) otherwise. The heads:
 - every head of the layer: ``[attention]`` in the model's own wide matrices (num_heads,
@@ -16,6 +19,8 @@ from __future__ import annotations
 import difflib
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from qkv_tui.base.values import kind as _kind
 from qkv_tui.base.values import show as _show
@@ -65,14 +70,15 @@ def expand_model(doc: dict[str, Any], base: Path | None = None) -> dict[str, Any
         raise ImporterError(
             f"model.text is {len(ids)} tokens long but {model.name} takes at most {model.context}; expected a shorter text"
         )
-    X = residual_stream(model.embed(ids), [model.layer(i) for i in range(layer)], model.rope)  # (n, d_model)
+    # one earlier layer at a time, each read when it runs and dropped after: a deep layer never holds them all
+    X = residual_stream(model.embed(ids), (model.layer(i) for i in range(layer)), model.rope)  # (n, d_model)
     weights = model.layer(layer)
     _check_shapes(weights, model, X.shape[1])
 
     result: dict[str, Any] = {key: doc[key] for key in ("title",) if key in doc}
     result["description"] = _description(doc.get("description"), model, layer, heads, text, ids)
     result["tokens"] = labels
-    result["X"] = X.tolist()
+    result["X"] = _matrix(X)
     if layer > 0:  # what X is, for the trace, the panes and the exports (core/inputs.py)
         result["input"] = {"kind": "residual", "layer": layer}
     elif weights.post_norm:  # BERT: token, position and token-type embeddings, summed and normed
@@ -141,13 +147,13 @@ def _all_heads(weights: Layer) -> dict[str, Any]:
     att = weights.attention
     attention: dict[str, Any] = {"num_heads": att.num_heads, "num_kv_heads": att.num_kv_heads}
     for role in ("Q", "K", "V"):
-        attention[f"W_{role}"] = getattr(att, f"W_{role}").tolist()
+        attention[f"W_{role}"] = _matrix(getattr(att, f"W_{role}"))
         bias = getattr(att, f"b_{role}")
         if bias is not None:
             attention[f"b_{role}"] = bias.tolist()
     if weights.sinks is not None:
         attention["sinks"] = weights.sinks.tolist()
-    output: dict[str, Any] = {"W_O": att.W_O.tolist()}
+    output: dict[str, Any] = {"W_O": _matrix(att.W_O)}
     if att.b_O is not None:
         output["b_O"] = att.b_O.tolist()
     return {"attention": attention, "output": output}
@@ -160,7 +166,7 @@ def _one_head(weights: Layer, layer: int, h: int) -> dict[str, Any]:
             "V": slice(g * att.d_v, (g + 1) * att.d_v)}
     table: dict[str, Any] = {"name": f"L{layer} H{h}"}
     for role, cut in cols.items():
-        table[f"W_{role}"] = getattr(att, f"W_{role}")[:, cut].tolist()
+        table[f"W_{role}"] = _matrix(getattr(att, f"W_{role}")[:, cut])
         bias: Array | None = getattr(att, f"b_{role}")
         if bias is not None:
             table[f"b_{role}"] = bias[cut].tolist()
@@ -168,6 +174,13 @@ def _one_head(weights: Layer, layer: int, h: int) -> dict[str, Any]:
     if weights.sinks is not None:
         table["sink"] = float(weights.sinks[h])
     return table
+
+
+def _matrix(values: Array) -> Array:
+    """A read-only C-ordered copy: the loader keeps it as the scenario's matrix, laid out as one parsed from lists."""
+    out = np.array(values, dtype=np.float64, order="C")
+    out.setflags(write=False)
+    return out
 
 
 def _description(given: Any, model: Model, layer: int, heads: list[int], text: str, ids: list[int]) -> str:

@@ -33,7 +33,7 @@ def open_bert(config: Config, tensors: TensorFiles, tokenize: Tokenize, source: 
     d, eps = config.d_model, config.eps
     get = tensors.get
     e = p + "embeddings."
-    words = get(e + "word_embeddings.weight", (None, d))  # (vocab, d)
+    words = tensors.rows(e + "word_embeddings.weight", (None, d))  # (vocab, d), rows read as a text needs them
     positions = get(e + "position_embeddings.weight", (config.context, d))  # (max_positions, d)
     types = get(e + "token_type_embeddings.weight", (None, d))  # (type_vocab, d): row 0 for one sentence
     embed_norm = Norm("layer", get(e + "LayerNorm.weight", (d,)), get(e + "LayerNorm.bias", (d,)), eps)

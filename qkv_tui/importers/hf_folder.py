@@ -117,7 +117,7 @@ def _tokenizer(path: Path) -> Tokenize:
 def _gpt2(config: Config, tensors: TensorFiles, tokenize: Tokenize, source: str) -> Model:
     p = prefix_of(tensors, "wte.weight", "GPT-2")
     d = config.d_model
-    wte = tensors.get(p + "wte.weight", (None, d))  # (vocab, d)
+    wte = tensors.rows(p + "wte.weight", (None, d))  # (vocab, d), rows read as a text needs them
     wpe = tensors.get(p + "wpe.weight", (config.context, d))  # (n_positions, d)
     act = ACTIVATIONS[config.activation]
     raw = config.raw
@@ -159,7 +159,7 @@ def _llama(config: Config, tensors: TensorFiles, tokenize: Tokenize, source: str
     p = prefix_of(tensors, "embed_tokens.weight", f"{config.model_type} (LLaMA-family)")
     d = config.d_model
     q_width, kv_width = config.num_heads * config.head_dim, config.num_kv_heads * config.head_dim
-    table = tensors.get(p + "embed_tokens.weight", (None, d))  # (vocab, d)
+    table = tensors.rows(p + "embed_tokens.weight", (None, d))  # (vocab, d), rows read as a text needs them
     act = ACTIVATIONS[config.activation]
     assert config.rope_base is not None
     granite = _granite(config)

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from qkv_tui.importers.errors import ImporterError
-from qkv_tui.importers.safetensors_raw import TensorFiles
+from qkv_tui.importers.safetensors_raw import Rows, TensorFiles
 from qkv_tui.importers.stack import Array
 
 
-def lookup(table: Array, key: str, ids: list[int]) -> Array:
+def lookup(table: Array | Rows, key: str, ids: list[int]) -> Array:
     """Rows ``ids`` of an embedding table, refusing an id the table has no row for."""
     rows = int(table.shape[0])
     for i, token_id in enumerate(ids):

@@ -25,7 +25,8 @@ from qkv_tui.importers.files import open_regular
 
 Array = npt.NDArray[np.float64]
 
-_PLAIN = {"F64": "<f8", "F32": "<f4", "F16": "<f2"}
+_BF16_BITS = "<u2"
+_STORED = {"F64": "<f8", "F32": "<f4", "F16": "<f2", "BF16": _BF16_BITS}  # how each dtype read is mapped
 # bytes per element of every dtype the format defines, read or not: a header's shape must match its bytes
 _ITEM_BYTES = {"BOOL": 1, "U8": 1, "I8": 1, "F8_E5M2": 1, "F8_E4M3": 1, "F8_E8M0": 1, "I16": 2, "U16": 2, "F16": 2,
                "BF16": 2, "I32": 4, "U32": 4, "F32": 4, "I64": 8, "U64": 8, "F64": 8}
@@ -49,6 +50,9 @@ class TensorFiles:
         for path in paths:
             for name, entry in _read_header(path).items():
                 self.entries[name] = entry
+        # each file mapped once, when its first tensor is read: a deep layer reads hundreds of tensors,
+        # and a mapping of its own for each cost an open and an mmap apiece
+        self._maps: dict[Path, npt.NDArray[np.uint8]] = {}
 
     def __contains__(self, name: str) -> bool:
         return name in self.entries
@@ -58,6 +62,15 @@ class TensorFiles:
 
     def get(self, name: str, shape: tuple[int | None, ...]) -> Array:
         """The tensor, as float64, refused unless its shape is ``shape`` (None: any length on that axis)."""
+        return _widen(self._mapped(name, shape))
+
+    def rows(self, name: str, shape: tuple[int | None, ...]) -> Rows:
+        """A 2-D tensor (an embedding table) whose rows are widened only when asked for: a vocabulary
+        of 50,000 rows is tens of millions of numbers, and a sentence needs a few dozen of them."""
+        return Rows(self._mapped(name, shape))
+
+    def _mapped(self, name: str, shape: tuple[int | None, ...]) -> npt.NDArray[np.generic]:
+        """The tensor's bytes as stored (memory-mapped, nothing read yet), its shape and dtype checked."""
         entry = self.entries.get(name)
         if entry is None:
             raise ImporterError(f"the checkpoint has no tensor {name!r}; expected the model_type's usual key names")
@@ -68,19 +81,37 @@ class TensorFiles:
         count = math.prod(entry.shape)
         if count == 0:  # np.memmap cannot map zero bytes
             return np.zeros(entry.shape)
-        if entry.dtype in _PLAIN:
-            dtype = np.dtype(_PLAIN[entry.dtype])
-            raw = np.memmap(entry.path, dtype=dtype, mode="r", offset=entry.start, shape=(count,))
-            values = np.asarray(raw, dtype=np.float64)
-        elif entry.dtype == "BF16":
-            halves = np.memmap(entry.path, dtype="<u2", mode="r", offset=entry.start, shape=(count,))
-            values = (np.asarray(halves, dtype=np.uint32) << 16).view(np.float32).astype(np.float64)
-        else:
+        if entry.dtype not in _STORED:
             raise ImporterError(
                 f"{entry.path.name}: tensor {name!r} is {_show(entry.dtype)}; expected F32, F16 or BF16 weights"
                 " (quantised checkpoints are not read)"
             )
-        return values.reshape(entry.shape)
+        dtype = np.dtype(_STORED[entry.dtype])
+        whole = self._maps.get(entry.path)
+        if whole is None:
+            whole = self._maps[entry.path] = np.memmap(entry.path, dtype=np.uint8, mode="r")
+        return whole[entry.start:entry.end].view(dtype).reshape(entry.shape)
+
+
+class Rows:
+    """An embedding table left in the file: ``shape`` at once, ``rows[ids]`` widened to float64 on demand."""
+
+    def __init__(self, stored: npt.NDArray[np.generic]) -> None:
+        self.stored = stored  # (vocab, d), as the file holds it
+        self.shape: tuple[int, ...] = tuple(int(s) for s in stored.shape)
+
+    def __getitem__(self, ids: list[int]) -> Array:
+        return _widen(self.stored[ids])  # (len(ids), d)
+
+
+def _widen(stored: npt.NDArray[np.generic]) -> Array:
+    """Stored numbers as float64, exactly: bfloat16 (held as its 16 bits) becomes the top half of a float32."""
+    if stored.dtype == np.dtype(_BF16_BITS):
+        pairs = np.zeros((*stored.shape, 2), dtype=_BF16_BITS)  # (..., 2): little-endian float32, low half zero
+        pairs[..., 1] = stored
+        values: Array = pairs.view("<f4")[..., 0].astype(np.float64)
+        return values
+    return np.asarray(stored, dtype=np.float64)
 
 
 def _dims(shape: tuple[int | None, ...]) -> str:

@@ -3,13 +3,13 @@
 A source (glassllm, a Hugging Face folder) says how to tokenize, embed and read layer i; this
 module runs the layers before the chosen one (attention, then the MLP, each with its residual,
 pre-norm as GPT-2, LLaMA and glassllm all are) so X is the residual stream entering it. Everything
-is float64: the weights are widened once when read.
+is float64: the weights are widened once when read, each earlier layer's only when it runs.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -154,7 +154,7 @@ def attention_forward(layer: Layer, rope: Rope | None, x: Array) -> Array:
     return project(np.concatenate(outputs, axis=1), att.W_O, att.b_O)
 
 
-def residual_stream(embedded: Array, layers: list[Layer], rope: Rope | None) -> Array:
+def residual_stream(embedded: Array, layers: Iterable[Layer], rope: Rope | None) -> Array:
     """Run whole blocks (attention and MLP, each added back) over the embeddings: the input of the next layer."""
     x = embedded
     for layer in layers:

@@ -22,7 +22,7 @@ from textual.widgets import Input, Static
 
 from qkv_tui.core.engine import Computation, compute
 from qkv_tui.core.scenario import Scenario, load_scenario
-from qkv_tui.display.layout import overview_rows, pane_height, share_width
+from qkv_tui.display.layout import fitted, overview_rows, pane_height, share_width
 from qkv_tui.display.modes import MAX_DECIMALS, MIN_DECIMALS, TRACE, Modes
 from qkv_tui.display.presenter import Presenter
 from qkv_tui.display.side_views import SIDE_VIEWS
@@ -301,6 +301,8 @@ class QKVApp(Session):
             self._placed[group] = used
             box.styles.height = used
             box.display = used > 0
+        if group == "focus":
+            specs = fitted(specs, self.term.width, used)
         widths = share_width(specs, self.term.width, used)
         if group not in self._slots:
             self._slots[group] = list(box.query(MatrixView))
@@ -569,6 +571,12 @@ class QKVApp(Session):
 
     def action_take_screenshot(self) -> None:  # not action_screenshot: Textual's own takes a file name
         self.live.screenshot()
+
+    def export_screenshot(self, *, title: str | None = None, simplify: bool = False) -> str:
+        """Every SVG of the screen (s, the palette's, the test snapshots) with its blanks where the screen has them."""
+        from qkv_tui.ui.screenshot import keeping_blanks
+
+        return keeping_blanks(super().export_screenshot(title=title, simplify=simplify))
 
     def deliver_text(self, path_or_file: str | Path | TextIO, *, save_directory: str | Path | None = None,
                      save_filename: str | None = None, open_method: Literal["browser", "download"] = "download",

@@ -5,7 +5,8 @@ rules, so a screenshot opened in a classroom that is offline asks the internet f
 opened later reports to a third party that it was. Each rule keeps its ``local(...)`` sources and
 loses its ``url(...)`` ones; the text then falls back to the viewer's own monospace font, as
 Rich's ``font-family: Fira Code, monospace`` says. Rich places every character at a fixed
-position, so a different monospace font changes the glyphs, never the layout.
+position, so a different monospace font changes the glyphs, never the layout (keeping_blanks makes
+that so in every viewer).
 """
 
 from __future__ import annotations
@@ -36,6 +37,19 @@ def without_web_fonts(svg: str) -> str:
         return f"@font-face {{{';'.join(kept_rule)}}}" + rule.group(0)[len(rule.group(0).rstrip()):]
 
     return FONT_FACE.sub(local_only, svg)
+
+
+def keeping_blanks(svg: str) -> str:
+    """The SVG with its blanks kept where they are: ``xml:space="preserve"`` on the root element.
+
+    Rich writes each run of equally styled cells as one ``<text>`` placed at its first cell, and a run
+    often starts with blanks: the space between a row label and the first number ("love" │ " 0 1 0 1"),
+    a right-aligned number's padding, a header's. Under XML's default whitespace rule librsvg (rsvg-convert,
+    and the SVG viewers of many desktops) drops a text's leading blanks, non-breaking ones included, and
+    draws the rest from the run's first cell: every such number moved one cell left, onto the label
+    ("love0 1 0 1"), and headers left of their columns. Browsers kept them; with the rule every viewer does.
+    """
+    return svg.replace("<svg ", '<svg xml:space="preserve" ', 1)
 
 
 def _split(text: str, separator: str) -> list[str]:

@@ -201,8 +201,9 @@ class MatrixView(SyncedScrollView, Styled, can_focus=False):
             return Strip.blank(width, base)
         rows = int(spec.values.shape[0])
         label_w = spec.label_width
+        cut = spec.lead_cut
         room = max(width - label_w, 0)
-        first, last = visible_columns(spec.offsets, int(self.scroll_x), room)
+        first, last = visible_columns(spec.offsets, int(self.scroll_x), room + cut)
         if y == 0:
             label = Segment(" " * label_w, base)
             header = base + self.look("header")
@@ -216,7 +217,7 @@ class MatrixView(SyncedScrollView, Styled, can_focus=False):
                 return Strip.blank(width, base)
             label = Segment(_fit(spec.row_labels[row], label_w), base + self.look("label"))
             cells = self._cells(spec, row, first, last, base)
-        body = Strip(cells).crop(0, room)
+        body = Strip(cells).crop(cut, room + cut)
         return Strip([label, *body]).crop_extend(0, width, base)
 
     def _cells(self, spec: PaneSpec, row: int, first: int, last: int, base: Style) -> list[Segment]:
