@@ -22,6 +22,7 @@ from qkv_tui.core.scenario import BoolMatrix, Head, Matrix, Scenario, ScenarioEr
 from qkv_tui.core.variants import Norm, QKNorm, Rope, Vector
 from qkv_tui.kernels.attention import Forward, QKNormHead, Turn, head_forward, project
 from qkv_tui.kernels.attention import frozen as _frozen
+from qkv_tui.kernels.linear import LinearForward, LinearSpec, zero_row
 from qkv_tui.kernels.norm import Normed, normalise
 from qkv_tui.kernels.policy import EXACT, Policy
 from qkv_tui.kernels.rope import angles_at
@@ -88,6 +89,7 @@ class HeadResult:
     gate_logit: Matrix | None = None  # (n, d_v) X̂·W_G, what the sigmoid reads
     gate: Matrix | None = None  # (n, d_v) σ(X̂·W_G)
     gated_output: Matrix | None = None  # (n, d_v) output ⊙ gate: what Concat joins
+    linear: LinearForward | None = None  # [linear]: φ(Q), φ(K), the state S and z, both forms; None with the softmax
 
     @property
     def joined(self) -> Matrix:
@@ -184,6 +186,7 @@ def compute_head(
     kv_head: int = 0,
     shared: HeadResult | None = None,
     qk_norm: QKNormHead | None = None,
+    linear: LinearSpec | None = None,
 ) -> HeadResult:
     """One head (kernels/attention.py). ``X`` is what the Query projection reads (already normalised); ``shared``
     is an earlier query head reading the same K/V head, whose K and V this one reuses."""
@@ -193,7 +196,8 @@ def compute_head(
         bias = _frozen(alibi_bias(slope, positions))  # (n, n)
     f = head_forward(X, X_kv, head.W_Q, head.W_K, head.W_V, head.b_Q, head.b_K, head.b_V, allow,
                      math.sqrt(head.d_k) if scale is None else scale, turn=turn_of(rope, positions, head.d_k),
-                     bias=bias, sink=head.sink, shared=shared, qk_norm=qk_norm, softcap=head.softcap, W_G=head.W_G)
+                     bias=bias, sink=head.sink, shared=shared, qk_norm=qk_norm, softcap=head.softcap, W_G=head.W_G,
+                     linear=linear)
     return result_of(head, f, scale is None, slope, kv_head)
 
 
@@ -206,7 +210,7 @@ def result_of(head: Head, f: Forward, scale_is_default: bool, slope: float | Non
         masked=a.masked, row_max=soft.row_max, exps=soft.exps, row_sum=soft.row_sum, weights=soft.weights,
         output=a.output, kv_head=kv_head, b_Q=head.b_Q, b_K=head.b_K, b_V=head.b_V, Q_rot=f.Q_rot, K_rot=f.K_rot,
         bias=a.bias, slope=slope, sink=head.sink, sink_exp=soft.sink_exp, Q_normed=f.Q_normed, K_normed=f.K_normed,
-        capped=a.capped, softcap=head.softcap, **gate_fields(head.W_G, f),
+        capped=a.capped, softcap=head.softcap, **gate_fields(head.W_G, f), linear=f.linear,
     )
 
 
@@ -311,6 +315,7 @@ def norm_of(scenario: Scenario) -> NormResult | None:
 
 def check_head(sc: Scenario, result: HeadResult) -> None:
     """Refuse a head with a value float64 cannot hold: ScenarioError naming the matrix, row and remedy."""
+    linear_check(sc, result)  # first: a zero denominator would read as an overflow of the weights
     keys = sc.key_tokens
     for name in ("Q", "K", "V", "Q_norm", "K_norm", "Q_rot", "K_rot", "scores", "scaled", "capped", "bias", "masked",
                  "weights", "output"):
@@ -332,6 +337,26 @@ def check_head(sc: Scenario, result: HeadResult) -> None:
     if result.gate_logit is not None and (bad := first_bad(result.gate_logit)) is not None:
         raise ScenarioError(sc.source, f"{result.name}: values in the gate's X̂·W_G overflow float64 at"
                             f" {_at(sc.tokens, bad[0])}; expected smaller X or W_G")
+
+
+def linear_spec(sc: Scenario) -> LinearSpec | None:
+    return None if sc.linear is None else LinearSpec(sc.linear.feature, sc.linear.normalize)
+
+
+def linear_check(sc: Scenario, result: HeadResult) -> None:
+    """A zero denominator of linear attention is refused naming its row; an overflow in φ or the state naming it."""
+    lin = result.linear
+    if lin is None:
+        return
+    for what, array in (("φ(Q)", lin.phi_Q), ("φ(K)", lin.phi_K), ("the state S", lin.S), ("z", lin.z),
+                        ("φ(q)ᵀS", lin.numer)):
+        if (bad := first_bad(array)) is not None:
+            raise ScenarioError(sc.source, f"{result.name}: values in {what} of [linear] overflow float64 at"
+                                f" {_at(sc.tokens, bad[0])}; expected smaller Q and K (or V)")
+    if lin.spec.normalize and (row := zero_row(lin.denom)) is not None:
+        raise ScenarioError(sc.source, f"{result.name}: [linear]'s denominator φ(q)ᵀz is 0 at {_at(sc.tokens, row)}"
+                            " (every φ(q)·φ(k) of the row is 0), so the row cannot be divided by it;"
+                            " expected feature = \"elu1\" (never 0) or normalize = false")
 
 
 def iter_heads(scenario: Scenario, norm: NormResult | None = None) -> Iterator[HeadResult]:
@@ -357,6 +382,7 @@ def iter_heads(scenario: Scenario, norm: NormResult | None = None) -> Iterator[H
             result = compute_head(
                 head, X_in, X_kv, sc.allow, sc.scale,
                 rope=sc.rope, positions=positions, slope=slope, kv_head=kv, shared=shared, qk_norm=qk[h],
+                linear=linear_spec(sc),
             )
         check_head(sc, result)
         if last_reader[kv] > h:  # kept only while a later query head still reads it

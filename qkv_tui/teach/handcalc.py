@@ -29,12 +29,12 @@ def hand_head(
     f = head_forward(X, X_kv, head.W_Q, head.W_K, head.W_V, head.b_Q, head.b_K, head.b_V, allow, head.scale,
                      turn=turn_of(rope, positions, head.d_k, ByHand(decimals)) if positions is not None else None,
                      bias=head.bias, sink=head.sink, qk_norm=qk_norm, policy=ByHand(decimals), softcap=head.softcap,
-                     W_G=head.W_G)
+                     W_G=head.W_G, linear=None if head.linear is None else head.linear.spec)
     a, soft = f.attended, f.attended.softmax
     return replace(head, scale=a.divisor, Q=f.Q, K=f.K, V=f.V, scores=a.scores, scaled=a.scaled, masked=a.masked,
                    row_max=soft.row_max, exps=soft.exps, row_sum=soft.row_sum, weights=soft.weights, output=a.output,
                    Q_rot=f.Q_rot, K_rot=f.K_rot, bias=a.bias, sink_exp=soft.sink_exp, Q_normed=f.Q_normed,
-                   K_normed=f.K_normed, capped=a.capped, **gate_fields(head.W_G, f))
+                   K_normed=f.K_normed, capped=a.capped, **gate_fields(head.W_G, f), linear=f.linear)
 
 
 def hand_norm(norm: Norm, X: Matrix, decimals: int) -> NormResult:
