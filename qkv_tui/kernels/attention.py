@@ -155,3 +155,12 @@ def as_attended(lin: LinearForward, allow: np.ndarray) -> Attended:
     row_max = frozen(np.zeros(len(lin.row_sum)))  # (n,) nothing is subtracted: φ(q)·φ(k) is never exponentiated
     return Attended(1.0, lin.scores, lin.scores, None, logits,
                     SoftmaxRows(row_max, lin.masked, lin.row_sum, lin.weights, None), lin.output)
+
+
+def qk_normalise(M: Matrix, gamma: Matrix, eps: float, rows: Normed | None, policy: Policy = EXACT) -> Normed:
+    """RMSNorm of each row of Q or K (rows, d_k): over the row itself, or with the statistics of the whole
+    projection it was cut from (``rows``)."""
+    done = normalise(policy, "rms", M, gamma[None, :], None, eps, rows)
+    for a in (done.X_norm, done.spread, done.root):
+        frozen(a)
+    return done
