@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from qkv_tui.teach.stages import concat, embed, gate, mix, norm, project, qk_norm, rotate, scale, score, softmax, wo
+from qkv_tui.teach.stages import linear as linear
 from qkv_tui.teach.stages.common import StageSpec
 
 REGISTRY: list[StageSpec] = [
@@ -24,6 +25,9 @@ REGISTRY: list[StageSpec] = [
     scale.SPEC,
     softmax.SPEC,
     mix.SPEC,
+    linear.FEATURE,
+    linear.QUADRATIC,
+    linear.RECURRENT,
     gate.SPEC,
     concat.SPEC,
     wo.SPEC,

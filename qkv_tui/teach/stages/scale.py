@@ -30,6 +30,7 @@ from qkv_tui.teach.stages.common import (
     StageSpec,
 )
 from qkv_tui.teach.stages.context import TraceContext
+from qkv_tui.teach.stages.replaced import softmax_runs
 from qkv_tui.teach.stages.markdown import MarkdownPage
 from qkv_tui.teach.stages.printed import PrintedCells, PrintedChain, Table, exact
 
@@ -42,6 +43,9 @@ class Scale(StageSpec):
     per_head = True
     matrices = ("scaled", "bias", "capped")
     styles = MappingProxyType({"scaled": PaneStyle(row_max=True), "capped": PaneStyle(row_max=True)})
+
+    def runs(self, trace: TraceContext) -> bool:
+        return softmax_runs(trace)  # [linear] and [deltanet] replace it
 
     def segments(self, trace: TraceContext, head: int | None) -> list[Plan]:
         sc = trace.comp.scenario

@@ -22,6 +22,7 @@ from qkv_tui.teach.stages.common import (
     StageSpec,
 )
 from qkv_tui.teach.stages.context import TraceContext
+from qkv_tui.teach.stages.replaced import softmax_runs
 from qkv_tui.teach.stages.printed import PrintedCells, PrintedChain, Table
 
 
@@ -32,6 +33,9 @@ class Score(StageSpec):
     per_head = True
     matrices = ("scores",)
     styles = MappingProxyType({"scores": PaneStyle(row_max=True)})
+
+    def runs(self, trace: TraceContext) -> bool:
+        return softmax_runs(trace)  # [linear] and [deltanet] replace it
 
     def segments(self, trace: TraceContext, head: int | None) -> list[Plan]:
         sc = trace.comp.scenario
