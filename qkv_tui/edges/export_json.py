@@ -141,6 +141,14 @@ def linear_fields(h: HeadResult) -> list[tuple[str, Any]]:
     return [("phi_Q", lin.phi_Q), ("phi_K", lin.phi_K), ("S", lin.S), ("z", lin.z), ("output", lin.recurrent)]
 
 
+def deltanet_fields(h: HeadResult) -> list[tuple[str, Any]]:
+    """One entry of ``"deltanet": {"heads": [...]}``: q and k as the rule reads them (L2-normalised, q ÷ √d_k)."""
+    dn = h.deltanet
+    assert dn is not None
+    return [("q", dn.q), ("k", dn.k), ("g", dn.g.tolist()), ("beta", dn.beta.tolist()), ("S", dn.S),
+            ("output", dn.output)]
+
+
 class _PerHead(_Heads):
     """A variant's ``{"heads": [...]}`` after the document's own fields: each head computed again as it is
     written, so memory stays one head's (a state is n × d_k × d_v)."""
@@ -179,6 +187,7 @@ def _document(
         ("b_O", _vector(sc.b_O)),
         ("rope", _rope(sc)),
         ("linear", _PerHead(sc, norm, linear_fields) if sc.linear is not None else None),
+        ("deltanet", _PerHead(sc, norm, deltanet_fields) if sc.deltanet is not None else None),
     ], "")
     buffered.write("\n")
     buffered.flush()

@@ -9,6 +9,7 @@ from typing import Protocol
 
 import numpy as np
 
+from qkv_tui.kernels.deltanet import DeltaForward, decay_mask, deltanet_forward
 from qkv_tui.kernels.gate import Gated, gate
 from qkv_tui.kernels.linear import LinearForward, LinearSpec, linear_forward
 from qkv_tui.kernels.norm import Normed, normalise
@@ -83,6 +84,7 @@ class Forward:
     K_normed: Normed | None = None  # (m, d_k)
     gated: Gated | None = None  # the output gate's sigmoid and gated output; None without a gate
     linear: LinearForward | None = None  # [linear]'s two forms; None with the softmax
+    deltanet: DeltaForward | None = None  # [deltanet]'s gated delta rule; None with the softmax
 
 
 def frozen(array: Matrix) -> Matrix:
@@ -122,7 +124,7 @@ def head_forward(X: Matrix, X_kv: Matrix, W_Q: Matrix, W_K: Matrix, W_V: Matrix,
                  turn: Turn | None = None, bias: Matrix | None = None, sink: float | None = None,
                  shared: SharedKV | None = None, qk_norm: QKNormHead | None = None,
                  policy: Policy = EXACT, softcap: float | None = None, W_G: Matrix | None = None,
-                 linear: LinearSpec | None = None) -> Forward:
+                 linear: LinearSpec | None = None, deltanet: tuple[Matrix, Matrix] | None = None) -> Forward:
     """One head. ``X`` is what the Query projection reads (already normalised), ``X_kv`` what the Keys and
     Values read; ``shared`` is the forward of an earlier query head reading the same K/V head, whose K, V
     (normalised and turned) this one reuses."""
@@ -140,11 +142,14 @@ def head_forward(X: Matrix, X_kv: Matrix, W_Q: Matrix, W_K: Matrix, W_V: Matrix,
     Q_rot = None if turn is None else frozen(rotate(Q_in, turn.cos, turn.sin, turn.pairs, policy))
     K_used = K_rot if K_rot is not None else K if K_normed is None else K_normed.X_norm
     lin = None if linear is None else linear_forward(Q_in if Q_rot is None else Q_rot, K_used, V, allow, linear, policy)
+    delta = None if deltanet is None else deltanet_forward(Q_in if Q_rot is None else Q_rot, K_used, V, *deltanet,
+                                                             policy=policy)
     attended = (attend(Q_in if Q_rot is None else Q_rot, K_used, V, allow, scale, bias, sink, policy, softcap)
-                if lin is None else as_attended(lin, allow))
+                if lin is None and delta is None else as_attended(lin, allow) if lin is not None
+                else delta_attended(delta, allow))
     # the gate reads X̂ (what the Query projection reads) and scales the head's output, after Mix
     gated = None if W_G is None else gate(X, W_G, attended.output, policy)
-    return Forward(Q, K, V, Q_rot, K_rot, attended, Q_normed, K_normed, gated=gated, linear=lin)
+    return Forward(Q, K, V, Q_rot, K_rot, attended, Q_normed, K_normed, gated=gated, linear=lin, deltanet=delta)
 
 
 def as_attended(lin: LinearForward, allow: np.ndarray) -> Attended:
@@ -155,6 +160,18 @@ def as_attended(lin: LinearForward, allow: np.ndarray) -> Attended:
     row_max = frozen(np.zeros(len(lin.row_sum)))  # (n,) nothing is subtracted: φ(q)·φ(k) is never exponentiated
     return Attended(1.0, lin.scores, lin.scores, None, logits,
                     SoftmaxRows(row_max, lin.masked, lin.row_sum, lin.weights, None), lin.output)
+
+
+def delta_attended(dn: DeltaForward, allow: np.ndarray) -> Attended:
+    """The gated delta rule in the softmax's places: scores q̂·k̂ᵀ, and as weights those scores times the
+    decaying causal mask, which weigh the corrections δ (not V) into the output."""
+    scores = frozen(dn.q @ dn.k.T)  # (n, n)
+    weighted = scores * decay_mask(dn.g)  # (n, n) 0 above the diagonal
+    weights = frozen(np.where(allow, weighted, 0.0))
+    logits = frozen(np.where(allow, weighted, -np.inf))
+    n = len(dn.g)
+    return Attended(1.0, scores, scores, None, logits,
+                    SoftmaxRows(frozen(np.zeros(n)), weights, frozen(np.ones(n)), weights, None), dn.output)
 
 
 def qk_normalise(M: Matrix, gamma: Matrix, eps: float, rows: Normed | None, policy: Policy = EXACT) -> Normed:

@@ -30,9 +30,9 @@ from qkv_tui.teach.stages.common import (
     StageSpec,
 )
 from qkv_tui.teach.stages.context import TraceContext
-from qkv_tui.teach.stages.replaced import softmax_runs
 from qkv_tui.teach.stages.markdown import MarkdownPage
 from qkv_tui.teach.stages.printed import PrintedCells, PrintedChain, Table, exact
+from qkv_tui.teach.stages.replaced import softmax_runs
 
 
 class Scale(StageSpec):

@@ -22,8 +22,8 @@ from qkv_tui.teach.stages.common import (
     StageSpec,
 )
 from qkv_tui.teach.stages.context import TraceContext
-from qkv_tui.teach.stages.replaced import softmax_runs
 from qkv_tui.teach.stages.printed import PrintedCells, PrintedChain, Table
+from qkv_tui.teach.stages.replaced import softmax_runs
 
 
 class Score(StageSpec):

@@ -29,9 +29,9 @@ from qkv_tui.teach.stages.common import (
     paren,
 )
 from qkv_tui.teach.stages.context import TraceContext
-from qkv_tui.teach.stages.replaced import softmax_runs
 from qkv_tui.teach.stages.markdown import MarkdownPage
 from qkv_tui.teach.stages.printed import PrintedCells, PrintedChain, Table, exact
+from qkv_tui.teach.stages.replaced import softmax_runs
 from qkv_tui.teach.stages.soft_cap import logits_name
 
 SAME_WEIGHT = "same weight:"  # the seed's way to one weight, after the row's list of e^s
