@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from qkv_tui.teach.stages import concat, embed, gate, mix, norm, project, qk_norm, rotate, scale, score, softmax, wo
+from qkv_tui.teach.stages import deltanet as deltanet
 from qkv_tui.teach.stages import linear as linear
 from qkv_tui.teach.stages.common import StageSpec
 
@@ -28,6 +29,9 @@ REGISTRY: list[StageSpec] = [
     linear.FEATURE,
     linear.QUADRATIC,
     linear.RECURRENT,
+    deltanet.NORMALISE,
+    deltanet.GATES,
+    deltanet.DELTA,
     gate.SPEC,
     concat.SPEC,
     wo.SPEC,
