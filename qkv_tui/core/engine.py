@@ -201,7 +201,8 @@ def compute_head(
                      math.sqrt(head.d_k) if scale is None else scale, turn=turn_of(rope, positions, head.d_k),
                      bias=bias, sink=head.sink, shared=shared, qk_norm=qk_norm, softcap=head.softcap, W_G=head.W_G,
                      linear=linear, deltanet=deltanet)
-    return result_of(head, f, scale is None, slope, kv_head)
+    # linear attention divides by no scale at all (its 1.0 is no √d_k)
+    return result_of(head, f, scale is None and linear is None, slope, kv_head)
 
 
 def result_of(head: Head, f: Forward, scale_is_default: bool, slope: float | None, kv_head: int) -> HeadResult:
