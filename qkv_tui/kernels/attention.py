@@ -144,9 +144,12 @@ def head_forward(X: Matrix, X_kv: Matrix, W_Q: Matrix, W_K: Matrix, W_V: Matrix,
     lin = None if linear is None else linear_forward(Q_in if Q_rot is None else Q_rot, K_used, V, allow, linear, policy)
     delta = None if deltanet is None else deltanet_forward(Q_in if Q_rot is None else Q_rot, K_used, V, *deltanet,
                                                              policy=policy)
-    attended = (attend(Q_in if Q_rot is None else Q_rot, K_used, V, allow, scale, bias, sink, policy, softcap)
-                if lin is None and delta is None else as_attended(lin, allow) if lin is not None
-                else delta_attended(delta, allow))
+    if lin is not None:
+        attended = as_attended(lin, allow)
+    elif delta is not None:
+        attended = delta_attended(delta, allow)
+    else:
+        attended = attend(Q_in if Q_rot is None else Q_rot, K_used, V, allow, scale, bias, sink, policy, softcap)
     # the gate reads X̂ (what the Query projection reads) and scales the head's output, after Mix
     gated = None if W_G is None else gate(X, W_G, attended.output, policy)
     return Forward(Q, K, V, Q_rot, K_rot, attended, Q_normed, K_normed, gated=gated, linear=lin, deltanet=delta)

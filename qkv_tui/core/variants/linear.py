@@ -55,7 +55,11 @@ def replaces_softmax(v: Checker, ctx: Context, table: str) -> None:
 def parse_linear(table: dict[str, Any], ctx: Context) -> Linear:
     v = ctx.v
     replaces_softmax(v, ctx, "linear")
-    feature = choice(v, table.get("feature", "elu1"), "[linear] feature", FEATURE_KINDS)
+    raw = table.get("feature", "elu1")
+    if isinstance(raw, str) and raw.startswith("elu") and raw != "elu1":  # difflib would offer 'relu' for 'elu'
+        raise v.fail(f"[linear] feature = {raw!r} is not allowed; expected one of: {', '.join(map(repr, FEATURE_KINDS))};"
+                     " did you mean 'elu1'? (φ(x) = elu(x) + 1)")
+    feature = choice(v, raw, "[linear] feature", FEATURE_KINDS)
     normalize = table.get("normalize", True)
     if not isinstance(normalize, bool):
         raise v.fail(f"[linear] normalize must be true or false, got {_kind(normalize)}")
