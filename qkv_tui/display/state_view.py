@@ -149,7 +149,9 @@ def state_frame(comp: Computation, t: int, head: int, decimals: int) -> Frame:
 def no_tiles_frame(comp: Computation, head: int) -> Frame:
     hr = comp.heads[head]
     explanation = Explanation(stage_label="no tiles", counter="", head_label="", arithmetic=NO_TILES,
-                              details=(memory_line(hr, comp.scenario.n - 1),), meaning=NO_TILES, formula=())
+                              details=(memory_line(hr, comp.scenario.n - 1),), formula=(),
+                              meaning="Linear attention has chunked forms of its own (the state handed from chunk to chunk);"
+                              " this view is FlashAttention's, for a softmax.")
     return Frame(explanation, [], [], (), "")
 
 

@@ -306,8 +306,8 @@ class Delta(StageSpec):
         return [("dn_S", head), ("dn_o", head), ("dn_D", head)]
 
     def title(self, trace: TraceContext, name: str, head: int | None) -> str:
-        return {"dn_decayed": "S' = S·e^g, [i,j] at i·d_v + j", "dn_kv": "kv = S'ᵀk", "dn_delta": "δ = (v − kv)·β",
-                "dn_S": "S = S' + kδᵀ, [i,j] at i·d_v + j", "dn_o": "o = Sᵀq", "dn_D": "decaying mask e^(G_t − G_s)",
+        return {"dn_decayed": "S' = S·e^g", "dn_kv": "kv = S'ᵀk", "dn_delta": "δ = (v − kv)·β",
+                "dn_S": "S = S' + kδᵀ", "dn_o": "o = Sᵀq", "dn_D": "decaying mask e^(G_t − G_s)",
                 "dn_step": "a token's steps"}[name]
 
     def formula(self, trace: TraceContext, op: Operation) -> list[FormulaPart]:

@@ -329,7 +329,7 @@ class Recurrent(StageSpec):
 
     def title(self, trace: TraceContext, name: str, head: int | None) -> str:
         if name == "lin_S":
-            return "S_t, cell [i,j] at column i·d_v + j"
+            return "S_t (row t: the state after t)"
         if name == "lin_z":
             return "z_t = Σ φ(k)"
         return "o_t = φ(q)ᵀS / φ(q)ᵀz" if self._normalised(trace) else "o_t = φ(q)ᵀS"
