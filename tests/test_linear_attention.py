@@ -247,3 +247,17 @@ def test_one_clean_line(case: str, cli, write) -> None:
     assert run.code == 2, run.out
     lines = run.err.splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"error: {path}: ") and expected in lines[0], run.err
+
+
+@pytest.mark.parametrize("source", ["linear", "deltanet", BASE + CAUSAL + HEAD + WEIGHTS,
+                                    BASE + CAUSAL + HEAD + '[linear]\nfeature = "relu"\nnormalize = false\n'],
+                         ids=["linear", "deltanet", "deltanet_weights", "relu_unnormalised"])
+def test_worksheets_answer_keys_check_out(source: str) -> None:
+    from qkv_tui.edges.worksheet import build
+
+    from .test_calculator import assert_holds, check_text
+
+    comp = compute(load_scenario(source) if "\n" not in source else parse_scenario(source, "w.toml"))
+    page = build(comp, "100%", 0, 3).markdown()
+    assert_holds(check_text(page[page.index("## Answer key"):], whole=False))
+    assert "Softmax, row by row" not in page and "divide every score" not in page

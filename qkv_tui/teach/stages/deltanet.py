@@ -17,10 +17,10 @@ from types import MappingProxyType
 
 import numpy as np
 
-from qkv_tui.core.engine import HeadResult
+from qkv_tui.core.engine import Computation, HeadResult
 from qkv_tui.core.fmt import fmt, vector
 from qkv_tui.core.scenario import Matrix
-from qkv_tui.kernels.deltanet import decay_mask
+from qkv_tui.kernels.deltanet import L2_EPS, decay_mask
 from qkv_tui.teach.arith import dot_line, fit
 from qkv_tui.teach.stages.common import (
     K_SLOT,
@@ -39,7 +39,9 @@ from qkv_tui.teach.stages.common import (
     StageSpec,
 )
 from qkv_tui.teach.stages.context import TraceContext
-from qkv_tui.teach.stages.score import scored
+from qkv_tui.teach.stages.markdown import MarkdownPage
+from qkv_tui.teach.stages.printed import PrintedCells, PrintedChain, Table, idx
+from qkv_tui.teach.stages.score import scored, scored_names
 
 BLOCKS = ("dn_decayed", "dn_kv", "dn_delta", "dn_S", "dn_o")  # the Delta stage's steps, in a token's order
 
@@ -51,6 +53,129 @@ def _on(trace: TraceContext) -> bool:
 def _hr(trace: TraceContext, head: int | None) -> HeadResult:
     assert head is not None
     return trace.comp.heads[head]
+
+
+# --- the worksheet: every table worked from the printed tables before it, token by token -----------------------
+
+
+def _l2_tables(self: StageSpec, chain: PrintedChain, head: int | None) -> list[Table]:
+    assert head is not None
+    sc, h = chain.sc, head
+    qn, kn, _, _ = scored_names(sc.rope is not None, sc.qk_norm is not None)
+    Q, K = chain.values(f"{qn}.{h}"), chain.values(f"{kn}.{h}")
+    d_k = sc.heads[h].d_k
+    q = chain.rounded(Q / np.sqrt((Q * Q).sum(axis=1) + L2_EPS)[:, None] / math.sqrt(d_k))  # (n, d_k)
+    k = chain.rounded(K / np.sqrt((K * K).sum(axis=1) + L2_EPS)[:, None])  # (n, d_k)
+    return [Table(f"dn_q.{h}", "q", "q = Q / √(ΣQ² + 1e-6) / √d_k", "l2norm", h, q, sc.labels, idx(d_k), False, True),
+            Table(f"dn_k.{h}", "k", "k = K / √(ΣK² + 1e-6)", "l2norm", h, k, sc.labels, idx(d_k), False, True)]
+
+
+def _l2_line(self: StageSpec, cells: PrintedCells, table: Table, row: int, col: int, answer: str) -> str:
+    h = table.head
+    assert h is not None
+    sc = cells.sc
+    qn, kn, qs, ks = scored_names(sc.rope is not None, sc.qk_norm is not None)
+    src, name = (f"{qn}.{h}", qs) if table.name == "q" else (f"{kn}.{h}", ks)
+    t = sc.labels[row]
+    width = cells.tables[src].values.shape[1]
+    squares = " + ".join(f"{cells.txt(src, row, c)}·{cells.txt(src, row, c)}" for c in range(width))
+    x = cells.txt(src, row, col)
+    if table.name == "q":
+        return (f"q[{t},{col}] = {name}[{t},{col}] / √(Σ {name}[{t}]² + 1e-6) / √{width}"
+                f" = {x} / √({squares} + 0.000001) / √{width} = {answer}")
+    return f"k[{t},{col}] = {name}[{t},{col}] / √(Σ {name}[{t}]² + 1e-6) = {x} / √({squares} + 0.000001) = {answer}"
+
+
+def _gate_tables(self: StageSpec, chain: PrintedChain, head: int | None) -> list[Table]:
+    """g and β: given (an input of the page) or computed by the Gates stage (printed, not asked: softplus needs ln)."""
+    assert head is not None
+    sc, h = chain.sc, head
+    dn = chain.comp.heads[h].deltanet
+    assert dn is not None and sc.deltanet is not None
+    given = sc.deltanet.g is not None and sc.deltanet.beta is not None
+    values = np.stack([dn.g, dn.beta], axis=1) if given else chain.rounded(np.stack([dn.g, dn.beta], axis=1))
+    return [Table(f"dn_g.{h}", "g|β", "g (log decay) and β (write strength) per token", "gates" if not given else "delta",
+                  h, values, sc.labels, ("g", "β"), given, False)]
+
+
+def _delta_tables(self: StageSpec, chain: PrintedChain, head: int | None) -> list[Table]:
+    assert head is not None
+    sc, h = chain.sc, head
+    hr = sc.heads[h]
+    out: list[Table] = []
+    if sc.deltanet is not None and sc.deltanet.g is not None and sc.deltanet.beta is not None:
+        out += _gate_tables(self, chain, head)
+        chain.add(out)  # an input: printed with the others, read below
+        out = []
+    gb = chain.values(f"dn_g.{h}") if f"dn_g.{h}" in chain.printed else next(
+        t.values for t in chain.tables if t.key == f"dn_g.{h}")
+    q, k, V = chain.values(f"dn_q.{h}"), chain.values(f"dn_k.{h}"), chain.values(f"V.{h}")
+    ks, vs = idx(hr.d_k), idx(hr.d_v)
+    S = np.zeros((hr.d_k, hr.d_v))
+    outputs = []
+    for t, token in enumerate(sc.labels):
+        g, beta = float(gb[t, 0]), float(gb[t, 1])
+        if t:
+            S = chain.rounded(S * math.exp(g))  # (d_k, d_v) from the printed state
+            out.append(Table(f"dn_decayed.{h}.{t}", f"S'_{token}", f"{token}: S' = S_{sc.labels[t - 1]}·e^g", "delta", h,
+                             S, ks, vs, False, True))
+            kv = chain.rounded(k[t] @ S)  # (d_v,)
+            out.append(Table(f"dn_kv.{h}.{t}", f"kv_{token}", f"{token}: kv = S'ᵀk", "delta", h, kv[None, :], (token,),
+                             vs, False, True))
+        else:
+            kv = np.zeros(hr.d_v)
+        delta = chain.rounded((V[t] - kv) * beta)  # (d_v,)
+        out.append(Table(f"dn_delta.{h}.{t}", f"δ_{token}", f"{token}: δ = (v − kv)·β", "delta", h, delta[None, :],
+                         (token,), vs, False, True))
+        S = chain.rounded(S + np.outer(k[t], delta))  # (d_k, d_v)
+        out.append(Table(f"dn_S.{h}.{t}", f"S_{token}", f"{token}: S = S' + kδᵀ", "delta", h, S, ks, vs, False, True))
+        o = chain.rounded(q[t] @ S)  # (d_v,)
+        outputs.append(o)
+        out.append(Table(f"dn_o.{h}.{t}", f"o_{token}", f"{token}: o = Sᵀq", "delta", h, o[None, :], (token,), vs,
+                         False, True))
+    return [*out, Table(f"output.{h}", "output", "output: the rows o, token by token", "delta", h, np.stack(outputs),
+                        sc.labels, vs, False, False)]
+
+
+def _delta_line(self: StageSpec, cells: PrintedCells, table: Table, row: int, col: int, answer: str) -> str:
+    h = table.head
+    assert h is not None
+    sc = cells.sc
+    kind, _, rest = table.key.partition(".")
+    t = int(rest.split(".")[1])
+    token = sc.labels[t]
+    gb = f"dn_g.{h}"
+    if kind == "dn_decayed":
+        before = sc.labels[t - 1]
+        return (f"S'_{token}[{row},{col}] = S_{before}[{row},{col}]·e^g[{token}]"
+                f" = {cells.txt(f'dn_S.{h}.{t - 1}', row, col)}·e^{cells.txt(gb, t, 0)} = {answer}")
+    if kind == "dn_kv":
+        terms = " + ".join(f"{cells.txt(f'dn_decayed.{h}.{t}', i, col)}·{cells.txt(f'dn_k.{h}', t, i)}"
+                           for i in range(sc.heads[h].d_k))
+        return f"kv_{token}[{col}] = S'_{token}[:,{col}]·k[{token}] = {terms} = {answer}"
+    if kind == "dn_delta":
+        v, b = cells.txt(f"V.{h}", t, col), cells.txt(gb, t, 1)
+        if not t:
+            return f"δ_{token}[{col}] = V[{token},{col}]·β[{token}] (the state starts empty) = {v}·{b} = {answer}"
+        return (f"δ_{token}[{col}] = (V[{token},{col}] − kv_{token}[{col}])·β[{token}]"
+                f" = ({v} − {cells.txt(f'dn_kv.{h}.{t}', 0, col)})·{b} = {answer}")
+    if kind == "dn_S":
+        product = f"{cells.txt(f'dn_k.{h}', t, row)}·{cells.txt(f'dn_delta.{h}.{t}', 0, col)}"
+        if not t:
+            return f"S_{token}[{row},{col}] = k[{token},{row}]·δ_{token}[{col}] = {product} = {answer}"
+        return (f"S_{token}[{row},{col}] = S'_{token}[{row},{col}] + k[{token},{row}]·δ_{token}[{col}]"
+                f" = {cells.txt(f'dn_decayed.{h}.{t}', row, col)} + {product} = {answer}")
+    terms = " + ".join(f"{cells.txt(f'dn_S.{h}.{t}', i, col)}·{cells.txt(f'dn_q.{h}', t, i)}"
+                       for i in range(sc.heads[h].d_k))
+    return f"o[{token},{col}] = S_{token}[:,{col}]·q[{token}] = {terms} = {answer}"
+
+
+def _rules(self: StageSpec, comp: Computation) -> list[str]:
+    if getattr(comp.scenario, "deltanet", None) is None:
+        return []
+    return ["- The gated delta rule (no softmax, no scores): q and k are divided by their length √(Σx² + 1e-6), q also"
+            " by √d_k; then token after token, from the printed state: S' = S·e^g, kv = S'ᵀk (kv[j] = Σ_i S'[i,j]·k[i]),"
+            " δ = (v − kv)·β, S = S' + kδᵀ (S[i,j] = S'[i,j] + k[i]·δ[j]), o = Sᵀq. The state starts at 0."]
 
 
 class Normalise(StageSpec):
@@ -118,6 +243,10 @@ class Normalise(StageSpec):
     def lights(self, seg: Segment) -> frozenset[int]:
         return frozenset({Q_SLOT} if seg.target == "dn_q" else {K_SLOT})
 
+    worksheet_tables = _l2_tables
+    worksheet_line = _l2_line
+    worksheet_rules = _rules
+
 
 class Gates(StageSpec):
     stage = Stage("gates", "Gates",
@@ -176,6 +305,8 @@ class Gates(StageSpec):
 
     def title(self, trace: TraceContext, name: str, head: int | None) -> str:
         return "[g | β] per token"
+
+    worksheet_tables = _gate_tables
 
 
 class Delta(StageSpec):
@@ -316,7 +447,10 @@ class Delta(StageSpec):
     def lights(self, seg: Segment) -> frozenset[int]:
         return frozenset({V_DOT, V_SLOT})
 
-    def markdown(self, page, head):  # type: ignore[no-untyped-def]
+    worksheet_tables = _delta_tables
+    worksheet_line = _delta_line
+
+    def markdown(self, page: MarkdownPage, head: int | None) -> list[str]:
         out: list[str] = []
         for name in (*BLOCKS, "dn_D"):
             out += [page.table(name, head), ""]

@@ -14,9 +14,10 @@ from types import MappingProxyType
 
 import numpy as np
 
-from qkv_tui.core.engine import HeadResult
+from qkv_tui.core.engine import Computation, HeadResult
 from qkv_tui.core.fmt import fmt, vector
-from qkv_tui.core.scenario import Matrix
+from qkv_tui.core.scenario import Matrix, Scenario
+from qkv_tui.kernels.linear import feature
 from qkv_tui.teach.arith import MAX_TERMS, dot_line, fit
 from qkv_tui.teach.stages.common import (
     CLOSE,
@@ -37,7 +38,8 @@ from qkv_tui.teach.stages.common import (
     StageSpec,
 )
 from qkv_tui.teach.stages.context import TraceContext
-from qkv_tui.teach.stages.score import scored
+from qkv_tui.teach.stages.printed import PrintedCells, PrintedChain, Table, idx
+from qkv_tui.teach.stages.score import scored, scored_names
 
 PHI_TEXT = {"elu1": "elu(x) + 1", "relu": "max(x, 0)", "identity": "x"}
 
@@ -48,6 +50,145 @@ def _lin(trace: TraceContext, head: int) -> HeadResult:
 
 def _on(trace: TraceContext) -> bool:
     return trace.comp.scenario.linear is not None
+
+
+# --- the worksheet: each table worked from the printed tables before it (teach/stages/printed.py) -------------
+
+
+def _sheet_names(chain_or_cells: PrintedChain | PrintedCells, h: int) -> tuple[str, str, str, str]:
+    sc = chain_or_cells.sc
+    qn, kn, qs, ks = scored_names(sc.rope is not None, sc.qk_norm is not None)
+    return f"{qn}.{h}", f"{kn}.{h}", qs, ks
+
+
+def _feature_tables(self: StageSpec, chain: PrintedChain, head: int | None) -> list[Table]:
+    assert head is not None
+    sc, h = chain.sc, head
+    assert sc.linear is not None
+    qk, kk, qs, ks = _sheet_names(chain, h)
+    d_k = sc.heads[h].d_k
+    text = PHI_TEXT[sc.linear.feature]
+    return [Table(f"phi_Q.{h}", f"φ({qs})", f"φ({qs}), φ(x) = {text}", "phi", h,
+                  feature(chain.values(qk), sc.linear.feature, chain.page), sc.labels, idx(d_k), False, True),
+            Table(f"phi_K.{h}", f"φ({ks})", f"φ({ks})", "phi", h,
+                  feature(chain.values(kk), sc.linear.feature, chain.page), sc.labels, idx(d_k), False, True)]
+
+
+def _feature_line(self: StageSpec, cells: PrintedCells, table: Table, row: int, col: int, answer: str) -> str:
+    h = table.head
+    assert h is not None and cells.sc.linear is not None
+    qk, kk, _, _ = _sheet_names(cells, h)
+    src = qk if table.key.startswith("phi_Q") else kk
+    x = cells.txt(src, row, col)
+    cell = f"{table.name}[{cells.sc.labels[row]},{col}]"
+    kind = cells.sc.linear.feature
+    if kind == "elu1":
+        positive = float(cells.tables[src].values[row, col]) > 0
+        return f"{cell} = {x} + 1 = {answer}" if positive else f"{cell} = e^{x} = {answer}"
+    if kind == "relu":
+        return f"{cell} = max({x}, 0) = {answer}"
+    return f"{cell} = {x} = {answer}"
+
+
+def _quadratic_tables(self: StageSpec, chain: PrintedChain, head: int | None) -> list[Table]:
+    assert head is not None
+    sc, h = chain.sc, head
+    phi_Q, phi_K = chain.values(f"phi_Q.{h}"), chain.values(f"phi_K.{h}")
+    A = chain.rounded(np.where(sc.allow, phi_Q @ phi_K.T, 0.0))  # (n, n)
+    out = [Table(f"lin_A.{h}", "A", "A = φ(Q)φ(K)ᵀ, 0 where the key comes after the query", "quadratic", h, A,
+                 sc.labels, sc.key_labels, False, True, sc.allow)]
+    weights = A
+    if _normalised_sc(chain.sc):
+        weights = chain.rounded(A / A.sum(axis=1)[:, None])  # (n, n)
+        out.append(Table(f"lin_W.{h}", "W", "W = A ÷ its row sum", "quadratic", h, weights, sc.labels, sc.key_labels,
+                         False, True, sc.allow))
+    output = chain.rounded(weights @ chain.values(f"V.{h}"))  # (n, d_v)
+    return [*out, Table(f"output.{h}", "output", "output = W·V" if weights is not A else "output = A·V", "quadratic", h,
+                        output, sc.labels, idx(sc.heads[h].d_v), False, True)]
+
+
+def _quadratic_line(self: StageSpec, cells: PrintedCells, table: Table, row: int, col: int, answer: str) -> str:
+    h = table.head
+    assert h is not None
+    sc = cells.sc
+    q = sc.labels[row]
+    if table.name == "A":
+        k = sc.key_labels[col]
+        width = cells.tables[f"phi_Q.{h}"].values.shape[1]
+        terms = " + ".join(f"{cells.txt(f'phi_Q.{h}', row, c)}·{cells.txt(f'phi_K.{h}', col, c)}" for c in range(width))
+        return f"A[{q},{k}] = φ(Q)[{q}]·φ(K)[{k}] = {terms} = {answer}"
+    if table.name == "W":
+        k = sc.key_labels[col]
+        terms = " + ".join(cells.txt(f"lin_A.{h}", row, c) for c in range(sc.m) if sc.allow[row, c])
+        return f"W[{q},{k}] = A[{q},{k}] / Σ A[{q}] = {cells.txt(f'lin_A.{h}', row, col)} / ({terms}) = {answer}"
+    w = f"lin_W.{h}" if f"lin_W.{h}" in cells.tables else f"lin_A.{h}"
+    return f"output[{q},{col}] = W[{q}]·V[:,{col}] = {cells.dot(w, row, f'V.{h}', col)} = {answer}"
+
+
+def _recurrent_tables(self: StageSpec, chain: PrintedChain, head: int | None) -> list[Table]:
+    assert head is not None
+    sc, h = chain.sc, head
+    hr = sc.heads[h]
+    phi_Q, phi_K, V = chain.values(f"phi_Q.{h}"), chain.values(f"phi_K.{h}"), chain.values(f"V.{h}")
+    n, d_k, d_v = sc.n, hr.d_k, hr.d_v
+    S, z = np.zeros((n, d_k * d_v)), np.zeros((n, d_k))
+    for t in range(n):  # each row from the row printed above it
+        prev_S = S[t - 1] if t else np.zeros(d_k * d_v)
+        prev_z = z[t - 1] if t else np.zeros(d_k)
+        S[t] = chain.rounded(prev_S + np.outer(phi_K[t], V[t]).reshape(-1))
+        z[t] = chain.rounded(prev_z + phi_K[t])
+    cols = tuple(f"{i},{j}" for i in range(d_k) for j in range(d_v))
+    out = [Table(f"lin_S.{h}", "S", "S_t = S_{t−1} + φ(k_t)v_tᵀ, the state after each token", "recurrent", h, S,
+                 sc.labels, cols, False, True)]
+    numer = np.einsum("ti,tij->tj", phi_Q, S.reshape(n, d_k, d_v))  # (n, d_v)
+    if _normalised_sc(sc):
+        out.append(Table(f"lin_z.{h}", "z", "z_t = z_{t−1} + φ(k_t)", "recurrent", h, z, sc.labels, idx(d_k), False, True))
+        numer = numer / np.einsum("ti,ti->t", phi_Q, z)[:, None]
+    return [*out, Table(f"lin_o.{h}", "o", "o_t = φ(q_t)ᵀS_t / φ(q_t)ᵀz_t", "recurrent", h, chain.rounded(numer),
+                        sc.labels, idx(d_v), False, True)]
+
+
+def _recurrent_line(self: StageSpec, cells: PrintedCells, table: Table, row: int, col: int, answer: str) -> str:
+    h = table.head
+    assert h is not None
+    sc = cells.sc
+    hr = sc.heads[h]
+    t = sc.labels[row]
+    before = sc.labels[row - 1] if row else ""
+    if table.name == "S":
+        i, j = divmod(col, hr.d_v)
+        product = f"{cells.txt(f'phi_K.{h}', row, i)}·{cells.txt(f'V.{h}', row, j)}"
+        if not row:
+            return f"S_{t}[{i},{j}] = φ(K)[{t},{i}]·V[{t},{j}] = {product} = {answer}"
+        return (f"S_{t}[{i},{j}] = S_{before}[{i},{j}] + φ(K)[{t},{i}]·V[{t},{j}]"
+                f" = {cells.txt(f'lin_S.{h}', row - 1, col)} + {product} = {answer}")
+    if table.name == "z":
+        if not row:
+            return f"z_{t}[{col}] = φ(K)[{t},{col}] = {answer}"
+        return (f"z_{t}[{col}] = z_{before}[{col}] + φ(K)[{t},{col}]"
+                f" = {cells.txt(f'lin_z.{h}', row - 1, col)} + {cells.txt(f'phi_K.{h}', row, col)} = {answer}")
+    num = " + ".join(f"{cells.txt(f'phi_Q.{h}', row, i)}·{cells.txt(f'lin_S.{h}', row, i * hr.d_v + col)}"
+                     for i in range(hr.d_k))
+    if f"lin_z.{h}" not in cells.tables:
+        return f"o[{t},{col}] = φ(Q)[{t}]·S_{t}[:,{col}] = {num} = {answer}"
+    den = " + ".join(f"{cells.txt(f'phi_Q.{h}', row, i)}·{cells.txt(f'lin_z.{h}', row, i)}" for i in range(hr.d_k))
+    return f"o[{t},{col}] = φ(Q)[{t}]·S_{t}[:,{col}] / φ(Q)[{t}]·z_{t} = ({num}) / ({den}) = {answer}"
+
+
+def _normalised_sc(sc: Scenario) -> bool:
+    return sc.linear is not None and sc.linear.normalize
+
+
+def _rules(self: StageSpec, comp: Computation) -> list[str]:
+    lin = comp.scenario.linear
+    if lin is None:
+        return []
+    return [f"- Linear attention (no softmax, no scale): φ(x) = {PHI_TEXT[lin.feature]} on every cell of Q and K;"
+            " A = φ(Q)φ(K)ᵀ with 0 where a key comes after its query" + (", each row divided by its sum" if lin.normalize
+                                                                         else "") + ", times V.",
+            "- The recurrent form from the printed tables: S_t = S_{t−1} + φ(k_t)v_tᵀ (cell [i,j] in column i,j),"
+            " z_t = z_{t−1} + φ(k_t), o_t = φ(q_t)ᵀS_t / φ(q_t)ᵀz_t: the same numbers as output, up to rounding."]
+
 
 
 class Feature(StageSpec):
@@ -126,6 +267,10 @@ class Feature(StageSpec):
 
     def lights(self, seg: Segment) -> frozenset[int]:
         return frozenset({Q_SLOT} if seg.target == "phi_Q" else {K_SLOT})
+
+    worksheet_tables = _feature_tables
+    worksheet_line = _feature_line
+    worksheet_rules = _rules
 
 
 class Quadratic(StageSpec):
@@ -228,6 +373,9 @@ class Quadratic(StageSpec):
         if seg.target == "lin_W":
             return frozenset({OPEN, CLOSE})
         return frozenset({V_DOT, V_SLOT})
+
+    worksheet_tables = _quadratic_tables
+    worksheet_line = _quadratic_line
 
 
 class Recurrent(StageSpec):
@@ -337,6 +485,9 @@ class Recurrent(StageSpec):
     def formula(self, trace: TraceContext, op: Operation) -> list[FormulaPart]:
         return []
 
+    worksheet_tables = _recurrent_tables
+    worksheet_line = _recurrent_line
+
 
 def agree_lines(trace: TraceContext, hr: HeadResult, row: int, d: int) -> list[str]:
     """Under a row's last output: the two forms agree, and what each keeps in memory."""
@@ -361,3 +512,4 @@ def agree_lines(trace: TraceContext, hr: HeadResult, row: int, d: int) -> list[s
 FEATURE = Feature()
 QUADRATIC = Quadratic()
 RECURRENT = Recurrent()
+
