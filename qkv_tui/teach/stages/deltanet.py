@@ -120,18 +120,18 @@ def _delta_tables(self: StageSpec, chain: PrintedChain, head: int | None) -> lis
             out.append(Table(f"dn_decayed.{h}.{t}", f"S'_{token}", f"{token}: S' = S_{sc.labels[t - 1]}·e^g", "delta", h,
                              S, ks, vs, False, True))
             kv = chain.rounded(k[t] @ S)  # (d_v,)
-            out.append(Table(f"dn_kv.{h}.{t}", f"kv_{token}", f"{token}: kv = S'ᵀk", "delta", h, kv[None, :], (token,),
+            out.append(Table(f"dn_kv.{h}.{t}", "kv", f"{token}: kv = S'ᵀk", "delta", h, kv[None, :], (token,),
                              vs, False, True))
         else:
             kv = np.zeros(hr.d_v)
         delta = chain.rounded((V[t] - kv) * beta)  # (d_v,)
-        out.append(Table(f"dn_delta.{h}.{t}", f"δ_{token}", f"{token}: δ = (v − kv)·β", "delta", h, delta[None, :],
+        out.append(Table(f"dn_delta.{h}.{t}", "δ", f"{token}: δ = (v − kv)·β", "delta", h, delta[None, :],
                          (token,), vs, False, True))
         S = chain.rounded(S + np.outer(k[t], delta))  # (d_k, d_v)
         out.append(Table(f"dn_S.{h}.{t}", f"S_{token}", f"{token}: S = S' + kδᵀ", "delta", h, S, ks, vs, False, True))
         o = chain.rounded(q[t] @ S)  # (d_v,)
         outputs.append(o)
-        out.append(Table(f"dn_o.{h}.{t}", f"o_{token}", f"{token}: o = Sᵀq", "delta", h, o[None, :], (token,), vs,
+        out.append(Table(f"dn_o.{h}.{t}", "o", f"{token}: o = Sᵀq", "delta", h, o[None, :], (token,), vs,
                          False, True))
     return [*out, Table(f"output.{h}", "output", "output: the rows o, token by token", "delta", h, np.stack(outputs),
                         sc.labels, vs, False, False)]
@@ -152,18 +152,18 @@ def _delta_line(self: StageSpec, cells: PrintedCells, table: Table, row: int, co
     if kind == "dn_kv":
         terms = " + ".join(f"{cells.txt(f'dn_decayed.{h}.{t}', i, col)}·{cells.txt(f'dn_k.{h}', t, i)}"
                            for i in range(sc.heads[h].d_k))
-        return f"kv_{token}[{col}] = S'_{token}[:,{col}]·k[{token}] = {terms} = {answer}"
+        return f"kv[{token},{col}] = S'_{token}[:,{col}]·k[{token}] = {terms} = {answer}"
     if kind == "dn_delta":
         v, b = cells.txt(f"V.{h}", t, col), cells.txt(gb, t, 1)
         if not t:
-            return f"δ_{token}[{col}] = V[{token},{col}]·β[{token}] (the state starts empty) = {v}·{b} = {answer}"
-        return (f"δ_{token}[{col}] = (V[{token},{col}] − kv_{token}[{col}])·β[{token}]"
+            return f"δ[{token},{col}] = V[{token},{col}]·β[{token}] (the state starts empty) = {v}·{b} = {answer}"
+        return (f"δ[{token},{col}] = (V[{token},{col}] − kv[{token},{col}])·β[{token}]"
                 f" = ({v} − {cells.txt(f'dn_kv.{h}.{t}', 0, col)})·{b} = {answer}")
     if kind == "dn_S":
         product = f"{cells.txt(f'dn_k.{h}', t, row)}·{cells.txt(f'dn_delta.{h}.{t}', 0, col)}"
         if not t:
-            return f"S_{token}[{row},{col}] = k[{token},{row}]·δ_{token}[{col}] = {product} = {answer}"
-        return (f"S_{token}[{row},{col}] = S'_{token}[{row},{col}] + k[{token},{row}]·δ_{token}[{col}]"
+            return f"S_{token}[{row},{col}] = k[{token},{row}]·δ[{token},{col}] = {product} = {answer}"
+        return (f"S_{token}[{row},{col}] = S'_{token}[{row},{col}] + k[{token},{row}]·δ[{token},{col}]"
                 f" = {cells.txt(f'dn_decayed.{h}.{t}', row, col)} + {product} = {answer}")
     terms = " + ".join(f"{cells.txt(f'dn_S.{h}.{t}', i, col)}·{cells.txt(f'dn_q.{h}', t, i)}"
                        for i in range(sc.heads[h].d_k))

@@ -159,20 +159,20 @@ def _recurrent_line(self: StageSpec, cells: PrintedCells, table: Table, row: int
         i, j = divmod(col, hr.d_v)
         product = f"{cells.txt(f'phi_K.{h}', row, i)}·{cells.txt(f'V.{h}', row, j)}"
         if not row:
-            return f"S_{t}[{i},{j}] = φ(K)[{t},{i}]·V[{t},{j}] = {product} = {answer}"
-        return (f"S_{t}[{i},{j}] = S_{before}[{i},{j}] + φ(K)[{t},{i}]·V[{t},{j}]"
+            return f"S[{t}][{i},{j}] = φ(K)[{t},{i}]·V[{t},{j}] = {product} = {answer}"
+        return (f"S[{t}][{i},{j}] = S[{before}][{i},{j}] + φ(K)[{t},{i}]·V[{t},{j}]"
                 f" = {cells.txt(f'lin_S.{h}', row - 1, col)} + {product} = {answer}")
     if table.name == "z":
         if not row:
-            return f"z_{t}[{col}] = φ(K)[{t},{col}] = {answer}"
-        return (f"z_{t}[{col}] = z_{before}[{col}] + φ(K)[{t},{col}]"
+            return f"z[{t},{col}] = 0 + φ(K)[{t},{col}] = 0 + {cells.txt(f'phi_K.{h}', row, col)} = {answer}"
+        return (f"z[{t},{col}] = z[{before},{col}] + φ(K)[{t},{col}]"
                 f" = {cells.txt(f'lin_z.{h}', row - 1, col)} + {cells.txt(f'phi_K.{h}', row, col)} = {answer}")
     num = " + ".join(f"{cells.txt(f'phi_Q.{h}', row, i)}·{cells.txt(f'lin_S.{h}', row, i * hr.d_v + col)}"
                      for i in range(hr.d_k))
     if f"lin_z.{h}" not in cells.tables:
-        return f"o[{t},{col}] = φ(Q)[{t}]·S_{t}[:,{col}] = {num} = {answer}"
+        return f"o[{t},{col}] = φ(Q)[{t}]·S[{t}][:,{col}] = {num} = {answer}"
     den = " + ".join(f"{cells.txt(f'phi_Q.{h}', row, i)}·{cells.txt(f'lin_z.{h}', row, i)}" for i in range(hr.d_k))
-    return f"o[{t},{col}] = φ(Q)[{t}]·S_{t}[:,{col}] / φ(Q)[{t}]·z_{t} = ({num}) / ({den}) = {answer}"
+    return f"o[{t},{col}] = φ(Q)[{t}]·S[{t}][:,{col}] / φ(Q)[{t}]·z[{t}] = ({num}) / ({den}) = {answer}"
 
 
 def _normalised_sc(sc: Scenario) -> bool:
