@@ -261,3 +261,14 @@ def test_worksheets_answer_keys_check_out(source: str) -> None:
     page = build(comp, "100%", 0, 3).markdown()
     assert_holds(check_text(page[page.index("## Answer key"):], whole=False))
     assert "Softmax, row by row" not in page and "divide every score" not in page
+
+
+@pytest.mark.parametrize("name", ["linear", "deltanet"])
+def test_an_edit_recomputes_the_state(name: str) -> None:
+    from qkv_tui.core.cell_edit import InputCell, edit
+
+    sc = load_scenario(name)
+    edited, comp = edit(sc, InputCell("X", None, 1, 0), "2")
+    assert edited.X[1, 0] == 2 and (edited.linear is not None or edited.deltanet is not None)
+    S = comp.heads[0].linear.S if comp.heads[0].linear is not None else comp.heads[0].deltanet.S
+    assert S.shape[0] == 3 and not np.array_equal(comp.output, compute(sc).output)
