@@ -470,14 +470,15 @@ class Recurrent(StageSpec):
             return [("phi_K", h), ("V", h), ("lin_S", h)]
         if target == "lin_z":
             return [("phi_K", h), ("lin_z", h)]
-        return [("phi_Q", h), ("lin_S", h), *((("lin_z", h),) if self._normalised(trace) else ()), ("lin_o", h)]
+        # φ(Q) stays in the overview: four panes do not fit 80 columns
+        return [("lin_S", h), *((("lin_z", h),) if self._normalised(trace) else ()), ("lin_o", h)]
 
     def overview(self, trace: TraceContext, head: int) -> list[Key]:
         return [("lin_S", head), ("lin_o", head)]
 
     def title(self, trace: TraceContext, name: str, head: int | None) -> str:
         if name == "lin_S":
-            return "S_t (row t: the state after t)"
+            return "S_t, the state after t"
         if name == "lin_z":
             return "z_t = Σ φ(k)"
         return "o_t = φ(q)ᵀS / φ(q)ᵀz" if self._normalised(trace) else "o_t = φ(q)ᵀS"
