@@ -281,6 +281,35 @@ def measure_steps(rounds: int, presses: int) -> dict[str, Any]:
             "step_cpu_vs_bare": medians["qkv"] / medians["bare"], "target": TARGETS["step_cpu_vs_bare"]}
 
 
+def measure_linear(rounds: int, presses: int, n: int = 512) -> dict[str, Any]:
+    """CPU per step of the same causal n-token scenario with its softmax and with [linear] in its place (both
+    alternated in every round): linear attention's stages must cost no more per keypress than the softmax's."""
+    compileall.compile_dir(str(Path(__file__).resolve().parent.parent / "qkv_tui"), quiet=1)
+    folder = Path(tempfile.mkdtemp(prefix="qkv-bench-linear-"))
+    softmax = folder / "softmax.toml"
+    softmax.write_text(generated_scenario(n), encoding="utf-8")
+    linear = folder / "linear.toml"
+    linear.write_text(generated_scenario(n) + '[linear]\nfeature = "elu1"\n', encoding="utf-8")
+    runs: dict[str, list[float]] = {"softmax": [], "linear": []}
+    for _ in range(rounds):
+        for name, path in (("softmax", softmax), ("linear", linear)):
+            runs[name].append(asyncio.run(step_cpu(qkv_app(str(path)), presses)) * 1000)
+    medians = {name: float(statistics.median(ms)) for name, ms in runs.items()}
+    return {"tokens": n, "rounds": rounds, "presses": presses, "step_cpu_ms": medians, "runs_ms": runs,
+            "linear_vs_softmax": medians["linear"] / medians["softmax"], "target": 1.0}
+
+
+def report_linear(result: dict[str, Any]) -> str:
+    ms = result["step_cpu_ms"]
+    met = "yes" if result["linear_vs_softmax"] <= result["target"] else "NO"
+    out = [f"CPU per step at {result['tokens']} tokens, medians of {result['rounds']} alternated runs of"
+           f" {result['presses']} presses: softmax {ms['softmax']:.2f} ms, [linear] {ms['linear']:.2f} ms:"
+           f" {result['linear_vs_softmax']:.2f}× (target ≤ {result['target']:.1f}×, met: {met})"]
+    for name, values in result["runs_ms"].items():
+        out.append(f"  {name:<8} " + " ".join(f"{v:6.2f}" for v in values))
+    return "\n".join(out)
+
+
 def report_steps(result: dict[str, Any]) -> str:
     ms = result["step_cpu_ms"]
     met = "yes" if result["step_cpu_vs_bare"] <= result["target"] else "NO"
@@ -505,6 +534,9 @@ def main() -> None:
     parser.add_argument("--step-only", action="store_true",
                         help="only the CPU per step of the bare app, I love AI and the glassllm head,"
                              " --repeats alternated rounds (no start-ups)")
+    parser.add_argument("--linear-only", action="store_true",
+                        help="only the CPU per step of a 512-token scenario with its softmax and with [linear],"
+                             " --repeats alternated rounds")
     parser.add_argument("--startup-only", action="store_true",
                         help="only start-up of I love AI beside the bare app (seconds, not minutes)")
     args = parser.parse_args()
@@ -513,6 +545,10 @@ def main() -> None:
     if args.startup_only:
         result = measure_startup(2 if args.quick else args.repeats)
         print(json.dumps(result, indent=2) if args.json else report_startup(result))
+        return
+    if args.linear_only:
+        result = measure_linear(2 if args.quick else args.repeats, args.presses)
+        print(json.dumps(result, indent=2) if args.json else report_linear(result))
         return
     if args.step_only:
         result = measure_steps(2 if args.quick else args.repeats, args.presses)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +25,8 @@ SHIPPED = sorted((ROOT / "scenarios").glob("*.toml"))
 # hand-made scenarios; those with a [model] table (a real model's head, d_model 128) have their own tests
 SCENARIOS = [p for p in SHIPPED if "\n[model]" not in p.read_text(encoding="utf-8")]
 MODEL_SCENARIOS = [p for p in SHIPPED if p not in SCENARIOS]
+# those whose heads run a softmax: [linear] and [deltanet] keep a state instead, with no KV cache and no tiles
+SOFTMAX_SCENARIOS = [p for p in SCENARIOS if not re.search(r"^\[(linear|deltanet)\]", p.read_text(encoding="utf-8"), re.M)]
 BASE = '''
 tokens = ["I", "love", "AI"]
 X = [[1, 0, 1, 0], [0, 1, 0, 1], [1, 1, 0, 0]]

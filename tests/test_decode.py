@@ -13,7 +13,7 @@ from qkv_tui import compute, load_scenario
 from qkv_tui.core.scenario import parse_scenario
 from qkv_tui.teach.decode import SCHEDULES, decode, decode_mask, schedule
 
-from .conftest import BASE, HEAD, SCENARIOS
+from .conftest import BASE, HEAD, SOFTMAX_SCENARIOS
 from .strategies import Case, cases
 
 
@@ -212,7 +212,7 @@ def test_q_names_the_norm_and_the_rotation() -> None:
 
 
 @pytest.mark.parametrize("decimals", [1, 3, 6])
-@pytest.mark.parametrize("path", SCENARIOS, ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", SOFTMAX_SCENARIOS, ids=lambda p: p.stem)
 def test_the_cache_views_weights_read_as_the_trace_prints_them(path, decimals: int) -> None:
     # the cache view prints results only (no intermediates): each weight is the trace's, digit for digit
     from qkv_tui.display.decode_view import decode_lines

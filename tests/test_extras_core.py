@@ -60,6 +60,8 @@ def test_hand_rounding_converges_to_exact(path) -> None:
     hand = compute_hand(comp, 10)
     assert np.allclose(hand.output, comp.output, atol=1e-7)
     for h in hand.heads:
+        if h.deltanet is not None:
+            continue  # its weights are q·k times a decaying mask, weighing the corrections δ: no distribution
         sink_share = h.sink_exp / h.row_sum if h.sink_exp is not None else 0.0  # a sink's dropped column
         assert np.allclose(h.weights.sum(axis=1) + sink_share, 1, atol=1e-8)
 

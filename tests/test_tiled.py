@@ -16,7 +16,7 @@ from qkv_tui.display.tiled_view import op_lines
 from qkv_tui.teach.tiled import PHASES, tiled
 from qkv_tui.teach.trace import Trace
 
-from .conftest import SCENARIOS
+from .conftest import SOFTMAX_SCENARIOS
 from .strategies import Case, cases
 
 
@@ -136,7 +136,7 @@ def _items(text: str) -> list[str]:
 
 
 @pytest.mark.parametrize("decimals", range(1, 9))
-@pytest.mark.parametrize("path", SCENARIOS, ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", SOFTMAX_SCENARIOS, ids=lambda p: p.stem)
 def test_every_exponential_reads_as_the_trace_prints_it(path, decimals: int) -> None:
     # the same quantity, e^(s − max) of one cell, never reads differently on two screens: wherever the
     # running max is the row's max, the tiles view prints the trace's difference and exponential

@@ -22,6 +22,8 @@ from qkv_tui.core.scenario import BoolMatrix, Head, Matrix, Scenario, ScenarioEr
 from qkv_tui.core.variants import Norm, QKNorm, Rope, Vector
 from qkv_tui.kernels.attention import Forward, QKNormHead, Turn, head_forward, project
 from qkv_tui.kernels.attention import frozen as _frozen
+from qkv_tui.kernels.deltanet import DeltaForward, gates
+from qkv_tui.kernels.linear import LinearForward, LinearSpec, zero_row
 from qkv_tui.kernels.norm import Normed, normalise
 from qkv_tui.kernels.policy import EXACT, Policy
 from qkv_tui.kernels.rope import angles_at
@@ -88,6 +90,8 @@ class HeadResult:
     gate_logit: Matrix | None = None  # (n, d_v) X̂·W_G, what the sigmoid reads
     gate: Matrix | None = None  # (n, d_v) σ(X̂·W_G)
     gated_output: Matrix | None = None  # (n, d_v) output ⊙ gate: what Concat joins
+    linear: LinearForward | None = None  # [linear]: φ(Q), φ(K), the state S and z, both forms; None with the softmax
+    deltanet: DeltaForward | None = None  # [deltanet]: q̂, k̂, g, β, the state S token by token; None with the softmax
 
     @property
     def joined(self) -> Matrix:
@@ -184,6 +188,8 @@ def compute_head(
     kv_head: int = 0,
     shared: HeadResult | None = None,
     qk_norm: QKNormHead | None = None,
+    linear: LinearSpec | None = None,
+    deltanet: tuple[Matrix, Matrix] | None = None,
 ) -> HeadResult:
     """One head (kernels/attention.py). ``X`` is what the Query projection reads (already normalised); ``shared``
     is an earlier query head reading the same K/V head, whose K and V this one reuses."""
@@ -193,8 +199,10 @@ def compute_head(
         bias = _frozen(alibi_bias(slope, positions))  # (n, n)
     f = head_forward(X, X_kv, head.W_Q, head.W_K, head.W_V, head.b_Q, head.b_K, head.b_V, allow,
                      math.sqrt(head.d_k) if scale is None else scale, turn=turn_of(rope, positions, head.d_k),
-                     bias=bias, sink=head.sink, shared=shared, qk_norm=qk_norm, softcap=head.softcap, W_G=head.W_G)
-    return result_of(head, f, scale is None, slope, kv_head)
+                     bias=bias, sink=head.sink, shared=shared, qk_norm=qk_norm, softcap=head.softcap, W_G=head.W_G,
+                     linear=linear, deltanet=deltanet)
+    # linear attention divides by no scale at all (its 1.0 is no √d_k)
+    return result_of(head, f, scale is None and linear is None, slope, kv_head)
 
 
 def result_of(head: Head, f: Forward, scale_is_default: bool, slope: float | None, kv_head: int) -> HeadResult:
@@ -206,7 +214,8 @@ def result_of(head: Head, f: Forward, scale_is_default: bool, slope: float | Non
         masked=a.masked, row_max=soft.row_max, exps=soft.exps, row_sum=soft.row_sum, weights=soft.weights,
         output=a.output, kv_head=kv_head, b_Q=head.b_Q, b_K=head.b_K, b_V=head.b_V, Q_rot=f.Q_rot, K_rot=f.K_rot,
         bias=a.bias, slope=slope, sink=head.sink, sink_exp=soft.sink_exp, Q_normed=f.Q_normed, K_normed=f.K_normed,
-        capped=a.capped, softcap=head.softcap, **gate_fields(head.W_G, f),
+        capped=a.capped, softcap=head.softcap, **gate_fields(head.W_G, f), linear=f.linear,
+        deltanet=f.deltanet,
     )
 
 
@@ -311,6 +320,7 @@ def norm_of(scenario: Scenario) -> NormResult | None:
 
 def check_head(sc: Scenario, result: HeadResult) -> None:
     """Refuse a head with a value float64 cannot hold: ScenarioError naming the matrix, row and remedy."""
+    linear_check(sc, result)  # first: a zero denominator would read as an overflow of the weights
     keys = sc.key_tokens
     for name in ("Q", "K", "V", "Q_norm", "K_norm", "Q_rot", "K_rot", "scores", "scaled", "capped", "bias", "masked",
                  "weights", "output"):
@@ -334,6 +344,48 @@ def check_head(sc: Scenario, result: HeadResult) -> None:
                             f" {_at(sc.tokens, bad[0])}; expected smaller X or W_G")
 
 
+def linear_spec(sc: Scenario) -> LinearSpec | None:
+    return None if sc.linear is None else LinearSpec(sc.linear.feature, sc.linear.normalize)
+
+
+def deltanet_gates(sc: Scenario, X_in: Matrix, policy: Policy = EXACT) -> tuple[Matrix, Matrix] | None:
+    """[deltanet]'s g and β, (n, num_heads) each: as given, or computed from W_a, A_log, dt_bias and W_b."""
+    dn = sc.deltanet
+    if dn is None:
+        return None
+    g, beta = dn.g, dn.beta
+    if g is None or beta is None:
+        assert dn.A_log is not None and dn.dt_bias is not None
+        W_a = dn.W_a if dn.W_a is not None else np.zeros((X_in.shape[1], len(sc.heads)))
+        made_g, made_beta = gates(X_in, W_a, dn.W_b, dn.A_log, dn.dt_bias, policy)
+        g = made_g if g is None else g
+        beta = made_beta if beta is None else beta
+    return g, beta
+
+
+def linear_check(sc: Scenario, result: HeadResult) -> None:
+    """A zero denominator of linear attention is refused naming its row; an overflow in φ or the state naming it."""
+    dn = result.deltanet
+    if dn is not None:
+        for what, array in (("the state S", dn.S), ("δ", dn.delta), ("the output", dn.output), ("g", dn.g),
+                            ("e^g", dn.decay)):
+            if (bad := first_bad(array)) is not None:
+                raise ScenarioError(sc.source, f"{result.name}: values in {what} of [deltanet] overflow float64 at"
+                                    f" {_at(sc.tokens, bad[0])}; expected smaller V, W_a or A_log")
+    lin = result.linear
+    if lin is None:
+        return
+    for what, array in (("φ(Q)", lin.phi_Q), ("φ(K)", lin.phi_K), ("the state S", lin.S), ("z", lin.z),
+                        ("φ(q)ᵀS", lin.numer)):
+        if (bad := first_bad(array)) is not None:
+            raise ScenarioError(sc.source, f"{result.name}: values in {what} of [linear] overflow float64 at"
+                                f" {_at(sc.tokens, bad[0])}; expected smaller Q and K (or V)")
+    if lin.spec.normalize and (row := zero_row(lin.denom)) is not None:
+        raise ScenarioError(sc.source, f"{result.name}: [linear]'s denominator φ(q)ᵀz is 0 at {_at(sc.tokens, row)}"
+                            " (every φ(q)·φ(k) of the row is 0), so the row cannot be divided by it;"
+                            " expected feature = \"elu1\" (never 0) or normalize = false")
+
+
 def iter_heads(scenario: Scenario, norm: NormResult | None = None) -> Iterator[HeadResult]:
     """Each head's computation in turn, so a caller can hold one head at a time (the
     streaming JSON export); raises ScenarioError on the first head that overflows.
@@ -347,6 +399,8 @@ def iter_heads(scenario: Scenario, norm: NormResult | None = None) -> Iterator[H
     with np.errstate(over="ignore", invalid="ignore"):
         qk = qk_norms(sc, X_in, X_kv)
     kv_done: dict[int, HeadResult] = {}  # K/V head -> the first query head that computed it
+    with np.errstate(over="ignore", invalid="ignore"):
+        dn = deltanet_gates(sc, X_in)
     last_reader = {sc.kv_head(h): h for h in range(len(sc.heads))}  # a K/V head -> the last query head reading it
     for h, head in enumerate(sc.heads):
         kv = sc.kv_head(h)
@@ -357,6 +411,7 @@ def iter_heads(scenario: Scenario, norm: NormResult | None = None) -> Iterator[H
             result = compute_head(
                 head, X_in, X_kv, sc.allow, sc.scale,
                 rope=sc.rope, positions=positions, slope=slope, kv_head=kv, shared=shared, qk_norm=qk[h],
+                linear=linear_spec(sc), deltanet=None if dn is None else (dn[0][:, h], dn[1][:, h]),
             )
         check_head(sc, result)
         if last_reader[kv] > h:  # kept only while a later query head still reads it

@@ -30,6 +30,8 @@ from qkv_tui.core.inputs import INPUT_KEYS, Input, parse_input
 from qkv_tui.core.production import CACHE_KEYS, TILES_KEYS, ProductionSettings, parse_production
 from qkv_tui.core.tomlfile import NumberGrid, ReadError, decode, parse_toml, read_bytes, stat_path, table_values
 from qkv_tui.core.variants import Alibi, Norm, QKNorm, Rope
+from qkv_tui.core.variants.deltanet import DeltaNet
+from qkv_tui.core.variants.linear import Linear
 
 TOP_KEYS = (
     "title", "description", "tokens", "X", "mask", "scale",
@@ -117,6 +119,8 @@ class Scenario:
     production: ProductionSettings = field(default_factory=ProductionSettings)  # [tiles], [cache] (core/production.py)
     input: Input = field(default_factory=Input)  # what the rows of X are: embeddings, or a model's residual stream
     scale_from: str | None = None  # where a scenario's own scale comes from, in words (core/variants/scale_from.py)
+    linear: Linear | None = None  # [linear]: linear attention in place of every head's softmax
+    deltanet: DeltaNet | None = None  # [deltanet]: the gated delta rule in place of every head's softmax
 
     @property
     def positions(self) -> tuple[int, ...] | None:
@@ -479,6 +483,7 @@ class _Validator:
             tuple((f"head {i + 1}" + ("" if h.name == f"head {i + 1}" else f" ({_quote(h.name)})"), h.d_k)
                   for i, h in enumerate(heads)),
             mask_kind, allow, num_heads_split=split, num_kv_heads=kv_split,
+            head_tables=heads,
         )
         tables = self.tables(doc, ctx)
         return Scenario(

@@ -11,6 +11,7 @@ from qkv_tui.core.scenario import Matrix
 from qkv_tui.display.frame import Frame
 from qkv_tui.display.modes import Modes
 from qkv_tui.display.side_view import SideView, Sources
+from qkv_tui.display.state_view import carries_state, state_frame
 from qkv_tui.display.view import Explanation, PaneSpec, column_widths
 from qkv_tui.kernels.softmax import masked_logits, soft_cap, softmax_rows
 from qkv_tui.teach.arith import fit
@@ -358,6 +359,8 @@ def _decoding(sources: Sources, schedule: str) -> Decode:
 
 
 def _frame(sources: Sources, modes: Modes, step: int, head: int) -> Frame:
+    if carries_state(sources.comp):  # [linear], [deltanet]: a state is carried, not a cache
+        return state_frame(sources.comp, step, head, modes.decimals)
     dec = _decoding(sources, modes.schedule)
     focus, extra = decode_panes(dec, step, head, modes.decimals)
     return Frame(decode_explanation(dec, step, head, modes.decimals), focus, extra, (), "")
@@ -373,7 +376,8 @@ VIEW = SideView(
     title="KV-cache decode view", summary="generation replayed token by token", closing="the KV cache",
     help=(("k", "KV cache: prefill, then decode a token at a time over a paged cache (→ ← step; k again leaves)"),
           ("c", "in the cache view: prefill at once → chunked prefill → token by token")),
-    steps=lambda sources, modes, head: _decoding(sources, modes.schedule).count,
+    steps=lambda sources, modes, head: (sources.comp.scenario.n if carries_state(sources.comp)
+                                        else _decoding(sources, modes.schedule).count),
     frame=_frame,
     # the default schedule goes unnamed: i_love_ai-cache-step03.svg, i_love_ai-cache-chunked-step03.svg
     shot=lambda modes: "cache" if modes.schedule == "prefill" else f"cache-{modes.schedule}",

@@ -12,6 +12,7 @@ from qkv_tui.core.scenario import Matrix
 from qkv_tui.display.frame import Frame
 from qkv_tui.display.modes import Modes
 from qkv_tui.display.side_view import SideView, Sources
+from qkv_tui.display.state_view import carries_state, no_tiles_frame
 from qkv_tui.display.view import Explanation, PaneSpec, column_widths
 from qkv_tui.kernels.softmax import soft_cap
 from qkv_tui.teach.arith import fit
@@ -324,6 +325,8 @@ def _tiling(sources: Sources, head: int) -> TiledHead:
 
 
 def _frame(sources: Sources, modes: Modes, step: int, head: int) -> Frame:
+    if carries_state(sources.comp):  # [linear], [deltanet]: no n × n matrix to tile
+        return no_tiles_frame(sources.comp, head)
     th = _tiling(sources, head)
     focus, extra = tiled_panes(th, step, modes.decimals)
     return Frame(tiled_explanation(th, step, modes.decimals), focus, extra, (), "")
@@ -334,7 +337,7 @@ VIEW = SideView(
     title="FlashAttention tiles view", summary="the online softmax, one tile of keys at a time",
     closing="FlashAttention's tiles",
     help=(("t", "tiles: FlashAttention's online softmax, one tile of keys at a time (→ ← step; t again leaves)"),),
-    steps=lambda sources, modes, head: len(_tiling(sources, head)),  # the same for every head
+    steps=lambda sources, modes, head: 1 if carries_state(sources.comp) else len(_tiling(sources, head)),
     frame=_frame,
     shot=lambda modes: "tiles",
 )

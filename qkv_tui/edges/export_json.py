@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import io
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, TextIO
 
 import numpy as np
@@ -77,7 +77,9 @@ def _fields(out: _Out, fields: Iterable[tuple[str, Any]], indent: str) -> None:
             out.write(",\n")
         first = False
         out.write(f"{indent}  {json.dumps(key)}: ")
-        if isinstance(value, np.ndarray):
+        if isinstance(value, np.ndarray) and value.ndim == 3:  # a state per token: one d_k × d_v matrix a line
+            out.write("[\n" + ",\n".join(f"{indent}    {json.dumps(m.tolist())}" for m in value) + f"\n{indent}  ]")
+        elif isinstance(value, np.ndarray):
             _matrix(out, value, indent + "  ", masked=(key == "masked"))
         elif isinstance(value, _Heads):
             value.write(out, indent + "  ")
@@ -132,6 +134,39 @@ class _Heads:
         out.write(f"\n{indent}]")
 
 
+def linear_fields(h: HeadResult) -> list[tuple[str, Any]]:
+    """One entry of ``"linear": {"heads": [...]}`` (docs/scenario-format.md, "[linear]"): S[t] is the state after token t."""
+    lin = h.linear
+    assert lin is not None
+    return [("phi_Q", lin.phi_Q), ("phi_K", lin.phi_K), ("S", lin.S), ("z", lin.z), ("output", lin.recurrent)]
+
+
+def deltanet_fields(h: HeadResult) -> list[tuple[str, Any]]:
+    """One entry of ``"deltanet": {"heads": [...]}``: q and k as the rule reads them (L2-normalised, q ÷ √d_k)."""
+    dn = h.deltanet
+    assert dn is not None
+    return [("q", dn.q), ("k", dn.k), ("g", dn.g.tolist()), ("beta", dn.beta.tolist()), ("S", dn.S),
+            ("output", dn.output)]
+
+
+class _PerHead(_Heads):
+    """A variant's ``{"heads": [...]}`` after the document's own fields: each head computed again as it is
+    written, so memory stays one head's (a state is n × d_k × d_v)."""
+
+    def __init__(self, sc: Scenario, norm: NormResult | None, fields: Callable[[HeadResult], list[tuple[str, Any]]]) -> None:
+        super().__init__(iter_heads(sc, norm))
+        self.fields = fields
+
+    def write(self, out: _Out, indent: str) -> None:
+        out.write("{\n" + f"{indent}  \"heads\": [\n")
+        for i, head in enumerate(self.heads):
+            if i:
+                out.write(",\n")
+            out.write(indent + "    ")
+            _fields(out, self.fields(head), indent + "    ")
+        out.write(f"\n{indent}  ]\n{indent}}}")
+
+
 def _document(
     out: TextIO, sc: Scenario, heads: Iterable[HeadResult], concat: Matrix, output: Matrix, norm: NormResult | None
 ) -> None:
@@ -151,6 +186,8 @@ def _document(
         ("positions", list(sc.positions) if sc.positions is not None else None),
         ("b_O", _vector(sc.b_O)),
         ("rope", _rope(sc)),
+        ("linear", _PerHead(sc, norm, linear_fields) if sc.linear is not None else None),
+        ("deltanet", _PerHead(sc, norm, deltanet_fields) if sc.deltanet is not None else None),
     ], "")
     buffered.write("\n")
     buffered.flush()

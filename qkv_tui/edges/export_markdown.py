@@ -46,8 +46,10 @@ def to_markdown(comp: Computation, decimals: int = 3) -> str:
         out += [sc.description, ""]
     if sc.input.schedule:  # a real model's layers, the one shown marked
         out += [sc.input.schedule_text, ""]
+    what = ("Linear attention" if sc.linear is not None else "The gated delta rule" if sc.deltanet is not None
+            else "Scaled dot-product attention, **softmax(QKᵀ/√dₖ)V**,")
     out += [
-        "Scaled dot-product attention, **softmax(QKᵀ/√dₖ)V**, worked cell by cell.",
+        f"{what} worked cell by cell.",
         "",
         f"- Query tokens ({sc.n}): {', '.join(tokens)}",
     ]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from qkv_tui.core.engine import Computation
 from qkv_tui.display.decode_view import decode_lines, mask_note, reference_name, step_title
+from qkv_tui.display.state_view import carries_state, state_section
 from qkv_tui.display.tiled_view import MEANING, op_lines
 from qkv_tui.teach.decode import decode
 from qkv_tui.teach.tiled import PHASE_NAMES, memory_line, tiled
@@ -91,4 +92,6 @@ def tiled_section(comp: Computation, decimals: int = 3) -> list[str]:
 
 
 def production_sections(comp: Computation, decimals: int = 3) -> list[str]:
+    if carries_state(comp):  # [linear], [deltanet]: decoding carries a state; there are no tiles
+        return state_section(comp, decimals)
     return cache_section(comp, decimals) + tiled_section(comp, decimals)

@@ -68,8 +68,9 @@ def _rules(ws: WorksheetContent) -> list[str]:
                    f" a' = a·cos − b·sin, b' = a·sin + b·cos, with cos and sin read from the table{guard}."
                    " The scores then use Q' and K'.")
         out.extend(rope_notes(sc.rope, comp.heads[0].d_k))
-    out.append("- Softmax, row by row: subtract the row's largest scaled score, take e to each difference, divide each"
-               " by their sum. Masked cells are −∞ and get weight 0.")
+    if sc.linear is None and sc.deltanet is None:  # those keep a state instead (their stages' own rules)
+        out.append("- Softmax, row by row: subtract the row's largest scaled score, take e to each difference, divide each"
+                   " by their sum. Masked cells are −∞ and get weight 0.")
     if sc.alibi is not None:
         out.append("- ALiBi: each head adds slope·(j − i) to its scaled scores, j the key's position and i the"
                    " query's: the further back the key, the lower its score.")
@@ -94,7 +95,9 @@ def render(ws: WorksheetContent) -> str:
     out = [f"# Worksheet: {sc.title}", ""]
     if sc.description:
         out += [sc.description, ""]
-    out += ["Scaled dot-product attention, **softmax(QKᵀ/√dₖ)V**, by hand. Fill in each numbered blank.", ""]
+    what = ("Linear attention" if sc.linear is not None else "The gated delta rule" if sc.deltanet is not None
+            else "Scaled dot-product attention, **softmax(QKᵀ/√dₖ)V**,")
+    out += [f"{what} by hand. Fill in each numbered blank.", ""]
     out += _rules(ws)
     out += ["", "## Inputs", ""]
     for table in ws.tables:
@@ -105,6 +108,8 @@ def render(ws: WorksheetContent) -> str:
         out += ["Mask (1 = the query may attend the key, 0 = masked):", "", _table_md(ws, mask), ""]
     multi = len(comp.heads) > 1
     for head in comp.heads:
+        if head.linear is not None or head.deltanet is not None:
+            continue  # no scores are scaled
         divisor = f"√{head.d_k} (dₖ = {head.d_k})" if head.scale_is_default else f"{exact(head.scale)} (set by the scenario)"
         out.append(f"- Scale{f' ({head.name})' if multi else ''}: divide every score by {divisor}.")
     out.append("")

@@ -9,7 +9,9 @@ from typing import Protocol
 
 import numpy as np
 
+from qkv_tui.kernels.deltanet import DeltaForward, decay_mask, deltanet_forward
 from qkv_tui.kernels.gate import Gated, gate
+from qkv_tui.kernels.linear import LinearForward, LinearSpec, linear_forward
 from qkv_tui.kernels.norm import Normed, normalise
 from qkv_tui.kernels.policy import EXACT, Policy
 from qkv_tui.kernels.rope import rotate
@@ -81,6 +83,8 @@ class Forward:
     Q_normed: Normed | None = None  # (n, d_k) Q after QK-norm, with each row's mean square and root; None without
     K_normed: Normed | None = None  # (m, d_k)
     gated: Gated | None = None  # the output gate's sigmoid and gated output; None without a gate
+    linear: LinearForward | None = None  # [linear]'s two forms; None with the softmax
+    deltanet: DeltaForward | None = None  # [deltanet]'s gated delta rule; None with the softmax
 
 
 def frozen(array: Matrix) -> Matrix:
@@ -119,7 +123,8 @@ def head_forward(X: Matrix, X_kv: Matrix, W_Q: Matrix, W_K: Matrix, W_V: Matrix,
                  b_K: Matrix | None, b_V: Matrix | None, allow: np.ndarray, scale: float, *,
                  turn: Turn | None = None, bias: Matrix | None = None, sink: float | None = None,
                  shared: SharedKV | None = None, qk_norm: QKNormHead | None = None,
-                 policy: Policy = EXACT, softcap: float | None = None, W_G: Matrix | None = None) -> Forward:
+                 policy: Policy = EXACT, softcap: float | None = None, W_G: Matrix | None = None,
+                 linear: LinearSpec | None = None, deltanet: tuple[Matrix, Matrix] | None = None) -> Forward:
     """One head. ``X`` is what the Query projection reads (already normalised), ``X_kv`` what the Keys and
     Values read; ``shared`` is the forward of an earlier query head reading the same K/V head, whose K, V
     (normalised and turned) this one reuses."""
@@ -136,10 +141,40 @@ def head_forward(X: Matrix, X_kv: Matrix, W_Q: Matrix, W_K: Matrix, W_V: Matrix,
     Q_in = Q if Q_normed is None else Q_normed.X_norm  # (n, d_k)
     Q_rot = None if turn is None else frozen(rotate(Q_in, turn.cos, turn.sin, turn.pairs, policy))
     K_used = K_rot if K_rot is not None else K if K_normed is None else K_normed.X_norm
-    attended = attend(Q_in if Q_rot is None else Q_rot, K_used, V, allow, scale, bias, sink, policy, softcap)
+    lin = None if linear is None else linear_forward(Q_in if Q_rot is None else Q_rot, K_used, V, allow, linear, policy)
+    delta = None if deltanet is None else deltanet_forward(Q_in if Q_rot is None else Q_rot, K_used, V, *deltanet,
+                                                             policy=policy)
+    if lin is not None:
+        attended = as_attended(lin, allow)
+    elif delta is not None:
+        attended = delta_attended(delta, allow)
+    else:
+        attended = attend(Q_in if Q_rot is None else Q_rot, K_used, V, allow, scale, bias, sink, policy, softcap)
     # the gate reads X̂ (what the Query projection reads) and scales the head's output, after Mix
     gated = None if W_G is None else gate(X, W_G, attended.output, policy)
-    return Forward(Q, K, V, Q_rot, K_rot, attended, Q_normed, K_normed, gated=gated)
+    return Forward(Q, K, V, Q_rot, K_rot, attended, Q_normed, K_normed, gated=gated, linear=lin, deltanet=delta)
+
+
+def as_attended(lin: LinearForward, allow: np.ndarray) -> Attended:
+    """Linear attention's quadratic form in the softmax's places, so that Mix, Concat and the exports read it
+    as they read a softmax head: its scores, the masked scores (−∞ where the mask forbids, as every masked
+    input is kept), the masked scores again as the row's terms, each row's sum and the divided weights."""
+    logits = frozen(np.where(allow, lin.scores, -np.inf))  # (n, n)
+    row_max = frozen(np.zeros(len(lin.row_sum)))  # (n,) nothing is subtracted: φ(q)·φ(k) is never exponentiated
+    return Attended(1.0, lin.scores, lin.scores, None, logits,
+                    SoftmaxRows(row_max, lin.masked, lin.row_sum, lin.weights, None), lin.output)
+
+
+def delta_attended(dn: DeltaForward, allow: np.ndarray) -> Attended:
+    """The gated delta rule in the softmax's places: scores q̂·k̂ᵀ, and as weights those scores times the
+    decaying causal mask, which weigh the corrections δ (not V) into the output."""
+    scores = frozen(dn.q @ dn.k.T)  # (n, n)
+    weighted = scores * decay_mask(dn.g)  # (n, n) 0 above the diagonal
+    weights = frozen(np.where(allow, weighted, 0.0))
+    logits = frozen(np.where(allow, weighted, -np.inf))
+    n = len(dn.g)
+    return Attended(1.0, scores, scores, None, logits,
+                    SoftmaxRows(frozen(np.zeros(n)), weights, frozen(np.ones(n)), weights, None), dn.output)
 
 
 def qk_normalise(M: Matrix, gamma: Matrix, eps: float, rows: Normed | None, policy: Policy = EXACT) -> Normed:

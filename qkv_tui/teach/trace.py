@@ -269,6 +269,10 @@ class Trace:
             d_k = self.comp.heads[0].d_k
             pair = next((i for i, ab in enumerate(self.comp.scenario.rope.pairs(d_k)) if col in ab), None)
             return f"{col}=" if pair is None else f"{col}p{pair}"  # "=": partial rotary passes it through
+        if name in ("lin_S", "dn_S", "dn_decayed"):  # a state d_k × d_v, a token's row read row by row: "i,j"
+            widths = {h.d_v for h in self.comp.heads}
+            if len(widths) == 1:
+                return "{},{}".format(*divmod(col, widths.pop()))
         if name == "sink":
             return ("logit", "exp", "Σw")[col]
         if name == "rope_freq":

@@ -15,7 +15,9 @@ from typing import Any
 
 from qkv_tui.core.arrays import Vector as Vector  # re-exported: the modules that read a Norm or Rope import it from here
 from qkv_tui.core.variants import alibi, biases, kv_heads, norm, qk_norm, rope, scale_from, sinks, softcap, window
+from qkv_tui.core.variants import deltanet as deltanet
 from qkv_tui.core.variants import gate as gate
+from qkv_tui.core.variants import linear as linear
 from qkv_tui.core.variants.alibi import ALIBI_KEYS as ALIBI_KEYS
 from qkv_tui.core.variants.alibi import Alibi as Alibi
 from qkv_tui.core.variants.alibi import alibi_later_key as alibi_later_key
@@ -63,6 +65,8 @@ FEATURES: tuple[Table[Any] | Keys, ...] = (
     softcap.KEYS,
     scale_from.KEYS,
     gate.KEYS,
+    linear.TABLE,
+    deltanet.TABLE,
 )
 
 # The top-level tables, in the order the loader parses them (a table may read the ones before it:

@@ -85,6 +85,7 @@ class Context:
     earlier: dict[str, object] = field(default_factory=dict)  # the tables parsed before this one, by key
     num_heads_split: int | None = None  # num_heads where the heads came from [attention]; None in [[heads]] form
     num_kv_heads: int | None = None  # [attention]'s num_kv_heads where it shares K/V heads
+    head_tables: tuple[Any, ...] = ()  # the loader's Heads (kv_head, sink, softcap), for tables that replace the softmax
 
 
 T = TypeVar("T")

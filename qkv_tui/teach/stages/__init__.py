@@ -12,6 +12,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from qkv_tui.teach.stages import concat, embed, gate, mix, norm, project, qk_norm, rotate, scale, score, softmax, wo
+from qkv_tui.teach.stages import deltanet as deltanet
+from qkv_tui.teach.stages import linear as linear
 from qkv_tui.teach.stages.common import StageSpec
 
 REGISTRY: list[StageSpec] = [
@@ -24,6 +26,12 @@ REGISTRY: list[StageSpec] = [
     scale.SPEC,
     softmax.SPEC,
     mix.SPEC,
+    linear.FEATURE,
+    linear.QUADRATIC,
+    linear.RECURRENT,
+    deltanet.NORMALISE,
+    deltanet.GATES,
+    deltanet.DELTA,
     gate.SPEC,
     concat.SPEC,
     wo.SPEC,

@@ -21,6 +21,7 @@ from qkv_tui.teach.stages.common import (
 )
 from qkv_tui.teach.stages.context import TraceContext
 from qkv_tui.teach.stages.printed import PrintedCells, PrintedChain, Table, idx
+from qkv_tui.teach.stages.replaced import softmax_runs
 
 VECTOR_WIDTH = 8  # the Mix stage's vector form is shown for Value rows up to this wide
 
@@ -31,6 +32,9 @@ class Mix(StageSpec):
                   " may attend. That is how attention moves information across the sequence.")
     per_head = True
     matrices = ("output",)
+
+    def runs(self, trace: TraceContext) -> bool:
+        return softmax_runs(trace)  # [linear] and [deltanet] replace it
 
     def segments(self, trace: TraceContext, head: int | None) -> list[Plan]:
         assert head is not None

@@ -32,6 +32,7 @@ from qkv_tui.teach.stages.common import (
 from qkv_tui.teach.stages.context import TraceContext
 from qkv_tui.teach.stages.markdown import MarkdownPage
 from qkv_tui.teach.stages.printed import PrintedCells, PrintedChain, Table, exact
+from qkv_tui.teach.stages.replaced import softmax_runs
 
 
 class Scale(StageSpec):
@@ -42,6 +43,9 @@ class Scale(StageSpec):
     per_head = True
     matrices = ("scaled", "bias", "capped")
     styles = MappingProxyType({"scaled": PaneStyle(row_max=True), "capped": PaneStyle(row_max=True)})
+
+    def runs(self, trace: TraceContext) -> bool:
+        return softmax_runs(trace)  # [linear] and [deltanet] replace it
 
     def segments(self, trace: TraceContext, head: int | None) -> list[Plan]:
         sc = trace.comp.scenario

@@ -23,6 +23,7 @@ from qkv_tui.teach.stages.common import (
 )
 from qkv_tui.teach.stages.context import TraceContext
 from qkv_tui.teach.stages.printed import PrintedCells, PrintedChain, Table
+from qkv_tui.teach.stages.replaced import softmax_runs
 
 
 class Score(StageSpec):
@@ -32,6 +33,9 @@ class Score(StageSpec):
     per_head = True
     matrices = ("scores",)
     styles = MappingProxyType({"scores": PaneStyle(row_max=True)})
+
+    def runs(self, trace: TraceContext) -> bool:
+        return softmax_runs(trace)  # [linear] and [deltanet] replace it
 
     def segments(self, trace: TraceContext, head: int | None) -> list[Plan]:
         sc = trace.comp.scenario

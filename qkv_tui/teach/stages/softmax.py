@@ -31,6 +31,7 @@ from qkv_tui.teach.stages.common import (
 from qkv_tui.teach.stages.context import TraceContext
 from qkv_tui.teach.stages.markdown import MarkdownPage
 from qkv_tui.teach.stages.printed import PrintedCells, PrintedChain, Table, exact
+from qkv_tui.teach.stages.replaced import softmax_runs
 from qkv_tui.teach.stages.soft_cap import logits_name
 
 SAME_WEIGHT = "same weight:"  # the seed's way to one weight, after the row's list of e^s
@@ -45,6 +46,9 @@ class Softmax(StageSpec):
     per_head = True
     matrices = ("weights", "sink")
     styles = MappingProxyType({"weights": PaneStyle(heat=True, masked=True)})
+
+    def runs(self, trace: TraceContext) -> bool:
+        return softmax_runs(trace)  # [linear] and [deltanet] replace it
 
     def segments(self, trace: TraceContext, head: int | None) -> list[Plan]:
         sc = trace.comp.scenario

@@ -1,0 +1,120 @@
+"""``[deltanet]``: the gated delta rule of Qwen3-Next's and Qwen3.5's linear-attention layers (Yang et al. 2024)
+in place of every head's softmax (docs/scenario-format.md, "[deltanet]").
+
+Per head and token, with q and k L2-normalised (q also ÷ √d_k): S ← S·e^{g_t}; kv = Sᵀk_t;
+δ = (v_t − kv)·β_t; S ← S + k_t δᵀ; o_t = Sᵀq_t. The log decay g and the write strength β are given
+(``g``, ``beta``: n × num_heads) or computed as the models compute them: β = σ(X̂·W_b),
+g = −e^{A_log}·softplus(X̂·W_a + dt_bias).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, cast
+
+import numpy as np
+
+from qkv_tui.base.values import kind as _kind
+from qkv_tui.core.arrays import Matrix, Vector
+from qkv_tui.core.toml_text import vector
+from qkv_tui.core.variants.common import Context, Table, numbers
+from qkv_tui.core.variants.gate import Reader
+from qkv_tui.core.variants.linear import replaces_softmax
+
+DELTANET_KEYS = ("g", "beta", "W_a", "W_b", "A_log", "dt_bias")
+L2_EPS = 1e-6  # pinned: x / √(Σx² + 1e-6), as transformers' l2norm (and FLA's)
+
+
+@dataclass(frozen=True, eq=False)
+class DeltaNet:
+    """g and β per token and head, given or computed from the models' weights."""
+
+    g: Matrix | None  # (n, num_heads) the log decay, given; None: computed from W_a, A_log, dt_bias
+    beta: Matrix | None  # (n, num_heads) the write strength, given; None: computed from W_b
+    W_a: Matrix | None = None  # (d_model, num_heads) X̂·W_a is the decay's input
+    W_b: Matrix | None = None  # (d_model, num_heads) σ(X̂·W_b) = β
+    A_log: Vector | None = None  # (num_heads,) −e^{A_log} is the decay's rate
+    dt_bias: Vector | None = None  # (num_heads,) added to X̂·W_a before the softplus
+
+
+def _grid(v: Any, value: Any, key: str, rows: int, cols: int, what: str) -> Matrix:
+    if not isinstance(value, list):
+        raise v.fail(f"{key} must be a list of {rows} rows ({what}), got {_kind(value)}")
+    if len(value) != rows:
+        raise v.fail(f"{key} has {len(value)} row{'s' if len(value) != 1 else ''}; expected {rows}, one per token")
+    out = np.stack([numbers(v, row, f"{key} row {r + 1}", cols, "one per head, num_heads") for r, row in enumerate(value)])
+    out.setflags(write=False)
+    return out  # (rows, cols)
+
+
+def parse_deltanet(table: dict[str, Any], ctx: Context) -> DeltaNet:
+    v = ctx.v
+    replaces_softmax(v, ctx, "deltanet")
+    if ctx.earlier.get("linear") is not None:
+        raise v.fail("[deltanet] and [linear] both replace every head's softmax; expected one of them")
+    n, heads, d_model = len(ctx.tokens), len(ctx.heads), ctx.d_model
+    g = beta = W_a = W_b = A_log = dt_bias = None
+    if "g" in table:
+        for key in ("W_a", "A_log", "dt_bias"):
+            if key in table:
+                raise v.fail(f"[deltanet] has both g and {key}; expected g (n × num_heads) or W_a, A_log and dt_bias,"
+                             " from which g is computed")
+        g = _grid(v, table["g"], "[deltanet] g", n, heads, "the log decay g of each token, one per head")
+        if (g > 0).any():
+            r, c = (int(i) for i in np.argwhere(g > 0)[0])
+            raise v.fail(f"[deltanet] g row {r + 1}, column {c + 1} is {g[r, c]:g}; expected g <= 0 (a log decay:"
+                         " e^g <= 1 shrinks the state, e^g > 1 would grow it without bound)")
+    else:
+        missing = [k for k in ("W_a", "A_log", "dt_bias") if k not in table]
+        if missing:
+            raise v.fail(f"[deltanet] is missing {missing[0]!r}; expected g = [[...]] (n × num_heads), or W_a"
+                         " (d_model × num_heads), A_log and dt_bias (num_heads each), as Qwen3-Next computes g")
+        W_a = cast(Reader, v).matrix(table["W_a"], "[deltanet] W_a")
+        _shape(v, W_a, "[deltanet] W_a", d_model, heads)
+        A_log = numbers(v, table["A_log"], "[deltanet] A_log", heads, "one per head, num_heads")
+        dt_bias = numbers(v, table["dt_bias"], "[deltanet] dt_bias", heads, "one per head, num_heads")
+    if "beta" in table:
+        if "W_b" in table:
+            raise v.fail("[deltanet] has both beta and W_b; expected beta (n × num_heads) or W_b, from which β = σ(X̂·W_b)")
+        beta = _grid(v, table["beta"], "[deltanet] beta", n, heads, "the write strength β of each token, one per head")
+    elif "W_b" in table:
+        W_b = cast(Reader, v).matrix(table["W_b"], "[deltanet] W_b")
+        _shape(v, W_b, "[deltanet] W_b", d_model, heads)
+    else:
+        raise v.fail("[deltanet] is missing 'beta'; expected beta = [[...]] (n × num_heads), or W_b (d_model × num_heads),"
+                     " from which β = σ(X̂·W_b)")
+    return DeltaNet(g, beta, W_a, W_b, A_log, dt_bias)
+
+
+def _shape(v: Any, M: Matrix, key: str, rows: int, cols: int) -> None:
+    if M.shape[0] != rows:
+        raise v.fail(f"{key} has {M.shape[0]} rows; expected d_model = {rows} (it reads X̂, what the projections read)")
+    if M.shape[1] != cols:
+        raise v.fail(f"{key} has {M.shape[1]} columns; expected num_heads = {cols}, one per head")
+
+
+def _rows(M: Matrix) -> str:
+    return "[" + ", ".join(vector(row) for row in M) + "]"
+
+
+def write_deltanet(dn: DeltaNet) -> list[str]:
+    out = ["[deltanet]"]
+    if dn.g is not None:
+        out.append(f"g = {_rows(dn.g)}")
+    else:
+        assert dn.W_a is not None and dn.A_log is not None and dn.dt_bias is not None
+        out += [f"W_a = {_rows(dn.W_a)}", f"A_log = {vector(dn.A_log)}", f"dt_bias = {vector(dn.dt_bias)}"]
+    if dn.beta is not None:
+        out.append(f"beta = {_rows(dn.beta)}")
+    else:
+        assert dn.W_b is not None
+        out.append(f"W_b = {_rows(dn.W_b)}")
+    return out
+
+
+def _summary(dn: DeltaNet) -> str:
+    given = dn.g is not None and dn.beta is not None
+    return "gated delta rule" + (" (g, β given)" if given else " (g, β from the weights)")
+
+
+TABLE: Table[DeltaNet] = Table("deltanet", DELTANET_KEYS, parse_deltanet, _summary, write_deltanet)

@@ -1,0 +1,80 @@
+"""``[linear]``: linear attention (Katharopoulos et al. 2020) in place of every head's softmax
+(docs/scenario-format.md, "[linear]").
+
+φ(Q)φ(K)ᵀ, masked causally and each row divided by its sum, times V: the same numbers as the running
+state S_t = S_{t−1} + φ(k_t)v_tᵀ, z_t = z_{t−1} + φ(k_t), o_t = φ(q_t)ᵀS_t / φ(q_t)ᵀz_t.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from qkv_tui.base.values import kind as _kind
+from qkv_tui.core.toml_text import string
+from qkv_tui.core.variants.common import Checker, Context, Table, choice
+
+LINEAR_KEYS = ("feature", "normalize")
+FEATURE_KINDS = ("elu1", "relu", "identity")
+FEATURE_TEXT = {"elu1": "elu(x) + 1", "relu": "max(x, 0)", "identity": "x"}
+
+
+@dataclass(frozen=True)
+class Linear:
+    """Linear attention's feature map φ and whether each row is divided by φ(q_t)ᵀz_t."""
+
+    feature: str  # "elu1" | "relu" | "identity"
+    normalize: bool
+
+
+def replaces_softmax(v: Checker, ctx: Context, table: str) -> None:
+    """The readings pinned for a table that replaces every head's softmax with a running state: a causal
+    mask, self-attention, one K/V head per query head, and none of the softmax's own keys."""
+    if ctx.is_cross:
+        raise v.fail(f"[{table}] needs self-attention (its state runs over the tokens themselves); remove [context] or [{table}]")
+    if ctx.mask_kind != "causal":
+        raise v.fail(f"[{table}] needs mask = \"causal\" (the state reads each token after the ones before it),"
+                     f" but mask = {ctx.mask_kind!r}; expected mask = \"causal\"")
+    if ctx.num_kv_heads is not None:
+        raise v.fail(f"[{table}] does not share K/V heads (each head keeps its own state), but [attention] has"
+                     f" num_kv_heads = {ctx.num_kv_heads}; expected no num_kv_heads")
+    for i, head in enumerate(ctx.head_tables):
+        name = ctx.heads[i][0]
+        kv = getattr(head, "kv_head", None)
+        if kv is not None and kv != i:
+            raise v.fail(f"[{table}] does not share K/V heads (each head keeps its own state), but {name} reads"
+                         f" kv_head = {kv + 1}; expected no kv_head")
+        for key, why in (("sink", "a sink's logit"), ("softcap", "a soft-cap")):
+            if getattr(head, key, None) is not None:
+                raise v.fail(f"[{table}] replaces the softmax, which {why} belongs to, but {name} has {key};"
+                             f" expected no {key} with [{table}]")
+    if ctx.earlier.get("alibi") is not None:
+        raise v.fail(f"[{table}] replaces the softmax, whose logits [alibi] biases; expected [alibi] or [{table}], not both")
+
+
+def parse_linear(table: dict[str, Any], ctx: Context) -> Linear:
+    v = ctx.v
+    replaces_softmax(v, ctx, "linear")
+    raw = table.get("feature", "elu1")
+    if isinstance(raw, str) and raw.startswith("elu") and raw != "elu1":  # difflib would offer 'relu' for 'elu'
+        raise v.fail(f"[linear] feature = {raw!r} is not allowed; expected one of: {', '.join(map(repr, FEATURE_KINDS))};"
+                     " did you mean 'elu1'? (φ(x) = elu(x) + 1)")
+    feature = choice(v, raw, "[linear] feature", FEATURE_KINDS)
+    normalize = table.get("normalize", True)
+    if not isinstance(normalize, bool):
+        raise v.fail(f"[linear] normalize must be true or false, got {_kind(normalize)}")
+    if feature == "identity" and normalize:
+        raise v.fail("[linear] feature = \"identity\" needs normalize = false (with φ(x) = x a row's sum φ(q)ᵀz may be 0"
+                     " or negative, so it is no share); expected normalize = false, or feature = \"elu1\" or \"relu\"")
+    return Linear(feature, normalize)
+
+
+def write_linear(lin: Linear) -> list[str]:
+    return ["[linear]", f"feature = {string(lin.feature)}", f"normalize = {'true' if lin.normalize else 'false'}"]
+
+
+def _summary(lin: Linear) -> str:
+    return f"linear attention (φ = {FEATURE_TEXT[lin.feature]}{'' if lin.normalize else ', not normalised'})"
+
+
+TABLE: Table[Linear] = Table("linear", LINEAR_KEYS, parse_linear, _summary, write_linear)

@@ -1,0 +1,101 @@
+"""The gated delta rule (Yang et al. 2024; Qwen3-Next's and Qwen3.5's linear-attention layers), one head,
+token by token, under a numeric policy, as transformers' ``torch_recurrent_gated_delta_rule`` computes it:
+
+q and k L2-normalised, x / √(Σx² + 1e-6), and q also ÷ √d_k; then per token
+S ← S·e^{g_t}; kv = Sᵀk_t; δ = (v_t − kv)·β_t; S ← S + k_t δᵀ; o_t = Sᵀq_t.
+
+Unrolled, o_t = Σ_{s ≤ t} (q_t·k_s)·e^{G_t − G_s}·δ_s with G_t = g_1 + … + g_t: attention over the
+corrections δ with a causal mask that decays with distance (:func:`decay_mask`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from qkv_tui.kernels.policy import EXACT, Policy
+from qkv_tui.kernels.stats import Matrix
+
+L2_EPS = 1e-6
+
+
+@dataclass(frozen=True, eq=False)
+class DeltaForward:
+    """One head's gated delta rule; every array read-only."""
+
+    sq_q: Matrix  # (n,) Σq² of each raw query row
+    sq_k: Matrix  # (n,) Σk²
+    root_q: Matrix  # (n,) √(Σq² + eps)
+    root_k: Matrix  # (n,)
+    divisor: float  # √d_k, as kept
+    q: Matrix  # (n, d_k) q / root / √d_k
+    k: Matrix  # (n, d_k) k / root
+    g: Matrix  # (n,) the log decay
+    beta: Matrix  # (n,) the write strength
+    decay: Matrix  # (n,) e^g
+    decayed: Matrix  # (n, d_k, d_v) S_{t−1}·e^{g_t}
+    kv: Matrix  # (n, d_v) decayedᵀ k_t: what the state recalls for k_t
+    delta: Matrix  # (n, d_v) (v_t − kv)·β_t
+    S: Matrix  # (n, d_k, d_v) the state after token t
+    output: Matrix  # (n, d_v) S_tᵀ q_t
+
+
+def l2_rows(x: Matrix, policy: Policy = EXACT) -> tuple[Matrix, Matrix, Matrix]:
+    """(Σx², √(Σx² + eps), x / √(Σx² + eps)) of each row: transformers' l2norm."""
+    sq = policy.worked(policy.worked(x * x).sum(axis=1))  # (n,)
+    root = policy.worked(np.sqrt(sq + L2_EPS))  # (n,)
+    return sq, root, policy.table(x / root[:, None])
+
+
+def gates(X: Matrix, W_a: Matrix, W_b: Matrix | None, A_log: Matrix, dt_bias: Matrix,
+          policy: Policy = EXACT) -> tuple[Matrix, Matrix]:
+    """(g, β) for every token and head as Qwen3-Next computes them: g = −e^{A_log}·softplus(X·W_a + dt_bias),
+    β = σ(X·W_b): (n, H) each (β is None's stand-in, ones, without W_b)."""
+    a = policy.table(policy.matmul(X, W_a) + dt_bias[None, :])  # (n, H)
+    softplus = policy.worked(np.logaddexp(0.0, a))  # (n, H) ln(1 + e^a), overflow-safe
+    g = policy.table(-policy.worked(np.exp(A_log))[None, :] * softplus)  # (n, H)
+    if W_b is None:
+        return g, np.ones_like(g)
+    b = policy.table(policy.matmul(X, W_b))  # (n, H)
+    return g, policy.table(1.0 / (1.0 + np.exp(-b)))
+
+
+def deltanet_forward(Q: Matrix, K: Matrix, V: Matrix, g: Matrix, beta: Matrix, policy: Policy = EXACT) -> DeltaForward:
+    """One head: Q, K (n, d_k) as projected, V (n, d_v), g and β (n,)."""
+    n, d_k = Q.shape
+    d_v = V.shape[1]
+    sq_q, root_q, q_hat = l2_rows(Q, policy)
+    sq_k, root_k, k = l2_rows(K, policy)
+    divisor = policy.divisor(float(np.sqrt(d_k)))
+    q = policy.table(q_hat / divisor)  # (n, d_k)
+    decay = policy.worked(np.exp(g))  # (n,)
+    decayed, S = np.zeros((n, d_k, d_v)), np.zeros((n, d_k, d_v))
+    kv, delta, output = np.zeros((n, d_v)), np.zeros((n, d_v)), np.zeros((n, d_v))
+    state = np.zeros((d_k, d_v))
+    for t in range(n):
+        state = policy.worked(state * decay[t])  # (d_k, d_v)
+        decayed[t] = state
+        kv[t] = policy.worked(policy.worked(state * k[t][:, None]).sum(axis=0))  # (d_v,)
+        delta[t] = policy.worked(policy.worked(V[t] - kv[t]) * beta[t])  # (d_v,)
+        state = policy.worked(state + policy.worked(k[t][:, None] * delta[t][None, :]))  # (d_k, d_v)
+        S[t] = state
+        output[t] = policy.worked(policy.worked(state * q[t][:, None]).sum(axis=0))  # (d_v,)
+    arrays = (sq_q, sq_k, root_q, root_k, q, k, decay, decayed, kv, delta, S, output)
+    for a in arrays:
+        a.setflags(write=False)
+    g_kept, beta_kept = np.array(g, dtype=float), np.array(beta, dtype=float)
+    g_kept.setflags(write=False)
+    beta_kept.setflags(write=False)
+    return DeltaForward(sq_q, sq_k, root_q, root_k, divisor, q, k, g_kept, beta_kept, decay, decayed, kv, delta, S, output)
+
+
+def decay_mask(g: Matrix) -> Matrix:
+    """D[t, s] = e^{G_t − G_s} for s ≤ t (G the running sum of g), 0 for a later s: (n, n).
+
+    The causal mask the state applies: o_t = Σ_s (q_t·k_s)·D[t, s]·δ_s."""
+    G = np.cumsum(g)  # (n,)
+    n = len(g)
+    with np.errstate(over="ignore"):
+        D = np.where(np.tril(np.ones((n, n), dtype=bool)), np.exp(np.minimum(G[:, None] - G[None, :], 0.0)), 0.0)
+    return D
