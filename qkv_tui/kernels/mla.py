@@ -135,8 +135,9 @@ def mla_head(shared: MlaShared, w: MlaWeights, h: int, allow: np.ndarray, scale:
     K = frozen(np.concatenate([k_C, shared.k_R], axis=1))  # (n, d_qk)
     attended = attend(Q, K, v_C, allow, scale, bias, None, policy, softcap)
     q_latent = frozen(project(q_C, W_UK.T, None, policy))  # (n, d_c)
-    absorbed_scores = frozen(policy.table(policy.matmul(q_latent, shared.c_KV.T)
-                                          + policy.matmul(q_R, shared.k_R.T)))  # (n, n)
+    # one dot of [q_latent | q_R] with [c_KV | k_R], as the screen works it (by hand: one running sum)
+    absorbed_scores = frozen(policy.table(policy.matmul(np.concatenate([q_latent, q_R], axis=1),
+                                                        np.concatenate([shared.c_KV, shared.k_R], axis=1).T)))  # (n, n)
     latent_mix = frozen(project(attended.softmax.weights, shared.c_KV, None, policy))  # (n, d_c)
     absorbed_output = frozen(project(latent_mix, W_UV, None, policy))  # (n, d_v)
     return MlaHead(shared, q_C, q_R_raw, q_R, k_C, v_C, Q, K, attended, q_latent, absorbed_scores, latent_mix,

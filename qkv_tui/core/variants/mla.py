@@ -88,8 +88,9 @@ class Mla:
 
     def cache_per_token(self) -> tuple[int, int]:
         """Numbers the KV cache holds per token: the latent and the rotary key, against multi-head
-        attention's K and V for every head (2·num_heads·d_k, with d_k = d_nope + d_rope)."""
-        return self.d_c + self.d_rope, 2 * self.num_heads * self.d_qk
+        attention's K and V for every head, 2·num_heads·d_k with the head width d_k = d_nope (DeepSeek-V2's
+        d_h, the comparison of its Table 1: DeepSeek-V3's 512 + 64 = 576 against 2·128·128 = 32,768)."""
+        return self.d_c + self.d_rope, 2 * self.num_heads * self.d_nope
 
 
 def _frozen(a: Matrix) -> Matrix:
@@ -200,6 +201,9 @@ def refuse_with(v: Checker, doc: dict[str, Any]) -> None:
 def parse_mla(table: dict[str, Any], ctx: Context) -> Mla:
     mla = read_mla(cast(Reader, ctx.v), table, ctx.d_model)  # the loader's checker reads matrices too
     rope = ctx.earlier.get("rope")
+    if isinstance(rope, Rope) and (rope.partial != 1.0 or rope.scaling is not None):
+        raise ctx.v.fail("[mla] turns its rotary parts with plain RoPE; remove [rope] partial and [rope.scaling]"
+                         " (every one of the d_rope dimensions turns)")
     return replace(mla, rope=rope) if isinstance(rope, Rope) else mla
 
 

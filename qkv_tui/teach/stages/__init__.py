@@ -11,19 +11,40 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from qkv_tui.teach.stages import concat, embed, gate, mix, norm, project, qk_norm, rotate, scale, score, softmax, wo
+from qkv_tui.teach.stages import (
+    concat,
+    embed,
+    gate,
+    mix,
+    mla_absorb,
+    mla_compress,
+    mla_expand,
+    mla_rotate,
+    norm,
+    project,
+    qk_norm,
+    rotate,
+    scale,
+    score,
+    softmax,
+    wo,
+)
 from qkv_tui.teach.stages.common import StageSpec
 
 REGISTRY: list[StageSpec] = [
     embed.SPEC,
     norm.SPEC,
     project.SPEC,
+    mla_compress.SPEC,
+    mla_expand.SPEC,
+    mla_rotate.SPEC,
     qk_norm.SPEC,
     rotate.SPEC,
     score.SPEC,
     scale.SPEC,
     softmax.SPEC,
     mix.SPEC,
+    mla_absorb.SPEC,
     gate.SPEC,
     concat.SPEC,
     wo.SPEC,
