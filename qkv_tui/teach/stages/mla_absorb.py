@@ -9,8 +9,10 @@ import numpy as np
 from qkv_tui.core.scenario import Matrix
 from qkv_tui.teach.arith import dot_line
 from qkv_tui.teach.stages import mla_parts as parts
+from qkv_tui.teach.stages import mla_sheet
 from qkv_tui.teach.stages.common import Key, Operation, Plan, Ref, Segment, Stage, StageSpec
 from qkv_tui.teach.stages.context import TraceContext
+from qkv_tui.teach.stages.printed import PrintedCells, PrintedChain, Table
 
 
 class Absorb(StageSpec):
@@ -97,6 +99,13 @@ class Absorb(StageSpec):
         c_kv, k_r, q_r = (parts.shown_name(n) for n in (parts.latent(mla), parts.rotary_key(mla), parts.rotary_query(mla)))
         return {"q_L": "q_L = q_C·W_UKᵀ", "scores_L": f"q_L·{c_kv}ᵀ + {q_r}·{k_r}ᵀ", "mix_L": f"o_L = weights·{c_kv}",
                 "out_L": "out_L = o_L·W_UV"}[name]
+
+    def worksheet_tables(self, chain: PrintedChain, head: int | None) -> list[Table]:
+        assert head is not None
+        return mla_sheet.absorb_tables(chain, head)
+
+    def worksheet_line(self, cells: PrintedCells, table: Table, row: int, col: int, answer: str) -> str:
+        return mla_sheet.line(cells, table, row, col, answer)
 
 
 SPEC = Absorb()

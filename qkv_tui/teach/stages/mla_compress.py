@@ -5,9 +5,11 @@ from __future__ import annotations
 
 from qkv_tui.core.scenario import Matrix
 from qkv_tui.teach.stages import mla_parts as parts
+from qkv_tui.teach.stages import mla_sheet
 from qkv_tui.teach.stages.common import Key, Operation, Plan, Ref, Segment, Stage, StageSpec, x_in
 from qkv_tui.teach.stages.context import TraceContext
 from qkv_tui.teach.stages.norm import RowStats, cell_lines
+from qkv_tui.teach.stages.printed import PrintedCells, PrintedChain, Table
 
 WEIGHT_OF = {"c_KV_raw": "W_DKV", "k_R_raw": "W_KR", "c_Q_raw": "W_DQ"}
 NORMED = {"c_KV": ("c_KV_raw", "gamma_kv", "γ_kv"), "c_Q": ("c_Q_raw", "gamma_q", "γ_q")}
@@ -100,6 +102,13 @@ class Compress(StageSpec):
                   "k_R_raw": f"k_R = {shown_x}·W_KR (shared)", "c_Q_raw": f"c_Q = {shown_x}·W_DQ",
                   "c_Q": "ĉ_Q = RMSNorm(c_Q)", "W_QA": "W_Q, every head [nope|rope]"}
         return titles.get(name, parts.shown_name(name))
+
+    def worksheet_tables(self, chain: PrintedChain, head: int | None) -> list[Table]:
+        del head  # shared: printed once
+        return mla_sheet.compress_tables(chain)
+
+    def worksheet_line(self, cells: PrintedCells, table: Table, row: int, col: int, answer: str) -> str:
+        return mla_sheet.line(cells, table, row, col, answer)
 
 
 SPEC = Compress()

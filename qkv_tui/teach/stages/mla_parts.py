@@ -125,7 +125,7 @@ def _matrix(comp: Computation, name: str, head: int | None) -> Matrix:
     return value(comp, name, head)
 
 
-def _sub(i: int) -> str:
+def sub(i: int) -> str:
     return "".join("₀₁₂₃₄₅₆₇₈₉"[int(c)] for c in str(i))
 
 
@@ -134,7 +134,7 @@ def turn_line(target: str, src: str, token: str, pos: int, pair: int, a: int, b:
     """One turned cell of q_R or k_R: ``k_R'[love,0] = k_R[love,0]·cos(1·θ₀) − k_R[love,1]·sin(1·θ₀) = …``."""
     first = col == a
     angle = pos * theta
-    sym = f"{pos}·θ{_sub(pair)}"
+    sym = f"{pos}·θ{sub(pair)}"
     if first:
         symbolic = f"{target}[{token},{a}] = {src}[{token},{a}]·cos({sym}) − {src}[{token},{b}]·sin({sym})"
     else:
@@ -162,7 +162,7 @@ def turn_line(target: str, src: str, token: str, pos: int, pair: int, a: int, b:
             calc = x1 - x2 if first else x1 + x2
         text = " = ".join([symbolic, *steps, result])
         theta_t, angle_t = fmt(theta, False, max(p, 3)), fmt(angle, False, max(p, 3))
-        details = (f"pair {pair} = dims ({a}, {b}); angle = position·θ{_sub(pair)} = {pos}·{theta_t} = {angle_t}"
+        details = (f"pair {pair} = dims ({a}, {b}); angle = position·θ{sub(pair)} = {pos}·{theta_t} = {angle_t}"
                    f" radians; cos {angle_t} = {ct} and sin {angle_t} = {st}",)
         if agrees(calc, result) and agrees(pos * shown(theta_t), angle_t):
             break

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 from qkv_tui.core.scenario import Matrix
 from qkv_tui.teach.stages import mla_parts as parts
+from qkv_tui.teach.stages import mla_sheet
 from qkv_tui.teach.stages.common import K_SLOT, Q_SLOT, Key, Operation, Plan, Ref, Segment, Stage, StageSpec
 from qkv_tui.teach.stages.context import TraceContext
+from qkv_tui.teach.stages.printed import PrintedCells, PrintedChain, Table
 
 
 class MlaRotate(StageSpec):
@@ -60,6 +62,13 @@ class MlaRotate(StageSpec):
 
     def lights(self, seg: Segment) -> frozenset[int]:
         return frozenset({K_SLOT if seg.target == "k_R" else Q_SLOT})
+
+    def worksheet_tables(self, chain: PrintedChain, head: int | None) -> list[Table]:
+        assert head is not None
+        return mla_sheet.rotate_tables(chain, head)
+
+    def worksheet_line(self, cells: PrintedCells, table: Table, row: int, col: int, answer: str) -> str:
+        return mla_sheet.line(cells, table, row, col, answer)
 
 
 SPEC = MlaRotate()
