@@ -205,7 +205,7 @@ def classic(path: Path) -> bool:
     """A scenario without the §7 variants: this page model knows its tables (test_worksheet_variants knows them all)."""
     sc = load_scenario(path)
     return (sc.norm is None and sc.qk_norm is None and sc.rope is None and sc.alibi is None and sc.num_kv_heads is None
-            and sc.b_O is None and all(h.b_Q is None and h.b_K is None and h.b_V is None and h.sink is None
+            and sc.b_O is None and sc.mla is None and all(h.b_Q is None and h.b_K is None and h.b_V is None and h.sink is None
                                        and h.softcap is None for h in sc.heads))
 
 

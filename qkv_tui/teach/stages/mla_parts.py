@@ -22,7 +22,7 @@ INPUTS = ("W_DKV", "W_UK", "W_UV", "W_KR", "W_QA", "W_DQ", "W_UQ")
 SHARED = ("c_KV_raw", "c_KV", "c_Q_raw", "c_Q", "k_R_raw", "k_R")
 PER_HEAD = ("q_C", "q_R_raw", "q_R", "k_C", "v_C", "q_L", "scores_L", "mix_L", "out_L")
 # how the arithmetic and the titles write each one
-SHOWN = {"W_QA": "W_Q", "c_KV_raw": "c_KV", "c_KV": "ĉ_KV", "c_Q_raw": "c_Q", "c_Q": "ĉ_Q", "k_R_raw": "k_R",
+SHOWN = {"X_norm": "X̂", "W_QA": "W_Q", "c_KV_raw": "c_KV", "c_KV": "ĉ_KV", "c_Q_raw": "c_Q", "c_Q": "ĉ_Q", "k_R_raw": "k_R",
          "k_R": "k_R'", "q_R_raw": "q_R", "q_R": "q_R'", "q_L": "q_L", "scores_L": "scores_L", "mix_L": "o_L",
          "out_L": "out_L"}
 

@@ -11,6 +11,7 @@ import numpy as np
 from qkv_tui.core.fmt import is_integral
 from qkv_tui.core.scenario import Matrix
 from qkv_tui.core.variants import Mla
+from qkv_tui.kernels.norm import normalise
 from qkv_tui.kernels.policy import round_to
 from qkv_tui.kernels.rope import rotate as rope_rotate
 from qkv_tui.teach.stages import mla_parts as parts
@@ -70,8 +71,8 @@ def _norm(page: _Page, raw_key: str, name: str, gamma: Matrix, eps: float) -> No
     """The latent's RMSNorm: each row's mean square, then each cell, from the printed latent."""
     chain = page.chain
     sc, x = chain.sc, page.values(raw_key)
-    ms = chain.rounded(np.mean(x * x, axis=1))  # (n,)
-    normed = chain.rounded(x / np.sqrt(ms + eps)[:, None] * gamma[None, :])  # (n, width)
+    done = normalise(chain.page, "rms", x, gamma[None, :], None, eps)  # from the printed latent, as norm.py's page
+    ms, normed = done.spread, done.X_norm  # (n,), (n, width)
     raw = parts.shown_name(raw_key)
     page.add(Table(f"ms.{raw_key}", f"ms({raw})", f"ms = the mean of the squares of each row of {raw}", "compress",
                    None, ms[:, None], sc.labels, ("ms",), False, True),
