@@ -93,6 +93,30 @@ class Mla:
         return self.d_c + self.d_rope, 2 * self.num_heads * self.d_nope
 
 
+MLA_VECTORS = ("gamma_kv", "gamma_q")
+
+
+def editable(mla: Mla) -> dict[str, Matrix]:
+    """The inputs a learner may edit, as 2-D arrays (a vector is one row), in the order the arrow keys visit them."""
+    out = {key: m for key in MLA_MATRICES if (m := getattr(mla, key)) is not None}
+    if mla.kv_norm:
+        out["gamma_kv"] = mla.gamma_kv[None, :]
+    if mla.q_norm and mla.gamma_q is not None:
+        out["gamma_q"] = mla.gamma_q[None, :]
+    return out
+
+
+def with_entry(mla: Mla, key: str, row: int, col: int, value: float) -> Mla:
+    """The layer with one input number changed (the heads' shapes stay)."""
+    array = np.array(getattr(mla, key), dtype=np.float64)
+    if key in MLA_VECTORS:
+        array[col] = value
+    else:
+        array[row, col] = value
+    changed: dict[str, Any] = {key: _frozen(array)}
+    return replace(mla, **changed)
+
+
 def _frozen(a: Matrix) -> Matrix:
     a.setflags(write=False)
     return a
