@@ -93,7 +93,9 @@ def value(comp: Computation, name: str, head: int | None) -> Matrix:
 
 
 def shared_key(name: str, head: int | None) -> Key:
-    """A pane of a shared matrix is the same whichever head is viewed."""
+    """A pane of a shared matrix is the same whichever head is viewed (k_R' is turned in head 1's Rotate)."""
+    if name == "k_R":
+        return (name, 0)
     return (name, None) if name in INPUTS or name in SHARED or name in ("X", "X_norm") else (name, head)
 
 

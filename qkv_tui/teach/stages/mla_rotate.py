@@ -49,11 +49,11 @@ class MlaRotate(StageSpec):
 
     def panes(self, trace: TraceContext, op: Operation) -> list[Key]:
         if op.segment.target == "k_R":
-            return [("k_R_raw", None), ("k_R", None)]
+            return [("k_R_raw", None), ("k_R", 0)]
         return [("q_R_raw", op.head), ("q_R", op.head)]
 
     def overview(self, trace: TraceContext, head: int) -> list[Key]:
-        return [("q_R", head), ("k_R", None)]
+        return [("q_R", head), ("k_R", 0)]
 
     def title(self, trace: TraceContext, name: str, head: int | None) -> str:
         rope = parts.mla_of(trace).rope
