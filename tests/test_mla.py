@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import io
 import json
+import math
+import re
 
 import numpy as np
 import pytest
@@ -289,3 +291,29 @@ def test_valid_forms_load() -> None:
         sc = parse_scenario(text, "m.toml")
         assert sc.mla is not None and len(sc.heads) == 2 and sc.heads[0].d_k == 4
         compute(sc)
+
+
+def _evaluate(expr: str) -> float:
+    text = re.sub(r"√(\d+(?:\.\d+)?)", r"sqrt(\1)", expr.replace("·", "*").replace("−", "-")).replace("√", "sqrt")
+    return float(eval(text, {"__builtins__": {}}, {"sqrt": math.sqrt}))
+
+
+@pytest.mark.parametrize(("name", "decimals"), [("mla", 3), ("mla", 1), ("mla", 4), ("norms", 3), ("norms", 2)])
+def test_worksheet_answer_key_recomputes(name: str, decimals: int) -> None:
+    """Every blank has its line, and each line's numbers give its answer within one unit of the last digit."""
+    from qkv_tui.edges.worksheet import build
+
+    text = random_mla(4, n=3, d_model=4, H=2, d_c=2, d_nope=1, d_rope=2, d_v=2)[0] if name == "norms" else None
+    comp = compute(load_scenario("mla") if text is None else parse_scenario(text, "m.toml"))
+    page = build(comp, "100%", 0, decimals).markdown()
+    blanks = {int(n) for n in re.findall(r"\((\d+)\) _+", page)}
+    key = {int(m.group(1)): m.group(2) for m in re.finditer(r"^- \((\d+)\) (.*)$", page, re.M)}
+    assert blanks and blanks == set(key)
+    for line in key.values():
+        steps = line.split(" = ")
+        answer = steps[-1]
+        unit = 10.0 ** -len(answer.split(".")[1]) if "." in answer else 1.0
+        numeric = [s for s in steps[1:-1] if not re.search(r"[A-Za-z_]", re.sub(r"\d[eE][+-]?\d+", "0", s))]
+        assert numeric, line
+        for step in numeric:
+            assert abs(_evaluate(step) - float(answer)) <= unit + 1e-9, line

@@ -16,7 +16,8 @@ from qkv_tui.teach.trace import STAGES, Trace
 
 from .conftest import SHIPPED
 
-SEED_ORDER = ["embed", "norm", "project", "qk_norm", "rotate", "score", "scale", "softmax", "mix", "gate", "concat", "wo"]
+SEED_ORDER = ["embed", "norm", "project", "compress", "expand", "mla_rotate", "qk_norm", "rotate", "score", "scale", "softmax",
+              "mix", "absorb", "gate", "concat", "wo"]
 
 
 def test_every_registered_stage_has_a_name_a_meaning_and_a_builder() -> None:

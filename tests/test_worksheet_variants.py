@@ -374,7 +374,7 @@ def engine(comp: Computation, key: Key, r: int, c: int) -> float | None:
     return None if array is None else float(array[r, c])
 
 
-@pytest.mark.parametrize("path", SCENARIOS, ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", [p for p in SCENARIOS if p.stem != "mla"], ids=lambda p: p.stem)  # mla: test_mla.py
 @pytest.mark.parametrize(("blanks", "seed", "decimals"), [("25%", 0, 3), ("100%", 1, 3), ("7", 2, 2), ("60%", 3, 4),
                                                            ("100%", 4, 1)])
 def test_every_builtin_worksheet_checks_out(path, blanks: str, seed: int, decimals: int) -> None:

@@ -49,7 +49,7 @@ def cache_line(comp: Computation) -> str:
     mla = _mla(comp)
     cached, mha = mla.cache_per_token()
     return (f"the cache holds the latent, per token d_c + d_rope = {mla.d_c} + {mla.d_rope} = {cached} numbers for"
-            f" every head; multi-head attention would hold 2·num_heads·d_k = 2·{mla.num_heads}·{mla.d_nope} = {mha};"
+            f" every head; multi-head attention would hold 2·num_heads·dₖ = 2·{mla.num_heads}·{mla.d_nope} = {mha};"
             " each head's K and V rows are expanded from the cached latent (the Absorb stage never expands them)")
 
 

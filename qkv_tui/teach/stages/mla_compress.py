@@ -35,7 +35,7 @@ class Compress(StageSpec):
                 ", RMS-normalised (q_a_layernorm)," if mla.q_norm else "") + " which W_UQ expands."
         cached, mha = mla.cache_per_token()
         return text + (f" Per token the cache holds d_c + d_rope = {mla.d_c} + {mla.d_rope} = {cached} numbers, against"
-                       f" 2·num_heads·d_k = {mha} for multi-head attention.")
+                       f" 2·num_heads·dₖ = {mha} for multi-head attention.")
 
     def segments(self, trace: TraceContext, head: int | None) -> list[Plan]:
         mla, n = parts.mla_of(trace), trace.comp.scenario.n
@@ -60,7 +60,7 @@ class Compress(StageSpec):
             cached, mha = mla.cache_per_token()
             op = Operation(op.index, op.segment, op.row, op.col, op.value, op.operands, op.arithmetic, (
                 f"the cache keeps c_KV and k_R, per token d_c + d_rope = {mla.d_c} + {mla.d_rope} = {cached};"
-                f" multi-head attention keeps K and V of every head, 2·num_heads·d_k = 2·{mla.num_heads}·{mla.d_nope}"
+                f" multi-head attention keeps K and V of every head, 2·num_heads·dₖ = 2·{mla.num_heads}·{mla.d_nope}"
                 f" = {mha} (DeepSeek-V3: 512 + 64 = 576 against 2·128·128 = 32,768)",))
         return op
 
