@@ -16,7 +16,8 @@ from qkv_tui.teach.trace import STAGES, Trace
 
 from .conftest import SHIPPED
 
-SEED_ORDER = ["embed", "norm", "project", "qk_norm", "rotate", "score", "scale", "softmax", "mix",
+SEED_ORDER = ["embed", "norm", "project", "compress", "expand", "mla_rotate", "qk_norm", "rotate", "score", "scale", "softmax",
+              "mix", "absorb",
               "phi", "quadratic", "recurrent", "l2norm", "gates", "delta",  # [linear], [deltanet] in place of Score … Mix
               "gate", "concat", "wo"]
 

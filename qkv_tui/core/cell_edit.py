@@ -24,6 +24,7 @@ from qkv_tui.core.engine import Computation, compute
 from qkv_tui.core.scenario import Head, Matrix, Scenario, ScenarioError, parse_scenario
 from qkv_tui.core.tomlfile import ReadError, decode, read_bytes, stat_path
 from qkv_tui.core.variants import alibi_later_key
+from qkv_tui.core.variants import mla as mla_variant
 
 if TYPE_CHECKING:
     import tomlkit
@@ -32,7 +33,8 @@ WEIGHTS = ("W_Q", "W_K", "W_V")
 HEAD_BIASES = ("b_Q", "b_K", "b_V")
 SHARED = ("W_K", "W_V", "b_K", "b_V")  # with grouped-query attention, heads that share a K/V head share these
 QK_GAINS = ("gamma_q", "gamma_k")  # [qk_norm]'s gains
-VECTORS = ("gamma", "beta", *QK_GAINS, "b_O", *HEAD_BIASES)  # one row: cell (0, i) is entry i
+VECTORS = ("gamma", "beta", *QK_GAINS, "b_O", *HEAD_BIASES, "gamma_kv")  # one row: cell (0, i) is entry i
+MLA_INPUTS = (*mla_variant.MLA_MATRICES, *mla_variant.MLA_VECTORS)  # [mla]'s own inputs (its heads are derived)
 # NAME, NAME[row,col] or NAME[i], then an optional "(head name)"
 ADDRESS = re.compile(r"\s*([A-Za-z_]+)\s*(?:\[\s*([^,\]]+?)\s*,\s*([^\]]+?)\s*\])?\s*(?:\[\s*\d+\s*\])?\s*(?:\(([^)]*)\))?\s*")
 
@@ -70,6 +72,10 @@ class InputCell:
 
 def _vector(sc: Scenario, name: str, head: int | None) -> Matrix | None:
     """A 1-D input (gamma, beta, a bias) where the scenario has it; None otherwise (or from a file that predates the key)."""
+    mla = getattr(sc, "mla", None)
+    if mla is not None and name in mla_variant.MLA_VECTORS:
+        found = mla_variant.editable(mla).get(name)
+        return None if found is None else found[0]
     if name in HEAD_BIASES:
         return getattr(sc.heads[head], name, None) if head is not None else None
     if name == "b_O":
@@ -104,6 +110,9 @@ def _array(sc: Scenario, matrix: str, head: int | None) -> Matrix | None:
     if matrix in VECTORS:
         vector = _vector(sc, matrix, head)
         return None if vector is None else vector[None, :]  # (1, size)
+    mla = getattr(sc, "mla", None)
+    if mla is not None and head is None and matrix in mla_variant.MLA_MATRICES:
+        return mla_variant.editable(mla).get(matrix)
     if matrix == "X":
         return sc.X
     if matrix == "context_X":
@@ -123,6 +132,11 @@ def _inputs(sc: Scenario) -> Iterator[tuple[str, int | None]]:
     each head's weights, biases and sink, W_O, b_O, scale, mask. Arrays where the scenario has them;
     "sink", "scale" and "mask" always (a sink only where the head has one)."""
     yield from (("X", None), ("context_X", None), ("gamma", None), ("beta", None), ("gamma_q", None), ("gamma_k", None))
+    mla = getattr(sc, "mla", None)
+    if mla is not None:  # the latent attention's weights; its heads are derived from them
+        yield from ((key, None) for key in mla_variant.editable(mla) if key != "gamma_q")
+        yield from (("W_O", None), ("b_O", None), ("scale", None), ("mask", None))
+        return
     for h, head in enumerate(sc.heads):
         yield from ((role, h) for role in ("W_Q", "b_Q", "W_K", "b_K", "W_V", "b_V"))
         if getattr(head, "sink", None) is not None:
@@ -215,7 +229,7 @@ def parse_address(sc: Scenario, text: str) -> tuple[InputCell | None, str]:
     if matrix == "scale" and row_text is None:
         return InputCell("scale"), value
     head: int | None = None
-    if matrix in (*WEIGHTS, *HEAD_BIASES, "sink", "softcap", "W_G"):
+    if matrix in (*WEIGHTS, *HEAD_BIASES, "sink", "softcap", "W_G") and getattr(sc, "mla", None) is None:
         head = 0
         if head_text:
             names = [h.name for h in sc.heads]
@@ -240,7 +254,7 @@ def parse_address(sc: Scenario, text: str) -> tuple[InputCell | None, str]:
         return InputCell(matrix, head, 0, int(entry.group(1))), value
     if row_text is None or col_text is None:
         raise EditError(f"{name.strip()!r}: give a row and a column, e.g. {matrix}[0,1]")
-    if matrix not in ("X", "context_X", "W_O", "mask", *WEIGHTS, "W_G"):
+    if matrix not in ("X", "context_X", "W_O", "mask", *WEIGHTS, "W_G", *(MLA_INPUTS if sc.mla is not None else ())):
         raise EditError(f"{matrix!r} is not an input; edit X, X_ctx, W_Q, W_K, W_V, W_O, scale, mask"
                         " (and gamma, beta, b_Q, b_K, b_V, b_O, sink, W_G where the scenario has them)")
 
@@ -293,6 +307,11 @@ def apply_edit(sc: Scenario, cell: InputCell, text: str) -> Scenario:
         kind = "custom" if not allow.all() else "none"
         return replace(sc, allow=allow, mask_kind=kind, window=None)  # a sliding window edited by hand is custom now
     value = parse_number(text)
+    if sc.mla is not None and cell.matrix in MLA_INPUTS and cell.head is None:
+        mla = mla_variant.with_entry(sc.mla, cell.matrix, cell.row, cell.col, value)
+        derived = tuple(replace(h, W_Q=W_Q, W_K=W_K, W_V=W_V)
+                        for h, (_, W_Q, W_K, W_V) in zip(sc.heads, mla.head_weights(), strict=True))
+        return replace(sc, mla=mla, heads=derived)
     if cell.matrix == "sink" and cell.head is not None:
         heads = list(sc.heads)
         heads[cell.head] = replace(heads[cell.head], sink=value)
@@ -405,7 +424,14 @@ def _write_cell(doc: tomlkit.TOMLDocument, sc: Scenario, cell: InputCell) -> Non
     """Set one edited number (not a mask cell) in its place in the document; a place that is not there
     raises what tomlkit or the indexing raises (KeyError, IndexError, TypeError)."""
     value = value_of(sc, cell)
-    if cell.matrix == "scale":
+    if sc.mla is not None and cell.matrix in MLA_INPUTS and cell.head is None:
+        if cell.matrix not in mla_variant.MLA_VECTORS:
+            doc["mla"][cell.matrix][cell.row][cell.col] = _number(value)
+        elif cell.matrix in doc["mla"]:
+            doc["mla"][cell.matrix][cell.col] = _number(value)
+        else:  # left at its default in the file: write the whole vector
+            doc["mla"][cell.matrix] = [_number(float(v)) for v in value_of_vector(sc, cell.matrix)]
+    elif cell.matrix == "scale":
         doc["scale"] = _number(value)
     elif cell.matrix == "X":
         doc["X"][cell.row][cell.col] = _number(value)

@@ -24,6 +24,7 @@ from qkv_tui.kernels.attention import Forward, QKNormHead, Turn, head_forward, p
 from qkv_tui.kernels.attention import frozen as _frozen
 from qkv_tui.kernels.deltanet import DeltaForward, gates
 from qkv_tui.kernels.linear import LinearForward, LinearSpec, zero_row
+from qkv_tui.kernels.mla import MlaHead, mla_head, mla_shared
 from qkv_tui.kernels.norm import Normed, normalise
 from qkv_tui.kernels.policy import EXACT, Policy
 from qkv_tui.kernels.rope import angles_at
@@ -92,6 +93,7 @@ class HeadResult:
     gated_output: Matrix | None = None  # (n, d_v) output ⊙ gate: what Concat joins
     linear: LinearForward | None = None  # [linear]: φ(Q), φ(K), the state S and z, both forms; None with the softmax
     deltanet: DeltaForward | None = None  # [deltanet]: q̂, k̂, g, β, the state S token by token; None with the softmax
+    mla: MlaHead | None = None  # [mla]: the latent's parts this head reads and the absorbed form; None without
 
     @property
     def joined(self) -> Matrix:
@@ -398,6 +400,11 @@ def iter_heads(scenario: Scenario, norm: NormResult | None = None) -> Iterator[H
     positions = sc.positions
     with np.errstate(over="ignore", invalid="ignore"):
         qk = qk_norms(sc, X_in, X_kv)
+    if sc.mla is not None:
+        for result in mla_results(sc, X_in):
+            check_head(sc, result)
+            yield result
+        return
     kv_done: dict[int, HeadResult] = {}  # K/V head -> the first query head that computed it
     with np.errstate(over="ignore", invalid="ignore"):
         dn = deltanet_gates(sc, X_in)
@@ -419,6 +426,34 @@ def iter_heads(scenario: Scenario, norm: NormResult | None = None) -> Iterator[H
         else:
             kv_done.pop(kv, None)
         yield result
+
+
+def mla_results(sc: Scenario, X_in: Matrix, policy: Policy = EXACT) -> list[HeadResult]:
+    """Every head of an [mla] scenario (kernels/mla.py): Q = [q_C | q_R] and K = [k_C | k_R] as scored,
+    V = v_C, so the stages from Score on read them as any head's."""
+    mla = sc.mla
+    assert mla is not None
+    w = mla.weights()
+    turn = turn_of(mla.rope, sc.positions, mla.d_rope, policy)
+    out = []
+    with np.errstate(over="ignore", invalid="ignore"):
+        shared = mla_shared(X_in, w, turn, policy)
+        for h, head in enumerate(sc.heads):
+            slope = sc.alibi.slopes[h] if sc.alibi is not None else None
+            bias = None
+            if slope is not None:
+                assert sc.positions is not None
+                bias = _frozen(alibi_bias(slope, sc.positions))  # (n, n)
+            scale = math.sqrt(mla.d_qk) if sc.scale is None else sc.scale
+            m = mla_head(shared, w, h, sc.allow, scale, turn, bias=bias, softcap=head.softcap, policy=policy)
+            a, soft = m.attended, m.attended.softmax
+            out.append(HeadResult(
+                name=head.name, d_k=head.d_k, d_v=head.d_v, scale=a.divisor, scale_is_default=sc.scale is None,
+                W_Q=head.W_Q, W_K=head.W_K, W_V=head.W_V, Q=m.Q, K=m.K, V=m.v_C, scores=a.scores, scaled=a.scaled,
+                masked=a.masked, row_max=soft.row_max, exps=soft.exps, row_sum=soft.row_sum, weights=soft.weights,
+                output=a.output, kv_head=h, bias=a.bias, slope=slope, capped=a.capped, softcap=head.softcap, mla=m,
+            ))
+    return out
 
 
 def combine(scenario: Scenario, outputs: Sequence[Matrix]) -> tuple[Matrix, Matrix]:

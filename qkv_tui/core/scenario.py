@@ -29,7 +29,7 @@ from qkv_tui.core.arrays import Vector
 from qkv_tui.core.inputs import INPUT_KEYS, Input, parse_input
 from qkv_tui.core.production import CACHE_KEYS, TILES_KEYS, ProductionSettings, parse_production
 from qkv_tui.core.tomlfile import NumberGrid, ReadError, decode, parse_toml, read_bytes, stat_path, table_values
-from qkv_tui.core.variants import Alibi, Norm, QKNorm, Rope
+from qkv_tui.core.variants import Alibi, Mla, Norm, QKNorm, Rope
 from qkv_tui.core.variants.deltanet import DeltaNet
 from qkv_tui.core.variants.linear import Linear
 
@@ -121,13 +121,15 @@ class Scenario:
     scale_from: str | None = None  # where a scenario's own scale comes from, in words (core/variants/scale_from.py)
     linear: Linear | None = None  # [linear]: linear attention in place of every head's softmax
     deltanet: DeltaNet | None = None  # [deltanet]: the gated delta rule in place of every head's softmax
+    mla: Mla | None = None  # [mla]: DeepSeek's latent attention; ``heads`` then hold its per-head shapes
 
     @property
     def positions(self) -> tuple[int, ...] | None:
         """Token positions for RoPE and ALiBi: rope's, or 0 … n−1; None for cross-attention."""
         if self.is_cross:
             return None
-        return self.rope.positions if self.rope is not None else tuple(range(self.n))
+        rope = self.rope if self.mla is None else self.mla.rope
+        return rope.positions if rope is not None else tuple(range(self.n))
 
     def kv_head(self, h: int) -> int:
         """The K/V head that query head h reads (its own index unless heads share K/V)."""
@@ -474,18 +476,28 @@ class _Validator:
         d_in = context_X.shape[1] if context_X is not None else d_model
         d_in_name = "the width of [context] X" if context_X is not None else "d_model (the width of X)"
 
-        heads, split, kv_split = self.heads(doc, d_model, d_in, d_in_name)
+        mla = None
+        if "mla" in doc:  # [mla] defines the heads itself (core/variants/mla.py)
+            variants.mla.refuse_with(self, doc)
+            mla = variants.mla.read_mla(self, variants.table_of(self, doc, "mla") or {}, d_model)
+        if mla is None:
+            heads, split, kv_split = self.heads(doc, d_model, d_in, d_in_name)
+        else:
+            heads, split, kv_split = self.mla_heads(doc, mla), None, None
         W_O, b_O = self.output(doc, heads)
         scale = self.scale(doc)
         mask_kind, allow, window = self.mask(doc, tokens, key_tokens, context_X is not None)
         ctx = variants.Context(
             self, tokens, d_model, context_X is not None,
-            tuple((f"head {i + 1}" + ("" if h.name == f"head {i + 1}" else f" ({_quote(h.name)})"), h.d_k)
+            tuple((f"head {i + 1}" + ("" if h.name == f"head {i + 1}" else f" ({_quote(h.name)})"),
+                   h.d_k if mla is None else mla.d_rope)  # [mla]: [rope] turns the rotary parts only
                   for i, h in enumerate(heads)),
             mask_kind, allow, num_heads_split=split, num_kv_heads=kv_split,
             head_tables=heads,
         )
         tables = self.tables(doc, ctx)
+        if tables.get("mla") is not None:  # its [rope] turns q_R and k_R only, so it is the [mla]'s, not every head's
+            tables["rope"] = None
         return Scenario(
             title=title, description=description, source=self.source,
             tokens=tokens, X=X, key_tokens=key_tokens, context_X=context_X,
@@ -505,6 +517,10 @@ class _Validator:
                 ctx.earlier[t.key] = t.parse(table, ctx)
             found[t.key] = ctx.earlier.get(t.key)
         return found
+
+    def mla_heads(self, doc: dict[str, Any], mla: variants.Mla) -> tuple[Head, ...]:
+        softcap = variants.softcap.parse_softcap(self, doc, "")
+        return tuple(Head(name, W_Q, W_K, W_V, softcap=softcap) for name, W_Q, W_K, W_V in mla.head_weights())
 
     def heads(
         self, doc: dict[str, Any], d_model: int, d_in: int, d_in_name: str

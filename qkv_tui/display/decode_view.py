@@ -8,6 +8,7 @@ import numpy as np
 
 from qkv_tui.core.fmt import is_integral, vector
 from qkv_tui.core.scenario import Matrix
+from qkv_tui.display import mla_cache
 from qkv_tui.display.frame import Frame
 from qkv_tui.display.modes import Modes
 from qkv_tui.display.side_view import SideView, Sources
@@ -89,6 +90,12 @@ def decode_panes(dec: Decode, index: int, head: int, decimals: int) -> tuple[lis
         _pane("dtable", "block table", np.array([paging.table.physical], dtype=float), ("physical",),
               tuple(str(i) for i in range(len(paging.table.physical))), decimals, subtitle=name),
     ]
+    if sc.mla is not None:  # what the cache really keeps: one latent row per token for every head
+        latent = mla_cache.latent_rows(dec.comp)[lo:S]
+        for i in (1, 2):  # K and V are the head's, expanded from the cached rows at every step
+            focus[i] = replace(focus[i], title=mla_cache.expanded_title(focus[i].title))
+        focus.insert(1, _pane("dlat", mla_cache.latent_title(dec.comp), latent, cached, mla_cache.latent_cols(dec.comp),
+                              decimals, current, reused, subtitle=name))
     masked = masked_logits(step.scaled if step.capped is None else step.capped, step.allowed)
     divisor = dec.comp.heads[head].scale
     scale = f"√{dec.comp.heads[head].d_k}" if dec.comp.heads[head].scale_is_default else f"{divisor:g}"
@@ -134,6 +141,8 @@ def _projection(dec: Decode, head: int, role: str, token: str | None = None, t: 
     Without a token, the symbol for all rows: ``RoPE(X̂·W_Q)``.
     """
     comp = dec.comp
+    if comp.scenario.mla is not None:  # expanded from the cached latent
+        return mla_cache.projection(comp, role, token)
     hr = comp.heads[head]
     x = "X̂" if comp.norm is not None and (role == "Q" or not comp.scenario.is_cross) else "X"
     bias = f" + b_{role}" if getattr(hr, f"b_{role}") is not None else ""
@@ -299,6 +308,8 @@ def decode_lines(dec: Decode, index: int, head: int, decimals: int) -> list[str]
     without = dec.rows_without_cache(index)
     lines.append(f"Key/Value rows so far: computed {computed}, reused {reused_rows}; without a cache: {without}"
                  f" computed (the cache saves {without - computed})")
+    if sc.mla is not None:
+        lines.append(mla_cache.cache_line(dec.comp))
     return lines
 
 

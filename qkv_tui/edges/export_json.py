@@ -15,7 +15,7 @@ from typing import Any, TextIO
 
 import numpy as np
 
-from qkv_tui.core.engine import Computation, HeadResult, NormResult, combine, iter_heads, norm_of
+from qkv_tui.core.engine import Computation, HeadResult, NormResult, combine, iter_heads, mla_results, norm_of
 from qkv_tui.core.scenario import Matrix, Scenario
 from qkv_tui.core.variants import Vector
 
@@ -114,6 +114,23 @@ def _rope(sc: Scenario) -> dict[str, Any] | None:
             "rotated_dims": sc.rope.rotated(d_k)}
 
 
+def _mla(sc: Scenario, norm: NormResult | None) -> dict[str, Any] | None:
+    """The latent attention's parts (docs/scenario-format.md, [mla]): q_R and k_R after the rotation, c_KV after
+    its norm; null without [mla]."""
+    if sc.mla is None:
+        return None
+    heads = mla_results(sc, sc.X if norm is None else norm.X_norm)
+    shared = heads[0].mla.shared if heads and heads[0].mla is not None else None
+    assert shared is not None
+    return {
+        "c_KV_raw": shared.c_KV_raw.tolist(), "c_KV": shared.c_KV.tolist(),
+        "c_Q": None if shared.c_Q is None else shared.c_Q.tolist(),
+        "heads": [{"q_C": m.q_C.tolist(), "q_R": m.q_R.tolist(), "k_C": m.k_C.tolist(), "v_C": m.v_C.tolist(),
+                   "absorbed_scores": m.absorbed_scores.tolist()} for m in (h.mla for h in heads) if m is not None],
+        "k_R": shared.k_R.tolist(),
+    }
+
+
 def _vector(values: Vector | None) -> list[float] | None:
     return None if values is None else values.tolist()
 
@@ -186,6 +203,7 @@ def _document(
         ("positions", list(sc.positions) if sc.positions is not None else None),
         ("b_O", _vector(sc.b_O)),
         ("rope", _rope(sc)),
+        ("mla", _mla(sc, norm)),
         ("linear", _PerHead(sc, norm, linear_fields) if sc.linear is not None else None),
         ("deltanet", _PerHead(sc, norm, deltanet_fields) if sc.deltanet is not None else None),
     ], "")

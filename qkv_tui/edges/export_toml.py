@@ -88,7 +88,7 @@ def to_toml(scenario: Scenario) -> str:
             lines.append(f"softcap = {number(sc.heads[0].softcap)}")
         if sc.heads[0].W_G is not None:  # the output gate's wide form: a table of its own after [attention]
             lines += ["", "[gate]", f"W_G = {matrix(np.concatenate([h.W_G for h in sc.heads if h.W_G is not None], axis=1))}"]
-    else:
+    elif sc.mla is None:  # [mla] writes its own heads (core/variants/mla.py)
         for i, head in enumerate(sc.heads):
             lines += ["", "[[heads]]", f"name = {string(head.name)}"]
             lines += [f"{role} = {matrix(getattr(head, role))}" for role in ("W_Q", "W_K", "W_V")]

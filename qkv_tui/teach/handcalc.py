@@ -12,7 +12,17 @@ from dataclasses import replace
 
 import numpy as np
 
-from qkv_tui.core.engine import Computation, HeadResult, NormResult, deltanet_gates, gate_fields, normalize, qk_norms, turn_of
+from qkv_tui.core.engine import (
+    Computation,
+    HeadResult,
+    NormResult,
+    deltanet_gates,
+    gate_fields,
+    mla_results,
+    normalize,
+    qk_norms,
+    turn_of,
+)
 from qkv_tui.core.scenario import Matrix
 from qkv_tui.core.variants import Norm, Rope
 from qkv_tui.kernels.attention import QKNormHead, frozen, head_forward
@@ -55,7 +65,7 @@ def compute_hand(comp: Computation, decimals: int) -> Computation:
     dn = deltanet_gates(sc, X_in, ByHand(decimals))
     heads = tuple(hand_head(h, X_in, X_kv, sc.allow, decimals, sc.rope, sc.positions, qk[i],
                             None if dn is None else (dn[0][:, i], dn[1][:, i]))
-                  for i, h in enumerate(comp.heads))
+                  for i, h in enumerate(comp.heads)) if sc.mla is None else tuple(mla_results(sc, X_in, ByHand(decimals)))
     concat = np.concatenate([h.joined for h in heads], axis=1)  # (n, sum d_v)
     output = hand_matmul(concat, comp.W_O, decimals) if comp.W_O is not None else concat  # (n, d_out)
     if comp.b_O is not None:

@@ -247,7 +247,8 @@ class Trace:
             return self.integral("context_X" if cross else x_in, None) and self.integral(f"W_{name}", head)
         if name == "scores":
             return sc.rope is None and self.integral("Q", head) and self.integral("K", head)
-        return False
+        parts = self._owners[name].made_from(self, name, head) if name in self._owners else None
+        return parts is not None and all(self.integral(n, h) for n, h in parts)
 
     # --- labels ------------------------------------------------------------
 

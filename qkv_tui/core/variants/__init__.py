@@ -18,6 +18,7 @@ from qkv_tui.core.variants import alibi, biases, kv_heads, norm, qk_norm, rope, 
 from qkv_tui.core.variants import deltanet as deltanet
 from qkv_tui.core.variants import gate as gate
 from qkv_tui.core.variants import linear as linear
+from qkv_tui.core.variants import mla as mla
 from qkv_tui.core.variants.alibi import ALIBI_KEYS as ALIBI_KEYS
 from qkv_tui.core.variants.alibi import Alibi as Alibi
 from qkv_tui.core.variants.alibi import alibi_later_key as alibi_later_key
@@ -38,6 +39,7 @@ from qkv_tui.core.variants.common import table_of as table_of
 from qkv_tui.core.variants.kv_heads import kv_head_of as kv_head_of
 from qkv_tui.core.variants.kv_heads import parse_kv_head as parse_kv_head
 from qkv_tui.core.variants.kv_heads import parse_num_kv_heads as parse_num_kv_heads
+from qkv_tui.core.variants.mla import Mla as Mla
 from qkv_tui.core.variants.norm import DEFAULT_EPS as DEFAULT_EPS
 from qkv_tui.core.variants.norm import NORM_KEYS as NORM_KEYS
 from qkv_tui.core.variants.norm import NORM_KINDS as NORM_KINDS
@@ -58,6 +60,7 @@ FEATURES: tuple[Table[Any] | Keys, ...] = (
     biases.KEYS,
     qk_norm.TABLE,
     rope.TABLE,
+    mla.TABLE,
     kv_heads.KEYS,
     alibi.TABLE,
     window.KEYS,

@@ -11,21 +11,42 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from qkv_tui.teach.stages import concat, embed, gate, mix, norm, project, qk_norm, rotate, scale, score, softmax, wo
-from qkv_tui.teach.stages import deltanet as deltanet
-from qkv_tui.teach.stages import linear as linear
+from qkv_tui.teach.stages import (
+    concat,
+    deltanet,
+    embed,
+    gate,
+    linear,
+    mix,
+    mla_absorb,
+    mla_compress,
+    mla_expand,
+    mla_rotate,
+    norm,
+    project,
+    qk_norm,
+    rotate,
+    scale,
+    score,
+    softmax,
+    wo,
+)
 from qkv_tui.teach.stages.common import StageSpec
 
 REGISTRY: list[StageSpec] = [
     embed.SPEC,
     norm.SPEC,
     project.SPEC,
+    mla_compress.SPEC,
+    mla_expand.SPEC,
+    mla_rotate.SPEC,
     qk_norm.SPEC,
     rotate.SPEC,
     score.SPEC,
     scale.SPEC,
     softmax.SPEC,
     mix.SPEC,
+    mla_absorb.SPEC,
     linear.FEATURE,
     linear.QUADRATIC,
     linear.RECURRENT,

@@ -174,6 +174,11 @@ class StageSpec:
         """The full values of one of :attr:`matrices`; KeyError where this scenario has none."""
         raise KeyError(name)
 
+    def made_from(self, trace: TraceContext, name: str, head: int | None) -> list[Key] | None:
+        """What one of its matrices multiplies and adds: written as whole numbers when they all are (an input
+        says ``[]``); None, the default: always with decimals."""
+        return None
+
     # --- the screen ---------------------------------------------------------------------------
 
     def panes(self, trace: TraceContext, op: Operation) -> list[Key]:

@@ -10,6 +10,7 @@ from qkv_tui.core.scenario import Matrix
 from qkv_tui.kernels.attention import project
 from qkv_tui.kernels.policy import EXACT
 from qkv_tui.teach.arith import dot_line
+from qkv_tui.teach.stages import mla_parts
 from qkv_tui.teach.stages.common import (
     K_SLOT,
     Q_SLOT,
@@ -42,6 +43,9 @@ class Project(StageSpec):
     per_head = True
     matrices = (*WEIGHTS, *WIDE, "Q", "K", "V")
     transposed = MappingProxyType({"KT": "K"})
+
+    def runs(self, trace: TraceContext) -> bool:
+        return trace.comp.scenario.mla is None  # [mla] projects through its latent (mla_compress, mla_expand)
 
     def segments(self, trace: TraceContext, head: int | None) -> list[Plan]:
         assert head is not None
@@ -126,6 +130,8 @@ class Project(StageSpec):
         return [("Q", head), ("K", head), ("V", head)]
 
     def title(self, trace: TraceContext, name: str, head: int | None) -> str:
+        if trace.comp.scenario.mla is not None and name in mla_parts.JOINED:
+            return mla_parts.joined_title(trace, name)
         if name in WEIGHTS:
             return name
         if name in WIDE:
