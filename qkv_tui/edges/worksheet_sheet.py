@@ -173,3 +173,17 @@ def rules(ws: WorksheetContent) -> list[str]:
 
 def _base(base: float) -> str:
     return str(int(base)) if base == round(base) and abs(base) < 1e15 else f"{base:g}"
+
+
+def items(lines: tuple[str, ...] | list[str]) -> list[tuple[bool, str]]:
+    """Lines as (is_bullet, text): a ``- `` line starts a bullet, a two-space line continues it, any other
+    non-empty line is a paragraph of its own."""
+    out: list[tuple[bool, str]] = []
+    for line in lines:
+        if line.startswith("- "):
+            out.append((True, line[2:]))
+        elif line.startswith("  ") and out and out[-1][0]:
+            out[-1] = (True, f"{out[-1][1]} {line.strip()}")
+        elif line.strip():
+            out.append((False, line.strip()))
+    return out
