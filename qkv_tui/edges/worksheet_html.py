@@ -38,8 +38,9 @@ figure { margin: 0; break-inside: avoid; }
 """
 
 
-def _prose(text: str) -> str:
-    return "".join(to_mathml(piece) if formula else html.escape(piece) for formula, piece in pieces(text))
+def _prose(text: str, names: tuple[str, ...] = ()) -> str:
+    """Words as text, the formulas among them as MathML (never the scenario's own ``names``)."""
+    return "".join(to_mathml(piece) if formula else html.escape(piece) for formula, piece in pieces(text, names))
 
 
 def _cell(value: str | Blank) -> str:
@@ -50,9 +51,9 @@ def _cell(value: str | Blank) -> str:
 
 def _table(page: Sheet, block: Grid) -> list[str]:
     t = block.table
-    caption = f"{_prose(block.caption)}{html.escape(block.suffix)}:"
+    caption = f"{_prose(block.caption, page.names)}{html.escape(block.suffix)}:"
     out = [f"<figure><figcaption>{caption}</figcaption>", "<table>",
-           "<thead><tr>" + f"<th>{_prose(t.name)}</th>" + "".join(f"<th>{html.escape(c)}</th>" for c in t.cols)
+           "<thead><tr>" + f"<th>{_prose(t.name, page.names)}</th>" + "".join(f"<th>{html.escape(c)}</th>" for c in t.cols)
            + "</tr></thead>", "<tbody>"]
     for i, label in enumerate(t.rows):
         cells = "".join(_cell(page.cell(t, i, j)) for j in range(len(t.cols)))
@@ -61,7 +62,7 @@ def _table(page: Sheet, block: Grid) -> list[str]:
     return out
 
 
-def _lines(lines: tuple[str, ...] | list[str]) -> list[str]:
+def _lines(lines: tuple[str, ...] | list[str], names: tuple[str, ...]) -> list[str]:
     out: list[str] = []
     open_list = False
     for bullet, text in items(lines):
@@ -71,7 +72,7 @@ def _lines(lines: tuple[str, ...] | list[str]) -> list[str]:
         if not bullet and open_list:
             out.append("</ul>")
             open_list = False
-        out.append(f"<li>{_prose(text)}</li>" if bullet else f"<p>{_prose(text)}</p>")
+        out.append(f"<li>{_prose(text, names)}</li>" if bullet else f"<p>{_prose(text, names)}</p>")
     if open_list:
         out.append("</ul>")
     return out
@@ -89,12 +90,12 @@ def _questions(page: Sheet) -> list[str]:
     if page.intro:
         out.append(f"<p>{html.escape(page.intro)}</p>")
     out.append(f"<p>{html.escape(LEAD[0])}{to_mathml(LEAD[1])}{html.escape(LEAD[2])}</p>")
-    out += _lines(page.rules)
+    out += _lines(page.rules, page.names)
     for block in page.body:
         if isinstance(block, Heading):
             out.append(f"<h2>{html.escape(block.text)}</h2>")
         elif isinstance(block, Lines):
-            out += _lines(block.lines)
+            out += _lines(block.lines, page.names)
         elif isinstance(block, Grid):
             out += _table(page, block)
     return out

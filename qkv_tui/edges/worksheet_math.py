@@ -69,9 +69,8 @@ def balanced(text: str) -> bool:
     for ch in text:
         if ch in "([":
             depth.append(ch)
-        elif ch in ")]":
-            if not depth or depth.pop() != {")": "(", "]": "["}[ch]:
-                return False
+        elif ch in ")]" and (not depth or depth.pop() != {")": "(", "]": "["}[ch]):
+            return False
     return not depth
 
 
@@ -97,15 +96,15 @@ class _Parser:
             self.i += 1
             if self.i < len(s) and s[self.i] == "(":
                 self.i += 1
-                body = self.seq(")")
+                inner = self.seq(")")
                 self.i += 1
-                return Sqrt(body)
-            body: list[Node] = []
-            while self.i < len(s) and not s[self.i].isspace() and (not body or s[self.i] in _SUBS or s[self.i] in _SUPS):
-                node = self.atom(body)  # √dₖ: the root holds d and its subscript
-                if node is not None:
-                    body.append(node)
-            return Sqrt(tuple(body))
+                return Sqrt(inner)
+            root: list[Node] = []
+            while self.i < len(s) and not s[self.i].isspace() and (not root or s[self.i] in _SUBS or s[self.i] in _SUPS):
+                got = self.atom(root)  # √dₖ: the root holds d and its subscript
+                if got is not None:
+                    root.append(got)
+            return Sqrt(tuple(root))
         if ch == "^" and before:
             self.i += 1
             if self.i < len(s) and s[self.i] == "(":
@@ -146,22 +145,22 @@ class _Parser:
             if len(word) > 1 and word.isupper() and len(word) <= 3:  # QK: a product of two variables
                 before.extend(Var(c) for c in word[:-1])
                 word = word[-1]
-            node: Node = Var(word) if len(word) == 1 else Word(word)
+            sym: Node = Var(word) if len(word) == 1 else Word(word)
             if self.i < len(s) and s[self.i] == _HAT:
                 self.i += 1
-                node = Accent(node, "hat")
+                sym = Accent(sym, "hat")
             if self.i + 1 < len(s) and s[self.i] == "_" and (s[self.i + 1].isalnum()):
                 j = self.i + 1
                 while j < len(s) and (s[j].isalnum() or s[j] == "."):
                     j += 1
                 if s[j - 1] == ".":
                     j -= 1
-                node = Script(node, sub=(_plain(s[self.i + 1:j]),))
+                sym = Script(sym, sub=(_plain(s[self.i + 1:j]),))
                 self.i = j
             while self.i < len(s) and s[self.i] in "'′":
                 self.i += 1
-                node = Accent(node, "prime")
-            return node
+                sym = Accent(sym, "prime")
+            return sym
         if ch in "()":
             self.i += 1
             return Op(ch)
@@ -245,7 +244,7 @@ def _typst(nodes: tuple[Node, ...]) -> str:
 
 def _typst_atom(node: Node) -> str:
     if isinstance(node, Var):
-        return node.name if node.name.isascii() or node.name.isalpha() and len(node.name) == 1 else typst_string(node.name)
+        return node.name if node.name.isascii() or (node.name.isalpha() and len(node.name) == 1) else typst_string(node.name)
     if isinstance(node, Word):
         return typst_string(node.text)
     if isinstance(node, Num):
@@ -344,10 +343,17 @@ def _operand(word: str) -> bool:
                            or (core.isalpha() and len(core) <= 8 and core not in _STOP))
 
 
-def pieces(text: str) -> list[tuple[bool, str]]:
+def pieces(text: str, names: tuple[str, ...] = ()) -> list[tuple[bool, str]]:
     """The prose cut into (is_formula, text) pieces: ``X̂ = x / √(ms + eps)·γ`` and ``slope·(j − i)`` are
     formulas, the words around them are not. A run of operands joined by operators (``=``, ``+``, ``−``, ``/``)
-    is one formula; a lone word is one only when it holds a math sign (``p·θᵢ``, ``W_Q``, ``Q'``)."""
+    is one formula; a lone word is one only when it holds a math sign (``p·θᵢ``, ``W_Q``, ``Q'``). ``names``
+    (tokens, head names: the scenario's words) are always text, whatever signs they hold."""
+    shielded = sorted((n for n in set(names) if n and any(ch in _MATHY or ch in "'()" for ch in n)), key=len, reverse=True)
+    if shielded:
+        found = re.search("|".join(map(re.escape, shielded)), text)
+        if found:
+            before, after = text[:found.start()], text[found.end():]
+            return _merge([*pieces(before, names), (False, found.group()), *pieces(after, names)])
     words = text.split(" ")
     out: list[tuple[bool, str]] = []
     k = 0
@@ -374,6 +380,10 @@ def pieces(text: str) -> list[tuple[bool, str]]:
             k += 1
         if k < len(words):
             out.append((False, " "))
+    return _merge(out)
+
+
+def _merge(out: list[tuple[bool, str]]) -> list[tuple[bool, str]]:
     merged: list[tuple[bool, str]] = []
     for formula, piece in out:
         if not piece:

@@ -52,6 +52,12 @@ class Sheet:
     body: tuple[Block, ...]  # the inputs and every stage's section, up to the answer key
 
     @property
+    def names(self) -> tuple[str, ...]:
+        """The scenario's own words on the page (tokens, head names): printed as text, never read as math."""
+        sc = self.ws.comp.scenario
+        return (*sc.tokens, *sc.key_tokens, *(h.name for h in self.ws.comp.heads))
+
+    @property
     def key(self) -> tuple[Blank, ...]:
         return self.ws.blanks
 

@@ -17,7 +17,7 @@ KEEP = 30  # rows up to which a table is never split across pages
 WIDE = 9  # columns beyond which a table is set smaller, so sixteen keys still fit across the page
 
 
-class MissingExtra(RuntimeError):
+class MissingExtraError(RuntimeError):
     """The ``typst`` package is not installed."""
 
 
@@ -34,9 +34,9 @@ def _text(text: str) -> str:
     return "#" + typst_string(text) if text else ""
 
 
-def _prose(text: str) -> str:
-    """Words as text, the formulas among them as math."""
-    return "".join(to_typst(piece) if formula else _text(piece) for formula, piece in pieces(text))
+def _prose(text: str, names: tuple[str, ...] = ()) -> str:
+    """Words as text, the formulas among them as math (never the scenario's own ``names``)."""
+    return "".join(to_typst(piece) if formula else _text(piece) for formula, piece in pieces(text, names))
 
 
 def _cell(page: Sheet, value: str | Blank) -> str:
@@ -48,7 +48,7 @@ def _cell(page: Sheet, value: str | Blank) -> str:
 def _table(page: Sheet, block: Grid) -> str:
     t = block.table
     cols = len(t.cols)
-    header = ", ".join([f"[{_prose(t.name)}]", *(f"[*{_text(c)}*]" for c in t.cols)])
+    header = ", ".join([f"[{_prose(t.name, page.names)}]", *(f"[*{_text(c)}*]" for c in t.cols)])
     rows = []
     for i, label in enumerate(t.rows):
         cells = [_cell(page, page.cell(t, i, j)) for j in range(cols)]
@@ -59,10 +59,10 @@ def _table(page: Sheet, block: Grid) -> str:
             f"    table.header({header}),\n    {body})]")
 
 
-def _lines(lines: tuple[str, ...] | list[str]) -> list[str]:
+def _lines(lines: tuple[str, ...] | list[str], names: tuple[str, ...]) -> list[str]:
     out = []
     for bullet, text in items(lines):
-        out.append(f"- {_prose(text)}" if bullet else f"{_prose(text)}\n")
+        out.append(f"- {_prose(text, names)}" if bullet else f"{_prose(text, names)}\n")
     return out
 
 
@@ -88,15 +88,15 @@ def _questions(page: Sheet) -> list[str]:
     if page.intro:
         out += [_text(page.intro), ""]
     out += [f"{_text(LEAD[0])}{to_typst(LEAD[1])}{_text(LEAD[2])}", ""]
-    out += _lines(page.rules)
+    out += _lines(page.rules, page.names)
     out.append("")
     for block in page.body:
         if isinstance(block, Heading):
             out += [_heading(block.text, 2), ""]
         elif isinstance(block, Lines):
-            out += [*_lines(block.lines), ""]
+            out += [*_lines(block.lines, page.names), ""]
         elif isinstance(block, Grid):
-            caption = f"{_prose(block.caption)}{_text(block.suffix)}{_text(':')}"
+            caption = f"{_prose(block.caption, page.names)}{_text(block.suffix)}{_text(':')}"
             # a table of a page or less stays with its caption, on one page
             breakable = "true" if len(block.table.rows) > KEEP else "false"
             out += [f"#block(breakable: {breakable})[{caption}\n\n{_table(page, block)}]", ""]
@@ -121,6 +121,9 @@ def pdf(text: str) -> bytes:
     try:
         import typst
     except ImportError:
-        raise MissingExtra(f"--format pdf needs the typst package: {EXTRA}") from None
-    data: bytes = typst.compile(text.encode("utf-8"), format="pdf")
+        raise MissingExtraError(f"--format pdf needs the typst package: {EXTRA}") from None
+    # warnings (a glyph no font has) would go to stderr; the page is made either way
+    data, _warnings = typst.compile_with_warnings(text.encode("utf-8"), format="pdf")
+    if not isinstance(data, bytes):  # pragma: no cover - one document, one file
+        raise TypeError("typst returned pages, not one PDF")
     return data
