@@ -14,7 +14,7 @@ from qkv_tui.edges.worksheet_sheet import LEAD, Grid, Heading, Lines, Sheet, ite
 
 EXTRA = "pip install 'qkv-tui[pdf]'"
 KEEP = 30  # rows up to which a table is never split across pages
-WIDE = 9  # columns beyond which a table is set smaller, so sixteen keys still fit across the page
+WIDE = 9  # columns beyond which a table gets a landscape page of its own, so sixteen keys fit across
 
 
 class MissingExtraError(RuntimeError):
@@ -39,9 +39,10 @@ def _prose(text: str, names: tuple[str, ...] = ()) -> str:
     return "".join(to_typst(piece) if formula else _text(piece) for formula, piece in pieces(text, names))
 
 
-def _cell(page: Sheet, value: str | Blank) -> str:
+def _cell(page: Sheet, value: str | Blank, wide: bool = False) -> str:
     if isinstance(value, Blank):
-        return f"[#{typst_string(f'({value.number})')}#h(0.3em)#box(width: 2.6em, height: 0.9em, stroke: (bottom: 0.5pt))]"
+        line = "1.8em" if wide else "2.6em"  # room to write the number in, on the line of its label
+        return f"[#{typst_string(f'({value.number})')}#h(0.3em)#box(width: {line}, height: 0.9em, stroke: (bottom: 0.5pt))]"
     return f"[{_text(value)}]"
 
 
@@ -49,13 +50,16 @@ def _table(page: Sheet, block: Grid) -> str:
     t = block.table
     cols = len(t.cols)
     header = ", ".join([f"[{_prose(t.name, page.names)}]", *(f"[*{_text(c)}*]" for c in t.cols)])
+    wide = cols > WIDE
     rows = []
     for i, label in enumerate(t.rows):
-        cells = [_cell(page, page.cell(t, i, j)) for j in range(cols)]
+        cells = [_cell(page, page.cell(t, i, j), wide) for j in range(cols)]
         rows.append(", ".join([f"[*{_text(label)}*]", *cells]))
-    size = "8pt" if cols > WIDE else "10pt"
+    size = "8pt" if wide else "10pt"
+    widths = f"(auto,) + (1fr,) * {cols}" if wide else str(cols + 1)  # never wider than the page
     body = ",\n    ".join(rows)
-    return (f"#text(size: {size})[#table(columns: {cols + 1}, align: (left,) + (right,) * {cols},\n"
+    inset = ", inset: (x: 2.5pt, y: 3.5pt)" if wide else ""
+    return (f"#text(size: {size})[#table(columns: {widths}{inset}, align: (left,) + (right,) * {cols},\n"
             f"    table.header({header}),\n    {body})]")
 
 
@@ -90,16 +94,25 @@ def _questions(page: Sheet) -> list[str]:
     out += [f"{_text(LEAD[0])}{to_typst(LEAD[1])}{_text(LEAD[2])}", ""]
     out += _lines(page.rules, page.names)
     out.append("")
-    for block in page.body:
+    heading = ""  # a section's heading waits for its first table, when that has a page of its own
+    for n, block in enumerate(page.body):
         if isinstance(block, Heading):
-            out += [_heading(block.text, 2), ""]
+            heading = _heading(block.text, 2)
+            following = page.body[n + 1] if n + 1 < len(page.body) else None
+            if not (isinstance(following, Grid) and len(following.table.cols) > WIDE):
+                out += [heading, ""]
+                heading = ""
         elif isinstance(block, Lines):
             out += [*_lines(block.lines, page.names), ""]
         elif isinstance(block, Grid):
             caption = f"{_prose(block.caption, page.names)}{_text(block.suffix)}{_text(':')}"
             # a table of a page or less stays with its caption, on one page
             breakable = "true" if len(block.table.rows) > KEEP else "false"
-            out += [f"#block(breakable: {breakable})[{caption}\n\n{_table(page, block)}]", ""]
+            table = f"#block(breakable: {breakable})[{caption}\n\n{_table(page, block)}]"
+            if len(block.table.cols) > WIDE:
+                table = f"#page(flipped: true)[{heading}\n\n{table}]" if heading else f"#page(flipped: true)[{table}]"
+                heading = ""
+            out += [table, ""]
     return out
 
 
