@@ -11,7 +11,7 @@ import html
 
 from qkv_tui.edges.worksheet_content import Blank
 from qkv_tui.edges.worksheet_math import pieces, to_mathml
-from qkv_tui.edges.worksheet_sheet import LEAD, Grid, Heading, Lines, Sheet, items
+from qkv_tui.edges.worksheet_sheet import LEAD, Grid, Heading, Lines, Sheet, items, minus
 
 _STYLE = """
 body { font-family: "Latin Modern Roman", "Computer Modern", Georgia, "Times New Roman", serif;
@@ -46,7 +46,7 @@ def _prose(text: str, names: tuple[str, ...] = ()) -> str:
 def _cell(value: str | Blank) -> str:
     if isinstance(value, Blank):
         return f'<td>({value.number}) <span class="blank"></span></td>'
-    return f"<td>{html.escape(value)}</td>"
+    return f"<td>{html.escape(minus(value))}</td>"
 
 
 def _table(page: Sheet, block: Grid) -> list[str]:

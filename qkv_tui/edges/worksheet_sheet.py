@@ -193,3 +193,8 @@ def items(lines: tuple[str, ...] | list[str]) -> list[tuple[bool, str]]:
         elif line.strip():
             out.append((False, line.strip()))
     return out
+
+
+def minus(cell: str) -> str:
+    """A printed negative number with the typeset minus sign (−2, not -2), as the formulas set it."""
+    return "−" + cell[1:] if cell[:1] == "-" and cell[1:2].isdigit() else cell

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from qkv_tui.edges.worksheet_content import Blank
 from qkv_tui.edges.worksheet_math import pieces, to_typst, typst_string
-from qkv_tui.edges.worksheet_sheet import LEAD, Grid, Heading, Lines, Sheet, items
+from qkv_tui.edges.worksheet_sheet import LEAD, Grid, Heading, Lines, Sheet, items, minus
 
 EXTRA = "pip install 'qkv-tui[pdf]'"
 KEEP = 30  # rows up to which a table is never split across pages
@@ -43,7 +43,7 @@ def _cell(page: Sheet, value: str | Blank, wide: bool = False) -> str:
     if isinstance(value, Blank):
         line = "1.8em" if wide else "2.6em"  # room to write the number in, on the line of its label
         return f"[#{typst_string(f'({value.number})')}#h(0.3em)#box(width: {line}, height: 0.9em, stroke: (bottom: 0.5pt))]"
-    return f"[{_text(value)}]"
+    return f"[{_text(minus(value))}]"
 
 
 def _table(page: Sheet, block: Grid) -> str:
