@@ -16,6 +16,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+import pypdf  # the test extra pins it and typst (the pdf extra): CI typesets every page tested here
 import pytest
 
 from qkv_tui import compute, load_scenario
@@ -25,9 +26,6 @@ from qkv_tui.edges.worksheet_export import key_path
 from qkv_tui.edges.worksheet_sheet import intro, sheet
 
 from .conftest import SCENARIOS, Run
-
-pypdf = pytest.importorskip("pypdf")
-pytest.importorskip("typst")
 
 NUMBER = re.compile(r"\d+(?:\.\d+)?")
 # i_love_ai, a multi-head, a masked and a 2026 variant (the output gate) built-in
