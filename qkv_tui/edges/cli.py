@@ -45,14 +45,16 @@ def _export_toml(scenario: Scenario, out: TextIO) -> None:
     out.write(to_toml(scenario))
 
 
-def _export_worksheet(scenario: Scenario, out: TextIO, blanks: str = "25%", seed: int = 0) -> None:
-    from qkv_tui.edges.worksheet import WorksheetError, to_worksheet
+def _export_worksheet(scenario: Scenario, out: TextIO, blanks: str = "25%", seed: int = 0,
+                      fmt: str = "markdown", separate: bool = False, output: str | None = None) -> None:
+    from qkv_tui.edges.worksheet import WorksheetError, build
+    from qkv_tui.edges.worksheet_export import write
 
     try:
-        page = to_worksheet(compute(scenario), blanks, seed)
+        ws = build(compute(scenario), blanks, seed)
     except WorksheetError as exc:
         raise ScenarioError(scenario.source, str(exc)) from None
-    out.write(page)
+    write(ws, fmt, separate, output, out)
 
 
 # ``--export FORMAT``: each writes the scenario to stdout, or raises ScenarioError before
@@ -97,6 +99,12 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--blanks", metavar="N|P%",
                         help="worksheet: how many cells to leave blank, a count (12) or a share (25%%; the default)")
     parser.add_argument("--seed", type=int, help="worksheet: which cells are blank (the same seed, the same page; default 0)")
+    parser.add_argument("--format", choices=("markdown", "html", "pdf"),
+                        help="worksheet: markdown (the default), html (one self-contained page) or pdf (typeset; needs"
+                             " pip install 'qkv-tui[pdf]')")
+    parser.add_argument("--key", choices=("separate",),
+                        help="worksheet: separate writes the answer key to its own file, beside --output's (sheet-key.pdf)")
+    parser.add_argument("--output", "-o", metavar="FILE", help="worksheet: write it to FILE rather than to stdout")
     parser.add_argument("--version", action="version", version=f"qkv-tui {__version__}")
     model_args.add_arguments(parser)
     return parser
@@ -145,12 +153,22 @@ def misplaced(args: argparse.Namespace) -> str | None:
     def given(*names: str) -> list[str]:
         return [f"--{name}" for name in names if getattr(args, name) is not None]
 
-    for flags, place, fits in ((given("blanks", "seed"), "--export worksheet", args.export == "worksheet"),
+    for flags, place, fits in ((given("blanks", "seed", "format", "key", "output"), "--export worksheet",
+                                args.export == "worksheet"),
                                (given("host", "port"), "--serve", args.serve)):
         if flags and not fits:
             return f"{' and '.join(flags)} {'goes' if len(flags) == 1 else 'go'} only with {place}"
     if args.read_only and (args.export or args.check):  # no app runs there to allow edits or not
         return "--read-only goes only with the app or --serve"
+    return None
+
+
+def worksheet_output_problem(args: argparse.Namespace) -> str | None:
+    """Where a worksheet would go that cannot work: a separate key with nowhere beside it, a PDF on a terminal."""
+    if args.key == "separate" and args.output is None:
+        return "--key separate needs --output FILE (the key is written beside it, as FILE-key with FILE's extension)"
+    if args.format == "pdf" and args.output is None and _is_terminal(sys.stdout):
+        return "--format pdf writes a binary file: give --output FILE, or redirect standard output to a file"
     return None
 
 
@@ -240,6 +258,8 @@ def _main(argv: list[str] | None) -> int:
             parse_blanks(blanks)
         except WorksheetError as exc:
             _parser().error(str(exc))
+        if (problem := worksheet_output_problem(args)) is not None:
+            _parser().error(problem)
     if len(args.scenario) > 1:
         _parser().error("give one SCENARIO (several are allowed only with --check)")
     spec = args.scenario[0] if args.scenario else DEFAULT_SCENARIO
@@ -251,12 +271,22 @@ def _main(argv: list[str] | None) -> int:
         exporter = EXPORTERS[args.export][0]
         if args.export == "worksheet":
             exporter = functools.partial(_export_worksheet, blanks=blanks,
-                                         seed=DEFAULT_SEED if args.seed is None else args.seed)
+                                         seed=DEFAULT_SEED if args.seed is None else args.seed,
+                                         fmt=args.format or "markdown", separate=args.key == "separate",
+                                         output=args.output)
         try:
             with _arithmetic_policy(spec):
                 exporter(load(spec), sys.stdout)
         except ScenarioError as exc:
             return _fail(exc)
+        except RuntimeError as exc:  # the worksheet's own: typst not installed, a file that cannot be written
+            from qkv_tui.edges.worksheet_export import OutputError
+            from qkv_tui.edges.worksheet_typst import MissingExtraError
+
+            if not isinstance(exc, OutputError | MissingExtraError):
+                raise
+            sys.stderr.write(f"error: {exc}\n")
+            return 2
         return 0
     try:
         with _arithmetic_policy(spec):

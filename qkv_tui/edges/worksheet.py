@@ -13,7 +13,8 @@ The page order, the blanks and the answer key live here; the tables in
 :mod:`qkv_tui.edges.worksheet_chain`, which walks the stages (each builds its own tables and writes
 its cells' arithmetic, through :mod:`qkv_tui.edges.worksheet_working`),
 the Markdown in :mod:`qkv_tui.edges.worksheet_page`, which renders the content
-(:mod:`qkv_tui.edges.worksheet_content`) that this module fills.
+(:mod:`qkv_tui.edges.worksheet_content`) that this module fills. The page's blocks, which the Markdown,
+HTML and PDF all lay out, are in :mod:`qkv_tui.edges.worksheet_sheet` (docs/worksheets.md).
 """
 
 from __future__ import annotations

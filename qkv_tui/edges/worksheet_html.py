@@ -1,0 +1,122 @@
+"""A worksheet as one self-contained HTML page: no fonts, scripts or styles fetched from anywhere.
+
+It lays out the blocks of :mod:`qkv_tui.edges.worksheet_sheet`: tables with their numbers right-aligned,
+formulas as MathML (:mod:`qkv_tui.edges.worksheet_math`; every current browser draws it), a name and date
+line, and a print stylesheet that starts the answer key on a new page. Every piece of text is escaped.
+"""
+
+from __future__ import annotations
+
+import html
+
+from qkv_tui.edges.worksheet_content import Blank
+from qkv_tui.edges.worksheet_math import pieces, to_mathml
+from qkv_tui.edges.worksheet_sheet import Grid, Heading, Lines, Sheet, items, minus
+
+_STYLE = """
+body { font-family: "Latin Modern Roman", "Computer Modern", Georgia, "Times New Roman", serif;
+       max-width: 52em; margin: 2em auto; padding: 0 1em; line-height: 1.4; color: #111; }
+h1 { font-size: 1.6em; margin-bottom: 0.4em; }
+h2 { font-size: 1.25em; margin: 1.4em 0 0.4em; }
+.who { display: flex; gap: 1em; margin: 0 0 1em; }
+.who span { flex: 1; border-bottom: 1px solid #000; }
+.who span.date { flex: 0 0 12em; }
+table { border-collapse: collapse; margin: 0.4em 0 1em; font-variant-numeric: tabular-nums; }
+th, td { border: 1px solid #777; padding: 0.15em 0.5em; }
+td { text-align: right; white-space: nowrap; }
+th { text-align: left; }
+thead th { text-align: right; }
+thead th:first-child { text-align: left; }
+.blank { display: inline-block; width: 3em; border-bottom: 1px solid #000; height: 1em; vertical-align: bottom; }
+figure { margin: 0; break-inside: avoid; }
+.key p { margin: 0.35em 0; padding-left: 2em; text-indent: -2em; }
+@media print {
+  body { margin: 0; max-width: none; }
+  .key { break-before: page; }
+  a { color: inherit; }
+}
+"""
+
+
+def _prose(text: str, names: tuple[str, ...] = ()) -> str:
+    """Words as text, the formulas among them as MathML (never the scenario's own ``names``)."""
+    return "".join(to_mathml(piece) if formula else html.escape(piece) for formula, piece in pieces(text, names))
+
+
+def _cell(value: str | Blank) -> str:
+    if isinstance(value, Blank):
+        return f'<td>({value.number}) <span class="blank"></span></td>'
+    return f"<td>{html.escape(minus(value))}</td>"
+
+
+def _table(page: Sheet, block: Grid) -> list[str]:
+    t = block.table
+    caption = f"{_prose(block.caption, page.names)}{html.escape(block.suffix)}:"
+    out = [f"<figure><figcaption>{caption}</figcaption>", "<table>",
+           "<thead><tr>" + f"<th>{_prose(t.name, page.names)}</th>" + "".join(f"<th>{html.escape(c)}</th>" for c in t.cols)
+           + "</tr></thead>", "<tbody>"]
+    for i, label in enumerate(t.rows):
+        cells = "".join(_cell(page.cell(t, i, j)) for j in range(len(t.cols)))
+        out.append(f'<tr><th scope="row">{html.escape(label)}</th>{cells}</tr>')
+    out += ["</tbody>", "</table></figure>"]
+    return out
+
+
+def _lines(lines: tuple[str, ...] | list[str], names: tuple[str, ...]) -> list[str]:
+    out: list[str] = []
+    open_list = False
+    for bullet, text in items(lines):
+        if bullet and not open_list:
+            out.append("<ul>")
+            open_list = True
+        if not bullet and open_list:
+            out.append("</ul>")
+            open_list = False
+        out.append(f"<li>{_prose(text, names)}</li>" if bullet else f"<p>{_prose(text, names)}</p>")
+    if open_list:
+        out.append("</ul>")
+    return out
+
+
+def _page(title: str, body: list[str]) -> str:
+    return "\n".join(['<!DOCTYPE html>', '<html lang="en">', "<head>", '<meta charset="utf-8">',
+                      f"<title>{html.escape(title)}</title>", f"<style>{_STYLE}</style>", "</head>", "<body>",
+                      *body, "</body>", "</html>"]) + "\n"
+
+
+def _questions(page: Sheet) -> list[str]:
+    out = [f"<h1>Worksheet: {html.escape(page.title)}</h1>",
+           '<p class="who">Name: <span></span> Date: <span class="date"></span></p>']
+    if page.intro:
+        out.append(f"<p>{html.escape(page.intro)}</p>")
+    text, formula, rest = page.lead
+    out.append(f"<p>{html.escape(text)}{to_mathml(formula) if formula else ''}{html.escape(rest)}</p>")
+    out += _lines(page.rules, page.names)
+    for block in page.body:
+        if isinstance(block, Heading):
+            out.append(f"<h2>{html.escape(block.text)}</h2>")
+        elif isinstance(block, Lines):
+            out += _lines(block.lines, page.names)
+        elif isinstance(block, Grid):
+            out += _table(page, block)
+    return out
+
+
+def _key(page: Sheet, alone: bool) -> list[str]:
+    title = f"Answer key: {page.title}" if alone else "Answer key"
+    out = ['<section class="key">', f"<h1>{html.escape(title)}</h1>" if alone else f"<h2>{html.escape(title)}</h2>"]
+    if not page.key:
+        out.append("<p>(No blanks on this page.)</p>")
+    out += [f"<p>({b.number}) {to_mathml(b.working)}</p>" for b in page.key]
+    out.append("</section>")
+    return out
+
+
+def render(page: Sheet, part: str = "all") -> str:
+    """The page: ``all`` (the questions, then the key, on a new page when printed), ``questions`` or ``key``."""
+    if part == "key":
+        return _page(f"Answer key: {page.title}", _key(page, alone=True))
+    body = _questions(page)
+    if part == "all":
+        body += _key(page, alone=False)
+    return _page(f"Worksheet: {page.title}", body)

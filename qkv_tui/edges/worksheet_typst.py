@@ -1,0 +1,143 @@
+"""A worksheet as Typst source, and as a PDF typeset in-process by the ``typst`` package (``qkv-tui[pdf]``).
+
+It lays out the blocks of :mod:`qkv_tui.edges.worksheet_sheet`: tables with their numbers right-aligned,
+formulas set as math (:mod:`qkv_tui.edges.worksheet_math`), a name and date line at the top, the answer key
+on a page of its own. Every piece of text goes into the source as a string literal (``#"…"``), never as
+markup, so a title full of ``#``, ``$`` or ``*`` prints as written.
+"""
+
+from __future__ import annotations
+
+from qkv_tui.edges.worksheet_content import Blank
+from qkv_tui.edges.worksheet_math import pieces, to_typst, typst_string
+from qkv_tui.edges.worksheet_sheet import Grid, Heading, Lines, Sheet, items, minus
+
+EXTRA = "pip install 'qkv-tui[pdf]'"
+KEEP = 30  # rows up to which a table is never split across pages
+WIDE = 9  # columns beyond which a table gets a landscape page of its own, so sixteen keys fit across
+
+
+class MissingExtraError(RuntimeError):
+    """The ``typst`` package is not installed."""
+
+
+_PREAMBLE = """#set document(title: {title}, date: none)
+#set page(paper: "a4", margin: (x: 1.7cm, y: 1.8cm), numbering: "1 / 1")
+#set text(font: "New Computer Modern", size: 10pt, lang: "en")
+#set par(justify: false, leading: 0.6em)
+#set table(stroke: 0.4pt + luma(120), inset: (x: 5pt, y: 3.5pt))
+#show heading: set block(above: 1.2em, below: 0.6em)
+"""
+
+
+def _text(text: str) -> str:
+    return "#" + typst_string(text) if text else ""
+
+
+def _prose(text: str, names: tuple[str, ...] = ()) -> str:
+    """Words as text, the formulas among them as math (never the scenario's own ``names``)."""
+    return "".join(to_typst(piece) if formula else _text(piece) for formula, piece in pieces(text, names))
+
+
+def _cell(page: Sheet, value: str | Blank, wide: bool = False) -> str:
+    if isinstance(value, Blank):
+        line = "1.8em" if wide else "2.6em"  # room to write the number in, on the line of its label
+        return f"[#{typst_string(f'({value.number})')}#h(0.3em)#box(width: {line}, height: 0.9em, stroke: (bottom: 0.5pt))]"
+    return f"[{_text(minus(value))}]"
+
+
+def _table(page: Sheet, block: Grid) -> str:
+    t = block.table
+    cols = len(t.cols)
+    header = ", ".join([f"[{_prose(t.name, page.names)}]", *(f"[*{_text(c)}*]" for c in t.cols)])
+    wide = cols > WIDE
+    rows = []
+    for i, label in enumerate(t.rows):
+        cells = [_cell(page, page.cell(t, i, j), wide) for j in range(cols)]
+        rows.append(", ".join([f"[*{_text(label)}*]", *cells]))
+    size = "8pt" if wide else "10pt"
+    widths = f"(auto,) + (1fr,) * {cols}" if wide else str(cols + 1)  # never wider than the page
+    body = ",\n    ".join(rows)
+    inset = ", inset: (x: 2.5pt, y: 3.5pt)" if wide else ""
+    return (f"#text(size: {size})[#table(columns: {widths}{inset}, align: (left,) + (right,) * {cols},\n"
+            f"    table.header({header}),\n    {body})]")
+
+
+def _lines(lines: tuple[str, ...] | list[str], names: tuple[str, ...]) -> list[str]:
+    out = []
+    for bullet, text in items(lines):
+        out.append(f"- {_prose(text, names)}" if bullet else f"{_prose(text, names)}\n")
+    return out
+
+
+def _heading(text: str, level: int) -> str:
+    return f"#heading(level: {level}, {typst_string(text)})"
+
+
+def _key(page: Sheet, alone: bool) -> list[str]:
+    out = [_heading(f"Answer key: {page.title}" if alone else "Answer key", 1), "",
+           "#set par(hanging-indent: 2em, spacing: 0.75em)", ""]
+    if not page.key:
+        out.append(_text("(No blanks on this page.)"))
+    for b in page.key:
+        out += [f"{_text(f'({b.number}) ')}{to_typst(b.working)}", ""]
+    return out
+
+
+def _questions(page: Sheet) -> list[str]:
+    out = [f"#text(size: 16pt, weight: \"bold\")[{_text(f'Worksheet: {page.title}')}]", "",
+           "#grid(columns: (auto, 1fr, auto, 5cm), column-gutter: 0.5em, align: bottom,"
+           " [Name:], box(width: 100%, stroke: (bottom: 0.5pt))[#v(0.9em)], [Date:],"
+           " box(width: 100%, stroke: (bottom: 0.5pt))[#v(0.9em)])", ""]
+    if page.intro:
+        out += [_text(page.intro), ""]
+    text, formula, rest = page.lead
+    out += [f"{_text(text)}{to_typst(formula) if formula else ''}{_text(rest)}", ""]
+    out += _lines(page.rules, page.names)
+    out.append("")
+    heading = ""  # a section's heading waits for its first table, when that has a page of its own
+    for n, block in enumerate(page.body):
+        if isinstance(block, Heading):
+            heading = _heading(block.text, 2)
+            following = page.body[n + 1] if n + 1 < len(page.body) else None
+            if not (isinstance(following, Grid) and len(following.table.cols) > WIDE):
+                out += [heading, ""]
+                heading = ""
+        elif isinstance(block, Lines):
+            out += [*_lines(block.lines, page.names), ""]
+        elif isinstance(block, Grid):
+            caption = f"{_prose(block.caption, page.names)}{_text(block.suffix)}{_text(':')}"
+            # a table of a page or less stays with its caption, on one page
+            breakable = "true" if len(block.table.rows) > KEEP else "false"
+            table = f"#block(breakable: {breakable})[{caption}\n\n{_table(page, block)}]"
+            if len(block.table.cols) > WIDE:
+                table = f"#page(flipped: true)[{heading}\n\n{table}]" if heading else f"#page(flipped: true)[{table}]"
+                heading = ""
+            out += [table, ""]
+    return out
+
+
+def source(page: Sheet, part: str = "all") -> str:
+    """The Typst source: ``all`` (the questions, then the key from a new page), ``questions`` or ``key``."""
+    title = f"Answer key: {page.title}" if part == "key" else f"Worksheet: {page.title}"
+    out = [_PREAMBLE.format(title=typst_string(title))]
+    if part in ("all", "questions"):
+        out += _questions(page)
+    if part == "all":
+        out += ["#pagebreak()", ""]
+    if part in ("all", "key"):
+        out += _key(page, alone=part == "key")
+    return "\n".join(out) + "\n"
+
+
+def pdf(text: str) -> bytes:
+    """The PDF of Typst source, typeset in this process."""
+    try:
+        import typst
+    except ImportError:
+        raise MissingExtraError(f"--format pdf needs the typst package: {EXTRA}") from None
+    # warnings (a glyph no font has) would go to stderr; the page is made either way
+    data, _warnings = typst.compile_with_warnings(text.encode("utf-8"), format="pdf")
+    if not isinstance(data, bytes):  # pragma: no cover - one document, one file
+        raise TypeError("typst returned pages, not one PDF")
+    return data
