@@ -391,6 +391,7 @@ VIEW = SideView(
                                         else _decoding(sources, modes.schedule).count),
     frame=_frame,
     # the default schedule goes unnamed: i_love_ai-cache-step03.svg, i_love_ai-cache-chunked-step03.svg
+    asks="weights[",  # the step's softmax, from the scores the line before works out
     shot=lambda modes: "cache" if modes.schedule == "prefill" else f"cache-{modes.schedule}",
     option=_next_schedule,
 )

@@ -9,6 +9,7 @@ from qkv_tui.teach.quiz import Question, Score
 
 MIN_DECIMALS, MAX_DECIMALS = 1, 8  # at 0 a weight row reads 0 0 0: it must visibly sum to 1
 TRACE = "trace"  # the operation trace: the view that is no side view
+PROSE = ("shown", "hidden", "blank")  # what f cycles through (display/presenting.py)
 
 
 @dataclass(frozen=True)
@@ -22,8 +23,15 @@ class Modes:
     quiz: Score | None = None  # predict-then-reveal is on when this is set
     question: Question | None = None  # what the learner is being asked now; its result is hidden
     message: str = ""  # the quiz's last word to the learner
+    quiz_view: str = TRACE  # the view the quiz was switched on in: it asks there only, and keeps its score
+    prose: str = "shown"  # one of PROSE: the explanation's sentences, or all but the stage bar, put away
 
     @property
     def side(self) -> bool:
         """A side view is in front (the trace's keys and its quiz do not act there)."""
         return self.view != TRACE
+
+    @property
+    def asking(self) -> bool:
+        """The quiz is on in the view in front (the score stays while another view is open)."""
+        return self.quiz is not None and self.quiz_view == self.view

@@ -17,7 +17,7 @@ from qkv_tui.display.side_view import SideView
 from qkv_tui.display.side_views import SIDE_VIEWS, side_view
 from qkv_tui.display.view import View, hand_note, whatif_lines
 from qkv_tui.teach.handcalc import compute_hand
-from qkv_tui.teach.quiz import hide_result
+from qkv_tui.teach.quiz import Question, about_line, hide_result
 from qkv_tui.teach.stepper import Position
 from qkv_tui.teach.summary import MAX_ROWS, closing_summary
 from qkv_tui.teach.trace import Trace
@@ -56,13 +56,34 @@ class Presenter:
         view = side_view(modes.view)
         return view.steps(self, modes, head) if view is not None else 0
 
+    def side_question(self, modes: Modes, head: int) -> Question | None:
+        """The side view's question at its step: the result of the line it asks about (SideView.asks)."""
+        side = side_view(modes.view)
+        if side is None:
+            return None
+        step = min(modes.side_step, side.steps(self, modes, head) - 1)
+        ex = side.frame(self, modes, step, head).explanation
+        line = next((line for line in (ex.arithmetic, *ex.details) if line.startswith(side.asks)), None)
+        return None if line is None else about_line(step, line, side.name)
+
     def frame(self, pos: Position, modes: Modes) -> Frame:
         side = side_view(modes.view)
         if side is not None:
             step = min(modes.side_step, side.steps(self, modes, pos.head) - 1)
-            return side.frame(self, modes, step, pos.head)
+            shown = side.frame(self, modes, step, pos.head)
+            asked = modes.question
+            if asked is None or asked.side != side.name or asked.index != step:
+                return shown
+            # the learner predicts: the lines up to the asked one, that one ending "= ?", and the panes
+            # as they stood before this step (they would show its result)
+            ex = shown.explanation
+            lines = (ex.arithmetic, *ex.details)
+            at = next((i for i, line in enumerate(lines) if line.startswith(side.asks)), 0)
+            lines = (*lines[:at], asked.arithmetic)
+            before = side.frame(self, modes, step - 1, pos.head) if step else shown
+            return Frame(replace(ex, arithmetic=lines[0], details=lines[1:]), before.focus, before.extra, (), "")
         view = self.view(modes)
-        hidden = modes.question is not None and modes.question.index == pos.index
+        hidden = modes.question is not None and not modes.question.side and modes.question.index == pos.index
         focus, extra = view.panes(pos, modes.decimals, overview=True, hide_current=hidden)
         ex = view.explain(pos, modes.decimals)
         if hidden:  # the learner predicts: no result, no details that give it away (teach/quiz.py)

@@ -42,3 +42,4 @@ class SideView:
     frame: Callable[[Sources, Modes, int, int], Frame]  # the screen at (step, head); step < steps
     shot: Callable[[Modes], str]  # its part of a screenshot's name ("cache", "cache-chunked", "tiles")
     option: Callable[[Modes], Modes] | None = None  # what c does in it (the cache's schedules), if anything
+    asks: str = ""  # the start of the line its quiz asks about ("" the first): the number the step computes

@@ -62,9 +62,31 @@ def preload() -> None:
         from rich.cells import cell_len
 
         cell_len("·→√")
+    warm_up()
     # Objects made so far are never collected: the collector then does not touch (and so copy) their pages
     gc.collect()
     gc.freeze()
+
+
+def warm_up() -> None:
+    """Draw one app's first frame here, headless, before any fork: what a first frame imports late and the
+    caches it fills (styles, colours, cell widths) are then in every child already, in pages they share,
+    instead of being made again (and written into private pages) by each. It leaves no thread and no
+    loop behind, and writes nothing."""
+    import asyncio
+    import threading
+
+    from qkv_tui.ui.app import QKVApp
+
+    async def first_frame() -> None:
+        app = QKVApp("i_love_ai")
+        async with app.run_test(size=(120, 40)) as pilot:
+            await pilot.pause()
+
+    with contextlib.suppress(Exception):  # a warm-up that fails only costs the children their own start
+        asyncio.run(first_frame())
+    if threading.active_count() > 1:  # a fork copies only the thread that forks: say so, never hang on it
+        sys.stderr.write(f"qkv-tui: the app starter's warm-up left {threading.active_count() - 1} thread(s) running\n")
 
 
 def run_child(request: dict[str, Any], fds: list[int], close_zygote: Callable[[], None]) -> None:

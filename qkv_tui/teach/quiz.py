@@ -12,6 +12,9 @@ Most operations' arithmetic is fair with only its result hidden: ``Q[I,0] = 1·1
 ``= 0.099 / 1.414 = ?``, the exponential and the row sum worked, so one division is left.
 Its question shows the row's inputs instead, ``e^0.577 / (e^0.577 + e^2.887 + e^1.732) = ?``:
 the exponentials and the sum are the learner's to do.
+
+The side views (tiles, cache) ask about a line they show: its result, a number or a row's first
+entry, graded by the same rule at the places the line writes it (:func:`about_line`).
 """
 
 from __future__ import annotations
@@ -126,6 +129,8 @@ class Question:
     choices: tuple[str, ...] = ()
     best: frozenset[str] = frozenset()
     arithmetic: str = ""  # the operation's arithmetic as shown while asking: what to compute from, no result
+    target: str = ""  # what is asked for, as a message names it ("Q[I,1]")
+    side: str = ""  # the side view whose step ``index`` is ("" for the trace's operation)
 
     def check(self, text: str) -> Verdict:
         if self.kind == "argmax":
@@ -148,13 +153,14 @@ def questions(trace: Trace, index: int, decimals: int) -> list[Question]:
     seg = op.segment
     shown = withheld(trace, index, decimals)
     picked = trace.spec(seg.stage).choice(trace, op)  # a softmax row's first weight: which key gets the most?
+    target = op.arithmetic.split(" = ")[0]
     if picked is not None:
         prompt, choices, best = picked
-        asked.append(Question(index, "argmax", prompt, choices=choices, best=best, arithmetic=shown))
-    target = op.arithmetic.split(" = ")[0]
+        asked.append(Question(index, "argmax", prompt, choices=choices, best=best, arithmetic=shown,
+                              target=f"the largest weight of {target}"))
     integral = trace.integral(seg.target, seg.head)
     asked.append(Question(index, "value", f"What is {target}? Type it, then enter.",
-                          value=op.value, integral=integral, decimals=decimals, arithmetic=shown))
+                          value=op.value, integral=integral, decimals=decimals, arithmetic=shown, target=target))
     return asked
 
 
@@ -169,3 +175,30 @@ def hide_result(arithmetic: str) -> str:
     """The arithmetic with its final result replaced by a question mark."""
     head, sep, _ = arithmetic.rpartition(" = ")
     return f"{head}{sep}?" if sep else arithmetic
+
+
+# a line's result as it is written: a number (−∞ too), or a row of them, then at most a remark
+RESULT = re.compile(r"^(?P<row>\[)?(?P<first>[−+-]?(?:∞|\d+(?:\.\d+)?(?:e[+-]\d+)?))(?(row)(?:, [^\]]*)?\])"
+                    r"(?:$|;|\s+\()")
+
+
+def about_line(index: int, line: str, side: str) -> Question | None:
+    """A side view's question about one of its lines, ``target = work = result``: the result, or
+    for a row the first entry, at the places the line writes it. None when the line works out no
+    number (a look-up, a remark)."""
+    work, sep, tail = line.rpartition(" = ")
+    found = RESULT.match(tail) if sep and " = " in work else None
+    if found is None:
+        return None
+    first = found["first"]
+    value = parse_number(first)
+    if value is None:
+        return None
+    target = work.split(" = ")[0]
+    if found["row"]:
+        target = f"the first entry of {target}"
+    mantissa = first.partition("e")[0]
+    integral = "." not in mantissa and not math.isinf(value)
+    decimals = len(mantissa.partition(".")[2]) if not integral else 0
+    return Question(index, "value", f"What is {target}? Type it, then enter.", value=value, integral=integral,
+                    decimals=max(decimals, 1), arithmetic=f"{work} = ?", target=target, side=side)

@@ -25,6 +25,7 @@ from qkv_tui.core.scenario import Scenario, load_scenario
 from qkv_tui.display.layout import fitted, overview_rows, pane_height, share_width
 from qkv_tui.display.modes import MAX_DECIMALS, MIN_DECIMALS, TRACE, Modes
 from qkv_tui.display.presenter import Presenter
+from qkv_tui.display.presenting import next_prose, presented, prose_flag
 from qkv_tui.display.side_views import SIDE_VIEWS
 from qkv_tui.display.text import pictured
 from qkv_tui.display.view import STAGE_KEYS, PaneSpec
@@ -42,7 +43,7 @@ OVERVIEW_MIN_HEIGHT = 6  # a context pane shows at least three rows
 FOCUS_MIN_ROWS = 8  # rows a tall focus pane keeps when it shares the screen with context panes
 # lines the focus panes keep however long the explanation (which then scrolls): up to 8 rows whole
 FOCUS_FLOOR = FOCUS_MIN_ROWS + 3
-TRACE_ONLY = ("row", "next_stage", "prev_stage", "stage", "goto", "quiz", "hand", "whatif")
+TRACE_ONLY = ("row", "next_stage", "prev_stage", "stage", "goto", "hand", "whatif")
 SIDE_ACTIONS = tuple(f"side('{view.name}')" for view in SIDE_VIEWS)  # each side view's key opens it
 # the footer's keys from most to least needed: a narrow terminal drops them from the end, whole
 FOOTER_KEEP = ("help", "quit", "next", "reveal", "quiz", "prev", "next_stage", "head", "row", *SIDE_ACTIONS)
@@ -82,6 +83,7 @@ class QKVApp(Session):
         Binding("minus", "decimals(-1)", "fewer decimals", show=False),
         Binding("escape", "reveal", "reveal", show=False),
         Binding("n", "notes", "notes", show=False),
+        Binding("f", "prose", "prose", show=False),  # presenting: prose hidden → blank slate → all back
         Binding("m", "heatmap", "map", show=False),
         Binding("e", "edit", "edit", show=False),
         Binding("u", "undo", "undo", show=False),
@@ -177,7 +179,7 @@ class QKVApp(Session):
 
     def _changed(self) -> None:
         self.redraw()
-        ends = (self.at_start, self.at_end, self.modes.side, self.modes.quiz is not None)
+        ends = (self.at_start, self.at_end, self.modes.side, self.modes.asking)
         if ends != self._ends:  # the footer's greyed keys change only here; rebuilding it costs a frame
             self._ends = ends
             self.refresh_bindings()
@@ -208,11 +210,11 @@ class QKVApp(Session):
                 "\nenlarge the window, or press q to quit"
             )
             return
-        screen = self.live.mark(self.presenter.frame(self.position, self.modes))
+        screen = self.live.mark(presented(self.presenter.frame(self.position, self.modes), self.modes.prose))
         self.query_one(StageBar).show(self.scenario.title, screen.explanation, size.width)
         self.query_one(FormulaLine).show(screen.explanation, self._flags(), size.width)
         explain = self.query_one(ExplainPanel)
-        explain.show(screen.explanation, screen.description, screen.notes)
+        explain.show(screen.explanation, screen.description, screen.notes, prose=self.modes.prose == "shown")
         quiz_lines = self._show_quiz()
         # the focus panes come first, then the whole explanation, then context panes in what is left
         avail = size.height - 3 - quiz_lines  # stage bar, formula line, footer and the quiz
@@ -234,13 +236,15 @@ class QKVApp(Session):
         if modes.whatif:
             flags.append("what-if")
         flags += self.live.flags()
+        if modes.prose != "shown":
+            flags.append(prose_flag(modes.prose))
         return " · ".join(flags)
 
     def _show_quiz(self) -> int:
         """The quiz lines under the explanation; returns how many screen lines they take."""
         bar = self.query_one("#quizbar")
         modes = self.modes
-        bar.display = modes.quiz is not None and not modes.side  # the side views hide nothing to predict
+        bar.display = modes.asking  # the quiz asks in the view it was switched on in
         field = self._answer_box()
         if not bar.display:
             return 0
@@ -248,7 +252,7 @@ class QKVApp(Session):
         message = pictured(modes.message or (QUIZ_KEYS if modes.question is not None else ""))
         self.query_one("#quiz-message", Static).update(Text.assemble((str(modes.quiz), "bold"), "  ", message))
         prompt = pictured(modes.question.prompt if modes.question is not None
-                           else "Press → for the next operation to predict.")
+                           else f"Press → for the next {'step' if modes.side else 'operation'} to predict.")
         self.query_one("#quiz-prompt", Static).update(Text(prompt))
         if modes.question is not None and not field.has_focus:
             field.focus()
@@ -256,9 +260,9 @@ class QKVApp(Session):
         return -(-len(f"{modes.quiz}  {message}") // width) + -(-len(prompt) // max(width - 18, 1))
 
     def _answer_box(self) -> QuizInput:
-        """The answer box, taking keys only while a question is shown (not in a side view, nor too small)."""
+        """The answer box, taking keys only while a question is shown (in the quiz's own view, not too small)."""
         field = self.query_one("#quiz-input", QuizInput)
-        shown = not self.too_small and not self.modes.side
+        shown = not self.too_small and self.modes.asking
         field.question = self.modes.question if shown else None
         field.disabled = field.question is None  # which also lets go of the focus: keys are the app's again
         return field
@@ -371,9 +375,19 @@ class QKVApp(Session):
 
     def move_to(self, position: Position) -> None:
         """Go somewhere in the trace; a pending quiz question is left unanswered (revealed, not scored)."""
-        if self.modes.question is not None:
-            self.modes = replace(self.modes, question=None, message="")
+        self.modes = self._left(self.modes)
         self.position = position
+
+    @staticmethod
+    def _left(modes: Modes) -> Modes:
+        """Modes without the pending question, saying it was left (moving away, another view, p)."""
+        pending = modes.question
+        if pending is None:
+            return modes
+        what = pending.target or "the question"
+        if what.startswith("the "):  # a sentence's first word; a symbol (m̃, Q) keeps its case
+            what = "The" + what[3:]
+        return replace(modes, question=None, message=f"{what} left unanswered, not scored.")
 
     def _clear_answer(self) -> None:
         """Empty the answer box: what was typed for a skipped question must not answer the next one."""
@@ -389,25 +403,35 @@ class QKVApp(Session):
         pending = modes.question
         if pending is None:
             return modes
+        if pending.side:  # a side view's line, written at the new decimals
+            again_side = self.presenter.side_question(modes, self.position.head)
+            return replace(modes, question=again_side, message="")
         asked = questions(self.presenter.view(modes).trace, pending.index, modes.decimals)
         again = [q for q in asked if q.kind == pending.kind]
         return replace(modes, question=again[0] if again else None, message="")
 
     def _side_step(self, step: int) -> None:
-        self.modes = replace(self.modes, side_step=min(max(step, 0), self._side_last()))
+        self.modes = replace(self._left(self.modes), side_step=min(max(step, 0), self._side_last()))
 
     def _side_last(self) -> int:
         """The last step of the side view in force (the cache's steps, or FlashAttention's operations)."""
         return self.presenter.side_steps(self.modes, self.position.head) - 1
 
     def action_next(self) -> None:
-        if self.modes.side:
+        if self.modes.side and self.modes.asking:  # the side view's quiz: its next step asks first
+            modes = self._left(self.modes)
+            modes = replace(modes, side_step=min(modes.side_step + 1, self._side_last()))
+            asked_side = self.presenter.side_question(modes, self.position.head)
+            self.modes = replace(modes, question=asked_side, message=self._moved_on(modes, asked_side))
+        elif self.modes.side:
             self._side_step(self.modes.side_step + 1)
-        elif self.modes.quiz is not None:
+        elif self.modes.asking:
             # every step forward asks first; an unanswered question is left (revealed, not scored)
+            modes = self._left(self.modes)
             self.position = self.stepper.next(self.position)
             asked = self._questions(self.position.index)
-            self.modes = replace(self.modes, question=asked[0] if asked else None, message="")
+            self.modes = replace(modes, question=asked[0] if asked else None,
+                                 message=self._moved_on(modes, asked[0] if asked else None))
         else:
             self.position = self.stepper.next(self.position)
 
@@ -441,6 +465,7 @@ class QKVApp(Session):
 
     def action_head(self, delta: int) -> None:
         if self.modes.side:
+            self.modes = self._left(self.modes)
             self.position = Position(self.position.index, (self.position.head + delta) % self.stepper.head_count)
         else:
             self.move_to(self.stepper.switch_head(self.position, delta))
@@ -451,7 +476,8 @@ class QKVApp(Session):
     def action_side(self, name: str) -> None:
         """Open a side view (display/side_views.py) from its first step; its own key again returns to the trace."""
         view = TRACE if self.modes.view == name else name
-        self.modes = replace(self.modes, view=view, side_step=0, question=None, message="")
+        left = self._left(self.modes)
+        self.modes = replace(left, view=view, side_step=0, message=left.message if self.modes.question else "")
 
     def _option(self) -> Callable[[Modes], Modes] | None:
         side = self.presenter.side(self.modes)
@@ -461,22 +487,46 @@ class QKVApp(Session):
         """The open side view's own choice (c): in the cache view, prefill at once → chunked prefill → token by token."""
         option = self._option()
         if option is not None:
-            self.modes = option(self.modes)
+            self.modes = option(self._left(self.modes))
 
     def action_quiz(self) -> None:
-        """Predict-then-reveal: each step asks for the result before showing it."""
-        on = self.modes.quiz is None
-        self.modes = replace(self.modes, quiz=Score() if on else None, question=None,
-                             message="Predict-then-reveal is on: press → and type what the next result will be." if on else "")
-        if not on:
-            self.set_focus(None)
+        """Predict-then-reveal: each step asks for the result before showing it. In the trace, the tiles and
+        the cache view alike; p in another view than the quiz's brings the quiz (and its score) there."""
+        modes = self.modes
+        on = not modes.asking
+        if on:
+            here = "" if not modes.side else f" in the {modes.view} view"
+            self.modes = replace(modes, quiz=modes.quiz or Score(), quiz_view=modes.view, question=None,
+                                 message=f"Predict-then-reveal is on{here}: press → and type what the next result will be.")
+            return
+        if modes.question is not None:  # the quiz bar goes with it: the toast says what became of the question
+            what = modes.question.target or "the question"
+            self.notify(f"Predict-then-reveal is off: {what} left unanswered, not scored ({modes.quiz}).",
+                        timeout=4, markup=False)
+        self.modes = replace(modes, quiz=None, quiz_view=TRACE, question=None, message="")
+        self.set_focus(None)
+
+    @staticmethod
+    def _moved_on(before: Modes, asked: Question | None) -> str:
+        """The quiz's line after a step forward: a question left behind is said, beside the keys that act."""
+        if not before.message.endswith("left unanswered, not scored.") or asked is None:
+            return "" if asked is not None else before.message
+        return f"{before.message} {QUIZ_KEYS}"
+
+    def action_prose(self) -> None:
+        """f: the prose put away (the matrices get its room), then all but the stage bar, then all back."""
+        self.modes = replace(self.modes, prose=next_prose(self.modes.prose))
 
     def action_reveal(self) -> None:
-        """Escape: show the answer to the pending question (unscored); with none pending, leave the quiz."""
+        """Escape: a toast on screen goes first (a click on one closes it too); then the answer to the
+        pending question is shown (unscored); with none pending, the quiz is left."""
+        if self.live.toasts():
+            self.clear_notifications()
+            return
         if self.modes.question is not None:
             self.modes = replace(self.modes, question=None, message="Revealed, not scored.")
             self.set_focus(None)
-        elif self.modes.quiz is not None:
+        elif self.modes.asking:
             self.action_quiz()
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
@@ -488,8 +538,8 @@ class QKVApp(Session):
         if verdict.right is None:  # not an answer: say so kindly and ask again
             self.modes = replace(self.modes, message=verdict.message)
             return
-        # after "which key wins this row?" comes the cell's own value
-        later = [q for q in self._questions(question.index) if question.kind == "argmax" != q.kind]
+        # after "which key wins this row?" comes the cell's own value (a side view asks one question a step)
+        later = [] if question.side else [q for q in self._questions(question.index) if question.kind == "argmax" != q.kind]
         self.modes = replace(self.modes, quiz=(self.modes.quiz or Score()).add(verdict),
                              question=later[0] if later else None, message=verdict.message)
         if not later:

@@ -141,6 +141,10 @@ class Live:
         cells = frozenset((int(r), int(c)) for r, c in np.argwhere(differs))
         return replace(spec, changed=cells) if cells else spec
 
+    def toasts(self) -> int:
+        """How many toasts are on screen (Textual's Toast widgets: escape closes them before it reveals)."""
+        return len(self.app.screen.query("Toast"))
+
     def flags(self) -> list[str]:
         flags = []
         if self.dirty:

@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from rich.style import Style
+from textual.css.styles import RenderStyles
 from textual.theme import Theme
 from textual.widget import Widget
 
@@ -23,7 +24,24 @@ class Styled(Widget):
     is the rules of ``.PREFIX--muted`` alone (to add to the text's own)."""
 
     PREFIX: ClassVar[str] = ""
+    # Every instance of the type looks alike (the rule above, which tests/test_looks.py holds): Textual styles
+    # one virtual node per component class for each instance, most of a pane's share of a first frame; with
+    # this set, only one instance (its "probe", the first attached) is styled, and the others look it up there
+    SHARED_LOOKS: ClassVar[bool] = False
     _looks: dict[str, Style] | None = None  # by component name, from the first lookup of a running widget on
+
+    def _get_component_classes(self) -> frozenset[str]:  # type: ignore[override]  # Textual's is a classmethod
+        if self.SHARED_LOOKS and self._probe() is not self:
+            return frozenset()
+        return super()._get_component_classes()
+
+    def _probe(self) -> Styled:
+        """The instance of this type whose component classes are styled (the first one attached, while it is)."""
+        probes: dict[type, Styled] = self.app.__dict__.setdefault("_styled_probes", {})
+        probe = probes.get(type(self))
+        if probe is None or not probe.is_attached:
+            probes[type(self)] = probe = self
+        return probe
 
     def look(self, name: str) -> Style:
         looks = self._looks
@@ -39,6 +57,18 @@ class Styled(Widget):
 
     def _lookup(self, name: str) -> Style:
         return self.get_component_rich_style(f"{self.PREFIX}--{name}", partial=True)
+
+    def get_component_styles(self, *names: str) -> RenderStyles:
+        if not (self.SHARED_LOOKS and self.is_attached):
+            return super().get_component_styles(*names)
+        probe = self._probe()
+        if probe is not self:
+            return probe.get_component_styles(*names)
+        try:
+            return super().get_component_styles(*names)
+        except KeyError:  # the probe before this one was removed, after this one's styling: styled now, once
+            self.app.stylesheet.apply(self)
+            return super().get_component_styles(*names)
 
     def notify_style_update(self) -> None:
         if self._looks:

@@ -69,6 +69,7 @@ class MatrixView(SyncedScrollView, Styled, can_focus=False):
     COMPONENT_CLASSES: ClassVar[set[str]] = {
         *(f"matrix--{look}" for look in LOOKS), "matrix--heat-low", "matrix--heat-high",
     }
+    SHARED_LOOKS = True  # a screen holds a dozen panes or more, all styled alike (looks.py)
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)

@@ -181,12 +181,14 @@ class ExplainPanel(SyncedScrollView, Styled, can_focus=False):
         """Screen lines this panel takes at a terminal width: its wrapped text and the top border."""
         return len(self._wrap(max(width - 2, 1))) + 1  # padding on the left, the scrollbar's gutter on the right
 
-    def show(self, ex: Explanation, description: str = "", notes: tuple[str, ...] = ()) -> None:
+    def show(self, ex: Explanation, description: str = "", notes: tuple[str, ...] = (), prose: bool = True) -> None:
+        """``prose``: False leaves out what the stage means (f, display/presenting.py): the working stays."""
         # every line is the scenario's words too (labels, names): no control character may break it
         lines = [(pictured(ex.arithmetic), "arithmetic")]
         lines += [(pictured(line), "detail") for line in ex.details]
         lines += [(pictured(line), "note") for line in notes]
-        lines.append((pictured(ex.meaning), "meaning"))
+        if prose:
+            lines.append((pictured(ex.meaning), "meaning"))
         # a description's own line breaks are the author's layout: keep them, and only them
         lines += [(pictured(line), "description") for line in description.split("\n") if description]
         if tuple(lines) == self._lines:
@@ -254,6 +256,11 @@ class KeyFooter(Footer):
     def compose(self) -> ComposeResult:
         if self.screen is not self.app.screen:  # a modal is on top: its keys are not ours
             self.left_out = frozenset()
+            return
+        if not getattr(self.app, "ready", True):
+            # before the app's mount every key is off, and its mount refreshes the bindings, which composes
+            # the footer again: its keys are made once, not twice, on the way to the first frame
+            self._fitted = self.size.width or self.app.size.width  # and its first resize has nothing to redo
             return
         width = self.size.width or self.app.size.width
         self._fitted = width

@@ -47,8 +47,11 @@ KEYS = (
     ("page down / up", "scroll the explanation when it is longer than its room"),
     ("tab / shift+tab", "next / previous head"),
     *(row for view in SIDE_VIEWS for row in view.help),  # k (and c), t: display/side_views.py
-    ("p", "predict-then-reveal: type each result before it is shown; escape reveals a pending answer,"
-          " escape or p leaves; while a question waits, digits type the answer (] [ change stage)"),
+    ("p", "predict-then-reveal: type each result before it is shown (in the trace, the tiles or the cache view);"
+          " escape reveals a pending answer, escape or p leaves; moving away leaves a question unscored, and says so;"
+          " while a question waits, digits type the answer (] [ change stage)"),
+    ("f", "presenting: hide the prose (the matrices get its room) → a blank slate but the stage bar → all back"),
+    ("escape", "close the toasts on screen (a click closes one too); then reveal, as above"),
     ("w", "what if: this row's softmax with and without ÷√dₖ, at dₖ ×1, ×4, ×16"),
     ("h", "by hand: round every intermediate to the shown decimals, as on paper"),
     ("+ / -", "more / fewer decimals (default 3, as the seed page)"),
