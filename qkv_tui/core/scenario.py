@@ -30,6 +30,7 @@ from qkv_tui.core.inputs import INPUT_KEYS, Input, parse_input
 from qkv_tui.core.production import CACHE_KEYS, TILES_KEYS, ProductionSettings, parse_production
 from qkv_tui.core.tomlfile import NumberGrid, ReadError, decode, parse_toml, read_bytes, stat_path, table_values
 from qkv_tui.core.variants import Alibi, Norm, QKNorm, Rope
+from qkv_tui.core.variants.backward import Backward
 
 TOP_KEYS = (
     "title", "description", "tokens", "X", "mask", "scale",
@@ -117,6 +118,7 @@ class Scenario:
     production: ProductionSettings = field(default_factory=ProductionSettings)  # [tiles], [cache] (core/production.py)
     input: Input = field(default_factory=Input)  # what the rows of X are: embeddings, or a model's residual stream
     scale_from: str | None = None  # where a scenario's own scale comes from, in words (core/variants/scale_from.py)
+    backward: Backward | None = None  # [backward]: a loss (or dO) and the training steps on it
 
     @property
     def positions(self) -> tuple[int, ...] | None:
@@ -477,6 +479,8 @@ class _Validator:
             tuple((f"head {i + 1}" + ("" if h.name == f"head {i + 1}" else f" ({_quote(h.name)})"), h.d_k)
                   for i, h in enumerate(heads)),
             mask_kind, allow, num_heads_split=split, num_kv_heads=kv_split,
+            d_out=int(W_O.shape[1]) if W_O is not None else sum(h.d_v for h in heads), has_W_O=W_O is not None,
+            weights=variants.backward.weights_of(heads, W_O, b_O),
         )
         tables = self.tables(doc, ctx)
         return Scenario(

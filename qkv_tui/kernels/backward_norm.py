@@ -1,0 +1,31 @@
+"""RMSNorm and LayerNorm read backwards (kernels/norm.py's normalise): the gradient at each row's input from
+the gradient at its output, and the gains' and shifts' gradients (docs/backward.md)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from qkv_tui.kernels.stats import Matrix
+
+
+@dataclass(frozen=True, eq=False)
+class NormBack:
+    dX: Matrix  # (rows, width) the gradient at the norm's input
+    dgamma: Matrix  # (width,) Σ over rows of dY ⊙ x̂
+    dbeta: Matrix  # (width,) Σ over rows of dY (LayerNorm's shift; RMSNorm has none)
+
+
+def norm_backward(kind: str, X: Matrix, mean: Matrix, root: Matrix, gamma: Matrix, dY: Matrix) -> NormBack:
+    """y = x̂·γ (+ β), x̂ = (x − mean) / root, root = √(spread + eps), over each row of X (rows, width).
+
+    Each x̂ of a row reads every x of the row through the row's statistics, so the gradient has a
+    direct part, minus what the root (and, for LayerNorm, the mean) passes back:
+    dx = (g − mean(g) − x̂·mean(g ⊙ x̂)) / root with g = dY ⊙ γ (RMSNorm drops the mean(g) term, its
+    mean is 0 by definition)."""
+    xhat = (X - mean[:, None]) / root[:, None]  # (rows, width)
+    g = dY * gamma[None, :]  # (rows, width)
+    inner = (g * xhat).mean(axis=1)  # (rows,)
+    d = g - xhat * inner[:, None]
+    if kind == "layer":
+        d = d - g.mean(axis=1)[:, None]
+    return NormBack(d / root[:, None], (dY * xhat).sum(axis=0), dY.sum(axis=0))
