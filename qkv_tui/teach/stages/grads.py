@@ -4,13 +4,15 @@ their one-cell lines (docs/backward.md). Each backward stage lives in the module
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from qkv_tui.core.fmt import operand
 from qkv_tui.core.gradients import Gradients, gradients
 from qkv_tui.core.scenario import Matrix
-from qkv_tui.teach.arith import MAX_TERMS, Operand, dot_line, fit
+from qkv_tui.teach.arith import MAX_TERMS, Operand, dot_line, fit, shown, tries, unit
 from qkv_tui.teach.stages.common import Operation, Ref, Segment, StageSpec
 from qkv_tui.teach.stages.context import TraceContext
 
@@ -40,8 +42,23 @@ def dot_cell(trace: TraceContext, index: int, seg: Segment, row: int, col: int, 
              operands: tuple[Ref, ...], details: tuple[str, ...] = ()) -> Operation:
     """``dV[love,0] = weights[:,love]·dO[:,0] = 0.070·0.5 + … = 0.123``: one cell as a dot product."""
     result = trace.formatted(seg.target, seg.head, value, d)
-    work = dot_line(np.asarray(a, dtype=float), np.asarray(b, dtype=float), a_int, b_int, result, d)
+    av, bv = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    work = dot_line(av, bv, a_int, b_int, result, d, places=_places(av, bv, a_int, b_int, result, d))
     return Operation(index, seg, row, col, value, operands, f"{said} = {work}", details)
+
+
+def _places(a: Matrix, b: Matrix, a_int: bool, b_int: bool, result: str, d: int) -> int:
+    """The fewest places at which the shown products land within half a unit of the result. A gradient's
+    terms often cancel (a row of dS sums to 0), and a sum that lands a whole unit off by float noise alone
+    would read right to one calculator and wrong to another: half a unit leaves room for both."""
+    places = list(tries(d, a_int, b_int))
+    if len(a) > MAX_TERMS:
+        return places[0]
+    for p in places:
+        terms = [shown(operand(float(x), a_int, p)) * shown(operand(float(y), b_int, p)) for x, y in zip(a, b)]
+        if abs(math.fsum(terms) - shown(result)) <= 0.5 * unit(result):
+            return p
+    return places[-1]
 
 
 def formula_cell(trace: TraceContext, index: int, seg: Segment, row: int, col: int | None, d: int, value: float,
