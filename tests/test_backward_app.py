@@ -24,7 +24,7 @@ async def test_the_backward_stages_follow_the_forward_ones() -> None:
         await pilot.press("9", "right", "right", "right", "right")  # D for each row, then dS[I,love]
         text = explanation(app)
         assert "dS[I,love] = weights[I,love]·(dP[I,love] − D[I]) = 0.707·(3.274 − 2.614)" in text
-        assert {"weights@0", "dP@0", "D@0", "dS@0"} <= set(shown_panes(app))
+        assert {"weights@0", "dP@0", "dS@0"} <= set(shown_panes(app))
         for _ in range(3):
             await pilot.press("]")  # dScale, dScore, then dProject
         assert "12/13 dProject" in str(app.query_one(FormulaLine).render())

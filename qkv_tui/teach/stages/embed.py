@@ -204,7 +204,7 @@ class EmbedBack(BackwardSpec):
             keys.append(("W_Q", h))
             if not sc.is_cross:
                 keys += [("W_K", h), ("W_V", h)]
-        return [*keys[:6], ("dX_in", None)]
+        return [*keys[:3], ("dX_in", None)]  # the first head's weights: more would not fit beside dX
 
     def overview(self, trace: TraceContext, head: int) -> list[Key]:
         return [("dX_in", None)] if has_backward(trace) else []

@@ -150,7 +150,7 @@ class MixBack(BackwardSpec):
     def panes(self, trace: TraceContext, op: Operation) -> list[Key]:
         h = op.head
         if op.segment.target == "dV":
-            return [("weights", h), ("dO_h", h), ("V", h), ("dV", h)]
+            return [("weights", h), ("dO_h", h), ("dV", h)]
         return [("dO_h", h), ("V", h), ("dP", h)]
 
     def overview(self, trace: TraceContext, head: int) -> list[Key]:

@@ -344,7 +344,7 @@ class ProjectBack(BackwardSpec):
         if op.segment.target.startswith("db_"):
             return [(source, h), (op.segment.target, h)]
         x_name = x_in(trace)[0] if role == "Q" or not trace.comp.scenario.is_cross else "context_X"
-        return [(x_name, None), (source, h), (f"W_{role}", h), (op.segment.target, h)]
+        return [(x_name, None), (source, h), (op.segment.target, h)]
 
     def overview(self, trace: TraceContext, head: int) -> list[Key]:
         return [("dW_Q", head), ("dW_K", head), ("dW_V", head)] if has_backward(trace) else []

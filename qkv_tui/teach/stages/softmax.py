@@ -326,7 +326,7 @@ class SoftmaxBack(BackwardSpec):
             return [("dO_h", h), ("output", h), ("D", h)]
         if op.segment.target == "dsink":
             return [("sink", h), ("D", h), ("dsink", h)]
-        return [("weights", h), ("dP", h), ("D", h), ("dS", h)]
+        return [("weights", h), ("dP", h), ("dS", h)]  # D is in the line (its own segment showed it once per row)
 
     def overview(self, trace: TraceContext, head: int) -> list[Key]:
         return [("dS", head)] if has_backward(trace) else []
