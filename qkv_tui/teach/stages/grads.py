@@ -12,6 +12,7 @@ import numpy as np
 from qkv_tui.core.fmt import operand
 from qkv_tui.core.gradients import Gradients, gradients
 from qkv_tui.core.scenario import Matrix
+from qkv_tui.kernels.policy import round_to
 from qkv_tui.teach.arith import MAX_TERMS, Operand, dot_line, fit, shown, tries, unit
 from qkv_tui.teach.stages.common import Operation, Ref, Segment, StageSpec
 from qkv_tui.teach.stages.context import TraceContext
@@ -30,6 +31,11 @@ def has_backward(trace: TraceContext) -> bool:
     return trace.comp.scenario.backward is not None
 
 
+def kept(trace: TraceContext, x: Matrix) -> Matrix:
+    """A table as the backward pass kept it: by hand, written down rounded (kernels/backward.py does the same)."""
+    return x if trace.hand is None else round_to(x, trace.hand)
+
+
 class BackwardSpec(StageSpec):
     """A backward stage: it runs only where the scenario has a [backward] table."""
 
@@ -43,7 +49,10 @@ def dot_cell(trace: TraceContext, index: int, seg: Segment, row: int, col: int, 
     """``dV[love,0] = weights[:,love]·dO[:,0] = 0.070·0.5 + … = 0.123``: one cell as a dot product."""
     result = trace.formatted(seg.target, seg.head, value, d)
     av, bv = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
-    work = dot_line(av, bv, a_int, b_int, result, d, places=_places(av, bv, a_int, b_int, result, d))
+    if trace.hand is not None:  # by hand each product is written down rounded, then summed
+        work = dot_line(av, bv, a_int, b_int, result, d, trace.hand)
+    else:
+        work = dot_line(av, bv, a_int, b_int, result, d, places=_places(av, bv, a_int, b_int, result, d))
     return Operation(index, seg, row, col, value, operands, f"{said} = {work}", details)
 
 

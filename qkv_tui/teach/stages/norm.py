@@ -29,7 +29,7 @@ from qkv_tui.teach.stages.common import (
     paren,
 )
 from qkv_tui.teach.stages.context import TraceContext
-from qkv_tui.teach.stages.grads import BackwardSpec, dot_cell, formula_cell, grads, has_backward, sum_cell
+from qkv_tui.teach.stages.grads import BackwardSpec, dot_cell, formula_cell, grads, has_backward, kept, sum_cell
 from qkv_tui.teach.stages.markdown import MarkdownPage
 from qkv_tui.teach.stages.printed import PrintedCells, PrintedChain, Table, idx
 
@@ -336,10 +336,10 @@ class NormBack(BackwardSpec):
         sc, normed = comp.scenario, comp.norm
         assert sc.norm is not None and normed is not None and col is not None
         gamma, dy = sc.norm.gamma, g.dX_norm
-        xhat = (sc.X - normed.mean[:, None]) / normed.root[:, None]  # (n, d_model)
+        xhat = kept(trace, (sc.X - normed.mean[:, None]) / normed.root[:, None])  # (n, d_model)
         width = sc.X.shape[1]
         q = sc.labels[row]
-        stats = _back_stats(gamma, dy, xhat)
+        stats = tuple(kept(trace, v) for v in _back_stats(gamma, dy, xhat))  # (n,) m, ḡ
         if seg.target == "dX_m":
             terms = [v for c in range(width) for v in (float(gamma[c]), float(dy[row, c]), float(xhat[row, c]))]
             return back_stat_cell(trace, index, seg, row, d, float(stats[0][row]), terms, width,
@@ -371,8 +371,8 @@ class NormBack(BackwardSpec):
             raise KeyError(name)
         g = grads(trace)
         if name in ("dX_m", "dX_g"):
-            xhat = (comp.scenario.X - comp.norm.mean[:, None]) / comp.norm.root[:, None]
-            m, gbar = _back_stats(comp.scenario.norm.gamma, g.dX_norm, xhat)
+            xhat = kept(trace, (comp.scenario.X - comp.norm.mean[:, None]) / comp.norm.root[:, None])
+            m, gbar = (kept(trace, v) for v in _back_stats(comp.scenario.norm.gamma, g.dX_norm, xhat))
             return (m if name == "dX_m" else gbar)[:, None]
         if name == "dX":
             return g.dX

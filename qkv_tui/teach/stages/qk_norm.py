@@ -22,7 +22,7 @@ from qkv_tui.teach.stages.common import (
     kv_shared,
 )
 from qkv_tui.teach.stages.context import TraceContext
-from qkv_tui.teach.stages.grads import BackwardSpec, dot_cell, grads, has_backward
+from qkv_tui.teach.stages.grads import BackwardSpec, dot_cell, grads, has_backward, kept
 from qkv_tui.teach.stages.markdown import MarkdownPage
 from qkv_tui.teach.stages.norm import RowStats, back_cell, back_stat_cell, cell_lines, eps_text
 from qkv_tui.teach.stages.printed import PrintedCells, PrintedChain, Table, idx
@@ -280,10 +280,10 @@ class QKNormBack(BackwardSpec):
         normed = hr.Q_normed if query else hr.K_normed
         assert normed is not None
         dy = hg.dQ_turned if query else hg.dK_turned
-        xhat = raw / normed.root[:, None]  # (rows, d_k)
+        xhat = kept(trace, raw / normed.root[:, None])  # (rows, d_k)
         label = (sc.labels if query else sc.key_labels)[row]
         wide = qk.over == "all"
-        m = _m(trace, h, query)
+        m = kept(trace, _m(trace, h, query))
         if seg.target.startswith("dgamma"):
             value = float((hg.dgamma_q if query else hg.dgamma_k)[col])  # type: ignore[index]
             return dot_cell(trace, index, seg, row, col, d, value, dy[:, col], xhat[:, col], False, False,
@@ -312,7 +312,7 @@ class QKNormBack(BackwardSpec):
             raise KeyError(name)
         hg = grads(trace).heads[head]
         if name in ("dQ_m", "dK_m"):
-            return _m(trace, head, name == "dQ_m")[:, None]
+            return kept(trace, _m(trace, head, name == "dQ_m"))[:, None]
         if name == "dQ_n":
             return hg.dQ
         if name == "dK_n":
@@ -344,7 +344,7 @@ def _m(trace: TraceContext, h: int, query: bool) -> Matrix:
         normed = hr.Q_normed if query else hr.K_normed
         assert normed is not None
         raw, dy = (hr.Q, hg.dQ_turned) if query else (hr.K, hg.dK_turned)
-        out: Matrix = (gamma[None, :] * dy * raw / normed.root[:, None]).mean(axis=1)
+        out: Matrix = (gamma[None, :] * dy * kept(trace, raw / normed.root[:, None])).mean(axis=1)
         return out
     # over every head's columns: the wide row's mean, this head's block alone for K (its own contribution)
     heads = range(len(comp.heads)) if query else [h]
@@ -356,7 +356,7 @@ def _m(trace: TraceContext, h: int, query: bool) -> Matrix:
         normed = hr.Q_normed if query else hr.K_normed
         assert normed is not None
         raw, dy = (hr.Q, hg.dQ_turned) if query else (hr.K, hg.dK_turned)
-        total += (gamma[None, :] * dy * raw / normed.root[:, None]).sum(axis=1)
+        total += (gamma[None, :] * dy * kept(trace, raw / normed.root[:, None])).sum(axis=1)
     result: Matrix = total / width
     return result
 

@@ -29,7 +29,7 @@ from qkv_tui.teach.stages.common import (
     paren,
 )
 from qkv_tui.teach.stages.context import TraceContext
-from qkv_tui.teach.stages.grads import BackwardSpec, dot_cell, formula_cell, grads, has_backward
+from qkv_tui.teach.stages.grads import BackwardSpec, dot_cell, formula_cell, grads, has_backward, kept
 from qkv_tui.teach.stages.markdown import MarkdownPage
 from qkv_tui.teach.stages.printed import PrintedCells, PrintedChain, Table, exact
 from qkv_tui.teach.stages.soft_cap import logits_name
@@ -293,7 +293,7 @@ class SoftmaxBack(BackwardSpec):
             return dot_cell(trace, index, seg, row, col, d, float(ab.D[row]), hg.dO[row], hr.output[row], False, False,
                             f"D[{q}] = dO[{q}]·out[{q}]", (Ref("dO_h", h, row), Ref("output", h, row)))
         if seg.target == "dsink":
-            share = np.asarray(hr.sink_exp) / hr.row_sum  # (n,)
+            share = kept(trace, np.asarray(hr.sink_exp) / hr.row_sum)  # (n,)
             assert ab.dsink is not None
             return dot_cell(trace, index, seg, row, col, d, ab.dsink, share, -ab.D, False, False,
                             "dsink = Σₜ p_sink[t]·(−D[t])", (Ref("sink", h), Ref("D", h)))
