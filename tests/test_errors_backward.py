@@ -99,3 +99,22 @@ def test_editing_the_target_changes_the_gradients_and_saves() -> None:
     saved = parse_scenario(save_text(text, new, [cell]), "saved.toml")
     assert saved.backward is not None and saved.backward.target is not None
     assert saved.backward.target[0, 1] == 1.637
+
+
+def test_json_fields_in_the_spec_order() -> None:
+    import json
+
+    from qkv_tui import compute, load_scenario
+    from qkv_tui.edges.export_json import to_json
+
+    plain = json.loads(to_json(compute(load_scenario("i_love_ai"))))
+    assert list(plain)[-3:] == ["rope", "grad", "train"] and plain["grad"] is None and plain["train"] is None
+    data = json.loads(to_json(compute(load_scenario("learn_to_look"))))
+    grad = data["grad"]
+    assert list(grad) == ["loss", "dO", "d_concat", "dW_O", "dX", "dX_norm", "dgamma", "heads", "kv_heads", "db_O",
+                          "dbeta"]
+    assert list(grad["heads"][0]) == ["dO", "dV", "dP", "dS", "dscaled", "dQ", "dK", "dQ_rot", "dK_rot", "dW_Q", "dW_K",
+                                      "dW_V", "db_Q", "db_K", "db_V", "dsink", "dW_G", "dgamma_q", "dgamma_k"]
+    assert grad["d_concat"] == grad["dO"] and grad["dW_O"] is None and grad["kv_heads"] is None
+    assert [s["step"] for s in data["train"]] == list(range(7)) and data["train"][0]["loss"] == grad["loss"]
+    assert len(data["train"][0]["weights"]) == 1 and len(data["train"][0]["weights"][0]) == 3
