@@ -17,6 +17,9 @@ from qkv_tui.teach.trace import STAGES, Trace
 from .conftest import SHIPPED
 
 SEED_ORDER = ["embed", "norm", "project", "qk_norm", "rotate", "score", "scale", "softmax", "mix", "gate", "concat", "wo"]
+# the backward pass after the forward stages ([backward]; docs/backward.md), last forward stage first
+SEED_ORDER += ["loss", "dwo", "dgate", "dmix", "dsoftmax", "dscale", "dscore", "drotate", "dqk_norm", "dproject", "dembed",
+               "dnorm"]
 
 
 def test_every_registered_stage_has_a_name_a_meaning_and_a_builder() -> None:

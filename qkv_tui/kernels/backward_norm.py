@@ -34,3 +34,12 @@ def norm_backward(kind: str, X: Matrix, mean: Matrix, root: Matrix, gamma: Matri
         d = d - policy.table(g.mean(axis=1))[:, None]
     return NormBack(policy.table(d / root[:, None]), row_dots(dY.T, xhat.T, policy),
                     policy.table(dY.sum(axis=0)))
+
+
+def row_means(gamma: Matrix, dY: Matrix, xhat: Matrix) -> tuple[Matrix, Matrix]:
+    """What norm_backward subtracts, for the screens that show it: each row's m = mean(γ·dY·x̂) and
+    ḡ = mean(γ·dY), (rows,) each (x̂ as kept)."""
+    g = dY * gamma[None, :]  # (rows, width)
+    m: Matrix = (g * xhat).mean(axis=1)
+    gbar: Matrix = g.mean(axis=1)
+    return m, gbar

@@ -12,6 +12,7 @@ import numpy as np
 from qkv_tui.core.engine import Computation
 from qkv_tui.core.fmt import BIG, fmt, is_integral, operand
 from qkv_tui.core.scenario import Matrix
+from qkv_tui.kernels.backward_norm import row_means
 from qkv_tui.kernels.norm import normalise
 from qkv_tui.teach.arith import MAX_TERMS, agrees, elide, hidden_terms, shown
 from qkv_tui.teach.arith import tries as _places
@@ -398,9 +399,8 @@ class NormBack(BackwardSpec):
 
 
 def _back_stats(gamma: Matrix, dy: Matrix, xhat: Matrix) -> tuple[Matrix, Matrix]:
-    """Each row's m = mean(γ·dy·x̂) and ḡ = mean(γ·dy): (n,) each."""
-    g = dy * gamma[None, :]
-    return (g * xhat).mean(axis=1), g.mean(axis=1)
+    """Each row's m = mean(γ·dy·x̂) and ḡ = mean(γ·dy): (n,) each (kernels/backward_norm.py)."""
+    return row_means(gamma, dy, xhat)
 
 
 BACKWARD = NormBack()

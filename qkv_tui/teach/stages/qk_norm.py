@@ -8,6 +8,7 @@ import numpy as np
 
 from qkv_tui.core.engine import Computation, HeadResult
 from qkv_tui.core.scenario import Matrix
+from qkv_tui.kernels.backward_norm import row_means
 from qkv_tui.kernels.norm import normalise
 from qkv_tui.teach.stages.common import (
     K_SLOT,
@@ -344,8 +345,7 @@ def _m(trace: TraceContext, h: int, query: bool) -> Matrix:
         normed = hr.Q_normed if query else hr.K_normed
         assert normed is not None
         raw, dy = (hr.Q, hg.dQ_turned) if query else (hr.K, hg.dK_turned)
-        out: Matrix = (gamma[None, :] * dy * kept(trace, raw / normed.root[:, None])).mean(axis=1)
-        return out
+        return row_means(gamma, dy, kept(trace, raw / normed.root[:, None]))[0]
     # over every head's columns: the wide row's mean, this head's block alone for K (its own contribution)
     heads = range(len(comp.heads)) if query else [h]
     total = np.zeros(sc.n if query else sc.m)
@@ -356,7 +356,7 @@ def _m(trace: TraceContext, h: int, query: bool) -> Matrix:
         normed = hr.Q_normed if query else hr.K_normed
         assert normed is not None
         raw, dy = (hr.Q, hg.dQ_turned) if query else (hr.K, hg.dK_turned)
-        total += (gamma[None, :] * dy * kept(trace, raw / normed.root[:, None])).sum(axis=1)
+        total += row_means(gamma, dy, kept(trace, raw / normed.root[:, None]))[0] * hr.d_k  # its block's sum
     result: Matrix = total / width
     return result
 
