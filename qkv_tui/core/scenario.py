@@ -30,6 +30,7 @@ from qkv_tui.core.inputs import INPUT_KEYS, Input, parse_input
 from qkv_tui.core.production import CACHE_KEYS, TILES_KEYS, ProductionSettings, parse_production
 from qkv_tui.core.tomlfile import NumberGrid, ReadError, decode, parse_toml, read_bytes, stat_path, table_values
 from qkv_tui.core.variants import Alibi, Mla, Norm, QKNorm, Rope
+from qkv_tui.core.variants.backward import Backward
 from qkv_tui.core.variants.deltanet import DeltaNet
 from qkv_tui.core.variants.linear import Linear
 
@@ -122,6 +123,7 @@ class Scenario:
     linear: Linear | None = None  # [linear]: linear attention in place of every head's softmax
     deltanet: DeltaNet | None = None  # [deltanet]: the gated delta rule in place of every head's softmax
     mla: Mla | None = None  # [mla]: DeepSeek's latent attention; ``heads`` then hold its per-head shapes
+    backward: Backward | None = None  # [backward]: a loss (or dO) and the training steps on it
 
     @property
     def positions(self) -> tuple[int, ...] | None:
@@ -494,6 +496,8 @@ class _Validator:
                   for i, h in enumerate(heads)),
             mask_kind, allow, num_heads_split=split, num_kv_heads=kv_split,
             head_tables=heads,
+            d_out=int(W_O.shape[1]) if W_O is not None else sum(h.d_v for h in heads), has_W_O=W_O is not None,
+            weights=variants.backward.weights_of(heads, W_O, b_O),
         )
         tables = self.tables(doc, ctx)
         if tables.get("mla") is not None:  # its [rope] turns q_R and k_R only, so it is the [mla]'s, not every head's

@@ -18,6 +18,7 @@ import numpy as np
 from qkv_tui.core.engine import Computation, HeadResult, NormResult, combine, iter_heads, mla_results, norm_of
 from qkv_tui.core.scenario import Matrix, Scenario
 from qkv_tui.core.variants import Vector
+from qkv_tui.edges.export_grad import Nested, backward_parts
 
 _CHUNK = 1 << 16  # characters gathered before each write: few calls, little memory
 _NEG_INF = float("-inf")
@@ -81,7 +82,7 @@ def _fields(out: _Out, fields: Iterable[tuple[str, Any]], indent: str) -> None:
             out.write("[\n" + ",\n".join(f"{indent}    {json.dumps(m.tolist())}" for m in value) + f"\n{indent}  ]")
         elif isinstance(value, np.ndarray):
             _matrix(out, value, indent + "  ", masked=(key == "masked"))
-        elif isinstance(value, _Heads):
+        elif isinstance(value, (_Heads, Nested)):
             value.write(out, indent + "  ")
         else:
             out.write(json.dumps(value, ensure_ascii=False, allow_nan=False))
@@ -185,7 +186,8 @@ class _PerHead(_Heads):
 
 
 def _document(
-    out: TextIO, sc: Scenario, heads: Iterable[HeadResult], concat: Matrix, output: Matrix, norm: NormResult | None
+    out: TextIO, sc: Scenario, heads: Iterable[HeadResult], concat: Matrix, output: Matrix, norm: NormResult | None,
+    comp: Computation | None = None,
 ) -> None:
     buffered = _Out(out)
     _fields(buffered, [
@@ -203,6 +205,7 @@ def _document(
         ("positions", list(sc.positions) if sc.positions is not None else None),
         ("b_O", _vector(sc.b_O)),
         ("rope", _rope(sc)),
+        *backward_parts(sc, comp, _fields),  # "grad", "train": null without [backward]
         ("mla", _mla(sc, norm)),
         ("linear", _PerHead(sc, norm, linear_fields) if sc.linear is not None else None),
         ("deltanet", _PerHead(sc, norm, deltanet_fields) if sc.deltanet is not None else None),
@@ -225,5 +228,5 @@ def write_json(scenario: Scenario, out: TextIO) -> None:
 def to_json(comp: Computation) -> str:
     """The export of a computation already in memory, as one string."""
     text = io.StringIO()
-    _document(text, comp.scenario, comp.heads, comp.concat, comp.output, comp.norm)
+    _document(text, comp.scenario, comp.heads, comp.concat, comp.output, comp.norm, comp)
     return text.getvalue()

@@ -15,6 +15,7 @@ from typing import Any
 
 from qkv_tui.core.arrays import Vector as Vector  # re-exported: the modules that read a Norm or Rope import it from here
 from qkv_tui.core.variants import alibi, biases, kv_heads, norm, qk_norm, rope, scale_from, sinks, softcap, window
+from qkv_tui.core.variants import backward as backward
 from qkv_tui.core.variants import deltanet as deltanet
 from qkv_tui.core.variants import gate as gate
 from qkv_tui.core.variants import linear as linear
@@ -70,6 +71,7 @@ FEATURES: tuple[Table[Any] | Keys, ...] = (
     gate.KEYS,
     linear.TABLE,
     deltanet.TABLE,
+    backward.TABLE,
 )
 
 # The top-level tables, in the order the loader parses them (a table may read the ones before it:

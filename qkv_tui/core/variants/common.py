@@ -86,6 +86,9 @@ class Context:
     num_heads_split: int | None = None  # num_heads where the heads came from [attention]; None in [[heads]] form
     num_kv_heads: int | None = None  # [attention]'s num_kv_heads where it shares K/V heads
     head_tables: tuple[Any, ...] = ()  # the loader's Heads (kv_head, sink, softcap), for tables that replace the softmax
+    d_out: int = 0  # the width of the final output (W_O's columns, or the heads' d_v side by side)
+    has_W_O: bool = False
+    weights: tuple[str, ...] = ()  # the weights the heads and [output] give (W_Q, b_O, sinks, …), for [backward]
 
 
 T = TypeVar("T")

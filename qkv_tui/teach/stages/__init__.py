@@ -17,6 +17,7 @@ from qkv_tui.teach.stages import (
     embed,
     gate,
     linear,
+    loss,
     mix,
     mla_absorb,
     mla_compress,
@@ -56,6 +57,19 @@ REGISTRY: list[StageSpec] = [
     gate.SPEC,
     concat.SPEC,
     wo.SPEC,
+    # the backward pass, where the scenario has [backward] (docs/backward.md): each stage in its forward stage's module
+    loss.SPEC,
+    wo.BACKWARD,
+    gate.BACKWARD,
+    mix.BACKWARD,
+    softmax.BACKWARD,
+    scale.BACKWARD,
+    score.BACKWARD,
+    rotate.BACKWARD,
+    qk_norm.BACKWARD,
+    project.BACKWARD,
+    embed.BACKWARD,
+    norm.BACKWARD,
 ]
 
 

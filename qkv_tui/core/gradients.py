@@ -1,0 +1,261 @@
+"""The backward pass of a scenario: every gradient of docs/scenario-format.md, "[backward]", exact (float64).
+
+It reads the forward pass the engine kept (core/engine.py's Computation) and walks it backwards:
+the loss and dO, W_O, each head (kernels/backward.py), QK-norm and the projections, the three paths
+into X̂, and the pre-norm (kernels/backward_norm.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from qkv_tui.core.engine import Computation, HeadResult, turn_of
+from qkv_tui.core.scenario import Matrix, Scenario
+from qkv_tui.core.variants import Vector
+from qkv_tui.kernels.backward import AttendBack, GateBack, attend_backward, gate_backward, rotate_back
+from qkv_tui.kernels.backward_norm import norm_backward
+from qkv_tui.kernels.policy import EXACT, ByHand, Policy
+from qkv_tui.kernels.sharing import kv_owners
+
+
+@dataclass(frozen=True, eq=False)
+class HeadGrad:
+    """One query head's gradients. Under grouped-query attention dK, dV and the K/V weights' gradients are
+    this head's own contribution (Gradients.kv_heads holds their sums)."""
+
+    dO: Matrix  # (n, d_v) at the head's output, before any gate
+    attend: AttendBack  # dV, dP, D, dS, dscaled, dQ_used, dK_used, dsink
+    dQ_rot: Matrix | None  # (n, d_k) at the turned Queries; None without rope
+    dK_rot: Matrix | None  # (m, d_k)
+    dQ_turned: Matrix  # (n, d_k) at what RoPE turns (Q̂ with QK-norm, else Q)
+    dK_turned: Matrix  # (m, d_k)
+    dQ: Matrix  # (n, d_k) at Q = X̂·W_Q + b_Q
+    dK: Matrix  # (m, d_k)
+    dW_Q: Matrix  # (d_model, d_k) X̂ᵀ·dQ
+    dW_K: Matrix  # (d_in, d_k)
+    dW_V: Matrix  # (d_in, d_v)
+    db_Q: Vector | None  # (d_k,) Σ over rows of dQ; None without b_Q
+    db_K: Vector | None
+    db_V: Vector | None
+    gate: GateBack | None  # the gate read backwards; None without a gate
+    dgamma_q: Vector | None  # (d_k,) None without QK-norm
+    dgamma_k: Vector | None  # (d_k,)
+
+    @property
+    def dV(self) -> Matrix:
+        return self.attend.dV
+
+
+@dataclass(frozen=True, eq=False)
+class KVGrad:
+    """One K/V head's gradients: the sums over the query heads reading it."""
+
+    heads: tuple[int, ...]  # the query heads reading it
+    dK: Matrix  # (m, d_k)
+    dV: Matrix  # (m, d_v)
+    dW_K: Matrix  # (d_in, d_k)
+    dW_V: Matrix  # (d_in, d_v)
+    db_K: Vector | None
+    db_V: Vector | None
+
+
+@dataclass(frozen=True, eq=False)
+class Gradients:
+    loss: float | None  # ½·Σ (output − target)²; None where dO is given
+    dO: Matrix  # (n, d_out) at the final output
+    d_concat: Matrix  # (n, Σ d_v) dO·W_Oᵀ (dO itself without W_O)
+    dW_O: Matrix | None  # (Σ d_v, d_out) concatᵀ·dO
+    db_O: Vector | None  # (d_out,)
+    heads: tuple[HeadGrad, ...]
+    kv_heads: tuple[KVGrad, ...]  # one per K/V head
+    shared: bool  # some K/V head is read by more than one query head
+    dX_norm: Matrix  # (n, d_model) at X̂: the sum of the Query, Key/Value and gate paths
+    dX: Matrix  # (n, d_model) at X, through the pre-norm where there is one
+    dgamma: Vector | None  # (d_model,) None without [norm]
+    dbeta: Vector | None  # (d_model,) None unless [norm] gives beta
+    dgamma_q: Vector | None  # the scenario's own gamma_q's gradient (the heads' summed, or side by side)
+    dgamma_k: Vector | None
+
+
+def upstream(sc: Scenario, output: Matrix, policy: Policy = EXACT) -> tuple[float | None, Matrix]:
+    """The loss and the gradient at the final output: output − target, or the dO the file gives."""
+    bw = sc.backward
+    assert bw is not None
+    if bw.dO is not None:
+        return None, bw.dO
+    assert bw.target is not None
+    diff = policy.table(output - bw.target)  # (n, d_out)
+    if policy is EXACT:
+        return float(0.5 * (diff * diff).sum()), diff
+    rows = policy.table(0.5 * (diff * diff).sum(axis=1))  # (n,) by hand: each row's share written down, then summed
+    return float(policy.table(np.array(rows.sum()))), diff
+
+
+def gradients(comp: Computation) -> Gradients:
+    """Every gradient of the scenario's [backward], from the forward pass ``comp``: exact, or, where ``comp``
+    was worked by hand, worked by hand as well (each product and each table written down rounded)."""
+    sc = comp.scenario
+    p: Policy = EXACT if comp.hand_decimals is None else ByHand(comp.hand_decimals)
+    loss, dO = upstream(sc, comp.output, p)
+    d_concat = dO if sc.W_O is None else p.matmul(dO, sc.W_O.T)  # (n, Σ d_v)
+    dW_O = None if sc.W_O is None else p.matmul(comp.concat.T, dO)
+    db_O = None if sc.b_O is None else p.table(dO.sum(axis=0))
+    X_in, X_kv = comp.X_in, comp.X_kv_in
+    start = 0
+    parts = []
+    for hr in comp.heads:
+        parts.append(_attend(sc, hr, X_in, d_concat[:, start:start + hr.d_v], p))
+        start += hr.d_v
+    dQ_all, dK_all, dgq, dgk, dgamma_q, dgamma_k = _qk_norm_back(comp, parts, p)
+    heads: list[HeadGrad] = []
+    # dX̂'s paths side by side: (n, ·) gradients against (d_model, ·) weights, one dot product per cell
+    grads_in: list[Matrix] = []
+    weights_in: list[Matrix] = []
+    for h, (head, (dO_h, ab, gb, dQ_rot, dK_rot, dQ_t, dK_t)) in enumerate(zip(comp.heads, parts, strict=True)):
+        dQ, dK = dQ_all[h], dK_all[h]
+        grads_in.append(dQ)
+        weights_in.append(head.W_Q)
+        if not sc.is_cross:
+            grads_in += [dK, ab.dV]
+            weights_in += [head.W_K, head.W_V]
+        if gb is not None and head.W_G is not None:
+            grads_in.append(gb.d_logit)
+            weights_in.append(head.W_G)
+        heads.append(HeadGrad(
+            dO_h, ab, dQ_rot, dK_rot, dQ_t, dK_t, dQ, dK, p.matmul(X_in.T, dQ), p.matmul(X_kv.T, dK),
+            p.matmul(X_kv.T, ab.dV), None if head.b_Q is None else p.table(dQ.sum(axis=0)),
+            None if head.b_K is None else p.table(dK.sum(axis=0)), None if head.b_V is None else p.table(ab.dV.sum(axis=0)),
+            gb, dgq[h], dgk[h],
+        ))
+    dX_norm = p.matmul(np.concatenate(grads_in, axis=1), np.concatenate(weights_in, axis=1).T)  # (n, d_model)
+    kv = _kv_sums(sc, heads)
+    dX, dgamma, dbeta = dX_norm, None, None
+    if sc.norm is not None and comp.norm is not None:
+        back = norm_backward(sc.norm.kind, sc.X, comp.norm.mean, comp.norm.root, sc.norm.gamma, dX_norm, p)
+        dX, dgamma = back.dX, back.dgamma
+        dbeta = back.dbeta if sc.norm.beta is not None else None
+    return Gradients(loss, dO, d_concat, dW_O, db_O, tuple(heads), kv, any(len(k.heads) > 1 for k in kv),
+                     dX_norm, dX, dgamma, dbeta, dgamma_q, dgamma_k)
+
+
+_QKBack = tuple[list[Matrix], list[Matrix], list[Vector | None], list[Vector | None], Vector | None, Vector | None]
+_Part = tuple[Matrix, AttendBack, GateBack | None, Matrix | None, Matrix | None, Matrix, Matrix]
+
+
+def _attend(sc: Scenario, h: HeadResult, X_in: Matrix, dJ: Matrix, p: Policy) -> _Part:
+    """One head from the gradient at what Concat joins (``dJ``, n × d_v) back to what RoPE turns."""
+    gb = None
+    dO_h = dJ
+    if h.W_G is not None and h.gate is not None:
+        gb = gate_backward(dJ, X_in, h.W_G, h.output, h.gate, p)
+        dO_h = gb.d_output
+    share = None if h.sink_exp is None else h.sink_exp / h.row_sum  # (n,) each row's sink weight
+    ab = attend_backward(dO_h, h.Q_used, h.K_used, h.V, h.weights, h.output, sc.allow, h.scale,
+                         scaled=h.scaled, softcap=h.softcap, sink_share=share, policy=p)
+    dQ_rot = dK_rot = None
+    dQ_t, dK_t = ab.dQ_used, ab.dK_used
+    turn = turn_of(sc.rope, sc.positions, h.d_k, p)
+    if turn is not None:
+        dQ_rot, dK_rot = dQ_t, dK_t
+        dQ_t = rotate_back(dQ_rot, turn.cos, turn.sin, turn.pairs, p)
+        dK_t = rotate_back(dK_rot, turn.cos, turn.sin, turn.pairs, p)
+    return dO_h, ab, gb, dQ_rot, dK_rot, dQ_t, dK_t
+
+
+def _qk_norm_back(comp: Computation, parts: list[_Part], p: Policy) -> _QKBack:
+    """Each head's dQ and dK through QK-norm (or as they are without it), each head's contributions to the
+    gains' gradients, and the gains' own gradients (summed over the heads that share them, or side by side)."""
+    qk = comp.scenario.qk_norm
+    dQ_t = [p[5] for p in parts]
+    dK_t = [p[6] for p in parts]
+    H = len(comp.heads)
+    if qk is None:
+        return dQ_t, dK_t, [None] * H, [None] * H, None, None
+    if qk.over == "head":
+        return _qk_norm_head(comp, dQ_t, dK_t, p)
+    return _qk_norm_all(comp, dQ_t, dK_t, p)
+
+
+def _qk_norm_head(comp: Computation, dQ_t: list[Matrix], dK_t: list[Matrix], p: Policy) -> _QKBack:
+    """Each head's vectors normalised on their own: the gains are shared, so their gradients are summed."""
+    sc, qk = comp.scenario, comp.scenario.qk_norm
+    assert qk is not None
+    dQ, dK = [], []
+    gq: list[Vector | None] = []
+    gk: list[Vector | None] = []
+    for h, head in enumerate(comp.heads):
+        gamma_q, gamma_k = qk.gammas(h, sc.kv_head(h), head.d_k)
+        assert head.Q_normed is not None and head.K_normed is not None
+        bq = norm_backward("rms", head.Q, head.Q_normed.mean, head.Q_normed.root, gamma_q, dQ_t[h], p)
+        bk = norm_backward("rms", head.K, head.K_normed.mean, head.K_normed.root, gamma_k, dK_t[h], p)
+        dQ.append(bq.dX)
+        dK.append(bk.dX)
+        gq.append(bq.dgamma)
+        gk.append(bk.dgamma)
+    return dQ, dK, gq, gk, np.sum(_present(gq), axis=0), np.sum(_present(gk), axis=0)
+
+
+def _present(values: list[Vector | None]) -> list[Vector]:
+    return [v for v in values if v is not None]
+
+
+def _qk_norm_all(comp: Computation, dQ_t: list[Matrix], dK_t: list[Matrix], p: Policy) -> _QKBack:
+    # over every head's columns together: each row's root reads the whole projection, so one head's gradient
+    # reaches every head's columns; the backward runs on the wide rows and is cut back into heads
+    sc, heads, qk = comp.scenario, comp.heads, comp.scenario.qk_norm
+    assert qk is not None
+    H, d_k = len(heads), heads[0].d_k
+    Q_all = np.concatenate([h.Q for h in heads], axis=1)  # (n, H·d_k)
+    first = heads[0].Q_normed
+    assert first is not None
+    q_back = norm_backward("rms", Q_all, first.mean, first.root, qk.gamma_q, np.concatenate(dQ_t, axis=1), p)
+    dQ = [q_back.dX[:, h * d_k:(h + 1) * d_k] for h in range(H)]
+    gq: list[Vector | None] = [q_back.dgamma[h * d_k:(h + 1) * d_k] for h in range(H)]
+    kv_ids = sorted({sc.kv_head(h) for h in range(H)})
+    reader = {g: next(h for h in range(H) if sc.kv_head(h) == g) for g in kv_ids}
+    K_all = np.concatenate([heads[reader[g]].K for g in kv_ids], axis=1)  # (m, H_kv·d_k)
+    k_first = heads[0].K_normed
+    assert k_first is not None
+    # head h's own contribution c_h: its block alone, backwards through the wide rows (linear, so the c_h sum
+    # to the exact gradient); what reaches a K/V head's columns from heads that read another K/V head (through
+    # the shared root) is carried by its first reader, so each K/V head's readers still sum to its gradient
+    contrib, contrib_g = [], []
+    for h in range(H):
+        block = np.zeros_like(K_all)
+        slot = kv_ids.index(sc.kv_head(h))
+        block[:, slot * d_k:(slot + 1) * d_k] = dK_t[h]
+        back = norm_backward("rms", K_all, k_first.mean, k_first.root, qk.gamma_k, block, p)
+        contrib.append(back.dX)
+        contrib_g.append(back.dgamma)
+    dK: list[Matrix] = []
+    gk: list[Vector | None] = []
+    for h in range(H):
+        g = sc.kv_head(h)
+        cols = slice(kv_ids.index(g) * d_k, (kv_ids.index(g) + 1) * d_k)
+        others = [o for o in range(H) if sc.kv_head(o) != g] if reader[g] == h else []
+        dK.append(contrib[h][:, cols] + sum((contrib[o][:, cols] for o in others), np.zeros((K_all.shape[0], d_k))))
+        gk.append(contrib_g[h][cols] + sum((contrib_g[o][cols] for o in others), np.zeros(d_k)))
+    total_gk = np.sum(contrib_g, axis=0)
+    return dQ, dK, gq, gk, q_back.dgamma, total_gk
+
+
+
+
+def _kv_sums(sc: Scenario, heads: list[HeadGrad]) -> tuple[KVGrad, ...]:
+    """The K/V heads' gradients: each query head's contribution summed over the heads reading one K/V head."""
+    owners = kv_owners([sc.kv_head(h) for h in range(len(sc.heads))], sc.heads)
+    out: list[KVGrad] = []
+    for g in dict.fromkeys(owners):
+        readers = tuple(h for h, o in enumerate(owners) if o == g)
+
+        def total(name: str, readers: tuple[int, ...] = readers) -> Matrix:
+            summed: Matrix = np.sum([getattr(heads[h], name) for h in readers], axis=0)
+            return summed
+
+        first = heads[g]
+        out.append(KVGrad(readers, total("dK"), total("dV"), total("dW_K"), total("dW_V"),
+                          None if first.db_K is None else total("db_K"),
+                          None if first.db_V is None else total("db_V")))
+    return tuple(out)

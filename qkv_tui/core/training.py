@@ -1,0 +1,103 @@
+"""SGD on a scenario's own weights: w ← w − lr·∂loss/∂w on the [backward] ``train`` inputs, one step at a time
+(docs/scenario-format.md, "[backward]"). Step k's scenario is the file's, with k updates."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+
+from qkv_tui.core.engine import Computation, compute
+from qkv_tui.core.gradients import Gradients, gradients
+from qkv_tui.core.scenario import Matrix, Scenario
+from qkv_tui.kernels.sharing import kv_owners
+
+
+@dataclass(frozen=True, eq=False)
+class TrainStep:
+    """The state after ``step`` updates: its loss and every head's attention weights."""
+
+    step: int
+    loss: float | None
+    weights: tuple[Matrix, ...]  # (n, m) per head
+    scenario: Scenario
+    computation: Computation
+    grads: Gradients
+
+
+def _frozen(a: Matrix) -> Matrix:
+    out = np.array(a, dtype=np.float64)
+    out.setflags(write=False)
+    return out
+
+
+def updated(sc: Scenario, g: Gradients) -> Scenario:
+    """One SGD step on the weights ``[backward] train`` names. K/V weights a K/V head's readers share are
+    moved once, by the sum of their gradients, and stay one array, so the readers still share them."""
+    bw = sc.backward
+    assert bw is not None
+    lr, train = bw.lr, set(bw.train)
+    heads = list(sc.heads)
+    own: list[dict[str, object]] = []
+    for head, hg in zip(sc.heads, g.heads, strict=True):
+        changes: dict[str, object] = {}
+        if "W_Q" in train:
+            changes["W_Q"] = _frozen(head.W_Q - lr * hg.dW_Q)
+        if "b_Q" in train and head.b_Q is not None and hg.db_Q is not None:
+            changes["b_Q"] = _frozen(head.b_Q - lr * hg.db_Q)
+        if "W_G" in train and head.W_G is not None and hg.gate is not None:
+            changes["W_G"] = _frozen(head.W_G - lr * hg.gate.dW_G)
+        if "sinks" in train and head.sink is not None and hg.attend.dsink is not None:
+            changes["sink"] = float(head.sink - lr * hg.attend.dsink)
+        own.append(changes)
+    owners = kv_owners([sc.kv_head(h) for h in range(len(sc.heads))], sc.heads)
+    for kv in g.kv_heads:
+        first = sc.heads[kv.heads[0]]
+        shared: dict[str, object] = {}
+        for name, grad in (("W_K", kv.dW_K), ("W_V", kv.dW_V), ("b_K", kv.db_K), ("b_V", kv.db_V)):
+            current = getattr(first, name)
+            if name in train and current is not None and grad is not None:
+                shared[name] = _frozen(current - lr * grad)
+        for h in kv.heads:
+            assert owners[h] == kv.heads[0]
+            own[h].update(shared)
+    for h, changes in enumerate(own):
+        if changes:
+            heads[h] = dataclasses.replace(heads[h], **changes)  # type: ignore[arg-type]
+    top: dict[str, object] = {"heads": tuple(heads)}
+    if "W_O" in train and sc.W_O is not None and g.dW_O is not None:
+        top["W_O"] = _frozen(sc.W_O - lr * g.dW_O)
+    if "b_O" in train and sc.b_O is not None and g.db_O is not None:
+        top["b_O"] = _frozen(sc.b_O - lr * g.db_O)
+    if sc.norm is not None and ("gamma" in train or "beta" in train):
+        norm = sc.norm
+        if "gamma" in train and g.dgamma is not None:
+            norm = dataclasses.replace(norm, gamma=_frozen(norm.gamma - lr * g.dgamma))
+        if "beta" in train and norm.beta is not None and g.dbeta is not None:
+            norm = dataclasses.replace(norm, beta=_frozen(norm.beta - lr * g.dbeta))
+        top["norm"] = norm
+    if sc.qk_norm is not None and ("gamma_q" in train or "gamma_k" in train):
+        qk = sc.qk_norm
+        if "gamma_q" in train and g.dgamma_q is not None:
+            qk = dataclasses.replace(qk, gamma_q=_frozen(qk.gamma_q - lr * g.dgamma_q))
+        if "gamma_k" in train and g.dgamma_k is not None:
+            qk = dataclasses.replace(qk, gamma_k=_frozen(qk.gamma_k - lr * g.dgamma_k))
+        top["qk_norm"] = qk
+    return dataclasses.replace(sc, **top)  # type: ignore[arg-type]
+
+
+def steps(sc: Scenario, count: int | None = None) -> Iterator[TrainStep]:
+    """train[0] (the file's weights), then the state after each update, ``count`` updates (the file's
+    ``steps`` by default); raises ScenarioError where a step's numbers overflow float64."""
+    bw = sc.backward
+    assert bw is not None
+    total = bw.steps if count is None else count
+    for k in range(total + 1):
+        comp = compute(sc)
+        g = gradients(comp)
+        yield TrainStep(k, g.loss, tuple(h.weights for h in comp.heads), sc, comp, g)
+        if k < total:
+            sc = updated(sc, g)
+

@@ -1,0 +1,85 @@
+"""The JSON export's ``"grad"`` and ``"train"`` (docs/scenario-format.md, "[backward]"): null without
+[backward]; every gradient in the documented order, null where the scenario does not use the part."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any, Protocol
+
+import numpy as np
+
+from qkv_tui.core.engine import Computation, compute
+from qkv_tui.core.gradients import Gradients, HeadGrad, KVGrad, gradients
+from qkv_tui.core.scenario import Scenario
+from qkv_tui.core.training import steps
+
+
+class Writer(Protocol):
+    def write(self, text: str) -> None: ...
+
+
+Fields = list[tuple[str, Any]]
+WriteFields = Callable[[Any, Iterable[tuple[str, Any]], str], None]
+
+
+class Nested:
+    """A JSON object (``fields``) or a list of them (``items``) inside the document, written by the
+    export's own field writer so its matrices go out a row per line like every other."""
+
+    def __init__(self, write_fields: WriteFields, fields: Fields | None = None, items: list[Fields] | None = None) -> None:
+        self.write_fields, self.fields, self.items = write_fields, fields, items
+
+    def write(self, out: Writer, indent: str) -> None:
+        if self.fields is not None:
+            self.write_fields(out, self.fields, indent)
+            return
+        assert self.items is not None
+        out.write("[\n")
+        for i, item in enumerate(self.items):
+            if i:
+                out.write(",\n")
+            out.write(indent + "  ")
+            self.write_fields(out, item, indent + "  ")
+        out.write(f"\n{indent}]")
+
+
+def _v(values: np.ndarray | None) -> list[float] | None:
+    return None if values is None else [float(x) for x in values]
+
+
+def head_grad_fields(g: HeadGrad) -> Fields:
+    a = g.attend
+    return [
+        ("dO", g.dO), ("dV", a.dV), ("dP", a.dP), ("dS", a.dS), ("dscaled", a.dscaled),
+        ("dQ", g.dQ), ("dK", g.dK), ("dQ_rot", g.dQ_rot), ("dK_rot", g.dK_rot),
+        ("dW_Q", g.dW_Q), ("dW_K", g.dW_K), ("dW_V", g.dW_V),
+        ("db_Q", _v(g.db_Q)), ("db_K", _v(g.db_K)), ("db_V", _v(g.db_V)), ("dsink", a.dsink),
+        ("dW_G", None if g.gate is None else g.gate.dW_G), ("dgamma_q", _v(g.dgamma_q)), ("dgamma_k", _v(g.dgamma_k)),
+    ]
+
+
+def kv_grad_fields(k: KVGrad) -> Fields:
+    return [("dK", k.dK), ("dV", k.dV), ("dW_K", k.dW_K), ("dW_V", k.dW_V), ("db_K", _v(k.db_K)), ("db_V", _v(k.db_V))]
+
+
+def grad_fields(sc: Scenario, g: Gradients, write_fields: WriteFields) -> Fields:
+    return [
+        ("loss", g.loss), ("dO", g.dO), ("d_concat", g.d_concat), ("dW_O", g.dW_O),
+        ("dX", g.dX), ("dX_norm", g.dX_norm if sc.norm is not None else None), ("dgamma", _v(g.dgamma)),
+        ("heads", Nested(write_fields, items=[head_grad_fields(h) for h in g.heads])),
+        ("kv_heads", Nested(write_fields, items=[kv_grad_fields(k) for k in g.kv_heads]) if g.shared else None),
+        ("db_O", _v(g.db_O)), ("dbeta", _v(g.dbeta)),
+    ]
+
+
+def backward_parts(sc: Scenario, comp: Computation | None, write_fields: WriteFields) -> Fields:
+    """``"grad"`` and ``"train"``, both null without [backward]."""
+    if sc.backward is None:
+        return [("grad", None), ("train", None)]
+    comp = compute(sc) if comp is None else comp
+    g = gradients(comp)
+    train = [
+        [("step", s.step), ("loss", s.loss), ("weights", [w.tolist() for w in s.weights])] for s in steps(sc)
+    ]
+    return [("grad", Nested(write_fields, fields=grad_fields(sc, g, write_fields))),
+            ("train", Nested(write_fields, items=train))]
