@@ -86,11 +86,14 @@ def back_lines(tb: TiledBackward, op: BackOp, decimals: int) -> list[str]:
                 lines.append(f"L[{tokens[i]}] = −∞: the mask allows {tokens[i]} no key, so no weight to recompute")
                 continue
             texts, res = fit(lambda a, b: a + math.log(b), [float(m[i]), float(ell[i])], float(tb.L[i]), decimals)
-            lines.append(f"L[{tokens[i]}] = m + log ℓ = {texts[0]} + log {texts[1]} = {res}")
+            lines.append(f"L[{tokens[i]}] = m + log ℓ = {texts[0]} + log({texts[1]}) = {res}")
     elif op.phase == "D":
+        d = hr.d_v
         for i in range(min(sc.n, MAX_ROWS)):
-            texts, res = fit(lambda a, b: float(np.dot(a, b)), [tb.dO[i], hr.output[i]], float(tb.D[i]), decimals)
-            lines.append(f"D[{tokens[i]}] = dO[{tokens[i]}]·O[{tokens[i]}] = {texts[0]}·{texts[1]} = {res}")
+            texts, res = fit(lambda *x: sum(x[t] * x[d + t] for t in range(d)), [*tb.dO[i], *hr.output[i]],
+                             float(tb.D[i]), decimals)
+            terms = " + ".join(f"{texts[t]}·{texts[d + t]}" for t in range(d))
+            lines.append(f"D[{tokens[i]}] = Σ dO[{tokens[i]}] ⊙ O[{tokens[i]}] = {terms} = {res}")
     elif op.phase == "check":
         ok, worst = tb.check()
         lines.append(f"dQ, dK, dV of every row, tile by tile, against the Backward stages: largest difference"
@@ -131,18 +134,22 @@ def _pair_lines(tb: TiledBackward, op: BackOp, pr: Pair, decimals: int, div_text
                 f"; {', '.join(keys[j] for j, a in zip(pr.cols, allowed) if not a)} masked: P = 0")
             lines.append(f"P[{tok}, {tile}] = e^(S − L) = e^({texts[0]} − {texts[1]}) = {res}{masked}")
         elif op.phase == "dP":
-            V_rows = [hr.V[j] for j in pr.cols]
-            texts, res = fit(lambda d, *vs: np.array([np.dot(d, v) for v in vs]), [tb.dO[i], *V_rows], pr.dP[r],
-                             decimals)
-            dots = ", ".join(f"{texts[0]}·{t}" for t in texts[1:])
-            lines.append(f"dP[{tok}, {tile}] = dO[{tok}]·V[{tile}]ᵀ = ({dots}) = {res}")
+            d, c_n = hr.d_v, len(pr.cols)
+            flat = [*tb.dO[i], *(float(x) for j in pr.cols for x in hr.V[j])]
+
+            def cells(*x: float, d: int = d, c_n: int = c_n) -> Matrix:
+                return np.array([sum(x[t] * x[d + c * d + t] for t in range(d)) for c in range(c_n)])
+
+            texts, res = fit(cells, flat, pr.dP[r], decimals)
+            dots = ", ".join(" + ".join(f"{texts[t]}·{texts[d + c * d + t]}" for t in range(d)) for c in range(c_n))
+            lines.append(f"dP[{tok}, {tile}] = dO[{tok}]·V[{tile}]ᵀ = [{dots}] = {res}")
         elif op.phase == "dS":
             texts, res = fit(lambda p, dp, d: p * (dp - d), [pr.P[r], pr.dP[r], float(tb.D[i])], pr.dS[r], decimals)
             lines.append(f"dS[{tok}, {tile}] = P ⊙ (dP − D) = {texts[0]} ⊙ ({texts[1]} − {texts[2]}) = {res}")
             if pr.tanh is not None:
                 t_texts, t_res = fit(lambda ds, t: ds * (1 - t * t), [pr.dS[r], pr.tanh[r]], pr.dscaled[r], decimals)
-                lines.append(f"    through the soft-cap: dS ⊙ (1 − tanh²(s/c)) = {t_texts[0]} ⊙ (1 − {t_texts[1]}²)"
-                             f" = {t_res}")
+                lines.append(f"    through the soft-cap: dS ⊙ (1 − tanh²(s/c)) = {t_texts[0]} ⊙ (1 − {t_texts[1]}"
+                             f" ⊙ {t_texts[1]}) = {t_res}")
         elif op.phase == "dQ":
             K_tile = hr.K_used[pr.cols.start:pr.cols.stop]
             lines.append(_accumulate("dQ", tok, pr.dQ_old[r], pr.dscaled[r], K_tile, pr.allowed[r],

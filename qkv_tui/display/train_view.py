@@ -62,8 +62,10 @@ def _pane(key: str, title: str, values: Matrix, rows: tuple[str, ...], cols: tup
 
 
 def _moved(now: Matrix, then: Matrix, decimals: int) -> frozenset[tuple[int, int]]:
-    """The cells that read differently from step 0's at the shown decimals."""
-    diff = round_to(now, decimals) != round_to(then, decimals)
+    """The cells that moved most since step 0: they read differently at the shown decimals, by at least half
+    the largest change (after a few steps every cell has moved a little; marking them all would say nothing)."""
+    delta = np.abs(now - then)
+    diff = (round_to(now, decimals) != round_to(then, decimals)) & (delta >= 0.5 * delta.max(initial=0.0))
     return frozenset((int(r), int(c)) for r, c in zip(*np.nonzero(diff), strict=True))
 
 
@@ -81,8 +83,8 @@ def _loss_line(losses: list[float | None], k: int, decimals: int) -> str:
     before = losses[k - 1]
     assert before is not None
     texts, change = fit(lambda a, b: b - a, [before, now], now - before, decimals)
-    word = "fell" if now < before else "rose" if now > before else "stayed"
-    return f"step {k}: loss {word}, {texts[1]} − {texts[0]} = {change}"
+    word = "fell" if now < before else "rose" if now > before else "stayed where it was"
+    return f"Δloss = {texts[1]} − {texts[0]} = {change}; step {k}: the loss {word}"
 
 
 def _single(p: Param) -> bool:
@@ -138,13 +140,13 @@ def train_panes(run: TrainRun, k: int, head: int, decimals: int) -> tuple[list[P
     moved = _moved(now, first, decimals)
     rows, cols = sc.labels, sc.key_labels
     focus = [
-        _pane("train_P", f"attention, step {k}", now, rows, cols, decimals, subtitle=name, heat=True,
+        _pane("train_P", f"P, step {k}", now, rows, cols, decimals, subtitle=name, heat=True,
               changed=moved, allow=sc.allow),
-        _pane("train_P0", "attention, step 0", first, rows, cols, decimals, subtitle=name, heat=True,
+        _pane("train_P0", "P, step 0", first, rows, cols, decimals, subtitle=name, heat=True,
               allow=sc.allow),
     ]
     losses = np.array([[v if v is not None else np.nan] for v in run.losses(k)])  # (k + 1, 1)
-    focus.append(_pane("train_loss", "loss", losses, tuple(f"step {s}" for s in range(k + 1)), ("loss",),
+    focus.append(_pane("train_loss", "loss by step", losses, tuple(str(s) for s in range(k + 1)), ("loss",),
                        decimals, current=(k, 0)))
     extra: list[PaneSpec] = []
     biggest = run.moves(k)[:1]
@@ -159,7 +161,8 @@ def train_panes(run: TrainRun, k: int, head: int, decimals: int) -> tuple[list[P
         pane = _pane(f"train_{p.name}", f"{p.name}, step {k}", p.value,
                      tuple(str(r) for r in range(p.value.shape[0])), labels, decimals, changed=changed,
                      current=current)
-        (focus if current is not None else extra).append(pane)
+        # the step's most moved weight first; the weights sit beside the map only where there is room
+        extra.insert(0 if current is not None else len(extra), pane)
     return focus, extra
 
 
