@@ -113,7 +113,7 @@ def start_once(program: str, scenario: str) -> tuple[float, int]:
     return elapsed, int(json.loads(done.stdout.strip().splitlines()[-1])["rss_kib"])
 
 
-async def step_cpu(app: Any, presses: int) -> float:
+async def step_cpu(app: Any, presses: int, stages: tuple[str, ...] | None = None) -> float:
     """CPU seconds per step keypress, with the frame it causes (sleeping does not count as CPU).
 
     The key goes in as a terminal driver sends it, an event posted to the app; Pilot's own
@@ -132,13 +132,13 @@ async def step_cpu(app: Any, presses: int) -> float:
     async with app.run_test(size=(120, 40)) as pilot:
         await pilot.pause()
         samples = []
-        stages = [str(s) for s in range(1, 7)] if hasattr(app, "trace") else [""]
-        for i, stage in enumerate(stages):
+        keys = (stages or tuple(str(s) for s in range(1, 7))) if hasattr(app, "trace") else ("",)
+        for i, stage in enumerate(keys):
             if stage:
                 await press(stage)
-            for _ in range(presses // len(stages) + (i < presses % len(stages))):
+            for _ in range(presses // len(keys) + (i < presses % len(keys))):
                 samples.append(await press("right"))
-                if stage and app.stepper.run_of(app.position.index).number != int(stage):
+                if stage and app.stepper.run_of(app.position.index).number != (int(stage) or 10):
                     await press(stage)  # stay in this stage: back to its start, untimed
         moved = app.position.index if hasattr(app, "position") else app.count
         assert moved, "the keys were not handled"
@@ -271,11 +271,14 @@ def measure_steps(rounds: int, presses: int) -> dict[str, Any]:
     model = model_scenario(Path(tempfile.mkdtemp(prefix="qkv-bench-steps-")))
     if model is not None:
         programs["glassllm_head"] = model
+    # learn_to_look's forward stages (1-6) beside its backward ones (7 Loss, 8 dMix, 9 dSoftmax, 0 dScale)
+    programs["learn_to_look"] = programs["learn_to_look_backward"] = "learn_to_look"
+    stages = {"learn_to_look_backward": ("7", "8", "9", "0")}
     runs: dict[str, list[float]] = {name: [] for name in programs}
     for _ in range(rounds):
         for name, scenario in programs.items():
             app = bare_app() if name == "bare" else qkv_app(scenario)
-            runs[name].append(asyncio.run(step_cpu(app, presses)) * 1000)
+            runs[name].append(asyncio.run(step_cpu(app, presses, stages.get(name))) * 1000)
     medians = {name: float(statistics.median(ms)) for name, ms in runs.items()}
     return {"rounds": rounds, "presses": presses, "step_cpu_ms": medians, "runs_ms": runs,
             "step_cpu_vs_bare": medians["qkv"] / medians["bare"], "target": TARGETS["step_cpu_vs_bare"]}
@@ -289,6 +292,8 @@ def report_steps(result: dict[str, Any]) -> str:
            f" {result['step_cpu_vs_bare']:.2f}× (target {result['target']:.1f}×, met: {met})"]
     if "glassllm_head" in ms:
         out.append(f"glassllm:en layer 1 head 0, 32 tokens: {ms['glassllm_head']:.2f} ms per step")
+    out.append(f"learn_to_look: a forward step {ms['learn_to_look']:.2f} ms, a backward step"
+               f" {ms['learn_to_look_backward']:.2f} ms")
     for name, values in result["runs_ms"].items():
         out.append(f"  {name:<14} " + " ".join(f"{v:6.2f}" for v in values))
     return "\n".join(out)

@@ -83,3 +83,19 @@ def test_write_back_reads_back(extra: str) -> None:
     assert (again.target == sc.backward.target).all()
     assert (again.lr, again.steps, again.train, again.train_given) == (
         sc.backward.lr, sc.backward.steps, sc.backward.train, sc.backward.train_given)
+
+
+def test_editing_the_target_changes_the_gradients_and_saves() -> None:
+    from qkv_tui import load_scenario
+    from qkv_tui.core.cell_edit import edit, parse_address, save_text
+    from qkv_tui.core.gradients import gradients
+
+    sc = load_scenario("learn_to_look")
+    cell, value = parse_address(sc, "target[I,1] = 1.637")
+    assert cell is not None and cell.label(sc) == "target[I,1]"
+    new, comp = edit(sc, cell, value)
+    assert gradients(comp).dO[0, 1] == pytest.approx(comp.output[0, 1] - 1.637)
+    text = (pytest.importorskip("pathlib").Path(__file__).parent.parent / "scenarios" / "learn_to_look.toml").read_text()
+    saved = parse_scenario(save_text(text, new, [cell]), "saved.toml")
+    assert saved.backward is not None and saved.backward.target is not None
+    assert saved.backward.target[0, 1] == 1.637

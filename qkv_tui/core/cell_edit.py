@@ -32,6 +32,7 @@ WEIGHTS = ("W_Q", "W_K", "W_V")
 HEAD_BIASES = ("b_Q", "b_K", "b_V")
 SHARED = ("W_K", "W_V", "b_K", "b_V")  # with grouped-query attention, heads that share a K/V head share these
 QK_GAINS = ("gamma_q", "gamma_k")  # [qk_norm]'s gains
+BACKWARD_INPUTS = ("target", "dO")  # [backward]'s: edit the target, watch the gradients
 VECTORS = ("gamma", "beta", *QK_GAINS, "b_O", *HEAD_BIASES)  # one row: cell (0, i) is entry i
 # NAME, NAME[row,col] or NAME[i], then an optional "(head name)"
 ADDRESS = re.compile(r"\s*([A-Za-z_]+)\s*(?:\[\s*([^,\]]+?)\s*,\s*([^\]]+?)\s*\])?\s*(?:\[\s*\d+\s*\])?\s*(?:\(([^)]*)\))?\s*")
@@ -61,6 +62,8 @@ class InputCell:
             return f"{self.matrix}[{self.col}]{where}"
         if self.matrix == "mask":
             return f"mask[{sc.labels[self.row]},{sc.key_labels[self.col]}]"
+        if self.matrix in BACKWARD_INPUTS:
+            return f"{self.matrix}[{sc.labels[self.row]},{self.col}]"
         if self.matrix in ("X", "context_X"):
             labels = sc.labels if self.matrix == "X" else sc.key_labels
             name = "X" if self.matrix == "X" else "X_ctx"
@@ -106,6 +109,10 @@ def _array(sc: Scenario, matrix: str, head: int | None) -> Matrix | None:
         return None if vector is None else vector[None, :]  # (1, size)
     if matrix == "X":
         return sc.X
+    if matrix in BACKWARD_INPUTS:  # what the backward pass starts from, where the scenario has [backward]
+        bw = getattr(sc, "backward", None)
+        given: Matrix | None = None if bw is None else getattr(bw, matrix)
+        return given
     if matrix == "context_X":
         return sc.context_X
     if matrix == "W_O":
@@ -132,6 +139,7 @@ def _inputs(sc: Scenario) -> Iterator[tuple[str, int | None]]:
         if getattr(head, "W_G", None) is not None:
             yield "W_G", h
     yield from (("W_O", None), ("b_O", None), ("scale", None), ("mask", None))
+    yield from ((name, None) for name in BACKWARD_INPUTS)
 
 
 def input_cells(sc: Scenario) -> list[InputCell]:
@@ -240,7 +248,7 @@ def parse_address(sc: Scenario, text: str) -> tuple[InputCell | None, str]:
         return InputCell(matrix, head, 0, int(entry.group(1))), value
     if row_text is None or col_text is None:
         raise EditError(f"{name.strip()!r}: give a row and a column, e.g. {matrix}[0,1]")
-    if matrix not in ("X", "context_X", "W_O", "mask", *WEIGHTS, "W_G"):
+    if matrix not in ("X", "context_X", "W_O", "mask", *WEIGHTS, "W_G", *BACKWARD_INPUTS):
         raise EditError(f"{matrix!r} is not an input; edit X, X_ctx, W_Q, W_K, W_V, W_O, scale, mask"
                         " (and gamma, beta, b_Q, b_K, b_V, b_O, sink, W_G where the scenario has them)")
 
@@ -262,8 +270,8 @@ def parse_address(sc: Scenario, text: str) -> tuple[InputCell | None, str]:
     array = _array(sc, matrix, head)
     if array is None:
         raise EditError(f"this scenario has no {matrix}")
-    rows = sc.labels if matrix == "X" else sc.key_labels if matrix == "context_X" else None
-    spelt = sc.tokens if matrix == "X" else sc.key_tokens if matrix == "context_X" else ()
+    rows = sc.labels if matrix in ("X", *BACKWARD_INPUTS) else sc.key_labels if matrix == "context_X" else None
+    spelt = sc.tokens if matrix in ("X", *BACKWARD_INPUTS) else sc.key_tokens if matrix == "context_X" else ()
     cell = InputCell(matrix, head, index(row_text, rows, array.shape[0], "row", spelt),
                      index(col_text, None, array.shape[1], "column"))
     return cell, value
@@ -324,6 +332,12 @@ def apply_edit(sc: Scenario, cell: InputCell, text: str) -> Scenario:
         return replace(sc, scale=value)
     if cell.matrix == "X":
         return replace(sc, X=_with(sc.X, cell.row, cell.col, value))
+    if cell.matrix in BACKWARD_INPUTS and sc.backward is not None:
+        start = getattr(sc.backward, cell.matrix)
+        assert start is not None
+        moved = _with(start, cell.row, cell.col, value)
+        bw = replace(sc.backward, target=moved) if cell.matrix == "target" else replace(sc.backward, dO=moved)
+        return replace(sc, backward=bw)
     if cell.matrix == "context_X":
         assert sc.context_X is not None
         return replace(sc, context_X=_with(sc.context_X, cell.row, cell.col, value))
@@ -409,6 +423,8 @@ def _write_cell(doc: tomlkit.TOMLDocument, sc: Scenario, cell: InputCell) -> Non
         doc["scale"] = _number(value)
     elif cell.matrix == "X":
         doc["X"][cell.row][cell.col] = _number(value)
+    elif cell.matrix in BACKWARD_INPUTS:
+        doc["backward"][cell.matrix][cell.row][cell.col] = _number(value)
     elif cell.matrix == "context_X":
         doc["context"]["X"][cell.row][cell.col] = _number(value)
     elif cell.matrix == "W_O":

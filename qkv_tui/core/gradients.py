@@ -16,6 +16,7 @@ from qkv_tui.core.scenario import Matrix, Scenario
 from qkv_tui.core.variants import Vector
 from qkv_tui.kernels.backward import AttendBack, GateBack, attend_backward, gate_backward, rotate_back
 from qkv_tui.kernels.backward_norm import norm_backward
+from qkv_tui.kernels.policy import EXACT, ByHand, Policy
 from qkv_tui.kernels.sharing import kv_owners
 
 
@@ -78,51 +79,61 @@ class Gradients:
     dgamma_k: Vector | None
 
 
-def upstream(sc: Scenario, output: Matrix) -> tuple[float | None, Matrix]:
+def upstream(sc: Scenario, output: Matrix, policy: Policy = EXACT) -> tuple[float | None, Matrix]:
     """The loss and the gradient at the final output: output − target, or the dO the file gives."""
     bw = sc.backward
     assert bw is not None
     if bw.dO is not None:
         return None, bw.dO
     assert bw.target is not None
-    diff = output - bw.target  # (n, d_out)
-    return float(0.5 * (diff * diff).sum()), diff
+    diff = policy.table(output - bw.target)  # (n, d_out)
+    if policy is EXACT:
+        return float(0.5 * (diff * diff).sum()), diff
+    rows = policy.table(0.5 * (diff * diff).sum(axis=1))  # (n,) by hand: each row's share written down, then summed
+    return float(policy.table(np.array(rows.sum()))), diff
 
 
 def gradients(comp: Computation) -> Gradients:
-    """Every gradient of the scenario's [backward], from the exact forward pass ``comp``."""
+    """Every gradient of the scenario's [backward], from the forward pass ``comp``: exact, or, where ``comp``
+    was worked by hand, worked by hand as well (each product and each table written down rounded)."""
     sc = comp.scenario
-    loss, dO = upstream(sc, comp.output)
-    d_concat = dO if sc.W_O is None else dO @ sc.W_O.T  # (n, Σ d_v)
-    dW_O = None if sc.W_O is None else comp.concat.T @ dO
-    db_O = None if sc.b_O is None else dO.sum(axis=0)
+    p: Policy = EXACT if comp.hand_decimals is None else ByHand(comp.hand_decimals)
+    loss, dO = upstream(sc, comp.output, p)
+    d_concat = dO if sc.W_O is None else p.matmul(dO, sc.W_O.T)  # (n, Σ d_v)
+    dW_O = None if sc.W_O is None else p.matmul(comp.concat.T, dO)
+    db_O = None if sc.b_O is None else p.table(dO.sum(axis=0))
     X_in, X_kv = comp.X_in, comp.X_kv_in
     start = 0
     parts = []
     for hr in comp.heads:
-        parts.append(_attend(sc, hr, X_in, d_concat[:, start:start + hr.d_v]))
+        parts.append(_attend(sc, hr, X_in, d_concat[:, start:start + hr.d_v], p))
         start += hr.d_v
-    dQ_all, dK_all, dgq, dgk, dgamma_q, dgamma_k = _qk_norm_back(comp, parts)
+    dQ_all, dK_all, dgq, dgk, dgamma_q, dgamma_k = _qk_norm_back(comp, parts, p)
     heads: list[HeadGrad] = []
-    dX_norm = np.zeros_like(X_in)  # (n, d_model)
-    dX_kv = np.zeros_like(X_kv)  # (m, d_in)
+    # dX̂'s paths side by side: (n, ·) gradients against (d_model, ·) weights, one dot product per cell
+    grads_in: list[Matrix] = []
+    weights_in: list[Matrix] = []
     for h, (head, (dO_h, ab, gb, dQ_rot, dK_rot, dQ_t, dK_t)) in enumerate(zip(comp.heads, parts, strict=True)):
         dQ, dK = dQ_all[h], dK_all[h]
-        dX_norm += dQ @ head.W_Q.T
-        dX_kv += dK @ head.W_K.T + ab.dV @ head.W_V.T
-        if gb is not None:
-            dX_norm += gb.dX
+        grads_in.append(dQ)
+        weights_in.append(head.W_Q)
+        if not sc.is_cross:
+            grads_in += [dK, ab.dV]
+            weights_in += [head.W_K, head.W_V]
+        if gb is not None and head.W_G is not None:
+            grads_in.append(gb.d_logit)
+            weights_in.append(head.W_G)
         heads.append(HeadGrad(
-            dO_h, ab, dQ_rot, dK_rot, dQ_t, dK_t, dQ, dK, X_in.T @ dQ, X_kv.T @ dK, X_kv.T @ ab.dV,
-            None if head.b_Q is None else dQ.sum(axis=0), None if head.b_K is None else dK.sum(axis=0),
-            None if head.b_V is None else ab.dV.sum(axis=0), gb, dgq[h], dgk[h],
+            dO_h, ab, dQ_rot, dK_rot, dQ_t, dK_t, dQ, dK, p.matmul(X_in.T, dQ), p.matmul(X_kv.T, dK),
+            p.matmul(X_kv.T, ab.dV), None if head.b_Q is None else p.table(dQ.sum(axis=0)),
+            None if head.b_K is None else p.table(dK.sum(axis=0)), None if head.b_V is None else p.table(ab.dV.sum(axis=0)),
+            gb, dgq[h], dgk[h],
         ))
-    if not sc.is_cross:
-        dX_norm += dX_kv
+    dX_norm = p.matmul(np.concatenate(grads_in, axis=1), np.concatenate(weights_in, axis=1).T)  # (n, d_model)
     kv = _kv_sums(sc, heads)
     dX, dgamma, dbeta = dX_norm, None, None
     if sc.norm is not None and comp.norm is not None:
-        back = norm_backward(sc.norm.kind, sc.X, comp.norm.mean, comp.norm.root, sc.norm.gamma, dX_norm)
+        back = norm_backward(sc.norm.kind, sc.X, comp.norm.mean, comp.norm.root, sc.norm.gamma, dX_norm, p)
         dX, dgamma = back.dX, back.dgamma
         dbeta = back.dbeta if sc.norm.beta is not None else None
     return Gradients(loss, dO, d_concat, dW_O, db_O, tuple(heads), kv, any(len(k.heads) > 1 for k in kv),
@@ -133,27 +144,27 @@ _QKBack = tuple[list[Matrix], list[Matrix], list[Vector | None], list[Vector | N
 _Part = tuple[Matrix, AttendBack, GateBack | None, Matrix | None, Matrix | None, Matrix, Matrix]
 
 
-def _attend(sc: Scenario, h: HeadResult, X_in: Matrix, dJ: Matrix) -> _Part:
+def _attend(sc: Scenario, h: HeadResult, X_in: Matrix, dJ: Matrix, p: Policy) -> _Part:
     """One head from the gradient at what Concat joins (``dJ``, n × d_v) back to what RoPE turns."""
     gb = None
     dO_h = dJ
     if h.W_G is not None and h.gate is not None:
-        gb = gate_backward(dJ, X_in, h.W_G, h.output, h.gate)
+        gb = gate_backward(dJ, X_in, h.W_G, h.output, h.gate, p)
         dO_h = gb.d_output
     share = None if h.sink_exp is None else h.sink_exp / h.row_sum  # (n,) each row's sink weight
     ab = attend_backward(dO_h, h.Q_used, h.K_used, h.V, h.weights, h.output, sc.allow, h.scale,
-                         scaled=h.scaled, softcap=h.softcap, sink_share=share)
+                         scaled=h.scaled, softcap=h.softcap, sink_share=share, policy=p)
     dQ_rot = dK_rot = None
     dQ_t, dK_t = ab.dQ_used, ab.dK_used
-    turn = turn_of(sc.rope, sc.positions, h.d_k)
+    turn = turn_of(sc.rope, sc.positions, h.d_k, p)
     if turn is not None:
         dQ_rot, dK_rot = dQ_t, dK_t
-        dQ_t = rotate_back(dQ_rot, turn.cos, turn.sin, turn.pairs)
-        dK_t = rotate_back(dK_rot, turn.cos, turn.sin, turn.pairs)
+        dQ_t = rotate_back(dQ_rot, turn.cos, turn.sin, turn.pairs, p)
+        dK_t = rotate_back(dK_rot, turn.cos, turn.sin, turn.pairs, p)
     return dO_h, ab, gb, dQ_rot, dK_rot, dQ_t, dK_t
 
 
-def _qk_norm_back(comp: Computation, parts: list[_Part]) -> _QKBack:
+def _qk_norm_back(comp: Computation, parts: list[_Part], p: Policy) -> _QKBack:
     """Each head's dQ and dK through QK-norm (or as they are without it), each head's contributions to the
     gains' gradients, and the gains' own gradients (summed over the heads that share them, or side by side)."""
     qk = comp.scenario.qk_norm
@@ -163,11 +174,11 @@ def _qk_norm_back(comp: Computation, parts: list[_Part]) -> _QKBack:
     if qk is None:
         return dQ_t, dK_t, [None] * H, [None] * H, None, None
     if qk.over == "head":
-        return _qk_norm_head(comp, dQ_t, dK_t)
-    return _qk_norm_all(comp, dQ_t, dK_t)
+        return _qk_norm_head(comp, dQ_t, dK_t, p)
+    return _qk_norm_all(comp, dQ_t, dK_t, p)
 
 
-def _qk_norm_head(comp: Computation, dQ_t: list[Matrix], dK_t: list[Matrix]) -> _QKBack:
+def _qk_norm_head(comp: Computation, dQ_t: list[Matrix], dK_t: list[Matrix], p: Policy) -> _QKBack:
     """Each head's vectors normalised on their own: the gains are shared, so their gradients are summed."""
     sc, qk = comp.scenario, comp.scenario.qk_norm
     assert qk is not None
@@ -177,8 +188,8 @@ def _qk_norm_head(comp: Computation, dQ_t: list[Matrix], dK_t: list[Matrix]) -> 
     for h, head in enumerate(comp.heads):
         gamma_q, gamma_k = qk.gammas(h, sc.kv_head(h), head.d_k)
         assert head.Q_normed is not None and head.K_normed is not None
-        bq = norm_backward("rms", head.Q, head.Q_normed.mean, head.Q_normed.root, gamma_q, dQ_t[h])
-        bk = norm_backward("rms", head.K, head.K_normed.mean, head.K_normed.root, gamma_k, dK_t[h])
+        bq = norm_backward("rms", head.Q, head.Q_normed.mean, head.Q_normed.root, gamma_q, dQ_t[h], p)
+        bk = norm_backward("rms", head.K, head.K_normed.mean, head.K_normed.root, gamma_k, dK_t[h], p)
         dQ.append(bq.dX)
         dK.append(bk.dX)
         gq.append(bq.dgamma)
@@ -190,7 +201,7 @@ def _present(values: list[Vector | None]) -> list[Vector]:
     return [v for v in values if v is not None]
 
 
-def _qk_norm_all(comp: Computation, dQ_t: list[Matrix], dK_t: list[Matrix]) -> _QKBack:
+def _qk_norm_all(comp: Computation, dQ_t: list[Matrix], dK_t: list[Matrix], p: Policy) -> _QKBack:
     # over every head's columns together: each row's root reads the whole projection, so one head's gradient
     # reaches every head's columns; the backward runs on the wide rows and is cut back into heads
     sc, heads, qk = comp.scenario, comp.heads, comp.scenario.qk_norm
@@ -199,7 +210,7 @@ def _qk_norm_all(comp: Computation, dQ_t: list[Matrix], dK_t: list[Matrix]) -> _
     Q_all = np.concatenate([h.Q for h in heads], axis=1)  # (n, H·d_k)
     first = heads[0].Q_normed
     assert first is not None
-    q_back = norm_backward("rms", Q_all, first.mean, first.root, qk.gamma_q, np.concatenate(dQ_t, axis=1))
+    q_back = norm_backward("rms", Q_all, first.mean, first.root, qk.gamma_q, np.concatenate(dQ_t, axis=1), p)
     dQ = [q_back.dX[:, h * d_k:(h + 1) * d_k] for h in range(H)]
     gq: list[Vector | None] = [q_back.dgamma[h * d_k:(h + 1) * d_k] for h in range(H)]
     kv_ids = sorted({sc.kv_head(h) for h in range(H)})
@@ -215,7 +226,7 @@ def _qk_norm_all(comp: Computation, dQ_t: list[Matrix], dK_t: list[Matrix]) -> _
         block = np.zeros_like(K_all)
         slot = kv_ids.index(sc.kv_head(h))
         block[:, slot * d_k:(slot + 1) * d_k] = dK_t[h]
-        back = norm_backward("rms", K_all, k_first.mean, k_first.root, qk.gamma_k, block)
+        back = norm_backward("rms", K_all, k_first.mean, k_first.root, qk.gamma_k, block, p)
         contrib.append(back.dX)
         contrib_g.append(back.dgamma)
     dK: list[Matrix] = []

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from qkv_tui.kernels.policy import EXACT, Policy
 from qkv_tui.kernels.rope import rotate
 from qkv_tui.kernels.stats import Matrix
 
@@ -29,12 +30,13 @@ class GateBack:
     dX: Matrix  # (n, d_model) d_logit·W_Gᵀ: the gate's path into X̂
 
 
-def gate_backward(dJ: Matrix, X: Matrix, W_G: Matrix, output: Matrix, gate: Matrix) -> GateBack:
-    """``dJ`` (n, d_v) is the gradient at the gated output; σ'(z) = σ(z)(1 − σ(z))."""
-    d_output = dJ * gate  # (n, d_v)
-    d_gate = dJ * output  # (n, d_v)
-    d_logit = d_gate * gate * (1.0 - gate)  # (n, d_v)
-    return GateBack(d_output, d_gate, d_logit, X.T @ d_logit, d_logit @ W_G.T)
+def gate_backward(dJ: Matrix, X: Matrix, W_G: Matrix, output: Matrix, gate: Matrix, policy: Policy = EXACT) -> GateBack:
+    """``dJ`` (n, d_v) is the gradient at the gated output; σ'(z) = σ(z)(1 − σ(z)). Each table is one line
+    keyed into a calculator from the tables before it (by hand: written down rounded)."""
+    d_output = policy.table(dJ * gate)  # (n, d_v)
+    d_gate = policy.table(dJ * output)  # (n, d_v)
+    d_logit = policy.table(dJ * output * gate * (1.0 - gate))  # (n, d_v)
+    return GateBack(d_output, d_gate, d_logit, policy.matmul(X.T, d_logit), policy.matmul(d_logit, W_G.T))
 
 
 @dataclass(frozen=True, eq=False)
@@ -54,26 +56,37 @@ class AttendBack:
 
 def attend_backward(dO: Matrix, Q_used: Matrix, K_used: Matrix, V: Matrix, weights: Matrix, output: Matrix,
                     allow: np.ndarray, divisor: float, *, scaled: Matrix | None = None, softcap: float | None = None,
-                    sink_share: Matrix | None = None) -> AttendBack:
+                    sink_share: Matrix | None = None, policy: Policy = EXACT) -> AttendBack:
     """``dO`` (n, d_v) is the gradient at the head's output (before any gate). ``sink_share`` (n,) is each
     row's sink weight e^(sink − max) / row_sum: the sink is a column whose dP is 0, as it adds nothing to
     the output, so its gradient is p_sink·(0 − D). The bias (ALiBi) is added, so it passes dS on unchanged."""
-    dV = weights.T @ dO  # (m, d_v)
-    dP = dO @ V.T  # (n, m)
-    D = (dO * output).sum(axis=1)  # (n,)
+    dV = policy.matmul(weights.T, dO)  # (m, d_v)
+    dP = policy.matmul(dO, V.T)  # (n, m)
+    D = row_dots(dO, output, policy)  # (n,)
     # P is exactly 0 at a masked cell; np.where keeps that 0 from becoming −0.0 (0 times a negative)
-    dS = np.where(allow, weights * (dP - D[:, None]), 0.0)  # (n, m)
+    dS = policy.table(np.where(allow, weights * (dP - D[:, None]), 0.0))  # (n, m)
     dscaled = dS
     if softcap is not None:
         assert scaled is not None
         t = np.tanh(scaled / softcap)  # (n, m) d/ds c·tanh(s/c) = 1 − tanh²(s/c)
-        dscaled = np.where(allow, dS * (1.0 - t * t), 0.0)
-    dscores = dscaled / divisor  # (n, m)
-    dsink = None if sink_share is None else float(-(sink_share * D).sum())
-    return AttendBack(dV, dP, D, dS, dscaled, dscores, dscores @ K_used, dscores.T @ Q_used, dsink)
+        dscaled = policy.table(np.where(allow, dS * (1.0 - t * t), 0.0))
+    dscores = policy.table(dscaled / divisor)  # (n, m)
+    dsink = None
+    if sink_share is not None:
+        dsink = float(policy.matmul(policy.table(sink_share)[None, :], -D[:, None])[0, 0])
+    return AttendBack(dV, dP, D, dS, dscaled, dscores, policy.matmul(dscores, K_used), policy.matmul(dscores.T, Q_used),
+                      dsink)
 
 
-def rotate_back(dM: Matrix, cos: Matrix, sin: Matrix, turned: Sequence[tuple[int, int]]) -> Matrix:
+def row_dots(a: Matrix, b: Matrix, policy: Policy = EXACT) -> Matrix:
+    """Each row of ``a`` dotted with the same row of ``b``: (n,)."""
+    if policy is EXACT:
+        out: Matrix = (a * b).sum(axis=1)
+        return out
+    return np.array([policy.matmul(a[i:i + 1], b[i:i + 1].T)[0, 0] for i in range(a.shape[0])], dtype=np.float64)
+
+
+def rotate_back(dM: Matrix, cos: Matrix, sin: Matrix, turned: Sequence[tuple[int, int]], policy: Policy = EXACT) -> Matrix:
     """The gradient before RoPE from the gradient after it: a rotation's transpose is the rotation by the
     opposite angle (−sin), and the dimensions in no pair pass straight through: (rows, d_k)."""
-    return rotate(dM, cos, -sin, turned)
+    return rotate(dM, cos, -sin, turned, policy)

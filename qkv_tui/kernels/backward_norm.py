@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from qkv_tui.kernels.backward import row_dots
+from qkv_tui.kernels.policy import EXACT, Policy
 from qkv_tui.kernels.stats import Matrix
 
 
@@ -15,17 +17,20 @@ class NormBack:
     dbeta: Matrix  # (width,) Σ over rows of dY (LayerNorm's shift; RMSNorm has none)
 
 
-def norm_backward(kind: str, X: Matrix, mean: Matrix, root: Matrix, gamma: Matrix, dY: Matrix) -> NormBack:
+def norm_backward(kind: str, X: Matrix, mean: Matrix, root: Matrix, gamma: Matrix, dY: Matrix,
+                  policy: Policy = EXACT) -> NormBack:
     """y = x̂·γ (+ β), x̂ = (x − mean) / root, root = √(spread + eps), over each row of X (rows, width).
 
     Each x̂ of a row reads every x of the row through the row's statistics, so the gradient has a
     direct part, minus what the root (and, for LayerNorm, the mean) passes back:
     dx = (g − mean(g) − x̂·mean(g ⊙ x̂)) / root with g = dY ⊙ γ (RMSNorm drops the mean(g) term, its
     mean is 0 by definition)."""
-    xhat = (X - mean[:, None]) / root[:, None]  # (rows, width)
+    xhat = policy.table((X - mean[:, None]) / root[:, None])  # (rows, width)
     g = dY * gamma[None, :]  # (rows, width)
-    inner = (g * xhat).mean(axis=1)  # (rows,)
+    # by hand each row's mean is one line worked from the shown numbers, then written down, and each cell too
+    inner = policy.table((g * xhat).mean(axis=1))  # (rows,)
     d = g - xhat * inner[:, None]
     if kind == "layer":
-        d = d - g.mean(axis=1)[:, None]
-    return NormBack(d / root[:, None], (dY * xhat).sum(axis=0), dY.sum(axis=0))
+        d = d - policy.table(g.mean(axis=1))[:, None]
+    return NormBack(policy.table(d / root[:, None]), row_dots(dY.T, xhat.T, policy),
+                    policy.table(dY.sum(axis=0)))

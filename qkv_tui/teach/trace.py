@@ -26,6 +26,7 @@ from qkv_tui.teach import stages
 from qkv_tui.teach.arith import SoftmaxRow
 from qkv_tui.teach.stages.common import Operation, Ref, Segment, Stage, StageRun, StageSpec
 from qkv_tui.teach.stages.embed import EMBED_POSITION_MEANING, INPUT_STAGE, residual_meaning, x_title
+from qkv_tui.teach.stages.grads import KEY_COLS, KEY_ROWS
 from qkv_tui.teach.stages.mix import VECTOR_WIDTH
 from qkv_tui.teach.stages.project import WIDE
 from qkv_tui.teach.stages.softmax import SAME_WEIGHT, sink_panel, softmax_row
@@ -253,8 +254,10 @@ class Trace:
 
     def row_label(self, name: str, row: int) -> str:
         sc = self.comp.scenario
-        if name.startswith("W_"):
+        if name.startswith(("W_", "dW_", "db_")) or name == "dsink":
             return str(row)
+        if name in KEY_ROWS:  # the backward pass's gradients at the keys' rows
+            return sc.key_labels[row]
         if name in ("K", "V", "context_X", "K_rot", "K_norm"):
             return sc.key_labels[row]
         if name == "rope_freq":  # the Rotate stage's frequencies, one row per pair
@@ -262,8 +265,10 @@ class Trace:
         return sc.labels[row]
 
     def col_label(self, name: str, col: int) -> str:
-        if name in ("scores", "scaled", "weights", "bias", "capped"):
+        if name in ("scores", "scaled", "weights", "bias", "capped", *KEY_COLS):
             return self.comp.scenario.key_labels[col]
+        if name == "d_concat":
+            return self.concat_label(col)
         if name in ("Q_rot", "K_rot") and self.comp.scenario.rope is not None:
             # which pair each dimension belongs to: the two layouts pair different columns
             d_k = self.comp.heads[0].d_k

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from qkv_tui.teach.stages import concat, embed, gate, mix, norm, project, qk_norm, rotate, scale, score, softmax, wo
+from qkv_tui.teach.stages import concat, embed, gate, loss, mix, norm, project, qk_norm, rotate, scale, score, softmax, wo
 from qkv_tui.teach.stages.common import StageSpec
 
 REGISTRY: list[StageSpec] = [
@@ -27,6 +27,19 @@ REGISTRY: list[StageSpec] = [
     gate.SPEC,
     concat.SPEC,
     wo.SPEC,
+    # the backward pass, where the scenario has [backward] (docs/backward.md): each stage in its forward stage's module
+    loss.SPEC,
+    wo.BACKWARD,
+    gate.BACKWARD,
+    mix.BACKWARD,
+    softmax.BACKWARD,
+    scale.BACKWARD,
+    score.BACKWARD,
+    rotate.BACKWARD,
+    qk_norm.BACKWARD,
+    project.BACKWARD,
+    embed.BACKWARD,
+    norm.BACKWARD,
 ]
 
 

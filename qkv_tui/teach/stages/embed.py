@@ -7,8 +7,9 @@ import numpy as np
 from qkv_tui.core.fmt import fmt
 from qkv_tui.core.scenario import Matrix, Scenario
 from qkv_tui.teach.arith import elide
-from qkv_tui.teach.stages.common import INPUT, FormulaPart, Key, Operation, Plan, Segment, Stage, StageSpec
+from qkv_tui.teach.stages.common import INPUT, FormulaPart, Key, Operation, Plan, Ref, Segment, Stage, StageSpec
 from qkv_tui.teach.stages.context import TraceContext
+from qkv_tui.teach.stages.grads import BackwardSpec, dot_cell, grads, has_backward
 from qkv_tui.teach.stages.markdown import MarkdownPage
 from qkv_tui.teach.stages.printed import PrintedChain, Table, idx
 
@@ -144,3 +145,73 @@ class Embed(StageSpec):
 
 
 SPEC = Embed()
+
+
+class EmbedBack(BackwardSpec):
+    """The gradient at what the projections read (X̂, or X without a norm): the sum of its paths."""
+
+    stage = Stage("dembed", "dEmbed",
+                  "Back to the input. Each row of X fed three projections (and the gate, where there is one), so its"
+                  " gradient is the sum of what came back along each path: dX = dQ·W_Qᵀ + dK·W_Kᵀ + dV·W_Vᵀ, summed"
+                  " over the heads. X is data, not a weight: training never changes it, but dX is what an earlier"
+                  " layer would receive.")
+    matrices = ("dX_in",)
+
+    def meaning(self, trace: TraceContext, head: int | None) -> str:
+        sc = trace.comp.scenario
+        text = self.stage.meaning
+        if sc.norm is not None:
+            text = text.replace("Back to the input. Each row of X", "Back to X̂, the normalised X. Each row of X̂")
+        if sc.is_cross:
+            text += " Under cross-attention K and V read the context, so only the Query path (and the gate) reaches X."
+        return text
+
+    def segments(self, trace: TraceContext, head: int | None) -> list[Plan]:
+        return [Plan("dX_in", *trace.comp.X_in.shape)]
+
+    def operation(self, trace: TraceContext, index: int, seg: Segment, row: int, col: int | None, d: int) -> Operation:
+        comp = trace.comp
+        assert col is not None
+        g = grads(trace)
+        name = "dX̂" if comp.norm is not None else "dX"
+        q = comp.scenario.labels[row]
+        a, b, paths = [], [], []
+        for hr, hg in zip(comp.heads, g.heads, strict=True):
+            parts = [("Q", hg.dQ, hr.W_Q)]
+            if not comp.scenario.is_cross:
+                parts += [("K", hg.dK, hr.W_K), ("V", hg.dV, hr.W_V)]
+            if hg.gate is not None and hr.W_G is not None:
+                parts.append(("G", hg.gate.d_logit, hr.W_G))
+            for role, grad, W in parts:
+                a.append(grad[row])
+                b.append(W[col])
+                paths.append(f"d{'gate' if role == 'G' else role}[{q}]·W_{role}[{col},:]")
+        said = f"{name}[{q},{col}] = " + (" + ".join(paths) if len(comp.heads) == 1 else "Σ heads (" + " + ".join(
+            paths[:len(paths) // len(comp.heads)]) + ")")
+        return dot_cell(trace, index, seg, row, col, d, float(g.dX_norm[row, col]), np.concatenate(a),
+                        np.concatenate(b), False, all(trace.integral(f"W_{r}", h) for r in "QKV" for h in range(len(comp.heads))),
+                        said, tuple(Ref(f"W_{r}", h, col) for h in range(len(comp.heads)) for r in "QKV"))
+
+    def matrix(self, trace: TraceContext, name: str, head: int | None) -> Matrix:
+        if not has_backward(trace):
+            raise KeyError(name)
+        return grads(trace).dX_norm
+
+    def panes(self, trace: TraceContext, op: Operation) -> list[Key]:
+        sc = trace.comp.scenario
+        keys: list[Key] = []
+        for h in range(len(trace.comp.heads)):
+            keys.append(("W_Q", h))
+            if not sc.is_cross:
+                keys += [("W_K", h), ("W_V", h)]
+        return [*keys[:3], ("dX_in", None)]  # the first head's weights: more would not fit beside dX
+
+    def overview(self, trace: TraceContext, head: int) -> list[Key]:
+        return [("dX_in", None)] if has_backward(trace) else []
+
+    def title(self, trace: TraceContext, name: str, head: int | None) -> str:
+        x = "X̂" if trace.comp.norm is not None else "X"
+        return f"d{x} = Σ paths"
+
+
+BACKWARD = EmbedBack()

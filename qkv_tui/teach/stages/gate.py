@@ -25,6 +25,7 @@ from qkv_tui.teach.stages.common import (
     x_in,
 )
 from qkv_tui.teach.stages.context import TraceContext
+from qkv_tui.teach.stages.grads import BackwardSpec, dot_cell, formula_cell, grads, has_backward
 from qkv_tui.teach.stages.markdown import MarkdownPage
 from qkv_tui.teach.stages.printed import PrintedCells, PrintedChain, Table, exact, idx
 
@@ -204,3 +205,82 @@ def _gate_op(trace: TraceContext, index: int, seg: Segment, row: int, col: int, 
         details = (f"e^{neg} = {et}; 1 + {et} = {dt}",)
     operands = (Ref(src, None, row, None), Ref("W_G", h, None, col))
     return Operation(index, seg, row, col, value, operands, text, details)
+
+
+class GateBack(BackwardSpec):
+    """The output gate read backwards: gated = out ⊙ σ(z), z = X̂·W_G."""
+
+    stage = Stage("dgate", "dGate",
+                  "Back through the gate. gated = out·g, so the head's own output gets dO = dJ·g (dJ: what reached the"
+                  " gated output from Concat): a nearly closed gate lets almost no gradient through to the attention"
+                  " below it. The gate gets dJ·out, and through the sigmoid, whose slope is g·(1 − g),"
+                  " dz = dJ·out·g·(1 − g); its weights met X̂ in every row: dW_G = X̂ᵀ·dz.")
+    per_head = True
+    matrices = ("dJ", "dO_g", "dz", "dW_G")
+
+    def runs(self, trace: TraceContext) -> bool:
+        return has_backward(trace) and any(h.gate is not None for h in trace.comp.heads)
+
+    def segments(self, trace: TraceContext, head: int | None) -> list[Plan]:
+        assert head is not None
+        sc, hr = trace.comp.scenario, trace.comp.heads[head]
+        assert hr.W_G is not None
+        return [Plan("dO_g", sc.n, hr.d_v), Plan("dz", sc.n, hr.d_v), Plan("dW_G", *hr.W_G.shape)]
+
+    def operation(self, trace: TraceContext, index: int, seg: Segment, row: int, col: int | None, d: int) -> Operation:
+        h = seg.head
+        assert h is not None and col is not None
+        comp = trace.comp
+        hr, hg = comp.heads[h], grads(trace).heads[h]
+        gb = hg.gate
+        assert gb is not None and hr.gate is not None and hr.W_G is not None
+        dJ = _dJ(trace, h)
+        if seg.target == "dW_G":
+            x_name, x_label = x_in(trace)
+            return dot_cell(trace, index, seg, row, col, d, float(gb.dW_G[row, col]), comp.X_in[:, row],
+                            gb.d_logit[:, col], trace.integral(x_name, None), False,
+                            f"dW_G[{row},{col}] = {x_label}[:,{row}]·dz[:,{col}]",
+                            (Ref(x_name, None, None, row), Ref("dz", h, None, col)))
+        q = comp.scenario.labels[row]
+        j, g, out = float(dJ[row, col]), float(hr.gate[row, col]), float(hr.output[row, col])
+        if seg.target == "dO_g":
+            return formula_cell(trace, index, seg, row, col, d, float(gb.d_output[row, col]), lambda a, b: a * b,
+                                [j, g], lambda t: f"{t[0]}·{t[1]}", f"dO[{q},{col}] = dJ[{q},{col}]·g[{q},{col}]",
+                                (Ref("dJ", h, row, col), Ref("gate", h, row, col)))
+        return formula_cell(trace, index, seg, row, col, d, float(gb.d_logit[row, col]),
+                            lambda a, o, s, s2: a * o * s * (1 - s2), [j, out, g, g],
+                            lambda t: f"{t[0]}·{t[1]}·{t[2]}·(1 − {t[3]})",
+                            f"dz[{q},{col}] = dJ[{q},{col}]·out[{q},{col}]·g·(1 − g)",
+                            (Ref("dJ", h, row, col), Ref("output", h, row, col), Ref("gate", h, row, col)))
+
+    def matrix(self, trace: TraceContext, name: str, head: int | None) -> Matrix:
+        if head is None or not has_backward(trace):
+            raise KeyError(name)
+        gb = grads(trace).heads[head].gate
+        if name == "dJ":
+            return _dJ(trace, head)
+        if gb is None:
+            raise KeyError(name)
+        return {"dO_g": gb.d_output, "dz": gb.d_logit, "dW_G": gb.dW_G}[name]
+
+    def panes(self, trace: TraceContext, op: Operation) -> list[Key]:
+        h = op.head
+        if op.segment.target == "dO_g":
+            return [("dJ", h), ("gate", h), ("dO_g", h)]
+        if op.segment.target == "dz":
+            return [("dJ", h), ("output", h), ("gate", h), ("dz", h)]
+        return [(x_in(trace)[0], None), ("dz", h), ("dW_G", h)]
+
+    def title(self, trace: TraceContext, name: str, head: int | None) -> str:
+        return {"dJ": "dJ (at gated)", "dO_g": "dO = dJ⊙g", "dz": "dz = dJ⊙out⊙g(1−g)", "dW_G": "dW_G = X̂ᵀ·dz"}[name]
+
+
+def _dJ(trace: TraceContext, head: int) -> Matrix:
+    """The gradient at a head's gated output: its columns of d_concat."""
+    start = sum(h.d_v for h in trace.comp.heads[:head])
+    d_concat = grads(trace).d_concat
+    out: Matrix = d_concat[:, start:start + trace.comp.heads[head].d_v]
+    return out
+
+
+BACKWARD = GateBack()

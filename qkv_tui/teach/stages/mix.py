@@ -20,6 +20,7 @@ from qkv_tui.teach.stages.common import (
     StageSpec,
 )
 from qkv_tui.teach.stages.context import TraceContext
+from qkv_tui.teach.stages.grads import BackwardSpec, dot_cell, grads, has_backward
 from qkv_tui.teach.stages.printed import PrintedCells, PrintedChain, Table, idx
 
 VECTOR_WIDTH = 8  # the Mix stage's vector form is shown for Value rows up to this wide
@@ -108,3 +109,55 @@ def _places(trace: TraceContext, head: int, row: int, decimals: int) -> int:
     results = [trace.formatted("output", head, v, decimals) for v in hr.output[row]]
     rows = [(hr.weights[row], hr.V[:, j], results[j]) for j in range(hr.d_v)]
     return dot_places(rows, False, trace.integral("V", head), decimals, trace.hand)
+
+
+class MixBack(BackwardSpec):
+    """Mix read backwards: out = weights·V, so dV = weightsᵀ·dO and dweights (dP) = dO·Vᵀ."""
+
+    stage = Stage("dmix", "dMix",
+                  "Back through Mix. out[t] was Σⱼ weights[t,j]·V[j], so V[j] reached every output row t with weight"
+                  " weights[t,j]: dV = weightsᵀ·dO adds up what each row asks of V[j]. And a change in one weight"
+                  " moved out[t] by V[j], so dP = dO·Vᵀ: how much the loss would fall if token t gave key j more"
+                  " weight. dP is worked for every cell, masked ones too; the softmax decides what reaches the scores.")
+    per_head = True
+    matrices = ("dO_h", "dV", "dP")
+
+    def segments(self, trace: TraceContext, head: int | None) -> list[Plan]:
+        assert head is not None
+        sc, hr = trace.comp.scenario, trace.comp.heads[head]
+        return [Plan("dV", sc.m, hr.d_v), Plan("dP", sc.n, sc.m)]
+
+    def operation(self, trace: TraceContext, index: int, seg: Segment, row: int, col: int | None, d: int) -> Operation:
+        h = seg.head
+        assert h is not None and col is not None
+        hg, hr, sc = grads(trace).heads[h], trace.comp.heads[h], trace.comp.scenario
+        if seg.target == "dV":
+            k = sc.key_labels[row]
+            return dot_cell(trace, index, seg, row, col, d, float(hg.dV[row, col]), hr.weights[:, row], hg.dO[:, col],
+                            False, False, f"dV[{k},{col}] = weights[:,{k}]·dO[:,{col}]",
+                            (Ref("weights", h, None, row), Ref("dO_h", h, None, col)))
+        q, k = sc.labels[row], sc.key_labels[col]
+        return dot_cell(trace, index, seg, row, col, d, float(hg.attend.dP[row, col]), hg.dO[row], hr.V[col],
+                        False, trace.integral("V", h), f"dP[{q},{k}] = dO[{q}]·V[{k}]",
+                        (Ref("dO_h", h, row), Ref("V", h, col)))
+
+    def matrix(self, trace: TraceContext, name: str, head: int | None) -> Matrix:
+        if head is None or not has_backward(trace):
+            raise KeyError(name)
+        hg = grads(trace).heads[head]
+        return {"dO_h": hg.dO, "dV": hg.dV, "dP": hg.attend.dP}[name]
+
+    def panes(self, trace: TraceContext, op: Operation) -> list[Key]:
+        h = op.head
+        if op.segment.target == "dV":
+            return [("weights", h), ("dO_h", h), ("dV", h)]
+        return [("dO_h", h), ("V", h), ("dP", h)]
+
+    def overview(self, trace: TraceContext, head: int) -> list[Key]:
+        return [("dV", head), ("dP", head)] if has_backward(trace) else []
+
+    def title(self, trace: TraceContext, name: str, head: int | None) -> str:
+        return {"dO_h": "dO (this head's out)", "dV": "dV = weightsᵀ·dO", "dP": "dP = dO·Vᵀ"}[name]
+
+
+BACKWARD = MixBack()

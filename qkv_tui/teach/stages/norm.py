@@ -13,7 +13,7 @@ from qkv_tui.core.engine import Computation
 from qkv_tui.core.fmt import BIG, fmt, is_integral, operand
 from qkv_tui.core.scenario import Matrix
 from qkv_tui.kernels.norm import normalise
-from qkv_tui.teach.arith import agrees, elide, hidden_terms, shown
+from qkv_tui.teach.arith import MAX_TERMS, agrees, elide, hidden_terms, shown
 from qkv_tui.teach.arith import tries as _places
 from qkv_tui.teach.stages.common import (
     INPUT,
@@ -29,6 +29,7 @@ from qkv_tui.teach.stages.common import (
     paren,
 )
 from qkv_tui.teach.stages.context import TraceContext
+from qkv_tui.teach.stages.grads import BackwardSpec, dot_cell, formula_cell, grads, has_backward, kept, sum_cell
 from qkv_tui.teach.stages.markdown import MarkdownPage
 from qkv_tui.teach.stages.printed import PrintedCells, PrintedChain, Table, idx
 
@@ -276,3 +277,130 @@ def _norm_line(cells: PrintedCells, i: int, j: int, answer: str) -> str:
     mean, var = cells.txt("stats", i, 0), cells.txt("stats", i, 1)
     return (f"X̂[{token},{j}] = (X[{token},{j}] − mean[{token}]) / √(var[{token}] + eps)·γ[{j}]{beta_sym}"
             f" = ({x} − {mean}) / √({var} + {eps})·{gamma}{beta} = {answer}")
+
+
+# --- the backward pass: RMSNorm and LayerNorm read backwards (kernels/backward_norm.py) -------------------------
+
+
+def back_stat_cell(trace: TraceContext, index: int, seg: Segment, row: int, d: int, value: float, terms: list[float],
+                   width: int, said: str, refs: tuple[Ref, ...], triple: bool = True) -> Operation:
+    """A row's mean the norm's gradient subtracts: ``m[t] = (γ·dy·x̂ + …) / d`` (``triple``), or ``ḡ = (γ·dy + …) / d``."""
+    if width > MAX_TERMS:
+        return Operation(index, seg, row, 0, value, refs, f"{said} = {trace.formatted(seg.target, seg.head, value, d)}")
+    step = 3 if triple else 2
+
+    def fn(*v: float) -> float:
+        return sum(math.prod(v[i:i + step]) for i in range(0, len(v), step)) / width
+
+    def form(t: list[str]) -> str:
+        return "(" + " + ".join("·".join(t[i:i + step]) for i in range(0, len(t), step)) + f") / {width}"
+
+    return formula_cell(trace, index, seg, row, 0, d, value, fn, terms, form, said, refs)
+
+
+def back_cell(trace: TraceContext, index: int, seg: Segment, row: int, col: int, d: int, value: float,
+              operands: list[float], layer: bool, said: str, refs: tuple[Ref, ...]) -> Operation:
+    """``dx = (γ·dy − ḡ − x̂·m) / root`` for one cell (RMSNorm has no ḡ); ``operands``: γ, dy, [ḡ,] x̂, m, root."""
+    if layer:
+        return formula_cell(trace, index, seg, row, col, d, value, lambda g, y, gb, x, m, r: (g * y - gb - x * m) / r,
+                            operands, lambda t: f"({t[0]}·{t[1]} − {t[2]} − {t[3]}·{t[4]}) / {t[5]}", said, refs)
+    return formula_cell(trace, index, seg, row, col, d, value, lambda g, y, x, m, r: (g * y - x * m) / r,
+                        operands, lambda t: f"({t[0]}·{t[1]} − {t[2]}·{t[3]}) / {t[4]}", said, refs)
+
+
+class NormBack(BackwardSpec):
+    """The pre-norm read backwards: from dX̂ to dX, dγ and dβ."""
+
+    stage = Stage("dnorm", "dNorm",
+                  "Back through the norm. Every x̂ of a row was divided by the row's root, which every x of the row"
+                  " fed, so a cell's gradient is its own share, γ·dX̂, less what the row's statistics pass back:"
+                  " dX = (γ·dX̂ − x̂·m) / root, with m = mean(γ·dX̂·x̂) worked once per row (LayerNorm also subtracts"
+                  " ḡ = mean(γ·dX̂), the mean it took out). The gains meet every row: dγ = Σ rows of dX̂·x̂.")
+    matrices = ("dX_m", "dX_g", "dX", "dgamma", "dbeta")
+
+    def runs(self, trace: TraceContext) -> bool:
+        return has_backward(trace) and trace.comp.norm is not None
+
+    def segments(self, trace: TraceContext, head: int | None) -> list[Plan]:
+        sc = trace.comp.scenario
+        assert sc.norm is not None
+        n, width = sc.X.shape
+        plans = [Plan("dX_m", n, 1)]
+        if sc.norm.kind == "layer":
+            plans.append(Plan("dX_g", n, 1))
+        plans += [Plan("dX", n, width), Plan("dgamma", 1, width)]
+        return plans + ([Plan("dbeta", 1, width)] if sc.norm.beta is not None else [])
+
+    def operation(self, trace: TraceContext, index: int, seg: Segment, row: int, col: int | None, d: int) -> Operation:
+        comp, g = trace.comp, grads(trace)
+        sc, normed = comp.scenario, comp.norm
+        assert sc.norm is not None and normed is not None and col is not None
+        gamma, dy = sc.norm.gamma, g.dX_norm
+        xhat = kept(trace, (sc.X - normed.mean[:, None]) / normed.root[:, None])  # (n, d_model)
+        width = sc.X.shape[1]
+        q = sc.labels[row]
+        stats = tuple(kept(trace, v) for v in _back_stats(gamma, dy, xhat))  # (n,) m, ḡ
+        if seg.target == "dX_m":
+            terms = [v for c in range(width) for v in (float(gamma[c]), float(dy[row, c]), float(xhat[row, c]))]
+            return back_stat_cell(trace, index, seg, row, d, float(stats[0][row]), terms, width,
+                                  f"m[{q}] = mean(γ·dX̂[{q}]·x̂[{q}])", (Ref("dX_in", None, row),))
+        if seg.target == "dX_g":
+            terms = [v for c in range(width) for v in (float(gamma[c]), float(dy[row, c]))]
+            return back_stat_cell(trace, index, seg, row, d, float(stats[1][row]), terms, width,
+                                  f"ḡ[{q}] = mean(γ·dX̂[{q}])", (Ref("dX_in", None, row),), triple=False)
+        if seg.target == "dX":
+            layer = sc.norm.kind == "layer"
+            ops = [float(gamma[col]), float(dy[row, col])]
+            ops += [float(stats[1][row])] if layer else []
+            ops += [float(xhat[row, col]), float(stats[0][row]), float(normed.root[row])]
+            said = (f"dX[{q},{col}] = (γ[{col}]·dX̂[{q},{col}]" + (f" − ḡ[{q}]" if layer else "")
+                    + f" − x̂[{q},{col}]·m[{q}]) / root[{q}]")
+            return back_cell(trace, index, seg, row, col, d, float(g.dX[row, col]), ops, layer, said,
+                             (Ref("dX_in", None, row, col), Ref("dX_m", None, row)))
+        if seg.target == "dgamma":
+            assert g.dgamma is not None
+            return dot_cell(trace, index, seg, row, col, d, float(g.dgamma[col]), dy[:, col], xhat[:, col], False, False,
+                            f"dγ[{col}] = dX̂[:,{col}]·x̂[:,{col}]", (Ref("dX_in", None, None, col),))
+        assert g.dbeta is not None
+        return sum_cell(trace, index, seg, row, col, d, float(g.dbeta[col]), dy[:, col], f"dβ[{col}] = Σ dX̂[:,{col}]",
+                        (Ref("dX_in", None, None, col),))
+
+    def matrix(self, trace: TraceContext, name: str, head: int | None) -> Matrix:
+        comp = trace.comp
+        if not has_backward(trace) or comp.norm is None or comp.scenario.norm is None:
+            raise KeyError(name)
+        g = grads(trace)
+        if name in ("dX_m", "dX_g"):
+            xhat = kept(trace, (comp.scenario.X - comp.norm.mean[:, None]) / comp.norm.root[:, None])
+            m, gbar = (kept(trace, v) for v in _back_stats(comp.scenario.norm.gamma, g.dX_norm, xhat))
+            return (m if name == "dX_m" else gbar)[:, None]
+        if name == "dX":
+            return g.dX
+        value = g.dgamma if name == "dgamma" else g.dbeta
+        if value is None:
+            raise KeyError(name)
+        return value[None, :]
+
+    def panes(self, trace: TraceContext, op: Operation) -> list[Key]:
+        target = op.segment.target
+        if target in ("dX_m", "dX_g"):
+            return [("dX_in", None), ("X", None), (target, None)]
+        if target == "dX":
+            return [("dX_in", None), ("dX_m", None), ("dX", None)]
+        return [("dX_in", None), ("X_norm", None), (target, None)]
+
+    def overview(self, trace: TraceContext, head: int) -> list[Key]:
+        return [("dX", None)] if self.runs(trace) else []
+
+    def title(self, trace: TraceContext, name: str, head: int | None) -> str:
+        return {"dX_m": "m = mean(γ·dX̂·x̂)", "dX_g": "ḡ = mean(γ·dX̂)", "dX": "dX (through the norm)",
+                "dgamma": "dγ = Σ dX̂·x̂", "dbeta": "dβ = Σ dX̂"}[name]
+
+
+def _back_stats(gamma: Matrix, dy: Matrix, xhat: Matrix) -> tuple[Matrix, Matrix]:
+    """Each row's m = mean(γ·dy·x̂) and ḡ = mean(γ·dy): (n,) each."""
+    g = dy * gamma[None, :]
+    return (g * xhat).mean(axis=1), g.mean(axis=1)
+
+
+BACKWARD = NormBack()

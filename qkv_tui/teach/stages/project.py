@@ -26,6 +26,7 @@ from qkv_tui.teach.stages.common import (
     x_in,
 )
 from qkv_tui.teach.stages.context import TraceContext
+from qkv_tui.teach.stages.grads import BackwardSpec, dot_cell, grads, has_backward, sum_cell
 from qkv_tui.teach.stages.markdown import MarkdownPage
 from qkv_tui.teach.stages.printed import PrintedCells, PrintedChain, Table, idx
 
@@ -265,3 +266,95 @@ def _reads_whole(chain: PrintedChain) -> tuple[bool, bool]:
     q_whole = is_integral(sc.X) if sc.norm is None else chain.printed["X_norm"].whole
     kv_whole = is_integral(sc.context_X) if sc.context_X is not None else q_whole
     return q_whole, kv_whole
+
+
+def grad_source(trace: TraceContext, role: str) -> str:
+    """The pane holding the gradient at the projection ``role`` (Q or K): QK-norm's, RoPE's or Score's."""
+    sc = trace.comp.scenario
+    if sc.qk_norm is not None:
+        return f"d{role}_n"
+    return f"d{role}_t" if sc.rope is not None else f"d{role}_s"
+
+
+class ProjectBack(BackwardSpec):
+    """Project read backwards: Q = X̂·W_Q + b_Q, so dW_Q = X̂ᵀ·dQ and db_Q = Σ rows of dQ (and so for K, V)."""
+
+    stage = Stage("dproject", "dProject",
+                  "Back through Project: the weights' own gradients, what training changes. Q[t,c] was X̂[t]·W_Q[:,c],"
+                  " so W_Q[r,c] met X̂[t,r] in every token's row: dW_Q = X̂ᵀ·dQ adds up, over the tokens, what each"
+                  " row of dQ asks times the input that carried it. The same for dW_K = X̂ᵀ·dK and dW_V = X̂ᵀ·dV;"
+                  " a bias met every row with weight 1, so its gradient is its column of dQ (dK, dV) summed.")
+    per_head = True
+    matrices = ("dW_Q", "dW_K", "dW_V", "db_Q", "db_K", "db_V")
+
+    def meaning(self, trace: TraceContext, head: int | None) -> str:
+        text = self.stage.meaning.replace("X̂", x_in(trace)[1])  # X where there is no norm
+        sc = trace.comp.scenario
+        if head is not None and (trace.kv_owner[head] != head or len(trace.kv_readers.get(head, [])) > 1):
+            text += (" This head shares its K/V head with others: dW_K and dW_V here are its own share; training"
+                     " moves the shared W_K and W_V by the sum of every reader's share.")
+        if sc.is_cross:
+            text += " K and V read the context, so dW_K and dW_V are X_ctxᵀ·dK and X_ctxᵀ·dV."
+        return text
+
+    def segments(self, trace: TraceContext, head: int | None) -> list[Plan]:
+        assert head is not None
+        hr = trace.comp.heads[head]
+        plans = []
+        for role, width in (("Q", hr.d_k), ("K", hr.d_k), ("V", hr.d_v)):
+            plans.append(Plan(f"dW_{role}", getattr(hr, f"W_{role}").shape[0], width))
+            if getattr(hr, f"b_{role}") is not None:
+                plans.append(Plan(f"db_{role}", 1, width))
+        return plans
+
+    def operation(self, trace: TraceContext, index: int, seg: Segment, row: int, col: int | None, d: int) -> Operation:
+        h = seg.head
+        assert h is not None and col is not None
+        comp = trace.comp
+        hg = grads(trace).heads[h]
+        role = seg.target[-1]
+        grad = {"Q": hg.dQ, "K": hg.dK, "V": hg.dV}[role]  # (rows, width)
+        source = grad_source(trace, role) if role != "V" else "dV"
+        if seg.target.startswith("db_"):
+            value = float(getattr(hg, seg.target)[col])
+            return sum_cell(trace, index, seg, row, col, d, value, grad[:, col],
+                            f"db_{role}[{col}] = Σ d{role}[:,{col}]", (Ref(source, h, None, col),))
+        if role == "Q" or not comp.scenario.is_cross:
+            x_name, x_label = x_in(trace)
+            X = comp.X_in
+        else:
+            x_name, x_label, X = "context_X", "X_ctx", comp.scenario.X_kv
+        value = float(getattr(hg, seg.target)[row, col])
+        return dot_cell(trace, index, seg, row, col, d, value, X[:, row], grad[:, col], trace.integral(x_name, None),
+                        False, f"dW_{role}[{row},{col}] = {x_label}[:,{row}]·d{role}[:,{col}]",
+                        (Ref(x_name, None, None, row), Ref(source, h, None, col)))
+
+    def matrix(self, trace: TraceContext, name: str, head: int | None) -> Matrix:
+        if head is None or not has_backward(trace):
+            raise KeyError(name)
+        value = getattr(grads(trace).heads[head], name)
+        if value is None:
+            raise KeyError(name)
+        return value[None, :] if name.startswith("db_") else value  # type: ignore[no-any-return]
+
+    def panes(self, trace: TraceContext, op: Operation) -> list[Key]:
+        h = op.head
+        role = op.segment.target[-1]
+        source = grad_source(trace, role) if role != "V" else "dV"
+        if op.segment.target.startswith("db_"):
+            return [(source, h), (op.segment.target, h)]
+        x_name = x_in(trace)[0] if role == "Q" or not trace.comp.scenario.is_cross else "context_X"
+        return [(x_name, None), (source, h), (op.segment.target, h)]
+
+    def overview(self, trace: TraceContext, head: int) -> list[Key]:
+        return [("dW_Q", head), ("dW_K", head), ("dW_V", head)] if has_backward(trace) else []
+
+    def title(self, trace: TraceContext, name: str, head: int | None) -> str:
+        role = name[-1]
+        if name.startswith("db_"):
+            return f"db_{role} = Σ d{role}"
+        x_label = x_in(trace)[1] if role == "Q" or not trace.comp.scenario.is_cross else "X_ctx"
+        return f"dW_{role} = {x_label}ᵀ·d{role}"
+
+
+BACKWARD = ProjectBack()

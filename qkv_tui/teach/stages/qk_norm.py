@@ -22,8 +22,9 @@ from qkv_tui.teach.stages.common import (
     kv_shared,
 )
 from qkv_tui.teach.stages.context import TraceContext
+from qkv_tui.teach.stages.grads import BackwardSpec, dot_cell, grads, has_backward, kept
 from qkv_tui.teach.stages.markdown import MarkdownPage
-from qkv_tui.teach.stages.norm import RowStats, cell_lines, eps_text
+from qkv_tui.teach.stages.norm import RowStats, back_cell, back_stat_cell, cell_lines, eps_text
 from qkv_tui.teach.stages.printed import PrintedCells, PrintedChain, Table, idx
 
 QK_NORM_MEANING = (
@@ -235,3 +236,129 @@ def _all_keys(cells: PrintedCells, role: str) -> list[str]:
         first.setdefault(sc.kv_head(h), cells.owners[h])
     return [f"K.{g}" for _, g in sorted(first.items())]
 
+
+
+class QKNormBack(BackwardSpec):
+    """QK-norm read backwards (RMSNorm of each Query and Key, before RoPE): from dQ̂, dK̂ to dQ, dK and the gains."""
+
+    stage = Stage("dqk_norm", "dQK-norm",
+                  "Back through QK-norm. Each q̂ = q / root·γ_q, and every q of the row fed its root, so a cell's"
+                  " gradient is its own share γ·dQ̂ less what the root passes back: dQ = (γ·dQ̂ − x̂·m) / root with"
+                  " m = mean(γ·dQ̂·x̂) per row, x̂ = q / root (the same for K). The gains met every row:"
+                  " dγ_q = Σ rows of dQ̂·x̂.")
+    per_head = True
+    matrices = ("dQ_m", "dQ_n", "dK_m", "dK_n", "dgamma_q", "dgamma_k")
+
+    def meaning(self, trace: TraceContext, head: int | None) -> str:
+        qk = trace.comp.scenario.qk_norm
+        text = self.stage.meaning
+        if qk is not None and qk.over == "all":
+            text += (" Here the root is taken over every head's columns together, so m is a mean over the whole"
+                     " projection's row, and a head's gradient reaches the other heads' columns through it.")
+        return text
+
+    def runs(self, trace: TraceContext) -> bool:
+        return has_backward(trace) and trace.comp.scenario.qk_norm is not None
+
+    def segments(self, trace: TraceContext, head: int | None) -> list[Plan]:
+        assert head is not None
+        sc, hr = trace.comp.scenario, trace.comp.heads[head]
+        return [Plan("dQ_m", sc.n, 1), Plan("dQ_n", sc.n, hr.d_k), Plan("dK_m", sc.m, 1), Plan("dK_n", sc.m, hr.d_k),
+                Plan("dgamma_q", 1, hr.d_k), Plan("dgamma_k", 1, hr.d_k)]
+
+    def operation(self, trace: TraceContext, index: int, seg: Segment, row: int, col: int | None, d: int) -> Operation:
+        h = seg.head
+        assert h is not None and col is not None
+        comp = trace.comp
+        sc, hr, hg = comp.scenario, comp.heads[h], grads(trace).heads[h]
+        qk = sc.qk_norm
+        assert qk is not None
+        query = seg.target in ("dQ_m", "dQ_n", "dgamma_q")
+        role = "Q" if query else "K"
+        gamma = qk.gammas(h, sc.kv_head(h), hr.d_k)[0 if query else 1]
+        raw = hr.Q if query else hr.K
+        normed = hr.Q_normed if query else hr.K_normed
+        assert normed is not None
+        dy = hg.dQ_turned if query else hg.dK_turned
+        xhat = kept(trace, raw / normed.root[:, None])  # (rows, d_k)
+        label = (sc.labels if query else sc.key_labels)[row]
+        wide = qk.over == "all"
+        m = kept(trace, _m(trace, h, query))
+        if seg.target.startswith("dgamma"):
+            value = float((hg.dgamma_q if query else hg.dgamma_k)[col])  # type: ignore[index]
+            return dot_cell(trace, index, seg, row, col, d, value, dy[:, col], xhat[:, col], False, False,
+                            f"dγ_{role.lower()}[{col}] = d{role}̂[:,{col}]·x̂[:,{col}]", (Ref(f"d{role}_n", h, None, col),))
+        if seg.target.endswith("_m"):
+            said = f"m[{label}] = mean(γ·d{role}̂[{label}]·x̂[{label}])"
+            refs = (Ref(f"d{role}_n", h, row),)
+            if wide:
+                return Operation(index, seg, row, 0, float(m[row]), refs,
+                                 f"{said} over every head's columns = {trace.formatted(seg.target, h, float(m[row]), d)}")
+            terms = [v for c in range(hr.d_k) for v in (float(gamma[c]), float(dy[row, c]), float(xhat[row, c]))]
+            return back_stat_cell(trace, index, seg, row, d, float(m[row]), terms, hr.d_k, said, refs)
+        value = float((hg.dQ if query else hg.dK)[row, col])
+        said = f"d{role}[{label},{col}] = (γ[{col}]·d{role}̂[{label},{col}] − x̂[{label},{col}]·m[{label}]) / root[{label}]"
+        refs = (Ref(f"d{role}_m", h, row),)
+        if wide and not query:  # the K/V heads' columns meet in one root: a head's share is not one row's formula
+            return Operation(index, seg, row, col, value, refs,
+                             f"d{role}[{label},{col}] = through the norm over every head's columns"
+                             f" = {trace.formatted(seg.target, h, value, d)}")
+        return back_cell(trace, index, seg, row, col, d, value,
+                         [float(gamma[col]), float(dy[row, col]), float(xhat[row, col]), float(m[row]),
+                          float(normed.root[row])], False, said, refs)
+
+    def matrix(self, trace: TraceContext, name: str, head: int | None) -> Matrix:
+        if head is None or not has_backward(trace) or trace.comp.scenario.qk_norm is None:
+            raise KeyError(name)
+        hg = grads(trace).heads[head]
+        if name in ("dQ_m", "dK_m"):
+            return kept(trace, _m(trace, head, name == "dQ_m"))[:, None]
+        if name == "dQ_n":
+            return hg.dQ
+        if name == "dK_n":
+            return hg.dK
+        value = hg.dgamma_q if name == "dgamma_q" else hg.dgamma_k
+        assert value is not None
+        return value[None, :]
+
+    def panes(self, trace: TraceContext, op: Operation) -> list[Key]:
+        h = op.head
+        role = "Q" if op.segment.target in ("dQ_m", "dQ_n", "dgamma_q") else "K"
+        source = f"d{role}_t" if trace.comp.scenario.rope is not None else f"d{role}_s"
+        return [(source, h), (role, h), (op.segment.target, h)]
+
+    def title(self, trace: TraceContext, name: str, head: int | None) -> str:
+        return {"dQ_m": "m = mean(γ·dQ̂·x̂)", "dK_m": "m = mean(γ·dK̂·x̂)", "dQ_n": "dQ (through QK-norm)",
+                "dK_n": "dK (through QK-norm)", "dgamma_q": "dγ_q = Σ dQ̂·x̂", "dgamma_k": "dγ_k = Σ dK̂·x̂"}[name]
+
+
+def _m(trace: TraceContext, h: int, query: bool) -> Matrix:
+    """Each row's m = mean(γ·dy·x̂), over the head's d_k or, with over = "all", over every head's columns: (rows,)."""
+    comp = trace.comp
+    sc, g = comp.scenario, grads(trace)
+    qk = sc.qk_norm
+    assert qk is not None
+    if qk.over == "head":
+        hr, hg = comp.heads[h], g.heads[h]
+        gamma = qk.gammas(h, sc.kv_head(h), hr.d_k)[0 if query else 1]
+        normed = hr.Q_normed if query else hr.K_normed
+        assert normed is not None
+        raw, dy = (hr.Q, hg.dQ_turned) if query else (hr.K, hg.dK_turned)
+        out: Matrix = (gamma[None, :] * dy * kept(trace, raw / normed.root[:, None])).mean(axis=1)
+        return out
+    # over every head's columns: the wide row's mean, this head's block alone for K (its own contribution)
+    heads = range(len(comp.heads)) if query else [h]
+    total = np.zeros(sc.n if query else sc.m)
+    width = len(comp.heads) * comp.heads[0].d_k if query else len(qk.gamma_k)
+    for i in heads:
+        hr, hg = comp.heads[i], g.heads[i]
+        gamma = qk.gammas(i, sc.kv_head(i), hr.d_k)[0 if query else 1]
+        normed = hr.Q_normed if query else hr.K_normed
+        assert normed is not None
+        raw, dy = (hr.Q, hg.dQ_turned) if query else (hr.K, hg.dK_turned)
+        total += (gamma[None, :] * dy * kept(trace, raw / normed.root[:, None])).sum(axis=1)
+    result: Matrix = total / width
+    return result
+
+
+BACKWARD = QKNormBack()

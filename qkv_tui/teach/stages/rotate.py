@@ -32,6 +32,7 @@ from qkv_tui.teach.stages.common import (
     paren,
 )
 from qkv_tui.teach.stages.context import TraceContext
+from qkv_tui.teach.stages.grads import BackwardSpec, formula_cell, grads, has_backward
 from qkv_tui.teach.stages.markdown import MarkdownPage
 from qkv_tui.teach.stages.printed import PrintedCells, PrintedChain, Table, idx
 from qkv_tui.teach.stages.project import raw_projections
@@ -515,3 +516,71 @@ def rope_notes(rope: Rope, d_k: int) -> list[str]:
 
 def _num_text(x: float) -> str:
     return f"{x:.6g}"
+
+
+class RotateBack(BackwardSpec):
+    """RoPE read backwards: a rotation's transpose is the rotation by the opposite angle."""
+
+    stage = Stage("drotate", "dRotate",
+                  "Back through RoPE. Each pair (a, b) was turned by the angle p·θ; turning it back by −p·θ takes the"
+                  " gradient to the vectors before the turn: da = dQ'[a]·cos + dQ'[b]·sin, db = dQ'[b]·cos − dQ'[a]·sin"
+                  " (a rotation's transpose is the opposite rotation, so lengths are kept). Dimensions RoPE does not"
+                  " turn pass their gradient straight through.")
+    per_head = True
+    matrices = ("dQ_t", "dK_t")
+
+    def runs(self, trace: TraceContext) -> bool:
+        return has_backward(trace) and trace.comp.scenario.rope is not None
+
+    def segments(self, trace: TraceContext, head: int | None) -> list[Plan]:
+        assert head is not None
+        sc, hr = trace.comp.scenario, trace.comp.heads[head]
+        return [Plan("dQ_t", sc.n, hr.d_k), Plan("dK_t", sc.m, hr.d_k)]
+
+    def operation(self, trace: TraceContext, index: int, seg: Segment, row: int, col: int | None, d: int) -> Operation:
+        h = seg.head
+        assert h is not None and col is not None
+        comp = trace.comp
+        sc, hr, hg = comp.scenario, comp.heads[h], grads(trace).heads[h]
+        turn = turn_of(sc.rope, sc.positions, hr.d_k)
+        assert turn is not None
+        query = seg.target == "dQ_t"
+        src, done = ("dQ_s", hg.dQ_turned) if query else ("dK_s", hg.dK_turned)
+        grad = hg.attend.dQ_used if query else hg.attend.dK_used
+        name = ("dQ" if query else "dK") + ("̂" if sc.qk_norm is not None else "")  # dQ̂: at the normalised Q
+        label = sc.labels[row] if query else sc.key_labels[row]
+        value = float(done[row, col])
+        shown_src = "dQ'" if query else "dK'"
+        pair = next(((i, a, b) for i, (a, b) in enumerate(turn.pairs) if col in (a, b)), None)
+        if pair is None:
+            result = trace.formatted(seg.target, h, value, d)
+            return Operation(index, seg, row, col, value, (Ref(src, h, row, col),),
+                             f"{name}[{label},{col}] = {shown_src}[{label},{col}] = {result} (not turned)")
+        i, a, b = pair
+        cos, sin = float(turn.cos[row, i]), float(turn.sin[row, i])
+        x, y = float(grad[row, a]), float(grad[row, b])
+        refs = (Ref(src, h, row, a), Ref(src, h, row, b))
+        if col == a:
+            return formula_cell(trace, index, seg, row, col, d, value, lambda u, c, v, s: u * c + v * s,
+                                [x, cos, y, sin], lambda t: f"{t[0]}·{t[1]} + {t[2]}·{t[3]}",
+                                f"{name}[{label},{a}] = {shown_src}[{label},{a}]·cos + {shown_src}[{label},{b}]·sin", refs)
+        return formula_cell(trace, index, seg, row, col, d, value, lambda v, c, u, s: v * c - u * s,
+                            [y, cos, x, sin], lambda t: f"{t[0]}·{t[1]} − {t[2]}·{t[3]}",
+                            f"{name}[{label},{b}] = {shown_src}[{label},{b}]·cos − {shown_src}[{label},{a}]·sin", refs)
+
+    def matrix(self, trace: TraceContext, name: str, head: int | None) -> Matrix:
+        if head is None or not has_backward(trace) or trace.comp.scenario.rope is None:
+            raise KeyError(name)
+        hg = grads(trace).heads[head]
+        return hg.dQ_turned if name == "dQ_t" else hg.dK_turned
+
+    def panes(self, trace: TraceContext, op: Operation) -> list[Key]:
+        h = op.head
+        return [("dQ_s", h), ("dQ_t", h)] if op.segment.target == "dQ_t" else [("dK_s", h), ("dK_t", h)]
+
+    def title(self, trace: TraceContext, name: str, head: int | None) -> str:
+        what = "dQ" if name == "dQ_t" else "dK"
+        return f"{what} = {what}' turned back (−p·θ)"
+
+
+BACKWARD = RotateBack()

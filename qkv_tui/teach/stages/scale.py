@@ -30,6 +30,7 @@ from qkv_tui.teach.stages.common import (
     StageSpec,
 )
 from qkv_tui.teach.stages.context import TraceContext
+from qkv_tui.teach.stages.grads import BackwardSpec, formula_cell, grads, has_backward
 from qkv_tui.teach.stages.markdown import MarkdownPage
 from qkv_tui.teach.stages.printed import PrintedCells, PrintedChain, Table, exact
 
@@ -336,3 +337,77 @@ def _slope_places(d: int, slopes: tuple[float, ...], positions: tuple[int, ...])
         return None
     far = max(positions) - min(positions) if positions else 0
     return d + 1 + len(str(max(1, far)))
+
+
+class ScaleBack(BackwardSpec):
+    """Back through what Scale did, last step first: the bias and the mask (the bias is added, so dS passes
+    through it unchanged), the soft-cap (× its slope 1 − tanh²), then the division by the scale."""
+
+    stage = Stage("dscale", "dScale",
+                  "Back through Scale. The softmax read scaled + bias; adding a bias changes no slope, so the gradient"
+                  " at the scaled scores is dS itself (ALiBi's bias is fixed: nothing of it is learned). The scores"
+                  " were divided by the scale, so their gradient is divided by it too: dscores = dscaled / scale.")
+    per_head = True
+    matrices = ("dscaled", "dscores")
+    styles = MappingProxyType({"dscores": PaneStyle(masked=True), "dscaled": PaneStyle(masked=True)})
+
+    def meaning(self, trace: TraceContext, head: int | None) -> str:
+        text = self.stage.meaning
+        if head is not None and trace.comp.heads[head].softcap is not None:
+            text += (" First the soft-cap: c·tanh(s/c) has slope 1 − tanh²(s/c), near 1 for small s and near 0 where"
+                     " the cap flattens a large score, so dscaled = dS·(1 − tanh(s/c)·tanh(s/c)): a capped score"
+                     " barely learns.")
+        return text
+
+    def segments(self, trace: TraceContext, head: int | None) -> list[Plan]:
+        assert head is not None
+        sc = trace.comp.scenario
+        capped = [Plan("dscaled", sc.n, sc.m)] if trace.comp.heads[head].softcap is not None else []
+        return [*capped, Plan("dscores", sc.n, sc.m)]
+
+    def operation(self, trace: TraceContext, index: int, seg: Segment, row: int, col: int | None, d: int) -> Operation:
+        h = seg.head
+        assert h is not None and col is not None
+        ab, hr, sc = grads(trace).heads[h].attend, trace.comp.heads[h], trace.comp.scenario
+        q, k = sc.labels[row], sc.key_labels[col]
+        masked = "" if sc.allow[row, col] else " (masked)"
+        if seg.target == "dscaled":
+            c = hr.softcap
+            assert c is not None
+            refs = (Ref("dS", h, row, col), Ref("scaled", h, row, col))
+            op = formula_cell(trace, index, seg, row, col, d, float(ab.dscaled[row, col]),
+                              lambda g, s, cap: g * (1 - math.tanh(s / cap) * math.tanh(s / cap)),
+                              [float(ab.dS[row, col]), float(hr.scaled[row, col]), c],
+                              lambda t: f"{t[0]}·(1 − tanh({t[1]} / {t[2]})·tanh({t[1]} / {t[2]}))",
+                              f"dscaled[{q},{k}] = dS[{q},{k}]·(1 − tanh²(scaled / c))", refs)
+            return Operation(op.index, seg, row, col, op.value, refs, op.arithmetic + masked)
+        source = "dscaled" if hr.softcap is not None else "dS"
+        symbol = f"√{hr.d_k}" if hr.scale_is_default and trace.hand is None else None
+        value = float(ab.dscores[row, col])
+        work = quotient_line(float(ab.dscaled[row, col]), False, hr.scale, symbol, hr.scale == round(hr.scale),
+                             trace.formatted("dscores", h, value, d), d)
+        return Operation(index, seg, row, col, value, (Ref(source, h, row, col),),
+                         f"dscores[{q},{k}] = {source}[{q},{k}] / scale = {work}{masked}")
+
+    def matrix(self, trace: TraceContext, name: str, head: int | None) -> Matrix:
+        if head is None or not has_backward(trace):
+            raise KeyError(name)
+        ab = grads(trace).heads[head].attend
+        return ab.dscaled if name == "dscaled" else ab.dscores
+
+    def panes(self, trace: TraceContext, op: Operation) -> list[Key]:
+        h = op.head
+        if op.segment.target == "dscaled":
+            return [("dS", h), ("scaled", h), ("dscaled", h)]
+        source = "dscaled" if trace.comp.heads[h or 0].softcap is not None else "dS"
+        return [(source, h), ("dscores", h)]
+
+    def title(self, trace: TraceContext, name: str, head: int | None) -> str:
+        hr = trace.comp.heads[head or 0]
+        divisor = f"√{hr.d_k}" if hr.scale_is_default else f"{hr.scale:g}"
+        if name == "dscaled":
+            return "dscaled = dS·(1 − tanh²)"
+        return f"dscores = {'dscaled' if hr.softcap is not None else 'dS'} / {divisor}"
+
+
+BACKWARD = ScaleBack()

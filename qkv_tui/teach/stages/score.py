@@ -22,6 +22,7 @@ from qkv_tui.teach.stages.common import (
     StageSpec,
 )
 from qkv_tui.teach.stages.context import TraceContext
+from qkv_tui.teach.stages.grads import BackwardSpec, dot_cell, grads, has_backward
 from qkv_tui.teach.stages.printed import PrintedCells, PrintedChain, Table
 
 
@@ -127,3 +128,59 @@ def scored_names(rope: bool, qk_norm: bool) -> tuple[str, str, str, str]:
 def scored(trace: TraceContext) -> tuple[str, str, str, str]:
     sc = trace.comp.scenario
     return scored_names(sc.rope is not None, sc.qk_norm is not None)
+
+
+class ScoreBack(BackwardSpec):
+    """Score read backwards: scores = Q·Kᵀ, so dQ = dscores·K and dK = dscoresᵀ·Q."""
+
+    stage = Stage("dscore", "dScore",
+                  "Back through Score. scores[t,j] was Q[t]·K[j], so Q[t] moved every score of its row by K[j]:"
+                  " dQ = dscores·K, each Query pulled toward the Keys whose scores should rise and away from the others."
+                  " And K[j] met every Query of its column: dK = dscoresᵀ·Q. With the scale folded in, dQ = dS·K / scale.")
+    per_head = True
+    matrices = ("dQ_s", "dK_s")
+
+    def segments(self, trace: TraceContext, head: int | None) -> list[Plan]:
+        assert head is not None
+        sc, hr = trace.comp.scenario, trace.comp.heads[head]
+        return [Plan("dQ_s", sc.n, hr.d_k), Plan("dK_s", sc.m, hr.d_k)]
+
+    def operation(self, trace: TraceContext, index: int, seg: Segment, row: int, col: int | None, d: int) -> Operation:
+        h = seg.head
+        assert h is not None and col is not None
+        ab, hr, sc = grads(trace).heads[h].attend, trace.comp.heads[h], trace.comp.scenario
+        q_name, k_name, q_label, k_label = scored(trace)
+        if seg.target == "dQ_s":
+            t = sc.labels[row]
+            return dot_cell(trace, index, seg, row, col, d, float(ab.dQ_used[row, col]), ab.dscores[row],
+                            hr.K_used[:, col], False, trace.integral(k_name, h),
+                            f"d{q_label}[{t},{col}] = dscores[{t}]·{k_label}[:,{col}]",
+                            (Ref("dscores", h, row), Ref(k_name, h, None, col)))
+        k = sc.key_labels[row]
+        return dot_cell(trace, index, seg, row, col, d, float(ab.dK_used[row, col]), ab.dscores[:, row],
+                        hr.Q_used[:, col], False, trace.integral(q_name, h),
+                        f"d{k_label}[{k},{col}] = dscores[:,{k}]·{q_label}[:,{col}]",
+                        (Ref("dscores", h, None, row), Ref(q_name, h, None, col)))
+
+    def matrix(self, trace: TraceContext, name: str, head: int | None) -> Matrix:
+        if head is None or not has_backward(trace):
+            raise KeyError(name)
+        ab = grads(trace).heads[head].attend
+        return ab.dQ_used if name == "dQ_s" else ab.dK_used
+
+    def panes(self, trace: TraceContext, op: Operation) -> list[Key]:
+        h = op.head
+        q_name, k_name, _, _ = scored(trace)
+        if op.segment.target == "dQ_s":
+            return [("dscores", h), (k_name, h), ("dQ_s", h)]
+        return [("dscores", h), (q_name, h), ("dK_s", h)]
+
+    def overview(self, trace: TraceContext, head: int) -> list[Key]:
+        return [("dQ_s", head), ("dK_s", head)] if has_backward(trace) else []
+
+    def title(self, trace: TraceContext, name: str, head: int | None) -> str:
+        _, _, q_label, k_label = scored(trace)
+        return f"d{q_label} = dscores·{k_label}" if name == "dQ_s" else f"d{k_label} = dscoresᵀ·{q_label}"
+
+
+BACKWARD = ScoreBack()

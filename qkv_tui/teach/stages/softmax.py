@@ -29,6 +29,7 @@ from qkv_tui.teach.stages.common import (
     paren,
 )
 from qkv_tui.teach.stages.context import TraceContext
+from qkv_tui.teach.stages.grads import BackwardSpec, dot_cell, formula_cell, grads, has_backward, kept
 from qkv_tui.teach.stages.markdown import MarkdownPage
 from qkv_tui.teach.stages.printed import PrintedCells, PrintedChain, Table, exact
 from qkv_tui.teach.stages.soft_cap import logits_name
@@ -252,3 +253,86 @@ def sink_row(head: HeadResult, row: int) -> tuple[Numbers, Numbers]:
     logits = np.append(head.masked[row], head.sink)
     share = float(head.sink_exp[row] / head.row_sum[row])
     return logits, np.append(head.weights[row], share)
+
+
+class SoftmaxBack(BackwardSpec):
+    """The softmax's Jacobian: dS = P ⊙ (dP − D), D = rowsum(dO ⊙ O) (docs/backward.md)."""
+
+    stage = Stage("dsoftmax", "dSoftmax",
+                  "Back through the softmax. Raising one logit raises its own weight but lowers every other weight of"
+                  " the row, because a row always shares out the same total. So the gradient at logit j is its"
+                  " weight times how much better than the row's average its key is: dS = P ⊙ (dP − D), where"
+                  " D[t] = Σⱼ P[t,j]·dP[t,j] is that average, worked once per row as dO[t]·out[t] (the same sum).")
+    per_head = True
+    matrices = ("D", "dS", "dsink")
+    styles = MappingProxyType({"dS": PaneStyle(masked=True)})
+
+    def meaning(self, trace: TraceContext, head: int | None) -> str:
+        text = self.stage.meaning
+        if trace.comp.scenario.mask_kind != "none":
+            text += (" A masked cell's weight is exactly 0, so its dS is exactly 0 whatever dP says: no gradient"
+                     " reaches a score the mask hides.")
+        if head is not None and trace.comp.heads[head].sink is not None:
+            text += (" The sink is one more column of the row whose dP is 0 (it adds nothing to the output), so it"
+                     " takes its share of D: dsink = Σₜ p_sink[t]·(0 − D[t]).")
+        return text
+
+    def segments(self, trace: TraceContext, head: int | None) -> list[Plan]:
+        assert head is not None
+        sc = trace.comp.scenario
+        plans = [Plan("D", sc.n, 1), Plan("dS", sc.n, sc.m)]
+        return plans + ([Plan("dsink", 1, 1)] if trace.comp.heads[head].sink is not None else [])
+
+    def operation(self, trace: TraceContext, index: int, seg: Segment, row: int, col: int | None, d: int) -> Operation:
+        h = seg.head
+        assert h is not None and col is not None
+        hg, hr, sc = grads(trace).heads[h], trace.comp.heads[h], trace.comp.scenario
+        ab = hg.attend
+        q = sc.labels[row]
+        if seg.target == "D":
+            return dot_cell(trace, index, seg, row, col, d, float(ab.D[row]), hg.dO[row], hr.output[row], False, False,
+                            f"D[{q}] = dO[{q}]·out[{q}]", (Ref("dO_h", h, row), Ref("output", h, row)))
+        if seg.target == "dsink":
+            share = kept(trace, np.asarray(hr.sink_exp) / hr.row_sum)  # (n,)
+            assert ab.dsink is not None
+            return dot_cell(trace, index, seg, row, col, d, ab.dsink, share, -ab.D, False, False,
+                            "dsink = Σₜ p_sink[t]·(−D[t])", (Ref("sink", h), Ref("D", h)))
+        k = sc.key_labels[col]
+        refs = (Ref("weights", h, row, col), Ref("dP", h, row, col), Ref("D", h, row))
+        said = f"dS[{q},{k}] = weights[{q},{k}]·(dP[{q},{k}] − D[{q}])"
+        op = formula_cell(trace, index, seg, row, col, d, float(ab.dS[row, col]), lambda p, x, y: p * (x - y),
+                          [float(hr.weights[row, col]), float(ab.dP[row, col]), float(ab.D[row])],
+                          lambda t: f"{t[0]}·({t[1]} − {t[2]})", said, refs)
+        if not sc.allow[row, col]:
+            op = Operation(op.index, seg, row, col, 0.0, refs, f"{op.arithmetic} (masked)",
+                           (f"the mask hides {k} from {q}: its weight is exactly 0, so its gradient is exactly 0",))
+        return op
+
+    def matrix(self, trace: TraceContext, name: str, head: int | None) -> Matrix:
+        if head is None or not has_backward(trace):
+            raise KeyError(name)
+        ab = grads(trace).heads[head].attend
+        if name == "D":
+            return ab.D[:, None]
+        if name == "dS":
+            return ab.dS
+        if ab.dsink is None:
+            raise KeyError(name)
+        return np.array([[ab.dsink]])
+
+    def panes(self, trace: TraceContext, op: Operation) -> list[Key]:
+        h = op.head
+        if op.segment.target == "D":
+            return [("dO_h", h), ("output", h), ("D", h)]
+        if op.segment.target == "dsink":
+            return [("sink", h), ("D", h), ("dsink", h)]
+        return [("weights", h), ("dP", h), ("dS", h)]  # D is in the line (its own segment showed it once per row)
+
+    def overview(self, trace: TraceContext, head: int) -> list[Key]:
+        return [("dS", head)] if has_backward(trace) else []
+
+    def title(self, trace: TraceContext, name: str, head: int | None) -> str:
+        return {"D": "D = rowsum(dO⊙out)", "dS": "dS = P⊙(dP − D)", "dsink": "dsink"}[name]
+
+
+BACKWARD = SoftmaxBack()

@@ -18,6 +18,7 @@ from qkv_tui.teach.stages.common import (
 )
 from qkv_tui.teach.stages.concat import printed_concat
 from qkv_tui.teach.stages.context import TraceContext
+from qkv_tui.teach.stages.grads import BackwardSpec, dot_cell, grads, has_backward, sum_cell
 from qkv_tui.teach.stages.markdown import MarkdownPage
 from qkv_tui.teach.stages.printed import PrintedCells, PrintedChain, Table, idx
 
@@ -101,3 +102,70 @@ class WO(StageSpec):
 
 
 SPEC = WO()
+
+
+class WOBack(BackwardSpec):
+    """W_O read backwards: concat·W_O gave the output, so dO reaches the heads through W_Oᵀ and W_O's own
+    gradient is concatᵀ·dO."""
+
+    stage = Stage("dwo", "dW_O",
+                  "Back through W_O. Each output cell was concat[t]·W_O[:,j], so a change in concat[t,c] moved every"
+                  " output cell of token t by W_O[c,j]: d_concat = dO·W_Oᵀ collects those. And W_O[c,j] met concat[t,c]"
+                  " in every token's row, so its gradient dW_O = concatᵀ·dO adds them up over the tokens.")
+    matrices = ("d_concat", "dW_O", "db_O")
+
+    def runs(self, trace: TraceContext) -> bool:
+        return has_backward(trace) and trace.comp.W_O is not None
+
+    def segments(self, trace: TraceContext, head: int | None) -> list[Plan]:
+        comp = trace.comp
+        assert comp.W_O is not None
+        plans = [Plan("d_concat", comp.scenario.n, comp.concat.shape[1]), Plan("dW_O", *comp.W_O.shape)]
+        return plans + ([Plan("db_O", 1, comp.W_O.shape[1])] if comp.b_O is not None else [])
+
+    def operation(self, trace: TraceContext, index: int, seg: Segment, row: int, col: int | None, d: int) -> Operation:
+        comp = trace.comp
+        g = grads(trace)
+        assert comp.W_O is not None and col is not None
+        labels = comp.scenario.labels
+        if seg.target == "d_concat":
+            q = labels[row]
+            return dot_cell(trace, index, seg, row, col, d, float(g.d_concat[row, col]), g.dO[row], comp.W_O[col],
+                            False, trace.integral("W_O", None), f"d_concat[{q},{col}] = dO[{q}]·W_O[{col},:]",
+                            (Ref("dO", None, row), Ref("W_O", None, col)))
+        if seg.target == "dW_O":
+            assert g.dW_O is not None
+            return dot_cell(trace, index, seg, row, col, d, float(g.dW_O[row, col]), comp.concat[:, row], g.dO[:, col],
+                            trace.integral("concat", None), False, f"dW_O[{row},{col}] = concat[:,{row}]·dO[:,{col}]",
+                            (Ref("concat", None, None, row), Ref("dO", None, None, col)))
+        assert g.db_O is not None
+        return sum_cell(trace, index, seg, row, col, d, float(g.db_O[col]), g.dO[:, col], f"db_O[{col}] = Σ dO[:,{col}]",
+                        (Ref("dO", None, None, col),))
+
+    def matrix(self, trace: TraceContext, name: str, head: int | None) -> Matrix:
+        if not has_backward(trace):
+            raise KeyError(name)
+        g = grads(trace)
+        if name == "d_concat":
+            return g.d_concat
+        if name == "dW_O" and g.dW_O is not None:
+            return g.dW_O
+        if name == "db_O" and g.db_O is not None:
+            return g.db_O[None, :]
+        raise KeyError(name)
+
+    def panes(self, trace: TraceContext, op: Operation) -> list[Key]:
+        if op.segment.target == "d_concat":
+            return [("dO", None), ("W_O", None), ("d_concat", None)]
+        if op.segment.target == "dW_O":
+            return [("concat", None), ("dO", None), ("W_O", None), ("dW_O", None)]
+        return [("dO", None), ("db_O", None)]
+
+    def overview(self, trace: TraceContext, head: int) -> list[Key]:
+        return [("d_concat", None)] if self.runs(trace) else []
+
+    def title(self, trace: TraceContext, name: str, head: int | None) -> str:
+        return {"d_concat": "d_concat = dO·W_Oᵀ", "dW_O": "dW_O = concatᵀ·dO", "db_O": "db_O = Σ dO"}[name]
+
+
+BACKWARD = WOBack()
