@@ -145,9 +145,12 @@ def train_panes(run: TrainRun, k: int, head: int, decimals: int) -> tuple[list[P
         _pane("train_P0", "P, step 0", first, rows, cols, decimals, subtitle=name, heat=True,
               allow=sc.allow),
     ]
-    losses = np.array([[v if v is not None else np.nan] for v in run.losses(k)])  # (k + 1, 1)
-    focus.append(_pane("train_loss", "loss by step", losses, tuple(str(s) for s in range(k + 1)), ("loss",),
-                       decimals, current=(k, 0)))
+    # every step's row from the start, filled as the steps are reached: the pane keeps its size, so a step
+    # redraws cells and lays nothing out again
+    losses = np.zeros((len(run), 1))  # (steps + 1, 1)
+    losses[:k + 1, 0] = [v if v is not None else np.nan for v in run.losses(k)]
+    focus.append(_pane("train_loss", "loss by step", losses, tuple(str(s) for s in range(len(run))), ("loss",),
+                       decimals, current=(k, 0), filled=k + 1))
     extra: list[PaneSpec] = []
     biggest = run.moves(k)[:1]
     for p0, p in zip(run.params(0), run.params(k), strict=True):
@@ -161,8 +164,7 @@ def train_panes(run: TrainRun, k: int, head: int, decimals: int) -> tuple[list[P
         pane = _pane(f"train_{p.name}", f"{p.name}, step {k}", p.value,
                      tuple(str(r) for r in range(p.value.shape[0])), labels, decimals, changed=changed,
                      current=current)
-        # the step's most moved weight first; the weights sit beside the map only where there is room
-        extra.insert(0 if current is not None else len(extra), pane)
+        extra.append(pane)  # beside the map where there is room; always in the same order, so nothing moves
     return focus, extra
 
 
