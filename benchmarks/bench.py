@@ -341,7 +341,8 @@ def measure_train(rounds: int, presses: int) -> dict[str, Any]:
 def report_train(r: dict[str, Any]) -> str:
     return (f"learn_to_look, CPU per keypress, medians of {r['rounds']} runs: forward trace step"
             f" {r['forward_step_ms']:.2f} ms; Train view SGD step {r['train_step_ms']:.2f} ms"
-            f" ({r['train_vs_forward']:.2f}×); forward tile step {r['forward_tile_step_ms']:.2f} ms; FA2 backward tile step {r['fa2_backward_step_ms']:.2f} ms"
+            f" ({r['train_vs_forward']:.2f}×); forward tile step {r['forward_tile_step_ms']:.2f} ms;"
+            f" FA2 backward tile step {r['fa2_backward_step_ms']:.2f} ms"
             f" ({r['fa2_backward_vs_forward']:.2f}×)")
 
 
