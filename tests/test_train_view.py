@@ -103,3 +103,17 @@ class TestSnapshots:
     def test_fa2_backward_tiles(self, snap_compare, size: tuple[int, int]) -> None:
         # the first pair's dS: keys I..love against the block I..love, after the 26 forward operations
         assert snap_compare(QKVApp("learn_to_look"), press=["t", *["right"] * 31], terminal_size=size)
+
+
+async def test_the_quiz_asks_for_a_gradient_cell_on_a_backward_stage() -> None:
+    from qkv_tui.core.fmt import fmt
+
+    app = QKVApp("learn_to_look")
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("9", "p", "right")  # dSoftmax: predict a cell of dS = P ⊙ (dP − D)
+        question = app.modes.question
+        assert question is not None and question.kind == "value"
+        assert question.prompt.startswith(("What is d", "What is D[")) and question.arithmetic.endswith("= ?")
+        answer = fmt(question.value, question.integral, question.decimals)
+        await pilot.press(*answer, "enter")
+        assert app.modes.quiz is not None and app.modes.quiz.right == 1
