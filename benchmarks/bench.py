@@ -328,6 +328,53 @@ def report_steps(result: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
+async def train_cpu(presses: int) -> dict[str, float]:
+    """CPU ms per keypress on learn_to_look: a forward step of the trace, a Train view step (l: one SGD step,
+    its forward and backward pass computed at that press) and a step of FlashAttention-2's backward tiles (t)."""
+    from textual import events
+
+    from qkv_tui.teach.tiled import tiled
+    from qkv_tui.ui.app import QKVApp
+
+    app = QKVApp("learn_to_look")
+
+    async def press(key: str) -> float:
+        t0 = time.process_time()
+        app.post_message(events.Key(key, None))
+        await asyncio.sleep(1 / 20)
+        return time.process_time() - t0
+
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        forward = [await press("right") for _ in range(presses)]
+        await press("l")
+        train = [await press("right") for _ in range(app.presenter.side_steps(app.modes, 0) - 1)]
+        assert app.modes.view == "train" and app.modes.side_step > 0, "the Train view's keys were not handled"
+        await press("l")
+        await press("t")
+        forward_tiles = [await press("right") for _ in range(len(tiled(app.comp, 0)))]  # the forward's tiles
+        tiles = [await press("right") for _ in range(presses)]
+    return {name: float(statistics.median(v)) * 1000 for name, v in
+            (("forward_step_ms", forward), ("train_step_ms", train), ("forward_tile_step_ms", forward_tiles),
+             ("fa2_backward_step_ms", tiles))}
+
+
+def measure_train(rounds: int, presses: int) -> dict[str, Any]:
+    runs = [asyncio.run(train_cpu(presses)) for _ in range(rounds)]
+    medians = {key: float(statistics.median(r[key] for r in runs)) for key in runs[0]}
+    return {"rounds": rounds, "presses": presses, **medians,
+            "train_vs_forward": medians["train_step_ms"] / medians["forward_step_ms"],
+            "fa2_backward_vs_forward": medians["fa2_backward_step_ms"] / medians["forward_step_ms"]}
+
+
+def report_train(r: dict[str, Any]) -> str:
+    return (f"learn_to_look, CPU per keypress, medians of {r['rounds']} runs: forward trace step"
+            f" {r['forward_step_ms']:.2f} ms; Train view SGD step {r['train_step_ms']:.2f} ms"
+            f" ({r['train_vs_forward']:.2f}×); forward tile step {r['forward_tile_step_ms']:.2f} ms;"
+            f" FA2 backward tile step {r['fa2_backward_step_ms']:.2f} ms"
+            f" ({r['fa2_backward_vs_forward']:.2f}×)")
+
+
 def report_startup(result: dict[str, Any]) -> str:
     met = "yes" if result["startup_vs_bare"] <= result["target"] else "NO"
     return (f"start-up, medians of {result['repeats']} alternated runs: bare Textual {result['bare_startup_s']:.3f} s,"
@@ -542,6 +589,9 @@ def main() -> None:
     parser.add_argument("--linear-only", action="store_true",
                         help="only the CPU per step of a 512-token scenario with its softmax and with [linear],"
                              " --repeats alternated rounds")
+    parser.add_argument("--train-only", action="store_true",
+                        help="only learn_to_look's CPU per keypress: a forward step, a Train view step (l),"
+                             " an FA2 backward tile step (t); --repeats runs")
     parser.add_argument("--startup-only", action="store_true",
                         help="only start-up of I love AI beside the bare app (seconds, not minutes)")
     args = parser.parse_args()
@@ -554,6 +604,10 @@ def main() -> None:
     if args.linear_only:
         result = measure_linear(2 if args.quick else args.repeats, args.presses)
         print(json.dumps(result, indent=2) if args.json else report_linear(result))
+        return
+    if args.train_only:
+        result = measure_train(2 if args.quick else args.repeats, min(args.presses, 20))
+        print(json.dumps(result, indent=2) if args.json else report_train(result))
         return
     if args.step_only:
         result = measure_steps(2 if args.quick else args.repeats, args.presses)

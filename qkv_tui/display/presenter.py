@@ -14,7 +14,7 @@ from qkv_tui.core.engine import Computation
 from qkv_tui.display.frame import Frame
 from qkv_tui.display.modes import Modes
 from qkv_tui.display.side_view import SideView
-from qkv_tui.display.side_views import SIDE_VIEWS, side_view
+from qkv_tui.display.side_views import SIDE_VIEWS, shown_for, side_view
 from qkv_tui.display.view import View, hand_note, whatif_lines
 from qkv_tui.teach.handcalc import compute_hand
 from qkv_tui.teach.quiz import Question, about_line, hide_result
@@ -110,7 +110,7 @@ class Presenter:
         others = ["m the map of every row"] if self.comp.scenario.n > MAX_ROWS else []
         if len(self.comp.heads) > 1:
             others.append("tab another head")
-        others += [f"{view.key} {view.closing}" for view in SIDE_VIEWS]
+        others += [f"{view.key} {view.closing}" for view in SIDE_VIEWS if shown_for(view, self.comp.scenario)]
         others.append("home then p to predict every result")
         lines.append("Next: " + " · ".join(others))
         return lines

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
 from qkv_tui.core.engine import Computation
+from qkv_tui.core.scenario import Scenario
 from qkv_tui.display.frame import Frame
 from qkv_tui.display.modes import Modes
 
@@ -43,3 +44,7 @@ class SideView:
     shot: Callable[[Modes], str]  # its part of a screenshot's name ("cache", "cache-chunked", "tiles")
     option: Callable[[Modes], Modes] | None = None  # what c does in it (the cache's schedules), if anything
     asks: str = ""  # the start of the line its quiz asks about ("" the first): the number the step computes
+    # None: it has something to show for every scenario. Else only where this says so (the Train view needs
+    # [backward]): its help row, palette entry and closing line appear only there, and its key is kept out
+    # of the footer, so no other scenario's screens change
+    applies: Callable[[Scenario], bool] | None = None

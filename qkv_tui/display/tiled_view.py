@@ -13,11 +13,13 @@ from qkv_tui.display.frame import Frame
 from qkv_tui.display.modes import Modes
 from qkv_tui.display.side_view import SideView, Sources
 from qkv_tui.display.state_view import carries_state, no_tiles_frame
+from qkv_tui.display.tiled_back_view import back_explanation, back_panes
 from qkv_tui.display.view import Explanation, PaneSpec, column_widths
 from qkv_tui.kernels.softmax import soft_cap
 from qkv_tui.teach.arith import fit
 from qkv_tui.teach.stages.soft_cap import cap_text
 from qkv_tui.teach.tiled import PHASE_NAMES, PHASES, TiledHead, TileOp, memory_line, tiled
+from qkv_tui.teach.tiled_backward import TiledBackward, tiled_backward
 
 MAX_ROWS = 4  # the explanation works this many query rows of a block; the panes hold the rest
 
@@ -324,10 +326,28 @@ def _tiling(sources: Sources, head: int) -> TiledHead:
     return sources.kept(("tiles", head), lambda: tiled(sources.comp, head))
 
 
+def _backward(sources: Sources, head: int) -> TiledBackward | None:
+    """FlashAttention-2's backward after the forward's operations, where the scenario has [backward]."""
+    if sources.comp.scenario.backward is None:
+        return None
+    return sources.kept(("tiles-backward", head), lambda: tiled_backward(_tiling(sources, head)))
+
+
+def _steps(sources: Sources, modes: Modes, head: int) -> int:
+    if carries_state(sources.comp):  # [linear], [deltanet]: one frame that says there are no tiles
+        return 1
+    back = _backward(sources, head)
+    return len(_tiling(sources, head)) + (0 if back is None else len(back))
+
+
 def _frame(sources: Sources, modes: Modes, step: int, head: int) -> Frame:
     if carries_state(sources.comp):  # [linear], [deltanet]: no n × n matrix to tile
         return no_tiles_frame(sources.comp, head)
     th = _tiling(sources, head)
+    back = _backward(sources, head)
+    if back is not None and step >= len(th):
+        focus, extra = back_panes(back, step - len(th), modes.decimals)
+        return Frame(back_explanation(back, step - len(th), len(th), modes.decimals), focus, extra, (), "")
     focus, extra = tiled_panes(th, step, modes.decimals)
     return Frame(tiled_explanation(th, step, modes.decimals), focus, extra, (), "")
 
@@ -337,7 +357,7 @@ VIEW = SideView(
     title="FlashAttention tiles view", summary="the online softmax, one tile of keys at a time",
     closing="FlashAttention's tiles",
     help=(("t", "tiles: FlashAttention's online softmax, one tile of keys at a time (→ ← step; t again leaves)"),),
-    steps=lambda sources, modes, head: 1 if carries_state(sources.comp) else len(_tiling(sources, head)),
+    steps=_steps,  # the same for every head
     frame=_frame,
     shot=lambda modes: "tiles",
 )

@@ -24,6 +24,7 @@ import random
 
 from qkv_tui.core.engine import Computation
 from qkv_tui.core.scenario import Scenario
+from qkv_tui.edges.worksheet_backward import SHEET
 from qkv_tui.edges.worksheet_chain import Table, chain
 from qkv_tui.edges.worksheet_content import BLANK, Blank, Cell, WorksheetContent
 from qkv_tui.edges.worksheet_page import render
@@ -116,6 +117,8 @@ def build(comp: Computation, blanks: str = DEFAULT_BLANKS, seed: int = 0, decima
     order = {t.key: n for n, t in enumerate(tables)}
     chosen.sort(key=lambda c: (order[c[0]], c[1], c[2]))
     specs = {s.stage.key: s for s in stages.REGISTRY}  # as registered now: each writes its tables' arithmetic
+    if sc.backward is not None:  # the backward tables' lines and rule (edges/worksheet_backward.py)
+        specs[SHEET.stage.key] = SHEET
     work = Working(sc, by_key, decimals, specs)
     result = tuple(
         Blank(n + 1, key, i, j, by_key[key].text(i, j, decimals), work.line(by_key[key], i, j))

@@ -10,6 +10,7 @@ ALiBi slopes are printed with the digits the results need. Each stage builds its
 from __future__ import annotations
 
 from qkv_tui.core.engine import Computation
+from qkv_tui.edges.worksheet_backward import backward_tables
 from qkv_tui.kernels.rope import pairs
 from qkv_tui.teach.stages.printed import PrintedChain, Table, exact, idx, kv_owners
 from qkv_tui.teach.trace import Trace
@@ -22,4 +23,6 @@ def chain(comp: Computation, d: int) -> list[Table]:
     printed = PrintedChain(comp, d)
     for spec, head in Trace(comp).walk():
         printed.add(spec.worksheet_tables(printed, head))
+    if comp.scenario.backward is not None:  # the backward tables after the forward's (edges/worksheet_backward.py)
+        printed.add(backward_tables(printed))
     return printed.tables + printed.late  # the slopes and sinks after the weights

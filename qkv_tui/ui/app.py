@@ -74,7 +74,8 @@ class QKVApp(Session):
         # 1 … 9, then 0 for stage 10: the stage bar labels each stage with the key that jumps there
         *(Binding(key, f"stage({number})", f"stage {number}", show=False) for number, key in enumerate(STAGE_KEYS, 1)),
         Binding("g", "goto", "go to", show=False),
-        *(Binding(view.key, action, view.label) for view, action in zip(SIDE_VIEWS, SIDE_ACTIONS, strict=True)),
+        *(Binding(view.key, action, view.label, show=view.applies is None)  # only for some scenarios: not in the footer
+          for view, action in zip(SIDE_VIEWS, SIDE_ACTIONS, strict=True)),
         Binding("c", "option", "prefill/chunks", show=False),  # the side view's own choice: the cache's schedule
         Binding("p", "quiz", "predict"),
         Binding("w", "whatif", "what if", show=False),
@@ -566,7 +567,7 @@ class QKVApp(Session):
     def action_help(self) -> None:
         from qkv_tui.ui.widgets.screens import HelpScreen  # the overlays load when first opened, not at start-up
 
-        self.push_screen(HelpScreen([self.trace.stage(key) for key in self.trace.stage_keys]))
+        self.push_screen(HelpScreen([self.trace.stage(key) for key in self.trace.stage_keys], self.comp.scenario))
 
     def action_notes(self) -> None:
         from qkv_tui.ui.widgets.screens import NotesScreen

@@ -25,7 +25,7 @@ from qkv_tui.core.cell_edit import EditError, InputCell, changed_cells, edit, ed
 from qkv_tui.core.engine import Computation, compute
 from qkv_tui.core.scenario import Scenario, ScenarioError, builtin_dir, builtin_names, load_scenario, resolve
 from qkv_tui.display.frame import Frame
-from qkv_tui.display.side_views import SIDE_VIEWS
+from qkv_tui.display.side_views import SIDE_VIEWS, shown_for
 from qkv_tui.display.view import PaneSpec, stage_key
 from qkv_tui.teach.stepper import Position
 from qkv_tui.teach.trace import Trace
@@ -550,7 +550,7 @@ class Live:
             ("Everything computed", "end: the last operation", app.action_last),
             ("Go to operation…", "g: type an operation number", app.action_goto),
             *((view.title, f"{view.key}: {view.summary}", lambda name=view.name: app.action_side(name))
-              for view in SIDE_VIEWS),
+              for view in SIDE_VIEWS if shown_for(view, app.comp.scenario)),
             ("Predict-then-reveal quiz", "p: type each result before it is shown", app.action_quiz),
             ("What-if scaling table", "w: this row's softmax with and without ÷√dₖ", app.action_whatif),
             ("Hand rounding", "h: round every intermediate to the shown decimals", app.action_hand),

@@ -13,7 +13,8 @@ from textual.binding import Binding, BindingType
 from textual.containers import Vertical, VerticalScroll
 from textual.widgets import Input, Static
 
-from qkv_tui.display.side_views import SIDE_VIEWS
+from qkv_tui.core.scenario import Scenario
+from qkv_tui.display.side_views import SIDE_VIEWS, shown_for
 from qkv_tui.display.text import pictured
 from qkv_tui.display.view import STAGE_KEYS, stage_key
 from qkv_tui.teach.trace import Stage
@@ -46,7 +47,7 @@ KEYS = (
     ("g", "go to operation N"),
     ("page down / up", "scroll the explanation when it is longer than its room"),
     ("tab / shift+tab", "next / previous head"),
-    *(row for view in SIDE_VIEWS for row in view.help),  # k (and c), t: display/side_views.py
+    *(row for view in SIDE_VIEWS for row in view.help),  # k (and c), t, l: display/side_views.py
     ("p", "predict-then-reveal: type each result before it is shown (in the trace, the tiles or the cache view);"
           " escape reveals a pending answer, escape or p leaves; moving away leaves a question unscored, and says so;"
           " while a question waits, digits type the answer (] [ change stage)"),
@@ -113,15 +114,20 @@ class HelpScreen(PageScreen):
     ]
     CLOSE_HINT = "esc, q or ? closes"
 
-    def __init__(self, stages: list[Stage]) -> None:
+    def __init__(self, stages: list[Stage], scenario: Scenario | None = None) -> None:
         super().__init__()
         self.stages = stages  # as the scenario names them (Embed is "Input" for a model's residual stream)
+        # the rows of side views this scenario has nothing for (the Train view without [backward]) are left out
+        self.hidden = {row for view in SIDE_VIEWS if scenario is not None and not shown_for(view, scenario)
+                       for row in view.help}
 
     def body(self) -> RenderableType:
         keys = Table.grid()
         keys.add_column(width=19, no_wrap=True, style="bold #ffd75f")  # "  tab / shift+tab" and a gap
         keys.add_column(ratio=1)  # wraps under itself: a hanging indent
         for key, what in KEYS:
+            if (key, what) in self.hidden:
+                continue
             if key == STAGE_KEYS_ROW:  # which of the stage keys this scenario uses
                 key, what = stage_keys_row(len(self.stages))
             keys.add_row(f"  {key}", what)

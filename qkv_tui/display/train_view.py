@@ -1,0 +1,195 @@
+"""The Train view (l) as plain data: one SGD step of the scenario's [backward] per step of the view, with the
+loss falling, the weights each step moved and the attention map beside step 0's (teach/train_walk.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from qkv_tui.core.fmt import fmt, is_integral
+from qkv_tui.core.scenario import BoolMatrix, Matrix, Scenario
+from qkv_tui.display.frame import Frame
+from qkv_tui.display.modes import Modes
+from qkv_tui.display.side_view import SideView, Sources
+from qkv_tui.display.view import Explanation, PaneSpec, column_widths
+from qkv_tui.teach.arith import fit
+from qkv_tui.teach.handcalc import round_to
+from qkv_tui.teach.train_walk import Move, Param, TrainRun
+
+SHOWN_MOVES = 3  # the step's biggest updates worked out; the panes mark every moved cell
+HISTORY = 8  # the loss history's most recent steps in the explanation; the pane holds them all
+
+MEANING = ("One step of gradient descent: every trained weight moves against its gradient, w ← w − lr·∂loss/∂w,"
+           " with the gradients the Backward stages compute for the weights as they stand. A small lr takes small,"
+           " safe steps; too large a step overshoots and the loss can rise. Watch the attention map: training changes"
+           " W_Q and W_K, so the scores change, so where each token looks changes.")
+NO_BACKWARD = ("The Train view runs SGD steps on a [backward] table: a target for the output (the loss), lr, steps"
+               " and the weights to train (docs/scenario-format.md, \"[backward]\"). This scenario has none;"
+               " learn_to_look is a built-in that has one.")
+NO_STEPS = ("[backward] steps = 0: there is nothing to train. Give steps = N (at most 1,000) and a target"
+            " (with dO given directly there is no loss, so no steps).")
+
+
+def applies(sc: Scenario) -> bool:
+    """Where the view has something to show: its help row, palette entry and closing line appear only there."""
+    return sc.backward is not None
+
+
+def _run(sources: Sources) -> TrainRun | None:
+    sc = sources.comp.scenario
+    if sc.backward is None or sc.backward.steps == 0:
+        return None
+    return sources.kept(("train",), lambda: TrainRun(sc))
+
+
+def _steps(sources: Sources, modes: Modes, head: int) -> int:
+    run = _run(sources)
+    return 1 if run is None else len(run)
+
+
+def _pane(key: str, title: str, values: Matrix, rows: tuple[str, ...], cols: tuple[str, ...], decimals: int, *,
+          subtitle: str = "", heat: bool = False, changed: frozenset[tuple[int, int]] = frozenset(),
+          current: tuple[int, int | None] | None = None, allow: BoolMatrix | None = None,
+          filled: int | None = None) -> PaneSpec:
+    values = np.array(np.atleast_2d(values))  # its own array: a pane knows a new state by its source
+    integral = not heat and is_integral(values)
+    return PaneSpec(
+        key=key, title=f"{title}  {values.shape[0]}×{values.shape[1]}", subtitle=subtitle, values=values,
+        row_labels=rows, col_labels=cols, integral=integral,
+        col_widths=column_widths(values, integral, decimals, cols),
+        filled=values.size if filled is None else filled, current=current, heat=heat, decimals=decimals,
+        allow=allow, changed=changed,
+    )
+
+
+def _moved(now: Matrix, then: Matrix, decimals: int) -> frozenset[tuple[int, int]]:
+    """The cells that moved most since step 0: they read differently at the shown decimals, by at least half
+    the largest change (after a few steps every cell has moved a little; marking them all would say nothing)."""
+    delta = np.abs(now - then)
+    diff = (round_to(now, decimals) != round_to(then, decimals)) & (delta >= 0.5 * delta.max(initial=0.0))
+    return frozenset((int(r), int(c)) for r, c in zip(*np.nonzero(diff), strict=True))
+
+
+def update_line(move: Move, lr: float, single_row: bool, decimals: int) -> str:
+    """``W_Q[2,0] = 1 − 0.5·0.413 = 0.794``: the update, checkable on a calculator."""
+    texts, new = fit(lambda w, g: w - lr * g, [move.old, move.grad], move.new, decimals)
+    return f"{move.cell(single_row)} = {texts[0]} − {lr:g}·{texts[1]} = {new}"
+
+
+def _loss_line(losses: list[float | None], k: int, decimals: int) -> str:
+    now = losses[k]
+    assert now is not None
+    if k == 0:
+        return f"step 0: the file's weights; loss = ½·Σ (output − target)² = {fmt(now, False, decimals)}"
+    before = losses[k - 1]
+    assert before is not None
+    texts, change = fit(lambda a, b: b - a, [before, now], now - before, decimals)
+    word = "fell" if now < before else "rose" if now > before else "stayed where it was"
+    return f"Δloss = {texts[1]} − {texts[0]} = {change}; step {k}: the loss {word}"
+
+
+def _single(p: Param) -> bool:
+    return bool(p.value.shape[0] == 1)
+
+
+def train_explanation(run: TrainRun, k: int, head: int, decimals: int) -> Explanation:
+    sc = run.scenario
+    k = run.reached(k)
+    losses = run.losses(k)
+    shapes = {p.name: _single(p) for p in run.params(0)}
+    details: list[str] = []
+    if k > 0:
+        moves = run.moves(k)
+        names = ", ".join(sorted({m.param for m in moves}, key=[p.name for p in run.params(0)].index)) or "nothing"
+        details.append(f"w ← w − lr·∂loss/∂w, lr = {run.lr:g}, with step {k - 1}'s gradients; moved: {names}"
+                       f" ({len(moves)} cells); the biggest:")
+        details += [f"  {update_line(m, run.lr, shapes[m.param], decimals)}" for m in moves[:SHOWN_MOVES]]
+        total = run.since_start(k)[:SHOWN_MOVES]
+        if total:
+            details.append("moved most since step 0: " + " · ".join(
+                f"{m.cell(shapes[m.param])} {fmt(m.old, False, decimals)} → {fmt(m.new, False, decimals)}"
+                for m in total))
+    start = max(0, k + 1 - HISTORY)
+    history = " · ".join(f"{s} {fmt(v, False, decimals)}" for s, v in enumerate(losses) if s >= start and v is not None)
+    details.append(f"loss by step: {'… · ' if start else ''}{history}")
+    now, first = run.at(k).weights[head], run.at(0).weights[head]
+    if k > 0:
+        delta = np.where(sc.allow, now - first, 0.0)
+        r, c = np.unravel_index(int(np.argmax(np.abs(delta))), delta.shape)
+        details.append(f"attention moved most: {sc.labels[r]} → {sc.key_labels[c]},"
+                       f" {fmt(float(first[r, c]), False, decimals)} at step 0, {fmt(float(now[r, c]), False, decimals)}"
+                       f" now; {sc.labels[r]} looks most at {sc.key_labels[int(np.argmax(now[r]))]}")
+    if run.error is not None and run.reached(run.total) < run.total:
+        details.append(f"the run stops at step {run.reached(run.total)}: {run.error}")
+    heads = len(sc.heads)
+    return Explanation(
+        stage_label=f"step {k}/{run.total}",
+        counter=f"loss {fmt(losses[k] or 0.0, False, decimals)}",
+        head_label=f"{sc.heads[head].name} ({head + 1}/{heads})" if heads > 1 else "",
+        arithmetic=_loss_line(losses, k, decimals),
+        details=tuple(details),
+        meaning=MEANING,
+        formula=(("w ← w − lr·∂loss/∂w", k > 0),),
+    )
+
+
+def train_panes(run: TrainRun, k: int, head: int, decimals: int) -> tuple[list[PaneSpec], list[PaneSpec]]:
+    sc = run.scenario
+    k = run.reached(k)
+    name = sc.heads[head].name if len(sc.heads) > 1 else ""
+    now, first = run.at(k).weights[head], run.at(0).weights[head]
+    moved = _moved(now, first, decimals)
+    rows, cols = sc.labels, sc.key_labels
+    focus = [
+        _pane("train_P", f"P, step {k}", now, rows, cols, decimals, subtitle=name, heat=True,
+              changed=moved, allow=sc.allow),
+        _pane("train_P0", "P, step 0", first, rows, cols, decimals, subtitle=name, heat=True,
+              allow=sc.allow),
+    ]
+    # every step's row from the start, filled as the steps are reached: the pane keeps its size, so a step
+    # redraws cells and lays nothing out again
+    losses = np.zeros((len(run), 1))  # (steps + 1, 1)
+    losses[:k + 1, 0] = [v if v is not None else np.nan for v in run.losses(k)]
+    focus.append(_pane("train_loss", "loss by step", losses, tuple(str(s) for s in range(len(run))), ("loss",),
+                       decimals, current=(k, 0), filled=k + 1))
+    extra: list[PaneSpec] = []
+    biggest = run.moves(k)[:1]
+    for p0, p in zip(run.params(0), run.params(k), strict=True):
+        if not run.trainable(p) or (p.head is not None and p.head != head):
+            continue
+        changed = _moved(p.value, p0.value, decimals)
+        current = None
+        if biggest and biggest[0].param == p.name:
+            current = (biggest[0].row, biggest[0].col)
+        labels = tuple(str(c) for c in range(p.value.shape[1]))
+        pane = _pane(f"train_{p.name}", f"{p.name}, step {k}", p.value,
+                     tuple(str(r) for r in range(p.value.shape[0])), labels, decimals, changed=changed,
+                     current=current)
+        extra.append(pane)  # beside the map where there is room; always in the same order, so nothing moves
+    return focus, extra
+
+
+def _frame(sources: Sources, modes: Modes, step: int, head: int) -> Frame:
+    run = _run(sources)
+    if run is None:
+        sc = sources.comp.scenario
+        text = NO_BACKWARD if sc.backward is None else NO_STEPS
+        ex = Explanation(stage_label="Train", counter="", head_label="", arithmetic="no training steps here",
+                         details=(), meaning=text, formula=(("w ← w − lr·∂loss/∂w", False),))
+        return Frame(ex, [], [], (), "")
+    focus, extra = train_panes(run, step, head, modes.decimals)
+    notes = ("by hand (h) rounds the trace's arithmetic; the Train view's steps are exact (each line is still"
+             " checkable at the shown decimals)",) if modes.hand else ()
+    return Frame(train_explanation(run, step, head, modes.decimals), focus, extra, notes, "")
+
+
+VIEW = SideView(
+    name="train", key="l", label="train",
+    title="Train view", summary="SGD steps on the [backward] loss: the loss falling, the weights and the map moving",
+    closing="the Train view (SGD steps)",
+    help=(("l", "train: one SGD step per → (← back): the loss, the weights each step moved, the attention map"
+                " beside step 0's (l again leaves; only with [backward])"),),
+    steps=_steps,
+    frame=_frame,
+    shot=lambda modes: "train",
+    applies=applies,
+)

@@ -1,0 +1,157 @@
+"""The Train view's computation: core/training.py's SGD steps, walked one at a time and kept, with what each
+step moved (docs/scenario-format.md, "[backward]"). No gradient is worked here: every one is core/gradients.py's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+
+from qkv_tui.core.gradients import Gradients
+from qkv_tui.core.scenario import Matrix, Scenario, ScenarioError
+from qkv_tui.core.training import TrainStep, steps
+from qkv_tui.kernels.sharing import kv_owners
+
+
+@dataclass(frozen=True, eq=False)
+class Param:
+    """One trainable array of the scenario, as the Train view names it."""
+
+    name: str  # "W_Q", or "W_Q (head 2)" where there are heads to tell apart
+    weight: str  # its [backward] train name ("W_Q", "sinks")
+    head: int | None  # the query head it belongs to (a K/V head's weights: its first reader); None for W_O, γ
+    value: Matrix  # (rows, cols), a vector as one row, a sink as 1×1
+    grad: Matrix | None  # ∂loss/∂value at that step, the same shape; None where the backward has none
+
+
+@dataclass(frozen=True)
+class Move:
+    """One cell of one weight after one SGD step: new = old − lr·grad."""
+
+    param: str
+    row: int
+    col: int
+    old: float
+    grad: float
+    new: float
+
+    def cell(self, single_row: bool) -> str:
+        """``W_Q[1,2]``; a vector's ``b_Q[2]``; a sink bare."""
+        return self.param if self.param.startswith("sink") else (
+            f"{self.param}[{self.col}]" if single_row else f"{self.param}[{self.row},{self.col}]")
+
+
+def _row(v: Matrix | float | None) -> Matrix | None:
+    if v is None:
+        return None
+    return np.atleast_2d(np.asarray(v, dtype=np.float64))
+
+
+def params(sc: Scenario, g: Gradients) -> list[Param]:
+    """Every weight the scenario gives, in TRAINABLE's order within a head, with its gradient. A K/V head's
+    weights are listed once, under its first reader, with the sum of its readers' gradients (what SGD applies)."""
+    many = len(sc.heads) > 1
+    owners = kv_owners([sc.kv_head(h) for h in range(len(sc.heads))], sc.heads)
+    kv_of = {kv.heads[0]: kv for kv in g.kv_heads}
+    out: list[Param] = []
+    for h, (head, hg) in enumerate(zip(sc.heads, g.heads, strict=True)):
+        suffix = f" ({head.name})" if many else ""
+        kv = kv_of.get(h) if owners[h] == h else None
+        items: list[tuple[str, str, Matrix | float | None, Matrix | float | None]] = [
+            ("W_Q", "W_Q", head.W_Q, hg.dW_Q)]
+        if kv is not None:
+            items += [("W_K", "W_K", head.W_K, kv.dW_K), ("W_V", "W_V", head.W_V, kv.dW_V)]
+        items.append(("W_G", "W_G", head.W_G, None if hg.gate is None else hg.gate.dW_G))
+        items.append(("b_Q", "b_Q", head.b_Q, hg.db_Q))
+        if kv is not None:
+            items += [("b_K", "b_K", head.b_K, kv.db_K), ("b_V", "b_V", head.b_V, kv.db_V)]
+        items.append(("sink", "sinks", head.sink, hg.attend.dsink))
+        for name, weight, value, grad in items:
+            if value is not None:
+                out.append(Param(name + suffix, weight, h, _row(value), _row(grad)))  # type: ignore[arg-type]
+    top: list[tuple[str, Matrix | None, Matrix | None]] = [("W_O", sc.W_O, g.dW_O), ("b_O", sc.b_O, g.db_O)]
+    if sc.norm is not None:
+        top += [("gamma", sc.norm.gamma, g.dgamma), ("beta", sc.norm.beta, g.dbeta)]
+    if sc.qk_norm is not None:
+        top += [("gamma_q", sc.qk_norm.gamma_q, g.dgamma_q), ("gamma_k", sc.qk_norm.gamma_k, g.dgamma_k)]
+    for name, value, grad in top:
+        if value is not None:
+            out.append(Param(name, name, None, _row(value), _row(grad)))  # type: ignore[arg-type]
+    return out
+
+
+class TrainRun:
+    """The states train[0] … train[steps], each computed the first time it is asked for (one SGD step per
+    keypress, never the whole run at once) and kept, so stepping back costs nothing."""
+
+    def __init__(self, sc: Scenario) -> None:
+        assert sc.backward is not None
+        self.scenario = sc
+        self.total = sc.backward.steps
+        self.lr = sc.backward.lr
+        self.trained = frozenset(sc.backward.train)
+        self._walk: Iterator[TrainStep] = steps(sc)
+        self._kept: list[TrainStep] = []
+        self._params: dict[int, list[Param]] = {}
+        self.error: str | None = None  # why the run stopped early: a step whose numbers overflow float64
+
+    def __len__(self) -> int:
+        return self.total + 1
+
+    def at(self, k: int) -> TrainStep:
+        """train[k], or the last state reached where a step on the way overflowed."""
+        while len(self._kept) <= k and self.error is None:
+            try:
+                self._kept.append(next(self._walk))
+            except ScenarioError as exc:
+                self.error = str(exc)
+            except StopIteration:  # pragma: no cover - total + 1 states always come
+                break
+        return self._kept[min(k, len(self._kept) - 1)]
+
+    def reached(self, k: int) -> int:
+        """The step actually shown for k (smaller where the run stopped early)."""
+        return self.at(k).step
+
+    def losses(self, k: int) -> list[float | None]:
+        self.at(k)
+        return [s.loss for s in self._kept[:k + 1]]
+
+    def params(self, k: int) -> list[Param]:
+        if k not in self._params:
+            s = self.at(k)
+            self._params[k] = params(s.scenario, s.grads)
+        return self._params[k]
+
+    def trainable(self, p: Param) -> bool:
+        return p.weight in self.trained
+
+    def moves(self, k: int) -> list[Move]:
+        """Every cell step k changed (w ← w − lr·∂loss/∂w with step k − 1's gradient), biggest change first."""
+        if k == 0:
+            return []
+        before, after = self.params(k - 1), self.params(k)
+        out: list[Move] = []
+        for p, q in zip(before, after, strict=True):
+            if not self.trainable(p) or p.grad is None:
+                continue
+            for r, c in zip(*np.nonzero(q.value != p.value), strict=True):
+                out.append(Move(p.name, int(r), int(c), float(p.value[r, c]), float(p.grad[r, c]),
+                                float(q.value[r, c])))
+        out.sort(key=lambda m: -abs(m.new - m.old))
+        return out
+
+    def since_start(self, k: int) -> list[Move]:
+        """Every trained cell's change from train[0] to train[k], biggest first (grad: the total step / −lr)."""
+        first, now = self.params(0), self.params(k)
+        out: list[Move] = []
+        for p, q in zip(first, now, strict=True):
+            if not self.trainable(p):
+                continue
+            for r, c in zip(*np.nonzero(q.value != p.value), strict=True):
+                old, new = float(p.value[r, c]), float(q.value[r, c])
+                out.append(Move(p.name, int(r), int(c), old, (old - new) / self.lr, new))
+        out.sort(key=lambda m: -abs(m.new - m.old))
+        return out
