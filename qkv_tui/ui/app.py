@@ -97,7 +97,8 @@ class QKVApp(Session):
     ]
 
     def __init__(self, scenario: Scenario | str | Path = "i_love_ai", computation: Computation | None = None,
-                 theme: str | None = None, read_only: bool = False) -> None:
+                 theme: str | None = None, read_only: bool = False, place: Position | None = None,
+                 decimals: int | None = None) -> None:
         super().__init__()
         self.scenario = load_scenario(scenario)
         self.comp = computation if computation is not None else compute(self.scenario)
@@ -105,7 +106,9 @@ class QKVApp(Session):
         self.stepper = Stepper(self.trace)
         self.presenter = Presenter(self.comp, self.trace)
         self.theme = "textual-dark"
-        self.set_reactive(QKVApp.position, self.stepper.start())
+        self.set_reactive(QKVApp.position, self.stepper.start() if place is None else place)  # --stage --op
+        if decimals is not None:  # --decimals
+            self.set_reactive(QKVApp.modes, replace(self.modes, decimals=decimals))
         self.ready = False  # widgets exist only after mount, and no longer once the app is exiting
         self._placed: dict[str, int] = {}  # height last given to each row of panes
         self._slots: dict[str, list[MatrixView]] = {}  # each row's pane widgets, found once

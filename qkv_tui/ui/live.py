@@ -462,6 +462,11 @@ class Live:
             candidate = f"{stem}-{number}.{suffix}"
         return candidate
 
+    def copy_place(self) -> str:
+        from qkv_tui.ui.copy_place import copy_place
+
+        return copy_place(self.app, self.path)
+
     def screenshot(self) -> str:
         """Write the screen as SVG to the current folder (in a browser: a download); returns the file name.
 
@@ -545,6 +550,8 @@ class Live:
             ("First operation", "home", app.action_first),
             ("Everything computed", "end: the last operation", app.action_last),
             ("Go to operation…", "g: type an operation number", app.action_goto),
+            ("Copy this place as a command line", "qkv-tui FILE --stage NAME --op N: opens the app here",
+             self.copy_place),
             *((view.title, f"{view.key}: {view.summary}", lambda name=view.name: app.action_side(name))
               for view in SIDE_VIEWS),
             ("Predict-then-reveal quiz", "p: type each result before it is shown", app.action_quiz),
