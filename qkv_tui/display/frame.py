@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from qkv_tui.display.heads_grid import HeadsShown
 from qkv_tui.display.view import Explanation, PaneSpec
 
 
@@ -14,3 +15,4 @@ class Frame:
     extra: list[PaneSpec]
     notes: tuple[str, ...]  # lines added under the explanation (hand rounding, what-if)
     description: str  # the scenario's description, on its first screen
+    heads: HeadsShown | None = None  # the heads view's maps, shown in place of panes

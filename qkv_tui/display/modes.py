@@ -22,6 +22,7 @@ class Modes:
     quiz: Score | None = None  # predict-then-reveal is on when this is set
     question: Question | None = None  # what the learner is being asked now; its result is hidden
     message: str = ""  # the quiz's last word to the learner
+    heads_layer: int | None = None  # the heads view's layer of a model ([ ]); None: the scenario's own
 
     @property
     def side(self) -> bool:

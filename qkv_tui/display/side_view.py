@@ -42,3 +42,9 @@ class SideView:
     frame: Callable[[Sources, Modes, int, int], Frame]  # the screen at (step, head); step < steps
     shot: Callable[[Modes], str]  # its part of a screenshot's name ("cache", "cache-chunked", "tiles")
     option: Callable[[Modes], Modes] | None = None  # what c does in it (the cache's schedules), if anything
+    # its own meaning for a trace key ("next_stage", "prev_stage", "row+1", "row-1") given the maps across a row
+    # of its grid: the modes after it, or None where the key does nothing there (the heads view's [ ] and ↑ ↓)
+    act: Callable[[Sources, Modes, str, int], Modes | None] | None = None
+    # what enter opens: (a computation to show instead of the app's, or None; the head whose trace opens)
+    enter: Callable[[Sources, Modes], tuple[Computation | None, int]] | None = None
+    per_head: bool = True  # the trace's head in view names its screenshots ("-head2"); False where its step does

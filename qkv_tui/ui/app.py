@@ -33,6 +33,7 @@ from qkv_tui.teach.stepper import Position, Stepper
 from qkv_tui.teach.trace import Trace
 from qkv_tui.ui.live import Live
 from qkv_tui.ui.session import Session
+from qkv_tui.ui.widgets.heads import HeadsPanel
 from qkv_tui.ui.widgets.matrix import MatrixView
 from qkv_tui.ui.widgets.panels import ExplainPanel, FormulaLine, KeyFooter, QuizInput, StageBar
 
@@ -49,6 +50,7 @@ FOOTER_KEEP = ("help", "quit", "next", "reveal", "quiz", "prev", "next_stage", "
 FOOTER_ORDER = ("head", "next", "prev", "row", "next_stage", *SIDE_ACTIONS, "reveal", "quiz", "help", "quit")
 # under a pending question: which keys act, and why the stage keys do not (they type the answer)
 QUIZ_KEYS = "esc reveals · p leaves · digits answer: ] [ change stage"
+HEADS_FLOOR = 6  # lines the heads view's maps keep however long the explanation (which then scrolls)
 
 
 class QKVApp(Session):
@@ -75,6 +77,7 @@ class QKVApp(Session):
         Binding("g", "goto", "go to", show=False),
         *(Binding(view.key, action, view.label) for view, action in zip(SIDE_VIEWS, SIDE_ACTIONS, strict=True)),
         Binding("c", "option", "prefill/chunks", show=False),  # the side view's own choice: the cache's schedule
+        Binding("enter", "side_enter", "step through it", show=False),  # the heads view's pick opens in the trace
         Binding("p", "quiz", "predict"),
         Binding("w", "whatif", "what if", show=False),
         Binding("h", "hand", "by hand", show=False),
@@ -140,6 +143,7 @@ class QKVApp(Session):
                 # empty until a screen needs its panes (_fill mounts them): every pane widget costs the first
                 # frame its stylesheet passes, and most screens show a few of the 24 context slots
                 yield Horizontal(id=f"overview-{row}", classes="overview")
+            yield HeadsPanel(id="heads-maps")
             yield ExplainPanel(id="explain")
             with Vertical(id="quizbar"):
                 yield Static("", id="quiz-message")
@@ -220,6 +224,13 @@ class QKVApp(Session):
         # the focus panes come first, then the whole explanation, then context panes in what is left
         avail = size.height - 3 - quiz_lines  # stage bar, formula line, footer and the quiz
         explain_lines = explain.lines_needed(size.width)
+        maps = self.query_one(HeadsPanel)
+        if screen.heads is not None:  # the heads view: every head's map in place of the panes
+            for group in ("focus", *(f"overview-{i}" for i in range(OVERVIEW_ROWS))):
+                self._fill(group, [], 0)
+            maps.show(screen.heads, size.width, max(avail - explain_lines, HEADS_FLOOR))
+            return
+        maps.hide()
         # the whole explanation where the panes can spare it; else the panes keep a few rows and it scrolls
         focus_budget = max(avail - explain_lines, min(pane_height(screen.focus), FOCUS_FLOOR))
         if screen.extra:  # big matrices: half the room, so the rest of the head stays in view below
@@ -346,9 +357,10 @@ class QKVApp(Session):
             return action == "take_screenshot" and not isinstance(self.focused, Input)
         if action == "take_screenshot" and isinstance(self.focused, Input):
             return False  # the quiz's answer box: s is typed
-        if action in ("prev", "prev_stage", "first") and self.at_start:
+        stages = () if self.modes.side else ("prev_stage", "next_stage")  # a side view's [ ] are its own (below)
+        if action in ("prev", "first", *stages[:1]) and self.at_start:
             return None
-        if action in ("next", "next_stage", "last") and self.at_end:
+        if action in ("next", "last", *stages[1:]) and self.at_end:
             return None
         if action == "row" and (self.at_start if parameters == (-1,) else self.at_end):
             return None
@@ -359,7 +371,9 @@ class QKVApp(Session):
 
             if isinstance(self.screen, HeatmapScreen):
                 return False  # tab walks the map's heads, not the trace's behind it
-        if self.modes.side and action in TRACE_ONLY:
+        if self.modes.side and action in TRACE_ONLY and self._side_act(action, parameters) is None:
+            return None
+        if action == "side_enter" and getattr(self.presenter.side(self.modes), "enter", None) is None:
             return None
         if action == "option" and self._option() is None:
             return None
@@ -418,14 +432,45 @@ class QKVApp(Session):
         else:
             self.move_to(self.stepper.prev(self.position))
 
+    def _side_act(self, action: str, parameters: tuple[object, ...]) -> Modes | None:
+        """The open side view's own meaning for a trace key (display/side_view.py act), or None."""
+        side = self.presenter.side(self.modes)
+        if side is None or side.act is None:
+            return None
+        name = f"row{parameters[0]:+d}" if action == "row" and parameters else action
+        return side.act(self.presenter, self.modes, name, self.query_one(HeadsPanel).across)
+
+    def action_side_enter(self) -> None:
+        """Enter in a side view that opens a head (the heads view): that head's first stage in the trace."""
+        side = self.presenter.side(self.modes)
+        if side is None or side.enter is None:
+            return
+        comp, head = side.enter(self.presenter, self.modes)
+        self.modes = replace(self.modes, view=TRACE, side_step=0, heads_layer=None, question=None, message="")
+        if comp is not None:
+            self.install(comp.scenario, comp)
+        run = next(r for r in self.trace.runs if r.head == head)  # its first stage of its own (Project)
+        self.move_to(self.stepper.goto(Position(run.start, head), run.start))
+
     def action_row(self, delta: int) -> None:
         """A whole row of the matrix being filled at once: ↓ finishes it (or does the next), ↑ undoes one."""
+        if self.modes.side:
+            acted = self._side_act("row", (delta,))
+            if acted is not None:
+                self.modes = acted
+            return
         self.move_to(self.stepper.next_row(self.position) if delta > 0 else self.stepper.prev_row(self.position))
 
     def action_next_stage(self) -> None:
+        if (acted := self._side_act("next_stage", ())) is not None:  # the heads view: the next layer
+            self.modes = acted
+            return
         self.move_to(self.stepper.next_stage(self.position))
 
     def action_prev_stage(self) -> None:
+        if (acted := self._side_act("prev_stage", ())) is not None:
+            self.modes = acted
+            return
         self.move_to(self.stepper.prev_stage(self.position))
 
     def action_first(self) -> None:
