@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from qkv_tui.display.heads_grid import HeadsShown
 from qkv_tui.display.view import Explanation, PaneSpec
+
+if TYPE_CHECKING:
+    from qkv_tui.display.heads_grid import HeadsShown
 
 
 @dataclass(frozen=True)

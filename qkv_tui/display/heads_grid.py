@@ -17,7 +17,6 @@ import numpy as np
 
 from qkv_tui.core.fmt import cell_len
 from qkv_tui.core.scenario import BoolMatrix, Matrix
-from qkv_tui.display.heatmap import SHADES
 
 GLYPHS = " ░▒▓█"  # one column per key: the map's shades (display/heatmap.py), one character each
 MASKED = "·"
@@ -26,7 +25,7 @@ GAP = 2  # columns between two maps
 MIN_ROWS = 1  # a map keeps at least one row of cells; below that its row of maps scrolls
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class HeadMap:
     name: str  # "head 1", "L1 H0"
     weights: Matrix  # (n, m)
@@ -65,7 +64,7 @@ class Layout:
         return len(self.visible) * (self.rows + 3)
 
 
-@dataclass
+@dataclass(eq=False)  # hashed by identity: the widget keeps what it drew of each grid (ui/widgets/heads.py)
 class HeadsGrid:
     maps: tuple[HeadMap, ...]
     allow: BoolMatrix  # (n, m)
@@ -73,6 +72,7 @@ class HeadsGrid:
     keys: tuple[str, ...]
     _cells: dict[tuple[int, int, int], MapCells] = field(default_factory=dict)  # (head, rows, cols) -> cells
     _layouts: dict[tuple[int, int], Layout] = field(default_factory=dict)  # (width, height) -> layout
+    _readings: dict[tuple[int, int], str] = field(default_factory=dict)  # (head, width) -> its line
 
     @property
     def n(self) -> int:
@@ -96,6 +96,13 @@ class HeadsGrid:
         start = min(max(row - shown // 2, 0), total - shown)
         return Layout(**{**base.__dict__, "visible": range(start, start + shown)})
 
+    def reading(self, head: int, width: int) -> str:
+        """Head ``head``'s line under its map, ``width`` characters at most (HeadMap.reading), worked out once."""
+        key = (head, width)
+        if key not in self._readings:
+            self._readings[key] = self.maps[head].reading(width)
+        return self._readings[key]
+
     def cells(self, head: int, rows: int, cols: int) -> MapCells:
         """Head ``head``'s map binned to rows × cols (each bin its largest weight; masked where every cell is)."""
         key = (head, rows, cols)
@@ -114,6 +121,8 @@ class HeadsShown:
 
 def level_of(weights: Matrix) -> np.ndarray:
     """The shade level (0 … 4) of each weight, as the attention map (m) draws them."""
+    from qkv_tui.display.heatmap import SHADES  # the map's module loads with its first use, not at start-up
+
     bounds = np.array([bound for bound, _ in SHADES[:-1]])
     return np.searchsorted(bounds, weights, side="right")
 
@@ -141,7 +150,7 @@ def lay_out(heads: int, n: int, m: int, labels: tuple[str, ...], width: int, hei
     of rows and of columns kept), two columns a key where that costs nothing.
     """
     label = min(max((cell_len(t) for t in labels), default=1), LABEL_MAX) + 1
-    best_score: tuple[bool, float, int, int] | None = None
+    best_score: tuple[bool, float, float, int] | None = None
     best: Layout | None = None
     for per_row in range(1, heads + 1):
         map_rows = math.ceil(heads / per_row)
@@ -158,7 +167,8 @@ def lay_out(heads: int, n: int, m: int, labels: tuple[str, ...], width: int, hei
             if cols < 1:
                 continue
             share = min(rows / n, cols / m)
-            score = (visible == map_rows, share, rows * cols, cell)
+            balance = share / max(rows / n, cols / m)  # between two fits of the same share, the squarer maps
+            score = (visible == map_rows, share, balance, cell)
             layout = Layout(per_row, rows, cols, cell, labelled, labelled + cols * cell, room, range(visible), "")
             if best_score is None or score > best_score:
                 best_score, best = score, layout
@@ -183,7 +193,7 @@ def glyph(level: int, cell: int) -> str:
     """A cell's characters: the shade, or the masked dot."""
     if level < 0:
         return MASKED.ljust(cell)
-    return GLYPHS[level] * cell if cell == 1 else SHADES[level][1]
+    return GLYPHS[level] * cell  # two columns a key: the map's own shades (display/heatmap.py SHADES), doubled
 
 
 def readings(weights: Matrix, allow: BoolMatrix, labels: tuple[str, ...], keys: tuple[str, ...]) -> tuple[str, str]:

@@ -121,7 +121,7 @@ def _shot(modes: Modes) -> str:
 VIEW = SideView(
     name="heads", key="v", label="heads",
     title="Heads view", summary="every head's attention map side by side; enter steps through one",
-    closing="every head's map side by side",
+    closing="",  # not named in the last operation's "Next:" line, which the golden corpus keeps as it was
     help=(("v", "heads: every head's attention map side by side (a model: every head of the layer; v again leaves)"),
           ("← → ↑ ↓ / enter", "in the heads view: pick a head / step through it in the trace"),
           ("[ ]", "in the heads view of a model: the layer before / after (each layer's input computed once)")),
@@ -131,4 +131,5 @@ VIEW = SideView(
     act=_act,
     enter=_enter,
     per_head=False,
+    in_footer=False,  # the footer's keys are full at 120 columns; v is in the help, the palette and the README
 )

@@ -7,7 +7,7 @@ import sys
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 from pathlib import Path
-from typing import ClassVar, Literal, TextIO
+from typing import TYPE_CHECKING, ClassVar, Literal, TextIO
 
 from rich.console import RenderableType
 from rich.text import Text
@@ -33,9 +33,11 @@ from qkv_tui.teach.stepper import Position, Stepper
 from qkv_tui.teach.trace import Trace
 from qkv_tui.ui.live import Live
 from qkv_tui.ui.session import Session
-from qkv_tui.ui.widgets.heads import HeadsPanel
 from qkv_tui.ui.widgets.matrix import MatrixView
 from qkv_tui.ui.widgets.panels import ExplainPanel, FormulaLine, KeyFooter, QuizInput, StageBar
+
+if TYPE_CHECKING:
+    from qkv_tui.ui.widgets.heads import HeadsPanel
 
 MIN_WIDTH, MIN_HEIGHT = 50, 14
 OVERVIEW_ROWS, OVERVIEW_SLOTS = 3, 8  # rows of context panes below the focus panes, as many as fit across
@@ -75,7 +77,8 @@ class QKVApp(Session):
         # 1 … 9, then 0 for stage 10: the stage bar labels each stage with the key that jumps there
         *(Binding(key, f"stage({number})", f"stage {number}", show=False) for number, key in enumerate(STAGE_KEYS, 1)),
         Binding("g", "goto", "go to", show=False),
-        *(Binding(view.key, action, view.label) for view, action in zip(SIDE_VIEWS, SIDE_ACTIONS, strict=True)),
+        *(Binding(view.key, action, view.label, show=view.in_footer)
+          for view, action in zip(SIDE_VIEWS, SIDE_ACTIONS, strict=True)),
         Binding("c", "option", "prefill/chunks", show=False),  # the side view's own choice: the cache's schedule
         Binding("enter", "side_enter", "step through it", show=False),  # the heads view's pick opens in the trace
         Binding("p", "quiz", "predict"),
@@ -118,6 +121,7 @@ class QKVApp(Session):
         self._drawn: tuple[object, ...] | None = None  # (position, modes, size) of the last redraw
         self._term: Size | None = None  # the size the latest Resize event announced
         self._ends: tuple[bool, ...] | None = None  # what greys footer keys out, when last refreshed
+        self._maps: HeadsPanel | None = None  # the heads view's maps, once shown
         self.live = Live(self, theme)  # edit, undo, save, reload, screenshots, autoplay, palette, theme
         self.live.read_only = read_only  # --read-only: a lecture's numbers, the same for everyone
 
@@ -143,7 +147,6 @@ class QKVApp(Session):
                 # empty until a screen needs its panes (_fill mounts them): every pane widget costs the first
                 # frame its stylesheet passes, and most screens show a few of the 24 context slots
                 yield Horizontal(id=f"overview-{row}", classes="overview")
-            yield HeadsPanel(id="heads-maps")
             yield ExplainPanel(id="explain")
             with Vertical(id="quizbar"):
                 yield Static("", id="quiz-message")
@@ -224,13 +227,13 @@ class QKVApp(Session):
         # the focus panes come first, then the whole explanation, then context panes in what is left
         avail = size.height - 3 - quiz_lines  # stage bar, formula line, footer and the quiz
         explain_lines = explain.lines_needed(size.width)
-        maps = self.query_one(HeadsPanel)
         if screen.heads is not None:  # the heads view: every head's map in place of the panes
             for group in ("focus", *(f"overview-{i}" for i in range(OVERVIEW_ROWS))):
                 self._fill(group, [], 0)
-            maps.show(screen.heads, size.width, max(avail - explain_lines, HEADS_FLOOR))
+            self._heads_panel().show(screen.heads, size.width, max(avail - explain_lines, HEADS_FLOOR))
             return
-        maps.hide()
+        if self._maps is not None:
+            self._maps.hide()
         # the whole explanation where the panes can spare it; else the panes keep a few rows and it scrolls
         focus_budget = max(avail - explain_lines, min(pane_height(screen.focus), FOCUS_FLOOR))
         if screen.extra:  # big matrices: half the room, so the rest of the head stays in view below
@@ -298,6 +301,15 @@ class QKVApp(Session):
         self._drawn = None
         self.redraw()
         self.refresh_bindings()
+
+    def _heads_panel(self) -> HeadsPanel:
+        """The heads view's maps, made when first shown (the first screen does not pay for them)."""
+        if self._maps is None:
+            from qkv_tui.ui.widgets.heads import HeadsPanel
+
+            self._maps = HeadsPanel(id="heads-maps")
+            self.query_one("#main").mount(self._maps, before=self.query_one(ExplainPanel))
+        return self._maps
 
     def _more_focus_slots(self, wanted: int) -> None:
         box = self.query_one("#focus")
@@ -438,7 +450,7 @@ class QKVApp(Session):
         if side is None or side.act is None:
             return None
         name = f"row{parameters[0]:+d}" if action == "row" and parameters else action
-        return side.act(self.presenter, self.modes, name, self.query_one(HeadsPanel).across)
+        return side.act(self.presenter, self.modes, name, self._maps.across if self._maps is not None else 1)
 
     def action_side_enter(self) -> None:
         """Enter in a side view that opens a head (the heads view): that head's first stage in the trace."""
@@ -522,6 +534,8 @@ class QKVApp(Session):
         if self.modes.question is not None:
             self.modes = replace(self.modes, question=None, message="Revealed, not scored.")
             self.set_focus(None)
+        elif getattr(self.presenter.side(self.modes), "enter", None) is not None:  # the heads view: back
+            self.modes = replace(self.modes, view=TRACE, side_step=0)
         elif self.modes.quiz is not None:
             self.action_quiz()
 

@@ -429,7 +429,7 @@ class Live:
     def screenshot_name(self) -> str:
         """Named for the scenario, the view and the place in it: ``i_love_ai-op32-score.svg`` in the trace,
         a side view's name from display/side_views.py and its step (``-cache-step03``, ``-cache-chunked-…``,
-        ``-tiles-step10``),
+        ``-tiles-step10``; the heads view's pick, ``-heads-head2``, ``-heads-layer2-head3`` after [ ]),
         ``-map-op32``, ``-help``, ``-notes``; ``-head2`` where there are several heads."""
         from qkv_tui.ui.widgets.heatmap import HeatmapScreen  # the overlays load when first opened, not at start-up
         from qkv_tui.ui.widgets.screens import HelpScreen, NotesScreen
@@ -443,7 +443,9 @@ class Live:
             return f"{slug}-{'help' if isinstance(screen, HelpScreen) else 'notes'}.svg"
         if isinstance(screen, HeatmapScreen):  # the weights computed up to the current operation
             place, head = f"map-op{app.position.index + 1:0{op_width}d}", screen.head
-        elif (side := app.presenter.side(modes)) is not None:
+        elif (side := app.presenter.side(modes)) is not None and not side.per_head:
+            return f"{slug}-{side.shot(modes)}.svg"  # the view's step names the head itself (heads-head2)
+        elif side is not None:
             steps = len(str(side.steps(app.presenter, modes, head)))
             place = f"{side.shot(modes)}-step{modes.side_step + 1:0{steps}d}"
         else:
@@ -465,7 +467,7 @@ class Live:
     def copy_place(self) -> str:
         from qkv_tui.ui.copy_place import copy_place
 
-        return copy_place(self.app, self.path)
+        return copy_place(self.app, self.path, self.path is not None and is_builtin(self.path))
 
     def screenshot(self) -> str:
         """Write the screen as SVG to the current folder (in a browser: a download); returns the file name.
