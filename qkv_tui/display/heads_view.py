@@ -33,7 +33,8 @@ def layer_of(sources: Sources, modes: Modes) -> int | None:
     walk = _model(sources)
     if walk is None:
         return None
-    return walk.first if modes.heads_layer is None else modes.heads_layer
+    # by default the layer of the computation in view: the file's, or the one enter opened
+    return sources.comp.scenario.input.chosen_layer if modes.heads_layer is None else modes.heads_layer
 
 
 def shown(sources: Sources, modes: Modes) -> Computation:
