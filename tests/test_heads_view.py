@@ -171,3 +171,16 @@ async def test_a_model_scenario_shows_every_head_and_walks_its_layers() -> None:
         assert app.comp.scenario.input.chosen_layer == 2 and app.position.head == 2
         await pilot.press("v")
         assert "L2 H0" in app.query_one(HeadsPanel).text  # it opens at the layer in view
+
+
+HEADS_SIZES = pytest.mark.parametrize("size", [(80, 24), (120, 40), (200, 60)], ids=["80x24", "120x40", "200x60"])
+
+
+class TestHeadsSnapshots:
+    @HEADS_SIZES
+    def test_gqa(self, snap_compare, size: tuple[int, int]) -> None:
+        assert snap_compare(QKVApp("gqa"), press=["v", "right"], terminal_size=size)
+
+    @HEADS_SIZES
+    def test_model_layer(self, snap_compare, size: tuple[int, int]) -> None:
+        assert snap_compare(QKVApp("glassllm_previous_word"), press=["v"], terminal_size=size)

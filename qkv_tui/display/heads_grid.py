@@ -150,7 +150,7 @@ def lay_out(heads: int, n: int, m: int, labels: tuple[str, ...], width: int, hei
     of rows and of columns kept), two columns a key where that costs nothing.
     """
     label = min(max((cell_len(t) for t in labels), default=1), LABEL_MAX) + 1
-    best_score: tuple[bool, float, float, int] | None = None
+    best_score: tuple[bool, float, float, int, int] | None = None
     best: Layout | None = None
     for per_row in range(1, heads + 1):
         map_rows = math.ceil(heads / per_row)
@@ -168,7 +168,7 @@ def lay_out(heads: int, n: int, m: int, labels: tuple[str, ...], width: int, hei
                 continue
             share = min(rows / n, cols / m)
             balance = share / max(rows / n, cols / m)  # between two fits of the same share, the squarer maps
-            score = (visible == map_rows, share, balance, cell)
+            score = (visible == map_rows, share, balance, cell, -map_rows)  # then side by side, not stacked
             layout = Layout(per_row, rows, cols, cell, labelled, labelled + cols * cell, room, range(visible), "")
             if best_score is None or score > best_score:
                 best_score, best = score, layout

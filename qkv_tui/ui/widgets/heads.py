@@ -50,7 +50,7 @@ def grid_lines(shown: HeadsShown, width: int, height: int) -> tuple[list[Line | 
         line = []
         for h in heads:  # what each map says
             line += [(grid.reading(h, layout.slot).ljust(layout.slot), "bold" if h == shown.picked else "dim"), (GAP, "")]
-        lines += [line, []]
+        lines += [line, [(" ", "")]]
     lines.append([(f"{layout.note} · {LEGEND}" if layout.note else LEGEND, "dim")])
     return lines, layout
 
