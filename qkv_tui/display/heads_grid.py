@@ -35,6 +35,8 @@ class HeadMap:
     def reading(self, width: int) -> str:
         """The line under the map: its pairs where they fit in ``width``, else its pattern (cut with … if need be)."""
         text = self.pairs if cell_len(self.pairs) <= width else self.pattern
+        if cell_len(text) > width:  # "→ previous token 10/20" -> "→prev", the count left out
+            text = "→" + self.pattern.removeprefix("→ ").replace("previous token", "prev").replace(" token", "").split(" ")[0]
         return text if cell_len(text) <= width else text[: max(width - 1, 0)] + "…"
 
 

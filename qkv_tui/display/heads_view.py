@@ -18,10 +18,8 @@ from qkv_tui.display.view import Explanation
 from qkv_tui.teach.summary import MAX_ROWS, looked_at
 
 KEYS = "← → ↑ ↓ pick a head · enter: step through it · v: back to the trace"
-MEANING = ("Every head computes softmax(QKᵀ/√dₖ) with its own W_Q and W_K, so each has a pattern of its own:"
-           " rows are the queries, columns the keys, darker is more weight, · is masked. Look for a head that"
-           " looks at the token before, one that looks at itself, one spread evenly. Such a reading is a"
-           " description of the weights on this text, not a proof of what the head is for.")
+MEANING = ("Each head has its own W_Q and W_K, so a pattern of its own: rows are the queries, columns the keys,"
+           " darker is more weight, · masked. A reading describes the weights on this text, not what the head is for.")
 
 
 def _model(sources: Sources) -> ModelLayers | None:

@@ -80,7 +80,12 @@ def _cell_lines(grid: HeadsGrid, layout: Layout, heads: range) -> tuple[Cells, .
 
 @lru_cache(maxsize=4096)
 def _strip(line: tuple[tuple[str, str], ...], width: int) -> Strip:
-    return Strip([Segment(text, _style(style)) for text, style in line]).crop(0, width)
+    return _fitted(Strip([Segment(text, _style(style)) for text, style in line]), width)
+
+
+def _fitted(strip: Strip, width: int) -> Strip:
+    """Cut or padded to the panel's width: a short line would leave the screen's colour behind it."""
+    return strip.crop(0, width).extend_cell_length(width)
 
 
 def plain(lines: list[Line | Cells]) -> str:
@@ -105,7 +110,7 @@ class HeadsPanel(Widget):
         self.text = plain(lines)
         # a map's cells are the same tuples from one press to the next (_cell_lines): their strips are kept
         self._strips = [_strip(line, width) if isinstance(line, tuple) else
-                        Strip([Segment(text, _style(style)) for text, style in line]).crop(0, width) for line in lines]
+                        _fitted(Strip([Segment(text, _style(style)) for text, style in line]), width) for line in lines]
         height = min(height, len(lines))  # the rest goes to the explanation
         if height != self._height:  # a style change costs a layout pass: only when the size moves
             self._height = height
