@@ -805,3 +805,8 @@ def _unprintable(text: str, allow: str = "") -> str | None:
         return None
     ch = found.group()
     return f"{_CONTROL_NAMES.get(ch, 'a control character')} (U+{ord(ch):04X})"
+
+
+def scenario_from_data(doc: dict[str, Any], source: str, default_title: str = "scenario") -> Scenario:
+    """Validate plain scenario data (what a file parses to, a [model] table already expanded), as a file is."""
+    return _Validator(source).scenario(doc, default_title)

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from qkv_tui.display.view import Explanation, PaneSpec
+
+if TYPE_CHECKING:
+    from qkv_tui.display.heads_grid import HeadsShown
 
 
 @dataclass(frozen=True)
@@ -14,3 +18,4 @@ class Frame:
     extra: list[PaneSpec]
     notes: tuple[str, ...]  # lines added under the explanation (hand rounding, what-if)
     description: str  # the scenario's description, on its first screen
+    heads: HeadsShown | None = None  # the heads view's maps, shown in place of panes

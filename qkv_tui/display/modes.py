@@ -25,6 +25,7 @@ class Modes:
     message: str = ""  # the quiz's last word to the learner
     quiz_view: str = TRACE  # the view the quiz was switched on in: it asks there only, and keeps its score
     prose: str = "shown"  # one of PROSE: the explanation's sentences, or all but the stage bar, put away
+    heads_layer: int | None = None  # the heads view's layer of a model ([ ]); None: the scenario's own
 
     @property
     def side(self) -> bool:

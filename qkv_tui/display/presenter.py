@@ -110,7 +110,7 @@ class Presenter:
         others = ["m the map of every row"] if self.comp.scenario.n > MAX_ROWS else []
         if len(self.comp.heads) > 1:
             others.append("tab another head")
-        others += [f"{view.key} {view.closing}" for view in SIDE_VIEWS if shown_for(view, self.comp.scenario)]
+        others += [f"{view.key} {view.closing}" for view in SIDE_VIEWS if view.closing and shown_for(view, self.comp.scenario)]
         others.append("home then p to predict every result")
         lines.append("Next: " + " · ".join(others))
         return lines

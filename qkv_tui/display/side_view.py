@@ -37,7 +37,7 @@ class SideView:
     label: str  # the footer's word for that key
     title: str  # its entry in the command palette
     summary: str  # the palette's line under the title, after "key: "
-    closing: str  # how the last operation's "Next:" line names it, after its key
+    closing: str  # how the last operation's "Next:" line names it, after its key ("": not named there)
     help: tuple[tuple[str, str], ...]  # its rows in the help's table of keys: (keys, what they do)
     steps: Callable[[Sources, Modes, int], int]  # how many steps it has, for a head
     frame: Callable[[Sources, Modes, int, int], Frame]  # the screen at (step, head); step < steps
@@ -48,3 +48,10 @@ class SideView:
     # [backward]): its help row, palette entry and closing line appear only there, and its key is kept out
     # of the footer, so no other scenario's screens change
     applies: Callable[[Scenario], bool] | None = None
+    # its own meaning for a trace key ("next_stage", "prev_stage", "row+1", "row-1") given the maps across a row
+    # of its grid: the modes after it, or None where the key does nothing there (the heads view's [ ] and ↑ ↓)
+    act: Callable[[Sources, Modes, str, int], Modes | None] | None = None
+    # what enter opens: (a computation to show instead of the app's, or None; the head whose trace opens)
+    enter: Callable[[Sources, Modes], tuple[Computation | None, int]] | None = None
+    per_head: bool = True  # the trace's head in view names its screenshots ("-head2"); False where its step does
+    in_footer: bool = True  # its key shows in the footer (the heads view's only in the help and the palette)

@@ -4,13 +4,14 @@ the closing summary walk this list (display/side_view.py says what an entry hold
 from __future__ import annotations
 
 from qkv_tui.core.scenario import Scenario
-from qkv_tui.display import decode_view, tiled_view, train_view
+from qkv_tui.display import decode_view, heads_view, tiled_view, train_view
 from qkv_tui.display.side_view import SideView
 
 SIDE_VIEWS: tuple[SideView, ...] = (
     decode_view.VIEW,  # k: prefill and decode over a paged KV cache
     tiled_view.VIEW,  # t: FlashAttention's online softmax
     train_view.VIEW,  # l: SGD steps on [backward]
+    heads_view.VIEW,  # v: every head's attention map side by side
 )
 BY_NAME = {view.name: view for view in SIDE_VIEWS}
 

@@ -17,8 +17,9 @@ from qkv_tui import __version__
 from qkv_tui.base.values import escaped
 from qkv_tui.core.engine import combine, compute, iter_heads
 from qkv_tui.core.scenario import Scenario, ScenarioError, builtin_dir, builtin_names, load_scenario, resolve
-from qkv_tui.edges import model_args
+from qkv_tui.edges import model_args, place_args
 from qkv_tui.edges.config import THEME_NAMES, config_path, save_theme, saved_theme
+from qkv_tui.teach.place import PlaceError
 
 DEFAULT_SCENARIO = "i_love_ai"
 DEFAULT_BLANKS, DEFAULT_SEED, DEFAULT_PORT = "25%", 0, 8000
@@ -106,6 +107,7 @@ def _parser() -> argparse.ArgumentParser:
                         help="worksheet: separate writes the answer key to its own file, beside --output's (sheet-key.pdf)")
     parser.add_argument("--output", "-o", metavar="FILE", help="worksheet: write it to FILE rather than to stdout")
     parser.add_argument("--version", action="version", version=f"qkv-tui {__version__}")
+    place_args.add_arguments(parser)
     model_args.add_arguments(parser)
     return parser
 
@@ -160,6 +162,8 @@ def misplaced(args: argparse.Namespace) -> str | None:
             return f"{' and '.join(flags)} {'goes' if len(flags) == 1 else 'go'} only with {place}"
     if args.read_only and (args.export or args.check):  # no app runs there to allow edits or not
         return "--read-only goes only with the app or --serve"
+    if (problem := place_args.misplaced(args)) is not None:
+        return problem
     return None
 
 
@@ -294,6 +298,10 @@ def _main(argv: list[str] | None) -> int:
             comp = compute(scenario)
     except ScenarioError as exc:
         return _fail(exc)
+    try:
+        place = place_args.place(args, comp)
+    except PlaceError as exc:
+        _parser().error(str(exc))
     if args.save_theme and args.theme is None:
         _parser().error("--save-theme needs --theme dark or --theme light")
     if not args.serve and (problem := terminal_problem()) is not None:
@@ -311,9 +319,11 @@ def _main(argv: list[str] | None) -> int:
 
         # every tab's app is told the theme, so the config file is read once, here, not once per tab
         return serve(spec, scenario.title, args.host or DEFAULT_HOST, port,
-                     ["--theme", theme or "dark", *(["--read-only"] if args.read_only else [])])
+                     ["--theme", theme or "dark", *(["--read-only"] if args.read_only else []),
+                      *place_args.passed_on(args)])
     from qkv_tui.ui.app import QKVApp  # Textual loads only when the app is really run
 
-    app = QKVApp(scenario, computation=comp, theme=theme, read_only=bool(args.read_only))
+    app = QKVApp(scenario, computation=comp, theme=theme, read_only=bool(args.read_only), place=place,
+                 decimals=args.decimals)
     app.run()
     return app.return_code or 0  # Textual sets 1 when the app died of an unhandled exception

@@ -17,6 +17,7 @@ embeddings at GPT-2's layer 0, plain embeddings (no table) otherwise. The heads:
 from __future__ import annotations
 
 import difflib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -34,14 +35,17 @@ from qkv_tui.importers.hub import open_named
 from qkv_tui.importers.stack import Array, Layer, Model, residual_stream
 
 MODEL_KEYS = ("source", "text", "layer", "heads")
+LayerInput = Callable[[Model, list[int], int], Array]  # (model, token ids, layer) -> X entering that layer
 BESIDE_MODEL = ("title", "description", "model")
 
 
-def expand_model(doc: dict[str, Any], base: Path | None = None) -> dict[str, Any]:
+def expand_model(doc: dict[str, Any], base: Path | None = None, opened: Model | None = None,
+                 layer_input: LayerInput | None = None) -> dict[str, Any]:
     """The scenario ``doc`` (a parsed TOML file with a ``[model]`` table) stands for, as plain data.
 
-    ``base`` is the scenario file's folder: a relative model folder is found from there.
-    Raises ImporterError with a one-line message.
+    ``base`` is the scenario file's folder: a relative model folder is found from there. ``opened`` and
+    ``layer_input`` let the heads view walk the layers (importers/layer_walk.py): the model opened once,
+    each layer's input computed once from the one below. Raises ImporterError with a one-line message.
     """
     for key in doc:
         if key in MODEL_KEYS:  # TOML puts keys above the first header at the top level
@@ -59,7 +63,7 @@ def expand_model(doc: dict[str, Any], base: Path | None = None) -> dict[str, Any
     text = _string(table, "text", "the sentence to run through the model")
     if not text.strip():
         raise ImporterError("model.text is empty; expected a sentence to run through the model")
-    model = open_source(source, base)
+    model = open_source(source, base) if opened is None else opened
     layer = _layer(table, model)
     heads = _heads(table, model)
 
@@ -70,8 +74,11 @@ def expand_model(doc: dict[str, Any], base: Path | None = None) -> dict[str, Any
         raise ImporterError(
             f"model.text is {len(ids)} tokens long but {model.name} takes at most {model.context}; expected a shorter text"
         )
-    # one earlier layer at a time, each read when it runs and dropped after: a deep layer never holds them all
-    X = residual_stream(model.embed(ids), (model.layer(i) for i in range(layer)), model.rope)  # (n, d_model)
+    if layer_input is not None:
+        X = layer_input(model, ids, layer)  # (n, d_model)
+    else:
+        # one earlier layer at a time, each read when it runs and dropped after: a deep layer never holds them all
+        X = residual_stream(model.embed(ids), (model.layer(i) for i in range(layer)), model.rope)  # (n, d_model)
     weights = model.layer(layer)
     _check_shapes(weights, model, X.shape[1])
 

@@ -7,7 +7,7 @@ import sys
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 from pathlib import Path
-from typing import ClassVar, Literal, TextIO
+from typing import TYPE_CHECKING, ClassVar, Literal, TextIO
 
 from rich.console import RenderableType
 from rich.text import Text
@@ -37,6 +37,9 @@ from qkv_tui.ui.session import Session
 from qkv_tui.ui.widgets.matrix import MatrixView
 from qkv_tui.ui.widgets.panels import ExplainPanel, FormulaLine, KeyFooter, QuizInput, StageBar
 
+if TYPE_CHECKING:
+    from qkv_tui.ui.widgets.heads import HeadsPanel
+
 MIN_WIDTH, MIN_HEIGHT = 50, 14
 OVERVIEW_ROWS, OVERVIEW_SLOTS = 3, 8  # rows of context panes below the focus panes, as many as fit across
 OVERVIEW_MIN_HEIGHT = 6  # a context pane shows at least three rows
@@ -50,6 +53,7 @@ FOOTER_KEEP = ("help", "quit", "next", "reveal", "quiz", "prev", "next_stage", "
 FOOTER_ORDER = ("head", "next", "prev", "row", "next_stage", *SIDE_ACTIONS, "reveal", "quiz", "help", "quit")
 # under a pending question: which keys act, and why the stage keys do not (they type the answer)
 QUIZ_KEYS = "esc reveals · p leaves · digits answer: ] [ change stage"
+HEADS_FLOOR = 6  # lines the heads view's maps keep however long the explanation (which then scrolls)
 
 
 class QKVApp(Session):
@@ -74,9 +78,10 @@ class QKVApp(Session):
         # 1 … 9, then 0 for stage 10: the stage bar labels each stage with the key that jumps there
         *(Binding(key, f"stage({number})", f"stage {number}", show=False) for number, key in enumerate(STAGE_KEYS, 1)),
         Binding("g", "goto", "go to", show=False),
-        *(Binding(view.key, action, view.label, show=view.applies is None)  # only for some scenarios: not in the footer
+        *(Binding(view.key, action, view.label, show=view.in_footer and view.applies is None)  # applies: only for some scenarios
           for view, action in zip(SIDE_VIEWS, SIDE_ACTIONS, strict=True)),
         Binding("c", "option", "prefill/chunks", show=False),  # the side view's own choice: the cache's schedule
+        Binding("enter", "side_enter", "step through it", show=False),  # the heads view's pick opens in the trace
         Binding("p", "quiz", "predict"),
         Binding("w", "whatif", "what if", show=False),
         Binding("h", "hand", "by hand", show=False),
@@ -100,7 +105,8 @@ class QKVApp(Session):
     ]
 
     def __init__(self, scenario: Scenario | str | Path = "i_love_ai", computation: Computation | None = None,
-                 theme: str | None = None, read_only: bool = False) -> None:
+                 theme: str | None = None, read_only: bool = False, place: Position | None = None,
+                 decimals: int | None = None) -> None:
         super().__init__()
         self.scenario = load_scenario(scenario)
         self.comp = computation if computation is not None else compute(self.scenario)
@@ -108,13 +114,16 @@ class QKVApp(Session):
         self.stepper = Stepper(self.trace)
         self.presenter = Presenter(self.comp, self.trace)
         self.theme = "textual-dark"
-        self.set_reactive(QKVApp.position, self.stepper.start())
+        self.set_reactive(QKVApp.position, self.stepper.start() if place is None else place)  # --stage --op
+        if decimals is not None:  # --decimals
+            self.set_reactive(QKVApp.modes, replace(self.modes, decimals=decimals))
         self.ready = False  # widgets exist only after mount, and no longer once the app is exiting
         self._placed: dict[str, int] = {}  # height last given to each row of panes
         self._slots: dict[str, list[MatrixView]] = {}  # each row's pane widgets, found once
         self._drawn: tuple[object, ...] | None = None  # (position, modes, size) of the last redraw
         self._term: Size | None = None  # the size the latest Resize event announced
         self._ends: tuple[bool, ...] | None = None  # what greys footer keys out, when last refreshed
+        self._maps: HeadsPanel | None = None  # the heads view's maps, once shown
         self.live = Live(self, theme)  # edit, undo, save, reload, screenshots, autoplay, palette, theme
         self.live.read_only = read_only  # --read-only: a lecture's numbers, the same for everyone
 
@@ -220,6 +229,13 @@ class QKVApp(Session):
         # the focus panes come first, then the whole explanation, then context panes in what is left
         avail = size.height - 3 - quiz_lines  # stage bar, formula line, footer and the quiz
         explain_lines = explain.lines_needed(size.width)
+        if screen.heads is not None:  # the heads view: every head's map in place of the panes
+            for group in ("focus", *(f"overview-{i}" for i in range(OVERVIEW_ROWS))):
+                self._fill(group, [], 0)
+            self._heads_panel().show(screen.heads, size.width, max(avail - explain_lines, HEADS_FLOOR))
+            return
+        if self._maps is not None:
+            self._maps.hide()
         # the whole explanation where the panes can spare it; else the panes keep a few rows and it scrolls
         focus_budget = max(avail - explain_lines, min(pane_height(screen.focus), FOCUS_FLOOR))
         if screen.extra:  # big matrices: half the room, so the rest of the head stays in view below
@@ -290,6 +306,15 @@ class QKVApp(Session):
         self.redraw()
         self.refresh_bindings()
 
+    def _heads_panel(self) -> HeadsPanel:
+        """The heads view's maps, made when first shown (the first screen does not pay for them)."""
+        if self._maps is None:
+            from qkv_tui.ui.widgets.heads import HeadsPanel
+
+            self._maps = HeadsPanel(id="heads-maps")
+            self.query_one("#main").mount(self._maps, before=self.query_one(ExplainPanel))
+        return self._maps
+
     def _more_focus_slots(self, wanted: int) -> None:
         box = self.query_one("#focus")
         have = len(box.query(MatrixView))
@@ -350,9 +375,10 @@ class QKVApp(Session):
             return action == "take_screenshot" and not isinstance(self.focused, Input)
         if action == "take_screenshot" and isinstance(self.focused, Input):
             return False  # the quiz's answer box: s is typed
-        if action in ("prev", "prev_stage", "first") and self.at_start:
+        stages = () if self.modes.side else ("prev_stage", "next_stage")  # a side view's [ ] are its own (below)
+        if action in ("prev", "first", *stages[:1]) and self.at_start:
             return None
-        if action in ("next", "next_stage", "last") and self.at_end:
+        if action in ("next", "last", *stages[1:]) and self.at_end:
             return None
         if action == "row" and (self.at_start if parameters == (-1,) else self.at_end):
             return None
@@ -363,7 +389,9 @@ class QKVApp(Session):
 
             if isinstance(self.screen, HeatmapScreen):
                 return False  # tab walks the map's heads, not the trace's behind it
-        if self.modes.side and action in TRACE_ONLY:
+        if self.modes.side and action in TRACE_ONLY and self._side_act(action, parameters) is None:
+            return None
+        if action == "side_enter" and getattr(self.presenter.side(self.modes), "enter", None) is None:
             return None
         if action == "option" and self._option() is None:
             return None
@@ -442,14 +470,45 @@ class QKVApp(Session):
         else:
             self.move_to(self.stepper.prev(self.position))
 
+    def _side_act(self, action: str, parameters: tuple[object, ...]) -> Modes | None:
+        """The open side view's own meaning for a trace key (display/side_view.py act), or None."""
+        side = self.presenter.side(self.modes)
+        if side is None or side.act is None:
+            return None
+        name = f"row{parameters[0]:+d}" if action == "row" and parameters else action
+        return side.act(self.presenter, self.modes, name, self._maps.across if self._maps is not None else 1)
+
+    def action_side_enter(self) -> None:
+        """Enter in a side view that opens a head (the heads view): that head's first stage in the trace."""
+        side = self.presenter.side(self.modes)
+        if side is None or side.enter is None:
+            return
+        comp, head = side.enter(self.presenter, self.modes)
+        self.modes = replace(self.modes, view=TRACE, side_step=0, heads_layer=None, question=None, message="")
+        if comp is not None:
+            self.install(comp.scenario, comp)
+        run = next(r for r in self.trace.runs if r.head == head)  # its first stage of its own (Project)
+        self.move_to(self.stepper.goto(Position(run.start, head), run.start))
+
     def action_row(self, delta: int) -> None:
         """A whole row of the matrix being filled at once: ↓ finishes it (or does the next), ↑ undoes one."""
+        if self.modes.side:
+            acted = self._side_act("row", (delta,))
+            if acted is not None:
+                self.modes = acted
+            return
         self.move_to(self.stepper.next_row(self.position) if delta > 0 else self.stepper.prev_row(self.position))
 
     def action_next_stage(self) -> None:
+        if (acted := self._side_act("next_stage", ())) is not None:  # the heads view: the next layer
+            self.modes = acted
+            return
         self.move_to(self.stepper.next_stage(self.position))
 
     def action_prev_stage(self) -> None:
+        if (acted := self._side_act("prev_stage", ())) is not None:
+            self.modes = acted
+            return
         self.move_to(self.stepper.prev_stage(self.position))
 
     def action_first(self) -> None:
@@ -527,6 +586,8 @@ class QKVApp(Session):
         if self.modes.question is not None:
             self.modes = replace(self.modes, question=None, message="Revealed, not scored.")
             self.set_focus(None)
+        elif getattr(self.presenter.side(self.modes), "enter", None) is not None:  # the heads view: back
+            self.modes = replace(self.modes, view=TRACE, side_step=0)
         elif self.modes.asking:
             self.action_quiz()
 

@@ -433,7 +433,7 @@ class Live:
     def screenshot_name(self) -> str:
         """Named for the scenario, the view and the place in it: ``i_love_ai-op32-score.svg`` in the trace,
         a side view's name from display/side_views.py and its step (``-cache-step03``, ``-cache-chunked-…``,
-        ``-tiles-step10``),
+        ``-tiles-step10``; the heads view's pick, ``-heads-head2``, ``-heads-layer2-head3`` after [ ]),
         ``-map-op32``, ``-help``, ``-notes``; ``-head2`` where there are several heads."""
         from qkv_tui.ui.widgets.heatmap import HeatmapScreen  # the overlays load when first opened, not at start-up
         from qkv_tui.ui.widgets.screens import HelpScreen, NotesScreen
@@ -447,7 +447,9 @@ class Live:
             return f"{slug}-{'help' if isinstance(screen, HelpScreen) else 'notes'}.svg"
         if isinstance(screen, HeatmapScreen):  # the weights computed up to the current operation
             place, head = f"map-op{app.position.index + 1:0{op_width}d}", screen.head
-        elif (side := app.presenter.side(modes)) is not None:
+        elif (side := app.presenter.side(modes)) is not None and not side.per_head:
+            return f"{slug}-{side.shot(modes)}.svg"  # the view's step names the head itself (heads-head2)
+        elif side is not None:
             steps = len(str(side.steps(app.presenter, modes, head)))
             place = f"{side.shot(modes)}-step{modes.side_step + 1:0{steps}d}"
         else:
@@ -465,6 +467,11 @@ class Live:
             number += 1
             candidate = f"{stem}-{number}.{suffix}"
         return candidate
+
+    def copy_place(self) -> str:
+        from qkv_tui.ui.copy_place import copy_place
+
+        return copy_place(self.app, self.path, self.path is not None and is_builtin(self.path))
 
     def screenshot(self) -> str:
         """Write the screen as SVG to the current folder (in a browser: a download); returns the file name.
@@ -549,6 +556,8 @@ class Live:
             ("First operation", "home", app.action_first),
             ("Everything computed", "end: the last operation", app.action_last),
             ("Go to operation…", "g: type an operation number", app.action_goto),
+            ("Copy this place as a command line", "qkv-tui FILE --stage NAME --op N: opens the app here",
+             self.copy_place),
             *((view.title, f"{view.key}: {view.summary}", lambda name=view.name: app.action_side(name))
               for view in SIDE_VIEWS if shown_for(view, app.comp.scenario)),
             ("Predict-then-reveal quiz", "p: type each result before it is shown", app.action_quiz),

@@ -1,0 +1,72 @@
+"""``--stage NAME|N --op N --head N --decimals N``: open the app at a place (teach/place.py says how a place is named).
+
+They go with the app and with --serve (each tab opens there), never with an export or --check, where no
+screen is shown; the place itself is checked against the scenario before the app starts, one line per error.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from qkv_tui.core.engine import Computation
+from qkv_tui.teach.place import find_place
+from qkv_tui.teach.stepper import Position
+from qkv_tui.teach.trace import Trace
+
+MIN_DECIMALS, MAX_DECIMALS = 1, 8  # display/modes.py's range
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("where the app opens")
+    group.add_argument("--stage", metavar="NAME|N",
+                       help="open at this stage: its name as the stage bar shows it (any case) or its number")
+    group.add_argument("--op", metavar="N", type=_whole,
+                       help="with --stage: the Nth operation of that stage (1-based; default 1)")
+    group.add_argument("--head", metavar="N", type=_whole,
+                       help="with --stage: the head in view, 1-based as the status line's (2/2) (default 1)")
+    group.add_argument("--decimals", metavar="N", type=_whole,
+                       help=f"decimals shown ({MIN_DECIMALS} … {MAX_DECIMALS}; default 3, as + and - change them)")
+
+
+def _given(args: argparse.Namespace) -> list[str]:
+    return [f"--{name}" for name in ("stage", "op", "head", "decimals") if getattr(args, name, None) is not None]
+
+
+def misplaced(args: argparse.Namespace) -> str | None:
+    """The parser's error line for a place given where no app opens, or half given; None when it fits."""
+    flags = _given(args)
+    if not flags:
+        return None
+    if args.export or args.check:
+        where = "--export" if args.export else "--check"
+        return f"{' and '.join(flags)} {'goes' if len(flags) == 1 else 'go'} only with the app or --serve, not {where}"
+    for flag in ("op", "head"):
+        if getattr(args, flag) is not None and args.stage is None:
+            return f"--{flag} goes with --stage NAME|N (the stage whose operations it counts)"
+    if args.decimals is not None and not MIN_DECIMALS <= args.decimals <= MAX_DECIMALS:
+        return f"--decimals {args.decimals}: expected {MIN_DECIMALS} … {MAX_DECIMALS}"
+    return None
+
+
+def place(args: argparse.Namespace, comp: Computation) -> Position | None:
+    """Where the app opens; None for its first operation. Raises PlaceError (teach/place.py)."""
+    if args.stage is None:
+        return None
+    return find_place(Trace(comp), args.stage, args.op, args.head)
+
+
+def passed_on(args: argparse.Namespace) -> list[str]:
+    """The same words for every --serve tab's app."""
+    words: list[str] = []
+    for name in ("stage", "op", "head", "decimals"):
+        value = getattr(args, name, None)
+        if value is not None:
+            words += [f"--{name}", str(value)]
+    return words
+
+
+def _whole(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
