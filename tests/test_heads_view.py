@@ -9,7 +9,7 @@ import pytest
 
 from qkv_tui import compute, load_scenario
 from qkv_tui.core.model_layers import model_layers
-from qkv_tui.display.heads_grid import lay_out, readings
+from qkv_tui.display.heads_grid import HeadMap, lay_out, readings
 from qkv_tui.display.heads_view import grid
 from qkv_tui.display.modes import TRACE, Modes
 from qkv_tui.display.presenter import Presenter
@@ -88,6 +88,8 @@ def test_the_reading_names_the_pattern_when_the_pairs_do_not_fit() -> None:
     pairs, pattern = readings(weights, allow, labels, labels)
     assert pairs.startswith("tok0→tok0 tok1→tok0 tok2→tok1")
     assert pattern == "→ previous token 11/12"
+    narrow = HeadMap("head 1", weights, pairs, pattern)
+    assert [narrow.reading(w) for w in (30, 11, 6, 3)] == ["→ previous token 11/12", "→prev 11/12", "→prev", "→p…"]
 
 
 def test_the_help_lists_the_heads_views_keys() -> None:

@@ -47,10 +47,19 @@ SAMPLES: dict[str, list[dict[str, Any]]] = {
     "[cache]": [{"block_size": 2, "prefill": 2, "chunk": 1, "seed": 0}],
     "[input]": [{"kind": "residual", "layer": 1, "schedule": ["full", "full"]}],
     "[gate]": [{"W_G": [[1, 0, 1, 0]] * 4}],
+    "[mla]": [{"num_heads": 1, "d_nope": 1, "d_rope": 2, "d_v": 1, "W_DKV": W4, "W_UK": [[1], [0]], "W_UV": [[0], [1]],
+               "W_KR": W4, "W_Q": [[1, 0, 1]] * 4, "kv_norm": True, "gamma_kv": [1, 1], "eps": 1e-6},
+              {"num_heads": 1, "d_nope": 1, "d_rope": 2, "d_v": 1, "W_DKV": W4, "W_UK": [[1], [0]], "W_UV": [[0], [1]],
+               "W_KR": W4, "W_DQ": W4, "W_UQ": [[1, 0, 1], [0, 1, 0]], "q_norm": True, "gamma_q": [1, 1]}],
+    "[linear]": [{"feature": "elu1", "normalize": True}],
+    "[deltanet]": [{"g": [[-0.5]] * 3, "beta": [[1]] * 3},
+                   {"W_a": [[0]] * 4, "A_log": [0], "dt_bias": [0], "W_b": [[0]] * 4}],
+    "[backward]": [{"target": [[0, 0]] * 3, "lr": 0.1, "steps": 1, "train": ["W_Q"]}, {"dO": [[0, 0]] * 3}],
 }
 TABLE_KEY = {"[[heads]]": "heads", "[attention]": "attention", "[output]": "output", "[context]": "context",
              "[mask]": "mask", "[norm]": "norm", "[rope]": "rope", "[alibi]": "alibi", "[tiles]": "tiles",
-             "[cache]": "cache", "[input]": "input", "[qk_norm]": "qk_norm", "[gate]": "gate"}
+             "[cache]": "cache", "[input]": "input", "[qk_norm]": "qk_norm", "[gate]": "gate", "[mla]": "mla",
+             "[linear]": "linear", "[deltanet]": "deltanet", "[backward]": "backward"}
 
 
 def toml(doc: dict[str, Any]) -> str:
@@ -108,9 +117,9 @@ def cases() -> list[tuple[str, str, dict[str, Any]]]:
                     name = TABLE_KEY[table]
                     filled = {**sample, key: new}
                     doc = {**BASE, name: [filled] if table == "[[heads]]" else filled}
-                    if table == "[attention]":
+                    if table in ("[attention]", "[mla]"):
                         doc.pop("heads")
-                    if table == "[alibi]":
+                    if table in ("[alibi]", "[linear]", "[deltanet]"):
                         doc["mask"] = "causal"
                 found.append((f"{table or 'top'} {key} ({how})", key, doc))
     for key, new in (("layer", BIG), ("heads", [BIG]), ("heads", BIG), ("text", BIG), ("source", BIG)):

@@ -35,8 +35,10 @@ class HeadMap:
     def reading(self, width: int) -> str:
         """The line under the map: its pairs where they fit in ``width``, else its pattern (cut with … if need be)."""
         text = self.pairs if cell_len(self.pairs) <= width else self.pattern
-        if cell_len(text) > width:  # "→ previous token 10/20" -> "→prev", the count left out
-            text = "→" + self.pattern.removeprefix("→ ").replace("previous token", "prev").replace(" token", "").split(" ")[0]
+        if cell_len(text) > width:  # "→ previous token 10/20" -> "→prev 10/20", then "→prev" (the count left out)
+            short = "→" + (self.pattern.removeprefix("→ ").replace("previous token", "prev").replace(" token", "")
+                           .replace(" most often", ""))
+            text = short if cell_len(short) <= width else short.split(" ")[0]
         return text if cell_len(text) <= width else text[: max(width - 1, 0)] + "…"
 
 

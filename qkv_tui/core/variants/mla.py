@@ -122,6 +122,9 @@ def _frozen(a: Matrix) -> Matrix:
     return a
 
 
+MAX_SIZE = 65_536  # heads or dimensions: far past any model's (DeepSeek-V3: 128 heads, d_nope 128)
+
+
 def _count(v: Checker, table: dict[str, Any], key: str, least: int, what: str) -> int:
     if key not in table:
         raise v.fail(f"[mla] is missing {key!r}; expected {key} = <whole number >= {least}> ({what})")
@@ -129,6 +132,8 @@ def _count(v: Checker, table: dict[str, Any], key: str, least: int, what: str) -
     if isinstance(value, bool) or not isinstance(value, int) or value < least:
         raise v.fail(f"[mla] {key} must be a whole number >= {least} ({what}), got {_kind(value)}"
                      + (f" {_show(value)}" if isinstance(value, int) and not isinstance(value, bool) else ""))
+    if value > MAX_SIZE:  # no matrix could have that many columns; and its products must stay printable
+        raise v.fail(f"[mla] {key} = {_show(value)}; expected at most {MAX_SIZE:,} ({what})")
     return value
 
 
