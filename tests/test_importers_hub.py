@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from qkv_tui.importers import ImporterError, expand_model
@@ -69,7 +70,18 @@ def folder_files(folder: Path) -> dict[str, bytes]:
 
 
 def expand(source: str) -> dict[str, Any]:
-    return expand_model({"model": {"source": source, "text": "Alice was reading"}})
+    """The importer's document with its arrays as lists, so two documents compare with == cell by cell."""
+    return as_lists(expand_model({"model": {"source": source, "text": "Alice was reading"}}))
+
+
+def as_lists(value: Any) -> Any:
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, dict):
+        return {k: as_lists(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [as_lists(v) for v in value]
+    return value
 
 
 def one_error(cli: Callable[..., Any], tmp_path: Path, source: str, needle: str) -> str:
