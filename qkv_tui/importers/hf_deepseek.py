@@ -151,7 +151,11 @@ def open_deepseek(config: Config, tensors: TensorFiles, tokenize: Tokenize, sour
 def _as_heads(w: MlaWeights, W_O: Array) -> Attention:
     """The layer as plain heads would hold it, the latent multiplied through: the shapes the checks and views read
     (exact only where there is no latent norm; the forward pass computes from the latent)."""
-    W_Q = w.W_Q if w.W_Q is not None else w.W_DQ @ w.W_UQ  # type: ignore[operator]
+    if w.W_Q is not None:
+        W_Q = w.W_Q
+    else:
+        assert w.W_DQ is not None and w.W_UQ is not None
+        W_Q = w.W_DQ @ w.W_UQ  # (d_model, H·d_qk)
     W_K = np.concatenate([np.concatenate([w.W_DKV @ w.W_UK_of(h), w.W_KR], axis=1) for h in range(w.num_heads)], axis=1)
     return Attention(W_Q, W_K, w.W_DKV @ w.W_UV, W_O, None, None, None, None, w.num_heads, w.num_heads)
 
