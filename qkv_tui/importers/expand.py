@@ -29,6 +29,7 @@ from qkv_tui.importers.errors import ImporterError
 from qkv_tui.importers.gguf_file import is_gguf, open_gguf
 from qkv_tui.importers.glass import PREFIX as GLASS_PREFIX
 from qkv_tui.importers.glass import open_glassllm
+from qkv_tui.importers.hf_deepseek import mla_table, only_every_head
 from qkv_tui.importers.hf_folder import open_folder
 from qkv_tui.importers.hub import PREFIXES as NAMED_PREFIXES
 from qkv_tui.importers.hub import open_named
@@ -118,7 +119,12 @@ def expand_model(doc: dict[str, Any], base: Path | None = None, opened: Model | 
         result["mask"] = "none"
     else:
         result["mask"] = "causal" if weights.window is None else {"kind": "sliding", "window": weights.window}
-    if heads == list(range(model.num_heads)):
+    if weights.mla is not None:  # DeepSeek's latent attention: one [mla] table for every head
+        if heads != list(range(model.num_heads)):
+            raise only_every_head(model.name)
+        result["mla"] = mla_table(weights.mla)
+        result["output"] = {"W_O": _matrix(weights.attention.W_O)}
+    elif heads == list(range(model.num_heads)):
         result.update(_all_heads(weights))
     else:
         result["heads"] = [_one_head(weights, layer, h) for h in heads]

@@ -23,7 +23,8 @@ GPT2_TYPES = ("gpt2",)
 LLAMA_TYPES = ("llama", "mistral", "qwen2", "smollm3", "granite", "phi3", "qwen3", "olmo2", "gpt_oss", "gemma2", "gemma3_text")
 GEMMA_TYPES = ("gemma2", "gemma3_text")
 BERT_TYPES = ("bert",)
-ALL_TYPES = GPT2_TYPES + LLAMA_TYPES + BERT_TYPES
+DEEPSEEK_TYPES = ("deepseek_v2", "deepseek_v3")  # latent attention: hf_deepseek.py
+ALL_TYPES = GPT2_TYPES + LLAMA_TYPES + BERT_TYPES + DEEPSEEK_TYPES
 CONFIG_LIMIT = 4 * 2**20  # real config.json files are a few kilobytes
 
 

@@ -18,6 +18,7 @@ Two layouts:
   sink logit per head (``self_attn.sinks``), biases on every projection, YaRN, sliding and full layers
   (``layer_types``) and a mixture-of-experts MLP (stack.MoeMlp; experts stored (in, out), not quantised).
   Gemma 2 and 3: hf_gemma.py.
+- "deepseek_v2" and "deepseek_v3": latent attention, an [mla] table (hf_deepseek.py).
 - "bert": hf_bert.py.
 """
 
@@ -34,7 +35,8 @@ from qkv_tui.base.values import token_label
 from qkv_tui.importers.errors import ImporterError, missing_package
 from qkv_tui.importers.files import read_limited, status
 from qkv_tui.importers.hf_bert import open_bert
-from qkv_tui.importers.hf_config import GEMMA_TYPES, Config, read_config, rotary, sliding_window
+from qkv_tui.importers.hf_config import DEEPSEEK_TYPES, GEMMA_TYPES, Config, read_config, rotary, sliding_window
+from qkv_tui.importers.hf_deepseek import open_deepseek
 from qkv_tui.importers.hf_tensors import lookup, prefix_of
 from qkv_tui.importers.safetensors_raw import TensorFiles
 from qkv_tui.importers.schedule import hf_schedule
@@ -90,6 +92,8 @@ def open_folder(folder: Path, source: str) -> Model:
         return _gpt2(config, tensors, tokenize, source)
     if config.model_type == "bert":
         return open_bert(config, tensors, tokenize, source)
+    if config.model_type in DEEPSEEK_TYPES:
+        return open_deepseek(config, tensors, tokenize, source)
     return _llama(config, tensors, tokenize, source)
 
 

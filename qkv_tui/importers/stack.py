@@ -16,10 +16,11 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from qkv_tui.kernels.attention import attend, project, qk_normalise
+from qkv_tui.kernels.attention import Turn, attend, project, qk_normalise
+from qkv_tui.kernels.mla import MlaWeights, mla_head, mla_shared
 from qkv_tui.kernels.norm import normalise
 from qkv_tui.kernels.policy import EXACT
-from qkv_tui.kernels.rope import turn
+from qkv_tui.kernels.rope import angles, pairs, turn
 from qkv_tui.kernels.rope_scaling import inv_freq, turn_scaled
 from qkv_tui.kernels.sharing import kv_head_of
 from qkv_tui.kernels.softmax import softmax_rows
@@ -117,12 +118,15 @@ class Layer:
     post_attention_norm: Norm | None = None  # Gemma's sandwich: a norm of the attention's output before its add
     post_mlp_norm: Norm | None = None  # and of the MLP's
     rope: Rope | None = None  # the layer's own RoPE over the model's (Gemma 3's sliding layers have another base)
+    mla: MlaWeights | None = None  # DeepSeek's latent attention, computed from the latent (attention holds its shapes)
 
 
 def attention_forward(layer: Layer, rope: Rope | None, x: Array) -> Array:
     """The attention sub-layer's output for the normed input x (n, d_model): every head, then W_O."""
     att = layer.attention
     rope = layer.rope if layer.rope is not None else rope
+    if layer.mla is not None:
+        return _mla_forward(layer.mla, att.W_O, rope if layer.rotary else None, x)
     n = x.shape[0]
     d_k, d_v = att.d_k, att.d_v
     # every head's projection at once (the model's own matrices), then one head at a time
@@ -152,6 +156,19 @@ def attention_forward(layer: Layer, rope: Rope | None, x: Array) -> Array:
         sink = None if layer.sinks is None else float(layer.sinks[h])
         outputs.append(attend(q, k, v, allow, scale, sink=sink, softcap=layer.softcap).output)  # (n, d_v)
     return project(np.concatenate(outputs, axis=1), att.W_O, att.b_O)
+
+
+def _mla_forward(w: MlaWeights, W_O: Array, rope: Rope | None, x: Array) -> Array:
+    """Latent attention (kernels/mla.py) over the normed input x (n, d_model), causal, plain RoPE on its rotary parts."""
+    n = x.shape[0]
+    turned = None
+    if rope is not None:
+        a = angles(rope.base, w.d_rope, list(range(n)))  # (n, d_rope/2)
+        turned = Turn(np.cos(a), np.sin(a), pairs(rope.layout, w.d_rope))
+    allow = np.tril(np.ones((n, n), dtype=bool))
+    shared = mla_shared(x, w, turned)
+    outputs = [mla_head(shared, w, h, allow, math.sqrt(w.d_qk), turned).attended.output for h in range(w.num_heads)]
+    return project(np.concatenate(outputs, axis=1), W_O, None)  # (n, d_model)
 
 
 def residual_stream(embedded: Array, layers: Iterable[Layer], rope: Rope | None) -> Array:
