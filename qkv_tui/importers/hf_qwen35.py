@@ -47,20 +47,24 @@ def schedule(config: Config) -> tuple[str, ...]:
 def check_reachable(schedule: tuple[str, ...], layer: int) -> None:
     """Refuse a linear-attention layer, and a layer whose input a linear-attention layer below it writes."""
     reachable = next((i for i, t in enumerate(schedule) if t == "linear"), len(schedule))
-    can = ("no layer can open yet (layer 0 is linear attention)" if reachable == 0
-           else f"layers {_span(list(range(reachable)))} can open (full attention with none below)")
+    can = "only full-attention layers with no linear-attention layer below can open"
+    can += ", and this checkpoint has none (layer 0 is linear attention)" if reachable == 0 \
+        else f": {_layers(list(range(reachable)))}"
     if schedule[layer] == "linear":
         raise ImporterError(
             f"model.layer = {layer} is a linear-attention layer (Gated DeltaNet, layer_types 'linear_attention'),"
-            f" which qkv-tui does not import yet; only Qwen3.5's full-attention layers open: {can}"
+            f" which qkv-tui does not import yet; {can}"
         )
     if layer > reachable:
         below = [i for i in range(layer) if schedule[i] == "linear"]
         raise ImporterError(
-            f"model.layer = {layer} reads the residual stream that linear-attention layers {_span(below)} (Gated DeltaNet)"
-            f" write below it, which qkv-tui cannot run yet; only layers reachable without a linear-attention layer"
-            f" below can open: {can}"
+            f"model.layer = {layer} reads the residual stream written by linear-attention {_layers(below)} (Gated"
+            f" DeltaNet) below it, which qkv-tui cannot run yet; {can}"
         )
+
+
+def _layers(layers: list[int]) -> str:
+    return ("layer " if len(layers) == 1 else "layers ") + _span(layers)
 
 
 def _span(layers: list[int]) -> str:
