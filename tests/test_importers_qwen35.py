@@ -119,3 +119,13 @@ def test_qwen35_multimodal_config_and_transformers_default_schedule(cli: Any, tm
     run = cli("--check", str(path))
     assert run.code == 2 and run.err.count("\n") == 1, run.err
     assert "model.layer = 0 is a linear-attention layer" in run.err and "this checkpoint has none" in run.err, run.err
+
+
+@pytest.mark.parametrize("size", [(120, 40), (80, 24)], ids=["120x40", "80x24"])
+def test_qwen35_gate_stage_snapshot(snap_compare: Any, tmp_path: Path, size: tuple[int, int]) -> None:
+    """The Gate stage of an imported layer: W_G cut from q_proj's gate rows, g = σ(X̂·W_G) with its arithmetic."""
+    from qkv_tui.ui.app import QKVApp
+    _qwen35(tmp_path, ["full_attention", "full_attention", "linear_attention"], seed=25)
+    path = tmp_path / "qwen35.toml"  # a relative source: the description names it as written, not the tmp folder
+    path.write_text(f'[model]\nsource = "qwen35"\ntext = "{TEXT}"\nlayer = 1\n', encoding="utf-8")
+    assert snap_compare(QKVApp(path), press=["0"], terminal_size=size)
