@@ -427,7 +427,7 @@ def test_bert_post_norm_bidirectional_encoder(tmp_path: Path, layer: int) -> Non
 
 NOT_YET = [
     # (model_type, extra config keys, the feature the one line names)
-    ("qwen3_5", {"text_config": {"layer_types": ["linear_attention", "full_attention"]}}, "the linear-attention layers"),
+    # none now: Qwen3.5 is read (tests/test_importers_qwen35.py)
 ]
 
 

@@ -31,6 +31,7 @@ from qkv_tui.importers.glass import PREFIX as GLASS_PREFIX
 from qkv_tui.importers.glass import open_glassllm
 from qkv_tui.importers.hf_deepseek import mla_table, only_every_head
 from qkv_tui.importers.hf_folder import open_folder
+from qkv_tui.importers.hf_qwen35 import check_reachable
 from qkv_tui.importers.hub import PREFIXES as NAMED_PREFIXES
 from qkv_tui.importers.hub import open_named
 from qkv_tui.importers.stack import Array, Layer, Model, residual_stream
@@ -66,6 +67,8 @@ def expand_model(doc: dict[str, Any], base: Path | None = None, opened: Model | 
         raise ImporterError("model.text is empty; expected a sentence to run through the model")
     model = open_source(source, base) if opened is None else opened
     layer = _layer(table, model)
+    if "linear" in model.schedule[: layer + 1]:  # Qwen3.5's Gated DeltaNet layers cannot run yet
+        check_reachable(model.schedule, layer)
     heads = _heads(table, model)
 
     labels, ids = model.tokenize(text)
@@ -169,6 +172,8 @@ def _all_heads(weights: Layer) -> dict[str, Any]:
     output: dict[str, Any] = {"W_O": _matrix(att.W_O)}
     if att.b_O is not None:
         output["b_O"] = att.b_O.tolist()
+    if weights.W_G is not None:  # Qwen3.5's output gate, cut like W_V's query heads
+        return {"attention": attention, "output": output, "gate": {"W_G": _matrix(weights.W_G)}}
     return {"attention": attention, "output": output}
 
 
@@ -186,6 +191,8 @@ def _one_head(weights: Layer, layer: int, h: int) -> dict[str, Any]:
     table["kv_head"] = g
     if weights.sinks is not None:
         table["sink"] = float(weights.sinks[h])
+    if weights.W_G is not None:
+        table["W_G"] = _matrix(weights.W_G[:, h * att.d_v:(h + 1) * att.d_v])
     return table
 
 

@@ -29,6 +29,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import qkv_tui.importers.hf_gemma as hf_gemma
+import qkv_tui.importers.hf_qwen35 as hf_qwen35
 from qkv_tui.base.files import file_kind
 from qkv_tui.base.values import show as _show
 from qkv_tui.base.values import token_label
@@ -172,7 +173,8 @@ def _llama(config: Config, tensors: TensorFiles, tokenize: Tokenize, source: str
         return tensors.get(name, (width,)) if name in tensors else None
 
     gemma = config.model_type in GEMMA_TYPES
-    one = 1.0 if gemma else 0.0  # Gemma's norms multiply by 1 + γ
+    qwen35 = config.model_type == "qwen3_5_text"
+    one = 1.0 if gemma or qwen35 else 0.0  # Gemma's and Qwen3.5's norms multiply by 1 + γ
 
     def embed(ids: list[int]) -> Array:
         rows = lookup(table, p + "embed_tokens.weight", ids)  # (n, d_model); positions enter through RoPE
@@ -189,6 +191,9 @@ def _llama(config: Config, tensors: TensorFiles, tokenize: Tokenize, source: str
         if config.model_type == "phi3":
             fused = get(a + "qkv_proj.weight", (q_width + 2 * kv_width, d)).T  # (d, q + k + v)
             return fused[:, :q_width], fused[:, q_width:q_width + kv_width], fused[:, q_width + kv_width:]
+        if qwen35:  # q_proj holds each head's query and gate side by side
+            return hf_qwen35.query_and_gate(config, tensors, a)[0], get(a + "k_proj.weight", (kv_width, d)).T, \
+                get(a + "v_proj.weight", (kv_width, d)).T
         return get(a + "q_proj.weight", (q_width, d)).T, get(a + "k_proj.weight", (kv_width, d)).T, \
             get(a + "v_proj.weight", (kv_width, d)).T
 
@@ -210,7 +215,7 @@ def _llama(config: Config, tensors: TensorFiles, tokenize: Tokenize, source: str
         if olmo2:
             return QkNorm("all", tensors.get(a + "q_norm.weight", (q_width,)),
                           tensors.get(a + "k_norm.weight", (kv_width,)), config.eps)
-        if config.model_type not in ("qwen3", "gemma3_text"):
+        if config.model_type not in ("qwen3", "gemma3_text", "qwen3_5_text"):
             return None
         return QkNorm("head", tensors.get(a + "q_norm.weight", (config.head_dim,)) + one,
                       tensors.get(a + "k_norm.weight", (config.head_dim,)) + one, config.eps)
@@ -237,10 +242,16 @@ def _llama(config: Config, tensors: TensorFiles, tokenize: Tokenize, source: str
     def layer(i: int) -> Layer:
         h = f"{p}layers.{i}."
         a = h + "self_attn."
+        if qwen35:  # expand.py refuses these first, naming the layer asked for; this guards any other caller
+            hf_qwen35.check_reachable(hf_qwen35.schedule(config), i)
         get = tensors.get
         W_Q, W_K, W_V = projections(a)
         if gemma:
             return gemma_layer(i, h, attention(a, W_Q, W_K, W_V), mlp(h), qk_norm(a), rms)
+        if qwen35:
+            return Layer(norm=rms(h + "input_layernorm"), attention=attention(a, W_Q, W_K, W_V),
+                         mlp_norm=rms(h + "post_attention_layernorm"), mlp=mlp(h), scale=None, window=None,
+                         qk_norm=qk_norm(a), W_G=hf_qwen35.query_and_gate(config, tensors, a)[1])
         return Layer(
             norm=Norm("rms", get(h + ("post_attention_layernorm" if olmo2 else "input_layernorm") + ".weight", (d,)),
                       None, config.eps),
@@ -267,6 +278,8 @@ def _llama(config: Config, tensors: TensorFiles, tokenize: Tokenize, source: str
                 f" by attention_multiplier = {_show(granite[1])}, so the scale divides them by its inverse.")
     if gemma:
         said = hf_gemma.note(config)
+    if qwen35:
+        said = hf_qwen35.NOTE
     if olmo2:
         said = ("OLMo 2 norms after each sub-layer: its attention reads the stream as it is (no norm before it, so"
                 " no Norm stage here), and its output is RMS-normed (post_attention_layernorm) before it is added"

@@ -13,15 +13,7 @@ from typing import Any
 
 Feature = tuple[Callable[[dict[str, Any]], bool], str]
 
-# Qwen3.5's full-attention layers read the residual stream its linear-attention layers wrote before them (a
-# gated delta rule with a causal convolution, which stack.py does not run), and gate their attention's output
-LINEAR = ("the linear-attention layers (Gated DeltaNet, layer_types 'linear_attention') that run before each"
-          " full-attention layer, and its gated attention output")
-
-
-FEATURES: dict[str, list[Feature]] = {
-    "qwen3_5": [(lambda d: True, LINEAR)],
-}
+FEATURES: dict[str, list[Feature]] = {}  # none pending now: Qwen3.5's full-attention layers are read (hf_qwen35.py)
 PENDING_TYPES = tuple(FEATURES)
 
 

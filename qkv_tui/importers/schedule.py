@@ -7,6 +7,8 @@ The spelling is the scenario format's (core/layer_schedule.py parses and shows i
 from __future__ import annotations
 
 from qkv_tui.importers.hf_config import Config, rotary, sliding_window
+from qkv_tui.importers.hf_qwen35 import schedule as qwen35_schedule
+from qkv_tui.importers.hf_qwen35_config import LINEAR_TYPES
 
 
 def entry(window: int | None, rope: bool) -> str:
@@ -17,4 +19,6 @@ def entry(window: int | None, rope: bool) -> str:
 
 def hf_schedule(config: Config) -> tuple[str, ...]:
     has_rope = config.rope_base is not None
+    if config.model_type in LINEAR_TYPES:  # Qwen3.5: its linear-attention (Gated DeltaNet) layers are "linear"
+        return qwen35_schedule(config)
     return tuple(entry(sliding_window(config, i), rotary(config, i) or not has_rope) for i in range(config.num_layers))

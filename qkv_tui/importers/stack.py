@@ -119,6 +119,7 @@ class Layer:
     post_mlp_norm: Norm | None = None  # and of the MLP's
     rope: Rope | None = None  # the layer's own RoPE over the model's (Gemma 3's sliding layers have another base)
     mla: MlaWeights | None = None  # DeepSeek's latent attention, computed from the latent (attention holds its shapes)
+    W_G: Array | None = None  # (d_model, H·d_v) Qwen3.5's output gate: each head's output ⊙ σ(x·W_G_h), before W_O
 
 
 def attention_forward(layer: Layer, rope: Rope | None, x: Array) -> Array:
@@ -154,7 +155,10 @@ def attention_forward(layer: Layer, rope: Rope | None, x: Array) -> Array:
         if rope is not None and layer.rotary:
             q, k = rope.rotate(q), rope.rotate(k)
         sink = None if layer.sinks is None else float(layer.sinks[h])
-        outputs.append(attend(q, k, v, allow, scale, sink=sink, softcap=layer.softcap).output)  # (n, d_v)
+        out = attend(q, k, v, allow, scale, sink=sink, softcap=layer.softcap).output  # (n, d_v)
+        if layer.W_G is not None:  # the engine's gate: σ of the normed input's own columns for this head
+            out = out / (1.0 + np.exp(-(x @ layer.W_G[:, h * d_v:(h + 1) * d_v])))
+        outputs.append(out)
     return project(np.concatenate(outputs, axis=1), att.W_O, att.b_O)
 
 
