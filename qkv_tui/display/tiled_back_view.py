@@ -11,6 +11,7 @@ import numpy as np
 from qkv_tui.core.fmt import is_integral
 from qkv_tui.core.scenario import Matrix
 from qkv_tui.display.view import Explanation, PaneSpec, column_widths
+from qkv_tui.kernels.softmax import from_logsumexp
 from qkv_tui.teach.arith import fit
 from qkv_tui.teach.tiled_backward import ORDER, PHASE_NAMES, BackOp, Pair, TiledBackward
 
@@ -129,7 +130,7 @@ def _pair_lines(tb: TiledBackward, op: BackOp, pr: Pair, decimals: int, div_text
                 lines.append(f"P[{tok}, {tile}] = 0: the mask allows {tok} none of {tile}")
                 continue
             s = pr.S[r][allowed]
-            texts, res = fit(lambda a, b: np.exp(a - b), [s, float(tb.L[i])], pr.P[r][allowed], decimals)
+            texts, res = fit(from_logsumexp, [s, float(tb.L[i])], pr.P[r][allowed], decimals)
             masked = "" if allowed.all() else (
                 f"; {', '.join(keys[j] for j, a in zip(pr.cols, allowed) if not a)} masked: P = 0")
             lines.append(f"P[{tok}, {tile}] = e^(S − L) = e^({texts[0]} − {texts[1]}) = {res}{masked}")

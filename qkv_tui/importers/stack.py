@@ -17,6 +17,7 @@ import numpy as np
 import numpy.typing as npt
 
 from qkv_tui.kernels.attention import Turn, attend, project, qk_normalise
+from qkv_tui.kernels.gate import gate
 from qkv_tui.kernels.mla import MlaWeights, mla_head, mla_shared
 from qkv_tui.kernels.norm import normalise
 from qkv_tui.kernels.policy import EXACT
@@ -157,7 +158,7 @@ def attention_forward(layer: Layer, rope: Rope | None, x: Array) -> Array:
         sink = None if layer.sinks is None else float(layer.sinks[h])
         out = attend(q, k, v, allow, scale, sink=sink, softcap=layer.softcap).output  # (n, d_v)
         if layer.W_G is not None:  # the engine's gate: σ of the normed input's own columns for this head
-            out = out / (1.0 + np.exp(-(x @ layer.W_G[:, h * d_v:(h + 1) * d_v])))
+            out = gate(x, layer.W_G[:, h * d_v:(h + 1) * d_v], out).gated
         outputs.append(out)
     return project(np.concatenate(outputs, axis=1), att.W_O, att.b_O)
 

@@ -50,10 +50,10 @@ def rotate(M: Matrix, cos: Matrix, sin: Matrix, turned: Sequence[tuple[int, int]
     # every pair at once, column i of cos and sin for pair i: the same products and sums as pair by pair
     # (a real model's earlier layers turn hundreds of heads, where a loop over pairs was most of their time)
     first, second = [a for a, _ in turned], [b for _, b in turned]
-    c, s = cos[:, : len(turned)], sin[:, : len(turned)]  # (rows, pairs)
+    cos_p, sin_p = cos[:, : len(turned)], sin[:, : len(turned)]  # (rows, pairs)
     Ma, Mb = M[:, first], M[:, second]  # (rows, pairs)
-    out[:, first] = policy.worked(Ma * c) - policy.worked(Mb * s)
-    out[:, second] = policy.worked(Ma * s) + policy.worked(Mb * c)
+    out[:, first] = policy.worked(Ma * cos_p) - policy.worked(Mb * sin_p)
+    out[:, second] = policy.worked(Ma * sin_p) + policy.worked(Mb * cos_p)
     return policy.table(out)
 
 

@@ -26,6 +26,19 @@ def soft_cap(scaled: Matrix, cap: float | None, policy: Policy = EXACT) -> Matri
     return policy.capped(cap * np.tanh(scaled / cap))  # (n, m)
 
 
+def cap_tanh(scaled: Matrix, cap: float) -> Matrix:
+    """tanh(scaled / cap), the soft-cap's own factor: its slope 1 − tanh² is what the backward pass multiplies by."""
+    out: Matrix = np.tanh(scaled / cap)
+    return out
+
+
+def from_logsumexp(S: Matrix, L: Matrix | float) -> Matrix:
+    """e^(S − L): a softmax's weights again from its logits and the saved log-sum-exp L of each row
+    (FlashAttention-2's backward recomputes P this way instead of keeping the n × n matrix)."""
+    out: Matrix = np.exp(S - L)
+    return out
+
+
 def masked_logits(scaled: Matrix, allow: np.ndarray, bias: Matrix | None = None, policy: Policy = EXACT) -> Matrix:
     """The softmax's input: scaled + bias (as the policy adds them), −∞ where the mask forbids: (n, m)."""
     out: Matrix = np.where(allow, policy.logits(scaled, bias), -np.inf)

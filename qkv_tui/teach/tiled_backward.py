@@ -17,7 +17,7 @@ import numpy as np
 
 from qkv_tui.core.gradients import Gradients, gradients
 from qkv_tui.core.scenario import BoolMatrix, Matrix
-from qkv_tui.kernels.softmax import soft_cap
+from qkv_tui.kernels.softmax import cap_tanh, from_logsumexp, soft_cap
 from qkv_tui.teach.tiled import TiledHead
 
 PAIR_PHASES = ("P", "dV", "dP", "dS", "dQ", "dK")  # one key tile against one query block
@@ -116,10 +116,10 @@ class TiledBackward:
         if hr.bias is not None:
             S = S + hr.bias[r, c]
         with np.errstate(invalid="ignore", over="ignore"):
-            P = np.where(allowed, np.exp(S - self.L[r, None]), 0.0)  # (r, c)
+            P = np.where(allowed, from_logsumexp(S, self.L[r, None]), 0.0)  # (r, c)
         dP = self.dO[r] @ hr.V[c].T  # (r, c)
         dS = np.where(allowed, P * (dP - self.D[r, None]), 0.0)
-        tanh = None if hr.softcap is None else np.tanh(scaled / hr.softcap)
+        tanh = None if hr.softcap is None else cap_tanh(scaled, hr.softcap)
         dscaled = dS if tanh is None else np.where(allowed, dS * (1.0 - tanh * tanh), 0.0)
         return scaled, P, tanh, dscaled, dS, allowed
 
