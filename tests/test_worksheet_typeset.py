@@ -259,3 +259,25 @@ def test_pdf_on_a_terminal_is_refused(cli: Callable[..., Run], monkeypatch: pyte
     run = cli("--export", "worksheet", "--format", "pdf", "i_love_ai")
     assert run.code == 2 and run.err == ("error: --format pdf writes a binary file: give --output FILE, or redirect"
                                          " standard output to a file (see qkv-tui --help)\n")
+
+
+def test_a_power_of_a_bracketed_index_is_set_as_math() -> None:
+    import typst
+
+    from qkv_tui.edges.worksheet_math import to_mathml, to_typst
+
+    formula = to_typst("q[AI,1] = Q[AI,1] / √(ΣQ[AI]² + 1e-6) / √2")  # the deltanet page's normalise line
+    assert "Op(" not in formula and ']^(2)' in formula
+    typst.compile(formula.encode("utf-8"), format="pdf")
+    assert "<msup><mo>]</mo><mrow><mn>2</mn></mrow></msup>" in to_mathml("ΣQ[AI]²")
+
+
+def test_a_page_typst_refuses_is_one_line(cli: Callable[..., Run], tmp_path: Path,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    from qkv_tui.edges import worksheet_typst
+
+    monkeypatch.setattr(worksheet_typst, "source", lambda page, part="all": "$(\n")  # a formula written wrong
+    run = cli("--export", "worksheet", "--format", "pdf", "-o", str(tmp_path / "x.pdf"), "i_love_ai")
+    assert (run.code, run.out) == (2, "") and run.err.count("\n") == 1, run.err
+    assert run.err.startswith("error: the PDF could not be typeset (Typst: ") and "Traceback" not in run.err
+    assert not (tmp_path / "x.pdf").exists()

@@ -20,7 +20,7 @@ from qkv_tui.teach.arith import fit
 
 MAX_ROWS = 4  # state rows written out line by line; a wider state is in its pane
 STATE_MEANING = (
-    "Decoding with a state: each new token updates the d_k × d_v state its head carries and reads its output"
+    "Decoding with a state: each new token updates the dₖ × d_v state its head carries and reads its output"
     " from it. Nothing grows with the text: no Keys or Values are cached, so a step costs the same at every"
     " position. Yellow: the state after this token."
 )
@@ -102,8 +102,8 @@ def deltanet_lines(hr: HeadResult, t: int, token: str, decimals: int) -> list[st
 def memory_line(hr: HeadResult, t: int) -> str:
     kept = hr.d_k * hr.d_v + (hr.d_k if hr.linear is not None and hr.linear.spec.normalize else 0)
     cache = 2 * (t + 1) * hr.d_k
-    return (f"carried: the state, {kept} numbers at every step; a KV cache would hold 2·(t + 1)·d_k = {cache} by now,"
-            " and grow by 2·d_k a token")
+    return (f"carried: the state, {kept} numbers at every step; a KV cache would hold 2·(t + 1)·dₖ = {cache} by now,"
+            " and grow by 2·dₖ a token")
 
 
 def state_lines(comp: Computation, t: int, head: int, decimals: int) -> list[str]:
@@ -159,7 +159,7 @@ def state_section(comp: Computation, decimals: int = 3, worked: int = 8) -> list
     """The Markdown page's production section for such a scenario: decoding with a state, token by token."""
     sc = comp.scenario
     out = ["## Decoding with a state", "",
-           "Each head carries a d_k × d_v state from one token to the next instead of a KV cache; each token"
+           "Each head carries a dₖ × d_v state from one token to the next instead of a KV cache; each token"
            " updates it and reads its output from it, at the same cost at every position. FlashAttention's tiles"
            " do not apply: no n × n score matrix is ever formed.", ""]
     for h, hr in enumerate(comp.heads):

@@ -285,9 +285,9 @@ def _main(argv: list[str] | None) -> int:
             return _fail(exc)
         except RuntimeError as exc:  # the worksheet's own: typst not installed, a file that cannot be written
             from qkv_tui.edges.worksheet_export import OutputError
-            from qkv_tui.edges.worksheet_typst import MissingExtraError
+            from qkv_tui.edges.worksheet_typst import MissingExtraError, TypesetError
 
-            if not isinstance(exc, OutputError | MissingExtraError):
+            if not isinstance(exc, OutputError | MissingExtraError | TypesetError):
                 raise
             sys.stderr.write(f"error: {exc}\n")
             return 2

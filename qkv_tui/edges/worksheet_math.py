@@ -243,6 +243,8 @@ def _typst(nodes: tuple[Node, ...]) -> str:
 
 
 def _typst_atom(node: Node) -> str:
+    if isinstance(node, Op):  # a closing bracket with a power: ΣQ[I]² squares what the brackets hold
+        return _TYPST_OPS[node.sym]
     if isinstance(node, Var):
         return node.name if node.name.isascii() or (node.name.isalpha() and len(node.name) == 1) else typst_string(node.name)
     if isinstance(node, Word):

@@ -17,6 +17,10 @@ KEEP = 30  # rows up to which a table is never split across pages
 WIDE = 9  # columns beyond which a table gets a landscape page of its own, so sixteen keys fit across
 
 
+class TypesetError(RuntimeError):
+    """Typst refused the page: a formula this writer got wrong. One line, never a traceback."""
+
+
 class MissingExtraError(RuntimeError):
     """The ``typst`` package is not installed."""
 
@@ -137,7 +141,12 @@ def pdf(text: str) -> bytes:
     except ImportError:
         raise MissingExtraError(f"--format pdf needs the typst package: {EXTRA}") from None
     # warnings (a glyph no font has) would go to stderr; the page is made either way
-    data, _warnings = typst.compile_with_warnings(text.encode("utf-8"), format="pdf")
+    try:
+        data, _warnings = typst.compile_with_warnings(text.encode("utf-8"), format="pdf")
+    except typst.TypstError as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise TypesetError(f"the PDF could not be typeset (Typst: {first}); --format html and --format markdown"
+                           " make the same worksheet") from None
     if not isinstance(data, bytes):  # pragma: no cover - one document, one file
         raise TypeError("typst returned pages, not one PDF")
     return data

@@ -66,7 +66,7 @@ def _l2_tables(self: StageSpec, chain: PrintedChain, head: int | None) -> list[T
     d_k = sc.heads[h].d_k
     q = chain.rounded(Q / np.sqrt((Q * Q).sum(axis=1) + L2_EPS)[:, None] / math.sqrt(d_k))  # (n, d_k)
     k = chain.rounded(K / np.sqrt((K * K).sum(axis=1) + L2_EPS)[:, None])  # (n, d_k)
-    return [Table(f"dn_q.{h}", "q", "q = Q / √(ΣQ² + 1e-6) / √d_k", "l2norm", h, q, sc.labels, idx(d_k), False, True),
+    return [Table(f"dn_q.{h}", "q", "q = Q / √(ΣQ² + 1e-6) / √dₖ", "l2norm", h, q, sc.labels, idx(d_k), False, True),
             Table(f"dn_k.{h}", "k", "k = K / √(ΣK² + 1e-6)", "l2norm", h, k, sc.labels, idx(d_k), False, True)]
 
 
@@ -174,14 +174,14 @@ def _rules(self: StageSpec, comp: Computation) -> list[str]:
     if getattr(comp.scenario, "deltanet", None) is None:
         return []
     return ["- The gated delta rule (no softmax, no scores): q and k are divided by their length √(Σx² + 1e-6), q also"
-            " by √d_k; then token after token, from the printed state: S' = S·e^g, kv = S'ᵀk (kv[j] = Σ_i S'[i,j]·k[i]),"
+            " by √dₖ; then token after token, from the printed state: S' = S·e^g, kv = S'ᵀk (kv[j] = Σ_i S'[i,j]·k[i]),"
             " δ = (v − kv)·β, S = S' + kδᵀ (S[i,j] = S'[i,j] + k[i]·δ[j]), o = Sᵀq. The state starts at 0."]
 
 
 class Normalise(StageSpec):
     stage = Stage("l2norm", "Normalise",
                   "The delta rule reads unit vectors: each Query and Key row is divided by its length,"
-                  " √(Σx² + 1e-6), and each Query also by √d_k, so a write k·δᵀ and a read Sᵀq never grow with"
+                  " √(Σx² + 1e-6), and each Query also by √dₖ, so a write k·δᵀ and a read Sᵀq never grow with"
                   " the size of the projections.")
     per_head = True
     matrices = ("dn_q", "dn_k")
@@ -235,7 +235,7 @@ class Normalise(StageSpec):
         return [("dn_q", head), ("dn_k", head)]
 
     def title(self, trace: TraceContext, name: str, head: int | None) -> str:
-        return "q = Q/‖Q‖/√d_k" if name == "dn_q" else "k = K/‖K‖"
+        return "q = Q/‖Q‖/√dₖ" if name == "dn_q" else "k = K/‖K‖"
 
     def formula(self, trace: TraceContext, op: Operation) -> list[FormulaPart]:
         return [FormulaPart(Q_SLOT, "q"), FormulaPart(QK_DOT, "·"), FormulaPart(K_SLOT, "kᵀ")]
@@ -311,7 +311,7 @@ class Gates(StageSpec):
 
 class Delta(StageSpec):
     stage = Stage("delta", "Delta",
-                  "Token after token the state S (d_k × d_v) decays by e^g, recalls kv = Sᵀk for the new key,"
+                  "Token after token the state S (dₖ × d_v) decays by e^g, recalls kv = Sᵀk for the new key,"
                   " stores only the correction δ = (v − kv)·β as S + kδᵀ, and is read by the query: o = Sᵀq.")
     per_head = True
     matrices = ("dn_step", *BLOCKS, "dn_D")

@@ -380,7 +380,7 @@ class Quadratic(StageSpec):
 
 class Recurrent(StageSpec):
     stage = Stage("recurrent", "Recurrent",
-                  "The same outputs from a running state, token after token: S_t = S_{t−1} + φ(k_t)v_tᵀ (d_k × d_v)"
+                  "The same outputs from a running state, token after token: S_t = S_{t−1} + φ(k_t)v_tᵀ (dₖ × d_v)"
                   " and z_t = z_{t−1} + φ(k_t), then o_t = φ(q_t)ᵀS_t / φ(q_t)ᵀz_t. No n × n matrix is kept:"
                   " the state's size does not grow with the tokens.")
     per_head = True
@@ -504,7 +504,7 @@ def agree_lines(trace: TraceContext, hr: HeadResult, row: int, d: int) -> list[s
     if row == sc.n - 1:
         n, d_k, d_v = sc.n, hr.d_k, hr.d_v
         kept = d_k * d_v + (d_k if lin.spec.normalize else 0)
-        state = f"d_k × d_v{' + d_k' if lin.spec.normalize else ''} = {kept}"
+        state = f"dₖ × d_v{' + dₖ' if lin.spec.normalize else ''} = {kept}"
         lines.append(f"memory: the quadratic form holds the n × n matrix, {n}² → {n * n} numbers, growing with every"
                      f" token; the state holds {state} numbers however many tokens come")
     return lines
