@@ -19,7 +19,7 @@ from qkv_tui.ui.widgets.panels import ExplainPanel, FormulaLine, KeyFooter, Quiz
 from qkv_tui.ui.widgets.screens import GotoScreen, HelpScreen, NotesScreen
 
 from .conftest import SCENARIOS
-from .settle import settle
+from .settle import ROUNDS, settle
 
 
 def text_of(app: QKVApp, widget_type) -> str:
@@ -292,8 +292,12 @@ async def test_big_panes_follow_the_cells_being_read() -> None:
         await pilot.press("2")
         start = app.position.index
         app.position = app.stepper.goto(app.position, start + 29)  # Q[t0,29]: reads W_Q[:,29]
-        await pilot.pause()
-        weights = next(v for v in visible_panes(app) if v.spec and v.spec.key == "W_Q@0")
+        # the scroll lands after a refresh: wait for it by condition, never by one pause (tests/settle.py)
+        for _ in range(ROUNDS):
+            await pilot.pause()
+            weights = next(v for v in visible_panes(app) if v.spec and v.spec.key == "W_Q@0")
+            if weights.scroll_x > 0:
+                break
         assert weights.spec is not None and weights.spec.cols == frozenset({29})
         assert weights.scroll_x > 0
         header = weights.render_line(0).text
