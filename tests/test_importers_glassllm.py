@@ -77,6 +77,9 @@ def test_a_newline_token_gets_a_one_line_label() -> None:
         ({"model": {"source": "glassllm:en", "text": "hi", "head": [1]}}, "unknown key 'head' in [model]; did you mean 'heads'?"),
         ({"model": {"source": "glassllm:en", "text": "hi"}, "tokens": ["a"]}, "'tokens' cannot sit beside [model]"),
         ({"model": {"source": "glassllm:en", "text": "hi"}, "mask": "causal"}, "'mask' cannot sit beside [model]"),
+        ({"model": {"source": "glassllm:en", "text": "hi"}, "backward": {"dO": [[1.0]]}},
+         "[backward] cannot sit beside [model]: write the layer out as a plain scenario first"
+         " (qkv-tui --export toml FILE > layer.toml, without [backward]), then add [backward] to that file"),
         ({"model": "glassllm:en"}, "model must be a table"),
         ({"model": {"source": "glassllm:en", "text": "hi"}, "layer": 1}, "'layer' belongs in the [model] table; write it below the [model] header"),
         ({"model": {"source": "glassllm:en", "text": "the " * 200}}, "model.text is 201 tokens long but glassllm:en takes at most 128"),

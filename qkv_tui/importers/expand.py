@@ -52,6 +52,11 @@ def expand_model(doc: dict[str, Any], base: Path | None = None, opened: Model | 
     for key in doc:
         if key in MODEL_KEYS:  # TOML puts keys above the first header at the top level
             raise ImporterError(f"{_show(key)} belongs in the [model] table; write it below the [model] header")
+        if key == "backward":  # the model's numbers are not the file's to train: a plain copy of them is
+            raise ImporterError(
+                "[backward] cannot sit beside [model]: write the layer out as a plain scenario first"
+                " (qkv-tui --export toml FILE > layer.toml, without [backward]), then add [backward] to that file"
+            )
         if key not in BESIDE_MODEL:
             raise ImporterError(
                 f"{_show(key)} cannot sit beside [model]: the model gives tokens, X, [norm], [rope], the heads, [output]"
