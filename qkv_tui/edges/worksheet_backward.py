@@ -54,7 +54,7 @@ def printed_computation(chain: PrintedChain) -> Computation:
         stats = v("stats")  # (n, 1) ms, or (n, 2) mean and var
         mean = stats[:, 0] if sc.norm.kind == "layer" else np.zeros(n)
         spread = stats[:, -1]
-        norm = NormResult(v("X_norm"), mean, spread, chain.rounded(np.sqrt(spread + sc.norm.eps)))
+        norm = NormResult(v("X_norm"), mean, spread, root_of(spread, sc.norm.eps, chain.d)[0])
     heads: list[HeadResult] = []
     for h, hr in enumerate(comp.heads):
         g = chain.owners[h]
@@ -80,7 +80,18 @@ def _normed(chain: PrintedChain, X_norm: Matrix, ms: Matrix) -> Normed:
     qk = chain.sc.qk_norm
     assert qk is not None
     spread = ms[:, 0]
-    return Normed(X_norm, np.zeros_like(spread), spread, chain.rounded(np.sqrt(spread + qk.eps)), X_norm)
+    return Normed(X_norm, np.zeros_like(spread), spread, root_of(spread, qk.eps, chain.d)[0], X_norm)
+
+
+def root_of(spread: Matrix, eps: float, d: int) -> tuple[Matrix, int]:
+    """Each row's r = √(spread + eps) as the page prints it, and its decimals: the page's, or more where a small r
+    would lose its digits (√(0 + 1e-05) = 0.003 is 0.00 at two decimals, and x̂ = x / r divides by it)."""
+    exact = np.sqrt(spread + eps)  # (rows,)
+    positive = exact[exact > 0]
+    places = d
+    if positive.size:
+        places = int(min(15, max(d, np.ceil(-np.log10(positive.min())) + 2)))
+    return round_to(exact, places), places
 
 
 def page_trig(chain: PrintedChain) -> dict[int, Turn] | None:
@@ -111,10 +122,10 @@ def backward_tables(chain: PrintedChain) -> list[Table]:
     ops = operand_keys(sc, chain.owners)
 
     def t(key: str, name: str, heading: str, values: Matrix, rs: tuple[str, ...], cs: tuple[str, ...],
-          head: int | None = None, allow: np.ndarray | None = None) -> None:
+          head: int | None = None, allow: np.ndarray | None = None, places: int | None = None) -> None:
         grid = values[None, :] if values.ndim == 1 else values
         out.append(Table(key, name, heading, "backward", head, np.asarray(grid, dtype=np.float64), rs, cs, False, True,
-                         allow))
+                         allow, places=places if places is not None and places > chain.d else None))
 
     d_out = G.dO.shape[1]
     if bw.dO is not None:
@@ -214,7 +225,9 @@ def _qk_tables(t: Add, chain: PrintedChain, pcomp: Computation, h: int, mine: bo
         low = role.lower()
         xhat = chain.rounded(M / normed.root[:, None])  # (rows, d_k) as norm_backward keeps it
         if role == "Q" or mine:
-            t(f"{low}root.{owner}", f"r_{role}", f"r_{role} = √(ms_{role} + eps)", normed.root[:, None], labels, ("r",), h)
+            places = root_of(normed.spread, qk.eps, chain.d)[1]
+            t(f"{low}root.{owner}", f"r_{role}", f"r_{role} = √(ms_{role} + eps)", normed.root[:, None], labels, ("r",), h,
+              places=places)
             t(f"{low}hat.{owner}", f"x̂_{role}", f"x̂_{role} = {role} / r_{role}", xhat, labels, cols, h)
         inner = chain.rounded((dY * gamma[None, :] * xhat).mean(axis=1))  # (rows,)
         grad = getattr(hg, f"d{role}")
@@ -234,7 +247,7 @@ def _norm_tables(t: Add, norm: NormResult, sc: Scenario, G: Gradients, d: int) -
     xhat = round_to((sc.X - norm.mean[:, None]) / norm.root[:, None], d)  # (n, d_model) as norm_backward keeps it
     g = G.dX_norm * sc.norm.gamma[None, :]  # (n, d_model)
     spread = "var" if layer else "ms"
-    t("xroot", "r", f"r = √({spread} + eps)", norm.root[:, None], rows, ("r",))
+    t("xroot", "r", f"r = √({spread} + eps)", norm.root[:, None], rows, ("r",), places=root_of(norm.spread, sc.norm.eps, d)[1])
     t("xhat", "x̂", "x̂ = (x − mean) / r" if layer else "x̂ = x / r", xhat, rows, dm)
     t("xm", "m", "m = mean(dX̂ ⊙ γ ⊙ x̂), row by row", round_to((g * xhat).mean(axis=1), d)[:, None], rows, ("m",))
     if layer:
