@@ -229,7 +229,10 @@ def line(cells: PrintedCells, table: Table, i: int, j: int, answer: str) -> str:
         parts = " + ".join(tx((f"{what}.{x}", i, j)) for x in readers)
         return f"{name} = Σ over its readers = {parts} = {answer}"
     if kind == "dX_in":
-        return f"{name} = {_paths(cells, ops, i, j)} = {answer}"
+        what = "dQ·W_Qᵀ" + ("" if sc.is_cross else " + dK·W_Kᵀ + dV·W_Vᵀ")
+        what += " + dz·W_Gᵀ" if any(head.W_G is not None for head in sc.heads) else ""
+        every = ", every head" if len(sc.heads) > 1 else ""
+        return f"{name} = {what} at [{tok[i]},{j}]{every} = {_paths(cells, ops, i, j)} = {answer}"
     return _norm_line(cells, kind, name, i, j, answer)
 
 
