@@ -11,7 +11,9 @@ from qkv_tui.edges.worksheet import build
 
 from .arith_check import check
 
-BACKWARD = ("target", "dO", "dV", "dP", "D", "dS", "dQ", "dK", "dW_Q", "dW_K", "dW_V")
+# the trace's backward stages for one plain head: dQ and dK through dscores = dS / scale, then dX (the paths into X)
+BACKWARD = ("target", "dO", "dV.0", "dP.0", "D.0", "dS.0", "dscores.0", "dQu.0", "dKu.0", "dW_Q.0", "dW_K.0", "dW_V.0",
+            "dX_in")
 
 
 @pytest.mark.parametrize("decimals", [2, 3, 4])

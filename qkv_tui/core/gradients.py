@@ -7,6 +7,7 @@ into X̂, and the pre-norm (kernels/backward_norm.py).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -14,6 +15,7 @@ import numpy as np
 from qkv_tui.core.engine import Computation, HeadResult, turn_of
 from qkv_tui.core.scenario import Matrix, Scenario
 from qkv_tui.core.variants import Vector
+from qkv_tui.kernels.attention import Turn
 from qkv_tui.kernels.backward import AttendBack, GateBack, attend_backward, gate_backward, rotate_back
 from qkv_tui.kernels.backward_norm import norm_backward
 from qkv_tui.kernels.policy import EXACT, ByHand, Policy
@@ -93,11 +95,15 @@ def upstream(sc: Scenario, output: Matrix, policy: Policy = EXACT) -> tuple[floa
     return float(policy.table(np.array(rows.sum()))), diff
 
 
-def gradients(comp: Computation) -> Gradients:
+def gradients(comp: Computation, policy: Policy | None = None, trig: Mapping[int, Turn] | None = None) -> Gradients:
     """Every gradient of the scenario's [backward], from the forward pass ``comp``: exact, or, where ``comp``
-    was worked by hand, worked by hand as well (each product and each table written down rounded)."""
+    was worked by hand, worked by hand as well (each product and each table written down rounded).
+
+    A worksheet passes its own ``policy`` (each table from the printed ones, rounded once) and ``trig``, RoPE's
+    cos and sin by d_k as its page prints them (edges/worksheet_backward.py)."""
     sc = comp.scenario
     p: Policy = EXACT if comp.hand_decimals is None else ByHand(comp.hand_decimals)
+    p = p if policy is None else policy
     loss, dO = upstream(sc, comp.output, p)
     d_concat = dO if sc.W_O is None else p.matmul(dO, sc.W_O.T)  # (n, Σ d_v)
     dW_O = None if sc.W_O is None else p.matmul(comp.concat.T, dO)
@@ -106,7 +112,7 @@ def gradients(comp: Computation) -> Gradients:
     start = 0
     parts = []
     for hr in comp.heads:
-        parts.append(_attend(sc, hr, X_in, d_concat[:, start:start + hr.d_v], p))
+        parts.append(_attend(sc, hr, X_in, d_concat[:, start:start + hr.d_v], p, trig))
         start += hr.d_v
     dQ_all, dK_all, dgq, dgk, dgamma_q, dgamma_k = _qk_norm_back(comp, parts, p)
     heads: list[HeadGrad] = []
@@ -144,7 +150,8 @@ _QKBack = tuple[list[Matrix], list[Matrix], list[Vector | None], list[Vector | N
 _Part = tuple[Matrix, AttendBack, GateBack | None, Matrix | None, Matrix | None, Matrix, Matrix]
 
 
-def _attend(sc: Scenario, h: HeadResult, X_in: Matrix, dJ: Matrix, p: Policy) -> _Part:
+def _attend(sc: Scenario, h: HeadResult, X_in: Matrix, dJ: Matrix, p: Policy,
+            trig: Mapping[int, Turn] | None = None) -> _Part:
     """One head from the gradient at what Concat joins (``dJ``, n × d_v) back to what RoPE turns."""
     gb = None
     dO_h = dJ
@@ -156,7 +163,7 @@ def _attend(sc: Scenario, h: HeadResult, X_in: Matrix, dJ: Matrix, p: Policy) ->
                          scaled=h.scaled, softcap=h.softcap, sink_share=share, policy=p)
     dQ_rot = dK_rot = None
     dQ_t, dK_t = ab.dQ_used, ab.dK_used
-    turn = turn_of(sc.rope, sc.positions, h.d_k, p)
+    turn = turn_of(sc.rope, sc.positions, h.d_k, p) if trig is None else trig.get(h.d_k)
     if turn is not None:
         dQ_rot, dK_rot = dQ_t, dK_t
         dQ_t = rotate_back(dQ_rot, turn.cos, turn.sin, turn.pairs, p)

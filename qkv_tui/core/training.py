@@ -12,6 +12,7 @@ import numpy as np
 from qkv_tui.core.engine import Computation, compute
 from qkv_tui.core.gradients import Gradients, gradients
 from qkv_tui.core.scenario import Matrix, Scenario
+from qkv_tui.kernels.policy import round_to
 from qkv_tui.kernels.sharing import kv_owners
 
 
@@ -27,18 +28,23 @@ class TrainStep:
     grads: Gradients
 
 
-def _frozen(a: Matrix) -> Matrix:
+def _keep(a: Matrix) -> Matrix:
     out = np.array(a, dtype=np.float64)
     out.setflags(write=False)
     return out
 
 
-def updated(sc: Scenario, g: Gradients) -> Scenario:
+def updated(sc: Scenario, g: Gradients, decimals: int | None = None) -> Scenario:
     """One SGD step on the weights ``[backward] train`` names. K/V weights a K/V head's readers share are
-    moved once, by the sum of their gradients, and stay one array, so the readers still share them."""
+    moved once, by the sum of their gradients, and stay one array, so the readers still share them.
+    With ``decimals`` each new weight is written down rounded, as a student keys w − lr·g into a calculator."""
     bw = sc.backward
     assert bw is not None
     lr, train = bw.lr, set(bw.train)
+
+    def _frozen(a: Matrix) -> Matrix:
+        return _keep(a if decimals is None else round_to(a, decimals))
+
     heads = list(sc.heads)
     own: list[dict[str, object]] = []
     for head, hg in zip(sc.heads, g.heads, strict=True):
@@ -50,7 +56,7 @@ def updated(sc: Scenario, g: Gradients) -> Scenario:
         if "W_G" in train and head.W_G is not None and hg.gate is not None:
             changes["W_G"] = _frozen(head.W_G - lr * hg.gate.dW_G)
         if "sinks" in train and head.sink is not None and hg.attend.dsink is not None:
-            changes["sink"] = float(head.sink - lr * hg.attend.dsink)
+            changes["sink"] = float(_frozen(np.array(head.sink - lr * hg.attend.dsink)))
         own.append(changes)
     owners = kv_owners([sc.kv_head(h) for h in range(len(sc.heads))], sc.heads)
     for kv in g.kv_heads:

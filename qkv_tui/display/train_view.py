@@ -3,6 +3,8 @@ loss falling, the weights each step moved and the attention map beside step 0's 
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from qkv_tui.core.fmt import fmt, is_integral
@@ -34,15 +36,18 @@ def applies(sc: Scenario) -> bool:
     return sc.backward is not None
 
 
-def _run(sources: Sources) -> TrainRun | None:
+def _run(sources: Sources, modes: Modes) -> TrainRun | None:
+    """The exact run, or under h the run by hand at the shown decimals (teach/train_walk.py), each kept."""
     sc = sources.comp.scenario
     if sc.backward is None or sc.backward.steps == 0:
         return None
+    if modes.hand:
+        return sources.kept(("train", "hand", modes.decimals), lambda: TrainRun(sc, modes.decimals))
     return sources.kept(("train",), lambda: TrainRun(sc))
 
 
 def _steps(sources: Sources, modes: Modes, head: int) -> int:
-    run = _run(sources)
+    run = _run(sources, modes)
     return 1 if run is None else len(run)
 
 
@@ -169,7 +174,7 @@ def train_panes(run: TrainRun, k: int, head: int, decimals: int) -> tuple[list[P
 
 
 def _frame(sources: Sources, modes: Modes, step: int, head: int) -> Frame:
-    run = _run(sources)
+    run = _run(sources, modes)
     if run is None:
         sc = sources.comp.scenario
         text = NO_BACKWARD if sc.backward is None else NO_STEPS
@@ -177,9 +182,15 @@ def _frame(sources: Sources, modes: Modes, step: int, head: int) -> Frame:
                          details=(), meaning=text, formula=(("w ← w − lr·∂loss/∂w", False),))
         return Frame(ex, [], [], (), "")
     focus, extra = train_panes(run, step, head, modes.decimals)
-    notes = ("by hand (h) rounds the trace's arithmetic; the Train view's steps are exact (each line is still"
-             " checkable at the shown decimals)",) if modes.hand else ()
+    notes = (f"by hand (h): a run of its own, worked as with a calculator at {modes.decimals} decimals: each step's"
+             " forward pass and gradients rounded as the trace's, each new weight w − lr·g written down rounded",
+             ) if modes.hand else ()
     return Frame(train_explanation(run, step, head, modes.decimals), focus, extra, notes, "")
+
+
+def _act(sources: Sources, modes: Modes, key: str, across: int) -> Modes | None:
+    """h works here as in the trace (the run by hand, teach/train_walk.py); the other trace keys do nothing."""
+    return replace(modes, hand=not modes.hand) if key == "hand" else None
 
 
 VIEW = SideView(
@@ -192,4 +203,5 @@ VIEW = SideView(
     frame=_frame,
     shot=lambda modes: "train",
     applies=applies,
+    act=_act,
 )

@@ -1,83 +1,262 @@
 """The backward worksheet: the tables of the backward pass, after the forward's, for scenarios with [backward].
 
-Like every table of the page, each is worked from the tables printed before it (rounded to the page's
-decimals), so the answer key's lines agree with a calculator. It covers one head of plain attention
-(the seed's shape: no W_O, norm, RoPE, QK-norm, gate, soft-cap, sink, biases or shared K/V heads); other
-scenarios get a rule saying the backward tables are left to the app and the Markdown export.
+The numbers are core/gradients.py's own, run on the page: its forward values are the tables printed before
+(a "printed computation"), and its policy keeps each table as the page does, computed exactly from printed
+operands and rounded once (``PageBackward``), with RoPE's cos and sin as the page prints them. So each
+backward table is worked from tables printed before it and the answer key's lines agree with a calculator
+(edges/worksheet_backward_lines.py writes them). The tables walk the trace's backward stages: dO, dConcat
+and dW_O, per head the gate, dV, dP, D, dS, the soft-cap, the scale, dQ and dK, RoPE turned back, QK-norm,
+dW_Q, dW_K, dW_V and the biases, a sink, then grouped K/V heads' sums, dX̂'s paths, the pre-norm and dγ.
+QK-norm over every head's columns together is left to the app (a rule says so).
 """
 
 from __future__ import annotations
 
-import math
+from collections.abc import Callable
+from dataclasses import replace
 
 import numpy as np
 
-from qkv_tui.core.engine import Computation
-from qkv_tui.core.scenario import Scenario
+from qkv_tui.core.engine import Computation, HeadResult, NormResult
+from qkv_tui.core.gradients import Gradients, HeadGrad, gradients
+from qkv_tui.core.scenario import Matrix, Scenario
+from qkv_tui.edges.worksheet_backward_lines import line, operand_keys
+from qkv_tui.kernels.attention import Turn
+from qkv_tui.kernels.norm import Normed
+from qkv_tui.kernels.policy import PrintedPage, round_to
 from qkv_tui.teach.stages.common import Stage, StageSpec
-from qkv_tui.teach.stages.printed import PrintedCells, PrintedChain, Table
+from qkv_tui.teach.stages.printed import PrintedCells, PrintedChain, Table, idx, kv_owners
+from qkv_tui.teach.stages.rotate import _trig_tables
 
-STAGE = Stage("backward", "Backward", "the gradients of the loss ½·Σ (output − target)², from the output back to W_Q, W_K, W_V")
+Add = Callable[..., None]  # adds one table: key, name, heading, values, rows, cols, head, allow
+STAGE = Stage("backward", "Backward", "the gradients of the loss, from the output back to every weight and X")
 
 
-def plain(sc: Scenario) -> bool:
+class PageBackward(PrintedPage):
+    """The page's backward: a product table too is computed exactly from printed operands, then rounded once."""
+
+    def matmul(self, a: Matrix, b: Matrix) -> Matrix:
+        return round_to(a @ b, self.places)
+
+
+def covered(sc: Scenario) -> bool:
     """Whether the page's backward tables cover the scenario (module docstring)."""
-    head = sc.heads[0] if len(sc.heads) == 1 else None
-    return bool(
-        sc.backward is not None and sc.backward.target is not None and head is not None and sc.W_O is None
-        and sc.b_O is None and sc.norm is None and sc.rope is None and sc.qk_norm is None and not sc.is_cross
-        and head.W_G is None and head.sink is None and head.b_Q is None and head.b_K is None and head.b_V is None
-        and head.softcap is None and sc.num_kv_heads is None
-    )
+    return bool(sc.backward is not None and not (sc.qk_norm is not None and sc.qk_norm.over == "all")
+                and sc.mla is None and sc.linear is None and sc.deltanet is None)
 
 
-def _divisor(comp: Computation) -> tuple[str, float]:
-    hr = comp.heads[0]
-    return (f"√{hr.d_k}", math.sqrt(hr.d_k)) if hr.scale_is_default else (f"{hr.scale:g}", float(hr.scale))
+def printed_computation(chain: PrintedChain) -> Computation:
+    """The forward pass as the page prints it: what the backward reads, each value from its printed table."""
+    sc, comp, v = chain.sc, chain.comp, chain.values
+    n = sc.n
+    norm = None
+    if sc.norm is not None:
+        stats = v("stats")  # (n, 1) ms, or (n, 2) mean and var
+        mean = stats[:, 0] if sc.norm.kind == "layer" else np.zeros(n)
+        spread = stats[:, -1]
+        norm = NormResult(v("X_norm"), mean, spread, root_of(spread, sc.norm.eps, chain.d)[0])
+    heads: list[HeadResult] = []
+    for h, hr in enumerate(comp.heads):
+        g = chain.owners[h]
+        weights = np.where(sc.allow, v(f"weights.{h}"), 0.0)  # (n, m)
+        fields: dict[str, object] = {"Q": v(f"Q.{h}"), "K": v(f"K.{g}"), "V": v(f"V.{g}"), "scaled": v(f"scaled.{h}"),
+                                     "weights": weights, "output": v(f"output.{h}")}
+        if sc.rope is not None:
+            fields |= {"Q_rot": v(f"Q_rot.{h}"), "K_rot": v(f"K_rot.{g}")}
+        if sc.qk_norm is not None:
+            fields |= {"Q_normed": _normed(chain, v(f"Q_norm.{h}"), v(f"qms.{h}")),
+                       "K_normed": _normed(chain, v(f"K_norm.{g}"), v(f"kms.{g}"))}
+        if hr.W_G is not None:
+            fields |= {"gate": v(f"gate.{h}"), "gated_output": v(f"gated.{h}")}
+        if hr.sink is not None:  # the sink's share of each row is what the printed weights leave
+            fields |= {"sink_exp": 1.0 - weights.sum(axis=1), "row_sum": np.ones(n)}
+        heads.append(replace(hr, **fields))  # type: ignore[arg-type]
+    concat = v("concat") if "concat" in chain.printed else heads[0].joined
+    output = v("final") if sc.W_O is not None else concat
+    return Computation(sc, tuple(heads), concat, comp.W_O, output, None, norm, comp.b_O)
+
+
+def _normed(chain: PrintedChain, X_norm: Matrix, ms: Matrix) -> Normed:
+    qk = chain.sc.qk_norm
+    assert qk is not None
+    spread = ms[:, 0]
+    return Normed(X_norm, np.zeros_like(spread), spread, root_of(spread, qk.eps, chain.d)[0], X_norm)
+
+
+def root_of(spread: Matrix, eps: float, d: int) -> tuple[Matrix, int]:
+    """Each row's r = √(spread + eps) as the page prints it, and its decimals: the page's, or more where a small r
+    would lose its digits (√(0 + 1e-05) = 0.003 is 0.00 at two decimals, and x̂ = x / r divides by it)."""
+    exact = np.sqrt(spread + eps)  # (rows,)
+    positive = exact[exact > 0]
+    places = d
+    if positive.size:
+        places = int(min(15, max(d, np.ceil(-np.log10(positive.min())) + 2)))
+    return round_to(exact, places), places
+
+
+def page_trig(chain: PrintedChain) -> dict[int, Turn] | None:
+    """RoPE's cos and sin by d_k, as printed in the cos/sin tables."""
+    sc = chain.sc
+    if sc.rope is None:
+        return None
+    trig = chain.memo("trig", lambda: _trig_tables(chain))
+    return {d_k: Turn(cos, sin, sc.rope.pairs(d_k)) for d_k, (cos, sin, _) in trig.items()}
+
+
+def page_gradients(chain: PrintedChain) -> tuple[Computation, Gradients]:
+    """core/gradients.py on the printed forward pass, under the page's policy."""
+    pcomp = printed_computation(chain)
+    return pcomp, gradients(pcomp, PageBackward(chain.d), page_trig(chain))
 
 
 def backward_tables(chain: PrintedChain) -> list[Table]:
-    """dO, dV, dP, D, dS, dQ, dK, dW_Q, dW_K, dW_V, each from the printed tables before it."""
+    """Every backward table, in the order the trace walks the backward stages, each from the tables before it."""
     sc = chain.sc
-    if not plain(sc):
-        return []
     bw = sc.backward
-    assert bw is not None and bw.target is not None
-    _, div = _divisor(chain.comp)
-    r = chain.rounded
+    if bw is None or not covered(sc):
+        return []
+    pcomp, G = page_gradients(chain)
+    out: list[Table] = []
     rows, keys = sc.labels, sc.key_labels
-    dims = tuple(str(c) for c in range(sc.X.shape[1]))
-    hr = chain.comp.heads[0]
-    k_cols = tuple(str(c) for c in range(hr.d_k))
-    v_cols = tuple(str(c) for c in range(hr.d_v))
-    target = Table("target", "target", "target (the wanted output; loss = ½·Σ (output − target)²)", "backward", 0,
-                   np.array(bw.target, dtype=np.float64), rows, v_cols, True, False)
-    out, P = chain.values("output.0"), chain.values("weights.0")
-    P = np.where(sc.allow, P, 0.0)  # (n, m) a masked weight is 0
-    Q, K, V, X = chain.values("Q.0"), chain.values("K.0"), chain.values("V.0"), sc.X
-    dO = r(out - target.values)  # (n, d_v)
-    dV = r(P.T @ dO)  # (m, d_v)
-    dP = r(dO @ V.T)  # (n, m)
-    D = r((dO * out).sum(axis=1, keepdims=True))  # (n, 1)
-    dS = r(np.where(sc.allow, P * (dP - D), 0.0))  # (n, m)
-    dQ = r(dS @ K / div)  # (n, d_k)
-    dK = r(dS.T @ Q / div)  # (m, d_k)
+    r = chain.rounded
+    ops = operand_keys(sc, chain.owners)
 
-    def t(key: str, name: str, heading: str, values: np.ndarray, rs: tuple[str, ...], cs: tuple[str, ...],
-          allow: np.ndarray | None = None) -> Table:
-        return Table(key, name, heading, "backward", 0, values, rs, cs, False, True, allow)
+    def t(key: str, name: str, heading: str, values: Matrix, rs: tuple[str, ...], cs: tuple[str, ...],
+          head: int | None = None, allow: np.ndarray | None = None, places: int | None = None) -> None:
+        grid = values[None, :] if values.ndim == 1 else values
+        out.append(Table(key, name, heading, "backward", head, np.asarray(grid, dtype=np.float64), rs, cs, False, True,
+                         allow, places=places if places is not None and places > chain.d else None))
 
-    return [target,
-            t("dO", "dO", "dO = output − target", dO, rows, v_cols),
-            t("dV", "dV", "dV = weightsᵀ·dO", dV, keys, v_cols),
-            t("dP", "dP", "dP = dO·Vᵀ", dP, rows, keys),
-            t("D", "D", "D = rowsum(dO ⊙ output)", D, rows, ("D",)),
-            t("dS", "dS", "dS = weights ⊙ (dP − D) (0 where masked)", dS, rows, keys, sc.allow),
-            t("dQ", "dQ", "dQ = dS·K / scale", dQ, rows, k_cols),
-            t("dK", "dK", "dK = dSᵀ·Q / scale", dK, keys, k_cols),
-            t("dW_Q", "dW_Q", "dW_Q = Xᵀ·dQ", r(X.T @ dQ), dims, k_cols),
-            t("dW_K", "dW_K", "dW_K = Xᵀ·dK", r(X.T @ dK), dims, k_cols),
-            t("dW_V", "dW_V", "dW_V = Xᵀ·dV", r(X.T @ dV), dims, v_cols)]
+    d_out = G.dO.shape[1]
+    if bw.dO is not None:
+        out.append(Table("dO", "dO", "dO (the gradient at the output, as given)", "backward", None,
+                         np.asarray(bw.dO, dtype=np.float64), rows, idx(d_out), True, False))
+    else:
+        assert bw.target is not None
+        out.append(Table("target", "target", "target (the wanted output; loss = ½·Σ (output − target)²)", "backward",
+                         None, np.asarray(bw.target, dtype=np.float64), rows, idx(d_out), True, False))
+        t("dO", "dO", f"dO = {ops.out_name} − target", G.dO, rows, idx(d_out))
+    if G.dW_O is not None:
+        t("dConcat", "dConcat", "dConcat = dO·W_Oᵀ", G.d_concat, rows, idx(G.d_concat.shape[1]))
+        t("dW_O", "dW_O", f"dW_O = {ops.concat_name}ᵀ·dO", G.dW_O, idx(G.dW_O.shape[0]), idx(d_out))
+    if G.db_O is not None:
+        t("db_O", "db_O", "db_O = Σ rows of dO", G.db_O, ("b",), idx(d_out))
+    xq = "X̂" if sc.norm is not None else "X"
+    xkv = "X_ctx" if sc.is_cross else xq
+    for h, (hr, hg) in enumerate(zip(pcomp.heads, G.heads, strict=True)):
+        g = chain.owners[h]
+        mine = g == h
+        dq, dk = ops.dq_names(h), ops.dk_names(h)
+        dv, dvc = idx(hr.d_v), idx(hr.d_k)
+        if hg.gate is not None:
+            t(f"dOh.{h}", "dO_h", "dO_h = dJ ⊙ g (dJ: this head's columns of the gradient at Concat)",
+              hg.gate.d_output, rows, dv, h)
+            t(f"dz.{h}", "dz", "dz = dJ ⊙ output ⊙ g ⊙ (1 − g) (at the gate's logits)", hg.gate.d_logit, rows, dv, h)
+            t(f"dW_G.{h}", "dW_G", f"dW_G = {xq}ᵀ·dz", hg.gate.dW_G, idx(hr.W_G.shape[0] if hr.W_G is not None else 0),
+              dv, h)
+        a = hg.attend
+        t(f"dV.{h}", "dV", "dV = weightsᵀ·dO_h", a.dV, keys, dv, h)
+        t(f"dP.{h}", "dP", "dP = dO_h·Vᵀ", a.dP, rows, keys, h)
+        t(f"D.{h}", "D", "D = rowsum(dO_h ⊙ output)", a.D[:, None], rows, ("D",), h)
+        t(f"dS.{h}", "dS", "dS = weights ⊙ (dP − D) (0 where masked)", a.dS, rows, keys, h, sc.allow)
+        if hr.sink is not None:
+            assert a.dsink is not None
+            t(f"psink.{h}", "p_sink", "p_sink = 1 − Σ weights (each row's sink share)",
+              r(1.0 - hr.weights.sum(axis=1))[:, None], rows, ("p",), h)
+            t(f"dsink.{h}", "dsink", "dsink = −Σ p_sink·D", np.array([[a.dsink]]), ("sink",), ("d",), h)
+        if hr.softcap is not None:
+            t(f"dcap.{h}", "dscaled", "dscaled = dS ⊙ (1 − tanh²(scaled / c)) (through the soft-cap)", a.dscaled, rows,
+              keys, h, sc.allow)
+        t(f"dscores.{h}", "dscores", "dscores = dscaled / scale" if hr.softcap is not None else "dscores = dS / scale",
+          a.dscores, rows, keys, h, sc.allow)
+        t(f"dQu.{h}", dq[0], f"{dq[0]} = dscores·{ops.k_used_name}", a.dQ_used, rows, dvc, h)
+        t(f"dKu.{h}", dk[0], f"{dk[0]} = dscoresᵀ·{ops.q_used_name}", a.dK_used, keys, dvc, h)
+        if hg.dQ_rot is not None:
+            t(f"dQt.{h}", dq[1], f"{dq[1]} = {dq[0]} turned back (by −p·θ)", hg.dQ_turned, rows, dvc, h)
+            t(f"dKt.{h}", dk[1], f"{dk[1]} = {dk[0]} turned back (by −p·θ)", hg.dK_turned, keys, dvc, h)
+        if sc.qk_norm is not None:
+            _qk_tables(t, chain, pcomp, h, mine, hg.dQ_turned, hg.dK_turned, hg)
+        t(f"dW_Q.{h}", "dW_Q", f"dW_Q = {xq}ᵀ·dQ", hg.dW_Q, idx(hg.dW_Q.shape[0]), dvc, h)
+        if hg.db_Q is not None:
+            t(f"db_Q.{h}", "db_Q", "db_Q = Σ rows of dQ", hg.db_Q, ("b",), dvc, h)
+        own = " (this head's share)" if G.shared else ""
+        t(f"dW_K.{h}", "dW_K", f"dW_K = {xkv}ᵀ·dK{own}", hg.dW_K, idx(hg.dW_K.shape[0]), dvc, h)
+        t(f"dW_V.{h}", "dW_V", f"dW_V = {xkv}ᵀ·dV{own}", hg.dW_V, idx(hg.dW_V.shape[0]), dv, h)
+        if hg.db_K is not None:
+            t(f"db_K.{h}", "db_K", f"db_K = Σ rows of dK{own}", hg.db_K, ("b",), dvc, h)
+        if hg.db_V is not None:
+            t(f"db_V.{h}", "db_V", f"db_V = Σ rows of dV{own}", hg.db_V, ("b",), dv, h)
+    if G.shared:
+        for kv in G.kv_heads:
+            o = kv.heads[0]
+            who = ", ".join(sc.heads[x].name for x in kv.heads)
+            for name, value in (("dW_K", kv.dW_K), ("dW_V", kv.dW_V), ("db_K", kv.db_K), ("db_V", kv.db_V)):
+                if value is not None:
+                    grid = value[None, :] if value.ndim == 1 else value
+                    rs = ("b",) if value.ndim == 1 else idx(grid.shape[0])
+                    t(f"kv{name}.{o}", name, f"{name} of K/V head {sc.kv_head(o) + 1} = the sum over {who}", r(grid), rs,
+                      idx(grid.shape[1]))
+    if sc.qk_norm is not None and len(sc.heads) > 1:
+        assert G.dgamma_q is not None and G.dgamma_k is not None
+        t("dgamma_q", "dγ_q", "dγ_q = the sum over the heads", r(G.dgamma_q), ("γ_q",), idx(len(G.dgamma_q)))
+        t("dgamma_k", "dγ_k", "dγ_k = the sum over the heads", r(G.dgamma_k), ("γ_k",), idx(len(G.dgamma_k)))
+    dm = idx(G.dX_norm.shape[1])
+    paths = "Q" + ("" if sc.is_cross else ", K, V") + (", gate" if any(h.W_G is not None for h in sc.heads) else "")
+    t("dX_in", "dX̂" if sc.norm is not None else "dX", f"{'dX̂' if sc.norm is not None else 'dX'} = the sum of the"
+      f" {paths} paths (dQ·W_Qᵀ + …, every head)", G.dX_norm, rows, dm)
+    if sc.norm is not None and pcomp.norm is not None:
+        _norm_tables(t, pcomp.norm, sc, G, chain.d)
+    return out
+
+
+def _qk_tables(t: Add, chain: PrintedChain, pcomp: Computation, h: int, mine: bool, dQ_t: Matrix, dK_t: Matrix,
+               hg: HeadGrad) -> None:
+    """QK-norm read backwards for head ``h`` (kernels/backward_norm.py's norm_backward, over each head's columns)."""
+    sc = chain.sc
+    qk = sc.qk_norm
+    assert qk is not None
+    hr = pcomp.heads[h]
+    g = chain.owners[h]
+    gamma_q, gamma_k = qk.gammas(h, sc.kv_head(h), hr.d_k)
+    cols = idx(hr.d_k)
+    for role, normed, M, gamma, dY, labels, owner in (
+            ("Q", hr.Q_normed, hr.Q, gamma_q, dQ_t, sc.labels, h), ("K", hr.K_normed, hr.K, gamma_k, dK_t, sc.key_labels, g)):
+        assert normed is not None
+        low = role.lower()
+        xhat = chain.rounded(M / normed.root[:, None])  # (rows, d_k) as norm_backward keeps it
+        if role == "Q" or mine:
+            places = root_of(normed.spread, qk.eps, chain.d)[1]
+            t(f"{low}root.{owner}", f"r_{role}", f"r_{role} = √(ms_{role} + eps)", normed.root[:, None], labels, ("r",), h,
+              places=places)
+            t(f"{low}hat.{owner}", f"x̂_{role}", f"x̂_{role} = {role} / r_{role}", xhat, labels, cols, h)
+        inner = chain.rounded((dY * gamma[None, :] * xhat).mean(axis=1))  # (rows,)
+        grad = getattr(hg, f"d{role}")
+        dgamma = getattr(hg, f"dgamma_{low}")
+        t(f"{low}m.{h}", f"m_{role}", f"m_{role} = mean(d{role}̂ ⊙ γ_{low} ⊙ x̂_{role}), row by row", inner[:, None], labels,
+          ("m",), h)
+        t(f"d{role}.{h}", f"d{role}", f"d{role} = (d{role}̂ ⊙ γ_{low} − x̂_{role}·m_{role}) / r_{role}", grad, labels, cols, h)
+        t(f"dgamma_{low}.{h}", f"dγ_{low}", f"dγ_{low} = Σ rows of d{role}̂ ⊙ x̂_{role}", dgamma, (f"γ_{low}",), cols, h)
+
+
+def _norm_tables(t: Add, norm: NormResult, sc: Scenario, G: Gradients, d: int) -> None:
+    """The pre-norm read backwards (kernels/backward_norm.py's norm_backward)."""
+    assert sc.norm is not None
+    dm = idx(sc.X.shape[1])
+    rows = sc.labels
+    layer = sc.norm.kind == "layer"
+    xhat = round_to((sc.X - norm.mean[:, None]) / norm.root[:, None], d)  # (n, d_model) as norm_backward keeps it
+    g = G.dX_norm * sc.norm.gamma[None, :]  # (n, d_model)
+    spread = "var" if layer else "ms"
+    t("xroot", "r", f"r = √({spread} + eps)", norm.root[:, None], rows, ("r",), places=root_of(norm.spread, sc.norm.eps, d)[1])
+    t("xhat", "x̂", "x̂ = (x − mean) / r" if layer else "x̂ = x / r", xhat, rows, dm)
+    t("xm", "m", "m = mean(dX̂ ⊙ γ ⊙ x̂), row by row", round_to((g * xhat).mean(axis=1), d)[:, None], rows, ("m",))
+    if layer:
+        t("xgbar", "ḡ", "ḡ = mean(dX̂ ⊙ γ), row by row", round_to(g.mean(axis=1), d)[:, None], rows, ("ḡ",))
+    t("dX", "dX", "dX = (dX̂ ⊙ γ − x̂·m" + (" − ḡ" if layer else "") + ") / r", G.dX, rows, dm)
+    assert G.dgamma is not None
+    t("dgamma", "dγ", "dγ = Σ rows of dX̂ ⊙ x̂", G.dgamma, ("γ",), dm)
+    if G.dbeta is not None:
+        t("dbeta", "dβ", "dβ = Σ rows of dX̂", G.dbeta, ("β",), dm)
 
 
 class BackwardSheet(StageSpec):
@@ -89,55 +268,43 @@ class BackwardSheet(StageSpec):
         sc = comp.scenario
         if sc.backward is None:
             return []
-        if not plain(sc):
-            return ["- [backward]: this page has the forward pass only; the backward tables cover one head of plain"
-                    " attention (the app and --export markdown show every gradient of this scenario)"]
-        return ["- Backward: work dO, dV, dP, D, dS, dQ, dK, then dW_Q, dW_K, dW_V from the tables printed"
-                " before each, in page order; a masked cell's dS is 0"]
+        if not covered(sc):
+            return ["- [backward]: this page has the forward pass only; its backward tables do not cover QK-norm over"
+                    " every head's columns together (the app and --export markdown show every gradient of this scenario)"]
+        out = ["- Backward: work each table of the Backward sections from the tables printed before it, in page order"
+               " (the chain rule, one operation per table). dV = weightsᵀ·dO_h, dP = dO_h·Vᵀ, D = rowsum(dO_h ⊙ output),"
+               " dS = weights ⊙ (dP − D), 0 where masked; dQ = (dS / scale)·K, dK = (dS / scale)ᵀ·Q; dW = Xᵀ·(its"
+               " gradient); a bias's gradient is the sum of its gradient's rows."]
+        if sc.W_O is not None:
+            out.append("  Through W_O first: dConcat = dO·W_Oᵀ (each head's dO_h is its columns), dW_O = concatᵀ·dO.")
+        if any(h.W_G is not None for h in sc.heads):
+            out.append("  Gate: dO_h = dJ ⊙ g and dz = dJ ⊙ output ⊙ g ⊙ (1 − g), dJ the head's columns at Concat.")
+        if any(h.softcap is not None for h in sc.heads):
+            out.append("  Soft-cap: dscaled = dS ⊙ (1 − tanh²(scaled / c)), from the printed scaled scores.")
+        if any(h.sink is not None for h in sc.heads):
+            out.append("  Sink: its share of a row is p_sink = 1 − Σ weights, and dsink = −Σ p_sink·D.")
+        if sc.alibi is not None:
+            out.append("  ALiBi: the bias is added, so dS passes through it unchanged.")
+        if sc.rope is not None:
+            out.append("  RoPE: turn the gradients back by the opposite angle: a = a'·cos + b'·sin, b = −a'·sin + b'·cos.")
+        if sc.qk_norm is not None:
+            out.append("  QK-norm: r = √(ms + eps), x̂ = q / r, m = mean(dq̂ ⊙ γ ⊙ x̂); dq = (dq̂ ⊙ γ − x̂·m) / r,"
+                       " dγ = Σ rows of dq̂ ⊙ x̂.")
+        if sc.num_kv_heads is not None or kv_shared(sc):
+            out.append("  Grouped K/V heads: each query head's dK, dV and their weights' gradients are its own share;"
+                       " a K/V head's gradient is the sum of its readers' shares.")
+        if sc.norm is not None:
+            out.append("  dX̂ sums every path into X̂; then the norm: r = √(ms or var + eps), x̂ = (x − mean) / r,"
+                       " m = mean(dX̂ ⊙ γ ⊙ x̂)" + (", ḡ = mean(dX̂ ⊙ γ)" if sc.norm.kind == "layer" else "")
+                       + "; dX = (dX̂ ⊙ γ − x̂·m" + (" − ḡ" if sc.norm.kind == "layer" else "") + ") / r.")
+        return out
 
     def worksheet_line(self, cells: PrintedCells, table: Table, row: int, col: int, answer: str) -> str:
-        sc = cells.sc
-        tx = cells.txt
-        i, j = row, col
-        tok, keys = sc.labels, sc.key_labels
-        n, m = sc.n, sc.m
-        key = table.key
-        if key == "dO":
-            return f"dO[{tok[i]},{j}] = output − target = {tx('output.0', i, j)} − {tx('target', i, j)} = {answer}"
-        if key == "dV":
-            terms = " + ".join(f"{_p(cells, a, i)}·{tx('dO', a, j)}" for a in range(n))
-            return f"dV[{keys[i]},{j}] = Σ weights[·,{keys[i]}]·dO[·,{j}] = {terms} = {answer}"
-        if key == "dP":
-            d_v = cells.tables["dO"].values.shape[1]
-            terms = " + ".join(f"{tx('dO', i, c)}·{tx('V.0', j, c)}" for c in range(d_v))
-            return f"dP[{tok[i]},{keys[j]}] = dO[{tok[i]}]·V[{keys[j]}] = {terms} = {answer}"
-        if key == "D":
-            d_v = cells.tables["dO"].values.shape[1]
-            terms = " + ".join(f"{tx('dO', i, c)}·{tx('output.0', i, c)}" for c in range(d_v))
-            return f"D[{tok[i]}] = Σ dO[{tok[i]}] ⊙ output[{tok[i]}] = {terms} = {answer}"
-        if key == "dS":
-            return (f"dS[{tok[i]},{keys[j]}] = weights·(dP − D) = {_p(cells, i, j)}·({tx('dP', i, j)} − {tx('D', i, 0)})"
-                    f" = {answer}")
-        div_text = _div_text(cells)
-        if key == "dQ":
-            terms = " + ".join(f"{tx('dS', i, b)}·{tx('K.0', b, j)}" for b in range(m) if sc.allow[i, b])
-            return f"dQ[{tok[i]},{j}] = (Σ dS[{tok[i]},·]·K[·,{j}]) / {div_text} = ({terms or '0'}) / {div_text} = {answer}"
-        if key == "dK":
-            terms = " + ".join(f"{tx('dS', a, i)}·{tx('Q.0', a, j)}" for a in range(n) if sc.allow[a, i])
-            return f"dK[{keys[i]},{j}] = (Σ dS[·,{keys[i]}]·Q[·,{j}]) / {div_text} = ({terms or '0'}) / {div_text} = {answer}"
-        grad = {"dW_Q": "dQ", "dW_K": "dK", "dW_V": "dV"}[key]
-        terms = " + ".join(f"{tx('X', a, i)}·{tx(grad, a, j)}" for a in range(n))
-        return f"{key}[{i},{j}] = Σ X[·,{i}]·{grad}[·,{j}] = {terms} = {answer}"
+        return line(cells, table, row, col, answer)
 
 
-def _p(cells: PrintedCells, i: int, j: int) -> str:
-    """A weight as printed; a masked one is the 0 it is."""
-    return cells.txt("weights.0", i, j) if cells.sc.allow[i, j] else "0"
-
-
-def _div_text(cells: PrintedCells) -> str:
-    scale = cells.sc.scale
-    return f"√{cells.tables['Q.0'].values.shape[1]}" if scale is None else f"{scale:g}"
+def kv_shared(sc: Scenario) -> bool:
+    return kv_owners(sc) != list(range(len(sc.heads)))
 
 
 SHEET = BackwardSheet()

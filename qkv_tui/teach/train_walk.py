@@ -1,5 +1,9 @@
 """The Train view's computation: core/training.py's SGD steps, walked one at a time and kept, with what each
 step moved (docs/scenario-format.md, "[backward]"). No gradient is worked here: every one is core/gradients.py's.
+
+By hand (``h``) the run is a trajectory of its own, as a student with a calculator works it (docs/train-view.md):
+each step's forward pass and gradients by hand (teach/handcalc.py: every product and table rounded to the shown
+decimals), then each new weight w − lr·g written down rounded; step 0 is the file's weights, as given.
 """
 
 from __future__ import annotations
@@ -9,10 +13,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from qkv_tui.core.gradients import Gradients
+from qkv_tui.core.engine import compute
+from qkv_tui.core.gradients import Gradients, gradients
 from qkv_tui.core.scenario import Matrix, Scenario, ScenarioError
-from qkv_tui.core.training import TrainStep, steps
+from qkv_tui.core.training import TrainStep, steps, updated
 from qkv_tui.kernels.sharing import kv_owners
+from qkv_tui.teach.handcalc import compute_hand
 
 
 @dataclass(frozen=True, eq=False)
@@ -82,17 +88,32 @@ def params(sc: Scenario, g: Gradients) -> list[Param]:
     return out
 
 
+def hand_steps(sc: Scenario, decimals: int) -> Iterator[TrainStep]:
+    """train[0] … train[steps] worked by hand at ``decimals`` (module docstring): core/training.py's steps with
+    the by-hand forward pass and gradients, and each update written down rounded."""
+    bw = sc.backward
+    assert bw is not None
+    for k in range(bw.steps + 1):
+        comp = compute_hand(compute(sc), decimals)
+        g = gradients(comp)  # by hand, as the computation it reads
+        yield TrainStep(k, g.loss, tuple(h.weights for h in comp.heads), sc, comp, g)
+        if k < bw.steps:
+            sc = updated(sc, g, decimals)
+
+
 class TrainRun:
     """The states train[0] … train[steps], each computed the first time it is asked for (one SGD step per
-    keypress, never the whole run at once) and kept, so stepping back costs nothing."""
+    keypress, never the whole run at once) and kept, so stepping back costs nothing. ``hand``: the run by hand
+    at that many decimals (module docstring), else exact."""
 
-    def __init__(self, sc: Scenario) -> None:
+    def __init__(self, sc: Scenario, hand: int | None = None) -> None:
         assert sc.backward is not None
         self.scenario = sc
         self.total = sc.backward.steps
         self.lr = sc.backward.lr
         self.trained = frozenset(sc.backward.train)
-        self._walk: Iterator[TrainStep] = steps(sc)
+        self.hand = hand
+        self._walk: Iterator[TrainStep] = steps(sc) if hand is None else hand_steps(sc, hand)
         self._kept: list[TrainStep] = []
         self._params: dict[int, list[Param]] = {}
         self.error: str | None = None  # why the run stopped early: a step whose numbers overflow float64
