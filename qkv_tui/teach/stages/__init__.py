@@ -62,6 +62,7 @@ REGISTRY: list[StageSpec] = [
     wo.BACKWARD,
     gate.BACKWARD,
     mix.BACKWARD,
+    linear.BACKWARD,
     softmax.BACKWARD,
     scale.BACKWARD,
     score.BACKWARD,
