@@ -63,6 +63,7 @@ REGISTRY: list[StageSpec] = [
     gate.BACKWARD,
     mix.BACKWARD,
     linear.BACKWARD,
+    deltanet.BACKWARD,
     softmax.BACKWARD,
     scale.BACKWARD,
     score.BACKWARD,
