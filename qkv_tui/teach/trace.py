@@ -259,6 +259,8 @@ class Trace:
             return str(row)
         if name.startswith("dnb_"):  # [deltanet]'s backward walks the tokens last first
             return sc.labels[sc.n - 1 - row]
+        if name in ("dA_log", "ddt_bias"):  # summed over the tokens
+            return "Σ"
         if name in KEY_ROWS:  # the backward pass's gradients at the keys' rows
             return sc.key_labels[row]
         if name in ("K", "V", "context_X", "K_rot", "K_norm"):

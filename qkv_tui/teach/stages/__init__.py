@@ -64,6 +64,7 @@ REGISTRY: list[StageSpec] = [
     mix.BACKWARD,
     linear.BACKWARD,
     deltanet.BACKWARD,
+    deltanet.GATES_BACKWARD,
     softmax.BACKWARD,
     scale.BACKWARD,
     score.BACKWARD,

@@ -41,7 +41,7 @@ from qkv_tui.teach.stages.common import (
     StageSpec,
 )
 from qkv_tui.teach.stages.context import TraceContext
-from qkv_tui.teach.stages.grads import BackwardSpec, dot_cell, formula_cell, grads, has_backward, kept
+from qkv_tui.teach.stages.grads import BackwardSpec, dot_cell, formula_cell, grads, has_backward, kept, sum_cell
 from qkv_tui.teach.stages.markdown import MarkdownPage
 from qkv_tui.teach.stages.printed import PrintedCells, PrintedChain, Table, idx
 from qkv_tui.teach.stages.score import scored, scored_names
@@ -673,3 +673,101 @@ class DeltaBackStage(BackwardSpec):
 
 
 BACKWARD = DeltaBackStage()
+
+
+class GatesBackStage(BackwardSpec):
+    """Qwen3-Next's gates read backwards, where g and β were computed from X̂: to W_a, A_log, dt_bias and W_b."""
+
+    stage = Stage("dgates", "dGates",
+                  "Back through the gates, where g and β came from the weights. g = −e^A_log·softplus(a) with"
+                  " a = X̂·W_a + dt_bias: softplus' slope is σ(a), so da = dg·(−e^A_log)·σ(a), and ∂g/∂A_log is g"
+                  " itself, so dA_log = Σₜ dg·g; dt_bias was added to every token's a, so its gradient is Σₜ da."
+                  " β = σ(X̂·W_b): the sigmoid's slope is β(1 − β), so db = dβ·β(1 − β). dW_a = X̂ᵀ·da, dW_b = X̂ᵀ·db,"
+                  " and da and db join the paths back into X̂.")
+    per_head = True
+    matrices = ("gb_da", "dW_a", "dA_log", "ddt_bias", "gb_db", "dW_b")
+
+    def runs(self, trace: TraceContext) -> bool:
+        dn = getattr(trace.comp.scenario, "deltanet", None)
+        return has_backward(trace) and dn is not None and (dn.g is None or dn.beta is None)
+
+    def segments(self, trace: TraceContext, head: int | None) -> list[Plan]:
+        gb = grads(trace).gates
+        n, d_model = trace.comp.X_in.shape
+        plans = []
+        if gb is not None and gb.da is not None:
+            plans += [Plan("gb_da", n, 1), Plan("dW_a", d_model, 1), Plan("dA_log", 1, 1), Plan("ddt_bias", 1, 1)]
+        if gb is not None and gb.db is not None:
+            plans += [Plan("gb_db", n, 1), Plan("dW_b", d_model, 1)]
+        return plans
+
+    def operation(self, trace: TraceContext, index: int, seg: Segment, row: int, col: int | None, d: int) -> Operation:
+        h = seg.head
+        assert h is not None
+        comp, g = trace.comp, grads(trace)
+        sc, gb, db, fw = comp.scenario, g.gates, g.heads[h].deltanet, comp.heads[h].deltanet
+        cfg = sc.deltanet
+        assert gb is not None and db is not None and fw is not None and cfg is not None
+        X = comp.X_in
+        x = "X" if comp.norm is None else "X̂"
+        name, me = seg.target, Ref(seg.target, h, row, 0)
+        value = float(self.matrix(trace, name, h)[row, 0])
+        tl = sc.labels[row] if name in ("gb_da", "gb_db") else ""
+        if name == "gb_da":
+            assert cfg.W_a is not None and cfg.A_log is not None and cfg.dt_bias is not None
+            a = float(kept(trace, np.array([X[row] @ cfg.W_a[:, h] + cfg.dt_bias[h]]))[0])
+            rate = float(kept(trace, np.array([math.exp(float(cfg.A_log[h]))]))[0])
+            slope = float(kept(trace, np.array([1.0 / (1.0 + math.exp(-a))]))[0])
+            (at,), st = fit(lambda u: 1.0 / (1.0 + math.exp(-u)), [a], slope, d)
+            (lt,), rt = fit(math.exp, [float(cfg.A_log[h])], rate, d)
+            details: tuple[str, ...] = (f"σ(a[{tl}]) = 1 / (1 + e^−a), a[{tl}] = {x}[{tl}]·W_a[:,{h}] + dt_bias[{h}]"
+                                        f" = {at}: σ = {st}",)
+            if row == 0:
+                details = (f"e^A_log[{h}] = e^{lt} = {rt}", *details)
+            return formula_cell(trace, index, seg, row, 0, d, value, lambda u, v, w: -u * v * w,
+                                [float(db.dg[row]), rate, slope], lambda s: f"−{s[0]}·{s[1]}·{s[2]}",
+                                f"da[{tl}] = −dg[{tl}]·e^A_log·σ(a[{tl}])", (Ref("dnb_dg", h), me), details)
+        if name in ("dW_a", "dW_b"):
+            d_col = gb.da if name == "dW_a" else gb.db
+            assert d_col is not None
+            grad = "da" if name == "dW_a" else "db"
+            return dot_cell(trace, index, seg, row, 0, d, value, X[:, row], d_col[:, h], False, False,
+                            f"{name}[{row},{h}] = {x}[:,{row}]·{grad}", (Ref("gb_da" if name == "dW_a" else "gb_db", h), me))
+        if name == "dA_log":
+            return dot_cell(trace, index, seg, row, 0, d, value, db.dg, fw.g, False, False,
+                            f"dA_log[{h}] = Σₜ dg·g", (Ref("dnb_dg", h), Ref("dn_g", h), me))
+        if name == "ddt_bias":
+            assert gb.da is not None
+            return sum_cell(trace, index, seg, row, 0, d, value, gb.da[:, h], f"ddt_bias[{h}] = Σₜ da",
+                            (Ref("gb_da", h), me))
+        beta = float(fw.beta[row])
+        return formula_cell(trace, index, seg, row, 0, d, value, lambda u, b: u * b * (1 - b),
+                            [float(db.dbeta[row]), beta], lambda s: f"{s[0]}·{s[1]}·(1 − {s[1]})",
+                            f"db[{tl}] = dβ[{tl}]·β[{tl}]·(1 − β[{tl}])", (Ref("dnb_dbeta", h), me))
+
+    def matrix(self, trace: TraceContext, name: str, head: int | None) -> Matrix:
+        gb = grads(trace).gates if has_backward(trace) else None
+        if head is None or gb is None:
+            raise KeyError(name)
+        full = {"gb_da": gb.da, "dW_a": gb.dW_a, "gb_db": gb.db, "dW_b": gb.dW_b,
+                "dA_log": None if gb.dA_log is None else gb.dA_log[None, :],
+                "ddt_bias": None if gb.ddt_bias is None else gb.ddt_bias[None, :]}[name]
+        if full is None:
+            raise KeyError(name)
+        out = np.ascontiguousarray(full[:, head:head + 1])
+        out.setflags(write=False)
+        return out
+
+    def panes(self, trace: TraceContext, op: Operation) -> list[Key]:
+        h, name = op.head, op.segment.target
+        x = "X" if trace.comp.norm is None else "X_norm"
+        return {"gb_da": [("dn_g", h), ("gb_da", h)], "dW_a": [(x, None), ("gb_da", h), ("dW_a", h)],
+                "dA_log": [("dn_g", h), ("dA_log", h)], "ddt_bias": [("gb_da", h), ("ddt_bias", h)],
+                "gb_db": [("dn_g", h), ("gb_db", h)], "dW_b": [(x, None), ("gb_db", h), ("dW_b", h)]}[name]
+
+    def title(self, trace: TraceContext, name: str, head: int | None) -> str:
+        return {"gb_da": "da = −dg·e^A_log·σ(a)", "dW_a": "dW_a = X̂ᵀ·da", "dA_log": "dA_log = Σ dg·g",
+                "ddt_bias": "ddt_bias = Σ da", "gb_db": "db = dβ·β(1 − β)", "dW_b": "dW_b = X̂ᵀ·db"}[name]
+
+
+GATES_BACKWARD = GatesBackStage()
