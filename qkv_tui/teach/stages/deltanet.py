@@ -486,7 +486,7 @@ BACK_BLOCKS = ("dnb_dS", "dnb_dq", "dnb_ddelta", "dnb_dv", "dnb_dbeta", "dnb_dSd
 BACK_TITLES = {"dnb_dS": "dS = q·dOᵀ + e^g·dS'(next)", "dnb_dq": "dq = S·dO", "dnb_ddelta": "dδ = dSᵀk",
                "dnb_dv": "dv = dδ·β", "dnb_dbeta": "dβ = dδ·(v − kv)", "dnb_dSd": "dS' = dS − k·dvᵀ",
                "dnb_dk": "dk = dS·δ − S'·dv", "dnb_dg": "dg = Σ S'⊙dS'", "dnb_step": "a token's steps, last first",
-               "dn_dQ": "dQ through the L2 norm", "dn_dK": "dK through the L2 norm"}
+               "dn_dQ": "dQ back through ‖·‖", "dn_dK": "dK back through ‖·‖"}
 
 
 class DeltaBackStage(BackwardSpec):
@@ -718,10 +718,10 @@ class GatesBackStage(BackwardSpec):
             a = float(kept(trace, np.array([X[row] @ cfg.W_a[:, h] + cfg.dt_bias[h]]))[0])
             rate = float(kept(trace, np.array([math.exp(float(cfg.A_log[h]))]))[0])
             slope = float(kept(trace, np.array([1.0 / (1.0 + math.exp(-a))]))[0])
-            (at,), st = fit(lambda u: 1.0 / (1.0 + math.exp(-u)), [a], slope, d)
+            _, st = fit(lambda u: 1.0 / (1.0 + math.exp(-u)), [a], slope, d)
             (lt,), rt = fit(math.exp, [float(cfg.A_log[h])], rate, d)
-            details: tuple[str, ...] = (f"σ(a[{tl}]) = 1 / (1 + e^−a), a[{tl}] = {x}[{tl}]·W_a[:,{h}] + dt_bias[{h}]"
-                                        f" = {at}: σ = {st}",)
+            details: tuple[str, ...] = (f"a[{tl}] = {x}[{tl}]·W_a[:,{h}] + dt_bias[{h}] = {fmt(a, False, d)}",
+                                        f"σ(a[{tl}]) = 1 / (1 + e^−a[{tl}]) = {st}")
             if row == 0:
                 details = (f"e^A_log[{h}] = e^{lt} = {rt}", *details)
             return formula_cell(trace, index, seg, row, 0, d, value, lambda u, v, w: -u * v * w,
@@ -761,9 +761,10 @@ class GatesBackStage(BackwardSpec):
     def panes(self, trace: TraceContext, op: Operation) -> list[Key]:
         h, name = op.head, op.segment.target
         x = "X" if trace.comp.norm is None else "X_norm"
-        return {"gb_da": [("dn_g", h), ("gb_da", h)], "dW_a": [(x, None), ("gb_da", h), ("dW_a", h)],
-                "dA_log": [("dn_g", h), ("dA_log", h)], "ddt_bias": [("gb_da", h), ("ddt_bias", h)],
-                "gb_db": [("dn_g", h), ("gb_db", h)], "dW_b": [(x, None), ("gb_db", h), ("dW_b", h)]}[name]
+        return {"gb_da": [("dnb_dg", h), ("dn_g", h), ("gb_da", h)], "dW_a": [(x, None), ("gb_da", h), ("dW_a", h)],
+                "dA_log": [("dnb_dg", h), ("dn_g", h), ("dA_log", h)], "ddt_bias": [("gb_da", h), ("ddt_bias", h)],
+                "gb_db": [("dnb_dbeta", h), ("dn_g", h), ("gb_db", h)],
+                "dW_b": [(x, None), ("gb_db", h), ("dW_b", h)]}[name]
 
     def title(self, trace: TraceContext, name: str, head: int | None) -> str:
         return {"gb_da": "da = −dg·e^A_log·σ(a)", "dW_a": "dW_a = X̂ᵀ·da", "dA_log": "dA_log = Σ dg·g",
