@@ -486,7 +486,7 @@ BACK_BLOCKS = ("dnb_dS", "dnb_dq", "dnb_ddelta", "dnb_dv", "dnb_dbeta", "dnb_dSd
 BACK_TITLES = {"dnb_dS": "dS = q·dOᵀ + e^g·dS'(next)", "dnb_dq": "dq = S·dO", "dnb_ddelta": "dδ = dSᵀk",
                "dnb_dv": "dv = dδ·β", "dnb_dbeta": "dβ = dδ·(v − kv)", "dnb_dSd": "dS' = dS − k·dvᵀ",
                "dnb_dk": "dk = dS·δ − S'·dv", "dnb_dg": "dg = Σ S'⊙dS'", "dnb_step": "a token's steps, last first",
-               "dn_dQ": "dQ back through ‖·‖", "dn_dK": "dK back through ‖·‖"}
+               "dn_dQ": "dQ via ‖Q‖", "dn_dK": "dK via ‖K‖"}
 
 
 class DeltaBackStage(BackwardSpec):
