@@ -668,6 +668,12 @@ class DeltaBackStage(BackwardSpec):
     def overview(self, trace: TraceContext, head: int) -> list[Key]:
         return [("dnb_dS", head), ("dn_dQ", head), ("dn_dK", head)] if has_backward(trace) else []
 
+    def markdown(self, page: MarkdownPage, head: int | None) -> list[str]:
+        out: list[str] = []
+        for name in (*BACK_BLOCKS, "dn_dQ", "dn_dK"):  # each step's block as a table of its own, the last token first
+            out += [page.table(name, head), ""]
+        return out + page.worked(self.stage.key, head)
+
     def title(self, trace: TraceContext, name: str, head: int | None) -> str:
         return BACK_TITLES[name]
 
