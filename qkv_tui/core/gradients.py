@@ -18,6 +18,8 @@ from qkv_tui.core.variants import Vector
 from qkv_tui.kernels.attention import Turn
 from qkv_tui.kernels.backward import AttendBack, GateBack, attend_backward, gate_backward, rotate_back
 from qkv_tui.kernels.backward_norm import norm_backward
+from qkv_tui.kernels.deltanet_backward import DeltaBack, GatesBack, deltanet_backward, gates_backward
+from qkv_tui.kernels.linear_backward import LinearBack, linear_backward
 from qkv_tui.kernels.policy import EXACT, ByHand, Policy
 from qkv_tui.kernels.sharing import kv_owners
 
@@ -44,6 +46,9 @@ class HeadGrad:
     gate: GateBack | None  # the gate read backwards; None without a gate
     dgamma_q: Vector | None  # (d_k,) None without QK-norm
     dgamma_k: Vector | None  # (d_k,)
+    # [linear] / [deltanet] read backwards in place of the softmax (attend then holds their dV, dQ_used, dK_used)
+    linear: LinearBack | None = None
+    deltanet: DeltaBack | None = None
 
     @property
     def dV(self) -> Matrix:
@@ -79,6 +84,7 @@ class Gradients:
     dbeta: Vector | None  # (d_model,) None unless [norm] gives beta
     dgamma_q: Vector | None  # the scenario's own gamma_q's gradient (the heads' summed, or side by side)
     dgamma_k: Vector | None
+    gates: GatesBack | None = None  # [deltanet]'s W_a, A_log, dt_bias, W_b; None unless g or β is computed
 
 
 def upstream(sc: Scenario, output: Matrix, policy: Policy = EXACT) -> tuple[float | None, Matrix]:
@@ -119,7 +125,7 @@ def gradients(comp: Computation, policy: Policy | None = None, trig: Mapping[int
     # dX̂'s paths side by side: (n, ·) gradients against (d_model, ·) weights, one dot product per cell
     grads_in: list[Matrix] = []
     weights_in: list[Matrix] = []
-    for h, (head, (dO_h, ab, gb, dQ_rot, dK_rot, dQ_t, dK_t)) in enumerate(zip(comp.heads, parts, strict=True)):
+    for h, (head, (dO_h, ab, gb, dQ_rot, dK_rot, dQ_t, dK_t, state)) in enumerate(zip(comp.heads, parts, strict=True)):
         dQ, dK = dQ_all[h], dK_all[h]
         grads_in.append(dQ)
         weights_in.append(head.W_Q)
@@ -133,8 +139,9 @@ def gradients(comp: Computation, policy: Policy | None = None, trig: Mapping[int
             dO_h, ab, dQ_rot, dK_rot, dQ_t, dK_t, dQ, dK, p.matmul(X_in.T, dQ), p.matmul(X_kv.T, dK),
             p.matmul(X_kv.T, ab.dV), None if head.b_Q is None else p.table(dQ.sum(axis=0)),
             None if head.b_K is None else p.table(dK.sum(axis=0)), None if head.b_V is None else p.table(ab.dV.sum(axis=0)),
-            gb, dgq[h], dgk[h],
+            gb, dgq[h], dgk[h], *state,
         ))
+    gates = _gates_back(comp, heads, grads_in, weights_in, p)
     dX_norm = p.matmul(np.concatenate(grads_in, axis=1), np.concatenate(weights_in, axis=1).T)  # (n, d_model)
     kv = _kv_sums(sc, heads)
     dX, dgamma, dbeta = dX_norm, None, None
@@ -143,11 +150,12 @@ def gradients(comp: Computation, policy: Policy | None = None, trig: Mapping[int
         dX, dgamma = back.dX, back.dgamma
         dbeta = back.dbeta if sc.norm.beta is not None else None
     return Gradients(loss, dO, d_concat, dW_O, db_O, tuple(heads), kv, any(len(k.heads) > 1 for k in kv),
-                     dX_norm, dX, dgamma, dbeta, dgamma_q, dgamma_k)
+                     dX_norm, dX, dgamma, dbeta, dgamma_q, dgamma_k, gates)
 
 
 _QKBack = tuple[list[Matrix], list[Matrix], list[Vector | None], list[Vector | None], Vector | None, Vector | None]
-_Part = tuple[Matrix, AttendBack, GateBack | None, Matrix | None, Matrix | None, Matrix, Matrix]
+_State = tuple[LinearBack | None, DeltaBack | None]
+_Part = tuple[Matrix, AttendBack, GateBack | None, Matrix | None, Matrix | None, Matrix, Matrix, _State]
 
 
 def _attend(sc: Scenario, h: HeadResult, X_in: Matrix, dJ: Matrix, p: Policy,
@@ -159,8 +167,12 @@ def _attend(sc: Scenario, h: HeadResult, X_in: Matrix, dJ: Matrix, p: Policy,
         gb = gate_backward(dJ, X_in, h.W_G, h.output, h.gate, p)
         dO_h = gb.d_output
     share = None if h.sink_exp is None else h.sink_exp / h.row_sum  # (n,) each row's sink weight
-    ab = attend_backward(dO_h, h.Q_used, h.K_used, h.V, h.weights, h.output, sc.allow, h.scale,
-                         scaled=h.scaled, softcap=h.softcap, sink_share=share, policy=p)
+    state: _State = (None, None)
+    if h.linear is not None or h.deltanet is not None:
+        ab, state = _state_back(sc, h, dO_h, p)
+    else:
+        ab = attend_backward(dO_h, h.Q_used, h.K_used, h.V, h.weights, h.output, sc.allow, h.scale,
+                             scaled=h.scaled, softcap=h.softcap, sink_share=share, policy=p)
     dQ_rot = dK_rot = None
     dQ_t, dK_t = ab.dQ_used, ab.dK_used
     turn = turn_of(sc.rope, sc.positions, h.d_k, p) if trig is None else trig.get(h.d_k)
@@ -168,7 +180,46 @@ def _attend(sc: Scenario, h: HeadResult, X_in: Matrix, dJ: Matrix, p: Policy,
         dQ_rot, dK_rot = dQ_t, dK_t
         dQ_t = rotate_back(dQ_rot, turn.cos, turn.sin, turn.pairs, p)
         dK_t = rotate_back(dK_rot, turn.cos, turn.sin, turn.pairs, p)
-    return dO_h, ab, gb, dQ_rot, dK_rot, dQ_t, dK_t
+    return dO_h, ab, gb, dQ_rot, dK_rot, dQ_t, dK_t, state
+
+
+def _state_back(sc: Scenario, h: HeadResult, dO_h: Matrix, p: Policy) -> tuple[AttendBack, _State]:
+    """A [linear] or [deltanet] head read backwards (kernels/linear_backward.py, kernels/deltanet_backward.py).
+    Its AttendBack carries dV, dQ_used and dK_used on to RoPE and the projections like a softmax head's; there is
+    no softmax, so its dP, dS and dscaled are the quadratic form's dweights and dA ([linear]) or 0 ([deltanet]),
+    read by no softmax stage, and the JSON writes them null."""
+    if h.linear is not None:
+        lb = linear_backward(dO_h, h.Q_used, h.K_used, h.V, h.linear, sc.allow, p)
+        ab = AttendBack(lb.dV, lb.dweights, lb.D, lb.dA, lb.dA, lb.dA, lb.dQ_used, lb.dK_used, None)
+        return ab, (lb, None)
+    assert h.deltanet is not None
+    db = deltanet_backward(dO_h, h.Q_used, h.K_used, h.V, h.deltanet, p)
+    n = dO_h.shape[0]
+    zero = np.zeros((n, n))
+    return AttendBack(db.dv, zero, np.zeros(n), zero, zero, zero, db.dQ_used, db.dK_used, None), (None, db)
+
+
+def _gates_back(comp: Computation, heads: list[HeadGrad], grads_in: list[Matrix], weights_in: list[Matrix],
+                p: Policy) -> GatesBack | None:
+    """[deltanet]'s g and β where computed from X̂: their weights' gradients, and their paths into dX̂ added to
+    ``grads_in``/``weights_in``."""
+    dn = comp.scenario.deltanet
+    if dn is None or (dn.g is not None and dn.beta is not None):
+        return None
+    fwd = [hr.deltanet for hr in comp.heads]
+    back = [hg.deltanet for hg in heads]
+    assert all(f is not None for f in fwd) and all(b is not None for b in back)
+    g = np.stack([f.g for f in fwd if f is not None], axis=1)  # (n, H)
+    beta = np.stack([f.beta for f in fwd if f is not None], axis=1)
+    dg = np.stack([b.dg for b in back if b is not None], axis=1)
+    dbeta = np.stack([b.dbeta for b in back if b is not None], axis=1)
+    gb = gates_backward(comp.X_in, g, beta, dg, dbeta, dn.W_a if dn.g is None else None, dn.A_log, dn.dt_bias,
+                        dn.W_b if dn.beta is None else None, p)
+    for d, W in ((gb.da, dn.W_a), (gb.db, dn.W_b)):
+        if d is not None and W is not None:
+            grads_in.append(d)
+            weights_in.append(W)
+    return gb
 
 
 def _qk_norm_back(comp: Computation, parts: list[_Part], p: Policy) -> _QKBack:

@@ -49,8 +49,10 @@ def _v(values: np.ndarray | None) -> list[float] | None:
 
 def head_grad_fields(g: HeadGrad) -> Fields:
     a = g.attend
+    softmax = g.linear is None and g.deltanet is None  # [linear] and [deltanet] have no dP, dS, dscaled
     return [
-        ("dO", g.dO), ("dV", a.dV), ("dP", a.dP), ("dS", a.dS), ("dscaled", a.dscaled),
+        ("dO", g.dO), ("dV", a.dV), ("dP", a.dP if softmax else None), ("dS", a.dS if softmax else None),
+        ("dscaled", a.dscaled if softmax else None),
         ("dQ", g.dQ), ("dK", g.dK), ("dQ_rot", g.dQ_rot), ("dK_rot", g.dK_rot),
         ("dW_Q", g.dW_Q), ("dW_K", g.dW_K), ("dW_V", g.dW_V),
         ("db_Q", _v(g.db_Q)), ("db_K", _v(g.db_K)), ("db_V", _v(g.db_V)), ("dsink", a.dsink),
@@ -69,7 +71,26 @@ def grad_fields(sc: Scenario, g: Gradients, write_fields: WriteFields) -> Fields
         ("heads", Nested(write_fields, items=[head_grad_fields(h) for h in g.heads])),
         ("kv_heads", Nested(write_fields, items=[kv_grad_fields(k) for k in g.kv_heads]) if g.shared else None),
         ("db_O", _v(g.db_O)), ("dbeta", _v(g.dbeta)),
+        ("linear", _linear(g, write_fields) if sc.linear is not None else None),
+        ("deltanet", _deltanet(g, write_fields) if sc.deltanet is not None else None),
     ]
+
+
+def _linear(g: Gradients, write_fields: WriteFields) -> Nested:
+    heads = [[("dphi_Q", h.linear.dphi_Q), ("dphi_K", h.linear.dphi_K), ("dV", h.linear.dV)]
+             for h in g.heads if h.linear is not None]
+    return Nested(write_fields, fields=[("heads", Nested(write_fields, items=heads))])
+
+
+def _deltanet(g: Gradients, write_fields: WriteFields) -> Nested:
+    heads = [[("dq", d.dq), ("dk", d.dk), ("dv", d.dv), ("dg", _v(d.dg)), ("dbeta", _v(d.dbeta)),
+              ("dS", d.dS)] for d in (h.deltanet for h in g.heads) if d is not None]
+    gb = g.gates
+    return Nested(write_fields, fields=[
+        ("heads", Nested(write_fields, items=heads)),
+        ("dW_a", None if gb is None else gb.dW_a), ("dW_b", None if gb is None else gb.dW_b),
+        ("dA_log", None if gb is None else _v(gb.dA_log)), ("dt_bias_grad", None if gb is None else _v(gb.ddt_bias)),
+    ])
 
 
 def backward_parts(sc: Scenario, comp: Computation | None, write_fields: WriteFields) -> Fields:

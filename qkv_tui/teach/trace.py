@@ -257,6 +257,10 @@ class Trace:
         sc = self.comp.scenario
         if name.startswith(("W_", "dW_", "db_")) or name == "dsink":
             return str(row)
+        if name.startswith("dnb_"):  # [deltanet]'s backward walks the tokens last first
+            return sc.labels[sc.n - 1 - row]
+        if name in ("dA_log", "ddt_bias"):  # summed over the tokens
+            return "Σ"
         if name in KEY_ROWS:  # the backward pass's gradients at the keys' rows
             return sc.key_labels[row]
         if name in ("K", "V", "context_X", "K_rot", "K_norm"):
@@ -275,7 +279,8 @@ class Trace:
             d_k = self.comp.heads[0].d_k
             pair = next((i for i, ab in enumerate(self.comp.scenario.rope.pairs(d_k)) if col in ab), None)
             return f"{col}=" if pair is None else f"{col}p{pair}"  # "=": partial rotary passes it through
-        if name in ("lin_S", "dn_S", "dn_decayed"):  # a state d_k × d_v, a token's row read row by row: "i,j"
+        # a state d_k × d_v (or its gradient), a token's row read row by row: "i,j"
+        if name in ("lin_S", "dn_S", "dn_decayed", "dnb_dS", "dnb_dSd"):
             widths = {h.d_v for h in self.comp.heads}
             if len(widths) == 1:
                 return "{},{}".format(*divmod(col, widths.pop()))

@@ -82,6 +82,10 @@ def params(sc: Scenario, g: Gradients) -> list[Param]:
         top += [("gamma", sc.norm.gamma, g.dgamma), ("beta", sc.norm.beta, g.dbeta)]
     if sc.qk_norm is not None:
         top += [("gamma_q", sc.qk_norm.gamma_q, g.dgamma_q), ("gamma_k", sc.qk_norm.gamma_k, g.dgamma_k)]
+    dn, gb = sc.deltanet, g.gates
+    if dn is not None and gb is not None:
+        top += [("W_a", dn.W_a, gb.dW_a), ("W_b", dn.W_b, gb.dW_b), ("A_log", dn.A_log, gb.dA_log),
+                ("dt_bias", dn.dt_bias, gb.ddt_bias)]
     for name, value, grad in top:
         if value is not None:
             out.append(Param(name, name, None, _row(value), _row(grad)))  # type: ignore[arg-type]

@@ -19,9 +19,10 @@ BACKWARD_KEYS = ("target", "dO", "lr", "steps", "train")
 DEFAULT_LR = 0.1
 MAX_STEPS = 1000
 # every weight the format has, in the order the default train list and the messages name them; never X,
-# the ALiBi slopes or the target, which are data, not weights
+# the ALiBi slopes, the target or [deltanet]'s given g and beta arrays, which are data, not weights
 TRAINABLE = ("W_Q", "W_K", "W_V", "W_O", "W_G", "b_Q", "b_K", "b_V", "b_O", "gamma", "beta", "gamma_q", "gamma_k",
-             "sinks")
+             "sinks", "W_a", "W_b", "A_log", "dt_bias")
+DELTANET_WEIGHTS = ("W_a", "W_b", "A_log", "dt_bias")  # where [deltanet] computes g and β, as Qwen3-Next does
 
 
 @dataclass(frozen=True, eq=False)
@@ -64,12 +65,14 @@ def given_weights(ctx: Context) -> tuple[str, ...]:
             have.add("beta")
     if qk is not None:
         have.update(("gamma_q", "gamma_k"))
+    dn = ctx.earlier.get("deltanet")
+    have.update(w for w in DELTANET_WEIGHTS if dn is not None and getattr(dn, w, None) is not None)
     return tuple(w for w in TRAINABLE if w in have)
 
 
 def parse_backward(table: dict[str, Any], ctx: Context) -> Backward:
     v: Reader = ctx.v  # type: ignore[assignment]  # the loader's validator reads matrices too
-    for key in ("mla", "linear", "deltanet"):
+    for key in ("mla",):
         if ctx.earlier.get(key) is not None:  # their gradients are not written yet: refuse rather than be wrong
             raise v.fail(f"[backward] with [{key}] is not supported yet: the backward pass runs through softmax"
                          f" attention only; remove [backward] or [{key}]")

@@ -20,7 +20,9 @@ import numpy as np
 from qkv_tui.core.engine import Computation, HeadResult
 from qkv_tui.core.fmt import fmt, vector
 from qkv_tui.core.scenario import Matrix
+from qkv_tui.kernels.backward import row_dots
 from qkv_tui.kernels.deltanet import L2_EPS, decay_mask
+from qkv_tui.kernels.policy import EXACT, ByHand
 from qkv_tui.teach.arith import dot_line, fit
 from qkv_tui.teach.stages.common import (
     K_SLOT,
@@ -39,6 +41,7 @@ from qkv_tui.teach.stages.common import (
     StageSpec,
 )
 from qkv_tui.teach.stages.context import TraceContext
+from qkv_tui.teach.stages.grads import BackwardSpec, dot_cell, formula_cell, grads, has_backward, kept, sum_cell
 from qkv_tui.teach.stages.markdown import MarkdownPage
 from qkv_tui.teach.stages.printed import PrintedCells, PrintedChain, Table, idx
 from qkv_tui.teach.stages.score import scored, scored_names
@@ -475,3 +478,303 @@ def mask_lines(trace: TraceContext, hr: HeadResult, d: int) -> tuple[str, ...]:
 NORMALISE = Normalise()
 GATES = Gates()
 DELTA = Delta()
+
+
+# --- the backward pass (docs/backward.md, "[deltanet]"): the tokens in reverse, the state's adjoint carried back ---
+
+BACK_BLOCKS = ("dnb_dS", "dnb_dq", "dnb_ddelta", "dnb_dv", "dnb_dbeta", "dnb_dSd", "dnb_dk", "dnb_dg")
+BACK_TITLES = {"dnb_dS": "dS = q·dOᵀ + e^g·dS'(next)", "dnb_dq": "dq = S·dO", "dnb_ddelta": "dδ = dSᵀk",
+               "dnb_dv": "dv = dδ·β", "dnb_dbeta": "dβ = dδ·(v − kv)", "dnb_dSd": "dS' = dS − k·dvᵀ",
+               "dnb_dk": "dk = dS·δ − S'·dv", "dnb_dg": "dg = Σ S'⊙dS'", "dnb_step": "a token's steps, last first",
+               "dn_dQ": "dQ via ‖Q‖", "dn_dK": "dK via ‖K‖"}
+
+
+class DeltaBackStage(BackwardSpec):
+    """The gated delta rule read backwards: one segment of n rows, the last token first (row r is token n − 1 − r),
+    whose columns are a token's backward steps side by side; then the L2 norms."""
+
+    stage = Stage("ddelta", "dDelta",
+                  "Back through the gated delta rule, the last token first. The state's gradient flows backwards in"
+                  " time: token t's dS collects what its own output asked (q_t·dO_tᵀ) and everything every later"
+                  " token asked of it, decayed by e^g of the token after. From dS: dq = S·dO, dδ = dSᵀk, dv = dδ·β,"
+                  " dβ = dδ·(v − kv); the recall kv = S'ᵀk passed −dv back, so dS' = dS − k·dvᵀ and"
+                  " dk = dS·δ − S'·dv; the decay S' = S·e^g gives dg = Σ S'⊙dS'. Last, q and k were L2-normalised:"
+                  " dx = (dx̂ − x̂·(x̂·dx̂)) / ‖x‖, the part along x̂ taken away, as the norm's length absorbed it.")
+    per_head = True
+    matrices = ("dnb_step", *BACK_BLOCKS, "dn_dQ", "dn_dK")
+
+    def runs(self, trace: TraceContext) -> bool:
+        return has_backward(trace) and _on(trace)
+
+    def widths(self, hr: HeadResult) -> list[int]:
+        P = hr.d_k * hr.d_v
+        return [P, hr.d_k, hr.d_v, hr.d_v, 1, P, hr.d_k, 1]
+
+    def block(self, hr: HeadResult, col: int) -> tuple[str, int]:
+        lo = 0
+        for name, w in zip(BACK_BLOCKS, self.widths(hr)):
+            if col < lo + w:
+                return name, col - lo
+            lo += w
+        raise IndexError(col)
+
+    def segments(self, trace: TraceContext, head: int | None) -> list[Plan]:
+        hr, n = _hr(trace, head), trace.comp.scenario.n
+        return [Plan("dnb_step", n, sum(self.widths(hr))), Plan("dn_dQ", n, hr.d_k), Plan("dn_dK", n, hr.d_k)]
+
+    def operation(self, trace: TraceContext, index: int, seg: Segment, row: int, col: int | None, d: int) -> Operation:
+        h = seg.head
+        assert h is not None and col is not None
+        if seg.target in ("dn_dQ", "dn_dK"):
+            return self._l2(trace, index, seg, row, col, d)
+        hr, sc, hg = _hr(trace, h), trace.comp.scenario, grads(trace).heads[h]
+        dn, db = hr.deltanet, hg.deltanet
+        assert dn is not None and db is not None
+        t = sc.n - 1 - row
+        tl = sc.labels[t]
+        name, c = self.block(hr, col)
+        me = Ref(name, h, row, c)
+        if name in ("dnb_dS", "dnb_dSd"):
+            i, j = divmod(c, hr.d_v)
+            if name == "dnb_dS":
+                value = float(db.dS[t, i, j])
+                q, o = float(dn.q[t, i]), float(hg.dO[t, j])
+                if t == sc.n - 1:
+                    return formula_cell(trace, index, seg, row, col, d, value, lambda x, y: x * y, [q, o],
+                                        lambda s: f"{s[0]}·{s[1]}", f"dS_{tl}[{i},{j}] = q[{tl},{i}]·dO[{tl},{j}]",
+                                        (Ref("dn_q", h, t, i), Ref("dO_h", h, t, j), me),
+                                        ("the last token: no later token read its state",))
+                nl = sc.labels[t + 1]
+                return formula_cell(trace, index, seg, row, col, d, value, lambda x, y, z, w: x * y + z * w,
+                                    [q, o, float(dn.decay[t + 1]), float(db.dS_decayed[t + 1, i, j])],
+                                    lambda s: f"{s[0]}·{s[1]} + {s[2]}·{s[3]}",
+                                    f"dS_{tl}[{i},{j}] = q[{tl},{i}]·dO[{tl},{j}] + e^g[{nl}]·dS'_{nl}[{i},{j}]",
+                                    (Ref("dn_q", h, t, i), Ref("dO_h", h, t, j), Ref("dnb_dSd", h, row - 1, c), me))
+            value = float(db.dS_decayed[t, i, j])
+            return formula_cell(trace, index, seg, row, col, d, value, lambda x, y, z: x - y * z,
+                                [float(db.dS[t, i, j]), float(dn.k[t, i]), float(db.dv[t, j])],
+                                lambda s: f"{s[0]} − {s[1]}·{s[2]}",
+                                f"dS'_{tl}[{i},{j}] = dS_{tl}[{i},{j}] − k[{tl},{i}]·dv[{tl},{j}]",
+                                (Ref("dnb_dS", h, row, c), Ref("dn_k", h, t, i), me))
+        if name == "dnb_dq":
+            return dot_cell(trace, index, seg, row, col, d, float(db.dq[t, c]), dn.S[t][c, :], hg.dO[t], False, False,
+                            f"dq[{tl},{c}] = S_{tl}[{c},:]·dO[{tl}]", (Ref("dn_S", h, t), Ref("dO_h", h, t), me))
+        if name == "dnb_ddelta":
+            return dot_cell(trace, index, seg, row, col, d, float(db.ddelta[t, c]), db.dS[t][:, c], dn.k[t], False,
+                            False, f"dδ_{tl}[{c}] = dS_{tl}[:,{c}]·k[{tl}]", (Ref("dnb_dS", h, row), Ref("dn_k", h, t), me))
+        if name == "dnb_dv":
+            return formula_cell(trace, index, seg, row, col, d, float(db.dv[t, c]), lambda x, y: x * y,
+                                [float(db.ddelta[t, c]), float(dn.beta[t])], lambda s: f"{s[0]}·{s[1]}",
+                                f"dv[{tl},{c}] = dδ_{tl}[{c}]·β[{tl}]", (Ref("dnb_ddelta", h, row, c), me))
+        if name == "dnb_dbeta":
+            diff = kept(trace, hr.V[t] - dn.kv[t])  # (d_v,) the correction before β, as the forward kept it
+            return dot_cell(trace, index, seg, row, col, d, float(db.dbeta[t]), db.ddelta[t], diff, False, False,
+                            f"dβ[{tl}] = dδ_{tl}·(V[{tl}] − kv_{tl})", (Ref("dnb_ddelta", h, row), Ref("dn_kv", h, t), me))
+        if name == "dnb_dk":
+            a = np.concatenate([db.dS[t][c, :], dn.decayed[t][c, :]])
+            b = np.concatenate([dn.delta[t], -db.dv[t]])
+            return dot_cell(trace, index, seg, row, col, d, float(db.dk[t, c]), a, b, False, False,
+                            f"dk[{tl},{c}] = dS_{tl}[{c},:]·δ_{tl} + S'_{tl}[{c},:]·(−dv[{tl}])",
+                            (Ref("dnb_dS", h, row), Ref("dn_delta", h, t), Ref("dn_decayed", h, t), me))
+        value = float(db.dg[t])
+        if t == 0:
+            return Operation(index, seg, row, col, value, (me,),
+                             f"dg[{tl}] = Σ S'_{tl}⊙dS'_{tl} = {trace.formatted('dnb_dg', h, value, d)}"
+                             " (the state was empty before the first token, so its decay changed nothing)")
+        return dot_cell(trace, index, seg, row, col, d, value, dn.decayed[t].ravel(), db.dS_decayed[t].ravel(), False,
+                        False, f"dg[{tl}] = Σ S'_{tl}⊙dS'_{tl}", (Ref("dn_decayed", h, t), Ref("dnb_dSd", h, row), me))
+
+    def _l2(self, trace: TraceContext, index: int, seg: Segment, row: int, col: int, d: int) -> Operation:
+        """dQ' = (dq/√dₖ − q̂·m) / ‖Q‖ with m = q̂·(dq/√dₖ); dK' = (dk − k·m) / ‖K‖, m = k·dk."""
+        h = seg.head
+        assert h is not None
+        hr, sc, hg = _hr(trace, h), trace.comp.scenario, grads(trace).heads[h]
+        dn, db = hr.deltanet, hg.deltanet
+        assert dn is not None and db is not None
+        is_q = seg.target == "dn_dQ"
+        qn, kn, qs, ks = scored(trace)
+        x = hr.Q_used if is_q else hr.K_used
+        root = dn.root_q if is_q else dn.root_k
+        y = kept(trace, x / root[:, None])  # (n, d_k) x̂ = x / ‖x‖
+        dy = kept(trace, db.dq / dn.divisor) if is_q else db.dk  # (n, d_k) at x̂
+        policy = EXACT if trace.hand is None else ByHand(trace.hand)  # m as the kernel worked it (l2_backward)
+        m_row = float(row_dots(y[row:row + 1], dy[row:row + 1], policy)[0])
+        value = float((db.dQ_used if is_q else db.dK_used)[row, col])
+        tl, name, small = sc.labels[row], qs if is_q else ks, "q" if is_q else "k"
+        refs = (Ref("dnb_dq" if is_q else "dnb_dk", h, sc.n - 1 - row), Ref(qn if is_q else kn, h, row, col))
+        details: tuple[str, ...] = ()
+        if col == 0:
+            work = dot_line(y[row], dy[row], False, False, fmt(float(m_row), False, d), d, trace.hand)
+            details = (f"m[{tl}] = {small}̂[{tl}]·d{small}̂[{tl}] = {work}",)
+        if is_q:  # by hand dq̂ = dq / √dₖ is written down first, as the kernel does
+            (a, sd), res = fit(lambda u, v: u / v, [float(db.dq[row, col]), float(dn.divisor)], float(dy[row, col]), d)
+            details = (f"dq̂[{tl},{col}] = dq[{tl},{col}] / √dₖ = {a} / {sd} = {res}", *details)
+        return formula_cell(trace, index, seg, row, col, d, value, lambda g, u, m, r: (g - u * m) / r,
+                            [float(dy[row, col]), float(y[row, col]), float(m_row), float(root[row])],
+                            lambda s: f"({s[0]} − {s[1]}·{s[2]}) / {s[3]}",
+                            f"d{name}[{tl},{col}] = (d{small}̂[{tl},{col}] − {small}̂[{tl},{col}]·m[{tl}]) / ‖{name}[{tl}]‖",
+                            refs, details)
+
+    def matrix(self, trace: TraceContext, name: str, head: int | None) -> Matrix:
+        if head is None or not has_backward(trace):
+            raise KeyError(name)
+        db = grads(trace).heads[head].deltanet
+        if db is None:
+            raise KeyError(name)
+        n = db.dq.shape[0]
+        if name in ("dn_dQ", "dn_dK"):
+            return db.dQ_used if name == "dn_dQ" else db.dK_used
+        last_first = {"dnb_dS": db.dS.reshape(n, -1), "dnb_dq": db.dq, "dnb_ddelta": db.ddelta, "dnb_dv": db.dv,
+                      "dnb_dbeta": db.dbeta[:, None], "dnb_dSd": db.dS_decayed.reshape(n, -1), "dnb_dk": db.dk,
+                      "dnb_dg": db.dg[:, None]}
+        if name == "dnb_step":
+            out = np.concatenate([last_first[b][::-1] for b in BACK_BLOCKS], axis=1)
+        else:
+            out = np.ascontiguousarray(last_first[name][::-1])
+        out.setflags(write=False)
+        return out
+
+    def filled(self, trace: TraceContext, name: str, head: int | None, index: int) -> int:
+        if name not in BACK_BLOCKS:
+            return trace.filled(name, head, index)
+        hr = _hr(trace, head)
+        done = trace.filled("dnb_step", head, index)
+        width = sum(self.widths(hr))
+        rows, rest = divmod(min(done, trace.comp.scenario.n * width), width)
+        lo = 0
+        for block, w in zip(BACK_BLOCKS, self.widths(hr)):
+            if block == name:
+                return rows * w + min(max(rest - lo, 0), w)
+            lo += w
+        raise KeyError(name)
+
+    def panes(self, trace: TraceContext, op: Operation) -> list[Key]:
+        h = op.head
+        assert op.col is not None
+        qn, kn, _, _ = scored(trace)
+        if op.segment.target == "dn_dQ":
+            return [(qn, h), ("dnb_dq", h), ("dn_dQ", h)]
+        if op.segment.target == "dn_dK":
+            return [(kn, h), ("dnb_dk", h), ("dn_dK", h)]
+        name, _ = self.block(_hr(trace, h), op.col)
+        return {"dnb_dS": [("dn_q", h), ("dO_h", h), ("dnb_dS", h)], "dnb_dq": [("dn_S", h), ("dO_h", h), ("dnb_dq", h)],
+                "dnb_ddelta": [("dnb_dS", h), ("dn_k", h), ("dnb_ddelta", h)],
+                "dnb_dv": [("dnb_ddelta", h), ("dn_g", h), ("dnb_dv", h)],
+                "dnb_dbeta": [("dnb_ddelta", h), ("dn_kv", h), ("dnb_dbeta", h)],
+                "dnb_dSd": [("dnb_dS", h), ("dnb_dv", h), ("dnb_dSd", h)],
+                "dnb_dk": [("dnb_dS", h), ("dn_delta", h), ("dnb_dk", h)],
+                "dnb_dg": [("dn_decayed", h), ("dnb_dSd", h), ("dnb_dg", h)]}[name]
+
+    def overview(self, trace: TraceContext, head: int) -> list[Key]:
+        return [("dnb_dS", head), ("dn_dQ", head), ("dn_dK", head)] if has_backward(trace) else []
+
+    def markdown(self, page: MarkdownPage, head: int | None) -> list[str]:
+        out: list[str] = []
+        for name in (*BACK_BLOCKS, "dn_dQ", "dn_dK"):  # each step's block as a table of its own, the last token first
+            out += [page.table(name, head), ""]
+        return out + page.worked(self.stage.key, head)
+
+    def title(self, trace: TraceContext, name: str, head: int | None) -> str:
+        return BACK_TITLES[name]
+
+
+BACKWARD = DeltaBackStage()
+
+
+class GatesBackStage(BackwardSpec):
+    """Qwen3-Next's gates read backwards, where g and β were computed from X̂: to W_a, A_log, dt_bias and W_b."""
+
+    stage = Stage("dgates", "dGates",
+                  "Back through the gates, where g and β came from the weights. g = −e^A_log·softplus(a) with"
+                  " a = X̂·W_a + dt_bias: softplus' slope is σ(a), so da = dg·(−e^A_log)·σ(a), and ∂g/∂A_log is g"
+                  " itself, so dA_log = Σₜ dg·g; dt_bias was added to every token's a, so its gradient is Σₜ da."
+                  " β = σ(X̂·W_b): the sigmoid's slope is β(1 − β), so db = dβ·β(1 − β). dW_a = X̂ᵀ·da, dW_b = X̂ᵀ·db,"
+                  " and da and db join the paths back into X̂.")
+    per_head = True
+    matrices = ("gb_da", "dW_a", "dA_log", "ddt_bias", "gb_db", "dW_b")
+
+    def runs(self, trace: TraceContext) -> bool:
+        dn = getattr(trace.comp.scenario, "deltanet", None)
+        return has_backward(trace) and dn is not None and (dn.g is None or dn.beta is None)
+
+    def segments(self, trace: TraceContext, head: int | None) -> list[Plan]:
+        gb = grads(trace).gates
+        n, d_model = trace.comp.X_in.shape
+        plans = []
+        if gb is not None and gb.da is not None:
+            plans += [Plan("gb_da", n, 1), Plan("dW_a", d_model, 1), Plan("dA_log", 1, 1), Plan("ddt_bias", 1, 1)]
+        if gb is not None and gb.db is not None:
+            plans += [Plan("gb_db", n, 1), Plan("dW_b", d_model, 1)]
+        return plans
+
+    def operation(self, trace: TraceContext, index: int, seg: Segment, row: int, col: int | None, d: int) -> Operation:
+        h = seg.head
+        assert h is not None
+        comp, g = trace.comp, grads(trace)
+        sc, gb, db, fw = comp.scenario, g.gates, g.heads[h].deltanet, comp.heads[h].deltanet
+        cfg = sc.deltanet
+        assert gb is not None and db is not None and fw is not None and cfg is not None
+        X = comp.X_in
+        x = "X" if comp.norm is None else "X̂"
+        name, me = seg.target, Ref(seg.target, h, row, 0)
+        value = float(self.matrix(trace, name, h)[row, 0])
+        tl = sc.labels[row] if name in ("gb_da", "gb_db") else ""
+        if name == "gb_da":
+            assert cfg.W_a is not None and cfg.A_log is not None and cfg.dt_bias is not None
+            a = float(kept(trace, np.array([X[row] @ cfg.W_a[:, h] + cfg.dt_bias[h]]))[0])
+            rate = float(kept(trace, np.array([math.exp(float(cfg.A_log[h]))]))[0])
+            slope = float(kept(trace, np.array([1.0 / (1.0 + math.exp(-a))]))[0])
+            _, st = fit(lambda u: 1.0 / (1.0 + math.exp(-u)), [a], slope, d)
+            (lt,), rt = fit(math.exp, [float(cfg.A_log[h])], rate, d)
+            details: tuple[str, ...] = (f"a[{tl}] = {x}[{tl}]·W_a[:,{h}] + dt_bias[{h}] = {fmt(a, False, d)}",
+                                        f"σ(a[{tl}]) = 1 / (1 + e^−a[{tl}]) = {st}")
+            if row == 0:
+                details = (f"e^A_log[{h}] = e^{lt} = {rt}", *details)
+            return formula_cell(trace, index, seg, row, 0, d, value, lambda u, v, w: -u * v * w,
+                                [float(db.dg[row]), rate, slope], lambda s: f"−{s[0]}·{s[1]}·{s[2]}",
+                                f"da[{tl}] = −dg[{tl}]·e^A_log·σ(a[{tl}])", (Ref("dnb_dg", h), me), details)
+        if name in ("dW_a", "dW_b"):
+            d_col = gb.da if name == "dW_a" else gb.db
+            assert d_col is not None
+            grad = "da" if name == "dW_a" else "db"
+            return dot_cell(trace, index, seg, row, 0, d, value, X[:, row], d_col[:, h], False, False,
+                            f"{name}[{row},{h}] = {x}[:,{row}]·{grad}", (Ref("gb_da" if name == "dW_a" else "gb_db", h), me))
+        if name == "dA_log":
+            return dot_cell(trace, index, seg, row, 0, d, value, db.dg, fw.g, False, False,
+                            f"dA_log[{h}] = Σₜ dg·g", (Ref("dnb_dg", h), Ref("dn_g", h), me))
+        if name == "ddt_bias":
+            assert gb.da is not None
+            return sum_cell(trace, index, seg, row, 0, d, value, gb.da[:, h], f"ddt_bias[{h}] = Σₜ da",
+                            (Ref("gb_da", h), me))
+        beta = float(fw.beta[row])
+        return formula_cell(trace, index, seg, row, 0, d, value, lambda u, b: u * b * (1 - b),
+                            [float(db.dbeta[row]), beta], lambda s: f"{s[0]}·{s[1]}·(1 − {s[1]})",
+                            f"db[{tl}] = dβ[{tl}]·β[{tl}]·(1 − β[{tl}])", (Ref("dnb_dbeta", h), me))
+
+    def matrix(self, trace: TraceContext, name: str, head: int | None) -> Matrix:
+        gb = grads(trace).gates if has_backward(trace) else None
+        if head is None or gb is None:
+            raise KeyError(name)
+        full = {"gb_da": gb.da, "dW_a": gb.dW_a, "gb_db": gb.db, "dW_b": gb.dW_b,
+                "dA_log": None if gb.dA_log is None else gb.dA_log[None, :],
+                "ddt_bias": None if gb.ddt_bias is None else gb.ddt_bias[None, :]}[name]
+        if full is None:
+            raise KeyError(name)
+        out = np.ascontiguousarray(full[:, head:head + 1])
+        out.setflags(write=False)
+        return out
+
+    def panes(self, trace: TraceContext, op: Operation) -> list[Key]:
+        h, name = op.head, op.segment.target
+        x = "X" if trace.comp.norm is None else "X_norm"
+        return {"gb_da": [("dnb_dg", h), ("dn_g", h), ("gb_da", h)], "dW_a": [(x, None), ("gb_da", h), ("dW_a", h)],
+                "dA_log": [("dnb_dg", h), ("dn_g", h), ("dA_log", h)], "ddt_bias": [("gb_da", h), ("ddt_bias", h)],
+                "gb_db": [("dnb_dbeta", h), ("dn_g", h), ("gb_db", h)],
+                "dW_b": [(x, None), ("gb_db", h), ("dW_b", h)]}[name]
+
+    def title(self, trace: TraceContext, name: str, head: int | None) -> str:
+        return {"gb_da": "da = −dg·e^A_log·σ(a)", "dW_a": "dW_a = X̂ᵀ·da", "dA_log": "dA_log = Σ dg·g",
+                "ddt_bias": "ddt_bias = Σ da", "gb_db": "db = dβ·β(1 − β)", "dW_b": "dW_b = X̂ᵀ·db"}[name]
+
+
+GATES_BACKWARD = GatesBackStage()

@@ -188,9 +188,15 @@ class EmbedBack(BackwardSpec):
                 paths.append(f"d{'gate' if role == 'G' else role}[{q}]·W_{role}[{col},:]")
         said = f"{name}[{q},{col}] = " + (" + ".join(paths) if len(comp.heads) == 1 else "Σ heads (" + " + ".join(
             paths[:len(paths) // len(comp.heads)]) + ")")
+        ints = all(trace.integral(f"W_{r}", h) for r in "QKV" for h in range(len(comp.heads)))
+        for role, grad, W in gate_paths(trace):  # [deltanet]'s g and β computed from X̂ (every head at once)
+            a.append(grad[row])
+            b.append(W[col])
+            said += f" + d{role}[{q}]·W_{role}[{col},:]"
+            ints = ints and bool((np.round(W) == W).all())
         return dot_cell(trace, index, seg, row, col, d, float(g.dX_norm[row, col]), np.concatenate(a),
-                        np.concatenate(b), False, all(trace.integral(f"W_{r}", h) for r in "QKV" for h in range(len(comp.heads))),
-                        said, tuple(Ref(f"W_{r}", h, col) for h in range(len(comp.heads)) for r in "QKV"))
+                        np.concatenate(b), False, ints, said,
+                        tuple(Ref(f"W_{r}", h, col) for h in range(len(comp.heads)) for r in "QKV"))
 
     def matrix(self, trace: TraceContext, name: str, head: int | None) -> Matrix:
         if not has_backward(trace):
@@ -215,3 +221,11 @@ class EmbedBack(BackwardSpec):
 
 
 BACKWARD = EmbedBack()
+
+
+def gate_paths(trace: TraceContext) -> list[tuple[str, Matrix, Matrix]]:
+    """[deltanet]'s paths into X̂ where it computes g (through W_a) and β (through W_b) from X̂."""
+    gb, dn = grads(trace).gates, trace.comp.scenario.deltanet
+    if gb is None or dn is None:
+        return []
+    return [(role, d, W) for role, d, W in (("a", gb.da, dn.W_a), ("b", gb.db, dn.W_b)) if d is not None and W is not None]

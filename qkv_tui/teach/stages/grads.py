@@ -19,7 +19,7 @@ from qkv_tui.teach.stages.context import TraceContext
 
 # the names the backward panes take (the trace labels their rows and columns by them)
 KEY_ROWS = ("dK_s", "dK_t", "dK", "dV")  # one row per key
-KEY_COLS = ("dP", "dS", "dscaled", "dscores")  # one column per key
+KEY_COLS = ("dP", "dS", "dscaled", "dscores", "lb_dW", "lb_dA")  # one column per key
 
 
 def grads(trace: TraceContext) -> Gradients:

@@ -38,6 +38,7 @@ from qkv_tui.teach.stages.common import (
     StageSpec,
 )
 from qkv_tui.teach.stages.context import TraceContext
+from qkv_tui.teach.stages.grads import BackwardSpec, dot_cell, formula_cell, grads, has_backward
 from qkv_tui.teach.stages.printed import PrintedCells, PrintedChain, Table, idx
 from qkv_tui.teach.stages.score import scored, scored_names
 
@@ -514,3 +515,156 @@ FEATURE = Feature()
 QUADRATIC = Quadratic()
 RECURRENT = Recurrent()
 
+
+
+# --- the backward pass (docs/backward.md, "[linear]"): the quadratic form read backwards ---------------------
+
+
+class LinearBackStage(BackwardSpec):
+    """The quadratic form read backwards: out = W·V with W = A ÷ rowsum(A), A = φ(Q)φ(K)ᵀ masked."""
+
+    stage = Stage("dlinear", "dLinear",
+                  "Back through linear attention, along its quadratic form: out = W·V, so dV = Wᵀ·dO and"
+                  " dW = dO·Vᵀ, as for a softmax. Each row of W was A divided by the row's sum, and every A of the row"
+                  " fed that sum, so dA = (dW − D) / ΣA with D = dO·out, the same D the softmax subtracts. Then"
+                  " A = φ(Q)φ(K)ᵀ gives dφ(Q) = dA·φ(K) and dφ(K) = dAᵀ·φ(Q), and φ's slope takes them to Q and K."
+                  " A key the mask hides got no A, so it gets no gradient.")
+    per_head = True
+    matrices = ("lb_dV", "lb_dW", "lb_D", "lb_dA", "lb_dphiQ", "lb_dphiK", "lb_dQ", "lb_dK")
+    styles = MappingProxyType({"lb_dA": PaneStyle(masked=True)})
+
+    def runs(self, trace: TraceContext) -> bool:
+        return has_backward(trace) and _on(trace)
+
+    def meaning(self, trace: TraceContext, head: int | None) -> str:
+        lin = trace.comp.scenario.linear
+        assert lin is not None
+        text = self.stage.meaning
+        if not lin.normalize:
+            text = text.replace("Each row of W was A divided by the row's sum, and every A of the row fed that sum,"
+                                " so dA = (dW − D) / ΣA with D = dO·out, the same D the softmax subtracts.",
+                                "With normalize = false no row was divided: dA is dW itself where the mask allows.")
+            text = text.replace("out = W·V, so dV = Wᵀ·dO and dW = dO·Vᵀ", "out = A·V, so dV = Aᵀ·dO and dW = dO·Vᵀ")
+        slope = {"elu1": " φ'(x) = 1 above 0 and eˣ at or below (elu + 1).", "relu": " φ'(x) = 1 above 0, else 0 (relu).",
+                 "identity": " φ'(x) = 1 (φ is the identity)."}[lin.feature]
+        return text + slope
+
+    def _normalised(self, trace: TraceContext) -> bool:
+        lin = trace.comp.scenario.linear
+        return lin is not None and lin.normalize
+
+    def segments(self, trace: TraceContext, head: int | None) -> list[Plan]:
+        assert head is not None
+        sc, hr = trace.comp.scenario, trace.comp.heads[head]
+        plans = [Plan("lb_dV", sc.n, hr.d_v), Plan("lb_dW", sc.n, sc.n)]
+        if self._normalised(trace):
+            plans.append(Plan("lb_D", sc.n, 1))
+        return [*plans, Plan("lb_dA", sc.n, sc.n), Plan("lb_dphiQ", sc.n, hr.d_k), Plan("lb_dphiK", sc.n, hr.d_k),
+                Plan("lb_dQ", sc.n, hr.d_k), Plan("lb_dK", sc.n, hr.d_k)]
+
+    def operation(self, trace: TraceContext, index: int, seg: Segment, row: int, col: int | None, d: int) -> Operation:
+        h = seg.head
+        assert h is not None and col is not None
+        hg, hr, sc = grads(trace).heads[h], _lin(trace, h), trace.comp.scenario
+        lb, lin = hg.linear, hr.linear
+        assert lb is not None and lin is not None
+        w = "W" if self._normalised(trace) else "A"
+        _, _, qs, ks = scored(trace)
+        target, q = seg.target, sc.labels[row]
+        if target == "lb_dV":
+            return dot_cell(trace, index, seg, row, col, d, float(lb.dV[row, col]), lin.weights[:, row],
+                            hg.dO[:, col], False, False, f"dV[{q},{col}] = {w}[:,{q}]·dO[:,{col}]",
+                            (Ref("lin_W" if w == "W" else "lin_A", h, None, row), Ref("dO_h", h, None, col)))
+        if target == "lb_dW":
+            k = sc.labels[col]
+            return dot_cell(trace, index, seg, row, col, d, float(lb.dweights[row, col]), hg.dO[row], hr.V[col],
+                            False, trace.integral("V", h), f"d{w}[{q},{k}] = dO[{q}]·V[{k}]",
+                            (Ref("dO_h", h, row), Ref("V", h, col)))
+        if target == "lb_D":
+            return dot_cell(trace, index, seg, row, col, d, float(lb.D[row]), hg.dO[row], lin.output[row], False, False,
+                            f"D[{q}] = dO[{q}]·out[{q}]", (Ref("dO_h", h, row), Ref("lin_out", h, row)))
+        if target == "lb_dA":
+            k = sc.labels[col]
+            value = float(lb.dA[row, col])
+            refs = (Ref("lb_dW", h, row, col),)
+            if not sc.allow[row, col]:
+                return Operation(index, seg, row, col, value, refs,
+                                 f"dA[{q},{k}] = 0 (masked: {k} comes after {q}, so A[{q},{k}] fed nothing)")
+            if not self._normalised(trace):
+                return Operation(index, seg, row, col, value, refs,
+                                 f"dA[{q},{k}] = dW[{q},{k}] = {trace.formatted('lb_dA', h, value, d)}")
+            return formula_cell(trace, index, seg, row, col, d, value, lambda x, y, s: (x - y) / s,
+                                [float(lb.dweights[row, col]), float(lb.D[row]), float(lin.row_sum[row])],
+                                lambda t: f"({t[0]} − {t[1]}) / {t[2]}",
+                                f"dA[{q},{k}] = (dW[{q},{k}] − D[{q}]) / Σ A[{q}]",
+                                (*refs, Ref("lb_D", h, row), Ref("lin_A", h, row)))
+        if target in ("lb_dphiQ", "lb_dphiK"):
+            if target == "lb_dphiQ":
+                return dot_cell(trace, index, seg, row, col, d, float(lb.dphi_Q[row, col]), lb.dA[row],
+                                lin.phi_K[:, col], False, False, f"dφ({qs})[{q},{col}] = dA[{q}]·φ({ks})[:,{col}]",
+                                (Ref("lb_dA", h, row), Ref("phi_K", h, None, col)))
+            return dot_cell(trace, index, seg, row, col, d, float(lb.dphi_K[row, col]), lb.dA[:, row],
+                            lin.phi_Q[:, col], False, False, f"dφ({ks})[{q},{col}] = dA[:,{q}]·φ({qs})[:,{col}]",
+                            (Ref("lb_dA", h, None, row), Ref("phi_Q", h, None, col)))
+        return self._through_phi(trace, index, seg, row, col, d)
+
+    def _through_phi(self, trace: TraceContext, index: int, seg: Segment, row: int, col: int, d: int) -> Operation:
+        """dQ = dφ(Q) ⊙ φ'(Q), one cell: the slope is 1, eˣ or 0, read off the cell φ was applied to."""
+        h = seg.head
+        assert h is not None
+        hg, hr, sc = grads(trace).heads[h], _lin(trace, h), trace.comp.scenario
+        lb = hg.linear
+        assert lb is not None and sc.linear is not None
+        _, _, qs, ks = scored(trace)
+        is_q = seg.target == "lb_dQ"
+        name = qs if is_q else ks
+        x = float((hr.Q_used if is_q else hr.K_used)[row, col])
+        dphi = float((lb.dphi_Q if is_q else lb.dphi_K)[row, col])
+        value = float((lb.dQ_used if is_q else lb.dK_used)[row, col])
+        cell, label = f"d{name}[{sc.labels[row]},{col}]", sc.labels[row]
+        refs = (Ref("lb_dphiQ" if is_q else "lb_dphiK", h, row, col),)
+        said = f"{cell} = dφ({name})[{label},{col}]·φ'({name}[{label},{col}])"
+        kind = sc.linear.feature
+        if kind == "elu1" and x <= 0:
+            return formula_cell(trace, index, seg, row, col, d, value, lambda g, v: g * math.exp(v), [dphi, x],
+                                lambda t: f"{t[0]}·e^{t[1]}", said, refs)
+        if kind == "relu" and x <= 0:
+            return Operation(index, seg, row, col, value, refs,
+                             f"{said} = 0 ({name}[{label},{col}] ≤ 0: relu is flat there, so nothing passes)")
+        shown = trace.formatted(seg.target, h, value, d)
+        why = "" if kind == "identity" else f" ({name}[{label},{col}] > 0: slope 1)"
+        return Operation(index, seg, row, col, value, refs, f"{said} = {shown}{why}")
+
+    def matrix(self, trace: TraceContext, name: str, head: int | None) -> Matrix:
+        if head is None or not has_backward(trace):
+            raise KeyError(name)
+        lb = grads(trace).heads[head].linear
+        if lb is None:
+            raise KeyError(name)
+        return {"lb_dV": lb.dV, "lb_dW": lb.dweights, "lb_D": lb.D[:, None], "lb_dA": lb.dA, "lb_dphiQ": lb.dphi_Q,
+                "lb_dphiK": lb.dphi_K, "lb_dQ": lb.dQ_used, "lb_dK": lb.dK_used}[name]
+
+    def panes(self, trace: TraceContext, op: Operation) -> list[Key]:
+        h, target = op.head, op.segment.target
+        w = "lin_W" if self._normalised(trace) else "lin_A"
+        qn, kn, _, _ = scored(trace)
+        return {"lb_dV": [(w, h), ("dO_h", h), ("lb_dV", h)], "lb_dW": [("dO_h", h), ("V", h), ("lb_dW", h)],
+                "lb_D": [("dO_h", h), ("lin_out", h), ("lb_D", h)], "lb_dA": [("lb_dW", h), ("lb_D", h), ("lb_dA", h)],
+                "lb_dphiQ": [("lb_dA", h), ("phi_K", h), ("lb_dphiQ", h)],
+                "lb_dphiK": [("lb_dA", h), ("phi_Q", h), ("lb_dphiK", h)],
+                "lb_dQ": [(qn, h), ("lb_dphiQ", h), ("lb_dQ", h)],
+                "lb_dK": [(kn, h), ("lb_dphiK", h), ("lb_dK", h)]}[target]
+
+    def overview(self, trace: TraceContext, head: int) -> list[Key]:
+        return [("lb_dA", head), ("lb_dQ", head), ("lb_dK", head)] if has_backward(trace) else []
+
+    def title(self, trace: TraceContext, name: str, head: int | None) -> str:
+        _, _, qs, ks = scored(trace)
+        w = "W" if self._normalised(trace) else "A"
+        return {"lb_dV": f"dV = {w}ᵀ·dO", "lb_dW": f"d{w} = dO·Vᵀ", "lb_D": "D = rowsum(dO⊙out)",
+                "lb_dA": "dA = (dW − D) ÷ ΣA" if w == "W" else "dA = dW, masked",
+                "lb_dphiQ": f"dφ({qs}) = dA·φ({ks})", "lb_dphiK": f"dφ({ks}) = dAᵀ·φ({qs})",
+                "lb_dQ": f"d{qs} = dφ ⊙ φ'", "lb_dK": f"d{ks} = dφ ⊙ φ'"}[name]
+
+
+BACKWARD = LinearBackStage()

@@ -126,6 +126,9 @@ class MixBack(BackwardSpec):
     per_head = True
     matrices = ("dO_h", "dV", "dP")
 
+    def runs(self, trace: TraceContext) -> bool:
+        return has_backward(trace) and softmax_runs(trace)  # [linear] and [deltanet] have their own
+
     def segments(self, trace: TraceContext, head: int | None) -> list[Plan]:
         assert head is not None
         sc, hr = trace.comp.scenario, trace.comp.heads[head]

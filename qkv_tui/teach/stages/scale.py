@@ -355,6 +355,9 @@ class ScaleBack(BackwardSpec):
     matrices = ("dscaled", "dscores")
     styles = MappingProxyType({"dscores": PaneStyle(masked=True), "dscaled": PaneStyle(masked=True)})
 
+    def runs(self, trace: TraceContext) -> bool:
+        return has_backward(trace) and softmax_runs(trace)  # [linear] and [deltanet] have their own
+
     def meaning(self, trace: TraceContext, head: int | None) -> str:
         text = self.stage.meaning
         if head is not None and trace.comp.heads[head].softcap is not None:

@@ -144,6 +144,9 @@ class ScoreBack(BackwardSpec):
     per_head = True
     matrices = ("dQ_s", "dK_s")
 
+    def runs(self, trace: TraceContext) -> bool:
+        return has_backward(trace) and softmax_runs(trace)  # [linear] and [deltanet] have their own
+
     def segments(self, trace: TraceContext, head: int | None) -> list[Plan]:
         assert head is not None
         sc, hr = trace.comp.scenario, trace.comp.heads[head]
@@ -184,6 +187,8 @@ class ScoreBack(BackwardSpec):
 
     def title(self, trace: TraceContext, name: str, head: int | None) -> str:
         _, _, q_label, k_label = scored(trace)
+        if not softmax_runs(trace):  # [linear], [deltanet]: the gradient their own backward stage left here
+            return f"d{q_label}" if name == "dQ_s" else f"d{k_label}"
         return f"d{q_label} = dscores·{k_label}" if name == "dQ_s" else f"d{k_label} = dscoresᵀ·{q_label}"
 
 

@@ -271,6 +271,9 @@ class SoftmaxBack(BackwardSpec):
     matrices = ("D", "dS", "dsink")
     styles = MappingProxyType({"dS": PaneStyle(masked=True)})
 
+    def runs(self, trace: TraceContext) -> bool:
+        return has_backward(trace) and softmax_runs(trace)  # [linear] and [deltanet] have their own
+
     def meaning(self, trace: TraceContext, head: int | None) -> str:
         text = self.stage.meaning
         if trace.comp.scenario.mask_kind != "none":
