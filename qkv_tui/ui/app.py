@@ -34,8 +34,8 @@ from qkv_tui.teach.stepper import Position, Stepper
 from qkv_tui.teach.trace import Trace
 from qkv_tui.ui.live import Live
 from qkv_tui.ui.session import Session
-from qkv_tui.ui.widgets.matrix import MatrixView
 from qkv_tui.ui.shared_css import SharedStylesheet
+from qkv_tui.ui.widgets.matrix import MatrixView
 from qkv_tui.ui.widgets.panels import ExplainPanel, FormulaLine, KeyFooter, QuizInput, StageBar
 
 if TYPE_CHECKING:

@@ -26,8 +26,10 @@ from typing import Any, NamedTuple
 
 from textual.css.model import RuleSet
 from textual.css.styles import RulesMap
-from textual.css.stylesheet import CSSLocation, Stylesheet
+from textual.css.stylesheet import Stylesheet
+from textual.css.types import CSSLocation
 from textual.dom import DOMNode
+from textual.widget import Widget
 
 # (variables, css, read_from, is_default_rules, tie_breaker, scope) -> the rules Textual parsed from it
 PARSED: dict[tuple[Any, ...], list[RuleSet]] = {}
@@ -38,7 +40,8 @@ MOST_VERSIONS = 16  # rule lists styled from (a theme switch makes one); then th
 class Candidates(NamedTuple):
     """What a node's selector names make of the rules, before any matching."""
 
-    pseudo: tuple[str, ...]  # every pseudo-class the candidate rules name, in any of their selectors
+    own: tuple[str, ...]  # the pseudo-classes the candidate rules ask of the node itself (their last compound)
+    above: tuple[str, ...]  # and of an ancestor (the compounds before it)
     cacheable: bool  # Textual caches the result (no order pseudo-class among them)
     hover: bool
     focus_within: bool
@@ -53,6 +56,7 @@ class Memo:
         self.rules = rules
         self.candidates: dict[frozenset[str], Candidates] = {}
         self.styled: dict[tuple[Any, ...], RulesMap] = {}
+        self.looks: dict[tuple[Any, ...], Any] = {}  # widgets/looks.py: a component class's look, by widget type
 
 
 STYLED: dict[tuple[RuleSet, ...], Memo] = {}
@@ -111,14 +115,24 @@ class SharedStylesheet(Stylesheet):
         if found is None:  # as Textual's apply narrows the rules, and what it derives from them
             rules_map = self.rules_map
             pseudo: set[str] = set()
+            own: set[str] = set()
+            above: set[str] = set()
             for name in rules_map.keys() & names:
                 for rule in rules_map[name]:
                     pseudo |= rule.pseudo_classes
+                    for selector_set in rule.selector_set:
+                        # the last compound (selectors joined with no combinator: advance 0) is matched against
+                        # the node, every selector before it against an ancestor (css/match.py)
+                        selectors = selector_set.selectors
+                        last = len(selectors) - 1
+                        while last > 0 and selectors[last - 1].advance == 0:
+                            last -= 1
+                        for index, selector in enumerate(selectors):
+                            (own if index >= last else above).update(selector.pseudo_classes)
+            order = {"first-of-type", "last-of-type", "first-child", "last-child", "empty"}
             found = memo.candidates[names] = Candidates(
-                tuple(sorted(pseudo)), pseudo.isdisjoint(self._EXCLUDE_PSEUDO_CLASSES_FROM_CACHE), "hover" in pseudo,
-                "focus-within" in pseudo, not pseudo.isdisjoint({"first-of-type", "last-of-type", "first-child",
-                                                                  "last-child", "empty"}),
-                "odd" in pseudo or "even" in pseudo)
+                tuple(sorted(own)), tuple(sorted(above)), pseudo.isdisjoint(self._EXCLUDE_PSEUDO_CLASSES_FROM_CACHE),
+                "hover" in pseudo, "focus-within" in pseudo, not pseudo.isdisjoint(order), "odd" in pseudo or "even" in pseudo)
         return found
 
     def apply(self, node: DOMNode, *, animate: bool = False, cache: dict[tuple[Any, ...], RulesMap] | None = None) -> None:
@@ -127,7 +141,7 @@ class SharedStylesheet(Stylesheet):
         if not candidates.cacheable:
             super().apply(node, animate=animate, cache=cache)
             return
-        key = _place(node, candidates.pseudo)
+        key = _place(node, candidates)
         known = memo.styled.get(key)
         if known is not None:  # what Textual's apply does with a result it has cached
             node._has_hover_style = candidates.hover
@@ -148,11 +162,35 @@ class SharedStylesheet(Stylesheet):
             memo.styled[key] = result
 
 
-def _place(node: DOMNode, pseudo: tuple[str, ...]) -> tuple[Any, ...]:
-    """All that matching reads of a node and its ancestors: class, id, classes, the named pseudo-classes."""
-    place = []
-    at: Any = node
+def looks_of(stylesheet: Stylesheet) -> dict[tuple[Any, ...], Any] | None:
+    """Where widgets/looks.py keeps the looks the current rules give; None for a stylesheet not shared."""
+    return stylesheet._current_memo().looks if isinstance(stylesheet, SharedStylesheet) else None
+
+
+# Widget's pseudo-classes that ask the app, not the widget (the theme, inline, ANSI colours): the same for every
+# widget of the tree, so asked once a node (:dark reads the theme, a list of them made anew each time)
+APP_WIDE = frozenset(Widget._PSEUDO_CLASSES[name] for name in ("dark", "light", "inline", "ansi", "nocolor"))
+
+
+def _place(node: DOMNode, candidates: Candidates) -> tuple[Any, ...]:
+    """All that matching reads of a node and its ancestors: class, id, classes, the pseudo-classes asked of each."""
+    asked: dict[Any, bool] = {}
+
+    def has(at: Any, name: str) -> bool:  # DOMNode.has_pseudo_class
+        check = at._PSEUDO_CLASSES.get(name)
+        if check is None:
+            return False
+        if check in APP_WIDE:
+            known = asked.get(check)
+            if known is None:
+                known = asked[check] = check(at)
+            return known
+        return bool(check(at))
+
+    place: list[Any] = [type(node), node._id, frozenset(node._classes), *(has(node, name) for name in candidates.own)]
+    above = candidates.above
+    at: Any = node._parent
     while isinstance(at, DOMNode):
-        place.append((type(at), at._id, frozenset(at._classes), tuple(at.has_pseudo_class(name) for name in pseudo)))
+        place.append((type(at), at._id, frozenset(at._classes), *(has(at, name) for name in above)))
         at = at._parent
     return tuple(place)
