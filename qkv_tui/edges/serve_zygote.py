@@ -114,12 +114,7 @@ def run_child(request: dict[str, Any], fds: list[int], close_zygote: Callable[[]
         argv = [str(arg) for arg in request["argv"]]
         sys.argv = ["qkv-tui", *argv]
         from qkv_tui.edges.cli import main
-        from qkv_tui.ui import app
 
-        # The collector would walk the young objects of the start some thirty times before the first frame
-        # (about a tenth of its CPU): it starts with the app's first frame instead
-        gc.disable()
-        app.AFTER_FIRST_FRAME.append(gc.enable)
         code = main(argv)
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)

@@ -55,8 +55,6 @@ FOOTER_ORDER = ("head", "next", "prev", "row", "next_stage", *SIDE_ACTIONS, "rev
 # under a pending question: which keys act, and why the stage keys do not (they type the answer)
 QUIZ_KEYS = "esc reveals · p leaves · digits answer: ] [ change stage"
 HEADS_FLOOR = 6  # lines the heads view's maps keep however long the explanation (which then scrolls)
-# run once each, after the next app's first frame: --serve's forked apps collect garbage from then on
-AFTER_FIRST_FRAME: list[Callable[[], object]] = []
 
 
 class QKVApp(Session):
@@ -170,8 +168,6 @@ class QKVApp(Session):
         self.live.start()
         self.redraw()
         self.refresh_bindings()  # the keys check_action kept off until now
-        while AFTER_FIRST_FRAME:
-            self.call_after_refresh(AFTER_FIRST_FRAME.pop(0))
 
     def on_resize(self, event: events.Resize) -> None:
         # This handler runs before App's own, which is what updates self.size: trust the event,
