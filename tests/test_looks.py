@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from rich.style import Style
 
+from qkv_tui.ui import shared_css
 from qkv_tui.ui.app import QKVApp
 from qkv_tui.ui.widgets.looks import Styled
 from qkv_tui.ui.widgets.matrix import MatrixView
@@ -104,6 +105,7 @@ async def test_steps_look_up_no_style_once_drawn(monkeypatch: pytest.MonkeyPatch
         return lookup(self, *names, **kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(Styled, "get_component_rich_style", counted)
+    monkeypatch.setattr(shared_css, "STYLED", {})  # as in a fresh process: no app drew before this one
     app = QKVApp("i_love_ai")
     async with app.run_test(size=(120, 40)) as pilot:
         for stage in "123456":  # every stage once, so each highlight has been drawn

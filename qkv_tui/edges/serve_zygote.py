@@ -79,9 +79,17 @@ def warm_up() -> None:
     from qkv_tui.ui.app import QKVApp
 
     async def first_frame() -> None:
+        from textual import events
+
         app = QKVApp("i_love_ai")
-        async with app.run_test(size=(120, 40)) as pilot:
+        # with the tooltip and the notifications' rack, as a tab's app has them
+        async with app.run_test(size=(120, 40), tooltips=True, notifications=True) as pilot:
             await pilot.pause()
+            # a tab's app starts blurred (Textual's web driver says so), and is focused when the page is:
+            # each restyles every widget, so the styles of both are ready too (ui/shared_css.py)
+            for change in (events.AppBlur(), events.AppFocus()):
+                app.post_message(change)
+                await pilot.pause()
 
     with contextlib.suppress(Exception):  # a warm-up that fails only costs the children their own start
         asyncio.run(first_frame())

@@ -34,6 +34,7 @@ from qkv_tui.teach.stepper import Position, Stepper
 from qkv_tui.teach.trace import Trace
 from qkv_tui.ui.live import Live
 from qkv_tui.ui.session import Session
+from qkv_tui.ui.shared_css import SharedStylesheet
 from qkv_tui.ui.widgets.matrix import MatrixView
 from qkv_tui.ui.widgets.panels import ExplainPanel, FormulaLine, KeyFooter, QuizInput, StageBar
 
@@ -108,6 +109,7 @@ class QKVApp(Session):
                  theme: str | None = None, read_only: bool = False, place: Position | None = None,
                  decimals: int | None = None) -> None:
         super().__init__()
+        self.stylesheet = SharedStylesheet.like(self.stylesheet)  # its CSS parsed once per process (--serve's forks)
         self.scenario = load_scenario(scenario)
         self.comp = computation if computation is not None else compute(self.scenario)
         self.trace = Trace(self.comp)

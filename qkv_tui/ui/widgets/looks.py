@@ -18,6 +18,8 @@ from textual.css.styles import RenderStyles
 from textual.theme import Theme
 from textual.widget import Widget
 
+from qkv_tui.ui.shared_css import looks_of
+
 
 class Styled(Widget):
     """A widget whose text styles are component classes, styled per theme in qkv.tcss: ``look("muted")``
@@ -52,7 +54,19 @@ class Styled(Widget):
             looks = self._looks = {}
         style = looks.get(name)
         if style is None:
-            style = looks[name] = self._lookup(name)
+            style = looks[name] = self._shared_lookup(name)
+        return style
+
+    def _shared_lookup(self, name: str) -> Style:
+        # A look is the type's, by the rule above, under the stylesheet's current rules (which hold the theme):
+        # kept with those rules, it is looked up once per process (once for every app --serve forks)
+        shared = looks_of(self.app.stylesheet)
+        if shared is None:
+            return self._lookup(name)
+        key = (type(self), name, self.app.theme)
+        style = shared.get(key)
+        if style is None:
+            style = shared[key] = self._lookup(name)
         return style
 
     def _lookup(self, name: str) -> Style:
