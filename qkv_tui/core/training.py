@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -92,19 +92,20 @@ def updated(sc: Scenario, g: Gradients, decimals: int | None = None) -> Scenario
             qk = dataclasses.replace(qk, gamma_k=_frozen(qk.gamma_k - lr * g.dgamma_k))
         top["qk_norm"] = qk
     if sc.deltanet is not None and g.gates is not None:
-        top.update(_gates_step(sc, g, lr, train))
+        top.update(_gates_step(sc, g, lr, train, _frozen))
     return dataclasses.replace(sc, **top)  # type: ignore[arg-type]
 
 
-def _gates_step(sc: Scenario, g: Gradients, lr: float, train: set[str]) -> dict[str, object]:
-    """[deltanet]'s W_a, A_log, dt_bias and W_b, where it computes g and β from them."""
+def _gates_step(sc: Scenario, g: Gradients, lr: float, train: set[str],
+               frozen: Callable[[Matrix], Matrix]) -> dict[str, object]:
+    """[deltanet]'s W_a, A_log, dt_bias and W_b, where it computes g and β from them (``frozen`` writes each down)."""
     dn, gb = sc.deltanet, g.gates
     assert dn is not None and gb is not None
     changes: dict[str, Matrix] = {}
     for name, grad in (("W_a", gb.dW_a), ("W_b", gb.dW_b), ("A_log", gb.dA_log), ("dt_bias", gb.ddt_bias)):
         current = getattr(dn, name)
         if name in train and current is not None and grad is not None:
-            changes[name] = _frozen(current - lr * grad)
+            changes[name] = frozen(current - lr * grad)
     return {"deltanet": dataclasses.replace(dn, **changes)} if changes else {}
 
 
