@@ -39,6 +39,8 @@ def updated(sc: Scenario, g: Gradients) -> Scenario:
     bw = sc.backward
     assert bw is not None
     lr, train = bw.lr, set(bw.train)
+    if sc.mla is not None:
+        return _mla_updated(sc, g, lr, train)
     heads = list(sc.heads)
     own: list[dict[str, object]] = []
     for head, hg in zip(sc.heads, g.heads, strict=True):
@@ -85,6 +87,38 @@ def updated(sc: Scenario, g: Gradients) -> Scenario:
         if "gamma_k" in train and g.dgamma_k is not None:
             qk = dataclasses.replace(qk, gamma_k=_frozen(qk.gamma_k - lr * g.dgamma_k))
         top["qk_norm"] = qk
+    return dataclasses.replace(sc, **top)  # type: ignore[arg-type]
+
+
+def _mla_updated(sc: Scenario, g: Gradients, lr: float, train: set[str]) -> Scenario:
+    """[mla]: the latent layer's own weights move; the heads' multiplied-through shapes follow from them."""
+    mla, back = sc.mla, g.mla
+    assert mla is not None and back is not None
+    changes: dict[str, object] = {}
+    for name, grad in (("W_DKV", back.dW_DKV), ("W_UK", back.dW_UK), ("W_UV", back.dW_UV), ("W_KR", back.dW_KR),
+                       ("W_Q", back.dW_Q), ("W_DQ", back.dW_DQ), ("W_UQ", back.dW_UQ)):
+        current = getattr(mla, name)
+        if name in train and current is not None and grad is not None:
+            changes[name] = _frozen(current - lr * grad)
+    if "gamma_kv" in train and mla.kv_norm and back.dgamma_kv is not None:
+        changes["gamma_kv"] = _frozen(mla.gamma_kv - lr * back.dgamma_kv)
+    if "gamma_q" in train and mla.q_norm and mla.gamma_q is not None and back.dgamma_q is not None:
+        changes["gamma_q"] = _frozen(mla.gamma_q - lr * back.dgamma_q)
+    new = dataclasses.replace(mla, **changes)  # type: ignore[arg-type]
+    heads = tuple(dataclasses.replace(head, W_Q=W_Q, W_K=W_K, W_V=W_V)
+                  for head, (_, W_Q, W_K, W_V) in zip(sc.heads, new.head_weights(), strict=True))
+    top: dict[str, object] = {"mla": new, "heads": heads}
+    if "W_O" in train and sc.W_O is not None and g.dW_O is not None:
+        top["W_O"] = _frozen(sc.W_O - lr * g.dW_O)
+    if "b_O" in train and sc.b_O is not None and g.db_O is not None:
+        top["b_O"] = _frozen(sc.b_O - lr * g.db_O)
+    if sc.norm is not None and ("gamma" in train or "beta" in train):
+        norm = sc.norm
+        if "gamma" in train and g.dgamma is not None:
+            norm = dataclasses.replace(norm, gamma=_frozen(norm.gamma - lr * g.dgamma))
+        if "beta" in train and norm.beta is not None and g.dbeta is not None:
+            norm = dataclasses.replace(norm, beta=_frozen(norm.beta - lr * g.dbeta))
+        top["norm"] = norm
     return dataclasses.replace(sc, **top)  # type: ignore[arg-type]
 
 

@@ -14,6 +14,7 @@ from qkv_tui.core.arrays import Matrix
 from qkv_tui.core.toml_text import number as _number
 from qkv_tui.core.toml_text import string, vector
 from qkv_tui.core.variants.common import Checker, Context, Table, number
+from qkv_tui.core.variants.mla import MLA_TRAINABLE, Mla, mla_weights
 
 BACKWARD_KEYS = ("target", "dO", "lr", "steps", "train")
 DEFAULT_LR = 0.1
@@ -21,7 +22,7 @@ MAX_STEPS = 1000
 # every weight the format has, in the order the default train list and the messages name them; never X,
 # the ALiBi slopes or the target, which are data, not weights
 TRAINABLE = ("W_Q", "W_K", "W_V", "W_O", "W_G", "b_Q", "b_K", "b_V", "b_O", "gamma", "beta", "gamma_q", "gamma_k",
-             "sinks")
+             "sinks", *MLA_TRAINABLE)
 
 
 @dataclass(frozen=True, eq=False)
@@ -57,6 +58,8 @@ def weights_of(heads: Sequence[Any], W_O: Matrix | None, b_O: Matrix | None) -> 
 def given_weights(ctx: Context) -> tuple[str, ...]:
     """The weights this scenario gives, in TRAINABLE's order: the default ``train``."""
     have = set(ctx.weights)
+    if isinstance(mla := ctx.earlier.get("mla"), Mla):  # its heads' W_Q, W_K, W_V are its latent's, multiplied through
+        have = {w for w in have if w not in ("W_Q", "W_K", "W_V")} | set(mla_weights(mla))
     norm, qk = ctx.earlier.get("norm"), ctx.earlier.get("qk_norm")
     if norm is not None:
         have.add("gamma")
@@ -69,7 +72,7 @@ def given_weights(ctx: Context) -> tuple[str, ...]:
 
 def parse_backward(table: dict[str, Any], ctx: Context) -> Backward:
     v: Reader = ctx.v  # type: ignore[assignment]  # the loader's validator reads matrices too
-    for key in ("mla", "linear", "deltanet"):
+    for key in ("linear", "deltanet"):
         if ctx.earlier.get(key) is not None:  # their gradients are not written yet: refuse rather than be wrong
             raise v.fail(f"[backward] with [{key}] is not supported yet: the backward pass runs through softmax"
                          f" attention only; remove [backward] or [{key}]")
