@@ -54,8 +54,20 @@ def _vec(v: np.ndarray) -> str:
     return "[" + ", ".join(repr(float(x)) for x in v) + "]"
 
 
-def scenario_text(c: Case) -> str:
-    rng = np.random.default_rng(c.seed)
+def scenario_text(c: Case, places: int | None = None) -> str:
+    """``places``: every input rounded to so many decimals (short numbers, as a hand computation wants)."""
+    base = np.random.default_rng(c.seed)
+
+    class Rounded:
+        def normal(self, size: tuple[int, ...]) -> np.ndarray:
+            values = base.normal(size=size)
+            return values if places is None else values.round(places)
+
+        def uniform(self, low: float, high: float, size: int) -> np.ndarray:
+            values = base.uniform(low, high, size=size)
+            return values if places is None else values.round(places)
+
+    rng = Rounded()
     d_qk = c.d_nope + c.d_rope
     lines = [f"tokens = {json.dumps([f't{i}' for i in range(c.n)])}", f"X = {_mat(rng.normal(size=(c.n, c.d_model)))}"]
     if c.causal:
