@@ -169,7 +169,8 @@ class CompressBack(BackwardSpec):
             H = len(comp.heads)
             said = f"d{hat}[{q},{col}] = dk_C[{q}]·W_UK[{col},:] + dv_C[{q}]·W_UV[{col},:]" + (
                 f" (all {H} heads' columns)" if H > 1 else "")
-            refs = (*[Ref("dK_s", h, row) for h in range(H)], Ref("W_UK", None, col), Ref("W_UV", None, col))
+            refs = (*[Ref("dK_s", h, row, c) for h in range(H) for c in range(mla.d_nope)],  # dk_C: dK's nope columns
+                    *[Ref("dV", h, row) for h in range(H)], Ref("W_UK", None, col), Ref("W_UV", None, col))
             return dot_cell(trace, index, seg, row, col, d, float(back.dc_KV[row, col]), a, b, False,
                             trace.integral("W_UK", None) and trace.integral("W_UV", None), said, refs)
         if target in ("dc_KV_m", "dc_KV_n", "dgamma_kv"):

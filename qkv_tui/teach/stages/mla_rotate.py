@@ -11,7 +11,7 @@ from qkv_tui.core.engine import turn_of
 from qkv_tui.core.scenario import Matrix
 from qkv_tui.teach.stages import mla_grads, mla_sheet
 from qkv_tui.teach.stages import mla_parts as parts
-from qkv_tui.teach.stages.common import K_SLOT, Q_SLOT, Key, Operation, Plan, Ref, Segment, Stage, StageSpec
+from qkv_tui.teach.stages.common import K_SLOT, Q_SLOT, Key, Operation, Plan, Ref, Segment, Stage, StageSpec, x_in
 from qkv_tui.teach.stages.context import TraceContext
 from qkv_tui.teach.stages.grads import BackwardSpec, formula_cell, sum_cell
 from qkv_tui.teach.stages.printed import PrintedCells, PrintedChain, Table
@@ -153,7 +153,8 @@ class SharedKeyBack(BackwardSpec):
     def meaning(self, trace: TraceContext, head: int | None) -> str:
         text = self.stage.meaning
         if parts.mla_of(trace).rope is not None:
-            text += " Then the sum is turned back by −p·θ, as each head's q_R was, to the gradient at X̂·W_KR."
+            text += (" Then the sum is turned back by −p·θ, as each head's q_R was, to the gradient at"
+                     f" {x_in(trace)[1]}·W_KR.")
         return text
 
     def segments(self, trace: TraceContext, head: int | None) -> list[Plan]:
