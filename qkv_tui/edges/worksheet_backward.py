@@ -28,6 +28,7 @@ def plain(sc: Scenario) -> bool:
         and sc.b_O is None and sc.norm is None and sc.rope is None and sc.qk_norm is None and not sc.is_cross
         and head.W_G is None and head.sink is None and head.b_Q is None and head.b_K is None and head.b_V is None
         and head.softcap is None and sc.num_kv_heads is None
+        and sc.mla is None  # its weights are the latent's: the app and the Markdown export work them
     )
 
 
