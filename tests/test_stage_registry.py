@@ -21,7 +21,9 @@ SEED_ORDER = ["embed", "norm", "project", "compress", "expand", "mla_rotate", "q
               "phi", "quadratic", "recurrent", "l2norm", "gates", "delta",  # [linear], [deltanet] in place of Score … Mix
               "gate", "concat", "wo"]
 # the backward pass after the forward stages ([backward]; docs/backward.md), last forward stage first
-SEED_ORDER += ["loss", "dwo", "dgate", "dmix", "dsoftmax", "dscale", "dscore", "drotate", "dqk_norm", "dproject", "dembed",
+SEED_ORDER += ["loss", "dwo", "dgate", "dmix", "dsoftmax", "dscale", "dscore", "drotate",
+               "dmla_rotate", "dk_r", "dexpand", "dcompress",  # [mla]'s latent layer, read backwards
+               "dqk_norm", "dproject", "dembed",
                "dnorm"]
 
 
