@@ -120,7 +120,9 @@ def _train(v: Checker, raw: Any, have: tuple[str, ...]) -> tuple[str, ...]:
         raise v.fail(f"[backward] train must be a list of weight names such as [\"W_Q\", \"W_K\"], got {_kind(raw)}")
     for name in raw:
         if name not in TRAINABLE:
-            hint = difflib.get_close_matches(name, TRAINABLE, n=1, cutoff=0.5)
+            # a name in the wrong case first: difflib reads W_dkv as nearer W_V than W_DKV
+            hint = ([w for w in TRAINABLE if w.lower() == name.lower()]
+                    or difflib.get_close_matches(name, TRAINABLE, n=1, cutoff=0.5))
             extra = f"; did you mean {hint[0]!r}?" if hint else ""
             raise v.fail(f"[backward] train names {_show(name)}, which is not a weight; expected names from:"
                          f" {', '.join(TRAINABLE)}{extra}")
