@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from qkv_tui.core.scenario import ScenarioError, parse_scenario
+from qkv_tui.core.scenario import parse_scenario
 from qkv_tui.core.variants.backward import write_backward
 
 from .conftest import BASE, HEAD
@@ -115,7 +115,8 @@ def test_json_fields_in_the_spec_order() -> None:
     data = json.loads(to_json(compute(load_scenario("learn_to_look"))))
     grad = data["grad"]
     assert list(grad) == ["loss", "dO", "d_concat", "dW_O", "dX", "dX_norm", "dgamma", "heads", "kv_heads", "db_O",
-                          "dbeta", "linear", "deltanet"]
+                          "dbeta", "mla", "linear", "deltanet"]
+    assert grad["mla"] is None and grad["linear"] is None and grad["deltanet"] is None
     assert list(grad["heads"][0]) == ["dO", "dV", "dP", "dS", "dscaled", "dQ", "dK", "dQ_rot", "dK_rot", "dW_Q", "dW_K",
                                       "dW_V", "db_Q", "db_K", "db_V", "dsink", "dW_G", "dgamma_q", "dgamma_k"]
     assert grad["d_concat"] == grad["dO"] and grad["dW_O"] is None and grad["kv_heads"] is None
@@ -123,10 +124,8 @@ def test_json_fields_in_the_spec_order() -> None:
     assert len(data["train"][0]["weights"]) == 1 and len(data["train"][0]["weights"][0]) == 3
 
 
-@pytest.mark.parametrize("table", ["mla"])
-def test_refused_beside_attention_it_cannot_differentiate_yet(table: str) -> None:
+@pytest.mark.parametrize("table", ["mla", "linear", "deltanet"])
+def test_every_attention_it_has_goes_backwards(table: str) -> None:
     text = (Path(__file__).parent.parent / "scenarios" / f"{table}.toml").read_text(encoding="utf-8")
-    with pytest.raises(ScenarioError) as info:
-        parse_scenario(text + "\n[backward]\ndO = [[1, 0], [0, 1], [1, 1]]\n", "b.toml")
-    assert str(info.value).endswith(f"[backward] with [{table}] is not supported yet: the backward pass runs through"
-                                    f" softmax attention only; remove [backward] or [{table}]")
+    sc = parse_scenario(text + "\n[backward]\ndO = [[1, 0], [0, 1], [1, 1]]\n", "b.toml")
+    assert sc.backward is not None and sc.backward.steps == 0

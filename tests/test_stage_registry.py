@@ -23,7 +23,9 @@ SEED_ORDER = ["embed", "norm", "project", "compress", "expand", "mla_rotate", "q
 # the backward pass after the forward stages ([backward]; docs/backward.md), last forward stage first
 SEED_ORDER += ["loss", "dwo", "dgate", "dmix",
                "dlinear", "ddelta", "dgates",  # [linear], [deltanet] in place of dMix … dScore
-               "dsoftmax", "dscale", "dscore", "drotate", "dqk_norm", "dproject", "dembed", "dnorm"]
+               "dsoftmax", "dscale", "dscore", "drotate",
+               "dmla_rotate", "dk_r", "dexpand", "dcompress",  # [mla]'s latent layer, read backwards
+               "dqk_norm", "dproject", "dembed", "dnorm"]
 
 
 def test_every_registered_stage_has_a_name_a_meaning_and_a_builder() -> None:

@@ -17,6 +17,7 @@ from qkv_tui.core.scenario import Matrix, Scenario
 from qkv_tui.core.variants import Vector
 from qkv_tui.kernels.attention import Turn
 from qkv_tui.kernels.backward import AttendBack, GateBack, attend_backward, gate_backward, rotate_back
+from qkv_tui.kernels.backward_mla import MlaBack, mla_backward
 from qkv_tui.kernels.backward_norm import norm_backward
 from qkv_tui.kernels.deltanet_backward import DeltaBack, GatesBack, deltanet_backward, gates_backward
 from qkv_tui.kernels.linear_backward import LinearBack, linear_backward
@@ -85,6 +86,7 @@ class Gradients:
     dgamma_q: Vector | None  # the scenario's own gamma_q's gradient (the heads' summed, or side by side)
     dgamma_k: Vector | None
     gates: GatesBack | None = None  # [deltanet]'s W_a, A_log, dt_bias, W_b; None unless g or β is computed
+    mla: MlaBack | None = None  # [mla]: the latent layer's gradients (its weights, c_KV, the shared k_R); None without
 
 
 def upstream(sc: Scenario, output: Matrix, policy: Policy = EXACT) -> tuple[float | None, Matrix]:
@@ -120,6 +122,8 @@ def gradients(comp: Computation, policy: Policy | None = None, trig: Mapping[int
     for hr in comp.heads:
         parts.append(_attend(sc, hr, X_in, d_concat[:, start:start + hr.d_v], p, trig))
         start += hr.d_v
+    if sc.mla is not None:
+        return _mla_gradients(comp, parts, loss, dO, d_concat, dW_O, db_O, p)
     dQ_all, dK_all, dgq, dgk, dgamma_q, dgamma_k = _qk_norm_back(comp, parts, p)
     heads: list[HeadGrad] = []
     # dX̂'s paths side by side: (n, ·) gradients against (d_model, ·) weights, one dot product per cell
@@ -151,6 +155,44 @@ def gradients(comp: Computation, policy: Policy | None = None, trig: Mapping[int
         dbeta = back.dbeta if sc.norm.beta is not None else None
     return Gradients(loss, dO, d_concat, dW_O, db_O, tuple(heads), kv, any(len(k.heads) > 1 for k in kv),
                      dX_norm, dX, dgamma, dbeta, dgamma_q, dgamma_k, gates)
+
+
+def _mla_gradients(comp: Computation, parts: list[_Part], loss: float | None, dO: Matrix, d_concat: Matrix,
+                   dW_O: Matrix | None, db_O: Vector | None, p: Policy) -> Gradients:
+    """[mla]: each head's softmax part as any head's, then the latent layer (kernels/backward_mla.py) to X̂.
+
+    A head's dQ and dK are at its q = [q_C | q_R] and k = [k_C | k_R] before the turn (dK holds this head's own
+    share of the shared k_R); its dW_Q, dW_K, dW_V are against the multiplied-through weights its Head holds
+    (exact only without the latent norms): what trains is the latent's own weights, in Gradients.mla."""
+    sc = comp.scenario
+    mla = sc.mla
+    assert mla is not None
+    turn = turn_of(mla.rope, sc.positions, mla.d_rope, p)
+    first = comp.heads[0].mla
+    assert first is not None
+    abs_ = [part[1] for part in parts]
+    back = mla_backward(comp.X_in, mla.weights(), first.shared, [a.dQ_used for a in abs_], [a.dK_used for a in abs_],
+                        [a.dV for a in abs_], turn, p)
+    X_in = comp.X_in
+    heads: list[HeadGrad] = []
+    for h, (dO_h, ab, gb, _, _, _, _, _) in enumerate(parts):
+        dk_R_raw_h = back.dk_R_heads[h] if turn is None else rotate_back(back.dk_R_heads[h], turn.cos, turn.sin,
+                                                                          turn.pairs, p)
+        dQ = np.concatenate([back.dq_C[h], back.dq_R_raw[h]], axis=1)  # (n, d_qk)
+        dK = np.concatenate([back.dk_C[h], dk_R_raw_h], axis=1)  # (n, d_qk)
+        rot = turn is not None
+        heads.append(HeadGrad(
+            dO_h, ab, ab.dQ_used if rot else None, ab.dK_used if rot else None, dQ, dK, dQ, dK,
+            p.matmul(X_in.T, dQ), p.matmul(X_in.T, dK), p.matmul(X_in.T, ab.dV), None, None, None, gb, None, None,
+        ))
+    kv = _kv_sums(sc, heads)
+    dX, dgamma, dbeta = back.dX, None, None
+    if sc.norm is not None and comp.norm is not None:
+        nb = norm_backward(sc.norm.kind, sc.X, comp.norm.mean, comp.norm.root, sc.norm.gamma, back.dX, p)
+        dX, dgamma = nb.dX, nb.dgamma
+        dbeta = nb.dbeta if sc.norm.beta is not None else None
+    return Gradients(loss, dO, d_concat, dW_O, db_O, tuple(heads), kv, False, back.dX, dX, dgamma, dbeta,
+                     back.dgamma_q, None, mla=back)
 
 
 _QKBack = tuple[list[Matrix], list[Matrix], list[Vector | None], list[Vector | None], Vector | None, Vector | None]

@@ -45,6 +45,8 @@ def updated(sc: Scenario, g: Gradients, decimals: int | None = None) -> Scenario
     def _frozen(a: Matrix) -> Matrix:
         return _keep(a if decimals is None else round_to(a, decimals))
 
+    if sc.mla is not None:
+        return _mla_updated(sc, g, lr, train, _frozen)
     heads = list(sc.heads)
     own: list[dict[str, object]] = []
     for head, hg in zip(sc.heads, g.heads, strict=True):
@@ -107,6 +109,38 @@ def _gates_step(sc: Scenario, g: Gradients, lr: float, train: set[str],
         if name in train and current is not None and grad is not None:
             changes[name] = frozen(current - lr * grad)
     return {"deltanet": dataclasses.replace(dn, **changes)} if changes else {}
+def _mla_updated(sc: Scenario, g: Gradients, lr: float, train: set[str],
+                 _frozen: Callable[[Matrix], Matrix]) -> Scenario:
+    """[mla]: the latent layer's own weights move; the heads' multiplied-through shapes follow from them
+    (``_frozen`` writes each down)."""
+    mla, back = sc.mla, g.mla
+    assert mla is not None and back is not None
+    changes: dict[str, object] = {}
+    for name, grad in (("W_DKV", back.dW_DKV), ("W_UK", back.dW_UK), ("W_UV", back.dW_UV), ("W_KR", back.dW_KR),
+                       ("W_Q", back.dW_Q), ("W_DQ", back.dW_DQ), ("W_UQ", back.dW_UQ)):
+        current = getattr(mla, name)
+        if name in train and current is not None and grad is not None:
+            changes[name] = _frozen(current - lr * grad)
+    if "gamma_kv" in train and mla.kv_norm and back.dgamma_kv is not None:
+        changes["gamma_kv"] = _frozen(mla.gamma_kv - lr * back.dgamma_kv)
+    if "gamma_q" in train and mla.q_norm and mla.gamma_q is not None and back.dgamma_q is not None:
+        changes["gamma_q"] = _frozen(mla.gamma_q - lr * back.dgamma_q)
+    new = dataclasses.replace(mla, **changes)  # type: ignore[arg-type]
+    heads = tuple(dataclasses.replace(head, W_Q=W_Q, W_K=W_K, W_V=W_V)
+                  for head, (_, W_Q, W_K, W_V) in zip(sc.heads, new.head_weights(), strict=True))
+    top: dict[str, object] = {"mla": new, "heads": heads}
+    if "W_O" in train and sc.W_O is not None and g.dW_O is not None:
+        top["W_O"] = _frozen(sc.W_O - lr * g.dW_O)
+    if "b_O" in train and sc.b_O is not None and g.db_O is not None:
+        top["b_O"] = _frozen(sc.b_O - lr * g.db_O)
+    if sc.norm is not None and ("gamma" in train or "beta" in train):
+        norm = sc.norm
+        if "gamma" in train and g.dgamma is not None:
+            norm = dataclasses.replace(norm, gamma=_frozen(norm.gamma - lr * g.dgamma))
+        if "beta" in train and norm.beta is not None and g.dbeta is not None:
+            norm = dataclasses.replace(norm, beta=_frozen(norm.beta - lr * g.dbeta))
+        top["norm"] = norm
+    return dataclasses.replace(sc, **top)  # type: ignore[arg-type]
 
 
 def steps(sc: Scenario, count: int | None = None) -> Iterator[TrainStep]:

@@ -10,8 +10,9 @@ import numpy as np
 
 from qkv_tui.core.engine import Computation, compute
 from qkv_tui.core.gradients import Gradients, HeadGrad, KVGrad, gradients
-from qkv_tui.core.scenario import Scenario
+from qkv_tui.core.scenario import Matrix, Scenario
 from qkv_tui.core.training import steps
+from qkv_tui.kernels.backward_mla import MlaBack
 
 
 class Writer(Protocol):
@@ -47,14 +48,23 @@ def _v(values: np.ndarray | None) -> list[float] | None:
     return None if values is None else [float(x) for x in values]
 
 
-def head_grad_fields(g: HeadGrad) -> Fields:
+def head_grad_fields(g: HeadGrad, mla: tuple[MlaBack, int, int] | None = None) -> Fields:
+    """``mla``: (the layer's gradients, the head, its query width) under [mla], whose heads have no W_K or W_V
+    of their own: dW_Q is the head's columns of the layer's W_Q (null with W_DQ/W_UQ)."""
     a = g.attend
     softmax = g.linear is None and g.deltanet is None  # [linear] and [deltanet] have no dP, dS, dscaled
+    dW_Q: Matrix | None = g.dW_Q
+    dW_K: Matrix | None = g.dW_K
+    dW_V: Matrix | None = g.dW_V
+    if mla is not None:
+        back, h, d_qk = mla
+        dW_Q = None if back.dW_Q is None else back.dW_Q[:, h * d_qk:(h + 1) * d_qk]
+        dW_K = dW_V = None
     return [
         ("dO", g.dO), ("dV", a.dV), ("dP", a.dP if softmax else None), ("dS", a.dS if softmax else None),
         ("dscaled", a.dscaled if softmax else None),
         ("dQ", g.dQ), ("dK", g.dK), ("dQ_rot", g.dQ_rot), ("dK_rot", g.dK_rot),
-        ("dW_Q", g.dW_Q), ("dW_K", g.dW_K), ("dW_V", g.dW_V),
+        ("dW_Q", dW_Q), ("dW_K", dW_K), ("dW_V", dW_V),
         ("db_Q", _v(g.db_Q)), ("db_K", _v(g.db_K)), ("db_V", _v(g.db_V)), ("dsink", a.dsink),
         ("dW_G", None if g.gate is None else g.gate.dW_G), ("dgamma_q", _v(g.dgamma_q)), ("dgamma_k", _v(g.dgamma_k)),
     ]
@@ -68,11 +78,23 @@ def grad_fields(sc: Scenario, g: Gradients, write_fields: WriteFields) -> Fields
     return [
         ("loss", g.loss), ("dO", g.dO), ("d_concat", g.d_concat), ("dW_O", g.dW_O),
         ("dX", g.dX), ("dX_norm", g.dX_norm if sc.norm is not None else None), ("dgamma", _v(g.dgamma)),
-        ("heads", Nested(write_fields, items=[head_grad_fields(h) for h in g.heads])),
+        ("heads", Nested(write_fields, items=[
+            head_grad_fields(hg, None if g.mla is None or sc.mla is None else (g.mla, h, sc.mla.d_qk))
+            for h, hg in enumerate(g.heads)])),
         ("kv_heads", Nested(write_fields, items=[kv_grad_fields(k) for k in g.kv_heads]) if g.shared else None),
         ("db_O", _v(g.db_O)), ("dbeta", _v(g.dbeta)),
+        ("mla", None if g.mla is None else Nested(write_fields, fields=mla_grad_fields(g.mla))),
         ("linear", _linear(g, write_fields) if sc.linear is not None else None),
         ("deltanet", _deltanet(g, write_fields) if sc.deltanet is not None else None),
+    ]
+
+
+def mla_grad_fields(m: MlaBack) -> Fields:
+    """[mla]'s own gradients: its weights', the latent's (at c_KV after its norm) and the shared turned k_R's."""
+    return [
+        ("dW_DKV", m.dW_DKV), ("dW_UK", m.dW_UK), ("dW_UV", m.dW_UV), ("dW_KR", m.dW_KR), ("dW_Q", m.dW_Q),
+        ("dW_DQ", m.dW_DQ), ("dW_UQ", m.dW_UQ), ("dgamma_kv", _v(m.dgamma_kv)), ("dgamma_q", _v(m.dgamma_q)),
+        ("dc_KV", m.dc_KV), ("dk_R", m.dk_R),
     ]
 
 

@@ -58,6 +58,8 @@ def _row(v: Matrix | float | None) -> Matrix | None:
 def params(sc: Scenario, g: Gradients) -> list[Param]:
     """Every weight the scenario gives, in TRAINABLE's order within a head, with its gradient. A K/V head's
     weights are listed once, under its first reader, with the sum of its readers' gradients (what SGD applies)."""
+    if sc.mla is not None:
+        return _mla_params(sc, g)
     many = len(sc.heads) > 1
     owners = kv_owners([sc.kv_head(h) for h in range(len(sc.heads))], sc.heads)
     kv_of = {kv.heads[0]: kv for kv in g.kv_heads}
@@ -103,6 +105,19 @@ def hand_steps(sc: Scenario, decimals: int) -> Iterator[TrainStep]:
         yield TrainStep(k, g.loss, tuple(h.weights for h in comp.heads), sc, comp, g)
         if k < bw.steps:
             sc = updated(sc, g, decimals)
+def _mla_params(sc: Scenario, g: Gradients) -> list[Param]:
+    """[mla]: the latent layer's own weights, which every head shares (its heads hold no W_K or W_V of their own)."""
+    mla, back = sc.mla, g.mla
+    assert mla is not None and back is not None
+    items: list[tuple[str, Matrix | None, Matrix | None]] = [
+        ("W_Q", mla.W_Q, back.dW_Q), ("W_DKV", mla.W_DKV, back.dW_DKV), ("W_UK", mla.W_UK, back.dW_UK),
+        ("W_UV", mla.W_UV, back.dW_UV), ("W_KR", mla.W_KR, back.dW_KR), ("W_DQ", mla.W_DQ, back.dW_DQ),
+        ("W_UQ", mla.W_UQ, back.dW_UQ), ("gamma_kv", mla.gamma_kv if mla.kv_norm else None, back.dgamma_kv),
+        ("gamma_q", mla.gamma_q if mla.q_norm else None, back.dgamma_q), ("W_O", sc.W_O, g.dW_O), ("b_O", sc.b_O, g.db_O)]
+    if sc.norm is not None:
+        items += [("gamma", sc.norm.gamma, g.dgamma), ("beta", sc.norm.beta, g.dbeta)]
+    return [Param(name, name, None, _row(value), _row(grad)) for name, value, grad in items  # type: ignore[arg-type]
+            if value is not None]
 
 
 class TrainRun:

@@ -14,6 +14,7 @@ from qkv_tui.core.arrays import Matrix
 from qkv_tui.core.toml_text import number as _number
 from qkv_tui.core.toml_text import string, vector
 from qkv_tui.core.variants.common import Checker, Context, Table, number
+from qkv_tui.core.variants.mla import MLA_TRAINABLE, Mla, mla_weights
 
 BACKWARD_KEYS = ("target", "dO", "lr", "steps", "train")
 DEFAULT_LR = 0.1
@@ -21,7 +22,7 @@ MAX_STEPS = 1000
 # every weight the format has, in the order the default train list and the messages name them; never X,
 # the ALiBi slopes, the target or [deltanet]'s given g and beta arrays, which are data, not weights
 TRAINABLE = ("W_Q", "W_K", "W_V", "W_O", "W_G", "b_Q", "b_K", "b_V", "b_O", "gamma", "beta", "gamma_q", "gamma_k",
-             "sinks", "W_a", "W_b", "A_log", "dt_bias")
+             "sinks", "W_a", "W_b", "A_log", "dt_bias", *MLA_TRAINABLE)
 DELTANET_WEIGHTS = ("W_a", "W_b", "A_log", "dt_bias")  # where [deltanet] computes g and β, as Qwen3-Next does
 
 
@@ -58,6 +59,8 @@ def weights_of(heads: Sequence[Any], W_O: Matrix | None, b_O: Matrix | None) -> 
 def given_weights(ctx: Context) -> tuple[str, ...]:
     """The weights this scenario gives, in TRAINABLE's order: the default ``train``."""
     have = set(ctx.weights)
+    if isinstance(mla := ctx.earlier.get("mla"), Mla):  # its heads' W_Q, W_K, W_V are its latent's, multiplied through
+        have = {w for w in have if w not in ("W_Q", "W_K", "W_V")} | set(mla_weights(mla))
     norm, qk = ctx.earlier.get("norm"), ctx.earlier.get("qk_norm")
     if norm is not None:
         have.add("gamma")
@@ -72,10 +75,6 @@ def given_weights(ctx: Context) -> tuple[str, ...]:
 
 def parse_backward(table: dict[str, Any], ctx: Context) -> Backward:
     v: Reader = ctx.v  # type: ignore[assignment]  # the loader's validator reads matrices too
-    for key in ("mla",):
-        if ctx.earlier.get(key) is not None:  # their gradients are not written yet: refuse rather than be wrong
-            raise v.fail(f"[backward] with [{key}] is not supported yet: the backward pass runs through softmax"
-                         f" attention only; remove [backward] or [{key}]")
     n, d_out = len(ctx.tokens), ctx.d_out
     has_target, has_dO = "target" in table, "dO" in table
     if has_target and has_dO:
@@ -120,7 +119,9 @@ def _train(v: Checker, raw: Any, have: tuple[str, ...]) -> tuple[str, ...]:
         raise v.fail(f"[backward] train must be a list of weight names such as [\"W_Q\", \"W_K\"], got {_kind(raw)}")
     for name in raw:
         if name not in TRAINABLE:
-            hint = difflib.get_close_matches(name, TRAINABLE, n=1, cutoff=0.5)
+            # a name in the wrong case first: difflib reads W_dkv as nearer W_V than W_DKV
+            hint = ([w for w in TRAINABLE if w.lower() == name.lower()]
+                    or difflib.get_close_matches(name, TRAINABLE, n=1, cutoff=0.5))
             extra = f"; did you mean {hint[0]!r}?" if hint else ""
             raise v.fail(f"[backward] train names {_show(name)}, which is not a weight; expected names from:"
                          f" {', '.join(TRAINABLE)}{extra}")

@@ -94,6 +94,18 @@ class Mla:
 
 
 MLA_VECTORS = ("gamma_kv", "gamma_q")
+# what [backward] train may name beside the other weights (W_Q and gamma_q are already among them)
+MLA_TRAINABLE = ("W_DKV", "W_UK", "W_UV", "W_KR", "W_DQ", "W_UQ", "gamma_kv")
+
+
+def mla_weights(mla: Mla) -> tuple[str, ...]:
+    """The weights the layer gives, as [backward] train names them (its gains only where its norms are on)."""
+    have = [key for key in MLA_MATRICES if getattr(mla, key) is not None]
+    if mla.kv_norm:
+        have.append("gamma_kv")
+    if mla.q_norm:
+        have.append("gamma_q")
+    return tuple(have)
 
 
 def editable(mla: Mla) -> dict[str, Matrix]:

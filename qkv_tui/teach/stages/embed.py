@@ -7,6 +7,7 @@ import numpy as np
 from qkv_tui.core.fmt import fmt
 from qkv_tui.core.scenario import Matrix, Scenario
 from qkv_tui.teach.arith import elide
+from qkv_tui.teach.stages import mla_compress
 from qkv_tui.teach.stages.common import INPUT, FormulaPart, Key, Operation, Plan, Ref, Segment, Stage, StageSpec
 from qkv_tui.teach.stages.context import TraceContext
 from qkv_tui.teach.stages.grads import BackwardSpec, dot_cell, grads, has_backward
@@ -159,7 +160,7 @@ class EmbedBack(BackwardSpec):
 
     def meaning(self, trace: TraceContext, head: int | None) -> str:
         sc = trace.comp.scenario
-        text = self.stage.meaning
+        text = self.stage.meaning if sc.mla is None else mla_compress.EMBED_MEANING
         if sc.norm is not None:
             text = text.replace("Back to the input. Each row of X", "Back to X̂, the normalised X. Each row of X̂")
         if sc.is_cross:
@@ -172,6 +173,8 @@ class EmbedBack(BackwardSpec):
     def operation(self, trace: TraceContext, index: int, seg: Segment, row: int, col: int | None, d: int) -> Operation:
         comp = trace.comp
         assert col is not None
+        if comp.scenario.mla is not None:  # the latent layer's three down-projections
+            return mla_compress.embed_cell(trace, index, seg, row, col, d)
         g = grads(trace)
         name = "dX̂" if comp.norm is not None else "dX"
         q = comp.scenario.labels[row]
@@ -205,6 +208,8 @@ class EmbedBack(BackwardSpec):
 
     def panes(self, trace: TraceContext, op: Operation) -> list[Key]:
         sc = trace.comp.scenario
+        if sc.mla is not None:
+            return mla_compress.embed_panes(trace)
         keys: list[Key] = []
         for h in range(len(trace.comp.heads)):
             keys.append(("W_Q", h))

@@ -3,11 +3,17 @@ head's rotary query q_R; the other dimensions (q_C, k_C) never turn."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+import numpy as np
+
+from qkv_tui.core.engine import turn_of
 from qkv_tui.core.scenario import Matrix
+from qkv_tui.teach.stages import mla_grads, mla_sheet
 from qkv_tui.teach.stages import mla_parts as parts
-from qkv_tui.teach.stages import mla_sheet
-from qkv_tui.teach.stages.common import K_SLOT, Q_SLOT, Key, Operation, Plan, Ref, Segment, Stage, StageSpec
+from qkv_tui.teach.stages.common import K_SLOT, Q_SLOT, Key, Operation, Plan, Ref, Segment, Stage, StageSpec, x_in
 from qkv_tui.teach.stages.context import TraceContext
+from qkv_tui.teach.stages.grads import BackwardSpec, formula_cell, sum_cell
 from qkv_tui.teach.stages.printed import PrintedCells, PrintedChain, Table
 
 
@@ -72,3 +78,121 @@ class MlaRotate(StageSpec):
 
 
 SPEC = MlaRotate()
+
+
+def _turn_back(trace: TraceContext, index: int, seg: Segment, row: int, col: int, d: int, grad: Matrix,
+               value: float, name: str, src: str, refs: Callable[[int], Ref]) -> Operation:
+    """One cell of a rotary gradient turned back by −p·θ: ``dq_R[t,0] = dq_R'[t,0]·cos + dq_R'[t,1]·sin``."""
+    comp, mla = trace.comp, parts.mla_of(trace)
+    turn = turn_of(mla.rope, comp.scenario.positions, mla.d_rope)
+    assert turn is not None
+    label = comp.scenario.labels[row]
+    i, a, b = next((i, a, b) for i, (a, b) in enumerate(turn.pairs) if col in (a, b))
+    cos, sin = float(turn.cos[row, i]), float(turn.sin[row, i])
+    x, y = float(grad[row, a]), float(grad[row, b])
+    if col == a:
+        return formula_cell(trace, index, seg, row, col, d, value, lambda u, c, v, s: u * c + v * s, [x, cos, y, sin],
+                            lambda t: f"{t[0]}·{t[1]} + {t[2]}·{t[3]}",
+                            f"{name}[{label},{a}] = {src}[{label},{a}]·cos + {src}[{label},{b}]·sin", (refs(a), refs(b)))
+    return formula_cell(trace, index, seg, row, col, d, value, lambda v, c, u, s: v * c - u * s, [y, cos, x, sin],
+                        lambda t: f"{t[0]}·{t[1]} − {t[2]}·{t[3]}",
+                        f"{name}[{label},{b}] = {src}[{label},{b}]·cos − {src}[{label},{a}]·sin", (refs(b), refs(a)))
+
+
+class MlaRotateBack(BackwardSpec):
+    """Each head's rotary query gradient turned back (its q_C part passes through unturned)."""
+
+    stage = Stage("dmla_rotate", "dRotate",
+                  "Back through RoPE, rotary parts only. dScore gave the gradient at q = [q_C | q_R']; its q_C columns"
+                  " were never turned, so they pass on as they are, and each pair of q_R' turns back by −p·θ:"
+                  " da = dq_R'[a]·cos + dq_R'[b]·sin, db = dq_R'[b]·cos − dq_R'[a]·sin (a rotation's transpose is the"
+                  " opposite rotation). The shared k_R is turned back once, after every head has given its share.")
+    per_head = True
+    matrices = ("dq_R_back",)
+
+    def runs(self, trace: TraceContext) -> bool:
+        return mla_grads.runs(trace) and parts.mla_of(trace).rope is not None
+
+    def segments(self, trace: TraceContext, head: int | None) -> list[Plan]:
+        return [Plan("dq_R_back", trace.comp.scenario.n, parts.mla_of(trace).d_rope)]
+
+    def operation(self, trace: TraceContext, index: int, seg: Segment, row: int, col: int | None, d: int) -> Operation:
+        h = seg.head
+        assert h is not None and col is not None
+        back, nope = mla_grads.back_of(trace), parts.mla_of(trace).d_nope
+        return _turn_back(trace, index, seg, row, col, d, back.dq_R[h], float(back.dq_R_raw[h][row, col]), "dq_R",
+                          "dq_R'", lambda c: Ref("dQ_s", h, row, nope + c))
+
+    def matrix(self, trace: TraceContext, name: str, head: int | None) -> Matrix:
+        if head is None or not self.runs(trace):
+            raise KeyError(name)
+        return mla_grads.back_of(trace).dq_R_raw[head]
+
+    def panes(self, trace: TraceContext, op: Operation) -> list[Key]:
+        return [("dQ_s", op.head), ("q_R_raw", op.head), ("dq_R_back", op.head)]
+
+    def title(self, trace: TraceContext, name: str, head: int | None) -> str:
+        return "dq_R = dq_R' turned back (−p·θ)"
+
+
+BACKWARD = MlaRotateBack()
+
+
+class SharedKeyBack(BackwardSpec):
+    """The one rotary key every head read: its gradient is the sum of the heads' shares, then turned back."""
+
+    stage = Stage("dk_r", "dk_R",
+                  "The rotary key k_R is one matrix that every head read, beside its own k_C. So its gradient is the"
+                  " SUM over the heads of each head's share, the k_R columns of that head's dK from dScore:"
+                  " a weight read in several places collects the gradient from every place it was read.")
+    matrices = ("dk_R_sum", "dk_R_back")
+
+    def runs(self, trace: TraceContext) -> bool:
+        return mla_grads.runs(trace)
+
+    def meaning(self, trace: TraceContext, head: int | None) -> str:
+        text = self.stage.meaning
+        if parts.mla_of(trace).rope is not None:
+            text += (" Then the sum is turned back by −p·θ, as each head's q_R was, to the gradient at"
+                     f" {x_in(trace)[1]}·W_KR.")
+        return text
+
+    def segments(self, trace: TraceContext, head: int | None) -> list[Plan]:
+        mla, n = parts.mla_of(trace), trace.comp.scenario.n
+        plans = [Plan("dk_R_sum", n, mla.d_rope)]
+        return plans + ([Plan("dk_R_back", n, mla.d_rope)] if mla.rope is not None else [])
+
+    def operation(self, trace: TraceContext, index: int, seg: Segment, row: int, col: int | None, d: int) -> Operation:
+        assert col is not None
+        back, mla = mla_grads.back_of(trace), parts.mla_of(trace)
+        turned = "'" if mla.rope is not None else ""
+        label = trace.comp.scenario.labels[row]
+        if seg.target == "dk_R_sum":
+            H = len(trace.comp.heads)
+            column = np.array([float(back.dk_R_heads[h][row, col]) for h in range(H)])
+            cell = f"[{label},{mla.d_nope + col}]"
+            said = f"dk_R{turned}[{label},{col}] = " + " + ".join(f"dK{cell} of head {h + 1}" for h in range(H))
+            return sum_cell(trace, index, seg, row, col, d, float(back.dk_R[row, col]), column, said,
+                            tuple(Ref("dK_s", h, row, mla.d_nope + col) for h in range(H)))
+        return _turn_back(trace, index, seg, row, col, d, back.dk_R, float(back.dk_R_raw[row, col]), "dk_R", "dk_R'",
+                          lambda c: Ref("dk_R_sum", None, row, c))
+
+    def matrix(self, trace: TraceContext, name: str, head: int | None) -> Matrix:
+        if not mla_grads.runs(trace):
+            raise KeyError(name)
+        back = mla_grads.back_of(trace)
+        if name == "dk_R_back" and parts.mla_of(trace).rope is None:
+            raise KeyError(name)
+        return back.dk_R if name == "dk_R_sum" else back.dk_R_raw
+
+    def panes(self, trace: TraceContext, op: Operation) -> list[Key]:
+        if op.segment.target == "dk_R_sum":
+            return [*[("dK_s", h) for h in range(min(len(trace.comp.heads), 2))], ("dk_R_sum", None)]
+        return [("dk_R_sum", None), ("k_R_raw", None), ("dk_R_back", None)]
+
+    def title(self, trace: TraceContext, name: str, head: int | None) -> str:
+        turned = "'" if parts.mla_of(trace).rope is not None else ""
+        return {"dk_R_sum": f"dk_R{turned} = Σ heads' shares", "dk_R_back": "dk_R = dk_R' turned back (−p·θ)"}[name]
+
+
+KEY_BACKWARD = SharedKeyBack()

@@ -293,6 +293,9 @@ class ProjectBack(BackwardSpec):
     per_head = True
     matrices = ("dW_Q", "dW_K", "dW_V", "db_Q", "db_K", "db_V")
 
+    def runs(self, trace: TraceContext) -> bool:
+        return has_backward(trace) and trace.comp.scenario.mla is None  # [mla]: dExpand and dCompress instead
+
     def meaning(self, trace: TraceContext, head: int | None) -> str:
         text = self.stage.meaning.replace("X̂", x_in(trace)[1])  # X where there is no norm
         sc = trace.comp.scenario
