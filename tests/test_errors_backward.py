@@ -127,5 +127,8 @@ def test_json_fields_in_the_spec_order() -> None:
 @pytest.mark.parametrize("table", ["mla", "linear", "deltanet"])
 def test_every_attention_it_has_goes_backwards(table: str) -> None:
     text = (Path(__file__).parent.parent / "scenarios" / f"{table}.toml").read_text(encoding="utf-8")
-    sc = parse_scenario(text + "\n[backward]\ndO = [[1, 0], [0, 1], [1, 1]]\n", "b.toml")
+    plain = parse_scenario(text, "a.toml")
+    d_out = plain.W_O.shape[1] if plain.W_O is not None else sum(h.W_V.shape[1] for h in plain.heads)
+    dO = "[" + ", ".join("[" + ", ".join(["1"] * d_out) + "]" for _ in plain.tokens) + "]"
+    sc = parse_scenario(text + f"\n[backward]\ndO = {dO}\n", "b.toml")
     assert sc.backward is not None and sc.backward.steps == 0
