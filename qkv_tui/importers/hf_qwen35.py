@@ -8,7 +8,7 @@ As transformers' Qwen3_5Attention computes it:
 - every RMSNorm multiplies by (1 + γ) (the checkpoint stores γ − 1), the QK-norm per head included;
 - partial rotary (partial_rotary_factor, 0.25 by default) and the multimodal RoPE, which for text alone
   turns every section by the same position: plain RoPE on the first quarter of each head.
-Its linear-attention layers (Gated DeltaNet) are not run yet: choosing one, or a layer above one, is one line.
+Its linear-attention layers (Gated DeltaNet) are hf_gated_deltanet.py's.
 """
 
 from __future__ import annotations
@@ -45,21 +45,13 @@ def schedule(config: Config) -> tuple[str, ...]:
 
 
 def check_reachable(schedule: tuple[str, ...], layer: int) -> None:
-    """Refuse a linear-attention layer, and a layer whose input a linear-attention layer below it writes."""
-    reachable = next((i for i, t in enumerate(schedule) if t == "linear"), len(schedule))
-    can = "only full-attention layers with no linear-attention layer below can open"
-    can += ", and this checkpoint has none (layer 0 is linear attention)" if reachable == 0 \
-        else f": {_layers(list(range(reachable)))}"
+    """Refuse a linear-attention layer as the scenario's own layer (the layers below it run in the residual stream)."""
     if schedule[layer] == "linear":
+        full = [i for i, t in enumerate(schedule) if t == "full"]
+        can = f"the full-attention {_layers(full)} can open" if full else "this checkpoint has no full-attention layer"
         raise ImporterError(
             f"model.layer = {layer} is a linear-attention layer (Gated DeltaNet, layer_types 'linear_attention'),"
-            f" which qkv-tui does not import yet; {can}"
-        )
-    if layer > reachable:
-        below = [i for i in range(layer) if schedule[i] == "linear"]
-        raise ImporterError(
-            f"model.layer = {layer} reads the residual stream written by linear-attention {_layers(below)} (Gated"
-            f" DeltaNet) below it, which qkv-tui cannot run yet; {can}"
+            f" which qkv-tui does not import as a scenario yet; {can}"
         )
 
 
