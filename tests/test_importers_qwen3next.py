@@ -79,3 +79,50 @@ def test_a_full_attention_layer_above_linear_ones_opens(tmp_path: Path, kind: st
     np.testing.assert_allclose(comp.output, ref["attn"], rtol=1e-4, atol=1e-4 * float(np.abs(ref["attn"]).max()))
     assert sc.input.schedule == ("linear", "linear", "full", "linear")
     assert ("Qwen3-Next" if kind == "qwen3_next" else "Qwen3.5") in sc.description
+
+
+def _hook_linear(model: Any, layer: int, ids: list[int]) -> dict[str, np.ndarray]:
+    """X entering ``layer``, what out_proj reads (every head's gated-normed output) and the layer's attention output."""
+    seen: dict[str, np.ndarray] = {}
+    block = model.model.layers[layer]
+    out_proj = block.linear_attn.out_proj
+
+    def before_block(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        seen["X"] = (args[0] if args else kwargs["hidden_states"])[0].detach().numpy().copy()
+
+    def before_o(module: Any, args: tuple[Any, ...]) -> None:
+        seen["merged"] = args[0][0].detach().numpy().copy()
+
+    def after_o(module: Any, args: tuple[Any, ...], out: Any) -> None:
+        seen["attn"] = out[0].detach().numpy().copy()
+
+    hooks = [block.register_forward_pre_hook(before_block, with_kwargs=True), out_proj.register_forward_pre_hook(before_o),
+             out_proj.register_forward_hook(after_o)]
+    try:
+        with torch.no_grad():
+            model(input_ids=torch.tensor([ids]))
+    finally:
+        for h in hooks:
+            h.remove()
+    return seen
+
+
+@pytest.mark.parametrize("kind", ["qwen3_next", "qwen3_5"])
+@pytest.mark.parametrize("layer", [0, 3])
+def test_a_linear_attention_layer_opens_as_deltanet(tmp_path: Path, kind: str, layer: int) -> None:
+    """Every value head a [deltanet] head: W_Q/W_K repeated per value head, the convolution, g and β from the
+    weights, the gated norm; what out_proj reads and its output match the model's own forward."""
+    folder, model = qwen_linear(tmp_path, kind, seed=33 + layer)
+    comp = _open(tmp_path, folder, layer)
+    sc = comp.scenario
+    ref = _hook_linear(model, layer, _ids(sc.description))
+    assert sc.deltanet is not None and sc.deltanet.io is not None and sc.deltanet.io.taps == 4
+    assert len(comp.heads) == 4 and comp.heads[0].d_k == 8 and comp.heads[0].d_v == 6
+    np.testing.assert_array_equal(comp.heads[0].W_Q, comp.heads[1].W_Q)  # value heads 0, 1 share key head 0
+    np.testing.assert_array_equal(comp.heads[2].W_K, comp.heads[3].W_K)
+    assert sc.rope is None  # a linear-attention layer has no RoPE
+    scale = float(np.abs(ref["X"]).max())
+    np.testing.assert_allclose(sc.X, ref["X"], rtol=0, atol=FLOAT32 * scale)
+    np.testing.assert_allclose(comp.concat, ref["merged"], rtol=1e-4, atol=1e-4 * float(np.abs(ref["merged"]).max()))
+    np.testing.assert_allclose(comp.output, ref["attn"], rtol=1e-4, atol=1e-4 * float(np.abs(ref["attn"]).max()))
+    assert "Gated DeltaNet" in sc.description and "1 + γ" in sc.description

@@ -39,7 +39,7 @@ from qkv_tui.importers.files import read_limited, status
 from qkv_tui.importers.hf_bert import open_bert
 from qkv_tui.importers.hf_config import DEEPSEEK_TYPES, GEMMA_TYPES, Config, read_config, rotary, sliding_window
 from qkv_tui.importers.hf_deepseek import open_deepseek
-from qkv_tui.importers.hf_gated_deltanet import as_heads, read_linear
+from qkv_tui.importers.hf_gated_deltanet import as_heads, linear_note, read_linear
 from qkv_tui.importers.hf_tensors import lookup, prefix_of
 from qkv_tui.importers.safetensors_raw import TensorFiles
 from qkv_tui.importers.schedule import hf_schedule
@@ -251,7 +251,7 @@ def _llama(config: Config, tensors: TensorFiles, tokenize: Tokenize, source: str
         if qwen35 and schedule[i] == "linear":  # Gated DeltaNet: one head per value head (hf_gated_deltanet.py)
             w = read_linear(config, tensors, h + "linear_attn.")
             return Layer(norm=rms(h + "input_layernorm"), attention=as_heads(w), mlp_norm=rms(h + "post_attention_layernorm"),
-                         mlp=mlp(h, i), scale=None, window=None, deltanet=w)
+                         mlp=mlp(h, i), scale=None, window=None, rotary=False, deltanet=w)
         W_Q, W_K, W_V = projections(a)
         if gemma:
             return gemma_layer(i, h, attention(a, W_Q, W_K, W_V), mlp(h), qk_norm(a), rms)
@@ -294,7 +294,7 @@ def _llama(config: Config, tensors: TensorFiles, tokenize: Tokenize, source: str
                 " back; so is the MLP's. Its QK-norm runs over each token's whole query and key projections,"
                 " every head's columns together.")
     return Model(source, config.num_layers, config.num_heads, config.context, rope, tokenize, embed, layer,
-                 schedule, lambda layer: said)
+                 schedule, lambda layer: linear_note(config) if schedule[layer] == "linear" else said)
 
 
 def _moe(config: Config, tensors: TensorFiles, m: str) -> MoeMlp:

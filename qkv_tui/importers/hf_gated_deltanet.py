@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from qkv_tui.base.values import show as _show
 from qkv_tui.importers.errors import ImporterError
 from qkv_tui.importers.hf_config import Config
 from qkv_tui.importers.safetensors_raw import TensorFiles
@@ -94,3 +95,21 @@ def deltanet_table(w: DeltaLayerWeights) -> dict[str, Any]:
     return {"W_a": w.W_a, "W_b": w.W_b, "A_log": w.A_log.tolist(), "dt_bias": w.dt_bias.tolist(),
             "conv_q": w.conv_q, "conv_k": w.conv_k, "conv_v": w.conv_v, "W_Z": w.W_Z,
             "gamma_o": w.gamma_o.tolist(), "eps_o": w.eps}
+
+
+def only_every_head_dn(name: str) -> ImporterError:
+    return ImporterError(
+        f"{_show(name)}: a linear-attention layer opens as one [deltanet] scenario of every value head (its short"
+        " convolution and gated norm are cut from the whole layer's matrices); leave out model.heads"
+    )
+
+
+def linear_note(config: Config) -> str:
+    hk, hv, _, _, taps = _sizes(config)
+    name = "Qwen3-Next" if config.model_type == "qwen3_next" else "Qwen3.5"
+    shared = (f" Each of its {hk} query/key heads serves {hv // hk} value heads, so each head here carries a copy of its"
+              " query and key columns (exact: the convolution is per channel).") if hv != hk else ""
+    return (f"A linear-attention layer of {name} (Gated DeltaNet): one head per value head, its Q, K and V through a"
+            f" causal convolution of {taps} taps and SiLU, then the gated delta rule, then rmsnorm(o)·γ·silu(X̂·W_Z)"
+            f" before W_O (out_proj). Its norms before the layer multiply by 1 + γ (the checkpoint stores γ − 1);"
+            f" the gated norm's γ is stored as is.{shared}")

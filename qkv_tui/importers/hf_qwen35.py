@@ -42,25 +42,3 @@ def schedule(config: Config) -> tuple[str, ...]:
             f" {config.num_layers} layers"
         )
     return tuple("full" if t == "full_attention" else "linear" for t in types)
-
-
-def check_reachable(schedule: tuple[str, ...], layer: int) -> None:
-    """Refuse a linear-attention layer as the scenario's own layer (the layers below it run in the residual stream)."""
-    if schedule[layer] == "linear":
-        full = [i for i, t in enumerate(schedule) if t == "full"]
-        can = f"the full-attention {_layers(full)} can open" if full else "this checkpoint has no full-attention layer"
-        raise ImporterError(
-            f"model.layer = {layer} is a linear-attention layer (Gated DeltaNet, layer_types 'linear_attention'),"
-            f" which qkv-tui does not import as a scenario yet; {can}"
-        )
-
-
-def _layers(layers: list[int]) -> str:
-    return ("layer " if len(layers) == 1 else "layers ") + _span(layers)
-
-
-def _span(layers: list[int]) -> str:
-    if len(layers) > 6:
-        return f"{layers[0]} … {layers[-1]}" if layers == list(range(layers[0], layers[-1] + 1)) \
-            else ", ".join(map(str, layers[:5])) + f", … ({len(layers)} layers)"
-    return ", ".join(map(str, layers))

@@ -49,6 +49,7 @@ class GatedNorm:
     root: Matrix  # (n,) √(mean + eps)
     normed: Matrix  # (n, d_v) o / root · γ
     z: Matrix  # (n, d_v) X̂·W_Z, the gate's input
+    sig_z: Matrix  # (n, d_v) σ(z)
     silu_z: Matrix  # (n, d_v) z·σ(z)
     out: Matrix  # (n, d_v) normed ⊙ silu(z): what W_O reads
 
@@ -56,9 +57,44 @@ class GatedNorm:
 def gated_norm(o: Matrix, z: Matrix, gamma: Matrix, eps: float, policy: Policy = EXACT) -> GatedNorm:
     """rmsnorm(o)·γ·silu(z) over each row of one head's output o (n, d_v), z (n, d_v) its gate's input."""
     normed = normalise(policy, "rms", o, gamma, None, eps)
-    silu_z = policy.table(z * sigmoid(z, policy))  # (n, d_v)
+    sig_z = sigmoid(z, policy)  # (n, d_v)
+    silu_z = policy.table(z * sig_z)  # (n, d_v)
     out = policy.table(normed.X_norm * silu_z)  # (n, d_v)
     z_kept = np.array(z, dtype=np.float64)
-    for a in (silu_z, out, z_kept):
+    for a in (sig_z, silu_z, out, z_kept):
         a.setflags(write=False)
-    return GatedNorm(normed.spread, normed.root, normed.X_norm, z_kept, silu_z, out)
+    return GatedNorm(normed.spread, normed.root, normed.X_norm, z_kept, sig_z, silu_z, out)
+
+
+@dataclass(frozen=True, eq=False)
+class AroundSpec:
+    """One head's weights around the rule; either part may be missing."""
+
+    conv_q: Matrix | None  # (K, d_k) taps; None without the convolution
+    conv_k: Matrix | None  # (K, d_k)
+    conv_v: Matrix | None  # (K, d_v)
+    W_Z: Matrix | None  # (d_model, d_v); None without the output norm
+    gamma_o: Matrix | None  # (d_v,)
+    eps_o: float
+
+
+@dataclass(frozen=True, eq=False)
+class Around:
+    """What one head computed around the rule."""
+
+    conv: tuple[Convolved, Convolved, Convolved] | None  # q, k, v; None without the convolution
+    out_norm: GatedNorm | None  # None without the output norm
+
+
+def convolve(spec: AroundSpec, Q: Matrix, K: Matrix, V: Matrix,
+             policy: Policy = EXACT) -> tuple[Convolved, Convolved, Convolved] | None:
+    if spec.conv_q is None or spec.conv_k is None or spec.conv_v is None:
+        return None
+    return causal_conv(Q, spec.conv_q, policy), causal_conv(K, spec.conv_k, policy), causal_conv(V, spec.conv_v, policy)
+
+
+def norm_out(spec: AroundSpec, X: Matrix, o: Matrix, policy: Policy = EXACT) -> GatedNorm | None:
+    """rmsnorm(o)·γ·silu(X·W_Z) for the head's output o (n, d_v), X what the projections read."""
+    if spec.W_Z is None or spec.gamma_o is None:
+        return None
+    return gated_norm(o, policy.table(policy.matmul(X, spec.W_Z)), spec.gamma_o, spec.eps_o, policy)

@@ -69,6 +69,9 @@ def given_weights(ctx: Context) -> tuple[str, ...]:
 
 def parse_backward(table: dict[str, Any], ctx: Context) -> Backward:
     v: Reader = ctx.v  # type: ignore[assignment]  # the loader's validator reads matrices too
+    if getattr(ctx.earlier.get("deltanet"), "io", None) is not None:  # no gradients through them yet
+        raise v.fail("[backward] with [deltanet]'s short convolution or gated output norm (conv_q …, W_Z) is not"
+                     " supported yet; remove [backward] or those keys")
     for key in ("mla", "linear", "deltanet"):
         if ctx.earlier.get(key) is not None:  # their gradients are not written yet: refuse rather than be wrong
             raise v.fail(f"[backward] with [{key}] is not supported yet: the backward pass runs through softmax"
