@@ -126,3 +126,14 @@ def test_a_linear_attention_layer_opens_as_deltanet(tmp_path: Path, kind: str, l
     np.testing.assert_allclose(comp.concat, ref["merged"], rtol=1e-4, atol=1e-4 * float(np.abs(ref["merged"]).max()))
     np.testing.assert_allclose(comp.output, ref["attn"], rtol=1e-4, atol=1e-4 * float(np.abs(ref["attn"]).max()))
     assert "Gated DeltaNet" in sc.description and "1 + γ" in sc.description
+
+
+@pytest.mark.parametrize("size", [(120, 40), (80, 24)], ids=["120x40", "80x24"])
+@pytest.mark.parametrize("stage", ["4", "8"], ids=["conv", "output_norm"])
+def test_linear_layer_stage_snapshot(snap_compare: Any, tmp_path: Path, size: tuple[int, int], stage: str) -> None:
+    """An imported Qwen3-Next linear-attention layer's Conv and Output norm stages (seeded tiny checkpoint)."""
+    from qkv_tui.ui.app import QKVApp
+    qwen_linear(tmp_path, "qwen3_next", seed=40)
+    path = tmp_path / "linear.toml"  # a relative source: the description names it as written, not the tmp folder
+    path.write_text('[model]\nsource = "qwen3_next"\ntext = "Alice was reading"\nlayer = 0\n', encoding="utf-8")
+    assert snap_compare(QKVApp(path), press=[stage, "right"], terminal_size=size)

@@ -17,7 +17,8 @@ from qkv_tui.core.variants.deltanet_io import DeltaIO
 from qkv_tui.kernels.deltanet_parts import Convolved, GatedNorm
 from qkv_tui.teach.arith import agrees, dot_line, first_fit, fit, shown, tries
 from qkv_tui.teach.stages.common import (
-    V_SLOT,
+    GATE_SLOT,
+    OPEN,
     FormulaPart,
     Key,
     Operation,
@@ -154,10 +155,10 @@ class Conv(StageSpec):
         return f"{src}c = silu(conv({src}))"
 
     def formula(self, trace: TraceContext, op: Operation) -> list[FormulaPart]:
-        return [FormulaPart(V_SLOT, "silu(conv(Q, K, V))")]
+        return [FormulaPart(OPEN, "silu(conv) → ")]
 
     def lights(self, seg: Segment) -> frozenset[int]:
-        return frozenset({V_SLOT})
+        return frozenset({OPEN})
 
 
 ONORM = ("dn_z", "dn_on", "dn_og")
@@ -258,10 +259,10 @@ class OutputNorm(StageSpec):
                 "dn_og": "out = ô ⊙ silu(z)"}[name]
 
     def formula(self, trace: TraceContext, op: Operation) -> list[FormulaPart]:
-        return [FormulaPart(V_SLOT, "rmsnorm(o)·γ ⊙ silu(z)")]
+        return [FormulaPart(GATE_SLOT, " → rmsnorm(o)·γ⊙silu(z)")]
 
     def lights(self, seg: Segment) -> frozenset[int]:
-        return frozenset({V_SLOT})
+        return frozenset({GATE_SLOT})
 
 
 CONV_STAGE = Conv()
