@@ -18,7 +18,7 @@ from .conftest import SHIPPED
 
 SEED_ORDER = ["embed", "norm", "project", "compress", "expand", "mla_rotate", "qk_norm", "rotate", "score", "scale", "softmax",
               "mix", "absorb",
-              "phi", "quadratic", "recurrent", "l2norm", "gates", "delta",  # [linear], [deltanet] in place of Score … Mix
+              "phi", "quadratic", "recurrent", "conv", "l2norm", "gates", "delta", "onorm",  # [linear], [deltanet]: Score … Mix
               "gate", "concat", "wo"]
 # the backward pass after the forward stages ([backward]; docs/backward.md), last forward stage first
 SEED_ORDER += ["loss", "dwo", "dgate", "dmix",

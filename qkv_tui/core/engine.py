@@ -23,6 +23,7 @@ from qkv_tui.core.variants import Norm, QKNorm, Rope, Vector
 from qkv_tui.kernels.attention import Forward, QKNormHead, Turn, head_forward, project
 from qkv_tui.kernels.attention import frozen as _frozen
 from qkv_tui.kernels.deltanet import DeltaForward, gates
+from qkv_tui.kernels.deltanet_parts import Around, AroundSpec
 from qkv_tui.kernels.linear import LinearForward, LinearSpec, zero_row
 from qkv_tui.kernels.mla import MlaHead, mla_head, mla_shared
 from qkv_tui.kernels.norm import Normed, normalise
@@ -93,11 +94,14 @@ class HeadResult:
     gated_output: Matrix | None = None  # (n, d_v) output ⊙ gate: what Concat joins
     linear: LinearForward | None = None  # [linear]: φ(Q), φ(K), the state S and z, both forms; None with the softmax
     deltanet: DeltaForward | None = None  # [deltanet]: q̂, k̂, g, β, the state S token by token; None with the softmax
+    around: Around | None = None  # [deltanet]'s short convolution and gated output norm; None without
     mla: MlaHead | None = None  # [mla]: the latent's parts this head reads and the absorbed form; None without
 
     @property
     def joined(self) -> Matrix:
         """What Concat joins: the gated output where the head has a gate, else the output."""
+        if self.around is not None and self.around.out_norm is not None:  # [deltanet]'s gated output norm
+            return self.around.out_norm.out
         return self.output if self.gated_output is None else self.gated_output
 
     @property
@@ -192,6 +196,7 @@ def compute_head(
     qk_norm: QKNormHead | None = None,
     linear: LinearSpec | None = None,
     deltanet: tuple[Matrix, Matrix] | None = None,
+    around: AroundSpec | None = None,
 ) -> HeadResult:
     """One head (kernels/attention.py). ``X`` is what the Query projection reads (already normalised); ``shared``
     is an earlier query head reading the same K/V head, whose K and V this one reuses."""
@@ -202,7 +207,7 @@ def compute_head(
     f = head_forward(X, X_kv, head.W_Q, head.W_K, head.W_V, head.b_Q, head.b_K, head.b_V, allow,
                      math.sqrt(head.d_k) if scale is None else scale, turn=turn_of(rope, positions, head.d_k),
                      bias=bias, sink=head.sink, shared=shared, qk_norm=qk_norm, softcap=head.softcap, W_G=head.W_G,
-                     linear=linear, deltanet=deltanet)
+                     linear=linear, deltanet=deltanet, around=around)
     # linear attention divides by no scale at all (its 1.0 is no √d_k)
     return result_of(head, f, scale is None and linear is None, slope, kv_head)
 
@@ -217,7 +222,7 @@ def result_of(head: Head, f: Forward, scale_is_default: bool, slope: float | Non
         output=a.output, kv_head=kv_head, b_Q=head.b_Q, b_K=head.b_K, b_V=head.b_V, Q_rot=f.Q_rot, K_rot=f.K_rot,
         bias=a.bias, slope=slope, sink=head.sink, sink_exp=soft.sink_exp, Q_normed=f.Q_normed, K_normed=f.K_normed,
         capped=a.capped, softcap=head.softcap, **gate_fields(head.W_G, f), linear=f.linear,
-        deltanet=f.deltanet,
+        deltanet=f.deltanet, around=f.around,
     )
 
 
@@ -367,6 +372,15 @@ def deltanet_gates(sc: Scenario, X_in: Matrix, policy: Policy = EXACT) -> tuple[
     return g, beta
 
 
+def around_spec(sc: Scenario, h: int) -> AroundSpec | None:
+    """Head h's share of [deltanet]'s short convolution and gated output norm; None without either."""
+    io = None if sc.deltanet is None else sc.deltanet.io
+    if io is None:
+        return None
+    q, k, v, z = (None if cut is None else cut[h] for cut in (io.conv_q, io.conv_k, io.conv_v, io.W_Z))
+    return AroundSpec(q, k, v, z, io.gamma_o, io.eps_o)
+
+
 def linear_check(sc: Scenario, result: HeadResult) -> None:
     """A zero denominator of linear attention is refused naming its row; an overflow in φ or the state naming it."""
     dn = result.deltanet
@@ -421,6 +435,7 @@ def iter_heads(scenario: Scenario, norm: NormResult | None = None) -> Iterator[H
                 head, X_in, X_kv, sc.allow, sc.scale,
                 rope=sc.rope, positions=positions, slope=slope, kv_head=kv, shared=shared, qk_norm=qk[h],
                 linear=linear_spec(sc), deltanet=None if dn is None else (dn[0][:, h], dn[1][:, h]),
+                around=around_spec(sc, h),
             )
         check_head(sc, result)
         if last_reader[kv] > h:  # kept only while a later query head still reads it

@@ -108,7 +108,9 @@ def _gates_step(sc: Scenario, g: Gradients, lr: float, train: set[str],
         current = getattr(dn, name)
         if name in train and current is not None and grad is not None:
             changes[name] = frozen(current - lr * grad)
-    return {"deltanet": dataclasses.replace(dn, **changes)} if changes else {}
+    return {"deltanet": dataclasses.replace(dn, **changes)} if changes else {}  # type: ignore[arg-type]
+
+
 def _mla_updated(sc: Scenario, g: Gradients, lr: float, train: set[str],
                  _frozen: Callable[[Matrix], Matrix]) -> Scenario:
     """[mla]: the latent layer's own weights move; the heads' multiplied-through shapes follow from them

@@ -81,7 +81,8 @@ def deltanet_lines(hr: HeadResult, t: int, token: str, decimals: int) -> list[st
                       [x for i in range(hr.d_k) for x in (float(k[i]), dn.decayed[t, i])], dn.kv[t], decimals)
     terms = " + ".join(f"{texts[2 * i]}·{texts[2 * i + 1]}" for i in range(hr.d_k))
     out.append(f"kv = S'ᵀk = {terms} = {kv}" if hr.d_k <= MAX_ROWS else f"kv = S'ᵀk = {kv}")
-    (vt, kt, bt), d = _line(lambda x, y, z: (_v(x) - _v(y)) * _v(z), [hr.V[t], dn.kv[t], float(dn.beta[t])],
+    V = hr.V if hr.around is None or hr.around.conv is None else hr.around.conv[2].out  # (n, d_v) what the rule reads
+    (vt, kt, bt), d = _line(lambda x, y, z: (_v(x) - _v(y)) * _v(z), [V[t], dn.kv[t], float(dn.beta[t])],
                             dn.delta[t], decimals)
     out.append(f"δ = (v − kv)·β = ({vt} − {kt})·{bt} = {d}")
     for i in rows:

@@ -163,8 +163,14 @@ def deltanet_fields(h: HeadResult) -> list[tuple[str, Any]]:
     """One entry of ``"deltanet": {"heads": [...]}``: q and k as the rule reads them (L2-normalised, q ÷ √d_k)."""
     dn = h.deltanet
     assert dn is not None
+    conv = None if h.around is None else h.around.conv
+    normed = None if h.around is None else h.around.out_norm
     return [("q", dn.q), ("k", dn.k), ("g", dn.g.tolist()), ("beta", dn.beta.tolist()), ("S", dn.S),
-            ("output", dn.output)]
+            ("output", dn.output),
+            # the short convolution's outputs (after SiLU) and the gated output norm's gate input and result
+            ("conv_q", None if conv is None else conv[0].out), ("conv_k", None if conv is None else conv[1].out),
+            ("conv_v", None if conv is None else conv[2].out), ("z", None if normed is None else normed.z),
+            ("normed", None if normed is None else normed.out)]
 
 
 class _PerHead(_Heads):

@@ -31,7 +31,7 @@ from qkv_tui.importers.glass import PREFIX as GLASS_PREFIX
 from qkv_tui.importers.glass import open_glassllm
 from qkv_tui.importers.hf_deepseek import mla_table, only_every_head
 from qkv_tui.importers.hf_folder import open_folder
-from qkv_tui.importers.hf_qwen35 import check_reachable
+from qkv_tui.importers.hf_gated_deltanet import deltanet_table, only_every_head_dn
 from qkv_tui.importers.hub import PREFIXES as NAMED_PREFIXES
 from qkv_tui.importers.hub import open_named
 from qkv_tui.importers.stack import Array, Layer, Model, residual_stream
@@ -72,8 +72,6 @@ def expand_model(doc: dict[str, Any], base: Path | None = None, opened: Model | 
         raise ImporterError("model.text is empty; expected a sentence to run through the model")
     model = open_source(source, base) if opened is None else opened
     layer = _layer(table, model)
-    if "linear" in model.schedule[: layer + 1]:  # Qwen3.5's Gated DeltaNet layers cannot run yet
-        check_reachable(model.schedule, layer)
     heads = _heads(table, model)
 
     labels, ids = model.tokenize(text)
@@ -132,6 +130,11 @@ def expand_model(doc: dict[str, Any], base: Path | None = None, opened: Model | 
             raise only_every_head(model.name)
         result["mla"] = mla_table(weights.mla)
         result["output"] = {"W_O": _matrix(weights.attention.W_O)}
+    elif weights.deltanet is not None:  # a Gated DeltaNet layer: every head, the rule's weights in [deltanet]
+        if "heads" in table:  # its heads are the layer's value heads, not the model's query heads
+            raise only_every_head_dn(model.name)
+        result.update(_all_heads(weights))
+        result["deltanet"] = deltanet_table(weights.deltanet)
     elif heads == list(range(model.num_heads)):
         result.update(_all_heads(weights))
     else:

@@ -17,12 +17,12 @@ from qkv_tui.base.values import show as _show
 from qkv_tui.importers.errors import ImporterError
 from qkv_tui.importers.files import read_limited
 from qkv_tui.importers.hf_pending import PENDING_TYPES, pending_feature
-from qkv_tui.importers.hf_qwen35_config import LINEAR_TYPES, qwen35_text
+from qkv_tui.importers.hf_qwen35_config import LINEAR_TYPES, qwen35_text, with_defaults
 from qkv_tui.importers.hf_rope import RopeConfig, read_rope
 
 GPT2_TYPES = ("gpt2",)
 LLAMA_TYPES = ("llama", "mistral", "qwen2", "smollm3", "granite", "phi3", "qwen3", "olmo2", "gpt_oss", "gemma2", "gemma3_text",
-               "qwen3_5_text")
+               "qwen3_5_text", "qwen3_next")
 GEMMA_TYPES = ("gemma2", "gemma3_text")
 BERT_TYPES = ("bert",)
 DEEPSEEK_TYPES = ("deepseek_v2", "deepseek_v3")  # latent attention: hf_deepseek.py
@@ -67,6 +67,8 @@ def read_config(path: Path) -> Config:
         model_type = "gemma3_text"
     if model_type in ("qwen3_5", "qwen3_5_text"):  # the multimodal config's language model is its text_config
         data, model_type = qwen35_text(path.name, data, model_type), "qwen3_5_text"
+    if model_type == "qwen3_next":
+        data = with_defaults(data)
     if model_type not in ALL_TYPES:
         raise ImporterError(
             f"{path.name}: model_type {_show(model_type)} is not supported; expected one of: {', '.join(ALL_TYPES)}"

@@ -29,6 +29,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import qkv_tui.importers.hf_gemma as hf_gemma
+import qkv_tui.importers.hf_qwen3next as hf_qwen3next
 import qkv_tui.importers.hf_qwen35 as hf_qwen35
 from qkv_tui.base.files import file_kind
 from qkv_tui.base.values import show as _show
@@ -38,6 +39,7 @@ from qkv_tui.importers.files import read_limited, status
 from qkv_tui.importers.hf_bert import open_bert
 from qkv_tui.importers.hf_config import DEEPSEEK_TYPES, GEMMA_TYPES, Config, read_config, rotary, sliding_window
 from qkv_tui.importers.hf_deepseek import open_deepseek
+from qkv_tui.importers.hf_gated_deltanet import as_heads, linear_note, read_linear
 from qkv_tui.importers.hf_tensors import lookup, prefix_of
 from qkv_tui.importers.safetensors_raw import TensorFiles
 from qkv_tui.importers.schedule import hf_schedule
@@ -173,7 +175,7 @@ def _llama(config: Config, tensors: TensorFiles, tokenize: Tokenize, source: str
         return tensors.get(name, (width,)) if name in tensors else None
 
     gemma = config.model_type in GEMMA_TYPES
-    qwen35 = config.model_type == "qwen3_5_text"
+    qwen35 = config.model_type in ("qwen3_5_text", "qwen3_next")  # Qwen3-Next's full-attention layers are the same
     one = 1.0 if gemma or qwen35 else 0.0  # Gemma's and Qwen3.5's norms multiply by 1 + γ
 
     def embed(ids: list[int]) -> Array:
@@ -197,8 +199,10 @@ def _llama(config: Config, tensors: TensorFiles, tokenize: Tokenize, source: str
         return get(a + "q_proj.weight", (q_width, d)).T, get(a + "k_proj.weight", (kv_width, d)).T, \
             get(a + "v_proj.weight", (kv_width, d)).T
 
-    def mlp(h: str) -> GatedMlp | MoeMlp:
+    def mlp(h: str, i: int = 0) -> GatedMlp | MoeMlp | hf_qwen3next.SharedExpertMoe:
         get = tensors.get
+        if config.model_type == "qwen3_next" and hf_qwen3next.is_sparse(config, i):
+            return hf_qwen3next.read_moe(config, tensors, h + "mlp.", act)
         if config.model_type == "gpt_oss":
             return _moe(config, tensors, h + "mlp.")
         if config.model_type == "phi3":
@@ -210,12 +214,13 @@ def _llama(config: Config, tensors: TensorFiles, tokenize: Tokenize, source: str
         return GatedMlp(gate.T, get(h + "mlp.up_proj.weight", (inter, d)).T, get(h + "mlp.down_proj.weight", (d, inter)).T, act)
 
     olmo2 = config.model_type == "olmo2"
+    schedule = hf_schedule(config)
 
     def qk_norm(a: str) -> QkNorm | None:
         if olmo2:
             return QkNorm("all", tensors.get(a + "q_norm.weight", (q_width,)),
                           tensors.get(a + "k_norm.weight", (kv_width,)), config.eps)
-        if config.model_type not in ("qwen3", "gemma3_text", "qwen3_5_text"):
+        if config.model_type not in ("qwen3", "gemma3_text", "qwen3_5_text", "qwen3_next"):
             return None
         return QkNorm("head", tensors.get(a + "q_norm.weight", (config.head_dim,)) + one,
                       tensors.get(a + "k_norm.weight", (config.head_dim,)) + one, config.eps)
@@ -228,7 +233,7 @@ def _llama(config: Config, tensors: TensorFiles, tokenize: Tokenize, source: str
             config.num_heads, config.num_kv_heads,
         )
 
-    def gemma_layer(i: int, h: str, att: Attention, feed: GatedMlp | MoeMlp, qkn: QkNorm | None,
+    def gemma_layer(i: int, h: str, att: Attention, feed: Callable[[Array], Array], qkn: QkNorm | None,
                      norm: Callable[[str], Norm]) -> Layer:
         window = sliding_window(config, i)
         divisor, said = hf_gemma.scale(config)
@@ -242,15 +247,17 @@ def _llama(config: Config, tensors: TensorFiles, tokenize: Tokenize, source: str
     def layer(i: int) -> Layer:
         h = f"{p}layers.{i}."
         a = h + "self_attn."
-        if qwen35:  # expand.py refuses these first, naming the layer asked for; this guards any other caller
-            hf_qwen35.check_reachable(hf_qwen35.schedule(config), i)
         get = tensors.get
+        if qwen35 and schedule[i] == "linear":  # Gated DeltaNet: one head per value head (hf_gated_deltanet.py)
+            w = read_linear(config, tensors, h + "linear_attn.")
+            return Layer(norm=rms(h + "input_layernorm"), attention=as_heads(w), mlp_norm=rms(h + "post_attention_layernorm"),
+                         mlp=mlp(h, i), scale=None, window=None, rotary=False, deltanet=w)
         W_Q, W_K, W_V = projections(a)
         if gemma:
             return gemma_layer(i, h, attention(a, W_Q, W_K, W_V), mlp(h), qk_norm(a), rms)
         if qwen35:
             return Layer(norm=rms(h + "input_layernorm"), attention=attention(a, W_Q, W_K, W_V),
-                         mlp_norm=rms(h + "post_attention_layernorm"), mlp=mlp(h), scale=None, window=None,
+                         mlp_norm=rms(h + "post_attention_layernorm"), mlp=mlp(h, i), scale=None, window=None,
                          qk_norm=qk_norm(a), W_G=hf_qwen35.query_and_gate(config, tensors, a)[1])
         return Layer(
             norm=Norm("rms", get(h + ("post_attention_layernorm" if olmo2 else "input_layernorm") + ".weight", (d,)),
@@ -279,14 +286,15 @@ def _llama(config: Config, tensors: TensorFiles, tokenize: Tokenize, source: str
     if gemma:
         said = hf_gemma.note(config)
     if qwen35:
-        said = hf_qwen35.NOTE
+        said = hf_qwen35.NOTE if config.model_type != "qwen3_next" else \
+            hf_qwen35.NOTE.replace("Qwen3.5", "Qwen3-Next") + hf_qwen3next.NOTE
     if olmo2:
         said = ("OLMo 2 norms after each sub-layer: its attention reads the stream as it is (no norm before it, so"
                 " no Norm stage here), and its output is RMS-normed (post_attention_layernorm) before it is added"
                 " back; so is the MLP's. Its QK-norm runs over each token's whole query and key projections,"
                 " every head's columns together.")
     return Model(source, config.num_layers, config.num_heads, config.context, rope, tokenize, embed, layer,
-                 hf_schedule(config), lambda layer: said)
+                 schedule, lambda layer: linear_note(config) if schedule[layer] == "linear" else said)
 
 
 def _moe(config: Config, tensors: TensorFiles, m: str) -> MoeMlp:

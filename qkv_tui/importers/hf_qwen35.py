@@ -8,7 +8,7 @@ As transformers' Qwen3_5Attention computes it:
 - every RMSNorm multiplies by (1 + γ) (the checkpoint stores γ − 1), the QK-norm per head included;
 - partial rotary (partial_rotary_factor, 0.25 by default) and the multimodal RoPE, which for text alone
   turns every section by the same position: plain RoPE on the first quarter of each head.
-Its linear-attention layers (Gated DeltaNet) are not run yet: choosing one, or a layer above one, is one line.
+Its linear-attention layers (Gated DeltaNet) are hf_gated_deltanet.py's.
 """
 
 from __future__ import annotations
@@ -42,33 +42,3 @@ def schedule(config: Config) -> tuple[str, ...]:
             f" {config.num_layers} layers"
         )
     return tuple("full" if t == "full_attention" else "linear" for t in types)
-
-
-def check_reachable(schedule: tuple[str, ...], layer: int) -> None:
-    """Refuse a linear-attention layer, and a layer whose input a linear-attention layer below it writes."""
-    reachable = next((i for i, t in enumerate(schedule) if t == "linear"), len(schedule))
-    can = "only full-attention layers with no linear-attention layer below can open"
-    can += ", and this checkpoint has none (layer 0 is linear attention)" if reachable == 0 \
-        else f": {_layers(list(range(reachable)))}"
-    if schedule[layer] == "linear":
-        raise ImporterError(
-            f"model.layer = {layer} is a linear-attention layer (Gated DeltaNet, layer_types 'linear_attention'),"
-            f" which qkv-tui does not import yet; {can}"
-        )
-    if layer > reachable:
-        below = [i for i in range(layer) if schedule[i] == "linear"]
-        raise ImporterError(
-            f"model.layer = {layer} reads the residual stream written by linear-attention {_layers(below)} (Gated"
-            f" DeltaNet) below it, which qkv-tui cannot run yet; {can}"
-        )
-
-
-def _layers(layers: list[int]) -> str:
-    return ("layer " if len(layers) == 1 else "layers ") + _span(layers)
-
-
-def _span(layers: list[int]) -> str:
-    if len(layers) > 6:
-        return f"{layers[0]} … {layers[-1]}" if layers == list(range(layers[0], layers[-1] + 1)) \
-            else ", ".join(map(str, layers[:5])) + f", … ({len(layers)} layers)"
-    return ", ".join(map(str, layers))

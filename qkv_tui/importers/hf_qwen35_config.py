@@ -1,4 +1,5 @@
-"""Qwen3.5's config.json (model_type "qwen3_5" with a text_config, or "qwen3_5_text"), with transformers' defaults.
+"""Qwen3.5's config.json (model_type "qwen3_5" with a text_config, or "qwen3_5_text"), with transformers' defaults;
+Qwen3-Next's ("qwen3_next") has the same ones.
 
 Qwen3_5TextConfig fills in what a file may leave out, and the importer must read the same model:
 partial_rotary_factor 0.25 (a quarter of each head's dimensions turn), and layer_types from
@@ -11,7 +12,7 @@ from typing import Any
 
 from qkv_tui.importers.errors import ImporterError
 
-LINEAR_TYPES = ("qwen3_5_text",)  # the types whose layer_types may say "linear_attention"
+LINEAR_TYPES = ("qwen3_5_text", "qwen3_next")  # the types whose layer_types may say "linear_attention"
 
 
 def qwen35_text(name: str, data: dict[str, Any], model_type: str) -> dict[str, Any]:
@@ -21,7 +22,11 @@ def qwen35_text(name: str, data: dict[str, Any], model_type: str) -> dict[str, A
         if not isinstance(nested, dict):
             raise ImporterError(f"{name}: model_type 'qwen3_5' needs a text_config (its language model's config)")
         data = nested
-    text = dict(data) | {"model_type": "qwen3_5_text"}
+    return with_defaults(dict(data) | {"model_type": "qwen3_5_text"})
+
+
+def with_defaults(text: dict[str, Any]) -> dict[str, Any]:
+    """Qwen3.5's and Qwen3-Next's shared defaults: a quarter of each head turns, every fourth layer is full."""
     params = text.get("rope_parameters")
     if isinstance(params, dict) and "partial_rotary_factor" not in params:
         text["rope_parameters"] = params | {"partial_rotary_factor": text.get("partial_rotary_factor", 0.25)}

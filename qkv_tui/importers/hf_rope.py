@@ -24,7 +24,8 @@ FIELDS = {
     "llama3": ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"),
     "yarn": ("factor", "original_max_position_embeddings", "beta_fast", "beta_slow", "attention_factor", "truncate"),
 }
-PARTIAL_TYPES = ("phi3", "qwen3_5_text")  # the families whose attention turns only the first r dimensions (apply_rotary_pos_emb)
+# the families whose attention turns only the first r dimensions (apply_rotary_pos_emb)
+PARTIAL_TYPES = ("phi3", "qwen3_5_text", "qwen3_next")
 
 
 @dataclass(frozen=True)

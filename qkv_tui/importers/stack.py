@@ -17,6 +17,7 @@ import numpy as np
 import numpy.typing as npt
 
 from qkv_tui.kernels.attention import Turn, attend, project, qk_normalise
+from qkv_tui.kernels.deltanet_layer import DeltaLayerWeights, deltanet_layer
 from qkv_tui.kernels.gate import gate
 from qkv_tui.kernels.mla import MlaWeights, mla_head, mla_shared
 from qkv_tui.kernels.norm import normalise
@@ -121,6 +122,7 @@ class Layer:
     rope: Rope | None = None  # the layer's own RoPE over the model's (Gemma 3's sliding layers have another base)
     mla: MlaWeights | None = None  # DeepSeek's latent attention, computed from the latent (attention holds its shapes)
     W_G: Array | None = None  # (d_model, H·d_v) Qwen3.5's output gate: each head's output ⊙ σ(x·W_G_h), before W_O
+    deltanet: DeltaLayerWeights | None = None  # a Gated DeltaNet layer (Qwen3-Next, Qwen3.5): the delta rule, no softmax
 
 
 def attention_forward(layer: Layer, rope: Rope | None, x: Array) -> Array:
@@ -129,6 +131,8 @@ def attention_forward(layer: Layer, rope: Rope | None, x: Array) -> Array:
     rope = layer.rope if layer.rope is not None else rope
     if layer.mla is not None:
         return _mla_forward(layer.mla, att.W_O, rope if layer.rotary else None, x)
+    if layer.deltanet is not None:
+        return deltanet_layer(layer.deltanet, x)
     n = x.shape[0]
     d_k, d_v = att.d_k, att.d_v
     # every head's projection at once (the model's own matrices), then one head at a time

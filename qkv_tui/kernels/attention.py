@@ -10,6 +10,7 @@ from typing import Protocol
 import numpy as np
 
 from qkv_tui.kernels.deltanet import DeltaForward, decay_mask, deltanet_forward
+from qkv_tui.kernels.deltanet_parts import Around, AroundSpec, convolve, norm_out
 from qkv_tui.kernels.gate import Gated, gate
 from qkv_tui.kernels.linear import LinearForward, LinearSpec, linear_forward
 from qkv_tui.kernels.norm import Normed, normalise
@@ -85,6 +86,7 @@ class Forward:
     gated: Gated | None = None  # the output gate's sigmoid and gated output; None without a gate
     linear: LinearForward | None = None  # [linear]'s two forms; None with the softmax
     deltanet: DeltaForward | None = None  # [deltanet]'s gated delta rule; None with the softmax
+    around: Around | None = None  # [deltanet]'s short convolution and gated output norm; None without
 
 
 def frozen(array: Matrix) -> Matrix:
@@ -124,7 +126,8 @@ def head_forward(X: Matrix, X_kv: Matrix, W_Q: Matrix, W_K: Matrix, W_V: Matrix,
                  turn: Turn | None = None, bias: Matrix | None = None, sink: float | None = None,
                  shared: SharedKV | None = None, qk_norm: QKNormHead | None = None,
                  policy: Policy = EXACT, softcap: float | None = None, W_G: Matrix | None = None,
-                 linear: LinearSpec | None = None, deltanet: tuple[Matrix, Matrix] | None = None) -> Forward:
+                 linear: LinearSpec | None = None, deltanet: tuple[Matrix, Matrix] | None = None,
+                 around: AroundSpec | None = None) -> Forward:
     """One head. ``X`` is what the Query projection reads (already normalised), ``X_kv`` what the Keys and
     Values read; ``shared`` is the forward of an earlier query head reading the same K/V head, whose K, V
     (normalised and turned) this one reuses."""
@@ -142,8 +145,10 @@ def head_forward(X: Matrix, X_kv: Matrix, W_Q: Matrix, W_K: Matrix, W_V: Matrix,
     Q_rot = None if turn is None else frozen(rotate(Q_in, turn.cos, turn.sin, turn.pairs, policy))
     K_used = K_rot if K_rot is not None else K if K_normed is None else K_normed.X_norm
     lin = None if linear is None else linear_forward(Q_in if Q_rot is None else Q_rot, K_used, V, allow, linear, policy)
-    delta = None if deltanet is None else deltanet_forward(Q_in if Q_rot is None else Q_rot, K_used, V, *deltanet,
-                                                             policy=policy)
+    conv = None if around is None or deltanet is None else convolve(around, Q_in, K_used, V, policy)
+    q_dn, k_dn, v_dn = (Q_in if Q_rot is None else Q_rot, K_used, V) if conv is None else (c.out for c in conv)
+    delta = None if deltanet is None else deltanet_forward(q_dn, k_dn, v_dn, *deltanet, policy=policy)
+    done = None if around is None or delta is None else Around(conv, norm_out(around, X, delta.output, policy))
     if lin is not None:
         attended = as_attended(lin, allow)
     elif delta is not None:
@@ -152,7 +157,8 @@ def head_forward(X: Matrix, X_kv: Matrix, W_Q: Matrix, W_K: Matrix, W_V: Matrix,
         attended = attend(Q_in if Q_rot is None else Q_rot, K_used, V, allow, scale, bias, sink, policy, softcap)
     # the gate reads X̂ (what the Query projection reads) and scales the head's output, after Mix
     gated = None if W_G is None else gate(X, W_G, attended.output, policy)
-    return Forward(Q, K, V, Q_rot, K_rot, attended, Q_normed, K_normed, gated=gated, linear=lin, deltanet=delta)
+    return Forward(Q, K, V, Q_rot, K_rot, attended, Q_normed, K_normed, gated=gated, linear=lin, deltanet=delta,
+                   around=done)
 
 
 def as_attended(lin: LinearForward, allow: np.ndarray) -> Attended:

@@ -44,7 +44,9 @@ class DeltaForward:
 def l2_rows(x: Matrix, policy: Policy = EXACT) -> tuple[Matrix, Matrix, Matrix]:
     """(Σx², √(Σx² + eps), x / √(Σx² + eps)) of each row: transformers' l2norm."""
     sq = policy.worked(policy.worked(x * x).sum(axis=1))  # (n,)
-    root = policy.worked(np.sqrt(sq + L2_EPS))  # (n,)
+    exact_root = np.sqrt(sq + L2_EPS)  # (n,)
+    root = policy.worked(exact_root)
+    root = np.where(root == 0, exact_root, root)  # never divide by a rounded 0 (a zero row, by hand)
     return sq, root, policy.table(x / root[:, None])
 
 

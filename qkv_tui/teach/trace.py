@@ -267,6 +267,8 @@ class Trace:
             return sc.key_labels[row]
         if name == "rope_freq":  # the Rotate stage's frequencies, one row per pair
             return f"pair {row}"
+        if name in ("dn_wq", "dn_wk", "dn_wv"):  # [deltanet]'s convolution taps, the oldest token's first
+            return f"tap {row}"
         return sc.labels[row]
 
     def col_label(self, name: str, col: int) -> str:

@@ -75,6 +75,9 @@ def given_weights(ctx: Context) -> tuple[str, ...]:
 
 def parse_backward(table: dict[str, Any], ctx: Context) -> Backward:
     v: Reader = ctx.v  # type: ignore[assignment]  # the loader's validator reads matrices too
+    if getattr(ctx.earlier.get("deltanet"), "io", None) is not None:  # no gradients through them yet
+        raise v.fail("[backward] with [deltanet]'s short convolution or gated output norm (conv_q …, W_Z) is not"
+                     " supported yet; remove [backward] or those keys")
     n, d_out = len(ctx.tokens), ctx.d_out
     has_target, has_dO = "target" in table, "dO" in table
     if has_target and has_dO:

@@ -18,10 +18,11 @@ from qkv_tui.base.values import kind as _kind
 from qkv_tui.core.arrays import Matrix, Vector
 from qkv_tui.core.toml_text import vector
 from qkv_tui.core.variants.common import Context, Table, numbers
+from qkv_tui.core.variants.deltanet_io import IO_KEYS, DeltaIO, parse_io, summary, write_io
 from qkv_tui.core.variants.gate import Reader
 from qkv_tui.core.variants.linear import replaces_softmax
 
-DELTANET_KEYS = ("g", "beta", "W_a", "W_b", "A_log", "dt_bias")
+DELTANET_KEYS = ("g", "beta", "W_a", "W_b", "A_log", "dt_bias", *IO_KEYS)
 L2_EPS = 1e-6  # pinned: x / √(Σx² + 1e-6), as transformers' l2norm (and FLA's)
 
 
@@ -35,6 +36,7 @@ class DeltaNet:
     W_b: Matrix | None = None  # (d_model, num_heads) σ(X̂·W_b) = β
     A_log: Vector | None = None  # (num_heads,) −e^{A_log} is the decay's rate
     dt_bias: Vector | None = None  # (num_heads,) added to X̂·W_a before the softplus
+    io: DeltaIO | None = None  # the short convolution and the gated output norm (deltanet_io.py); None without
 
 
 def _grid(v: Any, value: Any, key: str, rows: int, cols: int, what: str) -> Matrix:
@@ -83,7 +85,7 @@ def parse_deltanet(table: dict[str, Any], ctx: Context) -> DeltaNet:
     else:
         raise v.fail("[deltanet] is missing 'beta'; expected beta = [[...]] (n × num_heads), or W_b (d_model × num_heads),"
                      " from which β = σ(X̂·W_b)")
-    return DeltaNet(g, beta, W_a, W_b, A_log, dt_bias)
+    return DeltaNet(g, beta, W_a, W_b, A_log, dt_bias, parse_io(table, ctx))
 
 
 def _shape(v: Any, M: Matrix, key: str, rows: int, cols: int) -> None:
@@ -109,12 +111,12 @@ def write_deltanet(dn: DeltaNet) -> list[str]:
     else:
         assert dn.W_b is not None
         out.append(f"W_b = {_rows(dn.W_b)}")
-    return out
+    return out + write_io(dn.io)
 
 
 def _summary(dn: DeltaNet) -> str:
     given = dn.g is not None and dn.beta is not None
-    return "gated delta rule" + (" (g, β given)" if given else " (g, β from the weights)")
+    return "gated delta rule" + (" (g, β given)" if given else " (g, β from the weights)") + summary(dn.io)
 
 
 TABLE: Table[DeltaNet] = Table("deltanet", DELTANET_KEYS, parse_deltanet, _summary, write_deltanet)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from qkv_tui.core.engine import HeadResult
 from qkv_tui.core.scenario import Matrix
 from qkv_tui.teach.stages.common import CONCAT, FormulaPart, Key, Operation, Plan, Ref, Segment, Stage, StageSpec
 from qkv_tui.teach.stages.context import TraceContext
@@ -26,10 +27,10 @@ class Concat(StageSpec):
         q = trace.comp.scenario.labels[row]
         pieces, refs = [], []
         for h, head in enumerate(trace.comp.heads):
-            shown = "output" if head.gated_output is None else "gated"  # a gate's output is what Concat joins
+            shown = _joined(head)  # a gate's output (or [deltanet]'s normed output) is what Concat joins
             pieces.append(", ".join(trace.formatted(shown, h, v, d) for v in head.joined[row]))
             refs.append(Ref(shown, h, row))
-        names = " | ".join(f"{head.name} {'out' if head.gated_output is None else 'gated'}[{q}]"
+        names = " | ".join(f"{head.name} {_short(head)}[{q}]"
                            for head in trace.comp.heads)
         text = f"concat[{q}] = [{names}] = [{' | '.join(pieces)}]"
         return Operation(index, seg, row, None, None, tuple(refs), text)
@@ -38,7 +39,7 @@ class Concat(StageSpec):
         return trace.comp.concat
 
     def panes(self, trace: TraceContext, op: Operation) -> list[Key]:
-        outputs: list[Key] = [("output" if h.gated_output is None else "gated", i) for i, h in enumerate(trace.comp.heads)]
+        outputs: list[Key] = [(_joined(h), i) for i, h in enumerate(trace.comp.heads)]
         return [*outputs, ("concat", None)]
 
     def overview(self, trace: TraceContext, head: int) -> list[Key]:
@@ -46,11 +47,11 @@ class Concat(StageSpec):
 
     def overview_tail(self, trace: TraceContext, head: int) -> list[Key]:
         # the other heads' outputs that Concat joins
-        return [("output" if trace.comp.heads[g].gated_output is None else "gated", g)
+        return [(_joined(trace.comp.heads[g]), g)
                 for g in range(len(trace.comp.heads)) if g != head]
 
     def title(self, trace: TraceContext, name: str, head: int | None) -> str:
-        return "concat = [" + " | ".join(f"{'out' if h.gated_output is None else 'gated'}{i + 1}"
+        return "concat = [" + " | ".join(f"{_short(h)}{i + 1}"
                                          for i, h in enumerate(trace.comp.heads)) + "]"
 
     def formula(self, trace: TraceContext, op: Operation) -> list[FormulaPart]:
@@ -77,3 +78,14 @@ def printed_concat(chain: PrintedChain) -> Matrix:
     # a gated head's output is its gated table (the Gate stage's, printed after Mix)
     return np.concatenate([chain.values(f"gated.{h}" if f"gated.{h}" in chain.printed else f"output.{h}")
                            for h in range(len(chain.sc.heads))], axis=1)
+
+
+def _joined(head: HeadResult) -> str:
+    """The matrix Concat joins of a head: its output, its gated output, or [deltanet]'s normed output."""
+    if head.around is not None and head.around.out_norm is not None:
+        return "dn_og"
+    return "output" if head.gated_output is None else "gated"
+
+
+def _short(head: HeadResult) -> str:
+    return {"dn_og": "normed", "output": "out", "gated": "gated"}[_joined(head)]

@@ -22,6 +22,7 @@ from qkv_tui.core.fmt import fmt, vector
 from qkv_tui.core.scenario import Matrix
 from qkv_tui.kernels.backward import row_dots
 from qkv_tui.kernels.deltanet import L2_EPS, decay_mask
+from qkv_tui.kernels.deltanet_parts import Convolved
 from qkv_tui.kernels.policy import EXACT, ByHand
 from qkv_tui.teach.arith import dot_line, fit
 from qkv_tui.teach.stages.common import (
@@ -56,6 +57,27 @@ def _on(trace: TraceContext) -> bool:
 def _hr(trace: TraceContext, head: int | None) -> HeadResult:
     assert head is not None
     return trace.comp.heads[head]
+
+
+def _conv(hr: HeadResult) -> tuple[Convolved, Convolved, Convolved] | None:
+    return None if hr.around is None else hr.around.conv
+
+
+def _read(trace: TraceContext, hr: HeadResult) -> tuple[str, str, str, str]:
+    """(Q pane, K pane, Q name, K name) the rule reads: the projections, or their convolution (deltanet_io.py)."""
+    return scored(trace) if _conv(hr) is None else ("dn_cq", "dn_ck", "Qc", "Kc")
+
+
+def _raw(hr: HeadResult, is_q: bool) -> Matrix:
+    conv = _conv(hr)
+    if conv is None:
+        return hr.Q_used if is_q else hr.K_used
+    return conv[0].out if is_q else conv[1].out
+
+
+def _values(hr: HeadResult) -> Matrix:
+    conv = _conv(hr)
+    return hr.V if conv is None else conv[2].out
 
 
 # --- the worksheet: every table worked from the printed tables before it, token by token -----------------------
@@ -203,19 +225,20 @@ class Normalise(StageSpec):
         hr = _hr(trace, h)
         dn = hr.deltanet
         assert dn is not None
-        qn, kn, qs, ks = scored(trace)
+        qn, kn, qs, ks = _read(trace, hr)
         t = trace.comp.scenario.labels[row]
         is_q = seg.target == "dn_q"
-        raw = hr.Q_used if is_q else hr.K_used
+        raw = _raw(hr, is_q)
         sq, root = (dn.sq_q, dn.root_q) if is_q else (dn.sq_k, dn.root_k)
         name, out = (qs, "q") if is_q else (ks, "k")
         value = float((dn.q if is_q else dn.k)[row, col])
         length = f"√(Σ {name}[{t}]² + 1e-6)"
         if is_q:
-            (x, r, dv), res = fit(lambda a, b, c: a / b / c, [float(raw[row, col]), float(root[row]), dn.divisor], value, d)
+            (x, r, dv), res = fit(lambda a, b, c: a / b / c if b else math.inf,  # a root shown as 0: more digits
+                                  [float(raw[row, col]), float(root[row]), dn.divisor], value, d)
             text = f"{out}[{t},{col}] = {name}[{t},{col}] / {length} / √{hr.d_k} = {x} / {r} / {dv} = {res}"
         else:
-            (x, r), res = fit(lambda a, b: a / b, [float(raw[row, col]), float(root[row])], value, d)
+            (x, r), res = fit(lambda a, b: a / b if b else math.inf, [float(raw[row, col]), float(root[row])], value, d)
             text = f"{out}[{t},{col}] = {name}[{t},{col}] / {length} = {x} / {r} = {res}"
         details: tuple[str, ...] = ()
         if col == 0:
@@ -231,7 +254,7 @@ class Normalise(StageSpec):
         return dn.q if name == "dn_q" else dn.k
 
     def panes(self, trace: TraceContext, op: Operation) -> list[Key]:
-        qn, kn, _, _ = scored(trace)
+        qn, kn, _, _ = _read(trace, _hr(trace, op.head))
         return [(qn if op.segment.target == "dn_q" else kn, op.head), (op.segment.target, op.head)]
 
     def overview(self, trace: TraceContext, head: int) -> list[Key]:
@@ -383,10 +406,11 @@ class Delta(StageSpec):
             return Operation(index, seg, row, col, value, (Ref("dn_k", h, row), Ref("dn_kv", h, row, c)), text)
         if name == "dn_delta":
             value = float(dn.delta[row, c])
-            (v, kv, b), res = fit(lambda x, y, z: (x - y) * z, [float(hr.V[row, c]), float(dn.kv[row, c]),
+            vn = "V" if _conv(hr) is None else "dn_cv"  # the convolved values where there is a convolution
+            (v, kv, b), res = fit(lambda x, y, z: (x - y) * z, [float(_values(hr)[row, c]), float(dn.kv[row, c]),
                                                               float(dn.beta[row])], value, d)
-            text = f"δ_{t}[{c}] = (V[{t},{c}] − kv_{t}[{c}])·β[{t}] = ({v} − {kv})·{b} = {res}"
-            return Operation(index, seg, row, col, value, (Ref("V", h, row, c), Ref("dn_kv", h, row, c),
+            text = f"δ_{t}[{c}] = ({vn.replace('dn_cv', 'Vc')}[{t},{c}] − kv_{t}[{c}])·β[{t}] = ({v} − {kv})·{b} = {res}"
+            return Operation(index, seg, row, col, value, (Ref(vn, h, row, c), Ref("dn_kv", h, row, c),
                                                            Ref("dn_delta", h, row, c)), text)
         value = float(dn.output[row, c])
         work = dot_line(dn.S[row][:, c], dn.q[row], False, False, fmt(value, False, d), d, hand)
@@ -432,7 +456,7 @@ class Delta(StageSpec):
         name, _, _ = self.block(_hr(trace, h), op.col)
         return {"dn_decayed": [("dn_S", h), ("dn_decayed", h)],
                 "dn_kv": [("dn_decayed", h), ("dn_k", h), ("dn_kv", h)],
-                "dn_delta": [("V", h), ("dn_kv", h), ("dn_delta", h)],
+                "dn_delta": [("V" if _conv(_hr(trace, h)) is None else "dn_cv", h), ("dn_kv", h), ("dn_delta", h)],
                 "dn_S": [("dn_k", h), ("dn_delta", h), ("dn_S", h)],
                 "dn_o": [("dn_S", h), ("dn_q", h), ("dn_o", h)]}[name]
 

@@ -1,0 +1,95 @@
+"""What Qwen3-Next (model_type "qwen3_next") adds to Qwen3.5's layout (hf_qwen35.py): its mixture-of-experts MLP.
+
+As transformers' Qwen3NextSparseMoeBlock computes it, for each token: the router's softmax over every expert
+(``mlp.gate``), the top num_experts_per_tok of those probabilities (renormalised to sum 1 with norm_topk_prob),
+each chosen expert's SwiGLU weighted by its probability, plus the shared expert's SwiGLU times
+σ(x·shared_expert_gate). A layer is sparse unless it is in mlp_only_layers or (i + 1) is not a multiple of
+decoder_sparse_step (or num_experts is 0); a dense layer's MLP is the plain SwiGLU. The experts are read
+as the Hub stores them (``experts.E.gate_proj`` …) or fused (``experts.gate_up_proj``, ``experts.down_proj``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from qkv_tui.importers.errors import ImporterError
+from qkv_tui.importers.hf_config import Config
+from qkv_tui.importers.safetensors_raw import TensorFiles
+from qkv_tui.importers.stack import Array, GatedMlp
+from qkv_tui.kernels.gate import sigmoid
+from qkv_tui.kernels.softmax import softmax_rows
+
+NOTE = (" Its MLP is a mixture of experts (the router's top experts by softmax probability, plus a shared expert"
+        " behind a sigmoid gate); its linear-attention layers run the gated delta rule after a short convolution.")
+
+
+@dataclass(frozen=True, eq=False)
+class SharedExpertMoe:
+    W_router: Array  # (d_model, experts)
+    W_gate: Array  # (experts, d_model, inner)
+    W_up: Array  # (experts, d_model, inner)
+    W_down: Array  # (experts, inner, d_model)
+    shared: GatedMlp
+    W_shared_gate: Array  # (d_model, 1)
+    top_k: int
+    renormalise: bool
+    act: Callable[[Array], Array]
+
+    def __call__(self, x: Array) -> Array:
+        probs = softmax_rows(x @ self.W_router).weights  # (n, experts)
+        chosen = np.argsort(-probs, axis=1, kind="stable")[:, : self.top_k]  # (n, k), the most probable first
+        top = np.take_along_axis(probs, chosen, axis=1)  # (n, k)
+        if self.renormalise:
+            top = top / top.sum(axis=1, keepdims=True)
+        out = sigmoid(x @ self.W_shared_gate) * self.shared(x)  # (n, d_model)
+        for row in range(x.shape[0]):
+            for slot in range(self.top_k):
+                e = int(chosen[row, slot])
+                hidden = self.act(x[row] @ self.W_gate[e]) * (x[row] @ self.W_up[e])  # (inner,)
+                out[row] += top[row, slot] * (hidden @ self.W_down[e])
+        return out
+
+
+def _whole(config: Config, key: str, default: int, least: int = 1) -> int:
+    value = config.raw.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        raise ImporterError(f"config.json: {key} = {value!r}; expected a whole number >= {least}")
+    return value
+
+
+def is_sparse(config: Config, layer: int) -> bool:
+    only = config.raw.get("mlp_only_layers") or []
+    if not isinstance(only, list):
+        raise ImporterError("config.json: mlp_only_layers must be a list of layer numbers")
+    experts = _whole(config, "num_experts", 512, least=0)
+    return layer not in only and experts > 0 and (layer + 1) % _whole(config, "decoder_sparse_step", 1) == 0
+
+
+def read_moe(config: Config, tensors: TensorFiles, m: str, act: Callable[[Array], Array]) -> SharedExpertMoe:
+    """The sparse MLP under ``m`` (a layer's "mlp.")."""
+    get, d = tensors.get, config.d_model
+    experts, top_k = _whole(config, "num_experts", 512), _whole(config, "num_experts_per_tok", 10)
+    if top_k > experts:
+        raise ImporterError(f"config.json: num_experts_per_tok = {top_k} is more than num_experts = {experts}")
+    if m + "experts.gate_up_proj" in tensors:  # transformers' fused form: (experts, 2·inner, d), gate rows first
+        fused = get(m + "experts.gate_up_proj", (experts, None, d))
+        inner = int(fused.shape[1]) // 2
+        W_gate, W_up = fused[:, :inner].transpose(0, 2, 1), fused[:, inner:].transpose(0, 2, 1)
+        W_down = get(m + "experts.down_proj", (experts, d, inner)).transpose(0, 2, 1)
+    else:
+        gates = [get(f"{m}experts.{e}.gate_proj.weight", (None, d)) for e in range(experts)]  # (inner, d) each
+        inner = int(gates[0].shape[0])
+        W_gate = np.stack([g.T for g in gates])
+        W_up = np.stack([get(f"{m}experts.{e}.up_proj.weight", (inner, d)).T for e in range(experts)])
+        W_down = np.stack([get(f"{m}experts.{e}.down_proj.weight", (d, inner)).T for e in range(experts)])
+    s = m + "shared_expert."
+    s_gate = get(s + "gate_proj.weight", (None, d))
+    s_inner = int(s_gate.shape[0])
+    shared = GatedMlp(s_gate.T, get(s + "up_proj.weight", (s_inner, d)).T, get(s + "down_proj.weight", (d, s_inner)).T,
+                      act)
+    return SharedExpertMoe(get(m + "gate.weight", (experts, d)).T, W_gate, W_up, W_down, shared,
+                           get(m + "shared_expert_gate.weight", (1, d)).T, top_k,
+                           config.raw.get("norm_topk_prob", True) is not False, act)

@@ -1,0 +1,100 @@
+"""What Qwen3-Next's and Qwen3.5's Gated DeltaNet layers do around the delta rule (kernels/deltanet.py):
+
+- before it, a short causal convolution over every channel of q, k and v on its own (depthwise, kernel K,
+  no bias), then SiLU: each channel of token t reads itself and the K − 1 tokens before it, zeros before
+  the first token (transformers' ``causal_conv1d_fn``: ``conv1d(padding=K − 1)[:, :, :n]``, then SiLU);
+- after it, the gated RMSNorm of each head's output (``Qwen3NextRMSNormGated``): rmsnorm(o)·γ·silu(z),
+  z = X̂·W_Z, the norm before the gate and γ stored as is (no 1 + γ, unlike the models' other norms).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from qkv_tui.kernels.gate import sigmoid
+from qkv_tui.kernels.norm import normalise
+from qkv_tui.kernels.policy import EXACT, Policy
+from qkv_tui.kernels.stats import Matrix
+
+
+@dataclass(frozen=True, eq=False)
+class Convolved:
+    """One short convolution; every array read-only."""
+
+    mixed: Matrix  # (n, C) Σ_j w[j]·x[t − K + 1 + j], before the SiLU
+    gate: Matrix  # (n, C) σ(mixed)
+    out: Matrix  # (n, C) silu(mixed) = mixed·σ(mixed)
+
+
+def causal_conv(x: Matrix, w: Matrix, policy: Policy = EXACT) -> Convolved:
+    """x (n, C) through taps w (K, C), row K − 1 the current token's weight, row 0 the oldest's; then SiLU."""
+    n, taps = x.shape[0], w.shape[0]
+    padded = np.concatenate([np.zeros((taps - 1, x.shape[1])), x])  # (K − 1 + n, C): zeros before the first token
+    terms = np.stack([policy.worked(padded[j:j + n] * w[j]) for j in range(taps)])  # (K, n, C)
+    mixed = policy.table(policy.worked(terms.sum(axis=0)))  # (n, C)
+    g = sigmoid(mixed, policy)  # (n, C)
+    out = policy.table(mixed * g)  # (n, C)
+    for a in (mixed, g, out):
+        a.setflags(write=False)
+    return Convolved(mixed, g, out)
+
+
+@dataclass(frozen=True, eq=False)
+class GatedNorm:
+    """One head's gated output norm; every array read-only."""
+
+    mean_sq: Matrix  # (n,) mean of o² of each row
+    root: Matrix  # (n,) √(mean + eps)
+    normed: Matrix  # (n, d_v) o / root · γ
+    z: Matrix  # (n, d_v) X̂·W_Z, the gate's input
+    sig_z: Matrix  # (n, d_v) σ(z)
+    silu_z: Matrix  # (n, d_v) z·σ(z)
+    out: Matrix  # (n, d_v) normed ⊙ silu(z): what W_O reads
+
+
+def gated_norm(o: Matrix, z: Matrix, gamma: Matrix, eps: float, policy: Policy = EXACT) -> GatedNorm:
+    """rmsnorm(o)·γ·silu(z) over each row of one head's output o (n, d_v), z (n, d_v) its gate's input."""
+    normed = normalise(policy, "rms", o, gamma, None, eps)
+    sig_z = sigmoid(z, policy)  # (n, d_v)
+    silu_z = policy.table(z * sig_z)  # (n, d_v)
+    out = policy.table(normed.X_norm * silu_z)  # (n, d_v)
+    z_kept = np.array(z, dtype=np.float64)
+    for a in (sig_z, silu_z, out, z_kept):
+        a.setflags(write=False)
+    return GatedNorm(normed.spread, normed.root, normed.X_norm, z_kept, sig_z, silu_z, out)
+
+
+@dataclass(frozen=True, eq=False)
+class AroundSpec:
+    """One head's weights around the rule; either part may be missing."""
+
+    conv_q: Matrix | None  # (K, d_k) taps; None without the convolution
+    conv_k: Matrix | None  # (K, d_k)
+    conv_v: Matrix | None  # (K, d_v)
+    W_Z: Matrix | None  # (d_model, d_v); None without the output norm
+    gamma_o: Matrix | None  # (d_v,)
+    eps_o: float
+
+
+@dataclass(frozen=True, eq=False)
+class Around:
+    """What one head computed around the rule."""
+
+    conv: tuple[Convolved, Convolved, Convolved] | None  # q, k, v; None without the convolution
+    out_norm: GatedNorm | None  # None without the output norm
+
+
+def convolve(spec: AroundSpec, Q: Matrix, K: Matrix, V: Matrix,
+             policy: Policy = EXACT) -> tuple[Convolved, Convolved, Convolved] | None:
+    if spec.conv_q is None or spec.conv_k is None or spec.conv_v is None:
+        return None
+    return causal_conv(Q, spec.conv_q, policy), causal_conv(K, spec.conv_k, policy), causal_conv(V, spec.conv_v, policy)
+
+
+def norm_out(spec: AroundSpec, X: Matrix, o: Matrix, policy: Policy = EXACT) -> GatedNorm | None:
+    """rmsnorm(o)·γ·silu(X·W_Z) for the head's output o (n, d_v), X what the projections read."""
+    if spec.W_Z is None or spec.gamma_o is None:
+        return None
+    return gated_norm(o, policy.table(policy.matmul(X, spec.W_Z)), spec.gamma_o, spec.eps_o, policy)
