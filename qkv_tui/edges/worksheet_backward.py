@@ -22,7 +22,8 @@ from qkv_tui.core.gradients import Gradients, HeadGrad, gradients
 from qkv_tui.core.scenario import Matrix, Scenario
 from qkv_tui.edges.worksheet_backward_lines import line, operand_keys
 from qkv_tui.kernels.attention import Turn
-from qkv_tui.kernels.norm import Normed
+from qkv_tui.kernels.backward_norm import row_means
+from qkv_tui.kernels.norm import Normed, norm_root
 from qkv_tui.kernels.policy import PrintedPage, round_to
 from qkv_tui.teach.stages.common import Stage, StageSpec
 from qkv_tui.teach.stages.printed import PrintedCells, PrintedChain, Table, idx, kv_owners
@@ -86,7 +87,7 @@ def _normed(chain: PrintedChain, X_norm: Matrix, ms: Matrix) -> Normed:
 def root_of(spread: Matrix, eps: float, d: int) -> tuple[Matrix, int]:
     """Each row's r = √(spread + eps) as the page prints it, and its decimals: the page's, or more where a small r
     would lose its digits (√(0 + 1e-05) = 0.003 is 0.00 at two decimals, and x̂ = x / r divides by it)."""
-    exact = np.sqrt(spread + eps)  # (rows,)
+    exact = norm_root(spread, eps)  # (rows,)
     positive = exact[exact > 0]
     places = d
     if positive.size:
@@ -229,7 +230,7 @@ def _qk_tables(t: Add, chain: PrintedChain, pcomp: Computation, h: int, mine: bo
             t(f"{low}root.{owner}", f"r_{role}", f"r_{role} = √(ms_{role} + eps)", normed.root[:, None], labels, ("r",), h,
               places=places)
             t(f"{low}hat.{owner}", f"x̂_{role}", f"x̂_{role} = {role} / r_{role}", xhat, labels, cols, h)
-        inner = chain.rounded((dY * gamma[None, :] * xhat).mean(axis=1))  # (rows,)
+        inner = chain.rounded(row_means(gamma, dY, xhat)[0])  # (rows,)
         grad = getattr(hg, f"d{role}")
         dgamma = getattr(hg, f"dgamma_{low}")
         t(f"{low}m.{h}", f"m_{role}", f"m_{role} = mean(d{role}̂ ⊙ γ_{low} ⊙ x̂_{role}), row by row", inner[:, None], labels,
@@ -245,13 +246,13 @@ def _norm_tables(t: Add, norm: NormResult, sc: Scenario, G: Gradients, d: int) -
     rows = sc.labels
     layer = sc.norm.kind == "layer"
     xhat = round_to((sc.X - norm.mean[:, None]) / norm.root[:, None], d)  # (n, d_model) as norm_backward keeps it
-    g = G.dX_norm * sc.norm.gamma[None, :]  # (n, d_model)
     spread = "var" if layer else "ms"
     t("xroot", "r", f"r = √({spread} + eps)", norm.root[:, None], rows, ("r",), places=root_of(norm.spread, sc.norm.eps, d)[1])
     t("xhat", "x̂", "x̂ = (x − mean) / r" if layer else "x̂ = x / r", xhat, rows, dm)
-    t("xm", "m", "m = mean(dX̂ ⊙ γ ⊙ x̂), row by row", round_to((g * xhat).mean(axis=1), d)[:, None], rows, ("m",))
+    m, gbar = row_means(sc.norm.gamma, G.dX_norm, xhat)  # (n,) each
+    t("xm", "m", "m = mean(dX̂ ⊙ γ ⊙ x̂), row by row", round_to(m, d)[:, None], rows, ("m",))
     if layer:
-        t("xgbar", "ḡ", "ḡ = mean(dX̂ ⊙ γ), row by row", round_to(g.mean(axis=1), d)[:, None], rows, ("ḡ",))
+        t("xgbar", "ḡ", "ḡ = mean(dX̂ ⊙ γ), row by row", round_to(gbar, d)[:, None], rows, ("ḡ",))
     t("dX", "dX", "dX = (dX̂ ⊙ γ − x̂·m" + (" − ḡ" if layer else "") + ") / r", G.dX, rows, dm)
     assert G.dgamma is not None
     t("dgamma", "dγ", "dγ = Σ rows of dX̂ ⊙ x̂", G.dgamma, ("γ",), dm)

@@ -23,6 +23,12 @@ class Normed:
     unrounded: Matrix  # (n, d_model) X_norm as computed from the kept statistics, before the policy keeps it
 
 
+def norm_root(spread: Matrix, eps: float) -> Matrix:
+    """Each row's √(spread + eps): what its centred cells are divided by."""
+    root: Matrix = np.sqrt(spread + eps)
+    return root
+
+
 def normalise(policy: Policy, kind: str, X: Matrix, gamma: Matrix, beta: Matrix | None, eps: float,
               rows: Normed | None = None) -> Normed:
     """RMSNorm x / √(mean(x²) + eps) · γ, or LayerNorm (x − mean) / √(var + eps) · γ + β (docs/scenario-format.md, [norm]).
@@ -34,7 +40,7 @@ def normalise(policy: Policy, kind: str, X: Matrix, gamma: Matrix, beta: Matrix 
         centred = policy.worked(X - mean[..., None])  # (n, d_model)
         if rows is None:
             spread = policy.table(policy.mean_square(centred))  # (n,) mean of squares, or the variance
-            exact_root: Matrix = np.sqrt(spread + eps)  # (n,)
+            exact_root = norm_root(spread, eps)  # (n,)
             root = policy.worked(exact_root)
             root = np.where(root == 0, exact_root, root)  # never divide by a rounded 0
         else:
