@@ -357,9 +357,12 @@ def deltanet_gates(sc: Scenario, X_in: Matrix, policy: Policy = EXACT) -> tuple[
         return None
     g, beta = dn.g, dn.beta
     if g is None or beta is None:
-        assert dn.A_log is not None and dn.dt_bias is not None
+        # g given beside W_b: the weights' g is a stand-in, computed from zeros and dropped below
+        zeros = np.zeros(len(sc.heads))  # (num_heads,)
+        A_log = dn.A_log if dn.A_log is not None else zeros
+        dt_bias = dn.dt_bias if dn.dt_bias is not None else zeros
         W_a = dn.W_a if dn.W_a is not None else np.zeros((X_in.shape[1], len(sc.heads)))
-        made_g, made_beta = gates(X_in, W_a, dn.W_b, dn.A_log, dn.dt_bias, policy)
+        made_g, made_beta = gates(X_in, W_a, dn.W_b, A_log, dt_bias, policy)
         g = made_g if g is None else g
         beta = made_beta if beta is None else beta
     return g, beta

@@ -44,7 +44,9 @@ class DeltaForward:
 def l2_rows(x: Matrix, policy: Policy = EXACT) -> tuple[Matrix, Matrix, Matrix]:
     """(Σx², √(Σx² + eps), x / √(Σx² + eps)) of each row: transformers' l2norm."""
     sq = policy.worked(policy.worked(x * x).sum(axis=1))  # (n,)
-    root = policy.worked(np.sqrt(sq + L2_EPS))  # (n,)
+    exact = np.sqrt(sq + L2_EPS)  # (n,) never below 1e-3
+    root = policy.worked(exact)  # (n,)
+    root = np.where(root == 0, exact, root)  # by hand a person divides by the written-down root, never by a rounded 0
     return sq, root, policy.table(x / root[:, None])
 
 

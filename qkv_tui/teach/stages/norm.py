@@ -166,7 +166,9 @@ def cell_lines(symbolic: str, x_row: Matrix, at: int, value: float, gamma: float
     token = of
     lines: tuple[str, tuple[str, ...]] = ("", ())
     # the mean square is rarely whole: it may need guard digits (by hand, every number is as written down)
-    for p in _places(d, hand is not None):
+    places = list(_places(d, hand is not None))
+    # failing every place, the gain is shown as given: by hand γ = 0.45 is not written down as 0.5
+    for p, gain_places in [(p, p) for p in places] + [(p, _given_places(gamma, p)) for p in places]:
         xs = [fmt(float(x), x_int, p) for x in x_row]
         mean_t = fmt(row.mean, False, p)
         spread_t = fmt(row.spread, False, p)
@@ -174,7 +176,7 @@ def cell_lines(symbolic: str, x_row: Matrix, at: int, value: float, gamma: float
         x_t = operand(float(x_row[at]), x_int, p)
         if hand is not None and not layer:  # by hand the cell is written down rounded, as the hand computation does
             x_t = operand(hround(float(x_row[at]), hand), x_int, p)
-        g_t = operand(gamma, g_int, p)
+        g_t = operand(gamma, g_int, gain_places)
         b_t = f" + {operand(beta, beta == round(beta), p)}" if beta is not None else ""
         centred = f"({x_t} − {paren(mean_t)})" if layer else x_t
         work = f"{centred} / √({spread_t} + {eps})·{g_t}{b_t}"
@@ -208,6 +210,11 @@ def cell_lines(symbolic: str, x_row: Matrix, at: int, value: float, gamma: float
         if stats_ok and agrees(calc, result) and agrees(math.sqrt(shown(spread_t) + row.eps), root_t):
             break
     return lines
+
+
+def _given_places(value: float, p: int) -> int:
+    """The fewest places, at least p, that write an input as the file gives it (at most 12)."""
+    return next((q for q in range(p, 12) if round(value, q) == value), 12)
 
 
 def _number(text: str) -> Decimal:
