@@ -93,6 +93,17 @@ def assert_trace(comp: Computation, decimals: int) -> None:
         questions(exact.trace, i, decimals)
 
 
+def assert_refused(text: str, modes: tuple[tuple[str, ...], ...] = (("--export", "json"), ("--export", "markdown"))) -> str:
+    """--check and each of modes refuse the text with the same one error line; returns that line."""
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "hostile.toml"
+        path.write_text(text, encoding="utf-8")
+        line = one_error_line(*run("--check", str(path)), path)
+        for mode in modes:
+            assert one_error_line(*run(*mode, str(path)), path) == line, mode
+    return line
+
+
 def assert_every_path(text: str, decimals: int = 3) -> bool:
     """Runs the scenario through every path; False when --check refused it (and every export did alike)."""
     with tempfile.TemporaryDirectory() as folder:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from .fuzz_paths import assert_every_path
+from .fuzz_paths import assert_refused
 
 ROOT = Path(__file__).resolve().parent.parent / "scenarios"
 MLA, LINEAR, DELTANET = ((ROOT / f"{name}.toml").read_text(encoding="utf-8") for name in ("mla", "linear", "deltanet"))
@@ -89,4 +89,5 @@ CASES = {
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_hostile_files_are_one_error_line(case: str) -> None:
-    assert assert_every_path(CASES[case]) is False
+    # a 10⁶-element file takes seconds to read: --check alone for those, --check and two exports for the rest
+    assert_refused(CASES[case], () if "million" in case else (("--export", "json"), ("--export", "markdown")))
