@@ -10,6 +10,7 @@ engine must refuse with one line or compute and show finite numbers.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from hypothesis import strategies as st
@@ -149,9 +150,9 @@ def _around_the_heads(draw: st.DrawFn, vec: Any, n: int, d_k: int, heads: int, w
     return lines
 
 
-@st.composite
-def linear_scenarios(draw: st.DrawFn, extreme: bool = False) -> str:
-    """[linear] with each feature map, normalised or not, over [[heads]] or [attention], with the other keys it takes."""
+def _state_scenario(draw: st.DrawFn, extreme: bool, table: Callable[[Any, Any, int, int, int], list[str]]) -> str:
+    """A scenario whose heads keep a state: the causal self-attention they need, then table(matrix, vec, n,
+    d_model, num_heads)'s lines for [linear] or [deltanet], then maybe W_O."""
     matrix, vec = _values(draw, extreme)
     n, d_model, heads = draw(st.integers(1, 4)), draw(st.integers(1, 4)), draw(st.integers(1, 2))
     d_k, d_v = draw(st.integers(1, 4)), draw(st.integers(1, 3))
@@ -159,40 +160,45 @@ def linear_scenarios(draw: st.DrawFn, extreme: bool = False) -> str:
     wide = draw(st.booleans())
     lines += _around_the_heads(draw, vec, n, d_k, heads, wide)
     lines += _state_heads(draw, matrix, vec, d_model, heads, d_k, d_v, wide, gate=draw(st.booleans()))
-    feature = draw(st.sampled_from(["elu1", "relu", "identity", None]))
-    normalize = False if feature == "identity" else draw(st.sampled_from([True, False, None]))
-    lines.append("[linear]")
-    if feature is not None:
-        lines.append(f'feature = "{feature}"')
-    if normalize is not None:
-        lines.append(f"normalize = {toml_value(normalize)}")
+    lines += table(matrix, vec, n, d_model, heads)
     lines += _output(draw, matrix, vec, heads * d_v)
     return "\n".join(lines) + "\n"
+
+
+@st.composite
+def linear_scenarios(draw: st.DrawFn, extreme: bool = False) -> str:
+    """[linear] with each feature map, normalised or not, over [[heads]] or [attention], with the other keys it takes."""
+    def table(matrix: Any, vec: Any, n: int, d_model: int, heads: int) -> list[str]:
+        feature = draw(st.sampled_from(["elu1", "relu", "identity", None]))
+        normalize = False if feature == "identity" else draw(st.sampled_from([True, False, None]))
+        lines = ["[linear]"]
+        if feature is not None:
+            lines.append(f'feature = "{feature}"')
+        if normalize is not None:
+            lines.append(f"normalize = {toml_value(normalize)}")
+        return lines
+
+    return _state_scenario(draw, extreme, table)
 
 
 @st.composite
 def deltanet_scenarios(draw: st.DrawFn, extreme: bool = False) -> str:
     """[deltanet] with g and β each given or computed from W_a, A_log, dt_bias and W_b."""
-    matrix, vec = _values(draw, extreme)
-    n, d_model, heads = draw(st.integers(1, 4)), draw(st.integers(1, 4)), draw(st.integers(1, 2))
-    d_k, d_v = draw(st.integers(1, 4)), draw(st.integers(1, 3))
-    lines = _start(draw, matrix, vec, n, d_model, causal=True)
-    wide = draw(st.booleans())
-    lines += _around_the_heads(draw, vec, n, d_k, heads, wide)
-    lines += _state_heads(draw, matrix, vec, d_model, heads, d_k, d_v, wide, gate=draw(st.booleans()))
-    lines.append("[deltanet]")
-    decay = st.sampled_from([0, -0.5, -1, -0.1, -3, -1e-300, -1e300]) if extreme else \
-        st.sampled_from([0, -0.5, -1, -0.25, -2, -0.05])
-    if draw(st.booleans()):
-        lines.append(_assign("g", draw(st.lists(st.lists(decay, min_size=heads, max_size=heads), min_size=n, max_size=n))))
-    else:
-        lines += [_assign("W_a", matrix(d_model, heads)), _assign("A_log", vec(heads)), _assign("dt_bias", vec(heads))]
-    if draw(st.booleans()):
-        lines.append(_assign("beta", matrix(n, heads)))
-    else:
-        lines.append(_assign("W_b", matrix(d_model, heads)))
-    lines += _output(draw, matrix, vec, heads * d_v)
-    return "\n".join(lines) + "\n"
+    def table(matrix: Any, vec: Any, n: int, d_model: int, heads: int) -> list[str]:
+        lines = ["[deltanet]"]
+        decay = st.sampled_from([0, -0.5, -1, -0.1, -3, -1e-300, -1e300]) if extreme else \
+            st.sampled_from([0, -0.5, -1, -0.25, -2, -0.05])
+        if draw(st.booleans()):
+            lines.append(_assign("g", draw(st.lists(st.lists(decay, min_size=heads, max_size=heads), min_size=n, max_size=n))))
+        else:
+            lines += [_assign("W_a", matrix(d_model, heads)), _assign("A_log", vec(heads)), _assign("dt_bias", vec(heads))]
+        if draw(st.booleans()):
+            lines.append(_assign("beta", matrix(n, heads)))
+        else:
+            lines.append(_assign("W_b", matrix(d_model, heads)))
+        return lines
+
+    return _state_scenario(draw, extreme, table)
 
 
 def new_table_scenarios(extreme: bool = False) -> st.SearchStrategy[str]:
