@@ -155,10 +155,10 @@ class RowStats:
     eps: float
 
 
-def cell_lines(symbolic: str, x_row: Matrix, col: int, value: float, gamma: float, beta: float | None, row: RowStats,
+def cell_lines(symbolic: str, x_row: Matrix, at: int, value: float, gamma: float, beta: float | None, row: RowStats,
                layer: bool, of: str, d: int, hand: int | None) -> tuple[str, tuple[str, ...]]:
     """One normalised cell, ``symbolic = x / √(ms + eps)·γ = … = result``, with the statistics of the row ``x_row``
-    it sits in (at ``col``) as details: ``ms(of) = mean of squares = (…) / n``, ``√(ms + eps) = root``."""
+    it sits in (at ``at``) as details: ``ms(of) = mean of squares = (…) / n``, ``√(ms + eps) = root``."""
     x_int = bool(np.all(x_row == np.round(x_row)))
     result = fmt(value, False, d)
     eps = eps_text(row.eps)
@@ -166,22 +166,16 @@ def cell_lines(symbolic: str, x_row: Matrix, col: int, value: float, gamma: floa
     token = of
     lines: tuple[str, tuple[str, ...]] = ("", ())
     # the mean square is rarely whole: it may need guard digits (by hand, every number is as written down)
-    places = list(_places(d, hand is not None))
-    # failing every place, the inputs are shown as given: by hand γ = 0.45 is not written down as 0.5
-    for p, given in [(p, False) for p in places] + [(p, True) for p in places]:
-
-        def at(v: float, p: int = p, given: bool = given) -> int:
-            return _given_places(v, p) if given else p
-
-        xs = [fmt(float(x), x_int, at(float(x))) for x in x_row]
+    for p in _places(d, hand is not None):
+        xs = [fmt(float(x), x_int, p) for x in x_row]
         mean_t = fmt(row.mean, False, p)
         spread_t = fmt(row.spread, False, p)
         root_t = fmt(row.root, False, p)
-        x_t = operand(float(x_row[col]), x_int, at(float(x_row[col])))
+        x_t = operand(float(x_row[at]), x_int, p)
         if hand is not None and not layer:  # by hand the cell is written down rounded, as the hand computation does
-            x_t = operand(hround(float(x_row[col]), hand), x_int, p)
-        g_t = operand(gamma, g_int, at(gamma))
-        b_t = f" + {operand(beta, beta == round(beta), at(beta))}" if beta is not None else ""
+            x_t = operand(hround(float(x_row[at]), hand), x_int, p)
+        g_t = operand(gamma, g_int, p)
+        b_t = f" + {operand(beta, beta == round(beta), p)}" if beta is not None else ""
         centred = f"({x_t} − {paren(mean_t)})" if layer else x_t
         work = f"{centred} / √({spread_t} + {eps})·{g_t}{b_t}"
         steps = [work]
@@ -214,11 +208,6 @@ def cell_lines(symbolic: str, x_row: Matrix, col: int, value: float, gamma: floa
         if stats_ok and agrees(calc, result) and agrees(math.sqrt(shown(spread_t) + row.eps), root_t):
             break
     return lines
-
-
-def _given_places(value: float, p: int) -> int:
-    """The fewest places, at least p, that write an input as the file gives it (at most 12)."""
-    return next((q for q in range(p, 12) if round(value, q) == value), 12)
 
 
 def _number(text: str) -> Decimal:
