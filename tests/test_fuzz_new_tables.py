@@ -12,7 +12,7 @@ from .strategies_more import deltanet_scenarios, linear_scenarios, mla_scenarios
 
 # an overflow the code does not expect shows as a NumPy warning before it shows as a wrong number
 pytestmark = pytest.mark.filterwarnings("error::RuntimeWarning")
-FUZZ = settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FUZZ = settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 TABLES = {"mla": mla_scenarios, "linear": linear_scenarios, "deltanet": deltanet_scenarios}
 
 
