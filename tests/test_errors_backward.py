@@ -10,6 +10,7 @@ from qkv_tui.core.scenario import parse_scenario
 from qkv_tui.core.variants.backward import write_backward
 
 from .conftest import BASE, HEAD
+from .error_table import assert_one_error_line
 
 T = "target = [[0, 0, 0], [1, 1, 1], [0, 1, 0]]\n"
 D = "dO = [[0, 0, 0], [1, 1, 1], [0, 1, 0]]\n"
@@ -49,16 +50,7 @@ CASES = {
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_check_reports_one_clean_line(case: str, cli, write) -> None:
-    text, expected = CASES[case]
-    path = write(text)
-    run = cli("--check", str(path))
-    assert run.code == 2, run.out
-    assert run.out == ""
-    lines = run.err.splitlines()
-    assert len(lines) == 1, run.err
-    assert lines[0].startswith(f"error: {path}: ")
-    assert expected in lines[0], lines[0]
-    assert "Traceback" not in run.err
+    assert_one_error_line(cli, write, *CASES[case])
 
 
 def test_default_train_is_every_weight_given() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from .conftest import BASE, HEAD
+from .error_table import assert_one_error_line
 
 # d_k = 4 (even) so [rope] cases fail only for the reason they test
 HEAD4 = '''
@@ -142,16 +143,7 @@ CASES = {
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_check_reports_one_clean_line(case: str, cli, write) -> None:
-    text, expected = CASES[case]
-    path = write(text)
-    run = cli("--check", str(path))
-    assert run.code == 2, run.out
-    assert run.out == ""
-    lines = run.err.splitlines()
-    assert len(lines) == 1, run.err
-    assert lines[0].startswith(f"error: {path}: ")
-    assert expected in lines[0], lines[0]
-    assert "Traceback" not in run.err
+    assert_one_error_line(cli, write, *CASES[case])
 
 
 @pytest.mark.parametrize("text", [
@@ -175,7 +167,4 @@ def test_valid_modern_files_pass(text: str, cli, write) -> None:
 @pytest.mark.parametrize("case", ["rope_heads_of_two_widths", "alibi_without_mask"])
 def test_every_command_refuses_them(case: str, mode: tuple[str, ...], cli, write) -> None:
     """[rope] over heads of two d_k once crashed --export markdown (StopIteration) and the app on tab."""
-    path = write(CASES[case][0])
-    run = cli(*mode, str(path))
-    assert (run.code, run.out) == (2, "")
-    assert run.err.count("\n") == 1 and run.err.startswith(f"error: {path}: ") and CASES[case][1] in run.err
+    assert_one_error_line(cli, write, *CASES[case], *mode)

@@ -32,6 +32,7 @@ from qkv_tui.teach.tiled import tiled
 from qkv_tui.teach.trace import Trace
 
 from .conftest import BASE, HEAD
+from .error_table import assert_one_error_line
 from .test_calculator import assert_holds, check_text
 
 GATED = load_scenario("gated")
@@ -253,15 +254,7 @@ ERRORS = {
 
 @pytest.mark.parametrize("case", sorted(ERRORS))
 def test_check_reports_one_clean_line(case: str, cli, write) -> None:
-    text, expected = ERRORS[case]
-    path = write(text)
-    run = cli("--check", str(path))
-    assert run.code == 2, run.out
-    assert run.out == ""
-    lines = run.err.splitlines()
-    assert len(lines) == 1, run.err
-    assert lines[0].startswith(f"error: {path}: ")
-    assert expected in lines[0], lines[0]
+    assert_one_error_line(cli, write, *ERRORS[case])
 
 
 @pytest.mark.parametrize("text", [BASE + HEAD + HEAD_GATE, BASE + SPLIT + WIDE_GATE])

@@ -36,6 +36,7 @@ from qkv_tui.teach.trace import Trace
 
 from .arith_check import checked
 from .conftest import BASE, HEAD
+from .error_table import assert_one_error_line
 from .test_calculator import Report, assert_holds, check_line, check_text, explanation_text
 from .variants_cases import ModernCase, modern_cases, reference
 
@@ -210,15 +211,7 @@ ERRORS = {
 
 @pytest.mark.parametrize("case", sorted(ERRORS))
 def test_check_reports_one_clean_line(case: str, cli, write) -> None:
-    text, expected = ERRORS[case]
-    path = write(text)
-    run = cli("--check", str(path))
-    assert run.code == 2, run.out
-    assert run.out == ""
-    lines = run.err.splitlines()
-    assert len(lines) == 1, run.err
-    assert lines[0].startswith(f"error: {path}: ")
-    assert expected in lines[0], lines[0]
+    assert_one_error_line(cli, write, *ERRORS[case])
 
 
 def test_check_summary_names_the_caps_and_the_scale_origin(cli, write) -> None:

@@ -381,6 +381,22 @@ def around_spec(sc: Scenario, h: int) -> AroundSpec | None:
     return AroundSpec(q, k, v, z, io.gamma_o, io.eps_o)
 
 
+def deltanet_logit_check(sc: Scenario, X_in: Matrix) -> None:
+    """The gates' inputs X̂·W_a + dt_bias and X̂·W_b past float64 are refused: σ and softplus would hide it
+    as 1 or ∞, and every page that works them out term by term would meet the overflow."""
+    dn = sc.deltanet
+    if dn is None:
+        return
+    for what, W, bias in (("X̂·W_a + dt_bias", dn.W_a, dn.dt_bias), ("X̂·W_b", dn.W_b, None)):
+        if W is None:
+            continue
+        with np.errstate(over="ignore", invalid="ignore"):
+            logit = X_in @ W + (0.0 if bias is None else bias[None, :])  # (n, num_heads)
+        if (bad := first_bad(logit)) is not None:
+            raise ScenarioError(sc.source, f"values in [deltanet]'s {what} overflow float64 at"
+                                f" {_at(sc.tokens, bad[0])}; expected smaller X or {what.split('·')[1].split(' ')[0]}")
+
+
 def linear_check(sc: Scenario, result: HeadResult) -> None:
     """A zero denominator of linear attention is refused naming its row; an overflow in φ or the state naming it."""
     dn = result.deltanet
@@ -424,6 +440,7 @@ def iter_heads(scenario: Scenario, norm: NormResult | None = None) -> Iterator[H
     kv_done: dict[int, HeadResult] = {}  # K/V head -> the first query head that computed it
     with np.errstate(over="ignore", invalid="ignore"):
         dn = deltanet_gates(sc, X_in)
+    deltanet_logit_check(sc, X_in)
     last_reader = {sc.kv_head(h): h for h in range(len(sc.heads))}  # a K/V head -> the last query head reading it
     for h, head in enumerate(sc.heads):
         kv = sc.kv_head(h)

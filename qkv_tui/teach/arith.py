@@ -118,7 +118,10 @@ def fit(fn: Callable[..., Operand], operands: Sequence[Operand], result: Operand
         p, scientific = form
         texts = [_text(v, p, scientific) for v in operands]
         with np.errstate(all="ignore"):  # a formula may meet −∞ (a masked score): its value is the check
-            calculated = fn(*(_value(v, t) for v, t in zip(operands, texts)))
+            try:
+                calculated = fn(*(_value(v, t) for v, t in zip(operands, texts)))
+            except (ZeroDivisionError, OverflowError, ValueError):  # a divisor of 0.001 shown as 0.0: more digits
+                return texts, False
         return texts, agrees(calculated, result_text, plain_sum and p == decimals and not scientific)
 
     whole = [_whole(v) for v in operands]

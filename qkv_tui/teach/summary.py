@@ -43,7 +43,8 @@ def looked_at(hr: HeadResult, allow: BoolMatrix, token: str, keys: tuple[str, ..
     weights = hr.weights[row]
     shown = [fmt(float(w), False, decimals) for w in weights]
     allowed = [j for j in range(len(keys)) if allow[j]]
-    top = shown[int(np.argmax(weights))]
+    # over the allowed keys only: without a softmax ([linear] not normalised) a kept weight may be below a masked 0
+    top = shown[max(allowed, key=lambda j: float(weights[j]))] if allowed else shown[int(np.argmax(weights))]
     best = [j for j in allowed if shown[j] == top]  # ties as the student reads them, at these decimals
     # no-break spaces around the arrow: a wrapped line never starts "→ love", away from its token
     if len(best) == len(allowed) and len(allowed) > 1:

@@ -24,9 +24,11 @@ from textual.widgets import Footer
 from qkv_tui.core.cell_edit import EditError, InputCell, changed_cells, edit, edited_text, input_cells, save_file, value_of
 from qkv_tui.core.engine import Computation, compute
 from qkv_tui.core.scenario import Scenario, ScenarioError, builtin_dir, builtin_names, load_scenario, resolve
+from qkv_tui.core.variants import deltanet_edit
 from qkv_tui.display.frame import Frame
 from qkv_tui.display.side_views import SIDE_VIEWS, shown_for
 from qkv_tui.display.view import PaneSpec, stage_key
+from qkv_tui.teach.stages.deltanet import Delta
 from qkv_tui.teach.stepper import Position
 from qkv_tui.teach.trace import Trace
 from qkv_tui.ui import themes
@@ -161,6 +163,16 @@ class Live:
         op = app.trace.op(app.position.index)
         if op.segment.target == "gate" and op.head is not None:  # the gate's own input: its weights
             return InputCell("W_G", op.head, 0, op.col or 0)
+        dn = getattr(app.scenario, "deltanet", None)
+        if dn is not None and op.segment.stage in ("gates", "delta") and op.head is not None:  # g or β, as read
+            if op.segment.stage == "gates":
+                beta = op.col == 1
+            else:
+                spec = app.trace.spec("delta")
+                assert isinstance(spec, Delta)
+                beta = spec.block(app.comp.heads[op.head], op.col or 0)[0] == "dn_delta"  # δ = (v − kv)·β reads β
+            target, row, col = deltanet_edit.read_by(dn, beta, op.row, op.head)
+            return InputCell(target, None, row, col)
         for ref in op.operands:
             if ref.matrix in ("X", "context_X"):
                 return InputCell(ref.matrix, None, ref.row or 0, 0)
