@@ -131,3 +131,56 @@ def test_the_parsed_rules_hold_the_themes_variables(monkeypatch: pytest.MonkeyPa
         colours.append(sheet.rules[0].styles.color)
     assert colours[0] == colours[2] != colours[1]
     assert len(shared_css.PARSED) == 2
+
+
+async def test_the_apps_focus_and_blur_restyle_nothing_no_rule_can_see(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Textual restyles every widget when the app takes or loses focus (a tab's app does both before its first
+    frame); no rule of this app asks the app's :focus or :blur, so that pass is skipped (the styles stay Textual's
+    own: test_shared_styles_are_textuals_own walks through both)."""
+    matched: list[str] = []
+    inside: list[bool] = []
+    apply, watch = SharedStylesheet.apply, QKVApp._watch_app_focus
+
+    def counted_apply(self: SharedStylesheet, node: Any, **kwargs: Any) -> None:
+        if inside:
+            matched.append(type(node).__name__)
+        apply(self, node, **kwargs)
+
+    def watched(self: QKVApp, focus: bool) -> None:  # the pass itself, not what the focus change goes on to do
+        inside.append(True)
+        try:
+            watch(self, focus)
+        finally:
+            inside.clear()
+
+    monkeypatch.setattr(SharedStylesheet, "apply", counted_apply)
+    monkeypatch.setattr(QKVApp, "_watch_app_focus", watched)
+    app = QKVApp("i_love_ai")
+    async with app.run_test(size=(120, 40), tooltips=True, notifications=True) as pilot:
+        await pilot.pause()
+        for change in (events.AppBlur(), events.AppFocus()):
+            matched.clear()
+            app.post_message(change)
+            await pilot.pause()
+            assert matched == [], change
+        assert not app.stylesheet.app_focus_pass
+
+
+@pytest.mark.parametrize(("css", "sees"), [
+    ("App:blur Static { color: red; }", True),  # as Textual's own App:blur HeaderTitle
+    ("App:focus > Screen Static { color: red; }", True),
+    ("App:blur ScrollBar { color: red; }", True),  # through the scrollbars of a scrollable widget
+    ("Static:focus { color: red; }", False),  # the widget's own focus restyles it on its own
+    ("App:blur Input { color: red; }", False),
+])
+def test_a_rule_asking_the_apps_focus_keeps_the_pass(monkeypatch: pytest.MonkeyPatch, css: str, sees: bool) -> None:
+    from textual.widgets import Static
+
+    monkeypatch.setattr(shared_css, "STYLED", {})
+    sheet = SharedStylesheet()
+    sheet.add_source(css, ("test", "focus"))
+    sheet.parse()
+    seen = sheet._sees_app_focus(Static())
+    if "ScrollBar" in css:  # a scrollable widget's scrollbars, which are matched by their type names only
+        seen = sheet._bars_see_app_focus(sheet._current_memo())
+    assert seen is sees

@@ -74,12 +74,24 @@ class _Parser(argparse.ArgumentParser):
         raise SystemExit(2)
 
 
+_PARSERS: dict[tuple[str, ...], argparse.ArgumentParser] = {}  # by the built-in names its help lists
+
+
 def _parser() -> argparse.ArgumentParser:
+    """Made once per process (parsing never changes it): every app --serve forks finds the app starter's."""
+    names = tuple(builtin_names())
+    parser = _PARSERS.get(names)
+    if parser is None:
+        parser = _PARSERS[names] = _new_parser(names)
+    return parser
+
+
+def _new_parser(names: tuple[str, ...]) -> argparse.ArgumentParser:
     parser = _Parser(
         prog="qkv-tui",
         description="Step through softmax(QKᵀ/√dₖ)V one operation at a time.",
         epilog=(f"SCENARIO is a path; a bare NAME also finds NAME.toml in the current folder, then the"
-                f" built-in scenario NAME ({', '.join(builtin_names())})"),
+                f" built-in scenario NAME ({', '.join(names)})"),
     )
     parser.add_argument("scenario", nargs="*", metavar="SCENARIO",
                         help="a scenario .toml file or a built-in name (default: i_love_ai)")

@@ -76,7 +76,10 @@ def warm_up() -> None:
     import asyncio
     import threading
 
+    from qkv_tui.edges.cli import _parser
     from qkv_tui.ui.app import QKVApp
+
+    _parser()  # the command line's parser, kept for every child's
 
     async def first_frame() -> None:
         from textual import events

@@ -662,6 +662,16 @@ class QKVApp(Session):
 
     # --- live: edit, reload, palette, screenshots, autoplay (ui/live.py) --------------------
 
+    def _watch_app_focus(self, focus: bool) -> None:
+        # Textual's watcher restyles the screen first: a pass the stylesheet skips if no rule can see it
+        if isinstance(self.stylesheet, SharedStylesheet):
+            self.stylesheet.app_focus_pass = True
+        try:
+            super()._watch_app_focus(focus)
+        finally:
+            if isinstance(self.stylesheet, SharedStylesheet):
+                self.stylesheet.app_focus_pass = False
+
     async def on_event(self, event: events.Event) -> None:
         if self.live.intercept(event):  # while autoplaying, a key changes the speed or stops it
             return

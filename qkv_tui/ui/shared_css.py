@@ -22,6 +22,7 @@ Both give what Textual's own work gives:
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any, NamedTuple
 
 from textual.css.model import RuleSet
@@ -29,6 +30,7 @@ from textual.css.styles import RulesMap
 from textual.css.stylesheet import Stylesheet
 from textual.css.types import CSSLocation
 from textual.dom import DOMNode
+from textual.scrollbar import ScrollBar, ScrollBarCorner
 from textual.widget import Widget
 
 # (variables, css, read_from, is_default_rules, tie_breaker, scope) -> the rules Textual parsed from it
@@ -57,6 +59,7 @@ class Memo:
         self.candidates: dict[frozenset[str], Candidates] = {}
         self.styled: dict[tuple[Any, ...], RulesMap] = {}
         self.looks: dict[tuple[Any, ...], Any] = {}  # widgets/looks.py: a component class's look, by widget type
+        self.sees_app_focus: dict[tuple[frozenset[str], frozenset[str]], bool] = {}  # by selector names, components
 
 
 STYLED: dict[tuple[RuleSet, ...], Memo] = {}
@@ -70,6 +73,7 @@ class SharedStylesheet(Stylesheet):
         self._variables_key: tuple[tuple[str, str], ...] | None = None
         self._memo_rules: list[RuleSet] | None = None
         self._memo: Memo | None = None
+        self.app_focus_pass = False  # the next pass over nodes is the restyle of the app's focus or blur
 
     @classmethod
     def like(cls, stylesheet: Stylesheet) -> SharedStylesheet:
@@ -110,7 +114,9 @@ class SharedStylesheet(Stylesheet):
         return self._memo
 
     def _candidates(self, memo: Memo, node: DOMNode) -> Candidates:
-        names = frozenset(node._selector_names)
+        return self._candidates_of(memo, frozenset(node._selector_names))
+
+    def _candidates_of(self, memo: Memo, names: frozenset[str]) -> Candidates:
         found = memo.candidates.get(names)
         if found is None:  # as Textual's apply narrows the rules, and what it derives from them
             rules_map = self.rules_map
@@ -160,6 +166,43 @@ class SharedStylesheet(Stylesheet):
         result = caught.get(textual_key)
         if computed_here and result is not None:
             memo.styled[key] = result
+
+    def update_nodes(self, nodes: Iterable[DOMNode], animate: bool = False) -> None:
+        if self.app_focus_pass:
+            self.app_focus_pass = False
+            nodes = list(nodes)
+            if not any(self._sees_app_focus(node) for node in nodes):
+                return  # a pass that would give every node the rules it has (and draw nothing new)
+        super().update_nodes(nodes, animate=animate)
+
+    def _sees_app_focus(self, node: DOMNode) -> bool:
+        """Could a rule for this node, one of its scrollbars or component classes ask the app's :focus or :blur?
+
+        Textual restyles the whole screen when the app takes or loses focus (a browser tab's app does both
+        on its way to the first frame), as a rule may ask it of the app: App:blur HeaderTitle. What else that
+        pass could see change restyles on its own (a widget's focus, hover, classes, the theme)."""
+        memo = self._current_memo()
+        asked = memo.sees_app_focus.get(names := (frozenset(node._selector_names), node._get_component_classes()))
+        if asked is None:
+            selector_names = [names[0], *(frozenset(DOMNode(classes=component)._selector_names) for component in names[1])]
+            asked = memo.sees_app_focus[names] = any(
+                not APP_FOCUS.isdisjoint(self._candidates_of(memo, each).above) for each in selector_names)
+        if not asked and isinstance(node, Widget) and node.is_scrollable:  # the scrollbars update_nodes restyles
+            asked = self._bars_see_app_focus(memo)
+        return asked
+
+    def _bars_see_app_focus(self, memo: Memo) -> bool:
+        key: tuple[frozenset[str], frozenset[str]] = (frozenset(), frozenset({"scrollbars"}))
+        asked = memo.sees_app_focus.get(key)
+        if asked is None:  # a scrollbar has no id nor classes of its own: its type names are all it is matched by
+            asked = memo.sees_app_focus[key] = any(
+                not APP_FOCUS.isdisjoint(self._candidates_of(memo, frozenset(
+                    {"*", *(base.__name__ for base in bar._css_bases(bar))})).above)
+                for bar in (ScrollBar, ScrollBarCorner))
+        return asked
+
+
+APP_FOCUS = frozenset({"focus", "blur"})
 
 
 def looks_of(stylesheet: Stylesheet) -> dict[tuple[Any, ...], Any] | None:
