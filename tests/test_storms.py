@@ -256,7 +256,7 @@ async def handled(app: App[object]) -> None:
         nodes = [app, *(node for screen in stack for node in screen.walk_children(with_self=True))]
         through: set[MessagePump] = set()
         waiting = [node for node in nodes
-                   if node.call_later(lambda node=node: through.add(node))]  # a closed widget takes no marker
+                   if node.call_later(lambda node=node, through=through: through.add(node))]  # a closed widget: no marker
         while waiting:
             await asyncio.sleep(POLL)
             waiting = [node for node in waiting if node not in through and node.is_running]
