@@ -246,6 +246,8 @@ async def handled(app: App[object]) -> None:
     to the app). A round whose markers were all through while a hop was still to come let a storm's
     last ``?`` open help after close_everything had counted one screen, and the final screen was
     then the trace dimmed under help (Textual's ModalScreen background) against a fresh one without.
+    Neither the app nor Textual left a screen dimmed (the help was open, as pressed; no Textual issue
+    reports a dim left behind after a modal closes): the wait was short.
     So rounds repeat until two in a row end with every queue empty and the same screens up.
     Pilot.pause would also wait for the process to look idle and draw a frame: some 75 ms a key,
     most of a storm.
