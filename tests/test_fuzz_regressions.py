@@ -58,3 +58,29 @@ def test_gate_logits_past_float64_are_refused_by_check_as_by_every_export() -> N
     wa = (builtin_dir() / "deltanet.toml").read_text(encoding="utf-8").replace(
         "g = [[-0.5], [-0.5], [-0.5]]", "W_a = [[1e308], [1e308], [0], [1]]\nA_log = [0]\ndt_bias = [0]")
     assert "values in [deltanet]'s X̂·W_a + dt_bias overflow float64 at row 3" in assert_refused(wa)
+
+
+def test_a_norm_root_that_rounds_to_zero_by_hand_is_kept_unrounded() -> None:
+    """A LayerNorm row of nearly equal numbers: √(var + eps) ≈ 0.003 is 0.0 at one decimal. The forward pass
+    already divided by the unrounded root; the root it kept was the rounded 0, so dNorm by hand divided by 0."""
+    from qkv_tui import compute
+    from qkv_tui.core.scenario import parse_scenario
+    from qkv_tui.teach.handcalc import compute_hand
+    from qkv_tui.teach.trace import Trace
+
+    from .test_backward_lines import backward_text
+    from .test_calculator import assert_holds, check_text
+
+    text = (
+        'tokens = ["a", "b"]\nX = [[1.0, 1.02, 0.98, 1.0], [0, 1, 0, 1]]\n'
+        '[norm]\nkind = "layer"\ngamma = [1, 1, 1, 1]\nbeta = [0, 0, 0, 0]\n'
+        "[attention]\nnum_heads = 1\nW_Q = [[1,0],[0,1],[1,0],[0,1]]\nW_K = [[1,0],[0,1],[1,0],[0,1]]\n"
+        "W_V = [[1,0],[0,1],[1,0],[0,1]]\n[backward]\ntarget = [[0,0],[1,1]]\n"
+    )
+    for decimals in (1, 2):
+        comp = compute_hand(compute(parse_scenario(text, "tiny_var.toml")), decimals)
+        assert comp.norm is not None and bool((comp.norm.root > 0).all())
+        trace = Trace(comp)
+        lines = backward_text(trace, decimals)
+        assert "nan" not in lines and "inf" not in lines
+        assert_holds(check_text(lines, whole=False))

@@ -49,4 +49,5 @@ def normalise(policy: Policy, kind: str, X: Matrix, gamma: Matrix, beta: Matrix 
         if beta is not None:
             raw = raw + beta
         X_norm = policy.table(policy.worked(raw))  # by hand: each cell worked, then copied into the table
-    return Normed(X_norm, mean, spread, policy.table(root), raw)
+    shown = policy.table(root)
+    return Normed(X_norm, mean, spread, np.where(shown == 0, root, shown), raw)  # a root is never kept as a rounded 0
