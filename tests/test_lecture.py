@@ -217,3 +217,18 @@ def test_the_answer_box_takes_only_what_can_become_an_answer() -> None:
     for text in ("p", "k", "5", "0", "12", "lovex", "?"):
         assert not could_be_choice(text, keys), text
     assert could_be_choice("1", tuple(f"t{i}" for i in range(12))) and could_be_choice("12", tuple(f"t{i}" for i in range(12)))
+
+
+def test_state_heads_claim_no_row_sum_their_weights_do_not_have() -> None:
+    """The gated delta rule's weights (q·k times the decaying mask) weigh the corrections δ, not V, and are no
+    distribution; linear attention's are one only when normalised. The summary says what holds, nothing else."""
+    delta = plain(closing_summary(compute(load_scenario("deltanet")), 0, 1, 3))
+    assert "sums to 1" not in delta and "weights·V" not in delta
+    assert "Sᵀq" in delta and "the 3 masked weights are exactly 0" in delta
+    linear = compute(load_scenario("linear"))
+    assert "every weight row sums to 1" in plain(closing_summary(linear, 0, 1, 3))
+    sc = linear.scenario
+    assert sc.linear is not None
+    loose = compute(replace(sc, linear=replace(sc.linear, normalize=False)))
+    text = plain(closing_summary(loose, 0, 1, 3))
+    assert "sums to 1" not in text and "not divided by their row's sum" in text

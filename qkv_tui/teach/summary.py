@@ -22,7 +22,7 @@ def closing_summary(comp: Computation, head: int, operations: int, decimals: int
     sc = comp.scenario
     hr = comp.heads[head]
     heads = len(comp.heads)
-    route = "weights·V"
+    route = _route(hr)
     if heads > 1:
         route += f" in each of the {heads} heads, joined by Concat"
     if comp.W_O is not None:
@@ -54,21 +54,41 @@ def looked_at(hr: HeadResult, allow: BoolMatrix, token: str, keys: tuple[str, ..
     return f"{token}\u00a0→\u00a0{keys[best[0]]} {top}"
 
 
+def _route(hr: HeadResult) -> str:
+    """How a token's output is made from the weights the summary names."""
+    if hr.deltanet is not None:  # its weights, q·k times the decaying mask, weigh the corrections δ
+        return "Sᵀq, the state read with its query: the corrections δ weighted by q·k and the decaying causal mask"
+    if hr.linear is not None and not _distribution(hr):
+        return "weights·V, its weights φ(q)·φ(k) not divided by their row's sum"
+    return "weights·V"
+
+
+def _distribution(hr: HeadResult) -> bool:
+    """Whether the head's weights are a distribution: the softmax's, or normalised linear attention's."""
+    if hr.deltanet is not None:
+        return False
+    return hr.linear is None or hr.linear.spec.normalize
+
+
 def checks(hr: HeadResult, allow: BoolMatrix) -> str:
-    """The invariants, re-checked on the numbers computed (not assumed)."""
-    total = hr.weights.sum(axis=1)
-    what = "every weight row sums to 1"
-    if hr.sink_exp is not None:
-        total = total + hr.sink_exp / hr.row_sum
-        what = "every weight row plus its sink's share sums to 1"
-    error = float(np.abs(total - 1.0).max())
-    exact = "exactly" if error == 0 else f"to within {error:.0e}"
+    """The invariants, re-checked on the numbers computed (not assumed). Weights that are no distribution
+    (the gated delta rule's, or linear attention's not normalised) have no row sum to check."""
     masked = ~allow
-    line = f"Checks: {what} ({exact})"
+    parts = []
+    if _distribution(hr):
+        total = hr.weights.sum(axis=1)
+        what = "every weight row sums to 1"
+        if hr.sink_exp is not None:
+            total = total + hr.sink_exp / hr.row_sum
+            what = "every weight row plus its sink's share sums to 1"
+        error = float(np.abs(total - 1.0).max())
+        exact = "exactly" if error == 0 else f"to within {error:.0e}"
+        parts.append(f"{what} ({exact})")
+    line = "Checks: " + "; ".join(parts)
     if masked.any():
         zero = bool((hr.weights[masked] == 0).all())
         count = int(masked.sum())
-        line += f"; the {count} masked weights are {'exactly 0' if zero else 'NOT all 0'}"
+        line += ("; " if parts else "") + f"the {count} masked weights are {'exactly 0' if zero else 'NOT all 0'}"
     if hr.capped is not None and hr.softcap is not None:
         top = float(np.abs(hr.capped).max())
         stay = "stay" if top <= hr.softcap else "do NOT stay"
