@@ -75,17 +75,7 @@ def updated(sc: Scenario, g: Gradients, decimals: int | None = None) -> Scenario
         if changes:
             heads[h] = dataclasses.replace(heads[h], **changes)  # type: ignore[arg-type]
     top: dict[str, object] = {"heads": tuple(heads)}
-    if "W_O" in train and sc.W_O is not None and g.dW_O is not None:
-        top["W_O"] = _frozen(sc.W_O - lr * g.dW_O)
-    if "b_O" in train and sc.b_O is not None and g.db_O is not None:
-        top["b_O"] = _frozen(sc.b_O - lr * g.db_O)
-    if sc.norm is not None and ("gamma" in train or "beta" in train):
-        norm = sc.norm
-        if "gamma" in train and g.dgamma is not None:
-            norm = dataclasses.replace(norm, gamma=_frozen(norm.gamma - lr * g.dgamma))
-        if "beta" in train and norm.beta is not None and g.dbeta is not None:
-            norm = dataclasses.replace(norm, beta=_frozen(norm.beta - lr * g.dbeta))
-        top["norm"] = norm
+    top.update(_outer_step(sc, g, lr, train, _frozen))
     if sc.qk_norm is not None and ("gamma_q" in train or "gamma_k" in train):
         qk = sc.qk_norm
         if "gamma_q" in train and g.dgamma_q is not None:
@@ -96,6 +86,24 @@ def updated(sc: Scenario, g: Gradients, decimals: int | None = None) -> Scenario
     if sc.deltanet is not None and g.gates is not None:
         top.update(_gates_step(sc, g, lr, train, _frozen))
     return dataclasses.replace(sc, **top)  # type: ignore[arg-type]
+
+
+def _outer_step(sc: Scenario, g: Gradients, lr: float, train: set[str],
+                frozen: Callable[[Matrix], Matrix]) -> dict[str, object]:
+    """What sits around the heads, whatever attention they run: W_O, b_O and the pre-norm's gains."""
+    top: dict[str, object] = {}
+    if "W_O" in train and sc.W_O is not None and g.dW_O is not None:
+        top["W_O"] = frozen(sc.W_O - lr * g.dW_O)
+    if "b_O" in train and sc.b_O is not None and g.db_O is not None:
+        top["b_O"] = frozen(sc.b_O - lr * g.db_O)
+    if sc.norm is not None and ("gamma" in train or "beta" in train):
+        norm = sc.norm
+        if "gamma" in train and g.dgamma is not None:
+            norm = dataclasses.replace(norm, gamma=frozen(norm.gamma - lr * g.dgamma))
+        if "beta" in train and norm.beta is not None and g.dbeta is not None:
+            norm = dataclasses.replace(norm, beta=frozen(norm.beta - lr * g.dbeta))
+        top["norm"] = norm
+    return top
 
 
 def _gates_step(sc: Scenario, g: Gradients, lr: float, train: set[str],
@@ -131,17 +139,7 @@ def _mla_updated(sc: Scenario, g: Gradients, lr: float, train: set[str],
     heads = tuple(dataclasses.replace(head, W_Q=W_Q, W_K=W_K, W_V=W_V)
                   for head, (_, W_Q, W_K, W_V) in zip(sc.heads, new.head_weights(), strict=True))
     top: dict[str, object] = {"mla": new, "heads": heads}
-    if "W_O" in train and sc.W_O is not None and g.dW_O is not None:
-        top["W_O"] = _frozen(sc.W_O - lr * g.dW_O)
-    if "b_O" in train and sc.b_O is not None and g.db_O is not None:
-        top["b_O"] = _frozen(sc.b_O - lr * g.db_O)
-    if sc.norm is not None and ("gamma" in train or "beta" in train):
-        norm = sc.norm
-        if "gamma" in train and g.dgamma is not None:
-            norm = dataclasses.replace(norm, gamma=_frozen(norm.gamma - lr * g.dgamma))
-        if "beta" in train and norm.beta is not None and g.dbeta is not None:
-            norm = dataclasses.replace(norm, beta=_frozen(norm.beta - lr * g.dbeta))
-        top["norm"] = norm
+    top.update(_outer_step(sc, g, lr, train, _frozen))
     return dataclasses.replace(sc, **top)  # type: ignore[arg-type]
 
 
