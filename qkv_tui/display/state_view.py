@@ -11,10 +11,9 @@ from __future__ import annotations
 import numpy as np
 
 from qkv_tui.core.engine import Computation, HeadResult
-from qkv_tui.core.fmt import is_integral
 from qkv_tui.core.scenario import Matrix
 from qkv_tui.display.frame import Frame
-from qkv_tui.display.view import Explanation, PaneSpec, column_widths
+from qkv_tui.display.view import Explanation, PaneSpec, matrix_pane
 from qkv_tui.kernels.deltanet import decay_mask
 from qkv_tui.teach.arith import fit
 
@@ -116,12 +115,8 @@ def state_lines(comp: Computation, t: int, head: int, decimals: int) -> list[str
 
 def _pane(key: str, title: str, values: Matrix, rows: tuple[str, ...], cols: tuple[str, ...], decimals: int,
           current: bool = False) -> PaneSpec:
-    values = np.array(np.atleast_2d(values))
-    integral = is_integral(values)
-    return PaneSpec(key=key, title=f"{title}  {values.shape[0]}×{values.shape[1]}", subtitle="", values=values,
-                    row_labels=rows, col_labels=cols, integral=integral,
-                    col_widths=column_widths(values, integral, decimals, cols), filled=values.size,
-                    current=(0, None) if current and values.shape[0] == 1 else None, decimals=decimals)
+    one_row = np.atleast_2d(values).shape[0] == 1
+    return matrix_pane(key, title, values, rows, cols, decimals, current=(0, None) if current and one_row else None)
 
 
 def state_frame(comp: Computation, t: int, head: int, decimals: int) -> Frame:
