@@ -77,27 +77,29 @@ def warm_up() -> None:
     import threading
 
     from qkv_tui.edges.cli import _parser
-    from qkv_tui.ui.app import QKVApp
 
     _parser()  # the command line's parser, kept for every child's
-
-    async def first_frame() -> None:
-        from textual import events
-
-        app = QKVApp("i_love_ai")
-        # with the tooltip and the notifications' rack, as a tab's app has them
-        async with app.run_test(size=(120, 40), tooltips=True, notifications=True) as pilot:
-            await pilot.pause()
-            # a tab's app starts blurred (Textual's web driver says so), and is focused when the page is:
-            # each restyles every widget, so the styles of both are ready too (ui/shared_css.py)
-            for change in (events.AppBlur(), events.AppFocus()):
-                app.post_message(change)
-                await pilot.pause()
-
     with contextlib.suppress(Exception):  # a warm-up that fails only costs the children their own start
         asyncio.run(first_frame())
     if threading.active_count() > 1:  # a fork copies only the thread that forks: say so, never hang on it
         sys.stderr.write(f"qkv-tui: the app starter's warm-up left {threading.active_count() - 1} thread(s) running\n")
+
+
+async def first_frame() -> None:
+    """One app's first frame, headless, as a tab's app draws it (tests/test_shared_css.py counts what it parses)."""
+    from textual import events
+
+    from qkv_tui.ui.app import QKVApp
+
+    app = QKVApp("i_love_ai")
+    # with the tooltip and the notifications' rack, as a tab's app has them
+    async with app.run_test(size=(120, 40), tooltips=True, notifications=True) as pilot:
+        await pilot.pause()
+        # a tab's app starts blurred (Textual's web driver says so), and is focused when the page is:
+        # each restyles every widget, so the styles of both are ready too (ui/shared_css.py)
+        for change in (events.AppBlur(), events.AppFocus()):
+            app.post_message(change)
+            await pilot.pause()
 
 
 def run_child(request: dict[str, Any], fds: list[int], close_zygote: Callable[[], None]) -> None:
