@@ -67,7 +67,7 @@ def normed(draw: st.DrawFn) -> str:
 def qk_normed(draw: st.DrawFn) -> str:
     """QK-norm whose gains and weights have 2–3 decimals, with a target (or dO) of as many."""
     n, width, digits = draw(st.integers(1, 3)), draw(st.integers(1, 3)), draw(st.integers(2, 3))
-    d_k = draw(st.integers(1, 3))
+    d_k = draw(st.integers(1, 6))
     text = [f"tokens = {[f't{i}' for i in range(n)]}".replace("'", '"'), f"X = {toml(draw(rows(n, width, 1)))}",
             HEAD.format(q=toml(draw(rows(width, d_k, digits))), k=toml(draw(rows(width, d_k, digits))),
                         v=toml(draw(rows(width, 2, 1)))),
@@ -80,7 +80,7 @@ def qk_normed(draw: st.DrawFn) -> str:
 @st.composite
 def given_dO(draw: st.DrawFn) -> str:
     """Two heads and W_O, with a dO (or a target) of 2–4 decimals: dW_O = concatᵀ·dO reads dO as given."""
-    n, width, digits = draw(st.integers(1, 4)), draw(st.integers(1, 3)), draw(st.integers(2, 4))
+    n, width, digits = draw(st.integers(1, 6)), draw(st.integers(1, 3)), draw(st.integers(2, 4))
     text = [f"tokens = {[f't{i}' for i in range(n)]}".replace("'", '"'), f"X = {toml(draw(rows(n, width, 1)))}"]
     for _ in range(2):
         text.append(HEAD.format(q=toml(draw(rows(width, 1, 1))), k=toml(draw(rows(width, 1, 1))),
@@ -119,4 +119,15 @@ def test_a_gain_finer_than_shown_is_shown_as_used() -> None:
     trace = Trace(compute_hand(compute(parse_scenario(text, "gain.toml")), 1))
     line = next(line for line in stage_lines(trace, 1, ("norm",)).splitlines() if line.startswith("X̂[c,2]"))
     assert line.endswith("= 1.5 / 0.9·(-0.75) = -1.2"), line
+    assert_holds(check_text(line, whole=False))
+
+
+def test_a_query_gain_finer_than_shown_is_shown_as_used() -> None:
+    # QK-norm over d_k = 8: q = 3 over a root of 1.0 with γ_q = -0.75 is -2.2 by hand; -0.8 would give -2.4
+    text = ('tokens = ["a"]\nX = [[1]]\n'
+            + HEAD.format(q="[[3, 0, 0, 0, 0, 0, 0, 0]]", k="[[1, 0, 0, 0, 0, 0, 0, 0]]", v="[[1]]")
+            + '[qk_norm]\nover = "head"\ngamma_q = [-0.75, 1, 1, 1, 1, 1, 1, 1]\ngamma_k = [1, 1, 1, 1, 1, 1, 1, 1]\n')
+    trace = Trace(compute_hand(compute(parse_scenario(text, "gain.toml")), 1))
+    line = next(line for line in stage_lines(trace, 1, ("qk_norm",)).splitlines() if line.startswith("Q̂[a,0]"))
+    assert line.endswith("= 3 / 1.0·(-0.75) = -2.2"), line
     assert_holds(check_text(line, whole=False))
