@@ -19,6 +19,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -597,22 +598,17 @@ def main() -> None:
     args = parser.parse_args()
     quick = (2, 10, (16,), (512,))
     result: dict[str, Any] = {}
-    if args.startup_only:
-        result = measure_startup(2 if args.quick else args.repeats)
-        print(json.dumps(result, indent=2) if args.json else report_startup(result))
-        return
-    if args.linear_only:
-        result = measure_linear(2 if args.quick else args.repeats, args.presses)
-        print(json.dumps(result, indent=2) if args.json else report_linear(result))
-        return
-    if args.train_only:
-        result = measure_train(2 if args.quick else args.repeats, min(args.presses, 20))
-        print(json.dumps(result, indent=2) if args.json else report_train(result))
-        return
-    if args.step_only:
-        result = measure_steps(2 if args.quick else args.repeats, args.presses)
-        print(json.dumps(result, indent=2) if args.json else report_steps(result))
-        return
+    repeats = 2 if args.quick else args.repeats
+    alone: tuple[tuple[bool, Callable[[], dict[str, Any]], Callable[[dict[str, Any]], str]], ...] = (
+        (args.startup_only, lambda: measure_startup(repeats), report_startup),
+        (args.linear_only, lambda: measure_linear(repeats, args.presses), report_linear),
+        (args.train_only, lambda: measure_train(repeats, min(args.presses, 20)), report_train),
+        (args.step_only, lambda: measure_steps(repeats, args.presses), report_steps))
+    for chosen, run, text in alone:  # each --*-only flag measures one thing alone and prints it
+        if chosen:
+            result = run()
+            print(json.dumps(result, indent=2) if args.json else text(result))
+            return
     if args.model_only:
         result = measure(args.repeats, args.presses, (), ())
         print(json.dumps(result, indent=2) if args.json else "\n\n".join(report(result).split("\n\n")[:3]))

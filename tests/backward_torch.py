@@ -10,11 +10,13 @@ from typing import Any
 import numpy as np
 import pytest
 
+from qkv_tui.core.gradients import Gradients
 from qkv_tui.core.scenario import Scenario
 from qkv_tui.kernels.sharing import kv_owners
 
 torch = pytest.importorskip("torch", reason="PyTorch is in the test extra (pip install -e '.[test]')")
 F = torch.nn.functional
+TOL = {"rtol": 1e-9, "atol": 1e-9}
 
 
 def leaf(values: Any) -> Any:
@@ -65,15 +67,30 @@ def turn(x: Any, sc: Scenario) -> Any:
     return torch.stack(cols, dim=1)
 
 
+def pre_norm(sc: Scenario, P: dict[str, Any]) -> Any:
+    """X through [norm] (torch's own RMSNorm or LayerNorm), or X itself without one."""
+    X = P["X"]
+    if sc.norm is None:
+        return X
+    if sc.norm.kind == "rms":
+        return F.rms_norm(X, (X.shape[1],), weight=P["gamma"], eps=sc.norm.eps)
+    return F.layer_norm(X, (X.shape[1],), weight=P["gamma"], bias=P.get("beta"), eps=sc.norm.eps)
+
+
+def out_projected(P: dict[str, Any], outs: list[Any]) -> Any:
+    """The heads' outputs side by side, through W_O and b_O where the scenario has them."""
+    concat = torch.cat(outs, dim=1)
+    final = concat @ P["W_O"] if "W_O" in P else concat
+    if "b_O" in P:
+        final = final + P["b_O"]
+    return final
+
+
 def forward(sc: Scenario, P: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
     """The final output, and the intermediates (with retain_grad) the gradients are compared at."""
     keep: dict[str, Any] = {}
-    X = P["X"]
+    X = pre_norm(sc, P)
     if sc.norm is not None:
-        if sc.norm.kind == "rms":
-            X = F.rms_norm(X, (X.shape[1],), weight=P["gamma"], eps=sc.norm.eps)
-        else:
-            X = F.layer_norm(X, (X.shape[1],), weight=P["gamma"], bias=P.get("beta"), eps=sc.norm.eps)
         X.retain_grad()
         keep["X_norm"] = X
     X_kv = torch.tensor(sc.context_X) if sc.context_X is not None else X
@@ -132,11 +149,28 @@ def forward(sc: Scenario, P: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
         if head.W_G is not None:
             out = out * torch.sigmoid(X @ P[f"W_G{h}"])
         outs.append(out)
-    concat = torch.cat(outs, dim=1)
-    final = concat @ P["W_O"] if "W_O" in P else concat
-    if "b_O" in P:
-        final = final + P["b_O"]
-    return final, keep
+    return out_projected(P, outs), keep
+
+
+def close(ours: Any, theirs: Any, what: str) -> None:
+    assert theirs is not None, what
+    assert np.allclose(np.asarray(ours), theirs.detach().numpy(), **TOL), what
+
+
+def backward_checked(sc: Scenario, g: Gradients, P: dict[str, Any], final: Any) -> None:
+    """torch's backward from the scenario's loss; then the loss, dX and the weights around the heads (W_O, b_O,
+    the norms' gains) against ours, and ours None for each the scenario does not have."""
+    loss = loss_of(sc, final)
+    loss.backward()
+    if sc.backward is not None and sc.backward.target is not None:
+        assert g.loss is not None and abs(g.loss - loss.item()) <= 1e-9 * max(1.0, abs(g.loss))
+    close(g.dX, P["X"].grad, "dX")
+    for name, ours in (("W_O", g.dW_O), ("b_O", g.db_O), ("gamma", g.dgamma), ("beta", g.dbeta),
+                       ("gamma_q", g.dgamma_q), ("gamma_k", g.dgamma_k)):
+        if name in P:
+            close(ours, P[name].grad, name)
+        else:
+            assert ours is None, name
 
 
 def loss_of(sc: Scenario, final: Any) -> Any:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -298,3 +299,14 @@ def evaluate_scenario_dict(doc: dict[str, Any]) -> dict[str, Any]:
     if "output" in doc:
         final = concat @ np.array(doc["output"]["W_O"]) + np.array(doc["output"].get("b_O", 0.0))
     return {"heads": outputs, "output": final}
+
+
+def one_error(cli: Callable[..., Any], tmp_path: Path, source: str, needle: str) -> str:
+    """A [model] file naming ``source`` fails --check with one line (exit 2, nothing on stdout) that names ``needle``."""
+    path = tmp_path / "head.toml"
+    path.write_text(f'[model]\nsource = "{source}"\ntext = "Alice was reading"\n', encoding="utf-8")
+    run = cli("--check", str(path))
+    assert run.code == 2 and run.out == "", run.err[:400]
+    assert run.err.startswith(f"error: {path}: ") and run.err.count("\n") == 1 and "Traceback" not in run.err, run.err[:400]
+    assert needle in run.err, run.err
+    return str(run.err)

@@ -34,15 +34,31 @@ def with_backward(name: str, key: str = "target") -> Scenario:
     return parse_scenario(f"{text}\n[backward]\n{key} = [\n{body}\n]\n", f"{name}.toml")
 
 
-def backward_text(trace: Trace, decimals: int) -> str:
+def stage_text(trace: Trace, stages: tuple[str, ...], decimals: int) -> str:
+    """Every arithmetic and detail line of the named stages' operations, in the trace's order."""
     lines = []
     for seg in trace.segments:
-        if seg.stage not in BACKWARD_STAGES:
+        if seg.stage not in stages:
             continue
         for i in range(seg.start, seg.stop):
             op = trace.op(i, decimals)
             lines += [op.arithmetic, *op.details]
     return "\n".join(lines)
+
+
+def backward_text(trace: Trace, decimals: int) -> str:
+    return stage_text(trace, BACKWARD_STAGES, decimals)
+
+
+def assert_cells_are_gradients(trace: Trace, stages: tuple[str, ...]) -> None:
+    """Every operation's value of the named stages is the cell of the matrix it fills (what the panes show)."""
+    for seg in trace.segments:
+        if seg.stage not in stages:
+            continue
+        values = trace.matrix(seg.target, seg.head)
+        for i in range(seg.start, seg.stop):
+            op = trace.op(i)
+            assert op.value == pytest.approx(float(values[op.row, op.col or 0]), abs=1e-12), op.arithmetic
 
 
 @pytest.mark.parametrize("decimals", range(1, 9))
@@ -70,14 +86,7 @@ def test_hand_rounded_backward_lines_check_out(name: str, decimals: int) -> None
 @pytest.mark.parametrize("name", BUILT_INS)
 def test_each_backward_cell_is_the_gradient(name: str) -> None:
     """Every operation's value is the cell of the matrix it fills (what the panes show)."""
-    trace = Trace(compute(with_backward(name)))
-    for seg in trace.segments:
-        if seg.stage not in BACKWARD_STAGES:
-            continue
-        values = trace.matrix(seg.target, seg.head)
-        for i in range(seg.start, seg.stop):
-            op = trace.op(i)
-            assert op.value == pytest.approx(float(values[op.row, op.col or 0]), abs=1e-12), op.arithmetic
+    assert_cells_are_gradients(Trace(compute(with_backward(name))), BACKWARD_STAGES)
 
 
 def test_no_backward_stage_without_backward() -> None:

@@ -21,6 +21,7 @@ from qkv_tui.teach.handcalc import compute_hand
 from qkv_tui.teach.trace import Trace
 from qkv_tui.teach.train_walk import TrainRun
 
+from .test_backward_lines import stage_text
 from .test_backward_mla_torch import FULL, Case, cases, scenario_text
 from .test_backward_mla_torch import with_backward as generated
 from .test_calculator import assert_holds, check_text
@@ -40,14 +41,7 @@ def mla_with_backward(key: str = "target") -> Scenario:
 
 
 def backward_text(trace: Trace, decimals: int, stages: tuple[str, ...] = BACKWARD_STAGES) -> str:
-    lines = []
-    for seg in trace.segments:
-        if seg.stage not in stages:
-            continue
-        for i in range(seg.start, seg.stop):
-            op = trace.op(i, decimals)
-            lines += [op.arithmetic, *op.details]
-    return "\n".join(lines)
+    return stage_text(trace, stages, decimals)
 
 
 def sources() -> list[tuple[str, Scenario]]:

@@ -20,9 +20,8 @@ from qkv_tui.core.gradients import Gradients, gradients
 from qkv_tui.core.scenario import Scenario, parse_scenario
 from qkv_tui.core.training import steps
 
-torch = pytest.importorskip("torch")
+from .backward_torch import TOL, leaf, loss_of, rms, torch
 
-TOL = {"rtol": 1e-9, "atol": 1e-9}
 MLA_WEIGHTS = ("W_DKV", "W_UK", "W_UV", "W_KR", "W_Q", "W_DQ", "W_UQ")
 
 
@@ -118,10 +117,6 @@ def with_backward(text: str, key: str = "target", extra: str = "", seed: int = 0
     return parse_scenario(f"{text}\n[backward]\n{key} = {_mat(rows)}\n{extra}", "generated.toml")
 
 
-def leaf(values: Any) -> Any:
-    return torch.tensor(np.asarray(values, dtype=np.float64), dtype=torch.float64, requires_grad=True)
-
-
 def params_of(sc: Scenario) -> dict[str, Any]:
     mla = sc.mla
     assert mla is not None
@@ -140,10 +135,6 @@ def params_of(sc: Scenario) -> dict[str, Any]:
         if sc.norm.beta is not None:
             P["beta"] = leaf(sc.norm.beta)
     return P
-
-
-def rms(x: Any, gamma: Any, eps: float) -> Any:
-    return x / torch.sqrt((x * x).mean(dim=-1, keepdim=True) + eps) * gamma
 
 
 def rope(x: Any, layout: str, base: float) -> Any:
@@ -212,15 +203,6 @@ def forward(sc: Scenario, P: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
         outs.append(torch.softmax(s, dim=1) @ v_C)
     concat = torch.cat(outs, dim=1)
     return (concat if "W_O" not in P else concat @ P["W_O"]), keep
-
-
-def loss_of(sc: Scenario, final: Any) -> Any:
-    bw = sc.backward
-    assert bw is not None
-    if bw.dO is not None:
-        return (final * torch.tensor(bw.dO)).sum()
-    assert bw.target is not None
-    return 0.5 * ((final - torch.tensor(bw.target)) ** 2).sum()
 
 
 def close(ours: Any, theirs: Any, what: str) -> None:

@@ -5,7 +5,6 @@ built-in; against central finite differences as a second check; the SGD steps ag
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
@@ -18,10 +17,9 @@ from qkv_tui.core.scenario import Scenario, parse_scenario
 from qkv_tui.core.training import steps
 from qkv_tui.kernels.sharing import kv_owners
 
-from .backward_torch import forward, loss_of, params_of, torch
+from .backward_torch import TOL, backward_checked, close, forward, loss_of, params_of, torch
 from .variants_cases import ModernCase, matrix, modern_cases
 
-TOL = {"rtol": 1e-9, "atol": 1e-9}
 SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
 # a [model] file takes nothing beside it but a title and description (importers/expand.py)
 # [linear] and [deltanet] have no backward pass yet (the loader refuses [backward] beside them); [mla]'s is checked
@@ -40,28 +38,13 @@ def shape_of(text: str) -> tuple[int, int]:
     return comp.output.shape  # type: ignore[return-value]
 
 
-def close(ours: Any, theirs: Any, what: str) -> None:
-    assert theirs is not None, what
-    assert np.allclose(np.asarray(ours), theirs.detach().numpy(), **TOL), what
-
-
 def check(sc: Scenario) -> Gradients:
     g = gradients(compute(sc))
     P = params_of(sc)
     final, keep = forward(sc, P)
-    loss = loss_of(sc, final)
-    loss.backward()
-    if sc.backward is not None and sc.backward.target is not None:
-        assert g.loss is not None and abs(g.loss - loss.item()) <= 1e-9 * max(1.0, abs(g.loss))
-    close(g.dX, P["X"].grad, "dX")
+    backward_checked(sc, g, P, final)
     if "X_norm" in keep:
         close(g.dX_norm, keep["X_norm"].grad, "dX_norm")
-    for name, ours in (("W_O", g.dW_O), ("b_O", g.db_O), ("gamma", g.dgamma), ("beta", g.dbeta),
-                       ("gamma_q", g.dgamma_q), ("gamma_k", g.dgamma_k)):
-        if name in P:
-            close(ours, P[name].grad, name)
-        else:
-            assert ours is None, name
     owners = kv_owners([sc.kv_head(h) for h in range(len(sc.heads))], sc.heads)
     for h, hg in enumerate(g.heads):
         close(hg.dW_Q, P[f"W_Q{h}"].grad, f"W_Q of head {h + 1}")

@@ -20,10 +20,8 @@ from .test_importers_families import (
     ROPE_FLOAT32,
     _build,
     _edit_config,
-    _ids,
-    _open,
+    _opened,
     _place_tokenizer,
-    _reference,
     _with_tokenizer,
 )
 
@@ -63,10 +61,7 @@ def test_deepseek_latent_attention_matches_transformers(tmp_path: Path, layer: i
                                                         extra: dict[str, Any], layout: str, tol: float) -> None:
     folder, vocab = _with_tokenizer(tmp_path, "deepseek")
     model = _build(folder, model_cls, _config(config_cls, vocab, **extra), seed=11)
-    _place_tokenizer(tmp_path, folder)
-    comp = _open(tmp_path, folder, layer)
-    ref = _reference(model, model.model.layers, _ids(comp.scenario.description), layer,
-                     lambda b: b.self_attn, lambda b: b.self_attn.o_proj)
+    comp, ref = _opened(tmp_path, folder, model, layer)
     _compare(comp, ref, d_v=6, tol=tol)
     mla, att = comp.scenario.mla, model.model.layers[layer].self_attn
     assert mla is not None and mla.num_heads == 4 and (mla.d_nope, mla.d_rope, mla.d_v, mla.d_c) == (4, 4, 6, 8)

@@ -96,6 +96,19 @@ def _open(tmp_path: Path, folder: Path, layer: int) -> Any:
     return compute(parse_scenario(path.read_text(encoding="utf-8"), str(path)))
 
 
+def _decoder_reference(model: Any, comp: Any, layer: int) -> dict[str, np.ndarray]:
+    """_reference for a decoder (model.model.layers, each block's self_attn and o_proj) on the scenario's tokens."""
+    return _reference(model, model.model.layers, _ids(comp.scenario.description), layer,
+                      lambda b: b.self_attn, lambda b: b.self_attn.o_proj)
+
+
+def _opened(tmp_path: Path, folder: Path, model: Any, layer: int) -> tuple[Any, dict[str, np.ndarray]]:
+    """A decoder's layer opened through a [model] file beside its tokenizer, and transformers' numbers for it."""
+    _place_tokenizer(tmp_path, folder)
+    comp = _open(tmp_path, folder, layer)
+    return comp, _decoder_reference(model, comp, layer)
+
+
 def _check(comp: Any, ref: dict[str, np.ndarray], q: np.ndarray, k: np.ndarray, v: np.ndarray, kv_heads: int,
            tol: float = ROPE_FLOAT32) -> None:
     """``q``, ``k``, ``v``: the model's own projection weights in the x·W orientation (d_model, width)."""
@@ -148,8 +161,7 @@ def test_smollm3_nope_layers_and_grouped_heads(tmp_path: Path, layer: int) -> No
     saved = json.loads((folder / "config.json").read_text())
     assert saved["no_rope_layers"] == [1, 0, 1, 0]
     comp = _open(tmp_path, folder, layer)
-    ref = _reference(model, model.model.layers, _ids(comp.scenario.description), layer,
-                     lambda b: b.self_attn, lambda b: b.self_attn.o_proj)
+    ref = _decoder_reference(model, comp, layer)
     _check(comp, ref, *_llama_like(model, layer), kv_heads=2)
     assert (comp.scenario.rope is None) == (layer in (1, 3))
     assert comp.scenario.input.schedule == ("full", "full no-rope", "full", "full no-rope")
@@ -163,10 +175,7 @@ def test_granite_multipliers_and_biases(tmp_path: Path, layer: int) -> None:
     config = _decoder_config("GraniteConfig", vocab, embedding_multiplier=3.0, attention_multiplier=0.3,
                              residual_multiplier=0.5, logits_scaling=4.0, attention_bias=True, num_hidden_layers=3)
     model = _build(folder, "GraniteForCausalLM", config, seed=1)
-    _place_tokenizer(tmp_path, folder)
-    comp = _open(tmp_path, folder, layer)
-    ref = _reference(model, model.model.layers, _ids(comp.scenario.description), layer,
-                     lambda b: b.self_attn, lambda b: b.self_attn.o_proj)
+    comp, ref = _opened(tmp_path, folder, model, layer)
     _check(comp, ref, *_llama_like(model, layer), kv_heads=2)
     assert comp.heads[0].scale == pytest.approx(1 / 0.3) and not comp.heads[0].scale_is_default
     assert comp.heads[0].b_Q is not None and comp.b_O is not None
@@ -178,10 +187,7 @@ def test_phi3_fused_projections_and_sliding_window(tmp_path: Path, layer: int) -
     folder, vocab = _with_tokenizer(tmp_path, "phi3")
     config = _decoder_config("Phi3Config", vocab, num_hidden_layers=3, sliding_window=4)
     model = _build(folder, "Phi3ForCausalLM", config, seed=2)
-    _place_tokenizer(tmp_path, folder)
-    comp = _open(tmp_path, folder, layer)
-    ref = _reference(model, model.model.layers, _ids(comp.scenario.description), layer,
-                     lambda b: b.self_attn, lambda b: b.self_attn.o_proj)
+    comp, ref = _opened(tmp_path, folder, model, layer)
     fused = _linear(model.model.layers[layer].self_attn.qkv_proj.weight)  # (d, q + k + v)
     q_width, kv_width = 4 * 8, 2 * 8
     _check(comp, ref, fused[:, :q_width], fused[:, q_width:q_width + kv_width], fused[:, q_width + kv_width:], kv_heads=2)
@@ -196,10 +202,7 @@ def test_qwen3_qk_norm_per_head_and_head_dim_from_the_config(tmp_path: Path, lay
     config = _decoder_config("Qwen3Config", vocab, head_dim=12, attention_bias=True, use_sliding_window=True,
                              sliding_window=4, max_window_layers=2)  # layers 2 and 3 slide
     model = _build(folder, "Qwen3ForCausalLM", config, seed=5)
-    _place_tokenizer(tmp_path, folder)
-    comp = _open(tmp_path, folder, layer)
-    ref = _reference(model, model.model.layers, _ids(comp.scenario.description), layer,
-                     lambda b: b.self_attn, lambda b: b.self_attn.o_proj)
+    comp, ref = _opened(tmp_path, folder, model, layer)
     _check(comp, ref, *_llama_like(model, layer), kv_heads=2)
     sc, att = comp.scenario, model.model.layers[layer].self_attn
     assert sc.qk_norm is not None and sc.qk_norm.over == "head" and comp.heads[0].d_k == 12
@@ -217,8 +220,7 @@ def test_qwen3_chosen_heads_keep_their_qk_norm(tmp_path: Path) -> None:
     path = tmp_path / "heads.toml"
     path.write_text(f'[model]\nsource = "{folder}"\ntext = "{TEXT}"\nlayer = 1\nheads = [3, 0]\n', encoding="utf-8")
     comp = compute(parse_scenario(path.read_text(encoding="utf-8"), str(path)))
-    ref = _reference(model, model.model.layers, _ids(comp.scenario.description), 1,
-                     lambda b: b.self_attn, lambda b: b.self_attn.o_proj)
+    ref = _decoder_reference(model, comp, 1)
     d = comp.heads[0].d_v  # Qwen3Config's own head_dim (128), not hidden_size / heads
     assert d == model.config.head_dim == 128 and comp.scenario.qk_norm is not None
     for head, h in zip(comp.heads, (3, 0), strict=True):
@@ -230,10 +232,7 @@ def test_olmo2_qk_norm_over_the_whole_projection_and_norms_after_the_sub_layers(
     folder, vocab = _with_tokenizer(tmp_path, "olmo2")
     config = _decoder_config("Olmo2Config", vocab, num_hidden_layers=3, attention_bias=True)
     model = _build(folder, "Olmo2ForCausalLM", config, seed=7)
-    _place_tokenizer(tmp_path, folder)
-    comp = _open(tmp_path, folder, layer)
-    ref = _reference(model, model.model.layers, _ids(comp.scenario.description), layer,
-                     lambda b: b.self_attn, lambda b: b.self_attn.o_proj)
+    comp, ref = _opened(tmp_path, folder, model, layer)
     _check(comp, ref, *_llama_like(model, layer), kv_heads=2)
     sc, att = comp.scenario, model.model.layers[layer].self_attn
     assert sc.qk_norm is not None and sc.qk_norm.over == "all"
@@ -294,8 +293,7 @@ def test_partial_rotary_and_rope_scaling_pass_straight_through(tmp_path: Path, f
     tol = ROPE_FLOAT32 if "scaling" not in rope else 1e-4
     for layer in (0, 2):
         comp = _open(tmp_path, folder, layer)
-        ref = _reference(model, model.model.layers, _ids(comp.scenario.description), layer,
-                         lambda b: b.self_attn, lambda b: b.self_attn.o_proj)
+        ref = _decoder_reference(model, comp, layer)
         att = model.model.layers[layer].self_attn
         if family == "Phi3":
             fused = _linear(att.qkv_proj.weight)  # (d, q + k + v)
@@ -327,10 +325,7 @@ def test_gpt_oss_sinks_yarn_sliding_layers_and_experts(tmp_path: Path, layer: in
                          "beta_fast": 8.0, "beta_slow": 1.0, "truncate": False},
         pad_token_id=0, bos_token_id=1, eos_token_id=2, tie_word_embeddings=False)
     model = _build(folder, "GptOssForCausalLM", config, seed=9, experts_implementation="eager")  # float64 experts
-    _place_tokenizer(tmp_path, folder)
-    comp = _open(tmp_path, folder, layer)
-    ref = _reference(model, model.model.layers, _ids(comp.scenario.description), layer,
-                     lambda b: b.self_attn, lambda b: b.self_attn.o_proj)
+    comp, ref = _opened(tmp_path, folder, model, layer)
     _check(comp, ref, *_llama_like(model, layer), kv_heads=2, tol=1e-4)  # YaRN's frequencies in float32
     sc, att = comp.scenario, model.model.layers[layer].self_attn
     assert [h.sink for h in comp.heads] == att.sinks.detach().numpy().astype(np.float32).tolist()
@@ -352,10 +347,7 @@ def test_gemma2_sandwich_norms_softcap_and_scale(tmp_path: Path, layer: int) -> 
     folder, vocab = _with_tokenizer(tmp_path, "gemma2")
     config = _gemma_config("Gemma2Config", vocab, attn_logit_softcapping=5.0, final_logit_softcapping=30.0)
     model = _build(folder, "Gemma2ForCausalLM", config, seed=10)
-    _place_tokenizer(tmp_path, folder)
-    comp = _open(tmp_path, folder, layer)
-    ref = _reference(model, model.model.layers, _ids(comp.scenario.description), layer,
-                     lambda b: b.self_attn, lambda b: b.self_attn.o_proj)
+    comp, ref = _opened(tmp_path, folder, model, layer)
     _check(comp, ref, *_llama_like(model, layer), kv_heads=2)
     sc = comp.scenario
     assert comp.heads[0].scale == pytest.approx(12**0.5) and sc.scale_from == "√query_pre_attn_scalar = √12 (Gemma 2)"
@@ -380,8 +372,7 @@ def test_gemma3_qk_norm_per_layer_rope_base_and_scaling(tmp_path: Path, layer: i
         data |= {"rope_theta": 10000.0, "rope_local_base_freq": 100.0, "rope_scaling": {"rope_type": "linear", "factor": 2.0}}
         (folder / "config.json").write_text(json.dumps(data))
     comp = _open(tmp_path, folder, layer)
-    ref = _reference(model, model.model.layers, _ids(comp.scenario.description), layer,
-                     lambda b: b.self_attn, lambda b: b.self_attn.o_proj)
+    ref = _decoder_reference(model, comp, layer)
     # Gemma's RMSNorm runs in float32 (x.float()) whatever the model's dtype, four of them a layer: after five layers
     # of them the stream agrees to float32's precision of its size (values near 20), not to ROPE_FLOAT32 absolute
     _check(comp, ref, *_llama_like(model, layer), kv_heads=2, tol=1e-4 if layer == 5 else ROPE_FLOAT32)
@@ -401,8 +392,7 @@ def test_gemma3_multimodal_config_reads_its_text_config(tmp_path: Path) -> None:
     text = json.loads((folder / "config.json").read_text())
     (folder / "config.json").write_text(json.dumps({"model_type": "gemma3", "text_config": text}))
     comp = _open(tmp_path, folder, 1)
-    ref = _reference(model, model.model.layers, _ids(comp.scenario.description), 1,
-                     lambda b: b.self_attn, lambda b: b.self_attn.o_proj)
+    ref = _decoder_reference(model, comp, 1)
     _check(comp, ref, *_llama_like(model, 1), kv_heads=2)
 
 

@@ -37,6 +37,7 @@ from .gguf_fixtures import (
     spm_tokenizer,
     write_gguf,
 )
+from .model_fixtures import one_error
 
 TEXT = "Alice was reading the book of her sister"
 TYPES = ["F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K"]
@@ -226,16 +227,6 @@ def test_a_llama3_vocabulary_takes_whole_words_and_puts_its_bos_first(tmp_path: 
 
 
 # --- bad files: one line each through --check -------------------------------------------------
-
-
-def one_error(cli: Callable[..., Any], tmp_path: Path, source: str, needle: str) -> str:
-    path = tmp_path / "head.toml"
-    path.write_text(f'[model]\nsource = "{source}"\ntext = "Alice was reading"\n', encoding="utf-8")
-    run = cli("--check", str(path))
-    assert run.code == 2 and run.out == "", run.err[:400]
-    assert run.err.startswith(f"error: {path}: ") and run.err.count("\n") == 1 and "Traceback" not in run.err, run.err[:400]
-    assert needle in run.err, run.err
-    return str(run.err)
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,7 @@ import pytest
 
 from qkv_tui.importers import ImporterError, expand_model
 
-from .model_fixtures import build_gpt2
+from .model_fixtures import build_gpt2, one_error
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 
@@ -82,16 +82,6 @@ def as_lists(value: Any) -> Any:
     if isinstance(value, list):
         return [as_lists(v) for v in value]
     return value
-
-
-def one_error(cli: Callable[..., Any], tmp_path: Path, source: str, needle: str) -> str:
-    path = tmp_path / "head.toml"
-    path.write_text(f'[model]\nsource = "{source}"\ntext = "Alice was reading"\n', encoding="utf-8")
-    run = cli("--check", str(path))
-    assert run.code == 2 and run.out == "", run.err[:400]
-    assert run.err.startswith(f"error: {path}: ") and run.err.count("\n") == 1 and "Traceback" not in run.err, run.err[:400]
-    assert needle in run.err, run.err
-    return str(run.err)
 
 
 # --- hf: --------------------------------------------------------------------------------------

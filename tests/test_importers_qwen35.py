@@ -20,11 +20,10 @@ from .test_importers_families import (
     ROPE_FLOAT32,
     TEXT,
     _build,
-    _ids,
+    _decoder_reference,
     _linear,
     _open,
     _place_tokenizer,
-    _reference,
     _with_tokenizer,
 )
 
@@ -51,8 +50,7 @@ def _qwen35(tmp_path: Path, layer_types: list[str], seed: int) -> tuple[Path, An
 def test_qwen35_full_attention_layer_with_its_gate_qk_norm_and_partial_rope(tmp_path: Path, layer: int) -> None:
     folder, model = _qwen35(tmp_path, ["full_attention", "full_attention", "linear_attention"], seed=21)
     comp = _open(tmp_path, folder, layer)
-    ref = _reference(model, model.model.layers, _ids(comp.scenario.description), layer,
-                     lambda b: b.self_attn, lambda b: b.self_attn.o_proj)
+    ref = _decoder_reference(model, comp, layer)
     att = model.model.layers[layer].self_attn
     q_and_gate = _linear(att.q_proj.weight).reshape(32, HEADS, 2, D_K)  # (d_model, H, [q | gate], d_k)
     k, v = _linear(att.k_proj.weight), _linear(att.v_proj.weight)
@@ -85,8 +83,7 @@ def test_qwen35_chosen_heads_carry_their_own_gate(tmp_path: Path) -> None:
     from qkv_tui.core.engine import compute
     from qkv_tui.core.scenario import parse_scenario
     comp = compute(parse_scenario(path.read_text(encoding="utf-8"), str(path)))
-    ref = _reference(model, model.model.layers, _ids(comp.scenario.description), 0,
-                     lambda b: b.self_attn, lambda b: b.self_attn.o_proj)
+    ref = _decoder_reference(model, comp, 0)
     for head, h in zip(comp.heads, (3, 0), strict=True):
         np.testing.assert_allclose(head.gated_output, ref["merged"][:, h * D_K:(h + 1) * D_K],
                                    rtol=ROPE_FLOAT32, atol=ROPE_FLOAT32)

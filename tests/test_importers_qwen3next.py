@@ -19,7 +19,17 @@ import pytest
 from qkv_tui.importers.hf_folder import open_folder
 from qkv_tui.importers.stack import residual_stream
 
-from .test_importers_families import TEXT, _build, _ids, _linear, _open, _place_tokenizer, _reference, _with_tokenizer
+from .test_importers_families import (
+    TEXT,
+    _build,
+    _decoder_reference,
+    _ids,
+    _linear,
+    _open,
+    _place_tokenizer,
+    _reference,
+    _with_tokenizer,
+)
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -66,8 +76,7 @@ def test_every_layer_of_the_residual_stream_matches_the_models_hidden_states(tmp
 def test_a_full_attention_layer_above_linear_ones_opens(tmp_path: Path, kind: str) -> None:
     folder, model = qwen_linear(tmp_path, kind, seed=32)
     comp = _open(tmp_path, folder, 2)
-    ref = _reference(model, model.model.layers, _ids(comp.scenario.description), 2,
-                     lambda b: b.self_attn, lambda b: b.self_attn.o_proj)
+    ref = _decoder_reference(model, comp, 2)
     sc = comp.scenario
     scale = float(np.abs(ref["X"]).max())
     np.testing.assert_allclose(sc.X, ref["X"], rtol=0, atol=FLOAT32 * scale)
@@ -81,32 +90,6 @@ def test_a_full_attention_layer_above_linear_ones_opens(tmp_path: Path, kind: st
     assert ("Qwen3-Next" if kind == "qwen3_next" else "Qwen3.5") in sc.description
 
 
-def _hook_linear(model: Any, layer: int, ids: list[int]) -> dict[str, np.ndarray]:
-    """X entering ``layer``, what out_proj reads (every head's gated-normed output) and the layer's attention output."""
-    seen: dict[str, np.ndarray] = {}
-    block = model.model.layers[layer]
-    out_proj = block.linear_attn.out_proj
-
-    def before_block(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        seen["X"] = (args[0] if args else kwargs["hidden_states"])[0].detach().numpy().copy()
-
-    def before_o(module: Any, args: tuple[Any, ...]) -> None:
-        seen["merged"] = args[0][0].detach().numpy().copy()
-
-    def after_o(module: Any, args: tuple[Any, ...], out: Any) -> None:
-        seen["attn"] = out[0].detach().numpy().copy()
-
-    hooks = [block.register_forward_pre_hook(before_block, with_kwargs=True), out_proj.register_forward_pre_hook(before_o),
-             out_proj.register_forward_hook(after_o)]
-    try:
-        with torch.no_grad():
-            model(input_ids=torch.tensor([ids]))
-    finally:
-        for h in hooks:
-            h.remove()
-    return seen
-
-
 @pytest.mark.parametrize("kind", ["qwen3_next", "qwen3_5"])
 @pytest.mark.parametrize("layer", [0, 3])
 def test_a_linear_attention_layer_opens_as_deltanet(tmp_path: Path, kind: str, layer: int) -> None:
@@ -115,7 +98,9 @@ def test_a_linear_attention_layer_opens_as_deltanet(tmp_path: Path, kind: str, l
     folder, model = qwen_linear(tmp_path, kind, seed=33 + layer)
     comp = _open(tmp_path, folder, layer)
     sc = comp.scenario
-    ref = _hook_linear(model, layer, _ids(sc.description))
+    # what out_proj reads: every head's gated-normed output
+    ref = _reference(model, model.model.layers, _ids(sc.description), layer, lambda b: b.linear_attn,
+                     lambda b: b.linear_attn.out_proj)
     assert sc.deltanet is not None and sc.deltanet.io is not None and sc.deltanet.io.taps == 4
     assert len(comp.heads) == 4 and comp.heads[0].d_k == 8 and comp.heads[0].d_v == 6
     np.testing.assert_array_equal(comp.heads[0].W_Q, comp.heads[1].W_Q)  # value heads 0, 1 share key head 0

@@ -12,7 +12,7 @@ from qkv_tui.core.scenario import Scenario, parse_scenario
 from qkv_tui.teach.handcalc import compute_hand
 from qkv_tui.teach.trace import Trace
 
-from .test_backward_lines import BACKWARD_STAGES, SCENARIOS
+from .test_backward_lines import BACKWARD_STAGES, SCENARIOS, assert_cells_are_gradients, stage_text
 from .test_calculator import assert_holds, check_text
 from .test_linback_torch import COMPUTED, DELTA, MIXED, _linear_text
 
@@ -38,13 +38,7 @@ def scenario(name: str) -> Scenario:
 
 
 def text_of(trace: Trace, decimals: int) -> str:
-    lines = []
-    for seg in trace.segments:
-        if seg.stage in STATE_STAGES:
-            for i in range(seg.start, seg.stop):
-                op = trace.op(i, decimals)
-                lines += [op.arithmetic, *op.details]
-    return "\n".join(lines)
+    return stage_text(trace, STATE_STAGES, decimals)
 
 
 @pytest.mark.parametrize("decimals", range(1, 9))
@@ -66,11 +60,5 @@ def test_hand_rounded_state_backward_lines_check_out(name: str, decimals: int) -
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_each_state_backward_cell_is_the_gradient(name: str) -> None:
     trace = Trace(compute(scenario(name)))
-    for seg in trace.segments:
-        if seg.stage not in STATE_STAGES:
-            continue
-        values = trace.matrix(seg.target, seg.head)
-        for i in range(seg.start, seg.stop):
-            op = trace.op(i)
-            assert op.value == pytest.approx(float(values[op.row, op.col or 0]), abs=1e-12), op.arithmetic
+    assert_cells_are_gradients(trace, STATE_STAGES)
     assert np.isfinite(trace.matrix("dX_in", None)).all()

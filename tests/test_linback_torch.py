@@ -20,11 +20,10 @@ from qkv_tui.core.scenario import Scenario, parse_scenario
 from qkv_tui.core.training import steps
 from qkv_tui.edges.export_json import to_json
 
-from .backward_torch import leaf, loss_of, params_of, rms, torch, turn
+from .backward_torch import backward_checked, close, leaf, out_projected, params_of, pre_norm, rms, torch, turn
 from .variants_cases import matrix, toml_value, vec
 
 F = torch.nn.functional
-TOL = {"rtol": 1e-9, "atol": 1e-9}
 small = st.floats(-1, 1, allow_nan=False, allow_infinity=False).map(lambda x: round(x, 2))
 
 
@@ -120,12 +119,7 @@ def state_params(sc: Scenario) -> dict[str, Any]:
 def forward(sc: Scenario, P: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
     """The final output and the intermediates the gradients are compared at (retain_grad)."""
     keep: dict[str, Any] = {}
-    X = P["X"]
-    if sc.norm is not None:
-        if sc.norm.kind == "rms":
-            X = F.rms_norm(X, (X.shape[1],), weight=P["gamma"], eps=sc.norm.eps)
-        else:
-            X = F.layer_norm(X, (X.shape[1],), weight=P["gamma"], bias=P.get("beta"), eps=sc.norm.eps)
+    X = pre_norm(sc, P)
     H = len(sc.heads)
 
     def lin(W: str, b: str) -> Any:
@@ -164,11 +158,7 @@ def forward(sc: Scenario, P: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
         if head.W_G is not None:
             out = out * torch.sigmoid(X @ P[f"W_G{h}"])
         outs.append(out)
-    concat = torch.cat(outs, dim=1)
-    final = concat @ P["W_O"] if "W_O" in P else concat
-    if "b_O" in P:
-        final = final + P["b_O"]
-    return final, keep
+    return out_projected(P, outs), keep
 
 
 def _linear(q: Any, k: Any, v: Any, feature: str, normalize: bool, keep: dict[str, Any], h: int) -> Any:
@@ -213,24 +203,11 @@ def _delta(q: Any, k: Any, v: Any, g: Any, beta: Any, keep: dict[str, Any], h: i
     return torch.stack(rows)
 
 
-def close(ours: Any, theirs: Any, what: str) -> None:
-    assert theirs is not None, what
-    assert np.allclose(np.asarray(ours), theirs.detach().numpy(), **TOL), what
-
-
 def check(sc: Scenario) -> Gradients:
     g = gradients(compute(sc))
     P = state_params(sc)
     final, keep = forward(sc, P)
-    loss = loss_of(sc, final)
-    loss.backward()
-    if sc.backward is not None and sc.backward.target is not None:
-        assert g.loss is not None and abs(g.loss - loss.item()) <= 1e-9 * max(1.0, abs(g.loss))
-    close(g.dX, P["X"].grad, "dX")
-    for name, ours in (("W_O", g.dW_O), ("b_O", g.db_O), ("gamma", g.dgamma), ("beta", g.dbeta),
-                       ("gamma_q", g.dgamma_q), ("gamma_k", g.dgamma_k)):
-        if name in P:
-            close(ours, P[name].grad, name)
+    backward_checked(sc, g, P, final)
     for h, hg in enumerate(g.heads):
         for name, ours in (("W_Q", hg.dW_Q), ("W_K", hg.dW_K), ("W_V", hg.dW_V), ("b_Q", hg.db_Q), ("b_K", hg.db_K),
                            ("b_V", hg.db_V)):

@@ -20,6 +20,7 @@ import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -56,6 +57,26 @@ HOOK = """
   };
 })();
 """
+
+
+def catch_downloads(context: Any) -> list[tuple[str, bytes]]:
+    """Every /download/KEY the page opens from now on (in a browser a screenshot or a save is a download), as
+    the server serves it: (its content-disposition, its body), appended as each arrives."""
+    downloads: list[tuple[str, bytes]] = []
+
+    def keep(route: Any) -> None:
+        response = route.fetch()
+        downloads.append((response.headers.get("content-disposition", ""), response.body()))
+        route.fulfill(response=response)
+
+    context.route("**/download/**", keep)
+    return downloads
+
+
+def wait_for_a_download(page: Any, downloads: list[tuple[str, bytes]]) -> None:
+    deadline = time.monotonic() + WAIT_MS / 1000
+    while not downloads and time.monotonic() < deadline:
+        page.wait_for_timeout(200)  # a poll for the condition, not a sleep the test relies on
 
 
 def free_port() -> int:
@@ -147,18 +168,9 @@ def test_a_browser_steps_through_the_app(server: str, tmp_path: Path) -> None:
             text = page.evaluate("window.__qkvText()")
             assert "Q[I,0] = X[I]·W_Q[:,0] = 1·1 + 0·0 + 1·1 + 0·0 = 2" in text  # the fourth operation, its real numbers
             # s: in a browser the screenshot is a download (the page opens /download/KEY); catch what it serves
-            downloads: list[tuple[str, bytes]] = []
-
-            def keep(route: sync_api.Route) -> None:
-                response = route.fetch()
-                downloads.append((response.headers.get("content-disposition", ""), response.body()))
-                route.fulfill(response=response)
-
-            context.route("**/download/**", keep)
+            downloads = catch_downloads(context)
             page.keyboard.press("s")
-            deadline = time.monotonic() + WAIT_MS / 1000
-            while not downloads and time.monotonic() < deadline:
-                page.wait_for_timeout(200)  # a poll for the condition, not a sleep the test relies on
+            wait_for_a_download(page, downloads)
             assert downloads, "no download followed s"
             disposition, body = downloads[0]
             assert "i_love_ai-op04-project.svg" in disposition

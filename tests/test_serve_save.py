@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import time
 import tomllib
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,7 +18,7 @@ import pytest
 
 from qkv_tui.core.scenario import builtin_dir
 
-from .test_serve import CHROMIUM, FLAGS, HOOK, WAIT_MS, serving
+from .test_serve import CHROMIUM, FLAGS, HOOK, WAIT_MS, catch_downloads, serving, wait_for_a_download
 
 
 def tree(folder: Path) -> dict[str, str]:
@@ -57,23 +56,14 @@ def test_ctrl_s_in_a_browser_downloads_the_edited_file_and_writes_nothing(
             page.goto(server, timeout=WAIT_MS)
             page.wait_for_function("() => window.__qkvText().includes('op 1/66')", timeout=WAIT_MS)
             page.click(".xterm-screen")  # keys go to the terminal that has focus
-            downloads: list[tuple[str, bytes]] = []
-
-            def keep(route: sync_api.Route) -> None:
-                response = route.fetch()
-                downloads.append((response.headers.get("content-disposition", ""), response.body()))
-                route.fulfill(response=response)
-
-            context.route("**/download/**", keep)
+            downloads = catch_downloads(context)
             page.keyboard.press("e")  # the prompt opens on X[I,0] = 1, selected: typing replaces it
             page.wait_for_function("() => window.__qkvText().includes('X[I,0] =')", timeout=WAIT_MS)
             page.keyboard.type("7")
             page.keyboard.press("Enter")
             page.wait_for_function("() => window.__qkvText().includes('edited')", timeout=WAIT_MS)
             page.keyboard.press("Control+s")
-            deadline = time.monotonic() + WAIT_MS / 1000
-            while not downloads and time.monotonic() < deadline:
-                page.wait_for_timeout(200)  # a poll for the condition, not a sleep the test relies on
+            wait_for_a_download(page, downloads)
             assert downloads, "no download followed ctrl+s"
             page.wait_for_function("() => window.__qkvText().includes('Downloading i_love_ai.toml')", timeout=WAIT_MS)
         finally:

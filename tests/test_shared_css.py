@@ -10,6 +10,7 @@ import pytest
 from textual import events
 from textual.css.stylesheet import Stylesheet
 
+from qkv_tui.edges.serve_zygote import first_frame  # the app starter's own warm-up
 from qkv_tui.ui import shared_css
 from qkv_tui.ui.app import QKVApp
 from qkv_tui.ui.shared_css import SharedStylesheet
@@ -93,14 +94,6 @@ async def test_an_app_after_the_first_parses_and_matches_nothing(monkeypatch: py
 
     monkeypatch.setattr(Stylesheet, "_parse_rules", counted_parse)
     monkeypatch.setattr(Stylesheet, "apply", counted_apply)
-
-    async def first_frame() -> None:
-        app = QKVApp("i_love_ai")
-        async with app.run_test(size=(120, 40), tooltips=True, notifications=True) as pilot:
-            await pilot.pause()
-            for change in (events.AppBlur(), events.AppFocus()):
-                app.post_message(change)
-                await pilot.pause()
 
     await first_frame()
     assert parsed and matched

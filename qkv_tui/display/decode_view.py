@@ -13,7 +13,7 @@ from qkv_tui.display.frame import Frame
 from qkv_tui.display.modes import Modes
 from qkv_tui.display.side_view import SideView, Sources
 from qkv_tui.display.state_view import carries_state, state_frame
-from qkv_tui.display.view import Explanation, PaneSpec, column_widths
+from qkv_tui.display.view import Explanation, PaneSpec, matrix_pane
 from qkv_tui.kernels.softmax import masked_logits, soft_cap, softmax_rows
 from qkv_tui.teach.arith import fit
 from qkv_tui.teach.decode import SCHEDULE_NAMES, SCHEDULES, Decode, DecodeStep, decode
@@ -37,16 +37,8 @@ CROSS_MEANING = (
 def _pane(key: str, title: str, values: Matrix, rows: tuple[str, ...], cols: tuple[str, ...], decimals: int,
           current_row: int | None = None, reused: frozenset[int] = frozenset(), heat: bool = False,
           subtitle: str = "", allow: np.ndarray | None = None) -> PaneSpec:
-    # its own array: a pane knows a new state by its source, and two steps' slices of one buffer share theirs
-    values = np.array(np.atleast_2d(values))
-    integral = not heat and is_integral(values)
-    widths = column_widths(values, integral, decimals, cols)
-    return PaneSpec(
-        key=key, title=f"{title}  {values.shape[0]}×{values.shape[1]}", subtitle=subtitle, values=values,
-        row_labels=rows, col_labels=cols, integral=integral, col_widths=widths, filled=values.size,
-        current=None if current_row is None else (current_row, None), rows=reused, heat=heat, decimals=decimals,
-        allow=allow,
-    )
+    return matrix_pane(key, title, values, rows, cols, decimals, subtitle=subtitle, heat=heat, allow=allow,
+                       current=None if current_row is None else (current_row, None), block=reused)
 
 
 def _span(labels: tuple[str, ...], start: int, stop: int) -> str:

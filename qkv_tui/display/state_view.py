@@ -11,10 +11,9 @@ from __future__ import annotations
 import numpy as np
 
 from qkv_tui.core.engine import Computation, HeadResult
-from qkv_tui.core.fmt import is_integral
 from qkv_tui.core.scenario import Matrix
 from qkv_tui.display.frame import Frame
-from qkv_tui.display.view import Explanation, PaneSpec, column_widths
+from qkv_tui.display.view import Explanation, PaneSpec, matrix_pane
 from qkv_tui.kernels.deltanet import decay_mask
 from qkv_tui.teach.arith import fit
 
@@ -67,6 +66,15 @@ def linear_lines(hr: HeadResult, t: int, token: str, decimals: int) -> list[str]
     return out
 
 
+def _read(x: Matrix, S: Matrix, result: Matrix, decimals: int) -> tuple[str, str]:
+    """Sᵀx written out, row by row of the state: (``x[0]·S[0] + x[1]·S[1] + …``, the result), each operand as
+    fit shows it so that the line recomputes."""
+    d_k = len(x)
+    texts, res = _line(lambda *a: sum(_v(a[2 * i]) * _v(a[2 * i + 1]) for i in range(len(a) // 2)),
+                       [y for i in range(d_k) for y in (float(x[i]), S[i])], result, decimals)
+    return " + ".join(f"{texts[2 * i]}·{texts[2 * i + 1]}" for i in range(d_k)), res
+
+
 def deltanet_lines(hr: HeadResult, t: int, token: str, decimals: int) -> list[str]:
     dn = hr.deltanet
     assert dn is not None
@@ -77,9 +85,7 @@ def deltanet_lines(hr: HeadResult, t: int, token: str, decimals: int) -> list[st
         (p, e), res = _line(lambda x, y: _v(x) * _v(y), [S_prev[i], float(dn.decay[t])], dn.decayed[t, i], decimals)
         out.append(f"S'[{i}] = S_prev[{i}]·e^g = {p}·{e} = {res}")
     k = dn.k[t]
-    texts, kv = _line(lambda *a: sum(_v(a[2 * i]) * _v(a[2 * i + 1]) for i in range(len(a) // 2)),
-                      [x for i in range(hr.d_k) for x in (float(k[i]), dn.decayed[t, i])], dn.kv[t], decimals)
-    terms = " + ".join(f"{texts[2 * i]}·{texts[2 * i + 1]}" for i in range(hr.d_k))
+    terms, kv = _read(k, dn.decayed[t], dn.kv[t], decimals)
     out.append(f"kv = S'ᵀk = {terms} = {kv}" if hr.d_k <= MAX_ROWS else f"kv = S'ᵀk = {kv}")
     V = hr.V if hr.around is None or hr.around.conv is None else hr.around.conv[2].out  # (n, d_v) what the rule reads
     (vt, kt, bt), d = _line(lambda x, y, z: (_v(x) - _v(y)) * _v(z), [V[t], dn.kv[t], float(dn.beta[t])],
@@ -89,10 +95,7 @@ def deltanet_lines(hr: HeadResult, t: int, token: str, decimals: int) -> list[st
         (p, a, e), res = _line(lambda x, y, z: _v(x) + _v(y) * _v(z), [dn.decayed[t, i], float(k[i]), dn.delta[t]],
                                dn.S[t, i], decimals)
         out.append(f"S_{token}[{i}] = S'[{i}] + k[{i}]·δ = {p} + {a}·{e} = {res}")
-    q = dn.q[t]
-    texts, o = _line(lambda *a: sum(_v(a[2 * i]) * _v(a[2 * i + 1]) for i in range(len(a) // 2)),
-                     [x for i in range(hr.d_k) for x in (float(q[i]), dn.S[t, i])], dn.output[t], decimals)
-    terms = " + ".join(f"{texts[2 * i]}·{texts[2 * i + 1]}" for i in range(hr.d_k))
+    terms, o = _read(dn.q[t], dn.S[t], dn.output[t], decimals)
     out.append(f"o[{token}] = Sᵀq = {terms} = {o}" if hr.d_k <= MAX_ROWS else f"o[{token}] = Sᵀq = {o}")
     unrolled = ((dn.q[t] @ dn.k[: t + 1].T) * decay_mask(dn.g)[t, : t + 1]) @ dn.delta[: t + 1]  # (d_v,)
     same = bool(np.allclose(unrolled, dn.output[t], rtol=1e-6, atol=1e-9))
@@ -116,12 +119,8 @@ def state_lines(comp: Computation, t: int, head: int, decimals: int) -> list[str
 
 def _pane(key: str, title: str, values: Matrix, rows: tuple[str, ...], cols: tuple[str, ...], decimals: int,
           current: bool = False) -> PaneSpec:
-    values = np.array(np.atleast_2d(values))
-    integral = is_integral(values)
-    return PaneSpec(key=key, title=f"{title}  {values.shape[0]}×{values.shape[1]}", subtitle="", values=values,
-                    row_labels=rows, col_labels=cols, integral=integral,
-                    col_widths=column_widths(values, integral, decimals, cols), filled=values.size,
-                    current=(0, None) if current and values.shape[0] == 1 else None, decimals=decimals)
+    one_row = np.atleast_2d(values).shape[0] == 1
+    return matrix_pane(key, title, values, rows, cols, decimals, current=(0, None) if current and one_row else None)
 
 
 def state_frame(comp: Computation, t: int, head: int, decimals: int) -> Frame:

@@ -8,9 +8,9 @@ import math
 
 import numpy as np
 
-from qkv_tui.core.fmt import is_integral
 from qkv_tui.core.scenario import Matrix
-from qkv_tui.display.view import Explanation, PaneSpec, column_widths
+from qkv_tui.display.view import Explanation, PaneSpec
+from qkv_tui.display.view import matrix_pane as _pane
 from qkv_tui.kernels.softmax import from_logsumexp
 from qkv_tui.teach.arith import fit
 from qkv_tui.teach.tiled_backward import ORDER, PHASE_NAMES, BackOp, Pair, TiledBackward
@@ -198,20 +198,6 @@ def back_explanation(tb: TiledBackward, index: int, forward: int, decimals: int)
         meaning=MEANING[op.phase],
         formula=formula,
         stages=stages,
-    )
-
-
-def _pane(key: str, title: str, values: Matrix, rows: tuple[str, ...], cols: tuple[str, ...], decimals: int,
-          *, subtitle: str = "", heat: bool = False, current: tuple[int, int | None] | None = None,
-          block: frozenset[int] = frozenset(), filled: int | None = None) -> PaneSpec:
-    values = np.array(np.atleast_2d(values))
-    integral = not heat and is_integral(values)
-    return PaneSpec(
-        key=key, title=f"{title}  {values.shape[0]}×{values.shape[1]}", subtitle=subtitle, values=values,
-        row_labels=rows, col_labels=cols, integral=integral,
-        col_widths=column_widths(values, integral, decimals, cols),
-        filled=values.size if filled is None else filled, current=current, rows=block, heat=heat,
-        decimals=decimals,
     )
 
 

@@ -14,7 +14,8 @@ from qkv_tui.display.modes import Modes
 from qkv_tui.display.side_view import SideView, Sources
 from qkv_tui.display.state_view import carries_state, no_tiles_frame
 from qkv_tui.display.tiled_back_view import back_explanation, back_panes
-from qkv_tui.display.view import Explanation, PaneSpec, column_widths
+from qkv_tui.display.view import Explanation, PaneSpec
+from qkv_tui.display.view import matrix_pane as _pane
 from qkv_tui.kernels.softmax import soft_cap
 from qkv_tui.teach.arith import fit
 from qkv_tui.teach.stages.soft_cap import cap_text
@@ -227,23 +228,6 @@ def tiled_explanation(th: TiledHead, index: int, decimals: int) -> Explanation:
         meaning=MEANING[op.phase],
         formula=formula,
         stages=stages,
-    )
-
-
-def _pane(key: str, title: str, values: Matrix, rows: tuple[str, ...], cols: tuple[str, ...], decimals: int,
-          filled: int | None = None, current: tuple[int, int | None] | None = None,
-          block: frozenset[int] = frozenset(), heat: bool = False, row_max: bool = False,
-          subtitle: str = "", worked: bool = False) -> PaneSpec:
-    """``worked``: numbers the lines work out (m, ℓ, Õ), shown with decimals even where they start at 0."""
-    # its own array: a pane knows a new state by its source, and two blocks' slices of Q share theirs
-    values = np.array(np.atleast_2d(values))
-    integral = not heat and not worked and is_integral(values)
-    return PaneSpec(
-        key=key, title=f"{title}  {values.shape[0]}×{values.shape[1]}", subtitle=subtitle, values=values,
-        row_labels=rows, col_labels=cols, integral=integral,
-        col_widths=column_widths(values, integral, decimals, cols),
-        filled=values.size if filled is None else filled, current=current, rows=block, heat=heat,
-        mark_row_max=row_max, decimals=decimals,
     )
 
 

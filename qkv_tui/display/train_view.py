@@ -7,12 +7,13 @@ from dataclasses import replace
 
 import numpy as np
 
-from qkv_tui.core.fmt import fmt, is_integral
-from qkv_tui.core.scenario import BoolMatrix, Matrix, Scenario
+from qkv_tui.core.fmt import fmt
+from qkv_tui.core.scenario import Matrix, Scenario
 from qkv_tui.display.frame import Frame
 from qkv_tui.display.modes import Modes
 from qkv_tui.display.side_view import SideView, Sources
-from qkv_tui.display.view import Explanation, PaneSpec, column_widths
+from qkv_tui.display.view import Explanation, PaneSpec
+from qkv_tui.display.view import matrix_pane as _pane
 from qkv_tui.teach.arith import fit
 from qkv_tui.teach.handcalc import round_to
 from qkv_tui.teach.train_walk import Move, Param, TrainRun
@@ -49,21 +50,6 @@ def _run(sources: Sources, modes: Modes) -> TrainRun | None:
 def _steps(sources: Sources, modes: Modes, head: int) -> int:
     run = _run(sources, modes)
     return 1 if run is None else len(run)
-
-
-def _pane(key: str, title: str, values: Matrix, rows: tuple[str, ...], cols: tuple[str, ...], decimals: int, *,
-          subtitle: str = "", heat: bool = False, changed: frozenset[tuple[int, int]] = frozenset(),
-          current: tuple[int, int | None] | None = None, allow: BoolMatrix | None = None,
-          filled: int | None = None) -> PaneSpec:
-    values = np.array(np.atleast_2d(values))  # its own array: a pane knows a new state by its source
-    integral = not heat and is_integral(values)
-    return PaneSpec(
-        key=key, title=f"{title}  {values.shape[0]}×{values.shape[1]}", subtitle=subtitle, values=values,
-        row_labels=rows, col_labels=cols, integral=integral,
-        col_widths=column_widths(values, integral, decimals, cols),
-        filled=values.size if filled is None else filled, current=current, heat=heat, decimals=decimals,
-        allow=allow, changed=changed,
-    )
 
 
 def _moved(now: Matrix, then: Matrix, decimals: int) -> frozenset[tuple[int, int]]:

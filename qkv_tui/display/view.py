@@ -13,7 +13,7 @@ from functools import cached_property
 import numpy as np
 
 from qkv_tui.core.engine import HeadResult
-from qkv_tui.core.fmt import BIG, cell_len, fmt
+from qkv_tui.core.fmt import BIG, cell_len, fmt, is_integral
 from qkv_tui.core.scenario import BoolMatrix, Matrix
 from qkv_tui.teach.handcalc import round_to
 from qkv_tui.teach.stages.common import PaneStyle
@@ -154,6 +154,24 @@ def column_widths(values: Matrix, integral: bool, decimals: int, labels: tuple[s
     width = digits + negative
     width = np.maximum(width, np.where((~finite).any(axis=0), 2, 1))  # "−∞"
     return tuple(max(int(w), cell_len(label)) for w, label in zip(width, labels))
+
+
+def matrix_pane(key: str, title: str, values: Matrix, rows: tuple[str, ...], cols: tuple[str, ...], decimals: int, *,
+                subtitle: str = "", filled: int | None = None, current: tuple[int, int | None] | None = None,
+                block: frozenset[int] = frozenset(), heat: bool = False, row_max: bool = False, worked: bool = False,
+                allow: BoolMatrix | None = None, changed: frozenset[tuple[int, int]] = frozenset()) -> PaneSpec:
+    """A side view's pane of one matrix, its size in the title, every cell filled unless ``filled`` says fewer.
+    ``worked``: numbers the lines work out (m, ℓ, Õ), shown with decimals even where they start at 0."""
+    # its own array: a pane knows a new state by its source, and two blocks' (or steps') slices of one buffer share theirs
+    values = np.array(np.atleast_2d(values))
+    integral = not heat and not worked and is_integral(values)
+    return PaneSpec(
+        key=key, title=f"{title}  {values.shape[0]}×{values.shape[1]}", subtitle=subtitle, values=values,
+        row_labels=rows, col_labels=cols, integral=integral,
+        col_widths=column_widths(values, integral, decimals, cols),
+        filled=values.size if filled is None else filled, current=current, rows=block, heat=heat,
+        mark_row_max=row_max, decimals=decimals, allow=allow, changed=changed,
+    )
 
 
 class View:

@@ -89,21 +89,8 @@ def warm_up(argv: list[str]) -> None:
         serve_prepared.keep(prepared)
     except (Exception, SystemExit):
         app = QKVApp("i_love_ai")  # a command line that cannot be prepared still warms the styles and caches
-
-    async def first_frame() -> None:
-        from textual import events
-
-        # with the tooltip and the notifications' rack, as a tab's app has them
-        async with app.run_test(size=(120, 40), tooltips=True, notifications=True) as pilot:
-            await pilot.pause()
-            # a tab's app starts blurred (Textual's web driver says so), and is focused when the page is:
-            # each restyles every widget, so the styles of both are ready too (ui/shared_css.py)
-            for change in (events.AppBlur(), events.AppFocus()):
-                app.post_message(change)
-                await pilot.pause()
-
     with contextlib.suppress(Exception):  # a warm-up that fails only costs the children their own start
-        asyncio.run(first_frame())
+        asyncio.run(first_frame(app))
     if threading.active_count() > 1:  # a fork copies only the thread that forks: say so, never hang on it
         sys.stderr.write(f"qkv-tui: the app starter's warm-up left {threading.active_count() - 1} thread(s) running\n")
 
@@ -123,6 +110,24 @@ def prepared_app(argv: list[str]) -> tuple[serve_prepared.Prepared, Any]:
     return prepared, QKVApp(prepared.scenario, theme=args.theme, read_only=bool(args.read_only),
                             place=place_args.place(args, prepared.comp), decimals=args.decimals,
                             presenter=prepared.presenter)
+
+
+async def first_frame(app: Any = None) -> None:
+    """An app's first frame (the built-in scenario's, without one), headless, as a tab's app draws it
+    (tests/test_shared_css.py counts what it parses)."""
+    from textual import events
+
+    from qkv_tui.ui.app import QKVApp
+
+    app = QKVApp("i_love_ai") if app is None else app
+    # with the tooltip and the notifications' rack, as a tab's app has them
+    async with app.run_test(size=(120, 40), tooltips=True, notifications=True) as pilot:
+        await pilot.pause()
+        # a tab's app starts blurred (Textual's web driver says so), and is focused when the page is:
+        # each restyles every widget, so the styles of both are ready too (ui/shared_css.py)
+        for change in (events.AppBlur(), events.AppFocus()):
+            app.post_message(change)
+            await pilot.pause()
 
 
 def run_child(request: dict[str, Any], fds: list[int], close_zygote: Callable[[], None]) -> None:

@@ -13,6 +13,7 @@ side, so the trace walks token by token; its panes show each block as a matrix o
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from types import MappingProxyType
 
 import numpy as np
@@ -57,6 +58,25 @@ def _on(trace: TraceContext) -> bool:
 def _hr(trace: TraceContext, head: int | None) -> HeadResult:
     assert head is not None
     return trace.comp.heads[head]
+
+
+def _block_filled(trace: TraceContext, blocks: tuple[str, ...], step: str, widths: Callable[[HeadResult], list[int]],
+                 name: str, head: int | None, index: int) -> int:
+    """How many cells of one block are filled at ``index``: the trace fills the step matrix ``step`` (the
+    blocks side by side, a row per token) row after row, so a block holds every finished row's share and
+    what the current row has reached of it. A name not in ``blocks`` is the trace's own matrix."""
+    if name not in blocks:
+        return trace.filled(name, head, index)
+    done = trace.filled(step, head, index)
+    ws = widths(_hr(trace, head))
+    width = sum(ws)
+    rows, rest = divmod(min(done, trace.comp.scenario.n * width), width)
+    lo = 0
+    for block, w in zip(blocks, ws):
+        if block == name:
+            return rows * w + min(max(rest - lo, 0), w)
+        lo += w
+    raise KeyError(name)
 
 
 def _conv(hr: HeadResult) -> tuple[Convolved, Convolved, Convolved] | None:
@@ -437,18 +457,7 @@ class Delta(StageSpec):
         return out
 
     def filled(self, trace: TraceContext, name: str, head: int | None, index: int) -> int:
-        if name not in BLOCKS:
-            return trace.filled(name, head, index)
-        hr = _hr(trace, head)
-        done = trace.filled("dn_step", head, index)
-        width = sum(self.widths(hr))
-        rows, rest = divmod(min(done, trace.comp.scenario.n * width), width)
-        lo = 0
-        for block, w in zip(BLOCKS, self.widths(hr)):
-            if block == name:
-                return rows * w + min(max(rest - lo, 0), w)
-            lo += w
-        raise KeyError(name)
+        return _block_filled(trace, BLOCKS, "dn_step", self.widths, name, head, index)
 
     def panes(self, trace: TraceContext, op: Operation) -> list[Key]:
         h = op.head
@@ -659,18 +668,7 @@ class DeltaBackStage(BackwardSpec):
         return out
 
     def filled(self, trace: TraceContext, name: str, head: int | None, index: int) -> int:
-        if name not in BACK_BLOCKS:
-            return trace.filled(name, head, index)
-        hr = _hr(trace, head)
-        done = trace.filled("dnb_step", head, index)
-        width = sum(self.widths(hr))
-        rows, rest = divmod(min(done, trace.comp.scenario.n * width), width)
-        lo = 0
-        for block, w in zip(BACK_BLOCKS, self.widths(hr)):
-            if block == name:
-                return rows * w + min(max(rest - lo, 0), w)
-            lo += w
-        raise KeyError(name)
+        return _block_filled(trace, BACK_BLOCKS, "dnb_step", self.widths, name, head, index)
 
     def panes(self, trace: TraceContext, op: Operation) -> list[Key]:
         h = op.head

@@ -14,7 +14,7 @@ from qkv_tui.core.gradients import Gradients, gradients
 from qkv_tui.core.scenario import Matrix
 from qkv_tui.kernels.policy import round_to
 from qkv_tui.teach.arith import MAX_TERMS, Operand, dot_line, fit, shown, tries, unit
-from qkv_tui.teach.stages.common import Operation, Ref, Segment, StageSpec
+from qkv_tui.teach.stages.common import Operation, Plan, Ref, Segment, StageSpec
 from qkv_tui.teach.stages.context import TraceContext
 
 # the names the backward panes take (the trace labels their rows and columns by them)
@@ -41,6 +41,13 @@ class BackwardSpec(StageSpec):
 
     def runs(self, trace: TraceContext) -> bool:
         return has_backward(trace)
+
+
+def query_key_plans(trace: TraceContext, head: int | None, at_queries: str, at_keys: str) -> list[Plan]:
+    """A gradient at the Queries (n rows) and one at the Keys (m rows), each d_k wide: dScore's and dRotate's."""
+    assert head is not None
+    sc, d_k = trace.comp.scenario, trace.comp.heads[head].d_k
+    return [Plan(at_queries, sc.n, d_k), Plan(at_keys, sc.m, d_k)]
 
 
 def dot_cell(trace: TraceContext, index: int, seg: Segment, row: int, col: int, d: int, value: float,

@@ -17,7 +17,7 @@ import numpy as np
 from qkv_tui.core.engine import Computation, HeadResult
 from qkv_tui.core.fmt import fmt, vector
 from qkv_tui.core.scenario import Matrix, Scenario
-from qkv_tui.kernels.linear import feature
+from qkv_tui.kernels.linear import LinearForward, feature
 from qkv_tui.teach.arith import MAX_TERMS, dot_line, fit
 from qkv_tui.teach.stages.common import (
     CLOSE,
@@ -47,6 +47,24 @@ PHI_TEXT = {"elu1": "elu(x) + 1", "relu": "max(x, 0)", "identity": "x"}
 
 def _lin(trace: TraceContext, head: int) -> HeadResult:
     return trace.comp.heads[head]
+
+
+def _linear_at(trace: TraceContext, head: int | None) -> tuple[int, HeadResult, LinearForward]:
+    """A segment's head, its result and its linear attention: the stages run only under [linear]."""
+    assert head is not None
+    hr = _lin(trace, head)
+    assert hr.linear is not None
+    return head, hr, hr.linear
+
+
+def _linear_matrices(trace: TraceContext, head: int | None, name: str) -> LinearForward:
+    """The head's linear attention, for a pane's matrix: a KeyError where it has none (or no head is named)."""
+    if head is None:
+        raise KeyError(name)
+    lin = _lin(trace, head).linear
+    if lin is None:
+        raise KeyError(name)
+    return lin
 
 
 def _on(trace: TraceContext) -> bool:
@@ -180,6 +198,10 @@ def _normalised_sc(sc: Scenario) -> bool:
     return sc.linear is not None and sc.linear.normalize
 
 
+def _normalised(trace: TraceContext) -> bool:
+    return _normalised_sc(trace.comp.scenario)
+
+
 def _rules(self: StageSpec, comp: Computation) -> list[str]:
     lin = comp.scenario.linear
     if lin is None:
@@ -216,11 +238,10 @@ class Feature(StageSpec):
         return [Plan("phi_Q", sc.n, d_k), Plan("phi_K", sc.n, d_k)]
 
     def operation(self, trace: TraceContext, index: int, seg: Segment, row: int, col: int | None, d: int) -> Operation:
-        h = seg.head
-        assert h is not None and col is not None
-        hr, sc = _lin(trace, h), trace.comp.scenario
-        lin = hr.linear
-        assert lin is not None and sc.linear is not None
+        assert col is not None
+        h, hr, lin = _linear_at(trace, seg.head)
+        sc = trace.comp.scenario
+        assert sc.linear is not None
         qn, kn, qs, ks = scored(trace)
         is_q = seg.target == "phi_Q"
         src, name = (qn, qs) if is_q else (kn, ks)
@@ -244,11 +265,7 @@ class Feature(StageSpec):
         return Operation(index, seg, row, col, value, (Ref(src, h, row, col),), text)
 
     def matrix(self, trace: TraceContext, name: str, head: int | None) -> Matrix:
-        if head is None:
-            raise KeyError(name)
-        lin = _lin(trace, head).linear
-        if lin is None:
-            raise KeyError(name)
+        lin = _linear_matrices(trace, head, name)
         return lin.phi_Q if name == "phi_Q" else lin.phi_K
 
     def panes(self, trace: TraceContext, op: Operation) -> list[Key]:
@@ -292,24 +309,18 @@ class Quadratic(StageSpec):
             return self.stage.meaning.replace(", each row divided by its sum,", " (normalize = false: no row is divided),")
         return self.stage.meaning
 
-    def _normalised(self, trace: TraceContext) -> bool:
-        lin = trace.comp.scenario.linear
-        return lin is not None and lin.normalize
-
     def segments(self, trace: TraceContext, head: int | None) -> list[Plan]:
         assert head is not None
         sc = trace.comp.scenario
         plans = [Plan("lin_A", sc.n, sc.m)]
-        if self._normalised(trace):
+        if _normalised(trace):
             plans.append(Plan("lin_W", sc.n, sc.m))
         return [*plans, Plan("lin_out", sc.n, trace.comp.heads[head].d_v)]
 
     def operation(self, trace: TraceContext, index: int, seg: Segment, row: int, col: int | None, d: int) -> Operation:
-        h = seg.head
-        assert h is not None and col is not None
-        hr, sc = _lin(trace, h), trace.comp.scenario
-        lin = hr.linear
-        assert lin is not None
+        assert col is not None
+        h, hr, lin = _linear_at(trace, seg.head)
+        sc = trace.comp.scenario
         q = sc.labels[row]
         _, _, qs, ks = scored(trace)
         if seg.target == "lin_A":
@@ -332,7 +343,7 @@ class Quadratic(StageSpec):
             details = (f"Σ A[{q}] = {' + '.join(terms)} = {total}",) if 1 < len(terms) <= MAX_TERMS else ()
             return Operation(index, seg, row, col, value, (Ref("lin_A", h, row),), text, details)
         value = float(lin.output[row, col])
-        w = "W" if self._normalised(trace) else "A"
+        w = "W" if _normalised(trace) else "A"
         weights = lin.weights[row]
         work = dot_line(weights, hr.V[:, col], False, trace.integral("V", h), fmt(value, False, d), d, trace.hand)
         text = f"out[{q},{col}] = {w}[{q}]·V[:,{col}] = {work}"
@@ -340,11 +351,7 @@ class Quadratic(StageSpec):
                                                        Ref("V", h, None, col)), text)
 
     def matrix(self, trace: TraceContext, name: str, head: int | None) -> Matrix:
-        if head is None:
-            raise KeyError(name)
-        lin = _lin(trace, head).linear
-        if lin is None:
-            raise KeyError(name)
+        lin = _linear_matrices(trace, head, name)
         return {"lin_A": lin.masked, "lin_W": lin.weights, "lin_out": lin.output}[name]
 
     def panes(self, trace: TraceContext, op: Operation) -> list[Key]:
@@ -353,18 +360,18 @@ class Quadratic(StageSpec):
             return [("phi_Q", h), ("phi_K", h), ("lin_A", h)]
         if target == "lin_W":
             return [("lin_A", h), ("lin_W", h)]
-        return [("lin_W" if self._normalised(trace) else "lin_A", h), ("V", h), ("lin_out", h)]
+        return [("lin_W" if _normalised(trace) else "lin_A", h), ("V", h), ("lin_out", h)]
 
     def overview(self, trace: TraceContext, head: int) -> list[Key]:
-        return [("lin_W" if self._normalised(trace) else "lin_A", head), ("lin_out", head)]
+        return [("lin_W" if _normalised(trace) else "lin_A", head), ("lin_out", head)]
 
     def title(self, trace: TraceContext, name: str, head: int | None) -> str:
         _, _, qs, ks = scored(trace)
         return {"lin_A": f"A = φ({qs})φ({ks})ᵀ, masked", "lin_W": "W = A ÷ row sum",
-                "lin_out": "out = W·V" if self._normalised(trace) else "out = A·V"}[name]
+                "lin_out": "out = W·V" if _normalised(trace) else "out = A·V"}[name]
 
     def formula(self, trace: TraceContext, op: Operation) -> list[FormulaPart]:
-        if self._normalised(trace):
+        if _normalised(trace):
             return [FormulaPart(OPEN, "rownorm("), FormulaPart(CLOSE, ")"), FormulaPart(V_DOT, "·"), FormulaPart(V_SLOT, "V")]
         return [FormulaPart(V_DOT, "·"), FormulaPart(V_SLOT, "V")]
 
@@ -390,24 +397,18 @@ class Recurrent(StageSpec):
     def runs(self, trace: TraceContext) -> bool:
         return _on(trace)
 
-    def _normalised(self, trace: TraceContext) -> bool:
-        lin = trace.comp.scenario.linear
-        return lin is not None and lin.normalize
-
     def segments(self, trace: TraceContext, head: int | None) -> list[Plan]:
         assert head is not None
         sc, hr = trace.comp.scenario, trace.comp.heads[head]
         plans = [Plan("lin_S", sc.n, hr.d_k * hr.d_v)]
-        if self._normalised(trace):
+        if _normalised(trace):
             plans.append(Plan("lin_z", sc.n, hr.d_k))
         return [*plans, Plan("lin_o", sc.n, hr.d_v)]
 
     def operation(self, trace: TraceContext, index: int, seg: Segment, row: int, col: int | None, d: int) -> Operation:
-        h = seg.head
-        assert h is not None and col is not None
-        hr, sc = _lin(trace, h), trace.comp.scenario
-        lin = hr.linear
-        assert lin is not None
+        assert col is not None
+        h, hr, lin = _linear_at(trace, seg.head)
+        sc = trace.comp.scenario
         t = sc.labels[row]
         before = sc.labels[row - 1] if row else ""
         _, _, qs, ks = scored(trace)
@@ -439,7 +440,7 @@ class Recurrent(StageSpec):
         num = dot_line(lin.phi_Q[row], lin.S[row][:, col], False, False, fmt(float(lin.numer[row, col]), False, d), d,
                        trace.hand)
         details = [f"φ({qs})[{t}]·S_{t}[:,{col}] = {num}"]
-        if self._normalised(trace):
+        if _normalised(trace):
             den = dot_line(lin.phi_Q[row], lin.z[row], False, False, fmt(float(lin.denom[row]), False, d), d, trace.hand)
             details.append(f"φ({qs})[{t}]·z_{t} = {den}")
             (a, b), res = fit(lambda x, y: x / y, [float(lin.numer[row, col]), float(lin.denom[row])], value, d)
@@ -449,16 +450,11 @@ class Recurrent(StageSpec):
             details = []
         if col == hr.d_v - 1:
             details += agree_lines(trace, hr, row, d)
-        refs = (Ref("phi_Q", h, row), Ref("lin_S", h, row), *((Ref("lin_z", h, row),) if self._normalised(trace) else ()))
+        refs = (Ref("phi_Q", h, row), Ref("lin_S", h, row), *((Ref("lin_z", h, row),) if _normalised(trace) else ()))
         return Operation(index, seg, row, col, value, refs, text, tuple(details))
 
     def matrix(self, trace: TraceContext, name: str, head: int | None) -> Matrix:
-        if head is None:
-            raise KeyError(name)
-        hr = _lin(trace, head)
-        lin = hr.linear
-        if lin is None:
-            raise KeyError(name)
+        lin = _linear_matrices(trace, head, name)
         if name == "lin_S":
             flat = lin.S.reshape(lin.S.shape[0], -1)  # (n, d_k·d_v) row t: S_t read row by row
             flat.setflags(write=False)
@@ -472,7 +468,7 @@ class Recurrent(StageSpec):
         if target == "lin_z":
             return [("phi_K", h), ("lin_z", h)]
         # φ(Q) stays in the overview: four panes do not fit 80 columns
-        return [("lin_S", h), *((("lin_z", h),) if self._normalised(trace) else ()), ("lin_o", h)]
+        return [("lin_S", h), *((("lin_z", h),) if _normalised(trace) else ()), ("lin_o", h)]
 
     def overview(self, trace: TraceContext, head: int) -> list[Key]:
         return [("lin_S", head), ("lin_o", head)]
@@ -482,7 +478,7 @@ class Recurrent(StageSpec):
             return "S_t, the state after t"
         if name == "lin_z":
             return "z_t = Σ φ(k)"
-        return "o_t = φ(q)ᵀS / φ(q)ᵀz" if self._normalised(trace) else "o_t = φ(q)ᵀS"
+        return "o_t = φ(q)ᵀS / φ(q)ᵀz" if _normalised(trace) else "o_t = φ(q)ᵀS"
 
     def formula(self, trace: TraceContext, op: Operation) -> list[FormulaPart]:
         return []
@@ -549,15 +545,11 @@ class LinearBackStage(BackwardSpec):
                  "identity": " φ'(x) = 1 (φ is the identity)."}[lin.feature]
         return text + slope
 
-    def _normalised(self, trace: TraceContext) -> bool:
-        lin = trace.comp.scenario.linear
-        return lin is not None and lin.normalize
-
     def segments(self, trace: TraceContext, head: int | None) -> list[Plan]:
         assert head is not None
         sc, hr = trace.comp.scenario, trace.comp.heads[head]
         plans = [Plan("lb_dV", sc.n, hr.d_v), Plan("lb_dW", sc.n, sc.n)]
-        if self._normalised(trace):
+        if _normalised(trace):
             plans.append(Plan("lb_D", sc.n, 1))
         return [*plans, Plan("lb_dA", sc.n, sc.n), Plan("lb_dphiQ", sc.n, hr.d_k), Plan("lb_dphiK", sc.n, hr.d_k),
                 Plan("lb_dQ", sc.n, hr.d_k), Plan("lb_dK", sc.n, hr.d_k)]
@@ -568,7 +560,7 @@ class LinearBackStage(BackwardSpec):
         hg, hr, sc = grads(trace).heads[h], _lin(trace, h), trace.comp.scenario
         lb, lin = hg.linear, hr.linear
         assert lb is not None and lin is not None
-        w = "W" if self._normalised(trace) else "A"
+        w = "W" if _normalised(trace) else "A"
         _, _, qs, ks = scored(trace)
         target, q = seg.target, sc.labels[row]
         if target == "lb_dV":
@@ -590,7 +582,7 @@ class LinearBackStage(BackwardSpec):
             if not sc.allow[row, col]:
                 return Operation(index, seg, row, col, value, refs,
                                  f"dA[{q},{k}] = 0 (masked: {k} comes after {q}, so A[{q},{k}] fed nothing)")
-            if not self._normalised(trace):
+            if not _normalised(trace):
                 return Operation(index, seg, row, col, value, refs,
                                  f"dA[{q},{k}] = dW[{q},{k}] = {trace.formatted('lb_dA', h, value, d)}")
             return formula_cell(trace, index, seg, row, col, d, value, lambda x, y, s: (x - y) / s,
@@ -646,7 +638,7 @@ class LinearBackStage(BackwardSpec):
 
     def panes(self, trace: TraceContext, op: Operation) -> list[Key]:
         h, target = op.head, op.segment.target
-        w = "lin_W" if self._normalised(trace) else "lin_A"
+        w = "lin_W" if _normalised(trace) else "lin_A"
         qn, kn, _, _ = scored(trace)
         return {"lb_dV": [(w, h), ("dO_h", h), ("lb_dV", h)], "lb_dW": [("dO_h", h), ("V", h), ("lb_dW", h)],
                 "lb_D": [("dO_h", h), ("lin_out", h), ("lb_D", h)], "lb_dA": [("lb_dW", h), ("lb_D", h), ("lb_dA", h)],
@@ -660,7 +652,7 @@ class LinearBackStage(BackwardSpec):
 
     def title(self, trace: TraceContext, name: str, head: int | None) -> str:
         _, _, qs, ks = scored(trace)
-        w = "W" if self._normalised(trace) else "A"
+        w = "W" if _normalised(trace) else "A"
         return {"lb_dV": f"dV = {w}ᵀ·dO", "lb_dW": f"d{w} = dO·Vᵀ", "lb_D": "D = rowsum(dO⊙out)",
                 "lb_dA": "dA = (dW − D) ÷ ΣA" if w == "W" else "dA = dW, masked",
                 "lb_dphiQ": f"dφ({qs}) = dA·φ({ks})", "lb_dphiK": f"dφ({ks}) = dAᵀ·φ({qs})",

@@ -165,49 +165,68 @@ def cell_lines(symbolic: str, x_row: Matrix, at: int, value: float, gamma: float
     g_int = gamma == round(gamma)
     token = of
     lines: tuple[str, tuple[str, ...]] = ("", ())
-    # the mean square is rarely whole: it may need guard digits (by hand, every number is as written down)
-    for p in _places(d, hand is not None):
-        xs = [fmt(float(x), x_int, p) for x in x_row]
-        mean_t = fmt(row.mean, False, p)
-        spread_t = fmt(row.spread, False, p)
-        root_t = fmt(row.root, False, p)
+    first: tuple[str, tuple[str, ...]] | None = None
+    # the mean square is rarely whole: it may need guard digits. By hand the numbers worked out (the mean, the
+    # spread, the root, the centred cell; RMSNorm's x − 0 too) are as written down, at the hand's places, and
+    # only the inputs the hand computation used as given (γ, β, LayerNorm's x) take guard digits, as a
+    # projection's weights do: γ = 0.45 is shown 0.45 when 0.5 would not give the result
+    # a root that rounds to 0 is kept as it is (kernels/norm.py): shown to as many digits as the line needs
+    tiny = hand is not None and hround(row.root, hand) == 0 and row.root != 0
+    given = g_int and (beta is None or beta == round(beta)) and (x_int or not layer) and not tiny
+    for p in _places(d, hand is not None and given):
+        q = p if hand is None else hand  # the places of what the hand computation wrote down
+        xp = p if hand is None or layer else q  # the row's x: RMSNorm's by hand are written down rounded
+        xs = [fmt(float(x), x_int, xp) for x in x_row]
+        mean_t = fmt(row.mean, False, q)
+        spread_t = fmt(row.spread, False, q)
+        root_t = f"{row.root:.{p - 1}e}" if tiny else fmt(row.root, False, q)
         x_t = operand(float(x_row[at]), x_int, p)
         if hand is not None and not layer:  # by hand the cell is written down rounded, as the hand computation does
-            x_t = operand(hround(float(x_row[at]), hand), x_int, p)
+            x_t = operand(hround(float(x_row[at]), hand), x_int, q)
         g_t = operand(gamma, g_int, p)
         b_t = f" + {operand(beta, beta == round(beta), p)}" if beta is not None else ""
         centred = f"({x_t} − {paren(mean_t)})" if layer else x_t
         work = f"{centred} / √({spread_t} + {eps})·{g_t}{b_t}"
         steps = [work]
+        shift = shown(b_t[3:]) if beta is not None else 0.0
         if hand is not None:  # by hand the centred value and the root are written down first
-            c_t = fmt(hround(shown(x_t) - shown(mean_t), hand), False, p) if layer else x_t
+            # the hand computation's own centred cell, x − mean from x as given (kernels/norm.py)
+            c_t = fmt(hround(float(x_row[at]) - row.mean, hand), False, q) if layer else x_t
             steps.append(f"{c_t} / {root_t}·{g_t}{b_t}")
-        calc = ((shown(x_t) - (shown(mean_t) if layer else 0.0)) / math.sqrt(shown(spread_t) + row.eps)
-                * shown(g_t) + (shown(b_t[3:]) if beta is not None else 0.0))
+            calc = shown(c_t) / shown(root_t) * shown(g_t) + shift if shown(root_t) else math.nan
+            # a difference of numbers at the hand's places is exact on a calculator
+            cell_ok = (agrees(shown(x_t) - (shown(mean_t) if layer else 0.0), c_t, exact=p == q)
+                       and agrees(math.sqrt(shown(spread_t) + row.eps), root_t))
+        else:
+            calc = ((shown(x_t) - (shown(mean_t) if layer else 0.0)) / math.sqrt(shown(spread_t) + row.eps)
+                    * shown(g_t) + shift)
+            cell_ok = True
         if layer:
             m_t, mean_v = paren(mean_t), _number(mean_t)
 
             def centred_square(v: Decimal, m: Decimal = mean_v) -> Decimal:
                 return (v - m) * (v - m)
 
-            terms = _sum_text(xs, paren, lambda v: v, p)
+            terms = _sum_text(xs, paren, lambda v: v, xp)
             mean_line = f"mean({token}) = ({terms}) / {len(x_row)} = {mean_t}"
             def centred_text(t: str, m: str = m_t) -> str:
                 return f"({t} − {m})·({t} − {m})"
 
-            squares = _sum_text(xs, centred_text, centred_square, p)
+            squares = _sum_text(xs, centred_text, centred_square, xp)
             spread_line = f"var({token}) = ({squares}) / {len(x_row)} = {spread_t}"
             stats_ok = (agrees(_mean_of(xs, lambda v: v), mean_t) and agrees(_mean_of(xs, centred_square), spread_t))
             stats: tuple[str, ...] = (mean_line, spread_line)
         else:
-            squares = _sum_text(xs, lambda t: f"{paren(t)}·{paren(t)}", lambda v: v * v, p)
+            squares = _sum_text(xs, lambda t: f"{paren(t)}·{paren(t)}", lambda v: v * v, xp)
             stats = (f"ms({token}) = mean of squares = ({squares}) / {len(x_row)} = {spread_t}",)
             stats_ok = agrees(_mean_of(xs, lambda v: v * v), spread_t)
         root_line = f"√({spread_t} + {eps}) = {root_t}"
         lines = (f"{symbolic} = {' = '.join(steps)} = {result}", (*stats, root_line))
-        if stats_ok and agrees(calc, result) and agrees(math.sqrt(shown(spread_t) + row.eps), root_t):
-            break
-    return lines
+        if stats_ok and cell_ok and agrees(calc, result) and agrees(math.sqrt(shown(spread_t) + row.eps), root_t):
+            return lines
+        first = first or lines
+    # by hand, where no guard digits help (a line a hand rounding broke, not the inputs' digits), the fewest
+    return first if hand is not None and first is not None else lines
 
 
 def _number(text: str) -> Decimal:

@@ -32,7 +32,7 @@ from qkv_tui.teach.stages.common import (
     paren,
 )
 from qkv_tui.teach.stages.context import TraceContext
-from qkv_tui.teach.stages.grads import BackwardSpec, formula_cell, grads, has_backward
+from qkv_tui.teach.stages.grads import BackwardSpec, formula_cell, grads, has_backward, query_key_plans
 from qkv_tui.teach.stages.markdown import MarkdownPage
 from qkv_tui.teach.stages.printed import PrintedCells, PrintedChain, Table, idx
 from qkv_tui.teach.stages.project import raw_projections
@@ -533,9 +533,7 @@ class RotateBack(BackwardSpec):
         return has_backward(trace) and trace.comp.scenario.rope is not None
 
     def segments(self, trace: TraceContext, head: int | None) -> list[Plan]:
-        assert head is not None
-        sc, hr = trace.comp.scenario, trace.comp.heads[head]
-        return [Plan("dQ_t", sc.n, hr.d_k), Plan("dK_t", sc.m, hr.d_k)]
+        return query_key_plans(trace, head, "dQ_t", "dK_t")
 
     def operation(self, trace: TraceContext, index: int, seg: Segment, row: int, col: int | None, d: int) -> Operation:
         h = seg.head

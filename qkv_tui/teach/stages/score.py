@@ -22,7 +22,7 @@ from qkv_tui.teach.stages.common import (
     StageSpec,
 )
 from qkv_tui.teach.stages.context import TraceContext
-from qkv_tui.teach.stages.grads import BackwardSpec, dot_cell, grads, has_backward
+from qkv_tui.teach.stages.grads import BackwardSpec, dot_cell, grads, has_backward, query_key_plans
 from qkv_tui.teach.stages.printed import PrintedCells, PrintedChain, Table
 from qkv_tui.teach.stages.replaced import softmax_runs
 
@@ -148,9 +148,7 @@ class ScoreBack(BackwardSpec):
         return has_backward(trace) and softmax_runs(trace)  # [linear] and [deltanet] have their own
 
     def segments(self, trace: TraceContext, head: int | None) -> list[Plan]:
-        assert head is not None
-        sc, hr = trace.comp.scenario, trace.comp.heads[head]
-        return [Plan("dQ_s", sc.n, hr.d_k), Plan("dK_s", sc.m, hr.d_k)]
+        return query_key_plans(trace, head, "dQ_s", "dK_s")
 
     def operation(self, trace: TraceContext, index: int, seg: Segment, row: int, col: int | None, d: int) -> Operation:
         h = seg.head
