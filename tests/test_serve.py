@@ -87,12 +87,13 @@ def free_port() -> int:
 
 @contextmanager
 def serving(log_dir: Path, cwd: Path | None = None, env: dict[str, str] | None = None,
-            options: tuple[str, ...] = ()) -> Iterator[str]:
-    """`qkv-tui --serve i_love_ai` (with options) on a free port, as a user starts it; its URL once it answers."""
+            options: tuple[str, ...] = (), scenario: str = "i_love_ai") -> Iterator[str]:
+    """`qkv-tui --serve i_love_ai` (with options, or another scenario) on a free port, as a user starts it;
+    its URL once it answers."""
     port = free_port()
     log = (log_dir / "server.log").open("w")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "qkv_tui", "--serve", "--port", str(port), *options, "i_love_ai"], cwd=cwd, env=env,
+        [sys.executable, "-m", "qkv_tui", "--serve", "--port", str(port), *options, scenario], cwd=cwd, env=env,
         stdout=log, stderr=subprocess.STDOUT, start_new_session=True,  # its own group: app processes end with it
     )
     url = f"http://127.0.0.1:{port}/"

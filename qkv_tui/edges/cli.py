@@ -17,7 +17,7 @@ from qkv_tui import __version__
 from qkv_tui.base.values import escaped
 from qkv_tui.core.engine import combine, compute, iter_heads
 from qkv_tui.core.scenario import Scenario, ScenarioError, builtin_dir, builtin_names, load_scenario, resolve
-from qkv_tui.edges import model_args, place_args
+from qkv_tui.edges import model_args, place_args, serve_prepared
 from qkv_tui.edges.config import THEME_NAMES, config_path, save_theme, saved_theme
 from qkv_tui.teach.place import PlaceError
 
@@ -130,7 +130,7 @@ def _fail(error: ScenarioError) -> int:
 
 
 @contextmanager
-def _arithmetic_policy(source: str) -> Iterator[None]:
+def arithmetic_policy(source: str) -> Iterator[None]:
     """One rule for every computation outside the app: an overflow, a division by zero or
     an invalid operation is a clean ScenarioError, never a NumPy warning on stderr beside
     a zero exit status. Underflow to 0 is what softmax is meant to do, so it passes."""
@@ -256,7 +256,7 @@ def _main(argv: list[str] | None) -> int:
         for spec in args.scenario:
             note(spec)
             try:
-                with _arithmetic_policy(spec):
+                with arithmetic_policy(spec):
                     scenario = load(spec)
                     check(scenario)
             except ScenarioError as exc:
@@ -291,7 +291,7 @@ def _main(argv: list[str] | None) -> int:
                                          fmt=args.format or "markdown", separate=args.key == "separate",
                                          output=args.output)
         try:
-            with _arithmetic_policy(spec):
+            with arithmetic_policy(spec):
                 exporter(load(spec), sys.stdout)
         except ScenarioError as exc:
             return _fail(exc)
@@ -304,10 +304,12 @@ def _main(argv: list[str] | None) -> int:
             sys.stderr.write(f"error: {exc}\n")
             return 2
         return 0
+    # --serve's app starter may have loaded and computed it already, and drawn its first frame (serve_prepared.py)
+    ready = serve_prepared.take(spec) if load is load_scenario else None
     try:
-        with _arithmetic_policy(spec):
-            scenario = load(spec)
-            comp = compute(scenario)
+        with arithmetic_policy(spec):
+            scenario = load(spec) if ready is None else ready.scenario
+            comp = compute(scenario) if ready is None else ready.comp
     except ScenarioError as exc:
         return _fail(exc)
     try:
@@ -336,6 +338,6 @@ def _main(argv: list[str] | None) -> int:
     from qkv_tui.ui.app import QKVApp  # Textual loads only when the app is really run
 
     app = QKVApp(scenario, computation=comp, theme=theme, read_only=bool(args.read_only), place=place,
-                 decimals=args.decimals)
+                 decimals=args.decimals, presenter=None if ready is None else ready.presenter)
     app.run()
     return app.return_code or 0  # Textual sets 1 when the app died of an unhandled exception

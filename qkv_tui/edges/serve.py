@@ -174,7 +174,7 @@ def make_server(command: str, host: str, port: int, title: str, argv: list[str] 
                 # before the port opens: the first student's app is forked too, not kept waiting for the imports
                 probe = ForkedAppService(self.command, zygote=None, argv=argv, write_bytes=_nothing, write_str=_nothing,
                                          close=_nothing, download_manager=self.download_manager, debug=self.debug)
-                self.zygote = Zygote(probe._build_environment())
+                self.zygote = Zygote(probe._build_environment(), argv)
                 try:
                     self.zygote.start()
                 except OSError as exc:

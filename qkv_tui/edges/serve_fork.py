@@ -85,8 +85,9 @@ class ForkedApp:
 class Zygote:
     """The app starter, as the server sees it: started once, restarted when it dies."""
 
-    def __init__(self, env: dict[str, str]) -> None:
+    def __init__(self, env: dict[str, str], argv: list[str] | None = None) -> None:
         self.env = env  # textual-serve's environment for an app: the zygote imports Textual under it
+        self.argv = argv or []  # every tab's command line: the zygote prepares its scenario
         self.process: subprocess.Popen[bytes] | None = None
         self.channel: socket.socket | None = None
         self.ready: asyncio.Future[int] | None = None
@@ -106,7 +107,7 @@ class Zygote:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "qkv_tui.edges.serve_zygote", str(theirs.fileno())],
+                [sys.executable, "-m", "qkv_tui.edges.serve_zygote", str(theirs.fileno()), *self.argv],
                 env=self.env, pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
             )
         except OSError:

@@ -5,9 +5,10 @@ A fresh Python per tab imports Textual and NumPy again (most of a start's CPU) a
 copy of every module in memory; a forked child starts with both already there, and shares the
 pages it does not write with every other child (serve_fork.py is the server's side of it).
 
-Run by the server as ``python -m qkv_tui.edges.serve_zygote FD``, with the environment textual-serve
+Run by the server as ``python -m qkv_tui.edges.serve_zygote FD ARG…``, with the environment textual-serve
 gives an app (Textual reads its TEXTUAL_* settings once, at import), FD being its end of a Unix
-SEQPACKET socket. Messages are JSON, one a packet:
+SEQPACKET socket and ARG… every tab's command line (the scenario it prepares: serve_prepared.py).
+Messages are JSON, one a packet:
 
 - server -> zygote: ``{"op": "fork", "id": N, "env": {...}, "argv": [...]}`` with three file
   descriptors attached (SCM_RIGHTS): the app's standard input, output and error (pipes to the server);
@@ -25,6 +26,7 @@ import atexit
 import contextlib
 import gc
 import importlib
+import io
 import json
 import os
 import selectors
@@ -34,6 +36,8 @@ import sys
 import traceback
 from collections.abc import Callable
 from typing import Any
+
+from qkv_tui.edges import serve_prepared
 
 # What an app imports by the time a student sees the first screen, and what the first uses of
 # edit, save, help, the map and a screenshot import: each child then finds it already loaded.
@@ -54,7 +58,7 @@ def send(channel: socket.socket, message: dict[str, Any]) -> None:
         channel.send(json.dumps(message).encode())
 
 
-def preload() -> None:
+def preload(argv: list[str] | None = None) -> None:
     for name in PRELOAD:
         with contextlib.suppress(Exception):  # a module missing only costs a child the import later
             importlib.import_module(name)
@@ -62,36 +66,60 @@ def preload() -> None:
         from rich.cells import cell_len
 
         cell_len("·→√")
-    warm_up()
+    warm_up(argv or [])
     # Objects made so far are never collected: the collector then does not touch (and so copy) their pages
     gc.collect()
     gc.freeze()
 
 
-def warm_up() -> None:
-    """Draw one app's first frame here, headless, before any fork: what a first frame imports late and the
-    caches it fills (styles, colours, cell widths) are then in every child already, in pages they share,
-    instead of being made again (and written into private pages) by each. It leaves no thread and no
-    loop behind, and writes nothing."""
+def warm_up(argv: list[str]) -> None:
+    """Draw the first frame of a tab's app (``argv``, its command line) here, headless, before any fork: what
+    a first frame imports late and the caches it fills (styles, colours, cell widths, the scenario's panes and
+    text) are then in every child already, in pages they share, instead of being made again (and written
+    into private pages) by each; the scenario, loaded and computed, is kept for the children to take
+    (serve_prepared.py). It leaves no thread and no loop behind, and writes nothing."""
     import asyncio
     import threading
 
-    from qkv_tui.edges.cli import _parser
+    from qkv_tui.ui.app import QKVApp
 
-    _parser()  # the command line's parser, kept for every child's
+    try:
+        with contextlib.redirect_stderr(io.StringIO()):  # what is wrong with it, each child says to its tab
+            prepared, app = prepared_app(argv)
+        serve_prepared.keep(prepared)
+    except (Exception, SystemExit):
+        app = QKVApp("i_love_ai")  # a command line that cannot be prepared still warms the styles and caches
     with contextlib.suppress(Exception):  # a warm-up that fails only costs the children their own start
-        asyncio.run(first_frame())
+        asyncio.run(first_frame(app))
     if threading.active_count() > 1:  # a fork copies only the thread that forks: say so, never hang on it
         sys.stderr.write(f"qkv-tui: the app starter's warm-up left {threading.active_count() - 1} thread(s) running\n")
 
 
-async def first_frame() -> None:
-    """One app's first frame, headless, as a tab's app draws it (tests/test_shared_css.py counts what it parses)."""
+def prepared_app(argv: list[str]) -> tuple[serve_prepared.Prepared, Any]:
+    """The served scenario prepared, and an app made from it as the command line's own would be."""
+    from qkv_tui.edges import model_args, place_args
+    from qkv_tui.edges.cli import _parser
+    from qkv_tui.ui.app import QKVApp
+
+    args = _parser().parse_args(argv)  # the parser is kept for every child's too
+    if model_args.wants_model(args) or len(args.scenario) != 1:
+        raise ValueError("not a scenario file")
+    prepared = serve_prepared.prepare(args.scenario[0])
+    if prepared is None:
+        raise ValueError("cannot be prepared")
+    return prepared, QKVApp(prepared.scenario, theme=args.theme, read_only=bool(args.read_only),
+                            place=place_args.place(args, prepared.comp), decimals=args.decimals,
+                            presenter=prepared.presenter)
+
+
+async def first_frame(app: Any = None) -> None:
+    """An app's first frame (the built-in scenario's, without one), headless, as a tab's app draws it
+    (tests/test_shared_css.py counts what it parses)."""
     from textual import events
 
     from qkv_tui.ui.app import QKVApp
 
-    app = QKVApp("i_love_ai")
+    app = QKVApp("i_love_ai") if app is None else app
     # with the tooltip and the notifications' rack, as a tab's app has them
     async with app.run_test(size=(120, 40), tooltips=True, notifications=True) as pilot:
         await pilot.pause()
@@ -116,6 +144,10 @@ def run_child(request: dict[str, Any], fds: list[int], close_zygote: Callable[[]
             os.close(fd)
         os.environ.clear()
         os.environ.update(request["env"])
+        # A start makes tens of thousands of objects and keeps nearly all: the collector's passes over
+        # them before the first frame were a tenth of a start's CPU and found a few kilobytes of cycles.
+        # The app turns it back on once its first frame is drawn (QKVApp.on_mount).
+        gc.disable()
         argv = [str(arg) for arg in request["argv"]]
         sys.argv = ["qkv-tui", *argv]
         from qkv_tui.edges.cli import main
@@ -213,7 +245,7 @@ def reap(channel: socket.socket, children: set[int]) -> None:
 
 def main(argv: list[str]) -> int:
     channel = socket.socket(fileno=int(argv[1]))
-    preload()
+    preload(argv[2:])
     serve(channel)
     return 0
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import io
 import sys
 from collections.abc import Callable, Iterable
@@ -37,6 +38,7 @@ from qkv_tui.ui.session import Session
 from qkv_tui.ui.shared_css import SharedStylesheet
 from qkv_tui.ui.widgets.matrix import MatrixView
 from qkv_tui.ui.widgets.panels import ExplainPanel, FormulaLine, KeyFooter, QuizInput, StageBar
+from qkv_tui.ui.widgets.trace_screen import TraceScreen
 
 if TYPE_CHECKING:
     from qkv_tui.ui.widgets.heads import HeadsPanel
@@ -107,14 +109,16 @@ class QKVApp(Session):
 
     def __init__(self, scenario: Scenario | str | Path = "i_love_ai", computation: Computation | None = None,
                  theme: str | None = None, read_only: bool = False, place: Position | None = None,
-                 decimals: int | None = None) -> None:
+                 decimals: int | None = None, presenter: Presenter | None = None) -> None:
         super().__init__()
         self.stylesheet = SharedStylesheet.like(self.stylesheet)  # its CSS parsed once per process (--serve's forks)
         self.scenario = load_scenario(scenario)
+        if presenter is not None:  # made in advance, for this computation (edges/serve_prepared.py)
+            computation = presenter.comp
         self.comp = computation if computation is not None else compute(self.scenario)
-        self.trace = Trace(self.comp)
+        self.trace = Trace(self.comp) if presenter is None else presenter.exact
         self.stepper = Stepper(self.trace)
-        self.presenter = Presenter(self.comp, self.trace)
+        self.presenter = Presenter(self.comp, self.trace) if presenter is None else presenter
         self.theme = "textual-dark"
         self.set_reactive(QKVApp.position, self.stepper.start() if place is None else place)  # --stage --op
         if decimals is not None:  # --decimals
@@ -139,6 +143,9 @@ class QKVApp(Session):
 
         if self.use_command_palette and not any(isinstance(s, Palette) for s in self.screen_stack):
             self.push_screen(Palette(id="--command-palette"))
+
+    def get_default_screen(self) -> Screen[None]:
+        return TraceScreen(id="_default")  # as Textual's own, less a restyle at the first frame
 
     def compose(self) -> ComposeResult:
         with Vertical(id="main"):
@@ -168,6 +175,8 @@ class QKVApp(Session):
         self.live.start()
         self.redraw()
         self.refresh_bindings()  # the keys check_action kept off until now
+        if not gc.isenabled():  # --serve's app starter held the collector off for the start (edges/serve_zygote.py)
+            self.call_after_refresh(gc.enable)
 
     def on_resize(self, event: events.Resize) -> None:
         # This handler runs before App's own, which is what updates self.size: trust the event,
