@@ -19,8 +19,10 @@ from qkv_tui.display.view import Explanation
 from qkv_tui.teach.summary import MAX_ROWS, looked_at
 
 KEYS = "← → ↑ ↓ pick a head · enter: step through it · v: back to the trace"
-MEANING = ("Each head has its own W_Q and W_K, so a pattern of its own: rows are the queries, columns the keys,"
-           " darker is more weight, · masked. A reading describes the weights on this text, not what the head is for.")
+MEANING = ("Each head has its own W_Q (its keys may be shared, as in GQA and MQA), so a pattern of its own: rows are"
+           " the queries, columns the keys,"
+           " a fuller block is more weight, · masked. A reading describes the weights on this text, not what the head is"
+           " for.")  # not "darker": on the dark theme more weight is brighter
 
 
 def _model(sources: Sources) -> ModelLayers | None:
