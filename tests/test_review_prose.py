@@ -45,3 +45,11 @@ def test_the_heads_view_of_a_state_head_names_no_softmax() -> None:
         assert frame.explanation.counter == "1 head", name
     seed = Presenter(compute(load_scenario("two_heads"))).frame(Position(0, 0), Modes(view="heads"))
     assert seed.explanation.formula[0][0] == "softmax(Q·Kᵀ/√dₖ)" and seed.explanation.counter == "2 heads"
+
+
+def test_the_soft_cap_words_hold_for_negative_scores() -> None:
+    from qkv_tui.teach.stages.soft_cap import pull_note
+
+    meaning = _trace("softcap").meaning("scale", 0)
+    assert "far below" not in meaning and "much smaller than 5 in size" in meaning
+    assert "the larger |s| is next to 5" in pull_note(-20.0, -4.9986, 5.0, 3)
