@@ -53,3 +53,17 @@ def test_the_soft_cap_words_hold_for_negative_scores() -> None:
     meaning = _trace("softcap").meaning("scale", 0)
     assert "far below" not in meaning and "much smaller than 5 in size" in meaning
     assert "the larger |s| is next to 5" in pull_note(-20.0, -4.9986, 5.0, 3)
+
+
+def test_the_help_of_a_state_scenario_heads_its_stages_without_a_softmax() -> None:
+    from rich.console import Console
+
+    from qkv_tui.ui.widgets.screens import HelpScreen
+
+    def text(name: str) -> str:
+        console = Console(width=120, record=True, color_system=None)
+        console.print(HelpScreen([], load_scenario(name)).body())
+        return console.export_text()
+
+    assert "Stages: the state's rule, no softmax, one operation at a time" in text("deltanet")
+    assert "Stages: softmax(QKᵀ/√dₖ)V, one operation at a time" in text("i_love_ai")
