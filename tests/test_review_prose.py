@@ -67,3 +67,10 @@ def test_the_help_of_a_state_scenario_heads_its_stages_without_a_softmax() -> No
 
     assert "Stages: the state's rule, no softmax, one operation at a time" in text("deltanet")
     assert "Stages: softmax(QKᵀ/√dₖ)V, one operation at a time" in text("i_love_ai")
+
+
+def test_the_backward_words_give_the_gradient_its_sign() -> None:
+    trace = _trace("learn_to_look")
+    assert "how fast the loss would rise if token t gave key j more weight" in trace.meaning("dmix", 0)
+    assert "would fall" not in trace.meaning("dmix", 0)  # dP = ∂loss/∂P: positive where more weight costs
+    assert "better than" not in trace.meaning("dsoftmax", 0)

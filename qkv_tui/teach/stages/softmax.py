@@ -270,7 +270,7 @@ class SoftmaxBack(BackwardSpec):
     stage = Stage("dsoftmax", "dSoftmax",
                   "Back through the softmax. Raising one logit raises its own weight but lowers every other weight of"
                   " the row, because a row always shares out the same total. So the gradient at logit j is its"
-                  " weight times how much better than the row's average its key is: dS = P ⊙ (dP − D), where"
+                  " weight times how much more than the row's average its key would raise the loss: dS = P ⊙ (dP − D), where"
                   " D[t] = Σⱼ P[t,j]·dP[t,j] is that average, worked once per row as dO[t]·out[t] (the same sum).")
     per_head = True
     matrices = ("D", "dS", "dsink")
