@@ -74,3 +74,9 @@ def test_the_backward_words_give_the_gradient_its_sign() -> None:
     assert "how fast the loss would rise if token t gave key j more weight" in trace.meaning("dmix", 0)
     assert "would fall" not in trace.meaning("dmix", 0)  # dP = ∂loss/∂P: positive where more weight costs
     assert "better than" not in trace.meaning("dsoftmax", 0)
+
+
+def test_dembed_names_every_path_its_line_adds() -> None:
+    meaning = _trace("deltanet_learns").meaning("dembed", None)
+    assert "dX adds da·W_aᵀ + db·W_bᵀ" in meaning
+    assert "W_a" not in _trace("learn_to_look").meaning("dembed", None)
