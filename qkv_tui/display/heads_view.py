@@ -14,12 +14,15 @@ from qkv_tui.display.frame import Frame
 from qkv_tui.display.heads_grid import HeadMap, HeadsGrid, HeadsShown, readings
 from qkv_tui.display.modes import Modes
 from qkv_tui.display.side_view import SideView, Sources
+from qkv_tui.display.state_view import carries_state
 from qkv_tui.display.view import Explanation
 from qkv_tui.teach.summary import MAX_ROWS, looked_at
 
 KEYS = "← → ↑ ↓ pick a head · enter: step through it · v: back to the trace"
-MEANING = ("Each head has its own W_Q and W_K, so a pattern of its own: rows are the queries, columns the keys,"
-           " darker is more weight, · masked. A reading describes the weights on this text, not what the head is for.")
+MEANING = ("Each head has its own W_Q (its keys may be shared, as in GQA and MQA), so a pattern of its own: rows are"
+           " the queries, columns the keys,"
+           " a fuller block is more weight, · masked. A reading describes the weights on this text, not what the head is"
+           " for.")  # not "darker": on the dark theme more weight is brighter
 
 
 def _model(sources: Sources) -> ModelLayers | None:
@@ -75,18 +78,29 @@ def _frame(sources: Sources, modes: Modes, step: int, head: int) -> Frame:
     walk = _model(sources)
     keys = KEYS
     stages: tuple[tuple[str, str], ...] = ()
-    counter = f"{len(heads.maps)} heads"
+    count = f"{len(heads.maps)} head" + ("s" if len(heads.maps) != 1 else "")  # not "1 heads"
+    counter = count
     if walk is not None and layer is not None:
         keys = KEYS.replace(" · v:", " · [ ] another layer · v:")
         stages = tuple((f"L{i}", "current" if i == layer else "todo") for i in range(walk.layers))
-        counter = f"layer {layer} (0 … {walk.layers - 1}) · {len(heads.maps)} heads"
+        counter = f"layer {layer} (0 … {walk.layers - 1}) · {count}"
     explanation = Explanation(
         stage_label="heads", counter=counter, head_label=f"{name} ({step + 1}/{len(heads.maps)})",
         arithmetic=f"Where each token looks, {name}: " + "; ".join(looks) + more,
         details=(keys,), meaning=MEANING,
-        formula=(("softmax(Q·Kᵀ/√dₖ)", True), ("·V", False)), stages=stages,
+        formula=_formula(comp), stages=stages,
     )
     return Frame(explanation, [], [], (), "", heads=HeadsShown(heads, step))
+
+
+def _formula(comp: Computation) -> tuple[tuple[str, bool], ...]:
+    """What the maps hold: a state head's weights come from no softmax (display/state_view.py)."""
+    if getattr(comp.scenario, "deltanet", None) is not None:
+        return (("(q·kᵀ)·e^(G_t − G_s)", True), ("·δ", False))  # the decaying mask weighs the corrections
+    if carries_state(comp):
+        normalised = comp.scenario.linear is not None and comp.scenario.linear.normalize
+        return (("rownorm(φ(Q)·φ(K)ᵀ)" if normalised else "φ(Q)·φ(K)ᵀ", True), ("·V", False))
+    return (("softmax(Q·Kᵀ/√dₖ)", True), ("·V", False))
 
 
 def _act(sources: Sources, modes: Modes, action: str, across: int) -> Modes | None:

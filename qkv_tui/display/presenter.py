@@ -15,6 +15,7 @@ from qkv_tui.display.frame import Frame
 from qkv_tui.display.modes import Modes
 from qkv_tui.display.side_view import SideView
 from qkv_tui.display.side_views import SIDE_VIEWS, shown_for, side_view
+from qkv_tui.display.state_view import carries_state
 from qkv_tui.display.view import View, hand_note, whatif_lines
 from qkv_tui.teach.handcalc import compute_hand
 from qkv_tui.teach.quiz import Question, about_line, hide_result
@@ -116,6 +117,8 @@ class Presenter:
         return lines
 
     def _whatif(self, pos: Position, modes: Modes) -> list[str]:
+        if carries_state(self.comp):  # a softmax table beside a state head would teach a softmax it never takes
+            return ["what if (w): no scaling table here: these heads keep a state, with no softmax to sharpen"]
         op = self.exact.op(pos.index, modes.decimals)
         sc = self.comp.scenario
         # the query row being worked on; outside the per-row stages, the first row

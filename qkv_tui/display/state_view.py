@@ -21,7 +21,7 @@ MAX_ROWS = 4  # state rows written out line by line; a wider state is in its pan
 STATE_MEANING = (
     "Decoding with a state: each new token updates the dₖ × d_v state its head carries and reads its output"
     " from it. Nothing grows with the text: no Keys or Values are cached, so a step costs the same at every"
-    " position. Yellow: the state after this token."
+    " position. Yellow: this token's output, read from the state after it."  # the o pane is the one marked
 )
 NO_TILES = (
     "No tiles here: FlashAttention tiles the n × n score matrix of a softmax, and these heads keep a running"

@@ -23,8 +23,8 @@ HISTORY = 8  # the loss history's most recent steps in the explanation; the pane
 
 MEANING = ("One step of gradient descent: every trained weight moves against its gradient, w ← w − lr·∂loss/∂w,"
            " with the gradients the Backward stages compute for the weights as they stand. A small lr takes small,"
-           " safe steps; too large a step overshoots and the loss can rise. Watch the attention map: training changes"
-           " W_Q and W_K, so the scores change, so where each token looks changes.")
+           " safe steps; too large a step overshoots and the loss can rise. Watch the attention map: as the weights"
+           " the scores are made of move, where each token looks changes.")  # not "W_Q and W_K": [mla] trains W_UK
 NO_BACKWARD = ("The Train view runs SGD steps on a [backward] table: a target for the output (the loss), lr, steps"
                " and the weights to train (docs/scenario-format.md, \"[backward]\"). This scenario has none;"
                " learn_to_look is a built-in that has one.")

@@ -63,14 +63,11 @@ def to_markdown(comp: Computation, decimals: int = 3) -> str:
 
     page = _Page(trace, decimals)
     numbers = {spec.stage.key: number for number, spec in enumerate(trace.specs, 1)}
-    meanings: dict[str, str] = {}  # each stage's words once, not once per head (they look at every head)
-
     def section(spec: StageSpec, head: int | None) -> None:
         key = spec.stage.key
-        if key not in meanings:
-            meanings[key] = trace.meaning(key, None)
         level = "###" if head is not None and multi else "##"
-        out.extend([f"{level} {numbers[key]} · {trace.stage(key).name}", "", meanings[key], ""])
+        # the head's own words: gated.toml's sink head and its head without a sink read differently
+        out.extend([f"{level} {numbers[key]} · {trace.stage(key).name}", "", trace.meaning(key, head), ""])
         out.extend(spec.markdown(page, head))
 
     # as the trace walks them: a run of per-head stages head after head (Project … Mix of head 1, then of head 2)

@@ -165,6 +165,10 @@ class EmbedBack(BackwardSpec):
             text = text.replace("Back to the input. Each row of X", "Back to X̂, the normalised X. Each row of X̂")
         if sc.is_cross:
             text += " Under cross-attention K and V read the context, so only the Query path (and the gate) reaches X."
+        roles = [role for role, _, _ in gate_paths(trace)]
+        if roles:  # the line adds these paths: the words must not stop at three
+            text += (" The gated delta rule's " + " and ".join(f"W_{r}" for r in roles) + " read X too, so dX adds "
+                     + " + ".join(f"d{r}·W_{r}ᵀ" for r in roles) + ".")
         return text
 
     def segments(self, trace: TraceContext, head: int | None) -> list[Plan]:

@@ -121,8 +121,9 @@ class MixBack(BackwardSpec):
     stage = Stage("dmix", "dMix",
                   "Back through Mix. out[t] was Σⱼ weights[t,j]·V[j], so V[j] reached every output row t with weight"
                   " weights[t,j]: dV = weightsᵀ·dO adds up what each row asks of V[j]. And a change in one weight"
-                  " moved out[t] by V[j], so dP = dO·Vᵀ: how much the loss would fall if token t gave key j more"
-                  " weight. dP is worked for every cell, masked ones too; the softmax decides what reaches the scores.")
+                  " moved out[t] by V[j], so dP = dO·Vᵀ: how fast the loss would rise if token t gave key j more"
+                  " weight (it falls where dP < 0). dP is worked for every cell, masked ones too; the softmax decides"
+                  " what reaches the scores.")
     per_head = True
     matrices = ("dO_h", "dV", "dP")
 

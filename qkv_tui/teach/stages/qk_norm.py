@@ -38,6 +38,10 @@ QK_NORM_MEANING = (
     " head's columns together, before cutting it into heads."
 )
 HAT = {"Q": "Q̂", "K": "K̂"}
+PER_HEAD_LENGTH = ("Before its gains every Q and K row has length √dₖ, so a score is bounded by the gains alone,"
+                   " |q̂·k̂| ≤ dₖ·max|γ_q|·max|γ_k|,")
+WHOLE_ROW_LENGTH = ("Before its gains a token's whole Q row (and K row), every head's columns, has length √(its width),"
+                    " so one head's part is at most that long, not √dₖ, and a score is still bounded by the gains alone,")
 
 
 class QKNormStage(StageSpec):
@@ -60,9 +64,11 @@ class QKNormStage(StageSpec):
     def meaning(self, trace: TraceContext, head: int | None) -> str:
         qk = trace.comp.scenario.qk_norm
         assert qk is not None
-        over = (" Here the mean square is taken over each head's dₖ columns on their own." if qk.over == "head" else
-                " Here the mean square of a token is taken over every head's columns together (the whole projection).")
-        return self.stage.meaning + over
+        if qk.over == "head":
+            return self.stage.meaning + " Here the mean square is taken over each head's dₖ columns on their own."
+        # over every head, a head's part of the row is not √dₖ long (qk_norm_all's Q̂[I] = [1.789, 0], √2 = 1.414)
+        return (self.stage.meaning.replace(PER_HEAD_LENGTH, WHOLE_ROW_LENGTH)
+                + " Here the mean square of a token is taken over every head's columns together (the whole projection).")
 
     def operation(self, trace: TraceContext, index: int, seg: Segment, row: int, col: int | None, d: int) -> Operation:
         h = seg.head

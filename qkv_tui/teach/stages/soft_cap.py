@@ -28,8 +28,8 @@ def pull_note(scaled: float, capped: float, cap: float, d: int) -> str:
     if scaled == 0:
         return f"tanh(0) = 0: a zero score stays 0 under any cap (c·tanh(s/c) stays within ±{c})"
     kept = capped / scaled
-    return (f"the cap keeps {kept:.0%} of {s_t}: c·tanh(s/c) stays within ±{c}, and the nearer s comes to ±{c},"
-            " the more it is pulled in")
+    return (f"the cap keeps {kept:.0%} of {s_t}: c·tanh(s/c) stays within ±{c}, and the larger |s| is next to {c},"
+            " the more it is pulled in")  # past ±c too: "nearer to ±c" would stop there
 
 
 def cap_text(cap: float) -> str:
@@ -145,7 +145,8 @@ def meaning(heads: list[HeadResult]) -> str:
     if len(capped) < len(heads) or len(caps) > 1:  # heads with caps of their own, or none
         whose += " (" + ", ".join(f"{hr.name}: c = {cap_text(hr.softcap)}" for hr in capped if hr.softcap) + ")"
     return (f" Then {whose} turns each scaled score s into {c}·tanh(s/{c}), before any bias and the mask:"
-            f" no logit passes ±{c}, so none can run away, and a score far below {c} stays almost as it was"
+            f" no logit passes ±{c}, so none can run away, and a score much smaller than {c} in size stays almost as it"
+            " was"  # not "far below c": a score of −10c is far below c and is pulled right in to −c
             " (Gemma 2 caps at 50; Gemma 3 replaced the cap by QK-norm).")
 
 

@@ -38,6 +38,9 @@ from qkv_tui.teach.stages.soft_cap import logits_name
 SAME_WEIGHT = "same weight:"  # the seed's way to one weight, after the row's list of e^s
 MAX_LISTED = 8  # a "which key?" question lists its keys with their numbers up to this many
 SINK_COLUMNS = ("logit", "exp", "Σw")  # the sink pane's columns, one row per query
+SINK_MEANING = ("Per row: subtract the row max (so exp never overflows), exponentiate, divide by the row sum."
+                " The sink is one more logit in that sum: with its share each row is a probability distribution"
+                " (never negative, adding to 1); its column is then dropped, so the rows shown add up to less than 1.")
 
 
 class Softmax(StageSpec):
@@ -56,10 +59,12 @@ class Softmax(StageSpec):
         return [Plan("weights", sc.n, sc.m)]
 
     def meaning(self, trace: TraceContext, head: int | None) -> str:
-        text = self.stage.meaning
-        if any(h.sink is not None for h in trace.comp.heads):
-            text += " A sink is one more logit in each row's sum, then dropped: rows add up to less than 1."
-        return text
+        # only the head in view: gated.toml's second head has no sink, and its rows do add to 1
+        heads = trace.comp.heads if head is None else [trace.comp.heads[head]]
+        if any(h.sink is not None for h in heads):
+            # not "add to 1" then "less than 1": the rows shown are the distribution without its sink share
+            return SINK_MEANING
+        return self.stage.meaning
 
     def operation(self, trace: TraceContext, index: int, seg: Segment, row: int, col: int | None, d: int) -> Operation:
         h = seg.head
@@ -265,7 +270,7 @@ class SoftmaxBack(BackwardSpec):
     stage = Stage("dsoftmax", "dSoftmax",
                   "Back through the softmax. Raising one logit raises its own weight but lowers every other weight of"
                   " the row, because a row always shares out the same total. So the gradient at logit j is its"
-                  " weight times how much better than the row's average its key is: dS = P ⊙ (dP − D), where"
+                  " weight times how much more than the row's average its key would raise the loss: dS = P ⊙ (dP − D), where"
                   " D[t] = Σⱼ P[t,j]·dP[t,j] is that average, worked once per row as dO[t]·out[t] (the same sum).")
     per_head = True
     matrices = ("D", "dS", "dsink")

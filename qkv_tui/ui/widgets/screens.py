@@ -118,6 +118,8 @@ class HelpScreen(PageScreen):
         super().__init__()
         self.stages = stages  # as the scenario names them (Embed is "Input" for a model's residual stream)
         # the rows of side views this scenario has nothing for (the Train view without [backward]) are left out
+        # a [linear] or [deltanet] scenario's stages compute no softmax: its help must not head them with one
+        self.state = scenario is not None and (scenario.linear is not None or getattr(scenario, "deltanet", None) is not None)
         self.hidden = {row for view in SIDE_VIEWS if scenario is not None and not shown_for(view, scenario)
                        for row in view.help}
 
@@ -134,7 +136,8 @@ class HelpScreen(PageScreen):
         parts: list[RenderableType] = [Text(f"{self.CLOSE_HINT} this help; ↑ ↓ and page down / up scroll it.\n",
                                             style="italic #8a8a8a"),
                                        Text("Keys", style="bold underline"), keys,
-                                       Text("\nStages: softmax(QKᵀ/√dₖ)V, one operation at a time", style="bold underline")]
+                                       Text("\nStages: " + ("the state's rule, no softmax" if self.state else "softmax(QKᵀ/√dₖ)V")
+                                            + ", one operation at a time", style="bold underline")]
         for number, stage in enumerate(self.stages, start=1):
             jump = stage_key(number)
             label = f"  {jump} {stage.name}" if jump else f"  {stage.name} (stage {number}: no key of its own; ] reaches it)"
