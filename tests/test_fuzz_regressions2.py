@@ -27,6 +27,13 @@ FOUND = {
         'W_V = [[0], [-3]]\nb_K = [-3, 0.69, -3, 2]\nW_G = [[1], [0]]\n[linear]\nfeature = "relu"\nnormalize = true\n'
         '[backward]\ntarget = [[-2], [-0.0], [3], [-1]]\nlr = 0.5\nsteps = 1\n'
         'train = ["W_G", "b_K", "W_K", "gamma", "W_Q", "W_V"]\n', 4),
+    # elu + 1 below 0 by hand: the slope eˣ was written down rounded (e^(-5.87) = 0.00 at 2 decimals) before it
+    # multiplied, but the line showed only e^(-5.87), so dK = (-9.91)·e^(-5.87) read 0.00 and not -0.03
+    "elu1_slope_by_hand": (
+        'tokens = ["t0", "t1", "t2", "t3"]\nX = [[1, 0.31, -0.68, 0], [0.68, 0.72, -1.05, -2], [-3, -1, -0.0, -1],'
+        ' [-1, -3, 0.0, 2]]\nmask = "causal"\n[[heads]]\nname = "h0"\nW_Q = [[0], [0.0], [-0.5], [-2]]\n'
+        'W_K = [[-0.0], [-2], [1], [1.69]]\nW_V = [[0], [1], [0.0], [1.21]]\nb_V = [2]\n[linear]\nfeature = "elu1"\n'
+        'normalize = true\n[backward]\ntarget = [[0], [1], [1], [0]]\n', 1),
 }
 
 
