@@ -75,9 +75,13 @@ def assert_gradients_true(sc: Scenario) -> None:
         moved = dataclasses.replace(sc, backward=dataclasses.replace(bw, lr=lr))
         return _loss(updated(moved, g))
 
-    diff = (at(-eps) - at(eps)) / (2 * eps)
-    scale = abs(_loss(sc)) / eps
-    assert math.isclose(diff, slope, rel_tol=2e-4, abs_tol=1e-9 * scale), (diff, slope)
+    # a latent norm of a row near 0 bends the loss on a scale of √eps: smaller steps until the difference settles
+    diffs = []
+    for step in (eps, eps / 30, eps / 900):
+        diffs.append((at(-step) - at(step)) / (2 * step))
+        if math.isclose(diffs[-1], slope, rel_tol=2e-4, abs_tol=1e-9 * abs(_loss(sc)) / step):
+            return
+    raise AssertionError(f"the loss moves by {diffs} along the gradient, not by Σ g² = {slope}")
 
 
 def assert_backward_paths(text: str, decimals: int = 3, gradients_true: bool = True) -> bool:
