@@ -328,6 +328,8 @@ def norm_of(scenario: Scenario) -> NormResult | None:
 def check_head(sc: Scenario, result: HeadResult) -> None:
     """Refuse a head with a value float64 cannot hold: ScenarioError naming the matrix, row and remedy."""
     linear_check(sc, result)  # first: a zero denominator would read as an overflow of the weights
+    if result.mla is not None:
+        mla_check(sc, result)
     keys = sc.key_tokens
     for name in ("Q", "K", "V", "Q_norm", "K_norm", "Q_rot", "K_rot", "scores", "scaled", "capped", "bias", "masked",
                  "weights", "output"):
@@ -341,7 +343,9 @@ def check_head(sc: Scenario, result: HeadResult) -> None:
         where = _at(keys if name in ("K", "V", "K_norm", "K_rot") else sc.tokens, bad[0])
         if name in ("scores", "scaled", "capped", "bias", "masked", "weights"):
             where += f', key "{keys[bad[1]]}"'
-        hint = _HEAD_HINTS[name]
+        hint = _HEAD_HINTS[name] if result.mla is None else _MLA_HINTS.get(name, _HEAD_HINTS[name])
+        if name == "Q" and sc.mla is not None and sc.mla.W_Q is None:  # the query's latent, not a W_Q the file lacks
+            hint = "expected smaller W_UQ or c_Q = X̂·W_DQ (smaller X or W_DQ)"
         if name == "scores" and sc.qk_norm is not None:  # the normalised vectors' size is the gains'
             hint = "expected smaller [qk_norm] gains (gamma_q, gamma_k), so that every product stays finite"
         raise ScenarioError(sc.source, f"{result.name}: values in {name} overflow float64 at {where}; {hint}")
@@ -349,6 +353,29 @@ def check_head(sc: Scenario, result: HeadResult) -> None:
     if result.gate_logit is not None and (bad := first_bad(result.gate_logit)) is not None:
         raise ScenarioError(sc.source, f"{result.name}: values in the gate's X̂·W_G overflow float64 at"
                             f" {_at(sc.tokens, bad[0])}; expected smaller X or W_G")
+
+
+# [mla]'s heads have no W_Q, W_K or W_V of their own to blame: their Q, K and V come from the latent layer
+_MLA_HINTS = {
+    "Q": "expected smaller X or W_Q",
+    "K": "expected smaller W_UK or c_KV = X̂·W_DKV (the no-position part), or X or W_KR (the rotary part)",
+    "V": "expected smaller W_UV or c_KV = X̂·W_DKV (smaller X or W_DKV)",
+}
+
+
+def mla_check(sc: Scenario, result: HeadResult) -> None:
+    """The latent layer's own matrices, before the heads' Q, K and V they make: the first that overflows is named."""
+    assert result.mla is not None
+    shared = result.mla.shared
+    parts = (("c_KV = X̂·W_DKV", shared.c_KV_raw, "expected smaller X or W_DKV"),
+             ("c_KV after kv_norm", shared.c_KV, "expected a smaller gamma_kv"),
+             ("c_Q = X̂·W_DQ", shared.c_Q_raw, "expected smaller X or W_DQ"),
+             ("c_Q after q_norm", shared.c_Q, "expected a smaller gamma_q"),
+             ("k_R = X̂·W_KR", shared.k_R_raw, "expected smaller X or W_KR"))
+    for what, array, hint in parts:
+        if array is not None and (bad := first_bad(array)) is not None:
+            raise ScenarioError(sc.source, f"values in [mla]'s {what} overflow float64 at {_at(sc.tokens, bad[0])};"
+                                f" {hint}")
 
 
 def linear_spec(sc: Scenario) -> LinearSpec | None:

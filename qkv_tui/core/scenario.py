@@ -524,7 +524,16 @@ class _Validator:
 
     def mla_heads(self, doc: dict[str, Any], mla: variants.Mla) -> tuple[Head, ...]:
         softcap = variants.softcap.parse_softcap(self, doc, "")
-        return tuple(Head(name, W_Q, W_K, W_V, softcap=softcap) for name, W_Q, W_K, W_V in mla.head_weights())
+        with np.errstate(over="ignore", invalid="ignore"):
+            weights = mla.head_weights()
+        for h, (_, *products) in enumerate(weights):
+            # the heads' shapes multiply the latent through: a product past float64 is named, not a NumPy warning
+            q = "W_Q" if mla.W_Q is not None else "W_DQ·W_UQ"
+            for what, M in zip((q, "W_DKV·W_UK", "W_DKV·W_UV"), products, strict=True):
+                if not np.isfinite(M).all():
+                    raise self.fail(f"[mla]'s {what} for head {h + 1} overflows float64; expected smaller"
+                                    f" {' or '.join(what.split('·'))}")
+        return tuple(Head(name, W_Q, W_K, W_V, softcap=softcap) for name, W_Q, W_K, W_V in weights)
 
     def heads(
         self, doc: dict[str, Any], d_model: int, d_in: int, d_in_name: str

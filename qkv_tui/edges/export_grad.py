@@ -10,7 +10,8 @@ import numpy as np
 
 from qkv_tui.core.engine import Computation, compute
 from qkv_tui.core.gradients import Gradients, HeadGrad, KVGrad, gradients
-from qkv_tui.core.scenario import Matrix, Scenario
+from qkv_tui.core.scenario import Matrix, Scenario, ScenarioError
+from qkv_tui.core.toml_text import number as fmt_lr
 from qkv_tui.core.training import steps
 from qkv_tui.kernels.backward_mla import MlaBack
 
@@ -115,14 +116,31 @@ def _deltanet(g: Gradients, write_fields: WriteFields) -> Nested:
     ])
 
 
+def _trained(sc: Scenario) -> Iterable[Fields]:
+    """core/training.py's steps as the JSON's train list. A step that cannot be computed (float64 overflows, a
+    denominator of [linear] falls to 0) ends the list with why, as the Train view stops there and says so: the
+    file's own numbers computed, so --check and every other export show them."""
+    assert sc.backward is not None
+    total, walk = sc.backward.steps, steps(sc)
+    for k in range(total + 1):
+        try:
+            s = next(walk)
+        except (ScenarioError, FloatingPointError, ArithmeticError, RuntimeWarning) as exc:
+            if k == 0:
+                raise
+            why = exc.message if isinstance(exc, ScenarioError) else f"the numbers are past float64 ({exc})"
+            yield [("step", k), ("stopped", f"step {k} of {total} (lr = {fmt_lr(sc.backward.lr)}) cannot be"
+                                 f" computed: {why}")]
+            return
+        yield [("step", s.step), ("loss", s.loss), ("weights", [w.tolist() for w in s.weights])]
+
+
 def backward_parts(sc: Scenario, comp: Computation | None, write_fields: WriteFields) -> Fields:
     """``"grad"`` and ``"train"``, both null without [backward]."""
     if sc.backward is None:
         return [("grad", None), ("train", None)]
     comp = compute(sc) if comp is None else comp
     g = gradients(comp)
-    train = [
-        [("step", s.step), ("loss", s.loss), ("weights", [w.tolist() for w in s.weights])] for s in steps(sc)
-    ]
+    train = list(_trained(sc))
     return [("grad", Nested(write_fields, fields=grad_fields(sc, g, write_fields))),
             ("train", Nested(write_fields, items=train))]

@@ -115,8 +115,15 @@ def write_deltanet(dn: DeltaNet) -> list[str]:
 
 
 def _summary(dn: DeltaNet) -> str:
-    given = dn.g is not None and dn.beta is not None
-    return "gated delta rule" + (" (g, β given)" if given else " (g, β from the weights)") + summary(dn.io)
+    if dn.g is not None and dn.beta is not None:
+        where = "g, β given"
+    elif dn.g is None and dn.beta is None:
+        where = "g, β from the weights"
+    elif dn.g is not None:  # either may be given while the other is computed: say which is which
+        where = "g given, β from W_b"
+    else:
+        where = "g from W_a, A_log and dt_bias, β given"
+    return f"gated delta rule ({where})" + summary(dn.io)
 
 
 TABLE: Table[DeltaNet] = Table("deltanet", DELTANET_KEYS, parse_deltanet, _summary, write_deltanet)

@@ -617,6 +617,13 @@ class LinearBackStage(BackwardSpec):
         refs = (Ref("lb_dphiQ" if is_q else "lb_dphiK", h, row, col),)
         said = f"{cell} = dφ({name})[{label},{col}]·φ'({name}[{label},{col}])"
         kind = sc.linear.feature
+        if kind == "elu1" and x <= 0 and trace.hand is not None:
+            # by hand the slope eˣ is written down rounded before it multiplies: the line shows it, so it re-computes
+            slope = float((lb.slope_Q if is_q else lb.slope_K)[row, col])
+            shown_x = fmt(x, False, d)
+            shown_x = f"({shown_x})" if shown_x.startswith("-") else shown_x
+            return formula_cell(trace, index, seg, row, col, d, value, lambda g, s: g * s, [dphi, slope],
+                                lambda t: f"{t[0]}·e^{shown_x} = {t[0]}·{t[1]}", said, refs)
         if kind == "elu1" and x <= 0:
             return formula_cell(trace, index, seg, row, col, d, value, lambda g, v: g * math.exp(v), [dphi, x],
                                 lambda t: f"{t[0]}·e^{t[1]}", said, refs)
