@@ -70,6 +70,8 @@ def gradient_of(G: Gradients, key: str) -> Any:
              "dgamma_k": hg.dgamma_k, "dsink": None if a.dsink is None else np.array([[a.dsink]])}
     if hg.gate is not None:
         table |= {"dOh": hg.gate.d_output, "dz": hg.gate.d_logit, "dW_G": hg.gate.dW_G}
+    if hg.linear is not None:
+        table |= {"dP": hg.linear.dweights, "dA": hg.linear.dA, "dphiQ": hg.linear.dphi_Q, "dphiK": hg.linear.dphi_K}
     if kind == "dcap":
         return a.dscaled
     return table.get(kind)

@@ -21,6 +21,7 @@ from qkv_tui.core.engine import Computation, HeadResult, NormResult
 from qkv_tui.core.gradients import Gradients, HeadGrad, gradients
 from qkv_tui.core.scenario import Matrix, Scenario
 from qkv_tui.edges.worksheet_backward_lines import line, operand_keys
+from qkv_tui.edges.worksheet_backward_state import linear_tables, linear_weights, printed_linear
 from qkv_tui.kernels.attention import Turn
 from qkv_tui.kernels.backward_norm import row_means
 from qkv_tui.kernels.norm import Normed, norm_root
@@ -43,7 +44,16 @@ class PageBackward(PrintedPage):
 def covered(sc: Scenario) -> bool:
     """Whether the page's backward tables cover the scenario (module docstring)."""
     return bool(sc.backward is not None and not (sc.qk_norm is not None and sc.qk_norm.over == "all")
-                and sc.mla is None and sc.linear is None and sc.deltanet is None)
+                and sc.mla is None and sc.deltanet is None)
+
+
+def uncovered(sc: Scenario) -> str:
+    """What of the scenario the page's backward tables leave to the app, for the rule that says so."""
+    if sc.mla is not None:
+        return "latent attention ([mla])"
+    if sc.deltanet is not None:
+        return "the gated delta rule ([deltanet])"
+    return "QK-norm over every head's columns together"
 
 
 def printed_computation(chain: PrintedChain) -> Computation:
@@ -59,9 +69,13 @@ def printed_computation(chain: PrintedChain) -> Computation:
     heads: list[HeadResult] = []
     for h, hr in enumerate(comp.heads):
         g = chain.owners[h]
-        weights = np.where(sc.allow, v(f"weights.{h}"), 0.0)  # (n, m)
-        fields: dict[str, object] = {"Q": v(f"Q.{h}"), "K": v(f"K.{g}"), "V": v(f"V.{g}"), "scaled": v(f"scaled.{h}"),
-                                     "weights": weights, "output": v(f"output.{h}")}
+        fields: dict[str, object] = {"Q": v(f"Q.{h}"), "K": v(f"K.{g}"), "V": v(f"V.{g}"), "output": v(f"output.{h}")}
+        if hr.linear is not None:
+            weights = linear_weights(chain, h)  # (n, m)
+            fields |= {"weights": weights, "linear": printed_linear(chain, h, hr.linear, weights)}
+        else:
+            weights = np.where(sc.allow, v(f"weights.{h}"), 0.0)  # (n, m)
+            fields |= {"scaled": v(f"scaled.{h}"), "weights": weights}
         if sc.rope is not None:
             fields |= {"Q_rot": v(f"Q_rot.{h}"), "K_rot": v(f"K_rot.{g}")}
         if sc.qk_norm is not None:
@@ -155,23 +169,10 @@ def backward_tables(chain: PrintedChain) -> list[Table]:
             t(f"dz.{h}", "dz", "dz = dJ ⊙ output ⊙ g ⊙ (1 − g) (at the gate's logits)", hg.gate.d_logit, rows, dv, h)
             t(f"dW_G.{h}", "dW_G", f"dW_G = {xq}ᵀ·dz", hg.gate.dW_G, idx(hr.W_G.shape[0] if hr.W_G is not None else 0),
               dv, h)
-        a = hg.attend
-        t(f"dV.{h}", "dV", "dV = weightsᵀ·dO_h", a.dV, keys, dv, h)
-        t(f"dP.{h}", "dP", "dP = dO_h·Vᵀ", a.dP, rows, keys, h)
-        t(f"D.{h}", "D", "D = rowsum(dO_h ⊙ output)", a.D[:, None], rows, ("D",), h)
-        t(f"dS.{h}", "dS", "dS = weights ⊙ (dP − D) (0 where masked)", a.dS, rows, keys, h, sc.allow)
-        if hr.sink is not None:
-            assert a.dsink is not None
-            t(f"psink.{h}", "p_sink", "p_sink = 1 − Σ weights (each row's sink share)",
-              r(1.0 - hr.weights.sum(axis=1))[:, None], rows, ("p",), h)
-            t(f"dsink.{h}", "dsink", "dsink = −Σ p_sink·D", np.array([[a.dsink]]), ("sink",), ("d",), h)
-        if hr.softcap is not None:
-            t(f"dcap.{h}", "dscaled", "dscaled = dS ⊙ (1 − tanh²(scaled / c)) (through the soft-cap)", a.dscaled, rows,
-              keys, h, sc.allow)
-        t(f"dscores.{h}", "dscores", "dscores = dscaled / scale" if hr.softcap is not None else "dscores = dS / scale",
-          a.dscores, rows, keys, h, sc.allow)
-        t(f"dQu.{h}", dq[0], f"{dq[0]} = dscores·{ops.k_used_name}", a.dQ_used, rows, dvc, h)
-        t(f"dKu.{h}", dk[0], f"{dk[0]} = dscoresᵀ·{ops.q_used_name}", a.dK_used, keys, dvc, h)
+        if hg.linear is not None:
+            linear_tables(t, chain, h, hg.linear, ops)
+        else:
+            _softmax_tables(t, chain, pcomp, h, hg)
         if hg.dQ_rot is not None:
             t(f"dQt.{h}", dq[1], f"{dq[1]} = {dq[0]} turned back (by −p·θ)", hg.dQ_turned, rows, dvc, h)
             t(f"dKt.{h}", dk[1], f"{dk[1]} = {dk[0]} turned back (by −p·θ)", hg.dK_turned, keys, dvc, h)
@@ -208,6 +209,32 @@ def backward_tables(chain: PrintedChain) -> list[Table]:
     if sc.norm is not None and pcomp.norm is not None:
         _norm_tables(t, pcomp.norm, sc, G, chain.d)
     return out
+
+
+def _softmax_tables(t: Add, chain: PrintedChain, pcomp: Computation, h: int, hg: HeadGrad) -> None:
+    """One softmax head from dO_h to dQ and dK at what is scored (kernels/backward.py's attend_backward)."""
+    sc = chain.sc
+    hr, a, r = pcomp.heads[h], hg.attend, chain.rounded
+    rows, keys = sc.labels, sc.key_labels
+    ops = operand_keys(sc, chain.owners)
+    dq, dk = ops.dq_names(h), ops.dk_names(h)
+    dv, dvc = idx(hr.d_v), idx(hr.d_k)
+    t(f"dV.{h}", "dV", "dV = weightsᵀ·dO_h", a.dV, keys, dv, h)
+    t(f"dP.{h}", "dP", "dP = dO_h·Vᵀ", a.dP, rows, keys, h)
+    t(f"D.{h}", "D", "D = rowsum(dO_h ⊙ output)", a.D[:, None], rows, ("D",), h)
+    t(f"dS.{h}", "dS", "dS = weights ⊙ (dP − D) (0 where masked)", a.dS, rows, keys, h, sc.allow)
+    if hr.sink is not None:
+        assert a.dsink is not None
+        t(f"psink.{h}", "p_sink", "p_sink = 1 − Σ weights (each row's sink share)",
+          r(1.0 - hr.weights.sum(axis=1))[:, None], rows, ("p",), h)
+        t(f"dsink.{h}", "dsink", "dsink = −Σ p_sink·D", np.array([[a.dsink]]), ("sink",), ("d",), h)
+    if hr.softcap is not None:
+        t(f"dcap.{h}", "dscaled", "dscaled = dS ⊙ (1 − tanh²(scaled / c)) (through the soft-cap)", a.dscaled, rows,
+          keys, h, sc.allow)
+    t(f"dscores.{h}", "dscores", "dscores = dscaled / scale" if hr.softcap is not None else "dscores = dS / scale",
+      a.dscores, rows, keys, h, sc.allow)
+    t(f"dQu.{h}", dq[0], f"{dq[0]} = dscores·{ops.k_used_name}", a.dQ_used, rows, dvc, h)
+    t(f"dKu.{h}", dk[0], f"{dk[0]} = dscoresᵀ·{ops.q_used_name}", a.dK_used, keys, dvc, h)
 
 
 def _qk_tables(t: Add, chain: PrintedChain, pcomp: Computation, h: int, mine: bool, dQ_t: Matrix, dK_t: Matrix,
@@ -270,12 +297,23 @@ class BackwardSheet(StageSpec):
         if sc.backward is None:
             return []
         if not covered(sc):
-            return ["- [backward]: this page has the forward pass only; its backward tables do not cover QK-norm over"
-                    " every head's columns together (the app and --export markdown show every gradient of this scenario)"]
+            return [f"- [backward]: this page has the forward pass only; its backward tables do not cover {uncovered(sc)}"
+                    " (the app and --export markdown show every gradient of this scenario)"]
+        head = ("dV = weightsᵀ·dO_h, dP = dO_h·Vᵀ, D = rowsum(dO_h ⊙ output), dS = weights ⊙ (dP − D), 0 where masked;"
+                " dQ = (dS / scale)·K, dK = (dS / scale)ᵀ·Q; " if sc.linear is None else "")
         out = ["- Backward: work each table of the Backward sections from the tables printed before it, in page order"
-               " (the chain rule, one operation per table). dV = weightsᵀ·dO_h, dP = dO_h·Vᵀ, D = rowsum(dO_h ⊙ output),"
-               " dS = weights ⊙ (dP − D), 0 where masked; dQ = (dS / scale)·K, dK = (dS / scale)ᵀ·Q; dW = Xᵀ·(its"
-               " gradient); a bias's gradient is the sum of its gradient's rows."]
+               f" (the chain rule, one operation per table). {head}dW_Q = Xᵀ·dQ (each weight's gradient: its input"
+               " transposed times the gradient at its output); a bias's gradient is the sum of its gradient's rows."
+               if sc.linear is not None else
+               "- Backward: work each table of the Backward sections from the tables printed before it, in page order"
+               f" (the chain rule, one operation per table). {head}dW = Xᵀ·(its gradient); a bias's gradient is the sum"
+               " of its gradient's rows."]
+        if sc.linear is not None:
+            norm = sc.linear.normalize
+            out.append("  Linear attention, in place of the softmax: dV = " + ("W" if norm else "A") + "ᵀ·dO_h, dW = dO_h·Vᵀ, "
+                       + ("D = rowsum(dO_h ⊙ output), dA = (dW − D) ÷ ΣA" if norm else "dA = dW") + ", 0 where masked;"
+                       " dφ(Q) = dA·φ(K), dφ(K) = dAᵀ·φ(Q); dQ = dφ(Q) ⊙ φ'(Q), dK = dφ(K) ⊙ φ'(K)"
+                       + (" (φ' is 1 above 0 and e^x = φ(x) at or below)." if sc.linear.feature == "elu1" else "."))
         if sc.W_O is not None:
             out.append("  Through W_O first: dConcat = dO·W_Oᵀ (each head's dO_h is its columns), dW_O = concatᵀ·dO.")
         if any(h.W_G is not None for h in sc.heads):

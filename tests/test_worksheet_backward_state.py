@@ -1,0 +1,87 @@
+"""Backward worksheets of the heads that are no plain softmax head (edges/worksheet_backward_state.py): [linear]
+(both normalisations, each feature map), with the checks of tests/test_worksheet_backward_variants.py: every key
+answer is core/gradients.py's gradient on the printed page, every blank's operands are printed before it, every
+key line checks out on a calculator, and the typeset PDF holds the key on its key pages and no blanked answer on
+its question pages. What the page still leaves to the app says so in its rule."""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+
+import numpy as np
+import pytest
+
+from qkv_tui.core.engine import compute
+from qkv_tui.core.scenario import Scenario, load_scenario
+from qkv_tui.edges import worksheet_page as md
+from qkv_tui.edges.worksheet import build
+from qkv_tui.edges.worksheet_backward import covered
+from qkv_tui.edges.worksheet_sheet import sheet
+
+from .test_backward_torch import _builtin, shape_of, with_backward
+from .test_worksheet_backward_variants import NUMBER, _table, check_page
+
+
+def _linear(feature: str = "elu1", normalize: bool = True, rope: bool = False) -> Scenario:
+    """scenarios/linear.toml with a target appended, its feature map and normalisation swapped in."""
+    text = _builtin("linear").replace('feature = "elu1"', f'feature = "{feature}"')
+    text = text.replace("normalize = true", f"normalize = {str(normalize).lower()}")
+    if rope:
+        text = text.replace("[linear]", "[rope]\nlayout = \"interleaved\"\nbase = 10000.0\n\n[linear]")
+    n, d_out = shape_of(text)
+    return with_backward(text, np.random.default_rng(7).normal(size=(n, d_out)).round(2).tolist())
+
+
+LINEAR = {"linear": _linear(), "linear_relu_plain": _linear("relu", False), "linear_identity": _linear("identity", False),
+          "linear_rope": _linear(rope=True)}
+
+
+def scenario(name: str) -> Scenario:
+    return LINEAR[name] if name in LINEAR else load_scenario(name)
+
+
+@pytest.mark.parametrize("name", sorted(LINEAR))
+@pytest.mark.parametrize(("blanks", "seed", "decimals"), [("100%", 0, 3), ("30%", 1, 2), ("100%", 2, 4)])
+def test_every_backward_page_checks_out(name: str, blanks: str, seed: int, decimals: int) -> None:
+    sc = scenario(name)
+    assert covered(sc)
+    ws = build(compute(sc), blanks, seed, decimals)
+    assert check_page(ws) > 0
+    text = ws.markdown()
+    assert "## Backward" in text and "not cover" not in text
+
+
+def test_linear_walks_its_own_tables() -> None:
+    keys = {t.key.partition(".")[0] for t in build(compute(LINEAR["linear"]), "0").tables}
+    assert {"dV", "dP", "D", "dA", "dphiQ", "dphiK", "dQu", "dKu", "dW_Q", "dW_K", "dW_V", "dX_in"} <= keys
+    assert not {"dS", "dscores"} & keys  # no softmax, no scale
+    plain = {t.key.partition(".")[0] for t in build(compute(LINEAR["linear_relu_plain"]), "0").tables}
+    assert "dA" in plain and "D" not in plain  # without normalize no row was divided: dA is dW itself
+
+
+@pytest.mark.parametrize(("name", "what"), [("mla_learns", "latent attention ([mla])"),
+                                            ("deltanet_learns", "the gated delta rule ([deltanet])")])
+def test_what_is_left_to_the_app_is_named(name: str, what: str) -> None:
+    ws = build(compute(load_scenario(name)), "100%")
+    assert not [t for t in ws.tables if t.stage == "backward"]
+    assert f"do not cover {what} (the app" in ws.markdown()
+
+
+@pytest.mark.parametrize("name", ["linear", "linear_rope"])
+def test_the_pdf_prints_the_backward_key_on_the_key_pages_only(name: str) -> None:
+    pypdf = pytest.importorskip("pypdf")
+    from qkv_tui.edges.worksheet_typst import pdf, source
+
+    ws = build(compute(scenario(name)), "25%")
+    texts = [page.extract_text() for page in pypdf.PdfReader(io.BytesIO(pdf(source(sheet(ws))))).pages]
+    start = next(n for n, text in enumerate(texts) if text.startswith("Answer key"))
+    questions, key = "\n".join(texts[:start]), "\n".join(texts[start:])
+    printed = set(NUMBER.findall("\n".join(md.questions(dataclasses.replace(sheet(ws), description="")))))
+    backward = [b for b in ws.blanks if _table(ws, b.table).stage == "backward"]
+    assert backward
+    for blank in backward:
+        assert f"({blank.number})" in questions and f"({blank.number})" in key
+        assert set(NUMBER.findall(blank.working)) <= set(NUMBER.findall(key)), blank
+        if "." in blank.answer and blank.answer.lstrip("-") not in printed:
+            assert blank.answer.lstrip("-") not in set(NUMBER.findall(questions)), blank
