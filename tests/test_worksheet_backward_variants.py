@@ -55,6 +55,9 @@ def page_grads(ws: Worksheet) -> Gradients:
 def gradient_of(G: Gradients, key: str) -> Any:
     """The gradient a backward table prints, by its key (written here apart from the page's own tables)."""
     kind, _, suffix = key.partition(".")
+    if G.mla is not None and kind in MLA:
+        value = getattr(G.mla, MLA[kind])
+        return value[int(suffix)] if suffix else value
     if not suffix:
         return {"dO": G.dO, "dConcat": G.d_concat, "dW_O": G.dW_O, "db_O": G.db_O, "dX_in": G.dX_norm, "dX": G.dX,
                 "dgamma": G.dgamma, "dbeta": G.dbeta, "dgamma_q": G.dgamma_q, "dgamma_k": G.dgamma_k}.get(kind)
@@ -76,6 +79,10 @@ def gradient_of(G: Gradients, key: str) -> Any:
         return a.dscaled
     return table.get(kind)
 
+
+# [mla]'s latent tables by key: MlaBack's fields
+MLA = {"mqR": "dq_R_raw", "mkR": "dk_R", "mkRraw": "dk_R_raw", "mcKV": "dc_KV", "mW_UK": "dW_UK", "mW_UV": "dW_UV",
+       "mW_KR": "dW_KR", "mW_Q": "dW_Q", "mW_DKV": "dW_DKV"}
 
 # what the backward's own working prints as a table of its own (the norms' r, x̂ and m, a sink's share)
 INTERMEDIATE = ("qroot", "kroot", "qhat", "khat", "qm", "km", "xroot", "xhat", "xm", "xgbar", "psink")

@@ -6,8 +6,10 @@ operands and rounded once (``PageBackward``), with RoPE's cos and sin as the pag
 backward table is worked from tables printed before it and the answer key's lines agree with a calculator
 (edges/worksheet_backward_lines.py writes them). The tables walk the trace's backward stages: dO, dConcat
 and dW_O, per head the gate, dV, dP, D, dS, the soft-cap, the scale, dQ and dK, RoPE turned back, QK-norm,
-dW_Q, dW_K, dW_V and the biases, a sink, then grouped K/V heads' sums, dX̂'s paths, the pre-norm and dγ.
-QK-norm over every head's columns together is left to the app (a rule says so).
+dW_Q, dW_K, dW_V and the biases, a sink, then grouped K/V heads' sums, dX̂'s paths, the pre-norm and dγ. A [linear]
+head's quadratic form stands in for the softmax part (edges/worksheet_backward_state.py) and [mla]'s latent layer
+for the per-head weights (edges/worksheet_backward_mla.py). What the tables leave to the app (worksheet_rules says
+which) gets a rule saying so and the forward pass only.
 """
 
 from __future__ import annotations
@@ -21,6 +23,14 @@ from qkv_tui.core.engine import Computation, HeadResult, NormResult
 from qkv_tui.core.gradients import Gradients, HeadGrad, gradients
 from qkv_tui.core.scenario import Matrix, Scenario
 from qkv_tui.edges.worksheet_backward_lines import line, operand_keys
+from qkv_tui.edges.worksheet_backward_mla import (
+    dX_heading,
+    latent_turn,
+    mla_covered,
+    mla_head_tables,
+    mla_tables,
+    printed_mla,
+)
 from qkv_tui.edges.worksheet_backward_state import linear_tables, linear_weights, printed_linear
 from qkv_tui.kernels.attention import Turn
 from qkv_tui.kernels.backward_norm import row_means
@@ -44,13 +54,13 @@ class PageBackward(PrintedPage):
 def covered(sc: Scenario) -> bool:
     """Whether the page's backward tables cover the scenario (module docstring)."""
     return bool(sc.backward is not None and not (sc.qk_norm is not None and sc.qk_norm.over == "all")
-                and sc.mla is None and sc.deltanet is None)
+                and (sc.mla is None or mla_covered(sc)) and sc.deltanet is None)
 
 
 def uncovered(sc: Scenario) -> str:
     """What of the scenario the page's backward tables leave to the app, for the rule that says so."""
     if sc.mla is not None:
-        return "latent attention ([mla])"
+        return "latent attention ([mla]) with a latent norm (kv_norm, q_norm), a query latent (W_DQ, W_UQ) or a gate"
     if sc.deltanet is not None:
         return "the gated delta rule ([deltanet])"
     return "QK-norm over every head's columns together"
@@ -85,7 +95,8 @@ def printed_computation(chain: PrintedChain) -> Computation:
             fields |= {"gate": v(f"gate.{h}"), "gated_output": v(f"gated.{h}")}
         if hr.sink is not None:  # the sink's share of each row is what the printed weights leave
             fields |= {"sink_exp": 1.0 - weights.sum(axis=1), "row_sum": np.ones(n)}
-        heads.append(replace(hr, **fields))  # type: ignore[arg-type]
+        head = replace(hr, **fields)  # type: ignore[arg-type]
+        heads.append(printed_mla(chain, head) if hr.mla is not None else head)
     concat = v("concat") if "concat" in chain.printed else heads[0].joined
     output = v("final") if sc.W_O is not None else concat
     return Computation(sc, tuple(heads), concat, comp.W_O, output, None, norm, comp.b_O)
@@ -121,7 +132,7 @@ def page_trig(chain: PrintedChain) -> dict[int, Turn] | None:
 def page_gradients(chain: PrintedChain) -> tuple[Computation, Gradients]:
     """core/gradients.py on the printed forward pass, under the page's policy."""
     pcomp = printed_computation(chain)
-    return pcomp, gradients(pcomp, PageBackward(chain.d), page_trig(chain))
+    return pcomp, gradients(pcomp, PageBackward(chain.d), page_trig(chain), latent_turn(chain))
 
 
 def backward_tables(chain: PrintedChain) -> list[Table]:
@@ -173,6 +184,9 @@ def backward_tables(chain: PrintedChain) -> list[Table]:
             linear_tables(t, chain, h, hg.linear, ops)
         else:
             _softmax_tables(t, chain, pcomp, h, hg)
+        if G.mla is not None:  # the latent layer's own tables stand for the heads' multiplied-through weights
+            mla_head_tables(t, chain, h, G.mla)
+            continue
         if hg.dQ_rot is not None:
             t(f"dQt.{h}", dq[1], f"{dq[1]} = {dq[0]} turned back (by −p·θ)", hg.dQ_turned, rows, dvc, h)
             t(f"dKt.{h}", dk[1], f"{dk[1]} = {dk[0]} turned back (by −p·θ)", hg.dK_turned, keys, dvc, h)
@@ -203,6 +217,12 @@ def backward_tables(chain: PrintedChain) -> list[Table]:
         t("dgamma_q", "dγ_q", "dγ_q = the sum over the heads", r(G.dgamma_q), ("γ_q",), idx(len(G.dgamma_q)))
         t("dgamma_k", "dγ_k", "dγ_k = the sum over the heads", r(G.dgamma_k), ("γ_k",), idx(len(G.dgamma_k)))
     dm = idx(G.dX_norm.shape[1])
+    if G.mla is not None:
+        mla_tables(t, chain, G.mla, xq)
+        t("dX_in", f"d{xq}", dX_heading(xq), G.dX_norm, rows, dm)
+        if sc.norm is not None and pcomp.norm is not None:
+            _norm_tables(t, pcomp.norm, sc, G, chain.d)
+        return out
     paths = "Q" + ("" if sc.is_cross else ", K, V") + (", gate" if any(h.W_G is not None for h in sc.heads) else "")
     t("dX_in", "dX̂" if sc.norm is not None else "dX", f"{'dX̂' if sc.norm is not None else 'dX'} = the sum of the"
       f" {paths} paths (dQ·W_Qᵀ + …, every head)", G.dX_norm, rows, dm)
@@ -314,6 +334,12 @@ class BackwardSheet(StageSpec):
                        + ("D = rowsum(dO_h ⊙ output), dA = (dW − D) ÷ ΣA" if norm else "dA = dW") + ", 0 where masked;"
                        " dφ(Q) = dA·φ(K), dφ(K) = dAᵀ·φ(Q); dQ = dφ(Q) ⊙ φ'(Q), dK = dφ(K) ⊙ φ'(K)"
                        + (" (φ' is 1 above 0 and e^x = φ(x) at or below)." if sc.linear.feature == "elu1" else "."))
+        if sc.mla is not None:
+            out.append("  Latent attention: each head's dQ and dK are at Q = [q_C | q_R'] and K = [k_C | k_R'], their first"
+                       " d_nope columns dq_C and dk_C" + (", the rest turned back by the opposite angle" if sc.mla.rope
+                                                          is not None else "") + "; dk_R sums every head's share (k_R is"
+                       " shared), dc_KV = Σ dk_C·W_UKᵀ + dv_C·W_UVᵀ over the heads, dX̂ sums the latent's, the rotary"
+                       " key's and the queries' paths.")
         if sc.W_O is not None:
             out.append("  Through W_O first: dConcat = dO·W_Oᵀ (each head's dO_h is its columns), dW_O = concatᵀ·dO.")
         if any(h.W_G is not None for h in sc.heads):
