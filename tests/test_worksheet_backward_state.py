@@ -1,5 +1,6 @@
-"""Backward worksheets of the heads that are no plain softmax head (edges/worksheet_backward_state.py): [linear]
-(both normalisations, each feature map), with the checks of tests/test_worksheet_backward_variants.py: every key
+"""Backward worksheets beyond the plain softmax head: [linear] (both normalisations, each feature map;
+edges/worksheet_backward_state.py), [mla] (edges/worksheet_backward_mla.py) and QK-norm over every head's columns
+(edges/worksheet_backward_qk_all.py), with the checks of tests/test_worksheet_backward_variants.py: every key
 answer is core/gradients.py's gradient on the printed page, every blank's operands are printed before it, every
 key line checks out on a calculator, and the typeset PDF holds the key on its key pages and no blanked answer on
 its question pages. What the page still leaves to the app says so in its rule."""
@@ -36,7 +37,17 @@ def _linear(feature: str = "elu1", normalize: bool = True, rope: bool = False) -
 LINEAR = {"linear": _linear(), "linear_relu_plain": _linear("relu", False), "linear_identity": _linear("identity", False),
           "linear_rope": _linear(rope=True)}
 MLA = ("mla_learns", "mla_no_rope", "mla_pre_norm")
-COVERED = (*sorted(LINEAR), *MLA)
+QK_ALL = ("qk_norm_all", "qk_norm_all_rope")
+COVERED = (*sorted(LINEAR), *MLA, *QK_ALL)
+
+
+def _qk_all(rope: bool) -> Scenario:
+    """scenarios/qk_norm_all.toml (over = "all") with a target appended, its heads turned by RoPE after the norm."""
+    text = _builtin("qk_norm_all")
+    if rope:
+        text += '\n[rope]\nlayout = "half"\nbase = 100.0\n'
+    n, d_out = shape_of(text)
+    return with_backward(text, np.random.default_rng(3).normal(size=(n, d_out)).round(2).tolist())
 
 
 def _mla(name: str) -> Scenario:
@@ -54,6 +65,8 @@ def _mla(name: str) -> Scenario:
 def scenario(name: str) -> Scenario:
     if name in LINEAR:
         return LINEAR[name]
+    if name in QK_ALL:
+        return _qk_all(name.endswith("rope"))
     return _mla(name) if name.startswith("mla_") and name != "mla_learns" else load_scenario(name)
 
 
@@ -87,6 +100,14 @@ def test_mla_sums_the_shared_rotary_key_as_its_description_says() -> None:
     assert any(b.working == "dk_R'[I,0] = Σ over the heads of dK[I,2] = 0.098 + 0.098 = 0.196" for b in ws.blanks)
 
 
+def test_qk_norm_over_every_head_works_on_the_wide_rows() -> None:
+    ws = build(compute(scenario("qk_norm_all")), "0")
+    keys = [t.key for t in ws.tables if t.stage == "backward"]
+    assert {"aqroot", "aqhat", "aqm", "akroot", "akhat", "akm.0", "akm.1", "akc.0", "akc.1", "dQ.0", "dQ.1", "dK.0",
+            "dK.1", "dgamma_q", "dgamma_k"} <= set(keys)
+    assert max(keys.index("dKu.0"), keys.index("dKu.1")) < keys.index("aqm") < keys.index("dW_Q.0")  # every head first
+
+
 @pytest.mark.parametrize(("name", "what"), [("mla_kv_norm", "latent attention ([mla]) with a latent norm"),
                                             ("deltanet_learns", "the gated delta rule ([deltanet])")])
 def test_what_is_left_to_the_app_is_named(name: str, what: str) -> None:
@@ -95,7 +116,7 @@ def test_what_is_left_to_the_app_is_named(name: str, what: str) -> None:
     assert f"do not cover {what}" in ws.markdown()
 
 
-@pytest.mark.parametrize("name", ["linear", "linear_rope", "mla_learns"])
+@pytest.mark.parametrize("name", ["linear", "linear_rope", "mla_learns", "qk_norm_all"])
 def test_the_pdf_prints_the_backward_key_on_the_key_pages_only(name: str) -> None:
     pypdf = pytest.importorskip("pypdf")
     from qkv_tui.edges.worksheet_typst import pdf, source

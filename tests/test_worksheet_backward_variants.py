@@ -85,7 +85,8 @@ MLA = {"mqR": "dq_R_raw", "mkR": "dk_R", "mkRraw": "dk_R_raw", "mcKV": "dc_KV", 
        "mW_KR": "dW_KR", "mW_Q": "dW_Q", "mW_DKV": "dW_DKV"}
 
 # what the backward's own working prints as a table of its own (the norms' r, x̂ and m, a sink's share)
-INTERMEDIATE = ("qroot", "kroot", "qhat", "khat", "qm", "km", "xroot", "xhat", "xm", "xgbar", "psink")
+INTERMEDIATE = ("qroot", "kroot", "qhat", "khat", "qm", "km", "xroot", "xhat", "xm", "xgbar", "psink",
+                "aqroot", "aqhat", "aqm", "akroot", "akhat", "akm", "akc")  # the last: QK-norm over every head's
 
 
 class Recorder(Working):

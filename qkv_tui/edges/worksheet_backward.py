@@ -31,6 +31,7 @@ from qkv_tui.edges.worksheet_backward_mla import (
     mla_tables,
     printed_mla,
 )
+from qkv_tui.edges.worksheet_backward_qk_all import qk_all, qk_all_covered, qk_all_tables
 from qkv_tui.edges.worksheet_backward_state import linear_tables, linear_weights, printed_linear
 from qkv_tui.kernels.attention import Turn
 from qkv_tui.kernels.backward_norm import row_means
@@ -53,7 +54,7 @@ class PageBackward(PrintedPage):
 
 def covered(sc: Scenario) -> bool:
     """Whether the page's backward tables cover the scenario (module docstring)."""
-    return bool(sc.backward is not None and not (sc.qk_norm is not None and sc.qk_norm.over == "all")
+    return bool(sc.backward is not None and (not qk_all(sc) or qk_all_covered(sc))
                 and (sc.mla is None or mla_covered(sc)) and sc.deltanet is None)
 
 
@@ -63,7 +64,7 @@ def uncovered(sc: Scenario) -> str:
         return "latent attention ([mla]) with a latent norm (kv_norm, q_norm), a query latent (W_DQ, W_UQ) or a gate"
     if sc.deltanet is not None:
         return "the gated delta rule ([deltanet])"
-    return "QK-norm over every head's columns together"
+    return "QK-norm over every head's columns together with grouped K/V heads"
 
 
 def printed_computation(chain: PrintedChain) -> Computation:
@@ -190,18 +191,15 @@ def backward_tables(chain: PrintedChain) -> list[Table]:
         if hg.dQ_rot is not None:
             t(f"dQt.{h}", dq[1], f"{dq[1]} = {dq[0]} turned back (by −p·θ)", hg.dQ_turned, rows, dvc, h)
             t(f"dKt.{h}", dk[1], f"{dk[1]} = {dk[0]} turned back (by −p·θ)", hg.dK_turned, keys, dvc, h)
+        if qk_all(sc):  # the norm reads every head's columns: after every head's part
+            continue
         if sc.qk_norm is not None:
             _qk_tables(t, chain, pcomp, h, mine, hg.dQ_turned, hg.dK_turned, hg)
-        t(f"dW_Q.{h}", "dW_Q", f"dW_Q = {xq}ᵀ·dQ", hg.dW_Q, idx(hg.dW_Q.shape[0]), dvc, h)
-        if hg.db_Q is not None:
-            t(f"db_Q.{h}", "db_Q", "db_Q = Σ rows of dQ", hg.db_Q, ("b",), dvc, h)
-        own = " (this head's share)" if G.shared else ""
-        t(f"dW_K.{h}", "dW_K", f"dW_K = {xkv}ᵀ·dK{own}", hg.dW_K, idx(hg.dW_K.shape[0]), dvc, h)
-        t(f"dW_V.{h}", "dW_V", f"dW_V = {xkv}ᵀ·dV{own}", hg.dW_V, idx(hg.dW_V.shape[0]), dv, h)
-        if hg.db_K is not None:
-            t(f"db_K.{h}", "db_K", f"db_K = Σ rows of dK{own}", hg.db_K, ("b",), dvc, h)
-        if hg.db_V is not None:
-            t(f"db_V.{h}", "db_V", f"db_V = Σ rows of dV{own}", hg.db_V, ("b",), dv, h)
+        _weight_tables(t, chain, h, G, xq, xkv)
+    if qk_all(sc):
+        qk_all_tables(t, chain, pcomp, G, lambda spread, eps: root_of(spread, eps, chain.d)[1])
+        for h in range(len(sc.heads)):
+            _weight_tables(t, chain, h, G, xq, xkv)
     if G.shared:
         for kv in G.kv_heads:
             o = kv.heads[0]
@@ -212,7 +210,7 @@ def backward_tables(chain: PrintedChain) -> list[Table]:
                     rs = ("b",) if value.ndim == 1 else idx(grid.shape[0])
                     t(f"kv{name}.{o}", name, f"{name} of K/V head {sc.kv_head(o) + 1} = the sum over {who}", r(grid), rs,
                       idx(grid.shape[1]))
-    if sc.qk_norm is not None and len(sc.heads) > 1:
+    if sc.qk_norm is not None and len(sc.heads) > 1 and not qk_all(sc):
         assert G.dgamma_q is not None and G.dgamma_k is not None
         t("dgamma_q", "dγ_q", "dγ_q = the sum over the heads", r(G.dgamma_q), ("γ_q",), idx(len(G.dgamma_q)))
         t("dgamma_k", "dγ_k", "dγ_k = the sum over the heads", r(G.dgamma_k), ("γ_k",), idx(len(G.dgamma_k)))
@@ -229,6 +227,23 @@ def backward_tables(chain: PrintedChain) -> list[Table]:
     if sc.norm is not None and pcomp.norm is not None:
         _norm_tables(t, pcomp.norm, sc, G, chain.d)
     return out
+
+
+def _weight_tables(t: Add, chain: PrintedChain, h: int, G: Gradients, xq: str, xkv: str) -> None:
+    """Head ``h``'s projections' weights and biases, from its dQ, dK and dV."""
+    hg = G.heads[h]
+    hd = chain.sc.heads[h]
+    dv, dvc = idx(hd.d_v), idx(hd.d_k)
+    t(f"dW_Q.{h}", "dW_Q", f"dW_Q = {xq}ᵀ·dQ", hg.dW_Q, idx(hg.dW_Q.shape[0]), dvc, h)
+    if hg.db_Q is not None:
+        t(f"db_Q.{h}", "db_Q", "db_Q = Σ rows of dQ", hg.db_Q, ("b",), dvc, h)
+    own = " (this head's share)" if G.shared else ""
+    t(f"dW_K.{h}", "dW_K", f"dW_K = {xkv}ᵀ·dK{own}", hg.dW_K, idx(hg.dW_K.shape[0]), dvc, h)
+    t(f"dW_V.{h}", "dW_V", f"dW_V = {xkv}ᵀ·dV{own}", hg.dW_V, idx(hg.dW_V.shape[0]), dv, h)
+    if hg.db_K is not None:
+        t(f"db_K.{h}", "db_K", f"db_K = Σ rows of dK{own}", hg.db_K, ("b",), dvc, h)
+    if hg.db_V is not None:
+        t(f"db_V.{h}", "db_V", f"db_V = Σ rows of dV{own}", hg.db_V, ("b",), dv, h)
 
 
 def _softmax_tables(t: Add, chain: PrintedChain, pcomp: Computation, h: int, hg: HeadGrad) -> None:
@@ -352,7 +367,12 @@ class BackwardSheet(StageSpec):
             out.append("  ALiBi: the bias is added, so dS passes through it unchanged.")
         if sc.rope is not None:
             out.append("  RoPE: turn the gradients back by the opposite angle: a = a'·cos + b'·sin, b = −a'·sin + b'·cos.")
-        if sc.qk_norm is not None:
+        if sc.qk_norm is not None and sc.qk_norm.over == "all":
+            out.append("  QK-norm over every head's columns, after every head's part: r = √(ms + eps) per row, x̂ = [every"
+                       " head's q] / r, m = mean(dq̂ ⊙ γ ⊙ x̂) over the whole row; dq = (dq̂ ⊙ γ − x̂·m) / r, dγ = Σ rows"
+                       " of dq̂ ⊙ x̂. Each head's dK is the sum of every head's share c_K: the same, from that head's dk̂"
+                       " alone (0 in the other heads' columns).")
+        elif sc.qk_norm is not None:
             out.append("  QK-norm: r = √(ms + eps), x̂ = q / r, m = mean(dq̂ ⊙ γ ⊙ x̂); dq = (dq̂ ⊙ γ − x̂·m) / r,"
                        " dγ = Σ rows of dq̂ ⊙ x̂.")
         if sc.num_kv_heads is not None or kv_shared(sc):
