@@ -108,6 +108,22 @@ def test_qk_norm_over_every_head_works_on_the_wide_rows() -> None:
     assert max(keys.index("dKu.0"), keys.index("dKu.1")) < keys.index("aqm") < keys.index("dW_Q.0")  # every head first
 
 
+def _qk_all_grouped() -> Scenario:
+    """qk_norm_all with both query heads reading one K/V head: each K/V head's dK then mixes its readers' shares."""
+    text = _builtin("qk_norm_all").replace("num_heads = 2", "num_heads = 2\nnum_kv_heads = 1")
+    start, end = text.index("W_K = ["), text.index("[qk_norm]")
+    text = (text[:start] + "W_K = [[0, 1], [1, 0], [0, 1], [1, 0]]\nW_V = [[1, 0], [0, 1], [0, 0], [1, 1]]\n\n"
+            + text[end:].replace("gamma_k = [1, 1, 1, 1]", "gamma_k = [1, 1]"))
+    n, d_out = shape_of(text)
+    return with_backward(text, np.random.default_rng(4).normal(size=(n, d_out)).round(2).tolist())
+
+
+def test_qk_norm_over_every_head_with_grouped_kv_heads_says_so_in_a_rule() -> None:
+    ws = build(compute(_qk_all_grouped()), "100%")
+    assert not [t for t in ws.tables if t.stage == "backward"]
+    assert "do not cover QK-norm over every head's columns together with grouped K/V heads" in ws.markdown()
+
+
 @pytest.mark.parametrize(("name", "what"), [("mla_kv_norm", "latent attention ([mla]) with a latent norm"),
                                             ("deltanet_learns", "the gated delta rule ([deltanet])")])
 def test_what_is_left_to_the_app_is_named(name: str, what: str) -> None:

@@ -175,12 +175,6 @@ def test_every_variant_walks_its_stages() -> None:
                for k in keys.values())
 
 
-def test_qk_norm_over_every_head_says_so_in_a_rule() -> None:
-    ws = build(compute(scenario_of("qk_norm_all")), "100%")
-    assert not [t for t in ws.tables if t.stage == "backward"]
-    assert "do not cover QK-norm over every head's columns" in ws.markdown()
-
-
 def test_a_given_dO_is_printed_as_an_input() -> None:
     text = _builtin("rope")
     n, d_out = shape_of(text)
