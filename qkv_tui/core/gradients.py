@@ -103,12 +103,14 @@ def upstream(sc: Scenario, output: Matrix, policy: Policy = EXACT) -> tuple[floa
     return float(policy.table(np.array(rows.sum()))), diff
 
 
-def gradients(comp: Computation, policy: Policy | None = None, trig: Mapping[int, Turn] | None = None) -> Gradients:
+def gradients(comp: Computation, policy: Policy | None = None, trig: Mapping[int, Turn] | None = None,
+              latent_trig: Turn | None = None) -> Gradients:
     """Every gradient of the scenario's [backward], from the forward pass ``comp``: exact, or, where ``comp``
     was worked by hand, worked by hand as well (each product and each table written down rounded).
 
     A worksheet passes its own ``policy`` (each table from the printed ones, rounded once) and ``trig``, RoPE's
-    cos and sin by d_k as its page prints them (edges/worksheet_backward.py)."""
+    cos and sin by d_k as its page prints them (edges/worksheet_backward.py), and ``latent_trig``, [mla]'s shared
+    rotary part's."""
     sc = comp.scenario
     p: Policy = EXACT if comp.hand_decimals is None else ByHand(comp.hand_decimals)
     p = p if policy is None else policy
@@ -123,7 +125,7 @@ def gradients(comp: Computation, policy: Policy | None = None, trig: Mapping[int
         parts.append(_attend(sc, hr, X_in, d_concat[:, start:start + hr.d_v], p, trig))
         start += hr.d_v
     if sc.mla is not None:
-        return _mla_gradients(comp, parts, loss, dO, d_concat, dW_O, db_O, p)
+        return _mla_gradients(comp, parts, loss, dO, d_concat, dW_O, db_O, p, latent_trig)
     dQ_all, dK_all, dgq, dgk, dgamma_q, dgamma_k = _qk_norm_back(comp, parts, p)
     heads: list[HeadGrad] = []
     # dX̂'s paths side by side: (n, ·) gradients against (d_model, ·) weights, one dot product per cell
@@ -158,7 +160,7 @@ def gradients(comp: Computation, policy: Policy | None = None, trig: Mapping[int
 
 
 def _mla_gradients(comp: Computation, parts: list[_Part], loss: float | None, dO: Matrix, d_concat: Matrix,
-                   dW_O: Matrix | None, db_O: Vector | None, p: Policy) -> Gradients:
+                   dW_O: Matrix | None, db_O: Vector | None, p: Policy, trig: Turn | None = None) -> Gradients:
     """[mla]: each head's softmax part as any head's, then the latent layer (kernels/backward_mla.py) to X̂.
 
     A head's dQ and dK are at its q = [q_C | q_R] and k = [k_C | k_R] before the turn (dK holds this head's own
@@ -167,7 +169,7 @@ def _mla_gradients(comp: Computation, parts: list[_Part], loss: float | None, dO
     sc = comp.scenario
     mla = sc.mla
     assert mla is not None
-    turn = turn_of(mla.rope, sc.positions, mla.d_rope, p)
+    turn = turn_of(mla.rope, sc.positions, mla.d_rope, p) if trig is None else trig
     first = comp.heads[0].mla
     assert first is not None
     abs_ = [part[1] for part in parts]

@@ -6,8 +6,10 @@ operands and rounded once (``PageBackward``), with RoPE's cos and sin as the pag
 backward table is worked from tables printed before it and the answer key's lines agree with a calculator
 (edges/worksheet_backward_lines.py writes them). The tables walk the trace's backward stages: dO, dConcat
 and dW_O, per head the gate, dV, dP, D, dS, the soft-cap, the scale, dQ and dK, RoPE turned back, QK-norm,
-dW_Q, dW_K, dW_V and the biases, a sink, then grouped K/V heads' sums, dX̂'s paths, the pre-norm and dγ.
-QK-norm over every head's columns together is left to the app (a rule says so).
+dW_Q, dW_K, dW_V and the biases, a sink, then grouped K/V heads' sums, dX̂'s paths, the pre-norm and dγ. A [linear]
+head's quadratic form stands in for the softmax part (edges/worksheet_backward_state.py) and [mla]'s latent layer
+for the per-head weights (edges/worksheet_backward_mla.py). What the tables leave to the app (worksheet_rules says
+which) gets a rule saying so and the forward pass only.
 """
 
 from __future__ import annotations
@@ -21,6 +23,16 @@ from qkv_tui.core.engine import Computation, HeadResult, NormResult
 from qkv_tui.core.gradients import Gradients, HeadGrad, gradients
 from qkv_tui.core.scenario import Matrix, Scenario
 from qkv_tui.edges.worksheet_backward_lines import line, operand_keys
+from qkv_tui.edges.worksheet_backward_mla import (
+    dX_heading,
+    latent_turn,
+    mla_covered,
+    mla_head_tables,
+    mla_tables,
+    printed_mla,
+)
+from qkv_tui.edges.worksheet_backward_qk_all import qk_all, qk_all_covered, qk_all_tables
+from qkv_tui.edges.worksheet_backward_state import linear_tables, linear_weights, printed_linear
 from qkv_tui.kernels.attention import Turn
 from qkv_tui.kernels.backward_norm import row_means
 from qkv_tui.kernels.norm import Normed, norm_root
@@ -42,8 +54,17 @@ class PageBackward(PrintedPage):
 
 def covered(sc: Scenario) -> bool:
     """Whether the page's backward tables cover the scenario (module docstring)."""
-    return bool(sc.backward is not None and not (sc.qk_norm is not None and sc.qk_norm.over == "all")
-                and sc.mla is None and sc.linear is None and sc.deltanet is None)
+    return bool(sc.backward is not None and (not qk_all(sc) or qk_all_covered(sc))
+                and (sc.mla is None or mla_covered(sc)) and sc.deltanet is None)
+
+
+def uncovered(sc: Scenario) -> str:
+    """What of the scenario the page's backward tables leave to the app, for the rule that says so."""
+    if sc.mla is not None:
+        return "latent attention ([mla]) with a latent norm (kv_norm, q_norm), a query latent (W_DQ, W_UQ) or a gate"
+    if sc.deltanet is not None:
+        return "the gated delta rule ([deltanet])"
+    return "QK-norm over every head's columns together with grouped K/V heads"
 
 
 def printed_computation(chain: PrintedChain) -> Computation:
@@ -59,9 +80,13 @@ def printed_computation(chain: PrintedChain) -> Computation:
     heads: list[HeadResult] = []
     for h, hr in enumerate(comp.heads):
         g = chain.owners[h]
-        weights = np.where(sc.allow, v(f"weights.{h}"), 0.0)  # (n, m)
-        fields: dict[str, object] = {"Q": v(f"Q.{h}"), "K": v(f"K.{g}"), "V": v(f"V.{g}"), "scaled": v(f"scaled.{h}"),
-                                     "weights": weights, "output": v(f"output.{h}")}
+        fields: dict[str, object] = {"Q": v(f"Q.{h}"), "K": v(f"K.{g}"), "V": v(f"V.{g}"), "output": v(f"output.{h}")}
+        if hr.linear is not None:
+            weights = linear_weights(chain, h)  # (n, m)
+            fields |= {"weights": weights, "linear": printed_linear(chain, h, hr.linear, weights)}
+        else:
+            weights = np.where(sc.allow, v(f"weights.{h}"), 0.0)  # (n, m)
+            fields |= {"scaled": v(f"scaled.{h}"), "weights": weights}
         if sc.rope is not None:
             fields |= {"Q_rot": v(f"Q_rot.{h}"), "K_rot": v(f"K_rot.{g}")}
         if sc.qk_norm is not None:
@@ -71,7 +96,8 @@ def printed_computation(chain: PrintedChain) -> Computation:
             fields |= {"gate": v(f"gate.{h}"), "gated_output": v(f"gated.{h}")}
         if hr.sink is not None:  # the sink's share of each row is what the printed weights leave
             fields |= {"sink_exp": 1.0 - weights.sum(axis=1), "row_sum": np.ones(n)}
-        heads.append(replace(hr, **fields))  # type: ignore[arg-type]
+        head = replace(hr, **fields)  # type: ignore[arg-type]
+        heads.append(printed_mla(chain, head) if hr.mla is not None else head)
     concat = v("concat") if "concat" in chain.printed else heads[0].joined
     output = v("final") if sc.W_O is not None else concat
     return Computation(sc, tuple(heads), concat, comp.W_O, output, None, norm, comp.b_O)
@@ -107,7 +133,7 @@ def page_trig(chain: PrintedChain) -> dict[int, Turn] | None:
 def page_gradients(chain: PrintedChain) -> tuple[Computation, Gradients]:
     """core/gradients.py on the printed forward pass, under the page's policy."""
     pcomp = printed_computation(chain)
-    return pcomp, gradients(pcomp, PageBackward(chain.d), page_trig(chain))
+    return pcomp, gradients(pcomp, PageBackward(chain.d), page_trig(chain), latent_turn(chain))
 
 
 def backward_tables(chain: PrintedChain) -> list[Table]:
@@ -155,38 +181,25 @@ def backward_tables(chain: PrintedChain) -> list[Table]:
             t(f"dz.{h}", "dz", "dz = dJ ⊙ output ⊙ g ⊙ (1 − g) (at the gate's logits)", hg.gate.d_logit, rows, dv, h)
             t(f"dW_G.{h}", "dW_G", f"dW_G = {xq}ᵀ·dz", hg.gate.dW_G, idx(hr.W_G.shape[0] if hr.W_G is not None else 0),
               dv, h)
-        a = hg.attend
-        t(f"dV.{h}", "dV", "dV = weightsᵀ·dO_h", a.dV, keys, dv, h)
-        t(f"dP.{h}", "dP", "dP = dO_h·Vᵀ", a.dP, rows, keys, h)
-        t(f"D.{h}", "D", "D = rowsum(dO_h ⊙ output)", a.D[:, None], rows, ("D",), h)
-        t(f"dS.{h}", "dS", "dS = weights ⊙ (dP − D) (0 where masked)", a.dS, rows, keys, h, sc.allow)
-        if hr.sink is not None:
-            assert a.dsink is not None
-            t(f"psink.{h}", "p_sink", "p_sink = 1 − Σ weights (each row's sink share)",
-              r(1.0 - hr.weights.sum(axis=1))[:, None], rows, ("p",), h)
-            t(f"dsink.{h}", "dsink", "dsink = −Σ p_sink·D", np.array([[a.dsink]]), ("sink",), ("d",), h)
-        if hr.softcap is not None:
-            t(f"dcap.{h}", "dscaled", "dscaled = dS ⊙ (1 − tanh²(scaled / c)) (through the soft-cap)", a.dscaled, rows,
-              keys, h, sc.allow)
-        t(f"dscores.{h}", "dscores", "dscores = dscaled / scale" if hr.softcap is not None else "dscores = dS / scale",
-          a.dscores, rows, keys, h, sc.allow)
-        t(f"dQu.{h}", dq[0], f"{dq[0]} = dscores·{ops.k_used_name}", a.dQ_used, rows, dvc, h)
-        t(f"dKu.{h}", dk[0], f"{dk[0]} = dscoresᵀ·{ops.q_used_name}", a.dK_used, keys, dvc, h)
+        if hg.linear is not None:
+            linear_tables(t, chain, h, hg.linear, ops)
+        else:
+            _softmax_tables(t, chain, pcomp, h, hg)
+        if G.mla is not None:  # the latent layer's own tables stand for the heads' multiplied-through weights
+            mla_head_tables(t, chain, h, G.mla)
+            continue
         if hg.dQ_rot is not None:
             t(f"dQt.{h}", dq[1], f"{dq[1]} = {dq[0]} turned back (by −p·θ)", hg.dQ_turned, rows, dvc, h)
             t(f"dKt.{h}", dk[1], f"{dk[1]} = {dk[0]} turned back (by −p·θ)", hg.dK_turned, keys, dvc, h)
+        if qk_all(sc):  # the norm reads every head's columns: after every head's part
+            continue
         if sc.qk_norm is not None:
             _qk_tables(t, chain, pcomp, h, mine, hg.dQ_turned, hg.dK_turned, hg)
-        t(f"dW_Q.{h}", "dW_Q", f"dW_Q = {xq}ᵀ·dQ", hg.dW_Q, idx(hg.dW_Q.shape[0]), dvc, h)
-        if hg.db_Q is not None:
-            t(f"db_Q.{h}", "db_Q", "db_Q = Σ rows of dQ", hg.db_Q, ("b",), dvc, h)
-        own = " (this head's share)" if G.shared else ""
-        t(f"dW_K.{h}", "dW_K", f"dW_K = {xkv}ᵀ·dK{own}", hg.dW_K, idx(hg.dW_K.shape[0]), dvc, h)
-        t(f"dW_V.{h}", "dW_V", f"dW_V = {xkv}ᵀ·dV{own}", hg.dW_V, idx(hg.dW_V.shape[0]), dv, h)
-        if hg.db_K is not None:
-            t(f"db_K.{h}", "db_K", f"db_K = Σ rows of dK{own}", hg.db_K, ("b",), dvc, h)
-        if hg.db_V is not None:
-            t(f"db_V.{h}", "db_V", f"db_V = Σ rows of dV{own}", hg.db_V, ("b",), dv, h)
+        _weight_tables(t, chain, h, G, xq, xkv)
+    if qk_all(sc):
+        qk_all_tables(t, chain, pcomp, G, lambda spread, eps: root_of(spread, eps, chain.d)[1])
+        for h in range(len(sc.heads)):
+            _weight_tables(t, chain, h, G, xq, xkv)
     if G.shared:
         for kv in G.kv_heads:
             o = kv.heads[0]
@@ -197,17 +210,66 @@ def backward_tables(chain: PrintedChain) -> list[Table]:
                     rs = ("b",) if value.ndim == 1 else idx(grid.shape[0])
                     t(f"kv{name}.{o}", name, f"{name} of K/V head {sc.kv_head(o) + 1} = the sum over {who}", r(grid), rs,
                       idx(grid.shape[1]))
-    if sc.qk_norm is not None and len(sc.heads) > 1:
+    if sc.qk_norm is not None and len(sc.heads) > 1 and not qk_all(sc):
         assert G.dgamma_q is not None and G.dgamma_k is not None
         t("dgamma_q", "dγ_q", "dγ_q = the sum over the heads", r(G.dgamma_q), ("γ_q",), idx(len(G.dgamma_q)))
         t("dgamma_k", "dγ_k", "dγ_k = the sum over the heads", r(G.dgamma_k), ("γ_k",), idx(len(G.dgamma_k)))
     dm = idx(G.dX_norm.shape[1])
+    if G.mla is not None:
+        mla_tables(t, chain, G.mla, xq)
+        t("dX_in", f"d{xq}", dX_heading(xq), G.dX_norm, rows, dm)
+        if sc.norm is not None and pcomp.norm is not None:
+            _norm_tables(t, pcomp.norm, sc, G, chain.d)
+        return out
     paths = "Q" + ("" if sc.is_cross else ", K, V") + (", gate" if any(h.W_G is not None for h in sc.heads) else "")
     t("dX_in", "dX̂" if sc.norm is not None else "dX", f"{'dX̂' if sc.norm is not None else 'dX'} = the sum of the"
       f" {paths} paths (dQ·W_Qᵀ + …, every head)", G.dX_norm, rows, dm)
     if sc.norm is not None and pcomp.norm is not None:
         _norm_tables(t, pcomp.norm, sc, G, chain.d)
     return out
+
+
+def _weight_tables(t: Add, chain: PrintedChain, h: int, G: Gradients, xq: str, xkv: str) -> None:
+    """Head ``h``'s projections' weights and biases, from its dQ, dK and dV."""
+    hg = G.heads[h]
+    hd = chain.sc.heads[h]
+    dv, dvc = idx(hd.d_v), idx(hd.d_k)
+    t(f"dW_Q.{h}", "dW_Q", f"dW_Q = {xq}ᵀ·dQ", hg.dW_Q, idx(hg.dW_Q.shape[0]), dvc, h)
+    if hg.db_Q is not None:
+        t(f"db_Q.{h}", "db_Q", "db_Q = Σ rows of dQ", hg.db_Q, ("b",), dvc, h)
+    own = " (this head's share)" if G.shared else ""
+    t(f"dW_K.{h}", "dW_K", f"dW_K = {xkv}ᵀ·dK{own}", hg.dW_K, idx(hg.dW_K.shape[0]), dvc, h)
+    t(f"dW_V.{h}", "dW_V", f"dW_V = {xkv}ᵀ·dV{own}", hg.dW_V, idx(hg.dW_V.shape[0]), dv, h)
+    if hg.db_K is not None:
+        t(f"db_K.{h}", "db_K", f"db_K = Σ rows of dK{own}", hg.db_K, ("b",), dvc, h)
+    if hg.db_V is not None:
+        t(f"db_V.{h}", "db_V", f"db_V = Σ rows of dV{own}", hg.db_V, ("b",), dv, h)
+
+
+def _softmax_tables(t: Add, chain: PrintedChain, pcomp: Computation, h: int, hg: HeadGrad) -> None:
+    """One softmax head from dO_h to dQ and dK at what is scored (kernels/backward.py's attend_backward)."""
+    sc = chain.sc
+    hr, a, r = pcomp.heads[h], hg.attend, chain.rounded
+    rows, keys = sc.labels, sc.key_labels
+    ops = operand_keys(sc, chain.owners)
+    dq, dk = ops.dq_names(h), ops.dk_names(h)
+    dv, dvc = idx(hr.d_v), idx(hr.d_k)
+    t(f"dV.{h}", "dV", "dV = weightsᵀ·dO_h", a.dV, keys, dv, h)
+    t(f"dP.{h}", "dP", "dP = dO_h·Vᵀ", a.dP, rows, keys, h)
+    t(f"D.{h}", "D", "D = rowsum(dO_h ⊙ output)", a.D[:, None], rows, ("D",), h)
+    t(f"dS.{h}", "dS", "dS = weights ⊙ (dP − D) (0 where masked)", a.dS, rows, keys, h, sc.allow)
+    if hr.sink is not None:
+        assert a.dsink is not None
+        t(f"psink.{h}", "p_sink", "p_sink = 1 − Σ weights (each row's sink share)",
+          r(1.0 - hr.weights.sum(axis=1))[:, None], rows, ("p",), h)
+        t(f"dsink.{h}", "dsink", "dsink = −Σ p_sink·D", np.array([[a.dsink]]), ("sink",), ("d",), h)
+    if hr.softcap is not None:
+        t(f"dcap.{h}", "dscaled", "dscaled = dS ⊙ (1 − tanh²(scaled / c)) (through the soft-cap)", a.dscaled, rows,
+          keys, h, sc.allow)
+    t(f"dscores.{h}", "dscores", "dscores = dscaled / scale" if hr.softcap is not None else "dscores = dS / scale",
+      a.dscores, rows, keys, h, sc.allow)
+    t(f"dQu.{h}", dq[0], f"{dq[0]} = dscores·{ops.k_used_name}", a.dQ_used, rows, dvc, h)
+    t(f"dKu.{h}", dk[0], f"{dk[0]} = dscoresᵀ·{ops.q_used_name}", a.dK_used, keys, dvc, h)
 
 
 def _qk_tables(t: Add, chain: PrintedChain, pcomp: Computation, h: int, mine: bool, dQ_t: Matrix, dK_t: Matrix,
@@ -270,12 +332,29 @@ class BackwardSheet(StageSpec):
         if sc.backward is None:
             return []
         if not covered(sc):
-            return ["- [backward]: this page has the forward pass only; its backward tables do not cover QK-norm over"
-                    " every head's columns together (the app and --export markdown show every gradient of this scenario)"]
+            return [f"- [backward]: this page has the forward pass only; its backward tables do not cover {uncovered(sc)}"
+                    " (the app and --export markdown show every gradient of this scenario)"]
+        head = ("dV = weightsᵀ·dO_h, dP = dO_h·Vᵀ, D = rowsum(dO_h ⊙ output), dS = weights ⊙ (dP − D), 0 where masked;"
+                " dQ = (dS / scale)·K, dK = (dS / scale)ᵀ·Q; " if sc.linear is None else "")
         out = ["- Backward: work each table of the Backward sections from the tables printed before it, in page order"
-               " (the chain rule, one operation per table). dV = weightsᵀ·dO_h, dP = dO_h·Vᵀ, D = rowsum(dO_h ⊙ output),"
-               " dS = weights ⊙ (dP − D), 0 where masked; dQ = (dS / scale)·K, dK = (dS / scale)ᵀ·Q; dW = Xᵀ·(its"
-               " gradient); a bias's gradient is the sum of its gradient's rows."]
+               f" (the chain rule, one operation per table). {head}dW_Q = Xᵀ·dQ (each weight's gradient: its input"
+               " transposed times the gradient at its output); a bias's gradient is the sum of its gradient's rows."
+               if sc.linear is not None else
+               "- Backward: work each table of the Backward sections from the tables printed before it, in page order"
+               f" (the chain rule, one operation per table). {head}dW = Xᵀ·(its gradient); a bias's gradient is the sum"
+               " of its gradient's rows."]
+        if sc.linear is not None:
+            norm = sc.linear.normalize
+            out.append("  Linear attention, in place of the softmax: dV = " + ("W" if norm else "A") + "ᵀ·dO_h, dW = dO_h·Vᵀ, "
+                       + ("D = rowsum(dO_h ⊙ output), dA = (dW − D) ÷ ΣA" if norm else "dA = dW") + ", 0 where masked;"
+                       " dφ(Q) = dA·φ(K), dφ(K) = dAᵀ·φ(Q); dQ = dφ(Q) ⊙ φ'(Q), dK = dφ(K) ⊙ φ'(K)"
+                       + (" (φ' is 1 above 0 and e^x = φ(x) at or below)." if sc.linear.feature == "elu1" else "."))
+        if sc.mla is not None:
+            out.append("  Latent attention: each head's dQ and dK are at Q = [q_C | q_R'] and K = [k_C | k_R'], their first"
+                       " d_nope columns dq_C and dk_C" + (", the rest turned back by the opposite angle" if sc.mla.rope
+                                                          is not None else "") + "; dk_R sums every head's share (k_R is"
+                       " shared), dc_KV = Σ dk_C·W_UKᵀ + dv_C·W_UVᵀ over the heads, dX̂ sums the latent's, the rotary"
+                       " key's and the queries' paths.")
         if sc.W_O is not None:
             out.append("  Through W_O first: dConcat = dO·W_Oᵀ (each head's dO_h is its columns), dW_O = concatᵀ·dO.")
         if any(h.W_G is not None for h in sc.heads):
@@ -288,7 +367,12 @@ class BackwardSheet(StageSpec):
             out.append("  ALiBi: the bias is added, so dS passes through it unchanged.")
         if sc.rope is not None:
             out.append("  RoPE: turn the gradients back by the opposite angle: a = a'·cos + b'·sin, b = −a'·sin + b'·cos.")
-        if sc.qk_norm is not None:
+        if sc.qk_norm is not None and sc.qk_norm.over == "all":
+            out.append("  QK-norm over every head's columns, after every head's part: r = √(ms + eps) per row, x̂ = [every"
+                       " head's q] / r, m = mean(dq̂ ⊙ γ ⊙ x̂) over the whole row; dq = (dq̂ ⊙ γ − x̂·m) / r, dγ = Σ rows"
+                       " of dq̂ ⊙ x̂. Each head's dK is the sum of every head's share c_K: the same, from that head's dk̂"
+                       " alone (0 in the other heads' columns).")
+        elif sc.qk_norm is not None:
             out.append("  QK-norm: r = √(ms + eps), x̂ = q / r, m = mean(dq̂ ⊙ γ ⊙ x̂); dq = (dq̂ ⊙ γ − x̂·m) / r,"
                        " dγ = Σ rows of dq̂ ⊙ x̂.")
         if sc.num_kv_heads is not None or kv_shared(sc):

@@ -10,6 +10,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from qkv_tui.core.scenario import Scenario
+from qkv_tui.edges.worksheet_backward_mla_lines import KINDS as MLA_KINDS
+from qkv_tui.edges.worksheet_backward_mla_lines import mla_line
+from qkv_tui.edges.worksheet_backward_qk_all import KINDS as QK_ALL_KINDS
+from qkv_tui.edges.worksheet_backward_qk_all import qk_all, qk_all_line
+from qkv_tui.edges.worksheet_backward_state_lines import KINDS as LINEAR_KINDS
+from qkv_tui.edges.worksheet_backward_state_lines import linear_line
 from qkv_tui.teach.stages.printed import PrintedCells, Table, exact
 
 Ref = tuple[str, int, int]  # (table key, row, col) of a printed operand
@@ -133,6 +139,13 @@ def line(cells: PrintedCells, table: Table, i: int, j: int, answer: str) -> str:
         return cells.txt(f"weights.{h}", a, b) if sc.allow[a, b] else "0"
 
     name = f"{table.name}[{table.rows[i]},{table.cols[j]}]"
+    if qk_all(sc) and kind in QK_ALL_KINDS:
+        return qk_all_line(cells, table, i, j, answer)
+    if sc.mla is not None and kind in MLA_KINDS:
+        return mla_line(cells, table, i, j, answer)
+    if sc.linear is not None and kind in LINEAR_KINDS and suffix:
+        return linear_line(cells, table, h, i, j, answer, lambda a, b: ops.dO_h(tables, h, a, b),
+                           lambda role: ops.used(role, h))
     if kind == "dO":
         out = ops.out(tables)
         return f"{name} = {ops.out_name} − target = {tx((out, i, j))} − {tx(('target', i, j))} = {answer}"
