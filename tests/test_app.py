@@ -231,13 +231,7 @@ async def test_big_scenarios_scroll_to_the_current_cell() -> None:
         assert "t75" in scores.render_line(visible_row).text
 
 
-# Known defect, kept visible: at mla_learns' Loss stage the three 3×4 panes (concat, target, dO at 3 decimals)
-# are a few columns too wide for 80, so they scroll. strict: the test says so the day the layout fits them.
-FOCUS_TOO_WIDE = {"mla_learns": "Loss's three 3×4 panes need ~87 columns at 80×24: the layout does not cut them yet"}
-
-
-@pytest.mark.parametrize("path", [pytest.param(p, marks=pytest.mark.xfail(reason=FOCUS_TOO_WIDE[p.stem], strict=True))
-                                  if p.stem in FOCUS_TOO_WIDE else p for p in SCENARIOS], ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", SCENARIOS, ids=lambda p: p.stem)
 async def test_focus_panes_fit_80x24_without_scrolling(path) -> None:
     """At 80×24 the panes the current operation reads and writes, and its arithmetic, are all in view."""
     if load_scenario(path).n > 8:

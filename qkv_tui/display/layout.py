@@ -5,6 +5,7 @@ from __future__ import annotations
 import bisect
 from dataclasses import replace
 
+from qkv_tui.core.fmt import cell_len
 from qkv_tui.display.view import PaneSpec
 
 
@@ -23,16 +24,72 @@ def natural_width(spec: PaneSpec, titled: bool = True, height: int | None = None
 
 
 def fitted(specs: list[PaneSpec], total: int, height: int | None = None) -> list[PaneSpec]:
-    """The panes, a transposed one (Kᵀ) without its row labels where only that makes every pane's cells fit.
+    """The panes, with fewer row labels where only that makes every pane's cells fit in ``total`` columns.
 
-    Kᵀ's rows are the dimensions, named in the same order across the top of Q beside it, so the
-    column they take is the one a row of panes can best spare (RoPE's K'ᵀ at 80 columns: "0p0" … "3p1").
+    Each step is taken only where the ones before it do not fit, and none where even the last does
+    not (the panes then scroll, and every label says which row is which):
+
+    1. a transposed pane (Kᵀ) drops its row labels: its rows are the dimensions, named in the same
+       order across the top of Q beside it (RoPE's K'ᵀ at 80 columns: "0p0" … "3p1");
+    2. a pane whose row labels repeat those of the labelled pane to its left drops them: the panes
+       stand side by side, so its rows read across from that pane's labels (Loss's concat, target
+       and dO at 80 columns). Only where no pane is cut in height, as each scrolls its own rows;
+    3. the labels left are cut to the fewest characters that still fit, as long as they stay
+       distinct within their pane ("love" → "l").
+
+    No cell is ever left out: the arithmetic line's operands stay on screen, as it prints them.
     """
-    cells = sum(natural_width(s, titled=False, height=height) for s in specs)
-    if cells <= total:
+    def fits(panes: list[PaneSpec]) -> bool:
+        return sum(natural_width(s, titled=False, height=height) for s in panes) <= total
+
+    if fits(specs):
         return specs
-    bare = [replace(s, row_labels=("",) * len(s.row_labels)) if s.transposed else s for s in specs]
-    return bare if sum(natural_width(s, titled=False, height=height) for s in bare) <= total else specs
+    bare = [_unlabelled(s) if s.transposed else s for s in specs]
+    if fits(bare):
+        return bare
+    if height is None or all(pane_height([s]) <= height for s in specs):
+        bare = _unrepeated(bare)
+        if fits(bare):
+            return bare
+    for width in range(max(s.label_width for s in bare) - 1, 0, -1):
+        cut = [_cut_labels(s, width) for s in bare]
+        if all(len(set(s.row_labels)) == len(set(b.row_labels)) for s, b in zip(cut, bare)) and fits(cut):
+            return cut
+    return specs
+
+
+def _unlabelled(spec: PaneSpec) -> PaneSpec:
+    return replace(spec, row_labels=("",) * len(spec.row_labels))
+
+
+def _unrepeated(specs: list[PaneSpec]) -> list[PaneSpec]:
+    """Each pane without the row labels the labelled pane to its left already shows on the same lines."""
+    out, shown = [], None
+    for spec in specs:
+        if not spec.label_width:
+            out.append(spec)
+        elif spec.row_labels == shown:
+            out.append(_unlabelled(spec))
+        else:
+            out.append(spec)
+            shown = spec.row_labels
+    return out
+
+
+def _cut_labels(spec: PaneSpec, width: int) -> PaneSpec:
+    """The pane with every row label cut to its first ``width`` columns (a CJK character takes two)."""
+    if spec.label_width <= width:
+        return spec
+    return replace(spec, row_labels=tuple(_prefix(label, width) for label in spec.row_labels))
+
+
+def _prefix(label: str, width: int) -> str:
+    cut = ""
+    for ch in label:
+        if cell_len(cut + ch) > width:
+            break
+        cut += ch
+    return cut
 
 
 def share_width(specs: list[PaneSpec], total: int, height: int | None = None) -> list[int | str]:
