@@ -12,7 +12,7 @@ import numpy as np
 
 from qkv_tui.core.engine import Computation, HeadResult
 from qkv_tui.core.fmt import fmt
-from qkv_tui.core.scenario import BoolMatrix
+from qkv_tui.core.scenario import BoolMatrix, Scenario
 
 MAX_ROWS = 8  # tokens listed by name; longer sentences list their first ones and point to the map
 
@@ -32,9 +32,28 @@ def closing_summary(comp: Computation, head: int, operations: int, decimals: int
     looks = [looked_at(hr, sc.allow[i], sc.labels[i], sc.key_labels, i, decimals)
              for i in range(min(sc.n, MAX_ROWS))]
     more = f"; … {sc.n - MAX_ROWS} more tokens (m shows every row)" if sc.n > MAX_ROWS else ""
-    lines.append(f"Where each token looks, {who}: " + "; ".join(looks) + more)
+    lines.append(f"{looks_heading(sc)}, {who}{weights_note(sc)}: " + "; ".join(looks) + more)
     lines.append(checks(hr, sc.allow))
     return tuple(lines)
+
+
+def looks_heading(sc: Scenario) -> str:
+    """What a row of :func:`looked_at` readings names: where a softmax head looks, or, for a head whose weights
+    are no distribution, what its largest weight multiplies (the corrections δ, or V unnormalised)."""
+    if sc.deltanet is not None:
+        return "Whose δ each token weighs most"
+    if sc.linear is not None and not sc.linear.normalize:
+        return "Whose V each token weighs most"
+    return "Where each token looks"
+
+
+def weights_note(sc: Scenario) -> str:
+    """What the readings' numbers are when they are no distribution ("" for a softmax head's weights)."""
+    if sc.deltanet is not None:
+        return " (q·k times the decay; not a distribution)"
+    if sc.linear is not None and not sc.linear.normalize:
+        return " (φ(q)·φ(k), not divided by the row's sum; not a distribution)"
+    return ""
 
 
 def looked_at(hr: HeadResult, allow: BoolMatrix, token: str, keys: tuple[str, ...], row: int,

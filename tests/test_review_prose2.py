@@ -1,0 +1,32 @@
+"""More sentences a reviewer found untrue about what the screen shows, pinned so they stay true: a state head's
+weights read as where it looks, ..."""
+
+from __future__ import annotations
+
+from qkv_tui import compute, load_scenario
+from qkv_tui.display.modes import Modes
+from qkv_tui.display.presenter import Presenter
+from qkv_tui.display.train_view import train_explanation
+from qkv_tui.teach.stepper import Position
+from qkv_tui.teach.summary import closing_summary
+from qkv_tui.teach.train_walk import TrainRun
+
+
+def test_a_state_heads_weights_are_not_called_where_it_looks() -> None:
+    for name, said in (("deltanet", "Whose δ each token weighs most"), ("deltanet_learns", "Whose δ each token")):
+        comp = compute(load_scenario(name))
+        heads = Presenter(comp).frame(Position(0, 0), Modes(view="heads")).explanation.arithmetic
+        summary = closing_summary(comp, 0, 1, 3)[1]
+        for text in (heads, summary):
+            assert text.startswith(said) and "not a distribution" in text and "looks" not in text, (name, text)
+    run = TrainRun(load_scenario("deltanet_learns"))
+    moved = [d for d in train_explanation(run, 2, 0, 3).details if "moved most" in d and "step 0, " in d]
+    assert len(moved) == 1 and "attention" not in moved[0] and "looks" not in moved[0], moved
+    assert "not a distribution" in moved[0] and "weighs δ of" in moved[0], moved
+    assert moved[0].startswith("the weight on δ moved most")
+    # softmax heads keep their words
+    seed = compute(load_scenario("i_love_ai"))
+    assert closing_summary(seed, 0, 1, 3)[1].startswith("Where each token looks, this head: I\u00a0→\u00a0love 0.707")
+    learn = [d for d in train_explanation(TrainRun(load_scenario("learn_to_look")), 2, 0, 3).details
+             if d.startswith("attention moved most: ")]
+    assert len(learn) == 1 and "looks most at" in learn[0] and "distribution" not in learn[0]
