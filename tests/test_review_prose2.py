@@ -30,3 +30,13 @@ def test_a_state_heads_weights_are_not_called_where_it_looks() -> None:
     learn = [d for d in train_explanation(TrainRun(load_scenario("learn_to_look")), 2, 0, 3).details
              if d.startswith("attention moved most: ")]
     assert len(learn) == 1 and "looks most at" in learn[0] and "distribution" not in learn[0]
+
+
+def test_the_mla_learns_description_names_the_head_its_numbers_are_from() -> None:
+    sc = load_scenario("mla_learns")
+    assert "AI's row (head 1), 0.322 on I at step 0, 0.623 after 2 steps, 0.813 after 6" in sc.description
+    run = TrainRun(sc)
+    ai, i = sc.labels.index("AI"), sc.key_labels.index("I")
+    assert [f"{float(run.at(k).weights[0][ai, i]):.3f}" for k in (0, 2, 6)] == ["0.322", "0.623", "0.813"]
+    assert f"{float(run.at(2).weights[1][ai, i]):.3f}" != "0.623"  # head 2's differ: the "(head 1)" is needed
+
