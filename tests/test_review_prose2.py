@@ -40,3 +40,12 @@ def test_the_mla_learns_description_names_the_head_its_numbers_are_from() -> Non
     assert [f"{float(run.at(k).weights[0][ai, i]):.3f}" for k in (0, 2, 6)] == ["0.322", "0.623", "0.813"]
     assert f"{float(run.at(2).weights[1][ai, i]):.3f}" != "0.623"  # head 2's differ: the "(head 1)" is needed
 
+
+def test_the_glossary_gives_root_dk_only_to_a_norm_over_each_head() -> None:
+    from qkv_tui.teach.trace_variants import VARIANT_NOTES
+
+    note = dict(VARIANT_NOTES)["QK-norm ([qk_norm])"]
+    each, whole = note.split("OLMo 2 normalises")[-2:] if note.count("OLMo 2 normalises") else ("", "")
+    assert "each has length √dₖ" in each and "each has length √dₖ" not in whole
+    assert "need not have length √dₖ" in whole
+    assert note.count("√dₖ") == 2  # the per-head claim and OLMo 2's denial, nothing said of every model
