@@ -9,6 +9,7 @@ from qkv_tui.display.presenter import Presenter
 from qkv_tui.display.train_view import train_explanation
 from qkv_tui.teach.stepper import Position
 from qkv_tui.teach.summary import closing_summary
+from qkv_tui.teach.trace import Trace
 from qkv_tui.teach.train_walk import TrainRun
 
 
@@ -49,3 +50,13 @@ def test_the_glossary_gives_root_dk_only_to_a_norm_over_each_head() -> None:
     assert "each has length √dₖ" in each and "each has length √dₖ" not in whole
     assert "need not have length √dₖ" in whole
     assert note.count("√dₖ") == 2  # the per-head claim and OLMo 2's denial, nothing said of every model
+
+
+def test_the_conv_stage_counts_the_kernels_tokens_without_calling_it_k() -> None:
+    from qkv_tui.core.scenario import parse_scenario
+
+    from .test_deltanet_io import WITH_IO  # conv_q … with 2 taps: the token itself and 1 before it
+
+    meaning = Trace(compute(parse_scenario(WITH_IO, "io.toml"))).meaning("conv", 0)
+    assert "K − 1" not in meaning and "the same channel of the 1 token before it" in meaning
+    assert "(a short causal convolution of kernel_size 2, one kernel per channel" in meaning
