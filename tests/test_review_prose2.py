@@ -17,7 +17,7 @@ def test_a_state_heads_weights_are_not_called_where_it_looks() -> None:
     for name, said in (("deltanet", "Whose δ each token weighs most"), ("deltanet_learns", "Whose δ each token")):
         comp = compute(load_scenario(name))
         heads = Presenter(comp).frame(Position(0, 0), Modes(view="heads")).explanation.arithmetic
-        summary = closing_summary(comp, 0, 1, 3)[1]
+        summary = next(line for line in closing_summary(comp, 0, 1, 3) if "each token" in line)
         for text in (heads, summary):
             assert text.startswith(said) and "not a distribution" in text and "looks" not in text, (name, text)
     run = TrainRun(load_scenario("deltanet_learns"))
@@ -60,3 +60,14 @@ def test_the_conv_stage_counts_the_kernels_tokens_without_calling_it_k() -> None
     meaning = Trace(compute(parse_scenario(WITH_IO, "io.toml"))).meaning("conv", 0)
     assert "K − 1" not in meaning and "the same channel of the 1 token before it" in meaning
     assert "(a short causal convolution of kernel_size 2, one kernel per channel" in meaning
+
+
+def test_the_closing_summary_after_the_backward_stages_says_what_they_computed() -> None:
+    comp = compute(load_scenario("mla_learns"))
+    trace = Trace(comp)
+    trained = {s.target for s in trace.segments if s.target in ("dW_QA_h", "dW_UK_h", "dW_KR")}
+    assert trained == {"dW_QA_h", "dW_UK_h", "dW_KR"}  # the walk does compute each trained weight's gradient
+    lines = closing_summary(comp, 0, len(trace), 3)
+    assert lines[1] == ("Backward: the stages after the forward pass carried ∂loss/∂output, loss = ½·Σ (output − target)²,"
+                        " back through it, to the gradient ∂loss/∂W of each weight [backward] trains (W_Q, W_UK, W_KR).")
+    assert not any(line.startswith("Backward") for line in closing_summary(compute(load_scenario("mla")), 0, 1, 3))

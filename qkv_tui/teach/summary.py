@@ -13,6 +13,7 @@ import numpy as np
 from qkv_tui.core.engine import Computation, HeadResult
 from qkv_tui.core.fmt import fmt
 from qkv_tui.core.scenario import BoolMatrix, Scenario
+from qkv_tui.core.variants.backward import Backward
 
 MAX_ROWS = 8  # tokens listed by name; longer sentences list their first ones and point to the map
 
@@ -28,6 +29,8 @@ def closing_summary(comp: Computation, head: int, operations: int, decimals: int
     if comp.W_O is not None:
         route += " and mixed by W_O"
     lines = [f"✓ Done: all {operations} operations. Each token's output is {route}."]
+    if sc.backward is not None:  # the walk ended on the backward stages: say what they computed
+        lines.append(backward_line(sc.backward))
     who = f"{hr.name} ({head + 1}/{heads})" if heads > 1 else "this head"
     looks = [looked_at(hr, sc.allow[i], sc.labels[i], sc.key_labels, i, decimals)
              for i in range(min(sc.n, MAX_ROWS))]
@@ -35,6 +38,15 @@ def closing_summary(comp: Computation, head: int, operations: int, decimals: int
     lines.append(f"{looks_heading(sc)}, {who}{weights_note(sc)}: " + "; ".join(looks) + more)
     lines.append(checks(hr, sc.allow))
     return tuple(lines)
+
+
+def backward_line(bw: Backward) -> str:
+    """What the backward stages after the forward pass computed, and for which weights."""
+    start = ("the given dO = ∂loss/∂output" if bw.target is None
+             else "∂loss/∂output, loss = ½·Σ (output − target)²,")
+    weights = (f"the gradient ∂loss/∂W of each weight [backward] trains ({', '.join(bw.train)})" if bw.train
+               else "the gradients of the values in between ([backward] trains no weight)")
+    return f"Backward: the stages after the forward pass carried {start} back through it, to {weights}."
 
 
 def looks_heading(sc: Scenario) -> str:
