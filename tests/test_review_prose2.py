@@ -3,6 +3,8 @@ weights read as where it looks, ..."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from qkv_tui import compute, load_scenario
 from qkv_tui.display.modes import Modes
 from qkv_tui.display.presenter import Presenter
@@ -11,6 +13,8 @@ from qkv_tui.teach.stepper import Position
 from qkv_tui.teach.summary import closing_summary
 from qkv_tui.teach.trace import Trace
 from qkv_tui.teach.train_walk import TrainRun
+
+SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
 
 
 def test_a_state_heads_weights_are_not_called_where_it_looks() -> None:
@@ -71,3 +75,24 @@ def test_the_closing_summary_after_the_backward_stages_says_what_they_computed()
     assert lines[1] == ("Backward: the stages after the forward pass carried ∂loss/∂output, loss = ½·Σ (output − target)²,"
                         " back through it, to the gradient ∂loss/∂W of each weight [backward] trains (W_Q, W_UK, W_KR).")
     assert not any(line.startswith("Backward") for line in closing_summary(compute(load_scenario("mla")), 0, 1, 3))
+
+
+def test_the_gates_prose_names_the_x_its_lines_read() -> None:
+    trace = _trace("deltanet_learns")  # no [norm]: the lines read X[I]·W_a, so the prose must not say X̂
+    assert trace.comp.norm is None
+    for key in ("gates", "dgates"):
+        assert "X̂" not in trace.meaning(key, 0) and "X·W_a + dt_bias" in trace.meaning(key, 0), key
+    gated = load_scenario("gated")
+    assert gated.norm is None and "σ(X·W_G)" in gated.description and "X̂" not in gated.description
+    assert "g = σ(X·W_G)" in _trace("gated").meaning("gate", 0)
+    from qkv_tui.core.scenario import parse_scenario
+
+    text = (SCENARIOS / "deltanet_learns.toml").read_text(encoding="utf-8") + '[norm]\nkind = "rms"\n'
+    normed = Trace(compute(parse_scenario(text, "normed.toml")))  # with a [norm] the gates read X̂
+    assert normed.comp.norm is not None
+    for key in ("gates", "dgates"):
+        assert "X̂·W_a + dt_bias" in normed.meaning(key, 0), key
+
+
+def _trace(name: str) -> Trace:
+    return Trace(compute(load_scenario(name)))
