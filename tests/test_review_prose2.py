@@ -29,12 +29,15 @@ def test_a_state_heads_weights_are_not_called_where_it_looks() -> None:
     assert len(moved) == 1 and "attention" not in moved[0] and "looks" not in moved[0], moved
     assert "not a distribution" in moved[0] and "weighs δ of" in moved[0], moved
     assert moved[0].startswith("the weight on δ moved most")
+    meaning = train_explanation(run, 2, 0, 3).meaning
+    assert "attention map" not in meaning and "where each token looks" not in meaning and "weighs each δ" in meaning
     # softmax heads keep their words
     seed = compute(load_scenario("i_love_ai"))
     assert closing_summary(seed, 0, 1, 3)[1].startswith("Where each token looks, this head: I\u00a0→\u00a0love 0.707")
     learn = [d for d in train_explanation(TrainRun(load_scenario("learn_to_look")), 2, 0, 3).details
              if d.startswith("attention moved most: ")]
     assert len(learn) == 1 and "looks most at" in learn[0] and "distribution" not in learn[0]
+    assert "where each token looks changes." in train_explanation(TrainRun(load_scenario("learn_to_look")), 2, 0, 3).meaning
 
 
 def test_the_mla_learns_description_names_the_head_its_numbers_are_from() -> None:

@@ -67,6 +67,16 @@ def update_line(move: Move, lr: float, single_row: bool, decimals: int) -> str:
     return f"{move.cell(single_row)} = {texts[0]} − {lr:g}·{texts[1]} = {new}"
 
 
+def _meaning(sc: Scenario) -> str:
+    """The view's words; a state head's map holds no attention, only the weights its q·k put on δ (or V)."""
+    if not weights_note(sc):
+        return MEANING
+    weighed = "δ" if sc.deltanet is not None else "V"
+    return MEANING.replace("Watch the attention map: as the weights the scores are made of move, where each token looks"
+                           " changes.", f"Watch the map: as the weights q and k are made of move, so does how much each"
+                           f" token weighs each {weighed}{weights_note(sc)}.")
+
+
 def _loss_line(losses: list[float | None], k: int, decimals: int) -> str:
     now = losses[k]
     assert now is not None
@@ -125,7 +135,7 @@ def train_explanation(run: TrainRun, k: int, head: int, decimals: int) -> Explan
         head_label=f"{sc.heads[head].name} ({head + 1}/{heads})" if heads > 1 else "",
         arithmetic=_loss_line(losses, k, decimals),
         details=tuple(details),
-        meaning=MEANING,
+        meaning=_meaning(sc),
         formula=(("w ← w − lr·∂loss/∂w", k > 0),),
     )
 
