@@ -4,6 +4,9 @@ the attention map moving; absent from the help, palette and closing line of scen
 from __future__ import annotations
 
 import itertools
+import time
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import pytest
@@ -14,7 +17,7 @@ from qkv_tui.display.train_view import train_explanation
 from qkv_tui.teach.train_walk import TrainRun
 from qkv_tui.ui.app import QKVApp
 from qkv_tui.ui.widgets.matrix import MatrixView
-from qkv_tui.ui.widgets.panels import ExplainPanel
+from qkv_tui.ui.widgets.panels import ExplainPanel, QuizInput
 
 from .arith_check import checked
 
@@ -111,9 +114,23 @@ async def test_the_quiz_asks_for_a_gradient_cell_on_a_backward_stage() -> None:
     app = QKVApp("learn_to_look")
     async with app.run_test(size=(120, 40)) as pilot:
         await pilot.press("9", "p", "right")  # dSoftmax: predict a cell of dS = P ⊙ (dP − D)
+        field = app.query_one("#quiz-input", QuizInput)
+        # under load the question, and the answer box's focus, land some frames later: typed before, the
+        # digits would be the app's stage keys
+        await _until(pilot, lambda: app.modes.question is not None and field.has_focus)
         question = app.modes.question
         assert question is not None and question.kind == "value"
         assert question.prompt.startswith(("What is d", "What is D[")) and question.arithmetic.endswith("= ?")
         answer = fmt(question.value, question.integral, question.decimals)
-        await pilot.press(*answer, "enter")
+        await pilot.press(*answer)
+        await _until(pilot, lambda: field.value == answer)
+        await pilot.press("enter")
+        await _until(pilot, lambda: app.modes.quiz is not None and app.modes.quiz.asked > 0)  # scored
         assert app.modes.quiz is not None and app.modes.quiz.right == 1
+
+
+async def _until(pilot: Any, ready: Callable[[], bool], seconds: float = 30.0) -> None:
+    """Wait for a state, not a time: pause until ``ready`` holds (the assertions after it say what it must be)."""
+    deadline = time.monotonic() + seconds
+    while not ready() and time.monotonic() < deadline:
+        await pilot.pause(0.05)

@@ -16,7 +16,7 @@ from qkv_tui.display.modes import Modes
 from qkv_tui.display.side_view import SideView, Sources
 from qkv_tui.display.state_view import carries_state
 from qkv_tui.display.view import Explanation
-from qkv_tui.teach.summary import MAX_ROWS, looked_at
+from qkv_tui.teach.summary import MAX_ROWS, looked_at, looks_heading, weights_note
 
 KEYS = "← → ↑ ↓ pick a head · enter: step through it · v: back to the trace"
 MEANING = ("Each head has its own W_Q (its keys may be shared, as in GQA and MQA), so a pattern of its own: rows are"
@@ -86,7 +86,7 @@ def _frame(sources: Sources, modes: Modes, step: int, head: int) -> Frame:
         counter = f"layer {layer} (0 … {walk.layers - 1}) · {count}"
     explanation = Explanation(
         stage_label="heads", counter=counter, head_label=f"{name} ({step + 1}/{len(heads.maps)})",
-        arithmetic=f"Where each token looks, {name}: " + "; ".join(looks) + more,
+        arithmetic=f"{looks_heading(sc)}, {name}{weights_note(sc)}: " + "; ".join(looks) + more,
         details=(keys,), meaning=MEANING,
         formula=_formula(comp), stages=stages,
     )

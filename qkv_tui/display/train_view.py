@@ -16,6 +16,7 @@ from qkv_tui.display.view import Explanation, PaneSpec
 from qkv_tui.display.view import matrix_pane as _pane
 from qkv_tui.teach.arith import fit
 from qkv_tui.teach.handcalc import round_to
+from qkv_tui.teach.summary import weights_note
 from qkv_tui.teach.train_walk import Move, Param, TrainRun
 
 SHOWN_MOVES = 3  # the step's biggest updates worked out; the panes mark every moved cell
@@ -66,6 +67,16 @@ def update_line(move: Move, lr: float, single_row: bool, decimals: int) -> str:
     return f"{move.cell(single_row)} = {texts[0]} − {lr:g}·{texts[1]} = {new}"
 
 
+def _meaning(sc: Scenario) -> str:
+    """The view's words; a state head's map holds no attention, only the weights its q·k put on δ (or V)."""
+    if not weights_note(sc):
+        return MEANING
+    weighed = "δ" if sc.deltanet is not None else "V"
+    return MEANING.replace("Watch the attention map: as the weights the scores are made of move, where each token looks"
+                           " changes.", f"Watch the map: as the weights q and k are made of move, so does how much each"
+                           f" token weighs each {weighed}{weights_note(sc)}.")
+
+
 def _loss_line(losses: list[float | None], k: int, decimals: int) -> str:
     now = losses[k]
     assert now is not None
@@ -106,9 +117,15 @@ def train_explanation(run: TrainRun, k: int, head: int, decimals: int) -> Explan
     if k > 0:
         delta = np.where(sc.allow, now - first, 0.0)
         r, c = np.unravel_index(int(np.argmax(np.abs(delta))), delta.shape)
-        details.append(f"attention moved most: {sc.labels[r]} → {sc.key_labels[c]},"
+        top = sc.key_labels[int(np.argmax(now[r]))]
+        if weights_note(sc):  # a state head's weights weigh δ (or V unnormalised): no attention to move
+            weighed = "δ" if sc.deltanet is not None else "V"
+            what, most = f"the weight on {weighed} moved most{weights_note(sc)}", f"weighs {weighed} of {top} most"
+        else:
+            what, most = "attention moved most", f"looks most at {top}"
+        details.append(f"{what}: {sc.labels[r]} → {sc.key_labels[c]},"
                        f" {fmt(float(first[r, c]), False, decimals)} at step 0, {fmt(float(now[r, c]), False, decimals)}"
-                       f" now; {sc.labels[r]} looks most at {sc.key_labels[int(np.argmax(now[r]))]}")
+                       f" now; {sc.labels[r]} {most}")
     if run.error is not None and run.reached(run.total) < run.total:
         details.append(f"the run stops at step {run.reached(run.total)}: {run.error}")
     heads = len(sc.heads)
@@ -118,7 +135,7 @@ def train_explanation(run: TrainRun, k: int, head: int, decimals: int) -> Explan
         head_label=f"{sc.heads[head].name} ({head + 1}/{heads})" if heads > 1 else "",
         arithmetic=_loss_line(losses, k, decimals),
         details=tuple(details),
-        meaning=MEANING,
+        meaning=_meaning(sc),
         formula=(("w ← w − lr·∂loss/∂w", k > 0),),
     )
 

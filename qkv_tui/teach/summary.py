@@ -12,7 +12,8 @@ import numpy as np
 
 from qkv_tui.core.engine import Computation, HeadResult
 from qkv_tui.core.fmt import fmt
-from qkv_tui.core.scenario import BoolMatrix
+from qkv_tui.core.scenario import BoolMatrix, Scenario
+from qkv_tui.core.variants.backward import Backward
 
 MAX_ROWS = 8  # tokens listed by name; longer sentences list their first ones and point to the map
 
@@ -28,13 +29,43 @@ def closing_summary(comp: Computation, head: int, operations: int, decimals: int
     if comp.W_O is not None:
         route += " and mixed by W_O"
     lines = [f"✓ Done: all {operations} operations. Each token's output is {route}."]
+    if sc.backward is not None:  # the walk ended on the backward stages: say what they computed
+        lines.append(backward_line(sc.backward))
     who = f"{hr.name} ({head + 1}/{heads})" if heads > 1 else "this head"
     looks = [looked_at(hr, sc.allow[i], sc.labels[i], sc.key_labels, i, decimals)
              for i in range(min(sc.n, MAX_ROWS))]
     more = f"; … {sc.n - MAX_ROWS} more tokens (m shows every row)" if sc.n > MAX_ROWS else ""
-    lines.append(f"Where each token looks, {who}: " + "; ".join(looks) + more)
+    lines.append(f"{looks_heading(sc)}, {who}{weights_note(sc)}: " + "; ".join(looks) + more)
     lines.append(checks(hr, sc.allow))
     return tuple(lines)
+
+
+def backward_line(bw: Backward) -> str:
+    """What the backward stages after the forward pass computed, and for which weights."""
+    start = ("the given dO = ∂loss/∂output" if bw.target is None
+             else "∂loss/∂output, loss = ½·Σ (output − target)²,")
+    weights = (f"the gradient ∂loss/∂W of each weight [backward] trains ({', '.join(bw.train)})" if bw.train
+               else "the gradients of the values in between ([backward] trains no weight)")
+    return f"Backward: the stages after the forward pass carried {start} back through it, to {weights}."
+
+
+def looks_heading(sc: Scenario) -> str:
+    """What a row of :func:`looked_at` readings names: where a softmax head looks, or, for a head whose weights
+    are no distribution, what its largest weight multiplies (the corrections δ, or V unnormalised)."""
+    if sc.deltanet is not None:
+        return "Whose δ each token weighs most"
+    if sc.linear is not None and not sc.linear.normalize:
+        return "Whose V each token weighs most"
+    return "Where each token looks"
+
+
+def weights_note(sc: Scenario) -> str:
+    """What the readings' numbers are when they are no distribution ("" for a softmax head's weights)."""
+    if sc.deltanet is not None:
+        return " (q·k times the decay; not a distribution)"
+    if sc.linear is not None and not sc.linear.normalize:
+        return " (φ(q)·φ(k), not divided by the row's sum; not a distribution)"
+    return ""
 
 
 def looked_at(hr: HeadResult, allow: BoolMatrix, token: str, keys: tuple[str, ...], row: int,

@@ -21,10 +21,11 @@ VARIANT_NOTES = (
      " Each projected cell then ends in '+ b'."),
     ("QK-norm ([qk_norm])",
      "Qwen3, Gemma 3 and OLMo 2 RMS-normalise every query and key vector after the projection, before RoPE,"
-     " so before its gains each has length √dₖ and a score grows only with the gains, never with W_Q and W_K: the"
-     " logits stay bounded and training stays stable (Gemma 3 dropped Gemma 2's logit soft-capping for it)."
-     " Qwen3 and Gemma 3 normalise each head's vector on its own; OLMo 2 normalises a token's whole"
-     " projection, every head's columns together, before cutting it into heads."),
+     " so however large W_Q and W_K grow, the gains bound a score: the logits stay bounded and training"
+     " stays stable (Gemma 3 dropped Gemma 2's logit soft-capping for it)."
+     " Qwen3 and Gemma 3 normalise each head's vector on its own, so before its gains each has length √dₖ;"
+     " OLMo 2 normalises a token's whole projection, every head's columns together, before cutting it into"
+     " heads, so the whole row has length √(its width) and one head's part need not have length √dₖ."),
     ("RoPE ([rope])",
      "Instead of adding positions to X, RoPE turns each pair of Q and K dimensions by an angle that grows"
      " with the token's position. A rotation keeps lengths, and when both q and k are turned, position"

@@ -294,6 +294,11 @@ class Normalise(StageSpec):
     worksheet_rules = _rules
 
 
+def _x_named(trace: TraceContext, text: str) -> str:
+    """The gates read X̂ only after a [norm]; without one they read X itself, as their lines write it."""
+    return text if trace.comp.norm is not None else text.replace("X̂", "X")
+
+
 class Gates(StageSpec):
     stage = Stage("gates", "Gates",
                   "How much the state forgets and how strongly it writes, per token, as Qwen3-Next computes them:"
@@ -304,6 +309,9 @@ class Gates(StageSpec):
     def runs(self, trace: TraceContext) -> bool:
         dn = getattr(trace.comp.scenario, "deltanet", None)
         return dn is not None and (dn.g is None or dn.beta is None)
+
+    def meaning(self, trace: TraceContext, head: int | None) -> str:
+        return _x_named(trace, self.stage.meaning)
 
     def segments(self, trace: TraceContext, head: int | None) -> list[Plan]:
         return [Plan("dn_g", trace.comp.scenario.n, 2)]
@@ -719,6 +727,9 @@ class GatesBackStage(BackwardSpec):
         dn = getattr(trace.comp.scenario, "deltanet", None)
         return has_backward(trace) and dn is not None and (dn.g is None or dn.beta is None)
 
+    def meaning(self, trace: TraceContext, head: int | None) -> str:
+        return _x_named(trace, self.stage.meaning)
+
     def segments(self, trace: TraceContext, head: int | None) -> list[Plan]:
         gb = grads(trace).gates
         n, d_model = trace.comp.X_in.shape
@@ -795,8 +806,9 @@ class GatesBackStage(BackwardSpec):
                 "dW_b": [(x, None), ("gb_db", h), ("dW_b", h)]}[name]
 
     def title(self, trace: TraceContext, name: str, head: int | None) -> str:
-        return {"gb_da": "da = −dg·e^A_log·σ(a)", "dW_a": "dW_a = X̂ᵀ·da", "dA_log": "dA_log = Σ dg·g",
-                "ddt_bias": "ddt_bias = Σ da", "gb_db": "db = dβ·β(1 − β)", "dW_b": "dW_b = X̂ᵀ·db"}[name]
+        return _x_named(trace, {"gb_da": "da = −dg·e^A_log·σ(a)", "dW_a": "dW_a = X̂ᵀ·da", "dA_log": "dA_log = Σ dg·g",
+                                "ddt_bias": "ddt_bias = Σ da", "gb_db": "db = dβ·β(1 − β)",
+                                "dW_b": "dW_b = X̂ᵀ·db"}[name])
 
 
 GATES_BACKWARD = GatesBackStage()

@@ -91,8 +91,8 @@ def sigma_line(trace: TraceContext, name: str, m: float, sig: float, d: int) -> 
 
 class Conv(StageSpec):
     stage = Stage("conv", "Conv",
-                  "Before the rule, every channel of Q, K and V is mixed with the same channel of the K − 1 tokens"
-                  " before it (a short causal convolution, one kernel per channel, zeros before the first token),"
+                  "Before the rule, every channel of Q, K and V is mixed with the same channel of the kernel_size − 1"
+                  " tokens before it (a short causal convolution, one kernel per channel, zeros before the first token),"
                   " then passed through SiLU, x·σ(x): each token's query, key and value already carry a little of"
                   " its neighbours, which the state alone, updated one token at a time, could not give them.")
     per_head = True
@@ -100,6 +100,12 @@ class Conv(StageSpec):
 
     def runs(self, trace: TraceContext) -> bool:
         return has_conv(trace)
+
+    def meaning(self, trace: TraceContext, head: int | None) -> str:
+        # the number itself: on this screen K is the Key matrix, not the kernel's length
+        before = _io(trace).taps - 1
+        tokens = f"{before} token{'s' if before != 1 else ''} before it (a short causal convolution of kernel_size {before + 1}"
+        return self.stage.meaning.replace("kernel_size − 1 tokens before it (a short causal convolution", tokens)
 
     def segments(self, trace: TraceContext, head: int | None) -> list[Plan]:
         hr = _hr(trace, head)
