@@ -14,6 +14,7 @@ import aiohttp
 import numpy as np
 import pytest
 from textual import events
+from textual.geometry import Size
 from textual.screen import Screen
 
 from qkv_tui.core.engine import compute
@@ -167,3 +168,30 @@ async def test_a_tab_opened_after_the_file_was_edited_shows_the_edit(tmp_path: P
             lesson.write_text(lesson.read_text().replace('title = "I love AI"', 'title = "We edited AI"'))
             second = await tab(session, url, "We edited AI")
             await asyncio.gather(first.ws.close(), second.ws.close())
+
+
+async def test_a_start_lays_the_screen_out_once_and_a_same_size_resize_draws_nothing_new(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Textual lays out and draws the whole screen again for each Resize, and a start brings three of the size
+    just laid out at: TraceScreen keeps the one layout. A Resize to another size lays out again, as before."""
+    layouts: list[object] = []
+    own = TraceScreen._refresh_layout
+    monkeypatch.setattr(TraceScreen, "_refresh_layout",
+                        lambda self, size=None, scroll=False: (layouts.append(size), own(self, size, scroll))[1])
+    app = QKVApp("i_love_ai")
+    async with app.run_test(size=(120, 40)) as pilot:
+        for _ in range(4):
+            await pilot.pause()
+        resized = [size for size in layouts if size is not None]  # None: what a widget's change lays out
+        assert resized == [Size(120, 40)]
+        before = app.export_screenshot()
+        app.post_message(events.Resize(Size(120, 40), Size(120, 40)))
+        for _ in range(4):
+            await pilot.pause()
+        assert [size for size in layouts if size is not None] == resized
+        assert app.export_screenshot() == before
+        await pilot.resize_terminal(100, 30)
+        for _ in range(4):
+            await pilot.pause()
+        assert Size(100, 30) in layouts
+        assert app.screen.size == Size(100, 30)

@@ -59,6 +59,11 @@ QUIZ_KEYS = "esc reveals · p leaves · digits answer: ] [ change stage"
 HEADS_FLOOR = 6  # lines the heads view's maps keep however long the explanation (which then scrolls)
 
 
+def _collect_again() -> None:
+    """gc.enable, as a Python function: Textual reads a callback's signature, and a builtin's costs a regex compile."""
+    gc.enable()
+
+
 class QKVApp(Session):
     """softmax(QKᵀ/√dₖ)V, one operation at a time."""
 
@@ -176,7 +181,7 @@ class QKVApp(Session):
         self.redraw()
         self.refresh_bindings()  # the keys check_action kept off until now
         if not gc.isenabled():  # --serve's app starter held the collector off for the start (edges/serve_zygote.py)
-            self.call_after_refresh(gc.enable)
+            self.call_after_refresh(_collect_again)
 
     def on_resize(self, event: events.Resize) -> None:
         # This handler runs before App's own, which is what updates self.size: trust the event,
