@@ -5,20 +5,14 @@ The same draws on every run (the project's hypothesis profile, tests/conftest.py
 
 from __future__ import annotations
 
-import asyncio
-import tempfile
-from pathlib import Path
-
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from qkv_tui.core.scenario import ScenarioError, parse_scenario
-
 from .fuzz_backward_paths import assert_backward_paths
 from .fuzz_paths import assert_refused
 from .strategies_backward import TABLES, backward_scenarios
-from .test_fuzz_new_tables_app import _storm
+from .test_fuzz_new_tables_app import survives_the_app
 
 # an overflow the code does not expect shows as a NumPy warning before it shows as a wrong number
 pytestmark = pytest.mark.filterwarnings("error::RuntimeWarning")
@@ -57,16 +51,4 @@ def test_a_generated_backward_scenario_survives_the_app() -> None:
     """Opened in the app, every stage (the backward ones too), the key storm with the Train view (l) and h in it;
     one draw of the three tables (a storm costs a minute of this machine: the forward storms are in
     tests/test_fuzz_new_tables_app.py)."""
-    @settings(max_examples=1, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-    @given(st.one_of(*(backward_scenarios(table) for table in sorted(TABLES))))
-    def check(text: str) -> None:
-        try:
-            parse_scenario(text, "app.toml")
-        except ScenarioError:
-            return
-        with tempfile.TemporaryDirectory() as folder:
-            path = Path(folder) / "fuzzed.toml"
-            path.write_text(text, encoding="utf-8")
-            asyncio.run(_storm(path))
-
-    check()
+    survives_the_app(st.one_of(*(backward_scenarios(table) for table in sorted(TABLES))))

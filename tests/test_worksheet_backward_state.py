@@ -7,21 +7,16 @@ its question pages. What the page still leaves to the app says so in its rule.""
 
 from __future__ import annotations
 
-import dataclasses
-import io
-
 import numpy as np
 import pytest
 
 from qkv_tui.core.engine import compute
 from qkv_tui.core.scenario import Scenario, load_scenario, parse_scenario
-from qkv_tui.edges import worksheet_page as md
 from qkv_tui.edges.worksheet import build
 from qkv_tui.edges.worksheet_backward import covered
-from qkv_tui.edges.worksheet_sheet import sheet
 
 from .test_backward_torch import _builtin, shape_of, with_backward
-from .test_worksheet_backward_variants import NUMBER, _table, check_page
+from .test_worksheet_backward_variants import assert_backward_key_on_key_pages_only, check_page
 
 
 def _linear(feature: str = "elu1", normalize: bool = True, rope: bool = False) -> Scenario:
@@ -134,18 +129,5 @@ def test_what_is_left_to_the_app_is_named(name: str, what: str) -> None:
 
 @pytest.mark.parametrize("name", ["linear", "linear_rope", "mla_learns", "qk_norm_all"])
 def test_the_pdf_prints_the_backward_key_on_the_key_pages_only(name: str) -> None:
-    pypdf = pytest.importorskip("pypdf")
-    from qkv_tui.edges.worksheet_typst import pdf, source
-
-    ws = build(compute(scenario(name)), "25%")
-    texts = [page.extract_text() for page in pypdf.PdfReader(io.BytesIO(pdf(source(sheet(ws))))).pages]
-    start = next(n for n, text in enumerate(texts) if text.startswith("Answer key"))
-    questions, key = "\n".join(texts[:start]), "\n".join(texts[start:])
-    printed = set(NUMBER.findall("\n".join(md.questions(dataclasses.replace(sheet(ws), description="")))))
-    backward = [b for b in ws.blanks if _table(ws, b.table).stage == "backward"]
-    assert backward
-    for blank in backward:
-        assert f"({blank.number})" in questions and f"({blank.number})" in key
-        assert set(NUMBER.findall(blank.working)) <= set(NUMBER.findall(key)), blank
-        if "." in blank.answer and blank.answer.lstrip("-") not in printed:
-            assert blank.answer.lstrip("-") not in set(NUMBER.findall(questions)), blank
+    pytest.importorskip("pypdf")
+    assert_backward_key_on_key_pages_only(build(compute(scenario(name)), "25%"))

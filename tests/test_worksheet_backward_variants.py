@@ -208,13 +208,18 @@ NUMBER = re.compile(r"\d+(?:\.\d+)?")
 
 @pytest.mark.parametrize("name", ["learn_to_look", "gated", "pre_norm", "rope", "gqa", "sink", "softcap", "qk_norm"])
 def test_the_pdf_prints_the_backward_key_on_the_key_pages_only(name: str) -> None:
+    assert_backward_key_on_key_pages_only(build(compute(scenario_of(name)), "25%"))
+
+
+def assert_backward_key_on_key_pages_only(ws: Any) -> None:
+    """The typeset PDF: every backward blank numbered on both sides, its working's numbers in the key, and no
+    blanked answer among the question pages' numbers (unless the page prints it elsewhere)."""
     import io
 
     import pypdf
 
     from qkv_tui.edges.worksheet_typst import pdf, source
 
-    ws = build(compute(scenario_of(name)), "25%")
     texts = [page.extract_text() for page in pypdf.PdfReader(io.BytesIO(pdf(source(sheet(ws))))).pages]
     start = next(n for n, text in enumerate(texts) if text.startswith("Answer key"))
     questions, key = "\n".join(texts[:start]), "\n".join(texts[start:])
