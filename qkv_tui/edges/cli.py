@@ -6,18 +6,15 @@ import argparse
 import functools
 import os
 import sys
-import warnings
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import NoReturn, TextIO
-
-import numpy as np
 
 from qkv_tui import __version__
 from qkv_tui.base.values import escaped
 from qkv_tui.core.engine import combine, compute, iter_heads
 from qkv_tui.core.scenario import Scenario, ScenarioError, builtin_dir, builtin_names, load_scenario, resolve
 from qkv_tui.edges import model_args, place_args, serve_prepared
+from qkv_tui.edges.arithmetic import arithmetic_policy
 from qkv_tui.edges.config import THEME_NAMES, config_path, save_theme, saved_theme
 from qkv_tui.teach.place import PlaceError
 
@@ -127,21 +124,6 @@ def _new_parser(names: tuple[str, ...]) -> argparse.ArgumentParser:
 def _fail(error: ScenarioError) -> int:
     sys.stderr.write(f"error: {error}\n")
     return 2
-
-
-@contextmanager
-def arithmetic_policy(source: str) -> Iterator[None]:
-    """One rule for every computation outside the app: an overflow, a division by zero or
-    an invalid operation is a clean ScenarioError, never a NumPy warning on stderr beside
-    a zero exit status. Underflow to 0 is what softmax is meant to do, so it passes."""
-    with warnings.catch_warnings(), np.errstate(over="raise", divide="raise", invalid="raise", under="ignore"):
-        warnings.simplefilter("error", RuntimeWarning)  # NumPy's arithmetic warnings, and Python's own
-        try:
-            yield
-        except (FloatingPointError, ArithmeticError, Warning) as exc:
-            raise ScenarioError(
-                source, f"the numbers are too large or too small to compute with float64 ({exc}); expected smaller values"
-            ) from None
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -18,6 +18,7 @@ from qkv_tui.base.values import escaped
 from qkv_tui.core.engine import Computation, compute
 from qkv_tui.core.scenario import Scenario, ScenarioError, parse_scenario, resolve
 from qkv_tui.core.tomlfile import ReadError, decode, parse_toml, read_bytes, stat_path
+from qkv_tui.edges.arithmetic import arithmetic_policy  # the app's own: what would fail there fails here
 
 if TYPE_CHECKING:  # the app's, loaded by prepare(): a command line that only checks or exports never needs it
     from qkv_tui.display.presenter import Presenter
@@ -52,7 +53,6 @@ def prepare(spec: str) -> Prepared | None:
         return None
     path, raw = found
     from qkv_tui.display.presenter import Presenter
-    from qkv_tui.edges.cli import arithmetic_policy  # the app's own: what would fail there fails here
 
     try:
         if "model" in parse_toml(decode(raw)):
