@@ -31,6 +31,8 @@ from qkv_tui.core.production import CACHE_KEYS, TILES_KEYS, ProductionSettings, 
 from qkv_tui.core.tomlfile import NumberGrid, ReadError, decode, parse_toml, read_bytes, stat_path, table_values
 from qkv_tui.core.variants import Alibi, Mla, Norm, QKNorm, Rope
 from qkv_tui.core.variants.backward import Backward
+from qkv_tui.core.variants.common import write_whole
+from qkv_tui.core.variants.window import table_form as _table_form
 from qkv_tui.core.variants.deltanet import DeltaNet
 from qkv_tui.core.variants.linear import Linear
 
@@ -586,7 +588,7 @@ class _Validator:
                 raise self.fail(f"[attention] is missing {need!r}")
         count = table["num_heads"]
         if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-            raise self.fail(f"[attention] num_heads must be a whole number >= 1, got {_kind(count)}")
+            raise self.fail(f"[attention] num_heads must be a whole number >= 1, got {_kind(count)}{write_whole(count, 1)}")
         kv_count = variants.parse_num_kv_heads(self, table, count)
         mats = {role: self.matrix(table[role], f"[attention] {role}") for role in ("W_Q", "W_K", "W_V")}
         # grouped K/V heads make W_K narrower than W_Q: its width is checked per head below
@@ -714,7 +716,7 @@ class _Validator:
         allow = np.ones((n, m), dtype=bool)
         window = None
         if kind == "sliding":
-            window = variants.parse_window(self, table, is_cross)
+            window = variants.parse_window(self, table, is_cross, short=where == "mask")
             allow = variants.sliding_allow(n, window)
         elif kind == "causal":
             if n != m:
@@ -722,7 +724,8 @@ class _Validator:
             allow = np.tril(allow)
         elif kind == "padding":
             if "pad" not in table:
-                raise self.fail(f"mask kind 'padding' needs pad = [...], one true/false per key token ({m})")
+                need = f"pad = [...], one true/false per key token ({m})"
+                raise self.fail(_table_form("padding", "pad", need) if where == "mask" else f"mask kind 'padding' needs {need}")
             pad = table["pad"]
             if not isinstance(pad, list) or len(pad) != m:
                 got = _count(len(pad), "flag") if isinstance(pad, list) else _kind(pad)
@@ -735,7 +738,8 @@ class _Validator:
             allow = np.tile(~np.array(pad, dtype=bool), (n, 1))
         elif kind == "custom":
             if "allow" not in table:
-                raise self.fail(f"mask kind 'custom' needs allow = [[...]], {n} rows of {m} flags (1/true = may attend)")
+                need = f"allow = [[...]], {n} rows of {m} flags (1/true = may attend)"
+                raise self.fail(_table_form("custom", "allow", need) if where == "mask" else f"mask kind 'custom' needs {need}")
             allow = self.custom_allow(table["allow"], tokens, key_tokens)
         for i in range(n):
             if not allow[i].any():

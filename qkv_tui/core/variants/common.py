@@ -155,6 +155,15 @@ def numbers(v: Checker, value: Any, key: str, count: int, what: str) -> Vector:
     return array
 
 
+def write_whole(value: Any, low: int, high: int = MAX_INDEX) -> str:
+    """``; write 2`` after a message about a whole number, where the file gave one with a decimal point
+    (``2.0``, ``1e3``) that would be accepted written as an integer; "" otherwise. TOML reads ``2.0`` as a
+    float, so the key that counts heads or positions refuses it however whole its value is."""
+    if isinstance(value, float) and value.is_integer() and low <= value <= high:
+        return f"; write {int(value)}, without the decimal point (TOML reads {_show(value)} as a float)"
+    return ""
+
+
 def table_of(v: Checker, doc: dict[str, Any], key: str) -> dict[str, Any] | None:
     if key not in doc:
         return None

@@ -17,7 +17,7 @@ from qkv_tui.base.values import kind as _kind
 from qkv_tui.base.values import show as _show
 from qkv_tui.core.arrays import Matrix, Vector
 from qkv_tui.core.toml_text import vector
-from qkv_tui.core.variants.common import Checker, Context, Table, number, numbers
+from qkv_tui.core.variants.common import Checker, Context, Table, number, numbers, write_whole
 from qkv_tui.core.variants.gate import Reader
 from qkv_tui.core.variants.rope import Rope, write_rope
 from qkv_tui.kernels.mla import MlaWeights
@@ -143,7 +143,7 @@ def _count(v: Checker, table: dict[str, Any], key: str, least: int, what: str) -
     value = table[key]
     if isinstance(value, bool) or not isinstance(value, int) or value < least:
         raise v.fail(f"[mla] {key} must be a whole number >= {least} ({what}), got {_kind(value)}"
-                     + (f" {_show(value)}" if isinstance(value, int) and not isinstance(value, bool) else ""))
+                     f"{write_whole(value, least, MAX_SIZE)}")
     if value > MAX_SIZE:  # no matrix could have that many columns; and its products must stay printable
         raise v.fail(f"[mla] {key} = {_show(value)}; expected at most {MAX_SIZE:,} ({what})")
     return value

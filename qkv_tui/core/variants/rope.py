@@ -11,7 +11,7 @@ import numpy as np
 from qkv_tui.base.values import kind as _kind
 from qkv_tui.base.values import show as _show
 from qkv_tui.core.toml_text import string
-from qkv_tui.core.variants.common import MAX_INDEX, Context, Table, choice, number
+from qkv_tui.core.variants.common import MAX_INDEX, Context, Table, choice, number, write_whole
 from qkv_tui.core.variants.rope_scaling import parse_partial, parse_scaling, summary, write_scaling
 from qkv_tui.kernels import rope as rope_kernel
 from qkv_tui.kernels.rope_scaling import RopeScaling, base_inv_freq, rotated_dims
@@ -109,7 +109,7 @@ def parse_rope(table: dict[str, Any], ctx: Context) -> Rope:
         for i, p in enumerate(raw):
             where = f"[rope] positions item {i + 1} ({json.dumps(tokens[i], ensure_ascii=False)})"
             if isinstance(p, bool) or not isinstance(p, int) or p < 0:
-                raise v.fail(f"{where} is {_kind(p)}; expected a whole number >= 0 (the token's position)")
+                raise v.fail(f"{where} is {_kind(p)}; expected a whole number >= 0 (the token's position){write_whole(p, 0)}")
             if p > MAX_INDEX:
                 raise v.fail(f"{where} is {_show(p)}, too large; expected a position below 2^53")
             out.append(p)
