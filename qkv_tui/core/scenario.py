@@ -500,6 +500,7 @@ class _Validator:
             head_tables=heads,
             d_out=int(W_O.shape[1]) if W_O is not None else sum(h.d_v for h in heads), has_W_O=W_O is not None,
             weights=variants.backward.weights_of(heads, W_O, b_O),
+            latent=None if mla is None else (mla.d_nope, mla.d_rope),
         )
         tables = self.tables(doc, ctx)
         if tables.get("mla") is not None:  # its [rope] turns q_R and k_R only, so it is the [mla]'s, not every head's

@@ -89,6 +89,7 @@ class Context:
     d_out: int = 0  # the width of the final output (W_O's columns, or the heads' d_v side by side)
     has_W_O: bool = False
     weights: tuple[str, ...] = ()  # the weights the heads and [output] give (W_Q, b_O, sinks, …), for [backward]
+    latent: tuple[int, int] | None = None  # [mla]'s (d_nope, d_rope): [rope] turns the d_rope part only
 
 
 T = TypeVar("T")
