@@ -32,9 +32,9 @@ from qkv_tui.core.tomlfile import NumberGrid, ReadError, decode, parse_toml, rea
 from qkv_tui.core.variants import Alibi, Mla, Norm, QKNorm, Rope
 from qkv_tui.core.variants.backward import Backward
 from qkv_tui.core.variants.common import write_whole
-from qkv_tui.core.variants.window import table_form as _table_form
 from qkv_tui.core.variants.deltanet import DeltaNet
 from qkv_tui.core.variants.linear import Linear
+from qkv_tui.core.variants.window import table_form as _table_form
 
 TOP_KEYS = (
     "title", "description", "tokens", "X", "mask", "scale",
