@@ -7,6 +7,7 @@ expected, so the command line can print one clean line (its Errors section).
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import functools
 import json
@@ -126,6 +127,8 @@ class Scenario:
     deltanet: DeltaNet | None = None  # [deltanet]: the gated delta rule in place of every head's softmax
     mla: Mla | None = None  # [mla]: DeepSeek's latent attention; ``heads`` then hold its per-head shapes
     backward: Backward | None = None  # [backward]: a loss (or dO) and the training steps on it
+    # tokens a [model]'s tokenizer gave for its text, not labels the file wrote: a repeat is the sentence's own
+    tokenized: bool = False
 
     @property
     def positions(self) -> tuple[int, ...] | None:
@@ -185,9 +188,11 @@ class Scenario:
         return ", ".join(parts)
 
     def warnings(self) -> list[str]:
-        """Legal but probably unintended: ``--check`` prints each as a ``warning:`` line."""
+        """Legal but probably unintended: ``--check`` prints each as a ``warning:`` line. Labels a file wrote
+        that repeat may be a slip; a tokenizer's tokens repeat wherever the sentence repeats a word or a piece
+        (the file cannot spell them otherwise, and the screens number them), so a [model]'s are not warned of."""
         found = []
-        for key, labels, shown in (("tokens", self.tokens, self.labels),
+        for key, labels, shown in (("tokens", () if self.tokenized else self.tokens, self.labels),
                                    ("[context] tokens", self.key_tokens if self.is_cross else (), self.key_labels)):
             places: dict[str, list[int]] = {}
             for i, label in enumerate(labels):
@@ -273,9 +278,10 @@ def parse_scenario(raw: bytes | str, source: str, default_title: str = "scenario
     except ReadError as exc:
         raise ScenarioError(source, exc.message) from None
     _plain_lists(doc)
-    if "model" in doc:
-        doc = _expand_model(doc, source, base)
-    return _Validator(source).scenario(doc, default_title)
+    if "model" not in doc:
+        return _Validator(source).scenario(doc, default_title)
+    sc = _Validator(source).scenario(_expand_model(doc, source, base), default_title)
+    return dataclasses.replace(sc, tokenized=True)
 
 
 def _expand_model(doc: dict[str, Any], source: str, base: Path | None) -> dict[str, Any]:
