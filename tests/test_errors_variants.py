@@ -102,7 +102,7 @@ CASES = {
                                  "with mask 'causal' query 2 (\"love\", position 1) may attend key 1 (\"I\"), whose [rope]"
                                  " position 5 is later"),
     # sliding window
-    "sliding_no_window": (BASE + 'mask = "sliding"\n' + HEAD, "mask kind 'sliding' needs window = W"),
+    "sliding_no_window": (BASE + '[mask]\nkind = "sliding"\n' + HEAD, "mask kind 'sliding' needs window = W"),
     "sliding_window_zero": (BASE + '[mask]\nkind = "sliding"\nwindow = 0\n' + HEAD, "[mask] window is 0, too small; expected a whole number >= 1"),
     "sliding_window_float": (BASE + '[mask]\nkind = "sliding"\nwindow = 2.5\n' + HEAD, "[mask] window is a number (2.5); expected a whole number >= 1"),
     "sliding_cross": (BASE + '[mask]\nkind = "sliding"\nwindow = 2\n' + CONTEXT + HEAD, "mask kind 'sliding' needs self-attention"),

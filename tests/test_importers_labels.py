@@ -85,10 +85,16 @@ def test_an_edit_names_the_occurrence() -> None:
     assert cell is not None and cell.row == 0
 
 
-def test_a_real_sentence_warns_once(cli) -> None:
+def test_a_real_sentence_warns_once(cli, write) -> None:
+    """Frozen into a file, the tokenizer's tokens are labels the file writes: repeats get one warning line.
+    Read from the model they are the sentence's own (test_builtins_check_clean): no warning."""
     text = "the cat and the dog and the bird and the fish saw the other cat and the other dog by the door"
     run = cli("--model", "glassllm:en", "--text", text, "--check")
+    assert run.code == 0 and run.err == "", run.err
+    frozen = cli("--model", "glassllm:en", "--text", text, "--export", "toml")
+    path = write(frozen.out)
+    run = cli("--check", str(path))
     assert run.code == 0 and run.err.count("\n") == 1, run.err
-    assert run.err.startswith("warning: glassllm:en: tokens: ") and "labels repeat" in run.err
+    assert run.err.startswith(f"warning: {path}: tokens: ") and "labels repeat" in run.err
     assert '"▁the" at items 5, 9, 14, 18, …' in run.err and "and 3 more" in run.err and len(run.err) < 400
     assert run.err.endswith("the screens tell them apart by occurrence (▁c₁, ▁c₂)\n")

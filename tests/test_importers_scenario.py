@@ -109,7 +109,7 @@ def test_model_options_open_a_head_and_export_it(cli, tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("args", "needle"),
     [
-        (["--model", "glassllm:en", "--text", "hi", "--layer", "9"], "error: glassllm:en: model.layer = 9 is out of range"),
+        (["--model", "glassllm:en", "--text", "hi", "--layer", "9"], "error: glassllm:en: --layer 9 is out of range"),
         (["--model", "glassllm:en", "--text", "hi", "--heads", "1,x"], "error: argument --heads: 'x' is not a whole number"),
         (["--model", "glassllm:en"], "error: --model needs --text"),
         (["--text", "hi"], "error: --text, --layer and --heads go with --model SOURCE"),
@@ -187,7 +187,7 @@ def test_kv_head_in_heads_tables() -> None:
     comp = compute(sc)
     np.testing.assert_array_equal(comp.heads[0].K, comp.heads[1].K)
     different = KV[: KV.rindex("W_K")] + "W_K = [[1, 2], [3, 5]]\nW_V = [[1, 0], [0, 1]]\nkv_head = 1\n"
-    with pytest.raises(ScenarioError, match=r"\[\[heads\]\] #2 has kv_head = 1 like \[\[heads\]\] #1, but different W_K"):
+    with pytest.raises(ScenarioError, match=r"\[\[heads\]\] #2 has kv_head = 1 like \[\[heads\]\] #1, but a different W_K;"):
         parse_scenario(different, "kv.toml")
     for bad in ("-1", "1.5", "true", '"1"'):
         with pytest.raises(ScenarioError, match=r"\[\[heads\]\] #1 kv_head must be a whole number >= 0"):

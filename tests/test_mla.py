@@ -272,7 +272,7 @@ CASES = {
     "with_linear": (BASE + MLA + W_Q + '[linear]\nfeature = "elu1"\n', "[mla] and [linear] are both given"),
     "with_deltanet": (BASE + MLA + W_Q + "[deltanet]\ng = [[-0.5]]\nbeta = [[1]]\n", "[mla] and [deltanet] are both given"),
     "rope_partial": (random_mla(0)[0].replace('layout = "interleaved"', 'layout = "interleaved"\npartial = 0.5'),
-                     "[mla] turns its rotary parts with plain RoPE"),
+                     "[rope] partial = 0.5 does not go with [mla]: latent attention already turns only part of each"),
     "w_o_rows": (BASE + MLA + W_Q + "[output]\nW_O = [[1], [1]]\n", "[output] W_O has 2 rows; expected 4"),
 }
 

@@ -18,6 +18,7 @@ from typing import TypedDict
 
 import numpy as np
 
+from qkv_tui.base.values import escaped
 from qkv_tui.core.scenario import BoolMatrix, Head, Matrix, Scenario, ScenarioError
 from qkv_tui.core.variants import Norm, QKNorm, Rope, Vector
 from qkv_tui.kernels.attention import Forward, QKNormHead, Turn, head_forward, project
@@ -273,6 +274,16 @@ def gate_fields(W_G: Matrix | None, f: Forward) -> GateFields:
 # row where it first happens and what to change. What it lets through is finite everywhere (masked
 # cells are −∞ by design, and only there), so every export and every arithmetic line can show it.
 
+class ComputeError(ScenarioError):
+    """The rule's refusal, with what went past float64 (``fact``: the matrix and its row) apart from what to
+    change (``hint``): a caller that knows more of where the numbers came from (a training step) names the
+    input to change in the hint's place."""
+
+    def __init__(self, source: str, fact: str, hint: str) -> None:
+        super().__init__(source, f"{fact}; {hint}")
+        self.fact, self.hint = escaped(fact), escaped(hint)
+
+
 _NORM_HINTS = {
     "mean": "expected values whose sum stays within float64 (about ±1.8e308)",
     "mean square": "expected values below about 1.3e154 in size, whose squares float64 can hold",
@@ -318,21 +329,29 @@ def norm_of(scenario: Scenario) -> NormResult | None:
     spread = "mean square" if scenario.norm.kind == "rms" else "variance"
     for what, array in (("mean", norm.mean), (spread, norm.spread), ("root", norm.root), ("X_norm", norm.X_norm)):
         if (bad := first_bad(array)) is not None:
-            raise ScenarioError(
-                scenario.source,
-                f"[norm]: the {what} of X {_at(scenario.tokens, bad[0])} overflows float64; {_NORM_HINTS[what]}",
-            )
+            raise ComputeError(scenario.source, f"[norm]: the {what} of X {_at(scenario.tokens, bad[0])} overflows float64",
+                           _NORM_HINTS[what])
     return norm
 
 
-def check_head(sc: Scenario, result: HeadResult) -> None:
-    """Refuse a head with a value float64 cannot hold: ScenarioError naming the matrix, row and remedy."""
-    linear_check(sc, result)  # first: a zero denominator would read as an overflow of the weights
+def check_head(sc: Scenario, result: HeadResult, h: int) -> None:
+    """Refuse head h with a value float64 cannot hold: ScenarioError naming the matrix, row and remedy.
+    Matrices are looked at in the order they are computed, so the one named is the first past float64 and
+    its hint names the inputs it is made of (a later matrix would blame inputs that did nothing wrong)."""
     if result.mla is not None:
         mla_check(sc, result)
+    _check_matrices(sc, result, ("Q", "K", "V", "Q_norm", "K_norm", "Q_rot", "K_rot"))
+    linear_check(sc, result, h)  # before the weights: a zero denominator would read as an overflow of them
+    _check_matrices(sc, result, ("scores", "scaled", "capped", "bias", "masked", "weights", "output"))
+    # the gate's logit X̂·W_G (its sigmoid and the gated output stay finite wherever the logit is)
+    if result.gate_logit is not None and (bad := first_bad(result.gate_logit)) is not None:
+        raise ComputeError(sc.source, f"{result.name}: values in the gate's X̂·W_G overflow float64 at {_at(sc.tokens, bad[0])}",
+                       "expected smaller X or W_G")
+
+
+def _check_matrices(sc: Scenario, result: HeadResult, names: tuple[str, ...]) -> None:
     keys = sc.key_tokens
-    for name in ("Q", "K", "V", "Q_norm", "K_norm", "Q_rot", "K_rot", "scores", "scaled", "capped", "bias", "masked",
-                 "weights", "output"):
+    for name in names:
         array = getattr(result, name)
         if array is None:
             continue
@@ -348,11 +367,7 @@ def check_head(sc: Scenario, result: HeadResult) -> None:
             hint = "expected smaller W_UQ or c_Q = X̂·W_DQ (smaller X or W_DQ)"
         if name == "scores" and sc.qk_norm is not None:  # the normalised vectors' size is the gains'
             hint = "expected smaller [qk_norm] gains (gamma_q, gamma_k), so that every product stays finite"
-        raise ScenarioError(sc.source, f"{result.name}: values in {name} overflow float64 at {where}; {hint}")
-    # the gate's logit X̂·W_G (its sigmoid and the gated output stay finite wherever the logit is)
-    if result.gate_logit is not None and (bad := first_bad(result.gate_logit)) is not None:
-        raise ScenarioError(sc.source, f"{result.name}: values in the gate's X̂·W_G overflow float64 at"
-                            f" {_at(sc.tokens, bad[0])}; expected smaller X or W_G")
+        raise ComputeError(sc.source, f"{result.name}: values in {name} overflow float64 at {where}", hint)
 
 
 # [mla]'s heads have no W_Q, W_K or W_V of their own to blame: their Q, K and V come from the latent layer
@@ -374,8 +389,7 @@ def mla_check(sc: Scenario, result: HeadResult) -> None:
              ("k_R = X̂·W_KR", shared.k_R_raw, "expected smaller X or W_KR"))
     for what, array, hint in parts:
         if array is not None and (bad := first_bad(array)) is not None:
-            raise ScenarioError(sc.source, f"values in [mla]'s {what} overflow float64 at {_at(sc.tokens, bad[0])};"
-                                f" {hint}")
+            raise ComputeError(sc.source, f"values in [mla]'s {what} overflow float64 at {_at(sc.tokens, bad[0])}", hint)
 
 
 def linear_spec(sc: Scenario) -> LinearSpec | None:
@@ -420,31 +434,53 @@ def deltanet_logit_check(sc: Scenario, X_in: Matrix) -> None:
         with np.errstate(over="ignore", invalid="ignore"):
             logit = X_in @ W + (0.0 if bias is None else bias[None, :])  # (n, num_heads)
         if (bad := first_bad(logit)) is not None:
-            raise ScenarioError(sc.source, f"values in [deltanet]'s {what} overflow float64 at"
-                                f" {_at(sc.tokens, bad[0])}; expected smaller X or {what.split('·')[1].split(' ')[0]}")
+            raise ComputeError(sc.source, f"values in [deltanet]'s {what} overflow float64 at {_at(sc.tokens, bad[0])}",
+                           f"expected smaller X or {what.split('·')[1].split(' ')[0]}")
 
 
-def linear_check(sc: Scenario, result: HeadResult) -> None:
+def _deltanet_hint(sc: Scenario, h: int, what: str) -> str:
+    """What to change where a value of the delta rule overflows: the inputs that value is made of, and only
+    those. g = −e^A_log·softplus(X̂·W_a + dt_bias) reads neither V nor the state; the state, δ and the output
+    read V, β and e^g ≤ 1, with the unit-length q and k (their size cannot grow)."""
+    dn = sc.deltanet
+    assert dn is not None
+    if what in ("g", "e^g"):
+        if dn.A_log is None:  # g given: the loader keeps it finite and <= 0, so e^g <= 1
+            return "expected a smaller g"
+        with np.errstate(over="ignore"):
+            rate = float(np.exp(dn.A_log[h]))
+        if not math.isfinite(rate):
+            return (f"expected a smaller A_log (e^A_log, the decay's rate, is past float64 for A_log ="
+                    f" {dn.A_log[h]:g}: g = −e^A_log·softplus(X̂·W_a + dt_bias))")
+        return ("expected a smaller A_log, or a smaller X̂·W_a + dt_bias (X, W_a or dt_bias): g = −e^A_log·softplus(X̂·W_a"
+                " + dt_bias) is their product")
+    given = " or a smaller beta" if dn.beta is not None else ""
+    conv = " or smaller conv_v taps" if dn.io is not None and dn.io.conv_v is not None else ""
+    return f"expected smaller V (X, W_V or b_V){conv}{given}: the state holds β-weighted Values, its q and k have length 1"
+
+
+def linear_check(sc: Scenario, result: HeadResult, h: int) -> None:
     """A zero denominator of linear attention is refused naming its row; an overflow in φ or the state naming it."""
     dn = result.deltanet
     if dn is not None:
-        for what, array in (("the state S", dn.S), ("δ", dn.delta), ("the output", dn.output), ("g", dn.g),
-                            ("e^g", dn.decay)):
+        # g first: the state reads e^g, so an overflow of g shows in S too, and g's inputs are what to change
+        for what, array in (("g", dn.g), ("e^g", dn.decay), ("δ", dn.delta), ("the state S", dn.S),
+                            ("the output", dn.output)):
             if (bad := first_bad(array)) is not None:
-                raise ScenarioError(sc.source, f"{result.name}: values in {what} of [deltanet] overflow float64 at"
-                                    f" {_at(sc.tokens, bad[0])}; expected smaller V, W_a or A_log")
+                raise ComputeError(sc.source, f"{result.name}: values in {what} of [deltanet] overflow float64 at"
+                               f" {_at(sc.tokens, bad[0])}", _deltanet_hint(sc, h, what))
     lin = result.linear
     if lin is None:
         return
     for what, array in (("φ(Q)", lin.phi_Q), ("φ(K)", lin.phi_K), ("the state S", lin.S), ("z", lin.z),
                         ("φ(q)ᵀS", lin.numer)):
         if (bad := first_bad(array)) is not None:
-            raise ScenarioError(sc.source, f"{result.name}: values in {what} of [linear] overflow float64 at"
-                                f" {_at(sc.tokens, bad[0])}; expected smaller Q and K (or V)")
+            raise ComputeError(sc.source, f"{result.name}: values in {what} of [linear] overflow float64 at"
+                           f" {_at(sc.tokens, bad[0])}", "expected smaller Q and K (or V)")
     if lin.spec.normalize and (row := zero_row(lin.denom)) is not None:
-        raise ScenarioError(sc.source, f"{result.name}: [linear]'s denominator φ(q)ᵀz is 0 at {_at(sc.tokens, row)}"
-                            " (every φ(q)·φ(k) of the row is 0), so the row cannot be divided by it;"
-                            " expected feature = \"elu1\" (never 0) or normalize = false")
+        raise ComputeError(sc.source, f"{result.name}: [linear]'s denominator φ(q)ᵀz is 0 at {_at(sc.tokens, row)}"
+                       " (every φ(q)·φ(k) of the row is 0), so the row cannot be divided by it",
+                       "expected feature = \"elu1\" (never 0) or normalize = false")
 
 
 def iter_heads(scenario: Scenario, norm: NormResult | None = None) -> Iterator[HeadResult]:
@@ -460,8 +496,8 @@ def iter_heads(scenario: Scenario, norm: NormResult | None = None) -> Iterator[H
     with np.errstate(over="ignore", invalid="ignore"):
         qk = qk_norms(sc, X_in, X_kv)
     if sc.mla is not None:
-        for result in mla_results(sc, X_in):
-            check_head(sc, result)
+        for h, result in enumerate(mla_results(sc, X_in)):
+            check_head(sc, result, h)
             yield result
         return
     kv_done: dict[int, HeadResult] = {}  # K/V head -> the first query head that computed it
@@ -481,7 +517,7 @@ def iter_heads(scenario: Scenario, norm: NormResult | None = None) -> Iterator[H
                 linear=linear_spec(sc), deltanet=None if dn is None else (dn[0][:, h], dn[1][:, h]),
                 around=around_spec(sc, h),
             )
-        check_head(sc, result)
+        check_head(sc, result, h)
         if last_reader[kv] > h:  # kept only while a later query head still reads it
             kv_done.setdefault(kv, result)
         else:
@@ -525,8 +561,8 @@ def combine(scenario: Scenario, outputs: Sequence[Matrix]) -> tuple[Matrix, Matr
         if scenario.b_O is not None:
             output = output + scenario.b_O[None, :]
     if (bad := first_bad(output)) is not None:
-        raise ScenarioError(scenario.source, f"the final output overflows float64 at {_at(scenario.tokens, bad[0])};"
-                            " expected smaller W_O or b_O")
+        raise ComputeError(scenario.source, f"the final output overflows float64 at {_at(scenario.tokens, bad[0])}",
+                       "expected smaller W_O or b_O")
     return _frozen(concat), _frozen(output)
 
 

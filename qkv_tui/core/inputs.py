@@ -14,7 +14,7 @@ from typing import Any
 from qkv_tui.base.values import kind as _kind
 from qkv_tui.base.values import show as _show
 from qkv_tui.core.layer_schedule import entry_error, schedule_line
-from qkv_tui.core.variants.common import MAX_INDEX, Checker, choice, table_of
+from qkv_tui.core.variants.common import MAX_INDEX, Checker, choice, table_of, write_whole
 
 INPUT_KEYS = ("kind", "layer", "schedule")
 INPUT_KINDS = ("embedding", "embedding+position", "residual", "embedding+position+type")
@@ -59,7 +59,8 @@ def parse_input(v: Checker, doc: dict[str, Any]) -> Input:
     layer = table["layer"]
     if isinstance(layer, bool) or not isinstance(layer, int) or not 1 <= layer <= MAX_INDEX:
         shown = _show(layer) if isinstance(layer, int) and not isinstance(layer, bool) else _kind(layer)
-        raise v.fail(f"[input] layer = {shown}; expected a whole number from 1 to 2^53 (at layer 0, X is the embeddings)")
+        raise v.fail(f"[input] layer = {shown}; expected a whole number from 1 to 2^53 (at layer 0, X is the embeddings)"
+                     f"{write_whole(layer, 1)}")
     return Input(kind, layer, _schedule(v, table, layer))
 
 

@@ -29,6 +29,7 @@ import numpy.typing as npt
 
 from qkv_tui.base.values import kind as _kind
 from qkv_tui.base.values import show as _show
+from qkv_tui.core.variants.common import write_whole
 
 Array = npt.NDArray[np.float64]
 U = 2.0**-53  # float64's unit roundoff: one rounding moves a number by at most this fraction of it
@@ -60,7 +61,7 @@ def _whole(table: dict[str, Any], key: str, where: str, low: int, high: int, fai
     value = table[key]
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
         said = f"= {_show(value)}" if isinstance(value, int) and not isinstance(value, bool) else f"is {_kind(value)}"
-        raise fail(f"[{where}] {key} {said}; expected a whole number from {low} to {high}")
+        raise fail(f"[{where}] {key} {said}; expected a whole number from {low} to {high}{write_whole(value, low, high)}")
     return value
 
 

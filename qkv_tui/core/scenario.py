@@ -7,6 +7,7 @@ expected, so the command line can print one clean line (its Errors section).
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import functools
 import json
@@ -31,8 +32,10 @@ from qkv_tui.core.production import CACHE_KEYS, TILES_KEYS, ProductionSettings, 
 from qkv_tui.core.tomlfile import NumberGrid, ReadError, decode, parse_toml, read_bytes, stat_path, table_values
 from qkv_tui.core.variants import Alibi, Mla, Norm, QKNorm, Rope
 from qkv_tui.core.variants.backward import Backward
+from qkv_tui.core.variants.common import write_whole
 from qkv_tui.core.variants.deltanet import DeltaNet
 from qkv_tui.core.variants.linear import Linear
+from qkv_tui.core.variants.window import table_form as _table_form
 
 TOP_KEYS = (
     "title", "description", "tokens", "X", "mask", "scale",
@@ -124,6 +127,8 @@ class Scenario:
     deltanet: DeltaNet | None = None  # [deltanet]: the gated delta rule in place of every head's softmax
     mla: Mla | None = None  # [mla]: DeepSeek's latent attention; ``heads`` then hold its per-head shapes
     backward: Backward | None = None  # [backward]: a loss (or dO) and the training steps on it
+    # tokens a [model]'s tokenizer gave for its text, not labels the file wrote: a repeat is the sentence's own
+    tokenized: bool = False
 
     @property
     def positions(self) -> tuple[int, ...] | None:
@@ -183,9 +188,11 @@ class Scenario:
         return ", ".join(parts)
 
     def warnings(self) -> list[str]:
-        """Legal but probably unintended: ``--check`` prints each as a ``warning:`` line."""
+        """Legal but probably unintended: ``--check`` prints each as a ``warning:`` line. Labels a file wrote
+        that repeat may be a slip; a tokenizer's tokens repeat wherever the sentence repeats a word or a piece
+        (the file cannot spell them otherwise, and the screens number them), so a [model]'s are not warned of."""
         found = []
-        for key, labels, shown in (("tokens", self.tokens, self.labels),
+        for key, labels, shown in (("tokens", () if self.tokenized else self.tokens, self.labels),
                                    ("[context] tokens", self.key_tokens if self.is_cross else (), self.key_labels)):
             places: dict[str, list[int]] = {}
             for i, label in enumerate(labels):
@@ -271,9 +278,10 @@ def parse_scenario(raw: bytes | str, source: str, default_title: str = "scenario
     except ReadError as exc:
         raise ScenarioError(source, exc.message) from None
     _plain_lists(doc)
-    if "model" in doc:
-        doc = _expand_model(doc, source, base)
-    return _Validator(source).scenario(doc, default_title)
+    if "model" not in doc:
+        return _Validator(source).scenario(doc, default_title)
+    sc = _Validator(source).scenario(_expand_model(doc, source, base), default_title)
+    return dataclasses.replace(sc, tokenized=True)
 
 
 def _expand_model(doc: dict[str, Any], source: str, base: Path | None) -> dict[str, Any]:
@@ -498,6 +506,7 @@ class _Validator:
             head_tables=heads,
             d_out=int(W_O.shape[1]) if W_O is not None else sum(h.d_v for h in heads), has_W_O=W_O is not None,
             weights=variants.backward.weights_of(heads, W_O, b_O),
+            latent=None if mla is None else (mla.d_nope, mla.d_rope),
         )
         tables = self.tables(doc, ctx)
         if tables.get("mla") is not None:  # its [rope] turns q_R and k_R only, so it is the [mla]'s, not every head's
@@ -586,7 +595,7 @@ class _Validator:
                 raise self.fail(f"[attention] is missing {need!r}")
         count = table["num_heads"]
         if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-            raise self.fail(f"[attention] num_heads must be a whole number >= 1, got {_kind(count)}")
+            raise self.fail(f"[attention] num_heads must be a whole number >= 1, got {_kind(count)}{write_whole(count, 1)}")
         kv_count = variants.parse_num_kv_heads(self, table, count)
         mats = {role: self.matrix(table[role], f"[attention] {role}") for role in ("W_Q", "W_K", "W_V")}
         # grouped K/V heads make W_K narrower than W_Q: its width is checked per head below
@@ -714,7 +723,7 @@ class _Validator:
         allow = np.ones((n, m), dtype=bool)
         window = None
         if kind == "sliding":
-            window = variants.parse_window(self, table, is_cross)
+            window = variants.parse_window(self, table, is_cross, short=where == "mask")
             allow = variants.sliding_allow(n, window)
         elif kind == "causal":
             if n != m:
@@ -722,7 +731,8 @@ class _Validator:
             allow = np.tril(allow)
         elif kind == "padding":
             if "pad" not in table:
-                raise self.fail(f"mask kind 'padding' needs pad = [...], one true/false per key token ({m})")
+                need = f"pad = [...], one true/false per key token ({m})"
+                raise self.fail(_table_form("padding", "pad", need) if where == "mask" else f"mask kind 'padding' needs {need}")
             pad = table["pad"]
             if not isinstance(pad, list) or len(pad) != m:
                 got = _count(len(pad), "flag") if isinstance(pad, list) else _kind(pad)
@@ -735,7 +745,8 @@ class _Validator:
             allow = np.tile(~np.array(pad, dtype=bool), (n, 1))
         elif kind == "custom":
             if "allow" not in table:
-                raise self.fail(f"mask kind 'custom' needs allow = [[...]], {n} rows of {m} flags (1/true = may attend)")
+                need = f"allow = [[...]], {n} rows of {m} flags (1/true = may attend)"
+                raise self.fail(_table_form("custom", "allow", need) if where == "mask" else f"mask kind 'custom' needs {need}")
             allow = self.custom_allow(table["allow"], tokens, key_tokens)
         for i in range(n):
             if not allow[i].any():

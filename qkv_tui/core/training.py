@@ -9,9 +9,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from qkv_tui.core.engine import Computation, compute
+from qkv_tui.core.engine import Computation, ComputeError, compute
 from qkv_tui.core.gradients import Gradients, gradients
-from qkv_tui.core.scenario import Matrix, Scenario
+from qkv_tui.core.scenario import Matrix, Scenario, ScenarioError
+from qkv_tui.core.toml_text import number
 from qkv_tui.kernels.policy import round_to
 from qkv_tui.kernels.sharing import kv_owners
 
@@ -145,14 +146,54 @@ def _mla_updated(sc: Scenario, g: Gradients, lr: float, train: set[str],
 
 def steps(sc: Scenario, count: int | None = None) -> Iterator[TrainStep]:
     """train[0] (the file's weights), then the state after each update, ``count`` updates (the file's
-    ``steps`` by default); raises ScenarioError where a step's numbers overflow float64."""
+    ``steps`` by default); raises ScenarioError where a step's numbers overflow float64, naming the
+    learning rate as what to change (step_refused)."""
     bw = sc.backward
     assert bw is not None
     total = bw.steps if count is None else count
+    before: tuple[Scenario, Gradients] | None = None
     for k in range(total + 1):
-        comp = compute(sc)
+        comp = computed_step(sc, k, before)
         g = gradients(comp)
         yield TrainStep(k, g.loss, tuple(h.weights for h in comp.heads), sc, comp, g)
         if k < total:
+            before = (sc, g)
             sc = updated(sc, g)
 
+
+def computed_step(sc: Scenario, k: int, before: tuple[Scenario, Gradients] | None) -> Computation:
+    """compute(sc) for train[k]; ``before`` is train[k − 1]'s scenario and gradients (None for the file's own)."""
+    try:
+        return compute(sc)
+    except ComputeError as exc:
+        if before is None:
+            raise
+        raise step_refused(exc, k, *before) from None
+
+
+def step_refused(exc: ComputeError, k: int, sc: Scenario, g: Gradients) -> ScenarioError:
+    """Step k (≥ 1) overflowed where the file's own numbers compute: whatever matrix met float64's limit,
+    the update w ← w − lr·∂loss/∂w carried the weights there, so the hint names lr (shrinking it brings the
+    weights back toward the file's own), or, where step k − 1's gradients themselves are past float64 (an
+    update with lr = 0 still fails), those gradients."""
+    bw = sc.backward
+    assert bw is not None
+    still = dataclasses.replace(sc, backward=dataclasses.replace(bw, lr=0.0))
+    try:
+        with np.errstate(invalid="ignore", over="ignore"):
+            compute(updated(still, g))
+    except ComputeError:
+        where = "the file's own gradients are" if k == 1 else f"step {k - 1}'s gradients are"
+        fix = ("expected a smaller target (or dO) or smaller weights" if k == 1
+               else f"expected a smaller [backward] lr{_fewer(k - 2)}")
+        return ScenarioError(sc.source, f"{exc.fact}; {where} past float64, so step {k}'s update cannot be"
+                             f" computed: {fix}")
+    return ScenarioError(sc.source, f"{exc.fact}; expected a smaller [backward] lr{_fewer(k - 1)}:"
+                         f" the file's own numbers compute, and step {k}'s are theirs moved by w ← w − lr·∂loss/∂w"
+                         f" with lr = {number(bw.lr)}")
+
+
+
+def _fewer(last: int) -> str:
+    """The other way out: fewer steps, where at least one update still computes."""
+    return f" (or steps = {last} at most)" if last >= 1 else ""

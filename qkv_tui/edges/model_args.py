@@ -8,8 +8,9 @@ the current directory.
 from __future__ import annotations
 
 import argparse
+import re
 
-from qkv_tui.core.scenario import Scenario, parse_scenario
+from qkv_tui.core.scenario import Scenario, ScenarioError, parse_scenario
 from qkv_tui.edges.export_toml import string
 
 
@@ -18,8 +19,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--model", metavar="SOURCE", help="glassllm:en, glassllm:pt, a Hugging Face folder, a .gguf file,"
                        " hf:ORG/NAME or ollama:NAME[:TAG], instead of SCENARIO")
     group.add_argument("--text", metavar="TEXT", help="the sentence to run through the model")
-    group.add_argument("--layer", metavar="L", type=_whole, help="0-based layer (default 0)")
-    group.add_argument("--heads", metavar="H,H", type=_heads, help="0-based query heads, in this order (default: every head)")
+    group.add_argument("--layer", metavar="L", type=_index, help="the layer, numbered from 0 as the model numbers it"
+                       " (default 0)")
+    group.add_argument("--heads", metavar="H,H", type=_heads, help="query heads, numbered from 0 as the model numbers"
+                       " them, in this order (default: every head)")
 
 
 def wants_model(args: argparse.Namespace) -> bool:
@@ -47,15 +50,37 @@ def model_scenario(args: argparse.Namespace) -> Scenario:
     if args.heads is not None:
         lines.append(f"heads = [{', '.join(map(str, args.heads))}]")
     title = f"{args.model} · layer {args.layer or 0}"
-    return parse_scenario("\n".join(lines) + "\n", args.model, default_title=title)
-
-
-def _whole(text: str) -> int:
     try:
-        return int(text)
+        return parse_scenario("\n".join(lines) + "\n", args.model, default_title=title)
+    except ScenarioError as exc:
+        raise ScenarioError(exc.source, _as_typed(exc.message)) from None
+
+
+# the loader's line for a [model] layer or head the model lacks (importers/expand.py), said of the option typed
+_OUT_OF_RANGE = re.compile(r"model\.(layer|heads)(?:\[\d+\])? = (-?\d+) is out of range; the model has ([\d,]+)"
+                           r" (layers|heads), numbered 0 … (\d+)")
+COUNTING = "--layer and --heads use the model's own numbers, from 0 (--head, the head in view, counts from 1)"
+
+
+def _as_typed(message: str) -> str:
+    if message.startswith("model.heads lists head "):
+        return "--heads" + message.removeprefix("model.heads")
+    found = _OUT_OF_RANGE.fullmatch(message)
+    if found is None:
+        return message
+    flag, value, count, what, last = found.groups()
+    return f"--{flag} {value} is out of range; the model has {count} {what}, numbered 0 … {last}: {COUNTING}"
+
+
+def _index(text: str) -> int:
+    try:
+        value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value} is below 0; {COUNTING}")
+    return value
 
 
 def _heads(text: str) -> list[int]:
-    return [_whole(part.strip()) for part in text.split(",")]
+    return [_index(part.strip()) for part in text.split(",")]

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 
 from qkv_tui.core.engine import Computation
-from qkv_tui.teach.place import find_place
+from qkv_tui.teach.place import PlaceError, find_place
 from qkv_tui.teach.stepper import Position
 from qkv_tui.teach.trace import Trace
 
@@ -52,7 +52,18 @@ def place(args: argparse.Namespace, comp: Computation) -> Position | None:
     """Where the app opens; None for its first operation. Raises PlaceError (teach/place.py)."""
     if args.stage is None:
         return None
+    heads = len(comp.heads)
+    if args.head is not None and not 1 <= args.head <= heads:
+        raise PlaceError(head_range(args.head, heads))
     return find_place(Trace(comp), args.stage, args.op, args.head)
+
+
+def head_range(head: int, heads: int) -> str:
+    """--head out of range, with the way it counts (docs/scenario-format.md#counting): the head in view is a
+    word, "head 2 (2/2)", so it counts from 1; a model's own head numbers, from 0, are --heads'."""
+    have = "one head (--head 1)" if heads == 1 else f"heads 1 … {heads}"
+    return (f"--head {head} is out of range: --head counts the heads in view from 1, as the status line's"
+            f" (1/{heads}) does; this scenario has {have}")
 
 
 def passed_on(args: argparse.Namespace) -> list[str]:

@@ -13,10 +13,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from qkv_tui.core.engine import compute
 from qkv_tui.core.gradients import Gradients, gradients
 from qkv_tui.core.scenario import Matrix, Scenario, ScenarioError
-from qkv_tui.core.training import TrainStep, steps, updated
+from qkv_tui.core.training import TrainStep, computed_step, steps, updated
 from qkv_tui.kernels.sharing import kv_owners
 from qkv_tui.teach.handcalc import compute_hand
 
@@ -99,11 +98,13 @@ def hand_steps(sc: Scenario, decimals: int) -> Iterator[TrainStep]:
     the by-hand forward pass and gradients, and each update written down rounded."""
     bw = sc.backward
     assert bw is not None
+    before: tuple[Scenario, Gradients] | None = None
     for k in range(bw.steps + 1):
-        comp = compute_hand(compute(sc), decimals)
+        comp = compute_hand(computed_step(sc, k, before), decimals)
         g = gradients(comp)  # by hand, as the computation it reads
         yield TrainStep(k, g.loss, tuple(h.weights for h in comp.heads), sc, comp, g)
         if k < bw.steps:
+            before = (sc, g)
             sc = updated(sc, g, decimals)
 def _mla_params(sc: Scenario, g: Gradients) -> list[Param]:
     """[mla]: the latent layer's own weights, which every head shares (its heads hold no W_K or W_V of their own)."""

@@ -13,7 +13,7 @@ from qkv_tui.base.values import show as _show
 from qkv_tui.core.arrays import Matrix
 from qkv_tui.core.toml_text import number as _number
 from qkv_tui.core.toml_text import string, vector
-from qkv_tui.core.variants.common import Checker, Context, Table, number
+from qkv_tui.core.variants.common import Checker, Context, Table, number, write_whole
 from qkv_tui.core.variants.mla import MLA_TRAINABLE, Mla, mla_weights
 
 BACKWARD_KEYS = ("target", "dO", "lr", "steps", "train")
@@ -101,7 +101,8 @@ def parse_backward(table: dict[str, Any], ctx: Context) -> Backward:
     if "steps" in table:
         raw = table["steps"]
         if isinstance(raw, bool) or not isinstance(raw, int):
-            raise v.fail(f"[backward] steps must be a whole number from 0 to {MAX_STEPS}, got {_kind(raw)}")
+            raise v.fail(f"[backward] steps must be a whole number from 0 to {MAX_STEPS}, got {_kind(raw)}"
+                         f"{write_whole(raw, 0, MAX_STEPS)}")
         if raw < 0:
             raise v.fail(f"[backward] steps = {raw}; expected a whole number from 0 to {MAX_STEPS}")
         if raw > MAX_STEPS:

@@ -89,6 +89,7 @@ class Context:
     d_out: int = 0  # the width of the final output (W_O's columns, or the heads' d_v side by side)
     has_W_O: bool = False
     weights: tuple[str, ...] = ()  # the weights the heads and [output] give (W_Q, b_O, sinks, …), for [backward]
+    latent: tuple[int, int] | None = None  # [mla]'s (d_nope, d_rope): [rope] turns the d_rope part only
 
 
 T = TypeVar("T")
@@ -153,6 +154,15 @@ def numbers(v: Checker, value: Any, key: str, count: int, what: str) -> Vector:
     array = np.array(out, dtype=np.float64)  # (count,)
     array.setflags(write=False)
     return array
+
+
+def write_whole(value: Any, low: int, high: int = MAX_INDEX) -> str:
+    """``; write 2`` after a message about a whole number, where the file gave one with a decimal point
+    (``2.0``, ``1e3``) that would be accepted written as an integer; "" otherwise. TOML reads ``2.0`` as a
+    float, so the key that counts heads or positions refuses it however whole its value is."""
+    if isinstance(value, float) and value.is_integer() and low <= value <= high:
+        return f"; write {int(value)}, without the decimal point (TOML reads {_show(value)} as a float)"
+    return ""
 
 
 def table_of(v: Checker, doc: dict[str, Any], key: str) -> dict[str, Any] | None:

@@ -10,7 +10,7 @@ import numpy as np
 
 from qkv_tui.base.values import kind as _kind
 from qkv_tui.base.values import show as _show
-from qkv_tui.core.variants.common import MAX_INDEX, Checker, Features, Keys, Lookalikes
+from qkv_tui.core.variants.common import MAX_INDEX, Checker, Features, Keys, Lookalikes, write_whole
 from qkv_tui.kernels.sharing import KVHead
 from qkv_tui.kernels.sharing import kv_head_of as kv_head_of  # re-exported: the loader cuts [attention] with it
 
@@ -30,7 +30,7 @@ def parse_num_kv_heads(v: Checker, table: dict[str, Any], num_heads: int) -> int
         return num_heads
     count = table["num_kv_heads"]
     if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-        raise v.fail(f"[attention] num_kv_heads must be a whole number >= 1, got {_kind(count)}")
+        raise v.fail(f"[attention] num_kv_heads must be a whole number >= 1, got {_kind(count)}{write_whole(count, 1)}")
     if num_heads % count:
         raise v.fail(
             f"[attention] num_kv_heads = {count} does not divide num_heads = {num_heads};"
@@ -48,19 +48,39 @@ def parse_kv_head(v: Checker, table: dict[str, Any], where: str, i: int, earlier
         return i
     value = table["kv_head"]
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise v.fail(f"{where} kv_head must be a whole number >= 0 (the K/V head it reads), got {_kind(value)}")
+        raise v.fail(f"{where} kv_head must be a whole number >= 0 (the K/V head it reads), got {_kind(value)}"
+                     f"{write_whole(value, 0)}")
     if value > MAX_INDEX:
         raise v.fail(f"{where} kv_head is {_show(value)}, too large; expected a K/V head index from 0 to 2^53")
     for j, other in enumerate(earlier):
+        if other.kv_head != value:
+            continue
         theirs = (other.W_K, other.W_V, other.b_K, other.b_V)
-        same = all((a is None and b is None) or (a is not None and b is not None and np.array_equal(a, b))
-                   for a, b in zip(kv, theirs))
-        if other.kv_head == value and not same:
-            raise v.fail(
-                f"{where} has kv_head = {value} like [[heads]] #{j + 1}, but different W_K, W_V or biases;"
-                " expected heads that share a K/V head to carry the same K/V weights"
-            )
+        differ = [name for name, a, b in zip(("W_K", "W_V", "b_K", "b_V"), kv, theirs, strict=True)
+                  if not ((a is None and b is None) or (a is not None and b is not None and np.array_equal(a, b)))]
+        if differ:
+            first = f"[[heads]] #{j + 1}"
+            raise v.fail(f"{where} has kv_head = {value} like {first}, but {_differ(differ, kv, theirs, first)};"
+                         " expected heads that share a K/V head to carry the same K/V weights")
     return value
+
+
+def _differ(names: list[str], mine: tuple[Any, ...], theirs: tuple[Any, ...], other: str) -> str:
+    """Which of W_K, W_V, b_K, b_V differ (``names``), said as a person would fix them: a weight both carry
+    with other numbers, or a bias one of the two heads gives and the other does not."""
+    order = ("W_K", "W_V", "b_K", "b_V")
+    both = [n for n in names if mine[order.index(n)] is not None and theirs[order.index(n)] is not None]
+    parts = [("a different " if len(both) == 1 else "different ") + _and(both)] if both else []
+    for n in names:
+        if mine[order.index(n)] is None and theirs[order.index(n)] is not None:
+            parts.append(f"no {n}, which {other} has")
+        elif theirs[order.index(n)] is None and mine[order.index(n)] is not None:
+            parts.append(f"{n}, which {other} has not")
+    return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + ", and " + parts[-1]
+
+
+def _and(words: list[str]) -> str:
+    return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
 
 
 def summary_parts(sc: Features) -> list[str]:

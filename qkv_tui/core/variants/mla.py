@@ -17,9 +17,9 @@ from qkv_tui.base.values import kind as _kind
 from qkv_tui.base.values import show as _show
 from qkv_tui.core.arrays import Matrix, Vector
 from qkv_tui.core.toml_text import vector
-from qkv_tui.core.variants.common import Checker, Context, Table, number, numbers
+from qkv_tui.core.variants.common import Checker, Context, Table, number, numbers, write_whole
 from qkv_tui.core.variants.gate import Reader
-from qkv_tui.core.variants.rope import Rope, write_rope
+from qkv_tui.core.variants.rope import LATENT_SCALING, Rope, latent_partial, write_rope
 from qkv_tui.kernels.mla import MlaWeights
 
 MLA_KEYS = ("num_heads", "d_nope", "d_rope", "d_v", "W_DKV", "W_UK", "W_UV", "W_KR", "W_Q", "W_DQ", "W_UQ",
@@ -143,7 +143,7 @@ def _count(v: Checker, table: dict[str, Any], key: str, least: int, what: str) -
     value = table[key]
     if isinstance(value, bool) or not isinstance(value, int) or value < least:
         raise v.fail(f"[mla] {key} must be a whole number >= {least} ({what}), got {_kind(value)}"
-                     + (f" {_show(value)}" if isinstance(value, int) and not isinstance(value, bool) else ""))
+                     f"{write_whole(value, least, MAX_SIZE)}")
     if value > MAX_SIZE:  # no matrix could have that many columns; and its products must stay printable
         raise v.fail(f"[mla] {key} = {_show(value)}; expected at most {MAX_SIZE:,} ({what})")
     return value
@@ -246,9 +246,10 @@ def refuse_with(v: Checker, doc: dict[str, Any]) -> None:
 def parse_mla(table: dict[str, Any], ctx: Context) -> Mla:
     mla = read_mla(cast(Reader, ctx.v), table, ctx.d_model)  # the loader's checker reads matrices too
     rope = ctx.earlier.get("rope")
-    if isinstance(rope, Rope) and (rope.partial != 1.0 or rope.scaling is not None):
-        raise ctx.v.fail("[mla] turns its rotary parts with plain RoPE; remove [rope] partial and [rope.scaling]"
-                         " (every one of the d_rope dimensions turns)")
+    if isinstance(rope, Rope) and rope.partial != 1.0:  # parse_rope refuses both first; kept for a Context without latent
+        raise ctx.v.fail(latent_partial(f"{rope.partial:g}", mla.d_nope, mla.d_rope))
+    if isinstance(rope, Rope) and rope.scaling is not None:
+        raise ctx.v.fail(LATENT_SCALING)
     return replace(mla, rope=rope) if isinstance(rope, Rope) else mla
 
 

@@ -11,7 +11,7 @@ import numpy as np
 from qkv_tui.base.values import kind as _kind
 from qkv_tui.base.values import show as _show
 from qkv_tui.core.toml_text import string
-from qkv_tui.core.variants.common import MAX_INDEX, Context, Table, choice, number
+from qkv_tui.core.variants.common import MAX_INDEX, Context, Table, choice, number, write_whole
 from qkv_tui.core.variants.rope_scaling import parse_partial, parse_scaling, summary, write_scaling
 from qkv_tui.kernels import rope as rope_kernel
 from qkv_tui.kernels.rope_scaling import RopeScaling, base_inv_freq, rotated_dims
@@ -68,6 +68,20 @@ class Rope:
         return 1.0 if self.scaling is None else self.scaling.scale
 
 
+def latent_partial(partial: str, d_nope: int, d_rope: int) -> str:
+    """[mla] with a partial [rope]: its own split already leaves part of each head unturned."""
+    return (f"[rope] partial = {partial} does not go with [mla]: latent attention already turns only part of each"
+            f" query and key, all d_rope = {d_rope} of its rotary dimensions (q_R and the shared k_R), and never the"
+            f" d_nope = {d_nope} others; remove partial (d_nope and d_rope set the split)")
+
+
+# DeepSeek-V2/V3, the models [mla] follows, scale their RoPE only with YaRN, and YaRN there also multiplies
+# the softmax scale by mscale² (importers/hf_deepseek.py refuses such a config for the same reason)
+LATENT_SCALING = ("[rope.scaling] does not go with [mla]: DeepSeek's YaRN also multiplies the softmax scale by"
+                  " mscale², which qkv-tui does not model, so [mla] turns its rotary parts with plain RoPE;"
+                  " remove [rope.scaling]")
+
+
 def parse_rope(table: dict[str, Any], ctx: Context) -> Rope:
     v, tokens, head_dks = ctx.v, ctx.tokens, ctx.heads
     if ctx.is_cross:
@@ -109,11 +123,16 @@ def parse_rope(table: dict[str, Any], ctx: Context) -> Rope:
         for i, p in enumerate(raw):
             where = f"[rope] positions item {i + 1} ({json.dumps(tokens[i], ensure_ascii=False)})"
             if isinstance(p, bool) or not isinstance(p, int) or p < 0:
-                raise v.fail(f"{where} is {_kind(p)}; expected a whole number >= 0 (the token's position)")
+                raise v.fail(f"{where} is {_kind(p)}; expected a whole number >= 0 (the token's position){write_whole(p, 0)}")
             if p > MAX_INDEX:
                 raise v.fail(f"{where} is {_show(p)}, too large; expected a position below 2^53")
             out.append(p)
         positions = tuple(out)
+    if ctx.latent is not None:  # before the d_k rules below, which would read d_rope as a head's d_k
+        if "partial" in table and number(v, table["partial"], "[rope] partial") != 1.0:
+            raise v.fail(latent_partial(_show(table["partial"]), *ctx.latent))
+        if "scaling" in table:
+            raise v.fail(LATENT_SCALING)
     partial = parse_partial(v, table["partial"], head_dks[0][1] if head_dks else None) if "partial" in table else 1.0
     scaling = parse_scaling(v, table["scaling"]) if "scaling" in table else None
     return Rope(base, layout, positions, partial, scaling)
