@@ -143,6 +143,9 @@ def _read_header(path: Path) -> dict[str, _Entry]:
         header = json.loads(text)
     except (UnicodeDecodeError, ValueError):  # ValueError: not JSON, or an integer of more than 4,300 digits
         raise ImporterError(f"{path.name}: not a safetensors file (its header is not JSON)") from None
+    except RecursionError:  # brackets nested past the interpreter's stack; a real header is two levels deep
+        raise ImporterError(f"{path.name}: not a safetensors file (its JSON header nests deeper than the parser"
+                            " follows; expected a table of tensors)") from None
     if not isinstance(header, dict):
         raise ImporterError(f"{path.name}: not a safetensors file (its header is not a JSON object)")
     base = 8 + length
