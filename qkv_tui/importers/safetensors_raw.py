@@ -60,6 +60,10 @@ class TensorFiles:
     def names(self) -> list[str]:
         return list(self.entries)
 
+    def numbers(self) -> int:
+        """How many numbers the tensors hold in all (what bounds a config's counts: importers/bounds.py)."""
+        return sum(math.prod(entry.shape) for entry in self.entries.values())
+
     def get(self, name: str, shape: tuple[int | None, ...]) -> Array:
         """The tensor, as float64, refused unless its shape is ``shape`` (None: any length on that axis)."""
         return _widen(self._mapped(name, shape))
