@@ -251,7 +251,7 @@ def _llama(config: Config, tensors: TensorFiles, tokenize: Tokenize, source: str
             norm=norm(h + "input_layernorm"), attention=att, mlp_norm=norm(h + "pre_feedforward_layernorm"),
             mlp=feed, scale=divisor, window=window, scale_from=said, softcap=hf_gemma.softcap(config), qk_norm=qkn,
             post_attention_norm=norm(h + "post_attention_layernorm"), post_mlp_norm=norm(h + "post_feedforward_layernorm"),
-            rope=hf_gemma.layer_rope(config, window is not None),
+            rope=hf_gemma.layer_rope(config, i),
         )
 
     def layer(i: int) -> Layer:
