@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import regex
+import regex  # type: ignore[import-untyped]
 
 from qkv_tui.base.values import token_label
 from qkv_tui.importers import ImporterError
@@ -90,7 +90,7 @@ def reference(pre: str, tok: dict[str, Any], text: str) -> list[str]:
     out: list[str] = []
     for piece in llama_cpp_split(text, EXPECTED[pre]):
         word = "".join(alphabet[b] for b in piece.encode("utf-8"))
-        out += [word] if pre in IGNORE_MERGES and word in vocab else bpe(word, ranks)  # type: ignore[arg-type]
+        out += [word] if pre in IGNORE_MERGES and word in vocab else bpe(word, ranks)
     return out
 
 

@@ -33,7 +33,7 @@ CLASSES = {"gemma2": "Gemma2Config", "gemma3_text": "Gemma3TextConfig", "gpt_oss
 TYPES = ["sliding_attention", "full_attention", "full_attention", "sliding_attention", "full_attention",
          "sliding_attention", "sliding_attention"]
 
-CASES = [
+CASES: list[tuple[str, dict[str, Any]]] = [
     ("gemma2", {}),  # alternating, the window 4096 by default
     ("gemma2", {"sliding_window": 3}),
     ("gemma2", {"sliding_window": None}),  # a sliding layer without a window is full, as in Gemma2Attention
