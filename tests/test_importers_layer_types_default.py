@@ -123,3 +123,31 @@ def test_a_pattern_that_is_not_a_count_is_one_line(tmp_path: Path, family: str, 
                                                       "sliding_window": 3}))
     with pytest.raises(ImporterError, match=f"config.json: {key} = {value!r}; expected a whole number >= 1"):
         hf_schedule(read_config(tmp_path / "config.json"))
+
+
+@pytest.mark.parametrize("family", sorted(CLASSES))
+def test_the_rope_base_and_scaling_a_config_without_them_gets(tmp_path: Path, family: str) -> None:
+    """rope_theta's default is the class's (gpt-oss 150,000, SmolLM3 2,000,000, Gemma 3's global layers 1,000,000,
+    10,000 elsewhere), and gpt-oss without rope_scaling is YaRN with GptOssConfig's table."""
+    cfg = getattr(transformers, CLASSES[family])(**BASE)
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": family, **BASE}))
+    config = read_config(tmp_path / "config.json")
+    params = cfg.rope_parameters["full_attention"] if family == "gemma3_text" else cfg.rope_parameters
+    assert config.rope is not None and config.rope.base == params["rope_theta"]
+    scaling = config.rope.scaling_table()
+    if params.get("rope_type", "default") == "default":
+        assert scaling is None
+    else:
+        assert scaling is not None and scaling.pop("type") == params["rope_type"]
+        assert scaling == {key: params[key] for key in scaling}
+        assert set(params) - set(scaling) <= {"rope_type", "rope_theta"}
+
+
+@pytest.mark.parametrize("family", ["gemma2", "gemma3_text"])
+def test_a_bidirectional_gemma_is_one_line(tmp_path: Path, family: str) -> None:
+    """Gemma3TextConfig halves the window and the mask looks both ways: not read as the causal decoder."""
+    from qkv_tui.importers import ImporterError
+
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": family, **BASE, "use_bidirectional_attention": True}))
+    with pytest.raises(ImporterError, match="use_bidirectional_attention = true is not supported"):
+        read_config(tmp_path / "config.json")

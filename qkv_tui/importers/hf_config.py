@@ -92,6 +92,9 @@ def read_config(path: Path) -> Config:
     head_dim = get.int("head_dim", d_model // heads)
     if head_dim % 2:
         raise ImporterError(f"{path.name}: head_dim = {head_dim} is odd; RoPE needs an even head_dim")
+    if model_type in GEMMA_TYPES and data.get("use_bidirectional_attention"):  # EmbeddingGemma's encoder form
+        raise ImporterError(f"{path.name}: use_bidirectional_attention = true is not supported; expected Gemma's causal"
+                            " decoder (the window and the mask change with it)")
     if data.get("mlp_bias"):
         raise ImporterError(f"{path.name}: mlp_bias = true is not supported (LLaMA-family MLPs without biases only)")
     # Gemma 3's layer types turn with different bases: each layer reads its own (hf_folder.py); this is the full one's
