@@ -97,7 +97,8 @@ TYPES = {"sliding_window": 2, "layer_types": ["full_attention", "sliding_attenti
         ("mistral", {"sliding_window": None}, [None, None, None]),
         ("qwen2", QWEN_SLIDING, [None, 3, 3]),  # from layer max_window_layers on
         ("qwen2", QWEN_SLIDING | {"use_sliding_window": False}, [None, None, None]),
-        ("llama", TYPES, [None, 2, None]),
+        ("llama", TYPES, [None, None, None]),  # LlamaAttention reads neither (transformers 5.24)
+        ("qwen2", TYPES | {"use_sliding_window": True}, [None, 2, None]),
     ],
 )
 @pytest.mark.parametrize("layer", [0, 1, 2])
@@ -154,7 +155,8 @@ def test_bf16_is_widened_exactly(tmp_path: Path) -> None:
         ({"rope_theta": ..., "rope_parameters": {"rope_type": "longrope", "rope_theta": 1e4}}, "rope_parameters.rope_type 'longrope'"),
         ({"hidden_act": "mish"}, "hidden_act 'mish' is not supported"),
         ({"num_key_value_heads": 3}, "num_key_value_heads = 3 does not divide"),
-        ({"layer_types": ["full_attention", "chunked_attention", "full_attention"]}, "layer_types[1] = 'chunked_attention'"),
+        ({"model_type": "qwen2", "layer_types": ["full_attention", "chunked_attention", "full_attention"]},
+         "layer_types[1] = 'chunked_attention'"),
     ],
 )
 def test_unsupported_features_are_named(tmp_path: Path, config: dict, needle: str) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import re
 
+from qkv_tui.base.values import escaped
 from qkv_tui.core.scenario import Scenario, ScenarioError, parse_scenario
 from qkv_tui.edges.export_toml import string
 
@@ -49,7 +50,7 @@ def model_scenario(args: argparse.Namespace) -> Scenario:
         lines.append(f"layer = {args.layer}")
     if args.heads is not None:
         lines.append(f"heads = [{', '.join(map(str, args.heads))}]")
-    title = f"{args.model} · layer {args.layer or 0}"
+    title = f"{escaped(args.model)} · layer {args.layer or 0}"  # a folder's name may hold a newline or an escape
     try:
         return parse_scenario("\n".join(lines) + "\n", args.model, default_title=title)
     except ScenarioError as exc:

@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from qkv_tui.base.values import escaped
 from qkv_tui.base.values import kind as _kind
 from qkv_tui.base.values import show as _show
 from qkv_tui.importers.errors import ImporterError
@@ -215,7 +216,9 @@ def _description(given: Any, model: Model, layer: int, heads: list[int], text: s
     which = "every head"
     if heads != list(range(model.num_heads)):
         which = ("head " if len(heads) == 1 else "heads ") + ", ".join(map(str, heads))
-    origin = f"{model.name}, layer {layer}, {which} (0-based), on {text!r}: {len(ids)} tokens, ids {' '.join(map(str, ids))}."
+    # the source may be a folder whose name holds a newline or an escape: shown escaped, the line stays one line
+    origin = (f"{escaped(model.name)}, layer {layer}, {which} (0-based), on {text!r}: {len(ids)} tokens,"
+              f" ids {' '.join(map(str, ids))}.")
     said = model.note(layer)
     if said:
         origin = f"{origin} {said}"

@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from qkv_tui.base.values import show as _show
+from qkv_tui.importers.bounds import check_heads, check_layers
 from qkv_tui.importers.errors import ImporterError, missing_package
 from qkv_tui.importers.files import open_regular
 from qkv_tui.importers.gguf_header import Header, TensorInfo
@@ -84,6 +85,9 @@ def open_gguf(path: Path, source: str) -> Model:
         raise ImporterError(f"{shown}: general.architecture {_show(arch)} is not supported;"
                             f" expected one of: {', '.join(ARCHITECTURES)}")
     sizes = _Sizes(meta, arch, shown)
+    check_layers(shown, f"{arch}.block_count", sizes.num_layers, header.tensors)
+    numbers = sum(math.prod(info.shape) for info in header.tensors.values())
+    check_heads(shown, f"{arch}.attention.head_count", sizes.num_heads, sizes.d_model, numbers)
     _plain_rope(header, meta, arch, sizes, shown)
     tokenize = gguf_tokenizer(meta, shown)
     reader = _Tensors(header, shown)

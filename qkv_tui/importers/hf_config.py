@@ -92,6 +92,9 @@ def read_config(path: Path) -> Config:
     head_dim = get.int("head_dim", d_model // heads)
     if head_dim % 2:
         raise ImporterError(f"{path.name}: head_dim = {head_dim} is odd; RoPE needs an even head_dim")
+    if model_type in GEMMA_TYPES and data.get("use_bidirectional_attention"):  # EmbeddingGemma's encoder form
+        raise ImporterError(f"{path.name}: use_bidirectional_attention = true is not supported; expected Gemma's causal"
+                            " decoder (the window and the mask change with it)")
     if data.get("mlp_bias"):
         raise ImporterError(f"{path.name}: mlp_bias = true is not supported (LLaMA-family MLPs without biases only)")
     # Gemma 3's layer types turn with different bases: each layer reads its own (hf_folder.py); this is the full one's
@@ -121,36 +124,63 @@ def _bert(name: str, data: dict[str, Any]) -> Config:
     )
 
 
-def sliding_window(config: Config, layer: int) -> int | None:
-    """The window of the layer's causal sliding-window attention, or None for plain causal attention."""
-    data = config.raw
-    window = data.get("sliding_window")
+# What each family's transformers config class (configuration_*.py, transformers 5.24) fills in when a
+# config.json leaves the key out: the window of its sliding layers ...
+_DEFAULT_WINDOW = {"mistral": 4096, "qwen2": 4096, "qwen3": 4096, "gemma2": 4096, "gemma3_text": 4096, "gpt_oss": 128}
+# ... and which families read layer_types at all (Llama, Mistral, Phi-3, Granite, OLMo 2 ignore the key:
+# Mistral and Phi-3 slide on every layer when sliding_window is set, the others never)
+_TYPED = ("qwen2", "qwen3", "smollm3", "gpt_oss", "gemma2", "gemma3_text", *LINEAR_TYPES)
+_NEVER_SLIDE = ("gpt2", "bert", "llama", "granite", "olmo2", *DEEPSEEK_TYPES)
+_KINDS = ("full_attention", "sliding_attention")
+
+
+def layer_type(config: Config, layer: int) -> str:
+    """The layer's attention as transformers' config gives it: "full_attention", "sliding_attention" or
+    "linear_attention" (Qwen3.5, Qwen3-Next), from layer_types or, where the file has none, the default
+    its config class computes."""
+    data, family = config.raw, config.model_type
+    if family not in _TYPED:
+        return "sliding_attention" if family not in _NEVER_SLIDE and _configured_window(config) is not None \
+            else "full_attention"
     types = data.get("layer_types")
-    if config.model_type in ("granite", "bert") or (config.model_type == "smollm3" and not data.get("use_sliding_window")):
-        return None  # Granite and BERT never slide; SmolLM3 only with use_sliding_window, whatever layer_types says
     if types is not None:
         if not isinstance(types, list) or len(types) != config.num_layers:
             raise ImporterError(f"config.json: layer_types must list one type per layer ({config.num_layers})")
         kind = types[layer]
-        if kind == "full_attention" or (kind == "linear_attention" and config.model_type in LINEAR_TYPES):
-            return None  # a linear-attention layer has no window; hf_qwen35.py refuses to run it
-        if kind != "sliding_attention":
-            raise ImporterError(
-                f"config.json: layer_types[{layer}] = {kind!r} is not supported; expected full_attention or sliding_attention"
-            )
-        return _window(window)
-    if window is None or config.model_type in ("gpt2", "llama"):
+        allowed = ("full_attention", "linear_attention") if family in LINEAR_TYPES else _KINDS
+        if kind not in allowed:
+            raise ImporterError(f"config.json: layer_types[{layer}] = {_show(kind)} is not supported; expected"
+                                f" {' or '.join(allowed)}")
+        return str(kind)
+    get = _Reader("config.json", data)
+    if family in ("qwen2", "qwen3"):  # sliding from layer max_window_layers on, and only with use_sliding_window
+        slides = _configured_window(config) is not None and layer >= get.int("max_window_layers", 28)
+        return "sliding_attention" if slides else "full_attention"
+    if family == "smollm3":  # the NoPE layers slide, with use_sliding_window and a window
+        slides = _configured_window(config) is not None and not rotary(config, layer)
+        return "sliding_attention" if slides else "full_attention"
+    if family in LINEAR_TYPES:  # every full_attention_interval-th layer is full, the others Gated DeltaNet
+        return "linear_attention" if (layer + 1) % get.int("full_attention_interval", 4) else "full_attention"
+    # Gemma 2 and gpt-oss alternate, sliding first; Gemma 3 keeps every sliding_window_pattern-th layer full
+    pattern = get.int("sliding_window_pattern", 6) if family == "gemma3_text" else 2
+    return "sliding_attention" if (layer + 1) % pattern else "full_attention"
+
+
+def sliding_window(config: Config, layer: int) -> int | None:
+    """The window of the layer's causal sliding-window attention, or None for plain causal attention."""
+    if config.model_type in _NEVER_SLIDE or layer_type(config, layer) != "sliding_attention":
         return None
-    if config.model_type in ("qwen2", "qwen3"):
-        # Qwen2 and Qwen3 slide only with use_sliding_window, and only from layer max_window_layers on
-        if not data.get("use_sliding_window", False):
-            return None
-        if layer < _Reader("config.json", data).int("max_window_layers", 28):
-            return None
-        return _window(window)
-    if data.get("use_sliding_window") is False:
+    window = _configured_window(config)  # a sliding layer of a config whose sliding_window is null is full, as there
+    return None if window is None else _window(window)
+
+
+def _configured_window(config: Config) -> object:
+    """sliding_window as the config class holds it: the file's value (null included), else the class's default;
+    Qwen2, Qwen3 and SmolLM3 drop it unless use_sliding_window is true."""
+    data, family = config.raw, config.model_type
+    if family in ("qwen2", "qwen3", "smollm3") and not data.get("use_sliding_window", False):
         return None
-    return _window(window)  # mistral
+    return data["sliding_window"] if "sliding_window" in data else _DEFAULT_WINDOW.get(family)
 
 
 def rotary(config: Config, layer: int) -> bool:

@@ -34,6 +34,7 @@ import qkv_tui.importers.hf_qwen35 as hf_qwen35
 from qkv_tui.base.files import file_kind
 from qkv_tui.base.values import show as _show
 from qkv_tui.base.values import token_label
+from qkv_tui.importers.bounds import check_heads, check_layers
 from qkv_tui.importers.errors import ImporterError, missing_package
 from qkv_tui.importers.files import read_limited, status
 from qkv_tui.importers.hf_bert import open_bert
@@ -91,6 +92,7 @@ def open_folder(folder: Path, source: str) -> Model:
         )
     tokenize = _tokenizer(folder / "tokenizer.json")
     tensors = TensorFiles(weights)
+    _bounded(config, tensors)
     if config.model_type == "gpt2":
         return _gpt2(config, tensors, tokenize, source)
     if config.model_type == "bert":
@@ -98,6 +100,14 @@ def open_folder(folder: Path, source: str) -> Model:
     if config.model_type in DEEPSEEK_TYPES:
         return open_deepseek(config, tensors, tokenize, source)
     return _llama(config, tensors, tokenize, source)
+
+
+def _bounded(config: Config, tensors: TensorFiles) -> None:
+    """The config's layer and head counts, checked against the tensors before the schedule walks every layer."""
+    gpt2 = config.model_type == "gpt2"
+    check_layers("config.json", "n_layer" if gpt2 else "num_hidden_layers", config.num_layers, tensors.names())
+    numbers = tensors.numbers()
+    check_heads("config.json", "n_head" if gpt2 else "num_attention_heads", config.num_heads, config.d_model, numbers)
 
 
 def _tokenizer(path: Path) -> Tokenize:
@@ -241,7 +251,7 @@ def _llama(config: Config, tensors: TensorFiles, tokenize: Tokenize, source: str
             norm=norm(h + "input_layernorm"), attention=att, mlp_norm=norm(h + "pre_feedforward_layernorm"),
             mlp=feed, scale=divisor, window=window, scale_from=said, softcap=hf_gemma.softcap(config), qk_norm=qkn,
             post_attention_norm=norm(h + "post_attention_layernorm"), post_mlp_norm=norm(h + "post_feedforward_layernorm"),
-            rope=hf_gemma.layer_rope(config, window is not None),
+            rope=hf_gemma.layer_rope(config, i),
         )
 
     def layer(i: int) -> Layer:

@@ -20,7 +20,7 @@ import numpy as np
 
 from qkv_tui.base.values import show as _show
 from qkv_tui.importers.errors import ImporterError
-from qkv_tui.importers.hf_config import Config
+from qkv_tui.importers.hf_config import Config, layer_type
 from qkv_tui.importers.hf_rope import read_rope
 from qkv_tui.importers.stack import Rope
 
@@ -57,11 +57,12 @@ def softcap(config: Config) -> float | None:
     return float(value)
 
 
-def layer_rope(config: Config, sliding: bool) -> Rope | None:
-    """Gemma 3's RoPE for a sliding or a full layer; None (the model's one) for Gemma 2."""
+def layer_rope(config: Config, layer: int) -> Rope | None:
+    """Gemma 3's RoPE for the layer, by its layer type (a sliding layer whose window is null still turns with
+    the local base, as transformers' rotary_emb[layer_type] does); None (the model's one) for Gemma 2."""
     if config.model_type != "gemma3_text":
         return None
-    read = read_rope("config.json", config.raw, config.model_type, "sliding_attention" if sliding else "full_attention")
+    read = read_rope("config.json", config.raw, config.model_type, layer_type(config, layer))
     return Rope("half", read.base, read.partial, read.scaling_table())
 
 

@@ -14,7 +14,7 @@ Its linear-attention layers (Gated DeltaNet) are hf_gated_deltanet.py's.
 from __future__ import annotations
 
 from qkv_tui.importers.errors import ImporterError
-from qkv_tui.importers.hf_config import Config
+from qkv_tui.importers.hf_config import Config, layer_type
 from qkv_tui.importers.safetensors_raw import TensorFiles
 from qkv_tui.importers.stack import Array
 
@@ -33,12 +33,5 @@ def query_and_gate(config: Config, tensors: TensorFiles, a: str) -> tuple[Array,
 
 
 def schedule(config: Config) -> tuple[str, ...]:
-    """The [input] schedule from layer_types: "full" or "linear" (Gated DeltaNet) for each layer."""
-    types = config.raw.get("layer_types")
-    if not isinstance(types, list) or len(types) != config.num_layers \
-            or any(t not in ("full_attention", "linear_attention") for t in types):
-        raise ImporterError(
-            f"config.json: layer_types must list 'full_attention' or 'linear_attention' for each of the"
-            f" {config.num_layers} layers"
-        )
-    return tuple("full" if t == "full_attention" else "linear" for t in types)
+    """The [input] schedule from layer_types (or full_attention_interval): "full" or "linear" (Gated DeltaNet)."""
+    return tuple("full" if layer_type(config, i) == "full_attention" else "linear" for i in range(config.num_layers))

@@ -3,7 +3,7 @@ Qwen3-Next's ("qwen3_next") has the same ones.
 
 Qwen3_5TextConfig fills in what a file may leave out, and the importer must read the same model:
 partial_rotary_factor 0.25 (a quarter of each head's dimensions turn), and layer_types from
-full_attention_interval (default 4: layers 3, 7, 11, … are full attention, the others linear).
+full_attention_interval (default 4: layers 3, 7, 11, … are full attention, the others linear; hf_config.layer_type).
 """
 
 from __future__ import annotations
@@ -26,15 +26,12 @@ def qwen35_text(name: str, data: dict[str, Any], model_type: str) -> dict[str, A
 
 
 def with_defaults(text: dict[str, Any]) -> dict[str, Any]:
-    """Qwen3.5's and Qwen3-Next's shared defaults: a quarter of each head turns, every fourth layer is full."""
+    """Qwen3.5's and Qwen3-Next's shared default: a quarter of each head turns. Their layer types, every
+    full_attention_interval-th layer full where layer_types is absent, are hf_config.layer_type's, computed
+    one layer at a time (a list of every layer was built here before the weights bounded the count)."""
     params = text.get("rope_parameters")
     if isinstance(params, dict) and "partial_rotary_factor" not in params:
         text["rope_parameters"] = params | {"partial_rotary_factor": text.get("partial_rotary_factor", 0.25)}
     elif not isinstance(params, dict):
         text.setdefault("partial_rotary_factor", 0.25)
-    if text.get("layer_types") is None:
-        layers, interval = text.get("num_hidden_layers", 32), text.get("full_attention_interval", 4)
-        if isinstance(layers, int) and isinstance(interval, int) and not isinstance(interval, bool) and interval >= 1:
-            text["layer_types"] = ["full_attention" if (i + 1) % interval == 0 else "linear_attention"
-                                   for i in range(layers)]
     return text

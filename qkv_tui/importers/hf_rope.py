@@ -24,6 +24,12 @@ FIELDS = {
     "llama3": ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"),
     "yarn": ("factor", "original_max_position_embeddings", "beta_fast", "beta_slow", "attention_factor", "truncate"),
 }
+# rope_theta where the file gives none: the config class's default_theta (transformers 5.24), 10,000 for the others;
+# Gemma 3's global layers (its local ones default to 10,000)
+_DEFAULT_THETA = {"gpt_oss": 150000.0, "smollm3": 2000000.0, "gemma3_text": 1_000_000.0}
+# what GptOssConfig puts in rope_parameters when the file has neither rope_scaling nor rope_parameters
+_GPT_OSS_ROPE = {"rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0, "truncate": False,
+                 "original_max_position_embeddings": 4096}
 # the families whose attention turns only the first r dimensions (apply_rotary_pos_emb)
 PARTIAL_TYPES = ("phi3", "qwen3_5_text", "qwen3_next")
 
@@ -58,10 +64,13 @@ def read_rope(name: str, data: dict[str, Any], model_type: str, layer_type: str 
         return read.pop()
     if isinstance(params, dict):
         return _table(name, params, data, model_type, "rope_parameters", nested=False)
-    if layer_type == "sliding_attention" and data.get("rope_local_base_freq") is not None:
-        # Gemma 3 in transformers 4's form: its sliding layers turn with their own base, never scaled
-        return RopeConfig(_number(name, data["rope_local_base_freq"], "rope_local_base_freq", 10000.0), 1.0, None)
+    if model_type == "gemma3_text" and layer_type == "sliding_attention":
+        # Gemma 3 in transformers 4's form: its sliding layers turn with their own base (10,000 where the file
+        # gives none, Gemma3TextConfig's default_theta["local"]), never scaled
+        return RopeConfig(_number(name, data.get("rope_local_base_freq"), "rope_local_base_freq", 10000.0), 1.0, None)
     scaling = data.get("rope_scaling")
+    if scaling is None and params is None and model_type == "gpt_oss":
+        scaling = _GPT_OSS_ROPE
     table = dict(scaling) if isinstance(scaling, dict) else {}
     return _table(name, table, data, model_type, "rope_scaling", nested=False)
 
@@ -79,7 +88,11 @@ def _table(name: str, table: dict[str, Any], data: dict[str, Any], model_type: s
             f"{name}: {where}.rope_type {kind!r} is not supported; Phi-3 scales RoPE only by longrope (short_factor,"
             " long_factor), which the Rotate stage does not compute"
         )
-    base = _number(name, table.get("rope_theta", data.get("rope_theta")), "rope_theta", 10000.0)
+    if model_type == "gemma3_text" and where.endswith("sliding_attention"):  # convert_rope_params_to_dict's fallbacks
+        base = _number(name, table.get("rope_theta", data.get("rope_local_base_freq")), "rope_theta", 10000.0)
+    else:
+        default = _DEFAULT_THETA.get(model_type, 10000.0)
+        base = _number(name, table.get("rope_theta", data.get("rope_theta")), "rope_theta", default)
     partial = table.get("partial_rotary_factor", data.get("partial_rotary_factor"))
     partial = 1.0 if partial is None else _number(name, partial, "partial_rotary_factor", 1.0)
     if partial != 1.0 and model_type not in PARTIAL_TYPES:

@@ -17,6 +17,7 @@ import os
 import re
 from pathlib import Path
 
+from qkv_tui.base.values import kind as _kind
 from qkv_tui.base.values import show as _show
 from qkv_tui.importers.errors import ImporterError, missing_package
 from qkv_tui.importers.files import read_limited, status
@@ -128,31 +129,50 @@ def _open_ollama(source: str) -> Model:
                             f" expected a model fetched with `ollama pull {model}:{tag}` (OLLAMA_MODELS says where"
                             f" they live){also}")
     raw = read_limited(manifest_path, "an Ollama manifest", MANIFEST_LIMIT)
+    not_ollama = (f"model.source {shown}: the manifest {manifest_path.name} is not Ollama's JSON"
+                  " (expected an object with a list of layers)")
     try:
         manifest = json.loads(raw.decode("utf-8"))
-        layers = manifest["layers"]
-        if not isinstance(layers, list):
-            raise TypeError
-    except (UnicodeDecodeError, ValueError, KeyError, TypeError):
-        raise ImporterError(f"model.source {shown}: the manifest {manifest_path.name} is not Ollama's JSON"
-                            " (no list of layers)") from None
-    kinds = [layer.get("mediaType", "") for layer in layers if isinstance(layer, dict)]
+    except RecursionError:  # a megabyte of "[" nests past the interpreter's stack
+        raise ImporterError(f"{not_ollama[:-1]}; it nests deeper than the parser follows)") from None
+    except (UnicodeDecodeError, ValueError):
+        raise ImporterError(not_ollama) from None
+    layers = manifest.get("layers") if isinstance(manifest, dict) else None
+    if not isinstance(layers, list):
+        raise ImporterError(not_ollama)
+    for i, layer in enumerate(layers):
+        # each layer is {"mediaType": "application/vnd.ollama.image.…", "digest": …}; anything else is not a manifest
+        kind = layer.get("mediaType") if isinstance(layer, dict) else None
+        if not isinstance(kind, str):
+            what = f"layers[{i}] is {_json_kind(layer)}" if not isinstance(layer, dict) else \
+                f"layers[{i}].mediaType is {_json_kind(kind) if 'mediaType' in layer else 'missing'}"
+            raise ImporterError(f"model.source {shown}: the manifest {manifest_path.name}'s {what}; expected an object"
+                                f" whose mediaType is a string such as {MODEL_LAYER!r}")
+    kinds = [layer["mediaType"] for layer in layers]
     if any(k.endswith(".adapter") for k in kinds):
         raise ImporterError(f"model.source {shown} adds a LoRA adapter to its model; not supported"
                             " (the base model's weights only)")
-    models = [layer for layer in layers if isinstance(layer, dict) and layer.get("mediaType") == MODEL_LAYER]
+    models = [layer for layer in layers if layer["mediaType"] == MODEL_LAYER]
     if len(models) != 1:
         raise ImporterError(f"model.source {shown}: the manifest names {len(models)} model layers; expected one GGUF blob")
-    digest = _DIGEST.fullmatch(str(models[0].get("digest", "")))
+    given = models[0].get("digest")
+    digest = _DIGEST.fullmatch(given) if isinstance(given, str) else None
     if digest is None:
-        raise ImporterError(f"model.source {shown}: the manifest's model digest {_show(models[0].get('digest'))}"
-                            " is not sha256:<64 hex digits>")
+        said = _show(given) if isinstance(given, str) else _json_kind(given)  # a list is named, never printed whole
+        raise ImporterError(f"model.source {shown}: the manifest's model digest {said} is not sha256:<64 hex digits>")
     for spelling in (f"sha256-{digest.group(1)}", f"sha256:{digest.group(1)}"):  # Ollama's names, newer and older
         blob = root / "blobs" / spelling
         if status(blob) is not None:
             return open_gguf(blob, source)
     raise ImporterError(f"model.source {shown}: the manifest names blob sha256-{digest.group(1)[:12]}…, which is not in"
                         f" {root / 'blobs'} (an interrupted pull?); expected `ollama pull {model}:{tag}` to finish")
+
+
+def _json_kind(value: object) -> str:
+    """What a JSON value is, as a message names it (``null`` where Python would say None)."""
+    if value is None:
+        return "null"
+    return "an object" if isinstance(value, dict) else _kind(value)
 
 
 def _local_names(root: Path) -> list[str]:

@@ -60,6 +60,10 @@ class TensorFiles:
     def names(self) -> list[str]:
         return list(self.entries)
 
+    def numbers(self) -> int:
+        """How many numbers the tensors hold in all (what bounds a config's counts: importers/bounds.py)."""
+        return sum(math.prod(entry.shape) for entry in self.entries.values())
+
     def get(self, name: str, shape: tuple[int | None, ...]) -> Array:
         """The tensor, as float64, refused unless its shape is ``shape`` (None: any length on that axis)."""
         return _widen(self._mapped(name, shape))
@@ -143,6 +147,9 @@ def _read_header(path: Path) -> dict[str, _Entry]:
         header = json.loads(text)
     except (UnicodeDecodeError, ValueError):  # ValueError: not JSON, or an integer of more than 4,300 digits
         raise ImporterError(f"{path.name}: not a safetensors file (its header is not JSON)") from None
+    except RecursionError:  # brackets nested past the interpreter's stack; a real header is two levels deep
+        raise ImporterError(f"{path.name}: not a safetensors file (its JSON header nests deeper than the parser"
+                            " follows; expected a table of tensors)") from None
     if not isinstance(header, dict):
         raise ImporterError(f"{path.name}: not a safetensors file (its header is not a JSON object)")
     base = 8 + length
