@@ -55,7 +55,7 @@ def quoted(pattern: str, text: str) -> float:
 
 
 def turns(L: float, base: float, i: int, d: int) -> float:
-    return L * base ** (-2 * i / d) / (2 * math.pi)
+    return float(L * base ** (-2 * i / d) / (2 * math.pi))
 
 
 def correction_dim(beta: float, L: float, base: float, d: int) -> float:
@@ -173,7 +173,7 @@ def test_the_description_quotes_the_scenarios_numbers() -> None:
     text = " ".join(sc.description.split())
     rope = sc.rope
     assert rope is not None and rope.scaling is not None and sc.positions == (0, 256, 512)
-    L = rope.scaling.original_max_position_embeddings
+    L = float(rope.scaling.original_max_position_embeddings or 0)
     assert f"pair 0 (θ₀ = 1) turns 256/2π = {turns(L, rope.base, 0, 4):.1f} times" in text
     assert f"pair 1 (θ₁ = 10000^(−1/2) = 0.01) turns {turns(L, rope.base, 1, 4):.2f} times" in text
     assert f"θ'₁ = 0.01 / 4 = {rope.inv_freq(4)[1]:g}: at position 512 it turns {512 * rope.inv_freq(4)[1]:.2f}" in text
