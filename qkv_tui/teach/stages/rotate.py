@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from types import MappingProxyType
 
 import numpy as np
@@ -432,6 +433,7 @@ def scaling_line(rope: Rope, i: int, d_k: int, p: int) -> tuple[str, bool]:
     return f"{band} | {how}", ok and band_ok
 
 
+@lru_cache(maxsize=4096)  # the same for every token's cells of a pair: a page works it once per pair and digits
 def _yarn_band(rope: Rope, i: int, d_k: int, q: int) -> tuple[str, bool]:
     """Why YaRN keeps, blends or divides pair i: how many times it turns over the original context L, and where
     the ramp lies (transformers' find_correction_range: the pairs that turn beta_fast and beta_slow times over
