@@ -358,8 +358,8 @@ def test_small_panes_keep_their_width_beside_big_ones() -> None:
 
 
 def test_k_transposed_gives_up_its_row_labels_only_where_that_makes_the_row_fit() -> None:
-    """RoPE scaled with YaRN at Score: Q' 3×4, K'ᵀ 4×3 and the scores, signed at 3 decimals, need 84 columns;
-    without K'ᵀ's dimension labels (named across Q''s top in the same order) they need 80."""
+    """RoPE scaled with YaRN at Score: Q' 3×4, K'ᵀ 4×3 and the scores, signed at 3 decimals, need 83 columns;
+    without K'ᵀ's dimension labels (named across Q''s top in the same order) they need 79."""
     from qkv_tui.display.layout import fitted, natural_width
     from qkv_tui.display.view import View
     from qkv_tui.teach.trace import Trace
@@ -368,11 +368,11 @@ def test_k_transposed_gives_up_its_row_labels_only_where_that_makes_the_row_fit(
     start = next(run.start for run in trace.runs if run.stage == "score")
     specs, _ = View(trace).panes(Position(start, 0))
     assert [s.transposed for s in specs] == [False, True, False]
-    assert sum(natural_width(s, titled=False) for s in specs) == 84
+    assert sum(natural_width(s, titled=False) for s in specs) == 83
     assert fitted(specs, 120) == specs  # room enough: every label stays
     narrow = fitted(specs, 80)
     assert narrow[0] is specs[0] and narrow[2] is specs[2] and narrow[1].row_labels == ("",) * 4
-    assert sum(natural_width(s, titled=False) for s in narrow) == 80
+    assert sum(natural_width(s, titled=False) for s in narrow) == 79
     assert fitted(specs, 70) == specs  # it would scroll anyway: the labels say which row is which
 
 

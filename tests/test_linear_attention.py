@@ -171,7 +171,7 @@ def test_every_state_cell_is_a_step(name: str) -> None:
         rec = trace.segment_for("lin_o", 0)
         assert rec is not None
         details = trace.op(rec.stop - 1).details
-        assert any(d.startswith("✓") for d in details) and any(d.startswith("memory:") for d in details)
+        assert any(d.startswith("✓") for d in details) and any(d.startswith("memory while decoding:") for d in details)
 
 
 @pytest.mark.parametrize("name", ["linear", "deltanet"])

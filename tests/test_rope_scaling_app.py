@@ -26,10 +26,10 @@ async def test_scaled_rope_shows_its_frequencies() -> None:
     async with app.run_test(size=(120, 40)) as pilot:
         await pilot.press("3", *["right"] * 6)  # Q'[love,2]: pair 1, interpolated
         text = explanation(app)
-        assert "Q'[love,2] = Q[love,2]·a·cos(8·θ'₁) − Q[love,3]·a·sin(8·θ'₁) = 1·1.116 − 0·0.226 = 1.116" in text
-        assert "θ₁ = 100^(−2·1/4) = 0.100 → θ'₁ = 0.025" in text
-        assert "θ'₁ = θ₁ / factor = 0.100 / 4 = 0.025" in text
-        assert "cos·a = 0.980·1.139 = 1.116 | sin·a = 0.199·1.139 = 0.226" in text
+        assert "Q'[love,2] = Q[love,2]·a·cos(256·θ'₁) − Q[love,3]·a·sin(256·θ'₁) = 1·0.9133 − 0·0.6800 = 0.913" in text
+        assert "θ₁ = 10000^(−2·1/4) = 0.0100 → θ'₁ = 0.0025" in text
+        assert "θ'₁ = θ₁ / factor = 0.0100 / 4 = 0.0025" in text
+        assert "cos·a = 0.8021·1.1386 = 0.9133 | sin·a = 0.5972·1.1386 = 0.6800" in text
         freq = shown_panes(app)["rope_freq@0"].spec
         assert freq.title.startswith("θ → θ' yarn") and freq.col_labels == ("θ", "θ'")
 

@@ -138,7 +138,7 @@ def line(cells: PrintedCells, table: Table, i: int, j: int, answer: str) -> str:
         """A weight as printed; a masked one is the 0 it is."""
         return cells.txt(f"weights.{h}", a, b) if sc.allow[a, b] else "0"
 
-    name = f"{table.name}[{table.rows[i]},{table.cols[j]}]"
+    name = table.cell_name(i, j)
     if qk_all(sc) and kind in QK_ALL_KINDS:
         return qk_all_line(cells, table, i, j, answer)
     if sc.mla is not None and kind in MLA_KINDS:

@@ -47,7 +47,7 @@ def mla_line(cells: PrintedCells, table: Table, i: int, j: int, answer: str) -> 
     xs = cells.tables[x].name
     H = len(sc.heads)
     nope = mla.d_nope
-    name = f"{table.name}[{table.rows[i]},{table.cols[j]}]"
+    name = table.cell_name(i, j)
     kR = "mkRraw" if "mkRraw" in cells.tables else "mkR"
 
     def terms(pairs: list[tuple[Ref, Ref]]) -> str:

@@ -85,7 +85,7 @@ def qk_all_line(cells: PrintedCells, table: Table, i: int, j: int, answer: str) 
     tx = cells.txt
     kind, _, suffix = table.key.partition(".")
     H, d_k = len(sc.heads), sc.heads[0].d_k
-    name = f"{table.name}[{table.rows[i]},{table.cols[j]}]"
+    name = table.cell_name(i, j)
     if kind in ("aqroot", "akroot"):
         role = kind[1].upper()
         return f"{name} = √(ms_{role} + eps) = √({tx(f'{kind[1]}ms.0', i, 0)} + {float(qk.eps)!r}) = {answer}"

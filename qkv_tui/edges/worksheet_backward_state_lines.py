@@ -24,7 +24,7 @@ def linear_line(cells: PrintedCells, table: Table, h: int, i: int, j: int, answe
     tx = cells.txt
     W = f"lin_W.{h}" if lin.normalize else f"lin_A.{h}"
     w_name = "W" if lin.normalize else "A"
-    name = f"{table.name}[{table.rows[i]},{table.cols[j]}]"
+    name = table.cell_name(i, j)
     if kind == "dV":
         body = " + ".join(f"{tx(W, a, i) if sc.allow[a, i] else '0'}·{tx(*dO_h(a, j))}" for a in range(sc.n))
         return f"{name} = Σ {w_name}[·,{keys[i]}]·dO_h[·,{j}] = {body} = {answer}"

@@ -5,7 +5,9 @@ q and k L2-normalised, x / √(Σx² + 1e-6), and q also ÷ √d_k; then per tok
 S ← S·e^{g_t}; kv = Sᵀk_t; δ = (v_t − kv)·β_t; S ← S + k_t δᵀ; o_t = Sᵀq_t.
 
 Unrolled, o_t = Σ_{s ≤ t} (q_t·k_s)·e^{G_t − G_s}·δ_s with G_t = g_1 + … + g_t: attention over the
-corrections δ with a causal mask that decays with distance (:func:`decay_mask`).
+corrections δ with a causal mask that fades by each later token's own e^g (:func:`decay_mask`). In Qwen3-Next
+g comes from each token's X̂, so the fading depends on the tokens; only a constant g makes it a function of the
+distance t − s alone.
 """
 
 from __future__ import annotations

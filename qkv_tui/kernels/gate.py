@@ -1,7 +1,8 @@
 """The output gate (Qiu et al. 2025; Qwen3-Next): a head's output times sigmoid(X̂·W_G), cell by cell.
 
-A gate near 0 lets a head say nothing for a token, so the head need not park its weight on a sink (or the
-first token) to stay quiet; Qiu et al. found such a gate removes attention sinks and massive activations.
+It is a non-linearity between W_V and W_O (which would otherwise multiply into one low-rank linear map), and a
+gate near 0 lets a head say nothing for a token, so the head need not park its weight on a sink (or the first
+token) to stay quiet; Qiu et al. found such a gate mitigates attention sinks and massive activations.
 """
 
 from __future__ import annotations

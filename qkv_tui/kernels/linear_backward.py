@@ -1,7 +1,7 @@
 """Linear attention (kernels/linear.py) read backwards, through its quadratic form, under a numeric policy
 (docs/backward.md, "[linear]").
 
-The quadratic form is a softmax head with φ(q)·φ(k) for e^(q·k): weights = A / rowsum(A), A = φ(Q)φ(K)ᵀ
+The quadratic form is a softmax head with φ(q)·φ(k) for e^(q·k/√dₖ): weights = A / rowsum(A), A = φ(Q)φ(K)ᵀ
 masked. So its backward reads like the softmax's: dV = weightsᵀ·dO, dweights = dO·Vᵀ; the row division's
 Jacobian dA = (dweights − D) / rowsum with D = rowsum(dO ⊙ out), as D is for the softmax (without
 normalize, dA is dweights itself); then dφ(Q) = dA·φ(K), dφ(K) = dAᵀ·φ(Q), and through φ cell by cell.

@@ -7,8 +7,9 @@ transformers' ``modeling_rope_utils`` initialisers, in float64 (docs/scenario-fo
 - ``llama3``: each pair by its wavelength λ = 2π/θᵢ against the original context L: λ < L/high_freq_factor
   kept, λ > L/low_freq_factor divided by factor, in between a blend with s = (L/λ − low) / (high − low);
 - ``yarn`` (Peng et al., "YaRN"): a ramp over the pair index between the pairs that turn more than beta_fast
-  times over L (kept) and fewer than beta_slow times (divided by factor), and an attention factor
-  (default 0.1·ln(factor) + 1) that multiplies cos and sin.
+  times over L (kept) and fewer than beta_slow times (divided by factor), its ends rounded outward and clamped
+  to [0, dim − 1] as transformers' find_correction_range does (so pair 0 is kept however few times it turns),
+  and an attention factor (default 0.1·ln(factor) + 1) that multiplies cos and sin.
 
 All three blend the same way, θ'ᵢ = wᵢ·θᵢ + (1 − wᵢ)·θᵢ / factor, with wᵢ the share of the pair kept as it
 was: 0 for linear, 1 / s / 0 by band for llama3, 1 − ramp for yarn. :func:`inv_freq` is the entry point for
@@ -76,15 +77,21 @@ class RopeScaling:
     def slow(self) -> float:
         return YARN_BETA_SLOW if self.beta_slow is None else float(self.beta_slow)
 
-    def yarn_range(self, base: float, dim: int) -> tuple[float, float]:
-        """(low, high): the pair indices where YaRN's ramp starts and ends (transformers' find_correction_range)."""
+    def correction_dims(self, base: float, dim: int) -> tuple[float, float]:
+        """The (fractional) pair indices that turn exactly beta_fast and beta_slow times over the original context
+        L: dim·ln(L / (2π·β)) / (2·ln base), transformers' find_correction_dim; before rounding and clamping."""
         assert self.original_max_position_embeddings is not None
+        orig = float(self.original_max_position_embeddings)
 
         def correction_dim(rotations: float) -> float:
-            orig = float(self.original_max_position_embeddings)  # type: ignore[arg-type]
             return (dim * math.log(orig / (rotations * 2 * math.pi))) / (2 * math.log(base))
 
-        low, high = correction_dim(self.fast), correction_dim(self.slow)
+        return correction_dim(self.fast), correction_dim(self.slow)
+
+    def yarn_range(self, base: float, dim: int) -> tuple[float, float]:
+        """(low, high): the pair indices where YaRN's ramp starts and ends (transformers' find_correction_range):
+        rounded outward, then clamped to [0, dim − 1] (dim counts dimensions: the end may lie past the last pair)."""
+        low, high = self.correction_dims(base, dim)
         if self.truncate:
             low, high = math.floor(low), math.ceil(high)
         return max(low, 0), min(high, dim - 1)

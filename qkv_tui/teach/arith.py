@@ -84,6 +84,16 @@ def _within(calculated: float, text: str, exact: bool) -> bool:
     return abs(calculated - value) <= unit(text) * (1e-7 if exact else 1 + 1e-9)
 
 
+def float_sum(terms: Iterable[float]) -> float:
+    """The exact sum of finite terms, rounded once (math.fsum); where an infinity meets its opposite, or the sum
+    is past float64's range, what float arithmetic gives (nan, ±inf) where math.fsum would raise."""
+    values = [float(t) for t in terms]
+    try:
+        return math.fsum(values)
+    except (ValueError, OverflowError):
+        return float(sum(values))
+
+
 def tries(decimals: int, *integral: bool) -> range:
     """Decimals to try: the shown ones, then guard digits (none when every operand is whole)."""
     return range(decimals, decimals + 1) if all(integral) else range(decimals, decimals + MAX_GUARD + 1)
@@ -212,13 +222,13 @@ def dot_at(a: Numbers, b: Numbers, a_int: bool, b_int: bool, places: int,
         products = _as_shown(a, a_int, places) * _as_shown(b, b_int, places)
     sides = [_join(n, lambda i: f"{at[i]}·{bt[i]}", " + ")]
     if hand is None:
-        return sides, math.fsum(products), True
+        return sides, float_sum(products), True
     # what the hand computation wrote down: its own products (inputs are used as given), rounded
     rounded = round_to(np.asarray(a, dtype=float) * np.asarray(b, dtype=float), hand)
     if not np.array_equal(rounded, products):
         sides.append(_join(n, lambda i: operand(float(rounded[i]), False, hand), " + "))
     steps = bool(np.all(np.abs(products - rounded) <= 10.0 ** -hand * (1 + 1e-9)))
-    return sides, math.fsum(rounded), steps
+    return sides, float_sum(rounded), steps
 
 
 def _dot(a: Numbers, b: Numbers, a_int: bool, b_int: bool, result: str, places: int,

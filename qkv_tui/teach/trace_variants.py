@@ -65,4 +65,64 @@ VARIANT_NOTES = (
      " (Xiao et al. 2023 named them attention sinks); gpt-oss instead gives each head one extra learned"
      " logit that takes part in the softmax and is then thrown away, so a head can put its attention"
      " 'nowhere' and its weights sum to less than 1."),
+    ("Soft-cap (softcap)",
+     "Gemma 2 turns each scaled score s into c·tanh(s/c) before the bias and the mask (c = 50): a score small"
+     " next to c (|s| ≪ c) stays almost as it was, and none passes ±c, so no logit can run away. Backwards the"
+     " cap's slope 1 − tanh²(s/c) multiplies the gradient: dscaled = dS·(1 − tanh²(s/c)), so a capped score"
+     " barely learns. Gemma 3 replaced the cap by QK-norm."),
+    ("Another scale (scale, scale_from)",
+     "Not every model divides by √dₖ: Gemma 2 27B divides by √query_pre_attn_scalar = √144 = 12 with"
+     " dₖ = 128, and Granite multiplies the scores by attention_multiplier (a scale of 1/attention_multiplier)."
+     " scale sets the number and scale_from says in words where it came from; the Scale stage quotes it."),
+    ("Partial rotary ([rope] partial)",
+     "GPT-NeoX, Phi and Qwen3-Next turn only the first r = int(partial·dₖ) dimensions of each head"
+     " (Hugging Face's partial_rotary_factor), with θᵢ = base^(−2i/r); the others pass through unchanged,"
+     " so their part of each score ignores position."),
+    ("RoPE scaling and YaRN ([rope.scaling])",
+     "To read past the context a model was trained on (L = original_max_position_embeddings) the"
+     " frequencies are lowered. linear divides every θ by the factor; llama3 keeps the pairs whose"
+     " wavelength 2π/θ is below L/high_freq_factor, divides those above L/low_freq_factor and blends"
+     " between. YaRN judges a pair by how many times it turns over L, L·θ/2π: more than beta_fast (32) and"
+     " it is kept, fewer than beta_slow (1) and it is divided, a ramp between (transformers clamps the"
+     " ramp's start to pair 0, so pair 0 is kept even where it turns fewer times). YaRN also multiplies cos"
+     " and sin by a = 0.1·ln(factor) + 1 by default, so each score carries a² (under partial rotary only"
+     " the turned dimensions' part of it)."),
+    ("The output gate (W_G, [gate])",
+     "Qwen3-Next and Qwen3.5 multiply each head's output, cell by cell, by g = σ(X̂·W_G), between 0 and 1"
+     " and computed by the query token (Qiu et al. 2025). It is a non-linearity between W_V and W_O, which"
+     " otherwise multiply into one low-rank linear map, and a gate near 0 lets a head say nothing for a token"
+     " without parking weight on a sink; Qiu et al. found it mitigates attention sinks and massive"
+     " activations."),
+    ("Layer schedules ([input] schedule)",
+     "A model's layers need not be alike. Gemma 2 alternates sliding-window (4,096 keys) and full layers;"
+     " Gemma 3 has five local layers to each global one, the local ones with their own RoPE base (10,000"
+     " against 1,000,000); SmolLM3 leaves RoPE out of every fourth layer; Qwen3-Next has three"
+     " linear-attention layers (the gated delta rule) to each full one. A scenario is one layer: the"
+     " schedule names them all, and its line shows where this one sits."),
+    ("Latent attention ([mla])",
+     "DeepSeek-V2 and V3 cache one latent row per token and layer instead of every head's K and V: c_KV ="
+     " X·W_DKV (d_c = 512) and one rotary key k_R shared by the heads (d_rope = 64), 576 numbers, where"
+     " multi-head attention with their 128 heads would keep 2·n_h·d_h = 32,768 (DeepSeek-V2's Table 1"
+     " counts it so, with d_h = 128). Each head expands the latent into its keys and values; the Absorb"
+     " stage gets the same scores without expanding, W_UK folded into the query. Only q_R and k_R turn with"
+     " position. With YaRN, DeepSeek multiplies the softmax scale by mscale², mscale = 0.1·mscale_all_dim·"
+     "ln(factor) + 1, rather than cos and sin by a; [rope.scaling] here multiplies cos and sin, which is why"
+     " [mla] refuses it."),
+    ("Linear attention ([linear])",
+     "Katharopoulos et al. (2020) replace the softmax's e^(q·k/√dₖ) by φ(q)·φ(k). That similarity factorises,"
+     " so by associativity the keys' sums Σφ(k)vᵀ can be kept as a running state, whatever φ is: decoding"
+     " keeps a dₖ × d_v state (and dₖ for the normaliser) where softmax attention keeps a KV cache of"
+     " n·(dₖ + d_v) numbers that grows with every token and is read whole at each step. A φ ≥ 0 (elu + 1)"
+     " keeps every similarity ≥ 0, as e^x is."),
+    ("The gated delta rule ([deltanet])",
+     "Gated DeltaNet (Yang et al. 2024), the linear-attention layers of Qwen3-Next and Qwen3.5, keeps a state"
+     " too but writes only what is new: the state fades by e^g, recalls kv = Sᵀk for the new key, and stores"
+     " δ = (v − kv)·β. With unit keys the write is an exact overwrite at k, Sᵀk = (1 − β)·old + β·v. Each"
+     " token computes its own g and β from X̂, so how fast the past fades depends on the tokens."),
+    ("The backward pass and the Train view ([backward])",
+     "With a [backward] table the trace goes on past the output: the loss ½·Σ(output − target)² (or a given"
+     " dO), then every gradient cell by cell, each backward stage the chain rule through one forward step,"
+     " last step first (dSoftmax: dS = P ⊙ (dP − D), D = rowsum(dO ⊙ O)). The Train view (l) takes SGD"
+     " steps, w ← w − lr·∂loss/∂w on the weights train names, and shows the loss and the attention map"
+     " move step by step."),
 )

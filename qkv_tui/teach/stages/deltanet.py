@@ -226,8 +226,11 @@ def _rules(self: StageSpec, comp: Computation) -> list[str]:
 class Normalise(StageSpec):
     stage = Stage("l2norm", "Normalise",
                   "The delta rule reads unit vectors: each Query and Key row is divided by its length,"
-                  " √(Σx² + 1e-6), and each Query also by √dₖ, so a write k·δᵀ and a read Sᵀq never grow with"
-                  " the size of the projections.")
+                  " √(Σx² + 1e-6), and each Query also by √dₖ (the softmax's scale). Unit keys make the write an"
+                  " exact overwrite: with ‖k‖ = 1 (to within the 1e-6), S + kδᵀ with δ = (v − Sᵀk)·β leaves"
+                  " Sᵀk = (1 − β)·(what S held at k) + β·v. As a map of the state the write is"
+                  " S ← (I − βkkᵀ)S + βkvᵀ, and I − βkkᵀ has eigenvalues 1 (across k) and 1 − β (along k), so with"
+                  " β between 0 and 1 no write amplifies what the state held.")
     per_head = True
     matrices = ("dn_q", "dn_k")
 

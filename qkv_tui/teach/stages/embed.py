@@ -161,13 +161,19 @@ class EmbedBack(BackwardSpec):
     def meaning(self, trace: TraceContext, head: int | None) -> str:
         sc = trace.comp.scenario
         text = self.stage.meaning if sc.mla is None else mla_compress.EMBED_MEANING
-        if sc.norm is not None:
+        x = "X" if sc.norm is None else "X̂"
+        if sc.norm is not None:  # the projections read X̂: this stage ends at dX̂, and dNorm takes it on to dX
             text = text.replace("Back to the input. Each row of X", "Back to X̂, the normalised X. Each row of X̂")
+            text = text.replace(" dX = ", " dX̂ = ").replace(
+                "X is data, not a weight: training never changes it, but dX is what an earlier layer would receive.",
+                "This is dX̂, the gradient at the norm's output; dNorm next carries it back through the norm to dX"
+                " (X is data, not a weight: training never changes it, but dX is what an earlier layer would receive).")
         if sc.is_cross:
-            text += " Under cross-attention K and V read the context, so only the Query path (and the gate) reaches X."
+            text += (" Under cross-attention K and V read the context, so only the Query path (and the gate)"
+                     f" reaches {x}.")
         roles = [role for role, _, _ in gate_paths(trace)]
         if roles:  # the line adds these paths: the words must not stop at three
-            text += (" The gated delta rule's " + " and ".join(f"W_{r}" for r in roles) + " read X too, so dX adds "
+            text += (" The gated delta rule's " + " and ".join(f"W_{r}" for r in roles) + f" read {x} too, so d{x} adds "
                      + " + ".join(f"d{r}·W_{r}ᵀ" for r in roles) + ".")
         return text
 

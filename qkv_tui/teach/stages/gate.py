@@ -29,8 +29,11 @@ from qkv_tui.teach.stages.grads import BackwardSpec, dot_cell, formula_cell, gra
 from qkv_tui.teach.stages.markdown import MarkdownPage
 from qkv_tui.teach.stages.printed import PrintedCells, PrintedChain, Table, exact, idx
 
-WHY = ("A gate lets a head output nothing for a token, so it need not dump weight on a sink to stay quiet;"
-       " Qiu et al. (2025) found that gating each head's output removes attention sinks and massive activations.")
+WHY = ("Qiu et al. (2025) give the gate two benefits. First, a non-linearity between W_V and W_O: without it the"
+       " Values and W_O are two linear maps with only the attention weights between them, together one low-rank"
+       " linear map, and σ(X̂·W_G), computed from the query token, puts an input-dependent factor between them."
+       " Second, sparsity: a gate near 0 lets a head output nothing for a token, so it need not dump weight on a"
+       " sink to stay quiet; they found the gate mitigates attention sinks and massive activations.")
 
 
 class Gate(StageSpec):

@@ -13,13 +13,17 @@ from qkv_tui.core.fmt import operand
 from qkv_tui.core.gradients import Gradients, gradients
 from qkv_tui.core.scenario import Matrix
 from qkv_tui.kernels.policy import round_to
-from qkv_tui.teach.arith import MAX_TERMS, Operand, dot_line, fit, shown, tries, unit
+from qkv_tui.teach.arith import MAX_TERMS, Operand, dot_line, fit, float_sum, shown, tries, unit
 from qkv_tui.teach.stages.common import Operation, Plan, Ref, Segment, StageSpec
 from qkv_tui.teach.stages.context import TraceContext
 
 # the names the backward panes take (the trace labels their rows and columns by them)
 KEY_ROWS = ("dK_s", "dK_t", "dK", "dV")  # one row per key
 KEY_COLS = ("dP", "dS", "dscaled", "dscores", "lb_dW", "lb_dA")  # one column per key
+
+
+OUT_OF_RANGE = ("float64 ran out of range: a product or sum past ±1.8e308 is ±inf, and inf + (−inf) is nan, as"
+                " float arithmetic (IEEE 754) gives it; the kernels and this line both follow it")
 
 
 def grads(trace: TraceContext) -> Gradients:
@@ -60,6 +64,8 @@ def dot_cell(trace: TraceContext, index: int, seg: Segment, row: int, col: int, 
         work = dot_line(av, bv, a_int, b_int, result, d, trace.hand)
     else:
         work = dot_line(av, bv, a_int, b_int, result, d, places=_places(av, bv, a_int, b_int, result, d))
+    if not math.isfinite(value):
+        details = (*details, OUT_OF_RANGE)
     return Operation(index, seg, row, col, value, operands, f"{said} = {work}", details)
 
 
@@ -68,11 +74,11 @@ def _places(a: Matrix, b: Matrix, a_int: bool, b_int: bool, result: str, d: int)
     terms often cancel (a row of dS sums to 0), and a sum that lands a whole unit off by float noise alone
     would read right to one calculator and wrong to another: half a unit leaves room for both."""
     places = list(tries(d, a_int, b_int))
-    if len(a) > MAX_TERMS:
+    if len(a) > MAX_TERMS or result == "nan":  # no digits make a nan agree: the fewest say it
         return places[0]
     for p in places:
         terms = [shown(operand(float(x), a_int, p)) * shown(operand(float(y), b_int, p)) for x, y in zip(a, b)]
-        if abs(math.fsum(terms) - shown(result)) <= 0.5 * unit(result):
+        if abs(float_sum(terms) - shown(result)) <= 0.5 * unit(result):
             return p
     return places[-1]
 

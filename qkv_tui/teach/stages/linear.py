@@ -216,8 +216,12 @@ def _rules(self: StageSpec, comp: Computation) -> list[str]:
 
 class Feature(StageSpec):
     stage = Stage("phi", "Feature",
-                  "Linear attention swaps e^(q·k) for φ(q)·φ(k): each Query and Key cell goes through the feature"
-                  " map φ, which keeps it positive, so that a row's products can be summed once and reused.")
+                  "Linear attention swaps the softmax's e^(q·k/√dₖ) for φ(q)·φ(k): each Query and Key cell goes"
+                  " through the feature map φ. Two things follow, each for its own reason. The reuse comes from the"
+                  " factorisation: φ(q)·φ(k) splits into a query part and a key part, so by associativity"
+                  " (φ(Q)φ(K)ᵀ)V = φ(Q)(φ(K)ᵀV), and the keys' sum Σ φ(k)vᵀ is built once and reused by every later"
+                  " query, whatever φ is, the identity included. The sign comes from φ: where φ ≥ 0 every similarity"
+                  " φ(q)·φ(k) is ≥ 0, as e^x is, and so is each row's normaliser φ(q)·z, their sum.")
     per_head = True
     matrices = ("phi_Q", "phi_K")
 
@@ -228,9 +232,15 @@ class Feature(StageSpec):
         lin = trace.comp.scenario.linear
         assert lin is not None
         text = f"φ(x) = {PHI_TEXT[lin.feature]}. "
+        text += self.stage.meaning
         if lin.feature == "identity":
-            text += "With φ(x) = x the products are the plain scores Q·K, and nothing keeps them positive. "
-        return text + self.stage.meaning
+            text += (" With φ(x) = x the products are the plain scores Q·K: the reuse holds, but nothing keeps them"
+                     " ≥ 0, so a row's sum may be 0 or negative (hence normalize = false).")
+        elif lin.feature == "relu":
+            text += " relu's zeros can leave a row's normaliser at 0 (refused, naming the row)."
+        else:
+            text += " elu(x) + 1 is above 0 everywhere, so the normaliser is never 0."
+        return text
 
     def segments(self, trace: TraceContext, head: int | None) -> list[Plan]:
         assert head is not None
@@ -294,7 +304,7 @@ class Feature(StageSpec):
 class Quadratic(StageSpec):
     stage = Stage("quadratic", "Quadratic",
                   "The quadratic form: A = φ(Q)φ(K)ᵀ with a 0 wherever a key comes after its query, each row divided"
-                  " by its sum, times V. It is attention with φ(q)·φ(k) for e^(q·k): the n × n matrix is all there.")
+                  " by its sum, times V. It is attention with φ(q)·φ(k) for e^(q·k/√dₖ): the n × n matrix is all there.")
     per_head = True
     matrices = ("lin_A", "lin_W", "lin_out")
     styles = MappingProxyType({"lin_A": PaneStyle(masked=True), "lin_W": PaneStyle(heat=True, masked=True)})
@@ -389,8 +399,9 @@ class Quadratic(StageSpec):
 class Recurrent(StageSpec):
     stage = Stage("recurrent", "Recurrent",
                   "The same outputs from a running state, token after token: S_t = S_{t−1} + φ(k_t)v_tᵀ (dₖ × d_v)"
-                  " and z_t = z_{t−1} + φ(k_t), then o_t = φ(q_t)ᵀS_t / φ(q_t)ᵀz_t. No n × n matrix is kept:"
-                  " the state's size does not grow with the tokens.")
+                  " and z_t = z_{t−1} + φ(k_t), then o_t = φ(q_t)ᵀS_t / φ(q_t)ᵀz_t. The state's size does not grow"
+                  " with the tokens, where softmax decoding keeps a KV cache that grows by dₖ + d_v numbers a token"
+                  " and is read whole at every step.")
     per_head = True
     matrices = ("lin_S", "lin_z", "lin_o")
 
@@ -500,11 +511,19 @@ def agree_lines(trace: TraceContext, hr: HeadResult, row: int, d: int) -> list[s
     lines = [f"{mark} o[{t}] {vector(rec, False, d)} is the quadratic form's out[{t}] {vector(quad, False, d)}: {how}"]
     if row == sc.n - 1:
         n, d_k, d_v = sc.n, hr.d_k, hr.d_v
-        kept = d_k * d_v + (d_k if lin.spec.normalize else 0)
-        state = f"dₖ × d_v{' + dₖ' if lin.spec.normalize else ''} = {kept}"
-        lines.append(f"memory: the quadratic form holds the n × n matrix, {n}² → {n * n} numbers, growing with every"
-                     f" token; the state holds {state} numbers however many tokens come")
+        lines.append(memory_line(n, d_k, d_v, lin.spec.normalize))
     return lines
+
+
+def memory_line(n: int, d_k: int, d_v: int, normalize: bool) -> str:
+    """What decoding keeps, per head: softmax attention's KV cache against the state. The n × n matrix is not
+    what decoding keeps: it is the cost of working all n tokens at once (and FlashAttention never stores it)."""
+    kept = d_k * d_v + (d_k if normalize else 0)
+    state = f"dₖ × d_v{' + dₖ' if normalize else ''} = {d_k}·{d_v}{f' + {d_k}' if normalize else ''} = {kept}"
+    return (f"memory while decoding: softmax attention keeps a KV cache of n·(dₖ + d_v) = {n}·({d_k} + {d_v})"
+            f" = {n * (d_k + d_v)} numbers, {d_k + d_v} more with every token, and reads all of them at each step;"
+            f" the state holds {state} numbers however many tokens come (the n × n matrix, {n}² = {n * n} here, is"
+            " the cost of working all n tokens at once, O(n²) in time; FlashAttention never stores it)")
 
 
 FEATURE = Feature()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from types import MappingProxyType
 
 import numpy as np
@@ -15,7 +16,7 @@ from qkv_tui.core.scenario import Matrix, Scenario
 from qkv_tui.core.variants import Rope
 from qkv_tui.kernels.policy import EXACT, round_to
 from qkv_tui.kernels.rope import rotate as rope_rotate
-from qkv_tui.teach.arith import agrees, shown
+from qkv_tui.teach.arith import agrees, fit, shown
 from qkv_tui.teach.arith import tries as _places
 from qkv_tui.teach.stages.common import (
     K_SLOT,
@@ -71,7 +72,9 @@ class Rotate(StageSpec):
             text += (" Scaling stretches the context a model was trained on by lowering the frequencies (θ → θ'),"
                      " so distances past the original context turn the slow pairs no further than training did.")
             if rope.attention_factor != 1.0:
-                text += " YaRN also multiplies cos and sin by a, sharpening the softmax a little (scores × a²)."
+                part = "each score" if rope.partial == 1.0 else "the turned dimensions' part of each score"
+                text += (f" YaRN also multiplies cos and sin by a, so {part} is multiplied by a² (an a above 1"
+                         " sharpens the softmax a little).")
         return text
 
     def segments(self, trace: TraceContext, head: int | None) -> list[Plan]:
@@ -276,7 +279,7 @@ def rotate_lines(comp: Computation, h: int, target: str, row: int, col: int, d: 
             details += (scaled,)
         details += (f"cos {angle_t} = {trig.plain_cos} and sin {angle_t} = {trig.plain_sin}",)
         if factor != 1.0:
-            details += (_factor_words(rope),
+            details += (_factor_words(rope, d_k),
                         f"cos·a = {trig.plain_cos}·{trig.factor} = {ct} | sin·a = {trig.plain_sin}·{trig.factor} = {st}")
         if not first and hand is None and factor == 1.0:  # the pair is complete: a rotation keeps its length
             before = [operand(float(source[row, a]), src_int, p), operand(float(source[row, b]), src_int, p)]
@@ -361,12 +364,27 @@ def _turned(rope: Rope, d_k: int) -> str:
     return "" if r == d_k else f", first {r} of {d_k} dims turn"
 
 
-def _factor_words(rope: Rope) -> str:
+def _factor_words(rope: Rope, d_k: int) -> str:
     assert rope.scaling is not None
     given = rope.scaling.attention_factor is not None
     how = "attention_factor, as given" if given else "YaRN's default 0.1·ln(factor) + 1"
-    return (f"a = {fmt(rope.attention_factor, False, 3)} ({how}) multiplies cos and sin, so each score carries"
-            f" a² = {fmt(rope.attention_factor ** 2, False, 3)}")
+    return (f"a = {fmt(rope.attention_factor, False, 3)} ({how}) multiplies cos and sin, so {_carries(rope, d_k)}"
+            f" a² = {squared(rope.attention_factor)}")
+
+
+def _carries(rope: Rope, d_k: int) -> str:
+    """What a² multiplies: the whole score, or under partial rotary only the turned dimensions' part of it
+    (transformers' apply_rotary_pos_emb turns q_rot and concatenates q_pass unchanged)."""
+    r = rope.rotated(d_k)
+    if r == d_k:
+        return "each score carries"
+    return f"only the turned dims' part of each score (dims 0 to {r - 1}; dims {_span(r, d_k)} pass as they are) carries"
+
+
+def squared(a: float) -> str:
+    """a² as shown; ``a·a`` because ``a ** 2`` raises OverflowError past float64's range, where a·a is inf."""
+    sq = a * a
+    return fmt(sq, False, 3) if math.isfinite(sq) else f"{fmt(a, False, 3)}², past float64's range"
 
 
 def scaling_line(rope: Rope, i: int, d_k: int, p: int) -> tuple[str, bool]:
@@ -391,7 +409,6 @@ def scaling_line(rope: Rope, i: int, d_k: int, p: int) -> tuple[str, bool]:
         ok = agrees(shown(wt) * shown(bt) + shown(vt) * shown(bt) / sc.factor, at)
     if sc.type == "linear":
         return f"linear scaling (positions interpolated: p·θ / {ft} is the angle of position p / {ft}): {how}", ok
-    r = rope.rotated(d_k)
     if sc.type == "llama3":
         assert sc.original_max_position_embeddings is not None
         assert sc.low_freq_factor is not None and sc.high_freq_factor is not None
@@ -412,12 +429,57 @@ def scaling_line(rope: Rope, i: int, d_k: int, p: int) -> tuple[str, bool]:
                               / (sc.high_freq_factor - sc.low_freq_factor), wv)
         return (f"llama3 scaling: wavelength λ = 2π / θ{_sub(i)} = {wt_} positions; {band} | {how}",
                 ok and blend_ok and agrees(2 * math.pi / shown(bt), wt_) if w not in (0.0, 1.0) else ok)
+    band, band_ok = _yarn_band(rope, i, d_k, q)
+    return f"{band} | {how}", ok and band_ok
+
+
+@lru_cache(maxsize=4096)  # the same for every token's cells of a pair: a page works it once per pair and digits
+def _yarn_band(rope: Rope, i: int, d_k: int, q: int) -> tuple[str, bool]:
+    """Why YaRN keeps, blends or divides pair i: how many times it turns over the original context L, and where
+    the ramp lies (transformers' find_correction_range: the pairs that turn beta_fast and beta_slow times over
+    L, rounded outward, then clamped). Every number is worked from the scenario's own."""
+    sc = rope.scaling
+    assert sc is not None and sc.original_max_position_embeddings is not None
+    r = rope.rotated(d_k)
+    L = float(sc.original_max_position_embeddings)
+    before, w = rope.theta_unscaled(i, d_k), float(rope.kept(d_k)[i])
+    c_fast, c_slow = sc.correction_dims(rope.base, r)
     low, high = sc.yarn_range(rope.base, r)
-    context = _num(sc.original_max_position_embeddings or 0)
-    band = (f"yarn scaling: w = 1 − ramp{_sub(i)} = {fmt(w, False, q)}, the ramp rising over pairs {_num(low)} to"
-            f" {_num(high)} (pairs up to {_num(low)} turn more than beta_fast {_num(sc.fast)} times in the original"
-            f" {context} positions and keep θ; from {_num(high)} on, fewer than beta_slow {_num(sc.slow)}, and θ is divided)")
-    return f"{band} | {how}", ok
+    fast, slow = _num(sc.fast), _num(sc.slow)
+    turns = L * before / (2 * math.pi)
+    (lt, tt), turns_t = fit(lambda a, t: a * t / (2 * math.pi), [L, before], turns, q)
+    said = f"pair {i} turns L·θ{_sub(i)}/2π = {lt}·{tt}/2π = {turns_t} times in the original {lt} positions"
+    if w == 1.0 and turns > sc.fast:
+        said += f", more than beta_fast = {fast}: before the ramp, it keeps θ (w = 1)"
+    elif w == 1.0:
+        said += f", fewer than beta_fast = {fast}, yet it keeps θ (w = 1): the ramp's start was clamped to it"
+    elif w == 0.0:
+        said += f", fewer than beta_slow = {slow}: past the ramp, θ is divided (w = 0)"
+    else:
+        said += (f": on the ramp, w = 1 − ramp{_sub(i)} = 1 − ({i} − {_num(low)}) / ({_num(high)} − {_num(low)})"
+                 f" = {fmt(w, False, q)}")
+
+    def where(beta: float, c: float) -> str:
+        (rt, at, bt, et), ct = fit(lambda d, a, b, e: d * math.log(a / (2 * math.pi * b)) / (2 * math.log(e)),
+                                   [r, L, beta, rope.base], c, q)
+        return f"{rt}·ln({at}/(2π·{bt}))/(2·ln {et}) = {ct}"
+
+    fast_t, slow_t = where(sc.fast, c_fast), where(sc.slow, c_slow)
+    rounded = (f", rounded outward to {_num(math.floor(c_fast))} and {_num(math.ceil(c_slow))}" if sc.truncate
+               else " (truncate = false: not rounded)")
+    start, end = (math.floor(c_fast), math.ceil(c_slow)) if sc.truncate else (c_fast, c_slow)
+    ramp = (f"the ramp runs from pair {_num(low)} to {_num(high)}: the pair that turns β times over L is"
+            f" r·ln(L/(2π·β))/(2·ln base) with r = {r} turned dims, {fast_t} for beta_fast and {slow_t} for"
+            f" beta_slow{rounded}")
+    if start < 0:
+        ramp += ("; a start before pair 0 is clamped to 0 (transformers' find_correction_range), so pair 0 keeps θ"
+                 " however few times it turns")
+    if end > r - 1:
+        ramp += (f"; the end is clamped to r − 1 = {r - 1}, a count of dimensions, past the last pair ({r // 2 - 1}),"
+                 " so no pair reaches the ramp's top")
+    elif high > r // 2 - 1:
+        ramp += f"; the end lies past the last pair ({r // 2 - 1}), so no pair reaches the ramp's top"
+    return f"yarn scaling: {said}; {ramp}", agrees(shown(lt) * shown(tt) / (2 * math.pi), turns_t)
 
 
 def _num(x: float) -> str:
@@ -436,7 +498,7 @@ def frequency_lines(rope: Rope, d_k: int, d: int) -> list[str]:
     out = ["", f"Frequencies before → after {rope.scaling.type} scaling (factor {_num(rope.scaling.factor)}): {pairs}."]
     if rope.attention_factor != 1.0:
         out.append(f"Attention factor a = {fmt(rope.attention_factor, False, max(d, 3))} multiplies cos and sin:"
-                   " the scores carry a².")
+                   f" {_carries(rope, d_k)} a² = {squared(rope.attention_factor)}.")
     return out
 
 
@@ -508,7 +570,7 @@ def rope_notes(rope: Rope, d_k: int) -> list[str]:
         pairs = ", ".join(f"θ{_sub(i)} {_num_text(rope.theta_unscaled(i, d_k))} → {_num_text(rope.theta(i, d_k))}"
                           for i in range(r // 2))
         factor = (f"; the table holds a·cos and a·sin, with a = {_num_text(rope.attention_factor)} (YaRN's attention"
-                  " factor: the scores carry a²)" if rope.attention_factor != 1.0 else "")
+                  f" factor: {_carries(rope, d_k)} a²)" if rope.attention_factor != 1.0 else "")
         out.append(f"  {rope.scaling.type} scaling (factor {_num(rope.scaling.factor)}): the angles p·θ'ᵢ use the"
                    f" scaled frequencies, {pairs}{factor}.")
     return out

@@ -359,12 +359,15 @@ class ScaleBack(BackwardSpec):
         return has_backward(trace) and softmax_runs(trace)  # [linear] and [deltanet] have their own
 
     def meaning(self, trace: TraceContext, head: int | None) -> str:
-        text = self.stage.meaning
-        if head is not None and trace.comp.heads[head].softcap is not None:
-            text += (" First the soft-cap: c·tanh(s/c) has slope 1 − tanh²(s/c), near 1 for small s and near 0 where"
-                     " the cap flattens a large score, so dscaled = dS·(1 − tanh(s/c)·tanh(s/c)): a capped score"
-                     " barely learns.")
-        return text
+        if head is None or trace.comp.heads[head].softcap is None:
+            return self.stage.meaning
+        # under a cap the softmax read the capped scores: dS is their gradient, and the cap's slope comes first
+        return ("Back through Scale, last step first. The softmax read capped + bias; adding a bias changes no"
+                " slope, so the gradient at the capped scores is dS itself (ALiBi's bias is fixed: nothing of it"
+                " is learned). The soft-cap capped = c·tanh(s/c) has slope 1 − tanh²(s/c), near 1 where |s| ≪ c"
+                " and near 0 where the cap flattens a large score, so the gradient at the scaled scores is"
+                " dscaled = dS·(1 − tanh(s/c)·tanh(s/c)): a capped score barely learns. The scores were divided by"
+                " the scale, so their gradient is divided by it too: dscores = dscaled / scale.")
 
     def segments(self, trace: TraceContext, head: int | None) -> list[Plan]:
         assert head is not None

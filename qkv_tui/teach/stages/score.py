@@ -147,6 +147,14 @@ class ScoreBack(BackwardSpec):
     def runs(self, trace: TraceContext) -> bool:
         return has_backward(trace) and softmax_runs(trace)  # [linear] and [deltanet] have their own
 
+    def meaning(self, trace: TraceContext, head: int | None) -> str:
+        if head is None or trace.comp.heads[head].softcap is None:
+            return self.stage.meaning
+        return self.stage.meaning.replace(
+            "With the scale folded in, dQ = dS·K / scale.",
+            "With the scale and the soft-cap folded in, dQ = dscaled·K / scale, where dscaled ="
+            " dS ⊙ (1 − tanh²(scaled / c)): the cap's slope, then the scale.")
+
     def segments(self, trace: TraceContext, head: int | None) -> list[Plan]:
         return query_key_plans(trace, head, "dQ_s", "dK_s")
 
