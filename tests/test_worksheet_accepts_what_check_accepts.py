@@ -31,8 +31,8 @@ TINY = st.sampled_from([1e-300, 5e-324, 1e-160, 1e-30, 1e-6, 0.5])
 
 @st.composite
 def accepted_or_not(draw: st.DrawFn) -> str:
-    """A scenario that --check may accept or refuse: the combined variants with extreme inputs, a QK-norm with a
-    tiny eps, a tiny soft-cap and a [backward] target; or a state or latent layer with its [backward] table."""
+    """A scenario that --check may accept or refuse: the combined variants with extreme inputs, a norm or QK-norm
+    with a tiny eps, a tiny soft-cap and a [backward] target; or a state or latent layer with its [backward] table."""
     kind = draw(st.sampled_from(["modern", "modern", "modern", "mla", "linear", "deltanet"]))
     if kind != "modern":
         return draw(backward_scenarios(kind, extreme=draw(st.booleans())))
@@ -47,6 +47,8 @@ def accepted_or_not(draw: st.DrawFn) -> str:
     if top:
         start = text.index("\n[") if "\n[" in text else len(text)
         text = text[:start] + "\n" + "\n".join(top) + text[start:]
+    if "[norm]\n" in text and "eps = " not in text and draw(st.booleans()):
+        text = text.replace("[norm]\n", f"[norm]\neps = {draw(TINY)!r}\n", 1)
     if draw(st.booleans()):
         text += f'\n[qk_norm]\nover = "head"\neps = {draw(TINY)!r}\n'
     d_out = len(case.W_O[0]) if case.W_O else sum(len(h["W_V"][0]) for h in case.heads)
