@@ -12,6 +12,8 @@ import re
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from qkv_tui.core.engine import compute
 from qkv_tui.core.scenario import Scenario, load_scenario
@@ -117,3 +119,20 @@ def test_double_hyphens_are_not_set_as_a_dash() -> None:
     from qkv_tui.edges.worksheet_typst import _text
 
     assert _text("the app and --export markdown").startswith("#text(ligatures: false")
+
+
+NOTATION = "ab_{}[]()|⊙'′ᵀₖ^ Σ√·=−-1.e\u0302XQW,:\"\\#$*<>"
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.text(alphabet=NOTATION, max_size=18), min_size=1, max_size=12))
+def test_any_text_parses_and_typesets(texts: list[str]) -> None:
+    """Labels and descriptions are anyone's text: whatever the notation's characters make (a ``^`` that ends the
+    text, a lone ``√``, ``(ₖ``, braces around a half bracket), the formula is parsed and Typst takes it."""
+    from qkv_tui.edges.worksheet_math import pieces
+    from qkv_tui.edges.worksheet_typst import pdf
+
+    for text in texts:
+        to_mathml(text)
+        pieces(text, ("a_b",))
+    pdf("\n".join(f"{to_typst(text)} \\" for text in texts))

@@ -105,7 +105,8 @@ class _Parser:
                 self.i += 1
                 return Sqrt(inner)
             root: list[Node] = []
-            while self.i < len(s) and not s[self.i].isspace() and (not root or s[self.i] in _SUBS or s[self.i] in _SUPS):
+            while (self.i < len(s) and not s[self.i].isspace() and s[self.i] not in ")]"
+                   and (not root or s[self.i] in _SUBS or s[self.i] in _SUPS)):
                 got = self.atom(root)  # √dₖ: the root holds d and its subscript
                 if got is not None:
                     root.append(got)
@@ -116,20 +117,19 @@ class _Parser:
                 self.i += 1
                 sup = self.seq(")")
                 self.i += 1
-            elif self.i < len(s) and s[self.i] == "{" and "}" in s[self.i:]:  # e^{g_t}
-                end = s.index("}", self.i)
+            elif self.i < len(s) and s[self.i] == "{" and (end := _brace(s, self.i)) > 0:  # e^{g_t}
                 sup = _Parser(s[self.i + 1:end]).seq()
                 self.i = end + 1
             elif m := re.compile(r"[−-]?" + _NUMBER.pattern).match(s, self.i):  # e^-2.310
                 self.i = m.end()
                 sup = (Op("−"), Num(m.group()[1:])) if m.group()[0] in "−-" else (Num(m.group()),)
             else:
-                nxt = self.atom([])
+                nxt = self.atom([]) if self.i < len(s) else None  # a ^ that ends the text raises nothing
                 sup = () if nxt is None else (nxt,)
             before.append(_attach(before.pop(), sup=sup))
             return None
         if ch in _SUBS or ch in _SUPS:
-            if not before:
+            if not before or _open(before[-1]):  # nothing to hang it on: (ₖ
                 self.i += 1
                 return Word(ch)
             run = ""
@@ -163,8 +163,7 @@ class _Parser:
                 sym = Accent(sym, "hat")
             primes = self.primes()
             sub: tuple[Node, ...] = ()
-            if self.i + 1 < len(s) and s[self.i] == "_" and s[self.i + 1] == "{" and "}" in s[self.i:]:  # S_{t−1}
-                end = s.index("}", self.i)
+            if self.i + 1 < len(s) and s[self.i] == "_" and (end := _brace(s, self.i + 1)) > 0:  # S_{t−1}
                 sub = _Parser(s[self.i + 2:end]).seq()
                 self.i = end + 1
             elif self.i + 1 < len(s) and s[self.i] == "_" and _subscript(s[self.i + 1]):
@@ -231,6 +230,12 @@ def _closing(text: str, start: int) -> int:
         if depth == 0:
             return k
     return len(text) - 1  # pragma: no cover - balanced text closes every bracket
+
+
+def _brace(text: str, start: int) -> int:
+    """The index of the ``}`` closing a ``{`` at ``start`` whose inside is a formula of its own; 0 when there is none."""
+    end = text.find("}", start)
+    return end if text[start] == "{" and end > 0 and balanced(text[start + 1:end]) else 0
 
 
 def _subscript(ch: str) -> bool:
@@ -304,7 +309,7 @@ def _typst_atom(node: Node) -> str:
     if isinstance(node, Num):
         return typst_string(node.text) if "e" in node.text else node.text  # 1e-6, not 1·e − 6
     if isinstance(node, Sqrt):
-        return f"sqrt({_typst(node.body)})"
+        return f"sqrt({_typst(node.body)})" if node.body else typst_string("√")  # a lone √: Typst needs a radicand
     if isinstance(node, Accent):
         if node.mark == "hat" and isinstance(node.base, Word) and len(node.base.text) > 1:  # dX̂: the hat is X's
             return f"{typst_string(node.base.text[:-1])}hat({typst_string(node.base.text[-1])})"
