@@ -25,7 +25,7 @@ import random
 from qkv_tui.core.engine import Computation
 from qkv_tui.core.scenario import Scenario
 from qkv_tui.edges.worksheet_backward import SHEET
-from qkv_tui.edges.worksheet_chain import Table, chain
+from qkv_tui.edges.worksheet_chain import Table, page
 from qkv_tui.edges.worksheet_content import BLANK, Blank, Cell, WorksheetContent
 from qkv_tui.edges.worksheet_page import render
 from qkv_tui.edges.worksheet_working import Working
@@ -107,7 +107,7 @@ def build(comp: Computation, blanks: str = DEFAULT_BLANKS, seed: int = 0, decima
         raise WorksheetError("a worksheet of [deltanet] with its short convolution or gated output norm (conv_q …,"
                              " W_Z) is not supported yet; use --export markdown for every step, or leave those keys out")
     count, share = parse_blanks(blanks)
-    tables = chain(comp, decimals)
+    tables, left_out = page(comp, decimals)
     candidates = [
         (t.key, i, j)
         for t in tables if t.blankable
@@ -127,7 +127,7 @@ def build(comp: Computation, blanks: str = DEFAULT_BLANKS, seed: int = 0, decima
         Blank(n + 1, key, i, j, by_key[key].text(i, j, decimals), work.line(by_key[key], i, j))
         for n, (key, i, j) in enumerate(chosen)
     )
-    return Worksheet(comp, tuple(tables), result, decimals, specs)
+    return Worksheet(comp, tuple(tables), result, decimals, specs, left_out)
 
 
 def to_worksheet(comp: Computation, blanks: str = DEFAULT_BLANKS, seed: int = 0, decimals: int = 3) -> str:

@@ -38,7 +38,7 @@ from qkv_tui.kernels.backward_norm import row_means
 from qkv_tui.kernels.norm import Normed, norm_root
 from qkv_tui.kernels.policy import PrintedPage, round_to
 from qkv_tui.teach.stages.common import Stage, StageSpec
-from qkv_tui.teach.stages.printed import PrintedCells, PrintedChain, Table, idx, kv_owners
+from qkv_tui.teach.stages.printed import PrintedCells, PrintedChain, Table, exact, idx, kv_owners
 from qkv_tui.teach.stages.rotate import _trig_tables
 
 Add = Callable[..., None]  # adds one table: key, name, heading, values, rows, cols, head, allow
@@ -108,6 +108,31 @@ def _normed(chain: PrintedChain, X_norm: Matrix, ms: Matrix) -> Normed:
     assert qk is not None
     spread = ms[:, 0]
     return Normed(X_norm, np.zeros_like(spread), spread, root_of(spread, qk.eps, chain.d)[0], X_norm)
+
+
+def zero_root(chain: PrintedChain) -> str | None:
+    """Why the page cannot be read backwards: a norm's root it prints as 0 (√(ms + eps) past the decimals a page
+    prints), which the backward divides by; None when every root it reads is above 0."""
+    sc = chain.sc
+    if sc.backward is None or not covered(sc) or (sc.norm is None and sc.qk_norm is None):
+        return None
+    pcomp = printed_computation(chain)
+    roots: list[tuple[str, Matrix, Matrix, float, tuple[str, ...]]] = []  # name, spread, root, eps, row labels
+    if sc.norm is not None and pcomp.norm is not None:
+        roots.append(("r", pcomp.norm.spread, pcomp.norm.root, sc.norm.eps, sc.labels))
+    if sc.qk_norm is not None:
+        for hr in pcomp.heads:
+            for role, normed, labels in (("Q", hr.Q_normed, sc.labels), ("K", hr.K_normed, sc.key_labels)):
+                if normed is not None:
+                    roots.append((f"r_{role}", normed.spread, normed.root, sc.qk_norm.eps, labels))
+    for name, spread, root, eps, labels in roots:
+        zero = np.flatnonzero(np.asarray(root) == 0)
+        if zero.size:
+            i = int(zero[0])
+            places = root_of(np.asarray(spread), eps, chain.d)[1]
+            return (f"would divide by {name} of {labels[i]} = √({exact(float(spread[i]))} + {eps!r}), which is 0 at the"
+                    f" {places} decimals the page prints it to")
+    return None
 
 
 def root_of(spread: Matrix, eps: float, d: int) -> tuple[Matrix, int]:

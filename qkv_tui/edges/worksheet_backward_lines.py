@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from qkv_tui.core.scenario import Scenario
 from qkv_tui.edges.worksheet_backward_mla_lines import KINDS as MLA_KINDS
 from qkv_tui.edges.worksheet_backward_mla_lines import mla_line
+from qkv_tui.edges.worksheet_backward_names import cell_name
 from qkv_tui.edges.worksheet_backward_qk_all import KINDS as QK_ALL_KINDS
 from qkv_tui.edges.worksheet_backward_qk_all import qk_all, qk_all_line
 from qkv_tui.edges.worksheet_backward_state_lines import KINDS as LINEAR_KINDS
@@ -138,7 +139,7 @@ def line(cells: PrintedCells, table: Table, i: int, j: int, answer: str) -> str:
         """A weight as printed; a masked one is the 0 it is."""
         return cells.txt(f"weights.{h}", a, b) if sc.allow[a, b] else "0"
 
-    name = table.cell_name(i, j)
+    name = cell_name(table, i, j, (*sc.labels, *sc.key_labels))
     if qk_all(sc) and kind in QK_ALL_KINDS:
         return qk_all_line(cells, table, i, j, answer)
     if sc.mla is not None and kind in MLA_KINDS:

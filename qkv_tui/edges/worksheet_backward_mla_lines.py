@@ -3,6 +3,7 @@ the printed operands it reads, so a calculator gives the printed answer."""
 
 from __future__ import annotations
 
+from qkv_tui.edges.worksheet_backward_names import cell_name
 from qkv_tui.teach.stages.printed import PrintedCells, Table
 
 KINDS = ("mqR", "mkR", "mkRraw", "mcKV", "mW_UK", "mW_UV", "mW_KR", "mW_Q", "mW_DKV", "dX_in")
@@ -47,7 +48,7 @@ def mla_line(cells: PrintedCells, table: Table, i: int, j: int, answer: str) -> 
     xs = cells.tables[x].name
     H = len(sc.heads)
     nope = mla.d_nope
-    name = table.cell_name(i, j)
+    name = cell_name(table, i, j, (*cells.sc.labels, *cells.sc.key_labels))
     kR = "mkRraw" if "mkRraw" in cells.tables else "mkR"
 
     def terms(pairs: list[tuple[Ref, Ref]]) -> str:

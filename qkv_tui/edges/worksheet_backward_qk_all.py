@@ -16,6 +16,7 @@ import numpy as np
 from qkv_tui.core.engine import Computation
 from qkv_tui.core.gradients import Gradients
 from qkv_tui.core.scenario import Scenario
+from qkv_tui.edges.worksheet_backward_names import cell_name
 from qkv_tui.kernels.backward_norm import row_means
 from qkv_tui.teach.stages.printed import PrintedCells, PrintedChain, Table, idx
 
@@ -85,7 +86,7 @@ def qk_all_line(cells: PrintedCells, table: Table, i: int, j: int, answer: str) 
     tx = cells.txt
     kind, _, suffix = table.key.partition(".")
     H, d_k = len(sc.heads), sc.heads[0].d_k
-    name = table.cell_name(i, j)
+    name = cell_name(table, i, j, (*sc.labels, *sc.key_labels))
     if kind in ("aqroot", "akroot"):
         role = kind[1].upper()
         return f"{name} = √(ms_{role} + eps) = √({tx(f'{kind[1]}ms.0', i, 0)} + {float(qk.eps)!r}) = {answer}"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from qkv_tui.edges.worksheet_backward_names import cell_name
 from qkv_tui.teach.stages.printed import PrintedCells, Table
 
 KINDS = ("dV", "dA", "dphiQ", "dphiK", "dQu", "dKu")  # the kinds whose line differs from the softmax head's
@@ -24,7 +25,7 @@ def linear_line(cells: PrintedCells, table: Table, h: int, i: int, j: int, answe
     tx = cells.txt
     W = f"lin_W.{h}" if lin.normalize else f"lin_A.{h}"
     w_name = "W" if lin.normalize else "A"
-    name = table.cell_name(i, j)
+    name = cell_name(table, i, j, (*sc.labels, *sc.key_labels))
     if kind == "dV":
         body = " + ".join(f"{tx(W, a, i) if sc.allow[a, i] else '0'}·{tx(*dO_h(a, j))}" for a in range(sc.n))
         return f"{name} = Σ {w_name}[·,{keys[i]}]·dO_h[·,{j}] = {body} = {answer}"

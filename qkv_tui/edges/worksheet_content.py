@@ -37,6 +37,7 @@ class WorksheetContent:
     decimals: int
     # the stages as registered when the page was made (a stage a test registers renders after it is gone)
     specs: Mapping[str, StageSpec] = field(default_factory=lambda: {s.stage.key: s for s in stages.REGISTRY})
+    left_out: str = ""  # the rule line naming the tables the page cannot work from its rounded numbers, and why
 
     def table(self, key: str) -> Table:
         return next(t for t in self.tables if t.key == key)

@@ -6,15 +6,19 @@ Everything is rendered before anything is written, so a worksheet that cannot be
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import BinaryIO, TextIO
 
+from qkv_tui.base.files import file_kind
 from qkv_tui.base.values import escaped
 from qkv_tui.edges.worksheet_content import WorksheetContent
 from qkv_tui.edges.worksheet_sheet import sheet
 
 FORMATS = ("markdown", "html", "pdf")
+# non-blocking: a FIFO swapped in after the stat fails the open (ENXIO) rather than waiting for a reader for ever
+WRITE_FLAGS = getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
 SUFFIX = {"markdown": ".md", "html": ".html", "pdf": ".pdf"}
 
 
@@ -64,13 +68,29 @@ def write(ws: WorksheetContent, fmt: str, separate: bool, output: str | None, st
             stream.write(sheet_bytes.decode("utf-8"))
         return
     target = Path(output)
-    _write(target, sheet_bytes)
-    if key_bytes is not None:
-        _write(key_path(target), key_bytes)
+    files = [(target, sheet_bytes), *([(key_path(target), key_bytes)] if key_bytes is not None else [])]
+    for path, _ in files:  # both refused before either is written
+        _refuse_not_regular(path)
+    for path, data in files:
+        _write(path, data)
+
+
+def _refuse_not_regular(path: Path) -> None:
+    """A FIFO, device or socket where the worksheet goes: a FIFO would hold the write until a reader came."""
+    try:
+        kind = file_kind(os.stat(path).st_mode)
+    except (OSError, ValueError):
+        kind = None  # not there yet (or unreachable: the open says why)
+    if kind is not None and kind != "a directory":  # a folder: the open's own "Is a directory"
+        raise OutputError(f"{escaped(str(path))}: cannot write the worksheet: it is {kind}, not a regular file;"
+                          " expected a new file or a regular file to replace")
 
 
 def _write(path: Path, data: bytes) -> None:
+    """``data`` into ``path``, new or a regular file; never an open that waits."""
     try:
-        path.write_bytes(data)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | WRITE_FLAGS, 0o666)
+        with os.fdopen(fd, "wb") as stream:
+            stream.write(data)
     except OSError as exc:
         raise OutputError(f"{escaped(str(path))}: cannot write the worksheet: {exc.strerror or exc}") from None

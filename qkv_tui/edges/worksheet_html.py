@@ -10,7 +10,7 @@ from __future__ import annotations
 import html
 
 from qkv_tui.edges.worksheet_content import Blank
-from qkv_tui.edges.worksheet_math import pieces, to_mathml
+from qkv_tui.edges.worksheet_math import IDENTIFIER, pieces, to_mathml
 from qkv_tui.edges.worksheet_sheet import Grid, Heading, Lines, Sheet, items, minus
 
 _STYLE = """
@@ -40,7 +40,20 @@ figure { margin: 0; break-inside: avoid; }
 
 def _prose(text: str, names: tuple[str, ...] = ()) -> str:
     """Words as text, the formulas among them as MathML (never the scenario's own ``names``)."""
-    return "".join(to_mathml(piece) if formula else html.escape(piece) for formula, piece in pieces(text, names))
+    return "".join(to_mathml(piece) if formula else _words(piece, names) for formula, piece in pieces(text, names))
+
+
+def _words(text: str, names: tuple[str, ...]) -> str:
+    """Text, a setting's name (``num_heads``) as code (unless a scenario's word looks like one)."""
+    if any(IDENTIFIER.search(name) for name in names):
+        return html.escape(text)
+    return IDENTIFIER.sub(lambda m: f"<code>{m.group()}</code>", html.escape(text))
+
+
+def _label(text: str, names: tuple[str, ...]) -> str:
+    """A row label or heading: the page's own names with a subscript (``γ_q``, ``W_O``) as MathML, never a literal
+    ``_``; the scenario's words as written."""
+    return _prose(text, names) if "_" in text and text not in names else html.escape(text)
 
 
 def _cell(value: str | Blank) -> str:
@@ -57,7 +70,7 @@ def _table(page: Sheet, block: Grid) -> list[str]:
            + "</tr></thead>", "<tbody>"]
     for i, label in enumerate(t.rows):
         cells = "".join(_cell(page.cell(t, i, j)) for j in range(len(t.cols)))
-        out.append(f'<tr><th scope="row">{html.escape(label)}</th>{cells}</tr>')
+        out.append(f'<tr><th scope="row">{_label(label, page.names)}</th>{cells}</tr>')
     out += ["</tbody>", "</table></figure>"]
     return out
 
@@ -88,13 +101,13 @@ def _questions(page: Sheet) -> list[str]:
     out = [f"<h1>Worksheet: {html.escape(page.title)}</h1>",
            '<p class="who">Name: <span></span> Date: <span class="date"></span></p>']
     if page.intro:
-        out.append(f"<p>{html.escape(page.intro)}</p>")
+        out.append(f"<p>{_prose(page.intro, page.names)}</p>")
     text, formula, rest = page.lead
     out.append(f"<p>{html.escape(text)}{to_mathml(formula) if formula else ''}{html.escape(rest)}</p>")
     out += _lines(page.rules, page.names)
     for block in page.body:
         if isinstance(block, Heading):
-            out.append(f"<h2>{html.escape(block.text)}</h2>")
+            out.append(f"<h2>{_label(block.text, page.names)}</h2>")
         elif isinstance(block, Lines):
             out += _lines(block.lines, page.names)
         elif isinstance(block, Grid):

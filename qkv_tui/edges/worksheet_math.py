@@ -33,7 +33,7 @@ class Num:
 
 @dataclass(frozen=True)
 class Op:
-    sym: str  # "=", "+", "−", "·", "/", ",", ":", "∞", "(", ")", "[", "]"
+    sym: str  # "=", "+", "−", "·", "⊙", "|", "/", ",", ":", "∞", "(", ")", "[", "]"; " " a word's space kept
 
 
 @dataclass(frozen=True)
@@ -59,7 +59,7 @@ Node = Var | Word | Num | Op | Sqrt | Script | Accent
 _SUBS = {"ₖ": "k", "ᵢ": "i", "ⱼ": "j", "₀": "0", "₁": "1", "₂": "2", "₃": "3", "₄": "4", "₅": "5", "₆": "6",
          "₇": "7", "₈": "8", "₉": "9", "ₙ": "n", "ₘ": "m", "ₒ": "o"}
 _SUPS = {"ᵀ": "T", "²": "2", "³": "3"}
-_OPS = "=+−-·/,:∞×≈"
+_OPS = "=+−-·⊙|/,:∞×≈"
 _NUMBER = re.compile(r"\d+(?:\.\d+)?(?:e[-+]?\d+)?")
 _HAT = "\u0302"
 
@@ -90,7 +90,12 @@ class _Parser:
     def atom(self, before: list[Node]) -> Node | None:
         s, ch = self.s, self.s[self.i]
         if ch.isspace():
-            self.i += 1
+            while self.i < len(s) and s[self.i].isspace():
+                self.i += 1
+            # math drops the source's spaces, so "dk_C[·,1] (head 1)" and "W_Vᵀ at [I,1]" would be set glued:
+            # a bracket after a space is kept apart from the atom before it
+            if self.i < len(s) and s[self.i] in "([" and before and not _open(before[-1]):
+                return Op(" ")
             return None
         if ch == "√":
             self.i += 1
@@ -100,7 +105,8 @@ class _Parser:
                 self.i += 1
                 return Sqrt(inner)
             root: list[Node] = []
-            while self.i < len(s) and not s[self.i].isspace() and (not root or s[self.i] in _SUBS or s[self.i] in _SUPS):
+            while (self.i < len(s) and not s[self.i].isspace() and s[self.i] not in ")]"
+                   and (not root or s[self.i] in _SUBS or s[self.i] in _SUPS)):
                 got = self.atom(root)  # √dₖ: the root holds d and its subscript
                 if got is not None:
                     root.append(got)
@@ -111,16 +117,19 @@ class _Parser:
                 self.i += 1
                 sup = self.seq(")")
                 self.i += 1
+            elif self.i < len(s) and s[self.i] == "{" and (end := _brace(s, self.i)) > 0:  # e^{g_t}
+                sup = _Parser(s[self.i + 1:end]).seq()
+                self.i = end + 1
             elif m := re.compile(r"[−-]?" + _NUMBER.pattern).match(s, self.i):  # e^-2.310
                 self.i = m.end()
                 sup = (Op("−"), Num(m.group()[1:])) if m.group()[0] in "−-" else (Num(m.group()),)
             else:
-                nxt = self.atom([])
+                nxt = self.atom([]) if self.i < len(s) else None  # a ^ that ends the text raises nothing
                 sup = () if nxt is None else (nxt,)
             before.append(_attach(before.pop(), sup=sup))
             return None
         if ch in _SUBS or ch in _SUPS:
-            if not before:
+            if not before or _open(before[-1]):  # nothing to hang it on: (ₖ
                 self.i += 1
                 return Word(ch)
             run = ""
@@ -132,6 +141,9 @@ class _Parser:
             before.append(_attach(base, sub=(_plain(run),)) if kind is _SUBS else _attach(base, sup=(_plain(run),)))
             return None
         if ch == "[":
+            end = _closing(s, self.i)
+            if "|" in s[self.i:end] and (not before or _open(before[-1])):
+                return self.group(before, end)  # [q_C | q_R']: columns side by side, not an index
             return self.labels(before)
         if m := _NUMBER.match(s, self.i):
             self.i = m.end()
@@ -149,18 +161,23 @@ class _Parser:
             if self.i < len(s) and s[self.i] == _HAT:
                 self.i += 1
                 sym = Accent(sym, "hat")
-            if self.i + 1 < len(s) and s[self.i] == "_" and (s[self.i + 1].isalnum()):
+            primes = self.primes()
+            sub: tuple[Node, ...] = ()
+            if self.i + 1 < len(s) and s[self.i] == "_" and (end := _brace(s, self.i + 1)) > 0:  # S_{t−1}
+                sub = _Parser(s[self.i + 2:end]).seq()
+                self.i = end + 1
+            elif self.i + 1 < len(s) and s[self.i] == "_" and _subscript(s[self.i + 1]):
                 j = self.i + 1
-                while j < len(s) and (s[j].isalnum() or s[j] == "."):
+                while j < len(s) and (_subscript(s[j]) or s[j] == "."):  # W_Qᵀ: the mark is W_Q's, not Q's
                     j += 1
                 if s[j - 1] == ".":
                     j -= 1
-                sym = Script(sym, sub=(_plain(s[self.i + 1:j]),))
+                sub = (_plain(s[self.i + 1:j]),)
                 self.i = j
-            while self.i < len(s) and s[self.i] in "'′":
-                self.i += 1
+            primes += self.primes()
+            for _ in range(primes):  # k_R' and S'_love are both k′ with R below it
                 sym = Accent(sym, "prime")
-            return sym
+            return Script(sym, sub=sub) if sub else sym
         if ch in "()":
             self.i += 1
             return Op(ch)
@@ -169,6 +186,20 @@ class _Parser:
             return Op(ch)
         self.i += 1
         return Word(ch)
+
+    def primes(self) -> int:
+        count = 0
+        while self.i < len(self.s) and self.s[self.i] in "'′":
+            self.i += 1
+            count += 1
+        return count
+
+    def group(self, before: list[Node], end: int) -> Node:
+        """``[q_C | q_R']``: a bracket of formulas (whatever is indexed after it comes after its ``]``)."""
+        inner = _Parser(self.s[self.i + 1:end]).seq()
+        self.i = end + 1
+        before += [Op("["), *inner]
+        return Op("]")
 
     def labels(self, before: list[Node]) -> Node | None:
         """``[I,0]``, ``[:,2]``, ``[love]``: an index, whose names are labels from the scenario (quoted, never parsed)."""
@@ -184,6 +215,31 @@ class _Parser:
             elif piece:
                 before.append(Word(piece))
         return Op("]")
+
+
+def _open(node: Node) -> bool:
+    """Whether what follows ``node`` starts afresh (after an operator or an opening bracket), not attached to it."""
+    return isinstance(node, Op) and node.sym not in ")]"
+
+
+def _closing(text: str, start: int) -> int:
+    """The index of the ``]`` that closes the ``[`` at ``start`` (balanced() made sure there is one)."""
+    depth = 0
+    for k in range(start, len(text)):
+        depth += {"[": 1, "]": -1}.get(text[k], 0)
+        if depth == 0:
+            return k
+    return len(text) - 1  # pragma: no cover - balanced text closes every bracket
+
+
+def _brace(text: str, start: int) -> int:
+    """The index of the ``}`` closing a ``{`` at ``start`` whose inside is a formula of its own; 0 when there is none."""
+    end = text.find("}", start)
+    return end if text[start] == "{" and end > 0 and balanced(text[start + 1:end]) else 0
+
+
+def _subscript(ch: str) -> bool:
+    return ch.isalnum() and ch not in _SUBS and ch not in _SUPS
 
 
 def _plain(text: str) -> Node:
@@ -221,8 +277,9 @@ def typst_string(text: str) -> str:
     return '"' + "".join(out) + '"'
 
 
-_TYPST_OPS = {"=": " = ", "+": " + ", "−": " - ", "-": " - ", "·": " dot.op ", "/": " slash ", ",": ", ", ":": ":",
-              "∞": "infinity", "×": " times ", "≈": " approx ", "(": "(", ")": ")", "[": "[", "]": "]"}
+_TYPST_OPS = {"=": " = ", "+": " + ", "−": " - ", "-": " - ", "·": " dot.op ", "⊙": " dot.o ", "|": " bar.v ",
+              "/": " slash ", ",": ", ", ":": ":", "∞": "infinity", "×": " times ", "≈": " approx ", "(": "(",
+              ")": ")", "[": "[", "]": "]", " ": "\" \""}
 
 
 def _typst(nodes: tuple[Node, ...]) -> str:
@@ -250,10 +307,12 @@ def _typst_atom(node: Node) -> str:
     if isinstance(node, Word):
         return typst_string(node.text)
     if isinstance(node, Num):
-        return node.text
+        return typst_string(node.text) if "e" in node.text else node.text  # 1e-6, not 1·e − 6
     if isinstance(node, Sqrt):
-        return f"sqrt({_typst(node.body)})"
+        return f"sqrt({_typst(node.body)})" if node.body else typst_string("√")  # a lone √: Typst needs a radicand
     if isinstance(node, Accent):
+        if node.mark == "hat" and isinstance(node.base, Word) and len(node.base.text) > 1:  # dX̂: the hat is X's
+            return f"{typst_string(node.base.text[:-1])}hat({typst_string(node.base.text[-1])})"
         inner = _typst_atom(node.base)
         return f"hat({inner})" if node.mark == "hat" else f"{inner}'"
     if isinstance(node, Script):
@@ -279,6 +338,7 @@ def to_typst(text: str) -> str:
 # --- MathML ---------------------------------------------------------------------------------------
 
 _MATHML_OPS = {"−": "−", "-": "−", "·": "·", "/": "/", "∞": "∞"}
+_MATHML_SPACE = '<mspace width="0.22em"/>'  # a word's space the source had (math drops whitespace)
 
 
 def _mathml(nodes: tuple[Node, ...]) -> str:
@@ -297,11 +357,17 @@ def _mathml_atom(node: Node) -> str:
     if isinstance(node, Num):
         return f"<mn>{e(node.text)}</mn>"
     if isinstance(node, Op):
+        if node.sym == " ":
+            return _MATHML_SPACE
         sym = _MATHML_OPS.get(node.sym, node.sym)
         return f"<mi>{e(sym)}</mi>" if node.sym == "∞" else f"<mo>{e(sym)}</mo>"
     if isinstance(node, Sqrt):
         return f"<msqrt><mrow>{_mathml(node.body)}</mrow></msqrt>"
     if isinstance(node, Accent):
+        if node.mark == "hat" and isinstance(node.base, Word) and len(node.base.text) > 1:  # dX̂: the hat is X's
+            head, last = node.base.text[:-1], node.base.text[-1]
+            return (f'<mi mathvariant="normal">{e(head)}</mi>'
+                    f'<mover accent="true"><mi mathvariant="normal">{e(last)}</mi><mo>^</mo></mover>')
         inner = _mathml_atom(node.base)
         if node.mark == "hat":
             return f'<mover accent="true">{inner}<mo>^</mo></mover>'
@@ -327,17 +393,21 @@ def to_mathml(text: str, display: bool = False) -> str:
 # --- formulas inside prose --------------------------------------------------------------------------
 
 _MATHY = set("·√^=ᵀᵢₖ∞_²") | {_HAT}
+# a setting's name (num_heads, kv_norm): code, not num with "heads" below it
+IDENTIFIER = re.compile(r"[a-z]{2,}(?:_[a-z0-9]+)+")
 _STOP = {"the", "a", "an", "of", "to", "and", "or", "is", "by", "in", "its", "each", "every", "with", "for", "as"}
 _TRAIL = ",.;:"
 
 
 def _mathy(word: str) -> bool:
+    if IDENTIFIER.fullmatch(word.strip("()" + _TRAIL)):
+        return False
     return any(ch in _MATHY for ch in word) or bool(re.fullmatch(r"[A-Za-z]'", word))
 
 
 def _operand(word: str) -> bool:
     core = word.strip("()" + _TRAIL)
-    if not core or all(ch in "=+−-·/,:×≈" for ch in core):
+    if not core or all(ch in "=+−-·⊙|/,:×≈" for ch in core):
         return False
     if re.fullmatch(r"\w+\(\w+", core):  # softmax(scaled)
         return True
@@ -403,7 +473,7 @@ def _run(words: list[str], k: int) -> int:
         return k
     end = k + 1
     j = k + 1
-    while (j + 1 < len(words) and words[j] in ("=", "+", "−", "/", "·", "×")
+    while (j + 1 < len(words) and words[j] in ("=", "+", "−", "/", "·", "×", "⊙", "|")
            and words[j - 1][-1] not in _TRAIL and _operand(words[j + 1])):
         end = j + 2
         j += 2

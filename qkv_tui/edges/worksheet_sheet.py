@@ -162,10 +162,12 @@ def rules(ws: WorksheetContent) -> list[str]:
     if any(h.b_Q is not None or h.b_K is not None or h.b_V is not None for h in sc.heads) or sc.b_O is not None:
         out.append("- Biases: a projection with a bias vector b adds b[j] to every cell of its column j"
                    " (Q = X·W_Q + b_Q).")
-    out += [line for spec in ws.specs.values() for line in spec.worksheet_rules(comp)]
+    backward = any(t.stage == "backward" for t in ws.tables)
+    out += [line for spec in ws.specs.values() if backward or spec.stage.key != "backward" or not ws.left_out
+            for line in spec.worksheet_rules(comp)]  # left out, the backward's rules give way to the line saying so
     if sc.rope is not None:
         shown = ", ".join(f"({a}, {b})" for a, b in sc.rope.pairs(comp.heads[0].d_k))
-        places = max(t.places or d for t in ws.tables if t.name == "cos/sin")
+        places = max((t.places or d for t in ws.tables if t.name == "cos/sin"), default=d)
         guard = (f" (printed to {places} decimals: with fewer, the turned values could miss the page's last digit)"
                  if places > d else "")
         out.append(f"- Rotate (RoPE, {sc.rope.layout} layout): Q and K (never V) turn in pairs of dimensions"
@@ -186,6 +188,8 @@ def rules(ws: WorksheetContent) -> list[str]:
     if sc.num_kv_heads is not None or ws.kv_owners != list(range(len(sc.heads))):
         out.append("- Grouped K/V heads: query heads that share a K/V head read the same K and V, printed once in"
                    " the section of the first head that reads them.")
+    if ws.left_out:
+        out.append(ws.left_out)
     out.append(
         f"- Query tokens: {', '.join(sc.tokens)}"
         + (f"; key/value tokens from the context: {', '.join(sc.key_tokens)}" if sc.is_cross else "")

@@ -9,7 +9,7 @@ markup, so a title full of ``#``, ``$`` or ``*`` prints as written.
 from __future__ import annotations
 
 from qkv_tui.edges.worksheet_content import Blank
-from qkv_tui.edges.worksheet_math import pieces, to_typst, typst_string
+from qkv_tui.edges.worksheet_math import IDENTIFIER, pieces, to_typst, typst_string
 from qkv_tui.edges.worksheet_sheet import Grid, Heading, Lines, Sheet, items, minus
 
 EXTRA = "pip install 'qkv-tui[pdf]'"
@@ -35,12 +35,29 @@ _PREAMBLE = """#set document(title: {title}, date: none)
 
 
 def _text(text: str) -> str:
+    if "--" in text:  # the font's TeX ligatures would set --export as an en dash: –export
+        return f"#text(ligatures: false, {typst_string(text)})"
     return "#" + typst_string(text) if text else ""
 
 
 def _prose(text: str, names: tuple[str, ...] = ()) -> str:
-    """Words as text, the formulas among them as math (never the scenario's own ``names``)."""
-    return "".join(to_typst(piece) if formula else _text(piece) for formula, piece in pieces(text, names))
+    """Words as text, the formulas among them as math (never the scenario's own ``names``), a setting's name
+    (``num_heads``) as code."""
+    return "".join(to_typst(piece) if formula else _words(piece, names) for formula, piece in pieces(text, names))
+
+
+def _words(text: str, names: tuple[str, ...]) -> str:
+    if not any(IDENTIFIER.search(name) for name in names) and IDENTIFIER.search(text):
+        parts = IDENTIFIER.split(text)
+        codes = [f"#raw({typst_string(code)})" for code in IDENTIFIER.findall(text)]
+        return "".join(_text(part) + (codes[k] if k < len(codes) else "") for k, part in enumerate(parts))
+    return _text(text)
+
+
+def _label(text: str, names: tuple[str, ...]) -> str:
+    """A row label or heading: the page's own names with a subscript (``γ_q``, ``W_O``) set as math, never a literal
+    ``_``; the scenario's words as written."""
+    return _prose(text, names) if "_" in text and text not in names else _text(text)
 
 
 def _cell(page: Sheet, value: str | Blank, wide: bool = False) -> str:
@@ -58,7 +75,7 @@ def _table(page: Sheet, block: Grid) -> str:
     rows = []
     for i, label in enumerate(t.rows):
         cells = [_cell(page, page.cell(t, i, j), wide) for j in range(cols)]
-        rows.append(", ".join([f"[*{_text(label)}*]", *cells]))
+        rows.append(", ".join([f"[*{_label(label, page.names)}*]", *cells]))
     size = "8pt" if wide else "10pt"
     widths = f"(auto,) + (1fr,) * {cols}" if wide else str(cols + 1)  # never wider than the page
     body = ",\n    ".join(rows)
@@ -74,7 +91,9 @@ def _lines(lines: tuple[str, ...] | list[str], names: tuple[str, ...]) -> list[s
     return out
 
 
-def _heading(text: str, level: int) -> str:
+def _heading(text: str, level: int, names: tuple[str, ...] = ()) -> str:
+    if "_" in text:  # a stage named for its matrix: W_O
+        return f"#heading(level: {level})[{_label(text, names)}]"
     return f"#heading(level: {level}, {typst_string(text)})"
 
 
@@ -94,7 +113,7 @@ def _questions(page: Sheet) -> list[str]:
            " [Name:], box(width: 100%, stroke: (bottom: 0.5pt))[#v(0.9em)], [Date:],"
            " box(width: 100%, stroke: (bottom: 0.5pt))[#v(0.9em)])", ""]
     if page.intro:
-        out += [_text(page.intro), ""]
+        out += [_prose(page.intro, page.names), ""]
     text, formula, rest = page.lead
     out += [f"{_text(text)}{to_typst(formula) if formula else ''}{_text(rest)}", ""]
     out += _lines(page.rules, page.names)
@@ -102,7 +121,7 @@ def _questions(page: Sheet) -> list[str]:
     heading = ""  # a section's heading waits for its first table, when that has a page of its own
     for n, block in enumerate(page.body):
         if isinstance(block, Heading):
-            heading = _heading(block.text, 2)
+            heading = _heading(block.text, 2, page.names)
             following = page.body[n + 1] if n + 1 < len(page.body) else None
             if not (isinstance(following, Grid) and len(following.table.cols) > WIDE):
                 out += [heading, ""]

@@ -51,13 +51,6 @@ class Table:
             return exact(value)
         return fmt(value, self.whole, decimals)
 
-    def cell_name(self, row: int, col: int) -> str:
-        """A cell as a key line names it: ``dP[I,love]``; a one-column table named for that column (D, one
-        number per row) by its row alone: ``D[I]``, not ``D[I,D]``."""
-        if self.cols == (self.name,):
-            return f"{self.name}[{self.rows[row]}]"
-        return f"{self.name}[{self.rows[row]},{self.cols[col]}]"
-
 
 def exact(x: float) -> str:
     """An input as the scenario gives it: ``1``, ``0.25``, ``-1.5`` (shortest exact form, no rounding)."""
