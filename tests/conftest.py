@@ -305,6 +305,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 # deleted snapshot test), but under xdist it skips that check: each worker ran only part of the tests.
 # Each worker sends what it would call unused and what it used or skipped; the controller keeps what no
 # worker used and fails the run on it, as syrupy does serially (with --snapshot-update it deletes them).
+_COUNTS = ("matched", "failed", "created", "updated")  # syrupy's own counts, summed over the workers
+
+
 def _snapshot_files(collections: object) -> set[str]:
     return {str(collection.location) for collection in collections}  # type: ignore[attr-defined]
 
@@ -317,17 +320,20 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         skipped = {str(c.location) for c in report.discovered for s in c
                    if report._skipped_items_match_name(str(c.location), s.name)}
         config.workeroutput["snapshots"] = {"unused": sorted(_snapshot_files(report.unused)),
-                                            "used": sorted(_snapshot_files(report.used) | skipped)}
+                                            "used": sorted(_snapshot_files(report.used) | skipped),
+                                            **{key: getattr(report, f"num_{key}") for key in _COUNTS}}
     elif hasattr(config, "_snapshots_from_workers"):
         seen = config._snapshots_from_workers
         unused = sorted(seen["unused"] - seen["used"])
+        counts = ", ".join(f"{seen[key]} {key}" for key in _COUNTS if seen[key])
+        config._snapshots_report = [f"snapshots: {counts}"] if counts else []
         if unused and config.option.update_snapshots:
             for path in unused:
                 Path(path).unlink(missing_ok=True)
-            config._snapshots_report = [f"{len(unused)} unused snapshots deleted:", *unused]
+            config._snapshots_report += [f"{len(unused)} unused snapshots deleted:", *unused]
         elif unused:
-            config._snapshots_report = [f"{len(unused)} snapshots unused (no test asked for them):", *unused,
-                                        "Re-run with --snapshot-update to delete them."]
+            config._snapshots_report += [f"{len(unused)} snapshots unused (no test asked for them):", *unused,
+                                         "Re-run with --snapshot-update to delete them."]
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
@@ -339,9 +345,11 @@ def pytest_testnodedown(node: object, error: object) -> None:
         return
     config = node.config  # type: ignore[attr-defined]
     if not hasattr(config, "_snapshots_from_workers"):
-        config._snapshots_from_workers = {"unused": set(), "used": set()}
+        config._snapshots_from_workers = {"unused": set(), "used": set(), **dict.fromkeys(_COUNTS, 0)}
     for key in ("unused", "used"):
         config._snapshots_from_workers[key] |= set(sent[key])
+    for key in _COUNTS:
+        config._snapshots_from_workers[key] += sent[key]
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
