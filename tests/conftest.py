@@ -7,7 +7,7 @@ import inspect
 import os
 import re
 import types
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -267,30 +267,41 @@ def _reached(func: Callable[..., object], cls: type | None, memo: dict[object, f
             if not inspect.isfunction(candidate):
                 continue
             if _ours(candidate):
-                found |= _reached(candidate, None, memo)
+                if not candidate.__name__.startswith("test_"):  # another test named (tests/test_tiers.py) is not run
+                    found |= _reached(candidate, None, memo)
             elif candidate.__module__.startswith("qkv_tui."):  # the package's own drivers (serve_zygote.first_frame)
                 found |= _names(candidate.__code__) & APP_NAMES
     memo[func] = frozenset(found)
     return memo[func]
 
 
-def _tiers(item: pytest.Item, memo: dict[object, frozenset[str]]) -> Iterator[str]:
+def tiers_of(funcs: list[Callable[..., object]], cls: type | None, fixturenames: list[str], test_id: str,
+             memo: dict[object, frozenset[str]] | None = None) -> list[str]:
+    """The tiers of a test: its function and its fixtures' (funcs), its class, the fixtures it takes, and
+    its id as tests/-relative path::name[params]."""
+    memo = {} if memo is None else memo
+    names: set[str] = set()
+    for func in funcs:
+        names |= _reached(func, cls, memo)
+    tiers = []
+    snapshot = "snap_compare" in fixturenames
+    if snapshot:
+        tiers.append("snapshot")
+    if snapshot or names & APP_NAMES:
+        tiers.append("app")
+    if names & SLOW_NAMES or test_id in SLOW or test_id.split("[")[0] + "[" in SLOW:
+        tiers.append("slow")
+    return tiers
+
+
+def _tiers(item: pytest.Item, memo: dict[object, frozenset[str]]) -> list[str]:
     if not isinstance(item, pytest.Function):
-        return
+        return []
     funcs = [item.function]
     for defs in item._fixtureinfo.name2fixturedefs.values():  # the fixtures it uses, and theirs
         funcs += [d.func for d in defs if _ours(d.func)]
-    names: set[str] = set()
-    for func in funcs:
-        names |= _reached(func, item.cls, memo)
-    snapshot = "snap_compare" in item.fixturenames
-    if snapshot:
-        yield "snapshot"
-    if snapshot or names & APP_NAMES:
-        yield "app"
     test_id = f"{item.path.relative_to(_TESTS)}::{item.nodeid.split('::', 1)[1]}"  # whatever the rootdir
-    if names & SLOW_NAMES or test_id in SLOW or test_id.split("[")[0] + "[" in SLOW:
-        yield "slow"
+    return tiers_of(funcs, item.cls, item.fixturenames, test_id, memo)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
