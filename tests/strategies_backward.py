@@ -1,5 +1,5 @@
 """Hypothesis strategies for `[backward]` beside the tables that define or replace the heads: `[mla]`, `[linear]`,
-`[deltanet]` (tests/strategies_more.py draws those).
+`[deltanet]` (tests/strategies_latent_state.py draws those).
 
 Each draws one of those scenarios, then a `[backward]` table in each of its forms (docs/backward.md,
 docs/scenario-format.md "[backward]"): a target with or without lr, steps and a train list (a subset of the
@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from qkv_tui.core.engine import compute
 from qkv_tui.core.scenario import ScenarioError, parse_scenario
 
-from .strategies_more import EXTREME, deltanet_scenarios, linear_scenarios, mla_scenarios
+from .strategies_latent_state import EXTREME, deltanet_scenarios, linear_scenarios, mla_scenarios
 from .variants_cases import number, toml_value
 
 TABLES = {"mla": mla_scenarios, "linear": linear_scenarios, "deltanet": deltanet_scenarios}

@@ -28,6 +28,7 @@ from qkv_tui.teach.handcalc import compute_hand
 from qkv_tui.teach.stepper import Position
 from qkv_tui.teach.trace import Trace
 
+from .builtins import builtin
 from .conftest import SCENARIOS
 from .strategies import Case, cases
 
@@ -358,7 +359,7 @@ def each_scenario() -> list[Any]:
 @pytest.mark.parametrize("decimals", range(1, 9))
 @pytest.mark.parametrize("path", each_scenario())
 def test_every_markdown_line_checks_out(path, decimals: int) -> None:
-    comp = compute(load_scenario(path))
+    comp = builtin(path)
     report = check_text(to_markdown(comp, decimals))
     assert_holds(report)
     # a head that keeps a state ([linear], [deltanet]) has no softmax: no row max, no list of exponentials
@@ -389,7 +390,7 @@ def explanation_text(view: View, decimals: int) -> str:
 @pytest.mark.parametrize("decimals", [1, 2, 3, 5, 8])
 @pytest.mark.parametrize("path", each_scenario())
 def test_every_explanation_line_checks_out(path, decimals: int) -> None:
-    comp = compute(load_scenario(path))
+    comp = builtin(path)
     assert_holds(check_text(explanation_text(View(Trace(comp)), decimals)))
 
 
@@ -397,7 +398,7 @@ def test_every_explanation_line_checks_out(path, decimals: int) -> None:
 @pytest.mark.parametrize("path", each_scenario())
 def test_hand_rounded_lines_check_out_step_by_step(path, decimals: int) -> None:
     # by hand each step is rounded before the next, so each "=" holds, not first-to-last
-    comp = compute_hand(compute(load_scenario(path)), decimals)
+    comp = compute_hand(builtin(path), decimals)
     assert_holds(check_text(explanation_text(View(Trace(comp)), decimals), whole=False))
 
 

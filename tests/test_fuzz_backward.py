@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from .fuzz_backward_paths import assert_backward_paths
 from .fuzz_paths import assert_refused
 from .strategies_backward import TABLES, backward_scenarios
-from .test_fuzz_new_tables_app import survives_the_app
+from .test_fuzz_latent_state_tables_app import survives_the_app
 
 # an overflow the code does not expect shows as a NumPy warning before it shows as a wrong number
 pytestmark = pytest.mark.filterwarnings("error::RuntimeWarning")
@@ -50,5 +50,5 @@ def test_backward_beside_the_short_convolution_or_output_norm_is_one_line(text: 
 def test_a_generated_backward_scenario_survives_the_app() -> None:
     """Opened in the app, every stage (the backward ones too), the key storm with the Train view (l) and h in it;
     one draw of the three tables (a storm costs a minute of this machine: the forward storms are in
-    tests/test_fuzz_new_tables_app.py)."""
+    tests/test_fuzz_latent_state_tables_app.py)."""
     survives_the_app(st.one_of(*(backward_scenarios(table) for table in sorted(TABLES))))

@@ -1,4 +1,4 @@
-"""Snapshots of the screens whose words tests/test_review_prose2.py pins: a state head's heads view (whose δ each
+"""Snapshots of the screens whose words tests/test_prose_state_latent_backward.py pins: a state head's heads view (whose δ each
 token weighs, not where it looks) and deltanet_learns' Gates stage (X, not X̂, without a [norm])."""
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from qkv_tui.core.scenario import ScenarioError, parse_scenario
 from qkv_tui.ui.app import QKVApp
 
-from .strategies_more import deltanet_scenarios, linear_scenarios, mla_scenarios
+from .strategies_latent_state import deltanet_scenarios, linear_scenarios, mla_scenarios
 
 TABLES = {"mla": mla_scenarios, "linear": linear_scenarios, "deltanet": deltanet_scenarios}
 # the keys a learner presses in this app (ui/app.py's bindings), each more than once on the way

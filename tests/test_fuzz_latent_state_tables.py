@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from .fuzz_paths import assert_every_path
-from .strategies_more import deltanet_scenarios, linear_scenarios, mla_scenarios
+from .strategies_latent_state import deltanet_scenarios, linear_scenarios, mla_scenarios
 
 # an overflow the code does not expect shows as a NumPy warning before it shows as a wrong number
 pytestmark = pytest.mark.filterwarnings("error::RuntimeWarning")

@@ -1,4 +1,4 @@
-"""The crashes the fuzzing of [mla], [linear] and [deltanet] found (tests/test_fuzz_new_tables.py), each kept
+"""The crashes the fuzzing of [mla], [linear] and [deltanet] found (tests/test_fuzz_latent_state_tables.py), each kept
 as the generated example that showed it, run through every path (tests/fuzz_paths.py)."""
 
 from __future__ import annotations
