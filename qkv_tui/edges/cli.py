@@ -7,9 +7,11 @@ import functools
 import os
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import NoReturn, TextIO
 
 from qkv_tui import __version__
+from qkv_tui.base.files import file_kind
 from qkv_tui.base.values import escaped
 from qkv_tui.core.engine import combine, compute, iter_heads
 from qkv_tui.core.scenario import Scenario, ScenarioError, builtin_dir, builtin_names, load_scenario, resolve
@@ -170,6 +172,28 @@ def worksheet_output_problem(args: argparse.Namespace) -> str | None:
     return None
 
 
+def output_target_problem(output: str | None, separate: bool) -> str | None:
+    """The error line for an --output (or the key file beside it) that exists and is not a regular file: a
+    FIFO would block the write for ever, a folder or a device cannot take it. Refused before anything is
+    computed, as the scenario reader refuses such a SCENARIO; None when every target is new or a regular file."""
+    if output is None:
+        return None
+    from qkv_tui.edges.worksheet_export import key_path
+
+    targets = [Path(output), *([key_path(Path(output))] if separate else [])]
+    for target in targets:
+        try:
+            kind = file_kind(os.stat(target).st_mode)
+        except (OSError, ValueError):  # not there (it is made), or unreachable: the write says why
+            continue
+        if kind is not None:
+            what = "--output" if target == targets[0] else "--key separate's file"
+            return (f"{escaped(str(target))}: {what} is {kind}, not a regular file; expected a new file or a regular"
+                    " file to replace" + (" (leave out --output to write to standard output)" if what == "--output"
+                                          else ""))
+    return None
+
+
 def shadow_note(spec: str) -> str | None:
     """When a bare name finds a file in the current folder that has a built-in scenario's name, the
     note that says which file is used and how to open the built-in; None otherwise."""
@@ -258,6 +282,9 @@ def _main(argv: list[str] | None) -> int:
             _parser().error(str(exc))
         if (problem := worksheet_output_problem(args)) is not None:
             _parser().error(problem)
+        if (problem := output_target_problem(args.output, args.key == "separate")) is not None:
+            sys.stderr.write(f"error: {problem}\n")
+            return 2
     if len(args.scenario) > 1:
         _parser().error("give one SCENARIO (several are allowed only with --check)")
     spec = args.scenario[0] if args.scenario else DEFAULT_SCENARIO
