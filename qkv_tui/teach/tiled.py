@@ -382,7 +382,8 @@ class TiledHead:
         rows = range(self.n) if rows is None else rows
         sl = slice(rows.start, rows.stop)
         return rounding_bound(hr.Q_used[sl], hr.K_used, hr.V, hr.weights[sl], hr.scale,
-                              None if hr.bias is None else hr.bias[sl], rescales=len(self.tiles))
+                              None if hr.bias is None else hr.bias[sl], rescales=len(self.tiles),
+                              allow=self.comp.scenario.allow[sl])
 
     def check(self, rows: range | None = None, out: Matrix | None = None) -> tuple[bool, str]:
         """(equal to the Mix stage within float64 rounding, what to print): rows of a block, or the head."""
