@@ -63,7 +63,8 @@ EXPORTERS: dict[str, tuple[Exporter, str]] = {
     "json": (_export_json, "every matrix as JSON (full float64 precision)"),
     "markdown": (_export_markdown, "a worked-example page, every step with its numbers"),
     "toml": (_export_toml, "a plain scenario file with every number, a model's head included"),
-    "worksheet": (_export_worksheet, "a printable page with blanks to fill in and an answer key (--blanks, --seed)"),
+    "worksheet": (_export_worksheet, "a printable page with blanks to fill in and an answer key (--blanks, --seed,"
+                                     " --format, --key, -o)"),
 }
 
 
@@ -97,7 +98,7 @@ def _new_parser(names: tuple[str, ...]) -> argparse.ArgumentParser:
     mode = parser.add_mutually_exclusive_group()
     formats = "; ".join(f"{name}: {what}" for name, (_, what) in EXPORTERS.items())
     mode.add_argument("--export", choices=tuple(EXPORTERS), metavar="FORMAT",
-                      help=f"write the scenario to stdout as FORMAT ({formats})")
+                      help=f"write the scenario as FORMAT to stdout, or a worksheet to -o FILE ({formats})")
     mode.add_argument("--check", action="store_true", help="validate the scenarios; one line per file")
     mode.add_argument("--serve", action="store_true", help="serve the app to web browsers, one app per tab (a classroom)")
     parser.add_argument("--host",
