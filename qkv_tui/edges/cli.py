@@ -141,9 +141,17 @@ def main(argv: list[str] | None = None) -> int:
 
 def check(scenario: Scenario) -> None:
     """Compute every matrix once, a head at a time (so memory stays near one head's),
-    to be sure the app and the exports can show them; raises ScenarioError."""
+    to be sure the app and the exports can show them; raises ScenarioError.
+
+    With [backward], the gradients at the file's own weights too, under the same arithmetic rule as the
+    exports: a loss or gradient past float64 fails here with the line the JSON and Markdown would give
+    (JSON has no number for ∞). Later training steps may still stop; the exports say where."""
     outputs = [head.joined for head in iter_heads(scenario)]
     combine(scenario, outputs)
+    if scenario.backward is not None:
+        from qkv_tui.core.gradients import gradients
+
+        gradients(compute(scenario))
 
 
 def misplaced(args: argparse.Namespace) -> str | None:

@@ -200,25 +200,37 @@ def dot_at(a: Numbers, b: Numbers, a_int: bool, b_int: bool, places: int,
     """The sides ``1·1 + 0·0 …`` (and, by hand, the rounded products), their sum, and whether the
     products as shown give the rounded ones (always true when not by hand)."""
     n = len(a)
-    if n <= MAX_TERMS:  # every operand is on the page: recompute from the very texts
-        at = {i: operand(float(x), a_int, places) for i, x in enumerate(a)}
-        bt = {i: operand(float(y), b_int, places) for i, y in enumerate(b)}
-        products = np.array([shown(at[i]) * shown(bt[i]) for i in range(n)], dtype=float)
-    else:  # a long sum shows only its ends; the middle is worked the same way, without the texts
-        picked = [i for i in _picked(n) if i is not None]
-        at, bt = {}, {}
-        for i in picked:
-            at[i], bt[i] = operand(float(a[i]), a_int, places), operand(float(b[i]), b_int, places)
-        products = _as_shown(a, a_int, places) * _as_shown(b, b_int, places)
-    sides = [_join(n, lambda i: f"{at[i]}·{bt[i]}", " + ")]
-    if hand is None:
-        return sides, math.fsum(products), True
-    # what the hand computation wrote down: its own products (inputs are used as given), rounded
-    rounded = round_to(np.asarray(a, dtype=float) * np.asarray(b, dtype=float), hand)
-    if not np.array_equal(rounded, products):
-        sides.append(_join(n, lambda i: operand(float(rounded[i]), False, hand), " + "))
-    steps = bool(np.all(np.abs(products - rounded) <= 10.0 ** -hand * (1 + 1e-9)))
-    return sides, math.fsum(rounded), steps
+    # an operand near float64's largest reads as one past it (1.80e308 is ∞), and ∞·0 is NaN: such a sum is
+    # what the page's texts give, and the check against the result then asks for more digits
+    with np.errstate(over="ignore", invalid="ignore"):
+        if n <= MAX_TERMS:  # every operand is on the page: recompute from the very texts
+            at = {i: operand(float(x), a_int, places) for i, x in enumerate(a)}
+            bt = {i: operand(float(y), b_int, places) for i, y in enumerate(b)}
+            products = np.array([shown(at[i]) * shown(bt[i]) for i in range(n)], dtype=float)
+        else:  # a long sum shows only its ends; the middle is worked the same way, without the texts
+            picked = [i for i in _picked(n) if i is not None]
+            at, bt = {}, {}
+            for i in picked:
+                at[i], bt[i] = operand(float(a[i]), a_int, places), operand(float(b[i]), b_int, places)
+            products = _as_shown(a, a_int, places) * _as_shown(b, b_int, places)
+        sides = [_join(n, lambda i: f"{at[i]}·{bt[i]}", " + ")]
+        if hand is None:
+            return sides, _sum(products), True
+        # what the hand computation wrote down: its own products (inputs are used as given), rounded
+        rounded = round_to(np.asarray(a, dtype=float) * np.asarray(b, dtype=float), hand)
+        if not np.array_equal(rounded, products):
+            sides.append(_join(n, lambda i: operand(float(rounded[i]), False, hand), " + "))
+        steps = bool(np.all(np.abs(products - rounded) <= 10.0 ** -hand * (1 + 1e-9)))
+    return sides, _sum(rounded), steps
+
+
+def _sum(terms: npt.NDArray[np.float64]) -> float:
+    """The exactly rounded sum (math.fsum), or, where a term is ±∞ or NaN, what float64 makes of it:
+    fsum refuses ∞ − ∞ (a ValueError) where a calculator shows NaN."""
+    if np.isfinite(terms).all():
+        return math.fsum(terms)
+    with np.errstate(invalid="ignore"):
+        return float(np.sum(terms))
 
 
 def _dot(a: Numbers, b: Numbers, a_int: bool, b_int: bool, result: str, places: int,
