@@ -1,5 +1,5 @@
 """Every export accepts what ``--check`` accepts: when --check says ok, ``--export json``, ``markdown`` and
-``toml`` each exit 0 with their document; when --check refuses, the JSON and the Markdown refuse with its line.
+``toml`` each exit 0 with their document; when --check refuses, every export refuses with its line.
 
 The generated scenarios are the suite's own (tests/strategies*.py, tests/variants_cases.py) with one or two
 of their numbers swapped for a value at float64's edges, where an export's own arithmetic (a line's operands
@@ -115,7 +115,7 @@ def assert_exports_accept_what_check_accepts(text: str) -> None:
         code, out, err = run("--check", str(path))
         if code != 0:
             line = one_error_line(code, out, err, path)
-            for fmt in ("json", "markdown"):
+            for fmt in (*EXPORTS, "worksheet"):
                 assert one_error_line(*run("--export", fmt, str(path)), path) == line, fmt
             return
         assert out.startswith("ok: "), (code, err)

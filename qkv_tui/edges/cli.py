@@ -13,7 +13,7 @@ from typing import NoReturn, TextIO
 from qkv_tui import __version__
 from qkv_tui.base.files import file_kind
 from qkv_tui.base.values import escaped
-from qkv_tui.core.engine import combine, compute, iter_heads
+from qkv_tui.core.engine import Computation, combine, compute, iter_heads
 from qkv_tui.core.scenario import Scenario, ScenarioError, builtin_dir, builtin_names, load_scenario, resolve
 from qkv_tui.edges import model_args, place_args, serve_prepared
 from qkv_tui.edges.arithmetic import arithmetic_policy
@@ -32,16 +32,27 @@ def _export_json(scenario: Scenario, out: TextIO) -> None:
     write_json(scenario, out)
 
 
+def computed(scenario: Scenario) -> Computation:
+    """The computation, and with [backward] its gradients at the file's own weights: what --check computes,
+    so every export refuses a scenario --check refuses, with its line, before any output."""
+    comp = compute(scenario)
+    if scenario.backward is not None:
+        from qkv_tui.core.gradients import gradients
+
+        gradients(comp)
+    return comp
+
+
 def _export_markdown(scenario: Scenario, out: TextIO) -> None:
     from qkv_tui.edges.export_markdown import to_markdown
 
-    out.write(to_markdown(compute(scenario)))
+    out.write(to_markdown(computed(scenario)))
 
 
 def _export_toml(scenario: Scenario, out: TextIO) -> None:
     from qkv_tui.edges.export_toml import to_toml
 
-    compute(scenario)  # a scenario that cannot be computed is an error here too, before any output
+    computed(scenario)  # a scenario that cannot be computed is an error here too, before any output
     out.write(to_toml(scenario))
 
 
@@ -51,7 +62,7 @@ def _export_worksheet(scenario: Scenario, out: TextIO, blanks: str = "25%", seed
     from qkv_tui.edges.worksheet_export import write
 
     try:
-        ws = build(compute(scenario), blanks, seed)
+        ws = build(computed(scenario), blanks, seed)
     except WorksheetError as exc:
         raise ScenarioError(scenario.source, str(exc)) from None
     write(ws, fmt, separate, output, out)
@@ -149,9 +160,7 @@ def check(scenario: Scenario) -> None:
     outputs = [head.joined for head in iter_heads(scenario)]
     combine(scenario, outputs)
     if scenario.backward is not None:
-        from qkv_tui.core.gradients import gradients
-
-        gradients(compute(scenario))
+        computed(scenario)
 
 
 def misplaced(args: argparse.Namespace) -> str | None:
