@@ -186,3 +186,12 @@ def test_a_dot_product_whose_shown_operands_pass_float64_gives_what_float64_give
     with np.errstate(all="raise"):
         _, total, _ = dot_at(a, b, False, False, 3, None)
     assert math.isnan(total) or math.isfinite(total)
+
+
+def test_a_value_at_float64s_largest_is_worked_by_the_flash_attention_section() -> None:
+    # V = 1.7976931348623157e308 reads as 1.80e308, past float64, at 3 places: the tiled rows' P·V gave 0·∞
+    # (teach/tiled.py), and a calculator-line sum gave ∞ − ∞ (fsum's ValueError); both now ask for more places
+    text = ('tokens = ["t0", "t1"]\nX = [[1], [-1]]\n[[heads]]\nname = "h0"\nW_Q = [[0, 0]]\nW_K = [[0, 0]]\n'
+            "W_V = [[1.7976931348623157e+308]]\n")
+    assert_exports_accept_what_check_accepts(text)
+    assert_exports_accept_what_check_accepts(text.replace("[[heads]]", "softcap = 5e-324\n[[heads]]"))

@@ -249,7 +249,10 @@ def work_block(hr: HeadResult, visits: list[TileVisit], end: BlockEnd, decimals:
         result = vector(end.out[r], False, decimals)
 
         def attempt(p: int, r: int = r, result: str = result) -> tuple[tuple[WorkedVisit, ...], bool]:
-            walk = _work_row(visits, r, hr.V, v_integral, hr.sink, p, shift)
+            # a V near float64's largest reads as one past it at few places (1.80e308 is ∞, and 0·∞ is NaN):
+            # what the shown numbers give, which the check below refuses, so more places are tried
+            with np.errstate(over="ignore", invalid="ignore"):
+                walk = _work_row(visits, r, hr.V, v_integral, hr.sink, p, shift)
             last = walk[-1]
             with np.errstate(all="ignore"):  # ℓ is at least e^0 = 1: the check is the point
                 calculated = np.ldexp(last.O_new / last.l_new, shift)
