@@ -195,3 +195,11 @@ def test_a_value_at_float64s_largest_is_worked_by_the_flash_attention_section() 
             "W_V = [[1.7976931348623157e+308]]\n")
     assert_exports_accept_what_check_accepts(text)
     assert_exports_accept_what_check_accepts(text.replace("[[heads]]", "softcap = 5e-324\n[[heads]]"))
+
+
+def test_the_vector_form_of_mix_with_values_shown_past_float64_does_not_check_out_rather_than_raise() -> None:
+    # 0.500·[1.80e308] + 0.500·[−1.80e308] as shown is ∞ − ∞: fsum's ValueError before; now NaN, which is no result
+    from qkv_tui.teach.arith import vector_mix
+
+    top = 1.7976931348623157e308
+    assert vector_mix([0.5, 0.5], np.array([[top], [-top]]), False, ["0.000"], 3, None) == ""

@@ -293,7 +293,7 @@ def vector_mix(weights: Numbers, V: npt.NDArray[np.float64], v_int: bool, result
         products = [shown(w) * shown(row[j]) for w, row in zip(wt, vt)]
         if hand is not None and [float(v) for v in round_to(np.asarray(products, dtype=float), hand)] != products:
             return ""  # by hand each product is rounded first: the scalar lines show that step
-        if not agrees(math.fsum(products), result):
+        if not agrees(_sum(products), result):
             return ""
     terms = [f"{w}·[{', '.join(row)}]" for w, row in zip(wt, vt)]
     return f"{elide(terms, ' + ')} = [{', '.join(results)}]"
@@ -374,7 +374,7 @@ def _softmax_at(masked: Numbers, weights: Numbers, d: int, p: int, finite: list[
     top = fmt(max(finite), False, p)
     shifted = tuple(NEG_INF if t == NEG_INF else fmt(round(shown(t) - shown(top), p), False, p) for t in scaled)
     exps = tuple("0" if t == NEG_INF else fmt(math.exp(shown(t)), False, p) for t in shifted)
-    total = fmt(math.fsum(shown(e) for e in exps), False, p)
+    total = fmt(_sum([shown(e) for e in exps]), False, p)
     w = tuple(fmt(float(x), False, d) for x in weights)
     ok = all(
         agrees(shown(e) / shown(total), wt) and agrees(math.exp(shown(sh)) / shown(total), wt)
@@ -384,7 +384,7 @@ def _softmax_at(masked: Numbers, weights: Numbers, d: int, p: int, finite: list[
     plain_total: str | None = None
     if max(finite) <= 700:  # e^s itself must stay finite
         values = tuple("0" if t == NEG_INF else fmt(math.exp(shown(t)), False, p) for t in scaled)
-        sum_text = fmt(math.fsum(shown(v) for v in values), False, p)
+        sum_text = fmt(_sum([shown(v) for v in values]), False, p)
         if shown(sum_text) > 0 and all(
             agrees(shown(v) / shown(sum_text), wt) for v, wt, t in zip(values, w, scaled) if t != NEG_INF
         ):
