@@ -110,7 +110,7 @@ def test_the_shared_rotary_key_says_its_gradient_is_a_sum() -> None:
 def test_json_grad_mla_fields() -> None:
     data = json.loads(to_json(compute(load_scenario("mla_learns"))))
     grad = data["grad"]
-    assert list(grad)[-3:] == ["mla", "linear", "deltanet"]
+    assert list(grad)[-5:] == ["mla", "linear", "deltanet", "dgamma_q", "dgamma_k"]
     assert list(grad["mla"]) == ["dW_DKV", "dW_UK", "dW_UV", "dW_KR", "dW_Q", "dW_DQ", "dW_UQ", "dgamma_kv", "dgamma_q",
                                  "dc_KV", "dk_R"]
     assert grad["mla"]["dW_DQ"] is None and grad["mla"]["dgamma_kv"] is None and grad["kv_heads"] is None

@@ -107,7 +107,7 @@ def test_json_fields_in_the_spec_order() -> None:
     data = json.loads(to_json(compute(load_scenario("learn_to_look"))))
     grad = data["grad"]
     assert list(grad) == ["loss", "dO", "d_concat", "dW_O", "dX", "dX_norm", "dgamma", "heads", "kv_heads", "db_O",
-                          "dbeta", "mla", "linear", "deltanet"]
+                          "dbeta", "mla", "linear", "deltanet", "dgamma_q", "dgamma_k"]
     assert grad["mla"] is None and grad["linear"] is None and grad["deltanet"] is None
     assert list(grad["heads"][0]) == ["dO", "dV", "dP", "dS", "dscaled", "dQ", "dK", "dQ_rot", "dK_rot", "dW_Q", "dW_K",
                                       "dW_V", "db_Q", "db_K", "db_V", "dsink", "dW_G", "dgamma_q", "dgamma_k"]

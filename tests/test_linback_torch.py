@@ -343,11 +343,11 @@ def test_given_g_and_beta_are_data_not_weights() -> None:
 def test_json_grad_gains_linear_and_deltanet_at_its_end() -> None:
     doc = json.loads(to_json(compute(parse_scenario(DELTA.format(gates=COMPUTED), "d.toml"))))
     grad = doc["grad"]
-    assert list(grad)[-2:] == ["linear", "deltanet"] and grad["linear"] is None
+    assert list(grad)[-4:-2] == ["linear", "deltanet"] and grad["linear"] is None
     head = grad["heads"][0]
     assert head["dP"] is None and head["dS"] is None and head["dscaled"] is None and head["dsink"] is None
     dn = grad["deltanet"]
-    assert list(dn) == ["heads", "dW_a", "dW_b", "dA_log", "dt_bias_grad"]
+    assert list(dn) == ["heads", "dW_a", "dW_b", "dA_log", "ddt_bias"]
     assert list(dn["heads"][0]) == ["dq", "dk", "dv", "dg", "dbeta", "dS"]
     assert np.array(dn["heads"][0]["dS"]).shape == (3, 2, 2)
     assert np.allclose(dn["heads"][0]["dv"], head["dV"])

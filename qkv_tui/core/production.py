@@ -96,7 +96,7 @@ def parse_production(doc: dict[str, Any], n: int, fail: Any) -> ProductionSettin
 
 
 def rounding_bound(q: Array, K: Array, V: Array, weights: Array, divisor: float, bias: Array | None = None,
-                   rescales: int = 1) -> Array:
+                   rescales: int = 1, allow: npt.NDArray[np.bool_] | None = None) -> Array:
     """(L, d_v): how far two float64 evaluations of softmax(q·Kᵀ/divisor + bias)·V may differ by rounding alone.
 
     The standard forward-error bound, term by term (u = 2⁻⁵³): each logit is a dot product of d_k terms,
@@ -107,9 +107,12 @@ def rounding_bound(q: Array, K: Array, V: Array, weights: Array, divisor: float,
     most that relative error times Σ w·|V|, plus S + 2 roundings of that size. Where the logits are
     too large for float64 to fix the weights at all (a relative error of 1 or more), any two weightings
     are possible: 2·max|V|. It depends only on the inputs' magnitudes, never on the order of a sum.
-    ``weights`` (L, S) are 0 where masked.
+    ``weights`` (L, S) are 0 where masked; ``allow`` (L, S) says which keys each row may attend (default:
+    every key). Logit errors and max|V| run over every key a row may attend, not only those with a weight:
+    a score of −1e50 summed from terms of ±1e200 has an exact weight of 0, but summed in another order it
+    is 0 and takes weight, so rounding alone moves weight onto it.
     """
-    seen = weights > 0  # (L, S) keys with a weight
+    seen = np.ones(weights.shape, dtype=bool) if allow is None else allow | (weights > 0)  # (L, S) keys it may attend
     d_k, S = K.shape[1], K.shape[0]
     with np.errstate(over="ignore"):  # a magnitude beyond float64 only means that no bound holds: ∞
         size = (np.abs(q) @ np.abs(K).T) / divisor  # (L, S)
@@ -119,7 +122,7 @@ def rounding_bound(q: Array, K: Array, V: Array, weights: Array, divisor: float,
         relative = 4 * logit.max(axis=1, initial=0.0) + (2 * S + 2 * rescales + 8) * U  # (L,) of each weight
         terms = weights @ np.abs(V)  # (L, d_v) Σ w·|V|
         bound = SAFETY * ((relative + (S + 2) * U)[:, None] * terms + (S + 2) * 2.0**-1074)
-        widest = np.where(seen[:, :, None], np.abs(V)[None, :, :], 0.0).max(axis=1)  # (L, d_v) max |V| seen
+        widest = np.where(seen[:, :, None], np.abs(V)[None, :, :], 0.0).max(axis=1)  # (L, d_v) max |V| it may attend
         out: Array = np.where((relative < 1)[:, None], bound, 2 * widest)
     return out
 

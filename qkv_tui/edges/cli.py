@@ -7,11 +7,13 @@ import functools
 import os
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import NoReturn, TextIO
 
 from qkv_tui import __version__
+from qkv_tui.base.files import file_kind
 from qkv_tui.base.values import escaped
-from qkv_tui.core.engine import combine, compute, iter_heads
+from qkv_tui.core.engine import Computation, combine, compute, iter_heads
 from qkv_tui.core.scenario import Scenario, ScenarioError, builtin_dir, builtin_names, load_scenario, resolve
 from qkv_tui.edges import model_args, place_args, serve_prepared
 from qkv_tui.edges.arithmetic import arithmetic_policy
@@ -30,16 +32,27 @@ def _export_json(scenario: Scenario, out: TextIO) -> None:
     write_json(scenario, out)
 
 
+def computed(scenario: Scenario) -> Computation:
+    """The computation, and with [backward] its gradients at the file's own weights: what --check computes,
+    so every export refuses a scenario --check refuses, with its line, before any output."""
+    comp = compute(scenario)
+    if scenario.backward is not None:
+        from qkv_tui.core.gradients import gradients
+
+        gradients(comp)
+    return comp
+
+
 def _export_markdown(scenario: Scenario, out: TextIO) -> None:
     from qkv_tui.edges.export_markdown import to_markdown
 
-    out.write(to_markdown(compute(scenario)))
+    out.write(to_markdown(computed(scenario)))
 
 
 def _export_toml(scenario: Scenario, out: TextIO) -> None:
     from qkv_tui.edges.export_toml import to_toml
 
-    compute(scenario)  # a scenario that cannot be computed is an error here too, before any output
+    computed(scenario)  # a scenario that cannot be computed is an error here too, before any output
     out.write(to_toml(scenario))
 
 
@@ -49,7 +62,7 @@ def _export_worksheet(scenario: Scenario, out: TextIO, blanks: str = "25%", seed
     from qkv_tui.edges.worksheet_export import write
 
     try:
-        ws = build(compute(scenario), blanks, seed)
+        ws = build(computed(scenario), blanks, seed)
     except WorksheetError as exc:
         raise ScenarioError(scenario.source, str(exc)) from None
     write(ws, fmt, separate, output, out)
@@ -61,7 +74,8 @@ EXPORTERS: dict[str, tuple[Exporter, str]] = {
     "json": (_export_json, "every matrix as JSON (full float64 precision)"),
     "markdown": (_export_markdown, "a worked-example page, every step with its numbers"),
     "toml": (_export_toml, "a plain scenario file with every number, a model's head included"),
-    "worksheet": (_export_worksheet, "a printable page with blanks to fill in and an answer key (--blanks, --seed)"),
+    "worksheet": (_export_worksheet, "a printable page with blanks to fill in and an answer key (--blanks, --seed,"
+                                     " --format, --key, -o)"),
 }
 
 
@@ -95,7 +109,7 @@ def _new_parser(names: tuple[str, ...]) -> argparse.ArgumentParser:
     mode = parser.add_mutually_exclusive_group()
     formats = "; ".join(f"{name}: {what}" for name, (_, what) in EXPORTERS.items())
     mode.add_argument("--export", choices=tuple(EXPORTERS), metavar="FORMAT",
-                      help=f"write the scenario to stdout as FORMAT ({formats})")
+                      help=f"write the scenario as FORMAT to stdout, or a worksheet to -o FILE ({formats})")
     mode.add_argument("--check", action="store_true", help="validate the scenarios; one line per file")
     mode.add_argument("--serve", action="store_true", help="serve the app to web browsers, one app per tab (a classroom)")
     parser.add_argument("--host",
@@ -138,9 +152,15 @@ def main(argv: list[str] | None = None) -> int:
 
 def check(scenario: Scenario) -> None:
     """Compute every matrix once, a head at a time (so memory stays near one head's),
-    to be sure the app and the exports can show them; raises ScenarioError."""
+    to be sure the app and the exports can show them; raises ScenarioError.
+
+    With [backward], the gradients at the file's own weights too, under the same arithmetic rule as the
+    exports: a loss or gradient past float64 fails here with the line the JSON and Markdown would give
+    (JSON has no number for ∞). Later training steps may still stop; the exports say where."""
     outputs = [head.joined for head in iter_heads(scenario)]
     combine(scenario, outputs)
+    if scenario.backward is not None:
+        computed(scenario)
 
 
 def misplaced(args: argparse.Namespace) -> str | None:
@@ -167,6 +187,28 @@ def worksheet_output_problem(args: argparse.Namespace) -> str | None:
         return "--key separate needs --output FILE (the key is written beside it, as FILE-key with FILE's extension)"
     if args.format == "pdf" and args.output is None and _is_terminal(sys.stdout):
         return "--format pdf writes a binary file: give --output FILE, or redirect standard output to a file"
+    return None
+
+
+def output_target_problem(output: str | None, separate: bool) -> str | None:
+    """The error line for an --output (or the key file beside it) that exists and is not a regular file: a
+    FIFO would block the write for ever, a folder or a device cannot take it. Refused before anything is
+    computed, as the scenario reader refuses such a SCENARIO; None when every target is new or a regular file."""
+    if output is None:
+        return None
+    from qkv_tui.edges.worksheet_export import key_path
+
+    targets = [Path(output), *([key_path(Path(output))] if separate else [])]
+    for target in targets:
+        try:
+            kind = file_kind(os.stat(target).st_mode)
+        except (OSError, ValueError):  # not there (it is made), or unreachable: the write says why
+            continue
+        if kind is not None:
+            what = "--output" if target == targets[0] else "--key separate's file"
+            return (f"{escaped(str(target))}: {what} is {kind}, not a regular file; expected a new file or a regular"
+                    " file to replace" + (" (leave out --output to write to standard output)" if what == "--output"
+                                          else ""))
     return None
 
 
@@ -258,6 +300,9 @@ def _main(argv: list[str] | None) -> int:
             _parser().error(str(exc))
         if (problem := worksheet_output_problem(args)) is not None:
             _parser().error(problem)
+        if (problem := output_target_problem(args.output, args.key == "separate")) is not None:
+            sys.stderr.write(f"error: {problem}\n")
+            return 2
     if len(args.scenario) > 1:
         _parser().error("give one SCENARIO (several are allowed only with --check)")
     spec = args.scenario[0] if args.scenario else DEFAULT_SCENARIO

@@ -87,6 +87,10 @@ def grad_fields(sc: Scenario, g: Gradients, write_fields: WriteFields) -> Fields
         ("mla", None if g.mla is None else Nested(write_fields, fields=mla_grad_fields(g.mla))),
         ("linear", _linear(g, write_fields) if sc.linear is not None else None),
         ("deltanet", _deltanet(g, write_fields) if sc.deltanet is not None else None),
+        # QK-norm's gains as the file gives them: each head's entry holds its own share, and a gain the heads
+        # share (over = "head") moves by their sum, as kv_heads sums shared K/V weights; side by side for "all"
+        ("dgamma_q", _v(g.dgamma_q) if sc.qk_norm is not None else None),
+        ("dgamma_k", _v(g.dgamma_k) if sc.qk_norm is not None else None),
     ]
 
 
@@ -112,7 +116,7 @@ def _deltanet(g: Gradients, write_fields: WriteFields) -> Nested:
     return Nested(write_fields, fields=[
         ("heads", Nested(write_fields, items=heads)),
         ("dW_a", None if gb is None else gb.dW_a), ("dW_b", None if gb is None else gb.dW_b),
-        ("dA_log", None if gb is None else _v(gb.dA_log)), ("dt_bias_grad", None if gb is None else _v(gb.ddt_bias)),
+        ("dA_log", None if gb is None else _v(gb.dA_log)), ("ddt_bias", None if gb is None else _v(gb.ddt_bias)),
     ])
 
 

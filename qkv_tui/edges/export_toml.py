@@ -11,6 +11,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
+from qkv_tui.base.values import escaped
 from qkv_tui.core import variants
 from qkv_tui.core.scenario import Matrix, Scenario
 from qkv_tui.core.toml_text import number as number  # re-exported: how the CLI and the tests write a value
@@ -35,7 +36,8 @@ def to_toml(scenario: Scenario) -> str:
     """The scenario as a scenario file that loads back to the same computation."""
     sc = scenario
     lines = [
-        f"# Exported by qkv-tui --export toml from {sc.source}: every number at full precision.",
+        # escaped: a newline or a control character in the file's name would end the comment or break the TOML
+        f"# Exported by qkv-tui --export toml from {escaped(sc.source)}: every number at full precision.",
         f"title = {string(sc.title)}",
     ]
     if sc.description:

@@ -23,12 +23,15 @@ def soft_cap(scaled: Matrix, cap: float | None, policy: Policy = EXACT) -> Matri
     tanh bounds every logit within ±cap while leaving small ones almost as they were (|s| ≪ cap)."""
     if cap is None:
         return scaled
-    return policy.capped(cap * np.tanh(scaled / cap))  # (n, m)
+    with np.errstate(over="ignore"):  # s/c past float64 (a subnormal cap) is ±∞, whose tanh is the ±1 it stands for
+        ratio = scaled / cap
+    return policy.capped(cap * np.tanh(ratio))  # (n, m)
 
 
 def cap_tanh(scaled: Matrix, cap: float) -> Matrix:
     """tanh(scaled / cap), the soft-cap's own factor: its slope 1 − tanh² is what the backward pass multiplies by."""
-    out: Matrix = np.tanh(scaled / cap)
+    with np.errstate(over="ignore"):  # as soft_cap: an s/c past float64 is ±∞, and its tanh ±1
+        out: Matrix = np.tanh(scaled / cap)
     return out
 
 

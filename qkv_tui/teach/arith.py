@@ -20,6 +20,7 @@ rounded products appear as their own step, ``0.12·0.35 + … = 0.042 + … = 0.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -45,6 +46,9 @@ MAX_GUARD = 8  # extra digits an operand may get; float64 has no more to give
 # --- the rule ------------------------------------------------------------------------------
 
 
+# the same few texts (``0.000``, a weight's digits) are read back hundreds of thousands of times on a
+# 300-head page: each is parsed once
+@functools.lru_cache(maxsize=1 << 16)
 def shown(text: str) -> float:
     """The number a displayed text stands for: ``(-2.000)`` → -2.0, ``−∞`` → -inf."""
     t = text.strip("() ")
@@ -55,6 +59,7 @@ def shown(text: str) -> float:
     return float(t.replace("−", "-"))
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def unit(text: str) -> float:
     """One unit of a displayed number's last digit: ``2.887`` → 0.001, ``5`` → 1, ``1.2e+08`` → 1e7."""
     t = text.strip("()[] ")
@@ -70,18 +75,26 @@ def agrees(calculated: float | Numbers, text: str, exact: bool = False) -> bool:
 
     ``exact``: a plain sum of numbers shown to the result's decimals gives it exactly, as a calculator does.
     """
+    if isinstance(calculated, float | int) and not text.startswith("["):  # one number: most lines
+        return _within(float(calculated), text, exact)
     parts = text.strip("[]").split(", ")
     values = np.atleast_1d(np.asarray(calculated, dtype=float))
     return len(parts) == values.size and all(_within(float(v), t, exact) for v, t in zip(values, parts))
 
 
+@functools.lru_cache(maxsize=1 << 16)
+def _reading(text: str) -> tuple[float, float]:
+    """(the number a shown text stands for, one unit of its last digit): one lookup for both."""
+    return shown(text), unit(text)
+
+
 def _within(calculated: float, text: str, exact: bool) -> bool:
-    value = shown(text)
-    if math.isinf(value) or math.isinf(calculated) or math.isnan(calculated):
+    value, one = _reading(text)
+    if not (math.isfinite(value) and math.isfinite(calculated)):
         return calculated == value
     # one whole unit is the rule (0.19 + 0.51 = 0.70 reads as 0.69); the 1e-9 of a unit only absorbs float
     # noise, so the trace and the views stop at the same digits for the same numbers
-    return abs(calculated - value) <= unit(text) * (1e-7 if exact else 1 + 1e-9)
+    return abs(calculated - value) <= one * (1e-7 if exact else 1 + 1e-9)
 
 
 def float_sum(terms: Iterable[float]) -> float:
@@ -91,7 +104,8 @@ def float_sum(terms: Iterable[float]) -> float:
     try:
         return math.fsum(values)
     except (ValueError, OverflowError):
-        return float(sum(values))
+        with np.errstate(over="ignore", invalid="ignore"):
+            return float(np.sum(np.array(values, dtype=float)))
 
 
 def tries(decimals: int, *integral: bool) -> range:
@@ -205,30 +219,49 @@ def _as_shown(x: Numbers, integral: bool, places: int) -> npt.NDArray[np.float64
     return out
 
 
+@functools.lru_cache(maxsize=1 << 16)
+def _operand_read(x: float, integral: bool, places: int) -> tuple[str, float]:
+    """An operand's text and the number it reads as. A 300-head page writes the same inputs (X's rows, a
+    weight for every worked row) tens of thousands of times: each is written and read once."""
+    text = operand(float(x), integral, places)
+    return text, shown(text)
+
+
 def dot_at(a: Numbers, b: Numbers, a_int: bool, b_int: bool, places: int,
            hand: int | None) -> tuple[list[str], float, bool]:
     """The sides ``1·1 + 0·0 …`` (and, by hand, the rounded products), their sum, and whether the
-    products as shown give the rounded ones (always true when not by hand)."""
+    products as shown give the rounded ones (always true when not by hand).
+
+    An operand near float64's largest reads as one past it (1.80e308 is ∞), and ∞·0 is NaN: such a sum is
+    what the page's texts give, and the check against the result then asks for more digits."""
     n = len(a)
     if n <= MAX_TERMS:  # every operand is on the page: recompute from the very texts
-        at = {i: operand(float(x), a_int, places) for i, x in enumerate(a)}
-        bt = {i: operand(float(y), b_int, places) for i, y in enumerate(b)}
-        products = np.array([shown(at[i]) * shown(bt[i]) for i in range(n)], dtype=float)
+        # plain floats: a product past float64 is ∞ without a NumPy warning, as on a calculator
+        pa = [_operand_read(x, a_int, places) for x in (a.tolist() if isinstance(a, np.ndarray) else a)]
+        pb = [_operand_read(y, b_int, places) for y in (b.tolist() if isinstance(b, np.ndarray) else b)]
+        sides = [" + ".join(f"{ta}·{tb}" for (ta, _), (tb, _) in zip(pa, pb))]
+        terms = [x * y for (_, x), (_, y) in zip(pa, pb)]
+        if hand is None:
+            return sides, float_sum(terms), True
+        products = np.array(terms, dtype=float)
     else:  # a long sum shows only its ends; the middle is worked the same way, without the texts
-        picked = [i for i in _picked(n) if i is not None]
         at, bt = {}, {}
-        for i in picked:
-            at[i], bt[i] = operand(float(a[i]), a_int, places), operand(float(b[i]), b_int, places)
-        products = _as_shown(a, a_int, places) * _as_shown(b, b_int, places)
-    sides = [_join(n, lambda i: f"{at[i]}·{bt[i]}", " + ")]
-    if hand is None:
-        return sides, float_sum(products), True
+        for i in _picked(n):
+            if i is not None:
+                at[i], bt[i] = operand(float(a[i]), a_int, places), operand(float(b[i]), b_int, places)
+        with np.errstate(over="ignore", invalid="ignore"):
+            products = _as_shown(a, a_int, places) * _as_shown(b, b_int, places)
+        sides = [_join(n, lambda i: f"{at[i]}·{bt[i]}", " + ")]
+        if hand is None:
+            return sides, float_sum(products.tolist()), True
     # what the hand computation wrote down: its own products (inputs are used as given), rounded
-    rounded = round_to(np.asarray(a, dtype=float) * np.asarray(b, dtype=float), hand)
-    if not np.array_equal(rounded, products):
-        sides.append(_join(n, lambda i: operand(float(rounded[i]), False, hand), " + "))
-    steps = bool(np.all(np.abs(products - rounded) <= 10.0 ** -hand * (1 + 1e-9)))
-    return sides, float_sum(rounded), steps
+    with np.errstate(over="ignore", invalid="ignore"):
+        rounded = round_to(np.asarray(a, dtype=float) * np.asarray(b, dtype=float), hand)
+        if not np.array_equal(rounded, products):
+            sides.append(_join(n, lambda i: operand(float(rounded[i]), False, hand), " + "))
+        steps = bool(np.all(np.abs(products - rounded) <= 10.0 ** -hand * (1 + 1e-9)))
+    return sides, float_sum(rounded.tolist()), steps
+
 
 
 def _dot(a: Numbers, b: Numbers, a_int: bool, b_int: bool, result: str, places: int,
@@ -262,7 +295,7 @@ def vector_mix(weights: Numbers, V: npt.NDArray[np.float64], v_int: bool, result
         products = [shown(w) * shown(row[j]) for w, row in zip(wt, vt)]
         if hand is not None and [float(v) for v in round_to(np.asarray(products, dtype=float), hand)] != products:
             return ""  # by hand each product is rounded first: the scalar lines show that step
-        if not agrees(math.fsum(products), result):
+        if not agrees(float_sum(products), result):
             return ""
     terms = [f"{w}·[{', '.join(row)}]" for w, row in zip(wt, vt)]
     return f"{elide(terms, ' + ')} = [{', '.join(results)}]"
@@ -343,7 +376,7 @@ def _softmax_at(masked: Numbers, weights: Numbers, d: int, p: int, finite: list[
     top = fmt(max(finite), False, p)
     shifted = tuple(NEG_INF if t == NEG_INF else fmt(round(shown(t) - shown(top), p), False, p) for t in scaled)
     exps = tuple("0" if t == NEG_INF else fmt(math.exp(shown(t)), False, p) for t in shifted)
-    total = fmt(math.fsum(shown(e) for e in exps), False, p)
+    total = fmt(float_sum([shown(e) for e in exps]), False, p)
     w = tuple(fmt(float(x), False, d) for x in weights)
     ok = all(
         agrees(shown(e) / shown(total), wt) and agrees(math.exp(shown(sh)) / shown(total), wt)
@@ -353,7 +386,7 @@ def _softmax_at(masked: Numbers, weights: Numbers, d: int, p: int, finite: list[
     plain_total: str | None = None
     if max(finite) <= 700:  # e^s itself must stay finite
         values = tuple("0" if t == NEG_INF else fmt(math.exp(shown(t)), False, p) for t in scaled)
-        sum_text = fmt(math.fsum(shown(v) for v in values), False, p)
+        sum_text = fmt(float_sum([shown(v) for v in values]), False, p)
         if shown(sum_text) > 0 and all(
             agrees(shown(v) / shown(sum_text), wt) for v, wt, t in zip(values, w, scaled) if t != NEG_INF
         ):

@@ -356,7 +356,7 @@ def _step(dec: Decode, h: int, i: int, blocks: int, block: int) -> DecodeStep:
     computed, reused = dec.counts(i)
     # c·tanh(s/c) moves no logit's error further than s's own (tanh' ≤ 1) and adds one rounding, which the
     # bound's two spare roundings per logit cover
-    bound = rounding_bound(q, K, V, weights, hr.scale, bias)
+    bound = rounding_bound(q, K, V, weights, hr.scale, bias, allow=allowed)
     # the gate is per query token: the step's new tokens compute theirs from their own x̂, nothing is cached
     gated = None if hr.W_G is None else gate_of(dec.comp.X_in[rng.start:rng.stop], hr.W_G, output)
     return DecodeStep(i, h, rng.start, rng.stop, dec.kind(i), q, K, V, allowed, scores, scaled, weights, output,

@@ -30,10 +30,14 @@ def stage_key(trace: Trace, stage: str) -> str:
     """The stage ``--stage`` names: its number on the stage bar, or its name in any case."""
     count = trace.stage_count
     text = stage.strip()
-    if text.isdigit():
-        number = int(text)
-        if not 1 <= number <= count:
-            raise PlaceError(f"--stage {number} is out of range; this scenario's stages are 1 … {count}"
+    # isdecimal, not isdigit: ``²`` is a digit that int() refuses; a decimal digit of any script reads as its
+    # number (int("٣") is 3). Past a few digits no stage can match, and int() refuses 5,000 of them outright
+    if text.isdecimal():
+        digits = text.lstrip("0")
+        number = int(digits) if 0 < len(digits) <= 6 else (0 if not digits else None)
+        if number is None or not 1 <= number <= count:
+            said = text if len(text) <= 12 else f"{text[:6]}… (a number of {len(text):,} digits)"
+            raise PlaceError(f"--stage {said} is out of range; this scenario's stages are 1 … {count}"
                              f" ({_stages(trace)})")
         return trace.stage_keys[number - 1]
     for key in trace.stage_keys:

@@ -249,7 +249,10 @@ def work_block(hr: HeadResult, visits: list[TileVisit], end: BlockEnd, decimals:
         result = vector(end.out[r], False, decimals)
 
         def attempt(p: int, r: int = r, result: str = result) -> tuple[tuple[WorkedVisit, ...], bool]:
-            walk = _work_row(visits, r, hr.V, v_integral, hr.sink, p, shift)
+            # a V near float64's largest reads as one past it at few places (1.80e308 is ∞, and 0·∞ is NaN):
+            # what the shown numbers give, which the check below refuses, so more places are tried
+            with np.errstate(over="ignore", invalid="ignore"):
+                walk = _work_row(visits, r, hr.V, v_integral, hr.sink, p, shift)
             last = walk[-1]
             with np.errstate(all="ignore"):  # ℓ is at least e^0 = 1: the check is the point
                 calculated = np.ldexp(last.O_new / last.l_new, shift)
@@ -382,7 +385,8 @@ class TiledHead:
         rows = range(self.n) if rows is None else rows
         sl = slice(rows.start, rows.stop)
         return rounding_bound(hr.Q_used[sl], hr.K_used, hr.V, hr.weights[sl], hr.scale,
-                              None if hr.bias is None else hr.bias[sl], rescales=len(self.tiles))
+                              None if hr.bias is None else hr.bias[sl], rescales=len(self.tiles),
+                              allow=self.comp.scenario.allow[sl])
 
     def check(self, rows: range | None = None, out: Matrix | None = None) -> tuple[bool, str]:
         """(equal to the Mix stage within float64 rounding, what to print): rows of a block, or the head."""
