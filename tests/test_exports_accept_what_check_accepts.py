@@ -28,7 +28,7 @@ from qkv_tui.teach.arith import dot_at
 from .fuzz_paths import one_error_line, run
 from .strategies import cases
 from .strategies_backward import _grid, _io_lines, _shape, _with_io, backward_scenarios
-from .strategies_more import EXTREME, deltanet_scenarios, new_table_scenarios
+from .strategies_latent_state import EXTREME, deltanet_scenarios, new_table_scenarios
 from .variants_cases import modern_cases, toml_value
 
 # keys whose values are real numbers: a value at float64's edges there is valid TOML and a fair scenario

@@ -23,7 +23,7 @@ from qkv_tui.edges.worksheet_sheet import sheet
 from qkv_tui.edges.worksheet_typst import source
 
 from .strategies_backward import backward_scenarios
-from .strategies_more import EXTREME
+from .strategies_latent_state import EXTREME
 from .variants_cases import modern_cases, toml_value
 
 TINY = st.sampled_from([1e-300, 5e-324, 1e-160, 1e-30, 1e-6, 0.5])
