@@ -19,58 +19,49 @@ from textual.widget import Widget
 from textual.widgets import Footer, Input, Static
 
 from qkv_tui.core.fmt import cell_len
+from qkv_tui.display.stage_bar import SEPARATOR, Bar, fit_bar
 from qkv_tui.display.text import pictured, shorten, wrap
 from qkv_tui.display.view import Explanation
 from qkv_tui.teach.quiz import Question
 from qkv_tui.ui.widgets.looks import Styled
 from qkv_tui.ui.widgets.scrolling import SyncedScrollView
 
-TITLE_FLOOR = 4  # fewer letters of a title than this say nothing: the stage bar then leaves it out
-
 
 class StageBar(Static, Styled):
-    """``I love AI · 1 Embed › 2 Project › [3 Score] › …`` with the current stage marked."""
+    """``I love AI · 1 Embed › 2 Project › [3 Score] › …`` with the current stage marked.
+
+    Which stages and how much of the title fit is display/stage_bar.py's rule: the title and the
+    current stage are always there."""
 
     PREFIX = "stagebar"
     COMPONENT_CLASSES: ClassVar[set[str]] = {"stagebar--current", "stagebar--done", "stagebar--todo", "stagebar--muted"}
     _shown: tuple[object, ...] = ()
-    _text: tuple[str, Explanation, bool] | None = None  # what render() writes: (title, stages, full names)
+    _bar: Bar | None = None  # what render() writes
 
     def render(self) -> Text:
         # built here, not in show(): a new theme repaints the bar, in its colours (qkv.tcss)
-        return self._line(*self._text) if self._text is not None else Text()
+        return self._line(self._bar) if self._bar is not None else Text()
 
     def show(self, title: str, ex: Explanation, width: int) -> None:
-        # The title tells scenarios apart ("I love AI" from "I love AI, causal"), so it outranks the
-        # other stages' names: a narrow terminal first names only the stage being computed (the others
-        # keep their keys), then shortens the title; it goes only when not even a few letters of it fit
         if (title, ex.stages, width) == self._shown:  # it changes only with the stage
             return
         self._shown = (title, ex.stages, width)
-        title = pictured(title)
-        text = ("", ex, False)
-        for full_names, least in ((True, cell_len(title)), (False, cell_len(title)), (False, TITLE_FLOOR)):
-            stages = self._line("", ex, full_names)
-            room = width - stages.cell_len - 4  # the title's padding and the gap after it
-            if room >= min(least, cell_len(title)):
-                text = (shorten(title, room), ex, full_names)
-                break
-        self._text = text
+        self._bar = fit_bar(pictured(title), ex.stages, width)
         self.refresh()  # its size is fixed by CSS: no layout pass
 
-    def _line(self, title: str, ex: Explanation, full_names: bool) -> Text:
+    def _line(self, bar: Bar) -> Text:
         text = Text(no_wrap=True, overflow="ellipsis")
         muted = self.look("muted")
-        if title:
-            text.append(f" {title} ", style="bold")
+        if bar.title:
+            text.append(f" {bar.title} ", style="bold")
             text.append("  ")
-        for i, (label, state) in enumerate(ex.stages):
+        for i, (label, state) in enumerate(bar.pieces):
             if i:
-                text.append(" › ", style=muted)
+                text.append(SEPARATOR, style=muted)
             if state == "current":
                 text.append(f" {label} ", style=self.look(state))
             else:
-                text.append(label if full_names else label.split()[0], style=self.look(state))
+                text.append(label, style=self.look(state))
         return text
 
 
