@@ -18,6 +18,7 @@ from textual.await_complete import AwaitComplete
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.geometry import Size
+from textual.notifications import SeverityLevel
 from textual.screen import ModalScreen, Screen
 from textual.widgets import Input, Static
 
@@ -715,6 +716,22 @@ class QKVApp(Session):
         from qkv_tui.ui.screenshot import keeping_blanks
 
         return keeping_blanks(super().export_screenshot(title=title, simplify=simplify))
+
+    def notify(self, message: str, *, title: str = "", severity: SeverityLevel = "information",
+               timeout: float | None = None, markup: bool = False) -> None:
+        """Every toast as plain text: they hold the scenario's and the learner's words, a place (Q[I,0]) or
+        a table's name ([backward]), which Textual's markup would read as styles and drop."""
+        super().notify(message, title=title, severity=severity, timeout=timeout, markup=False)
+
+    def deliver_screenshot(self, filename: str | None = None, path: str | None = None,
+                           time_format: str | None = None) -> str | None:
+        """A screenshot (s, and the palette's) as Textual delivers one, but in a browser a download, as ctrl+s's
+        file is: Textual opens it in a new tab (open_method "browser", served inline)."""
+        from textual._files import generate_datetime_filename
+
+        name = filename or generate_datetime_filename(self.title, ".svg", time_format)
+        return self.deliver_text(io.StringIO(self.export_screenshot()), save_directory=path, save_filename=name,
+                                 open_method="download", mime_type="image/svg+xml", name="screenshot")
 
     def deliver_text(self, path_or_file: str | Path | TextIO, *, save_directory: str | Path | None = None,
                      save_filename: str | None = None, open_method: Literal["browser", "download"] = "download",
