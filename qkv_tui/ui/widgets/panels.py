@@ -105,6 +105,9 @@ class FormulaLine(Static, Styled):
         text.append(ex.stage_label, style=self.look("stage"))
         text.append(" · ")
         text.append(ex.counter, style="bold")
+        if ex.layer:
+            text.append(" · ")
+            text.append(ex.layer, style=self.look("head"))
         if head is not None:
             text.append(" · ")
             text.append(f"{shorten(head[0], fit.name) if fit.name else head[0]} {head[1]}", style=self.look("head"))
@@ -128,6 +131,9 @@ class Fit:
 
 FITS = (Fit(), Fit(gap="  "), Fit(gap="  ", tail=False), Fit(gap="  ", tail=False, compact_flags=True),
         Fit(gap="  ", tail=False, compact_flags=True, name=8),
+        # without the formula there is room for the head's name again (a model's "layer 2 · head 2 (2/4)")
+        Fit(gap=" ", tail=False, compact_flags=True, formula=False),
+        Fit(gap=" ", tail=False, compact_flags=True, name=8, formula=False),
         Fit(gap=" ", tail=False, compact_flags=True, name=4, formula=False))
 
 
