@@ -4,7 +4,6 @@ and the quiz's answer box."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import ClassVar, Protocol, cast
 
 from rich.segment import Segment
@@ -20,7 +19,8 @@ from textual.widgets import Footer, Input, Static
 
 from qkv_tui.core.fmt import cell_len
 from qkv_tui.display.stage_bar import SEPARATOR, Bar, fit_bar
-from qkv_tui.display.text import pictured, shorten, wrap
+from qkv_tui.display.status_line import Piece, fit_status
+from qkv_tui.display.text import pictured, wrap
 from qkv_tui.display.view import Explanation
 from qkv_tui.teach.quiz import Question
 from qkv_tui.ui.widgets.looks import Styled
@@ -68,73 +68,25 @@ class StageBar(Static, Styled):
 class FormulaLine(Static, Styled):
     """softmax(QKᵀ/√dₖ)V with the part being computed marked, and where we are.
 
-    A narrow terminal gets the same facts in fewer cells: tighter gaps, the formula without
-    the parts not being computed after V, shorter flags and head name, and at last no formula.
-    Where we are (stage, operation, head) is never cut.
+    What fits a width is display/status_line.py's rule; where we are (stage, operation, layer,
+    head) is never cut.
     """
 
     PREFIX = "formula"
     COMPONENT_CLASSES: ClassVar[set[str]] = {"formula--muted", "formula--formula", "formula--active",
                                              "formula--stage", "formula--head"}
-    _text: tuple[Explanation, str, tuple[str, str] | None, Fit] | None = None  # what render() writes
+    _pieces: list[Piece] | None = None  # what render() writes
 
     def render(self) -> Text:
         # built here, not in show(): a new theme repaints the line, in its colours (qkv.tcss)
-        return self._line(*self._text) if self._text is not None else Text()
-
-    def show(self, ex: Explanation, flags: str = "", width: int = 1_000) -> None:
-        name, _, count = ex.head_label.rpartition(" (")
-        head = (pictured(name), f"({count}") if ex.head_label else None
-        for fit in FITS:
-            if self._line(ex, flags, head, fit).cell_len <= width:
-                break
-        self._text = (ex, flags, head, fit)
-        self.refresh()  # its size is fixed by CSS: no layout pass
-
-    def _line(self, ex: Explanation, flags: str, head: tuple[str, str] | None, fit: Fit) -> Text:
         text = Text(no_wrap=True, overflow="ellipsis")
-        text.append(" ")
-        if fit.formula:
-            after_v = False
-            for piece, active in ex.formula:
-                if after_v and not fit.tail and not active:
-                    continue
-                text.append(piece, style=self.look("active" if active else "formula"))
-                after_v = after_v or piece == "V"
-            text.append(fit.gap)
-        text.append(ex.stage_label, style=self.look("stage"))
-        text.append(" · ")
-        text.append(ex.counter, style="bold")
-        if ex.layer:
-            text.append(" · ")
-            text.append(ex.layer, style=self.look("head"))
-        if head is not None:
-            text.append(" · ")
-            text.append(f"{shorten(head[0], fit.name) if fit.name else head[0]} {head[1]}", style=self.look("head"))
-        if flags:
-            if fit.compact_flags:
-                flags = flags.replace(" dp", "dp").replace(" · ", "·")
-            text.append(f"{fit.gap}[{flags}]", style=self.look("muted"))
+        for piece, look in self._pieces or ():
+            text.append(piece, style="bold" if look == "bold" else self.look(look) if look else "")
         return text
 
-
-@dataclass(frozen=True)
-class Fit:
-    """One way of writing the formula line, from roomiest to tightest."""
-
-    gap: str = "   "  # between the formula, where we are, and the flags
-    tail: bool = True  # the formula's parts after V (→ concat·W_O) even when not being computed
-    compact_flags: bool = False  # [3dp·by hand] rather than [3 dp · by hand]
-    name: int = 0  # cells the head's name is cut to; 0 = whole
-    formula: bool = True
-
-
-FITS = (Fit(), Fit(gap="  "), Fit(gap="  ", tail=False), Fit(gap="  ", tail=False, compact_flags=True),
-        Fit(gap="  ", tail=False, compact_flags=True, name=8),
-        # without the formula there is room for the head's name again (a model's "layer 2 · head 2 (2/4)")
-        Fit(gap=" ", tail=False, compact_flags=True, formula=False),
-        Fit(gap=" ", tail=False, compact_flags=True, name=8, formula=False),
-        Fit(gap=" ", tail=False, compact_flags=True, name=4, formula=False))
+    def show(self, ex: Explanation, flags: str = "", width: int = 1_000) -> None:
+        self._pieces = fit_status(ex, flags, width)
+        self.refresh()  # its size is fixed by CSS: no layout pass
 
 
 class ExplainPanel(SyncedScrollView, Styled, can_focus=False):
