@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, ClassVar, Literal, TextIO
 
 from rich.console import RenderableType
 from rich.text import Text
-from textual import events
+from textual import events, on
 from textual.app import ComposeResult, SystemCommand
 from textual.await_complete import AwaitComplete
 from textual.binding import Binding, BindingType
@@ -21,6 +21,7 @@ from textual.geometry import Size
 from textual.notifications import SeverityLevel
 from textual.screen import ModalScreen, Screen
 from textual.widgets import Input, Static
+from textual.worker import Worker
 
 from qkv_tui.core.engine import Computation, compute
 from qkv_tui.core.scenario import Scenario, load_scenario
@@ -37,6 +38,8 @@ from qkv_tui.teach.trace import Trace
 from qkv_tui.ui.live import Live
 from qkv_tui.ui.session import Session
 from qkv_tui.ui.shared_css import SharedStylesheet
+from qkv_tui.ui.train_steps import GROUP as TRAIN_GROUP
+from qkv_tui.ui.train_steps import TrainProgress, TrainSteps
 from qkv_tui.ui.widgets.matrix import MatrixView
 from qkv_tui.ui.widgets.panels import ExplainPanel, FormulaLine, KeyFooter, QuizInput, StageBar
 from qkv_tui.ui.widgets.trace_screen import TraceScreen
@@ -137,6 +140,7 @@ class QKVApp(Session):
         self._ends: tuple[bool, ...] | None = None  # what greys footer keys out, when last refreshed
         self._maps: HeadsPanel | None = None  # the heads view's maps, once shown
         self.live = Live(self, theme)  # edit, undo, save, reload, screenshots, autoplay, palette, theme
+        self.train_steps = TrainSteps(self)  # the Train view's long runs, in a worker thread
         self.live.read_only = read_only  # --read-only: a lecture's numbers, the same for everyone
 
     @property
@@ -238,6 +242,7 @@ class QKVApp(Session):
             )
             return
         screen = self.live.mark(presented(self.presenter.frame(self.position, self.modes), self.modes.prose))
+        self.train_steps.follow()  # the Train view asked for steps too many to compute on a key: a worker does
         self.query_one(StageBar).show(self.scenario.title, screen.explanation, size.width)
         self.query_one(FormulaLine).show(screen.explanation, self._flags(), size.width)
         explain = self.query_one(ExplainPanel)
@@ -380,6 +385,8 @@ class QKVApp(Session):
         # From here on the widgets are being taken down: a key of the same burst (q then e, a paste)
         # must not open a prompt or redraw a pane that no longer exists (check_action and redraw ask)
         self.ready = False
+        if self.train_steps.worker is not None:
+            self.train_steps.worker.cancel()  # its thread ends after the step it is on
         super().exit(result, return_code, message)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
@@ -495,6 +502,14 @@ class QKVApp(Session):
         name = f"row{parameters[0]:+d}" if action == "row" and parameters else action
         return side.act(self.presenter, self.modes, name, self._maps.across if self._maps is not None else 1)
 
+    @on(TrainProgress)
+    def _train_progress(self) -> None:
+        self.redraw()  # the worker has more steps in hand: the screen shows the last, and how far it has come
+
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        if event.worker.group == TRAIN_GROUP and event.worker.is_finished:
+            self.redraw()  # a run's worker ended: the view shows its step, or the next worker starts
+
     def action_side_enter(self) -> None:
         """Enter in a side view that opens a head (the heads view): that head's first stage in the trace."""
         side = self.presenter.side(self.modes)
@@ -596,7 +611,12 @@ class QKVApp(Session):
 
     def action_reveal(self) -> None:
         """Escape: a toast on screen goes first (a click on one closes it too); then the answer to the
-        pending question is shown (unscored); with none pending, the quiz is left."""
+        pending question is shown (unscored); with none pending, the quiz is left. Before all that, a
+        Train view run being computed stops at the step it reached."""
+        stopped = self.train_steps.stop()
+        if stopped is not None:
+            self.modes = replace(self.modes, side_step=stopped)
+            return
         if self.live.toasts():
             self.clear_notifications()
             return
