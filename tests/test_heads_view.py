@@ -32,8 +32,9 @@ def test_small_maps_show_every_weight_with_the_query_labels() -> None:
     text = shown("two_heads", (80, 12))
     lines = text.splitlines()
     assert lines[0].startswith("▶ head 1") and "head 2" in lines[0]
-    assert lines[1].startswith("I    ") and lines[2].startswith("love ") and lines[3].startswith("AI   ")
-    assert "I→love love→I AI→love" in lines[4] or "→" in lines[4]  # each query's strongest key
+    assert lines[1].startswith("     I loAI")  # the keys along the top (tests/test_heads_maps_label_keys.py)
+    assert lines[2].startswith("I    ") and lines[3].startswith("love ") and lines[4].startswith("AI   ")
+    assert "I→love love→I AI→love" in lines[5] or "→" in lines[5]  # each query's strongest key
     assert "drawn in" not in text  # nothing binned
 
 
