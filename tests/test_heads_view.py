@@ -135,8 +135,8 @@ async def test_one_head_is_one_map_and_the_trace_keys_rest() -> None:
     async with app.run_test(size=(80, 24)) as pilot:
         await pilot.press("v")
         assert app.modes.view == "heads"
-        assert app.check_action("next", ()) is None and app.check_action("next_stage", ()) is None
-        assert app.check_action("row", (1,)) is None
+        assert app.check_action("next", ()) is None and app.check_action("next_stage", ()) is False
+        assert app.check_action("row", (1,)) is False  # one map: ↓ never acts here, not in the footer
         await pilot.press("enter")
         assert app.modes.view == TRACE and app.stepper.run_of(app.position.index).stage == "project"
 

@@ -29,6 +29,7 @@ from qkv_tui.display.layout import fitted, overview_rows, pane_height, share_wid
 from qkv_tui.display.modes import MAX_DECIMALS, MIN_DECIMALS, TRACE, Modes
 from qkv_tui.display.presenter import Presenter
 from qkv_tui.display.presenting import next_prose, presented, prose_flag
+from qkv_tui.display.side_view import key_state
 from qkv_tui.display.side_views import SIDE_VIEWS
 from qkv_tui.display.text import pictured
 from qkv_tui.display.view import STAGE_KEYS, PaneSpec
@@ -53,7 +54,6 @@ OVERVIEW_MIN_HEIGHT = 6  # a context pane shows at least three rows
 FOCUS_MIN_ROWS = 8  # rows a tall focus pane keeps when it shares the screen with context panes
 # lines the focus panes keep however long the explanation (which then scrolls): up to 8 rows whole
 FOCUS_FLOOR = FOCUS_MIN_ROWS + 3
-TRACE_ONLY = ("row", "next_stage", "prev_stage", "stage", "goto", "hand", "whatif")
 SIDE_ACTIONS = tuple(f"side('{view.name}')" for view in SIDE_VIEWS)  # each side view's key opens it
 # the footer's keys from most to least needed: a narrow terminal drops them from the end, whole
 FOOTER_KEEP = ("help", "quit", "next", "reveal", "quiz", "prev", "next_stage", "head", "row", *SIDE_ACTIONS)
@@ -399,6 +399,10 @@ class QKVApp(Session):
             return action == "take_screenshot" and not isinstance(self.focused, Input)
         if action == "take_screenshot" and isinstance(self.focused, Input):
             return False  # the quiz's answer box: s is typed
+        if (side := self.presenter.side(self.modes)) is not None:
+            state = key_state(side, action, parameters, lambda a, p: self._side_act(a, p) is not None)
+            if state is not True:  # None: greyed at an end of the view; False: no effect there, not in its footer
+                return state
         stages = () if self.modes.side else ("prev_stage", "next_stage")  # a side view's [ ] are its own (below)
         if action in ("prev", "first", *stages[:1]) and self.at_start:
             return None
@@ -413,8 +417,6 @@ class QKVApp(Session):
 
             if isinstance(self.screen, HeatmapScreen):
                 return False  # tab walks the map's heads, not the trace's behind it
-        if self.modes.side and action in TRACE_ONLY and self._side_act(action, parameters) is None:
-            return None
         if action == "side_enter" and getattr(self.presenter.side(self.modes), "enter", None) is None:
             return None
         if action == "option" and self._option() is None:
