@@ -27,10 +27,12 @@ class Fit:
     compact_flags: bool = False  # [3dp·by hand] rather than [3 dp · by hand]
     name: int = 0  # cells the head's name is cut to; 0 = whole
     formula: bool = True
+    short_layer: bool = False  # a model's layer as "L2" rather than "layer 2"
 
 
 FITS = (Fit(), Fit(gap="  "), Fit(gap="  ", tail=False), Fit(gap="  ", tail=False, compact_flags=True),
         Fit(gap="  ", tail=False, compact_flags=True, name=8),
+        Fit(gap="  ", tail=False, compact_flags=True, name=8, short_layer=True),  # the formula's room, from the layer
         # without the formula there is room for the head's name again (a model's "layer 2 · head 2 (2/4)")
         Fit(gap=" ", tail=False, compact_flags=True, formula=False),
         Fit(gap=" ", tail=False, compact_flags=True, name=8, formula=False),
@@ -58,15 +60,18 @@ def status_pieces(ex: Explanation, flags: str, fit: Fit) -> list[Piece]:
     if ex.head_label:
         name = pictured(name)
         head = f"{shorten(name, fit.name) if fit.name else name} ({count}"
-    for text, look in ((ex.stage_label, "stage"), (ex.counter, "bold"), (ex.layer, "head"), (head, "head")):
+    layer = ex.layer.replace("layer ", "L") if fit.short_layer else ex.layer
+    for text, look in ((ex.stage_label, "stage"), (ex.counter, "bold"), (layer, "head"), (head, "head")):
         if text:
             where += [(SEPARATOR, "")] * bool(where) + [(text, look)]
     if flags and fit.compact_flags:
         flags = flags.replace(" dp", "dp").replace(" · ", "·")
     pieces: list[Piece] = [(" ", "")]
-    for part in (formula, where, [(f"[{flags}]", "muted")] if flags else []):
+    for part in (formula, where):
         if part:
             pieces += [(fit.gap, "")] * (len(pieces) > 1) + part
+    if flags:  # the gap before the flags in their look, as it always was (the screenshots' runs stay whole)
+        pieces.append(((fit.gap if len(pieces) > 1 else "") + f"[{flags}]", "muted"))
     return pieces
 
 
