@@ -32,8 +32,9 @@ def test_small_maps_show_every_weight_with_the_query_labels() -> None:
     text = shown("two_heads", (80, 12))
     lines = text.splitlines()
     assert lines[0].startswith("▶ head 1") and "head 2" in lines[0]
-    assert lines[1].startswith("I    ") and lines[2].startswith("love ") and lines[3].startswith("AI   ")
-    assert "I→love love→I AI→love" in lines[4] or "→" in lines[4]  # each query's strongest key
+    assert lines[1].startswith("     I loAI")  # the keys along the top (tests/test_heads_maps_label_keys.py)
+    assert lines[2].startswith("I    ") and lines[3].startswith("love ") and lines[4].startswith("AI   ")
+    assert "I→love love→I AI→love" in lines[5] or "→" in lines[5]  # each query's strongest key
     assert "drawn in" not in text  # nothing binned
 
 
@@ -134,8 +135,8 @@ async def test_one_head_is_one_map_and_the_trace_keys_rest() -> None:
     async with app.run_test(size=(80, 24)) as pilot:
         await pilot.press("v")
         assert app.modes.view == "heads"
-        assert app.check_action("next", ()) is None and app.check_action("next_stage", ()) is None
-        assert app.check_action("row", (1,)) is None
+        assert app.check_action("next", ()) is None and app.check_action("next_stage", ()) is False
+        assert app.check_action("row", (1,)) is False  # one map: ↓ never acts here, not in the footer
         await pilot.press("enter")
         assert app.modes.view == TRACE and app.stepper.run_of(app.position.index).stage == "project"
 

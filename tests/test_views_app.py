@@ -39,7 +39,8 @@ async def test_cache_view_prefills_then_decodes() -> None:
         assert "paging changes nothing: ✓" in text
         assert "offset S − L = 3 − 1 = 2" in text and "is_causal=True" in text
         assert "computed 3, reused 2; without a cache: 5 computed" in text
-        assert app.check_action("next", ()) is None and app.check_action("next_stage", ()) is None
+        # ] does nothing in the cache view: out of its footer
+        assert app.check_action("next", ()) is None and app.check_action("next_stage", ()) is False
         await pilot.press("c")  # chunked prefill: chunks of one token for three tokens
         assert app.modes.schedule == "chunked" and app.modes.side_step == 0
         assert "chunked prefill step 1/3" in formula(app)

@@ -2,7 +2,8 @@
 
 ``HeadsGrid`` holds each head's weights and a one-line reading; ``lay_out`` fits the maps into the room a
 screen gives them. A map shows every weight while the room allows: two columns a key with the query's
-label, then one column a key, then bins of tokens, each cell the largest weight of its bin (so a peak
+label (and, where a line is left for them, the keys' labels along the top, cut to the key's columns),
+then one column a key, then bins of tokens, each cell the largest weight of its bin (so a peak
 is never averaged away); where not every head fits even so, rows of maps scroll to keep the picked one
 in view. What was dropped is said in ``Layout.note``. The layouts are kept per size: an arrow key only
 moves the highlight.
@@ -10,6 +11,7 @@ moves the highlight.
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass, field
 
@@ -61,11 +63,12 @@ class Layout:
     slot: int  # characters each map's column of the grid has (its title and reading use them all)
     visible: range  # the rows of maps in view (all of them unless they scroll)
     note: str  # what the maps leave out at this size ("" when every weight shows)
+    keys: bool = False  # a line of the keys' labels above the cells (only where every key has its column)
 
     @property
     def lines(self) -> int:
-        """Lines the maps in view take: a title, the cells, a reading and a blank line a row of maps."""
-        return len(self.visible) * (self.rows + 3)
+        """Lines the maps in view take: a title, the keys' labels, the cells, a reading and a blank line a row of maps."""
+        return len(self.visible) * (self.rows + 3 + self.keys)
 
 
 @dataclass(eq=False)  # hashed by identity: the widget keeps what it drew of each grid (ui/widgets/heads.py)
@@ -151,29 +154,33 @@ def lay_out(heads: int, n: int, m: int, labels: tuple[str, ...], width: int, hei
     """The best fit of ``heads`` maps of n×m weights: each map a title line, its cells and a reading line.
 
     The fit shows every head when it can, then as much of each map as possible (the smaller of the shares
-    of rows and of columns kept), two columns a key where that costs nothing.
+    of rows and of columns kept), the keys' labels where a line is left for them, two columns a key where
+    that costs nothing.
     """
     label = min(max((cell_len(t) for t in labels), default=1), LABEL_MAX) + 1
-    best_score: tuple[bool, float, float, int, int] | None = None
+    best_score: tuple[bool, float, bool, float, int, int] | None = None
     best: Layout | None = None
-    for per_row in range(1, heads + 1):
+    for per_row, keyed in itertools.product(range(1, heads + 1), (True, False)):
         map_rows = math.ceil(heads / per_row)
         room = (width - GAP * (per_row - 1)) // per_row  # characters of one map
-        lines = height // map_rows - 3  # a title, a reading and a blank line under each row of maps
+        around = 3 + keyed  # a title (the keys' labels), a reading and a blank line under each row of maps
+        lines = height // map_rows - around
         visible = map_rows
         if lines < MIN_ROWS:  # the rows of maps scroll: as many as hold at least MIN_ROWS rows of cells
-            visible = max(height // (MIN_ROWS + 3), 1)
-            lines = height // visible - 3
+            visible = max(height // (MIN_ROWS + around), 1)
+            lines = height // visible - around
         rows = max(min(n, lines), 1)
         for cell in (2, 1):
             labelled = label if rows == n and room - label >= cell * m else 0
             cols = min(m, (room - labelled) // cell)
-            if cols < 1:
+            if cols < 1 or (keyed and cols < m):  # a bin of keys has no one label
                 continue
             share = min(rows / n, cols / m)
             balance = share / max(rows / n, cols / m)  # between two fits of the same share, the squarer maps
-            score = (visible == map_rows, share, balance, cell, -map_rows)  # then side by side, not stacked
-            layout = Layout(per_row, rows, cols, cell, labelled, labelled + cols * cell, room, range(visible), "")
+            # then the keys named, side by side, not stacked
+            score = (visible == map_rows, share, keyed, balance, cell, -map_rows)
+            layout = Layout(per_row, rows, cols, cell, labelled, labelled + cols * cell, room, range(visible), "",
+                            keyed)
             if best_score is None or score > best_score:
                 best_score, best = score, layout
     assert best is not None
@@ -187,10 +194,25 @@ def _note(layout: Layout, heads: int, n: int, m: int) -> str:
         said.append(f"each map {n}×{m} drawn in {layout.rows}×{layout.cols} bins, a bin's largest weight")
     if not layout.label and layout.rows == n:
         said.append("query labels left out")
+    if not layout.keys and layout.cols == m:
+        said.append("key labels left out")
     total = math.ceil(heads / layout.per_row)
     if len(layout.visible) < total:
         said.append(f"{len(layout.visible)} of {total} rows of maps in view; ↑ ↓ scroll")
     return "; ".join(said)
+
+
+def key_labels(keys: tuple[str, ...], cell: int) -> str:
+    """The keys' labels along the top of a map, each cut to its ``cell`` columns: ``I lo AI`` (``IlA`` at one)."""
+    out = []
+    for key in keys:
+        cut = ""
+        for ch in key:
+            if cell_len(cut + ch) > cell:
+                break
+            cut += ch
+        out.append(cut + " " * (cell - cell_len(cut)))
+    return "".join(out)
 
 
 def glyph(level: int, cell: int) -> str:

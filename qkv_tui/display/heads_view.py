@@ -144,5 +144,6 @@ VIEW = SideView(
     act=_act,
     enter=_enter,
     per_head=False,
+    quiz=False,  # its lines name where each row looks; they work out no number to predict
     in_footer=False,  # the footer's keys are full at 120 columns; v is in the help, the palette and the README
 )

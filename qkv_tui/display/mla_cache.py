@@ -48,9 +48,13 @@ def cache_line(comp: Computation) -> str:
     """The one line that counts what the cache holds, against multi-head attention's K and V."""
     mla = _mla(comp)
     cached, mha = mla.cache_per_token()
-    return (f"the cache holds the latent, per token d_c + d_rope = {mla.d_c} + {mla.d_rope} = {cached} numbers for"
-            f" every head; multi-head attention would hold 2·num_heads·dₖ = 2·{mla.num_heads}·{mla.d_nope} = {mha};"
-            " each head's K and V rows are expanded from the cached latent (the Absorb stage never expands them)")
+    # DeepSeek-V2's Table 1 counts multi-head attention's cache as 2·n_h·d_h with d_h the head width, d_nope
+    # here; the scores are divided by √dₖ with dₖ = d_nope + d_rope, another number: say which is which
+    return (f"the cache holds the latent, per token and per layer d_c + d_rope = {mla.d_c} + {mla.d_rope} = {cached}"
+            f" numbers for every head; multi-head attention would hold K and V of every head, per token and per"
+            f" layer 2·n_h·d_h = 2·{mla.num_heads}·{mla.d_nope} = {mha} (DeepSeek-V2's Table 1: d_h is a head's"
+            f" width, d_nope = {mla.d_nope}, not the dₖ = d_nope + d_rope = {mla.d_nope + mla.d_rope} of the scale"
+            " √dₖ); each head's K and V rows are expanded from the cached latent (the Absorb stage never expands them)")
 
 
 def expanded_title(title: str) -> str:

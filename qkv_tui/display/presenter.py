@@ -11,12 +11,13 @@ from dataclasses import replace
 from typing import TypeVar, cast
 
 from qkv_tui.core.engine import Computation
+from qkv_tui.display import heads_view
 from qkv_tui.display.frame import Frame
 from qkv_tui.display.modes import Modes
 from qkv_tui.display.side_view import SideView
 from qkv_tui.display.side_views import SIDE_VIEWS, shown_for, side_view
 from qkv_tui.display.state_view import carries_state
-from qkv_tui.display.view import View, hand_note, whatif_lines
+from qkv_tui.display.view import View, hand_note, model_layer, whatif_lines
 from qkv_tui.teach.handcalc import compute_hand
 from qkv_tui.teach.quiz import Question, about_line, hide_result
 from qkv_tui.teach.stepper import Position
@@ -68,6 +69,14 @@ class Presenter:
         return None if line is None else about_line(step, line, side.name)
 
     def frame(self, pos: Position, modes: Modes) -> Frame:
+        shown = self._frame(pos, modes)
+        layer = model_layer(self.comp.scenario)
+        if layer is None or modes.view == heads_view.VIEW.name:  # the heads view counts the layers itself ("layer 1 (0 … 3)")
+            return shown
+        # enter in the heads view opens another layer of the model: the title is still the file's
+        return replace(shown, explanation=replace(shown.explanation, layer=f"layer {layer}"))
+
+    def _frame(self, pos: Position, modes: Modes) -> Frame:
         side = side_view(modes.view)
         if side is not None:
             step = min(modes.side_step, side.steps(self, modes, pos.head) - 1)

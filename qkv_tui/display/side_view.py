@@ -55,3 +55,30 @@ class SideView:
     enter: Callable[[Sources, Modes], tuple[Computation | None, int]] | None = None
     per_head: bool = True  # the trace's head in view names its screenshots ("-head2"); False where its step does
     in_footer: bool = True  # its key shows in the footer (the heads view's only in the help and the palette)
+    quiz: bool = True  # p asks here (a line of it works out a number); False: p does nothing in this view
+
+
+# the trace's keys that move in the trace only: a side view gives them a meaning of its own (act) or none
+TRACE_ONLY = ("row", "next_stage", "prev_stage", "stage", "goto", "hand", "whatif")
+_OTHER_WAY = {"next_stage": ("prev_stage", ()), "prev_stage": ("next_stage", ())}
+
+
+def key_state(view: SideView, action: str, parameters: tuple[object, ...],
+              acts: Callable[[str, tuple[object, ...]], bool]) -> bool | None:
+    """What a trace key is in a side view, as Textual's check_action reads it: True it acts now; None a key
+    of the view that does nothing just now (at an end: shown greyed); False a key that never acts in this
+    view (left out of the footer, which lists only what acts there). ``acts(action, parameters)``: whether
+    the view's own meaning for that key (SideView.act) does something now.
+
+    Keys other than the trace's own (→ ←, the views' keys, help, quit) are decided elsewhere: True here."""
+    if action == "head" and not view.per_head:  # the view's step is the head: the trace's head is behind it
+        return False
+    if action == "quiz" and not view.quiz:
+        return False
+    if action not in TRACE_ONLY:
+        return True
+    if acts(action, parameters):
+        return True
+    other = ("row", (-parameters[0],)) if action == "row" and parameters and isinstance(parameters[0], int) \
+        else _OTHER_WAY.get(action)
+    return None if other is not None and acts(*other) else False

@@ -33,19 +33,69 @@ NO_STEPS = ("[backward] steps = 0: there is nothing to train. Give steps = N (at
             " (with dO given directly there is no loss, so no steps).")
 
 
+SYNC_STEPS = 10  # steps the view computes itself on a key (at most ~0.2 s by hand); further, the app's worker does
+
+
+class SteppedRun(TrainRun):
+    """A run the screen reads while a worker thread (ui/train_steps.py) may compute its later steps: the
+    screen asks only for steps already computed, or a few more when no worker runs, so a key that asks
+    for step 1,000 never blocks the app (1,000 steps by hand took ~18 s of CPU)."""
+
+    busy = False  # a worker is computing steps: only it calls at() beyond what is computed
+    held = 0  # the step the screen shows meanwhile (the last in hand when the worker began): its panes stay put
+
+    @property
+    def computed(self) -> int:
+        """How many states (train[0] …) are in hand."""
+        return len(self._kept)
+
+    @property
+    def stopped(self) -> bool:
+        """Every state is in hand, or a step overflowed (no later state will come)."""
+        return self.error is not None or self.computed >= len(self)
+
+    def ready(self, k: int) -> int:
+        """The step the screen can show for ``k`` without waiting: k itself when in hand (or a few steps
+        away and no worker runs), else the last step computed."""
+        if self.stopped or k < self.computed or (not self.busy and k < self.computed + SYNC_STEPS):
+            return k
+        if self.busy:  # the same step until the run is there: a redraw for its progress lays nothing out again
+            return min(self.held, max(self.computed - 1, 0))
+        return max(self.computed - 1, 0)
+
+
 def applies(sc: Scenario) -> bool:
     """Where the view has something to show: its help row, palette entry and closing line appear only there."""
     return sc.backward is not None
 
 
-def _run(sources: Sources, modes: Modes) -> TrainRun | None:
+def _run(sources: Sources, modes: Modes) -> SteppedRun | None:
     """The exact run, or under h the run by hand at the shown decimals (teach/train_walk.py), each kept."""
     sc = sources.comp.scenario
     if sc.backward is None or sc.backward.steps == 0:
         return None
     if modes.hand:
-        return sources.kept(("train", "hand", modes.decimals), lambda: TrainRun(sc, modes.decimals))
-    return sources.kept(("train",), lambda: TrainRun(sc))
+        return sources.kept(("train", "hand", modes.decimals), lambda: SteppedRun(sc, modes.decimals))
+    return sources.kept(("train",), lambda: SteppedRun(sc))
+
+
+def pending(sources: Sources, modes: Modes) -> tuple[SteppedRun, int] | None:
+    """The run and the step the open Train view asks for, where that step is not computed and too far to
+    compute on a key: the app computes up to it in a worker. None otherwise."""
+    if modes.view != VIEW.name:
+        return None
+    run = _run(sources, modes)
+    if run is None:
+        return None
+    step = min(modes.side_step, len(run) - 1)
+    return (run, step) if run.ready(step) < step else None
+
+
+def computing_line(run: SteppedRun, step: int) -> str:
+    """What the screen says while the steps up to ``step`` are computed."""
+    how = " by hand" if run.hand is not None else ""
+    return (f"computing the steps{how} up to step {step}: {max(run.computed - 1, 0)} done; esc stops there"
+            " (and shows it), q quits")
 
 
 def _steps(sources: Sources, modes: Modes, head: int) -> int:
@@ -184,11 +234,15 @@ def _frame(sources: Sources, modes: Modes, step: int, head: int) -> Frame:
         ex = Explanation(stage_label="Train", counter="", head_label="", arithmetic="no training steps here",
                          details=(), meaning=text, formula=(("w ← w − lr·∂loss/∂w", False),))
         return Frame(ex, [], [], (), "")
-    focus, extra = train_panes(run, step, head, modes.decimals)
+    shown = run.ready(step)  # a step not computed yet: the last one that is, while the app's worker computes
+    focus, extra = train_panes(run, shown, head, modes.decimals)
     notes = (f"by hand (h): a run of its own, worked as with a calculator at {modes.decimals} decimals: each step's"
              " forward pass and gradients rounded as the trace's, each new weight w − lr·g written down rounded",
              ) if modes.hand else ()
-    return Frame(train_explanation(run, step, head, modes.decimals), focus, extra, notes, "")
+    ex = train_explanation(run, shown, head, modes.decimals)
+    if shown < step:
+        ex = replace(ex, details=(computing_line(run, step), *ex.details))
+    return Frame(ex, focus, extra, notes, "")
 
 
 def _act(sources: Sources, modes: Modes, key: str, across: int) -> Modes | None:

@@ -14,7 +14,7 @@ import numpy as np
 
 from qkv_tui.core.engine import HeadResult
 from qkv_tui.core.fmt import BIG, cell_len, fmt, is_integral
-from qkv_tui.core.scenario import BoolMatrix, Matrix
+from qkv_tui.core.scenario import BoolMatrix, Matrix, Scenario
 from qkv_tui.teach.handcalc import round_to
 from qkv_tui.teach.stages.common import PaneStyle
 from qkv_tui.teach.stepper import Position
@@ -133,6 +133,12 @@ class Explanation:
     formula: tuple[tuple[str, bool], ...]  # pieces of softmax(QKᵀ/√dₖ)V, True = being computed
     # (label, "done" | "current" | "todo"); a label starts with the stage's key where it has one ("0 W_O")
     stages: tuple[tuple[str, str], ...] = field(default=())
+    layer: str = ""  # "layer 2" where the scenario is a layer of a model ([ ] and enter in the heads view change it)
+
+
+def model_layer(sc: Scenario) -> int | None:
+    """The model layer (0-based, as a file's ``layer =``) the scenario shows, or None for hand-made numbers."""
+    return sc.input.chosen_layer if sc.input.schedule or sc.input.layer is not None else None
 
 
 def column_widths(values: Matrix, integral: bool, decimals: int, labels: tuple[str, ...]) -> tuple[int, ...]:

@@ -12,14 +12,16 @@ from typing import TYPE_CHECKING, ClassVar, Literal, TextIO
 
 from rich.console import RenderableType
 from rich.text import Text
-from textual import events
+from textual import events, on
 from textual.app import ComposeResult, SystemCommand
 from textual.await_complete import AwaitComplete
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.geometry import Size
+from textual.notifications import SeverityLevel
 from textual.screen import ModalScreen, Screen
 from textual.widgets import Input, Static
+from textual.worker import Worker
 
 from qkv_tui.core.engine import Computation, compute
 from qkv_tui.core.scenario import Scenario, load_scenario
@@ -27,6 +29,7 @@ from qkv_tui.display.layout import fitted, overview_rows, pane_height, share_wid
 from qkv_tui.display.modes import MAX_DECIMALS, MIN_DECIMALS, TRACE, Modes
 from qkv_tui.display.presenter import Presenter
 from qkv_tui.display.presenting import next_prose, presented, prose_flag
+from qkv_tui.display.side_view import key_state
 from qkv_tui.display.side_views import SIDE_VIEWS
 from qkv_tui.display.text import pictured
 from qkv_tui.display.view import STAGE_KEYS, PaneSpec
@@ -36,6 +39,8 @@ from qkv_tui.teach.trace import Trace
 from qkv_tui.ui.live import Live
 from qkv_tui.ui.session import Session
 from qkv_tui.ui.shared_css import SharedStylesheet
+from qkv_tui.ui.train_steps import GROUP as TRAIN_GROUP
+from qkv_tui.ui.train_steps import TrainProgress, TrainSteps
 from qkv_tui.ui.widgets.matrix import MatrixView
 from qkv_tui.ui.widgets.panels import ExplainPanel, FormulaLine, KeyFooter, QuizInput, StageBar
 from qkv_tui.ui.widgets.trace_screen import TraceScreen
@@ -49,7 +54,6 @@ OVERVIEW_MIN_HEIGHT = 6  # a context pane shows at least three rows
 FOCUS_MIN_ROWS = 8  # rows a tall focus pane keeps when it shares the screen with context panes
 # lines the focus panes keep however long the explanation (which then scrolls): up to 8 rows whole
 FOCUS_FLOOR = FOCUS_MIN_ROWS + 3
-TRACE_ONLY = ("row", "next_stage", "prev_stage", "stage", "goto", "hand", "whatif")
 SIDE_ACTIONS = tuple(f"side('{view.name}')" for view in SIDE_VIEWS)  # each side view's key opens it
 # the footer's keys from most to least needed: a narrow terminal drops them from the end, whole
 FOOTER_KEEP = ("help", "quit", "next", "reveal", "quiz", "prev", "next_stage", "head", "row", *SIDE_ACTIONS)
@@ -136,6 +140,7 @@ class QKVApp(Session):
         self._ends: tuple[bool, ...] | None = None  # what greys footer keys out, when last refreshed
         self._maps: HeadsPanel | None = None  # the heads view's maps, once shown
         self.live = Live(self, theme)  # edit, undo, save, reload, screenshots, autoplay, palette, theme
+        self.train_steps = TrainSteps(self)  # the Train view's long runs, in a worker thread
         self.live.read_only = read_only  # --read-only: a lecture's numbers, the same for everyone
 
     @property
@@ -237,6 +242,7 @@ class QKVApp(Session):
             )
             return
         screen = self.live.mark(presented(self.presenter.frame(self.position, self.modes), self.modes.prose))
+        self.train_steps.follow()  # the Train view asked for steps too many to compute on a key: a worker does
         self.query_one(StageBar).show(self.scenario.title, screen.explanation, size.width)
         self.query_one(FormulaLine).show(screen.explanation, self._flags(), size.width)
         explain = self.query_one(ExplainPanel)
@@ -379,6 +385,8 @@ class QKVApp(Session):
         # From here on the widgets are being taken down: a key of the same burst (q then e, a paste)
         # must not open a prompt or redraw a pane that no longer exists (check_action and redraw ask)
         self.ready = False
+        if self.train_steps.worker is not None:
+            self.train_steps.worker.cancel()  # its thread ends after the step it is on
         super().exit(result, return_code, message)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
@@ -391,6 +399,10 @@ class QKVApp(Session):
             return action == "take_screenshot" and not isinstance(self.focused, Input)
         if action == "take_screenshot" and isinstance(self.focused, Input):
             return False  # the quiz's answer box: s is typed
+        if (side := self.presenter.side(self.modes)) is not None:
+            state = key_state(side, action, parameters, lambda a, p: self._side_act(a, p) is not None)
+            if state is not True:  # None: greyed at an end of the view; False: no effect there, not in its footer
+                return state
         stages = () if self.modes.side else ("prev_stage", "next_stage")  # a side view's [ ] are its own (below)
         if action in ("prev", "first", *stages[:1]) and self.at_start:
             return None
@@ -405,8 +417,6 @@ class QKVApp(Session):
 
             if isinstance(self.screen, HeatmapScreen):
                 return False  # tab walks the map's heads, not the trace's behind it
-        if self.modes.side and action in TRACE_ONLY and self._side_act(action, parameters) is None:
-            return None
         if action == "side_enter" and getattr(self.presenter.side(self.modes), "enter", None) is None:
             return None
         if action == "option" and self._option() is None:
@@ -493,6 +503,14 @@ class QKVApp(Session):
             return None
         name = f"row{parameters[0]:+d}" if action == "row" and parameters else action
         return side.act(self.presenter, self.modes, name, self._maps.across if self._maps is not None else 1)
+
+    @on(TrainProgress)
+    def _train_progress(self) -> None:
+        self.redraw()  # the worker has more steps in hand: the screen shows the last, and how far it has come
+
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        if event.worker.group == TRAIN_GROUP and event.worker.is_finished:
+            self.redraw()  # a run's worker ended: the view shows its step, or the next worker starts
 
     def action_side_enter(self) -> None:
         """Enter in a side view that opens a head (the heads view): that head's first stage in the trace."""
@@ -595,7 +613,12 @@ class QKVApp(Session):
 
     def action_reveal(self) -> None:
         """Escape: a toast on screen goes first (a click on one closes it too); then the answer to the
-        pending question is shown (unscored); with none pending, the quiz is left."""
+        pending question is shown (unscored); with none pending, the quiz is left. Before all that, a
+        Train view run being computed stops at the step it reached."""
+        stopped = self.train_steps.stop()
+        if stopped is not None:
+            self.modes = replace(self.modes, side_step=stopped)
+            return
         if self.live.toasts():
             self.clear_notifications()
             return
@@ -715,6 +738,22 @@ class QKVApp(Session):
         from qkv_tui.ui.screenshot import keeping_blanks
 
         return keeping_blanks(super().export_screenshot(title=title, simplify=simplify))
+
+    def notify(self, message: str, *, title: str = "", severity: SeverityLevel = "information",
+               timeout: float | None = None, markup: bool = False) -> None:
+        """Every toast as plain text: they hold the scenario's and the learner's words, a place (Q[I,0]) or
+        a table's name ([backward]), which Textual's markup would read as styles and drop."""
+        super().notify(message, title=title, severity=severity, timeout=timeout, markup=False)
+
+    def deliver_screenshot(self, filename: str | None = None, path: str | None = None,
+                           time_format: str | None = None) -> str | None:
+        """A screenshot (s, and the palette's) as Textual delivers one, but in a browser a download, as ctrl+s's
+        file is: Textual opens it in a new tab (open_method "browser", served inline)."""
+        from textual._files import generate_datetime_filename
+
+        name = filename or generate_datetime_filename(self.title, ".svg", time_format)
+        return self.deliver_text(io.StringIO(self.export_screenshot()), save_directory=path, save_filename=name,
+                                 open_method="download", mime_type="image/svg+xml", name="screenshot")
 
     def deliver_text(self, path_or_file: str | Path | TextIO, *, save_directory: str | Path | None = None,
                      save_filename: str | None = None, open_method: Literal["browser", "download"] = "download",

@@ -13,7 +13,7 @@ from rich.style import Style
 from textual.strip import Strip
 from textual.widget import Widget
 
-from qkv_tui.display.heads_grid import GLYPHS, MASKED, HeadsGrid, HeadsShown, Layout, glyph
+from qkv_tui.display.heads_grid import GLYPHS, MASKED, HeadsGrid, HeadsShown, Layout, glyph, key_labels
 
 PICKED = "bold reverse"
 STRONGEST = "bold yellow"
@@ -46,6 +46,12 @@ def grid_lines(shown: HeadsShown, width: int, height: int) -> tuple[list[Line | 
             marked = title.ljust(layout.map_width)[: layout.slot]  # the picked one's title marked over its map
             line += [(marked, PICKED if h == shown.picked else "bold"), (" " * (layout.slot - len(marked)) + GAP, "")]
         lines.append(line)
+        if layout.keys:  # the keys along the top, over their columns
+            line = []
+            for _ in heads:
+                line += [(" " * layout.label + key_labels(grid.keys, layout.cell).ljust(layout.slot - layout.label), "dim"),
+                         (GAP, "")]
+            lines.append(line)
         lines += _cell_lines(grid, layout, heads)
         line = []
         for h in heads:  # what each map says

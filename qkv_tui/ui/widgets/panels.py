@@ -4,7 +4,6 @@ and the quiz's answer box."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import ClassVar, Protocol, cast
 
 from rich.segment import Segment
@@ -19,125 +18,75 @@ from textual.widget import Widget
 from textual.widgets import Footer, Input, Static
 
 from qkv_tui.core.fmt import cell_len
-from qkv_tui.display.text import pictured, shorten, wrap
+from qkv_tui.display.stage_bar import SEPARATOR, Bar, fit_bar
+from qkv_tui.display.status_line import Piece, fit_status
+from qkv_tui.display.text import pictured, wrap
 from qkv_tui.display.view import Explanation
 from qkv_tui.teach.quiz import Question
 from qkv_tui.ui.widgets.looks import Styled
 from qkv_tui.ui.widgets.scrolling import SyncedScrollView
 
-TITLE_FLOOR = 4  # fewer letters of a title than this say nothing: the stage bar then leaves it out
-
 
 class StageBar(Static, Styled):
-    """``I love AI · 1 Embed › 2 Project › [3 Score] › …`` with the current stage marked."""
+    """``I love AI · 1 Embed › 2 Project › [3 Score] › …`` with the current stage marked.
+
+    Which stages and how much of the title fit is display/stage_bar.py's rule: the title and the
+    current stage are always there."""
 
     PREFIX = "stagebar"
     COMPONENT_CLASSES: ClassVar[set[str]] = {"stagebar--current", "stagebar--done", "stagebar--todo", "stagebar--muted"}
     _shown: tuple[object, ...] = ()
-    _text: tuple[str, Explanation, bool] | None = None  # what render() writes: (title, stages, full names)
+    _bar: Bar | None = None  # what render() writes
 
     def render(self) -> Text:
         # built here, not in show(): a new theme repaints the bar, in its colours (qkv.tcss)
-        return self._line(*self._text) if self._text is not None else Text()
+        return self._line(self._bar) if self._bar is not None else Text()
 
     def show(self, title: str, ex: Explanation, width: int) -> None:
-        # The title tells scenarios apart ("I love AI" from "I love AI, causal"), so it outranks the
-        # other stages' names: a narrow terminal first names only the stage being computed (the others
-        # keep their keys), then shortens the title; it goes only when not even a few letters of it fit
         if (title, ex.stages, width) == self._shown:  # it changes only with the stage
             return
         self._shown = (title, ex.stages, width)
-        title = pictured(title)
-        text = ("", ex, False)
-        for full_names, least in ((True, cell_len(title)), (False, cell_len(title)), (False, TITLE_FLOOR)):
-            stages = self._line("", ex, full_names)
-            room = width - stages.cell_len - 4  # the title's padding and the gap after it
-            if room >= min(least, cell_len(title)):
-                text = (shorten(title, room), ex, full_names)
-                break
-        self._text = text
+        self._bar = fit_bar(pictured(title), ex.stages, width)
         self.refresh()  # its size is fixed by CSS: no layout pass
 
-    def _line(self, title: str, ex: Explanation, full_names: bool) -> Text:
+    def _line(self, bar: Bar) -> Text:
         text = Text(no_wrap=True, overflow="ellipsis")
         muted = self.look("muted")
-        if title:
-            text.append(f" {title} ", style="bold")
+        if bar.title:
+            text.append(f" {bar.title} ", style="bold")
             text.append("  ")
-        for i, (label, state) in enumerate(ex.stages):
+        for i, (label, state) in enumerate(bar.pieces):
             if i:
-                text.append(" › ", style=muted)
+                text.append(SEPARATOR, style=muted)
             if state == "current":
                 text.append(f" {label} ", style=self.look(state))
             else:
-                text.append(label if full_names else label.split()[0], style=self.look(state))
+                text.append(label, style=self.look(state))
         return text
 
 
 class FormulaLine(Static, Styled):
     """softmax(QKᵀ/√dₖ)V with the part being computed marked, and where we are.
 
-    A narrow terminal gets the same facts in fewer cells: tighter gaps, the formula without
-    the parts not being computed after V, shorter flags and head name, and at last no formula.
-    Where we are (stage, operation, head) is never cut.
+    What fits a width is display/status_line.py's rule; where we are (stage, operation, layer,
+    head) is never cut.
     """
 
     PREFIX = "formula"
     COMPONENT_CLASSES: ClassVar[set[str]] = {"formula--muted", "formula--formula", "formula--active",
                                              "formula--stage", "formula--head"}
-    _text: tuple[Explanation, str, tuple[str, str] | None, Fit] | None = None  # what render() writes
+    _pieces: list[Piece] | None = None  # what render() writes
 
     def render(self) -> Text:
         # built here, not in show(): a new theme repaints the line, in its colours (qkv.tcss)
-        return self._line(*self._text) if self._text is not None else Text()
-
-    def show(self, ex: Explanation, flags: str = "", width: int = 1_000) -> None:
-        name, _, count = ex.head_label.rpartition(" (")
-        head = (pictured(name), f"({count}") if ex.head_label else None
-        for fit in FITS:
-            if self._line(ex, flags, head, fit).cell_len <= width:
-                break
-        self._text = (ex, flags, head, fit)
-        self.refresh()  # its size is fixed by CSS: no layout pass
-
-    def _line(self, ex: Explanation, flags: str, head: tuple[str, str] | None, fit: Fit) -> Text:
         text = Text(no_wrap=True, overflow="ellipsis")
-        text.append(" ")
-        if fit.formula:
-            after_v = False
-            for piece, active in ex.formula:
-                if after_v and not fit.tail and not active:
-                    continue
-                text.append(piece, style=self.look("active" if active else "formula"))
-                after_v = after_v or piece == "V"
-            text.append(fit.gap)
-        text.append(ex.stage_label, style=self.look("stage"))
-        text.append(" · ")
-        text.append(ex.counter, style="bold")
-        if head is not None:
-            text.append(" · ")
-            text.append(f"{shorten(head[0], fit.name) if fit.name else head[0]} {head[1]}", style=self.look("head"))
-        if flags:
-            if fit.compact_flags:
-                flags = flags.replace(" dp", "dp").replace(" · ", "·")
-            text.append(f"{fit.gap}[{flags}]", style=self.look("muted"))
+        for piece, look in self._pieces or ():
+            text.append(piece, style="bold" if look == "bold" else self.look(look) if look else "")
         return text
 
-
-@dataclass(frozen=True)
-class Fit:
-    """One way of writing the formula line, from roomiest to tightest."""
-
-    gap: str = "   "  # between the formula, where we are, and the flags
-    tail: bool = True  # the formula's parts after V (→ concat·W_O) even when not being computed
-    compact_flags: bool = False  # [3dp·by hand] rather than [3 dp · by hand]
-    name: int = 0  # cells the head's name is cut to; 0 = whole
-    formula: bool = True
-
-
-FITS = (Fit(), Fit(gap="  "), Fit(gap="  ", tail=False), Fit(gap="  ", tail=False, compact_flags=True),
-        Fit(gap="  ", tail=False, compact_flags=True, name=8),
-        Fit(gap=" ", tail=False, compact_flags=True, name=4, formula=False))
+    def show(self, ex: Explanation, flags: str = "", width: int = 1_000) -> None:
+        self._pieces = fit_status(ex, flags, width)
+        self.refresh()  # its size is fixed by CSS: no layout pass
 
 
 class ExplainPanel(SyncedScrollView, Styled, can_focus=False):

@@ -132,7 +132,7 @@ class HelpScreen(PageScreen):
                 continue
             if key == STAGE_KEYS_ROW:  # which of the stage keys this scenario uses
                 key, what = stage_keys_row(len(self.stages))
-            keys.add_row(f"  {key}", what)
+            keys.add_row(Text(f"  {key}"), Text(what))  # Text, not markup: "[backward]" is a table's name
         parts: list[RenderableType] = [Text(f"{self.CLOSE_HINT} this help; ↑ ↓ and page down / up scroll it.\n",
                                             style="italic #8a8a8a"),
                                        Text("Keys", style="bold underline"), keys,
@@ -155,7 +155,7 @@ class HelpScreen(PageScreen):
             ("−∞", "#6c6c6c", "a masked cell (weight exactly 0)"),
             ("blank", "", "a cell not computed yet; weights are shaded by size"),
         ):
-            legend.add_row(Text.assemble("  ", (word, style)), meaning)
+            legend.add_row(Text.assemble("  ", (word, style)), Text(meaning))
         parts += [Text("\nOn screen", style="bold underline"), legend,
                   Text(f"\n{self.CLOSE_HINT} this help.", style="italic #8a8a8a")]
         return Group(*parts)
@@ -181,7 +181,7 @@ class NotesScreen(PageScreen):
         notes.add_column(ratio=1)  # the bullet hangs: wrapped lines line up after "• "
         for title, body in NOTES:
             notes.add_row("•", Text(title, style="bold #ffd75f"))
-            notes.add_row("", body + "\n")
+            notes.add_row("", Text(body + "\n"))  # Text, not markup: a note names tables ([rope])
         return Group(Text("Notes from the page", style="bold underline"),
                      Text(f"{self.CLOSE_HINT} these notes.\n", style="italic #8a8a8a"), notes)
 
