@@ -11,10 +11,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-import pytest
-from hypothesis import settings
+from tests.blas_pin import pin_kernels
 
-from qkv_tui.edges.cli import main
+pin_kernels()  # before anything below loads NumPy
+
+import pytest  # noqa: E402  (after the pin: nothing may load NumPy before it)
+from hypothesis import settings  # noqa: E402
+
+from qkv_tui.edges.cli import main  # noqa: E402
 
 # The suite gates every landing: the same generated examples on every run, so a red run means a
 # change broke something, never that a new random draw found an old bug. To hunt for new cases,
