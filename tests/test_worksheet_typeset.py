@@ -251,7 +251,8 @@ def test_errors_are_one_line(cli: Callable[..., Run], tmp_path: Path, monkeypatc
     says(["--export", "worksheet", "--format", "pdf", "-o", str(missing), "i_love_ai"],
          f"{missing}: cannot write the worksheet: No such file or directory")
     says(["--export", "worksheet", "--format", "html", "-o", str(tmp_path), "i_love_ai"],
-         f"{tmp_path}: cannot write the worksheet: Is a directory")
+         f"{tmp_path}: --output is a directory, not a regular file; expected a new file or a regular file to replace"
+         " (leave out --output to write to standard output)")  # refused before anything is computed (edges/cli.py)
     monkeypatch.setitem(sys.modules, "typst", None)  # not installed
     says(["--export", "worksheet", "--format", "pdf", "-o", str(tmp_path / "x.pdf"), "i_love_ai"],
          "--format pdf needs the typst package: pip install 'qkv-tui[pdf]'")

@@ -23,7 +23,7 @@ from qkv_tui.core.scenario import BoolMatrix, Head, Matrix, Scenario, ScenarioEr
 from qkv_tui.core.variants import Norm, QKNorm, Rope, Vector
 from qkv_tui.kernels.attention import Forward, QKNormHead, Turn, head_forward, project
 from qkv_tui.kernels.attention import frozen as _frozen
-from qkv_tui.kernels.deltanet import DeltaForward, gates
+from qkv_tui.kernels.deltanet import DeltaForward, decay_rate, gates
 from qkv_tui.kernels.deltanet_parts import Around, AroundSpec
 from qkv_tui.kernels.linear import LinearForward, LinearSpec, zero_row
 from qkv_tui.kernels.mla import MlaHead, mla_head, mla_shared
@@ -447,8 +447,7 @@ def _deltanet_hint(sc: Scenario, h: int, what: str) -> str:
     if what in ("g", "e^g"):
         if dn.A_log is None:  # g given: the loader keeps it finite and <= 0, so e^g <= 1
             return "expected a smaller g"
-        with np.errstate(over="ignore"):
-            rate = float(np.exp(dn.A_log[h]))
+        rate = float(decay_rate(dn.A_log)[h])
         if not math.isfinite(rate):
             return (f"expected a smaller A_log (e^A_log, the decay's rate, is past float64 for A_log ="
                     f" {dn.A_log[h]:g}: g = −e^A_log·softplus(X̂·W_a + dt_bias))")

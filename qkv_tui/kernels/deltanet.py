@@ -52,6 +52,12 @@ def l2_rows(x: Matrix, policy: Policy = EXACT) -> tuple[Matrix, Matrix, Matrix]:
     return sq, root, policy.table(x / root[:, None])
 
 
+def decay_rate(A_log: Matrix) -> Matrix:
+    """e^{A_log}, the rate in g = −e^{A_log}·softplus(…): ∞ (without a warning) where A_log is past float64's."""
+    with np.errstate(over="ignore"):
+        return np.exp(A_log)
+
+
 def gates(X: Matrix, W_a: Matrix, W_b: Matrix | None, A_log: Matrix, dt_bias: Matrix,
           policy: Policy = EXACT) -> tuple[Matrix, Matrix]:
     """(g, β) for every token and head as Qwen3-Next computes them: g = −e^{A_log}·softplus(X·W_a + dt_bias),
