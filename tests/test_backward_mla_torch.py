@@ -1,4 +1,4 @@
-"""[backward] through [mla] (core/gradients.py, kernels/backward_mla.py) against torch.autograd on DeepSeek's
+"""[backward] through [mla] (core/gradients.py, kernels/mla_backward.py) against torch.autograd on DeepSeek's
 latent attention written again here in PyTorch (float64), to 1e-9, on generated scenarios: both query forms,
 kv_norm and q_norm on and off, with and without W_O, the pre-norm, RoPE and a soft-cap. Central finite
 differences are a second check, and the SGD steps are checked against torch.optim.SGD."""

@@ -1,8 +1,8 @@
 """The backward pass of a scenario: every gradient of docs/scenario-format.md, "[backward]", exact (float64).
 
 It reads the forward pass the engine kept (core/engine.py's Computation) and walks it backwards:
-the loss and dO, W_O, each head (kernels/backward.py), QK-norm and the projections, the three paths
-into X̂, and the pre-norm (kernels/backward_norm.py).
+the loss and dO, W_O, each head (kernels/attention_backward.py), QK-norm and the projections, the three paths
+into X̂, and the pre-norm (kernels/norm_backward.py).
 """
 
 from __future__ import annotations
@@ -16,11 +16,11 @@ from qkv_tui.core.engine import Computation, HeadResult, turn_of
 from qkv_tui.core.scenario import Matrix, Scenario
 from qkv_tui.core.variants import Vector
 from qkv_tui.kernels.attention import Turn
-from qkv_tui.kernels.backward import AttendBack, GateBack, attend_backward, gate_backward, rotate_back
-from qkv_tui.kernels.backward_mla import MlaBack, mla_backward
-from qkv_tui.kernels.backward_norm import norm_backward
+from qkv_tui.kernels.attention_backward import AttendBack, GateBack, attend_backward, gate_backward, rotate_back
 from qkv_tui.kernels.deltanet_backward import DeltaBack, GatesBack, deltanet_backward, gates_backward
 from qkv_tui.kernels.linear_backward import LinearBack, linear_backward
+from qkv_tui.kernels.mla_backward import MlaBack, mla_backward
+from qkv_tui.kernels.norm_backward import norm_backward
 from qkv_tui.kernels.policy import EXACT, ByHand, Policy
 from qkv_tui.kernels.sharing import kv_owners
 
@@ -161,7 +161,7 @@ def gradients(comp: Computation, policy: Policy | None = None, trig: Mapping[int
 
 def _mla_gradients(comp: Computation, parts: list[_Part], loss: float | None, dO: Matrix, d_concat: Matrix,
                    dW_O: Matrix | None, db_O: Vector | None, p: Policy, trig: Turn | None = None) -> Gradients:
-    """[mla]: each head's softmax part as any head's, then the latent layer (kernels/backward_mla.py) to X̂.
+    """[mla]: each head's softmax part as any head's, then the latent layer (kernels/mla_backward.py) to X̂.
 
     A head's dQ and dK are at its q = [q_C | q_R] and k = [k_C | k_R] before the turn (dK holds this head's own
     share of the shared k_R); its dW_Q, dW_K, dW_V are against the multiplied-through weights its Head holds

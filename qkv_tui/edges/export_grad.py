@@ -13,7 +13,7 @@ from qkv_tui.core.gradients import Gradients, HeadGrad, KVGrad, gradients
 from qkv_tui.core.scenario import Matrix, Scenario, ScenarioError
 from qkv_tui.core.toml_text import number as fmt_lr
 from qkv_tui.core.training import steps
-from qkv_tui.kernels.backward_mla import MlaBack
+from qkv_tui.kernels.mla_backward import MlaBack
 
 
 class Writer(Protocol):

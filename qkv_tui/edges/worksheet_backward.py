@@ -34,8 +34,8 @@ from qkv_tui.edges.worksheet_backward_mla import (
 from qkv_tui.edges.worksheet_backward_qk_all import qk_all, qk_all_covered, qk_all_tables
 from qkv_tui.edges.worksheet_backward_state import linear_tables, linear_weights, printed_linear
 from qkv_tui.kernels.attention import Turn
-from qkv_tui.kernels.backward_norm import row_means
 from qkv_tui.kernels.norm import Normed, norm_root
+from qkv_tui.kernels.norm_backward import row_means
 from qkv_tui.kernels.policy import PrintedPage, round_to
 from qkv_tui.teach.stages.common import Stage, StageSpec
 from qkv_tui.teach.stages.printed import PrintedCells, PrintedChain, Table, exact, idx, kv_owners
@@ -272,7 +272,7 @@ def _weight_tables(t: Add, chain: PrintedChain, h: int, G: Gradients, xq: str, x
 
 
 def _softmax_tables(t: Add, chain: PrintedChain, pcomp: Computation, h: int, hg: HeadGrad) -> None:
-    """One softmax head from dO_h to dQ and dK at what is scored (kernels/backward.py's attend_backward)."""
+    """One softmax head from dO_h to dQ and dK at what is scored (kernels/attention_backward.py's attend_backward)."""
     sc = chain.sc
     hr, a, r = pcomp.heads[h], hg.attend, chain.rounded
     rows, keys = sc.labels, sc.key_labels
@@ -299,7 +299,7 @@ def _softmax_tables(t: Add, chain: PrintedChain, pcomp: Computation, h: int, hg:
 
 def _qk_tables(t: Add, chain: PrintedChain, pcomp: Computation, h: int, mine: bool, dQ_t: Matrix, dK_t: Matrix,
                hg: HeadGrad) -> None:
-    """QK-norm read backwards for head ``h`` (kernels/backward_norm.py's norm_backward, over each head's columns)."""
+    """QK-norm read backwards for head ``h`` (kernels/norm_backward.py's norm_backward, over each head's columns)."""
     sc = chain.sc
     qk = sc.qk_norm
     assert qk is not None
@@ -327,7 +327,7 @@ def _qk_tables(t: Add, chain: PrintedChain, pcomp: Computation, h: int, mine: bo
 
 
 def _norm_tables(t: Add, norm: NormResult, sc: Scenario, G: Gradients, d: int) -> None:
-    """The pre-norm read backwards (kernels/backward_norm.py's norm_backward)."""
+    """The pre-norm read backwards (kernels/norm_backward.py's norm_backward)."""
     assert sc.norm is not None
     dm = idx(sc.X.shape[1])
     rows = sc.labels

@@ -1,6 +1,6 @@
 """[mla]'s backward tables on the worksheet: below each head's softmax part, the latent layer read backwards.
 
-The numbers are core/gradients.py's (kernels/backward_mla.py's mla_backward) run on the printed forward pass
+The numbers are core/gradients.py's (kernels/mla_backward.py's mla_backward) run on the printed forward pass
 under the page's policy, with the printed cos and sin of the shared rotary part, so each table is worked from
 tables printed before it (edges/worksheet_backward_mla_lines.py writes the key's lines). Each head's dQ and dK
 are at Q = [q_C | q_R'] and K = [k_C | k_R']: their first d_nope columns are dq_C and dk_C, the rest the
@@ -15,7 +15,7 @@ from dataclasses import replace
 from qkv_tui.core.engine import HeadResult
 from qkv_tui.core.scenario import Scenario
 from qkv_tui.kernels.attention import Turn
-from qkv_tui.kernels.backward_mla import MlaBack
+from qkv_tui.kernels.mla_backward import MlaBack
 from qkv_tui.teach.stages.printed import PrintedChain, idx
 
 Add = Callable[..., None]  # adds one table: key, name, heading, values, rows, cols, head, allow

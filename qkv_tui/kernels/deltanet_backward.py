@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from qkv_tui.kernels.backward import row_dots
+from qkv_tui.kernels.attention_backward import row_dots
 from qkv_tui.kernels.deltanet import DeltaForward
 from qkv_tui.kernels.policy import EXACT, Policy
 from qkv_tui.kernels.stats import Matrix

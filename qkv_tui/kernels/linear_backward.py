@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from qkv_tui.kernels.backward import row_dots
+from qkv_tui.kernels.attention_backward import row_dots
 from qkv_tui.kernels.linear import LinearForward, safe
 from qkv_tui.kernels.policy import EXACT, Policy
 from qkv_tui.kernels.stats import Matrix

@@ -21,7 +21,7 @@ import numpy as np
 from qkv_tui.core.engine import Computation, HeadResult
 from qkv_tui.core.fmt import fmt, vector
 from qkv_tui.core.scenario import Matrix
-from qkv_tui.kernels.backward import row_dots
+from qkv_tui.kernels.attention_backward import row_dots
 from qkv_tui.kernels.deltanet import L2_EPS, decay_mask
 from qkv_tui.kernels.deltanet_parts import Convolved
 from qkv_tui.kernels.policy import EXACT, ByHand

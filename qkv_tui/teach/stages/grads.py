@@ -36,7 +36,7 @@ def has_backward(trace: TraceContext) -> bool:
 
 
 def kept(trace: TraceContext, x: Matrix) -> Matrix:
-    """A table as the backward pass kept it: by hand, written down rounded (kernels/backward.py does the same)."""
+    """A table as the backward pass kept it: by hand, written down rounded (kernels/attention_backward.py does the same)."""
     return x if trace.hand is None else round_to(x, trace.hand)
 
 

@@ -5,9 +5,9 @@ backward cells. Their forward twins are in the same modules; this one only holds
 from __future__ import annotations
 
 from qkv_tui.core.scenario import Matrix
-from qkv_tui.kernels.backward_mla import MlaBack
-from qkv_tui.kernels.backward_norm import row_means
+from qkv_tui.kernels.mla_backward import MlaBack
 from qkv_tui.kernels.norm import Normed
+from qkv_tui.kernels.norm_backward import row_means
 from qkv_tui.teach.stages import mla_parts as parts
 from qkv_tui.teach.stages.common import Operation, Ref, Segment
 from qkv_tui.teach.stages.context import TraceContext

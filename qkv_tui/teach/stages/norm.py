@@ -12,8 +12,8 @@ import numpy as np
 from qkv_tui.core.engine import Computation
 from qkv_tui.core.fmt import BIG, fmt, is_integral, operand
 from qkv_tui.core.scenario import Matrix
-from qkv_tui.kernels.backward_norm import row_means
 from qkv_tui.kernels.norm import normalise
+from qkv_tui.kernels.norm_backward import row_means
 from qkv_tui.teach.arith import MAX_TERMS, agrees, elide, hidden_terms, shown
 from qkv_tui.teach.arith import tries as _places
 from qkv_tui.teach.stages.common import (
@@ -299,7 +299,7 @@ def _norm_line(cells: PrintedCells, i: int, j: int, answer: str) -> str:
             f" = ({x} − {mean}) / √({var} + {eps})·{gamma}{beta} = {answer}")
 
 
-# --- the backward pass: RMSNorm and LayerNorm read backwards (kernels/backward_norm.py) -------------------------
+# --- the backward pass: RMSNorm and LayerNorm read backwards (kernels/norm_backward.py) -------------------------
 
 
 def back_stat_cell(trace: TraceContext, index: int, seg: Segment, row: int, d: int, value: float, terms: list[float],
@@ -418,7 +418,7 @@ class NormBack(BackwardSpec):
 
 
 def _back_stats(gamma: Matrix, dy: Matrix, xhat: Matrix) -> tuple[Matrix, Matrix]:
-    """Each row's m = mean(γ·dy·x̂) and ḡ = mean(γ·dy): (n,) each (kernels/backward_norm.py)."""
+    """Each row's m = mean(γ·dy·x̂) and ḡ = mean(γ·dy): (n,) each (kernels/norm_backward.py)."""
     return row_means(gamma, dy, xhat)
 
 

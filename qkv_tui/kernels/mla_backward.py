@@ -1,6 +1,6 @@
 """DeepSeek's latent attention read backwards (kernels/mla.py's forward), exact or by hand (docs/backward.md).
 
-Every head's softmax part is any head's (kernels/backward.py's attend_backward gives each head's gradients at
+Every head's softmax part is any head's (kernels/attention_backward.py's attend_backward gives each head's gradients at
 q = [q_C; q_R], k = [k_C; k_R] and v_C); this module takes them the rest of the way. The rotary key k_R is one
 matrix every head read, so its gradient is the sum of the heads' shares; the latent c_KV fed every head's k_C
 and v_C, so its gradient is the sum of those four (two per head) paths; then back through the latent norms and
@@ -15,9 +15,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from qkv_tui.kernels.attention import Turn
-from qkv_tui.kernels.backward import rotate_back
-from qkv_tui.kernels.backward_norm import norm_backward
+from qkv_tui.kernels.attention_backward import rotate_back
 from qkv_tui.kernels.mla import MlaShared, MlaWeights
+from qkv_tui.kernels.norm_backward import norm_backward
 from qkv_tui.kernels.policy import EXACT, Policy
 from qkv_tui.kernels.stats import Matrix
 

@@ -1,6 +1,6 @@
 """One head's backward pass: the exact gradient of kernels/attention.py's head_forward, by hand in NumPy
 (docs/backward.md). It runs from the gradient at what Concat joins back to the gradients at what RoPE
-turns; kernels/backward_norm.py takes them through QK-norm and the pre-norm.
+turns; kernels/norm_backward.py takes them through QK-norm and the pre-norm.
 
 Every step is the chain rule on one forward operation, read backwards: Mix (dV = Pᵀ·dO, dP = dO·Vᵀ), the
 softmax's Jacobian (dS = P ⊙ (dP − D), D = rowsum(dO ⊙ O)), the soft-cap, the scale, Score

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from qkv_tui.kernels.backward import row_dots
+from qkv_tui.kernels.attention_backward import row_dots
 from qkv_tui.kernels.policy import EXACT, Policy
 from qkv_tui.kernels.stats import Matrix
 
