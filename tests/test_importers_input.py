@@ -17,7 +17,7 @@ from qkv_tui.core.scenario import ScenarioError, parse_scenario
 from qkv_tui.display.view import View
 from qkv_tui.edges.export_markdown import to_markdown
 from qkv_tui.edges.export_toml import to_toml
-from qkv_tui.edges.worksheet import to_worksheet
+from qkv_tui.edges.worksheet.make import to_worksheet
 from qkv_tui.importers import expand_model
 from qkv_tui.teach.stepper import Position
 from qkv_tui.teach.trace import Trace

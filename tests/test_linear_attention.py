@@ -253,7 +253,7 @@ def test_one_clean_line(case: str, cli, write) -> None:
                                     BASE + CAUSAL + HEAD + '[linear]\nfeature = "relu"\nnormalize = false\n'],
                          ids=["linear", "deltanet", "deltanet_weights", "relu_unnormalised"])
 def test_worksheets_answer_keys_check_out(source: str) -> None:
-    from qkv_tui.edges.worksheet import build
+    from qkv_tui.edges.worksheet.make import build
 
     from .test_calculator import assert_holds, check_text
 

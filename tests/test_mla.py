@@ -303,7 +303,7 @@ def _evaluate(expr: str) -> float:
 @pytest.mark.parametrize(("name", "decimals"), [("mla", 3), ("mla", 1), ("mla", 4), ("norms", 3), ("norms", 2)])
 def test_worksheet_answer_key_recomputes(name: str, decimals: int) -> None:
     """Every blank has its line, and each line's numbers give its answer within one unit of the last digit."""
-    from qkv_tui.edges.worksheet import build
+    from qkv_tui.edges.worksheet.make import build
 
     text = random_mla(4, n=3, d_model=4, H=2, d_c=2, d_nope=1, d_rope=2, d_v=2)[0] if name == "norms" else None
     comp = compute(load_scenario("mla") if text is None else parse_scenario(text, "m.toml"))

@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 from qkv_tui import compute
 from qkv_tui.core.engine import Computation
 from qkv_tui.core.scenario import parse_scenario
-from qkv_tui.edges.worksheet_chain import Table, chain, kv_owners
+from qkv_tui.edges.worksheet.chain import Table, chain, kv_owners
 from qkv_tui.teach.handcalc import compute_hand
 
 from .variants_cases import ModernCase, modern_cases, reference

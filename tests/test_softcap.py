@@ -28,7 +28,7 @@ from qkv_tui.display.view import View
 from qkv_tui.edges.export_json import write_json
 from qkv_tui.edges.export_markdown import to_markdown
 from qkv_tui.edges.export_toml import to_toml
-from qkv_tui.edges.worksheet import to_worksheet
+from qkv_tui.edges.worksheet.make import to_worksheet
 from qkv_tui.teach.decode import SCHEDULES, decode
 from qkv_tui.teach.handcalc import compute_hand, round_to
 from qkv_tui.teach.tiled import tiled

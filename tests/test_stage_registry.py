@@ -6,7 +6,7 @@ from qkv_tui import compute, load_scenario
 from qkv_tui.core.scenario import Matrix
 from qkv_tui.display.view import View
 from qkv_tui.edges.export_markdown import to_markdown
-from qkv_tui.edges.worksheet import build
+from qkv_tui.edges.worksheet.make import build
 from qkv_tui.teach import stages
 from qkv_tui.teach.quiz import questions
 from qkv_tui.teach.stages.common import Key, Operation, Plan, Ref, Segment, Stage, StageSpec

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from qkv_tui import compute, load_scenario
 from qkv_tui.core.engine import Computation
 from qkv_tui.core.scenario import parse_scenario
-from qkv_tui.edges.worksheet import build, parse_blanks
+from qkv_tui.edges.worksheet.make import build, parse_blanks
 
 from .conftest import SCENARIOS, Run
 from .strategies import Case, cases

@@ -18,9 +18,9 @@ from qkv_tui.core.engine import compute
 from qkv_tui.core.scenario import load_scenario
 from qkv_tui.edges.arithmetic import arithmetic_policy
 from qkv_tui.edges.cli import main
-from qkv_tui.edges.worksheet import build
-from qkv_tui.edges.worksheet_sheet import sheet
-from qkv_tui.edges.worksheet_typst import source
+from qkv_tui.edges.worksheet.make import build
+from qkv_tui.edges.worksheet.render.typst import source
+from qkv_tui.edges.worksheet.sheet import sheet
 
 from .strategies_backward import backward_scenarios
 from .strategies_latent_state import EXTREME

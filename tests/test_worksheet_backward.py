@@ -1,4 +1,4 @@
-"""The backward worksheet (edges/worksheet_backward.py): blanks and key for the backward tables, only for
+"""The backward worksheet (edges/worksheet/backward/tables.py): blanks and key for the backward tables, only for
 scenarios with [backward], every key line checking out on a calculator (tests/arith_check.py)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import pytest
 
 from qkv_tui.core.engine import compute
 from qkv_tui.core.scenario import load_scenario
-from qkv_tui.edges.worksheet import build
+from qkv_tui.edges.worksheet.make import build
 
 from .arith_check import check
 

@@ -1,6 +1,6 @@
 """Backward worksheets beyond the plain softmax head: [linear] (both normalisations, each feature map;
-edges/worksheet_backward_state.py), [mla] (edges/worksheet_backward_mla.py) and QK-norm over every head's columns
-(edges/worksheet_backward_qk_all.py), with the checks of tests/test_worksheet_backward_variants.py: every key
+edges/worksheet/backward/state.py), [mla] (edges/worksheet/backward/mla.py) and QK-norm over every head's columns
+(edges/worksheet/backward/qk_all.py), with the checks of tests/test_worksheet_backward_variants.py: every key
 answer is core/gradients.py's gradient on the printed page, every blank's operands are printed before it, every
 key line checks out on a calculator, and the typeset PDF holds the key on its key pages and no blanked answer on
 its question pages. What the page still leaves to the app says so in its rule."""
@@ -12,8 +12,8 @@ import pytest
 
 from qkv_tui.core.engine import compute
 from qkv_tui.core.scenario import Scenario, load_scenario, parse_scenario
-from qkv_tui.edges.worksheet import build
-from qkv_tui.edges.worksheet_backward import covered
+from qkv_tui.edges.worksheet.backward.tables import covered
+from qkv_tui.edges.worksheet.make import build
 
 from .test_backward_torch import _builtin, shape_of, with_backward
 from .test_worksheet_backward_variants import assert_backward_key_on_key_pages_only, check_page

@@ -1,4 +1,4 @@
-"""Backward worksheets of every variant (edges/worksheet_backward.py): every key answer is core/gradients.py's
+"""Backward worksheets of every variant (edges/worksheet/backward/tables.py): every key answer is core/gradients.py's
 gradient on the printed page, rounded as printed; every blank's operands are printed or earlier answers; every
 key line checks out on a calculator; the typeset PDF holds the key on its key pages and no blanked answer on
 its question pages. On every built-in that has a backward pass (a target appended where it has none) and on
@@ -19,13 +19,13 @@ from qkv_tui.core.engine import compute
 from qkv_tui.core.fmt import fmt
 from qkv_tui.core.gradients import Gradients, gradients
 from qkv_tui.core.scenario import Scenario, parse_scenario
-from qkv_tui.edges import worksheet_page as md
-from qkv_tui.edges.worksheet import Worksheet, build
-from qkv_tui.edges.worksheet_backward import PageBackward, covered, page_trig, printed_computation
-from qkv_tui.edges.worksheet_backward_lines import line
-from qkv_tui.edges.worksheet_chain import Table
-from qkv_tui.edges.worksheet_sheet import sheet
-from qkv_tui.edges.worksheet_working import Working
+from qkv_tui.edges.worksheet.render import markdown as md
+from qkv_tui.edges.worksheet.backward.lines import line
+from qkv_tui.edges.worksheet.backward.tables import PageBackward, covered, page_trig, printed_computation
+from qkv_tui.edges.worksheet.chain import Table
+from qkv_tui.edges.worksheet.make import Worksheet, build
+from qkv_tui.edges.worksheet.sheet import sheet
+from qkv_tui.edges.worksheet.working import Working
 from qkv_tui.teach.stages.printed import PrintedChain
 from qkv_tui.teach.trace import Trace
 
@@ -218,7 +218,7 @@ def assert_backward_key_on_key_pages_only(ws: Any) -> None:
 
     import pypdf
 
-    from qkv_tui.edges.worksheet_typst import pdf, source
+    from qkv_tui.edges.worksheet.render.typst import pdf, source
 
     texts = [page.extract_text() for page in pypdf.PdfReader(io.BytesIO(pdf(source(sheet(ws))))).pages]
     start = next(n for n, text in enumerate(texts) if text.startswith("Answer key"))

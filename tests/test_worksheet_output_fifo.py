@@ -1,5 +1,5 @@
 """``--export worksheet -o FIFO`` is refused in one line and never waits for a reader: the worksheet's own writer
-(edges/worksheet_export.py) stats its targets and opens them non-blocking, whatever the command line checked
+(edges/worksheet/export.py) stats its targets and opens them non-blocking, whatever the command line checked
 before it. The write runs in a thread, so a regression fails here by its timeout instead of hanging the suite."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import pytest
 
 from qkv_tui.core.engine import compute
 from qkv_tui.core.scenario import load_scenario
-from qkv_tui.edges.worksheet import build
-from qkv_tui.edges.worksheet_export import OutputError, key_path, write
+from qkv_tui.edges.worksheet.export import OutputError, key_path, write
+from qkv_tui.edges.worksheet.make import build
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no named pipes here")
 TIMEOUT = 20.0  # seconds: the write takes well under one; a blocked open never returns

@@ -17,9 +17,9 @@ from hypothesis import strategies as st
 
 from qkv_tui.core.engine import compute
 from qkv_tui.core.scenario import Scenario, load_scenario
-from qkv_tui.edges.worksheet import build
-from qkv_tui.edges.worksheet_math import to_mathml, to_typst
-from qkv_tui.edges.worksheet_sheet import sheet
+from qkv_tui.edges.worksheet.make import build
+from qkv_tui.edges.worksheet.render.formulas import to_mathml, to_typst
+from qkv_tui.edges.worksheet.sheet import sheet
 
 from .test_backward_torch import SCENARIOS
 from .test_worksheet_backward_state import scenario as state_scenario
@@ -65,7 +65,7 @@ def defects(data: bytes) -> list[str]:
 
 
 def pdf_of(sc: Scenario) -> bytes:
-    from qkv_tui.edges.worksheet_typst import pdf, source
+    from qkv_tui.edges.worksheet.render.typst import pdf, source
 
     return pdf(source(sheet(build(compute(sc), "100%"))))
 
@@ -83,7 +83,7 @@ def test_every_variants_backward_tables_typeset_as_math(name: str) -> None:
 
 def test_the_checks_find_each_defect_the_old_pages_had() -> None:
     """Each pattern above finds what it is for, set as the old writer set it."""
-    from qkv_tui.edges.worksheet_typst import pdf
+    from qkv_tui.edges.worksheet.render.typst import pdf
 
     old = ('#set text(font: "New Computer Modern", size: 10pt)\n'
            '#"D = rowsum(dO_h ⊙ output)" \\ $S\' _ "love"$ \\ $W_("Qᵀ")$ \\ $"at"["I", 1]$ \\ $β["I"]("the" "state")$')
@@ -116,7 +116,7 @@ def test_mathml_keeps_the_same_space_and_hat() -> None:
 
 
 def test_double_hyphens_are_not_set_as_a_dash() -> None:
-    from qkv_tui.edges.worksheet_typst import _text
+    from qkv_tui.edges.worksheet.render.typst import _text
 
     assert _text("the app and --export markdown").startswith("#text(ligatures: false")
 
@@ -129,8 +129,8 @@ NOTATION = "ab_{}[]()|⊙'′ᵀₖ^ Σ√·=−-1.e\u0302XQW,:\"\\#$*<>"
 def test_any_text_parses_and_typesets(texts: list[str]) -> None:
     """Labels and descriptions are anyone's text: whatever the notation's characters make (a ``^`` that ends the
     text, a lone ``√``, ``(ₖ``, braces around a half bracket), the formula is parsed and Typst takes it."""
-    from qkv_tui.edges.worksheet_math import pieces
-    from qkv_tui.edges.worksheet_typst import pdf
+    from qkv_tui.edges.worksheet.render.formulas import pieces
+    from qkv_tui.edges.worksheet.render.typst import pdf
 
     for text in texts:
         to_mathml(text)

@@ -20,11 +20,11 @@ import pypdf  # the test extra pins it and typst (the pdf extra): CI typesets ev
 import pytest
 
 from qkv_tui import compute, load_scenario
-from qkv_tui.edges import worksheet_page as md
-from qkv_tui.edges.worksheet import build
-from qkv_tui.edges.worksheet_export import key_path
-from qkv_tui.edges.worksheet_math import pieces
-from qkv_tui.edges.worksheet_sheet import intro, sheet
+from qkv_tui.edges.worksheet.render import markdown as md
+from qkv_tui.edges.worksheet.export import key_path
+from qkv_tui.edges.worksheet.make import build
+from qkv_tui.edges.worksheet.render.formulas import pieces
+from qkv_tui.edges.worksheet.sheet import intro, sheet
 
 from .conftest import SCENARIOS, Run
 
@@ -78,9 +78,9 @@ def test_pdf_text_matches_the_answer_key(cli: Callable[..., Run], tmp_path: Path
 @pytest.mark.parametrize("path", SCENARIOS, ids=lambda p: p.stem)
 def test_every_builtin_typesets(path: Path) -> None:
     """Every formula of every built-in's page parses and compiles, every blank filled in the key (100%)."""
-    from qkv_tui.edges.worksheet import WorksheetError
-    from qkv_tui.edges.worksheet_math import parse
-    from qkv_tui.edges.worksheet_typst import pdf, source
+    from qkv_tui.edges.worksheet.make import WorksheetError
+    from qkv_tui.edges.worksheet.render.formulas import parse
+    from qkv_tui.edges.worksheet.render.typst import pdf, source
 
     try:
         ws = build(compute(load_scenario(path)), "100%")
@@ -269,7 +269,7 @@ def test_pdf_on_a_terminal_is_refused(cli: Callable[..., Run], monkeypatch: pyte
 def test_a_power_of_a_bracketed_index_is_set_as_math() -> None:
     import typst
 
-    from qkv_tui.edges.worksheet_math import to_mathml, to_typst
+    from qkv_tui.edges.worksheet.render.formulas import to_mathml, to_typst
 
     formula = to_typst("q[AI,1] = Q[AI,1] / √(ΣQ[AI]² + 1e-6) / √2")  # the deltanet page's normalise line
     assert "Op(" not in formula and ']^(2)' in formula
@@ -279,7 +279,7 @@ def test_a_power_of_a_bracketed_index_is_set_as_math() -> None:
 
 def test_a_page_typst_refuses_is_one_line(cli: Callable[..., Run], tmp_path: Path,
                                           monkeypatch: pytest.MonkeyPatch) -> None:
-    from qkv_tui.edges import worksheet_typst
+    from qkv_tui.edges.worksheet.render import typst as worksheet_typst
 
     monkeypatch.setattr(worksheet_typst, "source", lambda page, part="all": "$(\n")  # a formula written wrong
     run = cli("--export", "worksheet", "--format", "pdf", "-o", str(tmp_path / "x.pdf"), "i_love_ai")

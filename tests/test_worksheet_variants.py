@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from qkv_tui import compute, load_scenario
 from qkv_tui.core.engine import Computation
 from qkv_tui.core.scenario import parse_scenario
-from qkv_tui.edges.worksheet import WorksheetError, build
+from qkv_tui.edges.worksheet.make import WorksheetError, build
 
 from .conftest import MODEL_SCENARIOS, SCENARIOS, SOFTMAX_SCENARIOS, Run
 from .test_calculator import UnparsableError, check_text, evaluate

@@ -109,7 +109,7 @@ def gradients(comp: Computation, policy: Policy | None = None, trig: Mapping[int
     was worked by hand, worked by hand as well (each product and each table written down rounded).
 
     A worksheet passes its own ``policy`` (each table from the printed ones, rounded once) and ``trig``, RoPE's
-    cos and sin by d_k as its page prints them (edges/worksheet_backward.py), and ``latent_trig``, [mla]'s shared
+    cos and sin by d_k as its page prints them (edges/worksheet/backward/tables.py), and ``latent_trig``, [mla]'s shared
     rotary part's."""
     sc = comp.scenario
     p: Policy = EXACT if comp.hand_decimals is None else ByHand(comp.hand_decimals)

@@ -58,8 +58,8 @@ def _export_toml(scenario: Scenario, out: TextIO) -> None:
 
 def _export_worksheet(scenario: Scenario, out: TextIO, blanks: str = "25%", seed: int = 0,
                       fmt: str = "markdown", separate: bool = False, output: str | None = None) -> None:
-    from qkv_tui.edges.worksheet import WorksheetError, build
-    from qkv_tui.edges.worksheet_export import write
+    from qkv_tui.edges.worksheet.export import write
+    from qkv_tui.edges.worksheet.make import WorksheetError, build
 
     try:
         ws = build(computed(scenario), blanks, seed)
@@ -196,7 +196,7 @@ def output_target_problem(output: str | None, separate: bool) -> str | None:
     computed, as the scenario reader refuses such a SCENARIO; None when every target is new or a regular file."""
     if output is None:
         return None
-    from qkv_tui.edges.worksheet_export import key_path
+    from qkv_tui.edges.worksheet.export import key_path
 
     targets = [Path(output), *([key_path(Path(output))] if separate else [])]
     for target in targets:
@@ -292,7 +292,7 @@ def _main(argv: list[str] | None) -> int:
         return status
     blanks = DEFAULT_BLANKS if args.blanks is None else args.blanks
     if args.export == "worksheet":
-        from qkv_tui.edges.worksheet import WorksheetError, parse_blanks
+        from qkv_tui.edges.worksheet.make import WorksheetError, parse_blanks
 
         try:
             parse_blanks(blanks)
@@ -323,8 +323,8 @@ def _main(argv: list[str] | None) -> int:
         except ScenarioError as exc:
             return _fail(exc)
         except RuntimeError as exc:  # the worksheet's own: typst not installed, a file that cannot be written
-            from qkv_tui.edges.worksheet_export import OutputError
-            from qkv_tui.edges.worksheet_typst import MissingExtraError, TypesetError
+            from qkv_tui.edges.worksheet.export import OutputError
+            from qkv_tui.edges.worksheet.render.typst import MissingExtraError, TypesetError
 
             if not isinstance(exc, OutputError | MissingExtraError | TypesetError):
                 raise

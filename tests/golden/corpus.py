@@ -19,7 +19,7 @@ from qkv_tui.display.view import Explanation, PaneSpec
 from qkv_tui.edges.export_json import write_json
 from qkv_tui.edges.export_markdown import to_markdown
 from qkv_tui.edges.export_toml import to_toml
-from qkv_tui.edges.worksheet import to_worksheet
+from qkv_tui.edges.worksheet.make import to_worksheet
 from qkv_tui.teach.stepper import Position
 
 HERE = Path(__file__).resolve().parent

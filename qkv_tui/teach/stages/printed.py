@@ -3,7 +3,7 @@
 Every computed table of a worksheet is worked from the numbers *printed* before it (rounded to the
 page's decimals), then rounded itself, so a student who works from the page lands on the printed
 number. Each stage module builds its own tables from the chain (``StageSpec.worksheet_tables``);
-``edges/worksheet_chain.py`` walks the stages and keeps the chain.
+``edges/worksheet/chain.py`` walks the stages and keeps the chain.
 """
 
 from __future__ import annotations

@@ -1,13 +1,13 @@
 """A worksheet as Markdown: the rules, the inputs, a section per stage (and head), the answer key.
 
-It lays out the blocks of :mod:`qkv_tui.edges.worksheet_sheet`, as every format does.
+It lays out the blocks of :mod:`qkv_tui.edges.worksheet.sheet`, as every format does.
 """
 
 from __future__ import annotations
 
-from qkv_tui.edges.worksheet_chain import Table
-from qkv_tui.edges.worksheet_content import BLANK, WorksheetContent
-from qkv_tui.edges.worksheet_sheet import Grid, Heading, Lines, Sheet, sheet
+from qkv_tui.edges.worksheet.chain import Table
+from qkv_tui.edges.worksheet.content import BLANK, WorksheetContent
+from qkv_tui.edges.worksheet.sheet import Grid, Heading, Lines, Sheet, sheet
 
 
 def _md(label: str) -> str:

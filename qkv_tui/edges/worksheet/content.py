@@ -1,7 +1,7 @@
 """What a worksheet holds, as data: its tables in page order and its numbered blanks.
 
-Kept apart from :mod:`qkv_tui.edges.worksheet` (which chooses the blanks) so that
-:mod:`qkv_tui.edges.worksheet_page` can render this without importing the module that calls it.
+Kept apart from :mod:`qkv_tui.edges.worksheet.make` (which chooses the blanks) so that
+:mod:`qkv_tui.edges.worksheet.render.markdown` can render this without importing the module that calls it.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 from qkv_tui.core.engine import Computation
-from qkv_tui.edges.worksheet_chain import Table, kv_owners
+from qkv_tui.edges.worksheet.chain import Table, kv_owners
 from qkv_tui.teach import stages
 from qkv_tui.teach.stages.common import StageSpec
 

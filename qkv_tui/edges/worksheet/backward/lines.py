@@ -2,7 +2,7 @@
 
 Every line is one operation of core/gradients.py written with the printed numbers it reads (tables printed
 before it, or the scenario's inputs), so a calculator gives the printed answer within one unit of its last
-digit; edges/worksheet_backward.py builds the tables these lines explain.
+digit; edges/worksheet/backward/tables.py builds the tables these lines explain.
 """
 
 from __future__ import annotations
@@ -10,13 +10,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from qkv_tui.core.scenario import Scenario
-from qkv_tui.edges.worksheet_backward_mla_lines import KINDS as MLA_KINDS
-from qkv_tui.edges.worksheet_backward_mla_lines import mla_line
-from qkv_tui.edges.worksheet_backward_names import cell_name
-from qkv_tui.edges.worksheet_backward_qk_all import KINDS as QK_ALL_KINDS
-from qkv_tui.edges.worksheet_backward_qk_all import qk_all, qk_all_line
-from qkv_tui.edges.worksheet_backward_state_lines import KINDS as LINEAR_KINDS
-from qkv_tui.edges.worksheet_backward_state_lines import linear_line
+from qkv_tui.edges.worksheet.backward.mla_lines import KINDS as MLA_KINDS
+from qkv_tui.edges.worksheet.backward.mla_lines import mla_line
+from qkv_tui.edges.worksheet.backward.names import cell_name
+from qkv_tui.edges.worksheet.backward.qk_all import KINDS as QK_ALL_KINDS
+from qkv_tui.edges.worksheet.backward.qk_all import qk_all, qk_all_line
+from qkv_tui.edges.worksheet.backward.state_lines import KINDS as LINEAR_KINDS
+from qkv_tui.edges.worksheet.backward.state_lines import linear_line
 from qkv_tui.teach.stages.printed import PrintedCells, Table, exact
 
 Ref = tuple[str, int, int]  # (table key, row, col) of a printed operand

@@ -1,9 +1,9 @@
-"""The answer key's lines of [mla]'s latent backward tables (edges/worksheet_backward_mla.py), each written with
+"""The answer key's lines of [mla]'s latent backward tables (edges/worksheet/backward/mla.py), each written with
 the printed operands it reads, so a calculator gives the printed answer."""
 
 from __future__ import annotations
 
-from qkv_tui.edges.worksheet_backward_names import cell_name
+from qkv_tui.edges.worksheet.backward.names import cell_name
 from qkv_tui.teach.stages.printed import PrintedCells, Table
 
 KINDS = ("mqR", "mkR", "mkRraw", "mcKV", "mW_UK", "mW_UV", "mW_KR", "mW_Q", "mW_DKV", "dX_in")

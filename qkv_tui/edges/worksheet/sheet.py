@@ -1,8 +1,8 @@
 """What goes on a worksheet, in page order, once for every format: the title, the rules, the sections and their
 tables, the answer key.
 
-The Markdown (:mod:`qkv_tui.edges.worksheet_page`), Typst (:mod:`qkv_tui.edges.worksheet_typst`) and HTML
-(:mod:`qkv_tui.edges.worksheet_html`) renderers each lay out this one list of blocks, so no format can print a
+The Markdown (:mod:`qkv_tui.edges.worksheet.render.markdown`), Typst (:mod:`qkv_tui.edges.worksheet.render.typst`) and HTML
+(:mod:`qkv_tui.edges.worksheet.render.html`) renderers each lay out this one list of blocks, so no format can print a
 number, a rule or a blank that the others do not. Lines keep the Markdown's own words (``- `` starts a bullet,
 two spaces continue it, an empty line ends a group): the Markdown page prints them as they are, the typeset
 pages read the same structure from them.
@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from qkv_tui.edges.worksheet_chain import Table, exact
-from qkv_tui.edges.worksheet_content import Blank, WorksheetContent
+from qkv_tui.edges.worksheet.chain import Table, exact
+from qkv_tui.edges.worksheet.content import Blank, WorksheetContent
 from qkv_tui.teach.stages.rotate import rope_notes
 
 if TYPE_CHECKING:

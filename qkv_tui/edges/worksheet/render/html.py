@@ -1,7 +1,7 @@
 """A worksheet as one self-contained HTML page: no fonts, scripts or styles fetched from anywhere.
 
-It lays out the blocks of :mod:`qkv_tui.edges.worksheet_sheet`: tables with their numbers right-aligned,
-formulas as MathML (:mod:`qkv_tui.edges.worksheet_math`; every current browser draws it), a name and date
+It lays out the blocks of :mod:`qkv_tui.edges.worksheet.sheet`: tables with their numbers right-aligned,
+formulas as MathML (:mod:`qkv_tui.edges.worksheet.render.formulas`; every current browser draws it), a name and date
 line, and a print stylesheet that starts the answer key on a new page. Every piece of text is escaped.
 """
 
@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import html
 
-from qkv_tui.edges.worksheet_content import Blank
-from qkv_tui.edges.worksheet_math import IDENTIFIER, pieces, to_mathml
-from qkv_tui.edges.worksheet_sheet import Grid, Heading, Lines, Sheet, items, minus
+from qkv_tui.edges.worksheet.content import Blank
+from qkv_tui.edges.worksheet.render.formulas import IDENTIFIER, pieces, to_mathml
+from qkv_tui.edges.worksheet.sheet import Grid, Heading, Lines, Sheet, items, minus
 
 _STYLE = """
 body { font-family: "Latin Modern Roman", "Computer Modern", Georgia, "Times New Roman", serif;

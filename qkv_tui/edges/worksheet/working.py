@@ -2,7 +2,7 @@
 
 Every line reads ``name[row,col] = what it is = the printed numbers = the answer``; typed into a
 calculator, the numbers give the answer within one unit of its last digit, because the answer was
-computed from exactly those numbers (:mod:`qkv_tui.edges.worksheet_chain`). Each stage writes the
+computed from exactly those numbers (:mod:`qkv_tui.edges.worksheet.chain`). Each stage writes the
 lines of its own tables (``worksheet_line`` in its module of :mod:`qkv_tui.teach.stages`); this holds
 the printed cells they read.
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from qkv_tui.core.scenario import Scenario
-from qkv_tui.edges.worksheet_chain import Table, kv_owners
+from qkv_tui.edges.worksheet.chain import Table, kv_owners
 from qkv_tui.teach import stages
 from qkv_tui.teach.stages.common import StageSpec
 

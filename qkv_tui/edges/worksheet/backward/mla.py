@@ -2,7 +2,7 @@
 
 The numbers are core/gradients.py's (kernels/mla_backward.py's mla_backward) run on the printed forward pass
 under the page's policy, with the printed cos and sin of the shared rotary part, so each table is worked from
-tables printed before it (edges/worksheet_backward_mla_lines.py writes the key's lines). Each head's dQ and dK
+tables printed before it (edges/worksheet/backward/mla_lines.py writes the key's lines). Each head's dQ and dK
 are at Q = [q_C | q_R'] and K = [k_C | k_R']: their first d_nope columns are dq_C and dk_C, the rest the
 rotary parts'. The latent norms (kv_norm, q_norm) and a query latent (W_DQ, W_UQ) are left to the app.
 """

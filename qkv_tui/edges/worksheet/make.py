@@ -10,11 +10,11 @@ Every stage of docs/scenario-format.md, "What is computed", has its tables: the 
 projection, RoPE's cos/sin table and Q', K', ALiBi's ``slope·(j − i)``, a sink's extra term in
 the softmax sum; heads that share a K/V head print its K and V once.
 The page order, the blanks and the answer key live here; the tables in
-:mod:`qkv_tui.edges.worksheet_chain`, which walks the stages (each builds its own tables and writes
-its cells' arithmetic, through :mod:`qkv_tui.edges.worksheet_working`),
-the Markdown in :mod:`qkv_tui.edges.worksheet_page`, which renders the content
-(:mod:`qkv_tui.edges.worksheet_content`) that this module fills. The page's blocks, which the Markdown,
-HTML and PDF all lay out, are in :mod:`qkv_tui.edges.worksheet_sheet` (docs/worksheets.md).
+:mod:`qkv_tui.edges.worksheet.chain`, which walks the stages (each builds its own tables and writes
+its cells' arithmetic, through :mod:`qkv_tui.edges.worksheet.working`),
+the Markdown in :mod:`qkv_tui.edges.worksheet.render.markdown`, which renders the content
+(:mod:`qkv_tui.edges.worksheet.content`) that this module fills. The page's blocks, which the Markdown,
+HTML and PDF all lay out, are in :mod:`qkv_tui.edges.worksheet.sheet` (docs/worksheets.md).
 """
 
 from __future__ import annotations
@@ -24,11 +24,11 @@ import random
 
 from qkv_tui.core.engine import Computation
 from qkv_tui.core.scenario import Scenario
-from qkv_tui.edges.worksheet_backward import SHEET
-from qkv_tui.edges.worksheet_chain import Table, page
-from qkv_tui.edges.worksheet_content import BLANK, Blank, Cell, WorksheetContent
-from qkv_tui.edges.worksheet_page import render
-from qkv_tui.edges.worksheet_working import Working
+from qkv_tui.edges.worksheet.backward.tables import SHEET
+from qkv_tui.edges.worksheet.chain import Table, page
+from qkv_tui.edges.worksheet.content import BLANK, Blank, Cell, WorksheetContent
+from qkv_tui.edges.worksheet.render.markdown import render
+from qkv_tui.edges.worksheet.working import Working
 from qkv_tui.teach import stages
 from qkv_tui.teach.arith import MAX_TERMS
 
@@ -120,7 +120,7 @@ def build(comp: Computation, blanks: str = DEFAULT_BLANKS, seed: int = 0, decima
     order = {t.key: n for n, t in enumerate(tables)}
     chosen.sort(key=lambda c: (order[c[0]], c[1], c[2]))
     specs = {s.stage.key: s for s in stages.REGISTRY}  # as registered now: each writes its tables' arithmetic
-    if sc.backward is not None:  # the backward tables' lines and rule (edges/worksheet_backward.py)
+    if sc.backward is not None:  # the backward tables' lines and rule (edges/worksheet/backward/tables.py)
         specs[SHEET.stage.key] = SHEET
     work = Working(sc, by_key, decimals, specs)
     result = tuple(

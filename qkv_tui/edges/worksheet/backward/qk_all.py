@@ -16,7 +16,7 @@ import numpy as np
 from qkv_tui.core.engine import Computation
 from qkv_tui.core.gradients import Gradients
 from qkv_tui.core.scenario import Scenario
-from qkv_tui.edges.worksheet_backward_names import cell_name
+from qkv_tui.edges.worksheet.backward.names import cell_name
 from qkv_tui.kernels.norm_backward import row_means
 from qkv_tui.teach.stages.printed import PrintedCells, PrintedChain, Table, idx
 

@@ -14,7 +14,7 @@ import warnings
 import numpy as np
 
 from qkv_tui.core.engine import Computation
-from qkv_tui.edges.worksheet_backward import backward_tables, zero_root
+from qkv_tui.edges.worksheet.backward.tables import backward_tables, zero_root
 from qkv_tui.kernels.rope import pairs
 from qkv_tui.teach.stages.printed import PrintedChain, Table, exact, idx, kv_owners
 from qkv_tui.teach.trace import Trace
@@ -53,7 +53,7 @@ def page(comp: Computation, d: int) -> tuple[list[Table], str]:
                         f" printed before them ({exc}); {APP.format(what='step')}.")
         if sc.backward is None:
             return printed.tables + printed.late, ""
-        # the backward tables after the forward's (edges/worksheet_backward.py)
+        # the backward tables after the forward's (edges/worksheet/backward/tables.py)
         why = zero_root(printed)
         if why is None:
             try:

@@ -1,8 +1,8 @@
 """The backward tables of a head that is no softmax: [linear]'s quadratic form read backwards.
 
-edges/worksheet_backward.py calls these in place of the softmax's dP, D, dS and dscores; the numbers are
+edges/worksheet/backward/tables.py calls these in place of the softmax's dP, D, dS and dscores; the numbers are
 core/gradients.py's (kernels/linear_backward.py) run on the printed forward pass, so each table is worked
-from tables printed before it (edges/worksheet_backward_state_lines.py writes the key's lines).
+from tables printed before it (edges/worksheet/backward/state_lines.py writes the key's lines).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from dataclasses import replace
 import numpy as np
 
 from qkv_tui.core.scenario import Matrix
-from qkv_tui.edges.worksheet_backward_lines import OperandKeys
+from qkv_tui.edges.worksheet.backward.lines import OperandKeys
 from qkv_tui.kernels.linear import LinearForward
 from qkv_tui.kernels.linear_backward import LinearBack
 from qkv_tui.teach.stages.printed import PrintedChain, idx

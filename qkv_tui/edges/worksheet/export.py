@@ -13,8 +13,8 @@ from typing import BinaryIO, TextIO
 
 from qkv_tui.base.files import file_kind
 from qkv_tui.base.values import escaped
-from qkv_tui.edges.worksheet_content import WorksheetContent
-from qkv_tui.edges.worksheet_sheet import sheet
+from qkv_tui.edges.worksheet.content import WorksheetContent
+from qkv_tui.edges.worksheet.sheet import sheet
 
 FORMATS = ("markdown", "html", "pdf")
 # non-blocking: a FIFO swapped in after the stat fails the open (ENXIO) rather than waiting for a reader for ever
@@ -35,7 +35,7 @@ def key_path(output: Path) -> Path:
 def render(ws: WorksheetContent, fmt: str, separate: bool) -> tuple[bytes, bytes | None]:
     """The worksheet's bytes in ``fmt``, and the key's when it goes in a file of its own."""
     if fmt == "markdown":
-        from qkv_tui.edges import worksheet_page as md
+        from qkv_tui.edges.worksheet.render import markdown as md
 
         if not separate:
             return md.render(ws).encode("utf-8"), None  # the page as it has always been
@@ -43,12 +43,12 @@ def render(ws: WorksheetContent, fmt: str, separate: bool) -> tuple[bytes, bytes
         return questions.encode("utf-8"), key.encode("utf-8")
     page = sheet(ws)
     if fmt == "html":
-        from qkv_tui.edges import worksheet_html as web
+        from qkv_tui.edges.worksheet.render import html as web
 
         if not separate:
             return web.render(page).encode("utf-8"), None
         return web.render(page, "questions").encode("utf-8"), web.render(page, "key").encode("utf-8")
-    from qkv_tui.edges import worksheet_typst as typ
+    from qkv_tui.edges.worksheet.render import typst as typ
 
     if not separate:
         return typ.pdf(typ.source(page)), None

@@ -4,11 +4,11 @@ The numbers are core/gradients.py's own, run on the page: its forward values are
 (a "printed computation"), and its policy keeps each table as the page does, computed exactly from printed
 operands and rounded once (``PageBackward``), with RoPE's cos and sin as the page prints them. So each
 backward table is worked from tables printed before it and the answer key's lines agree with a calculator
-(edges/worksheet_backward_lines.py writes them). The tables walk the trace's backward stages: dO, dConcat
+(edges/worksheet/backward/lines.py writes them). The tables walk the trace's backward stages: dO, dConcat
 and dW_O, per head the gate, dV, dP, D, dS, the soft-cap, the scale, dQ and dK, RoPE turned back, QK-norm,
 dW_Q, dW_K, dW_V and the biases, a sink, then grouped K/V heads' sums, dX̂'s paths, the pre-norm and dγ. A [linear]
-head's quadratic form stands in for the softmax part (edges/worksheet_backward_state.py) and [mla]'s latent layer
-for the per-head weights (edges/worksheet_backward_mla.py). What the tables leave to the app (worksheet_rules says
+head's quadratic form stands in for the softmax part (edges/worksheet/backward/state.py) and [mla]'s latent layer
+for the per-head weights (edges/worksheet/backward/mla.py). What the tables leave to the app (worksheet_rules says
 which) gets a rule saying so and the forward pass only.
 """
 
@@ -22,8 +22,8 @@ import numpy as np
 from qkv_tui.core.engine import Computation, HeadResult, NormResult
 from qkv_tui.core.gradients import Gradients, HeadGrad, gradients
 from qkv_tui.core.scenario import Matrix, Scenario
-from qkv_tui.edges.worksheet_backward_lines import line, operand_keys
-from qkv_tui.edges.worksheet_backward_mla import (
+from qkv_tui.edges.worksheet.backward.lines import line, operand_keys
+from qkv_tui.edges.worksheet.backward.mla import (
     dX_heading,
     latent_turn,
     mla_covered,
@@ -31,8 +31,8 @@ from qkv_tui.edges.worksheet_backward_mla import (
     mla_tables,
     printed_mla,
 )
-from qkv_tui.edges.worksheet_backward_qk_all import qk_all, qk_all_covered, qk_all_tables
-from qkv_tui.edges.worksheet_backward_state import linear_tables, linear_weights, printed_linear
+from qkv_tui.edges.worksheet.backward.qk_all import qk_all, qk_all_covered, qk_all_tables
+from qkv_tui.edges.worksheet.backward.state import linear_tables, linear_weights, printed_linear
 from qkv_tui.kernels.attention import Turn
 from qkv_tui.kernels.norm import Normed, norm_root
 from qkv_tui.kernels.norm_backward import row_means

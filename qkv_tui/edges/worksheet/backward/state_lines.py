@@ -1,11 +1,11 @@
-"""The answer key's lines of [linear]'s backward tables (edges/worksheet_backward_state.py), each written with
+"""The answer key's lines of [linear]'s backward tables (edges/worksheet/backward/state.py), each written with
 the printed operands it reads, so a calculator gives the printed answer."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from qkv_tui.edges.worksheet_backward_names import cell_name
+from qkv_tui.edges.worksheet.backward.names import cell_name
 from qkv_tui.teach.stages.printed import PrintedCells, Table
 
 KINDS = ("dV", "dA", "dphiQ", "dphiK", "dQu", "dKu")  # the kinds whose line differs from the softmax head's

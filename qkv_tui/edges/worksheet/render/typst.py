@@ -1,16 +1,16 @@
 """A worksheet as Typst source, and as a PDF typeset in-process by the ``typst`` package (``qkv-tui[pdf]``).
 
-It lays out the blocks of :mod:`qkv_tui.edges.worksheet_sheet`: tables with their numbers right-aligned,
-formulas set as math (:mod:`qkv_tui.edges.worksheet_math`), a name and date line at the top, the answer key
+It lays out the blocks of :mod:`qkv_tui.edges.worksheet.sheet`: tables with their numbers right-aligned,
+formulas set as math (:mod:`qkv_tui.edges.worksheet.render.formulas`), a name and date line at the top, the answer key
 on a page of its own. Every piece of text goes into the source as a string literal (``#"…"``), never as
 markup, so a title full of ``#``, ``$`` or ``*`` prints as written.
 """
 
 from __future__ import annotations
 
-from qkv_tui.edges.worksheet_content import Blank
-from qkv_tui.edges.worksheet_math import IDENTIFIER, pieces, to_typst, typst_string
-from qkv_tui.edges.worksheet_sheet import Grid, Heading, Lines, Sheet, items, minus
+from qkv_tui.edges.worksheet.content import Blank
+from qkv_tui.edges.worksheet.render.formulas import IDENTIFIER, pieces, to_typst, typst_string
+from qkv_tui.edges.worksheet.sheet import Grid, Heading, Lines, Sheet, items, minus
 
 EXTRA = "pip install 'qkv-tui[pdf]'"
 KEEP = 30  # rows up to which a table is never split across pages
