@@ -19,11 +19,11 @@ from qkv_tui.core.engine import compute
 from qkv_tui.core.fmt import fmt
 from qkv_tui.core.gradients import Gradients, gradients
 from qkv_tui.core.scenario import Scenario, parse_scenario
-from qkv_tui.edges.worksheet.render import markdown as md
 from qkv_tui.edges.worksheet.backward.lines import line
 from qkv_tui.edges.worksheet.backward.tables import PageBackward, covered, page_trig, printed_computation
 from qkv_tui.edges.worksheet.chain import Table
 from qkv_tui.edges.worksheet.make import Worksheet, build
+from qkv_tui.edges.worksheet.render import markdown as md
 from qkv_tui.edges.worksheet.sheet import sheet
 from qkv_tui.edges.worksheet.working import Working
 from qkv_tui.teach.stages.printed import PrintedChain

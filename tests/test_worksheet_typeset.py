@@ -20,9 +20,9 @@ import pypdf  # the test extra pins it and typst (the pdf extra): CI typesets ev
 import pytest
 
 from qkv_tui import compute, load_scenario
-from qkv_tui.edges.worksheet.render import markdown as md
 from qkv_tui.edges.worksheet.export import key_path
 from qkv_tui.edges.worksheet.make import build
+from qkv_tui.edges.worksheet.render import markdown as md
 from qkv_tui.edges.worksheet.render.formulas import pieces
 from qkv_tui.edges.worksheet.sheet import intro, sheet
 
