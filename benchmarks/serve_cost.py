@@ -149,7 +149,7 @@ async def measure(port: int, server_pid: int, students: int) -> dict[str, object
         await asyncio.sleep(2.0)  # every app idle before memory is read
         everyone = children(server_pid)
         # the zygote is the server's own child; the apps it forked have its command line too
-        zygotes = [pid for pid in everyone if "serve_zygote" in command_line(pid) and parent(pid) == server_pid]
+        zygotes = [pid for pid in everyone if "serve.zygote" in command_line(pid) and parent(pid) == server_pid]
         apps = [pid for pid in everyone if pid not in zygotes]
         assert len(apps) >= students, f"{len(apps)} app processes for {students} students: some ended early"
         usage = [memory_kib(pid) for pid in apps]

@@ -115,7 +115,7 @@ def write(tmp_path: Path) -> Callable[[str | bytes], Path]:
 # Every test is sorted into tiers by what its code reaches, so a new test is sorted too:
 #   snapshot  it takes the snap_compare fixture (a screen compared with its SVG; also app)
 #   app       its code, its fixtures or the test helpers they call name run_test, Pilot or auto_pilot, or it
-#             calls a package function that does (serve_zygote.first_frame): it drives the app
+#             calls a package function that does (serve.zygote.first_frame): it drives the app
 #   slow      it reaches torch or transformers (the references, ~10 s to import here), typesets a PDF
 #             (typst, pypdf, "pdf"), serves the app ("--serve", tests/test_serve.py's serving) or drives a
 #             browser, or it is in SLOW
@@ -273,7 +273,7 @@ def _reached(func: Callable[..., object], cls: type | None, memo: dict[object, f
             if _ours(candidate):
                 if not candidate.__name__.startswith("test_"):  # another test named (tests/test_tiers.py) is not run
                     found |= _reached(candidate, None, memo)
-            elif candidate.__module__.startswith("qkv_tui."):  # the package's own drivers (serve_zygote.first_frame)
+            elif candidate.__module__.startswith("qkv_tui."):  # the package's own drivers (serve.zygote.first_frame)
                 found |= _names(candidate.__code__) & APP_NAMES
     memo[func] = frozenset(found)
     return memo[func]

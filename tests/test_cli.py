@@ -277,7 +277,7 @@ def test_worksheet_options_elsewhere_are_errors(cli, monkeypatch) -> None:
         pytest.fail("the app or the server was started")
 
     monkeypatch.setattr("qkv_tui.ui.app.QKVApp.run", started)
-    monkeypatch.setattr("qkv_tui.edges.serve.serve", started)
+    monkeypatch.setattr("qkv_tui.edges.serve.server.serve", started)
     for args, says in (
         (["--seed", "3", "i_love_ai"], "--seed goes only with --export worksheet"),
         (["--blanks", "4", "--export", "json", "i_love_ai"], "--blanks goes only with --export worksheet"),

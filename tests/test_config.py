@@ -166,7 +166,7 @@ def test_a_theme_flag_does_not_read_the_file(where: Path, start) -> None:
 
 
 def test_serve_reads_it_once_and_tells_every_tab(where: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
-    from qkv_tui.edges import serve
+    from qkv_tui.edges.serve import server as serve
 
     os.mkfifo(where)
     seen: list[tuple[str, list[str] | None]] = []

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from qkv_tui.edges.serve import FONTS, local_fonts
+from qkv_tui.edges.serve.server import FONTS, local_fonts
 from qkv_tui.ui.app import QKVApp
 from qkv_tui.ui.screenshot import without_web_fonts
 

@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from qkv_tui.edges.serve import app_command
+from qkv_tui.edges.serve.server import app_command
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 FLAGS = [

@@ -1,4 +1,4 @@
-"""--serve forks each tab's app from the app starter (qkv_tui/edges/serve_zygote.py), which has imported
+"""--serve forks each tab's app from the app starter (qkv_tui/edges/serve/zygote.py), which has imported
 everything already: the apps are processes of their own, keep their own state, end with their tab,
 and a crash ends only the app that crashed. Driven over the websocket as textual-serve's page drives
 it (["stdin", keys], the terminal's size in the address), reading the frames the app sends.
@@ -51,7 +51,7 @@ def command_line(pid: int) -> str:
 
 
 def zygote_of(server: int) -> int:
-    found = [pid for pid in tree().get(server, []) if "qkv_tui.edges.serve_zygote" in command_line(pid)]
+    found = [pid for pid in tree().get(server, []) if "qkv_tui.edges.serve.zygote" in command_line(pid)]
     assert len(found) == 1, (found, [command_line(pid) for pid in tree().get(server, [])])
     return found[0]
 

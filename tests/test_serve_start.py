@@ -1,5 +1,5 @@
 """What a --serve tab's app is spared on its way to the first frame, and that each saving changes nothing:
-the scenario the app starter prepared (edges/serve_prepared.py), the restyle of the first screen that
+the scenario the app starter prepared (edges/serve/prepared.py), the restyle of the first screen that
 restyled nothing (ui/widgets/trace_screen.py), the collector held off until the first frame is drawn."""
 
 from __future__ import annotations
@@ -19,8 +19,9 @@ from textual.screen import Screen
 
 from qkv_tui.core.engine import compute
 from qkv_tui.core.scenario import builtin_dir, load_scenario
-from qkv_tui.edges import cli, serve_prepared
+from qkv_tui.edges import cli
 from qkv_tui.edges.export_json import write_json
+from qkv_tui.edges.serve import prepared as serve_prepared
 from qkv_tui.ui.app import QKVApp
 from qkv_tui.ui.widgets.trace_screen import TraceScreen
 
@@ -141,7 +142,7 @@ async def test_a_screen_resumed_later_is_restyled(monkeypatch: pytest.MonkeyPatc
 
 
 async def test_the_collector_is_back_on_once_the_first_frame_is_drawn() -> None:
-    gc.disable()  # as the app starter leaves it in a forked app (edges/serve_zygote.py)
+    gc.disable()  # as the app starter leaves it in a forked app (edges/serve/zygote.py)
     try:
         app = QKVApp("i_love_ai")
         async with app.run_test(size=(120, 40)) as pilot:

@@ -10,7 +10,7 @@ import pytest
 from textual import events
 from textual.css.stylesheet import Stylesheet
 
-from qkv_tui.edges.serve_zygote import first_frame  # the app starter's own warm-up
+from qkv_tui.edges.serve.zygote import first_frame  # the app starter's own warm-up
 from qkv_tui.ui import shared_css
 from qkv_tui.ui.app import QKVApp
 from qkv_tui.ui.shared_css import SharedStylesheet

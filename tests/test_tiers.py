@@ -26,7 +26,7 @@ def test_pilot_in_a_helper_of_another_test_module_is_app() -> None:
 
 
 def test_a_package_function_that_drives_the_app_is_app() -> None:
-    test = test_shared_css.test_an_app_after_the_first_parses_and_matches_nothing  # serve_zygote.first_frame
+    test = test_shared_css.test_an_app_after_the_first_parses_and_matches_nothing  # serve.zygote.first_frame
     assert tiers_of([test], None, [], "test_shared_css.py::x") == ["app"]
 
 

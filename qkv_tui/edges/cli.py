@@ -15,9 +15,10 @@ from qkv_tui.base.files import file_kind
 from qkv_tui.base.values import escaped
 from qkv_tui.core.engine import Computation, combine, compute, iter_heads
 from qkv_tui.core.scenario import Scenario, ScenarioError, builtin_dir, builtin_names, load_scenario, resolve
-from qkv_tui.edges import model_args, place_args, serve_prepared
+from qkv_tui.edges import model_args, place_args
 from qkv_tui.edges.arithmetic import arithmetic_policy
 from qkv_tui.edges.config import THEME_NAMES, config_path, save_theme, saved_theme
+from qkv_tui.edges.serve import prepared as serve_prepared
 from qkv_tui.teach.place import PlaceError
 
 DEFAULT_SCENARIO = "i_love_ai"
@@ -356,7 +357,7 @@ def _main(argv: list[str] | None) -> int:
             return 2
     theme = args.theme or saved_theme(warn=_warn)
     if args.serve:
-        from qkv_tui.edges.serve import DEFAULT_HOST, serve
+        from qkv_tui.edges.serve.server import DEFAULT_HOST, serve
 
         # every tab's app is told the theme, so the config file is read once, here, not once per tab
         return serve(spec, scenario.title, args.host or DEFAULT_HOST, port,

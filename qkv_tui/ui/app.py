@@ -122,7 +122,7 @@ class QKVApp(Session):
         super().__init__()
         self.stylesheet = SharedStylesheet.like(self.stylesheet)  # its CSS parsed once per process (--serve's forks)
         self.scenario = load_scenario(scenario)
-        if presenter is not None:  # made in advance, for this computation (edges/serve_prepared.py)
+        if presenter is not None:  # made in advance, for this computation (edges/serve/prepared.py)
             computation = presenter.comp
         self.comp = computation if computation is not None else compute(self.scenario)
         self.trace = Trace(self.comp) if presenter is None else presenter.exact
@@ -185,7 +185,7 @@ class QKVApp(Session):
         self.live.start()
         self.redraw()
         self.refresh_bindings()  # the keys check_action kept off until now
-        if not gc.isenabled():  # --serve's app starter held the collector off for the start (edges/serve_zygote.py)
+        if not gc.isenabled():  # --serve's app starter held the collector off for the start (edges/serve/zygote.py)
             self.call_after_refresh(_collect_again)
 
     def on_resize(self, event: events.Resize) -> None:

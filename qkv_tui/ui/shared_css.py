@@ -4,7 +4,7 @@ Textual gives every App a Stylesheet that parses its CSS (qkv.tcss and every wid
 again, and matches every selector against every widget on each pass over the tree (mounting, and
 again when the browser's page takes or loses focus): most of a first frame's CPU. Under ``--serve``
 every browser tab's app is forked from the app starter, which has drawn one first frame already
-(edges/serve_zygote.py): with both results kept here, a forked app finds them in the pages it
+(edges/serve/zygote.py): with both results kept here, a forked app finds them in the pages it
 inherited, and its first frame parses and matches nothing.
 
 Both give what Textual's own work gives:

@@ -1,4 +1,4 @@
-"""The server's side of the app starter (serve_zygote.py): each browser tab's app is forked from a
+"""The server's side of the app starter (zygote.py): each browser tab's app is forked from a
 process that has already imported everything, instead of a fresh Python started through ``sh -c``.
 
 textual-serve's AppService talks to its app over the app's standard input and output (Textual's
@@ -107,7 +107,7 @@ class Zygote:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "qkv_tui.edges.serve_zygote", str(theirs.fileno()), *self.argv],
+                [sys.executable, "-m", "qkv_tui.edges.serve.zygote", str(theirs.fileno()), *self.argv],
                 env=self.env, pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
             )
         except OSError:

@@ -1,6 +1,6 @@
 """The served scenario made once in ``--serve``'s app starter, for each forked app to start from.
 
-Every tab opens the same scenario with the same options: the app starter (serve_zygote.py) loads and
+Every tab opens the same scenario with the same options: the app starter (zygote.py) loads and
 computes it once, draws its first frame once, and each forked app takes that work over (it is in the
 pages the fork shares) instead of loading, computing and laying out its first screen's text again.
 An app takes it only if the file still holds the bytes it was made from; a teacher who edits the

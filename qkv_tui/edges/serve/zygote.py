@@ -3,9 +3,9 @@ student's app needs, and forks a copy of itself for each browser tab.
 
 A fresh Python per tab imports Textual and NumPy again (most of a start's CPU) and keeps its own
 copy of every module in memory; a forked child starts with both already there, and shares the
-pages it does not write with every other child (serve_fork.py is the server's side of it).
+pages it does not write with every other child (fork.py is the server's side of it).
 
-Run by the server as ``python -m qkv_tui.edges.serve_zygote FD ARG…``, with the environment textual-serve
+Run by the server as ``python -m qkv_tui.edges.serve.zygote FD ARG…``, with the environment textual-serve
 gives an app (Textual reads its TEXTUAL_* settings once, at import), FD being its end of a Unix
 SEQPACKET socket and ARG… every tab's command line (the scenario it prepares: serve_prepared.py).
 Messages are JSON, one a packet:
@@ -37,7 +37,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from qkv_tui.edges import serve_prepared
+from qkv_tui.edges.serve import prepared as serve_prepared
 
 # What an app imports by the time a student sees the first screen, and what the first uses of
 # edit, save, help, the map and a screenshot import: each child then finds it already loaded.

@@ -3,7 +3,7 @@
 It binds to 127.0.0.1 unless told otherwise and has no login of its own: for students on other
 machines, put a reverse proxy with TLS and a login in front of it (README, "A classroom in the
 browser"). Each tab's app is a process forked from one that has imported everything already
-(serve_fork.py, serve_zygote.py), so a class arriving at once does not wait for thirty Pythons to
+(fork.py, serve_zygote.py), so a class arriving at once does not wait for thirty Pythons to
 import Textual and NumPy (measured by benchmarks/serve_cost.py).
 
 Nothing the browser is sent points off the server: textual-serve's page asks Google Fonts for
@@ -105,7 +105,7 @@ def make_server(command: str, host: str, port: int, title: str, argv: list[str] 
     textual-serve writes ``http://HOST:PORT`` into the page; with ``--host 0.0.0.0`` that address means
     nothing to a student's browser, and behind a reverse proxy the port and scheme differ too. The
     address the browser used (the Host header, and X-Forwarded-Proto from a TLS proxy) always works.
-    Each tab's app is forked by the app starter with ``argv`` (serve_fork.py); ``command`` starts one
+    Each tab's app is forked by the app starter with ``argv`` (fork.py); ``command`` starts one
     the old way when there is no app starter (argv None, or one that cannot start).
     Imported here, not at the top: the edges load no UI library until one is used.
     """
@@ -115,7 +115,7 @@ def make_server(command: str, host: str, port: int, title: str, argv: list[str] 
     from aiohttp import web
     from textual_serve.server import Server, to_int
 
-    from qkv_tui.edges.serve_fork import ForkedAppService, Zygote
+    from qkv_tui.edges.serve.fork import ForkedAppService, Zygote
 
     class ClassroomServer(Server):
         def __init__(self, command: str, host: str, port: int, title: str) -> None:
