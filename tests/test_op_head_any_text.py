@@ -24,8 +24,9 @@ def _type_of(flag: str) -> Callable[[str], int]:
     parser = argparse.ArgumentParser()
     add_arguments(parser)
     action = next(a for a in parser._actions if flag in a.option_strings)
-    assert callable(action.type)
-    return action.type
+    parse = action.type
+    assert callable(parse) and not isinstance(parse, argparse.FileType)
+    return parse
 
 
 WHOLE = _type_of("--op")

@@ -41,8 +41,9 @@ def _named_weights(tb: TiledBackward, k: int, name: str, row: str) -> np.ndarray
     op = tb.op(k)
     assert op.ktile is not None and op.qblock is not None
     pr = tb.pair(op.ktile, op.qblock)
-    hr = tb.th.comp.heads[tb.head]
-    ds = pr.dS if name == "dS" else pr.dS * (1 - np.tanh(pr.scaled / hr.softcap) ** 2)  # the formula, from the arrays
+    cap = tb.th.comp.heads[tb.head].softcap
+    assert name == "dS" or cap is not None
+    ds = pr.dS if name == "dS" else pr.dS * (1 - np.tanh(pr.scaled / (cap or 1.0)) ** 2)  # the formula, from the arrays
     sc = tb.th.comp.scenario
     if op.phase == "dQ":
         r = [sc.labels[i] for i in pr.rows].index(row)
