@@ -38,6 +38,40 @@ MEANING = {
              " dK = dSᵀ·Q/scale and dV = Pᵀ·dO, gathered in another order: equal up to float64 rounding.",
 }
 
+# Under a soft-cap dS is the gradient at the capped scores: the cap's slope turns it into dscaled at the scaled
+# ones, and dscaled (not dS) is what dQ and dK gather (teach/tiled_backward.py, the Pair's dscaled).
+CAPPED_MEANING = {
+    "dS": MEANING["dS"] + " Under the soft-cap this dS is the gradient at the capped scores; the cap's slope"
+          " 1 − tanh²(s/c) then makes dscaled = dS ⊙ (1 − tanh²(s/c)) at the scaled ones, which dQ and dK gather.",
+    "dQ": "Scores are Q·Kᵀ/scale, then capped, so a Query row's gradient gathers dscaled·K/scale over the keys,"
+          " dscaled = dS ⊙ (1 − tanh²(s/c)) the gradient through the cap: each tile adds its share to the block's dQ"
+          " (FlashAttention-2 adds it to dQ in main memory, the one write it cannot keep on chip).",
+    "dK": "The same product read the other way: each key's gradient gathers dscaledᵀ·Q/scale over the query rows;"
+          " the tile's dK and dV are written once, after its last block.",
+    "check": "The tiled dQ, dK and dV are sums of the same terms as the Backward stages' dQ = dscaled·K/scale,"
+             " dK = dscaledᵀ·Q/scale and dV = Pᵀ·dO, with dscaled = dS ⊙ (1 − tanh²(s/c)) the gradient through the"
+             " soft-cap, gathered in another order: equal up to float64 rounding.",
+}
+
+
+def _capped(tb: TiledBackward) -> bool:
+    return tb.th.comp.heads[tb.head].softcap is not None
+
+
+def _ds(tb: TiledBackward) -> str:
+    """What dQ and dK gather: dscaled through a soft-cap, dS itself without one."""
+    return "dscaled" if _capped(tb) else "dS"
+
+
+def meaning(tb: TiledBackward, phase: str) -> str:
+    return CAPPED_MEANING.get(phase, MEANING[phase]) if _capped(tb) else MEANING[phase]
+
+
+def phase_name(tb: TiledBackward, phase: str) -> str:
+    """The formula bar's name of a phase, dscaled for dS where dQ and dK gather it through a soft-cap."""
+    name = PHASE_NAMES[phase]
+    return name.replace("dS", "dscaled") if _capped(tb) and phase in ("dQ", "dK") else name
+
 
 def _divisor(tb: TiledBackward) -> str:
     hr = tb.th.comp.heads[tb.head]
@@ -99,8 +133,9 @@ def back_lines(tb: TiledBackward, op: BackOp, decimals: int) -> list[str]:
         ok, worst = tb.check()
         lines.append(f"dQ, dK, dV of every row, tile by tile, against the Backward stages: largest difference"
                      f" {worst:.1e}")
+        ds = _ds(tb)
         lines.append(f"{'✓ equal to' if ok else '✗ DIFFERENT from'} the Backward stages"
-                     " (dQ = dS·K/scale, dK = dSᵀ·Q/scale, dV = Pᵀ·dO)")
+                     f" (dQ = {ds}·K/scale, dK = {ds}ᵀ·Q/scale, dV = Pᵀ·dO)")
     else:
         assert op.ktile is not None and op.qblock is not None
         lines += _pair_lines(tb, op, tb.pair(op.ktile, op.qblock), decimals, div_text)
@@ -154,7 +189,7 @@ def _pair_lines(tb: TiledBackward, op: BackOp, pr: Pair, decimals: int, div_text
         elif op.phase == "dQ":
             K_tile = hr.K_used[pr.cols.start:pr.cols.stop]
             lines.append(_accumulate("dQ", tok, pr.dQ_old[r], pr.dscaled[r], K_tile, pr.allowed[r],
-                                     hr.scale, div_text, pr.dQ_new[r], decimals, f"dS·K[{tile}]/{div_text}"))
+                                     hr.scale, div_text, pr.dQ_new[r], decimals, f"{_ds(tb)}·K[{tile}]/{div_text}"))
         elif op.phase == "dV":
             dO_block = tb.dO[pr.rows.start:pr.rows.stop]
             lines.append(_accumulate("dV", key, pr.dV_old[c], pr.P[:, c], dO_block, pr.allowed[:, c], None,
@@ -163,7 +198,7 @@ def _pair_lines(tb: TiledBackward, op: BackOp, pr: Pair, decimals: int, div_text
             Q_block = hr.Q_used[pr.rows.start:pr.rows.stop]
             lines.append(_accumulate("dK", key, pr.dK_old[c], pr.dscaled[:, c], Q_block, pr.allowed[:, c],
                                      hr.scale, div_text, pr.dK_new[c], decimals,
-                                     f"dSᵀ·Q[{_names(tokens, pr.rows)}]/{div_text}"))
+                                     f"{_ds(tb)}ᵀ·Q[{_names(tokens, pr.rows)}]/{div_text}"))
     count = len(pr.rows) if op.phase in ("P", "dP", "dS", "dQ") else len(pr.cols)
     if count > MAX_ROWS:
         lines.append(f"(and {count - MAX_ROWS} more: see the panes)")
@@ -187,15 +222,15 @@ def back_explanation(tb: TiledBackward, index: int, forward: int, decimals: int)
         block, tile = _names(sc.labels, tb.th.blocks[op.qblock or 0]), _names(sc.key_labels, tb.th.tiles[op.ktile or 0])
         details.append(f"S[{block}, {tile}] is the forward's tile again: Q·Kᵀ/scale"
                        " (capped, plus the bias where the scenario has them)")
-    formula = tuple((PHASE_NAMES[p] + ("" if p == "check" else " "), p == op.phase) for p in ORDER if p != "check")
-    stages = tuple((PHASE_NAMES[p], "current" if p == op.phase else "todo") for p in ORDER)
+    formula = tuple((phase_name(tb, p) + ("" if p == "check" else " "), p == op.phase) for p in ORDER if p != "check")
+    stages = tuple((phase_name(tb, p), "current" if p == op.phase else "todo") for p in ORDER)
     return Explanation(
         stage_label=f"op {forward + index + 1}/{forward + len(tb)} · backward",
         counter=where,
         head_label=f"{sc.heads[tb.head].name} ({tb.head + 1}/{heads})" if heads > 1 else "",
-        arithmetic=lines[0] if lines else PHASE_NAMES[op.phase],
+        arithmetic=lines[0] if lines else phase_name(tb, op.phase),
         details=tuple(details),
-        meaning=MEANING[op.phase],
+        meaning=meaning(tb, op.phase),
         formula=formula,
         stages=stages,
     )

@@ -8,7 +8,8 @@ from contextlib import contextmanager
 
 import numpy as np
 
-from qkv_tui.core.scenario import ScenarioError
+from qkv_tui.core.engine import Computation, compute
+from qkv_tui.core.scenario import Scenario, ScenarioError
 
 
 @contextmanager
@@ -24,3 +25,15 @@ def arithmetic_policy(source: str) -> Iterator[None]:
             raise ScenarioError(
                 source, f"the numbers are too large or too small to compute with float64 ({exc}); expected smaller values"
             ) from None
+
+
+def computed(scenario: Scenario) -> Computation:
+    """The computation, and with [backward] its gradients at the file's own weights: what --check computes,
+    so every export and the app (a --serve tab's too) refuse a scenario --check refuses, with its line, before
+    any output. Under ``arithmetic_policy`` a loss or gradient past float64 is that line, not a screen of ∞."""
+    comp = compute(scenario)
+    if scenario.backward is not None:
+        from qkv_tui.core.gradients import gradients
+
+        gradients(comp)
+    return comp

@@ -13,10 +13,10 @@ from typing import NoReturn, TextIO
 from qkv_tui import __version__
 from qkv_tui.base.files import file_kind
 from qkv_tui.base.values import escaped
-from qkv_tui.core.engine import Computation, combine, compute, iter_heads
+from qkv_tui.core.engine import combine, iter_heads
 from qkv_tui.core.scenario import Scenario, ScenarioError, builtin_dir, builtin_names, load_scenario, resolve
 from qkv_tui.edges import model_args, place_args
-from qkv_tui.edges.arithmetic import arithmetic_policy
+from qkv_tui.edges.arithmetic import arithmetic_policy, computed
 from qkv_tui.edges.config import THEME_NAMES, config_path, save_theme, saved_theme
 from qkv_tui.edges.serve import prepared as serve_prepared
 from qkv_tui.teach.place import PlaceError
@@ -31,17 +31,6 @@ def _export_json(scenario: Scenario, out: TextIO) -> None:
     from qkv_tui.edges.export_json import write_json
 
     write_json(scenario, out)
-
-
-def computed(scenario: Scenario) -> Computation:
-    """The computation, and with [backward] its gradients at the file's own weights: what --check computes,
-    so every export refuses a scenario --check refuses, with its line, before any output."""
-    comp = compute(scenario)
-    if scenario.backward is not None:
-        from qkv_tui.core.gradients import gradients
-
-        gradients(comp)
-    return comp
 
 
 def _export_markdown(scenario: Scenario, out: TextIO) -> None:
@@ -332,12 +321,12 @@ def _main(argv: list[str] | None) -> int:
             sys.stderr.write(f"error: {exc}\n")
             return 2
         return 0
-    # --serve's app starter may have loaded and computed it already, and drawn its first frame (serve_prepared.py)
+    # --serve's app starter may have loaded and computed it already, and drawn its first frame (serve/prepared.py)
     ready = serve_prepared.take(spec) if load is load_scenario else None
     try:
         with arithmetic_policy(spec):
             scenario = load(spec) if ready is None else ready.scenario
-            comp = compute(scenario) if ready is None else ready.comp
+            comp = computed(scenario) if ready is None else ready.comp  # [backward]'s gradients as --check
     except ScenarioError as exc:
         return _fail(exc)
     try:

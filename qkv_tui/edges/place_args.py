@@ -7,24 +7,26 @@ screen is shown; the place itself is checked against the scenario before the app
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 
 from qkv_tui.core.engine import Computation
-from qkv_tui.teach.place import PlaceError, find_place
+from qkv_tui.teach.place import PlaceError, find_place, said_number, said_text
 from qkv_tui.teach.stepper import Position
 from qkv_tui.teach.trace import Trace
 
 MIN_DECIMALS, MAX_DECIMALS = 1, 8  # display/modes.py's range
+MAX_DIGITS = 18  # past any scenario's count of heads or of a stage's operations (and int() refuses 4,301)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("where the app opens")
     group.add_argument("--stage", metavar="NAME|N",
                        help="open at this stage: its name as the stage bar shows it (any case) or its number")
-    group.add_argument("--op", metavar="N", type=_whole,
+    group.add_argument("--op", metavar="N", type=_whole("no stage has so many operations"),
                        help="with --stage: the Nth operation of that stage (1-based; default 1)")
-    group.add_argument("--head", metavar="N", type=_whole,
+    group.add_argument("--head", metavar="N", type=_whole("no scenario has so many heads"),
                        help="with --stage: the head in view, 1-based as the status line's (2/2) (default 1)")
-    group.add_argument("--decimals", metavar="N", type=_whole,
+    group.add_argument("--decimals", metavar="N", type=_whole(f"expected {MIN_DECIMALS} … {MAX_DECIMALS}"),
                        help=f"decimals shown ({MIN_DECIMALS} … {MAX_DECIMALS}; default 3, as + and - change them)")
 
 
@@ -76,8 +78,20 @@ def passed_on(args: argparse.Namespace) -> list[str]:
     return words
 
 
-def _whole(text: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+def _whole(too_many: str) -> Callable[[str], int]:
+    """The parser of a whole number typed after a flag; ``too_many`` says why one of more than MAX_DIGITS
+    digits is out of range. It reads what --stage reads as a number (teach/place.py): decimal digits of any
+    script (``٣`` is 3), spaces around, and here a sign, which the range checks then refuse in their words;
+    not ``²``, ``1_0`` or ``3.0``, which int() would partly take. The value an error repeats is cut."""
+
+    def whole(text: str) -> int:
+        body = text.strip()
+        digits = body[1:] if body.startswith(("+", "-")) else body
+        if not digits.isdecimal():
+            raise argparse.ArgumentTypeError(f"{said_text(text)} is not a whole number")
+        if len(digits.lstrip("0")) > MAX_DIGITS:
+            raise argparse.ArgumentTypeError(f"{body[:len(body) - len(digits)]}{said_number(digits)} is out of range:"
+                                             f" {too_many}")
+        return int(body)
+
+    return whole

@@ -22,6 +22,21 @@ class PlaceError(ValueError):
     """A --stage, --op or --head that names no place of this scenario; the message is one line."""
 
 
+SAID = 12  # an error line repeats a typed value whole up to this many characters, and cuts it past them
+
+
+def said_number(digits: str) -> str:
+    """Typed digits as an error line repeats them: whole when short, else their start and how many there were
+    (5,000 digits would fill the terminal with one line)."""
+    return digits if len(digits) <= SAID else f"{digits[:6]}… (a number of {len(digits):,} digits)"
+
+
+def said_text(text: str) -> str:
+    """Typed text as an error line quotes it (repr: a control character shows as its escape), cut as
+    ``said_number`` cuts digits."""
+    return repr(text) if len(text) <= SAID else f"{text[:SAID]!r}… ({len(text):,} characters)"
+
+
 def _stages(trace: Trace) -> str:
     return ", ".join(f"{i} {trace.stage(key).name}" for i, key in enumerate(trace.stage_keys, 1))
 
@@ -36,14 +51,13 @@ def stage_key(trace: Trace, stage: str) -> str:
         digits = text.lstrip("0")
         number = int(digits) if 0 < len(digits) <= 6 else (0 if not digits else None)
         if number is None or not 1 <= number <= count:
-            said = text if len(text) <= 12 else f"{text[:6]}… (a number of {len(text):,} digits)"
-            raise PlaceError(f"--stage {said} is out of range; this scenario's stages are 1 … {count}"
+            raise PlaceError(f"--stage {said_number(text)} is out of range; this scenario's stages are 1 … {count}"
                              f" ({_stages(trace)})")
         return trace.stage_keys[number - 1]
     for key in trace.stage_keys:
         if trace.stage(key).name.casefold() == text.casefold():
             return key
-    raise PlaceError(f"--stage {stage!r} is not a stage of this scenario; its stages: {_stages(trace)}")
+    raise PlaceError(f"--stage {said_text(stage)} is not a stage of this scenario; its stages: {_stages(trace)}")
 
 
 def _run(trace: Trace, key: str, head: int) -> StageRun:

@@ -87,9 +87,10 @@ class Mla:
         return out
 
     def cache_per_token(self) -> tuple[int, int]:
-        """Numbers the KV cache holds per token: the latent and the rotary key, against multi-head
-        attention's K and V for every head, 2·num_heads·d_k with the head width d_k = d_nope (DeepSeek-V2's
-        d_h, the comparison of its Table 1: DeepSeek-V3's 512 + 64 = 576 against 2·128·128 = 32,768)."""
+        """Numbers the KV cache holds per token and layer: the latent and the rotary key, against multi-head
+        attention's K and V for every head, 2·n_h·d_h with the head width d_h = d_nope (the comparison of
+        DeepSeek-V2's Table 1, not the scale's d_k = d_nope + d_rope: DeepSeek-V3's 512 + 64 = 576 against
+        2·128·128 = 32,768)."""
         return self.d_c + self.d_rope, 2 * self.num_heads * self.d_nope
 
 

@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from qkv_tui.base.values import escaped
-from qkv_tui.core.engine import Computation, compute
+from qkv_tui.core.engine import Computation
 from qkv_tui.core.scenario import Scenario, ScenarioError, parse_scenario, resolve
 from qkv_tui.core.tomlfile import ReadError, decode, parse_toml, read_bytes, stat_path
-from qkv_tui.edges.arithmetic import arithmetic_policy  # the app's own: what would fail there fails here
+from qkv_tui.edges.arithmetic import arithmetic_policy, computed  # the app's own: what would fail there fails here
 
 if TYPE_CHECKING:  # the app's, loaded by prepare(): a command line that only checks or exports never needs it
     from qkv_tui.display.presenter import Presenter
@@ -59,7 +59,7 @@ def prepare(spec: str) -> Prepared | None:
             return None
         with arithmetic_policy(spec):
             scenario = parse_scenario(raw, spec, default_title=escaped(path.stem), base=path.parent)
-            comp = compute(scenario)
+            comp = computed(scenario)  # with [backward]'s gradients: a file --check refuses is the tab's to refuse
     except Exception:  # any failure is the app's to report, as it would be without a starter
         return None
     return Prepared(spec, path, raw, scenario, comp, Presenter(comp))

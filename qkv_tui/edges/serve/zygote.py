@@ -7,7 +7,7 @@ pages it does not write with every other child (fork.py is the server's side of 
 
 Run by the server as ``python -m qkv_tui.edges.serve.zygote FD ARG…``, with the environment textual-serve
 gives an app (Textual reads its TEXTUAL_* settings once, at import), FD being its end of a Unix
-SEQPACKET socket and ARG… every tab's command line (the scenario it prepares: serve_prepared.py).
+SEQPACKET socket and ARG… every tab's command line (the scenario it prepares: prepared.py).
 Messages are JSON, one a packet:
 
 - server -> zygote: ``{"op": "fork", "id": N, "env": {...}, "argv": [...]}`` with three file
@@ -77,7 +77,7 @@ def warm_up(argv: list[str]) -> None:
     a first frame imports late and the caches it fills (styles, colours, cell widths, the scenario's panes and
     text) are then in every child already, in pages they share, instead of being made again (and written
     into private pages) by each; the scenario, loaded and computed, is kept for the children to take
-    (serve_prepared.py). It leaves no thread and no loop behind, and writes nothing."""
+    (prepared.py). It leaves no thread and no loop behind, and writes nothing."""
     import asyncio
     import threading
 

@@ -37,8 +37,12 @@ class Compress(StageSpec):
             text += " The queries have a latent of their own, c_Q = X·W_DQ" + (
                 ", RMS-normalised (q_a_layernorm)," if mla.q_norm else "") + " which W_UQ expands."
         cached, mha = mla.cache_per_token()
-        return text + (f" Per token the cache holds d_c + d_rope = {mla.d_c} + {mla.d_rope} = {cached} numbers, against"
-                       f" 2·num_heads·dₖ = {mha} for multi-head attention.")
+        # DeepSeek-V2's Table 1 counts multi-head attention's cache with d_h, a head's width (d_nope here), not
+        # the dₖ = d_nope + d_rope the scale divides by: say which, as the cache view's line does
+        return text + (f" Per token and per layer the cache holds d_c + d_rope = {mla.d_c} + {mla.d_rope} = {cached}"
+                       f" numbers, against 2·n_h·d_h = 2·{mla.num_heads}·{mla.d_nope} = {mha} for multi-head"
+                       f" attention's K and V (DeepSeek-V2's Table 1: d_h is a head's width, d_nope = {mla.d_nope},"
+                       f" not the dₖ = d_nope + d_rope = {mla.d_nope + mla.d_rope} of the scale √dₖ).")
 
     def segments(self, trace: TraceContext, head: int | None) -> list[Plan]:
         mla, n = parts.mla_of(trace), trace.comp.scenario.n
@@ -62,9 +66,11 @@ class Compress(StageSpec):
         if seg.target == "c_KV_raw" and row == col == 0:  # said once: what the cache keeps
             cached, mha = mla.cache_per_token()
             op = Operation(op.index, op.segment, op.row, op.col, op.value, op.operands, op.arithmetic, (
-                f"the cache keeps c_KV and k_R, per token d_c + d_rope = {mla.d_c} + {mla.d_rope} = {cached};"
-                f" multi-head attention keeps K and V of every head, 2·num_heads·dₖ = 2·{mla.num_heads}·{mla.d_nope}"
-                f" = {mha} (DeepSeek-V3: 512 + 64 = 576 against 2·128·128 = 32,768)",))
+                f"the cache keeps c_KV and k_R, per token and per layer d_c + d_rope = {mla.d_c} + {mla.d_rope}"
+                f" = {cached}; multi-head attention keeps K and V of every head, 2·n_h·d_h ="
+                f" 2·{mla.num_heads}·{mla.d_nope} = {mha} (d_h = d_nope, a head's width, as DeepSeek-V2's Table 1"
+                " counts it, not the scale's dₖ = d_nope + d_rope; DeepSeek-V3: 512 + 64 = 576 against"
+                " 2·128·128 = 32,768)",))
         return op
 
     def _normed(self, trace: TraceContext, index: int, seg: Segment, row: int, col: int, d: int) -> Operation:

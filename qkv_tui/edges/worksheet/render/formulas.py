@@ -92,9 +92,10 @@ class _Parser:
         if ch.isspace():
             while self.i < len(s) and s[self.i].isspace():
                 self.i += 1
-            # math drops the source's spaces, so "dk_C[·,1] (head 1)" and "W_Vᵀ at [I,1]" would be set glued:
-            # a bracket after a space is kept apart from the atom before it
-            if self.i < len(s) and s[self.i] in "([" and before and not _open(before[-1]):
+            # math drops the source's spaces, so "dk_C[·,1] (head 1)", "W_Vᵀ at [I,1]" and "Σ over the heads"
+            # would be set glued: a bracket, a word or a number after a space is kept apart from the atom before it
+            if (self.i < len(s) and (s[self.i] in "([√" or s[self.i].isalnum()) and before
+                    and not _open(before[-1])):
                 return Op(" ")
             return None
         if ch == "√":
@@ -288,6 +289,9 @@ def _typst(nodes: tuple[Node, ...]) -> str:
         prev = nodes[k - 1] if k else None
         if isinstance(node, Op):
             sym = node.sym
+            following = nodes[k + 1] if k + 1 < len(nodes) else None
+            if sym == " " and not (isinstance(following, Op) and following.sym in "(["):
+                continue  # Typst sets a space of its own between an atom and a word or number: only a bracket glues
             if sym in "−-" and (prev is None or (isinstance(prev, Op) and prev.sym not in ")]")):
                 out.append("-")  # a sign, not a difference
             else:
