@@ -32,7 +32,7 @@ def test_cache_count_uses_value_width(name: str) -> None:
     assert hr.d_v != hr.d_k
     for t in range(comp.scenario.n):
         line = memory_line(hr, t)
-        cache = int(re.search(r"by now", line) and re.search(r"= (\d+) by now", line).group(1))  # type: ignore[union-attr]
+        cache = int(re.search(r"= (\d+), and grow", line).group(1))  # type: ignore[union-attr]
         grow = int(re.search(r"grow by (\d+) a token", line).group(1))  # type: ignore[union-attr]
         assert cache == (t + 1) * (hr.d_k + hr.d_v)
         assert grow == hr.d_k + hr.d_v
