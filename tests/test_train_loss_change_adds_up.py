@@ -35,7 +35,7 @@ def holds(line: str) -> bool:
 
 
 def test_learn_to_look_step_1_subtracts_as_written() -> None:
-    losses = [1.7717391123591217, 1.159373324324151]
+    losses: list[float | None] = [1.7717391123591217, 1.159373324324151]
     line = _loss_line(losses, 1, 3)
     assert holds(line), line
 
@@ -43,7 +43,7 @@ def test_learn_to_look_step_1_subtracts_as_written() -> None:
 @pytest.mark.parametrize("decimals", [1, 2, 3, 5])
 def test_every_step_of_the_shipped_runs(decimals: int) -> None:
     for name in ("learn_to_look", "mla_learns", "deltanet_learns"):
-        losses = [step.loss for step in steps(load_scenario(name))]
+        losses: list[float | None] = [step.loss for step in steps(load_scenario(name))]
         for k in range(1, len(losses)):
             line = _loss_line(losses, k, decimals)
             assert holds(line), (name, decimals, line)
