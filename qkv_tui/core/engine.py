@@ -367,6 +367,11 @@ def _check_matrices(sc: Scenario, result: HeadResult, names: tuple[str, ...]) ->
             hint = "expected smaller W_UQ or c_Q = X̂·W_DQ (smaller X or W_DQ)"
         if name == "scores" and sc.qk_norm is not None:  # the normalised vectors' size is the gains'
             hint = "expected smaller [qk_norm] gains (gamma_q, gamma_k), so that every product stays finite"
+        a = 1.0 if sc.rope is None else sc.rope.attention_factor
+        if name in ("Q_rot", "K_rot", "scores") and a != 1.0:  # YaRN's a multiplies cos and sin: it, not Q, may be huge
+            carried = "multiplies cos and sin" if name != "scores" else "multiplies cos and sin, so the scores carry a²"
+            hint = (f"expected a smaller [rope.scaling] attention_factor (a = {a:g} {carried}) or "
+                    + hint.removeprefix("expected "))
         raise ComputeError(sc.source, f"{result.name}: values in {name} overflow float64 at {where}", hint)
 
 

@@ -105,9 +105,12 @@ def deltanet_lines(hr: HeadResult, t: int, token: str, decimals: int) -> list[st
 
 def memory_line(hr: HeadResult, t: int) -> str:
     kept = hr.d_k * hr.d_v + (hr.d_k if hr.linear is not None and hr.linear.spec.normalize else 0)
-    cache = 2 * (t + 1) * hr.d_k
-    return (f"carried: the state, {kept} numbers at every step; a KV cache would hold 2·(t + 1)·dₖ = {cache} by now,"
-            " and grow by 2·dₖ a token")
+    # K and V rows of their own widths: 2·dₖ a token would be false wherever d_v ≠ dₖ
+    per_token = hr.d_k + hr.d_v
+    seen = f"the {t + 1} tokens so far" if t else "the first token"
+    return (f"carried: the state, {kept} numbers at every step; a KV cache would hold K and V of {seen},"
+            f" {t + 1}·(dₖ + d_v) = {t + 1}·({hr.d_k} + {hr.d_v}) = {(t + 1) * per_token}, and grow by {per_token}"
+            " a token")
 
 
 def state_lines(comp: Computation, t: int, head: int, decimals: int) -> list[str]:

@@ -134,7 +134,8 @@ def _loss_line(losses: list[float | None], k: int, decimals: int) -> str:
         return f"step 0: the file's weights; loss = ½·Σ (output − target)² = {fmt(now, False, decimals)}"
     before = losses[k - 1]
     assert before is not None
-    texts, change = fit(lambda a, b: b - a, [before, now], now - before, decimals)
+    # a plain difference: the shown operands must give the shown change exactly, as on a calculator
+    texts, change = fit(lambda a, b: b - a, [before, now], now - before, decimals, plain_sum=True)
     word = "fell" if now < before else "rose" if now > before else "stayed where it was"
     return f"Δloss = {texts[1]} − {texts[0]} = {change}; step {k}: the loss {word}"
 

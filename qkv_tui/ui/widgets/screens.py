@@ -32,8 +32,9 @@ def stage_keys_row(stages: int) -> tuple[str, str]:
     elif stages == len(STAGE_KEYS):
         what += "; here all ten"
     elif stages > len(STAGE_KEYS):
-        later = f"stages 11 … {stages} have" if stages > len(STAGE_KEYS) + 1 else "stage 11 has"
-        what += f"; {later} no key (] / [ reach it)"
+        many = stages > len(STAGE_KEYS) + 1
+        later = f"stages 11 … {stages} have" if many else "stage 11 has"
+        what += f"; {later} no key (] / [ reach {'them' if many else 'it'})"
     return STAGE_KEYS_ROW, what
 
 
