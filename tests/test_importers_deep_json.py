@@ -45,3 +45,12 @@ def test_a_config_or_tokenizer_nested_100000_deep(cli: Callable[..., Any], tmp_p
     text = json.dumps(data)[:-1] + ', "deep": ' + "[" * DEEP + "]" * DEEP + "}"
     (tmp_path / "m" / name).write_text(text)
     one_error(cli, tmp_path, str(tmp_path / "m"), f"{name}: not ")
+
+
+def test_a_config_nested_100000_deep_says_so_as_the_others_do(cli: Callable[..., Any], tmp_path: Path) -> None:
+    """Not Python's own "maximum recursion depth exceeded while decoding": the words the manifest and the
+    safetensors header use."""
+    build_llama(tmp_path / "m")
+    text = (tmp_path / "m" / "config.json").read_text()[:-1] + ', "deep": ' + "[" * DEEP + "]" * DEEP + "}"
+    (tmp_path / "m" / "config.json").write_text(text)
+    one_error(cli, tmp_path, str(tmp_path / "m"), "config.json: not a model's config (its JSON nests deeper than the parser follows)")

@@ -50,8 +50,10 @@ def read_config(path: Path) -> Config:
     raw = read_limited(path, "a config.json", CONFIG_LIMIT)  # refused by its size before a byte is read
     try:
         data = json.loads(raw.decode("utf-8-sig"))
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ImporterError(f"{path.name}: not valid JSON ({str(exc)[:120]})") from None
+    except RecursionError:  # brackets nested past the interpreter's stack; a real config is a few levels deep
+        raise ImporterError(f"{path.name}: not a model's config (its JSON nests deeper than the parser follows)") from None
     except ValueError:  # json refuses an integer of more than 4,300 digits, as int() does
         raise ImporterError(f"{path.name}: holds an integer of more than 4,300 digits; expected a model's config") from None
     if not isinstance(data, dict):
