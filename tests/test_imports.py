@@ -34,6 +34,63 @@ LAZY = ("tomlkit", "qkv_tui.ui.edit_prompt", "qkv_tui.ui.widgets.heatmap", "qkv_
         "qkv_tui.edges", "qkv_tui.importers", "textual_serve", "aiohttp", "glassllm", "tokenizers", "safetensors",
         "gguf", "huggingface_hub")
 
+# A family's stages and kernels load with the first scenario that has it (teach/stages/__init__.py FAMILIES), and
+# each side view's module the first time it is opened (display/side_views.py): I love AI uses none of them.
+DEFERRED = ("qkv_tui.teach.stages.mla_compress", "qkv_tui.teach.stages.mla_expand", "qkv_tui.teach.stages.mla_rotate",
+            "qkv_tui.teach.stages.mla_absorb", "qkv_tui.teach.stages.mla_parts", "qkv_tui.teach.stages.mla_grads",
+            "qkv_tui.teach.stages.mla_sheet", "qkv_tui.teach.stages.linear", "qkv_tui.teach.stages.deltanet",
+            "qkv_tui.teach.stages.deltanet_io", "qkv_tui.kernels.mla", "qkv_tui.kernels.mla_backward",
+            "qkv_tui.kernels.linear", "qkv_tui.kernels.linear_backward", "qkv_tui.kernels.deltanet",
+            "qkv_tui.kernels.deltanet_backward", "qkv_tui.kernels.deltanet_parts", "qkv_tui.edges.worksheet",
+            "qkv_tui.edges.serve", "qkv_tui.display.decode_view", "qkv_tui.display.tiled_view",
+            "qkv_tui.display.tiled_back_view", "qkv_tui.display.train_view", "qkv_tui.display.heads_view",
+            "qkv_tui.display.heads_grid", "qkv_tui.display.state_view", "qkv_tui.display.mla_cache",
+            "qkv_tui.teach.decode", "qkv_tui.teach.paged", "qkv_tui.teach.tiled", "qkv_tui.teach.tiled_backward",
+            "qkv_tui.teach.train_walk", "qkv_tui.core.training", "qkv_tui.core.model_layers",
+            "qkv_tui.core.gradients")
+
+
+def first_screen_modules(scenario: str, keys: tuple[str, ...] = ()) -> list[str]:
+    """The modules loaded once the app has drawn its first screen of ``scenario`` (and pressed ``keys``)."""
+    code = (
+        "import sys, json\n"
+        "from qkv_tui.app import QKVApp\n"
+        "async def use(pilot):\n"
+        "    await pilot.pause()\n"
+        f"    for key in {keys!r}:\n"
+        "        await pilot.press(key)\n"
+        "        await pilot.pause()\n"
+        "    pilot.app.exit()\n"
+        f"QKVApp({scenario!r}).run(headless=True, size=(120, 40), auto_pilot=use)\n"
+        "print(json.dumps(sorted(sys.modules)))\n"
+    )
+    return json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout)
+
+
+def deferred_in(modules: list[str]) -> list[str]:
+    return [m for m in modules if any(m == name or m.startswith(name + ".") for name in DEFERRED)]
+
+
+def test_the_first_screen_of_i_love_ai_loads_no_family_or_view_it_does_not_use() -> None:
+    """Start-up is measured against a bare Textual app that also imports NumPy (benchmarks/bench.py
+    --startup-only): [mla]'s, [linear]'s and [deltanet]'s stages and kernels, the worksheet, serving and the
+    side views imported at the top again would slow every start, and this says which."""
+    assert deferred_in(first_screen_modules("i_love_ai")) == []
+
+
+def test_the_deferred_modules_load_where_they_are_used() -> None:
+    """The check above can fail: a scenario with the family loads its stages and kernels, and opening the
+    side views loads theirs (the cache view of a [deltanet] scenario draws its state)."""
+    loaded = set(deferred_in(first_screen_modules("mla")))
+    assert {"qkv_tui.teach.stages.mla_compress", "qkv_tui.kernels.mla"} <= loaded
+    assert "qkv_tui.teach.stages.linear" not in loaded and "qkv_tui.kernels.deltanet" not in loaded
+    assert {"qkv_tui.teach.stages.linear", "qkv_tui.kernels.linear"} <= set(deferred_in(first_screen_modules("linear")))
+    loaded = set(deferred_in(first_screen_modules("deltanet", ("k", "k", "t", "t", "v", "v"))))
+    assert {"qkv_tui.teach.stages.deltanet", "qkv_tui.kernels.deltanet", "qkv_tui.display.decode_view",
+            "qkv_tui.display.state_view", "qkv_tui.display.tiled_view", "qkv_tui.display.heads_view"} <= loaded
+    loaded = set(deferred_in(first_screen_modules("learn_to_look", ("l",))))
+    assert {"qkv_tui.display.train_view", "qkv_tui.teach.train_walk", "qkv_tui.core.gradients"} <= loaded
+
 
 def test_the_first_screen_loads_only_what_it_shows() -> None:
     """Start-up is measured against a bare Textual app (benchmarks/bench.py --startup-only): a module

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import TypedDict
+from typing import TYPE_CHECKING, TypedDict
 
 import numpy as np
 
@@ -23,16 +23,18 @@ from qkv_tui.core.scenario import BoolMatrix, Head, Matrix, Scenario, ScenarioEr
 from qkv_tui.core.variants import Norm, QKNorm, Rope, Vector
 from qkv_tui.kernels.attention import Forward, QKNormHead, Turn, head_forward, project
 from qkv_tui.kernels.attention import frozen as _frozen
-from qkv_tui.kernels.deltanet import DeltaForward, decay_rate, gates
-from qkv_tui.kernels.deltanet_parts import Around, AroundSpec
-from qkv_tui.kernels.linear import LinearForward, LinearSpec, zero_row
-from qkv_tui.kernels.mla import MlaHead, mla_head, mla_shared
 from qkv_tui.kernels.norm import Normed, normalise
 from qkv_tui.kernels.policy import EXACT, Policy
 from qkv_tui.kernels.rope import angles_at
 from qkv_tui.kernels.rope import rotate as rotate_kernel
 from qkv_tui.kernels.sharing import same_kv_weights
 from qkv_tui.kernels.softmax import alibi_bias
+
+if TYPE_CHECKING:  # [linear]'s, [deltanet]'s and [mla]'s kernels load with a scenario that has them
+    from qkv_tui.kernels.deltanet import DeltaForward
+    from qkv_tui.kernels.deltanet_parts import Around, AroundSpec
+    from qkv_tui.kernels.linear import LinearForward, LinearSpec
+    from qkv_tui.kernels.mla import MlaHead
 
 
 @dataclass(frozen=True, eq=False)
@@ -398,7 +400,11 @@ def mla_check(sc: Scenario, result: HeadResult) -> None:
 
 
 def linear_spec(sc: Scenario) -> LinearSpec | None:
-    return None if sc.linear is None else LinearSpec(sc.linear.feature, sc.linear.normalize)
+    if sc.linear is None:
+        return None
+    from qkv_tui.kernels.linear import LinearSpec
+
+    return LinearSpec(sc.linear.feature, sc.linear.normalize)
 
 
 def deltanet_gates(sc: Scenario, X_in: Matrix, policy: Policy = EXACT) -> tuple[Matrix, Matrix] | None:
@@ -412,6 +418,8 @@ def deltanet_gates(sc: Scenario, X_in: Matrix, policy: Policy = EXACT) -> tuple[
         # with g given, the g worked from zeros is discarded: only β is read from these
         A_log = dn.A_log if dn.A_log is not None else np.zeros(len(sc.heads))
         dt_bias = dn.dt_bias if dn.dt_bias is not None else np.zeros(len(sc.heads))
+        from qkv_tui.kernels.deltanet import gates
+
         made_g, made_beta = gates(X_in, W_a, dn.W_b, A_log, dt_bias, policy)
         g = made_g if g is None else g
         beta = made_beta if beta is None else beta
@@ -423,6 +431,8 @@ def around_spec(sc: Scenario, h: int) -> AroundSpec | None:
     io = None if sc.deltanet is None else sc.deltanet.io
     if io is None:
         return None
+    from qkv_tui.kernels.deltanet_parts import AroundSpec
+
     q, k, v, z = (None if cut is None else cut[h] for cut in (io.conv_q, io.conv_k, io.conv_v, io.W_Z))
     return AroundSpec(q, k, v, z, io.gamma_o, io.eps_o)
 
@@ -452,6 +462,8 @@ def _deltanet_hint(sc: Scenario, h: int, what: str) -> str:
     if what in ("g", "e^g"):
         if dn.A_log is None:  # g given: the loader keeps it finite and <= 0, so e^g <= 1
             return "expected a smaller g"
+        from qkv_tui.kernels.deltanet import decay_rate
+
         rate = float(decay_rate(dn.A_log)[h])
         if not math.isfinite(rate):
             return (f"expected a smaller A_log (e^A_log, the decay's rate, is past float64 for A_log ="
@@ -481,6 +493,8 @@ def linear_check(sc: Scenario, result: HeadResult, h: int) -> None:
         if (bad := first_bad(array)) is not None:
             raise ComputeError(sc.source, f"{result.name}: values in {what} of [linear] overflow float64 at"
                            f" {_at(sc.tokens, bad[0])}", "expected smaller Q and K (or V)")
+    from qkv_tui.kernels.linear import zero_row
+
     if lin.spec.normalize and (row := zero_row(lin.denom)) is not None:
         raise ComputeError(sc.source, f"{result.name}: [linear]'s denominator φ(q)ᵀz is 0 at {_at(sc.tokens, row)}"
                        " (every φ(q)·φ(k) of the row is 0), so the row cannot be divided by it",
@@ -532,6 +546,8 @@ def iter_heads(scenario: Scenario, norm: NormResult | None = None) -> Iterator[H
 def mla_results(sc: Scenario, X_in: Matrix, policy: Policy = EXACT) -> list[HeadResult]:
     """Every head of an [mla] scenario (kernels/mla.py): Q = [q_C | q_R] and K = [k_C | k_R] as scored,
     V = v_C, so the stages from Score on read them as any head's."""
+    from qkv_tui.kernels.mla import mla_head, mla_shared
+
     mla = sc.mla
     assert mla is not None
     w = mla.weights()

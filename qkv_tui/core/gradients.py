@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -17,12 +18,14 @@ from qkv_tui.core.scenario import Matrix, Scenario
 from qkv_tui.core.variants import Vector
 from qkv_tui.kernels.attention import Turn
 from qkv_tui.kernels.attention_backward import AttendBack, GateBack, attend_backward, gate_backward, rotate_back
-from qkv_tui.kernels.deltanet_backward import DeltaBack, GatesBack, deltanet_backward, gates_backward
-from qkv_tui.kernels.linear_backward import LinearBack, linear_backward
-from qkv_tui.kernels.mla_backward import MlaBack, mla_backward
 from qkv_tui.kernels.norm_backward import norm_backward
 from qkv_tui.kernels.policy import EXACT, ByHand, Policy
 from qkv_tui.kernels.sharing import kv_owners
+
+if TYPE_CHECKING:  # [linear]'s, [deltanet]'s and [mla]'s backward kernels load with a scenario that has them
+    from qkv_tui.kernels.deltanet_backward import DeltaBack, GatesBack
+    from qkv_tui.kernels.linear_backward import LinearBack
+    from qkv_tui.kernels.mla_backward import MlaBack
 
 
 @dataclass(frozen=True, eq=False)
@@ -173,6 +176,8 @@ def _mla_gradients(comp: Computation, parts: list[_Part], loss: float | None, dO
     first = comp.heads[0].mla
     assert first is not None
     abs_ = [part[1] for part in parts]
+    from qkv_tui.kernels.mla_backward import mla_backward
+
     back = mla_backward(comp.X_in, mla.weights(), first.shared, [a.dQ_used for a in abs_], [a.dK_used for a in abs_],
                         [a.dV for a in abs_], turn, p)
     X_in = comp.X_in
@@ -198,7 +203,7 @@ def _mla_gradients(comp: Computation, parts: list[_Part], loss: float | None, dO
 
 
 _QKBack = tuple[list[Matrix], list[Matrix], list[Vector | None], list[Vector | None], Vector | None, Vector | None]
-_State = tuple[LinearBack | None, DeltaBack | None]
+_State = tuple["LinearBack | None", "DeltaBack | None"]
 _Part = tuple[Matrix, AttendBack, GateBack | None, Matrix | None, Matrix | None, Matrix, Matrix, _State]
 
 
@@ -233,10 +238,14 @@ def _state_back(sc: Scenario, h: HeadResult, dO_h: Matrix, p: Policy) -> tuple[A
     no softmax, so its dP, dS and dscaled are the quadratic form's dweights and dA ([linear]) or 0 ([deltanet]),
     read by no softmax stage, and the JSON writes them null."""
     if h.linear is not None:
+        from qkv_tui.kernels.linear_backward import linear_backward
+
         lb = linear_backward(dO_h, h.Q_used, h.K_used, h.V, h.linear, sc.allow, p)
         ab = AttendBack(lb.dV, lb.dweights, lb.D, lb.dA, lb.dA, lb.dA, lb.dQ_used, lb.dK_used, None)
         return ab, (lb, None)
     assert h.deltanet is not None
+    from qkv_tui.kernels.deltanet_backward import deltanet_backward
+
     db = deltanet_backward(dO_h, h.Q_used, h.K_used, h.V, h.deltanet, p)
     n = dO_h.shape[0]
     zero = np.zeros((n, n))
@@ -257,6 +266,8 @@ def _gates_back(comp: Computation, heads: list[HeadGrad], grads_in: list[Matrix]
     beta = np.stack([f.beta for f in fwd if f is not None], axis=1)
     dg = np.stack([b.dg for b in back if b is not None], axis=1)
     dbeta = np.stack([b.dbeta for b in back if b is not None], axis=1)
+    from qkv_tui.kernels.deltanet_backward import gates_backward
+
     gb = gates_backward(comp.X_in, g, beta, dg, dbeta, dn.W_a if dn.g is None else None, dn.A_log, dn.dt_bias,
                         dn.W_b if dn.beta is None else None, p)
     for d, W in ((gb.da, dn.W_a), (gb.db, dn.W_b)):

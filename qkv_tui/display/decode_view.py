@@ -8,10 +8,10 @@ import numpy as np
 
 from qkv_tui.core.fmt import is_integral, vector
 from qkv_tui.core.scenario import Matrix
-from qkv_tui.display import mla_cache
+from qkv_tui.display import mla_cache, side_views
 from qkv_tui.display.frame import Frame
 from qkv_tui.display.modes import Modes
-from qkv_tui.display.side_view import SideView, Sources
+from qkv_tui.display.side_view import Sources
 from qkv_tui.display.state_view import carries_state, state_frame
 from qkv_tui.display.view import Explanation, PaneSpec, matrix_pane
 from qkv_tui.kernels.softmax import masked_logits, soft_cap, softmax_rows
@@ -374,19 +374,11 @@ def _next_schedule(modes: Modes) -> Modes:
     return replace(modes, schedule=following, side_step=0)
 
 
-VIEW = SideView(
-    name="cache", key="k", label="cache",
-    title="KV-cache decode view", summary="generation replayed token by token", closing="the KV cache",
-    help=(("k", "KV cache: prefill, then decode a token at a time over a paged cache (→ ← step; k again leaves)"),
-          ("c", "in the cache view: prefill at once → chunked prefill → token by token")),
-    steps=lambda sources, modes, head: (sources.comp.scenario.n if carries_state(sources.comp)
-                                        else _decoding(sources, modes.schedule).count),
-    frame=_frame,
-    # the default schedule goes unnamed: i_love_ai-cache-step03.svg, i_love_ai-cache-chunked-step03.svg
-    asks="weights[",  # the step's softmax, from the scores the line before works out
-    shot=lambda modes: "cache" if modes.schedule == "prefill" else f"cache-{modes.schedule}",
-    option=_next_schedule,
-)
+def _steps(sources: Sources, modes: Modes, head: int) -> int:
+    return sources.comp.scenario.n if carries_state(sources.comp) else _decoding(sources, modes.schedule).count
+
+
+VIEW = side_views.BY_NAME["cache"]  # declared there (its key, words and help); its behaviour is here
 
 
 def _capped_lines(step: DecodeStep, r: int, token: str, scale: str, exact_scale: bool, divisor: float,

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 from qkv_tui.core.engine import Computation
 from qkv_tui.core.model_layers import ModelLayers, model_layers
+from qkv_tui.display import side_views
 from qkv_tui.display.frame import Frame
 from qkv_tui.display.heads_grid import HeadMap, HeadsGrid, HeadsShown, readings
 from qkv_tui.display.modes import Modes
-from qkv_tui.display.side_view import SideView, Sources
+from qkv_tui.display.side_view import Sources
 from qkv_tui.display.state_view import carries_state
 from qkv_tui.display.view import Explanation
 from qkv_tui.teach.summary import MAX_ROWS, looked_at, looks_heading, weights_note
@@ -131,19 +132,4 @@ def _shot(modes: Modes) -> str:
     return f"heads{layer}-head{modes.side_step + 1}"
 
 
-VIEW = SideView(
-    name="heads", key="v", label="heads",
-    title="Heads view", summary="every head's attention map side by side; enter steps through one",
-    closing="",  # not named in the last operation's "Next:" line, which the golden corpus keeps as it was
-    help=(("v", "heads: every head's attention map side by side (a model: every head of the layer; v again leaves)"),
-          ("← → ↑ ↓ / enter", "in the heads view: pick a head / step through it in the trace"),
-          ("[ ]", "in the heads view of a model: the layer before / after (each layer's input computed once)")),
-    steps=_steps,
-    frame=_frame,
-    shot=_shot,
-    act=_act,
-    enter=_enter,
-    per_head=False,
-    quiz=False,  # its lines name where each row looks; they work out no number to predict
-    in_footer=False,  # the footer's keys are full at 120 columns; v is in the help, the palette and the README
-)
+VIEW = side_views.BY_NAME["heads"]  # declared there (its key, words and help); its behaviour is here

@@ -11,12 +11,10 @@ from dataclasses import replace
 from typing import TypeVar, cast
 
 from qkv_tui.core.engine import Computation
-from qkv_tui.display import heads_view
 from qkv_tui.display.frame import Frame
 from qkv_tui.display.modes import Modes
 from qkv_tui.display.side_view import SideView
-from qkv_tui.display.side_views import SIDE_VIEWS, shown_for, side_view
-from qkv_tui.display.state_view import carries_state
+from qkv_tui.display.side_views import HEADS, SIDE_VIEWS, shown_for, side_view
 from qkv_tui.display.view import View, hand_note, model_layer, whatif_lines
 from qkv_tui.teach.handcalc import compute_hand
 from qkv_tui.teach.quiz import Question, about_line, hide_result
@@ -71,7 +69,7 @@ class Presenter:
     def frame(self, pos: Position, modes: Modes) -> Frame:
         shown = self._frame(pos, modes)
         layer = model_layer(self.comp.scenario)
-        if layer is None or modes.view == heads_view.VIEW.name:  # the heads view counts the layers itself ("layer 1 (0 … 3)")
+        if layer is None or modes.view == HEADS.name:  # the heads view counts the layers itself ("layer 1 (0 … 3)")
             return shown
         # enter in the heads view opens another layer of the model: the title is still the file's
         return replace(shown, explanation=replace(shown.explanation, layer=f"layer {layer}"))
@@ -126,6 +124,8 @@ class Presenter:
         return lines
 
     def _whatif(self, pos: Position, modes: Modes) -> list[str]:
+        from qkv_tui.display.state_view import carries_state  # with the views that draw a state, not at start-up
+
         if carries_state(self.comp):  # a softmax table beside a state head would teach a softmax it never takes
             return ["what if (w): no scaling table here: these heads keep a state, with no softmax to sharpen"]
         op = self.exact.op(pos.index, modes.decimals)

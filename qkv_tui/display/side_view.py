@@ -1,8 +1,9 @@
 """What a side view is: a screen beside the operation trace, stepped on its own (→ ←, home, end),
 opened by its key and closed by the same key again.
 
-Each view is one module that defines one ``SideView`` (display/decode_view.py, tiled_view.py);
-display/side_views.py lists them. The app's keys, the command palette, the help, the screenshots'
+Each view is one module that holds what it draws (display/decode_view.py, tiled_view.py) and one
+``SideView`` entry in display/side_views.py (its key, words and help), which imports the module the
+first time the view is used. The app's keys, the command palette, the help, the screenshots'
 names and the closing summary's "Next:" line all walk that list, so a new view needs nothing else.
 """
 

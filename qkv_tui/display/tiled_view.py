@@ -9,9 +9,10 @@ import numpy as np
 from qkv_tui.core.engine import Computation
 from qkv_tui.core.fmt import fmt, is_integral, operand, vector
 from qkv_tui.core.scenario import Matrix
+from qkv_tui.display import side_views
 from qkv_tui.display.frame import Frame
 from qkv_tui.display.modes import Modes
-from qkv_tui.display.side_view import SideView, Sources
+from qkv_tui.display.side_view import Sources
 from qkv_tui.display.state_view import carries_state, no_tiles_frame
 from qkv_tui.display.tiled_back_view import back_explanation, back_panes
 from qkv_tui.display.view import Explanation, PaneSpec
@@ -336,12 +337,4 @@ def _frame(sources: Sources, modes: Modes, step: int, head: int) -> Frame:
     return Frame(tiled_explanation(th, step, modes.decimals), focus, extra, (), "")
 
 
-VIEW = SideView(
-    name="tiles", key="t", label="tiles",
-    title="FlashAttention tiles view", summary="the online softmax, one tile of keys at a time",
-    closing="FlashAttention's tiles",
-    help=(("t", "tiles: FlashAttention's online softmax, one tile of keys at a time (→ ← step; t again leaves)"),),
-    steps=_steps,  # the same for every head
-    frame=_frame,
-    shot=lambda modes: "tiles",
-)
+VIEW = side_views.BY_NAME["tiles"]  # declared there (its key, words and help); its behaviour is here

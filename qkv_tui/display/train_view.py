@@ -9,9 +9,10 @@ import numpy as np
 
 from qkv_tui.core.fmt import fmt
 from qkv_tui.core.scenario import Matrix, Scenario
+from qkv_tui.display import side_views
 from qkv_tui.display.frame import Frame
 from qkv_tui.display.modes import Modes
-from qkv_tui.display.side_view import SideView, Sources
+from qkv_tui.display.side_view import Sources
 from qkv_tui.display.view import Explanation, PaneSpec
 from qkv_tui.display.view import matrix_pane as _pane
 from qkv_tui.teach.arith import fit
@@ -62,11 +63,6 @@ class SteppedRun(TrainRun):
         if self.busy:  # the same step until the run is there: a redraw for its progress lays nothing out again
             return min(self.held, max(self.computed - 1, 0))
         return max(self.computed - 1, 0)
-
-
-def applies(sc: Scenario) -> bool:
-    """Where the view has something to show: its help row, palette entry and closing line appear only there."""
-    return sc.backward is not None
 
 
 def _run(sources: Sources, modes: Modes) -> SteppedRun | None:
@@ -251,15 +247,4 @@ def _act(sources: Sources, modes: Modes, key: str, across: int) -> Modes | None:
     return replace(modes, hand=not modes.hand) if key == "hand" else None
 
 
-VIEW = SideView(
-    name="train", key="l", label="train",
-    title="Train view", summary="SGD steps on the [backward] loss: the loss falling, the weights and the map moving",
-    closing="the Train view (SGD steps)",
-    help=(("l", "train: one SGD step per → (← back): the loss, the weights each step moved, the attention map"
-                " beside step 0's (l again leaves; only with [backward])"),),
-    steps=_steps,
-    frame=_frame,
-    shot=lambda modes: "train",
-    applies=applies,
-    act=_act,
-)
+VIEW = side_views.BY_NAME["train"]  # declared there (its key, words and help); its behaviour is here

@@ -5,19 +5,21 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
-from qkv_tui.kernels.deltanet import DeltaForward, decay_mask, deltanet_forward
-from qkv_tui.kernels.deltanet_parts import Around, AroundSpec, convolve, norm_out
 from qkv_tui.kernels.gate import Gated, gate
-from qkv_tui.kernels.linear import LinearForward, LinearSpec, linear_forward
 from qkv_tui.kernels.norm import Normed, normalise
 from qkv_tui.kernels.policy import EXACT, Policy
 from qkv_tui.kernels.rope import rotate
 from qkv_tui.kernels.softmax import SoftmaxRows, masked_logits, soft_cap, softmax_rows
 from qkv_tui.kernels.stats import Matrix
+
+if TYPE_CHECKING:  # [linear]'s and [deltanet]'s kernels load with a scenario that has them
+    from qkv_tui.kernels.deltanet import DeltaForward
+    from qkv_tui.kernels.deltanet_parts import Around, AroundSpec
+    from qkv_tui.kernels.linear import LinearForward, LinearSpec
 
 
 @dataclass(frozen=True)
@@ -144,6 +146,10 @@ def head_forward(X: Matrix, X_kv: Matrix, W_Q: Matrix, W_K: Matrix, W_V: Matrix,
     Q_in = Q if Q_normed is None else Q_normed.X_norm  # (n, d_k)
     Q_rot = None if turn is None else frozen(rotate(Q_in, turn.cos, turn.sin, turn.pairs, policy))
     K_used = K_rot if K_rot is not None else K if K_normed is None else K_normed.X_norm
+    if linear is not None or deltanet is not None:
+        from qkv_tui.kernels.deltanet import deltanet_forward
+        from qkv_tui.kernels.deltanet_parts import Around, convolve, norm_out
+        from qkv_tui.kernels.linear import linear_forward
     lin = None if linear is None else linear_forward(Q_in if Q_rot is None else Q_rot, K_used, V, allow, linear, policy)
     conv = None if around is None or deltanet is None else convolve(around, Q_in, K_used, V, policy)
     q_dn, k_dn, v_dn = (Q_in if Q_rot is None else Q_rot, K_used, V) if conv is None else (c.out for c in conv)
@@ -174,6 +180,8 @@ def as_attended(lin: LinearForward, allow: np.ndarray) -> Attended:
 def delta_attended(dn: DeltaForward, allow: np.ndarray) -> Attended:
     """The gated delta rule in the softmax's places: scores q̂·k̂ᵀ, and as weights those scores times the
     decaying causal mask, which weigh the corrections δ (not V) into the output."""
+    from qkv_tui.kernels.deltanet import decay_mask
+
     scores = frozen(dn.q @ dn.k.T)  # (n, n)
     weighted = scores * decay_mask(dn.g)  # (n, n) 0 above the diagonal
     weights = frozen(np.where(allow, weighted, 0.0))

@@ -9,6 +9,7 @@ the trace and the screen work on either.
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -27,10 +28,12 @@ from qkv_tui.core.engine import (
 from qkv_tui.core.scenario import Matrix
 from qkv_tui.core.variants import Norm, Rope
 from qkv_tui.kernels.attention import QKNormHead, frozen, head_forward
-from qkv_tui.kernels.deltanet_parts import AroundSpec
 from qkv_tui.kernels.policy import ByHand
 from qkv_tui.kernels.policy import hand_matmul as hand_matmul
 from qkv_tui.kernels.policy import round_to as round_to
+
+if TYPE_CHECKING:  # [deltanet]'s kernels load with a scenario that has it
+    from qkv_tui.kernels.deltanet_parts import AroundSpec
 
 
 def hand_head(

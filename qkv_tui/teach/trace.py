@@ -46,10 +46,10 @@ class _Stages(Mapping[str, Stage]):
         return stages.spec(key).stage
 
     def __iter__(self) -> Iterator[str]:
-        return iter([s.stage.key for s in stages.REGISTRY])
+        return iter([s.stage.key for s in stages.everything()])
 
     def __len__(self) -> int:
-        return len(stages.REGISTRY)
+        return len(stages.everything())
 
 
 STAGES: Mapping[str, Stage] = _Stages()
@@ -60,7 +60,9 @@ class Trace:
 
     def __init__(self, comp: Computation) -> None:
         self.comp = comp
-        registry = tuple(stages.REGISTRY)  # as it is now: the trace keeps the stages it was built with
+        # as it is now, less the families this scenario lacks (their stages never run here and their modules
+        # need not load): the trace keeps the stages it was built with
+        registry = tuple(stages.for_scenario(comp.scenario))
         self._specs = {s.stage.key: s for s in registry}
         self._owners = {name: s for s in registry for name in s.matrices}  # which stage answers for a matrix
         self.transposed: dict[str, str] = {pane: shown for s in registry for pane, shown in s.transposed.items()}

@@ -28,7 +28,6 @@ from qkv_tui.core.variants import deltanet_edit
 from qkv_tui.display.frame import Frame
 from qkv_tui.display.side_views import SIDE_VIEWS, shown_for
 from qkv_tui.display.view import PaneSpec, stage_key
-from qkv_tui.teach.stages.deltanet import Delta
 from qkv_tui.teach.stepper import Position
 from qkv_tui.teach.trace import Trace
 from qkv_tui.ui import themes
@@ -168,6 +167,8 @@ class Live:
             if op.segment.stage == "gates":
                 beta = op.col == 1
             else:
+                from qkv_tui.teach.stages.deltanet import Delta  # loaded with [deltanet]'s stages, not at start-up
+
                 spec = app.trace.spec("delta")
                 assert isinstance(spec, Delta)
                 beta = spec.block(app.comp.heads[op.head], op.col or 0)[0] == "dn_delta"  # δ = (v − kv)·β reads β

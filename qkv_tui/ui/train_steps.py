@@ -10,13 +10,16 @@ every step), and leaving the view or asking for another step replaces the run's 
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 from textual.message import Message
 from textual.worker import Worker, get_current_worker
 
-from qkv_tui.display import train_view
-from qkv_tui.display.train_view import SteppedRun
+from qkv_tui.display.side_views import TRAIN
 from qkv_tui.ui.session import Session
+
+if TYPE_CHECKING:
+    from qkv_tui.display.train_view import SteppedRun
 
 PROGRESS_SECONDS = 0.1  # how often the screen is redrawn with the steps done (a redraw per step would slow them)
 GROUP = "train"
@@ -45,7 +48,11 @@ class TrainSteps:
         One worker at a time: a run's steps come from one generator, which two threads must not drive. A
         worker that is no longer wanted is cancelled, and the next one starts once it has ended (its end
         redraws the app, which calls this again)."""
-        wanted = train_view.pending(self.app.presenter, self.app.modes)
+        wanted = None
+        if self.app.modes.view == TRAIN.name:  # the view's module loads when it is first opened, not at start-up
+            from qkv_tui.display import train_view
+
+            wanted = train_view.pending(self.app.presenter, self.app.modes)
         if self.running:
             assert self.worker is not None and self.target is not None
             on_its_way = wanted is not None and self.target[0] is wanted[0] and self.target[1] >= wanted[1]

@@ -9,7 +9,7 @@ k_R = X·W_KR is shared by the heads. ``[rope]`` turns the rotary parts only (q_
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -20,7 +20,9 @@ from qkv_tui.core.toml_text import vector
 from qkv_tui.core.variants.common import Checker, Context, Table, number, numbers, write_whole
 from qkv_tui.core.variants.gate import Reader
 from qkv_tui.core.variants.rope import LATENT_SCALING, Rope, latent_partial, write_rope
-from qkv_tui.kernels.mla import MlaWeights
+
+if TYPE_CHECKING:
+    from qkv_tui.kernels.mla import MlaWeights
 
 MLA_KEYS = ("num_heads", "d_nope", "d_rope", "d_v", "W_DKV", "W_UK", "W_UV", "W_KR", "W_Q", "W_DQ", "W_UQ",
             "kv_norm", "gamma_kv", "q_norm", "gamma_q", "eps")
@@ -63,6 +65,8 @@ class Mla:
         return self.d_nope + self.d_rope
 
     def weights(self) -> MlaWeights:
+        from qkv_tui.kernels.mla import MlaWeights  # the kernel loads with a scenario that has [mla]
+
         return MlaWeights(self.num_heads, self.d_nope, self.d_rope, self.d_v, self.W_DKV, self.W_UK, self.W_UV,
                           self.W_KR, self.W_Q, self.W_DQ, self.W_UQ, self.gamma_kv if self.kv_norm else None,
                           self.gamma_q if self.q_norm else None, self.eps)

@@ -3,27 +3,25 @@
 A scenario runs the stages whose ``runs`` says so; consecutive per-head stages run head after
 head (Project … Mix for head 1, then for head 2), shared ones once. Adding a stage is one module
 with a :class:`~qkv_tui.teach.stages.common.StageSpec` and one line in ``REGISTRY`` (or
-:func:`register` at run time, as the tests do).
+:func:`register` at run time, as the tests do). A family a scenario may lack ([mla], [linear],
+[deltanet]) is listed by name and imported the first time a scenario has it (:func:`for_scenario`),
+so the first screen of a plain scenario does not load its modules.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import importlib
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
 
 from qkv_tui.teach.stages import (
     concat,
-    deltanet,
-    deltanet_io,
     embed,
     gate,
-    linear,
     loss,
     mix,
-    mla_absorb,
-    mla_compress,
-    mla_expand,
-    mla_rotate,
     norm,
     project,
     qk_norm,
@@ -35,28 +33,47 @@ from qkv_tui.teach.stages import (
 )
 from qkv_tui.teach.stages.common import StageSpec
 
-REGISTRY: list[StageSpec] = [
+
+@dataclass(frozen=True)
+class _Later:
+    """A stage of a family whose modules load on first use: [mla]'s latent path, [linear], [deltanet].
+    A scenario without the family never runs one of its stages, so its first screen need not import them."""
+
+    family: str
+    module: str
+    name: str
+
+
+# the families that load on first use, and whether a scenario has each (every stage of a family runs only there)
+FAMILIES: dict[str, Callable[[Any], bool]] = {
+    "mla": lambda sc: getattr(sc, "mla", None) is not None,
+    "linear": lambda sc: getattr(sc, "linear", None) is not None,
+    "deltanet": lambda sc: getattr(sc, "deltanet", None) is not None,
+}
+
+# the walk's order; read it as REGISTRY (every family loaded) or for_scenario (only the families a scenario has)
+_REGISTRY: list[StageSpec | _Later] = [
     embed.SPEC,
     norm.SPEC,
     project.SPEC,
-    mla_compress.SPEC,
-    mla_expand.SPEC,
-    mla_rotate.SPEC,
+    _Later("mla", "mla_compress", "SPEC"),
+    _Later("mla", "mla_expand", "SPEC"),
+    _Later("mla", "mla_rotate", "SPEC"),
     qk_norm.SPEC,
     rotate.SPEC,
     score.SPEC,
     scale.SPEC,
     softmax.SPEC,
     mix.SPEC,
-    mla_absorb.SPEC,
-    linear.FEATURE,
-    linear.QUADRATIC,
-    linear.RECURRENT,
-    deltanet_io.CONV_STAGE,
-    deltanet.NORMALISE,
-    deltanet.GATES,
-    deltanet.DELTA,
-    deltanet_io.OUTPUT_NORM,
+    _Later("mla", "mla_absorb", "SPEC"),
+    _Later("linear", "linear", "FEATURE"),
+    _Later("linear", "linear", "QUADRATIC"),
+    _Later("linear", "linear", "RECURRENT"),
+    _Later("deltanet", "deltanet_io", "CONV_STAGE"),
+    _Later("deltanet", "deltanet", "NORMALISE"),
+    _Later("deltanet", "deltanet", "GATES"),
+    _Later("deltanet", "deltanet", "DELTA"),
+    _Later("deltanet", "deltanet_io", "OUTPUT_NORM"),
     gate.SPEC,
     concat.SPEC,
     wo.SPEC,
@@ -65,17 +82,17 @@ REGISTRY: list[StageSpec] = [
     wo.BACKWARD,
     gate.BACKWARD,
     mix.BACKWARD,
-    linear.BACKWARD,
-    deltanet.BACKWARD,
-    deltanet.GATES_BACKWARD,
+    _Later("linear", "linear", "BACKWARD"),
+    _Later("deltanet", "deltanet", "BACKWARD"),
+    _Later("deltanet", "deltanet", "GATES_BACKWARD"),
     softmax.BACKWARD,
     scale.BACKWARD,
     score.BACKWARD,
     rotate.BACKWARD,
-    mla_rotate.BACKWARD,
-    mla_rotate.KEY_BACKWARD,
-    mla_expand.BACKWARD,
-    mla_compress.BACKWARD,
+    _Later("mla", "mla_rotate", "BACKWARD"),
+    _Later("mla", "mla_rotate", "KEY_BACKWARD"),
+    _Later("mla", "mla_expand", "BACKWARD"),
+    _Later("mla", "mla_compress", "BACKWARD"),
     qk_norm.BACKWARD,
     project.BACKWARD,
     embed.BACKWARD,
@@ -83,9 +100,33 @@ REGISTRY: list[StageSpec] = [
 ]
 
 
+def load(family: str) -> None:
+    """Import a family's modules and put its stages in their places in the registry (the same list object)."""
+    for i, entry in enumerate(_REGISTRY):
+        if isinstance(entry, _Later) and entry.family == family:
+            module = importlib.import_module(f"{__name__}.{entry.module}")
+            _REGISTRY[i] = getattr(module, entry.name)
+
+
+def everything() -> list[StageSpec]:
+    """The whole registry, every family loaded: what the worksheet and the stage names read."""
+    for family in FAMILIES:
+        load(family)
+    return _REGISTRY  # type: ignore[return-value]  # no _Later is left
+
+
+def for_scenario(sc: Any) -> list[StageSpec]:
+    """The registry in its order, the families the scenario has loaded and those it has not left out
+    (none of their stages would run): what a trace walks."""
+    for family, has in FAMILIES.items():
+        if has(sc):
+            load(family)
+    return [s for s in _REGISTRY if not isinstance(s, _Later)]
+
+
 def spec(key: str) -> StageSpec:
     """The registered stage with this key."""
-    for s in REGISTRY:
+    for s in everything():
         if s.stage.key == key:
             return s
     raise KeyError(key)
@@ -93,13 +134,21 @@ def spec(key: str) -> StageSpec:
 
 def register(new: StageSpec, after: str) -> None:
     """Add a stage to the walk, right after the stage ``after``."""
-    if any(s.stage.key == new.stage.key for s in REGISTRY):
+    if any(s.stage.key == new.stage.key for s in everything()):
         raise ValueError(f"a stage {new.stage.key!r} is registered already")
-    REGISTRY.insert(REGISTRY.index(spec(after)) + 1, new)
+    _REGISTRY.insert(_REGISTRY.index(spec(after)) + 1, new)
 
 
 def unregister(key: str) -> None:
-    REGISTRY.remove(spec(key))
+    _REGISTRY.remove(spec(key))
+
+
+def __getattr__(name: str) -> list[StageSpec]:
+    """``REGISTRY``: every registered stage in the walk's order, each family loaded (the same list each time,
+    so a stage registered at run time is in it)."""
+    if name == "REGISTRY":
+        return everything()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @contextmanager

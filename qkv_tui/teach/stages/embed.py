@@ -7,7 +7,6 @@ import numpy as np
 from qkv_tui.core.fmt import fmt
 from qkv_tui.core.scenario import Matrix, Scenario
 from qkv_tui.teach.arith import elide
-from qkv_tui.teach.stages import mla_compress
 from qkv_tui.teach.stages.common import INPUT, FormulaPart, Key, Operation, Plan, Ref, Segment, Stage, StageSpec
 from qkv_tui.teach.stages.context import TraceContext
 from qkv_tui.teach.stages.grads import BackwardSpec, dot_cell, grads, has_backward
@@ -160,6 +159,8 @@ class EmbedBack(BackwardSpec):
 
     def meaning(self, trace: TraceContext, head: int | None) -> str:
         sc = trace.comp.scenario
+        from qkv_tui.teach.stages import mla_compress  # [mla]'s stages load with a scenario that has it
+
         text = self.stage.meaning if sc.mla is None else mla_compress.EMBED_MEANING
         x = "X" if sc.norm is None else "X̂"
         if sc.norm is not None:  # the projections read X̂: this stage ends at dX̂, and dNorm takes it on to dX
@@ -184,6 +185,8 @@ class EmbedBack(BackwardSpec):
         comp = trace.comp
         assert col is not None
         if comp.scenario.mla is not None:  # the latent layer's three down-projections
+            from qkv_tui.teach.stages import mla_compress
+
             return mla_compress.embed_cell(trace, index, seg, row, col, d)
         g = grads(trace)
         name = "dX̂" if comp.norm is not None else "dX"
@@ -219,6 +222,8 @@ class EmbedBack(BackwardSpec):
     def panes(self, trace: TraceContext, op: Operation) -> list[Key]:
         sc = trace.comp.scenario
         if sc.mla is not None:
+            from qkv_tui.teach.stages import mla_compress
+
             return mla_compress.embed_panes(trace)
         keys: list[Key] = []
         for h in range(len(trace.comp.heads)):

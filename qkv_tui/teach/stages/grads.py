@@ -6,16 +6,19 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from qkv_tui.core.fmt import operand
-from qkv_tui.core.gradients import Gradients, gradients
 from qkv_tui.core.scenario import Matrix
 from qkv_tui.kernels.policy import round_to
 from qkv_tui.teach.arith import MAX_TERMS, Operand, dot_line, fit, float_sum, shown, tries, unit
 from qkv_tui.teach.stages.common import Operation, Plan, Ref, Segment, StageSpec
 from qkv_tui.teach.stages.context import TraceContext
+
+if TYPE_CHECKING:
+    from qkv_tui.core.gradients import Gradients
 
 # the names the backward panes take (the trace labels their rows and columns by them)
 KEY_ROWS = ("dK_s", "dK_t", "dK", "dV")  # one row per key
@@ -28,6 +31,8 @@ OUT_OF_RANGE = ("float64 ran out of range: a product or sum past ±1.8e308 is ±
 
 def grads(trace: TraceContext) -> Gradients:
     """Every gradient of the scenario's [backward], exact, from the trace's forward pass."""
+    from qkv_tui.core.gradients import gradients  # with a scenario that has [backward], not at start-up
+
     return trace.memo("gradients", lambda: gradients(trace.comp))
 
 

@@ -10,7 +10,6 @@ from qkv_tui.core.scenario import Matrix
 from qkv_tui.kernels.attention import project
 from qkv_tui.kernels.policy import EXACT
 from qkv_tui.teach.arith import dot_line
-from qkv_tui.teach.stages import mla_parts
 from qkv_tui.teach.stages.common import (
     K_SLOT,
     Q_SLOT,
@@ -131,8 +130,11 @@ class Project(StageSpec):
         return [("Q", head), ("K", head), ("V", head)]
 
     def title(self, trace: TraceContext, name: str, head: int | None) -> str:
-        if trace.comp.scenario.mla is not None and name in mla_parts.JOINED:
-            return mla_parts.joined_title(trace, name)
+        if trace.comp.scenario.mla is not None:
+            from qkv_tui.teach.stages import mla_parts  # [mla]'s stages load with a scenario that has it
+
+            if name in mla_parts.JOINED:
+                return mla_parts.joined_title(trace, name)
         if name in WEIGHTS:
             return name
         if name in WIDE:
