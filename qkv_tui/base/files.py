@@ -27,6 +27,15 @@ def file_kind(mode: int) -> str | None:
             else "not a regular file")
 
 
+def kind_at(path: Path) -> str | None:
+    """What is at ``path`` when it is there and not a regular file, as file_kind words it; None for a regular
+    file, or for nothing there (a write makes it) or a path the stat cannot reach (the open then says why)."""
+    try:
+        return file_kind(os.stat(path).st_mode)
+    except (OSError, ValueError):
+        return None
+
+
 class FileError(Exception):
     """Why read_capped could not read a file; one of the three below."""
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import NoReturn, TextIO
 
 from qkv_tui import __version__
-from qkv_tui.base.files import file_kind
+from qkv_tui.base.files import kind_at
 from qkv_tui.base.values import escaped
 from qkv_tui.core.engine import combine, iter_heads
 from qkv_tui.core.scenario import Scenario, ScenarioError, builtin_dir, builtin_names, load_scenario, resolve
@@ -190,11 +190,7 @@ def output_target_problem(output: str | None, separate: bool) -> str | None:
 
     targets = [Path(output), *([key_path(Path(output))] if separate else [])]
     for target in targets:
-        try:
-            kind = file_kind(os.stat(target).st_mode)
-        except (OSError, ValueError):  # not there (it is made), or unreachable: the write says why
-            continue
-        if kind is not None:
+        if (kind := kind_at(target)) is not None:
             what = "--output" if target == targets[0] else "--key separate's file"
             return (f"{escaped(str(target))}: {what} is {kind}, not a regular file; expected a new file or a regular"
                     " file to replace" + (" (leave out --output to write to standard output)" if what == "--output"

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import BinaryIO, TextIO
 
-from qkv_tui.base.files import file_kind
+from qkv_tui.base.files import kind_at
 from qkv_tui.base.values import escaped
 from qkv_tui.edges.worksheet.content import WorksheetContent
 from qkv_tui.edges.worksheet.sheet import sheet
@@ -77,10 +77,7 @@ def write(ws: WorksheetContent, fmt: str, separate: bool, output: str | None, st
 
 def _refuse_not_regular(path: Path) -> None:
     """A FIFO, device or socket where the worksheet goes: a FIFO would hold the write until a reader came."""
-    try:
-        kind = file_kind(os.stat(path).st_mode)
-    except (OSError, ValueError):
-        kind = None  # not there yet (or unreachable: the open says why)
+    kind = kind_at(path)
     if kind is not None and kind != "a directory":  # a folder: the open's own "Is a directory"
         raise OutputError(f"{escaped(str(path))}: cannot write the worksheet: it is {kind}, not a regular file;"
                           " expected a new file or a regular file to replace")
