@@ -1,4 +1,5 @@
-"""The documentation's screen pictures (the README's and the Students page's) are the snapshots the suite checks, so they never show an old screen.
+"""The documentation's screen pictures (the README's, the Students page's) are the snapshots the suite checks,
+so they never show an old screen.
 
 They are kept without the snapshot's web-font rule (as the app's own screenshots are), so the README
 opened offline or behind a strict policy asks no other host for fonts."""

@@ -292,7 +292,8 @@ def prose(markdown: str) -> str:
 
 def test_one_spelling_of_dk_in_what_the_user_reads() -> None:
     """dₖ in prose and formulas; d_k only as a JSON key or an attribute, never in text a student reads."""
-    for where, text in {**TEXTS, "variant notes": str(VARIANT_NOTES), "doc": prose(DOC), **{name: prose(text) for name, text in USER_DOCS.items()}}.items():
+    docs = {name: prose(text) for name, text in USER_DOCS.items()}
+    for where, text in {**TEXTS, "variant notes": str(VARIANT_NOTES), "doc": prose(DOC), **docs}.items():
         assert "d_k" not in text, where
     for path in SCENARIOS:
         assert "d_k" not in path.read_text(encoding="utf-8"), path.name  # comments included
