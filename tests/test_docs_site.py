@@ -232,8 +232,8 @@ COMMANDS = [(page, argv) for page in PAGES for argv in shell_commands(page.read_
 def test_the_docs_show_commands_to_check() -> None:
     pages = {name(page) for page, _ in COMMANDS}
     assert {"README.md", "docs/teachers.md", "docs/classroom.md", "docs/real-models.md"} <= pages, pages
-    shell = "```sh\necho x && qkv-tui --check rope | head  # a comment\n.venv/bin/qkv-tui --serve \\\n  --port 1 > log\n```\n"
-    assert shell_commands(shell) == [["--check", "rope"], ["--serve", "--port", "1"]]
+    shell = "```sh\necho x && qkv-tui --check rope | head  # a comment\n.venv/bin/qkv-tui --theme \\\n  light > log\n```\n"
+    assert shell_commands(shell) == [["--check", "rope"], ["--theme", "light"]]
 
 
 def parsed(argv: list[str], capsys: pytest.CaptureFixture[str]) -> argparse.Namespace | None:
@@ -272,7 +272,7 @@ def test_every_command_in_the_docs_parses(page: Path, argv: list[str], capsys: p
 
 
 def test_a_command_the_parser_refuses_fails_here(capsys: pytest.CaptureFixture[str]) -> None:
-    for argv in (["--export", "pdf", "i_love_ai"], ["--blanks", "3", "i_love_ai"], ["--port", "8001", "i_love_ai"]):
+    for argv in (["--export", "svg", "i_love_ai"], ["--blanks", "3", "i_love_ai"], ["--port", "8001", "i_love_ai"]):
         with pytest.raises(AssertionError):
             parsed(argv, capsys)
 
