@@ -1,4 +1,4 @@
-"""Every command accepts what ``--check`` accepts (docs/scenario-format.md; the README's command line).
+"""Every command accepts what ``--check`` accepts (docs/scenario-format.md; docs/reference.md, the command line).
 
 Extreme but valid scenarios: numbers near float64's limits and near 0, tiny and huge scales, huge
 ALiBi slopes, norms, rotations, biases and sinks. Either the engine's one overflow rule refuses a

@@ -1,4 +1,5 @@
-"""The README's screen pictures are the snapshots the suite checks, so they never show an old screen.
+"""The documentation's screen pictures (the README's, the Students page's) are the snapshots the suite checks,
+so they never show an old screen.
 
 They are kept without the snapshot's web-font rule (as the app's own screenshots are), so the README
 opened offline or behind a strict policy asks no other host for fonts."""
@@ -22,7 +23,8 @@ PICTURES = {
 
 @pytest.mark.parametrize("picture", sorted(PICTURES))
 def test_a_readme_picture_is_its_snapshot(picture: str) -> None:
-    assert picture in (ROOT / "README.md").read_text(encoding="utf-8")
+    pages = [ROOT / "README.md", *(ROOT / "docs").glob("*.md")]
+    assert any(picture in page.read_text(encoding="utf-8") for page in pages), f"no page shows docs/{picture}"
     shown = (ROOT / "docs" / picture).read_text(encoding="utf-8")
     snapshot = (SNAPSHOTS / PICTURES[picture]).read_text(encoding="utf-8")
     assert "cdnjs" in snapshot and "cdnjs" not in shown and "http" not in shown.split("</style>")[0].split("<style>")[-1]

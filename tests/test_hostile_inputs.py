@@ -1,5 +1,5 @@
 """What a fuzzer throws at the loader: each class of input gets one clean error line and
-exit 2 (README, "The command line"), or a correct result; never a traceback, a hang or a huge read."""
+exit 2 (docs/reference.md, "The command line"), or a correct result; never a traceback, a hang or a huge read."""
 
 from __future__ import annotations
 

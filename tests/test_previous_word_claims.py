@@ -1,4 +1,4 @@
-"""Every figure the built-in real head's description and the README state, recomputed from the model.
+"""Every figure the built-in real head's description and its section of docs/real-models.md state, recomputed from the model.
 
 The measurement is benchmarks/previous_word.py (glassllm's own weights, every head of glassllm:en);
 the built-in sentence's own rows are recomputed a second time from qkv-tui's computation of the
@@ -47,9 +47,11 @@ def description() -> str:
 
 
 def readme_paragraph() -> str:
-    text = flat((ROOT / "README.md").read_text(encoding="utf-8"))
-    start = text.index("**The built-in head**")
-    return text[start:text.index("## ", start)]
+    """The section "The built-in head" of docs/real-models.md (once the README's paragraph), to the next section or the end."""
+    text = (ROOT / "docs" / "real-models.md").read_text(encoding="utf-8")
+    start = text.index("## The built-in head\n")
+    end = text.find("\n## ", start + 1)
+    return flat(text[start:] if end < 0 else text[start:end])
 
 
 def test_the_sentences_are_the_ones_the_file_lists() -> None:

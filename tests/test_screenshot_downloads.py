@@ -1,4 +1,4 @@
-"""s under --serve downloads the SVG, as the README says and as ctrl+s's file is: Textual's own
+"""s under --serve downloads the SVG, as docs/teachers.md says and as ctrl+s's file is: Textual's own
 deliver_screenshot asks the browser to open it (open_method "browser", served inline, a new tab)."""
 
 from __future__ import annotations

@@ -22,7 +22,11 @@ from qkv_tui.ui.widgets.screens import NOTES
 from .conftest import BASE, HEAD, ROOT, SCENARIOS
 
 DOC = (ROOT / "docs" / "scenario-format.md").read_text(encoding="utf-8")
-README = (ROOT / "README.md").read_text(encoding="utf-8")
+# the README's text, wherever it now lives: the README and the docs pages its sections moved to
+USER_DOCS = {name: (ROOT / name).read_text(encoding="utf-8") for name in (
+    "README.md", *(f"docs/{page}.md" for page in ("index", "teachers", "students", "reference", "scenarios", "real-models",
+                                                   "classroom", "deploy", "performance", "contributing")))}
+BUILTINS_PAGE = USER_DOCS["docs/scenarios.md"]  # the built-in scenarios' table
 
 
 def teaching_text() -> dict[str, str]:
@@ -79,7 +83,7 @@ def test_the_notes_and_docs_say_the_decoder_asks() -> None:
     note = dict(NOTES)["Self-attention vs cross-attention"]
     assert "Queries come from the decoder and the Keys and Values from the encoder's output" in note
     assert "§3.2.3" in note
-    assert "the French decoder's tokens ask" in README
+    assert "the French decoder's tokens ask" in BUILTINS_PAGE
     context = DOC[DOC.index("### `[context]`"):DOC.index("### `[mask]`")]
     assert "target-language tokens being written ask" in context
 
@@ -89,7 +93,7 @@ def test_the_notes_and_docs_say_the_decoder_asks() -> None:
 
 def test_no_text_says_a_rope_score_depends_only_on_the_distance() -> None:
     wrong = re.compile(r"depends? only on (the distance|how far)|only sees the difference")
-    for where, text in {**TEXTS, "variant notes": str(VARIANT_NOTES), "doc": DOC, "readme": README}.items():
+    for where, text in {**TEXTS, "variant notes": str(VARIANT_NOTES), "doc": DOC, **USER_DOCS}.items():
         assert not wrong.search(text), where
 
 
@@ -249,7 +253,7 @@ def test_custom_mask_is_not_called_a_sliding_window() -> None:
     assert sc.mask_kind == "custom"
     assert sc.allow[0, 1] and sc.allow[1, 2]  # it looks ahead: two-sided, not a causal window
     assert "two-sided band" in sc.description and "not" in sc.description
-    row = next(line for line in README.splitlines() if line.startswith("| `custom_mask` |"))
+    row = next(line for line in BUILTINS_PAGE.splitlines() if line.startswith("| `custom_mask` |"))
     assert "sliding window" not in row and "two-sided band" in row
 
 
@@ -288,7 +292,8 @@ def prose(markdown: str) -> str:
 
 def test_one_spelling_of_dk_in_what_the_user_reads() -> None:
     """dₖ in prose and formulas; d_k only as a JSON key or an attribute, never in text a student reads."""
-    for where, text in {**TEXTS, "variant notes": str(VARIANT_NOTES), "doc": prose(DOC), "readme": prose(README)}.items():
+    docs = {name: prose(text) for name, text in USER_DOCS.items()}
+    for where, text in {**TEXTS, "variant notes": str(VARIANT_NOTES), "doc": prose(DOC), **docs}.items():
         assert "d_k" not in text, where
     for path in SCENARIOS:
         assert "d_k" not in path.read_text(encoding="utf-8"), path.name  # comments included

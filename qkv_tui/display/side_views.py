@@ -76,7 +76,7 @@ HEADS = SideView(  # v: every head's attention map side by side (display/heads_v
     enter=_later("heads_view", "_enter"),
     per_head=False,
     quiz=False,  # its lines name where each row looks; they work out no number to predict
-    in_footer=False,  # the footer's keys are full at 120 columns; v is in the help, the palette and the README
+    in_footer=False,  # the footer's keys are full at 120 columns; v is in the help, the palette and docs/reference.md
 )
 
 SIDE_VIEWS: tuple[SideView, ...] = (CACHE, TILES, TRAIN, HEADS)

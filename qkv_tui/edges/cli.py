@@ -1,4 +1,4 @@
-"""The command line (README, "The command line"): arguments -> load -> export, check or run the app."""
+"""The command line (docs/reference.md, "The command line"): arguments -> load -> export, check or run the app."""
 
 from __future__ import annotations
 

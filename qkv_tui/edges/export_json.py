@@ -1,4 +1,4 @@
-"""The JSON export (README, "The command line"): every matrix of the computation at full float64 precision.
+"""The JSON export (docs/reference.md, "The command line"): every matrix of the computation at full float64 precision.
 
 Written as a stream: one head is computed, written and dropped before the next, and each
 matrix goes out a row at a time, one row per line, so memory stays near one head's matrices
@@ -90,7 +90,7 @@ def _fields(out: _Out, fields: Iterable[tuple[str, Any]], indent: str) -> None:
 
 
 def head_fields(h: HeadResult) -> list[tuple[str, Any]]:
-    """One entry of ``heads``, in the export's documented order (README, "The command line")."""
+    """One entry of ``heads``, in the export's documented order (docs/scenarios.md, "Modern attention")."""
     return [
         ("name", h.name), ("d_k", h.d_k), ("scale", h.scale),
         ("W_Q", h.W_Q), ("W_K", h.W_K), ("W_V", h.W_V),

@@ -98,7 +98,7 @@ def to_toml(scenario: Scenario) -> str:
             lines += [f"{role} = {vector(b)}" for role, b in biases if b is not None]
             if head.sink is not None:
                 lines.append(f"sink = {number(head.sink)}")
-            if sc.kv_head(i) != i:  # a real model's K/V head index (README, "A real model's head")
+            if sc.kv_head(i) != i:  # a real model's K/V head index (docs/real-models.md)
                 lines.append(f"kv_head = {sc.kv_head(i)}")
             if not one_cap and head.softcap is not None:
                 lines.append(f"softcap = {number(head.softcap)}")

@@ -1,6 +1,6 @@
 """``--model SOURCE --text TEXT [--layer L] [--heads H,H]``: a real model's head without writing a file.
 
-The options become the same ``[model]`` table a scenario file would hold (README, "A real model's head"), parsed by
+The options become the same ``[model]`` table a scenario file would hold (docs/real-models.md), parsed by
 the same loader, so every message and every check is the file's. A relative folder is found from
 the current directory.
 """

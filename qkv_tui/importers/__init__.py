@@ -1,4 +1,4 @@
-"""Real models -> plain scenario data (README, "A real model's head"). The lowest layer: imports no other qkv_tui layer.
+"""Real models -> plain scenario data (docs/real-models.md). The lowest layer: imports no other qkv_tui layer.
 
 ``expand_model(doc, base)`` turns a parsed scenario file with a ``[model]`` table into the dict
 an ordinary file would parse to; the core's loader validates that like any file. Errors are

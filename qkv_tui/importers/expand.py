@@ -1,4 +1,4 @@
-"""A ``[model]`` table (README, "A real model's head") expanded into plain scenario data: the dict a TOML file would parse to.
+"""A ``[model]`` table (docs/real-models.md) expanded into plain scenario data: the dict a TOML file would parse to.
 
 The result uses only scenario-file keys (docs/scenario-format.md), so the loader validates it like
 any file and every later stage (engine, trace, app, exports) sees an ordinary scenario. Its matrices
