@@ -4,9 +4,9 @@ It binds to 127.0.0.1 unless told otherwise and has no login of its own: for stu
 machines, put a reverse proxy with TLS and a login in front of it (docs/deploy.md, and the nginx
 example in deploy/). Behind a proxy the page may live at any path: its addresses are relative to
 the page, or built from ``--public-url``; ``--max-students`` caps the apps one process runs and
-answers a student over it with a page that says the class is full. Each tab's app is a process forked from one that has imported everything already
-(fork.py, serve_zygote.py), so a class arriving at once does not wait for thirty Pythons to
-import Textual and NumPy (measured by benchmarks/serve_cost.py).
+answers a student over it with a page that says the class is full. Each tab's app is a process
+forked from one that has imported everything already (fork.py, zygote.py), so a class arriving at
+once does not wait for thirty Pythons to import Textual and NumPy (benchmarks/serve_cost.py).
 
 Nothing the browser is sent points off the server: textual-serve's page asks Google Fonts for
 Roboto Mono, which a classroom offline (or behind a strict proxy) never gets. The page here names
@@ -21,10 +21,10 @@ import html
 import json
 import logging
 import re
-import urllib.parse
 import shlex
 import socket
 import sys
+import urllib.parse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
