@@ -6,6 +6,8 @@ operation counter "op 1/" in what the app sends). Measured:
 
 - start-up, one student at a time: websocket open -> first complete frame (median);
 - a class arriving at once: N websockets opened together -> the last first frame;
+- CPU per student beyond the start: an idle app's share of a core (a tab left open through a lecture),
+  and one step (a right arrow, the screen redrawn) -- what sizes a class per core;
 - memory per student: RSS and PSS (shared pages split between the processes that share them)
   of each app's processes, read from /proc once every app is idle; the app starter that
   --serve forks every app from (its "zygote") is counted apart, and also shared out;
@@ -38,6 +40,9 @@ from typing import TypeVar
 import aiohttp
 
 T = TypeVar("T")
+
+IDLE_S = 5.0  # how long the open, untouched apps are watched for their idle CPU
+KEYS, KEY_GAP_S = 5, 0.5  # steps every student takes, and the time between them (a class at a teacher's pace)
 
 MARK = b"op 1/"
 # the yardstick: the smallest Textual app that draws the mark, started as textual-serve starts any app
@@ -157,6 +162,16 @@ async def measure(port: int, server_pid: int, students: int) -> dict[str, object
         zygote_rss, zygote_pss = (sum(m) for m in zip(*(memory_kib(pid) for pid in zygotes), strict=True)) \
             if zygotes else (0, 0)
         server_rss, server_pss = memory_kib(server_pid)
+        idle_cpu, idle_s = sum(cpu_seconds(pid) for pid in apps), time.perf_counter()
+        await asyncio.sleep(IDLE_S)
+        idle_share = (sum(cpu_seconds(pid) for pid in apps) - idle_cpu) / (time.perf_counter() - idle_s) / students
+        before_keys = sum(cpu_seconds(pid) for pid in apps)
+        for _ in range(KEYS):  # every student steps at once, as a class following the teacher does
+            for ws in sockets:
+                await ws.send_json(["stdin", "\x1b[C"])
+            await asyncio.sleep(KEY_GAP_S)
+        await asyncio.sleep(2.0)  # the last redraws done
+        key_cpu = (sum(cpu_seconds(pid) for pid in apps) - before_keys) / (students * KEYS)
         for ws in sockets:
             await ws.close()
         await asyncio.sleep(2.0)
@@ -184,6 +199,8 @@ async def measure(port: int, server_pid: int, students: int) -> dict[str, object
         "pss_per_student_with_zygote_mib": (sum(p for _, p in usage) + zygote_pss) / students / 1024,
         "zygote_rss_mib": zygote_rss / 1024,
         "zygote_pss_mib": zygote_pss / 1024,
+        "idle_cpu_share_per_student": idle_share,  # of one core, apps open and untouched
+        "key_cpu_s": key_cpu,  # one step, per student (the screen redrawn at 120x40)
         "app_start_cpu_s": sum(started) / students,  # a student's processes together (sh and Python, before)
         "server_burst_cpu_s": server_burst_cpu,
         "zygote_burst_cpu_s": zygote_burst_cpu,
@@ -271,6 +288,8 @@ def report(result: dict[str, object], students: int) -> None:
           f" {result['bare_start_cpu_median_s']:.2f} s); the server's during the class's arrival"
           f" {result['server_burst_cpu_s']:.2f} s, the app starter's {result['zygote_burst_cpu_s']:.2f} s, the"
           f" class's apps' {result['burst_apps_cpu_total_s']:.2f} s in all")
+    print(f"CPU per student after the start: idle {100 * float(result['idle_cpu_share_per_student']):.2f}% of a core;"  # type: ignore[arg-type]
+          f" one step (right arrow, redrawn) {1000 * float(result['key_cpu_s']):.0f} ms")  # type: ignore[arg-type]
     if result["zygote_rss_mib"]:
         print(f"the app starter (zygote): RSS {result['zygote_rss_mib']:.1f} MiB, PSS {result['zygote_pss_mib']:.1f} MiB;"
               f" per student with its share: PSS {result['pss_per_student_with_zygote_mib']:.1f} MiB")
