@@ -204,15 +204,15 @@ def make_server(command: str, host: str, port: int, title: str, argv: list[str] 
         def full(self) -> bool:
             return max_students is not None and self.students >= max_students
 
-        def full_response(self) -> web.Response:
+        def full_response(self) -> web.HTTPServiceUnavailable:
             assert max_students is not None
-            return web.Response(status=503, text=full_page(self.title, max_students), content_type="text/html",
-                                headers={"Retry-After": str(FULL_RETRY_S), "Cache-Control": "no-store"})
+            return web.HTTPServiceUnavailable(text=full_page(self.title, max_students), content_type="text/html",
+                                              headers={"Retry-After": str(FULL_RETRY_S), "Cache-Control": "no-store"})
 
-        async def handle_websocket(self, request: web.Request) -> web.StreamResponse:
+        async def handle_websocket(self, request: web.Request) -> web.WebSocketResponse:
             """textual-serve 1.1.3's own, with the app forked by the app starter (ForkedAppService), in a seat."""
             if self.full():  # a page served before the last seat went: no app, and the page's "Restart" tells
-                return self.full_response()
+                raise self.full_response()
             self.students += 1  # before the first await: two tabs arriving together cannot both take the last seat
             try:
                 return await self._seated(request)
@@ -247,7 +247,7 @@ def make_server(command: str, host: str, port: int, title: str, argv: list[str] 
 
         async def handle_index(self, request: web.Request) -> web.Response:
             if self.full():
-                return self.full_response()
+                raise self.full_response()
             # public: the folder the page's addresses hang from; "" is the page's own folder (relative addresses)
             public = "" if public_url is None else public_base(public_url)
             static = f"{public}static/"
