@@ -58,6 +58,8 @@ def test_a_public_url_names_every_address_under_it(tmp_path: Path) -> None:
     ("https://class.example.org/?x=1", "expected no query"),
     ("https://me@class.example.org/", "expected no query, fragment or user name"),
     ("http://[::1/", "not an address"),
+    ('https://h/class/"><script>', "expected an address without spaces, quotes"),
+    ("https://h/my class/", "expected an address without spaces, quotes"),
 ])
 def test_public_url_problem(url: str, problem: str | None) -> None:
     said = public_url_problem(url)

@@ -302,10 +302,11 @@ def _main(argv: list[str] | None) -> int:
         _parser().error(f"--port {port}: expected a port number from 1 to 65535")
     if args.max_students is not None and args.max_students < 1:
         _parser().error(f"--max-students {args.max_students}: expected a number of students, 1 or more")
-    from qkv_tui.edges.serve.server import public_url_problem
+    if args.public_url is not None:
+        from qkv_tui.edges.serve.server import public_url_problem
 
-    if args.public_url is not None and (problem := public_url_problem(args.public_url)) is not None:
-        _parser().error(f"--public-url {args.public_url}: {problem}")
+        if (problem := public_url_problem(args.public_url)) is not None:
+            _parser().error(f"--public-url {args.public_url}: {problem}")
     note(spec)
     if args.export:
         exporter = EXPORTERS[args.export][0]

@@ -66,6 +66,8 @@ def local_fonts(page: str, base: str, static_url: str, fonts: list[str]) -> str:
 
 def public_url_problem(url: str) -> str | None:
     """Why ``--public-url`` cannot be the address students open (not http(s), no host, a query), or None."""
+    if re.search(r"[\s\"'<>\\`]", url):  # it goes into the page's attributes and script as written
+        return "expected an address without spaces, quotes, <, > or backslashes (percent-encode them)"
     try:
         parts = urllib.parse.urlsplit(url)
     except ValueError as exc:  # an unbalanced [ in the host
