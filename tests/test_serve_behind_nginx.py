@@ -188,17 +188,19 @@ def test_a_class_through_nginx(tmp_path: Path) -> None:
         assert status == 200 and "i_love_ai-op02" in disposition, (status, disposition)
 
         third = context.new_page()
+        third.add_init_script(HOOK)
+        third_sockets: list[str] = []
+        third.on("websocket", lambda socket: third_sockets.append(socket.url.split("?")[0]))
         answer = third.goto(f"{base}/class/", timeout=WAIT_MS)
         assert answer is not None and answer.status == 503
         assert "The class is full" in third.inner_text("h1")
         assert "tries again every 30 seconds" in third.inner_text("body")
         assert "op 5/66" in first.evaluate("window.__qkvText()")  # told, and nobody else's tab disturbed
+        assert third_sockets == []  # the full page starts no app
+        third.goto("about:blank")  # its own retry (every 30 s) must not race the test's below for the seat
 
         first.close()  # a student leaves: their seat frees when the websocket ends
         wait_for_status(f"{base}/class/", 200)
-        third.add_init_script(HOOK)
-        third_sockets: list[str] = []
-        third.on("websocket", lambda socket: third_sockets.append(socket.url.split("?")[0]))
         third.goto(f"{base}/class/", timeout=WAIT_MS)
         shows(third, "op 1/66")
         assert third_sockets == first_sockets  # the freed seat, on the process the first tab left
