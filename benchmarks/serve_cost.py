@@ -6,13 +6,18 @@ operation counter "op 1/" in what the app sends). Measured:
 
 - start-up, one student at a time: websocket open -> first complete frame (median);
 - a class arriving at once: N websockets opened together -> the last first frame;
+- CPU per student beyond the start: an idle app's share of a core (a tab left open through a lecture),
+  and one step (a right arrow, the screen redrawn) -- what sizes a class per core;
 - memory per student: RSS and PSS (shared pages split between the processes that share them)
   of each app's processes, read from /proc once every app is idle; the app starter that
   --serve forks every app from (its "zygote") is counted apart, and also shared out;
 - the yardstick, in the same run: a bare Textual app (one Static) served by plain
   textual-serve, a fresh Python per tab, one student at a time; the ratios divide by its median.
 
-    .venv/bin/python benchmarks/serve_cost.py [--students N] [--repeat R] [--json]
+With ``--nginx`` the students connect through Debian's nginx at /class/ (as docs/deploy.md sets it up),
+and the proxy's own memory and CPU are measured too.
+
+    .venv/bin/python benchmarks/serve_cost.py [--students N] [--repeat R] [--nginx] [--json]
 """
 
 from __future__ import annotations
@@ -24,20 +29,26 @@ import json
 import os
 import platform
 import shlex
+import shutil
 import signal
 import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TypeVar
 
 import aiohttp
 
 T = TypeVar("T")
+
+IDLE_S = 5.0  # how long the open, untouched apps are watched for their idle CPU
+KEYS, KEY_GAP_S = 5, 0.5  # steps every student takes, and the time between them (a class at a teacher's pace)
 
 MARK = b"op 1/"
 # the yardstick: the smallest Textual app that draws the mark, started as textual-serve starts any app
@@ -138,8 +149,62 @@ def command_line(pid: int) -> str:
         return ""
 
 
-async def measure(port: int, server_pid: int, students: int) -> dict[str, object]:
-    url = f"ws://127.0.0.1:{port}/ws"
+NGINX_CONF = """daemon off;
+worker_processes 1;
+pid {folder}/nginx.pid;
+error_log {folder}/error.log;
+events {{ worker_connections 1024; }}
+http {{
+    access_log off;
+    client_body_temp_path {folder}/body; proxy_temp_path {folder}/proxy; fastcgi_temp_path {folder}/fastcgi;
+    uwsgi_temp_path {folder}/uwsgi; scgi_temp_path {folder}/scgi;
+    map $http_upgrade $qkv_connection {{ default upgrade; '' close; }}
+    server {{
+        listen 127.0.0.1:{listen};
+        location /class/ {{
+            proxy_pass http://127.0.0.1:{port}/;
+            proxy_http_version 1.1;
+            proxy_set_header Upgrade $http_upgrade;
+            proxy_set_header Connection $qkv_connection;
+        }}
+    }}
+}}
+"""
+
+
+@contextmanager
+def nginx_in_front(port: int) -> Iterator[tuple[str, int]]:
+    """nginx (as this user, everything in a temporary folder) serving the server on port at /class/:
+    the websocket address through it, and nginx's master pid (its worker is the master's child)."""
+    binary = shutil.which("nginx") or "/usr/sbin/nginx"
+    listen = free_port()
+    with tempfile.TemporaryDirectory(prefix="serve-cost-nginx-") as folder:
+        (Path(folder) / "nginx.conf").write_text(NGINX_CONF.format(folder=folder, listen=listen, port=port))
+        master = subprocess.Popen([binary, "-p", folder, "-e", f"{folder}/error.log", "-c", f"{folder}/nginx.conf"],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            for _ in range(600):
+                try:
+                    urllib.request.urlopen(f"http://127.0.0.1:{listen}/class/", timeout=5).close()
+                    break
+                except OSError:
+                    time.sleep(0.1)
+            yield f"ws://127.0.0.1:{listen}/class/ws", master.pid
+        finally:
+            master.terminate()
+            master.wait(timeout=30)
+
+
+async def measure_via_nginx(port: int, server_pid: int, students: int) -> dict[str, object]:
+    with nginx_in_front(port) as (url, proxy_pid):
+        return await measure(port, server_pid, students, url, proxy_pid)
+
+
+async def measure(port: int, server_pid: int, students: int, url: str | None = None,
+                  proxy_pid: int | None = None) -> dict[str, object]:
+    url = url or f"ws://127.0.0.1:{port}/ws"
+    proxy = children(proxy_pid) if proxy_pid is not None else []  # nginx's worker
+    proxy_idle = [memory_kib(pid) for pid in proxy]
     async with aiohttp.ClientSession() as session:
         sequential, sockets = [], []
         for _ in range(students):
@@ -157,11 +222,23 @@ async def measure(port: int, server_pid: int, students: int) -> dict[str, object
         zygote_rss, zygote_pss = (sum(m) for m in zip(*(memory_kib(pid) for pid in zygotes), strict=True)) \
             if zygotes else (0, 0)
         server_rss, server_pss = memory_kib(server_pid)
+        proxy_busy = [memory_kib(pid) for pid in proxy]
+        idle_cpu, idle_s = sum(cpu_seconds(pid) for pid in apps), time.perf_counter()
+        await asyncio.sleep(IDLE_S)
+        idle_share = (sum(cpu_seconds(pid) for pid in apps) - idle_cpu) / (time.perf_counter() - idle_s) / students
+        before_keys = sum(cpu_seconds(pid) for pid in apps)
+        for _ in range(KEYS):  # every student steps at once, as a class following the teacher does
+            for ws in sockets:
+                await ws.send_json(["stdin", "\x1b[C"])
+            await asyncio.sleep(KEY_GAP_S)
+        await asyncio.sleep(2.0)  # the last redraws done
+        key_cpu = (sum(cpu_seconds(pid) for pid in apps) - before_keys) / (students * KEYS)
         for ws in sockets:
             await ws.close()
         await asyncio.sleep(2.0)
         server_cpu = cpu_seconds(server_pid)
         zygote_cpu = sum(cpu_seconds(pid) for pid in zygotes)
+        proxy_cpu = sum(cpu_seconds(pid) for pid in proxy)
         start = time.perf_counter()
         burst = await asyncio.gather(*(first_frame(session, url) for _ in range(students)))
         burst_last = time.perf_counter() - start
@@ -169,6 +246,7 @@ async def measure(port: int, server_pid: int, students: int) -> dict[str, object
         zygote_burst_cpu = sum(cpu_seconds(pid) for pid in zygotes) - zygote_cpu
         burst_apps = [pid for pid in children(server_pid) if pid not in zygotes]
         burst_cpu = [cpu_seconds(pid) for pid in burst_apps]
+        proxy_burst_cpu = sum(cpu_seconds(pid) for pid in proxy) - proxy_cpu
         for _, ws in burst:
             await ws.close()
     return {
@@ -184,12 +262,19 @@ async def measure(port: int, server_pid: int, students: int) -> dict[str, object
         "pss_per_student_with_zygote_mib": (sum(p for _, p in usage) + zygote_pss) / students / 1024,
         "zygote_rss_mib": zygote_rss / 1024,
         "zygote_pss_mib": zygote_pss / 1024,
+        "idle_cpu_share_per_student": idle_share,  # of one core, apps open and untouched
+        "key_cpu_s": key_cpu,  # one step, per student (the screen redrawn at 120x40)
         "app_start_cpu_s": sum(started) / students,  # a student's processes together (sh and Python, before)
         "server_burst_cpu_s": server_burst_cpu,
         "zygote_burst_cpu_s": zygote_burst_cpu,
         "burst_apps_cpu_total_s": sum(burst_cpu),
         "server_rss_mib": server_rss / 1024,
         "server_pss_mib": server_pss / 1024,
+        # with --nginx: the proxy's worker, its memory per student (every student connected minus none) and
+        # its CPU while the class arrived
+        **({"proxy_rss_per_student_kib": (sum(r for r, _ in proxy_busy) - sum(r for r, _ in proxy_idle)) / students,
+            "proxy_rss_mib": sum(r for r, _ in proxy_busy) / 1024,
+            "proxy_burst_cpu_s": proxy_burst_cpu} if proxy else {}),
     }
 
 
@@ -230,6 +315,7 @@ def main() -> int:
     parser.add_argument("--students", type=int, default=6)
     parser.add_argument("--repeat", type=int, default=1, help="whole runs, each with its own yardstick (the spread)")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--nginx", action="store_true", help="the students connect through nginx at /class/")
     args = parser.parse_args()
     root = Path(__file__).resolve().parent.parent
     compileall.compile_dir(str(root / "qkv_tui"), quiet=1)  # as pip install does; this machine sets PYTHONDONTWRITEBYTECODE
@@ -239,7 +325,7 @@ def main() -> int:
         bare, bare_cpu = running(lambda port: [sys.executable, "-c", BARE_SERVER, bare_command, str(port)], root,
                                  lambda port, pid: measure_bare(port, pid, 5))
         result = running(lambda port: [sys.executable, "-m", "qkv_tui", "--serve", "--port", str(port), "i_love_ai"],
-                         root, lambda port, pid: measure(port, pid, args.students))
+                         root, lambda port, pid: (measure_via_nginx if args.nginx else measure)(port, pid, args.students))
         result["bare_startup_median_s"] = bare_median = statistics.median(bare)
         result["bare_startup_all_s"] = bare
         result["bare_start_cpu_median_s"] = statistics.median(bare_cpu)
@@ -271,6 +357,12 @@ def report(result: dict[str, object], students: int) -> None:
           f" {result['bare_start_cpu_median_s']:.2f} s); the server's during the class's arrival"
           f" {result['server_burst_cpu_s']:.2f} s, the app starter's {result['zygote_burst_cpu_s']:.2f} s, the"
           f" class's apps' {result['burst_apps_cpu_total_s']:.2f} s in all")
+    print(f"CPU per student after the start: idle {100 * float(result['idle_cpu_share_per_student']):.2f}% of a core;"  # type: ignore[arg-type]
+          f" one step (right arrow, redrawn) {1000 * float(result['key_cpu_s']):.0f} ms")  # type: ignore[arg-type]
+    if "proxy_rss_mib" in result:
+        print(f"nginx in front: its worker's RSS {result['proxy_rss_mib']:.1f} MiB with every student connected,"
+              f" {result['proxy_rss_per_student_kib']:.0f} KiB more per student; its CPU while the class arrived"
+              f" {result['proxy_burst_cpu_s']:.2f} s")
     if result["zygote_rss_mib"]:
         print(f"the app starter (zygote): RSS {result['zygote_rss_mib']:.1f} MiB, PSS {result['zygote_pss_mib']:.1f} MiB;"
               f" per student with its share: PSS {result['pss_per_student_with_zygote_mib']:.1f} MiB")

@@ -127,13 +127,13 @@ def server(tmp_path: Path) -> Iterator[str]:
 
 
 def test_server_page_points_the_browser_back_at_itself(server: str) -> None:
+    # relative to the page: whatever Host, scheme and path a proxy put in front, the browser asks where it loaded it
     request = urllib.request.Request(server, headers={"Host": "class.example.org", "X-Forwarded-Proto": "https"})
     with urllib.request.urlopen(request, timeout=30) as response:
         page = response.read().decode()
-    assert 'data-session-websocket-url="wss://class.example.org/ws"' in page
-    assert "https://class.example.org/static/js/textual.js" in page
-    with urllib.request.urlopen(server, timeout=30) as response:
-        assert f'data-session-websocket-url="ws://{server[len("http://"):]}ws"' in response.read().decode()
+    assert 'data-session-websocket-url="ws"' in page
+    assert '<script src="static/js/textual.js">' in page
+    assert "class.example.org" not in page and "127.0.0.1" not in page
 
 
 def test_app_command_names_files_absolutely(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

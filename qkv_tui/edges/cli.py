@@ -105,6 +105,11 @@ def _new_parser(names: tuple[str, ...]) -> argparse.ArgumentParser:
     parser.add_argument("--host",
                         help="--serve: the address to listen on (default 127.0.0.1: this computer only)")
     parser.add_argument("--port", type=int, help=f"--serve: the port to listen on (default {DEFAULT_PORT})")
+    parser.add_argument("--public-url", metavar="URL",
+                        help="--serve: the address students open, behind a reverse proxy (https://host/class/); without"
+                             " it the page's addresses are relative to the page")
+    parser.add_argument("--max-students", type=int, metavar="N",
+                        help="--serve: at most N apps at once; the next student gets a page saying the class is full")
     parser.add_argument("--read-only", action="store_true", default=None,
                         help="the app (every student's under --serve) allows no edits: a lecture's numbers for everyone")
     parser.add_argument("--theme", choices=THEME_NAMES, help="dark (default) or light (for projectors)")
@@ -157,11 +162,11 @@ def misplaced(args: argparse.Namespace) -> str | None:
     """Options given where they do nothing (the worksheet's outside a worksheet, the server's without
     --serve): the parser's error line, rather than being ignored without a word; None when all fit."""
     def given(*names: str) -> list[str]:
-        return [f"--{name}" for name in names if getattr(args, name) is not None]
+        return [f"--{name.replace('_', '-')}" for name in names if getattr(args, name) is not None]
 
     for flags, place, fits in ((given("blanks", "seed", "format", "key", "output"), "--export worksheet",
                                 args.export == "worksheet"),
-                               (given("host", "port"), "--serve", args.serve)):
+                               (given("host", "port", "public_url", "max_students"), "--serve", args.serve)):
         if flags and not fits:
             return f"{' and '.join(flags)} {'goes' if len(flags) == 1 else 'go'} only with {place}"
     if args.read_only and (args.export or args.check):  # no app runs there to allow edits or not
@@ -295,6 +300,13 @@ def _main(argv: list[str] | None) -> int:
     port = DEFAULT_PORT if args.port is None else args.port
     if args.serve and not 1 <= port <= 65535:
         _parser().error(f"--port {port}: expected a port number from 1 to 65535")
+    if args.max_students is not None and args.max_students < 1:
+        _parser().error(f"--max-students {args.max_students}: expected a number of students, 1 or more")
+    if args.public_url is not None:
+        from qkv_tui.edges.serve.server import public_url_problem
+
+        if (problem := public_url_problem(args.public_url)) is not None:
+            _parser().error(f"--public-url {args.public_url}: {problem}")
     note(spec)
     if args.export:
         exporter = EXPORTERS[args.export][0]
@@ -347,7 +359,7 @@ def _main(argv: list[str] | None) -> int:
         # every tab's app is told the theme, so the config file is read once, here, not once per tab
         return serve(spec, scenario.title, args.host or DEFAULT_HOST, port,
                      ["--theme", theme or "dark", *(["--read-only"] if args.read_only else []),
-                      *place_args.passed_on(args)])
+                      *place_args.passed_on(args)], public_url=args.public_url, max_students=args.max_students)
     from qkv_tui.ui.app import QKVApp  # Textual loads only when the app is really run
 
     app = QKVApp(scenario, computation=comp, theme=theme, read_only=bool(args.read_only), place=place,

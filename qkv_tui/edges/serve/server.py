@@ -1,10 +1,12 @@
 """The app in web browsers, for a classroom: textual-serve runs one app process per browser tab.
 
 It binds to 127.0.0.1 unless told otherwise and has no login of its own: for students on other
-machines, put a reverse proxy with TLS and a login in front of it (README, "A classroom in the
-browser"). Each tab's app is a process forked from one that has imported everything already
-(fork.py, serve_zygote.py), so a class arriving at once does not wait for thirty Pythons to
-import Textual and NumPy (measured by benchmarks/serve_cost.py).
+machines, put a reverse proxy with TLS and a login in front of it (docs/deploy.md, and the nginx
+example in deploy/). Behind a proxy the page may live at any path: its addresses are relative to
+the page, or built from ``--public-url``; ``--max-students`` caps the apps one process runs and
+answers a student over it with a page that says the class is full. Each tab's app is a process
+forked from one that has imported everything already (fork.py, zygote.py), so a class arriving at
+once does not wait for thirty Pythons to import Textual and NumPy (benchmarks/serve_cost.py).
 
 Nothing the browser is sent points off the server: textual-serve's page asks Google Fonts for
 Roboto Mono, which a classroom offline (or behind a strict proxy) never gets. The page here names
@@ -15,11 +17,14 @@ License 2.0), and the terminal falls back to the browser's own monospace fonts w
 from __future__ import annotations
 
 import errno
+import html
+import json
 import logging
 import re
 import shlex
 import socket
 import sys
+import urllib.parse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -57,6 +62,75 @@ def local_fonts(page: str, base: str, static_url: str, fonts: list[str]) -> str:
     if rules:
         page = re.sub(r"<head>", lambda found: f"{found.group(0)}\n    <style>\n{rules}    </style>", page, count=1)
     return page
+
+
+def public_url_problem(url: str) -> str | None:
+    """Why ``--public-url`` cannot be the address students open (not http(s), no host, a query), or None."""
+    if re.search(r"[\s\"'<>\\`]", url):  # it goes into the page's attributes and script as written
+        return "expected an address without spaces, quotes, <, > or backslashes (percent-encode them)"
+    try:
+        parts = urllib.parse.urlsplit(url)
+    except ValueError as exc:  # an unbalanced [ in the host
+        return f"not an address ({exc})"
+    try:
+        parts.port  # noqa: B018 -- a port that is not a number, or out of range, raises here
+    except ValueError:
+        return "expected a port number from 1 to 65535 after the host's colon"
+    if parts.scheme not in ("http", "https"):
+        return "expected the address students open, starting http:// or https://"
+    if not parts.hostname:
+        return "expected a host after the scheme, e.g. https://class.example.org/class/"
+    if parts.query or parts.fragment or parts.username is not None:
+        return "expected no query, fragment or user name: only scheme, host, port and path"
+    return None
+
+
+def public_base(url: str) -> str:
+    """``--public-url`` as the folder the page's own addresses hang from: with its trailing slash."""
+    return url if url.endswith("/") else f"{url}/"
+
+
+def full_page(title: str, seats: int) -> str:
+    """What a student over ``--max-students`` sees instead of an app: that the class is full, and what to do."""
+    name = html.escape(title)
+    return f"""<!DOCTYPE html>
+<html lang="en">
+  <head>
+    <meta charset="utf-8">
+    <meta http-equiv="refresh" content="{FULL_RETRY_S}">
+    <title>The class is full: {name}</title>
+    <style>body {{ font-family: sans-serif; max-width: 36em; margin: 4em auto; line-height: 1.5; }}</style>
+  </head>
+  <body>
+    <h1>The class is full</h1>
+    <p>All {seats} seat{"s" if seats != 1 else ""} for <b>{name}</b> on this server are taken, so no app was
+    started for you.</p>
+    <p>What to do: keep this tab open, it tries again every {FULL_RETRY_S} seconds and opens the app as soon as a
+    seat is free (when another student closes their tab); or ask your teacher for another address of the class.</p>
+  </body>
+</html>
+"""
+
+
+# the page at the end of <body>, before textual.js makes the terminal (on window.onload): the websocket
+# address from the page's own (a proxy may serve it at any path), and downloads under it too, since
+# textual.js 1.1.3 opens them at the server's root (location.origin + "/download/...")
+PAGE_SCRIPT = """<script>
+(() => {
+  const base = new URL(%s, window.location.href);
+  const terminal = document.getElementById("terminal");
+  const socket = new URL("ws", base);
+  socket.protocol = socket.protocol === "https:" ? "wss:" : "ws:";
+  terminal.dataset.sessionWebsocketUrl = socket.href;
+  const root = window.location.origin + "/download/";
+  const open = window.open.bind(window);
+  window.open = (url, ...rest) =>
+    open(typeof url === "string" && url.startsWith(root) ? new URL("download/" + url.slice(root.length), base).href
+                                                       : url, ...rest);
+})();
+</script>
+"""
+FULL_RETRY_S = 30  # how often the class-is-full page asks again by itself
 
 
 def port_problem(host: str, port: int) -> str | None:
@@ -99,12 +173,16 @@ def app_command(spec: str, options: list[str] | None = None) -> str:
     return shlex.join([sys.executable, "-m", "qkv_tui", *app_argv(spec, options)])
 
 
-def make_server(command: str, host: str, port: int, title: str, argv: list[str] | None = None) -> Server:
-    """textual-serve's server, with the page's websocket address taken from the browser's own request.
+def make_server(command: str, host: str, port: int, title: str, argv: list[str] | None = None,
+                public_url: str | None = None, max_students: int | None = None) -> Server:
+    """textual-serve's server, with the page's addresses relative to the page itself, or under ``public_url``.
 
     textual-serve writes ``http://HOST:PORT`` into the page; with ``--host 0.0.0.0`` that address means
-    nothing to a student's browser, and behind a reverse proxy the port and scheme differ too. The
-    address the browser used (the Host header, and X-Forwarded-Proto from a TLS proxy) always works.
+    nothing to a student's browser, and behind a reverse proxy the port, scheme and path differ too (a
+    proxy that serves the class at /class/ strips that path before it asks this server). Addresses
+    relative to the page the browser loaded always work; ``public_url`` names them absolutely, for a
+    proxy that sends a tab's later requests to this process by their path (deploy/nginx-qkv-class.conf).
+    Over ``max_students`` live apps the page is HTTP 503 saying the class is full, and no app starts.
     Each tab's app is forked by the app starter with ``argv`` (fork.py); ``command`` starts one
     the old way when there is no app starter (argv None, or one that cannot start).
     Imported here, not at the top: the edges load no UI library until one is used.
@@ -123,9 +201,27 @@ def make_server(command: str, host: str, port: int, title: str, argv: list[str] 
             folder = Path(self.statics_path) / "fonts"
             self.fonts = [name for name, _ in FONTS if (folder / name).is_file()]
             self.zygote: Zygote | None = None
+            self.students = 0  # live apps: a seat is taken when a websocket arrives and freed when it ends
+
+        def full(self) -> bool:
+            return max_students is not None and self.students >= max_students
+
+        def full_response(self) -> web.HTTPServiceUnavailable:
+            assert max_students is not None
+            return web.HTTPServiceUnavailable(text=full_page(self.title, max_students), content_type="text/html",
+                                              headers={"Retry-After": str(FULL_RETRY_S), "Cache-Control": "no-store"})
 
         async def handle_websocket(self, request: web.Request) -> web.WebSocketResponse:
-            """textual-serve 1.1.3's own, with the app forked by the app starter (ForkedAppService)."""
+            """textual-serve 1.1.3's own, with the app forked by the app starter (ForkedAppService), in a seat."""
+            if self.full():  # a page served before the last seat went: no app, and the page's "Restart" tells
+                raise self.full_response()
+            self.students += 1  # before the first await: two tabs arriving together cannot both take the last seat
+            try:
+                return await self._seated(request)
+            finally:
+                self.students -= 1
+
+        async def _seated(self, request: web.Request) -> web.WebSocketResponse:
             websocket = web.WebSocketResponse(heartbeat=15)
             width = to_int(request.query.get("width", "80"), 80)
             height = to_int(request.query.get("height", "24"), 24)
@@ -152,22 +248,26 @@ def make_server(command: str, host: str, port: int, title: str, argv: list[str] 
             return websocket
 
         async def handle_index(self, request: web.Request) -> web.Response:
-            scheme = request.headers.get("X-Forwarded-Proto", request.scheme).split(",")[0].strip()
-            base = f"{'https' if scheme == 'https' else 'http'}://{request.host}"
-            websocket = ("wss" if base.startswith("https") else "ws") + base[base.index(":"):]
-            static = f"{base}{request.app.router['static'].url_for(filename='/')}".rstrip("/") + "/"
+            if self.full():
+                raise self.full_response()
+            # public: the folder the page's addresses hang from; "" is the page's own folder (relative addresses)
+            public = "" if public_url is None else public_base(public_url)
+            static = f"{public}static/"
+            websocket = "ws" if public_url is None else re.sub(r"^http", "ws", public) + "ws"
             try:
                 font_size = int(request.query.get("fontsize", "16"))
             except ValueError:
                 font_size = 16
             context = {
                 "font_size": font_size,
-                "app_websocket_url": f"{websocket}{request.app.router['websocket'].url_for()}",
+                "app_websocket_url": websocket,
                 "config": {"static": {"url": static}},
                 "application": {"name": self.title},
             }
             page = aiohttp_jinja2.render_string("app_index.html", request, context)
-            return web.Response(text=local_fonts(page, base, static, self.fonts), content_type="text/html")
+            script = PAGE_SCRIPT % json.dumps(public).replace("<", "\\u003c")
+            page = page.replace("</body>", f"{script}  </body>", 1)
+            return web.Response(text=local_fonts(page, public.rstrip("/"), static, self.fonts), content_type="text/html")
 
         async def on_startup(self, app: web.Application) -> None:
             if argv is not None:
@@ -184,7 +284,9 @@ def make_server(command: str, host: str, port: int, title: str, argv: list[str] 
                 else:
                     await self.zygote.wait_ready()  # one that fails has said so; the first tab tries a new one
             shown = f"[{self.host}]" if ":" in self.host else self.host
-            print(f"qkv-tui: serving {self.title!r} at http://{shown}:{self.port}/ (one app per browser tab)")
+            seats = "" if max_students is None else f", at most {max_students} at once"
+            where = "" if public_url is None else f", for students at {public_url}"
+            print(f"qkv-tui: serving {self.title!r} at http://{shown}:{self.port}/{where} (one app per browser tab{seats})")
             if self.host in ("127.0.0.1", "localhost", "::1"):
                 print("Only this computer can connect. For a classroom: --host, behind a reverse proxy with TLS and a login.")
             else:
@@ -201,12 +303,14 @@ def make_server(command: str, host: str, port: int, title: str, argv: list[str] 
     return ClassroomServer(command, host=host, port=port, title=title)
 
 
-def serve(spec: str, title: str, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, options: list[str] | None = None) -> int:
+def serve(spec: str, title: str, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, options: list[str] | None = None,
+          public_url: str | None = None, max_students: int | None = None) -> int:
     """Serve until Ctrl+C; returns the exit status (2 when the address cannot be used)."""
     if (problem := port_problem(host, port)) is not None:
         sys.stderr.write(f"error: cannot serve on {host}:{port}: {problem}\n")
         return 2
-    server = make_server(app_command(spec, options), host, port, title, app_argv(spec, options))
+    server = make_server(app_command(spec, options), host, port, title, app_argv(spec, options),
+                         public_url=public_url, max_students=max_students)
     try:
         server.serve()
     except OSError as exc:
