@@ -72,7 +72,7 @@ def _run(heads: int, kv_heads: int, head_dim: int, layer_idx: int, bias: bool, s
 def _ours(att, X: np.ndarray, cos: np.ndarray, sin: np.ndarray, heads: int, kv_heads: int, head_dim: int,
           bias: bool) -> tuple[list[DiffForward], np.ndarray]:
     """Every differential head of the mapped layer, query head p reading K/V head ⌊p·KV/H⌋ (contracts §7)."""
-    w = lambda t: t.detach().numpy()  # noqa: E731
+    w = lambda t: t.detach().numpy()
     biases = (w(att.q_proj.bias), w(att.k_proj.bias), w(att.v_proj.bias)) if bias else (None, None, None)
     lay = diffllama_heads(w(att.q_proj.weight), w(att.k_proj.weight), w(att.v_proj.weight),
                           [w(att.lambda_q1), w(att.lambda_k1), w(att.lambda_q2), w(att.lambda_k2)],
@@ -102,7 +102,7 @@ def _ours(att, X: np.ndarray, cos: np.ndarray, sin: np.ndarray, heads: int, kv_h
 ])
 def test_heads_and_output_match_diffllama(heads: int, kv_heads: int, head_dim: int, layer_idx: int, bias: bool,
                                           seed: int) -> None:
-    cfg, att, X, cos, sin, concat, out = _run(heads, kv_heads, head_dim, layer_idx, bias, seed)
+    _cfg, att, X, cos, sin, concat, out = _run(heads, kv_heads, head_dim, layer_idx, bias, seed)
     outs, ours = _ours(att, X, cos, sin, heads, kv_heads, head_dim, bias)
     assert ours.shape == concat.shape == (X.shape[0], heads * head_dim)
     np.testing.assert_allclose(ours, concat, rtol=0, atol=TOL)
@@ -118,7 +118,7 @@ def test_heads_and_output_match_diffllama(heads: int, kv_heads: int, head_dim: i
 def test_random_lambda_vectors_match_to_float32(seed: int) -> None:
     """With λ vectors that do not cancel, λ = e^(λ_q1·λ_k1) − e^(λ_q2·λ_k2) + λ_init is transformers' λ to
     float32's precision (its dot products and e^ are float32), and so are the outputs."""
-    cfg, att, X, cos, sin, concat, out = _run(4, 2, 4, 1, False, seed, orthogonal=False)
+    _cfg, att, X, cos, sin, concat, _out = _run(4, 2, 4, 1, False, seed, orthogonal=False)
     outs, ours = _ours(att, X, cos, sin, 4, 2, 4, False)
     with torch.no_grad():
         lam = float(torch.exp((att.lambda_q1 * att.lambda_k1).sum()) - torch.exp((att.lambda_q2 * att.lambda_k2).sum())
@@ -141,8 +141,8 @@ def test_transformers_rope_is_the_kernels_rope_for_width_d() -> None:
 def test_the_wrong_pairing_does_not_match() -> None:
     """The pairing matters: read with the paper's pairing (2i, 2i + 1), the same checkpoint gives other outputs,
     so the match above is the mapping's doing, not a coincidence of the shapes."""
-    cfg, att, X, cos, sin, concat, _ = _run(4, 2, 4, 0, False, 5)
-    w = lambda t: t.detach().numpy()  # noqa: E731
+    _cfg, att, X, cos, sin, concat, _ = _run(4, 2, 4, 0, False, 5)
+    w = lambda t: t.detach().numpy()
     lay = diffllama_heads(w(att.q_proj.weight), w(att.k_proj.weight), w(att.v_proj.weight),
                           [w(att.lambda_q1), w(att.lambda_k1), w(att.lambda_q2), w(att.lambda_k2)], 4, 2, 4,
                           pairing="paper")
