@@ -36,9 +36,9 @@ def _torch_forward(t: dict, allow: np.ndarray, d: int, turn: Turn | None, bias: 
             out[:, b] = M[:, a] * sin[:, i] + M[:, b] * cos[:, i]
         return out
 
-    Q = t["X"] @ t["W_Q"] + (t["b_Q"] if "b_Q" in t else 0.0)
-    K = t["X_kv"] @ t["W_K"] + (t["b_K"] if "b_K" in t else 0.0)
-    V = t["X_kv"] @ t["W_V"] + (t["b_V"] if "b_V" in t else 0.0)
+    Q = t["X"] @ t["W_Q"] + (t.get("b_Q", 0.0))
+    K = t["X_kv"] @ t["W_K"] + (t.get("b_K", 0.0))
+    V = t["X_kv"] @ t["W_V"] + (t.get("b_V", 0.0))
     mask = torch.tensor(~allow)
     maps = []
     for cols in (slice(0, d), slice(d, 2 * d)):
@@ -51,7 +51,7 @@ def _torch_forward(t: dict, allow: np.ndarray, d: int, turn: Turn | None, bias: 
     lam = (torch.exp(t["lambda_q1"] @ t["lambda_k1"]) - torch.exp(t["lambda_q2"] @ t["lambda_k2"]) + lambda_init)
     A = maps[0] - lam * maps[1]
     U = A @ V
-    normed = U / torch.sqrt((U * U).mean(dim=1, keepdim=True) + eps) * (t["gamma"] if "gamma" in t else 1.0)
+    normed = U / torch.sqrt((U * U).mean(dim=1, keepdim=True) + eps) * (t.get("gamma", 1.0))
     return (1.0 - lambda_init) * normed, A
 
 
@@ -102,7 +102,7 @@ def _case(seed: int, n: int, d: int, d_model: int, use_rope: bool, allow: np.nda
 @settings(max_examples=60, deadline=None)
 @given(heads())
 def test_backward_is_autograds(case) -> None:
-    seed, n, d, d_model, use_rope, allow, flags = case
+    seed, _n, d, _d_model, _use_rope, allow, _flags = case
     a, turn, bias, softcap, lambda_init = _case(*case)
     eps = 1e-5
     spec = DiffHead(a["lambda_q1"], a["lambda_k1"], a["lambda_q2"], a["lambda_k2"], lambda_init, eps, a.get("gamma"))
@@ -133,7 +133,7 @@ def test_backward_is_autograds(case) -> None:
 def test_self_attention_dX_is_the_sum_of_the_paths() -> None:
     """With one X read by all three projections, autograd's dX is the Query path plus the Key/Value paths."""
     case = (11, 4, 2, 3, True, np.tril(np.ones((4, 4), dtype=bool)), (True, False, False, True))
-    a, turn, bias, softcap, lambda_init = _case(*case)
+    a, turn, _bias, _softcap, lambda_init = _case(*case)
     a["X_kv"] = a["X"]
     spec = DiffHead(a["lambda_q1"], a["lambda_k1"], a["lambda_q2"], a["lambda_k2"], lambda_init, 1e-5, a["gamma"])
     allow = case[5]
