@@ -148,7 +148,8 @@ def _half_width(ctx: Context) -> int:
 
 def _grid(v: Any, value: Any, key: str, rows: int, d: int) -> Matrix:
     if not isinstance(value, list):
-        raise v.fail(f"{key} must be a list of {rows} rows (num_heads × d = {rows} × {d}), got {_kind(value)}")
+        raise v.fail(f"{key} must be a list of {rows} row{'s' if rows != 1 else ''} (num_heads × d = {rows} × {d}),"
+                     f" got {_kind(value)}")
     M = cast(Reader, v).matrix(value, key)
     if M.shape[0] != rows:
         raise v.fail(f"{key} has {M.shape[0]} row{'s' if M.shape[0] != 1 else ''}; expected num_heads = {rows},"
@@ -169,9 +170,12 @@ def _lambda_init(v: Any, table: dict[str, Any]) -> tuple[float, int | None]:
         raise v.fail("[differential] is missing 'lambda_init'; expected lambda_init = <number>, or layer = L"
                      " (0-based) for the paper's λ_init = 0.8 − 0.6·e^(−0.3·L)")
     L = table["layer"]
-    if isinstance(L, bool) or not isinstance(L, int) or not 0 <= L <= MAX_INDEX:
-        raise v.fail(f"[differential] layer = {_show(L)}; expected a whole number >= 0 (the layer's depth, counted"
-                     f" from 0){write_whole(L, 0)}")
+    if isinstance(L, bool) or not isinstance(L, int):
+        raise v.fail(f"[differential] layer must be a whole number >= 0 (the layer's depth, counted from 0), got"
+                     f" {_kind(L)}{write_whole(L, 0)}")
+    if not 0 <= L <= MAX_INDEX:
+        raise v.fail(f"[differential] layer = {_show(L)}; expected a whole number >= 0 (the layer's depth, counted from 0)"
+                     f" up to {MAX_INDEX}")
     return lambda_init_of_layer(L), int(L)
 
 
