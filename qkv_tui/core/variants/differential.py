@@ -96,7 +96,8 @@ def parse_differential(table: dict[str, Any], ctx: Context) -> Differential:
     gamma = None
     if "gamma" in table:
         gamma = numbers(v, table["gamma"], "[differential] gamma", 2 * d, f"the sub-norm's gains, 2d = {2 * d}")
-    return Differential(*lambdas, lambda_init, layer, eps, gamma)
+    q1, k1, q2, k2 = lambdas
+    return Differential(q1, k1, q2, k2, lambda_init, layer, eps, gamma)
 
 
 def _refuse_with(ctx: Context) -> None:
