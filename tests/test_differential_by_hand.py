@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from qkv_tui.kernels.attention import Turn
 from qkv_tui.kernels.differential import DiffHead, diff_forward
+from qkv_tui.kernels.differential_backward import diff_backward
 from qkv_tui.kernels.policy import ByHand
 from qkv_tui.kernels.rope import angles, pairs
 
@@ -138,3 +139,49 @@ def test_every_table_is_worked_from_its_rounded_operands(case) -> None:
                        for row, rt in zip(f.mixed, f.norm.root, strict=True)], dec)
     assert f.factor == p.k(1.0 - lam.lambda_init)
     _within(f.output, [[p.k(f.factor * float(x)) for x in row] for row in f.normed], dec)
+
+
+@settings(max_examples=40, deadline=None)
+@given(cases())
+def test_backward_by_hand_is_worked_from_its_rounded_operands(case) -> None:
+    """The backward under the same policy: each table from the kernel's own kept operands, as the loop works it
+    (the sub-norm's own rows are kernels/norm_backward.py's, checked with the other norms)."""
+    dec, X, (W_Q, W_K, W_V), (b_Q, b_K, b_V), allow, head, turn = case
+    policy = ByHand(dec)
+    f = diff_forward(X, X, W_Q, W_K, W_V, b_Q, b_K, b_V, allow, head, turn=turn, policy=policy)
+    dY = np.round(np.random.default_rng(int(abs(X).sum() * 100)).normal(size=f.output.shape), 2)
+    b = diff_backward(dY, X, X, W_Q, W_K, W_V, f, head, allow, turn=turn, biases=(b_Q is not None,) * 3, policy=policy)
+    p = Pencil(dec)
+    _within(b.d_normed, [[p.k(f.factor * float(x)) for x in row] for row in dY], dec)
+    _within(b.dweights, p.matmul(b.dmixed, f.V.T), dec)
+    _within(b.dV, p.matmul(f.weights.T, b.dmixed), dec)
+    _within(-b.dlambda, p.dot(b.dweights.reshape(-1), f.map_2.weights.reshape(-1)), dec)
+    _within(b.map_2.dP, [[p.k(-f.lam.value * float(x)) for x in row] for row in b.dweights], dec)
+    for half, mp, mb in ((1, f.map_1, b.map_1), (2, f.map_2, b.map_2)):
+        Q_used, K_used = f.used(half)
+        _within(mb.D, [p.dot(P, dP) for P, dP in zip(mp.weights, mb.dP, strict=True)], dec)
+        _within(mb.dS, [[p.k(float(P) * (float(dP) - float(D))) if ok else 0.0
+                         for P, dP, ok in zip(Pr, dPr, okr, strict=True)]
+                        for Pr, dPr, D, okr in zip(mp.weights, mb.dP, mb.D, allow, strict=True)], dec)
+        _within(mb.dscores, [[p.k(float(s) / f.divisor) for s in row] for row in mb.dscaled], dec)
+        _within(mb.dQ_used, p.matmul(mb.dscores, K_used), dec)
+        _within(mb.dK_used, p.matmul(mb.dscores.T, Q_used), dec)
+    lam = f.lam
+    _within(b.ddot_1, p.k(b.dlambda * lam.lambda_1), dec)
+    _within(b.ddot_2, p.k(-b.dlambda * lam.lambda_2), dec)
+    g1, g2 = b.ddot_1, b.ddot_2
+    _within(b.dlambda_q1, [p.k(g1 * float(x)) for x in head.lambda_k1], dec)
+    _within(b.dlambda_k1, [p.k(g1 * float(x)) for x in head.lambda_q1], dec)
+    _within(b.dlambda_q2, [p.k(g2 * float(x)) for x in head.lambda_k2], dec)
+    _within(b.dlambda_k2, [p.k(g2 * float(x)) for x in head.lambda_q2], dec)
+    if turn is not None:
+        assert b.dQ_rot is not None
+        back = (-turn.sin).tolist()
+        for cols in (slice(0, f.d), slice(f.d, 2 * f.d)):
+            _within(b.dQ[:, cols], p.turn(b.dQ_rot[:, cols], turn.cos, back, turn.pairs), dec)
+    _within(b.dW_Q, p.matmul(X.T, b.dQ), dec)
+    _within(b.dW_V, p.matmul(X.T, b.dV), dec)
+    if b_Q is not None:
+        assert b.db_K is not None
+        _within(b.db_K, [p.k(sum(map(float, col))) for col in b.dK.T], dec)
+    _within(b.dX_q, p.matmul(b.dQ, W_Q.T), dec)

@@ -60,7 +60,9 @@ class DiffBack:
     dK_rot: Matrix | None  # (m, 2d)
     dQ: Matrix  # (n, 2d) at the projection X̂·W_Q (+ b_Q)
     dK: Matrix  # (m, 2d)
-    dlambda_q1: Matrix  # (d,)
+    ddot_1: float  # dλ·λ₁: the gradient at λ_q1·λ_k1 (an exponential's slope is itself)
+    ddot_2: float  # −dλ·λ₂: the gradient at λ_q2·λ_k2
+    dlambda_q1: Matrix  # (d,) ddot_1·λ_k1
     dlambda_k1: Matrix  # (d,)
     dlambda_q2: Matrix  # (d,)
     dlambda_k2: Matrix  # (d,)
@@ -125,7 +127,7 @@ def diff_backward(dY: Matrix, X: Matrix, X_kv: Matrix, W_Q: Matrix, W_K: Matrix,
     has_bq, has_bk, has_bv = biases
     return DiffBack(
         d_normed, dmixed, None if head.gamma is None else nb.dgamma, dweights, dV, dlambda, b1, b2, dQ_rot, dK_rot,
-        dQ_t, dK_t, dlq1, dlk1, dlq2, dlk2,
+        dQ_t, dK_t, g1, g2, dlq1, dlk1, dlq2, dlk2,
         p.matmul(X.T, dQ_t), p.matmul(X_kv.T, dK_t), p.matmul(X_kv.T, dV),
         p.table(dQ_t.sum(axis=0)) if has_bq else None, p.table(dK_t.sum(axis=0)) if has_bk else None,
         p.table(dV.sum(axis=0)) if has_bv else None,
