@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from qkv_tui.kernels.attention import Turn
 from qkv_tui.kernels.differential import DiffHead, diff_forward
 from qkv_tui.kernels.differential_backward import diff_backward
-from qkv_tui.kernels.policy import ByHand
+from qkv_tui.kernels.policy import ByHand, PrintedPage
 from qkv_tui.kernels.rope import angles, pairs
 
 
@@ -185,3 +185,22 @@ def test_backward_by_hand_is_worked_from_its_rounded_operands(case) -> None:
         assert b.db_K is not None
         _within(b.db_K, [p.k(sum(map(float, col))) for col in b.dK.T], dec)
     _within(b.dX_q, p.matmul(b.dQ, W_Q.T), dec)
+
+
+@settings(max_examples=40, deadline=None)
+@given(cases())
+def test_printed_page_rounds_each_table_once_from_its_printed_operands(case) -> None:
+    """A worksheet's page (policy.PrintedPage): λ's numbers, the map, map·V and the output are each the exact
+    result of the numbers printed before them, rounded once; nothing inside one operation is rounded."""
+    dec, X, (W_Q, W_K, W_V), (b_Q, b_K, b_V), allow, head, turn = case
+    f = diff_forward(X, X, W_Q, W_K, W_V, b_Q, b_K, b_V, allow, head, turn=turn, policy=PrintedPage(dec))
+    once = lambda x: np.vectorize(lambda v: round(float(v), dec))(x)
+    lam = f.lam
+    _within(lam.dot_1, once(head.lambda_q1 @ head.lambda_k1), dec)
+    _within(lam.lambda_1, once(math.exp(lam.dot_1)), dec)
+    _within(lam.lambda_2, once(math.exp(lam.dot_2)), dec)
+    _within(lam.value, once(lam.lambda_1 - lam.lambda_2 + lam.lambda_init), dec)
+    np.testing.assert_array_equal(f.lam_p2, np.where(allow, lam.value * f.map_2.weights, 0.0))  # not rounded: inside
+    _within(f.weights, once(f.map_1.weights - lam.value * f.map_2.weights), dec)
+    _within(f.mixed, once(f.weights @ f.V), dec)
+    _within(f.output, once(f.factor * f.normed), dec)

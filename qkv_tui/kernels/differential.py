@@ -122,12 +122,13 @@ def turn_halves(M: Matrix, turn: Turn, policy: Policy = EXACT) -> Matrix:
 
 
 def diff_lambda(head: DiffHead, policy: Policy = EXACT) -> DiffLambda:
-    """λ = e^(λ_q1·λ_k1) − e^(λ_q2·λ_k2) + λ_init, each dot product, exponential and sum as the policy keeps it."""
+    """λ = e^(λ_q1·λ_k1) − e^(λ_q2·λ_k2) + λ_init, each dot product, exponential and sum as the policy keeps a
+    table: the λ step shows each as a number of its own, and a printed page prints each rounded."""
     def dot(a: Matrix, b: Matrix) -> float:
-        return float(policy.matmul(a[None, :], b[:, None])[0, 0])
+        return float(policy.table(policy.matmul(a[None, :], b[:, None]))[0, 0])
 
-    def kept(x: float) -> float:
-        return float(policy.worked(np.array(x)))
+    def kept(x: float) -> float:  # each is a number of its own on the λ step (and on a printed page)
+        return float(policy.table(np.array(x)))
 
     dot_1, dot_2 = dot(head.lambda_q1, head.lambda_k1), dot(head.lambda_q2, head.lambda_k2)
     with np.errstate(over="ignore"):  # the parser bounds the dot products; an e^ past float64 is ∞, named there
@@ -185,7 +186,7 @@ def diff_forward(X: Matrix, X_kv: Matrix, W_Q: Matrix, W_K: Matrix, W_V: Matrix,
     norm = normalise(policy, "rms", mixed, gamma[None, :], None, head.eps)
     for a in (norm.X_norm, norm.spread, norm.root):
         frozen(a)
-    factor = float(policy.worked(np.array(1.0 - lam.lambda_init)))
+    factor = float(policy.table(np.array(1.0 - lam.lambda_init)))  # printed beside the sub-norm's rows
     output = frozen(policy.table(factor * norm.X_norm))  # (n, 2d)
     if kept_bias is not None and kept_bias is not bias:  # the caller's own array is the caller's to freeze
         frozen(kept_bias)

@@ -104,7 +104,7 @@ def diff_backward(dY: Matrix, X: Matrix, X_kv: Matrix, W_Q: Matrix, W_K: Matrix,
     dweights = p.matmul(dmixed, fwd.V.T)  # (n, m)
     dV = p.matmul(fwd.weights.T, dmixed)  # (m, 2d)
     P2 = fwd.map_2.weights
-    dlambda = -float(p.matmul(dweights.reshape(1, -1), P2.reshape(-1, 1))[0, 0])
+    dlambda = -float(p.table(p.matmul(dweights.reshape(1, -1), P2.reshape(-1, 1)))[0, 0])
     dP2 = p.table(-lam.value * dweights)  # (n, m)
     backs = []
     for half, dP in ((1, dweights), (2, dP2)):
@@ -120,8 +120,8 @@ def diff_backward(dY: Matrix, X: Matrix, X_kv: Matrix, W_Q: Matrix, W_K: Matrix,
         dQ_t = np.concatenate([rotate_back(h, turn.cos, turn.sin, turn.pairs, p) for h in halves(dQ_rot)], axis=1)
         dK_t = np.concatenate([rotate_back(h, turn.cos, turn.sin, turn.pairs, p) for h in halves(dK_rot)], axis=1)
     # λ = e^(λ_q1·λ_k1) − e^(λ_q2·λ_k2) + λ_init: each exponential's slope is itself
-    g1 = float(p.worked(np.array(dlambda * lam.lambda_1)))
-    g2 = float(p.worked(np.array(-dlambda * lam.lambda_2)))
+    g1 = float(p.table(np.array(dlambda * lam.lambda_1)))
+    g2 = float(p.table(np.array(-dlambda * lam.lambda_2)))
     dlq1, dlk1 = p.table(g1 * head.lambda_k1), p.table(g1 * head.lambda_q1)
     dlq2, dlk2 = p.table(g2 * head.lambda_k2), p.table(g2 * head.lambda_q2)
     has_bq, has_bk, has_bv = biases
