@@ -27,10 +27,13 @@ from transformers.models.diffllama.modeling_diffllama import (  # noqa: E402
     DiffLlamaRotaryEmbedding,
 )
 
+from qkv_tui.core import variants  # noqa: E402
+from qkv_tui.core.scenario import _Validator, parse_scenario  # noqa: E402
+from qkv_tui.core.variants.differential import TABLE  # noqa: E402
 from qkv_tui.importers.hf_diffllama_layout import diffllama_heads  # noqa: E402
 from qkv_tui.kernels.attention import Turn  # noqa: E402
 from qkv_tui.kernels.differential import DiffForward, DiffHead, diff_forward  # noqa: E402
-from qkv_tui.kernels.rope import angles, pairs  # noqa: E402
+from qkv_tui.kernels.rope import angles, angles_at, pairs  # noqa: E402
 
 TOL = 1e-12
 
@@ -152,3 +155,65 @@ def test_the_wrong_pairing_does_not_match() -> None:
     spec = DiffHead(lay.lambda_q1[0], lay.lambda_k1[0], lay.lambda_q2[0], lay.lambda_k2[0], att.lambda_init, 1e-5)
     f = diff_forward(X, X, lay.W_Q[0], lay.W_K[0], lay.W_V[0], None, None, None, allow, spec, turn=turn)
     assert np.abs(f.output - concat[:, :2 * d]).max() > 1e-3
+
+
+def _toml(M) -> str:
+    M = np.asarray(M)
+    if M.ndim == 1:
+        return "[" + ", ".join(repr(float(x)) for x in M) + "]"
+    return "[" + ", ".join(_toml(row) for row in M) + "]"
+
+
+@pytest.mark.parametrize(("heads", "kv_heads", "bias", "seed"), [(4, 2, False, 8), (8, 4, True, 9)])
+def test_a_scenario_of_the_mapped_layer_matches_diffllama(heads: int, kv_heads: int, bias: bool, seed: int) -> None:
+    """The chain the importer will use: the mapped layer written as an [attention] scenario with [rope] and a
+    [differential] table, read by the loader (which cuts W_K and W_V per K/V head) and by [differential]'s parser,
+    each head run with the loader's K/V head and [rope]'s turn for width d, gives transformers' output (the
+    layer run with [rope]'s cos and sin: its own rotary module is float32)."""
+    head_dim, layer_idx, n = 4, 3, 5
+    cfg, att, _ = _layer(heads, kv_heads, head_dim, layer_idx, bias, seed)
+    x = torch.randn(1, n, cfg.hidden_size, dtype=torch.float64)
+    w = lambda t: t.detach().numpy()
+    biases = (w(att.q_proj.bias), w(att.k_proj.bias), w(att.v_proj.bias)) if bias else (None, None, None)
+    lay = diffllama_heads(w(att.q_proj.weight), w(att.k_proj.weight), w(att.v_proj.weight),
+                          [w(att.lambda_q1), w(att.lambda_k1), w(att.lambda_q2), w(att.lambda_k2)],
+                          heads, kv_heads, head_dim, biases=biases)
+    lines = [f"tokens = {[f't{i}' for i in range(n)]}".replace("'", '"'), f"X = {_toml(x[0].numpy())}",
+             '[mask]\nkind = "causal"', '[rope]\nlayout = "half"\nbase = 10000.0',
+             f"[attention]\nnum_heads = {lay.num_heads}\nnum_kv_heads = {lay.num_kv_heads}",
+             f"W_Q = {_toml(np.concatenate(lay.W_Q, axis=1))}", f"W_K = {_toml(np.concatenate(lay.W_K, axis=1))}",
+             f"W_V = {_toml(np.concatenate(lay.W_V, axis=1))}"]
+    if bias:
+        assert lay.b_Q is not None and lay.b_K is not None and lay.b_V is not None
+        lines += [f"b_Q = {_toml(np.concatenate(lay.b_Q))}", f"b_K = {_toml(np.concatenate(lay.b_K))}",
+                  f"b_V = {_toml(np.concatenate(lay.b_V))}"]
+    lines.append(f"[output]\nW_O = {_toml(w(att.o_proj.weight).T)}" + (f"\nb_O = {_toml(w(att.o_proj.bias))}" if bias else ""))
+    sc = parse_scenario("\n".join(lines) + "\n", "diffllama.toml")
+    table = {"lambda_q1": lay.lambda_q1.tolist(), "lambda_k1": lay.lambda_k1.tolist(), "lambda_q2": lay.lambda_q2.tolist(),
+             "lambda_k2": lay.lambda_k2.tolist(), "layer": layer_idx, "eps": cfg.rms_norm_eps}
+    v = _Validator("diffllama.toml")
+    ctx = variants.Context(v, sc.tokens, sc.X.shape[1], False, tuple((f"head {i + 1}", h.d_k) for i, h in enumerate(sc.heads)),
+                           sc.mask_kind, sc.allow, {t.key: getattr(sc, t.key) for t in variants.TABLES},
+                           sc.num_heads_split, sc.num_kv_heads, sc.heads)
+    df = TABLE.parse(table, ctx)
+    assert df.lambda_init == att.lambda_init
+    assert sc.rope is not None and sc.positions is not None
+    a = angles_at(sc.rope.inv_freq(df.d), sc.positions)
+    turn = Turn(np.cos(a), np.sin(a), sc.rope.pairs(df.d))
+    # transformers' rotary module takes its angles in float32; it is given [rope]'s float64 cos and sin instead,
+    # laid out as it lays them (cat(freqs, freqs): rotate_half's pairs (i, i + d/2))
+    cos, sin = (torch.tensor(np.concatenate([t, t], axis=1))[None] for t in (turn.cos, turn.sin))
+    mask = torch.full((n, n), float("-inf"), dtype=torch.float64).triu(1)[None, None]
+    with torch.no_grad():
+        out, _ = att(x, (cos, sin), attention_mask=mask)
+    done: dict[int, DiffForward] = {}
+    outs = []
+    for h, head in enumerate(sc.heads):
+        c = sc.kv_head(h)
+        f = diff_forward(sc.X, sc.X, head.W_Q, head.W_K, head.W_V, head.b_Q, head.b_K, head.b_V, sc.allow, df.head(h),
+                         scale=sc.scale, turn=turn, shared=done.get(c))
+        done.setdefault(c, f)
+        outs.append(f.output)
+    assert sc.W_O is not None
+    final = np.concatenate(outs, axis=1) @ sc.W_O + (0.0 if sc.b_O is None else sc.b_O)
+    np.testing.assert_allclose(final, out[0].numpy(), rtol=0, atol=TOL)
