@@ -199,6 +199,9 @@ def _summary(df: Differential) -> str:
     return f"differential attention (λ_init {df.lambda_init:.4g}, {where})"
 
 
+# Not in FEATURES (so not in TABLES, LOOKALIKES or the loader) until the forward driver runs it: the loader must not
+# accept a table whose numbers the app would not show. Registering it is one line in FEATURES, before backward.TABLE
+# (whose default train list will read it), and a Scenario field named "differential".
 TABLE: Table[Differential] = Table("differential", DIFFERENTIAL_KEYS, parse_differential, _summary, write_differential,
                                    LOOKALIKES)
 
