@@ -147,3 +147,34 @@ def test_self_attention_dX_is_the_sum_of_the_paths() -> None:
     back = diff_backward(dY, a["X"], a["X"], a["W_Q"], a["W_K"], a["W_V"], fwd, spec, allow, turn=turn,
                          biases=(True, True, True))
     np.testing.assert_allclose(back.dX_q + back.dX_kv, t["X"].grad.numpy(), rtol=1e-8, atol=TOL)
+
+
+def test_query_heads_sharing_a_kv_head_sum_their_shares() -> None:
+    """Two query heads reading one K/V head (contracts §7): each head's dW_K, dW_V and Key/Value path is its own
+    share, and the shares sum to autograd's gradient of the K/V head's weights."""
+    rng = np.random.default_rng(21)
+    n, d, d_model = 4, 2, 3
+    allow = np.tril(np.ones((n, n), dtype=bool))
+    ang = angles(10000.0, d, range(n))
+    turn = Turn(np.cos(ang), np.sin(ang), pairs("interleaved", d))
+    X = rng.normal(size=(n, d_model))
+    W_K, W_V = rng.normal(size=(d_model, 2 * d)), rng.normal(size=(d_model, 2 * d))
+    W_Qs = [rng.normal(size=(d_model, 2 * d)) for _ in range(2)]
+    specs = [DiffHead(*(rng.normal(scale=0.5, size=d) for _ in range(4)), lambda_init=0.2) for _ in range(2)]
+    dYs = [rng.normal(size=(n, 2 * d)) for _ in range(2)]
+    first = diff_forward(X, X, W_Qs[0], W_K, W_V, None, None, None, allow, specs[0], turn=turn)
+    second = diff_forward(X, X, W_Qs[1], W_K, W_V, None, None, None, allow, specs[1], turn=turn, shared=first)
+    assert second.K is first.K and second.V is first.V and second.K_rot is first.K_rot
+    backs = [diff_backward(dY, X, X, W_Q, W_K, W_V, f, spec, allow, turn=turn)
+             for dY, W_Q, f, spec in zip(dYs, W_Qs, (first, second), specs, strict=True)]
+    tX, tK, tV = (torch.tensor(a, requires_grad=True) for a in (X, W_K, W_V))
+    loss = torch.zeros((), dtype=torch.float64)
+    for W_Q, spec, dY in zip(W_Qs, specs, dYs, strict=True):
+        t = {"X": tX, "X_kv": tX, "W_Q": torch.tensor(W_Q), "W_K": tK, "W_V": tV,
+             **{k: torch.tensor(getattr(spec, k)) for k in ("lambda_q1", "lambda_k1", "lambda_q2", "lambda_k2")}}
+        out, _ = _torch_forward(t, allow, d, turn, None, None, 0.2, 1e-5, float(np.sqrt(d)))
+        loss = loss + (out * torch.tensor(dY)).sum()
+    loss.backward()
+    np.testing.assert_allclose(sum(b.dW_K for b in backs), tK.grad.numpy(), rtol=1e-8, atol=TOL)
+    np.testing.assert_allclose(sum(b.dW_V for b in backs), tV.grad.numpy(), rtol=1e-8, atol=TOL)
+    np.testing.assert_allclose(sum(b.dX_q + b.dX_kv for b in backs), tX.grad.numpy(), rtol=1e-8, atol=TOL)
