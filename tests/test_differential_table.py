@@ -217,3 +217,13 @@ def test_not_registered_until_the_engine_runs_it() -> None:
     assert TABLE not in variants.FEATURES
     with pytest.raises(ScenarioError, match="unknown key 'differential'"):
         parse_scenario(BASE + HEAD + "\n[differential]\n" + LAMBDAS + "layer = 0\n", "t.toml")
+
+
+def test_rope_partial_turning_an_odd_share_of_d_is_refused() -> None:
+    """[rope] partial = 0.5 of a 12-wide W_Q turns 6 of its 12 columns, but each half (d = 6) turns 3: no pairs."""
+    row = "[" + ", ".join(["1, 0, 0, 1, 0, 1"] * 2) + "]"
+    head = "[[heads]]\n" + "".join(f"{m} = [{', '.join([row] * 4)}]\n" for m in ("W_Q", "W_K", "W_V"))
+    lambdas = "".join(f"{k} = [[0.1, 0, 0, 0, 0, 0]]\n" for k in ("lambda_q1", "lambda_k1", "lambda_q2", "lambda_k2"))
+    message = _error(BASE + '[rope]\nlayout = "half"\npartial = 0.5\n' + head, "[differential]\n" + lambdas + "layer = 0\n")
+    assert message == ("[differential] with [rope] turns each half of a head on its own, and [rope] partial turns 3 of"
+                       " its d = 6 dimensions; expected an even count (dimensions turn in pairs)")
