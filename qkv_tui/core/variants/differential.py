@@ -1,0 +1,207 @@
+"""``[differential]``: differential attention (Ye et al. 2024, "Differential Transformer"; Hugging Face "diffllama"),
+each head's map the difference of two softmax maps (contracts §14; kernels/differential.py computes it).
+
+A head's W_Q and W_K are 2d wide, [first map | second map], and its W_V 2d wide; every head has the same d, so
+the four λ vectors are num_heads × d matrices (one row per head). λ_init is given, or computed from the layer's
+depth as the paper does. The per-logit steps every map takes alike (the scale, the soft-cap, the ALiBi bias, the
+mask) combine with it; what would have to choose one of the two maps, or replaces the softmax, does not.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, cast
+
+import numpy as np
+
+from qkv_tui.base.values import kind as _kind
+from qkv_tui.base.values import show as _show
+from qkv_tui.core.arrays import Matrix, Vector
+from qkv_tui.core.toml_text import vector
+from qkv_tui.core.variants.common import MAX_INDEX, Context, Lookalikes, Table, number, numbers, write_whole
+from qkv_tui.core.variants.gate import Reader
+from qkv_tui.kernels.differential import DiffHead, lambda_init_of_layer
+
+LAMBDA_KEYS = ("lambda_q1", "lambda_k1", "lambda_q2", "lambda_k2")
+DIFFERENTIAL_KEYS = (*LAMBDA_KEYS, "lambda_init", "layer", "eps", "gamma")
+DEFAULT_DIFF_EPS = 1e-5
+MAX_EXPONENT = 709.0  # e^709 is the largest power of e below float64's limit (e^710 overflows)
+
+# keys of Hugging Face's config and module that a file copied from them may carry under the paper's names
+LOOKALIKES: Lookalikes = {
+    ("[differential]", "layer_idx"): ("layer", "the layer's depth, counted from 0 as transformers' layer_idx"),
+    ("[differential]", "rms_norm_eps"): ("eps", "the sub-norm's eps"),
+    ("[differential]", "weight"): ("gamma", "the sub-norm's gains, 2d numbers"),
+}
+
+# what the table cannot combine with: (the key of an earlier table, why)
+REFUSED_TABLES = (
+    ("qk_norm", "[qk_norm] normalises a head's whole d_k, while each map scores half of it; no model does either"),
+    ("mla", "[mla] builds its own heads; differential heads are [[heads]] or [attention] heads"),
+    ("linear", "[linear] replaces the softmax, and [differential] subtracts two softmax maps"),
+    ("deltanet", "[deltanet] replaces the softmax, and [differential] subtracts two softmax maps"),
+)
+
+
+@dataclass(frozen=True, eq=False)
+class Differential:
+    """Every head's λ vectors, λ_init and the sub-norm."""
+
+    lambda_q1: Matrix  # (num_heads, d)
+    lambda_k1: Matrix  # (num_heads, d)
+    lambda_q2: Matrix  # (num_heads, d)
+    lambda_k2: Matrix  # (num_heads, d)
+    lambda_init: float  # as given, or 0.8 − 0.6·e^(−0.3·layer)
+    layer: int | None  # the layer λ_init was computed from; None where lambda_init is given
+    eps: float  # the sub-norm's eps
+    gamma: Vector | None  # (2d,) the sub-norm's gains; None: no gain
+
+    @property
+    def d(self) -> int:
+        """The half width: each map's d_k."""
+        return int(self.lambda_q1.shape[1])
+
+    def head(self, h: int) -> DiffHead:
+        """What the kernel reads for head ``h`` (0-based)."""
+        return DiffHead(self.lambda_q1[h], self.lambda_k1[h], self.lambda_q2[h], self.lambda_k2[h], self.lambda_init,
+                        self.eps, self.gamma)
+
+
+def parse_differential(table: dict[str, Any], ctx: Context) -> Differential:
+    v = ctx.v
+    _refuse_with(ctx)
+    d = _half_width(ctx)
+    H = len(ctx.heads)
+    lambdas = []
+    for key in LAMBDA_KEYS:
+        if key not in table:
+            raise v.fail(f"[differential] is missing {key!r}; expected {key} = [[...]], num_heads × d = {H} × {d}"
+                         f" (one row per head, d = half of a head's W_Q width)")
+        lambdas.append(_grid(v, table[key], f"[differential] {key}", H, d))
+    for h in range(H):
+        for q, k in ((0, 1), (2, 3)):
+            with np.errstate(over="ignore", invalid="ignore"):
+                dot = float(lambdas[q][h] @ lambdas[k][h])
+            if not dot <= MAX_EXPONENT:  # also NaN: a product past float64 of opposite signs
+                name = ctx.heads[h][0]
+                raise v.fail(f"[differential] {LAMBDA_KEYS[q]}·{LAMBDA_KEYS[k]} for {name} is {dot:g}, and e^ of it"
+                             f" overflows float64; expected a dot product of at most {MAX_EXPONENT:g}")
+    lambda_init, layer = _lambda_init(v, table)
+    eps = DEFAULT_DIFF_EPS
+    if "eps" in table:
+        eps = number(v, table["eps"], "[differential] eps")
+        if eps <= 0:
+            raise v.fail(f"[differential] eps = {_show(table['eps'])}; expected a finite number > 0"
+                         " (it keeps the sub-norm's root away from 0)")
+    gamma = None
+    if "gamma" in table:
+        gamma = numbers(v, table["gamma"], "[differential] gamma", 2 * d, f"the sub-norm's gains, 2d = {2 * d}")
+    q1, k1, q2, k2 = lambdas
+    return Differential(q1, k1, q2, k2, lambda_init, layer, eps, gamma)
+
+
+def _refuse_with(ctx: Context) -> None:
+    v = ctx.v
+    for key, why in REFUSED_TABLES:
+        if ctx.earlier.get(key) is not None:
+            raise v.fail(f"[differential] cannot be used with [{key}]: {why}; expected one of the two tables")
+    for i, head in enumerate(ctx.head_tables):
+        name = ctx.heads[i][0]
+        if getattr(head, "sink", None) is not None:
+            raise v.fail(f"{name} has a sink, but [differential] has two softmax maps and a sink joins one softmax;"
+                         " expected no sink with [differential]")
+        if getattr(head, "W_G", None) is not None:
+            raise v.fail(f"{name} has an output gate W_G, but [differential] does not say whether it gates before or"
+                         " after the sub-norm; expected no W_G with [differential]")
+
+
+def _half_width(ctx: Context) -> int:
+    """d, from the heads: every W_Q and W_K 2d wide (d the same for every head), every W_V 2d wide."""
+    v = ctx.v
+    widths = set()
+    for i, head in enumerate(ctx.head_tables):
+        name = ctx.heads[i][0]
+        for what, M in (("W_Q", head.W_Q), ("W_K", head.W_K)):
+            if M.shape[1] % 2:
+                raise v.fail(f"[differential] needs {name}'s {what} to have an even number of columns, 2d"
+                             f" ([{what[-1]}₁ | {what[-1]}₂], one half per map), but it has {M.shape[1]}")
+        d = head.W_Q.shape[1] // 2
+        if head.W_V.shape[1] != 2 * d:
+            raise v.fail(f"[differential] needs {name}'s W_V to have 2d = {2 * d} columns (as wide as its W_Q: both"
+                         f" maps mix the same 2d-wide values), but it has {head.W_V.shape[1]}")
+        widths.add((d, name))
+    if len({d for d, _ in widths}) > 1:
+        said = ", ".join(f"{name} has d = {d}" for d, name in sorted(widths)[:4])
+        raise v.fail(f"[differential] needs every head to have the same half width d (the λ vectors are num_heads × d),"
+                     f" but {said}; expected one W_Q width for every head")
+    d = next(iter(widths))[0]
+    rope = ctx.earlier.get("rope")
+    if rope is not None:
+        if d % 2:
+            raise v.fail(f"[differential] with [rope] turns each half of a head on its own, so it needs an even d,"
+                         f" but d = {d} (W_Q is {2 * d} wide); expected W_Q widths that are multiples of 4")
+        r = cast(Any, rope).rotated(d)
+        if r % 2:
+            raise v.fail(f"[differential] with [rope] turns each half of a head on its own, and [rope] partial turns"
+                         f" {r} of its d = {d} dimensions; expected an even count (dimensions turn in pairs)")
+    return int(d)
+
+
+def _grid(v: Any, value: Any, key: str, rows: int, d: int) -> Matrix:
+    if not isinstance(value, list):
+        raise v.fail(f"{key} must be a list of {rows} row{'s' if rows != 1 else ''} (num_heads × d = {rows} × {d}),"
+                     f" got {_kind(value)}")
+    M = cast(Reader, v).matrix(value, key)
+    if M.shape[0] != rows:
+        raise v.fail(f"{key} has {M.shape[0]} row{'s' if M.shape[0] != 1 else ''}; expected num_heads = {rows},"
+                     " one per head")
+    if M.shape[1] != d:
+        raise v.fail(f"{key} has {M.shape[1]} column{'s' if M.shape[1] != 1 else ''}; expected d = {d}"
+                     " (half of a head's W_Q width)")
+    return M
+
+
+def _lambda_init(v: Any, table: dict[str, Any]) -> tuple[float, int | None]:
+    if "lambda_init" in table and "layer" in table:
+        raise v.fail("[differential] has both lambda_init and layer; expected lambda_init = <number> or layer = L,"
+                     " from which λ_init = 0.8 − 0.6·e^(−0.3·L)")
+    if "lambda_init" in table:
+        return number(v, table["lambda_init"], "[differential] lambda_init"), None
+    if "layer" not in table:
+        raise v.fail("[differential] is missing 'lambda_init'; expected lambda_init = <number>, or layer = L"
+                     " (0-based) for the paper's λ_init = 0.8 − 0.6·e^(−0.3·L)")
+    L = table["layer"]
+    if isinstance(L, bool) or not isinstance(L, int):
+        raise v.fail(f"[differential] layer must be a whole number >= 0 (the layer's depth, counted from 0), got"
+                     f" {_kind(L)}{write_whole(L, 0)}")
+    if not 0 <= L <= MAX_INDEX:
+        raise v.fail(f"[differential] layer = {_show(L)}; expected a whole number >= 0 (the layer's depth, counted from 0)"
+                     f" up to {MAX_INDEX}")
+    return lambda_init_of_layer(L), int(L)
+
+
+def _rows(M: Matrix) -> str:
+    return "[" + ", ".join(vector(row) for row in M) + "]"
+
+
+def write_differential(df: Differential) -> list[str]:
+    """Every key, eps included, so the file says what the scenario computes with; λ_init as it was given."""
+    out = ["[differential]", *(f"{key} = {_rows(getattr(df, key))}" for key in LAMBDA_KEYS)]
+    out.append(f"layer = {df.layer}" if df.layer is not None else f"lambda_init = {float(df.lambda_init)!r}")
+    out.append(f"eps = {float(df.eps)!r}")
+    if df.gamma is not None:
+        out.append(f"gamma = {vector(df.gamma)}")
+    return out
+
+
+def _summary(df: Differential) -> str:
+    where = f"layer {df.layer}" if df.layer is not None else "given"
+    return f"differential attention (λ_init {df.lambda_init:.4g}, {where})"
+
+
+# Not in FEATURES (so not in TABLES, LOOKALIKES or the loader) until the forward driver runs it: the loader must not
+# accept a table whose numbers the app would not show. Registering it is one line in FEATURES, before backward.TABLE
+# (whose default train list will read it), and a Scenario field named "differential".
+TABLE: Table[Differential] = Table("differential", DIFFERENTIAL_KEYS, parse_differential, _summary, write_differential,
+                                   LOOKALIKES)
+

@@ -1,0 +1,200 @@
+"""One head of differential attention (Ye et al. 2024, "Differential Transformer"; contracts §14 and
+docs/scenario-format.md, [differential]), keeping every number the stages show.
+
+A head's W_Q and W_K are 2d wide and split in two: [Q₁ | Q₂] = X̂·W_Q, [K₁ | K₂] = X̂·W_K; each half is
+turned on its own under RoPE (a turn for width d), and each pair scores its own map under the one mask:
+
+    λ = e^(λ_q1·λ_k1) − e^(λ_q2·λ_k2) + λ_init
+    map = softmax(Q₁K₁ᵀ/√d) − λ·softmax(Q₂K₂ᵀ/√d)          rows sum to 1 − λ; cells may be negative
+    output = (1 − λ_init)·RMSNorm(map·V)                    V is 2d wide; the norm runs over the 2d columns
+
+Every number is kept as the policy says (kernels/policy.py), as in kernels/attention.py: the softmax, the turn
+and the norm are the kernels' own (softmax.py, rope.py, norm.py). A per-logit step that reads no parameter of a
+map (the scale, the soft-cap, the ALiBi bias) acts on both maps alike; a sink would have to pick one map, so
+the keys module (core/variants/differential.py) refuses it before it gets here.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from qkv_tui.kernels.attention import Turn, frozen, project
+from qkv_tui.kernels.norm import Normed, normalise
+from qkv_tui.kernels.policy import EXACT, Policy
+from qkv_tui.kernels.rope import rotate
+from qkv_tui.kernels.softmax import SoftmaxRows, masked_logits, soft_cap, softmax_rows
+from qkv_tui.kernels.stats import Matrix
+
+
+@dataclass(frozen=True, eq=False)
+class DiffHead:
+    """What one head of ``[differential]`` reads besides its projections: its four λ vectors (d each), λ_init,
+    and the sub-norm's eps and gains (2d; None: no gain, as DiffLlama's norm has none)."""
+
+    lambda_q1: Matrix  # (d,)
+    lambda_k1: Matrix  # (d,)
+    lambda_q2: Matrix  # (d,)
+    lambda_k2: Matrix  # (d,)
+    lambda_init: float
+    eps: float = 1e-5
+    gamma: Matrix | None = None  # (2d,)
+
+
+@dataclass(frozen=True, eq=False)
+class DiffMap:
+    """One of the head's two maps, from its scores to its softmax: as kernels/attention.py's Attended keeps them."""
+
+    scores: Matrix  # (n, m) Q_aK_aᵀ (the turned halves under RoPE)
+    scaled: Matrix  # (n, m) scores / divisor
+    capped: Matrix | None  # (n, m) softcap·tanh(scaled / softcap); None without a soft-cap
+    masked: Matrix  # (n, m) the softmax's input: scaled (capped) + bias, −∞ where the mask forbids
+    softmax: SoftmaxRows  # row_max, exps, row_sum and the weights, rows summing to 1
+
+    @property
+    def weights(self) -> Matrix:
+        return self.softmax.weights
+
+
+@dataclass(frozen=True, eq=False)
+class DiffLambda:
+    """λ of one head, each number as kept: the two dot products, their exponentials, λ_init and λ itself."""
+
+    dot_1: float  # λ_q1·λ_k1
+    dot_2: float  # λ_q2·λ_k2
+    lambda_1: float  # e^(λ_q1·λ_k1)
+    lambda_2: float  # e^(λ_q2·λ_k2)
+    lambda_init: float
+    value: float  # λ₁ − λ₂ + λ_init
+
+
+@dataclass(frozen=True, eq=False)
+class DiffForward:
+    """One differential head, everything the stages show; every array read-only. ``K``, ``V``, ``K_rot`` and
+    ``K_normed`` are what a later query head reading the same K/V head reuses (kernels/attention.py's SharedKV)."""
+
+    Q: Matrix  # (n, 2d) [Q₁ | Q₂] as projected
+    K: Matrix  # (m, 2d) [K₁ | K₂]
+    V: Matrix  # (m, 2d)
+    Q_rot: Matrix | None  # (n, 2d) each half turned on its own; None without RoPE
+    K_rot: Matrix | None  # (m, 2d)
+    divisor: float  # what both maps' scores were divided by
+    bias: Matrix | None  # (n, m) the ALiBi bias as kept, added to both maps
+    map_1: DiffMap
+    map_2: DiffMap
+    lam: DiffLambda
+    lam_p2: Matrix  # (n, m) λ·softmax₂, each cell as kept (the Subtract step's second operand)
+    weights: Matrix  # (n, m) softmax₁ − λ·softmax₂: the map that multiplies V; exactly 0 where masked
+    mixed: Matrix  # (n, 2d) weights·V
+    norm: Normed  # the sub-norm of ``mixed``: its mean square (spread), root and normed rows (X_norm)
+    factor: float  # 1 − λ_init as kept
+    output: Matrix  # (n, 2d) (1 − λ_init)·normed: the head's output, what Concat joins
+    K_normed: Normed | None = None  # no QK-norm with [differential]: here for the SharedKV protocol
+
+    @property
+    def d(self) -> int:
+        """The half width: each map's d_k."""
+        return int(self.Q.shape[1]) // 2
+
+    @property
+    def normed(self) -> Matrix:
+        return self.norm.X_norm
+
+    def used(self, half: int) -> tuple[Matrix, Matrix]:
+        """Map ``half`` (1 or 2)'s Queries and Keys as they were scored: (n, d) and (m, d)."""
+        Q = self.Q if self.Q_rot is None else self.Q_rot
+        K = self.K if self.K_rot is None else self.K_rot
+        cols = slice(0, self.d) if half == 1 else slice(self.d, 2 * self.d)
+        return Q[:, cols], K[:, cols]
+
+
+def halves(M: Matrix) -> tuple[Matrix, Matrix]:
+    """The paper's split of a 2d-wide projection: its first d columns and its last d."""
+    d = M.shape[1] // 2
+    return M[:, :d], M[:, d:]
+
+
+def turn_halves(M: Matrix, turn: Turn, policy: Policy = EXACT) -> Matrix:
+    """Each half of M (rows, 2d) turned on its own by ``turn`` (a turn for width d): (rows, 2d)."""
+    return np.concatenate([rotate(h, turn.cos, turn.sin, turn.pairs, policy) for h in halves(M)], axis=1)
+
+
+def diff_lambda(head: DiffHead, policy: Policy = EXACT) -> DiffLambda:
+    """λ = e^(λ_q1·λ_k1) − e^(λ_q2·λ_k2) + λ_init, each dot product, exponential and sum as the policy keeps a
+    table: the λ step shows each as a number of its own, and a printed page prints each rounded."""
+    def dot(a: Matrix, b: Matrix) -> float:
+        return float(policy.table(policy.matmul(a[None, :], b[:, None]))[0, 0])
+
+    def kept(x: float) -> float:  # each is a number of its own on the λ step (and on a printed page)
+        return float(policy.table(np.array(x)))
+
+    dot_1, dot_2 = dot(head.lambda_q1, head.lambda_k1), dot(head.lambda_q2, head.lambda_k2)
+    with np.errstate(over="ignore"):  # the parser bounds the dot products; an e^ past float64 is ∞, named there
+        lambda_1, lambda_2 = kept(float(np.exp(dot_1))), kept(float(np.exp(dot_2)))
+    init = kept(head.lambda_init)
+    return DiffLambda(dot_1, dot_2, lambda_1, lambda_2, init, kept(lambda_1 - lambda_2 + init))
+
+
+def _map(Q: Matrix, K: Matrix, allow: np.ndarray, divisor: float, bias: Matrix | None, softcap: float | None,
+         policy: Policy) -> DiffMap:
+    """One map: Score, Scale, the soft-cap and the bias, the mask, Softmax (kernels/attention.py's attend, without Mix)."""
+    scores = policy.table(policy.matmul(Q, K.T))  # (n, m)
+    scaled = policy.worked(scores / divisor)  # (n, m)
+    capped = None if softcap is None else frozen(soft_cap(scaled, softcap, policy))  # (n, m)
+    masked = masked_logits(scaled if capped is None else capped, allow, bias, policy)  # (n, m)
+    soft = softmax_rows(masked, None, policy)
+    for a in (scores, scaled, masked, soft.row_max, soft.exps, soft.row_sum, soft.weights):
+        frozen(a)
+    return DiffMap(scores, scaled, capped, masked, soft)
+
+
+def diff_forward(X: Matrix, X_kv: Matrix, W_Q: Matrix, W_K: Matrix, W_V: Matrix, b_Q: Matrix | None,
+                 b_K: Matrix | None, b_V: Matrix | None, allow: np.ndarray, head: DiffHead, *,
+                 scale: float | None = None, turn: Turn | None = None, bias: Matrix | None = None,
+                 softcap: float | None = None, shared: DiffForward | None = None,
+                 policy: Policy = EXACT) -> DiffForward:
+    """One differential head. ``X`` is what the Query projection reads (already normalised), ``X_kv`` what the
+    Keys and Values read; ``scale`` divides both maps' scores (None: √d, the half width); ``turn`` is RoPE's for
+    width d; ``shared`` an earlier query head's forward on the same K/V head, whose K, V and turned K this one
+    reuses (contracts §7's sharing rule)."""
+    if W_Q.shape[1] % 2 or W_Q.shape[1] != W_K.shape[1] or W_V.shape[1] != W_Q.shape[1]:
+        raise ValueError(f"a differential head needs W_Q, W_K and W_V 2d wide, got {W_Q.shape[1]}, {W_K.shape[1]},"
+                         f" {W_V.shape[1]}")
+    d = W_Q.shape[1] // 2
+    Q = frozen(project(X, W_Q, b_Q, policy))  # (n, 2d)
+    if shared is None:
+        K = frozen(project(X_kv, W_K, b_K, policy))  # (m, 2d)
+        V = frozen(project(X_kv, W_V, b_V, policy))  # (m, 2d)
+        K_rot = None if turn is None else frozen(turn_halves(K, turn, policy))
+    else:
+        K, V, K_rot = shared.K, shared.V, shared.K_rot
+    Q_rot = None if turn is None else frozen(turn_halves(Q, turn, policy))
+    Q_used, K_used = (Q if Q_rot is None else Q_rot), (K if K_rot is None else K_rot)
+    divisor = policy.divisor(math.sqrt(d) if scale is None else scale)
+    kept_bias = None if bias is None else policy.worked(bias)  # (n, m) one bias for both maps
+    map_1 = _map(Q_used[:, :d], K_used[:, :d], allow, divisor, kept_bias, softcap, policy)
+    map_2 = _map(Q_used[:, d:], K_used[:, d:], allow, divisor, kept_bias, softcap, policy)
+    lam = diff_lambda(head, policy)
+    # the Subtract step, cell by cell: λ·p₂ written down, then p₁ minus it; a masked cell is 0 in both maps, and
+    # np.where keeps it the exact 0 it is (λ < 0 would make λ·0 a −0.0)
+    lam_p2 = frozen(np.where(allow, policy.worked(lam.value * map_2.weights), 0.0))  # (n, m)
+    weights = frozen(np.where(allow, policy.table(map_1.weights - lam_p2), 0.0))  # (n, m)
+    mixed = frozen(policy.table(policy.matmul(weights, V)))  # (n, 2d)
+    gamma = np.ones(2 * d) if head.gamma is None else np.asarray(head.gamma, dtype=np.float64)  # (2d,)
+    norm = normalise(policy, "rms", mixed, gamma[None, :], None, head.eps)
+    for a in (norm.X_norm, norm.spread, norm.root):
+        frozen(a)
+    factor = float(policy.table(np.array(1.0 - lam.lambda_init)))  # printed beside the sub-norm's rows
+    output = frozen(policy.table(factor * norm.X_norm))  # (n, 2d)
+    if kept_bias is not None and kept_bias is not bias:  # the caller's own array is the caller's to freeze
+        frozen(kept_bias)
+    return DiffForward(Q, K, V, Q_rot, K_rot, divisor, kept_bias, map_1, map_2, lam, lam_p2, weights, mixed, norm,
+                       factor, output)
+
+
+def lambda_init_of_layer(layer: int) -> float:
+    """The paper's depth schedule, λ_init = 0.8 − 0.6·e^(−0.3·L) for layer L counted from 0 (the paper's l − 1;
+    transformers' lambda_init_fn(layer_idx))."""
+    return 0.8 - 0.6 * math.exp(-0.3 * layer)
