@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import pickle
+import re
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -86,6 +87,9 @@ def read_arrays(path: Path) -> Stored:
 
 
 def _read_npz(path: Path) -> dict[str, AnyArray]:
+    if not zipfile.is_zipfile(path):  # np.load would try it as a pickle and speak of allow_pickle
+        raise TensorError(f"{escaped(path.name)}: not a readable .npz file (not a zip archive); expected"
+                          " numpy.savez's output")
     try:
         with np.load(path, allow_pickle=False) as bundle:
             return {name: np.asarray(bundle[name]) for name in bundle.files}
@@ -127,9 +131,12 @@ def _read_torch(path: Path) -> dict[str, AnyArray]:
     try:
         loaded = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else "unsafe pickle"
-        raise TensorError(f"{shown}: refused: it holds more than tensors, and only a dict of tensors is loaded"
-                          f" (weights_only=True: {first[:160]}); {SAVE_NPZ}") from None
+        found = re.search(r"GLOBAL ([\w.]+)", str(exc))
+        if found is None:  # not a pickle PyTorch can read at all
+            raise TensorError(f"{shown}: not a readable PyTorch file; expected torch.save of a dict of tensors") from None
+        raise TensorError(f"{shown}: refused: it holds a {escaped(found.group(1)[-80:])}, not only tensors, and"
+                          f" only tensors are loaded (weights_only=True: an unknown pickle can run code); {SAVE_NPZ}"
+                          ) from None
     except Exception as exc:  # torch raises RuntimeError, EOFError and others for a file that is not its format
         raise TensorError(f"{shown}: not a readable PyTorch file ({type(exc).__name__}); expected torch.save of a"
                           " dict of tensors") from None
