@@ -38,8 +38,8 @@ def test_the_app_opens_at_the_first_cell_that_differs(tmp_path: Path) -> None:
     assert (seg.target, place.head, place.index - seg.start) == ("weights", 0, 0)
     yours = float(np.load(path)["attn"][0, 0, 0])
     assert yours < 1
-    assert notice.splitlines()[0] == f"differs: Softmax, head 0, row 0, col 0: yours {yours!r}, correct 1.0"
-    assert "agree: Score head 0, Scale head 0" in notice
+    assert notice.splitlines()[0] == f"differs: Softmax of head 1 [t0,t0]: yours {yours!r}, correct 1.0"
+    assert "agree: Score, Scale (head 1); Score, Scale (head 2)" in notice
     assert "diagnosis: causal_off_by_one" in notice
 
 

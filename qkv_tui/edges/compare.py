@@ -160,7 +160,7 @@ def export_compare(args: argparse.Namespace, scenario: Scenario, exporter: Calla
     comp = computed(scenario)
     report = run_compare(args, comp, _READINGS.get(id(scenario)))
     write_report(exporter, scenario, report, out)
-    for line in summary(report):
+    for line in summary(report, scenario):
         sys.stderr.write(line + "\n")
     return 0 if report.agree else 1
 
@@ -170,7 +170,7 @@ def app_place(args: argparse.Namespace, comp: Computation, _load: object) -> tup
     from qkv_tui.teach.trace import Trace
 
     report = run_compare(args, comp, _READINGS.get(id(comp.scenario)))
-    lines = summary(report)
+    lines = summary(report, comp.scenario)
     if report.first is None:
         return None, "\n".join(lines)
     f = report.first
@@ -196,16 +196,28 @@ def write_report(write_export: object, scenario: Scenario, report: Report, out: 
     out.write(text[:-1].rstrip() + ',\n  "compare": ' + json.dumps(report.as_json()) + "\n}\n")
 
 
-def summary(report: Report) -> list[str]:
-    """The report in words, a line each, for standard error beside the JSON."""
+def summary(report: Report, sc: Scenario) -> list[str]:
+    """The report in words, a line each, as the app names things: heads from 1, cells by their row and
+    column labels (weights[t0,t1]); for standard error beside the JSON, and the app's notice."""
+    def stages(agreeing: bool) -> str:
+        heads: dict[int, list[str]] = {}
+        for stage, h, ok in report.stages:
+            if ok == agreeing:
+                heads.setdefault(h, []).append(stage)
+        if len(sc.heads) == 1:
+            return ", ".join(heads.get(0, []))
+        return "; ".join(f"{', '.join(names)} (head {h + 1})" for h, names in heads.items())
+
     if report.agree:
-        return ["agree: every stage you gave matches (" + ", ".join(f"{s} head {h}" for s, h, _ in report.stages) + ")"]
+        return [f"agree: every stage you gave matches: {stages(True)}"]
     f = report.first
     assert f is not None
-    good = [f"{s} head {h}" for s, h, a in report.stages if a]
-    lines = [f"differs: {f.stage}, head {f.head}, row {f.row}, col {f.col}: yours {f.yours!r}, correct {f.correct!r}"]
-    if good:
-        lines.append("agree: " + ", ".join(good))
+    keyed = f.stage in ("Score", "Scale", "Softmax")
+    cell = f"[{sc.labels[f.row]},{sc.key_labels[f.col] if keyed else f.col}]"
+    head = f" of head {f.head + 1}" if len(sc.heads) > 1 and f.stage not in ("W_O", "Concat") else ""
+    lines = [f"differs: {f.stage}{head} {cell}: yours {f.yours!r}, correct {f.correct!r}"]
+    if any(ok for _s, _h, ok in report.stages):
+        lines.append(f"agree: {stages(True)}")
     lines.append("diagnosis: " + (", ".join(report.diagnosis) if report.diagnosis else "none"))
     if report.note:
         lines.append(f"note: {report.note}")

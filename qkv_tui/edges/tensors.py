@@ -356,8 +356,7 @@ def _from_qkv(stored: Stored, batch: int | None) -> tuple[Reading, tuple[int, in
     rows_q, rows_kv = X.shape[1], (X if X_kv is None else X_kv).shape[1]
     heads = []
     for h in range(H):
-        heads.append({"name": f"head {h}",
-                      "W_Q": _selector(rows_q, offsets[0] + h * d_k, d_k),
+        heads.append({"W_Q": _selector(rows_q, offsets[0] + h * d_k, d_k),
                       "W_K": _selector(rows_kv, offsets[1] + h * d_k, d_k),
                       "W_V": _selector(rows_kv, offsets[2] + h * d_v, d_v)})
     doc: dict[str, Any] = {"title": escaped(stored.path.stem), "tokens": [f"t{i}" for i in range(n)], "X": X,
