@@ -201,12 +201,16 @@ def summary(report: Report, sc: Scenario) -> list[str]:
     column labels (weights[t0,t1]); for standard error beside the JSON, and the app's notice."""
     def stages(agreeing: bool) -> str:
         heads: dict[int, list[str]] = {}
+        final = []
         for stage, h, ok in report.stages:
             if ok == agreeing:
-                heads.setdefault(h, []).append(stage)
+                if stage in ("W_O", "Concat"):  # shared by every head
+                    final.append(stage)
+                else:
+                    heads.setdefault(h, []).append(stage)
         if len(sc.heads) == 1:
-            return ", ".join(heads.get(0, []))
-        return "; ".join(f"{', '.join(names)} (head {h + 1})" for h, names in heads.items())
+            return ", ".join(heads.get(0, []) + final)
+        return "; ".join([f"{', '.join(names)} (head {h + 1})" for h, names in heads.items()] + final)
 
     if report.agree:
         return [f"agree: every stage you gave matches: {stages(True)}"]
