@@ -91,10 +91,8 @@ def run(case: Case) -> dict[str, np.ndarray]:
     axis = -2 if "softmax_axis" in b else -1
 
     def softmax(x: np.ndarray) -> np.ndarray:
-        if "softmax_overflow" in b:
-            e = np.exp(x)
-        else:
-            e = np.exp(x - np.max(x, axis=axis, keepdims=True))
+        shift = 0 if "softmax_overflow" in b else np.max(x, axis=axis, keepdims=True)
+        e = np.exp(x - shift)
         return e / np.sum(e, axis=axis, keepdims=True)
 
     with np.errstate(over="ignore", invalid="ignore"):
@@ -105,10 +103,8 @@ def run(case: Case) -> dict[str, np.ndarray]:
         else:
             attn = softmax(np.where(mask, scaled, t(case.fill)))
     out_h = attn @ v  # (H, n, d)
-    if "head_order" in b:  # "h n d -> n (d h)"
-        merged = out_h.transpose(1, 2, 0).reshape(n, -1)
-    else:
-        merged = out_h.transpose(1, 0, 2).reshape(n, -1)
+    # "h n d -> n (d h)" with the mistake, "h n d -> n (h d)" without
+    merged = out_h.transpose((1, 2, 0) if "head_order" in b else (1, 0, 2)).reshape(n, -1)
     out = merged if case.W_O is None else linear(merged, case.W_O, "W_O")
     return {"scores": scores, "scaled": scaled, "attn": attn, "out": out}
 

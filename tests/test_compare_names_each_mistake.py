@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from qkv_tui.edges.cli import main
-from tests.learner_impl import Case, make_case, save
+from tests.learner_impl import make_case, save
 
 
 def report(capsys: pytest.CaptureFixture[str], path: Path, *extra: str) -> tuple[int, dict]:

@@ -54,11 +54,11 @@ class Problem:
 
     @property
     def d_k(self) -> int:
-        return self.W_Q.shape[1] // self.heads
+        return int(self.W_Q.shape[1]) // self.heads
 
     @property
     def d_v(self) -> int:
-        return self.W_V.shape[1] // self.heads
+        return int(self.W_V.shape[1]) // self.heads
 
     @property
     def causal(self) -> bool:
@@ -115,7 +115,7 @@ def variants(p: Problem) -> list[str]:
 def _transposable(p: Problem, w: Matrix) -> bool:
     if p.per_head_weights and w is not p.W_O:
         return all(block.shape[0] == block.shape[1] for block in _head_blocks(w, p.heads))
-    return w.shape[0] == w.shape[1]
+    return bool(w.shape[0] == w.shape[1])
 
 
 def _head_blocks(w: Matrix, heads: int) -> list[Matrix]:
@@ -129,7 +129,7 @@ def name_of(variant: str) -> str:
 
 def forward(p: Problem, mistakes: frozenset[str] = frozenset()) -> Stages:
     """The attention of ``p`` with ``mistakes`` (variants) applied; raises ValueError where shapes refuse one."""
-    W = {"W_Q": p.W_Q, "W_K": p.W_K, "W_V": p.W_V, "W_O": p.W_O}
+    W: dict[str, Matrix | None] = {"W_Q": p.W_Q, "W_K": p.W_K, "W_V": p.W_V, "W_O": p.W_O}
     for name in ("W_Q", "W_K", "W_V", "W_O"):
         if f"weight_transposed:{name}" in mistakes:
             w = W[name]
@@ -141,7 +141,9 @@ def forward(p: Problem, mistakes: frozenset[str] = frozenset()) -> Stages:
     H, d_k = p.heads, p.d_k
     split_wrong = bool({"head_order:both", "head_order:split"} & mistakes)
     merge_wrong = bool({"head_order:both", "head_order:merge"} & mistakes)
-    Q_all, K_all, V_all = p.X @ W["W_Q"], p.X_kv @ W["W_K"], p.X_kv @ W["W_V"]
+    W_Q, W_K, W_V = W["W_Q"], W["W_K"], W["W_V"]
+    assert W_Q is not None and W_K is not None and W_V is not None
+    Q_all, K_all, V_all = p.X @ W_Q, p.X_kv @ W_K, p.X_kv @ W_V
     if "k_v_swapped" in mistakes:
         K_all, V_all = V_all, K_all
     allow = p.allow

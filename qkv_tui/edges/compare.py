@@ -112,7 +112,7 @@ def run_compare(args: argparse.Namespace, comp: Computation, reading: Reading | 
     try:
         stored: Stored = read_arrays(path)
         results = read_results(stored, heads, None if reading is None else reading.batch,
-                               None if reading is None else args.batch, shapes)  # type: ignore[arg-type]
+                               None if reading is None else args.batch, shapes)
     except TensorError as exc:
         raise ScenarioError(args.compare, _strip(str(exc), path)) from None
     given = dict(results.stages)

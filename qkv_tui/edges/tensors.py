@@ -189,7 +189,8 @@ def _pick(stored: Stored, name: str, array: AnyArray, batch: int | None, size: i
     if not 0 <= batch < size:
         raise TensorError(f"{stored.name}: --batch {batch} is out of range: {name} is {_dims(array.shape)}, a batch of"
                           f" {size} (--batch counts from 0: 0 … {size - 1})")
-    return array[batch]
+    picked: AnyArray = array[batch]
+    return picked
 
 
 def _scalar(stored: Stored, name: str, whole: bool) -> float | None:
@@ -245,7 +246,7 @@ def _layout(stored: Stored, layout: str | None, d_in: dict[str, int]) -> str:
         fits[name] = {way for way, axis in (("math", 0), ("torch", 1)) if shape[axis] == rows_in}
     ways = set.intersection(*fits.values()) if fits else set()
     decided = {w for f in fits.values() if len(f) == 1 for w in f}
-    if len(decided) == 1 and decided <= ways | decided:
+    if len(decided) == 1:
         return decided.pop()
     if not ways:
         return "math"  # neither reading fits; the shape check below names the array
@@ -282,6 +283,10 @@ def _from_weights(stored: Stored, layout: str | None, batch: int | None) -> tupl
     for name, w in math_w.items():
         if w.shape[-2] != d_model:
             expected = ("d_model × width (x·W)" if way == "math" else "width × d_model (nn.Linear's out × in)")
+            if layout is None:
+                expected = f"{d_model} on one side: width × {d_model} (nn.Linear's out × in) or {d_model} × width (x·W)"
+                raise TensorError(f"{stored.name}: {name} is {_dims(stored.arrays[name].shape)}; with X of d_model"
+                                  f" {d_model}, expected {'heads × ' if three else ''}{expected}")
             raise TensorError(f"{stored.name}: {name} is {_dims(stored.arrays[name].shape)}; with X of d_model"
                               f" {d_model}, expected {'heads × ' if three else ''}{expected} (--layout {way})")
     if three:
@@ -408,7 +413,7 @@ def _mask(stored: Stored, n: int, m: int, b_size: int | None, batch: int | None)
         if not np.isin(values, (0, 1)).all():
             raise TensorError(f"{stored.name}: mask holds whole numbers other than 0 and 1; expected booleans"
                               " (True = attend), 0/1, or an additive mask of 0 and −inf")
-        return values == 1
+        return np.asarray(values == 1, dtype=bool)
     blocked = values <= MASKED_AT_MOST
     if not ((values == 0) | blocked).all() or np.isnan(values).any():
         bad = tuple(int(i) for i in np.argwhere(~((values == 0) | blocked))[0])

@@ -14,7 +14,8 @@ def noticed(text: str) -> type[QKVApp]:
     class ComparedApp(QKVApp):
         def on_mount(self) -> None:
             super().on_mount()
-            severity = "information" if text.startswith("agree") else "warning"
-            self.notify(text, title="your numbers", severity=severity, timeout=NOTICE_SECONDS)
+            agreed = text.startswith("agree")
+            self.notify(text, title="your numbers", severity="information" if agreed else "warning",
+                        timeout=NOTICE_SECONDS)
 
     return ComparedApp

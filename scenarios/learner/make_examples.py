@@ -42,10 +42,8 @@ def attention(X: np.ndarray, W: dict[str, np.ndarray], mistake: str | None) -> d
         e = np.exp(x - x.max(axis=axis, keepdims=True))
         return e / e.sum(axis=axis, keepdims=True)
 
-    if mistake == "mask_after_softmax":
-        attn = softmax(scaled) * mask
-    else:
-        attn = softmax(np.where(mask, scaled, np.float32(-np.inf)))
+    masked = scaled if mistake == "mask_after_softmax" else np.where(mask, scaled, np.float32(-np.inf))
+    attn = softmax(masked) * mask if mistake == "mask_after_softmax" else softmax(masked)
     out_heads = attn @ v
     merged = (out_heads.transpose(1, 2, 0) if mistake == "head_order" else out_heads.transpose(1, 0, 2)).reshape(N, -1)
     return {"scores": scores, "scaled": scaled, "attn": attn, "out": merged @ W["W_O"].T}
