@@ -103,10 +103,14 @@ def variants(p: Problem) -> list[str]:
     if p.rope is not None:
         out.append("rope_layout")
     if not p.direct:
-        for name in ("W_Q", "W_K", "W_V", "W_O"):
-            w = getattr(p, name)
-            if w is not None and _transposable(p, w):
-                out.append(f"weight_transposed:{name}")
+        square = [name for name in ("W_Q", "W_K", "W_V", "W_O")
+                  if getattr(p, name) is not None and _transposable(p, getattr(p, name))]
+        out += [f"weight_transposed:{name}" for name in square]
+        # a learner who writes x @ W for one weight usually writes it for every one
+        if {"W_Q", "W_K", "W_V"} <= set(square):
+            out.append("weight_transposed:W_Q,W_K,W_V")
+            if "W_O" in square:
+                out.append("weight_transposed:W_Q,W_K,W_V,W_O")
     if p.d_k == p.d_v:
         out.append("k_v_swapped")
     return out
@@ -130,8 +134,9 @@ def name_of(variant: str) -> str:
 def forward(p: Problem, mistakes: frozenset[str] = frozenset()) -> Stages:
     """The attention of ``p`` with ``mistakes`` (variants) applied; raises ValueError where shapes refuse one."""
     W: dict[str, Matrix | None] = {"W_Q": p.W_Q, "W_K": p.W_K, "W_V": p.W_V, "W_O": p.W_O}
+    transposed = {name for v in mistakes if v.startswith("weight_transposed:") for name in v.split(":")[1].split(",")}
     for name in ("W_Q", "W_K", "W_V", "W_O"):
-        if f"weight_transposed:{name}" in mistakes:
+        if name in transposed:
             w = W[name]
             assert w is not None
             if p.per_head_weights and name != "W_O":
