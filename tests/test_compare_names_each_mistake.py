@@ -1,4 +1,4 @@
-"""--compare names each known mistake (contracts §16) on numbers a learner's own implementation produced
+"""--compare names each known mistake on numbers a learner's own implementation produced
 (tests/learner_impl.py, written apart from the diagnosis), names the first cell that differs in the app's
 order, and reports agreement for correct solutions written in the usual valid variations."""
 

@@ -1,5 +1,5 @@
 """--tensors and --compare: every malformed file is one ``error:`` line naming the array, its shape and
-what was expected, with exit 2 (contracts §16, §4); .pt is read through PyTorch's weights_only loader,
+what was expected, with exit 2 (docs/my-attention-is-wrong.md); .pt is read through PyTorch's weights_only loader,
 an unsafe pickle is refused, and without PyTorch the line says how to save an .npz."""
 
 from __future__ import annotations
