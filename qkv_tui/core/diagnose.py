@@ -30,7 +30,9 @@ MASKED_AT_MOST = -1e4  # a learner's masked score may hold −1e9, finfo.min or 
 MISTAKES = ("no_scale", "scale_d_model", "scale_d_k", "softmax_axis", "mask_after_softmax", "mask_fill_zero",
             "causal_off_by_one", "k_not_transposed", "head_order", "rope_layout", "weight_transposed",
             "k_v_swapped", "softmax_overflow")
-STAGE_NAMES = {"scores": "Score", "scaled": "Scale", "weights": "Softmax", "mix": "Mix"}
+STAGE_NAMES = {"scores": "Score", "scaled": "Scale", "weights": "Softmax", "mix": "Mix",
+               "dV": "dMix", "dP": "dMix", "dS": "dSoftmax", "dQ": "dScore", "dK": "dScore"}
+GRADIENTS = ("dV", "dP", "dS", "dQ", "dK")  # in the app's order: dMix, dSoftmax, dScore
 _EXCLUSIVE = ({"no_scale", "scale_d_model", "scale_d_k"}, {"mask_after_softmax", "mask_fill_zero"})
 
 
@@ -77,8 +79,11 @@ class Stages:
     final: Matrix
     allow: BoolMatrix  # the mask this computation used (a mistake may move it)
     fill_zero: bool = False
+    grads: dict[str, Matrix] = field(default_factory=dict)  # dV, dP, dS, dQ, dK with a head axis, where computed
 
     def get(self, key: str) -> Matrix:
+        if key in GRADIENTS:
+            return self.grads[key]
         return self.final if key == "final" else getattr(self, key)
 
 
@@ -243,6 +248,7 @@ class Cell:
     col: int
     yours: float
     correct: float
+    key: str = ""  # which array: scores, scaled, weights, mix, final, dV, dP, dS, dQ, dK
 
 
 @dataclass
@@ -256,7 +262,8 @@ class Report:
     def as_json(self) -> dict[str, object]:
         first = None if self.first is None else {
             "stage": self.first.stage, "head": self.first.head, "row": self.first.row, "col": self.first.col,
-            "yours": _number(self.first.yours), "correct": _number(self.first.correct)}
+            "yours": _number(self.first.yours), "correct": _number(self.first.correct),
+            "array": {"mix": "output", "final": "output"}.get(self.first.key, self.first.key)}
         out: dict[str, object] = {"agree": self.agree, "first": first, "diagnosis": list(self.diagnosis),
                                   "stages": [{"stage": s, "head": h, "agree": a} for s, h, a in self.stages]}
         if self.note:
@@ -295,6 +302,10 @@ def _order(given: Mapping[str, Matrix], heads: int) -> Iterator[tuple[str, int]]
                 yield key, h
     if "final" in given:
         yield "final", 0
+    for h in range(heads):
+        for key in GRADIENTS:
+            if key in given:
+                yield key, h
 
 
 def matches(given: Mapping[str, Matrix], stages: Stages, rtol: float, atol: float, *, nan_equal: bool) -> bool:
@@ -313,22 +324,24 @@ def compare(given: Mapping[str, Matrix], correct: Stages, heads: int, final_name
             rtol: float = RTOL, atol: float = ATOL) -> Report:
     """The learner's arrays (keys scores, scaled, weights, mix with a head axis; final) against ``correct``."""
     first = None
-    stages = []
+    agreed: dict[tuple[str, int], bool] = {}  # dMix holds dV and dP, dScore dQ and dK: one entry each
     for key, h in _order(given, heads):
         yours = given[key] if key == "final" else given[key][h]
         right = correct.final if key == "final" else correct.get(key)[h]
         ok = close(yours, right, rtol, atol, allow=correct.allow if key in ("scores", "scaled") else None)
         name = final_name if key == "final" else STAGE_NAMES[key]
-        stages.append((name, h, bool(ok.all())))
+        agreed[name, h] = agreed.get((name, h), True) and bool(ok.all())
         if first is None and not ok.all():
             r, c = (int(i) for i in np.argwhere(~ok)[0])
-            first = Cell(name, h, r, c, float(yours[r, c]), float(right[r, c]))
+            first = Cell(name, h, r, c, float(yours[r, c]), float(right[r, c]), key)
+    stages = [(name, h, ok) for (name, h), ok in agreed.items()]
     return Report(first is None, first, [], stages)
 
 
 def diagnose(p: Problem, given: Mapping[str, Matrix], rtol: float = RTOL, atol: float = ATOL) -> list[str]:
     """The mistakes (names, MISTAKES' order) whose exact computation the learner's numbers reproduce;
     single mistakes first, then pairs where no single one does; [] when nothing matched."""
+    given = {k: v for k, v in given.items() if k not in GRADIENTS}  # the mistakes are tried on the forward pass
     right = forward(p)
     found = _search(p, given, right, [frozenset({v}) for v in variants(p)], rtol, atol)
     if not found:

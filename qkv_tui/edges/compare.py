@@ -14,7 +14,7 @@ from typing import TextIO
 
 import numpy as np
 
-from qkv_tui.core.diagnose import ATOL, RTOL, Report, Stages, compare, diagnose, forward, matches, problem_of
+from qkv_tui.core.diagnose import ATOL, GRADIENTS, RTOL, Report, Stages, compare, diagnose, forward, matches, problem_of
 from qkv_tui.core.engine import Computation
 from qkv_tui.core.scenario import Scenario, ScenarioError, scenario_from_data
 from qkv_tui.edges.tensors import Reading, Stored, TensorError, read_arrays, read_inputs, read_results
@@ -93,6 +93,18 @@ def final_stage(comp: Computation) -> str:
     return "Mix" if len(comp.heads) == 1 else "Concat"
 
 
+def _gradients(comp: Computation) -> dict[str, np.ndarray] | None:
+    """dV, dP, dS, dQ, dK of every head (a head axis first), where the scenario has a backward pass."""
+    if comp.scenario.backward is None:
+        return None
+    from qkv_tui.core.gradients import gradients
+
+    g = gradients(comp)
+    return {"dV": np.stack([h.attend.dV for h in g.heads]), "dP": np.stack([h.attend.dP for h in g.heads]),
+            "dS": np.stack([h.attend.dS for h in g.heads]), "dQ": np.stack([h.dQ for h in g.heads]),
+            "dK": np.stack([h.dK for h in g.heads])}
+
+
 def engine_stages(comp: Computation) -> Stages:
     heads = comp.heads
     return Stages(np.stack([h.scores for h in heads]), np.stack([h.scaled for h in heads]),
@@ -109,6 +121,9 @@ def run_compare(args: argparse.Namespace, comp: Computation, reading: Reading | 
               "weights": comp.heads[0].weights.shape, "mix": comp.heads[0].output.shape, "final": comp.output.shape}
     if any(h.output.shape != comp.heads[0].output.shape for h in comp.heads):
         shapes["mix"] = (-1, -1)  # heads of different widths: only the final output can be compared
+    grads = _gradients(comp)
+    if grads is not None:
+        shapes.update({key: value.shape[1:] for key, value in grads.items()})
     try:
         stored: Stored = read_arrays(path)
         results = read_results(stored, heads, None if reading is None else reading.batch,
@@ -121,6 +136,7 @@ def run_compare(args: argparse.Namespace, comp: Computation, reading: Reading | 
     rtol = RTOL if args.rtol is None else args.rtol
     atol = ATOL if args.atol is None else args.atol
     right = engine_stages(comp)
+    right.grads = grads or {}
     report = compare(given, right, heads, final_stage(comp), rtol, atol)
     if report.agree:
         return report
@@ -130,11 +146,14 @@ def run_compare(args: argparse.Namespace, comp: Computation, reading: Reading | 
     if isinstance(problem, str):
         report.note = problem
         return report
-    if not matches({k: forward(problem).get(k) for k in given}, right, RTOL, ATOL, nan_equal=False):
+    forward_keys = [k for k in given if k not in GRADIENTS]
+    if not matches({k: forward(problem).get(k) for k in forward_keys}, right, RTOL, ATOL, nan_equal=False):
         report.note = "the mistakes were not tried: this scenario's right computation is not plain attention"
         return report
     report.diagnosis = diagnose(problem, given, rtol, atol)
-    if not report.diagnosis:
+    if not report.diagnosis and report.first is not None and report.first.stage.startswith("d"):
+        report.note = "your forward pass agrees; the mistakes are tried on the forward pass, not on the gradients"
+    elif not report.diagnosis:
         report.note = "no known mistake, alone or with one other, gives your numbers; the first difference is above"
     return report
 
@@ -175,7 +194,7 @@ def app_place(args: argparse.Namespace, comp: Computation, _load: object) -> tup
         return None, "\n".join(lines)
     f = report.first
     target = {"Score": "scores", "Scale": "scaled", "Softmax": "weights", "Mix": "output", "Concat": "concat",
-              "W_O": "final"}[f.stage]
+              "W_O": "final", "dSoftmax": "dS", "dMix": f.key, "dScore": f"{f.key}_s"}[f.stage]
     if f.stage == "Mix" and report.stages and report.stages[-1][0] == "Mix" and len(comp.heads) == 1:
         target = "output"
     trace = Trace(comp)

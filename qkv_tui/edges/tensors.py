@@ -26,9 +26,10 @@ from qkv_tui.base.values import escaped
 AnyArray = npt.NDArray[Any]
 Matrix = npt.NDArray[np.float64]
 
-INPUT_NAMES = ("X", "W_Q", "W_K", "W_V", "W_O", "mask", "Q", "K", "V", "num_heads", "rope_theta")
+INPUT_NAMES = ("X", "W_Q", "W_K", "W_V", "W_O", "mask", "Q", "K", "V", "num_heads", "rope_theta", "dO")
 RESULT_NAMES = {"scores": "scores", "scaled": "scaled", "weights": "weights", "attn": "weights",
-                "output": "output", "out": "output"}
+                "output": "output", "out": "output", "dQ": "dQ", "dK": "dK", "dV": "dV", "dS": "dS", "dP": "dP"}
+GRADIENT_NAMES = ("dQ", "dK", "dV", "dS", "dP")
 MASKED_AT_MOST = -1e4  # an additive mask's "never attend" (−1e9, finfo.min): anything this low counts as −∞
 SAVE_NPZ = ("save the arrays as .npz instead: numpy.savez('mine.npz', X=X.numpy(), W_Q=W_Q.numpy(), ...)"
             " (tensor.detach().numpy() for each)")
@@ -229,11 +230,34 @@ def read_inputs(stored: Stored, layout: str | None, batch: int | None) -> Readin
                     raise TensorError(f"{stored.name}: mask row {i} lets query {i} attend no key; expected every query"
                                       " to keep at least one key (True = attend)")
             reading.doc["mask"] = {"kind": "custom", "allow": mask.astype(np.int64).tolist()}
+    if "dO" in stored.arrays:
+        reading.doc["backward"] = {"dO": _upstream(stored, reading, batch)}
     if theta is not None:
         if "context" in reading.doc:
             raise TensorError(f"{stored.name}: rope_theta with Q and K of different lengths; expected one sequence")
         reading.doc["rope"] = {"layout": "interleaved", "base": theta, "positions": list(range(n))}
     return reading
+
+
+def _upstream(stored: Stored, reading: Reading, batch: int | None) -> Matrix:
+    """dO, the gradient of the final output (a backward pass's upstream): tokens × d_out, after any batch axis."""
+    dO = _want(stored, "dO", (2, 3), "tokens × d_out (the gradient of your output), or batch × tokens × d_out")
+    if dO.ndim == 3:
+        if reading.batch is None or dO.shape[0] != reading.batch:
+            raise TensorError(f"{stored.name}: dO is {_dims(dO.shape)}; expected tokens × d_out, with a batch axis only"
+                              " where the inputs have one")
+        dO = _pick(stored, "dO", dO, 0 if batch is None else batch, reading.batch)
+    n = len(reading.doc["tokens"])
+    if "output" in reading.doc:
+        d_out = reading.doc["output"]["W_O"].shape[1]
+    elif "attention" in reading.doc:
+        d_out = reading.doc["attention"]["W_V"].shape[1]
+    else:
+        d_out = sum(head["W_V"].shape[1] for head in reading.doc["heads"])
+    if dO.shape != (n, d_out):
+        raise TensorError(f"{stored.name}: dO is {_dims(stored.arrays['dO'].shape)}; expected {n} × {d_out} (tokens ×"
+                          " d_out: the shape of your output)")
+    return dO
 
 
 def _layout(stored: Stored, layout: str | None, d_in: dict[str, int]) -> str:
@@ -447,7 +471,11 @@ def read_results(stored: Stored, heads: int, batch_size: int | None, batch: int 
             found[key] = (name, stored.arrays[name])
     if not found:
         raise TensorError(f"{stored.name}: no results to compare; expected one or more of scores, scaled, weights"
-                          " (or attn), output (or out)")
+                          " (or attn), output (or out), and with dO: dQ, dK, dV, dS, dP")
+    grads = [name for name in GRADIENT_NAMES if name in found]
+    if grads and "dQ" not in shapes:
+        raise TensorError(f"{stored.name}: {grads[0]} given, but there is no backward pass to compare it with; expected"
+                          " dO (the gradient of your output) in the --tensors file, or a scenario with [backward]")
     stages: dict[str, Matrix] = {}
     final = None
     dtype = "float64"
