@@ -174,3 +174,23 @@ def test_a_batch_and_head_axis_are_read_and_batch_picks(tmp_path: Path, capsys: 
     assert main(["--tensors", str(path), "--compare", str(path), "--export", "json", "--batch", "0"]) == 1
     rep = json.loads(capsys.readouterr().out)["compare"]
     assert rep["diagnosis"] == ["no_scale"]
+
+
+def test_a_batch_of_x_with_batched_results(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """X as (batch, tokens, d_model), results as (batch, heads, …) and (batch, tokens, d_out), a mask with
+    (1, 1, n, n) in front: --batch picks the sequence; the second sequence's softmax went over the wrong axis."""
+    from dataclasses import replace
+
+    from tests.learner_impl import run
+
+    first = make_case(1)
+    second = replace(first, X=make_case(2).X, bugs=frozenset({"softmax_axis"}))
+    runs = [run(first), run(second)]
+    path = tmp_path / "batch.npz"
+    np.savez(path, X=np.stack([first.X, second.X]), W_Q=first.W_Q, W_K=first.W_K, W_V=first.W_V, W_O=first.W_O,
+             num_heads=2, mask=np.tril(np.ones((4, 4), dtype=bool))[None, None],
+             **{key: np.stack([r[key] for r in runs]) for key in ("scores", "attn", "out")})
+    status, rep = report(capsys, path, "--batch", "0")
+    assert (status, rep["agree"]) == (0, True)
+    status, rep = report(capsys, path, "--batch", "1")
+    assert (status, rep["diagnosis"], rep["first"]["stage"]) == (1, ["softmax_axis"], "Softmax")
