@@ -194,3 +194,15 @@ def test_a_batch_of_x_with_batched_results(tmp_path: Path, capsys: pytest.Captur
     assert (status, rep["agree"]) == (0, True)
     status, rep = report(capsys, path, "--batch", "1")
     assert (status, rep["diagnosis"], rep["first"]["stage"]) == (1, ["softmax_axis"], "Softmax")
+
+
+def test_overflow_in_float64_is_named_not_an_arithmetic_error(tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """exp past float64's 709 in the learner's softmax: the diagnosis recomputes it (and overflows) under the
+    command line's rule that an overflow is an error, and still names it, with exit 1, not 2."""
+    case = make_case(3, scale=200.0, bugs=frozenset({"softmax_overflow"}))
+    path = tmp_path / "mine.npz"
+    save(case, str(path))
+    assert np.isnan(np.load(path)["attn"]).any()  # the learner's own NaN: e^s overflowed to inf/inf
+    status, rep = report(capsys, path)
+    assert (status, rep["diagnosis"]) == (1, ["softmax_overflow"])

@@ -19,6 +19,8 @@ import numpy as np
 import numpy.typing as npt
 
 from qkv_tui.core.scenario import Scenario
+from qkv_tui.kernels.rope import turn
+from qkv_tui.kernels.softmax import from_logsumexp, softmax_rows
 
 Matrix = npt.NDArray[np.float64]
 BoolMatrix = npt.NDArray[np.bool_]
@@ -137,7 +139,14 @@ def name_of(variant: str) -> str:
 
 
 def forward(p: Problem, mistakes: frozenset[str] = frozenset()) -> Stages:
-    """The attention of ``p`` with ``mistakes`` (variants) applied; raises ValueError where shapes refuse one."""
+    """The attention of ``p`` with ``mistakes`` (variants) applied; raises ValueError where shapes refuse one.
+    A mistake may overflow (that is how softmax_overflow shows) or divide 0 by 0: its numbers are what they
+    are, never an error, whatever the caller's arithmetic rule."""
+    with np.errstate(all="ignore"):
+        return _forward(p, mistakes)
+
+
+def _forward(p: Problem, mistakes: frozenset[str]) -> Stages:
     W: dict[str, Matrix | None] = {"W_Q": p.W_Q, "W_K": p.W_K, "W_V": p.W_V, "W_O": p.W_O}
     transposed = {name for v in mistakes if v.startswith("weight_transposed:") for name in v.split(":")[1].split(",")}
     for name in ("W_Q", "W_K", "W_V", "W_O"):
@@ -202,18 +211,7 @@ def _split(M: Matrix, heads: int, h: int, wrong: bool) -> Matrix:
 
 
 def _rope(M: Matrix, base: float, layout: str, positions: tuple[int, ...]) -> Matrix:
-    d = M.shape[1]
-    half = d // 2
-    pairs = ([(2 * i, 2 * i + 1) for i in range(half)] if layout == "interleaved"
-             else [(i, i + half) for i in range(half)])
-    out = M.copy()
-    pos = np.asarray(positions, dtype=np.float64)[: M.shape[0]]
-    for i, (a, b) in enumerate(pairs):
-        angle = pos * base ** (-2.0 * i / d)
-        c, s = np.cos(angle), np.sin(angle)
-        out[:, a] = M[:, a] * c - M[:, b] * s
-        out[:, b] = M[:, a] * s + M[:, b] * c
-    return out
+    return turn(M, layout, base, positions[: M.shape[0]])
 
 
 def _softmax(T: Matrix, allow: BoolMatrix, mistakes: frozenset[str], dtype: str) -> Matrix:
@@ -224,14 +222,13 @@ def _softmax(T: Matrix, allow: BoolMatrix, mistakes: frozenset[str], dtype: str)
         masked = np.where(allow, T, 0.0)
     else:
         masked = np.where(allow, T, -np.inf)
-    with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"):
-        if "softmax_overflow" in mistakes:  # exp straight away, in the learner's own precision
-            e = np.exp(masked.astype(dtype))
-            A = (e / e.sum(axis=axis, keepdims=True)).astype(np.float64)
-        else:
-            top = masked.max(axis=axis, keepdims=True)
-            e = np.exp(masked - np.where(np.isfinite(top), top, 0.0))
-            A = e / e.sum(axis=axis, keepdims=True)
+    if "softmax_overflow" in mistakes:  # e^s straight away, in the learner's own precision: e^s / Σ e^s
+        e = from_logsumexp(masked.astype(dtype), 0.0)
+        A = (e / e.sum(axis=axis, keepdims=True)).astype(np.float64)
+    elif axis == -1:
+        A = softmax_rows(masked).weights
+    else:  # over the queries: the rows of the transpose
+        A = softmax_rows(masked.T).weights.T
     if "mask_after_softmax" in mistakes:
         A = np.where(allow, A, 0.0)
     return np.asarray(A, dtype=np.float64)
