@@ -76,7 +76,7 @@ def test_a_wrong_gradient_is_found_in_its_stage(tmp_path: Path, capsys: pytest.C
                               compare=str(tmp_path / "g.npz"), rtol=None, atol=None)
     scenario = learner.tensors_loader(args)(args.tensors)
     comp = compute(scenario)
-    place, _notice = learner.app_place(args, comp, None)
+    place, _notice = learner.app_place(args, comp)
     assert place is not None
     seg = Trace(comp).segment_at(place.index)
     assert (seg.stage, seg.target, place.head) == ("dscore", "dQ_s", 0)

@@ -30,7 +30,7 @@ def test_the_app_opens_at_the_first_cell_that_differs(tmp_path: Path) -> None:
     args = _args(path)
     scenario = learner.tensors_loader(args)(str(path))
     comp = compute(scenario)
-    place, notice = learner.app_place(args, comp, None)
+    place, notice = learner.app_place(args, comp)
     assert place is not None
     seg = Trace(comp).segment_at(place.index)
     # the first difference: head 0's Softmax, row 0, col 0 (query 0 also sees key 1, one ahead, so its own
@@ -52,7 +52,7 @@ async def test_the_notice_is_on_screen(tmp_path: Path) -> None:
     args = _args(path)
     scenario = learner.tensors_loader(args)(str(path))
     comp = compute(scenario)
-    place, notice = learner.app_place(args, comp, None)
+    place, notice = learner.app_place(args, comp)
     app = noticed(notice)(scenario, computation=comp, place=place)
     async with app.run_test(size=(120, 40)) as pilot:
         await pilot.pause()

@@ -335,9 +335,10 @@ def _main(argv: list[str] | None) -> int:
     notice: str | None = None
     try:
         place = place_args.place(args, comp)
-        if args.compare is not None and place is None:  # the app opens at the first cell that differs
+        if args.compare is not None:  # the app opens at the first cell that differs, unless --stage says where
             with arithmetic_policy(spec):
-                place, notice = learner.app_place(args, comp, load)
+                first, notice = learner.app_place(args, comp)
+            place = first if place is None else place
     except PlaceError as exc:
         _parser().error(str(exc))
     except ScenarioError as exc:

@@ -184,7 +184,7 @@ def export_compare(args: argparse.Namespace, scenario: Scenario, exporter: Calla
     return 0 if report.agree else 1
 
 
-def app_place(args: argparse.Namespace, comp: Computation, _load: object) -> tuple[Position | None, str]:
+def app_place(args: argparse.Namespace, comp: Computation) -> tuple[Position | None, str]:
     """Where the app opens for --compare (the first cell that differs; None: all agree) and the notice it shows."""
     from qkv_tui.teach.trace import Trace
 
