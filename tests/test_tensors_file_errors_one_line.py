@@ -19,7 +19,11 @@ from tests.learner_impl import make_case, run, save
 
 def one_error(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
     capsys.readouterr()
-    assert main(argv) == 2
+    try:
+        status = main(argv)
+    except SystemExit as stop:  # the parser's own errors exit from inside it
+        status = int(stop.code or 0)
+    assert status == 2
     captured = capsys.readouterr()
     assert captured.out == ""
     lines = captured.err.splitlines()
@@ -182,3 +186,20 @@ def test_safetensors_with_a_bool_mask_reads_and_agrees(tmp_path: Path, capsys: p
     capsys.readouterr()
     status = main(["--tensors", str(path), "--layout", "torch", "--compare", str(path), "--export", "json"])
     assert status == 0, capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv,words", [
+    (["--layout", "torch", "i_love_ai", "--export", "json"], "--layout goes with --tensors FILE"),
+    (["--batch", "1", "i_love_ai"], "--batch goes with --tensors FILE"),
+    (["--tensors", "a.npz", "i_love_ai", "--export", "json"], "give --tensors FILE or a SCENARIO, not both"),
+    (["--tensors", "a.npz", "--model", "m", "--text", "hi"], "give --tensors FILE or --model SOURCE, not both"),
+    (["--tensors", "a.npz", "--serve"], "not --serve"),
+    (["--compare", "a.npz", "--check", "i_love_ai"], "--compare goes with the app or --export json"),
+    (["--compare", "a.npz", "--export", "markdown", "i_love_ai"], "--compare goes with the app or --export json"),
+    (["--rtol", "0.1", "i_love_ai", "--export", "json"], "--rtol goes with --compare FILE"),
+    (["--compare", "a.npz", "--atol", "-1", "i_love_ai", "--export", "json"], "--atol -1.0: expected a number >= 0"),
+    (["--tensors", "a.npz", "--batch", "-1", "--export", "json"], "--batch -1: expected a sequence's index from 0"),
+])
+def test_options_where_they_cannot_go_are_one_line(capsys: pytest.CaptureFixture[str], argv: list[str],
+                                                   words: str) -> None:
+    assert words in one_error(capsys, argv)

@@ -39,6 +39,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def misplaced(args: argparse.Namespace) -> str | None:
+    """The parser's error line for these options where they do nothing or cannot go; None when they fit."""
     if args.tensors is None:
         for flag in ("layout", "batch"):
             if getattr(args, flag) is not None:
@@ -47,6 +48,8 @@ def misplaced(args: argparse.Namespace) -> str | None:
         return "give --tensors FILE or a SCENARIO, not both"
     elif args.serve:
         return "--tensors goes with the app, --export or --check, not --serve"
+    elif getattr(args, "model", None) is not None:
+        return "give --tensors FILE or --model SOURCE, not both"
     if args.compare is None:
         for flag in ("rtol", "atol"):
             if getattr(args, flag) is not None:
