@@ -138,15 +138,17 @@ def name_of(variant: str) -> str:
     return variant.split(":")[0]
 
 
-def forward(p: Problem, mistakes: frozenset[str] = frozenset()) -> Stages:
+def forward(p: Problem, mistakes: frozenset[str] = frozenset(), only_head: int | None = None) -> Stages:
     """The attention of ``p`` with ``mistakes`` (variants) applied; raises ValueError where shapes refuse one.
     A mistake may overflow (that is how softmax_overflow shows) or divide 0 by 0: its numbers are what they
     are, never an error, whatever the caller's arithmetic rule."""
     with np.errstate(all="ignore"):
-        return _forward(p, mistakes)
+        return _forward(p, mistakes, only_head)
 
 
-def _forward(p: Problem, mistakes: frozenset[str]) -> Stages:
+def _forward(p: Problem, mistakes: frozenset[str], only_head: int | None) -> Stages:
+    """With ``only_head``, that head's stages alone (a head axis of 1) and no final output: a quick first
+    test of a mistake on a model-sized problem, where most candidates already differ in head 1."""
     W: dict[str, Matrix | None] = {"W_Q": p.W_Q, "W_K": p.W_K, "W_V": p.W_V, "W_O": p.W_O}
     transposed = {name for v in mistakes if v.startswith("weight_transposed:") for name in v.split(":")[1].split(",")}
     for name in ("W_Q", "W_K", "W_V", "W_O"):
@@ -169,7 +171,7 @@ def _forward(p: Problem, mistakes: frozenset[str]) -> Stages:
     if "causal_off_by_one" in mistakes:
         allow = np.tril(np.ones(allow.shape, dtype=bool), 1)
     scores, scaled, weights, mix = [], [], [], []
-    for h in range(H):
+    for h in range(H) if only_head is None else (only_head,):
         Q, K, V = (_split(M, H, h, split_wrong) for M in (Q_all, K_all, V_all))
         if p.rope is not None:
             base, layout, positions = p.rope
@@ -196,6 +198,9 @@ def _forward(p: Problem, mistakes: frozenset[str]) -> Stages:
         weights.append(A)
         mix.append(A @ V)
     heads_out = np.stack(mix)
+    if only_head is not None:
+        return Stages(np.stack(scores), np.stack(scaled), np.stack(weights), heads_out, np.zeros((0, 0)), allow,
+                      "mask_fill_zero" in mistakes)
     # merged wrongly, (d h): column j·H + h holds head h's column j
     concat = np.stack(mix, axis=-1).reshape(p.X.shape[0], -1) if merge_wrong else np.concatenate(mix, axis=1)
     final = concat if W["W_O"] is None else concat @ W["W_O"]
@@ -357,9 +362,13 @@ def _compatible(a: str, b: str) -> bool:
 
 def _search(p: Problem, given: Mapping[str, Matrix], right: Stages, combos: list[frozenset[str]],
             rtol: float, atol: float) -> list[frozenset[str]]:
+    head_one = {k: v[:1] for k, v in given.items() if k != "final"}
     found = []
     for combo in combos:
         try:
+            if head_one and p.heads > 1 and not matches(head_one, forward(p, combo, only_head=0), rtol, atol,
+                                                        nan_equal=True):
+                continue  # already wrong in head 1: the other heads need not be computed
             stages = forward(p, combo)
         except ValueError:
             continue
