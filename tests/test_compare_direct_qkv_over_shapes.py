@@ -30,10 +30,8 @@ def _sdpa(Q: np.ndarray, K: np.ndarray, V: np.ndarray, mask: np.ndarray | None, 
     if mask is not None and bug == "causal_off_by_one":
         mask = np.triu(np.ones(mask.shape, dtype=bool), 2) == 0
     axis = -2 if bug == "softmax_axis" else -1
-    if mask is None or bug == "mask_after_softmax":
-        x = t
-    else:
-        x = np.where(mask, t, 0.0 if bug == "mask_fill_zero" else -np.inf)
+    fill = 0.0 if bug == "mask_fill_zero" else -np.inf
+    x = t if mask is None or bug == "mask_after_softmax" else np.where(mask, t, fill)
     e = np.exp(x - x.max(axis=axis, keepdims=True))
     a = e / e.sum(axis=axis, keepdims=True)
     if bug == "mask_after_softmax" and mask is not None:
