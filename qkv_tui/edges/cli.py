@@ -15,6 +15,7 @@ from qkv_tui.base.files import kind_at
 from qkv_tui.base.values import escaped
 from qkv_tui.core.engine import combine, iter_heads
 from qkv_tui.core.scenario import Scenario, ScenarioError, builtin_dir, builtin_names, load_scenario, resolve
+from qkv_tui.edges import compare as learner
 from qkv_tui.edges import model_args, place_args
 from qkv_tui.edges.arithmetic import arithmetic_policy, computed
 from qkv_tui.edges.config import THEME_NAMES, config_path, save_theme, saved_theme
@@ -127,6 +128,7 @@ def _new_parser(names: tuple[str, ...]) -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"qkv-tui {__version__}")
     place_args.add_arguments(parser)
     model_args.add_arguments(parser)
+    learner.add_arguments(parser)
     return parser
 
 
@@ -173,7 +175,7 @@ def misplaced(args: argparse.Namespace) -> str | None:
         return "--read-only goes only with the app or --serve"
     if (problem := place_args.misplaced(args)) is not None:
         return problem
-    return None
+    return learner.misplaced(args)
 
 
 def worksheet_output_problem(args: argparse.Namespace) -> str | None:
@@ -262,6 +264,9 @@ def _main(argv: list[str] | None) -> int:
             _parser().error(problem)
         args.scenario, load = [args.model], lambda _spec: model_args.model_scenario(args)
         note: Callable[[str], None] = lambda _spec: None
+    elif args.tensors is not None:  # --tensors FILE: a learner's arrays made a scenario (edges/compare.py)
+        args.scenario, load = [args.tensors], learner.tensors_loader(args)
+        note = lambda _spec: None
     else:
         note = _note
     if args.check:
@@ -317,6 +322,8 @@ def _main(argv: list[str] | None) -> int:
                                          output=args.output)
         try:
             with arithmetic_policy(spec):
+                if args.compare is not None:
+                    return learner.export_compare(args, load(spec), exporter, sys.stdout)
                 exporter(load(spec), sys.stdout)
         except ScenarioError as exc:
             return _fail(exc)
@@ -337,10 +344,17 @@ def _main(argv: list[str] | None) -> int:
             comp = computed(scenario) if ready is None else ready.comp  # [backward]'s gradients as --check
     except ScenarioError as exc:
         return _fail(exc)
+    notice: str | None = None
     try:
         place = place_args.place(args, comp)
+        if args.compare is not None:  # the app opens at the first cell that differs, unless --stage says where
+            with arithmetic_policy(spec):
+                first, notice = learner.app_place(args, comp)
+            place = first if place is None else place
     except PlaceError as exc:
         _parser().error(str(exc))
+    except ScenarioError as exc:
+        return _fail(exc)
     if args.save_theme and args.theme is None:
         _parser().error("--save-theme needs --theme dark or --theme light")
     if not args.serve and (problem := terminal_problem()) is not None:
@@ -362,7 +376,12 @@ def _main(argv: list[str] | None) -> int:
                       *place_args.passed_on(args)], public_url=args.public_url, max_students=args.max_students)
     from qkv_tui.ui.app import QKVApp  # Textual loads only when the app is really run
 
-    app = QKVApp(scenario, computation=comp, theme=theme, read_only=bool(args.read_only), place=place,
+    app_class = QKVApp
+    if notice is not None:  # --compare: a notice of what agreed and what differs, over the first difference
+        from qkv_tui.ui.compare_notice import noticed
+
+        app_class = noticed(notice)
+    app = app_class(scenario, computation=comp, theme=theme, read_only=bool(args.read_only), place=place,
                  decimals=args.decimals, presenter=None if ready is None else ready.presenter)
     app.run()
     return app.return_code or 0  # Textual sets 1 when the app died of an unhandled exception
