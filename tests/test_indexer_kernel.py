@@ -63,7 +63,8 @@ def test_index_scores_and_selection_match_transformers(model: str, layout: str, 
     allow = np.tril(np.ones((n, n), dtype=bool))
     positions = np.arange(n)
     a = angles(10000.0, rope, positions)  # (n, rope/2): transformers' cos/sin are cat(freqs, freqs)
-    cos, sin = (torch.tensor(np.concatenate([f(a), f(a)], axis=1))[None] for f in (np.cos, np.sin))
+    factor = 1.0 + 0.15 * seed  # YaRN's attention factor, in the cos and sin transformers passes the indexer
+    cos, sin = (torch.tensor(np.concatenate([f(a), f(a)], axis=1) * factor)[None] for f in (np.cos, np.sin))
     record = _Record()
     with record, torch.no_grad():
         picked = module(torch.tensor(X)[None], torch.tensor(c_Q)[None], (cos, sin), torch.tensor(allow)[None],
@@ -73,7 +74,7 @@ def test_index_scores_and_selection_match_transformers(model: str, layout: str, 
     weights = IndexerWeights(H, module.wq_b.weight.detach().numpy().T, module.wk.weight.detach().numpy().T,
                              module.weights_proj.weight.detach().numpy().T, top_k, rope, layout,
                              module.k_norm.weight.detach().numpy(), module.k_norm.bias.detach().numpy(), 1e-6)
-    ours = index(X, weights, allow, positions, q_source=c_Q)
+    ours = index(X, weights, allow, positions, q_source=c_Q, factor=factor)
 
     assert np.array_equal(np.isinf(ours.scores), np.isinf(theirs))
     seen = np.isfinite(theirs)

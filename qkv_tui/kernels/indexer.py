@@ -110,11 +110,13 @@ def select_top_k(scores: Matrix, allow: BoolMatrix, top_k: int) -> BoolMatrix:
 
 def index(X: Matrix, weights: IndexerWeights, allow: BoolMatrix, positions: Sequence[int] | Matrix,
           base: float = 10000.0, q_source: Matrix | None = None, thetas: Matrix | None = None,
-          policy: Policy = EXACT) -> Indexed:
+          factor: float = 1.0, policy: Policy = EXACT) -> Indexed:
     """The indexer on X (n, d_model): scores, selection and every number between.
 
     ``q_source`` is what W_q reads (X when None; [mla]'s c_Q as the models do). ``thetas`` are the turn's
-    frequencies where the main attention's RoPE scales them (rope_dims/2 of them); else base^(−2i/rope_dims)."""
+    frequencies where the main attention's RoPE scales them (rope_dims/2 of them); else base^(−2i/rope_dims).
+    ``factor`` multiplies cos and sin, YaRN's attention factor: transformers passes the indexer the main
+    attention's cos and sin, that factor included."""
     H, d_I, r = weights.num_heads, weights.d_index, weights.rope_dims
     n = X.shape[0]
     src = X if q_source is None else q_source
@@ -127,7 +129,7 @@ def index(X: Matrix, weights: IndexerWeights, allow: BoolMatrix, positions: Sequ
         k_normed = normalise(policy, "layer", k, gamma, weights.k_beta, weights.k_eps).X_norm
     if r:
         a = angles(base, r, positions) if thetas is None else angles_at(thetas, positions)  # (n, r/2)
-        cos, sin = np.cos(a), np.sin(a)
+        cos, sin = np.cos(a) * factor, np.sin(a) * factor
         turned = pairs(weights.layout, r)  # indices inside the rotary part, the first r columns
         q_turned = np.stack([rotate(q[h], cos, sin, turned, policy) for h in range(H)])
         k_turned = rotate(k_normed, cos, sin, turned, policy)

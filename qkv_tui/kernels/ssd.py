@@ -62,7 +62,7 @@ class SsdHead:
 
 
 @dataclass(frozen=True, eq=False)
-class Ssd:
+class SsdHeads:
     heads: tuple[SsdHead, ...]
     y: Matrix  # (n, H·d) every head's y side by side (the attention form's)
 
@@ -120,7 +120,7 @@ def ssd_head(x: Matrix, dt: Matrix, A: float, B: Matrix, C: Matrix, D: float, po
 
 
 def ssd(x: Matrix, dt: Matrix, A: Matrix, B: Matrix, C: Matrix, D: Matrix, groups: int = 1,
-        policy: Policy = EXACT) -> Ssd:
+        policy: Policy = EXACT) -> SsdHeads:
     """Every head: x (n, H·d), dt (n, H) (after softplus), A and D (H,), B and C (n, G·d_state)."""
     H = A.shape[0]
     d = x.shape[1] // H
@@ -132,7 +132,7 @@ def ssd(x: Matrix, dt: Matrix, A: Matrix, B: Matrix, C: Matrix, D: Matrix, group
         heads.append(ssd_head(x[:, h * d:(h + 1) * d], dt[:, h], float(A[h]), B[:, g * N:(g + 1) * N],
                               C[:, g * N:(g + 1) * N], float(D[h]), policy))
     y = np.concatenate([head.y_attention for head in heads], axis=1)
-    return Ssd(tuple(heads), y)
+    return SsdHeads(tuple(heads), y)
 
 
 def gated_norm(y: Matrix, z: Matrix, gamma: Matrix, groups: int, eps: float, policy: Policy = EXACT) -> Matrix:
@@ -171,7 +171,7 @@ class Mixed:
     z: Matrix  # (n, I)
     xBC: Matrix  # (n, I + 2·G·N) after the convolution and SiLU
     dt: Matrix  # (n, H)
-    ssd: Ssd
+    ssd: SsdHeads
     normed: Matrix  # (n, I) after the gate and the grouped norm
     output: Matrix  # (n, d_model)
 
