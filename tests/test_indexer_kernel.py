@@ -155,3 +155,55 @@ def test_by_hand_policy_rounds_the_scores_it_writes_down() -> None:
     assert np.array_equal(hand.scores[seen], np.round(hand.scores[seen], 2))
     assert np.array_equal(hand.w, np.round(hand.w, 2)) and hand.root == 2.0  # √(H_I·d_I) = √(2·2)
     assert np.abs(hand.scores[seen] - exact.scores[seen]).max() < 0.2
+
+
+@settings(max_examples=12, deadline=None)
+@given(model=st.sampled_from([("deepseek_v32", "half"), ("glm_moe_dsa", "interleaved")]), n=st.integers(1, 6),
+       heads=st.integers(1, 3), half_I=st.integers(1, 3), rope_pairs=st.integers(1, 3), top_k=st.integers(1, 7),
+       seed=st.integers(0, 2**16))
+def test_index_scores_match_transformers_over_shapes(model: tuple[str, str], n: int, heads: int, half_I: int,
+                                                     rope_pairs: int, top_k: int, seed: int) -> None:
+    """The scores of transformers' indexer (float32 inside, see the module's docstring) over shapes and top_k."""
+    d_I, d_model, d_cq = 2 * half_I, 5, 3
+    rope = 2 * min(rope_pairs, half_I)
+    module = _indexer(model[0], d_model, d_cq, heads, d_I, rope, top_k)
+    rng = np.random.default_rng(seed)
+    X, c_Q = rng.normal(size=(n, d_model)), rng.normal(size=(n, d_cq))
+    allow = np.tril(np.ones((n, n), dtype=bool))
+    a = angles(10000.0, rope, list(range(n)))
+    cos, sin = (torch.tensor(np.concatenate([f(a), f(a)], axis=1))[None] for f in (np.cos, np.sin))
+    record = _Record()
+    with record, torch.no_grad():
+        module(torch.tensor(X)[None], torch.tensor(c_Q)[None], (cos, sin), torch.tensor(allow)[None],
+               torch.arange(n)[None])
+    theirs = record.scores[0].double().numpy()  # type: ignore[attr-defined]
+    weights = IndexerWeights(heads, module.wq_b.weight.detach().numpy().T, module.wk.weight.detach().numpy().T,
+                             module.weights_proj.weight.detach().numpy().T, top_k, rope, model[1],
+                             module.k_norm.weight.detach().numpy(), module.k_norm.bias.detach().numpy())
+    ours = index(X, weights, allow, range(n), q_source=c_Q)
+    seen = np.isfinite(theirs)
+    assert np.array_equal(seen, allow)
+    np.testing.assert_allclose(ours.scores[seen], theirs[seen], rtol=1e-5, atol=1e-6)
+    assert (ours.selected.sum(axis=1) == np.minimum(allow.sum(axis=1), top_k)).all()
+
+
+@settings(max_examples=30, deadline=None)
+@given(n=st.integers(1, 7), top_k=st.integers(1, 8), seed=st.integers(0, 2**16))
+def test_sparse_attention_is_full_attention_when_top_k_covers_the_visible_keys(n: int, top_k: int, seed: int) -> None:
+    """Attention over the selected keys (kernels/softmax) is full causal attention exactly when nothing is dropped;
+    otherwise every dropped key has weight 0 and the kept ones renormalise."""
+    from qkv_tui.kernels.softmax import masked_logits, softmax_rows
+
+    rng = np.random.default_rng(seed)
+    w = IndexerWeights(2, rng.normal(size=(3, 4)), rng.normal(size=(3, 2)), rng.normal(size=(3, 2)), top_k)
+    X = rng.normal(size=(n, 3))
+    allow = np.tril(np.ones((n, n), dtype=bool))
+    out = index(X, w, allow, range(n))
+    S = rng.normal(size=(n, n))  # any attention logits
+    full = softmax_rows(masked_logits(S, allow)).weights
+    sparse = softmax_rows(masked_logits(S, out.attend)).weights
+    assert out.covers_all == (top_k >= n)
+    if out.covers_all:
+        assert np.array_equal(sparse, full)
+    assert not sparse[out.dropped].any()
+    np.testing.assert_allclose(sparse.sum(axis=1), 1.0, rtol=1e-12)
