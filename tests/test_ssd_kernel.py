@@ -134,3 +134,39 @@ def test_by_hand_both_forms_write_rounded_numbers() -> None:
     for table in (dt, head.a, head.L, head.G, head.M, head.y_attention, head.y_recurrent, head.states):
         assert np.array_equal(table, np.round(table, 3))
     assert head.gap < 0.02  # the two forms round differently, so by hand they drift apart a little
+
+
+def _weights_of(m, heads: int, head_dim: int, groups: int, d_state: int, eps: float) -> MixerWeights:  # type: ignore[no-untyped-def]
+    def a(t):  # type: ignore[no-untyped-def]
+        return None if t is None else t.detach().numpy()
+
+    return MixerWeights(heads, head_dim, groups, d_state, a(m.in_proj.weight).T, a(m.conv1d.weight)[:, 0, :],
+                        a(m.conv1d.bias), a(m.dt_bias), -np.exp(a(m.A_log)), a(m.D), a(m.norm.weight), eps,
+                        a(m.out_proj.weight).T, a(m.in_proj.bias), a(m.out_proj.bias), tuple(m.time_step_limit))
+
+
+def test_hybrid_mamba2_layer_matches_transformers_nemotron_h() -> None:
+    """A Mamba-2 layer of a hybrid (Nemotron-H), whose steps are clamped below at time_step_min (here 0.7, so the
+    clamp bites): the same kernel, the clamp from the layer's time_step_limit. float32 noise as above."""
+    from transformers import NemotronHConfig
+    from transformers.models.nemotron_h.modeling_nemotron_h import NemotronHMamba2Mixer
+
+    cfg = NemotronHConfig(hidden_size=6, mamba_num_heads=4, mamba_head_dim=3, ssm_state_size=5, n_groups=2,
+                          conv_kernel=3, chunk_size=4, num_hidden_layers=1, vocab_size=10, time_step_min=0.7,
+                          num_attention_heads=2, num_key_value_heads=1, intermediate_size=8)
+    torch.manual_seed(3)
+    m = NemotronHMamba2Mixer(cfg, 0).double().eval()
+    with torch.no_grad():
+        for param in (m.in_proj.weight, m.conv1d.weight, m.conv1d.bias, m.out_proj.weight, m.dt_bias, m.D):
+            param.normal_(0.0, 0.5)
+        m.norm.weight.uniform_(0.5, 1.5)
+    X = np.random.default_rng(3).normal(size=(7, 6))
+    with torch.no_grad():
+        theirs = m(torch.tensor(X)[None])[0].numpy()
+    w = _weights_of(m, 4, 3, 2, 5, cfg.layer_norm_epsilon)
+    assert w.dt_limit == (0.7, float("inf"))
+    ours = mixer(X, w)
+    assert (ours.dt == 0.7).any()  # some steps were clamped
+    np.testing.assert_allclose(ours.output, theirs, **F32)  # float32: the scan and the gated norm
+    unclamped = mixer(X, MixerWeights(**{**w.__dict__, "dt_limit": (0.0, float("inf"))}))
+    assert np.abs(unclamped.output - theirs).max() > 1e-3  # without the clamp it would not agree
