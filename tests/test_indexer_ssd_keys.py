@@ -155,6 +155,9 @@ def test_indexer_writes_back_what_it_read_and_runs() -> None:
     ({"z": _m(N, 2)}, "[ssd] z has 2 columns; expected x's columns, num_heads × d = 4"),
     ({"z": None}, "[ssd] gamma needs z beside it"),
     ({"eps": -1}, "[ssd] eps = -1; expected a finite number > 0"),
+    ({"dt_min": -0.5}, "[ssd] dt_min = -0.5; expected a number >= 0 (a step is never negative)"),
+    ({"dt_min": 0.5, "dt_max": 0.5}, "[ssd] dt_max = 0.5; expected a number > dt_min = 0.5"),
+    ({"W_dt": None, "dt_bias": None, "dt": [[0.5, 0.5]] * N, "dt_min": 0.1}, "[ssd] dt_min needs W_dt beside it"),
     ({"D": "one"}, "[ssd] D must be a list of 2 numbers (each head's skip, y += D·x), got a string"),
 ])
 def test_ssd_errors_are_one_line(over: dict[str, Any], says: str) -> None:
@@ -175,6 +178,7 @@ def test_ssd_writes_back_what_it_read_and_runs() -> None:
     for key in ("A", "W_dt", "dt_bias", "B", "C", "x", "D", "z", "gamma"):
         assert np.array_equal(getattr(parsed, key), getattr(again, key)), key
     assert (again.num_heads, again.num_groups, again.d_state, again.eps, again.dt) == (2, 2, 3, 1e-5, None)
+    assert again.dt_limit == (0.0, float("inf"))
     X = RNG.normal(size=(N, D_MODEL))
     heads, y = ssd_keys.run(parsed, X)
     assert parsed.W_dt is not None and parsed.x is not None and parsed.z is not None and parsed.gamma is not None
@@ -187,6 +191,12 @@ def test_ssd_writes_back_what_it_read_and_runs() -> None:
                                           eps=None, D=None), _ctx())
     heads, y = ssd_keys.run(plain, X)
     assert np.array_equal(y, heads.y) and not plain.D.any() and np.array_equal(heads.heads[1].x, X[:, 2:])
+    clamped = ssd_keys.parse_ssd(_ssd_table(dt_min=0.9, dt_max=1.5), _ctx())
+    assert ssd_keys.parse_ssd(tomllib.loads("\n".join(ssd_keys.write_ssd(clamped)))["ssd"], _ctx()).dt_limit == (0.9, 1.5)
+    assert clamped.W_dt is not None
+    np.testing.assert_array_equal(ssd_keys.run(clamped, X)[0].heads[0].dt,
+                                  steps(X @ clamped.W_dt, clamped.dt_bias, (0.9, 1.5))[:, 0])
+    assert (ssd_keys.run(clamped, X)[0].heads[0].dt >= 0.9).all()
     lines = ssd_keys.write_ssd(plain)
     assert "D = [0, 0]" in lines and not any(line.startswith("z =") for line in lines)
     assert ssd_keys.parse_ssd(tomllib.loads("\n".join(lines))["ssd"], _ctx()).dt is not None

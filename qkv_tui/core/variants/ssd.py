@@ -27,7 +27,8 @@ from qkv_tui.core.variants.mla import MAX_SIZE
 from qkv_tui.kernels.policy import EXACT, Policy
 from qkv_tui.kernels.ssd import SsdHeads, gated_norm, ssd, steps
 
-SSD_KEYS = ("num_heads", "num_groups", "A", "dt", "W_dt", "dt_bias", "B", "C", "x", "D", "z", "gamma", "eps")
+SSD_KEYS = ("num_heads", "num_groups", "A", "dt", "W_dt", "dt_bias", "dt_min", "dt_max", "B", "C", "x", "D", "z", "gamma",
+            "eps")
 WHERE = "[ssd]"
 DEFAULT_SSD_EPS = 1e-5  # Mamba2Config.layer_norm_epsilon
 
@@ -37,6 +38,8 @@ LOOKALIKES = {
     (WHERE, "dt_proj"): ("W_dt", "the dt columns of in_proj, as X·W"),
     (WHERE, "gate"): ("z", "the gate stream the output is multiplied by SiLU of"),
     (WHERE, "norm_weight"): ("gamma", "the gated RMSNorm's gains"),
+    (WHERE, "time_step_min"): ("dt_min", "the layer's time_step_limit clamps dt to [dt_min, dt_max]"),
+    (WHERE, "time_step_limit"): ("dt_min", "write its two ends as dt_min and dt_max"),
 }
 
 
@@ -50,6 +53,7 @@ class Ssd:
     dt: Matrix | None  # (n, num_heads) the steps as given; None with W_dt
     W_dt: Matrix | None  # (d_model, num_heads): dt = softplus(X·W_dt + dt_bias)
     dt_bias: Vector  # (num_heads,) zeros unless given (only with W_dt)
+    dt_limit: tuple[float, float]  # softplus's output clamped to it (Nemotron-H: (time_step_min, ∞)); only with W_dt
     B: Matrix  # (n, num_groups·d_state)
     C: Matrix  # (n, num_groups·d_state)
     x: Matrix | None  # (n, num_heads·d); None: X itself
@@ -134,6 +138,7 @@ def parse_ssd(table: dict[str, Any], ctx: Context) -> Ssd:
                      f" ({ctx.d_model} × {H}, dt = softplus(X·W_dt + dt_bias))")
     dt_bias = (numbers(v, table["dt_bias"], f"{WHERE} dt_bias", H, "one per head") if "dt_bias" in table
                else _frozen(np.zeros(H)))
+    limit = _limit(ctx, table, W_dt is not None)
     B = _matrix(ctx, table, "B", n, "one per token", None, "num_groups × d_state columns")
     if B.shape[1] % G:
         raise v.fail(f"{WHERE} B has {B.shape[1]} columns; expected num_groups × d_state, a multiple of num_groups = {G}")
@@ -164,7 +169,23 @@ def parse_ssd(table: dict[str, Any], ctx: Context) -> Ssd:
         eps = number(v, table["eps"], f"{WHERE} eps")
         if eps <= 0:
             raise v.fail(f"{WHERE} eps = {_show(table['eps'])}; expected a finite number > 0 (it keeps the root away from 0)")
-    return Ssd(H, G, A, dt, W_dt, dt_bias, B, C, x, D, z, gamma, eps)
+    return Ssd(H, G, A, dt, W_dt, dt_bias, limit, B, C, x, D, z, gamma, eps)
+
+
+def _limit(ctx: Context, table: dict[str, Any], computed: bool) -> tuple[float, float]:
+    """[dt_min, dt_max], what softplus's output is clamped to (the model's time_step_limit); (0, ∞) by default."""
+    v = ctx.v
+    given = [key for key in ("dt_min", "dt_max") if key in table]
+    if given and not computed:
+        raise v.fail(f"{WHERE} {given[0]} needs W_dt beside it (it clamps softplus(X·W_dt + dt_bias)); with dt given,"
+                     f" remove {given[0]}")
+    low = number(v, table["dt_min"], f"{WHERE} dt_min") if "dt_min" in table else 0.0
+    high = number(v, table["dt_max"], f"{WHERE} dt_max") if "dt_max" in table else float("inf")
+    if low < 0:
+        raise v.fail(f"{WHERE} dt_min = {_show(table['dt_min'])}; expected a number >= 0 (a step is never negative)")
+    if high <= low:
+        raise v.fail(f"{WHERE} dt_max = {_show(table['dt_max'])}; expected a number > dt_min = {_show(low)}")
+    return low, high
 
 
 def write_ssd(s: Ssd) -> list[str]:
@@ -177,7 +198,9 @@ def write_ssd(s: Ssd) -> list[str]:
     if s.dt is not None:
         lines.append(f"dt = {matrix(s.dt)}")
     if s.W_dt is not None:
-        lines += [f"W_dt = {matrix(s.W_dt)}", f"dt_bias = {vector(s.dt_bias)}"]
+        lines += [f"W_dt = {matrix(s.W_dt)}", f"dt_bias = {vector(s.dt_bias)}", f"dt_min = {num(s.dt_limit[0])}"]
+        if np.isfinite(s.dt_limit[1]):
+            lines.append(f"dt_max = {num(s.dt_limit[1])}")
     lines += [f"B = {matrix(s.B)}", f"C = {matrix(s.C)}"]
     if s.x is not None:
         lines.append(f"x = {matrix(s.x)}")
@@ -196,7 +219,7 @@ TABLE: Table[Ssd] = Table("ssd", SSD_KEYS, parse_ssd, _summary, write_ssd, LOOKA
 
 def run(s: Ssd, X: Matrix, policy: Policy = EXACT) -> tuple[SsdHeads, Matrix]:
     """The table on X (n, d_model): every head both ways, and the layer's y (gated and normalised with z)."""
-    dt = s.dt if s.dt is not None else steps(policy.matmul(X, cast(Matrix, s.W_dt)), s.dt_bias, policy=policy)
+    dt = s.dt if s.dt is not None else steps(policy.matmul(X, cast(Matrix, s.W_dt)), s.dt_bias, s.dt_limit, policy)
     heads = ssd(X if s.x is None else s.x, dt, s.A, s.B, s.C, s.D, s.num_groups, policy)
     if s.z is None or s.gamma is None:
         return heads, heads.y
