@@ -170,3 +170,15 @@ def test_hybrid_mamba2_layer_matches_transformers_nemotron_h() -> None:
     np.testing.assert_allclose(ours.output, theirs, **F32)  # float32: the scan and the gated norm
     unclamped = mixer(X, MixerWeights(**{**w.__dict__, "dt_limit": (0.0, float("inf"))}))
     assert np.abs(unclamped.output - theirs).max() > 1e-3  # without the clamp it would not agree
+
+
+@settings(max_examples=25, deadline=None)
+@given(n=st.integers(1, 9), seed=st.integers(0, 2**16))
+def test_decay_mask_is_transformers_exp_of_segment_sum(n: int, seed: int) -> None:
+    """L against transformers' own e^(segment_sum(dt·A)) (mamba2's causal decay mask; pure torch, so float64 here)."""
+    from transformers.models.mamba2.modeling_mamba2 import segment_sum
+
+    rng = np.random.default_rng(seed)
+    logs = -rng.uniform(0.0, 2.0, size=n)  # dt·A
+    theirs = torch.exp(segment_sum(torch.tensor(logs))).numpy()
+    np.testing.assert_allclose(decay_mask(np.exp(logs)), theirs, rtol=1e-13, atol=0)

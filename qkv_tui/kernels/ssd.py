@@ -90,11 +90,10 @@ def steps(dt_raw: Matrix, dt_bias: Matrix, limit: tuple[float, float] = NO_LIMIT
 def decay_mask(a: Matrix, policy: Policy = EXACT) -> Matrix:
     """L[i,j] = a_{j+1}·…·a_i for j ≤ i (1 on the diagonal), 0 above: each product from the one to its right."""
     n = a.shape[0]
-    L = np.zeros((n, n))
-    for i in range(n):
-        L[i, i] = 1.0
-        for j in range(i - 1, -1, -1):
-            L[i, j] = policy.worked(L[i, j + 1] * a[j + 1])
+    L = np.eye(n)
+    below = np.tril(np.ones((n, n), dtype=bool), -1)
+    for j in range(n - 2, -1, -1):  # a column at a time, from the diagonal leftwards: each row's products at once
+        L[:, j] = np.where(below[:, j], policy.worked(L[:, j + 1] * a[j + 1]), L[:, j])
     return policy.table(L)
 
 
