@@ -200,3 +200,17 @@ def test_ssd_writes_back_what_it_read_and_runs() -> None:
     lines = ssd_keys.write_ssd(plain)
     assert "D = [0, 0]" in lines and not any(line.startswith("z =") for line in lines)
     assert ssd_keys.parse_ssd(tomllib.loads("\n".join(lines))["ssd"], _ctx()).dt is not None
+
+
+def test_the_records_carry_the_json_fields_of_contracts_15() -> None:
+    parsed = ssd_keys.parse_ssd(_ssd_table(), _ctx())
+    heads, _ = ssd_keys.run(parsed, RNG.normal(size=(N, D_MODEL)))
+    fields = heads.fields()
+    assert [sorted(h) for h in fields["heads"]] == [["L", "a", "dt", "y"]] * 2
+    assert [(h["dt"].shape, h["a"].shape, h["L"].shape, h["y"].shape) for h in fields["heads"]] == [
+        ((N,), (N,), (N, N), (N, 2))] * 2
+    ix = ix_keys.parse_indexer(_indexer_table(), _ctx({"rope": ROPE}))
+    allow = np.tril(np.ones((N, N), dtype=bool))
+    out = ix_keys.run(ix, RNG.normal(size=(N, D_MODEL)), allow, ROPE).fields()
+    assert sorted(out) == ["scores", "selected"] and out["selected"].dtype == bool
+    assert np.array_equal(np.isneginf(out["scores"]), ~allow) and not out["selected"][~allow].any()

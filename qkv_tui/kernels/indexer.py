@@ -89,6 +89,10 @@ class Indexed:
         """The mask the sparse attention uses: the selected keys (a subset of the given mask)."""
         return self.selected
 
+    def fields(self) -> dict[str, Matrix | BoolMatrix]:
+        """What the JSON export's ``"indexer"`` carries (contracts §15); the export writes its own −∞ rule."""
+        return {"scores": self.scores, "selected": self.selected}
+
     @property
     def covers_all(self) -> bool:
         """top_k ≥ every query's visible keys: the selection is the given mask, and the attention full attention."""

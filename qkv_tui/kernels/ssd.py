@@ -66,6 +66,10 @@ class SsdHeads:
     heads: tuple[SsdHead, ...]
     y: Matrix  # (n, H·d) every head's y side by side (the attention form's)
 
+    def fields(self) -> dict[str, list[dict[str, Matrix]]]:
+        """What the JSON export's ``"ssd"`` carries (contracts §15): each head's dt, a, L and y."""
+        return {"heads": [{"dt": h.dt, "a": h.a, "L": h.L, "y": h.y} for h in self.heads]}
+
 
 def softplus(x: Matrix) -> Matrix:
     """log(1 + eˣ), and x itself above the threshold, as torch computes it."""
