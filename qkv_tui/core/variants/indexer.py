@@ -1,0 +1,197 @@
+"""``[indexer]``: DeepSeek Sparse Attention's lightning indexer (DeepSeek-V3.2, GLM-5; contracts §15).
+
+A few index heads score every visible key, one index key per token shared by them; each query keeps its
+``top_k`` keys (qkv_tui/kernels/indexer.py). W_q reads X, or, where ``[mla]`` has a query latent (W_DQ),
+c_Q, as the models do. The turned dimensions take the frequencies of ``[rope]`` and their own layout:
+DeepSeek-V3.2 turns the indexer in half-split pairs although its MLA turns interleaved ones, GLM-5 in
+interleaved pairs.
+
+Not in ``FEATURES`` yet: the loader accepts a table only once the engine runs it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, cast
+
+import numpy as np
+
+from qkv_tui.base.values import kind as _kind
+from qkv_tui.base.values import show as _show
+from qkv_tui.core.arrays import BoolMatrix, Matrix, Vector
+from qkv_tui.core.toml_text import number as num
+from qkv_tui.core.toml_text import string, vector
+from qkv_tui.core.variants.common import Context, Table, choice, number, numbers, write_whole
+from qkv_tui.core.variants.gate import Reader
+from qkv_tui.core.variants.mla import MAX_SIZE, Mla
+from qkv_tui.core.variants.rope import Rope
+from qkv_tui.kernels.indexer import DEFAULT_K_EPS, INDEX_LAYOUTS, Indexed, IndexerWeights, index
+from qkv_tui.kernels.policy import EXACT, Policy
+
+INDEXER_KEYS = ("num_heads", "W_q", "W_k", "W_w", "k_norm", "rope_dims", "rope_layout", "top_k")
+K_NORM_KEYS = ("gamma", "beta", "eps")
+WHERE = "[indexer]"
+
+# transformers' names for the same things (DeepseekV32Indexer, GlmMoeDsaIndexer and their configs)
+LOOKALIKES = {
+    (WHERE, "index_n_heads"): ("num_heads", "transformers' index_n_heads is num_heads here"),
+    (WHERE, "index_topk"): ("top_k", "transformers' index_topk is top_k here"),
+    (WHERE, "wq_b"): ("W_q", "transformers' wq_b is W_q here, as X·W (its weight transposed)"),
+    (WHERE, "wk"): ("W_k", "transformers' wk is W_k here, as X·W (its weight transposed)"),
+    (WHERE, "weights_proj"): ("W_w", "transformers' weights_proj is W_w here, as X·W (its weight transposed)"),
+    (WHERE, "qk_rope_head_dim"): ("rope_dims", "the turned dimensions of every index vector"),
+    (WHERE, "index_head_dim"): ("W_k", "d_I is W_k's column count"),
+    (WHERE, "layout"): ("rope_layout", "the indexer's own RoPE layout, which may differ from [rope]'s"),
+}
+
+
+@dataclass(frozen=True, eq=False)
+class Indexer:
+    """The [indexer] table as the kernel reads it."""
+
+    num_heads: int
+    W_q: Matrix  # (d_model or d_cq, num_heads·d_I)
+    W_k: Matrix  # (d_model, d_I)
+    W_w: Matrix  # (d_model, num_heads)
+    top_k: int
+    rope_dims: int
+    rope_layout: str
+    k_norm: bool
+    k_gamma: Vector  # (d_I,)
+    k_beta: Vector  # (d_I,)
+    k_eps: float
+    from_latent: bool  # W_q reads [mla]'s c_Q, not X
+
+    @property
+    def d_index(self) -> int:
+        return int(self.W_k.shape[1])
+
+    def weights(self) -> IndexerWeights:
+        return IndexerWeights(self.num_heads, self.W_q, self.W_k, self.W_w, self.top_k, self.rope_dims,
+                              self.rope_layout, self.k_gamma if self.k_norm else None,
+                              self.k_beta if self.k_norm else None, self.k_eps)
+
+
+def _count(ctx: Context, table: dict[str, Any], key: str, least: int, what: str, default: int | None = None) -> int:
+    v = ctx.v
+    if key not in table:
+        if default is not None:
+            return default
+        raise v.fail(f"{WHERE} is missing {key!r}; expected {key} = <whole number >= {least}> ({what})")
+    value = table[key]
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        raise v.fail(f"{WHERE} {key} must be a whole number >= {least} ({what}), got {_kind(value)}"
+                     f"{write_whole(value, least, MAX_SIZE)}")
+    if value > MAX_SIZE:
+        raise v.fail(f"{WHERE} {key} = {_show(value)}; expected at most {MAX_SIZE:,} ({what})")
+    return value
+
+
+def _matrix(ctx: Context, table: dict[str, Any], key: str, rows: int, rows_are: str, cols: int | None,
+            cols_are: str) -> Matrix:
+    v = cast(Reader, ctx.v)
+    if key not in table:
+        shape = f"{rows} rows ({rows_are}) of {cols if cols is not None else 'd_I'} columns ({cols_are})"
+        raise v.fail(f"{WHERE} is missing {key!r}; expected {shape}")
+    m = v.matrix(table[key], f"{WHERE} {key}")
+    if m.shape[0] != rows:
+        raise v.fail(f"{WHERE} {key} has {m.shape[0]} rows; expected {rows_are} = {rows}")
+    if cols is not None and m.shape[1] != cols:
+        raise v.fail(f"{WHERE} {key} has {m.shape[1]} columns; expected {cols_are} = {cols}")
+    return m
+
+
+def _ones(count: int, fill: float = 1.0) -> Vector:
+    out = np.full(count, fill)
+    out.setflags(write=False)
+    return out
+
+
+def _k_norm(ctx: Context, value: Any, d_I: int) -> tuple[bool, Vector, Vector, float]:
+    """``k_norm = true`` (gain 1, bias 0), false, or a table of ``gamma``, ``beta`` and ``eps``."""
+    v = ctx.v
+    key = f"{WHERE} k_norm"
+    if isinstance(value, bool):
+        return value, _ones(d_I), _ones(d_I, 0.0), DEFAULT_K_EPS
+    if not isinstance(value, dict):
+        raise v.fail(f"{key} must be true, false or a table of gamma, beta and eps (the LayerNorm of the index key),"
+                     f" got {_kind(value)}")
+    v.known(value, K_NORM_KEYS, key)
+    what = f"one per column of W_k, d_I = {d_I}"
+    gamma = numbers(v, value["gamma"], f"{key} gamma", d_I, f"gains, {what}") if "gamma" in value else _ones(d_I)
+    beta = numbers(v, value["beta"], f"{key} beta", d_I, f"biases, {what}") if "beta" in value else _ones(d_I, 0.0)
+    eps = DEFAULT_K_EPS
+    if "eps" in value:
+        eps = number(v, value["eps"], f"{key} eps")
+        if eps <= 0:
+            raise v.fail(f"{key} eps = {_show(value['eps'])}; expected a finite number > 0 (it keeps the root away from 0)")
+    return True, gamma, beta, eps
+
+
+def parse_indexer(table: dict[str, Any], ctx: Context) -> Indexer:
+    v = ctx.v
+    if ctx.is_cross:
+        raise v.fail(f"{WHERE} needs self-attention (it selects among the tokens' own keys); remove [context] or {WHERE}")
+    H = _count(ctx, table, "num_heads", 1, "how many index heads")
+    W_k = _matrix(ctx, table, "W_k", ctx.d_model, "d_model, the width of X", None, "d_I, the index key's width")
+    d_I = int(W_k.shape[1])
+    mla = ctx.earlier.get("mla")
+    latent = isinstance(mla, Mla) and mla.W_DQ is not None
+    if latent:
+        d_cq = cast(Mla, mla).d_cq or 0
+        rows, rows_are = d_cq, "d_cq, the columns of [mla] W_DQ (W_q reads the query latent c_Q, as the models do)"
+    else:
+        rows, rows_are = ctx.d_model, "d_model, the width of X"
+    W_q = _matrix(ctx, table, "W_q", rows, rows_are, H * d_I, f"num_heads × d_I = {H} × {d_I}")
+    W_w = _matrix(ctx, table, "W_w", ctx.d_model, "d_model, the width of X", H, f"num_heads = {H} (one weight per index head)")
+    top_k = _count(ctx, table, "top_k", 1, "how many keys each query keeps")
+    rope_dims = _count(ctx, table, "rope_dims", 0, "the turned dimensions of every index vector", default=0)
+    if rope_dims % 2:
+        raise v.fail(f"{WHERE} rope_dims = {rope_dims}; expected an even number (the dimensions turn in pairs)")
+    if rope_dims > d_I:
+        raise v.fail(f"{WHERE} rope_dims = {rope_dims}; expected at most d_I = {d_I} (W_k's columns)")
+    rope = ctx.earlier.get("rope")
+    if rope_dims and not isinstance(rope, Rope):
+        raise v.fail(f"{WHERE} rope_dims = {rope_dims} needs [rope] (its base and positions turn the index vectors);"
+                     " add [rope] or write rope_dims = 0")
+    layout = "half"
+    if "rope_layout" in table:
+        layout = choice(v, table["rope_layout"], f"{WHERE} rope_layout", INDEX_LAYOUTS)
+    on, gamma, beta, eps = _k_norm(ctx, table.get("k_norm", False), d_I)
+    return Indexer(H, W_q, W_k, W_w, top_k, rope_dims, layout, on, gamma, beta, eps, latent)
+
+
+def write_indexer(ix: Indexer) -> list[str]:
+    """Every key, defaults included, so the file says what the scenario computes with."""
+
+    def matrix(m: Matrix) -> str:
+        return "[\n" + "".join(f"  {vector(row)},\n" for row in m) + "]"
+
+    lines = [WHERE, f"num_heads = {ix.num_heads}", f"top_k = {ix.top_k}", f"rope_dims = {ix.rope_dims}",
+             f"rope_layout = {string(ix.rope_layout)}", f"W_q = {matrix(ix.W_q)}", f"W_k = {matrix(ix.W_k)}",
+             f"W_w = {matrix(ix.W_w)}"]
+    if ix.k_norm:
+        lines.append(f"k_norm = {{ gamma = {vector(ix.k_gamma)}, beta = {vector(ix.k_beta)}, eps = {num(ix.k_eps)} }}")
+    else:
+        lines.append("k_norm = false")
+    return lines
+
+
+def _summary(ix: Indexer) -> str:
+    return f"sparse attention (indexer: {ix.num_heads} index heads, d_I {ix.d_index}, top-{ix.top_k})"
+
+
+TABLE: Table[Indexer] = Table("indexer", INDEXER_KEYS, parse_indexer, _summary, write_indexer, LOOKALIKES)
+
+
+def run(ix: Indexer, X: Matrix, allow: BoolMatrix, rope: Rope | None, c_Q: Matrix | None = None,
+        policy: Policy = EXACT) -> Indexed:
+    """The table on X (n, d_model): ``c_Q`` is [mla]'s query latent where W_q reads it; [rope] gives base and positions."""
+    if ix.from_latent and c_Q is None:
+        raise ValueError("this [indexer] reads [mla]'s c_Q: pass it")
+    positions = rope.positions if rope is not None else tuple(range(X.shape[0]))
+    base = rope.base if rope is not None else 10000.0
+    scaled = rope is not None and rope.scaling is not None and ix.rope_dims > 0
+    thetas = rope.inv_freq(ix.rope_dims) if scaled and rope is not None else None
+    factor = rope.attention_factor if rope is not None and ix.rope_dims else 1.0
+    return index(X, ix.weights(), allow, positions, base, c_Q if ix.from_latent else None, thetas, factor, policy)

@@ -1,0 +1,226 @@
+"""``[ssd]``: Mamba-2's state-space duality (Dao and Gu 2024; transformers "mamba2"; contracts §15).
+
+Per head a decay rate A < 0 and a step dt per token (given, or dt = softplus(X·W_dt + dt_bias) as the model
+computes it); B and C (n × d_state, shared by the heads of a group); the value stream x (X itself where not
+given); the skip D. The layer is shown as the recurrence and as masked attention y = (L ∘ C·Bᵀ)·(dt·x) + D·x
+(qkv_tui/kernels/ssd.py). With ``z`` the output is gated and RMS-normalised group by group, as a Mamba-2
+layer's (``MambaRMSNormGated``).
+
+Not in ``FEATURES`` yet: the loader accepts a table only once the engine runs it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, cast
+
+import numpy as np
+
+from qkv_tui.base.values import kind as _kind
+from qkv_tui.base.values import show as _show
+from qkv_tui.core.arrays import Matrix, Vector
+from qkv_tui.core.toml_text import number as num
+from qkv_tui.core.toml_text import vector
+from qkv_tui.core.variants.common import Context, Table, number, numbers, write_whole
+from qkv_tui.core.variants.gate import Reader
+from qkv_tui.core.variants.mla import MAX_SIZE
+from qkv_tui.kernels.policy import EXACT, Policy
+from qkv_tui.kernels.ssd import SsdHeads, gated_norm, ssd, steps
+
+SSD_KEYS = ("num_heads", "num_groups", "A", "dt", "W_dt", "dt_bias", "dt_min", "dt_max", "B", "C", "x", "D", "z", "gamma",
+            "eps")
+WHERE = "[ssd]"
+DEFAULT_SSD_EPS = 1e-5  # Mamba2Config.layer_norm_epsilon
+
+LOOKALIKES = {
+    (WHERE, "A_log"): ("A", "write the decay rates themselves, A = −e^(A_log), each < 0"),
+    (WHERE, "n_groups"): ("num_groups", "transformers' n_groups is num_groups here"),
+    (WHERE, "dt_proj"): ("W_dt", "the dt columns of in_proj, as X·W"),
+    (WHERE, "gate"): ("z", "the gate stream the output is multiplied by SiLU of"),
+    (WHERE, "norm_weight"): ("gamma", "the gated RMSNorm's gains"),
+    (WHERE, "time_step_min"): ("dt_min", "the layer's time_step_limit clamps dt to [dt_min, dt_max]"),
+    (WHERE, "time_step_limit"): ("dt_min", "write its two ends as dt_min and dt_max"),
+}
+
+
+@dataclass(frozen=True, eq=False)
+class Ssd:
+    """The [ssd] table as the kernel reads it."""
+
+    num_heads: int
+    num_groups: int
+    A: Vector  # (num_heads,) each < 0
+    dt: Matrix | None  # (n, num_heads) the steps as given; None with W_dt
+    W_dt: Matrix | None  # (d_model, num_heads): dt = softplus(X·W_dt + dt_bias)
+    dt_bias: Vector  # (num_heads,) zeros unless given (only with W_dt)
+    dt_limit: tuple[float, float]  # softplus's output clamped to it (Nemotron-H: (time_step_min, ∞)); only with W_dt
+    B: Matrix  # (n, num_groups·d_state)
+    C: Matrix  # (n, num_groups·d_state)
+    x: Matrix | None  # (n, num_heads·d); None: X itself
+    D: Vector  # (num_heads,)
+    z: Matrix | None  # (n, num_heads·d) the gate; None: no gated norm
+    gamma: Vector | None  # (num_heads·d,) with z
+    eps: float
+
+    @property
+    def d_state(self) -> int:
+        return int(self.B.shape[1]) // self.num_groups
+
+
+def _count(ctx: Context, table: dict[str, Any], key: str, what: str, default: int | None = None) -> int:
+    v = ctx.v
+    if key not in table:
+        if default is not None:
+            return default
+        raise v.fail(f"{WHERE} is missing {key!r}; expected {key} = <whole number >= 1> ({what})")
+    value = table[key]
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise v.fail(f"{WHERE} {key} must be a whole number >= 1 ({what}), got {_kind(value)}{write_whole(value, 1, MAX_SIZE)}")
+    if value > MAX_SIZE:
+        raise v.fail(f"{WHERE} {key} = {_show(value)}; expected at most {MAX_SIZE:,} ({what})")
+    return value
+
+
+def _matrix(ctx: Context, table: dict[str, Any], key: str, rows: int, rows_are: str, cols: int | None,
+            cols_are: str) -> Matrix:
+    v = cast(Reader, ctx.v)
+    if key not in table:
+        raise v.fail(f"{WHERE} is missing {key!r}; expected {rows} rows ({rows_are}) of {cols_are}")
+    m = v.matrix(table[key], f"{WHERE} {key}", ctx.tokens if rows == len(ctx.tokens) else ())
+    if m.shape[0] != rows:
+        raise v.fail(f"{WHERE} {key} has {m.shape[0]} rows; expected {rows_are} = {rows}")
+    if cols is not None and m.shape[1] != cols:
+        raise v.fail(f"{WHERE} {key} has {m.shape[1]} columns; expected {cols_are} = {cols}")
+    return m
+
+
+def _frozen(a: Vector) -> Vector:
+    a.setflags(write=False)
+    return a
+
+
+def parse_ssd(table: dict[str, Any], ctx: Context) -> Ssd:
+    v = ctx.v
+    if ctx.is_cross:
+        raise v.fail(f"{WHERE} needs self-attention (the state runs over the tokens themselves); remove [context] or {WHERE}")
+    n = len(ctx.tokens)
+    H = _count(ctx, table, "num_heads", "how many heads, each with its own A, dt and D")
+    G = _count(ctx, table, "num_groups", "how many groups of heads share one B and C", default=1)
+    if H % G:
+        raise v.fail(f"{WHERE} num_groups = {G} does not divide num_heads = {H}; expected a divisor of {H}"
+                     " (each group's heads share one B and C)")
+    if "A" not in table:
+        raise v.fail(f"{WHERE} is missing 'A'; expected {H} numbers < 0 (each head's decay rate: a_t = e^(dt_t·A))")
+    A = numbers(v, table["A"], f"{WHERE} A", H, "each head's decay rate, < 0")
+    for h, rate in enumerate(A):
+        if rate >= 0:
+            raise v.fail(f"{WHERE} A item {h + 1} = {_show(table['A'][h])}; expected a number < 0"
+                         " (a_t = e^(dt_t·A) must stay below 1, or the state never forgets)")
+    steps = f"num_heads = {H} columns (each token's step dt per head)"
+    if "dt" in table and "W_dt" in table:
+        raise v.fail(f"{WHERE} gives both dt and W_dt; expected dt (the steps) alone, or W_dt (and dt_bias):"
+                     " dt = softplus(X·W_dt + dt_bias)")
+    dt = W_dt = None
+    if "dt" in table:
+        if "dt_bias" in table:
+            raise v.fail(f"{WHERE} dt_bias needs W_dt beside it (dt = softplus(X·W_dt + dt_bias)); with dt given,"
+                         " remove dt_bias")
+        dt = _matrix(ctx, table, "dt", n, "one per token", H, steps)
+        bad = np.argwhere(dt <= 0)
+        if bad.size:
+            r, c = (int(i) for i in bad[0])
+            raise v.fail(f"{WHERE} dt row {r + 1}, column {c + 1} = {_show(float(dt[r, c]))}; expected a number > 0"
+                         " (a step: softplus's output is always positive)")
+    elif "W_dt" in table:
+        W_dt = _matrix(ctx, table, "W_dt", ctx.d_model, "d_model, the width of X", H, f"num_heads = {H} columns")
+    else:
+        raise v.fail(f"{WHERE} is missing the steps: expected dt ({n} rows of {H} numbers > 0) or W_dt"
+                     f" ({ctx.d_model} × {H}, dt = softplus(X·W_dt + dt_bias))")
+    dt_bias = (numbers(v, table["dt_bias"], f"{WHERE} dt_bias", H, "one per head") if "dt_bias" in table
+               else _frozen(np.zeros(H)))
+    limit = _limit(ctx, table, W_dt is not None)
+    B = _matrix(ctx, table, "B", n, "one per token", None, "num_groups × d_state columns")
+    if B.shape[1] % G:
+        raise v.fail(f"{WHERE} B has {B.shape[1]} columns; expected num_groups × d_state, a multiple of num_groups = {G}")
+    C = _matrix(ctx, table, "C", n, "one per token", int(B.shape[1]), "B's columns, num_groups × d_state")
+    x = None
+    if "x" in table:
+        x = _matrix(ctx, table, "x", n, "one per token", None, "num_heads × d columns")
+        width = int(x.shape[1])
+    else:
+        width = ctx.d_model
+    if width % H:
+        said = f"x has {width} columns" if x is not None else f"x is X (not given), d_model = {width}"
+        raise v.fail(f"{WHERE} {said}; expected a multiple of num_heads = {H} (each head reads d of them)")
+    D = numbers(v, table["D"], f"{WHERE} D", H, "each head's skip, y += D·x") if "D" in table else _frozen(np.zeros(H))
+    z = gamma = None
+    if "z" in table:
+        z = _matrix(ctx, table, "z", n, "one per token", width, "x's columns, num_heads × d")
+        if width % G:
+            raise v.fail(f"{WHERE} z has {width} columns; expected a multiple of num_groups = {G} (RMSNorm runs over"
+                         " each group's columns)")
+        gamma = (numbers(v, table["gamma"], f"{WHERE} gamma", width, f"one gain per column of z, {width}")
+                 if "gamma" in table else _frozen(np.ones(width)))
+    elif "gamma" in table or "eps" in table:
+        key = "gamma" if "gamma" in table else "eps"
+        raise v.fail(f"{WHERE} {key} needs z beside it (the gated RMSNorm of y·SiLU(z)); add z or remove {key}")
+    eps = DEFAULT_SSD_EPS
+    if "eps" in table:
+        eps = number(v, table["eps"], f"{WHERE} eps")
+        if eps <= 0:
+            raise v.fail(f"{WHERE} eps = {_show(table['eps'])}; expected a finite number > 0 (it keeps the root away from 0)")
+    return Ssd(H, G, A, dt, W_dt, dt_bias, limit, B, C, x, D, z, gamma, eps)
+
+
+def _limit(ctx: Context, table: dict[str, Any], computed: bool) -> tuple[float, float]:
+    """[dt_min, dt_max], what softplus's output is clamped to (the model's time_step_limit); (0, ∞) by default."""
+    v = ctx.v
+    given = [key for key in ("dt_min", "dt_max") if key in table]
+    if given and not computed:
+        raise v.fail(f"{WHERE} {given[0]} needs W_dt beside it (it clamps softplus(X·W_dt + dt_bias)); with dt given,"
+                     f" remove {given[0]}")
+    low = number(v, table["dt_min"], f"{WHERE} dt_min") if "dt_min" in table else 0.0
+    high = number(v, table["dt_max"], f"{WHERE} dt_max") if "dt_max" in table else float("inf")
+    if low < 0:
+        raise v.fail(f"{WHERE} dt_min = {_show(table['dt_min'])}; expected a number >= 0 (a step is never negative)")
+    if high <= low:
+        raise v.fail(f"{WHERE} dt_max = {_show(table['dt_max'])}; expected a number > dt_min = {_show(low)}")
+    return low, high
+
+
+def write_ssd(s: Ssd) -> list[str]:
+    """Every key, defaults included, so the file says what the scenario computes with."""
+
+    def matrix(m: Matrix) -> str:
+        return "[\n" + "".join(f"  {vector(row)},\n" for row in m) + "]"
+
+    lines = [WHERE, f"num_heads = {s.num_heads}", f"num_groups = {s.num_groups}", f"A = {vector(s.A)}"]
+    if s.dt is not None:
+        lines.append(f"dt = {matrix(s.dt)}")
+    if s.W_dt is not None:
+        lines += [f"W_dt = {matrix(s.W_dt)}", f"dt_bias = {vector(s.dt_bias)}", f"dt_min = {num(s.dt_limit[0])}"]
+        if np.isfinite(s.dt_limit[1]):
+            lines.append(f"dt_max = {num(s.dt_limit[1])}")
+    lines += [f"B = {matrix(s.B)}", f"C = {matrix(s.C)}"]
+    if s.x is not None:
+        lines.append(f"x = {matrix(s.x)}")
+    lines.append(f"D = {vector(s.D)}")
+    if s.z is not None and s.gamma is not None:
+        lines += [f"z = {matrix(s.z)}", f"gamma = {vector(s.gamma)}", f"eps = {num(s.eps)}"]
+    return lines
+
+
+def _summary(s: Ssd) -> str:
+    return f"state-space duality ({s.num_heads} heads, d_state {s.d_state})"
+
+
+TABLE: Table[Ssd] = Table("ssd", SSD_KEYS, parse_ssd, _summary, write_ssd, LOOKALIKES)
+
+
+def run(s: Ssd, X: Matrix, policy: Policy = EXACT) -> tuple[SsdHeads, Matrix]:
+    """The table on X (n, d_model): every head both ways, and the layer's y (gated and normalised with z)."""
+    dt = s.dt if s.dt is not None else steps(policy.matmul(X, cast(Matrix, s.W_dt)), s.dt_bias, s.dt_limit, policy)
+    heads = ssd(X if s.x is None else s.x, dt, s.A, s.B, s.C, s.D, s.num_groups, policy)
+    if s.z is None or s.gamma is None:
+        return heads, heads.y
+    return heads, gated_norm(heads.y, s.z, s.gamma, s.num_groups, s.eps, policy)
