@@ -38,7 +38,7 @@ def _tiny(heads: int, d: int, taps: int, seed: int) -> tuple[object, object]:
 def _weights(cfg: object, layer: object) -> KdaLayerWeights:
     H, d = cfg.linear_num_heads, cfg.linear_head_dim
     taps = layer.conv1d.weight.detach().numpy()[:, 0, :].T  # (K, 3·H·d), the current token's tap last
-    t = lambda lin: lin.weight.detach().numpy().T  # noqa: E731  nn.Linear keeps W as (out, in)
+    t = lambda lin: lin.weight.detach().numpy().T  # nn.Linear keeps W as (out, in)
     return KdaLayerWeights(
         num_heads=H, d_k=d, W_Q=t(layer.q_proj), W_K=t(layer.k_proj), W_V=t(layer.v_proj),
         conv_q=taps[:, :H * d], conv_k=taps[:, H * d:2 * H * d], conv_v=taps[:, 2 * H * d:],
