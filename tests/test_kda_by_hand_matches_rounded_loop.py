@@ -16,7 +16,9 @@ from qkv_tui.kernels.policy import ByHand
 
 def rounded_loop(Q: list[list[float]], K: list[list[float]], V: list[list[float]], g: list[list[float]],
                  beta: list[float], p: int) -> tuple[list[list[float]], list[list[list[float]]]]:
-    r = lambda x: round(x, p)
+    def r(x: float) -> float:
+        return round(x, p)
+
     n, d_k, d_v = len(Q), len(Q[0]), len(V[0])
 
     def l2(row: list[float]) -> list[float]:

@@ -25,7 +25,8 @@ def _ctx(heads: tuple[tuple[str, int], ...] = (("head 1", D_K), ("head 2", D_K))
 
 
 def _m(rows: int, cols: int) -> list[list[float]]:
-    return RNG.normal(size=(rows, cols)).round(3).tolist()
+    out: list[list[float]] = RNG.normal(size=(rows, cols)).round(3).tolist()
+    return out
 
 
 G = (-RNG.uniform(0, 2, size=(N, H, D_K))).round(3).tolist()

@@ -10,6 +10,8 @@ the projections and the short convolution run in the layer's float64.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 
@@ -19,10 +21,10 @@ from transformers.models.kimi_linear.configuration_kimi_linear import KimiLinear
 
 from qkv_tui.kernels.kda import KdaLayerWeights, channel_gates, kda_forward, kda_layer  # noqa: E402
 
-F32 = dict(rtol=2e-5, atol=2e-5)  # float32 noise, where transformers computes in float32 (module docstring)
+F32: dict[str, Any] = dict(rtol=2e-5, atol=2e-5)  # float32 noise, where transformers computes in float32 (module docstring)
 
 
-def _tiny(heads: int, d: int, taps: int, seed: int) -> tuple[object, object]:
+def _tiny(heads: int, d: int, taps: int, seed: int) -> tuple[Any, Any]:
     cfg = KimiLinearConfig(hidden_size=8, linear_num_heads=heads, linear_head_dim=d, linear_conv_kernel_dim=taps,
                            num_hidden_layers=1, layer_types=["linear_attention"], mlp_layer_types=["dense"],
                            vocab_size=16, intermediate_size=8, pad_token_id=None, bos_token_id=None,
@@ -35,10 +37,12 @@ def _tiny(heads: int, d: int, taps: int, seed: int) -> tuple[object, object]:
     return cfg, layer
 
 
-def _weights(cfg: object, layer: object) -> KdaLayerWeights:
+def _weights(cfg: Any, layer: Any) -> KdaLayerWeights:
     H, d = cfg.linear_num_heads, cfg.linear_head_dim
     taps = layer.conv1d.weight.detach().numpy()[:, 0, :].T  # (K, 3·H·d), the current token's tap last
-    t = lambda lin: lin.weight.detach().numpy().T  # nn.Linear keeps W as (out, in)
+    def t(lin: Any) -> Any:
+        return lin.weight.detach().numpy().T  # nn.Linear keeps W as (out, in)
+
     return KdaLayerWeights(
         num_heads=H, d_k=d, W_Q=t(layer.q_proj), W_K=t(layer.k_proj), W_V=t(layer.v_proj),
         conv_q=taps[:, :H * d], conv_k=taps[:, H * d:2 * H * d], conv_v=taps[:, 2 * H * d:],
@@ -86,7 +90,7 @@ def test_layer_matches_kimi_linear_delta_attention(shape: tuple[int, int, int, i
     heads, d, taps, seed = shape
     cfg, layer = _tiny(heads, d, taps, seed)
     x = torch.randn(1, 7, 8, dtype=torch.float64, generator=torch.Generator().manual_seed(100 + seed))
-    seen: dict[str, object] = {}
+    seen: dict[str, Any] = {}
     layer.o_norm.register_forward_hook(lambda mod, inp, out: seen.update(o=inp[0], z=inp[1], out=out))
     with torch.no_grad():
         y = layer(x)[0].numpy()
