@@ -124,8 +124,8 @@ class SgdSheet(StageSpec):
         if bw is None:
             return []
         return [f"- SGD step: each trained weight moves once against its gradient, new w = w − lr·g with"
-                f" lr = {exact(float(bw.lr))} (as the Train view's w ← w − lr·∂loss/∂w), cell by cell from the weight as"
-                " given and its gradient as printed."]
+                f" lr = {exact(float(bw.lr))} (the Train view's step), cell by cell from the weight as given and its"
+                " gradient as printed."]
 
     def worksheet_line(self, cells: PrintedCells, table: Table, row: int, col: int, answer: str) -> str:
         bw = cells.sc.backward
