@@ -24,7 +24,7 @@ from qkv_tui.teach.stages.rotate import rope_notes
 if TYPE_CHECKING:
     from qkv_tui.core.scenario import Scenario
 
-GIVEN = " (given: not asked on this sheet)"  # a table printed for the asked ones to read (edges/worksheet/select.py)
+GIVEN = " (given)"  # a table printed for the asked ones to read (edges/worksheet/select.py)
 LEAD = ("Scaled dot-product attention, ", "softmax(QKᵀ/√dₖ)V", ", by hand. Fill in each numbered blank.")
 
 
