@@ -147,7 +147,13 @@ def _questions(page: Sheet) -> list[str]:
 LINE = (21.0 - 2 * 1.7) / 2.54 * 72
 GUTTER = 14.0
 HALF = (LINE - GUTTER) / 2
-CHAR, BOLD_CHAR, INSET, BLANK_WIDTH = 5.4, 6.2, 11.0, 54.0  # a character of the 10pt font, generously; a cell's sides
+# a character of the 10pt font (a digit is 5pt, a minus sign more), generously; a bold one; a cell's sides; the
+# blank's room to write in after its number (0.3em and 2.6em)
+CHAR, BOLD_CHAR, INSET, LINE_ROOM = 5.2, 6.0, 11.0, 29.0
+
+
+def _chars(text: str) -> float:
+    return len(text) + 0.5 * (text.count("-") + text.count("−"))
 
 
 def _width(page: Sheet, block: Grid) -> float:
@@ -158,7 +164,8 @@ def _width(page: Sheet, block: Grid) -> float:
     width = max(len(t.name), *(len(label) for label in t.rows)) * BOLD_CHAR + INSET
     for j, col in enumerate(t.cols):
         cells = [page.cell(t, i, j) for i in range(len(t.rows))]
-        width += max([len(col) * BOLD_CHAR, *(BLANK_WIDTH if isinstance(c, Blank) else len(c) * CHAR for c in cells)])
+        width += max([len(col) * BOLD_CHAR, *(_chars(f"({c.number})") * CHAR + LINE_ROOM if isinstance(c, Blank)
+                                              else _chars(c) * CHAR for c in cells)])
         width += INSET
     return width
 
