@@ -15,6 +15,7 @@ from qkv_tui.core.engine import compute
 from qkv_tui.core.scenario import load_scenario, parse_scenario
 from qkv_tui.edges.worksheet.export import render
 from qkv_tui.edges.worksheet.make import Worksheet, build
+from qkv_tui.edges.worksheet.sgd import sgd_tables
 from qkv_tui.kernels.policy import round_to
 
 from .arith_check import check
@@ -128,3 +129,17 @@ def test_every_format_prints_the_step() -> None:
     key_text = " ".join(page.extract_text() for page in pypdf.PdfReader(io.BytesIO(key)).pages)
     assert "SGD step\n" in sheet_text and "new 𝑊𝑄 0 1 2" in sheet_text  # the section, and its table's corner
     assert answers[-1].answer.replace("-", "−") in key_text or answers[-1].answer in key_text
+
+
+def test_a_step_past_float64_is_left_off_rather_than_printed_as_inf() -> None:
+    ws = build(compute(load_scenario("learn_to_look")))
+    sc = ws.comp.scenario
+    assert sc.backward is not None
+    huge = dataclasses.replace(ws.comp, scenario=dataclasses.replace(sc, backward=dataclasses.replace(sc.backward,
+                                                                                                       lr=1e300)))
+    tables = [t for t in ws.tables if t.stage != "sgd"]
+    steps = sgd_tables(tables, huge, ws.decimals)
+    # dW_Q and dW_K hold cells of a few tenths: 1e300 times them stays finite, so both print; past float64, none
+    assert [t.key for t in steps] == ["sgd.W_Q.0", "sgd.W_K.0"]
+    past = [dataclasses.replace(t, values=t.values * 1e10) if t.key == "dW_K.0" else t for t in tables]
+    assert [t.key for t in sgd_tables(past, huge, ws.decimals)] == ["sgd.W_Q.0"]

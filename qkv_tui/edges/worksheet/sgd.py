@@ -64,7 +64,10 @@ def sgd_tables(tables: list[Table], comp: Computation, d: int) -> list[Table]:
             w, g = by_key.get(weight_key), by_key.get(grad_key)
             if w is None or g is None or w.values.shape != g.values.shape:
                 continue
-            new = round_to(w.values - lr * g.values, d)  # the printed operands, rounded once
+            with np.errstate(over="ignore", invalid="ignore"):
+                new = round_to(w.values - lr * g.values, d)  # the printed operands, rounded once
+            if not np.isfinite(new).all():  # past float64: a step the page cannot print (the Train view says why)
+                return
             heading = f"new {w.name} = {w.name} − lr·{g.name}"
             out.append(Table(f"sgd.{weight_key}", f"new {w.name}", heading, STAGE.key, head, np.asarray(new, dtype=float),
                              w.rows, w.cols, False, True))
@@ -91,7 +94,10 @@ def _sink(out: list[Table], by_key: dict[str, Table], h: int, lr: float, d: int)
     sinks, g = by_key.get("sinks"), by_key.get(f"dsink.{h}")
     if sinks is None or g is None or h >= sinks.values.shape[1] or not np.isfinite(sinks.values[0, h]):
         return
-    new = round_to(np.array([[sinks.values[0, h] - lr * g.values[0, 0]]]), d)
+    with np.errstate(over="ignore", invalid="ignore"):
+        new = round_to(np.array([[sinks.values[0, h] - lr * g.values[0, 0]]]), d)
+    if not np.isfinite(new).all():
+        return
     out.append(Table(f"sgd.sink.{h}", "new sink", "new sink = sink − lr·dsink", STAGE.key, h, new, ("sink",),
                      ("new",), False, True))
 
