@@ -86,7 +86,9 @@ def test_one_head_asks_nothing_of_the_other() -> None:
     # a table of no head that reads the other head's numbers (Concat's, dX̂'s sum) is given, not asked
     assert "dX_in" not in ws.asked and "dX_in" in {t.key for t in ws.tables}
     check_questions_read_the_page(ws)
-    assert "This sheet asks about head 1 only" in ws.markdown()
+    page = ws.markdown()
+    assert "This sheet asks about head 1 only" in page
+    assert "- Scale (head 1): divide" in page and "- Scale (head 2)" not in page  # the other head's scale is not asked
 
 
 def test_backward_and_one_head_together_shrink_the_sheet() -> None:

@@ -110,9 +110,13 @@ def sheet(ws: WorksheetContent) -> Sheet:
         body.append(Grid("Mask (1 = the query may attend the key, 0 = masked)", "", mask))
     multi = len(comp.heads) > 1
     scale = []
-    for head in comp.heads:
+    # --heads: the scale of the heads asked about (a table of the layer as a whole never reads a head left out)
+    asked_heads = None if ws.asked is None else {t.head for t in ws.tables if t.key in ws.asked} - {None} or None
+    for h, head in enumerate(comp.heads):
         if head.linear is not None or head.deltanet is not None:
             continue  # no scores are scaled
+        if asked_heads is not None and h not in asked_heads:
+            continue
         divisor = f"√{head.d_k} (dₖ = {head.d_k})" if head.scale_is_default else f"{exact(head.scale)} (set by the scenario)"
         scale.append(f"- Scale{f' ({head.name})' if multi else ''}: divide every score by {divisor}.")
     body.append(Lines((*scale, "")))
