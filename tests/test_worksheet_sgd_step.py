@@ -97,6 +97,7 @@ def test_no_step_without_a_worked_backward() -> None:
     assert not sgd(build(compute(load_scenario("two_heads")), "100%"))
     ws = build(compute(load_scenario("deltanet_learns")), "100%")  # its backward is left to the app
     assert not sgd(ws) and "this page has the forward pass only" in ws.markdown()
+    assert "SGD step" not in ws.markdown()  # nor its rule
 
 
 def test_the_step_keeps_the_blanks_of_the_page_before_it() -> None:

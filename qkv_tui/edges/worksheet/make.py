@@ -122,6 +122,7 @@ def build(comp: Computation, blanks: str = DEFAULT_BLANKS, seed: int = 0, decima
     specs = {s.stage.key: s for s in stages_.REGISTRY}  # as registered now: each writes its tables' arithmetic
     if sc.backward is not None:  # the backward tables' lines and rule (edges/worksheet/backward/tables.py)
         specs[SHEET.stage.key] = SHEET
+    if any(t.stage == sgd.STAGE.key for t in tables):  # its rule only where the page has its tables
         specs[sgd.SHEET.stage.key] = sgd.SHEET
     by_key = {t.key: t for t in tables}
     work = Working(sc, by_key, decimals, specs)
