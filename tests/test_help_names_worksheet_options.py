@@ -13,6 +13,6 @@ def test_the_export_entry_names_every_worksheet_option(cli, monkeypatch) -> None
     entry = re.search(r"^  --export FORMAT\s+(.*?)^  --check", run.out, re.M | re.S)
     assert entry is not None, run.out
     words = " ".join(entry.group(1).split())
-    assert "worksheet: a printable page with blanks to fill in and an answer key (--blanks, --seed, --format, --key," \
-           " -o)" in words, words
+    assert "worksheet: a printable page with blanks to fill in and an answer key (--blanks, --seed, --stages, --heads," \
+           " --format, --key, -o)" in words, words
     assert "or a worksheet to -o FILE" in words

@@ -19,7 +19,8 @@ BACKWARD = ("target", "dO", "dV.0", "dP.0", "D.0", "dS.0", "dscores.0", "dQu.0",
 @pytest.mark.parametrize("decimals", [2, 3, 4])
 def test_learn_to_look_has_backward_blanks_that_check_out(decimals: int) -> None:
     ws = build(compute(load_scenario("learn_to_look")), "100%", decimals=decimals)
-    assert [t.key for t in ws.tables][-len(BACKWARD):] == list(BACKWARD)
+    # the SGD step's tables end the page after them (tests/test_worksheet_sgd_step.py)
+    assert [t.key for t in ws.tables if t.stage != "sgd"][-len(BACKWARD):] == list(BACKWARD)
     backward = [b for b in ws.blanks if b.table in BACKWARD]
     assert backward and {b.table for b in backward} == set(BACKWARD) - {"target"}  # the target is given
     results = [(b.working, check(b.working)) for b in backward]

@@ -48,12 +48,13 @@ def _export_toml(scenario: Scenario, out: TextIO) -> None:
 
 
 def _export_worksheet(scenario: Scenario, out: TextIO, blanks: str = "25%", seed: int = 0,
-                      fmt: str = "markdown", separate: bool = False, output: str | None = None) -> None:
+                      fmt: str = "markdown", separate: bool = False, output: str | None = None,
+                      stages: str | None = None, heads: list[int] | None = None) -> None:
     from qkv_tui.edges.worksheet.export import write
     from qkv_tui.edges.worksheet.make import WorksheetError, build
 
     try:
-        ws = build(computed(scenario), blanks, seed)
+        ws = build(computed(scenario), blanks, seed, stages=stages, heads=heads)
     except WorksheetError as exc:
         raise ScenarioError(scenario.source, str(exc)) from None
     write(ws, fmt, separate, output, out)
@@ -66,7 +67,7 @@ EXPORTERS: dict[str, tuple[Exporter, str]] = {
     "markdown": (_export_markdown, "a worked-example page, every step with its numbers"),
     "toml": (_export_toml, "a plain scenario file with every number, a model's head included"),
     "worksheet": (_export_worksheet, "a printable page with blanks to fill in and an answer key (--blanks, --seed,"
-                                     " --format, --key, -o)"),
+                                     " --stages, --heads, --format, --key, -o)"),
 }
 
 
@@ -125,6 +126,11 @@ def _new_parser(names: tuple[str, ...]) -> argparse.ArgumentParser:
     parser.add_argument("--key", choices=("separate",),
                         help="worksheet: separate writes the answer key to its own file, beside --output's (sheet-key.pdf)")
     parser.add_argument("--output", "-o", metavar="FILE", help="worksheet: write it to FILE rather than to stdout")
+    parser.add_argument("--stages", metavar="NAME,NAME",
+                        help="worksheet: the stages the sheet asks about, named as the stage bar names them (any case),"
+                             " a range first..last, or the groups forward and backward (sgd: the SGD step that ends a"
+                             " backward sheet); default every stage. --heads N,N: the heads it asks about, counted"
+                             " from 1 as --head counts")
     parser.add_argument("--version", action="version", version=f"qkv-tui {__version__}")
     place_args.add_arguments(parser)
     model_args.add_arguments(parser)
@@ -166,7 +172,7 @@ def misplaced(args: argparse.Namespace) -> str | None:
     def given(*names: str) -> list[str]:
         return [f"--{name.replace('_', '-')}" for name in names if getattr(args, name) is not None]
 
-    for flags, place, fits in ((given("blanks", "seed", "format", "key", "output"), "--export worksheet",
+    for flags, place, fits in ((given("blanks", "seed", "stages", "format", "key", "output"), "--export worksheet",
                                 args.export == "worksheet"),
                                (given("host", "port", "public_url", "max_students"), "--serve", args.serve)):
         if flags and not fits:
@@ -319,7 +325,8 @@ def _main(argv: list[str] | None) -> int:
             exporter = functools.partial(_export_worksheet, blanks=blanks,
                                          seed=DEFAULT_SEED if args.seed is None else args.seed,
                                          fmt=args.format or "markdown", separate=args.key == "separate",
-                                         output=args.output)
+                                         output=args.output, stages=args.stages,
+                                         heads=args.heads if model_args.sheet_heads(args) else None)
         try:
             with arithmetic_policy(spec):
                 if args.compare is not None:

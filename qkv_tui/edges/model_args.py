@@ -23,11 +23,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--layer", metavar="L", type=_index, help="the layer, numbered from 0 as the model numbers it"
                        " (default 0)")
     group.add_argument("--heads", metavar="H,H", type=_heads, help="query heads, numbered from 0 as the model numbers"
-                       " them, in this order (default: every head)")
+                       " them, in this order (default: every head); on a worksheet of a SCENARIO, the heads the"
+                       " sheet asks about, counted from 1 as --head counts")
 
 
 def wants_model(args: argparse.Namespace) -> bool:
-    return any(getattr(args, key) is not None for key in ("model", "text", "layer", "heads"))
+    return any(getattr(args, key) is not None for key in ("model", "text", "layer")) or (
+        args.heads is not None and not sheet_heads(args))
+
+
+def sheet_heads(args: argparse.Namespace) -> bool:
+    """Whether --heads is a worksheet's choice of heads (1-based, edges/worksheet/select.py) rather than a model's:
+    on a worksheet of a SCENARIO, where no model is named."""
+    return bool(args.export == "worksheet" and args.model is None and args.text is None and args.layer is None)
 
 
 def problem(args: argparse.Namespace) -> str | None:
@@ -40,6 +48,9 @@ def problem(args: argparse.Namespace) -> str | None:
         return "give either SCENARIO or --model, not both"
     if getattr(args, "serve", False):  # each browser tab loads the scenario again, from a file
         return "--serve needs a SCENARIO file; write the head to one first (--export toml > head.toml)"
+    below = [head for head in args.heads or () if head < 0]
+    if below:  # read as typed, so that a worksheet's --heads can say how it counts (sheet_heads)
+        return f"argument --heads: {below[0]} is below 0; {COUNTING}"
     return None
 
 
@@ -84,4 +95,11 @@ def _index(text: str) -> int:
 
 
 def _heads(text: str) -> list[int]:
-    return [_index(part.strip()) for part in text.split(",")]
+    """Whole numbers as typed, a sign allowed: a model's (from 0) and a worksheet's (from 1) each check their range."""
+    out = []
+    for part in text.split(","):
+        try:
+            out.append(int(part.strip()))
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{part.strip()!r} is not a whole number") from None
+    return out

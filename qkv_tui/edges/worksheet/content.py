@@ -38,6 +38,10 @@ class WorksheetContent:
     # the stages as registered when the page was made (a stage a test registers renders after it is gone)
     specs: Mapping[str, StageSpec] = field(default_factory=lambda: {s.stage.key: s for s in stages.REGISTRY})
     left_out: str = ""  # the rule line naming the tables the page cannot work from its rounded numbers, and why
+    # --stages and --heads (edges/worksheet/select.py): the tables the sheet asks about, None for every one, and
+    # the words naming the choice; a printed table not asked is given whole, for the asked ones to read
+    asked: frozenset[str] | None = None
+    chosen: str = ""
 
     def table(self, key: str) -> Table:
         return next(t for t in self.tables if t.key == key)

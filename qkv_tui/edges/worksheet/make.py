@@ -21,16 +21,19 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Sequence
 
 from qkv_tui.core.engine import Computation
 from qkv_tui.core.scenario import Scenario
+from qkv_tui.edges.worksheet import select, sgd
 from qkv_tui.edges.worksheet.backward.tables import SHEET
 from qkv_tui.edges.worksheet.chain import Table, page
 from qkv_tui.edges.worksheet.content import BLANK, Blank, Cell, WorksheetContent
 from qkv_tui.edges.worksheet.render.markdown import render
 from qkv_tui.edges.worksheet.working import Working
-from qkv_tui.teach import stages
+from qkv_tui.teach import stages as stages_
 from qkv_tui.teach.arith import MAX_TERMS
+from qkv_tui.teach.trace import Trace
 
 DEFAULT_BLANKS = "25%"
 
@@ -97,8 +100,10 @@ def too_large(sc: Scenario) -> str | None:
             " terms in a sum. Use --export markdown for every step of this scenario, or a smaller scenario")
 
 
-def build(comp: Computation, blanks: str = DEFAULT_BLANKS, seed: int = 0, decimals: int = 3) -> Worksheet:
-    """The worksheet of a computation; ``blanks`` as for :func:`parse_blanks`, chosen by ``seed``."""
+def build(comp: Computation, blanks: str = DEFAULT_BLANKS, seed: int = 0, decimals: int = 3,
+          stages: str | None = None, heads: Sequence[int] | None = None) -> Worksheet:
+    """The worksheet of a computation; ``blanks`` as for :func:`parse_blanks`, chosen by ``seed`` among the tables
+    ``stages`` and ``heads`` ask about (edges/worksheet/select.py; ``heads`` 1-based, as --heads is typed)."""
     sc = comp.scenario
     problem = too_large(sc)
     if problem is not None:
@@ -107,27 +112,86 @@ def build(comp: Computation, blanks: str = DEFAULT_BLANKS, seed: int = 0, decima
         raise WorksheetError("a worksheet of [deltanet] with its short convolution or gated output norm (conv_q …,"
                              " W_Z) is not supported yet; use --export markdown for every step, or leave those keys out")
     count, share = parse_blanks(blanks)
+    try:
+        selection = select.choose(comp, stages, heads)
+    except select.SelectionError as exc:
+        raise WorksheetError(str(exc)) from None
     tables, left_out = page(comp, decimals)
-    candidates = [
-        (t.key, i, j)
-        for t in tables if t.blankable
-        for i in range(t.values.shape[0]) for j in range(t.values.shape[1])
-        if t.allow is None or t.allow[i, j]
-    ]
-    wanted = count if count is not None else round((share or 0.0) * len(candidates))
-    chosen = _choose(candidates, min(wanted, len(candidates)), random.Random(seed))
+    if any(t.stage == "backward" and not t.given for t in tables):  # the backward was worked: its SGD step ends it
+        tables += sgd.sgd_tables(tables, comp, decimals)
+    specs = {s.stage.key: s for s in stages_.REGISTRY}  # as registered now: each writes its tables' arithmetic
+    if sc.backward is not None:  # the backward tables' lines and rule (edges/worksheet/backward/tables.py)
+        specs[SHEET.stage.key] = SHEET
+    if any(t.stage == sgd.STAGE.key for t in tables):  # its rule only where the page has its tables
+        specs[sgd.SHEET.stage.key] = sgd.SHEET
+    by_key = {t.key: t for t in tables}
+    work = Working(sc, by_key, decimals, specs)
+    asked, shown = select.asked_and_shown(tables, selection, Trace(comp).stage_keys if not selection.everything
+                                          else (), {} if selection.everything else _reads(work, tables))
+    if not asked and not selection.everything:
+        raise WorksheetError(f"--stages and --heads leave this worksheet nothing to ask ({selection.said}): no table"
+                             " of those stages and heads has a number to work out; expected more stages or heads")
+    tables = [t for t in tables if t.key in shown]
+    sgd_keys = {t.key for t in tables if t.stage == sgd.STAGE.key}
+    main = [c for c in _candidates(tables, asked) if c[0] not in sgd_keys]
+    steps = [c for c in _candidates(tables, asked) if c[0] in sgd_keys]
+    # the SGD step's blanks are drawn apart, after the rest: the sheet before it keeps the blanks it had
+    if count is not None:
+        in_steps = round(count * len(steps) / (len(main) + len(steps))) if steps else 0
+        wanted_main, wanted_steps = count - in_steps, in_steps
+    else:
+        wanted_main, wanted_steps = round((share or 0.0) * len(main)), round((share or 0.0) * len(steps))
+    chosen = _choose(main, min(wanted_main, len(main)), random.Random(seed))
+    chosen += _choose(steps, min(wanted_steps, len(steps)), random.Random(f"{seed} sgd"))
     by_key = {t.key: t for t in tables}
     order = {t.key: n for n, t in enumerate(tables)}
     chosen.sort(key=lambda c: (order[c[0]], c[1], c[2]))
-    specs = {s.stage.key: s for s in stages.REGISTRY}  # as registered now: each writes its tables' arithmetic
-    if sc.backward is not None:  # the backward tables' lines and rule (edges/worksheet/backward/tables.py)
-        specs[SHEET.stage.key] = SHEET
-    work = Working(sc, by_key, decimals, specs)
     result = tuple(
         Blank(n + 1, key, i, j, by_key[key].text(i, j, decimals), work.line(by_key[key], i, j))
         for n, (key, i, j) in enumerate(chosen)
     )
-    return Worksheet(comp, tuple(tables), result, decimals, specs, left_out)
+    return Worksheet(comp, tuple(tables), result, decimals, specs, left_out,
+                     None if selection.everything else frozenset(asked), selection.said)
+
+
+def _candidates(tables: list[Table], asked: set[str]) -> list[Cell]:
+    """Every cell that may be blank: of an asked table that can be worked by hand, and not masked."""
+    return [
+        (t.key, i, j)
+        for t in tables if t.blankable and t.key in asked
+        for i in range(t.values.shape[0]) for j in range(t.values.shape[1])
+        if t.allow is None or t.allow[i, j]
+    ]
+
+
+class _Reads(dict[str, Table]):
+    """The page's tables, noting which an answer-key line looks up."""
+
+    read: set[str]
+
+    def __getitem__(self, key: str) -> Table:
+        self.read.add(key)
+        return super().__getitem__(key)
+
+
+def _reads(work: Working, tables: list[Table]) -> dict[str, set[str]]:
+    """For each table a student works, the tables its answer-key lines read (every cell's, the masked ones aside)."""
+    record = _Reads(work.tables)
+    work.tables = record
+    out: dict[str, set[str]] = {}
+    try:
+        for t in tables:
+            if t.given or not t.blankable:
+                continue
+            record.read = set()
+            for i in range(t.values.shape[0]):
+                for j in range(t.values.shape[1]):
+                    if t.allow is None or t.allow[i, j]:
+                        work.line(t, i, j)
+            out[t.key] = record.read - {t.key}
+    finally:
+        work.tables = dict(record)
+    return out
 
 
 def to_worksheet(comp: Computation, blanks: str = DEFAULT_BLANKS, seed: int = 0, decimals: int = 3) -> str:

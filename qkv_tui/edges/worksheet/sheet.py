@@ -11,6 +11,7 @@ pages read the same structure from them.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -23,6 +24,7 @@ from qkv_tui.teach.stages.rotate import rope_notes
 if TYPE_CHECKING:
     from qkv_tui.core.scenario import Scenario
 
+GIVEN = " (given)"  # a table printed for the asked ones to read (edges/worksheet/select.py)
 LEAD = ("Scaled dot-product attention, ", "softmax(QKᵀ/√dₖ)V", ", by hand. Fill in each numbered blank.")
 
 
@@ -108,9 +110,13 @@ def sheet(ws: WorksheetContent) -> Sheet:
         body.append(Grid("Mask (1 = the query may attend the key, 0 = masked)", "", mask))
     multi = len(comp.heads) > 1
     scale = []
-    for head in comp.heads:
+    # --heads: the scale of the heads asked about (a table of the layer as a whole never reads a head left out)
+    asked_heads = None if ws.asked is None else {t.head for t in ws.tables if t.key in ws.asked} - {None} or None
+    for h, head in enumerate(comp.heads):
         if head.linear is not None or head.deltanet is not None:
             continue  # no scores are scaled
+        if asked_heads is not None and h not in asked_heads:
+            continue
         divisor = f"√{head.d_k} (dₖ = {head.d_k})" if head.scale_is_default else f"{exact(head.scale)} (set by the scenario)"
         scale.append(f"- Scale{f' ({head.name})' if multi else ''}: divide every score by {divisor}.")
     body.append(Lines((*scale, "")))
@@ -126,7 +132,7 @@ def sheet(ws: WorksheetContent) -> Sheet:
             last_section = section
             if table.head is not None and (note := spec.worksheet_note(comp, ws.kv_owners, table.head)):
                 body.append(Lines(tuple(note)))
-        body.append(Grid(table.heading, "", table))
+        body.append(Grid(table.heading, GIVEN if ws.asked is not None and table.key not in ws.asked else "", table))
     description = sc.description or ""
     return Sheet(ws, sc.title, description, intro(description), lead(sc), tuple(rules(ws)), tuple(body))
 
@@ -149,7 +155,8 @@ def rules(ws: WorksheetContent) -> list[str]:
         f" printed numbers before it and rounded to {d} decimals, so your answer should match within one unit"
         f" of the last decimal.",
     ]
-    if sc.norm is not None:
+    asks = _asks(ws)
+    if sc.norm is not None and asks("norm"):
         if sc.norm.kind == "rms":
             out.append("- Norm (RMSNorm), row by row: ms = the mean of the row's squares; each cell"
                        " X̂ = x / √(ms + eps)·γ.")
@@ -159,13 +166,15 @@ def rules(ws: WorksheetContent) -> list[str]:
         reads = ("Q is computed from X̂ (K and V from the context's X, as given)" if sc.is_cross
                  else "Q, K and V are computed from X̂")
         out.append(f"  eps = {float(sc.norm.eps)!r}. {reads}.")
-    if any(h.b_Q is not None or h.b_K is not None or h.b_V is not None for h in sc.heads) or sc.b_O is not None:
+    if (any(h.b_Q is not None or h.b_K is not None or h.b_V is not None for h in sc.heads) or sc.b_O is not None) and (
+            asks("project") or asks("wo")):
         out.append("- Biases: a projection with a bias vector b adds b[j] to every cell of its column j"
                    " (Q = X·W_Q + b_Q).")
     backward = any(t.stage == "backward" for t in ws.tables)
+    # left out, the backward's rules give way to the line saying so
     out += [line for spec in ws.specs.values() if backward or spec.stage.key != "backward" or not ws.left_out
-            for line in spec.worksheet_rules(comp)]  # left out, the backward's rules give way to the line saying so
-    if sc.rope is not None:
+            if asks(spec.stage.key) for line in spec.worksheet_rules(comp)]
+    if sc.rope is not None and asks("rotate"):
         shown = ", ".join(f"({a}, {b})" for a, b in sc.rope.pairs(comp.heads[0].d_k))
         places = max((t.places or d for t in ws.tables if t.name == "cos/sin"), default=d)
         guard = (f" (printed to {places} decimals: with fewer, the turned values could miss the page's last digit)"
@@ -175,27 +184,39 @@ def rules(ws: WorksheetContent) -> list[str]:
                    f" a' = a·cos − b·sin, b' = a·sin + b·cos, with cos and sin read from the table{guard}."
                    " The scores then use Q' and K'.")
         out.extend(rope_notes(sc.rope, comp.heads[0].d_k))
-    if sc.linear is None and sc.deltanet is None:  # those keep a state instead (their stages' own rules)
+    if sc.linear is None and sc.deltanet is None and asks("softmax"):  # those keep a state instead (their stages' own rules)
         out.append("- Softmax, row by row: subtract the row's largest scaled score, take e to each difference, divide each"
                    " by their sum. Masked cells are −∞ and get weight 0.")
-    if sc.alibi is not None:
+    if sc.alibi is not None and asks("scale"):
         out.append("- ALiBi: each head adds slope·(j − i) to its scaled scores, j the key's position and i the"
                    " query's: the further back the key, the lower its score.")
-    if any(h.sink is not None for h in sc.heads):
+    if any(h.sink is not None for h in sc.heads) and asks("softmax"):
         out.append("- Attention sink: a head with a sink adds one more term, e^(sink − m), to each row's sum, where m"
                    " is the larger of the row's largest scaled score and the sink; nothing gets that share, so the"
                    " row's weights sum to less than 1.")
-    if sc.num_kv_heads is not None or ws.kv_owners != list(range(len(sc.heads))):
+    if (sc.num_kv_heads is not None or ws.kv_owners != list(range(len(sc.heads)))) and asks("project"):
         out.append("- Grouped K/V heads: query heads that share a K/V head read the same K and V, printed once in"
                    " the section of the first head that reads them.")
     if ws.left_out:
         out.append(ws.left_out)
+    if ws.asked is not None:
+        out.append(f"- This sheet asks about {ws.chosen} only (--stages, --heads): a table marked \"given\" is"
+                   " printed whole, for the questions that read it; take its numbers as they are.")
     out.append(
         f"- Query tokens: {', '.join(sc.tokens)}"
         + (f"; key/value tokens from the context: {', '.join(sc.key_tokens)}" if sc.is_cross else "")
         + f"; mask: {sc.mask_kind}; heads: {len(comp.heads)}; blanks: {len(ws.blanks)}."
     )
     return out
+
+
+def _asks(ws: WorksheetContent) -> Callable[[str], bool]:
+    """Whether the sheet asks about a table of the stage (a worksheet section's key): every stage without
+    --stages and --heads, else those of the tables it asks about."""
+    if ws.asked is None:
+        return lambda _stage: True
+    stages = {t.stage for t in ws.tables if t.key in ws.asked}
+    return stages.__contains__
 
 
 def _base(base: float) -> str:

@@ -29,6 +29,9 @@ thead th { text-align: right; }
 thead th:first-child { text-align: left; }
 .blank { display: inline-block; width: 3em; border-bottom: 1px solid #000; height: 1em; vertical-align: bottom; }
 figure { margin: 0; break-inside: avoid; }
+.tables { display: flex; flex-wrap: wrap; gap: 0 2em; align-items: flex-start; }
+.tables figure { display: table; }
+.tables figcaption { display: table-caption; caption-side: top; }
 .key p { margin: 0.35em 0; padding-left: 2em; text-indent: -2em; }
 @media print {
   body { margin: 0; max-width: none; }
@@ -105,14 +108,18 @@ def _questions(page: Sheet) -> list[str]:
     text, formula, rest = page.lead
     out.append(f"<p>{html.escape(text)}{to_mathml(formula) if formula else ''}{html.escape(rest)}</p>")
     out += _lines(page.rules, page.names)
+    tables: list[str] = []  # a run of tables, set side by side where the line has room (a caption wraps to its table)
     for block in page.body:
+        if not isinstance(block, Grid) and tables:
+            out += ['<div class="tables">', *tables, "</div>"]
+            tables = []
         if isinstance(block, Heading):
             out.append(f"<h2>{_label(block.text, page.names)}</h2>")
         elif isinstance(block, Lines):
             out += _lines(block.lines, page.names)
         elif isinstance(block, Grid):
-            out += _table(page, block)
-    return out
+            tables += _table(page, block)
+    return out + (['<div class="tables">', *tables, "</div>"] if tables else [])
 
 
 def _key(page: Sheet, alone: bool) -> list[str]:

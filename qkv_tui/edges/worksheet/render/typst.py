@@ -119,7 +119,11 @@ def _questions(page: Sheet) -> list[str]:
     out += _lines(page.rules, page.names)
     out.append("")
     heading = ""  # a section's heading waits for its first table, when that has a page of its own
+    narrow: list[Grid] = []  # tables in a row of their own so far, set side by side when they fit (_side_by_side)
     for n, block in enumerate(page.body):
+        if not (isinstance(block, Grid) and _width(page, block) <= HALF and len(block.table.rows) <= KEEP):
+            out += _side_by_side(page, narrow)
+            narrow = []
         if isinstance(block, Heading):
             heading = _heading(block.text, 2, page.names)
             following = page.body[n + 1] if n + 1 < len(page.body) else None
@@ -128,15 +132,70 @@ def _questions(page: Sheet) -> list[str]:
                 heading = ""
         elif isinstance(block, Lines):
             out += [*_lines(block.lines, page.names), ""]
+        elif isinstance(block, Grid) and _width(page, block) <= HALF and len(block.table.rows) <= KEEP:
+            narrow.append(block)
         elif isinstance(block, Grid):
-            caption = f"{_prose(block.caption, page.names)}{_text(block.suffix)}{_text(':')}"
-            # a table of a page or less stays with its caption, on one page
-            breakable = "true" if len(block.table.rows) > KEEP else "false"
-            table = f"#block(breakable: {breakable})[{caption}\n\n{_table(page, block)}]"
+            table = _captioned(page, block)
             if len(block.table.cols) > WIDE:
                 table = f"#page(flipped: true)[{heading}\n\n{table}]" if heading else f"#page(flipped: true)[{table}]"
                 heading = ""
             out += [table, ""]
+    return out + _side_by_side(page, narrow)
+
+
+# the page's text width (A4 less the margins) and a table's room beside one or two others, in points
+LINE = (21.0 - 2 * 1.7) / 2.54 * 72
+GUTTER = 14.0
+HALF = (LINE - GUTTER) / 2
+# a character of the 10pt font (a digit is 5pt, a minus sign more), generously; a bold one; a cell's sides; the
+# blank's room to write in after its number (0.3em and 2.6em)
+CHAR, BOLD_CHAR, INSET, LINE_ROOM = 5.2, 6.0, 11.0, 29.0
+
+
+def _chars(text: str) -> float:
+    return len(text) + 0.5 * (text.count("-") + text.count("−"))
+
+
+def _width(page: Sheet, block: Grid) -> float:
+    """How wide a table prints, estimated from its longest cell in each column (a blank: its number and its line)."""
+    t = block.table
+    if len(t.cols) > WIDE:
+        return LINE
+    width = max(len(t.name), *(len(label) for label in t.rows)) * BOLD_CHAR + INSET
+    for j, col in enumerate(t.cols):
+        cells = [page.cell(t, i, j) for i in range(len(t.rows))]
+        width += max([len(col) * BOLD_CHAR, *(_chars(f"({c.number})") * CHAR + LINE_ROOM if isinstance(c, Blank)
+                                              else _chars(c) * CHAR for c in cells)])
+        width += INSET
+    return width
+
+
+def _captioned(page: Sheet, block: Grid) -> str:
+    caption = f"{_prose(block.caption, page.names)}{_text(block.suffix)}{_text(':')}"
+    # a table of a page or less stays with its caption, on one page
+    breakable = "true" if len(block.table.rows) > KEEP else "false"
+    return f"#block(breakable: {breakable})[{caption}\n\n{_table(page, block)}]"
+
+
+def _side_by_side(page: Sheet, blocks: list[Grid]) -> list[str]:
+    """Consecutive narrow tables, two or three to a row where each fits its share of the line (captions wrap
+    within it), so a sheet of small tables takes a few pages rather than one column down many."""
+    rows: list[list[Grid]] = []
+    for block in blocks:
+        row = rows[-1] if rows else None
+        if row is not None and len(row) < 3:
+            share = (LINE - GUTTER * len(row)) / (len(row) + 1)
+            if all(_width(page, b) <= share for b in (*row, block)):
+                row.append(block)
+                continue
+        rows.append([block])
+    out: list[str] = []
+    for row in rows:
+        if len(row) == 1:
+            out += [_captioned(page, row[0]), ""]
+            continue
+        cells = ", ".join(f"[{_captioned(page, b)}]" for b in row)
+        out += [f"#grid(columns: (1fr,) * {len(row)}, column-gutter: {GUTTER}pt, align: top, {cells})", ""]
     return out
 
 
