@@ -15,7 +15,8 @@ from typing import Any, TextIO
 
 import numpy as np
 
-from qkv_tui.core.engine import Computation, HeadResult, NormResult, combine, iter_heads, mla_results, norm_of
+from qkv_tui.core.engine import Computation, HeadResult, NormResult, combine, iter_heads, norm_of
+from qkv_tui.core.forward import mla_results
 from qkv_tui.core.scenario import Matrix, Scenario
 from qkv_tui.core.variants import Vector
 from qkv_tui.edges.export_grad import Nested, backward_parts
