@@ -24,9 +24,12 @@ from qkv_tui.core.forward import turn_of as turn_of
 from qkv_tui.core.scenario import BoolMatrix, Matrix, Scenario, ScenarioError
 from qkv_tui.core.variants import Norm, Rope, Vector
 from qkv_tui.kernels.attention import frozen as _frozen
-from qkv_tui.kernels.norm import normalise
+from qkv_tui.kernels.gate import Gated
+from qkv_tui.kernels.norm import QKNormed, normalise
 from qkv_tui.kernels.policy import EXACT, Policy
+from qkv_tui.kernels.rope import Rotated
 from qkv_tui.kernels.rope import rotate as rotate_kernel
+from qkv_tui.kernels.softmax import Biased, Capped
 
 
 @dataclass(frozen=True, eq=False)
@@ -159,15 +162,17 @@ def check_head(sc: Scenario, result: HeadResult, h: int) -> None:
     linear_check(sc, result, h)  # before the weights: a zero denominator would read as an overflow of them
     _check_matrices(sc, result, ("scores", "scaled", "capped", "bias", "masked", "weights", "output"))
     # the gate's logit X̂·W_G (its sigmoid and the gated output stay finite wherever the logit is)
-    if result.gate_logit is not None and (bad := first_bad(result.gate_logit)) is not None:
+    gated = result.part(Gated)
+    if gated is not None and (bad := first_bad(gated.logit)) is not None:
         raise ComputeError(sc.source, f"{result.name}: values in the gate's X̂·W_G overflow float64 at {_at(sc.tokens, bad[0])}",
                        "expected smaller X or W_G")
 
 
 def _check_matrices(sc: Scenario, result: HeadResult, names: tuple[str, ...]) -> None:
     keys = sc.key_tokens
+    parts = _part_matrices(result)
     for name in names:
-        array = getattr(result, name)
+        array = parts[name] if name in parts else getattr(result, name)
         if array is None:
             continue
         # masked cells of the softmax's input are −∞ by design; an infinity where the mask allows is an overflow
@@ -188,6 +193,14 @@ def _check_matrices(sc: Scenario, result: HeadResult, names: tuple[str, ...]) ->
             hint = (f"expected a smaller [rope.scaling] attention_factor (a = {a:g} {carried}) or "
                     + hint.removeprefix("expected "))
         raise ComputeError(sc.source, f"{result.name}: values in {name} overflow float64 at {where}", hint)
+
+
+def _part_matrices(result: HeadResult) -> dict[str, Matrix | None]:
+    """The checked matrices that are parts' (None where the head has no such part), by the names messages use."""
+    qk, rot, cap, alibi = result.part(QKNormed), result.part(Rotated), result.part(Capped), result.part(Biased)
+    return {"Q_norm": None if qk is None else qk.Q_norm, "K_norm": None if qk is None else qk.K_norm,
+            "Q_rot": None if rot is None else rot.Q_rot, "K_rot": None if rot is None else rot.K_rot,
+            "capped": None if cap is None else cap.capped, "bias": None if alibi is None else alibi.bias}
 
 
 # [mla]'s heads have no W_Q, W_K or W_V of their own to blame: their Q, K and V come from the latent layer

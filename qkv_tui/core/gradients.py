@@ -18,9 +18,12 @@ from qkv_tui.core.scenario import Matrix, Scenario
 from qkv_tui.core.variants import Vector
 from qkv_tui.kernels.attention import Turn
 from qkv_tui.kernels.attention_backward import AttendBack, GateBack, attend_backward, gate_backward, rotate_back
+from qkv_tui.kernels.gate import Gated
+from qkv_tui.kernels.norm import QKNormed
 from qkv_tui.kernels.norm_backward import norm_backward
 from qkv_tui.kernels.policy import EXACT, ByHand, Policy
 from qkv_tui.kernels.sharing import kv_owners
+from qkv_tui.kernels.softmax import Capped, Sunk
 
 if TYPE_CHECKING:  # [linear]'s, [deltanet]'s and [mla]'s backward kernels load with a scenario that has them
     from qkv_tui.kernels.deltanet_backward import DeltaBack, GatesBack
@@ -141,9 +144,9 @@ def gradients(comp: Computation, policy: Policy | None = None, trig: Mapping[int
         if not sc.is_cross:
             grads_in += [dK, ab.dV]
             weights_in += [head.W_K, head.W_V]
-        if gb is not None and head.W_G is not None:
+        if gb is not None and head.part(Gated) is not None:
             grads_in.append(gb.d_logit)
-            weights_in.append(head.W_G)
+            weights_in.append(head.need(Gated).W_G)
         heads.append(HeadGrad(
             dO_h, ab, dQ_rot, dK_rot, dQ_t, dK_t, dQ, dK, p.matmul(X_in.T, dQ), p.matmul(X_kv.T, dK),
             p.matmul(X_kv.T, ab.dV), None if head.b_Q is None else p.table(dQ.sum(axis=0)),
@@ -212,16 +215,16 @@ def _attend(sc: Scenario, h: HeadResult, X_in: Matrix, dJ: Matrix, p: Policy,
     """One head from the gradient at what Concat joins (``dJ``, n × d_v) back to what RoPE turns."""
     gb = None
     dO_h = dJ
-    if h.W_G is not None and h.gate is not None:
-        gb = gate_backward(dJ, X_in, h.W_G, h.output, h.gate, p)
+    if h.part(Gated) is not None:
+        gb = gate_backward(dJ, X_in, h.need(Gated).W_G, h.output, h.need(Gated).gate, p)
         dO_h = gb.d_output
-    share = None if h.sink_exp is None else h.sink_exp / h.row_sum  # (n,) each row's sink weight
+    share = None if h.part(Sunk) is None else h.need(Sunk).sink_exp / h.row_sum  # (n,) each row's sink weight
     state: _State = (None, None)
     if h.linear is not None or h.deltanet is not None:
         ab, state = _state_back(sc, h, dO_h, p)
     else:
         ab = attend_backward(dO_h, h.Q_used, h.K_used, h.V, h.weights, h.output, sc.allow, h.scale,
-                             scaled=h.scaled, softcap=h.softcap, sink_share=share, policy=p)
+                             scaled=h.scaled, softcap=h.read(Capped, lambda c: c.softcap), sink_share=share, policy=p)
     dQ_rot = dK_rot = None
     dQ_t, dK_t = ab.dQ_used, ab.dK_used
     turn = turn_of(sc.rope, sc.positions, h.d_k, p) if trig is None else trig.get(h.d_k)
@@ -300,9 +303,9 @@ def _qk_norm_head(comp: Computation, dQ_t: list[Matrix], dK_t: list[Matrix], p: 
     gk: list[Vector | None] = []
     for h, head in enumerate(comp.heads):
         gamma_q, gamma_k = qk.gammas(h, sc.kv_head(h), head.d_k)
-        assert head.Q_normed is not None and head.K_normed is not None
-        bq = norm_backward("rms", head.Q, head.Q_normed.mean, head.Q_normed.root, gamma_q, dQ_t[h], p)
-        bk = norm_backward("rms", head.K, head.K_normed.mean, head.K_normed.root, gamma_k, dK_t[h], p)
+        qkn = head.need(QKNormed)
+        bq = norm_backward("rms", head.Q, qkn.Q_normed.mean, qkn.Q_normed.root, gamma_q, dQ_t[h], p)
+        bk = norm_backward("rms", head.K, qkn.K_normed.mean, qkn.K_normed.root, gamma_k, dK_t[h], p)
         dQ.append(bq.dX)
         dK.append(bk.dX)
         gq.append(bq.dgamma)
@@ -321,7 +324,7 @@ def _qk_norm_all(comp: Computation, dQ_t: list[Matrix], dK_t: list[Matrix], p: P
     assert qk is not None
     H, d_k = len(heads), heads[0].d_k
     Q_all = np.concatenate([h.Q for h in heads], axis=1)  # (n, H·d_k)
-    first = heads[0].Q_normed
+    first = heads[0].need(QKNormed).Q_normed
     assert first is not None
     q_back = norm_backward("rms", Q_all, first.mean, first.root, qk.gamma_q, np.concatenate(dQ_t, axis=1), p)
     dQ = [q_back.dX[:, h * d_k:(h + 1) * d_k] for h in range(H)]
@@ -329,7 +332,7 @@ def _qk_norm_all(comp: Computation, dQ_t: list[Matrix], dK_t: list[Matrix], p: P
     kv_ids = sorted({sc.kv_head(h) for h in range(H)})
     reader = {g: next(h for h in range(H) if sc.kv_head(h) == g) for g in kv_ids}
     K_all = np.concatenate([heads[reader[g]].K for g in kv_ids], axis=1)  # (m, H_kv·d_k)
-    k_first = heads[0].K_normed
+    k_first = heads[0].need(QKNormed).K_normed
     assert k_first is not None
     # head h's own contribution c_h: its block alone, backwards through the wide rows (linear, so the c_h sum
     # to the exact gradient); what reaches a K/V head's columns from heads that read another K/V head (through

@@ -20,6 +20,10 @@ from qkv_tui.core.forward import mla_results
 from qkv_tui.core.scenario import Matrix, Scenario
 from qkv_tui.core.variants import Vector
 from qkv_tui.edges.export_grad import Nested, backward_parts
+from qkv_tui.kernels.gate import Gated
+from qkv_tui.kernels.norm import QKNormed
+from qkv_tui.kernels.rope import Rotated
+from qkv_tui.kernels.softmax import Biased, Capped, Sunk
 
 _CHUNK = 1 << 16  # characters gathered before each write: few calls, little memory
 _NEG_INF = float("-inf")
@@ -99,10 +103,12 @@ def head_fields(h: HeadResult) -> list[tuple[str, Any]]:
         ("scores", h.scores), ("scaled", h.scaled), ("masked", h.masked),
         ("weights", h.weights), ("output", h.output),
         # docs/scenario-format.md, "What is computed" (null where the scenario does not use the feature), then the biases
-        ("Q_rot", h.Q_rot), ("K_rot", h.K_rot), ("bias", h.bias), ("sink", h.sink), ("kv_head", h.kv_head),
+        ("Q_rot", h.read(Rotated, lambda r: r.Q_rot)), ("K_rot", h.read(Rotated, lambda r: r.K_rot)),
+        ("bias", h.read(Biased, lambda b: b.bias)), ("sink", h.read(Sunk, lambda s: s.sink)), ("kv_head", h.kv_head),
         ("b_Q", _vector(h.b_Q)), ("b_K", _vector(h.b_K)), ("b_V", _vector(h.b_V)),
-        ("Q_norm", h.Q_norm), ("K_norm", h.K_norm), ("capped", h.capped),
-        ("gate", h.gate), ("gated_output", h.gated_output),
+        ("Q_norm", h.read(QKNormed, lambda q: q.Q_norm)), ("K_norm", h.read(QKNormed, lambda q: q.K_norm)),
+        ("capped", h.read(Capped, lambda c: c.capped)),
+        ("gate", h.read(Gated, lambda g: g.gate)), ("gated_output", h.read(Gated, lambda g: g.gated)),
     ]
 
 

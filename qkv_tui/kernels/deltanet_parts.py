@@ -85,6 +85,11 @@ class Around:
     conv: tuple[Convolved, Convolved, Convolved] | None  # q, k, v; None without the convolution
     out_norm: GatedNorm | None  # None without the output norm
 
+    @property
+    def joined(self) -> Matrix | None:
+        """What Concat joins in the head's output's place: the normed output, where there is one."""
+        return None if self.out_norm is None else self.out_norm.out
+
 
 def convolve(spec: AroundSpec, Q: Matrix, K: Matrix, V: Matrix,
              policy: Policy = EXACT) -> tuple[Convolved, Convolved, Convolved] | None:

@@ -34,7 +34,7 @@ def printed_mla(chain: PrintedChain, hr: HeadResult) -> HeadResult:
     v = chain.values
     shared = replace(hr.mla.shared, c_KV_raw=v("c_KV_raw"), k_R_raw=v("k_R_raw"),
                      k_R=v("k_R") if "k_R" in chain.printed else v("k_R_raw"))
-    return replace(hr, mla=replace(hr.mla, shared=shared))
+    return hr.with_parts(replace(hr.mla, shared=shared))
 
 
 def latent_turn(chain: PrintedChain) -> Turn | None:
