@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -30,6 +31,9 @@ from qkv_tui.kernels.policy import EXACT, Policy
 from qkv_tui.kernels.rope import Rotated
 from qkv_tui.kernels.rope import rotate as rotate_kernel
 from qkv_tui.kernels.softmax import Biased, Capped
+
+if TYPE_CHECKING:  # [mla]'s kernels load with a scenario that has it
+    from qkv_tui.kernels.mla import MlaHead
 
 
 @dataclass(frozen=True, eq=False)
@@ -156,8 +160,10 @@ def check_head(sc: Scenario, result: HeadResult, h: int) -> None:
     """Refuse head h with a value float64 cannot hold: ScenarioError naming the matrix, row and remedy.
     Matrices are looked at in the order they are computed, so the one named is the first past float64 and
     its hint names the inputs it is made of (a later matrix would blame inputs that did nothing wrong)."""
-    if result.mla is not None:
-        mla_check(sc, result)
+    if sc.mla is not None:  # its kernels load with a scenario that has it
+        from qkv_tui.kernels.mla import MlaHead
+
+        mla_check(sc, result.need(MlaHead))
     _check_matrices(sc, result, ("Q", "K", "V", "Q_norm", "K_norm", "Q_rot", "K_rot"))
     linear_check(sc, result, h)  # before the weights: a zero denominator would read as an overflow of them
     _check_matrices(sc, result, ("scores", "scaled", "capped", "bias", "masked", "weights", "output"))
@@ -182,7 +188,7 @@ def _check_matrices(sc: Scenario, result: HeadResult, names: tuple[str, ...]) ->
         where = _at(keys if name in ("K", "V", "K_norm", "K_rot") else sc.tokens, bad[0])
         if name in ("scores", "scaled", "capped", "bias", "masked", "weights"):
             where += f', key "{keys[bad[1]]}"'
-        hint = _HEAD_HINTS[name] if result.mla is None else _MLA_HINTS.get(name, _HEAD_HINTS[name])
+        hint = _HEAD_HINTS[name] if sc.mla is None else _MLA_HINTS.get(name, _HEAD_HINTS[name])
         if name == "Q" and sc.mla is not None and sc.mla.W_Q is None:  # the query's latent, not a W_Q the file lacks
             hint = "expected smaller W_UQ or c_Q = X̂·W_DQ (smaller X or W_DQ)"
         if name == "scores" and sc.qk_norm is not None:  # the normalised vectors' size is the gains'
@@ -211,10 +217,9 @@ _MLA_HINTS = {
 }
 
 
-def mla_check(sc: Scenario, result: HeadResult) -> None:
+def mla_check(sc: Scenario, head: MlaHead) -> None:
     """The latent layer's own matrices, before the heads' Q, K and V they make: the first that overflows is named."""
-    assert result.mla is not None
-    shared = result.mla.shared
+    shared = head.shared
     parts = (("c_KV = X̂·W_DKV", shared.c_KV_raw, "expected smaller X or W_DKV"),
              ("c_KV after kv_norm", shared.c_KV, "expected a smaller gamma_kv"),
              ("c_Q = X̂·W_DQ", shared.c_Q_raw, "expected smaller X or W_DQ"),
@@ -265,24 +270,26 @@ def _deltanet_hint(sc: Scenario, h: int, what: str) -> str:
 
 def linear_check(sc: Scenario, result: HeadResult, h: int) -> None:
     """A zero denominator of linear attention is refused naming its row; an overflow in φ or the state naming it."""
-    dn = result.deltanet
-    if dn is not None:
+    if sc.deltanet is not None:  # [linear]'s and [deltanet]'s kernels load with a scenario that has them
+        from qkv_tui.kernels.deltanet import DeltaForward
+
+        dn = result.need(DeltaForward)
         # g first: the state reads e^g, so an overflow of g shows in S too, and g's inputs are what to change
         for what, array in (("g", dn.g), ("e^g", dn.decay), ("δ", dn.delta), ("the state S", dn.S),
                             ("the output", dn.output)):
             if (bad := first_bad(array)) is not None:
                 raise ComputeError(sc.source, f"{result.name}: values in {what} of [deltanet] overflow float64 at"
                                f" {_at(sc.tokens, bad[0])}", _deltanet_hint(sc, h, what))
-    lin = result.linear
-    if lin is None:
+    if sc.linear is None:
         return
+    from qkv_tui.kernels.linear import LinearForward, zero_row
+
+    lin = result.need(LinearForward)
     for what, array in (("φ(Q)", lin.phi_Q), ("φ(K)", lin.phi_K), ("the state S", lin.S), ("z", lin.z),
                         ("φ(q)ᵀS", lin.numer)):
         if (bad := first_bad(array)) is not None:
             raise ComputeError(sc.source, f"{result.name}: values in {what} of [linear] overflow float64 at"
                            f" {_at(sc.tokens, bad[0])}", "expected smaller Q and K (or V)")
-    from qkv_tui.kernels.linear import zero_row
-
     if lin.spec.normalize and (row := zero_row(lin.denom)) is not None:
         raise ComputeError(sc.source, f"{result.name}: [linear]'s denominator φ(q)ᵀz is 0 at {_at(sc.tokens, row)}"
                        " (every φ(q)·φ(k) of the row is 0), so the row cannot be divided by it",

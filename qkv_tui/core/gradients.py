@@ -176,10 +176,11 @@ def _mla_gradients(comp: Computation, parts: list[_Part], loss: float | None, dO
     mla = sc.mla
     assert mla is not None
     turn = turn_of(mla.rope, sc.positions, mla.d_rope, p) if trig is None else trig
-    first = comp.heads[0].mla
-    assert first is not None
-    abs_ = [part[1] for part in parts]
+    from qkv_tui.kernels.mla import MlaHead
     from qkv_tui.kernels.mla_backward import mla_backward
+
+    first = comp.heads[0].need(MlaHead)
+    abs_ = [part[1] for part in parts]
 
     back = mla_backward(comp.X_in, mla.weights(), first.shared, [a.dQ_used for a in abs_], [a.dK_used for a in abs_],
                         [a.dV for a in abs_], turn, p)
@@ -220,7 +221,7 @@ def _attend(sc: Scenario, h: HeadResult, X_in: Matrix, dJ: Matrix, p: Policy,
         dO_h = gb.d_output
     share = None if h.part(Sunk) is None else h.need(Sunk).sink_exp / h.row_sum  # (n,) each row's sink weight
     state: _State = (None, None)
-    if h.linear is not None or h.deltanet is not None:
+    if sc.linear is not None or sc.deltanet is not None:  # their heads' maps are no softmax
         ab, state = _state_back(sc, h, dO_h, p)
     else:
         ab = attend_backward(dO_h, h.Q_used, h.K_used, h.V, h.weights, h.output, sc.allow, h.scale,
@@ -240,16 +241,17 @@ def _state_back(sc: Scenario, h: HeadResult, dO_h: Matrix, p: Policy) -> tuple[A
     Its AttendBack carries dV, dQ_used and dK_used on to RoPE and the projections like a softmax head's; there is
     no softmax, so its dP, dS and dscaled are the quadratic form's dweights and dA ([linear]) or 0 ([deltanet]),
     read by no softmax stage, and the JSON writes them null."""
-    if h.linear is not None:
+    if sc.linear is not None:
+        from qkv_tui.kernels.linear import LinearForward
         from qkv_tui.kernels.linear_backward import linear_backward
 
-        lb = linear_backward(dO_h, h.Q_used, h.K_used, h.V, h.linear, sc.allow, p)
+        lb = linear_backward(dO_h, h.Q_used, h.K_used, h.V, h.need(LinearForward), sc.allow, p)
         ab = AttendBack(lb.dV, lb.dweights, lb.D, lb.dA, lb.dA, lb.dA, lb.dQ_used, lb.dK_used, None)
         return ab, (lb, None)
-    assert h.deltanet is not None
+    from qkv_tui.kernels.deltanet import DeltaForward
     from qkv_tui.kernels.deltanet_backward import deltanet_backward
 
-    db = deltanet_backward(dO_h, h.Q_used, h.K_used, h.V, h.deltanet, p)
+    db = deltanet_backward(dO_h, h.Q_used, h.K_used, h.V, h.need(DeltaForward), p)
     n = dO_h.shape[0]
     zero = np.zeros((n, n))
     return AttendBack(db.dv, zero, np.zeros(n), zero, zero, zero, db.dQ_used, db.dK_used, None), (None, db)
@@ -262,7 +264,9 @@ def _gates_back(comp: Computation, heads: list[HeadGrad], grads_in: list[Matrix]
     dn = comp.scenario.deltanet
     if dn is None or (dn.g is not None and dn.beta is not None):
         return None
-    fwd = [hr.deltanet for hr in comp.heads]
+    from qkv_tui.kernels.deltanet import DeltaForward
+
+    fwd = [hr.part(DeltaForward) for hr in comp.heads]
     back = [hg.deltanet for hg in heads]
     assert all(f is not None for f in fwd) and all(b is not None for b in back)
     g = np.stack([f.g for f in fwd if f is not None], axis=1)  # (n, H)

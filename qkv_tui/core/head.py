@@ -12,10 +12,7 @@ from qkv_tui.core.variants import Vector
 from qkv_tui.kernels.rope import Rotated
 
 if TYPE_CHECKING:  # [linear]'s, [deltanet]'s and [mla]'s kernels load with a scenario that has them
-    from qkv_tui.kernels.deltanet import DeltaForward
-    from qkv_tui.kernels.deltanet_parts import Around
-    from qkv_tui.kernels.linear import LinearForward
-    from qkv_tui.kernels.mla import MlaHead
+    pass
 
 P = TypeVar("P")
 T = TypeVar("T")
@@ -118,26 +115,3 @@ class HeadResult:
             if joined is not None:
                 return cast(Matrix, joined)
         return self.output
-
-    def _named(self, kind: str) -> object | None:
-        return next((r for k, r in self.parts.items() if k.__name__ == kind), None)
-
-    @property
-    def linear(self) -> LinearForward | None:
-        """[linear]: φ(Q), φ(K), the state S and z, both forms; None with the softmax."""
-        return cast("LinearForward | None", self._named("LinearForward"))
-
-    @property
-    def deltanet(self) -> DeltaForward | None:
-        """[deltanet]: q̂, k̂, g, β, the state S token by token; None with the softmax."""
-        return cast("DeltaForward | None", self._named("DeltaForward"))
-
-    @property
-    def around(self) -> Around | None:
-        """[deltanet]'s short convolution and gated output norm; None without."""
-        return cast("Around | None", self._named("Around"))
-
-    @property
-    def mla(self) -> MlaHead | None:
-        """[mla]: the latent's parts this head reads and the absorbed form; None without."""
-        return cast("MlaHead | None", self._named("MlaHead"))

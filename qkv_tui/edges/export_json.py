@@ -127,14 +127,15 @@ def _mla(sc: Scenario, norm: NormResult | None) -> dict[str, Any] | None:
     its norm; null without [mla]."""
     if sc.mla is None:
         return None
+    from qkv_tui.kernels.mla import MlaHead
+
     heads = mla_results(sc, sc.X if norm is None else norm.X_norm)
-    shared = heads[0].mla.shared if heads and heads[0].mla is not None else None
-    assert shared is not None
+    shared = heads[0].need(MlaHead).shared
     return {
         "c_KV_raw": shared.c_KV_raw.tolist(), "c_KV": shared.c_KV.tolist(),
         "c_Q": None if shared.c_Q is None else shared.c_Q.tolist(),
         "heads": [{"q_C": m.q_C.tolist(), "q_R": m.q_R.tolist(), "k_C": m.k_C.tolist(), "v_C": m.v_C.tolist(),
-                   "absorbed_scores": m.absorbed_scores.tolist()} for m in (h.mla for h in heads) if m is not None],
+                   "absorbed_scores": m.absorbed_scores.tolist()} for m in (h.part(MlaHead) for h in heads) if m is not None],
         "k_R": shared.k_R.tolist(),
     }
 
@@ -161,17 +162,21 @@ class _Heads:
 
 def linear_fields(h: HeadResult) -> list[tuple[str, Any]]:
     """One entry of ``"linear": {"heads": [...]}`` (docs/scenario-format.md, "[linear]"): S[t] is the state after token t."""
-    lin = h.linear
-    assert lin is not None
+    from qkv_tui.kernels.linear import LinearForward
+
+    lin = h.need(LinearForward)
     return [("phi_Q", lin.phi_Q), ("phi_K", lin.phi_K), ("S", lin.S), ("z", lin.z), ("output", lin.recurrent)]
 
 
 def deltanet_fields(h: HeadResult) -> list[tuple[str, Any]]:
     """One entry of ``"deltanet": {"heads": [...]}``: q and k as the rule reads them (L2-normalised, q ÷ √d_k)."""
-    dn = h.deltanet
-    assert dn is not None
-    conv = None if h.around is None else h.around.conv
-    normed = None if h.around is None else h.around.out_norm
+    from qkv_tui.kernels.deltanet import DeltaForward
+    from qkv_tui.kernels.deltanet_parts import Around
+
+    dn = h.need(DeltaForward)
+    around = h.part(Around)
+    conv = None if around is None else around.conv
+    normed = None if around is None else around.out_norm
     return [("q", dn.q), ("k", dn.k), ("g", dn.g.tolist()), ("beta", dn.beta.tolist()), ("S", dn.S),
             ("output", dn.output),
             # the short convolution's outputs (after SiLU) and the gated output norm's gate input and result

@@ -13,6 +13,7 @@ distance t − s alone.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
@@ -44,6 +45,10 @@ class DeltaForward:
     delta: Matrix  # (n, d_v) (v_t − kv)·β_t
     S: Matrix  # (n, d_k, d_v) the state after token t
     output: Matrix  # (n, d_v) S_tᵀ q_t
+
+    # its weights, q·k times the decaying mask, weigh the corrections δ, not V: no distribution
+    distribution: ClassVar[bool] = False
+    route: ClassVar[str] = "Sᵀq, the state read with its query: the corrections δ weighted by q·k and the decaying causal mask"
 
 
 def l2_rows(x: Matrix, policy: Policy = EXACT) -> tuple[Matrix, Matrix, Matrix]:

@@ -8,6 +8,7 @@ token) to stay quiet; Qiu et al. found such a gate mitigates attention sinks and
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
@@ -24,6 +25,8 @@ class Gated:
     gate: Matrix  # (n, d_v) σ(logit) = 1 / (1 + e^−logit), each in (0, 1)
     gated: Matrix  # (n, d_v) output ⊙ gate: what Concat joins
     W_G: Matrix  # (d_model, d_v) the gate's weights
+
+    joined_name: ClassVar[str] = "gated"  # what the trace calls it
 
     @property
     def joined(self) -> Matrix:

@@ -52,6 +52,16 @@ class LinearForward:
     denom: Matrix  # (n,) φ(q_t)ᵀz_t; 1 without normalize
     recurrent: Matrix  # (n, d_v) numer / denom: the recurrent form
 
+    @property
+    def distribution(self) -> bool:
+        """Whether the weights are a distribution: only where each row is divided by its sum."""
+        return self.spec.normalize
+
+    @property
+    def route(self) -> str | None:
+        """How a token's output is made, where the summary's "weights·V" would mislead."""
+        return None if self.spec.normalize else "weights·V, its weights φ(q)·φ(k) not divided by their row's sum"
+
 
 def feature(x: Matrix, kind: str, policy: Policy = EXACT) -> Matrix:
     """φ cell by cell: elu(x) + 1 (x + 1 above 0, e^x at or below), max(x, 0), or x itself."""

@@ -87,19 +87,15 @@ def looked_at(hr: HeadResult, allow: BoolMatrix, token: str, keys: tuple[str, ..
 
 
 def _route(hr: HeadResult) -> str:
-    """How a token's output is made from the weights the summary names."""
-    if hr.deltanet is not None:  # its weights, q·k times the decaying mask, weigh the corrections δ
-        return "Sᵀq, the state read with its query: the corrections δ weighted by q·k and the decaying causal mask"
-    if hr.linear is not None and not _distribution(hr):
-        return "weights·V, its weights φ(q)·φ(k) not divided by their row's sum"
-    return "weights·V"
+    """How a token's output is made from the weights the summary names: a part that makes it otherwise says how
+    (its ``route``)."""
+    return next((route for part in hr.parts.values() if (route := getattr(part, "route", None))), "weights·V")
 
 
 def _distribution(hr: HeadResult) -> bool:
-    """Whether the head's weights are a distribution: the softmax's, or normalised linear attention's."""
-    if hr.deltanet is not None:
-        return False
-    return hr.linear is None or hr.linear.spec.normalize
+    """Whether the head's weights are a distribution: the softmax's are; a part whose map replaces it says
+    (its ``distribution``)."""
+    return all(getattr(part, "distribution", True) for part in hr.parts.values())
 
 
 def checks(hr: HeadResult, allow: BoolMatrix) -> str:

@@ -109,7 +109,7 @@ def sheet(ws: WorksheetContent) -> Sheet:
     multi = len(comp.heads) > 1
     scale = []
     for head in comp.heads:
-        if head.linear is not None or head.deltanet is not None:
+        if sc.linear is not None or sc.deltanet is not None:
             continue  # no scores are scaled
         divisor = f"√{head.d_k} (dₖ = {head.d_k})" if head.scale_is_default else f"{exact(head.scale)} (set by the scenario)"
         scale.append(f"- Scale{f' ({head.name})' if multi else ''}: divide every score by {divisor}.")

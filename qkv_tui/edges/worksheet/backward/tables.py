@@ -85,10 +85,12 @@ def printed_computation(chain: PrintedChain) -> Computation:
         g = chain.owners[h]
         fields: dict[str, object] = {"Q": v(f"Q.{h}"), "K": v(f"K.{g}"), "V": v(f"V.{g}"), "output": v(f"output.{h}")}
         records: list[object] = []
-        if hr.linear is not None:
+        if sc.linear is not None:  # its kernels load with a scenario that has it
+            from qkv_tui.kernels.linear import LinearForward
+
             weights = linear_weights(chain, h)  # (n, m)
             fields |= {"weights": weights}
-            records.append(printed_linear(chain, h, hr.linear, weights))
+            records.append(printed_linear(chain, h, hr.need(LinearForward), weights))
         else:
             weights = np.where(sc.allow, v(f"weights.{h}"), 0.0)  # (n, m)
             fields |= {"scaled": v(f"scaled.{h}"), "weights": weights}
@@ -103,7 +105,7 @@ def printed_computation(chain: PrintedChain) -> Computation:
             records.append(replace(sunk, sink_exp=1.0 - weights.sum(axis=1)))
             fields |= {"row_sum": np.ones(n)}
         head = hr.with_parts(*records, **fields)
-        heads.append(printed_mla(chain, head) if hr.mla is not None else head)
+        heads.append(printed_mla(chain, head) if sc.mla is not None else head)
     concat = v("concat") if "concat" in chain.printed else heads[0].joined
     output = v("final") if sc.W_O is not None else concat
     return Computation(sc, tuple(heads), concat, comp.W_O, output, None, norm, comp.b_O)
