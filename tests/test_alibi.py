@@ -11,6 +11,7 @@ from qkv_tui.core.cell_edit import EditError, InputCell, apply_edit
 from qkv_tui.core.engine import compute
 from qkv_tui.core.scenario import ScenarioError, builtin_dir, load_scenario, parse_scenario
 from qkv_tui.core.variants import default_slopes
+from qkv_tui.kernels.softmax import Biased
 
 from .conftest import BASE, HEAD
 from .variants_cases import press_slopes
@@ -41,8 +42,8 @@ def test_powers_of_two_keep_the_papers_geometric_sequence(count: int) -> None:
 def test_a_scenario_without_slopes_takes_the_default() -> None:
     text = BASE + 'mask = "causal"\n[alibi]\n' + HEAD * 3
     comp = compute(parse_scenario(text, "a.toml"))
-    assert [h.slope for h in comp.heads] == [0.0625, 0.00390625, 0.25]
-    bias = comp.heads[2].bias
+    assert [h.need(Biased).slope for h in comp.heads] == [0.0625, 0.00390625, 0.25]
+    bias = comp.heads[2].need(Biased).bias
     assert bias is not None and bias.tolist() == [[0.0, 0.25, 0.5], [-0.25, 0.0, 0.25], [-0.5, -0.25, 0.0]]
 
 

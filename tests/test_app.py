@@ -95,7 +95,10 @@ def engine_matrix(comp, key: str) -> np.ndarray:
     sc = comp.scenario
     if head_text != "None":
         head = comp.heads[int(head_text)]
-        return {"KT": head.K.T, "scaled": head.masked}.get(name, getattr(head, name, None))
+        own = getattr(head, name, None)  # a variant's array is its part's (Q_rot is Rotated's)
+        parts = (getattr(record, name, None) for record in head.parts.values())
+        return {"KT": head.K.T, "scaled": head.masked}.get(name, own if own is not None else next(
+            (a for a in parts if a is not None), None))
     return {"X": sc.X, "context_X": sc.context_X, "concat": comp.concat, "final": comp.output, "W_O": comp.W_O}[name]
 
 

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from qkv_tui import compute, load_scenario
 from qkv_tui.core.scenario import parse_scenario
+from qkv_tui.kernels.rope import Rotated
 from qkv_tui.teach.decode import SCHEDULES, decode, decode_mask, schedule
 
 from .conftest import BASE, HEAD, SOFTMAX_SCENARIOS
@@ -208,7 +209,7 @@ def test_q_names_the_norm_and_the_rotation() -> None:
     focus, _ = decode_panes(dec, 1, 0, 3)
     q = next(p for p in focus if p.key == "dq")
     assert q.title.startswith("q = RoPE(X̂·W_Q) (fresh)")
-    assert np.array_equal(q.values, comp.heads[0].Q_rot[2:3])  # rotated, from the normalised X
+    assert np.array_equal(q.values, comp.heads[0].need(Rotated).Q_rot[2:3])  # rotated, from the normalised X
     assert not np.allclose(q.values, comp.scenario.X[2:3] @ comp.heads[0].W_Q)
     assert "in a model, the token it has just produced; here the sentence's next word stands in for it" in DECODE_MEANING
 

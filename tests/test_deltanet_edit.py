@@ -13,6 +13,7 @@ import pytest
 from qkv_tui import compute, load_scenario
 from qkv_tui.core.cell_edit import EditError, InputCell, edit, input_cells, parse_address, save_text, value_of
 from qkv_tui.core.scenario import builtin_dir, parse_scenario
+from qkv_tui.kernels.deltanet import DeltaForward
 from qkv_tui.ui.app import QKVApp
 
 COMPUTED = '''
@@ -75,10 +76,11 @@ def test_the_weights_edit_recompute_and_save(typed: str, key: str, where: tuple[
     assert cell is not None
     new, comp = edit(sc, cell, value)
     before = edit(sc, cell, str(value_of(sc, cell)))[1]
-    moved = comp.heads[0].deltanet
-    assert moved is not None and before.heads[0].deltanet is not None
+    moved = comp.heads[0].part(DeltaForward)
+    assert moved is not None and before.heads[0].part(DeltaForward) is not None
     gate = moved.beta if key == "W_b" else moved.g
-    assert not np.array_equal(gate, before.heads[0].deltanet.beta if key == "W_b" else before.heads[0].deltanet.g)
+    was = before.heads[0].need(DeltaForward)
+    assert not np.array_equal(gate, was.beta if key == "W_b" else was.g)
     saved = tomllib.loads(save_text(text, new, [cell]))["deltanet"][key]
     for i in where:
         saved = saved[i]
@@ -106,16 +108,16 @@ async def test_editing_g_in_the_app_changes_the_state_undoes_saves_and_reloads(t
         await _type(pilot)
         assert app.screen.cell.matrix == "dn_g"  # e offers the g the operation reads
         await pilot.press("escape")
-        before = app.comp.heads[0].deltanet
+        before = app.comp.heads[0].part(DeltaForward)
         assert before is not None
         await _type(pilot, "g[love,0] = -2")
-        after = app.comp.heads[0].deltanet
+        after = app.comp.heads[0].part(DeltaForward)
         assert after is not None and float(app.scenario.deltanet.g[1, 0]) == -2.0
         assert not np.array_equal(after.S, before.S) and not np.array_equal(after.output, before.output)
         assert np.array_equal(after.S[0], before.S[0])  # the first token's state is older than the edit
         await pilot.press("u")
         assert float(app.scenario.deltanet.g[1, 0]) == -0.5
-        assert np.array_equal(app.comp.heads[0].deltanet.S, before.S)
+        assert np.array_equal(app.comp.heads[0].part(DeltaForward).S, before.S)
         await _type(pilot, "beta[AI,0] = 0.75")
         await _type(pilot, "g[love,0] = -2")
         await pilot.press("ctrl+s")
@@ -127,7 +129,7 @@ async def test_editing_g_in_the_app_changes_the_state_undoes_saves_and_reloads(t
     again = QKVApp(str(path))
     async with again.run_test(size=(120, 40)) as pilot:
         await pilot.pause()
-        dn = again.comp.heads[0].deltanet
+        dn = again.comp.heads[0].part(DeltaForward)
         assert dn is not None and float(again.scenario.deltanet.g[1, 0]) == -2.0
         assert np.array_equal(dn.output, compute(parse_scenario(text, 'saved.toml')).heads[0].output)
         assert float(again.scenario.deltanet.beta[2, 0]) == 0.75

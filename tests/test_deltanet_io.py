@@ -19,6 +19,8 @@ import pytest
 from qkv_tui import compute
 from qkv_tui.core.scenario import parse_scenario
 from qkv_tui.display.view import View
+from qkv_tui.kernels.deltanet import DeltaForward
+from qkv_tui.kernels.deltanet_parts import Around
 from qkv_tui.teach.handcalc import compute_hand
 from qkv_tui.teach.trace import Trace
 
@@ -107,9 +109,9 @@ def test_the_engine_agrees_with_a_plain_loop() -> None:
     o = np.array(outputs)  # (n, d_v)
     z = X @ np.array([[1, 0], [0, 1], [0.5, 0.5], [-1, 0]])
     want = o / np.sqrt((o ** 2).mean(axis=1, keepdims=True) + 1e-6) * np.array([1.5, 0.5]) * _silu(z)
-    assert hr.deltanet is not None and hr.around is not None and hr.around.conv is not None
-    np.testing.assert_allclose(hr.around.conv[2].out, conv["v"], rtol=1e-12)
-    np.testing.assert_allclose(hr.deltanet.output, o, rtol=1e-12)
+    assert hr.part(DeltaForward) is not None and hr.part(Around) is not None and hr.part(Around).conv is not None
+    np.testing.assert_allclose(hr.part(Around).conv[2].out, conv["v"], rtol=1e-12)
+    np.testing.assert_allclose(hr.part(DeltaForward).output, o, rtol=1e-12)
     np.testing.assert_allclose(comp.output, want, rtol=1e-12)
 
 

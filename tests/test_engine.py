@@ -7,6 +7,8 @@ from hypothesis import given, settings
 
 from qkv_tui import compute, load_scenario
 from qkv_tui.core.scenario import parse_scenario
+from qkv_tui.kernels.deltanet import DeltaForward
+from qkv_tui.kernels.softmax import Sunk
 
 from .conftest import SCENARIOS
 from .strategies import Case, cases, reference
@@ -43,9 +45,10 @@ def test_every_shipped_scenario_keeps_the_invariants() -> None:
     for path in SCENARIOS:
         comp = compute(load_scenario(path))
         for head in comp.heads:
-            if head.deltanet is not None:  # its weights are q·kᵀ times a decaying mask, no distribution
+            if head.part(DeltaForward) is not None:  # its weights are q·kᵀ times a decaying mask, no distribution
                 continue
-            sink_share = head.sink_exp / head.row_sum if head.sink_exp is not None else 0.0  # a sink's dropped column
+            sunk = head.part(Sunk)
+            sink_share = sunk.sink_exp / head.row_sum if sunk is not None else 0.0  # a sink's dropped column
             assert np.allclose(head.weights.sum(axis=1) + sink_share, 1.0)
             assert (head.weights[~comp.allow] == 0.0).all()
             assert (head.scaled.argmax(axis=1) == head.scores.argmax(axis=1)).all()  # scaling keeps the winner

@@ -25,6 +25,7 @@ from qkv_tui.display.tiled_view import tiled_explanation
 from qkv_tui.edges.export_json import to_json
 from qkv_tui.edges.export_markdown import to_markdown
 from qkv_tui.edges.export_toml import to_toml
+from qkv_tui.kernels.gate import Gated
 from qkv_tui.teach.decode import SCHEDULES, decode
 from qkv_tui.teach.handcalc import compute_hand
 from qkv_tui.teach.quiz import questions
@@ -53,13 +54,13 @@ def loop_gate(comp: Computation, h: int) -> tuple[np.ndarray, np.ndarray]:
     """σ(X̂·W_G) and out ⊙ it, a cell at a time."""
     hr = comp.heads[h]
     X = comp.X_in
-    assert hr.W_G is not None
+    assert hr.part(Gated) is not None
     n, d_v = hr.output.shape
     g = np.zeros((n, d_v))
     gated = np.zeros((n, d_v))
     for i in range(n):
         for j in range(d_v):
-            z = math.fsum(float(X[i, c]) * float(hr.W_G[c, j]) for c in range(X.shape[1]))
+            z = math.fsum(float(X[i, c]) * float(hr.need(Gated).W_G[c, j]) for c in range(X.shape[1]))
             g[i, j] = 1.0 / (1.0 + math.exp(-z)) if z > -700 else 0.0  # e^−z past float64: shut
             gated[i, j] = float(hr.output[i, j]) * g[i, j]
     return g, gated
@@ -67,20 +68,20 @@ def loop_gate(comp: Computation, h: int) -> tuple[np.ndarray, np.ndarray]:
 
 def check_engine(comp: Computation) -> None:
     for h, hr in enumerate(comp.heads):
-        assert hr.gate is not None and hr.gated_output is not None
+        assert hr.part(Gated) is not None and hr.part(Gated) is not None
         g, gated = loop_gate(comp, h)
-        np.testing.assert_allclose(hr.gate, g, rtol=1e-12, atol=1e-15)
-        np.testing.assert_allclose(hr.gated_output, gated, rtol=1e-12, atol=1e-15)
+        np.testing.assert_allclose(hr.need(Gated).gate, g, rtol=1e-12, atol=1e-15)
+        np.testing.assert_allclose(hr.need(Gated).gated, gated, rtol=1e-12, atol=1e-15)
     # Concat joins the gated outputs, W_O reads them
-    np.testing.assert_array_equal(comp.concat, np.concatenate([hr.gated_output for hr in comp.heads], axis=1))  # type: ignore[misc]
+    np.testing.assert_array_equal(comp.concat, np.concatenate([hr.need(Gated).gated for hr in comp.heads], axis=1))  # type: ignore[misc]
 
 
 def test_the_engine_gates_every_head_as_a_loop_does() -> None:
     comp = compute(GATED)
     check_engine(comp)
     gated = comp.heads[1]
-    assert gated.gate is not None
-    assert f"{gated.gate[0, 0]:.3f}" == "0.119" and f"{gated.gate[1, 0]:.3f}" == "0.881"  # the description's numbers
+    gate = gated.need(Gated).gate
+    assert f"{gate[0, 0]:.3f}" == "0.119" and f"{gate[1, 0]:.3f}" == "0.881"  # the description's numbers
     # the output stays the head's output before the gate
     assert np.array_equal(gated.output, gated.weights @ gated.V)
 
@@ -90,15 +91,15 @@ def test_the_engine_agrees_with_torch_sigmoid() -> None:
     for text in (BASE + "[norm]\nkind = \"rms\"\n" + SPLIT + WIDE_GATE, BASE + HEAD + own):
         comp = compute(parse_scenario(text, "t.toml"))
         for hr in comp.heads:
-            assert hr.W_G is not None and hr.gate is not None
-            want = torch.sigmoid(torch.tensor(np.asarray(comp.X_in)) @ torch.tensor(np.asarray(hr.W_G)))
-            np.testing.assert_allclose(hr.gate, want.numpy(), rtol=1e-12, atol=1e-15)
-            np.testing.assert_allclose(hr.gated_output, hr.output * want.numpy(), rtol=1e-12, atol=1e-15)
+            assert hr.part(Gated) is not None and hr.part(Gated) is not None
+            want = torch.sigmoid(torch.tensor(np.asarray(comp.X_in)) @ torch.tensor(np.asarray(hr.need(Gated).W_G)))
+            np.testing.assert_allclose(hr.need(Gated).gate, want.numpy(), rtol=1e-12, atol=1e-15)
+            np.testing.assert_allclose(hr.need(Gated).gated, hr.output * want.numpy(), rtol=1e-12, atol=1e-15)
 
 
 def test_without_a_gate_nothing_changes() -> None:
     comp = compute(load_scenario("two_heads"))
-    assert all(h.gate is None and h.gated_output is None and h.W_G is None for h in comp.heads)
+    assert all(h.part(Gated) is None and h.part(Gated) is None and h.part(Gated) is None for h in comp.heads)
     assert "gate" not in Trace(comp).stage_keys
     np.testing.assert_array_equal(comp.concat, np.concatenate([h.output for h in comp.heads], axis=1))
 
@@ -219,7 +220,7 @@ def test_generated_gates_agree_with_a_loop_and_check_out(text: str, decimals: in
     # the TOML export loads back to the same gate
     again = compute(parse_scenario(to_toml(sc), "again.toml"))
     for a, b in zip(comp.heads, again.heads):
-        assert np.array_equal(a.W_G, b.W_G) and np.array_equal(a.gated_output, b.gated_output)  # type: ignore[arg-type]
+        assert np.array_equal(a.need(Gated).W_G, b.need(Gated).W_G) and np.array_equal(a.need(Gated).gated, b.need(Gated).gated)  # type: ignore[arg-type]
 
 
 # --- the rules ---------------------------------------------------------------------------------
@@ -273,8 +274,8 @@ def test_json_has_the_gate_and_the_gated_output_after_the_biases() -> None:
     for h, head in enumerate(doc["heads"]):
         keys = list(head)
         assert keys[-2:] == ["gate", "gated_output"] and keys.index("b_V") < keys.index("gate")
-        np.testing.assert_array_equal(head["gate"], comp.heads[h].gate)
-        np.testing.assert_array_equal(head["gated_output"], comp.heads[h].gated_output)
+        np.testing.assert_array_equal(head["gate"], comp.heads[h].need(Gated).gate)
+        np.testing.assert_array_equal(head["gated_output"], comp.heads[h].need(Gated).gated)
         np.testing.assert_array_equal(head["output"], comp.heads[h].output)  # before the gate
     np.testing.assert_array_equal(doc["concat"], np.concatenate([doc["heads"][h]["gated_output"] for h in (0, 1)], axis=1))
     plain = json.loads(to_json(compute(load_scenario("two_heads"))))
@@ -296,7 +297,7 @@ def test_toml_round_trip(text: str) -> None:
     assert to_toml(again) == out
     a, b = compute(sc), compute(again)
     for x, y in zip(a.heads, b.heads):
-        assert np.array_equal(x.W_G, y.W_G) and np.array_equal(x.gate, y.gate)  # type: ignore[arg-type]
+        assert np.array_equal(x.need(Gated).W_G, y.need(Gated).W_G) and np.array_equal(x.need(Gated).gate, y.need(Gated).gate)  # type: ignore[arg-type]
     assert np.array_equal(a.output, b.output)
 
 
@@ -316,17 +317,18 @@ def test_by_hand_every_step_is_written_down_rounded(decimals: int) -> None:
     comp = compute(parse_scenario(BASE + "[norm]\nkind = \"rms\"\n" + SPLIT + WIDE_GATE, "t.toml"))
     hand = compute_hand(comp, decimals)
     for hr in hand.heads:
-        assert hr.W_G is not None and hr.gate is not None and hr.gated_output is not None
+        assert hr.part(Gated) is not None and hr.part(Gated) is not None and hr.part(Gated) is not None
         assert hand.norm is not None
         X = hand.norm.X_norm
         for i in range(X.shape[0]):
             for j in range(hr.d_v):
-                z = round(sum(round(float(X[i, c]) * float(hr.W_G[c, j]), decimals) for c in range(X.shape[1])), decimals)
+                W_G = hr.need(Gated).W_G
+                z = round(sum(round(float(X[i, c]) * float(W_G[c, j]), decimals) for c in range(X.shape[1])), decimals)
                 e = round(math.exp(-z), decimals)
                 g = round(1 / round(1 + e, decimals), decimals)
-                assert float(hr.gate[i, j]) == pytest.approx(g, abs=1e-12)
-                assert float(hr.gated_output[i, j]) == pytest.approx(round(float(hr.output[i, j]) * g, decimals), abs=1e-12)
-    np.testing.assert_array_equal(hand.concat, np.concatenate([h.gated_output for h in hand.heads], axis=1))  # type: ignore[misc]
+                assert float(hr.need(Gated).gate[i, j]) == pytest.approx(g, abs=1e-12)
+                assert float(hr.need(Gated).gated[i, j]) == pytest.approx(round(float(hr.output[i, j]) * g, decimals), abs=1e-12)
+    np.testing.assert_array_equal(hand.concat, np.concatenate([h.need(Gated).gated for h in hand.heads], axis=1))  # type: ignore[misc]
 
 
 @pytest.mark.parametrize("mode", SCHEDULES)
@@ -336,8 +338,8 @@ def test_decode_gates_each_new_token_as_the_trace_does(mode: str) -> None:
     for h, hr in enumerate(comp.heads):
         for step in dec.steps[h]:
             assert step.gate is not None and step.gated is not None
-            np.testing.assert_allclose(step.gate, hr.gate[step.start:step.stop], rtol=1e-12)  # type: ignore[index]
-            np.testing.assert_allclose(step.gated, hr.gated_output[step.start:step.stop], rtol=1e-12)  # type: ignore[index]
+            np.testing.assert_allclose(step.gate, hr.need(Gated).gate[step.start:step.stop], rtol=1e-12)  # type: ignore[index]
+            np.testing.assert_allclose(step.gated, hr.need(Gated).gated[step.start:step.stop], rtol=1e-12)  # type: ignore[index]
 
 
 def test_the_decode_view_says_the_gate_is_the_new_tokens_own() -> None:
@@ -365,7 +367,7 @@ def test_w_g_cells_are_inputs_that_edit_and_save() -> None:
     assert cell == InputCell("W_G", 1, 1, 2) and value == " 3"
     new = apply_edit(sc, cell, value)
     assert new.heads[1].W_G is not None and float(new.heads[1].W_G[1, 2]) == 3.0
-    assert compute(new).heads[1].gate is not None
+    assert compute(new).heads[1].part(Gated) is not None
     text = save_text(BASE + SPLIT + WIDE_GATE, new, [cell])
     saved = parse_scenario(text, "saved.toml")
     assert saved.heads[1].W_G is not None and float(saved.heads[1].W_G[1, 2]) == 3.0

@@ -26,6 +26,7 @@ from qkv_tui.display.modes import Modes
 from qkv_tui.display.presenter import Presenter
 from qkv_tui.edges.export_markdown import to_markdown
 from qkv_tui.edges.export_toml import to_toml
+from qkv_tui.kernels.softmax import Capped
 from qkv_tui.teach.stepper import Position
 
 from .conftest import BASE, HEAD
@@ -351,7 +352,7 @@ def test_gemma2_sandwich_norms_softcap_and_scale(tmp_path: Path, layer: int) -> 
     _check(comp, ref, *_llama_like(model, layer), kv_heads=2)
     sc = comp.scenario
     assert comp.heads[0].scale == pytest.approx(12**0.5) and sc.scale_from == "√query_pre_attn_scalar = √12 (Gemma 2)"
-    assert comp.heads[0].softcap == 5.0
+    assert comp.heads[0].need(Capped).softcap == 5.0
     assert sc.norm is not None
     gamma = model.model.layers[layer].input_layernorm.weight.detach().numpy().astype(np.float32)
     np.testing.assert_array_equal(sc.norm.gamma, gamma.astype(np.float64) + 1.0)  # (1 + γ)

@@ -26,6 +26,7 @@ from qkv_tui import compute
 from qkv_tui.core.scenario import load_scenario
 from qkv_tui.importers import expand_model
 from qkv_tui.importers.gguf_header import Header
+from qkv_tui.kernels.rope import Rotated
 
 from .gguf_fixtures import (
     build_hf,
@@ -138,7 +139,7 @@ def test_the_permuted_llama_head_scores_as_the_checkpoints_half_layout(checkpoin
         d_k = a.Q.shape[1]
         order = [i // 2 + (d_k // 2) * (i % 2) for i in range(d_k)]
         np.testing.assert_allclose(a.Q, b.Q[:, order], atol=1e-9)
-        np.testing.assert_allclose(a.K_rot, b.K_rot[:, order], atol=1e-9)
+        np.testing.assert_allclose(a.need(Rotated).K_rot, b.need(Rotated).K_rot[:, order], atol=1e-9)
 
 
 @pytest.mark.parametrize("qtype", ["F32", "Q8_0"])

@@ -16,6 +16,8 @@ from typing import Any
 import numpy as np
 import pytest
 
+from qkv_tui.kernels.gate import Gated
+
 from .test_importers_families import (
     ROPE_FLOAT32,
     TEXT,
@@ -63,8 +65,8 @@ def test_qwen35_full_attention_layer_with_its_gate_qk_norm_and_partial_rope(tmp_
         np.testing.assert_array_equal(head.W_G, q_and_gate[:, h, 1])
         np.testing.assert_array_equal(head.W_K, k[:, g * D_K:(g + 1) * D_K])
         np.testing.assert_array_equal(head.W_V, v[:, g * D_K:(g + 1) * D_K])
-        assert head.gated_output is not None
-        np.testing.assert_allclose(head.gated_output, ref["merged"][:, h * D_K:(h + 1) * D_K],
+        assert head.part(Gated) is not None
+        np.testing.assert_allclose(head.need(Gated).gated, ref["merged"][:, h * D_K:(h + 1) * D_K],
                                    rtol=ROPE_FLOAT32, atol=ROPE_FLOAT32)
     np.testing.assert_allclose(comp.output, ref["attn"], rtol=ROPE_FLOAT32, atol=ROPE_FLOAT32)
     assert sc.qk_norm is not None and sc.qk_norm.over == "head"  # (1 + γ): the stored weight plus one
@@ -85,7 +87,7 @@ def test_qwen35_chosen_heads_carry_their_own_gate(tmp_path: Path) -> None:
     comp = compute(parse_scenario(path.read_text(encoding="utf-8"), str(path)))
     ref = _decoder_reference(model, comp, 0)
     for head, h in zip(comp.heads, (3, 0), strict=True):
-        np.testing.assert_allclose(head.gated_output, ref["merged"][:, h * D_K:(h + 1) * D_K],
+        np.testing.assert_allclose(head.need(Gated).gated, ref["merged"][:, h * D_K:(h + 1) * D_K],
                                    rtol=ROPE_FLOAT32, atol=ROPE_FLOAT32)
 
 

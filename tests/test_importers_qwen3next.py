@@ -18,6 +18,7 @@ import pytest
 
 from qkv_tui.importers.hf_folder import open_folder
 from qkv_tui.importers.stack import residual_stream
+from qkv_tui.kernels.gate import Gated
 
 from .test_importers_families import (
     TEXT,
@@ -83,11 +84,11 @@ def test_a_full_attention_layer_above_linear_ones_opens(tmp_path: Path, kind: st
     q_and_gate = _linear(model.model.layers[2].self_attn.q_proj.weight).reshape(32, HEADS, 2, D_K)
     for h, head in enumerate(comp.heads):
         np.testing.assert_array_equal(head.W_Q, q_and_gate[:, h, 0])
-        assert head.gated_output is not None
+        assert head.part(Gated) is not None
         # transformers runs in float32 through two delta-rule layers first: its noise scales with the largest
         # value (|-11.35| here), as the output's tolerance below does; a flat 1e-4 failed by 1.3e-4 on one cell
         merged = ref["merged"][:, h * D_K:(h + 1) * D_K]
-        np.testing.assert_allclose(head.gated_output, merged, rtol=1e-4, atol=1e-4 * float(np.abs(ref["merged"]).max()))
+        np.testing.assert_allclose(head.need(Gated).gated, merged, rtol=1e-4, atol=1e-4 * float(np.abs(ref["merged"]).max()))
     np.testing.assert_allclose(comp.output, ref["attn"], rtol=1e-4, atol=1e-4 * float(np.abs(ref["attn"]).max()))
     assert sc.input.schedule == ("linear", "linear", "full", "linear")
     assert ("Qwen3-Next" if kind == "qwen3_next" else "Qwen3.5") in sc.description

@@ -16,8 +16,8 @@ from qkv_tui.display.state_view import state_frame
 from qkv_tui.edges.export_json import to_json
 from qkv_tui.edges.export_markdown import to_markdown
 from qkv_tui.edges.export_toml import to_toml
-from qkv_tui.kernels.deltanet import decay_mask, deltanet_forward, gates
-from qkv_tui.kernels.linear import LinearSpec, linear_forward
+from qkv_tui.kernels.deltanet import DeltaForward, decay_mask, deltanet_forward, gates
+from qkv_tui.kernels.linear import LinearForward, LinearSpec, linear_forward
 from qkv_tui.teach.handcalc import compute_hand
 from qkv_tui.teach.trace import Trace
 
@@ -63,10 +63,10 @@ def test_both_forms_agree_with_a_loop(feature: str, normalize: bool) -> None:
 
 def test_the_built_in_scenario_agrees_by_hand_too() -> None:
     comp = compute(load_scenario("linear"))
-    lin = comp.heads[0].linear
+    lin = comp.heads[0].part(LinearForward)
     assert lin is not None and np.allclose(lin.recurrent, lin.output, rtol=1e-14)
     assert np.array_equal(comp.output, lin.output)  # Concat joins the quadratic form's output
-    hand = compute_hand(comp, 3).heads[0].linear
+    hand = compute_hand(comp, 3).heads[0].part(LinearForward)
     assert hand is not None
     assert np.abs(hand.recurrent - lin.output).max() < 0.01 and np.abs(hand.output - lin.output).max() < 0.01
 
@@ -109,7 +109,7 @@ def test_the_gates_are_qwen3_nexts() -> None:
 def test_the_built_in_deltanet_scenario_is_the_reference() -> None:
     comp = compute(load_scenario("deltanet"))
     hr = comp.heads[0]
-    dn = hr.deltanet
+    dn = hr.part(DeltaForward)
     assert dn is not None
     g = np.array([-0.5, -0.5, -0.5])
     out, _ = _torch_reference(hr.Q, hr.K, hr.V, g, np.array([1.0, 0.5, 0.5]))
@@ -148,7 +148,7 @@ def test_linear_json_and_toml_round_trip() -> None:
     doc = json.loads(to_json(comp))
     head = doc["linear"]["heads"][0]
     assert set(head) == {"phi_Q", "phi_K", "S", "z", "output"}
-    assert np.allclose(np.array(head["S"]), comp.heads[0].linear.S)
+    assert np.allclose(np.array(head["S"]), comp.heads[0].part(LinearForward).S)
     again = compute(parse_scenario(to_toml(comp.scenario), "again.toml"))
     assert np.array_equal(again.output, comp.output)
 
@@ -270,5 +270,6 @@ def test_an_edit_recomputes_the_state(name: str) -> None:
     sc = load_scenario(name)
     edited, comp = edit(sc, InputCell("X", None, 1, 0), "2")
     assert edited.X[1, 0] == 2 and (edited.linear is not None or edited.deltanet is not None)
-    S = comp.heads[0].linear.S if comp.heads[0].linear is not None else comp.heads[0].deltanet.S
+    lin = comp.heads[0].part(LinearForward)
+    S = lin.S if lin is not None else comp.heads[0].need(DeltaForward).S
     assert S.shape[0] == 3 and not np.array_equal(comp.output, compute(sc).output)

@@ -16,6 +16,7 @@ from qkv_tui import compute, load_scenario
 from qkv_tui.core.scenario import ScenarioError, parse_scenario
 from qkv_tui.edges.export_json import write_json
 from qkv_tui.edges.export_toml import to_toml
+from qkv_tui.kernels.mla import MlaHead
 from qkv_tui.teach.handcalc import compute_hand
 
 torch = pytest.importorskip("torch")
@@ -132,8 +133,8 @@ def test_against_deepseek_v3_attention_in_torch(seed: int, d_cq: int | None, nor
         np.testing.assert_allclose(hr.weights, ref["weights"][h].numpy(), rtol=1e-12, atol=1e-12)
         np.testing.assert_allclose(hr.output, ref["heads"][h].numpy(), rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(comp.output, ref["output"].numpy(), rtol=1e-12, atol=1e-12)
-    assert comp.heads[0].mla is not None
-    np.testing.assert_allclose(comp.heads[0].mla.shared.c_KV, ref["c_KV"].numpy(), rtol=1e-12, atol=1e-12)
+    assert comp.heads[0].part(MlaHead) is not None
+    np.testing.assert_allclose(comp.heads[0].part(MlaHead).shared.c_KV, ref["c_KV"].numpy(), rtol=1e-12, atol=1e-12)
 
 
 def test_against_transformers_own_module() -> None:
@@ -181,9 +182,9 @@ def test_absorbed_equals_expanded(seed: int) -> None:
     text, _ = random_mla(seed, d_cq=None if seed % 2 else 4, norms=seed % 3 != 0)
     comp = compute(parse_scenario(text, "mla.toml"))
     for hr in comp.heads:
-        assert hr.mla is not None
-        np.testing.assert_allclose(hr.mla.absorbed_scores, hr.scores, rtol=0, atol=1e-12)
-        np.testing.assert_allclose(hr.mla.absorbed_output, hr.output, rtol=0, atol=1e-12)
+        assert hr.part(MlaHead) is not None
+        np.testing.assert_allclose(hr.part(MlaHead).absorbed_scores, hr.scores, rtol=0, atol=1e-12)
+        np.testing.assert_allclose(hr.part(MlaHead).absorbed_output, hr.output, rtol=0, atol=1e-12)
 
 
 def test_the_builtin_is_small_and_checks_by_hand() -> None:
@@ -191,14 +192,14 @@ def test_the_builtin_is_small_and_checks_by_hand() -> None:
     assert sc.mla is not None and (sc.mla.num_heads, sc.mla.d_c, sc.mla.d_nope, sc.mla.d_rope) == (2, 2, 2, 2)
     assert sc.tokens == ("I", "love", "AI")
     comp = compute(sc)
-    assert comp.heads[0].mla is not None
-    np.testing.assert_array_equal(comp.heads[0].mla.shared.c_KV, [[1, 1], [1, 0], [1, 0]])  # as its description says
+    assert comp.heads[0].part(MlaHead) is not None
+    np.testing.assert_array_equal(comp.heads[0].part(MlaHead).shared.c_KV, [[1, 1], [1, 0], [1, 0]])  # as its description says
     assert sc.mla.cache_per_token() == (4, 8)
     hand = compute_hand(comp, 3)
     for h, exact in zip(hand.heads, comp.heads, strict=True):
-        assert h.mla is not None
+        assert h.part(MlaHead) is not None
         np.testing.assert_allclose(h.output, exact.output, atol=5e-3)
-        np.testing.assert_allclose(h.mla.absorbed_output, exact.output, atol=5e-3)
+        np.testing.assert_allclose(h.part(MlaHead).absorbed_output, exact.output, atol=5e-3)
 
 
 def test_deepseek_v3_cache_line() -> None:

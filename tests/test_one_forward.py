@@ -26,6 +26,8 @@ from qkv_tui import compute
 from qkv_tui.core.engine import Computation
 from qkv_tui.core.scenario import parse_scenario
 from qkv_tui.edges.worksheet.chain import Table, chain, kv_owners
+from qkv_tui.kernels.rope import Rotated
+from qkv_tui.kernels.softmax import Biased, Sunk
 from qkv_tui.teach.handcalc import compute_hand
 
 from .variants_cases import ModernCase, modern_cases, reference
@@ -95,12 +97,12 @@ def test_exact_agrees_with_the_loop_reference(case: ModernCase) -> None:
     for hr, want in zip(comp.heads, ref["heads"], strict=True):
         for name in ("Q", "K", "V", "scores", "weights", "output"):
             _close(getattr(hr, name), want[name], 1e-9)
-        if hr.Q_rot is not None:
-            _close(hr.Q_rot, want["Q_rot"], 1e-9)
-            _close(hr.K_rot, want["K_rot"], 1e-9)
+        if hr.part(Rotated) is not None:
+            _close(hr.need(Rotated).Q_rot, want["Q_rot"], 1e-9)
+            _close(hr.need(Rotated).K_rot, want["K_rot"], 1e-9)
         _close(hr.scaled, want["scaled"], 1e-9)
-        if hr.bias is not None:
-            _close(hr.bias, want["bias"], 1e-9)
+        if hr.part(Biased) is not None:
+            _close(hr.need(Biased).bias, want["bias"], 1e-9)
     _close(comp.output, ref["output"], 1e-9)
     if comp.norm is not None:
         _close(comp.norm.X_norm, ref["X_norm"], 1e-9)
@@ -137,9 +139,9 @@ def test_by_hand_every_table_is_worked_from_its_rounded_operands(case: ModernCas
             products = _loop_matmul(src, W, keep)
             _within(getattr(hr, name), [[keep.table(v + (float(b[c]) if b is not None else 0.0))
                                          for c, v in enumerate(row)] for row in products], d)
-        if hr.Q_rot is not None:
-            assert sc.rope is not None and sc.positions is not None and hr.K_rot is not None
-            for M, turned in ((hr.Q, hr.Q_rot), (hr.K, hr.K_rot)):
+        if hr.part(Rotated) is not None:
+            assert sc.rope is not None and sc.positions is not None and hr.part(Rotated) is not None
+            for M, turned in ((hr.Q, hr.need(Rotated).Q_rot), (hr.K, hr.need(Rotated).K_rot)):
                 _within(turned, _loop_rotate(M, sc.rope.base, sc.rope.layout, sc.positions, keep), d)
         _within(hr.scores, _loop_matmul(hr.Q_used, hr.K_used.T, keep), d)
         div = keep.worked(math.sqrt(hr.d_k) if hr.scale_is_default else hr.scale) or hr.scale
@@ -147,19 +149,20 @@ def test_by_hand_every_table_is_worked_from_its_rounded_operands(case: ModernCas
         _within(hr.scaled, [[keep.table(float(s) / div) for s in row] for row in hr.scores], d)
         for i in range(sc.n):
             allowed = [j for j in range(sc.m) if sc.allow[i, j]]
-            logits = [float(hr.scaled[i, j]) + (float(hr.bias[i, j]) if hr.bias is not None else 0.0) for j in allowed]
-            if hr.bias is not None:
+            bias = hr.read(Biased, lambda b: b.bias)
+            logits = [float(hr.scaled[i, j]) + (float(bias[i, j]) if bias is not None else 0.0) for j in allowed]
+            if hr.part(Biased) is not None:
                 logits = [keep.table(v) for v in logits]
             _within(hr.masked[i, allowed], logits, d)
-            top = max([float(hr.masked[i, j]) for j in allowed] + ([hr.sink] if hr.sink is not None else []))
+            top = max([float(hr.masked[i, j]) for j in allowed] + ([hr.need(Sunk).sink] if hr.part(Sunk) is not None else []))
             exps = [keep.table(keep.worked(math.exp(keep.worked(float(hr.masked[i, j]) - top)))) for j in allowed]
             _within(hr.exps[i, allowed], exps, d)
             total = sum(float(hr.exps[i, j]) for j in allowed)
-            if hr.sink is not None:
-                assert hr.sink_exp is not None
-                sink_e = keep.worked(math.exp(keep.worked(hr.sink - top)))
-                assert abs(float(hr.sink_exp[i]) - sink_e) <= _unit(d)
-                total += float(hr.sink_exp[i])
+            if hr.part(Sunk) is not None:
+                assert hr.part(Sunk) is not None
+                sink_e = keep.worked(math.exp(keep.worked(hr.need(Sunk).sink - top)))
+                assert abs(float(hr.need(Sunk).sink_exp[i]) - sink_e) <= _unit(d)
+                total += float(hr.need(Sunk).sink_exp[i])
             assert abs(float(hr.row_sum[i]) - keep.worked(total)) <= _unit(d)
             _within(hr.weights[i, allowed], [keep.table(float(hr.exps[i, j]) / float(hr.row_sum[i])) for j in allowed],
                     d)

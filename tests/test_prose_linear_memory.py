@@ -13,6 +13,7 @@ import pytest
 
 from qkv_tui.core.engine import compute
 from qkv_tui.core.scenario import builtin_dir, load_scenario, parse_scenario
+from qkv_tui.kernels.linear import LinearForward
 from qkv_tui.teach.trace import Trace
 
 BUILTIN = (builtin_dir() / "linear.toml").read_text(encoding="utf-8")
@@ -80,7 +81,7 @@ def test_the_reuse_holds_for_the_identity_feature_map() -> None:
     """φ(x) = x: the recurrent form (the keys' sums built once) gives the quadratic form's outputs."""
     text = BUILTIN.replace('feature = "elu1"', 'feature = "identity"').replace("normalize = true", "normalize = false")
     head = compute(parse_scenario(text, "identity.toml")).heads[0]
-    lin = head.linear
+    lin = head.part(LinearForward)
     assert lin is not None
     assert np.allclose(lin.recurrent, lin.output)
     assert sum(line.startswith("✓ o[") for line in details(text)) == 3

@@ -10,7 +10,7 @@ import numpy as np
 from qkv_tui.core.engine import compute
 from qkv_tui.core.gradients import gradients
 from qkv_tui.core.scenario import builtin_dir, load_scenario, parse_scenario
-from qkv_tui.kernels.deltanet import decay_mask
+from qkv_tui.kernels.deltanet import DeltaForward, decay_mask
 from qkv_tui.teach.trace import Trace
 
 
@@ -57,12 +57,11 @@ def test_the_delta_rules_mask_depends_on_each_tokens_g() -> None:
     dn = given.deltanet
     assert dn is not None and dn.g is not None and np.all(np.asarray(dn.g) == -0.5)
     head = compute(given).heads[0]
-    assert head.deltanet is not None
-    D = decay_mask(head.deltanet.g)
+    assert head.part(DeltaForward) is not None
+    D = decay_mask(head.part(DeltaForward).g)
     assert np.isclose(D[1, 0], D[2, 1])  # a constant g: equal distances, equal fading
     learns = compute(load_scenario("deltanet_learns")).heads[0]  # g from the weights, token by token
-    assert learns.deltanet is not None
-    D = decay_mask(learns.deltanet.g)
+    D = decay_mask(learns.need(DeltaForward).g)
     assert not np.isclose(D[1, 0], D[2, 1])  # the same distance, faded differently: data-dependent
 
 
@@ -72,7 +71,7 @@ def test_unit_keys_make_the_delta_write_an_exact_overwrite() -> None:
     assert "I − βkkᵀ has eigenvalues 1 (across k) and 1 − β (along k)" in words
     for name in ("deltanet", "deltanet_learns"):
         head = compute(load_scenario(name)).heads[0]
-        dn = head.deltanet
+        dn = head.part(DeltaForward)
         assert dn is not None
         for t in range(len(dn.beta)):
             k, beta = dn.k[t], float(dn.beta[t])

@@ -11,6 +11,7 @@ import numpy as np
 from qkv_tui.core.engine import compute
 from qkv_tui.core.gradients import gradients
 from qkv_tui.core.scenario import builtin_dir, parse_scenario
+from qkv_tui.kernels.softmax import Capped
 from qkv_tui.teach.trace import Trace
 
 # softcap.toml's two heads (caps 5 and 50) with a dO, so the backward stages run
@@ -25,7 +26,7 @@ def test_under_a_cap_the_formulas_said_give_the_gradients() -> None:
     trace = Trace(comp)
     g = gradients(comp)
     for h, hr in enumerate(comp.heads):
-        c = hr.softcap
+        c = hr.need(Capped).softcap
         assert c is not None
         scale_words, score_words = trace.meaning("dscale", h), trace.meaning("dscore", h)
         assert "the gradient at the capped scores is dS itself" in scale_words
@@ -45,7 +46,7 @@ def test_under_a_cap_the_formulas_said_give_the_gradients() -> None:
 def test_without_a_cap_dscore_keeps_ds_k_over_scale() -> None:
     text = CAPPED.replace('softcap = 5.0 ', '# ').replace('softcap = 50.0 ', '# ')
     comp = compute(parse_scenario(text, "uncapped.toml"))
-    assert all(hr.softcap is None for hr in comp.heads)
+    assert all(hr.part(Capped) is None for hr in comp.heads)
     trace = Trace(comp)
     assert "dQ = dS·K / scale" in trace.meaning("dscore", 0)
     assert "at the scaled scores is dS itself" in trace.meaning("dscale", 0)

@@ -18,6 +18,7 @@ import pytest
 
 from qkv_tui.core.engine import compute
 from qkv_tui.core.scenario import builtin_dir, load_scenario, parse_scenario
+from qkv_tui.kernels.rope import Rotated
 from qkv_tui.teach.trace import Trace
 
 BUILTIN = (builtin_dir() / "rope_scaling.toml").read_text(encoding="utf-8")
@@ -127,8 +128,8 @@ def test_under_partial_rotary_only_the_turned_part_carries_a_squared() -> None:
             "original_max_position_embeddings = 256", f"original_max_position_embeddings = 256\n"
                                                       f"attention_factor = {attention_factor}")
         head = compute(parse_scenario(t, "p.toml")).heads[0]
-        assert head.Q_rot is not None and head.K_rot is not None
-        return head.Q_rot[:, :2] @ head.K_rot[:, :2].T, head.Q_rot[:, 2:] @ head.K_rot[:, 2:].T
+        rot = head.need(Rotated)
+        return rot.Q_rot[:, :2] @ rot.K_rot[:, :2].T, rot.Q_rot[:, 2:] @ rot.K_rot[:, 2:].T
 
     a = 0.1 * math.log(4) + 1
     (turned_a, passed_a), (turned_1, passed_1) = parts(a), parts(1.0)

@@ -16,6 +16,8 @@ from qkv_tui.core.cell_edit import InputCell, apply_edit, input_cells, save_text
 from qkv_tui.core.scenario import parse_scenario
 from qkv_tui.edges.export_json import to_json
 from qkv_tui.edges.export_toml import to_toml
+from qkv_tui.kernels.norm import QKNormed
+from qkv_tui.kernels.rope import Rotated
 from qkv_tui.teach.handcalc import compute_hand, round_to
 from qkv_tui.teach.stages import REGISTRY
 from qkv_tui.teach.trace import Trace
@@ -60,12 +62,12 @@ def test_per_head_is_rms_norm_of_each_vector_and_torch_agrees() -> None:
     assert qk is not None and qk.over == "head"
     for h, hr in enumerate(comp.heads):
         Q, K = sc.X @ sc.heads[h].W_Q, sc.X @ sc.heads[h].W_K
-        assert np.allclose(hr.Q_norm, rms_rows(Q, qk.gamma_q, qk.eps), rtol=1e-13, atol=0)
-        assert np.allclose(hr.K_norm, rms_rows(K, qk.gamma_k, qk.eps), rtol=1e-13, atol=0)
+        assert np.allclose(hr.need(QKNormed).Q_norm, rms_rows(Q, qk.gamma_q, qk.eps), rtol=1e-13, atol=0)
+        assert np.allclose(hr.need(QKNormed).K_norm, rms_rows(K, qk.gamma_k, qk.eps), rtol=1e-13, atol=0)
         theirs = torch.nn.functional.rms_norm(torch.from_numpy(Q), (hr.d_k,), torch.from_numpy(np.array(qk.gamma_q)),
                                               qk.eps).numpy()
-        assert np.allclose(hr.Q_norm, theirs, rtol=1e-13, atol=1e-15)
-        expected = loop_attention(hr.Q_norm, hr.K_norm, hr.V, math.sqrt(hr.d_k))
+        assert np.allclose(hr.need(QKNormed).Q_norm, theirs, rtol=1e-13, atol=1e-15)
+        expected = loop_attention(hr.need(QKNormed).Q_norm, hr.need(QKNormed).K_norm, hr.V, math.sqrt(hr.d_k))
         assert np.allclose(hr.output, expected, rtol=1e-12, atol=1e-14)
     # the seed-sized numbers the description promises
     first = comp.heads[0]
@@ -87,12 +89,13 @@ def test_over_all_heads_normalises_the_whole_projection_like_olmo2() -> None:
     k_hat = rms_rows(K_all, qk.gamma_k, qk.eps)
     for h, hr in enumerate(comp.heads):
         cut = slice(h * hr.d_k, (h + 1) * hr.d_k)
-        assert np.allclose(hr.Q_norm, q_hat[:, cut], rtol=1e-13, atol=1e-15)
-        assert np.allclose(hr.K_norm, k_hat[:, cut], rtol=1e-13, atol=1e-15)
-    assert np.allclose(comp.heads[0].Q_norm[0], [2 / math.sqrt(1.25 + 1e-6), 0], rtol=1e-12)
-    assert np.allclose(comp.heads[1].Q_norm[0], [0, 1 / math.sqrt(1.25 + 1e-6)], rtol=1e-12)
+        assert np.allclose(hr.need(QKNormed).Q_norm, q_hat[:, cut], rtol=1e-13, atol=1e-15)
+        assert np.allclose(hr.need(QKNormed).K_norm, k_hat[:, cut], rtol=1e-13, atol=1e-15)
+    assert np.allclose(comp.heads[0].need(QKNormed).Q_norm[0], [2 / math.sqrt(1.25 + 1e-6), 0], rtol=1e-12)
+    assert np.allclose(comp.heads[1].need(QKNormed).Q_norm[0], [0, 1 / math.sqrt(1.25 + 1e-6)], rtol=1e-12)
     per_head = compute(load_scenario("qk_norm"))
-    assert not np.allclose(per_head.heads[1].Q_norm, comp.heads[1].Q_norm)  # the two placements differ
+    # the two placements differ
+    assert not np.allclose(per_head.heads[1].need(QKNormed).Q_norm, comp.heads[1].need(QKNormed).Q_norm)
 
 
 def test_with_rope_grouped_kv_heads_and_a_pre_norm() -> None:
@@ -106,14 +109,14 @@ def test_with_rope_grouped_kv_heads_and_a_pre_norm() -> None:
     q_hat = rms_rows(np.concatenate([X_hat @ h.W_Q for h in sc.heads], axis=1), qk.gamma_q, qk.eps)
     k_hat = rms_rows(X_hat @ sc.heads[0].W_K, qk.gamma_k, qk.eps)
     for h, hr in enumerate(comp.heads):
-        assert np.allclose(hr.Q_norm, q_hat[:, 2 * h:2 * h + 2], rtol=1e-12)
-        assert np.allclose(hr.K_norm, k_hat, rtol=1e-12)
+        assert np.allclose(hr.need(QKNormed).Q_norm, q_hat[:, 2 * h:2 * h + 2], rtol=1e-12)
+        assert np.allclose(hr.need(QKNormed).K_norm, k_hat, rtol=1e-12)
         # RoPE turns the normalised vectors: half layout, one pair (0, 1), angle = position
         for i, p in enumerate(range(sc.n)):
             c, s = math.cos(p), math.sin(p)
-            a, b = hr.Q_norm[i]
-            assert np.allclose(hr.Q_rot[i], [a * c - b * s, a * s + b * c], rtol=1e-12, atol=1e-15)
-    assert comp.heads[1].K_norm is comp.heads[0].K_norm  # one K/V head: normalised once
+            a, b = hr.need(QKNormed).Q_norm[i]
+            assert np.allclose(hr.need(Rotated).Q_rot[i], [a * c - b * s, a * s + b * c], rtol=1e-12, atol=1e-15)
+    assert comp.heads[1].need(QKNormed).K_norm is comp.heads[0].need(QKNormed).K_norm  # one K/V head: normalised once
 
 
 @st.composite
@@ -148,8 +151,8 @@ def test_generated_scenarios_agree_with_the_loop(text: str) -> None:
             q_hat, k_hat = rms_rows(Q_all[:, cut], qk.gamma_q, qk.eps), rms_rows(K_all[:, cut], qk.gamma_k, qk.eps)
         else:
             q_hat, k_hat = rms_rows(Q_all, qk.gamma_q, qk.eps)[:, cut], rms_rows(K_all, qk.gamma_k, qk.eps)[:, cut]
-        assert np.allclose(hr.Q_norm, q_hat, rtol=1e-12, atol=1e-12)
-        assert np.allclose(hr.K_norm, k_hat, rtol=1e-12, atol=1e-12)
+        assert np.allclose(hr.need(QKNormed).Q_norm, q_hat, rtol=1e-12, atol=1e-12)
+        assert np.allclose(hr.need(QKNormed).K_norm, k_hat, rtol=1e-12, atol=1e-12)
         assert np.allclose(hr.output, loop_attention(q_hat, k_hat, hr.V, math.sqrt(d_k)), rtol=1e-9, atol=1e-9)
         assert np.allclose(hr.weights.sum(axis=1), 1.0)
     # the trace has a QK-norm operation for each cell of Q̂, and of each K̂ once
@@ -157,7 +160,7 @@ def test_generated_scenarios_agree_with_the_loop(text: str) -> None:
     ops = [trace.op(i) for i in range(len(trace))]
     qk_ops = [op for op in ops if op.stage.key == "qk_norm"]
     assert len(qk_ops) == len(comp.heads) * sc.n * d_k * 2
-    assert all(op.value == float(getattr(comp.heads[op.head], op.segment.target)[op.row, op.col]) for op in qk_ops)
+    assert all(op.value == float(getattr(comp.heads[op.head].need(QKNormed), op.segment.target)[op.row, op.col]) for op in qk_ops)
 
 
 def test_the_stage_sits_between_project_and_rotate() -> None:
@@ -181,17 +184,17 @@ def test_by_hand_every_intermediate_is_rounded() -> None:
     comp = compute(load_scenario("qk_norm_all"))
     hand = compute_hand(comp, 2)
     for hr in hand.heads:
-        assert hr.Q_normed is not None
-        assert np.array_equal(hr.Q_norm, round_to(hr.Q_norm, 2))
-        assert np.array_equal(hr.Q_normed.root, round_to(hr.Q_normed.root, 2))
-    assert np.allclose(hand.heads[0].Q_norm, comp.heads[0].Q_norm, atol=0.02)
+        assert hr.part(QKNormed) is not None
+        assert np.array_equal(hr.need(QKNormed).Q_norm, round_to(hr.need(QKNormed).Q_norm, 2))
+        assert np.array_equal(hr.need(QKNormed).Q_normed.root, round_to(hr.need(QKNormed).Q_normed.root, 2))
+    assert np.allclose(hand.heads[0].need(QKNormed).Q_norm, comp.heads[0].need(QKNormed).Q_norm, atol=0.02)
 
 
 def test_json_has_the_normalised_vectors_and_null_without() -> None:
     comp = compute(load_scenario("qk_norm"))
     doc = json.loads(to_json(comp))
-    assert doc["heads"][0]["Q_norm"] == comp.heads[0].Q_norm.tolist()
-    assert doc["heads"][1]["K_norm"] == comp.heads[1].K_norm.tolist()
+    assert doc["heads"][0]["Q_norm"] == comp.heads[0].need(QKNormed).Q_norm.tolist()
+    assert doc["heads"][1]["K_norm"] == comp.heads[1].need(QKNormed).K_norm.tolist()
     plain = json.loads(to_json(compute(load_scenario("i_love_ai"))))
     assert plain["heads"][0]["Q_norm"] is None and plain["heads"][0]["K_norm"] is None
 
@@ -203,7 +206,7 @@ def test_toml_export_round_trips(name: str) -> None:
     assert "[qk_norm]" in text and "eps = 1e-06" in text
     again = compute(parse_scenario(text, "again.toml"))
     for a, b in zip(comp.heads, again.heads):
-        assert np.array_equal(a.Q_norm, b.Q_norm) and np.array_equal(a.output, b.output)
+        assert np.array_equal(a.need(QKNormed).Q_norm, b.need(QKNormed).Q_norm) and np.array_equal(a.output, b.output)
 
 
 def test_the_gains_are_editable_and_saved_back() -> None:
@@ -212,7 +215,7 @@ def test_the_gains_are_editable_and_saved_back() -> None:
     assert [c.label(sc) for c in cells] == ["gamma_q[0]", "gamma_q[1]", "gamma_k[0]", "gamma_k[1]"]
     edited = apply_edit(sc, InputCell("gamma_q", None, 0, 1), "3")
     assert edited.qk_norm is not None and edited.qk_norm.gamma_q.tolist() == [1, 3]
-    assert np.allclose(compute(edited).heads[0].Q_norm[:, 1], 3 * compute(sc).heads[0].Q_norm[:, 1])
+    assert np.allclose(compute(edited).heads[0].need(QKNormed).Q_norm[:, 1], 3 * compute(sc).heads[0].need(QKNormed).Q_norm[:, 1])
     original = (ROOT / "scenarios" / "qk_norm.toml").read_text(encoding="utf-8")
     saved = save_text(original, edited, [InputCell("gamma_q", None, 0, 1)])
     assert parse_scenario(saved, "saved.toml").qk_norm.gamma_q.tolist() == [1, 3]

@@ -11,6 +11,8 @@ from hypothesis import strategies as st
 
 from qkv_tui import compute, load_scenario
 from qkv_tui.display.view import hand_note
+from qkv_tui.kernels.deltanet import DeltaForward
+from qkv_tui.kernels.softmax import Sunk
 from qkv_tui.teach.handcalc import compute_hand, round_to
 from qkv_tui.teach.quiz import Score, check_choice, check_number, hide_result, parse_number, questions
 from qkv_tui.teach.trace import Trace
@@ -60,9 +62,9 @@ def test_hand_rounding_converges_to_exact(path) -> None:
     hand = compute_hand(comp, 10)
     assert np.allclose(hand.output, comp.output, atol=1e-7)
     for h in hand.heads:
-        if h.deltanet is not None:
+        if h.part(DeltaForward) is not None:
             continue  # its weights are q·k times a decaying mask, weighing the corrections δ: no distribution
-        sink_share = h.sink_exp / h.row_sum if h.sink_exp is not None else 0.0  # a sink's dropped column
+        sink_share = h.need(Sunk).sink_exp / h.row_sum if h.part(Sunk) is not None else 0.0  # a sink's dropped column
         assert np.allclose(h.weights.sum(axis=1) + sink_share, 1, atol=1e-8)
 
 

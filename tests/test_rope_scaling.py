@@ -19,6 +19,7 @@ from qkv_tui.display.view import View
 from qkv_tui.edges.export_json import to_json
 from qkv_tui.edges.export_markdown import to_markdown
 from qkv_tui.edges.export_toml import to_toml
+from qkv_tui.kernels.rope import Rotated
 from qkv_tui.kernels.rope_scaling import inv_freq, rotated_dims
 from qkv_tui.teach.decode import SCHEDULES, decode
 from qkv_tui.teach.handcalc import compute_hand
@@ -126,7 +127,7 @@ def test_turn_scaled_is_the_engines_rotation(scaling: str | None) -> None:
     thetas, a = inv_freq(fields["type"] if fields else "default", 100.0, 8, partial_rotary_factor=0.5,
                          **{k: v for k, v in (fields or {}).items() if k != "type"})
     got = turn_scaled(comp.heads[0].Q, "half", thetas, a, np.array(positions, dtype=float))
-    assert np.array_equal(got, comp.heads[0].Q_rot)
+    assert np.array_equal(got, comp.heads[0].need(Rotated).Q_rot)
 
 
 # --- the rotation against transformers' partial application and a loop ------------------------------
@@ -153,7 +154,7 @@ def test_partial_half_layout_is_phi3s_apply_rotary_pos_emb(scaling: str | None) 
     positions = (0, 5, 40)
     comp = comp_of(scenario_text(8, "half", 0.5, SCALINGS.get(scaling or ""), positions))
     rope, head = comp.scenario.rope, comp.heads[0]
-    assert rope is not None and head.Q_rot is not None and head.K_rot is not None
+    assert rope is not None and head.part(Rotated) is not None and head.part(Rotated) is not None
     freqs = np.outer(positions, rope.inv_freq(8))  # (n, r/2), as the rotary embedding's forward
     emb = np.concatenate([freqs, freqs], axis=-1)  # (n, r)
     cos = torch.tensor(np.cos(emb) * rope.attention_factor)[None]
@@ -161,9 +162,9 @@ def test_partial_half_layout_is_phi3s_apply_rotary_pos_emb(scaling: str | None) 
     q = torch.tensor(head.Q)[None, None]
     k = torch.tensor(head.K)[None, None]
     q_embed, k_embed = apply_rotary_pos_emb(q, k, cos, sin)
-    assert np.allclose(q_embed[0, 0].numpy(), head.Q_rot, rtol=1e-12, atol=1e-12)
-    assert np.allclose(k_embed[0, 0].numpy(), head.K_rot, rtol=1e-12, atol=1e-12)
-    assert np.array_equal(head.Q_rot[:, 4:], head.Q[:, 4:])  # the unrotated half is passed through exactly
+    assert np.allclose(q_embed[0, 0].numpy(), head.need(Rotated).Q_rot, rtol=1e-12, atol=1e-12)
+    assert np.allclose(k_embed[0, 0].numpy(), head.need(Rotated).K_rot, rtol=1e-12, atol=1e-12)
+    assert np.array_equal(head.need(Rotated).Q_rot[:, 4:], head.Q[:, 4:])  # the unrotated half is passed through exactly
 
 
 def test_partial_interleaved_layout_is_gptjs_rotary_dim() -> None:
@@ -173,13 +174,13 @@ def test_partial_interleaved_layout_is_gptjs_rotary_dim() -> None:
     positions = (0, 5, 40)
     comp = comp_of(scenario_text(8, "interleaved", 0.5, None, positions))
     rope, head = comp.scenario.rope, comp.heads[0]
-    assert rope is not None and head.Q_rot is not None
+    assert rope is not None and head.part(Rotated) is not None
     freqs = np.outer(positions, rope.inv_freq(8))  # (n, r/2)
     q = torch.tensor(head.Q)[None, :, None, :]  # (batch, seq, heads, d_k), as GPT-J holds it
     rotary_dim = 4
     q_rot = apply_rotary_pos_emb(q[..., :rotary_dim], torch.tensor(np.sin(freqs))[None], torch.tensor(np.cos(freqs))[None])
     got = torch.cat([q_rot, q[..., rotary_dim:]], dim=-1)[0, :, 0].numpy()
-    assert np.allclose(got, head.Q_rot, rtol=1e-12, atol=1e-12)
+    assert np.allclose(got, head.need(Rotated).Q_rot, rtol=1e-12, atol=1e-12)
 
 
 @st.composite
@@ -202,16 +203,16 @@ def test_rotation_is_a_loop(case: tuple[str, int, str, float | None, str | None,
     text, d_k, layout, partial, scaling, positions = case
     comp = comp_of(text)
     rope, head = comp.scenario.rope, comp.heads[0]
-    assert rope is not None and head.Q_rot is not None and head.K_rot is not None
+    assert rope is not None and head.part(Rotated) is not None and head.part(Rotated) is not None
     r = int(d_k * (partial or 1.0))
     assert rope.rotated(d_k) == r
     fields = SCALINGS.get(scaling or "")
     thetas, a = inv_freq(fields["type"] if fields else "default", 100.0, d_k, partial_rotary_factor=partial or 1.0,
                          **{k: v for k, v in (fields or {}).items() if k != "type"})
-    assert np.allclose(loop_rotate(head.Q, layout, list(thetas), positions, a), head.Q_rot, rtol=1e-9, atol=1e-9)
-    assert np.allclose(loop_rotate(head.K, layout, list(thetas), positions, a), head.K_rot, rtol=1e-9, atol=1e-9)
+    assert np.allclose(loop_rotate(head.Q, layout, list(thetas), positions, a), head.need(Rotated).Q_rot, rtol=1e-9, atol=1e-9)
+    assert np.allclose(loop_rotate(head.K, layout, list(thetas), positions, a), head.need(Rotated).K_rot, rtol=1e-9, atol=1e-9)
     # a rotation keeps each pair's length, times the attention factor
-    norms = np.linalg.norm(head.Q_rot[:, :r], axis=1)
+    norms = np.linalg.norm(head.need(Rotated).Q_rot[:, :r], axis=1)
     assert np.allclose(norms, a * np.linalg.norm(head.Q[:, :r], axis=1))
 
 
@@ -349,7 +350,7 @@ def test_toml_round_trip(scaling: str | None) -> None:
     comp = comp_of(scenario_text(8, "half", 0.5, SCALINGS.get(scaling or "")))
     again = comp_of(to_toml(comp.scenario))
     assert again.scenario.rope == comp.scenario.rope
-    assert np.array_equal(again.heads[0].Q_rot, comp.heads[0].Q_rot)
+    assert np.array_equal(again.heads[0].need(Rotated).Q_rot, comp.heads[0].need(Rotated).Q_rot)
     assert np.array_equal(again.output, comp.output)
 
 
@@ -369,12 +370,12 @@ def test_hand_rounding_turns_the_same_dims(name: str, decimals: int) -> None:
     comp = load_and_compute(name)
     hand = compute_hand(comp, decimals)
     exact, by_hand = comp.heads[0], hand.heads[0]
-    assert by_hand.Q_rot is not None and exact.Q_rot is not None
+    assert by_hand.part(Rotated) is not None and exact.part(Rotated) is not None
     rope = comp.scenario.rope
     assert rope is not None
     r = rope.rotated(exact.d_k)
-    assert np.array_equal(by_hand.Q_rot[:, r:], by_hand.Q[:, r:])
-    assert np.allclose(by_hand.Q_rot, exact.Q_rot, atol=8 * 10.0 ** -decimals)
+    assert np.array_equal(by_hand.need(Rotated).Q_rot[:, r:], by_hand.Q[:, r:])
+    assert np.allclose(by_hand.need(Rotated).Q_rot, exact.need(Rotated).Q_rot, atol=8 * 10.0 ** -decimals)
     # by hand, a·cos is written down from the rounded cos and the rounded a
     if rope.attention_factor != 1.0:
         text = rotate_text(hand, decimals)
@@ -405,7 +406,7 @@ def test_an_edit_keeps_partial_and_scaling_and_saves_only_the_number() -> None:
     assert cell is not None
     edited, again = edit(comp.scenario, cell, value)
     assert edited.rope == comp.scenario.rope
-    assert again.heads[0].Q_rot is not None and not np.array_equal(again.heads[0].Q_rot, comp.heads[0].Q_rot)
+    assert not np.array_equal(again.heads[0].need(Rotated).Q_rot, comp.heads[0].need(Rotated).Q_rot)
     original = (builtin_dir() / "rope_scaling.toml").read_text(encoding="utf-8")
     saved = save_text(original, edited, [cell])
     assert "[rope.scaling]" in saved and parse_scenario(saved, "s.toml").rope == comp.scenario.rope

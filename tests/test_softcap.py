@@ -29,6 +29,7 @@ from qkv_tui.edges.export_json import write_json
 from qkv_tui.edges.export_markdown import to_markdown
 from qkv_tui.edges.export_toml import to_toml
 from qkv_tui.edges.worksheet.make import to_worksheet
+from qkv_tui.kernels.softmax import Biased, Capped, Sunk
 from qkv_tui.teach.decode import SCHEDULES, decode
 from qkv_tui.teach.handcalc import compute_hand, round_to
 from qkv_tui.teach.tiled import tiled
@@ -107,16 +108,16 @@ def _loop_reference(cc: CappedCase) -> list[dict[str, Any]]:
 def test_engine_agrees_with_an_independent_loop(cc: CappedCase) -> None:
     comp = _comp(cc)
     for hr, want, cap in zip(comp.heads, _loop_reference(cc), cc.caps):
-        assert hr.softcap == cap
+        assert hr.need(Capped).softcap == cap
         if cap is None:
-            assert hr.capped is None
+            assert hr.part(Capped) is None
             continue
-        assert hr.capped is not None
-        assert np.allclose(hr.capped, want["capped"], rtol=1e-12, atol=1e-12)
-        assert np.all(np.abs(hr.capped) <= cap)  # never past ±c
+        assert hr.part(Capped) is not None
+        assert np.allclose(hr.need(Capped).capped, want["capped"], rtol=1e-12, atol=1e-12)
+        assert np.all(np.abs(hr.need(Capped).capped) <= cap)  # never past ±c
         assert np.allclose(hr.weights, want["weights"], rtol=1e-9, atol=1e-12)
         assert np.allclose(hr.output, want["output"], rtol=1e-9, atol=1e-9)
-        logits = hr.capped + (hr.bias if hr.bias is not None else 0.0)
+        logits = hr.need(Capped).capped + (hr.need(Biased).bias if hr.part(Biased) is not None else 0.0)
         assert np.array_equal(hr.masked, np.where(comp.allow, logits, -np.inf))  # capped + bias, −∞ where masked
 
 
@@ -155,7 +156,7 @@ def test_json_export_agrees_with_torch_tanh(cc: CappedCase) -> None:
         kv = comp.heads[h]
         k = torch.tensor(kv.K_used, dtype=torch.float64)
         bias = None if head["bias"] is None else torch.tensor(head["bias"], dtype=torch.float64)
-        weights = _gemma2_eager(q, k, head["scale"], cap, bias, allow, kv.sink)
+        weights = _gemma2_eager(q, k, head["scale"], cap, bias, allow, kv.need(Sunk).sink)
         assert np.allclose(head["weights"], weights.numpy(), rtol=1e-9, atol=1e-12)
 
 
@@ -175,10 +176,10 @@ def test_json_field_sits_after_the_qk_norm_fields_and_is_null_without_a_cap() ->
 def test_the_builtin_caps_the_sharp_head_and_barely_moves_the_seed() -> None:
     comp = compute(load_scenario("softcap"))
     sharp, seed = comp.heads
-    assert (sharp.softcap, seed.softcap) == (5.0, 50.0)  # the head's own cap over the top level's
-    assert sharp.capped is not None and seed.capped is not None
-    assert round(float(sharp.capped[0, 1]), 3) == 4.097 and round(float(sharp.weights[0, 1]), 3) == 0.722
-    assert round(float(seed.capped[0, 1]), 3) == 2.884 and round(float(seed.weights[0, 1]), 3) == 0.706
+    assert (sharp.need(Capped).softcap, seed.need(Capped).softcap) == (5.0, 50.0)  # the head's own cap over the top level's
+    assert sharp.part(Capped) is not None and seed.part(Capped) is not None
+    assert round(float(sharp.need(Capped).capped[0, 1]), 3) == 4.097 and round(float(sharp.weights[0, 1]), 3) == 0.722
+    assert round(float(seed.need(Capped).capped[0, 1]), 3) == 2.884 and round(float(seed.weights[0, 1]), 3) == 0.706
 
 
 # --- the rules ------------------------------------------------------------------------------------
@@ -228,7 +229,7 @@ def test_a_huge_scaled_score_is_capped_not_refused() -> None:
     sc = parse_scenario(BASE + "scale = 1\nsoftcap = 30\n" + HEAD.replace("W_Q = [[1, 0, 1]", "W_Q = [[1e300, 0, 1]"),
                         "huge.toml")
     hr = compute(sc).heads[0]
-    assert hr.capped is not None and float(hr.capped.max()) == 30.0
+    assert hr.part(Capped) is not None and float(hr.need(Capped).capped.max()) == 30.0
 
 
 # --- the calculator rule --------------------------------------------------------------------------
@@ -319,10 +320,10 @@ def test_with_alibi_and_a_mask_the_bias_and_mask_come_after_the_cap(write) -> No
 def test_by_hand_the_cap_is_written_down_rounded_from_the_rounded_scaled_score(decimals: int) -> None:
     hand = compute_hand(compute(load_scenario("softcap")), decimals)
     for hr in hand.heads:
-        assert hr.capped is not None and hr.softcap is not None
-        want = round_to(hr.softcap * np.tanh(hr.scaled / hr.softcap), decimals)
-        assert np.array_equal(hr.capped, want)
-        assert np.array_equal(hr.masked, hr.capped)  # no bias, no mask: the softmax reads the capped table
+        assert hr.part(Capped) is not None and hr.part(Capped) is not None
+        want = round_to(hr.need(Capped).softcap * np.tanh(hr.scaled / hr.need(Capped).softcap), decimals)
+        assert np.array_equal(hr.need(Capped).capped, want)
+        assert np.array_equal(hr.masked, hr.need(Capped).capped)  # no bias, no mask: the softmax reads the capped table
 
 
 @settings(max_examples=30, deadline=None)
@@ -369,10 +370,10 @@ def _causal_softcap() -> str:
 def test_toml_round_trip_keeps_every_cap(cc: CappedCase) -> None:
     comp = _comp(cc)
     again = compute(parse_scenario(to_toml(comp.scenario), "again.toml"))
-    assert [h.softcap for h in again.heads] == cc.caps
+    assert [h.need(Capped).softcap for h in again.heads] == cc.caps
     for a, b in zip(comp.heads, again.heads):
-        assert (a.capped is None) == (b.capped is None)
-        assert a.capped is None or np.array_equal(a.capped, b.capped)
+        assert (a.part(Capped) is None) == (b.part(Capped) is None)
+        assert a.part(Capped) is None or np.array_equal(a.need(Capped).capped, b.need(Capped).capped)
         assert np.array_equal(a.weights, b.weights)
 
 
@@ -393,8 +394,8 @@ def test_editing_a_cap_recomputes_and_saves_it() -> None:
     cell = InputCell("softcap", 0)
     assert cell in input_cells(sc) and InputCell("softcap", 1) in input_cells(sc)
     edited, comp = edit(sc, cell, "2")
-    assert comp.heads[0].softcap == 2.0 and comp.heads[1].softcap == 50.0
-    assert comp.heads[0].capped is not None and float(comp.heads[0].capped.max()) < 2
+    assert comp.heads[0].need(Capped).softcap == 2.0 and comp.heads[1].need(Capped).softcap == 50.0
+    assert comp.heads[0].part(Capped) is not None and float(comp.heads[0].need(Capped).capped.max()) < 2
     with open(builtin_dir() / "softcap.toml", encoding="utf-8") as f:
         saved = save_text(f.read(), edited, [cell])
     again = parse_scenario(saved, "saved.toml")

@@ -15,6 +15,7 @@ import pytest
 from qkv_tui import compute, load_scenario
 from qkv_tui.core.fmt import fmt
 from qkv_tui.edges.export_markdown import to_markdown
+from qkv_tui.kernels.rope import Rotated
 from qkv_tui.teach.trace import STAGES, Trace
 from qkv_tui.teach.trace_variants import VARIANT_NOTES
 from qkv_tui.ui.widgets.screens import NOTES
@@ -142,8 +143,9 @@ def test_each_layout_gives_the_same_scores_with_its_own_weights() -> None:
     permuted, unpermuted = compute(load_scenario("rope_layouts")).heads
     assert np.allclose(permuted.scores, inter.scores, rtol=0, atol=1e-12)
     assert np.allclose(permuted.weights, inter.weights, rtol=0, atol=1e-12)
-    assert permuted.Q_rot is not None and inter.Q_rot is not None
-    assert np.allclose(permuted.Q_rot[:, [0, 2, 1, 3]], inter.Q_rot, rtol=0, atol=1e-12)  # the same numbers, reordered
+    assert permuted.part(Rotated) is not None and inter.part(Rotated) is not None
+    # the same numbers, reordered
+    assert np.allclose(permuted.need(Rotated).Q_rot[:, [0, 2, 1, 3]], inter.need(Rotated).Q_rot, rtol=0, atol=1e-12)
     assert not np.allclose(unpermuted.scores, inter.scores)  # the same weights in the wrong layout
     assert "love's row 2.081, 3, 3.763" in load_scenario("rope_layouts").description
     assert [fmt(float(v), False, 3) for v in permuted.scores[1]] == ["2.081", "3.000", "3.763"]

@@ -12,6 +12,7 @@ import numpy as np
 from qkv_tui.core.engine import compute
 from qkv_tui.core.scenario import builtin_dir, parse_scenario
 from qkv_tui.display.tiled_back_view import back_explanation
+from qkv_tui.kernels.softmax import Capped
 from qkv_tui.teach.tiled import tiled
 from qkv_tui.teach.tiled_backward import TiledBackward, tiled_backward
 
@@ -41,7 +42,7 @@ def _named_weights(tb: TiledBackward, k: int, name: str, row: str) -> np.ndarray
     op = tb.op(k)
     assert op.ktile is not None and op.qblock is not None
     pr = tb.pair(op.ktile, op.qblock)
-    cap = tb.th.comp.heads[tb.head].softcap
+    cap = tb.th.comp.heads[tb.head].read(Capped, lambda c: c.softcap)
     assert name == "dS" or cap is not None
     ds = pr.dS if name == "dS" else pr.dS * (1 - np.tanh(pr.scaled / (cap or 1.0)) ** 2)  # the formula, from the arrays
     sc = tb.th.comp.scenario
@@ -56,7 +57,7 @@ def test_under_a_cap_the_tiled_backward_says_dscaled_and_its_numbers_are_dscaled
     comp = compute(parse_scenario(CAPPED, "capped.toml"))
     checked = 0
     for h, hr in enumerate(comp.heads):
-        assert hr.softcap is not None
+        assert hr.part(Capped) is not None
         tb = tiled_backward(tiled(comp, h, 2))
         ops = _ops(tb)
         for k, (phase, arithmetic, meaning, formula) in enumerate(ops):
@@ -85,7 +86,7 @@ def test_under_a_cap_the_tiled_backward_says_dscaled_and_its_numbers_are_dscaled
 
 def test_without_a_cap_the_tiled_backward_keeps_ds() -> None:
     comp = compute(parse_scenario(UNCAPPED, "uncapped.toml"))
-    assert all(hr.softcap is None for hr in comp.heads)
+    assert all(hr.part(Capped) is None for hr in comp.heads)
     tb = tiled_backward(tiled(comp, 0, 2))
     checked = 0
     for k, (phase, arithmetic, meaning, formula) in enumerate(_ops(tb)):

@@ -15,6 +15,8 @@ from qkv_tui.core.scenario import parse_scenario
 from qkv_tui.core.variants import Rope, default_slopes
 from qkv_tui.display.view import View
 from qkv_tui.edges.export_markdown import to_markdown
+from qkv_tui.kernels.rope import Rotated
+from qkv_tui.kernels.softmax import Biased, Sunk
 from qkv_tui.teach.handcalc import compute_hand
 from qkv_tui.teach.trace import Trace
 
@@ -60,23 +62,23 @@ def test_invariants(case: ModernCase) -> None:
     allow = np.array(case.allow)
     for head in comp.heads:
         sums = head.weights.sum(axis=1)
-        if head.sink is None:
-            assert head.sink_exp is None
+        if head.part(Sunk) is None:
+            assert head.part(Sunk) is None
             assert np.allclose(sums, 1.0, **TOL)
         else:
-            assert head.sink_exp is not None
-            sink_share = head.sink_exp / head.row_sum  # what the dropped sink column took
+            assert head.part(Sunk) is not None
+            sink_share = head.need(Sunk).sink_exp / head.row_sum  # what the dropped sink column took
             assert (sums <= 1.0 + 1e-12).all()
             assert (sums[sink_share > 1e-12] < 1.0).all()  # strictly less wherever the sink's share shows in float64
             assert np.allclose(sums + sink_share, 1.0, **TOL)
         assert (head.weights[~allow] == 0.0).all()  # exactly zero, not merely small
         assert np.isneginf(head.masked[~allow]).all()
-        bias = head.bias if head.bias is not None else 0.0
+        bias = head.need(Biased).bias if head.part(Biased) is not None else 0.0
         assert np.allclose(np.where(allow, head.masked, 0.0), np.where(allow, head.scaled + bias, 0.0), **TOL)
-        if head.Q_rot is not None and head.K_rot is not None:
+        if head.part(Rotated) is not None and head.part(Rotated) is not None:
             # rotation keeps every vector's length
-            assert np.allclose(np.linalg.norm(head.Q_rot, axis=1), np.linalg.norm(head.Q, axis=1), **TOL)
-            assert np.allclose(np.linalg.norm(head.K_rot, axis=1), np.linalg.norm(head.K, axis=1), **TOL)
+            assert np.allclose(np.linalg.norm(head.need(Rotated).Q_rot, axis=1), np.linalg.norm(head.Q, axis=1), **TOL)
+            assert np.allclose(np.linalg.norm(head.need(Rotated).K_rot, axis=1), np.linalg.norm(head.K, axis=1), **TOL)
     # heads sharing a K/V head read the very same arrays: computed once
     first: dict[int, object] = {}
     for head in comp.heads:
@@ -127,9 +129,9 @@ def test_alibi_default_slopes_are_the_papers() -> None:
     assert default_slopes(2) == (2.0**-4, 2.0**-8)
     sc = parse_scenario(BASE + 'mask = "causal"\n[alibi]\n' + HEAD, "a.toml")
     head = compute(sc).heads[0]
-    assert head.slope == 2.0**-8
-    assert head.bias is not None
-    assert head.bias.tolist() == [[0, 2**-8, 2 * 2**-8], [-(2**-8), 0, 2**-8], [-2 * 2**-8, -(2**-8), 0]]
+    assert head.need(Biased).slope == 2.0**-8
+    assert head.part(Biased) is not None
+    assert head.need(Biased).bias.tolist() == [[0, 2**-8, 2 * 2**-8], [-(2**-8), 0, 2**-8], [-2 * 2**-8, -(2**-8), 0]]
 
 
 def test_scaled_excludes_the_bias_and_masked_includes_it() -> None:
@@ -156,7 +158,7 @@ def test_window_one_attends_only_itself() -> None:
 def test_sink_takes_its_share() -> None:
     head = compute(parse_scenario(BASE + HEAD + "sink = 0.0\n", "a.toml")).heads[0]
     plain = compute(parse_scenario(BASE + HEAD, "a.toml")).heads[0]
-    assert head.sink == 0.0 and head.sink_exp is not None
+    assert head.need(Sunk).sink == 0.0 and head.part(Sunk) is not None
     # with the sink, each row's weights are the plain ones scaled by Σe^s / (Σe^s + e^sink)
     for i in range(3):
         e = np.exp(plain.masked[i])
@@ -249,9 +251,9 @@ def test_rope_layouts_scenario_gives_different_numbers() -> None:
     assert [h.name for h in half.heads] == ["permuted", "unpermuted"]
     a, b = compute(inter).heads[0], compute(half).heads[1]
     assert np.array_equal(a.Q, b.Q) and np.array_equal(a.K, b.K)  # the same vectors
-    assert a.Q_rot is not None and b.Q_rot is not None
-    assert not np.allclose(a.Q_rot[1:], b.Q_rot[1:])  # rotated by different pairings
-    assert np.array_equal(a.Q_rot[0], b.Q_rot[0])  # position 0 turns by nothing in either layout
+    assert a.part(Rotated) is not None and b.part(Rotated) is not None
+    assert not np.allclose(a.need(Rotated).Q_rot[1:], b.need(Rotated).Q_rot[1:])  # rotated by different pairings
+    assert np.array_equal(a.need(Rotated).Q_rot[0], b.need(Rotated).Q_rot[0])  # position 0 turns by nothing in either layout
 
 
 @settings(max_examples=40, deadline=None)
@@ -265,7 +267,7 @@ def test_toml_export_round_trips_every_variant(case: ModernCase) -> None:
     a, b = compute(original), compute(again)
     assert again.summary() == original.summary()
     for ha, hb in zip(a.heads, b.heads, strict=True):
-        assert ha.kv_head == hb.kv_head and ha.sink == hb.sink
+        assert ha.kv_head == hb.kv_head and ha.need(Sunk).sink == hb.need(Sunk).sink
         for name in ("Q", "K", "V", "Q_rot", "K_rot", "bias", "masked", "weights", "output"):
             x, y = getattr(ha, name), getattr(hb, name)
             assert (x is None and y is None) or np.array_equal(x, y), name

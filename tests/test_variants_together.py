@@ -12,6 +12,9 @@ from qkv_tui.core.scenario import parse_scenario
 from qkv_tui.display.view import View
 from qkv_tui.edges.export_markdown import to_markdown
 from qkv_tui.edges.export_toml import to_toml
+from qkv_tui.kernels.gate import Gated
+from qkv_tui.kernels.norm import QKNormed
+from qkv_tui.kernels.softmax import Capped
 from qkv_tui.teach.decode import SCHEDULES, decode
 from qkv_tui.teach.handcalc import compute_hand
 from qkv_tui.teach.tiled import tiled
@@ -66,11 +69,12 @@ def test_toml_round_trip_keeps_every_number() -> None:
     again = compute(parse_scenario(to_toml(comp.scenario), "again.toml"))
     assert np.array_equal(comp.output, again.output)
     for a, b in zip(comp.heads, again.heads):
-        assert np.array_equal(a.Q_norm, b.Q_norm) and np.array_equal(a.capped, b.capped)
-        assert np.array_equal(a.gated_output, b.gated_output)
+        assert np.array_equal(a.need(QKNormed).Q_norm, b.need(QKNormed).Q_norm)
+        assert np.array_equal(a.need(Capped).capped, b.need(Capped).capped)
+        assert np.array_equal(a.need(Gated).gated, b.need(Gated).gated)
 
 
 def test_the_final_output_joins_the_gated_heads() -> None:
     comp = compute(load_scenario(PATH))
-    joined = np.concatenate([h.gated_output for h in comp.heads], axis=1)
+    joined = np.concatenate([h.need(Gated).gated for h in comp.heads], axis=1)
     assert np.allclose(comp.concat, joined) and not np.allclose(comp.concat, np.concatenate([h.output for h in comp.heads], 1))

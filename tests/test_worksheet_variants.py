@@ -23,6 +23,9 @@ from qkv_tui import compute, load_scenario
 from qkv_tui.core.engine import Computation
 from qkv_tui.core.scenario import parse_scenario
 from qkv_tui.edges.worksheet.make import WorksheetError, build
+from qkv_tui.kernels.norm import QKNormed
+from qkv_tui.kernels.rope import Rotated
+from qkv_tui.kernels.softmax import Capped
 
 from .conftest import MODEL_SCENARIOS, SCENARIOS, SOFTMAX_SCENARIOS, Run
 from .test_calculator import UnparsableError, check_text, evaluate
@@ -365,9 +368,11 @@ def check_sheet(comp: Computation, blanks: str, seed: int, decimals: int) -> tup
 def engine(comp: Computation, key: Key, r: int, c: int) -> float | None:
     name, h = key
     head = comp.heads[h]
-    arrays = {"Q": head.Q, "K": head.K, "V": head.V, "Q'": head.Q_rot, "K'": head.K_rot, "scores": head.scores,
-              "Q̂": head.Q_norm, "K̂": head.K_norm,
-              "scaled": head.masked if head.capped is None else head.scaled, "capped": head.masked,
+    rot, qkn = head.part(Rotated), head.part(QKNormed)
+    arrays = {"Q": head.Q, "K": head.K, "V": head.V, "Q'": None if rot is None else rot.Q_rot,
+              "K'": None if rot is None else rot.K_rot, "scores": head.scores,
+              "Q̂": None if qkn is None else qkn.Q_norm, "K̂": None if qkn is None else qkn.K_norm,
+              "scaled": head.masked if head.part(Capped) is None else head.scaled, "capped": head.masked,
               "weights": head.weights, "output": head.output, "final": comp.output,
               "X̂": comp.norm.X_norm if comp.norm is not None else None}
     array = arrays.get(name)

@@ -14,107 +14,26 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, TypedDict
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from qkv_tui.base.values import escaped
-from qkv_tui.core.scenario import BoolMatrix, Head, Matrix, Scenario, ScenarioError
-from qkv_tui.core.variants import Norm, QKNorm, Rope, Vector
-from qkv_tui.kernels.attention import Forward, QKNormHead, Turn, head_forward, project
+from qkv_tui.core.forward import HeadResult as HeadResult
+from qkv_tui.core.forward import run_heads
+from qkv_tui.core.forward import turn_of as turn_of
+from qkv_tui.core.scenario import BoolMatrix, Matrix, Scenario, ScenarioError
+from qkv_tui.core.variants import Norm, Rope, Vector
 from qkv_tui.kernels.attention import frozen as _frozen
-from qkv_tui.kernels.norm import Normed, normalise
+from qkv_tui.kernels.gate import Gated
+from qkv_tui.kernels.norm import QKNormed, normalise
 from qkv_tui.kernels.policy import EXACT, Policy
-from qkv_tui.kernels.rope import angles_at
+from qkv_tui.kernels.rope import Rotated
 from qkv_tui.kernels.rope import rotate as rotate_kernel
-from qkv_tui.kernels.sharing import same_kv_weights
-from qkv_tui.kernels.softmax import alibi_bias
+from qkv_tui.kernels.softmax import Biased, Capped
 
-if TYPE_CHECKING:  # [linear]'s, [deltanet]'s and [mla]'s kernels load with a scenario that has them
-    from qkv_tui.kernels.deltanet import DeltaForward
-    from qkv_tui.kernels.deltanet_parts import Around, AroundSpec
-    from qkv_tui.kernels.linear import LinearForward, LinearSpec
+if TYPE_CHECKING:  # [mla]'s kernels load with a scenario that has it
     from qkv_tui.kernels.mla import MlaHead
-
-
-@dataclass(frozen=True, eq=False)
-class HeadResult:
-    """One head's computation; every array is read-only."""
-
-    name: str
-    d_k: int
-    d_v: int
-    scale: float  # the divisor used
-    scale_is_default: bool  # True when scale = sqrt(d_k) (shown as √d_k)
-    W_Q: Matrix  # (d_model, d_k)
-    W_K: Matrix  # (d_in, d_k)
-    W_V: Matrix  # (d_in, d_v)
-    Q: Matrix  # (n, d_k) X W_Q + b_Q, before any rotation
-    K: Matrix  # (m, d_k)
-    V: Matrix  # (m, d_v)
-    scores: Matrix  # (n, m) Q_rot K_rotᵀ (Q Kᵀ without rope)
-    scaled: Matrix  # (n, m) scores / scale, without the bias
-    masked: Matrix  # (n, m) scaled + bias, -inf where the mask forbids: the softmax's input
-    row_max: Matrix  # (n,) subtracted before exp: the row's max, or the sink where it is larger
-    exps: Matrix  # (n, m) e^(masked - row_max); exactly 0 where masked
-    row_sum: Matrix  # (n,) Σ exps, plus the sink's exponential where there is one
-    weights: Matrix  # (n, m), rows sum to 1 (less than 1 with a sink)
-    output: Matrix  # (n, d_v)
-    kv_head: int = 0  # the K/V head whose K and V this head reads
-    b_Q: Vector | None = None  # (d_k,)
-    b_K: Vector | None = None  # (d_k,)
-    b_V: Vector | None = None  # (d_v,)
-    Q_rot: Matrix | None = None  # (n, d_k) Q rotated by position; None without rope
-    K_rot: Matrix | None = None  # (m, d_k)
-    bias: Matrix | None = None  # (n, m) ALiBi slope·(pos_j − pos_i); None without alibi
-    slope: float | None = None  # the ALiBi slope of this head
-    sink: float | None = None  # the sink's logit; None without a sink
-    sink_exp: Matrix | None = None  # (n,) e^(sink − row_max), the part of each row sum the sink takes
-    capped: Matrix | None = None  # (n, m) softcap·tanh(scaled / softcap), without the bias; None without a soft-cap
-    softcap: float | None = None  # the cap c of this head
-    Q_normed: Normed | None = None  # (n, d_k) Q after QK-norm, each row's mean square and root; None without
-    K_normed: Normed | None = None  # (m, d_k)
-
-    @property
-    def Q_norm(self) -> Matrix | None:
-        return None if self.Q_normed is None else self.Q_normed.X_norm
-
-    @property
-    def K_norm(self) -> Matrix | None:
-        return None if self.K_normed is None else self.K_normed.X_norm
-
-    @property
-    def Q_turned(self) -> Matrix:
-        """The Queries RoPE turns: normalised where the scenario has QK-norm."""
-        return self.Q if self.Q_normed is None else self.Q_normed.X_norm
-
-    @property
-    def K_turned(self) -> Matrix:
-        return self.K if self.K_normed is None else self.K_normed.X_norm
-    W_G: Matrix | None = None  # (d_model, d_v) the output gate's weights; None without a gate
-    gate_logit: Matrix | None = None  # (n, d_v) X̂·W_G, what the sigmoid reads
-    gate: Matrix | None = None  # (n, d_v) σ(X̂·W_G)
-    gated_output: Matrix | None = None  # (n, d_v) output ⊙ gate: what Concat joins
-    linear: LinearForward | None = None  # [linear]: φ(Q), φ(K), the state S and z, both forms; None with the softmax
-    deltanet: DeltaForward | None = None  # [deltanet]: q̂, k̂, g, β, the state S token by token; None with the softmax
-    around: Around | None = None  # [deltanet]'s short convolution and gated output norm; None without
-    mla: MlaHead | None = None  # [mla]: the latent's parts this head reads and the absorbed form; None without
-
-    @property
-    def joined(self) -> Matrix:
-        """What Concat joins: the gated output where the head has a gate, else the output."""
-        if self.around is not None and self.around.out_norm is not None:  # [deltanet]'s gated output norm
-            return self.around.out_norm.out
-        return self.output if self.gated_output is None else self.gated_output
-
-    @property
-    def Q_used(self) -> Matrix:
-        """The Queries that are scored: normalised and rotated where the scenario says so."""
-        return self.Q_turned if self.Q_rot is None else self.Q_rot
-
-    @property
-    def K_used(self) -> Matrix:
-        return self.K_turned if self.K_rot is None else self.K_rot
 
 
 @dataclass(frozen=True, eq=False)
@@ -167,105 +86,6 @@ def rotate(M: Matrix, rope: Rope, positions: tuple[int, ...]) -> Matrix:
     t = turn_of(rope, positions, M.shape[1])
     assert t is not None
     return rotate_kernel(M, t.cos, t.sin, t.pairs)
-
-
-def turn_of(rope: Rope | None, positions: tuple[int, ...] | None, d_k: int, policy: Policy = EXACT) -> Turn | None:
-    """RoPE's cos and sin for every token's position, for heads of width d_k; None without rope."""
-    if rope is None:
-        return None
-    assert positions is not None
-    a = angles_at(rope.inv_freq(d_k), positions)  # (n, r/2): r = d_k unless partial
-    factor = rope.attention_factor  # YaRN's: it multiplies cos and sin (so the scores carry it squared)
-    if factor == 1.0:
-        return Turn(np.cos(a), np.sin(a), rope.pairs(d_k))
-    # by hand cos, sin and the factor are each written down rounded, then their products
-    f = policy.worked(np.array(factor))
-    cos, sin = policy.worked(np.cos(a)) * f, policy.worked(np.sin(a)) * f  # (n, r/2)
-    return Turn(policy.worked(cos), policy.worked(sin), rope.pairs(d_k))
-
-
-def compute_head(
-    head: Head,
-    X: Matrix,
-    X_kv: Matrix,
-    allow: BoolMatrix,
-    scale: float | None,
-    *,
-    rope: Rope | None = None,
-    positions: tuple[int, ...] | None = None,
-    slope: float | None = None,
-    kv_head: int = 0,
-    shared: HeadResult | None = None,
-    qk_norm: QKNormHead | None = None,
-    linear: LinearSpec | None = None,
-    deltanet: tuple[Matrix, Matrix] | None = None,
-    around: AroundSpec | None = None,
-) -> HeadResult:
-    """One head (kernels/attention.py). ``X`` is what the Query projection reads (already normalised); ``shared``
-    is an earlier query head reading the same K/V head, whose K and V this one reuses."""
-    bias = None
-    if slope is not None:
-        assert positions is not None
-        bias = _frozen(alibi_bias(slope, positions))  # (n, n)
-    f = head_forward(X, X_kv, head.W_Q, head.W_K, head.W_V, head.b_Q, head.b_K, head.b_V, allow,
-                     math.sqrt(head.d_k) if scale is None else scale, turn=turn_of(rope, positions, head.d_k),
-                     bias=bias, sink=head.sink, shared=shared, qk_norm=qk_norm, softcap=head.softcap, W_G=head.W_G,
-                     linear=linear, deltanet=deltanet, around=around)
-    # linear attention divides by no scale at all (its 1.0 is no √d_k)
-    return result_of(head, f, scale is None and linear is None, slope, kv_head)
-
-
-def result_of(head: Head, f: Forward, scale_is_default: bool, slope: float | None, kv_head: int) -> HeadResult:
-    """The engine's record of a head's forward pass."""
-    a, soft = f.attended, f.attended.softmax
-    return HeadResult(
-        name=head.name, d_k=head.d_k, d_v=head.d_v, scale=a.divisor, scale_is_default=scale_is_default,
-        W_Q=head.W_Q, W_K=head.W_K, W_V=head.W_V, Q=f.Q, K=f.K, V=f.V, scores=a.scores, scaled=a.scaled,
-        masked=a.masked, row_max=soft.row_max, exps=soft.exps, row_sum=soft.row_sum, weights=soft.weights,
-        output=a.output, kv_head=kv_head, b_Q=head.b_Q, b_K=head.b_K, b_V=head.b_V, Q_rot=f.Q_rot, K_rot=f.K_rot,
-        bias=a.bias, slope=slope, sink=head.sink, sink_exp=soft.sink_exp, Q_normed=f.Q_normed, K_normed=f.K_normed,
-        capped=a.capped, softcap=head.softcap, **gate_fields(head.W_G, f), linear=f.linear,
-        deltanet=f.deltanet, around=f.around,
-    )
-
-
-def qk_norms(sc: Scenario, X: Matrix, X_kv: Matrix, policy: Policy = EXACT) -> list[QKNormHead | None]:
-    """Each head's QK-norm ([qk_norm]); over every head, each token's statistics are those of its whole
-    projection, the heads' columns side by side (under the same policy as the heads' own)."""
-    qk = sc.qk_norm
-    if qk is None:
-        return [None] * len(sc.heads)
-    q_rows = k_rows = None
-    if qk.over == "all":
-        kv_heads = sorted({sc.kv_head(h): h for h in range(len(sc.heads))}.items())  # K/V head -> a query head reading it
-        Q_all = np.concatenate([project(X, h.W_Q, h.b_Q, policy) for h in sc.heads], axis=1)  # (n, H·d_k)
-        K_all = np.concatenate([project(X_kv, sc.heads[h].W_K, sc.heads[h].b_K, policy) for _, h in kv_heads], axis=1)
-        q_rows = _row_stats(Q_all, qk, qk.gamma_q, policy)
-        k_rows = _row_stats(K_all, qk, qk.gamma_k, policy)
-    out: list[QKNormHead | None] = []
-    for h, head in enumerate(sc.heads):
-        gamma_q, gamma_k = qk.gammas(h, sc.kv_head(h), head.d_k)
-        out.append(QKNormHead(gamma_q, gamma_k, qk.eps, q_rows, k_rows))
-    return out
-
-
-def _row_stats(M: Matrix, qk: QKNorm, gamma: Vector, policy: Policy) -> Normed:
-    with np.errstate(over="ignore", invalid="ignore"):
-        return normalise(policy, "rms", M, gamma[None, :], None, qk.eps)
-
-
-class GateFields(TypedDict):
-    W_G: Matrix | None
-    gate_logit: Matrix | None
-    gate: Matrix | None
-    gated_output: Matrix | None
-
-
-def gate_fields(W_G: Matrix | None, f: Forward) -> GateFields:
-    """The output gate's HeadResult fields from a forward pass (all None without a gate)."""
-    g = f.gated
-    return GateFields(W_G=W_G, gate_logit=None if g is None else g.logit, gate=None if g is None else g.gate,
-                      gated_output=None if g is None else g.gated)
 
 
 # --- the one overflow rule ---------------------------------------------------------------------
@@ -340,21 +160,25 @@ def check_head(sc: Scenario, result: HeadResult, h: int) -> None:
     """Refuse head h with a value float64 cannot hold: ScenarioError naming the matrix, row and remedy.
     Matrices are looked at in the order they are computed, so the one named is the first past float64 and
     its hint names the inputs it is made of (a later matrix would blame inputs that did nothing wrong)."""
-    if result.mla is not None:
-        mla_check(sc, result)
+    if sc.mla is not None:  # its kernels load with a scenario that has it
+        from qkv_tui.kernels.mla import MlaHead
+
+        mla_check(sc, result.need(MlaHead))
     _check_matrices(sc, result, ("Q", "K", "V", "Q_norm", "K_norm", "Q_rot", "K_rot"))
     linear_check(sc, result, h)  # before the weights: a zero denominator would read as an overflow of them
     _check_matrices(sc, result, ("scores", "scaled", "capped", "bias", "masked", "weights", "output"))
     # the gate's logit X̂·W_G (its sigmoid and the gated output stay finite wherever the logit is)
-    if result.gate_logit is not None and (bad := first_bad(result.gate_logit)) is not None:
+    gated = result.part(Gated)
+    if gated is not None and (bad := first_bad(gated.logit)) is not None:
         raise ComputeError(sc.source, f"{result.name}: values in the gate's X̂·W_G overflow float64 at {_at(sc.tokens, bad[0])}",
                        "expected smaller X or W_G")
 
 
 def _check_matrices(sc: Scenario, result: HeadResult, names: tuple[str, ...]) -> None:
     keys = sc.key_tokens
+    parts = _part_matrices(result)
     for name in names:
-        array = getattr(result, name)
+        array = parts[name] if name in parts else getattr(result, name)
         if array is None:
             continue
         # masked cells of the softmax's input are −∞ by design; an infinity where the mask allows is an overflow
@@ -364,7 +188,7 @@ def _check_matrices(sc: Scenario, result: HeadResult, names: tuple[str, ...]) ->
         where = _at(keys if name in ("K", "V", "K_norm", "K_rot") else sc.tokens, bad[0])
         if name in ("scores", "scaled", "capped", "bias", "masked", "weights"):
             where += f', key "{keys[bad[1]]}"'
-        hint = _HEAD_HINTS[name] if result.mla is None else _MLA_HINTS.get(name, _HEAD_HINTS[name])
+        hint = _HEAD_HINTS[name] if sc.mla is None else _MLA_HINTS.get(name, _HEAD_HINTS[name])
         if name == "Q" and sc.mla is not None and sc.mla.W_Q is None:  # the query's latent, not a W_Q the file lacks
             hint = "expected smaller W_UQ or c_Q = X̂·W_DQ (smaller X or W_DQ)"
         if name == "scores" and sc.qk_norm is not None:  # the normalised vectors' size is the gains'
@@ -377,6 +201,14 @@ def _check_matrices(sc: Scenario, result: HeadResult, names: tuple[str, ...]) ->
         raise ComputeError(sc.source, f"{result.name}: values in {name} overflow float64 at {where}", hint)
 
 
+def _part_matrices(result: HeadResult) -> dict[str, Matrix | None]:
+    """The checked matrices that are parts' (None where the head has no such part), by the names messages use."""
+    qk, rot, cap, alibi = result.part(QKNormed), result.part(Rotated), result.part(Capped), result.part(Biased)
+    return {"Q_norm": None if qk is None else qk.Q_norm, "K_norm": None if qk is None else qk.K_norm,
+            "Q_rot": None if rot is None else rot.Q_rot, "K_rot": None if rot is None else rot.K_rot,
+            "capped": None if cap is None else cap.capped, "bias": None if alibi is None else alibi.bias}
+
+
 # [mla]'s heads have no W_Q, W_K or W_V of their own to blame: their Q, K and V come from the latent layer
 _MLA_HINTS = {
     "Q": "expected smaller X or W_Q",
@@ -385,10 +217,9 @@ _MLA_HINTS = {
 }
 
 
-def mla_check(sc: Scenario, result: HeadResult) -> None:
+def mla_check(sc: Scenario, head: MlaHead) -> None:
     """The latent layer's own matrices, before the heads' Q, K and V they make: the first that overflows is named."""
-    assert result.mla is not None
-    shared = result.mla.shared
+    shared = head.shared
     parts = (("c_KV = X̂·W_DKV", shared.c_KV_raw, "expected smaller X or W_DKV"),
              ("c_KV after kv_norm", shared.c_KV, "expected a smaller gamma_kv"),
              ("c_Q = X̂·W_DQ", shared.c_Q_raw, "expected smaller X or W_DQ"),
@@ -397,44 +228,6 @@ def mla_check(sc: Scenario, result: HeadResult) -> None:
     for what, array, hint in parts:
         if array is not None and (bad := first_bad(array)) is not None:
             raise ComputeError(sc.source, f"values in [mla]'s {what} overflow float64 at {_at(sc.tokens, bad[0])}", hint)
-
-
-def linear_spec(sc: Scenario) -> LinearSpec | None:
-    if sc.linear is None:
-        return None
-    from qkv_tui.kernels.linear import LinearSpec
-
-    return LinearSpec(sc.linear.feature, sc.linear.normalize)
-
-
-def deltanet_gates(sc: Scenario, X_in: Matrix, policy: Policy = EXACT) -> tuple[Matrix, Matrix] | None:
-    """[deltanet]'s g and β, (n, num_heads) each: as given, or computed from W_a, A_log, dt_bias and W_b."""
-    dn = sc.deltanet
-    if dn is None:
-        return None
-    g, beta = dn.g, dn.beta
-    if g is None or beta is None:
-        W_a = dn.W_a if dn.W_a is not None else np.zeros((X_in.shape[1], len(sc.heads)))
-        # with g given, the g worked from zeros is discarded: only β is read from these
-        A_log = dn.A_log if dn.A_log is not None else np.zeros(len(sc.heads))
-        dt_bias = dn.dt_bias if dn.dt_bias is not None else np.zeros(len(sc.heads))
-        from qkv_tui.kernels.deltanet import gates
-
-        made_g, made_beta = gates(X_in, W_a, dn.W_b, A_log, dt_bias, policy)
-        g = made_g if g is None else g
-        beta = made_beta if beta is None else beta
-    return g, beta
-
-
-def around_spec(sc: Scenario, h: int) -> AroundSpec | None:
-    """Head h's share of [deltanet]'s short convolution and gated output norm; None without either."""
-    io = None if sc.deltanet is None else sc.deltanet.io
-    if io is None:
-        return None
-    from qkv_tui.kernels.deltanet_parts import AroundSpec
-
-    q, k, v, z = (None if cut is None else cut[h] for cut in (io.conv_q, io.conv_k, io.conv_v, io.W_Z))
-    return AroundSpec(q, k, v, z, io.gamma_o, io.eps_o)
 
 
 def deltanet_logit_check(sc: Scenario, X_in: Matrix) -> None:
@@ -477,24 +270,26 @@ def _deltanet_hint(sc: Scenario, h: int, what: str) -> str:
 
 def linear_check(sc: Scenario, result: HeadResult, h: int) -> None:
     """A zero denominator of linear attention is refused naming its row; an overflow in φ or the state naming it."""
-    dn = result.deltanet
-    if dn is not None:
+    if sc.deltanet is not None:  # [linear]'s and [deltanet]'s kernels load with a scenario that has them
+        from qkv_tui.kernels.deltanet import DeltaForward
+
+        dn = result.need(DeltaForward)
         # g first: the state reads e^g, so an overflow of g shows in S too, and g's inputs are what to change
         for what, array in (("g", dn.g), ("e^g", dn.decay), ("δ", dn.delta), ("the state S", dn.S),
                             ("the output", dn.output)):
             if (bad := first_bad(array)) is not None:
                 raise ComputeError(sc.source, f"{result.name}: values in {what} of [deltanet] overflow float64 at"
                                f" {_at(sc.tokens, bad[0])}", _deltanet_hint(sc, h, what))
-    lin = result.linear
-    if lin is None:
+    if sc.linear is None:
         return
+    from qkv_tui.kernels.linear import LinearForward, zero_row
+
+    lin = result.need(LinearForward)
     for what, array in (("φ(Q)", lin.phi_Q), ("φ(K)", lin.phi_K), ("the state S", lin.S), ("z", lin.z),
                         ("φ(q)ᵀS", lin.numer)):
         if (bad := first_bad(array)) is not None:
             raise ComputeError(sc.source, f"{result.name}: values in {what} of [linear] overflow float64 at"
                            f" {_at(sc.tokens, bad[0])}", "expected smaller Q and K (or V)")
-    from qkv_tui.kernels.linear import zero_row
-
     if lin.spec.normalize and (row := zero_row(lin.denom)) is not None:
         raise ComputeError(sc.source, f"{result.name}: [linear]'s denominator φ(q)ᵀz is 0 at {_at(sc.tokens, row)}"
                        " (every φ(q)·φ(k) of the row is 0), so the row cannot be divided by it",
@@ -502,75 +297,17 @@ def linear_check(sc: Scenario, result: HeadResult, h: int) -> None:
 
 
 def iter_heads(scenario: Scenario, norm: NormResult | None = None) -> Iterator[HeadResult]:
-    """Each head's computation in turn, so a caller can hold one head at a time (the
-    streaming JSON export); raises ScenarioError on the first head that overflows.
-    Query heads that share a K/V head reuse its K and V (kept until the last head)."""
+    """Each head's computation in turn (core/forward.py), so a caller can hold one head at a time (the
+    streaming JSON export); raises ScenarioError on the first head that overflows."""
     sc = scenario
     if norm is None:
         norm = norm_of(sc)
     X_in = sc.X if norm is None else norm.X_norm
-    X_kv = sc.X_kv if sc.is_cross else X_in
-    positions = sc.positions
-    with np.errstate(over="ignore", invalid="ignore"):
-        qk = qk_norms(sc, X_in, X_kv)
-    if sc.mla is not None:
-        for h, result in enumerate(mla_results(sc, X_in)):
-            check_head(sc, result, h)
-            yield result
-        return
-    kv_done: dict[int, HeadResult] = {}  # K/V head -> the first query head that computed it
-    with np.errstate(over="ignore", invalid="ignore"):
-        dn = deltanet_gates(sc, X_in)
-    deltanet_logit_check(sc, X_in)
-    last_reader = {sc.kv_head(h): h for h in range(len(sc.heads))}  # a K/V head -> the last query head reading it
-    for h, head in enumerate(sc.heads):
-        kv = sc.kv_head(h)
-        first = kv_done.get(kv)
-        shared = first if first is not None and same_kv_weights(first, head) else None
-        slope = sc.alibi.slopes[h] if sc.alibi is not None else None
-        with np.errstate(over="ignore", invalid="ignore"):
-            result = compute_head(
-                head, X_in, X_kv, sc.allow, sc.scale,
-                rope=sc.rope, positions=positions, slope=slope, kv_head=kv, shared=shared, qk_norm=qk[h],
-                linear=linear_spec(sc), deltanet=None if dn is None else (dn[0][:, h], dn[1][:, h]),
-                around=around_spec(sc, h),
-            )
+    if sc.mla is None:
+        deltanet_logit_check(sc, X_in)
+    for h, result in enumerate(run_heads(sc, X_in)):
         check_head(sc, result, h)
-        if last_reader[kv] > h:  # kept only while a later query head still reads it
-            kv_done.setdefault(kv, result)
-        else:
-            kv_done.pop(kv, None)
         yield result
-
-
-def mla_results(sc: Scenario, X_in: Matrix, policy: Policy = EXACT) -> list[HeadResult]:
-    """Every head of an [mla] scenario (kernels/mla.py): Q = [q_C | q_R] and K = [k_C | k_R] as scored,
-    V = v_C, so the stages from Score on read them as any head's."""
-    from qkv_tui.kernels.mla import mla_head, mla_shared
-
-    mla = sc.mla
-    assert mla is not None
-    w = mla.weights()
-    turn = turn_of(mla.rope, sc.positions, mla.d_rope, policy)
-    out = []
-    with np.errstate(over="ignore", invalid="ignore"):
-        shared = mla_shared(X_in, w, turn, policy)
-        for h, head in enumerate(sc.heads):
-            slope = sc.alibi.slopes[h] if sc.alibi is not None else None
-            bias = None
-            if slope is not None:
-                assert sc.positions is not None
-                bias = _frozen(alibi_bias(slope, sc.positions))  # (n, n)
-            scale = math.sqrt(mla.d_qk) if sc.scale is None else sc.scale
-            m = mla_head(shared, w, h, sc.allow, scale, turn, bias=bias, softcap=head.softcap, policy=policy)
-            a, soft = m.attended, m.attended.softmax
-            out.append(HeadResult(
-                name=head.name, d_k=head.d_k, d_v=head.d_v, scale=a.divisor, scale_is_default=sc.scale is None,
-                W_Q=head.W_Q, W_K=head.W_K, W_V=head.W_V, Q=m.Q, K=m.K, V=m.v_C, scores=a.scores, scaled=a.scaled,
-                masked=a.masked, row_max=soft.row_max, exps=soft.exps, row_sum=soft.row_sum, weights=soft.weights,
-                output=a.output, kv_head=h, bias=a.bias, slope=slope, capped=a.capped, softcap=head.softcap, mla=m,
-            ))
-    return out
 
 
 def combine(scenario: Scenario, outputs: Sequence[Matrix]) -> tuple[Matrix, Matrix]:

@@ -18,9 +18,12 @@ from qkv_tui.core.scenario import Matrix, Scenario
 from qkv_tui.core.variants import Vector
 from qkv_tui.kernels.attention import Turn
 from qkv_tui.kernels.attention_backward import AttendBack, GateBack, attend_backward, gate_backward, rotate_back
+from qkv_tui.kernels.gate import Gated
+from qkv_tui.kernels.norm import QKNormed
 from qkv_tui.kernels.norm_backward import norm_backward
 from qkv_tui.kernels.policy import EXACT, ByHand, Policy
 from qkv_tui.kernels.sharing import kv_owners
+from qkv_tui.kernels.softmax import Capped, Sunk
 
 if TYPE_CHECKING:  # [linear]'s, [deltanet]'s and [mla]'s backward kernels load with a scenario that has them
     from qkv_tui.kernels.deltanet_backward import DeltaBack, GatesBack
@@ -141,9 +144,9 @@ def gradients(comp: Computation, policy: Policy | None = None, trig: Mapping[int
         if not sc.is_cross:
             grads_in += [dK, ab.dV]
             weights_in += [head.W_K, head.W_V]
-        if gb is not None and head.W_G is not None:
+        if gb is not None and head.part(Gated) is not None:
             grads_in.append(gb.d_logit)
-            weights_in.append(head.W_G)
+            weights_in.append(head.need(Gated).W_G)
         heads.append(HeadGrad(
             dO_h, ab, dQ_rot, dK_rot, dQ_t, dK_t, dQ, dK, p.matmul(X_in.T, dQ), p.matmul(X_kv.T, dK),
             p.matmul(X_kv.T, ab.dV), None if head.b_Q is None else p.table(dQ.sum(axis=0)),
@@ -173,10 +176,11 @@ def _mla_gradients(comp: Computation, parts: list[_Part], loss: float | None, dO
     mla = sc.mla
     assert mla is not None
     turn = turn_of(mla.rope, sc.positions, mla.d_rope, p) if trig is None else trig
-    first = comp.heads[0].mla
-    assert first is not None
-    abs_ = [part[1] for part in parts]
+    from qkv_tui.kernels.mla import MlaHead
     from qkv_tui.kernels.mla_backward import mla_backward
+
+    first = comp.heads[0].need(MlaHead)
+    abs_ = [part[1] for part in parts]
 
     back = mla_backward(comp.X_in, mla.weights(), first.shared, [a.dQ_used for a in abs_], [a.dK_used for a in abs_],
                         [a.dV for a in abs_], turn, p)
@@ -212,16 +216,16 @@ def _attend(sc: Scenario, h: HeadResult, X_in: Matrix, dJ: Matrix, p: Policy,
     """One head from the gradient at what Concat joins (``dJ``, n × d_v) back to what RoPE turns."""
     gb = None
     dO_h = dJ
-    if h.W_G is not None and h.gate is not None:
-        gb = gate_backward(dJ, X_in, h.W_G, h.output, h.gate, p)
+    if h.part(Gated) is not None:
+        gb = gate_backward(dJ, X_in, h.need(Gated).W_G, h.output, h.need(Gated).gate, p)
         dO_h = gb.d_output
-    share = None if h.sink_exp is None else h.sink_exp / h.row_sum  # (n,) each row's sink weight
+    share = None if h.part(Sunk) is None else h.need(Sunk).sink_exp / h.row_sum  # (n,) each row's sink weight
     state: _State = (None, None)
-    if h.linear is not None or h.deltanet is not None:
+    if sc.linear is not None or sc.deltanet is not None:  # their heads' maps are no softmax
         ab, state = _state_back(sc, h, dO_h, p)
     else:
         ab = attend_backward(dO_h, h.Q_used, h.K_used, h.V, h.weights, h.output, sc.allow, h.scale,
-                             scaled=h.scaled, softcap=h.softcap, sink_share=share, policy=p)
+                             scaled=h.scaled, softcap=h.read(Capped, lambda c: c.softcap), sink_share=share, policy=p)
     dQ_rot = dK_rot = None
     dQ_t, dK_t = ab.dQ_used, ab.dK_used
     turn = turn_of(sc.rope, sc.positions, h.d_k, p) if trig is None else trig.get(h.d_k)
@@ -237,16 +241,17 @@ def _state_back(sc: Scenario, h: HeadResult, dO_h: Matrix, p: Policy) -> tuple[A
     Its AttendBack carries dV, dQ_used and dK_used on to RoPE and the projections like a softmax head's; there is
     no softmax, so its dP, dS and dscaled are the quadratic form's dweights and dA ([linear]) or 0 ([deltanet]),
     read by no softmax stage, and the JSON writes them null."""
-    if h.linear is not None:
+    if sc.linear is not None:
+        from qkv_tui.kernels.linear import LinearForward
         from qkv_tui.kernels.linear_backward import linear_backward
 
-        lb = linear_backward(dO_h, h.Q_used, h.K_used, h.V, h.linear, sc.allow, p)
+        lb = linear_backward(dO_h, h.Q_used, h.K_used, h.V, h.need(LinearForward), sc.allow, p)
         ab = AttendBack(lb.dV, lb.dweights, lb.D, lb.dA, lb.dA, lb.dA, lb.dQ_used, lb.dK_used, None)
         return ab, (lb, None)
-    assert h.deltanet is not None
+    from qkv_tui.kernels.deltanet import DeltaForward
     from qkv_tui.kernels.deltanet_backward import deltanet_backward
 
-    db = deltanet_backward(dO_h, h.Q_used, h.K_used, h.V, h.deltanet, p)
+    db = deltanet_backward(dO_h, h.Q_used, h.K_used, h.V, h.need(DeltaForward), p)
     n = dO_h.shape[0]
     zero = np.zeros((n, n))
     return AttendBack(db.dv, zero, np.zeros(n), zero, zero, zero, db.dQ_used, db.dK_used, None), (None, db)
@@ -259,7 +264,9 @@ def _gates_back(comp: Computation, heads: list[HeadGrad], grads_in: list[Matrix]
     dn = comp.scenario.deltanet
     if dn is None or (dn.g is not None and dn.beta is not None):
         return None
-    fwd = [hr.deltanet for hr in comp.heads]
+    from qkv_tui.kernels.deltanet import DeltaForward
+
+    fwd = [hr.part(DeltaForward) for hr in comp.heads]
     back = [hg.deltanet for hg in heads]
     assert all(f is not None for f in fwd) and all(b is not None for b in back)
     g = np.stack([f.g for f in fwd if f is not None], axis=1)  # (n, H)
@@ -300,9 +307,9 @@ def _qk_norm_head(comp: Computation, dQ_t: list[Matrix], dK_t: list[Matrix], p: 
     gk: list[Vector | None] = []
     for h, head in enumerate(comp.heads):
         gamma_q, gamma_k = qk.gammas(h, sc.kv_head(h), head.d_k)
-        assert head.Q_normed is not None and head.K_normed is not None
-        bq = norm_backward("rms", head.Q, head.Q_normed.mean, head.Q_normed.root, gamma_q, dQ_t[h], p)
-        bk = norm_backward("rms", head.K, head.K_normed.mean, head.K_normed.root, gamma_k, dK_t[h], p)
+        qkn = head.need(QKNormed)
+        bq = norm_backward("rms", head.Q, qkn.Q_normed.mean, qkn.Q_normed.root, gamma_q, dQ_t[h], p)
+        bk = norm_backward("rms", head.K, qkn.K_normed.mean, qkn.K_normed.root, gamma_k, dK_t[h], p)
         dQ.append(bq.dX)
         dK.append(bk.dX)
         gq.append(bq.dgamma)
@@ -321,7 +328,7 @@ def _qk_norm_all(comp: Computation, dQ_t: list[Matrix], dK_t: list[Matrix], p: P
     assert qk is not None
     H, d_k = len(heads), heads[0].d_k
     Q_all = np.concatenate([h.Q for h in heads], axis=1)  # (n, H·d_k)
-    first = heads[0].Q_normed
+    first = heads[0].need(QKNormed).Q_normed
     assert first is not None
     q_back = norm_backward("rms", Q_all, first.mean, first.root, qk.gamma_q, np.concatenate(dQ_t, axis=1), p)
     dQ = [q_back.dX[:, h * d_k:(h + 1) * d_k] for h in range(H)]
@@ -329,7 +336,7 @@ def _qk_norm_all(comp: Computation, dQ_t: list[Matrix], dK_t: list[Matrix], p: P
     kv_ids = sorted({sc.kv_head(h) for h in range(H)})
     reader = {g: next(h for h in range(H) if sc.kv_head(h) == g) for g in kv_ids}
     K_all = np.concatenate([heads[reader[g]].K for g in kv_ids], axis=1)  # (m, H_kv·d_k)
-    k_first = heads[0].K_normed
+    k_first = heads[0].need(QKNormed).K_normed
     assert k_first is not None
     # head h's own contribution c_h: its block alone, backwards through the wide rows (linear, so the c_h sum
     # to the exact gradient); what reaches a K/V head's columns from heads that read another K/V head (through

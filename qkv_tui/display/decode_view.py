@@ -14,7 +14,10 @@ from qkv_tui.display.modes import Modes
 from qkv_tui.display.side_view import Sources
 from qkv_tui.display.state_view import carries_state, state_frame
 from qkv_tui.display.view import Explanation, PaneSpec, matrix_pane
-from qkv_tui.kernels.softmax import masked_logits, soft_cap, softmax_rows
+from qkv_tui.kernels.gate import Gated
+from qkv_tui.kernels.norm import QKNormed
+from qkv_tui.kernels.rope import Rotated
+from qkv_tui.kernels.softmax import Biased, Capped, Sunk, masked_logits, soft_cap, softmax_rows
 from qkv_tui.teach.arith import fit
 from qkv_tui.teach.decode import SCHEDULE_NAMES, SCHEDULES, Decode, DecodeStep, decode
 from qkv_tui.teach.stages.soft_cap import cap_text as exact
@@ -92,7 +95,7 @@ def decode_panes(dec: Decode, index: int, head: int, decimals: int) -> tuple[lis
     divisor = dec.comp.heads[head].scale
     scale = f"√{dec.comp.heads[head].d_k}" if dec.comp.heads[head].scale_is_default else f"{divisor:g}"
     if step.capped is not None:  # the pane shows what the softmax reads: the capped scores
-        cap = exact(float(dec.comp.heads[head].softcap or 0.0))
+        cap = exact(float(dec.comp.heads[head].read(Capped, lambda c: c.softcap) or 0.0))
         scale = f"{scale}→{cap}·tanh"
     outputs = dec.outputs(head, index)
     context = [
@@ -198,7 +201,8 @@ def decode_lines(dec: Decode, index: int, head: int, decimals: int) -> list[str]
         more = f"; … {len(paging.writes) - 2} more" if len(paging.writes) > 2 else ""
         if step.width == 1:
             lines.append(f"appended to the cache: K[{token}] = {_vec(step.K_cache[step.start - step.first], decimals)}"
-                         f"{' (rotated)' if hr.K_rot is not None else ' (normalised)' if hr.K_normed else ''},"
+                         f"{' (rotated)' if hr.part(Rotated) is not None else ''}"
+                         f"{' (normalised)' if hr.part(Rotated) is None and hr.part(QKNormed) is not None else ''},"
                          f" V[{token}] = {_vec(step.V_cache[step.start - step.first], decimals)}: {writes}")
         else:
             lines.append(f"written to the cache: {writes}{more}")
@@ -220,10 +224,10 @@ def decode_lines(dec: Decode, index: int, head: int, decimals: int) -> list[str]
     scale = f"√{hr.d_k}" if hr.scale_is_default else f"{divisor:g}"
     exact = hr.scale_is_default  # √d_k is written as such; a scenario's own scale is a number
     lo, S = step.first, step.first + step.K_cache.shape[0]
-    bias = None if hr.bias is None else hr.bias[step.t, lo:S]  # ALiBi joins after the division
+    bias = None if hr.part(Biased) is None else hr.need(Biased).bias[step.t, lo:S]  # ALiBi joins after the division
     operands: list[float | Matrix] = [scores] + ([] if exact else [divisor]) + ([] if bias is None else [bias])
 
-    cap = hr.softcap
+    cap = hr.read(Capped, lambda c: c.softcap)
     if cap is not None:  # the cap comes between the division and the bias: a line for each
         lines += _capped_lines(step, r, token, scale, exact, divisor, bias, cap, decimals)
     else:
@@ -241,10 +245,10 @@ def decode_lines(dec: Decode, index: int, head: int, decimals: int) -> list[str]
         lines.append(f"masked for {token}: {', '.join(hidden[:6])}{', …' if len(hidden) > 6 else ''} (−∞, weight 0)")
     live = np.flatnonzero(allowed)
     base = step.scaled[r] if step.capped is None else step.capped[r]
-    logits = base if hr.bias is None else base + hr.bias[step.t, lo:S]
+    logits = base if hr.part(Biased) is None else base + hr.need(Biased).bias[step.t, lo:S]
     kept = logits[live]
-    if hr.sink is not None:  # the sink joins the sum as one more column, then is dropped
-        sink = hr.sink
+    if hr.part(Sunk) is not None:  # the sink joins the sum as one more column, then is dropped
+        sink = hr.need(Sunk).sink
         (kept_text,), weights = fit(lambda v: softmax_rows(np.asarray(v)[None, :], sink).weights[0], [kept],
                                     step.weights[r][live], decimals)
         softmax = f"softmax({kept_text} with the sink {sink:g}, then dropped)"
@@ -269,7 +273,7 @@ def decode_lines(dec: Decode, index: int, head: int, decimals: int) -> list[str]
         lines.append(f"out[{token}] = weights·V_cache = {terms} = {res}")
     else:
         lines.append(f"out[{token}] = weights·V_cache, {live.size} rows weighted and summed = {_vec(out, decimals)}")
-    if step.gate is not None and step.gated is not None and hr.W_G is not None:
+    if step.gate is not None and step.gated is not None and hr.part(Gated) is not None:
         lines += gate_lines(dec, step, r, token, decimals)
     what = reference_name(dec)
     ok, check = step.check

@@ -9,6 +9,7 @@ import numpy as np
 from qkv_tui.core.engine import Computation
 from qkv_tui.core.scenario import Matrix
 from qkv_tui.core.variants import Mla
+from qkv_tui.kernels.mla import MlaHead
 
 
 def _mla(comp: Computation) -> Mla:
@@ -19,7 +20,7 @@ def _mla(comp: Computation) -> Mla:
 
 def latent_rows(comp: Computation) -> Matrix:
     """(n, d_c + d_rope) what the cache keeps per token: [c_KV | k_R'], the same for every head."""
-    m = comp.heads[0].mla
+    m = comp.heads[0].part(MlaHead)
     assert m is not None
     return np.concatenate([m.shared.c_KV, m.shared.k_R], axis=1)
 

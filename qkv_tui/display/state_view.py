@@ -14,7 +14,9 @@ from qkv_tui.core.engine import Computation, HeadResult
 from qkv_tui.core.scenario import Matrix
 from qkv_tui.display.frame import Frame
 from qkv_tui.display.view import Explanation, PaneSpec, matrix_pane
-from qkv_tui.kernels.deltanet import decay_mask
+from qkv_tui.kernels.deltanet import DeltaForward, decay_mask
+from qkv_tui.kernels.deltanet_parts import Around
+from qkv_tui.kernels.linear import LinearForward
 from qkv_tui.teach.arith import fit
 
 MAX_ROWS = 4  # state rows written out line by line; a wider state is in its pane
@@ -43,7 +45,7 @@ def _line(fn: object, operands: list[float | Matrix], result: float | Matrix, de
 
 
 def linear_lines(hr: HeadResult, t: int, token: str, decimals: int) -> list[str]:
-    lin = hr.linear
+    lin = hr.part(LinearForward)
     assert lin is not None
     out: list[str] = []
     S_prev = lin.S[t - 1] if t else np.zeros_like(lin.S[0])
@@ -76,7 +78,7 @@ def _read(x: Matrix, S: Matrix, result: Matrix, decimals: int) -> tuple[str, str
 
 
 def deltanet_lines(hr: HeadResult, t: int, token: str, decimals: int) -> list[str]:
-    dn = hr.deltanet
+    dn = hr.part(DeltaForward)
     assert dn is not None
     out: list[str] = []
     S_prev = dn.S[t - 1] if t else np.zeros_like(dn.S[0])
@@ -87,7 +89,8 @@ def deltanet_lines(hr: HeadResult, t: int, token: str, decimals: int) -> list[st
     k = dn.k[t]
     terms, kv = _read(k, dn.decayed[t], dn.kv[t], decimals)
     out.append(f"kv = S'ᵀk = {terms} = {kv}" if hr.d_k <= MAX_ROWS else f"kv = S'ᵀk = {kv}")
-    V = hr.V if hr.around is None or hr.around.conv is None else hr.around.conv[2].out  # (n, d_v) what the rule reads
+    around = hr.part(Around)
+    V = hr.V if around is None or around.conv is None else around.conv[2].out  # (n, d_v) what the rule reads
     (vt, kt, bt), d = _line(lambda x, y, z: (_v(x) - _v(y)) * _v(z), [V[t], dn.kv[t], float(dn.beta[t])],
                             dn.delta[t], decimals)
     out.append(f"δ = (v − kv)·β = ({vt} − {kt})·{bt} = {d}")
@@ -104,7 +107,7 @@ def deltanet_lines(hr: HeadResult, t: int, token: str, decimals: int) -> list[st
 
 
 def memory_line(hr: HeadResult, t: int) -> str:
-    kept = hr.d_k * hr.d_v + (hr.d_k if hr.linear is not None and hr.linear.spec.normalize else 0)
+    kept = hr.d_k * hr.d_v + (hr.d_k if hr.part(LinearForward) is not None and hr.need(LinearForward).spec.normalize else 0)
     # K and V rows of their own widths: 2·dₖ a token would be false wherever d_v ≠ dₖ
     per_token = hr.d_k + hr.d_v
     seen = f"the {t + 1} tokens so far" if t else "the first token"
@@ -116,7 +119,7 @@ def memory_line(hr: HeadResult, t: int) -> str:
 def state_lines(comp: Computation, t: int, head: int, decimals: int) -> list[str]:
     hr = comp.heads[head]
     token = comp.scenario.labels[t]
-    lines = linear_lines(hr, t, token, decimals) if hr.linear is not None else deltanet_lines(hr, t, token, decimals)
+    lines = linear_lines(hr, t, token, decimals) if hr.part(LinearForward) is not None else deltanet_lines(hr, t, token, decimals)
     return [*lines, memory_line(hr, t)]
 
 
@@ -129,10 +132,10 @@ def _pane(key: str, title: str, values: Matrix, rows: tuple[str, ...], cols: tup
 def state_frame(comp: Computation, t: int, head: int, decimals: int) -> Frame:
     sc, hr = comp.scenario, comp.heads[head]
     token = sc.labels[t]
-    S = hr.linear.S if hr.linear is not None else hr.deltanet.S  # type: ignore[union-attr]
+    S = hr.need(LinearForward).S if hr.part(LinearForward) is not None else hr.need(DeltaForward).S
     idx_k, idx_v = tuple(map(str, range(hr.d_k))), tuple(map(str, range(hr.d_v)))
     before = S[t - 1] if t else np.zeros_like(S[0])
-    out = hr.linear.recurrent if hr.linear is not None else hr.deltanet.output  # type: ignore[union-attr]
+    out = hr.need(LinearForward).recurrent if hr.part(LinearForward) is not None else hr.need(DeltaForward).output
     focus = [_pane("state_prev", "S carried in", before, idx_k, idx_v, decimals),
              _pane("state", f"S after {token}", S[t], idx_k, idx_v, decimals),
              _pane("state_out", f"o[{token}]", out[t], (token,), idx_v, decimals, current=True)]

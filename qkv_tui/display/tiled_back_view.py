@@ -11,7 +11,7 @@ import numpy as np
 from qkv_tui.core.scenario import Matrix
 from qkv_tui.display.view import Explanation, PaneSpec
 from qkv_tui.display.view import matrix_pane as _pane
-from qkv_tui.kernels.softmax import from_logsumexp
+from qkv_tui.kernels.softmax import Capped, Sunk, from_logsumexp
 from qkv_tui.teach.arith import fit
 from qkv_tui.teach.tiled_backward import ORDER, PHASE_NAMES, BackOp, Pair, TiledBackward
 
@@ -55,7 +55,7 @@ CAPPED_MEANING = {
 
 
 def _capped(tb: TiledBackward) -> bool:
-    return tb.th.comp.heads[tb.head].softcap is not None
+    return tb.th.comp.heads[tb.head].part(Capped) is not None
 
 
 def _ds(tb: TiledBackward) -> str:
@@ -202,7 +202,7 @@ def _pair_lines(tb: TiledBackward, op: BackOp, pr: Pair, decimals: int, div_text
     count = len(pr.rows) if op.phase in ("P", "dP", "dS", "dQ") else len(pr.cols)
     if count > MAX_ROWS:
         lines.append(f"(and {count - MAX_ROWS} more: see the panes)")
-    if op.phase == "dS" and hr.sink is not None:
+    if op.phase == "dS" and hr.part(Sunk) is not None:
         lines.append("the sink's column has no Value, so its dP is 0 and its dS = P_sink·(0 − D): its share leaves"
                      " the row's keys, as in the Backward stages")
     return lines

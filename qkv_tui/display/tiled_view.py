@@ -17,7 +17,10 @@ from qkv_tui.display.state_view import carries_state, no_tiles_frame
 from qkv_tui.display.tiled_back_view import back_explanation, back_panes
 from qkv_tui.display.view import Explanation, PaneSpec
 from qkv_tui.display.view import matrix_pane as _pane
-from qkv_tui.kernels.softmax import soft_cap
+from qkv_tui.kernels.gate import Gated
+from qkv_tui.kernels.norm import QKNormed
+from qkv_tui.kernels.rope import Rotated
+from qkv_tui.kernels.softmax import Biased, Capped, Sunk, soft_cap
 from qkv_tui.teach.arith import fit
 from qkv_tui.teach.stages.soft_cap import cap_text
 from qkv_tui.teach.tiled import PHASE_NAMES, PHASES, TiledHead, TileOp, memory_line, tiled
@@ -118,13 +121,15 @@ def op_lines(th: TiledHead, op: TileOp, decimals: int) -> list[str]:
             continue
         if op.phase == "scores":
             dots = visit.dots[r]
-            q_name, k_name = ("Q_rot", "K_rot") if hr.Q_rot is not None else ("Q_norm", "K_norm") if hr.Q_normed else ("Q", "K")
+            q_name, k_name = (("Q_rot", "K_rot") if hr.part(Rotated) is not None
+                              else ("Q_norm", "K_norm") if hr.part(QKNormed) is not None else ("Q", "K"))
             exact = hr.scale_is_default  # √d_k is written as such; a scenario's own scale is a number
             symbolic = f"{q_name}[{tok}]·{k_name}[{tile}]ᵀ/{divisor_text if exact else 'scale'}"
-            bias = None if hr.bias is None else hr.bias[i, visit.cols.start:visit.cols.stop]
+            bias = None if hr.part(Biased) is None else hr.need(Biased).bias[i, visit.cols.start:visit.cols.stop]
             operands: list[float | Matrix] = [dots] + ([] if exact else [div]) + ([] if bias is None else [bias])
 
-            cap = hr.softcap  # the tile's scores soft-capped before the bias, as the trace's capped cells
+            # the tile's scores soft-capped before the bias, as the trace's capped cells
+            cap = hr.read(Capped, lambda c: c.softcap)
 
             def scaled(*v: float | Matrix, exact: bool = exact, has_bias: bool = bias is not None,
                        cap: float | None = cap) -> Matrix:
@@ -145,9 +150,9 @@ def op_lines(th: TiledHead, op: TileOp, decimals: int) -> list[str]:
                 after = "[" + ", ".join("−∞" if not a else t for t, a in zip(s.strip("[]").split(", "), allowed)) + "]"
                 masked = f"; with the mask: {after} ({hidden} not allowed)"
             lines.append(f"S[{tok}] = {arithmetic}{masked}")
-            if hr.sink is not None and r == 0 and visit.ktile == op_first_tile(th, op.qblock):
-                lines.append(f"    the sink joins as a column with no Value: m starts at its logit {hr.sink:g},"
-                             f" ℓ at e^({hr.sink:g} − {hr.sink:g}) = 1, Õ at 0")
+            if hr.part(Sunk) is not None and r == 0 and visit.ktile == op_first_tile(th, op.qblock):
+                lines.append(f"    the sink joins as a column with no Value: m starts at its logit {hr.need(Sunk).sink:g},"
+                             f" ℓ at e^({hr.need(Sunk).sink:g} − {hr.need(Sunk).sink:g}) = 1, Õ at 0")
         elif op.phase == "tile_max":
             live = [fmt(float(s), False, p) for s in w.S]
             lines.append(f"m̃[{tok}] = max({', '.join(live)}) = {fmt(w.tile_max, False, p)}")
@@ -205,7 +210,7 @@ def tiled_explanation(th: TiledHead, index: int, decimals: int) -> Explanation:
         ok, check = th.check() if last else th.check(rows, op.end.out)
         scope = "the Mix stage" if last else f"the Mix stage in rows {_names(sc.labels, rows)}"
         details.append(f"{'✓ equal to' if ok else '✗ DIFFERENT from'} {scope} {check}")
-        if hr.gate is not None:
+        if hr.part(Gated) is not None:
             details.append(gate_note(th.comp))
     if th.shift and op.phase in ("accumulate", "normalise"):
         factor = 1 << th.shift
@@ -293,7 +298,7 @@ def tiled_panes(th: TiledHead, index: int, decimals: int) -> tuple[list[PaneSpec
     v_pane = _pane("t_V", "V tile", V_tile, tile_keys, dims_v, decimals,
                    block=frozenset(range(len(v.cols))) if op.phase == "accumulate" else frozenset(), subtitle=name)
     # the scores are those of the Queries and Keys as scored: rotated, or normalised, where the scenario says so
-    scored = "_rot" if hr.Q_rot is not None else "_norm" if hr.Q_normed is not None else ""
+    scored = "_rot" if hr.part(Rotated) is not None else "_norm" if hr.part(QKNormed) is not None else ""
     q_pane = _pane("t_Q", f"Q{scored} block", hr.Q_used[rows.start:rows.stop], block_labels,
                    tuple(str(c) for c in range(hr.d_k)), decimals, subtitle=name)
     k_pane = _pane("t_K", f"K{scored} tile", hr.K_used[v.cols.start:v.cols.stop], tile_keys,

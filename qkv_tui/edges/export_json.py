@@ -15,10 +15,15 @@ from typing import Any, TextIO
 
 import numpy as np
 
-from qkv_tui.core.engine import Computation, HeadResult, NormResult, combine, iter_heads, mla_results, norm_of
+from qkv_tui.core.engine import Computation, HeadResult, NormResult, combine, iter_heads, norm_of
+from qkv_tui.core.forward import mla_results
 from qkv_tui.core.scenario import Matrix, Scenario
 from qkv_tui.core.variants import Vector
 from qkv_tui.edges.export_grad import Nested, backward_parts
+from qkv_tui.kernels.gate import Gated
+from qkv_tui.kernels.norm import QKNormed
+from qkv_tui.kernels.rope import Rotated
+from qkv_tui.kernels.softmax import Biased, Capped, Sunk
 
 _CHUNK = 1 << 16  # characters gathered before each write: few calls, little memory
 _NEG_INF = float("-inf")
@@ -98,10 +103,12 @@ def head_fields(h: HeadResult) -> list[tuple[str, Any]]:
         ("scores", h.scores), ("scaled", h.scaled), ("masked", h.masked),
         ("weights", h.weights), ("output", h.output),
         # docs/scenario-format.md, "What is computed" (null where the scenario does not use the feature), then the biases
-        ("Q_rot", h.Q_rot), ("K_rot", h.K_rot), ("bias", h.bias), ("sink", h.sink), ("kv_head", h.kv_head),
+        ("Q_rot", h.read(Rotated, lambda r: r.Q_rot)), ("K_rot", h.read(Rotated, lambda r: r.K_rot)),
+        ("bias", h.read(Biased, lambda b: b.bias)), ("sink", h.read(Sunk, lambda s: s.sink)), ("kv_head", h.kv_head),
         ("b_Q", _vector(h.b_Q)), ("b_K", _vector(h.b_K)), ("b_V", _vector(h.b_V)),
-        ("Q_norm", h.Q_norm), ("K_norm", h.K_norm), ("capped", h.capped),
-        ("gate", h.gate), ("gated_output", h.gated_output),
+        ("Q_norm", h.read(QKNormed, lambda q: q.Q_norm)), ("K_norm", h.read(QKNormed, lambda q: q.K_norm)),
+        ("capped", h.read(Capped, lambda c: c.capped)),
+        ("gate", h.read(Gated, lambda g: g.gate)), ("gated_output", h.read(Gated, lambda g: g.gated)),
     ]
 
 
@@ -120,14 +127,15 @@ def _mla(sc: Scenario, norm: NormResult | None) -> dict[str, Any] | None:
     its norm; null without [mla]."""
     if sc.mla is None:
         return None
+    from qkv_tui.kernels.mla import MlaHead
+
     heads = mla_results(sc, sc.X if norm is None else norm.X_norm)
-    shared = heads[0].mla.shared if heads and heads[0].mla is not None else None
-    assert shared is not None
+    shared = heads[0].need(MlaHead).shared
     return {
         "c_KV_raw": shared.c_KV_raw.tolist(), "c_KV": shared.c_KV.tolist(),
         "c_Q": None if shared.c_Q is None else shared.c_Q.tolist(),
         "heads": [{"q_C": m.q_C.tolist(), "q_R": m.q_R.tolist(), "k_C": m.k_C.tolist(), "v_C": m.v_C.tolist(),
-                   "absorbed_scores": m.absorbed_scores.tolist()} for m in (h.mla for h in heads) if m is not None],
+                   "absorbed_scores": m.absorbed_scores.tolist()} for m in (h.part(MlaHead) for h in heads) if m is not None],
         "k_R": shared.k_R.tolist(),
     }
 
@@ -154,17 +162,21 @@ class _Heads:
 
 def linear_fields(h: HeadResult) -> list[tuple[str, Any]]:
     """One entry of ``"linear": {"heads": [...]}`` (docs/scenario-format.md, "[linear]"): S[t] is the state after token t."""
-    lin = h.linear
-    assert lin is not None
+    from qkv_tui.kernels.linear import LinearForward
+
+    lin = h.need(LinearForward)
     return [("phi_Q", lin.phi_Q), ("phi_K", lin.phi_K), ("S", lin.S), ("z", lin.z), ("output", lin.recurrent)]
 
 
 def deltanet_fields(h: HeadResult) -> list[tuple[str, Any]]:
     """One entry of ``"deltanet": {"heads": [...]}``: q and k as the rule reads them (L2-normalised, q ÷ √d_k)."""
-    dn = h.deltanet
-    assert dn is not None
-    conv = None if h.around is None else h.around.conv
-    normed = None if h.around is None else h.around.out_norm
+    from qkv_tui.kernels.deltanet import DeltaForward
+    from qkv_tui.kernels.deltanet_parts import Around
+
+    dn = h.need(DeltaForward)
+    around = h.part(Around)
+    conv = None if around is None else around.conv
+    normed = None if around is None else around.out_norm
     return [("q", dn.q), ("k", dn.k), ("g", dn.g.tolist()), ("beta", dn.beta.tolist()), ("S", dn.S),
             ("output", dn.output),
             # the short convolution's outputs (after SiLU) and the gated output norm's gate input and result

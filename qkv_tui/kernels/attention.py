@@ -1,26 +1,21 @@
 """One head's forward pass, softmax(Q Kᵀ / scale + bias) V, keeping every intermediate (docs/scenario-format.md,
-"What is computed"): project, QK-norm, rotate, score, scale, add the bias, mask, softmax, mix."""
+"What is computed"): project, score, scale, mask, softmax, mix, with each variant's part (PartSpec) at its hook:
+QK-norm and rotate before the scores, the bias, sink and soft-cap as the softmax's options, the gate after Mix."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from dataclasses import dataclass, field
+from typing import ClassVar, Protocol, TypeVar
 
 import numpy as np
 
-from qkv_tui.kernels.gate import Gated, gate
-from qkv_tui.kernels.norm import Normed, normalise
+from qkv_tui.kernels.norm import Normed, QKNormed, normalise
 from qkv_tui.kernels.policy import EXACT, Policy
-from qkv_tui.kernels.rope import rotate
-from qkv_tui.kernels.softmax import SoftmaxRows, masked_logits, soft_cap, softmax_rows
+from qkv_tui.kernels.softmax import Biased, Capped, SoftmaxRows, Sunk, masked_logits, soft_cap, softmax_rows
 from qkv_tui.kernels.stats import Matrix
 
-if TYPE_CHECKING:  # [linear]'s and [deltanet]'s kernels load with a scenario that has them
-    from qkv_tui.kernels.deltanet import DeltaForward
-    from qkv_tui.kernels.deltanet_parts import Around, AroundSpec
-    from qkv_tui.kernels.linear import LinearForward, LinearSpec
-
+P = TypeVar("P")
 
 @dataclass(frozen=True)
 class Turn:
@@ -32,7 +27,8 @@ class Turn:
 
 
 class SharedKV(Protocol):
-    """A K/V head already computed for an earlier query head: its Keys (as projected, normalised, turned) and Values."""
+    """A K/V head already computed for an earlier query head: its Keys and Values as projected, and its parts
+    (the normalised and turned Keys a later query head reuses)."""
 
     @property
     def K(self) -> Matrix: ...
@@ -40,23 +36,7 @@ class SharedKV(Protocol):
     @property
     def V(self) -> Matrix: ...
 
-    @property
-    def K_rot(self) -> Matrix | None: ...
-
-    @property
-    def K_normed(self) -> Normed | None: ...
-
-
-@dataclass(frozen=True, eq=False)
-class QKNormHead:
-    """QK-norm for one head: the gains of its Q and of its K/V head's K, and, where the norm runs over every
-    head's columns together, each row's statistics over the whole projection (None: over the head's d_k)."""
-
-    gamma_q: Matrix  # (d_k,)
-    gamma_k: Matrix  # (d_k,)
-    eps: float
-    q_rows: Normed | None = None  # (n,) statistics of each token's whole query projection
-    k_rows: Normed | None = None  # (m,) statistics of each token's whole key projection
+    def part(self, kind: type[P]) -> P | None: ...
 
 
 @dataclass(frozen=True, eq=False)
@@ -73,22 +53,128 @@ class Attended:
     capped: Matrix | None = None  # (n, m) softcap·tanh(scaled / softcap); None without a soft-cap
 
 
+@dataclass(eq=False)
+class HeadPass:
+    """One head's forward pass as it goes: what its parts read and change (the PartSpec hooks)."""
+
+    X: Matrix  # (n, d_model) what the Query projection reads, already normalised
+    X_kv: Matrix  # (m, d_in) what the Keys and Values read
+    allow: np.ndarray  # (n, m)
+    scale: float
+    policy: Policy
+    shared: SharedKV | None  # an earlier query head reading the same K/V head: its K, V and parts are reused
+    Q: Matrix  # (n, d_k) as projected
+    K: Matrix  # (m, d_k)
+    V: Matrix  # (m, d_v)
+    Q_turned: Matrix  # (n, d_k) what RoPE turns: Q as the parts before the rotation left it
+    K_turned: Matrix  # (m, d_k)
+    Q_used: Matrix  # (n, d_k) the Queries as scored
+    K_used: Matrix  # (m, d_k)
+    bias: Matrix | None = None  # (n, m) added to the scaled scores
+    sink: float | None = None  # a logit that joins each row's sum
+    softcap: float | None = None  # the scaled scores are soft-capped at it
+    records: list[object] = field(default_factory=list)  # each part's own record, in the order they ran
+    notes: dict[str, object] = field(default_factory=dict)  # what one part keeps between its own hooks
+
+    def shared_part(self, kind: type[P]) -> P | None:
+        return None if self.shared is None else self.shared.part(kind)
+
+
+class PartSpec:
+    """One variant's share of a head's forward pass, at three hook points; a part overrides those it uses.
+
+    Each hook runs for every part, in the parts' order, before the next hook: ``before_score`` turns Q and K
+    or sets the softmax's options (QK-norm, then RoPE; ALiBi's bias, a sink, a soft-cap); ``attend`` may
+    replace the softmax's map with its own (linear attention, the delta rule; the first that answers wins);
+    ``after_mix`` reads what was attended (the output gate, the output norm) and keeps the part's record."""
+
+    keeps_scale: ClassVar[bool] = True  # False for a part whose map divides by no scale (shown as no √d_k)
+
+    def before_score(self, p: HeadPass) -> None:
+        return None
+
+    def attend(self, p: HeadPass) -> Attended | None:
+        return None
+
+    def after_mix(self, p: HeadPass, attended: Attended) -> None:
+        return None
+
+
+@dataclass(frozen=True, eq=False)
+class QKNormHead(PartSpec):
+    """QK-norm for one head: the gains of its Q and of its K/V head's K, and, where the norm runs over every
+    head's columns together, each row's statistics over the whole projection (None: over the head's d_k)."""
+
+    gamma_q: Matrix  # (d_k,)
+    gamma_k: Matrix  # (d_k,)
+    eps: float
+    q_rows: Normed | None = None  # (n,) statistics of each token's whole query projection
+    k_rows: Normed | None = None  # (m,) statistics of each token's whole key projection
+
+    def before_score(self, p: HeadPass) -> None:
+        """Normalise each query and key row (before RoPE turns them); a head sharing an earlier head's K/V head
+        reuses its normalised Keys."""
+        Q_normed = qk_normalise(p.Q, self.gamma_q, self.eps, self.q_rows, p.policy)
+        earlier = p.shared_part(QKNormed)
+        K_normed = (qk_normalise(p.K, self.gamma_k, self.eps, self.k_rows, p.policy) if earlier is None
+                    else earlier.K_normed)
+        p.Q_turned = p.Q_used = Q_normed.X_norm
+        p.K_turned = p.K_used = K_normed.X_norm
+        p.records.append(QKNormed(Q_normed, K_normed))
+
+
+@dataclass(frozen=True, eq=False)
+class AlibiSpec(PartSpec):
+    """ALiBi as a part: its bias (n, m) is added to the scaled scores."""
+
+    bias: Matrix
+    slope: float
+
+    def before_score(self, p: HeadPass) -> None:
+        p.bias = self.bias
+
+    def after_mix(self, p: HeadPass, attended: Attended) -> None:
+        assert attended.bias is not None
+        p.records.append(Biased(attended.bias, self.slope))
+
+
+@dataclass(frozen=True, eq=False)
+class SinkSpec(PartSpec):
+    """An attention sink as a part: a logit that joins each row's sum."""
+
+    sink: float
+
+    def before_score(self, p: HeadPass) -> None:
+        p.sink = self.sink
+
+    def after_mix(self, p: HeadPass, attended: Attended) -> None:
+        assert attended.softmax.sink_exp is not None
+        p.records.append(Sunk(self.sink, attended.softmax.sink_exp))
+
+
+@dataclass(frozen=True, eq=False)
+class CapSpec(PartSpec):
+    """The soft-cap as a part: the scaled scores become softcap·tanh(scaled / softcap) before the bias."""
+
+    softcap: float
+
+    def before_score(self, p: HeadPass) -> None:
+        p.softcap = self.softcap
+
+    def after_mix(self, p: HeadPass, attended: Attended) -> None:
+        assert attended.capped is not None
+        p.records.append(Capped(attended.capped, self.softcap))
+
+
 @dataclass(frozen=True, eq=False)
 class Forward:
-    """One head: the projections, their turned forms, and what was attended."""
+    """One head: the projections and what was attended, with each part's record in the order they ran."""
 
     Q: Matrix  # (n, d_k)
     K: Matrix  # (m, d_k)
     V: Matrix  # (m, d_v)
-    Q_rot: Matrix | None  # (n, d_k); None without rope
-    K_rot: Matrix | None  # (m, d_k)
     attended: Attended
-    Q_normed: Normed | None = None  # (n, d_k) Q after QK-norm, with each row's mean square and root; None without
-    K_normed: Normed | None = None  # (m, d_k)
-    gated: Gated | None = None  # the output gate's sigmoid and gated output; None without a gate
-    linear: LinearForward | None = None  # [linear]'s two forms; None with the softmax
-    deltanet: DeltaForward | None = None  # [deltanet]'s gated delta rule; None with the softmax
-    around: Around | None = None  # [deltanet]'s short convolution and gated output norm; None without
+    records: tuple[object, ...] = ()
 
 
 def frozen(array: Matrix) -> Matrix:
@@ -124,71 +210,26 @@ def attend(Q: Matrix, K: Matrix, V: Matrix, allow: np.ndarray, scale: float, bia
 
 
 def head_forward(X: Matrix, X_kv: Matrix, W_Q: Matrix, W_K: Matrix, W_V: Matrix, b_Q: Matrix | None,
-                 b_K: Matrix | None, b_V: Matrix | None, allow: np.ndarray, scale: float, *,
-                 turn: Turn | None = None, bias: Matrix | None = None, sink: float | None = None,
-                 shared: SharedKV | None = None, qk_norm: QKNormHead | None = None,
-                 policy: Policy = EXACT, softcap: float | None = None, W_G: Matrix | None = None,
-                 linear: LinearSpec | None = None, deltanet: tuple[Matrix, Matrix] | None = None,
-                 around: AroundSpec | None = None) -> Forward:
+                 b_K: Matrix | None, b_V: Matrix | None, allow: np.ndarray, scale: float,
+                 parts: Sequence[PartSpec] = (), *, shared: SharedKV | None = None, policy: Policy = EXACT) -> Forward:
     """One head. ``X`` is what the Query projection reads (already normalised), ``X_kv`` what the Keys and
-    Values read; ``shared`` is the forward of an earlier query head reading the same K/V head, whose K, V
-    (normalised and turned) this one reuses."""
+    Values read; ``parts`` are its variants' specs (PartSpec), in order; ``shared`` is the forward of an earlier
+    query head reading the same K/V head, whose K and V (and their parts' forms) this one reuses."""
     Q = frozen(project(X, W_Q, b_Q, policy))  # (n, d_k)
-    Q_normed = None if qk_norm is None else qk_normalise(Q, qk_norm.gamma_q, qk_norm.eps, qk_norm.q_rows, policy)
     if shared is None:
         K = frozen(project(X_kv, W_K, b_K, policy))  # (m, d_k)
         V = frozen(project(X_kv, W_V, b_V, policy))  # (m, d_v)
-        K_normed = None if qk_norm is None else qk_normalise(K, qk_norm.gamma_k, qk_norm.eps, qk_norm.k_rows, policy)
-        K_in = K if K_normed is None else K_normed.X_norm  # (m, d_k) what RoPE turns
-        K_rot = None if turn is None else frozen(rotate(K_in, turn.cos, turn.sin, turn.pairs, policy))
     else:
-        K, V, K_rot, K_normed = shared.K, shared.V, shared.K_rot, shared.K_normed
-    Q_in = Q if Q_normed is None else Q_normed.X_norm  # (n, d_k)
-    Q_rot = None if turn is None else frozen(rotate(Q_in, turn.cos, turn.sin, turn.pairs, policy))
-    K_used = K_rot if K_rot is not None else K if K_normed is None else K_normed.X_norm
-    if linear is not None or deltanet is not None:
-        from qkv_tui.kernels.deltanet import deltanet_forward
-        from qkv_tui.kernels.deltanet_parts import Around, convolve, norm_out
-        from qkv_tui.kernels.linear import linear_forward
-    lin = None if linear is None else linear_forward(Q_in if Q_rot is None else Q_rot, K_used, V, allow, linear, policy)
-    conv = None if around is None or deltanet is None else convolve(around, Q_in, K_used, V, policy)
-    q_dn, k_dn, v_dn = (Q_in if Q_rot is None else Q_rot, K_used, V) if conv is None else (c.out for c in conv)
-    delta = None if deltanet is None else deltanet_forward(q_dn, k_dn, v_dn, *deltanet, policy=policy)
-    done = None if around is None or delta is None else Around(conv, norm_out(around, X, delta.output, policy))
-    if lin is not None:
-        attended = as_attended(lin, allow)
-    elif delta is not None:
-        attended = delta_attended(delta, allow)
-    else:
-        attended = attend(Q_in if Q_rot is None else Q_rot, K_used, V, allow, scale, bias, sink, policy, softcap)
-    # the gate reads X̂ (what the Query projection reads) and scales the head's output, after Mix
-    gated = None if W_G is None else gate(X, W_G, attended.output, policy)
-    return Forward(Q, K, V, Q_rot, K_rot, attended, Q_normed, K_normed, gated=gated, linear=lin, deltanet=delta,
-                   around=done)
-
-
-def as_attended(lin: LinearForward, allow: np.ndarray) -> Attended:
-    """Linear attention's quadratic form in the softmax's places, so that Mix, Concat and the exports read it
-    as they read a softmax head: its scores, the masked scores (−∞ where the mask forbids, as every masked
-    input is kept), the masked scores again as the row's terms, each row's sum and the divided weights."""
-    logits = frozen(np.where(allow, lin.scores, -np.inf))  # (n, n)
-    row_max = frozen(np.zeros(len(lin.row_sum)))  # (n,) nothing is subtracted: φ(q)·φ(k) is never exponentiated
-    return Attended(1.0, lin.scores, lin.scores, None, logits,
-                    SoftmaxRows(row_max, lin.masked, lin.row_sum, lin.weights, None), lin.output)
-
-
-def delta_attended(dn: DeltaForward, allow: np.ndarray) -> Attended:
-    """The gated delta rule in the softmax's places: scores q̂·k̂ᵀ, and as weights those scores times the
-    decaying causal mask, which weigh the corrections δ (not V) into the output."""
-    from qkv_tui.kernels.deltanet import decay_mask
-
-    scores = frozen(dn.q @ dn.k.T)  # (n, n)
-    weighted = scores * decay_mask(dn.g)  # (n, n) 0 above the diagonal
-    weights = frozen(np.where(allow, weighted, 0.0))
-    logits = frozen(np.where(allow, weighted, -np.inf))
-    n = len(dn.g)
-    return Attended(1.0, scores, scores, None, logits,
-                    SoftmaxRows(frozen(np.zeros(n)), weights, frozen(np.ones(n)), weights, None), dn.output)
+        K, V = shared.K, shared.V
+    p = HeadPass(X, X_kv, allow, scale, policy, shared, Q, K, V, Q, K, Q, K)
+    for part in parts:
+        part.before_score(p)
+    attended = next((a for a in (part.attend(p) for part in parts) if a is not None), None)
+    if attended is None:
+        attended = attend(p.Q_used, p.K_used, V, allow, scale, p.bias, p.sink, policy, p.softcap)
+    for part in parts:
+        part.after_mix(p, attended)
+    return Forward(Q, K, V, attended, tuple(p.records))
 
 
 def qk_normalise(M: Matrix, gamma: Matrix, eps: float, rows: Normed | None, policy: Policy = EXACT) -> Normed:

@@ -13,10 +13,14 @@ distance t − s alone.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
+from qkv_tui.kernels.attention import Attended, HeadPass, PartSpec, frozen
+from qkv_tui.kernels.deltanet_parts import Around, AroundSpec, convolve, norm_out
 from qkv_tui.kernels.policy import EXACT, Policy
+from qkv_tui.kernels.softmax import SoftmaxRows
 from qkv_tui.kernels.stats import Matrix
 
 L2_EPS = 1e-6
@@ -41,6 +45,10 @@ class DeltaForward:
     delta: Matrix  # (n, d_v) (v_t − kv)·β_t
     S: Matrix  # (n, d_k, d_v) the state after token t
     output: Matrix  # (n, d_v) S_tᵀ q_t
+
+    # its weights, q·k times the decaying mask, weigh the corrections δ, not V: no distribution
+    distribution: ClassVar[bool] = False
+    route: ClassVar[str] = "Sᵀq, the state read with its query: the corrections δ weighted by q·k and the decaying causal mask"
 
 
 def l2_rows(x: Matrix, policy: Policy = EXACT) -> tuple[Matrix, Matrix, Matrix]:
@@ -109,3 +117,40 @@ def decay_mask(g: Matrix) -> Matrix:
     with np.errstate(over="ignore"):
         D = np.where(np.tril(np.ones((n, n), dtype=bool)), np.exp(np.minimum(G[:, None] - G[None, :], 0.0)), 0.0)
     return D
+
+
+@dataclass(frozen=True, eq=False)
+class DeltaSpec(PartSpec):
+    """[deltanet] as a part of a head's forward pass: its gated delta rule replaces the softmax's map, with the
+    short convolution before it and the gated output norm after Mix where the head has them (``around``)."""
+
+    g: Matrix  # (n,) the head's log decay
+    beta: Matrix  # (n,) its write strength
+    around: AroundSpec | None = None
+
+    def attend(self, p: HeadPass) -> Attended:
+        # the convolution reads the Queries before any rotation, as the layer does
+        conv = None if self.around is None else convolve(self.around, p.Q_turned, p.K_used, p.V, p.policy)
+        q, k, v = (p.Q_used, p.K_used, p.V) if conv is None else (c.out for c in conv)
+        delta = deltanet_forward(q, k, v, self.g, self.beta, policy=p.policy)
+        p.records.append(delta)
+        p.notes["conv"] = conv
+        return delta_attended(delta, p.allow)
+
+    def after_mix(self, p: HeadPass, attended: Attended) -> None:
+        if self.around is not None:  # after the gate's record, so that Concat joins the normed output
+            conv = p.notes["conv"]
+            assert conv is None or isinstance(conv, tuple)
+            p.records.append(Around(conv, norm_out(self.around, p.X, attended.output, p.policy)))
+
+
+def delta_attended(dn: DeltaForward, allow: np.ndarray) -> Attended:
+    """The gated delta rule in the softmax's places: scores q̂·k̂ᵀ, and as weights those scores times the
+    decaying causal mask, which weigh the corrections δ (not V) into the output."""
+    scores = frozen(dn.q @ dn.k.T)  # (n, n)
+    weighted = scores * decay_mask(dn.g)  # (n, n) 0 above the diagonal
+    weights = frozen(np.where(allow, weighted, 0.0))
+    logits = frozen(np.where(allow, weighted, -np.inf))
+    n = len(dn.g)
+    return Attended(1.0, scores, scores, None, logits,
+                    SoftmaxRows(frozen(np.zeros(n)), weights, frozen(np.ones(n)), weights, None), dn.output)

@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
@@ -84,6 +85,13 @@ class Around:
 
     conv: tuple[Convolved, Convolved, Convolved] | None  # q, k, v; None without the convolution
     out_norm: GatedNorm | None  # None without the output norm
+
+    joined_name: ClassVar[str] = "dn_og"  # what the trace calls it
+
+    @property
+    def joined(self) -> Matrix | None:
+        """What Concat joins in the head's output's place: the normed output, where there is one."""
+        return None if self.out_norm is None else self.out_norm.out
 
 
 def convolve(spec: AroundSpec, Q: Matrix, K: Matrix, V: Matrix,

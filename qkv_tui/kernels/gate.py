@@ -8,9 +8,11 @@ token) to stay quiet; Qiu et al. found such a gate mitigates attention sinks and
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
+from qkv_tui.kernels.attention import Attended, HeadPass, PartSpec
 from qkv_tui.kernels.policy import EXACT, Policy
 from qkv_tui.kernels.stats import Matrix
 
@@ -22,6 +24,14 @@ class Gated:
     logit: Matrix  # (n, d_v) X̂·W_G, what the sigmoid reads
     gate: Matrix  # (n, d_v) σ(logit) = 1 / (1 + e^−logit), each in (0, 1)
     gated: Matrix  # (n, d_v) output ⊙ gate: what Concat joins
+    W_G: Matrix  # (d_model, d_v) the gate's weights
+
+    joined_name: ClassVar[str] = "gated"  # what the trace calls it
+
+    @property
+    def joined(self) -> Matrix:
+        """What Concat joins in the head's output's place."""
+        return self.gated
 
 
 def sigmoid(logit: Matrix, policy: Policy = EXACT) -> Matrix:
@@ -40,4 +50,15 @@ def gate(X: Matrix, W_G: Matrix, output: Matrix, policy: Policy = EXACT) -> Gate
     gated = policy.table(output * g)  # (n, d_v)
     for a in (logit, g, gated):
         a.setflags(write=False)
-    return Gated(logit, g, gated)
+    return Gated(logit, g, gated, W_G)
+
+
+@dataclass(frozen=True, eq=False)
+class GateSpec(PartSpec):
+    """The gate as a part of a head's forward pass: it reads X̂ (what the Query projection reads) and scales the
+    head's output, after Mix."""
+
+    W_G: Matrix  # (d_model, d_v)
+
+    def after_mix(self, p: HeadPass, attended: Attended) -> None:
+        p.records.append(gate(p.X, self.W_G, attended.output, p.policy))

@@ -9,19 +9,29 @@ Exactly they agree; by hand each form rounds its own intermediates.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
+from qkv_tui.kernels.attention import Attended, HeadPass, PartSpec, frozen
 from qkv_tui.kernels.policy import EXACT, Policy
+from qkv_tui.kernels.softmax import SoftmaxRows
 from qkv_tui.kernels.stats import Matrix
 
 
 @dataclass(frozen=True)
-class LinearSpec:
-    """What the kernel needs of a scenario's [linear]."""
+class LinearSpec(PartSpec):
+    """What the kernel needs of a scenario's [linear]; as a part of a head's forward pass, its map replaces the
+    softmax's."""
 
     feature: str  # "elu1" | "relu" | "identity"
     normalize: bool
+    keeps_scale: ClassVar[bool] = False  # φ(q)·φ(k) is divided by no √d_k
+
+    def attend(self, p: HeadPass) -> Attended:
+        lin = linear_forward(p.Q_used, p.K_used, p.V, p.allow, self, p.policy)
+        p.records.append(lin)
+        return as_attended(lin, p.allow)
 
 
 @dataclass(frozen=True, eq=False)
@@ -41,6 +51,16 @@ class LinearForward:
     numer: Matrix  # (n, d_v) φ(q_t)ᵀS_t
     denom: Matrix  # (n,) φ(q_t)ᵀz_t; 1 without normalize
     recurrent: Matrix  # (n, d_v) numer / denom: the recurrent form
+
+    @property
+    def distribution(self) -> bool:
+        """Whether the weights are a distribution: only where each row is divided by its sum."""
+        return self.spec.normalize
+
+    @property
+    def route(self) -> str | None:
+        """How a token's output is made, where the summary's "weights·V" would mislead."""
+        return None if self.spec.normalize else "weights·V, its weights φ(q)·φ(k) not divided by their row's sum"
 
 
 def feature(x: Matrix, kind: str, policy: Policy = EXACT) -> Matrix:
@@ -101,3 +121,13 @@ def zero_row(denominator: Matrix) -> int | None:
     with np.errstate(divide="ignore", over="ignore"):
         bad = ~np.isfinite(np.divide(1.0, denominator))
     return int(np.argmax(bad)) if bad.any() else None
+
+
+def as_attended(lin: LinearForward, allow: np.ndarray) -> Attended:
+    """Linear attention's quadratic form in the softmax's places, so that Mix, Concat and the exports read it
+    as they read a softmax head: its scores, the masked scores (−∞ where the mask forbids, as every masked
+    input is kept), the masked scores again as the row's terms, each row's sum and the divided weights."""
+    logits = frozen(np.where(allow, lin.scores, -np.inf))  # (n, n)
+    row_max = frozen(np.zeros(len(lin.row_sum)))  # (n,) nothing is subtracted: φ(q)·φ(k) is never exponentiated
+    return Attended(1.0, lin.scores, lin.scores, None, logits,
+                    SoftmaxRows(row_max, lin.masked, lin.row_sum, lin.weights, None), lin.output)

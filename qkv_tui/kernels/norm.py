@@ -9,7 +9,7 @@ import numpy as np
 from qkv_tui.kernels.policy import Policy
 from qkv_tui.kernels.stats import Matrix, mean_square, row_mean
 
-__all__ = ["Matrix", "Normed", "mean_square", "normalise", "row_mean"]
+__all__ = ["Matrix", "Normed", "QKNormed", "mean_square", "normalise", "row_mean"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -21,6 +21,31 @@ class Normed:
     spread: Matrix  # (n,) mean of squares (rms) or population variance (layer)
     root: Matrix  # (n,) √(spread + eps), what each centred cell is divided by
     unrounded: Matrix  # (n, d_model) X_norm as computed from the kept statistics, before the policy keeps it
+
+
+@dataclass(frozen=True, eq=False)
+class QKNormed:
+    """QK-norm's record of one head ([qk_norm]): Q and K after the norm, each row's mean square and root."""
+
+    Q_normed: Normed  # (n, d_k)
+    K_normed: Normed  # (m, d_k)
+
+    @property
+    def Q_norm(self) -> Matrix:
+        return self.Q_normed.X_norm
+
+    @property
+    def K_norm(self) -> Matrix:
+        return self.K_normed.X_norm
+
+    @property
+    def Q_after(self) -> Matrix:
+        """The Queries as this part leaves them (what RoPE turns, or what is scored)."""
+        return self.Q_normed.X_norm
+
+    @property
+    def K_after(self) -> Matrix:
+        return self.K_normed.X_norm
 
 
 def norm_root(spread: Matrix, eps: float) -> Matrix:

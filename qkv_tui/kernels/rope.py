@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
+from qkv_tui.kernels.attention import HeadPass, PartSpec, Turn, frozen
 from qkv_tui.kernels.policy import EXACT, Policy
 from qkv_tui.kernels.stats import Matrix
 
@@ -62,3 +64,36 @@ def turn(M: Matrix, layout: str, base: float, positions: Sequence[int] | Matrix,
     d_k = M.shape[1]
     a = angles(base, d_k, positions)  # (rows, d_k/2)
     return rotate(M, np.cos(a), np.sin(a), pairs(layout, d_k), policy)
+
+
+@dataclass(frozen=True, eq=False)
+class Rotated:
+    """RoPE's record of one head ([rope]): Q and K turned by position."""
+
+    Q_rot: Matrix  # (n, d_k)
+    K_rot: Matrix  # (m, d_k)
+
+    @property
+    def Q_after(self) -> Matrix:
+        """The Queries as this part leaves them: what is scored."""
+        return self.Q_rot
+
+    @property
+    def K_after(self) -> Matrix:
+        return self.K_rot
+
+
+@dataclass(frozen=True, eq=False)
+class RopeSpec(PartSpec):
+    """RoPE as a part of a head's forward pass: it turns the Queries and Keys as the parts before it left them
+    (normalised where the head has QK-norm); a head sharing an earlier head's K/V head reuses its turned Keys."""
+
+    turn: Turn
+
+    def before_score(self, p: HeadPass) -> None:
+        t = self.turn
+        earlier = p.shared_part(Rotated)
+        K_rot = frozen(rotate(p.K_turned, t.cos, t.sin, t.pairs, p.policy)) if earlier is None else earlier.K_rot
+        Q_rot = frozen(rotate(p.Q_turned, t.cos, t.sin, t.pairs, p.policy))
+        p.Q_used, p.K_used = Q_rot, K_rot
+        p.records.append(Rotated(Q_rot, K_rot))

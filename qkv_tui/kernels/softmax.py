@@ -59,6 +59,30 @@ def exp_of_difference(a: Matrix, b: Matrix) -> Matrix:
 
 
 @dataclass(frozen=True, eq=False)
+class Biased:
+    """ALiBi's record of one head ([alibi])."""
+
+    bias: Matrix  # (n, m) slope·(pos_j − pos_i), as kept
+    slope: float  # the head's slope
+
+
+@dataclass(frozen=True, eq=False)
+class Sunk:
+    """An attention sink's record of one head ([sinks])."""
+
+    sink: float  # the sink's logit
+    sink_exp: Matrix  # (n,) e^(sink − row_max), the part of each row sum the sink takes
+
+
+@dataclass(frozen=True, eq=False)
+class Capped:
+    """The soft-cap's record of one head ([softcap])."""
+
+    capped: Matrix  # (n, m) softcap·tanh(scaled / softcap), without the bias
+    softcap: float  # the cap c
+
+
+@dataclass(frozen=True, eq=False)
 class SoftmaxRows:
     row_max: Matrix  # (n,) subtracted before exp: the row's max, or the sink where it is larger
     exps: Matrix  # (n, m) e^(masked − row_max); exactly 0 where masked

@@ -32,7 +32,9 @@ from qkv_tui.core.engine import Computation, HeadResult
 from qkv_tui.core.production import agreement, rounding_bound
 from qkv_tui.core.scenario import BoolMatrix, Matrix, Scenario
 from qkv_tui.kernels.attention import attend
+from qkv_tui.kernels.gate import Gated
 from qkv_tui.kernels.gate import gate as gate_of
+from qkv_tui.kernels.softmax import Biased, Capped, Sunk
 from qkv_tui.teach.paged import Address, BlockTable, PagedStore, empty_table, pool_order, pool_size
 
 T = TypeVar("T")
@@ -325,7 +327,7 @@ def _window(dec: Decode, head: int, i: int) -> tuple[Matrix, Matrix, Matrix, Boo
     K_buf, V_buf = dec.cache(head)
     K, V = K_buf[lo:S], V_buf[lo:S]  # views, no copies
     allowed = dec.allow[rng.start:rng.stop, lo:S]  # (L, S − lo): row r is token start + r, bottom-right aligned
-    bias = None if hr.bias is None else hr.bias[rng.start:rng.stop, lo:S]
+    bias = None if hr.part(Biased) is None else hr.need(Biased).bias[rng.start:rng.stop, lo:S]
     return q, K, V, allowed, bias, lo, S
 
 
@@ -333,11 +335,12 @@ def _contiguous(dec: Decode, head: int, i: int) -> tuple[Matrix, Matrix, Matrix,
     """(scores, scaled, weights, output, capped) of one step from the contiguous cache."""
     hr = dec.comp.heads[head]
     q, K, V, allowed, bias, _, _ = _window(dec, head, i)
-    return _attend(q, K, V, allowed, hr.scale, bias, hr.sink, hr.softcap)
+    return _attend(q, K, V, allowed, hr.scale, bias, hr.read(Sunk, lambda s: s.sink), hr.read(Capped, lambda c: c.softcap))
 
 
 def _full(hr: HeadResult, allow: BoolMatrix) -> Matrix:
-    return _attend(hr.Q_used, hr.K_used, hr.V, allow, hr.scale, hr.bias, hr.sink, hr.softcap)[3]
+    bias, sink, cap = hr.read(Biased, lambda b: b.bias), hr.read(Sunk, lambda s: s.sink), hr.read(Capped, lambda c: c.softcap)
+    return _attend(hr.Q_used, hr.K_used, hr.V, allow, hr.scale, bias, sink, cap)[3]
 
 
 def _step(dec: Decode, h: int, i: int, blocks: int, block: int) -> DecodeStep:
@@ -352,13 +355,14 @@ def _step(dec: Decode, h: int, i: int, blocks: int, block: int) -> DecodeStep:
     table = dec.paging[i].table
     store.write_rows(table, lo, K, V)
     K_paged, V_paged = store.gather(table, S, lo)
-    paged = _attend(q, K_paged, V_paged, allowed, hr.scale, bias, hr.sink, hr.softcap)[3]
+    sink, cap = hr.read(Sunk, lambda s: s.sink), hr.read(Capped, lambda c: c.softcap)
+    paged = _attend(q, K_paged, V_paged, allowed, hr.scale, bias, sink, cap)[3]
     computed, reused = dec.counts(i)
     # c·tanh(s/c) moves no logit's error further than s's own (tanh' ≤ 1) and adds one rounding, which the
     # bound's two spare roundings per logit cover
     bound = rounding_bound(q, K, V, weights, hr.scale, bias, allow=allowed)
     # the gate is per query token: the step's new tokens compute theirs from their own x̂, nothing is cached
-    gated = None if hr.W_G is None else gate_of(dec.comp.X_in[rng.start:rng.stop], hr.W_G, output)
+    gated = None if hr.part(Gated) is None else gate_of(dec.comp.X_in[rng.start:rng.stop], hr.need(Gated).W_G, output)
     return DecodeStep(i, h, rng.start, rng.stop, dec.kind(i), q, K, V, allowed, scores, scaled, weights, output,
                       dec.reference[h][rng.start:rng.stop], hr.output[rng.start:rng.stop], paged, computed, reused,
                       bound, lo, range(dec.firsts[i - 1] if i else 0, lo), capped,

@@ -14,6 +14,7 @@ from qkv_tui.core.engine import Computation, HeadResult
 from qkv_tui.core.fmt import fmt
 from qkv_tui.core.scenario import BoolMatrix, Scenario
 from qkv_tui.core.variants.backward import Backward
+from qkv_tui.kernels.softmax import Capped, Sunk
 
 MAX_ROWS = 8  # tokens listed by name; longer sentences list their first ones and point to the map
 
@@ -86,19 +87,15 @@ def looked_at(hr: HeadResult, allow: BoolMatrix, token: str, keys: tuple[str, ..
 
 
 def _route(hr: HeadResult) -> str:
-    """How a token's output is made from the weights the summary names."""
-    if hr.deltanet is not None:  # its weights, q·k times the decaying mask, weigh the corrections δ
-        return "Sᵀq, the state read with its query: the corrections δ weighted by q·k and the decaying causal mask"
-    if hr.linear is not None and not _distribution(hr):
-        return "weights·V, its weights φ(q)·φ(k) not divided by their row's sum"
-    return "weights·V"
+    """How a token's output is made from the weights the summary names: a part that makes it otherwise says how
+    (its ``route``)."""
+    return next((route for part in hr.parts.values() if (route := getattr(part, "route", None))), "weights·V")
 
 
 def _distribution(hr: HeadResult) -> bool:
-    """Whether the head's weights are a distribution: the softmax's, or normalised linear attention's."""
-    if hr.deltanet is not None:
-        return False
-    return hr.linear is None or hr.linear.spec.normalize
+    """Whether the head's weights are a distribution: the softmax's are; a part whose map replaces it says
+    (its ``distribution``)."""
+    return all(getattr(part, "distribution", True) for part in hr.parts.values())
 
 
 def checks(hr: HeadResult, allow: BoolMatrix) -> str:
@@ -109,8 +106,8 @@ def checks(hr: HeadResult, allow: BoolMatrix) -> str:
     if _distribution(hr):
         total = hr.weights.sum(axis=1)
         what = "every weight row sums to 1"
-        if hr.sink_exp is not None:
-            total = total + hr.sink_exp / hr.row_sum
+        if hr.part(Sunk) is not None:
+            total = total + hr.need(Sunk).sink_exp / hr.row_sum
             what = "every weight row plus its sink's share sums to 1"
         error = float(np.abs(total - 1.0).max())
         exact = "exactly" if error == 0 else f"to within {error:.0e}"
@@ -120,8 +117,8 @@ def checks(hr: HeadResult, allow: BoolMatrix) -> str:
         zero = bool((hr.weights[masked] == 0).all())
         count = int(masked.sum())
         line += ("; " if parts else "") + f"the {count} masked weights are {'exactly 0' if zero else 'NOT all 0'}"
-    if hr.capped is not None and hr.softcap is not None:
-        top = float(np.abs(hr.capped).max())
-        stay = "stay" if top <= hr.softcap else "do NOT stay"
-        line += f"; the capped scores {stay} within ±{hr.softcap:g} (largest |capped| {top:.3f})"
+    if hr.part(Capped) is not None and hr.part(Capped) is not None:
+        top = float(np.abs(hr.need(Capped).capped).max())
+        stay = "stay" if top <= hr.need(Capped).softcap else "do NOT stay"
+        line += f"; the capped scores {stay} within ±{hr.need(Capped).softcap:g} (largest |capped| {top:.3f})"
     return line + "."

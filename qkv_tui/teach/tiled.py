@@ -36,7 +36,7 @@ from qkv_tui.core.engine import Computation, HeadResult
 from qkv_tui.core.fmt import fmt, is_integral, vector
 from qkv_tui.core.production import agreement, rounding_bound
 from qkv_tui.core.scenario import BoolMatrix, Matrix
-from qkv_tui.kernels.softmax import exp_of_difference, masked_logits, soft_cap
+from qkv_tui.kernels.softmax import Biased, Capped, Sunk, exp_of_difference, masked_logits, soft_cap
 from qkv_tui.teach.arith import MAX_GUARD, agrees, first_fit, shown, softmax_row
 from qkv_tui.teach.trace_variants import sink_row
 
@@ -233,7 +233,7 @@ def _work_row(visits: list[TileVisit], r: int, V: Matrix, v_integral: bool, sink
 
 def trace_places(hr: HeadResult, row: int, decimals: int) -> int:
     """The places at which the trace works this row's softmax (its exponentials and their sum)."""
-    if hr.sink is not None:
+    if hr.part(Sunk) is not None:
         logits, weights = sink_row(hr, row)
         return softmax_row(logits, weights, decimals).places
     return softmax_row(hr.masked[row], hr.weights[row], decimals).places
@@ -252,7 +252,7 @@ def work_block(hr: HeadResult, visits: list[TileVisit], end: BlockEnd, decimals:
             # a V near float64's largest reads as one past it at few places (1.80e308 is ∞, and 0·∞ is NaN):
             # what the shown numbers give, which the check below refuses, so more places are tried
             with np.errstate(over="ignore", invalid="ignore"):
-                walk = _work_row(visits, r, hr.V, v_integral, hr.sink, p, shift)
+                walk = _work_row(visits, r, hr.V, v_integral, hr.read(Sunk, lambda s: s.sink), p, shift)
             last = walk[-1]
             with np.errstate(all="ignore"):  # ℓ is at least e^0 = 1: the check is the point
                 calculated = np.ldexp(last.O_new / last.l_new, shift)
@@ -330,7 +330,8 @@ class TiledHead:
             kept = [k for k in range(len(self.tiles)) if self.needed[qblock, k]]
             self._blocks[qblock] = visit_tiles(hr.Q_used, hr.K_used, hr.V, self.comp.scenario.allow, hr.scale,
                                                self.blocks[qblock], [self.tiles[k] for k in kept], qblock,
-                                               hr.sink, kept, hr.bias, shift=self.shift, softcap=hr.softcap)
+                                               hr.read(Sunk, lambda s: s.sink), kept, hr.read(Biased, lambda b: b.bias),
+                                               shift=self.shift, softcap=hr.read(Capped, lambda c: c.softcap))
         return self._blocks[qblock]
 
     def worked(self, qblock: int, decimals: int) -> tuple[WorkedRow, ...]:
@@ -366,8 +367,9 @@ class TiledHead:
         """
         hr = self.comp.heads[self.head]
         _, end = visit_tiles(hr.Q_used, hr.K_used, hr.V, self.comp.scenario.allow, hr.scale, range(self.n),
-                             self.tiles, 0, hr.sink, None, hr.bias, keep=False, shift=self.shift,
-                             softcap=hr.softcap)
+                             self.tiles, 0, hr.read(Sunk, lambda s: s.sink), None, hr.read(Biased, lambda b: b.bias),
+                             keep=False, shift=self.shift,
+                             softcap=hr.read(Capped, lambda c: c.softcap))
         return end.m, end.ell, end.O_acc, end.out
 
     @property
@@ -385,7 +387,7 @@ class TiledHead:
         rows = range(self.n) if rows is None else rows
         sl = slice(rows.start, rows.stop)
         return rounding_bound(hr.Q_used[sl], hr.K_used, hr.V, hr.weights[sl], hr.scale,
-                              None if hr.bias is None else hr.bias[sl], rescales=len(self.tiles),
+                              None if hr.part(Biased) is None else hr.need(Biased).bias[sl], rescales=len(self.tiles),
                               allow=self.comp.scenario.allow[sl])
 
     def check(self, rows: range | None = None, out: Matrix | None = None) -> tuple[bool, str]:

@@ -17,7 +17,7 @@ import numpy as np
 
 from qkv_tui.core.gradients import Gradients, gradients
 from qkv_tui.core.scenario import BoolMatrix, Matrix
-from qkv_tui.kernels.softmax import cap_tanh, from_logsumexp, soft_cap
+from qkv_tui.kernels.softmax import Biased, Capped, cap_tanh, from_logsumexp, soft_cap
 from qkv_tui.teach.tiled import TiledHead
 
 PAIR_PHASES = ("P", "dV", "dP", "dS", "dQ", "dK")  # one key tile against one query block
@@ -112,14 +112,14 @@ class TiledBackward:
         r, c = slice(rows.start, rows.stop), slice(cols.start, cols.stop)
         allowed = self.th.comp.scenario.allow[r, c]
         scaled = hr.Q_used[r] @ hr.K_used[c].T / hr.scale  # (r, c)
-        S = soft_cap(scaled, hr.softcap)
-        if hr.bias is not None:
-            S = S + hr.bias[r, c]
+        S = soft_cap(scaled, hr.read(Capped, lambda c: c.softcap))
+        if hr.part(Biased) is not None:
+            S = S + hr.need(Biased).bias[r, c]
         with np.errstate(invalid="ignore", over="ignore"):
             P = np.where(allowed, from_logsumexp(S, self.L[r, None]), 0.0)  # (r, c)
         dP = self.dO[r] @ hr.V[c].T  # (r, c)
         dS = np.where(allowed, P * (dP - self.D[r, None]), 0.0)
-        tanh = None if hr.softcap is None else cap_tanh(scaled, hr.softcap)
+        tanh = None if hr.part(Capped) is None else cap_tanh(scaled, hr.need(Capped).softcap)
         dscaled = dS if tanh is None else np.where(allowed, dS * (1.0 - tanh * tanh), 0.0)
         return scaled, P, tanh, dscaled, dS, allowed
 
@@ -146,7 +146,8 @@ class TiledBackward:
                     c2 = slice(self.th.tiles[j2].start, self.th.tiles[j2].stop)
                     dQ = dQ + ds2 @ hr.K_used[c2] / hr.scale
             scaled, P, tanh, dscaled, dS, allowed = self._tile(j, i)
-            S = soft_cap(scaled, hr.softcap) + (0.0 if hr.bias is None else hr.bias[r, c])
+            bias = hr.read(Biased, lambda b: b.bias)
+            S = soft_cap(scaled, hr.read(Capped, lambda c: c.softcap)) + (0.0 if bias is None else bias[r, c])
             self._pairs[(j, i)] = Pair(
                 rows, cols, allowed, scaled, S, P, self.dO[r] @ hr.V[c].T, dS, tanh, dscaled,
                 dV, dV + P.T @ self.dO[r], dK, dK + dscaled.T @ hr.Q_used[r] / hr.scale,

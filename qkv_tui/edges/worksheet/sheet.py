@@ -113,7 +113,7 @@ def sheet(ws: WorksheetContent) -> Sheet:
     # --heads: the scale of the heads asked about (a table of the layer as a whole never reads a head left out)
     asked_heads = None if ws.asked is None else {t.head for t in ws.tables if t.key in ws.asked} - {None} or None
     for h, head in enumerate(comp.heads):
-        if head.linear is not None or head.deltanet is not None:
+        if sc.linear is not None or sc.deltanet is not None:
             continue  # no scores are scaled
         if asked_heads is not None and h not in asked_heads:
             continue

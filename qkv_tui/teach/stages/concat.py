@@ -82,9 +82,10 @@ def printed_concat(chain: PrintedChain) -> Matrix:
 
 def _joined(head: HeadResult) -> str:
     """The matrix Concat joins of a head: its output, its gated output, or [deltanet]'s normed output."""
-    if head.around is not None and head.around.out_norm is not None:
-        return "dn_og"
-    return "output" if head.gated_output is None else "gated"
+    for part in reversed(tuple(head.parts.values())):  # the part whose output Concat joins names its matrix
+        if getattr(part, "joined", None) is not None:
+            return str(part.joined_name)  # type: ignore[attr-defined]
+    return "output"
 
 
 def _short(head: HeadResult) -> str:

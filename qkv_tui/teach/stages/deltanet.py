@@ -22,8 +22,8 @@ from qkv_tui.core.engine import Computation, HeadResult
 from qkv_tui.core.fmt import fmt, vector
 from qkv_tui.core.scenario import Matrix
 from qkv_tui.kernels.attention_backward import row_dots
-from qkv_tui.kernels.deltanet import L2_EPS, decay_mask
-from qkv_tui.kernels.deltanet_parts import Convolved
+from qkv_tui.kernels.deltanet import L2_EPS, DeltaForward, decay_mask
+from qkv_tui.kernels.deltanet_parts import Around, Convolved
 from qkv_tui.kernels.policy import EXACT, ByHand
 from qkv_tui.teach.arith import dot_line, fit
 from qkv_tui.teach.stages.common import (
@@ -80,7 +80,7 @@ def _block_filled(trace: TraceContext, blocks: tuple[str, ...], step: str, width
 
 
 def _conv(hr: HeadResult) -> tuple[Convolved, Convolved, Convolved] | None:
-    return None if hr.around is None else hr.around.conv
+    return None if hr.part(Around) is None else hr.need(Around).conv
 
 
 def _read(trace: TraceContext, hr: HeadResult) -> tuple[str, str, str, str]:
@@ -135,7 +135,7 @@ def _gate_tables(self: StageSpec, chain: PrintedChain, head: int | None) -> list
     """g and β: given (an input of the page) or computed by the Gates stage (printed, not asked: softplus needs ln)."""
     assert head is not None
     sc, h = chain.sc, head
-    dn = chain.comp.heads[h].deltanet
+    dn = chain.comp.heads[h].part(DeltaForward)
     assert dn is not None and sc.deltanet is not None
     given = sc.deltanet.g is not None and sc.deltanet.beta is not None
     values = np.stack([dn.g, dn.beta], axis=1) if given else chain.rounded(np.stack([dn.g, dn.beta], axis=1))
@@ -246,7 +246,7 @@ class Normalise(StageSpec):
         h = seg.head
         assert col is not None
         hr = _hr(trace, h)
-        dn = hr.deltanet
+        dn = hr.part(DeltaForward)
         assert dn is not None
         qn, kn, qs, ks = _read(trace, hr)
         t = trace.comp.scenario.labels[row]
@@ -271,7 +271,7 @@ class Normalise(StageSpec):
         return Operation(index, seg, row, col, value, (Ref(qn if is_q else kn, h, row),), text, details)
 
     def matrix(self, trace: TraceContext, name: str, head: int | None) -> Matrix:
-        dn = _hr(trace, head).deltanet
+        dn = _hr(trace, head).part(DeltaForward)
         if dn is None:
             raise KeyError(name)
         return dn.q if name == "dn_q" else dn.k
@@ -323,7 +323,7 @@ class Gates(StageSpec):
         h = seg.head
         assert h is not None and col is not None
         hr, sc = _hr(trace, h), trace.comp.scenario
-        cfg, dn = sc.deltanet, hr.deltanet
+        cfg, dn = sc.deltanet, hr.part(DeltaForward)
         assert cfg is not None and dn is not None
         t = sc.labels[row]
         X = trace.comp.X_in
@@ -353,7 +353,7 @@ class Gates(StageSpec):
         return Operation(index, seg, row, col, value, (Ref(x_name.replace("X̂", "X_norm"), None, row),), text)
 
     def matrix(self, trace: TraceContext, name: str, head: int | None) -> Matrix:
-        dn = _hr(trace, head).deltanet
+        dn = _hr(trace, head).part(DeltaForward)
         if dn is None:
             raise KeyError(name)
         both = np.stack([dn.g, dn.beta], axis=1)  # (n, 2)
@@ -402,7 +402,7 @@ class Delta(StageSpec):
         h = seg.head
         assert h is not None and col is not None
         hr, sc = _hr(trace, h), trace.comp.scenario
-        dn = hr.deltanet
+        dn = hr.part(DeltaForward)
         assert dn is not None
         t = sc.labels[row]
         prev = f"S_{sc.labels[row - 1]}" if row else "S"
@@ -452,7 +452,7 @@ class Delta(StageSpec):
 
     def matrix(self, trace: TraceContext, name: str, head: int | None) -> Matrix:
         hr = _hr(trace, head)
-        dn = hr.deltanet
+        dn = hr.part(DeltaForward)
         if dn is None:
             raise KeyError(name)
         n = len(dn.g)
@@ -506,7 +506,7 @@ class Delta(StageSpec):
 
 def mask_lines(trace: TraceContext, hr: HeadResult, d: int) -> tuple[str, ...]:
     """After the last token: the decaying causal mask the state amounts to, and that it gives the same outputs."""
-    dn = hr.deltanet
+    dn = hr.part(DeltaForward)
     assert dn is not None
     sc = trace.comp.scenario
     D = decay_mask(dn.g)  # (n, n)
@@ -572,7 +572,7 @@ class DeltaBackStage(BackwardSpec):
         if seg.target in ("dn_dQ", "dn_dK"):
             return self._l2(trace, index, seg, row, col, d)
         hr, sc, hg = _hr(trace, h), trace.comp.scenario, grads(trace).heads[h]
-        dn, db = hr.deltanet, hg.deltanet
+        dn, db = hr.part(DeltaForward), hg.deltanet
         assert dn is not None and db is not None
         t = sc.n - 1 - row
         tl = sc.labels[t]
@@ -633,7 +633,7 @@ class DeltaBackStage(BackwardSpec):
         h = seg.head
         assert h is not None
         hr, sc, hg = _hr(trace, h), trace.comp.scenario, grads(trace).heads[h]
-        dn, db = hr.deltanet, hg.deltanet
+        dn, db = hr.part(DeltaForward), hg.deltanet
         assert dn is not None and db is not None
         is_q = seg.target == "dn_dQ"
         qn, kn, qs, ks = scored(trace)
@@ -747,7 +747,7 @@ class GatesBackStage(BackwardSpec):
         h = seg.head
         assert h is not None
         comp, g = trace.comp, grads(trace)
-        sc, gb, db, fw = comp.scenario, g.gates, g.heads[h].deltanet, comp.heads[h].deltanet
+        sc, gb, db, fw = comp.scenario, g.gates, g.heads[h].deltanet, comp.heads[h].part(DeltaForward)
         cfg = sc.deltanet
         assert gb is not None and db is not None and fw is not None and cfg is not None
         X = comp.X_in

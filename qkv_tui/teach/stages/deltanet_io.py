@@ -14,7 +14,7 @@ from qkv_tui.core.engine import HeadResult
 from qkv_tui.core.fmt import fmt
 from qkv_tui.core.scenario import Matrix
 from qkv_tui.core.variants.deltanet_io import DeltaIO
-from qkv_tui.kernels.deltanet_parts import Convolved, GatedNorm
+from qkv_tui.kernels.deltanet_parts import Around, Convolved, GatedNorm
 from qkv_tui.teach.arith import agrees, dot_line, first_fit, fit, shown, tries
 from qkv_tui.teach.stages.common import (
     GATE_SLOT,
@@ -48,17 +48,19 @@ def _io(trace: TraceContext) -> DeltaIO:
 
 
 def _convs(hr: HeadResult) -> tuple[Convolved, Convolved, Convolved]:
-    assert hr.around is not None and hr.around.conv is not None
-    return hr.around.conv
+    conv = hr.need(Around).conv
+    assert conv is not None
+    return conv
 
 
 def _onorm(hr: HeadResult) -> GatedNorm:
-    assert hr.around is not None and hr.around.out_norm is not None
-    return hr.around.out_norm
+    out_norm = hr.need(Around).out_norm
+    assert out_norm is not None
+    return out_norm
 
 
 def has_conv(trace: TraceContext) -> bool:
-    return any(h.around is not None and h.around.conv is not None for h in trace.comp.heads)
+    return any(h.part(Around) is not None and h.need(Around).conv is not None for h in trace.comp.heads)
 
 
 def _negated(text: str) -> str:
@@ -138,7 +140,7 @@ class Conv(StageSpec):
 
     def matrix(self, trace: TraceContext, name: str, head: int | None) -> Matrix:
         hr = _hr(trace, head)
-        if hr.around is None or hr.around.conv is None:
+        if hr.part(Around) is None or hr.need(Around).conv is None:
             raise KeyError(name)
         if name in CONV:
             return _convs(hr)[CONV[name][2]].out
@@ -180,7 +182,7 @@ class OutputNorm(StageSpec):
     matrices = ("W_Z", *ONORM)
 
     def runs(self, trace: TraceContext) -> bool:
-        return any(h.around is not None and h.around.out_norm is not None for h in trace.comp.heads)
+        return any(h.part(Around) is not None and h.need(Around).out_norm is not None for h in trace.comp.heads)
 
     def meaning(self, trace: TraceContext, head: int | None) -> str:
         return self.stage.meaning if trace.comp.norm is not None else self.stage.meaning.replace("X̂", "X")
@@ -240,9 +242,10 @@ class OutputNorm(StageSpec):
 
     def matrix(self, trace: TraceContext, name: str, head: int | None) -> Matrix:
         hr = _hr(trace, head)
-        if hr.around is None or hr.around.out_norm is None:
+        if hr.part(Around) is None or hr.need(Around).out_norm is None:
             raise KeyError(name)
-        on = hr.around.out_norm
+        on = hr.need(Around).out_norm
+        assert on is not None
         if name == "W_Z":
             io = _io(trace)
             assert head is not None and io is not None and io.W_Z is not None

@@ -6,6 +6,7 @@ import numpy as np
 
 from qkv_tui.core.fmt import fmt
 from qkv_tui.core.scenario import Matrix, Scenario
+from qkv_tui.kernels.gate import Gated
 from qkv_tui.teach.arith import elide
 from qkv_tui.teach.stages.common import INPUT, FormulaPart, Key, Operation, Plan, Ref, Segment, Stage, StageSpec
 from qkv_tui.teach.stages.context import TraceContext
@@ -196,8 +197,8 @@ class EmbedBack(BackwardSpec):
             parts = [("Q", hg.dQ, hr.W_Q)]
             if not comp.scenario.is_cross:
                 parts += [("K", hg.dK, hr.W_K), ("V", hg.dV, hr.W_V)]
-            if hg.gate is not None and hr.W_G is not None:
-                parts.append(("G", hg.gate.d_logit, hr.W_G))
+            if hg.gate is not None and hr.part(Gated) is not None:
+                parts.append(("G", hg.gate.d_logit, hr.need(Gated).W_G))
             for role, grad, W in parts:
                 a.append(grad[row])
                 b.append(W[col])

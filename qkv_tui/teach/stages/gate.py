@@ -8,6 +8,7 @@ import numpy as np
 
 from qkv_tui.core.fmt import fmt, operand
 from qkv_tui.core.scenario import Matrix
+from qkv_tui.kernels.gate import Gated
 from qkv_tui.kernels.gate import gate as gate_of
 from qkv_tui.teach.arith import agrees, dot_line, first_fit, shown, tries
 from qkv_tui.teach.stages.common import (
@@ -44,7 +45,7 @@ class Gate(StageSpec):
     matrices = ("W_G", "gate", "gated")
 
     def runs(self, trace: TraceContext) -> bool:
-        return any(h.gate is not None for h in trace.comp.heads)
+        return any(h.part(Gated) is not None for h in trace.comp.heads)
 
     def segments(self, trace: TraceContext, head: int | None) -> list[Plan]:
         assert head is not None
@@ -63,10 +64,10 @@ class Gate(StageSpec):
         if seg.target == "gate":
             return _gate_op(trace, index, seg, row, col, d)
         hr = trace.comp.heads[h]
-        assert hr.gate is not None and hr.gated_output is not None
+        assert hr.part(Gated) is not None
         q = trace.comp.scenario.labels[row]
-        value = float(hr.gated_output[row, col])
-        out, g = float(hr.output[row, col]), float(hr.gate[row, col])
+        value = float(hr.need(Gated).gated[row, col])
+        out, g = float(hr.output[row, col]), float(hr.need(Gated).gate[row, col])
         result = trace.formatted("gated", h, value, d)
 
         def attempt(p: int) -> tuple[tuple[str, str], bool]:
@@ -82,9 +83,10 @@ class Gate(StageSpec):
         if head is None:
             raise KeyError(name)
         hr = trace.comp.heads[head]
-        found = {"W_G": hr.W_G, "gate": hr.gate, "gated": hr.gated_output}[name]
-        if found is None:
+        gated = hr.part(Gated)
+        if gated is None or name not in ("W_G", "gate", "gated"):
             raise KeyError(name)
+        found: Matrix = getattr(gated, name)
         return found
 
     def panes(self, trace: TraceContext, op: Operation) -> list[Key]:
@@ -173,10 +175,10 @@ def _gate_op(trace: TraceContext, index: int, seg: Segment, row: int, col: int, 
     assert h is not None
     comp = trace.comp
     hr = comp.heads[h]
-    assert hr.gate is not None and hr.gate_logit is not None and hr.W_G is not None
+    assert hr.part(Gated) is not None
     src, xs = x_in(trace)
     q = comp.scenario.labels[row]
-    z, value = float(hr.gate_logit[row, col]), float(hr.gate[row, col])
+    z, value = float(hr.need(Gated).logit[row, col]), float(hr.need(Gated).gate[row, col])
     result = trace.formatted("gate", h, value, d)
     X = comp.X_in
     x_int, w_int = trace.integral(src, None), trace.integral("W_G", h)
@@ -195,7 +197,7 @@ def _gate_op(trace: TraceContext, index: int, seg: Segment, row: int, col: int, 
 
     zt, et, dt = first_fit(tries(d, False), attempt)
     dot_at = max(d, len(zt.partition(".")[2]))
-    work = dot_line(X[row], hr.W_G[:, col], x_int, w_int, zt, dot_at, trace.hand)
+    work = dot_line(X[row], hr.need(Gated).W_G[:, col], x_int, w_int, zt, dot_at, trace.hand)
     sides = [f"σ({side})" for side in work.split(" = ")]
     head_text = f"g[{q},{col}] = σ({xs}[{q}]·W_G[:,{col}]) = {' = '.join(sides)}"
     details: tuple[str, ...] = ()
@@ -222,13 +224,13 @@ class GateBack(BackwardSpec):
     matrices = ("dJ", "dO_g", "dz", "dW_G")
 
     def runs(self, trace: TraceContext) -> bool:
-        return has_backward(trace) and any(h.gate is not None for h in trace.comp.heads)
+        return has_backward(trace) and any(h.part(Gated) is not None for h in trace.comp.heads)
 
     def segments(self, trace: TraceContext, head: int | None) -> list[Plan]:
         assert head is not None
         sc, hr = trace.comp.scenario, trace.comp.heads[head]
-        assert hr.W_G is not None
-        return [Plan("dO_g", sc.n, hr.d_v), Plan("dz", sc.n, hr.d_v), Plan("dW_G", *hr.W_G.shape)]
+        assert hr.part(Gated) is not None
+        return [Plan("dO_g", sc.n, hr.d_v), Plan("dz", sc.n, hr.d_v), Plan("dW_G", *hr.need(Gated).W_G.shape)]
 
     def operation(self, trace: TraceContext, index: int, seg: Segment, row: int, col: int | None, d: int) -> Operation:
         h = seg.head
@@ -236,7 +238,7 @@ class GateBack(BackwardSpec):
         comp = trace.comp
         hr, hg = comp.heads[h], grads(trace).heads[h]
         gb = hg.gate
-        assert gb is not None and hr.gate is not None and hr.W_G is not None
+        assert gb is not None and hr.part(Gated) is not None
         dJ = _dJ(trace, h)
         if seg.target == "dW_G":
             x_name, x_label = x_in(trace)
@@ -245,7 +247,7 @@ class GateBack(BackwardSpec):
                             f"dW_G[{row},{col}] = {x_label}[:,{row}]·dz[:,{col}]",
                             (Ref(x_name, None, None, row), Ref("dz", h, None, col)))
         q = comp.scenario.labels[row]
-        j, g, out = float(dJ[row, col]), float(hr.gate[row, col]), float(hr.output[row, col])
+        j, g, out = float(dJ[row, col]), float(hr.need(Gated).gate[row, col]), float(hr.output[row, col])
         if seg.target == "dO_g":
             return formula_cell(trace, index, seg, row, col, d, float(gb.d_output[row, col]), lambda a, b: a * b,
                                 [j, g], lambda t: f"{t[0]}·{t[1]}", f"dO[{q},{col}] = dJ[{q},{col}]·g[{q},{col}]",

@@ -53,15 +53,14 @@ def _linear_at(trace: TraceContext, head: int | None) -> tuple[int, HeadResult, 
     """A segment's head, its result and its linear attention: the stages run only under [linear]."""
     assert head is not None
     hr = _lin(trace, head)
-    assert hr.linear is not None
-    return head, hr, hr.linear
+    return head, hr, hr.need(LinearForward)
 
 
 def _linear_matrices(trace: TraceContext, head: int | None, name: str) -> LinearForward:
     """The head's linear attention, for a pane's matrix: a KeyError where it has none (or no head is named)."""
     if head is None:
         raise KeyError(name)
-    lin = _lin(trace, head).linear
+    lin = _lin(trace, head).part(LinearForward)
     if lin is None:
         raise KeyError(name)
     return lin
@@ -500,7 +499,7 @@ class Recurrent(StageSpec):
 
 def agree_lines(trace: TraceContext, hr: HeadResult, row: int, d: int) -> list[str]:
     """Under a row's last output: the two forms agree, and what each keeps in memory."""
-    lin = hr.linear
+    lin = hr.part(LinearForward)
     assert lin is not None
     sc = trace.comp.scenario
     t = sc.labels[row]
@@ -577,7 +576,7 @@ class LinearBackStage(BackwardSpec):
         h = seg.head
         assert h is not None and col is not None
         hg, hr, sc = grads(trace).heads[h], _lin(trace, h), trace.comp.scenario
-        lb, lin = hg.linear, hr.linear
+        lb, lin = hg.linear, hr.part(LinearForward)
         assert lb is not None and lin is not None
         w = "W" if _normalised(trace) else "A"
         _, _, qs, ks = scored(trace)

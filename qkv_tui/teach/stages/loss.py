@@ -4,6 +4,7 @@ gradient every backward stage starts from (docs/backward.md)."""
 from __future__ import annotations
 
 from qkv_tui.core.scenario import Matrix
+from qkv_tui.kernels.gate import Gated
 from qkv_tui.teach.arith import MAX_TERMS, fit
 from qkv_tui.teach.stages.common import Key, Operation, Plan, Ref, Segment, Stage
 from qkv_tui.teach.stages.context import TraceContext
@@ -18,7 +19,7 @@ def final_name(trace: TraceContext) -> str:
         return "final"
     if len(comp.heads) > 1:
         return "concat"
-    return "output" if comp.heads[0].gated_output is None else "gated"
+    return "output" if comp.heads[0].part(Gated) is None else "gated"
 
 
 class Loss(BackwardSpec):

@@ -38,7 +38,7 @@ def mla_of(trace: TraceContext) -> Mla:
 
 
 def head_of(comp: Computation, h: int) -> MlaHead:
-    m = comp.heads[h].mla
+    m = comp.heads[h].part(MlaHead)
     assert m is not None
     return m
 

@@ -8,7 +8,7 @@ import numpy as np
 
 from qkv_tui.core.engine import Computation, HeadResult
 from qkv_tui.core.scenario import Matrix
-from qkv_tui.kernels.norm import normalise
+from qkv_tui.kernels.norm import QKNormed, normalise
 from qkv_tui.kernels.norm_backward import row_means
 from qkv_tui.teach.stages.common import (
     K_SLOT,
@@ -80,10 +80,10 @@ class QKNormStage(StageSpec):
     def matrix(self, trace: TraceContext, name: str, head: int | None) -> Matrix:
         if head is None:
             raise KeyError(name)
-        value = getattr(trace.comp.heads[head], name)
-        if value is None:
+        normed = trace.comp.heads[head].part(QKNormed)
+        if normed is None or name not in ("Q_norm", "K_norm"):
             raise KeyError(name)
-        return value  # type: ignore[no-any-return]
+        return normed.Q_norm if name == "Q_norm" else normed.K_norm
 
     def panes(self, trace: TraceContext, op: Operation) -> list[Key]:
         target = op.segment.target
@@ -187,7 +187,7 @@ def qk_norm_lines(trace: TraceContext, h: int, role: str, row: int, col: int, d:
     comp = trace.comp
     sc, hr = comp.scenario, comp.heads[h]
     qk = sc.qk_norm
-    normed = hr.Q_normed if role == "Q" else hr.K_normed
+    normed = hr.need(QKNormed).Q_normed if role == "Q" else hr.need(QKNormed).K_normed
     assert qk is not None and normed is not None
     token = (sc.labels if role == "Q" else sc.key_labels)[row]
     gamma_q, gamma_k = qk.gammas(h, hr.kv_head, hr.d_k)
@@ -284,7 +284,7 @@ class QKNormBack(BackwardSpec):
         role = "Q" if query else "K"
         gamma = qk.gammas(h, sc.kv_head(h), hr.d_k)[0 if query else 1]
         raw = hr.Q if query else hr.K
-        normed = hr.Q_normed if query else hr.K_normed
+        normed = hr.need(QKNormed).Q_normed if query else hr.need(QKNormed).K_normed
         assert normed is not None
         dy = hg.dQ_turned if query else hg.dK_turned
         xhat = kept(trace, raw / normed.root[:, None])  # (rows, d_k)
@@ -348,7 +348,7 @@ def _m(trace: TraceContext, h: int, query: bool) -> Matrix:
     if qk.over == "head":
         hr, hg = comp.heads[h], g.heads[h]
         gamma = qk.gammas(h, sc.kv_head(h), hr.d_k)[0 if query else 1]
-        normed = hr.Q_normed if query else hr.K_normed
+        normed = hr.need(QKNormed).Q_normed if query else hr.need(QKNormed).K_normed
         assert normed is not None
         raw, dy = (hr.Q, hg.dQ_turned) if query else (hr.K, hg.dK_turned)
         return row_means(gamma, dy, kept(trace, raw / normed.root[:, None]))[0]
@@ -359,7 +359,7 @@ def _m(trace: TraceContext, h: int, query: bool) -> Matrix:
     for i in heads:
         hr, hg = comp.heads[i], g.heads[i]
         gamma = qk.gammas(i, sc.kv_head(i), hr.d_k)[0 if query else 1]
-        normed = hr.Q_normed if query else hr.K_normed
+        normed = hr.need(QKNormed).Q_normed if query else hr.need(QKNormed).K_normed
         assert normed is not None
         raw, dy = (hr.Q, hg.dQ_turned) if query else (hr.K, hg.dK_turned)
         total += row_means(gamma, dy, kept(trace, raw / normed.root[:, None]))[0] * hr.d_k  # its block's sum

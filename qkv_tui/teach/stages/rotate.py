@@ -15,6 +15,7 @@ from qkv_tui.core.fmt import fmt, operand
 from qkv_tui.core.scenario import Matrix, Scenario
 from qkv_tui.core.variants import Rope
 from qkv_tui.kernels.policy import EXACT, round_to
+from qkv_tui.kernels.rope import Rotated
 from qkv_tui.kernels.rope import rotate as rope_rotate
 from qkv_tui.teach.arith import agrees, fit, shown
 from qkv_tui.teach.arith import tries as _places
@@ -100,7 +101,10 @@ class Rotate(StageSpec):
             raise KeyError(name)
         if name == "rope_freq":
             return frequency_table(trace.comp, head)
-        return getattr(trace.comp.heads[head], name)  # type: ignore[no-any-return]
+        rotated = trace.comp.heads[head].part(Rotated)
+        if rotated is None or name not in ("Q_rot", "K_rot"):
+            raise KeyError(name)
+        return rotated.Q_rot if name == "Q_rot" else rotated.K_rot
 
     def panes(self, trace: TraceContext, op: Operation) -> list[Key]:
         target = op.segment.target
@@ -209,7 +213,7 @@ def rotate_lines(comp: Computation, h: int, target: str, row: int, col: int, d: 
     head = comp.heads[h]
     assert rope is not None and sc.positions is not None
     source = head.Q_turned if target == "Q_rot" else head.K_turned
-    rotated = head.Q_rot if target == "Q_rot" else head.K_rot
+    rotated = head.need(Rotated).Q_rot if target == "Q_rot" else head.need(Rotated).K_rot
     assert rotated is not None
     name = target[0]
     src = turned_from(sc, name)[1]
@@ -301,7 +305,7 @@ def passed_lines(comp: Computation, h: int, target: str, row: int, col: int, d: 
     rope = comp.scenario.rope
     assert rope is not None
     head = comp.heads[h]
-    rotated = head.Q_rot if target == "Q_rot" else head.K_rot
+    rotated = head.need(Rotated).Q_rot if target == "Q_rot" else head.need(Rotated).K_rot
     assert rotated is not None
     name = target[0]
     src = turned_from(comp, name)[1]

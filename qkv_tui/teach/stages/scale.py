@@ -12,7 +12,7 @@ from qkv_tui.core.engine import HeadResult
 from qkv_tui.core.fmt import NEG_INF, fmt, is_integral, operand
 from qkv_tui.core.scenario import Matrix
 from qkv_tui.kernels.policy import EXACT, round_to
-from qkv_tui.kernels.softmax import alibi_bias, masked_logits
+from qkv_tui.kernels.softmax import Biased, Capped, alibi_bias, masked_logits
 from qkv_tui.teach.arith import SIGNIFICANT, agrees, quotient_line, shown, significant
 from qkv_tui.teach.arith import tries as _places
 from qkv_tui.teach.stages import soft_cap
@@ -86,7 +86,7 @@ class Scale(StageSpec):
         if seg.target == "capped":
             reason = None if comp.allow[row, col] else _mask_reason(trace, row, col)
             return soft_cap.capped_operation(trace, index, seg, row, col, d, reason)
-        capping = head.capped is not None  # the bias and the mask come after the cap, in its own operation
+        capping = head.part(Capped) is not None  # the bias and the mask come after the cap, in its own operation
         q, k = comp.scenario.labels[row], comp.scenario.key_labels[col]
         scaled = fmt(float(head.scaled[row, col]), False, d)
         # by hand √dₖ is written down rounded (√3 ≈ 1.732) and divided by as such
@@ -94,10 +94,10 @@ class Scale(StageSpec):
         work = quotient_line(float(head.scores[row, col]), trace.integral("scores", h), head.scale, symbol,
                              head.scale == round(head.scale), scaled, d)
         extra: tuple[str, ...] = ()
-        if head.bias is not None and comp.scenario.positions is not None and not capping:
+        if head.part(Biased) is not None and comp.scenario.positions is not None and not capping:
             work, term, bias_t = alibi_line(head, row, col, comp.scenario.positions,
                                             trace.integral("scores", h), symbol, d, trace.hand)
-            extra = (f"ALiBi: {head.name}'s slope {head.slope or 0:g} times the distance"
+            extra = (f"ALiBi: {head.name}'s slope {head.need(Biased).slope or 0:g} times the distance"
                      f" j − i; bias = {term} = {bias_t}",)
         text = f"scaled[{q},{k}] = {work}"
         details: tuple[str, ...] = ()
@@ -116,7 +116,7 @@ class Scale(StageSpec):
             details = (f"the scenario sets scale = {given}" + (f" ({origin})" if origin is not None else "")
                        + f" instead of √dₖ = √{head.d_k}",)
         operands: tuple[Ref, ...] = (Ref("scores", h, row, col),)
-        if head.bias is not None and not capping:
+        if head.part(Biased) is not None and not capping:
             operands += (Ref("bias", h, row, col),)
         return Operation(index, seg, row, col, value, operands, text, extra + details)
 
@@ -130,11 +130,11 @@ class Scale(StageSpec):
         if head is None:
             raise KeyError(name)
         hr = trace.comp.heads[head]
-        if hr.capped is not None and name in ("scaled", "capped"):  # the mask is applied to the capped scores
+        if hr.part(Capped) is not None and name in ("scaled", "capped"):  # the mask is applied to the capped scores
             return hr.scaled if name == "scaled" else hr.masked
         if name == "capped":
             raise KeyError(name)
-        return hr.masked if name == "scaled" else hr.bias  # type: ignore[return-value]
+        return hr.masked if name == "scaled" else hr.read(Biased, lambda b: b.bias)  # type: ignore[return-value]
 
     def panes(self, trace: TraceContext, op: Operation) -> list[Key]:
         h = op.head
@@ -154,13 +154,13 @@ class Scale(StageSpec):
         sc = trace.comp.scenario
         hr = trace.comp.heads[head] if head is not None else None
         if name == "bias":
-            return f"bias = {hr.slope if hr is not None and hr.slope is not None else 0:g}·(j − i)"
+            return f"bias = {hr.need(Biased).slope if hr is not None and hr.part(Biased) is not None else 0:g}·(j − i)"
         divisor = "" if hr is None else (f"√{hr.d_k}" if hr.scale_is_default else f"{hr.scale:g}")
         masked = "" if sc.mask_kind == "none" else f" +{sc.mask_kind} mask"
         if sc.mask_kind == "sliding":
             masked = f" +sliding mask (window {sc.window})"
         bias = " + bias" if sc.alibi is not None else ""
-        if hr is not None and hr.softcap is not None:
+        if hr is not None and hr.part(Capped) is not None:
             return soft_cap.capped_title(trace, hr, masked) if name == "capped" else f"scaled = scores/{divisor}"
         return f"scaled = scores/{divisor}{bias}{masked}"
 
@@ -187,16 +187,17 @@ class Scale(StageSpec):
         if sc.scale_from is not None and not hr.scale_is_default:
             divisor = f"{hr.scale:g} (set by the scenario: {sc.scale_from})"
         out = [f"Divide by {divisor}." + (" Masked cells are −∞." if not sc.allow.all() else ""), ""]
-        if hr.softcap is not None:
-            c = soft_cap.cap_text(hr.softcap)
-            bias = " + bias" if hr.bias is not None else ""
-            if hr.bias is not None:
-                out += [f"ALiBi bias, slope {hr.slope:g} · (j − i), added after the cap:", "", page.table("bias", head), ""]
+        if hr.part(Capped) is not None:
+            c = soft_cap.cap_text(hr.need(Capped).softcap)
+            bias = " + bias" if hr.part(Biased) is not None else ""
+            if hr.part(Biased) is not None:
+                out += [f"ALiBi bias, slope {hr.need(Biased).slope:g} · (j − i), added after the cap:", "",
+                        page.table("bias", head), ""]
             out += [page.table("scaled", head), "", f"Soft-cap each scaled score: {c}·tanh(scaled/{c}){bias}"
                     " (the softmax's input):", "", page.table("capped", head), "", *page.worked(self.stage.key, head)]
             return out
-        if hr.bias is not None:
-            out += [f"ALiBi bias, slope {hr.slope:g} · (j − i):", "", page.table("bias", head), "",
+        if hr.part(Biased) is not None:
+            out += [f"ALiBi bias, slope {hr.need(Biased).slope:g} · (j − i):", "", page.table("bias", head), "",
                     "scaled + bias (the softmax's input):", ""]
         return [*out, page.table("scaled", head), "", *page.worked(self.stage.key, head)]
 
@@ -216,7 +217,7 @@ class Scale(StageSpec):
             assert sc.positions is not None
             alibi_terms = alibi_bias(_printed_slopes(chain)[h], sc.positions)  # (n, n) slope·(j − i), from the printed slope
             alibi = " + slope·(j − i)"
-        if hr.softcap is not None:
+        if hr.part(Capped) is not None:
             return soft_cap.worksheet_tables(chain, h, quotient, alibi_terms, divisor)
         logits = EXACT.logits(quotient, alibi_terms)  # (n, m) before it is printed: its whole-number flag reads this
         scaled = masked_logits(quotient, sc.allow, alibi_terms, page)  # (n, m) printed rounded, −∞ where masked
@@ -282,12 +283,12 @@ def _own_scale(scale: float, d_k: int, origin: str | None = None) -> str:
 def alibi_line(head: HeadResult, row: int, col: int, positions: tuple[int, ...], score_int: bool, symbol: str | None,
                d: int, hand: int | None) -> tuple[str, str, str]:
     """``4 / √3 + 0.25·(1 − 2) = 2.309 + (-0.250) = 2.059``, the bias term alone and its value, one precision for all."""
-    assert head.slope is not None and head.bias is not None
-    slope = head.slope
+    assert head.part(Biased) is not None
+    slope = head.need(Biased).slope
     slope_int = slope == round(slope)
     distance = positions[col] - positions[row]
     score = float(head.scores[row, col])
-    scaled, bias = float(head.scaled[row, col]), float(head.bias[row, col])
+    scaled, bias = float(head.scaled[row, col]), float(head.need(Biased).bias[row, col])
     result = fmt(scaled + bias, False, d)
     div_int = head.scale == round(head.scale)
     line, term, bias_t = "", "", ""
@@ -359,7 +360,7 @@ class ScaleBack(BackwardSpec):
         return has_backward(trace) and softmax_runs(trace)  # [linear] and [deltanet] have their own
 
     def meaning(self, trace: TraceContext, head: int | None) -> str:
-        if head is None or trace.comp.heads[head].softcap is None:
+        if head is None or trace.comp.heads[head].part(Capped) is None:
             return self.stage.meaning
         # under a cap the softmax read the capped scores: dS is their gradient, and the cap's slope comes first
         return ("Back through Scale, last step first. The softmax read capped + bias; adding a bias changes no"
@@ -372,7 +373,7 @@ class ScaleBack(BackwardSpec):
     def segments(self, trace: TraceContext, head: int | None) -> list[Plan]:
         assert head is not None
         sc = trace.comp.scenario
-        capped = [Plan("dscaled", sc.n, sc.m)] if trace.comp.heads[head].softcap is not None else []
+        capped = [Plan("dscaled", sc.n, sc.m)] if trace.comp.heads[head].part(Capped) is not None else []
         return [*capped, Plan("dscores", sc.n, sc.m)]
 
     def operation(self, trace: TraceContext, index: int, seg: Segment, row: int, col: int | None, d: int) -> Operation:
@@ -382,7 +383,7 @@ class ScaleBack(BackwardSpec):
         q, k = sc.labels[row], sc.key_labels[col]
         masked = "" if sc.allow[row, col] else " (masked)"
         if seg.target == "dscaled":
-            c = hr.softcap
+            c = hr.need(Capped).softcap
             assert c is not None
             refs = (Ref("dS", h, row, col), Ref("scaled", h, row, col))
             op = formula_cell(trace, index, seg, row, col, d, float(ab.dscaled[row, col]),
@@ -391,7 +392,7 @@ class ScaleBack(BackwardSpec):
                               lambda t: f"{t[0]}·(1 − tanh({t[1]} / {t[2]})·tanh({t[1]} / {t[2]}))",
                               f"dscaled[{q},{k}] = dS[{q},{k}]·(1 − tanh²(scaled / c))", refs)
             return Operation(op.index, seg, row, col, op.value, refs, op.arithmetic + masked)
-        source = "dscaled" if hr.softcap is not None else "dS"
+        source = "dscaled" if hr.part(Capped) is not None else "dS"
         symbol = f"√{hr.d_k}" if hr.scale_is_default and trace.hand is None else None
         value = float(ab.dscores[row, col])
         work = quotient_line(float(ab.dscaled[row, col]), False, hr.scale, symbol, hr.scale == round(hr.scale),
@@ -409,7 +410,7 @@ class ScaleBack(BackwardSpec):
         h = op.head
         if op.segment.target == "dscaled":
             return [("dS", h), ("scaled", h), ("dscaled", h)]
-        source = "dscaled" if trace.comp.heads[h or 0].softcap is not None else "dS"
+        source = "dscaled" if trace.comp.heads[h or 0].part(Capped) is not None else "dS"
         return [(source, h), ("dscores", h)]
 
     def title(self, trace: TraceContext, name: str, head: int | None) -> str:
@@ -417,7 +418,7 @@ class ScaleBack(BackwardSpec):
         divisor = f"√{hr.d_k}" if hr.scale_is_default else f"{hr.scale:g}"
         if name == "dscaled":
             return "dscaled = dS·(1 − tanh²)"
-        return f"dscores = {'dscaled' if hr.softcap is not None else 'dS'} / {divisor}"
+        return f"dscores = {'dscaled' if hr.part(Capped) is not None else 'dS'} / {divisor}"
 
 
 BACKWARD = ScaleBack()

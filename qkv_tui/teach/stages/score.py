@@ -6,6 +6,8 @@ from types import MappingProxyType
 
 from qkv_tui.core.fmt import is_integral
 from qkv_tui.core.scenario import Matrix
+from qkv_tui.kernels.rope import Rotated
+from qkv_tui.kernels.softmax import Capped
 from qkv_tui.teach.arith import dot_line
 from qkv_tui.teach.stages.common import (
     K_SLOT,
@@ -55,7 +57,7 @@ class Score(StageSpec):
                         trace.hand)
         text = f"scores[{q},{k}] = {qs}[{q}]·{ks}[{k}] = {work}"
         details: tuple[str, ...] = ()
-        if head.Q_rot is not None and sc.positions is not None:
+        if head.part(Rotated) is not None and sc.positions is not None:
             distance = sc.positions[row] - sc.positions[col]
             details = (f"both vectors are rotated by their own position, so position enters this score only through"
                        f" the distance {sc.positions[row]} − {sc.positions[col]} = {distance}; the vectors themselves"
@@ -148,7 +150,7 @@ class ScoreBack(BackwardSpec):
         return has_backward(trace) and softmax_runs(trace)  # [linear] and [deltanet] have their own
 
     def meaning(self, trace: TraceContext, head: int | None) -> str:
-        if head is None or trace.comp.heads[head].softcap is None:
+        if head is None or trace.comp.heads[head].part(Capped) is None:
             return self.stage.meaning
         return self.stage.meaning.replace(
             "With the scale folded in, dQ = dS·K / scale.",

@@ -14,7 +14,7 @@ import numpy as np
 from qkv_tui.core.engine import HeadResult
 from qkv_tui.core.fmt import NEG_INF, fmt, operand
 from qkv_tui.core.scenario import Matrix
-from qkv_tui.kernels.softmax import masked_logits, soft_cap
+from qkv_tui.kernels.softmax import Biased, Capped, masked_logits, soft_cap
 from qkv_tui.teach.arith import MAX_GUARD, SIGNIFICANT, agrees, shown, significant
 from qkv_tui.teach.stages.common import Operation, Ref, Segment, hround
 from qkv_tui.teach.stages.context import TraceContext
@@ -38,7 +38,7 @@ def cap_text(cap: float) -> str:
 
 
 def has_cap(trace: TraceContext, head: int | None) -> bool:
-    return head is not None and trace.comp.heads[head].softcap is not None
+    return head is not None and trace.comp.heads[head].part(Capped) is not None
 
 
 def logits_name(trace: TraceContext, head: int | None) -> str:
@@ -97,16 +97,16 @@ def capped_operation(trace: TraceContext, index: int, seg: Segment, row: int, co
     assert h is not None
     comp, sc = trace.comp, trace.comp.scenario
     hr = comp.heads[h]
-    assert hr.softcap is not None and hr.capped is not None
+    assert hr.part(Capped) is not None
     q, k = sc.labels[row], sc.key_labels[col]
     allowed = bool(comp.allow[row, col])
     bias = None
     extra: tuple[str, ...] = ()
-    logit = float(hr.capped[row, col])
-    if hr.bias is not None and sc.positions is not None:
-        slope = float(hr.slope or 0.0)
+    logit = float(hr.need(Capped).capped[row, col])
+    if hr.part(Biased) is not None and sc.positions is not None:
+        slope = float(hr.need(Biased).slope or 0.0)
         distance = sc.positions[col] - sc.positions[row]
-        value = float(hr.bias[row, col])
+        value = float(hr.need(Biased).bias[row, col])
         slope_t = exact(slope)
         term = f"{f'({slope_t})' if slope < 0 else slope_t}·({sc.positions[col]} − {sc.positions[row]})"
         bias = (value, slope, distance, term)
@@ -115,35 +115,36 @@ def capped_operation(trace: TraceContext, index: int, seg: Segment, row: int, co
             logit = hround(logit, trace.hand)
         extra = (f"ALiBi: {hr.name}'s slope {slope:g} times the distance j − i, added after the cap;"
                  f" bias = {term} = {fmt(value, False, d)}",)
-    text = f"capped[{q},{k}] = " + capped_line(float(hr.scaled[row, col]), hr.softcap, fmt(logit, False, d), d,
+    cap = hr.need(Capped)
+    text = f"capped[{q},{k}] = " + capped_line(float(hr.scaled[row, col]), cap.softcap, fmt(logit, False, d), d,
                                                trace.hand, bias)
-    details: tuple[str, ...] = (pull_note(float(hr.scaled[row, col]), float(hr.capped[row, col]), hr.softcap, d),)
+    details: tuple[str, ...] = (pull_note(float(hr.scaled[row, col]), float(cap.capped[row, col]), cap.softcap, d),)
     if reason is not None:
         text += f", masked → {NEG_INF}"
         details = (reason, *details)
     operands: tuple[Ref, ...] = (Ref("scaled", h, row, col),)
-    if hr.bias is not None:
+    if hr.part(Biased) is not None:
         operands += (Ref("bias", h, row, col),)
     return Operation(index, seg, row, col, float(hr.masked[row, col]), operands, text, extra + details)
 
 
 def capped_title(trace: TraceContext, hr: HeadResult, masked: str) -> str:
-    assert hr.softcap is not None
-    c = cap_text(hr.softcap)
+    assert hr.part(Capped) is not None
+    c = cap_text(hr.need(Capped).softcap)
     bias = " + bias" if trace.comp.scenario.alibi is not None else ""
     return f"capped = {c}·tanh(scaled/{c}){bias}{masked}"
 
 
 def meaning(heads: list[HeadResult]) -> str:
     """The soft-cap's sentence of the Scale stage, for one head or (the Markdown page) for every head."""
-    capped = [hr for hr in heads if hr.softcap is not None]
+    capped = [hr for hr in heads if hr.part(Capped) is not None]
     if not capped:
         return ""
-    caps = list(dict.fromkeys(cap_text(hr.softcap) for hr in capped if hr.softcap is not None))
+    caps = list(dict.fromkeys(cap_text(hr.need(Capped).softcap) for hr in capped if hr.part(Capped) is not None))
     c = caps[0] if len(caps) == 1 else "c"
     whose = f"{capped[0].name}'s soft-cap" if len(heads) == 1 else "the soft-cap"
     if len(capped) < len(heads) or len(caps) > 1:  # heads with caps of their own, or none
-        whose += " (" + ", ".join(f"{hr.name}: c = {cap_text(hr.softcap)}" for hr in capped if hr.softcap) + ")"
+        whose += " (" + ", ".join(f"{hr.name}: c = {cap_text(hr.need(Capped).softcap)}" for hr in capped) + ")"
     return (f" Then {whose} turns each scaled score s into {c}·tanh(s/{c}), before any bias and the mask:"
             f" no logit passes ±{c}, so none can run away, and a score much smaller than {c} in size stays almost as it"
             " was"  # not "far below c": a score of −10c is far below c and is pulled right in to −c
@@ -158,13 +159,13 @@ def worksheet_tables(chain: PrintedChain, h: int, quotient: Matrix, alibi_terms:
     """The printed ``scaled`` table (scores / scale, no mask yet), then ``capped`` worked from it."""
     sc, page = chain.sc, chain.page
     hr = chain.comp.heads[h]
-    assert hr.softcap is not None
+    assert hr.part(Capped) is not None
     everywhere = np.ones_like(sc.allow)
     printed = page.table(quotient)  # (n, m) scores / scale, as printed
-    capped = soft_cap(printed, hr.softcap, page)  # (n, m) from the printed scaled table
+    capped = soft_cap(printed, hr.need(Capped).softcap, page)  # (n, m) from the printed scaled table
     logits = masked_logits(capped, sc.allow, alibi_terms, page)  # (n, m) + bias, −∞ where masked
     alibi = " + slope·(j − i)" if alibi_terms is not None else ""
-    c = cap_text(hr.softcap)
+    c = cap_text(hr.need(Capped).softcap)
     return [
         Table(f"scaled.{h}", "scaled", f"scaled = scores / {divisor}", "scale", h, printed, sc.labels, sc.key_labels,
               False, True, everywhere),

@@ -15,6 +15,7 @@ from dataclasses import replace
 from qkv_tui.core.engine import HeadResult
 from qkv_tui.core.scenario import Scenario
 from qkv_tui.kernels.attention import Turn
+from qkv_tui.kernels.mla import MlaHead
 from qkv_tui.kernels.mla_backward import MlaBack
 from qkv_tui.teach.stages.printed import PrintedChain, idx
 
@@ -30,11 +31,11 @@ def mla_covered(sc: Scenario) -> bool:
 
 def printed_mla(chain: PrintedChain, hr: HeadResult) -> HeadResult:
     """The head's latent parts as printed: c_KV and the shared rotary key, from their tables."""
-    assert hr.mla is not None
+    head = hr.need(MlaHead)
     v = chain.values
-    shared = replace(hr.mla.shared, c_KV_raw=v("c_KV_raw"), k_R_raw=v("k_R_raw"),
+    shared = replace(head.shared, c_KV_raw=v("c_KV_raw"), k_R_raw=v("k_R_raw"),
                      k_R=v("k_R") if "k_R" in chain.printed else v("k_R_raw"))
-    return replace(hr, mla=replace(hr.mla, shared=shared))
+    return hr.with_parts(replace(head, shared=shared))
 
 
 def latent_turn(chain: PrintedChain) -> Turn | None:

@@ -17,6 +17,7 @@ from qkv_tui.core.engine import Computation
 from qkv_tui.core.gradients import Gradients
 from qkv_tui.core.scenario import Scenario
 from qkv_tui.edges.worksheet.backward.names import cell_name
+from qkv_tui.kernels.norm import QKNormed
 from qkv_tui.kernels.norm_backward import row_means
 from qkv_tui.teach.stages.printed import PrintedCells, PrintedChain, Table, idx
 
@@ -46,8 +47,8 @@ def qk_all_tables(t: Add, chain: PrintedChain, pcomp: Computation, G: Gradients,
     wide = idx(H * d_k)
     for role, labels, gamma in (("Q", sc.labels, qk.gamma_q), ("K", sc.key_labels, qk.gamma_k)):
         low = role.lower()
-        first = getattr(pcomp.heads[0], f"{role}_normed")
-        assert first is not None
+        qkn = pcomp.heads[0].need(QKNormed)
+        first = qkn.Q_normed if role == "Q" else qkn.K_normed
         root = first.root  # (rows,) one per row, over every head's columns
         M = np.concatenate([getattr(hr, role) for hr in pcomp.heads], axis=1)  # (rows, H·d_k) as printed
         xhat = chain.rounded(M / root[:, None])  # (rows, H·d_k) as norm_backward keeps it

@@ -34,9 +34,12 @@ from qkv_tui.edges.worksheet.backward.mla import (
 from qkv_tui.edges.worksheet.backward.qk_all import qk_all, qk_all_covered, qk_all_tables
 from qkv_tui.edges.worksheet.backward.state import linear_tables, linear_weights, printed_linear
 from qkv_tui.kernels.attention import Turn
-from qkv_tui.kernels.norm import Normed, norm_root
+from qkv_tui.kernels.gate import Gated
+from qkv_tui.kernels.norm import Normed, QKNormed, norm_root
 from qkv_tui.kernels.norm_backward import row_means
 from qkv_tui.kernels.policy import PrintedPage, round_to
+from qkv_tui.kernels.rope import Rotated
+from qkv_tui.kernels.softmax import Capped, Sunk
 from qkv_tui.teach.stages.common import Stage, StageSpec
 from qkv_tui.teach.stages.printed import PrintedCells, PrintedChain, Table, exact, idx, kv_owners
 from qkv_tui.teach.stages.rotate import _trig_tables
@@ -81,23 +84,28 @@ def printed_computation(chain: PrintedChain) -> Computation:
     for h, hr in enumerate(comp.heads):
         g = chain.owners[h]
         fields: dict[str, object] = {"Q": v(f"Q.{h}"), "K": v(f"K.{g}"), "V": v(f"V.{g}"), "output": v(f"output.{h}")}
-        if hr.linear is not None:
+        records: list[object] = []
+        if sc.linear is not None:  # its kernels load with a scenario that has it
+            from qkv_tui.kernels.linear import LinearForward
+
             weights = linear_weights(chain, h)  # (n, m)
-            fields |= {"weights": weights, "linear": printed_linear(chain, h, hr.linear, weights)}
+            fields |= {"weights": weights}
+            records.append(printed_linear(chain, h, hr.need(LinearForward), weights))
         else:
             weights = np.where(sc.allow, v(f"weights.{h}"), 0.0)  # (n, m)
             fields |= {"scaled": v(f"scaled.{h}"), "weights": weights}
         if sc.rope is not None:
-            fields |= {"Q_rot": v(f"Q_rot.{h}"), "K_rot": v(f"K_rot.{g}")}
+            records.append(Rotated(v(f"Q_rot.{h}"), v(f"K_rot.{g}")))
         if sc.qk_norm is not None:
-            fields |= {"Q_normed": _normed(chain, v(f"Q_norm.{h}"), v(f"qms.{h}")),
-                       "K_normed": _normed(chain, v(f"K_norm.{g}"), v(f"kms.{g}"))}
-        if hr.W_G is not None:
-            fields |= {"gate": v(f"gate.{h}"), "gated_output": v(f"gated.{h}")}
-        if hr.sink is not None:  # the sink's share of each row is what the printed weights leave
-            fields |= {"sink_exp": 1.0 - weights.sum(axis=1), "row_sum": np.ones(n)}
-        head = replace(hr, **fields)  # type: ignore[arg-type]
-        heads.append(printed_mla(chain, head) if hr.mla is not None else head)
+            records.append(QKNormed(_normed(chain, v(f"Q_norm.{h}"), v(f"qms.{h}")),
+                                    _normed(chain, v(f"K_norm.{g}"), v(f"kms.{g}"))))
+        if (gated := hr.part(Gated)) is not None:
+            records.append(replace(gated, gate=v(f"gate.{h}"), gated=v(f"gated.{h}")))
+        if (sunk := hr.part(Sunk)) is not None:  # the sink's share of each row is what the printed weights leave
+            records.append(replace(sunk, sink_exp=1.0 - weights.sum(axis=1)))
+            fields |= {"row_sum": np.ones(n)}
+        head = hr.with_parts(*records, **fields)
+        heads.append(printed_mla(chain, head) if sc.mla is not None else head)
     concat = v("concat") if "concat" in chain.printed else heads[0].joined
     output = v("final") if sc.W_O is not None else concat
     return Computation(sc, tuple(heads), concat, comp.W_O, output, None, norm, comp.b_O)
@@ -122,7 +130,8 @@ def zero_root(chain: PrintedChain) -> str | None:
         roots.append(("r", pcomp.norm.spread, pcomp.norm.root, sc.norm.eps, sc.labels))
     if sc.qk_norm is not None:
         for hr in pcomp.heads:
-            for role, normed, labels in (("Q", hr.Q_normed, sc.labels), ("K", hr.K_normed, sc.key_labels)):
+            qkn = hr.need(QKNormed)
+            for role, normed, labels in (("Q", qkn.Q_normed, sc.labels), ("K", qkn.K_normed, sc.key_labels)):
                 if normed is not None:
                     roots.append((f"r_{role}", normed.spread, normed.root, sc.qk_norm.eps, labels))
     for name, spread, root, eps, labels in roots:
@@ -204,7 +213,7 @@ def backward_tables(chain: PrintedChain) -> list[Table]:
             t(f"dOh.{h}", "dO_h", "dO_h = dJ ⊙ g (dJ: this head's columns of the gradient at Concat)",
               hg.gate.d_output, rows, dv, h)
             t(f"dz.{h}", "dz", "dz = dJ ⊙ output ⊙ g ⊙ (1 − g) (at the gate's logits)", hg.gate.d_logit, rows, dv, h)
-            t(f"dW_G.{h}", "dW_G", f"dW_G = {xq}ᵀ·dz", hg.gate.dW_G, idx(hr.W_G.shape[0] if hr.W_G is not None else 0),
+            t(f"dW_G.{h}", "dW_G", f"dW_G = {xq}ᵀ·dz", hg.gate.dW_G, idx(hr.read(Gated, lambda g: g.W_G.shape[0]) or 0),
               dv, h)
         if hg.linear is not None:
             linear_tables(t, chain, h, hg.linear, ops)
@@ -283,15 +292,15 @@ def _softmax_tables(t: Add, chain: PrintedChain, pcomp: Computation, h: int, hg:
     t(f"dP.{h}", "dP", "dP = dO_h·Vᵀ", a.dP, rows, keys, h)
     t(f"D.{h}", "D", "D = rowsum(dO_h ⊙ output)", a.D[:, None], rows, ("D",), h)
     t(f"dS.{h}", "dS", "dS = weights ⊙ (dP − D) (0 where masked)", a.dS, rows, keys, h, sc.allow)
-    if hr.sink is not None:
+    if hr.part(Sunk) is not None:
         assert a.dsink is not None
         t(f"psink.{h}", "p_sink", "p_sink = 1 − Σ weights (each row's sink share)",
           r(1.0 - hr.weights.sum(axis=1))[:, None], rows, ("p",), h)
         t(f"dsink.{h}", "dsink", "dsink = −Σ p_sink·D", np.array([[a.dsink]]), ("sink",), ("d",), h)
-    if hr.softcap is not None:
+    if hr.part(Capped) is not None:
         t(f"dcap.{h}", "dscaled", "dscaled = dS ⊙ (1 − tanh²(scaled / c)) (through the soft-cap)", a.dscaled, rows,
           keys, h, sc.allow)
-    t(f"dscores.{h}", "dscores", "dscores = dscaled / scale" if hr.softcap is not None else "dscores = dS / scale",
+    t(f"dscores.{h}", "dscores", "dscores = dscaled / scale" if hr.part(Capped) is not None else "dscores = dS / scale",
       a.dscores, rows, keys, h, sc.allow)
     t(f"dQu.{h}", dq[0], f"{dq[0]} = dscores·{ops.k_used_name}", a.dQ_used, rows, dvc, h)
     t(f"dKu.{h}", dk[0], f"{dk[0]} = dscoresᵀ·{ops.q_used_name}", a.dK_used, keys, dvc, h)
@@ -307,8 +316,9 @@ def _qk_tables(t: Add, chain: PrintedChain, pcomp: Computation, h: int, mine: bo
     g = chain.owners[h]
     gamma_q, gamma_k = qk.gammas(h, sc.kv_head(h), hr.d_k)
     cols = idx(hr.d_k)
+    qkn = hr.need(QKNormed)
     for role, normed, M, gamma, dY, labels, owner in (
-            ("Q", hr.Q_normed, hr.Q, gamma_q, dQ_t, sc.labels, h), ("K", hr.K_normed, hr.K, gamma_k, dK_t, sc.key_labels, g)):
+            ("Q", qkn.Q_normed, hr.Q, gamma_q, dQ_t, sc.labels, h), ("K", qkn.K_normed, hr.K, gamma_k, dK_t, sc.key_labels, g)):
         assert normed is not None
         low = role.lower()
         xhat = chain.rounded(M / normed.root[:, None])  # (rows, d_k) as norm_backward keeps it

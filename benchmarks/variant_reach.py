@@ -1,0 +1,104 @@
+"""How far each variant reaches into the package: the modules outside it that name it in code.
+
+    python benchmarks/variant_reach.py [PACKAGE_DIR]     (default: the qkv_tui next to this file)
+
+For each variant, the count is of modules of the package, outside ``importers/`` and outside the variant's
+own modules, whose code names the variant. Read with ``ast``, so comments and docstrings never count. A
+module names a variant where one of these matches the variant's pattern (VARIANTS below, a regular
+expression over the whole name):
+
+- a name or an attribute (``sc.rope``, ``hr.Q_rot``, ``Rotated``), a keyword argument (``softcap=``),
+  a function's parameter;
+- an import: a module path's last part or an imported name (``from qkv_tui.kernels.mla import mla_head``);
+- a string constant that reads as a key (letters, digits and ``_`` only: ``"Q_rot"``, ``"sink"``).
+
+A variant's own modules are those whose file name holds one of its OWN words (``kernels/rope.py``,
+``teach/stages/rotate.py``, ``core/variants/sinks.py``).
+
+Beside it, the tests for presence on a head's result: ``X is None`` / ``X is not None`` where X is one of
+HeadResult's per-variant fields as they were before the parts (FIELDS, on any receiver but the scenario's),
+or a part lookup (``hr.part(Rotated)``); counted over the whole package, importers included.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import sys
+from pathlib import Path
+
+VARIANTS: dict[str, str] = {
+    "rope": r"(?i)rope|^[qk]_rot$|^rotated$|^turn_of$",
+    "alibi": r"(?i)alibi|^slopes?$|^biased$",
+    "sinks": r"(?i)^sinks?$|^sink_|_sinks?$|^sunk$|^sinkspec$",
+    "softcap": r"(?i)soft_?cap|^capped$|^capspec$",
+    "qk_norm": r"(?i)qk_?norm|^[qk]_norm(ed)?$",
+    "gate": r"^(W_G|gate|gated|gate_logit|gated_output|Gated|GateSpec|gate_of|gate_backward)$",
+    "linear": r"(?i)^linear($|_)|_linear$|^linearforward$|^linearspec$",
+    "deltanet": r"(?i)deltanet|^delta$|^around$|^deltaspec$|^deltaforward$",
+    "mla": r"(?i)(^|_)mla($|_)",
+}
+OWN: dict[str, tuple[str, ...]] = {
+    "rope": ("rope", "rotate"), "alibi": ("alibi",), "sinks": ("sink",), "softcap": ("softcap", "soft_cap"),
+    "qk_norm": ("qk_norm", "qk_all"), "gate": ("gate",), "linear": ("linear", "linback"),
+    "deltanet": ("deltanet",), "mla": ("mla",),
+}
+FIELDS = {"Q_rot", "K_rot", "bias", "slope", "sink", "sink_exp", "capped", "softcap", "Q_normed", "K_normed",
+          "W_G", "gate_logit", "gate", "gated_output", "linear", "deltanet", "around", "mla"}
+SCENARIO = re.compile(r"(^|\.)(sc|scenario|spec|layer|att|args)(\.|$)|sc\.heads|scenario\.heads")
+KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def names_in(tree: ast.AST) -> set[str]:
+    """Every name the module's code uses, as the docstring above lists them."""
+    docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                  if isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+                  and node.body and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            found.add(node.id)
+        elif isinstance(node, ast.Attribute):
+            found.add(node.attr)
+        elif isinstance(node, (ast.keyword, ast.arg)) and node.arg is not None:
+            found.add(node.arg)
+        elif isinstance(node, ast.ImportFrom):
+            found.add((node.module or "").rsplit(".", 1)[-1])
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.Import):
+            found.update(alias.name.rsplit(".", 1)[-1] for alias in node.names)
+        elif (isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings
+              and KEY.match(node.value)):
+            found.add(node.value)
+    return found
+
+
+def presence_tests(tree: ast.AST) -> int:
+    count = 0
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Compare) and len(node.ops) == 1 and isinstance(node.ops[0], (ast.Is, ast.IsNot))
+                and isinstance(node.comparators[0], ast.Constant) and node.comparators[0].value is None):
+            continue
+        left = node.left
+        field = isinstance(left, ast.Attribute) and left.attr in FIELDS and not SCENARIO.search(ast.unparse(left.value))
+        lookup = isinstance(left, ast.Call) and isinstance(left.func, ast.Attribute) and left.func.attr == "part"
+        count += field or lookup
+    return count
+
+
+def main(package: Path) -> None:
+    modules = sorted(p for p in package.rglob("*.py"))
+    trees = {p: ast.parse(p.read_text(encoding="utf-8")) for p in modules}
+    used = {p: names_in(t) for p, t in trees.items()}
+    counted = [p for p in modules if p.relative_to(package).parts[0] != "importers"]
+    print(f"{len(modules)} modules in {package} ({len(counted)} outside importers/)")
+    print(f"{'variant':<10} {'modules':>7}")
+    for variant, pattern in VARIANTS.items():
+        rx = re.compile(pattern)
+        reach = [p for p in counted if not any(w in p.stem for w in OWN[variant]) and any(rx.search(n) for n in used[p])]
+        print(f"{variant:<10} {len(reach):>7}")
+    print(f"presence tests on a head's variant fields or parts: {sum(presence_tests(t) for t in trees.values())}")
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).resolve().parent.parent / "qkv_tui")

@@ -1,0 +1,111 @@
+"""The one forward driver: every head of a scenario under a numeric policy (kernels/policy.py).
+
+The engine runs it exactly (core/engine.py iter_heads, which adds the overflow checks), the by-hand page
+runs it under ByHand (teach/handcalc.py compute_hand). What holds across heads lives here once: query heads
+that read the same K/V head share its K and V; each head's variants are parts (core/head_parts.py) that the
+one head forward (kernels/attention.py head_forward) runs at their hooks; [mla]'s heads expand one shared
+latent. ``result_of`` is the one place a head's result is assembled.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Sequence
+
+import numpy as np
+
+from qkv_tui.core.head import HeadResult, parts_of
+from qkv_tui.core.head_parts import Run, alibi_of, head_parts, turn_of
+from qkv_tui.core.scenario import Head, Matrix, Scenario
+from qkv_tui.kernels.attention import Attended, head_forward
+from qkv_tui.kernels.policy import EXACT, Policy
+from qkv_tui.kernels.sharing import same_kv_weights
+from qkv_tui.kernels.softmax import Biased, Capped
+
+__all__ = ["HeadResult", "mla_results", "result_of", "run_heads", "turn_of"]
+
+
+def run_heads(sc: Scenario, X_in: Matrix, policy: Policy = EXACT, *,
+              exact: Sequence[HeadResult] | None = None) -> Iterator[HeadResult]:
+    """Each head of ``sc`` in turn under ``policy``, from ``X_in`` (what the Query projection reads, normalised
+    where the scenario says so). ``exact`` are the exact heads a by-hand run works again: each hand head divides
+    by its exact head's divisor, adds its exact ALiBi bias (written down by the policy), and works its own K
+    and V; without it, query heads that share a K/V head reuse its K and V (kept until the last head reading it)."""
+    run = Run(sc, X_in, sc.X_kv if sc.is_cross else X_in, policy, exact)
+    if sc.mla is not None:
+        yield from _mla_heads(run)
+        return
+    parts_of_head = head_parts(run)
+    kv_done: dict[int, HeadResult] = {}  # K/V head -> the first query head that computed it
+    last_reader = {sc.kv_head(h): h for h in range(len(sc.heads))}  # a K/V head -> the last query head reading it
+    for h, head in enumerate(sc.heads):
+        kv = sc.kv_head(h)
+        first = kv_done.get(kv)
+        shared = first if first is not None and same_kv_weights(first, head) else None
+        with run.quiet():
+            parts = parts_of_head(h)
+            scale = _scale(run, h, math.sqrt(head.d_k))
+            f = head_forward(X_in, run.X_kv, head.W_Q, head.W_K, head.W_V, head.b_Q, head.b_K, head.b_V, sc.allow,
+                             scale, parts, shared=shared, policy=policy)
+        # a part that divides by no scale at all (linear attention's 1.0 is no √d_k) says so
+        result = result_of(head, f.Q, f.K, f.V, f.attended, f.records, kv_head=kv,
+                           scale_is_default=sc.scale is None and all(part.keeps_scale for part in parts))
+        if exact is None and last_reader[kv] > h:  # kept only while a later query head still reads it
+            kv_done.setdefault(kv, result)
+        else:
+            kv_done.pop(kv, None)
+        yield result
+
+
+def _scale(run: Run, h: int, default: float) -> float:
+    """Head h's divisor: the scenario's (√d_k by default), or, worked again by hand, its exact head's."""
+    if run.exact is not None:
+        return run.exact[h].scale
+    return default if run.sc.scale is None else run.sc.scale
+
+
+def _mla_heads(run: Run) -> Iterator[HeadResult]:
+    """Every head of an [mla] scenario (kernels/mla.py): Q = [q_C | q_R] and K = [k_C | k_R] as scored,
+    V = v_C, so the stages from Score on read them as any head's."""
+    from qkv_tui.kernels.mla import mla_head, mla_shared
+
+    sc, policy = run.sc, run.policy
+    mla = sc.mla
+    assert mla is not None
+    w = mla.weights()
+    turn = turn_of(mla.rope, sc.positions, mla.d_rope, policy)
+    with np.errstate(over="ignore", invalid="ignore"):
+        shared = mla_shared(run.X_in, w, turn, policy)
+    for h, head in enumerate(sc.heads):
+        with np.errstate(over="ignore", invalid="ignore"):
+            bias = None if sc.alibi is None else alibi_of(run, h)
+            m = mla_head(shared, w, h, sc.allow, _scale(run, h, math.sqrt(mla.d_qk)), turn, bias=bias,
+                         softcap=head.softcap, policy=policy)
+        a = m.attended
+        records: list[object] = []
+        if sc.alibi is not None and a.bias is not None:
+            records.append(Biased(a.bias, sc.alibi.slopes[h]))
+        if head.softcap is not None and a.capped is not None:
+            records.append(Capped(a.capped, head.softcap))
+        records.append(m)
+        # the latent layer's heads have no biases of their own
+        yield result_of(head, m.Q, m.K, m.v_C, a, tuple(records), kv_head=h, scale_is_default=sc.scale is None,
+                        biases=False)
+
+
+def mla_results(sc: Scenario, X_in: Matrix, policy: Policy = EXACT) -> list[HeadResult]:
+    """Every head of an [mla] scenario, exactly or by hand (the JSON export's latent parts read them)."""
+    return list(_mla_heads(Run(sc, X_in, sc.X_kv if sc.is_cross else X_in, policy, None)))
+
+
+def result_of(head: Head, Q: Matrix, K: Matrix, V: Matrix, a: Attended, records: tuple[object, ...], *,
+              kv_head: int, scale_is_default: bool, biases: bool = True) -> HeadResult:
+    """The one record of a head's forward pass: what every head has, and the record of each of its parts."""
+    soft = a.softmax
+    return HeadResult(
+        name=head.name, d_k=head.d_k, d_v=head.d_v, scale=a.divisor, scale_is_default=scale_is_default,
+        W_Q=head.W_Q, W_K=head.W_K, W_V=head.W_V, Q=Q, K=K, V=V, scores=a.scores, scaled=a.scaled,
+        masked=a.masked, row_max=soft.row_max, exps=soft.exps, row_sum=soft.row_sum, weights=soft.weights,
+        output=a.output, kv_head=kv_head, parts=parts_of(records),
+        **({"b_Q": head.b_Q, "b_K": head.b_K, "b_V": head.b_V} if biases else {}),
+    )
