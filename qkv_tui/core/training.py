@@ -59,12 +59,11 @@ def sgd(lr: float) -> Rule:
 
 class AdamW:
     """torch.optim.AdamW's update, one array at a time: p ← p − lr·wd·p (decoupled decay), m ← β₁·m + (1 − β₁)·g,
-    v ← β₂·v + (1 − β₂)·g², m̂ = m/(1 − β₁ᵗ), v̂ = v/(1 − β₂ᵗ), p ← p − lr·m̂/(√v̂ + ε). ``decimals``: each m and v
-    written down rounded, as a student keeps them between steps."""
+    v ← β₂·v + (1 − β₂)·g², m̂ = m/(1 − β₁ᵗ), v̂ = v/(1 − β₂ᵗ), p ← p − lr·m̂/(√v̂ + ε). By hand too m and v stay
+    as the calculator holds them: a v of 1e-4 written down at 2 decimals is 0, and lr·m̂/(0 + ε) is a million."""
 
-    def __init__(self, lr: float, betas: tuple[float, float], eps: float, weight_decay: float,
-                 decimals: int | None = None) -> None:
-        self.lr, self.betas, self.eps, self.weight_decay, self.decimals = lr, betas, eps, weight_decay, decimals
+    def __init__(self, lr: float, betas: tuple[float, float], eps: float, weight_decay: float) -> None:
+        self.lr, self.betas, self.eps, self.weight_decay = lr, betas, eps, weight_decay
         self.t = 0
         self.state: dict[Slot, Moments] = {}
 
@@ -72,16 +71,13 @@ class AdamW:
         """A new step: every array's t moves on together, as torch's (each parameter's step count)."""
         self.t += 1
 
-    def _kept(self, x: Matrix) -> Matrix:
-        return x if self.decimals is None else round_to(x, self.decimals)
-
     def __call__(self, slot: Slot, current: Matrix, grad: Matrix) -> Matrix:
         b1, b2 = self.betas
         before = self.state.get(slot)
         m0 = np.zeros_like(grad) if before is None else before.m
         v0 = np.zeros_like(grad) if before is None else before.v
-        m = self._kept(b1 * m0 + (1 - b1) * grad)
-        v = self._kept(b2 * v0 + (1 - b2) * grad * grad)
+        m = b1 * m0 + (1 - b1) * grad
+        v = b2 * v0 + (1 - b2) * grad * grad
         m_hat = m / (1 - b1 ** self.t)
         v_hat = v / (1 - b2 ** self.t)
         self.state[slot] = Moments(self.t, m, v, m_hat, v_hat)
@@ -231,13 +227,13 @@ def steps(sc: Scenario, count: int | None = None) -> Iterator[TrainStep]:
             sc = advanced(sc, g, adam)
 
 
-def optimizer(sc: Scenario, decimals: int | None = None) -> AdamW | None:
+def optimizer(sc: Scenario) -> AdamW | None:
     """The run's AdamW state (a fresh one, at t = 0), or None where the file trains with SGD."""
     bw = sc.backward
     assert bw is not None
     if not bw.adamw:
         return None
-    return AdamW(bw.lr, bw.betas, bw.eps, bw.weight_decay, decimals)
+    return AdamW(bw.lr, bw.betas, bw.eps, bw.weight_decay)
 
 
 def advanced(sc: Scenario, g: Gradients, adam: AdamW | None, decimals: int | None = None) -> Scenario:
