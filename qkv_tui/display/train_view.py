@@ -132,14 +132,15 @@ def adamw_lines(move: Move, bw: Backward, single_row: bool, decimals: int) -> li
     mt, m = fit(lambda m0, g: b1 * m0 + (1 - b1) * g, [a.m0, move.grad], a.m, _sig(a.m, decimals))
     vt, v = fit(lambda v0, g: b2 * v0 + (1 - b2) * g * g, [a.v0, move.grad], a.v, _sig(a.v, decimals))
     c1, c2 = 1 - b1 ** a.t, 1 - b2 ** a.t
-    ht, m_hat = fit(lambda m, c: m / c, [a.m, c1], a.m_hat, _sig(a.m_hat, decimals))
-    wt, v_hat = fit(lambda v, c: v / c, [a.v, c2], a.v_hat, _sig(a.v_hat, decimals))
+    # the correction 1 − βᵗ is keyed in from the shown β and t: its digits are 8 significant, all a step needs
+    ht, m_hat = fit(lambda m: m / c1, [a.m], a.m_hat, _sig(a.m_hat, decimals))
+    wt, v_hat = fit(lambda v: v / c2, [a.v], a.v_hat, _sig(a.v_hat, decimals))
     return [
         f"g = ∂loss/∂{cell} = {g}",
         f"m = β₁·m + (1 − β₁)·g = {b1:g}·{paren(mt[0])} + {1 - b1:g}·{paren(mt[1])} = {m}",
         f"v = β₂·v + (1 − β₂)·g·g = {b2:g}·{vt[0]} + {1 - b2:g}·{paren(vt[1])}·{paren(vt[1])} = {v}",
-        f"m̂ = m / (1 − β₁^t) = {ht[0]} / (1 − {b1:g}^{a.t}) = {ht[0]} / {ht[1]} = {m_hat}",
-        f"v̂ = v / (1 − β₂^t) = {wt[0]} / (1 − {b2:g}^{a.t}) = {wt[0]} / {wt[1]} = {v_hat}",
+        f"m̂ = m / (1 − β₁^t) = {paren(ht[0])} / (1 − {b1:g}^{a.t}) = {paren(ht[0])} / {c1:.8g} = {m_hat}",
+        f"v̂ = v / (1 − β₂^t) = {wt[0]} / (1 − {b2:g}^{a.t}) = {wt[0]} / {c2:.8g} = {v_hat}",
         adamw_update_line(move, bw, single_row, decimals),
     ]
 
