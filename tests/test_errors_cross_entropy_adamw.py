@@ -19,7 +19,7 @@ T = "target = [[0, 0, 0], [1, 1, 1], [0, 1, 0]]\n"
 
 CASES = {
     "loss_unknown": (BASE + HEAD + '[backward]\nloss = "mse"\n' + T,
-                     "[backward] loss = 'mse'; expected " ' "squared" or "cross_entropy"'),
+                     "[backward] loss = 'mse'; expected \"squared\" or \"cross_entropy\""),
     "no_W_U": (BASE + HEAD + CE + NEXT, '[backward] loss = "cross_entropy" needs W_U (the unembedding, d_out × vocab'),
     "no_next": (BASE + HEAD + CE + W_U, '[backward] loss = "cross_entropy" needs next (each token\'s target id'),
     "W_U_rows": (BASE + HEAD + CE + "W_U = [[1, 0], [0, 1]]\n" + NEXT,
@@ -39,7 +39,7 @@ CASES = {
     "target_too": (GOOD + T, '[backward] target is given with loss = "cross_entropy"; expected W_U and next instead'),
     "W_U_without": (BASE + HEAD + "[backward]\n" + T + W_U,
                     '[backward] W_U is given without loss = "cross_entropy"; expected loss = "cross_entropy"'),
-    "optimizer_unknown": (GOOD + 'optimizer = "adam"\n', "[backward] optimizer = 'adam'; expected " ' "sgd" or "adamw"'),
+    "optimizer_unknown": (GOOD + 'optimizer = "adam"\n', "[backward] optimizer = 'adam'; expected \"sgd\" or \"adamw\""),
     "betas_without": (GOOD + "betas = [0.9, 0.99]\n",
                       '[backward] betas is given without optimizer = "adamw"; expected optimizer = "adamw" (SGD has no'
                       " betas), or no betas"),
