@@ -155,3 +155,16 @@ def test_the_worked_numbers_are_the_run_s() -> None:
         assert a.m == pytest.approx(b1 * a.m0 + (1 - b1) * move.grad, abs=1e-15)
         assert a.v == pytest.approx(b2 * a.v0 + (1 - b2) * move.grad ** 2, abs=1e-15)
         assert a.m_hat == pytest.approx(a.m / (1 - b1 ** k)) and a.v_hat == pytest.approx(a.v / (1 - b2 ** k))
+
+
+def test_a_next_token_of_p_zero_is_worked_without_p() -> None:
+    """p[next] below float64's smallest: −ln p is worked as ln Σ − (z − max), and checks out."""
+    sc = load_scenario("next_token_adamw")
+    assert sc.backward is not None and sc.backward.W_U is not None
+    W_U = "[" + ", ".join("[" + ", ".join(repr(float(x) * 2000) for x in row) + "]" for row in sc.backward.W_U) + "]"
+    text = (load_scenario.__globals__["builtin_dir"]() / "next_token_adamw.toml").read_text().split("[backward]")[0]
+    far = parse_scenario(f'{text}[backward]\nloss = "cross_entropy"\nW_U = {W_U}\nnext = [2, 2, 2]\n', "far.toml")
+    lines = loss_lines(Trace(compute(far)), 3)
+    worked = [line for line in lines if "= ln Σ − (z − max) = ln(" in line]
+    assert worked
+    assert check_lines(worked) >= len(worked)

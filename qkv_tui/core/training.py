@@ -18,7 +18,6 @@ from qkv_tui.core.toml_text import number
 from qkv_tui.kernels.policy import round_to
 from qkv_tui.kernels.sharing import kv_owners
 
-
 Slot = tuple[str, int | None]  # a trained array: its [backward] train name and its head (None: shared by all)
 
 

@@ -9,6 +9,7 @@ import numpy as np
 
 from qkv_tui.core.fmt import fmt
 from qkv_tui.core.scenario import Matrix, Scenario
+from qkv_tui.core.variants.backward import Backward
 from qkv_tui.display import side_views
 from qkv_tui.display.frame import Frame
 from qkv_tui.display.modes import Modes
@@ -18,8 +19,7 @@ from qkv_tui.display.view import matrix_pane as _pane
 from qkv_tui.teach.arith import fit
 from qkv_tui.teach.handcalc import round_to
 from qkv_tui.teach.summary import weights_note
-from qkv_tui.core.variants.backward import Backward
-from qkv_tui.teach.train_walk import Adam, Move, Param, TrainRun
+from qkv_tui.teach.train_walk import Move, Param, TrainRun
 
 SHOWN_MOVES = 3  # the step's biggest updates worked out; the panes mark every moved cell
 HISTORY = 8  # the loss history's most recent steps in the explanation; the pane holds them all

@@ -17,7 +17,6 @@ from qkv_tui.teach.stages.context import TraceContext
 from qkv_tui.teach.stages.grads import BackwardSpec, dot_cell, formula_cell, grads
 from qkv_tui.teach.stages.markdown import MarkdownPage
 
-
 CE_NAMES = ("W_U", "ce_logits", "ce_probs", "ce_dlogits", "dW_U")
 
 
@@ -92,7 +91,7 @@ class Loss(BackwardSpec):
         if bw is None:
             raise KeyError(name)
         ce = _ce(trace)
-        if ce is not None and name in CE_NAMES + ("loss",):
+        if ce is not None and name in (*CE_NAMES, "loss"):
             return _ce_matrix(trace, ce, name)
         if name == "target":
             if bw.target is None:
@@ -106,7 +105,7 @@ class Loss(BackwardSpec):
     def panes(self, trace: TraceContext, op: Operation) -> list[Key]:
         final = final_name(trace)
         if _ce(trace) is not None:
-            return [(name, _head_of(trace, name)) for name in CE_PANES(final)[op.segment.target]]
+            return [(name, _head_of(trace, name)) for name in _ce_panes(final)[op.segment.target]]
         if op.segment.target == "dO":
             return [(final, _head_of(trace, final)), ("target", None), ("dO", None)]
         return [("dO", None), ("loss", None)]
@@ -157,7 +156,7 @@ CE_TITLES = {"W_U": "W_U (d_out × vocab)", "ce_logits": "logits = output·W_U",
              "dO": "dO = dlogits·W_Uᵀ", "dW_U": "dW_U = outputᵀ·dlogits"}
 
 
-def CE_PANES(final: str) -> dict[str, tuple[str, ...]]:  # noqa: N802 - a table, read as one
+def _ce_panes(final: str) -> dict[str, tuple[str, ...]]:
     return {"ce_logits": (final, "W_U", "ce_logits"), "ce_probs": ("ce_logits", "ce_probs"),
             "loss": ("ce_probs", "loss"), "ce_dlogits": ("ce_probs", "ce_dlogits"),
             "dO": ("ce_dlogits", "W_U", "dO"), "dW_U": (final, "ce_dlogits", "dW_U")}
@@ -234,9 +233,9 @@ def _ce_operation(trace: TraceContext, index: int, seg: Segment, row: int, col: 
         if row == n - 1:
             extra = (_mean_line(trace, ce, d),)
         if p_t <= 0 or not math.isfinite(value):  # p below float64's smallest: the form without p
-            top = float(ce.softmax.row_max[row])
+            zmax = float(ce.softmax.row_max[row])
             z = float(ce.logits[row, nxt])
-            texts, result = fit(lambda s, t, m: math.log(s) - (t - m), [float(ce.softmax.row_sum[row]), z, top],
+            texts, result = fit(lambda s, t, m: math.log(s) - (t - m), [float(ce.softmax.row_sum[row]), z, zmax],
                                 value, d)
             return Operation(index, seg, row, col, value, (Ref("ce_probs", None, row, nxt),),
                              f"{said} = ln Σ − (z − max) = ln({texts[0]}) − ({texts[1]} − {paren(texts[2])}) = {result}",
