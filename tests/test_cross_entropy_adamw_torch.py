@@ -170,6 +170,23 @@ def assert_adamw_steps_agree(sc: Scenario) -> None:
         assert state.loss is not None and abs(state.loss - loss.item()) <= 1e-8 * max(1.0, loss.item()), k
         loss.backward()
         opt.step()
+        if k + 1 < len(ours):  # the m and v the Train view shows for step k + 1 are torch's exp_avg and exp_avg_sq
+            moments = ours[k + 1].moments
+            assert moments is not None
+            for name, p in trained.items():
+                got = moments[slot_of(name)]
+                tol = adam_tol(bw.lr, bw.eps, k + 1)
+                assert got.t == k + 1
+                assert np.allclose(np.asarray(got.m), opt.state[p]["exp_avg"].numpy(), **tol), (k, name)
+                assert np.allclose(np.asarray(got.v), opt.state[p]["exp_avg_sq"].numpy(), **tol), (k, name)
+
+
+def slot_of(name: str) -> tuple[str, int | None]:
+    """params_of's leaf name as core/training.py's slot: W_Q0 → (W_Q, 0), sink1 → (sinks, 1), W_O → (W_O, None)."""
+    stem = name.rstrip("0123456789")
+    if stem == name:
+        return name, None
+    return ("sinks" if stem == "sink" else stem), int(name[len(stem):])
 
 
 def test_the_builtin_trains_as_torch_adamw() -> None:
