@@ -304,9 +304,10 @@ def _frame(sources: Sources, modes: Modes, step: int, head: int) -> Frame:
         return Frame(ex, [], [], (), "")
     shown = run.ready(step)  # a step not computed yet: the last one that is, while the app's worker computes
     focus, extra = train_panes(run, shown, head, modes.decimals)
+    rule = ("each new weight written down rounded (m and v stay as the calculator holds them)"
+            if run.backward.adamw else "each new weight w − lr·g written down rounded")
     notes = (f"by hand (h): a run of its own, worked as with a calculator at {modes.decimals} decimals: each step's"
-             " forward pass and gradients rounded as the trace's, each new weight w − lr·g written down rounded",
-             ) if modes.hand else ()
+             f" forward pass and gradients rounded as the trace's, {rule}",) if modes.hand else ()
     ex = train_explanation(run, shown, head, modes.decimals)
     if shown < step:
         ex = replace(ex, details=(computing_line(run, step), *ex.details))
