@@ -178,5 +178,8 @@ def loss_of(sc: Scenario, final: Any) -> Any:
     assert bw is not None
     if bw.dO is not None:
         return (final * torch.tensor(bw.dO)).sum()  # its gradient at the output is dO itself
+    if bw.cross_entropy:  # through the unembedding, averaged over the tokens as torch's default
+        W_U = torch.tensor(np.asarray(bw.W_U, dtype=np.float64))
+        return F.cross_entropy(final @ W_U, torch.tensor(bw.next, dtype=torch.long))
     diff = final - torch.tensor(bw.target)
     return 0.5 * (diff * diff).sum()

@@ -26,7 +26,7 @@ def test_the_default_train_list_is_the_layers_weights() -> None:
                  f" gives: {GIVES}"),
     ("W_dkv", "[backward] train names 'W_dkv', which is not a weight; expected names from: W_Q, W_K, W_V, W_O, W_G, b_Q,"
               " b_K, b_V, b_O, gamma, beta, gamma_q, gamma_k, sinks, W_a, W_b, A_log, dt_bias, W_DKV, W_UK, W_UV, W_KR,"
-              " W_DQ, W_UQ, gamma_kv; did you mean 'W_DKV'?"),
+              " W_DQ, W_UQ, gamma_kv, W_U; did you mean 'W_DKV'?"),
 ])
 def test_train_names_only_what_the_layer_gives(name: str, message: str) -> None:
     with pytest.raises(ScenarioError) as info:

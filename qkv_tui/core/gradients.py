@@ -8,7 +8,7 @@ into X̂, and the pre-norm (kernels/norm_backward.py).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -26,6 +26,7 @@ from qkv_tui.kernels.sharing import kv_owners
 from qkv_tui.kernels.softmax import Capped, Sunk
 
 if TYPE_CHECKING:  # [linear]'s, [deltanet]'s and [mla]'s backward kernels load with a scenario that has them
+    from qkv_tui.kernels.cross_entropy import CrossEntropy
     from qkv_tui.kernels.deltanet_backward import DeltaBack, GatesBack
     from qkv_tui.kernels.linear_backward import LinearBack
     from qkv_tui.kernels.mla_backward import MlaBack
@@ -93,6 +94,7 @@ class Gradients:
     dgamma_k: Vector | None
     gates: GatesBack | None = None  # [deltanet]'s W_a, A_log, dt_bias, W_b; None unless g or β is computed
     mla: MlaBack | None = None  # [mla]: the latent layer's gradients (its weights, c_KV, the shared k_R); None without
+    cross_entropy: CrossEntropy | None = None  # [backward] loss = "cross_entropy": logits … dW_U; None otherwise
 
 
 def upstream(sc: Scenario, output: Matrix, policy: Policy = EXACT) -> tuple[float | None, Matrix]:
@@ -101,12 +103,23 @@ def upstream(sc: Scenario, output: Matrix, policy: Policy = EXACT) -> tuple[floa
     assert bw is not None
     if bw.dO is not None:
         return None, bw.dO
+    if bw.cross_entropy:
+        ce = _cross_entropy(sc, output, policy)
+        return ce.loss, ce.dO
     assert bw.target is not None
     diff = policy.table(output - bw.target)  # (n, d_out)
     if policy is EXACT:
         return float(0.5 * (diff * diff).sum()), diff
     rows = policy.table(0.5 * (diff * diff).sum(axis=1))  # (n,) by hand: each row's share written down, then summed
     return float(policy.table(np.array(rows.sum()))), diff
+
+
+def _cross_entropy(sc: Scenario, output: Matrix, policy: Policy) -> CrossEntropy:
+    from qkv_tui.kernels.cross_entropy import cross_entropy  # with a scenario that trains a vocabulary
+
+    bw = sc.backward
+    assert bw is not None and bw.W_U is not None and bw.next is not None
+    return cross_entropy(output, bw.W_U, bw.next, policy)
 
 
 def gradients(comp: Computation, policy: Policy | None = None, trig: Mapping[int, Turn] | None = None,
@@ -120,7 +133,9 @@ def gradients(comp: Computation, policy: Policy | None = None, trig: Mapping[int
     sc = comp.scenario
     p: Policy = EXACT if comp.hand_decimals is None else ByHand(comp.hand_decimals)
     p = p if policy is None else policy
-    loss, dO = upstream(sc, comp.output, p)
+    bw = sc.backward
+    ce = None if bw is None or not bw.cross_entropy else _cross_entropy(sc, comp.output, p)
+    loss, dO = upstream(sc, comp.output, p) if ce is None else (ce.loss, ce.dO)
     d_concat = dO if sc.W_O is None else p.matmul(dO, sc.W_O.T)  # (n, Σ d_v)
     dW_O = None if sc.W_O is None else p.matmul(comp.concat.T, dO)
     db_O = None if sc.b_O is None else p.table(dO.sum(axis=0))
@@ -131,7 +146,7 @@ def gradients(comp: Computation, policy: Policy | None = None, trig: Mapping[int
         parts.append(_attend(sc, hr, X_in, d_concat[:, start:start + hr.d_v], p, trig))
         start += hr.d_v
     if sc.mla is not None:
-        return _mla_gradients(comp, parts, loss, dO, d_concat, dW_O, db_O, p, latent_trig)
+        return replace(_mla_gradients(comp, parts, loss, dO, d_concat, dW_O, db_O, p, latent_trig), cross_entropy=ce)
     dQ_all, dK_all, dgq, dgk, dgamma_q, dgamma_k = _qk_norm_back(comp, parts, p)
     heads: list[HeadGrad] = []
     # dX̂'s paths side by side: (n, ·) gradients against (d_model, ·) weights, one dot product per cell
@@ -162,7 +177,7 @@ def gradients(comp: Computation, policy: Policy | None = None, trig: Mapping[int
         dX, dgamma = back.dX, back.dgamma
         dbeta = back.dbeta if sc.norm.beta is not None else None
     return Gradients(loss, dO, d_concat, dW_O, db_O, tuple(heads), kv, any(len(k.heads) > 1 for k in kv),
-                     dX_norm, dX, dgamma, dbeta, dgamma_q, dgamma_k, gates)
+                     dX_norm, dX, dgamma, dbeta, dgamma_q, dgamma_k, gates, cross_entropy=ce)
 
 
 def _mla_gradients(comp: Computation, parts: list[_Part], loss: float | None, dO: Matrix, d_concat: Matrix,

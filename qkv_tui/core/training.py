@@ -1,11 +1,13 @@
-"""SGD on a scenario's own weights: w ← w − lr·∂loss/∂w on the [backward] ``train`` inputs, one step at a time
-(docs/scenario-format.md, "[backward]"). Step k's scenario is the file's, with k updates."""
+"""SGD or AdamW on a scenario's own weights: w ← w − lr·∂loss/∂w (or AdamW's step, as torch.optim.AdamW takes it)
+on the [backward] ``train`` inputs, one step at a time (docs/scenario-format.md, "[backward]"). Step k's
+scenario is the file's, with k updates."""
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
@@ -15,6 +17,19 @@ from qkv_tui.core.scenario import Matrix, Scenario, ScenarioError
 from qkv_tui.core.toml_text import number
 from qkv_tui.kernels.policy import round_to
 from qkv_tui.kernels.sharing import kv_owners
+
+Slot = tuple[str, int | None]  # a trained array: its [backward] train name and its head (None: shared by all)
+
+
+@dataclass(frozen=True, eq=False)
+class Moments:
+    """AdamW's state for one array after step t: m and v as kept, and the step's bias-corrected m̂ and v̂."""
+
+    t: int
+    m: Matrix
+    v: Matrix
+    m_hat: Matrix
+    v_hat: Matrix
 
 
 @dataclass(frozen=True, eq=False)
@@ -27,6 +42,49 @@ class TrainStep:
     scenario: Scenario
     computation: Computation
     grads: Gradients
+    moments: Mapping[Slot, Moments] | None = None  # AdamW's state after the update that led here; None with SGD
+
+
+class Rule(Protocol):
+    def __call__(self, slot: Slot, current: Matrix, grad: Matrix) -> Matrix: ...
+
+
+def sgd(lr: float) -> Rule:
+    def step(slot: Slot, current: Matrix, grad: Matrix) -> Matrix:
+        out: Matrix = current - lr * grad
+        return out
+    return step
+
+
+class AdamW:
+    """torch.optim.AdamW's update, one array at a time: p ← p − lr·wd·p (decoupled decay), m ← β₁·m + (1 − β₁)·g,
+    v ← β₂·v + (1 − β₂)·g², m̂ = m/(1 − β₁ᵗ), v̂ = v/(1 − β₂ᵗ), p ← p − lr·m̂/(√v̂ + ε). By hand too m and v stay
+    as the calculator holds them: a v of 1e-4 written down at 2 decimals is 0, and lr·m̂/(0 + ε) is a million."""
+
+    def __init__(self, lr: float, betas: tuple[float, float], eps: float, weight_decay: float) -> None:
+        self.lr, self.betas, self.eps, self.weight_decay = lr, betas, eps, weight_decay
+        self.t = 0
+        self.state: dict[Slot, Moments] = {}
+
+    def begin(self) -> None:
+        """A new step: every array's t moves on together, as torch's (each parameter's step count)."""
+        self.t += 1
+
+    def __call__(self, slot: Slot, current: Matrix, grad: Matrix) -> Matrix:
+        b1, b2 = self.betas
+        before = self.state.get(slot)
+        m0 = np.zeros_like(grad) if before is None else before.m
+        v0 = np.zeros_like(grad) if before is None else before.v
+        m = b1 * m0 + (1 - b1) * grad
+        v = b2 * v0 + (1 - b2) * grad * grad
+        m_hat = m / (1 - b1 ** self.t)
+        v_hat = v / (1 - b2 ** self.t)
+        self.state[slot] = Moments(self.t, m, v, m_hat, v_hat)
+        out: Matrix = current - self.lr * self.weight_decay * current - self.lr * m_hat / (np.sqrt(v_hat) + self.eps)
+        return out
+
+    def snapshot(self) -> dict[Slot, Moments]:
+        return dict(self.state)
 
 
 def _keep(a: Matrix) -> Matrix:
@@ -35,13 +93,14 @@ def _keep(a: Matrix) -> Matrix:
     return out
 
 
-def updated(sc: Scenario, g: Gradients, decimals: int | None = None) -> Scenario:
-    """One SGD step on the weights ``[backward] train`` names. K/V weights a K/V head's readers share are
-    moved once, by the sum of their gradients, and stay one array, so the readers still share them.
-    With ``decimals`` each new weight is written down rounded, as a student keys w − lr·g into a calculator."""
+def updated(sc: Scenario, g: Gradients, decimals: int | None = None, rule: Rule | None = None) -> Scenario:
+    """One step on the weights ``[backward] train`` names: ``rule``'s (SGD with the file's lr by default).
+    K/V weights a K/V head's readers share are moved once, by the sum of their gradients, and stay one array,
+    so the readers still share them. With ``decimals`` each new weight is written down rounded, as a student
+    keys w − lr·g into a calculator."""
     bw = sc.backward
     assert bw is not None
-    lr, train = bw.lr, set(bw.train)
+    lr, train = (sgd(bw.lr) if rule is None else rule), set(bw.train)
 
     def _frozen(a: Matrix) -> Matrix:
         return _keep(a if decimals is None else round_to(a, decimals))
@@ -50,16 +109,16 @@ def updated(sc: Scenario, g: Gradients, decimals: int | None = None) -> Scenario
         return _mla_updated(sc, g, lr, train, _frozen)
     heads = list(sc.heads)
     own: list[dict[str, object]] = []
-    for head, hg in zip(sc.heads, g.heads, strict=True):
+    for h, (head, hg) in enumerate(zip(sc.heads, g.heads, strict=True)):
         changes: dict[str, object] = {}
         if "W_Q" in train:
-            changes["W_Q"] = _frozen(head.W_Q - lr * hg.dW_Q)
+            changes["W_Q"] = _frozen(lr(("W_Q", h), head.W_Q, hg.dW_Q))
         if "b_Q" in train and head.b_Q is not None and hg.db_Q is not None:
-            changes["b_Q"] = _frozen(head.b_Q - lr * hg.db_Q)
+            changes["b_Q"] = _frozen(lr(("b_Q", h), head.b_Q, hg.db_Q))
         if "W_G" in train and head.W_G is not None and hg.gate is not None:
-            changes["W_G"] = _frozen(head.W_G - lr * hg.gate.dW_G)
+            changes["W_G"] = _frozen(lr(("W_G", h), head.W_G, hg.gate.dW_G))
         if "sinks" in train and head.sink is not None and hg.attend.dsink is not None:
-            changes["sink"] = float(_frozen(np.array(head.sink - lr * hg.attend.dsink)))
+            changes["sink"] = float(_frozen(lr(("sinks", h), np.array(head.sink), np.array(hg.attend.dsink))))
         own.append(changes)
     owners = kv_owners([sc.kv_head(h) for h in range(len(sc.heads))], sc.heads)
     for kv in g.kv_heads:
@@ -68,7 +127,7 @@ def updated(sc: Scenario, g: Gradients, decimals: int | None = None) -> Scenario
         for name, grad in (("W_K", kv.dW_K), ("W_V", kv.dW_V), ("b_K", kv.db_K), ("b_V", kv.db_V)):
             current = getattr(first, name)
             if name in train and current is not None and grad is not None:
-                shared[name] = _frozen(current - lr * grad)
+                shared[name] = _frozen(lr((name, kv.heads[0]), current, grad))
         for h in kv.heads:
             assert owners[h] == kv.heads[0]
             own[h].update(shared)
@@ -80,34 +139,38 @@ def updated(sc: Scenario, g: Gradients, decimals: int | None = None) -> Scenario
     if sc.qk_norm is not None and ("gamma_q" in train or "gamma_k" in train):
         qk = sc.qk_norm
         if "gamma_q" in train and g.dgamma_q is not None:
-            qk = dataclasses.replace(qk, gamma_q=_frozen(qk.gamma_q - lr * g.dgamma_q))
+            qk = dataclasses.replace(qk, gamma_q=_frozen(lr(("gamma_q", None), qk.gamma_q, g.dgamma_q)))
         if "gamma_k" in train and g.dgamma_k is not None:
-            qk = dataclasses.replace(qk, gamma_k=_frozen(qk.gamma_k - lr * g.dgamma_k))
+            qk = dataclasses.replace(qk, gamma_k=_frozen(lr(("gamma_k", None), qk.gamma_k, g.dgamma_k)))
         top["qk_norm"] = qk
     if sc.deltanet is not None and g.gates is not None:
         top.update(_gates_step(sc, g, lr, train, _frozen))
     return dataclasses.replace(sc, **top)  # type: ignore[arg-type]
 
 
-def _outer_step(sc: Scenario, g: Gradients, lr: float, train: set[str],
+def _outer_step(sc: Scenario, g: Gradients, lr: Rule, train: set[str],
                 frozen: Callable[[Matrix], Matrix]) -> dict[str, object]:
-    """What sits around the heads, whatever attention they run: W_O, b_O and the pre-norm's gains."""
+    """What sits around the heads, whatever attention they run: W_O, b_O, the pre-norm's gains and the
+    cross-entropy's unembedding W_U."""
     top: dict[str, object] = {}
     if "W_O" in train and sc.W_O is not None and g.dW_O is not None:
-        top["W_O"] = frozen(sc.W_O - lr * g.dW_O)
+        top["W_O"] = frozen(lr(("W_O", None), sc.W_O, g.dW_O))
     if "b_O" in train and sc.b_O is not None and g.db_O is not None:
-        top["b_O"] = frozen(sc.b_O - lr * g.db_O)
+        top["b_O"] = frozen(lr(("b_O", None), sc.b_O, g.db_O))
     if sc.norm is not None and ("gamma" in train or "beta" in train):
         norm = sc.norm
         if "gamma" in train and g.dgamma is not None:
-            norm = dataclasses.replace(norm, gamma=frozen(norm.gamma - lr * g.dgamma))
+            norm = dataclasses.replace(norm, gamma=frozen(lr(("gamma", None), norm.gamma, g.dgamma)))
         if "beta" in train and norm.beta is not None and g.dbeta is not None:
-            norm = dataclasses.replace(norm, beta=frozen(norm.beta - lr * g.dbeta))
+            norm = dataclasses.replace(norm, beta=frozen(lr(("beta", None), norm.beta, g.dbeta)))
         top["norm"] = norm
+    bw, ce = sc.backward, g.cross_entropy
+    if "W_U" in train and bw is not None and bw.W_U is not None and ce is not None:
+        top["backward"] = dataclasses.replace(bw, W_U=frozen(lr(("W_U", None), bw.W_U, ce.dW_U)))
     return top
 
 
-def _gates_step(sc: Scenario, g: Gradients, lr: float, train: set[str],
+def _gates_step(sc: Scenario, g: Gradients, lr: Rule, train: set[str],
                frozen: Callable[[Matrix], Matrix]) -> dict[str, object]:
     """[deltanet]'s W_a, A_log, dt_bias and W_b, where it computes g and β from them (``frozen`` writes each down)."""
     dn, gb = sc.deltanet, g.gates
@@ -116,11 +179,11 @@ def _gates_step(sc: Scenario, g: Gradients, lr: float, train: set[str],
     for name, grad in (("W_a", gb.dW_a), ("W_b", gb.dW_b), ("A_log", gb.dA_log), ("dt_bias", gb.ddt_bias)):
         current = getattr(dn, name)
         if name in train and current is not None and grad is not None:
-            changes[name] = frozen(current - lr * grad)
+            changes[name] = frozen(lr((name, None), current, grad))
     return {"deltanet": dataclasses.replace(dn, **changes)} if changes else {}  # type: ignore[arg-type]
 
 
-def _mla_updated(sc: Scenario, g: Gradients, lr: float, train: set[str],
+def _mla_updated(sc: Scenario, g: Gradients, lr: Rule, train: set[str],
                  _frozen: Callable[[Matrix], Matrix]) -> Scenario:
     """[mla]: the latent layer's own weights move; the heads' multiplied-through shapes follow from them
     (``_frozen`` writes each down)."""
@@ -131,11 +194,11 @@ def _mla_updated(sc: Scenario, g: Gradients, lr: float, train: set[str],
                        ("W_Q", back.dW_Q), ("W_DQ", back.dW_DQ), ("W_UQ", back.dW_UQ)):
         current = getattr(mla, name)
         if name in train and current is not None and grad is not None:
-            changes[name] = _frozen(current - lr * grad)
+            changes[name] = _frozen(lr((name, None), current, grad))
     if "gamma_kv" in train and mla.kv_norm and back.dgamma_kv is not None:
-        changes["gamma_kv"] = _frozen(mla.gamma_kv - lr * back.dgamma_kv)
+        changes["gamma_kv"] = _frozen(lr(("gamma_kv", None), mla.gamma_kv, back.dgamma_kv))
     if "gamma_q" in train and mla.q_norm and mla.gamma_q is not None and back.dgamma_q is not None:
-        changes["gamma_q"] = _frozen(mla.gamma_q - lr * back.dgamma_q)
+        changes["gamma_q"] = _frozen(lr(("gamma_q", None), mla.gamma_q, back.dgamma_q))
     new = dataclasses.replace(mla, **changes)  # type: ignore[arg-type]
     heads = tuple(dataclasses.replace(head, W_Q=W_Q, W_K=W_K, W_V=W_V)
                   for head, (_, W_Q, W_K, W_V) in zip(sc.heads, new.head_weights(), strict=True))
@@ -152,13 +215,32 @@ def steps(sc: Scenario, count: int | None = None) -> Iterator[TrainStep]:
     assert bw is not None
     total = bw.steps if count is None else count
     before: tuple[Scenario, Gradients] | None = None
+    adam = optimizer(sc)
     for k in range(total + 1):
         comp = computed_step(sc, k, before)
         g = gradients(comp)
-        yield TrainStep(k, g.loss, tuple(h.weights for h in comp.heads), sc, comp, g)
+        yield TrainStep(k, g.loss, tuple(h.weights for h in comp.heads), sc, comp, g,
+                        None if adam is None else adam.snapshot())
         if k < total:
             before = (sc, g)
-            sc = updated(sc, g)
+            sc = advanced(sc, g, adam)
+
+
+def optimizer(sc: Scenario) -> AdamW | None:
+    """The run's AdamW state (a fresh one, at t = 0), or None where the file trains with SGD."""
+    bw = sc.backward
+    assert bw is not None
+    if not bw.adamw:
+        return None
+    return AdamW(bw.lr, bw.betas, bw.eps, bw.weight_decay)
+
+
+def advanced(sc: Scenario, g: Gradients, adam: AdamW | None, decimals: int | None = None) -> Scenario:
+    """The next state: SGD's step, or AdamW's (its t moved on first)."""
+    if adam is None:
+        return updated(sc, g, decimals)
+    adam.begin()
+    return updated(sc, g, decimals, adam)
 
 
 def computed_step(sc: Scenario, k: int, before: tuple[Scenario, Gradients] | None) -> Computation:

@@ -1,5 +1,5 @@
-"""The Train view (l) as plain data: one SGD step of the scenario's [backward] per step of the view, with the
-loss falling, the weights each step moved and the attention map beside step 0's (teach/train_walk.py)."""
+"""The Train view (l) as plain data: one SGD (or AdamW) step of the scenario's [backward] per step of the view, with
+the loss falling, the weights each step moved and the attention map beside step 0's (teach/train_walk.py)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import numpy as np
 
 from qkv_tui.core.fmt import fmt
 from qkv_tui.core.scenario import Matrix, Scenario
+from qkv_tui.core.variants.backward import Backward
 from qkv_tui.display import side_views
 from qkv_tui.display.frame import Frame
 from qkv_tui.display.modes import Modes
@@ -27,6 +28,13 @@ MEANING = ("One step of gradient descent: every trained weight moves against its
            " with the gradients the Backward stages compute for the weights as they stand. A small lr takes small,"
            " safe steps; too large a step overshoots and the loss can rise. Watch the attention map: as the weights"
            " the scores are made of move, where each token looks changes.")  # not "W_Q and W_K": [mla] trains W_UK
+ADAMW_MEANING = ("One step of AdamW, as torch.optim.AdamW takes it: each trained weight keeps two running averages"
+                 " of its gradient g, m (of g) and v (of g²); m̂ and v̂ undo their start at 0, and the weight moves by"
+                 " lr·m̂/(√v̂ + ε), about lr whatever the gradient's size, in the direction its recent gradients"
+                 " agree on; the decoupled weight decay also shrinks it by lr·wd·w. Watch the first step: every"
+                 " trained cell moves by nearly lr, since m̂/√v̂ = g/|g| at t = 1. Watch the attention map too: as the"
+                 " weights the scores are made of move, where each token looks changes.")
+ADAMW_RULE = "w ← w − lr·wd·w − lr·m̂/(√v̂ + ε)"
 NO_BACKWARD = ("The Train view runs SGD steps on a [backward] table: a target for the output (the loss), lr, steps"
                " and the weights to train (docs/scenario-format.md, \"[backward]\"). This scenario has none;"
                " learn_to_look is a built-in that has one.")
@@ -113,8 +121,58 @@ def update_line(move: Move, lr: float, single_row: bool, decimals: int) -> str:
     return f"{move.cell(single_row)} = {texts[0]} − {lr:g}·{texts[1]} = {new}"
 
 
+def adamw_lines(move: Move, bw: Backward, single_row: bool, decimals: int) -> list[str]:
+    """AdamW's step for one cell, each line checkable on a calculator from the numbers it shows:
+    m, v, their bias corrections m̂ and v̂, then the weight."""
+    a = move.adam
+    assert a is not None
+    b1, b2 = bw.betas
+    cell = move.cell(single_row)
+    g = fmt(move.grad, False, decimals)
+    mt, m = fit(lambda m0, g: b1 * m0 + (1 - b1) * g, [a.m0, move.grad], a.m, _sig(a.m, decimals))
+    vt, v = fit(lambda v0, g: b2 * v0 + (1 - b2) * g * g, [a.v0, move.grad], a.v, _sig(a.v, decimals))
+    c1, c2 = 1 - b1 ** a.t, 1 - b2 ** a.t
+    # the correction 1 − βᵗ is keyed in from the shown β and t: its digits are 8 significant, all a step needs
+    ht, m_hat = fit(lambda m: m / c1, [a.m], a.m_hat, _sig(a.m_hat, decimals))
+    wt, v_hat = fit(lambda v: v / c2, [a.v], a.v_hat, _sig(a.v_hat, decimals))
+    return [
+        f"g = ∂loss/∂{cell} = {g}",
+        f"m = β₁·m + (1 − β₁)·g = {b1:g}·{paren(mt[0])} + {1 - b1:g}·{paren(mt[1])} = {m}",
+        f"v = β₂·v + (1 − β₂)·g·g = {b2:g}·{vt[0]} + {1 - b2:g}·{paren(vt[1])}·{paren(vt[1])} = {v}",
+        f"m̂ = m / (1 − β₁^t) = {paren(ht[0])} / (1 − {b1:g}^{a.t}) = {paren(ht[0])} / {c1:.8g} = {m_hat}",
+        f"v̂ = v / (1 − β₂^t) = {wt[0]} / (1 − {b2:g}^{a.t}) = {wt[0]} / {c2:.8g} = {v_hat}",
+        adamw_update_line(move, bw, single_row, decimals),
+    ]
+
+
+def _sig(x: float, decimals: int) -> int:
+    """Decimals that show at least two significant digits of x (v is often 1e-5: at 3 decimals it would read 0)."""
+    if x == 0 or not np.isfinite(x):
+        return decimals
+    return max(decimals, 1 - int(np.floor(np.log10(abs(x)))))
+
+
+def adamw_update_line(move: Move, bw: Backward, single_row: bool, decimals: int) -> str:
+    """``W_Q[1,0] = w − lr·wd·w − lr·m̂ / (√v̂ + ε) = 1 − 0.1·0.01·1 − 0.1·0.41 / (√0.17 + 1e-08) = 0.899``."""
+    a = move.adam
+    assert a is not None
+    lr, wd, eps = bw.lr, bw.weight_decay, bw.eps
+    texts, new = fit(lambda w, mh, vh: w - lr * wd * w - lr * mh / (vh ** 0.5 + eps), [move.old, a.m_hat, a.v_hat],
+                     move.new, decimals)
+    w, mh, vh = texts
+    return (f"{move.cell(single_row)} = w − lr·wd·w − lr·m̂ / (√v̂ + ε) = {w} − {lr:g}·{wd:g}·{paren(w)}"
+            f" − {lr:g}·{paren(mh)} / (√{vh} + {eps:g}) = {new}")
+
+
+def paren(text: str) -> str:
+    """A negative operand in parentheses after a sign or a product: ``0.9·(-0.2)``."""
+    return f"({text})" if text.startswith("-") else text
+
+
 def _meaning(sc: Scenario) -> str:
     """The view's words; a state head's map holds no attention, only the weights its q·k put on δ (or V)."""
+    if sc.backward is not None and sc.backward.adamw:
+        return ADAMW_MEANING
     if not weights_note(sc):
         return MEANING
     weighed = "δ" if sc.deltanet is not None else "V"
@@ -123,11 +181,12 @@ def _meaning(sc: Scenario) -> str:
                            f" token weighs each {weighed}{weights_note(sc)}.")
 
 
-def _loss_line(losses: list[float | None], k: int, decimals: int) -> str:
+def _loss_line(losses: list[float | None], k: int, decimals: int, cross_entropy: bool = False) -> str:
     now = losses[k]
     assert now is not None
     if k == 0:
-        return f"step 0: the file's weights; loss = ½·Σ (output − target)² = {fmt(now, False, decimals)}"
+        said = "mean over the tokens of −ln p[next]" if cross_entropy else "½·Σ (output − target)²"
+        return f"step 0: the file's weights; loss = {said} = {fmt(now, False, decimals)}"
     before = losses[k - 1]
     assert before is not None
     # a plain difference: the shown operands must give the shown change exactly, as on a calculator
@@ -146,12 +205,24 @@ def train_explanation(run: TrainRun, k: int, head: int, decimals: int) -> Explan
     losses = run.losses(k)
     shapes = {p.name: _single(p) for p in run.params(0)}
     details: list[str] = []
+    bw = run.backward
     if k > 0:
         moves = run.moves(k)
         names = ", ".join(sorted({m.param for m in moves}, key=[p.name for p in run.params(0)].index)) or "nothing"
-        details.append(f"w ← w − lr·∂loss/∂w, lr = {run.lr:g}, with step {k - 1}'s gradients; moved: {names}"
-                       f" ({len(moves)} cells); the biggest:")
-        details += [f"  {update_line(m, run.lr, shapes[m.param], decimals)}" for m in moves[:SHOWN_MOVES]]
+        if bw.adamw:
+            b1, b2 = bw.betas
+            details.append(f"AdamW, lr = {run.lr:g}, β₁ = {b1:g}, β₂ = {b2:g}, ε = {bw.eps:g}, weight decay ="
+                           f" {bw.weight_decay:g}, t = {k}, with step {k - 1}'s gradients; moved: {names}"
+                           f" ({len(moves)} cells); the biggest:")
+            for i, m in enumerate(moves[:SHOWN_MOVES]):
+                if i == 0:
+                    details += [f"  {line}" for line in adamw_lines(m, bw, shapes[m.param], decimals)]
+                else:
+                    details.append(f"  {adamw_update_line(m, bw, shapes[m.param], decimals)}")
+        else:
+            details.append(f"w ← w − lr·∂loss/∂w, lr = {run.lr:g}, with step {k - 1}'s gradients; moved: {names}"
+                           f" ({len(moves)} cells); the biggest:")
+            details += [f"  {update_line(m, run.lr, shapes[m.param], decimals)}" for m in moves[:SHOWN_MOVES]]
         total = run.since_start(k)[:SHOWN_MOVES]
         if total:
             details.append("moved most since step 0: " + " · ".join(
@@ -180,10 +251,10 @@ def train_explanation(run: TrainRun, k: int, head: int, decimals: int) -> Explan
         stage_label=f"step {k}/{run.total}",
         counter=f"loss {fmt(losses[k] or 0.0, False, decimals)}",
         head_label=f"{sc.heads[head].name} ({head + 1}/{heads})" if heads > 1 else "",
-        arithmetic=_loss_line(losses, k, decimals),
+        arithmetic=_loss_line(losses, k, decimals, bw.cross_entropy),
         details=tuple(details),
         meaning=_meaning(sc),
-        formula=(("w ← w − lr·∂loss/∂w", k > 0),),
+        formula=((ADAMW_RULE if bw.adamw else "w ← w − lr·∂loss/∂w", k > 0),),
     )
 
 
@@ -233,9 +304,10 @@ def _frame(sources: Sources, modes: Modes, step: int, head: int) -> Frame:
         return Frame(ex, [], [], (), "")
     shown = run.ready(step)  # a step not computed yet: the last one that is, while the app's worker computes
     focus, extra = train_panes(run, shown, head, modes.decimals)
+    rule = ("each new weight written down rounded (m and v stay as the calculator holds them)"
+            if run.backward.adamw else "each new weight w − lr·g written down rounded")
     notes = (f"by hand (h): a run of its own, worked as with a calculator at {modes.decimals} decimals: each step's"
-             " forward pass and gradients rounded as the trace's, each new weight w − lr·g written down rounded",
-             ) if modes.hand else ()
+             f" forward pass and gradients rounded as the trace's, {rule}",) if modes.hand else ()
     ex = train_explanation(run, shown, head, modes.decimals)
     if shown < step:
         ex = replace(ex, details=(computing_line(run, step), *ex.details))

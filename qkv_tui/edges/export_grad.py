@@ -76,6 +76,20 @@ def kv_grad_fields(k: KVGrad) -> Fields:
 
 
 def grad_fields(sc: Scenario, g: Gradients, write_fields: WriteFields) -> Fields:
+    return _fields(sc, g, write_fields) + _cross_entropy(sc, g, write_fields)
+
+
+def _cross_entropy(sc: Scenario, g: Gradients, write_fields: WriteFields) -> Fields:
+    """``"cross_entropy"``, written only where the loss is one: every other scenario's JSON stays as it was."""
+    bw, ce = sc.backward, g.cross_entropy
+    if bw is None or not bw.cross_entropy or ce is None:
+        return []
+    return [("cross_entropy", Nested(write_fields, fields=[
+        ("W_U", bw.W_U), ("next", list(bw.next or ())), ("logits", ce.logits), ("probs", ce.probs),
+        ("nll", _v(ce.nll)), ("dlogits", ce.dlogits), ("dW_U", ce.dW_U)]))]
+
+
+def _fields(sc: Scenario, g: Gradients, write_fields: WriteFields) -> Fields:
     return [
         ("loss", g.loss), ("dO", g.dO), ("d_concat", g.d_concat), ("dW_O", g.dW_O),
         ("dX", g.dX), ("dX_norm", g.dX_norm if sc.norm is not None else None), ("dgamma", _v(g.dgamma)),

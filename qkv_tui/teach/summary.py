@@ -43,7 +43,8 @@ def closing_summary(comp: Computation, head: int, operations: int, decimals: int
 
 def backward_line(bw: Backward) -> str:
     """What the backward stages after the forward pass computed, and for which weights."""
-    start = ("the given dO = ∂loss/∂output" if bw.target is None
+    start = ("∂loss/∂output, loss = the mean of −ln p[next] through W_U," if bw.cross_entropy
+             else "the given dO = ∂loss/∂output" if bw.target is None
              else "∂loss/∂output, loss = ½·Σ (output − target)²,")
     weights = (f"the gradient ∂loss/∂W of each weight [backward] trains ({', '.join(bw.train)})" if bw.train
                else "the gradients of the values in between ([backward] trains no weight)")

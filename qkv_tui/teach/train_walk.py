@@ -1,4 +1,4 @@
-"""The Train view's computation: core/training.py's SGD steps, walked one at a time and kept, with what each
+"""The Train view's computation: core/training.py's SGD (or AdamW) steps, walked one at a time and kept, with what each
 step moved (docs/scenario-format.md, "[backward]"). No gradient is worked here: every one is core/gradients.py's.
 
 By hand (``h``) the run is a trajectory of its own, as a student with a calculator works it (docs/train-view.md):
@@ -15,7 +15,7 @@ import numpy as np
 
 from qkv_tui.core.gradients import Gradients, gradients
 from qkv_tui.core.scenario import Matrix, Scenario, ScenarioError
-from qkv_tui.core.training import TrainStep, computed_step, steps, updated
+from qkv_tui.core.training import Moments, TrainStep, advanced, computed_step, optimizer, steps
 from qkv_tui.kernels.sharing import kv_owners
 from qkv_tui.teach.handcalc import compute_hand
 
@@ -32,8 +32,21 @@ class Param:
 
 
 @dataclass(frozen=True)
+class Adam:
+    """One cell's AdamW numbers at step t: m and v before and after, and the bias-corrected m̂ and v̂."""
+
+    t: int
+    m0: float
+    v0: float
+    m: float
+    v: float
+    m_hat: float
+    v_hat: float
+
+
+@dataclass(frozen=True)
 class Move:
-    """One cell of one weight after one SGD step: new = old − lr·grad."""
+    """One cell of one weight after one step: new = old − lr·grad (SGD), or AdamW's step from ``adam``."""
 
     param: str
     row: int
@@ -41,6 +54,7 @@ class Move:
     old: float
     grad: float
     new: float
+    adam: Adam | None = None
 
     def cell(self, single_row: bool) -> str:
         """``W_Q[1,2]``; a vector's ``b_Q[2]``; a sink bare."""
@@ -87,10 +101,19 @@ def params(sc: Scenario, g: Gradients) -> list[Param]:
     if dn is not None and gb is not None:
         top += [("W_a", dn.W_a, gb.dW_a), ("W_b", dn.W_b, gb.dW_b), ("A_log", dn.A_log, gb.dA_log),
                 ("dt_bias", dn.dt_bias, gb.ddt_bias)]
+    top += _unembedding(sc, g)
     for name, value, grad in top:
         if value is not None:
             out.append(Param(name, name, None, _row(value), _row(grad)))  # type: ignore[arg-type]
     return out
+
+
+def _unembedding(sc: Scenario, g: Gradients) -> list[tuple[str, Matrix | None, Matrix | None]]:
+    """The cross-entropy's W_U: trained like any weight where the loss has one."""
+    bw, ce = sc.backward, g.cross_entropy
+    if bw is None or bw.W_U is None or ce is None:
+        return []
+    return [("W_U", bw.W_U, ce.dW_U)]
 
 
 def hand_steps(sc: Scenario, decimals: int) -> Iterator[TrainStep]:
@@ -99,13 +122,15 @@ def hand_steps(sc: Scenario, decimals: int) -> Iterator[TrainStep]:
     bw = sc.backward
     assert bw is not None
     before: tuple[Scenario, Gradients] | None = None
+    adam = optimizer(sc)
     for k in range(bw.steps + 1):
         comp = compute_hand(computed_step(sc, k, before), decimals)
         g = gradients(comp)  # by hand, as the computation it reads
-        yield TrainStep(k, g.loss, tuple(h.weights for h in comp.heads), sc, comp, g)
+        yield TrainStep(k, g.loss, tuple(h.weights for h in comp.heads), sc, comp, g,
+                        None if adam is None else adam.snapshot())
         if k < bw.steps:
             before = (sc, g)
-            sc = updated(sc, g, decimals)
+            sc = advanced(sc, g, adam, decimals)
 def _mla_params(sc: Scenario, g: Gradients) -> list[Param]:
     """[mla]: the latent layer's own weights, which every head shares (its heads hold no W_K or W_V of their own)."""
     mla, back = sc.mla, g.mla
@@ -117,6 +142,7 @@ def _mla_params(sc: Scenario, g: Gradients) -> list[Param]:
         ("gamma_q", mla.gamma_q if mla.q_norm else None, back.dgamma_q), ("W_O", sc.W_O, g.dW_O), ("b_O", sc.b_O, g.db_O)]
     if sc.norm is not None:
         items += [("gamma", sc.norm.gamma, g.dgamma), ("beta", sc.norm.beta, g.dbeta)]
+    items += _unembedding(sc, g)
     return [Param(name, name, None, _row(value), _row(grad)) for name, value, grad in items  # type: ignore[arg-type]
             if value is not None]
 
@@ -131,6 +157,7 @@ class TrainRun:
         self.scenario = sc
         self.total = sc.backward.steps
         self.lr = sc.backward.lr
+        self.backward = sc.backward
         self.trained = frozenset(sc.backward.train)
         self.hand = hand
         self._walk: Iterator[TrainStep] = steps(sc) if hand is None else hand_steps(sc, hand)
@@ -174,13 +201,18 @@ class TrainRun:
         if k == 0:
             return []
         before, after = self.params(k - 1), self.params(k)
+        was, now = self.at(k - 1).moments, self.at(k).moments
         out: list[Move] = []
         for p, q in zip(before, after, strict=True):
             if not self.trainable(p) or p.grad is None:
                 continue
+            slot = (p.weight, p.head)
+            m1 = None if now is None else now.get(slot)
+            m0 = None if was is None else was.get(slot)
             for r, c in zip(*np.nonzero(q.value != p.value), strict=True):
+                adam = None if m1 is None else _cell(m0, m1, int(r), int(c))
                 out.append(Move(p.name, int(r), int(c), float(p.value[r, c]), float(p.grad[r, c]),
-                                float(q.value[r, c])))
+                                float(q.value[r, c]), adam))
         out.sort(key=lambda m: -abs(m.new - m.old))
         return out
 
@@ -196,3 +228,14 @@ class TrainRun:
                 out.append(Move(p.name, int(r), int(c), old, (old - new) / self.lr, new))
         out.sort(key=lambda m: -abs(m.new - m.old))
         return out
+
+
+def _cell(before: Moments | None, after: Moments, r: int, c: int) -> Adam:
+    """One cell's AdamW numbers, from the state before the step (none at t = 1: m = v = 0) and after it."""
+
+    def at(x: Matrix) -> float:
+        return float(np.atleast_2d(np.asarray(x, dtype=np.float64))[r, c])
+
+    m0 = 0.0 if before is None else at(before.m)
+    v0 = 0.0 if before is None else at(before.v)
+    return Adam(after.t, m0, v0, at(after.m), at(after.v), at(after.m_hat), at(after.v_hat))
