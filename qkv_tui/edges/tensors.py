@@ -30,6 +30,9 @@ INPUT_NAMES = ("X", "W_Q", "W_K", "W_V", "W_O", "mask", "Q", "K", "V", "num_head
 RESULT_NAMES = {"scores": "scores", "scaled": "scaled", "weights": "weights", "attn": "weights",
                 "output": "output", "out": "output", "dQ": "dQ", "dK": "dK", "dV": "dV", "dS": "dS", "dP": "dP"}
 GRADIENT_NAMES = ("dQ", "dK", "dV", "dS", "dP")
+# About 45 bytes a cell once every stage and its trace is kept: 2**26 cells is ~3 GB, a 2,048-token layer
+# of 16 heads; a file past it would be killed for memory (or swap for minutes) instead of being told.
+MAX_CELLS = 2**26
 MASKED_AT_MOST = -1e4  # an additive mask's "never attend" (−1e9, finfo.min): anything this low counts as −∞
 SAVE_NPZ = ("save the arrays as .npz instead: numpy.savez('mine.npz', X=X.numpy(), W_Q=W_Q.numpy(), ...)"
             " (tensor.detach().numpy() for each)")
@@ -169,6 +172,7 @@ class Reading:
     direct: bool  # Q, K, V given directly (no weights)
     per_head_weights: bool  # weights with a leading head axis, not one wide matrix each
     dtype: str  # the learner's float dtype ("float32" or "float64"): where an unstable softmax overflows
+    note: str = ""  # how an input was read other than as given (one line), for standard error and the report
 
 
 def _want(stored: Stored, name: str, ndims: tuple[int, ...], what: str) -> AnyArray:
@@ -220,10 +224,20 @@ def read_inputs(stored: Stored, layout: str | None, batch: int | None) -> Readin
     else:
         reading, allow_n = _from_qkv(stored, batch)
     n, m = allow_n
+    if reading.heads * n * m > MAX_CELLS:
+        raise TensorError(f"{stored.name}: {n:,} queries × {m:,} keys × {reading.heads} head(s) is"
+                          f" {reading.heads * n * m:,} attention cells, each kept with its arithmetic; expected at"
+                          f" most {MAX_CELLS:,} (take fewer tokens: the mistakes show on a short sequence)")
     mask = _mask(stored, n, m, reading.batch, batch)
     if mask is not None:
         if n == m and np.array_equal(mask, np.tril(np.ones((n, n), dtype=bool))):
             reading.doc["mask"] = "causal"
+        elif n == m and n > 1 and np.array_equal(mask, np.tril(np.ones((n, n), dtype=bool), 1)):
+            # A learner saves the causal mask their own function built; taken as given, an off-by-one mask
+            # would be the right answer to itself and the check would say "agree" to the mistake it names.
+            reading.doc["mask"] = "causal"
+            reading.note = ("your mask is tril(ones, diagonal=1), which lets each query see one key ahead: read as"
+                            " the causal mask tril(ones); causal_off_by_one names it if your numbers used it")
         elif not mask.all():
             for i in range(n):
                 if not mask[i].any():
@@ -459,10 +473,9 @@ class Results:
     dtype: str
 
 
-def read_results(stored: Stored, heads: int, batch_size: int | None, batch: int | None,
-                 shapes: dict[str, tuple[int, ...]]) -> Results:
-    """``shapes``: each stage's right shape for one head, and "final"'s; a learner's array of another
-    shape is bad input, named with what was expected."""
+def results_named(stored: Stored) -> dict[str, tuple[str, AnyArray]]:
+    """The learner's results by stage key (their name, the array); raises TensorError where there are
+    none, which the command line checks before computing: a long sequence takes a while to compute."""
     found: dict[str, tuple[str, AnyArray]] = {}
     for name, key in RESULT_NAMES.items():
         if name in stored.arrays:
@@ -472,6 +485,14 @@ def read_results(stored: Stored, heads: int, batch_size: int | None, batch: int 
     if not found:
         raise TensorError(f"{stored.name}: no results to compare; expected one or more of scores, scaled, weights"
                           " (or attn), output (or out), and with dO: dQ, dK, dV, dS, dP")
+    return found
+
+
+def read_results(stored: Stored, heads: int, batch_size: int | None, batch: int | None,
+                 shapes: dict[str, tuple[int, ...]]) -> Results:
+    """``shapes``: each stage's right shape for one head, and "final"'s; a learner's array of another
+    shape is bad input, named with what was expected."""
+    found = results_named(stored)
     grads = [name for name in GRADIENT_NAMES if name in found]
     if grads and "dQ" not in shapes:
         raise TensorError(f"{stored.name}: {grads[0]} given, but there is no backward pass to compare it with; expected"
