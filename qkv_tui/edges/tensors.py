@@ -236,8 +236,7 @@ def read_inputs(stored: Stored, layout: str | None, batch: int | None) -> Readin
             # A learner saves the causal mask their own function built; taken as given, an off-by-one mask
             # would be the right answer to itself and the check would say "agree" to the mistake it names.
             reading.doc["mask"] = "causal"
-            reading.note = ("your mask is tril(ones, diagonal=1), which lets each query see one key ahead: read as"
-                            " the causal mask tril(ones); causal_off_by_one names it if your numbers used it")
+            reading.note = "your mask is tril(ones, diagonal=1), one key ahead: read as causal, tril(ones)"
         elif not mask.all():
             for i in range(n):
                 if not mask[i].any():
