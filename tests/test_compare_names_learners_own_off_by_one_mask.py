@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -35,7 +36,7 @@ def student_file(tmp_path: Path, diagonal: int) -> Path:
     return path
 
 
-def report(tmp_path: Path, capsys: pytest.CaptureFixture[str], diagonal: int) -> tuple[int, dict, str]:
+def report(tmp_path: Path, capsys: pytest.CaptureFixture[str], diagonal: int) -> tuple[int, dict[str, Any], str]:
     path = student_file(tmp_path, diagonal)
     capsys.readouterr()
     status = main(["--tensors", str(path), "--layout", "torch", "--compare", str(path), "--export", "json"])
