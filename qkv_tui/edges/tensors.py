@@ -33,6 +33,7 @@ GRADIENT_NAMES = ("dQ", "dK", "dV", "dS", "dP")
 # About 45 bytes a cell once every stage and its trace is kept: 2**26 cells is ~3 GB, a 2,048-token layer
 # of 16 heads; a file past it would be killed for memory (or swap for minutes) instead of being told.
 MAX_CELLS = 2**26
+MAX_ARRAY_BYTES = 2**31  # one array of a file: a 2,048-token layer's weights are far below it
 MASKED_AT_MOST = -1e4  # an additive mask's "never attend" (−1e9, finfo.min): anything this low counts as −∞
 SAVE_NPZ = ("save the arrays as .npz instead: numpy.savez('mine.npz', X=X.numpy(), W_Q=W_Q.numpy(), ...)"
             " (tensor.detach().numpy() for each)")
@@ -95,12 +96,46 @@ def _read_npz(path: Path) -> dict[str, AnyArray]:
         raise TensorError(f"{escaped(path.name)}: not a readable .npz file (not a zip archive); expected"
                           " numpy.savez's output")
     try:
+        _check_npz_sizes(path)
         with np.load(path, allow_pickle=False) as bundle:
             return {name: np.asarray(bundle[name]) for name in bundle.files}
+    except MemoryError:
+        raise TensorError(f"{escaped(path.name)}: its arrays do not fit in this machine's memory; expected at most"
+                          f" {MAX_ARRAY_BYTES // 2**30} GiB an array") from None
     except (zipfile.BadZipFile, OSError, EOFError) as exc:
         raise TensorError(f"{escaped(path.name)}: not a readable .npz file ({exc}); expected numpy.savez's output") from None
+    except TensorError:
+        raise
     except ValueError as exc:  # an object array (pickled), which allow_pickle=False refuses
         raise TensorError(f"{escaped(path.name)}: {exc}; expected plain number arrays") from None
+
+
+def _check_npz_sizes(path: Path) -> None:
+    """Each member's size as its header declares it, before np.load allocates that much: a header may claim
+    100000×100000 over 64 bytes of data (a damaged or hostile file), or a compressed file may unpack to
+    more than the machine holds; either was a MemoryError traceback."""
+    with zipfile.ZipFile(path) as archive:
+        for info in archive.infolist():
+            if not info.filename.endswith(".npy"):
+                continue
+            name = escaped(info.filename[:-4])
+            with archive.open(info) as member:
+                try:
+                    version = np.lib.format.read_magic(member)
+                    read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+                    shape, _fortran, dtype = read(member)
+                except (ValueError, UnicodeDecodeError):
+                    continue  # np.load says what is wrong with a header it cannot read
+                header = member.tell()
+            if dtype.hasobject:
+                continue  # refused by allow_pickle=False, with its own line
+            declared = math.prod(shape) * dtype.itemsize
+            if declared > MAX_ARRAY_BYTES:
+                raise TensorError(f"{escaped(path.name)}: {name} is {_dims(tuple(shape))} of {dtype}, {declared:,} bytes;"
+                                  f" expected at most {MAX_ARRAY_BYTES // 2**30} GiB an array")
+            if declared > info.file_size - header:
+                raise TensorError(f"{escaped(path.name)}: {name}'s header says {_dims(tuple(shape))} of {dtype}"
+                                  f" ({declared:,} bytes) but it holds {info.file_size - header:,}; the file is damaged")
 
 
 _INTS = {"BOOL": "?", "U8": "u1", "I8": "i1", "I16": "<i2", "U16": "<u2", "I32": "<i4", "U32": "<u4", "I64": "<i8",
