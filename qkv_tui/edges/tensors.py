@@ -273,6 +273,11 @@ def read_inputs(stored: Stored, layout: str | None, batch: int | None) -> Readin
             reading.doc["mask"] = "causal"
             reading.note = "your mask is tril(ones, diagonal=1), one key ahead: read as causal, tril(ones)"
         elif not mask.all():
+            if n == m and np.array_equal(mask, np.triu(np.ones((n, n), dtype=bool), 1)):
+                # nn.Transformer's and many tutorials' convention (True = masked out), read as True = attend,
+                # leaves the last query no key: say which convention, not only which row
+                raise TensorError(f"{stored.name}: mask is triu(ones, diagonal=1), the causal mask with True ="
+                                  " masked out; expected True = attend: save ~mask (or torch.tril(ones))")
             for i in range(n):
                 if not mask[i].any():
                     raise TensorError(f"{stored.name}: mask row {i} lets query {i} attend no key; expected every query"
