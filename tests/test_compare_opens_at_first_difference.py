@@ -38,7 +38,7 @@ def test_the_app_opens_at_the_first_cell_that_differs(tmp_path: Path) -> None:
     assert (seg.target, place.head, place.index - seg.start) == ("weights", 0, 0)
     yours = float(np.load(path)["attn"][0, 0, 0])
     assert yours < 1
-    assert notice.splitlines()[0] == f"differs: Softmax of head 1 [t0,t0]: yours {yours!r}, correct 1.0"
+    assert notice.splitlines()[0] == f"differs: Softmax of head 1 [t0,t0]: yours {yours:.3f}, correct 1.000"
     assert "agree: Score, Scale (head 1); Score, Scale (head 2)" in notice
     assert "diagnosis: causal_off_by_one" in notice
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import math
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -17,8 +18,11 @@ import numpy as np
 from qkv_tui.core.diagnose import ATOL, GRADIENTS, RTOL, Report, Stages, compare, diagnose, forward, matches, problem_of
 from qkv_tui.core.engine import Computation
 from qkv_tui.core.scenario import Scenario, ScenarioError, scenario_from_data
-from qkv_tui.edges.tensors import Reading, Stored, TensorError, read_arrays, read_inputs, read_results
+from qkv_tui.display.modes import Modes
+from qkv_tui.edges.tensors import Reading, Stored, TensorError, read_arrays, read_inputs, read_results, results_named
 from qkv_tui.teach.stepper import Position
+
+DECIMALS = Modes().decimals  # the app's default; --decimals changes both
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -78,9 +82,18 @@ def load_tensors(args: argparse.Namespace) -> Loaded:
     """The scenario of --tensors FILE; raises ScenarioError (one line)."""
     path = Path(args.tensors)
     try:
-        reading = read_inputs(read_arrays(path), args.layout, args.batch)
+        stored = read_arrays(path)
+        reading = read_inputs(stored, args.layout, args.batch)
     except TensorError as exc:
         raise ScenarioError(args.tensors, _strip(str(exc), path)) from None
+    if args.compare is not None:  # said before a long sequence is computed, not after
+        theirs = Path(args.compare)
+        try:
+            results_named(stored if theirs == path else read_arrays(theirs))
+        except TensorError as exc:
+            raise ScenarioError(args.compare, _strip(str(exc), theirs)) from None
+    if reading.note and args.compare is None:  # with --compare the report's note says it
+        sys.stderr.write(f"warning: {reading.note}\n")
     return Loaded(scenario_from_data(reading.doc, args.tensors, path.stem), reading)
 
 
@@ -117,6 +130,13 @@ def engine_stages(comp: Computation) -> Stages:
 
 def run_compare(args: argparse.Namespace, comp: Computation, reading: Reading | None) -> Report:
     """The report for --compare FILE; raises ScenarioError for a file that cannot be read as results."""
+    report = _run_compare(args, comp, reading)
+    if reading is not None and reading.note:  # an input read other than as saved: the report says so too
+        report.note = reading.note + (f"; {report.note}" if report.note else "")
+    return report
+
+
+def _run_compare(args: argparse.Namespace, comp: Computation, reading: Reading | None) -> Report:
     path = Path(args.compare)
     sc = comp.scenario
     heads = len(comp.heads)
@@ -182,7 +202,7 @@ def export_compare(args: argparse.Namespace, scenario: Scenario, exporter: Calla
     comp = computed(scenario)
     report = run_compare(args, comp, _READINGS.get(id(scenario)))
     write_report(exporter, scenario, report, out)
-    for line in summary(report, scenario):
+    for line in summary(report, scenario):  # --decimals is the app's alone: the default here
         sys.stderr.write(line + "\n")
     return 0 if report.agree else 1
 
@@ -192,7 +212,8 @@ def app_place(args: argparse.Namespace, comp: Computation) -> tuple[Position | N
     from qkv_tui.teach.trace import Trace
 
     report = run_compare(args, comp, _READINGS.get(id(comp.scenario)))
-    lines = summary(report, comp.scenario)
+    decimals = getattr(args, "decimals", None)  # tests call this with a namespace of the compare options only
+    lines = summary(report, comp.scenario, DECIMALS if decimals is None else decimals)
     if report.first is None:
         return None, "\n".join(lines)
     f = report.first
@@ -218,9 +239,27 @@ def write_report(write_export: object, scenario: Scenario, report: Report, out: 
     out.write(text[:-1].rstrip() + ',\n  "compare": ' + json.dumps(report.as_json()) + "\n}\n")
 
 
-def summary(report: Report, sc: Scenario) -> list[str]:
+def shown(yours: float, correct: float, decimals: int = DECIMALS) -> tuple[str, str]:
+    """The two numbers at the app's decimals, or at as many more as tell them apart: the full repr
+    (0.07828846573829651) wraps the app's notice at 80 columns; the JSON keeps every digit."""
+    for places in range(decimals, 13):
+        a, b = (_fixed(x, places) for x in (yours, correct))
+        if a != b:
+            return a, b
+    return repr(float(yours)), repr(float(correct))
+
+
+def _fixed(x: float, places: int) -> str:
+    if not math.isfinite(x):
+        return {math.inf: "inf", -math.inf: "-inf"}.get(x, "nan")
+    text = f"{x:.{places}f}"
+    return "0." + "0" * places if text == "-0." + "0" * places else text
+
+
+def summary(report: Report, sc: Scenario, decimals: int = DECIMALS) -> list[str]:
     """The report in words, a line each, as the app names things: heads from 1, cells by their row and
-    column labels (weights[t0,t1]); for standard error beside the JSON, and the app's notice."""
+    column labels (weights[t0,t1]), numbers at the app's decimals; for standard error beside the JSON,
+    and the app's notice."""
     def stages(agreeing: bool) -> str:
         heads: dict[int, list[str]] = {}
         final = []
@@ -241,7 +280,8 @@ def summary(report: Report, sc: Scenario) -> list[str]:
     keyed = f.stage in ("Score", "Scale", "Softmax")
     cell = f"[{sc.labels[f.row]},{sc.key_labels[f.col] if keyed else f.col}]"
     head = f" of head {f.head + 1}" if len(sc.heads) > 1 and f.stage not in ("W_O", "Concat") else ""
-    lines = [f"differs: {f.stage}{head} {cell}: yours {f.yours!r}, correct {f.correct!r}"]
+    yours, correct = shown(f.yours, f.correct, decimals)
+    lines = [f"differs: {f.stage}{head} {cell}: yours {yours}, correct {correct}"]
     if any(ok for _s, _h, ok in report.stages):
         lines.append(f"agree: {stages(True)}")
     lines.append("diagnosis: " + (", ".join(report.diagnosis) if report.diagnosis else "none"))

@@ -30,6 +30,10 @@ INPUT_NAMES = ("X", "W_Q", "W_K", "W_V", "W_O", "mask", "Q", "K", "V", "num_head
 RESULT_NAMES = {"scores": "scores", "scaled": "scaled", "weights": "weights", "attn": "weights",
                 "output": "output", "out": "output", "dQ": "dQ", "dK": "dK", "dV": "dV", "dS": "dS", "dP": "dP"}
 GRADIENT_NAMES = ("dQ", "dK", "dV", "dS", "dP")
+# About 45 bytes a cell once every stage and its trace is kept: 2**26 cells is ~3 GB, a 2,048-token layer
+# of 16 heads; a file past it would be killed for memory (or swap for minutes) instead of being told.
+MAX_CELLS = 2**26
+MAX_ARRAY_BYTES = 2**31  # one array of a file: a 2,048-token layer's weights are far below it
 MASKED_AT_MOST = -1e4  # an additive mask's "never attend" (−1e9, finfo.min): anything this low counts as −∞
 SAVE_NPZ = ("save the arrays as .npz instead: numpy.savez('mine.npz', X=X.numpy(), W_Q=W_Q.numpy(), ...)"
             " (tensor.detach().numpy() for each)")
@@ -92,12 +96,46 @@ def _read_npz(path: Path) -> dict[str, AnyArray]:
         raise TensorError(f"{escaped(path.name)}: not a readable .npz file (not a zip archive); expected"
                           " numpy.savez's output")
     try:
+        _check_npz_sizes(path)
         with np.load(path, allow_pickle=False) as bundle:
             return {name: np.asarray(bundle[name]) for name in bundle.files}
+    except MemoryError:
+        raise TensorError(f"{escaped(path.name)}: its arrays do not fit in this machine's memory; expected at most"
+                          f" {MAX_ARRAY_BYTES // 2**30} GiB an array") from None
     except (zipfile.BadZipFile, OSError, EOFError) as exc:
         raise TensorError(f"{escaped(path.name)}: not a readable .npz file ({exc}); expected numpy.savez's output") from None
+    except TensorError:
+        raise
     except ValueError as exc:  # an object array (pickled), which allow_pickle=False refuses
         raise TensorError(f"{escaped(path.name)}: {exc}; expected plain number arrays") from None
+
+
+def _check_npz_sizes(path: Path) -> None:
+    """Each member's size as its header declares it, before np.load allocates that much: a header may claim
+    100000×100000 over 64 bytes of data (a damaged or hostile file), or a compressed file may unpack to
+    more than the machine holds; either was a MemoryError traceback."""
+    with zipfile.ZipFile(path) as archive:
+        for info in archive.infolist():
+            if not info.filename.endswith(".npy"):
+                continue
+            name = escaped(info.filename[:-4])
+            with archive.open(info) as member:
+                try:
+                    version = np.lib.format.read_magic(member)
+                    read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+                    shape, _fortran, dtype = read(member)
+                except (ValueError, UnicodeDecodeError):
+                    continue  # np.load says what is wrong with a header it cannot read
+                header = member.tell()
+            if dtype.hasobject:
+                continue  # refused by allow_pickle=False, with its own line
+            declared = math.prod(shape) * dtype.itemsize
+            if declared > MAX_ARRAY_BYTES:
+                raise TensorError(f"{escaped(path.name)}: {name} is {_dims(tuple(shape))} of {dtype}, {declared:,} bytes;"
+                                  f" expected at most {MAX_ARRAY_BYTES // 2**30} GiB an array")
+            if declared > info.file_size - header:
+                raise TensorError(f"{escaped(path.name)}: {name}'s header says {_dims(tuple(shape))} of {dtype}"
+                                  f" ({declared:,} bytes) but it holds {info.file_size - header:,}; the file is damaged")
 
 
 _INTS = {"BOOL": "?", "U8": "u1", "I8": "i1", "I16": "<i2", "U16": "<u2", "I32": "<i4", "U32": "<u4", "I64": "<i8",
@@ -169,6 +207,7 @@ class Reading:
     direct: bool  # Q, K, V given directly (no weights)
     per_head_weights: bool  # weights with a leading head axis, not one wide matrix each
     dtype: str  # the learner's float dtype ("float32" or "float64"): where an unstable softmax overflows
+    note: str = ""  # how an input was read other than as given (one line), for standard error and the report
 
 
 def _want(stored: Stored, name: str, ndims: tuple[int, ...], what: str) -> AnyArray:
@@ -220,11 +259,25 @@ def read_inputs(stored: Stored, layout: str | None, batch: int | None) -> Readin
     else:
         reading, allow_n = _from_qkv(stored, batch)
     n, m = allow_n
+    if reading.heads * n * m > MAX_CELLS:
+        raise TensorError(f"{stored.name}: {n:,} queries × {m:,} keys × {reading.heads} head(s) is"
+                          f" {reading.heads * n * m:,} attention cells, each kept with its arithmetic; expected at"
+                          f" most {MAX_CELLS:,} (take fewer tokens: the mistakes show on a short sequence)")
     mask = _mask(stored, n, m, reading.batch, batch)
     if mask is not None:
         if n == m and np.array_equal(mask, np.tril(np.ones((n, n), dtype=bool))):
             reading.doc["mask"] = "causal"
+        elif n == m and n > 1 and np.array_equal(mask, np.tril(np.ones((n, n), dtype=bool), 1)):
+            # A learner saves the causal mask their own function built; taken as given, an off-by-one mask
+            # would be the right answer to itself and the check would say "agree" to the mistake it names.
+            reading.doc["mask"] = "causal"
+            reading.note = "your mask is tril(ones, diagonal=1), one key ahead: read as causal, tril(ones)"
         elif not mask.all():
+            if n == m and np.array_equal(mask, np.triu(np.ones((n, n), dtype=bool), 1)):
+                # nn.Transformer's and many tutorials' convention (True = masked out), read as True = attend,
+                # leaves the last query no key: say which convention, not only which row
+                raise TensorError(f"{stored.name}: mask is triu(ones, diagonal=1), the causal mask with True ="
+                                  " masked out; expected True = attend: save ~mask (or torch.tril(ones))")
             for i in range(n):
                 if not mask[i].any():
                     raise TensorError(f"{stored.name}: mask row {i} lets query {i} attend no key; expected every query"
@@ -459,10 +512,9 @@ class Results:
     dtype: str
 
 
-def read_results(stored: Stored, heads: int, batch_size: int | None, batch: int | None,
-                 shapes: dict[str, tuple[int, ...]]) -> Results:
-    """``shapes``: each stage's right shape for one head, and "final"'s; a learner's array of another
-    shape is bad input, named with what was expected."""
+def results_named(stored: Stored) -> dict[str, tuple[str, AnyArray]]:
+    """The learner's results by stage key (their name, the array); raises TensorError where there are
+    none, which the command line checks before computing: a long sequence takes a while to compute."""
     found: dict[str, tuple[str, AnyArray]] = {}
     for name, key in RESULT_NAMES.items():
         if name in stored.arrays:
@@ -472,6 +524,14 @@ def read_results(stored: Stored, heads: int, batch_size: int | None, batch: int 
     if not found:
         raise TensorError(f"{stored.name}: no results to compare; expected one or more of scores, scaled, weights"
                           " (or attn), output (or out), and with dO: dQ, dK, dV, dS, dP")
+    return found
+
+
+def read_results(stored: Stored, heads: int, batch_size: int | None, batch: int | None,
+                 shapes: dict[str, tuple[int, ...]]) -> Results:
+    """``shapes``: each stage's right shape for one head, and "final"'s; a learner's array of another
+    shape is bad input, named with what was expected."""
+    found = results_named(stored)
     grads = [name for name in GRADIENT_NAMES if name in found]
     if grads and "dQ" not in shapes:
         raise TensorError(f"{stored.name}: {grads[0]} given, but there is no backward pass to compare it with; expected"
