@@ -15,9 +15,7 @@ import pytest
 from qkv_tui.core.scenario import builtin_names, load_scenario
 from qkv_tui.edges.worksheet.render.formulas import to_mathml, to_typst
 
-# a cross-entropy loss has no page yet (--export worksheet refuses it in one line: edges/cli.py)
-BACKWARD = [name for name in builtin_names() if load_scenario(name).backward is not None
-            and not load_scenario(name).backward.cross_entropy]  # type: ignore[union-attr]
+BACKWARD = [name for name in builtin_names() if load_scenario(name).backward is not None]
 ATOMS = {"mi", "mn", "msub", "msup", "msubsup", "msqrt", "mover", "mtext"}
 
 

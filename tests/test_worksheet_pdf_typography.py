@@ -28,9 +28,7 @@ from .test_worksheet_backward_variants import scenario_of
 pypdf = pytest.importorskip("pypdf")
 pytest.importorskip("typst")
 
-# a cross-entropy loss has no page yet (--export worksheet refuses it in one line: edges/cli.py)
-WITH_BACKWARD = sorted(p.stem for p in SCENARIOS.glob("*.toml") if "[backward]" in p.read_text(encoding="utf-8")
-                       and "cross_entropy" not in p.read_text(encoding="utf-8"))
+WITH_BACKWARD = sorted(p.stem for p in SCENARIOS.glob("*.toml") if "[backward]" in p.read_text(encoding="utf-8"))
 # one built-in per variant whose backward tables have a line or label of their own, a target appended
 VARIANTS = ("alibi", "cross_attention", "gated", "gqa", "pre_norm", "qk_norm", "rope", "sink", "softcap", "split_heads",
             "linear", "qk_norm_all")

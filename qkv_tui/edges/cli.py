@@ -53,10 +53,6 @@ def _export_worksheet(scenario: Scenario, out: TextIO, blanks: str = "25%", seed
     from qkv_tui.edges.worksheet.export import write
     from qkv_tui.edges.worksheet.make import WorksheetError, build
 
-    bw = scenario.backward
-    if bw is not None and bw.cross_entropy:  # the page's backward tables start from a target
-        raise ScenarioError(scenario.source, 'a worksheet of [backward] loss = "cross_entropy" is not supported yet;'
-                            " use --export markdown for every step of it, or a target (½·Σ (output − target)²)")
     try:
         ws = build(computed(scenario), blanks, seed, stages=stages, heads=heads)
     except WorksheetError as exc:

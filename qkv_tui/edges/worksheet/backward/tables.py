@@ -58,7 +58,7 @@ class PageBackward(PrintedPage):
 def covered(sc: Scenario) -> bool:
     """Whether the page's backward tables cover the scenario (module docstring)."""
     return bool(sc.backward is not None and (not qk_all(sc) or qk_all_covered(sc))
-                and (sc.mla is None or mla_covered(sc)) and sc.deltanet is None)
+                and (sc.mla is None or mla_covered(sc)) and sc.deltanet is None and not sc.backward.cross_entropy)
 
 
 def uncovered(sc: Scenario) -> str:
@@ -67,6 +67,8 @@ def uncovered(sc: Scenario) -> str:
         return "latent attention ([mla]) with a latent norm (kv_norm, q_norm), a query latent (W_DQ, W_UQ) or a gate"
     if sc.deltanet is not None:
         return "the gated delta rule ([deltanet])"
+    if sc.backward is not None and sc.backward.cross_entropy:
+        return "the cross-entropy loss through the unembedding W_U"
     return "QK-norm over every head's columns together with grouped K/V heads"
 
 
