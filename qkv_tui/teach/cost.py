@@ -7,6 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from qkv_tui.core.cost import (
+    DEFAULT_CONTEXT,
+    DEFAULT_DTYPE,
     DTYPES,
     Count,
     KvCache,
@@ -21,6 +23,21 @@ from qkv_tui.core.cost import (
 )
 from qkv_tui.core.engine import Computation
 from qkv_tui.teach.trace import Trace
+
+@dataclass
+class Chosen:
+    """The dtype and decode context the app's cost view counts at: the command line's --dtype and --context."""
+
+    dtype: str = DEFAULT_DTYPE
+    context: int = DEFAULT_CONTEXT
+
+
+CHOSEN = Chosen()
+
+
+def choose(dtype: str, context: int) -> None:
+    CHOSEN.dtype, CHOSEN.context = dtype, context
+
 
 SRAM_BYTES = 192 * 1024  # an H100 SM's shared memory and L1 together (228 KiB of which 227 usable as shared)
 
