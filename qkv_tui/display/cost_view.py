@@ -199,7 +199,7 @@ def picture(acc: Accelerator, points: list[tuple[str, float]]) -> list[str]:
     lines = [f"│{''.join(r)}" for r in grid]
     lines[0] += f" {acc.peak / 1e12:g} TFLOP/s"
     axis = "└" + "".join("┴" if c == ridge else "─" for c in range(COLS))
-    ticks = [" "] * (COLS + 1)
+    ticks = [" "] * (COLS + 6)
     for power in range(LOW, HIGH + 1):
         label = f"{10.0**power:g}"
         at = 1 + round((power - LOW) / (HIGH - LOW) * (COLS - 1))
@@ -209,21 +209,35 @@ def picture(acc: Accelerator, points: list[tuple[str, float]]) -> list[str]:
     return [*lines, axis, "".join(ticks).rstrip() + "  FLOP/B"]
 
 
+def verdict(c: Count) -> str:
+    """Which accelerators a stage waits on memory on: all, none, or the ones named."""
+    memory = [a.name for a in ACCELERATORS if bound(c, a) == "memory-bound"]
+    if len(memory) == len(ACCELERATORS):
+        return "memory-bound on all four"
+    if not memory:
+        return "compute-bound on all four"
+    return f"memory-bound on {', '.join(memory)}, compute-bound on the others"
+
+
 def _roofline_page(r: CostReport) -> tuple[str, list[str]]:
     lines = [_ridge_line(acc) for acc in ACCELERATORS]
     acc = ACCELERATORS[0]
     points: list[tuple[str, float]] = []
     legend: list[str] = []
-    for phase, case in ((PREFILL, str.upper), (DECODE, str.lower)):
-        for k, c in enumerate(r.phase(phase)):
-            if c.intensity <= 0:
-                continue
-            letter = case(chr(ord("a") + k))
-            points.append((letter, c.intensity))
-            verdicts = ", ".join(f"{a.name} {bound(c, a)}" for a in ACCELERATORS)
-            legend.append(f"{letter} {phase} {c.name}: {intensity_line(c)} FLOP/B: {verdicts}")
-    lines += [f"on the {acc.name} (capitals prefill, small letters decode):", *picture(acc, points), *legend]
-    return f"Roofline: prefill of n = {r.prefill.rows} against one decode step at N = {r.decode.keys}", lines
+    decode = {c.stage: c for c in r.phase(DECODE)}
+    for k, c in enumerate(r.long):
+        small = decode.get(c.stage)
+        if c.intensity <= 0 and (small is None or small.intensity <= 0):
+            continue
+        letter = chr(ord("A") + k)
+        points.append((letter, c.intensity))
+        legend.append(f"{letter} {c.name}, prefill of {r.context}: {intensity_line(c)} FLOP/B, {verdict(c)}")
+        if small is not None:
+            points.append((letter.lower(), small.intensity))
+            legend.append(f"{letter.lower()} {c.name}, decode: {intensity_line(small)} FLOP/B, {verdict(small)}")
+    lines += [f"on the {acc.name}: capitals a prefill of N = {r.context} tokens (--context), small letters one decode"
+              " step at that context", *picture(acc, points), *legend]
+    return f"Roofline: a prefill of {r.context} tokens against one decode step at N = {r.decode.keys}", lines
 
 
 def _frame(sources: Sources, modes: Modes, step: int, head: int) -> Frame:

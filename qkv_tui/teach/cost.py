@@ -10,6 +10,7 @@ from qkv_tui.core.cost import (
     DEFAULT_CONTEXT,
     DEFAULT_DTYPE,
     DTYPES,
+    PREFILL,
     Count,
     KvCache,
     MlaDecode,
@@ -23,6 +24,7 @@ from qkv_tui.core.cost import (
 )
 from qkv_tui.core.engine import Computation
 from qkv_tui.teach.trace import Trace
+
 
 @dataclass
 class Chosen:
@@ -54,6 +56,7 @@ class CostReport:
     flash: Traffic | None  # a softmax scenario's
     flash_d: int
     mla: MlaDecode | None
+    long: tuple[Count, ...] = ()  # a prefill of the context's N tokens with the same shapes: the roofline's right side
 
     @property
     def bytes_per_number(self) -> int:
@@ -87,5 +90,8 @@ def report(comp: Computation, dtype: str, context: int, trace: Trace | None = No
     if sc.mla is not None:
         m = sc.mla
         mla = mla_decode(m.num_heads, m.d_c, m.d_nope, m.d_rope, m.d_v, decode.keys)
+    long_keys = sc.m if sc.is_cross else context
+    long = Phase(PREFILL, context, long_keys, long_keys, DTYPES[dtype], dtype)
+    longs = tuple(spec.cost(sc, long) for spec in trace.specs if spec.cost is not None)
     return CostReport(dtype, context, prefill, decode, tuple(counts), tuple(uncounted),
-                      kv_cache(sc, DTYPES[dtype], context), flash, d, mla)
+                      kv_cache(sc, DTYPES[dtype], context), flash, d, mla, longs)

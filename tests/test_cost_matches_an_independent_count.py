@@ -1,0 +1,210 @@
+"""The cost view's and --export cost's figures against a count made another way: a loop over every multiply-add
+of each product, every exponential, division and root, and every distinct number a stage reads or writes
+(collected in a set, so a K/V head shared by query heads is read once because it is one set of numbers).
+
+The figures under test come from each stage's cost face (teach/stages/*.py, core/cost.py), which multiplies
+shapes; this loops over cells. Every built-in and generated scenarios (tests/strategies.py)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from hypothesis import given, settings
+
+from qkv_tui.core.cost import DECODE, PREFILL, Count
+from qkv_tui.core.scenario import Scenario, builtin_names, parse_scenario
+from qkv_tui.teach.cost import report
+from qkv_tui.teach.trace import Trace
+from tests.builtins import builtin
+from tests.strategies import Case, cases
+
+CONTEXT = 5  # small: the count loops over every cell of a decode step at this context
+
+
+def independent(sc: Scenario, rows: int, keys: int, new: int, b: int) -> dict[str, tuple[int, int, int, int]]:
+    """{stage: (matmul FLOPs, other ops, bytes read, bytes written)} by looping over cells."""
+    d, d_in, H = int(sc.X.shape[1]), int(sc.X_kv.shape[1]), len(sc.heads)
+    owners: dict[int, int] = {}
+    for h in range(H):
+        owners.setdefault(sc.kv_head(h), h)
+    x = "X̂" if sc.norm is not None else "X"
+    out: dict[str, tuple[int, int, int, int]] = {}
+
+    def cells(name: object, r: int, c: int) -> set[tuple[object, int, int]]:
+        return {(name, i, j) for i in range(r) for j in range(c)}
+
+    def put(stage: str, mm: int, other: int, read: set[object], written: set[object]) -> None:
+        out[stage] = (mm, other, len(read) * b, len(written) * b)
+
+    put("embed", 0, 0, cells("rows", rows, d), cells("X", rows, d))
+    if sc.norm is not None:
+        other = 0
+        for _ in range(rows):
+            other += 1 + 1 + (1 if sc.norm.kind == "layer" else 0)  # the root, the mean's division, the variance's
+            other += sum(1 for _ in range(d))  # each cell divided
+        read = cells("X", rows, d) | cells("γ", 1, d) | (cells("β", 1, d) if sc.norm.beta is not None else set())
+        put("norm", 0, other, read, cells("X̂", rows, d))
+    if sc.mla is None:
+        mm = 0
+        read: set[object] = cells(x, rows, d)
+        written: set[object] = set()
+        for h, head in enumerate(sc.heads):
+            for _i in range(rows):
+                for _c in range(head.d_k):
+                    for _t in range(d):
+                        mm += 2
+            read |= cells(("W_Q", h), d, head.d_k)
+            written |= cells(("Q", h), rows, head.d_k)
+            if head.b_Q is not None:
+                read |= cells(("b_Q", h), 1, head.d_k)
+        for g, h in owners.items():
+            head = sc.heads[h]
+            for width, name in ((head.W_K.shape[1], "K"), (head.W_V.shape[1], "V")):
+                for _j in range(new):
+                    for _c in range(int(width)):
+                        for _t in range(d_in):
+                            mm += 2
+                if new:
+                    read |= cells((f"W_{name}", g), d_in, int(width))
+                    written |= cells((name, g), new, int(width))
+                    bias = head.b_K if name == "K" else head.b_V
+                    if bias is not None:
+                        read |= cells((f"b_{name}", g), 1, int(width))
+            if new and sc.is_cross:
+                read |= cells("context X", new, d_in)
+        put("project", mm, 0, read, written)
+    qk = {h: (("Q", h), ("K", sc.kv_head(h))) for h in range(H)}
+    if sc.qk_norm is not None:
+        qn = sc.qk_norm
+        other = 0
+        read, written = cells("γ_q", 1, int(qn.gamma_q.size)) | cells("γ_k", 1, int(qn.gamma_k.size)), set()
+        for h, head in enumerate(sc.heads):
+            read |= cells(("Q", h), rows, head.d_k)
+            written |= cells(("Q̂", h), rows, head.d_k)
+        for g, h in owners.items():
+            read |= cells(("K", g), new, sc.heads[h].d_k)
+            written |= cells(("K̂", g), new, sc.heads[h].d_k)
+        if qn.over == "head":
+            other = sum(1 + 1 + sc.heads[h].d_k for h in range(H) for _ in range(rows))
+            other += sum(1 + 1 + sc.heads[h].d_k for h in owners.values() for _ in range(new))
+        else:
+            other = rows * (2 + sum(hd.d_k for hd in sc.heads)) + new * (2 + sum(sc.heads[h].d_k for h in owners.values()))
+        put("qk_norm", 0, other, read, written)
+    if sc.rope is not None:
+        read, written = set(), set()
+        for h, head in enumerate(sc.heads):
+            read |= cells(("Q", h), rows, head.d_k)
+            written |= cells(("Q'", h), rows, head.d_k)
+        for g, h in owners.items():
+            read |= cells(("K", g), new, sc.heads[h].d_k)
+            written |= cells(("K'", g), new, sc.heads[h].d_k)
+        put("rotate", 0, 0, read, written)
+    mm, read, written = 0, set(), set()
+    for h, head in enumerate(sc.heads):
+        for _i in range(rows):
+            for _j in range(keys):
+                for _c in range(head.d_k):
+                    mm += 2
+        read |= cells(qk[h][0], rows, head.d_k) | cells(qk[h][1], keys, head.d_k)
+        written |= cells(("scores", h), rows, keys)
+    put("score", mm, 0, read, written)
+    other = 0
+    for head in sc.heads:
+        for _ in range(rows * keys):
+            other += 1 + (2 if head.softcap is not None else 0)  # the division; a cap's tanh and its division by c
+    put("scale", 0, other, {(("scores", h), i, j) for h in range(H) for i in range(rows) for j in range(keys)},
+        {(("scaled", h), i, j) for h in range(H) for i in range(rows) for j in range(keys)})
+    other = sum(2 * keys + (1 if head.sink is not None else 0) for head in sc.heads for _ in range(rows))
+    put("softmax", 0, other, {(("scaled", h), i, j) for h in range(H) for i in range(rows) for j in range(keys)},
+        {(("weights", h), i, j) for h in range(H) for i in range(rows) for j in range(keys)})
+    mm, read, written = 0, set(), set()
+    for h, head in enumerate(sc.heads):
+        for _i in range(rows):
+            for _c in range(head.d_v):
+                for _j in range(keys):
+                    mm += 2
+        read |= cells(("weights", h), rows, keys) | cells(("V", sc.kv_head(h)), keys, head.d_v)
+        written |= cells(("out", h), rows, head.d_v)
+    put("mix", mm, 0, read, written)
+    gated = [h for h, head in enumerate(sc.heads) if head.W_G is not None]
+    if gated:
+        mm, other, read, written = 0, 0, cells(x, rows, d), set()
+        for h in gated:
+            dv = sc.heads[h].d_v
+            mm += sum(2 for _ in range(rows * dv * d))
+            other += 2 * rows * dv  # σ: an exponential and a division a cell
+            read |= cells(("W_G", h), d, dv) | cells(("out", h), rows, dv)
+            written |= cells(("gated", h), rows, dv)
+        put("gate", mm, other, read, written)
+    total_dv = sum(head.d_v for head in sc.heads)
+    if H > 1:
+        put("concat", 0, 0, cells("outs", rows, total_dv), cells("concat", rows, total_dv))
+    if sc.W_O is not None:
+        d_out = int(sc.W_O.shape[1])
+        read = cells("concat", rows, total_dv) | cells("W_O", total_dv, d_out)
+        read |= cells("b_O", 1, d_out) if sc.b_O is not None else set()
+        put("wo", sum(2 for _ in range(rows * total_dv * d_out)), 0, read, cells("final", rows, d_out))
+    return out
+
+
+def figures_recompute(c: Count) -> None:
+    """Each figure's printed formula gives its printed result: the calculator rule."""
+    for f in (c.matmul, c.other, c.read, c.written):
+        text = f.text()
+        if "=" not in text:
+            assert text == "0" or int(text.split(" ")[-1]) == f.value
+            continue
+        left, right = text.rsplit(" = ", 1)
+        total = 0
+        for part in left.split(" + "):
+            product = 1
+            for factor in re.findall(r"(?:^|\s)(\d+(?:·\d+)*)$", part)[0].split("·"):
+                product *= int(factor)
+            total += product
+        assert total == int(right) == f.value, text
+
+
+def check(sc: Scenario, comp: object) -> None:
+    r = report(comp, "bf16", CONTEXT)  # type: ignore[arg-type]
+    b = 2
+    window = sc.window if sc.window is not None and not sc.is_cross else None
+    decode_keys = sc.m if sc.is_cross else (CONTEXT if window is None else min(CONTEXT, window))
+    phase_sizes = {PREFILL: (sc.n, sc.m, sc.m), DECODE: (1, decode_keys, 0 if sc.is_cross else 1)}
+    counted = {(c.stage, c.phase): c for c in r.counts}
+    ran = [s.stage.key for s in Trace(comp).specs]  # type: ignore[arg-type]
+    for phase, (rows, keys, new) in phase_sizes.items():
+        want = independent(sc, rows, keys, new, b)
+        for key in ran:
+            if (key, phase) not in counted:
+                assert key not in want or key in {u.stage for u in r.uncounted}
+                continue
+            c = counted[(key, phase)]
+            assert (c.matmul.value, c.other.value, c.read.value, c.written.value) == want[key], (sc.title, key, phase)
+            figures_recompute(c)
+    assert {u.stage for u in r.uncounted}.isdisjoint(want), "a stage the loop counts is listed as not counted"
+
+
+@pytest.mark.parametrize("name", builtin_names())
+def test_every_builtin_counts_as_the_loop_does(name: str) -> None:
+    comp = builtin(name)
+    check(comp.scenario, comp)
+
+
+@settings(max_examples=40, deadline=None)
+@given(cases())
+def test_generated_scenarios_count_as_the_loop_does(case: Case) -> None:
+    from qkv_tui import compute
+
+    comp = compute(parse_scenario(case.toml, "generated.toml"))
+    check(comp.scenario, comp)
+
+
+def test_the_count_can_fail() -> None:
+    """A face that forgot the K/V sharing (every query head reading its own K) would differ from the loop."""
+    comp = builtin("gqa")
+    sc = comp.scenario
+    loop = independent(sc, sc.n, sc.m, sc.m, 2)
+    c = next(c for c in report(comp, "bf16", CONTEXT).counts if c.stage == "score" and c.phase == PREFILL)
+    per_query_head = sum(sc.m * head.d_k for head in sc.heads) * 2 + sum(sc.n * head.d_k for head in sc.heads) * 2
+    assert c.read.value == loop["score"][2] != per_query_head
