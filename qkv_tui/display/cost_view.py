@@ -140,7 +140,7 @@ def _flash_page(r: CostReport) -> tuple[str, list[str]]:
     M = SRAM_BYTES // b
     std, fl = t.standard.value, t.flash.value
     lines = [f"one head, N = {r.context} tokens (--context), d = {r.flash_d}, SRAM M = {SRAM_BYTES} B / {b} = {M}"
-             " numbers (an H100 SM's 192 KiB of shared memory and L1)",
+             " numbers (192 KiB of an H100 SM's up to 228 KiB of shared memory)",
              f"standard (Algorithm 0: write S, read S, write P, read P): 4Nd + 4N² = {t.standard.text(False)} numbers",
              f"Flash (Algorithm 1): B_c = ⌈M / 4d⌉ = ⌈{M} / {4 * r.flash_d}⌉ = {t.block} keys a tile,"
              f" T_c = ⌈N / B_c⌉ = ⌈{r.context} / {t.block}⌉ = {t.passes} passes",

@@ -41,7 +41,7 @@ def choose(dtype: str, context: int) -> None:
     CHOSEN.dtype, CHOSEN.context = dtype, context
 
 
-SRAM_BYTES = 192 * 1024  # an H100 SM's shared memory and L1 together (228 KiB of which 227 usable as shared)
+SRAM_BYTES = 192 * 1024  # of an H100 SM's up to 228 KiB of shared memory, what a kernel's tiles may take (docs/cost.md)
 
 
 @dataclass(frozen=True)
