@@ -8,6 +8,7 @@ shapes; this loops over cells. Every built-in and generated scenarios (tests/str
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -31,10 +32,10 @@ def independent(sc: Scenario, rows: int, keys: int, new: int, b: int) -> dict[st
     x = "X̂" if sc.norm is not None else "X"
     out: dict[str, tuple[int, int, int, int]] = {}
 
-    def cells(name: object, r: int, c: int) -> set[tuple[object, int, int]]:
+    def cells(name: object, r: int, c: int) -> set[Any]:
         return {(name, i, j) for i in range(r) for j in range(c)}
 
-    def put(stage: str, mm: int, other: int, read: set[object], written: set[object]) -> None:
+    def put(stage: str, mm: int, other: int, read: set[Any], written: set[Any]) -> None:
         out[stage] = (mm, other, len(read) * b, len(written) * b)
 
     put("embed", 0, 0, cells("rows", rows, d), cells("X", rows, d))
@@ -43,12 +44,12 @@ def independent(sc: Scenario, rows: int, keys: int, new: int, b: int) -> dict[st
         for _ in range(rows):
             other += 1 + 1 + (1 if sc.norm.kind == "layer" else 0)  # the root, the mean's division, the variance's
             other += sum(1 for _ in range(d))  # each cell divided
-        read = cells("X", rows, d) | cells("γ", 1, d) | (cells("β", 1, d) if sc.norm.beta is not None else set())
-        put("norm", 0, other, read, cells("X̂", rows, d))
+        norm_read = cells("X", rows, d) | cells("γ", 1, d) | (cells("β", 1, d) if sc.norm.beta is not None else set())
+        put("norm", 0, other, norm_read, cells("X̂", rows, d))
     if sc.mla is None:
         mm = 0
-        read: set[object] = cells(x, rows, d)
-        written: set[object] = set()
+        read: set[Any] = cells(x, rows, d)
+        written: set[Any] = set()
         for h, head in enumerate(sc.heads):
             for _i in range(rows):
                 for _c in range(head.d_k):
