@@ -75,6 +75,8 @@ def independent(sc: Scenario, rows: int, keys: int, new: int, b: int) -> dict[st
             if new and sc.is_cross:
                 read |= cells("context X", new, d_in)
         put("project", mm, 0, read, written)
+    if sc.mla is not None:
+        mla_stages(sc, rows, keys, new, put, cells)
     qk = {h: (("Q", h), ("K", sc.kv_head(h))) for h in range(H)}
     if sc.qk_norm is not None:
         qn = sc.qk_norm
@@ -147,6 +149,58 @@ def independent(sc: Scenario, rows: int, keys: int, new: int, b: int) -> dict[st
         read |= cells("b_O", 1, d_out) if sc.b_O is not None else set()
         put("wo", sum(2 for _ in range(rows * total_dv * d_out)), 0, read, cells("final", rows, d_out))
     return out
+
+
+def mla_stages(sc: Scenario, rows: int, keys: int, new: int, put: Any, cells: Any) -> None:
+    """[mla]'s Compress, Expand, Rotate and Absorb, cell by cell."""
+    mla = sc.mla
+    assert mla is not None
+    d, H = int(sc.X.shape[1]), mla.num_heads
+    x = "X̂" if sc.norm is not None else "X"
+    dc, dr, dn, dv, dqk = mla.d_c, mla.d_rope, mla.d_nope, mla.d_v, mla.d_nope + mla.d_rope
+    mm, other = 0, 0
+    read = cells(x, rows, d) | cells("W_DKV", d, dc) | cells("W_KR", d, dr)
+    written = cells("c_KV", new, dc) | cells("k_R", new, dr)
+    for _ in range(new * (dc + dr) * d):
+        mm += 2
+    if mla.kv_norm:
+        other += new * (2 + dc)  # a root, the mean's division and one a cell
+        read |= cells("γ_kv", 1, dc)
+        written |= cells("c_KV normed", new, dc)
+    if mla.d_cq is not None:
+        mm += sum(2 for _ in range(rows * mla.d_cq * d))
+        read |= cells("W_DQ", d, mla.d_cq)
+        written |= cells("c_Q", rows, mla.d_cq)
+        if mla.q_norm:
+            other += rows * (2 + mla.d_cq)
+            read |= cells("γ_q", 1, mla.d_cq)
+            written |= cells("c_Q normed", rows, mla.d_cq)
+    put("compress", mm, 0 + other, read, written)
+    src, src_w = ("c_Q", mla.d_cq) if mla.d_cq is not None else (x, d)
+    mm, read, written = 0, cells(src, rows, src_w) | cells("c_KV", keys, dc), set()
+    for h in range(H):
+        mm += sum(2 for _ in range(rows * dqk * src_w)) + sum(2 for _ in range(keys * (dn + dv) * dc))
+        read |= cells(("W_Q", h), src_w, dqk) | cells(("W_UK", h), dc, dn) | cells(("W_UV", h), dc, dv)
+        written |= cells(("q", h), rows, dqk) | cells(("k_C", h), keys, dn) | cells(("v_C", h), keys, dv)
+    put("expand", mm, 0, read, written)
+    if mla.rope is not None:
+        read, written = cells("k_R", new, dr), cells("k_R'", new, dr)
+        for h in range(H):
+            read |= cells(("q_R", h), rows, dr)
+            written |= cells(("q_R'", h), rows, dr)
+        put("mla_rotate", 0, 0, read, written)
+    mm, read, written = 0, cells("c_KV", keys, dc) | cells("k_R", keys, dr), set()
+    for h in range(H):
+        for _ in range(rows):
+            mm += 2 * dn * dc  # q_L's row
+            mm += sum(2 * (dc + dr) for _ in range(keys))  # a score per key
+            mm += sum(2 * keys for _ in range(dc))  # the weights mixing each latent column
+            mm += sum(2 * dc for _ in range(dv))  # ·W_UV
+        read |= cells(("q_C", h), rows, dn) | cells(("W_UK", h), dc, dn) | cells(("q_R", h), rows, dr)
+        read |= cells(("weights", h), rows, keys) | cells(("W_UV", h), dc, dv)
+        written |= cells(("q_L", h), rows, dc) | cells(("scores_L", h), rows, keys) | cells(("mix_L", h), rows, dc)
+        written |= cells(("out_L", h), rows, dv)
+    put("absorb", mm, 0, read, written)
 
 
 def figures_recompute(c: Count) -> None:
