@@ -23,7 +23,8 @@ from tests.strategies import Case, cases
 CONTEXT = 5  # small: the count loops over every cell of a decode step at this context
 
 
-def independent(sc: Scenario, rows: int, keys: int, new: int, b: int) -> dict[str, tuple[int, int, int, int]]:
+def independent(sc: Scenario, rows: int, keys: int, new: int, b: int,
+                decode: bool = False) -> dict[str, tuple[int, int, int, int]]:
     """{stage: (matmul FLOPs, other ops, bytes read, bytes written)} by looping over cells."""
     d, d_in, H = int(sc.X.shape[1]), int(sc.X_kv.shape[1]), len(sc.heads)
     owners: dict[int, int] = {}
@@ -77,6 +78,8 @@ def independent(sc: Scenario, rows: int, keys: int, new: int, b: int) -> dict[st
         put("project", mm, 0, read, written)
     if sc.mla is not None:
         mla_stages(sc, rows, keys, new, put, cells)
+    if sc.linear is not None:
+        linear_stages(sc, rows, keys, new, put, cells, decode)
     qk = {h: (("Q", h), ("K", sc.kv_head(h))) for h in range(H)}
     if sc.qk_norm is not None:
         qn = sc.qk_norm
@@ -203,6 +206,45 @@ def mla_stages(sc: Scenario, rows: int, keys: int, new: int, put: Any, cells: An
     put("absorb", mm, 0, read, written)
 
 
+def linear_stages(sc: Scenario, rows: int, keys: int, new: int, put: Any, cells: Any, decode: bool) -> None:
+    """[linear]'s Feature, Quadratic and Recurrent, cell by cell (one K/V head per head, self-attention)."""
+    assert sc.linear is not None
+    normalised = sc.linear.normalize
+    other, read, written = 0, set(), set()
+    for h, head in enumerate(sc.heads):
+        if sc.linear.feature == "elu1":
+            other += sum(1 for _ in range((rows + new) * head.d_k))
+        read |= cells(("Q", h), rows, head.d_k) | cells(("K", h), new, head.d_k)
+        written |= cells(("φQ", h), rows, head.d_k) | cells(("φK", h), new, head.d_k)
+    put("phi", 0, other, read, written)
+    mm, other, read, written = 0, 0, set(), set()
+    for h, head in enumerate(sc.heads):
+        for _i in range(rows):
+            for _j in range(keys):
+                mm += 2 * head.d_k + 2 * head.d_v  # A's cell, and its share of every output cell
+                other += 1 if normalised else 0
+        read |= cells(("φQ", h), rows, head.d_k) | cells(("φK", h), keys, head.d_k) | cells(("V", h), keys, head.d_v)
+        written |= cells(("A", h), rows, keys) | (cells(("W", h), rows, keys) if normalised else set())
+        written |= cells(("out", h), rows, head.d_v)
+    put("quadratic", mm, other, read, written)
+    mm, other, read, written = 0, 0, set(), set()
+    for h, head in enumerate(sc.heads):
+        for _t in range(rows):
+            for _a in range(head.d_k):
+                for _b in range(head.d_v):
+                    mm += 2 + 2  # the outer product's cell into S, and S's cell into φ(q)ᵀS
+            if normalised:
+                mm += 2 * head.d_k
+                other += head.d_v
+        read |= cells(("φQ", h), rows, head.d_k) | cells(("φK", h), rows, head.d_k) | cells(("V", h), rows, head.d_v)
+        if decode:
+            read |= cells(("S", h), head.d_k, head.d_v) | (cells(("z", h), 1, head.d_k) if normalised else set())
+        written |= {(("S", h, t), a, b) for t in range(rows) for a in range(head.d_k) for b in range(head.d_v)}
+        written |= cells(("z", h), rows, head.d_k) if normalised else set()
+        written |= cells(("o", h), rows, head.d_v)
+    put("recurrent", mm, other, read, written)
+
+
 def figures_recompute(c: Count) -> None:
     """Each figure's printed formula gives its printed result: the calculator rule."""
     for f in (c.matmul, c.other, c.read, c.written):
@@ -229,7 +271,7 @@ def check(sc: Scenario, comp: object) -> None:
     counted = {(c.stage, c.phase): c for c in r.counts}
     ran = [s.stage.key for s in Trace(comp).specs]  # type: ignore[arg-type]
     for phase, (rows, keys, new) in phase_sizes.items():
-        want = independent(sc, rows, keys, new, b)
+        want = independent(sc, rows, keys, new, b, phase == DECODE)
         for key in ran:
             if (key, phase) not in counted:
                 assert key not in want or key in {u.stage for u in r.uncounted}
