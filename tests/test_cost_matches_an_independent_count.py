@@ -80,6 +80,8 @@ def independent(sc: Scenario, rows: int, keys: int, new: int, b: int,
         mla_stages(sc, rows, keys, new, put, cells)
     if sc.linear is not None:
         linear_stages(sc, rows, keys, new, put, cells, decode)
+    if getattr(sc, "deltanet", None) is not None:
+        delta_stages(sc, rows, new, put, cells, decode)
     qk = {h: (("Q", h), ("K", sc.kv_head(h))) for h in range(H)}
     if sc.qk_norm is not None:
         qn = sc.qk_norm
@@ -243,6 +245,51 @@ def linear_stages(sc: Scenario, rows: int, keys: int, new: int, put: Any, cells:
         written |= cells(("z", h), rows, head.d_k) if normalised else set()
         written |= cells(("o", h), rows, head.d_v)
     put("recurrent", mm, other, read, written)
+
+
+def delta_stages(sc: Scenario, rows: int, new: int, put: Any, cells: Any, decode: bool) -> None:
+    """[deltanet]'s Normalise, Gates and Delta, cell by cell (the kernel's loop, kernels/deltanet.py, read as counts)."""
+    cfg = sc.deltanet
+    assert cfg is not None
+    d, H = int(sc.X.shape[1]), len(sc.heads)
+    other, read, written = 0, set(), set()
+    for h, head in enumerate(sc.heads):
+        for _ in range(rows):
+            other += 1 + head.d_k + head.d_k  # the row's root, its divisions by it, and by √d_k
+        for _ in range(new):
+            other += 1 + head.d_k
+        read |= cells(("Q", h), rows, head.d_k) | cells(("K", h), new, head.d_k)
+        written |= cells(("q", h), rows, head.d_k) | cells(("k", h), new, head.d_k)
+    put("l2norm", 0, other, read, written)
+    x = "X̂" if sc.norm is not None else "X"
+    mm, other = 0, 0
+    read, written = cells(x, rows, d), set()
+    for h in range(H):
+        other += 1  # e^A_log
+        for _ in range(rows):
+            mm += 2 * d  # X̂·W_a's cell
+            other += 2  # softplus: e^a and the log
+            if cfg.W_b is not None:
+                mm += 2 * d
+                other += 2  # σ: an exponential and a division
+        read |= cells(("W_a", h), d, 1) | cells(("dt_bias", h), 1, 1) | cells(("A_log", h), 1, 1)
+        read |= cells(("W_b", h), d, 1) if cfg.W_b is not None else set()
+        written |= cells(("g", h), rows, 1) | cells(("β", h), rows, 1)
+    put("gates", mm, other, read, written)
+    mm, other, read, written = 0, 0, set(), set()
+    for h, head in enumerate(sc.heads):
+        for t in range(rows):
+            other += 1  # e^g
+            for _a in range(head.d_k):
+                for _b in range(head.d_v):
+                    mm += 6  # the recall's, the write's and the read's multiply-add
+            for name, width in (("decayed", head.d_k * head.d_v), ("S", head.d_k * head.d_v), ("kv", head.d_v),
+                                ("δ", head.d_v), ("o", head.d_v)):
+                written |= cells((name, h, t), 1, width)
+        read |= cells(("q", h), rows, head.d_k) | cells(("k", h), rows, head.d_k) | cells(("v", h), rows, head.d_v)
+        read |= cells(("g", h), rows, 1) | cells(("β", h), rows, 1)
+        read |= cells(("S", h), head.d_k, head.d_v) if decode else set()
+    put("delta", mm, other, read, written)
 
 
 def figures_recompute(c: Count) -> None:

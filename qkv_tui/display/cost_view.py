@@ -11,6 +11,7 @@ import math
 from itertools import groupby
 
 from qkv_tui.core.cost import ACCELERATORS, DECODE, PREFILL, Accelerator, Count, bound, mib, shapes
+from qkv_tui.core.scenario import Scenario
 from qkv_tui.display import side_views
 from qkv_tui.display.frame import Frame
 from qkv_tui.display.modes import Modes
@@ -73,7 +74,18 @@ def stage_lines(c: Count) -> list[str]:
             f"  intensity {intensity_line(c)} FLOP/B"]
 
 
-def _phase_page(r: CostReport, phase: str) -> tuple[str, list[str]]:
+def two_forms(sc: Scenario) -> list[str]:
+    """Where the trace shows one attention computed two ways, a model runs one of them: the totals count both."""
+    if sc.mla is not None:
+        return ["Score, Scale, Softmax and Mix run on the expanded keys and values; Absorb is the same attention on the"
+                " latent. A model runs one of the two (at decode, the absorbed); the totals count both."]
+    if sc.linear is not None:
+        return ["Quadratic and Recurrent are the same outputs two ways; a model runs one (at decode, the recurrent);"
+                " the totals count both."]
+    return []
+
+
+def _phase_page(sources: Sources, r: CostReport, phase: str) -> tuple[str, list[str]]:
     ph = r.prefill if phase == PREFILL else r.decode
     counts = r.phase(phase)
     lines: list[str] = []
@@ -85,6 +97,7 @@ def _phase_page(r: CostReport, phase: str) -> tuple[str, list[str]]:
     lines.append(f"total: FLOPs {' + '.join(str(c.matmul.value) for c in counts)} = {flops}; other ops {other};"
                  f" bytes {' + '.join(str(c.read.value + c.written.value) for c in counts)} = {moved}")
     lines += [f"{u.name}: not counted ({u.reason})" for u in r.uncounted]
+    lines += two_forms(sources.comp.scenario)
     if phase == PREFILL:
         head = f"Prefill of n = {ph.rows} tokens against m = {ph.keys} keys, {r.dtype} (B = {ph.bytes} bytes a number)"
     else:
@@ -245,7 +258,7 @@ def _frame(sources: Sources, modes: Modes, step: int, head: int) -> Frame:
     pages = _pages(sources)
     page = pages[min(step, len(pages) - 1)]
     if page in (PREFILL, DECODE):
-        title, lines = _phase_page(r, page)
+        title, lines = _phase_page(sources, r, page)
     elif page == "cache":
         title, lines = _cache_page(sources, r)
     elif page == "flash":
