@@ -152,8 +152,8 @@ def _flash_page(r: CostReport) -> tuple[str, list[str]]:
     b = r.bytes_per_number
     M = SRAM_BYTES // b
     std, fl = t.standard.value, t.flash.value
-    lines = [f"one head, N = {r.context} tokens (--context), d = {r.flash_d}, SRAM M = {SRAM_BYTES} B / {b} = {M}"
-             " numbers (192 KiB of an H100 SM's up to 228 KiB of shared memory)",
+    lines = [f"one head, N = {r.context} tokens (--context), d = {r.flash_d}, SRAM M = {SRAM_BYTES} / {b} = {M}"
+             f" numbers ({SRAM_BYTES} B: 192 KiB of an H100 SM's up to 228 KiB of shared memory, at {b} B a number)",
              f"standard (Algorithm 0: write S, read S, write P, read P): 4Nd + 4N² = {t.standard.text(False)} numbers",
              f"Flash (Algorithm 1): B_c = ⌈M / 4d⌉ = ⌈{M} / {4 * r.flash_d}⌉ = {t.block} keys a tile,"
              f" T_c = ⌈N / B_c⌉ = ⌈{r.context} / {t.block}⌉ = {t.passes} passes",
