@@ -302,7 +302,7 @@ def kv_cache(sc: Scenario, bytes_per: int, context: int) -> KvCache:
     layers = []
     for i, entry in enumerate(schedule):
         words = entry.split(" ")
-        kind = "linear" if words[0] == "linear" else (own if own in ("mla",) else " ".join(words[:2]))
+        kind = "linear" if words[0] == "linear" else (own if own == "mla" else " ".join(words[:2]))
         if i == sc.input.chosen_layer and own in ("linear", "deltanet"):
             kind = own
         layers.append(layer_cache(sc, i, kind, bytes_per))
