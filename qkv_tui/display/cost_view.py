@@ -156,13 +156,26 @@ def _flash_page(r: CostReport) -> tuple[str, list[str]]:
              f" numbers ({SRAM_BYTES} B: 192 KiB of an H100 SM's up to 228 KiB of shared memory, at {b} B a number)",
              f"standard (Algorithm 0: write S, read S, write P, read P): 4Nd + 4N² = {t.standard.text(False)} numbers",
              f"Flash (Algorithm 1): B_c = ⌈M / 4d⌉ = ⌈{M} / {4 * r.flash_d}⌉ = {t.block} keys a tile,"
-             f" T_c = ⌈N / B_c⌉ = ⌈{r.context} / {t.block}⌉ = {t.passes} passes",
+             f" T_c = ⌈N / B_c⌉ = ⌈{r.context} / {t.block}⌉ = {t.passes} pass{'es' if t.passes != 1 else ''}",
              f"  K, V once; Q, O read and O written and ℓ, m read and written each pass: 2Nd + T_c·(3Nd + 4N) ="
              f" {t.flash.text(False)} numbers",
              f"in bytes: standard {std}·{b} = {std * b} B, Flash {fl}·{b} = {fl * b} B: {std} / {fl} ="
              f" {num(std / fl)} times less traffic",
-             "both do the same 4N²d FLOPs of QKᵀ and PV; Flash also recomputes nothing in the forward pass"]
+             "both do the same 4N²d FLOPs of QKᵀ and PV; Flash also recomputes nothing in the forward pass",
+             *kept_lines(r.context, r.flash_d, b)]
     return f"FlashAttention's memory traffic against standard attention's, at N = {r.context}", lines
+
+
+def kept_lines(N: int, d: int, b: int) -> list[str]:
+    """Why a model's attention matrix is not there to read: what a fused kernel keeps, what P would take, and what
+    rebuilding P from the logsumexp L costs."""
+    kept, p = N * d + N, N * N
+    return [f"why the attention matrix is not kept: a fused kernel writes only O and each row's logsumexp L, N·d + N ="
+            f" {N}·{d} + {N} = {kept} numbers a head; keeping P too adds N² = {N}·{N} = {p} numbers,"
+            f" {p}·{b} = {p * b} B a head",
+            f"P rebuilt from L on demand, P = e^(QKᵀ/√d − L): the scores again, 2·N·N·d = 2·{N}·{N}·{d} ="
+            f" {2 * N * N * d} FLOPs, and N² = {N}·{N} = {p} exponentials (the tiles view, t, builds L = m + log ℓ"
+            " row by row)"]
 
 
 def _mla_page(sources: Sources, r: CostReport) -> tuple[str, list[str]]:
