@@ -92,3 +92,17 @@ def test_gpt2_xl_layer_flops_as_a_course_counts_them() -> None:
     flops = sum(face(sc, ph).matmul.value for face in faces if face is not None)
     assert flops == 8 * n * d**2 + 4 * n**2 * d == 27_682_406_400
     assert 48 * flops == 1_328_755_507_200  # the 48 layers' attention, ≈ 1.33 TFLOPs a 1024-token forward pass
+
+
+def test_a_gguf_files_whole_schedule_through_export_cost(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The same count for a GGUF file: 4 layers, 2 K/V heads of head_dim 8 -> 4 · 2 · (8 + 8) · 2 bytes a token."""
+    from tests.gguf_fixtures import build_hf, spm_tokenizer, write_gguf
+
+    tok = spm_tokenizer(tmp_path)
+    model = build_hf(tmp_path, "llama", len(tok["tokens"]), d=32, heads=4, kv=2, head_dim=8, inter=32, layers=4)
+    write_gguf(tmp_path / "m.gguf", model, "llama", tok, "F32")
+    code = main(["--export", "cost", "--model", str(tmp_path / "m.gguf"), "--text", "Alice was", "--dtype", "fp32"])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 0 and out["bytes_per_number"] == 4
+    assert [layer["bytes_per_token"] for layer in out["kv_cache"]["layers"]] == [2 * 16 * 4] * 4
+    assert out["kv_cache"]["bytes_per_token"] == 4 * 2 * 16 * 4
