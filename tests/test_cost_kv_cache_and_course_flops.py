@@ -106,3 +106,13 @@ def test_a_gguf_files_whole_schedule_through_export_cost(tmp_path: Path, capsys:
     assert code == 0 and out["bytes_per_number"] == 4
     assert [layer["bytes_per_token"] for layer in out["kv_cache"]["layers"]] == [2 * 16 * 4] * 4
     assert out["kv_cache"]["bytes_per_token"] == 4 * 2 * 16 * 4
+
+
+def test_a_linear_layer_shown_leaves_the_models_softmax_layers_out_rather_than_guess() -> None:
+    """A Qwen3.5-style schedule seen from its linear layer: the full layers' K/V heads are not in the scenario, so
+    they are named as not counted, not counted with the linear heads' sizes."""
+    sc = load_scenario("deltanet")
+    sc = dataclasses.replace(sc, input=Input("embedding", None, ("linear", "linear", "full")))
+    kv = kv_cache(sc, 2, 10)
+    assert [layer.layer for layer in kv.layers] == [0, 1] and kv.unknown == (2,)
+    assert kv.per_token == 0 and kv.state > 0

@@ -240,6 +240,9 @@ class KvCache:
     layers: tuple[LayerCache, ...]
     context: int
     held: str  # what the per-layer figure comes from, in words
+    # softmax layers of a model whose scenario shows a linear or delta-rule layer: their K/V heads are not in it, so
+    # they are left out of ``layers`` (and of every sum) and named, never counted as 0
+    unknown: tuple[int, ...] = ()
 
     @property
     def per_token(self) -> int:
@@ -299,15 +302,19 @@ def kv_cache(sc: Scenario, bytes_per: int, context: int) -> KvCache:
     schedule = sc.input.schedule
     if not schedule:
         return KvCache((layer_cache(sc, sc.input.chosen_layer, own, bytes_per),), context, "this scenario's layer")
-    layers = []
+    layers, unknown = [], []
     for i, entry in enumerate(schedule):
         words = entry.split(" ")
-        kind = "linear" if words[0] == "linear" else (own if own == "mla" else " ".join(words[:2]))
-        if i == sc.input.chosen_layer and own in ("linear", "deltanet"):
-            kind = own
+        if words[0] == "linear":
+            kind = own if i == sc.input.chosen_layer and own in ("linear", "deltanet") else "linear"
+        elif own in ("linear", "deltanet"):
+            unknown.append(i)  # a softmax layer's K/V heads are not among a linear layer's
+            continue
+        else:
+            kind = own if own == "mla" else " ".join(words[:2])
         layers.append(layer_cache(sc, i, kind, bytes_per))
     return KvCache(tuple(layers), context, "every layer of the model's schedule, each with the K/V heads of the"
-                   " layer shown")
+                   " layer shown", tuple(unknown))
 
 
 def mib(n: int) -> str:

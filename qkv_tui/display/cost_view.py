@@ -119,6 +119,13 @@ def _cache_page(sources: Sources, r: CostReport) -> tuple[str, list[str]]:
                      f" {kept}·{layers[0].per_token.value} = {layers[0].at(r.context)} B each")
         if layers[0].state is not None:
             lines.append(f"  its fixed state instead: {layers[0].state.text()} B, at any context")
+        elif kind == "linear":
+            lines.append("  its fixed state instead: its sizes are a linear layer's, not in the layer shown (--layer"
+                         f" {layers[0].layer} counts it)")
+    if kv.unknown:
+        shown = ", ".join(map(str, kv.unknown[:8])) + (", …" if len(kv.unknown) > 8 else "")
+        lines.append(f"layers {shown}: softmax attention, not counted here: their K/V heads are not in this linear"
+                     f" layer (--layer {kv.unknown[0]} counts them)")
     per = [str(layer.per_token.value) for layer in kv.layers]
     short = " + ".join(per) if len(per) <= 6 else f"{len(per)} layers"
     lines.append(f"per token: {short} = {kv.per_token} B")
