@@ -47,7 +47,7 @@ DEFERRED = ("qkv_tui.teach.stages.mla_compress", "qkv_tui.teach.stages.mla_expan
             "qkv_tui.display.heads_grid", "qkv_tui.display.state_view", "qkv_tui.display.mla_cache",
             "qkv_tui.teach.decode", "qkv_tui.teach.paged", "qkv_tui.teach.tiled", "qkv_tui.teach.tiled_backward",
             "qkv_tui.teach.train_walk", "qkv_tui.core.training", "qkv_tui.core.model_layers",
-            "qkv_tui.core.gradients")
+            "qkv_tui.core.gradients", "qkv_tui.core.cost", "qkv_tui.teach.cost", "qkv_tui.display.cost_view")
 
 
 def first_screen_modules(scenario: str, keys: tuple[str, ...] = ()) -> list[str]:
@@ -88,6 +88,8 @@ def test_the_deferred_modules_load_where_they_are_used() -> None:
     loaded = set(deferred_in(first_screen_modules("deltanet", ("k", "k", "t", "t", "v", "v"))))
     assert {"qkv_tui.teach.stages.deltanet", "qkv_tui.kernels.deltanet", "qkv_tui.display.decode_view",
             "qkv_tui.display.state_view", "qkv_tui.display.tiled_view", "qkv_tui.display.heads_view"} <= loaded
+    loaded = set(deferred_in(first_screen_modules("gqa", ("c",))))
+    assert {"qkv_tui.core.cost", "qkv_tui.teach.cost", "qkv_tui.display.cost_view"} <= loaded
     loaded = set(deferred_in(first_screen_modules("learn_to_look", ("l",))))
     assert {"qkv_tui.display.train_view", "qkv_tui.teach.train_walk", "qkv_tui.core.gradients"} <= loaded
 

@@ -78,8 +78,22 @@ HEADS = SideView(  # v: every head's attention map side by side (display/heads_v
     quiz=False,  # its lines name where each row looks; they work out no number to predict
     in_footer=False,  # the footer's keys are full at 120 columns; v is in the help, the palette and docs/reference.md
 )
+COST = SideView(  # c: FLOPs, bytes, the KV cache and a roofline (display/cost_view.py)
+    name="cost", key="c", label="cost",
+    title="Cost view", summary="FLOPs and bytes per stage, the KV cache, FlashAttention's traffic and a roofline",
+    closing="",  # not named in the last operation's "Next:" line, which the golden corpus keeps as it was
+    help=(("c", "cost: each stage's FLOPs and bytes (prefill, one decode step), the KV cache, FlashAttention's"
+                " traffic, MLA's two forms and a roofline, each figure with its formula (→ ← page; c again leaves;"
+                " in the cache view c is its own)"),),
+    steps=_later("cost_view", "_steps"),
+    frame=_later("cost_view", "_frame"),
+    shot=lambda modes: "cost",
+    per_head=False,  # its pages count every head at once
+    quiz=False,  # its figures are counts, not a cell to predict
+    in_footer=False,  # the footer's keys are full at 120 columns; c is in the help, the palette and the README
+)
 
-SIDE_VIEWS: tuple[SideView, ...] = (CACHE, TILES, TRAIN, HEADS)
+SIDE_VIEWS: tuple[SideView, ...] = (CACHE, TILES, TRAIN, HEADS, COST)
 BY_NAME = {view.name: view for view in SIDE_VIEWS}
 
 

@@ -13,6 +13,7 @@ from typing import NoReturn, TextIO
 from qkv_tui import __version__
 from qkv_tui.base.files import kind_at
 from qkv_tui.base.values import escaped
+from qkv_tui.core.cost import DEFAULT_CONTEXT, DEFAULT_DTYPE, DTYPES, MAX_CONTEXT
 from qkv_tui.core.engine import combine, iter_heads
 from qkv_tui.core.scenario import Scenario, ScenarioError, builtin_dir, builtin_names, load_scenario, resolve
 from qkv_tui.edges import compare as learner
@@ -47,6 +48,14 @@ def _export_toml(scenario: Scenario, out: TextIO) -> None:
     out.write(to_toml(scenario))
 
 
+def _export_cost(scenario: Scenario, out: TextIO, dtype: str = DEFAULT_DTYPE, context: int = DEFAULT_CONTEXT) -> None:
+    import json
+
+    from qkv_tui.teach.cost import report
+
+    out.write(json.dumps(report(computed(scenario), dtype, context).as_json(), indent=2) + "\n")
+
+
 def _export_worksheet(scenario: Scenario, out: TextIO, blanks: str = "25%", seed: int = 0,
                       fmt: str = "markdown", separate: bool = False, output: str | None = None,
                       stages: str | None = None, heads: list[int] | None = None) -> None:
@@ -66,6 +75,8 @@ EXPORTERS: dict[str, tuple[Exporter, str]] = {
     "json": (_export_json, "every matrix as JSON (full float64 precision)"),
     "markdown": (_export_markdown, "a worked-example page, every step with its numbers"),
     "toml": (_export_toml, "a plain scenario file with every number, a model's head included"),
+    "cost": (_export_cost, "each stage's FLOPs and bytes in prefill and one decode step, and the KV cache, as JSON"
+                           " (--dtype, --context)"),
     "worksheet": (_export_worksheet, "a printable page with blanks to fill in and an answer key (--blanks, --seed,"
                                      " --stages, --heads, --format, --key, -o)"),
 }
@@ -131,11 +142,27 @@ def _new_parser(names: tuple[str, ...]) -> argparse.ArgumentParser:
                              " a range first..last, or the groups forward and backward (sgd: the SGD step that ends a"
                              " backward sheet); default every stage. --heads N,N: the heads it asks about, counted"
                              " from 1 as --head counts")
+    parser.add_argument("--dtype", choices=tuple(DTYPES),
+                        help=f"cost: the bytes of a number in the cost view and --export cost (default {DEFAULT_DTYPE})")
+    parser.add_argument("--context", metavar="N", type=_context,
+                        help=f"cost: the context of the decode step, in tokens (default {DEFAULT_CONTEXT})")
     parser.add_argument("--version", action="version", version=f"qkv-tui {__version__}")
     place_args.add_arguments(parser)
     model_args.add_arguments(parser)
     learner.add_arguments(parser)
     return parser
+
+
+def _context(text: str) -> int:
+    """--context N: a whole number of tokens, 1 or more (argparse turns the ValueError into its error line)."""
+    try:
+        value = int(text, 10)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number; expected a context in tokens, such as"
+                                         f" {DEFAULT_CONTEXT}") from None
+    if not 1 <= value <= MAX_CONTEXT:
+        raise argparse.ArgumentTypeError(f"{value} tokens; expected a whole number from 1 to {MAX_CONTEXT}")
+    return value
 
 
 def _fail(error: ScenarioError) -> int:
@@ -174,7 +201,9 @@ def misplaced(args: argparse.Namespace) -> str | None:
 
     for flags, place, fits in ((given("blanks", "seed", "stages", "format", "key", "output"), "--export worksheet",
                                 args.export == "worksheet"),
-                               (given("host", "port", "public_url", "max_students"), "--serve", args.serve)):
+                               (given("host", "port", "public_url", "max_students"), "--serve", args.serve),
+                               (given("dtype", "context"), "--export cost or the app (its cost view, c)",
+                                args.export == "cost" or not (args.export or args.check or args.serve))):
         if flags and not fits:
             return f"{' and '.join(flags)} {'goes' if len(flags) == 1 else 'go'} only with {place}"
     if args.read_only and (args.export or args.check):  # no app runs there to allow edits or not
@@ -327,6 +356,9 @@ def _main(argv: list[str] | None) -> int:
                                          fmt=args.format or "markdown", separate=args.key == "separate",
                                          output=args.output, stages=args.stages,
                                          heads=args.heads if model_args.sheet_heads(args) else None)
+        if args.export == "cost":
+            exporter = functools.partial(_export_cost, dtype=args.dtype or DEFAULT_DTYPE,
+                                         context=args.context or DEFAULT_CONTEXT)
         try:
             with arithmetic_policy(spec):
                 if args.compare is not None:
@@ -381,6 +413,10 @@ def _main(argv: list[str] | None) -> int:
         return serve(spec, scenario.title, args.host or DEFAULT_HOST, port,
                      ["--theme", theme or "dark", *(["--read-only"] if args.read_only else []),
                       *place_args.passed_on(args)], public_url=args.public_url, max_students=args.max_students)
+    if args.dtype is not None or args.context is not None:  # the cost view's (c) dtype and decode context
+        from qkv_tui.teach.cost import choose
+
+        choose(args.dtype or DEFAULT_DTYPE, args.context or DEFAULT_CONTEXT)
     from qkv_tui.ui.app import QKVApp  # Textual loads only when the app is really run
 
     app_class = QKVApp

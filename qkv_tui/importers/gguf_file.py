@@ -110,6 +110,7 @@ def open_gguf(path: Path, source: str) -> Model:
         name=source, num_layers=sizes.num_layers, num_heads=sizes.num_heads, context=sizes.context,
         rope=Rope(LAYOUT[arch], sizes.rope_base), tokenize=tokenize, embed=embed, layer=layer,
         note=lambda layer: said,
+        schedule=("full",) * sizes.num_layers,  # every architecture read here attends fully, rotated, in every layer
     )
 
 

@@ -30,7 +30,7 @@ from qkv_tui.display.modes import MAX_DECIMALS, MIN_DECIMALS, TRACE, Modes
 from qkv_tui.display.presenter import Presenter
 from qkv_tui.display.presenting import next_prose, presented, prose_flag
 from qkv_tui.display.side_view import key_state
-from qkv_tui.display.side_views import SIDE_VIEWS
+from qkv_tui.display.side_views import SIDE_VIEWS, side_view
 from qkv_tui.display.text import pictured
 from qkv_tui.display.view import STAGE_KEYS, PaneSpec
 from qkv_tui.teach.quiz import Question, Score, questions
@@ -399,6 +399,9 @@ class QKVApp(Session):
             return action == "take_screenshot" and not isinstance(self.focused, Input)
         if action == "take_screenshot" and isinstance(self.focused, Input):
             return False  # the quiz's answer box: s is typed
+        if action == "side" and self._option() is not None and parameters and \
+                getattr(side_view(str(parameters[0])), "key", "") == "c":
+            return False  # the open view's own c (the cache's schedules) comes first; the cost view's c waits
         if (side := self.presenter.side(self.modes)) is not None:
             state = key_state(side, action, parameters, lambda a, p: self._side_act(a, p) is not None)
             if state is not True:  # None: greyed at an end of the view; False: no effect there, not in its footer

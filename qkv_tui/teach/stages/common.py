@@ -9,15 +9,16 @@ names a stage.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from qkv_tui.core.engine import Computation, HeadResult
 from qkv_tui.core.fmt import operand
-from qkv_tui.core.scenario import Matrix
+from qkv_tui.core.scenario import Matrix, Scenario
 from qkv_tui.teach.arith import Numbers, agrees, dot_at, shown
 from qkv_tui.teach.arith import tries as _places
 from qkv_tui.teach.handcalc import round_to
@@ -137,6 +138,9 @@ class PaneStyle:
 Key = tuple[str, int | None]  # a pane: a matrix's name and its head
 NO_NAMES: Mapping[str, str] = MappingProxyType({})
 NO_STYLES: Mapping[str, PaneStyle] = MappingProxyType({})
+if TYPE_CHECKING:  # the cost view's module loads when it is first used, not with every stage
+    from qkv_tui.core.cost import Count, Phase
+CostFace = Callable[[Scenario, "Phase"], "Count"]  # a stage's operations and bytes in one phase (core/cost.py)
 
 
 class StageSpec:
@@ -147,6 +151,10 @@ class StageSpec:
     matrices: tuple[str, ...] = ()  # the matrices :meth:`matrix` answers for (those it writes, inputs it shows)
     transposed: Mapping[str, str] = NO_NAMES  # panes showing one of them transposed -> the matrix they show
     styles: Mapping[str, PaneStyle] = NO_STYLES
+    # the cost view (core/cost.py): set by :func:`counts` beside the module's SPEC; None lists the stage as not
+    # counted, with this reason, never as a silent 0
+    cost: CostFace | None = None
+    uncounted: str = "its operations and bytes are not counted yet"
 
     # --- the trace ----------------------------------------------------------------------------
 
@@ -254,6 +262,16 @@ class StageSpec:
     def worksheet_rules(self, comp: Computation) -> list[str]:
         """Its bullets among the page's rules (how to work its tables), where the scenario has the stage."""
         return []
+
+
+def counts(spec: StageSpec) -> Callable[[CostFace], CostFace]:
+    """``@counts(SPEC)`` over a stage module's cost function: the stage's face in the cost view."""
+
+    def attach(face: CostFace) -> CostFace:
+        spec.cost = face
+        return face
+
+    return attach
 
 
 # --- helpers several stages use -------------------------------------------------------------------

@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from qkv_tui.core.engine import HeadResult
 from qkv_tui.core.scenario import Matrix
-from qkv_tui.teach.stages.common import CONCAT, FormulaPart, Key, Operation, Plan, Ref, Segment, Stage, StageSpec
+from qkv_tui.teach.stages.common import CONCAT, FormulaPart, Key, Operation, Plan, Ref, Segment, Stage, StageSpec, counts
 from qkv_tui.teach.stages.context import TraceContext
 from qkv_tui.teach.stages.markdown import MarkdownPage
 from qkv_tui.teach.stages.printed import PrintedChain, Table, idx
+
+if TYPE_CHECKING:  # the cost view's module loads on its first use
+    from qkv_tui.core.cost import Count, Phase
+    from qkv_tui.core.scenario import Scenario
 
 
 class Concat(StageSpec):
@@ -71,6 +77,15 @@ class Concat(StageSpec):
 
 
 SPEC = Concat()
+
+
+@counts(SPEC)
+def _cost(sc: Scenario, ph: Phase) -> Count:
+    """A copy: the heads' outputs laid side by side."""
+    from qkv_tui.core.cost import B, Count, fig, term
+
+    row = (ph.R, ("Σd_v", sum(head.d_v for head in sc.heads)), B(ph))
+    return Count(SPEC.stage.key, SPEC.stage.name, ph.name, read=fig(term("outs", *row)), written=fig(term("concat", *row)))
 
 
 def printed_concat(chain: PrintedChain) -> Matrix:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from types import MappingProxyType
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -41,12 +42,18 @@ from qkv_tui.teach.stages.common import (
     Segment,
     Stage,
     StageSpec,
+    counts,
 )
 from qkv_tui.teach.stages.context import TraceContext
 from qkv_tui.teach.stages.grads import BackwardSpec, dot_cell, formula_cell, grads, has_backward, kept, sum_cell
 from qkv_tui.teach.stages.markdown import MarkdownPage
 from qkv_tui.teach.stages.printed import PrintedCells, PrintedChain, Table, idx
 from qkv_tui.teach.stages.score import scored, scored_names
+
+if TYPE_CHECKING:  # the cost view's module loads on its first use
+    from qkv_tui.core.cost import Count, Phase
+    from qkv_tui.core.scenario import Scenario
+
 
 BLOCKS = ("dn_decayed", "dn_kv", "dn_delta", "dn_S", "dn_o")  # the Delta stage's steps, in a token's order
 
@@ -522,6 +529,61 @@ def mask_lines(trace: TraceContext, hr: HeadResult, d: int) -> tuple[str, ...]:
 NORMALISE = Normalise()
 GATES = Gates()
 DELTA = Delta()
+
+
+@counts(NORMALISE)
+def _normalise_cost(sc: Scenario, ph: Phase) -> Count:
+    """Each query row: a root and d_k divisions by it, then d_k by √d_k; each key row: a root and d_k divisions."""
+    from qkv_tui.core.cost import B, Count, fig, shapes, term
+
+    s = shapes(sc)
+    dk = ("Σd_k", s.sum_dk)
+    h = ("h", s.h)
+    return Count(NORMALISE.stage.key, NORMALISE.stage.name, ph.name,
+                 other=fig(term("root q", ph.R, h), term("div q", ("2", 2), ph.R, dk),
+                           term("root k", ph.NEW, h), term("div k", ph.NEW, dk)),
+                 read=fig(term("Q", ph.R, dk, B(ph)), term("K", ph.NEW, dk, B(ph))),
+                 written=fig(term("q", ph.R, dk, B(ph)), term("k", ph.NEW, dk, B(ph))))
+
+
+@counts(GATES)
+def _gates_cost(sc: Scenario, ph: Phase) -> Count:
+    """Per token and head: a = X̂·W_a + dt_bias, g = −e^A_log·ln(1 + e^a) (softplus: an exponential and a log; e^A_log
+    once a head), and β = σ(X̂·W_b) (an exponential and a division) where W_b is given."""
+    from qkv_tui.core.cost import B, Count, fig, term
+
+    cfg = sc.deltanet
+    assert cfg is not None
+    two, h, d = ("2", 2), ("h", len(sc.heads)), ("d_model", int(sc.X.shape[1]))
+    x = "X" if sc.norm is None else "X̂"
+    matmul = fig(term("X·W_a", two, ph.R, d, h))
+    other = fig(term("exp", ph.R, h), term("log", ph.R, h), term("e^A_log", h))
+    read = fig(term(x, ph.R, d, B(ph)), term("W_a", d, h, B(ph)), term("dt_bias, A_log", ("2", 2), h, B(ph)))
+    if cfg.W_b is not None:
+        matmul += fig(term("X·W_b", two, ph.R, d, h))
+        other += fig(term("exp β", ph.R, h), term("div β", ph.R, h))
+        read += fig(term("W_b", d, h, B(ph)))
+    return Count(GATES.stage.key, GATES.stage.name, ph.name, matmul=matmul, other=other, read=read,
+                 written=fig(term("g, β", ("2", 2), ph.R, h, B(ph))))
+
+
+@counts(DELTA)
+def _delta_cost(sc: Scenario, ph: Phase) -> Count:
+    """Per token and head: e^g, then three d_k × d_v products: the recall Sᵀk, the write kδᵀ and the read Sᵀq. The
+    state is d_k × d_v whatever the context: at decode it is read once, and nothing grows with N."""
+    from qkv_tui.core.cost import DECODE, B, Count, fig, shapes, term
+
+    s = shapes(sc)
+    P = ("Σd_k·d_v", sum(dk * dv for dk, dv in s.heads))
+    dk, dv, h = ("Σd_k", s.sum_dk), ("Σd_v", s.sum_dv), ("h", s.h)
+    read = fig(term("q", ph.R, dk, B(ph)), term("k", ph.R, dk, B(ph)), term("v", ph.R, dv, B(ph)),
+               term("g, β", ("2", 2), ph.R, h, B(ph)))
+    if ph.name == DECODE:  # the state carried from the tokens before
+        read += fig(term("S", P, B(ph)))
+    return Count(DELTA.stage.key, DELTA.stage.name, ph.name,
+                 matmul=fig(term("Sᵀk", ("2", 2), ph.R, P), term("kδᵀ", ("2", 2), ph.R, P), term("Sᵀq", ("2", 2), ph.R, P)),
+                 other=fig(term("exp", ph.R, h)), read=read,
+                 written=fig(term("S' and S", ("2", 2), ph.R, P, B(ph)), term("kv, δ, o", ("3", 3), ph.R, dv, B(ph))))
 
 
 # --- the backward pass (docs/backward.md, "[deltanet]"): the tokens in reverse, the state's adjoint carried back ---

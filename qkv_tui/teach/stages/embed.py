@@ -2,17 +2,24 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from qkv_tui.core.fmt import fmt
 from qkv_tui.core.scenario import Matrix, Scenario
 from qkv_tui.kernels.gate import Gated
 from qkv_tui.teach.arith import elide
-from qkv_tui.teach.stages.common import INPUT, FormulaPart, Key, Operation, Plan, Ref, Segment, Stage, StageSpec
+from qkv_tui.teach.stages.common import INPUT, FormulaPart, Key, Operation, Plan, Ref, Segment, Stage, StageSpec, counts
 from qkv_tui.teach.stages.context import TraceContext
 from qkv_tui.teach.stages.grads import BackwardSpec, dot_cell, grads, has_backward
 from qkv_tui.teach.stages.markdown import MarkdownPage
 from qkv_tui.teach.stages.printed import PrintedChain, Table, idx
+
+if TYPE_CHECKING:  # the cost view's module loads on its first use
+    from qkv_tui.core.cost import Count, Phase
+    from qkv_tui.core.scenario import Scenario
+
 
 STAGE = Stage("embed", "Embed",
               "Each token becomes a row of numbers, its embedding; stacked, the rows form X (n × d_model)."
@@ -146,6 +153,15 @@ class Embed(StageSpec):
 
 
 SPEC = Embed()
+
+
+@counts(SPEC)
+def _cost(sc: Scenario, ph: Phase) -> Count:
+    """A copy: each token's row (of the embedding table, or of the residual stream) read, and written as X."""
+    from qkv_tui.core.cost import B, Count, fig, term
+
+    row = (ph.R, ("d_model", int(sc.X.shape[1])), B(ph))
+    return Count(SPEC.stage.key, SPEC.stage.name, ph.name, read=fig(term("rows", *row)), written=fig(term("X", *row)))
 
 
 class EmbedBack(BackwardSpec):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -21,6 +22,7 @@ from qkv_tui.teach.stages.common import (
     Segment,
     Stage,
     StageSpec,
+    counts,
     hround,
     paren,
     x_in,
@@ -29,6 +31,11 @@ from qkv_tui.teach.stages.context import TraceContext
 from qkv_tui.teach.stages.grads import BackwardSpec, dot_cell, formula_cell, grads, has_backward
 from qkv_tui.teach.stages.markdown import MarkdownPage
 from qkv_tui.teach.stages.printed import PrintedCells, PrintedChain, Table, exact, idx
+
+if TYPE_CHECKING:  # the cost view's module loads on its first use
+    from qkv_tui.core.cost import Count, Phase
+    from qkv_tui.core.scenario import Scenario
+
 
 WHY = ("Qiu et al. (2025) give the gate two benefits. First, a non-linearity between W_V and W_O: without it the"
        " Values and W_O are two linear maps with only the attention weights between them, together one low-rank"
@@ -159,6 +166,21 @@ class Gate(StageSpec):
 
 
 SPEC = Gate()
+
+
+@counts(SPEC)
+def _cost(sc: Scenario, ph: Phase) -> Count:
+    """g = σ(X̂·W_G) for each gated head (σ: an exponential and a division per cell), then out ⊙ g."""
+    from qkv_tui.core.cost import B, Count, fig, term
+
+    d = ("d_model", int(sc.X.shape[1]))
+    gated = sum(head.d_v for head in sc.heads if head.W_G is not None)
+    x = "X" if sc.norm is None else "X̂"
+    g = ("Σ gated d_v", gated)
+    return Count(SPEC.stage.key, SPEC.stage.name, ph.name, matmul=fig(term("X·W_G", ("2", 2), ph.R, d, g)),
+                 other=fig(term("exp", ph.R, g), term("div", ph.R, g)),
+                 read=fig(term(x, ph.R, d, B(ph)), term("W_G", d, g, B(ph)), term("out", ph.R, g, B(ph))),
+                 written=fig(term("gated", ph.R, g, B(ph))))
 
 
 def _negated(text: str) -> str:

@@ -48,6 +48,8 @@ def kept(trace: TraceContext, x: Matrix) -> Matrix:
 class BackwardSpec(StageSpec):
     """A backward stage: it runs only where the scenario has a [backward] table."""
 
+    uncounted = "the backward pass: the cost view counts inference (prefill and decode)"
+
     def runs(self, trace: TraceContext) -> bool:
         return has_backward(trace)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from types import MappingProxyType
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -36,11 +37,17 @@ from qkv_tui.teach.stages.common import (
     Segment,
     Stage,
     StageSpec,
+    counts,
 )
 from qkv_tui.teach.stages.context import TraceContext
 from qkv_tui.teach.stages.grads import BackwardSpec, dot_cell, formula_cell, grads, has_backward
 from qkv_tui.teach.stages.printed import PrintedCells, PrintedChain, Table, idx
 from qkv_tui.teach.stages.score import scored, scored_names
+
+if TYPE_CHECKING:  # the cost view's module loads on its first use
+    from qkv_tui.core.cost import Count, Phase
+    from qkv_tui.core.scenario import Scenario
+
 
 PHI_TEXT = {"elu1": "elu(x) + 1", "relu": "max(x, 0)", "identity": "x"}
 
@@ -528,6 +535,63 @@ def memory_line(n: int, d_k: int, d_v: int, normalize: bool) -> str:
 FEATURE = Feature()
 QUADRATIC = Quadratic()
 RECURRENT = Recurrent()
+
+
+@counts(FEATURE)
+def _feature_cost(sc: Scenario, ph: Phase) -> Count:
+    """φ of each query and key cell: elu + 1 takes an exponential a cell (a dense kernel evaluates it for every
+    cell, then keeps x + 1 where x > 0); relu and the identity only compare or copy."""
+    from qkv_tui.core.cost import B, Count, fig, shapes, term
+
+    s = shapes(sc)
+    q, k = (ph.R, ("Σd_k", s.sum_dk)), (ph.NEW, ("Σd_k", s.sum_dk))
+    assert sc.linear is not None
+    other = fig(term("exp q", *q), term("exp k", *k)) if sc.linear.feature == "elu1" else fig()
+    return Count(FEATURE.stage.key, FEATURE.stage.name, ph.name, other=other,
+                 read=fig(term("Q", *q, B(ph)), term("K", *k, B(ph))),
+                 written=fig(term("φ(Q)", *q, B(ph)), term("φ(K)", *k, B(ph))))
+
+
+@counts(QUADRATIC)
+def _quadratic_cost(sc: Scenario, ph: Phase) -> Count:
+    """A = φ(Q)φ(K)ᵀ, every cell (the causal zeros too), divided by its row's sum where normalised, times V."""
+    from qkv_tui.core.cost import B, Count, fig, per_heads, shapes, term
+
+    s = shapes(sc)
+    two, h = ("2", 2), ("h", s.h)
+    matmul = per_heads("A", s.h, "h", tuple(dk for dk, _ in s.heads), "d_k", two, ph.R, ph.K)
+    matmul += per_heads("AV", s.h, "h", tuple(dv for _, dv in s.heads), "d_v", two, ph.R, ph.K)
+    normalised = _normalised_sc(sc)
+    cells = (h, ph.R, ph.K)
+    written = fig(term("A", *cells, B(ph)))
+    written += fig(term("W", *cells, B(ph))) if normalised else fig()
+    return Count(QUADRATIC.stage.key, QUADRATIC.stage.name, ph.name, matmul=matmul,
+                 other=fig(term("div", *cells)) if normalised else fig(),
+                 read=fig(term("φ(Q)", ph.R, ("Σd_k", s.sum_dk), B(ph)), term("φ(K)", ph.K, ("Σd_k", s.sum_dk), B(ph)),
+                          term("V", ph.K, ("Σd_v", s.sum_dv), B(ph))),
+                 written=written + fig(term("out", ph.R, ("Σd_v", s.sum_dv), B(ph))))
+
+
+@counts(RECURRENT)
+def _recurrent_cost(sc: Scenario, ph: Phase) -> Count:
+    """Per token and head S += φ(k)vᵀ (2·d_k·d_v) and o = φ(q)ᵀS (2·d_k·d_v), with φ(q)ᵀz (2·d_k) and a division
+    per output cell where normalised. Nothing grows with the context: at decode it reads the d_k × d_v state."""
+    from qkv_tui.core.cost import DECODE, B, Count, fig, shapes, term
+
+    s = shapes(sc)
+    two = ("2", 2)
+    kv = ("Σd_k·d_v", sum(dk * dv for dk, dv in s.heads))
+    dk, dv = ("Σd_k", s.sum_dk), ("Σd_v", s.sum_dv)
+    normalised = _normalised_sc(sc)
+    matmul = fig(term("S += φ(k)vᵀ", two, ph.R, kv), term("φ(q)ᵀS", two, ph.R, kv))
+    matmul += fig(term("φ(q)ᵀz", two, ph.R, dk)) if normalised else fig()
+    read = fig(term("φ(Q)", ph.R, dk, B(ph)), term("φ(K)", ph.R, dk, B(ph)), term("V", ph.R, dv, B(ph)))
+    if ph.name == DECODE:  # the state carried from the tokens before
+        read += fig(term("S", kv, B(ph))) + (fig(term("z", dk, B(ph))) if normalised else fig())
+    written = fig(term("S", ph.R, kv, B(ph))) + (fig(term("z", ph.R, dk, B(ph))) if normalised else fig())
+    return Count(RECURRENT.stage.key, RECURRENT.stage.name, ph.name, matmul=matmul,
+                 other=fig(term("div", ph.R, dv)) if normalised else fig(), read=read,
+                 written=written + fig(term("o", ph.R, dv, B(ph))))
 
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from functools import lru_cache, partial
+from typing import TYPE_CHECKING
 
 from qkv_tui.core.scenario import Matrix
 from qkv_tui.kernels.attention import project
@@ -18,11 +19,17 @@ from qkv_tui.teach.stages.common import (
     Segment,
     Stage,
     StageSpec,
+    counts,
 )
 from qkv_tui.teach.stages.context import TraceContext
 from qkv_tui.teach.stages.grads import BackwardSpec, dot_cell, grads, has_backward
 from qkv_tui.teach.stages.printed import PrintedCells, PrintedChain, Table, idx
 from qkv_tui.teach.stages.replaced import softmax_runs
+
+if TYPE_CHECKING:  # the cost view's module loads on its first use
+    from qkv_tui.core.cost import Count, Phase
+    from qkv_tui.core.scenario import Scenario
+
 
 VECTOR_WIDTH = 8  # the Mix stage's vector form is shown for Value rows up to this wide
 
@@ -100,6 +107,18 @@ class Mix(StageSpec):
 
 
 SPEC = Mix()
+
+
+@counts(SPEC)
+def _cost(sc: Scenario, ph: Phase) -> Count:
+    """weights·V for every head; each K/V head's V read once."""
+    from qkv_tui.core.cost import B, Count, fig, per_heads, shapes, term
+
+    s = shapes(sc)
+    return Count(SPEC.stage.key, SPEC.stage.name, ph.name,
+                 matmul=per_heads("AV", s.h, "h", tuple(dv for _, dv in s.heads), "d_v", ("2", 2), ph.R, ph.K),
+                 read=fig(term("weights", ("h", s.h), ph.R, ph.K, B(ph)), term("V", ph.K, ("Σ_kv d_v", s.kv_dv), B(ph))),
+                 written=fig(term("out", ph.R, ("Σd_v", s.sum_dv), B(ph))))
 
 
 def _row_places(trace: TraceContext, head: int, row: int, decimals: int) -> int:

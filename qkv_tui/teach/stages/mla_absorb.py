@@ -4,15 +4,21 @@ mixing c_KV first. Each score and output cell is shown beside the expanded one i
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from qkv_tui.core.scenario import Matrix
 from qkv_tui.teach.arith import dot_line
 from qkv_tui.teach.stages import mla_parts as parts
 from qkv_tui.teach.stages import mla_sheet
-from qkv_tui.teach.stages.common import Key, Operation, Plan, Ref, Segment, Stage, StageSpec
+from qkv_tui.teach.stages.common import Key, Operation, Plan, Ref, Segment, Stage, StageSpec, counts
 from qkv_tui.teach.stages.context import TraceContext
 from qkv_tui.teach.stages.printed import PrintedCells, PrintedChain, Table
+
+if TYPE_CHECKING:  # the cost view's module loads on its first use
+    from qkv_tui.core.cost import Count, Phase
+    from qkv_tui.core.scenario import Scenario
 
 
 class Absorb(StageSpec):
@@ -109,6 +115,27 @@ class Absorb(StageSpec):
 
 
 SPEC = Absorb()
+
+
+@counts(SPEC)
+def _cost(sc: Scenario, ph: Phase) -> Count:
+    """The absorbed form of every head: q_L = q_C·W_UKᵀ, the scores against [c_KV | k_R], the weights mixing c_KV,
+    then ·W_UV. It reads the latent cache itself, so at decode nothing grows with N but the scores and the mix."""
+    from qkv_tui.core.cost import B, Count, fig, term
+
+    mla = sc.mla
+    assert mla is not None
+    two, h, c = ("2", 2), ("h", mla.num_heads), ("d_c", mla.d_c)
+    nope, r, v = ("d_nope", mla.d_nope), ("d_rope", mla.d_rope), ("d_v", mla.d_v)
+    cr = ("d_c + d_rope", mla.d_c + mla.d_rope)
+    return Count(SPEC.stage.key, SPEC.stage.name, ph.name,
+                 matmul=fig(term("q_L", two, ph.R, nope, c, h), term("scores_L", two, ph.R, ph.K, cr, h),
+                            term("mix_L", two, ph.R, ph.K, c, h), term("out_L", two, ph.R, c, v, h)),
+                 read=fig(term("q_C", ph.R, nope, h, B(ph)), term("W_UK", c, nope, h, B(ph)),
+                          term("q_R", ph.R, r, h, B(ph)), term("c_KV", ph.K, c, B(ph)), term("k_R", ph.K, r, B(ph)),
+                          term("weights", h, ph.R, ph.K, B(ph)), term("W_UV", c, v, h, B(ph))),
+                 written=fig(term("q_L", ph.R, c, h, B(ph)), term("scores_L", h, ph.R, ph.K, B(ph)),
+                             term("mix_L", ph.R, c, h, B(ph)), term("out_L", ph.R, v, h, B(ph))))
 
 
 def _same(kind: str, name: str, expanded: str, absorbed: str, how: str) -> str:

@@ -3,16 +3,23 @@ key's projection k_R = X·W_KR, and the query's latent c_Q = X·W_DQ where the q
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from qkv_tui.core.scenario import Matrix
 from qkv_tui.teach.stages import mla_grads, mla_sheet
 from qkv_tui.teach.stages import mla_parts as parts
-from qkv_tui.teach.stages.common import Key, Operation, Plan, Ref, Segment, Stage, StageSpec, x_in
+from qkv_tui.teach.stages.common import Key, Operation, Plan, Ref, Segment, Stage, StageSpec, counts, x_in
 from qkv_tui.teach.stages.context import TraceContext
 from qkv_tui.teach.stages.grads import BackwardSpec, dot_cell
 from qkv_tui.teach.stages.norm import RowStats, cell_lines
 from qkv_tui.teach.stages.printed import PrintedCells, PrintedChain, Table
+
+if TYPE_CHECKING:  # the cost view's module loads on its first use
+    from qkv_tui.core.cost import Count, Phase
+    from qkv_tui.core.scenario import Scenario
+
 
 WEIGHT_OF = {"c_KV_raw": "W_DKV", "k_R_raw": "W_KR", "c_Q_raw": "W_DQ"}
 NORMED = {"c_KV": ("c_KV_raw", "gamma_kv", "γ_kv"), "c_Q": ("c_Q_raw", "gamma_q", "γ_q")}
@@ -121,6 +128,35 @@ class Compress(StageSpec):
 
 
 SPEC = Compress()
+
+
+@counts(SPEC)
+def _cost(sc: Scenario, ph: Phase) -> Count:
+    """The latent c_KV and the rotary key k_R of the new key rows, the query latent c_Q of the query rows; a latent
+    RMS-normalised costs a root and d + 1 divisions a row."""
+    from qkv_tui.core.cost import B, Count, fig, term
+
+    mla = sc.mla
+    assert mla is not None
+    two, d = ("2", 2), ("d_model", int(sc.X.shape[1]))
+    x = "X" if sc.norm is None else "X̂"
+    c, r = ("d_c", mla.d_c), ("d_rope", mla.d_rope)
+    matmul = fig(term("c_KV", two, ph.NEW, d, c), term("k_R", two, ph.NEW, d, r))
+    other = fig(term("root", ph.NEW), term("div", ph.NEW, ("d_c + 1", mla.d_c + 1))) if mla.kv_norm else fig()
+    read = fig(term(x, ph.R, d, B(ph)), term("W_DKV", d, c, B(ph)), term("W_KR", d, r, B(ph)))
+    read += fig(term("γ_kv", c, B(ph))) if mla.kv_norm else fig()
+    written = fig(term("c_KV", ph.NEW, c, B(ph)), term("k_R", ph.NEW, r, B(ph)))
+    written += fig(term("c_KV normed", ph.NEW, c, B(ph))) if mla.kv_norm else fig()
+    if mla.d_cq is not None:
+        q = ("d_cq", mla.d_cq)
+        matmul += fig(term("c_Q", two, ph.R, d, q))
+        read += fig(term("W_DQ", d, q, B(ph)))
+        written += fig(term("c_Q", ph.R, q, B(ph)))
+        if mla.q_norm:
+            other += fig(term("root q", ph.R), term("div q", ph.R, ("d_cq + 1", mla.d_cq + 1)))
+            read += fig(term("γ_q", q, B(ph)))
+            written += fig(term("c_Q normed", ph.R, q, B(ph)))
+    return Count(SPEC.stage.key, SPEC.stage.name, ph.name, matmul=matmul, other=other, read=read, written=written)
 
 
 class CompressBack(BackwardSpec):

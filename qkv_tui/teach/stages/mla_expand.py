@@ -3,13 +3,19 @@ its queries q_C (and the rotary q_R, before it turns) from X·W_Q, or from the q
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from qkv_tui.core.scenario import Matrix
 from qkv_tui.teach.stages import mla_grads, mla_sheet
 from qkv_tui.teach.stages import mla_parts as parts
-from qkv_tui.teach.stages.common import K_SLOT, Q_SLOT, V_SLOT, Key, Operation, Plan, Ref, Segment, Stage, StageSpec, x_in
+from qkv_tui.teach.stages.common import K_SLOT, Q_SLOT, V_SLOT, Key, Operation, Plan, Ref, Segment, Stage, StageSpec, counts, x_in
 from qkv_tui.teach.stages.context import TraceContext
 from qkv_tui.teach.stages.grads import BackwardSpec, dot_cell
 from qkv_tui.teach.stages.printed import PrintedCells, PrintedChain, Table
+
+if TYPE_CHECKING:  # the cost view's module loads on its first use
+    from qkv_tui.core.cost import Count, Phase
+    from qkv_tui.core.scenario import Scenario
 
 
 class Expand(StageSpec):
@@ -86,6 +92,27 @@ class Expand(StageSpec):
 
 
 SPEC = Expand()
+
+
+@counts(SPEC)
+def _cost(sc: Scenario, ph: Phase) -> Count:
+    """Each head's q_C and q_R from X̂·W_Q (or c_Q·W_UQ), and its k_C and v_C from the latent of every key: at decode
+    the cache holds only latents, so the expanded form expands all N of them again (the Absorb stage does not)."""
+    from qkv_tui.core.cost import B, Count, fig, term
+
+    mla = sc.mla
+    assert mla is not None
+    two, h, c = ("2", 2), ("h", mla.num_heads), ("d_c", mla.d_c)
+    src = ("d_cq", mla.d_cq) if mla.d_cq is not None else ("d_model", int(sc.X.shape[1]))
+    src_name, w_q = ("c_Q", "W_UQ") if mla.d_cq is not None else ("X" if sc.norm is None else "X̂", "W_Q")
+    qk, nope, v = ("d_nope + d_rope", mla.d_nope + mla.d_rope), ("d_nope", mla.d_nope), ("d_v", mla.d_v)
+    return Count(SPEC.stage.key, SPEC.stage.name, ph.name,
+                 matmul=fig(term("q", two, ph.R, src, qk, h), term("k_C", two, ph.K, c, nope, h),
+                            term("v_C", two, ph.K, c, v, h)),
+                 read=fig(term(src_name, ph.R, src, B(ph)), term(w_q, src, qk, h, B(ph)), term("c_KV", ph.K, c, B(ph)),
+                          term("W_UK", c, nope, h, B(ph)), term("W_UV", c, v, h, B(ph))),
+                 written=fig(term("q", ph.R, qk, h, B(ph)), term("k_C", ph.K, nope, h, B(ph)),
+                             term("v_C", ph.K, v, h, B(ph))))
 
 
 class ExpandBack(BackwardSpec):

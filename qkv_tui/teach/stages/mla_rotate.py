@@ -4,6 +4,7 @@ head's rotary query q_R; the other dimensions (q_C, k_C) never turn."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -11,10 +12,14 @@ from qkv_tui.core.engine import turn_of
 from qkv_tui.core.scenario import Matrix
 from qkv_tui.teach.stages import mla_grads, mla_sheet
 from qkv_tui.teach.stages import mla_parts as parts
-from qkv_tui.teach.stages.common import K_SLOT, Q_SLOT, Key, Operation, Plan, Ref, Segment, Stage, StageSpec, x_in
+from qkv_tui.teach.stages.common import K_SLOT, Q_SLOT, Key, Operation, Plan, Ref, Segment, Stage, StageSpec, counts, x_in
 from qkv_tui.teach.stages.context import TraceContext
 from qkv_tui.teach.stages.grads import BackwardSpec, formula_cell, sum_cell
 from qkv_tui.teach.stages.printed import PrintedCells, PrintedChain, Table
+
+if TYPE_CHECKING:  # the cost view's module loads on its first use
+    from qkv_tui.core.cost import Count, Phase
+    from qkv_tui.core.scenario import Scenario
 
 
 class MlaRotate(StageSpec):
@@ -78,6 +83,19 @@ class MlaRotate(StageSpec):
 
 
 SPEC = MlaRotate()
+
+
+@counts(SPEC)
+def _cost(sc: Scenario, ph: Phase) -> Count:
+    """Multiplies and adds only: the shared k_R of the new key rows turned once, each head's q_R."""
+    from qkv_tui.core.cost import B, Count, fig, term
+
+    mla = sc.mla
+    assert mla is not None
+    r, h = ("d_rope", mla.d_rope), ("h", mla.num_heads)
+    return Count(SPEC.stage.key, SPEC.stage.name, ph.name,
+                 read=fig(term("k_R", ph.NEW, r, B(ph)), term("q_R", ph.R, r, h, B(ph))),
+                 written=fig(term("k_R'", ph.NEW, r, B(ph)), term("q_R'", ph.R, r, h, B(ph))))
 
 
 def _turn_back(trace: TraceContext, index: int, seg: Segment, row: int, col: int, d: int, grad: Matrix,

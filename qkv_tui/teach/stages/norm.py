@@ -6,6 +6,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from decimal import Decimal, localcontext
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -26,6 +27,7 @@ from qkv_tui.teach.stages.common import (
     Segment,
     Stage,
     StageSpec,
+    counts,
     hround,
     paren,
 )
@@ -33,6 +35,11 @@ from qkv_tui.teach.stages.context import TraceContext
 from qkv_tui.teach.stages.grads import BackwardSpec, dot_cell, formula_cell, grads, has_backward, kept, sum_cell
 from qkv_tui.teach.stages.markdown import MarkdownPage
 from qkv_tui.teach.stages.printed import PrintedCells, PrintedChain, Table, idx
+
+if TYPE_CHECKING:  # the cost view's module loads on its first use
+    from qkv_tui.core.cost import Count, Phase
+    from qkv_tui.core.scenario import Scenario
+
 
 NORM_MEANING = (
     "Normalise each token's row of X before attention (pre-norm, as LLaMA, Mistral and Qwen do)."
@@ -121,6 +128,22 @@ class Norm(StageSpec):
 
 
 SPEC = Norm()
+
+
+@counts(SPEC)
+def _cost(sc: Scenario, ph: Phase) -> Count:
+    """Per row one root, and d_model + 1 divisions (the mean and each cell; LayerNorm's variance one more)."""
+    from qkv_tui.core.cost import B, Count, fig, term
+
+    norm = sc.norm
+    assert norm is not None
+    d = int(sc.X.shape[1])
+    means = 1 if norm.kind == "rms" else 2
+    gains = [term("γ", ("d_model", d), B(ph))] + ([term("β", ("d_model", d), B(ph))] if norm.beta is not None else [])
+    return Count(SPEC.stage.key, SPEC.stage.name, ph.name,
+                 other=fig(term("root", ph.R), term("div", ph.R, (f"d_model + {means}", d + means))),
+                 read=fig(term("X", ph.R, ("d_model", d), B(ph)), *gains),
+                 written=fig(term("X̂", ph.R, ("d_model", d), B(ph))))
 
 
 def eps_text(eps: float) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from types import MappingProxyType
+from typing import TYPE_CHECKING
 
 from qkv_tui.core.engine import Computation
 from qkv_tui.core.fmt import is_integral
@@ -21,6 +22,7 @@ from qkv_tui.teach.stages.common import (
     Segment,
     Stage,
     StageSpec,
+    counts,
     dot_bias_line,
     kv_shared,
     x_in,
@@ -29,6 +31,11 @@ from qkv_tui.teach.stages.context import TraceContext
 from qkv_tui.teach.stages.grads import BackwardSpec, dot_cell, grads, has_backward, sum_cell
 from qkv_tui.teach.stages.markdown import MarkdownPage
 from qkv_tui.teach.stages.printed import PrintedCells, PrintedChain, Table, idx
+
+if TYPE_CHECKING:  # the cost view's module loads on its first use
+    from qkv_tui.core.cost import Count, Phase
+    from qkv_tui.core.scenario import Scenario
+
 
 WIDE = ("W_Q_wide", "W_K_wide", "W_V_wide")  # split scenarios: every head's slice side by side
 WEIGHTS = ("W_Q", "W_K", "W_V")
@@ -247,6 +254,33 @@ class Project(StageSpec):
 
 
 SPEC = Project()
+
+
+@counts(SPEC)
+def _cost(sc: Scenario, ph: Phase) -> Count:
+    """Q for every query head; K and V once per K/V head, for the key rows projected in this phase."""
+    from qkv_tui.core.cost import B, Count, fig, per_heads, shapes, term
+
+    s = shapes(sc)
+    x = "X" if sc.norm is None else "X̂"
+    dks, kv_dk, kv_dv = tuple(dk for dk, _ in s.heads), tuple(dk for dk, _ in s.kv), tuple(dv for _, dv in s.kv)
+    two, d, din = ("2", 2), ("d_model", s.d_model), ("d_in", s.d_in)
+    matmul = per_heads("Q", s.h, "h", dks, "d_k", two, ph.R, d)
+    read = fig(term(x, ph.R, d, B(ph)), term("W_Q", d, ("Σd_k", s.sum_dk), B(ph)))
+    written = fig(term("Q", ph.R, ("Σd_k", s.sum_dk), B(ph)))
+    if ph.new:
+        matmul += per_heads("K", len(s.kv), "h_kv", kv_dk, "d_k", two, ph.NEW, din)
+        matmul += per_heads("V", len(s.kv), "h_kv", kv_dv, "d_v", two, ph.NEW, din)
+        if sc.is_cross:
+            read += fig(term("context X", ph.NEW, din, B(ph)))
+        read += fig(term("W_K", din, ("Σ_kv d_k", s.kv_dk), B(ph)), term("W_V", din, ("Σ_kv d_v", s.kv_dv), B(ph)))
+        written += fig(term("K", ph.NEW, ("Σ_kv d_k", s.kv_dk), B(ph)), term("V", ph.NEW, ("Σ_kv d_v", s.kv_dv), B(ph)))
+    biases = [term("b_Q", ("Σd_k", s.sum_dk), B(ph))] if any(h.b_Q is not None for h in sc.heads) else []
+    if ph.new and any(h.b_K is not None for h in sc.heads):
+        biases.append(term("b_K", ("Σ_kv d_k", s.kv_dk), B(ph)))
+    if ph.new and any(h.b_V is not None for h in sc.heads):
+        biases.append(term("b_V", ("Σ_kv d_v", s.kv_dv), B(ph)))
+    return Count(SPEC.stage.key, SPEC.stage.name, ph.name, matmul=matmul, read=read + fig(*biases), written=written)
 
 
 def raw_projections(chain: PrintedChain) -> tuple[list[Matrix], dict[int, Matrix], dict[int, Matrix]]:

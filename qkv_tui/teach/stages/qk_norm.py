@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from types import MappingProxyType
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -20,6 +21,7 @@ from qkv_tui.teach.stages.common import (
     Segment,
     Stage,
     StageSpec,
+    counts,
     kv_shared,
 )
 from qkv_tui.teach.stages.context import TraceContext
@@ -27,6 +29,11 @@ from qkv_tui.teach.stages.grads import BackwardSpec, dot_cell, grads, has_backwa
 from qkv_tui.teach.stages.markdown import MarkdownPage
 from qkv_tui.teach.stages.norm import RowStats, back_cell, back_stat_cell, cell_lines, eps_text
 from qkv_tui.teach.stages.printed import PrintedCells, PrintedChain, Table, idx
+
+if TYPE_CHECKING:  # the cost view's module loads on its first use
+    from qkv_tui.core.cost import Count, Phase
+    from qkv_tui.core.scenario import Scenario
+
 
 QK_NORM_MEANING = (
     "RMSNorm on every query and key vector, after the projection and before RoPE: each cell is divided by its"
@@ -180,6 +187,29 @@ class QKNormStage(StageSpec):
 
 
 SPEC = QKNormStage()
+
+
+@counts(SPEC)
+def _cost(sc: Scenario, ph: Phase) -> Count:
+    """One root per vector normalised (each head's, or each token's whole row with over = "all") and a division
+    per cell plus the mean's."""
+    from qkv_tui.core.cost import B, Count, fig, shapes, term
+
+    qn = sc.qk_norm
+    assert qn is not None
+    s = shapes(sc)
+    if qn.over == "head":
+        dk = s.heads[0][0]
+        q_vec, k_vec = (ph.R, ("h", s.h)), (ph.NEW, ("h_kv", len(s.kv)))
+        other = fig(term("root Q", *q_vec), term("div Q", *q_vec, ("d_k + 1", dk + 1)),
+                    term("root K", *k_vec), term("div K", *k_vec, ("d_k + 1", dk + 1)))
+    else:
+        other = fig(term("root Q", ph.R), term("div Q", ph.R, ("Σd_k + 1", s.sum_dk + 1)),
+                    term("root K", ph.NEW), term("div K", ph.NEW, ("Σ_kv d_k + 1", s.kv_dk + 1)))
+    q, k = (ph.R, ("Σd_k", s.sum_dk), B(ph)), (ph.NEW, ("Σ_kv d_k", s.kv_dk), B(ph))
+    gains = (term("γ_q", ("len γ_q", int(qn.gamma_q.size)), B(ph)), term("γ_k", ("len γ_k", int(qn.gamma_k.size)), B(ph)))
+    return Count(SPEC.stage.key, SPEC.stage.name, ph.name, other=other,
+                 read=fig(term("Q", *q), term("K", *k), *gains), written=fig(term("Q̂", *q), term("K̂", *k)))
 
 
 def qk_norm_lines(trace: TraceContext, h: int, role: str, row: int, col: int, d: int) -> tuple[float, str, tuple[str, ...]]:

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from types import MappingProxyType
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -29,6 +30,7 @@ from qkv_tui.teach.stages.common import (
     Segment,
     Stage,
     StageSpec,
+    counts,
     hround,
     kv_shared,
     paren,
@@ -38,6 +40,11 @@ from qkv_tui.teach.stages.grads import BackwardSpec, formula_cell, grads, has_ba
 from qkv_tui.teach.stages.markdown import MarkdownPage
 from qkv_tui.teach.stages.printed import PrintedCells, PrintedChain, Table, idx
 from qkv_tui.teach.stages.project import raw_projections
+
+if TYPE_CHECKING:  # the cost view's module loads on its first use
+    from qkv_tui.core.cost import Count, Phase
+    from qkv_tui.core.scenario import Scenario
+
 
 MAX_GUARD = 8  # more decimals than the page's that the cos/sin table may get; float64 has no more to give
 
@@ -197,6 +204,18 @@ class Rotate(StageSpec):
 
 
 SPEC = Rotate()
+
+
+@counts(SPEC)
+def _cost(sc: Scenario, ph: Phase) -> Count:
+    """Multiplies and adds only (no product of matrices, nothing counted apart): the bytes of Q and K in and out.
+    The cos and sin of each position are taken as computed on the fly."""
+    from qkv_tui.core.cost import B, Count, fig, shapes, term
+
+    s = shapes(sc)
+    q, k = (ph.R, ("Σd_k", s.sum_dk), B(ph)), (ph.NEW, ("Σ_kv d_k", s.kv_dk), B(ph))
+    return Count(SPEC.stage.key, SPEC.stage.name, ph.name, read=fig(term("Q", *q), term("K", *k)),
+                 written=fig(term("Q'", *q), term("K'", *k)))
 
 
 def turned_from(where: Computation | Scenario, role: str) -> tuple[str, str]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from types import MappingProxyType
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -28,12 +29,17 @@ from qkv_tui.teach.stages.common import (
     Segment,
     Stage,
     StageSpec,
+    counts,
 )
 from qkv_tui.teach.stages.context import TraceContext
 from qkv_tui.teach.stages.grads import BackwardSpec, formula_cell, grads, has_backward
 from qkv_tui.teach.stages.markdown import MarkdownPage
 from qkv_tui.teach.stages.printed import PrintedCells, PrintedChain, Table, exact
 from qkv_tui.teach.stages.replaced import softmax_runs
+
+if TYPE_CHECKING:  # the cost view's module loads on its first use
+    from qkv_tui.core.cost import Count, Phase
+    from qkv_tui.core.scenario import Scenario
 
 
 class Scale(StageSpec):
@@ -244,6 +250,21 @@ class Scale(StageSpec):
 
 
 SPEC = Scale()
+
+
+@counts(SPEC)
+def _cost(sc: Scenario, ph: Phase) -> Count:
+    """A division per score; a soft-capped head's cell also a tanh and its two divisions by c (ALiBi and the
+    mask are additions, the mask worked from positions)."""
+    from qkv_tui.core.cost import B, Count, fig, term
+
+    h, capped = len(sc.heads), sum(1 for head in sc.heads if head.softcap is not None)
+    cells = (ph.R, ph.K)
+    other = fig(term("div", ("h", h), *cells))
+    if capped:
+        other += fig(term("tanh", ("capped heads", capped), *cells), term("div by c", ("capped heads", capped), *cells))
+    return Count(SPEC.stage.key, SPEC.stage.name, ph.name, other=other,
+                 read=fig(term("scores", ("h", h), *cells, B(ph))), written=fig(term("scaled", ("h", h), *cells, B(ph))))
 
 
 def _mask_reason(trace: TraceContext, row: int, col: int) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from types import MappingProxyType
+from typing import TYPE_CHECKING
 
 from qkv_tui.core.fmt import is_integral
 from qkv_tui.core.scenario import Matrix
@@ -22,11 +23,16 @@ from qkv_tui.teach.stages.common import (
     Segment,
     Stage,
     StageSpec,
+    counts,
 )
 from qkv_tui.teach.stages.context import TraceContext
 from qkv_tui.teach.stages.grads import BackwardSpec, dot_cell, grads, has_backward, query_key_plans
 from qkv_tui.teach.stages.printed import PrintedCells, PrintedChain, Table
 from qkv_tui.teach.stages.replaced import softmax_runs
+
+if TYPE_CHECKING:  # the cost view's module loads on its first use
+    from qkv_tui.core.cost import Count, Phase
+    from qkv_tui.core.scenario import Scenario
 
 
 class Score(StageSpec):
@@ -119,6 +125,18 @@ class Score(StageSpec):
 
 
 SPEC = Score()
+
+
+@counts(SPEC)
+def _cost(sc: Scenario, ph: Phase) -> Count:
+    """Q·Kᵀ for every head, every cell (masked ones too); each K/V head's K read once."""
+    from qkv_tui.core.cost import B, Count, fig, per_heads, shapes, term
+
+    s = shapes(sc)
+    return Count(SPEC.stage.key, SPEC.stage.name, ph.name,
+                 matmul=per_heads("QKᵀ", s.h, "h", tuple(dk for dk, _ in s.heads), "d_k", ("2", 2), ph.R, ph.K),
+                 read=fig(term("Q", ph.R, ("Σd_k", s.sum_dk), B(ph)), term("K", ph.K, ("Σ_kv d_k", s.kv_dk), B(ph))),
+                 written=fig(term("scores", ("h", s.h), ph.R, ph.K, B(ph))))
 
 
 def scored_names(rope: bool, qk_norm: bool) -> tuple[str, str, str, str]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from functools import lru_cache, partial
 from types import MappingProxyType
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -26,6 +27,7 @@ from qkv_tui.teach.stages.common import (
     Segment,
     Stage,
     StageSpec,
+    counts,
     paren,
 )
 from qkv_tui.teach.stages.context import TraceContext
@@ -34,6 +36,11 @@ from qkv_tui.teach.stages.markdown import MarkdownPage
 from qkv_tui.teach.stages.printed import PrintedCells, PrintedChain, Table, exact
 from qkv_tui.teach.stages.replaced import softmax_runs
 from qkv_tui.teach.stages.soft_cap import logits_name
+
+if TYPE_CHECKING:  # the cost view's module loads on its first use
+    from qkv_tui.core.cost import Count, Phase
+    from qkv_tui.core.scenario import Scenario
+
 
 SAME_WEIGHT = "same weight:"  # the seed's way to one weight, after the row's list of e^s
 MAX_LISTED = 8  # a "which key?" question lists its keys with their numbers up to this many
@@ -231,6 +238,18 @@ class Softmax(StageSpec):
 
 
 SPEC = Softmax()
+
+
+@counts(SPEC)
+def _cost(sc: Scenario, ph: Phase) -> Count:
+    """An exponential and a division per cell (a sink's column adds an exponential per row)."""
+    from qkv_tui.core.cost import B, Count, fig, term
+
+    h, sinks = len(sc.heads), sum(1 for head in sc.heads if head.sink is not None)
+    cells = (("h", h), ph.R, ph.K)
+    other = fig(term("exp", *cells)) + (fig(term("exp sink", ("sink heads", sinks), ph.R)) if sinks else fig())
+    return Count(SPEC.stage.key, SPEC.stage.name, ph.name, other=other + fig(term("div", *cells)),
+                 read=fig(term("scaled", *cells, B(ph))), written=fig(term("weights", *cells, B(ph))))
 
 
 def softmax_row(trace: TraceContext, head: int, row: int, decimals: int) -> SoftmaxRow:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from qkv_tui.core.scenario import Matrix
 from qkv_tui.teach.arith import dot_line
 from qkv_tui.teach.stages.common import (
@@ -14,6 +16,7 @@ from qkv_tui.teach.stages.common import (
     Segment,
     Stage,
     StageSpec,
+    counts,
     dot_bias_line,
 )
 from qkv_tui.teach.stages.concat import printed_concat
@@ -21,6 +24,10 @@ from qkv_tui.teach.stages.context import TraceContext
 from qkv_tui.teach.stages.grads import BackwardSpec, dot_cell, grads, has_backward, sum_cell
 from qkv_tui.teach.stages.markdown import MarkdownPage
 from qkv_tui.teach.stages.printed import PrintedCells, PrintedChain, Table, idx
+
+if TYPE_CHECKING:  # the cost view's module loads on its first use
+    from qkv_tui.core.cost import Count, Phase
+    from qkv_tui.core.scenario import Scenario
 
 
 class WO(StageSpec):
@@ -102,6 +109,19 @@ class WO(StageSpec):
 
 
 SPEC = WO()
+
+
+@counts(SPEC)
+def _cost(sc: Scenario, ph: Phase) -> Count:
+    """concat·W_O: the heads mixed into the model's width."""
+    from qkv_tui.core.cost import B, Count, fig, term
+
+    assert sc.W_O is not None
+    dv, dout = ("Σd_v", int(sc.W_O.shape[0])), ("d_out", int(sc.W_O.shape[1]))
+    bias = fig(term("b_O", dout, B(ph))) if sc.b_O is not None else fig()
+    return Count(SPEC.stage.key, SPEC.stage.name, ph.name, matmul=fig(term("·W_O", ("2", 2), ph.R, dv, dout)),
+                 read=fig(term("concat", ph.R, dv, B(ph)), term("W_O", dv, dout, B(ph))) + bias,
+                 written=fig(term("final", ph.R, dout, B(ph))))
 
 
 class WOBack(BackwardSpec):
