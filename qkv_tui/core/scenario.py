@@ -127,6 +127,7 @@ class Scenario:
     deltanet: DeltaNet | None = None  # [deltanet]: the gated delta rule in place of every head's softmax
     mla: Mla | None = None  # [mla]: DeepSeek's latent attention; ``heads`` then hold its per-head shapes
     backward: Backward | None = None  # [backward]: a loss (or dO) and the training steps on it
+    value_scale: float | None = None  # [value_scale]: every head's V multiplied by it (MiMo-V2-Flash)
     # tokens a [model]'s tokenizer gave for its text, not labels the file wrote: a repeat is the sentence's own
     tokenized: bool = False
 
