@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from types import MappingProxyType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol, cast
 
-from qkv_tui.core.engine import Computation
-from qkv_tui.core.fmt import is_integral
+from qkv_tui.core.engine import Computation, HeadResult
+from qkv_tui.core.fmt import is_integral, operand
 from qkv_tui.core.scenario import Matrix
 from qkv_tui.kernels.attention import project
 from qkv_tui.kernels.policy import EXACT
-from qkv_tui.teach.arith import dot_line
+from qkv_tui.teach.arith import agrees, dot_line, shown, tries
 from qkv_tui.teach.stages.common import (
     K_SLOT,
     Q_SLOT,
@@ -101,12 +101,23 @@ class Project(StageSpec):
         # split heads: name the column of the wide matrix the screen shows, h2:0 for head 2's column 0
         wide = trace.is_wide(weight_name)
         wcol = trace.slice_label(weight_name, trace.wide_offset(weight_name, h) + col) if wide else str(col)
+        scaled = _value_factor(head) if seg.target == "V" else None
+        projected = result if scaled is None else None
+        if scaled is not None:  # a value scale: the projection's cell, then V = that·factor
+            u, factor = float(scaled.V_projected[row, col]), float(scaled.V_factor)
+            projected, factor_text = _factor_texts(u, factor, result, d, src_int and w_int)
+        assert projected is not None
         if bias is None:
-            work = dot_line(source[row], W[:, col], src_int, w_int, result, d, trace.hand)
-            text = f"{seg.target}[{label},{col}] = {xs}[{label}]·{weight_name}[:,{wcol}] = {work}"
+            work = dot_line(source[row], W[:, col], src_int, w_int, projected, d, trace.hand)
+            formula = f"{xs}[{label}]·{weight_name}[:,{wcol}]"
         else:
-            work = dot_bias_line(source[row], W[:, col], float(bias[col]), src_int, w_int, result, d, trace.hand)
-            text = f"{seg.target}[{label},{col}] = {xs}[{label}]·{weight_name}[:,{wcol}] + b_{seg.target}[{col}] = {work}"
+            work = dot_bias_line(source[row], W[:, col], float(bias[col]), src_int, w_int, projected, d, trace.hand)
+            formula = f"{xs}[{label}]·{weight_name}[:,{wcol}] + b_{seg.target}[{col}]"
+        if scaled is not None:
+            sides = [f"({side})·{factor_text}" for side in work.split(" = ")[:-1]]
+            work = " = ".join([*sides, f"{projected}·{factor_text}", result])
+            formula = f"({formula})·{factor_text}"
+        text = f"{seg.target}[{label},{col}] = {formula} = {work}"
         operands = (Ref(src_name, None, row, None), Ref(weight_name, h, None, col))
         details: tuple[str, ...] = ()
         if seg.target == "K" and row == col == 0 and sc.num_kv_heads is not None:  # said once per K/V head
@@ -158,6 +169,9 @@ class Project(StageSpec):
             return f"Q = {shown_x}·W_Q{plus('Q')}"
         if name == "KT":
             return f"Kᵀ{shared}"
+        scaled = _value_factor(hr) if name == "V" and hr is not None else None
+        if scaled is not None:
+            return f"V = ({src}·W_V{plus(name)})·{scaled.V_factor:g}{shared}"
         return f"{name} = {src}·W_{name}{plus(name)}{shared}"
 
     def lights(self, seg: Segment) -> frozenset[int]:
@@ -281,6 +295,25 @@ def _cost(sc: Scenario, ph: Phase) -> Count:
     if ph.new and any(h.b_V is not None for h in sc.heads):
         biases.append(term("b_V", ("Σ_kv d_v", s.kv_dv), B(ph)))
     return Count(SPEC.stage.key, SPEC.stage.name, ph.name, matmul=matmul, read=read + fig(*biases), written=written)
+
+
+class _Scaled(Protocol):
+    V_projected: Matrix
+    V_factor: float
+
+
+def _value_factor(hr: HeadResult) -> _Scaled | None:
+    """The record of a part that multiplies this head's V after the projection (a value scale); None without."""
+    return next((cast(_Scaled, r) for r in hr.parts.values() if hasattr(r, "V_factor")), None)
+
+
+def _factor_texts(projected: float, factor: float, result: str, decimals: int, whole: bool) -> tuple[str, str]:
+    """The projection's cell and the factor, each with the digits that make their product the shown V."""
+    for p in tries(decimals, False):
+        u, s = operand(projected, whole and float(projected).is_integer(), p), operand(factor, factor.is_integer(), p)
+        if agrees(shown(u) * shown(s), result) and agrees(projected * shown(s), result):
+            break
+    return u, s
 
 
 def raw_projections(chain: PrintedChain) -> tuple[list[Matrix], dict[int, Matrix], dict[int, Matrix]]:
