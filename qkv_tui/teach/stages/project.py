@@ -5,6 +5,8 @@ from __future__ import annotations
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Protocol, cast
 
+import numpy as np
+
 from qkv_tui.core.engine import Computation, HeadResult
 from qkv_tui.core.fmt import is_integral, operand
 from qkv_tui.core.scenario import Matrix
@@ -39,6 +41,7 @@ if TYPE_CHECKING:  # the cost view's module loads on its first use
 
 WIDE = ("W_Q_wide", "W_K_wide", "W_V_wide")  # split scenarios: every head's slice side by side
 WEIGHTS = ("W_Q", "W_K", "W_V")
+FACTOR_KEY = "V_factor"  # the worksheet's input table of a value scale (one for the page: every head's is the same)
 SLOTS = {"Q": Q_SLOT, "K": K_SLOT, "V": V_SLOT}  # the formula's letter each projection computes
 
 
@@ -238,7 +241,12 @@ class Project(StageSpec):
             for role, raw in (("K", K_raw[g]), ("V", V_raw[g])):
                 bias = " + b_" + role if getattr(hr, f"b_{role}") is not None else ""
                 width = hr.d_k if role == "K" else hr.d_v
-                out.append(Table(f"{role}.{h}", role, f"{role} = {xkv}·W_{role}{bias}{kv_suffix}", "project", h,
+                formula = f"{xkv}·W_{role}{bias}"
+                if role == "V" and (scaled := _value_factor(chain.comp.heads[g])) is not None:
+                    formula = f"({formula})·{scaled.V_factor:g}"
+                    chain.late_input(Table(FACTOR_KEY, "s", "The value scale: V is multiplied by it after the projection",
+                                           "project", None, np.array([[scaled.V_factor]]), ("s",), ("V",), True, False))
+                out.append(Table(f"{role}.{h}", role, f"{role} = {formula}{kv_suffix}", "project", h,
                                  chain.rounded(raw), sc.key_labels, idx(width), False, True,
                                  whole=kv_whole and is_integral(raw), readers=chain.kv_readers(h)))
         return out
@@ -253,8 +261,11 @@ class Project(StageSpec):
             source, xs = ("X_norm", "X̂") if "X_norm" in cells.tables else ("X", "X")
         b_key = f"b_{name}{s}"
         plus = f" + b_{name}[{j}]" if b_key in cells.tables else ""
-        return (f"{name}[{q},{j}] = {xs}[{q}]·W_{name}[:,{j}]{plus}"
-                f" = {cells.dot(source, i, f'W_{name}{s}', j)}{cells.bias(b_key, j)} = {answer}")
+        formula, work = f"{xs}[{q}]·W_{name}[:,{j}]{plus}", f"{cells.dot(source, i, f'W_{name}{s}', j)}{cells.bias(b_key, j)}"
+        if name == "V" and FACTOR_KEY in cells.tables:  # a value scale, printed among the inputs
+            factor = cells.txt(FACTOR_KEY, 0, 0)
+            formula, work = f"({formula})·{factor}", f"({work})·{factor}"
+        return f"{name}[{q},{j}] = {formula} = {work} = {answer}"
 
     def worksheet_note(self, comp: Computation, owners: list[int], head: int) -> list[str]:
         """A head that reads an earlier head's K and V says where they are."""
@@ -307,6 +318,11 @@ def _value_factor(hr: HeadResult) -> _Scaled | None:
     return next((cast(_Scaled, r) for r in hr.parts.values() if hasattr(r, "V_factor")), None)
 
 
+def _factor_of(chain: PrintedChain, head: int) -> float:
+    scaled = _value_factor(chain.comp.heads[head])
+    return 1.0 if scaled is None else float(scaled.V_factor)
+
+
 def _factor_texts(projected: float, factor: float, result: str, decimals: int, whole: bool) -> tuple[str, str]:
     """The projection's cell and the factor, each with the digits that make their product the shown V."""
     for p in tries(decimals, False):
@@ -329,7 +345,8 @@ def raw_projections(chain: PrintedChain) -> tuple[list[Matrix], dict[int, Matrix
         X_kv_src = sc.context_X if sc.context_X is not None else X_src
         Q_raw = [project(X_src, hr.W_Q, hr.b_Q, EXACT) for hr in sc.heads]
         K_raw = {g: project(X_kv_src, sc.heads[g].W_K, sc.heads[g].b_K, EXACT) for g in chain.readers}
-        V_raw = {g: project(X_kv_src, sc.heads[g].W_V, sc.heads[g].b_V, EXACT) for g in chain.readers}
+        V_raw = {g: project(X_kv_src, sc.heads[g].W_V, sc.heads[g].b_V, EXACT) * _factor_of(chain, g)
+                 for g in chain.readers}
         return Q_raw, K_raw, V_raw
 
     return chain.memo("raw projections", make)
