@@ -21,7 +21,7 @@ def test_the_key_works_the_scaled_values_and_the_output_reads_them() -> None:
     comp = compute(parse_scenario(scaled(), "scaled.toml"))
     page = build(comp, "100%", 0).markdown()
     assert "The value scale: V is multiplied by it after the projection" in page
-    assert f"V = (X·W_V + b_V)·{FACTOR:g}" in page
+    assert f"V = {FACTOR:g}·(X·W_V + b_V)" in page
     labels = comp.scenario.key_labels
     seen = {"V": 0, "output": 0, "final": 0}
     for line in page.splitlines():

@@ -174,7 +174,7 @@ class Project(StageSpec):
             return f"Kᵀ{shared}"
         scaled = _value_factor(hr) if name == "V" and hr is not None else None
         if scaled is not None:
-            return f"V = ({src}·W_V{plus(name)})·{scaled.V_factor:g}{shared}"
+            return f"V = {_scaled_formula(f'{src}·W_V{plus(name)}', scaled.V_factor)}{shared}"
         return f"{name} = {src}·W_{name}{plus(name)}{shared}"
 
     def lights(self, seg: Segment) -> frozenset[int]:
@@ -243,7 +243,7 @@ class Project(StageSpec):
                 width = hr.d_k if role == "K" else hr.d_v
                 formula = f"{xkv}·W_{role}{bias}"
                 if role == "V" and (scaled := _value_factor(chain.comp.heads[g])) is not None:
-                    formula = f"({formula})·{scaled.V_factor:g}"
+                    formula = _scaled_formula(formula, scaled.V_factor)
                     chain.late_input(Table(FACTOR_KEY, "s", "The value scale: V is multiplied by it after the projection",
                                            "project", None, np.array([[scaled.V_factor]]), ("s",), ("V",), True, False))
                 out.append(Table(f"{role}.{h}", role, f"{role} = {formula}{kv_suffix}", "project", h,
@@ -316,6 +316,12 @@ class _Scaled(Protocol):
 def _value_factor(hr: HeadResult) -> _Scaled | None:
     """The record of a part that multiplies this head's V after the projection (a value scale); None without."""
     return next((cast(_Scaled, r) for r in hr.parts.values() if hasattr(r, "V_factor")), None)
+
+
+def _scaled_formula(formula: str, factor: float) -> str:
+    """``0.707·(X·W_V + b_V)``: the factor first, so a narrow pane's title, which drops a remark in parentheses
+    after a space, keeps the formula."""
+    return f"{factor:g}·({formula})" if " + " in formula else f"{factor:g}·{formula}"
 
 
 def _factor_of(chain: PrintedChain, head: int) -> float:
