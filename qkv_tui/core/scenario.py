@@ -123,11 +123,11 @@ class Scenario:
     production: ProductionSettings = field(default_factory=ProductionSettings)  # [tiles], [cache] (core/production.py)
     input: Input = field(default_factory=Input)  # what the rows of X are: embeddings, or a model's residual stream
     scale_from: str | None = None  # where a scenario's own scale comes from, in words (core/variants/scale_from.py)
+    value_scale: float | None = None  # [value_scale]: every head's V multiplied by it (MiMo-V2-Flash)
     linear: Linear | None = None  # [linear]: linear attention in place of every head's softmax
     deltanet: DeltaNet | None = None  # [deltanet]: the gated delta rule in place of every head's softmax
     mla: Mla | None = None  # [mla]: DeepSeek's latent attention; ``heads`` then hold its per-head shapes
     backward: Backward | None = None  # [backward]: a loss (or dO) and the training steps on it
-    value_scale: float | None = None  # [value_scale]: every head's V multiplied by it (MiMo-V2-Flash)
     # tokens a [model]'s tokenizer gave for its text, not labels the file wrote: a repeat is the sentence's own
     tokenized: bool = False
 
