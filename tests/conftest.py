@@ -315,10 +315,33 @@ def _tiers(item: pytest.Item, memo: dict[object, frozenset[str]]) -> list[str]:
 # instead of waiting for a fixed batch: the run ends on small tests on both workers at once.
 # Per test, measured by CPU time under -n 2: app and slow tests average about 1 s, the quick tier 0.05 s.
 
+# Tests the quick tier keeps (a person's answer in 3 minutes holds them) that took over 8 s each in a quick-tier
+# run under -n 2 at load 16 (about 1-4 s on an idle machine): they run with the heavy tiers, not last.
+LONG_QUICK = frozenset({
+    "test_app_refuses_what_check_refuses.py::test_the_app_opens_what_check_accepts_and_refuses_what_it_refuses",
+    "test_export_toml_file_name.py::test_any_source_name_keeps_the_first_line_one_comment",
+    "test_exports_accept_what_check_accepts.py::test_every_export_accepts_what_check_accepts[",
+    "test_gate.py::test_generated_gates_agree_with_a_loop_and_check_out",
+    "test_golden.py::test_outputs_as_frozen[builtin/deltanet_learns]",
+    "test_golden.py::test_outputs_as_frozen[builtin/qk_norm_all]",
+    "test_importers_counts_bounded_by_weights.py::test_a_gguf_block_count_past_its_tensors",
+    "test_imports.py::test_the_deferred_modules_load_where_they_are_used",
+    "test_one_forward.py::test_by_hand_every_table_is_worked_from_its_rounded_operands",
+    "test_one_forward.py::test_exact_agrees_with_the_loop_reference",
+    "test_one_forward.py::test_the_printed_page_works_each_table_from_the_printed_ones",
+    "test_worksheet_accepts_what_check_accepts.py::test_every_accepted_scenario_makes_a_worksheet",
+})
+
+
 def _weight(item: pytest.Item) -> int:
-    """0 for a test in both heavy tiers, 1 in one, 2 in none; sorted stably, so a file's tests keep their order."""
+    """0 for a test in both heavy tiers, 1 in one (or in LONG_QUICK), 2 in none; sorted stably, so a file's tests
+    keep their order."""
     marks = {mark.name for mark in item.iter_markers()}
     heavy = ("app" in marks or "snapshot" in marks) + ("slow" in marks)
+    path, _, name = item.nodeid.partition("::")
+    test_id = f"{Path(path).name}::{name}"  # as in SLOW
+    if not heavy and (test_id in LONG_QUICK or test_id.split("[")[0] + "[" in LONG_QUICK):
+        heavy = 1
     return 2 - heavy
 
 
