@@ -316,8 +316,12 @@ def _tiers(item: pytest.Item, memo: dict[object, frozenset[str]]) -> list[str]:
 # Per test, measured by CPU time under -n 2: app and slow tests average about 1 s, the quick tier 0.05 s.
 
 # Tests the quick tier keeps (a person's answer in 3 minutes holds them) that took over 8 s each in a quick-tier
-# run under -n 2 at load 16 (about 1-4 s on an idle machine): they run with the heavy tiers, not last.
+# run under -n 2 at load 16 (about 1-4 s on an idle machine): they run with the heavy tiers, not last. So do the
+# quick tests that share a module-scoped fixture with a heavy test of their file (a tiny transformers model, a
+# trained layer): run apart from it, a serial run would build the fixture twice.
 LONG_QUICK = frozenset({
+    "test_backward_model_layer.py::test_its_gradient_is_the_loss_s_slope",
+    "test_importers_counts_bounded_by_weights.py::test_a_gguf_head_count_past_its_tensors",
     "test_app_refuses_what_check_refuses.py::test_the_app_opens_what_check_accepts_and_refuses_what_it_refuses",
     "test_export_toml_file_name.py::test_any_source_name_keeps_the_first_line_one_comment",
     "test_exports_accept_what_check_accepts.py::test_every_export_accepts_what_check_accepts[",
