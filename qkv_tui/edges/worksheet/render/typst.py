@@ -67,8 +67,8 @@ def _label(text: str, names: tuple[str, ...]) -> str:
 
 def _cell(page: Sheet, value: str | Blank, wide: bool = False) -> str:
     if isinstance(value, Blank):
-        line = "1.8em" if wide else "2.4em"  # room to write the number in, on the line of its label
-        return f"[#{typst_string(f'({value.number})')}#h(0.3em)#box(width: {line}, height: 0.9em, stroke: (bottom: 0.5pt))]"
+        line = "1.8em" if wide else "2.6em"  # room to write the number in, on the line of its label
+        return f"[#{typst_string(f'({value.number})')}#h(0.3em)#box(width: {line}, height: 0.75em, stroke: (bottom: 0.5pt))]"
     return f"[{_text(minus(value))}]"
 
 
@@ -104,7 +104,7 @@ def _heading(text: str, level: int, names: tuple[str, ...] = ()) -> str:
 
 def _key(page: Sheet, alone: bool) -> list[str]:
     out = [_heading(f"Answer key: {page.title}" if alone else "Answer key", 1), "",
-           "#set par(hanging-indent: 2em, spacing: 0.75em)", ""]
+           "#set par(hanging-indent: 2em, spacing: 0.55em)", ""]
     if not page.key:
         out.append(_text("(No blanks on this page.)"))
     for b in page.key:
@@ -163,8 +163,8 @@ GUTTER = 12.0
 HALF = (LINE - GUTTER) / 2
 MOST = 6  # tables to a row at most
 # a character of the 9pt font (a digit is 4.5pt, a minus sign more), generously; a bold one; a cell's sides; the
-# blank's room to write in after its number (0.3em and 2.4em)
-CHAR, BOLD_CHAR, INSET, LINE_ROOM = 4.7, 5.4, 7.0, 2.7 * BODY
+# blank's room to write in after its number (0.3em and 2.6em)
+CHAR, BOLD_CHAR, INSET, LINE_ROOM = 4.7, 5.4, 7.0, 2.9 * BODY
 
 
 def _chars(text: str) -> float:
