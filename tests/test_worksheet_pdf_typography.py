@@ -35,7 +35,7 @@ VARIANTS = ("alibi", "cross_attention", "gated", "gqa", "pre_norm", "qk_norm", "
 
 UNDERSCORE = re.compile(r"_\s*\w")  # dO_h, and S′ _ love (a subscript that fell apart)
 GLUED = re.compile(r"\b(?:at|of|over|in|by|and|for|to|with|from)\[|\]\((?:the|head)\b")
-SCRIPT = 8.0  # pt: the body is 10pt (8pt in wide tables); a subscript of either is set smaller
+SCRIPT = 8.0  # pt: the body is 9pt (8pt in wide tables); a subscript of either is set smaller
 
 
 def read_back(data: bytes) -> tuple[str, list[str]]:

@@ -25,13 +25,18 @@ class MissingExtraError(RuntimeError):
     """The ``typst`` package is not installed."""
 
 
+BODY = 9  # pt: the floor for anything a student reads or writes in (tests/test_worksheet_fits_two_pages.py)
+MARGIN = 1.1  # cm on every side: room to hold the sheet, no more, so a one-head backward sheet is one page
 _PREAMBLE = """#set document(title: {title}, date: none)
-#set page(paper: "a4", margin: (x: 1.7cm, y: 1.8cm), numbering: "1 / 1")
-#set text(font: "New Computer Modern", size: 10pt, lang: "en")
-#set par(justify: false, leading: 0.6em)
-#set table(stroke: 0.4pt + luma(120), inset: (x: 5pt, y: 3.5pt))
-#show heading: set block(above: 1.2em, below: 0.6em)
-"""
+#set page(paper: "a4", margin: MARGINcm, numbering: "1 / 1")
+#set text(font: "New Computer Modern", size: BODYpt, lang: "en")
+#set par(justify: false, leading: 0.45em, spacing: 0.7em)
+#set list(spacing: 0.4em)
+#set table(stroke: 0.4pt + luma(120), inset: (x: 3pt, y: 1.8pt))
+#show heading: set block(above: 0.8em, below: 0.4em)
+#show heading.where(level: 1): set text(size: 12pt)
+#show heading.where(level: 2): set text(size: 10.5pt)
+""".replace("MARGIN", str(MARGIN)).replace("BODY", str(BODY))
 
 
 def _text(text: str) -> str:
@@ -63,7 +68,7 @@ def _label(text: str, names: tuple[str, ...]) -> str:
 def _cell(page: Sheet, value: str | Blank, wide: bool = False) -> str:
     if isinstance(value, Blank):
         line = "1.8em" if wide else "2.6em"  # room to write the number in, on the line of its label
-        return f"[#{typst_string(f'({value.number})')}#h(0.3em)#box(width: {line}, height: 0.9em, stroke: (bottom: 0.5pt))]"
+        return f"[#{typst_string(f'({value.number})')}#h(0.3em)#box(width: {line}, height: 0.75em, stroke: (bottom: 0.5pt))]"
     return f"[{_text(minus(value))}]"
 
 
@@ -76,7 +81,7 @@ def _table(page: Sheet, block: Grid) -> str:
     for i, label in enumerate(t.rows):
         cells = [_cell(page, page.cell(t, i, j), wide) for j in range(cols)]
         rows.append(", ".join([f"[*{_label(label, page.names)}*]", *cells]))
-    size = "8pt" if wide else "10pt"
+    size = "8pt" if wide else f"{BODY}pt"
     widths = f"(auto,) + (1fr,) * {cols}" if wide else str(cols + 1)  # never wider than the page
     body = ",\n    ".join(rows)
     inset = ", inset: (x: 2.5pt, y: 3.5pt)" if wide else ""
@@ -99,7 +104,7 @@ def _heading(text: str, level: int, names: tuple[str, ...] = ()) -> str:
 
 def _key(page: Sheet, alone: bool) -> list[str]:
     out = [_heading(f"Answer key: {page.title}" if alone else "Answer key", 1), "",
-           "#set par(hanging-indent: 2em, spacing: 0.75em)", ""]
+           "#set par(hanging-indent: 2em, spacing: 0.55em)", ""]
     if not page.key:
         out.append(_text("(No blanks on this page.)"))
     for b in page.key:
@@ -108,7 +113,7 @@ def _key(page: Sheet, alone: bool) -> list[str]:
 
 
 def _questions(page: Sheet) -> list[str]:
-    out = [f"#text(size: 16pt, weight: \"bold\")[{_text(f'Worksheet: {page.title}')}]", "",
+    out = [f"#text(size: 14pt, weight: \"bold\")[{_text(f'Worksheet: {page.title}')}]", "",
            "#grid(columns: (auto, 1fr, auto, 5cm), column-gutter: 0.5em, align: bottom,"
            " [Name:], box(width: 100%, stroke: (bottom: 0.5pt))[#v(0.9em)], [Date:],"
            " box(width: 100%, stroke: (bottom: 0.5pt))[#v(0.9em)])", ""]
@@ -119,21 +124,26 @@ def _questions(page: Sheet) -> list[str]:
     out += _lines(page.rules, page.names)
     out.append("")
     heading = ""  # a section's heading waits for its first table, when that has a page of its own
-    narrow: list[Grid] = []  # tables in a row of their own so far, set side by side when they fit (_side_by_side)
+    # narrow tables so far, set side by side when they fit (_side_by_side), each with the heading of the section it
+    # opens: a row runs on across sections, so a section of one small table does not take a line of its own
+    narrow: list[tuple[str, Grid]] = []
     for n, block in enumerate(page.body):
-        if not (isinstance(block, Grid) and _width(page, block) <= HALF and len(block.table.rows) <= KEEP):
+        fits = isinstance(block, Grid) and _narrow(page, block)
+        following = page.body[n + 1] if n + 1 < len(page.body) else None
+        opens_narrow = isinstance(block, Heading) and isinstance(following, Grid) and _narrow(page, following)
+        if not (fits or opens_narrow):
             out += _side_by_side(page, narrow)
             narrow = []
         if isinstance(block, Heading):
             heading = _heading(block.text, 2, page.names)
-            following = page.body[n + 1] if n + 1 < len(page.body) else None
-            if not (isinstance(following, Grid) and len(following.table.cols) > WIDE):
+            if not (isinstance(following, Grid) and (len(following.table.cols) > WIDE or opens_narrow)):
                 out += [heading, ""]
                 heading = ""
         elif isinstance(block, Lines):
             out += [*_lines(block.lines, page.names), ""]
-        elif isinstance(block, Grid) and _width(page, block) <= HALF and len(block.table.rows) <= KEEP:
-            narrow.append(block)
+        elif isinstance(block, Grid) and fits:
+            narrow.append((heading, block))
+            heading = ""
         elif isinstance(block, Grid):
             table = _captioned(page, block)
             if len(block.table.cols) > WIDE:
@@ -143,13 +153,18 @@ def _questions(page: Sheet) -> list[str]:
     return out + _side_by_side(page, narrow)
 
 
+def _narrow(page: Sheet, block: Grid) -> bool:
+    return _width(page, block) <= HALF and len(block.table.rows) <= KEEP
+
+
 # the page's text width (A4 less the margins) and a table's room beside one or two others, in points
-LINE = (21.0 - 2 * 1.7) / 2.54 * 72
-GUTTER = 14.0
+LINE = (21.0 - 2 * MARGIN) / 2.54 * 72
+GUTTER = 12.0
 HALF = (LINE - GUTTER) / 2
-# a character of the 10pt font (a digit is 5pt, a minus sign more), generously; a bold one; a cell's sides; the
+MOST = 6  # tables to a row at most
+# a character of the 9pt font (a digit is 4.5pt, a minus sign more), generously; a bold one; a cell's sides; the
 # blank's room to write in after its number (0.3em and 2.6em)
-CHAR, BOLD_CHAR, INSET, LINE_ROOM = 5.2, 6.0, 11.0, 29.0
+CHAR, BOLD_CHAR, INSET, LINE_ROOM = 4.7, 5.4, 7.0, 2.9 * BODY
 
 
 def _chars(text: str) -> float:
@@ -177,25 +192,30 @@ def _captioned(page: Sheet, block: Grid) -> str:
     return f"#block(breakable: {breakable})[{caption}\n\n{_table(page, block)}]"
 
 
-def _side_by_side(page: Sheet, blocks: list[Grid]) -> list[str]:
-    """Consecutive narrow tables, two or three to a row where each fits its share of the line (captions wrap
-    within it), so a sheet of small tables takes a few pages rather than one column down many."""
-    rows: list[list[Grid]] = []
-    for block in blocks:
+def _side_by_side(page: Sheet, blocks: list[tuple[str, Grid]]) -> list[str]:
+    """Consecutive narrow tables, up to MOST to a row where each fits its share of the line (captions wrap
+    within it), so a sheet of small tables takes a page or two rather than one column down many. A table that
+    opens a section carries its heading above its caption."""
+    rows: list[list[tuple[str, Grid]]] = []
+    for heading, block in blocks:
         row = rows[-1] if rows else None
-        if row is not None and len(row) < 3:
-            share = (LINE - GUTTER * len(row)) / (len(row) + 1)
-            if all(_width(page, b) <= share for b in (*row, block)):
-                row.append(block)
-                continue
-        rows.append([block])
+        if (row is not None and len(row) < MOST
+                and sum(_width(page, b) for _, b in row) + _width(page, block) + GUTTER * len(row) <= LINE):
+            row.append((heading, block))
+            continue
+        rows.append([(heading, block)])
     out: list[str] = []
     for row in rows:
         if len(row) == 1:
-            out += [_captioned(page, row[0]), ""]
+            heading, block = row[0]
+            out += [*([heading, ""] if heading else []), _captioned(page, block), ""]
             continue
-        cells = ", ".join(f"[{_captioned(page, b)}]" for b in row)
-        out += [f"#grid(columns: (1fr,) * {len(row)}, column-gutter: {GUTTER}pt, align: top, {cells})", ""]
+        # each table its estimated width and an equal share of what is left
+        widths = [_width(page, b) for _, b in row]
+        slack = (LINE - sum(widths) - GUTTER * (len(row) - 1)) / len(row)
+        columns = ", ".join(f"{w + slack:.1f}pt" for w in widths)
+        cells = ", ".join(f"[{heading}{chr(10) * 2 if heading else ''}{_captioned(page, b)}]" for heading, b in row)
+        out += [f"#grid(columns: ({columns}), column-gutter: {GUTTER}pt, align: top, {cells})", ""]
     return out
 
 
