@@ -170,7 +170,7 @@ def test_serve_reads_it_once_and_tells_every_tab(where: Path, monkeypatch: pytes
 
     os.mkfifo(where)
     seen: list[tuple[str, list[str] | None]] = []
-    monkeypatch.setattr(serve, "serve", lambda spec, title, host, port, options: seen.append((spec, options)) or 0)
+    monkeypatch.setattr(serve, "serve", lambda spec, title, host, port, options, **_: seen.append((spec, options)) or 0)
     assert finishes(lambda: cli.main(["--serve", "i_love_ai"])) == 0
     assert seen == [("i_love_ai", ["--theme", "dark"])]  # the tabs' apps never open the FIFO
     assert capsys.readouterr().err.startswith(f"warning: {where}: is a named pipe")

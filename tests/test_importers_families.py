@@ -26,7 +26,7 @@ from qkv_tui.display.modes import Modes
 from qkv_tui.display.presenter import Presenter
 from qkv_tui.edges.export_markdown import to_markdown
 from qkv_tui.edges.export_toml import to_toml
-from qkv_tui.kernels.softmax import Capped
+from qkv_tui.kernels.softmax import Capped, Sunk
 from qkv_tui.teach.stepper import Position
 
 from .conftest import BASE, HEAD
@@ -329,7 +329,7 @@ def test_gpt_oss_sinks_yarn_sliding_layers_and_experts(tmp_path: Path, layer: in
     comp, ref = _opened(tmp_path, folder, model, layer)
     _check(comp, ref, *_llama_like(model, layer), kv_heads=2, tol=1e-4)  # YaRN's frequencies in float32
     sc, att = comp.scenario, model.model.layers[layer].self_attn
-    assert [h.sink for h in comp.heads] == att.sinks.detach().numpy().astype(np.float32).tolist()
+    assert [h.read(Sunk, lambda s: s.sink) for h in comp.heads] == att.sinks.detach().numpy().astype(np.float32).tolist()
     assert comp.heads[0].b_Q is not None and comp.b_O is not None and comp.heads[0].scale_is_default
     assert sc.rope is not None and sc.rope.scaling is not None and sc.rope.scaling.type == "yarn"
     assert sc.input.schedule == ("sliding 4", "full") * 2

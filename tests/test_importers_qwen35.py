@@ -62,7 +62,7 @@ def test_qwen35_full_attention_layer_with_its_gate_qk_norm_and_partial_rope(tmp_
         g = h // (HEADS // KV_HEADS)
         assert head.kv_head == g
         np.testing.assert_array_equal(head.W_Q, q_and_gate[:, h, 0])
-        np.testing.assert_array_equal(head.W_G, q_and_gate[:, h, 1])
+        np.testing.assert_array_equal(head.need(Gated).W_G, q_and_gate[:, h, 1])
         np.testing.assert_array_equal(head.W_K, k[:, g * D_K:(g + 1) * D_K])
         np.testing.assert_array_equal(head.W_V, v[:, g * D_K:(g + 1) * D_K])
         assert head.part(Gated) is not None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 import pytest
@@ -45,11 +46,13 @@ def test_engine_matches_the_loop_reference(case: ModernCase) -> None:
     for got, want in zip(comp.heads, ref["heads"], strict=True):
         for name in ("Q", "K", "V", "scores", "scaled", "weights", "output"):
             assert close(getattr(got, name), want[name]), name
+        parted = {"Q_rot": got.read(Rotated, lambda r: r.Q_rot), "K_rot": got.read(Rotated, lambda r: r.K_rot),
+                  "bias": got.read(Biased, lambda b: b.bias)}
         for name in ("Q_rot", "K_rot", "bias"):
             if want[name] is None:
-                assert getattr(got, name) is None, name
+                assert parted[name] is None, name
             else:
-                assert close(getattr(got, name), want[name]), name
+                assert close(parted[name], want[name]), name
         assert got.kv_head == want["kv_head"]
     assert close(comp.concat, ref["concat"])
     assert close(comp.output, ref["output"])
@@ -267,9 +270,10 @@ def test_toml_export_round_trips_every_variant(case: ModernCase) -> None:
     a, b = compute(original), compute(again)
     assert again.summary() == original.summary()
     for ha, hb in zip(a.heads, b.heads, strict=True):
-        assert ha.kv_head == hb.kv_head and ha.need(Sunk).sink == hb.need(Sunk).sink
+        assert ha.kv_head == hb.kv_head and ha.read(Sunk, lambda s: s.sink) == hb.read(Sunk, lambda s: s.sink)
         for name in ("Q", "K", "V", "Q_rot", "K_rot", "bias", "masked", "weights", "output"):
-            x, y = getattr(ha, name), getattr(hb, name)
+            x, y = (_parted(ha, name), _parted(hb, name)) if name in ("Q_rot", "K_rot", "bias") else (
+                getattr(ha, name), getattr(hb, name))
             assert (x is None and y is None) or np.array_equal(x, y), name
     assert np.array_equal(a.output, b.output)
 
@@ -321,3 +325,10 @@ def test_trace_has_the_modern_stages() -> None:
     assert targets == [(0, "Q"), (0, "K"), (0, "V"), (1, "Q"), (2, "Q"), (2, "K"), (2, "V"), (3, "Q")]
     norm = Trace(compute(load_scenario("pre_norm")))
     assert norm.op(3).arithmetic == "X̂[I,0] = X[I,0] / √(ms + eps)·γ[0] = 1 / √(0.500 + 1e-05)·1 = 1.414"
+
+
+def _parted(hr: Any, name: str) -> Any:
+    """A head's RoPE or ALiBi array by its old field name (None where the head has no such part)."""
+    if name == "bias":
+        return hr.read(Biased, lambda b: b.bias)
+    return hr.read(Rotated, lambda r: getattr(r, name))

@@ -20,7 +20,6 @@ from hypothesis import given, settings
 from qkv_tui import compute
 from qkv_tui.core.scenario import Scenario, parse_scenario
 from qkv_tui.edges.export_json import write_json
-from qkv_tui.kernels.softmax import Sunk
 
 from .variants_cases import ModernCase, modern_cases
 
@@ -106,17 +105,17 @@ def check_against_torch(sc: Scenario) -> None:
         ks[kv_ids[h]], vs[kv_ids[h]] = k, v
         masks.append(mask)
         divisor = exported["scale"]
-        if head.part(Sunk) is None:
+        if head.sink is None:
             out = F.scaled_dot_product_attention(q[None], k[None], v[None], attn_mask=mask[None], scale=1.0 / divisor)[0]
         else:  # gpt-oss: the sink's logit joins each row as an extra column, then that column is dropped
             logits = q @ k.T / divisor + mask
-            sinks = torch.full((logits.shape[0], 1), head.need(Sunk).sink, dtype=torch.float64)
+            sinks = torch.full((logits.shape[0], 1), head.sink, dtype=torch.float64)
             weights = torch.softmax(torch.cat([logits, sinks], dim=-1), dim=-1)[:, :-1]
             assert np.allclose(exported["weights"], weights.numpy(), **TOL)
             out = weights @ v
         assert np.allclose(exported["output"], out.numpy(), **TOL), exported["name"]
         assert exported["kv_head"] == kv_ids[h]
-    if groups_ok and all(h.part(Sunk) is None for h in heads) and len({q.shape[1] for q in qs}) == 1 and len(
+    if groups_ok and all(h.sink is None for h in heads) and len({q.shape[1] for q in qs}) == 1 and len(
         {v.shape[1] for v in vs.values()}
     ) == 1 and len({h.scale for h in compute(sc).heads}) == 1:
         # every head at once, K/V heads shared the way grouped-query attention shares them

@@ -17,7 +17,8 @@ import numpy as np
 
 from qkv_tui.core.head import HeadResult
 from qkv_tui.core.scenario import Matrix, Scenario
-from qkv_tui.core.variants import QKNorm, Rope, Vector, value_scale
+from qkv_tui.core.value_scale_part import value_scale_part
+from qkv_tui.core.variants import QKNorm, Rope, Vector
 from qkv_tui.kernels.attention import AlibiSpec, CapSpec, PartSpec, QKNormHead, SinkSpec, Turn, project
 from qkv_tui.kernels.attention import frozen as _frozen
 from qkv_tui.kernels.gate import GateSpec
@@ -198,7 +199,7 @@ def _deltanet(run: Run) -> PerHead | None:
 
 
 HEAD_PARTS: tuple[Builder, ...] = (_qk_norm, _rope, _alibi, _sink, _softcap, _gate, _linear, _deltanet)
-HEAD_PARTS += (value_scale.part,)
+HEAD_PARTS += (value_scale_part,)  # [value_scale] (core/value_scale_part.py)
 
 
 def head_parts(run: Run) -> Callable[[int], list[PartSpec]]:

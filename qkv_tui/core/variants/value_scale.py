@@ -4,13 +4,10 @@ the output all carry it, as the model's V and output do (kernels/value_scale.py 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from qkv_tui.core.toml_text import number
 from qkv_tui.core.variants.common import Context, Lookalikes, Table, positive
-
-if TYPE_CHECKING:
-    from qkv_tui.core.head_parts import PerHead, Run
 
 KEYS = ("factor",)
 LOOKALIKES: Lookalikes = {
@@ -44,14 +41,3 @@ def _summary(factor: float) -> str:
 
 
 TABLE: Table[float] = Table("value_scale", KEYS, parse_value_scale, _summary, write_value_scale, LOOKALIKES)
-
-
-def part(run: Run) -> PerHead | None:
-    """Every head's share: the same factor (core/head_parts.py HEAD_PARTS)."""
-    factor = getattr(run.sc, TABLE.key)
-    if factor is None:
-        return None
-    from qkv_tui.kernels.value_scale import ValueScaleSpec
-
-    spec = ValueScaleSpec(factor)
-    return lambda h: spec
