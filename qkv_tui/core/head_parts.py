@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from qkv_tui.core.differential_part import diff_part
 from qkv_tui.core.head import HeadResult
 from qkv_tui.core.scenario import Matrix, Scenario
 from qkv_tui.core.variants import QKNorm, Rope, Vector
@@ -197,7 +198,7 @@ def _deltanet(run: Run) -> PerHead | None:
     return lambda h: DeltaSpec(g[:, h], beta[:, h], around_spec(sc, h))
 
 
-HEAD_PARTS: tuple[Builder, ...] = (_qk_norm, _rope, _alibi, _sink, _softcap, _gate, _linear, _deltanet)
+HEAD_PARTS: tuple[Builder, ...] = (_qk_norm, _rope, _alibi, _sink, _softcap, _gate, _linear, _deltanet, diff_part)
 
 
 def head_parts(run: Run) -> Callable[[int], list[PartSpec]]:

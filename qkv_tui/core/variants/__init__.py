@@ -17,6 +17,7 @@ from qkv_tui.core.arrays import Vector as Vector  # re-exported: the modules tha
 from qkv_tui.core.variants import alibi, biases, kv_heads, norm, qk_norm, rope, scale_from, sinks, softcap, window
 from qkv_tui.core.variants import backward as backward
 from qkv_tui.core.variants import deltanet as deltanet
+from qkv_tui.core.variants import differential as differential
 from qkv_tui.core.variants import gate as gate
 from qkv_tui.core.variants import linear as linear
 from qkv_tui.core.variants import mla as mla
@@ -72,6 +73,7 @@ FEATURES: tuple[Table[Any] | Keys, ...] = (
     linear.TABLE,
     deltanet.TABLE,
     backward.TABLE,
+    differential.TABLE,  # after [backward], which it refuses until its gradients are wired
 )
 
 # The top-level tables, in the order the loader parses them (a table may read the ones before it:
