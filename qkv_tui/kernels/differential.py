@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
@@ -92,6 +93,7 @@ class DiffForward:
     factor: float  # 1 − λ_init as kept
     output: Matrix  # (n, 2d) (1 − λ_init)·normed: the head's output, what Concat joins
     K_normed: Normed | None = None  # no QK-norm with [differential]: here for the SharedKV protocol
+    own_stages: ClassVar[bool] = True  # its two maps replace the one-map stages (teach/stages/differential.py)
 
     @property
     def d(self) -> int:

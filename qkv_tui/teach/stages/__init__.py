@@ -49,6 +49,7 @@ FAMILIES: dict[str, Callable[[Any], bool]] = {
     "mla": lambda sc: getattr(sc, "mla", None) is not None,
     "linear": lambda sc: getattr(sc, "linear", None) is not None,
     "deltanet": lambda sc: getattr(sc, "deltanet", None) is not None,
+    "differential": lambda sc: getattr(sc, "differential", None) is not None,
 }
 
 # the walk's order; read it as REGISTRY (every family loaded) or for_scenario (only the families a scenario has)
@@ -65,6 +66,17 @@ _REGISTRY: list[StageSpec | _Later] = [
     scale.SPEC,
     softmax.SPEC,
     mix.SPEC,
+    _Later("differential", "differential", "SCORE_1"),
+    _Later("differential", "differential", "SCALE_1"),
+    _Later("differential", "differential", "SOFTMAX_1"),
+    _Later("differential", "differential", "SCORE_2"),
+    _Later("differential", "differential", "SCALE_2"),
+    _Later("differential", "differential", "SOFTMAX_2"),
+    _Later("differential", "differential", "LAMBDA"),
+    _Later("differential", "differential", "SUBTRACT"),
+    _Later("differential", "differential", "MIX"),
+    _Later("differential", "differential", "SUBNORM"),
+    _Later("differential", "differential", "FACTOR"),
     _Later("mla", "mla_absorb", "SPEC"),
     _Later("linear", "linear", "FEATURE"),
     _Later("linear", "linear", "QUADRATIC"),
