@@ -226,14 +226,18 @@ class Lambda(_DiffStage):
             text = f"e^(λ_q{n}·λ_k{n}) = e^{paren(t)} = {result}"
             refs = (Ref("lambda", h, 0, col - 1),)
         else:
-            def attempt3(p: int) -> tuple[tuple[str, str, str], bool]:
-                ts = tuple(operand(x, False, p) for x in (lam.lambda_1, lam.lambda_2, lam.lambda_init))
-                return ts, agrees(shown(ts[0]) - shown(ts[1]) + shown(ts[2]), result)
+            # a sum of shown decimals is exact on a calculator: written at the operands' places, then rounded
+            def attempt3(p: int) -> tuple[tuple[str, str, str, str], bool]:
+                e1, e2, init = (fmt(x, False, p) for x in (lam.lambda_1, lam.lambda_2, lam.lambda_init))
+                total = fmt(round(shown(e1) - shown(e2) + shown(init), p), False, p)
+                return (e1, e2, init, total), fmt(shown(total), False, d) == result
 
-            e1, e2, init = first_fit(tries(d, False), attempt3)
-            text = f"λ = e^(λ_q1·λ_k1) − e^(λ_q2·λ_k2) + λ_init = {e1} − {paren(e2)} + {init} = {result}"
+            e1, e2, init, total = first_fit(tries(d, False), attempt3)
+            tail = f" = {total}" if total != result else ""
+            text = f"λ = e^(λ_q1·λ_k1) − e^(λ_q2·λ_k2) + λ_init = {e1} − {paren(e2)} + {init}{tail} = {result}"
             refs = (Ref("lambda", h, 0, 1), Ref("lambda", h, 0, 3))
-        details = (f"so each row of the map sums to 1 − λ = {fmt(1.0 - lam.value, False, d)}",) if col == 4 else ()
+        details = (f"so each row of the map sums to 1 − λ = 1 − {result} = {fmt(round(1 - shown(result), d), False, d)}",
+                   ) if col == 4 else ()
         return Operation(index, seg, row, col, value, refs, text, details)
 
     def matrix(self, trace: TraceContext, name: str, head: int | None) -> Matrix:
@@ -284,8 +288,8 @@ class Subtract(_DiffStage):
             lp2 = fmt(float(f.lam_p2[row, col]), False, d)
             text = (f"weights[{q},{k}] = p₁ − λ·p₂ = {fmt(p1, False, d)} − {fmt(lam, False, d)}·{fmt(p2, False, d)}"
                     f" = {fmt(p1, False, d)} − {paren(lp2)} = {result}")
-        row_sum = fmt(float(f.weights[row].sum()), False, d)
-        details = (f"row {q} sums to 1 − λ = 1 − {fmt(lam, False, d)} = {row_sum}",)
+        lam_t = fmt(lam, False, d)
+        details = (f"row {q} sums to 1 − λ = 1 − {lam_t} = {fmt(round(1 - shown(lam_t), d), False, d)}",)
         if value < 0:
             details += ("negative: the second map looks here harder than the first",)
         return Operation(index, seg, row, col, value, refs, text, details)
