@@ -102,6 +102,8 @@ class DiffForward:
                  " per row, and a differential head has two softmax maps, subtracted.",
         "cache": "No KV-cache replay for differential attention yet: the cache view decodes one softmax map per"
                  " head, and a differential head has two, subtracted; the stages show every cell of both.",
+        "worksheet": "a worksheet of [differential] is not written yet (its two maps, λ and the sub-norm have no"
+                     " printed tables); use --export markdown for every step",
     })
 
     @property

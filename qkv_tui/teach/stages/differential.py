@@ -16,7 +16,27 @@ from qkv_tui.core.fmt import NEG_INF, fmt, operand
 from qkv_tui.core.scenario import Matrix
 from qkv_tui.kernels.differential import DiffForward
 from qkv_tui.teach.arith import agrees, dot_line, first_fit, quotient_line, shown, softmax_row, tries
-from qkv_tui.teach.stages.common import Key, Operation, PaneStyle, Plan, Ref, Segment, Stage, StageSpec, paren
+from qkv_tui.teach.stages.common import (
+    CLOSE,
+    DIVIDE,
+    GATE_SLOT,
+    K_SLOT,
+    OPEN,
+    Q_SLOT,
+    QK_DOT,
+    V_DOT,
+    V_SLOT,
+    FormulaPart,
+    Key,
+    Operation,
+    PaneStyle,
+    Plan,
+    Ref,
+    Segment,
+    Stage,
+    StageSpec,
+    paren,
+)
 from qkv_tui.teach.stages.context import TraceContext
 from qkv_tui.teach.stages.norm import RowStats, cell_lines
 
@@ -33,10 +53,21 @@ def has_diff(trace: TraceContext) -> bool:
 
 
 class _DiffStage(StageSpec):
+    """The formula line reads (softmax(Q₁·K₁ᵀ/√d) − λ·softmax(Q₂·K₂ᵀ/√d))·V → RMSNorm·(1 − λ_init): each stage
+    places its pieces (``parts``) and lights its slots; map 2, λ and Subtract share the slot after map 1's ")"."""
+
     per_head = True
+    parts: tuple[tuple[int, str], ...] = ()
+    lit: frozenset[int] = frozenset()
 
     def runs(self, trace: TraceContext) -> bool:
         return has_diff(trace)
+
+    def formula(self, trace: TraceContext, op: Operation) -> list[FormulaPart]:
+        return [FormulaPart(slot, text) for slot, text in self.parts]
+
+    def lights(self, seg: Segment) -> frozenset[int]:
+        return self.lit
 
 
 class MapScore(_DiffStage):
@@ -51,6 +82,9 @@ class MapScore(_DiffStage):
                               " projections." if half == 2 else ""))
         self.matrices = (f"scores_{half}",)
         self.styles = MappingProxyType({f"scores_{half}": PaneStyle(row_max=True)})
+        # map 1 opens the bracket the Subtract closes; map 2's pieces are one with λ's and Subtract's
+        self.parts = ((OPEN, "("), (Q_SLOT, "Q₁"), (QK_DOT, "·"), (K_SLOT, "K₁ᵀ")) if half == 1 else ()
+        self.lit = frozenset({Q_SLOT, QK_DOT, K_SLOT}) if half == 1 else frozenset({CLOSE})
 
     def segments(self, trace: TraceContext, head: int | None) -> list[Plan]:
         sc = trace.comp.scenario
@@ -97,6 +131,8 @@ class MapScale(_DiffStage):
                            f"Divide map {half}'s scores by √d, d the half width each map scores with (not √(2d),"
                            " the head's whole W_Q width), then mask: a hidden key becomes −∞, in both maps alike.")
         self.matrices = (f"scaled_{half}",)
+        self.parts = ((DIVIDE, "/√d"),) if half == 1 else ()
+        self.lit = frozenset({DIVIDE}) if half == 1 else frozenset({CLOSE})
 
     def segments(self, trace: TraceContext, head: int | None) -> list[Plan]:
         sc = trace.comp.scenario
@@ -143,6 +179,8 @@ class MapSoftmax(_DiffStage):
                            f" row sum. Each row of p{s} is a distribution (never negative, adding to 1);"
                            " the difference of the two maps, next, is not.")
         self.matrices = (f"weights_{half}",)
+        self.parts = ((OPEN, "softmax("), (CLOSE, ")")) if half == 1 else ()
+        self.lit = frozenset({OPEN, CLOSE}) if half == 1 else frozenset({CLOSE})
         self.styles = MappingProxyType({f"weights_{half}": PaneStyle(heat=True, masked=True)})
 
     def segments(self, trace: TraceContext, head: int | None) -> list[Plan]:
@@ -194,6 +232,7 @@ class Lambda(_DiffStage):
                   " λ vectors are learned (the paper's reparameterisation, so λ can move either way), and λ_init"
                   " is where λ starts: with the vectors at 0 the exponentials are both 1 and λ = λ_init.")
     matrices = ("lambda",)
+    lit = frozenset({CLOSE})
 
     def segments(self, trace: TraceContext, head: int | None) -> list[Plan]:
         return [Plan("lambda", 1, len(LAMBDA_COLS))]
@@ -260,6 +299,8 @@ class Subtract(_DiffStage):
                   " looks harder than the first is negative: this map is no longer a distribution.")
     matrices = ("weights",)
     styles = MappingProxyType({"weights": PaneStyle(heat=True, masked=True)})
+    parts = ((CLOSE, " − λ·softmax(Q₂·K₂ᵀ/√d))"),)
+    lit = frozenset({CLOSE})
 
     def segments(self, trace: TraceContext, head: int | None) -> list[Plan]:
         sc = trace.comp.scenario
@@ -314,6 +355,8 @@ class DiffMix(_DiffStage):
                   "The difference map multiplies V, as any head's weights do: mixed[i] = Σⱼ weights[i,j]·V[j]."
                   " V is 2d wide, both maps' values in one; a negative weight subtracts its value.")
     matrices = ("mixed",)
+    parts = ((V_DOT, "·"), (V_SLOT, "V"))
+    lit = frozenset({V_DOT, V_SLOT})
 
     def segments(self, trace: TraceContext, head: int | None) -> list[Plan]:
         f = diff_of(trace, head)
@@ -348,6 +391,8 @@ class SubNorm(_DiffStage):
                   " GroupNorm per head. A row whose map summed to 1 − λ and partly cancelled comes out at the"
                   " same scale as any other.")
     matrices = ("normed",)
+    parts = ((GATE_SLOT, " → RMSNorm"),)
+    lit = frozenset({GATE_SLOT})
 
     def segments(self, trace: TraceContext, head: int | None) -> list[Plan]:
         f = diff_of(trace, head)
@@ -385,6 +430,8 @@ class Factor(_DiffStage):
                   "Every cell is multiplied by 1 − λ_init, the paper's fixed factor that keeps the output's scale"
                   " near a plain head's as λ starts at λ_init. This is the head's output: Concat joins it.")
     matrices = ("output",)
+    parts = ((GATE_SLOT, "·(1 − λ_init)"),)
+    lit = frozenset({GATE_SLOT})
 
     def segments(self, trace: TraceContext, head: int | None) -> list[Plan]:
         f = diff_of(trace, head)
