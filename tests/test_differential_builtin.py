@@ -127,7 +127,7 @@ def test_the_page_refuses_cache_and_tiles_in_a_line_each() -> None:
 
 def test_backward_is_refused_in_one_line(cli, tmp_path) -> None:
     bad = tmp_path / "diff_backward.toml"
-    bad.write_text(BUILTIN.read_text() + "\n[backward]\ntarget = [[0, 0, 0, 0, 0, 0, 0, 0]," 
+    bad.write_text(BUILTIN.read_text() + "\n[backward]\ntarget = [[0, 0, 0, 0, 0, 0, 0, 0],"
                    " [0, 0, 0, 0, 0, 0, 0, 0], [0, 0, 0, 0, 0, 0, 0, 0]]\n")
     run = cli("--check", str(bad))
     assert run.code == 2 and run.out == ""

@@ -127,7 +127,7 @@ class Scenario:
     linear: Linear | None = None  # [linear]: linear attention in place of every head's softmax
     deltanet: DeltaNet | None = None  # [deltanet]: the gated delta rule in place of every head's softmax
     mla: Mla | None = None  # [mla]: DeepSeek's latent attention; ``heads`` then hold its per-head shapes
-    differential: Differential | None = None  # [differential]: each head's map the difference of two softmax maps (core/variants/differential.py)
+    differential: Differential | None = None  # [differential]: each head's map the difference of two softmax maps
     backward: Backward | None = None  # [backward]: a loss (or dO) and the training steps on it
     # tokens a [model]'s tokenizer gave for its text, not labels the file wrote: a repeat is the sentence's own
     tokenized: bool = False

@@ -47,7 +47,8 @@ class HeadMap:
 
 @dataclass(frozen=True)
 class MapCells:
-    """One map at one size: ``levels[r][c]`` is 0 … 4 (shade), -1 masked, NEGATIVE below 0; ``strongest`` marks each full row's largest."""
+    """One map at one size: ``levels[r][c]`` is 0 … 4 (shade), -1 masked, NEGATIVE below 0; ``strongest`` marks
+    each full row's largest."""
 
     levels: tuple[tuple[int, ...], ...]
     strongest: tuple[int | None, ...]  # the column of each row's largest weight, at full size only

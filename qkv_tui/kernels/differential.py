@@ -17,8 +17,8 @@ the keys module (core/variants/differential.py) refuses it before it gets here.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from collections.abc import Mapping
+from dataclasses import dataclass
 from types import MappingProxyType
 from typing import ClassVar
 
