@@ -30,7 +30,7 @@ def _steps(view: str, module: str, sources: Any, *args: Any) -> int:
 
 def _frame(view: str, module: str, sources: Any, *args: Any) -> Frame:
     line = refusal(sources.comp.heads, view)
-    return refused_frame(line) if line is not None else _view(module, "_frame")(sources, *args)  # type: ignore[no-any-return]
+    return refused_frame(line) if line is not None else _view(module, "_frame")(sources, *args)
 
 
 def cache_steps(sources: Any, *args: Any) -> int:

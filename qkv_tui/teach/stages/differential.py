@@ -330,7 +330,7 @@ class Subtract(_DiffStage):
             text = (f"weights[{q},{k}] = p₁ − λ·p₂ = {fmt(p1, False, d)} − {fmt(lam, False, d)}·{fmt(p2, False, d)}"
                     f" = {fmt(p1, False, d)} − {paren(lp2)} = {result}")
         lam_t = fmt(lam, False, d)
-        details = (f"row {q} sums to 1 − λ = 1 − {lam_t} = {fmt(round(1 - shown(lam_t), d), False, d)}",)
+        details: tuple[str, ...] = (f"row {q} sums to 1 − λ = 1 − {lam_t} = {fmt(round(1 - shown(lam_t), d), False, d)}",)
         if value < 0:
             details += ("negative: the second map looks here harder than the first",)
         return Operation(index, seg, row, col, value, refs, text, details)
