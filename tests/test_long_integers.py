@@ -58,12 +58,13 @@ SAMPLES: dict[str, list[dict[str, Any]]] = {
     "[differential]": [{"lambda_q1": [[0]], "lambda_k1": [[0]], "lambda_q2": [[0]], "lambda_k2": [[0]],
                         "lambda_init": 0.2, "eps": 1e-5, "gamma": [1, 1]},
                        {"lambda_q1": [[0]], "lambda_k1": [[0]], "lambda_q2": [[0]], "lambda_k2": [[0]], "layer": 0}],
+    "[value_scale]": [{"factor": 0.5}],
 }
 TABLE_KEY = {"[[heads]]": "heads", "[attention]": "attention", "[output]": "output", "[context]": "context",
              "[mask]": "mask", "[norm]": "norm", "[rope]": "rope", "[alibi]": "alibi", "[tiles]": "tiles",
              "[cache]": "cache", "[input]": "input", "[qk_norm]": "qk_norm", "[gate]": "gate", "[mla]": "mla",
              "[linear]": "linear", "[deltanet]": "deltanet", "[backward]": "backward",
-             "[differential]": "differential"}
+             "[value_scale]": "value_scale", "[differential]": "differential"}
 
 
 def toml(doc: dict[str, Any]) -> str:

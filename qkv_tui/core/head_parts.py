@@ -18,7 +18,7 @@ import numpy as np
 from qkv_tui.core.differential_part import diff_part
 from qkv_tui.core.head import HeadResult
 from qkv_tui.core.scenario import Matrix, Scenario
-from qkv_tui.core.variants import QKNorm, Rope, Vector
+from qkv_tui.core.variants import QKNorm, Rope, Vector, value_scale
 from qkv_tui.kernels.attention import AlibiSpec, CapSpec, PartSpec, QKNormHead, SinkSpec, Turn, project
 from qkv_tui.kernels.attention import frozen as _frozen
 from qkv_tui.kernels.gate import GateSpec
@@ -198,7 +198,9 @@ def _deltanet(run: Run) -> PerHead | None:
     return lambda h: DeltaSpec(g[:, h], beta[:, h], around_spec(sc, h))
 
 
-HEAD_PARTS: tuple[Builder, ...] = (_qk_norm, _rope, _alibi, _sink, _softcap, _gate, _linear, _deltanet, diff_part)
+HEAD_PARTS: tuple[Builder, ...] = (_qk_norm, _rope, _alibi, _sink, _softcap, _gate, _linear, _deltanet)
+HEAD_PARTS += (value_scale.part,)
+HEAD_PARTS += (diff_part,)  # [differential]: its attend hook runs both maps (core/differential_part.py)
 
 
 def head_parts(run: Run) -> Callable[[int], list[PartSpec]]:

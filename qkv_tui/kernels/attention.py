@@ -90,6 +90,11 @@ class PartSpec:
 
     keeps_scale: ClassVar[bool] = True  # False for a part whose map divides by no scale (shown as no √d_k)
 
+    def values(self, p: HeadPass) -> None:
+        """Replace ``p.V`` before anything reads it (a value scale); a head that reuses an earlier head's V
+        (``p.shared``) finds it as that head's parts left it."""
+        return None
+
     def before_score(self, p: HeadPass) -> None:
         return None
 
@@ -223,13 +228,15 @@ def head_forward(X: Matrix, X_kv: Matrix, W_Q: Matrix, W_K: Matrix, W_V: Matrix,
         K, V = shared.K, shared.V
     p = HeadPass(X, X_kv, allow, scale, policy, shared, Q, K, V, Q, K, Q, K)
     for part in parts:
+        part.values(p)
+    for part in parts:
         part.before_score(p)
     attended = next((a for a in (part.attend(p) for part in parts) if a is not None), None)
     if attended is None:
-        attended = attend(p.Q_used, p.K_used, V, allow, scale, p.bias, p.sink, policy, p.softcap)
+        attended = attend(p.Q_used, p.K_used, p.V, allow, scale, p.bias, p.sink, policy, p.softcap)
     for part in parts:
         part.after_mix(p, attended)
-    return Forward(Q, K, V, attended, tuple(p.records))
+    return Forward(Q, K, p.V, attended, tuple(p.records))
 
 
 def qk_normalise(M: Matrix, gamma: Matrix, eps: float, rows: Normed | None, policy: Policy = EXACT) -> Normed:

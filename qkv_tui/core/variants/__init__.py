@@ -21,6 +21,7 @@ from qkv_tui.core.variants import differential as differential
 from qkv_tui.core.variants import gate as gate
 from qkv_tui.core.variants import linear as linear
 from qkv_tui.core.variants import mla as mla
+from qkv_tui.core.variants import value_scale as value_scale
 from qkv_tui.core.variants.alibi import ALIBI_KEYS as ALIBI_KEYS
 from qkv_tui.core.variants.alibi import Alibi as Alibi
 from qkv_tui.core.variants.alibi import alibi_later_key as alibi_later_key
@@ -73,7 +74,8 @@ FEATURES: tuple[Table[Any] | Keys, ...] = (
     linear.TABLE,
     deltanet.TABLE,
     backward.TABLE,
-    differential.TABLE,  # after [backward], which it refuses until its gradients are wired
+    value_scale.TABLE,
+    differential.TABLE,  # after [backward] and [value_scale], which it refuses for now
 )
 
 # The top-level tables, in the order the loader parses them (a table may read the ones before it:

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 from types import MappingProxyType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol, cast
 
-from qkv_tui.core.engine import Computation
-from qkv_tui.core.fmt import is_integral
+import numpy as np
+
+from qkv_tui.core.engine import Computation, HeadResult
+from qkv_tui.core.fmt import is_integral, operand
 from qkv_tui.core.scenario import Matrix
 from qkv_tui.kernels.attention import project
 from qkv_tui.kernels.policy import EXACT
-from qkv_tui.teach.arith import dot_line
+from qkv_tui.teach.arith import agrees, dot_line, shown, tries
 from qkv_tui.teach.stages.common import (
     K_SLOT,
     Q_SLOT,
@@ -39,6 +41,7 @@ if TYPE_CHECKING:  # the cost view's module loads on its first use
 
 WIDE = ("W_Q_wide", "W_K_wide", "W_V_wide")  # split scenarios: every head's slice side by side
 WEIGHTS = ("W_Q", "W_K", "W_V")
+FACTOR_KEY = "V_factor"  # the worksheet's input table of a value scale (one for the page: every head's is the same)
 SLOTS = {"Q": Q_SLOT, "K": K_SLOT, "V": V_SLOT}  # the formula's letter each projection computes
 
 
@@ -101,12 +104,23 @@ class Project(StageSpec):
         # split heads: name the column of the wide matrix the screen shows, h2:0 for head 2's column 0
         wide = trace.is_wide(weight_name)
         wcol = trace.slice_label(weight_name, trace.wide_offset(weight_name, h) + col) if wide else str(col)
+        scaled = _value_factor(head) if seg.target == "V" else None
+        projected = result if scaled is None else None
+        if scaled is not None:  # a value scale: the projection's cell, then V = that·factor
+            u, factor = float(scaled.V_projected[row, col]), float(scaled.V_factor)
+            projected, factor_text = _factor_texts(u, factor, result, d, src_int and w_int)
+        assert projected is not None
         if bias is None:
-            work = dot_line(source[row], W[:, col], src_int, w_int, result, d, trace.hand)
-            text = f"{seg.target}[{label},{col}] = {xs}[{label}]·{weight_name}[:,{wcol}] = {work}"
+            work = dot_line(source[row], W[:, col], src_int, w_int, projected, d, trace.hand)
+            formula = f"{xs}[{label}]·{weight_name}[:,{wcol}]"
         else:
-            work = dot_bias_line(source[row], W[:, col], float(bias[col]), src_int, w_int, result, d, trace.hand)
-            text = f"{seg.target}[{label},{col}] = {xs}[{label}]·{weight_name}[:,{wcol}] + b_{seg.target}[{col}] = {work}"
+            work = dot_bias_line(source[row], W[:, col], float(bias[col]), src_int, w_int, projected, d, trace.hand)
+            formula = f"{xs}[{label}]·{weight_name}[:,{wcol}] + b_{seg.target}[{col}]"
+        if scaled is not None:
+            sides = [f"({side})·{factor_text}" for side in work.split(" = ")[:-1]]
+            work = " = ".join([*sides, f"{projected}·{factor_text}", result])
+            formula = f"({formula})·{factor_text}"
+        text = f"{seg.target}[{label},{col}] = {formula} = {work}"
         operands = (Ref(src_name, None, row, None), Ref(weight_name, h, None, col))
         details: tuple[str, ...] = ()
         if seg.target == "K" and row == col == 0 and sc.num_kv_heads is not None:  # said once per K/V head
@@ -158,6 +172,9 @@ class Project(StageSpec):
             return f"Q = {shown_x}·W_Q{plus('Q')}"
         if name == "KT":
             return f"Kᵀ{shared}"
+        scaled = _value_factor(hr) if name == "V" and hr is not None else None
+        if scaled is not None:
+            return f"V = {_scaled_formula(f'{src}·W_V{plus(name)}', scaled.V_factor)}{shared}"
         return f"{name} = {src}·W_{name}{plus(name)}{shared}"
 
     def lights(self, seg: Segment) -> frozenset[int]:
@@ -224,7 +241,12 @@ class Project(StageSpec):
             for role, raw in (("K", K_raw[g]), ("V", V_raw[g])):
                 bias = " + b_" + role if getattr(hr, f"b_{role}") is not None else ""
                 width = hr.d_k if role == "K" else hr.d_v
-                out.append(Table(f"{role}.{h}", role, f"{role} = {xkv}·W_{role}{bias}{kv_suffix}", "project", h,
+                formula = f"{xkv}·W_{role}{bias}"
+                if role == "V" and (scaled := _value_factor(chain.comp.heads[g])) is not None:
+                    formula = _scaled_formula(formula, scaled.V_factor)
+                    chain.late_input(Table(FACTOR_KEY, "s", "The value scale: V is multiplied by it after the projection",
+                                           "project", None, np.array([[scaled.V_factor]]), ("s",), ("V",), True, False))
+                out.append(Table(f"{role}.{h}", role, f"{role} = {formula}{kv_suffix}", "project", h,
                                  chain.rounded(raw), sc.key_labels, idx(width), False, True,
                                  whole=kv_whole and is_integral(raw), readers=chain.kv_readers(h)))
         return out
@@ -239,8 +261,11 @@ class Project(StageSpec):
             source, xs = ("X_norm", "X̂") if "X_norm" in cells.tables else ("X", "X")
         b_key = f"b_{name}{s}"
         plus = f" + b_{name}[{j}]" if b_key in cells.tables else ""
-        return (f"{name}[{q},{j}] = {xs}[{q}]·W_{name}[:,{j}]{plus}"
-                f" = {cells.dot(source, i, f'W_{name}{s}', j)}{cells.bias(b_key, j)} = {answer}")
+        formula, work = f"{xs}[{q}]·W_{name}[:,{j}]{plus}", f"{cells.dot(source, i, f'W_{name}{s}', j)}{cells.bias(b_key, j)}"
+        if name == "V" and FACTOR_KEY in cells.tables:  # a value scale, printed among the inputs
+            factor = cells.txt(FACTOR_KEY, 0, 0)
+            formula, work = f"({formula})·{factor}", f"({work})·{factor}"
+        return f"{name}[{q},{j}] = {formula} = {work} = {answer}"
 
     def worksheet_note(self, comp: Computation, owners: list[int], head: int) -> list[str]:
         """A head that reads an earlier head's K and V says where they are."""
@@ -283,6 +308,36 @@ def _cost(sc: Scenario, ph: Phase) -> Count:
     return Count(SPEC.stage.key, SPEC.stage.name, ph.name, matmul=matmul, read=read + fig(*biases), written=written)
 
 
+class _Scaled(Protocol):
+    V_projected: Matrix
+    V_factor: float
+
+
+def _value_factor(hr: HeadResult) -> _Scaled | None:
+    """The record of a part that multiplies this head's V after the projection (a value scale); None without."""
+    return next((cast(_Scaled, r) for r in hr.parts.values() if hasattr(r, "V_factor")), None)
+
+
+def _scaled_formula(formula: str, factor: float) -> str:
+    """``0.707·(X·W_V + b_V)``: the factor first, so a narrow pane's title, which drops a remark in parentheses
+    after a space, keeps the formula."""
+    return f"{factor:g}·({formula})" if " + " in formula else f"{factor:g}·{formula}"
+
+
+def _factor_of(chain: PrintedChain, head: int) -> float:
+    scaled = _value_factor(chain.comp.heads[head])
+    return 1.0 if scaled is None else float(scaled.V_factor)
+
+
+def _factor_texts(projected: float, factor: float, result: str, decimals: int, whole: bool) -> tuple[str, str]:
+    """The projection's cell and the factor, each with the digits that make their product the shown V."""
+    for p in tries(decimals, False):
+        u, s = operand(projected, whole and float(projected).is_integer(), p), operand(factor, factor.is_integer(), p)
+        if agrees(shown(u) * shown(s), result) and agrees(projected * shown(s), result):
+            break
+    return u, s
+
+
 def raw_projections(chain: PrintedChain) -> tuple[list[Matrix], dict[int, Matrix], dict[int, Matrix]]:
     """Every head's Q, and each K/V head's K and V, computed exactly from the printed X (or X̂), before rounding.
 
@@ -296,7 +351,8 @@ def raw_projections(chain: PrintedChain) -> tuple[list[Matrix], dict[int, Matrix
         X_kv_src = sc.context_X if sc.context_X is not None else X_src
         Q_raw = [project(X_src, hr.W_Q, hr.b_Q, EXACT) for hr in sc.heads]
         K_raw = {g: project(X_kv_src, sc.heads[g].W_K, sc.heads[g].b_K, EXACT) for g in chain.readers}
-        V_raw = {g: project(X_kv_src, sc.heads[g].W_V, sc.heads[g].b_V, EXACT) for g in chain.readers}
+        V_raw = {g: project(X_kv_src, sc.heads[g].W_V, sc.heads[g].b_V, EXACT) * _factor_of(chain, g)
+                 for g in chain.readers}
         return Q_raw, K_raw, V_raw
 
     return chain.memo("raw projections", make)
