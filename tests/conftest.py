@@ -311,11 +311,63 @@ def _tiers(item: pytest.Item, memo: dict[object, frozenset[str]]) -> list[str]:
     return tiers_of(funcs, item.cls, item.fixturenames, test_id, memo)
 
 
+# --- order under pytest-xdist --------------------------------------------------------------------
+# The last test a worker runs decides when the run ends: a 20-s app test drawn last leaves the other
+# worker idle for 20 s. So the heavy tiers run first and the quick tier last (its tests are under 1 s
+# each, SLOW above), and an idle worker steals half of the other's remaining queue (--dist worksteal)
+# instead of waiting for a fixed batch: the run ends on small tests on both workers at once.
+# Per test, measured by CPU time under -n 2: app and slow tests average about 1 s, the quick tier 0.05 s.
+
+# Tests the quick tier keeps (a person's answer in 3 minutes holds them) that took over 8 s each in a quick-tier
+# run under -n 2 at load 16 (about 1-4 s on an idle machine): they run with the heavy tiers, not last. So do the
+# quick tests that share a module-scoped fixture with a heavy test of their file (a tiny transformers model, a
+# trained layer): run apart from it, a serial run would build the fixture twice.
+LONG_QUICK = frozenset({
+    "test_backward_model_layer.py::test_its_gradient_is_the_loss_s_slope",
+    "test_importers_counts_bounded_by_weights.py::test_a_gguf_head_count_past_its_tensors",
+    "test_app_refuses_what_check_refuses.py::test_the_app_opens_what_check_accepts_and_refuses_what_it_refuses",
+    "test_export_toml_file_name.py::test_any_source_name_keeps_the_first_line_one_comment",
+    "test_exports_accept_what_check_accepts.py::test_every_export_accepts_what_check_accepts[",
+    "test_gate.py::test_generated_gates_agree_with_a_loop_and_check_out",
+    "test_golden.py::test_outputs_as_frozen[builtin/deltanet_learns]",
+    "test_golden.py::test_outputs_as_frozen[builtin/qk_norm_all]",
+    "test_importers_counts_bounded_by_weights.py::test_a_gguf_block_count_past_its_tensors",
+    "test_imports.py::test_the_deferred_modules_load_where_they_are_used",
+    "test_one_forward.py::test_by_hand_every_table_is_worked_from_its_rounded_operands",
+    "test_one_forward.py::test_exact_agrees_with_the_loop_reference",
+    "test_one_forward.py::test_the_printed_page_works_each_table_from_the_printed_ones",
+    "test_worksheet_accepts_what_check_accepts.py::test_every_accepted_scenario_makes_a_worksheet",
+})
+
+
+def _weight(item: pytest.Item) -> int:
+    """0 for a test in both heavy tiers, 1 in one (or in LONG_QUICK), 2 in none; sorted stably, so a file's tests
+    keep their order."""
+    marks = {mark.name for mark in item.iter_markers()}
+    heavy = ("app" in marks or "snapshot" in marks) + ("slow" in marks)
+    path, _, name = item.nodeid.partition("::")
+    test_id = f"{Path(path).name}::{name}"  # as in SLOW
+    if not heavy and (test_id in LONG_QUICK or test_id.split("[")[0] + "[" in LONG_QUICK):
+        heavy = 1
+    return 2 - heavy
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     memo: dict[object, frozenset[str]] = {}
     for item in items:
         for tier in _tiers(item, memo):
             item.add_marker(tier)
+    items.sort(key=_weight)
+
+
+@pytest.hookimpl(optionalhook=True, tryfirst=True)  # before xdist's own, which would answer load
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """-n's default distribution (load) becomes worksteal; an explicit --dist is kept."""
+    if config.getvalue("dist") != "load" or any(arg.startswith(("--dist", "-d")) for arg in config.invocation_params.args):
+        return None
+    from xdist.scheduler import WorkStealingScheduling
+
+    return WorkStealingScheduling(config, log)
 
 
 # --- snapshots under pytest-xdist ----------------------------------------------------------------

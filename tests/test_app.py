@@ -12,8 +12,10 @@ from textual.containers import VerticalScroll
 from qkv_tui import compute, load_scenario
 from qkv_tui.core.fmt import fmt
 from qkv_tui.core.scenario import parse_scenario
+from qkv_tui.display.footer_keys import fit_keys
 from qkv_tui.teach.stepper import Position
 from qkv_tui.ui.app import FOCUS_FLOOR, QKVApp
+from qkv_tui.ui.live import FOOTER_ROOM, FOOTER_ROOMY
 from qkv_tui.ui.widgets.matrix import MatrixView
 from qkv_tui.ui.widgets.panels import ExplainPanel, FormulaLine, KeyFooter, QuizInput, StageBar
 from qkv_tui.ui.widgets.screens import GotoScreen, HelpScreen, NotesScreen
@@ -534,12 +536,38 @@ def assert_footer_whole(app: QKVApp, width: int, needed: tuple[str, ...]) -> Non
 @pytest.mark.parametrize("name", ["i_love_ai", "two_heads"])
 async def test_the_footer_keeps_help_and_quit_whole_at_every_width(name: str) -> None:
     """Below about 76 columns the footer used to cut its last keys mid-word: `? help` and `q quit` went first."""
+    needed = ("? help", "q quit", "→ next")
     app = QKVApp(name)
     async with app.run_test(size=(130, 24)) as pilot:
+        await settle(pilot)
+        footer = app.query_one(KeyFooter)
+        assert footer.left_out == frozenset()
+        keys = [k for k in app.screen.query("FooterKey") if not k.has_class("-command-palette")]
+        calls = [k.action for k in keys]
+        words = [footer.key_width(k) - 2 for k in keys]  # at 130 columns the keys have their full spacing
+        palette = sum(footer.key_width(k) + 2 for k in app.screen.query("FooterKey") if k.has_class("-command-palette"))
+        needed_calls = {k.action for k in keys if str(k.render()).strip() in needed}
+        assert len(needed_calls) == len(needed) and palette > 0
+        # the rule at every width, as a pure function (display/footer_keys.fit_keys; ui/live.fit_footer narrows the
+        # spacing below FOOTER_ROOMY and drops the palette key below FOOTER_ROOM): the needed keys stay and the keys
+        # kept fit the room. A key can be cut only where the room is tightest for the keys kept, at the narrowest
+        # width that keeps them, so the app itself is driven to each of those widths and its keys' regions read
+        narrowest: dict[tuple[bool, ...], int] = {}
         for width in [*range(50, 96), 99, 100, 101, 120, 130]:
+            widths = [w + (1 if width < FOOTER_ROOMY else 2) for w in words]
+            room = width - (palette if width >= FOOTER_ROOM else 0)
+            fits = fit_keys(calls, widths, footer.keep, room)
+            assert needed_calls <= {call for call, fit in zip(calls, fits) if fit}, width
+            assert sum(w for w, fit in zip(widths, fits) if fit) <= room, width
+            spacing = (width < FOOTER_ROOMY, width >= FOOTER_ROOM, tuple(fits))
+            narrowest[spacing] = min(width, narrowest.get(spacing, width))
+        assert any(not all(fits) for _, _, fits in narrowest)  # the sweep does reach widths where keys are left out
+        for (_, _, fits), width in sorted(narrowest.items(), key=lambda item: item[1]):
             await pilot.resize_terminal(width, 24)
             await settle(pilot)
-            assert_footer_whole(app, width, ("? help", "q quit", "→ next"))
+            assert footer.left_out == {call for call, fit in zip(calls, fits) if not fit}, width
+            assert_footer_whole(app, width, needed)
+
         await pilot.resize_terminal(80, 24)
         await settle(pilot)
         assert app.query_one(KeyFooter).left_out == frozenset()  # at 80 columns nothing is left out

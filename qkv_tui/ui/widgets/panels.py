@@ -18,6 +18,7 @@ from textual.widget import Widget
 from textual.widgets import Footer, Input, Static
 
 from qkv_tui.core.fmt import cell_len
+from qkv_tui.display.footer_keys import fit_keys, rank
 from qkv_tui.display.stage_bar import SEPARATOR, Bar, fit_bar
 from qkv_tui.display.status_line import Piece, fit_status
 from qkv_tui.display.text import pictured, wrap
@@ -218,22 +219,11 @@ class KeyFooter(Footer):
         keys = [w for w in widgets if hasattr(w, "action") and not w.has_class("-command-palette")]
         room = width - sum(self.key_width(w) + 2 for w in widgets if w.has_class("-command-palette"))  # its border
 
-        def rank(names: tuple[str, ...], key: Widget) -> int:
-            call = cast(_Key, key).action
-            name = call.partition("(")[0]
-            bare = name.rpartition(".")[2]  # "app.quiz" is quiz, "head(1)" head
-            for action in (bare + call[len(name):], bare):  # a call named whole ("side('cache')") comes first
-                if action in names:
-                    return names.index(action)
-            return len(names) + keys.index(key)
-
-        shown = set(keys)
-        for key in sorted(keys, key=lambda k: rank(self.keep, k), reverse=True):
-            if sum(self.key_width(k) for k in shown) <= room:
-                break
-            shown.discard(key)
-        self.left_out = frozenset(cast(_Key, k).action for k in keys if k not in shown)
-        yield from sorted((k for k in keys if k in shown), key=lambda k: rank(self.order, k))
+        calls = [cast(_Key, key).action for key in keys]
+        fits = fit_keys(calls, [self.key_width(key) for key in keys], self.keep, room)
+        shown = [key for key, fit in zip(keys, fits) if fit]
+        self.left_out = frozenset(call for call, fit in zip(calls, fits) if not fit)
+        yield from sorted(shown, key=lambda k: rank(self.order, cast(_Key, k).action, keys.index(k)))
         yield from (w for w in widgets if w not in keys)  # the palette key, docked on the right
 
     def key_width(self, widget: Widget) -> int:
