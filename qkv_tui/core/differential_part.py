@@ -8,16 +8,17 @@ rows summing to 1 − λ); ``output`` is the head's output after the sub-norm an
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Any
+
+import numpy as np
 
 from qkv_tui.kernels.attention import Attended, HeadPass, PartSpec, Turn
 from qkv_tui.kernels.differential import DiffForward, DiffHead, diff_forward
+from qkv_tui.kernels.policy import Policy
+from qkv_tui.kernels.rope import angles_at
 from qkv_tui.kernels.softmax import SoftmaxRows
-
-if TYPE_CHECKING:
-    from qkv_tui.core.head_parts import PerHead, Run
-    from qkv_tui.core.scenario import Head
 
 
 @dataclass(frozen=True, eq=False)
@@ -25,7 +26,7 @@ class DiffSpec(PartSpec):
     """One differential head: its weights (the kernel projects and splits them itself), its λ and sub-norm,
     the divisor (None: √d, the half width) and RoPE's turn for width d."""
 
-    head: Head
+    head: Any  # core/scenario.py's Head (not imported: the scenario's module imports the builders, which import this)
     diff: DiffHead
     scale: float | None
     turn: Turn | None
@@ -46,16 +47,29 @@ class DiffSpec(PartSpec):
         p.records.append(p.notes["differential"])
 
 
-def diff_part(run: Run) -> PerHead | None:
-    """Each head's DiffSpec where the scenario has [differential]."""
+def half_turn(rope: Any, positions: tuple[int, ...] | None, d: int, policy: Policy) -> Turn | None:
+    """RoPE's turn for one half of a head (width d), as core/head_parts.py turn_of makes it for a whole head; written
+    here so that the part does not import the builders' module, which imports it."""
+    if rope is None:
+        return None
+    assert positions is not None
+    a = angles_at(rope.inv_freq(d), positions)  # (n, r/2)
+    factor = rope.attention_factor
+    if factor == 1.0:
+        return Turn(np.cos(a), np.sin(a), rope.pairs(d))
+    f = policy.worked(np.array(factor))
+    return Turn(policy.worked(policy.worked(np.cos(a)) * f), policy.worked(policy.worked(np.sin(a)) * f), rope.pairs(d))
+
+
+def diff_part(run: Any) -> Callable[[int], DiffSpec] | None:
+    """Each head's DiffSpec where the scenario has [differential] (``run`` is core/head_parts.py's Run)."""
     sc = run.sc
     df = sc.differential
     if df is None:
         return None
-    from qkv_tui.core.head_parts import turn_of
 
     def spec(h: int) -> DiffSpec:
         # the exact head's divisor by hand (as every head's), the scenario's own, or None: √d, not √d_k = √(2d)
         scale = run.exact[h].scale if run.exact is not None else sc.scale
-        return DiffSpec(sc.heads[h], df.head(h), scale, turn_of(sc.rope, sc.positions, df.d, run.policy))
+        return DiffSpec(sc.heads[h], df.head(h), scale, half_turn(sc.rope, sc.positions, df.d, run.policy))
     return spec
