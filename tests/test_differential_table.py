@@ -212,11 +212,11 @@ def test_rope_with_an_even_d_is_accepted() -> None:
     assert df.d == 2
 
 
-def test_not_registered_until_the_engine_runs_it() -> None:
-    """The loader refuses the table for now: a table the app would not show is not accepted."""
-    assert TABLE not in variants.FEATURES
-    with pytest.raises(ScenarioError, match="unknown key 'differential'"):
-        parse_scenario(BASE + HEAD + "\n[differential]\n" + LAMBDAS + "layer = 0\n", "t.toml")
+def test_registered_now_that_the_driver_runs_it() -> None:
+    """The forward driver runs it (core/differential_part.py), so the loader accepts the table and fills the field."""
+    assert TABLE in variants.FEATURES
+    sc = parse_scenario(BASE + HEAD + "\n[differential]\n" + LAMBDAS + "layer = 0\n", "t.toml")
+    assert isinstance(sc.differential, Differential) and sc.differential.layer == 0
 
 
 def test_rope_partial_turning_an_odd_share_of_d_is_refused() -> None:

@@ -55,13 +55,16 @@ SAMPLES: dict[str, list[dict[str, Any]]] = {
     "[deltanet]": [{"g": [[-0.5]] * 3, "beta": [[1]] * 3},
                    {"W_a": [[0]] * 4, "A_log": [0], "dt_bias": [0], "W_b": [[0]] * 4}],
     "[backward]": [{"target": [[0, 0]] * 3, "lr": 0.1, "steps": 1, "train": ["W_Q"]}, {"dO": [[0, 0]] * 3}],
+    "[differential]": [{"lambda_q1": [[0]], "lambda_k1": [[0]], "lambda_q2": [[0]], "lambda_k2": [[0]],
+                        "lambda_init": 0.2, "eps": 1e-5, "gamma": [1, 1]},
+                       {"lambda_q1": [[0]], "lambda_k1": [[0]], "lambda_q2": [[0]], "lambda_k2": [[0]], "layer": 0}],
     "[value_scale]": [{"factor": 0.5}],
 }
 TABLE_KEY = {"[[heads]]": "heads", "[attention]": "attention", "[output]": "output", "[context]": "context",
              "[mask]": "mask", "[norm]": "norm", "[rope]": "rope", "[alibi]": "alibi", "[tiles]": "tiles",
              "[cache]": "cache", "[input]": "input", "[qk_norm]": "qk_norm", "[gate]": "gate", "[mla]": "mla",
              "[linear]": "linear", "[deltanet]": "deltanet", "[backward]": "backward",
-             "[value_scale]": "value_scale"}
+             "[value_scale]": "value_scale", "[differential]": "differential"}
 
 
 def toml(doc: dict[str, Any]) -> str:

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from qkv_tui import compute, load_scenario
 from qkv_tui.display.view import hand_note
 from qkv_tui.kernels.deltanet import DeltaForward
+from qkv_tui.kernels.differential import DiffForward
 from qkv_tui.kernels.softmax import Sunk
 from qkv_tui.teach.handcalc import compute_hand, round_to
 from qkv_tui.teach.quiz import Score, check_choice, check_number, hide_result, parse_number, questions
@@ -64,6 +65,9 @@ def test_hand_rounding_converges_to_exact(path) -> None:
     for h in hand.heads:
         if h.part(DeltaForward) is not None:
             continue  # its weights are q·k times a decaying mask, weighing the corrections δ: no distribution
+        if h.part(DiffForward) is not None:  # p₁ − λ·p₂: its rows sum to 1 − λ
+            assert np.allclose(h.weights.sum(axis=1), 1 - h.need(DiffForward).lam.value, atol=1e-8)
+            continue
         sink_share = h.need(Sunk).sink_exp / h.row_sum if h.part(Sunk) is not None else 0.0  # a sink's dropped column
         assert np.allclose(h.weights.sum(axis=1) + sink_share, 1, atol=1e-8)
 

@@ -17,7 +17,10 @@ from qkv_tui.teach.trace import STAGES, Trace
 from .conftest import SHIPPED
 
 SEED_ORDER = ["embed", "norm", "project", "compress", "expand", "mla_rotate", "qk_norm", "rotate", "score", "scale", "softmax",
-              "mix", "absorb",
+              "mix",
+              "diff_score_1", "diff_scale_1", "diff_softmax_1", "diff_score_2", "diff_scale_2", "diff_softmax_2",
+              "diff_lambda", "diff_subtract", "diff_mix", "diff_subnorm", "diff_factor",  # [differential]: Score … Mix
+              "absorb",
               "phi", "quadratic", "recurrent", "conv", "l2norm", "gates", "delta", "onorm",  # [linear], [deltanet]: Score … Mix
               "gate", "concat", "wo"]
 # the backward pass after the forward stages ([backward]; docs/backward.md), last forward stage first

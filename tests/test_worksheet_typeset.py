@@ -205,8 +205,9 @@ def test_no_description_sentence_with_a_number_is_typeset(cli: Callable[..., Run
     assert not any(ch.isdigit() for ch in kept)
     assert " ".join(description.split()).startswith(kept)
     run = cli("--export", "worksheet", "--format", "html", name)
-    if run.code != 0:  # a real model's head: too large to work by hand, in every format
-        assert run.err.startswith("error: ") and "too large for a worksheet" in run.err
+    if run.code != 0:  # a real model's head: too large to work by hand; a part without printed tables yet
+        assert run.err.startswith("error: ") and ("too large for a worksheet" in run.err
+                                                  or "is not written yet" in run.err), run.err
         return
     questions = run.out.split('<section class="key">')[0]
     sentences = re.split(r"(?<=[.!?])\s+", " ".join(description.split()))

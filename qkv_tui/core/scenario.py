@@ -34,6 +34,7 @@ from qkv_tui.core.variants import Alibi, Mla, Norm, QKNorm, Rope
 from qkv_tui.core.variants.backward import Backward
 from qkv_tui.core.variants.common import write_whole
 from qkv_tui.core.variants.deltanet import DeltaNet
+from qkv_tui.core.variants.differential import Differential
 from qkv_tui.core.variants.linear import Linear
 from qkv_tui.core.variants.window import table_form as _table_form
 
@@ -127,6 +128,7 @@ class Scenario:
     linear: Linear | None = None  # [linear]: linear attention in place of every head's softmax
     deltanet: DeltaNet | None = None  # [deltanet]: the gated delta rule in place of every head's softmax
     mla: Mla | None = None  # [mla]: DeepSeek's latent attention; ``heads`` then hold its per-head shapes
+    differential: Differential | None = None  # [differential]: each head's map the difference of two softmax maps
     backward: Backward | None = None  # [backward]: a loss (or dO) and the training steps on it
     # tokens a [model]'s tokenizer gave for its text, not labels the file wrote: a repeat is the sentence's own
     tokenized: bool = False

@@ -22,6 +22,7 @@ from qkv_tui.core.scenario import BoolMatrix, Matrix
 
 GLYPHS = " ░▒▓█"  # one column per key: the map's shades (display/heatmap.py), one character each
 MASKED = "·"
+NEGATIVE, MINUS = -2, "−"  # the level and mark of a weight below 0 (a map that is no distribution)
 LABEL_MAX = 6  # a query's label beside a full map, cut to this many columns
 GAP = 2  # columns between two maps
 MIN_ROWS = 1  # a map keeps at least one row of cells; below that its row of maps scrolls
@@ -46,7 +47,8 @@ class HeadMap:
 
 @dataclass(frozen=True)
 class MapCells:
-    """One map at one size: ``levels[r][c]`` is 0 … 4 (shade), -1 masked; ``strongest`` marks each full row's largest."""
+    """One map at one size: ``levels[r][c]`` is 0 … 4 (shade), -1 masked, NEGATIVE below 0; ``strongest`` marks
+    each full row's largest."""
 
     levels: tuple[tuple[int, ...], ...]
     strongest: tuple[int | None, ...]  # the column of each row's largest weight, at full size only
@@ -140,10 +142,11 @@ def _edges(size: int, bins: int) -> np.ndarray:
 
 def _binned(weights: Matrix, allow: BoolMatrix, rows: int, cols: int) -> MapCells:
     n, m = weights.shape
-    shown = np.where(allow, weights, -1.0)  # (n, m) masked cells below every weight
+    shown = np.where(allow, weights, -np.inf)  # (n, m) masked cells below every weight, a negative one too
     if (rows, cols) != (n, m):
         shown = np.maximum.reduceat(np.maximum.reduceat(shown, _edges(n, rows), axis=0), _edges(m, cols), axis=1)
-    levels = np.where(shown < 0, -1, level_of(np.maximum(shown, 0.0)))  # (rows, cols)
+    # a map that is no distribution (differential attention's) has negative cells: they keep their sign
+    levels = np.where(shown == -np.inf, -1, np.where(shown < 0, NEGATIVE, level_of(np.maximum(shown, 0.0))))
     strongest: tuple[int | None, ...] = (None,) * rows
     if (rows, cols) == (n, m):
         strongest = tuple(int(j) if allow[i].any() else None for i, j in enumerate(shown.argmax(axis=1)))
@@ -216,7 +219,9 @@ def key_labels(keys: tuple[str, ...], cell: int) -> str:
 
 
 def glyph(level: int, cell: int) -> str:
-    """A cell's characters: the shade, or the masked dot."""
+    """A cell's characters: the shade, the minus of a negative weight, or the masked dot."""
+    if level == NEGATIVE:
+        return MINUS * cell
     if level < 0:
         return MASKED.ljust(cell)
     return GLYPHS[level] * cell  # two columns a key: the map's own shades (display/heatmap.py SHADES), doubled

@@ -34,8 +34,8 @@ CACHE = SideView(  # k: prefill and decode over a paged KV cache (display/decode
     title="KV-cache decode view", summary="generation replayed token by token", closing="the KV cache",
     help=(("k", "KV cache: prefill, then decode a token at a time over a paged cache (→ ← step; k again leaves)"),
           ("c", "in the cache view: prefill at once → chunked prefill → token by token")),
-    steps=_later("decode_view", "_steps"),
-    frame=_later("decode_view", "_frame"),
+    steps=_later("refused_view", "cache_steps"),  # a part may refuse it (core/part_questions.py)
+    frame=_later("refused_view", "cache_frame"),
     # the default schedule goes unnamed: i_love_ai-cache-step03.svg, i_love_ai-cache-chunked-step03.svg
     asks="weights[",  # the step's softmax, from the scores the line before works out
     shot=lambda modes: "cache" if modes.schedule == "prefill" else f"cache-{modes.schedule}",
@@ -46,8 +46,8 @@ TILES = SideView(  # t: FlashAttention's online softmax (display/tiled_view.py)
     title="FlashAttention tiles view", summary="the online softmax, one tile of keys at a time",
     closing="FlashAttention's tiles",
     help=(("t", "tiles: FlashAttention's online softmax, one tile of keys at a time (→ ← step; t again leaves)"),),
-    steps=_later("tiled_view", "_steps"),  # the same for every head
-    frame=_later("tiled_view", "_frame"),
+    steps=_later("refused_view", "tiles_steps"),  # the same for every head; a part may refuse it
+    frame=_later("refused_view", "tiles_frame"),
     shot=lambda modes: "tiles",
 )
 TRAIN = SideView(  # l: SGD steps on [backward] (display/train_view.py)

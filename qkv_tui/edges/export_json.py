@@ -19,6 +19,7 @@ from qkv_tui.core.engine import Computation, HeadResult, NormResult, combine, it
 from qkv_tui.core.forward import mla_results
 from qkv_tui.core.scenario import Matrix, Scenario
 from qkv_tui.core.variants import Vector
+from qkv_tui.edges.export_differential import differential_parts
 from qkv_tui.edges.export_grad import Nested, backward_parts
 from qkv_tui.kernels.gate import Gated
 from qkv_tui.kernels.norm import QKNormed
@@ -227,6 +228,7 @@ def _document(
         ("mla", _mla(sc, norm)),
         ("linear", _PerHead(sc, norm, linear_fields) if sc.linear is not None else None),
         ("deltanet", _PerHead(sc, norm, deltanet_fields) if sc.deltanet is not None else None),
+        *differential_parts(sc, norm, _fields),  # only where the scenario has [differential]
     ], "")
     buffered.write("\n")
     buffered.flush()

@@ -7,6 +7,7 @@ checks out on a calculator as it does on screen.
 from __future__ import annotations
 
 from qkv_tui.core.engine import Computation
+from qkv_tui.core.part_questions import refusal
 from qkv_tui.display.decode_view import decode_lines, mask_note, reference_name, step_title
 from qkv_tui.display.state_view import carries_state, state_section
 from qkv_tui.display.tiled_view import MEANING, op_lines
@@ -94,4 +95,7 @@ def tiled_section(comp: Computation, decimals: int = 3) -> list[str]:
 def production_sections(comp: Computation, decimals: int = 3) -> list[str]:
     if carries_state(comp):  # [linear], [deltanet]: decoding carries a state; there are no tiles
         return state_section(comp, decimals)
+    refused = [line for view in ("cache", "tiles") if (line := refusal(comp.heads, view)) is not None]
+    if refused:  # a head's part refuses them: one line each, not numbers of a softmax it does not take
+        return ["## Decoding and tiles", "", *(f"- {line}" for line in dict.fromkeys(refused)), ""]
     return cache_section(comp, decimals) + tiled_section(comp, decimals)

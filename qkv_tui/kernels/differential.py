@@ -17,7 +17,10 @@ the keys module (core/variants/differential.py) refuses it before it gets here.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
+from typing import ClassVar
 
 import numpy as np
 
@@ -92,6 +95,16 @@ class DiffForward:
     factor: float  # 1 − λ_init as kept
     output: Matrix  # (n, 2d) (1 − λ_init)·normed: the head's output, what Concat joins
     K_normed: Normed | None = None  # no QK-norm with [differential]: here for the SharedKV protocol
+    own_stages: ClassVar[bool] = True  # its two maps replace the one-map stages (teach/stages/differential.py)
+    # the views that would show one softmax map where this head has two (core/part_questions.py), each in one line
+    refuses: ClassVar[Mapping[str, str]] = MappingProxyType({
+        "tiles": "No tiles for differential attention: the tiles view keeps one running max and one running sum"
+                 " per row, and a differential head has two softmax maps, subtracted.",
+        "cache": "No KV-cache replay for differential attention yet: the cache view decodes one softmax map per"
+                 " head, and a differential head has two, subtracted; the stages show every cell of both.",
+        "worksheet": "a worksheet of [differential] is not written yet (its two maps, λ and the sub-norm have no"
+                     " printed tables); use --export markdown for every step",
+    })
 
     @property
     def d(self) -> int:

@@ -17,6 +17,7 @@ from qkv_tui.core.arrays import Vector as Vector  # re-exported: the modules tha
 from qkv_tui.core.variants import alibi, biases, kv_heads, norm, qk_norm, rope, scale_from, sinks, softcap, window
 from qkv_tui.core.variants import backward as backward
 from qkv_tui.core.variants import deltanet as deltanet
+from qkv_tui.core.variants import differential as differential
 from qkv_tui.core.variants import gate as gate
 from qkv_tui.core.variants import linear as linear
 from qkv_tui.core.variants import mla as mla
@@ -74,6 +75,7 @@ FEATURES: tuple[Table[Any] | Keys, ...] = (
     deltanet.TABLE,
     backward.TABLE,
     value_scale.TABLE,
+    differential.TABLE,  # after [backward] and [value_scale], which it refuses for now
 )
 
 # The top-level tables, in the order the loader parses them (a table may read the ones before it:

@@ -40,6 +40,8 @@ REFUSED_TABLES = (
     ("mla", "[mla] builds its own heads; differential heads are [[heads]] or [attention] heads"),
     ("linear", "[linear] replaces the softmax, and [differential] subtracts two softmax maps"),
     ("deltanet", "[deltanet] replaces the softmax, and [differential] subtracts two softmax maps"),
+    ("backward", "the gradients through two maps, λ and the sub-norm are not in the app yet"),
+    ("value_scale", "[differential]'s kernel projects its own 2d-wide V, which the value scale would not reach"),
 )
 
 

@@ -24,6 +24,7 @@ import random
 from collections.abc import Sequence
 
 from qkv_tui.core.engine import Computation
+from qkv_tui.core.part_questions import refusal
 from qkv_tui.core.scenario import Scenario
 from qkv_tui.edges.worksheet import select, sgd
 from qkv_tui.edges.worksheet.backward.tables import SHEET
@@ -111,6 +112,9 @@ def build(comp: Computation, blanks: str = DEFAULT_BLANKS, seed: int = 0, decima
     if sc.deltanet is not None and sc.deltanet.io is not None:  # the printed page has no tables for them yet
         raise WorksheetError("a worksheet of [deltanet] with its short convolution or gated output norm (conv_q …,"
                              " W_Z) is not supported yet; use --export markdown for every step, or leave those keys out")
+    refused = refusal(comp.heads, "worksheet")  # a head's part without printed tables yet says so (core/part_questions.py)
+    if refused is not None:
+        raise WorksheetError(refused)
     count, share = parse_blanks(blanks)
     try:
         selection = select.choose(comp, stages, heads)

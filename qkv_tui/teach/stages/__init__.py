@@ -49,6 +49,7 @@ FAMILIES: dict[str, Callable[[Any], bool]] = {
     "mla": lambda sc: getattr(sc, "mla", None) is not None,
     "linear": lambda sc: getattr(sc, "linear", None) is not None,
     "deltanet": lambda sc: getattr(sc, "deltanet", None) is not None,
+    "differential": lambda sc: getattr(sc, "differential", None) is not None,
 }
 
 # the walk's order; read it as REGISTRY (every family loaded) or for_scenario (only the families a scenario has)
@@ -65,6 +66,17 @@ _REGISTRY: list[StageSpec | _Later] = [
     scale.SPEC,
     softmax.SPEC,
     mix.SPEC,
+    _Later("differential", "differential", "SCORE_1"),
+    _Later("differential", "differential", "SCALE_1"),
+    _Later("differential", "differential", "SOFTMAX_1"),
+    _Later("differential", "differential", "SCORE_2"),
+    _Later("differential", "differential", "SCALE_2"),
+    _Later("differential", "differential", "SOFTMAX_2"),
+    _Later("differential", "differential", "LAMBDA"),
+    _Later("differential", "differential", "SUBTRACT"),
+    _Later("differential", "differential", "MIX"),
+    _Later("differential", "differential", "SUBNORM"),
+    _Later("differential", "differential", "FACTOR"),
     _Later("mla", "mla_absorb", "SPEC"),
     _Later("linear", "linear", "FEATURE"),
     _Later("linear", "linear", "QUADRATIC"),
@@ -100,12 +112,16 @@ _REGISTRY: list[StageSpec | _Later] = [
 ]
 
 
+_FAMILY_OF: dict[int, str] = {}  # id of a loaded family stage -> its family, so for_scenario leaves it out elsewhere
+
+
 def load(family: str) -> None:
     """Import a family's modules and put its stages in their places in the registry (the same list object)."""
     for i, entry in enumerate(_REGISTRY):
         if isinstance(entry, _Later) and entry.family == family:
             module = importlib.import_module(f"{__name__}.{entry.module}")
             _REGISTRY[i] = getattr(module, entry.name)
+            _FAMILY_OF[id(_REGISTRY[i])] = family
 
 
 def everything() -> list[StageSpec]:
@@ -118,10 +134,11 @@ def everything() -> list[StageSpec]:
 def for_scenario(sc: Any) -> list[StageSpec]:
     """The registry in its order, the families the scenario has loaded and those it has not left out
     (none of their stages would run): what a trace walks."""
-    for family, has in FAMILIES.items():
-        if has(sc):
-            load(family)
-    return [s for s in _REGISTRY if not isinstance(s, _Later)]
+    kept = {family for family, has in FAMILIES.items() if has(sc)}
+    for family in kept:
+        load(family)
+    # a family loaded for another scenario stays out too: its matrices' names must not answer for this one's
+    return [s for s in _REGISTRY if not isinstance(s, _Later) and _FAMILY_OF.get(id(s), "") in kept | {""}]
 
 
 def spec(key: str) -> StageSpec:

@@ -8,4 +8,6 @@ from qkv_tui.teach.stages.context import TraceContext
 
 def softmax_runs(trace: TraceContext) -> bool:
     sc = trace.comp.scenario
-    return sc.linear is None and getattr(sc, "deltanet", None) is None
+    # a part whose record says it has stages of its own ([differential]'s two maps) replaces the one-map stages
+    own = any(getattr(r, "own_stages", False) for h in trace.comp.heads for r in h.parts.values())
+    return sc.linear is None and getattr(sc, "deltanet", None) is None and not own

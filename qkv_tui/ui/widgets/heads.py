@@ -13,11 +13,12 @@ from rich.style import Style
 from textual.strip import Strip
 from textual.widget import Widget
 
-from qkv_tui.display.heads_grid import GLYPHS, MASKED, HeadsGrid, HeadsShown, Layout, glyph, key_labels
+from qkv_tui.display.heads_grid import GLYPHS, MASKED, NEGATIVE, HeadsGrid, HeadsShown, Layout, glyph, key_labels
 
 PICKED = "bold reverse"
 STRONGEST = "bold yellow"
-LEVEL_STYLES = {-1: "dim", 0: "", 1: "cyan", 2: "cyan", 3: "bright_cyan", 4: "bold bright_cyan"}  # the map's (m)
+LEVEL_STYLES = {-1: "dim", 0: "", 1: "cyan", 2: "cyan", 3: "bright_cyan", 4: "bold bright_cyan",  # the map's (m)
+                NEGATIVE: "bold red"}  # a weight below 0 (display/heads_grid.py)
 LEGEND = f"{GLYPHS[1:]} more weight · {MASKED} masked"
 GAP = "  "
 
