@@ -181,8 +181,8 @@ def kept_lines(N: int, d: int, b: int) -> list[str]:
             f" {N}·{d} + {N} = {kept} numbers a head; keeping P too adds N² = {N}·{N} = {p} numbers,"
             f" {p}·{b} = {p * b} B a head",
             f"P rebuilt from L on demand, P = e^(QKᵀ/√d − L): the scores again, 2·N·N·d = 2·{N}·{N}·{d} ="
-            f" {2 * N * N * d} FLOPs, and N² = {N}·{N} = {p} exponentials (the tiles view, t, builds L = m + log ℓ"
-            " row by row)"]
+            f" {2 * N * N * d} FLOPs, and N² = {N}·{N} = {p} exponentials (the tiles view, t, ends its forward pass"
+            " with L = m + ln ℓ for every row and P rebuilt from it; the built-in fused_kernel)"]
 
 
 def _mla_page(sources: Sources, r: CostReport) -> tuple[str, list[str]]:

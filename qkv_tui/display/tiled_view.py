@@ -11,6 +11,7 @@ from qkv_tui.core.fmt import fmt, is_integral, operand, vector
 from qkv_tui.core.scenario import Matrix
 from qkv_tui.display import side_views
 from qkv_tui.display.frame import Frame
+from qkv_tui.display.fused_view import fused_explanation, fused_panes
 from qkv_tui.display.modes import Modes
 from qkv_tui.display.side_view import Sources
 from qkv_tui.display.state_view import carries_state, no_tiles_frame
@@ -22,6 +23,7 @@ from qkv_tui.kernels.norm import QKNormed
 from qkv_tui.kernels.rope import Rotated
 from qkv_tui.kernels.softmax import Biased, Capped, Sunk, soft_cap
 from qkv_tui.teach.arith import fit
+from qkv_tui.teach.fused import PAGES, Fused, fused
 from qkv_tui.teach.stages.soft_cap import cap_text
 from qkv_tui.teach.tiled import PHASE_NAMES, PHASES, TiledHead, TileOp, memory_line, tiled
 from qkv_tui.teach.tiled_backward import TiledBackward, tiled_backward
@@ -323,11 +325,15 @@ def _backward(sources: Sources, head: int) -> TiledBackward | None:
     return sources.kept(("tiles-backward", head), lambda: tiled_backward(_tiling(sources, head)))
 
 
+def _fused(sources: Sources, head: int) -> Fused:
+    return sources.kept(("tiles-fused", head), lambda: fused(_tiling(sources, head)))
+
+
 def _steps(sources: Sources, modes: Modes, head: int) -> int:
     if carries_state(sources.comp):  # [linear], [deltanet]: one frame that says there are no tiles
         return 1
     back = _backward(sources, head)
-    return len(_tiling(sources, head)) + (0 if back is None else len(back))
+    return len(_tiling(sources, head)) + len(PAGES) + (0 if back is None else len(back))
 
 
 def _frame(sources: Sources, modes: Modes, step: int, head: int) -> Frame:
@@ -335,9 +341,16 @@ def _frame(sources: Sources, modes: Modes, step: int, head: int) -> Frame:
         return no_tiles_frame(sources.comp, head)
     th = _tiling(sources, head)
     back = _backward(sources, head)
-    if back is not None and step >= len(th):
-        focus, extra = back_panes(back, step - len(th), modes.decimals)
-        return Frame(back_explanation(back, step - len(th), len(th), modes.decimals), focus, extra, (), "")
+    forward = len(th) + len(PAGES)  # the forward's operations, then what a fused kernel keeps and P rebuilt from it
+    if back is not None and step >= forward:
+        focus, extra = back_panes(back, step - forward, modes.decimals)
+        return Frame(back_explanation(back, step - forward, forward, modes.decimals), focus, extra, (), "")
+    if step >= len(th):
+        page = step - len(th)
+        total = forward + (0 if back is None else len(back))
+        focus, extra = fused_panes(_fused(sources, head), page, modes.decimals)
+        return Frame(fused_explanation(_fused(sources, head), page, len(th), total, modes.decimals), focus, extra,
+                     (), "")
     focus, extra = tiled_panes(th, step, modes.decimals)
     return Frame(tiled_explanation(th, step, modes.decimals), focus, extra, (), "")
 
