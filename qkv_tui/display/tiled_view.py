@@ -188,7 +188,9 @@ def op_lines(th: TiledHead, op: TileOp, decimals: int) -> list[str]:
     return lines
 
 
-def tiled_explanation(th: TiledHead, index: int, decimals: int) -> Explanation:
+def tiled_explanation(th: TiledHead, index: int, decimals: int, total: int | None = None) -> Explanation:
+    """Operation ``index`` of the tiled forward; ``total`` is every step of the view (the fused kernel's pages and
+    the backward after the forward), so every page counts out of the same number."""
     sc = th.comp.scenario
     op = th.op(index)
     lines = op_lines(th, op, decimals)
@@ -228,7 +230,7 @@ def tiled_explanation(th: TiledHead, index: int, decimals: int) -> Explanation:
                ("O=Õ/ℓ", op.phase == "normalise"))
     stages = tuple((PHASE_NAMES[p], "current" if p == op.phase else "todo") for p in (*PHASES, "normalise"))
     return Explanation(
-        stage_label=f"op {index + 1}/{len(th)}",
+        stage_label=f"op {index + 1}/{len(th) if total is None else total}",
         counter=f"block {op.qblock + 1}/{blocks} · {where}",
         head_label=f"{name} ({th.head + 1}/{heads})" if heads > 1 else "",
         arithmetic=lines[0] if lines else PHASE_NAMES[op.phase],
@@ -345,14 +347,14 @@ def _frame(sources: Sources, modes: Modes, step: int, head: int) -> Frame:
     if back is not None and step >= forward:
         focus, extra = back_panes(back, step - forward, modes.decimals)
         return Frame(back_explanation(back, step - forward, forward, modes.decimals), focus, extra, (), "")
+    total = forward + (0 if back is None else len(back))
     if step >= len(th):
         page = step - len(th)
-        total = forward + (0 if back is None else len(back))
         focus, extra = fused_panes(_fused(sources, head), page, modes.decimals)
         return Frame(fused_explanation(_fused(sources, head), page, len(th), total, modes.decimals), focus, extra,
                      (), "")
     focus, extra = tiled_panes(th, step, modes.decimals)
-    return Frame(tiled_explanation(th, step, modes.decimals), focus, extra, (), "")
+    return Frame(tiled_explanation(th, step, modes.decimals, total), focus, extra, (), "")
 
 
 VIEW = side_views.BY_NAME["tiles"]  # declared there (its key, words and help); its behaviour is here
