@@ -126,6 +126,7 @@ def test_decode_and_tiles_honour_every_modern_variant() -> None:
     """rope, ALiBi, sinks, norms, biases and shared K/V heads: under a mask a cache can keep, decode is the Mix stage."""
     from dataclasses import replace
 
+    from qkv_tui.core.part_questions import refusal
     from qkv_tui.core.scenario import builtin_names
     from qkv_tui.teach.tiled import tiled
 
@@ -137,6 +138,8 @@ def test_decode_and_tiles_honour_every_modern_variant() -> None:
             causal = np.tril(np.ones((sc.n, sc.n), dtype=bool)) & (sc.allow if sc.mask_kind == "sliding" else True)
             sc = replace(sc, mask_kind=sc.mask_kind if sc.mask_kind == "sliding" else "causal", allow=causal)
         comp = compute(sc)
+        if refusal(comp.heads, "cache") is not None:  # a part the cache view says it cannot replay (differential)
+            continue
         for mode in SCHEDULES:
             dec = decode(comp, mode)
             assert dec.own_mask, name

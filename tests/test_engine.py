@@ -6,6 +6,7 @@ import numpy as np
 from hypothesis import given, settings
 
 from qkv_tui import compute, load_scenario
+from qkv_tui.core.part_questions import row_total
 from qkv_tui.core.scenario import parse_scenario
 from qkv_tui.kernels.deltanet import DeltaForward
 from qkv_tui.kernels.softmax import Sunk
@@ -49,7 +50,7 @@ def test_every_shipped_scenario_keeps_the_invariants() -> None:
                 continue
             sunk = head.part(Sunk)
             sink_share = sunk.sink_exp / head.row_sum if sunk is not None else 0.0  # a sink's dropped column
-            assert np.allclose(head.weights.sum(axis=1) + sink_share, 1.0)
+            assert np.allclose(head.weights.sum(axis=1) + sink_share, row_total(head))  # 1 − λ: differential
             assert (head.weights[~comp.allow] == 0.0).all()
             assert (head.scaled.argmax(axis=1) == head.scores.argmax(axis=1)).all()  # scaling keeps the winner
 

@@ -83,14 +83,16 @@ async def test_tiled_view_walks_flashattention() -> None:
     async with app.run_test(size=(120, 40)) as pilot:
         await pilot.press("t")
         assert app.modes.view == "tiles"
-        assert "block 1/2 · tile 1/2" in formula(app) and "op 1/26" in formula(app)
+        assert "block 1/2 · tile 1/2" in formula(app) and "op 1/28" in formula(app)  # 26 tiled, then the fused pages
         assert "S[I] = Q[I]·K[I..love]ᵀ/√3 = [1, 5]/√3 = [0.577, 2.887]" in explanation(app)
         assert pane(app, "t_S").spec.values.shape == (2, 2)  # one tile, never the full matrix
         for _ in range(4):
             await pilot.press("right")
         assert "p[I] = e^(S − m) = e^([0.577, 2.887] − 2.887) = e^[-2.310, 0.000] = [0.099, 1.000]" in explanation(app)
-        await pilot.press("end")
-        assert "op 26/26" in formula(app)
+        await pilot.press("end")  # P rebuilt from L, the last page
+        assert "op 28/28" in formula(app) and "✓ equal to the trace's softmax weights" in explanation(app)
+        await pilot.press("left", "left")
+        assert "op 26/28" in formula(app)
         text = explanation(app)
         assert "O[AI] = Õ/ℓ" in text and "✓ equal to the Mix stage within float64 rounding (every |diff| ≤ 1e-" in text
         assert pane(app, "t_out").spec.filled == 9
@@ -104,9 +106,9 @@ async def test_tiled_view_counts_skipped_tiles() -> None:
     app = QKVApp("causal_mask")
     async with app.run_test(size=(80, 24)) as pilot:
         await pilot.press("t")
-        assert "op 1/20" in formula(app)
+        assert "op 1/22" in formula(app)  # 20 tiled, then the fused kernel's two pages
         assert "tiles skipped: 0 so far, 1 of 4 in all" in explanation(app)
-        await pilot.press("end")
+        await pilot.press("end", "left", "left")
         assert "✓ equal to the Mix stage" in explanation(app)
 
 

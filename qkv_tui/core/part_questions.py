@@ -19,3 +19,13 @@ def refusal(heads: Iterable[HeadResult], view: str) -> str | None:
             if view in said:
                 return said[view]
     return None
+
+
+def row_total(hr: HeadResult) -> float:
+    """What each row of a head's map adds up to, as its parts say (differential attention: 1 − λ); 1 where no part
+    changes it (a sink's share aside, which the softmax keeps in ``row_sum``)."""
+    for record in hr.parts.values():
+        total = getattr(record, "row_total", None)
+        if total is not None:
+            return float(total)
+    return 1.0

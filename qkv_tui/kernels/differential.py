@@ -107,6 +107,11 @@ class DiffForward:
     })
 
     @property
+    def row_total(self) -> float:
+        """What every row of the head's map adds up to: 1 − λ (the first map's 1 less λ times the second's)."""
+        return 1.0 - self.lam.value
+
+    @property
     def d(self) -> int:
         """The half width: each map's d_k."""
         return int(self.Q.shape[1]) // 2

@@ -83,7 +83,7 @@ def p_line(token: str, S: Matrix, L: float, P: Matrix, allowed: np.ndarray, deci
         s = np.array([shown(fmt(float(v), False, p)) if a else -math.inf for v, a in zip(S, allowed)])
         ell = shown(fmt(float(L), False, p))
         diff = np.array([shown(fmt(round(v - ell, p), False, p)) if a else -math.inf for v, a in zip(s, allowed)])
-        calc = np.where(allowed, np.exp(diff), 0.0)
+        calc = np.where(allowed, from_logsumexp(diff, 0.0), 0.0)  # e^ of the shown difference, as a calculator
         return (p, s, ell, diff), agrees(calc, result)
 
     places, s, ell, diff = first_fit(range(decimals, decimals + MAX_GUARD + 1), attempt)

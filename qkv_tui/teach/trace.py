@@ -274,7 +274,9 @@ class Trace:
         return sc.labels[row]
 
     def col_label(self, name: str, col: int) -> str:
-        if name in ("scores", "scaled", "weights", "bias", "capped", *KEY_COLS):
+        owner = self._owners.get(name)
+        if name in ("scores", "scaled", "weights", "bias", "capped", *KEY_COLS) or (
+                owner is not None and name in owner.key_columns):  # a stage's own map, as its spec says
             return self.comp.scenario.key_labels[col]
         if name == "d_concat":
             return self.concat_label(col)

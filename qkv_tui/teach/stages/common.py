@@ -150,6 +150,7 @@ class StageSpec:
     per_head: bool = False  # run once per head, head after head, with the per-head stages next to it
     matrices: tuple[str, ...] = ()  # the matrices :meth:`matrix` answers for (those it writes, inputs it shows)
     transposed: Mapping[str, str] = NO_NAMES  # panes showing one of them transposed -> the matrix they show
+    key_columns: tuple[str, ...] = ()  # those of its matrices with a column per key (labelled by the key tokens)
     styles: Mapping[str, PaneStyle] = NO_STYLES
     # the cost view (core/cost.py): set by :func:`counts` beside the module's SPEC; None lists the stage as not
     # counted, with this reason, never as a silent 0

@@ -81,6 +81,7 @@ class MapScore(_DiffStage):
                            + (" The second map is scored exactly like the first, with the other half of the"
                               " projections." if half == 2 else ""))
         self.matrices = (f"scores_{half}",)
+        self.key_columns = self.matrices
         self.styles = MappingProxyType({f"scores_{half}": PaneStyle(row_max=True)})
         # map 1 opens the bracket the Subtract closes; map 2's pieces are one with λ's and Subtract's
         self.parts = ((OPEN, "("), (Q_SLOT, "Q₁"), (QK_DOT, "·"), (K_SLOT, "K₁ᵀ")) if half == 1 else ()
@@ -131,6 +132,7 @@ class MapScale(_DiffStage):
                            f"Divide map {half}'s scores by √d, d the half width each map scores with (not √(2d),"
                            " the head's whole W_Q width), then mask: a hidden key becomes −∞, in both maps alike.")
         self.matrices = (f"scaled_{half}",)
+        self.key_columns = self.matrices
         self.parts = ((DIVIDE, "/√d"),) if half == 1 else ()
         self.lit = frozenset({DIVIDE}) if half == 1 else frozenset({CLOSE})
 
@@ -151,7 +153,7 @@ class MapScale(_DiffStage):
                              f.divisor == round(f.divisor), fmt(float(m.scaled[row, col]), False, d), d)
         text = f"scaled{s}[{q},{k}] = {work}"
         value = float(m.masked[row, col])
-        details: tuple[str, ...] = (f"d = {f.d} (each map's half of d_k = {2 * f.d})",)
+        details: tuple[str, ...] = (f"d = {f.d} (each map's half of dₖ = {2 * f.d})",)
         if not trace.comp.allow[row, col]:
             text += f", masked → {NEG_INF}"
             details = (f"{q} may not see {k}: the mask hides it in both maps",)
@@ -179,6 +181,7 @@ class MapSoftmax(_DiffStage):
                            f" row sum. Each row of p{s} is a distribution (never negative, adding to 1);"
                            " the difference of the two maps, next, is not.")
         self.matrices = (f"weights_{half}",)
+        self.key_columns = self.matrices
         self.parts = ((OPEN, "softmax("), (CLOSE, ")")) if half == 1 else ()
         self.lit = frozenset({OPEN, CLOSE}) if half == 1 else frozenset({CLOSE})
         self.styles = MappingProxyType({f"weights_{half}": PaneStyle(heat=True, masked=True)})
