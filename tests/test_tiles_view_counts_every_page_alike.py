@@ -4,11 +4,10 @@ with [backward], the tiled backward are one walk, so "op k/N" never changes its 
 from __future__ import annotations
 
 import re
-
-import pytest
-
 from collections.abc import Callable, Hashable
 from typing import Any
+
+import pytest
 
 from qkv_tui import compute, load_scenario
 from qkv_tui.core.engine import Computation
