@@ -5,14 +5,11 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
-from typing import TYPE_CHECKING, TypeVar, cast
+from typing import TypeVar, cast
 
 from qkv_tui.core.scenario import Matrix
 from qkv_tui.core.variants import Vector
 from qkv_tui.kernels.rope import Rotated
-
-if TYPE_CHECKING:  # [linear]'s, [deltanet]'s and [mla]'s kernels load with a scenario that has them
-    pass
 
 P = TypeVar("P")
 T = TypeVar("T")
@@ -49,7 +46,7 @@ class HeadResult:
     row_max: Matrix  # (n,) subtracted before exp: the row's max, or the sink where it is larger
     exps: Matrix  # (n, m) e^(masked - row_max); exactly 0 where masked
     row_sum: Matrix  # (n,) Σ exps, plus the sink's exponential where there is one
-    weights: Matrix  # (n, m), rows sum to 1 (less than 1 with a sink)
+    weights: Matrix  # (n, m) the map that multiplies V: rows sum to 1, less with a sink (part_questions.row_total)
     output: Matrix  # (n, d_v)
     kv_head: int = 0  # the K/V head whose K and V this head reads
     b_Q: Vector | None = None  # (d_k,)
