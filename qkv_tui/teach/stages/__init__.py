@@ -5,7 +5,9 @@ head (Project … Mix for head 1, then for head 2), shared ones once. Adding a s
 with a :class:`~qkv_tui.teach.stages.common.StageSpec` and one line in ``REGISTRY`` (or
 :func:`register` at run time, as the tests do). A family a scenario may lack ([mla], [linear],
 [deltanet]) is listed by name and imported the first time a scenario has it (:func:`for_scenario`),
-so the first screen of a plain scenario does not load its modules.
+so the first screen of a plain scenario does not load its modules. A part registered with its faces
+(core/variants/common.py Faces) names its stages and the stage each follows; it is placed here as a
+family of its own, with no line in this module.
 """
 
 from __future__ import annotations
