@@ -168,12 +168,21 @@ def said_of(record: object, place: str, **given: object) -> str | None:
     return words[place].format(part=record, **given) if place in words else None
 
 
-def scenario_says(sc: Scenario, name: str) -> str | None:
-    """The first answer to ``name`` among the scenario's variants (its [linear] or [deltanet] table, say): the
-    variants a scenario holds are its fields."""
+def _tables(sc: Scenario) -> Iterator[object]:
+    """What a scenario holds: each field's value, and each value of a mapping of them (the parts by their key)."""
     assert is_dataclass(sc)
     for f in fields(sc):
-        answer = getattr(getattr(sc, f.name), name, None)
+        value = getattr(sc, f.name)
+        if isinstance(value, Mapping):
+            yield from value.values()
+        else:
+            yield value
+
+
+def scenario_says(sc: Scenario, name: str) -> str | None:
+    """The first answer to ``name`` among the scenario's variants (its [linear] or [deltanet] table, say)."""
+    for table in _tables(sc):
+        answer = getattr(table, name, None)
         if isinstance(answer, str):
             return answer
     return None
