@@ -1,7 +1,7 @@
 """What a view asks the parts of a head (contracts §14, issue 30): generic questions, each answered by the part's
 own record where its variant changes the answer, so no view tests for a variant by name.
 
-A record answers by an attribute (all optional; kernels/attention.py lists them beside PartSpec):
+A record answers by an attribute, each optional (a record without it has nothing to say there):
 
 - ``refuses``: a view's name ("tiles", "cache") to the line that says why it cannot show the head;
 - ``row_total``: what each row of the head's map adds up to, where not 1;
