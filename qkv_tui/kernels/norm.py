@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
@@ -29,6 +30,10 @@ class QKNormed:
 
     Q_normed: Normed  # (n, d_k)
     K_normed: Normed  # (m, d_k)
+
+    # the views' names of the Queries and Keys as scored, where no later part turns them (core/part_questions.py)
+    scored_suffix: ClassVar[str] = "_norm"
+    scored_word: ClassVar[str] = "normalised"
 
     @property
     def Q_norm(self) -> Matrix:

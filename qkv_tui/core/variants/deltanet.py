@@ -10,7 +10,7 @@ g = −e^{A_log}·softplus(X̂·W_a + dt_bias).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, ClassVar, cast
 
 import numpy as np
 
@@ -37,6 +37,11 @@ class DeltaNet:
     A_log: Vector | None = None  # (num_heads,) −e^{A_log} is the decay's rate
     dt_bias: Vector | None = None  # (num_heads,) added to X̂·W_a before the softplus
     io: DeltaIO | None = None  # the short convolution and the gated output norm (deltanet_io.py); None without
+
+    # what the closing summary and the heads view call a row of the weights (core/part_questions.scenario_says):
+    # q·k times the decay weighs the corrections δ, not V
+    looks_heading: ClassVar[str] = "Whose δ each token weighs most"
+    weights_note: ClassVar[str] = " (q·k times the decay; not a distribution)"
 
 
 def _grid(v: Any, value: Any, key: str, rows: int, cols: int, what: str) -> Matrix:
