@@ -391,10 +391,14 @@ class Gates(StageSpec):
     def meaning(self, trace: TraceContext, head: int | None) -> str:
         if head is None or _channels(_hr(trace, head)) is None:
             return _x_named(trace, self.stage.meaning)
-        return _x_named(trace, "How much each key channel of the state forgets and how strongly the head writes, per"
-                        " token, as Kimi Linear computes them: g[t,i] = −e^A_log·softplus(a[t,i]) with"
-                        " a = (X̂·W_fa)·W_fb + dt_bias (a low-rank projection, one log decay per key channel, never"
-                        " above 0), and β = σ(X̂·W_b)." + _kda_meaning(_hr(trace, head)))
+        cfg = trace.comp.scenario.deltanet
+        assert cfg is not None and cfg.channels is not None
+        g = ("g[t,i] is given for each key channel (a log decay, never above 0)" if cfg.channels.g is not None else
+             "g[t,i] = −e^A_log·softplus(a[t,i]) with a = (X̂·W_fa)·W_fb + dt_bias (a low-rank projection, as Kimi"
+             " Linear computes it: one log decay per key channel, never above 0)")
+        beta = "β is given" if cfg.beta is not None else "β = σ(X̂·W_b), one per head"
+        return _x_named(trace, f"How much each key channel of the state forgets and how strongly the head writes, per"
+                        f" token: {g}; {beta}." + _kda_meaning(_hr(trace, head)))
 
     def segments(self, trace: TraceContext, head: int | None) -> list[Plan]:
         return [Plan("dn_g", trace.comp.scenario.n, _g_width(_hr(trace, head)) + 1)]
