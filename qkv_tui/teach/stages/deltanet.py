@@ -678,6 +678,8 @@ def _gates_cost(sc: Scenario, ph: Phase) -> Count:
     assert cfg is not None
     two, h, d = ("2", 2), ("h", len(sc.heads)), ("d_model", int(sc.X.shape[1]))
     x = "X" if sc.norm is None else "X̂"
+    if cfg.channels is not None:
+        return _channel_gates_cost(sc, ph)
     matmul = fig(term("X·W_a", two, ph.R, d, h))
     other = fig(term("exp", ph.R, h), term("log", ph.R, h), term("e^A_log", h))
     read = fig(term(x, ph.R, d, B(ph)), term("W_a", d, h, B(ph)), term("dt_bias, A_log", ("2", 2), h, B(ph)))
@@ -689,6 +691,34 @@ def _gates_cost(sc: Scenario, ph: Phase) -> Count:
                  written=fig(term("g, β", ("2", 2), ph.R, h, B(ph))))
 
 
+def _channel_gates_cost(sc: Scenario, ph: Phase) -> Count:
+    """A gate per key channel: per token, X̂·W_fa (r wide) then ·W_fb (Σd_k wide), and g = −e^A_log·ln(1 + e^a) for
+    every channel (an exponential and a log each) where g is computed; β = σ(X̂·W_b) where W_b is given."""
+    from qkv_tui.core.cost import B, Count, Figure, fig, term
+
+    cfg = sc.deltanet
+    assert cfg is not None and cfg.channels is not None
+    kg = cfg.channels
+    two, h, d = ("2", 2), ("h", len(sc.heads)), ("d_model", int(sc.X.shape[1]))
+    dk = ("Σd_k", sum(head.d_k for head in sc.heads))
+    x = "X" if sc.norm is None else "X̂"
+    matmul, other, read, written = Figure(), Figure(), fig(term(x, ph.R, d, B(ph))), Figure()
+    if kg.g is None:
+        assert kg.W_fa is not None
+        r = ("r", int(kg.W_fa.shape[1]))
+        matmul += fig(term("X·W_fa", two, ph.R, d, r), term("low·W_fb", two, ph.R, r, dk))
+        other += fig(term("exp", ph.R, dk), term("log", ph.R, dk), term("e^A_log", h))
+        read += fig(term("W_fa", d, r, B(ph)), term("W_fb", r, dk, B(ph)), term("dt_bias", dk, B(ph)),
+                    term("A_log", h, B(ph)))
+        written += fig(term("g", ph.R, dk, B(ph)))
+    if cfg.W_b is not None:
+        matmul += fig(term("X·W_b", two, ph.R, d, h))
+        other += fig(term("exp β", ph.R, h), term("div β", ph.R, h))
+        read += fig(term("W_b", d, h, B(ph)))
+        written += fig(term("β", ph.R, h, B(ph)))
+    return Count(GATES.stage.key, GATES.stage.name, ph.name, matmul=matmul, other=other, read=read, written=written)
+
+
 @counts(DELTA)
 def _delta_cost(sc: Scenario, ph: Phase) -> Count:
     """Per token and head: e^g, then three d_k × d_v products: the recall Sᵀk, the write kδᵀ and the read Sᵀq. The
@@ -698,13 +728,15 @@ def _delta_cost(sc: Scenario, ph: Phase) -> Count:
     s = shapes(sc)
     P = ("Σd_k·d_v", sum(dk * dv for dk, dv in s.heads))
     dk, dv, h = ("Σd_k", s.sum_dk), ("Σd_v", s.sum_dv), ("h", s.h)
-    read = fig(term("q", ph.R, dk, B(ph)), term("k", ph.R, dk, B(ph)), term("v", ph.R, dv, B(ph)),
-               term("g, β", ("2", 2), ph.R, h, B(ph)))
+    per_channel = sc.deltanet is not None and sc.deltanet.channels is not None  # e^g for every key channel
+    gates = (fig(term("g", ph.R, dk, B(ph)), term("β", ph.R, h, B(ph))) if per_channel
+             else fig(term("g, β", ("2", 2), ph.R, h, B(ph))))
+    read = fig(term("q", ph.R, dk, B(ph)), term("k", ph.R, dk, B(ph)), term("v", ph.R, dv, B(ph))) + gates
     if ph.name == DECODE:  # the state carried from the tokens before
         read += fig(term("S", P, B(ph)))
     return Count(DELTA.stage.key, DELTA.stage.name, ph.name,
                  matmul=fig(term("Sᵀk", ("2", 2), ph.R, P), term("kδᵀ", ("2", 2), ph.R, P), term("Sᵀq", ("2", 2), ph.R, P)),
-                 other=fig(term("exp", ph.R, h)), read=read,
+                 other=fig(term("exp", ph.R, dk if per_channel else h)), read=read,
                  written=fig(term("S' and S", ("2", 2), ph.R, P, B(ph)), term("kv, δ, o", ("3", 3), ph.R, dv, B(ph))))
 
 
