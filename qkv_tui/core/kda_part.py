@@ -54,7 +54,8 @@ def channel_mask(g: Matrix) -> Matrix:
 
 def channel_weights(q: Matrix, k: Matrix, g: Matrix) -> Matrix:
     """A[t, s] = Σ_i q_t[i]·e^{G_t[i] − G_s[i]}·k_s[i]: what o_t = Σ_s A[t, s]·δ_s weighs each correction by (n, n)."""
-    return np.einsum("ti,si,tsi->ts", q, k, channel_mask(g))
+    weights: Matrix = np.einsum("ti,si,tsi->ts", q, k, channel_mask(g))
+    return weights
 
 
 @dataclass(frozen=True, eq=False)

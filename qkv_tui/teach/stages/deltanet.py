@@ -367,10 +367,11 @@ def _channel_gate(trace: TraceContext, index: int, seg: Segment, row: int, col: 
     terms = " + ".join(f"{texts[2 * j]}·{texts[2 * j + 1]}" for j in range(r_low))
     (al,), rt = fit(math.exp, [float(cfg.channels.A_log[h])], rate, d)
     (sa,), st = fit(lambda x: float(np.logaddexp(0.0, x)), [a], soft, d)
-    details = (f"a[{t},{col}] = ({x_name}[{t}]·W_fa)·W_fb[:,{c}] + dt_bias[{col}] = {terms} + {texts[-1]} = {at}",
-               f"softplus(a) = ln(1 + e^a) = ln(1 + e^{sa}) = {st}" if a <= 20 else
-               f"softplus(a) = a past 20, as Kimi Linear takes it = {st}",
-               f"e^A_log = e^{al} = {rt}")
+    a_line = f"a[{t},{col}] = ({x_name}[{t}]·W_fa)·W_fb[:,{c}] + dt_bias[{col}] = {terms} + {texts[-1]} = {at}"
+    details: tuple[str, ...] = (a_line,
+                                f"softplus(a) = ln(1 + e^a) = ln(1 + e^{sa}) = {st}" if a <= 20 else
+                                f"softplus(a) = a past 20, as Kimi Linear takes it = {st}",
+                                f"e^A_log = e^{al} = {rt}")
     if col == 0:
         lows = vector(gates.low[row], False, d)
         details = (f"{x_name}[{t}]·W_fa = {lows} (the low-rank bottleneck, shared by every head and channel)", *details)
