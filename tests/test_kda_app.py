@@ -59,3 +59,31 @@ async def test_the_decode_view_carries_the_state_row_by_row() -> None:
     async with app.run_test(size=(120, 40)) as pilot:
         await pilot.press("k", "right")
         assert "S'[1] = S_prev[1]·e^g[1] = [0.707, 0.000]·0.119 = [0.084, 0.000]" in explanation(app)
+
+
+async def test_e_on_a_channel_decay_opens_the_tokens_x_and_an_edit_of_beta_keeps_the_channels(tmp_path) -> None:
+    import shutil
+    import tomllib
+    from pathlib import Path
+
+    path = tmp_path / "kda.toml"
+    shutil.copy(Path(__file__).resolve().parents[1] / "scenarios" / "kda.toml", path)
+    app = QKVApp(str(path))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("5", *["right"] * 16)  # love's S'[1,0], which reads e^g[love,1]
+        await pilot.press("e")
+        await pilot.pause()
+        assert app.screen.cell.matrix == "X" and app.screen.cell.row == 1  # g per channel is computed from X
+        await pilot.press("escape")
+        before = app.comp.heads[0].output
+        await pilot.press("e")
+        await pilot.pause()
+        app.screen.query_one("#edit-input").value = "beta[love,0] = 0.5"
+        await pilot.press("enter")
+        await pilot.pause()
+        assert app.scenario.deltanet.channels is not None and float(app.scenario.deltanet.beta[1, 0]) == 0.5
+        assert "e^g[love,1]" in explanation(app) and not (app.comp.heads[0].output == before).all()
+        await pilot.press("ctrl+s")
+        await pilot.pause()
+    data = tomllib.loads(path.read_text(encoding="utf-8"))["deltanet"]
+    assert data["beta"] == [[1], [0.5], [1]] and data["dt_bias"] == [[-3, 1]]
