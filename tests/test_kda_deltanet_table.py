@@ -203,3 +203,32 @@ def test_the_state_view_decays_row_by_row() -> None:
     page = to_markdown(compute(load_scenario(BUILTIN)), 3)
     assert "S'[1] = S_prev[1]·e^g[1] = [0.707, 0.000]·0.119 = [0.084, 0.000]" in page
     assert "✓ the decaying-mask form Σ_s (Σ_i q[i]·e^(G_t[i] − G_s[i])·k_s[i])·δ_s gives the same row" in page
+
+
+IO = """conv_q = [[0.5, -0.25], [1, 0.5]]
+conv_k = [[0.25, 0.5], [1, -1]]
+conv_v = [[-0.5, 0.5], [1, 1]]
+"""
+
+
+def _silu(x: np.ndarray) -> np.ndarray:
+    return x / (1 + np.exp(-x))
+
+
+@pytest.mark.parametrize("decimals", [2, 3])
+def test_channel_gates_with_the_short_convolution(decimals: int) -> None:
+    # the rule reads the convolved q, k, v as [deltanet]'s convolution gives them, channel gates or not
+    comp = compute(parse_scenario(BUILTIN.read_text() + IO, "io.toml"))
+    doc = tomllib.loads(BUILTIN.read_text() + IO)
+    X = np.array(doc["X"], dtype=float)
+    conv = []
+    for w, key in (("W_Q", "conv_q"), ("W_K", "conv_k"), ("W_V", "conv_v")):
+        P, taps = X @ np.array(doc["heads"][0][w], dtype=float), np.array(doc["deltanet"][key], dtype=float)
+        mixed = np.array([taps[1] * P[t] + (taps[0] * P[t - 1] if t else 0) for t in range(len(P))])
+        conv.append(_silu(mixed))
+    g, _, _ = _builtin_reference()
+    out, _ = _recurrence(*conv, g, np.ones(3))
+    np.testing.assert_allclose(comp.heads[0].output, out, atol=1e-12)
+    assert_holds(check_text(to_markdown(comp, decimals)))
+    assert_holds(check_text(explanation_text(View(Trace(comp)), decimals)))
+    assert_holds(check_text(explanation_text(View(Trace(compute_hand(comp, decimals))), decimals), whole=False))
