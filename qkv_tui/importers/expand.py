@@ -122,6 +122,8 @@ def expand_model(doc: dict[str, Any], base: Path | None = None, opened: Model | 
             result["scale_from"] = weights.scale_from
     if weights.softcap is not None:
         result["softcap"] = weights.softcap
+    if weights.value_scale != 1.0:  # MiMo-V2-Flash's attention_value_scale
+        result["value_scale"] = {"factor": weights.value_scale}
     if not weights.causal:
         result["mask"] = "none"
     else:

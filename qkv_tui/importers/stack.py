@@ -123,6 +123,7 @@ class Layer:
     mla: MlaWeights | None = None  # DeepSeek's latent attention, computed from the latent (attention holds its shapes)
     W_G: Array | None = None  # (d_model, H·d_v) Qwen3.5's output gate: each head's output ⊙ σ(x·W_G_h), before W_O
     deltanet: DeltaLayerWeights | None = None  # a Gated DeltaNet layer (Qwen3-Next, Qwen3.5): the delta rule, no softmax
+    value_scale: float = 1.0  # every head's V multiplied by it after the projection (MiMo-V2-Flash)
 
 
 def attention_forward(layer: Layer, rope: Rope | None, x: Array) -> Array:
@@ -153,7 +154,7 @@ def attention_forward(layer: Layer, rope: Rope | None, x: Array) -> Array:
         g = att.kv_head(h)
         q = q_all[:, h * d_k:(h + 1) * d_k]
         k = k_all[:, g * d_k:(g + 1) * d_k]
-        v = v_all[:, g * d_v:(g + 1) * d_v]
+        v = v_all[:, g * d_v:(g + 1) * d_v] * layer.value_scale
         if qkn is not None and qkn.over == "head":
             q = qk_normalise(q, qkn.gamma_q, qkn.eps, None).X_norm
             k = qk_normalise(k, qkn.gamma_k, qkn.eps, None).X_norm
