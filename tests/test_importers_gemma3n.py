@@ -155,3 +155,15 @@ def test_opening_a_layer_is_one_line_naming_what_the_format_lacks(cli: Any, buil
     assert "model_type 'gemma3n_text' needs" in run.err and "v_norm" in run.err and "layer 2" in run.err, run.err
     with pytest.raises(Exception, match="cross-layer KV sharing"):
         read_config(folder / "config.json")
+
+
+def test_the_schedule_names_each_shared_layers_source(built: tuple[Path, Any]) -> None:
+    from qkv_tui.core.layer_schedule import entry_error, schedule_line
+
+    folder, model = built
+    schedule = _opened(folder).schedule()
+    assert schedule == ("sliding 4", "full", "sliding 4", "full", "sliding 4 kv-from 2", "full kv-from 3")
+    assert all(entry_error(e) is None for e in schedule)
+    modes = model.config.kv_sharing_modes
+    assert [e.endswith(("kv-from 2", "kv-from 3")) for e in schedule] == [m == "reuse" for m in modes]
+    assert schedule_line(schedule, 4).endswith("· [4 SR] · 5 FR (S sliding 4, F full, R reuses an earlier layer's K and V)")

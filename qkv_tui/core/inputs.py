@@ -13,7 +13,7 @@ from typing import Any
 
 from qkv_tui.base.values import kind as _kind
 from qkv_tui.base.values import show as _show
-from qkv_tui.core.layer_schedule import entry_error, schedule_line
+from qkv_tui.core.layer_schedule import entry_error, kv_source, schedule_line
 from qkv_tui.core.variants.common import MAX_INDEX, Checker, choice, table_of, write_whole
 
 INPUT_KEYS = ("kind", "layer", "schedule")
@@ -38,6 +38,11 @@ class Input:
     def schedule_text(self) -> str:
         """The model's layer schedule as one line, the chosen layer marked; "" without a schedule."""
         return schedule_line(self.schedule, self.chosen_layer) if self.schedule else ""
+
+    @property
+    def kv_source_layer(self) -> int | None:
+        """The layer whose K and V the chosen layer reuses (its schedule entry's " kv-from L"), or None."""
+        return kv_source(self.schedule[self.chosen_layer]) if self.schedule else None
 
     @property
     def is_embedding(self) -> bool:
@@ -75,6 +80,10 @@ def _schedule(v: Checker, table: dict[str, Any], chosen: int) -> tuple[str, ...]
         if problem is not None:
             shown = _show(entry) if isinstance(entry, str) else _kind(entry)
             raise v.fail(f"[input] schedule[{i}] = {shown}; {problem}")
+        source = kv_source(entry)
+        if source is not None and (source >= i or kv_source(raw[source]) is not None):
+            raise v.fail(f"[input] schedule[{i}] = {_show(entry)}; expected kv-from to name an earlier layer that"
+                         " computes its own K and V")
     if chosen >= len(raw):
         raise v.fail(f"[input] schedule lists {len(raw)} layers, but X enters layer {chosen}; expected one entry per layer")
     return tuple(raw)

@@ -86,7 +86,8 @@ class Gemma3n:
 
     def schedule(self) -> tuple[str, ...]:
         c = self.config
-        return tuple(entry(c.window if c.kind(i) == "sliding_attention" else None, True) for i in range(c.num_layers))
+        return tuple(entry(c.window if c.kind(i) == "sliding_attention" else None, True, c.kv_source(i))
+                     for i in range(c.num_layers))
 
     # --- the stream ----------------------------------------------------------------------------------
 
