@@ -18,6 +18,7 @@ import numpy as np
 from qkv_tui.core.differential_part import diff_part
 from qkv_tui.core.head import HeadResult
 from qkv_tui.core.scenario import Matrix, Scenario
+from qkv_tui.core.v_norm_part import v_norm_part
 from qkv_tui.core.value_scale_part import value_scale_part
 from qkv_tui.core.variants import QKNorm, Rope, Vector
 from qkv_tui.kernels.attention import AlibiSpec, CapSpec, PartSpec, QKNormHead, SinkSpec, Turn, project
@@ -201,6 +202,7 @@ def _deltanet(run: Run) -> PerHead | None:
 
 HEAD_PARTS: tuple[Builder, ...] = (_qk_norm, _rope, _alibi, _sink, _softcap, _gate, _linear, _deltanet)
 HEAD_PARTS += (value_scale_part,)  # [value_scale] (core/value_scale_part.py)
+HEAD_PARTS += (v_norm_part,)  # [v_norm] (core/v_norm_part.py)
 HEAD_PARTS += (diff_part,)  # [differential]: its attend hook runs both maps (core/differential_part.py)
 
 

@@ -125,6 +125,7 @@ class Scenario:
     input: Input = field(default_factory=Input)  # what the rows of X are: embeddings, or a model's residual stream
     scale_from: str | None = None  # where a scenario's own scale comes from, in words (core/variants/scale_from.py)
     value_scale: float | None = None  # [value_scale]: every head's V multiplied by it (MiMo-V2-Flash)
+    v_norm: float | None = None  # [v_norm]'s eps: every head's V rows RMS-normed, no gain (Gemma 3n)
     linear: Linear | None = None  # [linear]: linear attention in place of every head's softmax
     deltanet: DeltaNet | None = None  # [deltanet]: the gated delta rule in place of every head's softmax
     mla: Mla | None = None  # [mla]: DeepSeek's latent attention; ``heads`` then hold its per-head shapes
