@@ -12,9 +12,9 @@ Tolerance: float32's. transformers runs every Gemma3nRMSNorm in float32 (hidden_
 cos and sin in float32, takes AltUp's router tanh in float32 and Φ⁻¹ of the sparsity in float32, whatever the
 model's dtype; the stream passes through a dozen such norms a layer.
 
-The scenario format cannot show these layers yet (the value norm and K/V read from another layer are not parts
-of it): opening one is one line naming both, and the schedule and KV cache of a model with shared layers are
-checked on a hand-made [input] schedule (tests/test_shared_kv_schedule.py).
+Layers 0–3 also open through a [model] table as scenarios ([input] kind "altup", [qk_norm], [v_norm], scale 1) whose
+X, heads and output are held against the same hooks; the sharing layers 4 and 5 are one line, since the format
+cannot give a layer another layer's K and V yet; the schedule marks them and the KV cache count gives them 0.
 """
 
 from __future__ import annotations
@@ -26,13 +26,13 @@ from typing import Any
 import numpy as np
 import pytest
 
-from qkv_tui.importers.hf_config import read_config
+from qkv_tui.core.cost import kv_cache
 from qkv_tui.importers.hf_gemma3n import Gemma3n
 from qkv_tui.importers.hf_gemma3n_config import text_config
 from qkv_tui.importers.safetensors_raw import TensorFiles
 
 from .model_fixtures import llama_tokenizer
-from .test_importers_families import TEXT, _randomise
+from .test_importers_families import TEXT, _check, _ids, _linear, _open, _randomise
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -43,12 +43,12 @@ IDS = [2, 17, 5, 40, 33, 9, 21, 12, 30]
 TYPES = ["sliding_attention", "full_attention"] * 3
 
 
-def _gemma3n(folder: Path, seed: int = 41, **extra: Any) -> Any:
+def _gemma3n(folder: Path, vocab: int, seed: int = 41, **extra: Any) -> Any:
     config = transformers.Gemma3nTextConfig(**({
-        "vocab_size": 48, "vocab_size_per_layer_input": 36, "hidden_size": 32, "intermediate_size": [48, 40, 48, 48, 56, 48],
-        "num_hidden_layers": 6, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 8,
-        "hidden_size_per_layer_input": 8, "laurel_rank": 4, "sliding_window": 4, "layer_types": TYPES,
-        "num_kv_shared_layers": 2, "activation_sparsity_pattern": [0.95, 0.6, 0.0, 0.0, 0.0, 0.0],
+        "vocab_size": vocab, "vocab_size_per_layer_input": 36, "hidden_size": 32,
+        "intermediate_size": [48, 40, 48, 48, 56, 48], "num_hidden_layers": 6, "num_attention_heads": 4,
+        "num_key_value_heads": 2, "head_dim": 8, "hidden_size_per_layer_input": 8, "laurel_rank": 4, "sliding_window": 4,
+        "layer_types": TYPES, "num_kv_shared_layers": 2, "activation_sparsity_pattern": [0.95, 0.6, 0.0, 0.0, 0.0, 0.0],
         "rope_parameters": {"sliding_attention": {"rope_type": "default", "rope_theta": 50.0},
                             "full_attention": {"rope_type": "default", "rope_theta": 1000.0}},
         "max_position_embeddings": 64, "pad_token_id": 0} | extra))
@@ -64,7 +64,7 @@ def _gemma3n(folder: Path, seed: int = 41, **extra: Any) -> Any:
     return model.double().eval()
 
 
-def _reference(model: Any, layer: int) -> dict[str, np.ndarray]:
+def _reference(model: Any, layer: int, ids: list[int] = IDS) -> dict[str, np.ndarray]:
     seen: dict[str, np.ndarray] = {}
     att = model.model.layers[layer].self_attn
 
@@ -81,7 +81,7 @@ def _reference(model: Any, layer: int) -> dict[str, np.ndarray]:
              att.o_proj.register_forward_pre_hook(before_o), att.o_proj.register_forward_hook(after_o)]
     try:
         with torch.no_grad():
-            model(input_ids=torch.tensor([IDS]))
+            model(input_ids=torch.tensor([ids]))
     finally:
         for h in hooks:
             h.remove()
@@ -96,8 +96,12 @@ def _opened(folder: Path) -> Gemma3n:
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Any]:
-    folder = tmp_path_factory.mktemp("gemma3n") / "text"
-    return folder, _gemma3n(folder)
+    root = tmp_path_factory.mktemp("gemma3n")
+    vocab = llama_tokenizer(root / "tokenizer.json")
+    folder = root / "text"
+    model = _gemma3n(folder, vocab)
+    (root / "tokenizer.json").rename(folder / "tokenizer.json")
+    return folder, model
 
 
 @pytest.mark.parametrize("layer", range(6))
@@ -128,6 +132,10 @@ def test_a_gemma3n_folder_reads_its_text_config_and_the_language_models_weights(
     ref = _reference(model, 5)
     opened = _opened(wrapped).open(IDS, 5)
     np.testing.assert_allclose(opened.output, ref["attn"], rtol=FLOAT32, atol=FLOAT32)
+    (wrapped / "tokenizer.json").write_bytes((folder / "tokenizer.json").read_bytes())
+    comp = _open(tmp_path, wrapped, 3)  # and through a [model] table
+    ref = _reference(model, 3, _ids(comp.scenario.description))
+    np.testing.assert_allclose(comp.output, ref["attn"], rtol=FLOAT32, atol=FLOAT32)
 
 
 def test_the_kv_sharing_rule_is_transformers_own() -> None:
@@ -144,17 +152,41 @@ def test_the_kv_sharing_rule_is_transformers_own() -> None:
                 assert modes[source] == "store" and config.layer_types[source] == config.layer_types[i]
 
 
-def test_opening_a_layer_is_one_line_naming_what_the_format_lacks(cli: Any, built: tuple[Path, Any],
-                                                                  tmp_path: Path) -> None:
+@pytest.mark.parametrize("layer", range(4))
+def test_every_layer_computing_its_own_kv_opens_as_a_scenario(built: tuple[Path, Any], tmp_path: Path,
+                                                              layer: int) -> None:
+    """Through a [model] table: X (kind "altup", no [norm]), W_Q/W_K/W_V, [qk_norm] with plain γ, [v_norm], scale 1,
+    the layer type's RoPE and mask; every head's output and the output after W_O as transformers computes them."""
+    folder, model = built
+    comp = _open(tmp_path, folder, layer)
+    ref = _reference(model, layer, _ids(comp.scenario.description))
+    att = model.model.layers[layer].self_attn
+    _check(comp, ref, _linear(att.q_proj.weight), _linear(att.k_proj.weight), _linear(att.v_proj.weight), kv_heads=2,
+           tol=FLOAT32)
+    sc = comp.scenario
+    assert sc.input.kind == "altup" and sc.input.layer == layer and sc.norm is None
+    assert sc.v_norm == 1e-6 and comp.heads[0].scale == 1.0 and sc.scale_from is not None
+    assert sc.qk_norm is not None and sc.qk_norm.over == "head"
+    np.testing.assert_array_equal(sc.qk_norm.gamma_q, att.q_norm.weight.detach().numpy().astype(np.float32))
+    np.testing.assert_array_equal(sc.qk_norm.gamma_k, att.k_norm.weight.detach().numpy().astype(np.float32))
+    assert sc.rope is not None and sc.rope.base == (50.0 if layer % 2 == 0 else 1000.0)
+    assert (sc.mask_kind, sc.window) == (("sliding", 4) if layer % 2 == 0 else ("causal", None))
+    assert sc.input.kv_source_layer is None
+    cache = kv_cache(sc, 2, 10)  # every layer's K/V heads as this one's: 2·(8 + 8)·2 bytes, none for 4 and 5
+    assert [lc.per_token.value for lc in cache.layers] == [64, 64, 64, 64, 0, 0]
+    assert cache.at_context == 2 * 4 * 64 + 2 * 10 * 64
+
+
+@pytest.mark.parametrize(("layer", "source"), [(4, 2), (5, 3)])
+def test_a_layer_that_reuses_k_and_v_is_one_line(cli: Any, built: tuple[Path, Any], tmp_path: Path, layer: int,
+                                                 source: int) -> None:
     folder, _ = built
-    llama_tokenizer(folder / "tokenizer.json")
     path = tmp_path / "head.toml"
-    path.write_text(f'[model]\nsource = "{folder}"\ntext = "{TEXT}"\nlayer = 4\n', encoding="utf-8")
+    path.write_text(f'[model]\nsource = "{folder}"\ntext = "{TEXT}"\nlayer = {layer}\n', encoding="utf-8")
     run = cli("--check", str(path))
     assert run.code == 2 and run.out == "" and run.err.count("\n") == 1, run.err
-    assert "model_type 'gemma3n_text' needs" in run.err and "v_norm" in run.err and "layer 2" in run.err, run.err
-    with pytest.raises(Exception, match="cross-layer KV sharing"):
-        read_config(folder / "config.json")
+    assert f"layer {layer} reuses layer {source}'s K and V (Gemma 3n's cross-layer KV sharing" in run.err, run.err
+    assert "choose model.layer 3 or below" in run.err, run.err
 
 
 def test_the_schedule_names_each_shared_layers_source(built: tuple[Path, Any]) -> None:

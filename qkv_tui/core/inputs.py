@@ -17,14 +17,15 @@ from qkv_tui.core.layer_schedule import entry_error, kv_source, schedule_line
 from qkv_tui.core.variants.common import MAX_INDEX, Checker, choice, table_of, write_whole
 
 INPUT_KEYS = ("kind", "layer", "schedule")
-INPUT_KINDS = ("embedding", "embedding+position", "residual", "embedding+position+type")
+INPUT_KINDS = ("embedding", "embedding+position", "residual", "embedding+position+type", "altup")
 
 
 @dataclass(frozen=True)
 class Input:
     kind: str = "embedding"  # token embeddings | token plus learned position embeddings | the residual stream
     # | "embedding+position+type": BERT's token, position and token-type embeddings summed, then LayerNormed
-    layer: int | None = None  # "residual": the 0-based layer X enters (the stream after layers 0 … layer − 1)
+    # | "altup": Gemma 3n's active AltUp prediction entering the layer, after its input norm (what its attention reads)
+    layer: int | None = None  # "residual", "altup": the 0-based layer X enters (the stream after layers 0 … layer − 1)
     # the model's layers, one entry each (core/layer_schedule.py); () = not given. Not part of equality:
     # it says where the layer sits in its model, not what X holds
     schedule: tuple[str, ...] = field(default=(), compare=False)
@@ -46,7 +47,7 @@ class Input:
 
     @property
     def is_embedding(self) -> bool:
-        return self.kind != "residual"
+        return self.kind not in ("residual", "altup")
 
 
 def parse_input(v: Checker, doc: dict[str, Any]) -> Input:
@@ -55,6 +56,11 @@ def parse_input(v: Checker, doc: dict[str, Any]) -> Input:
         return Input()
     v.known(table, INPUT_KEYS, "[input]")
     kind = choice(v, table.get("kind", "embedding"), "[input] kind", INPUT_KINDS)
+    if kind == "altup":  # what Gemma 3n's attention reads at any layer, 0 included
+        layer = table.get("layer")
+        if isinstance(layer, bool) or not isinstance(layer, int) or not 0 <= layer <= MAX_INDEX:
+            raise v.fail("[input] kind = 'altup' needs layer, the 0-based layer whose attention reads X (0 or more)")
+        return Input(kind, layer, _schedule(v, table, layer))
     if kind != "residual":
         if "layer" in table:
             raise v.fail(f"[input] layer goes with kind = 'residual' (the layer X enters); kind is {kind!r}")

@@ -16,7 +16,7 @@ from typing import Any
 from qkv_tui.base.values import show as _show
 from qkv_tui.importers.errors import ImporterError
 from qkv_tui.importers.files import read_limited
-from qkv_tui.importers.hf_gemma3n_config import GEMMA3N_TYPES, not_yet
+from qkv_tui.importers.hf_gemma3n_config import GEMMA3N_TYPES, text_config
 from qkv_tui.importers.hf_mimo_config import MIMO_TYPES, layer_kind, mimo_defaults, mimo_rope
 from qkv_tui.importers.hf_pending import PENDING_TYPES, pending_feature
 from qkv_tui.importers.hf_qwen35_config import LINEAR_TYPES, qwen35_text, with_defaults
@@ -28,7 +28,7 @@ LLAMA_TYPES = ("llama", "mistral", "qwen2", "smollm3", "granite", "phi3", "qwen3
 GEMMA_TYPES = ("gemma2", "gemma3_text")
 BERT_TYPES = ("bert",)
 DEEPSEEK_TYPES = ("deepseek_v2", "deepseek_v3")  # latent attention: hf_deepseek.py
-ALL_TYPES = GPT2_TYPES + LLAMA_TYPES + BERT_TYPES + DEEPSEEK_TYPES + MIMO_TYPES  # MiMo-V2-Flash: hf_mimo.py
+ALL_TYPES = GPT2_TYPES + LLAMA_TYPES + BERT_TYPES + DEEPSEEK_TYPES + MIMO_TYPES + GEMMA3N_TYPES  # hf_mimo.py, hf_gemma3n.py
 CONFIG_LIMIT = 4 * 2**20  # real config.json files are a few kilobytes
 
 
@@ -63,8 +63,11 @@ def read_config(path: Path) -> Config:
     model_type = data.get("model_type")
     if isinstance(model_type, str) and model_type in PENDING_TYPES:
         raise ImporterError(f"{path.name}: {pending_feature(model_type, data)}")
-    if model_type in GEMMA3N_TYPES:  # hf_gemma3n.py runs its stream; its attention is not a scenario yet
-        raise ImporterError(f"{path.name}: {not_yet(path.name, data, model_type)}")
+    if model_type in GEMMA3N_TYPES:  # its own stream and layers: hf_gemma3n.py
+        g = text_config(path.name, data, model_type)
+        full = read_rope(path.name, g.raw, "gemma3_text", "full_attention")  # Gemma3nTextConfig reads RoPE as Gemma 3's
+        return Config("gemma3n_text", g.d_model, g.num_layers, g.num_heads, g.num_kv_heads, g.head_dim, g.context, g.eps,
+                      g.activation, full.base, g.raw, full)
     if model_type == "gemma3":  # the multimodal config: its language model's config is text_config
         nested = data.get("text_config")
         if not isinstance(nested, dict):

@@ -22,6 +22,8 @@ Two layouts:
 - "bert": hf_bert.py.
 - "mimo_v2_flash": hybrid sliding and full layers, value heads narrower than query/key heads, a value scale
   (hf_mimo.py).
+- "gemma3n" and "gemma3n_text": AltUp streams, LAuReL, per-layer inputs, a value norm, KV shared across layers
+  (hf_gemma3n.py).
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from qkv_tui.importers.hf_bert import open_bert
 from qkv_tui.importers.hf_config import DEEPSEEK_TYPES, GEMMA_TYPES, Config, read_config, rotary, sliding_window
 from qkv_tui.importers.hf_deepseek import open_deepseek
 from qkv_tui.importers.hf_gated_deltanet import as_heads, linear_note, read_linear
+from qkv_tui.importers.hf_gemma3n import open_gemma3n
 from qkv_tui.importers.hf_mimo import open_mimo
 from qkv_tui.importers.hf_tensors import lookup, prefix_of
 from qkv_tui.importers.safetensors_raw import TensorFiles
@@ -104,6 +107,8 @@ def open_folder(folder: Path, source: str) -> Model:
         return open_deepseek(config, tensors, tokenize, source)
     if config.model_type == "mimo_v2_flash":
         return open_mimo(config, tensors, tokenize, source)
+    if config.model_type == "gemma3n_text":
+        return open_gemma3n(config, tensors, tokenize, source)
     return _llama(config, tensors, tokenize, source)
 
 

@@ -36,13 +36,14 @@ from statistics import NormalDist
 import numpy as np
 
 from qkv_tui.importers.errors import ImporterError
+from qkv_tui.importers.hf_config import Config
 from qkv_tui.importers.hf_gemma import in_dtype
-from qkv_tui.importers.hf_gemma3n_config import Gemma3nText
+from qkv_tui.importers.hf_gemma3n_config import Gemma3nText, not_yet, text_config
 from qkv_tui.importers.hf_rope import read_rope
 from qkv_tui.importers.hf_tensors import lookup, prefix_of
 from qkv_tui.importers.safetensors_raw import TensorFiles
 from qkv_tui.importers.schedule import entry
-from qkv_tui.importers.stack import ACTIVATIONS, Array, Norm, Rope
+from qkv_tui.importers.stack import ACTIVATIONS, Array, Attention, Layer, Model, Norm, QkNorm, Rope, Tokenize
 from qkv_tui.kernels.attention import attend, qk_normalise
 
 
@@ -213,3 +214,58 @@ class Gemma3n:
         for i in range(layer + 1):
             streams = self.layer(i, streams, per_layer, shared, found.append if i == layer else None)
         return found[0]
+
+
+def _not_run(x: Array) -> Array:
+    raise AssertionError("Gemma 3n's layers run in Gemma3n.layer (its AltUp streams), never in stack.residual_stream")
+
+
+def open_gemma3n(config: Config, tensors: TensorFiles, tokenize: Tokenize, source: str) -> Model:
+    """The folder as a Model: X from Gemma3n.open's walk of the stream (normed: no [norm]), each layer's attention
+    with [qk_norm] over each head (plain γ), [v_norm], scale 1 and its type's RoPE and mask; a layer that reuses an
+    earlier layer's K and V is one line (the format cannot give a layer another layer's K and V yet)."""
+    g = text_config("config.json", config.raw, "gemma3n_text")
+    model = Gemma3n(g, tensors)
+    d, H, d_k = g.d_model, g.num_heads, g.head_dim
+    bias = g.raw.get("attention_bias") is True
+
+    def layer(i: int) -> Layer:
+        source_layer = g.kv_source(i)
+        if source_layer is not None:
+            raise ImporterError(f"{source}: {not_yet(g, i, source_layer)}")
+        a = f"layers.{i}.self_attn."
+        get, p = tensors.get, model.p
+
+        def optional(name: str, width: int) -> Array | None:
+            return get(p + a + name, (width,)) if bias else None
+
+        attention = Attention(
+            model._w(a + "q_proj.weight", H * d_k, d), model._w(a + "k_proj.weight", g.num_kv_heads * d_k, d),
+            model._w(a + "v_proj.weight", g.num_kv_heads * d_k, d), model._w(a + "o_proj.weight", d, H * d_k),
+            optional("q_proj.bias", H * d_k), optional("k_proj.bias", g.num_kv_heads * d_k),
+            optional("v_proj.bias", g.num_kv_heads * d_k), optional("o_proj.bias", d), H, g.num_kv_heads,
+        )
+        norm = model._norm(f"layers.{i}.input_layernorm.weight", d)
+        return Layer(
+            norm=norm, attention=attention, mlp_norm=norm, mlp=_not_run, scale=1.0,
+            scale_from="scaling = 1.0 (Gemma 3n: no √d_k; its q_norm and k_norm set the scores' size)",
+            window=g.window if g.kind(i) == "sliding_attention" else None,
+            qk_norm=QkNorm("head", get(p + a + "q_norm.weight", (d_k,)), get(p + a + "k_norm.weight", (d_k,)), g.eps),
+            rope=model.rope(i), v_norm=g.eps,
+        )
+
+    def stream(ids: list[int], i: int) -> Array:
+        if (source_layer := g.kv_source(i)) is not None:  # refused before the layers below it run
+            raise ImporterError(f"{source}: {not_yet(g, i, source_layer)}")
+        return model.open(ids, i).X
+
+    def embed(ids: list[int]) -> Array:
+        active: Array = model.embed(ids)[0][g.active]  # the first of AltUp's streams, before any layer's prediction
+        return active
+
+    said = ("Gemma 3n: X is the layer's active AltUp prediction after its input norm, what its attention reads (the"
+            " model keeps four copies of the stream and runs each layer on one); its q_norm and k_norm multiply by γ"
+            " itself (not Gemma 2/3's 1 + γ), its v_norm norms each value row without a gain, and its scores are not"
+            " scaled.")
+    return Model(source, g.num_layers, H, g.context, model.rope(0), tokenize, embed, layer, model.schedule(),
+                 lambda layer: said, stream)

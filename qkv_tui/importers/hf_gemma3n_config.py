@@ -137,16 +137,10 @@ def text_config(name: str, data: dict[str, Any], model_type: str) -> Gemma3nText
     )
 
 
-def not_yet(name: str, data: dict[str, Any], model_type: str) -> str:
-    """The one line a Gemma 3n folder gets until the format can show its attention: what it lacks, named."""
-    config = text_config(name, data, model_type)
-    line = (f"model_type {model_type!r} needs a value norm (v_norm: every value vector RMS-normed without a gain,"
-            " on every layer)")
-    if config.shared_layers:
-        first = config.num_layers - config.shared_layers
-        sources = sorted({s for i in range(first, config.num_layers) if (s := config.kv_source(i)) is not None})
-        named = " and ".join(f"layer {s} ({config.kind(s).split('_')[0]})" for s in sources)
-        span = f"{first}–{config.num_layers - 1}" if config.shared_layers > 1 else str(first)
-        line += (f" and cross-layer KV sharing (layers {span} reuse the K and V of {named}: num_kv_shared_layers ="
-                 f" {config.shared_layers})")
-    return line + ", which the scenario format does not express yet"
+
+def not_yet(config: Gemma3nText, layer: int, source: int) -> str:
+    """The one line a layer that reuses an earlier layer's K and V gets until the format can show it."""
+    first = config.num_layers - config.shared_layers
+    return (f"layer {layer} reuses layer {source}'s K and V (Gemma 3n's cross-layer KV sharing: the last"
+            f" num_kv_shared_layers = {config.shared_layers} layers compute none), which the scenario format does not"
+            f" express yet; choose model.layer {first - 1} or below (layer {source} computes them)")
