@@ -27,6 +27,7 @@ import numpy as np
 import pytest
 
 from qkv_tui.core.cost import kv_cache
+from qkv_tui.edges.export_json import to_json
 from qkv_tui.importers.hf_gemma3n import Gemma3n
 from qkv_tui.importers.hf_gemma3n_config import text_config
 from qkv_tui.importers.safetensors_raw import TensorFiles
@@ -172,6 +173,7 @@ def test_every_layer_computing_its_own_kv_opens_as_a_scenario(built: tuple[Path,
     assert sc.rope is not None and sc.rope.base == (50.0 if layer % 2 == 0 else 1000.0)
     assert (sc.mask_kind, sc.window) == (("sliding", 4) if layer % 2 == 0 else ("causal", None))
     assert sc.input.kv_source_layer is None
+    assert json.loads(to_json(comp))["kv_source_layer"] is None  # the layer computes its own; 4 and 5 do not
     cache = kv_cache(sc, 2, 10)  # every layer's K/V heads as this one's: 2·(8 + 8)·2 bytes, none for 4 and 5
     assert [lc.per_token.value for lc in cache.layers] == [64, 64, 64, 64, 0, 0]
     assert cache.at_context == 2 * 4 * 64 + 2 * 10 * 64

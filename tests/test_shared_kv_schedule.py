@@ -68,3 +68,15 @@ def test_a_layer_that_reuses_k_and_v_caches_nothing_of_its_own(cli: Any, write: 
     cache = json.loads(run.out)["kv_cache"]
     assert [layer["kind"] for layer in cache["layers"]][4:] == ["shared", "shared"]
     assert cache["bytes_per_token"] == 4 * per and cache["bytes_at_context"] == 4 * 100 * per
+
+
+@pytest.mark.parametrize(("layer", "source"), [(1, None), (4, 2), (5, 3)])
+def test_the_json_export_names_the_source_of_k_and_v(cli: Any, write: Any, layer: int, source: int | None) -> None:
+    run = cli("--export", "json", str(write(_residual(GEMMA3N_LIKE, layer))))
+    assert run.code == 0, run.err
+    assert json.loads(run.out)["kv_source_layer"] == source
+
+
+def test_a_schedule_without_sharing_leaves_the_json_as_it_was(cli: Any, write: Any) -> None:
+    run = cli("--export", "json", str(write(_residual(["full", "sliding 4"], 1))))
+    assert "kv_source_layer" not in json.loads(run.out)
