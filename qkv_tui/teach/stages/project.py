@@ -81,6 +81,9 @@ class Project(StageSpec):
                      " query head that reads it.")
         if trace.comp.norm is not None:
             text += " The projections read X̂, the normalised X."
+        if trace.comp.heads and _value_norm(trace.comp.heads[0]) is not None:
+            text += (" Then each row of V is divided by its root mean square (a value norm without a gain, Gemma 3n's"
+                     " v_norm), so every value vector the mix adds up has the same size.")
         return text
 
     def operation(self, trace: TraceContext, index: int, seg: Segment, row: int, col: int | None, d: int) -> Operation:
