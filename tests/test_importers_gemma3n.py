@@ -201,3 +201,16 @@ def test_the_schedule_names_each_shared_layers_source(built: tuple[Path, Any]) -
     modes = model.config.kv_sharing_modes
     assert [e.endswith(("kv-from 2", "kv-from 3")) for e in schedule] == [m == "reuse" for m in modes]
     assert schedule_line(schedule, 4).endswith("· [4 SR] · 5 FR (S sliding 4, F full, R reuses an earlier layer's K and V)")
+
+
+def test_one_walk_serves_every_layer_in_any_order(built: tuple[Path, Any]) -> None:
+    """The heads view's [ and ]: the opened model keeps its walk of the text; a layer opened later, or earlier,
+    is the layer a fresh walk gives."""
+    folder, _ = built
+    walked = _opened(folder)
+    for layer in (3, 0, 5, 1):
+        fresh = _opened(folder).open(IDS, layer)
+        again = walked.open(IDS, layer)
+        np.testing.assert_array_equal(again.X, fresh.X)
+        np.testing.assert_array_equal(again.output, fresh.output)
+    assert len(walked.open(IDS[:4], 0).X) == 4  # another text walks again

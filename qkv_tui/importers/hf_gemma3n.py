@@ -67,6 +67,7 @@ class Gemma3n:
             raise ImporterError(f"config.json: hidden_activation {config.activation!r} is not supported; expected one"
                                 f" of: {', '.join(ACTIVATIONS)}")
         self.act = ACTIVATIONS[config.activation]
+        self._walk: _Walk | None = None
 
     # --- reading -------------------------------------------------------------------------------------
 
@@ -207,13 +208,26 @@ class Gemma3n:
         return corrected
 
     def open(self, ids: list[int], layer: int) -> Opened:
-        """Run the layers up to ``layer`` over the text's ids and return that layer's attention."""
-        streams, per_layer = self.embed(ids)
-        shared: dict[str, tuple[Array, Array]] = {}
-        found: list[Opened] = []
-        for i in range(layer + 1):
-            streams = self.layer(i, streams, per_layer, shared, found.append if i == layer else None)
-        return found[0]
+        """Run the layers up to ``layer`` over the text's ids and return that layer's attention. The walk of the
+        last text is kept, so the heads view's next layer runs one more layer, not every one again."""
+        if self._walk is None or self._walk.ids != tuple(ids):
+            streams, per_layer = self.embed(ids)
+            self._walk = _Walk(tuple(ids), per_layer, streams, {}, [])
+        walk = self._walk
+        while len(walk.opened) <= layer:  # layers in order: a storing layer fills ``shared`` before its readers
+            walk.streams = self.layer(len(walk.opened), walk.streams, walk.per_layer, walk.shared, walk.opened.append)
+        return walk.opened[layer]
+
+
+@dataclass(eq=False)
+class _Walk:
+    """One text's walk through the layers so far."""
+
+    ids: tuple[int, ...]
+    per_layer: Array  # (n, layers, P)
+    streams: Array  # (streams, n, d) entering the next layer to run
+    shared: dict[str, tuple[Array, Array]]  # each layer type's stored K and V
+    opened: list[Opened]  # each layer run so far, its attention
 
 
 def _not_run(x: Array) -> Array:
