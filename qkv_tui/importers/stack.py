@@ -123,6 +123,8 @@ class Layer:
     mla: MlaWeights | None = None  # DeepSeek's latent attention, computed from the latent (attention holds its shapes)
     W_G: Array | None = None  # (d_model, H·d_v) Qwen3.5's output gate: each head's output ⊙ σ(x·W_G_h), before W_O
     deltanet: DeltaLayerWeights | None = None  # a Gated DeltaNet layer (Qwen3-Next, Qwen3.5): the delta rule, no softmax
+    value_scale: float = 1.0  # every head's V multiplied by it after the projection (MiMo-V2-Flash)
+    v_norm: float | None = None  # the eps of an RMSNorm of every value row, no gain (Gemma 3n); None = none
 
 
 def attention_forward(layer: Layer, rope: Rope | None, x: Array) -> Array:
@@ -153,7 +155,9 @@ def attention_forward(layer: Layer, rope: Rope | None, x: Array) -> Array:
         g = att.kv_head(h)
         q = q_all[:, h * d_k:(h + 1) * d_k]
         k = k_all[:, g * d_k:(g + 1) * d_k]
-        v = v_all[:, g * d_v:(g + 1) * d_v]
+        v = v_all[:, g * d_v:(g + 1) * d_v] * layer.value_scale
+        if layer.v_norm is not None:
+            v = qk_normalise(v, np.ones(d_v), layer.v_norm, None).X_norm
         if qkn is not None and qkn.over == "head":
             q = qk_normalise(q, qkn.gamma_q, qkn.eps, None).X_norm
             k = qk_normalise(k, qkn.gamma_k, qkn.eps, None).X_norm
@@ -304,3 +308,6 @@ class Model:
     layer: Callable[[int], Layer]
     schedule: tuple[str, ...] = ()  # each layer's attention, as [input] schedule spells it (core/layer_schedule.py)
     note: Callable[[int], str] = lambda layer: ""  # what layer i's scenario cannot show (BERT's post-norm)
+    # X as layer i's attention reads it, already normed, from the model's own walk of its stream (Gemma 3n's AltUp
+    # streams are not one residual stream); None: residual_stream over layer(0 … i − 1), then the layer's [norm]
+    stream: Callable[[list[int], int], Array] | None = None
