@@ -19,6 +19,7 @@ from qkv_tui.core.variants import backward as backward
 from qkv_tui.core.variants import deltanet as deltanet
 from qkv_tui.core.variants import differential as differential
 from qkv_tui.core.variants import gate as gate
+from qkv_tui.core.variants import indexer as indexer
 from qkv_tui.core.variants import linear as linear
 from qkv_tui.core.variants import mla as mla
 from qkv_tui.core.variants import value_scale as value_scale
@@ -76,6 +77,7 @@ FEATURES: tuple[Table[Any] | Keys, ...] = (
     backward.TABLE,
     value_scale.TABLE,
     differential.TABLE,  # after [backward] and [value_scale], which it refuses for now
+    indexer.TABLE,  # after [mla] (W_q may read its c_Q) and the tables it refuses
 )
 
 # The top-level tables, in the order the loader parses them (a table may read the ones before it:
