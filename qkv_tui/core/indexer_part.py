@@ -57,8 +57,8 @@ class Selection:
         if not ix.allow[row, col] or ix.selected[row, col]:
             return None
         place, visible = self.rank(row, col)
-        return (f'indexer: "{key}" ranks {place} of the {visible} keys "{query}" may see, below its top_k ='
-                f" {ix.top_k}, so it is not selected; weight will be exactly 0")
+        return (f'indexer: "{key}" ranks {place} of the {visible} keys "{query}" may see, below top_k ='
+                f" {ix.top_k}: not selected, so masked; weight will be exactly 0")
 
 
 @dataclass(frozen=True, eq=False)
