@@ -42,6 +42,15 @@ class Selection:
         """The keys every head attends: the selected ones (a subset of the scenario's mask)."""
         return self.indexed.selected
 
+    @property
+    def mask_note(self) -> str:
+        ix = self.indexed
+        if ix.covers_all:
+            return (f" The indexer's top_k = {ix.top_k} covers every key each query may see, so it masks nothing more:"
+                    " this is full attention.")
+        return (f" The indexer's selection applies here too: each query keeps its top_k = {ix.top_k} keys (stage"
+                " Select), and a key it left out becomes −∞ like a masked one, so it gets weight 0.")
+
     def rank(self, row: int, col: int) -> tuple[int, int]:
         """(where key ``col`` ranks among row ``row``'s visible keys, 1 the highest, ties to the earlier key;
         how many keys are visible)."""

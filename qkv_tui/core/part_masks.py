@@ -2,7 +2,8 @@
 (DeepSeek's indexer) narrows the scenario's mask, and says why a key it left out is masked.
 
 A part's spec says so by a ``mask`` of its own (the driver, core/forward.py, ANDs it into the head's mask and
-keeps the spec's ``record``); the record then answers ``mask`` and ``mask_reason(row, col, query, key)``. No view
+keeps the spec's ``record``); the record then answers ``mask``, ``mask_reason(row, col, query, key)`` and
+``mask_note`` (a sentence for the stage that applies the mask). No view
 tests for a variant by name.
 """
 
@@ -48,3 +49,13 @@ def mask_reason(heads: Sequence[HeadResult], row: int, col: int, query: str, key
             if said is not None:
                 return str(said)
     return None
+
+
+def mask_note(heads: Sequence[HeadResult]) -> str:
+    """A part's sentence about the keys it masks, for the stage that applies the mask; "" where no part masks any."""
+    for hr in heads[:1]:
+        for record in hr.parts.values():
+            note = getattr(record, "mask_note", None)
+            if note is not None:
+                return str(note)
+    return ""

@@ -194,7 +194,7 @@ class Index(StageSpec):
         if target == "idx_scores":
             H = indexed(trace).w.shape[1]
             return [*((TERMS[j], None) for j in range(H) if H <= 2), ("idx_scores", None)]
-        return [("idx_q", None), ("idx_k", None), (target, None)]
+        return [("idx_q", None), ("idx_k", None), ("idx_w", None), (target, None)]
 
     def overview(self, trace: TraceContext, head: int) -> list[Key]:
         return [("idx_scores", None)]

@@ -11,7 +11,7 @@ import numpy as np
 
 from qkv_tui.core.engine import HeadResult
 from qkv_tui.core.fmt import NEG_INF, fmt, is_integral, operand
-from qkv_tui.core.part_masks import mask_reason
+from qkv_tui.core.part_masks import mask_note, mask_reason
 from qkv_tui.core.scenario import Matrix
 from qkv_tui.kernels.policy import EXACT, round_to
 from qkv_tui.kernels.softmax import Biased, Capped, alibi_bias, masked_logits
@@ -83,7 +83,7 @@ class Scale(StageSpec):
             text += (f" The {sc.mask_kind} mask applies here: masked cells become −∞ (as PyTorch does with a"
                      " boolean mask; Hugging Face's eager attention adds finfo.min, the original BERT −10000),"
                      " so they get weight 0.")
-        return text
+        return text + mask_note(trace.comp.heads)  # a part that masks keys of its own (the indexer) says so
 
     def operation(self, trace: TraceContext, index: int, seg: Segment, row: int, col: int | None, d: int) -> Operation:
         h = seg.head
