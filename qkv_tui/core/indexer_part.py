@@ -77,7 +77,7 @@ class SelectSpec(PartSpec):
     record: Selection
 
     @property
-    def mask(self) -> Matrix:
+    def mask(self) -> BoolMatrix:
         return self.record.mask
 
 

@@ -128,20 +128,20 @@ class Index(StageSpec):
         value = float(ix.terms[j, row, col])
         s = _sub(j)
         qv, kv = ix.q_turned[j, row], ix.k_turned[col]
-        dot = float(ix.dots[j, row, col])
-        dot_text = fmt(dot, trace.integral("idx_q", None) and trace.integral("idx_k", None), d)
+        product = float(ix.dots[j, row, col])
+        dot_text = fmt(product, trace.integral("idx_q", None) and trace.integral("idx_k", None), d)
         work = dot_line(qv, kv, trace.integral("idx_q", None), trace.integral("idx_k", None), dot_text, d, trace.hand)
-        relu = max(dot, 0.0)
+        relu = max(product, 0.0)
         (w_t, r_t), result = fit(lambda a, b: a * b, [float(ix.w[row, j]), relu], value, d)
         text = (f"term{s}[{q},{k}] = w[{q},{j + 1}]·ReLU(q_I{s}[{q}]·k_I[{k}]) = {w_t}·ReLU({dot_text})"
                 f" = {w_t}·{r_t} = {result}")
-        details = [f"q_I{s}[{q}]·k_I[{k}] = {work}",
-                   ("ReLU keeps it" if dot > 0 else "ReLU makes it 0: this index head adds nothing for this key")]
+        lines = [f"q_I{s}[{q}]·k_I[{k}] = {work}",
+                   ("ReLU keeps it" if product > 0 else "ReLU makes it 0: this index head adds nothing for this key")]
         if not ix.allow[row, col]:
-            details.append(f"the mask hides \"{k}\" from \"{q}\": the sum I[{q},{k}] will be −∞ whatever this term is")
+            lines.append(f"the mask hides \"{k}\" from \"{q}\": the sum I[{q},{k}] will be −∞ whatever this term is")
         return Operation(index, seg, row, col, value,
                          (Ref("idx_w", None, row, j), Ref("idx_q", None, row), Ref("idx_k", None, col)), text,
-                         tuple(details))
+                         tuple(lines))
 
     def _score(self, trace: TraceContext, index: int, seg: Segment, row: int, col: int, d: int) -> Operation:
         ix = indexed(trace)
@@ -171,11 +171,13 @@ class Index(StageSpec):
             j = TERMS.index(name)
             if j >= ix.terms.shape[0]:
                 raise KeyError(name)
-            return ix.terms[j]
+            term: Matrix = ix.terms[j]
+            return term
         found = {"W_q_I": t.W_q, "W_k_I": t.W_k, "W_w_I": t.W_w,
                  "idx_q": np.concatenate(list(ix.q_turned), axis=1), "idx_k": ix.k_turned, "idx_w": ix.w,
                  "idx_scores": ix.scores}
-        return found[name]
+        shown: Matrix = found[name]
+        return shown
 
     def made_from(self, trace: TraceContext, name: str, head: int | None) -> list[Key] | None:
         t = selection(trace).table
