@@ -70,8 +70,9 @@ class Index(StageSpec):
     stage = Stage("index", "Index",
                   "The lightning indexer scores every key for every query, before any head: I[t,s] = Σ_j w[t,j]·"
                   "ReLU(q_I[t,j]·k_I[s]). Each index head j has its own query q_I[t,j] and its own weight w[t,j]"
-                  " for the query; the index key k_I[s] is one per token, shared by the index heads. ReLU lets"
-                  " an index head only add to a key's score, never take away. A key the mask hides scores −∞.")
+                  " for the query; the index key k_I[s] is one per token, shared by the index heads. ReLU drops"
+                  " a negative dot, so an index head counts a key only where its query and the key agree; its weight"
+                  " w (which may be negative) says how much, and which way. A key the mask hides scores −∞.")
     matrices = ("W_q_I", "W_k_I", "W_w_I", "idx_q", "idx_k", "idx_w", *TERMS, "idx_scores")
     key_columns = (*TERMS, "idx_scores")
     styles = MappingProxyType({"idx_scores": PaneStyle(row_max=True)})
