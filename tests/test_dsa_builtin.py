@@ -213,3 +213,14 @@ def test_tables_it_cannot_combine_with_are_refused_in_one_line(cli, tmp_path, ta
     assert run.code == 2 and run.out == ""
     lines = run.err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error:") and "[indexer] cannot be used with" in lines[0], run.err
+
+
+def test_the_quiz_asks_select_without_giving_the_rank_away() -> None:
+    from qkv_tui.teach.quiz import questions
+
+    trace = Trace(compute(load_scenario(BUILTIN)))
+    index = next(i for i in range(len(trace)) if trace.op(i).arithmetic.startswith("selected[down,the]"))
+    (asked,) = questions(trace, index, 3)
+    assert asked.value == 0.0 and "ranks" not in asked.arithmetic
+    assert asked.arithmetic == ("selected[down,the] = ? (1 kept, 0 not; down sees 4 keys, keeps its top_k = 2 by I,"
+                                " ties to the earlier key)")

@@ -58,7 +58,7 @@ def _latent() -> str:
     """[mla] with W_DQ: the indexer's W_q reads c_Q (d_cq = 3 rows), as the models do."""
     text = re.sub(r"(?ms)^\[\[heads\]\].*?(?=^\[indexer\])", "", DSA)
     text = re.sub(r"(?ms)^W_q = \[.*?^\]", f"W_q = {_rows(RNG.normal(size=(3, 4)).round(1))}", text)
-    m = lambda r, c: _rows(RNG.normal(size=(r, c)).round(1))  # noqa: E731
+    m = lambda r, c: _rows(RNG.normal(size=(r, c)).round(1))
     return text + f"""
 [mla]
 num_heads = 2

@@ -272,6 +272,16 @@ class Select(StageSpec):
                     f" {q} sees, {where} top_k = {ix.top_k}")
         return Operation(index, seg, row, col, value, ops, text, (self._row_line(trace, row, d),))
 
+    def withheld(self, trace: TraceContext, op: Operation, decimals: int) -> str | None:
+        """The question without its answer: what the row sees and keeps, not the key's rank."""
+        assert op.col is not None
+        ix = indexed(trace)
+        sc = trace.comp.scenario
+        q, k = sc.labels[op.row], sc.key_labels[op.col]
+        visible = int(ix.allow[op.row].sum())
+        return (f"selected[{q},{k}] = ? (1 kept, 0 not; {q} sees {visible} key{'s' if visible != 1 else ''},"
+                f" keeps its top_k = {ix.top_k} by I, ties to the earlier key)")
+
     def _row_line(self, trace: TraceContext, row: int, d: int) -> str:
         ix = indexed(trace)
         sc = trace.comp.scenario
