@@ -41,3 +41,16 @@ async def test_tiles_and_cache_refuse_in_one_line() -> None:
         assert "No tiles for sparse attention" in text_of(app, ExplainPanel)
         await pilot.press("t", "k")
         assert "No KV-cache replay for sparse attention" in text_of(app, ExplainPanel)
+
+
+async def test_what_if_takes_the_softmax_over_the_selected_keys_only() -> None:
+    # stage 7 (Softmax), row sat: the indexer dropped "the", so its weight stays 0 in every row of the table
+    app = QKVApp("dsa")
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("7", *["right"] * 8, "w")
+        text = app.query_one(ExplainPanel).plain
+        assert "what if, row sat" in text
+        assert "0.000 0.196 0.804 0.000 0.804 | 0.000 0.119 0.881 0.000 0.881" in text
+        await pilot.press("w", "h")  # by hand: the selection made from the scores as written down, the same here
+        assert app.modes.hand
+        assert "weights[sat,the] = e^−∞ / 1.243 = 0 (masked)" in app.query_one(ExplainPanel).plain
