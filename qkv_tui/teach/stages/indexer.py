@@ -141,7 +141,8 @@ class Index(StageSpec):
         if not ix.allow[row, col]:
             lines.append(f"the mask hides \"{k}\" from \"{q}\": the sum I[{q},{k}] will be −∞ whatever this term is")
         return Operation(index, seg, row, col, value,
-                         (Ref("idx_w", None, row, j), Ref("idx_q", None, row), Ref("idx_k", None, col)), text,
+                         (Ref("idx_w", None, row, j), *(Ref("idx_q", None, row, c) for c in range(j * d_I, (j + 1) * d_I)),
+                          Ref("idx_k", None, col)), text,
                          tuple(lines))
 
     def _score(self, trace: TraceContext, index: int, seg: Segment, row: int, col: int, d: int) -> Operation:
