@@ -16,7 +16,8 @@ from qkv_tui.teach.trace import STAGES, Trace
 
 from .conftest import SHIPPED
 
-SEED_ORDER = ["embed", "norm", "project", "compress", "expand", "mla_rotate", "qk_norm", "rotate", "score", "scale", "softmax",
+SEED_ORDER = ["embed", "norm", "index", "select",  # [indexer]: once for the layer, before any head projects
+              "project", "compress", "expand", "mla_rotate", "qk_norm", "rotate", "score", "scale", "softmax",
               "mix",
               "diff_score_1", "diff_scale_1", "diff_softmax_1", "diff_score_2", "diff_scale_2", "diff_softmax_2",
               "diff_lambda", "diff_subtract", "diff_mix", "diff_subnorm", "diff_factor",  # [differential]: Score … Mix

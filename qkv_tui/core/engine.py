@@ -22,6 +22,7 @@ from qkv_tui.base.values import escaped
 from qkv_tui.core.forward import HeadResult as HeadResult
 from qkv_tui.core.forward import run_heads
 from qkv_tui.core.forward import turn_of as turn_of
+from qkv_tui.core.part_masks import attended
 from qkv_tui.core.scenario import BoolMatrix, Matrix, Scenario, ScenarioError
 from qkv_tui.core.variants import Norm, Rope, Vector
 from qkv_tui.kernels.attention import frozen as _frozen
@@ -61,7 +62,8 @@ class Computation:
 
     @property
     def allow(self) -> BoolMatrix:
-        return self.scenario.allow
+        """The keys the heads attend: the scenario's mask, narrowed where a part chooses keys (the indexer)."""
+        return attended(self.heads, self.scenario.allow)
 
     @property
     def X_in(self) -> Matrix:
@@ -182,7 +184,7 @@ def _check_matrices(sc: Scenario, result: HeadResult, names: tuple[str, ...]) ->
         if array is None:
             continue
         # masked cells of the softmax's input are −∞ by design; an infinity where the mask allows is an overflow
-        bad = first_bad(array, sc.allow if name == "masked" else None)
+        bad = first_bad(array, attended([result], sc.allow) if name == "masked" else None)
         if bad is None:
             continue
         where = _at(keys if name in ("K", "V", "K_norm", "K_rot") else sc.tokens, bad[0])
