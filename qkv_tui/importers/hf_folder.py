@@ -17,7 +17,7 @@ Two layouts:
   before the residual add), so its attention reads the stream as it is: no [norm]. gpt-oss adds a
   sink logit per head (``self_attn.sinks``), biases on every projection, YaRN, sliding and full layers
   (``layer_types``) and a mixture-of-experts MLP (stack.MoeMlp; experts stored (in, out), not quantised).
-  Gemma 2 and 3: hf_gemma.py.
+  Gemma 2 and 3: hf_gemma.py. DiffLlama ("diffllama"): LLaMA's layout with differential attention, hf_diffllama.py.
 - "deepseek_v2" and "deepseek_v3": latent attention, an [mla] table (hf_deepseek.py).
 - "bert": hf_bert.py.
 """
@@ -40,6 +40,7 @@ from qkv_tui.importers.files import read_limited, status
 from qkv_tui.importers.hf_bert import open_bert
 from qkv_tui.importers.hf_config import DEEPSEEK_TYPES, GEMMA_TYPES, Config, read_config, rotary, sliding_window
 from qkv_tui.importers.hf_deepseek import open_deepseek
+from qkv_tui.importers.hf_diffllama import open_diffllama
 from qkv_tui.importers.hf_gated_deltanet import as_heads, linear_note, read_linear
 from qkv_tui.importers.hf_tensors import lookup, prefix_of
 from qkv_tui.importers.safetensors_raw import TensorFiles
@@ -99,6 +100,8 @@ def open_folder(folder: Path, source: str) -> Model:
         return open_bert(config, tensors, tokenize, source)
     if config.model_type in DEEPSEEK_TYPES:
         return open_deepseek(config, tensors, tokenize, source)
+    if config.model_type == "diffllama":  # LLaMA's layout, its attention differential (hf_diffllama.py)
+        return open_diffllama(_llama(config, tensors, tokenize, source), config, tensors)
     return _llama(config, tensors, tokenize, source)
 
 
