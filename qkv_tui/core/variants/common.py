@@ -89,6 +89,7 @@ class Context:
     d_out: int = 0  # the width of the final output (W_O's columns, or the heads' d_v side by side)
     has_W_O: bool = False
     weights: tuple[str, ...] = ()  # the weights the heads and [output] give (W_Q, b_O, sinks, …), for [backward]
+    trainable: tuple[str, ...] = ()  # the weights the file's variant tables give (Table.trainable), for [backward]
     latent: tuple[int, int] | None = None  # [mla]'s (d_nope, d_rope): [rope] turns the d_rope part only
 
 
@@ -105,6 +106,9 @@ class Table(Generic[T]):
     summary: Callable[[T], str]  # its part of the ``--check`` line
     write: Callable[[T], list[str]]  # its lines of a scenario file, the header first
     lookalikes: Lookalikes = field(default_factory=dict)
+    # the weights [backward] may train that the table gives, read from the table as written (so a [backward]
+    # parsed before it knows them): their names in a train list, in the order the default list names them
+    trainable: Callable[[dict[str, Any]], tuple[str, ...]] | None = None
 
     @property
     def header(self) -> str:

@@ -9,7 +9,8 @@ mask) combine with it; what would have to choose one of the two maps, or replace
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass, replace
 from typing import Any, cast
 
 import numpy as np
@@ -23,6 +24,7 @@ from qkv_tui.core.variants.gate import Reader
 from qkv_tui.kernels.differential import DiffHead, lambda_init_of_layer
 
 LAMBDA_KEYS = ("lambda_q1", "lambda_k1", "lambda_q2", "lambda_k2")
+GAMMA_NAME = "gamma_sub"  # the sub-norm's gains in a [backward] train list ("gamma" is [norm]'s)
 DIFFERENTIAL_KEYS = (*LAMBDA_KEYS, "lambda_init", "layer", "eps", "gamma")
 DEFAULT_DIFF_EPS = 1e-5
 MAX_EXPONENT = 709.0  # e^709 is the largest power of e below float64's limit (e^710 overflows)
@@ -40,7 +42,6 @@ REFUSED_TABLES = (
     ("mla", "[mla] builds its own heads; differential heads are [[heads]] or [attention] heads"),
     ("linear", "[linear] replaces the softmax, and [differential] subtracts two softmax maps"),
     ("deltanet", "[deltanet] replaces the softmax, and [differential] subtracts two softmax maps"),
-    ("backward", "the gradients through two maps, λ and the sub-norm are not in the app yet"),
     ("value_scale", "[differential]'s kernel projects its own 2d-wide V, which the value scale would not reach"),
 )
 
@@ -62,6 +63,21 @@ class Differential:
     def d(self) -> int:
         """The half width: each map's d_k."""
         return int(self.lambda_q1.shape[1])
+
+    def trained(self, grads: Sequence[Any], rule: Callable[[tuple[str, int | None], Matrix, Matrix], Matrix],
+                train: Collection[str], frozen: Callable[[Matrix], Matrix]) -> Differential:
+        """One training step on the λ vectors and the sub-norm's gains ``train`` names (core/training.py): ``grads``
+        are the heads' gradients, each with its own DiffBack (``own``); each head's λ rows move by its own
+        gradient, the gains every head shares by their sum."""
+        changes: dict[str, Any] = {}
+        for key in LAMBDA_KEYS:
+            if key in train:
+                rows = np.stack([getattr(hg.own, "d" + key) for hg in grads])  # (num_heads, d)
+                changes[key] = frozen(rule((key, None), getattr(self, key), rows))
+        if GAMMA_NAME in train and self.gamma is not None:
+            total = np.sum([hg.own.dgamma for hg in grads], axis=0)  # (2d,)
+            changes["gamma"] = frozen(rule((GAMMA_NAME, None), self.gamma, total))
+        return replace(self, **changes) if changes else self
 
     def head(self, h: int) -> DiffHead:
         """What the kernel reads for head ``h`` (0-based)."""
@@ -201,9 +217,12 @@ def _summary(df: Differential) -> str:
     return f"differential attention (λ_init {df.lambda_init:.4g}, {where})"
 
 
-# Not in FEATURES (so not in TABLES, LOOKALIKES or the loader) until the forward driver runs it: the loader must not
-# accept a table whose numbers the app would not show. Registering it is one line in FEATURES, before backward.TABLE
-# (whose default train list will read it), and a Scenario field named "differential".
+def trainable(table: dict[str, Any]) -> tuple[str, ...]:
+    """The weights [backward] trains by default where the file has [differential]: the four λ vectors, and the
+    sub-norm's gains where the table gives them (read from the table as written: [backward] is parsed first)."""
+    return LAMBDA_KEYS + ((GAMMA_NAME,) if "gamma" in table else ())
+
+
 TABLE: Table[Differential] = Table("differential", DIFFERENTIAL_KEYS, parse_differential, _summary, write_differential,
-                                   LOOKALIKES)
+                                   LOOKALIKES, trainable)
 
