@@ -28,6 +28,8 @@ SEED_ORDER += ["loss", "dwo", "dgate", "dmix",
                "dlinear", "ddelta", "dgates",  # [linear], [deltanet] in place of dMix … dScore
                "dsoftmax", "dscale", "dscore", "drotate",
                "dmla_rotate", "dk_r", "dexpand", "dcompress",  # [mla]'s latent layer, read backwards
+               "ddiff_factor", "ddiff_subnorm", "ddiff_mix", "ddiff_subtract", "ddiff_lambda", "ddiff_softmax_1",
+               "ddiff_scale_1", "ddiff_softmax_2", "ddiff_scale_2", "ddiff_score", "ddiff_rotate",  # [differential]
                "dqk_norm", "dproject", "dembed", "dnorm"]
 
 

@@ -79,6 +79,15 @@ class Differential:
             changes["gamma"] = frozen(rule((GAMMA_NAME, None), self.gamma, total))
         return replace(self, **changes) if changes else self
 
+    def train_params(self, grads: Sequence[Any]) -> list[tuple[str, Matrix | None, Matrix | None]]:
+        """Each array trained() moves, as its train name, its value and its gradient (teach/train_walk.py lists
+        them beside the heads' weights): a λ vector one row per head, the sub-norm's gains summed over the heads."""
+        out: list[tuple[str, Matrix | None, Matrix | None]] = [
+            (key, getattr(self, key), np.stack([getattr(hg.own, "d" + key) for hg in grads])) for key in LAMBDA_KEYS]
+        if self.gamma is not None:
+            out.append((GAMMA_NAME, self.gamma, np.sum([hg.own.dgamma for hg in grads], axis=0)))
+        return out
+
     def head(self, h: int) -> DiffHead:
         """What the kernel reads for head ``h`` (0-based)."""
         return DiffHead(self.lambda_q1[h], self.lambda_k1[h], self.lambda_q2[h], self.lambda_k2[h], self.lambda_init,

@@ -105,6 +105,9 @@ _REGISTRY: list[StageSpec | _Later] = [
     _Later("mla", "mla_rotate", "KEY_BACKWARD"),
     _Later("mla", "mla_expand", "BACKWARD"),
     _Later("mla", "mla_compress", "BACKWARD"),
+    *(_Later("differential", "differential_backward", name) for name in (  # in place of dMix … dRotate
+        "FACTOR", "SUBNORM", "MIX", "SUBTRACT", "LAMBDA", "SOFTMAX_1", "SCALE_1", "SOFTMAX_2", "SCALE_2", "SCORE",
+        "ROTATE")),
     qk_norm.BACKWARD,
     project.BACKWARD,
     embed.BACKWARD,
