@@ -102,14 +102,27 @@ class DiffForward:
     turn: Turn | None = None  # backward reads them again: read_back)
     own_stages: ClassVar[bool] = True  # its two maps replace the one-map stages (teach/stages/differential.py)
     # the views that would show one softmax map where this head has two (core/part_questions.py), each in one line
-    refuses: ClassVar[Mapping[str, str]] = MappingProxyType({
+    REFUSED: ClassVar[Mapping[str, str]] = MappingProxyType({
         "tiles": "No tiles for differential attention: the tiles view keeps one running max and one running sum"
                  " per row, and a differential head has two softmax maps, subtracted.",
         "cache": "No KV-cache replay for differential attention yet: the cache view decodes one softmax map per"
                  " head, and a differential head has two, subtracted; the stages show every cell of both.",
-        "worksheet": "a worksheet of [differential] is not written yet (its two maps, λ and the sub-norm have no"
-                     " printed tables); use --export markdown for every step",
+        "worksheet backward": "are not written yet for [differential] (its two maps, λ and the sub-norm read"
+                              " backwards)",
     })
+
+    @property
+    def refuses(self) -> Mapping[str, str]:
+        """REFUSED, and the worksheet where the page has no tables for a step of this head (RoPE turning each
+        half, a soft-cap, an ALiBi bias: teach/stages/differential_sheet.py prints the rest)."""
+        missing = [what for what, has in (("[rope] (each half turned on its own)", self.turn is not None),
+                                          ("a soft-cap", self.map_1.capped is not None),
+                                          ("an ALiBi bias", self.bias is not None)) if has]
+        if not missing:
+            return self.REFUSED
+        return {**self.REFUSED, "worksheet": f"a worksheet of [differential] with {' or '.join(missing)} is not"
+                " written yet (those steps have no printed tables for two maps); use --export markdown for every"
+                " step, or leave them out"}
 
     @property
     def row_total(self) -> float:

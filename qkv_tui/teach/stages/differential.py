@@ -12,10 +12,12 @@ from types import MappingProxyType
 
 import numpy as np
 
+from qkv_tui.core.engine import Computation
 from qkv_tui.core.fmt import NEG_INF, fmt, operand
 from qkv_tui.core.scenario import Matrix
 from qkv_tui.kernels.differential import DiffForward
 from qkv_tui.teach.arith import agrees, dot_line, first_fit, quotient_line, shown, softmax_row, tries
+from qkv_tui.teach.stages import differential_sheet
 from qkv_tui.teach.stages.common import (
     CLOSE,
     DIVIDE,
@@ -39,6 +41,7 @@ from qkv_tui.teach.stages.common import (
 )
 from qkv_tui.teach.stages.context import TraceContext
 from qkv_tui.teach.stages.norm import RowStats, cell_lines
+from qkv_tui.teach.stages.printed import PrintedCells, PrintedChain, Table
 
 SUB = {1: "₁", 2: "₂"}
 
@@ -68,6 +71,13 @@ class _DiffStage(StageSpec):
 
     def lights(self, seg: Segment) -> frozenset[int]:
         return self.lit
+
+    def worksheet_tables(self, chain: PrintedChain, head: int | None) -> list[Table]:
+        assert head is not None
+        return differential_sheet.tables(self.stage.key, chain, head)
+
+    def worksheet_line(self, cells: PrintedCells, table: Table, row: int, col: int, answer: str) -> str:
+        return differential_sheet.line(self.stage.key, cells, table, row, col, answer)
 
 
 class MapScore(_DiffStage):
@@ -308,6 +318,16 @@ class Subtract(_DiffStage):
     def segments(self, trace: TraceContext, head: int | None) -> list[Plan]:
         sc = trace.comp.scenario
         return [Plan("weights", sc.n, sc.m)]
+
+    def worksheet_rules(self, comp: Computation) -> list[str]:
+        if getattr(comp.scenario, "differential", None) is None:
+            return []
+        return ["- Differential attention: each head's Q and K are 2d wide. Map 1 scores columns 0…d−1 of Q against the"
+                " same columns of K, map 2 columns d…2d−1; each is divided by √d and masked, then takes its own softmax."
+                " λ = e^(λ_q1·λ_k1) − e^(λ_q2·λ_k2) + λ_init, each e^ of the printed dot product; weights = p₁ − λ·p₂"
+                " cell by cell (each row sums to 1 − λ, and a cell may be negative); mixed = weights·V.",
+                "- Sub-norm, row by row: ms = the mean of the row's squares of mixed; normed = mixed / √(ms + eps)"
+                " (times γ where the table gives gains); output = (1 − λ_init)·normed, the head's part of concat."]
 
     def operation(self, trace: TraceContext, index: int, seg: Segment, row: int, col: int | None, d: int) -> Operation:
         h = seg.head
