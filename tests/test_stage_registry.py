@@ -18,7 +18,7 @@ from .conftest import SHIPPED
 
 SEED_ORDER = ["embed", "norm", "project", "compress", "expand", "mla_rotate", "qk_norm", "rotate", "score", "scale", "softmax",
               "mix",
-              "diff_score_1", "diff_scale_1", "diff_softmax_1", "diff_score_2", "diff_scale_2", "diff_softmax_2",
+              "diff_rotate", "diff_score_1", "diff_scale_1", "diff_softmax_1", "diff_score_2", "diff_scale_2", "diff_softmax_2",
               "diff_lambda", "diff_subtract", "diff_mix", "diff_subnorm", "diff_factor",  # [differential]: Score … Mix
               "absorb",
               "phi", "quadratic", "recurrent", "conv", "l2norm", "gates", "delta", "onorm",  # [linear], [deltanet]: Score … Mix

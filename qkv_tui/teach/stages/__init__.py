@@ -66,6 +66,7 @@ _REGISTRY: list[StageSpec | _Later] = [
     scale.SPEC,
     softmax.SPEC,
     mix.SPEC,
+    _Later("differential", "differential", "ROTATE"),  # each half on its own, in place of Rotate
     _Later("differential", "differential", "SCORE_1"),
     _Later("differential", "differential", "SCALE_1"),
     _Later("differential", "differential", "SOFTMAX_1"),

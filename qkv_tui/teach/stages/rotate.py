@@ -67,7 +67,8 @@ class Rotate(StageSpec):
     transposed = MappingProxyType({"K_rotT": "K_rot"})
 
     def runs(self, trace: TraceContext) -> bool:
-        return trace.comp.scenario.rope is not None
+        # a part with stages of its own turns its own way ([differential]: each half, teach/stages/differential.py)
+        return trace.comp.scenario.rope is not None and not own_stages(trace)
 
     def meaning(self, trace: TraceContext, head: int | None) -> str:
         text = self.stage.meaning
