@@ -149,6 +149,8 @@ def expand_model(doc: dict[str, Any], base: Path | None = None, opened: Model | 
         result.update(_all_heads(weights))
     else:
         result["heads"] = [_one_head(weights, layer, h) for h in heads]
+    if weights.tables is not None:  # a part's own tables (DiffLlama's [differential]), for the chosen heads
+        result.update(weights.tables(heads))
     return result
 
 

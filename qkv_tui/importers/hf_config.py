@@ -24,7 +24,7 @@ from qkv_tui.importers.hf_rope import RopeConfig, read_rope
 
 GPT2_TYPES = ("gpt2",)
 LLAMA_TYPES = ("llama", "mistral", "qwen2", "smollm3", "granite", "phi3", "qwen3", "olmo2", "gpt_oss", "gemma2", "gemma3_text",
-               "qwen3_5_text", "qwen3_next")
+               "qwen3_5_text", "qwen3_next", "diffllama")
 GEMMA_TYPES = ("gemma2", "gemma3_text")
 BERT_TYPES = ("bert",)
 DEEPSEEK_TYPES = ("deepseek_v2", "deepseek_v3")  # latent attention: hf_deepseek.py
@@ -144,7 +144,7 @@ _DEFAULT_WINDOW = {"mistral": 4096, "qwen2": 4096, "qwen3": 4096, "gemma2": 4096
 # ... and which families read layer_types at all (Llama, Mistral, Phi-3, Granite, OLMo 2 ignore the key:
 # Mistral and Phi-3 slide on every layer when sliding_window is set, the others never)
 _TYPED = ("qwen2", "qwen3", "smollm3", "gpt_oss", "gemma2", "gemma3_text", *LINEAR_TYPES)
-_NEVER_SLIDE = ("gpt2", "bert", "llama", "granite", "olmo2", *DEEPSEEK_TYPES)
+_NEVER_SLIDE = ("gpt2", "bert", "llama", "granite", "olmo2", "diffllama", *DEEPSEEK_TYPES)
 _KINDS = ("full_attention", "sliding_attention")
 
 

@@ -17,7 +17,7 @@ Two layouts:
   before the residual add), so its attention reads the stream as it is: no [norm]. gpt-oss adds a
   sink logit per head (``self_attn.sinks``), biases on every projection, YaRN, sliding and full layers
   (``layer_types``) and a mixture-of-experts MLP (stack.MoeMlp; experts stored (in, out), not quantised).
-  Gemma 2 and 3: hf_gemma.py.
+  Gemma 2 and 3: hf_gemma.py. DiffLlama ("diffllama"): LLaMA's layout with differential attention, hf_diffllama.py.
 - "deepseek_v2" and "deepseek_v3": latent attention, an [mla] table (hf_deepseek.py).
 - "bert": hf_bert.py.
 - "mimo_v2_flash": hybrid sliding and full layers, value heads narrower than query/key heads, a value scale
@@ -44,6 +44,7 @@ from qkv_tui.importers.files import read_limited, status
 from qkv_tui.importers.hf_bert import open_bert
 from qkv_tui.importers.hf_config import DEEPSEEK_TYPES, GEMMA_TYPES, Config, read_config, rotary, sliding_window
 from qkv_tui.importers.hf_deepseek import open_deepseek
+from qkv_tui.importers.hf_diffllama import open_diffllama
 from qkv_tui.importers.hf_gated_deltanet import as_heads, linear_note, read_linear
 from qkv_tui.importers.hf_gemma3n import open_gemma3n
 from qkv_tui.importers.hf_mimo import open_mimo
@@ -109,6 +110,8 @@ def open_folder(folder: Path, source: str) -> Model:
         return open_mimo(config, tensors, tokenize, source)
     if config.model_type == "gemma3n_text":
         return open_gemma3n(config, tensors, tokenize, source)
+    if config.model_type == "diffllama":  # LLaMA's layout, its attention differential (hf_diffllama.py)
+        return open_diffllama(_llama(config, tensors, tokenize, source), config, tensors)
     return _llama(config, tensors, tokenize, source)
 
 
