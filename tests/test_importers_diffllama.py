@@ -20,6 +20,7 @@ import pytest
 
 from qkv_tui.core.engine import compute
 from qkv_tui.core.scenario import parse_scenario
+from qkv_tui.core.variants.differential import TABLE as DIFFERENTIAL
 from qkv_tui.edges.export_toml import to_toml
 from qkv_tui.importers.hf_diffllama_layout import diffllama_heads
 from qkv_tui.kernels.differential import DiffForward
@@ -89,8 +90,9 @@ def test_every_differential_head_and_the_output_match_diffllama(tmp_path: Path, 
                         + att.lambda_init)
         assert f.lam.value == pytest.approx(lam, rel=1e-12)
     _close(comp.output, ref["attn"])
-    assert sc.differential is not None and sc.differential.layer == layer and sc.differential.gamma is None
-    assert sc.differential.eps == model.config.rms_norm_eps
+    df = DIFFERENTIAL.of(sc)
+    assert df is not None and df.layer == layer and df.gamma is None
+    assert df.eps == model.config.rms_norm_eps
     assert (comp.heads[0].b_Q is not None) == bias
 
 
@@ -108,8 +110,8 @@ def test_chosen_heads_keep_their_lambda_rows_and_match(tmp_path: Path) -> None:
     path.write_text(f'[model]\nsource = "{folder}"\ntext = "{TEXT}"\nlayer = 1\nheads = [1]\n', encoding="utf-8")
     comp = compute(parse_scenario(path.read_text(encoding="utf-8"), str(path)))
     ref = _decoder_reference(model, comp, 1)
-    assert len(comp.heads) == 1 and comp.scenario.differential is not None
-    assert comp.scenario.differential.lambda_q1.shape == (1, HEAD_DIM)
+    assert len(comp.heads) == 1 and DIFFERENTIAL.of(comp.scenario) is not None
+    assert DIFFERENTIAL.of(comp.scenario).lambda_q1.shape == (1, HEAD_DIM)
     _close(comp.heads[0].output, ref["merged"][:, 2 * HEAD_DIM:4 * HEAD_DIM])
 
 
@@ -117,7 +119,7 @@ def test_the_toml_export_of_an_opened_layer_reads_back_to_the_same_numbers(tmp_p
     folder, _ = _diffllama(tmp_path, seed=32)
     comp = _open(tmp_path, folder, 2)
     again = compute(parse_scenario(to_toml(comp.scenario), "frozen.toml"))
-    assert again.scenario.differential is not None and again.scenario.differential.layer == 2
+    assert DIFFERENTIAL.of(again.scenario) is not None and DIFFERENTIAL.of(again.scenario).layer == 2
     np.testing.assert_array_equal(again.output, comp.output)
 
 

@@ -16,6 +16,7 @@ import numpy as np
 from qkv_tui.core.engine import Computation, HeadResult, turn_of
 from qkv_tui.core.scenario import Matrix, Scenario
 from qkv_tui.core.variants import Vector
+from qkv_tui.core.variants.common import face
 from qkv_tui.kernels.attention import Turn
 from qkv_tui.kernels.attention_backward import AttendBack, GateBack, attend_backward, gate_backward, rotate_back
 from qkv_tui.kernels.gate import Gated
@@ -237,11 +238,11 @@ def _attend(sc: Scenario, h: HeadResult, X_in: Matrix, dJ: Matrix, p: Policy,
     if h.part(Gated) is not None:
         gb = gate_backward(dJ, X_in, h.need(Gated).W_G, h.output, h.need(Gated).gate, p)
         dO_h = gb.d_output
-    own = next((r for r in h.parts.values() if hasattr(r, "read_back")), None)
+    own = next((r for r in h.parts.values() if hasattr(r, "backward")), None)
     if own is not None:  # its own maps, turn and norm read backwards, down to what its projections gave
-        back = own.read_back(dO_h, X_in, X_in if X_kv is None else X_kv, h.W_Q, h.W_K, h.W_V, sc.allow,
-                             h.read(Capped, lambda c: c.softcap), (h.b_Q is not None, h.b_K is not None,
-                                                                   h.b_V is not None), p)
+        back = face(own.backward)(own, dO_h, X_in, X_in if X_kv is None else X_kv, h.W_Q, h.W_K, h.W_V, sc.allow,
+                                  h.read(Capped, lambda c: c.softcap), (h.b_Q is not None, h.b_K is not None,
+                                                                        h.b_V is not None), p)
         return dO_h, back.attend, gb, back.dQ_rot, back.dK_rot, back.dQ, back.dK, (None, None, back)
     share = None if h.part(Sunk) is None else h.need(Sunk).sink_exp / h.row_sum  # (n,) each row's sink weight
     state: _State = (None, None, None)

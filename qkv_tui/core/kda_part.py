@@ -9,19 +9,18 @@ channel's g is equal (then the rule is Gated DeltaNet's, number for number), and
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from types import MappingProxyType
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from qkv_tui.core.head_parts import PerHead, Run, around_spec
 from qkv_tui.kernels.attention import Attended, HeadPass, frozen
 from qkv_tui.kernels.deltanet import DeltaForward, DeltaSpec
 from qkv_tui.kernels.deltanet_parts import convolve
 from qkv_tui.kernels.gate import sigmoid
-from qkv_tui.kernels.kda import ChannelGates, channel_gates, kda_forward
+from qkv_tui.kernels.kda import ChannelGates, channel_gates, channel_weights, kda_forward
 from qkv_tui.kernels.softmax import SoftmaxRows
 
 if TYPE_CHECKING:
@@ -41,21 +40,6 @@ class Channels:
         "worksheet": "a worksheet of [deltanet] with a gate per key channel (Kimi Delta Attention) is not written yet;"
                      " use --export markdown for every step",
     })
-
-
-def channel_mask(g: Matrix) -> Matrix:
-    """D[t, s, i] = e^{G_t[i] − G_s[i]} for s ≤ t (G each channel's running sum of g), 0 for a later s: (n, n, d_k)."""
-    G = np.cumsum(g, axis=0)  # (n, d_k)
-    n = g.shape[0]
-    below = np.tril(np.ones((n, n), dtype=bool))[:, :, None]
-    with np.errstate(over="ignore"):
-        return np.where(below, np.exp(np.minimum(G[:, None, :] - G[None, :, :], 0.0)), 0.0)
-
-
-def channel_weights(q: Matrix, k: Matrix, g: Matrix) -> Matrix:
-    """A[t, s] = Σ_i q_t[i]·e^{G_t[i] − G_s[i]}·k_s[i]: what o_t = Σ_s A[t, s]·δ_s weighs each correction by (n, n)."""
-    weights: Matrix = np.einsum("ti,si,tsi->ts", q, k, channel_mask(g))
-    return weights
 
 
 @dataclass(frozen=True, eq=False)
@@ -80,8 +64,9 @@ class KdaSpec(DeltaSpec):
                         SoftmaxRows(frozen(np.zeros(n)), weights, frozen(np.ones(n)), weights, None), dn.output)
 
 
-def kda_heads(run: Run) -> PerHead | None:
-    """Each head's spec, the gates computed once for every head (as Kimi Linear's projections compute them)."""
+def kda_heads(run: Any, around: Callable[[Any, int], Any]) -> Callable[[int], KdaSpec]:
+    """Each head's spec, the gates computed once for every head (as Kimi Linear's projections compute them).
+    ``run`` is core/head_parts.py's Run and ``around`` its around_spec (not imported: that module imports this)."""
     sc = run.sc
     dn = sc.deltanet
     assert dn is not None and dn.channels is not None
@@ -104,4 +89,4 @@ def kda_heads(run: Run) -> PerHead | None:
         else:
             assert dn.W_b is not None
             beta = sigmoid(policy.table(policy.matmul(X, dn.W_b)), policy)  # (n, H)
-    return lambda h: KdaSpec(g[h], beta[:, h], around_spec(sc, h), gates, h)
+    return lambda h: KdaSpec(g[h], beta[:, h], around(sc, h), gates, h)

@@ -103,7 +103,7 @@ def deltanet_lines(hr: HeadResult, t: int, token: str, decimals: int) -> list[st
     terms, o = _read(dn.q[t], dn.S[t], dn.output[t], decimals)
     out.append(f"o[{token}] = Sᵀq = {terms} = {o}" if hr.d_k <= MAX_ROWS else f"o[{token}] = Sᵀq = {o}")
     if per_channel:
-        from qkv_tui.core.kda_part import channel_weights
+        from qkv_tui.kernels.kda import channel_weights
 
         unrolled = channel_weights(dn.q, dn.k, dn.g)[t, : t + 1] @ dn.delta[: t + 1]  # (d_v,)
         form = "Σ_s (Σ_i q[i]·e^(G_t[i] − G_s[i])·k_s[i])·δ_s"

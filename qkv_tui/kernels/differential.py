@@ -20,7 +20,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar
 
 import numpy as np
 
@@ -30,9 +30,6 @@ from qkv_tui.kernels.policy import EXACT, Policy
 from qkv_tui.kernels.rope import rotate
 from qkv_tui.kernels.softmax import SoftmaxRows, masked_logits, soft_cap, softmax_rows
 from qkv_tui.kernels.stats import Matrix
-
-if TYPE_CHECKING:
-    from qkv_tui.kernels.differential_backward import DiffBack
 
 
 @dataclass(frozen=True, eq=False)
@@ -138,16 +135,8 @@ class DiffForward:
     def normed(self) -> Matrix:
         return self.norm.X_norm
 
-    def read_back(self, dY: Matrix, X: Matrix, X_kv: Matrix, W_Q: Matrix, W_K: Matrix, W_V: Matrix, allow: np.ndarray,
-                  softcap: float | None, biases: tuple[bool, bool, bool], policy: Policy = EXACT) -> DiffBack:
-        """This head read backwards from ``dY`` (n, 2d), the gradient at its output (kernels/differential_backward.py):
-        what core/gradients.py asks of a part whose record reads itself backwards."""
-        from qkv_tui.kernels.differential_backward import diff_backward  # loads with a scenario that trains one
-
-        assert self.head is not None
-        return diff_backward(dY, X, X_kv, W_Q, W_K, W_V, self, self.head, allow, softcap=softcap, turn=self.turn,
-                             biases=biases, policy=policy)
-
+    # read backwards by kernels/differential_backward.py read_back (core/gradients.py asks a record's ``backward``)
+    backward: ClassVar[str] = "qkv_tui.kernels.differential_backward:read_back"
     def used(self, half: int) -> tuple[Matrix, Matrix]:
         """Map ``half`` (1 or 2)'s Queries and Keys as they were scored: (n, d) and (m, d)."""
         Q = self.Q if self.Q_rot is None else self.Q_rot

@@ -149,3 +149,13 @@ def diff_backward(dY: Matrix, X: Matrix, X_kv: Matrix, W_Q: Matrix, W_K: Matrix,
         p.table(dV.sum(axis=0)) if has_bv else None,
         p.matmul(dQ_t, W_Q.T), p.matmul(np.concatenate([dK_t, dV], axis=1), np.concatenate([W_K, W_V], axis=1).T),
     )
+
+
+def read_back(f: DiffForward, dY: Matrix, X: Matrix, X_kv: Matrix, W_Q: Matrix, W_K: Matrix, W_V: Matrix,
+              allow: np.ndarray, softcap: float | None, biases: tuple[bool, bool, bool],
+              policy: Policy = EXACT) -> DiffBack:
+    """A differential head read backwards from ``dY`` (n, 2d), the gradient at its output: what core/gradients.py
+    asks of a part whose record names a ``backward`` (DiffForward.backward names this)."""
+    assert f.head is not None
+    return diff_backward(dY, X, X_kv, W_Q, W_K, W_V, f, f.head, allow, softcap=softcap, turn=f.turn, biases=biases,
+                         policy=policy)

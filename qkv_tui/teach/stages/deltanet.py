@@ -25,11 +25,12 @@ import numpy as np
 
 from qkv_tui.core.engine import Computation, HeadResult
 from qkv_tui.core.fmt import fmt, vector
-from qkv_tui.core.kda_part import Channels, channel_mask, channel_weights
+from qkv_tui.core.kda_part import Channels
 from qkv_tui.core.scenario import Matrix
 from qkv_tui.kernels.attention_backward import row_dots
 from qkv_tui.kernels.deltanet import L2_EPS, DeltaForward, decay_mask
 from qkv_tui.kernels.deltanet_parts import Around, Convolved
+from qkv_tui.kernels.kda import channel_mask, channel_weights
 from qkv_tui.kernels.policy import EXACT, ByHand
 from qkv_tui.teach.arith import dot_line, fit
 from qkv_tui.teach.stages.common import (

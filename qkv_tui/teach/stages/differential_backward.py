@@ -19,6 +19,7 @@ from qkv_tui.core.fmt import fmt
 from qkv_tui.core.scenario import Matrix
 from qkv_tui.kernels.differential import DiffForward, DiffMap
 from qkv_tui.kernels.differential_backward import DiffBack, MapBack
+from qkv_tui.kernels.norm_backward import row_means
 from qkv_tui.kernels.softmax import Capped
 from qkv_tui.teach.arith import quotient_line
 from qkv_tui.teach.stages.common import Key, Operation, PaneStyle, Plan, Ref, Segment, Stage
@@ -120,7 +121,7 @@ class DSubNorm(_DiffBack):
 
     def _m(self, trace: TraceContext, head: int) -> Matrix:
         f, b = diff_of(trace, head), back_of(trace, head)
-        return kept(trace, (self._gamma(trace, f)[None, :] * b.d_normed * _xhat(trace, f)).mean(axis=1))
+        return kept(trace, row_means(self._gamma(trace, f), b.d_normed, _xhat(trace, f))[0])
 
     def operation(self, trace: TraceContext, index: int, seg: Segment, row: int, col: int | None, d: int) -> Operation:
         h = seg.head
