@@ -4,7 +4,7 @@ and the quiz's answer box."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import ClassVar, Protocol, cast
+from typing import TYPE_CHECKING, ClassVar, Protocol, cast
 
 from rich.segment import Segment
 from rich.style import Style
@@ -24,9 +24,11 @@ from qkv_tui.display.stage_bar import SEPARATOR, Bar, fit_bar
 from qkv_tui.display.status_line import Piece, fit_status
 from qkv_tui.display.text import pictured, wrap
 from qkv_tui.display.view import Explanation
-from qkv_tui.teach.quiz import Question
 from qkv_tui.ui.widgets.looks import Styled
 from qkv_tui.ui.widgets.scrolling import SyncedScrollView
+
+if TYPE_CHECKING:  # the quiz's module loads when the quiz first asks, not with the first screen
+    from qkv_tui.teach.quiz import Question
 
 
 class StageBar(Static, Styled):
