@@ -10,15 +10,17 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from qkv_tui.kernels.attention import Attended, HeadPass, PartSpec, Turn
-from qkv_tui.kernels.differential import DiffForward, DiffHead, diff_forward
 from qkv_tui.kernels.policy import Policy
 from qkv_tui.kernels.rope import angles_at
 from qkv_tui.kernels.softmax import SoftmaxRows
+
+if TYPE_CHECKING:  # the kernel loads with the first differential head computed, not with every start-up
+    from qkv_tui.kernels.differential import DiffHead
 
 
 @dataclass(frozen=True, eq=False)
@@ -32,6 +34,8 @@ class DiffSpec(PartSpec):
     turn: Turn | None
 
     def attend(self, p: HeadPass) -> Attended:
+        from qkv_tui.kernels.differential import DiffForward, diff_forward
+
         h = self.head
         earlier = p.shared_part(DiffForward)
         f = diff_forward(p.X, p.X_kv, h.W_Q, h.W_K, h.W_V, h.b_Q, h.b_K, h.b_V, p.allow, self.diff, scale=self.scale,

@@ -10,7 +10,7 @@ mask) combine with it; what would have to choose one of the two maps, or replace
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -20,7 +20,9 @@ from qkv_tui.core.arrays import Matrix, Vector
 from qkv_tui.core.toml_text import vector
 from qkv_tui.core.variants.common import MAX_INDEX, Context, Lookalikes, Table, number, numbers, write_whole
 from qkv_tui.core.variants.gate import Reader
-from qkv_tui.kernels.differential import DiffHead, lambda_init_of_layer
+
+if TYPE_CHECKING:  # the kernel loads with the first [differential] scenario read, not with every start-up
+    from qkv_tui.kernels.differential import DiffHead
 
 LAMBDA_KEYS = ("lambda_q1", "lambda_k1", "lambda_q2", "lambda_k2")
 DIFFERENTIAL_KEYS = (*LAMBDA_KEYS, "lambda_init", "layer", "eps", "gamma")
@@ -65,6 +67,8 @@ class Differential:
 
     def head(self, h: int) -> DiffHead:
         """What the kernel reads for head ``h`` (0-based)."""
+        from qkv_tui.kernels.differential import DiffHead
+
         return DiffHead(self.lambda_q1[h], self.lambda_k1[h], self.lambda_q2[h], self.lambda_k2[h], self.lambda_init,
                         self.eps, self.gamma)
 
@@ -179,6 +183,8 @@ def _lambda_init(v: Any, table: dict[str, Any]) -> tuple[float, int | None]:
     if not 0 <= L <= MAX_INDEX:
         raise v.fail(f"[differential] layer = {_show(L)}; expected a whole number >= 0 (the layer's depth, counted from 0)"
                      f" up to {MAX_INDEX}")
+    from qkv_tui.kernels.differential import lambda_init_of_layer
+
     return lambda_init_of_layer(L), int(L)
 
 
