@@ -1,11 +1,14 @@
 """How far each variant reaches into the package: the modules outside it that name it in code.
 
-    python benchmarks/variant_reach.py [PACKAGE_DIR]     (default: the qkv_tui next to this file)
+    python benchmarks/variant_reach.py [--list] [PACKAGE_DIR]     (default: the qkv_tui next to this file)
+
+With ``--list``, under each variant's count, every module counted and the names in it that matched.
 
 For each variant, the count is of modules of the package, outside ``importers/`` and outside the variant's
 own modules, whose code names the variant. Read with ``ast``, so comments and docstrings never count. A
 module names a variant where one of these matches the variant's pattern (VARIANTS below, a regular
-expression over the whole name):
+expression over the whole name; a variant's word counts only as a word part, between ``_``, a capital or an
+end, so ``property`` and ``DropEditsScreen`` do not name RoPE):
 
 - a name or an attribute (``sc.rope``, ``hr.Q_rot``, ``Rotated``), a keyword argument (``softcap=``),
   a function's parameter;
@@ -28,7 +31,7 @@ import sys
 from pathlib import Path
 
 VARIANTS: dict[str, str] = {
-    "rope": r"(?i)rope|^[qk]_rot$|^rotated$|^turn_of$",
+    "rope": r"(^|_)(rope|Rope|ROPE)($|_|[A-Z])|^[QqKk]_rot$|^[Rr]otated$|^turn_of$",
     "alibi": r"(?i)alibi|^slopes?$|^biased$",
     "sinks": r"(?i)^sinks?$|^sink_|_sinks?$|^sunk$|^sinkspec$",
     "softcap": r"(?i)soft_?cap|^capped$|^capspec$",
@@ -86,7 +89,7 @@ def presence_tests(tree: ast.AST) -> int:
     return count
 
 
-def main(package: Path) -> None:
+def main(package: Path, listing: bool = False) -> None:
     modules = sorted(p for p in package.rglob("*.py"))
     trees = {p: ast.parse(p.read_text(encoding="utf-8")) for p in modules}
     used = {p: names_in(t) for p, t in trees.items()}
@@ -95,10 +98,15 @@ def main(package: Path) -> None:
     print(f"{'variant':<10} {'modules':>7}")
     for variant, pattern in VARIANTS.items():
         rx = re.compile(pattern)
-        reach = [p for p in counted if not any(w in p.stem for w in OWN[variant]) and any(rx.search(n) for n in used[p])]
+        hits = {p: sorted(n for n in used[p] if rx.search(n)) for p in counted if not any(w in p.stem for w in OWN[variant])}
+        reach = {p: names for p, names in hits.items() if names}
         print(f"{variant:<10} {len(reach):>7}")
+        if listing:
+            for p, names in reach.items():
+                print(f"    {p.relative_to(package)}: {', '.join(names)}")
     print(f"presence tests on a head's variant fields or parts: {sum(presence_tests(t) for t in trees.values())}")
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).resolve().parent.parent / "qkv_tui")
+    args = [a for a in sys.argv[1:] if a != "--list"]
+    main(Path(args[0]) if args else Path(__file__).resolve().parent.parent / "qkv_tui", "--list" in sys.argv[1:])

@@ -193,7 +193,7 @@ def test_a_scenario_of_the_mapped_layer_matches_diffllama(heads: int, kv_heads: 
              "lambda_k2": lay.lambda_k2.tolist(), "layer": layer_idx, "eps": cfg.rms_norm_eps}
     v = _Validator("diffllama.toml")
     ctx = variants.Context(v, sc.tokens, sc.X.shape[1], False, tuple((f"head {i + 1}", h.d_k) for i, h in enumerate(sc.heads)),
-                           sc.mask_kind, sc.allow, {t.key: getattr(sc, t.key) for t in variants.TABLES},
+                           sc.mask_kind, sc.allow, {t.key: t.of(sc) for t in variants.TABLES},
                            sc.num_heads_split, sc.num_kv_heads, sc.heads)
     df = TABLE.parse(table, ctx)
     assert df.lambda_init == att.lambda_init

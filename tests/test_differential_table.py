@@ -58,7 +58,7 @@ def _parse(scenario: str, table: str, lookalikes: bool = False) -> Differential:
 
 def _context(v: _Validator, sc: Scenario) -> variants.Context:
     heads = tuple((f"head {i + 1}", h.d_k) for i, h in enumerate(sc.heads))
-    earlier = {t.key: getattr(sc, t.key) for t in variants.TABLES}
+    earlier = {t.key: t.of(sc) for t in variants.TABLES}
     return variants.Context(v, sc.tokens, sc.X.shape[1], sc.context_X is not None, heads, sc.mask_kind, sc.allow,
                             earlier, sc.num_heads_split, sc.num_kv_heads, sc.heads)
 
@@ -216,7 +216,7 @@ def test_registered_now_that_the_driver_runs_it() -> None:
     """The forward driver runs it (core/differential_part.py), so the loader accepts the table and fills the field."""
     assert TABLE in variants.FEATURES
     sc = parse_scenario(BASE + HEAD + "\n[differential]\n" + LAMBDAS + "layer = 0\n", "t.toml")
-    assert isinstance(sc.differential, Differential) and sc.differential.layer == 0
+    assert isinstance(TABLE.of(sc), Differential) and TABLE.of(sc).layer == 0
 
 
 def test_rope_partial_turning_an_odd_share_of_d_is_refused() -> None:

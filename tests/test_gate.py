@@ -337,9 +337,10 @@ def test_decode_gates_each_new_token_as_the_trace_does(mode: str) -> None:
     dec = decode(comp, mode)
     for h, hr in enumerate(comp.heads):
         for step in dec.steps[h]:
-            assert step.gate is not None and step.gated is not None
-            np.testing.assert_allclose(step.gate, hr.need(Gated).gate[step.start:step.stop], rtol=1e-12)  # type: ignore[index]
-            np.testing.assert_allclose(step.gated, hr.need(Gated).gated[step.start:step.stop], rtol=1e-12)  # type: ignore[index]
+            (gated,) = step.after  # the gate's record for the step's own tokens, its only part after the map
+            assert isinstance(gated, Gated)
+            np.testing.assert_allclose(gated.gate, hr.need(Gated).gate[step.start:step.stop], rtol=1e-12)
+            np.testing.assert_allclose(gated.gated, hr.need(Gated).gated[step.start:step.stop], rtol=1e-12)
 
 
 def test_the_decode_view_says_the_gate_is_the_new_tokens_own() -> None:

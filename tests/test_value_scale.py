@@ -10,6 +10,7 @@ import pytest
 
 from qkv_tui import compute
 from qkv_tui.core.scenario import parse_scenario
+from qkv_tui.core.variants import value_scale
 from qkv_tui.display.view import View
 from qkv_tui.edges.export_markdown import to_markdown
 from qkv_tui.edges.export_toml import to_toml
@@ -145,13 +146,13 @@ def test_toml_write_back_round_trips(factor: float) -> None:
     text = to_toml(sc)
     assert "[value_scale]" in text
     again = parse_scenario(text, "again.toml")
-    assert again.value_scale == sc.value_scale == factor
+    assert value_scale.TABLE.of(again) == value_scale.TABLE.of(sc) == factor
     assert to_toml(again).split("\n", 1)[1] == text.split("\n", 1)[1]  # the first line names the file
     np.testing.assert_array_equal(compute(again).output, compute(sc).output)
 
 
 def test_without_the_table_nothing_changes() -> None:
     sc = parse_scenario(BASE, "plain.toml")
-    assert sc.value_scale is None
+    assert value_scale.TABLE.of(sc) is None
     assert "[value_scale]" not in to_toml(sc)
     np.testing.assert_allclose(compute(sc).heads[0].V, numpy_layer(1.0)[0][0], rtol=1e-13)

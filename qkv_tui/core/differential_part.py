@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from qkv_tui.core.variants.differential import TABLE
 from qkv_tui.kernels.attention import Attended, HeadPass, PartSpec, Turn
 from qkv_tui.kernels.policy import Policy
 from qkv_tui.kernels.rope import angles_at
@@ -68,7 +69,7 @@ def half_turn(rope: Any, positions: tuple[int, ...] | None, d: int, policy: Poli
 def diff_part(run: Any) -> Callable[[int], DiffSpec] | None:
     """Each head's DiffSpec where the scenario has [differential] (``run`` is core/head_parts.py's Run)."""
     sc = run.sc
-    df = sc.differential
+    df = TABLE.of(sc)
     if df is None:
         return None
 

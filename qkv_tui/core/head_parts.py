@@ -15,11 +15,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from qkv_tui.core.differential_part import diff_part
 from qkv_tui.core.head import HeadResult
 from qkv_tui.core.scenario import Matrix, Scenario
-from qkv_tui.core.value_scale_part import value_scale_part
-from qkv_tui.core.variants import QKNorm, Rope, Vector
+from qkv_tui.core.variants import TABLES, QKNorm, Rope, Vector
+from qkv_tui.core.variants.common import Table, face
 from qkv_tui.kernels.attention import AlibiSpec, CapSpec, PartSpec, QKNormHead, SinkSpec, Turn, project
 from qkv_tui.kernels.attention import frozen as _frozen
 from qkv_tui.kernels.gate import GateSpec
@@ -189,6 +188,10 @@ def _linear(run: Run) -> PerHead | None:
 
 def _deltanet(run: Run) -> PerHead | None:
     sc = run.sc
+    if sc.deltanet is not None and sc.deltanet.channels is not None:  # a gate per key channel: Kimi Delta Attention
+        from qkv_tui.core.kda_part import kda_heads
+
+        return kda_heads(run)
     with run.quiet():
         dn = deltanet_gates(sc, run.X_in, run.policy)
     if dn is None:
@@ -199,9 +202,20 @@ def _deltanet(run: Run) -> PerHead | None:
     return lambda h: DeltaSpec(g[:, h], beta[:, h], around_spec(sc, h))
 
 
+def _part(table: Table[object], path: str) -> Builder:
+    """A registered part's builder (its Table's ``faces.head``), imported the first time a scenario has the table."""
+    def build(run: Run) -> PerHead | None:
+        if table.of(run.sc) is None:
+            return None
+        made: PerHead | None = face(path)(run)
+        return made
+    return build
+
+
+# the first variants' builders, then each part registered with its faces, in FEATURES's order
+# ([value_scale], then [differential]: its attend hook runs both maps)
 HEAD_PARTS: tuple[Builder, ...] = (_qk_norm, _rope, _alibi, _sink, _softcap, _gate, _linear, _deltanet)
-HEAD_PARTS += (value_scale_part,)  # [value_scale] (core/value_scale_part.py)
-HEAD_PARTS += (diff_part,)  # [differential]: its attend hook runs both maps (core/differential_part.py)
+HEAD_PARTS += tuple(_part(t, t.faces.head) for t in TABLES if t.faces is not None and t.faces.head is not None)
 
 
 def head_parts(run: Run) -> Callable[[int], list[PartSpec]]:

@@ -1,14 +1,34 @@
-"""What a view asks the parts of a head (contracts §14, issue 30): a part record may refuse a view in one line.
+"""What a view asks the parts of a head (contracts §14, issue 30): generic questions, each answered by the part's
+own record where its variant changes the answer, so no view tests for a variant by name.
 
-A record says so by a ``refuses`` mapping, a view's name ("tiles", "cache") to the line that says why; a view
-that finds one shows that line instead of numbers it would get wrong. No view tests for a variant by name.
+A record answers by an attribute, each optional (a record without it has nothing to say there):
+
+- ``refuses``: a view's name ("tiles", "cache") to the line that says why it cannot show the head;
+- ``row_total``: what each row of the head's map adds up to, where not 1;
+- ``scores_step(scaled)``: its step on the scaled scores before any term (the soft-cap), with ``written``,
+  ``symbol`` and ``stepped_name`` to write it, and ``step_factor``/``back_step``/``gathered`` for the backward;
+- ``scores_term(rows, cols)``: what it adds to the (stepped) scores (ALiBi's bias), named ``term_name``;
+- ``beside``: the logit of a column beside the map with no Value (a sink), and ``beside_share(row_sum)``;
+- ``softmax_options(rows, cols)``: what kernels/attention.py's ``attend`` takes to replay it on a window;
+- ``scored_suffix``/``scored_word``: the names of the Queries and Keys as scored, where it turns them;
+- ``again(X, output)``: its record for some query rows alone, where it acts on each row after the map (the
+  gate), with ``factor`` (what each cell of the output is multiplied by) and ``joined``;
+- ``checked()``: a promise of its numbers, re-checked, for the closing summary;
+- ``faces``: a view's name to the display module that shows what the view shows of it otherwise;
+- ``words``: a place in a view ("tiles.start", "cache.softmax", ...) to a template of what it says there,
+  formatted with the record as ``part`` and the place's own fields.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import fields, is_dataclass
+from typing import Any
 
 from qkv_tui.core.head import HeadResult
+from qkv_tui.core.scenario import Matrix, Scenario
+
+Index = int | slice  # a row or a column, or a range of them, of a head's (n, m) map
 
 
 def refusal(heads: Iterable[HeadResult], view: str) -> str | None:
@@ -29,3 +49,140 @@ def row_total(hr: HeadResult) -> float:
         if total is not None:
             return float(total)
     return 1.0
+
+
+def answering(hr: HeadResult, name: str) -> Iterator[Any]:
+    """Each of the head's part records that answers ``name``, in the order the parts ran."""
+    return (record for record in hr.parts.values() if getattr(record, name, None) is not None)
+
+
+def _first(hr: HeadResult, name: str) -> Any:
+    return next(answering(hr, name), None)
+
+
+def stepper(hr: HeadResult) -> Any:
+    """The part whose step the scaled scores take before any term (the soft-cap's record); None without one.
+    One part steps them today: a second would chain its backward after this one's."""
+    return _first(hr, "scores_step")
+
+
+def step(hr: HeadResult) -> Callable[[Matrix], Matrix]:
+    """The scaled scores as the parts' steps leave them, in the parts' order; the scores themselves without one."""
+    steps = [record.scores_step for record in answering(hr, "scores_step")]
+
+    def stepped(scaled: Matrix) -> Matrix:
+        for one in steps:
+            scaled = one(scaled)
+        return scaled
+    return stepped
+
+
+def term(hr: HeadResult, rows: Index = slice(None), cols: Index = slice(None)) -> Matrix | None:
+    """What the parts add to the stepped scores at ``rows`` and ``cols`` (ALiBi's bias); None where none adds."""
+    total: Matrix | None = None
+    for record in answering(hr, "scores_term"):
+        add = record.scores_term(rows, cols)
+        total = add if total is None else total + add
+    return total
+
+
+def term_name(hr: HeadResult) -> str | None:
+    """What a line of the scores calls the term (``bias``); None where no part adds one."""
+    record = _first(hr, "scores_term")
+    return None if record is None else str(record.term_name)
+
+
+def logits(hr: HeadResult, scaled: Matrix, rows: Index = slice(None), cols: Index = slice(None)) -> Matrix:
+    """The softmax's input before the mask from the scaled scores of ``rows`` and ``cols``: stepped, plus the term."""
+    stepped = step(hr)(scaled)
+    added = term(hr, rows, cols)
+    return stepped if added is None else stepped + added
+
+
+def beside(hr: HeadResult) -> float | None:
+    """The logit of a column beside the head's map that has no Value and joins each row's sum (a sink); None
+    without one."""
+    record = _first(hr, "beside")
+    return None if record is None else float(record.beside)
+
+
+def beside_share(hr: HeadResult) -> Matrix | None:
+    """(n,) the share of each row the column beside the map takes; None without one."""
+    record = _first(hr, "beside")
+    return None if record is None else record.beside_share(hr.row_sum)
+
+
+def softmax_options(hr: HeadResult, rows: Index = slice(None), cols: Index = slice(None)) -> dict[str, object]:
+    """What kernels/attention.py's ``attend`` takes, besides the numbers every head has, to replay the head's
+    softmax on ``rows`` and ``cols`` (a window of its map) as its parts ran it."""
+    out: dict[str, object] = {}
+    for record in answering(hr, "softmax_options"):
+        out.update(record.softmax_options(rows, cols))
+    return out
+
+
+def scored_suffix(hr: HeadResult) -> str:
+    """``_rot``, ``_norm`` or nothing: the views' suffix to Q and K as scored, from the last part that turns them."""
+    names = [str(record.scored_suffix) for record in answering(hr, "scored_suffix")]
+    return names[-1] if names else ""
+
+
+def scored_word(hr: HeadResult) -> str | None:
+    """``rotated``, ``normalised``: what the last part that turns the Keys did to them; None where none did."""
+    words = [str(record.scored_word) for record in answering(hr, "scored_word")]
+    return words[-1] if words else None
+
+
+def again(hr: HeadResult, X: Matrix, output: Matrix) -> tuple[Any, ...]:
+    """The records of the parts that act on each query row after the map (the gate), for some rows alone: from
+    what those rows' Query projection reads and their output."""
+    return tuple(record.again(X, output) for record in answering(hr, "again"))
+
+
+def checked(hr: HeadResult) -> list[str]:
+    """What the parts promise of their numbers, each re-checked (the soft-cap: every capped score within ±c)."""
+    return [str(record.checked()) for record in answering(hr, "checked")]
+
+
+def face(heads: Iterable[HeadResult], view: str) -> str | None:
+    """The display module that shows what ``view`` shows of a part of ``heads`` otherwise (the latent cache);
+    None where no part has one."""
+    for hr in heads:
+        for record in hr.parts.values():
+            faces: Mapping[str, str] = getattr(record, "faces", {})
+            if view in faces:
+                return faces[view]
+    return None
+
+
+def said(hr: HeadResult, place: str, **given: object) -> list[str]:
+    """What the head's parts say at ``place`` in a view, each template formatted with the record as ``part`` and
+    the place's ``given`` fields; nothing where no part speaks there."""
+    return [record.words[place].format(part=record, **given) for record in answering(hr, "words")
+            if place in record.words]
+
+
+def said_of(record: object, place: str, **given: object) -> str | None:
+    """What one record says at ``place`` (a record a view holds on its own, as a decode step's gate)."""
+    words: Mapping[str, str] = getattr(record, "words", {})
+    return words[place].format(part=record, **given) if place in words else None
+
+
+def _tables(sc: Scenario) -> Iterator[object]:
+    """What a scenario holds: each field's value, and each value of a mapping of them (the parts by their key)."""
+    assert is_dataclass(sc)
+    for f in fields(sc):
+        value = getattr(sc, f.name)
+        if isinstance(value, Mapping):
+            yield from value.values()
+        else:
+            yield value
+
+
+def scenario_says(sc: Scenario, name: str) -> str | None:
+    """The first answer to ``name`` among the scenario's variants (its [linear] or [deltanet] table, say)."""
+    for table in _tables(sc):
+        answer = getattr(table, name, None)
+        if isinstance(answer, str):
+            return answer
+    return None

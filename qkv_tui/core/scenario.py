@@ -13,6 +13,7 @@ import functools
 import json
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -34,7 +35,6 @@ from qkv_tui.core.variants import Alibi, Mla, Norm, QKNorm, Rope
 from qkv_tui.core.variants.backward import Backward
 from qkv_tui.core.variants.common import write_whole
 from qkv_tui.core.variants.deltanet import DeltaNet
-from qkv_tui.core.variants.differential import Differential
 from qkv_tui.core.variants.linear import Linear
 from qkv_tui.core.variants.window import table_form as _table_form
 
@@ -124,14 +124,15 @@ class Scenario:
     production: ProductionSettings = field(default_factory=ProductionSettings)  # [tiles], [cache] (core/production.py)
     input: Input = field(default_factory=Input)  # what the rows of X are: embeddings, or a model's residual stream
     scale_from: str | None = None  # where a scenario's own scale comes from, in words (core/variants/scale_from.py)
-    value_scale: float | None = None  # [value_scale]: every head's V multiplied by it (MiMo-V2-Flash)
     linear: Linear | None = None  # [linear]: linear attention in place of every head's softmax
     deltanet: DeltaNet | None = None  # [deltanet]: the gated delta rule in place of every head's softmax
     mla: Mla | None = None  # [mla]: DeepSeek's latent attention; ``heads`` then hold its per-head shapes
-    differential: Differential | None = None  # [differential]: each head's map the difference of two softmax maps
     backward: Backward | None = None  # [backward]: a loss (or dO) and the training steps on it
     # tokens a [model]'s tokenizer gave for its text, not labels the file wrote: a repeat is the sentence's own
     tokenized: bool = False
+    # the tables of the parts registered with their faces ([value_scale], [differential], …), by key: read each
+    # with its Table's ``of`` (core/variants/common.py), so a new part adds no field here
+    parts: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def positions(self) -> tuple[int, ...] | None:
@@ -514,11 +515,13 @@ class _Validator:
         tables = self.tables(doc, ctx)
         if tables.get("mla") is not None:  # its [rope] turns q_R and k_R only, so it is the [mla]'s, not every head's
             tables["rope"] = None
+        parts = {t.key: tables.pop(t.key) for t in variants.TABLES if t.faces is not None}
+        parts = {key: value for key, value in parts.items() if value is not None}
         return Scenario(
             title=title, description=description, source=self.source,
             tokens=tokens, X=X, key_tokens=key_tokens, context_X=context_X,
             mask_kind=mask_kind, allow=allow, scale=scale, heads=heads, W_O=W_O,
-            num_heads_split=split, **tables, window=window,
+            num_heads_split=split, **tables, parts=parts, window=window,
             b_O=b_O, num_kv_heads=kv_split, production=parse_production(doc, len(tokens), self.fail),
             input=parse_input(self, doc), scale_from=variants.scale_from.check(self, doc),
         )

@@ -12,7 +12,7 @@ from qkv_tui.core.variants.value_scale import TABLE
 
 def value_scale_part(run: Any) -> Callable[[int], Any] | None:
     """Every head's share: the same factor (``run`` is head_parts' Run, not imported: it imports this module)."""
-    factor = getattr(run.sc, TABLE.key)
+    factor = TABLE.of(run.sc)
     if factor is None:
         return None
     from qkv_tui.kernels.value_scale import ValueScaleSpec

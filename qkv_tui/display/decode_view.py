@@ -2,25 +2,28 @@
 
 from __future__ import annotations
 
+import importlib
+import weakref
 from dataclasses import replace
+from types import ModuleType
+from typing import Any
 
 import numpy as np
 
+from qkv_tui.core import part_questions as ask
+from qkv_tui.core.engine import Computation
 from qkv_tui.core.fmt import is_integral, vector
 from qkv_tui.core.scenario import Matrix
-from qkv_tui.display import mla_cache, side_views
+from qkv_tui.display import side_views
 from qkv_tui.display.frame import Frame
 from qkv_tui.display.modes import Modes
 from qkv_tui.display.side_view import Sources
 from qkv_tui.display.state_view import carries_state, state_frame
 from qkv_tui.display.view import Explanation, PaneSpec, matrix_pane
-from qkv_tui.kernels.gate import Gated
-from qkv_tui.kernels.norm import QKNormed
-from qkv_tui.kernels.rope import Rotated
-from qkv_tui.kernels.softmax import Biased, Capped, Sunk, masked_logits, soft_cap, softmax_rows
+from qkv_tui.kernels.softmax import masked_logits, softmax_rows
 from qkv_tui.teach.arith import fit
 from qkv_tui.teach.decode import SCHEDULE_NAMES, SCHEDULES, Decode, DecodeStep, decode
-from qkv_tui.teach.stages.soft_cap import cap_text as exact
+from qkv_tui.teach.stages.printed import exact
 
 MAX_STAGES = 7  # more steps than this are not all named in the stage bar
 MAX_TERMS = 4  # a weighted sum of more Value rows than this is summarised, not written out
@@ -42,6 +45,19 @@ def _pane(key: str, title: str, values: Matrix, rows: tuple[str, ...], cols: tup
           subtitle: str = "", allow: np.ndarray | None = None) -> PaneSpec:
     return matrix_pane(key, title, values, rows, cols, decimals, subtitle=subtitle, heat=heat, allow=allow,
                        current=None if current_row is None else (current_row, None), block=reused)
+
+
+_FACES: weakref.WeakKeyDictionary[Computation, str | None] = weakref.WeakKeyDictionary()
+
+
+def cache_face(comp: Computation) -> ModuleType | None:
+    """The display module that shows what the cache keeps of a head's parts where that is not each head's K and
+    V (latent attention's latent rows, display/mla_cache.py), as the parts name it; None for a plain cache.
+    Asked once per computation: every operation of the view reads it, and asking walks every head."""
+    if comp not in _FACES:
+        _FACES[comp] = ask.face(comp.heads, "cache")
+    name = _FACES[comp]
+    return None if name is None else importlib.import_module(f"qkv_tui.display.{name}")
 
 
 def _span(labels: tuple[str, ...], start: int, stop: int) -> str:
@@ -85,18 +101,19 @@ def decode_panes(dec: Decode, index: int, head: int, decimals: int) -> tuple[lis
         _pane("dtable", "block table", np.array([paging.table.physical], dtype=float), ("physical",),
               tuple(str(i) for i in range(len(paging.table.physical))), decimals, subtitle=name),
     ]
-    if sc.mla is not None:  # what the cache really keeps: one latent row per token for every head
-        latent = mla_cache.latent_rows(dec.comp)[lo:S]
+    shown = cache_face(dec.comp)
+    if shown is not None:  # what the cache really keeps: one latent row per token for every head
+        latent = shown.latent_rows(dec.comp)[lo:S]
         for i in (1, 2):  # K and V are the head's, expanded from the cached rows at every step
-            focus[i] = replace(focus[i], title=mla_cache.expanded_title(focus[i].title))
-        focus.insert(1, _pane("dlat", mla_cache.latent_title(dec.comp), latent, cached, mla_cache.latent_cols(dec.comp),
+            focus[i] = replace(focus[i], title=shown.expanded_title(focus[i].title))
+        focus.insert(1, _pane("dlat", shown.latent_title(dec.comp), latent, cached, shown.latent_cols(dec.comp),
                               decimals, current, reused, subtitle=name))
-    masked = masked_logits(step.scaled if step.capped is None else step.capped, step.allowed)
+    masked = masked_logits(step.scaled if step.stepped is None else step.stepped, step.allowed)
     divisor = dec.comp.heads[head].scale
     scale = f"√{dec.comp.heads[head].d_k}" if dec.comp.heads[head].scale_is_default else f"{divisor:g}"
-    if step.capped is not None:  # the pane shows what the softmax reads: the capped scores
-        cap = exact(float(dec.comp.heads[head].read(Capped, lambda c: c.softcap) or 0.0))
-        scale = f"{scale}→{cap}·tanh"
+    stepper = ask.stepper(dec.comp.heads[head])
+    if step.stepped is not None and stepper is not None:  # the pane shows what the softmax reads: the stepped scores
+        scale = f"{scale}→{stepper.symbol(exact)}"
     outputs = dec.outputs(head, index)
     context = [
         _pane("dS", f"q·Kᵀ/{scale} + mask", masked, queries, keys[lo:S], decimals, subtitle=name),
@@ -136,19 +153,19 @@ def _projection(dec: Decode, head: int, role: str, token: str | None = None, t: 
     Without a token, the symbol for all rows: ``RoPE(X̂·W_Q)``.
     """
     comp = dec.comp
-    if comp.scenario.mla is not None:  # expanded from the cached latent
-        return mla_cache.projection(comp, role, token)
+    shown = cache_face(comp)
+    if shown is not None:  # expanded from the cached latent
+        return str(shown.projection(comp, role, token))
     hr = comp.heads[head]
     x = "X̂" if comp.norm is not None and (role == "Q" or not comp.scenario.is_cross) else "X"
     bias = f" + b_{role}" if getattr(hr, f"b_{role}") is not None else ""
-    rotated = comp.scenario.rope is not None and comp.scenario.positions is not None and role != "V"
-    if token is None:
+    if token is None:  # a part that turns the projection by position says how it is written (RoPE)
         text = f"{x}·W_{role}{bias}"
-        return f"RoPE({text})" if rotated else text
+        return next(iter(ask.said(hr, f"cache.{role}", text=text)), text)
     text = f"{x}[{token}]·W_{role}{bias}"
     positions = comp.scenario.positions
-    if rotated and positions is not None and t is not None:
-        text = f"rotate({text}, position {positions[t]})"
+    if positions is not None and t is not None:
+        text = next(iter(ask.said(hr, f"cache.{role}.at", text=text, position=positions[t])), text)
     return text
 
 
@@ -200,9 +217,9 @@ def decode_lines(dec: Decode, index: int, head: int, decimals: int) -> list[str]
         writes = "; ".join(a.text(keys[a.token]) for a in paging.writes[:2])
         more = f"; … {len(paging.writes) - 2} more" if len(paging.writes) > 2 else ""
         if step.width == 1:
+            turned = ask.scored_word(hr)  # what a part did to the Keys before they were cached
             lines.append(f"appended to the cache: K[{token}] = {_vec(step.K_cache[step.start - step.first], decimals)}"
-                         f"{' (rotated)' if hr.part(Rotated) is not None else ''}"
-                         f"{' (normalised)' if hr.part(Rotated) is None and hr.part(QKNormed) is not None else ''},"
+                         f"{f' ({turned})' if turned is not None else ''},"
                          f" V[{token}] = {_vec(step.V_cache[step.start - step.first], decimals)}: {writes}")
         else:
             lines.append(f"written to the cache: {writes}{more}")
@@ -224,38 +241,35 @@ def decode_lines(dec: Decode, index: int, head: int, decimals: int) -> list[str]
     scale = f"√{hr.d_k}" if hr.scale_is_default else f"{divisor:g}"
     exact = hr.scale_is_default  # √d_k is written as such; a scenario's own scale is a number
     lo, S = step.first, step.first + step.K_cache.shape[0]
-    bias = None if hr.part(Biased) is None else hr.need(Biased).bias[step.t, lo:S]  # ALiBi joins after the division
-    operands: list[float | Matrix] = [scores] + ([] if exact else [divisor]) + ([] if bias is None else [bias])
+    added = ask.term(hr, step.t, slice(lo, S))  # a part's term (ALiBi's bias) joins after the division
+    plus = f" + {ask.term_name(hr)}" if added is not None else ""
+    operands: list[float | Matrix] = [scores] + ([] if exact else [divisor]) + ([] if added is None else [added])
 
-    cap = hr.read(Capped, lambda c: c.softcap)
-    if cap is not None:  # the cap comes between the division and the bias: a line for each
-        lines += _capped_lines(step, r, token, scale, exact, divisor, bias, cap, decimals)
+    stepper = ask.stepper(hr)
+    if stepper is not None:  # a part's step (the soft-cap) comes between the division and the term: a line for each
+        lines += _stepped_lines(step, r, token, scale, exact, divisor, added, plus, stepper, decimals)
     else:
         def scaled_row(*v: float | Matrix) -> Matrix:
             out = np.asarray(v[0]) / (divisor if exact else v[1])
-            return out + np.asarray(v[-1]) if bias is not None else out
+            return out + np.asarray(v[-1]) if added is not None else out
 
-        texts, scaled = fit(scaled_row, operands, scores / divisor + (0 if bias is None else bias), decimals)
-        written = f"{texts[0]}/{scale if exact else texts[1]}" + (f" + {texts[-1]}" if bias is not None else "")
-        name = "logits" if bias is not None else "scaled"
-        lines.append(f"{name}[{token}] = q·K_cacheᵀ/{scale if exact else 'scale'}{' + bias' if bias is not None else ''}"
+        texts, scaled = fit(scaled_row, operands, scores / divisor + (0 if added is None else added), decimals)
+        written = f"{texts[0]}/{scale if exact else texts[1]}" + (f" + {texts[-1]}" if added is not None else "")
+        name = "logits" if added is not None else "scaled"
+        lines.append(f"{name}[{token}] = q·K_cacheᵀ/{scale if exact else 'scale'}{plus}"
                      f" = {written} = {scaled}")
     if not allowed.all():
         hidden = [keys[lo + j] for j in np.flatnonzero(~allowed)]
         lines.append(f"masked for {token}: {', '.join(hidden[:6])}{', …' if len(hidden) > 6 else ''} (−∞, weight 0)")
     live = np.flatnonzero(allowed)
-    base = step.scaled[r] if step.capped is None else step.capped[r]
-    logits = base if hr.part(Biased) is None else base + hr.need(Biased).bias[step.t, lo:S]
+    base = step.scaled[r] if step.stepped is None else step.stepped[r]
+    logits = base if added is None else base + added
     kept = logits[live]
-    if hr.part(Sunk) is not None:  # the sink joins the sum as one more column, then is dropped
-        sink = hr.need(Sunk).sink
-        (kept_text,), weights = fit(lambda v: softmax_rows(np.asarray(v)[None, :], sink).weights[0], [kept],
-                                    step.weights[r][live], decimals)
-        softmax = f"softmax({kept_text} with the sink {sink:g}, then dropped)"
-    else:
-        (kept_text,), weights = fit(lambda v: softmax_rows(np.asarray(v)[None, :]).weights[0], [kept],
-                                    step.weights[r][live], decimals)
-        softmax = f"softmax({kept_text})"
+    # a column beside the map (a sink) joins the sum as one more column, then is dropped: its part says so
+    beside = ask.beside(hr)
+    (kept_text,), weights = fit(lambda v: softmax_rows(np.asarray(v)[None, :], beside).weights[0], [kept],
+                                step.weights[r][live], decimals)
+    softmax = next(iter(ask.said(hr, "cache.softmax", kept=kept_text)), f"softmax({kept_text})")
     lines.append(f"weights[{token}] = {softmax} = {weights}"
                  + (f"   (over {', '.join(keys[lo + j] for j in live[:6])}{', …' if live.size > 6 else ''})"
                     if not allowed.all() else ""))
@@ -273,8 +287,8 @@ def decode_lines(dec: Decode, index: int, head: int, decimals: int) -> list[str]
         lines.append(f"out[{token}] = weights·V_cache = {terms} = {res}")
     else:
         lines.append(f"out[{token}] = weights·V_cache, {live.size} rows weighted and summed = {_vec(out, decimals)}")
-    if step.gate is not None and step.gated is not None and hr.part(Gated) is not None:
-        lines += gate_lines(dec, step, r, token, decimals)
+    for part in step.after:  # a part after the map (the output gate), computed for the step's own tokens
+        lines += after_lines(dec, part, step, r, token, decimals)
     what = reference_name(dec)
     ok, check = step.check
     paged_ok, paged_check = step.paged_check
@@ -304,20 +318,21 @@ def decode_lines(dec: Decode, index: int, head: int, decimals: int) -> list[str]
     without = dec.rows_without_cache(index)
     lines.append(f"Key/Value rows so far: computed {computed}, reused {reused_rows}; without a cache: {without}"
                  f" computed (the cache saves {without - computed})")
-    if sc.mla is not None:
-        lines.append(mla_cache.cache_line(dec.comp))
+    shown = cache_face(dec.comp)
+    if shown is not None:
+        lines.append(shown.cache_line(dec.comp))
     return lines
 
 
-def gate_lines(dec: Decode, step: DecodeStep, r: int, token: str, decimals: int) -> list[str]:
-    """The output gate at a decode step: computed for the new token from its own x̂ (no cache), then out ⊙ g."""
-    assert step.gate is not None and step.gated is not None
+def after_lines(dec: Decode, part: Any, step: DecodeStep, r: int, token: str, decimals: int) -> list[str]:
+    """A part that acts on each row after the map (the output gate) at a decode step, computed for the new token
+    from its own x̂ (no cache): its factor, then the output times it, cell by cell, in the part's words."""
     x = "X̂" if dec.comp.norm is not None else "X"
-    g, out = step.gate[r], step.output[r]
-    (ot, gt), gated = fit(lambda a, b: np.asarray(a) * np.asarray(b), [out, g], step.gated[r], decimals)
-    return [f"g[{token}] = σ({x}[{token}]·W_G) = {_vec(g, decimals)}; the gate reads the new token's own {x} row,"
-            " so nothing of it is cached",
-            f"gated[{token}] = out ⊙ g = {ot}·{gt} = {gated}; cell by cell, what Concat joins"]
+    factor, out = part.factor[r], step.output[r]
+    (ot, ft), joined = fit(lambda a, b: np.asarray(a) * np.asarray(b), [out, factor], part.joined[r], decimals)
+    said = (ask.said_of(part, "cache.after", token=token, x=x, factor=_vec(factor, decimals)),
+            ask.said_of(part, "cache.joined", token=token, out=ot, factor=ft, joined=joined))
+    return [line for line in said if line is not None]
 
 
 def step_stages(dec: Decode, index: int) -> tuple[tuple[str, str], ...]:
@@ -385,26 +400,26 @@ def _steps(sources: Sources, modes: Modes, head: int) -> int:
 VIEW = side_views.BY_NAME["cache"]  # declared there (its key, words and help); its behaviour is here
 
 
-def _capped_lines(step: DecodeStep, r: int, token: str, scale: str, exact_scale: bool, divisor: float,
-                  bias: Matrix | None, cap: float, decimals: int) -> list[str]:
-    """``scaled[AI] = q·K_cacheᵀ/√3 = …``, then ``capped[AI] = 50·tanh(scaled/50) = 50·tanh([…]/50) = […]``."""
+def _stepped_lines(step: DecodeStep, r: int, token: str, scale: str, exact_scale: bool, divisor: float,
+                   added: Matrix | None, plus: str, stepper: Any, decimals: int) -> list[str]:
+    """``scaled[AI] = q·K_cacheᵀ/√3 = …``, then the part's step written as it says, plus any term:
+    ``capped[AI] = 50·tanh(scaled/50) = 50·tanh([…]/50) = […]``."""
     scores = step.scores[r]
     texts, scaled = fit(lambda *v: np.asarray(v[0]) / (divisor if exact_scale else v[1]),
                         [scores] + ([] if exact_scale else [divisor]), scores / divisor, decimals)
     out = [f"scaled[{token}] = q·K_cacheᵀ/{scale if exact_scale else 'scale'}"
            f" = {texts[0]}/{scale if exact_scale else texts[1]} = {scaled}"]
-    c = exact(cap)
     kept = step.scaled[r]
-    operands: list[float | Matrix] = [kept] + ([] if bias is None else [bias])
+    operands: list[float | Matrix] = [kept] + ([] if added is None else [added])
 
-    def capped_row(*v: float | Matrix) -> Matrix:
-        out = soft_cap(np.asarray(v[0], dtype=float), cap)
-        return out + np.asarray(v[-1]) if bias is not None else out
+    def stepped_row(*v: float | Matrix) -> Matrix:
+        out = stepper.scores_step(np.asarray(v[0], dtype=float))
+        return out + np.asarray(v[-1]) if added is not None else out  # type: ignore[no-any-return]
 
-    assert step.capped is not None
-    texts, capped = fit(capped_row, operands, step.capped[r] + (0 if bias is None else bias), decimals)
-    name = "logits" if bias is not None else "capped"
-    plus = f" + {texts[-1]}" if bias is not None else ""
-    out.append(f"{name}[{token}] = {c}·tanh(scaled/{c}){' + bias' if bias is not None else ''}"
-               f" = {c}·tanh({texts[0]}/{c}){plus} = {capped}")
+    assert step.stepped is not None
+    texts, stepped = fit(stepped_row, operands, step.stepped[r] + (0 if added is None else added), decimals)
+    name = "logits" if added is not None else stepper.stepped_name
+    with_term = f" + {texts[-1]}" if added is not None else ""
+    out.append(f"{name}[{token}] = {stepper.written('scaled', exact)}{plus}"
+               f" = {stepper.written(texts[0], exact)}{with_term} = {stepped}")
     return out

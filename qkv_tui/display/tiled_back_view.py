@@ -5,13 +5,15 @@ its result recomputes from the operands it shows."""
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
+from qkv_tui.core import part_questions as ask
 from qkv_tui.core.scenario import Matrix
 from qkv_tui.display.view import Explanation, PaneSpec
 from qkv_tui.display.view import matrix_pane as _pane
-from qkv_tui.kernels.softmax import Capped, Sunk, from_logsumexp
+from qkv_tui.kernels.softmax import from_logsumexp
 from qkv_tui.teach.arith import fit
 from qkv_tui.teach.tiled_backward import ORDER, PHASE_NAMES, BackOp, Pair, TiledBackward
 
@@ -38,39 +40,27 @@ MEANING = {
              " dK = dSᵀ·Q/scale and dV = Pᵀ·dO, gathered in another order: equal up to float64 rounding.",
 }
 
-# Under a soft-cap dS is the gradient at the capped scores: the cap's slope turns it into dscaled at the scaled
-# ones, and dscaled (not dS) is what dQ and dK gather (teach/tiled_backward.py, the Pair's dscaled).
-CAPPED_MEANING = {
-    "dS": MEANING["dS"] + " Under the soft-cap this dS is the gradient at the capped scores; the cap's slope"
-          " 1 − tanh²(s/c) then makes dscaled = dS ⊙ (1 − tanh²(s/c)) at the scaled ones, which dQ and dK gather.",
-    "dQ": "Scores are Q·Kᵀ/scale, then capped, so a Query row's gradient gathers dscaled·K/scale over the keys,"
-          " dscaled = dS ⊙ (1 − tanh²(s/c)) the gradient through the cap: each tile adds its share to the block's dQ"
-          " (FlashAttention-2 adds it to dQ in main memory, the one write it cannot keep on chip).",
-    "dK": "The same product read the other way: each key's gradient gathers dscaledᵀ·Q/scale over the query rows;"
-          " the tile's dK and dV are written once, after its last block.",
-    "check": "The tiled dQ, dK and dV are sums of the same terms as the Backward stages' dQ = dscaled·K/scale,"
-             " dK = dscaledᵀ·Q/scale and dV = Pᵀ·dO, with dscaled = dS ⊙ (1 − tanh²(s/c)) the gradient through the"
-             " soft-cap, gathered in another order: equal up to float64 rounding.",
-}
-
-
-def _capped(tb: TiledBackward) -> bool:
-    return tb.th.comp.heads[tb.head].part(Capped) is not None
+def _stepper(tb: TiledBackward) -> Any:
+    """The part whose step the scores took (the soft-cap), which dQ and dK gather the gradient back through."""
+    return ask.stepper(tb.th.comp.heads[tb.head])
 
 
 def _ds(tb: TiledBackward) -> str:
-    """What dQ and dK gather: dscaled through a soft-cap, dS itself without one."""
-    return "dscaled" if _capped(tb) else "dS"
+    """What dQ and dK gather: dS back through a part's step (dscaled through a soft-cap), dS itself without one."""
+    stepper = _stepper(tb)
+    return "dS" if stepper is None else str(stepper.gathered)
 
 
 def meaning(tb: TiledBackward, phase: str) -> str:
-    return CAPPED_MEANING.get(phase, MEANING[phase]) if _capped(tb) else MEANING[phase]
+    """The phase's meaning, as a part that steps the scores says it where it changes it (the soft-cap's slope)."""
+    said = ask.said(tb.th.comp.heads[tb.head], f"tiles.back.meaning.{phase}", plain=MEANING[phase])
+    return said[0] if said else MEANING[phase]
 
 
 def phase_name(tb: TiledBackward, phase: str) -> str:
-    """The formula bar's name of a phase, dscaled for dS where dQ and dK gather it through a soft-cap."""
+    """The formula bar's name of a phase, what dQ and dK gather for dS where a part steps the scores (dscaled)."""
     name = PHASE_NAMES[phase]
-    return name.replace("dS", "dscaled") if _capped(tb) and phase in ("dQ", "dK") else name
+    return name.replace("dS", _ds(tb)) if phase in ("dQ", "dK") else name
 
 
 def _divisor(tb: TiledBackward) -> str:
@@ -182,10 +172,10 @@ def _pair_lines(tb: TiledBackward, op: BackOp, pr: Pair, decimals: int, div_text
         elif op.phase == "dS":
             texts, res = fit(lambda p, dp, d: p * (dp - d), [pr.P[r], pr.dP[r], float(tb.D[i])], pr.dS[r], decimals)
             lines.append(f"dS[{tok}, {tile}] = P ⊙ (dP − D) = {texts[0]} ⊙ ({texts[1]} − {texts[2]}) = {res}")
-            if pr.tanh is not None:
-                t_texts, t_res = fit(lambda ds, t: ds * (1 - t * t), [pr.dS[r], pr.tanh[r]], pr.dscaled[r], decimals)
-                lines.append(f"    through the soft-cap: dS ⊙ (1 − tanh²(s/c)) = {t_texts[0]} ⊙ (1 − {t_texts[1]}"
-                             f" ⊙ {t_texts[1]}) = {t_res}")
+            stepper = _stepper(tb)
+            if pr.factor is not None and stepper is not None:  # back through the part's step, as it writes it
+                t_texts, t_res = fit(stepper.back_step, [pr.dS[r], pr.factor[r]], pr.dscaled[r], decimals)
+                lines += ask.said(hr, "tiles.back.step", ds=t_texts[0], factor=t_texts[1], result=t_res)
         elif op.phase == "dQ":
             K_tile = hr.K_used[pr.cols.start:pr.cols.stop]
             lines.append(_accumulate("dQ", tok, pr.dQ_old[r], pr.dscaled[r], K_tile, pr.allowed[r],
@@ -202,9 +192,8 @@ def _pair_lines(tb: TiledBackward, op: BackOp, pr: Pair, decimals: int, div_text
     count = len(pr.rows) if op.phase in ("P", "dP", "dS", "dQ") else len(pr.cols)
     if count > MAX_ROWS:
         lines.append(f"(and {count - MAX_ROWS} more: see the panes)")
-    if op.phase == "dS" and hr.part(Sunk) is not None:
-        lines.append("the sink's column has no Value, so its dP is 0 and its dS = P_sink·(0 − D): its share leaves"
-                     " the row's keys, as in the Backward stages")
+    if op.phase == "dS":  # a column beside the map (a sink) says where its share goes
+        lines += ask.said(hr, "tiles.back.dS")
     return lines
 
 

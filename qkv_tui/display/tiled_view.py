@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 
+from qkv_tui.core import part_questions as ask
 from qkv_tui.core.engine import Computation
 from qkv_tui.core.fmt import fmt, is_integral, operand, vector
 from qkv_tui.core.scenario import Matrix
@@ -18,13 +20,9 @@ from qkv_tui.display.state_view import carries_state, no_tiles_frame
 from qkv_tui.display.tiled_back_view import back_explanation, back_panes
 from qkv_tui.display.view import Explanation, PaneSpec
 from qkv_tui.display.view import matrix_pane as _pane
-from qkv_tui.kernels.gate import Gated
-from qkv_tui.kernels.norm import QKNormed
-from qkv_tui.kernels.rope import Rotated
-from qkv_tui.kernels.softmax import Biased, Capped, Sunk, soft_cap
 from qkv_tui.teach.arith import fit
 from qkv_tui.teach.fused import PAGES, Fused, fused
-from qkv_tui.teach.stages.soft_cap import cap_text
+from qkv_tui.teach.stages.printed import exact as exact_text
 from qkv_tui.teach.tiled import PHASE_NAMES, PHASES, TiledHead, TileOp, memory_line, tiled
 from qkv_tui.teach.tiled_backward import TiledBackward, tiled_backward
 
@@ -53,11 +51,10 @@ MEANING = {
 }
 
 
-def gate_note(comp: Computation) -> str:
-    """Where the output gate meets the tiles: after them, on the final O."""
-    x = "X̂" if comp.norm is not None else "X"
-    return (f"the output gate applies after the tiles' final O, as the Gate stage does: gated = O ⊙ σ({x}·W_G),"
-            " row by row; it reads no score, so tiling changes nothing of it")
+def after_notes(comp: Computation, head: int) -> list[str]:
+    """Where a part that acts after the map (the output gate) meets the tiles, as the part says: after them, on
+    the final O; ``x`` is what the Query projection reads."""
+    return ask.said(comp.heads[head], "tiles.after", x="X̂" if comp.norm is not None else "X")
 
 
 def _divisor(th: TiledHead) -> tuple[str, float]:
@@ -123,38 +120,35 @@ def op_lines(th: TiledHead, op: TileOp, decimals: int) -> list[str]:
             continue
         if op.phase == "scores":
             dots = visit.dots[r]
-            q_name, k_name = (("Q_rot", "K_rot") if hr.part(Rotated) is not None
-                              else ("Q_norm", "K_norm") if hr.part(QKNormed) is not None else ("Q", "K"))
+            suffix = ask.scored_suffix(hr)  # the Queries and Keys as scored: rotated, or normalised
             exact = hr.scale_is_default  # √d_k is written as such; a scenario's own scale is a number
-            symbolic = f"{q_name}[{tok}]·{k_name}[{tile}]ᵀ/{divisor_text if exact else 'scale'}"
-            bias = None if hr.part(Biased) is None else hr.need(Biased).bias[i, visit.cols.start:visit.cols.stop]
-            operands: list[float | Matrix] = [dots] + ([] if exact else [div]) + ([] if bias is None else [bias])
+            symbolic = f"Q{suffix}[{tok}]·K{suffix}[{tile}]ᵀ/{divisor_text if exact else 'scale'}"
+            added = ask.term(hr, i, slice(visit.cols.start, visit.cols.stop))
+            operands: list[float | Matrix] = [dots] + ([] if exact else [div]) + ([] if added is None else [added])
 
-            # the tile's scores soft-capped before the bias, as the trace's capped cells
-            cap = hr.read(Capped, lambda c: c.softcap)
+            # the tile's scores stepped (soft-capped) before the term (the bias), as the trace's cells
+            step, stepper = ask.step(hr), ask.stepper(hr)
 
-            def scaled(*v: float | Matrix, exact: bool = exact, has_bias: bool = bias is not None,
-                       cap: float | None = cap) -> Matrix:
+            def scaled(*v: float | Matrix, exact: bool = exact, has_term: bool = added is not None,
+                       step: Callable[[Matrix], Matrix] = step) -> Matrix:
                 k = div if exact else v[1]
-                out = soft_cap(np.asarray(v[0]) / k, cap)
-                return out + np.asarray(v[-1]) if has_bias else out
+                out = step(np.asarray(v[0]) / k)
+                return out + np.asarray(v[-1]) if has_term else out
 
-            texts, s = fit(scaled, operands, soft_cap(dots / div, cap) + (0 if bias is None else bias), decimals)
+            texts, s = fit(scaled, operands, step(dots / div) + (0 if added is None else added), decimals)
             written = f"{texts[0]}/{divisor_text if exact else texts[1]}"
-            if cap is not None:
-                c = cap_text(cap)
-                written, symbolic = f"{c}·tanh({written}/{c})", f"{c}·tanh({symbolic}/{c})"
-            written += f" + {texts[-1]}" if bias is not None else ""
-            arithmetic = f"{symbolic}{' + bias' if bias is not None else ''} = {written} = {s}"
+            if stepper is not None:
+                written, symbolic = stepper.written(written, exact_text), stepper.written(symbolic, exact_text)
+            written += f" + {texts[-1]}" if added is not None else ""
+            arithmetic = f"{symbolic}{f' + {ask.term_name(hr)}' if added is not None else ''} = {written} = {s}"
             masked = ""
             if not allowed.all():
                 hidden = ", ".join(keys[j] for j, a in zip(visit.cols, allowed) if not a)
                 after = "[" + ", ".join("−∞" if not a else t for t, a in zip(s.strip("[]").split(", "), allowed)) + "]"
                 masked = f"; with the mask: {after} ({hidden} not allowed)"
             lines.append(f"S[{tok}] = {arithmetic}{masked}")
-            if hr.part(Sunk) is not None and r == 0 and visit.ktile == op_first_tile(th, op.qblock):
-                lines.append(f"    the sink joins as a column with no Value: m starts at its logit {hr.need(Sunk).sink:g},"
-                             f" ℓ at e^({hr.need(Sunk).sink:g} − {hr.need(Sunk).sink:g}) = 1, Õ at 0")
+            if r == 0 and visit.ktile == op_first_tile(th, op.qblock):  # a column beside the map (a sink) joins
+                lines += ask.said(hr, "tiles.start")
         elif op.phase == "tile_max":
             live = [fmt(float(s), False, p) for s in w.S]
             lines.append(f"m̃[{tok}] = max({', '.join(live)}) = {fmt(w.tile_max, False, p)}")
@@ -214,8 +208,7 @@ def tiled_explanation(th: TiledHead, index: int, decimals: int, total: int | Non
         ok, check = th.check() if last else th.check(rows, op.end.out)
         scope = "the Mix stage" if last else f"the Mix stage in rows {_names(sc.labels, rows)}"
         details.append(f"{'✓ equal to' if ok else '✗ DIFFERENT from'} {scope} {check}")
-        if hr.part(Gated) is not None:
-            details.append(gate_note(th.comp))
+        details += after_notes(th.comp, th.head)
     if th.shift and op.phase in ("accumulate", "normalise"):
         factor = 1 << th.shift
         details.append(f"Õ sums V/{factor} (2^{th.shift}): these Values are so near float64's largest number that Õ,"
@@ -302,7 +295,7 @@ def tiled_panes(th: TiledHead, index: int, decimals: int) -> tuple[list[PaneSpec
     v_pane = _pane("t_V", "V tile", V_tile, tile_keys, dims_v, decimals,
                    block=frozenset(range(len(v.cols))) if op.phase == "accumulate" else frozenset(), subtitle=name)
     # the scores are those of the Queries and Keys as scored: rotated, or normalised, where the scenario says so
-    scored = "_rot" if hr.part(Rotated) is not None else "_norm" if hr.part(QKNormed) is not None else ""
+    scored = ask.scored_suffix(hr)
     q_pane = _pane("t_Q", f"Q{scored} block", hr.Q_used[rows.start:rows.stop], block_labels,
                    tuple(str(c) for c in range(hr.d_k)), decimals, subtitle=name)
     k_pane = _pane("t_K", f"K{scored} tile", hr.K_used[v.cols.start:v.cols.stop], tile_keys,

@@ -12,6 +12,7 @@ from typing import Any
 
 from qkv_tui.core.engine import NormResult, iter_heads
 from qkv_tui.core.scenario import Scenario
+from qkv_tui.core.variants.differential import TABLE
 from qkv_tui.edges.export_grad import Fields, Nested, WriteFields
 from qkv_tui.kernels.differential import DiffForward
 
@@ -23,7 +24,7 @@ def head_fields(f: DiffForward) -> Fields:
 
 def differential_parts(sc: Scenario, norm: NormResult | None, write_fields: WriteFields) -> Fields:
     """``[("differential", …)]`` where the scenario has the table; nothing otherwise."""
-    df: Any = sc.differential
+    df: Any = TABLE.of(sc)
     if df is None:
         return []
     heads = [head_fields(h.need(DiffForward)) for h in iter_heads(sc, norm)]

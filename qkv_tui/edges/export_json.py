@@ -18,8 +18,8 @@ import numpy as np
 from qkv_tui.core.engine import Computation, HeadResult, NormResult, combine, iter_heads, norm_of
 from qkv_tui.core.forward import mla_results
 from qkv_tui.core.scenario import Matrix, Scenario
-from qkv_tui.core.variants import Vector
-from qkv_tui.edges.export_differential import differential_parts
+from qkv_tui.core.variants import TABLES, Vector
+from qkv_tui.core.variants.common import face
 from qkv_tui.edges.export_grad import Nested, backward_parts
 from qkv_tui.kernels.gate import Gated
 from qkv_tui.kernels.norm import QKNormed
@@ -204,6 +204,15 @@ class _PerHead(_Heads):
         out.write(f"\n{indent}  ]\n{indent}}}")
 
 
+def _part_fields(sc: Scenario, norm: NormResult | None) -> list[tuple[str, Any]]:
+    """The fields of the parts registered with a JSON face ([differential]'s), each written by its own module."""
+    fields: list[tuple[str, Any]] = []
+    for t in TABLES:
+        if t.faces is not None and t.faces.json is not None and t.of(sc) is not None:
+            fields += face(t.faces.json)(sc, norm, _fields)
+    return fields
+
+
 def _document(
     out: TextIO, sc: Scenario, heads: Iterable[HeadResult], concat: Matrix, output: Matrix, norm: NormResult | None,
     comp: Computation | None = None,
@@ -228,7 +237,7 @@ def _document(
         ("mla", _mla(sc, norm)),
         ("linear", _PerHead(sc, norm, linear_fields) if sc.linear is not None else None),
         ("deltanet", _PerHead(sc, norm, deltanet_fields) if sc.deltanet is not None else None),
-        *differential_parts(sc, norm, _fields),  # only where the scenario has [differential]
+        *_part_fields(sc, norm),  # each registered part's own field, only where the scenario has its table
     ], "")
     buffered.write("\n")
     buffered.flush()

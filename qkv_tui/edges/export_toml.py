@@ -115,7 +115,7 @@ def _modern_tables(sc: Scenario) -> list[str]:
     """The variant tables (docs/scenario-format.md) the scenario has, each written by its own module."""
     lines: list[str] = []
     for table in variants.TABLES:
-        value = getattr(sc, table.key)
+        value = table.of(sc)
         if value is not None:
             lines += ["", *table.write(value)]
     return lines

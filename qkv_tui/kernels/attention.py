@@ -52,6 +52,12 @@ class Attended:
     output: Matrix  # (n, d_v) weights V
     capped: Matrix | None = None  # (n, m) softcap·tanh(scaled / softcap); None without a soft-cap
 
+    @property
+    def stepped(self) -> Matrix | None:
+        """(n, m) the scaled scores after a part's step on them, before any term (the soft-cap's); None
+        without one."""
+        return self.capped
+
 
 @dataclass(eq=False)
 class HeadPass:

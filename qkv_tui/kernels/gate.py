@@ -7,7 +7,9 @@ token) to stay quiet; Qiu et al. found such a gate mitigates attention sinks and
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import ClassVar
 
 import numpy as np
@@ -27,11 +29,29 @@ class Gated:
     W_G: Matrix  # (d_model, d_v) the gate's weights
 
     joined_name: ClassVar[str] = "gated"  # what the trace calls it
+    # what the tiles and cache views say of it (core/part_questions.said): it acts after the map, row by row
+    words: ClassVar[Mapping[str, str]] = MappingProxyType({
+        "tiles.after": "the output gate applies after the tiles' final O, as the Gate stage does: gated = O ⊙"
+                       " σ({x}·W_G), row by row; it reads no score, so tiling changes nothing of it",
+        "cache.after": "g[{token}] = σ({x}[{token}]·W_G) = {factor}; the gate reads the new token's own {x} row,"
+                       " so nothing of it is cached",
+        "cache.joined": "gated[{token}] = out ⊙ g = {out}·{factor} = {joined}; cell by cell, what Concat joins",
+    })
 
     @property
     def joined(self) -> Matrix:
         """What Concat joins in the head's output's place."""
         return self.gated
+
+    @property
+    def factor(self) -> Matrix:
+        """(n, d_v) what each cell of the head's output is multiplied by to give ``joined``."""
+        return self.gate
+
+    def again(self, X: Matrix, output: Matrix) -> Gated:
+        """This part for some query rows alone, from what their Query projection reads and their output (the
+        cache view's new tokens): the gate is per token, so nothing of it is cached."""
+        return gate(X, self.W_G, output)
 
 
 def sigmoid(logit: Matrix, policy: Policy = EXACT) -> Matrix:

@@ -13,7 +13,10 @@ the cache keep c_KV and k_R alone (docs/scenario-format.md, [mla]).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
+from typing import ClassVar
 
 import numpy as np
 
@@ -99,6 +102,9 @@ class MlaHead:
     absorbed_scores: Matrix  # (n, n) q_latent·c_KVᵀ + q_R·k_Rᵀ, the same as the scores
     latent_mix: Matrix  # (n, d_c) weights·c_KV
     absorbed_output: Matrix  # (n, d_v) latent_mix·W_UV_h, the same as the output
+
+    # the display module that shows what the cache keeps of these heads (core/part_questions.face)
+    faces: ClassVar[Mapping[str, str]] = MappingProxyType({"cache": "mla_cache"})
 
 
 def mla_shared(X: Matrix, w: MlaWeights, turn: Turn | None, policy: Policy = EXACT) -> MlaShared:

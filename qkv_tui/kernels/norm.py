@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
@@ -29,6 +30,10 @@ class QKNormed:
 
     Q_normed: Normed  # (n, d_k)
     K_normed: Normed  # (m, d_k)
+
+    # the views' names of the Queries and Keys as scored, where no later part turns them (core/part_questions.py)
+    scored_suffix: ClassVar[str] = "_norm"
+    scored_word: ClassVar[str] = "normalised"
 
     @property
     def Q_norm(self) -> Matrix:
@@ -64,9 +69,9 @@ def normalise(policy: Policy, kind: str, X: Matrix, gamma: Matrix, beta: Matrix 
         mean = rows.mean if rows is not None else policy.table(row_mean(X) if kind == "layer" else np.zeros(X.shape[:-1]))
         centred = policy.worked(X - mean[..., None])  # (n, d_model)
         if rows is None:
-            spread = policy.table(policy.mean_square(centred))  # (n,) mean of squares, or the variance
+            spread = policy.statistic(policy.mean_square(centred), table=True)  # (n,) mean of squares, or the variance
             exact_root = norm_root(spread, eps)  # (n,)
-            root = policy.worked(exact_root)
+            root = policy.statistic(exact_root, table=False)
             root = np.where(root == 0, exact_root, root)  # never divide by a rounded 0
         else:
             spread, root = rows.spread, rows.root
@@ -74,5 +79,5 @@ def normalise(policy: Policy, kind: str, X: Matrix, gamma: Matrix, beta: Matrix 
         if beta is not None:
             raw = raw + beta
         X_norm = policy.table(policy.worked(raw))  # by hand: each cell worked, then copied into the table
-    shown = policy.table(root)
+    shown = policy.statistic(root, table=True)
     return Normed(X_norm, mean, spread, np.where(shown == 0, root, shown), raw)  # a root is never kept as a rounded 0

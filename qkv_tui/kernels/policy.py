@@ -38,6 +38,30 @@ def round_to(x: Matrix, decimals: int) -> Matrix:
     return out
 
 
+def statistic_places(x: Matrix, decimals: int) -> Matrix:
+    """Each entry's places as a norm's statistic (a mean square, a variance, a root) is written down by hand:
+    ``decimals``, but never fewer than keep two significant digits of one below 0.1. A mean square of 0.0002 at
+    three decimals would read 0.000, and x / √(0 + eps) makes a normalised cell five times too large; a root of
+    0.0145 at two decimals would read 0.01, a divisor half again too small. Never past 15 places."""
+    a = np.abs(np.asarray(x, dtype=float))
+    small = (a > 0) & (a < 0.1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        magnitude = np.floor(np.log10(np.where(small, a, 1.0)))
+    places: Matrix = np.where(small, np.minimum(15, np.maximum(decimals, 1 - magnitude)), decimals).astype(int)
+    return places
+
+
+def round_statistic(x: Matrix, decimals: int) -> Matrix:
+    """``x`` rounded entry by entry at :func:`statistic_places`."""
+    x = np.asarray(x, dtype=float)
+    places = statistic_places(x, decimals)
+    out = round_to(x, decimals)
+    for p in np.unique(places[places != decimals]):
+        at = places == p
+        out[at] = round_to(x[at], int(p))
+    return out
+
+
 def hand_matmul(a: Matrix, b: Matrix, decimals: int) -> Matrix:
     """a·b with every product rounded, then every sum: (n, k) · (k, m) -> (n, m)."""
     n, k = a.shape
@@ -80,6 +104,10 @@ class Exact:
         """Each row's mean of squares, (n,): overflow-safe (see norm.mean_square)."""
         return mean_square(centred)
 
+    def statistic(self, x: Matrix, table: bool) -> Matrix:
+        """A norm's row statistic (its mean square or variance: ``table``; its root: not) as it is kept."""
+        return self.table(x) if table else self.worked(x)
+
     def capped(self, capped: Matrix) -> Matrix:
         """The soft-capped scores, c·tanh(s/c), computed from the scaled scores as kept."""
         return capped
@@ -120,14 +148,24 @@ class ByHand(Exact):
         return round_to(capped, self.places)
 
     def mean_square(self, centred: Matrix) -> Matrix:
-        """Each square written down rounded, then their sum over the row's count.
+        """Each square written down rounded, then their sum over the row's count; a row whose mean square is below
+        0.1 keeps the places of its first two significant digits (statistic_places), squares included.
 
         A square of 1.5e154 is past float64 though the row's mean square is not: such squares are
         whole numbers that rounding leaves as they are, so there the exact mean square is taken,
         the overflow-safe way."""
+        exact = mean_square(centred)  # (n,)
+        places = statistic_places(exact, self.places)  # (n,)
         with np.errstate(over="ignore"):
-            spread: Matrix = round_to(centred * centred, self.places).sum(axis=1) / centred.shape[1]
-        return np.where(np.isfinite(spread), spread, mean_square(centred))
+            squares = centred * centred
+            spread: Matrix = round_to(squares, self.places).sum(axis=1) / centred.shape[1]
+            for i in np.flatnonzero(places != self.places):
+                spread[i] = round_to(squares[i], int(places[i])).sum() / centred.shape[1]
+        return np.where(np.isfinite(spread), spread, exact)
+
+    def statistic(self, x: Matrix, table: bool) -> Matrix:
+        """Written down at the hand's places, and with two significant digits at least below 0.1."""
+        return round_statistic(x, self.places)
 
 
 class PrintedPage(Exact):

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
+from typing import ClassVar
 
 import numpy as np
 
@@ -72,6 +74,15 @@ class Rotated:
 
     Q_rot: Matrix  # (n, d_k)
     K_rot: Matrix  # (m, d_k)
+
+    # the views' names of the Queries and Keys as scored (core/part_questions.scored_suffix, scored_word)
+    scored_suffix: ClassVar[str] = "_rot"
+    scored_word: ClassVar[str] = "rotated"
+    # how the cache view writes a projection this part turns: all rows, and one token's row at its position
+    words: ClassVar[Mapping[str, str]] = MappingProxyType({
+        "cache.Q": "RoPE({text})", "cache.K": "RoPE({text})",
+        "cache.Q.at": "rotate({text}, position {position})", "cache.K.at": "rotate({text}, position {position})",
+    })
 
     @property
     def Q_after(self) -> Matrix:

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
+from typing import ClassVar
 
 import numpy as np
 
 from qkv_tui.kernels.policy import EXACT, Policy
 from qkv_tui.kernels.stats import Matrix
+
+Index = int | slice  # a row or a column, or a range of them, of a head's (n, m) map
 
 
 def alibi_bias(slope: float, positions: tuple[int, ...]) -> Matrix:
@@ -60,26 +65,117 @@ def exp_of_difference(a: Matrix, b: Matrix) -> Matrix:
 
 @dataclass(frozen=True, eq=False)
 class Biased:
-    """ALiBi's record of one head ([alibi])."""
+    """ALiBi's record of one head ([alibi]); it answers the views' questions of a term added to the scores
+    (core/part_questions.py)."""
 
     bias: Matrix  # (n, m) slope·(pos_j − pos_i), as kept
     slope: float  # the head's slope
 
+    term_name: ClassVar[str] = "bias"  # what the views call the term in a line of the scores
+
+    def scores_term(self, rows: Index, cols: Index) -> Matrix:
+        """What this part adds to the scaled (stepped) scores of ``rows`` and ``cols``."""
+        out: Matrix = self.bias[rows, cols]
+        return out
+
+    def softmax_options(self, rows: Index, cols: Index) -> dict[str, object]:
+        """What kernels/attention.py's attend takes to replay this part on ``rows`` and ``cols``."""
+        return {"bias": self.bias[rows, cols]}
+
 
 @dataclass(frozen=True, eq=False)
 class Sunk:
-    """An attention sink's record of one head ([sinks])."""
+    """An attention sink's record of one head ([sinks]): a column beside the map, a logit with no Value that
+    joins each row's sum (core/part_questions.py asks it as such)."""
 
     sink: float  # the sink's logit
     sink_exp: Matrix  # (n,) e^(sink − row_max), the part of each row sum the sink takes
 
+    # what the views say of the column, at the places they ask (core/part_questions.said)
+    words: ClassVar[Mapping[str, str]] = MappingProxyType({
+        "tiles.start": "    the sink joins as a column with no Value: m starts at its logit {part.sink:g},"
+                       " ℓ at e^({part.sink:g} − {part.sink:g}) = 1, Õ at 0",
+        "tiles.back.dS": "the sink's column has no Value, so its dP is 0 and its dS = P_sink·(0 − D): its share"
+                         " leaves the row's keys, as in the Backward stages",
+        "cache.softmax": "softmax({kept} with the sink {part.sink:g}, then dropped)",
+        "summary.rows": "every weight row plus its sink's share sums to 1",
+    })
+
+    @property
+    def beside(self) -> float:
+        """The logit of the column beside the map."""
+        return self.sink
+
+    def beside_share(self, row_sum: Matrix) -> Matrix:
+        """(n,) the share of each row the column takes: its exponential over the row's sum."""
+        out: Matrix = self.sink_exp / row_sum
+        return out
+
+    def softmax_options(self, rows: Index, cols: Index) -> dict[str, object]:
+        return {"sink": self.sink}
+
 
 @dataclass(frozen=True, eq=False)
 class Capped:
-    """The soft-cap's record of one head ([softcap])."""
+    """The soft-cap's record of one head ([softcap]): a step on the scaled scores before any term, which the
+    views ask as such (core/part_questions.py)."""
 
     capped: Matrix  # (n, m) softcap·tanh(scaled / softcap), without the bias
     softcap: float  # the cap c
+
+    stepped_name: ClassVar[str] = "capped"  # what the views call the scores after the step
+    gathered: ClassVar[str] = "dscaled"  # what dQ and dK gather behind the step: dS through it
+    words: ClassVar[Mapping[str, str]] = MappingProxyType({
+        "tiles.back.step": "    through the soft-cap: dS ⊙ (1 − tanh²(s/c)) = {ds} ⊙ (1 − {factor}"
+                           " ⊙ {factor}) = {result}",
+        # under the cap dS is the gradient at the capped scores: the cap's slope turns it into dscaled at the
+        # scaled ones, and dscaled (not dS) is what dQ and dK gather (teach/tiled_backward.py, the Pair's dscaled)
+        "tiles.back.meaning.dS": "{plain} Under the soft-cap this dS is the gradient at the capped scores; the cap's"
+                                 " slope 1 − tanh²(s/c) then makes dscaled = dS ⊙ (1 − tanh²(s/c)) at the scaled ones,"
+                                 " which dQ and dK gather.",
+        "tiles.back.meaning.dQ": "Scores are Q·Kᵀ/scale, then capped, so a Query row's gradient gathers dscaled·K/scale"
+                                 " over the keys, dscaled = dS ⊙ (1 − tanh²(s/c)) the gradient through the cap: each"
+                                 " tile adds its share to the block's dQ (FlashAttention-2 adds it to dQ in main"
+                                 " memory, the one write it cannot keep on chip).",
+        "tiles.back.meaning.dK": "The same product read the other way: each key's gradient gathers dscaledᵀ·Q/scale"
+                                 " over the query rows; the tile's dK and dV are written once, after its last block.",
+        "tiles.back.meaning.check": "The tiled dQ, dK and dV are sums of the same terms as the Backward stages'"
+                                    " dQ = dscaled·K/scale, dK = dscaledᵀ·Q/scale and dV = Pᵀ·dO, with dscaled ="
+                                    " dS ⊙ (1 − tanh²(s/c)) the gradient through the soft-cap, gathered in another"
+                                    " order: equal up to float64 rounding.",
+    })
+
+    def scores_step(self, scaled: Matrix) -> Matrix:
+        """The scaled scores after this step: c·tanh(s/c)."""
+        return soft_cap(scaled, self.softcap)
+
+    def step_factor(self, scaled: Matrix) -> Matrix:
+        """The step's own factor at the scaled scores, tanh(s/c): what its slope and its line read."""
+        return cap_tanh(scaled, self.softcap)
+
+    @staticmethod
+    def back_step(ds: Matrix, factor: Matrix) -> Matrix:
+        """The gradient at the stepped scores taken back through the step: dS·(1 − tanh²)."""
+        out: Matrix = ds * (1.0 - factor * factor)
+        return out
+
+    def written(self, inner: str, number: Callable[[float], str]) -> str:
+        """The step written around ``inner``, its cap as ``number`` writes it: ``50·tanh(inner/50)``."""
+        c = number(self.softcap)
+        return f"{c}·tanh({inner}/{c})"
+
+    def symbol(self, number: Callable[[float], str]) -> str:
+        """The step in a pane's title: ``50·tanh``."""
+        return f"{number(self.softcap)}·tanh"
+
+    def checked(self) -> str:
+        """What the cap promises, re-checked on its numbers: every capped score within ±c."""
+        top = float(np.abs(self.capped).max())
+        stay = "stay" if top <= self.softcap else "do NOT stay"
+        return f"the capped scores {stay} within ±{self.softcap:g} (largest |capped| {top:.3f})"
+
+    def softmax_options(self, rows: Index, cols: Index) -> dict[str, object]:
+        return {"softcap": self.softcap}
 
 
 @dataclass(frozen=True, eq=False)

@@ -21,20 +21,18 @@ back through it, and the paged output is checked against the contiguous one.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from typing import TypeVar, overload
+from typing import Any, TypeVar, overload
 
 import numpy as np
 
+from qkv_tui.core import part_questions as ask
 from qkv_tui.core.engine import Computation, HeadResult
 from qkv_tui.core.production import agreement, rounding_bound
 from qkv_tui.core.scenario import BoolMatrix, Matrix, Scenario
 from qkv_tui.kernels.attention import attend
-from qkv_tui.kernels.gate import Gated
-from qkv_tui.kernels.gate import gate as gate_of
-from qkv_tui.kernels.softmax import Biased, Capped, Sunk
 from qkv_tui.teach.paged import Address, BlockTable, PagedStore, empty_table, pool_order, pool_size
 
 T = TypeVar("T")
@@ -96,9 +94,10 @@ class DecodeStep:
     bound: Matrix  # (L, d_v) how far two float64 evaluations may differ by rounding alone
     first: int = 0  # the oldest token still cached: a sliding window's rolling buffer drops those before it
     evicted: range = range(0)  # tokens whose rows left the rolling buffer at this step
-    capped: Matrix | None = None  # (L, S) softcap·tanh(scaled / softcap); None without a soft-cap
-    gate: Matrix | None = None  # (L, d_v) the output gate σ(x̂·W_G) of the step's own tokens; None without a gate
-    gated: Matrix | None = None  # (L, d_v) output ⊙ gate
+    stepped: Matrix | None = None  # (L, S) the scaled scores after a part's step (the soft-cap's); None without
+    # the records of the parts that act on each row after the map (the output gate), for the step's own tokens:
+    # each computes its own from the new tokens' x̂, nothing of it is cached
+    after: tuple[Any, ...] = ()
 
     @property
     def t(self) -> int:
@@ -267,11 +266,12 @@ class Decode:
         return tuple(int(i) for i in np.flatnonzero((self.allow != self.comp.scenario.allow).any(axis=1)))
 
 
-def _attend(q: Matrix, K: Matrix, V: Matrix, allowed: BoolMatrix, divisor: float, bias: Matrix | None,
-            sink: float | None, softcap: float | None = None) -> tuple[Matrix, Matrix, Matrix, Matrix, Matrix | None]:
-    # ALiBi's slope·(j − i) is added after scaling, and after the soft-cap where there is one
-    a = attend(q, K, V, allowed, divisor, bias, sink, softcap=softcap)
-    return a.scores, a.scaled, a.softmax.weights, a.output, a.capped  # (L, S), (L, S), (L, S), (L, d_v), (L, S)
+def _attend(q: Matrix, K: Matrix, V: Matrix, allowed: BoolMatrix, divisor: float,
+            options: Mapping[str, Any]) -> tuple[Matrix, Matrix, Matrix, Matrix, Matrix | None]:
+    """The head's attention over a window, its parts' ``options`` to the softmax as the head's forward ran them
+    (core/part_questions.softmax_options: ALiBi's bias added after scaling and after any soft-cap, a sink)."""
+    a = attend(q, K, V, allowed, divisor, **options)
+    return a.scores, a.scaled, a.softmax.weights, a.output, a.stepped  # (L, S), (L, S), (L, S), (L, d_v), (L, S)
 
 
 def decode(comp: Computation, mode: str = "prefill", block_size: int | None = None,
@@ -315,7 +315,8 @@ def decode(comp: Computation, mode: str = "prefill", block_size: int | None = No
 
 
 def _window(dec: Decode, head: int, i: int) -> tuple[Matrix, Matrix, Matrix, BoolMatrix, Matrix | None, int, int]:
-    """(q, K, V, allowed, bias, lo, S) of one step: the cached rows lo … S − 1 it reads."""
+    """(q, K, V, allowed, term, lo, S) of one step: the cached rows lo … S − 1 it reads, and what the head's
+    parts add to their scores (ALiBi's bias)."""
     sc = dec.comp.scenario
     hr = dec.comp.heads[head]
     rng = dec.ranges[i]
@@ -327,43 +328,47 @@ def _window(dec: Decode, head: int, i: int) -> tuple[Matrix, Matrix, Matrix, Boo
     K_buf, V_buf = dec.cache(head)
     K, V = K_buf[lo:S], V_buf[lo:S]  # views, no copies
     allowed = dec.allow[rng.start:rng.stop, lo:S]  # (L, S − lo): row r is token start + r, bottom-right aligned
-    bias = None if hr.part(Biased) is None else hr.need(Biased).bias[rng.start:rng.stop, lo:S]
-    return q, K, V, allowed, bias, lo, S
+    added = ask.term(hr, slice(rng.start, rng.stop), slice(lo, S))
+    return q, K, V, allowed, added, lo, S
+
+
+def _options(dec: Decode, head: int, i: int) -> dict[str, object]:
+    """What the head's parts give the softmax at one step: on the step's rows and the cached keys it reads."""
+    rng, lo = dec.ranges[i], dec.firsts[i]
+    S = dec.comp.scenario.m if dec.comp.scenario.is_cross else rng.stop
+    return ask.softmax_options(dec.comp.heads[head], slice(rng.start, rng.stop), slice(lo, S))
 
 
 def _contiguous(dec: Decode, head: int, i: int) -> tuple[Matrix, Matrix, Matrix, Matrix, Matrix | None]:
-    """(scores, scaled, weights, output, capped) of one step from the contiguous cache."""
+    """(scores, scaled, weights, output, stepped) of one step from the contiguous cache."""
     hr = dec.comp.heads[head]
-    q, K, V, allowed, bias, _, _ = _window(dec, head, i)
-    return _attend(q, K, V, allowed, hr.scale, bias, hr.read(Sunk, lambda s: s.sink), hr.read(Capped, lambda c: c.softcap))
+    q, K, V, allowed, _, _, _ = _window(dec, head, i)
+    return _attend(q, K, V, allowed, hr.scale, _options(dec, head, i))
 
 
 def _full(hr: HeadResult, allow: BoolMatrix) -> Matrix:
-    bias, sink, cap = hr.read(Biased, lambda b: b.bias), hr.read(Sunk, lambda s: s.sink), hr.read(Capped, lambda c: c.softcap)
-    return _attend(hr.Q_used, hr.K_used, hr.V, allow, hr.scale, bias, sink, cap)[3]
+    return _attend(hr.Q_used, hr.K_used, hr.V, allow, hr.scale, ask.softmax_options(hr))[3]
 
 
 def _step(dec: Decode, h: int, i: int, blocks: int, block: int) -> DecodeStep:
     """One head at one step, with its paged copy: rows written through the step's block table, read back."""
     hr = dec.comp.heads[h]
     rng = dec.ranges[i]
-    q, K, V, allowed, bias, lo, S = _window(dec, h, i)
-    scores, scaled, weights, output, capped = _contiguous(dec, h, i)
+    q, K, V, allowed, added, lo, S = _window(dec, h, i)
+    scores, scaled, weights, output, stepped = _contiguous(dec, h, i)
     # the pool as it stands after this step: every row still cached sits where the block table put
     # it when its token arrived (a row's address never changes while it is cached)
     store = PagedStore(blocks, block, hr.d_k, hr.d_v)
     table = dec.paging[i].table
     store.write_rows(table, lo, K, V)
     K_paged, V_paged = store.gather(table, S, lo)
-    sink, cap = hr.read(Sunk, lambda s: s.sink), hr.read(Capped, lambda c: c.softcap)
-    paged = _attend(q, K_paged, V_paged, allowed, hr.scale, bias, sink, cap)[3]
+    paged = _attend(q, K_paged, V_paged, allowed, hr.scale, _options(dec, h, i))[3]
     computed, reused = dec.counts(i)
-    # c·tanh(s/c) moves no logit's error further than s's own (tanh' ≤ 1) and adds one rounding, which the
-    # bound's two spare roundings per logit cover
-    bound = rounding_bound(q, K, V, weights, hr.scale, bias, allow=allowed)
-    # the gate is per query token: the step's new tokens compute theirs from their own x̂, nothing is cached
-    gated = None if hr.part(Gated) is None else gate_of(dec.comp.X_in[rng.start:rng.stop], hr.need(Gated).W_G, output)
+    # a step (the soft-cap's c·tanh(s/c)) moves no logit's error further than s's own (tanh' ≤ 1) and adds one
+    # rounding, which the bound's two spare roundings per logit cover
+    bound = rounding_bound(q, K, V, weights, hr.scale, added, allow=allowed)
+    # a part after the map (the gate) is per query token: the step's new tokens compute theirs from their own x̂
+    after = ask.again(hr, dec.comp.X_in[rng.start:rng.stop], output)
     return DecodeStep(i, h, rng.start, rng.stop, dec.kind(i), q, K, V, allowed, scores, scaled, weights, output,
                       dec.reference[h][rng.start:rng.stop], hr.output[rng.start:rng.stop], paged, computed, reused,
-                      bound, lo, range(dec.firsts[i - 1] if i else 0, lo), capped,
-                      gate=None if gated is None else gated.gate, gated=None if gated is None else gated.gated)
+                      bound, lo, range(dec.firsts[i - 1] if i else 0, lo), stepped, after)

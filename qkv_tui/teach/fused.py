@@ -15,9 +15,10 @@ from functools import cached_property
 
 import numpy as np
 
+from qkv_tui.core import part_questions as ask
 from qkv_tui.core.fmt import fmt
 from qkv_tui.core.scenario import Matrix
-from qkv_tui.kernels.softmax import Biased, Capped, from_logsumexp, masked_logits, soft_cap
+from qkv_tui.kernels.softmax import from_logsumexp, masked_logits
 from qkv_tui.teach.arith import MAX_GUARD, agrees, first_fit, fit, shown
 from qkv_tui.teach.tiled import TiledHead
 
@@ -32,12 +33,12 @@ class Fused:
 
     @cached_property
     def S(self) -> Matrix:
-        """(n, m) the scores again, as the tiles computed them (capped, plus any bias), −∞ where masked: the very
-        numbers L summed, so e^(S − L) is a softmax row whatever rounding the trace's own scores had."""
+        """(n, m) the scores again, as the tiles computed them (stepped and plus any term, as the head's parts
+        say: capped, plus the bias), −∞ where masked: the very numbers L summed, so e^(S − L) is a softmax row
+        whatever rounding the trace's own scores had."""
         hr = self.th.comp.heads[self.th.head]
         scaled = hr.Q_used @ hr.K_used.T / hr.scale  # (n, m)
-        capped = soft_cap(scaled, hr.read(Capped, lambda c: c.softcap))
-        return np.asarray(masked_logits(capped, self.th.comp.scenario.allow, hr.read(Biased, lambda b: b.bias)))
+        return np.asarray(masked_logits(ask.step(hr)(scaled), self.th.comp.scenario.allow, ask.term(hr)))
 
     @cached_property
     def L(self) -> Matrix:

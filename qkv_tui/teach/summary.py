@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from qkv_tui.core import part_questions as ask
 from qkv_tui.core.engine import Computation, HeadResult
 from qkv_tui.core.fmt import fmt
 from qkv_tui.core.scenario import BoolMatrix, Scenario
 from qkv_tui.core.variants.backward import Backward
-from qkv_tui.kernels.softmax import Capped, Sunk
 
 MAX_ROWS = 8  # tokens listed by name; longer sentences list their first ones and point to the map
 
@@ -53,21 +53,15 @@ def backward_line(bw: Backward) -> str:
 
 def looks_heading(sc: Scenario) -> str:
     """What a row of :func:`looked_at` readings names: where a softmax head looks, or, for a head whose weights
-    are no distribution, what its largest weight multiplies (the corrections δ, or V unnormalised)."""
-    if sc.deltanet is not None:
-        return "Whose δ each token weighs most"
-    if sc.linear is not None and not sc.linear.normalize:
-        return "Whose V each token weighs most"
-    return "Where each token looks"
+    are no distribution, what its largest weight multiplies (the corrections δ, or V unnormalised), as the variant
+    whose map it is says (its ``looks_heading``)."""
+    return ask.scenario_says(sc, "looks_heading") or "Where each token looks"
 
 
 def weights_note(sc: Scenario) -> str:
-    """What the readings' numbers are when they are no distribution ("" for a softmax head's weights)."""
-    if sc.deltanet is not None:
-        return " (q·k times the decay; not a distribution)"
-    if sc.linear is not None and not sc.linear.normalize:
-        return " (φ(q)·φ(k), not divided by the row's sum; not a distribution)"
-    return ""
+    """What the readings' numbers are when they are no distribution ("" for a softmax head's weights), as the
+    variant whose map it is says (its ``weights_note``)."""
+    return ask.scenario_says(sc, "weights_note") or ""
 
 
 def looked_at(hr: HeadResult, allow: BoolMatrix, token: str, keys: tuple[str, ...], row: int,
@@ -106,10 +100,10 @@ def checks(hr: HeadResult, allow: BoolMatrix) -> str:
     parts = []
     if _distribution(hr):
         total = hr.weights.sum(axis=1)
-        what = "every weight row sums to 1"
-        if hr.part(Sunk) is not None:
-            total = total + hr.need(Sunk).sink_exp / hr.row_sum
-            what = "every weight row plus its sink's share sums to 1"
+        share = ask.beside_share(hr)  # a column beside the map (a sink) takes its share of each row
+        if share is not None:
+            total = total + share
+        what = next(iter(ask.said(hr, "summary.rows")), "every weight row sums to 1")
         error = float(np.abs(total - 1.0).max())
         exact = "exactly" if error == 0 else f"to within {error:.0e}"
         parts.append(f"{what} ({exact})")
@@ -118,8 +112,6 @@ def checks(hr: HeadResult, allow: BoolMatrix) -> str:
         zero = bool((hr.weights[masked] == 0).all())
         count = int(masked.sum())
         line += ("; " if parts else "") + f"the {count} masked weights are {'exactly 0' if zero else 'NOT all 0'}"
-    if hr.part(Capped) is not None and hr.part(Capped) is not None:
-        top = float(np.abs(hr.need(Capped).capped).max())
-        stay = "stay" if top <= hr.need(Capped).softcap else "do NOT stay"
-        line += f"; the capped scores {stay} within ±{hr.need(Capped).softcap:g} (largest |capped| {top:.3f})"
+    for promise in ask.checked(hr):  # what a part promises of its numbers (the soft-cap: within ±c)
+        line += f"; {promise}"
     return line + "."

@@ -27,18 +27,19 @@ from __future__ import annotations
 
 import bisect
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 
 import numpy as np
 
+from qkv_tui.core import part_questions as ask
 from qkv_tui.core.engine import Computation, HeadResult
 from qkv_tui.core.fmt import fmt, is_integral, vector
 from qkv_tui.core.production import agreement, rounding_bound
 from qkv_tui.core.scenario import BoolMatrix, Matrix
-from qkv_tui.kernels.softmax import Biased, Capped, Sunk, exp_of_difference, masked_logits, soft_cap
+from qkv_tui.kernels.softmax import exp_of_difference, masked_logits
 from qkv_tui.teach.arith import MAX_GUARD, agrees, first_fit, shown, softmax_row
-from qkv_tui.teach.trace_variants import sink_row
 
 PHASES = ("scores", "tile_max", "new_max", "rescale", "exps", "accumulate")
 PHASE_NAMES = {
@@ -105,30 +106,31 @@ def value_shift(V: Matrix, keys: int) -> int:
 
 
 def visit_tiles(Q: Matrix, K: Matrix, V: Matrix, allow: BoolMatrix, divisor: float, rows: range, tiles: list[range],
-                qblock: int = 0, sink: float | None = None, numbers: list[int] | None = None,
-                bias: Matrix | None = None, keep: bool = True, shift: int = 0,
-                softcap: float | None = None) -> tuple[list[TileVisit], BlockEnd]:
+                qblock: int = 0, beside: float | None = None, numbers: list[int] | None = None,
+                term: Matrix | None = None, keep: bool = True, shift: int = 0,
+                step: Callable[[Matrix], Matrix] | None = None) -> tuple[list[TileVisit], BlockEnd]:
     """The online softmax of one block of query rows over the given key tiles, in order.
 
     ``keep=False`` returns no visits, only the end: every row of a long sequence over every
     tile would otherwise hold each tile's (rows, d_v) accumulators, gigabytes at 2,048 tokens.
     ``numbers`` are the tiles' indices among all tiles (skipped ones leave gaps); default 0, 1, ...
-    ``bias`` (n, m) is added to the scaled scores (ALiBi), after ``softcap``'s c·tanh(s/c) where there is one;
-    ``sink`` is a logit with no Value.
+    ``term`` (n, m) is added to the scaled scores (ALiBi's bias), after ``step`` where a part steps them (the
+    soft-cap's c·tanh(s/c)); ``beside`` is the logit of a column beside the map with no Value (a sink).
     ``shift``: Õ sums V/2^shift (:func:`value_shift`); O is multiplied back.
     """
     V = np.ldexp(V, -shift) if shift else V  # exact: a power of two changes no digit
     r = len(rows)
-    # a sink is one more softmax column with no Value: it starts the running max and sum
-    m = np.full(r, -np.inf) if sink is None else np.full(r, float(sink))  # (r,)
-    ell = np.zeros(r) if sink is None else np.ones(r)  # (r,)
+    # a column beside the map is one more softmax column with no Value: it starts the running max and sum
+    m = np.full(r, -np.inf) if beside is None else np.full(r, float(beside))  # (r,)
+    ell = np.zeros(r) if beside is None else np.ones(r)  # (r,)
     O_acc = np.zeros((r, V.shape[1]))  # (r, d_v)
     visits = []
     for k, cols in enumerate(tiles):
         dots = Q[rows.start:rows.stop] @ K[cols.start:cols.stop].T  # (r, c)
         allowed = allow[rows.start:rows.stop, cols.start:cols.stop]  # (r, c)
-        tile_bias = None if bias is None else bias[rows.start:rows.stop, cols.start:cols.stop]
-        S = masked_logits(soft_cap(dots / divisor, softcap), allowed, tile_bias)  # (r, c)
+        tile_term = None if term is None else term[rows.start:rows.stop, cols.start:cols.stop]
+        scaled = dots / divisor
+        S = masked_logits(scaled if step is None else step(scaled), allowed, tile_term)  # (r, c)
         tile_max = S.max(axis=1)  # (r,) −∞ where the tile allows the row no key
         m_new = np.maximum(m, tile_max)  # (r,)
         alpha = exp_of_difference(m, m_new)  # (r,)
@@ -195,12 +197,12 @@ class WorkedRow:
     out: Matrix  # (d_v,) exact
 
 
-def _work_row(visits: list[TileVisit], r: int, V: Matrix, v_integral: bool, sink: float | None, places: int,
+def _work_row(visits: list[TileVisit], r: int, V: Matrix, v_integral: bool, beside: float | None, places: int,
               shift: int) -> tuple[WorkedVisit, ...]:
     """Row ``r`` of a block over its tiles at ``places`` decimals, every number from the ones shown before it."""
     p = places
-    m = _read(float(sink), p) if sink is not None else -math.inf
-    ell = 1.0 if sink is not None else 0.0  # the sink's e^(sink − sink)
+    m = _read(float(beside), p) if beside is not None else -math.inf
+    ell = 1.0 if beside is not None else 0.0  # the column beside the map's e^(logit − logit)
     acc = np.zeros(V.shape[1])  # (d_v,) Õ
     out = []
     for v in visits:
@@ -232,10 +234,12 @@ def _work_row(visits: list[TileVisit], r: int, V: Matrix, v_integral: bool, sink
 
 
 def trace_places(hr: HeadResult, row: int, decimals: int) -> int:
-    """The places at which the trace works this row's softmax (its exponentials and their sum)."""
-    if hr.part(Sunk) is not None:
-        logits, weights = sink_row(hr, row)
-        return softmax_row(logits, weights, decimals).places
+    """The places at which the trace works this row's softmax (its exponentials and their sum), a column beside
+    the map (a sink) as its last: its logit, and the share it takes."""
+    logit, share = ask.beside(hr), ask.beside_share(hr)
+    if logit is not None and share is not None:
+        return softmax_row(np.append(hr.masked[row], logit), np.append(hr.weights[row], float(share[row])),
+                           decimals).places
     return softmax_row(hr.masked[row], hr.weights[row], decimals).places
 
 
@@ -252,7 +256,7 @@ def work_block(hr: HeadResult, visits: list[TileVisit], end: BlockEnd, decimals:
             # a V near float64's largest reads as one past it at few places (1.80e308 is ∞, and 0·∞ is NaN):
             # what the shown numbers give, which the check below refuses, so more places are tried
             with np.errstate(over="ignore", invalid="ignore"):
-                walk = _work_row(visits, r, hr.V, v_integral, hr.read(Sunk, lambda s: s.sink), p, shift)
+                walk = _work_row(visits, r, hr.V, v_integral, ask.beside(hr), p, shift)
             last = walk[-1]
             with np.errstate(all="ignore"):  # ℓ is at least e^0 = 1: the check is the point
                 calculated = np.ldexp(last.O_new / last.l_new, shift)
@@ -330,8 +334,8 @@ class TiledHead:
             kept = [k for k in range(len(self.tiles)) if self.needed[qblock, k]]
             self._blocks[qblock] = visit_tiles(hr.Q_used, hr.K_used, hr.V, self.comp.scenario.allow, hr.scale,
                                                self.blocks[qblock], [self.tiles[k] for k in kept], qblock,
-                                               hr.read(Sunk, lambda s: s.sink), kept, hr.read(Biased, lambda b: b.bias),
-                                               shift=self.shift, softcap=hr.read(Capped, lambda c: c.softcap))
+                                               ask.beside(hr), kept, ask.term(hr), shift=self.shift,
+                                               step=_step_of(hr))
         return self._blocks[qblock]
 
     def worked(self, qblock: int, decimals: int) -> tuple[WorkedRow, ...]:
@@ -367,9 +371,8 @@ class TiledHead:
         """
         hr = self.comp.heads[self.head]
         _, end = visit_tiles(hr.Q_used, hr.K_used, hr.V, self.comp.scenario.allow, hr.scale, range(self.n),
-                             self.tiles, 0, hr.read(Sunk, lambda s: s.sink), None, hr.read(Biased, lambda b: b.bias),
-                             keep=False, shift=self.shift,
-                             softcap=hr.read(Capped, lambda c: c.softcap))
+                             self.tiles, 0, ask.beside(hr), None, ask.term(hr), keep=False, shift=self.shift,
+                             step=_step_of(hr))
         return end.m, end.ell, end.O_acc, end.out
 
     @property
@@ -386,9 +389,8 @@ class TiledHead:
         hr = self.comp.heads[self.head]
         rows = range(self.n) if rows is None else rows
         sl = slice(rows.start, rows.stop)
-        return rounding_bound(hr.Q_used[sl], hr.K_used, hr.V, hr.weights[sl], hr.scale,
-                              None if hr.part(Biased) is None else hr.need(Biased).bias[sl], rescales=len(self.tiles),
-                              allow=self.comp.scenario.allow[sl])
+        return rounding_bound(hr.Q_used[sl], hr.K_used, hr.V, hr.weights[sl], hr.scale, ask.term(hr, sl),
+                              rescales=len(self.tiles), allow=self.comp.scenario.allow[sl])
 
     def check(self, rows: range | None = None, out: Matrix | None = None) -> tuple[bool, str]:
         """(equal to the Mix stage within float64 rounding, what to print): rows of a block, or the head."""
@@ -399,6 +401,11 @@ class TiledHead:
     @property
     def matches(self) -> bool:
         return self.check()[0]
+
+
+def _step_of(hr: HeadResult) -> Callable[[Matrix], Matrix] | None:
+    """The parts' step on the scaled scores (the soft-cap's), None where no part steps them."""
+    return None if ask.stepper(hr) is None else ask.step(hr)
 
 
 def tiled(comp: Computation, head: int, tile: int | None = None) -> TiledHead:

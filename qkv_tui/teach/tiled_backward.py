@@ -15,9 +15,10 @@ from functools import cached_property
 
 import numpy as np
 
+from qkv_tui.core import part_questions as ask
 from qkv_tui.core.gradients import Gradients, gradients
 from qkv_tui.core.scenario import BoolMatrix, Matrix
-from qkv_tui.kernels.softmax import Biased, Capped, cap_tanh, from_logsumexp, soft_cap
+from qkv_tui.kernels.softmax import from_logsumexp
 from qkv_tui.teach.tiled import TiledHead
 
 PAIR_PHASES = ("P", "dV", "dP", "dS", "dQ", "dK")  # one key tile against one query block
@@ -41,13 +42,13 @@ class Pair:
     rows: range
     cols: range
     allowed: BoolMatrix  # (r, c)
-    scaled: Matrix  # (r, c) the dots over the scale, before any soft-cap
-    S: Matrix  # (r, c) the scores as the softmax read them (capped, plus the bias)
+    scaled: Matrix  # (r, c) the dots over the scale, before any part's step on them
+    S: Matrix  # (r, c) the scores as the softmax read them (stepped, plus the term: capped, plus the bias)
     P: Matrix  # (r, c) e^(S − L), exactly 0 where masked
     dP: Matrix  # (r, c) dO·Vᵀ
     dS: Matrix  # (r, c) P ⊙ (dP − D)
-    tanh: Matrix | None  # (r, c) tanh(scaled / cap) with a soft-cap
-    dscaled: Matrix  # (r, c) dS through the soft-cap (dS itself without one)
+    factor: Matrix | None  # (r, c) the step's own factor at the scaled scores (the soft-cap's tanh(scaled / c))
+    dscaled: Matrix  # (r, c) dS back through the step (dS itself without one)
     dV_old: Matrix  # (c, d_v) the tile's dV before this block
     dV_new: Matrix
     dK_old: Matrix  # (c, d_k)
@@ -106,22 +107,21 @@ class TiledBackward:
         return BackOp(PAIR_PHASES[local % len(PAIR_PHASES)], j, i)
 
     def _tile(self, j: int, i: int) -> tuple[Matrix, Matrix, Matrix | None, Matrix, Matrix, BoolMatrix]:
-        """(scaled, P, tanh, dscaled, dS, allowed) of one key tile against one query block."""
+        """(scaled, P, factor, dscaled, dS, allowed) of one key tile against one query block."""
         hr = self.th.comp.heads[self.head]
         rows, cols = self.th.blocks[i], self.th.tiles[j]
         r, c = slice(rows.start, rows.stop), slice(cols.start, cols.stop)
         allowed = self.th.comp.scenario.allow[r, c]
         scaled = hr.Q_used[r] @ hr.K_used[c].T / hr.scale  # (r, c)
-        S = soft_cap(scaled, hr.read(Capped, lambda c: c.softcap))
-        if hr.part(Biased) is not None:
-            S = S + hr.need(Biased).bias[r, c]
+        S = ask.logits(hr, scaled, r, c)
         with np.errstate(invalid="ignore", over="ignore"):
             P = np.where(allowed, from_logsumexp(S, self.L[r, None]), 0.0)  # (r, c)
         dP = self.dO[r] @ hr.V[c].T  # (r, c)
         dS = np.where(allowed, P * (dP - self.D[r, None]), 0.0)
-        tanh = None if hr.part(Capped) is None else cap_tanh(scaled, hr.need(Capped).softcap)
-        dscaled = dS if tanh is None else np.where(allowed, dS * (1.0 - tanh * tanh), 0.0)
-        return scaled, P, tanh, dscaled, dS, allowed
+        stepper = ask.stepper(hr)  # the part whose step the scores took: dS goes back through it
+        factor = None if stepper is None else stepper.step_factor(scaled)
+        dscaled = dS if factor is None else np.where(allowed, stepper.back_step(dS, factor), 0.0)
+        return scaled, P, factor, dscaled, dS, allowed
 
     def pair(self, j: int, i: int) -> Pair:
         if (j, i) not in self._pairs:
@@ -145,11 +145,11 @@ class TiledBackward:
                     _, _, _, ds2, _, _ = self._tile(j2, i)
                     c2 = slice(self.th.tiles[j2].start, self.th.tiles[j2].stop)
                     dQ = dQ + ds2 @ hr.K_used[c2] / hr.scale
-            scaled, P, tanh, dscaled, dS, allowed = self._tile(j, i)
-            bias = hr.read(Biased, lambda b: b.bias)
-            S = soft_cap(scaled, hr.read(Capped, lambda c: c.softcap)) + (0.0 if bias is None else bias[r, c])
+            scaled, P, factor, dscaled, dS, allowed = self._tile(j, i)
+            added = ask.term(hr, r, c)
+            S = ask.step(hr)(scaled) + (0.0 if added is None else added)
             self._pairs[(j, i)] = Pair(
-                rows, cols, allowed, scaled, S, P, self.dO[r] @ hr.V[c].T, dS, tanh, dscaled,
+                rows, cols, allowed, scaled, S, P, self.dO[r] @ hr.V[c].T, dS, factor, dscaled,
                 dV, dV + P.T @ self.dO[r], dK, dK + dscaled.T @ hr.Q_used[r] / hr.scale,
                 dQ, dQ + dscaled @ hr.K_used[c] / hr.scale)
         return self._pairs[(j, i)]

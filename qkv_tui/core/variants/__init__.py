@@ -4,9 +4,10 @@ Each module holds what its keys are: the dataclass the engine reads, the keys, t
 one-line error (naming the key, where it sits and what was expected, like the rest of the format),
 the did-you-mean hints, its part of the ``--check`` summary and, for a top-level table, the lines
 the TOML export writes for it. The loader (:mod:`qkv_tui.core.scenario`) and the export walk
-:data:`TABLES`; ``--check`` walks :data:`FEATURES`. Adding a table is one module with a
-:class:`~qkv_tui.core.variants.common.Table`, one line in ``FEATURES`` and the Scenario field of
-the table's name that the loader fills (docs/architecture.md).
+:data:`TABLES`; ``--check`` walks :data:`FEATURES`. A part added since [value_scale] also names its
+other faces (:class:`~qkv_tui.core.variants.common.Faces`: its head-pass builder, its stages, its JSON
+field), and the Scenario keeps its value by key (``TABLE.of(sc)``): adding it is its modules and one
+line in ``FEATURES`` (docs/architecture.md, "Adding a variant").
 """
 
 from __future__ import annotations

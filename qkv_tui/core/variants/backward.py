@@ -101,6 +101,9 @@ def parse_backward(table: dict[str, Any], ctx: Context) -> Backward:
     if getattr(ctx.earlier.get("deltanet"), "io", None) is not None:  # no gradients through them yet
         raise v.fail("[backward] with [deltanet]'s short convolution or gated output norm (conv_q …, W_Z) is not"
                      " supported yet; remove [backward] or those keys")
+    if getattr(ctx.earlier.get("deltanet"), "channels", None) is not None:  # kernels/deltanet_backward reads one g
+        raise v.fail("[backward] with a gate per key channel in [deltanet] (Kimi Delta Attention) is not supported yet;"
+                     " remove [backward], or give g one number per token and head")
     n, d_out = len(ctx.tokens), ctx.d_out
     loss = _choice(v, table, "loss", LOSSES, "squared", "the loss on the final output")
     if loss == "cross_entropy":

@@ -10,6 +10,7 @@ and the did-you-mean hints for their keys; a table also parses itself and writes
 from __future__ import annotations
 
 import difflib
+import importlib
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -96,8 +97,32 @@ T = TypeVar("T")
 
 
 @dataclass(frozen=True)
+class Faces:
+    """Where a part's faces above its keys live, each ``"module:name"`` (or, for stages, ``(after, module, name)``).
+
+    Each face is imported by its own layer the first time a scenario has the table: the head-pass builder by the
+    forward driver (core/head_parts.py), the stages by the stage registry (teach/stages/__init__.py), the JSON
+    field by the export (edges/export_json.py). So a variant registers with one line in ``FEATURES``, a scenario
+    without it loads none of its modules, and this module imports no layer above the core.
+    """
+
+    head: str | None = None  # Run -> (head index -> PartSpec | None) | None, as core/head_parts.py's builders
+    # (the key of the stage they follow, the module under qkv_tui.teach.stages, the StageSpec's name), in walk order
+    stages: tuple[tuple[str, str, str], ...] = ()
+    json: str | None = None  # (scenario, norm, write_fields) -> the document's fields: [("name", value)] or []
+
+
+def face(path: str) -> Any:
+    """The object a face names, ``"package.module:name"``, its module imported on first use."""
+    module, _, name = path.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+@dataclass(frozen=True)
 class Table(Generic[T]):
-    """A top-level table of the format: ``[key]``, filling the Scenario field of the same name."""
+    """A top-level table of the format: ``[key]``. A table of the first variants fills the Scenario field of the
+    same name; a part registered since (``faces`` given) is kept in the Scenario's ``parts`` by its key. Read either
+    with :meth:`of`."""
 
     key: str
     keys: tuple[str, ...]  # every key it takes, in the order the messages list them
@@ -105,13 +130,21 @@ class Table(Generic[T]):
     summary: Callable[[T], str]  # its part of the ``--check`` line
     write: Callable[[T], list[str]]  # its lines of a scenario file, the header first
     lookalikes: Lookalikes = field(default_factory=dict)
+    faces: Faces | None = None  # a part's other faces; None for a table read by name where it is used
 
     @property
     def header(self) -> str:
         return f"[{self.key}]"
 
+    def of(self, sc: Any) -> T | None:
+        """The table's value in a scenario, None where the scenario has none."""
+        if self.faces is not None:
+            value: T | None = getattr(sc, "parts", {}).get(self.key)
+            return value
+        return getattr(sc, self.key, None)
+
     def summary_parts(self, sc: Features) -> list[str]:
-        value = getattr(sc, self.key)
+        value = self.of(sc)
         return [] if value is None else [self.summary(value)]
 
 

@@ -18,7 +18,16 @@ from qkv_tui.base.values import kind as _kind
 from qkv_tui.base.values import show as _show
 from qkv_tui.core.arrays import Matrix, Vector
 from qkv_tui.core.toml_text import vector
-from qkv_tui.core.variants.common import MAX_INDEX, Context, Lookalikes, Table, number, numbers, write_whole
+from qkv_tui.core.variants.common import (
+    MAX_INDEX,
+    Context,
+    Faces,
+    Lookalikes,
+    Table,
+    number,
+    numbers,
+    write_whole,
+)
 from qkv_tui.core.variants.gate import Reader
 
 if TYPE_CHECKING:  # the kernel loads with the first [differential] scenario read, not with every start-up
@@ -207,9 +216,14 @@ def _summary(df: Differential) -> str:
     return f"differential attention (λ_init {df.lambda_init:.4g}, {where})"
 
 
-# Not in FEATURES (so not in TABLES, LOOKALIKES or the loader) until the forward driver runs it: the loader must not
-# accept a table whose numbers the app would not show. Registering it is one line in FEATURES, before backward.TABLE
-# (whose default train list will read it), and a Scenario field named "differential".
+# The part's faces beyond its keys: its head-pass hook, its stages (after Mix, where the one-map stages would have
+# shown theirs), its JSON field. Registering the part is its line in FEATURES (core/variants/__init__.py).
+FACES = Faces(
+    head="qkv_tui.core.differential_part:diff_part",
+    stages=tuple(("mix", "differential", name) for name in (
+        "SCORE_1", "SCALE_1", "SOFTMAX_1", "SCORE_2", "SCALE_2", "SOFTMAX_2", "LAMBDA", "SUBTRACT", "MIX", "SUBNORM",
+        "FACTOR")),
+    json="qkv_tui.edges.export_differential:differential_parts",
+)
 TABLE: Table[Differential] = Table("differential", DIFFERENTIAL_KEYS, parse_differential, _summary, write_differential,
-                                   LOOKALIKES)
-
+                                   LOOKALIKES, FACES)

@@ -26,6 +26,16 @@ class Linear:
     feature: str  # "elu1" | "relu" | "identity"
     normalize: bool
 
+    # what the closing summary and the heads view call a row of the weights where they are no distribution
+    # (core/part_questions.scenario_says): φ(q)·φ(k) not divided weighs V as it is
+    @property
+    def looks_heading(self) -> str | None:
+        return None if self.normalize else "Whose V each token weighs most"
+
+    @property
+    def weights_note(self) -> str | None:
+        return None if self.normalize else " (φ(q)·φ(k), not divided by the row's sum; not a distribution)"
+
 
 def replaces_softmax(v: Checker, ctx: Context, table: str) -> None:
     """The readings pinned for a table that replaces every head's softmax with a running state: a causal

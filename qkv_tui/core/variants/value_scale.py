@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from qkv_tui.core.toml_text import number
-from qkv_tui.core.variants.common import Context, Lookalikes, Table, positive
+from qkv_tui.core.variants.common import Context, Faces, Lookalikes, Table, positive
 
 KEYS = ("factor",)
 LOOKALIKES: Lookalikes = {
@@ -40,4 +40,6 @@ def _summary(factor: float) -> str:
     return f"values scaled by {factor:g}"
 
 
-TABLE: Table[float] = Table("value_scale", KEYS, parse_value_scale, _summary, write_value_scale, LOOKALIKES)
+# its one face beyond the keys: the head-pass hook that scales V (the Project stage reads the scaled V it leaves)
+FACES = Faces(head="qkv_tui.core.value_scale_part:value_scale_part")
+TABLE: Table[float] = Table("value_scale", KEYS, parse_value_scale, _summary, write_value_scale, LOOKALIKES, FACES)

@@ -5,7 +5,9 @@ head (Project … Mix for head 1, then for head 2), shared ones once. Adding a s
 with a :class:`~qkv_tui.teach.stages.common.StageSpec` and one line in ``REGISTRY`` (or
 :func:`register` at run time, as the tests do). A family a scenario may lack ([mla], [linear],
 [deltanet]) is listed by name and imported the first time a scenario has it (:func:`for_scenario`),
-so the first screen of a plain scenario does not load its modules.
+so the first screen of a plain scenario does not load its modules. A part registered with its faces
+(core/variants/common.py Faces) names its stages and the stage each follows; it is placed here as a
+family of its own, with no line in this module.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from qkv_tui.core.variants import TABLES
+from qkv_tui.core.variants.common import Table
 from qkv_tui.teach.stages import (
     concat,
     embed,
@@ -49,7 +53,6 @@ FAMILIES: dict[str, Callable[[Any], bool]] = {
     "mla": lambda sc: getattr(sc, "mla", None) is not None,
     "linear": lambda sc: getattr(sc, "linear", None) is not None,
     "deltanet": lambda sc: getattr(sc, "deltanet", None) is not None,
-    "differential": lambda sc: getattr(sc, "differential", None) is not None,
 }
 
 # the walk's order; read it as REGISTRY (every family loaded) or for_scenario (only the families a scenario has)
@@ -66,17 +69,6 @@ _REGISTRY: list[StageSpec | _Later] = [
     scale.SPEC,
     softmax.SPEC,
     mix.SPEC,
-    _Later("differential", "differential", "SCORE_1"),
-    _Later("differential", "differential", "SCALE_1"),
-    _Later("differential", "differential", "SOFTMAX_1"),
-    _Later("differential", "differential", "SCORE_2"),
-    _Later("differential", "differential", "SCALE_2"),
-    _Later("differential", "differential", "SOFTMAX_2"),
-    _Later("differential", "differential", "LAMBDA"),
-    _Later("differential", "differential", "SUBTRACT"),
-    _Later("differential", "differential", "MIX"),
-    _Later("differential", "differential", "SUBNORM"),
-    _Later("differential", "differential", "FACTOR"),
     _Later("mla", "mla_absorb", "SPEC"),
     _Later("linear", "linear", "FEATURE"),
     _Later("linear", "linear", "QUADRATIC"),
@@ -112,6 +104,29 @@ _REGISTRY: list[StageSpec | _Later] = [
 ]
 
 
+
+
+def _has(table: Table[object]) -> Callable[[Any], bool]:
+    return lambda sc: table.of(sc) is not None
+
+
+def _place_parts() -> None:
+    """Each part registered with its faces (core/variants/common.py Faces) is a family of its own, named by its
+    table: its stages go right after the stage each follows, in the order the part lists them."""
+    for table in TABLES:
+        if table.faces is None or not table.faces.stages:
+            continue
+        FAMILIES[table.key] = _has(table)
+        placed: dict[str, int] = {}  # the stage followed -> where the part's last stage after it went
+        for after, module, name in table.faces.stages:
+            if after not in placed:
+                placed[after] = next(i for i, s in enumerate(_REGISTRY)
+                                     if isinstance(s, StageSpec) and s.stage.key == after)
+            placed[after] += 1
+            _REGISTRY.insert(placed[after], _Later(table.key, module, name))
+
+
+_place_parts()
 _FAMILY_OF: dict[int, str] = {}  # id of a loaded family stage -> its family, so for_scenario leaves it out elsewhere
 
 

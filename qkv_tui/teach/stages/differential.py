@@ -14,6 +14,7 @@ import numpy as np
 
 from qkv_tui.core.fmt import NEG_INF, fmt, operand
 from qkv_tui.core.scenario import Matrix
+from qkv_tui.core.variants.differential import TABLE
 from qkv_tui.kernels.differential import DiffForward
 from qkv_tui.teach.arith import agrees, dot_line, first_fit, quotient_line, shown, softmax_row, tries
 from qkv_tui.teach.stages.common import (
@@ -244,7 +245,7 @@ class Lambda(_DiffStage):
         h = seg.head
         assert h is not None and col is not None
         f = diff_of(trace, h)
-        df = trace.comp.scenario.differential
+        df = TABLE.of(trace.comp.scenario)
         assert df is not None
         lam = f.lam
         value = float(self.matrix(trace, "lambda", h)[0, col])
@@ -405,7 +406,7 @@ class SubNorm(_DiffStage):
         h = seg.head
         assert h is not None and col is not None
         f = diff_of(trace, h)
-        df = trace.comp.scenario.differential
+        df = TABLE.of(trace.comp.scenario)
         assert df is not None
         q = trace.comp.scenario.labels[row]
         gamma = 1.0 if df.gamma is None else float(df.gamma[col])

@@ -14,6 +14,7 @@ from qkv_tui.core.engine import Computation
 from qkv_tui.core.fmt import BIG, fmt, is_integral, operand
 from qkv_tui.core.scenario import Matrix
 from qkv_tui.kernels.norm import normalise
+from qkv_tui.kernels.policy import statistic_places
 from qkv_tui.teach.arith import MAX_TERMS, agrees, elide, hidden_terms, shown
 from qkv_tui.teach.arith import tries as _places
 from qkv_tui.teach.stages.common import (
@@ -200,8 +201,10 @@ def cell_lines(symbolic: str, x_row: Matrix, at: int, value: float, gamma: float
         xp = p if hand is None or layer else q  # the row's x: RMSNorm's by hand are written down rounded
         xs = [fmt(float(x), x_int, xp) for x in x_row]
         mean_t = fmt(row.mean, False, q)
-        spread_t = fmt(row.spread, False, q)
-        root_t = f"{row.root:.{p - 1}e}" if tiny else fmt(row.root, False, q)
+        # by hand a statistic below 0.1 keeps two significant digits (kernels/policy.py statistic_places)
+        spread_t = fmt(row.spread, False, q if hand is None else _stat_places(row.spread, hand))
+        root_t = (f"{row.root:.{p - 1}e}" if tiny
+                  else fmt(row.root, False, q if hand is None else _stat_places(row.root, hand)))
         x_t = operand(float(x_row[at]), x_int, p)
         if hand is not None and not layer:  # by hand the cell is written down rounded, as the hand computation does
             x_t = operand(hround(float(x_row[at]), hand), x_int, q)
@@ -249,6 +252,10 @@ def cell_lines(symbolic: str, x_row: Matrix, at: int, value: float, gamma: float
         first = first or lines
     # by hand, where no guard digits help (a line a hand rounding broke, not the inputs' digits), the fewest
     return first if hand is not None and first is not None else lines
+
+
+def _stat_places(x: float, hand: int) -> int:
+    return int(statistic_places(np.array(x), hand))
 
 
 def _number(text: str) -> Decimal:
