@@ -47,7 +47,11 @@ DEFERRED = ("qkv_tui.teach.stages.mla_compress", "qkv_tui.teach.stages.mla_expan
             "qkv_tui.display.heads_grid", "qkv_tui.display.state_view", "qkv_tui.display.mla_cache",
             "qkv_tui.teach.decode", "qkv_tui.teach.paged", "qkv_tui.teach.tiled", "qkv_tui.teach.tiled_backward",
             "qkv_tui.teach.train_walk", "qkv_tui.core.training", "qkv_tui.core.model_layers",
-            "qkv_tui.core.gradients", "qkv_tui.core.cost", "qkv_tui.teach.cost", "qkv_tui.display.cost_view")
+            "qkv_tui.core.gradients", "qkv_tui.core.cost", "qkv_tui.teach.cost", "qkv_tui.display.cost_view",
+            # the quiz, editing, differential attention's kernel and the backward kernels: loaded when first used
+            "qkv_tui.teach.quiz", "qkv_tui.core.cell_edit", "qkv_tui.core.variants.deltanet_edit",
+            "qkv_tui.kernels.differential", "qkv_tui.kernels.attention_backward", "qkv_tui.kernels.norm_backward",
+            "qkv_tui.kernels.cross_entropy", "qkv_tui.core.diagnose", "qkv_tui.edges.compare", "qkv_tui.edges.tensors")
 
 
 def first_screen_modules(scenario: str, keys: tuple[str, ...] = ()) -> list[str]:
@@ -91,7 +95,10 @@ def test_the_deferred_modules_load_where_they_are_used() -> None:
     loaded = set(deferred_in(first_screen_modules("gqa", ("c",))))
     assert {"qkv_tui.core.cost", "qkv_tui.teach.cost", "qkv_tui.display.cost_view"} <= loaded
     loaded = set(deferred_in(first_screen_modules("learn_to_look", ("l",))))
-    assert {"qkv_tui.display.train_view", "qkv_tui.teach.train_walk", "qkv_tui.core.gradients"} <= loaded
+    assert {"qkv_tui.display.train_view", "qkv_tui.teach.train_walk", "qkv_tui.core.gradients",
+            "qkv_tui.kernels.attention_backward", "qkv_tui.kernels.norm_backward"} <= loaded
+    assert "qkv_tui.kernels.differential" in deferred_in(first_screen_modules("differential"))
+    assert "qkv_tui.teach.quiz" in deferred_in(first_screen_modules("i_love_ai", ("p", "right")))
 
 
 def test_the_first_screen_loads_only_what_it_shows() -> None:

@@ -23,13 +23,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from qkv_tui.core.cost_options import DEFAULT_CONTEXT as DEFAULT_CONTEXT
+from qkv_tui.core.cost_options import DEFAULT_DTYPE as DEFAULT_DTYPE
+from qkv_tui.core.cost_options import DTYPES as DTYPES
+from qkv_tui.core.cost_options import MAX_CONTEXT as MAX_CONTEXT
 from qkv_tui.core.layer_schedule import kv_source
 from qkv_tui.core.scenario import Scenario
 
-DTYPES: dict[str, int] = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "int8": 1}
-DEFAULT_DTYPE = "bf16"
-DEFAULT_CONTEXT = 4096
-MAX_CONTEXT = 2**40  # past a trillion tokens no cache exists; a bound keeps every figure a sane integer
 PREFILL, DECODE = "prefill", "decode"
 
 

@@ -19,13 +19,13 @@ import numpy as np
 import numpy.typing as npt
 
 from qkv_tui.core.scenario import Scenario
+from qkv_tui.core.tolerances import ATOL, RTOL
 from qkv_tui.kernels.rope import turn
 from qkv_tui.kernels.softmax import from_logsumexp, softmax_rows
 
 Matrix = npt.NDArray[np.float64]
 BoolMatrix = npt.NDArray[np.bool_]
 
-RTOL, ATOL = 1e-4, 1e-6  # CS336's tests (numpy.testing.assert_allclose(atol=1e-6, rtol=1e-4))
 MASKED_AT_MOST = -1e4  # a learner's masked score may hold −1e9, finfo.min or −∞: all count as masked
 
 # the names the JSON report and the docs use, in the order the report lists them

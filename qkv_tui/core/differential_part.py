@@ -16,6 +16,8 @@ import numpy as np
 
 from qkv_tui.core.variants.differential import TABLE
 from qkv_tui.kernels.attention import Attended, HeadPass, PartSpec, Turn
+
+# this module loads only where a scenario has [differential] (its table's head face), so its kernel with it
 from qkv_tui.kernels.differential import DiffForward, DiffHead, diff_forward
 from qkv_tui.kernels.policy import Policy
 from qkv_tui.kernels.rope import Rotated, angles_at

@@ -8,6 +8,7 @@ long to convert) become messages with a line and column, like its syntax errors.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import tomllib
@@ -352,7 +353,16 @@ _WS = r"(?:[ \t]|\r?\n)*+"
 # are left to tomllib, whose integer the validator names as too large)
 _NUM = r"[+-]?(?:0|[1-9][0-9]{0,299})(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?"
 _ROW = rf"\[{_WS}{_NUM}(?:{_WS},{_WS}{_NUM})*+{_WS},?{_WS}\]"
-_GRID = re.compile(rf"\[{_WS}{_ROW}(?:{_WS},{_WS}{_ROW})*+{_WS},?{_WS}\]")
+_GRID = rf"\[{_WS}{_ROW}(?:{_WS},{_WS}{_ROW})*+{_WS},?{_WS}\]"
+
+
+@functools.cache
+def _grid_pattern() -> re.Pattern[str]:
+    """_GRID compiled when a file first needs it (one of 4,096 characters or more): compiling it takes about
+    2 ms, which every start-up would pay for a built-in scenario that tomllib reads alone."""
+    return re.compile(_GRID)
+
+
 _LINE_END = re.compile(r"[ \t]*(?:\#[^\n]*)?(?:\r?\n|\Z)")
 # What can come before a matrix: strings and comments (skipped whole, so that text
 # inside them is never taken for a key), or a `key = [[` at the start of a line
@@ -425,7 +435,7 @@ def _with_grids(text: str) -> dict[str, Any]:
         start = candidate.end() - 1 - len(candidate.group("inner"))  # the outer '['
         if start < done:
             continue  # inside a matrix already taken
-        match = _GRID.match(text, start)
+        match = _grid_pattern().match(text, start)
         if match is None or match.end() - start < _FAST_MIN_CHARS or not _LINE_END.match(text, match.end()):
             continue  # small matrices are left to tomllib: no need to know where they sit
         where = scan.grid_at(start)

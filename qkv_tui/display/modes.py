@@ -4,8 +4,10 @@ front (the operation trace or one of the side views of display/side_views.py) an
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from qkv_tui.teach.quiz import Question, Score
+if TYPE_CHECKING:  # the quiz's module loads when the quiz is first switched on, not with the first screen
+    from qkv_tui.teach.quiz import Question, Score
 
 MIN_DECIMALS, MAX_DECIMALS = 1, 8  # at 0 a weight row reads 0 0 0: it must visibly sum to 1
 TRACE = "trace"  # the operation trace: the view that is no side view

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable
 from dataclasses import replace
-from typing import TypeVar, cast
+from typing import TYPE_CHECKING, TypeVar, cast
 
 from qkv_tui.core.engine import Computation
 from qkv_tui.display.frame import Frame
@@ -17,10 +17,12 @@ from qkv_tui.display.side_view import SideView
 from qkv_tui.display.side_views import HEADS, SIDE_VIEWS, shown_for, side_view
 from qkv_tui.display.view import View, hand_note, model_layer, whatif_lines
 from qkv_tui.teach.handcalc import compute_hand
-from qkv_tui.teach.quiz import Question, about_line, hide_result
 from qkv_tui.teach.stepper import Position
 from qkv_tui.teach.summary import MAX_ROWS, closing_summary
 from qkv_tui.teach.trace import Trace
+
+if TYPE_CHECKING:  # the quiz's module loads when the quiz first asks, not with the first screen
+    from qkv_tui.teach.quiz import Question
 
 T = TypeVar("T")
 
@@ -64,6 +66,8 @@ class Presenter:
         step = min(modes.side_step, side.steps(self, modes, head) - 1)
         ex = side.frame(self, modes, step, head).explanation
         line = next((line for line in (ex.arithmetic, *ex.details) if line.startswith(side.asks)), None)
+        from qkv_tui.teach.quiz import about_line
+
         return None if line is None else about_line(step, line, side.name)
 
     def frame(self, pos: Position, modes: Modes) -> Frame:
@@ -96,6 +100,8 @@ class Presenter:
         ex = view.explain(pos, modes.decimals)
         if hidden:  # the learner predicts: no result, no details that give it away (teach/quiz.py)
             assert modes.question is not None
+            from qkv_tui.teach.quiz import hide_result
+
             ex = replace(ex, arithmetic=modes.question.arithmetic or hide_result(ex.arithmetic), details=())
         notes: list[str] = []
         if modes.hand and not hidden:

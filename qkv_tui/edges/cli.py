@@ -13,11 +13,10 @@ from typing import NoReturn, TextIO
 from qkv_tui import __version__
 from qkv_tui.base.files import kind_at
 from qkv_tui.base.values import escaped
-from qkv_tui.core.cost import DEFAULT_CONTEXT, DEFAULT_DTYPE, DTYPES, MAX_CONTEXT
+from qkv_tui.core.cost_options import DEFAULT_CONTEXT, DEFAULT_DTYPE, DTYPES, MAX_CONTEXT
 from qkv_tui.core.engine import combine, iter_heads
 from qkv_tui.core.scenario import Scenario, ScenarioError, builtin_dir, builtin_names, load_scenario, resolve
-from qkv_tui.edges import compare as learner
-from qkv_tui.edges import model_args, place_args
+from qkv_tui.edges import compare_args, model_args, place_args
 from qkv_tui.edges.arithmetic import arithmetic_policy, computed
 from qkv_tui.edges.config import THEME_NAMES, config_path, save_theme, saved_theme
 from qkv_tui.edges.serve import prepared as serve_prepared
@@ -149,7 +148,7 @@ def _new_parser(names: tuple[str, ...]) -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"qkv-tui {__version__}")
     place_args.add_arguments(parser)
     model_args.add_arguments(parser)
-    learner.add_arguments(parser)
+    compare_args.add_arguments(parser)
     return parser
 
 
@@ -210,7 +209,7 @@ def misplaced(args: argparse.Namespace) -> str | None:
         return "--read-only goes only with the app or --serve"
     if (problem := place_args.misplaced(args)) is not None:
         return problem
-    return learner.misplaced(args)
+    return compare_args.misplaced(args)
 
 
 def worksheet_output_problem(args: argparse.Namespace) -> str | None:
@@ -300,6 +299,8 @@ def _main(argv: list[str] | None) -> int:
         args.scenario, load = [args.model], lambda _spec: model_args.model_scenario(args)
         note: Callable[[str], None] = lambda _spec: None
     elif args.tensors is not None:  # --tensors FILE: a learner's arrays made a scenario (edges/compare.py)
+        from qkv_tui.edges import compare as learner
+
         args.scenario, load = [args.tensors], learner.tensors_loader(args)
         note = lambda _spec: None
     else:
@@ -362,6 +363,8 @@ def _main(argv: list[str] | None) -> int:
         try:
             with arithmetic_policy(spec):
                 if args.compare is not None:
+                    from qkv_tui.edges import compare as learner
+
                     return learner.export_compare(args, load(spec), exporter, sys.stdout)
                 exporter(load(spec), sys.stdout)
         except ScenarioError as exc:
@@ -387,6 +390,8 @@ def _main(argv: list[str] | None) -> int:
     try:
         place = place_args.place(args, comp)
         if args.compare is not None:  # the app opens at the first cell that differs, unless --stage says where
+            from qkv_tui.edges import compare as learner
+
             with arithmetic_policy(spec):
                 first, notice = learner.app_place(args, comp)
             place = first if place is None else place

@@ -33,7 +33,6 @@ from qkv_tui.display.side_view import key_state
 from qkv_tui.display.side_views import SIDE_VIEWS, side_view
 from qkv_tui.display.text import pictured
 from qkv_tui.display.view import STAGE_KEYS, PaneSpec
-from qkv_tui.teach.quiz import Question, Score, questions
 from qkv_tui.teach.stepper import Position, Stepper
 from qkv_tui.teach.trace import Trace
 from qkv_tui.ui.live import Live
@@ -46,6 +45,7 @@ from qkv_tui.ui.widgets.panels import ExplainPanel, FormulaLine, KeyFooter, Quiz
 from qkv_tui.ui.widgets.trace_screen import TraceScreen
 
 if TYPE_CHECKING:
+    from qkv_tui.teach.quiz import Question
     from qkv_tui.ui.widgets.heads import HeadsPanel
 
 MIN_WIDTH, MIN_HEIGHT = 50, 14
@@ -454,6 +454,8 @@ class QKVApp(Session):
 
     def _questions(self, index: int) -> list[Question]:
         """The questions for an operation, about the numbers on screen (hand-rounded ones when h is on)."""
+        from qkv_tui.teach.quiz import questions  # loaded when the quiz first asks, not with the first screen
+
         return questions(self.presenter.view(self.modes).trace, index, self.decimals)
 
     def _asked_again(self, modes: Modes) -> Modes:
@@ -464,6 +466,8 @@ class QKVApp(Session):
         if pending.side:  # a side view's line, written at the new decimals
             again_side = self.presenter.side_question(modes, self.position.head)
             return replace(modes, question=again_side, message="")
+        from qkv_tui.teach.quiz import questions
+
         asked = questions(self.presenter.view(modes).trace, pending.index, modes.decimals)
         again = [q for q in asked if q.kind == pending.kind]
         return replace(modes, question=again[0] if again else None, message="")
@@ -592,6 +596,8 @@ class QKVApp(Session):
         modes = self.modes
         on = not modes.asking
         if on:
+            from qkv_tui.teach.quiz import Score  # the quiz's module loads here, not with the first screen
+
             here = "" if not modes.side else f" in the {modes.view} view"
             self.modes = replace(modes, quiz=modes.quiz or Score(), quiz_view=modes.view, question=None,
                                  message=f"Predict-then-reveal is on{here}: press → and type what the next result will be.")
@@ -644,6 +650,8 @@ class QKVApp(Session):
             return
         # after "which key wins this row?" comes the cell's own value (a side view asks one question a step)
         later = [] if question.side else [q for q in self._questions(question.index) if question.kind == "argmax" != q.kind]
+        from qkv_tui.teach.quiz import Score  # loaded already: a question was asked
+
         self.modes = replace(self.modes, quiz=(self.modes.quiz or Score()).add(verdict),
                              question=later[0] if later else None, message=verdict.message)
         if not later:

@@ -13,6 +13,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 from textual import events
@@ -21,10 +22,8 @@ from textual.screen import Screen
 from textual.timer import Timer
 from textual.widgets import Footer
 
-from qkv_tui.core.cell_edit import EditError, InputCell, changed_cells, edit, edited_text, input_cells, save_file, value_of
 from qkv_tui.core.engine import Computation, compute
 from qkv_tui.core.scenario import Scenario, ScenarioError, builtin_dir, builtin_names, load_scenario, resolve
-from qkv_tui.core.variants import deltanet_edit
 from qkv_tui.display.frame import Frame
 from qkv_tui.display.side_views import SIDE_VIEWS, shown_for
 from qkv_tui.display.view import PaneSpec, stage_key
@@ -32,6 +31,9 @@ from qkv_tui.teach.stepper import Position
 from qkv_tui.teach.trace import Trace
 from qkv_tui.ui import themes
 from qkv_tui.ui.session import Session
+
+if TYPE_CHECKING:  # editing's module loads with the first edit, undo or save, not with the first screen
+    from qkv_tui.core.cell_edit import InputCell
 
 POLL_SECONDS = 1.0  # how often the file's modification time is compared (a stat call: cheap)
 SPEEDS = (2.0, 1.0, 0.5, 0.25)  # seconds per step, slowest first
@@ -158,6 +160,8 @@ class Live:
 
     def default_cell(self) -> InputCell:
         """The input cell the current operation reads (the first one), or the current row's first X."""
+        from qkv_tui.core.cell_edit import InputCell
+
         app = self.app
         op = app.trace.op(app.position.index)
         if op.segment.target == "gate" and op.head is not None:  # the gate's own input: its weights
@@ -172,6 +176,8 @@ class Live:
                 spec = app.trace.spec("delta")
                 assert isinstance(spec, Delta)
                 beta = spec.block(app.comp.heads[op.head], op.col or 0)[0] == "dn_delta"  # δ = (v − kv)·β reads β
+            from qkv_tui.core.variants import deltanet_edit
+
             target, row, col = deltanet_edit.read_by(dn, beta, op.row, op.head)
             return InputCell(target, None, row, col)
         for ref in op.operands:
@@ -209,6 +215,8 @@ class Live:
 
     def apply(self, cell: InputCell, text: str) -> str | None:
         """Make one edit; returns why it cannot be made, or None."""
+        from qkv_tui.core.cell_edit import EditError, changed_cells, edit, input_cells, value_of
+
         app = self.app
         if cell not in input_cells(app.scenario):  # the file was reloaded while the prompt was open
             return "the scenario changed on disk meanwhile; press esc, then e again"
@@ -225,6 +233,8 @@ class Live:
         return None
 
     def undo(self) -> None:
+        from qkv_tui.core.cell_edit import changed_cells
+
         app = self.app
         if not self.undo_stack:
             app.notify("Nothing to undo.", timeout=3)
@@ -240,6 +250,8 @@ class Live:
 
         In a browser (``--serve``) nothing is written on the server: the edited file is a download.
         """
+        from qkv_tui.core.cell_edit import EditError, save_file
+
         app = self.app
         if self.refused("saving"):
             return
@@ -286,6 +298,8 @@ class Live:
     def download(self, source: Path) -> None:
         """The edited file, as ``s`` delivers a screenshot: a download in the student's browser. The
         server's folders are shared by every student and every restart: nothing is written into them."""
+        from qkv_tui.core.cell_edit import EditError, edited_text
+
         app = self.app
         if _stamp(source) != self.stamp and (problem := self._merge_problem(source)):
             app.notify(f"error: {source.name}: not downloaded: {problem}", severity="error", timeout=12, markup=False)
@@ -303,6 +317,8 @@ class Live:
 
     def _merge_problem(self, path: Path) -> str | None:
         """Why the edits cannot be written into a file that changed on disk, or None when they can."""
+        from qkv_tui.core.cell_edit import input_cells
+
         try:
             on_disk = load_scenario(str(path))
         except ScenarioError as exc:

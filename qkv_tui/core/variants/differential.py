@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -30,7 +30,9 @@ from qkv_tui.core.variants.common import (
     write_whole,
 )
 from qkv_tui.core.variants.gate import Reader
-from qkv_tui.kernels.differential import DiffHead, lambda_init_of_layer
+
+if TYPE_CHECKING:  # the kernel loads with the first [differential] scenario read, not with every start-up
+    from qkv_tui.kernels.differential import DiffHead
 
 LAMBDA_KEYS = ("lambda_q1", "lambda_k1", "lambda_q2", "lambda_k2")
 GAMMA_NAME = "gamma_sub"  # the sub-norm's gains in a [backward] train list ("gamma" is [norm]'s)
@@ -99,6 +101,8 @@ class Differential:
 
     def head(self, h: int) -> DiffHead:
         """What the kernel reads for head ``h`` (0-based)."""
+        from qkv_tui.kernels.differential import DiffHead
+
         return DiffHead(self.lambda_q1[h], self.lambda_k1[h], self.lambda_q2[h], self.lambda_k2[h], self.lambda_init,
                         self.eps, self.gamma)
 
@@ -213,6 +217,8 @@ def _lambda_init(v: Any, table: dict[str, Any]) -> tuple[float, int | None]:
     if not 0 <= L <= MAX_INDEX:
         raise v.fail(f"[differential] layer = {_show(L)}; expected a whole number >= 0 (the layer's depth, counted from 0)"
                      f" up to {MAX_INDEX}")
+    from qkv_tui.kernels.differential import lambda_init_of_layer
+
     return lambda_init_of_layer(L), int(L)
 
 

@@ -6,17 +6,20 @@ from __future__ import annotations
 
 import math
 from functools import lru_cache, partial
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from qkv_tui.core.scenario import Matrix
-from qkv_tui.kernels.cross_entropy import CrossEntropy
 from qkv_tui.kernels.gate import Gated
 from qkv_tui.teach.arith import MAX_TERMS, SoftmaxRow, elide, fit, softmax_row
 from qkv_tui.teach.stages.common import Key, Operation, Plan, Ref, Segment, Stage, paren
 from qkv_tui.teach.stages.context import TraceContext
 from qkv_tui.teach.stages.grads import BackwardSpec, dot_cell, formula_cell, grads
 from qkv_tui.teach.stages.markdown import MarkdownPage
+
+if TYPE_CHECKING:  # the kernel loads with the gradients that compute it (core/gradients.py), not with every trace
+    from qkv_tui.kernels.cross_entropy import CrossEntropy
 
 CE_NAMES = ("W_U", "ce_logits", "ce_probs", "ce_dlogits", "dW_U")
 

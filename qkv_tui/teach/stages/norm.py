@@ -14,7 +14,6 @@ from qkv_tui.core.engine import Computation
 from qkv_tui.core.fmt import BIG, fmt, is_integral, operand
 from qkv_tui.core.scenario import Matrix
 from qkv_tui.kernels.norm import normalise
-from qkv_tui.kernels.norm_backward import row_means
 from qkv_tui.kernels.policy import statistic_places
 from qkv_tui.teach.arith import MAX_TERMS, agrees, elide, hidden_terms, shown
 from qkv_tui.teach.arith import tries as _places
@@ -449,6 +448,8 @@ class NormBack(BackwardSpec):
 
 def _back_stats(gamma: Matrix, dy: Matrix, xhat: Matrix) -> tuple[Matrix, Matrix]:
     """Each row's m = mean(γ·dy·x̂) and ḡ = mean(γ·dy): (n,) each (kernels/norm_backward.py)."""
+    from qkv_tui.kernels.norm_backward import row_means  # the backward kernels load with a backward pass
+
     return row_means(gamma, dy, xhat)
 
 

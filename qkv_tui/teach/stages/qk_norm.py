@@ -10,7 +10,6 @@ import numpy as np
 from qkv_tui.core.engine import Computation, HeadResult
 from qkv_tui.core.scenario import Matrix
 from qkv_tui.kernels.norm import QKNormed, normalise
-from qkv_tui.kernels.norm_backward import row_means
 from qkv_tui.teach.stages.common import (
     K_SLOT,
     Q_SLOT,
@@ -371,6 +370,8 @@ class QKNormBack(BackwardSpec):
 
 def _m(trace: TraceContext, h: int, query: bool) -> Matrix:
     """Each row's m = mean(γ·dy·x̂), over the head's d_k or, with over = "all", over every head's columns: (rows,)."""
+    from qkv_tui.kernels.norm_backward import row_means  # the backward kernels load with a backward pass
+
     comp = trace.comp
     sc, g = comp.scenario, grads(trace)
     qk = sc.qk_norm

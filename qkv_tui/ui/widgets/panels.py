@@ -4,7 +4,7 @@ and the quiz's answer box."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import ClassVar, Protocol, cast
+from typing import TYPE_CHECKING, ClassVar, Protocol, cast
 
 from rich.segment import Segment
 from rich.style import Style
@@ -16,6 +16,7 @@ from textual.geometry import Region, Size
 from textual.strip import Strip
 from textual.widget import Widget
 from textual.widgets import Footer, Input, Static
+from textual.widgets._footer import FooterKey  # not exported: its compact, set before the key is mounted
 
 from qkv_tui.core.fmt import cell_len
 from qkv_tui.display.footer_keys import fit_keys, rank
@@ -23,9 +24,11 @@ from qkv_tui.display.stage_bar import SEPARATOR, Bar, fit_bar
 from qkv_tui.display.status_line import Piece, fit_status
 from qkv_tui.display.text import pictured, wrap
 from qkv_tui.display.view import Explanation
-from qkv_tui.teach.quiz import Question
 from qkv_tui.ui.widgets.looks import Styled
 from qkv_tui.ui.widgets.scrolling import SyncedScrollView
+
+if TYPE_CHECKING:  # the quiz's module loads when the quiz first asks, not with the first screen
+    from qkv_tui.teach.quiz import Question
 
 
 class StageBar(Static, Styled):
@@ -217,6 +220,13 @@ class KeyFooter(Footer):
         widgets = list(super().compose())
         # the footer's keys carry their action, key and description (Textual's FooterKey, not exported)
         keys = [w for w in widgets if hasattr(w, "action") and not w.has_class("-command-palette")]
+        for key in keys:
+            if isinstance(key, FooterKey):
+                # born compact (its default), each key bound to the footer's compact would take the class, be
+                # restyled, then lose it when the binding sets the footer's value, and be restyled again: two
+                # restyles a key on the way to every first frame. Given that value now, the binding changes
+                # nothing. (The palette's key is not bound: it keeps Textual's default.)
+                key.set_reactive(FooterKey.compact, self.compact)
         room = width - sum(self.key_width(w) + 2 for w in widgets if w.has_class("-command-palette"))  # its border
 
         calls = [cast(_Key, key).action for key in keys]
