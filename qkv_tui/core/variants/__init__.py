@@ -21,6 +21,7 @@ from qkv_tui.core.variants import differential as differential
 from qkv_tui.core.variants import gate as gate
 from qkv_tui.core.variants import linear as linear
 from qkv_tui.core.variants import mla as mla
+from qkv_tui.core.variants import ssd as ssd
 from qkv_tui.core.variants import value_scale as value_scale
 from qkv_tui.core.variants.alibi import ALIBI_KEYS as ALIBI_KEYS
 from qkv_tui.core.variants.alibi import Alibi as Alibi
@@ -76,6 +77,7 @@ FEATURES: tuple[Table[Any] | Keys, ...] = (
     backward.TABLE,
     value_scale.TABLE,
     differential.TABLE,  # after [backward] and [value_scale], which it refuses for now
+    ssd.TABLE,  # after every table it refuses
 )
 
 # The top-level tables, in the order the loader parses them (a table may read the ones before it:

@@ -1,5 +1,6 @@
 """Whether a scenario's heads run the softmax at all: [linear] and [deltanet] replace Score … Mix with a
-running state of their own (teach/stages/linear.py, teach/stages/deltanet.py)."""
+running state of their own (teach/stages/linear.py, teach/stages/deltanet.py); and whether they project Q, K
+and V at all ([ssd] reads its own C, B and x)."""
 
 from __future__ import annotations
 
@@ -11,3 +12,8 @@ def softmax_runs(trace: TraceContext) -> bool:
     # a part whose record says it has stages of its own ([differential]'s two maps) replaces the one-map stages
     own = any(getattr(r, "own_stages", False) for h in trace.comp.heads for r in h.parts.values())
     return sc.linear is None and getattr(sc, "deltanet", None) is None and not own
+
+
+def heads_project(trace: TraceContext) -> bool:
+    """False where a part's record says its heads read no projection of their own (``projects = False``)."""
+    return not any(getattr(r, "projects", True) is False for h in trace.comp.heads for r in h.parts.values())
