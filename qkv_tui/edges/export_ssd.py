@@ -22,5 +22,6 @@ def ssd_parts(sc: Scenario, norm: NormResult | None, write_fields: WriteFields) 
     heads: list[Fields] = []
     for hr in iter_heads(sc, norm):
         s = hr.need(SsdRecord).ssd
-        heads.append([("dt", s.dt), ("a", s.a), ("L", s.L), ("y", s.y)])
+        # vectors as JSON lists (the writer puts a matrix a row per line)
+        heads.append([("dt", [float(v) for v in s.dt]), ("a", [float(v) for v in s.a]), ("L", s.L), ("y", s.y)])
     return [("ssd", Nested(write_fields, fields=[("heads", Nested(write_fields, items=heads))]))]
