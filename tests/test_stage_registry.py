@@ -18,6 +18,8 @@ from .conftest import SHIPPED
 
 SEED_ORDER = ["embed", "norm", "project", "compress", "expand", "mla_rotate", "qk_norm", "rotate", "score", "scale", "softmax",
               "mix",
+              "ssd_steps", "ssd_recurrence", "ssd_mask", "ssd_map", "ssd_attention", "ssd_agree", "ssd_gate",
+              "ssd_norm",  # [ssd]: Project and Score … Mix
               "diff_score_1", "diff_scale_1", "diff_softmax_1", "diff_score_2", "diff_scale_2", "diff_softmax_2",
               "diff_lambda", "diff_subtract", "diff_mix", "diff_subnorm", "diff_factor",  # [differential]: Score … Mix
               "absorb",

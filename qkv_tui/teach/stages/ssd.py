@@ -26,7 +26,26 @@ from qkv_tui.core.ssd_part import SsdRecord
 from qkv_tui.core.variants.ssd import TABLE
 from qkv_tui.kernels.ssd import SOFTPLUS_THRESHOLD
 from qkv_tui.teach.arith import agrees, dot_line, first_fit, shown, tries
-from qkv_tui.teach.stages.common import Key, Operation, PaneStyle, Plan, Ref, Segment, Stage, StageSpec, paren
+from qkv_tui.teach.stages.common import (
+    CLOSE,
+    GATE_SLOT,
+    K_SLOT,
+    OPEN,
+    Q_SLOT,
+    QK_DOT,
+    V_DOT,
+    V_SLOT,
+    FormulaPart,
+    Key,
+    Operation,
+    PaneStyle,
+    Plan,
+    Ref,
+    Segment,
+    Stage,
+    StageSpec,
+    paren,
+)
 from qkv_tui.teach.stages.context import TraceContext
 from qkv_tui.teach.stages.norm import RowStats, cell_lines
 
@@ -49,10 +68,21 @@ def _whole(m: Matrix) -> bool:
 
 
 class _SsdStage(StageSpec):
+    """The formula line reads (L ∘ C·Bᵀ)·(dt·x) + D·x, then the gate and norm where given: Map places the pieces
+    (``parts``), each stage lights its slots."""
+
     per_head = True
+    parts: tuple[tuple[int, str], ...] = ()
+    lit: frozenset[int] = frozenset()
 
     def runs(self, trace: TraceContext) -> bool:
         return has_ssd(trace)
+
+    def formula(self, trace: TraceContext, op: Operation) -> list[FormulaPart]:
+        return [FormulaPart(slot, text) for slot, text in self.parts]
+
+    def lights(self, seg: Segment) -> frozenset[int]:
+        return self.lit
 
     def op(self, index: int, seg: Segment, row: int, col: int, value: float, refs: tuple[Ref, ...], text: str,
            details: tuple[str, ...] = ()) -> Operation:
@@ -65,6 +95,7 @@ class Steps(_SsdStage):
                   " decay rate A < 0 turns it into a decay a = e^(dt·A), between 0 and 1: how much of the state"
                   " survives this token. A large step forgets more of the past and writes more of the present.")
     matrices = ("ssd_dt", "ssd_a")
+    lit = frozenset({OPEN})
 
     def segments(self, trace: TraceContext, head: int | None) -> list[Plan]:
         n = trace.comp.scenario.n
@@ -85,7 +116,7 @@ class Steps(_SsdStage):
             prod = float(np.round(prod, trace.hand))
 
         def attempt(p: int) -> tuple[tuple[str, str, str], bool]:
-            ts = (operand(dt, False, p), operand(A, A == round(A), p), operand(prod, False, p))
+            ts = (operand(dt, False, p), operand(A, round(A) == A, p), operand(prod, False, p))
             ok = agrees(shown(ts[0]) * shown(ts[1]), ts[2].strip("()"), exact=False) and agrees(
                 math.exp(shown(ts[2])), result)
             if trace.hand is None:
@@ -94,7 +125,7 @@ class Steps(_SsdStage):
 
         a, b, c = first_fit(tries(d, False), attempt)
         text = f"a[{t}] = e^(dt[{t}]·A) = e^({a}·{b}) = e^{c} = {result}"
-        details = (f"A = {fmt(A, A == round(A), d)} for this head: a is below 1 because dt > 0 and A < 0",)
+        details = (f"A = {fmt(A, round(A) == A, d)} for this head: a is below 1 because dt > 0 and A < 0",)
         return self.op(index, seg, row, 0, value, (Ref("ssd_dt", h, row, 0),), text, details)
 
     def _dt(self, trace: TraceContext, index: int, seg: Segment, r: SsdRecord, h: int, row: int, t: str,
@@ -156,6 +187,7 @@ class Recurrence(_SsdStage):
                   " h_t = a_t·h_{t−1} + (dt_t·x_t)·B_tᵀ, y_t = h_t·C_t + D·x_t. The state is all a Mamba-2 layer"
                   " keeps between tokens: its size does not grow with the sequence.")
     matrices = ("ssd_x", "ssd_B", "ssd_C", "ssd_xdt", "ssd_h", "ssd_yrec")
+    lit = frozenset({Q_SLOT, K_SLOT, V_SLOT})
 
     def segments(self, trace: TraceContext, head: int | None) -> list[Plan]:
         s = rec_of(trace, head).ssd
@@ -183,7 +215,7 @@ class Recurrence(_SsdStage):
             work = dot_line(np.array([s.a[row], s.xdt[row, i]]), np.array([before, s.B[row, j]]), False,
                             False, fmt(value, False, d), d, trace.hand)
             text = f"h[{t}][{i},{j}] = a[{t}]·{prev} + (dt·x)[{t},{i}]·B[{t},{j}] = {work}"
-            refs = (Ref("ssd_a", h, row, 0), Ref("ssd_xdt", h, row, i), Ref("ssd_B", h, row, j))
+            refs: tuple[Ref, ...] = (Ref("ssd_a", h, row, 0), Ref("ssd_xdt", h, row, i), Ref("ssd_B", h, row, j))
             if row:
                 refs += (Ref("ssd_h", h, row - 1, col),)
             details = ("the state starts at 0: the first token's h is its own write",) if not row else ()
@@ -194,7 +226,7 @@ class Recurrence(_SsdStage):
                         fmt(value, False, d), d, trace.hand)
         text = f"y_rec[{t},{col}] = C[{t}]·h[{t}][{col},:] + D·x[{t},{col}] = {work}"
         return self.op(index, seg, row, col, value, (Ref("ssd_C", h, row), Ref("ssd_h", h, row), Ref("ssd_x", h, row, col)),
-                       text, (f"D = {fmt(s.D, s.D == round(s.D), d)}, the skip that passes x straight through",))
+                       text, (f"D = {fmt(s.D, round(s.D) == s.D, d)}, the skip that passes x straight through",))
 
     def matrix(self, trace: TraceContext, name: str, head: int | None) -> Matrix:
         s = rec_of(trace, head).ssd
@@ -229,6 +261,7 @@ class Mask(_SsdStage):
                   " token). L is the causal mask of attention with its ones faded by the decays: the dual of the"
                   " 0/1 triangle.")
     matrices = ("ssd_L",)
+    lit = frozenset({OPEN})
     key_columns = matrices
     styles = MappingProxyType({"ssd_L": PaneStyle(heat=True)})
 
@@ -284,6 +317,9 @@ class Map(_SsdStage):
                   "The attention form's map: C plays the query, B the key, so C·Bᵀ is a score matrix, never"
                   " exponentiated; L ∘ C·Bᵀ masks and fades it cell by cell. Its rows need not sum to 1.")
     matrices = ("ssd_G", "ssd_M")
+    parts = ((OPEN, "(L ∘ "), (Q_SLOT, "C"), (QK_DOT, "·"), (K_SLOT, "Bᵀ"), (CLOSE, ")"), (V_DOT, "·"),
+             (V_SLOT, "(dt·x) + D·x"))
+    lit = frozenset({OPEN, Q_SLOT, QK_DOT, K_SLOT, CLOSE})
     key_columns = matrices
     styles = MappingProxyType({"ssd_M": PaneStyle(heat=True)})
 
@@ -336,6 +372,7 @@ class Attention(_SsdStage):
                   "The same layer as masked attention, all tokens at once: y = (L ∘ C·Bᵀ)·(dt·x) + D·x. Each"
                   " row of the map mixes the earlier tokens' dt·x, as attention's weights mix V.")
     matrices = ("ssd_y",)
+    lit = frozenset({V_DOT, V_SLOT})
 
     def segments(self, trace: TraceContext, head: int | None) -> list[Plan]:
         s = rec_of(trace, head).ssd
@@ -414,6 +451,8 @@ class Gate(_SsdStage):
                   "A Mamba-2 layer gates y with its z stream: y·SiLU(z), SiLU(z) = z·σ(z) = z / (1 + e^(−z)),"
                   " before the norm (transformers' MambaRMSNormGated, norm_before_gate=False).")
     matrices = ("ssd_z", "ssd_gated")
+    parts = ((GATE_SLOT, " → ·SiLU(z) → RMSNorm"),)
+    lit = frozenset({GATE_SLOT})
 
     def runs(self, trace: TraceContext) -> bool:
         return any((r := h.part(SsdRecord)) is not None and r.gate is not None for h in trace.comp.heads)
@@ -471,6 +510,7 @@ class Norm(_SsdStage):
                   " square, over all their columns) and multiplied by γ: the head's output, what Concat joins.")
     matrices = ("output",)
     runs = Gate.runs
+    lit = frozenset({GATE_SLOT})
 
     def segments(self, trace: TraceContext, head: int | None) -> list[Plan]:
         s = rec_of(trace, head).ssd
