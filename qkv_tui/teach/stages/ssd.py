@@ -177,7 +177,7 @@ class Steps(_SsdStage):
         return [("ssd_a", head)]
 
     def title(self, trace: TraceContext, name: str, head: int | None) -> str:
-        return "dt = softplus(X·W_dt + dt_bias)" if name == "ssd_dt" else "a = e^(dt·A)"
+        return "dt = softplus(s)" if name == "ssd_dt" else "a = e^(dt·A)"
 
 
 class Recurrence(_SsdStage):
@@ -185,7 +185,8 @@ class Recurrence(_SsdStage):
                   "The recurrent form, one token at a time: the state h (d × d_state per head) first decays by a_t,"
                   " then adds (dt_t·x_t)·B_tᵀ; the output reads it with C_t and adds the skip D·x_t."
                   " h_t = a_t·h_{t−1} + (dt_t·x_t)·B_tᵀ, y_t = h_t·C_t + D·x_t. The state is all a Mamba-2 layer"
-                  " keeps between tokens: its size does not grow with the sequence.")
+                  " keeps between tokens: its size does not grow with the sequence. Cell i,j of h_t is in column"
+                  " i·d_state + j of its pane.")
     matrices = ("ssd_x", "ssd_B", "ssd_C", "ssd_xdt", "ssd_h", "ssd_yrec")
     lit = frozenset({Q_SLOT, K_SLOT, V_SLOT})
 
@@ -250,8 +251,8 @@ class Recurrence(_SsdStage):
 
     def title(self, trace: TraceContext, name: str, head: int | None) -> str:
         return {"ssd_x": "x (the value stream)", "ssd_B": "B (the write key)", "ssd_C": "C (the read query)",
-                "ssd_xdt": "dt·x", "ssd_h": "h_t = a_t·h_{t−1} + (dt·x)_t·B_tᵀ (cell i,j in column i·d_state + j)",
-                "ssd_yrec": "y_rec = h_t·C_t + D·x_t"}[name]
+                "ssd_xdt": "dt·x", "ssd_h": "h_t (the state)",
+                "ssd_yrec": "y_rec (recurrence)"}[name]
 
 
 class Mask(_SsdStage):
@@ -309,7 +310,7 @@ class Mask(_SsdStage):
         return [("ssd_L", head)]
 
     def title(self, trace: TraceContext, name: str, head: int | None) -> str:
-        return "L[i,j] = a_{j+1}·…·a_i"
+        return "L (the decay mask)"
 
 
 class Map(_SsdStage):
@@ -401,7 +402,7 @@ class Attention(_SsdStage):
         return [("ssd_y", head)]
 
     def title(self, trace: TraceContext, name: str, head: int | None) -> str:
-        return "y = (L ∘ C·Bᵀ)·(dt·x) + D·x"
+        return "y (attention form)"
 
 
 class Agree(_SsdStage):
@@ -537,7 +538,7 @@ class Norm(_SsdStage):
         return [("ssd_gated", op.head), ("output", op.head)]
 
     def title(self, trace: TraceContext, name: str, head: int | None) -> str:
-        return "output = RMSNorm(gated)·γ, by group"
+        return "output = RMSNorm(gated)·γ"
 
 
 STEPS, RECURRENCE, MASK, MAP = Steps(), Recurrence(), Mask(), Map()
