@@ -48,7 +48,7 @@ def _case(n: int, H: int, G: int, d: int, N: int, *, steps: str, gate: bool, pre
         lines += ["[attention]", f"num_heads = {H}", f"W_Q = {_toml(np.ones((d_model, H)))}",
                   f"W_K = {_toml(np.ones((d_model, H)))}", f"W_V = {_toml(np.ones((d_model, H * d)))}"]
     else:
-        for h in range(H):
+        for _ in range(H):
             lines += ["[[heads]]", f"W_Q = {_toml(np.ones((d_model, 1)))}", f"W_K = {_toml(np.ones((d_model, 1)))}",
                       f"W_V = {_toml(np.ones((d_model, d)))}"]
     if W_O:
