@@ -22,6 +22,7 @@ from qkv_tui.display.view import View
 from qkv_tui.edges.export_json import to_json
 from qkv_tui.edges.export_markdown import to_markdown
 from qkv_tui.teach.handcalc import compute_hand
+from qkv_tui.teach.summary import closing_summary
 from qkv_tui.teach.trace import Trace
 
 from .test_calculator import assert_holds, check_text, explanation_text
@@ -172,3 +173,10 @@ def test_what_it_cannot_combine_with_is_one_line(change: tuple[str, str], says: 
                             "  [0, -1],\n]", "W_dt = [[1], [0]]").replace("dt_bias = [0, 0.5]", "dt_bias = [0]")
         text = text.replace("[ssd]\nnum_heads = 1", "[ssd]\nnum_heads = 1\nx = [[1, 1], [2, 1], [1, 2]]")
     assert says in _refused(text)
+
+
+def test_the_closing_summary_says_how_the_output_is_made_and_claims_no_row_sums() -> None:
+    comp = compute(load_scenario(BUILTIN))
+    lines = closing_summary(comp, 0, 120, 3)
+    assert "(L ∘ C·Bᵀ)·(dt·x) + D·x" in lines[0] and "gated by SiLU(z)" in lines[0]
+    assert lines[-1] == "Checks: the 3 masked weights are exactly 0."  # L ∘ C·Bᵀ's rows have no total to check

@@ -59,6 +59,7 @@ class SsdRecord:
     gate: SsdGate | None
     own_stages: ClassVar[bool] = True  # its recurrence and its masked attention replace Score … Mix (teach/stages/ssd.py)
     projects: ClassVar[bool] = False  # C, B and x are the table's: the head's W_Q, W_K and W_V are not read
+    distribution: ClassVar[bool] = False  # L ∘ C·Bᵀ has no row total to check (teach/summary.py asks)
     refuses: ClassVar[Mapping[str, str]] = MappingProxyType({
         "tiles": "No tiles for [ssd]: the tiles view streams a softmax's running max and sum, and a state-space head"
                  " has no softmax; its Recurrence stage is the streaming form, one state per head.",
@@ -75,7 +76,8 @@ class SsdRecord:
     @property
     def route(self) -> str:
         """How a token's output is made, where the summary's "weights·V" would mislead."""
-        return "(L ∘ C·Bᵀ)·(dt·x) + D·x, the state-space duality's attention form"
+        said = "(L ∘ C·Bᵀ)·(dt·x) + D·x (the state-space duality's attention form)"
+        return said if self.gate is None else said + " gated by SiLU(z) and RMS-normalised by group"
 
 
 @dataclass(frozen=True, eq=False)
