@@ -47,7 +47,14 @@ from qkv_tui.teach.stages.common import (
     paren,
 )
 from qkv_tui.teach.stages.context import TraceContext
+from qkv_tui.teach.stages.markdown import MarkdownPage
 from qkv_tui.teach.stages.norm import RowStats, cell_lines
+
+
+# each matrix's name as its lines write it (the pane's own name is prefixed, being one among every stage's)
+CORNERS = {"ssd_dt": "dt", "ssd_a": "a", "ssd_xdt": "dt·x", "ssd_h": "h", "ssd_yrec": "y_rec", "ssd_L": "L",
+           "ssd_G": "C·Bᵀ", "ssd_M": "M", "ssd_y": "y", "ssd_gap": "y_rec − y", "ssd_gated": "gated", "output": "out",
+           "ssd_x": "x", "ssd_B": "B", "ssd_C": "C", "ssd_z": "z"}
 
 
 def rec_of(trace: TraceContext, head: int | None) -> SsdRecord:
@@ -74,12 +81,22 @@ class _SsdStage(StageSpec):
     per_head = True
     parts: tuple[tuple[int, str], ...] = ()
     lit: frozenset[int] = frozenset()
+    given: tuple[str, ...] = ()  # inputs of the [ssd] table the Markdown page prints before the stage's tables
 
     def runs(self, trace: TraceContext) -> bool:
         return has_ssd(trace)
 
     def formula(self, trace: TraceContext, op: Operation) -> list[FormulaPart]:
         return [FormulaPart(slot, text) for slot, text in self.parts]
+
+    def markdown(self, page: MarkdownPage, head: int | None) -> list[str]:
+        """Its tables with the names its lines use in their corners, then its worked lines."""
+        out: list[str] = []
+        for name in self.given:  # the table's own numbers its lines read, before what they fill
+            out += [page.table(name, head, CORNERS.get(name, name)), ""]
+        for plan in self.segments(page.trace, head):
+            out += [page.table(plan.target, head, CORNERS.get(plan.target, plan.target)), ""]
+        return out + page.worked(self.stage.key, head)
 
     def lights(self, seg: Segment) -> frozenset[int]:
         return self.lit
@@ -188,6 +205,7 @@ class Recurrence(_SsdStage):
                   " keeps between tokens: its size does not grow with the sequence. Cell i,j of h_t is in column"
                   " i·d_state + j of its pane.")
     matrices = ("ssd_x", "ssd_B", "ssd_C", "ssd_xdt", "ssd_h", "ssd_yrec")
+    given = ("ssd_x", "ssd_B", "ssd_C")
     lit = frozenset({Q_SLOT, K_SLOT, V_SLOT})
 
     def segments(self, trace: TraceContext, head: int | None) -> list[Plan]:
@@ -452,6 +470,7 @@ class Gate(_SsdStage):
                   "A Mamba-2 layer gates y with its z stream: y·SiLU(z), SiLU(z) = z·σ(z) = z / (1 + e^(−z)),"
                   " before the norm (transformers' MambaRMSNormGated, norm_before_gate=False).")
     matrices = ("ssd_z", "ssd_gated")
+    given = ("ssd_z",)
     parts = ((GATE_SLOT, " → ·SiLU(z) → RMSNorm"),)
     lit = frozenset({GATE_SLOT})
 
