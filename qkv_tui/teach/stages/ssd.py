@@ -50,7 +50,6 @@ from qkv_tui.teach.stages.context import TraceContext
 from qkv_tui.teach.stages.markdown import MarkdownPage
 from qkv_tui.teach.stages.norm import RowStats, cell_lines
 
-
 # each matrix's name as its lines write it (the pane's own name is prefixed, being one among every stage's)
 CORNERS = {"ssd_dt": "dt", "ssd_a": "a", "ssd_xdt": "dt·x", "ssd_h": "h", "ssd_yrec": "y_rec", "ssd_L": "L",
            "ssd_G": "C·Bᵀ", "ssd_M": "M", "ssd_y": "y", "ssd_gap": "y_rec − y", "ssd_gated": "gated", "output": "out",
