@@ -240,8 +240,8 @@ class Recurrence(_SsdStage):
             return self.op(index, seg, row, col, value, refs, text, details)
         value = float(s.y_recurrent[row, col])
         hs = s.states[row, col]  # (N,)
-        work = dot_line(np.array([*s.C[row], s.D]), np.array([*hs, s.x[row, col]]), False, False,
-                        fmt(value, False, d), d, trace.hand)
+        reads = np.array([*s.C[row], s.D])
+        work = dot_line(reads, np.array([*hs, s.x[row, col]]), _whole(reads), False, fmt(value, False, d), d, trace.hand)
         text = f"y_rec[{t},{col}] = C[{t}]·h[{t}][{col},:] + D·x[{t},{col}] = {work}"
         return self.op(index, seg, row, col, value, (Ref("ssd_C", h, row), Ref("ssd_h", h, row), Ref("ssd_x", h, row, col)),
                        text, (f"D = {fmt(s.D, round(s.D) == s.D, d)}, the skip that passes x straight through",))
