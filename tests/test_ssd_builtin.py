@@ -180,3 +180,12 @@ def test_the_closing_summary_says_how_the_output_is_made_and_claims_no_row_sums(
     lines = closing_summary(comp, 0, 120, 3)
     assert "(L ∘ C·Bᵀ)·(dt·x) + D·x" in lines[0] and "gated by SiLU(z)" in lines[0]
     assert lines[-1] == "Checks: the 3 masked weights are exactly 0."  # L ∘ C·Bᵀ's rows have no total to check
+
+
+def test_the_cost_view_counts_a_state_not_a_cache() -> None:
+    from qkv_tui.core.cost import kv_cache
+
+    cache = kv_cache(load_scenario(BUILTIN), 2, 4096)
+    (layer,) = cache.layers
+    assert (layer.kind, cache.per_token, cache.at_context) == ("ssd", 0, 0)
+    assert layer.state is not None and layer.state.value == 2 * (1 * 2) * 2  # heads · d·d_state · bytes

@@ -14,7 +14,7 @@ core/ssd_part.py (the head pass), teach/stages/ssd.py (the stages), edges/export
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, ClassVar, cast
 
 import numpy as np
 
@@ -76,10 +76,18 @@ class Ssd:
     z: Matrix | None  # (n, num_heads·d) the gate; None: no gated norm
     gamma: Vector | None  # (num_heads·d,) with z
     eps: float
+    d: int = 0  # each head's share of x (its y's width)
+    # the cost view's question (core/cost.py state_part): a fixed d × d_state state per head, no cache
+    state_kind: ClassVar[str] = "ssd"
+    state_width: ClassVar[str] = "d·d_state"
 
     @property
     def d_state(self) -> int:
         return int(self.B.shape[1]) // self.num_groups
+
+    @property
+    def state_sizes(self) -> tuple[int, ...]:
+        return (self.d * self.d_state,) * self.num_heads
 
 
 def _count(ctx: Context, table: dict[str, Any], key: str, what: str, default: int | None = None) -> int:
@@ -191,7 +199,7 @@ def parse_ssd(table: dict[str, Any], ctx: Context) -> Ssd:
         eps = number(v, table["eps"], f"{WHERE} eps")
         if eps <= 0:
             raise v.fail(f"{WHERE} eps = {_show(table['eps'])}; expected a finite number > 0 (it keeps the root away from 0)")
-    return Ssd(H, G, A, dt, W_dt, dt_bias, limit, B, C, x, D, z, gamma, eps)
+    return Ssd(H, G, A, dt, W_dt, dt_bias, limit, B, C, x, D, z, gamma, eps, width // H)
 
 
 def _heads_fit(ctx: Context, H: int, d: int) -> None:
