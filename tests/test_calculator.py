@@ -34,7 +34,7 @@ from .strategies import Case, cases
 
 # --- a small calculator ---------------------------------------------------------------------
 
-TOKEN = re.compile(r"\s*(−∞|∞|e\^|√|max\(|tanh\(|-?\d+(?:\.\d+)?(?:e[+-]\d+)?|[()\[\],·/+−])")
+TOKEN = re.compile(r"\s*(−∞|∞|e\^|√|max\(|tanh\(|ln\(|-?\d+(?:\.\d+)?(?:e[+-]\d+)?|[()\[\],·/+−])")
 Value = float | np.ndarray
 
 
@@ -117,6 +117,9 @@ class Parser:
             return value
         if tok == "max(":
             return max(self.items(")"))
+        if tok == "ln(":  # [ssd]'s softplus, ln(1 + eˢ)
+            (x,) = self.items(")")
+            return np.log(x) if isinstance(x, np.ndarray) else math.log(x)
         if tok == "tanh(":  # the soft-cap's c·tanh(s/c)
             (x,) = self.items(")")
             return np.tanh(x) if isinstance(x, np.ndarray) else math.tanh(x)
@@ -223,7 +226,7 @@ def check_link(left: str, right: str, line: str, report: Report) -> None:
             if not close(float(v), n, exact):
                 report.fail(line, f"{left} = {v!r}, but the line shows {n}")
         report.checked += 1
-        for kind in ("e^", "√", "max(", "/", "·", "+", "−", "["):
+        for kind in ("e^", "√", "max(", "ln(", "/", "·", "+", "−", "["):
             if kind in left:
                 report.kinds.add(kind)
         return
@@ -242,6 +245,10 @@ def check_link(left: str, right: str, line: str, report: Report) -> None:
     if left.startswith("tanh(") and right.startswith("tanh(") and left.endswith(")") and right.endswith(")"):
         check_link(left[5:-1], right[5:-1], line, report)
         report.kinds.add("tanh")
+        return
+    if left.startswith("ln(") and right.startswith("ln(") and left.endswith(")") and right.endswith(")"):
+        check_link(left[3:-1], right[3:-1], line, report)
+        report.kinds.add("ln")
         return
     if left.startswith("(") and left.endswith(")"):
         check_link(left[1:-1], right, line, report)
@@ -362,8 +369,8 @@ def test_every_markdown_line_checks_out(path, decimals: int) -> None:
     comp = builtin(path)
     report = check_text(to_markdown(comp, decimals))
     assert_holds(report)
-    # a head that keeps a state ([linear], [deltanet]) has no softmax: no row max, no list of exponentials
-    state = comp.scenario.linear is not None or comp.scenario.deltanet is not None
+    # a head that keeps a state ([linear], [deltanet], [ssd]) has no softmax: no row max, no list of exponentials
+    state = comp.scenario.linear is not None or comp.scenario.deltanet is not None or "ssd" in comp.scenario.parts
     assert ({"·", "+", "/", "e^"} if state else {"·", "+", "/", "e^", "max(", "Σ"}) <= report.kinds
     if any(head.scale_is_default for head in comp.heads):
         assert "√" in report.kinds

@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from qkv_tui import compute, load_scenario
 from qkv_tui.core.part_questions import row_total
 from qkv_tui.core.scenario import parse_scenario
+from qkv_tui.core.ssd_part import SsdRecord
 from qkv_tui.kernels.deltanet import DeltaForward
 from qkv_tui.kernels.softmax import Sunk
 
@@ -46,7 +47,8 @@ def test_every_shipped_scenario_keeps_the_invariants() -> None:
     for path in SCENARIOS:
         comp = compute(load_scenario(path))
         for head in comp.heads:
-            if head.part(DeltaForward) is not None:  # its weights are q·kᵀ times a decaying mask, no distribution
+            if head.part(DeltaForward) is not None or head.part(SsdRecord) is not None:
+                assert (head.weights[~comp.allow] == 0.0).all()  # q·kᵀ (C·Bᵀ) times a decaying mask: no distribution
                 continue
             sunk = head.part(Sunk)
             sink_share = sunk.sink_exp / head.row_sum if sunk is not None else 0.0  # a sink's dropped column

@@ -60,6 +60,8 @@ SAMPLES: dict[str, list[dict[str, Any]]] = {
                        {"lambda_q1": [[0]], "lambda_k1": [[0]], "lambda_q2": [[0]], "lambda_k2": [[0]], "layer": 0}],
     "[value_scale]": [{"factor": 0.5}],
     "[v_norm]": [{"eps": 1e-6}],
+    "[ssd]": [{"num_heads": 1, "num_groups": 1, "A": [-1.0], "dt": [[0.5]] * 3, "B": [[1, 0]] * 3,
+               "C": [[1, 0]] * 3, "x": [[1, 0]] * 3, "D": [1]}],
     "[indexer]": [{"num_heads": 1, "W_q": W4, "W_k": W4, "W_w": [[1]] * 4, "top_k": 2, "rope_dims": 0,
                    "rope_layout": "half", "k_norm": {"gamma": [1, 1], "beta": [0, 0], "eps": 1e-6}}],
 }
@@ -68,7 +70,7 @@ TABLE_KEY = {"[[heads]]": "heads", "[attention]": "attention", "[output]": "outp
              "[cache]": "cache", "[input]": "input", "[qk_norm]": "qk_norm", "[gate]": "gate", "[mla]": "mla",
              "[linear]": "linear", "[deltanet]": "deltanet", "[backward]": "backward",
              "[value_scale]": "value_scale", "[differential]": "differential", "[indexer]": "indexer",
-             "[v_norm]": "v_norm"}
+             "[v_norm]": "v_norm", "[ssd]": "ssd"}
 
 
 def toml(doc: dict[str, Any]) -> str:
@@ -128,7 +130,7 @@ def cases() -> list[tuple[str, str, dict[str, Any]]]:
                     doc = {**BASE, name: [filled] if table == "[[heads]]" else filled}
                     if table in ("[attention]", "[mla]"):
                         doc.pop("heads")
-                    if table in ("[alibi]", "[linear]", "[deltanet]"):
+                    if table in ("[alibi]", "[linear]", "[deltanet]", "[ssd]"):
                         doc["mask"] = "causal"
                 found.append((f"{table or 'top'} {key} ({how})", key, doc))
     for key, new in (("layer", BIG), ("heads", [BIG]), ("heads", BIG), ("text", BIG), ("source", BIG)):

@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from qkv_tui import compute, load_scenario
+from qkv_tui.core.ssd_part import SsdRecord
 from qkv_tui.display.view import hand_note
 from qkv_tui.kernels.deltanet import DeltaForward
 from qkv_tui.kernels.differential import DiffForward
@@ -63,8 +64,8 @@ def test_hand_rounding_converges_to_exact(path) -> None:
     hand = compute_hand(comp, 10)
     assert np.allclose(hand.output, comp.output, atol=1e-7)
     for h in hand.heads:
-        if h.part(DeltaForward) is not None:
-            continue  # its weights are q·k times a decaying mask, weighing the corrections δ: no distribution
+        if h.part(DeltaForward) is not None or h.part(SsdRecord) is not None:
+            continue  # their weights are q·k (C·Bᵀ) times a decaying mask: no distribution
         if h.part(DiffForward) is not None:  # p₁ − λ·p₂: its rows sum to 1 − λ
             assert np.allclose(h.weights.sum(axis=1), 1 - h.need(DiffForward).lam.value, atol=1e-8)
             continue

@@ -19,6 +19,8 @@ from .conftest import SHIPPED
 SEED_ORDER = ["embed", "norm", "index", "select",  # [indexer]: once for the layer, before any head projects
               "project", "compress", "expand", "mla_rotate", "qk_norm", "rotate", "score", "scale", "softmax",
               "mix",
+              "ssd_steps", "ssd_recurrence", "ssd_mask", "ssd_map", "ssd_attention", "ssd_agree", "ssd_gate",
+              "ssd_norm",  # [ssd]: Project and Score … Mix
               "diff_rotate", "diff_score_1", "diff_scale_1", "diff_softmax_1", "diff_score_2", "diff_scale_2", "diff_softmax_2",
               "diff_lambda", "diff_subtract", "diff_mix", "diff_subnorm", "diff_factor",  # [differential]: Score … Mix
               "absorb",
@@ -28,9 +30,9 @@ SEED_ORDER = ["embed", "norm", "index", "select",  # [indexer]: once for the lay
 SEED_ORDER += ["loss", "dwo", "dgate", "dmix",
                "dlinear", "ddelta", "dgates",  # [linear], [deltanet] in place of dMix … dScore
                "dsoftmax", "dscale", "dscore", "drotate",
-               "dmla_rotate", "dk_r", "dexpand", "dcompress",  # [mla]'s latent layer, read backwards
                "ddiff_factor", "ddiff_subnorm", "ddiff_mix", "ddiff_subtract", "ddiff_lambda", "ddiff_softmax_1",
                "ddiff_scale_1", "ddiff_softmax_2", "ddiff_scale_2", "ddiff_score", "ddiff_rotate",  # [differential]
+               "dmla_rotate", "dk_r", "dexpand", "dcompress",  # [mla]'s latent layer, read backwards
                "dqk_norm", "dproject", "dembed", "dnorm"]
 
 

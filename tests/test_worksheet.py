@@ -209,6 +209,7 @@ def classic(path: Path) -> bool:
             and sc.linear is None and sc.deltanet is None  # their pages: tests/test_linear_attention.py
             and differential.TABLE.of(sc) is None  # no page yet: refused in one line (tests/test_differential_builtin.py)
             and indexer.TABLE.of(sc) is None  # no page yet: refused in one line (tests/test_dsa_builtin.py)
+            and "ssd" not in sc.parts  # no page yet either: refused in one line (tests/test_ssd_builtin.py)
             and sc.backward is None  # its backward tables: tests/test_worksheet_backward.py
             and sc.b_O is None and sc.mla is None and all(h.b_Q is None and h.b_K is None and h.b_V is None and h.sink is None
                                        and h.softcap is None for h in sc.heads))

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 from qkv_tui.core.cost_options import DEFAULT_CONTEXT as DEFAULT_CONTEXT
 from qkv_tui.core.cost_options import DEFAULT_DTYPE as DEFAULT_DTYPE
@@ -227,7 +228,7 @@ class LayerCache:
     state of a linear or delta-rule layer (None where it has none)."""
 
     layer: int
-    kind: str  # full | sliding W | mla | linear | deltanet | shared
+    kind: str  # full | sliding W | mla | linear | deltanet | shared, or a part's own (state_part)
     per_token: Figure
     window: int | None = None
     state: Figure | None = None
@@ -264,7 +265,16 @@ class KvCache:
                 "bytes_at_context": self.at_context}
 
 
+def state_part(sc: Scenario) -> Any | None:
+    """A part's table that keeps a fixed state per head instead of a cache: it says so by ``state_kind`` (its
+    layer's kind), ``state_sizes`` (each head's count of numbers) and ``state_width`` (that count in symbols)."""
+    return next((table for table in sc.parts.values() if getattr(table, "state_kind", None)), None)
+
+
 def attention_kind(sc: Scenario) -> str:
+    part = state_part(sc)
+    if part is not None:
+        return str(part.state_kind)
     if sc.mla is not None:
         return "mla"
     if sc.linear is not None:
@@ -288,6 +298,10 @@ def layer_cache(sc: Scenario, layer: int, kind: str, bytes_per: int) -> LayerCac
         else:
             state = None  # a linear layer of a model whose scenario shows a softmax layer: its sizes are not here
         return LayerCache(layer, kind, fig(term("no cache", ("0", 0))), None, state)
+    part = state_part(sc)
+    if part is not None and kind == part.state_kind:  # a part's own state (a Mamba-2 head's d × d_state)
+        state = per_heads("state", s.h, "h", tuple(part.state_sizes), str(part.state_width), back=(b,))
+        return LayerCache(layer, kind, fig(term("no cache", ("0", 0))), None, state)
     if kind == "shared":
         return LayerCache(layer, kind, fig(term("reads another layer's cache", ("0", 0))))
     window = int(kind.split(" ")[1]) if kind.startswith("sliding") else None
@@ -301,6 +315,7 @@ def kv_cache(sc: Scenario, bytes_per: int, context: int) -> KvCache:
     holds the K/V heads this scenario's layer holds, a linear layer no cache, a layer that reuses an earlier
     layer's K and V (" kv-from L") none of its own."""
     own = attention_kind(sc)
+    stateful = own in ("linear", "deltanet") or state_part(sc) is not None
     schedule = sc.input.schedule
     if not schedule:
         return KvCache((layer_cache(sc, sc.input.chosen_layer, own, bytes_per),), context, "this scenario's layer")
@@ -311,8 +326,8 @@ def kv_cache(sc: Scenario, bytes_per: int, context: int) -> KvCache:
             layers.append(layer_cache(sc, i, "shared", bytes_per))
             continue
         if words[0] == "linear":
-            kind = own if i == sc.input.chosen_layer and own in ("linear", "deltanet") else "linear"
-        elif own in ("linear", "deltanet"):
+            kind = own if i == sc.input.chosen_layer and stateful else "linear"
+        elif stateful:
             unknown.append(i)  # a softmax layer's K/V heads are not among a linear layer's
             continue
         else:

@@ -71,6 +71,12 @@ class SsdHeads:
         return {"heads": [{"dt": h.dt, "a": h.a, "L": h.L, "y": h.y} for h in self.heads]}
 
 
+def decay_rate(A_log: Matrix) -> Matrix:
+    """Each head's A = −e^A_log (< 0): the models keep its log, so that a step's decay e^(dt·A) stays below 1."""
+    rate: Matrix = -np.exp(A_log)
+    return rate
+
+
 def softplus(x: Matrix) -> Matrix:
     """log(1 + eˣ), and x itself above the threshold, as torch computes it."""
     with np.errstate(over="ignore"):

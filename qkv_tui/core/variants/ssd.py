@@ -6,13 +6,15 @@ given); the skip D. The layer is shown as the recurrence and as masked attention
 (qkv_tui/kernels/ssd.py). With ``z`` the output is gated and RMS-normalised group by group, as a Mamba-2
 layer's (``MambaRMSNormGated``).
 
-Not in ``FEATURES`` yet: the loader accepts a table only once the engine runs it.
+The scenario's heads are the table's heads, one each: head h's output is its y (what Concat joins, so its W_V
+is d wide), and its own W_Q, W_K and W_V are not read (C, B and x stand in Q's, K's and V's places). Its faces:
+core/ssd_part.py (the head pass), teach/stages/ssd.py (the stages), edges/export_ssd.py (the JSON).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, ClassVar, cast
 
 import numpy as np
 
@@ -21,7 +23,7 @@ from qkv_tui.base.values import show as _show
 from qkv_tui.core.arrays import Matrix, Vector
 from qkv_tui.core.toml_text import number as num
 from qkv_tui.core.toml_text import vector
-from qkv_tui.core.variants.common import Context, Table, number, numbers, write_whole
+from qkv_tui.core.variants.common import Context, Faces, Table, number, numbers, write_whole
 from qkv_tui.core.variants.gate import Reader
 from qkv_tui.core.variants.mla import MAX_SIZE
 from qkv_tui.kernels.policy import EXACT, Policy
@@ -42,6 +44,19 @@ LOOKALIKES = {
     (WHERE, "time_step_limit"): ("dt_min", "write its two ends as dt_min and dt_max"),
 }
 
+# what the table cannot combine with: (the key of an earlier table, why)
+REFUSED_TABLES = (
+    ("qk_norm", "[ssd] reads no Q or K to normalise (C and B stand in their places)"),
+    ("rope", "[ssd] turns no Q or K (C and B stand in their places; position is in the decays)"),
+    ("mla", "[mla] builds its own attention heads; [ssd]'s heads are [[heads]] or [attention] heads"),
+    ("alibi", "[ssd]'s own decays L fade the past; it has no scores to add a bias to"),
+    ("linear", "[linear] and [ssd] each replace the softmax with a state of their own"),
+    ("deltanet", "[deltanet] and [ssd] each replace the softmax with a state of their own"),
+    ("backward", "the gradients through the recurrence, the decays and the gated norm are not in the app yet"),
+    ("value_scale", "[ssd] reads x, not the heads' V"),
+    ("differential", "[differential] subtracts two softmax maps, and [ssd] has no softmax"),
+)
+
 
 @dataclass(frozen=True, eq=False)
 class Ssd:
@@ -61,10 +76,18 @@ class Ssd:
     z: Matrix | None  # (n, num_heads·d) the gate; None: no gated norm
     gamma: Vector | None  # (num_heads·d,) with z
     eps: float
+    d: int = 0  # each head's share of x (its y's width)
+    # the cost view's question (core/cost.py state_part): a fixed d × d_state state per head, no cache
+    state_kind: ClassVar[str] = "ssd"
+    state_width: ClassVar[str] = "d·d_state"
 
     @property
     def d_state(self) -> int:
         return int(self.B.shape[1]) // self.num_groups
+
+    @property
+    def state_sizes(self) -> tuple[int, ...]:
+        return (self.d * self.d_state,) * self.num_heads
 
 
 def _count(ctx: Context, table: dict[str, Any], key: str, what: str, default: int | None = None) -> int:
@@ -103,6 +126,12 @@ def parse_ssd(table: dict[str, Any], ctx: Context) -> Ssd:
     v = ctx.v
     if ctx.is_cross:
         raise v.fail(f"{WHERE} needs self-attention (the state runs over the tokens themselves); remove [context] or {WHERE}")
+    for key, why in REFUSED_TABLES:
+        if ctx.earlier.get(key) is not None:
+            raise v.fail(f"{WHERE} cannot be used with [{key}]: {why}; expected one of the two tables")
+    if ctx.mask_kind != "causal":
+        raise v.fail(f'{WHERE} needs mask = "causal", got {ctx.mask_kind!r}: the state runs forward only, so L is 0'
+                     " above its diagonal")
     n = len(ctx.tokens)
     H = _count(ctx, table, "num_heads", "how many heads, each with its own A, dt and D")
     G = _count(ctx, table, "num_groups", "how many groups of heads share one B and C", default=1)
@@ -152,6 +181,7 @@ def parse_ssd(table: dict[str, Any], ctx: Context) -> Ssd:
     if width % H:
         said = f"x has {width} columns" if x is not None else f"x is X (not given), d_model = {width}"
         raise v.fail(f"{WHERE} {said}; expected a multiple of num_heads = {H} (each head reads d of them)")
+    _heads_fit(ctx, H, width // H)
     D = numbers(v, table["D"], f"{WHERE} D", H, "each head's skip, y += D·x") if "D" in table else _frozen(np.zeros(H))
     z = gamma = None
     if "z" in table:
@@ -169,7 +199,27 @@ def parse_ssd(table: dict[str, Any], ctx: Context) -> Ssd:
         eps = number(v, table["eps"], f"{WHERE} eps")
         if eps <= 0:
             raise v.fail(f"{WHERE} eps = {_show(table['eps'])}; expected a finite number > 0 (it keeps the root away from 0)")
-    return Ssd(H, G, A, dt, W_dt, dt_bias, limit, B, C, x, D, z, gamma, eps)
+    return Ssd(H, G, A, dt, W_dt, dt_bias, limit, B, C, x, D, z, gamma, eps, width // H)
+
+
+def _heads_fit(ctx: Context, H: int, d: int) -> None:
+    """One scenario head per [ssd] head, each as wide as its y (its W_V's columns: Concat joins y in V's place)."""
+    v = ctx.v
+    if not ctx.head_tables:  # the parser called on its own (tests): no heads to match
+        return
+    if len(ctx.heads) != H:
+        raise v.fail(f"{WHERE} num_heads = {H}, but the scenario has {len(ctx.heads)} head"
+                     f"{'s' if len(ctx.heads) != 1 else ''}; expected one head per [ssd] head")
+    for i, head in enumerate(ctx.head_tables):
+        name = ctx.heads[i][0]
+        if getattr(head, "sink", None) is not None or getattr(head, "softcap", None) is not None:
+            raise v.fail(f"{name} has a sink or a soft-cap, but [ssd] has no softmax for it; expected neither with {WHERE}")
+        if getattr(head, "W_G", None) is not None:
+            raise v.fail(f"{name} has an output gate W_G; [ssd] gates with z instead; expected no W_G with {WHERE}")
+        width = int(head.W_V.shape[1])
+        if width != d:
+            raise v.fail(f"{name}'s W_V has {width} columns; expected d = {d}, the head's share of x (its y takes V's"
+                         " place in Concat)")
 
 
 def _limit(ctx: Context, table: dict[str, Any], computed: bool) -> tuple[float, float]:
@@ -214,7 +264,15 @@ def _summary(s: Ssd) -> str:
     return f"state-space duality ({s.num_heads} heads, d_state {s.d_state})"
 
 
-TABLE: Table[Ssd] = Table("ssd", SSD_KEYS, parse_ssd, _summary, write_ssd, LOOKALIKES)
+# The part's faces beyond its keys: its head-pass hook, its stages (after Mix, where the one-map stages would have
+# shown theirs), its JSON field. Registering the part is its line in FEATURES (core/variants/__init__.py).
+FACES = Faces(
+    head="qkv_tui.core.ssd_part:ssd_part",
+    stages=tuple(("mix", "ssd", name) for name in ("STEPS", "RECURRENCE", "MASK", "MAP", "ATTENTION", "AGREE", "GATE",
+                                                    "NORM")),
+    json="qkv_tui.edges.export_ssd:ssd_parts",
+)
+TABLE: Table[Ssd] = Table("ssd", SSD_KEYS, parse_ssd, _summary, write_ssd, LOOKALIKES, FACES)
 
 
 def run(s: Ssd, X: Matrix, policy: Policy = EXACT) -> tuple[SsdHeads, Matrix]:

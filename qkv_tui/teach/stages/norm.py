@@ -196,13 +196,18 @@ def cell_lines(symbolic: str, x_row: Matrix, at: int, value: float, gamma: float
     # a root that rounds to 0 is kept as it is (kernels/norm.py): shown to as many digits as the line needs
     tiny = hand is not None and hround(row.root, hand) == 0 and row.root != 0
     given = g_int and (beta is None or beta == round(beta)) and (x_int or not layer) and not tiny
-    for p in _places(d, hand is not None and given):
+    places = list(_places(d, hand is not None and given))
+    # a root below ¼ moves more than the spread under it: where no places fit, the spread (and the row it is the
+    # mean square of) take more digits than the root, so that √(spread + eps) gives the root as shown
+    forms = [(p, 0) for p in places] + ([(p, extra) for extra in (2, 4) for p in places] if hand is None else [])
+    for p, extra in forms:
         q = p if hand is None else hand  # the places of what the hand computation wrote down
         xp = p if hand is None or layer else q  # the row's x: RMSNorm's by hand are written down rounded
+        xp += extra + 1 if extra else 0
         xs = [fmt(float(x), x_int, xp) for x in x_row]
-        mean_t = fmt(row.mean, False, q)
+        mean_t = fmt(row.mean, False, q + extra)
         # by hand a statistic below 0.1 keeps two significant digits (kernels/policy.py statistic_places)
-        spread_t = fmt(row.spread, False, q if hand is None else _stat_places(row.spread, hand))
+        spread_t = fmt(row.spread, False, q + extra if hand is None else _stat_places(row.spread, hand))
         root_t = (f"{row.root:.{p - 1}e}" if tiny
                   else fmt(row.root, False, q if hand is None else _stat_places(row.root, hand)))
         x_t = operand(float(x_row[at]), x_int, p)

@@ -34,6 +34,7 @@ from qkv_tui.teach.stages.context import TraceContext
 from qkv_tui.teach.stages.grads import BackwardSpec, dot_cell, grads, has_backward, sum_cell
 from qkv_tui.teach.stages.markdown import MarkdownPage
 from qkv_tui.teach.stages.printed import PrintedCells, PrintedChain, Table, idx
+from qkv_tui.teach.stages.replaced import heads_project
 
 if TYPE_CHECKING:  # the cost view's module loads on its first use; the value norm's with a scenario that has it
     from qkv_tui.core.cost import Count, Phase
@@ -57,7 +58,8 @@ class Project(StageSpec):
     transposed = MappingProxyType({"KT": "K"})
 
     def runs(self, trace: TraceContext) -> bool:
-        return trace.comp.scenario.mla is None  # [mla] projects through its latent (mla_compress, mla_expand)
+        # [mla] projects through its latent (mla_compress, mla_expand); [ssd] reads its own C, B and x
+        return trace.comp.scenario.mla is None and heads_project(trace)
 
     def segments(self, trace: TraceContext, head: int | None) -> list[Plan]:
         assert head is not None

@@ -1,5 +1,6 @@
 """Whether a scenario's heads run the softmax at all: [linear] and [deltanet] replace Score … Mix with a
-running state of their own (teach/stages/linear.py, teach/stages/deltanet.py)."""
+running state of their own (teach/stages/linear.py, teach/stages/deltanet.py); and whether they project Q, K
+and V at all ([ssd] reads its own C, B and x)."""
 
 from __future__ import annotations
 
@@ -15,3 +16,8 @@ def own_stages(trace: TraceContext) -> bool:
 def softmax_runs(trace: TraceContext) -> bool:
     sc = trace.comp.scenario
     return sc.linear is None and getattr(sc, "deltanet", None) is None and not own_stages(trace)
+
+
+def heads_project(trace: TraceContext) -> bool:
+    """False where a part's record says its heads read no projection of their own (``projects = False``)."""
+    return not any(getattr(r, "projects", True) is False for h in trace.comp.heads for r in h.parts.values())

@@ -1,0 +1,103 @@
+"""A Hugging Face "mamba2" layer's mixer (transformers ``Mamba2Mixer``) as an ``[ssd]`` scenario.
+
+The tensors, as transformers names them under a layer's ``mixer.`` (nn.Linear (out, in), transposed here):
+``in_proj.weight`` ([z | x B C | dt] rows: I, I + 2·G·N, H with I = num_heads·head_dim), ``conv1d.weight``
+(channels, 1, K) and ``conv1d.bias`` (the causal depthwise convolution over x, B and C), ``dt_bias``, ``A_log``
+(A = −e^A_log), ``D``, ``norm.weight`` (MambaRMSNormGated's γ, over n_groups groups) and ``out_proj.weight``;
+``in_proj.bias`` and ``out_proj.bias`` where the config's use_bias says so.
+
+What the table shows of the layer: z, x, B and C as the mixer computes them on the layer's input (in_proj,
+then the convolution and SiLU for x, B, C), given to [ssd] as numbers; dt from its own columns of in_proj
+(``W_dt``, with in_proj's dt bias folded into ``dt_bias``) so the Steps stage works softplus; A, D, the gated
+norm's γ and eps; out_proj as W_O. The scenario's heads are one per SSD head (head_dim wide W_V, not read).
+
+Not yet reachable from ``--model``: the folder dispatch (importers/hf_folder.py) and the layer schedule of a
+hybrid are for the lead to wire; tests/test_hf_mamba2_layer.py compares this with transformers' Mamba2Mixer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from qkv_tui.core.toml_text import string, vector
+from qkv_tui.core.variants.ssd import Ssd, write_ssd
+from qkv_tui.importers.errors import ImporterError
+from qkv_tui.kernels.policy import EXACT
+from qkv_tui.kernels.ssd import MixerWeights, causal_conv, decay_rate, silu
+from qkv_tui.kernels.stats import Matrix
+
+
+def _int(config: Mapping[str, Any], key: str) -> int:
+    value = config.get(key)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ImporterError(f"config.json: {key} = {value!r}; expected a whole number >= 1")
+    return value
+
+
+def _get(tensors: Mapping[str, np.ndarray], key: str, shape: tuple[int, ...]) -> Matrix:
+    if key not in tensors:
+        raise ImporterError(f"the checkpoint has no {key}; expected a Mamba-2 mixer's tensors")
+    t = np.asarray(tensors[key], dtype=np.float64)
+    if t.shape != shape:
+        raise ImporterError(f"{key} has shape {t.shape}; expected {shape} from config.json")
+    return t
+
+
+def mixer_weights(config: Mapping[str, Any], tensors: Mapping[str, np.ndarray], prefix: str) -> MixerWeights:
+    """The mixer under ``prefix`` (e.g. "backbone.layers.0.mixer.") in the x·W orientation."""
+    H, P, G, N = (_int(config, k) for k in ("num_heads", "head_dim", "n_groups", "state_size"))
+    d_model, K = _int(config, "hidden_size"), _int(config, "conv_kernel")
+    if H % G:
+        raise ImporterError(f"config.json: n_groups = {G} does not divide num_heads = {H}")
+    inner = H * P
+    conv_width = inner + 2 * G * N
+    width = 2 * inner + 2 * G * N + H
+    W_in = _get(tensors, prefix + "in_proj.weight", (width, d_model)).T
+    conv = _get(tensors, prefix + "conv1d.weight", (conv_width, 1, K))[:, 0, :]
+    conv_b = _get(tensors, prefix + "conv1d.bias", (conv_width,)) if prefix + "conv1d.bias" in tensors else None
+    b_in = _get(tensors, prefix + "in_proj.bias", (width,)) if prefix + "in_proj.bias" in tensors else None
+    b_out = _get(tensors, prefix + "out_proj.bias", (d_model,)) if prefix + "out_proj.bias" in tensors else None
+    limit = config.get("time_step_limit", (0.0, float("inf")))
+    if not isinstance(limit, Sequence) or len(limit) != 2:
+        raise ImporterError(f"config.json: time_step_limit = {limit!r}; expected two numbers")
+    eps = config.get("layer_norm_epsilon", 1e-5)
+    return MixerWeights(H, P, G, N, W_in, conv, conv_b, _get(tensors, prefix + "dt_bias", (H,)),
+                        decay_rate(_get(tensors, prefix + "A_log", (H,))), _get(tensors, prefix + "D", (H,)),
+                        _get(tensors, prefix + "norm.weight", (inner,)), float(eps),
+                        _get(tensors, prefix + "out_proj.weight", (d_model, inner)).T, b_in, b_out,
+                        (float(limit[0]), float(limit[1])))
+
+
+DESCRIPTION = ("A Mamba-2 layer (Hugging Face mamba2, transformers Mamba2Mixer) on its input: z, x, B and C as the"
+               " mixer computes them, dt from in_proj, then the SSD both ways, the z-gate, the grouped RMSNorm and"
+               " out_proj as W_O.")
+
+
+def _matrix(m: Matrix) -> str:
+    return "[\n" + "".join(f"  {vector(row)},\n" for row in m) + "]"
+
+
+def ssd_scenario(X: Matrix, w: MixerWeights, tokens: Sequence[str], title: str) -> str:
+    """A scenario file for the mixer on its input X (n, d_model): [ssd] with the streams as the mixer makes them."""
+    d_model = X.shape[1]
+    inner, GN, H = w.num_heads * w.head_dim, w.groups * w.d_state, w.num_heads
+    proj = X @ w.W_in + (0.0 if w.b_in is None else w.b_in[None, :])
+    z, xBC_raw = proj[:, :inner], proj[:, inner:2 * inner + 2 * GN]
+    xBC = silu(causal_conv(xBC_raw, w.conv_w, w.conv_b, EXACT))
+    x, B, C = xBC[:, :inner], xBC[:, inner:inner + GN], xBC[:, inner + GN:]
+    W_dt = w.W_in[:, 2 * inner + 2 * GN:]
+    dt_bias = w.dt_bias + (0.0 if w.b_in is None else w.b_in[2 * inner + 2 * GN:])
+    table = Ssd(H, w.groups, w.A, None, W_dt, dt_bias, w.dt_limit, B, C, x, w.D, z, w.gamma, w.eps, w.head_dim)
+    lines = [f"title = {string(title)}", f"description = {string(DESCRIPTION)}",
+             f"tokens = [{', '.join(string(t) for t in tokens)}]", f"X = {_matrix(X)}", 'mask = "causal"']
+    zeros = np.zeros((d_model, 1))
+    for h in range(H):  # the heads' weights are not read under [ssd]: W_V's width is each head's d
+        lines += ["[[heads]]", f"name = {string(f'ssd head {h + 1}')}", f"W_Q = {_matrix(zeros)}",
+                  f"W_K = {_matrix(zeros)}", f"W_V = {_matrix(np.zeros((d_model, w.head_dim)))}"]
+    lines += ["[output]", f"W_O = {_matrix(w.W_out)}"]
+    if w.b_out is not None:
+        lines.append(f"b_O = {vector(w.b_out)}")
+    return "\n".join([*lines, *write_ssd(table)]) + "\n"
