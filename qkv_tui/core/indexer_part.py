@@ -28,6 +28,9 @@ class Selection:
 
     indexed: Indexed
     table: Indexer
+    # what the heads view says its map holds (core/part_questions.py map_formula)
+    map_formula: ClassVar[tuple[tuple[str, bool], ...]] = (("softmax(Q·Kᵀ/√dₖ) on each query's top_k keys", True),
+                                                          ("·V", False))
     refuses: ClassVar[Mapping[str, str]] = MappingProxyType({
         "tiles": "No tiles for sparse attention: the tiles view walks every visible key, and the indexer keeps"
                  " only each query's top-k; the stages show the selected map cell by cell.",

@@ -179,6 +179,33 @@ def _tables(sc: Scenario) -> Iterator[object]:
             yield value
 
 
+def scenario_answer(sc: Scenario, name: str) -> Any:
+    """The first answer to ``name`` among the scenario's variant tables, of any kind; None where none answers."""
+    for table in _tables(sc):
+        answer = getattr(table, name, None)
+        if answer is not None and not callable(answer):
+            return answer
+    return None
+
+
+def lead(sc: Scenario) -> tuple[str, str]:
+    """What a page says it works, (words, formula): the scenario's tables say where its heads are not scaled
+    dot-product attention ([linear], the delta rule, [ssd], [differential], a sparse selection)."""
+    said = scenario_answer(sc, "lead")
+    return said if isinstance(said, tuple) else ("Scaled dot-product attention, ", "softmax(QKᵀ/√dₖ)V")
+
+
+def map_formula(heads: Iterable[HeadResult]) -> tuple[tuple[str, bool], ...] | None:
+    """What a head's map holds, as the heads view writes it ((text, on the map's colour) pieces), where a part's
+    record says (an [ssd] head's L ∘ C·Bᵀ, a differential head's two maps); None where no part does."""
+    for hr in heads:
+        for record in hr.parts.values():
+            said = getattr(record, "map_formula", None)
+            if said is not None:
+                return tuple(said)
+    return None
+
+
 def scenario_says(sc: Scenario, name: str) -> str | None:
     """The first answer to ``name`` among the scenario's variants (its [linear] or [deltanet] table, say)."""
     for table in _tables(sc):

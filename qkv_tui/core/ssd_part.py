@@ -60,6 +60,7 @@ class SsdRecord:
     own_stages: ClassVar[bool] = True  # its recurrence and its masked attention replace Score … Mix (teach/stages/ssd.py)
     projects: ClassVar[bool] = False  # C, B and x are the table's: the head's W_Q, W_K and W_V are not read
     distribution: ClassVar[bool] = False  # L ∘ C·Bᵀ has no row total to check (teach/summary.py asks)
+    map_formula: ClassVar[tuple[tuple[str, bool], ...]] = (("L ∘ C·Bᵀ", True), ("·(dt·x)", False))  # the heads view
     refuses: ClassVar[Mapping[str, str]] = MappingProxyType({
         "tiles": "No tiles for [ssd]: the tiles view streams a softmax's running max and sum, and a state-space head"
                  " has no softmax; its Recurrence stage is the streaming form, one state per head.",

@@ -8,6 +8,7 @@ of every head at the picked head's first stage.
 
 from __future__ import annotations
 
+from qkv_tui.core import part_questions as ask
 from qkv_tui.core.engine import Computation
 from qkv_tui.core.model_layers import ModelLayers, model_layers
 from qkv_tui.display import side_views
@@ -95,7 +96,11 @@ def _frame(sources: Sources, modes: Modes, step: int, head: int) -> Frame:
 
 
 def _formula(comp: Computation) -> tuple[tuple[str, bool], ...]:
-    """What the maps hold: a state head's weights come from no softmax (display/state_view.py)."""
+    """What the maps hold: a state head's weights come from no softmax (display/state_view.py); a part's record
+    may say what its map holds."""
+    said = ask.map_formula(comp.heads)
+    if said is not None:
+        return said
     if (dn := getattr(comp.scenario, "deltanet", None)) is not None:
         return ((dn.map_formula, True), ("·δ", False))  # the decaying mask weighs the corrections
     if carries_state(comp):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from qkv_tui.core import part_questions as ask
 from qkv_tui.core.engine import Computation
 from qkv_tui.core.fmt import cell_len, fmt, is_integral
 from qkv_tui.core.scenario import Matrix
@@ -46,8 +47,8 @@ def to_markdown(comp: Computation, decimals: int = 3) -> str:
         out += [sc.description, ""]
     if sc.input.schedule:  # a real model's layers, the one shown marked
         out += [sc.input.schedule_text, ""]
-    what = ("Linear attention" if sc.linear is not None else "The gated delta rule" if sc.deltanet is not None
-            else "Scaled dot-product attention, **softmax(QKᵀ/√dₖ)V**,")
+    words, formula = ask.lead(sc)
+    what = f"{words}**{formula}**," if formula else words
     out += [
         f"{what} worked cell by cell.",
         "",

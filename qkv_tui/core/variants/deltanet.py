@@ -45,7 +45,20 @@ class DeltaNet:
     # what the closing summary and the heads view call a row of the weights (core/part_questions.scenario_says):
     # q·k times the decay weighs the corrections δ, not V
     looks_heading: ClassVar[str] = "Whose δ each token weighs most"
-    weights_note: ClassVar[str] = " (q·k times the decay; not a distribution)"
+
+    @property
+    def lead(self) -> tuple[str, str]:
+        """What a page says it works (core/part_questions.lead)."""
+        if self.channels is not None:
+            return ("The gated delta rule with a gate per key channel (Kimi Delta Attention)", "")
+        return ("The gated delta rule", "")
+
+
+    @property
+    def weights_note(self) -> str:
+        if self.channels is not None:  # Kimi Delta Attention: each key channel decays on its own, inside the dot
+            return " (Σᵢ q[i]·k[i] each times its channel's decay; not a distribution)"
+        return " (q·k times the decay; not a distribution)"
 
     @property
     def map_formula(self) -> str:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 import numpy as np
 
@@ -69,6 +69,11 @@ class Differential:
     layer: int | None  # the layer λ_init was computed from; None where lambda_init is given
     eps: float  # the sub-norm's eps
     gamma: Vector | None  # (2d,) the sub-norm's gains; None: no gain
+    # what the closing summary and the heads view add about a row of the map (core/part_questions.scenario_says)
+    weights_note: ClassVar[str] = " (p₁ − λ·p₂: rows sum to 1 − λ, a cell may be negative)"
+    # what a page says it works (core/part_questions.lead)
+    lead: ClassVar[tuple[str, str]] = ("Differential attention, ",
+                                       "(1 − λ_init)·SubNorm((softmax(Q₁K₁ᵀ/√d) − λ·softmax(Q₂K₂ᵀ/√d))V)")
 
     @property
     def d(self) -> int:

@@ -13,7 +13,7 @@ stages (teach/stages/indexer.py) and the JSON field ``"indexer"`` (edges/export_
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, ClassVar, cast
 
 import numpy as np
 
@@ -70,6 +70,9 @@ class Indexer:
     k_beta: Vector  # (d_I,)
     k_eps: float
     from_latent: bool  # W_q reads [mla]'s c_Q, not X
+    # what a page says it works (core/part_questions.lead)
+    lead: ClassVar[tuple[str, str]] = ("Scaled dot-product attention over each query's top_k keys (DeepSeek Sparse"
+                                       " Attention), ", "softmax(QKᵀ/√dₖ)V")
 
     @property
     def d_index(self) -> int:

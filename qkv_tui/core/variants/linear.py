@@ -8,7 +8,7 @@ state S_t = S_{t−1} + φ(k_t)v_tᵀ, z_t = z_{t−1} + φ(k_t), o_t = φ(q_t)�
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from qkv_tui.base.values import kind as _kind
 from qkv_tui.core.toml_text import string
@@ -25,6 +25,8 @@ class Linear:
 
     feature: str  # "elu1" | "relu" | "identity"
     normalize: bool
+
+    lead: ClassVar[tuple[str, str]] = ("Linear attention", "")  # what a page says it works (part_questions.lead)
 
     # what the closing summary and the heads view call a row of the weights where they are no distribution
     # (core/part_questions.scenario_says): φ(q)·φ(k) not divided weighs V as it is

@@ -79,6 +79,11 @@ class Ssd:
     d: int = 0  # each head's share of x (its y's width)
     # the cost view's question (core/cost.py state_part): a fixed d × d_state state per head, no cache
     state_kind: ClassVar[str] = "ssd"
+    # what the closing summary and the heads view call a row of L ∘ C·Bᵀ (core/part_questions.scenario_says)
+    looks_heading: ClassVar[str] = "Whose dt·x each token weighs most"
+    weights_note: ClassVar[str] = " (L ∘ C·Bᵀ: no softmax; not a distribution)"
+    # what a page says it works (core/part_questions.lead)
+    lead: ClassVar[tuple[str, str]] = ("Mamba-2's state-space duality, ", "y = (L ∘ C·Bᵀ)·(dt·x) + D·x")
     state_width: ClassVar[str] = "d·d_state"
 
     @property

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from qkv_tui.core import part_questions as ask
 from qkv_tui.edges.worksheet.chain import Table, exact
 from qkv_tui.edges.worksheet.content import Blank, WorksheetContent
 from qkv_tui.teach.stages.rotate import rope_notes
@@ -25,16 +26,12 @@ if TYPE_CHECKING:
     from qkv_tui.core.scenario import Scenario
 
 GIVEN = " (given)"  # a table printed for the asked ones to read (edges/worksheet/select.py)
-LEAD = ("Scaled dot-product attention, ", "softmax(QKᵀ/√dₖ)V", ", by hand. Fill in each numbered blank.")
-
-
 def lead(sc: Scenario) -> tuple[str, str, str]:
-    """The line under the title: text, the formula (set as math; empty where the page has none), text."""
-    if sc.linear is not None:
-        return ("Linear attention", "", " by hand. Fill in each numbered blank.")
-    if sc.deltanet is not None:
-        return ("The gated delta rule", "", " by hand. Fill in each numbered blank.")
-    return LEAD
+    """The line under the title: text, the formula (set as math; empty where the page has none), text; the
+    scenario's tables say what its heads compute (core/part_questions.lead)."""
+    words, formula = ask.lead(sc)
+    return (words, formula, ", by hand. Fill in each numbered blank." if formula else
+            " by hand. Fill in each numbered blank.")
 
 
 @dataclass(frozen=True)

@@ -75,7 +75,7 @@ def _cell(page: Sheet, value: str | Blank, wide: bool = False) -> str:
 def _table(page: Sheet, block: Grid) -> str:
     t = block.table
     cols = len(t.cols)
-    header = ", ".join([f"[{_prose(t.name, page.names)}]", *(f"[*{_text(c)}*]" for c in t.cols)])
+    header = ", ".join([f"[{_prose(t.name, page.names)}]", *(f"[*{_label(c, page.names)}*]" for c in t.cols)])
     wide = cols > WIDE
     rows = []
     for i, label in enumerate(t.rows):
