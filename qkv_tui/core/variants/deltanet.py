@@ -43,6 +43,19 @@ class DeltaNet:
     looks_heading: ClassVar[str] = "Whose δ each token weighs most"
     weights_note: ClassVar[str] = " (q·k times the decay; not a distribution)"
 
+    def overflow_inputs(self, X_in: Matrix, at: Any) -> tuple[str, str] | None:
+        """The gates' inputs X̂·W_a + dt_bias and X̂·W_b past float64 (core/part_questions.py): σ and softplus would
+        hide it as 1 or ∞, and every page that works them out term by term would meet the overflow."""
+        for what, W, bias in (("X̂·W_a + dt_bias", self.W_a, self.dt_bias), ("X̂·W_b", self.W_b, None)):
+            if W is None:
+                continue
+            with np.errstate(over="ignore", invalid="ignore"):
+                logit = X_in @ W + (0.0 if bias is None else bias[None, :])  # (n, num_heads)
+            if (where := at.first(logit)) is not None:
+                return (f"values in [deltanet]'s {what} overflow float64 at {where}",
+                        f"expected smaller X or {what.split('·')[1].split(' ')[0]}")
+        return None
+
 
 def _grid(v: Any, value: Any, key: str, rows: int, cols: int, what: str) -> Matrix:
     if not isinstance(value, list):

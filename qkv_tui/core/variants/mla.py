@@ -64,6 +64,15 @@ class Mla:
     def d_qk(self) -> int:
         return self.d_nope + self.d_rope
 
+    def overflow_hint(self, name: str) -> str | None:
+        """What to change where a head's Q, K or V overflows (core/part_questions.py): its heads have no W_Q, W_K
+        or W_V of their own to blame, their Q, K and V come from the latent layer."""
+        if name == "Q":  # the query's latent where the file has no W_Q
+            return "expected smaller X or W_Q" if self.W_Q is not None else \
+                "expected smaller W_UQ or c_Q = X̂·W_DQ (smaller X or W_DQ)"
+        return {"K": "expected smaller W_UK or c_KV = X̂·W_DKV (the no-position part), or X or W_KR (the rotary part)",
+                "V": "expected smaller W_UV or c_KV = X̂·W_DKV (smaller X or W_DKV)"}.get(name)
+
     def weights(self) -> MlaWeights:
         from qkv_tui.kernels.mla import MlaWeights  # the kernel loads with a scenario that has [mla]
 

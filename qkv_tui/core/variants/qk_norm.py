@@ -37,6 +37,13 @@ class QKNorm:
             return self.gamma_q, self.gamma_k
         return self.gamma_q[head * d_k:(head + 1) * d_k], self.gamma_k[kv_head * d_k:(kv_head + 1) * d_k]
 
+    @staticmethod
+    def overflow_hint(name: str) -> str | None:
+        """What to change where the scores overflow (core/part_questions.py): the normalised vectors' size is the gains'."""
+        if name != "scores":
+            return None
+        return "expected smaller [qk_norm] gains (gamma_q, gamma_k), so that every product stays finite"
+
 
 def parse_qk_norm(table: dict[str, Any], ctx: Context) -> QKNorm:
     v = ctx.v

@@ -67,6 +67,15 @@ class Rope:
         """What cos and sin are multiplied by: YaRN's attention factor, else 1."""
         return 1.0 if self.scaling is None else self.scaling.scale
 
+    def overflow_cause(self, name: str) -> str | None:
+        """A cause of an overflow of Q, K turned or the scores to name first (core/part_questions.py): YaRN's a
+        multiplies cos and sin, so it, not Q, may be huge."""
+        a = self.attention_factor
+        if name not in ("Q_rot", "K_rot", "scores") or a == 1.0:
+            return None
+        carried = "multiplies cos and sin" if name != "scores" else "multiplies cos and sin, so the scores carry a²"
+        return f"a smaller [rope.scaling] attention_factor (a = {a:g} {carried})"
+
 
 def latent_partial(partial: str, d_nope: int, d_rope: int) -> str:
     """[mla] with a partial [rope]: its own split already leaves part of each head unturned."""
