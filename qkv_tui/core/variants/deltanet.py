@@ -30,6 +30,8 @@ L2_EPS = 1e-6  # pinned: x / √(Σx² + 1e-6), as transformers' l2norm (and FLA
 class DeltaNet:
     """g and β per token and head, given or computed from the models' weights."""
 
+    not_plain: ClassVar[str] = "[deltanet]"  # what makes the attention other than plain (core/diagnose.py)
+
     g: Matrix | None  # (n, num_heads) the log decay, given; None: computed from W_a, A_log, dt_bias
     beta: Matrix | None  # (n, num_heads) the write strength, given; None: computed from W_b
     W_a: Matrix | None = None  # (d_model, num_heads) X̂·W_a is the decay's input

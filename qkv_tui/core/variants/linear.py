@@ -8,7 +8,7 @@ state S_t = S_{t−1} + φ(k_t)v_tᵀ, z_t = z_{t−1} + φ(k_t), o_t = φ(q_t)�
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from qkv_tui.base.values import kind as _kind
 from qkv_tui.core.toml_text import string
@@ -22,6 +22,8 @@ FEATURE_TEXT = {"elu1": "elu(x) + 1", "relu": "max(x, 0)", "identity": "x"}
 @dataclass(frozen=True)
 class Linear:
     """Linear attention's feature map φ and whether each row is divided by φ(q_t)ᵀz_t."""
+
+    not_plain: ClassVar[str] = "[linear]"  # what makes the attention other than plain (core/diagnose.py)
 
     feature: str  # "elu1" | "relu" | "identity"
     normalize: bool

@@ -9,7 +9,7 @@ k_R = X·W_KR is shared by the heads. ``[rope]`` turns the rotary parts only (q_
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 import numpy as np
 
@@ -33,6 +33,8 @@ DEFAULT_MLA_EPS = 1e-6  # DeepSeek's rms_norm_eps, for both latent norms
 @dataclass(frozen=True, eq=False)
 class Mla:
     """The latent attention layer: its sizes, weights and latent norms, and the rotation of its rotary parts."""
+
+    not_plain: ClassVar[str] = "[mla]"  # what makes the attention other than plain (core/diagnose.py)
 
     num_heads: int
     d_nope: int  # per-head query/key dimensions that do not turn

@@ -8,7 +8,7 @@ cut into heads (``over = "all"``, one gain per column of the wide W_Q and W_K).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -25,6 +25,8 @@ DEFAULT_QK_EPS = 1e-6
 @dataclass(frozen=True, eq=False)
 class QKNorm:
     """RMSNorm on Q and K: over each head's d_k, or over the whole projection width."""
+
+    not_plain: ClassVar[str] = "[qk_norm]"  # what makes the attention other than plain (core/diagnose.py)
 
     over: str  # "head" | "all"
     gamma_q: Vector  # (d_k,) with "head", shared by the heads; (num_heads·d_k,) with "all"
