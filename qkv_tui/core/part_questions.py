@@ -30,6 +30,9 @@ A scenario's table (``tables``) answers by an attribute too, each optional:
   the table makes it of other inputs; ``overflow_cause(name)``: a cause of its own to name first;
 - ``overflow_inputs(X_in, at)``: (line, hint) where what it computes from the normalised X for every head at once
   is past float64, or None;
+- ``scores_with_decimals``: True where the table turns what is scored by numbers that are never whole (a
+  rotation's cos and sin), so the scores are written with decimals (``scenario_has``);
+- ``state``: True where the table puts a running state in place of every head's softmax (``scenario_has``);
 - ``not_plain``: the words that say the table makes the attention other than plain (core/diagnose.py: the
   mistakes are tried on plain attention).
 """
@@ -192,6 +195,11 @@ def tables(sc: Scenario) -> Iterator[object]:
             yield from value.values()
         else:
             yield value
+
+
+def scenario_has(sc: Scenario, name: str) -> bool:
+    """Whether one of the scenario's variants answers ``name`` with True (a state in place of the softmax, say)."""
+    return any(getattr(table, name, None) is True for table in tables(sc))
 
 
 def scenario_says(sc: Scenario, name: str) -> str | None:

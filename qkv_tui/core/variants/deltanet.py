@@ -31,6 +31,7 @@ class DeltaNet:
     """g and β per token and head, given or computed from the models' weights."""
 
     not_plain: ClassVar[str] = "[deltanet]"  # what makes the attention other than plain (core/diagnose.py)
+    state: ClassVar[bool] = True  # a running state in place of every head's softmax (core/part_questions.py)
 
     g: Matrix | None  # (n, num_heads) the log decay, given; None: computed from W_a, A_log, dt_bias
     beta: Matrix | None  # (n, num_heads) the write strength, given; None: computed from W_b

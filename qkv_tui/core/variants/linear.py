@@ -24,6 +24,7 @@ class Linear:
     """Linear attention's feature map φ and whether each row is divided by φ(q_t)ᵀz_t."""
 
     not_plain: ClassVar[str] = "[linear]"  # what makes the attention other than plain (core/diagnose.py)
+    state: ClassVar[bool] = True  # a running state in place of every head's softmax (core/part_questions.py)
 
     feature: str  # "elu1" | "relu" | "identity"
     normalize: bool

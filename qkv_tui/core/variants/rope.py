@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -25,6 +25,9 @@ DEFAULT_BASE = 10000.0
 @dataclass(frozen=True)
 class Rope:
     """Rotary position embeddings on Q and K."""
+
+    # cos and sin are never whole, so the scores of what it turns are written with decimals (teach/trace.py)
+    scores_with_decimals: ClassVar[bool] = True
 
     base: float  # θ_i = base^(−2i/d_k)
     layout: str  # "interleaved": pair i = (2i, 2i+1); "half": pair i = (i, i + d_k/2)
