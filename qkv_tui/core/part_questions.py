@@ -17,6 +17,8 @@ A record answers by an attribute, each optional (a record without it has nothing
 - ``faces``: a view's name to the display module that shows what the view shows of it otherwise;
 - ``words``: a place in a view ("tiles.start", "cache.softmax", ...) to a template of what it says there,
   formatted with the record as ``part`` and the place's own fields;
+- ``x_path(head_grads)``: its path into the X the projections read, for dEmbed: (role, what the line calls its
+  gradient, the gradient at X̂·W_role, W_role), or None;
 - ``overflow(stage, at)``: the overflow rule's question (core/engine.py ``check_head``): at ``stage`` of the
   head's computation ("latent" before Q, K and V; "turned" after them; "state" in place of the weights;
   "stepped" and "term" on the scaled scores; "after" the map), the first of its own matrices past float64 as
@@ -33,6 +35,10 @@ A scenario's table (``tables``) answers by an attribute too, each optional:
 - ``scores_with_decimals``: True where the table turns what is scored by numbers that are never whole (a
   rotation's cos and sin), so the scores are written with decimals (``scenario_has``);
 - ``state``: True where the table puts a running state in place of every head's softmax (``scenario_has``);
+- ``position_enters``: where the table brings position in, as the Embed stage says it (``scenario_says``);
+- ``embed_back``: the stage module that says what dEmbed computes where its own projections read X in the Q, K
+  and V projections' place (``scenario_says``);
+- ``x_paths(grads)``: the paths into X̂ of what it computes from X̂ for every head at once, as ``x_path``;
 - ``not_plain``: the words that say the table makes the attention other than plain (core/diagnose.py: the
   mistakes are tried on plain attention).
 """

@@ -56,6 +56,12 @@ class Gated:
             return None
         return "gate", f"{at.head}: values in the gate's X̂·W_G overflow float64 at {where}", "expected smaller X or W_G"
 
+    def x_path(self, head_grads: Any) -> tuple[str, str, Matrix, Matrix] | None:
+        """Its path into the X the projections read, for dEmbed (teach/stages/embed.py): (role, what the line
+        calls its gradient, the gradient at X̂·W_G, W_G); None where the head's gradients have no gate."""
+        back = head_grads.gate
+        return None if back is None else ("G", "gate", back.d_logit, self.W_G)
+
     def again(self, X: Matrix, output: Matrix) -> Gated:
         """This part for some query rows alone, from what their Query projection reads and their output (the
         cache view's new tokens): the gate is per token, so nothing of it is cached."""

@@ -26,6 +26,8 @@ class Alibi:
     default: bool  # True when the slopes are the ALiBi paper's default (default_slopes)
 
     not_plain: ClassVar[str] = "[alibi]"  # what makes the attention other than plain (core/diagnose.py)
+    # where position enters, as the Embed stage says it (core/part_questions.scenario_says)
+    position_enters: ClassVar[str] = " Here position enters at the Scale stage, as ALiBi's distance bias on the scores."
 
 
 def default_slopes(count: int) -> tuple[float, ...]:

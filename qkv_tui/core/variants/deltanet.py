@@ -46,6 +46,15 @@ class DeltaNet:
     looks_heading: ClassVar[str] = "Whose δ each token weighs most"
     weights_note: ClassVar[str] = " (q·k times the decay; not a distribution)"
 
+    def x_paths(self, grads: Any) -> list[tuple[str, Matrix, Matrix]]:
+        """Its paths into X̂ where it computes g (through W_a) and β (through W_b) from X̂, for dEmbed
+        (teach/stages/embed.py): (role, the gradient at X̂·W_role, W_role)."""
+        gb = grads.gates
+        if gb is None:
+            return []
+        return [(role, d, W) for role, d, W in (("a", gb.da, self.W_a), ("b", gb.db, self.W_b))
+                if d is not None and W is not None]
+
     def overflow_inputs(self, X_in: Matrix, at: Any) -> tuple[str, str] | None:
         """The gates' inputs X̂·W_a + dt_bias and X̂·W_b past float64 (core/part_questions.py): σ and softplus would
         hide it as 1 or ∞, and every page that works them out term by term would meet the overflow."""

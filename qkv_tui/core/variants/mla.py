@@ -35,6 +35,8 @@ class Mla:
     """The latent attention layer: its sizes, weights and latent norms, and the rotation of its rotary parts."""
 
     not_plain: ClassVar[str] = "[mla]"  # what makes the attention other than plain (core/diagnose.py)
+    # the stage module that says what dEmbed computes: the latent layer's down-projections read X (teach/stages/embed.py)
+    embed_back: ClassVar[str] = "qkv_tui.teach.stages.mla_compress"
 
     num_heads: int
     d_nope: int  # per-head query/key dimensions that do not turn

@@ -28,6 +28,8 @@ class Rope:
 
     # cos and sin are never whole, so the scores of what it turns are written with decimals (teach/trace.py)
     scores_with_decimals: ClassVar[bool] = True
+    # where position enters, as the Embed stage says it (core/part_questions.scenario_says)
+    position_enters: ClassVar[str] = " Here position enters at the Rotate stage, which turns Q and K by each token's position."
 
     base: float  # θ_i = base^(−2i/d_k)
     layout: str  # "interleaved": pair i = (2i, 2i+1); "half": pair i = (i, i + d_k/2)
