@@ -32,6 +32,7 @@ class DeltaNet:
 
     not_plain: ClassVar[str] = "[deltanet]"  # what makes the attention other than plain (core/diagnose.py)
     state: ClassVar[bool] = True  # a running state in place of every head's softmax (core/part_questions.py)
+    cache_kind: ClassVar[str] = "deltanet"  # what the cost view calls its layer's cache (core/cost.py)
 
     g: Matrix | None  # (n, num_heads) the log decay, given; None: computed from W_a, A_log, dt_bias
     beta: Matrix | None  # (n, num_heads) the write strength, given; None: computed from W_b

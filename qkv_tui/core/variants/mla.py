@@ -37,6 +37,12 @@ class Mla:
     not_plain: ClassVar[str] = "[mla]"  # what makes the attention other than plain (core/diagnose.py)
     # the stage module that says what dEmbed computes: the latent layer's down-projections read X (teach/stages/embed.py)
     embed_back: ClassVar[str] = "qkv_tui.teach.stages.mla_compress"
+    # the cost view (core/cost.py, display/cost_view.py): what its layers cache, and its own page
+    cache_kind: ClassVar[str] = "mla"
+    cost_face: ClassVar[str] = "qkv_tui.display.mla_cost"
+    two_forms: ClassVar[str] = (
+        "Score, Scale, Softmax and Mix run on the expanded keys and values; Absorb is the same attention on the"
+        " latent. A model runs one of the two (at decode, the absorbed); the totals count both.")
 
     num_heads: int
     d_nope: int  # per-head query/key dimensions that do not turn
@@ -67,6 +73,17 @@ class Mla:
     @property
     def d_qk(self) -> int:
         return self.d_nope + self.d_rope
+
+    @property
+    def cache_held(self) -> tuple[str, tuple[str, int]]:
+        """What every layer caches per token in place of K and V: one latent of d_c + d_rope (core/cost.py)."""
+        return "latent", ("d_c + d_rope", self.d_c + self.d_rope)
+
+    def decode_forms(self, N: int) -> object:
+        """One decode step's FLOPs, expanded against absorbed, at N keys (core/mla_cost.py)."""
+        from qkv_tui.core.mla_cost import mla_decode  # the cost view's figures load on its first use
+
+        return mla_decode(self.num_heads, self.d_c, self.d_nope, self.d_rope, self.d_v, N)
 
     def overflow_hint(self, name: str) -> str | None:
         """What to change where a head's Q, K or V overflows (core/part_questions.py): its heads have no W_Q, W_K
