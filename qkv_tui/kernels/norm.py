@@ -52,9 +52,10 @@ class QKNormed:
         """Q and K after the norm, past float64 (core/part_questions.py): its gains, or squares past float64."""
         if stage != "turned":
             return None
-        return at.named((
+        said: tuple[str, str, str] | None = at.named((
             ("Q_norm", self.Q_norm, False, False, "expected a smaller gamma_q in [qk_norm], or Q whose squares float64 can hold"),
             ("K_norm", self.K_norm, True, False, "expected a smaller gamma_k in [qk_norm], or K whose squares float64 can hold")))
+        return said
 
     @property
     def K_after(self) -> Matrix:

@@ -93,8 +93,9 @@ class Rotated:
         """Q and K turned, past float64 (core/part_questions.py)."""
         if stage != "turned":
             return None
-        return at.named((("Q_rot", self.Q_rot, False, False, "expected smaller Q"),
+        said: tuple[str, str, str] | None = at.named((("Q_rot", self.Q_rot, False, False, "expected smaller Q"),
                          ("K_rot", self.K_rot, True, False, "expected smaller K")))
+        return said
 
     @property
     def K_after(self) -> Matrix:

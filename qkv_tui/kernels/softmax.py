@@ -86,7 +86,9 @@ class Biased:
         """The term past float64 (core/part_questions.py): its slope."""
         if stage != "term":
             return None
-        return at.named((("bias", self.bias, False, True, "expected a smaller ALiBi slope (the bias is slope·(j − i))"),))
+        said: tuple[str, str, str] | None = at.named((
+            ("bias", self.bias, False, True, "expected a smaller ALiBi slope (the bias is slope·(j − i))"),))
+        return said
 
 
 @dataclass(frozen=True, eq=False)
@@ -159,8 +161,9 @@ class Capped:
         """The stepped scores past float64 (core/part_questions.py)."""
         if stage != "stepped":
             return None
-        return at.named((("capped", self.capped, False, True,
+        said: tuple[str, str, str] | None = at.named((("capped", self.capped, False, True,
                           "expected a larger scale or smaller scores (the soft-cap reads scores / scale)"),))
+        return said
 
     def step_factor(self, scaled: Matrix) -> Matrix:
         """The step's own factor at the scaled scores, tanh(s/c): what its slope and its line read."""
