@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from qkv_tui.core.mla_cost import MlaDecode
 from qkv_tui.core.scenario import Scenario
+from qkv_tui.display.cost_view import num  # the view that loads this module on its first page of [mla]
 
 if TYPE_CHECKING:
     from qkv_tui.display.side_view import Sources
@@ -18,12 +19,6 @@ MEANING = ("MLA at decode: the cache holds the latent c_KV. Expanded, each step 
            " and the mix run on the latent itself (the Absorb stage).")
 
 
-def _num(x: float) -> str:
-    from qkv_tui.display.cost_view import num
-
-    return num(x)
-
-
 def cache_lines(sc: Scenario, r: CostReport) -> list[str]:
     """The cache page's word on the latent: how much smaller it is than the expanded K and V."""
     m = sc.mla
@@ -33,7 +28,7 @@ def cache_lines(sc: Scenario, r: CostReport) -> list[str]:
     return [f"why MLA: expanded, a layer would cache h·(d_nope + d_rope + d_v)·B = {m.num_heads}·"
             f"{m.d_nope + m.d_rope + m.d_v}·{r.bytes_per_number} = {full * r.bytes_per_number} B a token;"
             f" the latent is (d_c + d_rope)·B = {latent}·{r.bytes_per_number} = {latent * r.bytes_per_number}"
-            f" B: {full} / {latent} = {_num(full / latent)} times smaller"]
+            f" B: {full} / {latent} = {num(full / latent)} times smaller"]
 
 
 def page(sources: Sources, r: CostReport) -> tuple[str, list[str]]:
@@ -45,7 +40,7 @@ def page(sources: Sources, r: CostReport) -> tuple[str, list[str]]:
              f"expanded: {forms.expanded.text()} FLOPs",
              f"absorbed: {forms.absorbed.text()} FLOPs"]
     e, a = forms.expanded.value, forms.absorbed.value
-    lines.append(f"at N = {N}: expanded / absorbed = {e} / {a} = {_num(e / a)}")
+    lines.append(f"at N = {N}: expanded / absorbed = {e} / {a} = {num(e / a)}")
     if forms.crossover:
         lines.append(f"crossover: absorbing costs no more from N = {forms.crossover} keys on (its two folds,"
                      f" 2·h·d_c·(d_nope + d_v) = {2 * m.num_heads * m.d_c * (m.d_nope + m.d_v)} FLOPs, are paid once a"
