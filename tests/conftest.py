@@ -34,9 +34,11 @@ SCENARIOS = [p for p in SHIPPED if "\n[model]" not in p.read_text(encoding="utf-
 MODEL_SCENARIOS = [p for p in SHIPPED if p not in SCENARIOS]
 # those whose heads run a softmax: [linear] and [deltanet] keep a state instead, with no KV cache and no tiles
 # the scenarios whose heads take one softmax map (what the cache, tiles and worksheet pages work through);
-# [differential]'s heads subtract two, and those views refuse them in one line
+# [differential]'s heads subtract two, and [indexer]'s attend a selection those views do not make: they refuse
+# them in one line
 SOFTMAX_SCENARIOS = [p for p in SCENARIOS
-                     if not re.search(r"^\[(linear|deltanet|differential)\]", p.read_text(encoding="utf-8"), re.M)]
+                     if not re.search(r"^\[(linear|deltanet|differential|indexer)\]", p.read_text(encoding="utf-8"),
+                                      re.M)]
 BASE = '''
 tokens = ["I", "love", "AI"]
 X = [[1, 0, 1, 0], [0, 1, 0, 1], [1, 1, 0, 0]]

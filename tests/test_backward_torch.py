@@ -24,7 +24,7 @@ SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
 # a [model] file takes nothing beside it but a title and description (importers/expand.py)
 # [linear] and [deltanet] have no backward pass yet (the loader refuses [backward] beside them); [mla]'s is checked
 # by tests/test_backward_mla_torch.py and tests/test_backward_mla_lines.py
-NO_BACKWARD = ("[model]", "[mla]", "[linear]", "[deltanet]", "[differential]")  # [differential]: refused for now
+NO_BACKWARD = ("[model]", "[mla]", "[linear]", "[deltanet]", "[differential]", "[indexer]")  # the last two: refused for now
 BUILT_INS = sorted(p.stem for p in SCENARIOS.glob("*.toml") if not any(t in p.read_text() for t in NO_BACKWARD))
 
 

@@ -264,7 +264,28 @@ def delta_stages(sc: Scenario, rows: int, new: int, put: Any, cells: Any, decode
     x = "X̂" if sc.norm is not None else "X"
     mm, other = 0, 0
     read, written = cells(x, rows, d), set()
-    for h in range(H):
+    kg = cfg.channels  # a gate per key channel (Kimi Delta Attention): g for each channel, from a low-rank projection
+    if kg is not None and kg.g is not None:
+        pass  # g given: only β (where W_b is given) is computed below
+    elif kg is not None:
+        r = int(kg.W_fa.shape[1])
+        mm += rows * 2 * d * r  # X̂·W_fa, shared by every head and channel
+        read |= cells("W_fa", d, r)
+    for h in range(H) if kg is not None else ():
+        d_k = sc.heads[h].d_k
+        if kg.g is None:
+            other += 1  # e^A_log
+            for _ in range(rows):
+                mm += d_k * 2 * r  # each channel's cell of (X̂·W_fa)·W_fb
+                other += d_k * 2  # each channel's softplus: e^a and the log
+            read |= cells(("W_fb", h), r, d_k) | cells(("dt_bias", h), 1, d_k) | cells(("A_log", h), 1, 1)
+            written |= cells(("g", h), rows, d_k)
+        if cfg.W_b is not None:
+            mm += rows * 2 * d
+            other += rows * 2
+            read |= cells(("W_b", h), d, 1)
+            written |= cells(("β", h), rows, 1)
+    for h in range(H) if kg is None else ():
         other += 1  # e^A_log
         for _ in range(rows):
             mm += 2 * d  # X̂·W_a's cell
@@ -278,8 +299,9 @@ def delta_stages(sc: Scenario, rows: int, new: int, put: Any, cells: Any, decode
     put("gates", mm, other, read, written)
     mm, other, read, written = 0, 0, set(), set()
     for h, head in enumerate(sc.heads):
+        g_width = 1 if kg is None else head.d_k  # one e^g a token, or one a key channel
         for t in range(rows):
-            other += 1  # e^g
+            other += g_width  # e^g
             for _a in range(head.d_k):
                 for _b in range(head.d_v):
                     mm += 6  # the recall's, the write's and the read's multiply-add
@@ -287,7 +309,7 @@ def delta_stages(sc: Scenario, rows: int, new: int, put: Any, cells: Any, decode
                                 ("δ", head.d_v), ("o", head.d_v)):
                 written |= cells((name, h, t), 1, width)
         read |= cells(("q", h), rows, head.d_k) | cells(("k", h), rows, head.d_k) | cells(("v", h), rows, head.d_v)
-        read |= cells(("g", h), rows, 1) | cells(("β", h), rows, 1)
+        read |= cells(("g", h), rows, g_width) | cells(("β", h), rows, 1)
         read |= cells(("S", h), head.d_k, head.d_v) if decode else set()
     put("delta", mm, other, read, written)
 

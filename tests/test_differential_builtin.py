@@ -1,6 +1,7 @@
 """The built-in scenarios/differential.toml through the one driver: its JSON against a NumPy computation written
 here from contracts §14, its rows summing to 1 − λ, its negative cells, every arithmetic line on the calculator
-(exact and by hand), its TOML round trip, the views that refuse it in one line, and [backward] refused."""
+(exact and by hand), its TOML round trip and the views that refuse it in one line ([backward] with it:
+tests/test_differential_scenario_grads_torch.py)."""
 
 from __future__ import annotations
 
@@ -123,13 +124,3 @@ def test_the_page_refuses_cache_and_tiles_in_a_line_each() -> None:
     page = to_markdown(compute(load_scenario(BUILTIN)), 3)
     assert "No tiles for differential attention" in page and "No KV-cache replay for differential" in page
     assert "K_cache" not in page
-
-
-def test_backward_is_refused_in_one_line(cli, tmp_path) -> None:
-    bad = tmp_path / "diff_backward.toml"
-    bad.write_text(BUILTIN.read_text() + "\n[backward]\ntarget = [[0, 0, 0, 0, 0, 0, 0, 0],"
-                   " [0, 0, 0, 0, 0, 0, 0, 0], [0, 0, 0, 0, 0, 0, 0, 0]]\n")
-    run = cli("--check", str(bad))
-    assert run.code == 2 and run.out == ""
-    lines = run.err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error:") and "[backward]" in lines[0], run.err

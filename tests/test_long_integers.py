@@ -59,12 +59,16 @@ SAMPLES: dict[str, list[dict[str, Any]]] = {
                         "lambda_init": 0.2, "eps": 1e-5, "gamma": [1, 1]},
                        {"lambda_q1": [[0]], "lambda_k1": [[0]], "lambda_q2": [[0]], "lambda_k2": [[0]], "layer": 0}],
     "[value_scale]": [{"factor": 0.5}],
+    "[v_norm]": [{"eps": 1e-6}],
+    "[indexer]": [{"num_heads": 1, "W_q": W4, "W_k": W4, "W_w": [[1]] * 4, "top_k": 2, "rope_dims": 0,
+                   "rope_layout": "half", "k_norm": {"gamma": [1, 1], "beta": [0, 0], "eps": 1e-6}}],
 }
 TABLE_KEY = {"[[heads]]": "heads", "[attention]": "attention", "[output]": "output", "[context]": "context",
              "[mask]": "mask", "[norm]": "norm", "[rope]": "rope", "[alibi]": "alibi", "[tiles]": "tiles",
              "[cache]": "cache", "[input]": "input", "[qk_norm]": "qk_norm", "[gate]": "gate", "[mla]": "mla",
              "[linear]": "linear", "[deltanet]": "deltanet", "[backward]": "backward",
-             "[value_scale]": "value_scale", "[differential]": "differential"}
+             "[value_scale]": "value_scale", "[differential]": "differential", "[indexer]": "indexer",
+             "[v_norm]": "v_norm"}
 
 
 def toml(doc: dict[str, Any]) -> str:

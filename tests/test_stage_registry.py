@@ -16,9 +16,10 @@ from qkv_tui.teach.trace import STAGES, Trace
 
 from .conftest import SHIPPED
 
-SEED_ORDER = ["embed", "norm", "project", "compress", "expand", "mla_rotate", "qk_norm", "rotate", "score", "scale", "softmax",
+SEED_ORDER = ["embed", "norm", "index", "select",  # [indexer]: once for the layer, before any head projects
+              "project", "compress", "expand", "mla_rotate", "qk_norm", "rotate", "score", "scale", "softmax",
               "mix",
-              "diff_score_1", "diff_scale_1", "diff_softmax_1", "diff_score_2", "diff_scale_2", "diff_softmax_2",
+              "diff_rotate", "diff_score_1", "diff_scale_1", "diff_softmax_1", "diff_score_2", "diff_scale_2", "diff_softmax_2",
               "diff_lambda", "diff_subtract", "diff_mix", "diff_subnorm", "diff_factor",  # [differential]: Score … Mix
               "absorb",
               "phi", "quadratic", "recurrent", "conv", "l2norm", "gates", "delta", "onorm",  # [linear], [deltanet]: Score … Mix
@@ -28,6 +29,8 @@ SEED_ORDER += ["loss", "dwo", "dgate", "dmix",
                "dlinear", "ddelta", "dgates",  # [linear], [deltanet] in place of dMix … dScore
                "dsoftmax", "dscale", "dscore", "drotate",
                "dmla_rotate", "dk_r", "dexpand", "dcompress",  # [mla]'s latent layer, read backwards
+               "ddiff_factor", "ddiff_subnorm", "ddiff_mix", "ddiff_subtract", "ddiff_lambda", "ddiff_softmax_1",
+               "ddiff_scale_1", "ddiff_softmax_2", "ddiff_scale_2", "ddiff_score", "ddiff_rotate",  # [differential]
                "dqk_norm", "dproject", "dembed", "dnorm"]
 
 

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from qkv_tui import compute, load_scenario
 from qkv_tui.core.engine import Computation
 from qkv_tui.core.scenario import parse_scenario
-from qkv_tui.core.variants import differential
+from qkv_tui.core.variants import differential, indexer
 from qkv_tui.edges.worksheet.make import build, parse_blanks
 
 from .conftest import SCENARIOS, Run
@@ -208,6 +208,7 @@ def classic(path: Path) -> bool:
     return (sc.norm is None and sc.qk_norm is None and sc.rope is None and sc.alibi is None and sc.num_kv_heads is None
             and sc.linear is None and sc.deltanet is None  # their pages: tests/test_linear_attention.py
             and differential.TABLE.of(sc) is None  # no page yet: refused in one line (tests/test_differential_builtin.py)
+            and indexer.TABLE.of(sc) is None  # no page yet: refused in one line (tests/test_dsa_builtin.py)
             and sc.backward is None  # its backward tables: tests/test_worksheet_backward.py
             and sc.b_O is None and sc.mla is None and all(h.b_Q is None and h.b_K is None and h.b_V is None and h.sink is None
                                        and h.softcap is None for h in sc.heads))

@@ -23,7 +23,7 @@ import numpy as np
 from qkv_tui.core.engine import Computation, compute
 from qkv_tui.core.scenario import Head, Matrix, Scenario, ScenarioError, parse_scenario
 from qkv_tui.core.tomlfile import ReadError, decode, read_bytes, stat_path
-from qkv_tui.core.variants import alibi_later_key, deltanet_edit
+from qkv_tui.core.variants import alibi_later_key, deltanet_edit, differential_edit
 from qkv_tui.core.variants import mla as mla_variant
 
 if TYPE_CHECKING:
@@ -34,10 +34,12 @@ HEAD_BIASES = ("b_Q", "b_K", "b_V")
 SHARED = ("W_K", "W_V", "b_K", "b_V")  # with grouped-query attention, heads that share a K/V head share these
 QK_GAINS = ("gamma_q", "gamma_k")  # [qk_norm]'s gains
 BACKWARD_INPUTS = ("target", "dO")  # [backward]'s: edit the target, watch the gradients
-VECTORS = ("gamma", "beta", *QK_GAINS, "b_O", *HEAD_BIASES, "gamma_kv", *deltanet_edit.VECTORS)  # one row: cell (0, i) is entry i
+VECTORS = ("gamma", "beta", *QK_GAINS, "b_O", *HEAD_BIASES, "gamma_kv", *deltanet_edit.VECTORS,
+           *differential_edit.VECTORS)  # one row: cell (0, i) is entry i
 MLA_INPUTS = (*mla_variant.MLA_MATRICES, *mla_variant.MLA_VECTORS)  # [mla]'s own inputs (its heads are derived)
 # NAME, NAME[row,col] or NAME[i], then an optional "(head name)"
-ADDRESS = re.compile(r"\s*([A-Za-z_]+)\s*(?:\[\s*([^,\]]+?)\s*,\s*([^\]]+?)\s*\])?\s*(?:\[\s*\d+\s*\])?\s*(?:\(([^)]*)\))?\s*")
+ADDRESS = re.compile(r"\s*([A-Za-z_][A-Za-z_0-9]*)"
+                     r"\s*(?:\[\s*([^,\]]+?)\s*,\s*([^\]]+?)\s*\])?\s*(?:\[\s*\d+\s*\])?\s*(?:\(([^)]*)\))?\s*")
 
 
 class EditError(ValueError):
@@ -75,6 +77,10 @@ class InputCell:
 
 def _vector(sc: Scenario, name: str, head: int | None) -> Matrix | None:
     """A 1-D input (gamma, beta, a bias) where the scenario has it; None otherwise (or from a file that predates the key)."""
+    if name in differential_edit.VECTORS:
+        df = differential_edit.TABLE.of(sc)
+        found_gains = None if df is None else differential_edit.editable(df).get(name)
+        return None if found_gains is None else found_gains[0]
     if name in deltanet_edit.VECTORS:
         dn = getattr(sc, "deltanet", None)
         given = None if dn is None else deltanet_edit.editable(dn).get(name)
@@ -125,6 +131,9 @@ def _array(sc: Scenario, matrix: str, head: int | None) -> Matrix | None:
     if matrix in deltanet_edit.KEYS:  # g, β and their weights, where the scenario has [deltanet] and gives them
         dn = getattr(sc, "deltanet", None)
         return None if dn is None else deltanet_edit.editable(dn).get(matrix)
+    if matrix in differential_edit.KEYS:  # the λ vectors, a row per head, where the scenario has [differential]
+        df = differential_edit.TABLE.of(sc)
+        return None if df is None else differential_edit.editable(df).get(matrix)
     if matrix in BACKWARD_INPUTS:  # what the backward pass starts from, where the scenario has [backward]
         bw = getattr(sc, "backward", None)
         given: Matrix | None = None if bw is None else getattr(bw, matrix)
@@ -160,6 +169,7 @@ def _inputs(sc: Scenario) -> Iterator[tuple[str, int | None]]:
         if getattr(head, "W_G", None) is not None:
             yield "W_G", h
     yield from ((target, None) for target in deltanet_edit.KEYS)
+    yield from ((target, None) for target in differential_edit.KEYS)
     yield from (("W_O", None), ("b_O", None), ("scale", None), ("mask", None))
     yield from ((name, None) for name in BACKWARD_INPUTS)
 
@@ -263,7 +273,7 @@ def parse_address(sc: Scenario, text: str) -> tuple[InputCell | None, str]:
             raise EditError("this head has no softcap")
         return InputCell("softcap", head), value
     if matrix in VECTORS and row_text is None:
-        entry = re.fullmatch(r"\s*[A-Za-z_]+\s*\[\s*(\d+)\s*\]\s*(?:\([^)]*\))?\s*", name)
+        entry = re.fullmatch(r"\s*[A-Za-z_][A-Za-z_0-9]*\s*\[\s*(\d+)\s*\]\s*(?:\([^)]*\))?\s*", name)
         vector = _vector(sc, matrix, head)
         if vector is None:
             raise EditError(f"this scenario has no {matrix}")
@@ -273,7 +283,8 @@ def parse_address(sc: Scenario, text: str) -> tuple[InputCell | None, str]:
     if row_text is None or col_text is None:
         raise EditError(f"{name.strip()!r}: give a row and a column, e.g. {matrix}[0,1]")
     if matrix not in ("X", "context_X", "W_O", "mask", *WEIGHTS, "W_G", *BACKWARD_INPUTS,
-                      *(MLA_INPUTS if sc.mla is not None else ()), *(deltanet_edit.KEYS if sc.deltanet is not None else ())):
+                      *(MLA_INPUTS if sc.mla is not None else ()), *(deltanet_edit.KEYS if sc.deltanet is not None else ()),
+                      *(differential_edit.KEYS if differential_edit.TABLE.of(sc) is not None else ())):
         raise EditError(f"{matrix!r} is not an input; edit X, X_ctx, W_Q, W_K, W_V, W_O, scale, mask"
                         " (and gamma, beta, b_Q, b_K, b_V, b_O, sink, W_G where the scenario has them)")
 
@@ -335,6 +346,13 @@ def apply_edit(sc: Scenario, cell: InputCell, text: str) -> Scenario:
     if sc.deltanet is not None and cell.matrix in deltanet_edit.KEYS:
         try:
             return replace(sc, deltanet=deltanet_edit.with_entry(sc.deltanet, cell.matrix, cell.row, cell.col, value))
+        except ValueError as exc:
+            raise EditError(str(exc)) from None
+    df = differential_edit.TABLE.of(sc)
+    if df is not None and cell.matrix in differential_edit.KEYS:
+        try:
+            return differential_edit.TABLE.put(sc, differential_edit.with_entry(df, cell.matrix, cell.row, cell.col,
+                                                                                 value))
         except ValueError as exc:
             raise EditError(str(exc)) from None
     if cell.matrix == "sink" and cell.head is not None:
@@ -464,6 +482,8 @@ def _write_cell(doc: tomlkit.TOMLDocument, sc: Scenario, cell: InputCell) -> Non
             doc["mla"][cell.matrix] = [_number(float(v)) for v in value_of_vector(sc, cell.matrix)]
     elif cell.matrix in deltanet_edit.KEYS:
         deltanet_edit.write_cell(doc["deltanet"], cell.matrix, cell.row, cell.col, _number(value))
+    elif cell.matrix in differential_edit.KEYS:
+        differential_edit.write_cell(doc["differential"], cell.matrix, cell.row, cell.col, _number(value))
     elif cell.matrix == "scale":
         doc["scale"] = _number(value)
     elif cell.matrix == "X":

@@ -24,7 +24,7 @@ import math
 from dataclasses import dataclass, field
 
 from qkv_tui.core import part_questions as ask
-from qkv_tui.core.layer_schedule import STATE, keeps_state
+from qkv_tui.core.layer_schedule import STATE, keeps_state, kv_source
 from qkv_tui.core.scenario import Scenario
 
 DTYPES: dict[str, int] = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "int8": 1}
@@ -306,7 +306,8 @@ def layer_cache(sc: Scenario, layer: int, kind: str, bytes_per: int) -> LayerCac
 
 def kv_cache(sc: Scenario, bytes_per: int, context: int) -> KvCache:
     """The scenario's one layer, or every layer of its model's schedule: a full or sliding layer of the schedule
-    holds the K/V heads this scenario's layer holds, a linear layer no cache."""
+    holds the K/V heads this scenario's layer holds, a linear layer no cache, a layer that reuses an earlier
+    layer's K and V (" kv-from L") none of its own."""
     own = attention_kind(sc)
     state = ask.scenario_has(sc, "state")
     schedule = sc.input.schedule
@@ -315,6 +316,9 @@ def kv_cache(sc: Scenario, bytes_per: int, context: int) -> KvCache:
     layers, unknown = [], []
     for i, entry in enumerate(schedule):
         words = entry.split(" ")
+        if kv_source(entry) is not None:  # it reads its source layer's cache, the chosen layer too
+            layers.append(layer_cache(sc, i, "shared", bytes_per))
+            continue
         if keeps_state(entry):
             kind = own if i == sc.input.chosen_layer and state else STATE
         elif state:

@@ -18,7 +18,7 @@ from qkv_tui.core.variants.differential import TABLE
 from qkv_tui.kernels.attention import Attended, HeadPass, PartSpec, Turn
 from qkv_tui.kernels.differential import DiffForward, DiffHead, diff_forward
 from qkv_tui.kernels.policy import Policy
-from qkv_tui.kernels.rope import angles_at
+from qkv_tui.kernels.rope import Rotated, angles_at
 from qkv_tui.kernels.softmax import SoftmaxRows
 
 
@@ -45,7 +45,13 @@ class DiffSpec(PartSpec):
                         f.map_1.capped)
 
     def after_mix(self, p: HeadPass, attended: Attended) -> None:
-        p.records.append(p.notes["differential"])
+        f = p.notes["differential"]
+        assert isinstance(f, DiffForward)
+        if f.Q_rot is not None and f.K_rot is not None:
+            # RoPE's part turned the head's whole width; what the maps scored is each half turned on its own, and
+            # that is what the head's record of the turn says (the Rotate stage, the JSON's Q_rot and K_rot)
+            p.records[:] = [Rotated(f.Q_rot, f.K_rot) if isinstance(r, Rotated) else r for r in p.records]
+        p.records.append(f)
 
 
 def half_turn(rope: Any, positions: tuple[int, ...] | None, d: int, policy: Policy) -> Turn | None:

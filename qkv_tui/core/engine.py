@@ -21,6 +21,7 @@ from qkv_tui.core import part_questions as ask
 from qkv_tui.core.forward import HeadResult as HeadResult
 from qkv_tui.core.forward import run_heads
 from qkv_tui.core.forward import turn_of as turn_of
+from qkv_tui.core.part_masks import attended
 from qkv_tui.core.scenario import BoolMatrix, Matrix, Scenario, ScenarioError
 from qkv_tui.core.variants import Norm, Rope, Vector
 from qkv_tui.kernels.attention import frozen as _frozen
@@ -54,7 +55,8 @@ class Computation:
 
     @property
     def allow(self) -> BoolMatrix:
-        return self.scenario.allow
+        """The keys the heads attend: the scenario's mask, narrowed where a part chooses keys (the indexer)."""
+        return attended(self.heads, self.scenario.allow)
 
     @property
     def X_in(self) -> Matrix:
@@ -219,7 +221,7 @@ def _check_matrices(sc: Scenario, result: HeadResult, names: tuple[tuple[str, bo
     at = Where(sc, -1, result.name)
     for name, keys, key_col in names:
         # masked cells of the softmax's input are −∞ by design; an infinity where the mask allows is an overflow
-        where = at.first(getattr(result, name), keys, key_col, sc.allow if name == "masked" else None)
+        where = at.first(getattr(result, name), keys, key_col, attended([result], sc.allow) if name == "masked" else None)
         if where is not None:
             raise ComputeError(sc.source, f"{result.name}: values in {name} overflow float64 at {where}",
                                hint_for(sc, name, _HEAD_HINTS[name]))

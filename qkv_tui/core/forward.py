@@ -16,6 +16,7 @@ import numpy as np
 
 from qkv_tui.core.head import HeadResult, parts_of
 from qkv_tui.core.head_parts import Run, alibi_of, head_parts, turn_of
+from qkv_tui.core.part_masks import narrowed
 from qkv_tui.core.scenario import Head, Matrix, Scenario
 from qkv_tui.kernels.attention import Attended, head_forward
 from qkv_tui.kernels.policy import EXACT, Policy
@@ -45,10 +46,12 @@ def run_heads(sc: Scenario, X_in: Matrix, policy: Policy = EXACT, *,
         with run.quiet():
             parts = parts_of_head(h)
             scale = _scale(run, h, math.sqrt(head.d_k))
-            f = head_forward(X_in, run.X_kv, head.W_Q, head.W_K, head.W_V, head.b_Q, head.b_K, head.b_V, sc.allow,
+            # a part that chooses the keys (the indexer's selection) narrows the mask and keeps its record first
+            allow, chosen = narrowed(sc.allow, parts)
+            f = head_forward(X_in, run.X_kv, head.W_Q, head.W_K, head.W_V, head.b_Q, head.b_K, head.b_V, allow,
                              scale, parts, shared=shared, policy=policy)
         # a part that divides by no scale at all (linear attention's 1.0 is no √d_k) says so
-        result = result_of(head, f.Q, f.K, f.V, f.attended, f.records, kv_head=kv,
+        result = result_of(head, f.Q, f.K, f.V, f.attended, chosen + f.records, kv_head=kv,
                            scale_is_default=sc.scale is None and all(part.keeps_scale for part in parts))
         if exact is None and last_reader[kv] > h:  # kept only while a later query head still reads it
             kv_done.setdefault(kv, result)
@@ -76,13 +79,15 @@ def _mla_heads(run: Run) -> Iterator[HeadResult]:
     turn = turn_of(mla.rope, sc.positions, mla.d_rope, policy)
     with np.errstate(over="ignore", invalid="ignore"):
         shared = mla_shared(run.X_in, w, turn, policy)
+        parts_of_head = head_parts(run)  # read here only for a part that chooses the keys (the indexer's selection)
     for h, head in enumerate(sc.heads):
         with np.errstate(over="ignore", invalid="ignore"):
+            allow, chosen = narrowed(sc.allow, parts_of_head(h))
             bias = None if sc.alibi is None else alibi_of(run, h)
-            m = mla_head(shared, w, h, sc.allow, _scale(run, h, math.sqrt(mla.d_qk)), turn, bias=bias,
+            m = mla_head(shared, w, h, allow, _scale(run, h, math.sqrt(mla.d_qk)), turn, bias=bias,
                          softcap=head.softcap, policy=policy)
         a = m.attended
-        records: list[object] = []
+        records: list[object] = list(chosen)
         if sc.alibi is not None and a.bias is not None:
             records.append(Biased(a.bias, sc.alibi.slopes[h]))
         if head.softcap is not None and a.capped is not None:

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from qkv_tui.core.engine import Computation, HeadResult, turn_of
 from qkv_tui.core.scenario import Matrix, Scenario
 from qkv_tui.core.variants import Vector
+from qkv_tui.core.variants.common import face
 from qkv_tui.kernels.attention import Turn
 from qkv_tui.kernels.attention_backward import AttendBack, GateBack, attend_backward, gate_backward, rotate_back
 from qkv_tui.kernels.gate import Gated
@@ -57,6 +58,9 @@ class HeadGrad:
     # [linear] / [deltanet] read backwards in place of the softmax (attend then holds their dV, dQ_used, dK_used)
     linear: LinearBack | None = None
     deltanet: DeltaBack | None = None
+    # a part whose record reads itself backwards in place of the one softmax (differential attention's DiffBack):
+    # attend, dQ and dK are then what it gives, and its own gradients are here
+    own: Any = None
 
     @property
     def dV(self) -> Matrix:
@@ -143,7 +147,7 @@ def gradients(comp: Computation, policy: Policy | None = None, trig: Mapping[int
     start = 0
     parts = []
     for hr in comp.heads:
-        parts.append(_attend(sc, hr, X_in, d_concat[:, start:start + hr.d_v], p, trig))
+        parts.append(_attend(sc, hr, X_in, d_concat[:, start:start + hr.d_v], p, trig, X_kv))
         start += hr.d_v
     if sc.mla is not None:
         return replace(_mla_gradients(comp, parts, loss, dO, d_concat, dW_O, db_O, p, latent_trig), cross_entropy=ce)
@@ -222,20 +226,26 @@ def _mla_gradients(comp: Computation, parts: list[_Part], loss: float | None, dO
 
 
 _QKBack = tuple[list[Matrix], list[Matrix], list[Vector | None], list[Vector | None], Vector | None, Vector | None]
-_State = tuple["LinearBack | None", "DeltaBack | None"]
+_State = tuple["LinearBack | None", "DeltaBack | None", Any]
 _Part = tuple[Matrix, AttendBack, GateBack | None, Matrix | None, Matrix | None, Matrix, Matrix, _State]
 
 
 def _attend(sc: Scenario, h: HeadResult, X_in: Matrix, dJ: Matrix, p: Policy,
-            trig: Mapping[int, Turn] | None = None) -> _Part:
+            trig: Mapping[int, Turn] | None = None, X_kv: Matrix | None = None) -> _Part:
     """One head from the gradient at what Concat joins (``dJ``, n × d_v) back to what RoPE turns."""
     gb = None
     dO_h = dJ
     if h.part(Gated) is not None:
         gb = gate_backward(dJ, X_in, h.need(Gated).W_G, h.output, h.need(Gated).gate, p)
         dO_h = gb.d_output
+    own = next((r for r in h.parts.values() if hasattr(r, "backward")), None)
+    if own is not None:  # its own maps, turn and norm read backwards, down to what its projections gave
+        back = face(own.backward)(own, dO_h, X_in, X_in if X_kv is None else X_kv, h.W_Q, h.W_K, h.W_V, sc.allow,
+                                  h.read(Capped, lambda c: c.softcap), (h.b_Q is not None, h.b_K is not None,
+                                                                        h.b_V is not None), p)
+        return dO_h, back.attend, gb, back.dQ_rot, back.dK_rot, back.dQ, back.dK, (None, None, back)
     share = None if h.part(Sunk) is None else h.need(Sunk).sink_exp / h.row_sum  # (n,) each row's sink weight
-    state: _State = (None, None)
+    state: _State = (None, None, None)
     if sc.linear is not None or sc.deltanet is not None:  # their heads' maps are no softmax
         ab, state = _state_back(sc, h, dO_h, p)
     else:
@@ -262,14 +272,14 @@ def _state_back(sc: Scenario, h: HeadResult, dO_h: Matrix, p: Policy) -> tuple[A
 
         lb = linear_backward(dO_h, h.Q_used, h.K_used, h.V, h.need(LinearForward), sc.allow, p)
         ab = AttendBack(lb.dV, lb.dweights, lb.D, lb.dA, lb.dA, lb.dA, lb.dQ_used, lb.dK_used, None)
-        return ab, (lb, None)
+        return ab, (lb, None, None)
     from qkv_tui.kernels.deltanet import DeltaForward
     from qkv_tui.kernels.deltanet_backward import deltanet_backward
 
     db = deltanet_backward(dO_h, h.Q_used, h.K_used, h.V, h.need(DeltaForward), p)
     n = dO_h.shape[0]
     zero = np.zeros((n, n))
-    return AttendBack(db.dv, zero, np.zeros(n), zero, zero, zero, db.dQ_used, db.dK_used, None), (None, db)
+    return AttendBack(db.dv, zero, np.zeros(n), zero, zero, zero, db.dQ_used, db.dK_used, None), (None, db, None)
 
 
 def _gates_back(comp: Computation, heads: list[HeadGrad], grads_in: list[Matrix], weights_in: list[Matrix],

@@ -188,6 +188,10 @@ def _linear(run: Run) -> PerHead | None:
 
 def _deltanet(run: Run) -> PerHead | None:
     sc = run.sc
+    if sc.deltanet is not None and sc.deltanet.channels is not None:  # a gate per key channel: Kimi Delta Attention
+        from qkv_tui.core.kda_part import kda_heads
+
+        return kda_heads(run, around_spec)
     with run.quiet():
         dn = deltanet_gates(sc, run.X_in, run.policy)
     if dn is None:

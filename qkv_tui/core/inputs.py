@@ -13,18 +13,19 @@ from typing import Any
 
 from qkv_tui.base.values import kind as _kind
 from qkv_tui.base.values import show as _show
-from qkv_tui.core.layer_schedule import entry_error, schedule_line
+from qkv_tui.core.layer_schedule import entry_error, kv_source, schedule_line
 from qkv_tui.core.variants.common import MAX_INDEX, Checker, choice, table_of, write_whole
 
 INPUT_KEYS = ("kind", "layer", "schedule")
-INPUT_KINDS = ("embedding", "embedding+position", "residual", "embedding+position+type")
+INPUT_KINDS = ("embedding", "embedding+position", "residual", "embedding+position+type", "altup")
 
 
 @dataclass(frozen=True)
 class Input:
     kind: str = "embedding"  # token embeddings | token plus learned position embeddings | the residual stream
     # | "embedding+position+type": BERT's token, position and token-type embeddings summed, then LayerNormed
-    layer: int | None = None  # "residual": the 0-based layer X enters (the stream after layers 0 … layer − 1)
+    # | "altup": Gemma 3n's active AltUp prediction entering the layer, after its input norm (what its attention reads)
+    layer: int | None = None  # "residual", "altup": the 0-based layer X enters (the stream after layers 0 … layer − 1)
     # the model's layers, one entry each (core/layer_schedule.py); () = not given. Not part of equality:
     # it says where the layer sits in its model, not what X holds
     schedule: tuple[str, ...] = field(default=(), compare=False)
@@ -40,8 +41,13 @@ class Input:
         return schedule_line(self.schedule, self.chosen_layer) if self.schedule else ""
 
     @property
+    def kv_source_layer(self) -> int | None:
+        """The layer whose K and V the chosen layer reuses (its schedule entry's " kv-from L"), or None."""
+        return kv_source(self.schedule[self.chosen_layer]) if self.schedule else None
+
+    @property
     def is_embedding(self) -> bool:
-        return self.kind != "residual"
+        return self.kind not in ("residual", "altup")
 
 
 def parse_input(v: Checker, doc: dict[str, Any]) -> Input:
@@ -50,6 +56,11 @@ def parse_input(v: Checker, doc: dict[str, Any]) -> Input:
         return Input()
     v.known(table, INPUT_KEYS, "[input]")
     kind = choice(v, table.get("kind", "embedding"), "[input] kind", INPUT_KINDS)
+    if kind == "altup":  # what Gemma 3n's attention reads at any layer, 0 included
+        layer = table.get("layer")
+        if isinstance(layer, bool) or not isinstance(layer, int) or not 0 <= layer <= MAX_INDEX:
+            raise v.fail("[input] kind = 'altup' needs layer, the 0-based layer whose attention reads X (0 or more)")
+        return Input(kind, layer, _schedule(v, table, layer))
     if kind != "residual":
         if "layer" in table:
             raise v.fail(f"[input] layer goes with kind = 'residual' (the layer X enters); kind is {kind!r}")
@@ -75,6 +86,10 @@ def _schedule(v: Checker, table: dict[str, Any], chosen: int) -> tuple[str, ...]
         if problem is not None:
             shown = _show(entry) if isinstance(entry, str) else _kind(entry)
             raise v.fail(f"[input] schedule[{i}] = {shown}; {problem}")
+        source = kv_source(entry)
+        if source is not None and (source >= i or kv_source(raw[source]) is not None):
+            raise v.fail(f"[input] schedule[{i}] = {_show(entry)}; expected kv-from to name an earlier layer that"
+                         " computes its own K and V")
     if chosen >= len(raw):
         raise v.fail(f"[input] schedule lists {len(raw)} layers, but X enters layer {chosen}; expected one entry per layer")
     return tuple(raw)

@@ -1,7 +1,8 @@
 """``[input] schedule``: which attention each layer of the model runs, shown with the scenario's layer marked.
 
 An importer writes one entry per layer (importers/schedule.py): "full", "sliding W", "linear", with
-" no-rope" after full or sliding where the layer leaves RoPE out (docs/scenario-format.md). The app
+" no-rope" after full or sliding where the layer leaves RoPE out, and " kv-from L" last where the layer computes
+no K and V of its own but reuses layer L's (Gemma 3n's cross-layer KV sharing; docs/scenario-format.md). The app
 and the Markdown export show it as one line, compressed into runs where a schedule is long:
 ``layers: 0–4 S · 5 F · [6 S] · … (S sliding 512, F full)``.
 """
@@ -20,43 +21,67 @@ def keeps_state(entry: str) -> bool:
     return entry.split(" ")[0] == STATE
 
 
+KV_FROM = "kv-from"
+
+
+def kv_source(entry: str) -> int | None:
+    """The layer whose K and V a (valid) entry's layer reuses, or None where it computes its own."""
+    words = entry.split(" ")
+    return int(words[-1]) if len(words) >= 3 and words[-2] == KV_FROM else None
+
+
+def _own(words: list[str]) -> list[str]:
+    """The entry's words without a trailing " kv-from L"."""
+    return words[:-2] if len(words) >= 3 and words[-2] == KV_FROM else words
+
+
 def entry_error(entry: object) -> str | None:
     """Why ``entry`` is not a schedule entry, or None."""
     if not isinstance(entry, str):
         return "expected a string"
     words = entry.split(" ")
+    if len(words) >= 3 and words[-2] == KV_FROM:
+        if not (words[-1].isdigit() and (words[-1] == "0" or words[-1][0] != "0") and len(words[-1]) <= 16):
+            return "expected ' kv-from L' to name a layer L, a whole number"
+        words = words[:-2]
+        if words[:1] == ["linear"]:
+            return "a linear layer keeps a state, not K and V another layer could reuse; expected 'full' or 'sliding W'"
     if words and words[-1] == NO_ROPE and words[0] in ("full", "sliding"):
         words = words[:-1]
     if words == ["full"] or words == ["linear"]:
         return None
     if len(words) == 2 and words[0] == "sliding" and words[1].isdigit() and words[1][0] != "0" and len(words[1]) <= 16:
         return None
-    return "expected 'full', 'sliding W' (W a whole number >= 1) or 'linear', with ' no-rope' after full or sliding"
+    return ("expected 'full', 'sliding W' (W a whole number >= 1) or 'linear', with ' no-rope' after full or sliding"
+            " and ' kv-from L' last")
 
 
 def _letter(entry: str, windows: set[str]) -> str:
-    words = entry.split(" ")
+    words = _own(entry.split(" "))
+    reused = "R" if kv_source(entry) is not None else ""
     if words[0] == "linear":
         return "L"
     nope = words[-1] == NO_ROPE
     if words[0] == "full":
-        return "N" if nope else "F"
+        return ("N" if nope else "F") + reused
     shown = "S" if len(windows) == 1 else f"S{words[1]}"
-    return shown + ("N" if nope else "")
+    return shown + ("N" if nope else "") + reused
 
 
 def _legend(schedule: Sequence[str], windows: set[str]) -> str:
     kinds = {e.split(" ")[0] for e in schedule}
-    nope = any(e.endswith(NO_ROPE) for e in schedule)
+    nope = any(_own(e.split(" "))[-1] == NO_ROPE for e in schedule)
     parts = []
     if "sliding" in kinds:
         parts.append(f"S sliding {windows.pop()}" if len(windows) == 1 else "S<W> sliding, window W")
-    if any(e == "full" for e in schedule):
+    if any(_own(e.split(" ")) == ["full"] for e in schedule):
         parts.append("F full")
     if nope:
         parts.append("N no RoPE")
     if "linear" in kinds:
         parts.append("L linear attention")
+    if any(kv_source(e) is not None for e in schedule):
+        parts.append("R reuses an earlier layer's K and V")
     return ", ".join(parts)
 
 

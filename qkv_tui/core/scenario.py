@@ -512,6 +512,8 @@ class _Validator:
             head_tables=heads,
             d_out=int(W_O.shape[1]) if W_O is not None else sum(h.d_v for h in heads), has_W_O=W_O is not None,
             weights=variants.backward.weights_of(heads, W_O, b_O),
+            trainable=tuple(name for t in variants.TABLES if t.trainable is not None and isinstance(doc.get(t.key), dict)
+                            for name in t.trainable(doc[t.key])),
             latent=None if mla is None else (mla.d_nope, mla.d_rope),
         )
         tables = self.tables(doc, ctx)

@@ -11,6 +11,7 @@ from typing import Protocol
 
 import numpy as np
 
+from qkv_tui.core import variants
 from qkv_tui.core.engine import Computation, ComputeError, compute
 from qkv_tui.core.gradients import Gradients, gradients
 from qkv_tui.core.scenario import Matrix, Scenario, ScenarioError
@@ -145,7 +146,12 @@ def updated(sc: Scenario, g: Gradients, decimals: int | None = None, rule: Rule 
         top["qk_norm"] = qk
     if sc.deltanet is not None and g.gates is not None:
         top.update(_gates_step(sc, g, lr, train, _frozen))
-    return dataclasses.replace(sc, **top)  # type: ignore[arg-type]
+    stepped = dataclasses.replace(sc, **top)  # type: ignore[arg-type]
+    for t in variants.TABLES:  # a table that trains weights of its own ([differential]'s λ vectors) steps them
+        step = getattr(t.of(sc), "trained", None)
+        if step is not None:
+            stepped = t.put(stepped, step(g.heads, lr, train, _frozen))
+    return stepped
 
 
 def _outer_step(sc: Scenario, g: Gradients, lr: Rule, train: set[str],

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import weakref
 from dataclasses import replace
 from types import ModuleType
 from typing import Any
@@ -46,10 +47,16 @@ def _pane(key: str, title: str, values: Matrix, rows: tuple[str, ...], cols: tup
                        current=None if current_row is None else (current_row, None), block=reused)
 
 
+_FACES: weakref.WeakKeyDictionary[Computation, str | None] = weakref.WeakKeyDictionary()
+
+
 def cache_face(comp: Computation) -> ModuleType | None:
     """The display module that shows what the cache keeps of a head's parts where that is not each head's K and
-    V (latent attention's latent rows, display/mla_cache.py), as the parts name it; None for a plain cache."""
-    name = ask.face(comp.heads, "cache")
+    V (latent attention's latent rows, display/mla_cache.py), as the parts name it; None for a plain cache.
+    Asked once per computation: every operation of the view reads it, and asking walks every head."""
+    if comp not in _FACES:
+        _FACES[comp] = ask.face(comp.heads, "cache")
+    name = _FACES[comp]
     return None if name is None else importlib.import_module(f"qkv_tui.display.{name}")
 
 

@@ -96,8 +96,8 @@ def _frame(sources: Sources, modes: Modes, step: int, head: int) -> Frame:
 
 def _formula(comp: Computation) -> tuple[tuple[str, bool], ...]:
     """What the maps hold: a state head's weights come from no softmax (display/state_view.py)."""
-    if getattr(comp.scenario, "deltanet", None) is not None:
-        return (("(q·kᵀ)·e^(G_t − G_s)", True), ("·δ", False))  # the decaying mask weighs the corrections
+    if (dn := getattr(comp.scenario, "deltanet", None)) is not None:
+        return ((dn.map_formula, True), ("·δ", False))  # the decaying mask weighs the corrections
     if carries_state(comp):
         normalised = comp.scenario.linear is not None and comp.scenario.linear.normalize
         return (("rownorm(φ(Q)·φ(K)ᵀ)" if normalised else "φ(Q)·φ(K)ᵀ", True), ("·V", False))

@@ -136,4 +136,5 @@ class Presenter:
         if self.exact.filled("scores", pos.head, pos.index) < (row + 1) * sc.m:
             return [f"what if (w): the scaling table for row {sc.labels[row]} appears once its scores are all"
                     " computed (stage Score)"]
-        return whatif_lines(self.comp.heads[pos.head], sc.allow, row, sc.labels[row], sc.key_labels, modes.decimals)
+        # the keys the head attends: the scenario's mask, narrowed where a part chooses keys (the indexer)
+        return whatif_lines(self.comp.heads[pos.head], self.comp.allow, row, sc.labels[row], sc.key_labels, modes.decimals)

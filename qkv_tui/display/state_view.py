@@ -83,9 +83,11 @@ def deltanet_lines(hr: HeadResult, t: int, token: str, decimals: int) -> list[st
     out: list[str] = []
     S_prev = dn.S[t - 1] if t else np.zeros_like(dn.S[0])
     rows = range(min(hr.d_k, MAX_ROWS))
+    per_channel = dn.decay.ndim == 2  # Kimi Delta Attention: row i of the state decays by its own e^g[i]
     for i in rows:
-        (p, e), res = _line(lambda x, y: _v(x) * _v(y), [S_prev[i], float(dn.decay[t])], dn.decayed[t, i], decimals)
-        out.append(f"S'[{i}] = S_prev[{i}]·e^g = {p}·{e} = {res}")
+        decay = float(dn.decay[t, i] if per_channel else dn.decay[t])
+        (p, e), res = _line(lambda x, y: _v(x) * _v(y), [S_prev[i], decay], dn.decayed[t, i], decimals)
+        out.append(f"S'[{i}] = S_prev[{i}]·e^g{f'[{i}]' if per_channel else ''} = {p}·{e} = {res}")
     k = dn.k[t]
     terms, kv = _read(k, dn.decayed[t], dn.kv[t], decimals)
     out.append(f"kv = S'ᵀk = {terms} = {kv}" if hr.d_k <= MAX_ROWS else f"kv = S'ᵀk = {kv}")
@@ -100,9 +102,16 @@ def deltanet_lines(hr: HeadResult, t: int, token: str, decimals: int) -> list[st
         out.append(f"S_{token}[{i}] = S'[{i}] + k[{i}]·δ = {p} + {a}·{e} = {res}")
     terms, o = _read(dn.q[t], dn.S[t], dn.output[t], decimals)
     out.append(f"o[{token}] = Sᵀq = {terms} = {o}" if hr.d_k <= MAX_ROWS else f"o[{token}] = Sᵀq = {o}")
-    unrolled = ((dn.q[t] @ dn.k[: t + 1].T) * decay_mask(dn.g)[t, : t + 1]) @ dn.delta[: t + 1]  # (d_v,)
+    if per_channel:
+        from qkv_tui.kernels.kda import channel_weights
+
+        unrolled = channel_weights(dn.q, dn.k, dn.g)[t, : t + 1] @ dn.delta[: t + 1]  # (d_v,)
+        form = "Σ_s (Σ_i q[i]·e^(G_t[i] − G_s[i])·k_s[i])·δ_s"
+    else:
+        unrolled = ((dn.q[t] @ dn.k[: t + 1].T) * decay_mask(dn.g)[t, : t + 1]) @ dn.delta[: t + 1]  # (d_v,)
+        form = "Σ_s (q·k_s)·e^(G_t − G_s)·δ_s"
     same = bool(np.allclose(unrolled, dn.output[t], rtol=1e-6, atol=1e-9))
-    out.append(f"{'✓' if same else '✗'} the decaying-mask form Σ_s (q·k_s)·e^(G_t − G_s)·δ_s gives the same row")
+    out.append(f"{'✓' if same else '✗'} the decaying-mask form {form} gives the same row")
     return out
 
 

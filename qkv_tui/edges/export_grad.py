@@ -76,7 +76,21 @@ def kv_grad_fields(k: KVGrad) -> Fields:
 
 
 def grad_fields(sc: Scenario, g: Gradients, write_fields: WriteFields) -> Fields:
-    return _fields(sc, g, write_fields) + _cross_entropy(sc, g, write_fields)
+    return _fields(sc, g, write_fields) + _cross_entropy(sc, g, write_fields) + _own(g, write_fields)
+
+
+def _own(g: Gradients, write_fields: WriteFields) -> Fields:
+    """A part's own gradients where its heads' records give them (differential attention's λ vectors, written only
+    there): under the record's ``grad_key``, each of its ``grad_rows`` one row per head, each of its ``grad_sums``
+    summed over the heads (null where the part has none)."""
+    records = [hg.own for hg in g.heads if hg.own is not None]
+    if not records:
+        return []
+    first = records[0]
+    rows = [(name, np.stack([getattr(r, name) for r in records])) for name in first.grad_rows]
+    sums = [(name, None if getattr(first, name) is None else _v(np.sum([getattr(r, name) for r in records], axis=0)))
+            for name in first.grad_sums]
+    return [(first.grad_key, Nested(write_fields, fields=rows + sums))]
 
 
 def _cross_entropy(sc: Scenario, g: Gradients, write_fields: WriteFields) -> Fields:

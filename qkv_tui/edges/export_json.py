@@ -17,6 +17,7 @@ import numpy as np
 
 from qkv_tui.core.engine import Computation, HeadResult, NormResult, combine, iter_heads, norm_of
 from qkv_tui.core.forward import mla_results
+from qkv_tui.core.layer_schedule import kv_source
 from qkv_tui.core.scenario import Matrix, Scenario
 from qkv_tui.core.variants import TABLES, Vector
 from qkv_tui.core.variants.common import face
@@ -238,9 +239,18 @@ def _document(
         ("linear", _PerHead(sc, norm, linear_fields) if sc.linear is not None else None),
         ("deltanet", _PerHead(sc, norm, deltanet_fields) if sc.deltanet is not None else None),
         *_part_fields(sc, norm),  # each registered part's own field, only where the scenario has its table
+        *_kv_source(sc),
     ], "")
     buffered.write("\n")
     buffered.flush()
+
+
+def _kv_source(sc: Scenario) -> list[tuple[str, object]]:
+    """"kv_source_layer": the layer whose K and V the chosen layer reuses, null where it computes its own; only for
+    a model whose schedule shares K and V across layers (Gemma 3n), so every other export stays as it was."""
+    if not any(kv_source(entry) is not None for entry in sc.input.schedule):
+        return []
+    return [("kv_source_layer", sc.input.kv_source_layer)]
 
 
 def write_json(scenario: Scenario, out: TextIO) -> None:

@@ -84,6 +84,8 @@ def expand_model(doc: dict[str, Any], base: Path | None = None, opened: Model | 
         )
     if layer_input is not None:
         X = layer_input(model, ids, layer)  # (n, d_model)
+    elif model.stream is not None:
+        X = model.stream(ids, layer)  # (n, d_model), already normed
     else:
         # one earlier layer at a time, each read when it runs and dropped after: a deep layer never holds them all
         X = residual_stream(model.embed(ids), (model.layer(i) for i in range(layer)), model.rope)  # (n, d_model)
@@ -94,7 +96,9 @@ def expand_model(doc: dict[str, Any], base: Path | None = None, opened: Model | 
     result["description"] = _description(doc.get("description"), model, layer, heads, text, ids)
     result["tokens"] = labels
     result["X"] = _matrix(X)
-    if layer > 0:  # what X is, for the trace, the panes and the exports (core/inputs.py)
+    if model.stream is not None:  # Gemma 3n: the normed AltUp prediction its attention reads
+        result["input"] = {"kind": "altup", "layer": layer}
+    elif layer > 0:  # what X is, for the trace, the panes and the exports (core/inputs.py)
         result["input"] = {"kind": "residual", "layer": layer}
     elif weights.post_norm:  # BERT: token, position and token-type embeddings, summed and normed
         result["input"] = {"kind": "embedding+position+type"}
@@ -102,7 +106,8 @@ def expand_model(doc: dict[str, Any], base: Path | None = None, opened: Model | 
         result["input"] = {"kind": "embedding+position"}
     if model.schedule:  # every layer's attention, the chosen one marked where the scenario is shown
         result.setdefault("input", {})["schedule"] = list(model.schedule)
-    if not weights.post_norm and not weights.norm_after:  # BERT's and OLMo 2's attention reads X as it is
+    if not weights.post_norm and not weights.norm_after and model.stream is None:  # BERT's, OLMo 2's, Gemma 3n's
+        # attention reads X as it is (Gemma 3n's X is already normed)
         norm = weights.norm
         result["norm"] = {"kind": norm.kind, "gamma": norm.gamma.tolist(), "eps": norm.eps}
         if norm.beta is not None:
@@ -122,6 +127,10 @@ def expand_model(doc: dict[str, Any], base: Path | None = None, opened: Model | 
             result["scale_from"] = weights.scale_from
     if weights.softcap is not None:
         result["softcap"] = weights.softcap
+    if weights.value_scale != 1.0:  # MiMo-V2-Flash's attention_value_scale
+        result["value_scale"] = {"factor": weights.value_scale}
+    if weights.v_norm is not None:  # Gemma 3n's v_norm
+        result["v_norm"] = {"eps": weights.v_norm}
     if not weights.causal:
         result["mask"] = "none"
     else:
@@ -140,6 +149,8 @@ def expand_model(doc: dict[str, Any], base: Path | None = None, opened: Model | 
         result.update(_all_heads(weights))
     else:
         result["heads"] = [_one_head(weights, layer, h) for h in heads]
+    if weights.tables is not None:  # a part's own tables (DiffLlama's [differential]), for the chosen heads
+        result.update(weights.tables(heads))
     return result
 
 

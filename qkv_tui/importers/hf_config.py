@@ -16,17 +16,19 @@ from typing import Any
 from qkv_tui.base.values import show as _show
 from qkv_tui.importers.errors import ImporterError
 from qkv_tui.importers.files import read_limited
+from qkv_tui.importers.hf_gemma3n_config import GEMMA3N_TYPES, text_config
+from qkv_tui.importers.hf_mimo_config import MIMO_TYPES, layer_kind, mimo_defaults, mimo_rope
 from qkv_tui.importers.hf_pending import PENDING_TYPES, pending_feature
 from qkv_tui.importers.hf_qwen35_config import LINEAR_TYPES, qwen35_text, with_defaults
 from qkv_tui.importers.hf_rope import RopeConfig, read_rope
 
 GPT2_TYPES = ("gpt2",)
 LLAMA_TYPES = ("llama", "mistral", "qwen2", "smollm3", "granite", "phi3", "qwen3", "olmo2", "gpt_oss", "gemma2", "gemma3_text",
-               "qwen3_5_text", "qwen3_next")
+               "qwen3_5_text", "qwen3_next", "diffllama")
 GEMMA_TYPES = ("gemma2", "gemma3_text")
 BERT_TYPES = ("bert",)
 DEEPSEEK_TYPES = ("deepseek_v2", "deepseek_v3")  # latent attention: hf_deepseek.py
-ALL_TYPES = GPT2_TYPES + LLAMA_TYPES + BERT_TYPES + DEEPSEEK_TYPES
+ALL_TYPES = GPT2_TYPES + LLAMA_TYPES + BERT_TYPES + DEEPSEEK_TYPES + MIMO_TYPES + GEMMA3N_TYPES  # hf_mimo.py, hf_gemma3n.py
 CONFIG_LIMIT = 4 * 2**20  # real config.json files are a few kilobytes
 
 
@@ -61,6 +63,11 @@ def read_config(path: Path) -> Config:
     model_type = data.get("model_type")
     if isinstance(model_type, str) and model_type in PENDING_TYPES:
         raise ImporterError(f"{path.name}: {pending_feature(model_type, data)}")
+    if model_type in GEMMA3N_TYPES:  # its own stream and layers: hf_gemma3n.py
+        g = text_config(path.name, data, model_type)
+        full = read_rope(path.name, g.raw, "gemma3_text", "full_attention")  # Gemma3nTextConfig reads RoPE as Gemma 3's
+        return Config("gemma3n_text", g.d_model, g.num_layers, g.num_heads, g.num_kv_heads, g.head_dim, g.context, g.eps,
+                      g.activation, full.base, g.raw, full)
     if model_type == "gemma3":  # the multimodal config: its language model's config is text_config
         nested = data.get("text_config")
         if not isinstance(nested, dict):
@@ -71,6 +78,8 @@ def read_config(path: Path) -> Config:
         data, model_type = qwen35_text(path.name, data, model_type), "qwen3_5_text"
     if model_type == "qwen3_next":
         data = with_defaults(data)
+    if model_type in MIMO_TYPES:
+        data = mimo_defaults(path.name, data)
     if model_type not in ALL_TYPES:
         raise ImporterError(
             f"{path.name}: model_type {_show(model_type)} is not supported; expected one of: {', '.join(ALL_TYPES)}"
@@ -100,7 +109,10 @@ def read_config(path: Path) -> Config:
     if data.get("mlp_bias"):
         raise ImporterError(f"{path.name}: mlp_bias = true is not supported (LLaMA-family MLPs without biases only)")
     # Gemma 3's layer types turn with different bases: each layer reads its own (hf_folder.py); this is the full one's
-    rope = read_rope(path.name, data, model_type, "full_attention" if model_type == "gemma3_text" else None)
+    if model_type in MIMO_TYPES:  # each layer type turns its own way (hf_mimo.py); this is layer 0's
+        rope = mimo_rope(path.name, data, layer_kind(data, 0), head_dim)
+    else:
+        rope = read_rope(path.name, data, model_type, "full_attention" if model_type == "gemma3_text" else None)
     act = get.string("hidden_activation", "gelu_pytorch_tanh") if model_type in GEMMA_TYPES else get.string("hidden_act", "silu")
     return Config(
         model_type, d_model, get.int("num_hidden_layers", 32), heads, kv_heads, head_dim,
@@ -132,7 +144,7 @@ _DEFAULT_WINDOW = {"mistral": 4096, "qwen2": 4096, "qwen3": 4096, "gemma2": 4096
 # ... and which families read layer_types at all (Llama, Mistral, Phi-3, Granite, OLMo 2 ignore the key:
 # Mistral and Phi-3 slide on every layer when sliding_window is set, the others never)
 _TYPED = ("qwen2", "qwen3", "smollm3", "gpt_oss", "gemma2", "gemma3_text", *LINEAR_TYPES)
-_NEVER_SLIDE = ("gpt2", "bert", "llama", "granite", "olmo2", *DEEPSEEK_TYPES)
+_NEVER_SLIDE = ("gpt2", "bert", "llama", "granite", "olmo2", "diffllama", *DEEPSEEK_TYPES)
 _KINDS = ("full_attention", "sliding_attention")
 
 
@@ -141,6 +153,8 @@ def layer_type(config: Config, layer: int) -> str:
     "linear_attention" (Qwen3.5, Qwen3-Next), from layer_types or, where the file has none, the default
     its config class computes."""
     data, family = config.raw, config.model_type
+    if family in MIMO_TYPES:
+        return layer_kind(data, layer)
     if family not in _TYPED:
         return "sliding_attention" if family not in _NEVER_SLIDE and _configured_window(config) is not None \
             else "full_attention"

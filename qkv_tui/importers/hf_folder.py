@@ -17,9 +17,13 @@ Two layouts:
   before the residual add), so its attention reads the stream as it is: no [norm]. gpt-oss adds a
   sink logit per head (``self_attn.sinks``), biases on every projection, YaRN, sliding and full layers
   (``layer_types``) and a mixture-of-experts MLP (stack.MoeMlp; experts stored (in, out), not quantised).
-  Gemma 2 and 3: hf_gemma.py.
+  Gemma 2 and 3: hf_gemma.py. DiffLlama ("diffllama"): LLaMA's layout with differential attention, hf_diffllama.py.
 - "deepseek_v2" and "deepseek_v3": latent attention, an [mla] table (hf_deepseek.py).
 - "bert": hf_bert.py.
+- "mimo_v2_flash": hybrid sliding and full layers, value heads narrower than query/key heads, a value scale
+  (hf_mimo.py).
+- "gemma3n" and "gemma3n_text": AltUp streams, LAuReL, per-layer inputs, a value norm, KV shared across layers
+  (hf_gemma3n.py).
 """
 
 from __future__ import annotations
@@ -40,7 +44,10 @@ from qkv_tui.importers.files import read_limited, status
 from qkv_tui.importers.hf_bert import open_bert
 from qkv_tui.importers.hf_config import DEEPSEEK_TYPES, GEMMA_TYPES, Config, read_config, rotary, sliding_window
 from qkv_tui.importers.hf_deepseek import open_deepseek
+from qkv_tui.importers.hf_diffllama import open_diffllama
 from qkv_tui.importers.hf_gated_deltanet import as_heads, linear_note, read_linear
+from qkv_tui.importers.hf_gemma3n import open_gemma3n
+from qkv_tui.importers.hf_mimo import open_mimo
 from qkv_tui.importers.hf_tensors import lookup, prefix_of
 from qkv_tui.importers.safetensors_raw import TensorFiles
 from qkv_tui.importers.schedule import hf_schedule
@@ -99,6 +106,12 @@ def open_folder(folder: Path, source: str) -> Model:
         return open_bert(config, tensors, tokenize, source)
     if config.model_type in DEEPSEEK_TYPES:
         return open_deepseek(config, tensors, tokenize, source)
+    if config.model_type == "mimo_v2_flash":
+        return open_mimo(config, tensors, tokenize, source)
+    if config.model_type == "gemma3n_text":
+        return open_gemma3n(config, tensors, tokenize, source)
+    if config.model_type == "diffllama":  # LLaMA's layout, its attention differential (hf_diffllama.py)
+        return open_diffllama(_llama(config, tensors, tokenize, source), config, tensors)
     return _llama(config, tensors, tokenize, source)
 
 

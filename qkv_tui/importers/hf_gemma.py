@@ -29,8 +29,12 @@ NAMES = {"gemma2": "Gemma 2", "gemma3_text": "Gemma 3"}
 
 def embed_scale(config: Config) -> float:
     """√d_model as the model multiplies by it: float32, then the model's dtype where that is narrower."""
-    scale = np.float32(math.sqrt(config.d_model))
-    dtype = config.raw.get("dtype", config.raw.get("torch_dtype"))
+    return in_dtype(float(np.float32(math.sqrt(config.d_model))), config.raw.get("dtype", config.raw.get("torch_dtype")))
+
+
+def in_dtype(value: float, dtype: object) -> float:
+    """A float32 number as a model of ``dtype`` (config.json's "dtype") holds it: float16 and bfloat16 round it."""
+    scale = np.float32(value)
     if dtype == "float16":
         return float(np.float16(scale))
     if dtype == "bfloat16":  # the top half of the float32, rounded to nearest even

@@ -30,6 +30,8 @@ class LayerWalk:
         return expand_model(doc, self.base, opened=self.model, layer_input=self._input)
 
     def _input(self, model: Model, ids: list[int], layer: int) -> Array:
+        if model.stream is not None:  # a model that walks its own stream (Gemma 3n) gives X for any layer
+            return model.stream(ids, layer)
         if 0 not in self.inputs:
             self.inputs[0] = model.embed(ids)
         start = max(i for i in self.inputs if i <= layer)

@@ -1,7 +1,7 @@
 """A model's layer schedule: what attention each layer runs, spelt as ``[input] schedule`` entries.
 
 The spelling is the scenario format's (core/layer_schedule.py parses and shows it):
-"full", "sliding 4096", "full no-rope", "sliding 4096 no-rope", "linear".
+"full", "sliding 4096", "full no-rope", "sliding 4096 no-rope", "linear", "sliding 512 kv-from 18".
 """
 
 from __future__ import annotations
@@ -11,10 +11,12 @@ from qkv_tui.importers.hf_qwen35 import schedule as qwen35_schedule
 from qkv_tui.importers.hf_qwen35_config import LINEAR_TYPES
 
 
-def entry(window: int | None, rope: bool) -> str:
-    """One layer: full or sliding attention, and "no-rope" where the model rotates other layers but not this one."""
+def entry(window: int | None, rope: bool, kv_from: int | None = None) -> str:
+    """One layer: full or sliding attention, "no-rope" where the model rotates other layers but not this one, and
+    "kv-from L" where it reuses layer L's K and V (Gemma 3n)."""
     kind = "full" if window is None else f"sliding {window}"
-    return kind if rope else f"{kind} no-rope"
+    kind = kind if rope else f"{kind} no-rope"
+    return kind if kv_from is None else f"{kind} kv-from {kv_from}"
 
 
 def hf_schedule(config: Config) -> tuple[str, ...]:

@@ -123,6 +123,12 @@ class Layer:
     mla: MlaWeights | None = None  # DeepSeek's latent attention, computed from the latent (attention holds its shapes)
     W_G: Array | None = None  # (d_model, H·d_v) Qwen3.5's output gate: each head's output ⊙ σ(x·W_G_h), before W_O
     deltanet: DeltaLayerWeights | None = None  # a Gated DeltaNet layer (Qwen3-Next, Qwen3.5): the delta rule, no softmax
+    value_scale: float = 1.0  # every head's V multiplied by it after the projection (MiMo-V2-Flash)
+    v_norm: float | None = None  # the eps of an RMSNorm of every value row, no gain (Gemma 3n); None = none
+    # a layer whose attention is a part's own (DiffLlama's, hf_diffllama.py): its forward over the normed input with
+    # the layer's RoPE, and the scenario tables it adds for the chosen heads (expand.py writes them beside the heads)
+    attend: Callable[[Array, Rope | None], Array] | None = None
+    tables: Callable[[list[int]], dict[str, Any]] | None = None
 
 
 def attention_forward(layer: Layer, rope: Rope | None, x: Array) -> Array:
@@ -133,6 +139,8 @@ def attention_forward(layer: Layer, rope: Rope | None, x: Array) -> Array:
         return _mla_forward(layer.mla, att.W_O, rope if layer.rotary else None, x)
     if layer.deltanet is not None:
         return deltanet_layer(layer.deltanet, x)
+    if layer.attend is not None:
+        return layer.attend(x, rope if layer.rotary else None)
     n = x.shape[0]
     d_k, d_v = att.d_k, att.d_v
     # every head's projection at once (the model's own matrices), then one head at a time
@@ -153,7 +161,9 @@ def attention_forward(layer: Layer, rope: Rope | None, x: Array) -> Array:
         g = att.kv_head(h)
         q = q_all[:, h * d_k:(h + 1) * d_k]
         k = k_all[:, g * d_k:(g + 1) * d_k]
-        v = v_all[:, g * d_v:(g + 1) * d_v]
+        v = v_all[:, g * d_v:(g + 1) * d_v] * layer.value_scale
+        if layer.v_norm is not None:
+            v = qk_normalise(v, np.ones(d_v), layer.v_norm, None).X_norm
         if qkn is not None and qkn.over == "head":
             q = qk_normalise(q, qkn.gamma_q, qkn.eps, None).X_norm
             k = qk_normalise(k, qkn.gamma_k, qkn.eps, None).X_norm
@@ -304,3 +314,6 @@ class Model:
     layer: Callable[[int], Layer]
     schedule: tuple[str, ...] = ()  # each layer's attention, as [input] schedule spells it (core/layer_schedule.py)
     note: Callable[[int], str] = lambda layer: ""  # what layer i's scenario cannot show (BERT's post-norm)
+    # X as layer i's attention reads it, already normed, from the model's own walk of its stream (Gemma 3n's AltUp
+    # streams are not one residual stream); None: residual_stream over layer(0 … i − 1), then the layer's [norm]
+    stream: Callable[[list[int], int], Array] | None = None

@@ -95,16 +95,31 @@ class DiffForward:
     factor: float  # 1 − λ_init as kept
     output: Matrix  # (n, 2d) (1 − λ_init)·normed: the head's output, what Concat joins
     K_normed: Normed | None = None  # no QK-norm with [differential]: here for the SharedKV protocol
+    head: DiffHead | None = None  # what it read: its λ vectors and sub-norm, and RoPE's turn for width d (the
+    turn: Turn | None = None  # backward reads them again: read_back)
     own_stages: ClassVar[bool] = True  # its two maps replace the one-map stages (teach/stages/differential.py)
     # the views that would show one softmax map where this head has two (core/part_questions.py), each in one line
-    refuses: ClassVar[Mapping[str, str]] = MappingProxyType({
+    REFUSED: ClassVar[Mapping[str, str]] = MappingProxyType({
         "tiles": "No tiles for differential attention: the tiles view keeps one running max and one running sum"
                  " per row, and a differential head has two softmax maps, subtracted.",
         "cache": "No KV-cache replay for differential attention yet: the cache view decodes one softmax map per"
                  " head, and a differential head has two, subtracted; the stages show every cell of both.",
-        "worksheet": "a worksheet of [differential] is not written yet (its two maps, λ and the sub-norm have no"
-                     " printed tables); use --export markdown for every step",
+        "worksheet backward": "are not written yet for [differential] (its two maps, λ and the sub-norm read"
+                              " backwards)",
     })
+
+    @property
+    def refuses(self) -> Mapping[str, str]:
+        """REFUSED, and the worksheet where the page has no tables for a step of this head (RoPE turning each
+        half, a soft-cap, an ALiBi bias: teach/stages/differential_sheet.py prints the rest)."""
+        missing = [what for what, has in (("[rope] (each half turned on its own)", self.turn is not None),
+                                          ("a soft-cap", self.map_1.capped is not None),
+                                          ("an ALiBi bias", self.bias is not None)) if has]
+        if not missing:
+            return self.REFUSED
+        return {**self.REFUSED, "worksheet": f"a worksheet of [differential] with {' or '.join(missing)} is not"
+                " written yet (those steps have no printed tables for two maps); use --export markdown for every"
+                " step, or leave them out"}
 
     @property
     def row_total(self) -> float:
@@ -120,6 +135,8 @@ class DiffForward:
     def normed(self) -> Matrix:
         return self.norm.X_norm
 
+    # read backwards by kernels/differential_backward.py read_back (core/gradients.py asks a record's ``backward``)
+    backward: ClassVar[str] = "qkv_tui.kernels.differential_backward:read_back"
     def used(self, half: int) -> tuple[Matrix, Matrix]:
         """Map ``half`` (1 or 2)'s Queries and Keys as they were scored: (n, d) and (m, d)."""
         Q = self.Q if self.Q_rot is None else self.Q_rot
@@ -209,7 +226,7 @@ def diff_forward(X: Matrix, X_kv: Matrix, W_Q: Matrix, W_K: Matrix, W_V: Matrix,
     if kept_bias is not None and kept_bias is not bias:  # the caller's own array is the caller's to freeze
         frozen(kept_bias)
     return DiffForward(Q, K, V, Q_rot, K_rot, divisor, kept_bias, map_1, map_2, lam, lam_p2, weights, mixed, norm,
-                       factor, output)
+                       factor, output, head=head, turn=turn)
 
 
 def lambda_init_of_layer(layer: int) -> float:

@@ -19,11 +19,12 @@ dW_V are this query head's own share; the caller sums the heads reading one K/V 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
 from qkv_tui.kernels.attention import Turn
-from qkv_tui.kernels.attention_backward import rotate_back, row_dots
+from qkv_tui.kernels.attention_backward import AttendBack, rotate_back, row_dots
 from qkv_tui.kernels.differential import DiffForward, DiffHead, DiffMap, halves
 from qkv_tui.kernels.norm_backward import norm_backward
 from qkv_tui.kernels.policy import EXACT, Policy
@@ -74,6 +75,21 @@ class DiffBack:
     db_V: Matrix | None
     dX_q: Matrix  # (n, d_model) dQ·W_Qᵀ: the Query path into X̂
     dX_kv: Matrix  # (m, d_in) dK·W_Kᵀ + dV·W_Vᵀ: the Key and Value paths (into X̂ too in self-attention)
+    # the JSON's "grad" → "differential": these per head, one row each (num_heads × d), and the sub-norm's
+    # gains, which every head shares, summed over the heads (edges/export_grad.py reads them by name)
+    grad_key: ClassVar[str] = "differential"
+    grad_rows: ClassVar[tuple[str, ...]] = ("dlambda_q1", "dlambda_k1", "dlambda_q2", "dlambda_k2")
+    grad_sums: ClassVar[tuple[str, ...]] = ("dgamma",)
+
+    @property
+    def attend(self) -> AttendBack:
+        """What core/gradients.py keeps of every head's softmax read backwards: dV, and the gradient at the map
+        (dP, the full matrix); D, dS and dscaled are the first map's (the second's are in ``map_2``); the Queries'
+        and Keys' gradients as scored, both halves side by side."""
+        m = self.map_1
+        return AttendBack(self.dV, self.dweights, m.D, m.dS, m.dscaled, m.dscores,
+                          np.concatenate([m.dQ_used, self.map_2.dQ_used], axis=1),
+                          np.concatenate([m.dK_used, self.map_2.dK_used], axis=1), None)
 
 
 def map_backward(dP: Matrix, m: DiffMap, Q_used: Matrix, K_used: Matrix, allow: np.ndarray, divisor: float,
@@ -133,3 +149,13 @@ def diff_backward(dY: Matrix, X: Matrix, X_kv: Matrix, W_Q: Matrix, W_K: Matrix,
         p.table(dV.sum(axis=0)) if has_bv else None,
         p.matmul(dQ_t, W_Q.T), p.matmul(np.concatenate([dK_t, dV], axis=1), np.concatenate([W_K, W_V], axis=1).T),
     )
+
+
+def read_back(f: DiffForward, dY: Matrix, X: Matrix, X_kv: Matrix, W_Q: Matrix, W_K: Matrix, W_V: Matrix,
+              allow: np.ndarray, softcap: float | None, biases: tuple[bool, bool, bool],
+              policy: Policy = EXACT) -> DiffBack:
+    """A differential head read backwards from ``dY`` (n, 2d), the gradient at its output: what core/gradients.py
+    asks of a part whose record names a ``backward`` (DiffForward.backward names this)."""
+    assert f.head is not None
+    return diff_backward(dY, X, X_kv, W_Q, W_K, W_V, f, f.head, allow, softcap=softcap, turn=f.turn, biases=biases,
+                         policy=policy)

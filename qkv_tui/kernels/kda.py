@@ -91,6 +91,21 @@ def kda_forward(Q: Matrix, K: Matrix, V: Matrix, g: Matrix, beta: Matrix, policy
                       output, uniform)
 
 
+def channel_mask(g: Matrix) -> Matrix:
+    """D[t, s, i] = e^{G_t[i] − G_s[i]} for s ≤ t (G each channel's running sum of g), 0 for a later s: (n, n, d_k)."""
+    G = np.cumsum(g, axis=0)  # (n, d_k)
+    n = g.shape[0]
+    below = np.tril(np.ones((n, n), dtype=bool))[:, :, None]
+    with np.errstate(over="ignore"):
+        return np.where(below, np.exp(np.minimum(G[:, None, :] - G[None, :, :], 0.0)), 0.0)
+
+
+def channel_weights(q: Matrix, k: Matrix, g: Matrix) -> Matrix:
+    """A[t, s] = Σ_i q_t[i]·e^{G_t[i] − G_s[i]}·k_s[i]: what o_t = Σ_s A[t, s]·δ_s weighs each correction by (n, n)."""
+    weights: Matrix = np.einsum("ti,si,tsi->ts", q, k, channel_mask(g))
+    return weights
+
+
 @dataclass(frozen=True, eq=False)
 class ChannelGates:
     """g and β for every token, head and key channel as Kimi Linear computes them; every array read-only."""

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from qkv_tui.core import variants
 from qkv_tui.core.gradients import Gradients, gradients
 from qkv_tui.core.scenario import Matrix, Scenario, ScenarioError
 from qkv_tui.core.training import Moments, TrainStep, advanced, computed_step, optimizer, steps
@@ -102,6 +103,10 @@ def params(sc: Scenario, g: Gradients) -> list[Param]:
         top += [("W_a", dn.W_a, gb.dW_a), ("W_b", dn.W_b, gb.dW_b), ("A_log", dn.A_log, gb.dA_log),
                 ("dt_bias", dn.dt_bias, gb.ddt_bias)]
     top += _unembedding(sc, g)
+    for t in variants.TABLES:  # a table's own weights ([differential]'s λ vectors, one row per head)
+        own = getattr(getattr(sc, t.key, None), "train_params", None)
+        if own is not None:
+            top += own(g.heads)
     for name, value, grad in top:
         if value is not None:
             out.append(Param(name, name, None, _row(value), _row(grad)))  # type: ignore[arg-type]

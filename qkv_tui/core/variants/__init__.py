@@ -20,8 +20,10 @@ from qkv_tui.core.variants import backward as backward
 from qkv_tui.core.variants import deltanet as deltanet
 from qkv_tui.core.variants import differential as differential
 from qkv_tui.core.variants import gate as gate
+from qkv_tui.core.variants import indexer as indexer
 from qkv_tui.core.variants import linear as linear
 from qkv_tui.core.variants import mla as mla
+from qkv_tui.core.variants import v_norm as v_norm
 from qkv_tui.core.variants import value_scale as value_scale
 from qkv_tui.core.variants.alibi import ALIBI_KEYS as ALIBI_KEYS
 from qkv_tui.core.variants.alibi import Alibi as Alibi
@@ -77,6 +79,8 @@ FEATURES: tuple[Table[Any] | Keys, ...] = (
     backward.TABLE,
     value_scale.TABLE,
     differential.TABLE,  # after [backward] and [value_scale], which it refuses for now
+    v_norm.TABLE,  # Gemma 3n's value norm: after the tables it refuses
+    indexer.TABLE,  # after [mla] (W_q may read its c_Q) and the tables it refuses
 )
 
 # The top-level tables, in the order the loader parses them (a table may read the ones before it:

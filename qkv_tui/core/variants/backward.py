@@ -93,7 +93,7 @@ def given_weights(ctx: Context) -> tuple[str, ...]:
         have.update(("gamma_q", "gamma_k"))
     dn = ctx.earlier.get("deltanet")
     have.update(w for w in DELTANET_WEIGHTS if dn is not None and getattr(dn, w, None) is not None)
-    return tuple(w for w in TRAINABLE if w in have)
+    return tuple(w for w in TRAINABLE if w in have) + ctx.trainable  # then the variant tables' own ([differential]'s)
 
 
 def parse_backward(table: dict[str, Any], ctx: Context) -> Backward:
@@ -101,6 +101,9 @@ def parse_backward(table: dict[str, Any], ctx: Context) -> Backward:
     if getattr(ctx.earlier.get("deltanet"), "io", None) is not None:  # no gradients through them yet
         raise v.fail("[backward] with [deltanet]'s short convolution or gated output norm (conv_q …, W_Z) is not"
                      " supported yet; remove [backward] or those keys")
+    if getattr(ctx.earlier.get("deltanet"), "channels", None) is not None:  # kernels/deltanet_backward reads one g
+        raise v.fail("[backward] with a gate per key channel in [deltanet] (Kimi Delta Attention) is not supported yet;"
+                     " remove [backward], or give g one number per token and head")
     n, d_out = len(ctx.tokens), ctx.d_out
     loss = _choice(v, table, "loss", LOSSES, "squared", "the loss on the final output")
     if loss == "cross_entropy":
@@ -148,7 +151,7 @@ def parse_backward(table: dict[str, Any], ctx: Context) -> Backward:
     have = given_weights(ctx) + (("W_U",) if W_U is not None else ())
     train, train_given = have, "train" in table
     if train_given:
-        train = _train(v, table["train"], have)
+        train = _train(v, table["train"], have, ctx.trainable)
     optimizer = _choice(v, table, "optimizer", OPTIMIZERS, "sgd", "the training steps' update rule")
     if optimizer != "adamw":
         for key in ADAMW_KEYS:
@@ -232,21 +235,23 @@ def _adamw(v: Checker, table: dict[str, Any]) -> tuple[tuple[float, float], floa
     return betas, eps, decay
 
 
-def _train(v: Checker, raw: Any, have: tuple[str, ...]) -> tuple[str, ...]:
+def _train(v: Checker, raw: Any, have: tuple[str, ...], own: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """``own``: the names the file's variant tables add (Context.trainable), known here only where given."""
     if not isinstance(raw, list) or not all(isinstance(w, str) for w in raw):
         raise v.fail(f"[backward] train must be a list of weight names such as [\"W_Q\", \"W_K\"], got {_kind(raw)}")
+    known = TRAINABLE + tuple(w for w in own if w not in TRAINABLE)
     for name in raw:
-        if name not in TRAINABLE:
+        if name not in known:
             # a name in the wrong case first: difflib reads W_dkv as nearer W_V than W_DKV
-            hint = ([w for w in TRAINABLE if w.lower() == name.lower()]
-                    or difflib.get_close_matches(name, TRAINABLE, n=1, cutoff=0.5))
+            hint = ([w for w in known if w.lower() == name.lower()]
+                    or difflib.get_close_matches(name, known, n=1, cutoff=0.5))
             extra = f"; did you mean {hint[0]!r}?" if hint else ""
             raise v.fail(f"[backward] train names {_show(name)}, which is not a weight; expected names from:"
-                         f" {', '.join(TRAINABLE)}{extra}")
+                         f" {', '.join(known)}{extra}")
         if name not in have:
             raise v.fail(f"[backward] train names {name!r}, but this scenario has no {name}; expected names of the"
                          f" weights it gives: {', '.join(have)}")
-    return tuple(w for w in TRAINABLE if w in raw)
+    return tuple(w for w in known if w in raw)
 
 
 def write_backward(bw: Backward) -> list[str]:

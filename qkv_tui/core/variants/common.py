@@ -9,18 +9,22 @@ and the did-you-mean hints for their keys; a table also parses itself and writes
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import importlib
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 import numpy as np
 
 from qkv_tui.base.values import kind as _kind
 from qkv_tui.base.values import show as _show
 from qkv_tui.core.arrays import BoolMatrix, Vector
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 MAX_INDEX = 2**53  # the largest position, window or K/V head index: every one is exact as a float64
 
@@ -90,10 +94,12 @@ class Context:
     d_out: int = 0  # the width of the final output (W_O's columns, or the heads' d_v side by side)
     has_W_O: bool = False
     weights: tuple[str, ...] = ()  # the weights the heads and [output] give (W_Q, b_O, sinks, …), for [backward]
+    trainable: tuple[str, ...] = ()  # the weights the file's variant tables give (Table.trainable), for [backward]
     latent: tuple[int, int] | None = None  # [mla]'s (d_nope, d_rope): [rope] turns the d_rope part only
 
 
 T = TypeVar("T")
+DataclassT = TypeVar("DataclassT", bound="DataclassInstance")
 
 
 @dataclass(frozen=True)
@@ -131,6 +137,9 @@ class Table(Generic[T]):
     write: Callable[[T], list[str]]  # its lines of a scenario file, the header first
     lookalikes: Lookalikes = field(default_factory=dict)
     faces: Faces | None = None  # a part's other faces; None for a table read by name where it is used
+    # the weights [backward] may train that the table gives, read from the table as written (so a [backward]
+    # parsed before it knows them): their names in a train list, in the order the default list names them
+    trainable: Callable[[dict[str, Any]], tuple[str, ...]] | None = None
 
     @property
     def header(self) -> str:
@@ -142,6 +151,15 @@ class Table(Generic[T]):
             value: T | None = getattr(sc, "parts", {}).get(self.key)
             return value
         return getattr(sc, self.key, None)
+
+    def put(self, sc: DataclassT, value: T | None) -> DataclassT:
+        """The scenario (a dataclass) with the table's value replaced: a part's in ``parts``, else its field."""
+        if self.faces is not None:
+            parts = {k: v for k, v in getattr(sc, "parts", {}).items() if k != self.key}
+            if value is not None:
+                parts[self.key] = value
+            return dataclasses.replace(sc, parts=parts)
+        return dataclasses.replace(sc, **{self.key: value})
 
     def summary_parts(self, sc: Features) -> list[str]:
         value = self.of(sc)

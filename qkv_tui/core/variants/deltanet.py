@@ -4,7 +4,8 @@ in place of every head's softmax (docs/scenario-format.md, "[deltanet]").
 Per head and token, with q and k L2-normalised (q also ÷ √d_k): S ← S·e^{g_t}; kv = Sᵀk_t;
 δ = (v_t − kv)·β_t; S ← S + k_t δᵀ; o_t = Sᵀq_t. The log decay g and the write strength β are given
 (``g``, ``beta``: n × num_heads) or computed as the models compute them: β = σ(X̂·W_b),
-g = −e^{A_log}·softplus(X̂·W_a + dt_bias).
+g = −e^{A_log}·softplus(X̂·W_a + dt_bias). Written with a gate per key channel (core/variants/kda_gates.py: ``g``
+n × num_heads × d_k, or Kimi Linear's W_fa, W_fb, A_log, dt_bias), it is Kimi Delta Attention: S ← diag(e^{g_t})·S.
 """
 
 from __future__ import annotations
@@ -20,9 +21,11 @@ from qkv_tui.core.toml_text import vector
 from qkv_tui.core.variants.common import Context, Table, numbers
 from qkv_tui.core.variants.deltanet_io import IO_KEYS, DeltaIO, parse_io, summary, write_io
 from qkv_tui.core.variants.gate import Reader
+from qkv_tui.core.variants.kda_gates import KdaGates, parse_kda_gates, per_channel, write_kda_gates
+from qkv_tui.core.variants.kda_gates import summary as kda_summary
 from qkv_tui.core.variants.linear import replaces_softmax
 
-DELTANET_KEYS = ("g", "beta", "W_a", "W_b", "A_log", "dt_bias", *IO_KEYS)
+DELTANET_KEYS = ("g", "beta", "W_a", "W_b", "A_log", "dt_bias", "W_fa", "W_fb", *IO_KEYS)
 L2_EPS = 1e-6  # pinned: x / √(Σx² + 1e-6), as transformers' l2norm (and FLA's)
 
 
@@ -41,6 +44,7 @@ class DeltaNet:
     A_log: Vector | None = None  # (num_heads,) −e^{A_log} is the decay's rate
     dt_bias: Vector | None = None  # (num_heads,) added to X̂·W_a before the softplus
     io: DeltaIO | None = None  # the short convolution and the gated output norm (deltanet_io.py); None without
+    channels: KdaGates | None = None  # a gate per key channel (Kimi Delta Attention); g, W_a, A_log, dt_bias then None
 
     # what the closing summary and the heads view call a row of the weights (core/part_questions.scenario_says):
     # q·k times the decay weighs the corrections δ, not V
@@ -69,6 +73,12 @@ class DeltaNet:
                         f"expected smaller X or {what.split('·')[1].split(' ')[0]}")
         return None
 
+    @property
+    def map_formula(self) -> str:
+        """What the heads view's maps hold: one decay a head multiplies q·k, a decay per key channel sits inside
+        the dot product (Kimi Delta Attention: A[t,s] = Σᵢ q_t[i]·e^(G_t[i] − G_s[i])·k_s[i])."""
+        return "Σᵢ q[i]·e^(G_t[i] − G_s[i])·k[i]" if self.channels is not None else "(q·kᵀ)·e^(G_t − G_s)"
+
 
 def _grid(v: Any, value: Any, key: str, rows: int, cols: int, what: str) -> Matrix:
     if not isinstance(value, list):
@@ -86,8 +96,10 @@ def parse_deltanet(table: dict[str, Any], ctx: Context) -> DeltaNet:
     if ctx.earlier.get("linear") is not None:
         raise v.fail("[deltanet] and [linear] both replace every head's softmax; expected one of them")
     n, heads, d_model = len(ctx.tokens), len(ctx.heads), ctx.d_model
-    g = beta = W_a = W_b = A_log = dt_bias = None
-    if "g" in table:
+    g = beta = W_a = W_b = A_log = dt_bias = channels = None
+    if per_channel(table):
+        channels = parse_kda_gates(table, ctx)
+    elif "g" in table:
         for key in ("W_a", "A_log", "dt_bias"):
             if key in table:
                 raise v.fail(f"[deltanet] has both g and {key}; expected g (n × num_heads) or W_a, A_log and dt_bias,"
@@ -116,7 +128,7 @@ def parse_deltanet(table: dict[str, Any], ctx: Context) -> DeltaNet:
     else:
         raise v.fail("[deltanet] is missing 'beta'; expected beta = [[...]] (n × num_heads), or W_b (d_model × num_heads),"
                      " from which β = σ(X̂·W_b)")
-    return DeltaNet(g, beta, W_a, W_b, A_log, dt_bias, parse_io(table, ctx))
+    return DeltaNet(g, beta, W_a, W_b, A_log, dt_bias, parse_io(table, ctx), channels)
 
 
 def _shape(v: Any, M: Matrix, key: str, rows: int, cols: int) -> None:
@@ -132,7 +144,9 @@ def _rows(M: Matrix) -> str:
 
 def write_deltanet(dn: DeltaNet) -> list[str]:
     out = ["[deltanet]"]
-    if dn.g is not None:
+    if dn.channels is not None:
+        out += write_kda_gates(dn.channels)
+    elif dn.g is not None:
         out.append(f"g = {_rows(dn.g)}")
     else:
         assert dn.W_a is not None and dn.A_log is not None and dn.dt_bias is not None
@@ -146,6 +160,9 @@ def write_deltanet(dn: DeltaNet) -> list[str]:
 
 
 def _summary(dn: DeltaNet) -> str:
+    if dn.channels is not None:
+        where = "β given" if dn.beta is not None else "β from W_b"
+        return f"gated delta rule, {kda_summary(dn.channels)}, {where}" + summary(dn.io)
     if dn.g is not None and dn.beta is not None:
         where = "g, β given"
     elif dn.g is None and dn.beta is None:

@@ -60,7 +60,10 @@ def write_cell(table: Any, target: str, row: int, col: int, value: int | float) 
 
 def read_by(dn: DeltaNet, beta: bool, row: int, head: int) -> tuple[str, int, int]:
     """(target, row, column) of the input an operation of g (or β) reads: the token's own number where the
-    file gives it, else the weights' first row of that head's column."""
+    file gives it, else the weights' first row of that head's column (with a gate per key channel, which is not
+    editable here, g's cell opens on the token's X)."""
+    if dn.channels is not None and not beta:  # a gate per key channel is not editable here: the token's X it reads
+        return "X", row, 0
     given = dn.beta if beta else dn.g
     if given is not None:
         return ("dn_beta" if beta else "dn_g"), row, head

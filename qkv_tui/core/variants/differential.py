@@ -9,7 +9,8 @@ mask) combine with it; what would have to choose one of the two maps, or replace
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass, replace
 from typing import Any, cast
 
 import numpy as np
@@ -32,6 +33,7 @@ from qkv_tui.core.variants.gate import Reader
 from qkv_tui.kernels.differential import DiffHead, lambda_init_of_layer
 
 LAMBDA_KEYS = ("lambda_q1", "lambda_k1", "lambda_q2", "lambda_k2")
+GAMMA_NAME = "gamma_sub"  # the sub-norm's gains in a [backward] train list ("gamma" is [norm]'s)
 DIFFERENTIAL_KEYS = (*LAMBDA_KEYS, "lambda_init", "layer", "eps", "gamma")
 DEFAULT_DIFF_EPS = 1e-5
 MAX_EXPONENT = 709.0  # e^709 is the largest power of e below float64's limit (e^710 overflows)
@@ -49,7 +51,6 @@ REFUSED_TABLES = (
     ("mla", "[mla] builds its own heads; differential heads are [[heads]] or [attention] heads"),
     ("linear", "[linear] replaces the softmax, and [differential] subtracts two softmax maps"),
     ("deltanet", "[deltanet] replaces the softmax, and [differential] subtracts two softmax maps"),
-    ("backward", "the gradients through two maps, λ and the sub-norm are not in the app yet"),
     ("value_scale", "[differential]'s kernel projects its own 2d-wide V, which the value scale would not reach"),
 )
 
@@ -71,6 +72,30 @@ class Differential:
     def d(self) -> int:
         """The half width: each map's d_k."""
         return int(self.lambda_q1.shape[1])
+
+    def trained(self, grads: Sequence[Any], rule: Callable[[tuple[str, int | None], Matrix, Matrix], Matrix],
+                train: Collection[str], frozen: Callable[[Matrix], Matrix]) -> Differential:
+        """One training step on the λ vectors and the sub-norm's gains ``train`` names (core/training.py): ``grads``
+        are the heads' gradients, each with its own DiffBack (``own``); each head's λ rows move by its own
+        gradient, the gains every head shares by their sum."""
+        changes: dict[str, Any] = {}
+        for key in LAMBDA_KEYS:
+            if key in train:
+                rows = np.stack([getattr(hg.own, "d" + key) for hg in grads])  # (num_heads, d)
+                changes[key] = frozen(rule((key, None), getattr(self, key), rows))
+        if GAMMA_NAME in train and self.gamma is not None:
+            total = np.sum([hg.own.dgamma for hg in grads], axis=0)  # (2d,)
+            changes["gamma"] = frozen(rule((GAMMA_NAME, None), self.gamma, total))
+        return replace(self, **changes) if changes else self
+
+    def train_params(self, grads: Sequence[Any]) -> list[tuple[str, Matrix | None, Matrix | None]]:
+        """Each array trained() moves, as its train name, its value and its gradient (teach/train_walk.py lists
+        them beside the heads' weights): a λ vector one row per head, the sub-norm's gains summed over the heads."""
+        out: list[tuple[str, Matrix | None, Matrix | None]] = [
+            (key, getattr(self, key), np.stack([getattr(hg.own, "d" + key) for hg in grads])) for key in LAMBDA_KEYS]
+        if self.gamma is not None:
+            out.append((GAMMA_NAME, self.gamma, np.sum([hg.own.dgamma for hg in grads], axis=0)))
+        return out
 
     def head(self, h: int) -> DiffHead:
         """What the kernel reads for head ``h`` (0-based)."""
@@ -210,14 +235,26 @@ def _summary(df: Differential) -> str:
     return f"differential attention (λ_init {df.lambda_init:.4g}, {where})"
 
 
-# The part's faces beyond its keys: its head-pass hook, its stages (after Mix, where the one-map stages would have
-# shown theirs), its JSON field. Registering the part is its line in FEATURES (core/variants/__init__.py).
+def trainable(table: dict[str, Any]) -> tuple[str, ...]:
+    """The weights [backward] trains by default where the file has [differential]: the four λ vectors, and the
+    sub-norm's gains where the table gives them (read from the table as written: [backward] is parsed first)."""
+    return LAMBDA_KEYS + ((GAMMA_NAME,) if "gamma" in table else ())
+
+
+# The part's faces beyond its keys: its head-pass hook; its stages (each half's Rotate, both maps, λ and the rest
+# after Mix, where the one-map stages step aside; the backward ones after dRotate); its JSON field. Registering
+# the part is its line in FEATURES (core/variants/__init__.py).
 FACES = Faces(
     head="qkv_tui.core.differential_part:diff_part",
-    stages=tuple(("mix", "differential", name) for name in (
-        "SCORE_1", "SCALE_1", "SOFTMAX_1", "SCORE_2", "SCALE_2", "SOFTMAX_2", "LAMBDA", "SUBTRACT", "MIX", "SUBNORM",
-        "FACTOR")),
+    stages=(
+        *(("mix", "differential", name) for name in (
+            "ROTATE", "SCORE_1", "SCALE_1", "SOFTMAX_1", "SCORE_2", "SCALE_2", "SOFTMAX_2", "LAMBDA", "SUBTRACT",
+            "MIX", "SUBNORM", "FACTOR")),
+        *(("drotate", "differential_backward", name) for name in (  # in place of dMix … dRotate
+            "FACTOR", "SUBNORM", "MIX", "SUBTRACT", "LAMBDA", "SOFTMAX_1", "SCALE_1", "SOFTMAX_2", "SCALE_2", "SCORE",
+            "ROTATE")),
+    ),
     json="qkv_tui.edges.export_differential:differential_parts",
 )
 TABLE: Table[Differential] = Table("differential", DIFFERENTIAL_KEYS, parse_differential, _summary, write_differential,
-                                   LOOKALIKES, FACES)
+                                   LOOKALIKES, FACES, trainable)

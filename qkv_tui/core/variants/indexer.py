@@ -6,7 +6,8 @@ c_Q, as the models do. The turned dimensions take the frequencies of ``[rope]`` 
 DeepSeek-V3.2 turns the indexer in half-split pairs although its MLA turns interleaved ones, GLM-5 in
 interleaved pairs.
 
-Not in ``FEATURES`` yet: the loader accepts a table only once the engine runs it.
+Its faces (FACES below): the selection narrows every head's mask (core/indexer_part.py), the Index and Select
+stages (teach/stages/indexer.py) and the JSON field ``"indexer"`` (edges/export_indexer.py).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from qkv_tui.base.values import show as _show
 from qkv_tui.core.arrays import BoolMatrix, Matrix, Vector
 from qkv_tui.core.toml_text import number as num
 from qkv_tui.core.toml_text import string, vector
-from qkv_tui.core.variants.common import Context, Table, choice, number, numbers, write_whole
+from qkv_tui.core.variants.common import Context, Faces, Table, choice, number, numbers, write_whole
 from qkv_tui.core.variants.gate import Reader
 from qkv_tui.core.variants.mla import MAX_SIZE, Mla
 from qkv_tui.core.variants.rope import Rope
@@ -31,6 +32,14 @@ from qkv_tui.kernels.policy import EXACT, Policy
 INDEXER_KEYS = ("num_heads", "W_q", "W_k", "W_w", "k_norm", "rope_dims", "rope_layout", "top_k")
 K_NORM_KEYS = ("gamma", "beta", "eps")
 WHERE = "[indexer]"
+
+# what the table cannot combine with: (the key of an earlier table, why); the selection narrows one softmax map's mask
+REFUSED_TABLES = (
+    ("linear", "[linear] keeps a running state, with no map whose keys the indexer could pick"),
+    ("deltanet", "[deltanet] keeps a running state, with no map whose keys the indexer could pick"),
+    ("differential", "the models with an indexer have one softmax map per head, [differential] two"),
+    ("backward", "the gradients through the selection are not in the app yet (top-k passes none to the indexer)"),
+)
 
 # transformers' names for the same things (DeepseekV32Indexer, GlmMoeDsaIndexer and their configs)
 LOOKALIKES = {
@@ -130,6 +139,9 @@ def _k_norm(ctx: Context, value: Any, d_I: int) -> tuple[bool, Vector, Vector, f
 
 def parse_indexer(table: dict[str, Any], ctx: Context) -> Indexer:
     v = ctx.v
+    for key, why in REFUSED_TABLES:
+        if ctx.earlier.get(key) is not None:
+            raise v.fail(f"{WHERE} cannot be used with [{key}]: {why}; expected one of the two tables")
     if ctx.is_cross:
         raise v.fail(f"{WHERE} needs self-attention (it selects among the tokens' own keys); remove [context] or {WHERE}")
     H = _count(ctx, table, "num_heads", 1, "how many index heads")
@@ -181,7 +193,12 @@ def _summary(ix: Indexer) -> str:
     return f"sparse attention (indexer: {ix.num_heads} index heads, d_I {ix.d_index}, top-{ix.top_k})"
 
 
-TABLE: Table[Indexer] = Table("indexer", INDEXER_KEYS, parse_indexer, _summary, write_indexer, LOOKALIKES)
+# its faces beyond the keys: the head-pass builder whose selection narrows every head's mask, the Index and Select
+# stages (after Norm: the indexer reads what the heads read, before any head projects), the JSON field
+FACES = Faces(head="qkv_tui.core.indexer_part:indexer_part",
+              stages=tuple(("norm", "indexer", name) for name in ("INDEX", "SELECT")),
+              json="qkv_tui.edges.export_indexer:indexer_fields")
+TABLE: Table[Indexer] = Table("indexer", INDEXER_KEYS, parse_indexer, _summary, write_indexer, LOOKALIKES, FACES)
 
 
 def run(ix: Indexer, X: Matrix, allow: BoolMatrix, rope: Rope | None, c_Q: Matrix | None = None,

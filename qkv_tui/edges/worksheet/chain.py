@@ -14,6 +14,7 @@ import warnings
 import numpy as np
 
 from qkv_tui.core.engine import Computation
+from qkv_tui.core.part_questions import refusal
 from qkv_tui.edges.worksheet.backward.tables import backward_tables, zero_root
 from qkv_tui.kernels.rope import pairs
 from qkv_tui.teach.stages.printed import PrintedChain, Table, exact, idx, kv_owners
@@ -54,7 +55,8 @@ def page(comp: Computation, d: int) -> tuple[list[Table], str]:
         if sc.backward is None:
             return printed.tables + printed.late, ""
         # the backward tables after the forward's (edges/worksheet/backward/tables.py)
-        why = zero_root(printed)
+        # a head's part without printed backward tables yet says so (core/part_questions.py)
+        why = refusal(comp.heads, "worksheet backward") or zero_root(printed)
         if why is None:
             try:
                 printed.add(backward_tables(printed))

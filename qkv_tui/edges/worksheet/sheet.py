@@ -118,6 +118,10 @@ def sheet(ws: WorksheetContent) -> Sheet:
         if asked_heads is not None and h not in asked_heads:
             continue
         divisor = f"√{head.d_k} (dₖ = {head.d_k})" if head.scale_is_default else f"{exact(head.scale)} (set by the scenario)"
+        # a default divisor that is not √dₖ: a map scoring part of dₖ ([differential]'s halves), √ of its width
+        width = round(head.scale * head.scale) if head.scale_is_default else head.d_k
+        if width != head.d_k:
+            divisor = f"√{width} (each map scores {width} of the head's dₖ = {head.d_k} columns)"
         scale.append(f"- Scale{f' ({head.name})' if multi else ''}: divide every score by {divisor}.")
     body.append(Lines((*scale, "")))
     last_section = ""

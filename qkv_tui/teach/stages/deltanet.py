@@ -6,6 +6,10 @@
   δ = (v − kv)·β, the rank-one write S + kδᵀ and the read o = Sᵀq. Its last line is the decaying causal
   mask the state amounts to.
 
+With a gate per key channel (Kimi Delta Attention, core/kda_part.py) g carries one more index: g[t,i], one log
+decay per row i of the state, computed in Gates from Kimi Linear's W_fa, W_fb, A_log and dt_bias where not given,
+and the decay is diag(e^g)·S, row i times its own e^g[t,i].
+
 The Delta stage is one segment of n rows (one per token) whose columns are the five steps' cells side by
 side, so the trace walks token by token; its panes show each block as a matrix of its own (:meth:`Delta.filled`).
 """
@@ -21,10 +25,12 @@ import numpy as np
 
 from qkv_tui.core.engine import Computation, HeadResult
 from qkv_tui.core.fmt import fmt, vector
+from qkv_tui.core.kda_part import Channels
 from qkv_tui.core.scenario import Matrix
 from qkv_tui.kernels.attention_backward import row_dots
 from qkv_tui.kernels.deltanet import L2_EPS, DeltaForward, decay_mask
 from qkv_tui.kernels.deltanet_parts import Around, Convolved
+from qkv_tui.kernels.kda import channel_mask, channel_weights
 from qkv_tui.kernels.policy import EXACT, ByHand
 from qkv_tui.teach.arith import dot_line, fit
 from qkv_tui.teach.stages.common import (
@@ -53,6 +59,7 @@ from qkv_tui.teach.stages.score import scored, scored_names
 if TYPE_CHECKING:  # the cost view's module loads on its first use
     from qkv_tui.core.cost import Count, Phase
     from qkv_tui.core.scenario import Scenario
+    from qkv_tui.core.variants.deltanet import DeltaNet
 
 
 BLOCKS = ("dn_decayed", "dn_kv", "dn_delta", "dn_S", "dn_o")  # the Delta stage's steps, in a token's order
@@ -84,6 +91,28 @@ def _block_filled(trace: TraceContext, blocks: tuple[str, ...], step: str, width
             return rows * w + min(max(rest - lo, 0), w)
         lo += w
     raise KeyError(name)
+
+
+def _channels(hr: HeadResult) -> Channels | None:
+    """The head's gate per key channel (Kimi Delta Attention); None where g is one number a token."""
+    return hr.part(Channels)
+
+
+def _g_given(cfg: DeltaNet) -> bool:
+    return cfg.g is not None or (cfg.channels is not None and cfg.channels.g is not None)
+
+
+def _kda_meaning(hr: HeadResult) -> str:
+    """What a gate per key channel changes, and whether this scenario is Gated DeltaNet after all."""
+    ch = _channels(hr)
+    if ch is None:
+        return ""
+    case = (" Here every channel's g is equal at every token: this is Gated DeltaNet's rule (one gate a head), number"
+            " for number." if ch.uniform else " Gated DeltaNet is the case where every channel's g is equal; here they"
+            " differ, so the rows of S fade at different rates.")
+    return (" Kimi Delta Attention (Kimi Linear) gives each key channel i its own forget gate: the decay is"
+            " diag(e^g)·S, row i of the state times e^g[t,i], so a channel can keep what it holds while another"
+            " forgets." + case)
 
 
 def _conv(hr: HeadResult) -> tuple[Convolved, Convolved, Convolved] | None:
@@ -309,6 +338,47 @@ def _x_named(trace: TraceContext, text: str) -> str:
     return text if trace.comp.norm is not None else text.replace("X̂", "X")
 
 
+def _g_width(hr: HeadResult) -> int:
+    """Columns of g a token has: one, or one per key channel."""
+    return 1 if _channels(hr) is None else hr.d_k
+
+
+def _channel_gate(trace: TraceContext, index: int, seg: Segment, row: int, col: int, d: int) -> Operation:
+    """g[t,i] of a head with a gate per key channel: given, or −e^A_log·softplus(a[t,i]) as Kimi Linear computes it."""
+    h = seg.head
+    assert h is not None
+    hr, sc = _hr(trace, h), trace.comp.scenario
+    dn, ch = hr.need(DeltaForward), hr.need(Channels)
+    t, value = sc.labels[row], float(dn.g[row, col])
+    if ch.gates is None:
+        return Operation(index, seg, row, col, value, (), f"g[{t},{col}] = {fmt(value, False, d)} (given)")
+    gates = ch.gates
+    cfg = sc.deltanet
+    assert cfg is not None and cfg.channels is not None and cfg.channels.W_fb is not None
+    assert cfg.channels.dt_bias is not None and cfg.channels.A_log is not None
+    x_name = "X" if trace.comp.norm is None else "X̂"
+    c = h * hr.d_k + col  # the column of W_fb this channel reads
+    rate, a, soft = float(gates.rate[h]), float(gates.a[row, h, col]), float(gates.softplus[row, h, col])
+    (r, s), res = fit(lambda x, y: -x * y, [rate, soft], value, d)
+    text = f"g[{t},{col}] = −e^A_log·softplus(a[{t},{col}]) = −{r}·softplus({fmt(a, False, d)}) = −{r}·{s} = {res}"
+    low, W_fb, bias = gates.low[row], cfg.channels.W_fb[:, c], float(cfg.channels.dt_bias[h][col])
+    r_low = len(low)
+    texts, at = fit(lambda *xs: sum(xs[2 * j] * xs[2 * j + 1] for j in range(r_low)) + xs[-1],
+                    [y for j in range(r_low) for y in (float(low[j]), float(W_fb[j]))] + [bias], a, d)
+    terms = " + ".join(f"{texts[2 * j]}·{texts[2 * j + 1]}" for j in range(r_low))
+    (al,), rt = fit(math.exp, [float(cfg.channels.A_log[h])], rate, d)
+    (sa,), st = fit(lambda x: float(np.logaddexp(0.0, x)), [a], soft, d)
+    a_line = f"a[{t},{col}] = ({x_name}[{t}]·W_fa)·W_fb[:,{c}] + dt_bias[{col}] = {terms} + {texts[-1]} = {at}"
+    details: tuple[str, ...] = (a_line,
+                                f"softplus(a) = ln(1 + e^a) = ln(1 + e^{sa}) = {st}" if a <= 20 else
+                                f"softplus(a) = a past 20, as Kimi Linear takes it = {st}",
+                                f"e^A_log = e^{al} = {rt}")
+    if col == 0:
+        lows = vector(gates.low[row], False, d)
+        details = (f"{x_name}[{t}]·W_fa = {lows} (the low-rank bottleneck, shared by every head and channel)", *details)
+    return Operation(index, seg, row, col, value, (Ref(x_name.replace("X̂", "X_norm"), None, row),), text, details)
+
+
 class Gates(StageSpec):
     stage = Stage("gates", "Gates",
                   "How much the state forgets and how strongly it writes, per token, as Qwen3-Next computes them:"
@@ -318,13 +388,22 @@ class Gates(StageSpec):
 
     def runs(self, trace: TraceContext) -> bool:
         dn = getattr(trace.comp.scenario, "deltanet", None)
-        return dn is not None and (dn.g is None or dn.beta is None)
+        return dn is not None and (not _g_given(dn) or dn.beta is None)
 
     def meaning(self, trace: TraceContext, head: int | None) -> str:
-        return _x_named(trace, self.stage.meaning)
+        if head is None or _channels(_hr(trace, head)) is None:
+            return _x_named(trace, self.stage.meaning)
+        cfg = trace.comp.scenario.deltanet
+        assert cfg is not None and cfg.channels is not None
+        g = ("g[t,i] is given for each key channel (a log decay, never above 0)" if cfg.channels.g is not None else
+             "g[t,i] = −e^A_log·softplus(a[t,i]) with a = (X̂·W_fa)·W_fb + dt_bias (a low-rank projection, as Kimi"
+             " Linear computes it: one log decay per key channel, never above 0)")
+        beta = "β is given" if cfg.beta is not None else "β = σ(X̂·W_b), one per head"
+        return _x_named(trace, f"How much each key channel of the state forgets and how strongly the head writes, per"
+                        f" token: {g}; {beta}." + _kda_meaning(_hr(trace, head)))
 
     def segments(self, trace: TraceContext, head: int | None) -> list[Plan]:
-        return [Plan("dn_g", trace.comp.scenario.n, 2)]
+        return [Plan("dn_g", trace.comp.scenario.n, _g_width(_hr(trace, head)) + 1)]
 
     def operation(self, trace: TraceContext, index: int, seg: Segment, row: int, col: int | None, d: int) -> Operation:
         h = seg.head
@@ -335,7 +414,10 @@ class Gates(StageSpec):
         t = sc.labels[row]
         X = trace.comp.X_in
         x_name = "X" if trace.comp.norm is None else "X̂"
-        if col == 0:
+        width = _g_width(hr)
+        if _channels(hr) is not None and col < width:
+            return _channel_gate(trace, index, seg, row, col, d)
+        if col < width:
             value = float(dn.g[row])
             if cfg.g is not None:
                 return Operation(index, seg, row, col, value, (), f"g[{t}] = {fmt(value, False, d)} (given)")
@@ -363,11 +445,13 @@ class Gates(StageSpec):
         dn = _hr(trace, head).part(DeltaForward)
         if dn is None:
             raise KeyError(name)
-        both = np.stack([dn.g, dn.beta], axis=1)  # (n, 2)
+        both = np.column_stack([dn.g.reshape(len(dn.beta), -1), dn.beta])  # (n, 2), or (n, d_k + 1) per channel
         both.setflags(write=False)
         return both
 
     def title(self, trace: TraceContext, name: str, head: int | None) -> str:
+        if head is not None and _channels(_hr(trace, head)) is not None:
+            return "[g per key channel | β] per token"
         return "[g | β] per token"
 
     worksheet_tables = _gate_tables
@@ -385,6 +469,11 @@ class Delta(StageSpec):
         return _on(trace)
 
     def meaning(self, trace: TraceContext, head: int | None) -> str:
+        if head is not None and _channels(_hr(trace, head)) is not None:
+            return (self.stage.meaning.replace("decays by e^g,", "decays by diag(e^g) (row i by e^g[t,i]),")
+                    + _kda_meaning(_hr(trace, head)) + " Unrolled, o_t = Σ_s (Σ_i q_t[i]·e^(G_t[i] − G_s[i])·k_s[i])·δ_s:"
+                    " attention over the corrections with a causal mask of its own in every key channel (the last"
+                    " line shows them).")
         return (self.stage.meaning + " Unrolled, o_t = Σ_s (q_t·k_s)·e^(G_t − G_s)·δ_s: attention over the"
                 " corrections with a causal mask that fades by e^g per token (the last line shows it).")
 
@@ -423,11 +512,18 @@ class Delta(StageSpec):
                 if row == 0:
                     text = f"S'_{t}[{i},{j}] = 0 (the state starts empty)"
                     refs: tuple[Ref, ...] = ()
+                elif dn.decay.ndim == 2:  # a gate per key channel: row i of the state by its own e^g[t,i]
+                    (a, b), res = fit(lambda x, y: x * y, [float(dn.S[row - 1, i, j]), float(dn.decay[row, i])], value, d)
+                    text = f"S'_{t}[{i},{j}] = {prev}[{i},{j}]·e^g[{t},{i}] = {a}·{b} = {res}"
+                    refs = (Ref("dn_S", h, row - 1, c),)
                 else:
                     (a, b), res = fit(lambda x, y: x * y, [float(dn.S[row - 1, i, j]), float(dn.decay[row])], value, d)
                     text = f"S'_{t}[{i},{j}] = {prev}[{i},{j}]·e^g[{t}] = {a}·{b} = {res}"
                     refs = (Ref("dn_S", h, row - 1, c),)
-                if c == 0:
+                if dn.decay.ndim == 2 and j == 0:
+                    (gt,), et = fit(math.exp, [float(dn.g[row, i])], float(dn.decay[row, i]), d)
+                    details = (f"e^g[{t},{i}] = e^{gt} = {et}",)
+                elif c == 0:
                     (gt,), et = fit(math.exp, [float(dn.g[row])], float(dn.decay[row]), d)
                     details = (f"e^g[{t}] = e^{gt} = {et}",)
                 return Operation(index, seg, row, col, value, (*refs, Ref("dn_decayed", h, row, c)), text, details)
@@ -465,7 +561,9 @@ class Delta(StageSpec):
         n = len(dn.g)
         parts = {"dn_decayed": dn.decayed.reshape(n, -1), "dn_kv": dn.kv, "dn_delta": dn.delta,
                  "dn_S": dn.S.reshape(n, -1), "dn_o": dn.output}
-        if name == "dn_D":
+        if name == "dn_D" and _channels(hr) is not None:  # per channel no one mask: the weights it makes of q, k
+            out = channel_weights(dn.q, dn.k, dn.g)  # (n, n)
+        elif name == "dn_D":
             out = decay_mask(dn.g)  # (n, n)
         elif name == "dn_step":
             out = np.concatenate([parts[b] for b in BLOCKS], axis=1)  # (n, 2·d_k·d_v + 3·d_v)
@@ -491,6 +589,11 @@ class Delta(StageSpec):
         return [("dn_S", head), ("dn_o", head), ("dn_D", head)]
 
     def title(self, trace: TraceContext, name: str, head: int | None) -> str:
+        if head is not None and _channels(_hr(trace, head)) is not None:
+            if name == "dn_decayed":
+                return "S' = diag(e^g)·S"
+            if name == "dn_D":
+                return "Σᵢ q_t[i]·e^(G_t[i] − G_s[i])·k_s[i]"
         return {"dn_decayed": "S' = S·e^g", "dn_kv": "kv = S'ᵀk", "dn_delta": "δ = (v − kv)·β",
                 "dn_S": "S = S' + kδᵀ", "dn_o": "o = Sᵀq", "dn_D": "decaying mask e^(G_t − G_s)",
                 "dn_step": "a token's steps"}[name]
@@ -516,6 +619,8 @@ def mask_lines(trace: TraceContext, hr: HeadResult, d: int) -> tuple[str, ...]:
     dn = hr.part(DeltaForward)
     assert dn is not None
     sc = trace.comp.scenario
+    if _channels(hr) is not None:
+        return _channel_mask_lines(trace, hr, d)
     D = decay_mask(dn.g)  # (n, n)
     rows = " | ".join(f"{sc.labels[t]}: {vector(D[t], False, d)}" for t in range(min(sc.n, 8)))
     unrolled = ((dn.q @ dn.k.T) * D) @ dn.delta  # (n, d_v)
@@ -524,6 +629,25 @@ def mask_lines(trace: TraceContext, hr: HeadResult, d: int) -> tuple[str, ...]:
             f" 0 after t: {rows}{' | …' if sc.n > 8 else ''}",
             f"{'✓' if same else '≈'} o_t = Σ_s (q_t·k_s)·e^(G_t − G_s)·δ_s gives the outputs the state gave"
             f" (the causal mask is this triangle with every decay at e^0)")
+
+
+def _channel_mask_lines(trace: TraceContext, hr: HeadResult, d: int) -> tuple[str, ...]:
+    """After the last token, with a gate per key channel: each channel's own decaying mask, and that they give the
+    outputs the state gave."""
+    dn, ch = hr.need(DeltaForward), hr.need(Channels)
+    sc = trace.comp.scenario
+    D = channel_mask(dn.g)  # (n, n, d_k)
+    shown = min(sc.n, 8)
+    masks = " | ".join(f"channel {i}: " + ", ".join(f"{sc.labels[t]} {vector(D[t, :, i], False, d)}" for t in range(shown))
+                       + (" …" if sc.n > 8 else "") for i in range(min(hr.d_k, 4)))
+    unrolled = channel_weights(dn.q, dn.k, dn.g) @ dn.delta  # (n, d_v)
+    same = bool(np.allclose(unrolled, dn.output, rtol=1e-6, atol=1e-9))
+    case = ("every channel's mask is the same here, Gated DeltaNet's one mask" if ch.uniform else
+            "the masks differ: each channel fades at its own rate, where Gated DeltaNet has one mask for all")
+    return (f"the state is attention with a decaying causal mask in every key channel, e^(G_t[i] − G_s[i]) for s ≤ t"
+            f" (G each channel's running sum of g), 0 after t: {masks}{' | …' if hr.d_k > 4 else ''} ({case})",
+            f"{'✓' if same else '≈'} o_t = Σ_s (Σ_i q_t[i]·e^(G_t[i] − G_s[i])·k_s[i])·δ_s gives the outputs the"
+            " state gave")
 
 
 NORMALISE = Normalise()
@@ -556,6 +680,8 @@ def _gates_cost(sc: Scenario, ph: Phase) -> Count:
     assert cfg is not None
     two, h, d = ("2", 2), ("h", len(sc.heads)), ("d_model", int(sc.X.shape[1]))
     x = "X" if sc.norm is None else "X̂"
+    if cfg.channels is not None:
+        return _channel_gates_cost(sc, ph)
     matmul = fig(term("X·W_a", two, ph.R, d, h))
     other = fig(term("exp", ph.R, h), term("log", ph.R, h), term("e^A_log", h))
     read = fig(term(x, ph.R, d, B(ph)), term("W_a", d, h, B(ph)), term("dt_bias, A_log", ("2", 2), h, B(ph)))
@@ -567,6 +693,34 @@ def _gates_cost(sc: Scenario, ph: Phase) -> Count:
                  written=fig(term("g, β", ("2", 2), ph.R, h, B(ph))))
 
 
+def _channel_gates_cost(sc: Scenario, ph: Phase) -> Count:
+    """A gate per key channel: per token, X̂·W_fa (r wide) then ·W_fb (Σd_k wide), and g = −e^A_log·ln(1 + e^a) for
+    every channel (an exponential and a log each) where g is computed; β = σ(X̂·W_b) where W_b is given."""
+    from qkv_tui.core.cost import B, Count, Figure, fig, term
+
+    cfg = sc.deltanet
+    assert cfg is not None and cfg.channels is not None
+    kg = cfg.channels
+    two, h, d = ("2", 2), ("h", len(sc.heads)), ("d_model", int(sc.X.shape[1]))
+    dk = ("Σd_k", sum(head.d_k for head in sc.heads))
+    x = "X" if sc.norm is None else "X̂"
+    matmul, other, read, written = Figure(), Figure(), fig(term(x, ph.R, d, B(ph))), Figure()
+    if kg.g is None:
+        assert kg.W_fa is not None
+        r = ("r", int(kg.W_fa.shape[1]))
+        matmul += fig(term("X·W_fa", two, ph.R, d, r), term("low·W_fb", two, ph.R, r, dk))
+        other += fig(term("exp", ph.R, dk), term("log", ph.R, dk), term("e^A_log", h))
+        read += fig(term("W_fa", d, r, B(ph)), term("W_fb", r, dk, B(ph)), term("dt_bias", dk, B(ph)),
+                    term("A_log", h, B(ph)))
+        written += fig(term("g", ph.R, dk, B(ph)))
+    if cfg.W_b is not None:
+        matmul += fig(term("X·W_b", two, ph.R, d, h))
+        other += fig(term("exp β", ph.R, h), term("div β", ph.R, h))
+        read += fig(term("W_b", d, h, B(ph)))
+        written += fig(term("β", ph.R, h, B(ph)))
+    return Count(GATES.stage.key, GATES.stage.name, ph.name, matmul=matmul, other=other, read=read, written=written)
+
+
 @counts(DELTA)
 def _delta_cost(sc: Scenario, ph: Phase) -> Count:
     """Per token and head: e^g, then three d_k × d_v products: the recall Sᵀk, the write kδᵀ and the read Sᵀq. The
@@ -576,13 +730,15 @@ def _delta_cost(sc: Scenario, ph: Phase) -> Count:
     s = shapes(sc)
     P = ("Σd_k·d_v", sum(dk * dv for dk, dv in s.heads))
     dk, dv, h = ("Σd_k", s.sum_dk), ("Σd_v", s.sum_dv), ("h", s.h)
-    read = fig(term("q", ph.R, dk, B(ph)), term("k", ph.R, dk, B(ph)), term("v", ph.R, dv, B(ph)),
-               term("g, β", ("2", 2), ph.R, h, B(ph)))
+    per_channel = sc.deltanet is not None and sc.deltanet.channels is not None  # e^g for every key channel
+    gates = (fig(term("g", ph.R, dk, B(ph)), term("β", ph.R, h, B(ph))) if per_channel
+             else fig(term("g, β", ("2", 2), ph.R, h, B(ph))))
+    read = fig(term("q", ph.R, dk, B(ph)), term("k", ph.R, dk, B(ph)), term("v", ph.R, dv, B(ph))) + gates
     if ph.name == DECODE:  # the state carried from the tokens before
         read += fig(term("S", P, B(ph)))
     return Count(DELTA.stage.key, DELTA.stage.name, ph.name,
                  matmul=fig(term("Sᵀk", ("2", 2), ph.R, P), term("kδᵀ", ("2", 2), ph.R, P), term("Sᵀq", ("2", 2), ph.R, P)),
-                 other=fig(term("exp", ph.R, h)), read=read,
+                 other=fig(term("exp", ph.R, dk if per_channel else h)), read=read,
                  written=fig(term("S' and S", ("2", 2), ph.R, P, B(ph)), term("kv, δ, o", ("3", 3), ph.R, dv, B(ph))))
 
 

@@ -12,11 +12,13 @@ from types import MappingProxyType
 
 import numpy as np
 
+from qkv_tui.core.engine import Computation
 from qkv_tui.core.fmt import NEG_INF, fmt, operand
 from qkv_tui.core.scenario import Matrix
 from qkv_tui.core.variants.differential import TABLE
 from qkv_tui.kernels.differential import DiffForward
 from qkv_tui.teach.arith import agrees, dot_line, first_fit, quotient_line, shown, softmax_row, tries
+from qkv_tui.teach.stages import differential_sheet
 from qkv_tui.teach.stages.common import (
     CLOSE,
     DIVIDE,
@@ -39,7 +41,9 @@ from qkv_tui.teach.stages.common import (
     paren,
 )
 from qkv_tui.teach.stages.context import TraceContext
+from qkv_tui.teach.stages.grads import formula_cell
 from qkv_tui.teach.stages.norm import RowStats, cell_lines
+from qkv_tui.teach.stages.printed import PrintedCells, PrintedChain, Table
 
 SUB = {1: "₁", 2: "₂"}
 
@@ -69,6 +73,13 @@ class _DiffStage(StageSpec):
 
     def lights(self, seg: Segment) -> frozenset[int]:
         return self.lit
+
+    def worksheet_tables(self, chain: PrintedChain, head: int | None) -> list[Table]:
+        assert head is not None
+        return differential_sheet.tables(self.stage.key, chain, head)
+
+    def worksheet_line(self, cells: PrintedCells, table: Table, row: int, col: int, answer: str) -> str:
+        return differential_sheet.line(self.stage.key, cells, table, row, col, answer)
 
 
 class MapScore(_DiffStage):
@@ -310,6 +321,16 @@ class Subtract(_DiffStage):
         sc = trace.comp.scenario
         return [Plan("weights", sc.n, sc.m)]
 
+    def worksheet_rules(self, comp: Computation) -> list[str]:
+        if getattr(comp.scenario, "differential", None) is None:
+            return []
+        return ["- Differential attention: each head's Q and K are 2d wide. Map 1 scores columns 0…d−1 of Q against the"
+                " same columns of K, map 2 columns d…2d−1; each is divided by √d and masked, then takes its own softmax."
+                " λ = e^(λ_q1·λ_k1) − e^(λ_q2·λ_k2) + λ_init, each e^ of the printed dot product; weights = p₁ − λ·p₂"
+                " cell by cell (each row sums to 1 − λ, and a cell may be negative); mixed = weights·V.",
+                "- Sub-norm, row by row: ms = the mean of the row's squares of mixed; normed = mixed / √(ms + eps)"
+                " (times γ where the table gives gains); output = (1 − λ_init)·normed, the head's part of concat."]
+
     def operation(self, trace: TraceContext, index: int, seg: Segment, row: int, col: int | None, d: int) -> Operation:
         h = seg.head
         assert h is not None and col is not None
@@ -468,6 +489,82 @@ class Factor(_DiffStage):
         return "output = (1 − λ_init)·normed"
 
 
+class DiffRotate(_DiffStage):
+    """RoPE on each half of Q and K on its own, with the frequencies of width d (the one-map Rotate steps aside)."""
+
+    stage = Stage("diff_rotate", "Rotate",
+                  "RoPE turns Q and K (never V) by position, each half on its own: [Q₁ | Q₂] is two d-wide"
+                  " vectors per token, and each turns as a head of width d would (θᵢ = base^(−2i/d), the pairs of"
+                  " width d), because each map scores its own half. A pair (a, b) of a token at position p turns by"
+                  " p·θᵢ: a' = a·cos − b·sin, b' = a·sin + b·cos.")
+    matrices = ("Q_rot", "K_rot")
+
+    def runs(self, trace: TraceContext) -> bool:
+        return has_diff(trace) and trace.comp.scenario.rope is not None
+
+    def segments(self, trace: TraceContext, head: int | None) -> list[Plan]:
+        assert head is not None
+        sc, w = trace.comp.scenario, 2 * diff_of(trace, head).d
+        plans = [Plan("Q_rot", sc.n, w)]
+        if trace.kv_owner[head] == head:
+            plans.append(Plan("K_rot", sc.m, w))
+        return plans
+
+    def operation(self, trace: TraceContext, index: int, seg: Segment, row: int, col: int | None, d: int) -> Operation:
+        h = seg.head
+        assert h is not None and col is not None
+        f, sc = diff_of(trace, h), trace.comp.scenario
+        turn = f.turn
+        assert turn is not None and f.Q_rot is not None and f.K_rot is not None and sc.positions is not None
+        query = seg.target == "Q_rot"
+        source, done = (f.Q, f.Q_rot) if query else (f.K, f.K_rot)
+        name = "Q" if query else "K"
+        label = (sc.labels if query else sc.key_labels)[row]
+        value = float(done[row, col])
+        start = 0 if col < f.d else f.d  # the half's first column: its pairs count from there
+        half = "₁" if start == 0 else "₂"
+        pair = next(((i, start + a, start + b) for i, (a, b) in enumerate(turn.pairs) if col - start in (a, b)), None)
+        if pair is None:  # partial rotary: a dimension of the half past the turned ones passes through
+            text = f"{name}'[{label},{col}] = {name}[{label},{col}] = {fmt(value, False, d)} (not turned)"
+            return Operation(index, seg, row, col, value, (Ref(name, h, row, col),), text)
+        i, a, b = pair
+        cos, sin = float(turn.cos[row, i]), float(turn.sin[row, i])
+        x, y = float(source[row, a]), float(source[row, b])
+        refs = (Ref(name, h, row, a), Ref(name, h, row, b))
+        angle = f"{sc.positions[row]}·θ{_sub(i)}"
+        details = (f"pair {i} of {name}{half}: columns ({a}, {b}); θ{_sub(i)} of width d = {f.d}",)
+        if col == a:
+            said = f"{name}'[{label},{a}] = {name}[{label},{a}]·cos({angle}) − {name}[{label},{b}]·sin({angle})"
+            op = formula_cell(trace, index, seg, row, col, d, value, lambda u, c, v, t: u * c - v * t, [x, cos, y, sin],
+                              lambda t: f"{t[0]}·{t[1]} − {t[2]}·{t[3]}", said, refs, details)
+        else:
+            said = f"{name}'[{label},{b}] = {name}[{label},{a}]·sin({angle}) + {name}[{label},{b}]·cos({angle})"
+            op = formula_cell(trace, index, seg, row, col, d, value, lambda u, t, v, c: u * t + v * c, [x, sin, y, cos],
+                              lambda t: f"{t[0]}·{t[1]} + {t[2]}·{t[3]}", said, refs, details)
+        return op
+
+    def matrix(self, trace: TraceContext, name: str, head: int | None) -> Matrix:
+        f = diff_of(trace, head)
+        if f.Q_rot is None or f.K_rot is None:
+            raise KeyError(name)
+        return f.Q_rot if name == "Q_rot" else f.K_rot
+
+    def panes(self, trace: TraceContext, op: Operation) -> list[Key]:
+        name = op.segment.target[0]
+        return [(name, op.head), (op.segment.target, op.head)]
+
+    def overview(self, trace: TraceContext, head: int) -> list[Key]:
+        return [("Q_rot", head), ("K_rot", head)]
+
+    def title(self, trace: TraceContext, name: str, head: int | None) -> str:
+        return f"{name[0]}' = rope({name[0]}), each half"
+
+
+def _sub(i: int) -> str:
+    return "".join("₀₁₂₃₄₅₆₇₈₉"[int(c)] for c in str(i))
+
+
+ROTATE = DiffRotate()
 SCORE_1, SCALE_1, SOFTMAX_1 = MapScore(1), MapScale(1), MapSoftmax(1)
 SCORE_2, SCALE_2, SOFTMAX_2 = MapScore(2), MapScale(2), MapSoftmax(2)
 LAMBDA, SUBTRACT, MIX, SUBNORM, FACTOR = Lambda(), Subtract(), DiffMix(), SubNorm(), Factor()

@@ -47,6 +47,8 @@ def x_title(sc: Scenario) -> str:
     given = sc.input
     if given.kind == "residual":
         return f"X (residual stream into layer {given.layer})"
+    if given.kind == "altup":
+        return f"X (normed AltUp prediction, layer {given.layer})"
     if given.kind == "embedding+position+type":
         return "X (LayerNorm of token + position + type embeddings)"
     return "X (token + position embeddings)" if given.kind == "embedding+position" else "X (embeddings)"
@@ -58,6 +60,19 @@ def residual_meaning(layer: int, learned_positions: bool) -> str:
     return (f"X is not an embedding here: it is the residual stream entering layer {layer}. Each token's row started"
             f" as its embedding{position}, then {earlier} its attention output and then its MLP output back into the"
             " row. This layer reads the result, one row per token (n × d_model).")
+
+
+def altup_meaning(layer: int) -> str:
+    return (f"X is what layer {layer}'s attention reads in Gemma 3n: its residual stream is four copies of d_model"
+            " (AltUp, Baykal et al. 2023); before each layer a router mixes them into predictions, and the layer runs"
+            " on the first one only, RMS-normed by the layer's input norm. That normed prediction is X, one row per"
+            f" token (n × d_model), computed by running layers 0 … {layer - 1} in NumPy as transformers does"
+            " (with LAuReL and the per-layer inputs); so X is already normed and no Norm stage follows."
+            if layer else
+            "X is what layer 0's attention reads in Gemma 3n: the token embeddings × √d_model and three projections"
+            " of them (AltUp's four copies of the stream), mixed by the layer's router into a prediction and"
+            " RMS-normed by its input norm, one row per token (n × d_model); so X is already normed and no Norm"
+            " stage follows.")
 
 
 class Embed(StageSpec):
@@ -80,6 +95,9 @@ class Embed(StageSpec):
             assert sc.input.layer is not None
             rotated_elsewhere = any(e.endswith("no-rope") for e in sc.input.schedule)  # a NoPE layer of a RoPE model
             text = residual_meaning(sc.input.layer, learned_positions=entered is None and not rotated_elsewhere)
+        elif sc.input.kind == "altup":
+            assert sc.input.layer is not None
+            text = altup_meaning(sc.input.layer)
         elif sc.input.kind == "embedding+position":
             text = EMBED_POSITION_MEANING
         elif sc.input.kind == "embedding+position+type":
@@ -101,6 +119,8 @@ class Embed(StageSpec):
         given = sc.input
         if given.kind == "residual":
             what = f'residual stream entering layer {given.layer} at "{token}"'
+        elif given.kind == "altup":
+            what = f'normed AltUp prediction entering layer {given.layer} at "{token}"'
         elif given.kind == "embedding+position":
             what = f'embedding of "{spelt}" + embedding of position {row}'
         elif given.kind == "embedding+position+type":

@@ -10,6 +10,7 @@ import numpy as np
 from qkv_tui.core.engine import Computation, HeadResult
 from qkv_tui.core.fmt import is_integral, operand
 from qkv_tui.core.scenario import Matrix
+from qkv_tui.core.variants import v_norm
 from qkv_tui.kernels.attention import project
 from qkv_tui.kernels.policy import EXACT
 from qkv_tui.teach.arith import agrees, dot_line, shown, tries
@@ -34,9 +35,10 @@ from qkv_tui.teach.stages.grads import BackwardSpec, dot_cell, grads, has_backwa
 from qkv_tui.teach.stages.markdown import MarkdownPage
 from qkv_tui.teach.stages.printed import PrintedCells, PrintedChain, Table, idx
 
-if TYPE_CHECKING:  # the cost view's module loads on its first use
+if TYPE_CHECKING:  # the cost view's module loads on its first use; the value norm's with a scenario that has it
     from qkv_tui.core.cost import Count, Phase
     from qkv_tui.core.scenario import Scenario
+    from qkv_tui.kernels.v_norm import ValueNormed
 
 
 WIDE = ("W_Q_wide", "W_K_wide", "W_V_wide")  # split scenarios: every head's slice side by side
@@ -80,6 +82,9 @@ class Project(StageSpec):
                      " query head that reads it.")
         if trace.comp.norm is not None:
             text += " The projections read X̂, the normalised X."
+        if trace.comp.heads and _value_norm(trace.comp.heads[0]) is not None:
+            text += (" Then each row of V is divided by its root mean square (a value norm without a gain, Gemma 3n's"
+                     " v_norm), so every value vector the mix adds up has the same size.")
         return text
 
     def operation(self, trace: TraceContext, index: int, seg: Segment, row: int, col: int | None, d: int) -> Operation:
@@ -105,10 +110,14 @@ class Project(StageSpec):
         wide = trace.is_wide(weight_name)
         wcol = trace.slice_label(weight_name, trace.wide_offset(weight_name, h) + col) if wide else str(col)
         scaled = _value_factor(head) if seg.target == "V" else None
-        projected = result if scaled is None else None
+        normed = _value_norm(head) if seg.target == "V" else None
+        projected = result if scaled is None and normed is None else None
         if scaled is not None:  # a value scale: the projection's cell, then V = that·factor
             u, factor = float(scaled.V_projected[row, col]), float(scaled.V_factor)
             projected, factor_text = _factor_texts(u, factor, result, d, src_int and w_int)
+        if normed is not None:  # a value norm: the projection's cell, then V = that / its row's root
+            u, root = float(normed.V_projected[row, col]), float(normed.normed.root[row])
+            projected, root_text = _root_texts(u, root, result, d, src_int and w_int)
         assert projected is not None
         if bias is None:
             work = dot_line(source[row], W[:, col], src_int, w_int, projected, d, trace.hand)
@@ -120,9 +129,17 @@ class Project(StageSpec):
             sides = [f"({side})·{factor_text}" for side in work.split(" = ")[:-1]]
             work = " = ".join([*sides, f"{projected}·{factor_text}", result])
             formula = f"({formula})·{factor_text}"
+        details: tuple[str, ...] = ()
+        if normed is not None:
+            sides = [f"({side}) / {root_text}" for side in work.split(" = ")[:-1]]
+            work = " = ".join([*sides, f"{projected} / {root_text}", result])
+            formula = f"({formula}) / rms[{label}]"
+            spread = float(normed.normed.spread[row])
+            details = (f"rms[{label}] = √(mean of row {label}'s {head.d_v} squares before the norm + eps) ="
+                       f" √({spread:.{d + 2}g} + {normed.eps:g}) = {root_text}: V's row {label} divided by it has a"
+                       " root mean square of 1 (no gain: Gemma 3n's v_norm)",)
         text = f"{seg.target}[{label},{col}] = {formula} = {work}"
         operands = (Ref(src_name, None, row, None), Ref(weight_name, h, None, col))
-        details: tuple[str, ...] = ()
         if seg.target == "K" and row == col == 0 and sc.num_kv_heads is not None:  # said once per K/V head
             sharing = trace.kv_readers[h]
             names = ", ".join(str(g + 1) for g in sharing)
@@ -175,6 +192,8 @@ class Project(StageSpec):
         scaled = _value_factor(hr) if name == "V" and hr is not None else None
         if scaled is not None:
             return f"V = {_scaled_formula(f'{src}·W_V{plus(name)}', scaled.V_factor)}{shared}"
+        if name == "V" and hr is not None and _value_norm(hr) is not None:
+            return f"V = RMSNorm({src}·W_V{plus(name)}){shared}"
         return f"{name} = {src}·W_{name}{plus(name)}{shared}"
 
     def lights(self, seg: Segment) -> frozenset[int]:
@@ -203,7 +222,10 @@ class Project(StageSpec):
             shared = role != "Q" and trace.kv_owner[head] != head
             source = "X_ctx" if sc.is_cross and role != "Q" else x_in(trace)[1]
             out += [f"{weight}:", "", page.table(weight, head), ""]
-            out += [f"{role} = {source}·{weight}{bias}"
+            formula = f"{source}·{weight}{bias}"
+            if role == "V" and _value_norm(hr) is not None:
+                formula = f"RMSNorm({formula}), each row divided by √(mean of its squares + eps)"
+            out += [f"{role} = {formula}"
                     + (f" (K/V head {hr.kv_head + 1}, computed by {comp.heads[trace.kv_owner[head]].name}):" if shared
                        else ":"), "",
                     page.table(role, head), ""]
@@ -305,7 +327,11 @@ def _cost(sc: Scenario, ph: Phase) -> Count:
         biases.append(term("b_K", ("Σ_kv d_k", s.kv_dk), B(ph)))
     if ph.new and any(h.b_V is not None for h in sc.heads):
         biases.append(term("b_V", ("Σ_kv d_v", s.kv_dv), B(ph)))
-    return Count(SPEC.stage.key, SPEC.stage.name, ph.name, matmul=matmul, read=read + fig(*biases), written=written)
+    other = fig()
+    if ph.new and v_norm.TABLE.of(sc) is not None:  # [v_norm]: a root per new value row of each K/V head, a division per cell
+        other = fig(term("root V", ph.NEW, ("h_kv", len(s.kv))), term("div V", ph.NEW, ("Σ_kv d_v", s.kv_dv)))
+    return Count(SPEC.stage.key, SPEC.stage.name, ph.name, matmul=matmul, other=other, read=read + fig(*biases),
+                 written=written)
 
 
 class _Scaled(Protocol):
@@ -316,6 +342,22 @@ class _Scaled(Protocol):
 def _value_factor(hr: HeadResult) -> _Scaled | None:
     """The record of a part that multiplies this head's V after the projection (a value scale); None without."""
     return next((cast(_Scaled, r) for r in hr.parts.values() if hasattr(r, "V_factor")), None)
+
+
+def _value_norm(hr: HeadResult) -> ValueNormed | None:
+    """The record of a value norm on this head's V (Gemma 3n's v_norm); None without."""
+    from qkv_tui.kernels.v_norm import ValueNormed
+
+    return hr.part(ValueNormed)
+
+
+def _root_texts(projected: float, root: float, result: str, decimals: int, whole: bool) -> tuple[str, str]:
+    """The projection's cell and its row's root, each with the digits that make their quotient the shown V."""
+    for p in tries(decimals, False):
+        u, r = operand(projected, whole and float(projected).is_integer(), p), operand(root, root.is_integer(), p)
+        if agrees(shown(u) / shown(r), result) and agrees(projected / shown(r), result):
+            break
+    return u, r
 
 
 def _scaled_formula(formula: str, factor: float) -> str:

@@ -40,6 +40,7 @@ from qkv_tui.teach.stages.grads import BackwardSpec, formula_cell, grads, has_ba
 from qkv_tui.teach.stages.markdown import MarkdownPage
 from qkv_tui.teach.stages.printed import PrintedCells, PrintedChain, Table, idx
 from qkv_tui.teach.stages.project import raw_projections
+from qkv_tui.teach.stages.replaced import own_stages
 
 if TYPE_CHECKING:  # the cost view's module loads on its first use
     from qkv_tui.core.cost import Count, Phase
@@ -79,7 +80,8 @@ class Rotate(StageSpec):
         return ("θ", "θ'")[col] if name == "rope_freq" else None
 
     def runs(self, trace: TraceContext) -> bool:
-        return trace.comp.scenario.rope is not None
+        # a part with stages of its own turns its own way ([differential]: each half, teach/stages/differential.py)
+        return trace.comp.scenario.rope is not None and not own_stages(trace)
 
     def meaning(self, trace: TraceContext, head: int | None) -> str:
         text = self.stage.meaning
@@ -628,7 +630,8 @@ class RotateBack(BackwardSpec):
     matrices = ("dQ_t", "dK_t")
 
     def runs(self, trace: TraceContext) -> bool:
-        return has_backward(trace) and trace.comp.scenario.rope is not None
+        # a part with stages of its own turns back its own way ([differential]: each half, teach/stages/differential_backward.py)
+        return has_backward(trace) and trace.comp.scenario.rope is not None and not own_stages(trace)
 
     def segments(self, trace: TraceContext, head: int | None) -> list[Plan]:
         return query_key_plans(trace, head, "dQ_t", "dK_t")

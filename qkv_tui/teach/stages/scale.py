@@ -11,6 +11,7 @@ import numpy as np
 
 from qkv_tui.core.engine import HeadResult
 from qkv_tui.core.fmt import NEG_INF, fmt, is_integral, operand
+from qkv_tui.core.part_masks import mask_note, mask_reason
 from qkv_tui.core.scenario import Matrix
 from qkv_tui.kernels.policy import EXACT, round_to
 from qkv_tui.kernels.softmax import Biased, Capped, alibi_bias, masked_logits
@@ -83,7 +84,7 @@ class Scale(StageSpec):
             text += (f" The {sc.mask_kind} mask applies here: masked cells become −∞ (as PyTorch does with a"
                      " boolean mask; Hugging Face's eager attention adds finfo.min, the original BERT −10000),"
                      " so they get weight 0.")
-        return text
+        return text + mask_note(trace.comp.heads)  # a part that masks keys of its own (the indexer) says so
 
     def operation(self, trace: TraceContext, index: int, seg: Segment, row: int, col: int | None, d: int) -> Operation:
         h = seg.head
@@ -271,6 +272,10 @@ def _cost(sc: Scenario, ph: Phase) -> Count:
 def _mask_reason(trace: TraceContext, row: int, col: int) -> str:
     sc = trace.comp.scenario
     q, k = sc.labels[row], sc.key_labels[col]
+    if sc.allow[row, col]:  # the scenario's mask lets it through: a part masked it (the indexer left it out)
+        said = mask_reason(trace.comp.heads, row, col, q, k)
+        if said is not None:
+            return said
     if sc.mask_kind == "causal":
         return f'causal mask: "{k}" comes after "{q}", and a token may not look ahead; weight will be exactly 0'
     if sc.mask_kind == "sliding" and col <= row:
