@@ -22,13 +22,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
 
+from qkv_tui.core import part_questions as ask
 from qkv_tui.core.cost_options import DEFAULT_CONTEXT as DEFAULT_CONTEXT
 from qkv_tui.core.cost_options import DEFAULT_DTYPE as DEFAULT_DTYPE
 from qkv_tui.core.cost_options import DTYPES as DTYPES
 from qkv_tui.core.cost_options import MAX_CONTEXT as MAX_CONTEXT
-from qkv_tui.core.layer_schedule import kv_source
+from qkv_tui.core.layer_schedule import STATE, keeps_state, kv_source
 from qkv_tui.core.scenario import Scenario
 
 PREFILL, DECODE = "prefill", "decode"
@@ -228,10 +228,11 @@ class LayerCache:
     state of a linear or delta-rule layer (None where it has none)."""
 
     layer: int
-    kind: str  # full | sliding W | mla | linear | deltanet | shared, or a part's own (state_part)
+    kind: str  # full | sliding W | shared | a table's own (its ``cache_kind``) | the schedule's state layer
     per_token: Figure
     window: int | None = None
     state: Figure | None = None
+    keeps_state: bool = False  # a fixed state in place of a cache (``state`` None where its sizes are not here)
 
     def at(self, context: int) -> int:
         return min(context, self.window if self.window is not None else context) * self.per_token.value
@@ -265,43 +266,40 @@ class KvCache:
                 "bytes_at_context": self.at_context}
 
 
-def state_part(sc: Scenario) -> Any | None:
-    """A part's table that keeps a fixed state per head instead of a cache: it says so by ``state_kind`` (its
-    layer's kind), ``state_sizes`` (each head's count of numbers) and ``state_width`` (that count in symbols)."""
-    return next((table for table in sc.parts.values() if getattr(table, "state_kind", None)), None)
-
-
 def attention_kind(sc: Scenario) -> str:
-    part = state_part(sc)
-    if part is not None:
-        return str(part.state_kind)
-    if sc.mla is not None:
-        return "mla"
-    if sc.linear is not None:
-        return "linear"
-    if getattr(sc, "deltanet", None) is not None:
-        return "deltanet"
+    """What the scenario's layer caches as the cache view names it: a table's own kind (its ``cache_kind``: a
+    latent, or a state in place of the softmax), else full or sliding W."""
+    own = ask.scenario_says(sc, "cache_kind")
+    if own is not None:
+        return own
     return "full" if sc.window is None else f"sliding {sc.window}"
+
+
+def _state_kind(sc: Scenario, kind: str) -> bool:
+    """Whether a layer of ``kind`` keeps a fixed state: the schedule's state layer, or the scenario's own with a
+    table that puts a state in place of the softmax."""
+    return kind == STATE or (ask.scenario_has(sc, "state") and kind == attention_kind(sc))
 
 
 def layer_cache(sc: Scenario, layer: int, kind: str, bytes_per: int) -> LayerCache:
     """One layer of the scenario's kind (or of a schedule entry's: full, sliding W, linear)."""
     b = ("B", bytes_per)
     s = shapes(sc)
-    if kind == "mla":
-        assert sc.mla is not None
-        return LayerCache(layer, kind, fig(term("latent", ("d_c + d_rope", sc.mla.d_c + sc.mla.d_rope), b)))
-    if kind in ("linear", "deltanet"):
+    held = _held(sc)
+    if held is not None and kind == attention_kind(sc):  # a table's own cache per token (a latent)
+        what, size = held
+        return LayerCache(layer, kind, fig(term(what, size, b)))
+    if _state_kind(sc, kind):
         # a state of d_k × d_v per head, whatever the length: no token is cached
-        if attention_kind(sc) in ("linear", "deltanet"):
-            state = per_heads("state", s.h, "h", tuple(dk * dv for dk, dv in s.heads), "d_k·d_v", back=(b,))
+        if ask.scenario_has(sc, "state"):
+            # a table may size its own state (a Mamba-2 head's d × d_state); else each head's d_k × d_v
+            sizes = ask.scenario_answer(sc, "state_sizes")
+            widths = tuple(dk * dv for dk, dv in s.heads) if sizes is None else tuple(sizes)
+            width = ask.scenario_answer(sc, "state_width") or "d_k·d_v"
+            state = per_heads("state", s.h, "h", widths, str(width), back=(b,))
         else:
             state = None  # a linear layer of a model whose scenario shows a softmax layer: its sizes are not here
-        return LayerCache(layer, kind, fig(term("no cache", ("0", 0))), None, state)
-    part = state_part(sc)
-    if part is not None and kind == part.state_kind:  # a part's own state (a Mamba-2 head's d × d_state)
-        state = per_heads("state", s.h, "h", tuple(part.state_sizes), str(part.state_width), back=(b,))
-        return LayerCache(layer, kind, fig(term("no cache", ("0", 0))), None, state)
+        return LayerCache(layer, kind, fig(term("no cache", ("0", 0))), None, state, keeps_state=True)
     if kind == "shared":
         return LayerCache(layer, kind, fig(term("reads another layer's cache", ("0", 0))))
     window = int(kind.split(" ")[1]) if kind.startswith("sliding") else None
@@ -315,7 +313,7 @@ def kv_cache(sc: Scenario, bytes_per: int, context: int) -> KvCache:
     holds the K/V heads this scenario's layer holds, a linear layer no cache, a layer that reuses an earlier
     layer's K and V (" kv-from L") none of its own."""
     own = attention_kind(sc)
-    stateful = own in ("linear", "deltanet") or state_part(sc) is not None
+    state = ask.scenario_has(sc, "state")
     schedule = sc.input.schedule
     if not schedule:
         return KvCache((layer_cache(sc, sc.input.chosen_layer, own, bytes_per),), context, "this scenario's layer")
@@ -325,16 +323,26 @@ def kv_cache(sc: Scenario, bytes_per: int, context: int) -> KvCache:
         if kv_source(entry) is not None:  # it reads its source layer's cache, the chosen layer too
             layers.append(layer_cache(sc, i, "shared", bytes_per))
             continue
-        if words[0] == "linear":
-            kind = own if i == sc.input.chosen_layer and stateful else "linear"
-        elif stateful:
+        if keeps_state(entry):
+            kind = own if i == sc.input.chosen_layer and state else STATE
+        elif state:
             unknown.append(i)  # a softmax layer's K/V heads are not among a linear layer's
             continue
         else:
-            kind = own if own == "mla" else " ".join(words[:2])
+            kind = own if _held(sc) is not None else " ".join(words[:2])
         layers.append(layer_cache(sc, i, kind, bytes_per))
     return KvCache(tuple(layers), context, "every layer of the model's schedule, each with the K/V heads of the"
                    " layer shown", tuple(unknown))
+
+
+def _held(sc: Scenario) -> tuple[str, tuple[str, int]] | None:
+    """What a table caches per token in every layer in place of K and V (a latent: its name, and its size as
+    written and its value); None where the K/V heads are cached."""
+    for table in ask.tables(sc):
+        held = getattr(table, "cache_held", None)
+        if held is not None:
+            return held  # type: ignore[no-any-return]
+    return None
 
 
 def mib(n: int) -> str:
@@ -366,33 +374,6 @@ def traffic(N: int, d: int, sram_numbers: int) -> Traffic:
                 term("Q O", ("T_c", passes), ("3", 3), ("N", N), ("d", d)),
                 term("ℓ m", ("T_c", passes), ("4", 4), ("N", N)))
     return Traffic(standard, flash, block, passes)
-
-
-# --- MLA at decode: expanded against absorbed ------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class MlaDecode:
-    expanded: Figure  # FLOPs of one decode step re-expanding every cached latent
-    absorbed: Figure  # FLOPs of one step with W_UK and W_UV folded into the query and the output
-    crossover: int  # the least context at which the absorbed form costs no more than the expanded
-
-
-def mla_decode(h: int, d_c: int, d_nope: int, d_rope: int, d_v: int, N: int) -> MlaDecode:
-    """Expanded: k_C = c_KV·W_UK and v_C = c_KV·W_UV for all N cached tokens, then scores and mix per head.
-    Absorbed: q_L = q_C·W_UKᵀ once, scores against c_KV (and k_R), the weights mix c_KV, then ·W_UV once."""
-    expanded = fig(term("expand K", ("2", 2), ("N", N), ("d_c", d_c), ("h", h), ("d_nope", d_nope)),
-                   term("expand V", ("2", 2), ("N", N), ("d_c", d_c), ("h", h), ("d_v", d_v)),
-                   term("scores", ("2", 2), ("h", h), ("N", N), ("d_nope + d_rope", d_nope + d_rope)),
-                   term("mix", ("2", 2), ("h", h), ("N", N), ("d_v", d_v)))
-    absorbed = fig(term("q·W_UKᵀ", ("2", 2), ("h", h), ("d_nope", d_nope), ("d_c", d_c)),
-                   term("scores", ("2", 2), ("h", h), ("N", N), ("d_c + d_rope", d_c + d_rope)),
-                   term("mix", ("2", 2), ("h", h), ("N", N), ("d_c", d_c)),
-                   term("·W_UV", ("2", 2), ("h", h), ("d_c", d_c), ("d_v", d_v)))
-    fixed = 2 * h * d_c * (d_nope + d_v)  # the absorbed form's two folds, whatever the context
-    grows = (2 * d_c * h * (d_nope + d_v) + 2 * h * (d_nope + d_rope) + 2 * h * d_v) - 2 * h * (2 * d_c + d_rope)
-    crossover = max(1, -(-fixed // grows)) if grows > 0 else 0  # 0: the absorbed form never catches up
-    return MlaDecode(expanded, absorbed, crossover)
 
 
 # --- the roofline --------------------------------------------------------------------------------------

@@ -13,12 +13,13 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import numpy as np
 import numpy.typing as npt
 
-from qkv_tui.core.scenario import Scenario
+from qkv_tui.core import part_questions as ask
+from qkv_tui.core.scenario import Head, Scenario
 from qkv_tui.core.tolerances import ATOL, RTOL
 from qkv_tui.kernels.rope import turn
 from qkv_tui.kernels.softmax import from_logsumexp, softmax_rows
@@ -386,15 +387,15 @@ def _search(p: Problem, given: Mapping[str, Matrix], right: Stages, combos: list
 def problem_of(sc: Scenario, *, direct: bool = False, per_head_weights: bool = False,
                dtype: str = "float64") -> Problem | str:
     """The scenario as a Problem, or why its mistakes are not tried (a part the list of mistakes is not about)."""
-    parts = [name for name, present in (
-        ("[norm]", sc.norm is not None), ("[qk_norm]", sc.qk_norm is not None), ("[alibi]", sc.alibi is not None),
-        ("[linear]", sc.linear is not None), ("[deltanet]", sc.deltanet is not None), ("[mla]", sc.mla is not None),
+    # the scenario's tables and a head's keys say what they make other than plain (``not_plain``)
+    parts = [str(label) for table in ask.tables(sc) if (label := getattr(table, "not_plain", None)) is not None]
+    parts += [name for name, present in (
         ("b_O", sc.b_O is not None), ("shared K/V heads", sc.num_kv_heads is not None),
         ("RoPE's partial or scaling", sc.rope is not None and (sc.rope.partial != 1.0 or sc.rope.scaling is not None)),
     ) if present]
+    said = [(f.name, f.metadata["not_plain"]) for f in fields(Head) if "not_plain" in f.metadata]
     for head in sc.heads:
-        for attr, label in (("b_Q", "biases"), ("b_K", "biases"), ("b_V", "biases"), ("sink", "sinks"),
-                            ("softcap", "soft-caps"), ("W_G", "output gates")):
+        for attr, label in said:
             if getattr(head, attr) is not None and label not in parts:
                 parts.append(label)
     if len({(h.d_k, h.d_v) for h in sc.heads}) != 1:

@@ -11,14 +11,13 @@ Query heads that share a K/V head (grouped-query attention) share its K and V ar
 
 from __future__ import annotations
 
-import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from qkv_tui.base.values import escaped
+from qkv_tui.core import part_questions as ask
 from qkv_tui.core.forward import HeadResult as HeadResult
 from qkv_tui.core.forward import run_heads
 from qkv_tui.core.forward import turn_of as turn_of
@@ -26,15 +25,9 @@ from qkv_tui.core.part_masks import attended
 from qkv_tui.core.scenario import BoolMatrix, Matrix, Scenario, ScenarioError
 from qkv_tui.core.variants import Norm, Rope, Vector
 from qkv_tui.kernels.attention import frozen as _frozen
-from qkv_tui.kernels.gate import Gated
-from qkv_tui.kernels.norm import QKNormed, normalise
+from qkv_tui.kernels.norm import normalise
 from qkv_tui.kernels.policy import EXACT, Policy
-from qkv_tui.kernels.rope import Rotated
 from qkv_tui.kernels.rope import rotate as rotate_kernel
-from qkv_tui.kernels.softmax import Biased, Capped
-
-if TYPE_CHECKING:  # [mla]'s kernels load with a scenario that has it
-    from qkv_tui.kernels.mla import MlaHead
 
 
 @dataclass(frozen=True, eq=False)
@@ -117,13 +110,9 @@ _NORM_HINTS = {
 }
 _HEAD_HINTS = {
     "Q": "expected smaller X, W_Q or b_Q", "K": "expected smaller X, W_K or b_K",
-    "V": "expected smaller X, W_V or b_V", "Q_rot": "expected smaller Q", "K_rot": "expected smaller K",
-    "Q_norm": "expected a smaller gamma_q in [qk_norm], or Q whose squares float64 can hold",
-    "K_norm": "expected a smaller gamma_k in [qk_norm], or K whose squares float64 can hold",
+    "V": "expected smaller X, W_V or b_V",
     "scores": "expected smaller Q and K, so that every product stays finite",
     "scaled": "expected a larger scale or smaller scores",
-    "capped": "expected a larger scale or smaller scores (the soft-cap reads scores / scale)",
-    "bias": "expected a smaller ALiBi slope (the bias is slope·(j − i))",
     "masked": "expected a smaller ALiBi slope or smaller scaled scores (the softmax reads their sum)",
     "weights": "expected smaller scores",
     "output": "expected smaller V",
@@ -158,144 +147,94 @@ def norm_of(scenario: Scenario) -> NormResult | None:
     return norm
 
 
+class Where:
+    """Where a value past float64 sits, for the parts that check their own matrices (core/part_questions.py,
+    ``overflow``): the scenario, the head's index and name, and each row's words as the messages write them."""
+
+    def __init__(self, sc: Scenario, h: int, head: str) -> None:
+        self.sc, self.h, self.head = sc, h, head
+
+    def row(self, i: int, keys: bool = False) -> str:
+        """``row 2 ("b")``: a query row, or a key row with ``keys``."""
+        return _at(self.sc.key_tokens if keys else self.sc.tokens, i)
+
+    def first(self, array: Matrix | None, keys: bool = False, key_col: bool = False,
+              allow: BoolMatrix | None = None) -> str | None:
+        """Where the first entry of ``array`` (among ``allow``) past float64 is; None where every one is finite.
+        ``keys``: its rows are the keys'; ``key_col``: it has a column per key, which the place names too."""
+        if array is None or (bad := first_bad(array, allow)) is None:
+            return None
+        where = self.row(bad[0], keys)
+        return where + f', key "{self.sc.key_tokens[bad[1]]}"' if key_col else where
+
+    def named(self, checks: Iterable[tuple[str, Matrix | None, bool, bool, str]]) -> tuple[str, str, str] | None:
+        """The first of a part's matrices past float64, each (name, array, keys, key_col, hint), as a part's
+        ``overflow`` answers: (name, ``head: values in name overflow float64 at …``, hint); None where all are finite."""
+        for name, array, keys, key_col, hint in checks:
+            if (where := self.first(array, keys, key_col)) is not None:
+                return name, f"{self.head}: values in {name} overflow float64 at {where}", hint
+        return None
+
+
 def check_head(sc: Scenario, result: HeadResult, h: int) -> None:
     """Refuse head h with a value float64 cannot hold: ScenarioError naming the matrix, row and remedy.
     Matrices are looked at in the order they are computed, so the one named is the first past float64 and
-    its hint names the inputs it is made of (a later matrix would blame inputs that did nothing wrong)."""
-    if sc.mla is not None:  # its kernels load with a scenario that has it
-        from qkv_tui.kernels.mla import MlaHead
+    its hint names the inputs it is made of (a later matrix would blame inputs that did nothing wrong). The
+    parts check their own matrices where they are computed (core/part_questions.overflow), and the scenario's
+    tables say where the hint of a shared matrix names their inputs (``overflow_hint``, ``overflow_cause``)."""
+    at = Where(sc, h, result.name)
+    _check_parts(result, "latent", at)  # a layer the heads' Q, K and V are made from
+    _check_matrices(sc, result, (("Q", False, False), ("K", True, False), ("V", True, False)))
+    _check_parts(result, "turned", at)  # Q and K as a part normalises or turns them
+    _check_parts(result, "state", at)  # before the weights: a zero denominator would read as an overflow of them
+    _check_matrices(sc, result, (("scores", False, True), ("scaled", False, True)))
+    _check_parts(result, "stepped", at)  # a step on the scaled scores
+    _check_parts(result, "term", at)  # a term added to them
+    _check_matrices(sc, result, (("masked", False, True), ("weights", False, True), ("output", False, False)))
+    _check_parts(result, "after", at)  # what acts on each row after the map
 
-        mla_check(sc, result.need(MlaHead))
-    _check_matrices(sc, result, ("Q", "K", "V", "Q_norm", "K_norm", "Q_rot", "K_rot"))
-    linear_check(sc, result, h)  # before the weights: a zero denominator would read as an overflow of them
-    _check_matrices(sc, result, ("scores", "scaled", "capped", "bias", "masked", "weights", "output"))
-    # the gate's logit X̂·W_G (its sigmoid and the gated output stay finite wherever the logit is)
-    gated = result.part(Gated)
-    if gated is not None and (bad := first_bad(gated.logit)) is not None:
-        raise ComputeError(sc.source, f"{result.name}: values in the gate's X̂·W_G overflow float64 at {_at(sc.tokens, bad[0])}",
-                       "expected smaller X or W_G")
+
+def _check_parts(result: HeadResult, stage: str, at: Where) -> None:
+    for record in ask.answering(result, "overflow"):
+        said = record.overflow(stage, at)
+        if said is not None:
+            name, fact, hint = said
+            raise ComputeError(at.sc.source, fact, hint_for(at.sc, name, hint))
 
 
-def _check_matrices(sc: Scenario, result: HeadResult, names: tuple[str, ...]) -> None:
-    keys = sc.key_tokens
-    parts = _part_matrices(result)
-    for name in names:
-        array = parts[name] if name in parts else getattr(result, name)
-        if array is None:
-            continue
+def hint_for(sc: Scenario, name: str, hint: str) -> str:
+    """The hint for a matrix ``name`` past float64, as the scenario's tables say it: one may name what the matrix is
+    made of in its place (``overflow_hint``), one may name a cause of its own first (``overflow_cause``)."""
+    for table in ask.tables(sc):
+        own = getattr(table, "overflow_hint", None)
+        if own is not None and (said := own(name)) is not None:
+            hint = said
+    for table in ask.tables(sc):
+        cause = getattr(table, "overflow_cause", None)
+        if cause is not None and (said := cause(name)) is not None:
+            hint = f"expected {said} or " + hint.removeprefix("expected ")
+    return hint
+
+
+def _check_matrices(sc: Scenario, result: HeadResult, names: tuple[tuple[str, bool, bool], ...]) -> None:
+    """The matrices every head has, each with whether its rows are the keys' and whether it has a column per key."""
+    at = Where(sc, -1, result.name)
+    for name, keys, key_col in names:
         # masked cells of the softmax's input are −∞ by design; an infinity where the mask allows is an overflow
-        bad = first_bad(array, attended([result], sc.allow) if name == "masked" else None)
-        if bad is None:
-            continue
-        where = _at(keys if name in ("K", "V", "K_norm", "K_rot") else sc.tokens, bad[0])
-        if name in ("scores", "scaled", "capped", "bias", "masked", "weights"):
-            where += f', key "{keys[bad[1]]}"'
-        hint = _HEAD_HINTS[name] if sc.mla is None else _MLA_HINTS.get(name, _HEAD_HINTS[name])
-        if name == "Q" and sc.mla is not None and sc.mla.W_Q is None:  # the query's latent, not a W_Q the file lacks
-            hint = "expected smaller W_UQ or c_Q = X̂·W_DQ (smaller X or W_DQ)"
-        if name == "scores" and sc.qk_norm is not None:  # the normalised vectors' size is the gains'
-            hint = "expected smaller [qk_norm] gains (gamma_q, gamma_k), so that every product stays finite"
-        a = 1.0 if sc.rope is None else sc.rope.attention_factor
-        if name in ("Q_rot", "K_rot", "scores") and a != 1.0:  # YaRN's a multiplies cos and sin: it, not Q, may be huge
-            carried = "multiplies cos and sin" if name != "scores" else "multiplies cos and sin, so the scores carry a²"
-            hint = (f"expected a smaller [rope.scaling] attention_factor (a = {a:g} {carried}) or "
-                    + hint.removeprefix("expected "))
-        raise ComputeError(sc.source, f"{result.name}: values in {name} overflow float64 at {where}", hint)
+        where = at.first(getattr(result, name), keys, key_col, attended([result], sc.allow) if name == "masked" else None)
+        if where is not None:
+            raise ComputeError(sc.source, f"{result.name}: values in {name} overflow float64 at {where}",
+                               hint_for(sc, name, _HEAD_HINTS[name]))
 
 
-def _part_matrices(result: HeadResult) -> dict[str, Matrix | None]:
-    """The checked matrices that are parts' (None where the head has no such part), by the names messages use."""
-    qk, rot, cap, alibi = result.part(QKNormed), result.part(Rotated), result.part(Capped), result.part(Biased)
-    return {"Q_norm": None if qk is None else qk.Q_norm, "K_norm": None if qk is None else qk.K_norm,
-            "Q_rot": None if rot is None else rot.Q_rot, "K_rot": None if rot is None else rot.K_rot,
-            "capped": None if cap is None else cap.capped, "bias": None if alibi is None else alibi.bias}
-
-
-# [mla]'s heads have no W_Q, W_K or W_V of their own to blame: their Q, K and V come from the latent layer
-_MLA_HINTS = {
-    "Q": "expected smaller X or W_Q",
-    "K": "expected smaller W_UK or c_KV = X̂·W_DKV (the no-position part), or X or W_KR (the rotary part)",
-    "V": "expected smaller W_UV or c_KV = X̂·W_DKV (smaller X or W_DKV)",
-}
-
-
-def mla_check(sc: Scenario, head: MlaHead) -> None:
-    """The latent layer's own matrices, before the heads' Q, K and V they make: the first that overflows is named."""
-    shared = head.shared
-    parts = (("c_KV = X̂·W_DKV", shared.c_KV_raw, "expected smaller X or W_DKV"),
-             ("c_KV after kv_norm", shared.c_KV, "expected a smaller gamma_kv"),
-             ("c_Q = X̂·W_DQ", shared.c_Q_raw, "expected smaller X or W_DQ"),
-             ("c_Q after q_norm", shared.c_Q, "expected a smaller gamma_q"),
-             ("k_R = X̂·W_KR", shared.k_R_raw, "expected smaller X or W_KR"))
-    for what, array, hint in parts:
-        if array is not None and (bad := first_bad(array)) is not None:
-            raise ComputeError(sc.source, f"values in [mla]'s {what} overflow float64 at {_at(sc.tokens, bad[0])}", hint)
-
-
-def deltanet_logit_check(sc: Scenario, X_in: Matrix) -> None:
-    """The gates' inputs X̂·W_a + dt_bias and X̂·W_b past float64 are refused: σ and softplus would hide it
-    as 1 or ∞, and every page that works them out term by term would meet the overflow."""
-    dn = sc.deltanet
-    if dn is None:
-        return
-    for what, W, bias in (("X̂·W_a + dt_bias", dn.W_a, dn.dt_bias), ("X̂·W_b", dn.W_b, None)):
-        if W is None:
-            continue
-        with np.errstate(over="ignore", invalid="ignore"):
-            logit = X_in @ W + (0.0 if bias is None else bias[None, :])  # (n, num_heads)
-        if (bad := first_bad(logit)) is not None:
-            raise ComputeError(sc.source, f"values in [deltanet]'s {what} overflow float64 at {_at(sc.tokens, bad[0])}",
-                           f"expected smaller X or {what.split('·')[1].split(' ')[0]}")
-
-
-def _deltanet_hint(sc: Scenario, h: int, what: str) -> str:
-    """What to change where a value of the delta rule overflows: the inputs that value is made of, and only
-    those. g = −e^A_log·softplus(X̂·W_a + dt_bias) reads neither V nor the state; the state, δ and the output
-    read V, β and e^g ≤ 1, with the unit-length q and k (their size cannot grow)."""
-    dn = sc.deltanet
-    assert dn is not None
-    if what in ("g", "e^g"):
-        if dn.A_log is None:  # g given: the loader keeps it finite and <= 0, so e^g <= 1
-            return "expected a smaller g"
-        from qkv_tui.kernels.deltanet import decay_rate
-
-        rate = float(decay_rate(dn.A_log)[h])
-        if not math.isfinite(rate):
-            return (f"expected a smaller A_log (e^A_log, the decay's rate, is past float64 for A_log ="
-                    f" {dn.A_log[h]:g}: g = −e^A_log·softplus(X̂·W_a + dt_bias))")
-        return ("expected a smaller A_log, or a smaller X̂·W_a + dt_bias (X, W_a or dt_bias): g = −e^A_log·softplus(X̂·W_a"
-                " + dt_bias) is their product")
-    given = " or a smaller beta" if dn.beta is not None else ""
-    conv = " or smaller conv_v taps" if dn.io is not None and dn.io.conv_v is not None else ""
-    return f"expected smaller V (X, W_V or b_V){conv}{given}: the state holds β-weighted Values, its q and k have length 1"
-
-
-def linear_check(sc: Scenario, result: HeadResult, h: int) -> None:
-    """A zero denominator of linear attention is refused naming its row; an overflow in φ or the state naming it."""
-    if sc.deltanet is not None:  # [linear]'s and [deltanet]'s kernels load with a scenario that has them
-        from qkv_tui.kernels.deltanet import DeltaForward
-
-        dn = result.need(DeltaForward)
-        # g first: the state reads e^g, so an overflow of g shows in S too, and g's inputs are what to change
-        for what, array in (("g", dn.g), ("e^g", dn.decay), ("δ", dn.delta), ("the state S", dn.S),
-                            ("the output", dn.output)):
-            if (bad := first_bad(array)) is not None:
-                raise ComputeError(sc.source, f"{result.name}: values in {what} of [deltanet] overflow float64 at"
-                               f" {_at(sc.tokens, bad[0])}", _deltanet_hint(sc, h, what))
-    if sc.linear is None:
-        return
-    from qkv_tui.kernels.linear import LinearForward, zero_row
-
-    lin = result.need(LinearForward)
-    for what, array in (("φ(Q)", lin.phi_Q), ("φ(K)", lin.phi_K), ("the state S", lin.S), ("z", lin.z),
-                        ("φ(q)ᵀS", lin.numer)):
-        if (bad := first_bad(array)) is not None:
-            raise ComputeError(sc.source, f"{result.name}: values in {what} of [linear] overflow float64 at"
-                           f" {_at(sc.tokens, bad[0])}", "expected smaller Q and K (or V)")
-    if lin.spec.normalize and (row := zero_row(lin.denom)) is not None:
-        raise ComputeError(sc.source, f"{result.name}: [linear]'s denominator φ(q)ᵀz is 0 at {_at(sc.tokens, row)}"
-                       " (every φ(q)·φ(k) of the row is 0), so the row cannot be divided by it",
-                       "expected feature = \"elu1\" (never 0) or normalize = false")
+def check_inputs(sc: Scenario, X_in: Matrix) -> None:
+    """What a scenario's table computes from the normalised X for every head at once (the gates' inputs of a
+    state that replaces the softmax), refused where float64 cannot hold it (``overflow_inputs``)."""
+    at = Where(sc, -1, "")
+    for table in ask.tables(sc):
+        check = getattr(table, "overflow_inputs", None)
+        if check is not None and (said := check(X_in, at)) is not None:
+            raise ComputeError(sc.source, *said)
 
 
 def iter_heads(scenario: Scenario, norm: NormResult | None = None) -> Iterator[HeadResult]:
@@ -305,8 +244,7 @@ def iter_heads(scenario: Scenario, norm: NormResult | None = None) -> Iterator[H
     if norm is None:
         norm = norm_of(sc)
     X_in = sc.X if norm is None else norm.X_norm
-    if sc.mla is None:
-        deltanet_logit_check(sc, X_in)
+    check_inputs(sc, X_in)
     for h, result in enumerate(run_heads(sc, X_in)):
         check_head(sc, result, h)
         yield result

@@ -13,6 +13,14 @@ from collections.abc import Sequence
 
 MAX_ITEMS = 12  # past this many runs, the line keeps both ends and the chosen layer's neighbourhood
 NO_ROPE = "no-rope"
+STATE = "linear"  # the entry of a layer that keeps a fixed state in place of a cache
+
+
+def keeps_state(entry: str) -> bool:
+    """Whether a schedule entry's layer keeps a fixed state in place of a cache (linear attention's)."""
+    return entry.split(" ")[0] == STATE
+
+
 KV_FROM = "kv-from"
 
 

@@ -16,7 +16,31 @@ A record answers by an attribute, each optional (a record without it has nothing
 - ``checked()``: a promise of its numbers, re-checked, for the closing summary;
 - ``faces``: a view's name to the display module that shows what the view shows of it otherwise;
 - ``words``: a place in a view ("tiles.start", "cache.softmax", ...) to a template of what it says there,
-  formatted with the record as ``part`` and the place's own fields.
+  formatted with the record as ``part`` and the place's own fields;
+- ``x_path(head_grads)``: its path into the X the projections read, for dEmbed: (role, what the line calls its
+  gradient, the gradient at X̂·W_role, W_role), or None;
+- ``overflow(stage, at)``: the overflow rule's question (core/engine.py ``check_head``): at ``stage`` of the
+  head's computation ("latent" before Q, K and V; "turned" after them; "state" in place of the weights;
+  "stepped" and "term" on the scaled scores; "after" the map), the first of its own matrices past float64 as
+  (its name, the line that says where, ``at.first``, and what to change), or None.
+
+A scenario's table (``tables``) answers by an attribute too, each optional:
+
+- ``looks_heading``, ``weights_note``: what the summary and the heads view call a row of the weights
+  (``scenario_says``);
+- ``overflow_hint(name)``: what to change where the shared matrix ``name`` (Q, K, V, the scores) overflows, when
+  the table makes it of other inputs; ``overflow_cause(name)``: a cause of its own to name first;
+- ``overflow_inputs(X_in, at)``: (line, hint) where what it computes from the normalised X for every head at once
+  is past float64, or None;
+- ``scores_with_decimals``: True where the table turns what is scored by numbers that are never whole (a
+  rotation's cos and sin), so the scores are written with decimals (``scenario_has``);
+- ``state``: True where the table puts a running state in place of every head's softmax (``scenario_has``);
+- ``position_enters``: where the table brings position in, as the Embed stage says it (``scenario_says``);
+- ``embed_back``: the stage module that says what dEmbed computes where its own projections read X in the Q, K
+  and V projections' place (``scenario_says``);
+- ``x_paths(grads)``: the paths into X̂ of what it computes from X̂ for every head at once, as ``x_path``;
+- ``not_plain``: the words that say the table makes the attention other than plain (core/diagnose.py: the
+  mistakes are tried on plain attention).
 """
 
 from __future__ import annotations
@@ -168,7 +192,7 @@ def said_of(record: object, place: str, **given: object) -> str | None:
     return words[place].format(part=record, **given) if place in words else None
 
 
-def _tables(sc: Scenario) -> Iterator[object]:
+def tables(sc: Scenario) -> Iterator[object]:
     """What a scenario holds: each field's value, and each value of a mapping of them (the parts by their key)."""
     assert is_dataclass(sc)
     for f in fields(sc):
@@ -181,7 +205,7 @@ def _tables(sc: Scenario) -> Iterator[object]:
 
 def scenario_answer(sc: Scenario, name: str) -> Any:
     """The first answer to ``name`` among the scenario's variant tables, of any kind; None where none answers."""
-    for table in _tables(sc):
+    for table in tables(sc):
         answer = getattr(table, name, None)
         if answer is not None and not callable(answer):
             return answer
@@ -206,9 +230,14 @@ def map_formula(heads: Iterable[HeadResult]) -> tuple[tuple[str, bool], ...] | N
     return None
 
 
+def scenario_has(sc: Scenario, name: str) -> bool:
+    """Whether one of the scenario's variants answers ``name`` with True (a state in place of the softmax, say)."""
+    return any(getattr(table, name, None) is True for table in tables(sc))
+
+
 def scenario_says(sc: Scenario, name: str) -> str | None:
     """The first answer to ``name`` among the scenario's variants (its [linear] or [deltanet] table, say)."""
-    for table in _tables(sc):
+    for table in tables(sc):
         answer = getattr(table, name, None)
         if isinstance(answer, str):
             return answer

@@ -80,13 +80,15 @@ class Head:
     W_Q: Matrix  # (d_model, d_k)
     W_K: Matrix  # (d_in, d_k)
     W_V: Matrix  # (d_in, d_v)
-    b_Q: Vector | None = None  # (d_k,) added to every Query row; None = no bias
-    b_K: Vector | None = None  # (d_k,)
-    b_V: Vector | None = None  # (d_v,)
-    sink: float | None = None  # the attention sink's logit; None = no sink
+    # each optional key's ``not_plain``: what a head that has it makes the attention other than plain (core/diagnose.py)
+    b_Q: Vector | None = field(default=None, metadata={"not_plain": "biases"})  # (d_k,) added to every Query row
+    b_K: Vector | None = field(default=None, metadata={"not_plain": "biases"})  # (d_k,)
+    b_V: Vector | None = field(default=None, metadata={"not_plain": "biases"})  # (d_v,)
+    sink: float | None = field(default=None, metadata={"not_plain": "sinks"})  # the attention sink's logit
     kv_head: int | None = None  # which K/V head it reads (GQA); None = its own index
-    softcap: float | None = None  # c of c·tanh(scaled / c) before the bias and mask; None = no soft-cap
-    W_G: Matrix | None = None  # (d_model, d_v) the output gate's weights; None = no gate
+    # c of c·tanh(scaled / c) before the bias and mask
+    softcap: float | None = field(default=None, metadata={"not_plain": "soft-caps"})
+    W_G: Matrix | None = field(default=None, metadata={"not_plain": "output gates"})  # (d_model, d_v) the output gate's weights
 
     @property
     def d_k(self) -> int:

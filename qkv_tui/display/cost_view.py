@@ -7,9 +7,12 @@ calculator from what the line shows. The counts come from each stage's own cost 
 
 from __future__ import annotations
 
+import importlib
 import math
 from itertools import groupby
+from types import ModuleType
 
+from qkv_tui.core import part_questions as ask
 from qkv_tui.core.cost import ACCELERATORS, DECODE, PREFILL, Accelerator, Count, bound, mib, shapes
 from qkv_tui.core.scenario import Scenario
 from qkv_tui.display import side_views
@@ -19,7 +22,7 @@ from qkv_tui.display.side_view import Sources
 from qkv_tui.display.view import Explanation
 from qkv_tui.teach.cost import CHOSEN, SRAM_BYTES, CostReport, report
 
-PAGES = ("prefill", "decode", "cache", "flash", "mla", "roofline")
+PAGES = ("prefill", "decode", "cache", "flash", "roofline")  # a table's own page (its ``cost_face``) before the roofline
 MEANINGS = {
     "prefill": "Prefill: every token of the prompt at once. A product of m×n by n×p costs 2mnp FLOPs (a multiply and"
                " an add per term), masked cells included; exponentials, divisions and roots are counted apart. Bytes:"
@@ -33,9 +36,6 @@ MEANINGS = {
     "flash": "FlashAttention computes the same softmax(QKᵀ/√d)V but never writes the N×N scores and weights to memory:"
              " it streams tiles of K and V through on-chip SRAM with the online softmax (the tiles view, t). Dao et al."
              " 2022, Theorem 2: standard attention moves Θ(Nd + N²) numbers, FlashAttention Θ(N²d²/M) at SRAM size M.",
-    "mla": "MLA at decode: the cache holds the latent c_KV. Expanded, each step multiplies every cached latent by W_UK and"
-           " W_UV again; absorbed, W_UK folds into the query and W_UV into the output once per step, and the scores"
-           " and the mix run on the latent itself (the Absorb stage).",
     "roofline": "The roofline: a stage runs at min(peak FLOP/s, bandwidth × intensity). Left of the ridge (peak ÷"
                 " bandwidth) it waits on memory; right of it, on arithmetic. Prefill's products of many rows sit"
                 " right, decode's one row sits far left. Peaks: dense 16-bit tensor figures from each vendor's"
@@ -48,8 +48,16 @@ def _report(sources: Sources) -> CostReport:
                         lambda: report(sources.comp, CHOSEN.dtype, CHOSEN.context))
 
 
+def _own(sc: Scenario) -> ModuleType | None:
+    """The display module of a table's own page and lines (its ``cost_face``: ``PAGE``, ``MEANING``, ``page``,
+    ``cache_lines``); None without one. It loads with a scenario that has the table."""
+    module = ask.scenario_says(sc, "cost_face")
+    return None if module is None else importlib.import_module(module)
+
+
 def _pages(sources: Sources) -> list[str]:
-    return [p for p in PAGES if p != "mla" or sources.comp.scenario.mla is not None]
+    own = _own(sources.comp.scenario)
+    return [*PAGES[:-1], *([] if own is None else [own.PAGE]), PAGES[-1]]
 
 
 def _steps(sources: Sources, modes: Modes, head: int) -> int:
@@ -75,14 +83,10 @@ def stage_lines(c: Count) -> list[str]:
 
 
 def two_forms(sc: Scenario) -> list[str]:
-    """Where the trace shows one attention computed two ways, a model runs one of them: the totals count both."""
-    if sc.mla is not None:
-        return ["Score, Scale, Softmax and Mix run on the expanded keys and values; Absorb is the same attention on the"
-                " latent. A model runs one of the two (at decode, the absorbed); the totals count both."]
-    if sc.linear is not None:
-        return ["Quadratic and Recurrent are the same outputs two ways; a model runs one (at decode, the recurrent);"
-                " the totals count both."]
-    return []
+    """Where the trace shows one attention computed two ways, a model runs one of them: the totals count both (as
+    the table that computes it twice says, its ``two_forms``)."""
+    said = ask.scenario_says(sc, "two_forms")
+    return [] if said is None else [said]
 
 
 def _phase_page(sources: Sources, r: CostReport, phase: str) -> tuple[str, list[str]]:
@@ -101,8 +105,8 @@ def _phase_page(sources: Sources, r: CostReport, phase: str) -> tuple[str, list[
     if phase == PREFILL:
         head = f"Prefill of n = {ph.rows} tokens against m = {ph.keys} keys, {r.dtype} (B = {ph.bytes} bytes a number)"
     else:
-        capped = " (capped at the window)" if ph.keys < r.context and ph.new else ""
-        head = (f"Decode: 1 new token against N = {ph.keys} keys{capped}, context {r.context} (--context),"
+        at_window = " (capped at the window)" if ph.keys < r.context and ph.new else ""
+        head = (f"Decode: 1 new token against N = {ph.keys} keys{at_window}, context {r.context} (--context),"
                 f" {r.dtype} (B = {ph.bytes})")
     return head, lines
 
@@ -119,7 +123,7 @@ def _cache_page(sources: Sources, r: CostReport) -> tuple[str, list[str]]:
                      f" {kept}·{layers[0].per_token.value} = {layers[0].at(r.context)} B each")
         if layers[0].state is not None:
             lines.append(f"  its fixed state instead: {layers[0].state.text()} B, at any context")
-        elif kind == "linear":
+        elif layers[0].keeps_state:
             lines.append("  its fixed state instead: its sizes are a linear layer's, not in the layer shown (--layer"
                          f" {layers[0].layer} counts it)")
     if kv.unknown:
@@ -131,20 +135,15 @@ def _cache_page(sources: Sources, r: CostReport) -> tuple[str, list[str]]:
     lines.append(f"per token: {short} = {kv.per_token} B")
     lines.append(f"at the context: {kv.at_context} B = {mib(kv.at_context)}")
     s = shapes(sc)
-    if sc.mla is None and sc.linear is None and getattr(sc, "deltanet", None) is None and len(s.kv) < s.h:
+    own = _own(sc)
+    if ask.scenario_says(sc, "cache_kind") is None and len(s.kv) < s.h:  # K/V heads cached, fewer than the heads
         mha = sum(dk + dv for dk, dv in s.heads) * r.bytes_per_number
         lines.append(f"why GQA: were every query head its own K/V head, a layer would cache Σ(d_k + d_v)·B ="
                      f" {sum(dk + dv for dk, dv in s.heads)}·{r.bytes_per_number} = {mha} B a token, not"
                      f" {kv.layers[0].per_token.value}: {mha} / {kv.layers[0].per_token.value} ="
                      f" {num(mha / kv.layers[0].per_token.value)} times as much")
-    if sc.mla is not None:
-        m = sc.mla
-        full = m.num_heads * (m.d_nope + m.d_rope + m.d_v)
-        latent = m.d_c + m.d_rope
-        lines.append(f"why MLA: expanded, a layer would cache h·(d_nope + d_rope + d_v)·B = {m.num_heads}·"
-                     f"{m.d_nope + m.d_rope + m.d_v}·{r.bytes_per_number} = {full * r.bytes_per_number} B a token;"
-                     f" the latent is (d_c + d_rope)·B = {latent}·{r.bytes_per_number} = {latent * r.bytes_per_number}"
-                     f" B: {full} / {latent} = {num(full / latent)} times smaller")
+    if own is not None:
+        lines += own.cache_lines(sc, r)
     lines.append(f"counted from {kv.held}")
     head = f"KV cache: {kv.per_token} B per token over {len(kv.layers)} layer{'s' if len(kv.layers) > 1 else ''}," \
            f" {mib(kv.at_context)} at {r.context} tokens"
@@ -183,24 +182,6 @@ def kept_lines(N: int, d: int, b: int) -> list[str]:
             f"P rebuilt from L on demand, P = e^(QKᵀ/√d − L): the scores again, 2·N·N·d = 2·{N}·{N}·{d} ="
             f" {2 * N * N * d} FLOPs, and N² = {N}·{N} = {p} exponentials (the tiles view, t, ends its forward pass"
             " with L = m + ln ℓ for every row and P rebuilt from it; the built-in fused_kernel)"]
-
-
-def _mla_page(sources: Sources, r: CostReport) -> tuple[str, list[str]]:
-    m = sources.comp.scenario.mla
-    assert m is not None and r.mla is not None
-    N = r.decode.keys
-    lines = [f"h = {m.num_heads}, d_c = {m.d_c}, d_nope = {m.d_nope}, d_rope = {m.d_rope}, d_v = {m.d_v}, N = {N}",
-             f"expanded: {r.mla.expanded.text()} FLOPs",
-             f"absorbed: {r.mla.absorbed.text()} FLOPs"]
-    e, a = r.mla.expanded.value, r.mla.absorbed.value
-    lines.append(f"at N = {N}: expanded / absorbed = {e} / {a} = {num(e / a)}")
-    if r.mla.crossover:
-        lines.append(f"crossover: absorbing costs no more from N = {r.mla.crossover} keys on (its two folds,"
-                     f" 2·h·d_c·(d_nope + d_v) = {2 * m.num_heads * m.d_c * (m.d_nope + m.d_v)} FLOPs, are paid once a"
-                     " step; expanding pays 2·d_c·h·(d_nope + d_v) for every cached token)")
-    else:
-        lines.append("crossover: none, expanding stays cheaper at every context for these sizes")
-    return f"MLA at decode: expanded against absorbed, N = {N}", lines
 
 
 def _ridge_line(acc: Accelerator) -> str:
@@ -283,12 +264,15 @@ def _frame(sources: Sources, modes: Modes, step: int, head: int) -> Frame:
         title, lines = _cache_page(sources, r)
     elif page == "flash":
         title, lines = _flash_page(r)
-    elif page == "mla":
-        title, lines = _mla_page(sources, r)
-    else:
+    elif page == "roofline":
         title, lines = _roofline_page(r)
+    else:  # a table's own page
+        own = _own(sources.comp.scenario)
+        assert own is not None
+        title, lines = own.page(sources, r)
+    meaning = MEANINGS[page] if page in MEANINGS else str(getattr(_own(sources.comp.scenario), "MEANING", ""))
     ex = Explanation(stage_label=f"Cost {step + 1}/{len(pages)} {page}", counter="", head_label="", arithmetic=title,
-                     details=tuple(lines), meaning=MEANINGS[page], formula=(("FLOPs = 2mnp; bytes = numbers·B", False),))
+                     details=tuple(lines), meaning=meaning, formula=(("FLOPs = 2mnp; bytes = numbers·B", False),))
     return Frame(ex, [], [], (), "")
 
 

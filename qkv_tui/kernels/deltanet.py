@@ -12,8 +12,9 @@ distance t − s alone.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -49,6 +50,36 @@ class DeltaForward:
     # its weights, q·k times the decaying mask, weigh the corrections δ, not V: no distribution
     distribution: ClassVar[bool] = False
     route: ClassVar[str] = "Sᵀq, the state read with its query: the corrections δ weighted by q·k and the decaying causal mask"
+
+    def overflow(self, stage: str, at: Any) -> tuple[str, str, str] | None:
+        """The delta rule's values past float64, in place of the weights (core/part_questions.py). g first: the
+        state reads e^g, so an overflow of g shows in S too, and g's inputs are what to change."""
+        if stage != "state":
+            return None
+        for what, array in (("g", self.g), ("e^g", self.decay), ("δ", self.delta), ("the state S", self.S),
+                            ("the output", self.output)):
+            if (where := at.first(array)) is not None:
+                return what, (f"{at.head}: values in {what} of [deltanet] overflow float64 at {where}"), \
+                    _hint(at.sc.deltanet, at.h, what)
+        return None
+
+
+def _hint(dn: Any, h: int, what: str) -> str:
+    """What to change where a value of the delta rule overflows: the inputs that value is made of, and only
+    those. g = −e^A_log·softplus(X̂·W_a + dt_bias) reads neither V nor the state; the state, δ and the output
+    read V, β and e^g ≤ 1, with the unit-length q and k (their size cannot grow)."""
+    if what in ("g", "e^g"):
+        if dn.A_log is None:  # g given: the loader keeps it finite and <= 0, so e^g <= 1
+            return "expected a smaller g"
+        rate = float(decay_rate(dn.A_log)[h])
+        if not math.isfinite(rate):
+            return (f"expected a smaller A_log (e^A_log, the decay's rate, is past float64 for A_log ="
+                    f" {dn.A_log[h]:g}: g = −e^A_log·softplus(X̂·W_a + dt_bias))")
+        return ("expected a smaller A_log, or a smaller X̂·W_a + dt_bias (X, W_a or dt_bias): g = −e^A_log·softplus(X̂·W_a"
+                " + dt_bias) is their product")
+    given = " or a smaller beta" if dn.beta is not None else ""
+    conv = " or smaller conv_v taps" if dn.io is not None and dn.io.conv_v is not None else ""
+    return f"expected smaller V (X, W_V or b_V){conv}{given}: the state holds β-weighted Values, its q and k have length 1"
 
 
 def l2_rows(x: Matrix, policy: Policy = EXACT) -> tuple[Matrix, Matrix, Matrix]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -47,6 +47,20 @@ class Gated:
     def factor(self) -> Matrix:
         """(n, d_v) what each cell of the head's output is multiplied by to give ``joined``."""
         return self.gate
+
+    def overflow(self, stage: str, at: Any) -> tuple[str, str, str] | None:
+        """The gate's logit X̂·W_G past float64 (core/part_questions.py): its sigmoid and the gated output stay
+        finite wherever the logit is."""
+        where = at.first(self.logit) if stage == "after" else None
+        if where is None:
+            return None
+        return "gate", f"{at.head}: values in the gate's X̂·W_G overflow float64 at {where}", "expected smaller X or W_G"
+
+    def x_path(self, head_grads: Any) -> tuple[str, str, Matrix, Matrix] | None:
+        """Its path into the X the projections read, for dEmbed (teach/stages/embed.py): (role, what the line
+        calls its gradient, the gradient at X̂·W_G, W_G); None where the head's gradients have no gate."""
+        back = head_grads.gate
+        return None if back is None else ("G", "gate", back.d_logit, self.W_G)
 
     def again(self, X: Matrix, output: Matrix) -> Gated:
         """This part for some query rows alone, from what their Query projection reads and their output (the

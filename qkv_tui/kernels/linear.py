@@ -9,7 +9,7 @@ Exactly they agree; by hand each form rounds its own intermediates.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -61,6 +61,22 @@ class LinearForward:
     def route(self) -> str | None:
         """How a token's output is made, where the summary's "weights·V" would mislead."""
         return None if self.spec.normalize else "weights·V, its weights φ(q)·φ(k) not divided by their row's sum"
+
+    def overflow(self, stage: str, at: Any) -> tuple[str, str, str] | None:
+        """Its values past float64 in place of the weights, and a zero denominator, each naming its row
+        (core/part_questions.py)."""
+        if stage != "state":
+            return None
+        for what, array in (("φ(Q)", self.phi_Q), ("φ(K)", self.phi_K), ("the state S", self.S), ("z", self.z),
+                            ("φ(q)ᵀS", self.numer)):
+            if (where := at.first(array)) is not None:
+                return what, f"{at.head}: values in {what} of [linear] overflow float64 at {where}", \
+                    "expected smaller Q and K (or V)"
+        if self.spec.normalize and (row := zero_row(self.denom)) is not None:
+            return "denominator", (f"{at.head}: [linear]'s denominator φ(q)ᵀz is 0 at {at.row(row)}"
+                                   " (every φ(q)·φ(k) of the row is 0), so the row cannot be divided by it"), \
+                "expected feature = \"elu1\" (never 0) or normalize = false"
+        return None
 
 
 def feature(x: Matrix, kind: str, policy: Policy = EXACT) -> Matrix:

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -105,6 +105,21 @@ class MlaHead:
 
     # the display module that shows what the cache keeps of these heads (core/part_questions.face)
     faces: ClassVar[Mapping[str, str]] = MappingProxyType({"cache": "mla_cache"})
+
+    def overflow(self, stage: str, at: Any) -> tuple[str, str, str] | None:
+        """The latent layer's own matrices, before the heads' Q, K and V they make (core/part_questions.py)."""
+        if stage != "latent":
+            return None
+        shared = self.shared
+        parts = (("c_KV = X̂·W_DKV", shared.c_KV_raw, "expected smaller X or W_DKV"),
+                 ("c_KV after kv_norm", shared.c_KV, "expected a smaller gamma_kv"),
+                 ("c_Q = X̂·W_DQ", shared.c_Q_raw, "expected smaller X or W_DQ"),
+                 ("c_Q after q_norm", shared.c_Q, "expected a smaller gamma_q"),
+                 ("k_R = X̂·W_KR", shared.k_R_raw, "expected smaller X or W_KR"))
+        for what, array, hint in parts:
+            if (where := at.first(array)) is not None:
+                return what, f"values in [mla]'s {what} overflow float64 at {where}", hint
+        return None
 
 
 def mla_shared(X: Matrix, w: MlaWeights, turn: Turn | None, policy: Policy = EXACT) -> MlaShared:

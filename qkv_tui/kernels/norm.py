@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -47,6 +47,15 @@ class QKNormed:
     def Q_after(self) -> Matrix:
         """The Queries as this part leaves them (what RoPE turns, or what is scored)."""
         return self.Q_normed.X_norm
+
+    def overflow(self, stage: str, at: Any) -> tuple[str, str, str] | None:
+        """Q and K after the norm, past float64 (core/part_questions.py): its gains, or squares past float64."""
+        if stage != "turned":
+            return None
+        said: tuple[str, str, str] | None = at.named((
+            ("Q_norm", self.Q_norm, False, False, "expected a smaller gamma_q in [qk_norm], or Q whose squares float64 can hold"),
+            ("K_norm", self.K_norm, True, False, "expected a smaller gamma_k in [qk_norm], or K whose squares float64 can hold")))
+        return said
 
     @property
     def K_after(self) -> Matrix:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -88,6 +88,14 @@ class Rotated:
     def Q_after(self) -> Matrix:
         """The Queries as this part leaves them: what is scored."""
         return self.Q_rot
+
+    def overflow(self, stage: str, at: Any) -> tuple[str, str, str] | None:
+        """Q and K turned, past float64 (core/part_questions.py)."""
+        if stage != "turned":
+            return None
+        said: tuple[str, str, str] | None = at.named((("Q_rot", self.Q_rot, False, False, "expected smaller Q"),
+                         ("K_rot", self.K_rot, True, False, "expected smaller K")))
+        return said
 
     @property
     def K_after(self) -> Matrix:

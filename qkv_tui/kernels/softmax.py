@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -82,6 +82,14 @@ class Biased:
         """What kernels/attention.py's attend takes to replay this part on ``rows`` and ``cols``."""
         return {"bias": self.bias[rows, cols]}
 
+    def overflow(self, stage: str, at: Any) -> tuple[str, str, str] | None:
+        """The term past float64 (core/part_questions.py): its slope."""
+        if stage != "term":
+            return None
+        said: tuple[str, str, str] | None = at.named((
+            ("bias", self.bias, False, True, "expected a smaller ALiBi slope (the bias is slope·(j − i))"),))
+        return said
+
 
 @dataclass(frozen=True, eq=False)
 class Sunk:
@@ -148,6 +156,14 @@ class Capped:
     def scores_step(self, scaled: Matrix) -> Matrix:
         """The scaled scores after this step: c·tanh(s/c)."""
         return soft_cap(scaled, self.softcap)
+
+    def overflow(self, stage: str, at: Any) -> tuple[str, str, str] | None:
+        """The stepped scores past float64 (core/part_questions.py)."""
+        if stage != "stepped":
+            return None
+        said: tuple[str, str, str] | None = at.named((("capped", self.capped, False, True,
+                          "expected a larger scale or smaller scores (the soft-cap reads scores / scale)"),))
+        return said
 
     def step_factor(self, scaled: Matrix) -> Matrix:
         """The step's own factor at the scaled scores, tanh(s/c): what its slope and its line read."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from qkv_tui.core import part_questions as ask
 from qkv_tui.core.cost import (
     DEFAULT_CONTEXT,
     DEFAULT_DTYPE,
@@ -13,12 +14,10 @@ from qkv_tui.core.cost import (
     PREFILL,
     Count,
     KvCache,
-    MlaDecode,
     Phase,
     Traffic,
     Uncounted,
     kv_cache,
-    mla_decode,
     phases,
     traffic,
 )
@@ -55,7 +54,7 @@ class CostReport:
     kv: KvCache
     flash: Traffic | None  # a softmax scenario's
     flash_d: int
-    mla: MlaDecode | None
+    forms: object | None  # a table's own decode figures (a latent's two forms: core/mla_cost.py), for its page
     long: tuple[Count, ...] = ()  # a prefill of the context's N tokens with the same shapes: the roofline's right side
 
     @property
@@ -84,14 +83,11 @@ def report(comp: Computation, dtype: str, context: int, trace: Trace | None = No
                 uncounted.append(Uncounted(spec.stage.key, spec.stage.name, spec.uncounted))
     flash = None
     d = max(h.d_k for h in sc.heads)
-    if sc.linear is None and getattr(sc, "deltanet", None) is None:
+    if not ask.scenario_has(sc, "state"):  # a state in place of the softmax has no softmax to fuse
         flash = traffic(context, d, SRAM_BYTES // DTYPES[dtype])
-    mla = None
-    if sc.mla is not None:
-        m = sc.mla
-        mla = mla_decode(m.num_heads, m.d_c, m.d_nope, m.d_rope, m.d_v, decode.keys)
+    forms = next((table.decode_forms(decode.keys) for table in ask.tables(sc) if hasattr(table, "decode_forms")), None)
     long_keys = sc.m if sc.is_cross else context
     long = Phase(PREFILL, context, long_keys, long_keys, DTYPES[dtype], dtype)
     longs = tuple(spec.cost(sc, long) for spec in trace.specs if spec.cost is not None)
     return CostReport(dtype, context, prefill, decode, tuple(counts), tuple(uncounted),
-                      kv_cache(sc, DTYPES[dtype], context), flash, d, mla, longs)
+                      kv_cache(sc, DTYPES[dtype], context), flash, d, forms, longs)

@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from qkv_tui.core import part_questions as ask
 from qkv_tui.core.engine import Computation
 from qkv_tui.core.fmt import fmt, is_integral
 from qkv_tui.core.scenario import Matrix
@@ -29,7 +30,7 @@ from qkv_tui.teach.stages.embed import EMBED_POSITION_MEANING, INPUT_STAGE, resi
 from qkv_tui.teach.stages.grads import KEY_COLS, KEY_ROWS
 from qkv_tui.teach.stages.mix import VECTOR_WIDTH
 from qkv_tui.teach.stages.project import WIDE
-from qkv_tui.teach.stages.softmax import SAME_WEIGHT, sink_panel, softmax_row
+from qkv_tui.teach.stages.softmax import SAME_WEIGHT, softmax_row
 
 __all__ = [
     "EMBED_POSITION_MEANING", "INPUT_STAGE", "SAME_WEIGHT", "STAGES", "VECTOR_WIDTH", "WIDE",
@@ -165,10 +166,6 @@ class Trace:
         """The stage that answers for a matrix (or a pane showing one transposed: K for Kᵀ)."""
         return self._owners[self.transposed.get(name, name)]
 
-    def sink_panel(self, head: int) -> Matrix:
-        """The softmax's extra sink column per row: its logit, its exponential, and the row's Σ weights."""
-        return sink_panel(self, head)
-
     def softmax_row(self, head: int, row: int, decimals: int) -> SoftmaxRow:
         """One softmax row as shown, one precision for the whole row."""
         return softmax_row(self, head, row, decimals)
@@ -235,8 +232,6 @@ class Trace:
     def _derive_integral(self, name: str, head: int | None) -> bool:
         if name in ("X", "context_X", "W_Q", "W_K", "W_V", "W_O", *WIDE):
             return True  # as given: is_integral decides
-        if name == "W_G":
-            return True  # the output gate's weights, as given
         sc = self.comp.scenario
         cross = sc.is_cross
         x_in = "X" if self.comp.norm is None else "X_norm"
@@ -248,8 +243,9 @@ class Trace:
             return self.integral(x_in, None) and self.integral("W_Q", head)
         if name in ("K", "V"):
             return self.integral("context_X" if cross else x_in, None) and self.integral(f"W_{name}", head)
-        if name == "scores":
-            return sc.rope is None and self.integral("Q", head) and self.integral("K", head)
+        if name == "scores":  # a table whose numbers are never whole (a turn's cos and sin) turns what is scored
+            return (not ask.scenario_has(sc, "scores_with_decimals") and self.integral("Q", head)
+                    and self.integral("K", head))
         parts = self._owners[name].made_from(self, name, head) if name in self._owners else None
         return parts is not None and all(self.integral(n, h) for n, h in parts)
 
@@ -265,35 +261,29 @@ class Trace:
             return "Σ"
         if name in KEY_ROWS:  # the backward pass's gradients at the keys' rows
             return sc.key_labels[row]
-        if name in ("K", "V", "context_X", "K_rot", "K_norm"):
+        if name in ("K", "V", "context_X"):
             return sc.key_labels[row]
-        if name == "rope_freq":  # the Rotate stage's frequencies, one row per pair
-            return f"pair {row}"
+        owner = self._owners.get(name)
+        if owner is not None and (said := owner.row_label(self, name, row)) is not None:  # as its stage says
+            return said
         if name in ("dn_wq", "dn_wk", "dn_wv"):  # [deltanet]'s convolution taps, the oldest token's first
             return f"tap {row}"
         return sc.labels[row]
 
     def col_label(self, name: str, col: int) -> str:
         owner = self._owners.get(name)
-        if name in ("scores", "scaled", "weights", "bias", "capped", *KEY_COLS) or (
+        if name in ("scores", "scaled", "weights", "bias", *KEY_COLS) or (
                 owner is not None and name in owner.key_columns):  # a stage's own map, as its spec says
             return self.comp.scenario.key_labels[col]
         if name == "d_concat":
             return self.concat_label(col)
-        if name in ("Q_rot", "K_rot") and self.comp.scenario.rope is not None:
-            # which pair each dimension belongs to: the two layouts pair different columns
-            d_k = self.comp.heads[0].d_k
-            pair = next((i for i, ab in enumerate(self.comp.scenario.rope.pairs(d_k)) if col in ab), None)
-            return f"{col}=" if pair is None else f"{col}p{pair}"  # "=": partial rotary passes it through
+        if owner is not None and (said := owner.col_label(self, name, col)) is not None:  # as its stage says
+            return said
         # a state d_k × d_v (or its gradient), a token's row read row by row: "i,j"
         if name in ("lin_S", "dn_S", "dn_decayed", "dnb_dS", "dnb_dSd"):
             widths = {h.d_v for h in self.comp.heads}
             if len(widths) == 1:
                 return "{},{}".format(*divmod(col, widths.pop()))
-        if name == "sink":
-            return ("logit", "exp", "Σw")[col]
-        if name == "rope_freq":
-            return ("θ", "θ'")[col]
         if name == "concat":
             return self.concat_label(col)
         if name in WIDE:

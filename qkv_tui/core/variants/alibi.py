@@ -6,7 +6,7 @@ import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import numpy.typing as npt
@@ -24,6 +24,10 @@ class Alibi:
 
     slopes: tuple[float, ...]  # one per query head
     default: bool  # True when the slopes are the ALiBi paper's default (default_slopes)
+
+    not_plain: ClassVar[str] = "[alibi]"  # what makes the attention other than plain (core/diagnose.py)
+    # where position enters, as the Embed stage says it (core/part_questions.scenario_says)
+    position_enters: ClassVar[str] = " Here position enters at the Scale stage, as ALiBi's distance bias on the scores."
 
 
 def default_slopes(count: int) -> tuple[float, ...]:

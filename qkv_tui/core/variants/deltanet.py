@@ -33,6 +33,10 @@ L2_EPS = 1e-6  # pinned: x / √(Σx² + 1e-6), as transformers' l2norm (and FLA
 class DeltaNet:
     """g and β per token and head, given or computed from the models' weights."""
 
+    not_plain: ClassVar[str] = "[deltanet]"  # what makes the attention other than plain (core/diagnose.py)
+    state: ClassVar[bool] = True  # a running state in place of every head's softmax (core/part_questions.py)
+    cache_kind: ClassVar[str] = "deltanet"  # what the cost view calls its layer's cache (core/cost.py)
+
     g: Matrix | None  # (n, num_heads) the log decay, given; None: computed from W_a, A_log, dt_bias
     beta: Matrix | None  # (n, num_heads) the write strength, given; None: computed from W_b
     W_a: Matrix | None = None  # (d_model, num_heads) X̂·W_a is the decay's input
@@ -59,6 +63,28 @@ class DeltaNet:
         if self.channels is not None:  # Kimi Delta Attention: each key channel decays on its own, inside the dot
             return " (Σᵢ q[i]·k[i] each times its channel's decay; not a distribution)"
         return " (q·k times the decay; not a distribution)"
+
+    def x_paths(self, grads: Any) -> list[tuple[str, Matrix, Matrix]]:
+        """Its paths into X̂ where it computes g (through W_a) and β (through W_b) from X̂, for dEmbed
+        (teach/stages/embed.py): (role, the gradient at X̂·W_role, W_role)."""
+        gb = grads.gates
+        if gb is None:
+            return []
+        return [(role, d, W) for role, d, W in (("a", gb.da, self.W_a), ("b", gb.db, self.W_b))
+                if d is not None and W is not None]
+
+    def overflow_inputs(self, X_in: Matrix, at: Any) -> tuple[str, str] | None:
+        """The gates' inputs X̂·W_a + dt_bias and X̂·W_b past float64 (core/part_questions.py): σ and softplus would
+        hide it as 1 or ∞, and every page that works them out term by term would meet the overflow."""
+        for what, W, bias in (("X̂·W_a + dt_bias", self.W_a, self.dt_bias), ("X̂·W_b", self.W_b, None)):
+            if W is None:
+                continue
+            with np.errstate(over="ignore", invalid="ignore"):
+                logit = X_in @ W + (0.0 if bias is None else bias[None, :])  # (n, num_heads)
+            if (where := at.first(logit)) is not None:
+                return (f"values in [deltanet]'s {what} overflow float64 at {where}",
+                        f"expected smaller X or {what.split('·')[1].split(' ')[0]}")
+        return None
 
     @property
     def map_formula(self) -> str:

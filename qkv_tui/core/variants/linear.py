@@ -23,6 +23,12 @@ FEATURE_TEXT = {"elu1": "elu(x) + 1", "relu": "max(x, 0)", "identity": "x"}
 class Linear:
     """Linear attention's feature map φ and whether each row is divided by φ(q_t)ᵀz_t."""
 
+    not_plain: ClassVar[str] = "[linear]"  # what makes the attention other than plain (core/diagnose.py)
+    state: ClassVar[bool] = True  # a running state in place of every head's softmax (core/part_questions.py)
+    cache_kind: ClassVar[str] = "linear"  # what the cost view calls its layer's cache (core/cost.py)
+    two_forms: ClassVar[str] = ("Quadratic and Recurrent are the same outputs two ways; a model runs one (at decode,"
+                                " the recurrent); the totals count both.")  # display/cost_view.py
+
     feature: str  # "elu1" | "relu" | "identity"
     normalize: bool
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -20,6 +20,8 @@ DEFAULT_EPS = 1e-5
 @dataclass(frozen=True, eq=False)
 class Norm:
     """Normalise each row of X before the projections (pre-norm)."""
+
+    not_plain: ClassVar[str] = "[norm]"  # what makes the attention other than plain (core/diagnose.py)
 
     kind: str  # "rms" | "layer"
     gamma: Vector  # (d_model,) gains

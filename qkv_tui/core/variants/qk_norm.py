@@ -8,7 +8,7 @@ cut into heads (``over = "all"``, one gain per column of the wide W_Q and W_K).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -26,6 +26,8 @@ DEFAULT_QK_EPS = 1e-6
 class QKNorm:
     """RMSNorm on Q and K: over each head's d_k, or over the whole projection width."""
 
+    not_plain: ClassVar[str] = "[qk_norm]"  # what makes the attention other than plain (core/diagnose.py)
+
     over: str  # "head" | "all"
     gamma_q: Vector  # (d_k,) with "head", shared by the heads; (num_heads·d_k,) with "all"
     gamma_k: Vector  # (d_k,) with "head"; (num_kv_heads·d_k,) with "all"
@@ -36,6 +38,13 @@ class QKNorm:
         if self.over == "head":
             return self.gamma_q, self.gamma_k
         return self.gamma_q[head * d_k:(head + 1) * d_k], self.gamma_k[kv_head * d_k:(kv_head + 1) * d_k]
+
+    @staticmethod
+    def overflow_hint(name: str) -> str | None:
+        """What to change where the scores overflow (core/part_questions.py): the normalised vectors' size is the gains'."""
+        if name != "scores":
+            return None
+        return "expected smaller [qk_norm] gains (gamma_q, gamma_k), so that every product stays finite"
 
 
 def parse_qk_norm(table: dict[str, Any], ctx: Context) -> QKNorm:

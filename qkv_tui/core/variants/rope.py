@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -25,6 +25,11 @@ DEFAULT_BASE = 10000.0
 @dataclass(frozen=True)
 class Rope:
     """Rotary position embeddings on Q and K."""
+
+    # cos and sin are never whole, so the scores of what it turns are written with decimals (teach/trace.py)
+    scores_with_decimals: ClassVar[bool] = True
+    # where position enters, as the Embed stage says it (core/part_questions.scenario_says)
+    position_enters: ClassVar[str] = " Here position enters at the Rotate stage, which turns Q and K by each token's position."
 
     base: float  # θ_i = base^(−2i/d_k)
     layout: str  # "interleaved": pair i = (2i, 2i+1); "half": pair i = (i, i + d_k/2)
@@ -66,6 +71,15 @@ class Rope:
     def attention_factor(self) -> float:
         """What cos and sin are multiplied by: YaRN's attention factor, else 1."""
         return 1.0 if self.scaling is None else self.scaling.scale
+
+    def overflow_cause(self, name: str) -> str | None:
+        """A cause of an overflow of Q, K turned or the scores to name first (core/part_questions.py): YaRN's a
+        multiplies cos and sin, so it, not Q, may be huge."""
+        a = self.attention_factor
+        if name not in ("Q_rot", "K_rot", "scores") or a == 1.0:
+            return None
+        carried = "multiplies cos and sin" if name != "scores" else "multiplies cos and sin, so the scores carry a²"
+        return f"a smaller [rope.scaling] attention_factor (a = {a:g} {carried})"
 
 
 def latent_partial(partial: str, d_nope: int, d_rope: int) -> str:

@@ -77,8 +77,9 @@ class Ssd:
     gamma: Vector | None  # (num_heads·d,) with z
     eps: float
     d: int = 0  # each head's share of x (its y's width)
-    # the cost view's question (core/cost.py state_part): a fixed d × d_state state per head, no cache
-    state_kind: ClassVar[str] = "ssd"
+    # the cost view's questions (core/cost.py): a fixed d × d_state state per head in place of a cache
+    cache_kind: ClassVar[str] = "ssd"
+    state: ClassVar[bool] = True
     # what the closing summary and the heads view call a row of L ∘ C·Bᵀ (core/part_questions.scenario_says)
     looks_heading: ClassVar[str] = "Whose dt·x each token weighs most"
     weights_note: ClassVar[str] = " (L ∘ C·Bᵀ: no softmax; not a distribution)"

@@ -188,6 +188,16 @@ class StageSpec:
         says ``[]``); None, the default: always with decimals."""
         return None
 
+    def row_label(self, trace: TraceContext, name: str, row: int) -> str | None:
+        """A row of one of its matrices as the panes label it, where not by the query tokens (the keys', say);
+        None, the default: the trace's own rule."""
+        return None
+
+    def col_label(self, trace: TraceContext, name: str, col: int) -> str | None:
+        """A column of one of its matrices as the panes label it, where not by its index; None, the default: the
+        trace's own rule."""
+        return None
+
     # --- the screen ---------------------------------------------------------------------------
 
     def panes(self, trace: TraceContext, op: Operation) -> list[Key]:

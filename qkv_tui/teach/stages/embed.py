@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import importlib
+from types import ModuleType
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from qkv_tui.core import part_questions as ask
 from qkv_tui.core.fmt import fmt
 from qkv_tui.core.scenario import Matrix, Scenario
-from qkv_tui.kernels.gate import Gated
 from qkv_tui.teach.arith import elide
 from qkv_tui.teach.stages.common import INPUT, FormulaPart, Key, Operation, Plan, Ref, Segment, Stage, StageSpec, counts
 from qkv_tui.teach.stages.context import TraceContext
@@ -87,12 +89,12 @@ class Embed(StageSpec):
     def meaning(self, trace: TraceContext, head: int | None) -> str:
         sc = trace.comp.scenario
         text = self.stage.meaning
+        entered = ask.scenario_says(sc, "position_enters")  # where a table brings position in, in words
         nope = sc.input.schedule[sc.input.chosen_layer].endswith("no-rope") if sc.input.schedule else False
         if sc.input.kind == "residual":
             assert sc.input.layer is not None
             rotated_elsewhere = any(e.endswith("no-rope") for e in sc.input.schedule)  # a NoPE layer of a RoPE model
-            text = residual_meaning(sc.input.layer,
-                                    learned_positions=sc.rope is None and sc.alibi is None and not rotated_elsewhere)
+            text = residual_meaning(sc.input.layer, learned_positions=entered is None and not rotated_elsewhere)
         elif sc.input.kind == "altup":
             assert sc.input.layer is not None
             text = altup_meaning(sc.input.layer)
@@ -100,10 +102,8 @@ class Embed(StageSpec):
             text = EMBED_POSITION_MEANING
         elif sc.input.kind == "embedding+position+type":
             text = EMBED_TYPE_MEANING
-        if sc.rope is not None:
-            text += " Here position enters at the Rotate stage, which turns Q and K by each token's position."
-        elif sc.alibi is not None:
-            text += " Here position enters at the Scale stage, as ALiBi's distance bias on the scores."
+        if entered is not None:
+            text += entered
         elif nope:
             text += (" This layer applies no RoPE, though the model's other layers do (a NoPE layer): its scores see"
                      " position only through what earlier layers wrote into X, and through the mask.")
@@ -166,7 +166,7 @@ class Embed(StageSpec):
             out.append(Table("context_X", "X_ctx", "X_ctx (the context's embeddings)", "embed", None, sc.context_X,
                              keys, idx(sc.context_X.shape[1]), True, False))
         positions = sc.positions
-        if positions is not None and (sc.rope is not None or sc.alibi is not None):
+        if positions is not None and ask.scenario_says(sc, "position_enters") is not None:
             out.append(Table("positions", "position", "Positions (RoPE and ALiBi read these)", "embed", None,
                              np.array([positions], dtype=np.float64), ("p",), tokens, True, False))
         return out
@@ -196,9 +196,8 @@ class EmbedBack(BackwardSpec):
 
     def meaning(self, trace: TraceContext, head: int | None) -> str:
         sc = trace.comp.scenario
-        from qkv_tui.teach.stages import mla_compress  # [mla]'s stages load with a scenario that has it
-
-        text = self.stage.meaning if sc.mla is None else mla_compress.EMBED_MEANING
+        own = _own_embed(sc)
+        text = self.stage.meaning if own is None else own.EMBED_MEANING
         x = "X" if sc.norm is None else "X̂"
         if sc.norm is not None:  # the projections read X̂: this stage ends at dX̂, and dNorm takes it on to dX
             text = text.replace("Back to the input. Each row of X", "Back to X̂, the normalised X. Each row of X̂")
@@ -221,10 +220,10 @@ class EmbedBack(BackwardSpec):
     def operation(self, trace: TraceContext, index: int, seg: Segment, row: int, col: int | None, d: int) -> Operation:
         comp = trace.comp
         assert col is not None
-        if comp.scenario.mla is not None:  # the latent layer's three down-projections
-            from qkv_tui.teach.stages import mla_compress
-
-            return mla_compress.embed_cell(trace, index, seg, row, col, d)
+        own = _own_embed(comp.scenario)
+        if own is not None:  # a table's own projections read X (a latent layer's down-projections)
+            cell: Operation = own.embed_cell(trace, index, seg, row, col, d)
+            return cell
         g = grads(trace)
         name = "dX̂" if comp.norm is not None else "dX"
         q = comp.scenario.labels[row]
@@ -233,12 +232,14 @@ class EmbedBack(BackwardSpec):
             parts = [("Q", hg.dQ, hr.W_Q)]
             if not comp.scenario.is_cross:
                 parts += [("K", hg.dK, hr.W_K), ("V", hg.dV, hr.W_V)]
-            if hg.gate is not None and hr.part(Gated) is not None:
-                parts.append(("G", hg.gate.d_logit, hr.need(Gated).W_G))
-            for role, grad, W in parts:
+            named = [(role, role, grad, W) for role, grad, W in parts]
+            for record in ask.answering(hr, "x_path"):  # a part that reads X too (the output gate)
+                if (path := record.x_path(hg)) is not None:
+                    named.append(path)
+            for role, said_as, grad, W in named:
                 a.append(grad[row])
                 b.append(W[col])
-                paths.append(f"d{'gate' if role == 'G' else role}[{q}]·W_{role}[{col},:]")
+                paths.append(f"d{said_as}[{q}]·W_{role}[{col},:]")
         said = f"{name}[{q},{col}] = " + (" + ".join(paths) if len(comp.heads) == 1 else "Σ heads (" + " + ".join(
             paths[:len(paths) // len(comp.heads)]) + ")")
         ints = all(trace.integral(f"W_{r}", h) for r in "QKV" for h in range(len(comp.heads)))
@@ -258,10 +259,10 @@ class EmbedBack(BackwardSpec):
 
     def panes(self, trace: TraceContext, op: Operation) -> list[Key]:
         sc = trace.comp.scenario
-        if sc.mla is not None:
-            from qkv_tui.teach.stages import mla_compress
-
-            return mla_compress.embed_panes(trace)
+        own = _own_embed(sc)
+        if own is not None:
+            panes: list[Key] = own.embed_panes(trace)
+            return panes
         keys: list[Key] = []
         for h in range(len(trace.comp.heads)):
             keys.append(("W_Q", h))
@@ -281,8 +282,16 @@ BACKWARD = EmbedBack()
 
 
 def gate_paths(trace: TraceContext) -> list[tuple[str, Matrix, Matrix]]:
-    """[deltanet]'s paths into X̂ where it computes g (through W_a) and β (through W_b) from X̂."""
-    gb, dn = grads(trace).gates, trace.comp.scenario.deltanet
-    if gb is None or dn is None:
-        return []
-    return [(role, d, W) for role, d, W in (("a", gb.da, dn.W_a), ("b", gb.db, dn.W_b)) if d is not None and W is not None]
+    """The paths into X̂ of what a scenario's table computes from X̂ for every head at once (the delta rule's g
+    through W_a and β through W_b): each table's ``x_paths`` of the gradients."""
+    g = grads(trace)
+    return [path for table in ask.tables(trace.comp.scenario) if (said := getattr(table, "x_paths", None)) is not None
+            for path in said(g)]
+
+
+def _own_embed(sc: Scenario) -> ModuleType | None:
+    """The stage module of a table whose own projections read X in the Q, K and V projections' place (a latent
+    layer), which then says what dEmbed computes (``EMBED_MEANING``, ``embed_cell``, ``embed_panes``); None
+    without one. It loads with a scenario that has the table."""
+    module = ask.scenario_says(sc, "embed_back")
+    return None if module is None else importlib.import_module(module)

@@ -54,6 +54,9 @@ class Gate(StageSpec):
     def runs(self, trace: TraceContext) -> bool:
         return any(h.part(Gated) is not None for h in trace.comp.heads)
 
+    def made_from(self, trace: TraceContext, name: str, head: int | None) -> list[Key] | None:
+        return [] if name == "W_G" else None  # the gate's weights, as given
+
     def segments(self, trace: TraceContext, head: int | None) -> list[Plan]:
         assert head is not None
         n, d_v = trace.comp.scenario.n, trace.comp.heads[head].d_v

@@ -54,6 +54,9 @@ class QKNormStage(StageSpec):
     stage = Stage("qk_norm", "QK-norm", QK_NORM_MEANING)
     per_head = True
     matrices = ("Q_norm", "K_norm")
+
+    def row_label(self, trace: TraceContext, name: str, row: int) -> str | None:
+        return trace.comp.scenario.key_labels[row] if name == "K_norm" else None
     transposed = MappingProxyType({"K_normT": "K_norm"})
 
     def runs(self, trace: TraceContext) -> bool:

@@ -66,6 +66,19 @@ class Rotate(StageSpec):
     matrices = ("Q_rot", "K_rot", "rope_freq")
     transposed = MappingProxyType({"K_rotT": "K_rot"})
 
+    def row_label(self, trace: TraceContext, name: str, row: int) -> str | None:
+        if name == "K_rot":
+            return trace.comp.scenario.key_labels[row]
+        return f"pair {row}" if name == "rope_freq" else None  # the frequencies, one row per pair
+
+    def col_label(self, trace: TraceContext, name: str, col: int) -> str | None:
+        rope = trace.comp.scenario.rope
+        if name in ("Q_rot", "K_rot") and rope is not None:
+            # which pair each dimension belongs to: the two layouts pair different columns
+            pair = next((i for i, ab in enumerate(rope.pairs(trace.comp.heads[0].d_k)) if col in ab), None)
+            return f"{col}=" if pair is None else f"{col}p{pair}"  # "=": partial rotary passes it through
+        return ("θ", "θ'")[col] if name == "rope_freq" else None
+
     def runs(self, trace: TraceContext) -> bool:
         # a part with stages of its own turns its own way ([differential]: each half, teach/stages/differential.py)
         return trace.comp.scenario.rope is not None and not own_stages(trace)

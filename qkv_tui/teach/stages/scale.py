@@ -50,6 +50,7 @@ class Scale(StageSpec):
                   " key scores highest in a row, only how sharp the softmax is.")
     per_head = True
     matrices = ("scaled", "bias", "capped")
+    key_columns = ("scaled", "bias", "capped")
     styles = MappingProxyType({"scaled": PaneStyle(row_max=True), "capped": PaneStyle(row_max=True)})
 
     def runs(self, trace: TraceContext) -> bool:

@@ -126,6 +126,9 @@ class Softmax(StageSpec):
     def overview(self, trace: TraceContext, head: int) -> list[Key]:
         return [("weights", head)]
 
+    def col_label(self, trace: TraceContext, name: str, col: int) -> str | None:
+        return SINK_COLUMNS[col] if name == "sink" else None
+
     def title(self, trace: TraceContext, name: str, head: int | None) -> str:
         if name == "sink":
             hr = trace.comp.heads[head] if head is not None else None

@@ -13,6 +13,7 @@ from textual.binding import Binding, BindingType
 from textual.containers import Vertical, VerticalScroll
 from textual.widgets import Input, Static
 
+from qkv_tui.core import part_questions as ask
 from qkv_tui.core.scenario import Scenario
 from qkv_tui.display.side_views import SIDE_VIEWS, shown_for
 from qkv_tui.display.text import pictured
@@ -119,8 +120,8 @@ class HelpScreen(PageScreen):
         super().__init__()
         self.stages = stages  # as the scenario names them (Embed is "Input" for a model's residual stream)
         # the rows of side views this scenario has nothing for (the Train view without [backward]) are left out
-        # a [linear] or [deltanet] scenario's stages compute no softmax: its help must not head them with one
-        self.state = scenario is not None and (scenario.linear is not None or getattr(scenario, "deltanet", None) is not None)
+        # the stages of a scenario with a state in place of the softmax compute none: its help must not head them with one
+        self.state = scenario is not None and ask.scenario_has(scenario, "state")
         self.hidden = {row for view in SIDE_VIEWS if scenario is not None and not shown_for(view, scenario)
                        for row in view.help}
 
