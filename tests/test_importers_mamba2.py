@@ -64,7 +64,6 @@ def _reference(model: Any, ids: list[int], layer: int) -> dict[str, np.ndarray]:
     """What the eager forward computes at ``layer``, caught by hooks on the block, its mixer and the gated norm."""
     seen: dict[str, np.ndarray] = {}
     block = model.backbone.layers[layer]
-    grab = lambda t: t[0].detach().numpy().copy()  # noqa: E731
 
     def on(key_in: str | None, key_out: str | None) -> tuple[Any, Any]:
         def before(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
@@ -76,6 +75,9 @@ def _reference(model: Any, ids: list[int], layer: int) -> dict[str, np.ndarray]:
                 seen[key_out] = grab(out)
 
         return before, after
+
+    def grab(t: Any) -> np.ndarray:
+        return np.array(t[0].detach().numpy())
 
     handles = []
     for module, names in ((block, ("X", "block")), (block.mixer, ("X_hat", "mixer")), (block.mixer.norm, ("y", "gated"))):

@@ -70,8 +70,7 @@ def _end(value: Any) -> float | None:
 
 def _limit(name: str, value: Any) -> list[float]:
     """time_step_limit as two numbers 0 <= low < high (high may be ∞): what each step dt is clamped to."""
-    ends = [_end(v) for v in value] if isinstance(value, list) and len(value) == 2 else [None]
-    low, high = (ends + [None])[:2]
+    low, high = [_end(v) for v in value] if isinstance(value, list) and len(value) == 2 else (None, None)
     if low is None or high is None or not 0 <= low < high:
         raise ImporterError(f"{name}: time_step_limit = {value!r}; expected two numbers 0 <= low < high (the clamp of"
                             " each step dt)")
