@@ -102,7 +102,7 @@ def expand_model(doc: dict[str, Any], base: Path | None = None, opened: Model | 
         result["input"] = {"kind": "residual", "layer": layer}
     elif weights.post_norm:  # BERT: token, position and token-type embeddings, summed and normed
         result["input"] = {"kind": "embedding+position+type"}
-    elif model.rope is None:  # GPT-2: learned position embeddings are added to the token embeddings
+    elif model.rope is None and not model.positionless:  # GPT-2: learned position embeddings are added to the token embeddings
         result["input"] = {"kind": "embedding+position"}
     if model.schedule:  # every layer's attention, the chosen one marked where the scenario is shown
         result.setdefault("input", {})["schedule"] = list(model.schedule)
@@ -151,6 +151,8 @@ def expand_model(doc: dict[str, Any], base: Path | None = None, opened: Model | 
         result["heads"] = [_one_head(weights, layer, h) for h in heads]
     if weights.tables is not None:  # a part's own tables (DiffLlama's [differential]), for the chosen heads
         result.update(weights.tables(heads))
+    if weights.tables_on is not None:  # a part's tables made from what the layer reads (Mamba-2's [ssd])
+        result.update(weights.tables_on(weights.norm(X), heads))
     return result
 
 

@@ -17,6 +17,8 @@ from qkv_tui.base.values import show as _show
 from qkv_tui.importers.errors import ImporterError
 from qkv_tui.importers.files import read_limited
 from qkv_tui.importers.hf_gemma3n_config import GEMMA3N_TYPES, text_config
+from qkv_tui.importers.hf_mamba2_config import CONTEXT as MAMBA2_CONTEXT
+from qkv_tui.importers.hf_mamba2_config import MAMBA2_TYPES, mamba2_defaults
 from qkv_tui.importers.hf_mimo_config import MIMO_TYPES, layer_kind, mimo_defaults, mimo_rope
 from qkv_tui.importers.hf_pending import PENDING_TYPES, pending_feature
 from qkv_tui.importers.hf_qwen35_config import LINEAR_TYPES, qwen35_text, with_defaults
@@ -28,7 +30,8 @@ LLAMA_TYPES = ("llama", "mistral", "qwen2", "smollm3", "granite", "phi3", "qwen3
 GEMMA_TYPES = ("gemma2", "gemma3_text")
 BERT_TYPES = ("bert",)
 DEEPSEEK_TYPES = ("deepseek_v2", "deepseek_v3")  # latent attention: hf_deepseek.py
-ALL_TYPES = GPT2_TYPES + LLAMA_TYPES + BERT_TYPES + DEEPSEEK_TYPES + MIMO_TYPES + GEMMA3N_TYPES  # hf_mimo.py, hf_gemma3n.py
+ALL_TYPES = (GPT2_TYPES + LLAMA_TYPES + BERT_TYPES + DEEPSEEK_TYPES + MIMO_TYPES + GEMMA3N_TYPES  # hf_mimo.py, hf_gemma3n.py
+             + MAMBA2_TYPES)  # hf_mamba2_folder.py
 CONFIG_LIMIT = 4 * 2**20  # real config.json files are a few kilobytes
 
 
@@ -80,6 +83,11 @@ def read_config(path: Path) -> Config:
         data = with_defaults(data)
     if model_type in MIMO_TYPES:
         data = mimo_defaults(path.name, data)
+    if model_type in MAMBA2_TYPES:  # no attention heads, no RoPE: each layer an [ssd] mixer (hf_mamba2_folder.py)
+        m = mamba2_defaults(path.name, data)
+        return Config("mamba2", m["hidden_size"], _Reader(path.name, m).int("num_hidden_layers", 64), m["num_heads"],
+                      m["num_heads"], m["head_dim"], MAMBA2_CONTEXT, _Reader(path.name, m).number("layer_norm_epsilon", 1e-5),
+                      m["hidden_act"], None, m)
     if model_type not in ALL_TYPES:
         raise ImporterError(
             f"{path.name}: model_type {_show(model_type)} is not supported; expected one of: {', '.join(ALL_TYPES)}"

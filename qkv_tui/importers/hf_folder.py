@@ -24,6 +24,7 @@ Two layouts:
   (hf_mimo.py).
 - "gemma3n" and "gemma3n_text": AltUp streams, LAuReL, per-layer inputs, a value norm, KV shared across layers
   (hf_gemma3n.py).
+- "mamba2": no attention; each layer's mixer as an [ssd] scenario (hf_mamba2_folder.py).
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ from qkv_tui.importers.hf_deepseek import open_deepseek
 from qkv_tui.importers.hf_diffllama import open_diffllama
 from qkv_tui.importers.hf_gated_deltanet import as_heads, linear_note, read_linear
 from qkv_tui.importers.hf_gemma3n import open_gemma3n
+from qkv_tui.importers.hf_mamba2_folder import open_mamba2
 from qkv_tui.importers.hf_mimo import open_mimo
 from qkv_tui.importers.hf_tensors import lookup, prefix_of
 from qkv_tui.importers.safetensors_raw import TensorFiles
@@ -110,6 +112,8 @@ def open_folder(folder: Path, source: str) -> Model:
         return open_mimo(config, tensors, tokenize, source)
     if config.model_type == "gemma3n_text":
         return open_gemma3n(config, tensors, tokenize, source)
+    if config.model_type == "mamba2":  # no attention: each layer's mixer as an [ssd] scenario (hf_mamba2_folder.py)
+        return open_mamba2(config, tensors, tokenize, source)
     if config.model_type == "diffllama":  # LLaMA's layout, its attention differential (hf_diffllama.py)
         return open_diffllama(_llama(config, tensors, tokenize, source), config, tensors)
     return _llama(config, tensors, tokenize, source)
@@ -120,7 +124,8 @@ def _bounded(config: Config, tensors: TensorFiles) -> None:
     gpt2 = config.model_type == "gpt2"
     check_layers("config.json", "n_layer" if gpt2 else "num_hidden_layers", config.num_layers, tensors.names())
     numbers = tensors.numbers()
-    check_heads("config.json", "n_head" if gpt2 else "num_attention_heads", config.num_heads, config.d_model, numbers)
+    key = "n_head" if gpt2 else "num_heads" if config.model_type == "mamba2" else "num_attention_heads"
+    check_heads("config.json", key, config.num_heads, config.d_model, numbers)
 
 
 def _tokenizer(path: Path) -> Tokenize:

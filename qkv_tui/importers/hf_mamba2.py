@@ -11,8 +11,9 @@ then the convolution and SiLU for x, B, C), given to [ssd] as numbers; dt from i
 (``W_dt``, with in_proj's dt bias folded into ``dt_bias``) so the Steps stage works softplus; A, D, the gated
 norm's γ and eps; out_proj as W_O. The scenario's heads are one per SSD head (head_dim wide W_V, not read).
 
-Not yet reachable from ``--model``: the folder dispatch (importers/hf_folder.py) and the layer schedule of a
-hybrid are for the lead to wire; tests/test_hf_mamba2_layer.py compares this with transformers' Mamba2Mixer.
+A "mamba2" folder opens through importers/hf_mamba2_folder.py, which reads each layer's mixer here; the layer
+schedule of a hybrid (nemotron_h, granitemoehybrid) is not wired yet. tests/test_hf_mamba2_layer.py compares this
+with transformers' Mamba2Mixer.
 """
 
 from __future__ import annotations
@@ -80,9 +81,8 @@ def _matrix(m: Matrix) -> str:
     return "[\n" + "".join(f"  {vector(row)},\n" for row in m) + "]"
 
 
-def ssd_scenario(X: Matrix, w: MixerWeights, tokens: Sequence[str], title: str) -> str:
-    """A scenario file for the mixer on its input X (n, d_model): [ssd] with the streams as the mixer makes them."""
-    d_model = X.shape[1]
+def mixer_table(X: Matrix, w: MixerWeights) -> Ssd:
+    """The [ssd] table of the mixer on its input X (n, d_model): z, x, B and C as the mixer makes them, dt's columns."""
     inner, GN, H = w.num_heads * w.head_dim, w.groups * w.d_state, w.num_heads
     proj = X @ w.W_in + (0.0 if w.b_in is None else w.b_in[None, :])
     z, xBC_raw = proj[:, :inner], proj[:, inner:2 * inner + 2 * GN]
@@ -90,7 +90,13 @@ def ssd_scenario(X: Matrix, w: MixerWeights, tokens: Sequence[str], title: str) 
     x, B, C = xBC[:, :inner], xBC[:, inner:inner + GN], xBC[:, inner + GN:]
     W_dt = w.W_in[:, 2 * inner + 2 * GN:]
     dt_bias = w.dt_bias + (0.0 if w.b_in is None else w.b_in[2 * inner + 2 * GN:])
-    table = Ssd(H, w.groups, w.A, None, W_dt, dt_bias, w.dt_limit, B, C, x, w.D, z, w.gamma, w.eps, w.head_dim)
+    return Ssd(H, w.groups, w.A, None, W_dt, dt_bias, w.dt_limit, B, C, x, w.D, z, w.gamma, w.eps, w.head_dim)
+
+
+def ssd_scenario(X: Matrix, w: MixerWeights, tokens: Sequence[str], title: str) -> str:
+    """A scenario file for the mixer on its input X (n, d_model): [ssd] with the streams as the mixer makes them."""
+    d_model, H = X.shape[1], w.num_heads
+    table = mixer_table(X, w)
     lines = [f"title = {string(title)}", f"description = {string(DESCRIPTION)}",
              f"tokens = [{', '.join(string(t) for t in tokens)}]", f"X = {_matrix(X)}", 'mask = "causal"']
     zeros = np.zeros((d_model, 1))

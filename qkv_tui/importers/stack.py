@@ -129,6 +129,9 @@ class Layer:
     # the layer's RoPE, and the scenario tables it adds for the chosen heads (expand.py writes them beside the heads)
     attend: Callable[[Array, Rope | None], Array] | None = None
     tables: Callable[[list[int]], dict[str, Any]] | None = None
+    # a part's tables made from the layer's normed input X̂ (n, d_model) for the chosen heads (Mamba-2's [ssd]: z, x,
+    # B and C as its mixer computes them from X̂, hf_mamba2_folder.py)
+    tables_on: Callable[[Array, list[int]], dict[str, Any]] | None = None
 
 
 def attention_forward(layer: Layer, rope: Rope | None, x: Array) -> Array:
@@ -317,3 +320,4 @@ class Model:
     # X as layer i's attention reads it, already normed, from the model's own walk of its stream (Gemma 3n's AltUp
     # streams are not one residual stream); None: residual_stream over layer(0 … i − 1), then the layer's [norm]
     stream: Callable[[list[int], int], Array] | None = None
+    positionless: bool = False  # True: rope is None, yet no positions are in the embeddings either (Mamba-2)
