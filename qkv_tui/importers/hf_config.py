@@ -27,7 +27,7 @@ LLAMA_TYPES = ("llama", "mistral", "qwen2", "smollm3", "granite", "phi3", "qwen3
                "qwen3_5_text", "qwen3_next", "diffllama")
 GEMMA_TYPES = ("gemma2", "gemma3_text")
 BERT_TYPES = ("bert",)
-DEEPSEEK_TYPES = ("deepseek_v2", "deepseek_v3")  # latent attention: hf_deepseek.py
+DEEPSEEK_TYPES = ("deepseek_v2", "deepseek_v3", "deepseek_v32")  # latent attention: hf_deepseek.py (V3.2: hf_deepseek_v32.py)
 ALL_TYPES = GPT2_TYPES + LLAMA_TYPES + BERT_TYPES + DEEPSEEK_TYPES + MIMO_TYPES + GEMMA3N_TYPES  # hf_mimo.py, hf_gemma3n.py
 CONFIG_LIMIT = 4 * 2**20  # real config.json files are a few kilobytes
 

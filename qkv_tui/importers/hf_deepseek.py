@@ -44,7 +44,7 @@ def _size(raw: dict[str, Any], key: str, default: int | None) -> int | None:
 def _sizes(config: Config) -> tuple[int, int, int, int, int | None]:
     """(kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim, q_lora_rank or None), transformers' defaults."""
     raw = config.raw
-    v3 = config.model_type == "deepseek_v3"
+    v3 = config.model_type in ("deepseek_v3", "deepseek_v32")  # V3.2 is V3's attention with an indexer beside it
     d_c = _size(raw, "kv_lora_rank", 512)
     d_nope = _size(raw, "qk_nope_head_dim", 128)
     d_rope = _size(raw, "qk_rope_head_dim", 64)
@@ -88,8 +88,8 @@ def open_deepseek(config: Config, tensors: TensorFiles, tokenize: Tokenize, sour
     table = tensors.rows(p + "embed_tokens.weight", (None, d))  # (vocab, d)
     act = ACTIVATIONS[config.activation]
     assert config.rope_base is not None
-    first_dense = _size(config.raw, "first_k_dense_replace", 3 if config.model_type == "deepseek_v3" else 0)
-    dense_until = first_dense or 0
+    first_dense = _size(config.raw, "first_k_dense_replace", 0 if config.model_type == "deepseek_v2" else 3)
+    dense_until = _dense_until(config, first_dense or 0)
     get = tensors.get
 
     def embed(ids: list[int]) -> Array:
@@ -141,11 +141,28 @@ def open_deepseek(config: Config, tensors: TensorFiles, tokenize: Tokenize, sour
             mlp=mlp, scale=None, window=None, mla=w,
         )
 
-    said = (f"DeepSeek's latent attention ({'V3' if config.model_type == 'deepseek_v3' else 'V2'}): every head's keys and"
+    version = {"deepseek_v2": "V2", "deepseek_v3": "V3", "deepseek_v32": "V3.2"}[config.model_type]
+    said = (f"DeepSeek's latent attention ({version}): every head's keys and"
             f" values come from one latent of {d_c} numbers per token (kv_a_proj_with_mqa, then kv_a_layernorm)"
             f" and a rotary key of {d_rope} shared by the heads.")
     return Model(source, config.num_layers, H, config.context, Rope(_layout(config), config.rope_base), tokenize,
                  embed, layer, hf_schedule(config), lambda layer: said)
+
+
+def _dense_until(config: Config, first_dense: int) -> int:
+    """How many leading layers have a dense MLP: V3.2's config lists each layer's (mlp_layer_types, "dense" or
+    "sparse"; transformers derives it from first_k_dense_replace when the file has none)."""
+    kinds = config.raw.get("mlp_layer_types") if config.model_type == "deepseek_v32" else None
+    if kinds is None:
+        return first_dense
+    if not isinstance(kinds, list) or len(kinds) != config.num_layers or any(k not in ("dense", "sparse") for k in kinds):
+        raise ImporterError(f"config.json: mlp_layer_types must list \"dense\" or \"sparse\" for each of the"
+                            f" {config.num_layers} layers")
+    until = kinds.index("sparse") if "sparse" in kinds else len(kinds)
+    if "dense" in kinds[until:]:
+        raise ImporterError(f"config.json: mlp_layer_types has a dense layer after the mixture of experts (layer"
+                            f" {kinds.index('dense', until)}); expected the dense layers first, as DeepSeek's")
+    return until
 
 
 def _as_heads(w: MlaWeights, W_O: Array) -> Attention:
