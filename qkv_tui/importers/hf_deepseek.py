@@ -1,4 +1,5 @@
 """DeepSeek-V2 and V3 folders (``deepseek_v2``, ``deepseek_v3``): their attention is latent attention, an ``[mla]`` table.
+V3.2 (``deepseek_v32``) is V3's with an indexer beside it: hf_deepseek_v32.py adds it to what this module reads.
 
 As transformers' DeepseekV2Attention and DeepseekV3Attention read the weights (all nn.Linear, (out, in),
 transposed here): ``kv_a_proj_with_mqa`` gives the latent's W_DKV in its first kv_lora_rank rows and
