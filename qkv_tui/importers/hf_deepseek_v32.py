@@ -1,5 +1,5 @@
-"""DeepSeek-V3.2 folders (``deepseek_v32``): DeepSeek-V3's latent attention, an ``[mla]`` table, with the lightning
-indexer of DeepSeek Sparse Attention beside it, an ``[indexer]`` table (contracts §15).
+"""DeepSeek-V3.2 (``deepseek_v32``) and GLM-5 (``glm_moe_dsa``) folders: DeepSeek-V3's latent attention, an ``[mla]``
+table, with the lightning indexer of DeepSeek Sparse Attention beside it, an ``[indexer]`` table (contracts §15).
 
 Everything but the indexer is V3's (hf_deepseek.py reads it; V3.2 always has the query latent and turns its MLA's
 rotary parts in interleaved pairs). As transformers' DeepseekV32Indexer reads the weights (nn.Linear, (out, in),
@@ -10,8 +10,16 @@ the main attention's frequencies but in half-split pairs (rotate_half) where the
 index_topk is ``top_k``. transformers multiplies q·k by index_head_dim^-1/2 and the weights by index_n_heads^-1/2;
 the [indexer] table folds both into w (kernels/indexer.py), the same scores.
 
-A layer's forward (the residual stream beneath a deeper layer) applies that layer's own selection, as the model
-does: every layer of V3.2 has its indexer.
+GLM-5 is the same but for two things (transformers' GlmMoeDsaIndexer and GlmMoeDsaAttention): its indexer turns
+interleaved pairs (transformers writes the turned pairs out as [evens | odds], for q and k alike, so every q·k is
+the in-place turn's), and its ``indexer_types`` make some layers "shared": they run no indexer and attend with the
+selection of the last "full" layer before them.
+
+A layer's forward (the residual stream beneath a deeper layer) applies its selection as the model does: its own
+indexer's, or for a shared layer that of the full layer it reuses, kept from when that layer ran. Every walk up the
+stack starts at layer 0, a full layer (transformers refuses a shared first layer), so the kept selection is this
+text's. A shared layer cannot be the chosen one: [indexer] computes a selection from the layer's own X, and the
+shared one comes from an earlier layer's; it is one line naming that layer.
 """
 
 from __future__ import annotations
@@ -34,7 +42,10 @@ from qkv_tui.kernels.indexer import DEFAULT_K_EPS, IndexerWeights, index
 from qkv_tui.kernels.mla import MlaWeights, mla_head, mla_shared
 from qkv_tui.kernels.rope import angles, pairs
 
-INDEX_LAYOUT = "half"  # DeepseekV32Indexer: apply_rotary_pos_emb (rotate_half), unlike its MLA
+# the indexer's RoPE layout and transformers' default index_n_heads: DeepseekV32Indexer turns with rotate_half
+# (apply_rotary_pos_emb), unlike its MLA; GlmMoeDsaIndexer with apply_rotary_pos_emb_interleave
+INDEX_LAYOUT = {"deepseek_v32": "half", "glm_moe_dsa": "interleaved"}
+INDEX_HEADS = {"deepseek_v32": 64, "glm_moe_dsa": 32}
 
 
 def _whole(raw: dict[str, Any], key: str, default: int) -> int:
@@ -45,16 +56,16 @@ def _whole(raw: dict[str, Any], key: str, default: int) -> int:
 
 
 def _refuse(config: Config) -> tuple[int, int, int]:
-    """(index_n_heads, index_head_dim, index_topk), transformers' defaults; what V3.2's reading cannot take, one line."""
+    """(index_n_heads, index_head_dim, index_topk), transformers' defaults; what the reading cannot take, one line."""
     raw = config.raw
     if "q_lora_rank" in raw and raw["q_lora_rank"] is None:
-        raise ImporterError("config.json: q_lora_rank = null is not supported; DeepSeek-V3.2's indexer reads the query"
-                            " latent (q_a_proj, q_a_layernorm), so the model has one")
+        raise ImporterError("config.json: q_lora_rank = null is not supported; DeepSeek Sparse Attention's indexer reads"
+                            " the query latent (q_a_proj, q_a_layernorm), so the model has one")
     kinds = raw.get("layer_types")
     if kinds is not None and (not isinstance(kinds, list) or any(k != "indexed_attention" for k in kinds)):
         raise ImporterError(f"config.json: layer_types = {_show(kinds)} is not supported; expected \"indexed_attention\""
-                            " for every layer (every DeepSeek-V3.2 layer has its indexer)")
-    heads, d_I, top_k = (_whole(raw, "index_n_heads", 64), _whole(raw, "index_head_dim", 128),
+                            " for every layer (every layer has its indexer, or shares one)")
+    heads, d_I, top_k = (_whole(raw, "index_n_heads", INDEX_HEADS[config.model_type]), _whole(raw, "index_head_dim", 128),
                          _whole(raw, "index_topk", 2048))
     d_rope = _whole(raw, "qk_rope_head_dim", 64)
     if d_rope > d_I:
@@ -63,30 +74,64 @@ def _refuse(config: Config) -> tuple[int, int, int]:
     return heads, d_I, top_k
 
 
+def indexer_types(config: Config) -> list[str]:
+    """Each layer's indexer, "full" (its own) or "shared" (the last full layer's selection), as transformers' config
+    fills it in: V3.2 every layer full; GLM-5 ``indexer_types``, else ``index_topk_pattern`` ("F"/"S"), else full
+    where max(i − index_skip_topk_offset + 1, 0) is a multiple of index_topk_freq (defaults 2 and 1)."""
+    raw, count = config.raw, config.num_layers
+    if config.model_type == "deepseek_v32":
+        return ["full"] * count
+    kinds = raw.get("indexer_types")
+    pattern = raw.get("index_topk_pattern")
+    if kinds is None and isinstance(pattern, str):
+        kinds = [{"F": "full", "S": "shared"}.get(c, c) for c in pattern]
+    elif kinds is None and pattern is not None:
+        kinds = pattern
+    elif kinds is None:
+        freq, offset = raw.get("index_topk_freq", 1), raw.get("index_skip_topk_offset", 2)
+        if any(isinstance(v, bool) or not isinstance(v, int) for v in (freq, offset)):
+            raise ImporterError(f"config.json: index_topk_freq = {freq!r}, index_skip_topk_offset = {offset!r};"
+                                " expected whole numbers")
+        kinds = ["full" if max(i - offset + 1, 0) % max(freq, 1) == 0 else "shared" for i in range(count)]
+    if not isinstance(kinds, list) or len(kinds) != count or any(k not in ("full", "shared") for k in kinds):
+        raise ImporterError(f"config.json: indexer_types must list \"full\" or \"shared\" for each of the {count}"
+                            " layers")
+    if count and kinds[0] != "full":
+        raise ImporterError("config.json: indexer_types[0] is \"shared\"; expected \"full\" (a shared layer reuses an"
+                            " earlier layer's selection, and layer 0 has none before it)")
+    return list(kinds)
+
+
 def open_deepseek_v32(config: Config, tensors: TensorFiles, tokenize: Tokenize, source: str) -> Model:
     H_I, d_I, top_k = _refuse(config)
+    kinds = indexer_types(config)
     model = open_deepseek(config, tensors, tokenize, source)
-    p = prefix_of(tensors, "embed_tokens.weight", "deepseek_v32 (DeepSeek)")
+    p = prefix_of(tensors, "embed_tokens.weight", f"{config.model_type} (DeepSeek Sparse Attention)")
     d = config.d_model
     get = tensors.get
+    layout = INDEX_LAYOUT[config.model_type]
+    kept: dict[int, Array] = {}  # each full layer's last selection (n, n), for the shared layers above it
+
+    def source_of(i: int) -> int:
+        return max(j for j in range(i + 1) if kinds[j] == "full")
 
     def indexer(i: int, w: MlaWeights) -> IndexerWeights:
         a = f"{p}layers.{i}.self_attn.indexer."
         d_cq = int(w.W_DQ.shape[1]) if w.W_DQ is not None else 0
         return IndexerWeights(
             H_I, _fixed(get(a + "wq_b.weight", (H_I * d_I, d_cq)).T), _fixed(get(a + "wk.weight", (d_I, d)).T),
-            _fixed(get(a + "weights_proj.weight", (H_I, d)).T), top_k, w.d_rope, INDEX_LAYOUT,
+            _fixed(get(a + "weights_proj.weight", (H_I, d)).T), top_k, w.d_rope, layout,
             get(a + "k_norm.weight", (d_I,)), get(a + "k_norm.bias", (d_I,)), DEFAULT_K_EPS)
 
     def layer(i: int) -> Layer:
         base = model.layer(i)
         w = base.mla
         assert w is not None
-        ix = indexer(i, w)
+        ix = indexer(i, w) if kinds[i] == "full" else None
         W_O = base.attention.W_O
 
         def attend(x: Array, rope: Rope | None) -> Array:
-            """[mla] over the normed input x (n, d_model), every head's causal mask narrowed to the indexer's pick."""
+            """[mla] over the normed input x (n, d_model), every head's causal mask narrowed to the selection."""
             n = x.shape[0]
             allow = np.tril(np.ones((n, n), dtype=bool))
             turned = None
@@ -94,25 +139,40 @@ def open_deepseek_v32(config: Config, tensors: TensorFiles, tokenize: Tokenize, 
                 a = angles(rope.base, w.d_rope, list(range(n)))  # (n, d_rope/2)
                 turned = Turn(np.cos(a), np.sin(a), pairs(rope.layout, w.d_rope))
             shared = mla_shared(x, w, turned)
-            base_ = rope.base if rope is not None else 10000.0
-            picked = index(x, ix, allow, list(range(n)), base_, shared.c_Q).selected  # (n, n)
+            if ix is not None:
+                base_ = rope.base if rope is not None else 10000.0
+                kept[i] = picked = index(x, ix, allow, list(range(n)), base_, shared.c_Q).selected  # (n, n)
+            else:
+                picked = kept.get(source_of(i), np.zeros((0, 0), dtype=bool))
+                if picked.shape != (n, n):  # a walk up the stack runs the full layer first; anything else is a bug
+                    raise ImporterError(f"{source}: layer {i} reuses layer {source_of(i)}'s selection, which has not"
+                                        " run on this text")
             outs = [mla_head(shared, w, h, picked, math.sqrt(w.d_qk), turned).attended.output for h in range(w.num_heads)]
             return project(np.concatenate(outs, axis=1), W_O, None)  # (n, d_model)
 
         def tables(chosen: list[int]) -> dict[str, Any]:
             """The layer's [indexer] (one for every head: expand.py refuses a subset of [mla]'s heads first)."""
+            if ix is None:
+                raise ImporterError(
+                    f"{source}: layer {i} runs no indexer of its own (indexer_types[{i}] = \"shared\": it attends with"
+                    f" layer {source_of(i)}'s selection, computed from that layer's input), which [indexer] cannot take"
+                    f" yet; choose layer {source_of(i)} or another \"full\" layer")
             assert ix.k_gamma is not None and ix.k_beta is not None
-            return {"indexer": {"num_heads": H_I, "top_k": top_k, "rope_dims": ix.rope_dims, "rope_layout": INDEX_LAYOUT,
+            return {"indexer": {"num_heads": H_I, "top_k": top_k, "rope_dims": ix.rope_dims, "rope_layout": layout,
                                 "W_q": ix.W_q, "W_k": ix.W_k, "W_w": ix.W_w,
                                 "k_norm": {"gamma": ix.k_gamma.tolist(), "beta": ix.k_beta.tolist(), "eps": ix.k_eps}}}
 
         return replace(base, attend=attend, tables=tables)
 
+    pairs_are = ("half-split pairs (transformers' DeepseekV32Indexer), while the MLA turns interleaved ones"
+                 if layout == "half" else "interleaved pairs (transformers' GlmMoeDsaIndexer), as the MLA does")
     said = model.note(0)
     said += (f" DeepSeek Sparse Attention: {H_I} index heads of {d_I} score every visible key (W_q reads the query"
-             f" latent c_Q; the first {config.raw.get('qk_rope_head_dim', 64)} dimensions turn in half-split pairs,"
-             f" transformers' DeepseekV32Indexer, while the MLA turns interleaved ones), and each query keeps its top"
-             f" {top_k} keys in every head.")
+             f" latent c_Q; the first {config.raw.get('qk_rope_head_dim', 64)} dimensions turn in {pairs_are}), and"
+             f" each query keeps its top {top_k} keys in every head.")
+    if "shared" in kinds:
+        said += (" The layers marked shared in indexer_types run no indexer and reuse the last full layer's"
+                 " selection, as the model's own code does.")
     return replace(model, layer=layer, note=lambda i: said)
 
 

@@ -19,7 +19,8 @@ Two layouts:
   (``layer_types``) and a mixture-of-experts MLP (stack.MoeMlp; experts stored (in, out), not quantised).
   Gemma 2 and 3: hf_gemma.py. DiffLlama ("diffllama"): LLaMA's layout with differential attention, hf_diffllama.py.
 - "deepseek_v2" and "deepseek_v3": latent attention, an [mla] table (hf_deepseek.py); "deepseek_v32" adds the
-  lightning indexer of DeepSeek Sparse Attention, an [indexer] table (hf_deepseek_v32.py).
+  lightning indexer of DeepSeek Sparse Attention, an [indexer] table, and so does GLM-5's "glm_moe_dsa"
+  (hf_deepseek_v32.py).
 - "bert": hf_bert.py.
 - "mimo_v2_flash": hybrid sliding and full layers, value heads narrower than query/key heads, a value scale
   (hf_mimo.py).
@@ -106,7 +107,7 @@ def open_folder(folder: Path, source: str) -> Model:
         return _gpt2(config, tensors, tokenize, source)
     if config.model_type == "bert":
         return open_bert(config, tensors, tokenize, source)
-    if config.model_type == "deepseek_v32":
+    if config.model_type in ("deepseek_v32", "glm_moe_dsa"):
         return open_deepseek_v32(config, tensors, tokenize, source)
     if config.model_type in DEEPSEEK_TYPES:
         return open_deepseek(config, tensors, tokenize, source)
