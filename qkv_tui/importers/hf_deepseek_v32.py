@@ -38,7 +38,7 @@ from qkv_tui.importers.hf_tensors import prefix_of
 from qkv_tui.importers.safetensors_raw import TensorFiles
 from qkv_tui.importers.stack import Array, Layer, Model, Rope, Tokenize
 from qkv_tui.kernels.attention import Turn, project
-from qkv_tui.kernels.indexer import DEFAULT_K_EPS, IndexerWeights, index
+from qkv_tui.kernels.indexer import DEFAULT_K_EPS, BoolMatrix, IndexerWeights, index
 from qkv_tui.kernels.mla import MlaWeights, mla_head, mla_shared
 from qkv_tui.kernels.rope import angles, pairs
 
@@ -110,7 +110,7 @@ def open_deepseek_v32(config: Config, tensors: TensorFiles, tokenize: Tokenize, 
     d = config.d_model
     get = tensors.get
     layout = INDEX_LAYOUT[config.model_type]
-    kept: dict[int, Array] = {}  # each full layer's last selection (n, n), for the shared layers above it
+    kept: dict[int, BoolMatrix] = {}  # each full layer's last selection (n, n), for the shared layers above it
 
     def source_of(i: int) -> int:
         return max(j for j in range(i + 1) if kinds[j] == "full")
