@@ -4,7 +4,7 @@ Each case builds a tiny random checkpoint with transformers' DeepseekV32ForCausa
 keys most queries see, so the selection drops keys), opens it through a [model] table and compares X, every head's
 output (the input of o_proj) and the attention output after W_O with hooks in the model's float64 eager forward,
 at layer 0 and at layer 1 (whose X runs layer 0's latent attention, narrowed by layer 0's own selection, and its
-dense MLP). transformers computes RoPE's cos and sin, the latent RMSNorms and the indexer's scores in float32
+dense MLP), and a layer beneath whose MLP is the mixture of experts. transformers computes RoPE's cos and sin, the latent RMSNorms and the indexer's scores in float32
 whatever the model's dtype, so the numbers agree to float32 noise (ROPE_FLOAT32), and the selection is compared
 index for index with the top-k transformers' indexer returns, on draws whose k-th and next scores are far apart
 (torch.topk orders equal scores as it likes, and ReLU's zeros tie often).
@@ -124,11 +124,25 @@ def test_the_stream_beneath_a_deeper_layer_needs_each_layers_selection(tmp_path:
     assert np.abs(full - ref["X"]).max() > 100 * ROPE_FLOAT32
 
 
+@pytest.mark.parametrize("seed", [5])
+def test_a_mixture_of_experts_layer_runs_beneath_a_deeper_layer(tmp_path: Path, seed: int) -> None:
+    """Layer 1's MLP is DeepSeek-V3's router over 8 experts in 2 groups (one group kept, 2 experts per token) plus
+    the shared expert: layer 2's X runs it as DeepseekV32MoE does (its router computes in float32 too)."""
+    folder, vocab = _with_tokenizer(tmp_path, "deepseek_v32")
+    model = _build(folder, "DeepseekV32ForCausalLM", _config(vocab, num_hidden_layers=3, first_k_dense_replace=1,
+                                                             n_routed_experts=8, n_group=2, topk_group=1), seed=seed,
+                   experts_implementation="eager")  # torch's grouped_mm takes no float64
+    _place_tokenizer(tmp_path, folder)
+    assert type(model.model.layers[1].mlp).__name__ == "DeepseekV32MoE"
+    comp = _open(tmp_path, folder, 2)
+    _decisive(comp.heads[0].need(Selection))
+    _compare(comp, _decoder_reference(model, comp, 2), d_v=6, tol=ROPE_FLOAT32)
+
+
 def test_what_the_v32_importer_cannot_read_is_one_line_each(cli: Any, tmp_path: Path) -> None:
     folder, vocab = _with_tokenizer(tmp_path, "deepseek_v32")
     _build(folder, "DeepseekV32ForCausalLM", _config(vocab, num_hidden_layers=3, first_k_dense_replace=1), seed=3)
     _place_tokenizer(tmp_path, folder)
-    assert "mixture of experts" in _lines(cli, tmp_path, folder, "layer = 2\n")
     assert "leave out model.heads" in _lines(cli, tmp_path, folder, "heads = [0]\n")
     _edit_config(folder, {"mlp_layer_types": ["dense", "sparse", "dense"]})
     assert "dense layer after the mixture of experts" in _lines(cli, tmp_path, folder)

@@ -15,6 +15,9 @@ interleaved pairs (transformers writes the turned pairs out as [evens | odds], f
 the in-place turn's), and its ``indexer_types`` make some layers "shared": they run no indexer and attend with the
 selection of the last "full" layer before them.
 
+The mixture-of-experts layers (``mlp_layer_types`` "sparse") run beneath a deeper layer: DeepSeek-V3's router
+(hf_mimo.py's SigmoidMoe) and the shared experts, added, as DeepseekV32MoE and GlmMoeDsaMoE compute them.
+
 A layer's forward (the residual stream beneath a deeper layer) applies its selection as the model does: its own
 indexer's, or for a shared layer that of the full layer it reuses, kept from when that layer ran. Every walk up the
 stack starts at layer 0, a full layer (transformers refuses a shared first layer), so the kept selection is this
@@ -34,9 +37,10 @@ from qkv_tui.base.values import show as _show
 from qkv_tui.importers.errors import ImporterError
 from qkv_tui.importers.hf_config import Config
 from qkv_tui.importers.hf_deepseek import open_deepseek
+from qkv_tui.importers.hf_mimo import _moe as sigmoid_moe
 from qkv_tui.importers.hf_tensors import prefix_of
 from qkv_tui.importers.safetensors_raw import TensorFiles
-from qkv_tui.importers.stack import Array, Layer, Model, Rope, Tokenize
+from qkv_tui.importers.stack import ACTIVATIONS, Array, GatedMlp, Layer, Model, Rope, Tokenize
 from qkv_tui.kernels.attention import Turn, project
 from qkv_tui.kernels.indexer import DEFAULT_K_EPS, BoolMatrix, IndexerWeights, index
 from qkv_tui.kernels.mla import MlaWeights, mla_head, mla_shared
@@ -123,8 +127,21 @@ def open_deepseek_v32(config: Config, tensors: TensorFiles, tokenize: Tokenize, 
             _fixed(get(a + "weights_proj.weight", (H_I, d)).T), top_k, w.d_rope, layout,
             get(a + "k_norm.weight", (d_I,)), get(a + "k_norm.bias", (d_I,)), DEFAULT_K_EPS)
 
+    def sparse(i: int) -> Any:
+        """A mixture-of-experts layer's MLP: DeepSeek-V3's router and routed experts (hf_mimo.py's SigmoidMoe, as
+        transformers' DeepseekV32MoE and GlmMoeDsaMoE run them) plus the shared experts, a SwiGLU on every token."""
+        m = f"{p}layers.{i}.mlp."
+        routed = sigmoid_moe(config, tensors, m)
+        gate = get(m + "shared_experts.gate_proj.weight", (None, d))  # (moe_intermediate·n_shared_experts, d)
+        inner = int(gate.shape[0])
+        common = GatedMlp(gate.T, get(m + "shared_experts.up_proj.weight", (inner, d)).T,
+                          get(m + "shared_experts.down_proj.weight", (d, inner)).T, ACTIVATIONS[config.activation])
+        return lambda x: routed(x) + common(x)
+
     def layer(i: int) -> Layer:
         base = model.layer(i)
+        if f"{p}layers.{i}.mlp.gate.weight" in tensors:  # the router's: hf_deepseek.py refuses to run this MLP
+            base = replace(base, mlp=sparse(i))
         w = base.mla
         assert w is not None
         ix = indexer(i, w) if kinds[i] == "full" else None
