@@ -149,7 +149,7 @@ def test_what_the_v32_importer_cannot_read_is_one_line_each(cli: Any, tmp_path: 
     _edit_config(folder, {"mlp_layer_types": ["dense", "sparse", "sparse"], "layer_types": ["indexed_attention",
                                                                                               "full_attention",
                                                                                               "indexed_attention"]})
-    assert "layer_types" in _lines(cli, tmp_path, folder)
+    assert "layer_types[1] = 'full_attention' is not supported" in _lines(cli, tmp_path, folder)
     _edit_config(folder, {"layer_types": None, "q_lora_rank": None})
     assert "q_lora_rank = null is not supported" in _lines(cli, tmp_path, folder)
     _edit_config(folder, {"q_lora_rank": 12, "rope_parameters": {"rope_type": "yarn", "factor": 4.0,

@@ -66,9 +66,13 @@ def _refuse(config: Config) -> tuple[int, int, int]:
         raise ImporterError("config.json: q_lora_rank = null is not supported; DeepSeek Sparse Attention's indexer reads"
                             " the query latent (q_a_proj, q_a_layernorm), so the model has one")
     kinds = raw.get("layer_types")
-    if kinds is not None and (not isinstance(kinds, list) or any(k != "indexed_attention" for k in kinds)):
-        raise ImporterError(f"config.json: layer_types = {_show(kinds)} is not supported; expected \"indexed_attention\""
-                            " for every layer (every layer has its indexer, or shares one)")
+    if kinds is not None and not isinstance(kinds, list):
+        raise ImporterError(f"config.json: layer_types = {_show(kinds)}; expected a list, \"indexed_attention\" for every"
+                            " layer")
+    for i, kind in enumerate(kinds or ()):
+        if kind != "indexed_attention":
+            raise ImporterError(f"config.json: layer_types[{i}] = {_show(kind)} is not supported; expected"
+                                " \"indexed_attention\" for every layer (every layer has its indexer, or shares one)")
     heads, d_I, top_k = (_whole(raw, "index_n_heads", INDEX_HEADS[config.model_type]), _whole(raw, "index_head_dim", 128),
                          _whole(raw, "index_topk", 2048))
     d_rope = _whole(raw, "qk_rope_head_dim", 64)
