@@ -96,6 +96,7 @@ def test_glm_full_layers_match_transformers_through_a_shared_layer(tmp_path: Pat
         assert comp.scenario.norm is not None and comp.scenario.norm.eps == 1e-5
         assert "interleaved pairs (transformers' GlmMoeDsaIndexer)" in comp.scenario.description
         assert "reuse the last full layer's selection" in comp.scenario.description
+        assert ("This layer's selection is also the one layer 1 attends with." in comp.scenario.description) == (layer == 0)
 
 
 def test_the_shared_layer_attends_with_the_full_layers_selection(tmp_path: Path) -> None:

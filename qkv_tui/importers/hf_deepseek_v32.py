@@ -194,7 +194,16 @@ def open_deepseek_v32(config: Config, tensors: TensorFiles, tokenize: Tokenize, 
     if "shared" in kinds:
         said += (" The layers marked shared in indexer_types run no indexer and reuse the last full layer's"
                  " selection, as the model's own code does.")
-    return replace(model, layer=layer, note=lambda i: said)
+
+    def note(i: int) -> str:
+        reusing = [j for j in range(i + 1, len(kinds)) if kinds[j] == "shared" and source_of(j) == i]
+        if not reusing or kinds[i] != "full":
+            return said
+        which = ", ".join(map(str, reusing))
+        verb = "attend" if len(reusing) > 1 else "attends"
+        return f"{said} This layer's selection is also the one layer{'s' if len(reusing) > 1 else ''} {which} {verb} with."
+
+    return replace(model, layer=layer, note=note)
 
 
 def _fixed(values: Array) -> Array:
