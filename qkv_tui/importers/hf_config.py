@@ -29,7 +29,8 @@ LLAMA_TYPES = ("llama", "mistral", "qwen2", "smollm3", "granite", "phi3", "qwen3
                "qwen3_5_text", "qwen3_next", "diffllama")
 GEMMA_TYPES = ("gemma2", "gemma3_text")
 BERT_TYPES = ("bert",)
-DEEPSEEK_TYPES = ("deepseek_v2", "deepseek_v3")  # latent attention: hf_deepseek.py
+# latent attention: hf_deepseek.py; with DeepSeek Sparse Attention's indexer (V3.2, GLM-5): hf_deepseek_v32.py
+DEEPSEEK_TYPES = ("deepseek_v2", "deepseek_v3", "deepseek_v32", "glm_moe_dsa")
 ALL_TYPES = (GPT2_TYPES + LLAMA_TYPES + BERT_TYPES + DEEPSEEK_TYPES + MIMO_TYPES + GEMMA3N_TYPES  # hf_mimo.py, hf_gemma3n.py
              + MAMBA2_TYPES)  # hf_mamba2_folder.py
 CONFIG_LIMIT = 4 * 2**20  # real config.json files are a few kilobytes
@@ -124,7 +125,7 @@ def read_config(path: Path) -> Config:
     act = get.string("hidden_activation", "gelu_pytorch_tanh") if model_type in GEMMA_TYPES else get.string("hidden_act", "silu")
     return Config(
         model_type, d_model, get.int("num_hidden_layers", 32), heads, kv_heads, head_dim,
-        get.int("max_position_embeddings", 2048), get.number("rms_norm_eps", 1e-6),
+        get.int("max_position_embeddings", 2048), get.number("rms_norm_eps", 1e-5 if model_type == "glm_moe_dsa" else 1e-6),
         act, rope.base, data, rope,
     )
 

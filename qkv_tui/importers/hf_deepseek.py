@@ -1,4 +1,5 @@
 """DeepSeek-V2 and V3 folders (``deepseek_v2``, ``deepseek_v3``): their attention is latent attention, an ``[mla]`` table.
+V3.2 (``deepseek_v32``) is V3's with an indexer beside it: hf_deepseek_v32.py adds it to what this module reads.
 
 As transformers' DeepseekV2Attention and DeepseekV3Attention read the weights (all nn.Linear, (out, in),
 transposed here): ``kv_a_proj_with_mqa`` gives the latent's W_DKV in its first kv_lora_rank rows and
@@ -31,6 +32,9 @@ from qkv_tui.importers.schedule import hf_schedule
 from qkv_tui.importers.stack import ACTIVATIONS, Array, Attention, GatedMlp, Layer, Model, Norm, Rope, Tokenize
 from qkv_tui.kernels.mla import MlaWeights
 
+LATENT_EPS = 1e-6  # q_a_layernorm and kv_a_layernorm are built without the config's rms_norm_eps, so 1e-6
+Q_LORA_RANK = {"deepseek_v2": None, "deepseek_v3": 1536, "deepseek_v32": 1536, "glm_moe_dsa": 2048}  # the defaults
+
 
 def _size(raw: dict[str, Any], key: str, default: int | None) -> int | None:
     value = raw.get(key, default)
@@ -44,12 +48,12 @@ def _size(raw: dict[str, Any], key: str, default: int | None) -> int | None:
 def _sizes(config: Config) -> tuple[int, int, int, int, int | None]:
     """(kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim, q_lora_rank or None), transformers' defaults."""
     raw = config.raw
-    v3 = config.model_type == "deepseek_v3"
+    glm = config.model_type == "glm_moe_dsa"  # GlmMoeDsaConfig's head widths differ from DeepSeek's
     d_c = _size(raw, "kv_lora_rank", 512)
-    d_nope = _size(raw, "qk_nope_head_dim", 128)
+    d_nope = _size(raw, "qk_nope_head_dim", 192 if glm else 128)
     d_rope = _size(raw, "qk_rope_head_dim", 64)
-    d_v = _size(raw, "v_head_dim", 128)
-    d_cq = _size(raw, "q_lora_rank", 1536) if v3 else _size(raw, "q_lora_rank", None)
+    d_v = _size(raw, "v_head_dim", 256 if glm else 128)
+    d_cq = _size(raw, "q_lora_rank", Q_LORA_RANK.get(config.model_type))
     assert d_c is not None and d_nope is not None and d_rope is not None and d_v is not None
     if d_rope % 2:
         raise ImporterError(f"config.json: qk_rope_head_dim = {d_rope} is odd; RoPE turns the rotary dimensions in pairs")
@@ -88,8 +92,8 @@ def open_deepseek(config: Config, tensors: TensorFiles, tokenize: Tokenize, sour
     table = tensors.rows(p + "embed_tokens.weight", (None, d))  # (vocab, d)
     act = ACTIVATIONS[config.activation]
     assert config.rope_base is not None
-    first_dense = _size(config.raw, "first_k_dense_replace", 3 if config.model_type == "deepseek_v3" else 0)
-    dense_until = first_dense or 0
+    first_dense = _size(config.raw, "first_k_dense_replace", 0 if config.model_type == "deepseek_v2" else 3)
+    dense_until = _dense_until(config, first_dense or 0)
     get = tensors.get
 
     def embed(ids: list[int]) -> Array:
@@ -113,7 +117,7 @@ def open_deepseek(config: Config, tensors: TensorFiles, tokenize: Tokenize, sour
             W_UQ = get(a + "q_b_proj.weight", (H * d_qk, d_cq)).T  # (d_cq, H·d_qk)
         return MlaWeights(H, d_nope, d_rope, d_v, np.ascontiguousarray(kv_a[:, :d_c]), W_UK, W_UV,
                           np.ascontiguousarray(kv_a[:, d_c:]), W_Q, W_DQ, W_UQ, rms(a + "kv_a_layernorm", d_c),
-                          gamma_q, config.eps)
+                          gamma_q, LATENT_EPS)
 
     def moe(i: int) -> Any:
         def refuse(x: Array) -> Array:
@@ -141,11 +145,29 @@ def open_deepseek(config: Config, tensors: TensorFiles, tokenize: Tokenize, sour
             mlp=mlp, scale=None, window=None, mla=w,
         )
 
-    said = (f"DeepSeek's latent attention ({'V3' if config.model_type == 'deepseek_v3' else 'V2'}): every head's keys and"
+    version = {"deepseek_v2": "V2", "deepseek_v3": "V3", "deepseek_v32": "V3.2",
+               "glm_moe_dsa": "GLM-5"}[config.model_type]
+    said = (f"DeepSeek's latent attention ({version}): every head's keys and"
             f" values come from one latent of {d_c} numbers per token (kv_a_proj_with_mqa, then kv_a_layernorm)"
             f" and a rotary key of {d_rope} shared by the heads.")
     return Model(source, config.num_layers, H, config.context, Rope(_layout(config), config.rope_base), tokenize,
                  embed, layer, hf_schedule(config), lambda layer: said)
+
+
+def _dense_until(config: Config, first_dense: int) -> int:
+    """How many leading layers have a dense MLP: V3.2's config lists each layer's (mlp_layer_types, "dense" or
+    "sparse"; transformers derives it from first_k_dense_replace when the file has none)."""
+    kinds = config.raw.get("mlp_layer_types") if config.model_type in ("deepseek_v32", "glm_moe_dsa") else None
+    if kinds is None:
+        return first_dense
+    if not isinstance(kinds, list) or len(kinds) != config.num_layers or any(k not in ("dense", "sparse") for k in kinds):
+        raise ImporterError(f"config.json: mlp_layer_types must list \"dense\" or \"sparse\" for each of the"
+                            f" {config.num_layers} layers")
+    until = kinds.index("sparse") if "sparse" in kinds else len(kinds)
+    if "dense" in kinds[until:]:
+        raise ImporterError(f"config.json: mlp_layer_types has a dense layer after the mixture of experts (layer"
+                            f" {kinds.index('dense', until)}); expected the dense layers first, as DeepSeek's")
+    return until
 
 
 def _as_heads(w: MlaWeights, W_O: Array) -> Attention:

@@ -18,7 +18,9 @@ Two layouts:
   sink logit per head (``self_attn.sinks``), biases on every projection, YaRN, sliding and full layers
   (``layer_types``) and a mixture-of-experts MLP (stack.MoeMlp; experts stored (in, out), not quantised).
   Gemma 2 and 3: hf_gemma.py. DiffLlama ("diffllama"): LLaMA's layout with differential attention, hf_diffllama.py.
-- "deepseek_v2" and "deepseek_v3": latent attention, an [mla] table (hf_deepseek.py).
+- "deepseek_v2" and "deepseek_v3": latent attention, an [mla] table (hf_deepseek.py); "deepseek_v32" adds the
+  lightning indexer of DeepSeek Sparse Attention, an [indexer] table, and so does GLM-5's "glm_moe_dsa"
+  (hf_deepseek_v32.py).
 - "bert": hf_bert.py.
 - "mimo_v2_flash": hybrid sliding and full layers, value heads narrower than query/key heads, a value scale
   (hf_mimo.py).
@@ -45,6 +47,7 @@ from qkv_tui.importers.files import read_limited, status
 from qkv_tui.importers.hf_bert import open_bert
 from qkv_tui.importers.hf_config import DEEPSEEK_TYPES, GEMMA_TYPES, Config, read_config, rotary, sliding_window
 from qkv_tui.importers.hf_deepseek import open_deepseek
+from qkv_tui.importers.hf_deepseek_v32 import open_deepseek_v32
 from qkv_tui.importers.hf_diffllama import open_diffllama
 from qkv_tui.importers.hf_gated_deltanet import as_heads, linear_note, read_linear
 from qkv_tui.importers.hf_gemma3n import open_gemma3n
@@ -106,6 +109,8 @@ def open_folder(folder: Path, source: str) -> Model:
         return _gpt2(config, tensors, tokenize, source)
     if config.model_type == "bert":
         return open_bert(config, tensors, tokenize, source)
+    if config.model_type in ("deepseek_v32", "glm_moe_dsa"):
+        return open_deepseek_v32(config, tensors, tokenize, source)
     if config.model_type in DEEPSEEK_TYPES:
         return open_deepseek(config, tensors, tokenize, source)
     if config.model_type == "mimo_v2_flash":

@@ -125,8 +125,9 @@ class Layer:
     deltanet: DeltaLayerWeights | None = None  # a Gated DeltaNet layer (Qwen3-Next, Qwen3.5): the delta rule, no softmax
     value_scale: float = 1.0  # every head's V multiplied by it after the projection (MiMo-V2-Flash)
     v_norm: float | None = None  # the eps of an RMSNorm of every value row, no gain (Gemma 3n); None = none
-    # a layer whose attention is a part's own (DiffLlama's, hf_diffllama.py): its forward over the normed input with
-    # the layer's RoPE, and the scenario tables it adds for the chosen heads (expand.py writes them beside the heads)
+    # a layer whose attention is a part's own (DiffLlama's, hf_diffllama.py; DeepSeek-V3.2's [mla] with its indexer,
+    # hf_deepseek_v32.py): its forward over the normed input with the layer's RoPE, run in place of any other, and the
+    # scenario tables it adds for the chosen heads (expand.py writes them beside the heads)
     attend: Callable[[Array, Rope | None], Array] | None = None
     tables: Callable[[list[int]], dict[str, Any]] | None = None
     # a part's tables made from the layer's normed input X̂ (n, d_model) for the chosen heads (Mamba-2's [ssd]: z, x,
@@ -138,12 +139,12 @@ def attention_forward(layer: Layer, rope: Rope | None, x: Array) -> Array:
     """The attention sub-layer's output for the normed input x (n, d_model): every head, then W_O."""
     att = layer.attention
     rope = layer.rope if layer.rope is not None else rope
+    if layer.attend is not None:  # a part's own forward, over [mla] too (DeepSeek-V3.2's indexer narrows its mask)
+        return layer.attend(x, rope if layer.rotary else None)
     if layer.mla is not None:
         return _mla_forward(layer.mla, att.W_O, rope if layer.rotary else None, x)
     if layer.deltanet is not None:
         return deltanet_layer(layer.deltanet, x)
-    if layer.attend is not None:
-        return layer.attend(x, rope if layer.rotary else None)
     n = x.shape[0]
     d_k, d_v = att.d_k, att.d_v
     # every head's projection at once (the model's own matrices), then one head at a time
