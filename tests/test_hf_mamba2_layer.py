@@ -12,9 +12,10 @@ import pytest
 
 from qkv_tui import compute
 from qkv_tui.core.scenario import parse_scenario
+from qkv_tui.core.toml_text import string, vector
 from qkv_tui.edges.export_markdown import to_markdown
 from qkv_tui.importers.errors import ImporterError
-from qkv_tui.importers.hf_mamba2 import mixer_weights, ssd_scenario
+from qkv_tui.importers.hf_mamba2 import DESCRIPTION, mixer_table, mixer_weights
 
 from .test_calculator import assert_holds, check_text
 
@@ -41,6 +42,35 @@ def _mixer(use_bias: bool, limit: tuple[float, float]) -> tuple[object, dict[str
             m.in_proj.bias.normal_()
             m.out_proj.bias.normal_()
     return m, cfg.to_dict()
+
+
+def _matrix(m: np.ndarray) -> str:
+    return "[\n" + "".join(f"  {vector(row)},\n" for row in m) + "]"
+
+
+def _value(v: object) -> str:
+    if isinstance(v, np.ndarray):
+        return _matrix(v) if v.ndim == 2 else vector(v)
+    if isinstance(v, list):
+        return vector(np.array(v, dtype=float))
+    return repr(v)
+
+
+def ssd_scenario(X: np.ndarray, w, tokens: list[str], title: str) -> str:
+    """A scenario file of the mixer on its input X, its [ssd] table the importer's data written as TOML."""
+    d_model = X.shape[1]
+    lines = [f"title = {string(title)}", f"description = {string(DESCRIPTION)}",
+             f"tokens = [{', '.join(string(t) for t in tokens)}]", f"X = {_matrix(X)}", 'mask = "causal"']
+    zeros = np.zeros((d_model, 1))
+    for h in range(w.num_heads):  # the heads' weights are not read under [ssd]: W_V's width is each head's d
+        lines += ["[[heads]]", f"name = {string(f'ssd head {h + 1}')}", f"W_Q = {_matrix(zeros)}",
+                  f"W_K = {_matrix(zeros)}", f"W_V = {_matrix(np.zeros((d_model, w.head_dim)))}"]
+    lines += ["[output]", f"W_O = {_matrix(w.W_out)}"]
+    if w.b_out is not None:
+        lines.append(f"b_O = {vector(w.b_out)}")
+    lines.append("[ssd]")
+    lines += [f"{key} = {_value(value)}" for key, value in mixer_table(X, w).items() if value is not None]
+    return "\n".join(lines) + "\n"
 
 
 @pytest.mark.parametrize(("use_bias", "limit"), [(False, (0.0, float("inf"))), (True, (0.05, 2.0))])

@@ -23,8 +23,6 @@ from typing import Any
 
 import numpy as np
 
-from qkv_tui.core.toml_text import string, vector
-from qkv_tui.core.variants.ssd import Ssd, write_ssd
 from qkv_tui.importers.errors import ImporterError
 from qkv_tui.kernels.policy import EXACT
 from qkv_tui.kernels.ssd import MixerWeights, causal_conv, decay_rate, silu
@@ -77,12 +75,9 @@ DESCRIPTION = ("A Mamba-2 layer (Hugging Face mamba2, transformers Mamba2Mixer) 
                " out_proj as W_O.")
 
 
-def _matrix(m: Matrix) -> str:
-    return "[\n" + "".join(f"  {vector(row)},\n" for row in m) + "]"
-
-
-def mixer_table(X: Matrix, w: MixerWeights) -> Ssd:
-    """The [ssd] table of the mixer on its input X (n, d_model): z, x, B and C as the mixer makes them, dt's columns."""
+def mixer_table(X: Matrix, w: MixerWeights) -> dict[str, Any]:
+    """The [ssd] table, as scenario data, of the mixer on its input X (n, d_model): z, x, B and C as the mixer makes
+    them, dt's columns of in_proj with their bias, A, D, the gated norm's γ and eps."""
     inner, GN, H = w.num_heads * w.head_dim, w.groups * w.d_state, w.num_heads
     proj = X @ w.W_in + (0.0 if w.b_in is None else w.b_in[None, :])
     z, xBC_raw = proj[:, :inner], proj[:, inner:2 * inner + 2 * GN]
@@ -90,20 +85,11 @@ def mixer_table(X: Matrix, w: MixerWeights) -> Ssd:
     x, B, C = xBC[:, :inner], xBC[:, inner:inner + GN], xBC[:, inner + GN:]
     W_dt = w.W_in[:, 2 * inner + 2 * GN:]
     dt_bias = w.dt_bias + (0.0 if w.b_in is None else w.b_in[2 * inner + 2 * GN:])
-    return Ssd(H, w.groups, w.A, None, W_dt, dt_bias, w.dt_limit, B, C, x, w.D, z, w.gamma, w.eps, w.head_dim)
-
-
-def ssd_scenario(X: Matrix, w: MixerWeights, tokens: Sequence[str], title: str) -> str:
-    """A scenario file for the mixer on its input X (n, d_model): [ssd] with the streams as the mixer makes them."""
-    d_model, H = X.shape[1], w.num_heads
-    table = mixer_table(X, w)
-    lines = [f"title = {string(title)}", f"description = {string(DESCRIPTION)}",
-             f"tokens = [{', '.join(string(t) for t in tokens)}]", f"X = {_matrix(X)}", 'mask = "causal"']
-    zeros = np.zeros((d_model, 1))
-    for h in range(H):  # the heads' weights are not read under [ssd]: W_V's width is each head's d
-        lines += ["[[heads]]", f"name = {string(f'ssd head {h + 1}')}", f"W_Q = {_matrix(zeros)}",
-                  f"W_K = {_matrix(zeros)}", f"W_V = {_matrix(np.zeros((d_model, w.head_dim)))}"]
-    lines += ["[output]", f"W_O = {_matrix(w.W_out)}"]
-    if w.b_out is not None:
-        lines.append(f"b_O = {vector(w.b_out)}")
-    return "\n".join([*lines, *write_ssd(table)]) + "\n"
+    table: dict[str, Any] = {
+        "num_heads": H, "num_groups": w.groups, "A": w.A.tolist(), "W_dt": W_dt, "dt_bias": dt_bias.tolist(),
+        "dt_min": w.dt_limit[0], "B": B, "C": C, "x": x, "D": w.D.tolist(), "z": z,
+        "gamma": None if w.gamma is None else w.gamma.tolist(), "eps": w.eps,
+    }
+    if np.isfinite(w.dt_limit[1]):
+        table["dt_max"] = w.dt_limit[1]
+    return table

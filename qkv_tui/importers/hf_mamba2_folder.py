@@ -66,15 +66,7 @@ def _prefix(tensors: TensorFiles) -> tuple[str, str]:
 
 def _ssd_data(X_hat: Array, w: MixerWeights) -> dict[str, Any]:
     """The [ssd] table as scenario data: the layer's mixer on its normed input."""
-    s = mixer_table(X_hat, w)
-    table: dict[str, Any] = {
-        "num_heads": s.num_heads, "num_groups": s.num_groups, "A": s.A.tolist(), "W_dt": s.W_dt,
-        "dt_bias": s.dt_bias.tolist(), "dt_min": s.dt_limit[0], "B": s.B, "C": s.C, "x": s.x, "D": s.D.tolist(),
-        "z": s.z, "gamma": None if s.gamma is None else s.gamma.tolist(), "eps": s.eps,
-    }
-    if np.isfinite(s.dt_limit[1]):
-        table["dt_max"] = s.dt_limit[1]
-    return {"ssd": table}
+    return {"ssd": mixer_table(X_hat, w)}
 
 
 def every_head(name: str) -> ImporterError:

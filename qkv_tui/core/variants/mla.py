@@ -17,7 +17,7 @@ from qkv_tui.base.values import kind as _kind
 from qkv_tui.base.values import show as _show
 from qkv_tui.core.arrays import Matrix, Vector
 from qkv_tui.core.toml_text import vector
-from qkv_tui.core.variants.common import Checker, Context, Table, number, numbers, write_whole
+from qkv_tui.core.variants.common import Checker, Context, Table, face, number, numbers, write_whole
 from qkv_tui.core.variants.gate import Reader
 from qkv_tui.core.variants.rope import LATENT_SCALING, Rope, latent_partial, write_rope
 
@@ -81,9 +81,11 @@ class Mla:
 
     def decode_forms(self, N: int) -> object:
         """One decode step's FLOPs, expanded against absorbed, at N keys (core/mla_cost.py)."""
-        from qkv_tui.core.mla_cost import mla_decode  # the cost view's figures load on its first use
-
-        return mla_decode(self.num_heads, self.d_c, self.d_nope, self.d_rope, self.d_v, N)
+        # the cost view's figures load on its first use, by name: core/mla_cost.py counts with core/cost.py, which
+        # reads the scenario this table is part of
+        decode: object = face("qkv_tui.core.mla_cost:mla_decode")(self.num_heads, self.d_c, self.d_nope, self.d_rope,
+                                                                    self.d_v, N)
+        return decode
 
     def overflow_hint(self, name: str) -> str | None:
         """What to change where a head's Q, K or V overflows (core/part_questions.py): its heads have no W_Q, W_K
