@@ -9,7 +9,8 @@ operation counter "op 1/" in what the app sends). Measured:
 - CPU per student beyond the start: an idle app's share of a core (a tab left open through a lecture),
   and one step (a right arrow, the screen redrawn) -- what sizes a class per core;
 - memory per student: RSS and PSS (shared pages split between the processes that share them)
-  of each app's processes, read from /proc once every app is idle; the app starter that
+  of each app's processes, and the pages only it holds (what the app starter's pages it wrote to
+  cost it), read from /proc once every app is idle; the app starter that
   --serve forks every app from (its "zygote") is counted apart, and also shared out;
 - the yardstick, in the same run: a bare Textual app (one Static) served by plain
   textual-serve, a fresh Python per tab, one student at a time; the ratios divide by its median.
@@ -111,6 +112,15 @@ def memory_kib(pid: int) -> tuple[int, int]:
     except OSError:
         pass
     return rss, pss
+
+
+def private_kib(pid: int) -> int:
+    """The pages of one process that no other process shares (its own, and the app starter's it copied), in KiB."""
+    try:
+        return sum(int(line.split()[1]) for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines()
+                   if line.startswith(("Private_Clean:", "Private_Dirty:")))
+    except OSError:
+        return 0
 
 
 READERS: set[asyncio.Task[None]] = set()
@@ -218,6 +228,7 @@ async def measure(port: int, server_pid: int, students: int, url: str | None = N
         apps = [pid for pid in everyone if pid not in zygotes]
         assert len(apps) >= students, f"{len(apps)} app processes for {students} students: some ended early"
         usage = [memory_kib(pid) for pid in apps]
+        private = [private_kib(pid) for pid in apps]
         started = [cpu_seconds(pid) for pid in apps]  # idle since their first frame: what a start costs
         zygote_rss, zygote_pss = (sum(m) for m in zip(*(memory_kib(pid) for pid in zygotes), strict=True)) \
             if zygotes else (0, 0)
@@ -258,6 +269,8 @@ async def measure(port: int, server_pid: int, students: int, url: str | None = N
         "burst_all_s": sorted(seconds for seconds, _ in burst),
         "rss_per_student_mib": sum(r for r, _ in usage) / students / 1024,
         "pss_per_student_mib": sum(p for _, p in usage) / students / 1024,
+        # what PSS is made of: an app's own pages, the rest being its share of pages shared with the others
+        "private_per_student_mib": sum(private) / students / 1024,
         # the zygote's share too: what the class costs beyond the server, divided by its size
         "pss_per_student_with_zygote_mib": (sum(p for _, p in usage) + zygote_pss) / students / 1024,
         "zygote_rss_mib": zygote_rss / 1024,
@@ -351,7 +364,8 @@ def report(result: dict[str, object], students: int) -> None:
     print(f"start-up, one student at a time: median {result['startup_median_s']:.2f} s (websocket open -> first frame)")
     print(f"a class arriving at once ({students}): the last first frame after {result['burst_last_s']:.2f} s")
     print(f"memory per student: RSS {result['rss_per_student_mib']:.1f} MiB, PSS {result['pss_per_student_mib']:.1f} MiB"
-          f" ({result['processes_per_student']:.0f} process(es) each)")
+          f" ({result['processes_per_student']:.0f} process(es) each), of which its own pages"
+          f" {result['private_per_student_mib']:.1f} MiB")
     print(f"the server itself: RSS {result['server_rss_mib']:.1f} MiB, PSS {result['server_pss_mib']:.1f} MiB")
     print(f"CPU: an app's start, mean {result['app_start_cpu_s']:.2f} s (a bare Textual app's, median:"
           f" {result['bare_start_cpu_median_s']:.2f} s); the server's during the class's arrival"

@@ -16,6 +16,8 @@ Messages are JSON, one a packet:
   ``{"op": "forked", "id": N, "pid": P}`` (or ``"error"`` with a reason) per request, and
   ``{"op": "exit", "pid": P, "status": S}`` when a child ends (S as subprocess gives it: -9 for SIGKILL).
 
+Requests waiting together are forked together, and their apps start once the last is forked
+(fork_waiting), so that thirty arriving at once are not forked one per time slice of a busy machine.
 The zygote never runs an app itself and keeps no state of a child's: a crash is the child's alone.
 It ends when the server does (its socket closes), ending the apps it started.
 """
@@ -29,12 +31,14 @@ import importlib
 import io
 import json
 import os
+import select
 import selectors
 import signal
 import socket
 import sys
+import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, MutableMapping
 from typing import Any
 
 from qkv_tui.edges.serve import prepared as serve_prepared
@@ -51,6 +55,7 @@ PRELOAD = (
     "textual.layouts.grid",
 )
 MAX_MESSAGE = 1 << 20  # an environment and a command line fit many times over
+BATCH_S = 0.1  # the apps forked together start together, unless their forks take longer than this
 
 
 def send(channel: socket.socket, message: dict[str, Any]) -> None:
@@ -130,10 +135,25 @@ async def first_frame(app: Any = None) -> None:
             await pilot.pause()
 
 
-def run_child(request: dict[str, Any], fds: list[int], close_zygote: Callable[[], None]) -> None:
-    """In the forked child: become the tab's app process, run the app, exit; never returns."""
+def become_environment(environment: MutableMapping[str, str], wanted: dict[str, str]) -> None:
+    """``environment`` made equal to ``wanted``, changing only what differs (a tab's environment is the app
+    starter's but for its size): cleared and filled again, every string of it was freed and made anew in
+    pages each child then owned, 0.2 MiB of a student's memory (benchmarks/serve_cost.py)."""
+    for key in [key for key in environment if key not in wanted]:
+        del environment[key]
+    for key, value in wanted.items():
+        if environment.get(key) != value:
+            environment[key] = value
+
+
+def run_child(request: dict[str, Any], fds: list[int], close_zygote: Callable[[], None],
+              gate: tuple[int, int]) -> None:
+    """In the forked child: become the tab's app process, run the app, exit; never returns.
+
+    ``gate``: a pipe the apps forked together share; the app starts when every end it has to write is closed."""
     code = 1
     try:
+        os.close(gate[1])  # first: the apps forked before this one wait for it
         signal.set_wakeup_fd(-1)
         for number in (signal.SIGCHLD, signal.SIGTERM):
             signal.signal(number, signal.SIG_DFL)
@@ -142,12 +162,13 @@ def run_child(request: dict[str, Any], fds: list[int], close_zygote: Callable[[]
         for target, fd in enumerate(fds):
             os.dup2(fd, target)
             os.close(fd)
-        os.environ.clear()
-        os.environ.update(request["env"])
+        become_environment(os.environ, request["env"])
         # A start makes tens of thousands of objects and keeps nearly all: the collector's passes over
         # them before the first frame were a tenth of a start's CPU and found a few kilobytes of cycles.
         # The app turns it back on once its first frame is drawn (QKVApp.on_mount).
         gc.disable()
+        os.read(gate[0], 1)  # at end of file: the app starter has forked the others waiting with it
+        os.close(gate[0])
         argv = [str(arg) for arg in request["argv"]]
         sys.argv = ["qkv-tui", *argv]
         from qkv_tui.edges.cli import main
@@ -191,13 +212,8 @@ def serve(channel: socket.socket) -> None:
         while True:
             for key, _ in selector.select():
                 if key.fileobj is channel:
-                    try:
-                        data, fds, _flags, _address = socket.recv_fds(channel, MAX_MESSAGE, 3)
-                    except InterruptedError:
-                        continue
-                    if not data:
+                    if not fork_waiting(channel, children, close_zygote):
                         return
-                    fork(channel, data, fds, children, close_zygote)
                 else:
                     with contextlib.suppress(BlockingIOError):
                         while os.read(wake_r, 512):
@@ -209,7 +225,34 @@ def serve(channel: socket.socket) -> None:
                 os.kill(pid, signal.SIGTERM)
 
 
-def fork(channel: socket.socket, data: bytes, fds: list[int], children: set[int], close_zygote: Callable[[], None]) -> None:
+def fork_waiting(channel: socket.socket, children: set[int], close_zygote: Callable[[], None]) -> bool:
+    """An app forked for every request waiting (one at least); False when the server has gone.
+
+    The apps of requests that arrive together start together, once the last of them is forked (a pipe
+    they share closes), or once BATCH_S has gone by while requests kept coming. An app that ran at once
+    would share the cores with this process while it forked the next: a class arriving at once had its
+    apps forked about one per time slice, the last of thirty long after the first (benchmarks/serve_cost.py).
+    """
+    gate = os.pipe()
+    until = time.monotonic() + BATCH_S
+    try:
+        while True:  # select, not MSG_DONTWAIT: Python 3.11's socket.recv_fds ignores its flags
+            try:
+                data, fds, _flags, _address = socket.recv_fds(channel, MAX_MESSAGE, 3)
+            except InterruptedError:
+                return True
+            if not data:
+                return False
+            fork(channel, data, fds, children, close_zygote, gate)
+            if time.monotonic() > until or not select.select([channel], [], [], 0)[0]:
+                return True
+    finally:
+        for end in gate:
+            os.close(end)
+
+
+def fork(channel: socket.socket, data: bytes, fds: list[int], children: set[int], close_zygote: Callable[[], None],
+         gate: tuple[int, int]) -> None:
     request: dict[str, Any] = {}
     try:
         request = json.loads(data)
@@ -224,7 +267,7 @@ def fork(channel: socket.socket, data: bytes, fds: list[int], children: set[int]
         send(channel, {"op": "error", "id": request.get("id"), "error": str(exc) or type(exc).__name__})
         return
     if pid == 0:
-        run_child(request, fds, close_zygote)
+        run_child(request, fds, close_zygote, gate)
     for fd in fds:  # the child's now
         os.close(fd)
     children.add(pid)
