@@ -243,11 +243,12 @@ async def test_focus_panes_fit_80x24_without_scrolling(path) -> None:
         pytest.skip("more rows than 80×24 holds: its panes scroll to the cells in use")
     app = QKVApp(path)
     async with app.run_test(size=(80, 24)) as pilot:
-        # Concat shows every head's output beside the joined rows: past 6 columns (differential's two heads of
-        # 2d = 4) three panes of decimals are wider than 80 columns, so they scroll to the cells in use
+        # Concat shows every head's output beside the joined rows, and Loss the joined rows (concat) beside W_O:
+        # past 6 columns (differential's two heads of 2d = 4) panes of decimals are wider than 80 columns, so they
+        # scroll to the cells in use
         wide = app.trace.comp.heads and sum(h.joined.shape[1] for h in app.trace.comp.heads) > 6
         for run in app.trace.runs:
-            if wide and run.stage == "concat":
+            if wide and run.stage in ("concat", "loss"):
                 continue
             for index in (run.start, run.stop - 1):
                 app.position = app.stepper.goto(app.position, index)
