@@ -102,7 +102,9 @@ def test_json_fields_in_the_spec_order() -> None:
     from qkv_tui.edges.export_json import to_json
 
     plain = json.loads(to_json(compute(load_scenario("i_love_ai"))))
-    assert list(plain)[-6:] == ["rope", "grad", "train", "mla", "linear", "deltanet"]
+    # the variants of sections 7–12, then differential attention (14), the indexer, SSD and shared K/V (15)
+    assert list(plain)[-10:] == ["rope", "grad", "train", "mla", "linear", "deltanet",
+                                 "differential", "indexer", "ssd", "kv_source_layer"]
     assert plain["grad"] is None and plain["train"] is None
     data = json.loads(to_json(compute(load_scenario("learn_to_look"))))
     grad = data["grad"]

@@ -215,7 +215,8 @@ def test_json_mla_field_and_null_elsewhere() -> None:
     buf = io.StringIO()
     write_json(load_scenario("mla"), buf)
     doc = json.loads(buf.getvalue())
-    assert list(doc)[-6:] == ["rope", "grad", "train", "mla", "linear", "deltanet"]
+    assert list(doc)[-10:] == ["rope", "grad", "train", "mla", "linear", "deltanet",
+                               "differential", "indexer", "ssd", "kv_source_layer"]
     mla = doc["mla"]
     assert list(mla) == ["c_KV_raw", "c_KV", "c_Q", "heads", "k_R"]
     assert list(mla["heads"][0]) == ["q_C", "q_R", "k_C", "v_C", "absorbed_scores"]

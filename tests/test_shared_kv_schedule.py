@@ -79,4 +79,4 @@ def test_the_json_export_names_the_source_of_k_and_v(cli: Any, write: Any, layer
 
 def test_a_schedule_without_sharing_leaves_the_json_as_it_was(cli: Any, write: Any) -> None:
     run = cli("--export", "json", str(write(_residual(["full", "sliding 4"], 1))))
-    assert "kv_source_layer" not in json.loads(run.out)
+    assert json.loads(run.out)["kv_source_layer"] is None

@@ -17,7 +17,6 @@ import numpy as np
 
 from qkv_tui.core.engine import Computation, HeadResult, NormResult, combine, iter_heads, norm_of
 from qkv_tui.core.forward import mla_results
-from qkv_tui.core.layer_schedule import kv_source
 from qkv_tui.core.scenario import Matrix, Scenario
 from qkv_tui.core.variants import TABLES, Vector
 from qkv_tui.core.variants.common import face
@@ -206,11 +205,12 @@ class _PerHead(_Heads):
 
 
 def _part_fields(sc: Scenario, norm: NormResult | None) -> list[tuple[str, Any]]:
-    """The fields of the parts registered with a JSON face ([differential]'s), each written by its own module."""
+    """The fields of the parts registered with a JSON face ([differential]'s), each written by its own module; null
+    under the table's name where the scenario has no such table, as every variant's field is (docs/reference.md)."""
     fields: list[tuple[str, Any]] = []
     for t in TABLES:
-        if t.faces is not None and t.faces.json is not None and t.of(sc) is not None:
-            fields += face(t.faces.json)(sc, norm, _fields)
+        if t.faces is not None and t.faces.json is not None:
+            fields += face(t.faces.json)(sc, norm, _fields) if t.of(sc) is not None else [(t.key, None)]
     return fields
 
 
@@ -246,10 +246,8 @@ def _document(
 
 
 def _kv_source(sc: Scenario) -> list[tuple[str, object]]:
-    """"kv_source_layer": the layer whose K and V the chosen layer reuses, null where it computes its own; only for
-    a model whose schedule shares K and V across layers (Gemma 3n), so every other export stays as it was."""
-    if not any(kv_source(entry) is not None for entry in sc.input.schedule):
-        return []
+    """"kv_source_layer": the layer whose K and V the chosen layer reuses (a model whose schedule shares K and V
+    across layers, Gemma 3n's), null where it computes its own."""
     return [("kv_source_layer", sc.input.kv_source_layer)]
 
 
