@@ -32,7 +32,7 @@ from qkv_tui.kernels.deltanet import L2_EPS, DeltaForward, decay_mask
 from qkv_tui.kernels.deltanet_parts import Around, Convolved
 from qkv_tui.kernels.kda import channel_mask, channel_weights
 from qkv_tui.kernels.policy import EXACT, ByHand
-from qkv_tui.teach.arith import dot_line, fit
+from qkv_tui.teach.arith import dot_line, fit, shown
 from qkv_tui.teach.stages.common import (
     K_SLOT,
     Q_SLOT,
@@ -292,7 +292,13 @@ class Normalise(StageSpec):
         name, out = (qs, "q") if is_q else (ks, "k")
         value = float((dn.q if is_q else dn.k)[row, col])
         length = f"√(Σ {name}[{t}]² + 1e-6)"
-        if is_q:
+        if is_q and trace.hand is not None:
+            # by hand √dₖ is written down at the hand's places (√2 = 1.41): shown so, never 1.410 beside guard digits
+            dv = fmt(dn.divisor, False, trace.hand)
+            (x, r), res = fit(lambda a, b: a / b / shown(dv) if b else math.inf,  # a root shown as 0: more digits
+                              [float(raw[row, col]), float(root[row])], value, d)
+            text = f"{out}[{t},{col}] = {name}[{t},{col}] / {length} / √{hr.d_k} = {x} / {r} / {dv} = {res}"
+        elif is_q:
             (x, r, dv), res = fit(lambda a, b, c: a / b / c if b else math.inf,  # a root shown as 0: more digits
                                   [float(raw[row, col]), float(root[row]), dn.divisor], value, d)
             text = f"{out}[{t},{col}] = {name}[{t},{col}] / {length} / √{hr.d_k} = {x} / {r} / {dv} = {res}"
