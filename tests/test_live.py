@@ -421,6 +421,24 @@ async def test_edits_are_not_written_into_a_file_whose_shapes_changed(tmp_path: 
         assert errors and "other shapes" in errors[-1]
 
 
+async def test_the_file_watch_keeps_the_error_of_a_save_that_could_not_merge(tmp_path: Path) -> None:
+    """The poll that notices the change on disk after ctrl+s refused to merge into it must not clear that error
+    with its own announcement (it did, when the poll's timer fired between the save and the next look)."""
+    path = copy(tmp_path)
+    app = QKVApp(str(path))
+    async with app.run_test(size=SIZE) as pilot:
+        await type_edit(pilot, "X[AI,0] = 5")
+        text = path.read_text().replace('tokens = ["I", "love", "AI"]', 'tokens = ["I", "love"]')
+        path.write_text(text.replace("  [1, 1, 0, 0],   # AI\n", ""))
+        await pilot.press("ctrl+s")
+        await pilot.pause()
+        app.live.poll()  # the file watch's tick, now rather than whenever its timer fires
+        await pilot.pause()
+        errors = [n.message for n in notices(app) if n.severity == "error"]
+        assert errors and "other shapes" in errors[-1]
+        assert not [n for n in notices(app) if "changed on disk, but the screen keeps" in n.message]
+
+
 async def test_edited_means_different_from_the_file(tmp_path: Path) -> None:
     app = QKVApp(str(copy(tmp_path)))
     async with app.run_test(size=SIZE) as pilot:

@@ -273,6 +273,8 @@ class Live:
                 return
         merged = target == source and _stamp(source) != self.stamp  # changed on disk since it was read
         if merged and (problem := self._merge_problem(source)):
+            # this error says all the announcement of the change would: the file watch must not replace it with that
+            self.announced = _stamp(source)
             app.notify(f"error: {target}: not saved: {problem}", severity="error", timeout=ERROR_SECONDS, markup=False)
             return
         try:
@@ -302,6 +304,7 @@ class Live:
 
         app = self.app
         if _stamp(source) != self.stamp and (problem := self._merge_problem(source)):
+            self.announced = _stamp(source)  # as save: the file watch must not replace this error with its notice
             app.notify(f"error: {source.name}: not downloaded: {problem}", severity="error", timeout=12, markup=False)
             return
         try:
