@@ -36,6 +36,8 @@ A scenario's table (``tables``) answers by an attribute too, each optional:
   rotation's cos and sin), so the scores are written with decimals (``scenario_has``);
 - ``state``: True where the table puts a running state in place of every head's softmax (``scenario_has``);
 - ``position_enters``: where the table brings position in, as the Embed stage says it (``scenario_says``);
+- ``residual_adds``: what each earlier layer of its model added to the residual stream, where that is not an
+  attention output and an MLP output (a Mamba-2 block's mixer; ``scenario_says``);
 - ``embed_back``: the stage module that says what dEmbed computes where its own projections read X in the Q, K
   and V projections' place (``scenario_says``);
 - ``x_paths(grads)``: the paths into X̂ of what it computes from X̂ for every head at once, as ``x_path``;

@@ -83,6 +83,9 @@ class Ssd:
     # what the closing summary and the heads view call a row of L ∘ C·Bᵀ (core/part_questions.scenario_says)
     looks_heading: ClassVar[str] = "Whose dt·x each token weighs most"
     weights_note: ClassVar[str] = " (L ∘ C·Bᵀ: no softmax; not a distribution)"
+    # what each earlier layer of a Mamba-2 model added to the stream (teach/stages/embed.py residual_meaning)
+    residual_adds: ClassVar[str] = ("its mixer's output (a Mamba-2 block has no attention and no MLP, and the model"
+                                    " adds no position embedding: its recurrence reads the tokens in order)")
     # what a page says it works (core/part_questions.lead)
     lead: ClassVar[tuple[str, str]] = ("Mamba-2's state-space duality, ", "y = (L ∘ C·Bᵀ)·(dt·x) + D·x")
     state_width: ClassVar[str] = "d·d_state"

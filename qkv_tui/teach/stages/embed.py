@@ -54,12 +54,15 @@ def x_title(sc: Scenario) -> str:
     return "X (token + position embeddings)" if given.kind == "embedding+position" else "X (embeddings)"
 
 
-def residual_meaning(layer: int, learned_positions: bool) -> str:
+def residual_meaning(layer: int, learned_positions: bool, adds: str | None = None) -> str:
+    """What a residual stream's row holds; ``adds``: what each earlier layer added, where a table says (a Mamba-2
+    block adds its mixer's output, no attention and no MLP), else its attention output and then its MLP output."""
     earlier = "layer 0 ran over it, adding" if layer == 1 else f"layers 0 … {layer - 1} ran over it, each adding"
     position = " (plus, in GPT-2 and models like it, the learned embedding of its position)" if learned_positions else ""
+    added = adds if adds is not None else "its attention output and then its MLP output"
     return (f"X is not an embedding here: it is the residual stream entering layer {layer}. Each token's row started"
-            f" as its embedding{position}, then {earlier} its attention output and then its MLP output back into the"
-            " row. This layer reads the result, one row per token (n × d_model).")
+            f" as its embedding{position}, then {earlier} {added} back into the row. This layer reads the result, one"
+            " row per token (n × d_model).")
 
 
 def altup_meaning(layer: int) -> str:
@@ -94,7 +97,9 @@ class Embed(StageSpec):
         if sc.input.kind == "residual":
             assert sc.input.layer is not None
             rotated_elsewhere = any(e.endswith("no-rope") for e in sc.input.schedule)  # a NoPE layer of a RoPE model
-            text = residual_meaning(sc.input.layer, learned_positions=entered is None and not rotated_elsewhere)
+            adds = ask.scenario_says(sc, "residual_adds")  # what each earlier layer added, where a table says
+            text = residual_meaning(sc.input.layer, learned_positions=entered is None and not rotated_elsewhere
+                                    and adds is None, adds=adds)
         elif sc.input.kind == "altup":
             assert sc.input.layer is not None
             text = altup_meaning(sc.input.layer)
