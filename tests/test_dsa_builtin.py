@@ -125,7 +125,7 @@ def test_the_trace_says_which_keys_each_query_drops() -> None:
     assert "selected[down,down] = 0: its index score 0.000 ranks 4 of the 4 keys down sees, beyond top_k = 2" in page
     assert "row sat: 7.000 (sat) ≥ 3.500 (cat) ≥ 1.500 (the); keeps the top 2: sat, cat" in page
     assert 'indexer: "the" ranks 3 of the 3 keys "sat" may see, below top_k = 2: not selected, so masked' in page
-    assert "term₂[the,the] = w[the,2]·ReLU(q_I₂[the]·k_I[the]) = 0.500·ReLU(-3) = 0.500·0 = 0.000" in page
+    assert "term₂[the,the] = w[the,1]·ReLU(q_I₂[the]·k_I[the]) = 0.500·ReLU(-3) = 0.500·0 = 0.000" in page
 
 
 def test_ties_go_to_the_earlier_key() -> None:

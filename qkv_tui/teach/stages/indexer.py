@@ -115,7 +115,7 @@ class Index(StageSpec):
             symbol = f"√{H * d_I}" if trace.hand is None else None
             quotient = quotient_line(raw, trace.integral(x_name, None) and trace.integral("W_w_I", None), ix.root,
                                      symbol, ix.root == round(ix.root), fmt(value, False, d), d)
-            text = f"w[{q},{col + 1}] = {x_sym}[{q}]·W_w[:,{col + 1}] / √(H_I·d_I) = {quotient}"
+            text = f"w[{q},{col}] = {x_sym}[{q}]·W_w[:,{col}] / √(H_I·d_I) = {quotient}"
             dot = dot_line(x[row], selection(trace).table.W_w[:, col], trace.integral(x_name, None),
                            trace.integral("W_w_I", None), raw_text, d, trace.hand)
             details = (f"{x_sym}[{q}]·W_w[:,{col + 1}] = {dot}",
@@ -134,7 +134,7 @@ class Index(StageSpec):
         work = dot_line(qv, kv, trace.integral("idx_q", None), trace.integral("idx_k", None), dot_text, d, trace.hand)
         relu = max(product, 0.0)
         (w_t, r_t), result = fit(lambda a, b: a * b, [float(ix.w[row, j]), relu], value, d)
-        text = (f"term{s}[{q},{k}] = w[{q},{j + 1}]·ReLU(q_I{s}[{q}]·k_I[{k}]) = {w_t}·ReLU({dot_text})"
+        text = (f"term{s}[{q},{k}] = w[{q},{j}]·ReLU(q_I{s}[{q}]·k_I[{k}]) = {w_t}·ReLU({dot_text})"
                 f" = {w_t}·{r_t} = {result}")
         lines = [f"q_I{s}[{q}]·k_I[{k}] = {work}",
                    ("ReLU keeps it" if product > 0 else "ReLU makes it 0: this index head adds nothing for this key")]
