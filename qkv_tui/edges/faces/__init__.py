@@ -1,0 +1,78 @@
+"""The first variants' faces in the exports, one module here per variant (rope.py, alibi.py, ...).
+
+Each module holds what its variant writes into the JSON and TOML exports and the JSON's gradients, as one
+:class:`ExportFace` named ``FACE``; the exports walk :func:`faces` and never name a variant. A face's fields go
+in at a fixed place among the export's own (``before`` or ``after`` one of its keys, or at the end), the faces at
+one place in the order ``--check`` names their features (core/variants FEATURES), so every document keeps its
+documented key order.
+
+A variant registers by having its module here: the exports find the modules of this package, so adding one
+touches no export. (The parts registered since [differential] name their JSON face on their Table instead.)
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+from qkv_tui.core.variants import FEATURES
+
+Fields = list[tuple[str, Any]]
+
+
+@dataclass(frozen=True)
+class At:
+    """Where a face's fields go among an export's own: ``before`` or ``after`` the key named, or (neither) at the end."""
+
+    before: str | None = None
+    after: str | None = None
+
+
+END = At()
+
+
+@dataclass(frozen=True)
+class ExportFace:
+    """One variant's fields in the exports. Each callable gives the fields with null values where the scenario
+    (or head) has none of the variant, as the documents always hold every field (docs/reference.md)."""
+
+    feature: object  # its entry in core/variants FEATURES: orders the faces that share a place
+    head: Callable[[Any], Fields] | None = None  # (HeadResult) -> its fields in a head's entry of "heads"
+    head_at: At = END
+    # (scenario, norm, write_fields) -> its fields at the document's top level
+    document: Callable[[Any, Any, Any], Fields] | None = None
+    document_at: At = END
+    # (scenario, Gradients, write_fields) -> its fields in "grad"
+    grad: Callable[[Any, Any, Any], Fields] | None = None
+    grad_at: At = END
+    # (scenario, Gradients, head index) -> its fields in one entry of "grad"'s "heads": a key the export already
+    # writes is replaced in place (what the head's weight gradients are under the variant), any other goes at grad_head_at
+    grad_head: Callable[[Any, Any, int], Fields] | None = None
+    grad_head_at: At = END
+
+
+@cache
+def faces() -> tuple[ExportFace, ...]:
+    """Every variant's face, in the order ``--check`` names the features."""
+    found = [importlib.import_module(f"{__name__}.{m.name}").FACE for m in pkgutil.iter_modules(__path__)]
+    order = {id(f): i for i, f in enumerate(FEATURES)}
+    return tuple(sorted(found, key=lambda f: order[id(f.feature)]))
+
+
+def placed(own: Iterable[tuple[str, Any]], extra: Sequence[tuple[At, Fields]]) -> Fields:
+    """``own`` with each of ``extra``'s fields at its place; a field whose key ``own`` already has replaces it."""
+    own = list(own)
+    keys = {key for key, _ in own}
+    replaced = {key: value for _, fields in extra for key, value in fields if key in keys}
+    added = [(at, [f for f in fields if f[0] not in keys]) for at, fields in extra]
+    out: Fields = []
+    for key, value in own:
+        out += [f for at, fields in added if at.before == key for f in fields]
+        out.append((key, replaced.get(key, value)))
+        out += [f for at, fields in added if at.after == key for f in fields]
+    out += [f for at, fields in added if at == END for f in fields]
+    return out

@@ -1,0 +1,55 @@
+"""Multi-head latent attention's fields in the exports ([mla])."""
+
+from __future__ import annotations
+
+from qkv_tui.core.engine import NormResult
+from qkv_tui.core.gradients import Gradients
+from qkv_tui.core.scenario import Scenario
+from qkv_tui.core.variants import mla
+from qkv_tui.edges.export_grad import Nested, WriteFields, vector
+from qkv_tui.edges.faces import At, ExportFace, Fields
+
+
+def document(sc: Scenario, norm: NormResult | None, write_fields: WriteFields) -> Fields:
+    """The latent attention's parts (docs/scenario-format.md, [mla]): q_R and k_R after the rotation, c_KV after
+    its norm; null without [mla]."""
+    if sc.mla is None:
+        return [("mla", None)]
+    from qkv_tui.core.forward import mla_results
+    from qkv_tui.kernels.mla import MlaHead
+
+    heads = mla_results(sc, sc.X if norm is None else norm.X_norm)
+    shared = heads[0].need(MlaHead).shared
+    return [("mla", {
+        "c_KV_raw": shared.c_KV_raw.tolist(), "c_KV": shared.c_KV.tolist(),
+        "c_Q": None if shared.c_Q is None else shared.c_Q.tolist(),
+        "heads": [{"q_C": m.q_C.tolist(), "q_R": m.q_R.tolist(), "k_C": m.k_C.tolist(), "v_C": m.v_C.tolist(),
+                   "absorbed_scores": m.absorbed_scores.tolist()} for m in (h.part(MlaHead) for h in heads) if m is not None],
+        "k_R": shared.k_R.tolist(),
+    })]
+
+
+def grad_head(sc: Scenario, g: Gradients, h: int) -> Fields:
+    """[mla]'s heads have no W_K or W_V of their own: dW_Q is the head's columns of the layer's W_Q (null with
+    W_DQ/W_UQ)."""
+    if g.mla is None or sc.mla is None:
+        return []
+    d_qk = sc.mla.d_qk
+    dW_Q = None if g.mla.dW_Q is None else g.mla.dW_Q[:, h * d_qk:(h + 1) * d_qk]
+    return [("dW_Q", dW_Q), ("dW_K", None), ("dW_V", None)]
+
+
+def grad(sc: Scenario, g: Gradients, write_fields: WriteFields) -> Fields:
+    """[mla]'s own gradients: its weights', the latent's (at c_KV after its norm) and the shared turned k_R's."""
+    m = g.mla
+    if m is None:
+        return [("mla", None)]
+    return [("mla", Nested(write_fields, fields=[
+        ("dW_DKV", m.dW_DKV), ("dW_UK", m.dW_UK), ("dW_UV", m.dW_UV), ("dW_KR", m.dW_KR), ("dW_Q", m.dW_Q),
+        ("dW_DQ", m.dW_DQ), ("dW_UQ", m.dW_UQ), ("dgamma_kv", vector(m.dgamma_kv)), ("dgamma_q", vector(m.dgamma_q)),
+        ("dc_KV", m.dc_KV), ("dk_R", m.dk_R),
+    ]))]
+
+
+FACE = ExportFace(mla.TABLE, document=document, document_at=At(after="train"), grad=grad, grad_at=At(after="dbeta"),
+                  grad_head=grad_head)

@@ -1,0 +1,26 @@
+"""QK-norm's fields in the exports ([qk_norm]): each head's Q and K after the norm."""
+
+from __future__ import annotations
+
+from qkv_tui.core.gradients import Gradients
+from qkv_tui.core.head import HeadResult
+from qkv_tui.core.scenario import Scenario
+from qkv_tui.core.variants import qk_norm
+from qkv_tui.edges.export_grad import WriteFields, vector
+from qkv_tui.edges.faces import At, ExportFace, Fields
+from qkv_tui.kernels.norm import QKNormed
+
+
+def head(h: HeadResult) -> Fields:
+    return [("Q_norm", h.read(QKNormed, lambda q: q.Q_norm)), ("K_norm", h.read(QKNormed, lambda q: q.K_norm))]
+
+
+def grad(sc: Scenario, g: Gradients, write_fields: WriteFields) -> Fields:
+    """QK-norm's gains as the file gives them: each head's entry holds its own share, and a gain the heads share
+    (over = "head") moves by their sum, as kv_heads sums shared K/V weights; side by side for "all"."""
+    if sc.qk_norm is None:
+        return [("dgamma_q", None), ("dgamma_k", None)]
+    return [("dgamma_q", vector(g.dgamma_q)), ("dgamma_k", vector(g.dgamma_k))]
+
+
+FACE = ExportFace(qk_norm.TABLE, head=head, head_at=At(after="b_V"), grad=grad)
