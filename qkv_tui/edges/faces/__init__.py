@@ -53,6 +53,12 @@ class ExportFace:
     # writes is replaced in place (what the head's weight gradients are under the variant), any other goes at grad_head_at
     grad_head: Callable[[Any, Any, int], Fields] | None = None
     grad_head_at: At = END
+    # the TOML export (a scenario file that loads back to the same computation), each -> its lines:
+    toml_top: Callable[[Any], list[str]] | None = None  # (scenario) at the top level, after the scale's keys
+    toml_attention: Callable[[Any], list[str]] | None = None  # (scenario) in [attention], after its weights
+    toml_head: Callable[[Any, int], list[str]] | None = None  # (scenario, head index) in that head's [[heads]]
+    toml_head_at: At = END
+    toml_writes_heads: Callable[[Any], bool] | None = None  # (scenario) its table writes the heads itself
 
 
 @cache

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from qkv_tui.core.engine import NormResult, iter_heads
-from qkv_tui.core.gradients import Gradients
 from qkv_tui.core.head import HeadResult
 from qkv_tui.core.scenario import Scenario
 from qkv_tui.core.variants import deltanet
 from qkv_tui.edges.export_grad import Nested, WriteFields, vector
 from qkv_tui.edges.faces import At, ExportFace, Fields
+
+if TYPE_CHECKING:  # the exports' gradients are read only where a scenario has [backward]
+    from qkv_tui.core.gradients import Gradients
 
 
 def head_state(h: HeadResult) -> Fields:

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from qkv_tui.core.engine import NormResult
-from qkv_tui.core.gradients import Gradients
 from qkv_tui.core.scenario import Scenario
 from qkv_tui.core.variants import mla
 from qkv_tui.edges.export_grad import Nested, WriteFields, vector
 from qkv_tui.edges.faces import At, ExportFace, Fields
+
+if TYPE_CHECKING:  # the exports' gradients are read only where a scenario has [backward]
+    from qkv_tui.core.gradients import Gradients
 
 
 def document(sc: Scenario, norm: NormResult | None, write_fields: WriteFields) -> Fields:
@@ -51,5 +55,10 @@ def grad(sc: Scenario, g: Gradients, write_fields: WriteFields) -> Fields:
     ]))]
 
 
+def toml_writes_heads(sc: Scenario) -> bool:
+    """[mla] writes its own heads (core/variants/mla.py)."""
+    return sc.mla is not None
+
+
 FACE = ExportFace(mla.TABLE, document=document, document_at=At(after="train"), grad=grad, grad_at=At(after="dbeta"),
-                  grad_head=grad_head)
+                  grad_head=grad_head, toml_writes_heads=toml_writes_heads)

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
-from qkv_tui.core.gradients import Gradients
+from typing import TYPE_CHECKING
+
 from qkv_tui.core.head import HeadResult
 from qkv_tui.core.scenario import Scenario
 from qkv_tui.core.variants import qk_norm
 from qkv_tui.edges.export_grad import WriteFields, vector
 from qkv_tui.edges.faces import At, ExportFace, Fields
 from qkv_tui.kernels.norm import QKNormed
+
+if TYPE_CHECKING:  # the exports' gradients are read only where a scenario has [backward]
+    from qkv_tui.core.gradients import Gradients
 
 
 def head(h: HeadResult) -> Fields:

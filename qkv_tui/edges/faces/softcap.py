@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from qkv_tui.core.head import HeadResult
+from qkv_tui.core.scenario import Scenario
 from qkv_tui.core.variants import softcap
+from qkv_tui.edges.export_toml import number
 from qkv_tui.edges.faces import At, ExportFace, Fields
 from qkv_tui.kernels.softmax import Capped
 
@@ -12,4 +14,25 @@ def head(h: HeadResult) -> Fields:
     return [("capped", h.read(Capped, lambda c: c.capped))]
 
 
-FACE = ExportFace(softcap.KEYS, head=head, head_at=At(after="b_V"))
+def _one_cap(sc: Scenario) -> bool:
+    """One cap for every [[heads]] table: written once, at the top level."""
+    return len({h.softcap for h in sc.heads}) == 1 and sc.num_heads_split is None
+
+
+def toml_top(sc: Scenario) -> list[str]:
+    cap = sc.heads[0].softcap
+    return [f"softcap = {number(cap)}"] if _one_cap(sc) and cap is not None else []
+
+
+def toml_attention(sc: Scenario) -> list[str]:
+    cap = sc.heads[0].softcap  # [attention] gives every head the same cap
+    return [] if cap is None else [f"softcap = {number(cap)}"]
+
+
+def toml_head(sc: Scenario, i: int) -> list[str]:
+    cap = sc.heads[i].softcap
+    return [f"softcap = {number(cap)}"] if not _one_cap(sc) and cap is not None else []
+
+
+FACE = ExportFace(softcap.KEYS, head=head, head_at=At(after="b_V"), toml_top=toml_top, toml_attention=toml_attention,
+                  toml_head=toml_head, toml_head_at=At(after="kv_head"))
