@@ -59,6 +59,16 @@ class ExportFace:
     toml_head: Callable[[Any, int], list[str]] | None = None  # (scenario, head index) in that head's [[heads]]
     toml_head_at: At = END
     toml_writes_heads: Callable[[Any], bool] | None = None  # (scenario) its table writes the heads itself
+    # the worksheet's SGD step (edges/worksheet/sgd.py): each [backward] train name the variant gives, with the
+    # (weight's table key, its gradient's table key) pairs that print it, the first found on the page used; a
+    # query head's own ({h} its index), before the head's name ``sgd_head_at`` names, or the whole layer's
+    sgd_head: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = ()
+    sgd_head_at: At = END
+    sgd_layer: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = ()
+    # a weight whose new value is no cell-by-cell table of the pairs above (a head's sink, one column of a table
+    # of every head's): (train name, (tables by key, head, lr, decimals) -> the head's table or None,
+    # (its table's key) -> (weight key, gradient key, the weight's column) or None where the key is not its)
+    sgd_own: tuple[str, Callable[[Any, int, float, int], Any], Callable[[str], Any]] | None = None
 
 
 @cache

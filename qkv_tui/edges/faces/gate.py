@@ -39,4 +39,5 @@ def toml_head(sc: Scenario, i: int) -> list[str]:
 
 
 FACE = ExportFace(gate.KEYS, head=head, head_at=At(after="b_V"), grad_head=grad_head, grad_head_at=At(after="dsink"),
-                  toml_attention=toml_attention, toml_head=toml_head, toml_head_at=At(after="kv_head"))
+                  toml_attention=toml_attention, toml_head=toml_head, toml_head_at=At(after="kv_head"),
+                  sgd_head=(("W_G", (("W_G.{h}", "dW_G.{h}"),)),), sgd_head_at=At(before="b_Q"))

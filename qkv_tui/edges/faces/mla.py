@@ -61,4 +61,9 @@ def toml_writes_heads(sc: Scenario) -> bool:
 
 
 FACE = ExportFace(mla.TABLE, document=document, document_at=At(after="train"), grad=grad, grad_at=At(after="dbeta"),
-                  grad_head=grad_head, toml_writes_heads=toml_writes_heads)
+                  grad_head=grad_head, toml_writes_heads=toml_writes_heads,
+                  # the latent layer's weights, shared by every head (edges/worksheet/backward/mla.py's tables); its
+                  # query weights are printed as W_QA
+                  sgd_layer=(("W_DKV", (("W_DKV", "mW_DKV"),)), ("W_UK", (("W_UK", "mW_UK"),)),
+                             ("W_UV", (("W_UV", "mW_UV"),)), ("W_KR", (("W_KR", "mW_KR"),)),
+                             ("W_Q", (("W_QA", "mW_Q"),))))

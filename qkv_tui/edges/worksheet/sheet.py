@@ -110,8 +110,8 @@ def sheet(ws: WorksheetContent) -> Sheet:
     # --heads: the scale of the heads asked about (a table of the layer as a whole never reads a head left out)
     asked_heads = None if ws.asked is None else {t.head for t in ws.tables if t.key in ws.asked} - {None} or None
     for h, head in enumerate(comp.heads):
-        if sc.linear is not None or sc.deltanet is not None:
-            continue  # no scores are scaled
+        if ask.scenario_has(sc, "state"):
+            continue  # a running state in place of the softmax: no scores are scaled
         if asked_heads is not None and h not in asked_heads:
             continue
         divisor = f"√{head.d_k} (dₖ = {head.d_k})" if head.scale_is_default else f"{exact(head.scale)} (set by the scenario)"
@@ -185,7 +185,7 @@ def rules(ws: WorksheetContent) -> list[str]:
                    f" a' = a·cos − b·sin, b' = a·sin + b·cos, with cos and sin read from the table{guard}."
                    " The scores then use Q' and K'.")
         out.extend(rope_notes(sc.rope, comp.heads[0].d_k))
-    if sc.linear is None and sc.deltanet is None and asks("softmax"):  # those keep a state instead (their stages' own rules)
+    if not ask.scenario_has(sc, "state") and asks("softmax"):  # a state in place of the softmax: its stages' own rules
         out.append("- Softmax, row by row: subtract the row's largest scaled score, take e to each difference, divide each"
                    " by their sum. Masked cells are −∞ and get weight 0.")
     if sc.alibi is not None and asks("scale"):

@@ -19,6 +19,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from qkv_tui.core import part_questions as ask
 from qkv_tui.core.engine import Computation, HeadResult, NormResult
 from qkv_tui.core.gradients import Gradients, HeadGrad, gradients
 from qkv_tui.core.scenario import Matrix, Scenario
@@ -58,15 +59,16 @@ class PageBackward(PrintedPage):
 def covered(sc: Scenario) -> bool:
     """Whether the page's backward tables cover the scenario (module docstring)."""
     return bool(sc.backward is not None and (not qk_all(sc) or qk_all_covered(sc))
-                and (sc.mla is None or mla_covered(sc)) and sc.deltanet is None and not sc.backward.cross_entropy)
+                and (sc.mla is None or mla_covered(sc)) and ask.scenario_says(sc, "unprinted_backward") is None
+                and not sc.backward.cross_entropy)
 
 
 def uncovered(sc: Scenario) -> str:
     """What of the scenario the page's backward tables leave to the app, for the rule that says so."""
     if sc.mla is not None:
         return "latent attention ([mla]) with a latent norm (kv_norm, q_norm), a query latent (W_DQ, W_UQ) or a gate"
-    if sc.deltanet is not None:
-        return "the gated delta rule ([deltanet])"
+    if (unprinted := ask.scenario_says(sc, "unprinted_backward")) is not None:
+        return unprinted
     if sc.backward is not None and sc.backward.cross_entropy:
         return "the cross-entropy loss through the unembedding W_U"
     return "QK-norm over every head's columns together with grouped K/V heads"
