@@ -30,6 +30,7 @@ class Param:
     head: int | None  # the query head it belongs to (a K/V head's weights: its first reader); None for W_O, γ
     value: Matrix  # (rows, cols), a vector as one row, a sink as 1×1
     grad: Matrix | None  # ∂loss/∂value at that step, the same shape; None where the backward has none
+    bare: bool = False  # one number, written without an index (a head's sink logit)
 
 
 @dataclass(frozen=True)
@@ -56,10 +57,11 @@ class Move:
     grad: float
     new: float
     adam: Adam | None = None
+    bare: bool = False  # its Param's: one number, written without an index
 
     def cell(self, single_row: bool) -> str:
-        """``W_Q[1,2]``; a vector's ``b_Q[2]``; a sink bare."""
-        return self.param if self.param.startswith("sink") else (
+        """``W_Q[1,2]``; a vector's ``b_Q[2]``; one number (a head's sink) bare."""
+        return self.param if self.bare else (
             f"{self.param}[{self.col}]" if single_row else f"{self.param}[{self.row},{self.col}]")
 
 
@@ -75,7 +77,7 @@ def params(sc: Scenario, g: Gradients) -> list[Param]:
     (what SGD applies)."""
     many = len(sc.heads) > 1
     out = [Param(w.name + (f" ({sc.heads[w.head].name})" if many and w.head is not None else ""), w.train, w.head,
-                 _row(w.value), _row(w.grad))  # type: ignore[arg-type]
+                 _row(w.value), _row(w.grad), w.bare)  # type: ignore[arg-type]
            for w in weights(sc, g) if w.value is not None]
     if owner(sc) is not None:  # a table that holds every head's projections stands for the tables' own weights
         return out
@@ -169,7 +171,7 @@ class TrainRun:
             for r, c in zip(*np.nonzero(q.value != p.value), strict=True):
                 adam = None if m1 is None else _cell(m0, m1, int(r), int(c))
                 out.append(Move(p.name, int(r), int(c), float(p.value[r, c]), float(p.grad[r, c]),
-                                float(q.value[r, c]), adam))
+                                float(q.value[r, c]), adam, p.bare))
         out.sort(key=lambda m: -abs(m.new - m.old))
         return out
 
@@ -182,7 +184,7 @@ class TrainRun:
                 continue
             for r, c in zip(*np.nonzero(q.value != p.value), strict=True):
                 old, new = float(p.value[r, c]), float(q.value[r, c])
-                out.append(Move(p.name, int(r), int(c), old, (old - new) / self.lr, new))
+                out.append(Move(p.name, int(r), int(c), old, (old - new) / self.lr, new, bare=p.bare))
         out.sort(key=lambda m: -abs(m.new - m.old))
         return out
 

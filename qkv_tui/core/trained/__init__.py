@@ -36,6 +36,7 @@ class Weight:
     value: Any  # Matrix (a sink's logit as a 0-d array); None where the scenario gives none
     grad: Any  # its gradient, the same shape; None where the backward has none
     put: Callable[[Scenario, Matrix], Scenario]  # (scenario, the new value) -> the scenario with it
+    bare: bool = False  # one number, which the views write without an index (a head's sink logit)
 
 
 @dataclass(frozen=True)

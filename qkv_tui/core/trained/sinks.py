@@ -21,7 +21,7 @@ def head(sc: Scenario, g: Gradients, h: int) -> list[Weight]:
         return with_heads(s, (h,), sink=float(new))
 
     return [Weight("sinks", "sink", h, None if logit is None else np.array(logit),
-                   None if grad is None else np.array(grad), put)]
+                   None if grad is None else np.array(grad), put, bare=True)]
 
 
 FACE = TrainFace(sinks.KEYS, head=head)

@@ -1,7 +1,8 @@
 """The first variants' faces in the exports, one module here per variant (rope.py, alibi.py, ...).
 
-Each module holds what its variant writes into the JSON and TOML exports and the JSON's gradients, as one
-:class:`ExportFace` named ``FACE``; the exports walk :func:`faces` and never name a variant. A face's fields go
+Each module holds what its variant writes into the JSON and TOML exports, the JSON's gradients and the worksheet
+(its rules, tables and SGD step), as one :class:`ExportFace` named ``FACE``; the exports walk :func:`faces` and never
+name a variant. A face's fields go
 in at a fixed place among the export's own (``before`` or ``after`` one of its keys, or at the end), the faces at
 one place in the order ``--check`` names their features (core/variants FEATURES), so every document keeps its
 documented key order.
@@ -69,6 +70,32 @@ class ExportFace:
     # of every head's): (train name, (tables by key, head, lr, decimals) -> the head's table or None,
     # (its table's key) -> (weight key, gradient key, the weight's column) or None where the key is not its)
     sgd_own: tuple[str, Callable[[Any, int, float, int], Any], Callable[[str], Any]] | None = None
+    # (scenario) -> the worksheet's rule lines for the variant read backwards (edges/worksheet/backward/tables.py),
+    # at a place among the rules of the backward ("head", "W_O", "kv", "norm"); the backward walks the faces in the
+    # opposite order, as it walks the forward's stages
+    sheet_back_rules: Callable[[Any], list[str]] | None = None
+    # (the worksheet's content, whether the sheet asks about a stage by its key) -> the variant's rule lines of the
+    # forward, at a place among the page's rules (edges/worksheet/sheet.py: "norm", "biases", "stages", "softmax",
+    # "kv", "left_out", "asked")
+    sheet_rules: Callable[[Any, Callable[[str], bool]], list[str]] | None = None
+    sheet_rules_at: At = At(after="softmax")
+    sheet_back_rules_at: At = At(after="W_O")
+    # (add a table, the printed chain, head index, the head's printed HeadResult, its HeadGrad) -> adds the variant's
+    # tables of a softmax head read backwards, after dS (edges/worksheet/backward/tables.py's Add takes key, name,
+    # heading, values, rows, cols, head, allow)
+    sheet_back_softmax: Callable[[Any, Any, int, Any, Any], None] | None = None
+    # (add a table, the printed chain, head index, HeadResult, HeadGrad, the name of what the projections read) ->
+    # adds the variant's tables between Concat and the head's own output, first in the head's part
+    sheet_back_out: Callable[[Any, Any, int, Any, Any, str], None] | None = None
+    # (scenario) -> the name of the variant's own path into X̂ for dX̂'s heading, or None where it has none
+    sheet_back_path: Callable[[Any], str | None] | None = None
+    # (its backward table kinds, the app's backward stage that computes them), for --stages (edges/worksheet/select.py)
+    sheet_back_stages: tuple[tuple[tuple[str, ...], str], ...] = ()
+    # (the printed chain, head index, the head's HeadResult, its weights as printed) -> the head's records of the
+    # variant as the page prints them, and the head's fields they change: what the backward reads of the page
+    sheet_printed: Callable[[Any, int, Any, Any], tuple[list[object], dict[str, object]]] | None = None
+    # (the printed chain) -> the turn's cos and sin by d_k as the page prints them, or None
+    sheet_trig: Callable[[Any], Any] | None = None
 
 
 @cache

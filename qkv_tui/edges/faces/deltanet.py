@@ -1,4 +1,4 @@
-"""The gated delta rule's fields in the exports ([deltanet])."""
+"""The gated delta rule in the exports ([deltanet]): each head's state and its gradients in the JSON."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Linear attention's fields in the exports ([linear])."""
+"""Linear attention in the exports ([linear]): each head's state in the JSON and its gradients; its worksheet rule."""
 
 from __future__ import annotations
 
@@ -44,5 +44,17 @@ def grad(sc: Scenario, g: Gradients, write_fields: WriteFields) -> Fields:
     return [("linear", Nested(write_fields, fields=[("heads", Nested(write_fields, items=heads))]))]
 
 
+def sheet_back_rules(sc: Scenario) -> list[str]:
+    lin = sc.linear
+    if lin is None:
+        return []
+    norm = lin.normalize
+    return ["  Linear attention, in place of the softmax: dV = " + ("W" if norm else "A") + "ᵀ·dO_h, dW = dO_h·Vᵀ, "
+            + ("D = rowsum(dO_h ⊙ output), dA = (dW − D) ÷ ΣA" if norm else "dA = dW") + ", 0 where masked;"
+            " dφ(Q) = dA·φ(K), dφ(K) = dAᵀ·φ(Q); dQ = dφ(Q) ⊙ φ'(Q), dK = dφ(K) ⊙ φ'(K)"
+            + (" (φ' is 1 above 0 and e^x = φ(x) at or below)." if lin.feature == "elu1" else ".")]
+
+
 FACE = ExportFace(linear.TABLE, document=document, document_at=At(after="train"), grad=grad, grad_at=At(after="dbeta"),
-                  grad_head=grad_head)
+                  grad_head=grad_head, sheet_back_rules=sheet_back_rules,
+                  sheet_back_rules_at=At(before="W_O"))

@@ -1,4 +1,5 @@
-"""Multi-head latent attention's fields in the exports ([mla])."""
+"""Multi-head latent attention in the exports ([mla]): its parts and gradients in the JSON, its own heads in the TOML,
+its latent layer's SGD step and backward rule on a worksheet."""
 
 from __future__ import annotations
 
@@ -60,10 +61,23 @@ def toml_writes_heads(sc: Scenario) -> bool:
     return sc.mla is not None
 
 
+def sheet_back_rules(sc: Scenario) -> list[str]:
+    if sc.mla is None:
+        return []
+    return ["  Latent attention: each head's dQ and dK are at Q = [q_C | q_R'] and K = [k_C | k_R'], their first"
+            " d_nope columns dq_C and dk_C" + (", the rest turned back by the opposite angle" if sc.mla.rope
+                                               is not None else "") + "; dk_R sums every head's share (k_R is"
+            " shared), dc_KV = Σ dk_C·W_UKᵀ + dv_C·W_UVᵀ over the heads, dX̂ sums the latent's, the rotary"
+            " key's and the queries' paths."]
+
+
 FACE = ExportFace(mla.TABLE, document=document, document_at=At(after="train"), grad=grad, grad_at=At(after="dbeta"),
                   grad_head=grad_head, toml_writes_heads=toml_writes_heads,
                   # the latent layer's weights, shared by every head (edges/worksheet/backward/mla.py's tables); its
                   # query weights are printed as W_QA
                   sgd_layer=(("W_DKV", (("W_DKV", "mW_DKV"),)), ("W_UK", (("W_UK", "mW_UK"),)),
                              ("W_UV", (("W_UV", "mW_UV"),)), ("W_KR", (("W_KR", "mW_KR"),)),
-                             ("W_Q", (("W_QA", "mW_Q"),))))
+                             ("W_Q", (("W_QA", "mW_Q"),))), sheet_back_rules=sheet_back_rules,
+                  sheet_back_rules_at=At(before="W_O"),
+                  sheet_back_stages=((("mqR",), "drotate"), (("mkR", "mkRraw", "mW_KR"), "dk_r"),
+                                     (("mcKV", "mW_UK", "mW_UV", "mW_Q"), "dexpand"), (("mW_DKV",), "dcompress")))

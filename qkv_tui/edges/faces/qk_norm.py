@@ -1,4 +1,5 @@
-"""QK-norm's fields in the exports ([qk_norm]): each head's Q and K after the norm."""
+"""QK-norm in the exports ([qk_norm]): each head's Q and K after the norm and the gains' gradients in the JSON; its
+rule on a worksheet's backward."""
 
 from __future__ import annotations
 
@@ -27,4 +28,20 @@ def grad(sc: Scenario, g: Gradients, write_fields: WriteFields) -> Fields:
     return [("dgamma_q", vector(g.dgamma_q)), ("dgamma_k", vector(g.dgamma_k))]
 
 
-FACE = ExportFace(qk_norm.TABLE, head=head, head_at=At(after="b_V"), grad=grad)
+def sheet_back_rules(sc: Scenario) -> list[str]:
+    qk = sc.qk_norm
+    if qk is None:
+        return []
+    if qk.over == "all":
+        return ["  QK-norm over every head's columns, after every head's part: r = √(ms + eps) per row, x̂ = [every"
+                " head's q] / r, m = mean(dq̂ ⊙ γ ⊙ x̂) over the whole row; dq = (dq̂ ⊙ γ − x̂·m) / r, dγ = Σ rows"
+                " of dq̂ ⊙ x̂. Each head's dK is the sum of every head's share c_K: the same, from that head's dk̂"
+                " alone (0 in the other heads' columns)."]
+    return ["  QK-norm: r = √(ms + eps), x̂ = q / r, m = mean(dq̂ ⊙ γ ⊙ x̂); dq = (dq̂ ⊙ γ − x̂·m) / r,"
+            " dγ = Σ rows of dq̂ ⊙ x̂."]
+
+
+FACE = ExportFace(qk_norm.TABLE, head=head, head_at=At(after="b_V"), grad=grad, sheet_back_rules=sheet_back_rules,
+                  sheet_back_stages=(((
+                      "qroot", "qhat", "qm", "dQ", "dgamma_q", "kroot", "khat", "km", "dK", "dgamma_k",
+                      "aqroot", "aqhat", "aqm", "akroot", "akhat", "akm", "akc"), "dqk_norm"),))

@@ -15,7 +15,6 @@ which) gets a rule saying so and the forward pass only.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
 
 import numpy as np
 
@@ -23,6 +22,7 @@ from qkv_tui.core import part_questions as ask
 from qkv_tui.core.engine import Computation, HeadResult, NormResult
 from qkv_tui.core.gradients import Gradients, HeadGrad, gradients
 from qkv_tui.core.scenario import Matrix, Scenario
+from qkv_tui.edges.faces import faces, placed
 from qkv_tui.edges.worksheet.backward.lines import line, operand_keys
 from qkv_tui.edges.worksheet.backward.mla import (
     dX_heading,
@@ -35,15 +35,11 @@ from qkv_tui.edges.worksheet.backward.mla import (
 from qkv_tui.edges.worksheet.backward.qk_all import qk_all, qk_all_covered, qk_all_tables
 from qkv_tui.edges.worksheet.backward.state import linear_tables, linear_weights, printed_linear
 from qkv_tui.kernels.attention import Turn
-from qkv_tui.kernels.gate import Gated
 from qkv_tui.kernels.norm import Normed, QKNormed, norm_root
 from qkv_tui.kernels.norm_backward import row_means
 from qkv_tui.kernels.policy import PrintedPage, round_to
-from qkv_tui.kernels.rope import Rotated
-from qkv_tui.kernels.softmax import Capped, Sunk
 from qkv_tui.teach.stages.common import Stage, StageSpec
 from qkv_tui.teach.stages.printed import PrintedCells, PrintedChain, Table, exact, idx, kv_owners
-from qkv_tui.teach.stages.rotate import _trig_tables
 
 Add = Callable[..., None]  # adds one table: key, name, heading, values, rows, cols, head, allow
 STAGE = Stage("backward", "Backward", "the gradients of the loss, from the output back to every weight and X")
@@ -98,16 +94,14 @@ def printed_computation(chain: PrintedChain) -> Computation:
         else:
             weights = np.where(sc.allow, v(f"weights.{h}"), 0.0)  # (n, m)
             fields |= {"scaled": v(f"scaled.{h}"), "weights": weights}
-        if sc.rope is not None:
-            records.append(Rotated(v(f"Q_rot.{h}"), v(f"K_rot.{g}")))
         if sc.qk_norm is not None:
             records.append(QKNormed(_normed(chain, v(f"Q_norm.{h}"), v(f"qms.{h}")),
                                     _normed(chain, v(f"K_norm.{g}"), v(f"kms.{g}"))))
-        if (gated := hr.part(Gated)) is not None:
-            records.append(replace(gated, gate=v(f"gate.{h}"), gated=v(f"gated.{h}")))
-        if (sunk := hr.part(Sunk)) is not None:  # the sink's share of each row is what the printed weights leave
-            records.append(replace(sunk, sink_exp=1.0 - weights.sum(axis=1)))
-            fields |= {"row_sum": np.ones(n)}
+        for f in faces():  # a variant's record as the page prints it (edges/faces/)
+            if f.sheet_printed is not None:
+                more, changed = f.sheet_printed(chain, h, hr, weights)
+                records += more
+                fields |= changed
         head = hr.with_parts(*records, **fields)
         heads.append(printed_mla(chain, head) if sc.mla is not None else head)
     concat = v("concat") if "concat" in chain.printed else heads[0].joined
@@ -160,12 +154,8 @@ def root_of(spread: Matrix, eps: float, d: int) -> tuple[Matrix, int]:
 
 
 def page_trig(chain: PrintedChain) -> dict[int, Turn] | None:
-    """RoPE's cos and sin by d_k, as printed in the cos/sin tables."""
-    sc = chain.sc
-    if sc.rope is None:
-        return None
-    trig = chain.memo("trig", lambda: _trig_tables(chain))
-    return {d_k: Turn(cos, sin, sc.rope.pairs(d_k)) for d_k, (cos, sin, _) in trig.items()}
+    """A turn's cos and sin by d_k as printed in the page's tables (RoPE's, edges/faces/rope.py); None without one."""
+    return next((trig for f in faces() if f.sheet_trig is not None if (trig := f.sheet_trig(chain)) is not None), None)
 
 
 def page_gradients(chain: PrintedChain) -> tuple[Computation, Gradients]:
@@ -212,13 +202,10 @@ def backward_tables(chain: PrintedChain) -> list[Table]:
         g = chain.owners[h]
         mine = g == h
         dq, dk = ops.dq_names(h), ops.dk_names(h)
-        dv, dvc = idx(hr.d_v), idx(hr.d_k)
-        if hg.gate is not None:
-            t(f"dOh.{h}", "dO_h", "dO_h = dJ ⊙ g (dJ: this head's columns of the gradient at Concat)",
-              hg.gate.d_output, rows, dv, h)
-            t(f"dz.{h}", "dz", "dz = dJ ⊙ output ⊙ g ⊙ (1 − g) (at the gate's logits)", hg.gate.d_logit, rows, dv, h)
-            t(f"dW_G.{h}", "dW_G", f"dW_G = {xq}ᵀ·dz", hg.gate.dW_G, idx(hr.read(Gated, lambda g: g.W_G.shape[0]) or 0),
-              dv, h)
+        dvc = idx(hr.d_k)
+        for f in faces():  # a variant's tables between Concat and the head's own output (the gate's)
+            if f.sheet_back_out is not None:
+                f.sheet_back_out(t, chain, h, hr, hg, xq)
         if hg.linear is not None:
             linear_tables(t, chain, h, hg.linear, ops)
         else:
@@ -259,7 +246,9 @@ def backward_tables(chain: PrintedChain) -> list[Table]:
         if sc.norm is not None and pcomp.norm is not None:
             _norm_tables(t, pcomp.norm, sc, G, chain.d)
         return out
-    paths = "Q" + ("" if sc.is_cross else ", K, V") + (", gate" if any(h.W_G is not None for h in sc.heads) else "")
+    # and each variant's own path into X̂ (the gate's), as it names it
+    paths = ", ".join(["Q", *([] if sc.is_cross else ["K", "V"]),
+                       *(path for f in faces() if f.sheet_back_path is not None if (path := f.sheet_back_path(sc)))])
     t("dX_in", "dX̂" if sc.norm is not None else "dX", f"{'dX̂' if sc.norm is not None else 'dX'} = the sum of the"
       f" {paths} paths (dQ·W_Qᵀ + …, every head)", G.dX_norm, rows, dm)
     if sc.norm is not None and pcomp.norm is not None:
@@ -287,7 +276,7 @@ def _weight_tables(t: Add, chain: PrintedChain, h: int, G: Gradients, xq: str, x
 def _softmax_tables(t: Add, chain: PrintedChain, pcomp: Computation, h: int, hg: HeadGrad) -> None:
     """One softmax head from dO_h to dQ and dK at what is scored (kernels/attention_backward.py's attend_backward)."""
     sc = chain.sc
-    hr, a, r = pcomp.heads[h], hg.attend, chain.rounded
+    hr, a = pcomp.heads[h], hg.attend
     rows, keys = sc.labels, sc.key_labels
     ops = operand_keys(sc, chain.owners)
     dq, dk = ops.dq_names(h), ops.dk_names(h)
@@ -296,16 +285,12 @@ def _softmax_tables(t: Add, chain: PrintedChain, pcomp: Computation, h: int, hg:
     t(f"dP.{h}", "dP", "dP = dO_h·Vᵀ", a.dP, rows, keys, h)
     t(f"D.{h}", "D", "D = rowsum(dO_h ⊙ output)", a.D[:, None], rows, ("D",), h)
     t(f"dS.{h}", "dS", "dS = weights ⊙ (dP − D) (0 where masked)", a.dS, rows, keys, h, sc.allow)
-    if hr.part(Sunk) is not None:
-        assert a.dsink is not None
-        t(f"psink.{h}", "p_sink", "p_sink = 1 − Σ weights (each row's sink share)",
-          r(1.0 - hr.weights.sum(axis=1))[:, None], rows, ("p",), h)
-        t(f"dsink.{h}", "dsink", "dsink = −Σ p_sink·D", np.array([[a.dsink]]), ("sink",), ("d",), h)
-    if hr.part(Capped) is not None:
-        t(f"dcap.{h}", "dscaled", "dscaled = dS ⊙ (1 − tanh²(scaled / c)) (through the soft-cap)", a.dscaled, rows,
-          keys, h, sc.allow)
-    t(f"dscores.{h}", "dscores", "dscores = dscaled / scale" if hr.part(Capped) is not None else "dscores = dS / scale",
-      a.dscores, rows, keys, h, sc.allow)
+    for f in faces():  # a variant's own tables between dS and dscores (a sink's share, the soft-cap's step)
+        if f.sheet_back_softmax is not None:
+            f.sheet_back_softmax(t, chain, h, hr, hg)
+    stepper = ask.stepper(hr)  # the part whose step the scores took: dscores gathers dS back through it
+    gathered = "dS" if stepper is None else str(stepper.gathered)
+    t(f"dscores.{h}", "dscores", f"dscores = {gathered} / scale", a.dscores, rows, keys, h, sc.allow)
     t(f"dQu.{h}", dq[0], f"{dq[0]} = dscores·{ops.k_used_name}", a.dQ_used, rows, dvc, h)
     t(f"dKu.{h}", dk[0], f"{dk[0]} = dscoresᵀ·{ops.q_used_name}", a.dK_used, keys, dvc, h)
 
@@ -373,47 +358,23 @@ class BackwardSheet(StageSpec):
         if not covered(sc):
             return [f"- [backward]: this page has the forward pass only; its backward tables do not cover {uncovered(sc)}"
                     " (the app and --export markdown show every gradient of this scenario)"]
+        state = ask.scenario_has(sc, "state")  # a state in place of the softmax ([linear]): its own rule says how
         head = ("dV = weightsᵀ·dO_h, dP = dO_h·Vᵀ, D = rowsum(dO_h ⊙ output), dS = weights ⊙ (dP − D), 0 where masked;"
-                " dQ = (dS / scale)·K, dK = (dS / scale)ᵀ·Q; " if sc.linear is None else "")
-        out = ["- Backward: work each table of the Backward sections from the tables printed before it, in page order"
-               f" (the chain rule, one operation per table). {head}dW_Q = Xᵀ·dQ (each weight's gradient: its input"
-               " transposed times the gradient at its output); a bias's gradient is the sum of its gradient's rows."
-               if sc.linear is not None else
-               "- Backward: work each table of the Backward sections from the tables printed before it, in page order"
-               f" (the chain rule, one operation per table). {head}dW = Xᵀ·(its gradient); a bias's gradient is the sum"
-               " of its gradient's rows."]
-        if sc.linear is not None:
-            norm = sc.linear.normalize
-            out.append("  Linear attention, in place of the softmax: dV = " + ("W" if norm else "A") + "ᵀ·dO_h, dW = dO_h·Vᵀ, "
-                       + ("D = rowsum(dO_h ⊙ output), dA = (dW − D) ÷ ΣA" if norm else "dA = dW") + ", 0 where masked;"
-                       " dφ(Q) = dA·φ(K), dφ(K) = dAᵀ·φ(Q); dQ = dφ(Q) ⊙ φ'(Q), dK = dφ(K) ⊙ φ'(K)"
-                       + (" (φ' is 1 above 0 and e^x = φ(x) at or below)." if sc.linear.feature == "elu1" else "."))
-        if sc.mla is not None:
-            out.append("  Latent attention: each head's dQ and dK are at Q = [q_C | q_R'] and K = [k_C | k_R'], their first"
-                       " d_nope columns dq_C and dk_C" + (", the rest turned back by the opposite angle" if sc.mla.rope
-                                                          is not None else "") + "; dk_R sums every head's share (k_R is"
-                       " shared), dc_KV = Σ dk_C·W_UKᵀ + dv_C·W_UVᵀ over the heads, dX̂ sums the latent's, the rotary"
-                       " key's and the queries' paths.")
-        if sc.W_O is not None:
-            out.append("  Through W_O first: dConcat = dO·W_Oᵀ (each head's dO_h is its columns), dW_O = concatᵀ·dO.")
-        if any(h.W_G is not None for h in sc.heads):
-            out.append("  Gate: dO_h = dJ ⊙ g and dz = dJ ⊙ output ⊙ g ⊙ (1 − g), dJ the head's columns at Concat.")
-        if any(h.softcap is not None for h in sc.heads):
-            out.append("  Soft-cap: dscaled = dS ⊙ (1 − tanh²(scaled / c)), from the printed scaled scores.")
-        if any(h.sink is not None for h in sc.heads):
-            out.append("  Sink: its share of a row is p_sink = 1 − Σ weights, and dsink = −Σ p_sink·D.")
-        if sc.alibi is not None:
-            out.append("  ALiBi: the bias is added, so dS passes through it unchanged.")
-        if sc.rope is not None:
-            out.append("  RoPE: turn the gradients back by the opposite angle: a = a'·cos + b'·sin, b = −a'·sin + b'·cos.")
-        if sc.qk_norm is not None and sc.qk_norm.over == "all":
-            out.append("  QK-norm over every head's columns, after every head's part: r = √(ms + eps) per row, x̂ = [every"
-                       " head's q] / r, m = mean(dq̂ ⊙ γ ⊙ x̂) over the whole row; dq = (dq̂ ⊙ γ − x̂·m) / r, dγ = Σ rows"
-                       " of dq̂ ⊙ x̂. Each head's dK is the sum of every head's share c_K: the same, from that head's dk̂"
-                       " alone (0 in the other heads' columns).")
-        elif sc.qk_norm is not None:
-            out.append("  QK-norm: r = √(ms + eps), x̂ = q / r, m = mean(dq̂ ⊙ γ ⊙ x̂); dq = (dq̂ ⊙ γ − x̂·m) / r,"
-                       " dγ = Σ rows of dq̂ ⊙ x̂.")
+                " dQ = (dS / scale)·K, dK = (dS / scale)ᵀ·Q; " if not state else "")
+        own = [("head", ["- Backward: work each table of the Backward sections from the tables printed before it, in page"
+                         f" order (the chain rule, one operation per table). {head}dW_Q = Xᵀ·dQ (each weight's gradient:"
+                         " its input transposed times the gradient at its output); a bias's gradient is the sum of its"
+                         " gradient's rows."
+                         if state else
+                         "- Backward: work each table of the Backward sections from the tables printed before it, in page"
+                         f" order (the chain rule, one operation per table). {head}dW = Xᵀ·(its gradient); a bias's"
+                         " gradient is the sum of its gradient's rows."]),
+               ("W_O", ["  Through W_O first: dConcat = dO·W_Oᵀ (each head's dO_h is its columns), dW_O = concatᵀ·dO."]
+                if sc.W_O is not None else [])]
+        # each variant's rule (edges/faces/), in the backward's order: the opposite of the forward's
+        extra = [(f.sheet_back_rules_at, [("", f.sheet_back_rules(sc))]) for f in reversed(faces())
+                 if f.sheet_back_rules is not None]
+        out = [line for _, lines in placed(own, extra) for line in lines]
         if sc.num_kv_heads is not None or kv_shared(sc):
             out.append("  Grouped K/V heads: each query head's dK, dV and their weights' gradients are its own share;"
                        " a K/V head's gradient is the sum of its readers' shares.")
