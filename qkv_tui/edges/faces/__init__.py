@@ -91,6 +91,14 @@ class ExportFace:
     sheet_back_path: Callable[[Any], str | None] | None = None
     # (its backward table kinds, the app's backward stage that computes them), for --stages (edges/worksheet/select.py)
     sheet_back_stages: tuple[tuple[tuple[str, ...], str], ...] = ()
+    # ((scenario) -> whether the page prints roots of the variant's norm, (scenario, the printed computation) ->
+    # each root as (name, spread, root, eps, row labels)): the roots the backward divides by
+    sheet_roots: tuple[Callable[[Any], bool], Callable[[Any, Any], list[Any]]] | None = None
+    # (add a table, the chain, the printed computation, head index, whether it owns its K/V head, its HeadGrad) ->
+    # adds the tables of a norm of the head's Q and K read backwards, after the turn back, before the projections
+    sheet_back_normed: Callable[[Any, Any, Any, int, bool, Any], None] | None = None
+    # (add a table, the chain, Gradients) -> adds the variant's gradients summed over the heads, after the K/V sums
+    sheet_back_sums: Callable[[Any, Any, Any], None] | None = None
     # (the printed chain, head index, the head's HeadResult, its weights as printed) -> the head's records of the
     # variant as the page prints them, and the head's fields they change: what the backward reads of the page
     sheet_printed: Callable[[Any, int, Any, Any], tuple[list[object], dict[str, object]]] | None = None

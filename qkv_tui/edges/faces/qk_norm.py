@@ -3,7 +3,7 @@ rule on a worksheet's backward."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from qkv_tui.core.head import HeadResult
 from qkv_tui.core.scenario import Scenario
@@ -41,7 +41,41 @@ def sheet_back_rules(sc: Scenario) -> list[str]:
             " dγ = Σ rows of dq̂ ⊙ x̂."]
 
 
+def sheet_printed(chain: Any, h: int, hr: HeadResult, weights: Any) -> tuple[list[object], dict[str, object]]:
+    if chain.sc.qk_norm is None:
+        return [], {}
+    from qkv_tui.edges.worksheet.backward.qk_norm import printed
+
+    return [printed(chain, h)], {}
+
+
+def _has_roots(sc: Scenario) -> bool:
+    return sc.qk_norm is not None
+
+
+def _roots(sc: Scenario, pcomp: Any) -> list[Any]:
+    from qkv_tui.edges.worksheet.backward.qk_norm import roots
+
+    return list(roots(sc, pcomp))
+
+
+def sheet_back_normed(t: Any, chain: Any, pcomp: Any, h: int, mine: bool, hg: Any) -> None:
+    if chain.sc.qk_norm is None:
+        return
+    from qkv_tui.edges.worksheet.backward.qk_norm import head_tables
+
+    head_tables(t, chain, pcomp, h, mine, hg)
+
+
+def sheet_back_sums(t: Any, chain: Any, G: Any) -> None:
+    from qkv_tui.edges.worksheet.backward.qk_norm import sums
+
+    sums(t, chain, G)
+
+
 FACE = ExportFace(qk_norm.TABLE, head=head, head_at=At(after="b_V"), grad=grad, sheet_back_rules=sheet_back_rules,
                   sheet_back_stages=(((
                       "qroot", "qhat", "qm", "dQ", "dgamma_q", "kroot", "khat", "km", "dK", "dgamma_k",
-                      "aqroot", "aqhat", "aqm", "akroot", "akhat", "akm", "akc"), "dqk_norm"),))
+                      "aqroot", "aqhat", "aqm", "akroot", "akhat", "akm", "akc"), "dqk_norm"),),
+                  sheet_printed=sheet_printed, sheet_roots=(_has_roots, _roots), sheet_back_normed=sheet_back_normed,
+                  sheet_back_sums=sheet_back_sums)

@@ -35,7 +35,7 @@ from qkv_tui.edges.worksheet.backward.mla import (
 from qkv_tui.edges.worksheet.backward.qk_all import qk_all, qk_all_covered, qk_all_tables
 from qkv_tui.edges.worksheet.backward.state import linear_tables, linear_weights, printed_linear
 from qkv_tui.kernels.attention import Turn
-from qkv_tui.kernels.norm import Normed, QKNormed, norm_root
+from qkv_tui.kernels.norm import norm_root
 from qkv_tui.kernels.norm_backward import row_means
 from qkv_tui.kernels.policy import PrintedPage, round_to
 from qkv_tui.teach.stages.common import Stage, StageSpec
@@ -94,9 +94,6 @@ def printed_computation(chain: PrintedChain) -> Computation:
         else:
             weights = np.where(sc.allow, v(f"weights.{h}"), 0.0)  # (n, m)
             fields |= {"scaled": v(f"scaled.{h}"), "weights": weights}
-        if sc.qk_norm is not None:
-            records.append(QKNormed(_normed(chain, v(f"Q_norm.{h}"), v(f"qms.{h}")),
-                                    _normed(chain, v(f"K_norm.{g}"), v(f"kms.{g}"))))
         for f in faces():  # a variant's record as the page prints it (edges/faces/)
             if f.sheet_printed is not None:
                 more, changed = f.sheet_printed(chain, h, hr, weights)
@@ -109,29 +106,19 @@ def printed_computation(chain: PrintedChain) -> Computation:
     return Computation(sc, tuple(heads), concat, comp.W_O, output, None, norm, comp.b_O)
 
 
-def _normed(chain: PrintedChain, X_norm: Matrix, ms: Matrix) -> Normed:
-    qk = chain.sc.qk_norm
-    assert qk is not None
-    spread = ms[:, 0]
-    return Normed(X_norm, np.zeros_like(spread), spread, root_of(spread, qk.eps, chain.d)[0], X_norm)
-
-
 def zero_root(chain: PrintedChain) -> str | None:
     """Why the page cannot be read backwards: a norm's root it prints as 0 (√(ms + eps) past the decimals a page
     prints), which the backward divides by; None when every root it reads is above 0."""
     sc = chain.sc
-    if sc.backward is None or not covered(sc) or (sc.norm is None and sc.qk_norm is None):
+    normed = [f.sheet_roots for f in faces() if f.sheet_roots is not None and f.sheet_roots[0](sc)]  # QK-norm's
+    if sc.backward is None or not covered(sc) or (sc.norm is None and not normed):
         return None
     pcomp = printed_computation(chain)
     roots: list[tuple[str, Matrix, Matrix, float, tuple[str, ...]]] = []  # name, spread, root, eps, row labels
     if sc.norm is not None and pcomp.norm is not None:
         roots.append(("r", pcomp.norm.spread, pcomp.norm.root, sc.norm.eps, sc.labels))
-    if sc.qk_norm is not None:
-        for hr in pcomp.heads:
-            qkn = hr.need(QKNormed)
-            for role, normed, labels in (("Q", qkn.Q_normed, sc.labels), ("K", qkn.K_normed, sc.key_labels)):
-                if normed is not None:
-                    roots.append((f"r_{role}", normed.spread, normed.root, sc.qk_norm.eps, labels))
+    for _, more in normed:
+        roots += more(sc, pcomp)
     for name, spread, root, eps, labels in roots:
         zero = np.flatnonzero(np.asarray(root) == 0)
         if zero.size:
@@ -218,8 +205,9 @@ def backward_tables(chain: PrintedChain) -> list[Table]:
             t(f"dKt.{h}", dk[1], f"{dk[1]} = {dk[0]} turned back (by −p·θ)", hg.dK_turned, keys, dvc, h)
         if qk_all(sc):  # the norm reads every head's columns: after every head's part
             continue
-        if sc.qk_norm is not None:
-            _qk_tables(t, chain, pcomp, h, mine, hg.dQ_turned, hg.dK_turned, hg)
+        for f in faces():  # a norm of the head's Q and K read backwards (QK-norm's), before its projections
+            if f.sheet_back_normed is not None:
+                f.sheet_back_normed(t, chain, pcomp, h, mine, hg)
         _weight_tables(t, chain, h, G, xq, xkv)
     if qk_all(sc):
         qk_all_tables(t, chain, pcomp, G, lambda spread, eps: root_of(spread, eps, chain.d)[1])
@@ -235,10 +223,9 @@ def backward_tables(chain: PrintedChain) -> list[Table]:
                     rs = ("b",) if value.ndim == 1 else idx(grid.shape[0])
                     t(f"kv{name}.{o}", name, f"{name} of K/V head {sc.kv_head(o) + 1} = the sum over {who}", r(grid), rs,
                       idx(grid.shape[1]))
-    if sc.qk_norm is not None and len(sc.heads) > 1 and not qk_all(sc):
-        assert G.dgamma_q is not None and G.dgamma_k is not None
-        t("dgamma_q", "dγ_q", "dγ_q = the sum over the heads", r(G.dgamma_q), ("γ_q",), idx(len(G.dgamma_q)))
-        t("dgamma_k", "dγ_k", "dγ_k = the sum over the heads", r(G.dgamma_k), ("γ_k",), idx(len(G.dgamma_k)))
+    for f in faces():  # a variant's gradients summed over the heads (QK-norm's gains)
+        if f.sheet_back_sums is not None:
+            f.sheet_back_sums(t, chain, G)
     dm = idx(G.dX_norm.shape[1])
     if G.mla is not None:
         mla_tables(t, chain, G.mla, xq)
@@ -293,36 +280,6 @@ def _softmax_tables(t: Add, chain: PrintedChain, pcomp: Computation, h: int, hg:
     t(f"dscores.{h}", "dscores", f"dscores = {gathered} / scale", a.dscores, rows, keys, h, sc.allow)
     t(f"dQu.{h}", dq[0], f"{dq[0]} = dscores·{ops.k_used_name}", a.dQ_used, rows, dvc, h)
     t(f"dKu.{h}", dk[0], f"{dk[0]} = dscoresᵀ·{ops.q_used_name}", a.dK_used, keys, dvc, h)
-
-
-def _qk_tables(t: Add, chain: PrintedChain, pcomp: Computation, h: int, mine: bool, dQ_t: Matrix, dK_t: Matrix,
-               hg: HeadGrad) -> None:
-    """QK-norm read backwards for head ``h`` (kernels/norm_backward.py's norm_backward, over each head's columns)."""
-    sc = chain.sc
-    qk = sc.qk_norm
-    assert qk is not None
-    hr = pcomp.heads[h]
-    g = chain.owners[h]
-    gamma_q, gamma_k = qk.gammas(h, sc.kv_head(h), hr.d_k)
-    cols = idx(hr.d_k)
-    qkn = hr.need(QKNormed)
-    for role, normed, M, gamma, dY, labels, owner in (
-            ("Q", qkn.Q_normed, hr.Q, gamma_q, dQ_t, sc.labels, h), ("K", qkn.K_normed, hr.K, gamma_k, dK_t, sc.key_labels, g)):
-        assert normed is not None
-        low = role.lower()
-        xhat = chain.rounded(M / normed.root[:, None])  # (rows, d_k) as norm_backward keeps it
-        if role == "Q" or mine:
-            places = root_of(normed.spread, qk.eps, chain.d)[1]
-            t(f"{low}root.{owner}", f"r_{role}", f"r_{role} = √(ms_{role} + eps)", normed.root[:, None], labels, ("r",), h,
-              places=places)
-            t(f"{low}hat.{owner}", f"x̂_{role}", f"x̂_{role} = {role} / r_{role}", xhat, labels, cols, h)
-        inner = chain.rounded(row_means(gamma, dY, xhat)[0])  # (rows,)
-        grad = getattr(hg, f"d{role}")
-        dgamma = getattr(hg, f"dgamma_{low}")
-        t(f"{low}m.{h}", f"m_{role}", f"m_{role} = mean(d{role}̂ ⊙ γ_{low} ⊙ x̂_{role}), row by row", inner[:, None], labels,
-          ("m",), h)
-        t(f"d{role}.{h}", f"d{role}", f"d{role} = (d{role}̂ ⊙ γ_{low} − x̂_{role}·m_{role}) / r_{role}", grad, labels, cols, h)
-        t(f"dgamma_{low}.{h}", f"dγ_{low}", f"dγ_{low} = Σ rows of d{role}̂ ⊙ x̂_{role}", dgamma, (f"γ_{low}",), cols, h)
 
 
 def _norm_tables(t: Add, norm: NormResult, sc: Scenario, G: Gradients, d: int) -> None:
