@@ -99,6 +99,12 @@ class ExportFace:
     sheet_back_normed: Callable[[Any, Any, Any, int, bool, Any], None] | None = None
     # (add a table, the chain, Gradients) -> adds the variant's gradients summed over the heads, after the K/V sums
     sheet_back_sums: Callable[[Any, Any, Any], None] | None = None
+    # (the printed chain, head index, its HeadResult) -> (the head's map as printed, its record as printed) where the
+    # variant puts a map in place of the softmax, else None
+    sheet_map: Callable[[Any, int, Any], tuple[Any, object] | None] | None = None
+    # (add a table, the chain, head index, HeadGrad, the page's operand keys) -> whether it added the head's tables
+    # of that map read backwards, in place of the softmax's
+    sheet_back_map: Callable[[Any, Any, int, Any, Any], bool] | None = None
     # (the printed chain, head index, the head's HeadResult, its weights as printed) -> the head's records of the
     # variant as the page prints them, and the head's fields they change: what the backward reads of the page
     sheet_printed: Callable[[Any, int, Any, Any], tuple[list[object], dict[str, object]]] | None = None

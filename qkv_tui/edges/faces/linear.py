@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from qkv_tui.core.engine import NormResult, iter_heads
 from qkv_tui.core.head import HeadResult
@@ -55,6 +55,27 @@ def sheet_back_rules(sc: Scenario) -> list[str]:
             + (" (φ' is 1 above 0 and e^x = φ(x) at or below)." if lin.feature == "elu1" else ".")]
 
 
+def sheet_map(chain: Any, h: int, hr: HeadResult) -> tuple[Any, object] | None:
+    """The head's map and record as the page prints them (edges/worksheet/backward/state.py)."""
+    if chain.sc.linear is None:
+        return None
+    from qkv_tui.edges.worksheet.backward.state import linear_weights, printed_linear
+    from qkv_tui.kernels.linear import LinearForward
+
+    weights = linear_weights(chain, h)  # (n, m)
+    return weights, printed_linear(chain, h, hr.need(LinearForward), weights)
+
+
+def sheet_back_map(t: Any, chain: Any, h: int, hg: Any, ops: Any) -> bool:
+    if hg.linear is None:
+        return False
+    from qkv_tui.edges.worksheet.backward.state import linear_tables
+
+    linear_tables(t, chain, h, hg.linear, ops)
+    return True
+
+
 FACE = ExportFace(linear.TABLE, document=document, document_at=At(after="train"), grad=grad, grad_at=At(after="dbeta"),
                   grad_head=grad_head, sheet_back_rules=sheet_back_rules,
-                  sheet_back_rules_at=At(before="W_O"))
+                  sheet_back_rules_at=At(before="W_O"),
+                  sheet_map=sheet_map, sheet_back_map=sheet_back_map)

@@ -33,7 +33,6 @@ from qkv_tui.edges.worksheet.backward.mla import (
     printed_mla,
 )
 from qkv_tui.edges.worksheet.backward.qk_all import qk_all, qk_all_covered, qk_all_tables
-from qkv_tui.edges.worksheet.backward.state import linear_tables, linear_weights, printed_linear
 from qkv_tui.kernels.attention import Turn
 from qkv_tui.kernels.norm import norm_root
 from qkv_tui.kernels.norm_backward import row_means
@@ -85,12 +84,13 @@ def printed_computation(chain: PrintedChain) -> Computation:
         g = chain.owners[h]
         fields: dict[str, object] = {"Q": v(f"Q.{h}"), "K": v(f"K.{g}"), "V": v(f"V.{g}"), "output": v(f"output.{h}")}
         records: list[object] = []
-        if sc.linear is not None:  # its kernels load with a scenario that has it
-            from qkv_tui.kernels.linear import LinearForward
-
-            weights = linear_weights(chain, h)  # (n, m)
+        # a map in place of the softmax ([linear]'s), as its own module reads it off the page
+        mapped = next((m for f in faces() if f.sheet_map is not None if (m := f.sheet_map(chain, h, hr)) is not None),
+                      None)
+        if mapped is not None:
+            weights, record = mapped  # (n, m)
             fields |= {"weights": weights}
-            records.append(printed_linear(chain, h, hr.need(LinearForward), weights))
+            records.append(record)
         else:
             weights = np.where(sc.allow, v(f"weights.{h}"), 0.0)  # (n, m)
             fields |= {"scaled": v(f"scaled.{h}"), "weights": weights}
@@ -193,9 +193,8 @@ def backward_tables(chain: PrintedChain) -> list[Table]:
         for f in faces():  # a variant's tables between Concat and the head's own output (the gate's)
             if f.sheet_back_out is not None:
                 f.sheet_back_out(t, chain, h, hr, hg, xq)
-        if hg.linear is not None:
-            linear_tables(t, chain, h, hg.linear, ops)
-        else:
+        # a map in place of the softmax read backwards by its own module ([linear]'s), else the softmax's tables
+        if not any(f.sheet_back_map is not None and f.sheet_back_map(t, chain, h, hg, ops) for f in faces()):
             _softmax_tables(t, chain, pcomp, h, hg)
         if G.mla is not None:  # the latent layer's own tables stand for the heads' multiplied-through weights
             mla_head_tables(t, chain, h, G.mla)
