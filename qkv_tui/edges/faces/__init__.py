@@ -105,6 +105,20 @@ class ExportFace:
     # (add a table, the chain, head index, HeadGrad, the page's operand keys) -> whether it added the head's tables
     # of that map read backwards, in place of the softmax's
     sheet_back_map: Callable[[Any, Any, int, Any, Any], bool] | None = None
+    # (scenario) -> whether the backward tables cover the variant as the scenario has it
+    sheet_back_covers: Callable[[Any], bool] | None = None
+    # (scenario) -> what the rule saying the page leaves the backward to the app names first, or None
+    sheet_back_uncovered: Callable[[Any], str | None] | None = None
+    # (the chain, a printed HeadResult) -> the head as a layer that makes its projections prints it
+    sheet_printed_head: Callable[[Any, Any], Any] | None = None
+    # (the chain) -> a shared rotary part's cos and sin as the page prints them, or None
+    sheet_latent_trig: Callable[[Any], Any] | None = None
+    # (add a table, the chain, head index, Gradients) -> whether it added the layer's tables that stand for the rest of
+    # the head's (its projections' weights)
+    sheet_back_head_rest: Callable[[Any, Any, int, Any], bool] | None = None
+    # (add a table, the chain, Gradients, the name of X̂) -> dX̂'s heading after the layer's own tables, which it
+    # added, or None where the scenario has no such layer
+    sheet_back_layer: Callable[[Any, Any, Any, str], str | None] | None = None
     # (the printed chain, head index, the head's HeadResult, its weights as printed) -> the head's records of the
     # variant as the page prints them, and the head's fields they change: what the backward reads of the page
     sheet_printed: Callable[[Any, int, Any, Any], tuple[list[object], dict[str, object]]] | None = None

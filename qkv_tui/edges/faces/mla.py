@@ -3,7 +3,7 @@ its latent layer's SGD step and backward rule on a worksheet."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from qkv_tui.core.engine import NormResult
 from qkv_tui.core.scenario import Scenario
@@ -71,6 +71,53 @@ def sheet_back_rules(sc: Scenario) -> list[str]:
             " key's and the queries' paths."]
 
 
+def sheet_back_covers(sc: Scenario) -> bool:
+    if sc.mla is None:
+        return True
+    from qkv_tui.edges.worksheet.backward.mla import mla_covered
+
+    return mla_covered(sc)
+
+
+def sheet_back_uncovered(sc: Scenario) -> str | None:
+    if sc.mla is None:
+        return None
+    return "latent attention ([mla]) with a latent norm (kv_norm, q_norm), a query latent (W_DQ, W_UQ) or a gate"
+
+
+def sheet_printed_head(chain: Any, hr: Any) -> Any:
+    if chain.sc.mla is None:
+        return hr
+    from qkv_tui.edges.worksheet.backward.mla import printed_mla
+
+    return printed_mla(chain, hr)
+
+
+def sheet_latent_trig(chain: Any) -> Any:
+    from qkv_tui.edges.worksheet.backward.mla import latent_turn
+
+    return latent_turn(chain)
+
+
+def sheet_back_head_rest(t: Any, chain: Any, h: int, G: Gradients) -> bool:
+    """The latent layer's own tables stand for the heads' multiplied-through weights."""
+    if G.mla is None:
+        return False
+    from qkv_tui.edges.worksheet.backward.mla import mla_head_tables
+
+    mla_head_tables(t, chain, h, G.mla)
+    return True
+
+
+def sheet_back_layer(t: Any, chain: Any, G: Gradients, xq: str) -> str | None:
+    if G.mla is None:
+        return None
+    from qkv_tui.edges.worksheet.backward.mla import dX_heading, mla_tables
+
+    mla_tables(t, chain, G.mla, xq)
+    return dX_heading(xq)
+
+
 FACE = ExportFace(mla.TABLE, document=document, document_at=At(after="train"), grad=grad, grad_at=At(after="dbeta"),
                   grad_head=grad_head, toml_writes_heads=toml_writes_heads,
                   # the latent layer's weights, shared by every head (edges/worksheet/backward/mla.py's tables); its
@@ -80,4 +127,8 @@ FACE = ExportFace(mla.TABLE, document=document, document_at=At(after="train"), g
                              ("W_Q", (("W_QA", "mW_Q"),))), sheet_back_rules=sheet_back_rules,
                   sheet_back_rules_at=At(before="W_O"),
                   sheet_back_stages=((("mqR",), "drotate"), (("mkR", "mkRraw", "mW_KR"), "dk_r"),
-                                     (("mcKV", "mW_UK", "mW_UV", "mW_Q"), "dexpand"), (("mW_DKV",), "dcompress")))
+                                     (("mcKV", "mW_UK", "mW_UV", "mW_Q"), "dexpand"), (("mW_DKV",), "dcompress")),
+                  sheet_back_covers=sheet_back_covers, sheet_back_uncovered=sheet_back_uncovered,
+                  sheet_printed_head=sheet_printed_head,
+                  sheet_latent_trig=sheet_latent_trig, sheet_back_head_rest=sheet_back_head_rest,
+                  sheet_back_layer=sheet_back_layer)

@@ -24,14 +24,6 @@ from qkv_tui.core.gradients import Gradients, HeadGrad, gradients
 from qkv_tui.core.scenario import Matrix, Scenario
 from qkv_tui.edges.faces import faces, placed
 from qkv_tui.edges.worksheet.backward.lines import line, operand_keys
-from qkv_tui.edges.worksheet.backward.mla import (
-    dX_heading,
-    latent_turn,
-    mla_covered,
-    mla_head_tables,
-    mla_tables,
-    printed_mla,
-)
 from qkv_tui.edges.worksheet.backward.qk_all import qk_all, qk_all_covered, qk_all_tables
 from qkv_tui.kernels.attention import Turn
 from qkv_tui.kernels.norm import norm_root
@@ -54,19 +46,26 @@ class PageBackward(PrintedPage):
 def covered(sc: Scenario) -> bool:
     """Whether the page's backward tables cover the scenario (module docstring)."""
     return bool(sc.backward is not None and (not qk_all(sc) or qk_all_covered(sc))
-                and (sc.mla is None or mla_covered(sc)) and ask.scenario_says(sc, "unprinted_backward") is None
+                and all(f.sheet_back_covers(sc) for f in faces() if f.sheet_back_covers is not None)
+                and ask.scenario_says(sc, "unprinted_backward") is None
                 and not sc.backward.cross_entropy)
 
 
 def uncovered(sc: Scenario) -> str:
     """What of the scenario the page's backward tables leave to the app, for the rule that says so."""
-    if sc.mla is not None:
-        return "latent attention ([mla]) with a latent norm (kv_norm, q_norm), a query latent (W_DQ, W_UQ) or a gate"
+    if (part := _uncovered_part(sc)) is not None:
+        return part
     if (unprinted := ask.scenario_says(sc, "unprinted_backward")) is not None:
         return unprinted
     if sc.backward is not None and sc.backward.cross_entropy:
         return "the cross-entropy loss through the unembedding W_U"
     return "QK-norm over every head's columns together with grouped K/V heads"
+
+
+def _uncovered_part(sc: Scenario) -> str | None:
+    """What a variant's own module names first as what the page may leave out ([mla]'s latent norms); None: nothing."""
+    return next((why for f in faces() if f.sheet_back_uncovered is not None
+                 if (why := f.sheet_back_uncovered(sc)) is not None), None)
 
 
 def printed_computation(chain: PrintedChain) -> Computation:
@@ -100,7 +99,10 @@ def printed_computation(chain: PrintedChain) -> Computation:
                 records += more
                 fields |= changed
         head = hr.with_parts(*records, **fields)
-        heads.append(printed_mla(chain, head) if sc.mla is not None else head)
+        for f in faces():  # a layer that makes the heads' projections, as the page prints it ([mla]'s latent)
+            if f.sheet_printed_head is not None:
+                head = f.sheet_printed_head(chain, head)
+        heads.append(head)
     concat = v("concat") if "concat" in chain.printed else heads[0].joined
     output = v("final") if sc.W_O is not None else concat
     return Computation(sc, tuple(heads), concat, comp.W_O, output, None, norm, comp.b_O)
@@ -148,7 +150,9 @@ def page_trig(chain: PrintedChain) -> dict[int, Turn] | None:
 def page_gradients(chain: PrintedChain) -> tuple[Computation, Gradients]:
     """core/gradients.py on the printed forward pass, under the page's policy."""
     pcomp = printed_computation(chain)
-    return pcomp, gradients(pcomp, PageBackward(chain.d), page_trig(chain), latent_turn(chain))
+    latent = next((trig for f in faces() if f.sheet_latent_trig is not None
+                   if (trig := f.sheet_latent_trig(chain)) is not None), None)  # [mla]'s shared rotary part's
+    return pcomp, gradients(pcomp, PageBackward(chain.d), page_trig(chain), latent)
 
 
 def backward_tables(chain: PrintedChain) -> list[Table]:
@@ -196,8 +200,8 @@ def backward_tables(chain: PrintedChain) -> list[Table]:
         # a map in place of the softmax read backwards by its own module ([linear]'s), else the softmax's tables
         if not any(f.sheet_back_map is not None and f.sheet_back_map(t, chain, h, hg, ops) for f in faces()):
             _softmax_tables(t, chain, pcomp, h, hg)
-        if G.mla is not None:  # the latent layer's own tables stand for the heads' multiplied-through weights
-            mla_head_tables(t, chain, h, G.mla)
+        # a layer's own tables that stand for the rest of the head's ([mla]'s latent, for its multiplied-through weights)
+        if any(f.sheet_back_head_rest is not None and f.sheet_back_head_rest(t, chain, h, G) for f in faces()):
             continue
         if hg.dQ_rot is not None:
             t(f"dQt.{h}", dq[1], f"{dq[1]} = {dq[0]} turned back (by −p·θ)", hg.dQ_turned, rows, dvc, h)
@@ -226,9 +230,11 @@ def backward_tables(chain: PrintedChain) -> list[Table]:
         if f.sheet_back_sums is not None:
             f.sheet_back_sums(t, chain, G)
     dm = idx(G.dX_norm.shape[1])
-    if G.mla is not None:
-        mla_tables(t, chain, G.mla, xq)
-        t("dX_in", f"d{xq}", dX_heading(xq), G.dX_norm, rows, dm)
+    # a layer's own tables down to X̂ ([mla]'s latent), and what dX̂ then sums
+    layer = next((heading for f in faces() if f.sheet_back_layer is not None
+                  if (heading := f.sheet_back_layer(t, chain, G, xq)) is not None), None)
+    if layer is not None:
+        t("dX_in", f"d{xq}", layer, G.dX_norm, rows, dm)
         if sc.norm is not None and pcomp.norm is not None:
             _norm_tables(t, pcomp.norm, sc, G, chain.d)
         return out
