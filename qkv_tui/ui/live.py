@@ -164,6 +164,9 @@ class Live:
 
         app = self.app
         op = app.trace.op(app.position.index)
+        said = app.trace.spec(op.segment.stage).edit_cell(app.trace, op)
+        if said is not None:  # the stage knows which input its operation reads
+            return InputCell(*said)
         if op.segment.target == "gate" and op.head is not None:  # the gate's own input: its weights
             return InputCell("W_G", op.head, 0, op.col or 0)
         dn = getattr(app.scenario, "deltanet", None)

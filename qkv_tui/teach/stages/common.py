@@ -228,6 +228,13 @@ class StageSpec:
         """The formula slots one of its segments computes."""
         return frozenset()
 
+    # --- editing ------------------------------------------------------------------------------
+
+    def edit_cell(self, trace: TraceContext, op: Operation) -> tuple[str, int | None, int, int] | None:
+        """The input cell ``e`` opens at on one of its operations, (matrix, head, row, col) as the editor names
+        it, where its operands do not say (an input that is no pane); None, the default: the editor's own rule."""
+        return None
+
     # --- the quiz -----------------------------------------------------------------------------
 
     def withheld(self, trace: TraceContext, op: Operation, decimals: int) -> str | None:

@@ -237,6 +237,7 @@ class MapSoftmax(_DiffStage):
 
 
 LAMBDA_COLS = ("λ_q1·λ_k1", "e^ of it", "λ_q2·λ_k2", "e^ of it", "λ")
+HEAD_ROW = "head"  # the row label of a table with one row per head (λ and its gradients): the head in view
 
 
 class Lambda(_DiffStage):
@@ -251,6 +252,14 @@ class Lambda(_DiffStage):
 
     def segments(self, trace: TraceContext, head: int | None) -> list[Plan]:
         return [Plan("lambda", 1, len(LAMBDA_COLS))]
+
+    def row_label(self, trace: TraceContext, name: str, row: int) -> str | None:
+        return HEAD_ROW if name == "lambda" else None  # one row per head, not a token's
+
+    def edit_cell(self, trace: TraceContext, op: Operation) -> tuple[str, int | None, int, int] | None:
+        # the λ vectors are no pane: each cell opens at the head's row of the vector it reads first
+        assert op.head is not None
+        return ("lambda_q1" if (op.col or 0) < 2 or op.col == 4 else "lambda_q2"), None, op.head, 0
 
     def operation(self, trace: TraceContext, index: int, seg: Segment, row: int, col: int | None, d: int) -> Operation:
         h = seg.head

@@ -24,7 +24,7 @@ from qkv_tui.kernels.softmax import Capped
 from qkv_tui.teach.arith import quotient_line
 from qkv_tui.teach.stages.common import Key, Operation, PaneStyle, Plan, Ref, Segment, Stage
 from qkv_tui.teach.stages.context import TraceContext
-from qkv_tui.teach.stages.differential import SUB, diff_of, has_diff
+from qkv_tui.teach.stages.differential import HEAD_ROW, SUB, diff_of, has_diff
 from qkv_tui.teach.stages.grads import BackwardSpec, dot_cell, formula_cell, grads, has_backward, kept
 from qkv_tui.teach.stages.norm import back_cell, back_stat_cell
 
@@ -221,6 +221,9 @@ class DSubtract(_DiffBack):
     matrices = ("dlam", "dP2")
     key_columns = ("dP2",)
 
+    def row_label(self, trace: TraceContext, name: str, row: int) -> str | None:
+        return HEAD_ROW if name in ("dlam",) else None  # one row per head, not a token's
+
     def segments(self, trace: TraceContext, head: int | None) -> list[Plan]:
         sc = trace.comp.scenario
         return [Plan("dlam", 1, 1), Plan("dP2", sc.n, sc.m)]
@@ -266,6 +269,9 @@ class DLambda(_DiffBack):
                   " A dot product's gradient in one vector is the other vector: dλ_q1 = dλ·λ₁·λ_k1, dλ_k1 = dλ·λ₁·λ_q1,"
                   " dλ_q2 = −dλ·λ₂·λ_k2, dλ_k2 = −dλ·λ₂·λ_q2. These are the head's rows of [differential]'s vectors.")
     matrices = ("ddots", *LAMBDA_GRADS)
+
+    def row_label(self, trace: TraceContext, name: str, row: int) -> str | None:
+        return HEAD_ROW if name in ("ddots", *LAMBDA_GRADS) else None  # one row per head, not a token's
 
     def segments(self, trace: TraceContext, head: int | None) -> list[Plan]:
         d = diff_of(trace, head).d
