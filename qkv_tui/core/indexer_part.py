@@ -45,6 +45,10 @@ class Selection:
         """The keys every head attends: the selected ones (a subset of the scenario's mask)."""
         return self.indexed.selected
 
+    def overflow(self, stage: str, at: Any) -> tuple[str, str, str] | None:
+        """The index's numbers past float64 (core/part_questions.py): kernels/indexer.py names them."""
+        return self.indexed.overflow(stage, at)
+
     @property
     def mask_note(self) -> str:
         ix = self.indexed

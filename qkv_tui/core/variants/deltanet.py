@@ -76,6 +76,15 @@ class DeltaNet:
     def overflow_inputs(self, X_in: Matrix, at: Any) -> tuple[str, str] | None:
         """The gates' inputs X̂·W_a + dt_bias and X̂·W_b past float64 (core/part_questions.py): σ and softplus would
         hide it as 1 or ∞, and every page that works them out term by term would meet the overflow."""
+        kda = self.channels
+        if kda is not None and kda.W_fa is not None and kda.W_fb is not None and kda.dt_bias is not None:
+            # Kimi's low-rank gate: its bottleneck first, then each channel's logit
+            with np.errstate(over="ignore", invalid="ignore"):
+                low = X_in @ kda.W_fa  # (n, r)
+                logit = low @ kda.W_fb + np.concatenate(kda.dt_bias)[None, :]  # (n, Σ d_k)
+            for what, array, hint in (("X̂·W_fa", low, "X or W_fa"), ("(X̂·W_fa)·W_fb + dt_bias", logit, "X, W_fa, W_fb or dt_bias")):
+                if (where := at.first(array)) is not None:
+                    return f"values in [deltanet]'s {what} overflow float64 at {where}", f"expected smaller {hint}"
         for what, W, bias in (("X̂·W_a + dt_bias", self.W_a, self.dt_bias), ("X̂·W_b", self.W_b, None)):
             if W is None:
                 continue

@@ -13,7 +13,7 @@ from qkv_tui.core.scenario import Matrix
 from qkv_tui.core.variants import v_norm
 from qkv_tui.kernels.attention import project
 from qkv_tui.kernels.policy import EXACT
-from qkv_tui.teach.arith import agrees, dot_line, shown, tries
+from qkv_tui.teach.arith import agrees, dot_line, shown, tries, unit
 from qkv_tui.teach.stages.common import (
     K_SLOT,
     Q_SLOT,
@@ -355,11 +355,22 @@ def _value_norm(hr: HeadResult) -> ValueNormed | None:
 
 def _root_texts(projected: float, root: float, result: str, decimals: int, whole: bool) -> tuple[str, str]:
     """The projection's cell and its row's root, each with the digits that make their quotient the shown V."""
+    exact = whole and float(projected).is_integer()
     for p in tries(decimals, False):
-        u, r = operand(projected, whole and float(projected).is_integer(), p), operand(root, root.is_integer(), p)
-        if agrees(shown(u) / shown(r), result) and agrees(projected / shown(r), result):
+        u, r = operand(projected, exact, p), operand(root, root.is_integer(), p)
+        if shown(r) == 0:  # a root below these places' last digit (a row of zeros over a small eps): its mantissa
+            r = f"{root:.{p}e}"
+        if all(agrees(x / shown(r), result) for x in _readings(u, exact, projected)):
             break
     return u, r
+
+
+def _readings(u: str, exact: bool, projected: float) -> tuple[float, ...]:
+    """What the projection's cell may stand for on the line: its text, one unit of its last digit either side
+    (the dot product before it agrees with the text to that unit, not to the digit), and its own value."""
+    if exact:
+        return (shown(u),)
+    return shown(u) - unit(u), shown(u), shown(u) + unit(u), projected
 
 
 def _scaled_formula(formula: str, factor: float) -> str:
@@ -377,7 +388,7 @@ def _factor_texts(projected: float, factor: float, result: str, decimals: int, w
     """The projection's cell and the factor, each with the digits that make their product the shown V."""
     for p in tries(decimals, False):
         u, s = operand(projected, whole and float(projected).is_integer(), p), operand(factor, factor.is_integer(), p)
-        if agrees(shown(u) * shown(s), result) and agrees(projected * shown(s), result):
+        if all(agrees(x * shown(s), result) for x in _readings(u, whole and float(projected).is_integer(), projected)):
             break
     return u, s
 
