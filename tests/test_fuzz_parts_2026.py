@@ -18,7 +18,8 @@ pytestmark = pytest.mark.filterwarnings("error::RuntimeWarning")
 # the worksheet refuses, in one line, what it does not print yet (docs/scenario-format.md, each table's section)
 WORKSHEET_REFUSES = frozenset({"worksheet"})
 # QKV_FUZZ_EXAMPLES=200 fuzzes deeper by hand; CI runs the default
-FUZZ = settings(max_examples=int(os.environ.get("QKV_FUZZ_EXAMPLES", "8")), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FUZZ = settings(max_examples=int(os.environ.get("QKV_FUZZ_EXAMPLES", "8")), deadline=None,
+                suppress_health_check=[HealthCheck.too_slow])
 
 
 @pytest.mark.parametrize("part", sorted(PARTS))

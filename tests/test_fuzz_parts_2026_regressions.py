@@ -99,7 +99,8 @@ W_fb = [[-1e+153]]
 A_log = [0]
 dt_bias = [[0]]
 W_b = [[0]]
-""", 'values in [deltanet]\'s (X̂·W_fa)·W_fb + dt_bias overflow float64 at row 1 ("t0"); expected smaller X, W_fa, W_fb or dt_bias'),
+""", "values in [deltanet]'s (X̂·W_fa)·W_fb + dt_bias overflow float64 at row 1 (\"t0\");"
+        " expected smaller X, W_fa, W_fb or dt_bias"),
     "kda_key_square_past_float64": ("""\
 tokens = ["t0"]
 X = [[-1.4e+154]]

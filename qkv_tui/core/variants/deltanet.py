@@ -82,7 +82,8 @@ class DeltaNet:
             with np.errstate(over="ignore", invalid="ignore"):
                 low = X_in @ kda.W_fa  # (n, r)
                 logit = low @ kda.W_fb + np.concatenate(kda.dt_bias)[None, :]  # (n, Σ d_k)
-            for what, array, hint in (("X̂·W_fa", low, "X or W_fa"), ("(X̂·W_fa)·W_fb + dt_bias", logit, "X, W_fa, W_fb or dt_bias")):
+            for what, array, hint in (("X̂·W_fa", low, "X or W_fa"),
+                                      ("(X̂·W_fa)·W_fb + dt_bias", logit, "X, W_fa, W_fb or dt_bias")):
                 if (where := at.first(array)) is not None:
                     return f"values in [deltanet]'s {what} overflow float64 at {where}", f"expected smaller {hint}"
         for what, W, bias in (("X̂·W_a + dt_bias", self.W_a, self.dt_bias), ("X̂·W_b", self.W_b, None)):
