@@ -99,7 +99,9 @@ class Indexed:
         (core/part_questions.py): a score of −∞ or NaN where the key is visible would pass for a masked key."""
         if stage != "latent":
             return None
-        per_row = (lambda a: a.transpose(1, 0, 2))  # (H_I, n, ·) → (n, H_I, ·): the place names the query's row
+        def per_row(a: Matrix) -> Matrix:  # (H_I, n, ·) → (n, H_I, ·): the place names the query's row
+            return a.transpose(1, 0, 2)
+
         return at.named((
             ("[indexer]'s q_I", per_row(self.q_turned), False, False, "expected smaller X (or c_Q) or W_q"),
             ("[indexer]'s k_I", self.k_turned, False, False, "expected smaller X or W_k"),
