@@ -102,7 +102,7 @@ class Indexed:
         def per_row(a: Matrix) -> Matrix:  # (H_I, n, ·) → (n, H_I, ·): the place names the query's row
             return a.transpose(1, 0, 2)
 
-        return at.named((
+        said: tuple[str, str, str] | None = at.named((
             ("[indexer]'s q_I", per_row(self.q_turned), False, False, "expected smaller X (or c_Q) or W_q"),
             ("[indexer]'s k_I", self.k_turned, False, False, "expected smaller X or W_k"),
             ("[indexer]'s w", self.w, False, False, "expected smaller X or W_w"),
@@ -111,6 +111,7 @@ class Indexed:
             ("[indexer]'s scores", np.where(self.allow, self.scores, 0.0), False, True,
              "expected smaller X, W_w, W_q or W_k"),
         ))
+        return said
 
     @property
     def covers_all(self) -> bool:
