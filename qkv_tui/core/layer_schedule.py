@@ -42,6 +42,26 @@ def _own(words: list[str]) -> list[str]:
     return words[:-2] if len(words) >= 3 and words[-2] == KV_FROM else words
 
 
+def _which(layers: list[int]) -> str:
+    said = ", ".join(map(str, layers[:-1])) + (f" and {layers[-1]}" if len(layers) > 1 else str(layers[-1]))
+    return f"layer{'s' * (len(layers) > 1)} {said}"
+
+
+def single_adds(schedule: Sequence[str], layer: int) -> str | None:
+    """What each of layers 0 … layer − 1 added to the stream, from the schedule, where the model's blocks hold one
+    sub-layer each: a schedule with an "mlp" entry (Nemotron-H's attention, Mamba-2 and MLP blocks); else None."""
+    if NO_ATTENTION not in schedule or not 0 < layer <= len(schedule):
+        return None
+    kinds: dict[str, list[int]] = {"attention": [], "linear": [], NO_ATTENTION: []}
+    for i, entry in enumerate(schedule[:layer]):
+        word = entry.split(" ")[0]
+        kinds["attention" if word in ("full", "sliding") else word].append(i)
+    words = {"attention": "attention", "linear": "a linear-attention mixer, Mamba-2's in Nemotron-H",
+             NO_ATTENTION: "an MLP or a mixture of experts"}
+    said = "; ".join(f"{_which(found)} {words[kind]}" for kind, found in kinds.items() if found)
+    return f"the output of its one sub-layer ({said})"
+
+
 def entry_error(entry: object) -> str | None:
     """Why ``entry`` is not a schedule entry, or None."""
     if not isinstance(entry, str):
