@@ -279,3 +279,27 @@ def test_what_the_scenario_cannot_compute_is_one_line(cli: Any, tmp_path: Path, 
     path = tmp_path / "refused.toml"
     path.write_text(f'[model]\nsource = "{folder}"\ntext = "{TEXT}"\n', encoding="utf-8")
     assert said in _refused(cli, path)
+
+
+def test_the_input_stage_and_the_cache_page_say_what_a_hybrid_holds(tmp_path: Path) -> None:
+    """The Input stage names each earlier block's one sub-layer (not "its attention output and then its MLP output"),
+    and the cache page's why-GQA line reads the shown layer's cache (layer 0, a Mamba-2 layer, caches nothing)."""
+    from qkv_tui.display import cost_view
+    from qkv_tui.display.modes import Modes
+    from qkv_tui.display.presenter import Presenter
+    from qkv_tui.edges.export_markdown import to_markdown
+
+    folder, _ = _nemotron(tmp_path, seed=97)
+    comp = _open(tmp_path, folder, 5)
+    page = " ".join(to_markdown(comp).split())  # its lines rejoined
+    assert ("layers 0 … 4 ran over it, each adding the output of its one sub-layer (layer 2 attention; layers 0 and 4"
+            " a linear-attention mixer, Mamba-2's in Nemotron-H; layers 1 and 3 an MLP or a mixture of experts)") in page
+    assert "its attention output and then its MLP output" not in page
+    presenter, modes = Presenter(comp), Modes()
+    lines: list[str] = []
+    for step in range(cost_view._steps(presenter, modes, 0)):
+        ex = cost_view._frame(presenter, modes, step, 0).explanation
+        lines += [ex.arithmetic, *ex.details]
+    per_layer = H_KV * 2 * D_K * 2  # K+V of every K/V head, bf16
+    assert any(line.startswith(f"why GQA: were every query head its own K/V head, a layer would cache Σ(d_k + d_v)·B ="
+                               f" {H * 2 * D_K}·2 = {H * 2 * D_K * 2} B a token, not {per_layer}") for line in lines)
