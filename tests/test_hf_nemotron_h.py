@@ -303,3 +303,19 @@ def test_the_input_stage_and_the_cache_page_say_what_a_hybrid_holds(tmp_path: Pa
     per_layer = H_KV * 2 * D_K * 2  # K+V of every K/V head, bf16
     assert any(line.startswith(f"why GQA: were every query head its own K/V head, a layer would cache Σ(d_k + d_v)·B ="
                                f" {H * 2 * D_K}·2 = {H * 2 * D_K * 2} B a token, not {per_layer}") for line in lines)
+
+
+def test_the_heads_view_steps_over_the_layers_with_nothing_to_show(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    from qkv_tui.display import heads_view
+    from qkv_tui.display.modes import Modes
+    from qkv_tui.display.presenter import Presenter
+
+    folder, _ = _nemotron(tmp_path, seed=98)
+    presenter = Presenter(_open(tmp_path, folder, 2))
+    up = heads_view._act(presenter, Modes(), "next_stage", 4)
+    assert up is not None and up.heads_layer == 4  # over layer 3, a mixture of experts, to the Mamba-2 layer
+    assert len(heads_view.shown(presenter, up).heads) == MH
+    down = heads_view._act(presenter, replace(Modes(), heads_layer=2), "prev_stage", 4)
+    assert down is not None and down.heads_layer == 0  # over layer 1, an MLP
