@@ -217,7 +217,7 @@ def test_the_schedule_marks_each_kind_and_the_cache_counts_only_attention(tmp_pa
     sc = comp.scenario
     assert sc.input.schedule == ("linear", "mlp", "full", "mlp", "linear", "full")
     assert schedule_line(sc.input.schedule, 5) == (
-        "layers: 0 L · 1 - · 2 F · 3 - · 4 L · [5 F] (F full, L linear attention, - no attention (MLP))")
+        "layers: 0 L · 1 - · 2 F · 3 - · 4 L · [5 F] (F full, L linear attention, - MLP only, no attention)")
     cache = kv_cache(sc, 2, 10)
     assert [lc.kind for lc in cache.layers] == ["linear", "mlp", "full", "mlp", "linear", "full"]
     assert [lc.per_token.value for lc in cache.layers] == [0, 0, H_KV * 2 * D_K * 2, 0, 0, H_KV * 2 * D_K * 2]

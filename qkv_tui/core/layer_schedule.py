@@ -112,7 +112,7 @@ def _legend(schedule: Sequence[str], windows: set[str]) -> str:
     if "linear" in kinds:
         parts.append("L linear attention")
     if NO_ATTENTION in kinds:
-        parts.append("- no attention (MLP)")
+        parts.append("- MLP only, no attention")
     if any(kv_source(e) is not None for e in schedule):
         parts.append("R reuses an earlier layer's K and V")
     return ", ".join(parts)
