@@ -319,3 +319,20 @@ def test_the_heads_view_steps_over_the_layers_with_nothing_to_show(tmp_path: Pat
     assert len(heads_view.shown(presenter, up).heads) == MH
     down = heads_view._act(presenter, replace(Modes(), heads_layer=2), "prev_stage", 4)
     assert down is not None and down.heads_layer == 0  # over layer 1, an MLP
+
+
+def test_merged_experts_open_as_the_hub_s_one_by_one(tmp_path: Path) -> None:
+    """transformers 5 holds the experts merged (experts.up_proj (E, inner, d), experts.down_proj (E, d, inner));
+    a folder that stores them so gives the same stream."""
+    from safetensors.numpy import load_file, save_file
+
+    folder, model = _nemotron(tmp_path, seed=99)
+    stored = folder / "model.safetensors"
+    tensors = load_file(stored)
+    m = "backbone.layers.3.mixer.experts."
+    for name in ("up_proj", "down_proj"):
+        tensors[m + name] = np.stack([tensors.pop(f"{m}{e}.{name}.weight") for e in range(4)])
+    save_file(tensors, stored, metadata={"format": "pt"})
+    comp = _open(tmp_path, folder, 5)
+    ref = _reference(model, _ids(comp.scenario.description), 5)
+    _close(comp.scenario.X, ref["X"])

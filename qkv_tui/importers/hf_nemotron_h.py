@@ -56,8 +56,9 @@ class NemotronMoe:
 
     W_router: Array  # (d_model, experts)
     bias: Array  # (experts,)
-    W_up: Array  # (experts, d_in, inner)
-    W_down: Array  # (experts, inner, d_in)
+    # expert e's (W_up (d_in, inner), W_down (inner, d_in)), read when a token picks it: a released checkpoint has
+    # 128 experts a layer, and widening every one to float64 to run a dozen tokens would take gigabytes
+    expert: Callable[[int], tuple[Array, Array]]
     top_k: int
     groups: int
     top_groups: int
@@ -65,8 +66,8 @@ class NemotronMoe:
     scaling: float
     act: Callable[[Array], Array]
     shared: DenseMlp
-    latent_in: DenseMlp | None  # fc1_latent_proj as x·W + b (act the identity), or None
-    latent_out: DenseMlp | None
+    latent_in: Affine | None  # fc1_latent_proj, or None
+    latent_out: Affine | None  # fc2_latent_proj
 
     def __call__(self, x: Array) -> Array:
         scores = sigmoid(x @ self.W_router)  # (n, experts)
@@ -83,17 +84,26 @@ class NemotronMoe:
             weights = weights / (weights.sum(axis=1, keepdims=True) + 1e-20)
         weights = weights * self.scaling
         h = x if self.latent_in is None else self.latent_in(x)  # (n, d_in)
+        read = {e: self.expert(e) for e in sorted({int(e) for e in chosen.ravel()})}
         routed = np.zeros_like(h)
         for row in range(n):
             for slot in range(self.top_k):
-                e = int(chosen[row, slot])
-                routed[row] += weights[row, slot] * (self.act(h[row] @ self.W_up[e]) @ self.W_down[e])
+                W_up, W_down = read[int(chosen[row, slot])]
+                routed[row] += weights[row, slot] * (self.act(h[row] @ W_up) @ W_down)
         out = routed if self.latent_out is None else self.latent_out(routed)
         return out + self.shared(x)
 
 
-def _identity(x: Array) -> Array:
-    return x
+@dataclass(frozen=True, eq=False)
+class Affine:
+    """One nn.Linear (the latent projections) as x·W + b."""
+
+    W: Array  # (in, out)
+    b: Array | None
+
+    def __call__(self, x: Array) -> Array:
+        out: Array = x @ self.W
+        return out if self.b is None else out + self.b
 
 
 def _dense(tensors: TensorFiles, m: str, d_in: int, d_out: int | None, act: Callable[[Array], Array]) -> DenseMlp:
@@ -107,11 +117,9 @@ def _dense(tensors: TensorFiles, m: str, d_in: int, d_out: int | None, act: Call
                     get(m + "down_proj.bias", (out,)) if m + "down_proj.bias" in tensors else None, act)
 
 
-def _linear(tensors: TensorFiles, name: str, d_in: int) -> DenseMlp:
-    """One nn.Linear (the latent projections) as x·W + b."""
-    W = tensors.get(name + ".weight", (None, d_in))
-    b = tensors.get(name + ".bias", (int(W.shape[0]),)) if name + ".bias" in tensors else None
-    return DenseMlp(np.eye(d_in), None, W.T, b, _identity)
+def _linear(tensors: TensorFiles, name: str, d_in: int) -> Affine:
+    W = tensors.get(name + ".weight", (None, d_in))  # (out, in)
+    return Affine(W.T, tensors.get(name + ".bias", (int(W.shape[0]),)) if name + ".bias" in tensors else None)
 
 
 def read_moe(config: Config, tensors: TensorFiles, m: str, act: Callable[[Array], Array]) -> NemotronMoe:
@@ -121,20 +129,28 @@ def read_moe(config: Config, tensors: TensorFiles, m: str, act: Callable[[Array]
     E = raw["n_routed_experts"]
     latent = raw.get("moe_latent_size")
     d_in = d if latent is None else int(latent)
-    if m + "experts.up_proj" in tensors:
-        W_up = get(m + "experts.up_proj", (E, None, d_in)).transpose(0, 2, 1)  # (E, d_in, inner)
-        W_down = get(m + "experts.down_proj", (E, d_in, int(W_up.shape[2]))).transpose(0, 2, 1)
-    else:
-        ups = [get(f"{m}experts.{e}.up_proj.weight", (None, d_in)) for e in range(E)]  # (inner, d_in) each
-        inner = int(ups[0].shape[0])
-        W_up = np.stack([u.T for u in ups])
-        W_down = np.stack([get(f"{m}experts.{e}.down_proj.weight", (d_in, inner)).T for e in range(E)])
+    expert: Callable[[int], tuple[Array, Array]]
+    if m + "experts.up_proj" in tensors:  # (E, inner, d_in) and (E, d_in, inner), left in the file
+        ups = tensors.rows(m + "experts.up_proj", (E, None, d_in))
+        downs = tensors.rows(m + "experts.down_proj", (E, d_in, ups.shape[1]))
+
+        def expert(e: int) -> tuple[Array, Array]:
+            return ups[[e]][0].T, downs[[e]][0].T
+    else:  # the Hub's: one nn.Linear (out, in) an expert; every shape checked now, each read when picked
+        inner = tensors.rows(f"{m}experts.0.up_proj.weight", (None, d_in)).shape[0]
+        for e in range(E):
+            for name, shape in (("up_proj", (inner, d_in)), ("down_proj", (d_in, inner))):
+                tensors.rows(f"{m}experts.{e}.{name}.weight", shape)  # refused here if missing or misshapen
+
+        def expert(e: int) -> tuple[Array, Array]:
+            return (get(f"{m}experts.{e}.up_proj.weight", (inner, d_in)).T,
+                    get(f"{m}experts.{e}.down_proj.weight", (d_in, inner)).T)
     bias_key = m + "gate.e_score_correction_bias"
     bias = get(bias_key, (E,)) if bias_key in tensors else np.zeros(E)
     latent_in = latent_out = None
     if latent is not None:
         latent_in, latent_out = _linear(tensors, m + "fc1_latent_proj", d), _linear(tensors, m + "fc2_latent_proj", d_in)
-    return NemotronMoe(get(m + "gate.weight", (E, d)).T, bias, W_up, W_down, raw["num_experts_per_tok"], raw["n_group"],
+    return NemotronMoe(get(m + "gate.weight", (E, d)).T, bias, expert, raw["num_experts_per_tok"], raw["n_group"],
                        raw["topk_group"], raw["norm_topk_prob"] is not False, float(raw["routed_scaling_factor"]), act,
                        _dense(tensors, m + "shared_experts.", d, None, act), latent_in, latent_out)
 
