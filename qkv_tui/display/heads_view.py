@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from qkv_tui.core import part_questions as ask
 from qkv_tui.core.engine import Computation
+from qkv_tui.core.layer_schedule import attends
 from qkv_tui.core.model_layers import ModelLayers, model_layers
 from qkv_tui.display import side_views
 from qkv_tui.display.frame import Frame
@@ -119,7 +120,11 @@ def _act(sources: Sources, modes: Modes, action: str, across: int) -> Modes | No
     walk, layer = _model(sources), layer_of(sources, modes)
     if walk is None or layer is None or action not in ("next_stage", "prev_stage"):
         return None
-    layer += 1 if action == "next_stage" else -1
+    step = 1 if action == "next_stage" else -1
+    layer += step
+    schedule = sources.comp.scenario.input.schedule
+    while 0 <= layer < len(schedule) and not attends(schedule[layer]):  # a hybrid's MLP block: nothing to show
+        layer += step
     if not 0 <= layer < walk.layers:
         return None
     return replace(modes, heads_layer=layer, side_step=min(modes.side_step, len(walk.computation(layer).heads) - 1))

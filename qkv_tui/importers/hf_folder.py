@@ -27,6 +27,7 @@ Two layouts:
 - "gemma3n" and "gemma3n_text": AltUp streams, LAuReL, per-layer inputs, a value norm, KV shared across layers
   (hf_gemma3n.py).
 - "mamba2": no attention; each layer's mixer as an [ssd] scenario (hf_mamba2_folder.py).
+- "nemotron_h": Mamba-2, attention and MLP/MoE blocks interleaved (hf_nemotron_h.py).
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ from qkv_tui.importers.hf_gated_deltanet import as_heads, linear_note, read_line
 from qkv_tui.importers.hf_gemma3n import open_gemma3n
 from qkv_tui.importers.hf_mamba2_folder import open_mamba2
 from qkv_tui.importers.hf_mimo import open_mimo
+from qkv_tui.importers.hf_nemotron_h import open_nemotron_h
 from qkv_tui.importers.hf_tensors import lookup, prefix_of
 from qkv_tui.importers.safetensors_raw import TensorFiles
 from qkv_tui.importers.schedule import hf_schedule
@@ -119,6 +121,8 @@ def open_folder(folder: Path, source: str) -> Model:
         return open_gemma3n(config, tensors, tokenize, source)
     if config.model_type == "mamba2":  # no attention: each layer's mixer as an [ssd] scenario (hf_mamba2_folder.py)
         return open_mamba2(config, tensors, tokenize, source)
+    if config.model_type == "nemotron_h":  # a hybrid of Mamba-2, attention and MLP blocks (hf_nemotron_h.py)
+        return open_nemotron_h(config, tensors, tokenize, source)
     if config.model_type == "diffllama":  # LLaMA's layout, its attention differential (hf_diffllama.py)
         return open_diffllama(_llama(config, tensors, tokenize, source), config, tensors)
     return _llama(config, tensors, tokenize, source)
