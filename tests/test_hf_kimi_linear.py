@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from qkv_tui.importers.errors import ImporterError
 from qkv_tui.importers.hf_folder import open_folder
 from qkv_tui.importers.stack import residual_stream
 from qkv_tui.kernels.deltanet_parts import Around
@@ -153,15 +154,24 @@ def test_model_heads_on_a_kda_layer_is_one_line(cli: Any, tmp_path: Path) -> Non
     assert result.err.count("\n") == 1 and "leave out model.heads" in result.err
 
 
-def test_the_checkpoints_own_layer_lists_are_read_1_based(tmp_path: Path) -> None:
-    """A config as the Hub ships it: no layer_types, the layers in linear_attn_config's 1-based lists."""
+def test_a_config_as_the_hub_ships_it_reads_the_same(tmp_path: Path) -> None:
+    """No layer_types, mlp_layer_types or linear_* keys: the layers from linear_attn_config's 1-based lists, the sizes
+    from its num_heads, head_dim and short_conv_kernel_size, the dense MLPs from first_k_dense_replace."""
     folder, model = kimi(tmp_path, seed=71)
     config = json.loads((folder / "config.json").read_text())
-    del config["layer_types"], config["mlp_layer_types"]
+    for key in ("layer_types", "mlp_layer_types", "linear_num_heads", "linear_head_dim", "linear_conv_kernel_dim"):
+        del config[key]
     config["linear_attn_config"].update(kda_layers=[1, 3], full_attn_layers=[2, 4])
     (folder / "config.json").write_text(json.dumps(config), encoding="utf-8")
-    assert open_folder(folder, str(folder)).schedule == ("linear", "full", "linear", "full")
+    opened = open_folder(folder, str(folder))
+    assert opened.schedule == ("linear", "full", "linear", "full")
+    _, ids = opened.tokenize(TEXT)
+    ref = _hooked(model, ids, 0)
+    x = opened.embed(ids)
+    for i in range(3):
+        x = residual_stream(x, [opened.layer(i)], opened.rope)
+        _close(x, ref[f"hidden{i + 1}"])
     config["linear_attn_config"]["kda_layers"] = [1, 5]
     (folder / "config.json").write_text(json.dumps(config), encoding="utf-8")
-    with pytest.raises(Exception, match="kda_layers must list layer numbers 1 … 4"):
+    with pytest.raises(ImporterError, match="kda_layers must list layer numbers 1 … 4"):
         open_folder(folder, str(folder))

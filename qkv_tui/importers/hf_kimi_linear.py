@@ -55,10 +55,10 @@ def read_kda(s: KimiSizes, config: Config, tensors: TensorFiles, a: str) -> KdaL
         stacked = get(a + "conv1d.weight", (3 * w, 1, K))[:, 0, :].T  # (K, 3w)
         conv_q, conv_k, conv_v = stacked[:, :w], stacked[:, w:2 * w], stacked[:, 2 * w:]
     else:
-        conv_q, conv_k, conv_v = (get(f"{a}{r}_conv1d.weight", (w, 1, K))[:, 0, :].T for r in "qkv")  # (K, w) each
-    for r in ("q_conv1d", "k_conv1d", "v_conv1d", "conv1d"):
-        if f"{a}{r}.bias" in tensors:
-            raise ImporterError(f"the checkpoint's self_attn.{r} has a bias; the short convolution is read without one")
+        conv_q, conv_k, conv_v = (get(f"{a}{c}_conv1d.weight", (w, 1, K))[:, 0, :].T for c in "qkv")  # (K, w) each
+    for conv in ("q_conv1d", "k_conv1d", "v_conv1d", "conv1d"):
+        if f"{a}{conv}.bias" in tensors:
+            raise ImporterError(f"the checkpoint's self_attn.{conv} has a bias; the short convolution is read without one")
     f = a + "forget_gate." if a + "forget_gate.f_a_proj.weight" in tensors else a
     f_a = get(f + "f_a_proj.weight", (None, d))  # (r, d)
     r = int(f_a.shape[0])
