@@ -175,3 +175,17 @@ def test_a_config_as_the_hub_ships_it_reads_the_same(tmp_path: Path) -> None:
     (folder / "config.json").write_text(json.dumps(config), encoding="utf-8")
     with pytest.raises(ImporterError, match="kda_layers must list layer numbers 1 … 4"):
         open_folder(folder, str(folder))
+
+
+def test_a_kda_layer_exported_as_a_plain_scenario_computes_the_same(cli: Any, tmp_path: Path) -> None:
+    """--export toml writes the [deltanet] table, gate_o = "sigmoid" included; the plain file's JSON is the model's."""
+    folder, _ = kimi(tmp_path, seed=72)
+    path = tmp_path / "kda.toml"
+    path.write_text(f'[model]\nsource = "{folder}"\ntext = "{TEXT}"\nlayer = 2\n', encoding="utf-8")
+    plain = cli("--export", "toml", str(path))
+    assert plain.code == 0 and 'gate_o = "sigmoid"' in plain.out and "W_fa = " in plain.out
+    again = tmp_path / "plain.toml"
+    again.write_text(plain.out, encoding="utf-8")
+    first, second = json.loads(cli("--export", "json", str(path)).out), json.loads(cli("--export", "json", str(again)).out)
+    assert first["deltanet"]["heads"][0]["gate_o"] == "sigmoid"
+    np.testing.assert_array_equal(np.array(first["output"]), np.array(second["output"]))

@@ -199,7 +199,7 @@ class OutputNorm(StageSpec):
         said = self.stage.meaning
         if _sigmoid(trace):
             said = said.replace("silu(z)", "σ(z)").replace("as in the models' Gated DeltaNet",
-                                                          "as in Kimi Linear's KDA layers (Qwen3-Next's use silu(z))")
+                                                          "as in Kimi Linear's KDA layers, whose gate is σ where Qwen3-Next's is silu")
         return said if trace.comp.norm is not None else said.replace("X̂", "X")
 
     def segments(self, trace: TraceContext, head: int | None) -> list[Plan]:
