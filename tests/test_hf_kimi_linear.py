@@ -189,3 +189,26 @@ def test_a_kda_layer_exported_as_a_plain_scenario_computes_the_same(cli: Any, tm
     first, second = json.loads(cli("--export", "json", str(path)).out), json.loads(cli("--export", "json", str(again)).out)
     assert first["deltanet"]["heads"][0]["gate_o"] == "sigmoid"
     np.testing.assert_array_equal(np.array(first["output"]), np.array(second["output"]))
+
+
+REFUSED = [
+    ({"qk_rope_head_dim": 0}, "qk_rope_head_dim = 0 is not supported; [mla] holds the shared key part as its d_rope"),
+    ({"qk_rope_head_dim": 3}, "qk_rope_head_dim = 3 is not supported"),
+    ({"num_key_value_heads": 1}, "num_key_value_heads = 1 differs from num_attention_heads = 3"),
+    ({"hidden_act": "gelu"}, "hidden_act 'gelu' is not supported"),
+    ({"attention_bias": True}, "attention_bias = true is not supported"),
+    ({"layer_types": ["linear_attention"] * 3}, "layer_types must list \"full_attention\" or \"linear_attention\" for"
+                                                " each of the 4 layers"),
+]
+
+
+def test_what_the_format_cannot_take_is_one_line(cli: Any, tmp_path: Path) -> None:
+    folder, _ = kimi(tmp_path, seed=73)
+    saved = json.loads((folder / "config.json").read_text())
+    path = tmp_path / "layer.toml"
+    path.write_text(f'[model]\nsource = "{folder}"\ntext = "{TEXT}"\nlayer = 1\n', encoding="utf-8")
+    for change, expected in REFUSED:
+        (folder / "config.json").write_text(json.dumps(saved | change), encoding="utf-8")
+        run = cli("--check", str(path))
+        assert (run.code, run.out) == (2, ""), run.err
+        assert run.err.count("\n") == 1 and expected in run.err and "Traceback" not in run.err, run.err

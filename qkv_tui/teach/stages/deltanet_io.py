@@ -198,8 +198,8 @@ class OutputNorm(StageSpec):
     def meaning(self, trace: TraceContext, head: int | None) -> str:
         said = self.stage.meaning
         if _sigmoid(trace):
-            said = said.replace("silu(z)", "σ(z)").replace("as in the models' Gated DeltaNet",
-                                                          "as in Kimi Linear's KDA layers, whose gate is σ where Qwen3-Next's is silu")
+            kimi = "as in Kimi Linear's KDA layers, whose gate is σ where Qwen3-Next's is silu"
+            said = said.replace("silu(z)", "σ(z)").replace("as in the models' Gated DeltaNet", kimi)
         return said if trace.comp.norm is not None else said.replace("X̂", "X")
 
     def segments(self, trace: TraceContext, head: int | None) -> list[Plan]:
