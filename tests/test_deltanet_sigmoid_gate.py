@@ -3,8 +3,8 @@
 
 Wrong values are one line; the TOML export writes the key back (and leaves it out where it is the default, so old
 files export as before); the engine's gated norm agrees with a NumPy computation written here from the rule's own o;
-the Output norm stage says σ and every line of it re-computes on the calculator, exact and by hand; the JSON
-export names the gate; --check says it.
+the Output norm stage says σ and every line of it re-computes on the calculator, exact and by hand, on screen and
+in the markdown export; the JSON export names the gate; --check says it.
 """
 
 from __future__ import annotations
@@ -102,3 +102,6 @@ def test_toml_round_trip_json_and_check(cli: Any, write: Any) -> None:
     assert 'gate_o' not in cli("--export", "toml", str(silu)).out  # the default is not written: old files unchanged
     assert json.loads(cli("--export", "json", str(silu)).out)["deltanet"]["heads"][0]["gate_o"] == "silu"
     assert "a gated output norm (σ gate)" in cli("--check", str(path)).out
+    markdown = cli("--export", "markdown", str(path)).out
+    assert "out[I,0] = ô[I,0]·σ(z[I,0]) = " in markdown
+    assert_holds(check_text(markdown))
