@@ -127,7 +127,7 @@ def around_spec(sc: Scenario, h: int) -> AroundSpec | None:
     from qkv_tui.kernels.deltanet_parts import AroundSpec
 
     q, k, v, z = (None if cut is None else cut[h] for cut in (io.conv_q, io.conv_k, io.conv_v, io.W_Z))
-    return AroundSpec(q, k, v, z, io.gamma_o, io.eps_o)
+    return AroundSpec(q, k, v, z, io.gamma_o, io.eps_o, io.gate_o)
 
 
 def alibi_of(run: Run, h: int) -> Matrix:

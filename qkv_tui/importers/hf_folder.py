@@ -28,6 +28,8 @@ Two layouts:
   (hf_gemma3n.py).
 - "mamba2": no attention; each layer's mixer as an [ssd] scenario (hf_mamba2_folder.py).
 - "nemotron_h": Mamba-2, attention and MLP/MoE blocks interleaved (hf_nemotron_h.py).
+- "kimi_linear": Kimi Delta Attention layers as [deltanet] scenarios and latent-attention layers without RoPE as
+  [mla] ones (hf_kimi_linear.py).
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ from qkv_tui.importers.hf_deepseek_v32 import open_deepseek_v32
 from qkv_tui.importers.hf_diffllama import open_diffllama
 from qkv_tui.importers.hf_gated_deltanet import as_heads, linear_note, read_linear
 from qkv_tui.importers.hf_gemma3n import open_gemma3n
+from qkv_tui.importers.hf_kimi_linear import open_kimi_linear
 from qkv_tui.importers.hf_mamba2_folder import open_mamba2
 from qkv_tui.importers.hf_mimo import open_mimo
 from qkv_tui.importers.hf_nemotron_h import open_nemotron_h
@@ -119,6 +122,8 @@ def open_folder(folder: Path, source: str) -> Model:
         return open_mimo(config, tensors, tokenize, source)
     if config.model_type == "gemma3n_text":
         return open_gemma3n(config, tensors, tokenize, source)
+    if config.model_type == "kimi_linear":  # KDA and NoPE latent-attention layers (hf_kimi_linear.py)
+        return open_kimi_linear(config, tensors, tokenize, source)
     if config.model_type == "mamba2":  # no attention: each layer's mixer as an [ssd] scenario (hf_mamba2_folder.py)
         return open_mamba2(config, tensors, tokenize, source)
     if config.model_type == "nemotron_h":  # a hybrid of Mamba-2, attention and MLP blocks (hf_nemotron_h.py)
