@@ -173,6 +173,8 @@ def parse_shared_kv(table: dict[str, Any], ctx: Context) -> SharedKV:
     readers: dict[int, int] = {}  # K/V head -> its first query head's index (for d_k and d_v)
     for h, t in enumerate(ctx.head_tables):
         readers.setdefault(h if getattr(t, "kv_head", None) is None else t.kv_head, h)
+    for g in range(count):  # a K/V head no chosen query head reads (one head of a model) is as wide as the first's
+        readers.setdefault(g, 0)
     K = _per_head(v, table["K"], "K", count, m, [ctx.heads[readers[g]][1] for g in range(count)], "d_k")
     V = _per_head(v, table["V"], "V", count, m, [int(ctx.head_tables[readers[g]].W_V.shape[1]) for g in range(count)],
                   "d_v")
