@@ -48,11 +48,15 @@ class Reuse(StageSpec):
         hr = trace.comp.heads[head]
         r = _record(hr)
         L = r.source_layer
+        sc = trace.comp.scenario
+        turned = [what for what, has in (("normed", sc.qk_norm is not None), ("turned by RoPE", sc.rope is not None))
+                  if has]
         text = (f"K and V reused from layer {L}, not computed here. This layer has no W_K, W_V, k_norm or v_norm"
                 f" (Gemma 3n's last layers share K and V, transformers' Gemma3nTextAttention): it reads the keys and"
-                f" values layer {L} computed from its own input and cached, K after layer {L}'s k_norm and RoPE, V"
-                f" after its v_norm, so they are used as they are: Q alone is normed and turned here. The layer's"
-                " KV cache holds nothing of its own (0 bytes: c, the cost view, counts it).")
+                f" values layer {L} computed from its own input and cached (in Gemma 3n, K after layer {L}'s k_norm and"
+                f" RoPE, V after its v_norm), and uses them as they are"
+                + (f": Q alone is {' and '.join(turned)} here." if turned else ".")
+                + " The layer's KV cache holds nothing of its own (0 bytes: c, the cost view, counts it).")
         readers = [str(g + 1) for g, other in enumerate(trace.comp.heads) if other.kv_head == hr.kv_head]
         if len(readers) > 1:
             text += f" K/V head {hr.kv_head + 1} is read by query heads {', '.join(readers)}."
@@ -66,7 +70,7 @@ class Reuse(StageSpec):
         value = float(getattr(hr, seg.target)[row, col])
         label = trace.row_label(seg.target, row)
         result = trace.formatted(seg.target, h, value, d)
-        done = "after its k_norm and RoPE" if seg.target == "K" else "after its v_norm"
+        done = "in Gemma 3n after its k_norm and RoPE" if seg.target == "K" else "in Gemma 3n after its v_norm"
         text = f"{seg.target}[{label},{col}] = layer {L}'s {seg.target}[{label},{col}] = {result}"
         details = (f"read from layer {L}'s cache as layer {L} computed it ({done}): reused, not computed here",)
         return Operation(index, seg, row, col, value, (Ref(seg.target, h, row, col),), text, details)
@@ -85,9 +89,6 @@ class Reuse(StageSpec):
     def panes(self, trace: TraceContext, op: Operation) -> list[Key]:
         h = op.head
         return [("K", h), ("V", h)]
-
-    def overview(self, trace: TraceContext, head: int) -> list[Key]:
-        return [("K", head), ("V", head)]
 
     def title(self, trace: TraceContext, name: str, head: int | None) -> str:
         hr = trace.comp.heads[head] if head is not None else None
