@@ -17,10 +17,10 @@ import numpy as np
 import pytest
 
 from qkv_tui.core.cost import kv_cache
+from qkv_tui.core.scenario import parse_scenario
 from qkv_tui.core.variants import shared_kv
 from qkv_tui.edges.export_json import to_json
 from qkv_tui.edges.export_toml import to_toml
-from qkv_tui.core.scenario import parse_scenario
 from qkv_tui.teach.trace import Trace
 
 from .test_importers_families import TEXT, _ids, _linear, _open

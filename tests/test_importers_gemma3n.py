@@ -34,7 +34,7 @@ from qkv_tui.importers.hf_gemma3n_config import text_config
 from qkv_tui.importers.safetensors_raw import TensorFiles
 
 from .model_fixtures import llama_tokenizer
-from .test_importers_families import TEXT, _check, _ids, _linear, _open, _randomise
+from .test_importers_families import _check, _ids, _linear, _open, _randomise
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")

@@ -81,9 +81,9 @@ def without_kv(v: Checker, doc: dict[str, Any], d_in: int) -> dict[str, Any]:
     if not isinstance(table, dict):
         return doc
     source = table.get("source_layer")
-    whole = isinstance(source, int) and not isinstance(source, bool)
-    said = f"layer {source}'s" if whole else "an earlier layer's"
-    if whole:
+    said = "an earlier layer's"
+    if isinstance(source, int) and not isinstance(source, bool):
+        said = f"layer {source}'s"
         _earlier(v, doc.get("input"), source)
     v_width = _width(table["V"][0]) if isinstance(table.get("V"), list) and table["V"] else None
     out = dict(doc)
@@ -122,10 +122,10 @@ def _earlier(v: Checker, given: Any, source: int) -> None:
             raise v.fail(f"[shared_kv] source_layer = {source}, but [input] says this is layer {here}; expected an"
                          " earlier layer (K and V are reused from a layer that ran before)")
         schedule = given.get("schedule")
-        if isinstance(schedule, list) and 0 <= here < len(schedule) and isinstance(schedule[here], str):
-            if not schedule[here].endswith(f" kv-from {source}"):
-                raise v.fail(f"[shared_kv] source_layer = {source}, but [input] schedule[{here}] ="
-                             f" {_show(schedule[here])}; expected it to end with ' kv-from {source}'")
+        entry = schedule[here] if isinstance(schedule, list) and 0 <= here < len(schedule) else None
+        if isinstance(entry, str) and not entry.endswith(f" kv-from {source}"):
+            raise v.fail(f"[shared_kv] source_layer = {source}, but [input] schedule[{here}] = {_show(entry)};"
+                         f" expected it to end with ' kv-from {source}'")
 
 
 def _refuse_kv(v: Checker, head: dict[str, Any], where: str, said: str) -> None:

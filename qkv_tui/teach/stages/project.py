@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Protocol, cast
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import numpy as np
 
@@ -314,7 +314,8 @@ def _reused_from(hr: HeadResult | None) -> int | None:
     """The layer whose K and V the head reuses ([shared_kv]), or None where it projects its own."""
     if hr is None:
         return None
-    return next((int(r.source_layer) for r in hr.parts.values() if getattr(r, "kv_given", False)), None)
+    given: Any = next((r for r in hr.parts.values() if getattr(r, "kv_given", False)), None)
+    return None if given is None else int(given.source_layer)
 
 
 SPEC = Project()

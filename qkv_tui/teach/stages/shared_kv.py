@@ -1,8 +1,11 @@
 """Stage Reuse ([shared_kv], Gemma 3n's cross-layer KV sharing): the K and V this layer attends over, each cell
-read from the source layer's cache as that layer computed it (after its k_norm and RoPE, after its v_norm); this
-layer computes none of them. Shown once per K/V head, by its first query head, as Project shows a shared K/V head."""
+read from the source layer's cache as that layer computed it (Gemma 3n: after its k_norm and RoPE, after its
+v_norm); this layer computes none of them. Shown once per K/V head, by its first query head, as Project shows a
+shared K/V head."""
 
 from __future__ import annotations
+
+from types import MappingProxyType
 
 from qkv_tui.core.engine import HeadResult
 from qkv_tui.core.scenario import Matrix
@@ -31,7 +34,7 @@ class Reuse(StageSpec):
                   "K and V are not computed here: this layer reuses those an earlier layer computed and cached.")
     per_head = True
     matrices = ROLES
-    transposed = {"KT": "K"}
+    transposed = MappingProxyType({"KT": "K"})
 
     def runs(self, trace: TraceContext) -> bool:
         return any(hr.part(ReusedKV) is not None for hr in trace.comp.heads)
@@ -108,7 +111,7 @@ class Reuse(StageSpec):
         out: list[str] = []
         first = _first_reader(trace, head)
         if first != head:
-            return out + [f"Its K and V are in {trace.comp.heads[first].name}'s Reuse section.", ""]
+            return [*out, f"Its K and V are in {trace.comp.heads[first].name}'s Reuse section.", ""]
         for role in ROLES:
             out += [page.table(role, head), ""]
         return out
