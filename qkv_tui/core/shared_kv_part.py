@@ -35,8 +35,6 @@ class ReusedKV:
     refuses: ClassVar[Mapping[str, str]] = MappingProxyType({
         "cache": "No KV-cache replay for a layer that reuses another's K and V: it stores none of its own (the cost"
                  " view, c, counts 0 bytes for it) and reads the source layer's cache, which is not in this scenario.",
-        "tiles": "No tiles for a layer that reuses another's K and V yet: the tiles view re-reads K and V as this"
-                 " layer's own projections.",
         "worksheet": "a worksheet of [shared_kv] is not written yet (the reused K and V have no printed table); use"
                      " --export markdown for every step",
         "worksheet backward": "are not written for [shared_kv]",
