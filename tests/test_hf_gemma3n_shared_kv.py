@@ -121,3 +121,20 @@ def test_one_head_of_a_sharing_layer(built: tuple[Path, Any], tmp_path: Path) ->
     ref = _reference(model, 4, _ids(comp.scenario.description))
     d = comp.heads[0].d_k
     np.testing.assert_allclose(comp.heads[0].output, ref["merged"][:, 3 * d:4 * d], rtol=FLOAT32, atol=FLOAT32)
+
+
+def test_the_heads_view_walks_onto_a_sharing_layer_in_any_order(built: tuple[Path, Any]) -> None:  # noqa: F811
+    """The heads view's [ and ] (importers/layer_walk.py): layer 5, then 4, then 5 again, each with the K and V its
+    source layer stored on the text, as a fresh walk gives them."""
+    from qkv_tui.importers.layer_walk import LayerWalk
+
+    folder, _ = built
+    doc = {"model": {"source": str(folder), "text": TEXT}}
+    walk = LayerWalk(doc, None)
+    for layer, source in ((5, 3), (4, 2), (5, 3)):
+        data = walk.data(layer)
+        assert data["shared_kv"]["source_layer"] == source and "W_K" not in data["attention"]
+        fresh = LayerWalk(doc, None).data(layer)["shared_kv"]
+        for g in range(2):
+            np.testing.assert_array_equal(data["shared_kv"]["K"][g], fresh["K"][g])
+            np.testing.assert_array_equal(data["shared_kv"]["V"][g], fresh["V"][g])
