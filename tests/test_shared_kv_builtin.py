@@ -108,3 +108,58 @@ def test_the_cli_refuses_in_one_line(cli, tmp_path: Path) -> None:  # type: igno
     path.write_text(BASE.replace("source_layer = 2", "source_layer = true"), encoding="utf-8")
     run = cli("--check", str(path))
     assert run.code == 2 and run.out == "" and run.err.count("\n") == 1 and run.err.startswith("error:"), run.err
+
+
+def test_the_editor_offers_w_q_but_no_w_k_or_w_v() -> None:
+    from qkv_tui.core.cell_edit import input_cells, parse_address
+
+    sc = load_scenario(FILE)
+    names = {cell.matrix for cell in input_cells(sc)}
+    assert "W_Q" in names and not names & {"W_K", "W_V", "b_K", "b_V"}
+    cell, _ = parse_address(sc, "W_K[0,0]")
+    assert cell is None
+
+
+# The built-in with Gemma 3n's Q path put back: q_norm (γ of its own) and RoPE "half" on Q; the reused K arrives
+# normed and turned already, so neither touches it.
+TURNED = BASE.replace('\n[shared_kv]\n', '\n[qk_norm]\nover = "head"\ngamma_q = [1.5, 0.5]\n\n'
+                      '[rope]\nlayout = "half"\nbase = 10000\n\n[shared_kv]\n')
+
+
+def _turned_numpy() -> np.ndarray:
+    doc = tomllib.loads(TURNED)
+    X, W_Q = np.array(doc["X"], float), np.array(doc["attention"]["W_Q"], float)
+    K, V = np.array(doc["shared_kv"]["K"][0], float), np.array(doc["shared_kv"]["V"][0], float)
+    gamma, n = np.array(doc["qk_norm"]["gamma_q"], float), len(X)
+    angle = np.arange(n)[:, None] * 1.0  # d_k = 2: one pair, θ₀ = base⁰ = 1
+    outs = []
+    for h in range(2):
+        q = X @ W_Q[:, 2 * h:2 * h + 2]
+        q = q / np.sqrt(np.mean(q * q, axis=1, keepdims=True) + 1e-6) * gamma
+        q = q * np.cos(angle) + np.concatenate([-q[:, 1:], q[:, :1]], axis=1) * np.sin(angle)  # rotate_half
+        s = q @ K.T
+        s[np.triu_indices(n, 1)] = -np.inf
+        w = np.exp(s - s.max(axis=1, keepdims=True))
+        outs.append((w / w.sum(axis=1, keepdims=True)) @ V)
+    return np.concatenate(outs, axis=1)
+
+
+def test_q_is_normed_and_turned_and_the_reused_k_is_not() -> None:
+    from qkv_tui.teach.handcalc import compute_hand
+
+    from .test_calculator import assert_holds, check_text, explanation_text
+
+    comp = compute(parse_scenario(TURNED, "turned.toml"))
+    np.testing.assert_allclose(comp.output, _turned_numpy(), rtol=1e-12, atol=1e-12)
+    trace = Trace(comp)
+    targets = [(s.stage, s.target) for s in trace.segments]
+    assert ("qk_norm", "Q_norm") in targets and ("rotate", "Q_rot") in targets
+    assert not {("qk_norm", "K_norm"), ("rotate", "K_rot"), ("project", "K")} & set(targets)
+    assert "Q alone is normed and turned by RoPE here" in trace.specs[trace.stage_keys.index("reuse")].meaning(trace, 0)
+    from qkv_tui.display.view import View
+
+    assert_holds(check_text(explanation_text(View(trace), 3)))
+    for decimals in (2, 3):  # by hand, each step rounded before the next
+        hand = compute_hand(comp, decimals)
+        np.testing.assert_array_equal(hand.heads[0].K, comp.heads[0].K)
+        assert_holds(check_text(explanation_text(View(Trace(hand)), decimals), whole=False))
