@@ -59,7 +59,7 @@ def test_the_stages_say_where_k_and_v_come_from() -> None:
     project = [s for s in trace.segments if s.stage == "project"]
     assert [s.target for s in project] == ["Q", "Q"]  # each head projects its Queries only
     reuse = [s for s in trace.segments if s.stage == "reuse"]
-    assert [(s.head, s.target) for s in reuse] == [(0, "K"), (0, "V")]  # one K/V head, shown by its first reader
+    assert [(s.head, s.target) for s in reuse] == [(0, "K"), (0, "V"), (1, "K"), (1, "V")]  # each head: what it reads
     op = trace.op(reuse[0].start + 3)  # K[cat,1]
     assert op.arithmetic == "K[cat,1] = layer 2's K[cat,1] = -1"
     assert "reused, not computed here" in op.details[0]

@@ -1,7 +1,7 @@
 """Stage Reuse ([shared_kv], Gemma 3n's cross-layer KV sharing): the K and V this layer attends over, each cell
 read from the source layer's cache as that layer computed it (Gemma 3n: after its k_norm and RoPE, after its
-v_norm); this layer computes none of them. Shown once per K/V head, by its first query head, as Project shows a
-shared K/V head."""
+v_norm); this layer computes none of them. Every query head shows the K and V it reads (heads reading one K/V
+head, the same numbers)."""
 
 from __future__ import annotations
 
@@ -40,10 +40,9 @@ class Reuse(StageSpec):
         return any(hr.part(ReusedKV) is not None for hr in trace.comp.heads)
 
     def segments(self, trace: TraceContext, head: int | None) -> list[Plan]:
+        # every head shows the K and V it reads (each head's stages are the same list), the same K/V head's alike
         assert head is not None
         hr = trace.comp.heads[head]
-        if _first_reader(trace, head) != head:
-            return []
         return [Plan("K", trace.comp.scenario.m, hr.d_k), Plan("V", trace.comp.scenario.m, hr.d_v)]
 
     def meaning(self, trace: TraceContext, head: int | None) -> str:
@@ -111,7 +110,8 @@ class Reuse(StageSpec):
         out: list[str] = []
         first = _first_reader(trace, head)
         if first != head:
-            return [*out, f"Its K and V are in {trace.comp.heads[first].name}'s Reuse section.", ""]
+            out += [f"The same K and V as {trace.comp.heads[first].name}'s (K/V head {trace.comp.heads[head].kv_head + 1}).",
+                    ""]
         for role in ROLES:
             out += [page.table(role, head), ""]
         return out
