@@ -163,3 +163,33 @@ def test_q_is_normed_and_turned_and_the_reused_k_is_not() -> None:
         hand = compute_hand(comp, decimals)
         np.testing.assert_array_equal(hand.heads[0].K, comp.heads[0].K)
         assert_holds(check_text(explanation_text(View(Trace(hand)), decimals), whole=False))
+
+
+HEADS = """\
+tokens = ["a", "b"]
+X = [[1, 0], [0, 1]]
+mask = "causal"
+[[heads]]
+W_Q = [[1, 0], [0, 1]]
+[[heads]]
+W_Q = [[0, 1], [1, 0]]
+kv_head = 0
+[shared_kv]
+source_layer = 0
+K = [[[1, 0], [0, 1]]]
+V = [[[1, 2], [3, 4]]]
+"""
+
+
+def test_heads_tables_give_w_q_alone_and_name_their_kv_head() -> None:
+    comp = compute(parse_scenario(HEADS, "heads.toml"))
+    K, V = np.array([[1.0, 0], [0, 1]]), np.array([[1.0, 2], [3, 4]])
+    for h, W_Q in enumerate((np.eye(2), np.array([[0.0, 1], [1, 0]]))):
+        s = (np.eye(2) @ W_Q) @ K.T / np.sqrt(2)
+        s[0, 1] = -np.inf
+        w = np.exp(s - s.max(axis=1, keepdims=True))
+        np.testing.assert_allclose(comp.heads[h].output, (w / w.sum(axis=1, keepdims=True)) @ V, rtol=1e-12)
+    again = compute(parse_scenario(to_toml(comp.scenario), "again.toml"))
+    np.testing.assert_array_equal(again.output, comp.output)
+    with pytest.raises(ScenarioError, match="K must be a list of 2 matrices, one per K/V head .* got 1 matrix$"):
+        parse_scenario(HEADS.replace("kv_head = 0\n", ""), "two.toml")

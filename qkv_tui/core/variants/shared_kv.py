@@ -185,7 +185,7 @@ def _per_head(v: Checker, value: Any, key: str, count: int, m: int, widths: list
     where = f"[shared_kv] {key}"
     heads = "K/V head" if count == 1 else "K/V heads"
     if not isinstance(value, list) or len(value) != count:
-        got = f"{len(value)} matrices" if isinstance(value, list) else _kind(value)
+        got = (f"{len(value)} matri{'x' if len(value) == 1 else 'ces'}" if isinstance(value, list) else _kind(value))
         raise v.fail(f"{where} must be a list of {count} matri{'x' if count == 1 else 'ces'}, one per K/V head"
                      f" ({count} {heads}), got {got}")
     out = []
