@@ -191,5 +191,5 @@ def test_heads_tables_give_w_q_alone_and_name_their_kv_head() -> None:
         np.testing.assert_allclose(comp.heads[h].output, (w / w.sum(axis=1, keepdims=True)) @ V, rtol=1e-12)
     again = compute(parse_scenario(to_toml(comp.scenario), "again.toml"))
     np.testing.assert_array_equal(again.output, comp.output)
-    with pytest.raises(ScenarioError, match="K must be a list of 2 matrices, one per K/V head .* got 1 matrix$"):
+    with pytest.raises(ScenarioError, match=r"K must be a list of 2 matrices, one per K/V head .* got 1 matrix$"):
         parse_scenario(HEADS.replace("kv_head = 0\n", ""), "two.toml")
