@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from qkv_tui.core import part_questions as ask
 from qkv_tui.core.engine import Computation, compute
 from qkv_tui.core.scenario import Head, Matrix, Scenario, ScenarioError, parse_scenario
 from qkv_tui.core.tomlfile import ReadError, decode, read_bytes, stat_path
@@ -160,8 +161,9 @@ def _inputs(sc: Scenario) -> Iterator[tuple[str, int | None]]:
         yield from ((key, None) for key in mla_variant.editable(mla) if key != "gamma_q")
         yield from (("W_O", None), ("b_O", None), ("scale", None), ("mask", None))
         return
+    reused = ask.scenario_has(sc, "kv_given")  # [shared_kv]: K and V are another layer's, no W_K or W_V to edit
     for h, head in enumerate(sc.heads):
-        yield from ((role, h) for role in ("W_Q", "b_Q", "W_K", "b_K", "W_V", "b_V"))
+        yield from ((role, h) for role in ("W_Q", "b_Q", "W_K", "b_K", "W_V", "b_V") if not (reused and role in SHARED))
         if getattr(head, "sink", None) is not None:
             yield "sink", h
         if getattr(head, "softcap", None) is not None:

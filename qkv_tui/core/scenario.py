@@ -558,6 +558,7 @@ class _Validator:
         self, doc: dict[str, Any], d_model: int, d_in: int, d_in_name: str
     ) -> tuple[tuple[Head, ...], int | None, int | None]:
         softcap = variants.softcap.parse_softcap(self, doc, "")  # every head's, unless its table sets its own
+        doc = variants.shared_kv.without_kv(self, doc, d_in)  # [shared_kv]: K and V are an earlier layer's
         has_heads, has_split = "heads" in doc, "attention" in doc
         if has_heads and has_split:
             raise self.fail("both [[heads]] and [attention] are given; expected exactly one way to define the heads")

@@ -12,6 +12,7 @@ from collections.abc import Iterable
 import numpy as np
 
 from qkv_tui.base.values import escaped
+from qkv_tui.core import part_questions as ask
 from qkv_tui.core import variants
 from qkv_tui.core.scenario import Matrix, Scenario
 from qkv_tui.core.toml_text import number as number  # re-exported: how the CLI and the tests write a value
@@ -62,6 +63,7 @@ def to_toml(scenario: Scenario) -> str:
     elif sc.mask_kind == "custom":
         lines += ["", "[mask]", 'kind = "custom"', f"allow = {_flags(sc.allow)}"]
     lines += _modern_tables(sc)
+    reused = ask.scenario_has(sc, "kv_given")  # [shared_kv]: the heads have W_Q alone, K and V are another layer's
     if sc.input.kind != "embedding" or sc.input.schedule:  # what X is: a frozen model head keeps saying so
         lines += ["", "[input]", f"kind = {string(sc.input.kind)}"]
         if sc.input.layer is not None:
@@ -75,7 +77,7 @@ def to_toml(scenario: Scenario) -> str:
                     sorted({sc.kv_head(h) for h in range(len(sc.heads))})]
         if sc.num_kv_heads is not None:
             lines.append(f"num_kv_heads = {sc.num_kv_heads}")
-        for role in ("W_Q", "W_K", "W_V"):
+        for role in ("W_Q", "W_K", "W_V")[:1 if reused else 3]:
             owners = sc.heads if role == "W_Q" else kv_heads
             wide = np.concatenate([getattr(h, role) for h in owners], axis=1)
             lines.append(f"{role} = {matrix(wide)}")
@@ -93,7 +95,7 @@ def to_toml(scenario: Scenario) -> str:
     elif sc.mla is None:  # [mla] writes its own heads (core/variants/mla.py)
         for i, head in enumerate(sc.heads):
             lines += ["", "[[heads]]", f"name = {string(head.name)}"]
-            lines += [f"{role} = {matrix(getattr(head, role))}" for role in ("W_Q", "W_K", "W_V")]
+            lines += [f"{role} = {matrix(getattr(head, role))}" for role in ("W_Q", "W_K", "W_V")[:1 if reused else 3]]
             biases = [(role, getattr(head, role)) for role in ("b_Q", "b_K", "b_V")]
             lines += [f"{role} = {vector(b)}" for role, b in biases if b is not None]
             if head.sink is not None:

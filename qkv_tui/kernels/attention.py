@@ -97,8 +97,8 @@ class PartSpec:
     keeps_scale: ClassVar[bool] = True  # False for a part whose map divides by no scale (shown as no √d_k)
 
     def values(self, p: HeadPass) -> None:
-        """Replace ``p.V`` before anything reads it (a value scale); a head that reuses an earlier head's V
-        (``p.shared``) finds it as that head's parts left it."""
+        """Replace ``p.V`` (and ``p.K``: another layer's, [shared_kv]) before anything reads them (a value scale);
+        a head that reuses an earlier head's V (``p.shared``) finds it as that head's parts left it."""
         return None
 
     def before_score(self, p: HeadPass) -> None:
@@ -242,7 +242,7 @@ def head_forward(X: Matrix, X_kv: Matrix, W_Q: Matrix, W_K: Matrix, W_V: Matrix,
         attended = attend(p.Q_used, p.K_used, p.V, allow, scale, p.bias, p.sink, policy, p.softcap)
     for part in parts:
         part.after_mix(p, attended)
-    return Forward(Q, K, p.V, attended, tuple(p.records))
+    return Forward(Q, p.K, p.V, attended, tuple(p.records))
 
 
 def qk_normalise(M: Matrix, gamma: Matrix, eps: float, rows: Normed | None, policy: Policy = EXACT) -> Normed:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Protocol, cast
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import numpy as np
 
@@ -87,6 +87,11 @@ class Project(StageSpec):
         if trace.comp.heads and _value_norm(trace.comp.heads[0]) is not None:
             text += (" Then each row of V is divided by its root mean square (a value norm without a gain, Gemma 3n's"
                      " v_norm), so every value vector the mix adds up has the same size.")
+        source = _reused_from(trace.comp.heads[head] if head is not None else None)
+        if source is not None:  # [shared_kv]: only Q is projected here
+            text = (f"Multiply {x_in(trace)[1]} by W_Q: row i of Q is what token i is looking for. K and V are reused"
+                    f" from layer {source}, not computed here: this layer has no W_K or W_V (Gemma 3n's cross-layer KV"
+                    " sharing), so the next stage, Reuse, shows them as that layer cached them.")
         return text
 
     def operation(self, trace: TraceContext, index: int, seg: Segment, row: int, col: int | None, d: int) -> Operation:
@@ -218,7 +223,8 @@ class Project(StageSpec):
         comp, sc = trace.comp, trace.comp.scenario
         hr = comp.heads[head]
         out: list[str] = []
-        for role in ("Q", "K", "V"):
+        reused = _reused_from(hr)
+        for role in ("Q", "K", "V") if reused is None else ("Q",):
             weight = f"W_{role}"
             bias = " + b_" + role if getattr(hr, f"b_{role}") is not None else ""
             shared = role != "Q" and trace.kv_owner[head] != head
@@ -231,6 +237,8 @@ class Project(StageSpec):
                     + (f" (K/V head {hr.kv_head + 1}, computed by {comp.heads[trace.kv_owner[head]].name}):" if shared
                        else ":"), "",
                     page.table(role, head), ""]
+        if reused is not None:
+            out += [f"K and V are reused from layer {reused}, not computed here (no W_K, no W_V): see Reuse below.", ""]
         return out + page.worked(self.stage.key, head)
 
     def worksheet_tables(self, chain: PrintedChain, head: int | None) -> list[Table]:
@@ -302,12 +310,21 @@ class Project(StageSpec):
                 f" Project section{turned}.", ""]
 
 
+def _reused_from(hr: HeadResult | None) -> int | None:
+    """The layer whose K and V the head reuses ([shared_kv]), or None where it projects its own."""
+    if hr is None:
+        return None
+    given: Any = next((r for r in hr.parts.values() if getattr(r, "kv_given", False)), None)
+    return None if given is None else int(given.source_layer)
+
+
 SPEC = Project()
 
 
 @counts(SPEC)
 def _cost(sc: Scenario, ph: Phase) -> Count:
     """Q for every query head; K and V once per K/V head, for the key rows projected in this phase."""
+    from qkv_tui.core import part_questions as ask
     from qkv_tui.core.cost import B, Count, fig, per_heads, shapes, term
 
     s = shapes(sc)
@@ -317,7 +334,7 @@ def _cost(sc: Scenario, ph: Phase) -> Count:
     matmul = per_heads("Q", s.h, "h", dks, "d_k", two, ph.R, d)
     read = fig(term(x, ph.R, d, B(ph)), term("W_Q", d, ("Σd_k", s.sum_dk), B(ph)))
     written = fig(term("Q", ph.R, ("Σd_k", s.sum_dk), B(ph)))
-    if ph.new:
+    if ph.new and not ask.scenario_has(sc, "kv_given"):  # [shared_kv]: K and V are another layer's
         matmul += per_heads("K", len(s.kv), "h_kv", kv_dk, "d_k", two, ph.NEW, din)
         matmul += per_heads("V", len(s.kv), "h_kv", kv_dv, "d_v", two, ph.NEW, din)
         if sc.is_cross:
