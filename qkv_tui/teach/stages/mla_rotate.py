@@ -52,7 +52,7 @@ class MlaRotate(StageSpec):
         v = float(parts.value(comp, seg.target, seg.head)[row, col])
         text, details = parts.turn_line(parts.shown_name(seg.target), parts.shown_name(source),
                                         comp.scenario.labels[row], positions[row], pair, a, b, col, src_row, v,
-                                        rope.theta(pair, mla.d_rope), d, trace.hand)
+                                        rope.theta(pair, mla.d_rope), d, trace.hand, rope, mla.d_rope)
         return Operation(index, seg, row, col, v, tuple(Ref(source, src_h, row, c) for c in (a, b)), text, details)
 
     def matrix(self, trace: TraceContext, name: str, head: int | None) -> Matrix:
