@@ -346,7 +346,10 @@ def write_mla(mla: Mla) -> list[str]:
 
 def _summary(mla: Mla) -> str:
     cached, mha = mla.cache_per_token()
-    return f"latent attention (d_c {mla.d_c}, d_rope {mla.d_rope}: {cached} cached numbers a token against {mha})"
+    scaling = None if mla.rope is None else mla.rope.scaling
+    yarn = "" if scaling is None else f", RoPE {scaling.type} ×{scaling.factor:g}"  # DeepSeek's YaRN
+    return (f"latent attention (d_c {mla.d_c}, d_rope {mla.d_rope}: {cached} cached numbers a token against"
+            f" {mha}{yarn})")
 
 
 TABLE: Table[Mla] = Table("mla", MLA_KEYS, parse_mla, _summary, write_mla)

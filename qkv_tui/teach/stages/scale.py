@@ -241,7 +241,10 @@ class Scale(StageSpec):
         if table.name == "capped":
             return soft_cap.worksheet_line(cells, table, row, col, answer)
         q, k = sc.labels[row], sc.key_labels[col]
-        divisor = f"√{sc.heads[h].d_k}" if sc.scale is None else exact(sc.scale)
+        own = sc.scale
+        if own is None and scale_origin(sc) is not None:  # a table's own divisor (DeepSeek's YaRN: √d_qk / m²)
+            own = float(ask.scenario_answer(sc, "divisor"))
+        divisor = f"√{sc.heads[h].d_k}" if own is None else exact(own)
         score = cells.txt(f"scores.{h}", row, col)
         if "slopes" not in cells.tables or sc.heads[h].softcap is not None:
             return f"scaled[{q},{k}] = {score} / {divisor} = {answer}"
