@@ -196,7 +196,8 @@ def _scaled_turn_line(target: str, src: str, token: str, pos: int, pair: int, a:
         symbolic = f"{target}[{token},{b}] = {src}[{token},{a}]·{on}sin({sym}) + {src}[{token},{b}]·{on}cos({sym})"
     result = fmt(result_value, False, d)
     src_int = bool(np.all(src_row == np.round(src_row)))
-    text, details = "", ("",)
+    text = ""
+    details: tuple[str, ...] = ("",)
     for p in _places(d, hand is not None):
         va, vb = operand(float(src_row[a]), src_int, p), operand(float(src_row[b]), src_int, p)
         trig = _trig(angle, factor, hand, p)
