@@ -164,3 +164,47 @@ def test_another_scaling_with_mla_is_one_line(cli, write) -> None:
     run = cli(str(write(text)), "--check")
     assert run.code == 2 and run.err.count("\n") == 1
     assert '[rope.scaling] type = "linear" does not go with [mla]' in run.err
+
+
+def _learns() -> str:
+    """The built-in mla_learns ([backward] training W_Q, W_UK, W_KR) under DeepSeek's YaRN, a ≠ 1 and m² ≠ 1."""
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "scenarios" / "mla_learns.toml").read_text(encoding="utf-8")
+    return text.replace("[backward]", '[rope.scaling]\ntype = "yarn"\nfactor = 8.0\noriginal_max_position_embeddings'
+                        " = 2\nmscale = 0.707\nmscale_all_dim = 1.0\n\n[backward]", 1)
+
+
+def test_the_gradients_under_yarn_match_central_differences_of_the_loss() -> None:
+    from dataclasses import replace
+
+    from qkv_tui.core.gradients import gradients
+
+    sc = parse_scenario(_learns(), "learns.toml")
+    assert sc.mla is not None and sc.mla.softmax_mscale is not None and sc.mla.rope is not None
+    assert sc.mla.rope.attention_factor != 1.0
+    back = gradients(compute(sc)).mla
+    assert back is not None
+    for name in ("W_KR", "W_UK", "W_Q"):
+        W = np.array(getattr(sc.mla, name), dtype=float)
+        numeric = np.zeros_like(W)
+        for i, j in np.ndindex(*W.shape):
+            step = np.zeros_like(W)
+            step[i, j] = 1e-6
+            up, down = (gradients(compute(replace(sc, mla=replace(sc.mla, **{name: W + s})))).loss
+                        for s in (step, -step))
+            assert up is not None and down is not None
+            numeric[i, j] = (up - down) / 2e-6
+        mine = getattr(back, f"d{name}") if name != "W_Q" else None
+        if mine is None:  # a plain W_Q's gradient is every head's queries' X̂ᵀ·dQ_all
+            comp = compute(sc)
+            mine = comp.X_in.T @ back.dQ_all
+        np.testing.assert_allclose(mine, numeric, atol=1e-7, rtol=1e-6)
+
+
+@pytest.mark.parametrize("decimals", [3, 5])
+def test_every_backward_line_checks_out_under_yarn(decimals: int) -> None:
+    comp = compute(parse_scenario(_learns(), "learns.toml"))
+    text = explanation_text(View(Trace(comp)), decimals)
+    assert "·a·cos + " in text  # the rotary gradients turned back by the same a·cos and a·sin
+    assert_holds(check_text(text))
