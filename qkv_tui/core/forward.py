@@ -84,7 +84,8 @@ def _mla_heads(run: Run) -> Iterator[HeadResult]:
         with np.errstate(over="ignore", invalid="ignore"):
             allow, chosen = narrowed(sc.allow, parts_of_head(h))
             bias = None if sc.alibi is None else alibi_of(run, h)
-            m = mla_head(shared, w, h, allow, _scale(run, h, math.sqrt(mla.d_qk)), turn, bias=bias,
+            # √d_qk, over DeepSeek's YaRN m² where its [rope.scaling] gives mscale_all_dim
+            m = mla_head(shared, w, h, allow, _scale(run, h, mla.divisor), turn, bias=bias,
                          softcap=head.softcap, policy=policy)
         a = m.attended
         records: list[object] = list(chosen)
@@ -94,8 +95,8 @@ def _mla_heads(run: Run) -> Iterator[HeadResult]:
             records.append(Capped(a.capped, head.softcap))
         records.append(m)
         # the latent layer's heads have no biases of their own
-        yield result_of(head, m.Q, m.K, m.v_C, a, tuple(records), kv_head=h, scale_is_default=sc.scale is None,
-                        biases=False)
+        yield result_of(head, m.Q, m.K, m.v_C, a, tuple(records), kv_head=h,
+                        scale_is_default=sc.scale is None and mla.softmax_mscale is None, biases=False)
 
 
 def mla_results(sc: Scenario, X_in: Matrix, policy: Policy = EXACT) -> list[HeadResult]:

@@ -58,6 +58,13 @@ class Selection:
         return (f" The indexer's selection applies here too: each query keeps its top_k = {ix.top_k} keys (stage"
                 " Select), and a key it left out becomes −∞ like a masked one, so it gets weight 0.")
 
+    @property
+    def masked_as(self) -> str | None:
+        """What else a masked cell is (core/part_masks.py): a key the indexer left out; None where it kept every
+        visible key."""
+        ix = self.indexed
+        return "not selected by the indexer" if ix.dropped.any() else None
+
     def rank(self, row: int, col: int) -> tuple[int, int]:
         """(where key ``col`` ranks among row ``row``'s visible keys, 1 the highest, ties to the earlier key;
         how many keys are visible)."""

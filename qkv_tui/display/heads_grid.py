@@ -79,6 +79,7 @@ class HeadsGrid:
     allow: BoolMatrix  # (n, m)
     labels: tuple[str, ...]  # the queries'
     keys: tuple[str, ...]
+    masked: str = "masked"  # what the masked mark stands for, as the legend says it (core/part_masks.py masked_legend)
     _cells: dict[tuple[int, int, int], MapCells] = field(default_factory=dict)  # (head, rows, cols) -> cells
     _layouts: dict[tuple[int, int], Layout] = field(default_factory=dict)  # (width, height) -> layout
     _readings: dict[tuple[int, int], str] = field(default_factory=dict)  # (head, width) -> its line

@@ -12,6 +12,7 @@ from qkv_tui.core import part_questions as ask
 from qkv_tui.core.engine import Computation
 from qkv_tui.core.layer_schedule import attends
 from qkv_tui.core.model_layers import ModelLayers, model_layers
+from qkv_tui.core.part_masks import masked_legend
 from qkv_tui.display import side_views
 from qkv_tui.display.frame import Frame
 from qkv_tui.display.heads_grid import HeadMap, HeadsGrid, HeadsShown, readings
@@ -24,8 +25,8 @@ from qkv_tui.teach.summary import MAX_ROWS, looked_at, looks_heading, weights_no
 KEYS = "← → ↑ ↓ pick a head · enter: step through it · v: back to the trace"
 MEANING = ("Each head has its own W_Q (its keys may be shared, as in GQA and MQA), so a pattern of its own: rows are"
            " the queries, columns the keys,"
-           " a fuller block is more weight, · masked. A reading describes the weights on this text, not what the head is"
-           " for.")  # not "darker": on the dark theme more weight is brighter
+           " a fuller block is more weight, · {masked}. A reading describes the weights on this text, not what the head"
+           " is for.")  # not "darker": on the dark theme more weight is brighter
 
 
 def _model(sources: Sources) -> ModelLayers | None:
@@ -58,8 +59,9 @@ def grid(sources: Sources, modes: Modes) -> HeadsGrid:
         maps = []
         for h, hr in enumerate(comp.heads):
             name = hr.name if layer is None else f"L{layer} H{h}"  # 0-based, as the importer's [[heads]] names
-            maps.append(HeadMap(name, hr.weights, *readings(hr.weights, sc.allow, sc.labels, sc.key_labels)))
-        return HeadsGrid(tuple(maps), sc.allow, sc.labels, sc.key_labels)
+            # the keys the maps attend: a part's own mask (the indexer's selection) marks its keys masked too
+            maps.append(HeadMap(name, hr.weights, *readings(hr.weights, comp.allow, sc.labels, sc.key_labels)))
+        return HeadsGrid(tuple(maps), comp.allow, sc.labels, sc.key_labels, masked_legend(comp.heads))
 
     return sources.kept(("heads", "grid", layer), build)
 
@@ -74,7 +76,7 @@ def _frame(sources: Sources, modes: Modes, step: int, head: int) -> Frame:
     heads = grid(sources, modes)
     name = heads.maps[step].name
     hr = comp.heads[step]
-    looks = [looked_at(hr, sc.allow[i], sc.labels[i], sc.key_labels, i, modes.decimals)
+    looks = [looked_at(hr, comp.allow[i], sc.labels[i], sc.key_labels, i, modes.decimals)
              for i in range(min(sc.n, MAX_ROWS))]
     more = f"; … {sc.n - MAX_ROWS} more tokens" if sc.n > MAX_ROWS else ""
     layer = layer_of(sources, modes)
@@ -90,7 +92,7 @@ def _frame(sources: Sources, modes: Modes, step: int, head: int) -> Frame:
     explanation = Explanation(
         stage_label="heads", counter=counter, head_label=f"{name} ({step + 1}/{len(heads.maps)})",
         arithmetic=f"{looks_heading(sc)}, {name}{weights_note(sc)}: " + "; ".join(looks) + more,
-        details=(keys,), meaning=MEANING,
+        details=(keys,), meaning=MEANING.format(masked=masked_legend(comp.heads)),
         formula=_formula(comp), stages=stages,
     )
     return Frame(explanation, [], [], (), "", heads=HeadsShown(heads, step))

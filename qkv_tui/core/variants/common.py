@@ -116,6 +116,9 @@ class Faces:
     # (the key of the stage they follow, the module under qkv_tui.teach.stages, the StageSpec's name), in walk order
     stages: tuple[tuple[str, str, str], ...] = ()
     json: str | None = None  # (scenario, norm, write_fields) -> the document's fields: [("name", value)] or []
+    # how --compare holds a learner's numbers against a head with this part, in a few words (core/diagnose.py
+    # refused); None: it does not model the part, and refuses the scenario in one line rather than compare wrongly
+    compared: str | None = None
 
 
 def face(path: str) -> Any:

@@ -200,7 +200,8 @@ def _summary(ix: Indexer) -> str:
 # stages (after Norm: the indexer reads what the heads read, before any head projects), the JSON field
 FACES = Faces(head="qkv_tui.core.indexer_part:indexer_part",
               stages=tuple(("norm", "indexer", name) for name in ("INDEX", "SELECT")),
-              json="qkv_tui.edges.export_indexer:indexer_fields")
+              json="qkv_tui.edges.export_indexer:indexer_fields",
+              compared="its selection as every head's mask")
 TABLE: Table[Indexer] = Table("indexer", INDEXER_KEYS, parse_indexer, _summary, write_indexer, LOOKALIKES, FACES)
 
 

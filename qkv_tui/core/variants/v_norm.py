@@ -48,5 +48,5 @@ def _summary(eps: float) -> str:
 
 
 # its one face beyond the keys: the head-pass hook that norms V (the Project stage reads the normed V it leaves)
-FACES = Faces(head="qkv_tui.core.v_norm_part:v_norm_part")
+FACES = Faces(head="qkv_tui.core.v_norm_part:v_norm_part", compared="V normed, as the heads mix it")
 TABLE: Table[float] = Table("v_norm", KEYS, parse_v_norm, _summary, write_v_norm, LOOKALIKES, FACES)

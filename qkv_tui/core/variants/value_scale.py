@@ -41,5 +41,5 @@ def _summary(factor: float) -> str:
 
 
 # its one face beyond the keys: the head-pass hook that scales V (the Project stage reads the scaled V it leaves)
-FACES = Faces(head="qkv_tui.core.value_scale_part:value_scale_part")
+FACES = Faces(head="qkv_tui.core.value_scale_part:value_scale_part", compared="V scaled, as the heads mix it")
 TABLE: Table[float] = Table("value_scale", KEYS, parse_value_scale, _summary, write_value_scale, LOOKALIKES, FACES)

@@ -402,12 +402,22 @@ def _turned(rope: Rope, d_k: int) -> str:
     return "" if r == d_k else f", first {r} of {d_k} dims turn"
 
 
+def factor_how(rope: Rope) -> str:
+    """Where YaRN's attention factor a comes from, in words: given, DeepSeek's ratio of two m's, or the default."""
+    sc = rope.scaling
+    assert sc is not None
+    if sc.attention_factor is not None:
+        return "attention_factor, as given"
+    if sc.mscale and sc.mscale_all_dim:  # transformers' _compute_yarn_parameters, DeepSeek's form
+        f = _num(sc.factor)
+        return (f"m(mscale) / m(mscale_all_dim), m(x) = 0.1·x·ln(factor) + 1: (0.1·{_num(sc.mscale)}·ln {f} + 1)"
+                f" / (0.1·{_num(sc.mscale_all_dim)}·ln {f} + 1)")
+    return "YaRN's default 0.1·ln(factor) + 1"
+
+
 def _factor_words(rope: Rope, d_k: int) -> str:
-    assert rope.scaling is not None
-    given = rope.scaling.attention_factor is not None
-    how = "attention_factor, as given" if given else "YaRN's default 0.1·ln(factor) + 1"
-    return (f"a = {fmt(rope.attention_factor, False, 3)} ({how}) multiplies cos and sin, so {_carries(rope, d_k)}"
-            f" a² = {squared(rope.attention_factor)}")
+    return (f"a = {fmt(rope.attention_factor, False, 3)} ({factor_how(rope)}) multiplies cos and sin, so"
+            f" {_carries(rope, d_k)} a² = {squared(rope.attention_factor)}")
 
 
 def _carries(rope: Rope, d_k: int) -> str:

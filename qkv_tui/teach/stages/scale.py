@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from qkv_tui.core import part_questions as ask
 from qkv_tui.core.engine import HeadResult
 from qkv_tui.core.fmt import NEG_INF, fmt, is_integral, operand
 from qkv_tui.core.part_masks import mask_note, mask_reason
@@ -67,7 +68,7 @@ class Scale(StageSpec):
         text = self.stage.meaning
         hr = trace.comp.heads[head if head is not None else 0]
         if not hr.scale_is_default:
-            text = _own_scale(hr.scale, hr.d_k, sc.scale_from)
+            text = _own_scale(hr.scale, hr.d_k, scale_origin(sc))
         text += soft_cap.meaning(list(trace.comp.heads) if head is None else [hr])
         if sc.alibi is not None:
             text += (" ALiBi then adds slope·(j − i) to each scaled cell (after the division, as BLOOM's code does):"
@@ -120,7 +121,7 @@ class Scale(StageSpec):
         else:
             tiny = head.scale < 1e-3  # fixed decimals would read 0.000000: its significant digits instead
             given = significant(head.scale, head.scale == round(head.scale), d if tiny else d + 3, tiny)
-            origin = comp.scenario.scale_from
+            origin = scale_origin(comp.scenario)
             details = (f"the scenario sets scale = {given}" + (f" ({origin})" if origin is not None else "")
                        + f" instead of √dₖ = √{head.d_k}",)
         operands: tuple[Ref, ...] = (Ref("scores", h, row, col),)
@@ -192,8 +193,8 @@ class Scale(StageSpec):
         assert head is not None
         sc, hr, decimals = page.trace.comp.scenario, page.trace.comp.heads[head], page.decimals
         divisor = f"√{hr.d_k} = {hr.scale:.{decimals}f}" if hr.scale_is_default else f"{hr.scale:g} (set by the scenario)"
-        if sc.scale_from is not None and not hr.scale_is_default:
-            divisor = f"{hr.scale:g} (set by the scenario: {sc.scale_from})"
+        if scale_origin(sc) is not None and not hr.scale_is_default:
+            divisor = f"{hr.scale:g} (set by the scenario: {scale_origin(sc)})"
         out = [f"Divide by {divisor}." + (" Masked cells are −∞." if not sc.allow.all() else ""), ""]
         if hr.part(Capped) is not None:
             c = soft_cap.cap_text(hr.need(Capped).softcap)
@@ -240,7 +241,10 @@ class Scale(StageSpec):
         if table.name == "capped":
             return soft_cap.worksheet_line(cells, table, row, col, answer)
         q, k = sc.labels[row], sc.key_labels[col]
-        divisor = f"√{sc.heads[h].d_k}" if sc.scale is None else exact(sc.scale)
+        own = sc.scale
+        if own is None and scale_origin(sc) is not None:  # a table's own divisor (DeepSeek's YaRN: √d_qk / m²)
+            own = float(ask.scenario_answer(sc, "divisor"))
+        divisor = f"√{sc.heads[h].d_k}" if own is None else exact(own)
         score = cells.txt(f"scores.{h}", row, col)
         if "slopes" not in cells.tables or sc.heads[h].softcap is not None:
             return f"scaled[{q},{k}] = {score} / {divisor} = {answer}"
@@ -286,6 +290,12 @@ def _mask_reason(trace: TraceContext, row: int, col: int) -> str:
     if sc.mask_kind == "padding":
         return f'padding mask: "{k}" is padding, never attended; weight will be exactly 0'
     return f'custom mask: "{q}" may not attend "{k}"; weight will be exactly 0'
+
+
+def scale_origin(sc: Scenario) -> str | None:
+    """Where a divisor other than √dₖ comes from: the file's ``scale_from``, or what a table says of the divisor it
+    makes (DeepSeek's YaRN m² under [mla]: core/part_questions.scenario_says ``scale_origin``)."""
+    return sc.scale_from if sc.scale_from is not None else ask.scenario_says(sc, "scale_origin")
 
 
 def _own_scale(scale: float, d_k: int, origin: str | None = None) -> str:
