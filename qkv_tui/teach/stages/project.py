@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -11,8 +11,6 @@ from qkv_tui.core.engine import Computation, HeadResult
 from qkv_tui.core.fmt import is_integral, operand
 from qkv_tui.core.scenario import Matrix
 from qkv_tui.core.variants import v_norm
-from qkv_tui.kernels.attention import project
-from qkv_tui.kernels.policy import EXACT
 from qkv_tui.teach.arith import agrees, dot_line, shown, tries, unit
 from qkv_tui.teach.stages.common import (
     K_SLOT,
@@ -34,6 +32,8 @@ from qkv_tui.teach.stages.context import TraceContext
 from qkv_tui.teach.stages.grads import BackwardSpec, dot_cell, grads, has_backward, sum_cell
 from qkv_tui.teach.stages.markdown import MarkdownPage
 from qkv_tui.teach.stages.printed import PrintedCells, PrintedChain, Table, idx
+from qkv_tui.teach.stages.raw_projections import raw_projections
+from qkv_tui.teach.stages.raw_projections import value_factor as _value_factor
 from qkv_tui.teach.stages.replaced import heads_project
 
 if TYPE_CHECKING:  # the cost view's module loads on its first use; the value norm's with a scenario that has it
@@ -353,16 +353,6 @@ def _cost(sc: Scenario, ph: Phase) -> Count:
                  written=written)
 
 
-class _Scaled(Protocol):
-    V_projected: Matrix
-    V_factor: float
-
-
-def _value_factor(hr: HeadResult) -> _Scaled | None:
-    """The record of a part that multiplies this head's V after the projection (a value scale); None without."""
-    return next((cast(_Scaled, r) for r in hr.parts.values() if hasattr(r, "V_factor")), None)
-
-
 def _value_norm(hr: HeadResult) -> ValueNormed | None:
     """The record of a value norm on this head's V (Gemma 3n's v_norm); None without."""
     from qkv_tui.kernels.v_norm import ValueNormed
@@ -396,11 +386,6 @@ def _scaled_formula(formula: str, factor: float) -> str:
     return f"{factor:g}·({formula})" if " + " in formula else f"{factor:g}·{formula}"
 
 
-def _factor_of(chain: PrintedChain, head: int) -> float:
-    scaled = _value_factor(chain.comp.heads[head])
-    return 1.0 if scaled is None else float(scaled.V_factor)
-
-
 def _factor_texts(projected: float, factor: float, result: str, decimals: int, whole: bool) -> tuple[str, str]:
     """The projection's cell and the factor, each with the digits that make their product the shown V."""
     for p in tries(decimals, False):
@@ -408,26 +393,6 @@ def _factor_texts(projected: float, factor: float, result: str, decimals: int, w
         if all(agrees(x * shown(s), result) for x in _readings(u, whole and float(projected).is_integer(), projected)):
             break
     return u, s
-
-
-def raw_projections(chain: PrintedChain) -> tuple[list[Matrix], dict[int, Matrix], dict[int, Matrix]]:
-    """Every head's Q, and each K/V head's K and V, computed exactly from the printed X (or X̂), before rounding.
-
-    Worked out once for the page: the cos/sin table's digits depend on the largest Q and K it turns, and the
-    whole-number flags read the unrounded values.
-    """
-
-    def make() -> tuple[list[Matrix], dict[int, Matrix], dict[int, Matrix]]:
-        sc = chain.sc
-        X_src = chain.values("X_norm") if sc.norm is not None else sc.X  # what the Query projection reads, as printed
-        X_kv_src = sc.context_X if sc.context_X is not None else X_src
-        Q_raw = [project(X_src, hr.W_Q, hr.b_Q, EXACT) for hr in sc.heads]
-        K_raw = {g: project(X_kv_src, sc.heads[g].W_K, sc.heads[g].b_K, EXACT) for g in chain.readers}
-        V_raw = {g: project(X_kv_src, sc.heads[g].W_V, sc.heads[g].b_V, EXACT) * _factor_of(chain, g)
-                 for g in chain.readers}
-        return Q_raw, K_raw, V_raw
-
-    return chain.memo("raw projections", make)
 
 
 def _reads_whole(chain: PrintedChain) -> tuple[bool, bool]:

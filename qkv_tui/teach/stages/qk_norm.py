@@ -255,7 +255,7 @@ def _wide_cols(count: int, d_k: int) -> tuple[str, ...]:
 
 def _printed_all(chain: PrintedChain, role: str) -> Matrix:
     """Every head's printed Q (or each K/V head's K) side by side, as the page prints them (rounded)."""
-    from qkv_tui.teach.stages.project import raw_projections
+    from qkv_tui.teach.stages.raw_projections import raw_projections
 
     Q_raw, K_raw, _ = raw_projections(chain)
     sc = chain.sc

@@ -39,7 +39,7 @@ from qkv_tui.teach.stages.context import TraceContext
 from qkv_tui.teach.stages.grads import BackwardSpec, formula_cell, grads, has_backward, query_key_plans
 from qkv_tui.teach.stages.markdown import MarkdownPage
 from qkv_tui.teach.stages.printed import PrintedCells, PrintedChain, Table, idx
-from qkv_tui.teach.stages.project import raw_projections
+from qkv_tui.teach.stages.raw_projections import raw_projections
 from qkv_tui.teach.stages.replaced import own_stages
 
 if TYPE_CHECKING:  # the cost view's module loads on its first use
