@@ -164,11 +164,10 @@ class QKVApp(Session):
         with Vertical(id="main"):
             yield StageBar(id="stagebar")
             yield FormulaLine(id="formula")
-            # the rows of panes are empty, and the context rows absent, until a screen needs them (_fill mounts
-            # them), the quiz's bar
-            # until the quiz asks (_quiz_bar), the notice until the terminal is too small (_too_small_notice):
-            # every widget costs the first frame its styling and every app --serve forks its memory, about
-            # 55 KiB a widget (benchmarks/serve_cost.py), and most screens show a few of the 28 pane slots
+            # The rows of panes are empty, and the context rows absent, until a screen needs them (_fill mounts
+            # them), the quiz's bar until the quiz asks (_quiz_bar), the notice until the terminal is too small
+            # (_too_small_notice): every widget costs the first frame its styling and every app --serve forks
+            # its memory (the ten these were, hidden on I love AI's first screen: 0.45 MiB a student)
             yield Horizontal(id="focus")
             yield ExplainPanel(id="explain")
         yield KeyFooter(FOOTER_KEEP, FOOTER_ORDER)
