@@ -13,7 +13,7 @@ stages (teach/stages/indexer.py) and the JSON field ``"indexer"`` (edges/export_
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar, cast
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 import numpy as np
 
@@ -26,8 +26,10 @@ from qkv_tui.core.variants.common import Context, Faces, Table, choice, number, 
 from qkv_tui.core.variants.gate import Reader
 from qkv_tui.core.variants.mla import MAX_SIZE, Mla
 from qkv_tui.core.variants.rope import Rope
-from qkv_tui.kernels.indexer import DEFAULT_K_EPS, INDEX_LAYOUTS, Indexed, IndexerWeights, index
 from qkv_tui.kernels.policy import EXACT, Policy
+
+if TYPE_CHECKING:  # the kernel loads with the first [indexer] parsed or run, not with every scenario
+    from qkv_tui.kernels.indexer import Indexed, IndexerWeights
 
 INDEXER_KEYS = ("num_heads", "W_q", "W_k", "W_w", "k_norm", "rope_dims", "rope_layout", "top_k")
 K_NORM_KEYS = ("gamma", "beta", "eps")
@@ -79,6 +81,8 @@ class Indexer:
         return int(self.W_k.shape[1])
 
     def weights(self) -> IndexerWeights:
+        from qkv_tui.kernels.indexer import IndexerWeights
+
         return IndexerWeights(self.num_heads, self.W_q, self.W_k, self.W_w, self.top_k, self.rope_dims,
                               self.rope_layout, self.k_gamma if self.k_norm else None,
                               self.k_beta if self.k_norm else None, self.k_eps)
@@ -121,6 +125,8 @@ def _ones(count: int, fill: float = 1.0) -> Vector:
 
 def _k_norm(ctx: Context, value: Any, d_I: int) -> tuple[bool, Vector, Vector, float]:
     """``k_norm = true`` (gain 1, bias 0), false, or a table of ``gamma``, ``beta`` and ``eps``."""
+    from qkv_tui.kernels.indexer import DEFAULT_K_EPS
+
     v = ctx.v
     key = f"{WHERE} k_norm"
     if isinstance(value, bool):
@@ -171,6 +177,8 @@ def parse_indexer(table: dict[str, Any], ctx: Context) -> Indexer:
                      " add [rope] or write rope_dims = 0")
     layout = "half"
     if "rope_layout" in table:
+        from qkv_tui.kernels.indexer import INDEX_LAYOUTS
+
         layout = choice(v, table["rope_layout"], f"{WHERE} rope_layout", INDEX_LAYOUTS)
     on, gamma, beta, eps = _k_norm(ctx, table.get("k_norm", False), d_I)
     return Indexer(H, W_q, W_k, W_w, top_k, rope_dims, layout, on, gamma, beta, eps, latent)
@@ -208,6 +216,8 @@ TABLE: Table[Indexer] = Table("indexer", INDEXER_KEYS, parse_indexer, _summary, 
 def run(ix: Indexer, X: Matrix, allow: BoolMatrix, rope: Rope | None, c_Q: Matrix | None = None,
         policy: Policy = EXACT) -> Indexed:
     """The table on X (n, d_model): ``c_Q`` is [mla]'s query latent where W_q reads it; [rope] gives base and positions."""
+    from qkv_tui.kernels.indexer import index
+
     if ix.from_latent and c_Q is None:
         raise ValueError("this [indexer] reads [mla]'s c_Q: pass it")
     positions = rope.positions if rope is not None else tuple(range(X.shape[0]))

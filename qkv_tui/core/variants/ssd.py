@@ -14,7 +14,7 @@ core/ssd_part.py (the head pass), teach/stages/ssd.py (the stages), edges/export
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar, cast
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 import numpy as np
 
@@ -27,7 +27,9 @@ from qkv_tui.core.variants.common import Context, Faces, Table, number, numbers,
 from qkv_tui.core.variants.gate import Reader
 from qkv_tui.core.variants.mla import MAX_SIZE
 from qkv_tui.kernels.policy import EXACT, Policy
-from qkv_tui.kernels.ssd import SsdHeads, gated_norm, ssd, steps
+
+if TYPE_CHECKING:  # the kernel loads with the first [ssd] run, not with every scenario
+    from qkv_tui.kernels.ssd import SsdHeads
 
 SSD_KEYS = ("num_heads", "num_groups", "A", "dt", "W_dt", "dt_bias", "dt_min", "dt_max", "B", "C", "x", "D", "z", "gamma",
             "eps")
@@ -286,6 +288,8 @@ TABLE: Table[Ssd] = Table("ssd", SSD_KEYS, parse_ssd, _summary, write_ssd, LOOKA
 
 def run(s: Ssd, X: Matrix, policy: Policy = EXACT) -> tuple[SsdHeads, Matrix]:
     """The table on X (n, d_model): every head both ways, and the layer's y (gated and normalised with z)."""
+    from qkv_tui.kernels.ssd import gated_norm, ssd, steps
+
     dt = s.dt if s.dt is not None else steps(policy.matmul(X, cast(Matrix, s.W_dt)), s.dt_bias, s.dt_limit, policy)
     heads = ssd(X if s.x is None else s.x, dt, s.A, s.B, s.C, s.D, s.num_groups, policy)
     if s.z is None or s.gamma is None:
