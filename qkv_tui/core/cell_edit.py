@@ -20,10 +20,11 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from qkv_tui.core import part_questions as ask
 from qkv_tui.core.engine import Computation, compute
 from qkv_tui.core.scenario import Head, Matrix, Scenario, ScenarioError, parse_scenario
 from qkv_tui.core.tomlfile import ReadError, decode, read_bytes, stat_path
-from qkv_tui.core.variants import alibi_later_key, deltanet_edit, differential_edit
+from qkv_tui.core.variants import deltanet_edit, differential_edit
 from qkv_tui.core.variants import mla as mla_variant
 
 if TYPE_CHECKING:
@@ -331,9 +332,11 @@ def apply_edit(sc: Scenario, cell: InputCell, text: str) -> Scenario:
         allow[cell.row, cell.col] = flag in ("1", "true")
         if not allow[cell.row].any():
             raise EditError(f"{sc.labels[cell.row]!r} would attend no key; every query row needs at least one allowed key")
-        if sc.alibi is not None and sc.positions is not None and alibi_later_key(allow, sc.positions) is not None:
-            raise EditError(f"{sc.labels[cell.row]!r} would attend a later key, where ALiBi's bias is a bonus, not a"
-                            " penalty; with [alibi] a query may attend only keys at or before it (docs/scenario-format.md)")
+        for table in ask.tables(sc):  # a table that reads the mask may refuse the edited one (ALiBi's later keys)
+            refuses = getattr(table, "refuses_mask", None)
+            refused = None if refuses is None else refuses(allow, sc.positions)
+            if refused is not None:
+                raise EditError(f"{sc.labels[cell.row]!r} {refused}")
         allow.setflags(write=False)
         kind = "custom" if not allow.all() else "none"
         return replace(sc, allow=allow, mask_kind=kind, window=None)  # a sliding window edited by hand is custom now

@@ -15,13 +15,12 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 
 from qkv_tui.core.head import HeadResult, parts_of
-from qkv_tui.core.head_parts import Run, alibi_of, head_parts, turn_of
+from qkv_tui.core.head_parts import Run, head_parts, turn_of
 from qkv_tui.core.part_masks import narrowed
 from qkv_tui.core.scenario import Head, Matrix, Scenario
 from qkv_tui.kernels.attention import Attended, head_forward
 from qkv_tui.kernels.policy import EXACT, Policy
 from qkv_tui.kernels.sharing import same_kv_weights
-from qkv_tui.kernels.softmax import Biased, Capped
 
 __all__ = ["HeadResult", "mla_results", "result_of", "run_heads", "turn_of"]
 
@@ -79,23 +78,16 @@ def _mla_heads(run: Run) -> Iterator[HeadResult]:
     turn = turn_of(mla.rope, sc.positions, mla.d_rope, policy)
     with np.errstate(over="ignore", invalid="ignore"):
         shared = mla_shared(run.X_in, w, turn, policy)
-        parts_of_head = head_parts(run)  # read here only for a part that chooses the keys (the indexer's selection)
+        parts_of_head = head_parts(run)  # a head's parts from the scores on (a bias, a soft-cap, a selection)
     for h, head in enumerate(sc.heads):
         with np.errstate(over="ignore", invalid="ignore"):
-            allow, chosen = narrowed(sc.allow, parts_of_head(h))
-            bias = None if sc.alibi is None else alibi_of(run, h)
-            m = mla_head(shared, w, h, allow, _scale(run, h, math.sqrt(mla.d_qk)), turn, bias=bias,
-                         softcap=head.softcap, policy=policy)
-        a = m.attended
-        records: list[object] = list(chosen)
-        if sc.alibi is not None and a.bias is not None:
-            records.append(Biased(a.bias, sc.alibi.slopes[h]))
-        if head.softcap is not None and a.capped is not None:
-            records.append(Capped(a.capped, head.softcap))
-        records.append(m)
+            parts = parts_of_head(h)
+            allow, chosen = narrowed(sc.allow, parts)
+            m = mla_head(shared, w, h, allow, _scale(run, h, math.sqrt(mla.d_qk)), turn, X=run.X_in, parts=parts,
+                         policy=policy)
         # the latent layer's heads have no biases of their own
-        yield result_of(head, m.Q, m.K, m.v_C, a, tuple(records), kv_head=h, scale_is_default=sc.scale is None,
-                        biases=False)
+        yield result_of(head, m.Q, m.K, m.v_C, m.attended, (*chosen, *m.records, m), kv_head=h,
+                        scale_is_default=sc.scale is None, biases=False)
 
 
 def mla_results(sc: Scenario, X_in: Matrix, policy: Policy = EXACT) -> list[HeadResult]:

@@ -11,21 +11,20 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from qkv_tui.core import variants
 from qkv_tui.core.head import HeadResult
 from qkv_tui.core.scenario import Matrix, Scenario
-from qkv_tui.core.variants import TABLES, QKNorm, Rope, Vector
-from qkv_tui.core.variants.common import Table, face
-from qkv_tui.kernels.attention import AlibiSpec, CapSpec, PartSpec, QKNormHead, SinkSpec, Turn, project
-from qkv_tui.kernels.attention import frozen as _frozen
+from qkv_tui.core.variants import QKNorm, Rope, Vector
+from qkv_tui.core.variants.common import Keys, Table, face
+from qkv_tui.kernels.attention import CapSpec, PartSpec, QKNormHead, SinkSpec, Turn, project
 from qkv_tui.kernels.gate import GateSpec
 from qkv_tui.kernels.norm import Normed, normalise
 from qkv_tui.kernels.policy import EXACT, Policy
 from qkv_tui.kernels.rope import RopeSpec, angles_at
-from qkv_tui.kernels.softmax import Biased, alibi_bias
 
 if TYPE_CHECKING:  # [linear]'s and [deltanet]'s kernels load with a scenario that has them
     from qkv_tui.kernels.deltanet_parts import AroundSpec
@@ -130,17 +129,6 @@ def around_spec(sc: Scenario, h: int) -> AroundSpec | None:
     return AroundSpec(q, k, v, z, io.gamma_o, io.eps_o)
 
 
-def alibi_of(run: Run, h: int) -> Matrix:
-    """Head h's ALiBi bias (n, n): slope·(pos_j − pos_i), or, worked again by hand, its exact head's."""
-    if run.exact is not None:
-        exact = run.exact[h].part(Biased)
-        assert exact is not None
-        return exact.bias
-    sc = run.sc
-    assert sc.alibi is not None and sc.positions is not None
-    return _frozen(alibi_bias(sc.alibi.slopes[h], sc.positions))
-
-
 def _qk_norm(run: Run) -> PerHead | None:
     if run.sc.qk_norm is None:
         return None
@@ -159,11 +147,6 @@ def _rope(run: Run) -> PerHead | None:
         assert turn is not None
         return RopeSpec(turn)
     return spec
-
-
-def _alibi(run: Run) -> PerHead | None:
-    alibi = run.sc.alibi
-    return None if alibi is None else lambda h: AlibiSpec(alibi_of(run, h), alibi.slopes[h])
 
 
 def _sink(run: Run) -> PerHead | None:
@@ -212,10 +195,24 @@ def _part(table: Table[object], path: str) -> Builder:
     return build
 
 
-# the first variants' builders, then each part registered with its faces, in FEATURES's order
-# ([value_scale], then [differential]: its attend hook runs both maps)
-HEAD_PARTS: tuple[Builder, ...] = (_qk_norm, _rope, _alibi, _sink, _softcap, _gate, _linear, _deltanet)
-HEAD_PARTS += tuple(_part(t, t.faces.head) for t in TABLES if t.faces is not None and t.faces.head is not None)
+# the first variants' builders, by their registry entry (the parts registered since name their own face)
+_FIRST: dict[int, Builder] = {id(variants.qk_norm.TABLE): _qk_norm, id(variants.rope.TABLE): _rope,
+                              id(variants.sinks.KEYS): _sink, id(variants.softcap.KEYS): _softcap,
+                              id(variants.gate.KEYS): _gate, id(variants.linear.TABLE): _linear,
+                              id(variants.deltanet.TABLE): _deltanet}
+
+
+def _builder(f: Table[Any] | Keys) -> Builder | None:
+    if id(f) in _FIRST:
+        return _FIRST[id(f)]
+    if not isinstance(f, Table) or f.faces is None or f.faces.head is None:
+        return None
+    return _part(f, f.faces.head)
+
+
+# every builder in FEATURES's order: QK-norm before RoPE, the gate before [deltanet]'s output norm, [value_scale]
+# before [differential] (its attend hook runs both maps)
+HEAD_PARTS: tuple[Builder, ...] = tuple(b for b in map(_builder, variants.FEATURES) if b is not None)
 
 
 def head_parts(run: Run) -> Callable[[int], list[PartSpec]]:

@@ -31,7 +31,7 @@ from qkv_tui.core.arrays import Vector
 from qkv_tui.core.inputs import INPUT_KEYS, Input, parse_input
 from qkv_tui.core.production import CACHE_KEYS, TILES_KEYS, ProductionSettings, parse_production
 from qkv_tui.core.tomlfile import NumberGrid, ReadError, decode, parse_toml, read_bytes, stat_path, table_values
-from qkv_tui.core.variants import Alibi, Mla, Norm, QKNorm, Rope
+from qkv_tui.core.variants import Mla, Norm, QKNorm, Rope
 from qkv_tui.core.variants.backward import Backward
 from qkv_tui.core.variants.common import write_whole
 from qkv_tui.core.variants.deltanet import DeltaNet
@@ -119,7 +119,6 @@ class Scenario:
     norm: Norm | None = None  # [norm]: applied to X before the projections
     rope: Rope | None = None  # [rope]: rotates Q and K by position
     qk_norm: QKNorm | None = None  # [qk_norm]: RMSNorm of each query and key vector, before the rotation
-    alibi: Alibi | None = None  # [alibi]: slope·(j − i) added to the scaled scores
     window: int | None = None  # the sliding window when mask_kind == "sliding"
     b_O: Vector | None = None  # (d_out,) added after W_O
     num_kv_heads: int | None = None  # set when [attention] shares K/V heads (GQA/MQA)

@@ -66,8 +66,10 @@ def replaces_softmax(v: Checker, ctx: Context, table: str) -> None:
             if getattr(head, key, None) is not None:
                 raise v.fail(f"[{table}] replaces the softmax, which {why} belongs to, but {name} has {key};"
                              f" expected no {key} with [{table}]")
-    if ctx.earlier.get("alibi") is not None:
-        raise v.fail(f"[{table}] replaces the softmax, whose logits [alibi] biases; expected [alibi] or [{table}], not both")
+    for key, value in ctx.earlier.items():
+        if getattr(value, "acts_on", None) == "logits":
+            raise v.fail(f"[{table}] replaces the softmax, whose logits [{key}] {getattr(value, 'does', 'changes')};"
+                         f" expected [{key}] or [{table}], not both")
 
 
 def parse_linear(table: dict[str, Any], ctx: Context) -> Linear:

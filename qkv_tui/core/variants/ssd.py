@@ -44,12 +44,12 @@ LOOKALIKES = {
     (WHERE, "time_step_limit"): ("dt_min", "write its two ends as dt_min and dt_max"),
 }
 
-# what the table cannot combine with: (the key of an earlier table, why)
+# what the table cannot combine with besides a table that acts on the softmax's logits: (the key of an earlier
+# table, why)
 REFUSED_TABLES = (
     ("qk_norm", "[ssd] reads no Q or K to normalise (C and B stand in their places)"),
     ("rope", "[ssd] turns no Q or K (C and B stand in their places; position is in the decays)"),
     ("mla", "[mla] builds its own attention heads; [ssd]'s heads are [[heads]] or [attention] heads"),
-    ("alibi", "[ssd]'s own decays L fade the past; it has no scores to add a bias to"),
     ("linear", "[linear] and [ssd] each replace the softmax with a state of their own"),
     ("deltanet", "[deltanet] and [ssd] each replace the softmax with a state of their own"),
     ("backward", "the gradients through the recurrence, the decays and the gated norm are not in the app yet"),
@@ -135,8 +135,12 @@ def parse_ssd(table: dict[str, Any], ctx: Context) -> Ssd:
     v = ctx.v
     if ctx.is_cross:
         raise v.fail(f"{WHERE} needs self-attention (the state runs over the tokens themselves); remove [context] or {WHERE}")
-    for key, why in REFUSED_TABLES:
-        if ctx.earlier.get(key) is not None:
+    refused = dict(REFUSED_TABLES)
+    for key, value in ctx.earlier.items():  # in the order the tables are parsed
+        # a table that acts on the softmax's logits, which [ssd] has none of
+        why = refused.get(key) or (f"{WHERE} has no softmax, whose logits [{key}] {getattr(value, 'does', 'changes')}"
+                                   if getattr(value, "acts_on", None) == "logits" else None)
+        if why is not None and value is not None:
             raise v.fail(f"{WHERE} cannot be used with [{key}]: {why}; expected one of the two tables")
     if ctx.mask_kind != "causal":
         raise v.fail(f'{WHERE} needs mask = "causal", got {ctx.mask_kind!r}: the state runs forward only, so L is 0'
