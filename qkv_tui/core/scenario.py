@@ -84,11 +84,15 @@ class Head:
     b_Q: Vector | None = field(default=None, metadata={"not_plain": "biases"})  # (d_k,) added to every Query row
     b_K: Vector | None = field(default=None, metadata={"not_plain": "biases"})  # (d_k,)
     b_V: Vector | None = field(default=None, metadata={"not_plain": "biases"})  # (d_v,)
-    sink: float | None = field(default=None, metadata={"not_plain": "sinks"})  # the attention sink's logit
+    # what a key is to the tables that refuse it (core/variants/refusals.py): a part of the softmax (``softmax``),
+    # a column that joins each row's sum (``joins_sum``), a step after the mix (``after_mix``), in their words
+    sink: float | None = field(default=None, metadata={"not_plain": "sinks", "softmax": "a sink's logit",
+                                                       "joins_sum": "a sink"})  # the attention sink's logit
     kv_head: int | None = None  # which K/V head it reads (GQA); None = its own index
     # c of c·tanh(scaled / c) before the bias and mask
-    softcap: float | None = field(default=None, metadata={"not_plain": "soft-caps"})
-    W_G: Matrix | None = field(default=None, metadata={"not_plain": "output gates"})  # (d_model, d_v) the output gate's weights
+    softcap: float | None = field(default=None, metadata={"not_plain": "soft-caps", "softmax": "a soft-cap"})
+    # (d_model, d_v) the output gate's weights
+    W_G: Matrix | None = field(default=None, metadata={"not_plain": "output gates", "after_mix": "an output gate"})
 
     @property
     def d_k(self) -> int:

@@ -25,6 +25,7 @@ from qkv_tui.core.toml_text import string, vector
 from qkv_tui.core.variants.common import Context, Faces, Table, choice, number, numbers, write_whole
 from qkv_tui.core.variants.gate import Reader
 from qkv_tui.core.variants.mla import MAX_SIZE, Mla
+from qkv_tui.core.variants.refusals import STATE, refused
 from qkv_tui.core.variants.rope import Rope
 from qkv_tui.kernels.indexer import DEFAULT_K_EPS, INDEX_LAYOUTS, Indexed, IndexerWeights, index
 from qkv_tui.kernels.policy import EXACT, Policy
@@ -35,8 +36,7 @@ WHERE = "[indexer]"
 
 # what the table cannot combine with: (the key of an earlier table, why); the selection narrows one softmax map's mask
 REFUSED_TABLES = (
-    ("linear", "[linear] keeps a running state, with no map whose keys the indexer could pick"),
-    ("deltanet", "[deltanet] keeps a running state, with no map whose keys the indexer could pick"),
+    (STATE, "[{key}] keeps a running state, with no map whose keys the indexer could pick"),
     ("differential", "the models with an indexer have one softmax map per head, [differential] two"),
     ("backward", "the gradients through the selection are not in the app yet (top-k passes none to the indexer)"),
 )
@@ -142,9 +142,9 @@ def _k_norm(ctx: Context, value: Any, d_I: int) -> tuple[bool, Vector, Vector, f
 
 def parse_indexer(table: dict[str, Any], ctx: Context) -> Indexer:
     v = ctx.v
-    for key, why in REFUSED_TABLES:
-        if ctx.earlier.get(key) is not None:
-            raise v.fail(f"{WHERE} cannot be used with [{key}]: {why}; expected one of the two tables")
+    found = refused(ctx, REFUSED_TABLES)
+    if found is not None:
+        raise v.fail(f"{WHERE} cannot be used with [{found[0]}]: {found[1]}; expected one of the two tables")
     if ctx.is_cross:
         raise v.fail(f"{WHERE} needs self-attention (it selects among the tokens' own keys); remove [context] or {WHERE}")
     H = _count(ctx, table, "num_heads", 1, "how many index heads")

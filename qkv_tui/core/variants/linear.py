@@ -12,7 +12,8 @@ from typing import Any, ClassVar
 
 from qkv_tui.base.values import kind as _kind
 from qkv_tui.core.toml_text import string
-from qkv_tui.core.variants.common import Checker, Context, Table, choice
+from qkv_tui.core.variants.common import Context, Table, choice
+from qkv_tui.core.variants.refusals import replaces_softmax
 
 LINEAR_KEYS = ("feature", "normalize")
 FEATURE_KINDS = ("elu1", "relu", "identity")
@@ -43,33 +44,6 @@ class Linear:
     @property
     def weights_note(self) -> str | None:
         return None if self.normalize else " (φ(q)·φ(k), not divided by the row's sum; not a distribution)"
-
-
-def replaces_softmax(v: Checker, ctx: Context, table: str) -> None:
-    """The readings pinned for a table that replaces every head's softmax with a running state: a causal
-    mask, self-attention, one K/V head per query head, and none of the softmax's own keys."""
-    if ctx.is_cross:
-        raise v.fail(f"[{table}] needs self-attention (its state runs over the tokens themselves); remove [context] or [{table}]")
-    if ctx.mask_kind != "causal":
-        raise v.fail(f"[{table}] needs mask = \"causal\" (the state reads each token after the ones before it),"
-                     f" but mask = {ctx.mask_kind!r}; expected mask = \"causal\"")
-    if ctx.num_kv_heads is not None:
-        raise v.fail(f"[{table}] does not share K/V heads (each head keeps its own state), but [attention] has"
-                     f" num_kv_heads = {ctx.num_kv_heads}; expected no num_kv_heads")
-    for i, head in enumerate(ctx.head_tables):
-        name = ctx.heads[i][0]
-        kv = getattr(head, "kv_head", None)
-        if kv is not None and kv != i:
-            raise v.fail(f"[{table}] does not share K/V heads (each head keeps its own state), but {name} reads"
-                         f" kv_head = {kv + 1}; expected no kv_head")
-        for key, why in (("sink", "a sink's logit"), ("softcap", "a soft-cap")):
-            if getattr(head, key, None) is not None:
-                raise v.fail(f"[{table}] replaces the softmax, which {why} belongs to, but {name} has {key};"
-                             f" expected no {key} with [{table}]")
-    for key, value in ctx.earlier.items():
-        if getattr(value, "acts_on", None) == "logits":
-            raise v.fail(f"[{table}] replaces the softmax, whose logits [{key}] {getattr(value, 'does', 'changes')};"
-                         f" expected [{key}] or [{table}], not both")
 
 
 def parse_linear(table: dict[str, Any], ctx: Context) -> Linear:

@@ -39,6 +39,7 @@ class Mla:
     embed_back: ClassVar[str] = "qkv_tui.teach.stages.mla_compress"
     # the cost view (core/cost.py, display/cost_view.py): what its layers cache, and its own page
     cache_kind: ClassVar[str] = "mla"
+    builds_heads: ClassVar[bool] = True  # the heads come from its latent (core/variants/refusals.py)
     cost_face: ClassVar[str] = "qkv_tui.display.mla_cost"
     two_forms: ClassVar[str] = (
         "Score, Scale, Softmax and Mix run on the expanded keys and values; Absorb is the same attention on the"
