@@ -21,7 +21,7 @@ import numpy as np
 
 from qkv_tui.base.values import kind as _kind
 from qkv_tui.base.values import show as _show
-from qkv_tui.core.arrays import BoolMatrix, Vector
+from qkv_tui.core.arrays import BoolMatrix, Matrix, Vector
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
@@ -231,3 +231,17 @@ def choice(v: Checker, value: Any, key: str, allowed: tuple[str, ...]) -> str:
         extra = f"; did you mean {hint[0]!r}?" if hint else ""
         raise v.fail(f"{key} = {_show(value)} is not allowed; expected one of: {', '.join(map(repr, allowed))}{extra}")
     return value
+
+
+# reach_core: what every table that reads a matrix takes of the loader (it was the gate's, and the tables that
+# read matrices imported it from there)
+
+
+class MatrixReader(Protocol):
+    """The loader's matrix rule (its messages for ragged rows, non-numbers and non-finite values)."""
+
+    def matrix(self, value: Any, key: str, labels: tuple[str, ...] = ()) -> Matrix: ...
+
+
+class Reader(Checker, MatrixReader, Protocol):
+    pass

@@ -18,9 +18,8 @@ import numpy as np
 from qkv_tui.base.values import kind as _kind
 from qkv_tui.core.arrays import Matrix, Vector
 from qkv_tui.core.toml_text import vector
-from qkv_tui.core.variants.common import Context, Table, numbers
+from qkv_tui.core.variants.common import Context, Reader, Table, numbers
 from qkv_tui.core.variants.deltanet_io import IO_KEYS, DeltaIO, parse_io, summary, write_io
-from qkv_tui.core.variants.gate import Reader
 from qkv_tui.core.variants.kda_gates import KdaGates, parse_kda_gates, per_channel, write_kda_gates
 from qkv_tui.core.variants.kda_gates import summary as kda_summary
 from qkv_tui.core.variants.refusals import STATE, refused, replaces_softmax

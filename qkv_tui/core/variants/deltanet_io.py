@@ -18,8 +18,7 @@ import numpy as np
 
 from qkv_tui.core.arrays import Matrix, Vector
 from qkv_tui.core.toml_text import number, vector
-from qkv_tui.core.variants.common import Context, numbers, positive
-from qkv_tui.core.variants.gate import Reader
+from qkv_tui.core.variants.common import Context, Reader, numbers, positive
 
 IO_KEYS = ("conv_q", "conv_k", "conv_v", "W_Z", "gamma_o", "eps_o")
 CONV_KEYS = IO_KEYS[:3]

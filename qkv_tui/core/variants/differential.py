@@ -24,12 +24,12 @@ from qkv_tui.core.variants.common import (
     Context,
     Faces,
     Lookalikes,
+    Reader,
     Table,
     number,
     numbers,
     write_whole,
 )
-from qkv_tui.core.variants.gate import Reader
 from qkv_tui.core.variants.refusals import BUILDS_HEADS, STATE, head_keys, refused
 
 if TYPE_CHECKING:  # the kernel loads with the first [differential] scenario read, not with every start-up

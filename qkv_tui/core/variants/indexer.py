@@ -22,8 +22,7 @@ from qkv_tui.base.values import show as _show
 from qkv_tui.core.arrays import BoolMatrix, Matrix, Vector
 from qkv_tui.core.toml_text import number as num
 from qkv_tui.core.toml_text import string, vector
-from qkv_tui.core.variants.common import Context, Faces, Table, choice, number, numbers, write_whole
-from qkv_tui.core.variants.gate import Reader
+from qkv_tui.core.variants.common import Context, Faces, Reader, Table, choice, number, numbers, write_whole
 from qkv_tui.core.variants.mla import MAX_SIZE, Mla
 from qkv_tui.core.variants.refusals import STATE, refused
 from qkv_tui.core.variants.rope import Rope

@@ -17,8 +17,7 @@ from qkv_tui.base.values import kind as _kind
 from qkv_tui.base.values import show as _show
 from qkv_tui.core.arrays import Matrix, Vector
 from qkv_tui.core.toml_text import vector
-from qkv_tui.core.variants.common import Checker, Context, Table, face, number, numbers, write_whole
-from qkv_tui.core.variants.gate import Reader
+from qkv_tui.core.variants.common import Checker, Context, Reader, Table, face, number, numbers, write_whole
 from qkv_tui.core.variants.rope import LATENT_SCALING, Rope, latent_partial, write_rope
 
 if TYPE_CHECKING:
