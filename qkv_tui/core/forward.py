@@ -15,8 +15,9 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 
 from qkv_tui.core.head import HeadResult, parts_of
-from qkv_tui.core.head_parts import Run, head_parts, turn_of
+from qkv_tui.core.head_parts import Run, head_parts
 from qkv_tui.core.part_masks import narrowed
+from qkv_tui.core.rope_part import turn_of
 from qkv_tui.core.scenario import Head, Matrix, Scenario
 from qkv_tui.kernels.attention import Attended, head_forward
 from qkv_tui.kernels.policy import EXACT, Policy

@@ -220,6 +220,9 @@ class Scenario:
         return found
 
 
+_FIELDS = frozenset(f.name for f in dataclasses.fields(Scenario))
+
+
 # --- locating files -------------------------------------------------------
 
 
@@ -522,7 +525,8 @@ class _Validator:
         tables = self.tables(doc, ctx)
         if tables.get("mla") is not None:  # its [rope] turns q_R and k_R only, so it is the [mla]'s, not every head's
             tables["rope"] = None
-        parts = {t.key: tables.pop(t.key) for t in variants.TABLES if t.faces is not None}
+        # a table with no Scenario field of its name is kept in ``parts`` (core/variants/common.py Table.of)
+        parts = {key: tables.pop(key) for key in list(tables) if key not in _FIELDS}
         parts = {key: value for key, value in parts.items() if value is not None}
         return Scenario(
             title=title, description=description, source=self.source,

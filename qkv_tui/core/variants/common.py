@@ -127,8 +127,8 @@ def face(path: str) -> Any:
 @dataclass(frozen=True)
 class Table(Generic[T]):
     """A top-level table of the format: ``[key]``. A table of the first variants fills the Scenario field of the
-    same name; a part registered since (``faces`` given) is kept in the Scenario's ``parts`` by its key. Read either
-    with :meth:`of`."""
+    same name; a part registered since is kept in the Scenario's ``parts`` by its key (there is no field of its
+    name). Read either with :meth:`of`."""
 
     key: str
     keys: tuple[str, ...]  # every key it takes, in the order the messages list them
@@ -147,14 +147,14 @@ class Table(Generic[T]):
 
     def of(self, sc: Any) -> T | None:
         """The table's value in a scenario, None where the scenario has none."""
-        if self.faces is not None:
+        if not _field_of(sc, self.key):
             value: T | None = getattr(sc, "parts", {}).get(self.key)
             return value
         return getattr(sc, self.key, None)
 
     def put(self, sc: DataclassT, value: T | None) -> DataclassT:
         """The scenario (a dataclass) with the table's value replaced: a part's in ``parts``, else its field."""
-        if self.faces is not None:
+        if not _field_of(sc, self.key):
             parts = {k: v for k, v in getattr(sc, "parts", {}).items() if k != self.key}
             if value is not None:
                 parts[self.key] = value
@@ -166,12 +166,19 @@ class Table(Generic[T]):
         return [] if value is None else [self.summary(value)]
 
 
+def _field_of(sc: Any, key: str) -> bool:
+    """Whether the scenario keeps a table of ``key`` in a field of its own (the first variants') rather than in
+    ``parts``."""
+    return key in getattr(type(sc), "__dataclass_fields__", {})
+
+
 @dataclass(frozen=True)
 class Keys:
     """A variant whose keys sit in tables the loader owns; the loader calls its parsers where those tables are read."""
 
     summary_parts: Callable[[Features], list[str]]
     lookalikes: Lookalikes = field(default_factory=dict)
+    faces: Faces | None = None  # its other faces (the head-pass builder), as a Table's
 
 
 # --- value rules -----------------------------------------------------------------

@@ -18,7 +18,7 @@ import numpy as np
 from qkv_tui.base.values import kind as _kind
 from qkv_tui.core.arrays import Matrix, Vector
 from qkv_tui.core.toml_text import vector
-from qkv_tui.core.variants.common import Context, Reader, Table, numbers
+from qkv_tui.core.variants.common import Context, Faces, Reader, Table, numbers
 from qkv_tui.core.variants.deltanet_io import IO_KEYS, DeltaIO, parse_io, summary, write_io
 from qkv_tui.core.variants.kda_gates import KdaGates, parse_kda_gates, per_channel, write_kda_gates
 from qkv_tui.core.variants.kda_gates import summary as kda_summary
@@ -187,4 +187,5 @@ def _summary(dn: DeltaNet) -> str:
     return f"gated delta rule ({where})" + summary(dn.io)
 
 
-TABLE: Table[DeltaNet] = Table("deltanet", DELTANET_KEYS, parse_deltanet, _summary, write_deltanet)
+TABLE: Table[DeltaNet] = Table("deltanet", DELTANET_KEYS, parse_deltanet, _summary, write_deltanet,
+                               faces=Faces(head="qkv_tui.core.deltanet_part:deltanet_part"))

@@ -15,7 +15,7 @@ import numpy as np
 
 from qkv_tui.base.values import kind as _kind
 from qkv_tui.core.arrays import Matrix
-from qkv_tui.core.variants.common import Checker, Features, Keys, Reader
+from qkv_tui.core.variants.common import Checker, Faces, Features, Keys, Reader
 
 HEAD_KEY = "W_G"  # in a [[heads]] table
 TABLE_KEY = "gate"  # the top-level [gate] table of the [attention] form
@@ -82,4 +82,4 @@ def summary_parts(sc: Features) -> list[str]:
     return ["output gate"] if any(getattr(h, "W_G", None) is not None for h in sc.heads) else []
 
 
-KEYS = Keys(summary_parts)
+KEYS = Keys(summary_parts, faces=Faces(head="qkv_tui.core.gate_part:gate_part"))

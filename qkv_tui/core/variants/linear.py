@@ -12,7 +12,7 @@ from typing import Any, ClassVar
 
 from qkv_tui.base.values import kind as _kind
 from qkv_tui.core.toml_text import string
-from qkv_tui.core.variants.common import Context, Table, choice
+from qkv_tui.core.variants.common import Context, Faces, Table, choice
 from qkv_tui.core.variants.refusals import replaces_softmax
 
 LINEAR_KEYS = ("feature", "normalize")
@@ -71,4 +71,5 @@ def _summary(lin: Linear) -> str:
     return f"linear attention (φ = {FEATURE_TEXT[lin.feature]}{'' if lin.normalize else ', not normalised'})"
 
 
-TABLE: Table[Linear] = Table("linear", LINEAR_KEYS, parse_linear, _summary, write_linear)
+TABLE: Table[Linear] = Table("linear", LINEAR_KEYS, parse_linear, _summary, write_linear,
+                             faces=Faces(head="qkv_tui.core.linear_part:linear_part"))

@@ -15,7 +15,7 @@ import numpy as np
 from qkv_tui.base.values import show as _show
 from qkv_tui.core.arrays import Vector
 from qkv_tui.core.toml_text import string, vector
-from qkv_tui.core.variants.common import Context, Table, choice, number, numbers
+from qkv_tui.core.variants.common import Context, Faces, Table, choice, number, numbers
 
 QK_NORM_KEYS = ("over", "gamma_q", "gamma_k", "eps")
 QK_NORM_OVER = ("head", "all")
@@ -96,4 +96,5 @@ def _summary(qk: QKNorm) -> str:
     return "qk-norm per head" if qk.over == "head" else "qk-norm over all heads"
 
 
-TABLE: Table[QKNorm] = Table("qk_norm", QK_NORM_KEYS, parse_qk_norm, _summary, write_qk_norm)
+TABLE: Table[QKNorm] = Table("qk_norm", QK_NORM_KEYS, parse_qk_norm, _summary, write_qk_norm,
+                             faces=Faces(head="qkv_tui.core.qk_norm_part:qk_norm_part"))
