@@ -16,7 +16,7 @@ from typing import Any, TextIO
 import numpy as np
 
 from qkv_tui.core.engine import Computation, HeadResult, NormResult, combine, iter_heads, norm_of
-from qkv_tui.core.forward import mla_results
+from qkv_tui.core.mla_part import mla_results
 from qkv_tui.core.scenario import Matrix, Scenario
 from qkv_tui.core.variants import TABLES, Vector
 from qkv_tui.core.variants.common import face

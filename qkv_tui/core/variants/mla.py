@@ -39,6 +39,7 @@ class Mla:
     # the cost view (core/cost.py, display/cost_view.py): what its layers cache, and its own page
     cache_kind: ClassVar[str] = "mla"
     builds_heads: ClassVar[bool] = True  # the heads come from its latent (core/variants/refusals.py)
+    runs_heads: ClassVar[str] = "qkv_tui.core.mla_part:mla_heads"  # and run in the forward driver's place
     cost_face: ClassVar[str] = "qkv_tui.display.mla_cost"
     two_forms: ClassVar[str] = (
         "Score, Scale, Softmax and Mix run on the expanded keys and values; Absorb is the same attention on the"
