@@ -8,6 +8,7 @@ that touches the disk: it reads the file as the loader does and replaces it whol
 
 from __future__ import annotations
 
+import importlib
 import math
 import os
 import re
@@ -16,7 +17,7 @@ import tempfile
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -24,8 +25,9 @@ from qkv_tui.core import part_questions as ask
 from qkv_tui.core.engine import Computation, compute
 from qkv_tui.core.scenario import Head, Matrix, Scenario, ScenarioError, parse_scenario
 from qkv_tui.core.tomlfile import ReadError, decode, read_bytes, stat_path
-from qkv_tui.core.variants import deltanet_edit, differential_edit
+from qkv_tui.core.variants import TABLES
 from qkv_tui.core.variants import mla as mla_variant
+from qkv_tui.core.variants.common import Table
 
 if TYPE_CHECKING:
     import tomlkit
@@ -35,8 +37,13 @@ HEAD_BIASES = ("b_Q", "b_K", "b_V")
 SHARED = ("W_K", "W_V", "b_K", "b_V")  # with grouped-query attention, heads that share a K/V head share these
 QK_GAINS = ("gamma_q", "gamma_k")  # [qk_norm]'s gains
 BACKWARD_INPUTS = ("target", "dO")  # [backward]'s: edit the target, watch the gradients
-VECTORS = ("gamma", "beta", *QK_GAINS, "b_O", *HEAD_BIASES, "gamma_kv", *deltanet_edit.VECTORS,
-           *differential_edit.VECTORS)  # one row: cell (0, i) is entry i
+# each table that says which of its inputs a learner may edit (its faces' edit module), in the registry's order
+EDITS: tuple[tuple[Table[Any], Any], ...] = tuple((t, importlib.import_module(t.faces.edit)) for t in TABLES
+                                                  if t.faces is not None and t.faces.edit is not None)
+TABLE_KEYS = tuple(key for _, face in EDITS for key in face.KEYS)  # their inputs, in the order the arrow keys visit them
+BY_TOKEN = tuple(key for _, face in EDITS for key in getattr(face, "BY_TOKEN", ()))  # rows named by the tokens
+VECTORS = ("gamma", "beta", *QK_GAINS, "b_O", *HEAD_BIASES, "gamma_kv",
+           *(key for _, face in EDITS for key in face.VECTORS))  # one row: cell (0, i) is entry i
 MLA_INPUTS = (*mla_variant.MLA_MATRICES, *mla_variant.MLA_VECTORS)  # [mla]'s own inputs (its heads are derived)
 # NAME, NAME[row,col] or NAME[i], then an optional "(head name)"
 ADDRESS = re.compile(r"\s*([A-Za-z_][A-Za-z_0-9]*)"
@@ -67,7 +74,7 @@ class InputCell:
             return f"{self.matrix}[{self.col}]{where}"
         if self.matrix == "mask":
             return f"mask[{sc.labels[self.row]},{sc.key_labels[self.col]}]"
-        if self.matrix in (*BACKWARD_INPUTS, *deltanet_edit.BY_TOKEN):
+        if self.matrix in (*BACKWARD_INPUTS, *BY_TOKEN):
             return f"{self.matrix}[{sc.labels[self.row]},{self.col}]"
         if self.matrix in ("X", "context_X"):
             labels = sc.labels if self.matrix == "X" else sc.key_labels
@@ -78,14 +85,11 @@ class InputCell:
 
 def _vector(sc: Scenario, name: str, head: int | None) -> Matrix | None:
     """A 1-D input (gamma, beta, a bias) where the scenario has it; None otherwise (or from a file that predates the key)."""
-    if name in differential_edit.VECTORS:
-        df = differential_edit.TABLE.of(sc)
-        found_gains = None if df is None else differential_edit.editable(df).get(name)
-        return None if found_gains is None else found_gains[0]
-    if name in deltanet_edit.VECTORS:
-        dn = getattr(sc, "deltanet", None)
-        given = None if dn is None else deltanet_edit.editable(dn).get(name)
-        return None if given is None else given[0]
+    for table, face in EDITS:
+        if name in face.VECTORS:
+            value = table.of(sc)
+            given = None if value is None else face.editable(value).get(name)
+            return None if given is None else given[0]
     mla = getattr(sc, "mla", None)
     if mla is not None and name in mla_variant.MLA_VECTORS:
         found = mla_variant.editable(mla).get(name)
@@ -129,12 +133,11 @@ def _array(sc: Scenario, matrix: str, head: int | None) -> Matrix | None:
         return mla_variant.editable(mla).get(matrix)
     if matrix == "X":
         return sc.X
-    if matrix in deltanet_edit.KEYS:  # g, β and their weights, where the scenario has [deltanet] and gives them
-        dn = getattr(sc, "deltanet", None)
-        return None if dn is None else deltanet_edit.editable(dn).get(matrix)
-    if matrix in differential_edit.KEYS:  # the λ vectors, a row per head, where the scenario has [differential]
-        df = differential_edit.TABLE.of(sc)
-        return None if df is None else differential_edit.editable(df).get(matrix)
+    for table, face in EDITS:  # a table's own inputs ([deltanet]'s g and β, [differential]'s λ), where it gives them
+        if matrix in face.KEYS:
+            value = table.of(sc)
+            found: Matrix | None = None if value is None else face.editable(value).get(matrix)
+            return found
     if matrix in BACKWARD_INPUTS:  # what the backward pass starts from, where the scenario has [backward]
         bw = getattr(sc, "backward", None)
         given: Matrix | None = None if bw is None else getattr(bw, matrix)
@@ -169,8 +172,7 @@ def _inputs(sc: Scenario) -> Iterator[tuple[str, int | None]]:
             yield "softcap", h
         if getattr(head, "W_G", None) is not None:
             yield "W_G", h
-    yield from ((target, None) for target in deltanet_edit.KEYS)
-    yield from ((target, None) for target in differential_edit.KEYS)
+    yield from ((target, None) for target in TABLE_KEYS)
     yield from (("W_O", None), ("b_O", None), ("scale", None), ("mask", None))
     yield from ((name, None) for name in BACKWARD_INPUTS)
 
@@ -253,8 +255,9 @@ def parse_address(sc: Scenario, text: str) -> tuple[InputCell | None, str]:
         raise EditError(f"{name.strip()!r} is not a cell; write e.g. X[love,0] = 2 or W_Q[1,2] = 0.5")
     matrix, row_text, col_text, head_text = found.groups()
     matrix = {"X_ctx": "context_X", "context.X": "context_X"}.get(matrix, matrix)
-    if getattr(sc, "deltanet", None) is not None:  # the file's names; beta[row,col] (two indices) is [deltanet]'s
-        matrix = "dn_beta" if matrix == "beta" and col_text is not None else deltanet_edit.ALIASES.get(matrix, matrix)
+    for table, face in EDITS:  # a table's own names for its inputs, where the scenario has it
+        if hasattr(face, "alias") and table.of(sc) is not None:
+            matrix = face.alias(matrix, col_text is not None)
     if matrix == "scale" and row_text is None:
         return InputCell("scale"), value
     head: int | None = None
@@ -284,8 +287,8 @@ def parse_address(sc: Scenario, text: str) -> tuple[InputCell | None, str]:
     if row_text is None or col_text is None:
         raise EditError(f"{name.strip()!r}: give a row and a column, e.g. {matrix}[0,1]")
     if matrix not in ("X", "context_X", "W_O", "mask", *WEIGHTS, "W_G", *BACKWARD_INPUTS,
-                      *(MLA_INPUTS if sc.mla is not None else ()), *(deltanet_edit.KEYS if sc.deltanet is not None else ()),
-                      *(differential_edit.KEYS if differential_edit.TABLE.of(sc) is not None else ())):
+                      *(MLA_INPUTS if sc.mla is not None else ()),
+                      *(key for table, face in EDITS if table.of(sc) is not None for key in face.KEYS)):
         raise EditError(f"{matrix!r} is not an input; edit X, X_ctx, W_Q, W_K, W_V, W_O, scale, mask"
                         " (and gamma, beta, b_Q, b_K, b_V, b_O, sink, W_G where the scenario has them)")
 
@@ -307,7 +310,7 @@ def parse_address(sc: Scenario, text: str) -> tuple[InputCell | None, str]:
     array = _array(sc, matrix, head)
     if array is None:
         raise EditError(f"this scenario has no {matrix}")
-    by_token = ("X", *BACKWARD_INPUTS, *deltanet_edit.BY_TOKEN)
+    by_token = ("X", *BACKWARD_INPUTS, *BY_TOKEN)
     rows = sc.labels if matrix in by_token else sc.key_labels if matrix == "context_X" else None
     spelt = sc.tokens if matrix in by_token else sc.key_tokens if matrix == "context_X" else ()
     cell = InputCell(matrix, head, index(row_text, rows, array.shape[0], "row", spelt),
@@ -346,18 +349,13 @@ def apply_edit(sc: Scenario, cell: InputCell, text: str) -> Scenario:
         derived = tuple(replace(h, W_Q=W_Q, W_K=W_K, W_V=W_V)
                         for h, (_, W_Q, W_K, W_V) in zip(sc.heads, mla.head_weights(), strict=True))
         return replace(sc, mla=mla, heads=derived)
-    if sc.deltanet is not None and cell.matrix in deltanet_edit.KEYS:
-        try:
-            return replace(sc, deltanet=deltanet_edit.with_entry(sc.deltanet, cell.matrix, cell.row, cell.col, value))
-        except ValueError as exc:
-            raise EditError(str(exc)) from None
-    df = differential_edit.TABLE.of(sc)
-    if df is not None and cell.matrix in differential_edit.KEYS:
-        try:
-            return differential_edit.TABLE.put(sc, differential_edit.with_entry(df, cell.matrix, cell.row, cell.col,
-                                                                                 value))
-        except ValueError as exc:
-            raise EditError(str(exc)) from None
+    for table, face in EDITS:
+        given = table.of(sc)
+        if given is not None and cell.matrix in face.KEYS:
+            try:
+                return table.put(sc, face.with_entry(given, cell.matrix, cell.row, cell.col, value))
+            except ValueError as exc:
+                raise EditError(str(exc)) from None
     if cell.matrix == "sink" and cell.head is not None:
         heads = list(sc.heads)
         heads[cell.head] = replace(heads[cell.head], sink=value)
@@ -483,10 +481,9 @@ def _write_cell(doc: tomlkit.TOMLDocument, sc: Scenario, cell: InputCell) -> Non
             doc["mla"][cell.matrix][cell.col] = _number(value)
         else:  # left at its default in the file: write the whole vector
             doc["mla"][cell.matrix] = [_number(float(v)) for v in value_of_vector(sc, cell.matrix)]
-    elif cell.matrix in deltanet_edit.KEYS:
-        deltanet_edit.write_cell(doc["deltanet"], cell.matrix, cell.row, cell.col, _number(value))
-    elif cell.matrix in differential_edit.KEYS:
-        differential_edit.write_cell(doc["differential"], cell.matrix, cell.row, cell.col, _number(value))
+    elif cell.matrix in TABLE_KEYS:
+        table, face = next((t, f) for t, f in EDITS if cell.matrix in f.KEYS)
+        face.write_cell(doc[table.key], cell.matrix, cell.row, cell.col, _number(value))
     elif cell.matrix == "scale":
         doc["scale"] = _number(value)
     elif cell.matrix == "X":

@@ -116,6 +116,9 @@ class Faces:
     # (the key of the stage they follow, the module under qkv_tui.teach.stages, the StageSpec's name), in walk order
     stages: tuple[tuple[str, str, str], ...] = ()
     json: str | None = None  # (scenario, norm, write_fields) -> the document's fields: [("name", value)] or []
+    # the module that says which of its inputs a learner may edit (core/cell_edit.py): KEYS, VECTORS, editable,
+    # with_entry, write_cell, and where it has them BY_TOKEN and alias
+    edit: str | None = None
 
 
 def face(path: str) -> Any:

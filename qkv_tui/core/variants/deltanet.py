@@ -188,4 +188,5 @@ def _summary(dn: DeltaNet) -> str:
 
 
 TABLE: Table[DeltaNet] = Table("deltanet", DELTANET_KEYS, parse_deltanet, _summary, write_deltanet,
-                               faces=Faces(head="qkv_tui.core.deltanet_part:deltanet_part"))
+                               faces=Faces(head="qkv_tui.core.deltanet_part:deltanet_part",
+                                           edit="qkv_tui.core.variants.deltanet_edit"))

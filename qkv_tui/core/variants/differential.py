@@ -257,6 +257,7 @@ def trainable(table: dict[str, Any]) -> tuple[str, ...]:
 # the part is its line in FEATURES (core/variants/__init__.py).
 FACES = Faces(
     head="qkv_tui.core.differential_part:diff_part",
+    edit="qkv_tui.core.variants.differential_edit",
     stages=(
         *(("mix", "differential", name) for name in (
             "ROTATE", "SCORE_1", "SCALE_1", "SOFTMAX_1", "SCORE_2", "SCALE_2", "SOFTMAX_2", "LAMBDA", "SUBTRACT",
