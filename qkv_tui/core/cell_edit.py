@@ -25,9 +25,9 @@ from qkv_tui.core import part_questions as ask
 from qkv_tui.core.engine import Computation, compute
 from qkv_tui.core.scenario import Head, Matrix, Scenario, ScenarioError, parse_scenario
 from qkv_tui.core.tomlfile import ReadError, decode, read_bytes, stat_path
-from qkv_tui.core.variants import TABLES
+from qkv_tui.core.variants import FEATURES, TABLES
 from qkv_tui.core.variants import mla as mla_variant
-from qkv_tui.core.variants.common import Table
+from qkv_tui.core.variants.common import Keys, Table
 
 if TYPE_CHECKING:
     import tomlkit
@@ -40,6 +40,10 @@ BACKWARD_INPUTS = ("target", "dO")  # [backward]'s: edit the target, watch the g
 # each table that says which of its inputs a learner may edit (its faces' edit module), in the registry's order
 EDITS: tuple[tuple[Table[Any], Any], ...] = tuple((t, importlib.import_module(t.faces.edit)) for t in TABLES
                                                   if t.faces is not None and t.faces.edit is not None)
+# the keys of a head's own table that are one number each and say how they are edited (a sink, a soft-cap): each
+# its Keys entry's edit module (NAME, the head's key; with_value; write_value), in the registry's order
+SCALARS = {face.NAME: face for face in (importlib.import_module(f.faces.edit) for f in FEATURES
+                                        if isinstance(f, Keys) and f.faces is not None and f.faces.edit is not None)}
 TABLE_KEYS = tuple(key for _, face in EDITS for key in face.KEYS)  # their inputs, in the order the arrow keys visit them
 BY_TOKEN = tuple(key for _, face in EDITS for key in getattr(face, "BY_TOKEN", ()))  # rows named by the tokens
 VECTORS = ("gamma", "beta", *QK_GAINS, "b_O", *HEAD_BIASES, "gamma_kv",
@@ -68,7 +72,7 @@ class InputCell:
         if self.matrix == "scale":
             return "scale"
         where = f" ({sc.heads[self.head].name})" if self.head is not None and len(sc.heads) > 1 else ""
-        if self.matrix in ("sink", "softcap"):
+        if self.matrix in SCALARS:
             return f"{self.matrix}{where}"
         if self.matrix in VECTORS:
             return f"{self.matrix}[{self.col}]{where}"
@@ -156,8 +160,8 @@ def _array(sc: Scenario, matrix: str, head: int | None) -> Matrix | None:
 
 def _inputs(sc: Scenario) -> Iterator[tuple[str, int | None]]:
     """Every input (matrix, head) in the order the arrow keys visit them: X, the context, the norm,
-    each head's weights, biases and sink, W_O, b_O, scale, mask. Arrays where the scenario has them;
-    "sink", "scale" and "mask" always (a sink only where the head has one)."""
+    each head's weights, biases and one-number keys (a sink, a soft-cap), W_O, b_O, scale, mask. Arrays where the
+    scenario has them; "scale" and "mask" always, a head's one-number key where the head has it."""
     yield from (("X", None), ("context_X", None), ("gamma", None), ("beta", None), ("gamma_q", None), ("gamma_k", None))
     mla = getattr(sc, "mla", None)
     if mla is not None:  # the latent attention's weights; its heads are derived from them
@@ -166,10 +170,7 @@ def _inputs(sc: Scenario) -> Iterator[tuple[str, int | None]]:
         return
     for h, head in enumerate(sc.heads):
         yield from ((role, h) for role in ("W_Q", "b_Q", "W_K", "b_K", "W_V", "b_V"))
-        if getattr(head, "sink", None) is not None:
-            yield "sink", h
-        if getattr(head, "softcap", None) is not None:
-            yield "softcap", h
+        yield from ((name, h) for name in SCALARS if getattr(head, name, None) is not None)
         if getattr(head, "W_G", None) is not None:
             yield "W_G", h
     yield from ((target, None) for target in TABLE_KEYS)
@@ -181,7 +182,7 @@ def input_cells(sc: Scenario) -> list[InputCell]:
     """Every editable cell, in the order the arrow keys visit them: X, the context, each head's weights, W_O, scale, mask."""
     cells: list[InputCell] = []
     for matrix, head in _inputs(sc):
-        if matrix in ("sink", "scale", "softcap"):
+        if matrix in ("scale", *SCALARS):
             cells.append(InputCell(matrix, head))
             continue
         array = sc.allow if matrix == "mask" else _array(sc, matrix, head)
@@ -201,7 +202,7 @@ def changed_cells(base: Scenario, sc: Scenario) -> list[InputCell]:
     for matrix, head in _inputs(sc):
         if head is not None and head >= len(base.heads):
             continue
-        if matrix in ("sink", "scale", "softcap"):
+        if matrix in ("scale", *SCALARS):
             cell = InputCell(matrix, head)
             shared = matrix == "scale" or getattr(base.heads[head or 0], matrix, None) is not None
             if shared and value_of(base, cell) != value_of(sc, cell):
@@ -219,14 +220,10 @@ def value_of(sc: Scenario, cell: InputCell) -> float:
         return sc.scale if sc.scale is not None else math.sqrt(sc.heads[0].d_k)
     if cell.matrix == "mask":
         return 1.0 if sc.allow[cell.row, cell.col] else 0.0
-    if cell.matrix == "sink" and cell.head is not None:
-        sink = sc.heads[cell.head].sink
-        assert sink is not None
-        return sink
-    if cell.matrix == "softcap" and cell.head is not None:
-        cap = sc.heads[cell.head].softcap
-        assert cap is not None
-        return cap
+    if cell.matrix in SCALARS and cell.head is not None:
+        number = getattr(sc.heads[cell.head], cell.matrix)
+        assert number is not None
+        return float(number)
     array = _array(sc, cell.matrix, cell.head)
     assert array is not None
     return float(array[cell.row, cell.col])
@@ -261,21 +258,17 @@ def parse_address(sc: Scenario, text: str) -> tuple[InputCell | None, str]:
     if matrix == "scale" and row_text is None:
         return InputCell("scale"), value
     head: int | None = None
-    if matrix in (*WEIGHTS, *HEAD_BIASES, "sink", "softcap", "W_G") and getattr(sc, "mla", None) is None:
+    if matrix in (*WEIGHTS, *HEAD_BIASES, *SCALARS, "W_G") and getattr(sc, "mla", None) is None:
         head = 0
         if head_text:
             names = [h.name for h in sc.heads]
             if head_text.strip() not in names:
                 raise EditError(f"no head named {head_text.strip()!r}; the heads are {', '.join(names)}")
             head = names.index(head_text.strip())
-    if matrix == "sink" and row_text is None:
-        if getattr(sc.heads[head or 0], "sink", None) is None:
-            raise EditError("this head has no sink")
-        return InputCell("sink", head), value
-    if matrix == "softcap" and row_text is None:
-        if getattr(sc.heads[head or 0], "softcap", None) is None:
-            raise EditError("this head has no softcap")
-        return InputCell("softcap", head), value
+    if matrix in SCALARS and row_text is None:
+        if getattr(sc.heads[head or 0], matrix, None) is None:
+            raise EditError(f"this head has no {matrix}")
+        return InputCell(matrix, head), value
     if matrix in VECTORS and row_text is None:
         entry = re.fullmatch(r"\s*[A-Za-z_][A-Za-z_0-9]*\s*\[\s*(\d+)\s*\]\s*(?:\([^)]*\))?\s*", name)
         vector = _vector(sc, matrix, head)
@@ -356,17 +349,12 @@ def apply_edit(sc: Scenario, cell: InputCell, text: str) -> Scenario:
                 return table.put(sc, face.with_entry(given, cell.matrix, cell.row, cell.col, value))
             except ValueError as exc:
                 raise EditError(str(exc)) from None
-    if cell.matrix == "sink" and cell.head is not None:
-        heads = list(sc.heads)
-        heads[cell.head] = replace(heads[cell.head], sink=value)
-        return replace(sc, heads=tuple(heads))
-    if cell.matrix == "softcap" and cell.head is not None:
-        if value <= 0:
-            raise EditError(f"softcap = {text.strip()}: expected a number > 0 (the cap c in c·tanh(s/c))")
-        # [attention] gives every head one cap, so its heads change together; a [[heads]] table has its own
-        together = sc.num_heads_split is not None
-        heads = [replace(head, softcap=value) if together or h == cell.head else head for h, head in enumerate(sc.heads)]
-        return replace(sc, heads=tuple(heads))
+    if cell.matrix in SCALARS and cell.head is not None:
+        try:
+            edited: Scenario = SCALARS[cell.matrix].with_value(sc, cell.head, value, text)
+        except ValueError as exc:
+            raise EditError(str(exc)) from None
+        return edited
     if cell.matrix in ("gamma", "beta"):
         current = _vector(sc, cell.matrix, None)
         assert sc.norm is not None and current is not None
@@ -508,19 +496,8 @@ def _write_cell(doc: tomlkit.TOMLDocument, sc: Scenario, cell: InputCell) -> Non
             doc["qk_norm"][cell.matrix] = [_number(float(v)) for v in value_of_vector(sc, cell.matrix)]
     elif cell.matrix == "b_O":
         doc["output"]["b_O"][cell.col] = _number(value)
-    elif cell.matrix == "softcap" and cell.head is not None:
-        if sc.num_heads_split is not None:
-            if "softcap" in doc["attention"]:
-                doc["attention"]["softcap"] = _number(value)
-            else:
-                doc["softcap"] = _number(value)
-        else:
-            doc["heads"][cell.head]["softcap"] = _number(value)  # the head's own, over any top-level cap
-    elif cell.matrix == "sink" and cell.head is not None:
-        if sc.num_heads_split is not None:
-            doc["attention"]["sinks"][cell.head] = _number(value)
-        else:
-            doc["heads"][cell.head]["sink"] = _number(value)
+    elif cell.matrix in SCALARS and cell.head is not None:
+        SCALARS[cell.matrix].write_value(doc, sc, cell.head, _number(value))
     elif cell.matrix == "W_G" and cell.head is not None and sc.num_heads_split is not None:
         width = sc.heads[cell.head].d_v  # [gate] W_G: every head's d_v columns side by side
         doc["gate"]["W_G"][cell.row][cell.head * width + cell.col] = _number(value)

@@ -36,4 +36,5 @@ def summary_parts(sc: Features) -> list[str]:
     return ["sink"] if any(h.sink is not None for h in sc.heads) else []
 
 
-KEYS = Keys(summary_parts, LOOKALIKES, Faces(head="qkv_tui.core.sink_part:sink_part"))
+KEYS = Keys(summary_parts, LOOKALIKES, Faces(head="qkv_tui.core.sink_part:sink_part",
+                                            edit="qkv_tui.core.variants.sink_edit"))

@@ -30,4 +30,5 @@ def summary_parts(sc: Features) -> list[str]:
     return [f"softcap {'/'.join(f'{c:g}' for c in dict.fromkeys(caps))}"]
 
 
-KEYS = Keys(summary_parts, faces=Faces(head="qkv_tui.core.softcap_part:softcap_part"))
+KEYS = Keys(summary_parts, faces=Faces(head="qkv_tui.core.softcap_part:softcap_part",
+                                   edit="qkv_tui.core.variants.softcap_edit"))
