@@ -42,8 +42,12 @@ EDITS: tuple[tuple[Table[Any], Any], ...] = tuple((t, importlib.import_module(t.
                                                   if t.faces is not None and t.faces.edit is not None)
 # the keys of a head's own table that are one number each and say how they are edited (a sink, a soft-cap): each
 # its Keys entry's edit module (NAME, the head's key; with_value; write_value), in the registry's order
-SCALARS = {face.NAME: face for face in (importlib.import_module(f.faces.edit) for f in FEATURES
-                                        if isinstance(f, Keys) and f.faces is not None and f.faces.edit is not None)}
+_HEAD_FACES = tuple(importlib.import_module(f.faces.edit) for f in FEATURES
+                    if isinstance(f, Keys) and f.faces is not None and f.faces.edit is not None)
+SCALARS = {face.NAME: face for face in _HEAD_FACES if hasattr(face, "with_value")}
+# the matrices of a head's own table besides its projections (the output gate's W_G): edited as those are, and
+# written by their face where the [attention] form keeps every head's side by side (write_wide)
+HEAD_MATRICES = {face.NAME: face for face in _HEAD_FACES if hasattr(face, "write_wide")}
 TABLE_KEYS = tuple(key for _, face in EDITS for key in face.KEYS)  # their inputs, in the order the arrow keys visit them
 BY_TOKEN = tuple(key for _, face in EDITS for key in getattr(face, "BY_TOKEN", ()))  # rows named by the tokens
 VECTORS = ("gamma", "beta", *QK_GAINS, "b_O", *HEAD_BIASES, "gamma_kv",
@@ -152,9 +156,9 @@ def _array(sc: Scenario, matrix: str, head: int | None) -> Matrix | None:
         return sc.W_O
     if matrix in WEIGHTS and head is not None:
         return getattr(sc.heads[head], matrix)  # type: ignore[no-any-return]
-    if matrix == "W_G" and head is not None:  # the output gate's weights, where the head has a gate
-        gate: Matrix | None = getattr(sc.heads[head], "W_G", None)
-        return gate
+    if matrix in HEAD_MATRICES and head is not None:  # where the head has one (an output gate's weights)
+        found_matrix: Matrix | None = getattr(sc.heads[head], matrix, None)
+        return found_matrix
     return None
 
 
@@ -171,8 +175,7 @@ def _inputs(sc: Scenario) -> Iterator[tuple[str, int | None]]:
     for h, head in enumerate(sc.heads):
         yield from ((role, h) for role in ("W_Q", "b_Q", "W_K", "b_K", "W_V", "b_V"))
         yield from ((name, h) for name in SCALARS if getattr(head, name, None) is not None)
-        if getattr(head, "W_G", None) is not None:
-            yield "W_G", h
+        yield from ((name, h) for name in HEAD_MATRICES if getattr(head, name, None) is not None)
     yield from ((target, None) for target in TABLE_KEYS)
     yield from (("W_O", None), ("b_O", None), ("scale", None), ("mask", None))
     yield from ((name, None) for name in BACKWARD_INPUTS)
@@ -258,7 +261,7 @@ def parse_address(sc: Scenario, text: str) -> tuple[InputCell | None, str]:
     if matrix == "scale" and row_text is None:
         return InputCell("scale"), value
     head: int | None = None
-    if matrix in (*WEIGHTS, *HEAD_BIASES, *SCALARS, "W_G") and getattr(sc, "mla", None) is None:
+    if matrix in (*WEIGHTS, *HEAD_BIASES, *SCALARS, *HEAD_MATRICES) and getattr(sc, "mla", None) is None:
         head = 0
         if head_text:
             names = [h.name for h in sc.heads]
@@ -279,7 +282,7 @@ def parse_address(sc: Scenario, text: str) -> tuple[InputCell | None, str]:
         return InputCell(matrix, head, 0, int(entry.group(1))), value
     if row_text is None or col_text is None:
         raise EditError(f"{name.strip()!r}: give a row and a column, e.g. {matrix}[0,1]")
-    if matrix not in ("X", "context_X", "W_O", "mask", *WEIGHTS, "W_G", *BACKWARD_INPUTS,
+    if matrix not in ("X", "context_X", "W_O", "mask", *WEIGHTS, *HEAD_MATRICES, *BACKWARD_INPUTS,
                       *(MLA_INPUTS if sc.mla is not None else ()),
                       *(key for table, face in EDITS if table.of(sc) is not None for key in face.KEYS)):
         raise EditError(f"{matrix!r} is not an input; edit X, X_ctx, W_Q, W_K, W_V, W_O, scale, mask"
@@ -387,11 +390,12 @@ def apply_edit(sc: Scenario, cell: InputCell, text: str) -> Scenario:
     if cell.matrix == "W_O":
         assert sc.W_O is not None
         return replace(sc, W_O=_with(sc.W_O, cell.row, cell.col, value))
-    if cell.matrix == "W_G" and cell.head is not None:
-        gate = _array(sc, "W_G", cell.head)
-        assert gate is not None
+    if cell.matrix in HEAD_MATRICES and cell.head is not None:
+        own = _array(sc, cell.matrix, cell.head)
+        assert own is not None
         heads = list(sc.heads)
-        heads[cell.head] = replace(heads[cell.head], W_G=_with(gate, cell.row, cell.col, value))
+        owned: dict[str, Matrix] = {cell.matrix: _with(own, cell.row, cell.col, value)}
+        heads[cell.head] = replace(heads[cell.head], **owned)  # type: ignore[arg-type]
         return replace(sc, heads=tuple(heads))
     if cell.matrix in (*WEIGHTS, *HEAD_BIASES) and cell.head is not None:
         heads = list(sc.heads)
@@ -498,9 +502,8 @@ def _write_cell(doc: tomlkit.TOMLDocument, sc: Scenario, cell: InputCell) -> Non
         doc["output"]["b_O"][cell.col] = _number(value)
     elif cell.matrix in SCALARS and cell.head is not None:
         SCALARS[cell.matrix].write_value(doc, sc, cell.head, _number(value))
-    elif cell.matrix == "W_G" and cell.head is not None and sc.num_heads_split is not None:
-        width = sc.heads[cell.head].d_v  # [gate] W_G: every head's d_v columns side by side
-        doc["gate"]["W_G"][cell.row][cell.head * width + cell.col] = _number(value)
+    elif cell.matrix in HEAD_MATRICES and cell.head is not None and sc.num_heads_split is not None:
+        HEAD_MATRICES[cell.matrix].write_wide(doc, sc, cell.head, cell.row, cell.col, _number(value))
     elif cell.head is not None and sc.num_heads_split is not None:
         # one head's slice of the wide matrix; K/V slices are numbered by K/V head
         index = _kv(sc, cell.head) if cell.matrix in SHARED else cell.head

@@ -82,4 +82,4 @@ def summary_parts(sc: Features) -> list[str]:
     return ["output gate"] if any(getattr(h, "W_G", None) is not None for h in sc.heads) else []
 
 
-KEYS = Keys(summary_parts, faces=Faces(head="qkv_tui.core.gate_part:gate_part"))
+KEYS = Keys(summary_parts, faces=Faces(head="qkv_tui.core.gate_part:gate_part", edit="qkv_tui.core.variants.gate_edit"))
