@@ -243,6 +243,11 @@ def choice(v: Checker, value: Any, key: str, allowed: tuple[str, ...]) -> str:
     return value
 
 
+# reach_core: the largest count of heads or dimensions a table takes (it was [mla]'s, and [indexer] and [ssd]
+# read it from there): far past any model's (DeepSeek-V3: 128 heads, d_nope 128)
+MAX_SIZE = 65_536
+
+
 # reach_core: what every table that reads a matrix takes of the loader (it was the gate's, and the tables that
 # read matrices imported it from there)
 

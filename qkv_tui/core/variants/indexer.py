@@ -22,8 +22,7 @@ from qkv_tui.base.values import show as _show
 from qkv_tui.core.arrays import BoolMatrix, Matrix, Vector
 from qkv_tui.core.toml_text import number as num
 from qkv_tui.core.toml_text import string, vector
-from qkv_tui.core.variants.common import Context, Faces, Reader, Table, choice, number, numbers, write_whole
-from qkv_tui.core.variants.mla import MAX_SIZE, Mla
+from qkv_tui.core.variants.common import MAX_SIZE, Context, Faces, Reader, Table, choice, number, numbers, write_whole
 from qkv_tui.core.variants.refusals import STATE, refused
 from qkv_tui.core.variants.rope import Rope
 from qkv_tui.kernels.indexer import DEFAULT_K_EPS, INDEX_LAYOUTS, Indexed, IndexerWeights, index
@@ -149,10 +148,10 @@ def parse_indexer(table: dict[str, Any], ctx: Context) -> Indexer:
     H = _count(ctx, table, "num_heads", 1, "how many index heads")
     W_k = _matrix(ctx, table, "W_k", ctx.d_model, "d_model, the width of X", None, "d_I, the index key's width")
     d_I = int(W_k.shape[1])
-    mla = ctx.earlier.get("mla")
-    latent = isinstance(mla, Mla) and mla.W_DQ is not None
-    if latent:
-        d_cq = cast(Mla, mla).d_cq or 0
+    # a table parsed before that gives a query latent ([mla]'s c_Q), which W_q then reads
+    d_cq = next((width for t in ctx.earlier.values() if (width := getattr(t, "query_latent_width", None))), None)
+    latent = d_cq is not None
+    if d_cq is not None:
         rows, rows_are = d_cq, "d_cq, the columns of [mla] W_DQ (W_q reads the query latent c_Q, as the models do)"
     else:
         rows, rows_are = ctx.d_model, "d_model, the width of X"

@@ -17,7 +17,7 @@ from qkv_tui.base.values import kind as _kind
 from qkv_tui.base.values import show as _show
 from qkv_tui.core.arrays import Matrix, Vector
 from qkv_tui.core.toml_text import vector
-from qkv_tui.core.variants.common import Checker, Context, Reader, Table, face, number, numbers, write_whole
+from qkv_tui.core.variants.common import MAX_SIZE, Checker, Context, Reader, Table, face, number, numbers, write_whole
 from qkv_tui.core.variants.rope import LATENT_SCALING, Rope, latent_partial, write_rope
 
 if TYPE_CHECKING:
@@ -70,6 +70,11 @@ class Mla:
     @property
     def d_cq(self) -> int | None:
         return None if self.W_DQ is None else int(self.W_DQ.shape[1])
+
+    @property
+    def query_latent_width(self) -> int | None:
+        """The width of the query latent c_Q a later table may read ([indexer]'s W_q); None without W_DQ."""
+        return self.d_cq
 
     @property
     def d_qk(self) -> int:
@@ -172,7 +177,6 @@ def _frozen(a: Matrix) -> Matrix:
     return a
 
 
-MAX_SIZE = 65_536  # heads or dimensions: far past any model's (DeepSeek-V3: 128 heads, d_nope 128)
 
 
 def _count(v: Checker, table: dict[str, Any], key: str, least: int, what: str) -> int:

@@ -23,8 +23,7 @@ from qkv_tui.base.values import show as _show
 from qkv_tui.core.arrays import Matrix, Vector
 from qkv_tui.core.toml_text import number as num
 from qkv_tui.core.toml_text import vector
-from qkv_tui.core.variants.common import Context, Faces, Reader, Table, number, numbers, write_whole
-from qkv_tui.core.variants.mla import MAX_SIZE
+from qkv_tui.core.variants.common import MAX_SIZE, Context, Faces, Reader, Table, number, numbers, write_whole
 from qkv_tui.core.variants.refusals import BUILDS_HEADS, ON_LOGITS, STATE, head_keys, refused
 from qkv_tui.kernels.policy import EXACT, Policy
 from qkv_tui.kernels.ssd import SsdHeads, gated_norm, ssd, steps
