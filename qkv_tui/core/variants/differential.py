@@ -30,7 +30,7 @@ from qkv_tui.core.variants.common import (
     numbers,
     write_whole,
 )
-from qkv_tui.core.variants.refusals import BUILDS_HEADS, STATE, head_keys, refused
+from qkv_tui.core.variants.refusals import BUILDS_HEADS, STATE, WHOLE_HEAD, head_keys, refused
 
 if TYPE_CHECKING:  # the kernel loads with the first [differential] scenario read, not with every start-up
     from qkv_tui.kernels.differential import DiffHead
@@ -50,7 +50,7 @@ LOOKALIKES: Lookalikes = {
 
 # what the table cannot combine with: (the key of an earlier table, why)
 REFUSED_TABLES = (
-    ("qk_norm", "[qk_norm] normalises a head's whole d_k, while each map scores half of it; no model does either"),
+    (WHOLE_HEAD, "[{key}] {table.does} a head's whole d_k, while each map scores half of it; no model does either"),
     (BUILDS_HEADS, "[{key}] builds its own heads; differential heads are [[heads]] or [attention] heads"),
     (STATE, "[{key}] replaces the softmax, and [differential] subtracts two softmax maps"),
     ("value_scale", "[differential]'s kernel projects its own 2d-wide V, which the value scale would not reach"),

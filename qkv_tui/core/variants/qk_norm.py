@@ -27,6 +27,10 @@ class QKNorm:
     """RMSNorm on Q and K: over each head's d_k, or over the whole projection width."""
 
     not_plain: ClassVar[str] = "[qk_norm]"  # what makes the attention other than plain (core/diagnose.py)
+    # what it changes of a head's pass and how (core/variants/refusals.py): its statistics read a head's whole d_k
+    acts_on: ClassVar[str] = "queries and keys"
+    does: ClassVar[str] = "normalises"
+    whole_head: ClassVar[bool] = True
 
     over: str  # "head" | "all"
     gamma_q: Vector  # (d_k,) with "head", shared by the heads; (num_heads·d_k,) with "all"

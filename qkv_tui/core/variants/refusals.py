@@ -2,7 +2,8 @@
 
 A table's value says what it is by a class attribute: ``state`` (a running state in place of every head's
 softmax: [linear], [deltanet]), ``builds_heads`` (the heads built from a latent: [mla]), ``acts_on`` (what of a
-head's pass it changes: ``"logits"`` for [alibi]'s bias, with ``does``, the verb a message says it with).
+head's pass it changes: ``"logits"`` for [alibi]'s bias, ``"queries and keys"`` for [qk_norm] and [rope]; with
+``does``, the verb a message says it with), ``whole_head`` (its step reads a head's whole d_k at once: [qk_norm]).
 A key of a head (the loader's Head) says what it is by its field's metadata: ``softmax`` (the words for a part
 of the softmax, which a table that replaces it refuses), ``joins_sum`` (a column that joins each row's sum),
 ``after_mix`` (a step on the head's output after the mix).
@@ -56,6 +57,15 @@ def head_keys(head: object, role: str) -> Iterator[tuple[str, str]]:
 STATE = Having("state")  # a running state in place of every head's softmax
 BUILDS_HEADS = Having("builds_heads")  # the heads built from a latent, not [[heads]] or [attention]
 ON_LOGITS = Having("acts_on", "logits")  # a change to the softmax's logits (a bias on the scaled scores)
+ON_QK = Having("acts_on", "queries and keys")  # a step on Q and K before the scores (a norm, a rotation)
+WHOLE_HEAD = Having("whole_head")  # a step that reads a head's whole d_k at once (a norm's statistics)
+
+
+def last_of(ctx: Context, having: Having) -> str | None:
+    """The key of the last table parsed with the property (of the steps on Q and K, the one nearest the scores:
+    RoPE turns what QK-norm normalised); None where none has it."""
+    found = [key for key, value in ctx.earlier.items() if value is not None and having.holds(value)]
+    return found[-1] if found else None
 
 
 def replaces_softmax(v: Checker, ctx: Context, table: str) -> None:

@@ -30,6 +30,9 @@ class Rope:
     scores_with_decimals: ClassVar[bool] = True
     # where position enters, as the Embed stage says it (core/part_questions.scenario_says)
     position_enters: ClassVar[str] = " Here position enters at the Rotate stage, which turns Q and K by each token's position."
+    # what it changes of a head's pass and how (core/variants/refusals.py)
+    acts_on: ClassVar[str] = "queries and keys"
+    does: ClassVar[str] = "turns"
 
     base: float  # θ_i = base^(−2i/d_k)
     layout: str  # "interleaved": pair i = (2i, 2i+1); "half": pair i = (i, i + d_k/2)

@@ -24,7 +24,7 @@ from qkv_tui.core.arrays import Matrix, Vector
 from qkv_tui.core.toml_text import number as num
 from qkv_tui.core.toml_text import vector
 from qkv_tui.core.variants.common import MAX_SIZE, Context, Faces, Reader, Table, number, numbers, write_whole
-from qkv_tui.core.variants.refusals import BUILDS_HEADS, ON_LOGITS, STATE, head_keys, refused
+from qkv_tui.core.variants.refusals import BUILDS_HEADS, ON_LOGITS, ON_QK, STATE, head_keys, refused
 from qkv_tui.kernels.policy import EXACT, Policy
 from qkv_tui.kernels.ssd import SsdHeads, gated_norm, ssd, steps
 
@@ -45,8 +45,7 @@ LOOKALIKES = {
 
 # what the table cannot combine with: (the key of an earlier table, or what it is; why)
 REFUSED_TABLES = (
-    ("qk_norm", "[ssd] reads no Q or K to normalise (C and B stand in their places)"),
-    ("rope", "[ssd] turns no Q or K (C and B stand in their places; position is in the decays)"),
+    (ON_QK, "[ssd] has no Q or K, which [{key}] {table.does} (C and B stand in their places)"),
     (BUILDS_HEADS, "[{key}] builds its own attention heads; [ssd]'s heads are [[heads]] or [attention] heads"),
     (ON_LOGITS, "[ssd] has no softmax, whose logits [{key}] {table.does}"),
     (STATE, "[{key}] and [ssd] each replace the softmax with a state of their own"),
