@@ -17,15 +17,16 @@ import numpy as np
 
 from qkv_tui.core import part_questions as ask
 from qkv_tui.core.engine import Computation, HeadResult, NormResult, combine, iter_heads, norm_of
-from qkv_tui.core.forward import mla_results
+from qkv_tui.core.mla_part import mla_results
 from qkv_tui.core.scenario import Matrix, Scenario
 from qkv_tui.core.variants import TABLES, Vector
 from qkv_tui.core.variants.common import face
 from qkv_tui.edges.export_grad import Nested, backward_parts
+from qkv_tui.kernels.alibi import Biased
 from qkv_tui.kernels.gate import Gated
 from qkv_tui.kernels.norm import QKNormed
 from qkv_tui.kernels.rope import Rotated
-from qkv_tui.kernels.softmax import Biased, Capped, Sunk
+from qkv_tui.kernels.softmax import Capped, Sunk
 
 _CHUNK = 1 << 16  # characters gathered before each write: few calls, little memory
 _NEG_INF = float("-inf")

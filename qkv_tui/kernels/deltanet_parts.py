@@ -15,9 +15,9 @@ from typing import ClassVar
 
 import numpy as np
 
-from qkv_tui.kernels.gate import sigmoid
 from qkv_tui.kernels.norm import normalise
 from qkv_tui.kernels.policy import EXACT, Policy
+from qkv_tui.kernels.sigmoid import sigmoid
 from qkv_tui.kernels.stats import Matrix
 
 

@@ -28,9 +28,9 @@ import numpy as np
 
 from qkv_tui.kernels.deltanet import decay_rate, l2_rows, state_overflow
 from qkv_tui.kernels.deltanet_parts import Convolved, causal_conv
-from qkv_tui.kernels.gate import sigmoid
 from qkv_tui.kernels.norm import normalise
 from qkv_tui.kernels.policy import EXACT, Policy
+from qkv_tui.kernels.sigmoid import sigmoid
 from qkv_tui.kernels.stats import Matrix
 
 SOFTPLUS_THRESHOLD = 20.0  # transformers' KimiLinearForgetGate (and FLA): softplus(x) is taken as x past it

@@ -15,13 +15,6 @@ from qkv_tui.kernels.stats import Matrix
 Index = int | slice  # a row or a column, or a range of them, of a head's (n, m) map
 
 
-def alibi_bias(slope: float, positions: tuple[int, ...]) -> Matrix:
-    """slope · (pos_j − pos_i): 0 on the diagonal, more negative the further back the key: (n, n)."""
-    p = np.asarray(positions, dtype=np.float64)
-    bias: Matrix = slope * (p[None, :] - p[:, None])  # (n, n)
-    return bias
-
-
 def soft_cap(scaled: Matrix, cap: float | None, policy: Policy = EXACT) -> Matrix:
     """Gemma 2's soft-cap, cap·tanh(scaled / cap), before any bias and the mask; ``scaled`` as it is without a cap.
 
@@ -61,34 +54,6 @@ def exp_of_difference(a: Matrix, b: Matrix) -> Matrix:
         diff = a - b
     out: Matrix = np.exp(np.where(np.isnan(diff), 0.0, diff))
     return out
-
-
-@dataclass(frozen=True, eq=False)
-class Biased:
-    """ALiBi's record of one head ([alibi]); it answers the views' questions of a term added to the scores
-    (core/part_questions.py)."""
-
-    bias: Matrix  # (n, m) slope·(pos_j − pos_i), as kept
-    slope: float  # the head's slope
-
-    term_name: ClassVar[str] = "bias"  # what the views call the term in a line of the scores
-
-    def scores_term(self, rows: Index, cols: Index) -> Matrix:
-        """What this part adds to the scaled (stepped) scores of ``rows`` and ``cols``."""
-        out: Matrix = self.bias[rows, cols]
-        return out
-
-    def softmax_options(self, rows: Index, cols: Index) -> dict[str, object]:
-        """What kernels/attention.py's attend takes to replay this part on ``rows`` and ``cols``."""
-        return {"bias": self.bias[rows, cols]}
-
-    def overflow(self, stage: str, at: Any) -> tuple[str, str, str] | None:
-        """The term past float64 (core/part_questions.py): its slope."""
-        if stage != "term":
-            return None
-        said: tuple[str, str, str] | None = at.named((
-            ("bias", self.bias, False, True, "expected a smaller ALiBi slope (the bias is slope·(j − i))"),))
-        return said
 
 
 @dataclass(frozen=True, eq=False)

@@ -27,11 +27,6 @@ from qkv_tui.core.variants import shared_kv as shared_kv
 from qkv_tui.core.variants import ssd as ssd
 from qkv_tui.core.variants import v_norm as v_norm
 from qkv_tui.core.variants import value_scale as value_scale
-from qkv_tui.core.variants.alibi import ALIBI_KEYS as ALIBI_KEYS
-from qkv_tui.core.variants.alibi import Alibi as Alibi
-from qkv_tui.core.variants.alibi import alibi_later_key as alibi_later_key
-from qkv_tui.core.variants.alibi import alibi_mask as alibi_mask
-from qkv_tui.core.variants.alibi import default_slopes as default_slopes
 from qkv_tui.core.variants.biases import parse_bias as parse_bias
 from qkv_tui.core.variants.common import MAX_INDEX as MAX_INDEX
 from qkv_tui.core.variants.common import Checker as Checker

@@ -18,12 +18,11 @@ import numpy as np
 from qkv_tui.base.values import kind as _kind
 from qkv_tui.core.arrays import Matrix, Vector
 from qkv_tui.core.toml_text import vector
-from qkv_tui.core.variants.common import Context, Table, numbers
+from qkv_tui.core.variants.common import Context, Faces, Reader, Table, numbers
 from qkv_tui.core.variants.deltanet_io import IO_KEYS, DeltaIO, parse_io, summary, write_io
-from qkv_tui.core.variants.gate import Reader
 from qkv_tui.core.variants.kda_gates import KdaGates, parse_kda_gates, per_channel, write_kda_gates
 from qkv_tui.core.variants.kda_gates import summary as kda_summary
-from qkv_tui.core.variants.linear import replaces_softmax
+from qkv_tui.core.variants.refusals import STATE, refused, replaces_softmax
 
 DELTANET_KEYS = ("g", "beta", "W_a", "W_b", "A_log", "dt_bias", "W_fa", "W_fb", *IO_KEYS)
 L2_EPS = 1e-6  # pinned: x / √(Σx² + 1e-6), as transformers' l2norm (and FLA's)
@@ -116,8 +115,9 @@ def _grid(v: Any, value: Any, key: str, rows: int, cols: int, what: str) -> Matr
 def parse_deltanet(table: dict[str, Any], ctx: Context) -> DeltaNet:
     v = ctx.v
     replaces_softmax(v, ctx, "deltanet")
-    if ctx.earlier.get("linear") is not None:
-        raise v.fail("[deltanet] and [linear] both replace every head's softmax; expected one of them")
+    other = refused(ctx, ((STATE, "[deltanet] and [{key}] both replace every head's softmax; expected one of them"),))
+    if other is not None:
+        raise v.fail(other[1])
     n, heads, d_model = len(ctx.tokens), len(ctx.heads), ctx.d_model
     g = beta = W_a = W_b = A_log = dt_bias = channels = None
     if per_channel(table):
@@ -197,4 +197,6 @@ def _summary(dn: DeltaNet) -> str:
     return f"gated delta rule ({where})" + summary(dn.io)
 
 
-TABLE: Table[DeltaNet] = Table("deltanet", DELTANET_KEYS, parse_deltanet, _summary, write_deltanet)
+TABLE: Table[DeltaNet] = Table("deltanet", DELTANET_KEYS, parse_deltanet, _summary, write_deltanet,
+                               faces=Faces(head="qkv_tui.core.deltanet_part:deltanet_part",
+                                           edit="qkv_tui.core.variants.deltanet_edit"))

@@ -21,8 +21,8 @@ import numpy as np
 from qkv_tui.base.values import show as _show
 from qkv_tui.core.arrays import Matrix, Vector
 from qkv_tui.core.toml_text import number, vector
-from qkv_tui.core.variants.common import Context, numbers, positive
-from qkv_tui.core.variants.gate import Reader
+from qkv_tui.core.variants.common import Context, Reader, numbers, positive
+from qkv_tui.core.variants.refusals import ON_QK, last_of
 
 IO_KEYS = ("conv_q", "conv_k", "conv_v", "W_Z", "gamma_o", "eps_o", "gate_o")
 CONV_KEYS = IO_KEYS[:3]
@@ -91,8 +91,9 @@ def parse_io(table: dict[str, Any], ctx: Context) -> DeltaIO | None:
             raise v.fail(f"[deltanet] {key} has {M.shape[1]} columns; expected {sum(widths)}, the heads' {role}"
                          f" columns side by side ({' + '.join(map(str, widths))})")
         wide[key], convs[key] = M, _cut(M, widths)
-    if (ctx.earlier.get("rope") is not None or ctx.earlier.get("qk_norm") is not None) and convs:
-        which = "[rope]" if ctx.earlier.get("rope") is not None else "[qk_norm]"
+    stepped = last_of(ctx, ON_QK)  # a table that turns or norms Q and K, the one nearest the scores
+    if stepped is not None and convs:
+        which = f"[{stepped}]"
         raise v.fail(f"[deltanet] conv_q with {which} is not supported: the models convolve the projections"
                      f" themselves, which nothing turns or norms; remove {which} or the convolution")
     W_Z = gamma_o = None

@@ -22,9 +22,8 @@ from qkv_tui.base.values import show as _show
 from qkv_tui.core.arrays import BoolMatrix, Matrix, Vector
 from qkv_tui.core.toml_text import number as num
 from qkv_tui.core.toml_text import string, vector
-from qkv_tui.core.variants.common import Context, Faces, Table, choice, number, numbers, write_whole
-from qkv_tui.core.variants.gate import Reader
-from qkv_tui.core.variants.mla import MAX_SIZE, Mla
+from qkv_tui.core.variants.common import MAX_SIZE, Context, Faces, Reader, Table, choice, number, numbers, write_whole
+from qkv_tui.core.variants.refusals import STATE, refused
 from qkv_tui.core.variants.rope import Rope
 from qkv_tui.kernels.policy import EXACT, Policy
 
@@ -37,8 +36,7 @@ WHERE = "[indexer]"
 
 # what the table cannot combine with: (the key of an earlier table, why); the selection narrows one softmax map's mask
 REFUSED_TABLES = (
-    ("linear", "[linear] keeps a running state, with no map whose keys the indexer could pick"),
-    ("deltanet", "[deltanet] keeps a running state, with no map whose keys the indexer could pick"),
+    (STATE, "[{key}] keeps a running state, with no map whose keys the indexer could pick"),
     ("differential", "the models with an indexer have one softmax map per head, [differential] two"),
     ("backward", "the gradients through the selection are not in the app yet (top-k passes none to the indexer)"),
 )
@@ -148,18 +146,18 @@ def _k_norm(ctx: Context, value: Any, d_I: int) -> tuple[bool, Vector, Vector, f
 
 def parse_indexer(table: dict[str, Any], ctx: Context) -> Indexer:
     v = ctx.v
-    for key, why in REFUSED_TABLES:
-        if ctx.earlier.get(key) is not None:
-            raise v.fail(f"{WHERE} cannot be used with [{key}]: {why}; expected one of the two tables")
+    found = refused(ctx, REFUSED_TABLES)
+    if found is not None:
+        raise v.fail(f"{WHERE} cannot be used with [{found[0]}]: {found[1]}; expected one of the two tables")
     if ctx.is_cross:
         raise v.fail(f"{WHERE} needs self-attention (it selects among the tokens' own keys); remove [context] or {WHERE}")
     H = _count(ctx, table, "num_heads", 1, "how many index heads")
     W_k = _matrix(ctx, table, "W_k", ctx.d_model, "d_model, the width of X", None, "d_I, the index key's width")
     d_I = int(W_k.shape[1])
-    mla = ctx.earlier.get("mla")
-    latent = isinstance(mla, Mla) and mla.W_DQ is not None
-    if latent:
-        d_cq = cast(Mla, mla).d_cq or 0
+    # a table parsed before that gives a query latent ([mla]'s c_Q), which W_q then reads
+    d_cq = next((width for t in ctx.earlier.values() if (width := getattr(t, "query_latent_width", None))), None)
+    latent = d_cq is not None
+    if d_cq is not None:
         rows, rows_are = d_cq, "d_cq, the columns of [mla] W_DQ (W_q reads the query latent c_Q, as the models do)"
     else:
         rows, rows_are = ctx.d_model, "d_model, the width of X"

@@ -18,8 +18,7 @@ from qkv_tui.base.values import kind as _kind
 from qkv_tui.base.values import show as _show
 from qkv_tui.core.arrays import Matrix, Vector
 from qkv_tui.core.toml_text import vector
-from qkv_tui.core.variants.common import Checker, Context, Table, face, number, numbers, write_whole
-from qkv_tui.core.variants.gate import Reader
+from qkv_tui.core.variants.common import MAX_SIZE, Checker, Context, Reader, Table, face, number, numbers, write_whole
 from qkv_tui.core.variants.rope import Rope, latent_partial, latent_scaling, write_rope
 
 if TYPE_CHECKING:
@@ -40,6 +39,8 @@ class Mla:
     embed_back: ClassVar[str] = "qkv_tui.teach.stages.mla_compress"
     # the cost view (core/cost.py, display/cost_view.py): what its layers cache, and its own page
     cache_kind: ClassVar[str] = "mla"
+    builds_heads: ClassVar[bool] = True  # the heads come from its latent (core/variants/refusals.py)
+    runs_heads: ClassVar[str] = "qkv_tui.core.mla_part:mla_heads"  # and run in the forward driver's place
     cost_face: ClassVar[str] = "qkv_tui.display.mla_cost"
     two_forms: ClassVar[str] = (
         "Score, Scale, Softmax and Mix run on the expanded keys and values; Absorb is the same attention on the"
@@ -70,6 +71,11 @@ class Mla:
     @property
     def d_cq(self) -> int | None:
         return None if self.W_DQ is None else int(self.W_DQ.shape[1])
+
+    @property
+    def query_latent_width(self) -> int | None:
+        """The width of the query latent c_Q a later table may read ([indexer]'s W_q); None without W_DQ."""
+        return self.d_cq
 
     @property
     def d_qk(self) -> int:
@@ -199,7 +205,6 @@ def _frozen(a: Matrix) -> Matrix:
     return a
 
 
-MAX_SIZE = 65_536  # heads or dimensions: far past any model's (DeepSeek-V3: 128 heads, d_nope 128)
 
 
 def _count(v: Checker, table: dict[str, Any], key: str, least: int, what: str) -> int:

@@ -11,7 +11,7 @@ import numpy as np
 from qkv_tui.base.values import kind as _kind
 from qkv_tui.base.values import show as _show
 from qkv_tui.core.toml_text import string
-from qkv_tui.core.variants.common import MAX_INDEX, Context, Table, choice, number, write_whole
+from qkv_tui.core.variants.common import MAX_INDEX, Context, Faces, Table, choice, number, write_whole
 from qkv_tui.core.variants.rope_scaling import parse_partial, parse_scaling, summary, write_scaling
 from qkv_tui.kernels import rope as rope_kernel
 from qkv_tui.kernels.rope_scaling import RopeScaling, base_inv_freq, rotated_dims
@@ -30,6 +30,9 @@ class Rope:
     scores_with_decimals: ClassVar[bool] = True
     # where position enters, as the Embed stage says it (core/part_questions.scenario_says)
     position_enters: ClassVar[str] = " Here position enters at the Rotate stage, which turns Q and K by each token's position."
+    # what it changes of a head's pass and how (core/variants/refusals.py)
+    acts_on: ClassVar[str] = "queries and keys"
+    does: ClassVar[str] = "turns"
 
     base: float  # θ_i = base^(−2i/d_k)
     layout: str  # "interleaved": pair i = (2i, 2i+1); "half": pair i = (i, i + d_k/2)
@@ -168,4 +171,5 @@ TABLE: Table[Rope] = Table(
     lookalikes={("[rope]", key): ("scaling", f"{key} is a field of [rope.scaling]: write it under that header")
                 for key in ("factor", "type", "original_max_position_embeddings", "low_freq_factor",
                             "high_freq_factor", "beta_fast", "beta_slow", "attention_factor", "rope_type")},
+    faces=Faces(head="qkv_tui.core.rope_part:rope_part"),
 )

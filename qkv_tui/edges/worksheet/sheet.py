@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from qkv_tui.core import part_questions as ask
+from qkv_tui.core.variants.alibi import TABLE as ALIBI
 from qkv_tui.edges.worksheet.chain import Table, exact
 from qkv_tui.edges.worksheet.content import Blank, WorksheetContent
 from qkv_tui.teach.stages.rotate import rope_notes
@@ -188,7 +189,7 @@ def rules(ws: WorksheetContent) -> list[str]:
     if sc.linear is None and sc.deltanet is None and asks("softmax"):  # those keep a state instead (their stages' own rules)
         out.append("- Softmax, row by row: subtract the row's largest scaled score, take e to each difference, divide each"
                    " by their sum. Masked cells are −∞ and get weight 0.")
-    if sc.alibi is not None and asks("scale"):
+    if ALIBI.of(sc) is not None and asks("scale"):
         out.append("- ALiBi: each head adds slope·(j − i) to its scaled scores, j the key's position and i the"
                    " query's: the further back the key, the lower its score.")
     if any(h.sink is not None for h in sc.heads) and asks("softmax"):

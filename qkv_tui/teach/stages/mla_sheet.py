@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from qkv_tui.core.fmt import is_integral
-from qkv_tui.core.head_parts import turn_of
+from qkv_tui.core.rope_part import turn_of
 from qkv_tui.core.scenario import Matrix
 from qkv_tui.core.variants import Mla
 from qkv_tui.kernels.norm import normalise

@@ -246,7 +246,7 @@ def rotate_lines(comp: Computation, h: int, target: str, row: int, col: int, d: 
     rope = sc.rope
     head = comp.heads[h]
     assert rope is not None and sc.positions is not None
-    source = head.Q_turned if target == "Q_rot" else head.K_turned
+    source = head.before("Q", Rotated) if target == "Q_rot" else head.before("K", Rotated)
     rotated = head.need(Rotated).Q_rot if target == "Q_rot" else head.need(Rotated).K_rot
     assert rotated is not None
     name = target[0]

@@ -14,8 +14,10 @@ from qkv_tui.core.engine import HeadResult
 from qkv_tui.core.fmt import NEG_INF, fmt, is_integral, operand
 from qkv_tui.core.part_masks import mask_note, mask_reason
 from qkv_tui.core.scenario import Matrix
+from qkv_tui.core.variants.alibi import TABLE as ALIBI
+from qkv_tui.kernels.alibi import Biased, alibi_bias
 from qkv_tui.kernels.policy import EXACT, round_to
-from qkv_tui.kernels.softmax import Biased, Capped, alibi_bias, masked_logits
+from qkv_tui.kernels.softmax import Capped, masked_logits
 from qkv_tui.teach.arith import SIGNIFICANT, agrees, quotient_line, shown, significant
 from qkv_tui.teach.arith import tries as _places
 from qkv_tui.teach.stages import soft_cap
@@ -70,7 +72,7 @@ class Scale(StageSpec):
         if not hr.scale_is_default:
             text = _own_scale(hr.scale, hr.d_k, scale_origin(sc))
         text += soft_cap.meaning(list(trace.comp.heads) if head is None else [hr])
-        if sc.alibi is not None:
+        if ALIBI.of(sc) is not None:
             text += (" ALiBi then adds slope·(j − i) to each scaled cell (after the division, as BLOOM's code does):"
                      " 0 on the diagonal and more negative the further back the key, so nearer keys are favoured;"
                      " the bias pane shows it, and the softmax takes the sum.")
@@ -148,9 +150,9 @@ class Scale(StageSpec):
     def panes(self, trace: TraceContext, op: Operation) -> list[Key]:
         h = op.head
         if soft_cap.has_cap(trace, h):
-            bias = [("bias", h)] if trace.comp.scenario.alibi is not None else []
+            bias = [("bias", h)] if ALIBI.of(trace.comp.scenario) is not None else []
             return [("scores", h), ("scaled", h), *bias, ("capped", h)]
-        if trace.comp.scenario.alibi is not None:
+        if ALIBI.of(trace.comp.scenario) is not None:
             return [("scores", h), ("bias", h), ("scaled", h)]
         return [("scores", h), ("scaled", h)]
 
@@ -168,7 +170,7 @@ class Scale(StageSpec):
         masked = "" if sc.mask_kind == "none" else f" +{sc.mask_kind} mask"
         if sc.mask_kind == "sliding":
             masked = f" +sliding mask (window {sc.window})"
-        bias = " + bias" if sc.alibi is not None else ""
+        bias = " + bias" if ALIBI.of(sc) is not None else ""
         if hr is not None and hr.part(Capped) is not None:
             return soft_cap.capped_title(trace, hr, masked) if name == "capped" else f"scaled = scores/{divisor}"
         return f"scaled = scores/{divisor}{bias}{masked}"
@@ -181,7 +183,7 @@ class Scale(StageSpec):
         parts = [FormulaPart(DIVIDE, f"/{scale}")]
         if soft_cap.has_cap(trace, h):
             parts.append(FormulaPart(DIVIDE, "→cap"))
-        if trace.comp.scenario.alibi is not None:
+        if ALIBI.of(trace.comp.scenario) is not None:
             parts.append(FormulaPart(BIAS, " + bias"))
         return parts
 
@@ -222,7 +224,7 @@ class Scale(StageSpec):
         quotient = page.worked(scores.values / page.divisor(hr.scale))  # (n, m) from the printed scores
         alibi = ""
         alibi_terms: Matrix | None = None
-        if sc.alibi is not None:
+        if ALIBI.of(sc) is not None:
             assert sc.positions is not None
             alibi_terms = alibi_bias(_printed_slopes(chain)[h], sc.positions)  # (n, n) slope·(j − i), from the printed slope
             alibi = " + slope·(j − i)"
@@ -359,10 +361,11 @@ def _printed_slopes(chain: PrintedChain) -> list[float]:
 
     def make() -> list[float]:
         sc = chain.sc
-        assert sc.alibi is not None and sc.positions is not None
-        places = _slope_places(chain.d, sc.alibi.slopes, sc.positions)
-        slopes = [float(round_to(np.array(s), places)) if places is not None else s for s in sc.alibi.slopes]
-        notes = (["the ALiBi paper code's default"] if sc.alibi.default else []) + (
+        table = ALIBI.of(sc)
+        assert table is not None and sc.positions is not None
+        places = _slope_places(chain.d, table.slopes, sc.positions)
+        slopes = [float(round_to(np.array(s), places)) if places is not None else s for s in table.slopes]
+        notes = (["the ALiBi paper code's default"] if table.default else []) + (
             [f"rounded to {places} decimals"] if places is not None else [])
         default = f" ({', '.join(notes)})" if notes else ""
         chain.late_input(Table("slopes", "slope", f"ALiBi slopes{default}", "scale", None, np.array([slopes]), ("slope",),

@@ -14,7 +14,9 @@ import numpy as np
 from qkv_tui.core.engine import HeadResult
 from qkv_tui.core.fmt import NEG_INF, fmt, operand
 from qkv_tui.core.scenario import Matrix
-from qkv_tui.kernels.softmax import Biased, Capped, masked_logits, soft_cap
+from qkv_tui.core.variants.alibi import TABLE as ALIBI
+from qkv_tui.kernels.alibi import Biased
+from qkv_tui.kernels.softmax import Capped, masked_logits, soft_cap
 from qkv_tui.teach.arith import MAX_GUARD, SIGNIFICANT, agrees, shown, significant
 from qkv_tui.teach.stages.common import Operation, Ref, Segment, hround
 from qkv_tui.teach.stages.context import TraceContext
@@ -131,7 +133,7 @@ def capped_operation(trace: TraceContext, index: int, seg: Segment, row: int, co
 def capped_title(trace: TraceContext, hr: HeadResult, masked: str) -> str:
     assert hr.part(Capped) is not None
     c = cap_text(hr.need(Capped).softcap)
-    bias = " + bias" if trace.comp.scenario.alibi is not None else ""
+    bias = " + bias" if ALIBI.of(trace.comp.scenario) is not None else ""
     return f"capped = {c}·tanh(scaled/{c}){bias}{masked}"
 
 

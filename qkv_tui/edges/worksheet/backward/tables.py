@@ -22,6 +22,7 @@ import numpy as np
 from qkv_tui.core.engine import Computation, HeadResult, NormResult
 from qkv_tui.core.gradients import Gradients, HeadGrad, gradients
 from qkv_tui.core.scenario import Matrix, Scenario
+from qkv_tui.core.variants.alibi import TABLE as ALIBI
 from qkv_tui.edges.worksheet.backward.lines import line, operand_keys
 from qkv_tui.edges.worksheet.backward.mla import (
     dX_heading,
@@ -400,7 +401,7 @@ class BackwardSheet(StageSpec):
             out.append("  Soft-cap: dscaled = dS ⊙ (1 − tanh²(scaled / c)), from the printed scaled scores.")
         if any(h.sink is not None for h in sc.heads):
             out.append("  Sink: its share of a row is p_sink = 1 − Σ weights, and dsink = −Σ p_sink·D.")
-        if sc.alibi is not None:
+        if ALIBI.of(sc) is not None:
             out.append("  ALiBi: the bias is added, so dS passes through it unchanged.")
         if sc.rope is not None:
             out.append("  RoPE: turn the gradients back by the opposite angle: a = a'·cos + b'·sin, b = −a'·sin + b'·cos.")
