@@ -57,6 +57,7 @@ from qkv_tui.teach.stages.printed import PrintedCells, PrintedChain, Table, idx
 from qkv_tui.teach.stages.score import scored, scored_names
 
 if TYPE_CHECKING:  # the cost view's module loads on its first use
+    from qkv_tui.core.cell_edit import InputCell
     from qkv_tui.core.cost import Count, Phase
     from qkv_tui.core.scenario import Scenario
     from qkv_tui.core.variants.deltanet import DeltaNet
@@ -67,6 +68,19 @@ BLOCKS = ("dn_decayed", "dn_kv", "dn_delta", "dn_S", "dn_o")  # the Delta stage'
 
 def _on(trace: TraceContext) -> bool:
     return getattr(trace.comp.scenario, "deltanet", None) is not None
+
+
+def _read_by(trace: TraceContext, op: Operation, beta: bool) -> InputCell | None:
+    """The input an edit opens on at an operation of g (or β, or a step that reads it): the number as the
+    file gives it or the weights that compute it (core/variants/deltanet_edit.py)."""
+    dn = getattr(trace.comp.scenario, "deltanet", None)
+    if dn is None or op.head is None:
+        return None
+    from qkv_tui.core.cell_edit import InputCell
+    from qkv_tui.core.variants import deltanet_edit
+
+    target, row, col = deltanet_edit.read_by(dn, beta, op.row, op.head)
+    return InputCell(target, None, row, col)
 
 
 def _hr(trace: TraceContext, head: int | None) -> HeadResult:
@@ -460,6 +474,9 @@ class Gates(StageSpec):
             return "[g per key channel | β] per token"
         return "[g | β] per token"
 
+    def edit_cell(self, trace: TraceContext, op: Operation) -> InputCell | None:
+        return _read_by(trace, op, beta=op.col == 1)
+
     worksheet_tables = _gate_tables
 
 
@@ -499,6 +516,12 @@ class Delta(StageSpec):
     def segments(self, trace: TraceContext, head: int | None) -> list[Plan]:
         hr = _hr(trace, head)
         return [Plan("dn_step", trace.comp.scenario.n, sum(self.widths(hr)))]
+
+    def edit_cell(self, trace: TraceContext, op: Operation) -> InputCell | None:
+        if op.head is None:
+            return None
+        # δ = (v − kv)·β reads β; every other step of the token reads g
+        return _read_by(trace, op, beta=self.block(trace.comp.heads[op.head], op.col or 0)[0] == "dn_delta")
 
     def operation(self, trace: TraceContext, index: int, seg: Segment, row: int, col: int | None, d: int) -> Operation:
         h = seg.head

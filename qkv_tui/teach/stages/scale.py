@@ -39,6 +39,7 @@ from qkv_tui.teach.stages.printed import PrintedCells, PrintedChain, Table, exac
 from qkv_tui.teach.stages.replaced import softmax_runs
 
 if TYPE_CHECKING:  # the cost view's module loads on its first use
+    from qkv_tui.core.cell_edit import InputCell
     from qkv_tui.core.cost import Count, Phase
     from qkv_tui.core.scenario import Scenario
 
@@ -61,6 +62,18 @@ class Scale(StageSpec):
         if soft_cap.has_cap(trace, head):  # each cell divided, then each capped: a segment each
             return [Plan("scaled", sc.n, sc.m), Plan("capped", sc.n, sc.m)]
         return [Plan("scaled", sc.n, sc.m)]
+
+    def edit_cell(self, trace: TraceContext, op: Operation) -> InputCell | None:
+        """The mask where this operation applies it to a hidden cell, the cap where it caps, else the scale."""
+        from qkv_tui.core.cell_edit import InputCell
+
+        capping = self.segments(trace, op.head)[-1].target == "capped"
+        masks_here = op.segment.target == "capped" or not capping  # with a soft-cap the mask comes after it
+        if masks_here and not trace.comp.scenario.allow[op.row, op.col or 0]:
+            return InputCell("mask", None, op.row, op.col or 0)
+        if op.segment.target == "capped":  # the cap is what this operation reads besides the scaled score
+            return InputCell("softcap", op.head)
+        return InputCell("scale")
 
     def meaning(self, trace: TraceContext, head: int | None) -> str:
         sc = trace.comp.scenario
