@@ -1006,15 +1006,15 @@ class GatesBackStage(BackwardSpec):
             assert cfg.W_a is not None and cfg.A_log is not None and cfg.dt_bias is not None
             a = float(kept(trace, np.array([X[row] @ cfg.W_a[:, h] + cfg.dt_bias[h]]))[0])
             rate = float(kept(trace, np.array([math.exp(float(cfg.A_log[h]))]))[0])
-            slope = float(kept(trace, np.array([1.0 / (1.0 + math.exp(-a))]))[0])
-            _, st = fit(lambda u: 1.0 / (1.0 + math.exp(-u)), [a], slope, d)
+            sigma_a = float(kept(trace, np.array([1.0 / (1.0 + math.exp(-a))]))[0])
+            _, st = fit(lambda u: 1.0 / (1.0 + math.exp(-u)), [a], sigma_a, d)
             (lt,), rt = fit(math.exp, [float(cfg.A_log[h])], rate, d)
             details: tuple[str, ...] = (f"a[{tl}] = {x}[{tl}]·W_a[:,{h}] + dt_bias[{h}] = {fmt(a, False, d)}",
                                         f"σ(a[{tl}]) = 1 / (1 + e^−a[{tl}]) = {st}")
             if row == 0:
                 details = (f"e^A_log[{h}] = e^{lt} = {rt}", *details)
             return formula_cell(trace, index, seg, row, 0, d, value, lambda u, v, w: -u * v * w,
-                                [float(db.dg[row]), rate, slope], lambda s: f"−{s[0]}·{s[1]}·{s[2]}",
+                                [float(db.dg[row]), rate, sigma_a], lambda s: f"−{s[0]}·{s[1]}·{s[2]}",
                                 f"da[{tl}] = −dg[{tl}]·e^A_log·σ(a[{tl}])", (Ref("dnb_dg", h), me), details)
         if name in ("dW_a", "dW_b"):
             d_col = gb.da if name == "dW_a" else gb.db
