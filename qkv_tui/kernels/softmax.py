@@ -136,6 +136,8 @@ class Capped:
     words: ClassVar[Mapping[str, str]] = MappingProxyType({
         "tiles.back.step": "    through the soft-cap: dS ⊙ (1 − tanh²(s/c)) = {ds} ⊙ (1 − {factor}"
                            " ⊙ {factor}) = {result}",
+        # the what-if table isolates the division: a cap would blur what it shows (display/view.py)
+        "whatif.left_out": "  (the division alone: {name}'s soft-cap of {part.softcap:g} is left out here)",
         # under the cap dS is the gradient at the capped scores: the cap's slope turns it into dscaled at the
         # scaled ones, and dscaled (not dS) is what dQ and dK gather (teach/tiled_backward.py, the Pair's dscaled)
         "tiles.back.meaning.dS": "{plain} Under the soft-cap this dS is the gradient at the capped scores; the cap's"

@@ -82,7 +82,7 @@ def _on(trace: TraceContext) -> bool:
 
 def _sheet_names(chain_or_cells: PrintedChain | PrintedCells, h: int) -> tuple[str, str, str, str]:
     sc = chain_or_cells.sc
-    qn, kn, qs, ks = scored_names(sc.rope is not None, sc.qk_norm is not None)
+    qn, kn, qs, ks = scored_names(sc)
     return f"{qn}.{h}", f"{kn}.{h}", qs, ks
 
 

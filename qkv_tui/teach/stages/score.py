@@ -6,7 +6,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 from qkv_tui.core.fmt import is_integral
-from qkv_tui.core.scenario import Matrix
+from qkv_tui.core.scenario import Matrix, Scenario
 from qkv_tui.kernels.rope import Rotated
 from qkv_tui.kernels.softmax import Capped
 from qkv_tui.teach.arith import dot_line
@@ -32,7 +32,6 @@ from qkv_tui.teach.stages.replaced import softmax_runs
 
 if TYPE_CHECKING:  # the cost view's module loads on its first use
     from qkv_tui.core.cost import Count, Phase
-    from qkv_tui.core.scenario import Scenario
 
 
 class Score(StageSpec):
@@ -102,7 +101,7 @@ class Score(StageSpec):
         assert head is not None
         h, g, sc = head, chain.owners[head], chain.sc
         rope = sc.rope is not None
-        qn, kn, qs, ks = scored_names(sc.rope is not None, sc.qk_norm is not None)
+        qn, kn, qs, ks = scored_names(sc)
         Q_used = chain.values(f"{qn}.{h}")
         K_used = chain.values(f"{kn}.{g}")
         scores_raw = Q_used @ K_used.T  # (n, m) from the printed Q and K (normalised and turned, where they are)
@@ -117,7 +116,7 @@ class Score(StageSpec):
         sc = cells.sc
         q, k = sc.labels[row], sc.key_labels[col]
         s, g = f".{h}", f".{cells.owners[h]}"
-        qn, kn, qs, ks = scored_names(sc.rope is not None, sc.qk_norm is not None)
+        qn, kn, qs, ks = scored_names(sc)
         qk, kk = f"{qn}{s}", f"{kn}{g}"
         width = cells.tables[qk].values.shape[1]
         terms = " + ".join(f"{cells.txt(qk, row, c)}·{cells.txt(kk, col, c)}" for c in range(width))
@@ -139,19 +138,18 @@ def _cost(sc: Scenario, ph: Phase) -> Count:
                  written=fig(term("scores", ("h", s.h), ph.R, ph.K, B(ph))))
 
 
-def scored_names(rope: bool, qk_norm: bool) -> tuple[str, str, str, str]:
-    """The matrices the scores are taken of and their names in the arithmetic: turned (Q', K'), normalised
-    (Q̂, K̂) or as projected (Q, K)."""
-    if rope:
+def scored_names(sc: Scenario) -> tuple[str, str, str, str]:
+    """The matrices a scenario's heads score (and the state rules read) and their names in the arithmetic:
+    turned (Q', K'), normalised (Q̂, K̂) or as projected (Q, K)."""
+    if sc.rope is not None:
         return "Q_rot", "K_rot", "Q'", "K'"
-    if qk_norm:
+    if sc.qk_norm is not None:
         return "Q_norm", "K_norm", "Q̂", "K̂"
     return "Q", "K", "Q", "K"
 
 
 def scored(trace: TraceContext) -> tuple[str, str, str, str]:
-    sc = trace.comp.scenario
-    return scored_names(sc.rope is not None, sc.qk_norm is not None)
+    return scored_names(trace.comp.scenario)
 
 
 class ScoreBack(BackwardSpec):
