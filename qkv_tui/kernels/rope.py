@@ -78,10 +78,14 @@ class Rotated:
     # the views' names of the Queries and Keys as scored (core/part_questions.scored_suffix, scored_word)
     scored_suffix: ClassVar[str] = "_rot"
     scored_word: ClassVar[str] = "rotated"
-    # how the cache view writes a projection this part turns: all rows, and one token's row at its position
+    scored_mark: ClassVar[str] = "'"  # Q', K' in the arithmetic
+    # how the cache view writes a projection this part turns: all rows, and one token's row at its position; what
+    # the Score stage says of a score of turned vectors
     words: ClassVar[Mapping[str, str]] = MappingProxyType({
         "cache.Q": "RoPE({text})", "cache.K": "RoPE({text})",
         "cache.Q.at": "rotate({text}, position {position})", "cache.K.at": "rotate({text}, position {position})",
+        "score.distance": "both vectors are rotated by their own position, so position enters this score only through"
+                          " the distance {query} − {key} = {distance}; the vectors themselves decide the rest",
     })
 
     @property

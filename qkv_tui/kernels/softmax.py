@@ -136,6 +136,9 @@ class Capped:
     words: ClassVar[Mapping[str, str]] = MappingProxyType({
         "tiles.back.step": "    through the soft-cap: dS ⊙ (1 − tanh²(s/c)) = {ds} ⊙ (1 − {factor}"
                            " ⊙ {factor}) = {result}",
+        # what dScore's meaning says of the gradient it divides (teach/stages/score.py)
+        "dscore.scale": "With the scale and the soft-cap folded in, dQ = dscaled·K / scale, where dscaled ="
+                        " dS ⊙ (1 − tanh²(scaled / c)): the cap's slope, then the scale.",
         # the what-if table isolates the division: a cap would blur what it shows (display/view.py)
         "whatif.left_out": "  (the division alone: {name}'s soft-cap of {part.softcap:g} is left out here)",
         # under the cap dS is the gradient at the capped scores: the cap's slope turns it into dscaled at the

@@ -156,7 +156,7 @@ def _values(hr: HeadResult) -> Matrix:
 def _l2_tables(self: StageSpec, chain: PrintedChain, head: int | None) -> list[Table]:
     assert head is not None
     sc, h = chain.sc, head
-    qn, kn, _, _ = scored_names(sc)
+    qn, kn, _, _ = scored_names(chain.comp.heads[h])
     Q, K = chain.values(f"{qn}.{h}"), chain.values(f"{kn}.{h}")
     d_k = sc.heads[h].d_k
     q = chain.rounded(Q / np.sqrt((Q * Q).sum(axis=1) + L2_EPS)[:, None] / math.sqrt(d_k))  # (n, d_k)
@@ -169,7 +169,7 @@ def _l2_line(self: StageSpec, cells: PrintedCells, table: Table, row: int, col: 
     h = table.head
     assert h is not None
     sc = cells.sc
-    qn, kn, qs, ks = scored_names(sc)
+    qn, kn, qs, ks = scored_names(cells.comp.heads[h])
     src, name = (f"{qn}.{h}", qs) if table.name == "q" else (f"{kn}.{h}", ks)
     t = sc.labels[row]
     width = cells.tables[src].values.shape[1]

@@ -81,8 +81,7 @@ def _on(trace: TraceContext) -> bool:
 
 
 def _sheet_names(chain_or_cells: PrintedChain | PrintedCells, h: int) -> tuple[str, str, str, str]:
-    sc = chain_or_cells.sc
-    qn, kn, qs, ks = scored_names(sc)
+    qn, kn, qs, ks = scored_names(chain_or_cells.comp.heads[h])
     return f"{qn}.{h}", f"{kn}.{h}", qs, ks
 
 
