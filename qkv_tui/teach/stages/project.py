@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Protocol, cast
 
 import numpy as np
 
+from qkv_tui.core import part_questions as ask
 from qkv_tui.core.engine import Computation, HeadResult
 from qkv_tui.core.fmt import is_integral, operand
 from qkv_tui.core.scenario import Matrix
@@ -31,7 +32,7 @@ from qkv_tui.teach.stages.common import (
     x_in,
 )
 from qkv_tui.teach.stages.context import TraceContext
-from qkv_tui.teach.stages.grads import BackwardSpec, dot_cell, grads, has_backward, sum_cell
+from qkv_tui.teach.stages.grads import BackwardSpec, dot_cell, grads, handed_back, has_backward, sum_cell
 from qkv_tui.teach.stages.markdown import MarkdownPage
 from qkv_tui.teach.stages.printed import PrintedCells, PrintedChain, Table, idx
 from qkv_tui.teach.stages.replaced import heads_project
@@ -297,7 +298,7 @@ class Project(StageSpec):
         if owner == head:
             return []
         heads = comp.heads
-        turned = " (and K' in its Rotate section)" if comp.scenario.rope is not None else ""
+        turned = "".join(ask.said(heads[owner], "worksheet.kv_reader"))  # a part that turns K says where it is
         return [f"{heads[head].name} reads K/V head {heads[owner].kv_head + 1}: its K and V are in {heads[owner].name}'s"
                 f" Project section{turned}.", ""]
 
@@ -410,14 +411,6 @@ def _reads_whole(chain: PrintedChain) -> tuple[bool, bool]:
     return q_whole, kv_whole
 
 
-def grad_source(trace: TraceContext, role: str) -> str:
-    """The pane holding the gradient at the projection ``role`` (Q or K): QK-norm's, RoPE's or Score's."""
-    sc = trace.comp.scenario
-    if sc.qk_norm is not None:
-        return f"d{role}_n"
-    return f"d{role}_t" if sc.rope is not None else f"d{role}_s"
-
-
 class ProjectBack(BackwardSpec):
     """Project read backwards: Q = X̂·W_Q + b_Q, so dW_Q = X̂ᵀ·dQ and db_Q = Σ rows of dQ (and so for K, V)."""
 
@@ -459,7 +452,7 @@ class ProjectBack(BackwardSpec):
         hg = grads(trace).heads[h]
         role = seg.target[-1]
         grad = {"Q": hg.dQ, "K": hg.dK, "V": hg.dV}[role]  # (rows, width)
-        source = grad_source(trace, role) if role != "V" else "dV"
+        source = handed_back(trace, h, role) if role != "V" else "dV"
         if seg.target.startswith("db_"):
             value = float(getattr(hg, seg.target)[col])
             return sum_cell(trace, index, seg, row, col, d, value, grad[:, col],
@@ -485,7 +478,7 @@ class ProjectBack(BackwardSpec):
     def panes(self, trace: TraceContext, op: Operation) -> list[Key]:
         h = op.head
         role = op.segment.target[-1]
-        source = grad_source(trace, role) if role != "V" else "dV"
+        source = handed_back(trace, h, role) if role != "V" else "dV"
         if op.segment.target.startswith("db_"):
             return [(source, h), (op.segment.target, h)]
         x_name = x_in(trace)[0] if role == "Q" or not trace.comp.scenario.is_cross else "context_X"
