@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Protocol, cast
 
@@ -60,7 +61,7 @@ class Project(StageSpec):
 
     def runs(self, trace: TraceContext) -> bool:
         # [mla] projects through its latent (mla_compress, mla_expand); [ssd] reads its own C, B and x
-        return trace.comp.scenario.mla is None and heads_project(trace)
+        return heads_project(trace)
 
     def segments(self, trace: TraceContext, head: int | None) -> list[Plan]:
         assert head is not None
@@ -171,11 +172,9 @@ class Project(StageSpec):
         return [("Q", head), ("K", head), ("V", head)]
 
     def title(self, trace: TraceContext, name: str, head: int | None) -> str:
-        if trace.comp.scenario.mla is not None:
-            from qkv_tui.teach.stages import mla_parts  # [mla]'s stages load with a scenario that has it
-
-            if name in mla_parts.JOINED:
-                return mla_parts.joined_title(trace, name)
+        own = _titled(trace, name)  # a part's own title: an [mla] head's Q and K are its parts side by side
+        if own is not None:
+            return own
         if name in WEIGHTS:
             return name
         if name in WIDE:
@@ -403,6 +402,16 @@ def raw_projections(chain: PrintedChain) -> tuple[list[Matrix], dict[int, Matrix
     return chain.memo("raw projections", make)
 
 
+def _titled(trace: TraceContext, name: str) -> str | None:
+    """The title a head's part gives one of Project's panes: its record names the stage module that titles them
+    (``titles``, loaded with the part's stages); None where no part does."""
+    module = next((str(r.titles) for hr in trace.comp.heads for r in ask.answering(hr, "titles")), None)
+    if module is None:
+        return None
+    said: str | None = importlib.import_module(f"qkv_tui.teach.stages.{module}").title(trace, name)
+    return said
+
+
 def _reads_whole(chain: PrintedChain) -> tuple[bool, bool]:
     """Whether what Q, and what K and V, read is whole numbers: 1.000·1 is written 1.000, not 1."""
     sc = chain.sc
@@ -423,7 +432,7 @@ class ProjectBack(BackwardSpec):
     matrices = ("dW_Q", "dW_K", "dW_V", "db_Q", "db_K", "db_V")
 
     def runs(self, trace: TraceContext) -> bool:
-        return has_backward(trace) and trace.comp.scenario.mla is None  # [mla]: dExpand and dCompress instead
+        return has_backward(trace) and heads_project(trace)  # [mla]: dExpand and dCompress instead
 
     def meaning(self, trace: TraceContext, head: int | None) -> str:
         text = self.stage.meaning.replace("X̂", x_in(trace)[1])  # X where there is no norm
