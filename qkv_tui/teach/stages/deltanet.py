@@ -475,7 +475,10 @@ class Gates(StageSpec):
         return "[g | β] per token"
 
     def edit_cell(self, trace: TraceContext, op: Operation) -> InputCell | None:
-        return _read_by(trace, op, beta=op.col == 1)
+        if op.head is None:
+            return None
+        # a token's row is g (one column, or one per key channel), then β
+        return _read_by(trace, op, beta=op.col == _g_width(_hr(trace, op.head)))
 
     worksheet_tables = _gate_tables
 
