@@ -423,14 +423,12 @@ class ScaleBack(BackwardSpec):
         q, k = sc.labels[row], sc.key_labels[col]
         masked = "" if sc.allow[row, col] else " (masked)"
         if seg.target == "dscaled":
-            c = hr.need(Capped).softcap
-            assert c is not None
+            step = hr.need(Capped)  # the cap writes the line back through its step (as differential attention's does)
             refs = (Ref("dS", h, row, col), Ref("scaled", h, row, col))
-            op = formula_cell(trace, index, seg, row, col, d, float(ab.dscaled[row, col]),
-                              lambda g, s, cap: g * (1 - math.tanh(s / cap) * math.tanh(s / cap)),
-                              [float(ab.dS[row, col]), float(hr.scaled[row, col]), c],
-                              lambda t: f"{t[0]}·(1 − tanh({t[1]} / {t[2]})·tanh({t[1]} / {t[2]}))",
-                              f"dscaled[{q},{k}] = dS[{q},{k}]·(1 − tanh²(scaled / c))", refs)
+            op = formula_cell(trace, index, seg, row, col, d, float(ab.dscaled[row, col]), step.back_value,
+                              [float(ab.dS[row, col]), float(hr.scaled[row, col]), *step.back_operands],
+                              step.back_written, f"dscaled[{q},{k}] = dS[{q},{k}]·{step.back_symbolic.format(scaled='scaled')}",
+                              refs)
             return Operation(op.index, seg, row, col, op.value, refs, op.arithmetic + masked)
         source = "dscaled" if hr.part(Capped) is not None else "dS"
         symbol = f"√{hr.d_k}" if hr.scale_is_default and trace.hand is None else None
