@@ -18,7 +18,6 @@ from qkv_tui.display.frame import Frame
 from qkv_tui.display.heads_grid import HeadMap, HeadsGrid, HeadsShown, readings
 from qkv_tui.display.modes import Modes
 from qkv_tui.display.side_view import Sources
-from qkv_tui.display.state_view import carries_state
 from qkv_tui.display.view import Explanation
 from qkv_tui.teach.summary import MAX_ROWS, looked_at, looks_heading, weights_note
 
@@ -99,17 +98,10 @@ def _frame(sources: Sources, modes: Modes, step: int, head: int) -> Frame:
 
 
 def _formula(comp: Computation) -> tuple[tuple[str, bool], ...]:
-    """What the maps hold: a state head's weights come from no softmax (display/state_view.py); a part's record
-    may say what its map holds."""
+    """What the maps hold, as a part's record says where it is not the softmax's (a state head's weights, a
+    differential head's two maps)."""
     said = ask.map_formula(comp.heads)
-    if said is not None:
-        return said
-    if (dn := getattr(comp.scenario, "deltanet", None)) is not None:
-        return ((dn.map_formula, True), ("·δ", False))  # the decaying mask weighs the corrections
-    if carries_state(comp):
-        normalised = comp.scenario.linear is not None and comp.scenario.linear.normalize
-        return (("rownorm(φ(Q)·φ(K)ᵀ)" if normalised else "φ(Q)·φ(K)ᵀ", True), ("·V", False))
-    return (("softmax(Q·Kᵀ/√dₖ)", True), ("·V", False))
+    return (("softmax(Q·Kᵀ/√dₖ)", True), ("·V", False)) if said is None else said
 
 
 def _act(sources: Sources, modes: Modes, action: str, across: int) -> Modes | None:

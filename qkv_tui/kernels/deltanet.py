@@ -13,7 +13,9 @@ distance t − s alone.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any, ClassVar
 
 import numpy as np
@@ -50,6 +52,16 @@ class DeltaForward:
     # its weights, q·k times the decaying mask, weigh the corrections δ, not V: no distribution
     distribution: ClassVar[bool] = False
     route: ClassVar[str] = "Sᵀq, the state read with its query: the corrections δ weighted by q·k and the decaying causal mask"
+    # the decode view's module for the state it carries, line by line (core/part_questions.py face)
+    faces: ClassVar[Mapping[str, str]] = MappingProxyType({"state": "deltanet_state"})
+
+    @property
+    def map_formula(self) -> tuple[tuple[str, bool], ...]:
+        """What the heads view's maps hold (core/part_questions.py): one decay a head multiplies q·k, a decay per
+        key channel sits inside the dot product (Kimi Delta Attention: A[t,s] = Σᵢ q_t[i]·e^(G_t[i] − G_s[i])·k_s[i]);
+        the decaying mask weighs the corrections δ."""
+        inner = "Σᵢ q[i]·e^(G_t[i] − G_s[i])·k[i]" if self.decay.ndim == 2 else "(q·kᵀ)·e^(G_t − G_s)"
+        return ((inner, True), ("·δ", False))
 
     def overflow(self, stage: str, at: Any) -> tuple[str, str, str] | None:
         """The delta rule's values past float64, in place of the weights (core/part_questions.py)."""

@@ -92,6 +92,7 @@ class Around:
     out_norm: GatedNorm | None  # None without the output norm
 
     joined_name: ClassVar[str] = "dn_og"  # what the trace calls it
+    joined_label: ClassVar[str] = "normed"  # what Concat's line calls it beside the head's name
 
     @property
     def joined(self) -> Matrix | None:

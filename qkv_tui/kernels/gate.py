@@ -28,6 +28,7 @@ class Gated:
     W_G: Matrix  # (d_model, d_v) the gate's weights
 
     joined_name: ClassVar[str] = "gated"  # what the trace calls it
+    joined_label: ClassVar[str] = "gated"  # what Concat's line calls it beside the head's name
     # what the tiles and cache views say of it (core/part_questions.said): it acts after the map, row by row
     words: ClassVar[Mapping[str, str]] = MappingProxyType({
         "tiles.after": "the output gate applies after the tiles' final O, as the Gate stage does: gated = O ⊙"

@@ -106,6 +106,10 @@ class MlaHead:
 
     # the display module that shows what the cache keeps of these heads (core/part_questions.face)
     faces: ClassVar[Mapping[str, str]] = MappingProxyType({"cache": "mla_cache"})
+    # its heads project through the latent, not by W_Q, W_K and W_V (teach/stages/replaced.py heads_project), and
+    # the module under teach/stages that titles the Q, K and V the later stages read of them
+    projects: ClassVar[bool] = False
+    titles: ClassVar[str] = "mla_parts"
 
     def overflow(self, stage: str, at: Any) -> tuple[str, str, str] | None:
         """The latent layer's own matrices, before the heads' Q, K and V they make (core/part_questions.py)."""

@@ -1,14 +1,12 @@
 """The modern variants in plain words, for the app's help and notes screens.
 
 Their arithmetic lives with the stage each one changes (:mod:`qkv_tui.teach.stages`): norm.py,
-project's ``+ b``, rotate.py, scale's ALiBi term and softmax's sink. ``sink_row`` is still read from here.
+project's ``+ b``, rotate.py, scale's ALiBi term and softmax's sink.
 """
 
 from __future__ import annotations
 
-from qkv_tui.teach.stages.softmax import sink_row
-
-__all__ = ["VARIANT_NOTES", "sink_row"]
+__all__ = ["VARIANT_NOTES"]
 
 # Plain-words notes on each variant, for the app's help and notes screens
 VARIANT_NOTES = (

@@ -555,14 +555,14 @@ class QKVApp(Session):
         run = next(r for r in self.trace.runs if r.head == head)  # its first stage of its own (Project)
         self.move_to(self.stepper.goto(Position(run.start, head), run.start))
 
-    def action_row(self, delta: int) -> None:
+    def action_row(self, by: int) -> None:
         """A whole row of the matrix being filled at once: ↓ finishes it (or does the next), ↑ undoes one."""
         if self.modes.side:
-            acted = self._side_act("row", (delta,))
+            acted = self._side_act("row", (by,))
             if acted is not None:
                 self.modes = acted
             return
-        self.move_to(self.stepper.next_row(self.position) if delta > 0 else self.stepper.prev_row(self.position))
+        self.move_to(self.stepper.next_row(self.position) if by > 0 else self.stepper.prev_row(self.position))
 
     def action_next_stage(self) -> None:
         if (acted := self._side_act("next_stage", ())) is not None:  # the heads view: the next layer
@@ -588,12 +588,12 @@ class QKVApp(Session):
         else:
             self.move_to(self.stepper.last(self.position))
 
-    def action_head(self, delta: int) -> None:
+    def action_head(self, by: int) -> None:
         if self.modes.side:
             self.modes = self._left(self.modes)
-            self.position = Position(self.position.index, (self.position.head + delta) % self.stepper.head_count)
+            self.position = Position(self.position.index, (self.position.head + by) % self.stepper.head_count)
         else:
-            self.move_to(self.stepper.switch_head(self.position, delta))
+            self.move_to(self.stepper.switch_head(self.position, by))
 
     def action_stage(self, number: int) -> None:
         self.move_to(self.stepper.stage(self.position, number))
@@ -687,14 +687,14 @@ class QKVApp(Session):
     def action_hand(self) -> None:
         self.modes = self._asked_again(replace(self.modes, hand=not self.modes.hand))
 
-    def action_decimals(self, delta: int) -> None:
-        decimals = min(max(self.modes.decimals + delta, MIN_DECIMALS), MAX_DECIMALS)
+    def action_decimals(self, by: int) -> None:
+        decimals = min(max(self.modes.decimals + by, MIN_DECIMALS), MAX_DECIMALS)
         self.modes = self._asked_again(replace(self.modes, decimals=decimals))
 
-    def action_explain_page(self, delta: int) -> None:
+    def action_explain_page(self, by: int) -> None:
         """Page through an explanation longer than its room (a 10-token softmax, the what-if table)."""
         panel = self.query_one(ExplainPanel)
-        if delta > 0:
+        if by > 0:
             panel.scroll_page_down(animate=False)
         else:
             panel.scroll_page_up(animate=False)

@@ -95,12 +95,6 @@ class DeltaNet:
                         f"expected smaller X or {what.split('·')[1].split(' ')[0]}")
         return None
 
-    @property
-    def map_formula(self) -> str:
-        """What the heads view's maps hold: one decay a head multiplies q·k, a decay per key channel sits inside
-        the dot product (Kimi Delta Attention: A[t,s] = Σᵢ q_t[i]·e^(G_t[i] − G_s[i])·k_s[i])."""
-        return "Σᵢ q[i]·e^(G_t[i] − G_s[i])·k[i]" if self.channels is not None else "(q·kᵀ)·e^(G_t − G_s)"
-
 
 def _grid(v: Any, value: Any, key: str, rows: int, cols: int, what: str) -> Matrix:
     if not isinstance(value, list):

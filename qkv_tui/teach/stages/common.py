@@ -139,6 +139,7 @@ Key = tuple[str, int | None]  # a pane: a matrix's name and its head
 NO_NAMES: Mapping[str, str] = MappingProxyType({})
 NO_STYLES: Mapping[str, PaneStyle] = MappingProxyType({})
 if TYPE_CHECKING:  # the cost view's module loads when it is first used, not with every stage
+    from qkv_tui.core.cell_edit import InputCell
     from qkv_tui.core.cost import Count, Phase
 CostFace = Callable[[Scenario, "Phase"], "Count"]  # a stage's operations and bytes in one phase (core/cost.py)
 
@@ -228,11 +229,9 @@ class StageSpec:
         """The formula slots one of its segments computes."""
         return frozenset()
 
-    # --- editing ------------------------------------------------------------------------------
-
-    def edit_cell(self, trace: TraceContext, op: Operation) -> tuple[str, int | None, int, int] | None:
-        """The input cell ``e`` opens at on one of its operations, (matrix, head, row, col) as the editor names
-        it, where its operands do not say (an input that is no pane); None, the default: the editor's own rule."""
+    def edit_cell(self, trace: TraceContext, op: Operation) -> InputCell | None:
+        """The input an edit opens on at one of its operations, where that is the stage's own input (the gate's
+        weights, the cap); None, the default: the first X or weight the operation reads (ui/live.py)."""
         return None
 
     # --- the quiz -----------------------------------------------------------------------------

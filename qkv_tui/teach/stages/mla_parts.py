@@ -234,6 +234,11 @@ def _scaled_turn_line(target: str, src: str, token: str, pos: int, pair: int, a:
 JOINED = ("Q", "K", "KT", "V")  # what the stages from Score on read of an [mla] head, as Project's panes show them
 
 
+def title(trace: TraceContext, name: str) -> str | None:
+    """The Project stage's title of one of its panes of an [mla] head (the record's ``titles``), None for another."""
+    return joined_title(trace, name) if name in JOINED else None
+
+
 def joined_title(trace: TraceContext, name: str) -> str:
     """Q and K of an [mla] head are its parts side by side, V its expanded values."""
     mla = mla_of(trace)

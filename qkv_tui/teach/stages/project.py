@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import importlib
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from qkv_tui.core import part_questions as ask
 from qkv_tui.core.engine import Computation, HeadResult
 from qkv_tui.core.fmt import is_integral, operand
 from qkv_tui.core.scenario import Matrix
@@ -29,7 +31,7 @@ from qkv_tui.teach.stages.common import (
     x_in,
 )
 from qkv_tui.teach.stages.context import TraceContext
-from qkv_tui.teach.stages.grads import BackwardSpec, dot_cell, grads, has_backward, sum_cell
+from qkv_tui.teach.stages.grads import BackwardSpec, dot_cell, grads, handed_back, has_backward, sum_cell
 from qkv_tui.teach.stages.markdown import MarkdownPage
 from qkv_tui.teach.stages.printed import PrintedCells, PrintedChain, Table, idx
 from qkv_tui.teach.stages.raw_projections import raw_projections
@@ -59,7 +61,7 @@ class Project(StageSpec):
 
     def runs(self, trace: TraceContext) -> bool:
         # [mla] projects through its latent (mla_compress, mla_expand); [ssd] reads its own C, B and x
-        return trace.comp.scenario.mla is None and heads_project(trace)
+        return heads_project(trace)
 
     def segments(self, trace: TraceContext, head: int | None) -> list[Plan]:
         assert head is not None
@@ -175,11 +177,9 @@ class Project(StageSpec):
         return [("Q", head), ("K", head), ("V", head)]
 
     def title(self, trace: TraceContext, name: str, head: int | None) -> str:
-        if trace.comp.scenario.mla is not None:
-            from qkv_tui.teach.stages import mla_parts  # [mla]'s stages load with a scenario that has it
-
-            if name in mla_parts.JOINED:
-                return mla_parts.joined_title(trace, name)
+        own = _titled(trace, name)  # a part's own title: an [mla] head's Q and K are its parts side by side
+        if own is not None:
+            return own
         if name in WEIGHTS:
             return name
         if name in WIDE:
@@ -305,7 +305,7 @@ class Project(StageSpec):
         if owner == head:
             return []
         heads = comp.heads
-        turned = " (and K' in its Rotate section)" if comp.scenario.rope is not None else ""
+        turned = "".join(ask.said(heads[owner], "worksheet.kv_reader"))  # a part that turns K says where it is
         return [f"{heads[head].name} reads K/V head {heads[owner].kv_head + 1}: its K and V are in {heads[owner].name}'s"
                 f" Project section{turned}.", ""]
 
@@ -395,20 +395,22 @@ def _factor_texts(projected: float, factor: float, result: str, decimals: int, w
     return u, s
 
 
+def _titled(trace: TraceContext, name: str) -> str | None:
+    """The title a head's part gives one of Project's panes: its record names the stage module that titles them
+    (``titles``, loaded with the part's stages); None where no part does."""
+    module = next((str(r.titles) for hr in trace.comp.heads for r in ask.answering(hr, "titles")), None)
+    if module is None:
+        return None
+    said: str | None = importlib.import_module(f"qkv_tui.teach.stages.{module}").title(trace, name)
+    return said
+
+
 def _reads_whole(chain: PrintedChain) -> tuple[bool, bool]:
     """Whether what Q, and what K and V, read is whole numbers: 1.000·1 is written 1.000, not 1."""
     sc = chain.sc
     q_whole = is_integral(sc.X) if sc.norm is None else chain.printed["X_norm"].whole
     kv_whole = is_integral(sc.context_X) if sc.context_X is not None else q_whole
     return q_whole, kv_whole
-
-
-def grad_source(trace: TraceContext, role: str) -> str:
-    """The pane holding the gradient at the projection ``role`` (Q or K): QK-norm's, RoPE's or Score's."""
-    sc = trace.comp.scenario
-    if sc.qk_norm is not None:
-        return f"d{role}_n"
-    return f"d{role}_t" if sc.rope is not None else f"d{role}_s"
 
 
 class ProjectBack(BackwardSpec):
@@ -423,7 +425,7 @@ class ProjectBack(BackwardSpec):
     matrices = ("dW_Q", "dW_K", "dW_V", "db_Q", "db_K", "db_V")
 
     def runs(self, trace: TraceContext) -> bool:
-        return has_backward(trace) and trace.comp.scenario.mla is None  # [mla]: dExpand and dCompress instead
+        return has_backward(trace) and heads_project(trace)  # [mla]: dExpand and dCompress instead
 
     def meaning(self, trace: TraceContext, head: int | None) -> str:
         text = self.stage.meaning.replace("X̂", x_in(trace)[1])  # X where there is no norm
@@ -452,7 +454,7 @@ class ProjectBack(BackwardSpec):
         hg = grads(trace).heads[h]
         role = seg.target[-1]
         grad = {"Q": hg.dQ, "K": hg.dK, "V": hg.dV}[role]  # (rows, width)
-        source = grad_source(trace, role) if role != "V" else "dV"
+        source = handed_back(trace, h, role) if role != "V" else "dV"
         if seg.target.startswith("db_"):
             value = float(getattr(hg, seg.target)[col])
             return sum_cell(trace, index, seg, row, col, d, value, grad[:, col],
@@ -478,7 +480,7 @@ class ProjectBack(BackwardSpec):
     def panes(self, trace: TraceContext, op: Operation) -> list[Key]:
         h = op.head
         role = op.segment.target[-1]
-        source = grad_source(trace, role) if role != "V" else "dV"
+        source = handed_back(trace, h, role) if role != "V" else "dV"
         if op.segment.target.startswith("db_"):
             return [(source, h), (op.segment.target, h)]
         x_name = x_in(trace)[0] if role == "Q" or not trace.comp.scenario.is_cross else "context_X"

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from qkv_tui.core import part_questions as ask
 from qkv_tui.core.engine import Computation, turn_of
 from qkv_tui.core.fmt import fmt, operand
 from qkv_tui.core.scenario import Matrix, Scenario
@@ -198,7 +199,7 @@ class Rotate(StageSpec):
         sc, i, j = cells.sc, row, col
         assert sc.rope is not None and sc.positions is not None and table.head is not None
         name = table.name[0]
-        source_name, src = turned_from(cells.sc, name)
+        source_name, src = turned_from(cells.comp, name)
         source = f"{source_name}.{table.head}"
         d_k = table.values.shape[1]
         token = sc.labels[i]
@@ -233,10 +234,14 @@ def _cost(sc: Scenario, ph: Phase) -> Count:
                  written=fig(term("Q'", *q), term("K'", *k)))
 
 
-def turned_from(where: Computation | Scenario, role: str) -> tuple[str, str]:
-    """The matrix RoPE turns for "Q" or "K" and its name in the arithmetic: the normalised one under QK-norm."""
-    sc = where.scenario if isinstance(where, Computation) else where
-    return (f"{role}_norm", f"{role}̂") if sc.qk_norm is not None else (role, role)
+def turned_from(comp: Computation, role: str) -> tuple[str, str]:
+    """The matrix RoPE turns for "Q" or "K" and its name in the arithmetic: as the parts before the rotation left
+    it (QK-norm's normalised one, core/part_questions.py scored_suffix and its ``scored_mark``), else as projected."""
+    turners = list(ask.answering(comp.heads[0], "scored_suffix"))  # every head has the scenario's same parts
+    before = turners[:next((i for i, r in enumerate(turners) if isinstance(r, Rotated)), len(turners))]
+    if not before:
+        return role, role
+    return f"{role}{before[-1].scored_suffix}", f"{role}{before[-1].scored_mark}"
 
 
 def rotate_lines(comp: Computation, h: int, target: str, row: int, col: int, d: int,
@@ -250,7 +255,7 @@ def rotate_lines(comp: Computation, h: int, target: str, row: int, col: int, d: 
     rotated = head.need(Rotated).Q_rot if target == "Q_rot" else head.need(Rotated).K_rot
     assert rotated is not None
     name = target[0]
-    src = turned_from(sc, name)[1]
+    src = turned_from(comp, name)[1]
     labels = sc.labels if name == "Q" else sc.key_labels
     token = labels[row]
     d_k = head.d_k
@@ -656,7 +661,7 @@ class RotateBack(BackwardSpec):
         query = seg.target == "dQ_t"
         src, done = ("dQ_s", hg.dQ_turned) if query else ("dK_s", hg.dK_turned)
         grad = hg.attend.dQ_used if query else hg.attend.dK_used
-        name = ("dQ" if query else "dK") + ("̂" if sc.qk_norm is not None else "")  # dQ̂: at the normalised Q
+        name = "d" + turned_from(comp, "Q" if query else "K")[1]  # dQ̂: at the normalised Q, where QK-norm turned it
         label = sc.labels[row] if query else sc.key_labels[row]
         value = float(done[row, col])
         shown_src = "dQ'" if query else "dK'"

@@ -42,6 +42,7 @@ from qkv_tui.teach.stages.printed import PrintedCells, PrintedChain, Table, exac
 from qkv_tui.teach.stages.replaced import softmax_runs
 
 if TYPE_CHECKING:  # the cost view's module loads on its first use
+    from qkv_tui.core.cell_edit import InputCell
     from qkv_tui.core.cost import Count, Phase
     from qkv_tui.core.scenario import Scenario
 
@@ -64,6 +65,18 @@ class Scale(StageSpec):
         if soft_cap.has_cap(trace, head):  # each cell divided, then each capped: a segment each
             return [Plan("scaled", sc.n, sc.m), Plan("capped", sc.n, sc.m)]
         return [Plan("scaled", sc.n, sc.m)]
+
+    def edit_cell(self, trace: TraceContext, op: Operation) -> InputCell | None:
+        """The mask where this operation applies it to a hidden cell, the cap where it caps, else the scale."""
+        from qkv_tui.core.cell_edit import InputCell
+
+        capping = self.segments(trace, op.head)[-1].target == "capped"
+        masks_here = op.segment.target == "capped" or not capping  # with a soft-cap the mask comes after it
+        if masks_here and not trace.comp.scenario.allow[op.row, op.col or 0]:
+            return InputCell("mask", None, op.row, op.col or 0)
+        if op.segment.target == "capped":  # the cap is what this operation reads besides the scaled score
+            return InputCell("softcap", op.head)
+        return InputCell("scale")
 
     def meaning(self, trace: TraceContext, head: int | None) -> str:
         sc = trace.comp.scenario
@@ -423,14 +436,12 @@ class ScaleBack(BackwardSpec):
         q, k = sc.labels[row], sc.key_labels[col]
         masked = "" if sc.allow[row, col] else " (masked)"
         if seg.target == "dscaled":
-            c = hr.need(Capped).softcap
-            assert c is not None
+            step = hr.need(Capped)  # the cap writes the line back through its step (as differential attention's does)
             refs = (Ref("dS", h, row, col), Ref("scaled", h, row, col))
-            op = formula_cell(trace, index, seg, row, col, d, float(ab.dscaled[row, col]),
-                              lambda g, s, cap: g * (1 - math.tanh(s / cap) * math.tanh(s / cap)),
-                              [float(ab.dS[row, col]), float(hr.scaled[row, col]), c],
-                              lambda t: f"{t[0]}·(1 − tanh({t[1]} / {t[2]})·tanh({t[1]} / {t[2]}))",
-                              f"dscaled[{q},{k}] = dS[{q},{k}]·(1 − tanh²(scaled / c))", refs)
+            op = formula_cell(trace, index, seg, row, col, d, float(ab.dscaled[row, col]), step.back_value,
+                              [float(ab.dS[row, col]), float(hr.scaled[row, col]), *step.back_operands],
+                              step.back_written, f"dscaled[{q},{k}] = dS[{q},{k}]·{step.back_symbolic.format(scaled='scaled')}",
+                              refs)
             return Operation(op.index, seg, row, col, op.value, refs, op.arithmetic + masked)
         source = "dscaled" if hr.part(Capped) is not None else "dS"
         symbol = f"√{hr.d_k}" if hr.scale_is_default and trace.hand is None else None

@@ -43,11 +43,6 @@ def has_cap(trace: TraceContext, head: int | None) -> bool:
     return head is not None and trace.comp.heads[head].part(Capped) is not None
 
 
-def logits_name(trace: TraceContext, head: int | None) -> str:
-    """The pane the softmax reads: the capped scores where the head has a soft-cap, else the scaled ones."""
-    return "capped" if has_cap(trace, head) else "scaled"
-
-
 def _u_forms(p: int) -> list[tuple[int, bool]]:
     """Decimals for s/c: the fixed ones (a cap of 50 needs two more than the score), then scientific."""
     return [(q, False) for q in range(p, p + MAX_GUARD + 4)] + [(q, True) for q in range(p, SIGNIFICANT)]
