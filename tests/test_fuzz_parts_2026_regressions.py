@@ -5,7 +5,8 @@ path at every decimals, or refused in one line that names what overflowed:
 - Kimi's low-rank gate past float64, and a Key row whose Σk² is past float64 (KDA's and Gated DeltaNet's
   Normalise wrote √(∞ + 1e-6) = ∞ and k = 0, where the row has a finite length);
 - [v_norm]: a quotient after a dot product rounded to its last digit missed the shown V by a digit, and a zero row
-  over eps = 1e-6 divided by a root written 0.0;
+  over eps = 1e-6 divided by a root written 0.0 (and the calculator now follows a by-hand step inside the
+  parentheses of (0.00·0 + 0.92·3) / 1.95 = (0.00 + 2.76) / 1.95);
 - a dot product of 1e-300 and −1e300 wrote 0.00000000000·(−1e300) = −1 (every Project line, not only [v_norm]):
   an operand too small for any places is now written by its mantissa, 1.000e-300.
 """
@@ -20,6 +21,16 @@ from .fuzz_paths import assert_every_path, assert_refused
 WORKSHEET = frozenset({"worksheet"})
 
 COMPUTED = {
+    "v_norm_by_hand_products_in_parentheses": """\
+tokens = ["t0"]
+X = [[0, 0.92]]
+[[heads]]
+name = "h0"
+W_Q = [[0, 0], [0, 0]]
+W_K = [[0, 0], [0, 0]]
+W_V = [[0, 0], [0, 3]]
+[v_norm]
+""",
     "v_norm_quotient_after_a_rounded_dot": """\
 tokens = ["t0", "t1", "t2"]
 X = [[0], [1], [0]]
