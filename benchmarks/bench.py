@@ -284,20 +284,53 @@ def measure(repeats: int, presses: int, sizes: tuple[int, ...], core_sizes: tupl
 COMMAND_SCENARIO = str(Path(__file__).resolve().parent.parent / "scenarios" / "i_love_ai.toml")
 
 
-def measure_startup(repeats: int) -> dict[str, Any]:
+def start_timed(program: str, scenario: str, package: str | None = None) -> tuple[float, float]:
+    """One start of ``program``: its wall time and the CPU time it used (user and system), in seconds; with
+    ``package``, the qkv_tui found there (on PYTHONPATH) rather than this checkout's."""
+    env = None if package is None else {**os.environ, "PYTHONPATH": package}
+    t0 = time.perf_counter()
+    child_process = subprocess.Popen([sys.executable, __file__, "--child", program, scenario], env=env,
+                                     stdout=subprocess.DEVNULL)
+    _, status, usage = os.wait4(child_process.pid, 0)
+    elapsed = time.perf_counter() - t0
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit(f"{program} {scenario} failed")
+    return elapsed, usage.ru_utime + usage.ru_stime
+
+
+def measure_startup(repeats: int, before: str | None = None) -> dict[str, Any]:
     """Only the start-up targets: ``qkv-tui scenarios/i_love_ai.toml`` (the command line, file and all) and
     the app class given I love AI, beside the bare app and the bare app that also imports NumPy, the four
-    alternated in every round; no step or core figures."""
-    compileall.compile_dir(str(Path(__file__).resolve().parent.parent / "qkv_tui"), quiet=1)
-    runs: dict[str, list[float]] = {"bare": [], "bare_numpy": [], "qkv": [], "command": []}
+    alternated in every round; no step or core figures. With ``before`` (a checkout of the code before a
+    change), its command too, in the same rounds: a change measured against what it changed, under one load."""
+    root = Path(__file__).resolve().parent.parent
+    compileall.compile_dir(str(root / "qkv_tui"), quiet=1)
+    programs = {"bare": None, "bare_numpy": None, "qkv": None, "command": None}
+    if before is not None:
+        compileall.compile_dir(str(Path(before) / "qkv_tui"), quiet=1)
+        programs["command_before"] = str(Path(before).resolve())
+    runs: dict[str, list[float]] = {program: [] for program in programs}
+    cpu: dict[str, list[float]] = {program: [] for program in programs}
     for _ in range(repeats):
-        for program in runs:
-            runs[program].append(start_once(program, COMMAND_SCENARIO if program == "command" else "i_love_ai")[0])
-    bare, bare_numpy, qkv, cmd = (float(statistics.median(runs[p])) for p in ("bare", "bare_numpy", "qkv", "command"))
+        for program, package in programs.items():
+            kind = program.removesuffix("_before")
+            seconds, used = start_timed(kind, COMMAND_SCENARIO if kind == "command" else "i_love_ai", package)
+            runs[program].append(seconds)
+            cpu[program].append(used)
+    wall = {program: float(statistics.median(values)) for program, values in runs.items()}
+    used_cpu = {program: float(statistics.median(values)) for program, values in cpu.items()}
+    bare, bare_numpy, qkv, cmd = (wall[p] for p in ("bare", "bare_numpy", "qkv", "command"))
     return {"repeats": repeats, "bare_startup_s": bare, "bare_numpy_startup_s": bare_numpy, "qkv_startup_s": qkv,
             "command_startup_s": cmd, "startup_vs_bare": qkv / bare, "startup_vs_bare_numpy": qkv / bare_numpy,
-            "command_vs_bare_numpy": cmd / bare_numpy, "load_average": list(os.getloadavg()),
-            "target": TARGETS["startup_vs_bare"], "target_numpy": TARGETS["startup_vs_bare_numpy"], "runs": runs}
+            "command_vs_bare_numpy": cmd / bare_numpy, "cpu_s": used_cpu,
+            "command_cpu_vs_bare_numpy": used_cpu["command"] / used_cpu["bare_numpy"],
+            **({"command_before_startup_s": wall["command_before"],
+                "command_before_vs_bare_numpy": wall["command_before"] / bare_numpy,
+                "command_before_cpu_vs_bare_numpy": used_cpu["command_before"] / used_cpu["bare_numpy"]}
+               if before is not None else {}),
+            "load_average": list(os.getloadavg()),
+            "target": TARGETS["startup_vs_bare"], "target_numpy": TARGETS["startup_vs_bare_numpy"], "runs": runs,
+            "cpu_runs": cpu}
 
 
 def measure_steps(rounds: int, presses: int) -> dict[str, Any]:
@@ -423,7 +456,12 @@ def report_startup(result: dict[str, Any]) -> str:
             f" {result['startup_vs_bare_numpy']:.2f}× bare + NumPy (target {result['target_numpy']:.1f}×, met: {met_numpy});"
             f" the command qkv-tui scenarios/i_love_ai.toml {result['command_startup_s']:.3f} s:"
             f" {result['command_vs_bare_numpy']:.2f}× bare + NumPy (target {result['target_numpy']:.1f}×, met: {met_command});"
-            f" load average {' '.join(f'{x:.2f}' for x in result['load_average'])} at the end")
+            f" its CPU time {result['cpu_s']['command']:.3f} s against {result['cpu_s']['bare_numpy']:.3f} s:"
+            f" {result['command_cpu_vs_bare_numpy']:.2f}×;"
+            + (f" the command before the change {result['command_before_startup_s']:.3f} s:"
+               f" {result['command_before_vs_bare_numpy']:.2f}× (CPU time {result['cpu_s']['command_before']:.3f} s:"
+               f" {result['command_before_cpu_vs_bare_numpy']:.2f}×);" if "command_before_startup_s" in result else "")
+            + f" load average {' '.join(f'{x:.2f}' for x in result['load_average'])} at the end")
 
 
 # --- the command line at scale: --export json and --check of large files ---------------
@@ -639,12 +677,15 @@ def main() -> None:
                              " an FA2 backward tile step (t); --repeats runs")
     parser.add_argument("--startup-only", action="store_true",
                         help="only start-up of I love AI beside the bare app and the bare app with NumPy (seconds, not minutes)")
+    parser.add_argument("--before", metavar="CHECKOUT",
+                        help="--startup-only: also the command with the qkv_tui of CHECKOUT (the code before a change,"
+                             " as `git worktree add --detach DIR COMMIT` makes it), in the same rounds")
     args = parser.parse_args()
     quick = (2, 10, (16,), (512,))
     result: dict[str, Any] = {}
     repeats = 2 if args.quick else args.repeats
     alone: tuple[tuple[bool, Callable[[], dict[str, Any]], Callable[[dict[str, Any]], str]], ...] = (
-        (args.startup_only, lambda: measure_startup(repeats), report_startup),
+        (args.startup_only, lambda: measure_startup(repeats, args.before), report_startup),
         (args.linear_only, lambda: measure_linear(repeats, args.presses), report_linear),
         (args.train_only, lambda: measure_train(repeats, min(args.presses, 20)), report_train),
         (args.step_only, lambda: measure_steps(repeats, args.presses), report_steps))

@@ -12,6 +12,7 @@ import pytest
 
 from qkv_tui.core.gradients import Gradients
 from qkv_tui.core.scenario import Scenario
+from qkv_tui.core.variants.alibi import TABLE as ALIBI
 from qkv_tui.kernels.sharing import kv_owners
 
 torch = pytest.importorskip("torch", reason="PyTorch is in the test extra (pip install -e '.[test]')")
@@ -135,10 +136,11 @@ def forward(sc: Scenario, P: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
         s = q @ k.T / divisor
         if head.softcap is not None:
             s = head.softcap * torch.tanh(s / head.softcap)
-        if sc.alibi is not None:
+        alibi = ALIBI.of(sc)
+        if alibi is not None:
             assert sc.positions is not None
             p = torch.tensor(sc.positions, dtype=torch.float64)
-            s = s + sc.alibi.slopes[h] * (p[None, :] - p[:, None])
+            s = s + alibi.slopes[h] * (p[None, :] - p[:, None])
         s = torch.where(allow, s, torch.tensor(float("-inf"), dtype=torch.float64))
         if head.sink is not None:
             col = P[f"sink{h}"].expand(s.shape[0], 1)

@@ -10,8 +10,8 @@ import pytest
 from qkv_tui.core.cell_edit import EditError, InputCell, apply_edit
 from qkv_tui.core.engine import compute
 from qkv_tui.core.scenario import ScenarioError, builtin_dir, load_scenario, parse_scenario
-from qkv_tui.core.variants import default_slopes
-from qkv_tui.kernels.softmax import Biased
+from qkv_tui.core.variants.alibi import default_slopes
+from qkv_tui.kernels.alibi import Biased
 
 from .conftest import BASE, HEAD
 from .variants_cases import press_slopes

@@ -25,7 +25,7 @@ SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
 # [linear] and [deltanet] have no backward pass yet (the loader refuses [backward] beside them); [mla]'s is checked
 # by tests/test_backward_mla_torch.py and tests/test_backward_mla_lines.py
 # [differential]'s is checked by tests/test_differential_scenario_grads_torch.py; [indexer] and [ssd] refuse one
-NO_BACKWARD = ("[model]", "[mla]", "[linear]", "[deltanet]", "[differential]", "[indexer]", "[ssd]")
+NO_BACKWARD = ("[model]", "[mla]", "[linear]", "[deltanet]", "[differential]", "[indexer]", "[ssd]", "[shared_kv]")
 BUILT_INS = sorted(p.stem for p in SCENARIOS.glob("*.toml") if not any(t in p.read_text() for t in NO_BACKWARD))
 
 

@@ -253,12 +253,28 @@ def check_link(left: str, right: str, line: str, report: Report) -> None:
     if left.startswith("(") and left.endswith(")"):
         check_link(left[1:-1], right, line, report)
         return
+    if _wrapped(right):  # (a·b + c·d) / r = (ab + cd) / r: the step inside the parentheses, by hand
+        check_link(left, right[1:-1], line, report)
+        return
     try:
         evaluate(left)
         evaluate(right)
     except (UnparsableError, ValueError, OverflowError, ZeroDivisionError):
         return
     report.fail(line, f"cannot match {left!r} = {right!r} step by step")
+
+
+def _wrapped(text: str) -> bool:
+    """True where one pair of parentheses holds the whole text: "(0.00 + 2.76)", not "(a)·(b)"."""
+    if not (text.startswith("(") and text.endswith(")")):
+        return False
+    depth = 0
+    for i, ch in enumerate(text):
+        depth += ch == "("
+        depth -= ch == ")"
+        if depth == 0 and i < len(text) - 1:
+            return False
+    return True
 
 
 ANNOTATION = re.compile(r"(, masked → −∞| \(masked\))$")

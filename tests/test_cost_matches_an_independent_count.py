@@ -60,7 +60,7 @@ def independent(sc: Scenario, rows: int, keys: int, new: int, b: int,
             written |= cells(("Q", h), rows, head.d_k)
             if head.b_Q is not None:
                 read |= cells(("b_Q", h), 1, head.d_k)
-        for g, h in owners.items():
+        for g, h in owners.items() if "shared_kv" not in sc.parts else ():  # [shared_kv]: K and V are another layer's
             head = sc.heads[h]
             for width, name in ((head.W_K.shape[1], "K"), (head.W_V.shape[1], "V")):
                 for _j in range(new):

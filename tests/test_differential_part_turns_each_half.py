@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from qkv_tui import compute
-from qkv_tui.core.head_parts import turn_of
+from qkv_tui.core.rope_part import turn_of
 from qkv_tui.core.scenario import parse_scenario
 from qkv_tui.kernels.differential import DiffForward, turn_halves
 

@@ -95,9 +95,10 @@ CASES = {
     # [mla] and a partial or scaled [rope]: its own rule, whatever d_rope
     "mla_partial_d_rope_2": (CAUSAL + MLA2 + ROPE + "partial = 0.5\n", LATENT_PARTIAL.format(d_rope=2)),
     "mla_partial_d_rope_4": (CAUSAL + MLA4 + ROPE + "partial = 0.5\n", LATENT_PARTIAL.format(d_rope=4)),
-    "mla_scaling": (CAUSAL + MLA2 + ROPE + '[rope.scaling]\ntype = "yarn"\nfactor = 2.0\noriginal_max_position_embeddings = 2\n',
-                    "[rope.scaling] does not go with [mla]: DeepSeek's YaRN also multiplies the softmax scale by mscale²,"
-                    " which qkv-tui does not model, so [mla] turns its rotary parts with plain RoPE; remove [rope.scaling]"),
+    "mla_scaling": (CAUSAL + MLA2 + ROPE + '[rope.scaling]\ntype = "linear"\nfactor = 2.0\n',
+                    "[rope.scaling] type = \"linear\" does not go with [mla]: DeepSeek's latent attention scales its"
+                    " rotary parts only with YaRN (its mscale_all_dim also multiplies the softmax scale by m²); expected"
+                    " type = \"yarn\" or no [rope.scaling]"),
 }
 
 

@@ -53,7 +53,9 @@ def test_a_step_that_cannot_be_computed_ends_the_json_train_list_saying_why() ->
 @pytest.mark.parametrize(("name", "old", "says"), [
     ("learn_to_look", "lr = 0.5", 'step 1 of 6 (lr = 1e+308) cannot be computed: head 1: values in scores overflow'),
     ("mla_learns", "lr = 1.0", 'step 1 of 6 (lr = 1e+308) cannot be computed: head 1: values in scores overflow'),
-    ("deltanet_learns", "lr = 0.5", "step 1 of 8 (lr = 1e+308) cannot be computed: the numbers are past float64"),
+    # the step's Q rows are past float64 when squared for their length: named as the other overflows are
+    ("deltanet_learns", "lr = 0.5", "step 1 of 8 (lr = 1e+308) cannot be computed: head 1: values in Σq² of [deltanet]"
+                                    " overflow"),
 ])
 def test_an_lr_past_float64_stops_the_json_train_list_and_check_still_says_ok(tmp_path, name: str, old: str,
                                                                                says: str) -> None:

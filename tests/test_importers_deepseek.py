@@ -94,8 +94,8 @@ def test_what_the_importer_cannot_read_is_one_line_each(cli: Any, tmp_path: Path
     folder = _deepseek_folder(tmp_path, num_hidden_layers=3, first_k_dense_replace=1, q_lora_rank=None)
     assert "mixture of experts" in _lines(cli, tmp_path, folder, "layer = 2\n")
     assert "leave out model.heads" in _lines(cli, tmp_path, folder, "heads = [0]\n")
-    _edit_config(folder, {"rope_parameters": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16,
-                                              "mscale": 1.0, "mscale_all_dim": 1.0}})
-    assert "rope scaling 'yarn' is not supported" in _lines(cli, tmp_path, folder)
+    _edit_config(folder, {"rope_parameters": {"rope_type": "llama3", "factor": 4.0, "original_max_position_embeddings": 16,
+                                              "low_freq_factor": 1.0, "high_freq_factor": 4.0}})
+    assert "rope scaling 'llama3' is not supported" in _lines(cli, tmp_path, folder)  # YaRN is read (its own test)
     config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
     assert config["model_type"] == "deepseek_v3"

@@ -13,8 +13,8 @@ cos and sin in float32, takes AltUp's router tanh in float32 and Φ⁻¹ of the 
 model's dtype; the stream passes through a dozen such norms a layer.
 
 Layers 0–3 also open through a [model] table as scenarios ([input] kind "altup", [qk_norm], [v_norm], scale 1) whose
-X, heads and output are held against the same hooks; the sharing layers 4 and 5 are one line, since the format
-cannot give a layer another layer's K and V yet; the schedule marks them and the KV cache count gives them 0.
+X, heads and output are held against the same hooks; the sharing layers 4 and 5 open as [shared_kv] scenarios
+(test_hf_gemma3n_shared_kv.py); the schedule marks them and the KV cache count gives them 0.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from qkv_tui.importers.hf_gemma3n_config import text_config
 from qkv_tui.importers.safetensors_raw import TensorFiles
 
 from .model_fixtures import llama_tokenizer
-from .test_importers_families import TEXT, _check, _ids, _linear, _open, _randomise
+from .test_importers_families import _check, _ids, _linear, _open, _randomise
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -178,18 +178,6 @@ def test_every_layer_computing_its_own_kv_opens_as_a_scenario(built: tuple[Path,
     cache = kv_cache(sc, 2, 10)  # every layer's K/V heads as this one's: 2·(8 + 8)·2 bytes, none for 4 and 5
     assert [lc.per_token.value for lc in cache.layers] == [64, 64, 64, 64, 0, 0]
     assert cache.at_context == 2 * 4 * 64 + 2 * 10 * 64
-
-
-@pytest.mark.parametrize(("layer", "source"), [(4, 2), (5, 3)])
-def test_a_layer_that_reuses_k_and_v_is_one_line(cli: Any, built: tuple[Path, Any], tmp_path: Path, layer: int,
-                                                 source: int) -> None:
-    folder, _ = built
-    path = tmp_path / "head.toml"
-    path.write_text(f'[model]\nsource = "{folder}"\ntext = "{TEXT}"\nlayer = {layer}\n', encoding="utf-8")
-    run = cli("--check", str(path))
-    assert run.code == 2 and run.out == "" and run.err.count("\n") == 1, run.err
-    assert f"layer {layer} reuses layer {source}'s K and V (Gemma 3n's cross-layer KV sharing" in run.err, run.err
-    assert "choose model.layer 3 or below" in run.err, run.err
 
 
 def test_the_schedule_names_each_shared_layers_source(built: tuple[Path, Any]) -> None:

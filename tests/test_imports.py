@@ -51,7 +51,9 @@ DEFERRED = ("qkv_tui.teach.stages.mla_compress", "qkv_tui.teach.stages.mla_expan
             # the quiz, editing, differential attention's kernel and the backward kernels: loaded when first used
             "qkv_tui.teach.quiz", "qkv_tui.core.cell_edit", "qkv_tui.core.variants.deltanet_edit",
             "qkv_tui.kernels.differential", "qkv_tui.kernels.attention_backward", "qkv_tui.kernels.norm_backward",
-            "qkv_tui.kernels.cross_entropy", "qkv_tui.core.diagnose", "qkv_tui.edges.compare", "qkv_tui.edges.tensors")
+            "qkv_tui.kernels.cross_entropy", "qkv_tui.core.diagnose", "qkv_tui.edges.compare", "qkv_tui.edges.tensors",
+            # Mamba-2's and the sparse indexer's kernels: loaded with the first [ssd] or [indexer] parsed or run
+            "qkv_tui.kernels.ssd", "qkv_tui.kernels.indexer")
 
 
 def first_screen_modules(scenario: str, keys: tuple[str, ...] = ()) -> list[str]:
@@ -98,6 +100,8 @@ def test_the_deferred_modules_load_where_they_are_used() -> None:
     assert {"qkv_tui.display.train_view", "qkv_tui.teach.train_walk", "qkv_tui.core.gradients",
             "qkv_tui.kernels.attention_backward", "qkv_tui.kernels.norm_backward"} <= loaded
     assert "qkv_tui.kernels.differential" in deferred_in(first_screen_modules("differential"))
+    assert "qkv_tui.kernels.ssd" in deferred_in(first_screen_modules("ssd"))
+    assert "qkv_tui.kernels.indexer" in deferred_in(first_screen_modules("dsa"))
     assert "qkv_tui.teach.quiz" in deferred_in(first_screen_modules("i_love_ai", ("p", "right")))
 
 

@@ -15,11 +15,11 @@ from tests.test_imports import DEFERRED, LAZY
 I_LOVE_AI = str(Path(__file__).resolve().parent.parent / "scenarios" / "i_love_ai.toml")
 
 # behind an option: the cost counting (--dtype, --export cost), the comparison and the tensor reader
-# (--tensors, --compare), the exporters, the server; with LAZY and DEFERRED less the command line's own
-# modules (the command asks --serve's app starter for a start it may have prepared: edges/serve/prepared.py)
+# (--tensors, --compare), the exporters, serving (the command takes a start --serve's app starter prepared only
+# where the starter loaded edges/serve/prepared.py); with LAZY and DEFERRED less the command line's own modules
 BEHIND_OPTIONS = ("qkv_tui.core.cost", "qkv_tui.teach.cost", "qkv_tui.core.diagnose", "qkv_tui.edges.compare",
                   "qkv_tui.edges.tensors", "qkv_tui.edges.export_json", "qkv_tui.edges.export_markdown",
-                  "qkv_tui.edges.worksheet", "qkv_tui.edges.serve.server")
+                  "qkv_tui.edges.worksheet", "qkv_tui.edges.serve")
 UNWANTED = (*BEHIND_OPTIONS, *(name for name in (*DEFERRED, *LAZY) if not name.startswith("qkv_tui.edges")))
 
 

@@ -62,6 +62,7 @@ SAMPLES: dict[str, list[dict[str, Any]]] = {
     "[v_norm]": [{"eps": 1e-6}],
     "[ssd]": [{"num_heads": 1, "num_groups": 1, "A": [-1.0], "dt": [[0.5]] * 3, "B": [[1, 0]] * 3,
                "C": [[1, 0]] * 3, "x": [[1, 0]] * 3, "D": [1]}],
+    "[shared_kv]": [{"source_layer": 0, "K": [[[1, 0], [0, 1], [1, 1]]], "V": [[[1, 0], [0, 1], [1, 1]]]}],
     "[indexer]": [{"num_heads": 1, "W_q": W4, "W_k": W4, "W_w": [[1]] * 4, "top_k": 2, "rope_dims": 0,
                    "rope_layout": "half", "k_norm": {"gamma": [1, 1], "beta": [0, 0], "eps": 1e-6}}],
 }
@@ -70,7 +71,7 @@ TABLE_KEY = {"[[heads]]": "heads", "[attention]": "attention", "[output]": "outp
              "[cache]": "cache", "[input]": "input", "[qk_norm]": "qk_norm", "[gate]": "gate", "[mla]": "mla",
              "[linear]": "linear", "[deltanet]": "deltanet", "[backward]": "backward",
              "[value_scale]": "value_scale", "[differential]": "differential", "[indexer]": "indexer",
-             "[v_norm]": "v_norm", "[ssd]": "ssd"}
+             "[v_norm]": "v_norm", "[ssd]": "ssd", "[shared_kv]": "shared_kv"}
 
 
 def toml(doc: dict[str, Any]) -> str:
@@ -132,6 +133,8 @@ def cases() -> list[tuple[str, str, dict[str, Any]]]:
                         doc.pop("heads")
                     if table in ("[alibi]", "[linear]", "[deltanet]", "[ssd]"):
                         doc["mask"] = "causal"
+                    if table == "[shared_kv]":  # its heads have W_Q alone: K and V are another layer's
+                        doc["heads"] = [{"W_Q": W4}]
                 found.append((f"{table or 'top'} {key} ({how})", key, doc))
     for key, new in (("layer", BIG), ("heads", [BIG]), ("heads", BIG), ("text", BIG), ("source", BIG)):
         model = {"source": "glassllm:en", "text": "Alice was", key: new}

@@ -24,7 +24,7 @@ TOPICS = {
     "Layer schedules ([input] schedule)": ["Gemma 2 alternates", "five local layers to each global one",
                                            "three linear-attention layers"],
     "Latent attention ([mla])": ["per token and layer", "576 numbers", "2·n_h·d_h = 32,768", "DeepSeek-V2's Table 1",
-                                 "multiplies the softmax scale by mscale²", "[mla] refuses it"],
+                                 "multiplies the softmax scale by m²", "divides by √d_qk / m²"],
     "Linear attention ([linear])": ["e^(q·k/√dₖ)", "associativity", "whatever φ is", "n·(dₖ + d_v)"],
     "The gated delta rule ([deltanet])": ["exact overwrite", "Sᵀk = (1 − β)·old + β·v", "depends on the tokens"],
     "The backward pass and the Train view ([backward])": ["dS = P ⊙ (dP − D)", "w ← w − lr·∂loss/∂w", "(l)"],

@@ -25,9 +25,11 @@ from hypothesis import strategies as st
 from qkv_tui import compute
 from qkv_tui.core.engine import Computation
 from qkv_tui.core.scenario import parse_scenario
+from qkv_tui.core.variants.alibi import TABLE as ALIBI
 from qkv_tui.edges.worksheet.chain import Table, chain, kv_owners
+from qkv_tui.kernels.alibi import Biased
 from qkv_tui.kernels.rope import Rotated
-from qkv_tui.kernels.softmax import Biased, Sunk
+from qkv_tui.kernels.softmax import Sunk
 from qkv_tui.teach.handcalc import compute_hand
 
 from .variants_cases import ModernCase, modern_cases, reference
@@ -222,7 +224,7 @@ def test_the_printed_page_works_each_table_from_the_printed_ones(case: ModernCas
         K = tables[f"K_rot.{g}"].values if sc.rope is not None else tables[f"K.{g}"].values
         _within(tables[f"scores.{h}"].values, exact_matmul(Q, K.T), d)
         scores = tables[f"scores.{h}"].values
-        slope = float(tables["slopes"].values[0, h]) if sc.alibi is not None else None
+        slope = float(tables["slopes"].values[0, h]) if ALIBI.of(sc) is not None else None
         scaled = tables[f"scaled.{h}"].values
         for i in range(sc.n):
             allowed = [j for j in range(sc.m) if sc.allow[i, j]]

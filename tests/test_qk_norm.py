@@ -166,7 +166,7 @@ def test_generated_scenarios_agree_with_the_loop(text: str) -> None:
 def test_the_stage_sits_between_project_and_rotate() -> None:
     keys = [s.stage.key for s in REGISTRY]
     between = keys[keys.index("project") + 1:keys.index("qk_norm")]
-    assert set(between) <= {"compress", "expand", "mla_rotate"}  # [mla]'s, which refuses [qk_norm]
+    assert set(between) <= {"compress", "expand", "mla_rotate", "reuse"}  # [mla]'s, which refuses [qk_norm]; [shared_kv]'s
     assert keys.index("qk_norm") == keys.index("rotate") - 1
     trace = Trace(compute(load_scenario("qk_norm")))
     op = next(trace.op(i) for i in range(len(trace)) if trace.op(i).stage.key == "qk_norm")

@@ -17,7 +17,8 @@ from qkv_tui.teach.trace import STAGES, Trace
 from .conftest import SHIPPED
 
 SEED_ORDER = ["embed", "norm", "index", "select",  # [indexer]: once for the layer, before any head projects
-              "project", "compress", "expand", "mla_rotate", "qk_norm", "rotate", "score", "scale", "softmax",
+              # "reuse": [shared_kv], K and V read from an earlier layer after Project computes Q
+              "project", "reuse", "compress", "expand", "mla_rotate", "qk_norm", "rotate", "score", "scale", "softmax",
               "mix",
               "ssd_steps", "ssd_recurrence", "ssd_mask", "ssd_map", "ssd_attention", "ssd_agree", "ssd_gate",
               "ssd_norm",  # [ssd]: Project and Score … Mix

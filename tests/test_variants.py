@@ -13,11 +13,13 @@ from hypothesis import strategies as st
 from qkv_tui import compute, load_scenario
 from qkv_tui.core.engine import rotate
 from qkv_tui.core.scenario import parse_scenario
-from qkv_tui.core.variants import Rope, default_slopes
+from qkv_tui.core.variants import Rope
+from qkv_tui.core.variants.alibi import default_slopes
 from qkv_tui.display.view import View
 from qkv_tui.edges.export_markdown import to_markdown
+from qkv_tui.kernels.alibi import Biased
 from qkv_tui.kernels.rope import Rotated
-from qkv_tui.kernels.softmax import Biased, Sunk
+from qkv_tui.kernels.softmax import Sunk
 from qkv_tui.teach.handcalc import compute_hand
 from qkv_tui.teach.trace import Trace
 

@@ -19,6 +19,7 @@ from hypothesis import given, settings
 
 from qkv_tui import compute
 from qkv_tui.core.scenario import Scenario, parse_scenario
+from qkv_tui.core.variants.alibi import TABLE as ALIBI
 from qkv_tui.edges.export_json import write_json
 
 from .variants_cases import ModernCase, modern_cases
@@ -95,10 +96,11 @@ def check_against_torch(sc: Scenario) -> None:
         else:
             assert exported["Q_rot"] is None and exported["K_rot"] is None
         mask = torch.where(torch.tensor(sc.allow), 0.0, float("-inf")).to(torch.float64)
-        if sc.alibi is not None:
+        alibi = ALIBI.of(sc)
+        if alibi is not None:
             assert sc.positions is not None
             p = t(list(sc.positions))
-            bias = sc.alibi.slopes[h] * (p[None, :] - p[:, None])
+            bias = alibi.slopes[h] * (p[None, :] - p[:, None])
             assert np.allclose(exported["bias"], bias.numpy(), **TOL)
             mask = mask + bias
         qs.append(q)

@@ -20,6 +20,7 @@ from qkv_tui import compute, load_scenario
 from qkv_tui.core.engine import Computation
 from qkv_tui.core.scenario import parse_scenario
 from qkv_tui.core.variants import differential, indexer
+from qkv_tui.core.variants.alibi import TABLE as ALIBI
 from qkv_tui.edges.worksheet.make import build, parse_blanks
 
 from .conftest import SCENARIOS, Run
@@ -205,7 +206,7 @@ def engine_value(comp: Computation, name: str, i: int, j: int) -> float:
 def classic(path: Path) -> bool:
     """A scenario without the §7 variants: this page model knows its tables (test_worksheet_variants knows them all)."""
     sc = load_scenario(path)
-    return (sc.norm is None and sc.qk_norm is None and sc.rope is None and sc.alibi is None and sc.num_kv_heads is None
+    return (sc.norm is None and sc.qk_norm is None and sc.rope is None and ALIBI.of(sc) is None and sc.num_kv_heads is None
             and sc.linear is None and sc.deltanet is None  # their pages: tests/test_linear_attention.py
             and differential.TABLE.of(sc) is None  # no page yet: refused in one line (tests/test_differential_builtin.py)
             and indexer.TABLE.of(sc) is None  # no page yet: refused in one line (tests/test_dsa_builtin.py)

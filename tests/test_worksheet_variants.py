@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 from qkv_tui import compute, load_scenario
 from qkv_tui.core.engine import Computation
 from qkv_tui.core.scenario import parse_scenario
+from qkv_tui.core.variants.alibi import TABLE as ALIBI
 from qkv_tui.edges.worksheet.make import WorksheetError, build
 from qkv_tui.kernels.norm import QKNormed
 from qkv_tui.kernels.rope import Rotated
@@ -419,7 +420,7 @@ def test_each_variant_has_its_tables_and_terms(path) -> None:
         assert f"(RoPE, {sc.rope.layout} layout)" in text and "scores[I,I] = Q'[I]·K'[I]" in key
         assert ("Q'[love,0] = Q[love,0]·cos(1·θ₀) − Q[love,1]·sin(1·θ₀) = 0·0.5403 − 2·0.8415 = -1.683" in key) == \
             (sc.rope.layout == "interleaved")
-    if sc.alibi is not None:
+    if ALIBI.of(sc) is not None:
         assert "scaled[cat,the] = scores[cat,the] / √1 + slope·(j − i) = 1 / √1 + 0.5·(0 − 1) = 0.500" in key
     if any(h.sink is not None for h in sc.heads):
         assert re.search(r"\+ e\^\(1 − [\d.]+\)\) = ", key)

@@ -8,6 +8,7 @@ that touches the disk: it reads the file as the loader does and replaces it whol
 
 from __future__ import annotations
 
+import importlib
 import math
 import os
 import re
@@ -16,15 +17,17 @@ import tempfile
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from qkv_tui.core import part_questions as ask
 from qkv_tui.core.engine import Computation, compute
 from qkv_tui.core.scenario import Head, Matrix, Scenario, ScenarioError, parse_scenario
 from qkv_tui.core.tomlfile import ReadError, decode, read_bytes, stat_path
-from qkv_tui.core.variants import alibi_later_key, deltanet_edit, differential_edit
+from qkv_tui.core.variants import FEATURES, TABLES
 from qkv_tui.core.variants import mla as mla_variant
+from qkv_tui.core.variants.common import Keys, Table
 
 if TYPE_CHECKING:
     import tomlkit
@@ -34,8 +37,21 @@ HEAD_BIASES = ("b_Q", "b_K", "b_V")
 SHARED = ("W_K", "W_V", "b_K", "b_V")  # with grouped-query attention, heads that share a K/V head share these
 QK_GAINS = ("gamma_q", "gamma_k")  # [qk_norm]'s gains
 BACKWARD_INPUTS = ("target", "dO")  # [backward]'s: edit the target, watch the gradients
-VECTORS = ("gamma", "beta", *QK_GAINS, "b_O", *HEAD_BIASES, "gamma_kv", *deltanet_edit.VECTORS,
-           *differential_edit.VECTORS)  # one row: cell (0, i) is entry i
+# each table that says which of its inputs a learner may edit (its faces' edit module), in the registry's order
+EDITS: tuple[tuple[Table[Any], Any], ...] = tuple((t, importlib.import_module(t.faces.edit)) for t in TABLES
+                                                  if t.faces is not None and t.faces.edit is not None)
+# the keys of a head's own table that are one number each and say how they are edited (a sink, a soft-cap): each
+# its Keys entry's edit module (NAME, the head's key; with_value; write_value), in the registry's order
+_HEAD_FACES = tuple(importlib.import_module(f.faces.edit) for f in FEATURES
+                    if isinstance(f, Keys) and f.faces is not None and f.faces.edit is not None)
+SCALARS = {face.NAME: face for face in _HEAD_FACES if hasattr(face, "with_value")}
+# the matrices of a head's own table besides its projections (the output gate's W_G): edited as those are, and
+# written by their face where the [attention] form keeps every head's side by side (write_wide)
+HEAD_MATRICES = {face.NAME: face for face in _HEAD_FACES if hasattr(face, "write_wide")}
+TABLE_KEYS = tuple(key for _, face in EDITS for key in face.KEYS)  # their inputs, in the order the arrow keys visit them
+BY_TOKEN = tuple(key for _, face in EDITS for key in getattr(face, "BY_TOKEN", ()))  # rows named by the tokens
+VECTORS = ("gamma", "beta", *QK_GAINS, "b_O", *HEAD_BIASES, "gamma_kv",
+           *(key for _, face in EDITS for key in face.VECTORS))  # one row: cell (0, i) is entry i
 MLA_INPUTS = (*mla_variant.MLA_MATRICES, *mla_variant.MLA_VECTORS)  # [mla]'s own inputs (its heads are derived)
 # NAME, NAME[row,col] or NAME[i], then an optional "(head name)"
 ADDRESS = re.compile(r"\s*([A-Za-z_][A-Za-z_0-9]*)"
@@ -60,13 +76,13 @@ class InputCell:
         if self.matrix == "scale":
             return "scale"
         where = f" ({sc.heads[self.head].name})" if self.head is not None and len(sc.heads) > 1 else ""
-        if self.matrix in ("sink", "softcap"):
+        if self.matrix in SCALARS:
             return f"{self.matrix}{where}"
         if self.matrix in VECTORS:
             return f"{self.matrix}[{self.col}]{where}"
         if self.matrix == "mask":
             return f"mask[{sc.labels[self.row]},{sc.key_labels[self.col]}]"
-        if self.matrix in (*BACKWARD_INPUTS, *deltanet_edit.BY_TOKEN):
+        if self.matrix in (*BACKWARD_INPUTS, *BY_TOKEN):
             return f"{self.matrix}[{sc.labels[self.row]},{self.col}]"
         if self.matrix in ("X", "context_X"):
             labels = sc.labels if self.matrix == "X" else sc.key_labels
@@ -77,14 +93,11 @@ class InputCell:
 
 def _vector(sc: Scenario, name: str, head: int | None) -> Matrix | None:
     """A 1-D input (gamma, beta, a bias) where the scenario has it; None otherwise (or from a file that predates the key)."""
-    if name in differential_edit.VECTORS:
-        df = differential_edit.TABLE.of(sc)
-        found_gains = None if df is None else differential_edit.editable(df).get(name)
-        return None if found_gains is None else found_gains[0]
-    if name in deltanet_edit.VECTORS:
-        dn = getattr(sc, "deltanet", None)
-        given = None if dn is None else deltanet_edit.editable(dn).get(name)
-        return None if given is None else given[0]
+    for table, face in EDITS:
+        if name in face.VECTORS:
+            value = table.of(sc)
+            given = None if value is None else face.editable(value).get(name)
+            return None if given is None else given[0]
     mla = getattr(sc, "mla", None)
     if mla is not None and name in mla_variant.MLA_VECTORS:
         found = mla_variant.editable(mla).get(name)
@@ -128,12 +141,11 @@ def _array(sc: Scenario, matrix: str, head: int | None) -> Matrix | None:
         return mla_variant.editable(mla).get(matrix)
     if matrix == "X":
         return sc.X
-    if matrix in deltanet_edit.KEYS:  # g, β and their weights, where the scenario has [deltanet] and gives them
-        dn = getattr(sc, "deltanet", None)
-        return None if dn is None else deltanet_edit.editable(dn).get(matrix)
-    if matrix in differential_edit.KEYS:  # the λ vectors, a row per head, where the scenario has [differential]
-        df = differential_edit.TABLE.of(sc)
-        return None if df is None else differential_edit.editable(df).get(matrix)
+    for table, face in EDITS:  # a table's own inputs ([deltanet]'s g and β, [differential]'s λ), where it gives them
+        if matrix in face.KEYS:
+            value = table.of(sc)
+            found: Matrix | None = None if value is None else face.editable(value).get(matrix)
+            return found
     if matrix in BACKWARD_INPUTS:  # what the backward pass starts from, where the scenario has [backward]
         bw = getattr(sc, "backward", None)
         given: Matrix | None = None if bw is None else getattr(bw, matrix)
@@ -144,32 +156,28 @@ def _array(sc: Scenario, matrix: str, head: int | None) -> Matrix | None:
         return sc.W_O
     if matrix in WEIGHTS and head is not None:
         return getattr(sc.heads[head], matrix)  # type: ignore[no-any-return]
-    if matrix == "W_G" and head is not None:  # the output gate's weights, where the head has a gate
-        gate: Matrix | None = getattr(sc.heads[head], "W_G", None)
-        return gate
+    if matrix in HEAD_MATRICES and head is not None:  # where the head has one (an output gate's weights)
+        found_matrix: Matrix | None = getattr(sc.heads[head], matrix, None)
+        return found_matrix
     return None
 
 
 def _inputs(sc: Scenario) -> Iterator[tuple[str, int | None]]:
     """Every input (matrix, head) in the order the arrow keys visit them: X, the context, the norm,
-    each head's weights, biases and sink, W_O, b_O, scale, mask. Arrays where the scenario has them;
-    "sink", "scale" and "mask" always (a sink only where the head has one)."""
+    each head's weights, biases and one-number keys (a sink, a soft-cap), W_O, b_O, scale, mask. Arrays where the
+    scenario has them; "scale" and "mask" always, a head's one-number key where the head has it."""
     yield from (("X", None), ("context_X", None), ("gamma", None), ("beta", None), ("gamma_q", None), ("gamma_k", None))
     mla = getattr(sc, "mla", None)
     if mla is not None:  # the latent attention's weights; its heads are derived from them
         yield from ((key, None) for key in mla_variant.editable(mla) if key != "gamma_q")
         yield from (("W_O", None), ("b_O", None), ("scale", None), ("mask", None))
         return
+    reused = ask.scenario_has(sc, "kv_given")  # [shared_kv]: K and V are another layer's, no W_K or W_V to edit
     for h, head in enumerate(sc.heads):
-        yield from ((role, h) for role in ("W_Q", "b_Q", "W_K", "b_K", "W_V", "b_V"))
-        if getattr(head, "sink", None) is not None:
-            yield "sink", h
-        if getattr(head, "softcap", None) is not None:
-            yield "softcap", h
-        if getattr(head, "W_G", None) is not None:
-            yield "W_G", h
-    yield from ((target, None) for target in deltanet_edit.KEYS)
-    yield from ((target, None) for target in differential_edit.KEYS)
+        yield from ((role, h) for role in ("W_Q", "b_Q", "W_K", "b_K", "W_V", "b_V") if not (reused and role in SHARED))
+        yield from ((name, h) for name in SCALARS if getattr(head, name, None) is not None)
+        yield from ((name, h) for name in HEAD_MATRICES if getattr(head, name, None) is not None)
+    yield from ((target, None) for target in TABLE_KEYS)
     yield from (("W_O", None), ("b_O", None), ("scale", None), ("mask", None))
     yield from ((name, None) for name in BACKWARD_INPUTS)
 
@@ -178,7 +186,7 @@ def input_cells(sc: Scenario) -> list[InputCell]:
     """Every editable cell, in the order the arrow keys visit them: X, the context, each head's weights, W_O, scale, mask."""
     cells: list[InputCell] = []
     for matrix, head in _inputs(sc):
-        if matrix in ("sink", "scale", "softcap"):
+        if matrix in ("scale", *SCALARS):
             cells.append(InputCell(matrix, head))
             continue
         array = sc.allow if matrix == "mask" else _array(sc, matrix, head)
@@ -198,7 +206,7 @@ def changed_cells(base: Scenario, sc: Scenario) -> list[InputCell]:
     for matrix, head in _inputs(sc):
         if head is not None and head >= len(base.heads):
             continue
-        if matrix in ("sink", "scale", "softcap"):
+        if matrix in ("scale", *SCALARS):
             cell = InputCell(matrix, head)
             shared = matrix == "scale" or getattr(base.heads[head or 0], matrix, None) is not None
             if shared and value_of(base, cell) != value_of(sc, cell):
@@ -216,14 +224,10 @@ def value_of(sc: Scenario, cell: InputCell) -> float:
         return sc.scale if sc.scale is not None else math.sqrt(sc.heads[0].d_k)
     if cell.matrix == "mask":
         return 1.0 if sc.allow[cell.row, cell.col] else 0.0
-    if cell.matrix == "sink" and cell.head is not None:
-        sink = sc.heads[cell.head].sink
-        assert sink is not None
-        return sink
-    if cell.matrix == "softcap" and cell.head is not None:
-        cap = sc.heads[cell.head].softcap
-        assert cap is not None
-        return cap
+    if cell.matrix in SCALARS and cell.head is not None:
+        number = getattr(sc.heads[cell.head], cell.matrix)
+        assert number is not None
+        return float(number)
     array = _array(sc, cell.matrix, cell.head)
     assert array is not None
     return float(array[cell.row, cell.col])
@@ -252,26 +256,23 @@ def parse_address(sc: Scenario, text: str) -> tuple[InputCell | None, str]:
         raise EditError(f"{name.strip()!r} is not a cell; write e.g. X[love,0] = 2 or W_Q[1,2] = 0.5")
     matrix, row_text, col_text, head_text = found.groups()
     matrix = {"X_ctx": "context_X", "context.X": "context_X"}.get(matrix, matrix)
-    if getattr(sc, "deltanet", None) is not None:  # the file's names; beta[row,col] (two indices) is [deltanet]'s
-        matrix = "dn_beta" if matrix == "beta" and col_text is not None else deltanet_edit.ALIASES.get(matrix, matrix)
+    for table, face in EDITS:  # a table's own names for its inputs, where the scenario has it
+        if hasattr(face, "alias") and table.of(sc) is not None:
+            matrix = face.alias(matrix, col_text is not None)
     if matrix == "scale" and row_text is None:
         return InputCell("scale"), value
     head: int | None = None
-    if matrix in (*WEIGHTS, *HEAD_BIASES, "sink", "softcap", "W_G") and getattr(sc, "mla", None) is None:
+    if matrix in (*WEIGHTS, *HEAD_BIASES, *SCALARS, *HEAD_MATRICES) and getattr(sc, "mla", None) is None:
         head = 0
         if head_text:
             names = [h.name for h in sc.heads]
             if head_text.strip() not in names:
                 raise EditError(f"no head named {head_text.strip()!r}; the heads are {', '.join(names)}")
             head = names.index(head_text.strip())
-    if matrix == "sink" and row_text is None:
-        if getattr(sc.heads[head or 0], "sink", None) is None:
-            raise EditError("this head has no sink")
-        return InputCell("sink", head), value
-    if matrix == "softcap" and row_text is None:
-        if getattr(sc.heads[head or 0], "softcap", None) is None:
-            raise EditError("this head has no softcap")
-        return InputCell("softcap", head), value
+    if matrix in SCALARS and row_text is None:
+        if getattr(sc.heads[head or 0], matrix, None) is None:
+            raise EditError(f"this head has no {matrix}")
+        return InputCell(matrix, head), value
     if matrix in VECTORS and row_text is None:
         entry = re.fullmatch(r"\s*[A-Za-z_][A-Za-z_0-9]*\s*\[\s*(\d+)\s*\]\s*(?:\([^)]*\))?\s*", name)
         vector = _vector(sc, matrix, head)
@@ -282,9 +283,9 @@ def parse_address(sc: Scenario, text: str) -> tuple[InputCell | None, str]:
         return InputCell(matrix, head, 0, int(entry.group(1))), value
     if row_text is None or col_text is None:
         raise EditError(f"{name.strip()!r}: give a row and a column, e.g. {matrix}[0,1]")
-    if matrix not in ("X", "context_X", "W_O", "mask", *WEIGHTS, "W_G", *BACKWARD_INPUTS,
-                      *(MLA_INPUTS if sc.mla is not None else ()), *(deltanet_edit.KEYS if sc.deltanet is not None else ()),
-                      *(differential_edit.KEYS if differential_edit.TABLE.of(sc) is not None else ())):
+    if matrix not in ("X", "context_X", "W_O", "mask", *WEIGHTS, *HEAD_MATRICES, *BACKWARD_INPUTS,
+                      *(MLA_INPUTS if sc.mla is not None else ()),
+                      *(key for table, face in EDITS if table.of(sc) is not None for key in face.KEYS)):
         raise EditError(f"{matrix!r} is not an input; edit X, X_ctx, W_Q, W_K, W_V, W_O, scale, mask"
                         " (and gamma, beta, b_Q, b_K, b_V, b_O, sink, W_G where the scenario has them)")
 
@@ -306,7 +307,7 @@ def parse_address(sc: Scenario, text: str) -> tuple[InputCell | None, str]:
     array = _array(sc, matrix, head)
     if array is None:
         raise EditError(f"this scenario has no {matrix}")
-    by_token = ("X", *BACKWARD_INPUTS, *deltanet_edit.BY_TOKEN)
+    by_token = ("X", *BACKWARD_INPUTS, *BY_TOKEN)
     rows = sc.labels if matrix in by_token else sc.key_labels if matrix == "context_X" else None
     spelt = sc.tokens if matrix in by_token else sc.key_tokens if matrix == "context_X" else ()
     cell = InputCell(matrix, head, index(row_text, rows, array.shape[0], "row", spelt),
@@ -331,9 +332,11 @@ def apply_edit(sc: Scenario, cell: InputCell, text: str) -> Scenario:
         allow[cell.row, cell.col] = flag in ("1", "true")
         if not allow[cell.row].any():
             raise EditError(f"{sc.labels[cell.row]!r} would attend no key; every query row needs at least one allowed key")
-        if sc.alibi is not None and sc.positions is not None and alibi_later_key(allow, sc.positions) is not None:
-            raise EditError(f"{sc.labels[cell.row]!r} would attend a later key, where ALiBi's bias is a bonus, not a"
-                            " penalty; with [alibi] a query may attend only keys at or before it (docs/scenario-format.md)")
+        for table in ask.tables(sc):  # a table that reads the mask may refuse the edited one (ALiBi's later keys)
+            refuses = getattr(table, "refuses_mask", None)
+            refused = None if refuses is None else refuses(allow, sc.positions)
+            if refused is not None:
+                raise EditError(f"{sc.labels[cell.row]!r} {refused}")
         allow.setflags(write=False)
         kind = "custom" if not allow.all() else "none"
         return replace(sc, allow=allow, mask_kind=kind, window=None)  # a sliding window edited by hand is custom now
@@ -343,29 +346,19 @@ def apply_edit(sc: Scenario, cell: InputCell, text: str) -> Scenario:
         derived = tuple(replace(h, W_Q=W_Q, W_K=W_K, W_V=W_V)
                         for h, (_, W_Q, W_K, W_V) in zip(sc.heads, mla.head_weights(), strict=True))
         return replace(sc, mla=mla, heads=derived)
-    if sc.deltanet is not None and cell.matrix in deltanet_edit.KEYS:
+    for table, face in EDITS:
+        given = table.of(sc)
+        if given is not None and cell.matrix in face.KEYS:
+            try:
+                return table.put(sc, face.with_entry(given, cell.matrix, cell.row, cell.col, value))
+            except ValueError as exc:
+                raise EditError(str(exc)) from None
+    if cell.matrix in SCALARS and cell.head is not None:
         try:
-            return replace(sc, deltanet=deltanet_edit.with_entry(sc.deltanet, cell.matrix, cell.row, cell.col, value))
+            edited: Scenario = SCALARS[cell.matrix].with_value(sc, cell.head, value, text)
         except ValueError as exc:
             raise EditError(str(exc)) from None
-    df = differential_edit.TABLE.of(sc)
-    if df is not None and cell.matrix in differential_edit.KEYS:
-        try:
-            return differential_edit.TABLE.put(sc, differential_edit.with_entry(df, cell.matrix, cell.row, cell.col,
-                                                                                 value))
-        except ValueError as exc:
-            raise EditError(str(exc)) from None
-    if cell.matrix == "sink" and cell.head is not None:
-        heads = list(sc.heads)
-        heads[cell.head] = replace(heads[cell.head], sink=value)
-        return replace(sc, heads=tuple(heads))
-    if cell.matrix == "softcap" and cell.head is not None:
-        if value <= 0:
-            raise EditError(f"softcap = {text.strip()}: expected a number > 0 (the cap c in c·tanh(s/c))")
-        # [attention] gives every head one cap, so its heads change together; a [[heads]] table has its own
-        together = sc.num_heads_split is not None
-        heads = [replace(head, softcap=value) if together or h == cell.head else head for h, head in enumerate(sc.heads)]
-        return replace(sc, heads=tuple(heads))
+        return edited
     if cell.matrix in ("gamma", "beta"):
         current = _vector(sc, cell.matrix, None)
         assert sc.norm is not None and current is not None
@@ -398,11 +391,12 @@ def apply_edit(sc: Scenario, cell: InputCell, text: str) -> Scenario:
     if cell.matrix == "W_O":
         assert sc.W_O is not None
         return replace(sc, W_O=_with(sc.W_O, cell.row, cell.col, value))
-    if cell.matrix == "W_G" and cell.head is not None:
-        gate = _array(sc, "W_G", cell.head)
-        assert gate is not None
+    if cell.matrix in HEAD_MATRICES and cell.head is not None:
+        own = _array(sc, cell.matrix, cell.head)
+        assert own is not None
         heads = list(sc.heads)
-        heads[cell.head] = replace(heads[cell.head], W_G=_with(gate, cell.row, cell.col, value))
+        owned: dict[str, Matrix] = {cell.matrix: _with(own, cell.row, cell.col, value)}
+        heads[cell.head] = replace(heads[cell.head], **owned)  # type: ignore[arg-type]
         return replace(sc, heads=tuple(heads))
     if cell.matrix in (*WEIGHTS, *HEAD_BIASES) and cell.head is not None:
         heads = list(sc.heads)
@@ -480,10 +474,9 @@ def _write_cell(doc: tomlkit.TOMLDocument, sc: Scenario, cell: InputCell) -> Non
             doc["mla"][cell.matrix][cell.col] = _number(value)
         else:  # left at its default in the file: write the whole vector
             doc["mla"][cell.matrix] = [_number(float(v)) for v in value_of_vector(sc, cell.matrix)]
-    elif cell.matrix in deltanet_edit.KEYS:
-        deltanet_edit.write_cell(doc["deltanet"], cell.matrix, cell.row, cell.col, _number(value))
-    elif cell.matrix in differential_edit.KEYS:
-        differential_edit.write_cell(doc["differential"], cell.matrix, cell.row, cell.col, _number(value))
+    elif cell.matrix in TABLE_KEYS:
+        table, face = next((t, f) for t, f in EDITS if cell.matrix in f.KEYS)
+        face.write_cell(doc[table.key], cell.matrix, cell.row, cell.col, _number(value))
     elif cell.matrix == "scale":
         doc["scale"] = _number(value)
     elif cell.matrix == "X":
@@ -508,22 +501,10 @@ def _write_cell(doc: tomlkit.TOMLDocument, sc: Scenario, cell: InputCell) -> Non
             doc["qk_norm"][cell.matrix] = [_number(float(v)) for v in value_of_vector(sc, cell.matrix)]
     elif cell.matrix == "b_O":
         doc["output"]["b_O"][cell.col] = _number(value)
-    elif cell.matrix == "softcap" and cell.head is not None:
-        if sc.num_heads_split is not None:
-            if "softcap" in doc["attention"]:
-                doc["attention"]["softcap"] = _number(value)
-            else:
-                doc["softcap"] = _number(value)
-        else:
-            doc["heads"][cell.head]["softcap"] = _number(value)  # the head's own, over any top-level cap
-    elif cell.matrix == "sink" and cell.head is not None:
-        if sc.num_heads_split is not None:
-            doc["attention"]["sinks"][cell.head] = _number(value)
-        else:
-            doc["heads"][cell.head]["sink"] = _number(value)
-    elif cell.matrix == "W_G" and cell.head is not None and sc.num_heads_split is not None:
-        width = sc.heads[cell.head].d_v  # [gate] W_G: every head's d_v columns side by side
-        doc["gate"]["W_G"][cell.row][cell.head * width + cell.col] = _number(value)
+    elif cell.matrix in SCALARS and cell.head is not None:
+        SCALARS[cell.matrix].write_value(doc, sc, cell.head, _number(value))
+    elif cell.matrix in HEAD_MATRICES and cell.head is not None and sc.num_heads_split is not None:
+        HEAD_MATRICES[cell.matrix].write_wide(doc, sc, cell.head, cell.row, cell.col, _number(value))
     elif cell.head is not None and sc.num_heads_split is not None:
         # one head's slice of the wide matrix; K/V slices are numbered by K/V head
         index = _kv(sc, cell.head) if cell.matrix in SHARED else cell.head

@@ -28,7 +28,7 @@ from qkv_tui.core.cost_options import DEFAULT_CONTEXT as DEFAULT_CONTEXT
 from qkv_tui.core.cost_options import DEFAULT_DTYPE as DEFAULT_DTYPE
 from qkv_tui.core.cost_options import DTYPES as DTYPES
 from qkv_tui.core.cost_options import MAX_CONTEXT as MAX_CONTEXT
-from qkv_tui.core.layer_schedule import STATE, keeps_state, kv_source
+from qkv_tui.core.layer_schedule import NO_ATTENTION, STATE, attends, keeps_state, kv_source
 from qkv_tui.core.scenario import Scenario
 
 PREFILL, DECODE = "prefill", "decode"
@@ -311,7 +311,7 @@ def layer_cache(sc: Scenario, layer: int, kind: str, bytes_per: int) -> LayerCac
 def kv_cache(sc: Scenario, bytes_per: int, context: int) -> KvCache:
     """The scenario's one layer, or every layer of its model's schedule: a full or sliding layer of the schedule
     holds the K/V heads this scenario's layer holds, a linear layer no cache, a layer that reuses an earlier
-    layer's K and V (" kv-from L") none of its own."""
+    layer's K and V (" kv-from L") none of its own, an "mlp" layer (no attention) nothing."""
     own = attention_kind(sc)
     state = ask.scenario_has(sc, "state")
     schedule = sc.input.schedule
@@ -320,6 +320,9 @@ def kv_cache(sc: Scenario, bytes_per: int, context: int) -> KvCache:
     layers, unknown = [], []
     for i, entry in enumerate(schedule):
         words = entry.split(" ")
+        if not attends(entry):  # an MLP block of a hybrid (Nemotron-H): nothing cached, no state
+            layers.append(LayerCache(i, NO_ATTENTION, fig(term("no attention", ("0", 0)))))
+            continue
         if kv_source(entry) is not None:  # it reads its source layer's cache, the chosen layer too
             layers.append(layer_cache(sc, i, "shared", bytes_per))
             continue

@@ -384,9 +384,29 @@ def _search(p: Problem, given: Mapping[str, Matrix], right: Stages, combos: list
 # --- from a scenario -----------------------------------------------------------------------
 
 
+def refused(sc: Scenario) -> str | None:
+    """The line that says why a learner's numbers are not held against this scenario's: a part it holds (a table
+    registered with its faces) whose faces do not say how --compare models it; None where every part is modelled.
+    What is compared is one map per head (scores, scaled, weights, output): a part that makes the map otherwise
+    (differential attention's two maps, a state space model's L ∘ C·Bᵀ) would be compared with the wrong numbers."""
+    from qkv_tui.core import variants
+
+    faces = {t.key: t.faces for t in variants.TABLES if t.faces is not None}
+    for key in sc.parts:
+        said = faces.get(key)
+        if said is not None and said.compared is None:
+            modelled = ", ".join(f"[{k}] ({f.compared})" for k, f in faces.items() if f.compared is not None)
+            return (f"--compare does not model [{key}]: it holds your scores, scaled, weights and output against one"
+                    f" softmax map per head, for plain heads and with {modelled}; use --export json for [{key}]'s"
+                    " own numbers")
+    return None
+
+
 def problem_of(sc: Scenario, *, direct: bool = False, per_head_weights: bool = False,
-               dtype: str = "float64") -> Problem | str:
-    """The scenario as a Problem, or why its mistakes are not tried (a part the list of mistakes is not about)."""
+               dtype: str = "float64", allow: BoolMatrix | None = None) -> Problem | str:
+    """The scenario as a Problem, or why its mistakes are not tried (a part the list of mistakes is not about).
+    ``allow``: the mask the heads attend with where a part narrows the scenario's (the indexer's selection: the
+    mistakes are then tried with it as the mask, as the heads of the layer attend)."""
     # the scenario's tables and a head's keys say what they make other than plain (``not_plain``)
     parts = [str(label) for table in ask.tables(sc) if (label := getattr(table, "not_plain", None)) is not None]
     parts += [name for name, present in (
@@ -406,5 +426,6 @@ def problem_of(sc: Scenario, *, direct: bool = False, per_head_weights: bool = F
     if sc.rope is not None:
         rope = (sc.rope.base, sc.rope.layout, tuple(sc.rope.positions))
     wide = {name: np.concatenate([getattr(h, name) for h in sc.heads], axis=1) for name in ("W_Q", "W_K", "W_V")}
-    return Problem(sc.X, sc.X_kv, wide["W_Q"], wide["W_K"], wide["W_V"], sc.W_O, len(sc.heads), sc.allow,
+    return Problem(sc.X, sc.X_kv, wide["W_Q"], wide["W_K"], wide["W_V"], sc.W_O, len(sc.heads),
+                   sc.allow if allow is None else allow,
                    sc.scale, rope, direct, per_head_weights, dtype)

@@ -12,15 +12,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
+from qkv_tui.core.rope_part import turn_of
 from qkv_tui.core.variants.differential import TABLE
 from qkv_tui.kernels.attention import Attended, HeadPass, PartSpec, Turn
 
 # this module loads only where a scenario has [differential] (its table's head face), so its kernel with it
 from qkv_tui.kernels.differential import DiffForward, DiffHead, diff_forward
-from qkv_tui.kernels.policy import Policy
-from qkv_tui.kernels.rope import Rotated, angles_at
+from qkv_tui.kernels.rope import Rotated
 from qkv_tui.kernels.softmax import SoftmaxRows
 
 
@@ -56,20 +54,6 @@ class DiffSpec(PartSpec):
         p.records.append(f)
 
 
-def half_turn(rope: Any, positions: tuple[int, ...] | None, d: int, policy: Policy) -> Turn | None:
-    """RoPE's turn for one half of a head (width d), as core/head_parts.py turn_of makes it for a whole head; written
-    here so that the part does not import the builders' module, which imports it."""
-    if rope is None:
-        return None
-    assert positions is not None
-    a = angles_at(rope.inv_freq(d), positions)  # (n, r/2)
-    factor = rope.attention_factor
-    if factor == 1.0:
-        return Turn(np.cos(a), np.sin(a), rope.pairs(d))
-    f = policy.worked(np.array(factor))
-    return Turn(policy.worked(policy.worked(np.cos(a)) * f), policy.worked(policy.worked(np.sin(a)) * f), rope.pairs(d))
-
-
 def diff_part(run: Any) -> Callable[[int], DiffSpec] | None:
     """Each head's DiffSpec where the scenario has [differential] (``run`` is core/head_parts.py's Run)."""
     sc = run.sc
@@ -78,7 +62,8 @@ def diff_part(run: Any) -> Callable[[int], DiffSpec] | None:
         return None
 
     def spec(h: int) -> DiffSpec:
-        # the exact head's divisor by hand (as every head's), the scenario's own, or None: √d, not √d_k = √(2d)
+        # the exact head's divisor by hand (as every head's), the scenario's own, or None: √d, not √d_k = √(2d);
+        # RoPE's turn for one half of the head (width d), as for a whole head of that width
         scale = run.exact[h].scale if run.exact is not None else sc.scale
-        return DiffSpec(sc.heads[h], df.head(h), scale, half_turn(sc.rope, sc.positions, df.d, run.policy))
+        return DiffSpec(sc.heads[h], df.head(h), scale, turn_of(sc.rope, sc.positions, df.d, run.policy))
     return spec

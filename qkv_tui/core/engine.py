@@ -20,8 +20,8 @@ from qkv_tui.base.values import escaped
 from qkv_tui.core import part_questions as ask
 from qkv_tui.core.forward import HeadResult as HeadResult
 from qkv_tui.core.forward import run_heads
-from qkv_tui.core.forward import turn_of as turn_of
 from qkv_tui.core.part_masks import attended
+from qkv_tui.core.rope_part import turn_of as turn_of
 from qkv_tui.core.scenario import BoolMatrix, Matrix, Scenario, ScenarioError
 from qkv_tui.core.variants import Norm, Rope, Vector
 from qkv_tui.kernels.attention import frozen as _frozen

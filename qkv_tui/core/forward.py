@@ -3,8 +3,9 @@
 The engine runs it exactly (core/engine.py iter_heads, which adds the overflow checks), the by-hand page
 runs it under ByHand (teach/handcalc.py compute_hand). What holds across heads lives here once: query heads
 that read the same K/V head share its K and V; each head's variants are parts (core/head_parts.py) that the
-one head forward (kernels/attention.py head_forward) runs at their hooks; [mla]'s heads expand one shared
-latent. ``result_of`` is the one place a head's result is assembled.
+one head forward (kernels/attention.py head_forward) runs at their hooks; a table that builds the heads itself
+runs them in the driver's place (its ``runs_heads``: [mla]'s heads expand one shared latent, core/mla_part.py).
+``result_of`` is the one place a head's result is assembled.
 """
 
 from __future__ import annotations
@@ -12,18 +13,17 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator, Sequence
 
-import numpy as np
-
+from qkv_tui.core import part_questions as ask
 from qkv_tui.core.head import HeadResult, parts_of
-from qkv_tui.core.head_parts import Run, alibi_of, head_parts, turn_of
+from qkv_tui.core.head_parts import Run, head_parts
 from qkv_tui.core.part_masks import narrowed
 from qkv_tui.core.scenario import Head, Matrix, Scenario
+from qkv_tui.core.variants.common import face
 from qkv_tui.kernels.attention import Attended, head_forward
 from qkv_tui.kernels.policy import EXACT, Policy
 from qkv_tui.kernels.sharing import same_kv_weights
-from qkv_tui.kernels.softmax import Biased, Capped
 
-__all__ = ["HeadResult", "mla_results", "result_of", "run_heads", "turn_of"]
+__all__ = ["HeadResult", "result_of", "run_heads"]
 
 
 def run_heads(sc: Scenario, X_in: Matrix, policy: Policy = EXACT, *,
@@ -33,8 +33,9 @@ def run_heads(sc: Scenario, X_in: Matrix, policy: Policy = EXACT, *,
     by its exact head's divisor, adds its exact ALiBi bias (written down by the policy), and works its own K
     and V; without it, query heads that share a K/V head reuse its K and V (kept until the last head reading it)."""
     run = Run(sc, X_in, sc.X_kv if sc.is_cross else X_in, policy, exact)
-    if sc.mla is not None:
-        yield from _mla_heads(run)
+    own = ask.scenario_says(sc, "runs_heads")  # a table that builds the heads itself runs them ([mla]'s latent)
+    if own is not None:
+        yield from face(own)(run)
         return
     parts_of_head = head_parts(run)
     kv_done: dict[int, HeadResult] = {}  # K/V head -> the first query head that computed it
@@ -45,7 +46,7 @@ def run_heads(sc: Scenario, X_in: Matrix, policy: Policy = EXACT, *,
         shared = first if first is not None and same_kv_weights(first, head) else None
         with run.quiet():
             parts = parts_of_head(h)
-            scale = _scale(run, h, math.sqrt(head.d_k))
+            scale = scale_of(run, h, math.sqrt(head.d_k))
             # a part that chooses the keys (the indexer's selection) narrows the mask and keeps its record first
             allow, chosen = narrowed(sc.allow, parts)
             f = head_forward(X_in, run.X_kv, head.W_Q, head.W_K, head.W_V, head.b_Q, head.b_K, head.b_V, allow,
@@ -60,47 +61,11 @@ def run_heads(sc: Scenario, X_in: Matrix, policy: Policy = EXACT, *,
         yield result
 
 
-def _scale(run: Run, h: int, default: float) -> float:
+def scale_of(run: Run, h: int, default: float) -> float:
     """Head h's divisor: the scenario's (√d_k by default), or, worked again by hand, its exact head's."""
     if run.exact is not None:
         return run.exact[h].scale
     return default if run.sc.scale is None else run.sc.scale
-
-
-def _mla_heads(run: Run) -> Iterator[HeadResult]:
-    """Every head of an [mla] scenario (kernels/mla.py): Q = [q_C | q_R] and K = [k_C | k_R] as scored,
-    V = v_C, so the stages from Score on read them as any head's."""
-    from qkv_tui.kernels.mla import mla_head, mla_shared
-
-    sc, policy = run.sc, run.policy
-    mla = sc.mla
-    assert mla is not None
-    w = mla.weights()
-    turn = turn_of(mla.rope, sc.positions, mla.d_rope, policy)
-    with np.errstate(over="ignore", invalid="ignore"):
-        shared = mla_shared(run.X_in, w, turn, policy)
-        parts_of_head = head_parts(run)  # read here only for a part that chooses the keys (the indexer's selection)
-    for h, head in enumerate(sc.heads):
-        with np.errstate(over="ignore", invalid="ignore"):
-            allow, chosen = narrowed(sc.allow, parts_of_head(h))
-            bias = None if sc.alibi is None else alibi_of(run, h)
-            m = mla_head(shared, w, h, allow, _scale(run, h, math.sqrt(mla.d_qk)), turn, bias=bias,
-                         softcap=head.softcap, policy=policy)
-        a = m.attended
-        records: list[object] = list(chosen)
-        if sc.alibi is not None and a.bias is not None:
-            records.append(Biased(a.bias, sc.alibi.slopes[h]))
-        if head.softcap is not None and a.capped is not None:
-            records.append(Capped(a.capped, head.softcap))
-        records.append(m)
-        # the latent layer's heads have no biases of their own
-        yield result_of(head, m.Q, m.K, m.v_C, a, tuple(records), kv_head=h, scale_is_default=sc.scale is None,
-                        biases=False)
-
-
-def mla_results(sc: Scenario, X_in: Matrix, policy: Policy = EXACT) -> list[HeadResult]:
-    """Every head of an [mla] scenario, exactly or by hand (the JSON export's latent parts read them)."""
-    return list(_mla_heads(Run(sc, X_in, sc.X_kv if sc.is_cross else X_in, policy, None)))
 
 
 def result_of(head: Head, Q: Matrix, K: Matrix, V: Matrix, a: Attended, records: tuple[object, ...], *,

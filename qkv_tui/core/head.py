@@ -9,7 +9,6 @@ from typing import TypeVar, cast
 
 from qkv_tui.core.scenario import Matrix
 from qkv_tui.core.variants import Vector
-from qkv_tui.kernels.rope import Rotated
 
 P = TypeVar("P")
 T = TypeVar("T")
@@ -74,12 +73,13 @@ class HeadResult:
         """This head with ``records`` in the place of its records of the same types, and ``fields`` replaced."""
         return replace(self, parts=parts_of(tuple(self.parts.values()) + records), **fields)  # type: ignore[arg-type]
 
-    def _after(self, side: str, before: type | None = None) -> Matrix:
-        """Q or K as the parts leave them (up to the part ``before``): each that turns them says so by
+    def before(self, side: str, kind: type | None = None) -> Matrix:
+        """Q or K (``side``) as the parts leave them, up to the part whose record is of ``kind`` (what RoPE turns:
+        ``before("Q", Rotated)``, normalised where the head has QK-norm): each part that turns them says so by
         ``Q_after``/``K_after``."""
         out: Matrix = self.Q if side == "Q" else self.K
-        for kind, record in self.parts.items():
-            if kind is before:
+        for record_kind, record in self.parts.items():
+            if record_kind is kind:
                 break
             turned = getattr(record, side + "_after", None)
             if turned is not None:
@@ -87,22 +87,13 @@ class HeadResult:
         return out
 
     @property
-    def Q_turned(self) -> Matrix:
-        """The Queries RoPE turns: as the parts before it left them (normalised where the head has QK-norm)."""
-        return self._after("Q", Rotated)
-
-    @property
-    def K_turned(self) -> Matrix:
-        return self._after("K", Rotated)
-
-    @property
     def Q_used(self) -> Matrix:
         """The Queries that are scored: as every part left them (normalised, rotated where the scenario says so)."""
-        return self._after("Q")
+        return self.before("Q")
 
     @property
     def K_used(self) -> Matrix:
-        return self._after("K")
+        return self.before("K")
 
     @property
     def joined(self) -> Matrix:

@@ -45,6 +45,10 @@ class Selection:
         """The keys every head attends: the selected ones (a subset of the scenario's mask)."""
         return self.indexed.selected
 
+    def overflow(self, stage: str, at: Any) -> tuple[str, str, str] | None:
+        """The index's numbers past float64 (core/part_questions.py): kernels/indexer.py names them."""
+        return self.indexed.overflow(stage, at)
+
     @property
     def mask_note(self) -> str:
         ix = self.indexed
@@ -53,6 +57,13 @@ class Selection:
                     " this is full attention.")
         return (f" The indexer's selection applies here too: each query keeps its top_k = {ix.top_k} keys (stage"
                 " Select), and a key it left out becomes −∞ like a masked one, so it gets weight 0.")
+
+    @property
+    def masked_as(self) -> str | None:
+        """What else a masked cell is (core/part_masks.py): a key the indexer left out; None where it kept every
+        visible key."""
+        ix = self.indexed
+        return "not selected by the indexer" if ix.dropped.any() else None
 
     def rank(self, row: int, col: int) -> tuple[int, int]:
         """(where key ``col`` ranks among row ``row``'s visible keys, 1 the highest, ties to the earlier key;

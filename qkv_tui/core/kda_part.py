@@ -19,8 +19,8 @@ import numpy as np
 from qkv_tui.kernels.attention import Attended, HeadPass, frozen
 from qkv_tui.kernels.deltanet import DeltaForward, DeltaSpec
 from qkv_tui.kernels.deltanet_parts import convolve
-from qkv_tui.kernels.gate import sigmoid
 from qkv_tui.kernels.kda import ChannelGates, channel_gates, channel_weights, kda_forward
+from qkv_tui.kernels.sigmoid import sigmoid
 from qkv_tui.kernels.softmax import SoftmaxRows
 
 if TYPE_CHECKING:

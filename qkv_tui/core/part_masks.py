@@ -3,8 +3,9 @@
 
 A part's spec says so by a ``mask`` of its own (the driver, core/forward.py, ANDs it into the head's mask and
 keeps the spec's ``record``); the record then answers ``mask``, ``mask_reason(row, col, query, key)`` and
-``mask_note`` (a sentence for the stage that applies the mask). No view
-tests for a variant by name.
+``mask_note`` (a sentence for the stage that applies the mask) and ``masked_as`` (what else a masked cell is, for
+a view that marks masked cells without saying why: "not selected by the indexer"; None where it masks no key the
+scenario's mask lets through). No view tests for a variant by name.
 """
 
 from __future__ import annotations
@@ -59,3 +60,22 @@ def mask_note(heads: Sequence[HeadResult]) -> str:
             if note is not None:
                 return str(note)
     return ""
+
+
+def masked_as(heads: Sequence[HeadResult]) -> str | None:
+    """What else a masked cell of the heads' maps is, where a part masks keys the scenario's mask lets through
+    ("not selected by the indexer"): a view that marks masked cells says it beside its mark; None where no part
+    masks any."""
+    for hr in heads[:1]:
+        for record in hr.parts.values():
+            said = getattr(record, "masked_as", None)
+            if said is not None:
+                return str(said)
+    return None
+
+
+def masked_legend(heads: Sequence[HeadResult], masked: str = "masked") -> str:
+    """``masked`` as a view's legend writes it: "masked, or not selected by the indexer" where a part masks keys
+    of its own."""
+    also = masked_as(heads)
+    return masked if also is None else f"{masked}, or {also}"

@@ -31,7 +31,7 @@ from qkv_tui.core.arrays import Vector
 from qkv_tui.core.inputs import INPUT_KEYS, Input, parse_input
 from qkv_tui.core.production import CACHE_KEYS, TILES_KEYS, ProductionSettings, parse_production
 from qkv_tui.core.tomlfile import NumberGrid, ReadError, decode, parse_toml, read_bytes, stat_path, table_values
-from qkv_tui.core.variants import Alibi, Mla, Norm, QKNorm, Rope
+from qkv_tui.core.variants import Mla, Norm, QKNorm, Rope
 from qkv_tui.core.variants.backward import Backward
 from qkv_tui.core.variants.common import write_whole
 from qkv_tui.core.variants.deltanet import DeltaNet
@@ -84,11 +84,15 @@ class Head:
     b_Q: Vector | None = field(default=None, metadata={"not_plain": "biases"})  # (d_k,) added to every Query row
     b_K: Vector | None = field(default=None, metadata={"not_plain": "biases"})  # (d_k,)
     b_V: Vector | None = field(default=None, metadata={"not_plain": "biases"})  # (d_v,)
-    sink: float | None = field(default=None, metadata={"not_plain": "sinks"})  # the attention sink's logit
+    # what a key is to the tables that refuse it (core/variants/refusals.py): a part of the softmax (``softmax``),
+    # a column that joins each row's sum (``joins_sum``), a step after the mix (``after_mix``), in their words
+    sink: float | None = field(default=None, metadata={"not_plain": "sinks", "softmax": "a sink's logit",
+                                                       "joins_sum": "a sink"})  # the attention sink's logit
     kv_head: int | None = None  # which K/V head it reads (GQA); None = its own index
     # c of c·tanh(scaled / c) before the bias and mask
-    softcap: float | None = field(default=None, metadata={"not_plain": "soft-caps"})
-    W_G: Matrix | None = field(default=None, metadata={"not_plain": "output gates"})  # (d_model, d_v) the output gate's weights
+    softcap: float | None = field(default=None, metadata={"not_plain": "soft-caps", "softmax": "a soft-cap"})
+    # (d_model, d_v) the output gate's weights
+    W_G: Matrix | None = field(default=None, metadata={"not_plain": "output gates", "after_mix": "an output gate"})
 
     @property
     def d_k(self) -> int:
@@ -119,7 +123,6 @@ class Scenario:
     norm: Norm | None = None  # [norm]: applied to X before the projections
     rope: Rope | None = None  # [rope]: rotates Q and K by position
     qk_norm: QKNorm | None = None  # [qk_norm]: RMSNorm of each query and key vector, before the rotation
-    alibi: Alibi | None = None  # [alibi]: slope·(j − i) added to the scaled scores
     window: int | None = None  # the sliding window when mask_kind == "sliding"
     b_O: Vector | None = None  # (d_out,) added after W_O
     num_kv_heads: int | None = None  # set when [attention] shares K/V heads (GQA/MQA)
@@ -215,6 +218,9 @@ class Scenario:
             found.append(f"{key}: {len(repeated)} {verb} ({'; '.join(parts)}{more});"
                          f" the screens tell them apart by occurrence ({example})")
         return found
+
+
+_FIELDS = frozenset(f.name for f in dataclasses.fields(Scenario))
 
 
 # --- locating files -------------------------------------------------------
@@ -519,7 +525,8 @@ class _Validator:
         tables = self.tables(doc, ctx)
         if tables.get("mla") is not None:  # its [rope] turns q_R and k_R only, so it is the [mla]'s, not every head's
             tables["rope"] = None
-        parts = {t.key: tables.pop(t.key) for t in variants.TABLES if t.faces is not None}
+        # a table with no Scenario field of its name is kept in ``parts`` (core/variants/common.py Table.of)
+        parts = {key: tables.pop(key) for key in list(tables) if key not in _FIELDS}
         parts = {key: value for key, value in parts.items() if value is not None}
         return Scenario(
             title=title, description=description, source=self.source,
@@ -558,6 +565,7 @@ class _Validator:
         self, doc: dict[str, Any], d_model: int, d_in: int, d_in_name: str
     ) -> tuple[tuple[Head, ...], int | None, int | None]:
         softcap = variants.softcap.parse_softcap(self, doc, "")  # every head's, unless its table sets its own
+        doc = variants.shared_kv.without_kv(self, doc, d_in)  # [shared_kv]: K and V are an earlier layer's
         has_heads, has_split = "heads" in doc, "attention" in doc
         if has_heads and has_split:
             raise self.fail("both [[heads]] and [attention] are given; expected exactly one way to define the heads")

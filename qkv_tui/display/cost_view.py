@@ -136,12 +136,13 @@ def _cache_page(sources: Sources, r: CostReport) -> tuple[str, list[str]]:
     lines.append(f"at the context: {kv.at_context} B = {mib(kv.at_context)}")
     s = shapes(sc)
     own = _own(sc)
-    if ask.scenario_says(sc, "cache_kind") is None and len(s.kv) < s.h:  # K/V heads cached, fewer than the heads
+    # the layer shown's own cache, not layer 0's: a hybrid's layer 0 may cache nothing (Qwen3.5's, Nemotron-H's)
+    cached = next((lc for lc in kv.layers if lc.layer == sc.input.chosen_layer), kv.layers[0]).per_token.value
+    if ask.scenario_says(sc, "cache_kind") is None and len(s.kv) < s.h and cached:  # K/V heads cached, fewer than heads
         mha = sum(dk + dv for dk, dv in s.heads) * r.bytes_per_number
         lines.append(f"why GQA: were every query head its own K/V head, a layer would cache Σ(d_k + d_v)·B ="
                      f" {sum(dk + dv for dk, dv in s.heads)}·{r.bytes_per_number} = {mha} B a token, not"
-                     f" {kv.layers[0].per_token.value}: {mha} / {kv.layers[0].per_token.value} ="
-                     f" {num(mha / kv.layers[0].per_token.value)} times as much")
+                     f" {cached}: {mha} / {cached} = {num(mha / cached)} times as much")
     if own is not None:
         lines += own.cache_lines(sc, r)
     lines.append(f"counted from {kv.held}")

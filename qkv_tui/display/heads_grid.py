@@ -79,6 +79,7 @@ class HeadsGrid:
     allow: BoolMatrix  # (n, m)
     labels: tuple[str, ...]  # the queries'
     keys: tuple[str, ...]
+    masked: str = "masked"  # what the masked mark stands for, as the legend says it (core/part_masks.py masked_legend)
     _cells: dict[tuple[int, int, int], MapCells] = field(default_factory=dict)  # (head, rows, cols) -> cells
     _layouts: dict[tuple[int, int], Layout] = field(default_factory=dict)  # (width, height) -> layout
     _readings: dict[tuple[int, int], str] = field(default_factory=dict)  # (head, width) -> its line
@@ -166,12 +167,12 @@ def lay_out(heads: int, n: int, m: int, labels: tuple[str, ...], width: int, hei
     for per_row, keyed in itertools.product(range(1, heads + 1), (True, False)):
         map_rows = math.ceil(heads / per_row)
         room = (width - GAP * (per_row - 1)) // per_row  # characters of one map
-        around = 3 + keyed  # a title (the keys' labels), a reading and a blank line under each row of maps
-        lines = height // map_rows - around
+        margin = 3 + keyed  # a title (the keys' labels), a reading and a blank line under each row of maps
+        lines = height // map_rows - margin
         visible = map_rows
         if lines < MIN_ROWS:  # the rows of maps scroll: as many as hold at least MIN_ROWS rows of cells
-            visible = max(height // (MIN_ROWS + around), 1)
-            lines = height // visible - around
+            visible = max(height // (MIN_ROWS + margin), 1)
+            lines = height // visible - margin
         rows = max(min(n, lines), 1)
         for cell in (2, 1):
             labelled = label if rows == n and room - label >= cell * m else 0

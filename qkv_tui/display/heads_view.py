@@ -10,21 +10,22 @@ from __future__ import annotations
 
 from qkv_tui.core import part_questions as ask
 from qkv_tui.core.engine import Computation
+from qkv_tui.core.layer_schedule import attends
 from qkv_tui.core.model_layers import ModelLayers, model_layers
+from qkv_tui.core.part_masks import masked_legend
 from qkv_tui.display import side_views
 from qkv_tui.display.frame import Frame
 from qkv_tui.display.heads_grid import HeadMap, HeadsGrid, HeadsShown, readings
 from qkv_tui.display.modes import Modes
 from qkv_tui.display.side_view import Sources
-from qkv_tui.display.state_view import carries_state
 from qkv_tui.display.view import Explanation
 from qkv_tui.teach.summary import MAX_ROWS, looked_at, looks_heading, weights_note
 
 KEYS = "← → ↑ ↓ pick a head · enter: step through it · v: back to the trace"
 MEANING = ("Each head has its own W_Q (its keys may be shared, as in GQA and MQA), so a pattern of its own: rows are"
            " the queries, columns the keys,"
-           " a fuller block is more weight, · masked. A reading describes the weights on this text, not what the head is"
-           " for.")  # not "darker": on the dark theme more weight is brighter
+           " a fuller block is more weight, · {masked}. A reading describes the weights on this text, not what the head"
+           " is for.")  # not "darker": on the dark theme more weight is brighter
 
 
 def _model(sources: Sources) -> ModelLayers | None:
@@ -57,8 +58,9 @@ def grid(sources: Sources, modes: Modes) -> HeadsGrid:
         maps = []
         for h, hr in enumerate(comp.heads):
             name = hr.name if layer is None else f"L{layer} H{h}"  # 0-based, as the importer's [[heads]] names
-            maps.append(HeadMap(name, hr.weights, *readings(hr.weights, sc.allow, sc.labels, sc.key_labels)))
-        return HeadsGrid(tuple(maps), sc.allow, sc.labels, sc.key_labels)
+            # the keys the maps attend: a part's own mask (the indexer's selection) marks its keys masked too
+            maps.append(HeadMap(name, hr.weights, *readings(hr.weights, comp.allow, sc.labels, sc.key_labels)))
+        return HeadsGrid(tuple(maps), comp.allow, sc.labels, sc.key_labels, masked_legend(comp.heads))
 
     return sources.kept(("heads", "grid", layer), build)
 
@@ -73,7 +75,7 @@ def _frame(sources: Sources, modes: Modes, step: int, head: int) -> Frame:
     heads = grid(sources, modes)
     name = heads.maps[step].name
     hr = comp.heads[step]
-    looks = [looked_at(hr, sc.allow[i], sc.labels[i], sc.key_labels, i, modes.decimals)
+    looks = [looked_at(hr, comp.allow[i], sc.labels[i], sc.key_labels, i, modes.decimals)
              for i in range(min(sc.n, MAX_ROWS))]
     more = f"; … {sc.n - MAX_ROWS} more tokens" if sc.n > MAX_ROWS else ""
     layer = layer_of(sources, modes)
@@ -89,24 +91,17 @@ def _frame(sources: Sources, modes: Modes, step: int, head: int) -> Frame:
     explanation = Explanation(
         stage_label="heads", counter=counter, head_label=f"{name} ({step + 1}/{len(heads.maps)})",
         arithmetic=f"{looks_heading(sc)}, {name}{weights_note(sc)}: " + "; ".join(looks) + more,
-        details=(keys,), meaning=MEANING,
+        details=(keys,), meaning=MEANING.format(masked=masked_legend(comp.heads)),
         formula=_formula(comp), stages=stages,
     )
     return Frame(explanation, [], [], (), "", heads=HeadsShown(heads, step))
 
 
 def _formula(comp: Computation) -> tuple[tuple[str, bool], ...]:
-    """What the maps hold: a state head's weights come from no softmax (display/state_view.py); a part's record
-    may say what its map holds."""
+    """What the maps hold, as a part's record says where it is not the softmax's (a state head's weights, a
+    differential head's two maps)."""
     said = ask.map_formula(comp.heads)
-    if said is not None:
-        return said
-    if (dn := getattr(comp.scenario, "deltanet", None)) is not None:
-        return ((dn.map_formula, True), ("·δ", False))  # the decaying mask weighs the corrections
-    if carries_state(comp):
-        normalised = comp.scenario.linear is not None and comp.scenario.linear.normalize
-        return (("rownorm(φ(Q)·φ(K)ᵀ)" if normalised else "φ(Q)·φ(K)ᵀ", True), ("·V", False))
-    return (("softmax(Q·Kᵀ/√dₖ)", True), ("·V", False))
+    return (("softmax(Q·Kᵀ/√dₖ)", True), ("·V", False)) if said is None else said
 
 
 def _act(sources: Sources, modes: Modes, action: str, across: int) -> Modes | None:
@@ -119,7 +114,11 @@ def _act(sources: Sources, modes: Modes, action: str, across: int) -> Modes | No
     walk, layer = _model(sources), layer_of(sources, modes)
     if walk is None or layer is None or action not in ("next_stage", "prev_stage"):
         return None
-    layer += 1 if action == "next_stage" else -1
+    step = 1 if action == "next_stage" else -1
+    layer += step
+    schedule = sources.comp.scenario.input.schedule
+    while 0 <= layer < len(schedule) and not attends(schedule[layer]):  # a hybrid's MLP block: nothing to show
+        layer += step
     if not 0 <= layer < walk.layers:
         return None
     return replace(modes, heads_layer=layer, side_step=min(modes.side_step, len(walk.computation(layer).heads) - 1))

@@ -11,6 +11,7 @@ import itertools
 from dataclasses import dataclass
 
 from qkv_tui.core.fmt import cell_len
+from qkv_tui.core.part_masks import masked_legend
 from qkv_tui.teach.trace import Trace
 
 # upper bounds of each shade; a weight above the last is drawn solid
@@ -57,6 +58,7 @@ def attention_map(trace: Trace, head: int, index: int) -> AttentionMap:
     result = comp.heads[head]
     n, m = result.weights.shape
     filled = trace.filled("weights", head, index)
+    allow = comp.allow  # the keys the map attends: a part's own mask (the indexer's selection) marks its keys too
     width = max(cell_len(f"{i} {t}") for i, t in enumerate(sc.labels))
     row_labels = tuple(f"{i} {t}" + " " * (width - cell_len(f"{i} {t}")) for i, t in enumerate(sc.labels))
     columns = [_downwards(t) for t in sc.key_labels]
@@ -70,7 +72,7 @@ def attention_map(trace: Trace, head: int, index: int) -> AttentionMap:
         for j in range(m):
             if i * m + j >= filled:
                 cells.append(MapCell(PENDING, -2, False))
-            elif not sc.allow[i, j]:
+            elif not allow[i, j]:
                 cells.append(MapCell(MASKED, -1, False))
             else:
                 level, text = shade(float(result.weights[i, j]))
@@ -81,6 +83,6 @@ def attention_map(trace: Trace, head: int, index: int) -> AttentionMap:
     middle = "  ".join(f"{text} {low:g}–{high:g}" for (low, _), (high, text) in itertools.pairwise(SHADES[:-1]))
     # two short lines, not one long one: the map's box at 80 columns holds 72
     legend = (f"weight: blank <{SHADES[0][0]:g}  {middle}  {SHADES[-1][1]} ≥{SHADES[-2][0]:g}\n"
-              f"{MASKED.strip()} masked (weight exactly 0)")
+              f"{MASKED.strip()} {masked_legend(comp.heads)} (weight exactly 0)")
     title = f"weights = softmax(scaled) · {result.name} · {n}×{m}"
     return AttentionMap(title, row_labels, header, tuple(rows), legend, note)

@@ -12,10 +12,10 @@ from functools import cached_property
 
 import numpy as np
 
+from qkv_tui.core import part_questions as ask
 from qkv_tui.core.engine import HeadResult
 from qkv_tui.core.fmt import BIG, cell_len, fmt, is_integral
 from qkv_tui.core.scenario import BoolMatrix, Matrix, Scenario
-from qkv_tui.kernels.softmax import Capped
 from qkv_tui.teach.handcalc import round_to
 from qkv_tui.teach.stages.common import PaneStyle
 from qkv_tui.teach.stepper import Position
@@ -372,10 +372,8 @@ def whatif_lines(comp_head: HeadResult, allow: BoolMatrix, row: int, token: str,
     for r in rows:
         lines.append(f"  {r.d_k:<4} ×{r.factor:<2} {weights(r.scaled)} | {weights(r.unscaled)}")
     lines.append("  f× wider heads stretch scores by √f: scaled weights stay put, unscaled saturate")
-    if comp_head.part(Capped) is not None:  # the table isolates the division: a cap would blur what it shows
-        cap = comp_head.need(Capped).softcap
-        lines.append(f"  (the division alone: {comp_head.name}'s soft-cap of {cap:g} is left out here)")
-    return lines
+    # the table isolates the division: a part that steps the scores (the soft-cap) says it is left out
+    return lines + ask.said(comp_head, "whatif.left_out", name=comp_head.name)
 
 
 def _pad(text: str, width: int) -> str:

@@ -19,7 +19,6 @@ from qkv_tui.core.scenario import Scenario, ScenarioError, builtin_dir, builtin_
 from qkv_tui.edges import compare_args, model_args, place_args
 from qkv_tui.edges.arithmetic import arithmetic_policy, computed
 from qkv_tui.edges.config import THEME_NAMES, config_path, save_theme, saved_theme
-from qkv_tui.edges.serve import prepared as serve_prepared
 from qkv_tui.teach.place import PlaceError
 
 DEFAULT_SCENARIO = "i_love_ai"
@@ -378,8 +377,10 @@ def _main(argv: list[str] | None) -> int:
             sys.stderr.write(f"error: {exc}\n")
             return 2
         return 0
-    # --serve's app starter may have loaded and computed it already, and drawn its first frame (serve/prepared.py)
-    ready = serve_prepared.take(spec) if load is load_scenario else None
+    # --serve's app starter may have loaded and computed it already, and drawn its first frame (serve/prepared.py);
+    # only the starter loads that module, so a command typed at a terminal does not
+    starter = sys.modules.get("qkv_tui.edges.serve.prepared")
+    ready = starter.take(spec) if starter is not None and load is load_scenario else None
     try:
         with arithmetic_policy(spec):
             scenario = load(spec) if ready is None else ready.scenario

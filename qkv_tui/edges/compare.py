@@ -15,7 +15,7 @@ from typing import TextIO
 
 import numpy as np
 
-from qkv_tui.core.diagnose import GRADIENTS, Report, Stages, compare, diagnose, forward, matches, problem_of
+from qkv_tui.core.diagnose import GRADIENTS, Report, Stages, compare, diagnose, forward, matches, problem_of, refused
 from qkv_tui.core.engine import Computation
 from qkv_tui.core.scenario import Scenario, ScenarioError, scenario_from_data
 from qkv_tui.core.tolerances import ATOL, RTOL
@@ -81,7 +81,7 @@ def engine_stages(comp: Computation) -> Stages:
     heads = comp.heads
     return Stages(np.stack([h.scores for h in heads]), np.stack([h.scaled for h in heads]),
                   np.stack([h.weights for h in heads]), np.stack([h.output for h in heads]), comp.output,
-                  comp.scenario.allow)
+                  comp.allow)  # the mask the heads attend with: a part's own (the indexer's selection) narrows it
 
 
 def run_compare(args: argparse.Namespace, comp: Computation, reading: Reading | None) -> Report:
@@ -95,6 +95,8 @@ def run_compare(args: argparse.Namespace, comp: Computation, reading: Reading | 
 def _run_compare(args: argparse.Namespace, comp: Computation, reading: Reading | None) -> Report:
     path = Path(args.compare)
     sc = comp.scenario
+    if (why := refused(sc)) is not None:  # a part whose map it does not model: one line, not wrong references
+        raise ScenarioError(args.compare, why)
     heads = len(comp.heads)
     shapes = {"scores": comp.heads[0].scores.shape, "scaled": comp.heads[0].scaled.shape,
               "weights": comp.heads[0].weights.shape, "mix": comp.heads[0].output.shape, "final": comp.output.shape}
@@ -121,7 +123,7 @@ def _run_compare(args: argparse.Namespace, comp: Computation, reading: Reading |
         return report
     problem = problem_of(sc, direct=bool(reading and reading.direct),
                          per_head_weights=bool(reading and reading.per_head_weights),
-                         dtype=results.dtype)
+                         dtype=results.dtype, allow=comp.allow)
     if isinstance(problem, str):
         report.note = problem
         return report

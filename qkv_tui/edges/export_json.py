@@ -15,6 +15,7 @@ from typing import Any, TextIO
 
 import numpy as np
 
+from qkv_tui.core import part_questions as ask
 from qkv_tui.core.engine import Computation, HeadResult, NormResult, combine, iter_heads, norm_of
 from qkv_tui.core.scenario import Matrix, Scenario
 from qkv_tui.core.variants import TABLES, Vector
@@ -94,9 +95,10 @@ def _fields(out: _Out, fields: Iterable[tuple[str, Any]], indent: str) -> None:
 def head_fields(h: HeadResult) -> list[tuple[str, Any]]:
     """One entry of ``heads``, in the export's documented order (docs/scenarios.md, "Modern attention"): each
     variant's fields (edges/faces/) among the head's own, null where the scenario does not use it."""
+    own = not any(getattr(r, "kv_given", False) for r in h.parts.values())  # [shared_kv]: another layer's K and V
     return placed([
         ("name", h.name), ("d_k", h.d_k), ("scale", h.scale),
-        ("W_Q", h.W_Q), ("W_K", h.W_K), ("W_V", h.W_V),
+        ("W_Q", h.W_Q), ("W_K", h.W_K if own else None), ("W_V", h.W_V if own else None),
         ("Q", h.Q), ("K", h.K), ("V", h.V),
         ("scores", h.scores), ("scaled", h.scaled), ("masked", h.masked),
         ("weights", h.weights), ("output", h.output),
@@ -163,8 +165,9 @@ def _document(
 
 def _kv_source(sc: Scenario) -> list[tuple[str, object]]:
     """"kv_source_layer": the layer whose K and V the chosen layer reuses (a model whose schedule shares K and V
-    across layers, Gemma 3n's), null where it computes its own."""
-    return [("kv_source_layer", sc.input.kv_source_layer)]
+    across layers, Gemma 3n's, or a [shared_kv] table), null where it computes its own."""
+    given = sc.input.kv_source_layer
+    return [("kv_source_layer", given if given is not None else ask.scenario_answer(sc, "kv_source_layer"))]
 
 
 def write_json(scenario: Scenario, out: TextIO) -> None:

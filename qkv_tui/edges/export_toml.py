@@ -12,6 +12,7 @@ from collections.abc import Iterable
 import numpy as np
 
 from qkv_tui.base.values import escaped
+from qkv_tui.core import part_questions as ask
 from qkv_tui.core import variants
 from qkv_tui.core.scenario import Matrix, Scenario
 from qkv_tui.core.toml_text import number as number  # re-exported: how the CLI and the tests write a value
@@ -60,6 +61,7 @@ def to_toml(scenario: Scenario) -> str:
     elif sc.mask_kind == "custom":
         lines += ["", "[mask]", 'kind = "custom"', f"allow = {_flags(sc.allow)}"]
     lines += _modern_tables(sc)
+    reused = ask.scenario_has(sc, "kv_given")  # [shared_kv]: the heads have W_Q alone, K and V are another layer's
     if sc.input.kind != "embedding" or sc.input.schedule:  # what X is: a frozen model head keeps saying so
         lines += ["", "[input]", f"kind = {string(sc.input.kind)}"]
         if sc.input.layer is not None:
@@ -73,7 +75,7 @@ def to_toml(scenario: Scenario) -> str:
                     sorted({sc.kv_head(h) for h in range(len(sc.heads))})]
         if sc.num_kv_heads is not None:
             lines.append(f"num_kv_heads = {sc.num_kv_heads}")
-        for role in ("W_Q", "W_K", "W_V"):
+        for role in ("W_Q", "W_K", "W_V")[:1 if reused else 3]:
             owners = sc.heads if role == "W_Q" else kv_heads
             wide = np.concatenate([getattr(h, role) for h in owners], axis=1)
             lines.append(f"{role} = {matrix(wide)}")
@@ -85,7 +87,7 @@ def to_toml(scenario: Scenario) -> str:
         lines += [line for f in faces() if f.toml_attention is not None for line in f.toml_attention(sc)]
     elif not any(f.toml_writes_heads(sc) for f in faces() if f.toml_writes_heads is not None):
         for i in range(len(sc.heads)):
-            lines += ["", "[[heads]]", *_head(sc, i)]
+            lines += ["", "[[heads]]", *_head(sc, i, reused)]
     if sc.W_O is not None:
         lines += ["", "[output]", f"W_O = {matrix(sc.W_O)}"]
         if sc.b_O is not None:
@@ -93,11 +95,12 @@ def to_toml(scenario: Scenario) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _head(sc: Scenario, i: int) -> list[str]:
-    """The lines of head i's [[heads]] table after its header, each variant's (edges/faces/) at its place."""
+def _head(sc: Scenario, i: int, reused: bool) -> list[str]:
+    """The lines of head i's [[heads]] table after its header, each variant's (edges/faces/) at its place; ``reused``:
+    its K and V are another layer's, so it gives W_Q alone."""
     head = sc.heads[i]
     own = [("name", [f"name = {string(head.name)}"])]
-    own += [(role, [f"{role} = {matrix(getattr(head, role))}"]) for role in ("W_Q", "W_K", "W_V")]
+    own += [(role, [f"{role} = {matrix(getattr(head, role))}"]) for role in ("W_Q", "W_K", "W_V")[:1 if reused else 3]]
     own += [(role, [] if getattr(head, role) is None else [f"{role} = {vector(getattr(head, role))}"])
             for role in ("b_Q", "b_K", "b_V")]
     # a real model's K/V head index (docs/real-models.md)

@@ -17,9 +17,11 @@ from qkv_tui.base.values import show as _show
 from qkv_tui.importers.errors import ImporterError
 from qkv_tui.importers.files import read_limited
 from qkv_tui.importers.hf_gemma3n_config import GEMMA3N_TYPES, text_config
+from qkv_tui.importers.hf_kimi_linear_config import KIMI_TYPES, kimi_config
 from qkv_tui.importers.hf_mamba2_config import CONTEXT as MAMBA2_CONTEXT
 from qkv_tui.importers.hf_mamba2_config import MAMBA2_TYPES, mamba2_defaults
 from qkv_tui.importers.hf_mimo_config import MIMO_TYPES, layer_kind, mimo_defaults, mimo_rope
+from qkv_tui.importers.hf_nemotron_h_config import NEMOTRON_H_TYPES, nemotron_h_defaults
 from qkv_tui.importers.hf_pending import PENDING_TYPES, pending_feature
 from qkv_tui.importers.hf_qwen35_config import LINEAR_TYPES, qwen35_text, with_defaults
 from qkv_tui.importers.hf_rope import RopeConfig, read_rope
@@ -32,7 +34,7 @@ BERT_TYPES = ("bert",)
 # latent attention: hf_deepseek.py; with DeepSeek Sparse Attention's indexer (V3.2, GLM-5): hf_deepseek_v32.py
 DEEPSEEK_TYPES = ("deepseek_v2", "deepseek_v3", "deepseek_v32", "glm_moe_dsa")
 ALL_TYPES = (GPT2_TYPES + LLAMA_TYPES + BERT_TYPES + DEEPSEEK_TYPES + MIMO_TYPES + GEMMA3N_TYPES  # hf_mimo.py, hf_gemma3n.py
-             + MAMBA2_TYPES)  # hf_mamba2_folder.py
+             + MAMBA2_TYPES + NEMOTRON_H_TYPES + KIMI_TYPES)  # hf_mamba2_folder.py, hf_nemotron_h.py, hf_kimi_linear.py
 CONFIG_LIMIT = 4 * 2**20  # real config.json files are a few kilobytes
 
 
@@ -89,6 +91,13 @@ def read_config(path: Path) -> Config:
         return Config("mamba2", m["hidden_size"], _Reader(path.name, m).int("num_hidden_layers", 64), m["num_heads"],
                       m["num_heads"], m["head_dim"], MAMBA2_CONTEXT, _Reader(path.name, m).number("layer_norm_epsilon", 1e-5),
                       m["hidden_act"], None, m)
+    if model_type in NEMOTRON_H_TYPES:  # Mamba-2, attention and MLP blocks, no RoPE (hf_nemotron_h.py)
+        m = nemotron_h_defaults(path.name, data)
+        return Config("nemotron_h", m["hidden_size"], len(m["layers_block_type"]), m["num_attention_heads"],
+                      m["num_key_value_heads"], m["head_dim"], _Reader(path.name, m).int("max_position_embeddings", 4096),
+                      m["layer_norm_epsilon"], m["mamba_hidden_act"], None, m)
+    if model_type in KIMI_TYPES:  # KDA and latent-attention layers, no RoPE (hf_kimi_linear.py)
+        return Config("kimi_linear", *kimi_config(path.name, data))
     if model_type not in ALL_TYPES:
         raise ImporterError(
             f"{path.name}: model_type {_show(model_type)} is not supported; expected one of: {', '.join(ALL_TYPES)}"

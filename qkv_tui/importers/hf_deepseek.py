@@ -12,13 +12,16 @@ RoPE: V2 turns the rotary parts as complex numbers, pairs (2i, 2i+1); V3 does th
 ``rope_interleave`` (its default) and LLaMA's rotate_half without it. V3's interleaved form writes the
 turned pairs back evens first, then odds, the same permutation for q_R and k_R, so the scores are those
 of the interleaved layout here. The softmax scale is qk_head_dim^-0.5, the format's default for
-[mla]; any rope scaling is refused, since [mla] turns with plain RoPE (and YaRN would also multiply
-that scale by its mscale²). The MLP of layers from first_k_dense_replace on is DeepSeek's mixture of
+[mla]. YaRN (rope_type "yarn", the only scaling DeepSeek's checkpoints use) becomes [rope.scaling] with DeepSeek's
+mscale and mscale_all_dim kept as given: the attention factor on cos and sin is m(mscale) / m(mscale_all_dim), and
+the softmax scale is multiplied by m(mscale_all_dim)², as DeepseekV3Attention does; any other scaling and a partial
+rotary factor are refused. The MLP of layers from first_k_dense_replace on is DeepSeek's mixture of
 experts, which stack.py does not run: those layers may be chosen but not run beneath a deeper one.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -70,11 +73,11 @@ def _refuse(config: Config) -> None:
     raw = config.raw
     if raw.get("attention_bias"):
         raise ImporterError("config.json: attention_bias = true is not supported; [mla] has no biases on its projections")
-    if config.rope is not None and (config.rope.scaling is not None or config.rope.partial != 1.0):
-        kind = dict(config.rope.scaling or ()).get("type", "partial")
+    kind = dict(config.rope.scaling or ()).get("type") if config.rope is not None else None
+    if config.rope is not None and (kind not in (None, "yarn") or config.rope.partial != 1.0):
         raise ImporterError(
-            f"config.json: DeepSeek's rope scaling {kind!r} is not supported; [mla] turns its rotary parts with plain"
-            " RoPE (and YaRN's mscale² on the softmax scale goes with it)"
+            f"config.json: DeepSeek's rope scaling {kind or 'partial'!r} is not supported; [mla] scales its rotary"
+            " parts only with YaRN (rope_type \"yarn\"), as DeepSeek's checkpoints do"
         )
     if config.num_kv_heads != config.num_heads:
         raise ImporterError(
@@ -150,8 +153,34 @@ def open_deepseek(config: Config, tensors: TensorFiles, tokenize: Tokenize, sour
     said = (f"DeepSeek's latent attention ({version}): every head's keys and"
             f" values come from one latent of {d_c} numbers per token (kv_a_proj_with_mqa, then kv_a_layernorm)"
             f" and a rotary key of {d_rope} shared by the heads.")
-    return Model(source, config.num_layers, H, config.context, Rope(_layout(config), config.rope_base), tokenize,
-                 embed, layer, hf_schedule(config), lambda layer: said)
+    rope = Rope(_layout(config), config.rope_base, 1.0, _yarn(config))
+    if rope.scaling is not None:
+        said += (f" Its RoPE is scaled by YaRN (factor {rope.scaling['factor']:g}), whose mscale_all_dim also"
+                 " multiplies the softmax scale by m², as transformers' DeepseekV3Attention does.")
+    return Model(source, config.num_layers, H, config.context, rope, tokenize, embed, layer, hf_schedule(config),
+                 lambda layer: said)
+
+
+def _yarn(config: Config) -> dict[str, Any] | None:
+    """[rope.scaling] for a DeepSeek config with YaRN: the fields hf_rope.py reads, with DeepSeek's mscale and
+    mscale_all_dim as given (the attention factor is then worked from them, unless the file gives one)."""
+    if config.rope is None or config.rope.scaling is None:
+        return None
+    fields = dict(config.rope.scaling)
+    raw = config.raw.get("rope_parameters")
+    if not isinstance(raw, dict) or "rope_type" not in raw:
+        raw = config.raw.get("rope_scaling")
+    raw = raw if isinstance(raw, dict) else {}
+    kept = {}
+    for key in ("mscale", "mscale_all_dim"):
+        value = raw.get(key)
+        if value:  # transformers reads them with `if mscale and mscale_all_dim`: 0 and null mean not given
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+                raise ImporterError(f"config.json: rope_scaling {key} = {value!r}; expected a number > 0")
+            kept[key] = float(value)
+    if raw.get("attention_factor") is None and len(kept) == 2:
+        fields.pop("attention_factor", None)  # hf_rope.py worked it from the two m's: the scenario works it again
+    return {**fields, **kept}
 
 
 def _dense_until(config: Config, first_dense: int) -> int:

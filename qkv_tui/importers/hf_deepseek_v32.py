@@ -41,10 +41,9 @@ from qkv_tui.importers.hf_mimo import _moe as sigmoid_moe
 from qkv_tui.importers.hf_tensors import prefix_of
 from qkv_tui.importers.safetensors_raw import TensorFiles
 from qkv_tui.importers.stack import ACTIVATIONS, Array, GatedMlp, Layer, Model, Rope, Tokenize
-from qkv_tui.kernels.attention import Turn, project
+from qkv_tui.kernels.attention import project
 from qkv_tui.kernels.indexer import DEFAULT_K_EPS, BoolMatrix, IndexerWeights, index
 from qkv_tui.kernels.mla import MlaWeights, mla_head, mla_shared
-from qkv_tui.kernels.rope import angles, pairs
 
 # the indexer's RoPE layout and transformers' default index_n_heads: DeepseekV32Indexer turns with rotate_half
 # (apply_rotary_pos_emb), unlike its MLA; GlmMoeDsaIndexer with apply_rotary_pos_emb_interleave
@@ -155,20 +154,22 @@ def open_deepseek_v32(config: Config, tensors: TensorFiles, tokenize: Tokenize, 
             """[mla] over the normed input x (n, d_model), every head's causal mask narrowed to the selection."""
             n = x.shape[0]
             allow = np.tril(np.ones((n, n), dtype=bool))
-            turned = None
-            if rope is not None:
-                a = angles(rope.base, w.d_rope, list(range(n)))  # (n, d_rope/2)
-                turned = Turn(np.cos(a), np.sin(a), pairs(rope.layout, w.d_rope))
+            # DeepSeek's YaRN where scaled: the scaled frequencies and its attention factor on cos and sin, for the
+            # MLA and the indexer alike (transformers hands both the same cos and sin), and m² on the softmax scale
+            turned = None if rope is None else rope.latent_turn(w.d_rope, n)
+            divisor = math.sqrt(w.d_qk) if rope is None else rope.latent_divisor(w.d_qk)
             shared = mla_shared(x, w, turned)
             if ix is not None:
                 base_ = rope.base if rope is not None else 10000.0
-                kept[i] = picked = index(x, ix, allow, list(range(n)), base_, shared.c_Q).selected  # (n, n)
+                thetas, factor = (None, 1.0) if rope is None or rope.scaling is None else rope.thetas(ix.rope_dims)
+                kept[i] = picked = index(x, ix, allow, list(range(n)), base_, shared.c_Q, thetas,
+                                         factor if ix.rope_dims else 1.0).selected  # (n, n)
             else:
                 picked = kept.get(source_of(i), np.zeros((0, 0), dtype=bool))
                 if picked.shape != (n, n):  # a walk up the stack runs the full layer first; anything else is a bug
                     raise ImporterError(f"{source}: layer {i} reuses layer {source_of(i)}'s selection, which has not"
                                         " run on this text")
-            outs = [mla_head(shared, w, h, picked, math.sqrt(w.d_qk), turned).attended.output for h in range(w.num_heads)]
+            outs = [mla_head(shared, w, h, picked, divisor, turned).attended.output for h in range(w.num_heads)]
             return project(np.concatenate(outs, axis=1), W_O, None)  # (n, d_model)
 
         def tables(chosen: list[int]) -> dict[str, Any]:

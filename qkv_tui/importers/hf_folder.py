@@ -27,6 +27,9 @@ Two layouts:
 - "gemma3n" and "gemma3n_text": AltUp streams, LAuReL, per-layer inputs, a value norm, KV shared across layers
   (hf_gemma3n.py).
 - "mamba2": no attention; each layer's mixer as an [ssd] scenario (hf_mamba2_folder.py).
+- "nemotron_h": Mamba-2, attention and MLP/MoE blocks interleaved (hf_nemotron_h.py).
+- "kimi_linear": Kimi Delta Attention layers as [deltanet] scenarios and latent-attention layers without RoPE as
+  [mla] ones (hf_kimi_linear.py).
 """
 
 from __future__ import annotations
@@ -51,8 +54,10 @@ from qkv_tui.importers.hf_deepseek_v32 import open_deepseek_v32
 from qkv_tui.importers.hf_diffllama import open_diffllama
 from qkv_tui.importers.hf_gated_deltanet import as_heads, linear_note, read_linear
 from qkv_tui.importers.hf_gemma3n import open_gemma3n
+from qkv_tui.importers.hf_kimi_linear import open_kimi_linear
 from qkv_tui.importers.hf_mamba2_folder import open_mamba2
 from qkv_tui.importers.hf_mimo import open_mimo
+from qkv_tui.importers.hf_nemotron_h import open_nemotron_h
 from qkv_tui.importers.hf_tensors import lookup, prefix_of
 from qkv_tui.importers.safetensors_raw import TensorFiles
 from qkv_tui.importers.schedule import hf_schedule
@@ -117,8 +122,12 @@ def open_folder(folder: Path, source: str) -> Model:
         return open_mimo(config, tensors, tokenize, source)
     if config.model_type == "gemma3n_text":
         return open_gemma3n(config, tensors, tokenize, source)
+    if config.model_type == "kimi_linear":  # KDA and NoPE latent-attention layers (hf_kimi_linear.py)
+        return open_kimi_linear(config, tensors, tokenize, source)
     if config.model_type == "mamba2":  # no attention: each layer's mixer as an [ssd] scenario (hf_mamba2_folder.py)
         return open_mamba2(config, tensors, tokenize, source)
+    if config.model_type == "nemotron_h":  # a hybrid of Mamba-2, attention and MLP blocks (hf_nemotron_h.py)
+        return open_nemotron_h(config, tensors, tokenize, source)
     if config.model_type == "diffllama":  # LLaMA's layout, its attention differential (hf_diffllama.py)
         return open_diffllama(_llama(config, tensors, tokenize, source), config, tensors)
     return _llama(config, tensors, tokenize, source)

@@ -32,13 +32,14 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from statistics import NormalDist
+from typing import Any
 
 import numpy as np
 
 from qkv_tui.importers.errors import ImporterError
 from qkv_tui.importers.hf_config import Config
 from qkv_tui.importers.hf_gemma import in_dtype
-from qkv_tui.importers.hf_gemma3n_config import Gemma3nText, not_yet, text_config
+from qkv_tui.importers.hf_gemma3n_config import Gemma3nText, text_config
 from qkv_tui.importers.hf_rope import read_rope
 from qkv_tui.importers.hf_tensors import lookup, prefix_of
 from qkv_tui.importers.safetensors_raw import TensorFiles
@@ -237,7 +238,8 @@ def _not_run(x: Array) -> Array:
 def open_gemma3n(config: Config, tensors: TensorFiles, tokenize: Tokenize, source: str) -> Model:
     """The folder as a Model: X from Gemma3n.open's walk of the stream (normed: no [norm]), each layer's attention
     with [qk_norm] over each head (plain γ), [v_norm], scale 1 and its type's RoPE and mask; a layer that reuses an
-    earlier layer's K and V is one line (the format cannot give a layer another layer's K and V yet)."""
+    earlier layer's K and V has W_Q alone and [shared_kv]: the K and V its source layer stored, after that layer's
+    k_norm, RoPE and v_norm, as transformers hands them over (its [qk_norm] norms Q only: K arrives normed)."""
     g = text_config("config.json", config.raw, "gemma3n_text")
     model = Gemma3n(g, tensors)
     d, H, d_k = g.d_model, g.num_heads, g.head_dim
@@ -245,32 +247,61 @@ def open_gemma3n(config: Config, tensors: TensorFiles, tokenize: Tokenize, sourc
 
     def layer(i: int) -> Layer:
         source_layer = g.kv_source(i)
-        if source_layer is not None:
-            raise ImporterError(f"{source}: {not_yet(g, i, source_layer)}")
         a = f"layers.{i}.self_attn."
         get, p = tensors.get, model.p
+        kv_width = g.num_kv_heads * d_k
 
         def optional(name: str, width: int) -> Array | None:
             return get(p + a + name, (width,)) if bias else None
 
+        if source_layer is None:
+            W_K, W_V = model._w(a + "k_proj.weight", kv_width, d), model._w(a + "v_proj.weight", kv_width, d)
+            b_K, b_V = optional("k_proj.bias", kv_width), optional("v_proj.bias", kv_width)
+            gamma_k: Array = get(p + a + "k_norm.weight", (d_k,))
+        else:  # transformers builds no k_proj, v_proj, k_norm or v_norm here: zeros of their shapes, never written
+            W_K = W_V = np.zeros((d, kv_width))
+            b_K = b_V = None
+            gamma_k = np.ones(d_k)
         attention = Attention(
-            model._w(a + "q_proj.weight", H * d_k, d), model._w(a + "k_proj.weight", g.num_kv_heads * d_k, d),
-            model._w(a + "v_proj.weight", g.num_kv_heads * d_k, d), model._w(a + "o_proj.weight", d, H * d_k),
-            optional("q_proj.bias", H * d_k), optional("k_proj.bias", g.num_kv_heads * d_k),
-            optional("v_proj.bias", g.num_kv_heads * d_k), optional("o_proj.bias", d), H, g.num_kv_heads,
+            model._w(a + "q_proj.weight", H * d_k, d), W_K, W_V, model._w(a + "o_proj.weight", d, H * d_k),
+            optional("q_proj.bias", H * d_k), b_K, b_V, optional("o_proj.bias", d), H, g.num_kv_heads,
         )
         norm = model._norm(f"layers.{i}.input_layernorm.weight", d)
         return Layer(
             norm=norm, attention=attention, mlp_norm=norm, mlp=_not_run, scale=1.0,
             scale_from="scaling = 1.0 (Gemma 3n: no √d_k; its q_norm and k_norm set the scores' size)",
             window=g.window if g.kind(i) == "sliding_attention" else None,
-            qk_norm=QkNorm("head", get(p + a + "q_norm.weight", (d_k,)), get(p + a + "k_norm.weight", (d_k,)), g.eps),
-            rope=model.rope(i), v_norm=g.eps,
+            qk_norm=QkNorm("head", get(p + a + "q_norm.weight", (d_k,)), gamma_k, g.eps),
+            rope=model.rope(i), v_norm=g.eps if source_layer is None else None,
+            tables_on=None if source_layer is None else lambda X, heads: reused(i, source_layer, attention, heads),
         )
 
+    def reused(i: int, source_layer: int, attention: Attention, heads: list[int]) -> dict[str, Any]:
+        """A sharing layer's heads (W_Q alone) and its [shared_kv]: the K and V its source layer stored on this text
+        (the walk that made X ran that layer first), one per K/V head the heads read."""
+        walk = model._walk
+        assert walk is not None, "the layer's X is computed (Gemma3n.open) before its tables"
+        keys, values = walk.shared[g.kind(i)]
+        count = g.num_kv_heads if heads == list(range(H)) else 1 + max(attention.kv_head(h) for h in heads)
+        out: dict[str, Any] = {"shared_kv": {"source_layer": source_layer, "K": [keys[kv] for kv in range(count)],
+                                             "V": [values[kv] for kv in range(count)]}}
+        W_Q, b_Q = attention.W_Q, attention.b_Q
+        if heads == list(range(H)):
+            out["attention"] = {"num_heads": H, "num_kv_heads": g.num_kv_heads, "W_Q": W_Q}
+            if b_Q is not None:
+                out["attention"]["b_Q"] = b_Q.tolist()
+            return out
+        out["heads"] = []
+        for h in heads:
+            cut = slice(h * d_k, (h + 1) * d_k)
+            table: dict[str, Any] = {"name": f"L{i} H{h}", "W_Q": np.ascontiguousarray(W_Q[:, cut]),
+                                     "kv_head": attention.kv_head(h)}
+            if b_Q is not None:
+                table["b_Q"] = b_Q[cut].tolist()
+            out["heads"].append(table)
+        return out
+
     def stream(ids: list[int], i: int) -> Array:
-        if (source_layer := g.kv_source(i)) is not None:  # refused before the layers below it run
-            raise ImporterError(f"{source}: {not_yet(g, i, source_layer)}")
         return model.open(ids, i).X
 
     def embed(ids: list[int]) -> Array:
@@ -281,5 +312,14 @@ def open_gemma3n(config: Config, tensors: TensorFiles, tokenize: Tokenize, sourc
             " model keeps four copies of the stream and runs each layer on one); its q_norm and k_norm multiply by γ"
             " itself (not Gemma 2/3's 1 + γ), its v_norm norms each value row without a gain, and its scores are not"
             " scaled.")
+    def says(i: int) -> str:
+        source_layer = g.kv_source(i)
+        if source_layer is None:
+            return said
+        return said + (f" Layer {i} reuses layer {source_layer}'s K and V (Gemma 3n's cross-layer KV sharing: the last"
+                       f" num_kv_shared_layers = {g.shared_layers} layers compute none): [shared_kv] gives them as"
+                       f" layer {source_layer} stored them on this text, after its k_norm, RoPE and v_norm, so only Q"
+                       " is projected, normed and turned here ([qk_norm]'s gamma_k is not read).")
+
     return Model(source, g.num_layers, H, g.context, model.rope(0), tokenize, embed, layer, model.schedule(),
-                 lambda layer: said, stream)
+                 says, stream)

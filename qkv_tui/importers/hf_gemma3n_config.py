@@ -135,12 +135,3 @@ def text_config(name: str, data: dict[str, Any], model_type: str) -> Gemma3nText
         data.get("altup_correct_scale", True) is not False, shared,
         activation if isinstance(activation, str) else "", dtype if isinstance(dtype, str) else None,
     )
-
-
-
-def not_yet(config: Gemma3nText, layer: int, source: int) -> str:
-    """The one line a layer that reuses an earlier layer's K and V gets until the format can show it."""
-    first = config.num_layers - config.shared_layers
-    return (f"layer {layer} reuses layer {source}'s K and V (Gemma 3n's cross-layer KV sharing: the last"
-            f" num_kv_shared_layers = {config.shared_layers} layers compute none), which the scenario format does not"
-            f" express yet; choose model.layer {first - 1} or below (layer {source} computes them)")

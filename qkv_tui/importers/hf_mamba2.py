@@ -11,8 +11,8 @@ then the convolution and SiLU for x, B, C), given to [ssd] as numbers; dt from i
 (``W_dt``, with in_proj's dt bias folded into ``dt_bias``) so the Steps stage works softplus; A, D, the gated
 norm's γ and eps; out_proj as W_O. The scenario's heads are one per SSD head (head_dim wide W_V, not read).
 
-A "mamba2" folder opens through importers/hf_mamba2_folder.py, which reads each layer's mixer here; the layer
-schedule of a hybrid (nemotron_h, granitemoehybrid) is not wired yet. tests/test_hf_mamba2_layer.py compares this
+A "mamba2" folder opens through importers/hf_mamba2_folder.py, which reads each layer's mixer here, and so does
+a Nemotron-H hybrid's Mamba-2 layer (importers/hf_nemotron_h.py). tests/test_hf_mamba2_layer.py compares this
 with transformers' Mamba2Mixer.
 """
 

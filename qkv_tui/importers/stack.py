@@ -22,8 +22,8 @@ from qkv_tui.kernels.gate import gate
 from qkv_tui.kernels.mla import MlaWeights, mla_head, mla_shared
 from qkv_tui.kernels.norm import normalise
 from qkv_tui.kernels.policy import EXACT
-from qkv_tui.kernels.rope import angles, pairs, turn
-from qkv_tui.kernels.rope_scaling import inv_freq, turn_scaled
+from qkv_tui.kernels.rope import angles_at, pairs, turn
+from qkv_tui.kernels.rope_scaling import inv_freq, turn_scaled, yarn_default_factor
 from qkv_tui.kernels.sharing import kv_head_of
 from qkv_tui.kernels.softmax import softmax_rows
 
@@ -52,14 +52,33 @@ class Rope:
     partial: float = 1.0  # Hugging Face's partial_rotary_factor: the first int(partial·d_k) dimensions turn
     scaling: dict[str, Any] | None = None  # [rope.scaling] as the scenario spells it: "type", then its fields
 
+    def thetas(self, d_k: int) -> tuple[Array, float]:
+        """(the frequencies of heads d_k wide (r/2,), YaRN's attention factor on cos and sin), scaled as given."""
+        fields = dict(self.scaling or {"type": "default"})
+        return inv_freq(fields.pop("type"), self.base, d_k, partial_rotary_factor=self.partial, **fields)
+
+    def latent_turn(self, d_rope: int, n: int) -> Turn:
+        """[mla]'s rotation of q_R and k_R at positions 0 … n − 1: cos and sin of the (scaled) angles, times YaRN's
+        attention factor (as transformers' rotary embedding hands them to the attention and the indexer)."""
+        thetas, a = self.thetas(d_rope)
+        angles_ = angles_at(thetas, np.arange(n, dtype=np.float64))  # (n, d_rope/2)
+        return Turn(np.cos(angles_) * a, np.sin(angles_) * a, pairs(self.layout, d_rope))
+
+    def latent_divisor(self, d_qk: int) -> float:
+        """[mla]'s divisor: √d_qk, over m² where DeepSeek's YaRN gives mscale_all_dim (DeepseekV3Attention's
+        softmax_scale·mscale²; core/variants/mla.py divisor)."""
+        fields = dict(self.scaling or {})
+        m = None
+        if fields.get("type") == "yarn" and fields.get("mscale_all_dim"):
+            m = yarn_default_factor(float(fields["factor"]), float(fields["mscale_all_dim"]))
+        return math.sqrt(d_qk) if m is None or m == 1.0 else math.sqrt(d_qk) / (m * m)
+
     def rotate(self, x: Array) -> Array:
         """Rotate the rows of x (n, d_k), row p by position p."""
         positions = np.arange(x.shape[0], dtype=np.float64)
         if self.partial == 1.0 and self.scaling is None:
             return turn(x, self.layout, self.base, positions)
-        fields = dict(self.scaling or {"type": "default"})
-        thetas, a = inv_freq(fields.pop("type"), self.base, int(x.shape[1]), partial_rotary_factor=self.partial,
-                             **fields)  # (r/2,), the attention factor
+        thetas, a = self.thetas(int(x.shape[1]))  # (r/2,), the attention factor
         return turn_scaled(x, self.layout, thetas, a, positions)
 
 
@@ -182,15 +201,14 @@ def attention_forward(layer: Layer, rope: Rope | None, x: Array) -> Array:
 
 
 def _mla_forward(w: MlaWeights, W_O: Array, rope: Rope | None, x: Array) -> Array:
-    """Latent attention (kernels/mla.py) over the normed input x (n, d_model), causal, plain RoPE on its rotary parts."""
+    """Latent attention (kernels/mla.py) over the normed input x (n, d_model), causal, RoPE (DeepSeek's YaRN where
+    scaled) on its rotary parts."""
     n = x.shape[0]
-    turned = None
-    if rope is not None:
-        a = angles(rope.base, w.d_rope, list(range(n)))  # (n, d_rope/2)
-        turned = Turn(np.cos(a), np.sin(a), pairs(rope.layout, w.d_rope))
+    turned = None if rope is None else rope.latent_turn(w.d_rope, n)
+    divisor = math.sqrt(w.d_qk) if rope is None else rope.latent_divisor(w.d_qk)
     allow = np.tril(np.ones((n, n), dtype=bool))
     shared = mla_shared(x, w, turned)
-    outputs = [mla_head(shared, w, h, allow, math.sqrt(w.d_qk), turned).attended.output for h in range(w.num_heads)]
+    outputs = [mla_head(shared, w, h, allow, divisor, turned).attended.output for h in range(w.num_heads)]
     return project(np.concatenate(outputs, axis=1), W_O, None)  # (n, d_model)
 
 

@@ -12,7 +12,7 @@ import numpy as np
 
 from qkv_tui.kernels.norm import Normed, QKNormed, normalise
 from qkv_tui.kernels.policy import EXACT, Policy
-from qkv_tui.kernels.softmax import Biased, Capped, SoftmaxRows, Sunk, masked_logits, soft_cap, softmax_rows
+from qkv_tui.kernels.softmax import Capped, SoftmaxRows, Sunk, masked_logits, soft_cap, softmax_rows
 from qkv_tui.kernels.stats import Matrix
 
 P = TypeVar("P")
@@ -97,8 +97,8 @@ class PartSpec:
     keeps_scale: ClassVar[bool] = True  # False for a part whose map divides by no scale (shown as no √d_k)
 
     def values(self, p: HeadPass) -> None:
-        """Replace ``p.V`` before anything reads it (a value scale); a head that reuses an earlier head's V
-        (``p.shared``) finds it as that head's parts left it."""
+        """Replace ``p.V`` (and ``p.K``: another layer's, [shared_kv]) before anything reads them (a value scale);
+        a head that reuses an earlier head's V (``p.shared``) finds it as that head's parts left it."""
         return None
 
     def before_score(self, p: HeadPass) -> None:
@@ -132,21 +132,6 @@ class QKNormHead(PartSpec):
         p.Q_turned = p.Q_used = Q_normed.X_norm
         p.K_turned = p.K_used = K_normed.X_norm
         p.records.append(QKNormed(Q_normed, K_normed))
-
-
-@dataclass(frozen=True, eq=False)
-class AlibiSpec(PartSpec):
-    """ALiBi as a part: its bias (n, m) is added to the scaled scores."""
-
-    bias: Matrix
-    slope: float
-
-    def before_score(self, p: HeadPass) -> None:
-        p.bias = self.bias
-
-    def after_mix(self, p: HeadPass, attended: Attended) -> None:
-        assert attended.bias is not None
-        p.records.append(Biased(attended.bias, self.slope))
 
 
 @dataclass(frozen=True, eq=False)
@@ -235,14 +220,22 @@ def head_forward(X: Matrix, X_kv: Matrix, W_Q: Matrix, W_K: Matrix, W_V: Matrix,
     p = HeadPass(X, X_kv, allow, scale, policy, shared, Q, K, V, Q, K, Q, K)
     for part in parts:
         part.values(p)
+    attended = scored(p, parts)
+    return Forward(Q, p.K, p.V, attended, tuple(p.records))
+
+
+def scored(p: HeadPass, parts: Sequence[PartSpec]) -> Attended:
+    """From the scores on, with each part at its hooks: the options ``before_score`` sets (or the Queries and
+    Keys it turns), the map of the first part that attends in the softmax's place, else the softmax; then each
+    part's ``after_mix``, which keeps its record in ``p.records``."""
     for part in parts:
         part.before_score(p)
     attended = next((a for a in (part.attend(p) for part in parts) if a is not None), None)
     if attended is None:
-        attended = attend(p.Q_used, p.K_used, p.V, allow, scale, p.bias, p.sink, policy, p.softcap)
+        attended = attend(p.Q_used, p.K_used, p.V, p.allow, p.scale, p.bias, p.sink, p.policy, p.softcap)
     for part in parts:
         part.after_mix(p, attended)
-    return Forward(Q, K, p.V, attended, tuple(p.records))
+    return attended
 
 
 def qk_normalise(M: Matrix, gamma: Matrix, eps: float, rows: Normed | None, policy: Policy = EXACT) -> Normed:

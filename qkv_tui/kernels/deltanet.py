@@ -13,7 +13,9 @@ distance t − s alone.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any, ClassVar
 
 import numpy as np
@@ -50,24 +52,52 @@ class DeltaForward:
     # its weights, q·k times the decaying mask, weigh the corrections δ, not V: no distribution
     distribution: ClassVar[bool] = False
     route: ClassVar[str] = "Sᵀq, the state read with its query: the corrections δ weighted by q·k and the decaying causal mask"
+    # the decode view's module for the state it carries, line by line (core/part_questions.py face)
+    faces: ClassVar[Mapping[str, str]] = MappingProxyType({"state": "deltanet_state"})
+
+    @property
+    def map_formula(self) -> tuple[tuple[str, bool], ...]:
+        """What the heads view's maps hold (core/part_questions.py): one decay a head multiplies q·k, a decay per
+        key channel sits inside the dot product (Kimi Delta Attention: A[t,s] = Σᵢ q_t[i]·e^(G_t[i] − G_s[i])·k_s[i]);
+        the decaying mask weighs the corrections δ."""
+        inner = "Σᵢ q[i]·e^(G_t[i] − G_s[i])·k[i]" if self.decay.ndim == 2 else "(q·kᵀ)·e^(G_t − G_s)"
+        return ((inner, True), ("·δ", False))
 
     def overflow(self, stage: str, at: Any) -> tuple[str, str, str] | None:
-        """The delta rule's values past float64, in place of the weights (core/part_questions.py). g first: the
-        state reads e^g, so an overflow of g shows in S too, and g's inputs are what to change."""
-        if stage != "state":
-            return None
-        for what, array in (("g", self.g), ("e^g", self.decay), ("δ", self.delta), ("the state S", self.S),
-                            ("the output", self.output)):
-            if (where := at.first(array)) is not None:
-                return what, (f"{at.head}: values in {what} of [deltanet] overflow float64 at {where}"), \
-                    _hint(at.sc.deltanet, at.h, what)
+        """The delta rule's values past float64, in place of the weights (core/part_questions.py)."""
+        return state_overflow(self, stage, at)
+
+
+def state_overflow(record: Any, stage: str, at: Any) -> tuple[str, str, str] | None:
+    """A delta rule's values past float64 (one gate a head, or one a key channel: kernels/kda.py), in the order
+    they are worked. Σq² and Σk² first: a row whose square overflows has a finite length float64 cannot reach
+    this way, and its unit vector would be written as x / ∞ = 0. Then g: the state reads e^g, so an overflow
+    of g shows in S too, and g's inputs are what to change."""
+    if stage != "state":
         return None
+    for what, array in (("Σq²", record.sq_q), ("Σk²", record.sq_k), ("g", record.g), ("e^g", record.decay),
+                        ("δ", record.delta), ("the state S", record.S), ("the output", record.output)):
+        if (where := at.first(array)) is not None:
+            return what, (f"{at.head}: values in {what} of [deltanet] overflow float64 at {where}"), \
+                _hint(at.sc.deltanet, at.h, what)
+    return None
 
 
 def _hint(dn: Any, h: int, what: str) -> str:
     """What to change where a value of the delta rule overflows: the inputs that value is made of, and only
     those. g = −e^A_log·softplus(X̂·W_a + dt_bias) reads neither V nor the state; the state, δ and the output
     read V, β and e^g ≤ 1, with the unit-length q and k (their size cannot grow)."""
+    if what in ("Σq²", "Σk²"):
+        role = what[1].upper()
+        conv = f" or smaller conv_{role.lower()} taps" if dn.io is not None and dn.io.conv_q is not None else ""
+        return (f"expected smaller {role} (X, W_{role} or b_{role}){conv}: each {role} row is divided by its length,"
+                f" √(Σ{role.lower()}² + 1e-6), and the sum of its squares must stay within float64")
+    kda = dn.channels
+    if what in ("g", "e^g") and kda is not None:
+        if kda.g is not None:
+            return "expected a smaller g"
+        return ("expected a smaller A_log, or a smaller (X̂·W_fa)·W_fb + dt_bias (X, W_fa, W_fb or dt_bias):"
+                " g = −e^A_log·softplus((X̂·W_fa)·W_fb + dt_bias) is their product")
     if what in ("g", "e^g"):
         if dn.A_log is None:  # g given: the loader keeps it finite and <= 0, so e^g <= 1
             return "expected a smaller g"

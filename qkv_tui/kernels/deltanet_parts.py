@@ -4,7 +4,8 @@
   no bias), then SiLU: each channel of token t reads itself and the K − 1 tokens before it, zeros before
   the first token (transformers' ``causal_conv1d_fn``: ``conv1d(padding=K − 1)[:, :, :n]``, then SiLU);
 - after it, the gated RMSNorm of each head's output (``Qwen3NextRMSNormGated``): rmsnorm(o)·γ·silu(z),
-  z = X̂·W_Z, the norm before the gate and γ stored as is (no 1 + γ, unlike the models' other norms).
+  z = X̂·W_Z, the norm before the gate and γ stored as is (no 1 + γ, unlike the models' other norms); Kimi
+  Linear's (``KimiLinearRMSNormGated``) gates with σ(z) in place of silu(z).
 """
 
 from __future__ import annotations
@@ -16,9 +17,9 @@ from typing import ClassVar
 
 import numpy as np
 
-from qkv_tui.kernels.gate import sigmoid
 from qkv_tui.kernels.norm import normalise
 from qkv_tui.kernels.policy import EXACT, Policy
+from qkv_tui.kernels.sigmoid import sigmoid
 from qkv_tui.kernels.stats import Matrix
 
 
@@ -53,20 +54,23 @@ class GatedNorm:
     normed: Matrix  # (n, d_v) o / root · γ
     z: Matrix  # (n, d_v) X̂·W_Z, the gate's input
     sig_z: Matrix  # (n, d_v) σ(z)
-    silu_z: Matrix  # (n, d_v) z·σ(z)
-    out: Matrix  # (n, d_v) normed ⊙ silu(z): what W_O reads
+    gate_z: Matrix  # (n, d_v) the gate: silu(z) = z·σ(z), or σ(z) itself where gate is "sigmoid"
+    out: Matrix  # (n, d_v) normed ⊙ gate_z: what W_O reads
+    gate: str = "silu"  # "silu" (Qwen3-Next, Qwen3.5) or "sigmoid" (Kimi Linear)
 
 
-def gated_norm(o: Matrix, z: Matrix, gamma: Matrix, eps: float, policy: Policy = EXACT) -> GatedNorm:
-    """rmsnorm(o)·γ·silu(z) over each row of one head's output o (n, d_v), z (n, d_v) its gate's input."""
+def gated_norm(o: Matrix, z: Matrix, gamma: Matrix, eps: float, policy: Policy = EXACT,
+               gate: str = "silu") -> GatedNorm:
+    """rmsnorm(o)·γ·silu(z) (or ·σ(z) with gate "sigmoid") over each row of one head's output o (n, d_v), z (n, d_v)
+    its gate's input."""
     normed = normalise(policy, "rms", o, gamma, None, eps)
     sig_z = sigmoid(z, policy)  # (n, d_v)
-    silu_z = policy.table(z * sig_z)  # (n, d_v)
-    out = policy.table(normed.X_norm * silu_z)  # (n, d_v)
+    gate_z = sig_z if gate == "sigmoid" else policy.table(z * sig_z)  # (n, d_v)
+    out = policy.table(normed.X_norm * gate_z)  # (n, d_v)
     z_kept = np.array(z, dtype=np.float64)
-    for a in (sig_z, silu_z, out, z_kept):
+    for a in (sig_z, gate_z, out, z_kept):
         a.setflags(write=False)
-    return GatedNorm(normed.spread, normed.root, normed.X_norm, z_kept, sig_z, silu_z, out)
+    return GatedNorm(normed.spread, normed.root, normed.X_norm, z_kept, sig_z, gate_z, out, gate)
 
 
 @dataclass(frozen=True, eq=False)
@@ -79,6 +83,7 @@ class AroundSpec:
     W_Z: Matrix | None  # (d_model, d_v); None without the output norm
     gamma_o: Matrix | None  # (d_v,)
     eps_o: float
+    gate_o: str = "silu"  # the output norm's gate: "silu" or "sigmoid" (Kimi Linear)
 
 
 @dataclass(frozen=True, eq=False)
@@ -89,6 +94,7 @@ class Around:
     out_norm: GatedNorm | None  # None without the output norm
 
     joined_name: ClassVar[str] = "dn_og"  # what the trace calls it
+    joined_label: ClassVar[str] = "normed"  # what Concat's line calls it beside the head's name
     # the views that cannot show it yet (core/part_questions.py refusal): the printed page has no tables for them
     refuses: ClassVar[Mapping[str, str]] = MappingProxyType({
         "worksheet": "a worksheet of [deltanet] with its short convolution or gated output norm (conv_q …, W_Z) is not"
@@ -108,7 +114,7 @@ def convolve(spec: AroundSpec, Q: Matrix, K: Matrix, V: Matrix,
 
 
 def norm_out(spec: AroundSpec, X: Matrix, o: Matrix, policy: Policy = EXACT) -> GatedNorm | None:
-    """rmsnorm(o)·γ·silu(X·W_Z) for the head's output o (n, d_v), X what the projections read."""
+    """rmsnorm(o)·γ·silu(X·W_Z) (or ·σ(X·W_Z)) for the head's output o (n, d_v), X what the projections read."""
     if spec.W_Z is None or spec.gamma_o is None:
         return None
-    return gated_norm(o, policy.table(policy.matmul(X, spec.W_Z)), spec.gamma_o, spec.eps_o, policy)
+    return gated_norm(o, policy.table(policy.matmul(X, spec.W_Z)), spec.gamma_o, spec.eps_o, policy, spec.gate_o)

@@ -12,10 +12,9 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, ClassVar
 
-import numpy as np
-
 from qkv_tui.kernels.attention import Attended, HeadPass, PartSpec
 from qkv_tui.kernels.policy import EXACT, Policy
+from qkv_tui.kernels.sigmoid import sigmoid as sigmoid  # re-exported: the importers' routers read it here
 from qkv_tui.kernels.stats import Matrix
 
 
@@ -29,6 +28,7 @@ class Gated:
     W_G: Matrix  # (d_model, d_v) the gate's weights
 
     joined_name: ClassVar[str] = "gated"  # what the trace calls it
+    joined_label: ClassVar[str] = "gated"  # what Concat's line calls it beside the head's name
     # what the tiles and cache views say of it (core/part_questions.said): it acts after the map, row by row
     words: ClassVar[Mapping[str, str]] = MappingProxyType({
         "tiles.after": "the output gate applies after the tiles' final O, as the Gate stage does: gated = O ⊙"
@@ -66,15 +66,6 @@ class Gated:
         """This part for some query rows alone, from what their Query projection reads and their output (the
         cache view's new tokens): the gate is per token, so nothing of it is cached."""
         return gate(X, self.W_G, output)
-
-
-def sigmoid(logit: Matrix, policy: Policy = EXACT) -> Matrix:
-    """1 / (1 + e^−z), as a person works it: e^−z written down, then 1 + e^−z, then the quotient.
-
-    A very negative z makes e^−z overflow to ∞ and the gate exactly 0, which is its limit (closed)."""
-    with np.errstate(over="ignore"):
-        e = policy.worked(np.exp(-logit))  # (n, d_v)
-    return policy.table(1.0 / policy.worked(1.0 + e))
 
 
 def gate(X: Matrix, W_G: Matrix, output: Matrix, policy: Policy = EXACT) -> Gated:

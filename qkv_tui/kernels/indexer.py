@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -92,6 +93,25 @@ class Indexed:
     def fields(self) -> dict[str, Matrix | BoolMatrix]:
         """What the JSON export's ``"indexer"`` carries (contracts §15); the export writes its own −∞ rule."""
         return {"scores": self.scores, "selected": self.selected}
+
+    def overflow(self, stage: str, at: Any) -> tuple[str, str, str] | None:
+        """Its numbers past float64, in the order the Index stage works them, before any head projects
+        (core/part_questions.py): a score of −∞ or NaN where the key is visible would pass for a masked key."""
+        if stage != "latent":
+            return None
+        def per_row(a: Matrix) -> Matrix:  # (H_I, n, ·) → (n, H_I, ·): the place names the query's row
+            return a.transpose(1, 0, 2)
+
+        said: tuple[str, str, str] | None = at.named((
+            ("[indexer]'s q_I", per_row(self.q_turned), False, False, "expected smaller X (or c_Q) or W_q"),
+            ("[indexer]'s k_I", self.k_turned, False, False, "expected smaller X or W_k"),
+            ("[indexer]'s w", self.w, False, False, "expected smaller X or W_w"),
+            ("[indexer]'s q_I·k_I", per_row(self.dots), False, False, "expected smaller X, W_q or W_k"),
+            ("[indexer]'s terms w·ReLU(q_I·k_I)", per_row(self.terms), False, False, "expected smaller X, W_w, W_q or W_k"),
+            ("[indexer]'s scores", np.where(self.allow, self.scores, 0.0), False, True,
+             "expected smaller X, W_w, W_q or W_k"),
+        ))
+        return said
 
     @property
     def covers_all(self) -> bool:

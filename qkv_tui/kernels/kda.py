@@ -22,14 +22,15 @@ with the softplus taken as x itself past 20 (FLA's and transformers' threshold).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
-from qkv_tui.kernels.deltanet import decay_rate, l2_rows
+from qkv_tui.kernels.deltanet import decay_rate, l2_rows, state_overflow
 from qkv_tui.kernels.deltanet_parts import Convolved, causal_conv
-from qkv_tui.kernels.gate import sigmoid
 from qkv_tui.kernels.norm import normalise
 from qkv_tui.kernels.policy import EXACT, Policy
+from qkv_tui.kernels.sigmoid import sigmoid
 from qkv_tui.kernels.stats import Matrix
 
 SOFTPLUS_THRESHOLD = 20.0  # transformers' KimiLinearForgetGate (and FLA): softplus(x) is taken as x past it
@@ -60,6 +61,10 @@ class KdaForward:
     S: Matrix  # (n, d_k, d_v) the state after token t
     output: Matrix  # (n, d_v) S_tᵀ q_t
     uniform: bool  # every token's g the same in every channel: Gated DeltaNet's rule exactly
+
+    def overflow(self, stage: str, at: Any) -> tuple[str, str, str] | None:
+        """Its values past float64, as the delta rule's (core/part_questions.py)."""
+        return state_overflow(self, stage, at)
 
 
 def kda_forward(Q: Matrix, K: Matrix, V: Matrix, g: Matrix, beta: Matrix, policy: Policy = EXACT) -> KdaForward:

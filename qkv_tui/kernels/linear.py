@@ -8,7 +8,9 @@ Exactly they agree; by hand each form rounds its own intermediates.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any, ClassVar
 
 import numpy as np
@@ -51,6 +53,14 @@ class LinearForward:
     numer: Matrix  # (n, d_v) φ(q_t)ᵀS_t
     denom: Matrix  # (n,) φ(q_t)ᵀz_t; 1 without normalize
     recurrent: Matrix  # (n, d_v) numer / denom: the recurrent form
+
+    # the decode view's module for the state it carries, line by line (core/part_questions.py face)
+    faces: ClassVar[Mapping[str, str]] = MappingProxyType({"state": "linear_state"})
+
+    @property
+    def map_formula(self) -> tuple[tuple[str, bool], ...]:
+        """What the heads view's maps hold (core/part_questions.py): φ(q)·φ(k), from no softmax."""
+        return (("rownorm(φ(Q)·φ(K)ᵀ)" if self.spec.normalize else "φ(Q)·φ(K)ᵀ", True), ("·V", False))
 
     @property
     def distribution(self) -> bool:

@@ -13,14 +13,14 @@ the cache keep c_KV and k_R alone (docs/scenario-format.md, [mla]).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, ClassVar
 
 import numpy as np
 
-from qkv_tui.kernels.attention import Attended, Turn, attend, frozen, project
+from qkv_tui.kernels.attention import Attended, HeadPass, PartSpec, Turn, frozen, project, scored
 from qkv_tui.kernels.norm import Normed, normalise
 from qkv_tui.kernels.policy import EXACT, Policy
 from qkv_tui.kernels.rope import rotate
@@ -102,9 +102,14 @@ class MlaHead:
     absorbed_scores: Matrix  # (n, n) q_latent·c_KVᵀ + q_R·k_Rᵀ, the same as the scores
     latent_mix: Matrix  # (n, d_c) weights·c_KV
     absorbed_output: Matrix  # (n, d_v) latent_mix·W_UV_h, the same as the output
+    records: tuple[object, ...] = ()  # the records of the head's parts from the scores on, in the order they ran
 
     # the display module that shows what the cache keeps of these heads (core/part_questions.face)
     faces: ClassVar[Mapping[str, str]] = MappingProxyType({"cache": "mla_cache"})
+    # its heads project through the latent, not by W_Q, W_K and W_V (teach/stages/replaced.py heads_project), and
+    # the module under teach/stages that titles the Q, K and V the later stages read of them
+    projects: ClassVar[bool] = False
+    titles: ClassVar[str] = "mla_parts"
 
     def overflow(self, stage: str, at: Any) -> tuple[str, str, str] | None:
         """The latent layer's own matrices, before the heads' Q, K and V they make (core/part_questions.py)."""
@@ -142,9 +147,10 @@ def mla_shared(X: Matrix, w: MlaWeights, turn: Turn | None, policy: Policy = EXA
 
 
 def mla_head(shared: MlaShared, w: MlaWeights, h: int, allow: np.ndarray, scale: float, turn: Turn | None, *,
-             bias: Matrix | None = None, softcap: float | None = None, policy: Policy = EXACT) -> MlaHead:
-    """Head h: expand its keys and values from the latent, turn its rotary query, attend, and work the
-    absorbed form beside it."""
+             X: Matrix | None = None, parts: Sequence[PartSpec] = (), policy: Policy = EXACT) -> MlaHead:
+    """Head h: expand its keys and values from the latent, turn its rotary query, attend (with ``parts`` at their
+    hooks from the scores on, as any head's: a bias or a soft-cap; ``X`` is what the queries were projected from),
+    and work the absorbed form beside it."""
     start = h * w.d_qk
     q_C = frozen(np.ascontiguousarray(shared.Q_all[:, start:start + w.d_nope]))  # (n, d_nope)
     q_R_raw = frozen(np.ascontiguousarray(shared.Q_all[:, start + w.d_nope:start + w.d_qk]))  # (n, d_rope)
@@ -154,7 +160,8 @@ def mla_head(shared: MlaShared, w: MlaWeights, h: int, allow: np.ndarray, scale:
     v_C = frozen(project(shared.c_KV, W_UV, None, policy))  # (n, d_v)
     Q = frozen(np.concatenate([q_C, q_R], axis=1))  # (n, d_qk)
     K = frozen(np.concatenate([k_C, shared.k_R], axis=1))  # (n, d_qk)
-    attended = attend(Q, K, v_C, allow, scale, bias, None, policy, softcap)
+    p = HeadPass(Q if X is None else X, shared.c_KV, allow, scale, policy, None, Q, K, v_C, Q, K, Q, K)
+    attended = scored(p, parts)
     q_latent = frozen(project(q_C, W_UK.T, None, policy))  # (n, d_c)
     # one dot of [q_latent | q_R] with [c_KV | k_R], as the screen works it (by hand: one running sum)
     absorbed_scores = frozen(policy.table(policy.matmul(np.concatenate([q_latent, q_R], axis=1),
@@ -162,7 +169,7 @@ def mla_head(shared: MlaShared, w: MlaWeights, h: int, allow: np.ndarray, scale:
     latent_mix = frozen(project(attended.softmax.weights, shared.c_KV, None, policy))  # (n, d_c)
     absorbed_output = frozen(project(latent_mix, W_UV, None, policy))  # (n, d_v)
     return MlaHead(shared, q_C, q_R_raw, q_R, k_C, v_C, Q, K, attended, q_latent, absorbed_scores, latent_mix,
-                   absorbed_output)
+                   absorbed_output, tuple(p.records))
 
 
 def _rms(M: Matrix, gamma: Matrix, eps: float, policy: Policy) -> Normed:

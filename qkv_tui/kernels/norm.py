@@ -34,6 +34,8 @@ class QKNormed:
     # the views' names of the Queries and Keys as scored, where no later part turns them (core/part_questions.py)
     scored_suffix: ClassVar[str] = "_norm"
     scored_word: ClassVar[str] = "normalised"
+    scored_mark: ClassVar[str] = "\u0302"  # Q̂, K̂ in the arithmetic (a combining circumflex)
+    back_suffix: ClassVar[str] = "_n"  # dQ_n, dK_n: the gradient at Q and K before the norm (teach/stages/grads.py)
 
     @property
     def Q_norm(self) -> Matrix:

@@ -78,10 +78,16 @@ class Rotated:
     # the views' names of the Queries and Keys as scored (core/part_questions.scored_suffix, scored_word)
     scored_suffix: ClassVar[str] = "_rot"
     scored_word: ClassVar[str] = "rotated"
-    # how the cache view writes a projection this part turns: all rows, and one token's row at its position
+    scored_mark: ClassVar[str] = "'"  # Q', K' in the arithmetic
+    back_suffix: ClassVar[str] = "_t"  # dQ_t, dK_t: the gradient at Q and K before the turn (teach/stages/grads.py)
+    # how the cache view writes a projection this part turns: all rows, and one token's row at its position; what
+    # the Score stage says of a score of turned vectors, and the worksheet of where the turned K is
     words: ClassVar[Mapping[str, str]] = MappingProxyType({
         "cache.Q": "RoPE({text})", "cache.K": "RoPE({text})",
         "cache.Q.at": "rotate({text}, position {position})", "cache.K.at": "rotate({text}, position {position})",
+        "score.distance": "both vectors are rotated by their own position, so position enters this score only through"
+                          " the distance {query} − {key} = {distance}; the vectors themselves decide the rest",
+        "worksheet.kv_reader": " (and K' in its Rotate section)",  # where a K/V reader's K is, after its Project's
     })
 
     @property

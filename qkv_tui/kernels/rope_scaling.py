@@ -70,6 +70,15 @@ class RopeScaling:
         return yarn_default_factor(self.factor)
 
     @property
+    def softmax_mscale(self) -> float | None:
+        """DeepSeek's attention (transformers' DeepseekV3Attention, yarn_apply_mscale): where mscale_all_dim is
+        given, the softmax scale qk_head_dim^(−1/2) is multiplied by m², m = 0.1·mscale_all_dim·ln(factor) + 1
+        (1 for factor ≤ 1); None where it is not given. [mla] divides by √d_qk / m² (core/variants/mla.py)."""
+        if self.type != "yarn" or not self.mscale_all_dim:
+            return None
+        return yarn_default_factor(self.factor, self.mscale_all_dim)
+
+    @property
     def fast(self) -> float:
         return YARN_BETA_FAST if self.beta_fast is None else float(self.beta_fast)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -13,13 +14,6 @@ from qkv_tui.kernels.policy import EXACT, Policy
 from qkv_tui.kernels.stats import Matrix
 
 Index = int | slice  # a row or a column, or a range of them, of a head's (n, m) map
-
-
-def alibi_bias(slope: float, positions: tuple[int, ...]) -> Matrix:
-    """slope · (pos_j − pos_i): 0 on the diagonal, more negative the further back the key: (n, n)."""
-    p = np.asarray(positions, dtype=np.float64)
-    bias: Matrix = slope * (p[None, :] - p[:, None])  # (n, n)
-    return bias
 
 
 def soft_cap(scaled: Matrix, cap: float | None, policy: Policy = EXACT) -> Matrix:
@@ -61,34 +55,6 @@ def exp_of_difference(a: Matrix, b: Matrix) -> Matrix:
         diff = a - b
     out: Matrix = np.exp(np.where(np.isnan(diff), 0.0, diff))
     return out
-
-
-@dataclass(frozen=True, eq=False)
-class Biased:
-    """ALiBi's record of one head ([alibi]); it answers the views' questions of a term added to the scores
-    (core/part_questions.py)."""
-
-    bias: Matrix  # (n, m) slope·(pos_j − pos_i), as kept
-    slope: float  # the head's slope
-
-    term_name: ClassVar[str] = "bias"  # what the views call the term in a line of the scores
-
-    def scores_term(self, rows: Index, cols: Index) -> Matrix:
-        """What this part adds to the scaled (stepped) scores of ``rows`` and ``cols``."""
-        out: Matrix = self.bias[rows, cols]
-        return out
-
-    def softmax_options(self, rows: Index, cols: Index) -> dict[str, object]:
-        """What kernels/attention.py's attend takes to replay this part on ``rows`` and ``cols``."""
-        return {"bias": self.bias[rows, cols]}
-
-    def overflow(self, stage: str, at: Any) -> tuple[str, str, str] | None:
-        """The term past float64 (core/part_questions.py): its slope."""
-        if stage != "term":
-            return None
-        said: tuple[str, str, str] | None = at.named((
-            ("bias", self.bias, False, True, "expected a smaller ALiBi slope (the bias is slope·(j − i))"),))
-        return said
 
 
 @dataclass(frozen=True, eq=False)
@@ -136,6 +102,11 @@ class Capped:
     words: ClassVar[Mapping[str, str]] = MappingProxyType({
         "tiles.back.step": "    through the soft-cap: dS ⊙ (1 − tanh²(s/c)) = {ds} ⊙ (1 − {factor}"
                            " ⊙ {factor}) = {result}",
+        # what dScore's meaning says of the gradient it divides (teach/stages/score.py)
+        "dscore.scale": "With the scale and the soft-cap folded in, dQ = dscaled·K / scale, where dscaled ="
+                        " dS ⊙ (1 − tanh²(scaled / c)): the cap's slope, then the scale.",
+        # the what-if table isolates the division: a cap would blur what it shows (display/view.py)
+        "whatif.left_out": "  (the division alone: {name}'s soft-cap of {part.softcap:g} is left out here)",
         # under the cap dS is the gradient at the capped scores: the cap's slope turns it into dscaled at the
         # scaled ones, and dscaled (not dS) is what dQ and dK gather (teach/tiled_backward.py, the Pair's dscaled)
         "tiles.back.meaning.dS": "{plain} Under the soft-cap this dS is the gradient at the capped scores; the cap's"
@@ -174,6 +145,26 @@ class Capped:
         """The gradient at the stepped scores taken back through the step: dS·(1 − tanh²)."""
         out: Matrix = ds * (1.0 - factor * factor)
         return out
+
+    # the backward's one-cell line through the step: dscaled = dS·(1 − tanh²(scaled / c)), c among its operands so
+    # the line recomputes from what it shows (teach/stages: a stage writes it with back_symbolic, back_operands,
+    # back_value and back_written)
+    back_symbolic: ClassVar[str] = "(1 − tanh²({scaled} / c))"
+
+    @property
+    def back_operands(self) -> tuple[float, ...]:
+        """The numbers the line reads besides the gradient and the scaled score: the cap."""
+        return (self.softcap,)
+
+    @staticmethod
+    def back_value(g: float, s: float, c: float) -> float:
+        """The gradient at the scaled score from ``g`` at the capped one, as a calculator works the line."""
+        return g * (1 - math.tanh(s / c) * math.tanh(s / c))
+
+    @staticmethod
+    def back_written(t: list[str]) -> str:
+        """The line's numbers, as shown: ``dS·(1 − tanh(s / c)·tanh(s / c))``."""
+        return f"{t[0]}·(1 − tanh({t[1]} / {t[2]})·tanh({t[1]} / {t[2]}))"
 
     def written(self, inner: str, number: Callable[[float], str]) -> str:
         """The step written around ``inner``, its cap as ``number`` writes it: ``50·tanh(inner/50)``."""

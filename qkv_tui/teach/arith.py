@@ -220,15 +220,22 @@ def _as_shown(x: Numbers, integral: bool, places: int) -> npt.NDArray[np.float64
 
 
 @functools.lru_cache(maxsize=1 << 16)
-def _operand_read(x: float, integral: bool, places: int) -> tuple[str, float]:
+def _operand_read(x: float, integral: bool, places: int, tiny: bool = False) -> tuple[str, float]:
     """An operand's text and the number it reads as. A 300-head page writes the same inputs (X's rows, a
-    weight for every worked row) tens of thousands of times: each is written and read once."""
-    text = operand(float(x), integral, places)
+    weight for every worked row) tens of thousands of times: each is written and read once.
+
+    ``tiny``: a number that reads as 0 at these places is written by its mantissa instead (``1.000e-300``),
+    where a product with a huge one is what the result holds (1e-300·1e300 = 1, not 0·1e300)."""
+    if tiny and x != 0 and not integral and float(fmt(x, False, places)) == 0:
+        text = significant(float(x), False, places, True)
+        text = f"({text})" if text.startswith("-") else text
+    else:
+        text = operand(float(x), integral, places)
     return text, shown(text)
 
 
 def dot_at(a: Numbers, b: Numbers, a_int: bool, b_int: bool, places: int,
-           hand: int | None) -> tuple[list[str], float, bool]:
+           hand: int | None, tiny: bool = False) -> tuple[list[str], float, bool]:
     """The sides ``1·1 + 0·0 …`` (and, by hand, the rounded products), their sum, and whether the
     products as shown give the rounded ones (always true when not by hand).
 
@@ -237,8 +244,8 @@ def dot_at(a: Numbers, b: Numbers, a_int: bool, b_int: bool, places: int,
     n = len(a)
     if n <= MAX_TERMS:  # every operand is on the page: recompute from the very texts
         # plain floats: a product past float64 is ∞ without a NumPy warning, as on a calculator
-        pa = [_operand_read(x, a_int, places) for x in (a.tolist() if isinstance(a, np.ndarray) else a)]
-        pb = [_operand_read(y, b_int, places) for y in (b.tolist() if isinstance(b, np.ndarray) else b)]
+        pa = [_operand_read(x, a_int, places, tiny) for x in (a.tolist() if isinstance(a, np.ndarray) else a)]
+        pb = [_operand_read(y, b_int, places, tiny) for y in (b.tolist() if isinstance(b, np.ndarray) else b)]
         sides = [" + ".join(f"{ta}·{tb}" for (ta, _), (tb, _) in zip(pa, pb))]
         terms = [x * y for (_, x), (_, y) in zip(pa, pb)]
         if hand is None:
@@ -265,17 +272,25 @@ def dot_at(a: Numbers, b: Numbers, a_int: bool, b_int: bool, places: int,
 
 
 def _dot(a: Numbers, b: Numbers, a_int: bool, b_int: bool, result: str, places: int,
-         hand: int | None) -> tuple[list[str], bool]:
+         hand: int | None, tiny: bool = False) -> tuple[list[str], bool]:
     """The sides at ``places``, and whether they check out against the result."""
-    sides, total, steps = dot_at(a, b, a_int, b_int, places, hand)
+    sides, total, steps = dot_at(a, b, a_int, b_int, places, hand, tiny)
     return sides, steps and agrees(total, result)
 
 
 def dot_line(a: Numbers, b: Numbers, a_int: bool, b_int: bool, result: str,
              decimals: int, hand: int | None = None, places: int | None = None) -> str:
-    """``1·1 + 0·0 + 1·1 = 2``: operands with the digits the result needs (or ``places`` of them)."""
-    sides = first_fit([places] if places is not None else tries(decimals, a_int, b_int),
-                      lambda p: _dot(a, b, a_int, b_int, result, p, hand))
+    """``1·1 + 0·0 + 1·1 = 2``: operands with the digits the result needs (or ``places`` of them).
+
+    Where no places check out because an operand too small for any of them meets a huge one, the small
+    ones are written by their mantissas and the places tried again."""
+    candidates = [places] if places is not None else list(tries(decimals, a_int, b_int))
+    for p in candidates:
+        sides, ok = _dot(a, b, a_int, b_int, result, p, hand)
+        if ok:
+            return " = ".join([*sides, result])
+    if len(a) <= MAX_TERMS:
+        sides = first_fit(candidates, lambda p: _dot(a, b, a_int, b_int, result, p, hand, tiny=True))
     return " = ".join([*sides, result])
 
 

@@ -101,11 +101,11 @@ class Stepper:
                 return self.goto(pos, run.start)
         return pos
 
-    def switch_head(self, pos: Position, delta: int) -> Position:
+    def switch_head(self, pos: Position, by: int) -> Position:
         """View another head; inside a per-head stage, go to the same step of that head's stage."""
         if self.head_count == 1:
             return pos
-        new_head = (pos.head + delta) % self.head_count
+        new_head = (pos.head + by) % self.head_count
         run = self.run_of(pos.index)
         if run.head is None:
             return Position(pos.index, new_head)

@@ -13,6 +13,7 @@ import numpy as np
 from qkv_tui.core import part_questions as ask
 from qkv_tui.core.engine import Computation, HeadResult
 from qkv_tui.core.fmt import fmt
+from qkv_tui.core.part_masks import masked_as
 from qkv_tui.core.scenario import BoolMatrix, Scenario
 from qkv_tui.core.variants.backward import Backward
 
@@ -33,11 +34,13 @@ def closing_summary(comp: Computation, head: int, operations: int, decimals: int
     if sc.backward is not None:  # the walk ended on the backward stages: say what they computed
         lines.append(backward_line(sc.backward))
     who = f"{hr.name} ({head + 1}/{heads})" if heads > 1 else "this head"
-    looks = [looked_at(hr, sc.allow[i], sc.labels[i], sc.key_labels, i, decimals)
+    allow = comp.allow  # the keys the heads attend: a part's own mask (the indexer's selection) narrows it
+    looks = [looked_at(hr, allow[i], sc.labels[i], sc.key_labels, i, decimals)
              for i in range(min(sc.n, MAX_ROWS))]
     more = f"; … {sc.n - MAX_ROWS} more tokens (m shows every row)" if sc.n > MAX_ROWS else ""
     lines.append(f"{looks_heading(sc)}, {who}{weights_note(sc)}: " + "; ".join(looks) + more)
-    lines.append(checks(hr, sc.allow))
+    also = masked_as(comp.heads)
+    lines.append(checks(hr, allow, None if also is None else (int((sc.allow & ~allow).sum()), also)))
     return tuple(lines)
 
 
@@ -93,9 +96,10 @@ def _distribution(hr: HeadResult) -> bool:
     return all(getattr(part, "distribution", True) for part in hr.parts.values())
 
 
-def checks(hr: HeadResult, allow: BoolMatrix) -> str:
+def checks(hr: HeadResult, allow: BoolMatrix, own: tuple[int, str] | None = None) -> str:
     """The invariants, re-checked on the numbers computed (not assumed). Weights that are no distribution
-    (the gated delta rule's, or linear attention's not normalised) have no row sum to check."""
+    (the gated delta rule's, or linear attention's not normalised) have no row sum to check. ``own``: how many
+    of the masked cells a part masked of its own, and what they are ("not selected by the indexer")."""
     masked = ~allow
     parts = []
     if _distribution(hr):
@@ -111,7 +115,8 @@ def checks(hr: HeadResult, allow: BoolMatrix) -> str:
     if masked.any():
         zero = bool((hr.weights[masked] == 0).all())
         count = int(masked.sum())
-        line += ("; " if parts else "") + f"the {count} masked weights are {'exactly 0' if zero else 'NOT all 0'}"
+        which = "" if own is None else f" ({own[0]} of them {own[1]})"
+        line += ("; " if parts else "") + f"the {count} masked weights{which} are {'exactly 0' if zero else 'NOT all 0'}"
     for promise in ask.checked(hr):  # what a part promises of its numbers (the soft-cap: within ±c)
         line += f"; {promise}"
     return line + "."

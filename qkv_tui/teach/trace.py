@@ -99,12 +99,16 @@ class Trace:
         self.op = lru_cache(maxsize=512)(self._build)
 
     def _kv_heads(self) -> tuple[list[int], dict[int, list[int]]]:
-        """The query head that computes each head's K and V (GQA shares them), and an owner's readers."""
+        """The query head that computes each head's K and V (GQA shares them; -1 where a part gives them from
+        outside the layer), and an owner's readers."""
         comp, sc = self.comp, self.comp.scenario
         kv_owner: list[int] = []
         kv_readers: dict[int, list[int]] = {}
         owners_of: dict[int, list[int]] = {}  # a K/V head -> the query heads that compute one of its K, V
         for h, head in enumerate(comp.heads):
+            if any(getattr(r, "kv_given", False) for r in head.parts.values()):
+                kv_owner.append(-1)  # K and V are another layer's ([shared_kv]): no head here computes them
+                continue
             # sharing is equality of the projections, so the first head that shares with h is an owner itself:
             # only the owners of h's K/V head need a look (not every earlier head: 300 heads stay linear)
             owners = owners_of.setdefault(head.kv_head, [])

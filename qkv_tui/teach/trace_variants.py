@@ -1,14 +1,12 @@
 """The modern variants in plain words, for the app's help and notes screens.
 
 Their arithmetic lives with the stage each one changes (:mod:`qkv_tui.teach.stages`): norm.py,
-project's ``+ b``, rotate.py, scale's ALiBi term and softmax's sink. ``sink_row`` is still read from here.
+project's ``+ b``, rotate.py, scale's ALiBi term and softmax's sink.
 """
 
 from __future__ import annotations
 
-from qkv_tui.teach.stages.softmax import sink_row
-
-__all__ = ["VARIANT_NOTES", "sink_row"]
+__all__ = ["VARIANT_NOTES"]
 
 # Plain-words notes on each variant, for the app's help and notes screens
 VARIANT_NOTES = (
@@ -105,9 +103,9 @@ VARIANT_NOTES = (
      " multi-head attention with their 128 heads would keep 2·n_h·d_h = 32,768 (DeepSeek-V2's Table 1"
      " counts it so, with d_h = 128). Each head expands the latent into its keys and values; the Absorb"
      " stage gets the same scores without expanding, W_UK folded into the query. Only q_R and k_R turn with"
-     " position. With YaRN, DeepSeek multiplies the softmax scale by mscale², mscale = 0.1·mscale_all_dim·"
-     "ln(factor) + 1, rather than cos and sin by a; [rope.scaling] here multiplies cos and sin, which is why"
-     " [mla] refuses it."),
+     " position. With YaRN ([rope.scaling] type = \"yarn\"), DeepSeek multiplies the softmax scale by m², m ="
+     " 0.1·mscale_all_dim·ln(factor) + 1, and cos and sin by a = m(mscale) / m(mscale_all_dim) (1 where the two"
+     " are equal, as in DeepSeek-V3's config): [mla] does both, and its Scale stage divides by √d_qk / m²."),
     ("Linear attention ([linear])",
      "Katharopoulos et al. (2020) replace the softmax's e^(q·k/√dₖ) by φ(q)·φ(k). That similarity factorises,"
      " so by associativity the keys' sums Σφ(k)vᵀ can be kept as a running state, whatever φ is: decoding"

@@ -135,10 +135,13 @@ class QKVApp(Session):
         self.ready = False  # widgets exist only after mount, and no longer once the app is exiting
         self._placed: dict[str, int] = {}  # height last given to each row of panes
         self._slots: dict[str, list[MatrixView]] = {}  # each row's pane widgets, found once
+        self._rows: dict[str, Horizontal] = {}  # the rows of panes mounted so far, by id
         self._drawn: tuple[object, ...] | None = None  # (position, modes, size) of the last redraw
         self._term: Size | None = None  # the size the latest Resize event announced
         self._ends: tuple[bool, ...] | None = None  # what greys footer keys out, when last refreshed
         self._maps: HeadsPanel | None = None  # the heads view's maps, once shown
+        self._quizbar: Vertical | None = None  # the quiz's bar, once the quiz has asked
+        self._quiz_lines: tuple[Static, Static, QuizInput]  # its message, its prompt and its answer box, with it
         self.live = Live(self, theme)  # edit, undo, save, reload, screenshots, autoplay, palette, theme
         self.train_steps = TrainSteps(self)  # the Train view's long runs, in a worker thread
         self.live.read_only = read_only  # --read-only: a lecture's numbers, the same for everyone
@@ -161,22 +164,12 @@ class QKVApp(Session):
         with Vertical(id="main"):
             yield StageBar(id="stagebar")
             yield FormulaLine(id="formula")
-            with Horizontal(id="focus"):
-                for i in range(max(4, len(self.comp.heads) + 1)):
-                    yield MatrixView(id=f"focus-{i}")
-            for row in range(OVERVIEW_ROWS):
-                # empty until a screen needs its panes (_fill mounts them): every pane widget costs the first
-                # frame its stylesheet passes, and most screens show a few of the 24 context slots
-                yield Horizontal(id=f"overview-{row}", classes="overview")
+            # The rows of panes are empty, and the context rows absent, until a screen needs them (_fill mounts
+            # them), the quiz's bar until the quiz asks (_quiz_bar), the notice until the terminal is too small
+            # (_too_small_notice): every widget costs the first frame its styling and every app --serve forks
+            # its memory (the ten these were, hidden on I love AI's first screen: 0.45 MiB a student)
+            yield Horizontal(id="focus")
             yield ExplainPanel(id="explain")
-            with Vertical(id="quizbar"):
-                yield Static("", id="quiz-message")
-                with Horizontal(id="quiz-ask"):
-                    yield Static("", id="quiz-prompt")
-                    answer = QuizInput(placeholder="answer", id="quiz-input", disabled=True)
-                    answer.cursor_blink = False  # a steady cursor: calmer, and snapshots stay stable
-                    yield answer
-        yield Static("", id="too-small")
         yield KeyFooter(FOOTER_KEEP, FOOTER_ORDER)
 
     def on_mount(self) -> None:
@@ -236,7 +229,7 @@ class QKVApp(Session):
         self.live.fit_footer()  # too small too: "press q to quit" needs the q key in view
         if small:
             self._answer_box()  # a question answered or left while too small gives its keys back too
-            self.query_one("#too-small", Static).update(
+            self._too_small_notice().update(
                 f"terminal too small: need {MIN_WIDTH}×{MIN_HEIGHT}, have {size.width}×{size.height}"
                 "\nenlarge the window, or press q to quit"
             )
@@ -279,28 +272,53 @@ class QKVApp(Session):
             flags.append(prose_flag(modes.prose))
         return " · ".join(flags)
 
+    def _too_small_notice(self) -> Static:
+        """The notice shown in place of everything while the terminal is too small, mounted when first needed."""
+        main = self.screen_stack[0]
+        found = main.query("#too-small")
+        if found:
+            return found.only_one(Static)
+        notice = Static("", id="too-small")
+        main.mount(notice, after=main.query_one("#main"))
+        return notice
+
+    def _quiz_bar(self) -> Vertical | None:
+        """The quiz's bar under the explanation, mounted the first time the quiz asks; None until then."""
+        if self._quizbar is None and self.modes.asking:
+            answer = QuizInput(placeholder="answer", id="quiz-input", disabled=True)
+            answer.cursor_blink = False  # a steady cursor: calmer, and snapshots stay stable
+            self._quiz_lines = (Static("", id="quiz-message"), Static("", id="quiz-prompt"), answer)
+            self._quizbar = Vertical(self._quiz_lines[0], Horizontal(*self._quiz_lines[1:], id="quiz-ask"), id="quizbar")
+            self.query_one("#main").mount(self._quizbar)  # last, as it always was: after the explanation
+        return self._quizbar
+
     def _show_quiz(self) -> int:
         """The quiz lines under the explanation; returns how many screen lines they take."""
-        bar = self.query_one("#quizbar")
+        bar = self._quiz_bar()
+        if bar is None:
+            return 0
         modes = self.modes
         bar.display = modes.asking  # the quiz asks in the view it was switched on in
         field = self._answer_box()
-        if not bar.display:
+        if not bar.display or field is None:
             return 0
         # Text, not markup: answers and token labels are the learner's and the scenario's own words
         message = pictured(modes.message or (QUIZ_KEYS if modes.question is not None else ""))
-        self.query_one("#quiz-message", Static).update(Text.assemble((str(modes.quiz), "bold"), "  ", message))
+        self._quiz_lines[0].update(Text.assemble((str(modes.quiz), "bold"), "  ", message))
         prompt = pictured(modes.question.prompt if modes.question is not None
                            else f"Press → for the next {'step' if modes.side else 'operation'} to predict.")
-        self.query_one("#quiz-prompt", Static).update(Text(prompt))
+        self._quiz_lines[1].update(Text(prompt))
         if modes.question is not None and not field.has_focus:
             field.focus()
         width = max(self.term.width - 2, 1)
         return -(-len(f"{modes.quiz}  {message}") // width) + -(-len(prompt) // max(width - 18, 1))
 
-    def _answer_box(self) -> QuizInput:
-        """The answer box, taking keys only while a question is shown (in the quiz's own view, not too small)."""
-        field = self.query_one("#quiz-input", QuizInput)
+    def _answer_box(self) -> QuizInput | None:
+        """The answer box, taking keys only while a question is shown (in the quiz's own view, not too small);
+        None before the quiz first asked."""
+        if self._quizbar is None:
+            return None
+        field = self._quiz_lines[2]
         shown = not self.too_small and self.modes.asking
         field.question = self.modes.question if shown else None
         field.disabled = field.question is None  # which also lets go of the focus: keys are the app's again
@@ -309,14 +327,11 @@ class QKVApp(Session):
     def install(self, scenario: Scenario, comp: Computation, position: Position | None = None) -> None:
         """Show another computation (an edit, an undo, a reload, another file); the position is kept where it
         still exists, and so is the side view's step."""
-        heads_before = len(self.comp.heads)
         self.scenario, self.comp = scenario, comp
         self.trace = Trace(comp)
         self.stepper = Stepper(self.trace)
         self.presenter = Presenter(comp, self.trace)
         self.title = scenario.title
-        if len(comp.heads) > heads_before:
-            self._more_focus_slots(len(comp.heads) + 1)
         old = self.position if position is None else position
         head = min(old.head, len(comp.heads) - 1)
         moved = self.stepper.goto(Position(old.index, head), old.index)
@@ -337,16 +352,25 @@ class QKVApp(Session):
             self.query_one("#main").mount(self._maps, before=self.query_one(ExplainPanel))
         return self._maps
 
-    def _more_focus_slots(self, wanted: int) -> None:
-        box = self.query_one("#focus")
-        have = len(box.query(MatrixView))
-        if wanted > have:
-            box.mount_all([MatrixView(id=f"focus-{i}") for i in range(have, wanted)])
-            self._slots.pop("focus", None)
+    def _row(self, group: str, wanted: bool) -> Horizontal | None:
+        """A row of pane slots: the focus row, or a context row mounted the first time it has panes (in its
+        place, after the rows above it); None for a context row not yet wanted."""
+        box = self._rows.get(group)
+        if box is None:
+            found = self.query(f"#{group}")
+            if found:
+                box = self._rows[group] = found.only_one(Horizontal)
+            elif wanted:
+                box = self._rows[group] = Horizontal(id=group, classes="overview")
+                above = max((name for name in self._rows if name < group), default="focus")  # "focus" < "overview-"
+                self.query_one("#main").mount(box, after=self._rows.get(above) or self.query_one("#focus"))
+        return box
 
     def _fill(self, group: str, specs: list[PaneSpec], height: int) -> int:
         """Show ``specs`` in a row of pane slots at most ``height`` lines tall; returns the lines used."""
-        box = self.query_one(f"#{group}")
+        box = self._row(group, bool(specs))
+        if box is None:
+            return 0
         used = min(height, pane_height(specs))
         # every style change costs a layout pass: touch only what differs from the last frame
         if self._placed.get(group) != used:
@@ -359,7 +383,7 @@ class QKVApp(Session):
         if group not in self._slots:
             self._slots[group] = list(box.query(MatrixView))
         slots = self._slots[group]
-        if len(specs) > len(slots):  # a context row's slots are made when first needed, and then kept
+        if len(specs) > len(slots):  # a row's slots are made when first needed, and then kept
             more = [MatrixView(id=f"{group}-{i}") for i in range(len(slots), len(specs))]
             box.mount_all(more)
             slots.extend(more)
@@ -449,8 +473,8 @@ class QKVApp(Session):
 
     def _clear_answer(self) -> None:
         """Empty the answer box: what was typed for a skipped question must not answer the next one."""
-        if self.ready:
-            self.query_one("#quiz-input", Input).value = ""
+        if self.ready and self._quizbar is not None:
+            self._quiz_lines[2].value = ""
 
     def _questions(self, index: int) -> list[Question]:
         """The questions for an operation, about the numbers on screen (hand-rounded ones when h is on)."""
@@ -531,14 +555,14 @@ class QKVApp(Session):
         run = next(r for r in self.trace.runs if r.head == head)  # its first stage of its own (Project)
         self.move_to(self.stepper.goto(Position(run.start, head), run.start))
 
-    def action_row(self, delta: int) -> None:
+    def action_row(self, by: int) -> None:
         """A whole row of the matrix being filled at once: ↓ finishes it (or does the next), ↑ undoes one."""
         if self.modes.side:
-            acted = self._side_act("row", (delta,))
+            acted = self._side_act("row", (by,))
             if acted is not None:
                 self.modes = acted
             return
-        self.move_to(self.stepper.next_row(self.position) if delta > 0 else self.stepper.prev_row(self.position))
+        self.move_to(self.stepper.next_row(self.position) if by > 0 else self.stepper.prev_row(self.position))
 
     def action_next_stage(self) -> None:
         if (acted := self._side_act("next_stage", ())) is not None:  # the heads view: the next layer
@@ -564,12 +588,12 @@ class QKVApp(Session):
         else:
             self.move_to(self.stepper.last(self.position))
 
-    def action_head(self, delta: int) -> None:
+    def action_head(self, by: int) -> None:
         if self.modes.side:
             self.modes = self._left(self.modes)
-            self.position = Position(self.position.index, (self.position.head + delta) % self.stepper.head_count)
+            self.position = Position(self.position.index, (self.position.head + by) % self.stepper.head_count)
         else:
-            self.move_to(self.stepper.switch_head(self.position, delta))
+            self.move_to(self.stepper.switch_head(self.position, by))
 
     def action_stage(self, number: int) -> None:
         self.move_to(self.stepper.stage(self.position, number))
@@ -663,14 +687,14 @@ class QKVApp(Session):
     def action_hand(self) -> None:
         self.modes = self._asked_again(replace(self.modes, hand=not self.modes.hand))
 
-    def action_decimals(self, delta: int) -> None:
-        decimals = min(max(self.modes.decimals + delta, MIN_DECIMALS), MAX_DECIMALS)
+    def action_decimals(self, by: int) -> None:
+        decimals = min(max(self.modes.decimals + by, MIN_DECIMALS), MAX_DECIMALS)
         self.modes = self._asked_again(replace(self.modes, decimals=decimals))
 
-    def action_explain_page(self, delta: int) -> None:
+    def action_explain_page(self, by: int) -> None:
         """Page through an explanation longer than its room (a 10-token softmax, the what-if table)."""
         panel = self.query_one(ExplainPanel)
-        if delta > 0:
+        if by > 0:
             panel.scroll_page_down(animate=False)
         else:
             panel.scroll_page_up(animate=False)

@@ -75,9 +75,9 @@ class EditScreen(Modal[None]):
     def say(self, message: str) -> None:
         self.query_one("#edit-error", Static).update(Text(message))  # Text: what was typed is not markup
 
-    def action_move(self, delta: int) -> None:
+    def action_move(self, by: int) -> None:
         index = self.cells.index(self.cell) if self.cell in self.cells else 0
-        self.show_cell(self.cells[(index + delta) % len(self.cells)])
+        self.show_cell(self.cells[(index + by) % len(self.cells)])
         self.say("")
 
     def on_input_submitted(self, event: Input.Submitted) -> None:

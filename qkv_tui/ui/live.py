@@ -164,35 +164,14 @@ class Live:
 
         app = self.app
         op = app.trace.op(app.position.index)
-        if op.segment.target == "gate" and op.head is not None:  # the gate's own input: its weights
-            return InputCell("W_G", op.head, 0, op.col or 0)
-        dn = getattr(app.scenario, "deltanet", None)
-        if dn is not None and op.segment.stage in ("gates", "delta") and op.head is not None:  # g or β, as read
-            if op.segment.stage == "gates":
-                beta = op.col == 1
-            else:
-                from qkv_tui.teach.stages.deltanet import Delta  # loaded with [deltanet]'s stages, not at start-up
-
-                spec = app.trace.spec("delta")
-                assert isinstance(spec, Delta)
-                beta = spec.block(app.comp.heads[op.head], op.col or 0)[0] == "dn_delta"  # δ = (v − kv)·β reads β
-            from qkv_tui.core.variants import deltanet_edit
-
-            target, row, col = deltanet_edit.read_by(dn, beta, op.row, op.head)
-            return InputCell(target, None, row, col)
+        own = app.trace.spec(op.segment.stage).edit_cell(app.trace, op)  # a stage's own input: the gate's weights
+        if own is not None:
+            return own
         for ref in op.operands:
             if ref.matrix in ("X", "context_X"):
                 return InputCell(ref.matrix, None, ref.row or 0, 0)
             if ref.matrix in ("W_Q", "W_K", "W_V", "W_O"):
                 return InputCell(ref.matrix, ref.head, 0, ref.col or 0)
-        if op.segment.stage == "scale":
-            capping = app.trace.spec("scale").segments(app.trace, op.head)[-1].target == "capped"
-            masks_here = op.segment.target == "capped" or not capping  # with a soft-cap the mask comes after it
-            if masks_here and not app.scenario.allow[op.row, op.col or 0]:
-                return InputCell("mask", None, op.row, op.col or 0)
-            if op.segment.target == "capped":  # the cap is what this operation reads besides the scaled score
-                return InputCell("softcap", op.head)
-            return InputCell("scale")
         if op.segment.stage == "embed":
             return InputCell("X", None, op.row, 0)
         if op.segment.stage == "wo":

@@ -95,7 +95,7 @@ class Session(App[None]):
     def action_hand(self) -> None:
         raise NotImplementedError
 
-    def action_decimals(self, delta: int) -> None:
+    def action_decimals(self, by: int) -> None:
         raise NotImplementedError
 
     def action_heatmap(self) -> None:

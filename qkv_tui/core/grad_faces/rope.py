@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from qkv_tui.core.grad_faces import GradFace
-from qkv_tui.core.head_parts import turn_of
+from qkv_tui.core.rope_part import turn_of
 from qkv_tui.core.variants import rope
 from qkv_tui.kernels.attention_backward import rotate_back
 

@@ -23,14 +23,10 @@ from qkv_tui.core.variants import gate as gate
 from qkv_tui.core.variants import indexer as indexer
 from qkv_tui.core.variants import linear as linear
 from qkv_tui.core.variants import mla as mla
+from qkv_tui.core.variants import shared_kv as shared_kv
 from qkv_tui.core.variants import ssd as ssd
 from qkv_tui.core.variants import v_norm as v_norm
 from qkv_tui.core.variants import value_scale as value_scale
-from qkv_tui.core.variants.alibi import ALIBI_KEYS as ALIBI_KEYS
-from qkv_tui.core.variants.alibi import Alibi as Alibi
-from qkv_tui.core.variants.alibi import alibi_later_key as alibi_later_key
-from qkv_tui.core.variants.alibi import alibi_mask as alibi_mask
-from qkv_tui.core.variants.alibi import default_slopes as default_slopes
 from qkv_tui.core.variants.biases import parse_bias as parse_bias
 from qkv_tui.core.variants.common import MAX_INDEX as MAX_INDEX
 from qkv_tui.core.variants.common import Checker as Checker
@@ -83,6 +79,7 @@ FEATURES: tuple[Table[Any] | Keys, ...] = (
     v_norm.TABLE,  # Gemma 3n's value norm: after the tables it refuses
     indexer.TABLE,  # after [mla] (W_q may read its c_Q) and the tables it refuses
     ssd.TABLE,  # after every table it refuses
+    shared_kv.TABLE,  # after every table it refuses
 )
 
 # The top-level tables, in the order the loader parses them (a table may read the ones before it:

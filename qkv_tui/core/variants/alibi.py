@@ -12,8 +12,7 @@ import numpy as np
 import numpy.typing as npt
 
 from qkv_tui.core.toml_text import vector
-from qkv_tui.core.variants.common import Checker, Context, Table, numbers
-from qkv_tui.core.variants.rope import Rope
+from qkv_tui.core.variants.common import Checker, Context, Faces, Table, numbers
 
 ALIBI_KEYS = ("slopes",)
 
@@ -28,6 +27,18 @@ class Alibi:
     not_plain: ClassVar[str] = "[alibi]"  # what makes the attention other than plain (core/diagnose.py)
     # where position enters, as the Embed stage says it (core/part_questions.scenario_says)
     position_enters: ClassVar[str] = " Here position enters at the Scale stage, as ALiBi's distance bias on the scores."
+    # what the table changes of a head's pass and how, in a word: a table that replaces the softmax refuses every
+    # table that acts on its logits ("[linear] replaces the softmax, whose logits [alibi] biases")
+    acts_on: ClassVar[str] = "logits"
+    does: ClassVar[str] = "biases"
+
+    def refuses_mask(self, allow: npt.NDArray[np.bool_], positions: Sequence[int] | None) -> str | None:
+        """Why an edited mask ``allow`` cannot stand beside the table (core/cell_edit.py puts the query's label
+        before it); None where it can."""
+        if positions is None or alibi_later_key(allow, positions) is None:
+            return None
+        return ("would attend a later key, where ALiBi's bias is a bonus, not a penalty; with [alibi] a query may"
+                " attend only keys at or before it (docs/scenario-format.md)")
 
 
 def default_slopes(count: int) -> tuple[float, ...]:
@@ -58,8 +69,9 @@ def parse_alibi(table: dict[str, Any], ctx: Context) -> Alibi:
         alibi = Alibi(tuple(float(s) for s in slopes), False)
     else:
         alibi = Alibi(default_slopes(heads), True)
-    rope = ctx.earlier.get("rope")
-    positions = rope.positions if isinstance(rope, Rope) else tuple(range(len(ctx.tokens)))
+    # the positions a table parsed before gives the tokens ([rope]'s), else 0 … n−1
+    given = [found for t in ctx.earlier.values() if (found := getattr(t, "positions", None)) is not None]
+    positions = given[0] if given else tuple(range(len(ctx.tokens)))
     alibi_mask(v, ctx.mask_kind, ctx.allow, ctx.tokens, positions)
     return alibi
 
@@ -106,4 +118,5 @@ def write_alibi(alibi: Alibi) -> list[str]:
     return ["[alibi]"] if alibi.default else ["[alibi]", f"slopes = {vector(alibi.slopes)}"]
 
 
-TABLE: Table[Alibi] = Table("alibi", ALIBI_KEYS, parse_alibi, lambda alibi: "alibi", write_alibi)
+FACES = Faces(head="qkv_tui.core.alibi_part:alibi_part")
+TABLE: Table[Alibi] = Table("alibi", ALIBI_KEYS, parse_alibi, lambda alibi: "alibi", write_alibi, faces=FACES)

@@ -21,7 +21,7 @@ import numpy as np
 
 from qkv_tui.base.values import kind as _kind
 from qkv_tui.base.values import show as _show
-from qkv_tui.core.arrays import BoolMatrix, Vector
+from qkv_tui.core.arrays import BoolMatrix, Matrix, Vector
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
@@ -116,6 +116,12 @@ class Faces:
     # (the key of the stage they follow, the module under qkv_tui.teach.stages, the StageSpec's name), in walk order
     stages: tuple[tuple[str, str, str], ...] = ()
     json: str | None = None  # (scenario, norm, write_fields) -> the document's fields: [("name", value)] or []
+    # how --compare holds a learner's numbers against a head with this part, in a few words (core/diagnose.py
+    # refused); None: it does not model the part, and refuses the scenario in one line rather than compare wrongly
+    compared: str | None = None
+    # the module that says which of its inputs a learner may edit (core/cell_edit.py): KEYS, VECTORS, editable,
+    # with_entry, write_cell, and where it has them BY_TOKEN and alias
+    edit: str | None = None
 
 
 def face(path: str) -> Any:
@@ -127,8 +133,8 @@ def face(path: str) -> Any:
 @dataclass(frozen=True)
 class Table(Generic[T]):
     """A top-level table of the format: ``[key]``. A table of the first variants fills the Scenario field of the
-    same name; a part registered since (``faces`` given) is kept in the Scenario's ``parts`` by its key. Read either
-    with :meth:`of`."""
+    same name; a part registered since is kept in the Scenario's ``parts`` by its key (there is no field of its
+    name). Read either with :meth:`of`."""
 
     key: str
     keys: tuple[str, ...]  # every key it takes, in the order the messages list them
@@ -147,14 +153,14 @@ class Table(Generic[T]):
 
     def of(self, sc: Any) -> T | None:
         """The table's value in a scenario, None where the scenario has none."""
-        if self.faces is not None:
+        if not _field_of(sc, self.key):
             value: T | None = getattr(sc, "parts", {}).get(self.key)
             return value
         return getattr(sc, self.key, None)
 
     def put(self, sc: DataclassT, value: T | None) -> DataclassT:
         """The scenario (a dataclass) with the table's value replaced: a part's in ``parts``, else its field."""
-        if self.faces is not None:
+        if not _field_of(sc, self.key):
             parts = {k: v for k, v in getattr(sc, "parts", {}).items() if k != self.key}
             if value is not None:
                 parts[self.key] = value
@@ -166,12 +172,19 @@ class Table(Generic[T]):
         return [] if value is None else [self.summary(value)]
 
 
+def _field_of(sc: Any, key: str) -> bool:
+    """Whether the scenario keeps a table of ``key`` in a field of its own (the first variants') rather than in
+    ``parts``."""
+    return key in getattr(type(sc), "__dataclass_fields__", {})
+
+
 @dataclass(frozen=True)
 class Keys:
     """A variant whose keys sit in tables the loader owns; the loader calls its parsers where those tables are read."""
 
     summary_parts: Callable[[Features], list[str]]
     lookalikes: Lookalikes = field(default_factory=dict)
+    faces: Faces | None = None  # its other faces (the head-pass builder), as a Table's
 
 
 # --- value rules -----------------------------------------------------------------
@@ -231,3 +244,22 @@ def choice(v: Checker, value: Any, key: str, allowed: tuple[str, ...]) -> str:
         extra = f"; did you mean {hint[0]!r}?" if hint else ""
         raise v.fail(f"{key} = {_show(value)} is not allowed; expected one of: {', '.join(map(repr, allowed))}{extra}")
     return value
+
+
+# reach_core: the largest count of heads or dimensions a table takes (it was [mla]'s, and [indexer] and [ssd]
+# read it from there): far past any model's (DeepSeek-V3: 128 heads, d_nope 128)
+MAX_SIZE = 65_536
+
+
+# reach_core: what every table that reads a matrix takes of the loader (it was the gate's, and the tables that
+# read matrices imported it from there)
+
+
+class MatrixReader(Protocol):
+    """The loader's matrix rule (its messages for ragged rows, non-numbers and non-finite values)."""
+
+    def matrix(self, value: Any, key: str, labels: tuple[str, ...] = ()) -> Matrix: ...
+
+
+class Reader(Checker, MatrixReader, Protocol):
+    pass

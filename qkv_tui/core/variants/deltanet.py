@@ -18,12 +18,11 @@ import numpy as np
 from qkv_tui.base.values import kind as _kind
 from qkv_tui.core.arrays import Matrix, Vector
 from qkv_tui.core.toml_text import vector
-from qkv_tui.core.variants.common import Context, Table, numbers
+from qkv_tui.core.variants.common import Context, Faces, Reader, Table, numbers
 from qkv_tui.core.variants.deltanet_io import IO_KEYS, DeltaIO, parse_io, summary, write_io
-from qkv_tui.core.variants.gate import Reader
 from qkv_tui.core.variants.kda_gates import KdaGates, parse_kda_gates, per_channel, write_kda_gates
 from qkv_tui.core.variants.kda_gates import summary as kda_summary
-from qkv_tui.core.variants.linear import replaces_softmax
+from qkv_tui.core.variants.refusals import STATE, refused, replaces_softmax
 
 DELTANET_KEYS = ("g", "beta", "W_a", "W_b", "A_log", "dt_bias", "W_fa", "W_fb", *IO_KEYS)
 L2_EPS = 1e-6  # pinned: x / √(Σx² + 1e-6), as transformers' l2norm (and FLA's)
@@ -78,6 +77,16 @@ class DeltaNet:
     def overflow_inputs(self, X_in: Matrix, at: Any) -> tuple[str, str] | None:
         """The gates' inputs X̂·W_a + dt_bias and X̂·W_b past float64 (core/part_questions.py): σ and softplus would
         hide it as 1 or ∞, and every page that works them out term by term would meet the overflow."""
+        kda = self.channels
+        if kda is not None and kda.W_fa is not None and kda.W_fb is not None and kda.dt_bias is not None:
+            # Kimi's low-rank gate: its bottleneck first, then each channel's logit
+            with np.errstate(over="ignore", invalid="ignore"):
+                low = X_in @ kda.W_fa  # (n, r)
+                logit = low @ kda.W_fb + np.concatenate(kda.dt_bias)[None, :]  # (n, Σ d_k)
+            for what, array, hint in (("X̂·W_fa", low, "X or W_fa"),
+                                      ("(X̂·W_fa)·W_fb + dt_bias", logit, "X, W_fa, W_fb or dt_bias")):
+                if (where := at.first(array)) is not None:
+                    return f"values in [deltanet]'s {what} overflow float64 at {where}", f"expected smaller {hint}"
         for what, W, bias in (("X̂·W_a + dt_bias", self.W_a, self.dt_bias), ("X̂·W_b", self.W_b, None)):
             if W is None:
                 continue
@@ -87,12 +96,6 @@ class DeltaNet:
                 return (f"values in [deltanet]'s {what} overflow float64 at {where}",
                         f"expected smaller X or {what.split('·')[1].split(' ')[0]}")
         return None
-
-    @property
-    def map_formula(self) -> str:
-        """What the heads view's maps hold: one decay a head multiplies q·k, a decay per key channel sits inside
-        the dot product (Kimi Delta Attention: A[t,s] = Σᵢ q_t[i]·e^(G_t[i] − G_s[i])·k_s[i])."""
-        return "Σᵢ q[i]·e^(G_t[i] − G_s[i])·k[i]" if self.channels is not None else "(q·kᵀ)·e^(G_t − G_s)"
 
 
 def _grid(v: Any, value: Any, key: str, rows: int, cols: int, what: str) -> Matrix:
@@ -108,8 +111,9 @@ def _grid(v: Any, value: Any, key: str, rows: int, cols: int, what: str) -> Matr
 def parse_deltanet(table: dict[str, Any], ctx: Context) -> DeltaNet:
     v = ctx.v
     replaces_softmax(v, ctx, "deltanet")
-    if ctx.earlier.get("linear") is not None:
-        raise v.fail("[deltanet] and [linear] both replace every head's softmax; expected one of them")
+    other = refused(ctx, ((STATE, "[deltanet] and [{key}] both replace every head's softmax; expected one of them"),))
+    if other is not None:
+        raise v.fail(other[1])
     n, heads, d_model = len(ctx.tokens), len(ctx.heads), ctx.d_model
     g = beta = W_a = W_b = A_log = dt_bias = channels = None
     if per_channel(table):
@@ -189,4 +193,6 @@ def _summary(dn: DeltaNet) -> str:
     return f"gated delta rule ({where})" + summary(dn.io)
 
 
-TABLE: Table[DeltaNet] = Table("deltanet", DELTANET_KEYS, parse_deltanet, _summary, write_deltanet)
+TABLE: Table[DeltaNet] = Table("deltanet", DELTANET_KEYS, parse_deltanet, _summary, write_deltanet,
+                               faces=Faces(head="qkv_tui.core.deltanet_part:deltanet_part",
+                                           edit="qkv_tui.core.variants.deltanet_edit"))

@@ -24,6 +24,12 @@ BY_TOKEN = ("dn_g", "dn_beta")  # a row per token: its rows are named by the tok
 ALIASES = {key: target for target, key in KEYS.items() if key != "beta"}
 
 
+def alias(name: str, indexed: bool) -> str:
+    """The edit target a name typed in the prompt means: the file's own name where it is unambiguous; ``beta``
+    with a row and a column (two indices) is [deltanet]'s, with one [norm]'s."""
+    return "dn_beta" if name == "beta" and indexed else ALIASES.get(name, name)
+
+
 def editable(dn: DeltaNet) -> dict[str, Matrix]:
     """The inputs the scenario gives, as 2-D arrays (a vector is one row), in the order the arrow keys visit them."""
     out: dict[str, Matrix] = {}

@@ -6,6 +6,8 @@
   projection becomes silu(Σ_j conv[j]·x[t − K + 1 + j]), zeros before the first token. All three or none.
 - ``W_Z`` (d_model × the heads' d_v side by side), ``gamma_o`` (d_v numbers, shared by the heads) and
   ``eps_o`` (default 1e-6): each head's output o becomes rmsnorm(o)·γ·silu(X̂·W_Z), what W_O reads.
+- ``gate_o``: the activation of that gate, "silu" (Qwen3-Next's Qwen3NextRMSNormGated, the default) or "sigmoid"
+  (Kimi Linear's KimiLinearRMSNormGated: rmsnorm(o)·γ·σ(X̂·W_Z)).
 """
 
 from __future__ import annotations
@@ -16,15 +18,17 @@ from typing import Any, cast
 
 import numpy as np
 
+from qkv_tui.base.values import show as _show
 from qkv_tui.core.arrays import Matrix, Vector
 from qkv_tui.core.toml_text import number, vector
-from qkv_tui.core.variants.common import Context, numbers, positive
-from qkv_tui.core.variants.gate import Reader
+from qkv_tui.core.variants.common import Context, Reader, numbers, positive
+from qkv_tui.core.variants.refusals import ON_QK, last_of
 
-IO_KEYS = ("conv_q", "conv_k", "conv_v", "W_Z", "gamma_o", "eps_o")
+IO_KEYS = ("conv_q", "conv_k", "conv_v", "W_Z", "gamma_o", "eps_o", "gate_o")
 CONV_KEYS = IO_KEYS[:3]
 EPS_O = 1e-6  # transformers' rms_norm_eps default for Qwen3-Next and Qwen3.5
 MAX_TAPS = 64  # released models use 4; a longer kernel is no short convolution
+GATES_O = ("silu", "sigmoid")  # Qwen3-Next's and Qwen3.5's gate, Kimi Linear's
 
 
 @dataclass(frozen=True, eq=False)
@@ -38,6 +42,7 @@ class DeltaIO:
     gamma_o: Vector | None  # (d_v,)
     eps_o: float
     wide: dict[str, Matrix]  # key -> the matrix as written
+    gate_o: str = "silu"  # what gates the output norm: "silu" (Qwen3-Next) or "sigmoid" (Kimi Linear)
 
     @property
     def taps(self) -> int:
@@ -86,12 +91,13 @@ def parse_io(table: dict[str, Any], ctx: Context) -> DeltaIO | None:
             raise v.fail(f"[deltanet] {key} has {M.shape[1]} columns; expected {sum(widths)}, the heads' {role}"
                          f" columns side by side ({' + '.join(map(str, widths))})")
         wide[key], convs[key] = M, _cut(M, widths)
-    if (ctx.earlier.get("rope") is not None or ctx.earlier.get("qk_norm") is not None) and convs:
-        which = "[rope]" if ctx.earlier.get("rope") is not None else "[qk_norm]"
+    stepped = last_of(ctx, ON_QK)  # a table that turns or norms Q and K, the one nearest the scores
+    if stepped is not None and convs:
+        which = f"[{stepped}]"
         raise v.fail(f"[deltanet] conv_q with {which} is not supported: the models convolve the projections"
                      f" themselves, which nothing turns or norms; remove {which} or the convolution")
     W_Z = gamma_o = None
-    eps_o = EPS_O
+    eps_o, gate_o = EPS_O, "silu"
     if "W_Z" in table:
         M = v.matrix(table["W_Z"], "[deltanet] W_Z")
         if M.shape[0] != ctx.d_model:
@@ -110,12 +116,17 @@ def parse_io(table: dict[str, Any], ctx: Context) -> DeltaIO | None:
         gamma_o = numbers(v, table["gamma_o"], "[deltanet] gamma_o", d_vs[0], "one per output column, d_v")
         if "eps_o" in table:
             eps_o = positive(v, table["eps_o"], "[deltanet] eps_o", " (the gated norm's eps)")
+        if "gate_o" in table:
+            gate_o = table["gate_o"]
+            if gate_o not in GATES_O:
+                raise v.fail(f"[deltanet] gate_o = {_show(gate_o)}; expected \"silu\" (Qwen3-Next's gated norm, the"
+                             " default) or \"sigmoid\" (Kimi Linear's)")
     else:
-        for key in ("gamma_o", "eps_o"):
+        for key in ("gamma_o", "eps_o", "gate_o"):
             if key in table:
                 raise v.fail(f"[deltanet] has {key} but no W_Z; expected W_Z (d_model × d_v of every head) with it, the"
                              " gate of the output norm rmsnorm(o)·γ·silu(X̂·W_Z)")
-    return DeltaIO(convs.get("conv_q"), convs.get("conv_k"), convs.get("conv_v"), W_Z, gamma_o, eps_o, wide)
+    return DeltaIO(convs.get("conv_q"), convs.get("conv_k"), convs.get("conv_v"), W_Z, gamma_o, eps_o, wide, gate_o)
 
 
 def _rows(M: Matrix) -> str:
@@ -128,6 +139,8 @@ def write_io(io: DeltaIO | None) -> list[str]:
     out = [f"{key} = {_rows(io.wide[key])}" for key in ("conv_q", "conv_k", "conv_v", "W_Z") if key in io.wide]
     if io.gamma_o is not None:
         out += [f"gamma_o = {vector(io.gamma_o)}", f"eps_o = {number(io.eps_o)}"]
+        if io.gate_o != "silu":  # the default written out only where it is not the default: old files stay as they were
+            out.append(f'gate_o = "{io.gate_o}"')
     return out
 
 
@@ -135,5 +148,5 @@ def summary(io: DeltaIO | None) -> str:
     if io is None:
         return ""
     parts = ([f"a short convolution of {io.taps} taps"] if io.conv_q is not None else []) + \
-        (["a gated output norm"] if io.W_Z is not None else [])
+        ([f"a gated output norm{' (σ gate)' if io.gate_o == 'sigmoid' else ''}"] if io.W_Z is not None else [])
     return ", " + " and ".join(parts)

@@ -24,12 +24,13 @@ from qkv_tui.core.variants.common import (
     Context,
     Faces,
     Lookalikes,
+    Reader,
     Table,
     number,
     numbers,
     write_whole,
 )
-from qkv_tui.core.variants.gate import Reader
+from qkv_tui.core.variants.refusals import BUILDS_HEADS, STATE, WHOLE_HEAD, head_keys, refused
 
 if TYPE_CHECKING:  # the kernel loads with the first [differential] scenario read, not with every start-up
     from qkv_tui.kernels.differential import DiffHead
@@ -49,10 +50,9 @@ LOOKALIKES: Lookalikes = {
 
 # what the table cannot combine with: (the key of an earlier table, why)
 REFUSED_TABLES = (
-    ("qk_norm", "[qk_norm] normalises a head's whole d_k, while each map scores half of it; no model does either"),
-    ("mla", "[mla] builds its own heads; differential heads are [[heads]] or [attention] heads"),
-    ("linear", "[linear] replaces the softmax, and [differential] subtracts two softmax maps"),
-    ("deltanet", "[deltanet] replaces the softmax, and [differential] subtracts two softmax maps"),
+    (WHOLE_HEAD, "[{key}] {table.does} a head's whole d_k, while each map scores half of it; no model does either"),
+    (BUILDS_HEADS, "[{key}] builds its own heads; differential heads are [[heads]] or [attention] heads"),
+    (STATE, "[{key}] replaces the softmax, and [differential] subtracts two softmax maps"),
     ("value_scale", "[differential]'s kernel projects its own 2d-wide V, which the value scale would not reach"),
 )
 
@@ -147,17 +147,17 @@ def parse_differential(table: dict[str, Any], ctx: Context) -> Differential:
 
 def _refuse_with(ctx: Context) -> None:
     v = ctx.v
-    for key, why in REFUSED_TABLES:
-        if ctx.earlier.get(key) is not None:
-            raise v.fail(f"[differential] cannot be used with [{key}]: {why}; expected one of the two tables")
+    found = refused(ctx, REFUSED_TABLES)
+    if found is not None:
+        raise v.fail(f"[differential] cannot be used with [{found[0]}]: {found[1]}; expected one of the two tables")
     for i, head in enumerate(ctx.head_tables):
         name = ctx.heads[i][0]
-        if getattr(head, "sink", None) is not None:
-            raise v.fail(f"{name} has a sink, but [differential] has two softmax maps and a sink joins one softmax;"
-                         " expected no sink with [differential]")
-        if getattr(head, "W_G", None) is not None:
-            raise v.fail(f"{name} has an output gate W_G, but [differential] does not say whether it gates before or"
-                         " after the sub-norm; expected no W_G with [differential]")
+        for key, words in head_keys(head, "joins_sum"):
+            raise v.fail(f"{name} has {words}, but [differential] has two softmax maps and {words} joins one softmax;"
+                         f" expected no {key} with [differential]")
+        for key, words in head_keys(head, "after_mix"):
+            raise v.fail(f"{name} has {words} {key}, but [differential] does not say whether it gates before or"
+                         f" after the sub-norm; expected no {key} with [differential]")
 
 
 def _half_width(ctx: Context) -> int:
@@ -257,6 +257,7 @@ def trainable(table: dict[str, Any]) -> tuple[str, ...]:
 # the part is its line in FEATURES (core/variants/__init__.py).
 FACES = Faces(
     head="qkv_tui.core.differential_part:diff_part",
+    edit="qkv_tui.core.variants.differential_edit",
     stages=(
         *(("mix", "differential", name) for name in (
             "ROTATE", "SCORE_1", "SCALE_1", "SOFTMAX_1", "SCORE_2", "SCALE_2", "SOFTMAX_2", "LAMBDA", "SUBTRACT",

@@ -9,27 +9,18 @@ more likely a slip than a design.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
 from qkv_tui.base.values import kind as _kind
 from qkv_tui.core.arrays import Matrix
-from qkv_tui.core.variants.common import Checker, Features, Keys
+from qkv_tui.core.variants.common import Checker, Faces, Features, Keys, Reader
 
 HEAD_KEY = "W_G"  # in a [[heads]] table
 TABLE_KEY = "gate"  # the top-level [gate] table of the [attention] form
 GATE_KEYS = ("W_G",)
 
-
-class MatrixReader(Protocol):
-    """The loader's matrix rule (its messages for ragged rows, non-numbers and non-finite values)."""
-
-    def matrix(self, value: Any, key: str, labels: tuple[str, ...] = ()) -> Matrix: ...
-
-
-class Reader(Checker, MatrixReader, Protocol):
-    pass
 
 
 def parse_head_gate(v: Reader, table: dict[str, Any], where: str, d_model: int, d_v: int) -> Matrix | None:
@@ -91,4 +82,4 @@ def summary_parts(sc: Features) -> list[str]:
     return ["output gate"] if any(getattr(h, "W_G", None) is not None for h in sc.heads) else []
 
 
-KEYS = Keys(summary_parts)
+KEYS = Keys(summary_parts, faces=Faces(head="qkv_tui.core.gate_part:gate_part", edit="qkv_tui.core.variants.gate_edit"))

@@ -13,7 +13,7 @@ stages (teach/stages/indexer.py) and the JSON field ``"indexer"`` (edges/export_
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar, cast
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 import numpy as np
 
@@ -22,12 +22,13 @@ from qkv_tui.base.values import show as _show
 from qkv_tui.core.arrays import BoolMatrix, Matrix, Vector
 from qkv_tui.core.toml_text import number as num
 from qkv_tui.core.toml_text import string, vector
-from qkv_tui.core.variants.common import Context, Faces, Table, choice, number, numbers, write_whole
-from qkv_tui.core.variants.gate import Reader
-from qkv_tui.core.variants.mla import MAX_SIZE, Mla
+from qkv_tui.core.variants.common import MAX_SIZE, Context, Faces, Reader, Table, choice, number, numbers, write_whole
+from qkv_tui.core.variants.refusals import STATE, refused
 from qkv_tui.core.variants.rope import Rope
-from qkv_tui.kernels.indexer import DEFAULT_K_EPS, INDEX_LAYOUTS, Indexed, IndexerWeights, index
 from qkv_tui.kernels.policy import EXACT, Policy
+
+if TYPE_CHECKING:  # the kernel loads with the first [indexer] parsed or run, not with every scenario
+    from qkv_tui.kernels.indexer import Indexed, IndexerWeights
 
 INDEXER_KEYS = ("num_heads", "W_q", "W_k", "W_w", "k_norm", "rope_dims", "rope_layout", "top_k")
 K_NORM_KEYS = ("gamma", "beta", "eps")
@@ -35,8 +36,7 @@ WHERE = "[indexer]"
 
 # what the table cannot combine with: (the key of an earlier table, why); the selection narrows one softmax map's mask
 REFUSED_TABLES = (
-    ("linear", "[linear] keeps a running state, with no map whose keys the indexer could pick"),
-    ("deltanet", "[deltanet] keeps a running state, with no map whose keys the indexer could pick"),
+    (STATE, "[{key}] keeps a running state, with no map whose keys the indexer could pick"),
     ("differential", "the models with an indexer have one softmax map per head, [differential] two"),
     ("backward", "the gradients through the selection are not in the app yet (top-k passes none to the indexer)"),
 )
@@ -79,6 +79,8 @@ class Indexer:
         return int(self.W_k.shape[1])
 
     def weights(self) -> IndexerWeights:
+        from qkv_tui.kernels.indexer import IndexerWeights
+
         return IndexerWeights(self.num_heads, self.W_q, self.W_k, self.W_w, self.top_k, self.rope_dims,
                               self.rope_layout, self.k_gamma if self.k_norm else None,
                               self.k_beta if self.k_norm else None, self.k_eps)
@@ -121,6 +123,8 @@ def _ones(count: int, fill: float = 1.0) -> Vector:
 
 def _k_norm(ctx: Context, value: Any, d_I: int) -> tuple[bool, Vector, Vector, float]:
     """``k_norm = true`` (gain 1, bias 0), false, or a table of ``gamma``, ``beta`` and ``eps``."""
+    from qkv_tui.kernels.indexer import DEFAULT_K_EPS
+
     v = ctx.v
     key = f"{WHERE} k_norm"
     if isinstance(value, bool):
@@ -142,18 +146,18 @@ def _k_norm(ctx: Context, value: Any, d_I: int) -> tuple[bool, Vector, Vector, f
 
 def parse_indexer(table: dict[str, Any], ctx: Context) -> Indexer:
     v = ctx.v
-    for key, why in REFUSED_TABLES:
-        if ctx.earlier.get(key) is not None:
-            raise v.fail(f"{WHERE} cannot be used with [{key}]: {why}; expected one of the two tables")
+    found = refused(ctx, REFUSED_TABLES)
+    if found is not None:
+        raise v.fail(f"{WHERE} cannot be used with [{found[0]}]: {found[1]}; expected one of the two tables")
     if ctx.is_cross:
         raise v.fail(f"{WHERE} needs self-attention (it selects among the tokens' own keys); remove [context] or {WHERE}")
     H = _count(ctx, table, "num_heads", 1, "how many index heads")
     W_k = _matrix(ctx, table, "W_k", ctx.d_model, "d_model, the width of X", None, "d_I, the index key's width")
     d_I = int(W_k.shape[1])
-    mla = ctx.earlier.get("mla")
-    latent = isinstance(mla, Mla) and mla.W_DQ is not None
-    if latent:
-        d_cq = cast(Mla, mla).d_cq or 0
+    # a table parsed before that gives a query latent ([mla]'s c_Q), which W_q then reads
+    d_cq = next((width for t in ctx.earlier.values() if (width := getattr(t, "query_latent_width", None))), None)
+    latent = d_cq is not None
+    if d_cq is not None:
         rows, rows_are = d_cq, "d_cq, the columns of [mla] W_DQ (W_q reads the query latent c_Q, as the models do)"
     else:
         rows, rows_are = ctx.d_model, "d_model, the width of X"
@@ -171,6 +175,8 @@ def parse_indexer(table: dict[str, Any], ctx: Context) -> Indexer:
                      " add [rope] or write rope_dims = 0")
     layout = "half"
     if "rope_layout" in table:
+        from qkv_tui.kernels.indexer import INDEX_LAYOUTS
+
         layout = choice(v, table["rope_layout"], f"{WHERE} rope_layout", INDEX_LAYOUTS)
     on, gamma, beta, eps = _k_norm(ctx, table.get("k_norm", False), d_I)
     return Indexer(H, W_q, W_k, W_w, top_k, rope_dims, layout, on, gamma, beta, eps, latent)
@@ -200,13 +206,16 @@ def _summary(ix: Indexer) -> str:
 # stages (after Norm: the indexer reads what the heads read, before any head projects), the JSON field
 FACES = Faces(head="qkv_tui.core.indexer_part:indexer_part",
               stages=tuple(("norm", "indexer", name) for name in ("INDEX", "SELECT")),
-              json="qkv_tui.edges.export_indexer:indexer_fields")
+              json="qkv_tui.edges.export_indexer:indexer_fields",
+              compared="its selection as every head's mask")
 TABLE: Table[Indexer] = Table("indexer", INDEXER_KEYS, parse_indexer, _summary, write_indexer, LOOKALIKES, FACES)
 
 
 def run(ix: Indexer, X: Matrix, allow: BoolMatrix, rope: Rope | None, c_Q: Matrix | None = None,
         policy: Policy = EXACT) -> Indexed:
     """The table on X (n, d_model): ``c_Q`` is [mla]'s query latent where W_q reads it; [rope] gives base and positions."""
+    from qkv_tui.kernels.indexer import index
+
     if ix.from_latent and c_Q is None:
         raise ValueError("this [indexer] reads [mla]'s c_Q: pass it")
     positions = rope.positions if rope is not None else tuple(range(X.shape[0]))

@@ -22,8 +22,7 @@ import numpy as np
 from qkv_tui.base.values import kind as _kind
 from qkv_tui.core.arrays import Matrix, Vector
 from qkv_tui.core.toml_text import vector
-from qkv_tui.core.variants.common import Checker, Context, numbers
-from qkv_tui.core.variants.gate import Reader
+from qkv_tui.core.variants.common import Checker, Context, Reader, numbers
 
 KDA_GATE_KEYS = ("g", "W_fa", "W_fb", "A_log", "dt_bias")
 QWEN_GATE_KEYS = ("W_a", "A_log", "dt_bias")  # [deltanet]'s one-gate-per-head reading

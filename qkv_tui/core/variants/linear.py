@@ -12,7 +12,8 @@ from typing import Any, ClassVar
 
 from qkv_tui.base.values import kind as _kind
 from qkv_tui.core.toml_text import string
-from qkv_tui.core.variants.common import Checker, Context, Table, choice
+from qkv_tui.core.variants.common import Context, Faces, Table, choice
+from qkv_tui.core.variants.refusals import replaces_softmax
 
 LINEAR_KEYS = ("feature", "normalize")
 FEATURE_KINDS = ("elu1", "relu", "identity")
@@ -45,31 +46,6 @@ class Linear:
         return None if self.normalize else " (φ(q)·φ(k), not divided by the row's sum; not a distribution)"
 
 
-def replaces_softmax(v: Checker, ctx: Context, table: str) -> None:
-    """The readings pinned for a table that replaces every head's softmax with a running state: a causal
-    mask, self-attention, one K/V head per query head, and none of the softmax's own keys."""
-    if ctx.is_cross:
-        raise v.fail(f"[{table}] needs self-attention (its state runs over the tokens themselves); remove [context] or [{table}]")
-    if ctx.mask_kind != "causal":
-        raise v.fail(f"[{table}] needs mask = \"causal\" (the state reads each token after the ones before it),"
-                     f" but mask = {ctx.mask_kind!r}; expected mask = \"causal\"")
-    if ctx.num_kv_heads is not None:
-        raise v.fail(f"[{table}] does not share K/V heads (each head keeps its own state), but [attention] has"
-                     f" num_kv_heads = {ctx.num_kv_heads}; expected no num_kv_heads")
-    for i, head in enumerate(ctx.head_tables):
-        name = ctx.heads[i][0]
-        kv = getattr(head, "kv_head", None)
-        if kv is not None and kv != i:
-            raise v.fail(f"[{table}] does not share K/V heads (each head keeps its own state), but {name} reads"
-                         f" kv_head = {kv + 1}; expected no kv_head")
-        for key, why in (("sink", "a sink's logit"), ("softcap", "a soft-cap")):
-            if getattr(head, key, None) is not None:
-                raise v.fail(f"[{table}] replaces the softmax, which {why} belongs to, but {name} has {key};"
-                             f" expected no {key} with [{table}]")
-    if ctx.earlier.get("alibi") is not None:
-        raise v.fail(f"[{table}] replaces the softmax, whose logits [alibi] biases; expected [alibi] or [{table}], not both")
-
-
 def parse_linear(table: dict[str, Any], ctx: Context) -> Linear:
     v = ctx.v
     replaces_softmax(v, ctx, "linear")
@@ -95,4 +71,5 @@ def _summary(lin: Linear) -> str:
     return f"linear attention (φ = {FEATURE_TEXT[lin.feature]}{'' if lin.normalize else ', not normalised'})"
 
 
-TABLE: Table[Linear] = Table("linear", LINEAR_KEYS, parse_linear, _summary, write_linear)
+TABLE: Table[Linear] = Table("linear", LINEAR_KEYS, parse_linear, _summary, write_linear,
+                             faces=Faces(head="qkv_tui.core.linear_part:linear_part"))

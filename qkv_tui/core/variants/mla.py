@@ -8,6 +8,7 @@ k_R = X·W_KR is shared by the heads. ``[rope]`` turns the rotary parts only (q_
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, ClassVar, cast
 
@@ -17,9 +18,8 @@ from qkv_tui.base.values import kind as _kind
 from qkv_tui.base.values import show as _show
 from qkv_tui.core.arrays import Matrix, Vector
 from qkv_tui.core.toml_text import vector
-from qkv_tui.core.variants.common import Checker, Context, Table, face, number, numbers, write_whole
-from qkv_tui.core.variants.gate import Reader
-from qkv_tui.core.variants.rope import LATENT_SCALING, Rope, latent_partial, write_rope
+from qkv_tui.core.variants.common import MAX_SIZE, Checker, Context, Reader, Table, face, number, numbers, write_whole
+from qkv_tui.core.variants.rope import Rope, latent_partial, latent_scaling, write_rope
 
 if TYPE_CHECKING:
     from qkv_tui.kernels.mla import MlaWeights
@@ -39,6 +39,8 @@ class Mla:
     embed_back: ClassVar[str] = "qkv_tui.teach.stages.mla_compress"
     # the cost view (core/cost.py, display/cost_view.py): what its layers cache, and its own page
     cache_kind: ClassVar[str] = "mla"
+    builds_heads: ClassVar[bool] = True  # the heads come from its latent (core/variants/refusals.py)
+    runs_heads: ClassVar[str] = "qkv_tui.core.mla_part:mla_heads"  # and run in the forward driver's place
     cost_face: ClassVar[str] = "qkv_tui.display.mla_cost"
     two_forms: ClassVar[str] = (
         "Score, Scale, Softmax and Mix run on the expanded keys and values; Absorb is the same attention on the"
@@ -71,8 +73,40 @@ class Mla:
         return None if self.W_DQ is None else int(self.W_DQ.shape[1])
 
     @property
+    def query_latent_width(self) -> int | None:
+        """The width of the query latent c_Q a later table may read ([indexer]'s W_q); None without W_DQ."""
+        return self.d_cq
+
+    @property
     def d_qk(self) -> int:
         return self.d_nope + self.d_rope
+
+    @property
+    def softmax_mscale(self) -> float | None:
+        """DeepSeek's YaRN m, whose square multiplies the softmax scale (transformers' DeepseekV3Attention:
+        qk_head_dim^(−1/2)·m², m = 0.1·mscale_all_dim·ln(factor) + 1); None where the divisor is √d_qk."""
+        scaling = None if self.rope is None else self.rope.scaling
+        m = None if scaling is None else scaling.softmax_mscale
+        return None if m is None or m == 1.0 else m
+
+    @property
+    def divisor(self) -> float:
+        """What each head's scores are divided by: √d_qk, over m² under DeepSeek's YaRN."""
+        m = self.softmax_mscale
+        root = math.sqrt(self.d_qk)
+        return root if m is None else root / (m * m)
+
+    @property
+    def scale_origin(self) -> str | None:
+        """Where the divisor comes from, as the Scale stage says it (core/part_questions.scenario_says); None for
+        √d_qk."""
+        m = self.softmax_mscale
+        if m is None:
+            return None
+        assert self.rope is not None and self.rope.scaling is not None
+        s = self.rope.scaling
+        return (f"DeepSeek's YaRN: √d_qk / m², m = 0.1·mscale_all_dim·ln(factor) + 1 = 0.1·{s.mscale_all_dim:g}·ln"
+                f" {s.factor:g} + 1 = {m:.6f}, so √{self.d_qk} / {m:.6f}² = {self.divisor:.6f}")
 
     @property
     def cache_held(self) -> tuple[str, tuple[str, int]]:
@@ -171,7 +205,6 @@ def _frozen(a: Matrix) -> Matrix:
     return a
 
 
-MAX_SIZE = 65_536  # heads or dimensions: far past any model's (DeepSeek-V3: 128 heads, d_nope 128)
 
 
 def _count(v: Checker, table: dict[str, Any], key: str, least: int, what: str) -> int:
@@ -285,8 +318,8 @@ def parse_mla(table: dict[str, Any], ctx: Context) -> Mla:
     rope = ctx.earlier.get("rope")
     if isinstance(rope, Rope) and rope.partial != 1.0:  # parse_rope refuses both first; kept for a Context without latent
         raise ctx.v.fail(latent_partial(f"{rope.partial:g}", mla.d_nope, mla.d_rope))
-    if isinstance(rope, Rope) and rope.scaling is not None:
-        raise ctx.v.fail(LATENT_SCALING)
+    if isinstance(rope, Rope) and rope.scaling is not None and rope.scaling.type != "yarn":
+        raise ctx.v.fail(latent_scaling(rope.scaling.type))
     return replace(mla, rope=rope) if isinstance(rope, Rope) else mla
 
 
@@ -318,7 +351,10 @@ def write_mla(mla: Mla) -> list[str]:
 
 def _summary(mla: Mla) -> str:
     cached, mha = mla.cache_per_token()
-    return f"latent attention (d_c {mla.d_c}, d_rope {mla.d_rope}: {cached} cached numbers a token against {mha})"
+    scaling = None if mla.rope is None else mla.rope.scaling
+    yarn = "" if scaling is None else f", RoPE {scaling.type} ×{scaling.factor:g}"  # DeepSeek's YaRN
+    return (f"latent attention (d_c {mla.d_c}, d_rope {mla.d_rope}: {cached} cached numbers a token against"
+            f" {mha}{yarn})")
 
 
 TABLE: Table[Mla] = Table("mla", MLA_KEYS, parse_mla, _summary, write_mla)

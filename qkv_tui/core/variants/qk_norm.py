@@ -15,7 +15,7 @@ import numpy as np
 from qkv_tui.base.values import show as _show
 from qkv_tui.core.arrays import Vector
 from qkv_tui.core.toml_text import string, vector
-from qkv_tui.core.variants.common import Context, Table, choice, number, numbers
+from qkv_tui.core.variants.common import Context, Faces, Table, choice, number, numbers
 
 QK_NORM_KEYS = ("over", "gamma_q", "gamma_k", "eps")
 QK_NORM_OVER = ("head", "all")
@@ -27,6 +27,10 @@ class QKNorm:
     """RMSNorm on Q and K: over each head's d_k, or over the whole projection width."""
 
     not_plain: ClassVar[str] = "[qk_norm]"  # what makes the attention other than plain (core/diagnose.py)
+    # what it changes of a head's pass and how (core/variants/refusals.py): its statistics read a head's whole d_k
+    acts_on: ClassVar[str] = "queries and keys"
+    does: ClassVar[str] = "normalises"
+    whole_head: ClassVar[bool] = True
 
     over: str  # "head" | "all"
     gamma_q: Vector  # (d_k,) with "head", shared by the heads; (num_heads·d_k,) with "all"
@@ -96,4 +100,5 @@ def _summary(qk: QKNorm) -> str:
     return "qk-norm per head" if qk.over == "head" else "qk-norm over all heads"
 
 
-TABLE: Table[QKNorm] = Table("qk_norm", QK_NORM_KEYS, parse_qk_norm, _summary, write_qk_norm)
+TABLE: Table[QKNorm] = Table("qk_norm", QK_NORM_KEYS, parse_qk_norm, _summary, write_qk_norm,
+                             faces=Faces(head="qkv_tui.core.qk_norm_part:qk_norm_part"))

@@ -11,7 +11,7 @@ import numpy as np
 from qkv_tui.base.values import kind as _kind
 from qkv_tui.base.values import show as _show
 from qkv_tui.core.toml_text import string
-from qkv_tui.core.variants.common import MAX_INDEX, Context, Table, choice, number, write_whole
+from qkv_tui.core.variants.common import MAX_INDEX, Context, Faces, Table, choice, number, write_whole
 from qkv_tui.core.variants.rope_scaling import parse_partial, parse_scaling, summary, write_scaling
 from qkv_tui.kernels import rope as rope_kernel
 from qkv_tui.kernels.rope_scaling import RopeScaling, base_inv_freq, rotated_dims
@@ -30,6 +30,9 @@ class Rope:
     scores_with_decimals: ClassVar[bool] = True
     # where position enters, as the Embed stage says it (core/part_questions.scenario_says)
     position_enters: ClassVar[str] = " Here position enters at the Rotate stage, which turns Q and K by each token's position."
+    # what it changes of a head's pass and how (core/variants/refusals.py)
+    acts_on: ClassVar[str] = "queries and keys"
+    does: ClassVar[str] = "turns"
 
     base: float  # θ_i = base^(−2i/d_k)
     layout: str  # "interleaved": pair i = (2i, 2i+1); "half": pair i = (i, i + d_k/2)
@@ -89,11 +92,13 @@ def latent_partial(partial: str, d_nope: int, d_rope: int) -> str:
             f" d_nope = {d_nope} others; remove partial (d_nope and d_rope set the split)")
 
 
-# DeepSeek-V2/V3, the models [mla] follows, scale their RoPE only with YaRN, and YaRN there also multiplies
-# the softmax scale by mscale² (importers/hf_deepseek.py refuses such a config for the same reason)
-LATENT_SCALING = ("[rope.scaling] does not go with [mla]: DeepSeek's YaRN also multiplies the softmax scale by"
-                  " mscale², which qkv-tui does not model, so [mla] turns its rotary parts with plain RoPE;"
-                  " remove [rope.scaling]")
+# DeepSeek-V2/V3/V3.2, the models [mla] follows, scale their RoPE only with YaRN (whose mscale_all_dim there also
+# multiplies the softmax scale by m²: core/variants/mla.py)
+def latent_scaling(kind: str) -> str:
+    """[mla] with a [rope.scaling] other than YaRN."""
+    return (f"[rope.scaling] type = \"{kind}\" does not go with [mla]: DeepSeek's latent attention scales its rotary"
+            " parts only with YaRN (its mscale_all_dim also multiplies the softmax scale by m²); expected"
+            " type = \"yarn\" or no [rope.scaling]")
 
 
 def parse_rope(table: dict[str, Any], ctx: Context) -> Rope:
@@ -142,13 +147,13 @@ def parse_rope(table: dict[str, Any], ctx: Context) -> Rope:
                 raise v.fail(f"{where} is {_show(p)}, too large; expected a position below 2^53")
             out.append(p)
         positions = tuple(out)
-    if ctx.latent is not None:  # before the d_k rules below, which would read d_rope as a head's d_k
-        if "partial" in table and number(v, table["partial"], "[rope] partial") != 1.0:
-            raise v.fail(latent_partial(_show(table["partial"]), *ctx.latent))
-        if "scaling" in table:
-            raise v.fail(LATENT_SCALING)
+    # before the d_k rules below, which would read d_rope as a head's d_k
+    if ctx.latent is not None and "partial" in table and number(v, table["partial"], "[rope] partial") != 1.0:
+        raise v.fail(latent_partial(_show(table["partial"]), *ctx.latent))
     partial = parse_partial(v, table["partial"], head_dks[0][1] if head_dks else None) if "partial" in table else 1.0
     scaling = parse_scaling(v, table["scaling"]) if "scaling" in table else None
+    if ctx.latent is not None and scaling is not None and scaling.type != "yarn":
+        raise v.fail(latent_scaling(scaling.type))
     return Rope(base, layout, positions, partial, scaling)
 
 
@@ -166,4 +171,5 @@ TABLE: Table[Rope] = Table(
     lookalikes={("[rope]", key): ("scaling", f"{key} is a field of [rope.scaling]: write it under that header")
                 for key in ("factor", "type", "original_max_position_embeddings", "low_freq_factor",
                             "high_freq_factor", "beta_fast", "beta_slow", "attention_factor", "rope_type")},
+    faces=Faces(head="qkv_tui.core.rope_part:rope_part"),
 )

@@ -21,7 +21,8 @@ REQUIRED = {
     "llama3": ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"),
     "yarn": ("factor", "original_max_position_embeddings"),
 }
-OPTIONAL = {"linear": (), "llama3": (), "yarn": ("beta_fast", "beta_slow", "attention_factor", "truncate")}
+OPTIONAL = {"linear": (), "llama3": (),
+            "yarn": ("beta_fast", "beta_slow", "attention_factor", "truncate", "mscale", "mscale_all_dim")}
 EVERY_FIELD = ("type", *dict.fromkeys(k for t in SCALING_TYPES for k in (*REQUIRED[t], *OPTIONAL[t])))
 
 
@@ -78,8 +79,10 @@ def parse_scaling(v: Checker, table: Any) -> RopeScaling:
     truncate = table.get("truncate", True)
     if not isinstance(truncate, bool):
         raise v.fail(f"{WHERE} truncate must be true or false, got {_kind(truncate)}")
+    # DeepSeek's: with both, a = m(mscale) / m(mscale_all_dim) unless attention_factor is given; under [mla]
+    # mscale_all_dim's m² also multiplies the softmax scale (kernels/rope_scaling.py softmax_mscale)
     return RopeScaling(kind, factor, low, high, positive("original_max_position_embeddings"), fast, slow,
-                       positive("attention_factor"), truncate)
+                       positive("attention_factor"), truncate, positive("mscale"), positive("mscale_all_dim"))
 
 
 def write_scaling(scaling: RopeScaling) -> list[str]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from qkv_tui.core.variants.common import Checker, Features, Keys, Lookalikes, number, numbers
+from qkv_tui.core.variants.common import Checker, Faces, Features, Keys, Lookalikes, number, numbers
 
 HEAD_KEY = "sink"
 ATTENTION_KEY = "sinks"
@@ -36,4 +36,5 @@ def summary_parts(sc: Features) -> list[str]:
     return ["sink"] if any(h.sink is not None for h in sc.heads) else []
 
 
-KEYS = Keys(summary_parts, LOOKALIKES)
+KEYS = Keys(summary_parts, LOOKALIKES, Faces(head="qkv_tui.core.sink_part:sink_part",
+                                            edit="qkv_tui.core.variants.sink_edit"))

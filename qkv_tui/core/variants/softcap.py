@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from qkv_tui.core.variants.common import Checker, Features, Keys, positive
+from qkv_tui.core.variants.common import Checker, Faces, Features, Keys, positive
 
 KEY = "softcap"  # the same key at the top level, in [[heads]] and in [attention]
 
@@ -30,4 +30,5 @@ def summary_parts(sc: Features) -> list[str]:
     return [f"softcap {'/'.join(f'{c:g}' for c in dict.fromkeys(caps))}"]
 
 
-KEYS = Keys(summary_parts)
+KEYS = Keys(summary_parts, faces=Faces(head="qkv_tui.core.softcap_part:softcap_part",
+                                   edit="qkv_tui.core.variants.softcap_edit"))

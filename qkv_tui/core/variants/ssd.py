@@ -14,7 +14,7 @@ core/ssd_part.py (the head pass), teach/stages/ssd.py (the stages), edges/export
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar, cast
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 import numpy as np
 
@@ -23,11 +23,12 @@ from qkv_tui.base.values import show as _show
 from qkv_tui.core.arrays import Matrix, Vector
 from qkv_tui.core.toml_text import number as num
 from qkv_tui.core.toml_text import vector
-from qkv_tui.core.variants.common import Context, Faces, Table, number, numbers, write_whole
-from qkv_tui.core.variants.gate import Reader
-from qkv_tui.core.variants.mla import MAX_SIZE
+from qkv_tui.core.variants.common import MAX_SIZE, Context, Faces, Reader, Table, number, numbers, write_whole
+from qkv_tui.core.variants.refusals import BUILDS_HEADS, ON_LOGITS, ON_QK, STATE, head_keys, refused
 from qkv_tui.kernels.policy import EXACT, Policy
-from qkv_tui.kernels.ssd import SsdHeads, gated_norm, ssd, steps
+
+if TYPE_CHECKING:  # the kernel loads with the first [ssd] run, not with every scenario
+    from qkv_tui.kernels.ssd import SsdHeads
 
 SSD_KEYS = ("num_heads", "num_groups", "A", "dt", "W_dt", "dt_bias", "dt_min", "dt_max", "B", "C", "x", "D", "z", "gamma",
             "eps")
@@ -44,14 +45,12 @@ LOOKALIKES = {
     (WHERE, "time_step_limit"): ("dt_min", "write its two ends as dt_min and dt_max"),
 }
 
-# what the table cannot combine with: (the key of an earlier table, why)
+# what the table cannot combine with: (the key of an earlier table, or what it is; why)
 REFUSED_TABLES = (
-    ("qk_norm", "[ssd] reads no Q or K to normalise (C and B stand in their places)"),
-    ("rope", "[ssd] turns no Q or K (C and B stand in their places; position is in the decays)"),
-    ("mla", "[mla] builds its own attention heads; [ssd]'s heads are [[heads]] or [attention] heads"),
-    ("alibi", "[ssd]'s own decays L fade the past; it has no scores to add a bias to"),
-    ("linear", "[linear] and [ssd] each replace the softmax with a state of their own"),
-    ("deltanet", "[deltanet] and [ssd] each replace the softmax with a state of their own"),
+    (ON_QK, "[ssd] has no Q or K, which [{key}] {table.does} (C and B stand in their places)"),
+    (BUILDS_HEADS, "[{key}] builds its own attention heads; [ssd]'s heads are [[heads]] or [attention] heads"),
+    (ON_LOGITS, "[ssd] has no softmax, whose logits [{key}] {table.does}"),
+    (STATE, "[{key}] and [ssd] each replace the softmax with a state of their own"),
     ("backward", "the gradients through the recurrence, the decays and the gated norm are not in the app yet"),
     ("value_scale", "[ssd] reads x, not the heads' V"),
     ("differential", "[differential] subtracts two softmax maps, and [ssd] has no softmax"),
@@ -135,9 +134,9 @@ def parse_ssd(table: dict[str, Any], ctx: Context) -> Ssd:
     v = ctx.v
     if ctx.is_cross:
         raise v.fail(f"{WHERE} needs self-attention (the state runs over the tokens themselves); remove [context] or {WHERE}")
-    for key, why in REFUSED_TABLES:
-        if ctx.earlier.get(key) is not None:
-            raise v.fail(f"{WHERE} cannot be used with [{key}]: {why}; expected one of the two tables")
+    found = refused(ctx, REFUSED_TABLES)
+    if found is not None:
+        raise v.fail(f"{WHERE} cannot be used with [{found[0]}]: {found[1]}; expected one of the two tables")
     if ctx.mask_kind != "causal":
         raise v.fail(f'{WHERE} needs mask = "causal", got {ctx.mask_kind!r}: the state runs forward only, so L is 0'
                      " above its diagonal")
@@ -221,10 +220,10 @@ def _heads_fit(ctx: Context, H: int, d: int) -> None:
                      f"{'s' if len(ctx.heads) != 1 else ''}; expected one head per [ssd] head")
     for i, head in enumerate(ctx.head_tables):
         name = ctx.heads[i][0]
-        if getattr(head, "sink", None) is not None or getattr(head, "softcap", None) is not None:
-            raise v.fail(f"{name} has a sink or a soft-cap, but [ssd] has no softmax for it; expected neither with {WHERE}")
-        if getattr(head, "W_G", None) is not None:
-            raise v.fail(f"{name} has an output gate W_G; [ssd] gates with z instead; expected no W_G with {WHERE}")
+        for key, words in head_keys(head, "softmax"):
+            raise v.fail(f"{name} has {words}, but [ssd] has no softmax for it; expected no {key} with {WHERE}")
+        for key, words in head_keys(head, "after_mix"):
+            raise v.fail(f"{name} has {words} {key}; [ssd] gates with z instead; expected no {key} with {WHERE}")
         width = int(head.W_V.shape[1])
         if width != d:
             raise v.fail(f"{name}'s W_V has {width} columns; expected d = {d}, the head's share of x (its y takes V's"
@@ -286,6 +285,8 @@ TABLE: Table[Ssd] = Table("ssd", SSD_KEYS, parse_ssd, _summary, write_ssd, LOOKA
 
 def run(s: Ssd, X: Matrix, policy: Policy = EXACT) -> tuple[SsdHeads, Matrix]:
     """The table on X (n, d_model): every head both ways, and the layer's y (gated and normalised with z)."""
+    from qkv_tui.kernels.ssd import gated_norm, ssd, steps
+
     dt = s.dt if s.dt is not None else steps(policy.matmul(X, cast(Matrix, s.W_dt)), s.dt_bias, s.dt_limit, policy)
     heads = ssd(X if s.x is None else s.x, dt, s.A, s.B, s.C, s.D, s.num_groups, policy)
     if s.z is None or s.gamma is None:

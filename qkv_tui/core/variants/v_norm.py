@@ -9,6 +9,7 @@ from typing import Any
 
 from qkv_tui.core.toml_text import number
 from qkv_tui.core.variants.common import Context, Faces, Lookalikes, Table, positive
+from qkv_tui.core.variants.refusals import BUILDS_HEADS, STATE, refused
 
 KEYS = ("eps",)
 DEFAULT_EPS = 1e-6  # Gemma3nTextConfig's rms_norm_eps
@@ -18,10 +19,9 @@ LOOKALIKES: Lookalikes = {
 
 # tables whose values do not come from one V = X·W_V projection per head the norm could follow, or would miss it
 REFUSED = (
-    ("mla", "[mla] builds V from its latent; a value norm is read for [[heads]] or [attention] heads"),
+    (BUILDS_HEADS, "[{key}] builds V from its latent; a value norm is read for [[heads]] or [attention] heads"),
     ("backward", "[backward]'s gradients do not carry the value norm yet; drop one of the two"),
-    ("linear", "[linear]'s stages read V as projected; a value norm is read with softmax attention"),
-    ("deltanet", "[deltanet]'s stages read V as projected; a value norm is read with softmax attention"),
+    (STATE, "[{key}]'s stages read V as projected; a value norm is read with softmax attention"),
     ("value_scale", "the norm would undo the scale (a row's norm does not change when the row is multiplied);"
                     " drop one of the two"),
     ("differential", "[differential]'s kernel projects its own 2d-wide V, which the value norm would not reach"),
@@ -31,9 +31,9 @@ REFUSED = (
 def parse_v_norm(table: dict[str, Any], ctx: Context) -> float:
     """The eps of the norm (what ``[v_norm]`` holds)."""
     v = ctx.v
-    for key, why in REFUSED:
-        if ctx.earlier.get(key) is not None:
-            raise v.fail(f"[v_norm] cannot be used with [{key}]: {why}")
+    found = refused(ctx, REFUSED)
+    if found is not None:
+        raise v.fail(f"[v_norm] cannot be used with [{found[0]}]: {found[1]}")
     if "eps" not in table:
         return DEFAULT_EPS
     return positive(v, table["eps"], "[v_norm] eps", " (it keeps the root away from 0)")
@@ -48,5 +48,5 @@ def _summary(eps: float) -> str:
 
 
 # its one face beyond the keys: the head-pass hook that norms V (the Project stage reads the normed V it leaves)
-FACES = Faces(head="qkv_tui.core.v_norm_part:v_norm_part")
+FACES = Faces(head="qkv_tui.core.v_norm_part:v_norm_part", compared="V normed, as the heads mix it")
 TABLE: Table[float] = Table("v_norm", KEYS, parse_v_norm, _summary, write_v_norm, LOOKALIKES, FACES)

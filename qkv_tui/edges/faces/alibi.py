@@ -9,7 +9,7 @@ from qkv_tui.core.head import HeadResult
 from qkv_tui.core.scenario import Scenario
 from qkv_tui.core.variants import alibi
 from qkv_tui.edges.faces import At, ExportFace, Fields
-from qkv_tui.kernels.softmax import Biased
+from qkv_tui.kernels.alibi import Biased
 
 
 def head(h: HeadResult) -> Fields:
@@ -17,13 +17,13 @@ def head(h: HeadResult) -> Fields:
 
 
 def sheet_back_rules(sc: Scenario) -> list[str]:
-    if sc.alibi is None:
+    if alibi.TABLE.of(sc) is None:
         return []
     return ["  ALiBi: the bias is added, so dS passes through it unchanged."]
 
 
 def sheet_rules(ws: Any, asks: Callable[[str], bool]) -> list[str]:
-    if ws.comp.scenario.alibi is None or not asks("scale"):
+    if alibi.TABLE.of(ws.comp.scenario) is None or not asks("scale"):
         return []
     return ["- ALiBi: each head adds slope·(j − i) to its scaled scores, j the key's position and i the"
             " query's: the further back the key, the lower its score."]

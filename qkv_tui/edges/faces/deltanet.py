@@ -26,6 +26,7 @@ def head_state(h: HeadResult) -> Fields:
     normed = None if around is None else around.out_norm
     return [("q", dn.q), ("k", dn.k), ("g", dn.g.tolist()), ("beta", dn.beta.tolist()), ("S", dn.S),
             ("output", dn.output),
+            ("gate_o", None if normed is None else normed.gate),  # the output norm's gate: "silu" or "sigmoid" (Kimi)
             # the short convolution's outputs (after SiLU) and the gated output norm's gate input and result
             ("conv_q", None if conv is None else conv[0].out), ("conv_k", None if conv is None else conv[1].out),
             ("conv_v", None if conv is None else conv[2].out), ("z", None if normed is None else normed.z),

@@ -20,7 +20,7 @@ def document(sc: Scenario, norm: NormResult | None, write_fields: WriteFields) -
     its norm; null without [mla]."""
     if sc.mla is None:
         return [("mla", None)]
-    from qkv_tui.core.forward import mla_results
+    from qkv_tui.core.mla_part import mla_results
     from qkv_tui.kernels.mla import MlaHead
 
     heads = mla_results(sc, sc.X if norm is None else norm.X_norm)

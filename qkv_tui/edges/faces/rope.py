@@ -20,12 +20,15 @@ def head(h: HeadResult) -> Fields:
 
 def document(sc: Scenario, norm: Any, write_fields: Any) -> Fields:
     """The frequencies RoPE turns by, after scaling, with YaRN's attention factor and how many dims turn;
-    null for plain RoPE (every dim turns at base^(−2i/d_k), all in "positions" and the heads' d_k) and without."""
-    if sc.rope is None or not sc.heads or (sc.rope.partial == 1.0 and sc.rope.scaling is None):
+    null for plain RoPE (every dim turns at base^(−2i/d_k), all in "positions" and the heads' d_k) and without.
+    Under [mla] the rope is its own, turning the d_rope rotary dimensions (DeepSeek's YaRN: its m² on the softmax
+    scale is in each head's "scale")."""
+    rope = sc.rope if sc.mla is None else sc.mla.rope
+    if rope is None or not sc.heads or (rope.partial == 1.0 and rope.scaling is None):
         return [("rope", None)]
-    d_k = sc.heads[0].d_k  # [rope] needs one d_k for every head
-    return [("rope", {"inv_freq": sc.rope.inv_freq(d_k).tolist(), "attention_factor": sc.rope.attention_factor,
-                      "rotated_dims": sc.rope.rotated(d_k)})]
+    d_k = sc.heads[0].d_k if sc.mla is None else sc.mla.d_rope  # [rope] needs one d_k for every head
+    return [("rope", {"inv_freq": rope.inv_freq(d_k).tolist(), "attention_factor": rope.attention_factor,
+                      "rotated_dims": rope.rotated(d_k)})]
 
 
 def sheet_back_rules(sc: Scenario) -> list[str]:

@@ -126,7 +126,7 @@ def build(comp: Computation, blanks: str = DEFAULT_BLANKS, seed: int = 0, decima
     if any(t.stage == sgd.STAGE.key for t in tables):  # its rule only where the page has its tables
         specs[sgd.SHEET.stage.key] = sgd.SHEET
     by_key = {t.key: t for t in tables}
-    work = Working(sc, by_key, decimals, specs)
+    work = Working(sc, by_key, decimals, specs, comp)
     asked, shown = select.asked_and_shown(tables, selection, Trace(comp).stage_keys if not selection.everything
                                           else (), {} if selection.everything else _reads(work, tables))
     if not asked and not selection.everything:

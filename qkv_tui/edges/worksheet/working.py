@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from qkv_tui.core.engine import Computation, compute
 from qkv_tui.core.scenario import Scenario
 from qkv_tui.edges.worksheet.chain import Table, kv_owners
 from qkv_tui.teach import stages
@@ -21,12 +22,21 @@ class Working:
     """The arithmetic of one cell, written with the printed operands (a ``PrintedCells`` for the stages)."""
 
     def __init__(self, sc: Scenario, tables: dict[str, Table], decimals: int,
-                 specs: Mapping[str, StageSpec] | None = None) -> None:
+                 specs: Mapping[str, StageSpec] | None = None, comp: Computation | None = None) -> None:
         self.sc = sc
         self.tables = tables
         self.d = decimals
         self.owners = kv_owners(sc)
         self.specs = specs if specs is not None else {s.stage.key: s for s in stages.REGISTRY}
+        self._comp = comp
+
+    @property
+    def comp(self) -> Computation:
+        """The computation the page was made of (computed from the scenario where none was given): the stages ask
+        its heads' parts what they are (the names Q and K are scored under)."""
+        if self._comp is None:
+            self._comp = compute(self.sc)
+        return self._comp
 
     def txt(self, key: str, row: int, col: int) -> str:
         """A printed cell as an operand: negatives in parentheses, ``1·(-2)``."""

@@ -139,6 +139,7 @@ Key = tuple[str, int | None]  # a pane: a matrix's name and its head
 NO_NAMES: Mapping[str, str] = MappingProxyType({})
 NO_STYLES: Mapping[str, PaneStyle] = MappingProxyType({})
 if TYPE_CHECKING:  # the cost view's module loads when it is first used, not with every stage
+    from qkv_tui.core.cell_edit import InputCell
     from qkv_tui.core.cost import Count, Phase
 CostFace = Callable[[Scenario, "Phase"], "Count"]  # a stage's operations and bytes in one phase (core/cost.py)
 
@@ -227,6 +228,11 @@ class StageSpec:
     def lights(self, seg: Segment) -> frozenset[int]:
         """The formula slots one of its segments computes."""
         return frozenset()
+
+    def edit_cell(self, trace: TraceContext, op: Operation) -> InputCell | None:
+        """The input an edit opens on at one of its operations, where that is the stage's own input (the gate's
+        weights, the cap); None, the default: the first X or weight the operation reads (ui/live.py)."""
+        return None
 
     # --- the quiz -----------------------------------------------------------------------------
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -33,7 +33,7 @@ class Concat(StageSpec):
         q = trace.comp.scenario.labels[row]
         pieces, refs = [], []
         for h, head in enumerate(trace.comp.heads):
-            shown = _joined(head)  # a gate's output (or [deltanet]'s normed output) is what Concat joins
+            shown = joined_name(head)  # a gate's output (or [deltanet]'s normed output) is what Concat joins
             pieces.append(", ".join(trace.formatted(shown, h, v, d) for v in head.joined[row]))
             refs.append(Ref(shown, h, row))
         names = " | ".join(f"{head.name} {_short(head)}[{q}]"
@@ -45,7 +45,7 @@ class Concat(StageSpec):
         return trace.comp.concat
 
     def panes(self, trace: TraceContext, op: Operation) -> list[Key]:
-        outputs: list[Key] = [(_joined(h), i) for i, h in enumerate(trace.comp.heads)]
+        outputs: list[Key] = [(joined_name(h), i) for i, h in enumerate(trace.comp.heads)]
         return [*outputs, ("concat", None)]
 
     def overview(self, trace: TraceContext, head: int) -> list[Key]:
@@ -53,7 +53,7 @@ class Concat(StageSpec):
 
     def overview_tail(self, trace: TraceContext, head: int) -> list[Key]:
         # the other heads' outputs that Concat joins
-        return [(_joined(trace.comp.heads[g]), g)
+        return [(joined_name(trace.comp.heads[g]), g)
                 for g in range(len(trace.comp.heads)) if g != head]
 
     def title(self, trace: TraceContext, name: str, head: int | None) -> str:
@@ -90,18 +90,25 @@ def _cost(sc: Scenario, ph: Phase) -> Count:
 
 def printed_concat(chain: PrintedChain) -> Matrix:
     """The printed outputs side by side: (n, sum d_v)."""
-    # a gated head's output is its gated table (the Gate stage's, printed after Mix)
-    return np.concatenate([chain.values(f"gated.{h}" if f"gated.{h}" in chain.printed else f"output.{h}")
-                           for h in range(len(chain.sc.heads))], axis=1)
+    # a head whose part makes what Concat joins (the gate) has it printed as that part's table, after Mix
+    joined = [f"{joined_name(head)}.{h}" for h, head in enumerate(chain.comp.heads)]
+    return np.concatenate([chain.values(name if name in chain.printed else f"output.{h}")
+                           for h, name in enumerate(joined)], axis=1)
 
 
-def _joined(head: HeadResult) -> str:
-    """The matrix Concat joins of a head: its output, its gated output, or [deltanet]'s normed output."""
-    for part in reversed(tuple(head.parts.values())):  # the part whose output Concat joins names its matrix
-        if getattr(part, "joined", None) is not None:
-            return str(part.joined_name)  # type: ignore[attr-defined]
-    return "output"
+def _joiner(head: HeadResult) -> Any:
+    """The part whose output Concat joins in the head's output's place (the gate's, [deltanet]'s output norm);
+    None where Concat joins the head's output itself."""
+    return next((part for part in reversed(tuple(head.parts.values())) if getattr(part, "joined", None) is not None),
+                None)
+
+
+def joined_name(head: HeadResult) -> str:
+    """The matrix Concat joins of a head, as the part that makes it names it; else the head's output."""
+    part = _joiner(head)
+    return "output" if part is None else str(part.joined_name)
 
 
 def _short(head: HeadResult) -> str:
-    return {"dn_og": "normed", "output": "out", "gated": "gated"}[_joined(head)]
+    part = _joiner(head)
+    return "out" if part is None else str(part.joined_label)

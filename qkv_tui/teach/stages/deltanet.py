@@ -57,6 +57,7 @@ from qkv_tui.teach.stages.printed import PrintedCells, PrintedChain, Table, idx
 from qkv_tui.teach.stages.score import scored, scored_names
 
 if TYPE_CHECKING:  # the cost view's module loads on its first use
+    from qkv_tui.core.cell_edit import InputCell
     from qkv_tui.core.cost import Count, Phase
     from qkv_tui.core.scenario import Scenario
     from qkv_tui.core.variants.deltanet import DeltaNet
@@ -67,6 +68,19 @@ BLOCKS = ("dn_decayed", "dn_kv", "dn_delta", "dn_S", "dn_o")  # the Delta stage'
 
 def _on(trace: TraceContext) -> bool:
     return getattr(trace.comp.scenario, "deltanet", None) is not None
+
+
+def _read_by(trace: TraceContext, op: Operation, beta: bool) -> InputCell | None:
+    """The input an edit opens on at an operation of g (or β, or a step that reads it): the number as the
+    file gives it or the weights that compute it (core/variants/deltanet_edit.py)."""
+    dn = getattr(trace.comp.scenario, "deltanet", None)
+    if dn is None or op.head is None:
+        return None
+    from qkv_tui.core.cell_edit import InputCell
+    from qkv_tui.core.variants import deltanet_edit
+
+    target, row, col = deltanet_edit.read_by(dn, beta, op.row, op.head)
+    return InputCell(target, None, row, col)
 
 
 def _hr(trace: TraceContext, head: int | None) -> HeadResult:
@@ -142,7 +156,7 @@ def _values(hr: HeadResult) -> Matrix:
 def _l2_tables(self: StageSpec, chain: PrintedChain, head: int | None) -> list[Table]:
     assert head is not None
     sc, h = chain.sc, head
-    qn, kn, _, _ = scored_names(sc.rope is not None, sc.qk_norm is not None)
+    qn, kn, _, _ = scored_names(chain.comp.heads[h])
     Q, K = chain.values(f"{qn}.{h}"), chain.values(f"{kn}.{h}")
     d_k = sc.heads[h].d_k
     q = chain.rounded(Q / np.sqrt((Q * Q).sum(axis=1) + L2_EPS)[:, None] / math.sqrt(d_k))  # (n, d_k)
@@ -155,7 +169,7 @@ def _l2_line(self: StageSpec, cells: PrintedCells, table: Table, row: int, col: 
     h = table.head
     assert h is not None
     sc = cells.sc
-    qn, kn, qs, ks = scored_names(sc.rope is not None, sc.qk_norm is not None)
+    qn, kn, qs, ks = scored_names(cells.comp.heads[h])
     src, name = (f"{qn}.{h}", qs) if table.name == "q" else (f"{kn}.{h}", ks)
     t = sc.labels[row]
     width = cells.tables[src].values.shape[1]
@@ -460,6 +474,12 @@ class Gates(StageSpec):
             return "[g per key channel | β] per token"
         return "[g | β] per token"
 
+    def edit_cell(self, trace: TraceContext, op: Operation) -> InputCell | None:
+        if op.head is None:
+            return None
+        # a token's row is g (one column, or one per key channel), then β
+        return _read_by(trace, op, beta=op.col == _g_width(_hr(trace, op.head)))
+
     worksheet_tables = _gate_tables
 
 
@@ -499,6 +519,12 @@ class Delta(StageSpec):
     def segments(self, trace: TraceContext, head: int | None) -> list[Plan]:
         hr = _hr(trace, head)
         return [Plan("dn_step", trace.comp.scenario.n, sum(self.widths(hr)))]
+
+    def edit_cell(self, trace: TraceContext, op: Operation) -> InputCell | None:
+        if op.head is None:
+            return None
+        # δ = (v − kv)·β reads β; every other step of the token reads g
+        return _read_by(trace, op, beta=self.block(trace.comp.heads[op.head], op.col or 0)[0] == "dn_delta")
 
     def operation(self, trace: TraceContext, index: int, seg: Segment, row: int, col: int | None, d: int) -> Operation:
         h = seg.head
@@ -983,15 +1009,15 @@ class GatesBackStage(BackwardSpec):
             assert cfg.W_a is not None and cfg.A_log is not None and cfg.dt_bias is not None
             a = float(kept(trace, np.array([X[row] @ cfg.W_a[:, h] + cfg.dt_bias[h]]))[0])
             rate = float(kept(trace, np.array([math.exp(float(cfg.A_log[h]))]))[0])
-            slope = float(kept(trace, np.array([1.0 / (1.0 + math.exp(-a))]))[0])
-            _, st = fit(lambda u: 1.0 / (1.0 + math.exp(-u)), [a], slope, d)
+            sigma_a = float(kept(trace, np.array([1.0 / (1.0 + math.exp(-a))]))[0])
+            _, st = fit(lambda u: 1.0 / (1.0 + math.exp(-u)), [a], sigma_a, d)
             (lt,), rt = fit(math.exp, [float(cfg.A_log[h])], rate, d)
             details: tuple[str, ...] = (f"a[{tl}] = {x}[{tl}]·W_a[:,{h}] + dt_bias[{h}] = {fmt(a, False, d)}",
                                         f"σ(a[{tl}]) = 1 / (1 + e^−a[{tl}]) = {st}")
             if row == 0:
                 details = (f"e^A_log[{h}] = e^{lt} = {rt}", *details)
             return formula_cell(trace, index, seg, row, 0, d, value, lambda u, v, w: -u * v * w,
-                                [float(db.dg[row]), rate, slope], lambda s: f"−{s[0]}·{s[1]}·{s[2]}",
+                                [float(db.dg[row]), rate, sigma_a], lambda s: f"−{s[0]}·{s[1]}·{s[2]}",
                                 f"da[{tl}] = −dg[{tl}]·e^A_log·σ(a[{tl}])", (Ref("dnb_dg", h), me), details)
         if name in ("dW_a", "dW_b"):
             d_col = gb.da if name == "dW_a" else gb.db

@@ -2,7 +2,8 @@
 
 - Conv (before Normalise): each channel of Q, K and V through its short causal convolution, then SiLU,
   qc[t,c] = silu(Σ_j conv_q[j,c]·Q[t − K + 1 + j, c]), one cell at a time;
-- Output norm (after Delta): z = X̂·W_Z, each output row RMS-normed and scaled by γ, then times silu(z).
+- Output norm (after Delta): z = X̂·W_Z, each output row RMS-normed and scaled by γ, then times silu(z), or σ(z)
+  where ``gate_o = "sigmoid"`` (Kimi Linear's gated norm).
 """
 
 from __future__ import annotations
@@ -172,6 +173,16 @@ class Conv(StageSpec):
 ONORM = ("dn_z", "dn_on", "dn_og")
 
 
+def _sigmoid(trace: TraceContext) -> bool:
+    """Whether the output norm is gated by σ(z) (``gate_o = "sigmoid"``, Kimi Linear's) rather than silu(z)."""
+    dn = trace.comp.scenario.deltanet
+    return dn is not None and dn.io is not None and dn.io.gate_o == "sigmoid"
+
+
+def _act(trace: TraceContext) -> str:
+    return "σ" if _sigmoid(trace) else "silu"
+
+
 class OutputNorm(StageSpec):
     stage = Stage("onorm", "Output norm",
                   "Each head's output o is RMS-normed row by row and scaled by γ, then multiplied cell by cell by"
@@ -185,7 +196,11 @@ class OutputNorm(StageSpec):
         return any(h.part(Around) is not None and h.need(Around).out_norm is not None for h in trace.comp.heads)
 
     def meaning(self, trace: TraceContext, head: int | None) -> str:
-        return self.stage.meaning if trace.comp.norm is not None else self.stage.meaning.replace("X̂", "X")
+        said = self.stage.meaning
+        if _sigmoid(trace):
+            kimi = "as in Kimi Linear's KDA layers, whose gate is σ where Qwen3-Next's is silu"
+            said = said.replace("silu(z)", "σ(z)").replace("as in the models' Gated DeltaNet", kimi)
+        return said if trace.comp.norm is not None else said.replace("X̂", "X")
 
     def segments(self, trace: TraceContext, head: int | None) -> list[Plan]:
         n, d_v = trace.comp.scenario.n, _hr(trace, head).d_v
@@ -225,6 +240,11 @@ class OutputNorm(StageSpec):
                              details)
         value = float(on.out[row, col])
         z, sig = float(on.z[row, col]), float(on.sig_z[row, col])
+        if on.gate == "sigmoid":  # Kimi Linear: the gate is σ(z) itself
+            (a, st), res = fit(lambda x, s: x * s, [float(on.normed[row, col]), sig], value, d)
+            text = f"out[{t},{col}] = ô[{t},{col}]·σ(z[{t},{col}]) = {a}·{st} = {res}"
+            return Operation(index, seg, row, col, value, (Ref("dn_on", h, row, col), Ref("dn_z", h, row, col)), text,
+                             (sigma_line(trace, "z", z, sig, d),))
         (a, zt, st), res = fit(lambda x, y, s: x * y * s, [float(on.normed[row, col]), z, sig], value, d)
         text = f"out[{t},{col}] = ô[{t},{col}]·silu(z[{t},{col}]) = ô·z·σ(z) = {a}·{zt}·{st} = {res}"
         return Operation(index, seg, row, col, value, (Ref("dn_on", h, row, col), Ref("dn_z", h, row, col)), text,
@@ -265,10 +285,10 @@ class OutputNorm(StageSpec):
 
     def title(self, trace: TraceContext, name: str, head: int | None) -> str:
         return {"W_Z": "W_Z", "dn_z": f"z = {x_in(trace)[1]}·W_Z", "dn_on": "ô = o/rms(o)·γ",
-                "dn_og": "out = ô ⊙ silu(z)"}[name]
+                "dn_og": f"out = ô ⊙ {_act(trace)}(z)"}[name]
 
     def formula(self, trace: TraceContext, op: Operation) -> list[FormulaPart]:
-        return [FormulaPart(GATE_SLOT, " → rmsnorm(o)·γ⊙silu(z)")]
+        return [FormulaPart(GATE_SLOT, f" → rmsnorm(o)·γ⊙{_act(trace)}(z)")]
 
     def lights(self, seg: Segment) -> frozenset[int]:
         return frozenset({GATE_SLOT})

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from types import MappingProxyType
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -44,6 +45,9 @@ from qkv_tui.teach.stages.context import TraceContext
 from qkv_tui.teach.stages.grads import formula_cell
 from qkv_tui.teach.stages.norm import RowStats, cell_lines
 from qkv_tui.teach.stages.printed import PrintedCells, PrintedChain, Table
+
+if TYPE_CHECKING:
+    from qkv_tui.core.cell_edit import InputCell
 
 SUB = {1: "₁", 2: "₂"}
 
@@ -237,6 +241,7 @@ class MapSoftmax(_DiffStage):
 
 
 LAMBDA_COLS = ("λ_q1·λ_k1", "e^ of it", "λ_q2·λ_k2", "e^ of it", "λ")
+HEAD_ROW = "head"  # the row label of a table with one row per head (λ and its gradients): the head in view
 
 
 class Lambda(_DiffStage):
@@ -251,6 +256,16 @@ class Lambda(_DiffStage):
 
     def segments(self, trace: TraceContext, head: int | None) -> list[Plan]:
         return [Plan("lambda", 1, len(LAMBDA_COLS))]
+
+    def row_label(self, trace: TraceContext, name: str, row: int) -> str | None:
+        return HEAD_ROW if name == "lambda" else None  # one row per head, not a token's
+
+    def edit_cell(self, trace: TraceContext, op: Operation) -> InputCell | None:
+        # the λ vectors are no pane: each cell opens at the head's row of the vector it reads first
+        from qkv_tui.core.cell_edit import InputCell  # the editor loads with the first edit, not at start-up
+
+        assert op.head is not None
+        return InputCell("lambda_q1" if (op.col or 0) < 2 or op.col == 4 else "lambda_q2", None, op.head, 0)
 
     def operation(self, trace: TraceContext, index: int, seg: Segment, row: int, col: int | None, d: int) -> Operation:
         h = seg.head

@@ -10,21 +10,20 @@ whose part has stages of its own (teach/stages/replaced.py); dProject then reads
 
 from __future__ import annotations
 
-import math
 from types import MappingProxyType
 
 import numpy as np
 
+from qkv_tui.core import part_questions as ask
 from qkv_tui.core.fmt import fmt
 from qkv_tui.core.scenario import Matrix
 from qkv_tui.kernels.differential import DiffForward, DiffMap
 from qkv_tui.kernels.differential_backward import DiffBack, MapBack
 from qkv_tui.kernels.norm_backward import row_means
-from qkv_tui.kernels.softmax import Capped
 from qkv_tui.teach.arith import quotient_line
 from qkv_tui.teach.stages.common import Key, Operation, PaneStyle, Plan, Ref, Segment, Stage
 from qkv_tui.teach.stages.context import TraceContext
-from qkv_tui.teach.stages.differential import SUB, diff_of, has_diff
+from qkv_tui.teach.stages.differential import HEAD_ROW, SUB, diff_of, has_diff
 from qkv_tui.teach.stages.grads import BackwardSpec, dot_cell, formula_cell, grads, has_backward, kept
 from qkv_tui.teach.stages.norm import back_cell, back_stat_cell
 
@@ -221,6 +220,9 @@ class DSubtract(_DiffBack):
     matrices = ("dlam", "dP2")
     key_columns = ("dP2",)
 
+    def row_label(self, trace: TraceContext, name: str, row: int) -> str | None:
+        return HEAD_ROW if name in ("dlam",) else None  # one row per head, not a token's
+
     def segments(self, trace: TraceContext, head: int | None) -> list[Plan]:
         sc = trace.comp.scenario
         return [Plan("dlam", 1, 1), Plan("dP2", sc.n, sc.m)]
@@ -266,6 +268,9 @@ class DLambda(_DiffBack):
                   " A dot product's gradient in one vector is the other vector: dλ_q1 = dλ·λ₁·λ_k1, dλ_k1 = dλ·λ₁·λ_q1,"
                   " dλ_q2 = −dλ·λ₂·λ_k2, dλ_k2 = −dλ·λ₂·λ_q2. These are the head's rows of [differential]'s vectors.")
     matrices = ("ddots", *LAMBDA_GRADS)
+
+    def row_label(self, trace: TraceContext, name: str, row: int) -> str | None:
+        return HEAD_ROW if name in ("ddots", *LAMBDA_GRADS) else None  # one row per head, not a token's
 
     def segments(self, trace: TraceContext, head: int | None) -> list[Plan]:
         d = diff_of(trace, head).d
@@ -385,13 +390,14 @@ class DMapScale(_DiffBack):
         self.styles = MappingProxyType({name: PaneStyle(masked=True) for name in self.matrices})
 
     def _capped(self, trace: TraceContext, head: int) -> bool:
-        return trace.comp.heads[head].part(Capped) is not None
+        """Whether a part steps the head's scaled scores (the soft-cap): the gradient passes its step first."""
+        return ask.stepper(trace.comp.heads[head]) is not None
 
     def segments(self, trace: TraceContext, head: int | None) -> list[Plan]:
         assert head is not None
         sc = trace.comp.scenario
-        capped = [Plan(f"dscaled_{self.half}", sc.n, sc.m)] if self._capped(trace, head) else []
-        return [*capped, Plan(f"dscores_{self.half}", sc.n, sc.m)]
+        through_step = [Plan(f"dscaled_{self.half}", sc.n, sc.m)] if self._capped(trace, head) else []
+        return [*through_step, Plan(f"dscores_{self.half}", sc.n, sc.m)]
 
     def operation(self, trace: TraceContext, index: int, seg: Segment, row: int, col: int | None, d: int) -> Operation:
         h, a, s = seg.head, self.half, SUB[self.half]
@@ -400,13 +406,13 @@ class DMapScale(_DiffBack):
         q, k = sc.labels[row], sc.key_labels[col]
         masked = "" if sc.allow[row, col] else " (masked)"
         if seg.target == f"dscaled_{a}":
-            c = trace.comp.heads[h].need(Capped).softcap
+            step = ask.stepper(trace.comp.heads[h])  # the part that stepped the scores writes the line back through it
             refs = (Ref(f"dS_{a}", h, row, col), Ref(f"scaled_{a}", h, row, col))
-            op = formula_cell(trace, index, seg, row, col, d, float(mb.dscaled[row, col]),
-                              lambda g, x, cap: g * (1 - math.tanh(x / cap) * math.tanh(x / cap)),
-                              [float(mb.dS[row, col]), float(_map(f, a).scaled[row, col]), c],
-                              lambda t: f"{t[0]}·(1 − tanh({t[1]} / {t[2]})·tanh({t[1]} / {t[2]}))",
-                              f"dscaled{s}[{q},{k}] = dS{s}[{q},{k}]·(1 − tanh²(scaled{s} / c))", refs)
+            op = formula_cell(trace, index, seg, row, col, d, float(mb.dscaled[row, col]), step.back_value,
+                              [float(mb.dS[row, col]), float(_map(f, a).scaled[row, col]), *step.back_operands],
+                              step.back_written,
+                              f"dscaled{s}[{q},{k}] = dS{s}[{q},{k}]·{step.back_symbolic.format(scaled=f'scaled{s}')}",
+                              refs)
             return Operation(op.index, seg, row, col, op.value, refs, op.arithmetic + masked)
         source = f"dscaled_{a}" if self._capped(trace, h) else f"dS_{a}"
         shown_source = f"dscaled{s}" if self._capped(trace, h) else f"dS{s}"

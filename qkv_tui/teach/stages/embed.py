@@ -10,6 +10,7 @@ import numpy as np
 
 from qkv_tui.core import part_questions as ask
 from qkv_tui.core.fmt import fmt
+from qkv_tui.core.layer_schedule import single_adds
 from qkv_tui.core.scenario import Matrix, Scenario
 from qkv_tui.teach.arith import elide
 from qkv_tui.teach.stages.common import INPUT, FormulaPart, Key, Operation, Plan, Ref, Segment, Stage, StageSpec, counts
@@ -97,7 +98,8 @@ class Embed(StageSpec):
         if sc.input.kind == "residual":
             assert sc.input.layer is not None
             rotated_elsewhere = any(e.endswith("no-rope") for e in sc.input.schedule)  # a NoPE layer of a RoPE model
-            adds = ask.scenario_says(sc, "residual_adds")  # what each earlier layer added, where a table says
+            # what each earlier layer added, where the schedule's one-sub-layer blocks (Nemotron-H) or a table say
+            adds = single_adds(sc.input.schedule, sc.input.layer) or ask.scenario_says(sc, "residual_adds")
             text = residual_meaning(sc.input.layer, learned_positions=entered is None and not rotated_elsewhere
                                     and adds is None, adds=adds)
         elif sc.input.kind == "altup":

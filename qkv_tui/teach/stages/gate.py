@@ -33,6 +33,7 @@ from qkv_tui.teach.stages.markdown import MarkdownPage
 from qkv_tui.teach.stages.printed import PrintedCells, PrintedChain, Table, exact, idx
 
 if TYPE_CHECKING:  # the cost view's module loads on its first use
+    from qkv_tui.core.cell_edit import InputCell
     from qkv_tui.core.cost import Count, Phase
     from qkv_tui.core.scenario import Scenario
 
@@ -56,6 +57,14 @@ class Gate(StageSpec):
 
     def made_from(self, trace: TraceContext, name: str, head: int | None) -> list[Key] | None:
         return [] if name == "W_G" else None  # the gate's weights, as given
+
+    def edit_cell(self, trace: TraceContext, op: Operation) -> InputCell | None:
+        """g's own input: its weights' column (gated's cells open on what their operands are, as any stage's)."""
+        if op.segment.target != "gate" or op.head is None:
+            return None
+        from qkv_tui.core.cell_edit import InputCell
+
+        return InputCell("W_G", op.head, 0, op.col or 0)
 
     def segments(self, trace: TraceContext, head: int | None) -> list[Plan]:
         assert head is not None

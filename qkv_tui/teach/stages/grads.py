@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from qkv_tui.core import part_questions as ask
 from qkv_tui.core.fmt import operand
 from qkv_tui.core.scenario import Matrix
 from qkv_tui.kernels.policy import round_to
@@ -38,6 +39,16 @@ def grads(trace: TraceContext) -> Gradients:
 
 def has_backward(trace: TraceContext) -> bool:
     return trace.comp.scenario.backward is not None
+
+
+def handed_back(trace: TraceContext, head: int | None, role: str, after: type | None = None) -> str:
+    """The pane holding the gradient at ``role`` (Q or K) as the backward hands it to the projection: at the first
+    of the head's parts that turned Q and K (a record's ``back_suffix``: QK-norm's dQ_n, the rotation's dQ_t), else
+    Score's dQ_s. ``after``: a record's type, for what is handed to that part (the parts after it)."""
+    records = list(ask.answering(trace.comp.heads[head or 0], "back_suffix"))
+    if after is not None:
+        records = records[next(i for i, r in enumerate(records) if isinstance(r, after)) + 1:]
+    return f"d{role}{records[0].back_suffix if records else '_s'}"
 
 
 def kept(trace: TraceContext, x: Matrix) -> Matrix:

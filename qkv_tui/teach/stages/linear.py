@@ -81,8 +81,7 @@ def _on(trace: TraceContext) -> bool:
 
 
 def _sheet_names(chain_or_cells: PrintedChain | PrintedCells, h: int) -> tuple[str, str, str, str]:
-    sc = chain_or_cells.sc
-    qn, kn, qs, ks = scored_names(sc.rope is not None, sc.qk_norm is not None)
+    qn, kn, qs, ks = scored_names(chain_or_cells.comp.heads[h])
     return f"{qn}.{h}", f"{kn}.{h}", qs, ks
 
 
@@ -623,9 +622,9 @@ class LinearBackStage(BackwardSpec):
                                 " so dA = (dW − D) / ΣA with D = dO·out, the same D the softmax subtracts.",
                                 "With normalize = false no row was divided: dA is dW itself where the mask allows.")
             text = text.replace("out = W·V, so dV = Wᵀ·dO and dW = dO·Vᵀ", "out = A·V, so dV = Aᵀ·dO and dW = dO·Vᵀ")
-        slope = {"elu1": " φ'(x) = 1 above 0 and eˣ at or below (elu + 1).", "relu": " φ'(x) = 1 above 0, else 0 (relu).",
+        phi_prime = {"elu1": " φ'(x) = 1 above 0 and eˣ at or below (elu + 1).", "relu": " φ'(x) = 1 above 0, else 0 (relu).",
                  "identity": " φ'(x) = 1 (φ is the identity)."}[lin.feature]
-        return text + slope
+        return text + phi_prime
 
     def segments(self, trace: TraceContext, head: int | None) -> list[Plan]:
         assert head is not None
@@ -701,10 +700,10 @@ class LinearBackStage(BackwardSpec):
         kind = sc.linear.feature
         if kind == "elu1" and x <= 0 and trace.hand is not None:
             # by hand the slope eˣ is written down rounded before it multiplies: the line shows it, so it re-computes
-            slope = float((lb.slope_Q if is_q else lb.slope_K)[row, col])
+            phi_prime = float((lb.slope_Q if is_q else lb.slope_K)[row, col])
             shown_x = fmt(x, False, d)
             shown_x = f"({shown_x})" if shown_x.startswith("-") else shown_x
-            return formula_cell(trace, index, seg, row, col, d, value, lambda g, s: g * s, [dphi, slope],
+            return formula_cell(trace, index, seg, row, col, d, value, lambda g, s: g * s, [dphi, phi_prime],
                                 lambda t: f"{t[0]}·e^{shown_x} = {t[0]}·{t[1]}", said, refs)
         if kind == "elu1" and x <= 0:
             return formula_cell(trace, index, seg, row, col, d, value, lambda g, v: g * math.exp(v), [dphi, x],

@@ -11,9 +11,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from qkv_tui.core.scenario import Matrix
-from qkv_tui.kernels.gate import Gated
 from qkv_tui.teach.arith import MAX_TERMS, SoftmaxRow, elide, fit, softmax_row
 from qkv_tui.teach.stages.common import Key, Operation, Plan, Ref, Segment, Stage, paren
+from qkv_tui.teach.stages.concat import joined_name
 from qkv_tui.teach.stages.context import TraceContext
 from qkv_tui.teach.stages.grads import BackwardSpec, dot_cell, formula_cell, grads
 from qkv_tui.teach.stages.markdown import MarkdownPage
@@ -31,7 +31,7 @@ def final_name(trace: TraceContext) -> str:
         return "final"
     if len(comp.heads) > 1:
         return "concat"
-    return "output" if comp.heads[0].part(Gated) is None else "gated"
+    return joined_name(comp.heads[0])  # the head's output, or what a part made of it (the gate's gated)
 
 
 class Loss(BackwardSpec):
@@ -137,7 +137,8 @@ def _loss_rows(dO: Matrix) -> Matrix:
 
 
 def _head_of(trace: TraceContext, name: str) -> int | None:
-    return 0 if name in ("output", "gated") else None
+    """The head of a pane the loss reads: the one head's output (or its part's), else None (shared)."""
+    return 0 if name in ("output", joined_name(trace.comp.heads[0])) else None
 
 
 def _total_line(trace: TraceContext, rows: Matrix, loss: float, d: int) -> str:

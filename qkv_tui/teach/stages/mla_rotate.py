@@ -52,7 +52,7 @@ class MlaRotate(StageSpec):
         v = float(parts.value(comp, seg.target, seg.head)[row, col])
         text, details = parts.turn_line(parts.shown_name(seg.target), parts.shown_name(source),
                                         comp.scenario.labels[row], positions[row], pair, a, b, col, src_row, v,
-                                        rope.theta(pair, mla.d_rope), d, trace.hand)
+                                        rope.theta(pair, mla.d_rope), d, trace.hand, rope, mla.d_rope)
         return Operation(index, seg, row, col, v, tuple(Ref(source, src_h, row, c) for c in (a, b)), text, details)
 
     def matrix(self, trace: TraceContext, name: str, head: int | None) -> Matrix:
@@ -108,13 +108,17 @@ def _turn_back(trace: TraceContext, index: int, seg: Segment, row: int, col: int
     i, a, b = next((i, a, b) for i, (a, b) in enumerate(turn.pairs) if col in (a, b))
     cos, sin = float(turn.cos[row, i]), float(turn.sin[row, i])
     x, y = float(grad[row, a]), float(grad[row, b])
+    assert mla.rope is not None
+    on = "" if mla.rope.attention_factor == 1.0 else "a·"  # YaRN's factor is in the cos and sin turned back by
     if col == a:
         return formula_cell(trace, index, seg, row, col, d, value, lambda u, c, v, s: u * c + v * s, [x, cos, y, sin],
                             lambda t: f"{t[0]}·{t[1]} + {t[2]}·{t[3]}",
-                            f"{name}[{label},{a}] = {src}[{label},{a}]·cos + {src}[{label},{b}]·sin", (refs(a), refs(b)))
+                            f"{name}[{label},{a}] = {src}[{label},{a}]·{on}cos + {src}[{label},{b}]·{on}sin",
+                            (refs(a), refs(b)))
     return formula_cell(trace, index, seg, row, col, d, value, lambda v, c, u, s: v * c - u * s, [y, cos, x, sin],
                         lambda t: f"{t[0]}·{t[1]} − {t[2]}·{t[3]}",
-                        f"{name}[{label},{b}] = {src}[{label},{b}]·cos − {src}[{label},{a}]·sin", (refs(b), refs(a)))
+                        f"{name}[{label},{b}] = {src}[{label},{b}]·{on}cos − {src}[{label},{a}]·{on}sin",
+                        (refs(b), refs(a)))
 
 
 class MlaRotateBack(BackwardSpec):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from qkv_tui.core.fmt import is_integral
+from qkv_tui.core.rope_part import turn_of
 from qkv_tui.core.scenario import Matrix
 from qkv_tui.core.variants import Mla
 from qkv_tui.kernels.norm import normalise
@@ -160,12 +161,20 @@ def rotate_tables(chain: PrintedChain, h: int) -> list[Table]:
     assert rope is not None and positions is not None
     places = chain.d + GUARD
     turned = rope.pairs(mla.d_rope)
-    angles = np.array([[p * rope.theta(i, mla.d_rope) for i in range(len(turned))] for p in positions])  # (n, r/2)
-    cos, sin = round_to(np.cos(angles), places), round_to(np.sin(angles), places)  # (n, r/2) as printed
+    if rope.scaling is None:  # as the page has always printed them: cos and sin of p·θᵢ
+        angles = np.array([[p * rope.theta(i, mla.d_rope) for i in range(len(turned))] for p in positions])  # (n, r/2)
+        cos, sin = round_to(np.cos(angles), places), round_to(np.sin(angles), places)  # (n, r/2) as printed
+    else:  # DeepSeek's YaRN: the scaled angles p·θ'ᵢ, cos and sin times its attention factor a, as the heads turn
+        turn = turn_of(rope, positions, mla.d_rope)
+        assert turn is not None
+        cos, sin = round_to(turn.cos, places), round_to(turn.sin, places)
+    on = "a·" if rope.attention_factor != 1.0 else ""
+    mark = "'" if rope.scaling is not None else ""
     if h == 0:
         both = np.stack([cos, sin], axis=2).reshape(sc.n, 2 * len(turned))  # (n, r): cos, sin of pair 0, …
-        cols = tuple(f"{f} p·θ{parts.sub(i)}" for i in range(len(turned)) for f in ("cos", "sin"))
-        page.add(Table("trig.mla", "cos/sin", "cos and sin of each token's angle p·θᵢ", "mla_rotate", h, both,
+        cols = tuple(f"{on}{f} p·θ{mark}{parts.sub(i)}" for i in range(len(turned)) for f in ("cos", "sin"))
+        what = f"{on}cos and {on}sin" if on else "cos and sin"
+        page.add(Table("trig.mla", "cos/sin", f"{what} of each token's angle p·θ{mark}ᵢ", "mla_rotate", h, both,
                        sc.labels, cols, False, False, places=places),
                  Table("k_R", "k_R'", "k_R' = k_R turned by position (shared by every head)", "mla_rotate", h,
                        rope_rotate(page.values("k_R_raw"), cos, sin, turned, chain.page), sc.labels,
@@ -245,14 +254,15 @@ def line(cells: PrintedCells, table: Table, row: int, col: int, answer: str) -> 
         src = "k_R_raw" if key == "k_R" else f"q_R_raw.{h}"
         name = parts.shown_name(key)
         i, (a, b) = next((i, ab) for i, ab in enumerate(rope.pairs(mla.d_rope)) if col in ab)
-        angle = f"{positions[row]}·θ{parts.sub(i)}"
+        angle = f"{positions[row]}·θ{chr(39) if rope.scaling is not None else ''}{parts.sub(i)}"
+        on = "a·" if rope.attention_factor != 1.0 else ""  # YaRN's attention factor, in the printed cos and sin
         cos, sin = cells.txt("trig.mla", row, 2 * i), cells.txt("trig.mla", row, 2 * i + 1)
         va, vb = cells.txt(src, row, a), cells.txt(src, row, b)
         s = name.removesuffix("'")
         if col == a:
-            return (f"{name}[{token},{a}] = {s}[{token},{a}]·cos({angle}) − {s}[{token},{b}]·sin({angle})"
+            return (f"{name}[{token},{a}] = {s}[{token},{a}]·{on}cos({angle}) − {s}[{token},{b}]·{on}sin({angle})"
                     f" = {va}·{cos} − {vb}·{sin} = {answer}")
-        return (f"{name}[{token},{b}] = {s}[{token},{a}]·sin({angle}) + {s}[{token},{b}]·cos({angle})"
+        return (f"{name}[{token},{b}] = {s}[{token},{a}]·{on}sin({angle}) + {s}[{token},{b}]·{on}cos({angle})"
                 f" = {va}·{sin} + {vb}·{cos} = {answer}")
     if key == "q_L":
         terms = " + ".join(f"{cells.txt(f'q_C.{h}', row, c)}·{cells.txt('W_UK', col, h * mla.d_nope + c)}"

@@ -130,6 +130,11 @@ class PrintedCells(Protocol):
     d: int  # the page's decimals
     owners: list[int]  # query head -> the head whose section prints the K and V it reads
 
+    @property
+    def comp(self) -> Computation:
+        """The computation the page was made of: what its heads' parts answer (core/part_questions.py)."""
+        ...
+
     def txt(self, key: str, row: int, col: int) -> str:
         """A printed cell as an operand: negatives in parentheses, ``1·(-2)``."""
         ...

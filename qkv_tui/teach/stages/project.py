@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
+import importlib
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Protocol, cast
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from qkv_tui.core import part_questions as ask
 from qkv_tui.core.engine import Computation, HeadResult
 from qkv_tui.core.fmt import is_integral, operand
 from qkv_tui.core.scenario import Matrix
 from qkv_tui.core.variants import v_norm
-from qkv_tui.kernels.attention import project
-from qkv_tui.kernels.policy import EXACT
-from qkv_tui.teach.arith import agrees, dot_line, shown, tries
+from qkv_tui.teach.arith import agrees, dot_line, shown, tries, unit
 from qkv_tui.teach.stages.common import (
     K_SLOT,
     Q_SLOT,
@@ -31,9 +31,11 @@ from qkv_tui.teach.stages.common import (
     x_in,
 )
 from qkv_tui.teach.stages.context import TraceContext
-from qkv_tui.teach.stages.grads import BackwardSpec, dot_cell, grads, has_backward, sum_cell
+from qkv_tui.teach.stages.grads import BackwardSpec, dot_cell, grads, handed_back, has_backward, sum_cell
 from qkv_tui.teach.stages.markdown import MarkdownPage
 from qkv_tui.teach.stages.printed import PrintedCells, PrintedChain, Table, idx
+from qkv_tui.teach.stages.raw_projections import raw_projections
+from qkv_tui.teach.stages.raw_projections import value_factor as _value_factor
 from qkv_tui.teach.stages.replaced import heads_project
 
 if TYPE_CHECKING:  # the cost view's module loads on its first use; the value norm's with a scenario that has it
@@ -59,7 +61,7 @@ class Project(StageSpec):
 
     def runs(self, trace: TraceContext) -> bool:
         # [mla] projects through its latent (mla_compress, mla_expand); [ssd] reads its own C, B and x
-        return trace.comp.scenario.mla is None and heads_project(trace)
+        return heads_project(trace)
 
     def segments(self, trace: TraceContext, head: int | None) -> list[Plan]:
         assert head is not None
@@ -87,6 +89,11 @@ class Project(StageSpec):
         if trace.comp.heads and _value_norm(trace.comp.heads[0]) is not None:
             text += (" Then each row of V is divided by its root mean square (a value norm without a gain, Gemma 3n's"
                      " v_norm), so every value vector the mix adds up has the same size.")
+        source = _reused_from(trace.comp.heads[head] if head is not None else None)
+        if source is not None:  # [shared_kv]: only Q is projected here
+            text = (f"Multiply {x_in(trace)[1]} by W_Q: row i of Q is what token i is looking for. K and V are reused"
+                    f" from layer {source}, not computed here: this layer has no W_K or W_V (Gemma 3n's cross-layer KV"
+                    " sharing), so the next stage, Reuse, shows them as that layer cached them.")
         return text
 
     def operation(self, trace: TraceContext, index: int, seg: Segment, row: int, col: int | None, d: int) -> Operation:
@@ -170,11 +177,9 @@ class Project(StageSpec):
         return [("Q", head), ("K", head), ("V", head)]
 
     def title(self, trace: TraceContext, name: str, head: int | None) -> str:
-        if trace.comp.scenario.mla is not None:
-            from qkv_tui.teach.stages import mla_parts  # [mla]'s stages load with a scenario that has it
-
-            if name in mla_parts.JOINED:
-                return mla_parts.joined_title(trace, name)
+        own = _titled(trace, name)  # a part's own title: an [mla] head's Q and K are its parts side by side
+        if own is not None:
+            return own
         if name in WEIGHTS:
             return name
         if name in WIDE:
@@ -218,7 +223,8 @@ class Project(StageSpec):
         comp, sc = trace.comp, trace.comp.scenario
         hr = comp.heads[head]
         out: list[str] = []
-        for role in ("Q", "K", "V"):
+        reused = _reused_from(hr)
+        for role in ("Q", "K", "V") if reused is None else ("Q",):
             weight = f"W_{role}"
             bias = " + b_" + role if getattr(hr, f"b_{role}") is not None else ""
             shared = role != "Q" and trace.kv_owner[head] != head
@@ -231,6 +237,8 @@ class Project(StageSpec):
                     + (f" (K/V head {hr.kv_head + 1}, computed by {comp.heads[trace.kv_owner[head]].name}):" if shared
                        else ":"), "",
                     page.table(role, head), ""]
+        if reused is not None:
+            out += [f"K and V are reused from layer {reused}, not computed here (no W_K, no W_V): see Reuse below.", ""]
         return out + page.worked(self.stage.key, head)
 
     def worksheet_tables(self, chain: PrintedChain, head: int | None) -> list[Table]:
@@ -297,9 +305,17 @@ class Project(StageSpec):
         if owner == head:
             return []
         heads = comp.heads
-        turned = " (and K' in its Rotate section)" if comp.scenario.rope is not None else ""
+        turned = "".join(ask.said(heads[owner], "worksheet.kv_reader"))  # a part that turns K says where it is
         return [f"{heads[head].name} reads K/V head {heads[owner].kv_head + 1}: its K and V are in {heads[owner].name}'s"
                 f" Project section{turned}.", ""]
+
+
+def _reused_from(hr: HeadResult | None) -> int | None:
+    """The layer whose K and V the head reuses ([shared_kv]), or None where it projects its own."""
+    if hr is None:
+        return None
+    given: Any = next((r for r in hr.parts.values() if getattr(r, "kv_given", False)), None)
+    return None if given is None else int(given.source_layer)
 
 
 SPEC = Project()
@@ -308,6 +324,7 @@ SPEC = Project()
 @counts(SPEC)
 def _cost(sc: Scenario, ph: Phase) -> Count:
     """Q for every query head; K and V once per K/V head, for the key rows projected in this phase."""
+    from qkv_tui.core import part_questions as ask
     from qkv_tui.core.cost import B, Count, fig, per_heads, shapes, term
 
     s = shapes(sc)
@@ -317,7 +334,7 @@ def _cost(sc: Scenario, ph: Phase) -> Count:
     matmul = per_heads("Q", s.h, "h", dks, "d_k", two, ph.R, d)
     read = fig(term(x, ph.R, d, B(ph)), term("W_Q", d, ("Σd_k", s.sum_dk), B(ph)))
     written = fig(term("Q", ph.R, ("Σd_k", s.sum_dk), B(ph)))
-    if ph.new:
+    if ph.new and not ask.scenario_has(sc, "kv_given"):  # [shared_kv]: K and V are another layer's
         matmul += per_heads("K", len(s.kv), "h_kv", kv_dk, "d_k", two, ph.NEW, din)
         matmul += per_heads("V", len(s.kv), "h_kv", kv_dv, "d_v", two, ph.NEW, din)
         if sc.is_cross:
@@ -336,16 +353,6 @@ def _cost(sc: Scenario, ph: Phase) -> Count:
                  written=written)
 
 
-class _Scaled(Protocol):
-    V_projected: Matrix
-    V_factor: float
-
-
-def _value_factor(hr: HeadResult) -> _Scaled | None:
-    """The record of a part that multiplies this head's V after the projection (a value scale); None without."""
-    return next((cast(_Scaled, r) for r in hr.parts.values() if hasattr(r, "V_factor")), None)
-
-
 def _value_norm(hr: HeadResult) -> ValueNormed | None:
     """The record of a value norm on this head's V (Gemma 3n's v_norm); None without."""
     from qkv_tui.kernels.v_norm import ValueNormed
@@ -355,11 +362,22 @@ def _value_norm(hr: HeadResult) -> ValueNormed | None:
 
 def _root_texts(projected: float, root: float, result: str, decimals: int, whole: bool) -> tuple[str, str]:
     """The projection's cell and its row's root, each with the digits that make their quotient the shown V."""
+    exact = whole and float(projected).is_integer()
     for p in tries(decimals, False):
-        u, r = operand(projected, whole and float(projected).is_integer(), p), operand(root, root.is_integer(), p)
-        if agrees(shown(u) / shown(r), result) and agrees(projected / shown(r), result):
+        u, r = operand(projected, exact, p), operand(root, root.is_integer(), p)
+        if shown(r) == 0:  # a root below these places' last digit (a row of zeros over a small eps): its mantissa
+            r = f"{root:.{p}e}"
+        if all(agrees(x / shown(r), result) for x in _readings(u, exact, projected)):
             break
     return u, r
+
+
+def _readings(u: str, exact: bool, projected: float) -> tuple[float, ...]:
+    """What the projection's cell may stand for on the line: its text, one unit of its last digit either side
+    (the dot product before it agrees with the text to that unit, not to the digit), and its own value."""
+    if exact:
+        return (shown(u),)
+    return shown(u) - unit(u), shown(u), shown(u) + unit(u), projected
 
 
 def _scaled_formula(formula: str, factor: float) -> str:
@@ -368,38 +386,23 @@ def _scaled_formula(formula: str, factor: float) -> str:
     return f"{factor:g}·({formula})" if " + " in formula else f"{factor:g}·{formula}"
 
 
-def _factor_of(chain: PrintedChain, head: int) -> float:
-    scaled = _value_factor(chain.comp.heads[head])
-    return 1.0 if scaled is None else float(scaled.V_factor)
-
-
 def _factor_texts(projected: float, factor: float, result: str, decimals: int, whole: bool) -> tuple[str, str]:
     """The projection's cell and the factor, each with the digits that make their product the shown V."""
     for p in tries(decimals, False):
         u, s = operand(projected, whole and float(projected).is_integer(), p), operand(factor, factor.is_integer(), p)
-        if agrees(shown(u) * shown(s), result) and agrees(projected * shown(s), result):
+        if all(agrees(x * shown(s), result) for x in _readings(u, whole and float(projected).is_integer(), projected)):
             break
     return u, s
 
 
-def raw_projections(chain: PrintedChain) -> tuple[list[Matrix], dict[int, Matrix], dict[int, Matrix]]:
-    """Every head's Q, and each K/V head's K and V, computed exactly from the printed X (or X̂), before rounding.
-
-    Worked out once for the page: the cos/sin table's digits depend on the largest Q and K it turns, and the
-    whole-number flags read the unrounded values.
-    """
-
-    def make() -> tuple[list[Matrix], dict[int, Matrix], dict[int, Matrix]]:
-        sc = chain.sc
-        X_src = chain.values("X_norm") if sc.norm is not None else sc.X  # what the Query projection reads, as printed
-        X_kv_src = sc.context_X if sc.context_X is not None else X_src
-        Q_raw = [project(X_src, hr.W_Q, hr.b_Q, EXACT) for hr in sc.heads]
-        K_raw = {g: project(X_kv_src, sc.heads[g].W_K, sc.heads[g].b_K, EXACT) for g in chain.readers}
-        V_raw = {g: project(X_kv_src, sc.heads[g].W_V, sc.heads[g].b_V, EXACT) * _factor_of(chain, g)
-                 for g in chain.readers}
-        return Q_raw, K_raw, V_raw
-
-    return chain.memo("raw projections", make)
+def _titled(trace: TraceContext, name: str) -> str | None:
+    """The title a head's part gives one of Project's panes: its record names the stage module that titles them
+    (``titles``, loaded with the part's stages); None where no part does."""
+    module = next((str(r.titles) for hr in trace.comp.heads for r in ask.answering(hr, "titles")), None)
+    if module is None:
+        return None
+    said: str | None = importlib.import_module(f"qkv_tui.teach.stages.{module}").title(trace, name)
+    return said
 
 
 def _reads_whole(chain: PrintedChain) -> tuple[bool, bool]:
@@ -408,14 +411,6 @@ def _reads_whole(chain: PrintedChain) -> tuple[bool, bool]:
     q_whole = is_integral(sc.X) if sc.norm is None else chain.printed["X_norm"].whole
     kv_whole = is_integral(sc.context_X) if sc.context_X is not None else q_whole
     return q_whole, kv_whole
-
-
-def grad_source(trace: TraceContext, role: str) -> str:
-    """The pane holding the gradient at the projection ``role`` (Q or K): QK-norm's, RoPE's or Score's."""
-    sc = trace.comp.scenario
-    if sc.qk_norm is not None:
-        return f"d{role}_n"
-    return f"d{role}_t" if sc.rope is not None else f"d{role}_s"
 
 
 class ProjectBack(BackwardSpec):
@@ -430,7 +425,7 @@ class ProjectBack(BackwardSpec):
     matrices = ("dW_Q", "dW_K", "dW_V", "db_Q", "db_K", "db_V")
 
     def runs(self, trace: TraceContext) -> bool:
-        return has_backward(trace) and trace.comp.scenario.mla is None  # [mla]: dExpand and dCompress instead
+        return has_backward(trace) and heads_project(trace)  # [mla]: dExpand and dCompress instead
 
     def meaning(self, trace: TraceContext, head: int | None) -> str:
         text = self.stage.meaning.replace("X̂", x_in(trace)[1])  # X where there is no norm
@@ -459,7 +454,7 @@ class ProjectBack(BackwardSpec):
         hg = grads(trace).heads[h]
         role = seg.target[-1]
         grad = {"Q": hg.dQ, "K": hg.dK, "V": hg.dV}[role]  # (rows, width)
-        source = grad_source(trace, role) if role != "V" else "dV"
+        source = handed_back(trace, h, role) if role != "V" else "dV"
         if seg.target.startswith("db_"):
             value = float(getattr(hg, seg.target)[col])
             return sum_cell(trace, index, seg, row, col, d, value, grad[:, col],
@@ -485,7 +480,7 @@ class ProjectBack(BackwardSpec):
     def panes(self, trace: TraceContext, op: Operation) -> list[Key]:
         h = op.head
         role = op.segment.target[-1]
-        source = grad_source(trace, role) if role != "V" else "dV"
+        source = handed_back(trace, h, role) if role != "V" else "dV"
         if op.segment.target.startswith("db_"):
             return [(source, h), (op.segment.target, h)]
         x_name = x_in(trace)[0] if role == "Q" or not trace.comp.scenario.is_cross else "context_X"

@@ -24,7 +24,7 @@ from qkv_tui.teach.stages.common import (
     kv_shared,
 )
 from qkv_tui.teach.stages.context import TraceContext
-from qkv_tui.teach.stages.grads import BackwardSpec, dot_cell, grads, has_backward, kept
+from qkv_tui.teach.stages.grads import BackwardSpec, dot_cell, grads, handed_back, has_backward, kept
 from qkv_tui.teach.stages.markdown import MarkdownPage
 from qkv_tui.teach.stages.norm import RowStats, back_cell, back_stat_cell, cell_lines, eps_text
 from qkv_tui.teach.stages.printed import PrintedCells, PrintedChain, Table, idx
@@ -255,7 +255,7 @@ def _wide_cols(count: int, d_k: int) -> tuple[str, ...]:
 
 def _printed_all(chain: PrintedChain, role: str) -> Matrix:
     """Every head's printed Q (or each K/V head's K) side by side, as the page prints them (rounded)."""
-    from qkv_tui.teach.stages.project import raw_projections
+    from qkv_tui.teach.stages.raw_projections import raw_projections
 
     Q_raw, K_raw, _ = raw_projections(chain)
     sc = chain.sc
@@ -363,7 +363,7 @@ class QKNormBack(BackwardSpec):
     def panes(self, trace: TraceContext, op: Operation) -> list[Key]:
         h = op.head
         role = "Q" if op.segment.target in ("dQ_m", "dQ_n", "dgamma_q") else "K"
-        source = f"d{role}_t" if trace.comp.scenario.rope is not None else f"d{role}_s"
+        source = handed_back(trace, h, role, after=QKNormed)  # the rotation's gradient, or Score's
         return [(source, h), (role, h), (op.segment.target, h)]
 
     def title(self, trace: TraceContext, name: str, head: int | None) -> str:

@@ -4,6 +4,7 @@ and V at all ([ssd] reads its own C, B and x)."""
 
 from __future__ import annotations
 
+from qkv_tui.core import part_questions as ask
 from qkv_tui.teach.stages.context import TraceContext
 
 
@@ -14,8 +15,9 @@ def own_stages(trace: TraceContext) -> bool:
 
 
 def softmax_runs(trace: TraceContext) -> bool:
-    sc = trace.comp.scenario
-    return sc.linear is None and getattr(sc, "deltanet", None) is None and not own_stages(trace)
+    """False where a table puts a running state in place of every head's softmax ([linear], [deltanet]: its
+    ``state``, core/part_questions.py) or a part has stages of its own."""
+    return not ask.scenario_has(trace.comp.scenario, "state") and not own_stages(trace)
 
 
 def heads_project(trace: TraceContext) -> bool:

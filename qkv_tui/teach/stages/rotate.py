@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from qkv_tui.core import part_questions as ask
 from qkv_tui.core.engine import Computation, turn_of
 from qkv_tui.core.fmt import fmt, operand
 from qkv_tui.core.scenario import Matrix, Scenario
@@ -39,7 +40,7 @@ from qkv_tui.teach.stages.context import TraceContext
 from qkv_tui.teach.stages.grads import BackwardSpec, formula_cell, grads, has_backward, query_key_plans
 from qkv_tui.teach.stages.markdown import MarkdownPage
 from qkv_tui.teach.stages.printed import PrintedCells, PrintedChain, Table, idx
-from qkv_tui.teach.stages.project import raw_projections
+from qkv_tui.teach.stages.raw_projections import raw_projections
 from qkv_tui.teach.stages.replaced import own_stages
 
 if TYPE_CHECKING:  # the cost view's module loads on its first use
@@ -198,7 +199,7 @@ class Rotate(StageSpec):
         sc, i, j = cells.sc, row, col
         assert sc.rope is not None and sc.positions is not None and table.head is not None
         name = table.name[0]
-        source_name, src = turned_from(cells.sc, name)
+        source_name, src = turned_from(cells.comp, name)
         source = f"{source_name}.{table.head}"
         d_k = table.values.shape[1]
         token = sc.labels[i]
@@ -233,10 +234,14 @@ def _cost(sc: Scenario, ph: Phase) -> Count:
                  written=fig(term("Q'", *q), term("K'", *k)))
 
 
-def turned_from(where: Computation | Scenario, role: str) -> tuple[str, str]:
-    """The matrix RoPE turns for "Q" or "K" and its name in the arithmetic: the normalised one under QK-norm."""
-    sc = where.scenario if isinstance(where, Computation) else where
-    return (f"{role}_norm", f"{role}̂") if sc.qk_norm is not None else (role, role)
+def turned_from(comp: Computation, role: str) -> tuple[str, str]:
+    """The matrix RoPE turns for "Q" or "K" and its name in the arithmetic: as the parts before the rotation left
+    it (QK-norm's normalised one, core/part_questions.py scored_suffix and its ``scored_mark``), else as projected."""
+    turners = list(ask.answering(comp.heads[0], "scored_suffix"))  # every head has the scenario's same parts
+    before = turners[:next((i for i, r in enumerate(turners) if isinstance(r, Rotated)), len(turners))]
+    if not before:
+        return role, role
+    return f"{role}{before[-1].scored_suffix}", f"{role}{before[-1].scored_mark}"
 
 
 def rotate_lines(comp: Computation, h: int, target: str, row: int, col: int, d: int,
@@ -246,11 +251,11 @@ def rotate_lines(comp: Computation, h: int, target: str, row: int, col: int, d: 
     rope = sc.rope
     head = comp.heads[h]
     assert rope is not None and sc.positions is not None
-    source = head.Q_turned if target == "Q_rot" else head.K_turned
+    source = head.before("Q", Rotated) if target == "Q_rot" else head.before("K", Rotated)
     rotated = head.need(Rotated).Q_rot if target == "Q_rot" else head.need(Rotated).K_rot
     assert rotated is not None
     name = target[0]
-    src = turned_from(sc, name)[1]
+    src = turned_from(comp, name)[1]
     labels = sc.labels if name == "Q" else sc.key_labels
     token = labels[row]
     d_k = head.d_k
@@ -402,12 +407,22 @@ def _turned(rope: Rope, d_k: int) -> str:
     return "" if r == d_k else f", first {r} of {d_k} dims turn"
 
 
+def factor_how(rope: Rope) -> str:
+    """Where YaRN's attention factor a comes from, in words: given, DeepSeek's ratio of two m's, or the default."""
+    sc = rope.scaling
+    assert sc is not None
+    if sc.attention_factor is not None:
+        return "attention_factor, as given"
+    if sc.mscale and sc.mscale_all_dim:  # transformers' _compute_yarn_parameters, DeepSeek's form
+        f = _num(sc.factor)
+        return (f"m(mscale) / m(mscale_all_dim), m(x) = 0.1·x·ln(factor) + 1: (0.1·{_num(sc.mscale)}·ln {f} + 1)"
+                f" / (0.1·{_num(sc.mscale_all_dim)}·ln {f} + 1)")
+    return "YaRN's default 0.1·ln(factor) + 1"
+
+
 def _factor_words(rope: Rope, d_k: int) -> str:
-    assert rope.scaling is not None
-    given = rope.scaling.attention_factor is not None
-    how = "attention_factor, as given" if given else "YaRN's default 0.1·ln(factor) + 1"
-    return (f"a = {fmt(rope.attention_factor, False, 3)} ({how}) multiplies cos and sin, so {_carries(rope, d_k)}"
-            f" a² = {squared(rope.attention_factor)}")
+    return (f"a = {fmt(rope.attention_factor, False, 3)} ({factor_how(rope)}) multiplies cos and sin, so"
+            f" {_carries(rope, d_k)} a² = {squared(rope.attention_factor)}")
 
 
 def _carries(rope: Rope, d_k: int) -> str:
@@ -646,7 +661,7 @@ class RotateBack(BackwardSpec):
         query = seg.target == "dQ_t"
         src, done = ("dQ_s", hg.dQ_turned) if query else ("dK_s", hg.dK_turned)
         grad = hg.attend.dQ_used if query else hg.attend.dK_used
-        name = ("dQ" if query else "dK") + ("̂" if sc.qk_norm is not None else "")  # dQ̂: at the normalised Q
+        name = "d" + turned_from(comp, "Q" if query else "K")[1]  # dQ̂: at the normalised Q, where QK-norm turned it
         label = sc.labels[row] if query else sc.key_labels[row]
         value = float(done[row, col])
         shown_src = "dQ'" if query else "dK'"

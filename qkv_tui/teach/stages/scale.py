@@ -9,12 +9,15 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from qkv_tui.core import part_questions as ask
 from qkv_tui.core.engine import HeadResult
 from qkv_tui.core.fmt import NEG_INF, fmt, is_integral, operand
 from qkv_tui.core.part_masks import mask_note, mask_reason
 from qkv_tui.core.scenario import Matrix
+from qkv_tui.core.variants.alibi import TABLE as ALIBI
+from qkv_tui.kernels.alibi import Biased, alibi_bias
 from qkv_tui.kernels.policy import EXACT, round_to
-from qkv_tui.kernels.softmax import Biased, Capped, alibi_bias, masked_logits
+from qkv_tui.kernels.softmax import Capped, masked_logits
 from qkv_tui.teach.arith import SIGNIFICANT, agrees, quotient_line, shown, significant
 from qkv_tui.teach.arith import tries as _places
 from qkv_tui.teach.stages import soft_cap
@@ -39,6 +42,7 @@ from qkv_tui.teach.stages.printed import PrintedCells, PrintedChain, Table, exac
 from qkv_tui.teach.stages.replaced import softmax_runs
 
 if TYPE_CHECKING:  # the cost view's module loads on its first use
+    from qkv_tui.core.cell_edit import InputCell
     from qkv_tui.core.cost import Count, Phase
     from qkv_tui.core.scenario import Scenario
 
@@ -62,14 +66,26 @@ class Scale(StageSpec):
             return [Plan("scaled", sc.n, sc.m), Plan("capped", sc.n, sc.m)]
         return [Plan("scaled", sc.n, sc.m)]
 
+    def edit_cell(self, trace: TraceContext, op: Operation) -> InputCell | None:
+        """The mask where this operation applies it to a hidden cell, the cap where it caps, else the scale."""
+        from qkv_tui.core.cell_edit import InputCell
+
+        capping = self.segments(trace, op.head)[-1].target == "capped"
+        masks_here = op.segment.target == "capped" or not capping  # with a soft-cap the mask comes after it
+        if masks_here and not trace.comp.scenario.allow[op.row, op.col or 0]:
+            return InputCell("mask", None, op.row, op.col or 0)
+        if op.segment.target == "capped":  # the cap is what this operation reads besides the scaled score
+            return InputCell("softcap", op.head)
+        return InputCell("scale")
+
     def meaning(self, trace: TraceContext, head: int | None) -> str:
         sc = trace.comp.scenario
         text = self.stage.meaning
         hr = trace.comp.heads[head if head is not None else 0]
         if not hr.scale_is_default:
-            text = _own_scale(hr.scale, hr.d_k, sc.scale_from)
+            text = _own_scale(hr.scale, hr.d_k, scale_origin(sc))
         text += soft_cap.meaning(list(trace.comp.heads) if head is None else [hr])
-        if sc.alibi is not None:
+        if ALIBI.of(sc) is not None:
             text += (" ALiBi then adds slope·(j − i) to each scaled cell (after the division, as BLOOM's code does):"
                      " 0 on the diagonal and more negative the further back the key, so nearer keys are favoured;"
                      " the bias pane shows it, and the softmax takes the sum.")
@@ -120,7 +136,7 @@ class Scale(StageSpec):
         else:
             tiny = head.scale < 1e-3  # fixed decimals would read 0.000000: its significant digits instead
             given = significant(head.scale, head.scale == round(head.scale), d if tiny else d + 3, tiny)
-            origin = comp.scenario.scale_from
+            origin = scale_origin(comp.scenario)
             details = (f"the scenario sets scale = {given}" + (f" ({origin})" if origin is not None else "")
                        + f" instead of √dₖ = √{head.d_k}",)
         operands: tuple[Ref, ...] = (Ref("scores", h, row, col),)
@@ -147,9 +163,9 @@ class Scale(StageSpec):
     def panes(self, trace: TraceContext, op: Operation) -> list[Key]:
         h = op.head
         if soft_cap.has_cap(trace, h):
-            bias = [("bias", h)] if trace.comp.scenario.alibi is not None else []
+            bias = [("bias", h)] if ALIBI.of(trace.comp.scenario) is not None else []
             return [("scores", h), ("scaled", h), *bias, ("capped", h)]
-        if trace.comp.scenario.alibi is not None:
+        if ALIBI.of(trace.comp.scenario) is not None:
             return [("scores", h), ("bias", h), ("scaled", h)]
         return [("scores", h), ("scaled", h)]
 
@@ -167,7 +183,7 @@ class Scale(StageSpec):
         masked = "" if sc.mask_kind == "none" else f" +{sc.mask_kind} mask"
         if sc.mask_kind == "sliding":
             masked = f" +sliding mask (window {sc.window})"
-        bias = " + bias" if sc.alibi is not None else ""
+        bias = " + bias" if ALIBI.of(sc) is not None else ""
         if hr is not None and hr.part(Capped) is not None:
             return soft_cap.capped_title(trace, hr, masked) if name == "capped" else f"scaled = scores/{divisor}"
         return f"scaled = scores/{divisor}{bias}{masked}"
@@ -180,7 +196,7 @@ class Scale(StageSpec):
         parts = [FormulaPart(DIVIDE, f"/{scale}")]
         if soft_cap.has_cap(trace, h):
             parts.append(FormulaPart(DIVIDE, "→cap"))
-        if trace.comp.scenario.alibi is not None:
+        if ALIBI.of(trace.comp.scenario) is not None:
             parts.append(FormulaPart(BIAS, " + bias"))
         return parts
 
@@ -192,8 +208,8 @@ class Scale(StageSpec):
         assert head is not None
         sc, hr, decimals = page.trace.comp.scenario, page.trace.comp.heads[head], page.decimals
         divisor = f"√{hr.d_k} = {hr.scale:.{decimals}f}" if hr.scale_is_default else f"{hr.scale:g} (set by the scenario)"
-        if sc.scale_from is not None and not hr.scale_is_default:
-            divisor = f"{hr.scale:g} (set by the scenario: {sc.scale_from})"
+        if scale_origin(sc) is not None and not hr.scale_is_default:
+            divisor = f"{hr.scale:g} (set by the scenario: {scale_origin(sc)})"
         out = [f"Divide by {divisor}." + (" Masked cells are −∞." if not sc.allow.all() else ""), ""]
         if hr.part(Capped) is not None:
             c = soft_cap.cap_text(hr.need(Capped).softcap)
@@ -221,7 +237,7 @@ class Scale(StageSpec):
         quotient = page.worked(scores.values / page.divisor(hr.scale))  # (n, m) from the printed scores
         alibi = ""
         alibi_terms: Matrix | None = None
-        if sc.alibi is not None:
+        if ALIBI.of(sc) is not None:
             assert sc.positions is not None
             alibi_terms = alibi_bias(_printed_slopes(chain)[h], sc.positions)  # (n, n) slope·(j − i), from the printed slope
             alibi = " + slope·(j − i)"
@@ -240,7 +256,10 @@ class Scale(StageSpec):
         if table.name == "capped":
             return soft_cap.worksheet_line(cells, table, row, col, answer)
         q, k = sc.labels[row], sc.key_labels[col]
-        divisor = f"√{sc.heads[h].d_k}" if sc.scale is None else exact(sc.scale)
+        own = sc.scale
+        if own is None and scale_origin(sc) is not None:  # a table's own divisor (DeepSeek's YaRN: √d_qk / m²)
+            own = float(ask.scenario_answer(sc, "divisor"))
+        divisor = f"√{sc.heads[h].d_k}" if own is None else exact(own)
         score = cells.txt(f"scores.{h}", row, col)
         if "slopes" not in cells.tables or sc.heads[h].softcap is not None:
             return f"scaled[{q},{k}] = {score} / {divisor} = {answer}"
@@ -286,6 +305,12 @@ def _mask_reason(trace: TraceContext, row: int, col: int) -> str:
     if sc.mask_kind == "padding":
         return f'padding mask: "{k}" is padding, never attended; weight will be exactly 0'
     return f'custom mask: "{q}" may not attend "{k}"; weight will be exactly 0'
+
+
+def scale_origin(sc: Scenario) -> str | None:
+    """Where a divisor other than √dₖ comes from: the file's ``scale_from``, or what a table says of the divisor it
+    makes (DeepSeek's YaRN m² under [mla]: core/part_questions.scenario_says ``scale_origin``)."""
+    return sc.scale_from if sc.scale_from is not None else ask.scenario_says(sc, "scale_origin")
 
 
 def _own_scale(scale: float, d_k: int, origin: str | None = None) -> str:
@@ -349,10 +374,11 @@ def _printed_slopes(chain: PrintedChain) -> list[float]:
 
     def make() -> list[float]:
         sc = chain.sc
-        assert sc.alibi is not None and sc.positions is not None
-        places = _slope_places(chain.d, sc.alibi.slopes, sc.positions)
-        slopes = [float(round_to(np.array(s), places)) if places is not None else s for s in sc.alibi.slopes]
-        notes = (["the ALiBi paper code's default"] if sc.alibi.default else []) + (
+        table = ALIBI.of(sc)
+        assert table is not None and sc.positions is not None
+        places = _slope_places(chain.d, table.slopes, sc.positions)
+        slopes = [float(round_to(np.array(s), places)) if places is not None else s for s in table.slopes]
+        notes = (["the ALiBi paper code's default"] if table.default else []) + (
             [f"rounded to {places} decimals"] if places is not None else [])
         default = f" ({', '.join(notes)})" if notes else ""
         chain.late_input(Table("slopes", "slope", f"ALiBi slopes{default}", "scale", None, np.array([slopes]), ("slope",),
@@ -410,14 +436,12 @@ class ScaleBack(BackwardSpec):
         q, k = sc.labels[row], sc.key_labels[col]
         masked = "" if sc.allow[row, col] else " (masked)"
         if seg.target == "dscaled":
-            c = hr.need(Capped).softcap
-            assert c is not None
+            step = hr.need(Capped)  # the cap writes the line back through its step (as differential attention's does)
             refs = (Ref("dS", h, row, col), Ref("scaled", h, row, col))
-            op = formula_cell(trace, index, seg, row, col, d, float(ab.dscaled[row, col]),
-                              lambda g, s, cap: g * (1 - math.tanh(s / cap) * math.tanh(s / cap)),
-                              [float(ab.dS[row, col]), float(hr.scaled[row, col]), c],
-                              lambda t: f"{t[0]}·(1 − tanh({t[1]} / {t[2]})·tanh({t[1]} / {t[2]}))",
-                              f"dscaled[{q},{k}] = dS[{q},{k}]·(1 − tanh²(scaled / c))", refs)
+            op = formula_cell(trace, index, seg, row, col, d, float(ab.dscaled[row, col]), step.back_value,
+                              [float(ab.dS[row, col]), float(hr.scaled[row, col]), *step.back_operands],
+                              step.back_written, f"dscaled[{q},{k}] = dS[{q},{k}]·{step.back_symbolic.format(scaled='scaled')}",
+                              refs)
             return Operation(op.index, seg, row, col, op.value, refs, op.arithmetic + masked)
         source = "dscaled" if hr.part(Capped) is not None else "dS"
         symbol = f"√{hr.d_k}" if hr.scale_is_default and trace.hand is None else None

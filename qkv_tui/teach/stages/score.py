@@ -5,10 +5,10 @@ from __future__ import annotations
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 
+from qkv_tui.core import part_questions as ask
+from qkv_tui.core.engine import HeadResult
 from qkv_tui.core.fmt import is_integral
 from qkv_tui.core.scenario import Matrix
-from qkv_tui.kernels.rope import Rotated
-from qkv_tui.kernels.softmax import Capped
 from qkv_tui.teach.arith import dot_line
 from qkv_tui.teach.stages.common import (
     K_SLOT,
@@ -58,16 +58,14 @@ class Score(StageSpec):
         sc = trace.comp.scenario
         q, k = sc.labels[row], sc.key_labels[col]
         result = trace.formatted("scores", h, value, d)
-        qn, kn, qs, ks = scored(trace)
+        qn, kn, qs, ks = scored(trace, h)
         work = dot_line(head.Q_used[row], head.K_used[col], trace.integral(qn, h), trace.integral(kn, h), result, d,
                         trace.hand)
         text = f"scores[{q},{k}] = {qs}[{q}]·{ks}[{k}] = {work}"
         details: tuple[str, ...] = ()
-        if head.part(Rotated) is not None and sc.positions is not None:
-            distance = sc.positions[row] - sc.positions[col]
-            details = (f"both vectors are rotated by their own position, so position enters this score only through"
-                       f" the distance {sc.positions[row]} − {sc.positions[col]} = {distance}; the vectors themselves"
-                       " decide the rest",)
+        if sc.positions is not None:  # a part that turns the vectors by position says what position does here
+            i, j = sc.positions[row], sc.positions[col]
+            details = tuple(ask.said(head, "score.distance", query=i, key=j, distance=i - j))
         return Operation(index, seg, row, col, value, (Ref(qn, h, row), Ref(kn, h, col)), text, details)
 
     def matrix(self, trace: TraceContext, name: str, head: int | None) -> Matrix:
@@ -77,21 +75,18 @@ class Score(StageSpec):
 
     def panes(self, trace: TraceContext, op: Operation) -> list[Key]:
         h = op.head
-        if trace.comp.scenario.rope is not None:
-            return [("Q_rot", h), ("K_rotT", h), ("scores", h)]
-        if trace.comp.scenario.qk_norm is not None:
-            return [("Q_norm", h), ("K_normT", h), ("scores", h)]
-        return [("Q", h), ("KT", h), ("scores", h)]
+        qn, kn, _, _ = scored(trace, h)
+        return [(qn, h), (f"{kn}T", h), ("scores", h)]  # K's pane transposed, as Kᵀ is read
 
     def overview(self, trace: TraceContext, head: int) -> list[Key]:
         return [("scores", head)]
 
     def title(self, trace: TraceContext, name: str, head: int | None) -> str:
-        _, _, qs, ks = scored(trace)
+        _, _, qs, ks = scored(trace, head)
         return f"scores = {qs}·{ks}ᵀ"
 
     def formula(self, trace: TraceContext, op: Operation) -> list[FormulaPart]:
-        _, _, qs, ks = scored(trace)
+        _, _, qs, ks = scored(trace, op.head)
         return [FormulaPart(Q_SLOT, qs), FormulaPart(QK_DOT, "·"), FormulaPart(K_SLOT, f"{ks}ᵀ")]
 
     def lights(self, seg: Segment) -> frozenset[int]:
@@ -101,12 +96,13 @@ class Score(StageSpec):
     def worksheet_tables(self, chain: PrintedChain, head: int | None) -> list[Table]:
         assert head is not None
         h, g, sc = head, chain.owners[head], chain.sc
-        rope = sc.rope is not None
-        qn, kn, qs, ks = scored_names(sc.rope is not None, sc.qk_norm is not None)
+        qn, kn, qs, ks = scored_names(chain.comp.heads[h])
         Q_used = chain.values(f"{qn}.{h}")
         K_used = chain.values(f"{kn}.{g}")
         scores_raw = Q_used @ K_used.T  # (n, m) from the printed Q and K (normalised and turned, where they are)
-        read_whole = not rope and chain.printed[f"{qn}.{h}"].whole and chain.printed[f"{kn}.{g}"].whole
+        # a part that turns Q and K by numbers that are never whole (a rotation's cos and sin) makes them decimals
+        read_whole = (not ask.scenario_has(sc, "scores_with_decimals") and chain.printed[f"{qn}.{h}"].whole
+                      and chain.printed[f"{kn}.{g}"].whole)
         score_of = f"{qs}·{ks}ᵀ"
         return [Table(f"scores.{h}", "scores", f"scores = {score_of}", "score", h, chain.rounded(scores_raw), sc.labels,
                       sc.key_labels, False, True, whole=read_whole and is_integral(scores_raw))]
@@ -117,7 +113,7 @@ class Score(StageSpec):
         sc = cells.sc
         q, k = sc.labels[row], sc.key_labels[col]
         s, g = f".{h}", f".{cells.owners[h]}"
-        qn, kn, qs, ks = scored_names(sc.rope is not None, sc.qk_norm is not None)
+        qn, kn, qs, ks = scored_names(cells.comp.heads[h])
         qk, kk = f"{qn}{s}", f"{kn}{g}"
         width = cells.tables[qk].values.shape[1]
         terms = " + ".join(f"{cells.txt(qk, row, c)}·{cells.txt(kk, col, c)}" for c in range(width))
@@ -139,19 +135,20 @@ def _cost(sc: Scenario, ph: Phase) -> Count:
                  written=fig(term("scores", ("h", s.h), ph.R, ph.K, B(ph))))
 
 
-def scored_names(rope: bool, qk_norm: bool) -> tuple[str, str, str, str]:
-    """The matrices the scores are taken of and their names in the arithmetic: turned (Q', K'), normalised
-    (Q̂, K̂) or as projected (Q, K)."""
-    if rope:
-        return "Q_rot", "K_rot", "Q'", "K'"
-    if qk_norm:
-        return "Q_norm", "K_norm", "Q̂", "K̂"
-    return "Q", "K", "Q", "K"
+def scored_names(hr: HeadResult) -> tuple[str, str, str, str]:
+    """The matrices a head scores (and a state rule reads) and their names in the arithmetic, as the last of its
+    parts that turns Q and K names them (core/part_questions.py scored_suffix, and its ``scored_mark``): turned
+    (Q_rot: Q', K'), normalised (Q_norm: Q̂, K̂), or as projected (Q, K)."""
+    suffix = ask.scored_suffix(hr)
+    marks = [str(record.scored_mark) for record in ask.answering(hr, "scored_mark")]
+    mark = marks[-1] if marks else ""
+    return f"Q{suffix}", f"K{suffix}", f"Q{mark}", f"K{mark}"
 
 
-def scored(trace: TraceContext) -> tuple[str, str, str, str]:
-    sc = trace.comp.scenario
-    return scored_names(sc.rope is not None, sc.qk_norm is not None)
+def scored(trace: TraceContext, head: int | None = None) -> tuple[str, str, str, str]:
+    """:func:`scored_names` of a head of the trace (the first where none is named: every head has the same parts
+    that turn Q and K, the scenario's tables)."""
+    return scored_names(trace.comp.heads[head or 0])
 
 
 class ScoreBack(BackwardSpec):
@@ -168,12 +165,11 @@ class ScoreBack(BackwardSpec):
         return has_backward(trace) and softmax_runs(trace)  # [linear] and [deltanet] have their own
 
     def meaning(self, trace: TraceContext, head: int | None) -> str:
-        if head is None or trace.comp.heads[head].part(Capped) is None:
+        # a part that steps the scaled scores (the soft-cap) says how its step folds into the gradient
+        said = [] if head is None else ask.said(trace.comp.heads[head], "dscore.scale")
+        if not said:
             return self.stage.meaning
-        return self.stage.meaning.replace(
-            "With the scale folded in, dQ = dS·K / scale.",
-            "With the scale and the soft-cap folded in, dQ = dscaled·K / scale, where dscaled ="
-            " dS ⊙ (1 − tanh²(scaled / c)): the cap's slope, then the scale.")
+        return self.stage.meaning.replace("With the scale folded in, dQ = dS·K / scale.", said[0])
 
     def segments(self, trace: TraceContext, head: int | None) -> list[Plan]:
         return query_key_plans(trace, head, "dQ_s", "dK_s")
@@ -182,7 +178,7 @@ class ScoreBack(BackwardSpec):
         h = seg.head
         assert h is not None and col is not None
         ab, hr, sc = grads(trace).heads[h].attend, trace.comp.heads[h], trace.comp.scenario
-        q_name, k_name, q_label, k_label = scored(trace)
+        q_name, k_name, q_label, k_label = scored(trace, h)
         if seg.target == "dQ_s":
             t = sc.labels[row]
             return dot_cell(trace, index, seg, row, col, d, float(ab.dQ_used[row, col]), ab.dscores[row],
@@ -203,7 +199,7 @@ class ScoreBack(BackwardSpec):
 
     def panes(self, trace: TraceContext, op: Operation) -> list[Key]:
         h = op.head
-        q_name, k_name, _, _ = scored(trace)
+        q_name, k_name, _, _ = scored(trace, h)
         if op.segment.target == "dQ_s":
             return [("dscores", h), (k_name, h), ("dQ_s", h)]
         return [("dscores", h), (q_name, h), ("dK_s", h)]
@@ -212,7 +208,7 @@ class ScoreBack(BackwardSpec):
         return [("dQ_s", head), ("dK_s", head)] if has_backward(trace) else []
 
     def title(self, trace: TraceContext, name: str, head: int | None) -> str:
-        _, _, q_label, k_label = scored(trace)
+        _, _, q_label, k_label = scored(trace, head)
         if not softmax_runs(trace):  # [linear], [deltanet]: the gradient their own backward stage left here
             return f"d{q_label}" if name == "dQ_s" else f"d{k_label}"
         return f"d{q_label} = dscores·{k_label}" if name == "dQ_s" else f"d{k_label} = dscoresᵀ·{q_label}"

@@ -14,7 +14,9 @@ import numpy as np
 from qkv_tui.core.engine import HeadResult
 from qkv_tui.core.fmt import NEG_INF, fmt, operand
 from qkv_tui.core.scenario import Matrix
-from qkv_tui.kernels.softmax import Biased, Capped, masked_logits, soft_cap
+from qkv_tui.core.variants.alibi import TABLE as ALIBI
+from qkv_tui.kernels.alibi import Biased
+from qkv_tui.kernels.softmax import Capped, masked_logits, soft_cap
 from qkv_tui.teach.arith import MAX_GUARD, SIGNIFICANT, agrees, shown, significant
 from qkv_tui.teach.stages.common import Operation, Ref, Segment, hround
 from qkv_tui.teach.stages.context import TraceContext
@@ -39,11 +41,6 @@ def cap_text(cap: float) -> str:
 
 def has_cap(trace: TraceContext, head: int | None) -> bool:
     return head is not None and trace.comp.heads[head].part(Capped) is not None
-
-
-def logits_name(trace: TraceContext, head: int | None) -> str:
-    """The pane the softmax reads: the capped scores where the head has a soft-cap, else the scaled ones."""
-    return "capped" if has_cap(trace, head) else "scaled"
 
 
 def _u_forms(p: int) -> list[tuple[int, bool]]:
@@ -131,7 +128,7 @@ def capped_operation(trace: TraceContext, index: int, seg: Segment, row: int, co
 def capped_title(trace: TraceContext, hr: HeadResult, masked: str) -> str:
     assert hr.part(Capped) is not None
     c = cap_text(hr.need(Capped).softcap)
-    bias = " + bias" if trace.comp.scenario.alibi is not None else ""
+    bias = " + bias" if ALIBI.of(trace.comp.scenario) is not None else ""
     return f"capped = {c}·tanh(scaled/{c}){bias}{masked}"
 
 

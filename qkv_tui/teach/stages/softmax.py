@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from qkv_tui.core import part_questions as ask
 from qkv_tui.core.engine import HeadResult
 from qkv_tui.core.fmt import NEG_INF, fmt
 from qkv_tui.core.scenario import Matrix
@@ -35,7 +36,6 @@ from qkv_tui.teach.stages.grads import BackwardSpec, dot_cell, formula_cell, gra
 from qkv_tui.teach.stages.markdown import MarkdownPage
 from qkv_tui.teach.stages.printed import PrintedCells, PrintedChain, Table, exact
 from qkv_tui.teach.stages.replaced import softmax_runs
-from qkv_tui.teach.stages.soft_cap import logits_name
 
 if TYPE_CHECKING:  # the cost view's module loads on its first use
     from qkv_tui.core.cost import Count, Phase
@@ -200,8 +200,8 @@ class Softmax(StageSpec):
             chain.late_input(Table("sinks", "sink", "Attention sinks (one logit per head)", "softmax", None,
                                    np.array([[s for _, s in sinks]]), ("sink",), tuple(name for name, _ in sinks), True,
                                    False))
-        # (n, m) from the printed scaled row
-        logits = "capped" if sc.heads[head].softcap is not None else "scaled"
+        # (n, m) from the printed scaled row, as a part that steps it (the soft-cap) left it
+        logits = stepped_name(chain.comp.heads[head])
         weights = softmax_rows(chain.values(f"{logits}.{head}"), sc.heads[head].sink, chain.page).weights
         return [Table(f"weights.{head}", "weights", f"weights = softmax({logits}), row by row", "softmax", head, weights,
                       sc.labels, sc.key_labels, False, True, sc.allow)]
@@ -210,7 +210,7 @@ class Softmax(StageSpec):
         h, i, j = table.head, row, col
         assert h is not None
         sc = cells.sc
-        key = f"{'capped' if sc.heads[h].softcap is not None else 'scaled'}.{h}"
+        key = f"{stepped_name(cells.comp.heads[h])}.{h}"
         scaled = cells.tables[key]
         allowed = [c for c in range(sc.m) if sc.allow[i, c]]
         values = [float(scaled.values[i, c]) for c in allowed]
@@ -253,6 +253,18 @@ def _cost(sc: Scenario, ph: Phase) -> Count:
     other = fig(term("exp", *cells)) + (fig(term("exp sink", ("sink heads", sinks), ph.R)) if sinks else fig())
     return Count(SPEC.stage.key, SPEC.stage.name, ph.name, other=other + fig(term("div", *cells)),
                  read=fig(term("scaled", *cells, B(ph))), written=fig(term("weights", *cells, B(ph))))
+
+
+def stepped_name(hr: HeadResult) -> str:
+    """What the softmax reads of a head: the scaled scores as the part that steps them names them (the soft-cap's
+    capped scores), else the scaled ones (core/part_questions.py stepper)."""
+    stepper = ask.stepper(hr)
+    return "scaled" if stepper is None else str(stepper.stepped_name)
+
+
+def logits_name(trace: TraceContext, head: int | None) -> str:
+    """The pane the softmax reads (:func:`stepped_name`), of a head of the trace."""
+    return "scaled" if head is None else stepped_name(trace.comp.heads[head])
 
 
 def softmax_row(trace: TraceContext, head: int, row: int, decimals: int) -> SoftmaxRow:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
+from qkv_tui.core.engine import Computation
 from qkv_tui.core.scenario import Matrix
 from qkv_tui.teach.arith import dot_line
 from qkv_tui.teach.stages.common import (
@@ -19,7 +21,7 @@ from qkv_tui.teach.stages.common import (
     counts,
     dot_bias_line,
 )
-from qkv_tui.teach.stages.concat import printed_concat
+from qkv_tui.teach.stages.concat import joined_name, printed_concat
 from qkv_tui.teach.stages.context import TraceContext
 from qkv_tui.teach.stages.grads import BackwardSpec, dot_cell, grads, has_backward, sum_cell
 from qkv_tui.teach.stages.markdown import MarkdownPage
@@ -91,7 +93,7 @@ class WO(StageSpec):
         out = [Table("W_O", "W_O", "W_O", "wo", None, sc.W_O, idx(sc.W_O.shape[0]), width, True, False)]
         if sc.b_O is not None:
             out.append(Table("b_O", "b_O", "b_O", "wo", None, sc.b_O[None, :], ("b",), width, True, False))
-        source = "concat" if len(sc.heads) > 1 else "output" if sc.heads[0].W_G is None else "gated"
+        source = "concat" if len(sc.heads) > 1 else _one_head(chain.comp, chain.printed)[1]
         final = printed_concat(chain) @ sc.W_O + (sc.b_O[None, :] if sc.b_O is not None else 0.0)
         out.append(Table("final", "final", f"final = {source}·W_O" + (" + b_O" if sc.b_O is not None else ""), "wo", None,
                          chain.rounded(final), sc.labels, width, False, True))
@@ -99,16 +101,21 @@ class WO(StageSpec):
 
     def worksheet_line(self, cells: PrintedCells, table: Table, row: int, col: int, answer: str) -> str:
         q = cells.sc.labels[row]
-        # with one head, the output itself is what W_O multiplies (no concat table on the page)
-        source, label = ("concat", "concat") if "concat" in cells.tables else ("output.0", "output")
-        if source == "output.0" and "gated.0" in cells.tables:  # a gated head: W_O multiplies the gated output
-            source, label = "gated.0", "gated"
+        # with one head, its output (or what a part made of it) is what W_O multiplies: no concat table on the page
+        source, label = ("concat", "concat") if "concat" in cells.tables else _one_head(cells.comp, cells.tables)
         plus = f" + b_O[{col}]" if "b_O" in cells.tables else ""
         return (f"final[{q},{col}] = {label}[{q}]·W_O[:,{col}]{plus} = {cells.dot(source, row, 'W_O', col)}"
                 f"{cells.bias('b_O', col)} = {answer}")
 
 
 SPEC = WO()
+
+
+def _one_head(comp: Computation, printed: Mapping[str, object]) -> tuple[str, str]:
+    """(its table's key, its name) of what Concat would join of a lone head, where the page prints it (the gated
+    output, printed after Mix), else of the head's output."""
+    name = joined_name(comp.heads[0])
+    return (f"{name}.0", name) if f"{name}.0" in printed else ("output.0", "output")
 
 
 @counts(SPEC)

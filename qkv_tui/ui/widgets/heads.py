@@ -20,6 +20,11 @@ STRONGEST = "bold yellow"
 LEVEL_STYLES = {-1: "dim", 0: "", 1: "cyan", 2: "cyan", 3: "bright_cyan", 4: "bold bright_cyan",  # the map's (m)
                 NEGATIVE: "bold red"}  # a weight below 0 (display/heads_grid.py)
 LEGEND = f"{GLYPHS[1:]} more weight · {MASKED} masked"
+
+
+def legend(grid: HeadsGrid) -> str:
+    """The legend's line: what the masked mark stands for, as the grid says (a key the indexer left out, too)."""
+    return LEGEND if grid.masked == "masked" else f"{GLYPHS[1:]} more weight · {MASKED} {grid.masked}"
 GAP = "  "
 
 Line = list[tuple[str, str]]  # (text, style) pieces
@@ -58,7 +63,8 @@ def grid_lines(shown: HeadsShown, width: int, height: int) -> tuple[list[Line | 
         for h in heads:  # what each map says
             line += [(grid.reading(h, layout.slot).ljust(layout.slot), "bold" if h == shown.picked else "dim"), (GAP, "")]
         lines += [line, [(" ", "")]]
-    lines.append([(f"{layout.note} · {LEGEND}" if layout.note else LEGEND, "dim")])
+    said = legend(grid)
+    lines.append([(f"{layout.note} · {said}" if layout.note else said, "dim")])
     return lines, layout
 
 
