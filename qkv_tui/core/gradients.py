@@ -13,18 +13,18 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from qkv_tui.core.engine import Computation, HeadResult, turn_of
+from qkv_tui.core import grad_faces
+from qkv_tui.core.engine import Computation, HeadResult
 from qkv_tui.core.scenario import Matrix, Scenario
 from qkv_tui.core.variants import Vector
 from qkv_tui.core.variants.common import face
 from qkv_tui.kernels.attention import Turn
-from qkv_tui.kernels.attention_backward import AttendBack, GateBack, attend_backward, gate_backward, rotate_back
+from qkv_tui.kernels.attention_backward import AttendBack, attend_backward
 from qkv_tui.kernels.gate import Gated
-from qkv_tui.kernels.norm import QKNormed
+from qkv_tui.kernels.gate_backward import GateBack, gate_backward
 from qkv_tui.kernels.norm_backward import norm_backward
 from qkv_tui.kernels.policy import EXACT, ByHand, Policy
 from qkv_tui.kernels.sharing import kv_owners
-from qkv_tui.kernels.softmax import Capped, Sunk
 
 if TYPE_CHECKING:  # [linear]'s, [deltanet]'s and [mla]'s backward kernels load with a scenario that has them
     from qkv_tui.kernels.cross_entropy import CrossEntropy
@@ -149,9 +149,11 @@ def gradients(comp: Computation, policy: Policy | None = None, trig: Mapping[int
     for hr in comp.heads:
         parts.append(_attend(sc, hr, X_in, d_concat[:, start:start + hr.d_v], p, trig, X_kv))
         start += hr.d_v
-    if sc.mla is not None:
-        return replace(_mla_gradients(comp, parts, loss, dO, d_concat, dW_O, db_O, p, latent_trig), cross_entropy=ce)
-    dQ_all, dK_all, dgq, dgk, dgamma_q, dgamma_k = _qk_norm_back(comp, parts, p)
+    if sc.mla is not None:  # the latent layer in place of the heads' own projections (its own module)
+        from qkv_tui.core.mla_grad import mla_gradients
+
+        return replace(mla_gradients(comp, parts, loss, dO, d_concat, dW_O, db_O, p, latent_trig), cross_entropy=ce)
+    dQ_all, dK_all, dgq, dgk, dgamma_q, dgamma_k = _heads_back(comp, parts, p)
     heads: list[HeadGrad] = []
     # dX̂'s paths side by side: (n, ·) gradients against (d_model, ·) weights, one dot product per cell
     grads_in: list[Matrix] = []
@@ -184,47 +186,6 @@ def gradients(comp: Computation, policy: Policy | None = None, trig: Mapping[int
                      dX_norm, dX, dgamma, dbeta, dgamma_q, dgamma_k, gates, cross_entropy=ce)
 
 
-def _mla_gradients(comp: Computation, parts: list[_Part], loss: float | None, dO: Matrix, d_concat: Matrix,
-                   dW_O: Matrix | None, db_O: Vector | None, p: Policy, trig: Turn | None = None) -> Gradients:
-    """[mla]: each head's softmax part as any head's, then the latent layer (kernels/mla_backward.py) to X̂.
-
-    A head's dQ and dK are at its q = [q_C | q_R] and k = [k_C | k_R] before the turn (dK holds this head's own
-    share of the shared k_R); its dW_Q, dW_K, dW_V are against the multiplied-through weights its Head holds
-    (exact only without the latent norms): what trains is the latent's own weights, in Gradients.mla."""
-    sc = comp.scenario
-    mla = sc.mla
-    assert mla is not None
-    turn = turn_of(mla.rope, sc.positions, mla.d_rope, p) if trig is None else trig
-    from qkv_tui.kernels.mla import MlaHead
-    from qkv_tui.kernels.mla_backward import mla_backward
-
-    first = comp.heads[0].need(MlaHead)
-    abs_ = [part[1] for part in parts]
-
-    back = mla_backward(comp.X_in, mla.weights(), first.shared, [a.dQ_used for a in abs_], [a.dK_used for a in abs_],
-                        [a.dV for a in abs_], turn, p)
-    X_in = comp.X_in
-    heads: list[HeadGrad] = []
-    for h, (dO_h, ab, gb, _, _, _, _, _) in enumerate(parts):
-        dk_R_raw_h = back.dk_R_heads[h] if turn is None else rotate_back(back.dk_R_heads[h], turn.cos, turn.sin,
-                                                                          turn.pairs, p)
-        dQ = np.concatenate([back.dq_C[h], back.dq_R_raw[h]], axis=1)  # (n, d_qk)
-        dK = np.concatenate([back.dk_C[h], dk_R_raw_h], axis=1)  # (n, d_qk)
-        rot = turn is not None
-        heads.append(HeadGrad(
-            dO_h, ab, ab.dQ_used if rot else None, ab.dK_used if rot else None, dQ, dK, dQ, dK,
-            p.matmul(X_in.T, dQ), p.matmul(X_in.T, dK), p.matmul(X_in.T, ab.dV), None, None, None, gb, None, None,
-        ))
-    kv = _kv_sums(sc, heads)
-    dX, dgamma, dbeta = back.dX, None, None
-    if sc.norm is not None and comp.norm is not None:
-        nb = norm_backward(sc.norm.kind, sc.X, comp.norm.mean, comp.norm.root, sc.norm.gamma, back.dX, p)
-        dX, dgamma = nb.dX, nb.dgamma
-        dbeta = nb.dbeta if sc.norm.beta is not None else None
-    return Gradients(loss, dO, d_concat, dW_O, db_O, tuple(heads), kv, False, back.dX, dX, dgamma, dbeta,
-                     back.dgamma_q, None, mla=back)
-
-
 _QKBack = tuple[list[Matrix], list[Matrix], list[Vector | None], list[Vector | None], Vector | None, Vector | None]
 _State = tuple["LinearBack | None", "DeltaBack | None", Any]
 _Part = tuple[Matrix, AttendBack, GateBack | None, Matrix | None, Matrix | None, Matrix, Matrix, _State]
@@ -238,27 +199,23 @@ def _attend(sc: Scenario, h: HeadResult, X_in: Matrix, dJ: Matrix, p: Policy,
     if h.part(Gated) is not None:
         gb = gate_backward(dJ, X_in, h.need(Gated).W_G, h.output, h.need(Gated).gate, p)
         dO_h = gb.d_output
+    options = grad_faces.options(h)  # what the head's variants' records give the softmax backward (core/grad_faces/)
     own = next((r for r in h.parts.values() if hasattr(r, "backward")), None)
     if own is not None:  # its own maps, turn and norm read backwards, down to what its projections gave
         back = face(own.backward)(own, dO_h, X_in, X_in if X_kv is None else X_kv, h.W_Q, h.W_K, h.W_V, sc.allow,
-                                  h.read(Capped, lambda c: c.softcap), (h.b_Q is not None, h.b_K is not None,
-                                                                        h.b_V is not None), p)
+                                  options, (h.b_Q is not None, h.b_K is not None, h.b_V is not None), p)
         return dO_h, back.attend, gb, back.dQ_rot, back.dK_rot, back.dQ, back.dK, (None, None, back)
-    share = None if h.part(Sunk) is None else h.need(Sunk).sink_exp / h.row_sum  # (n,) each row's sink weight
     state: _State = (None, None, None)
     if sc.linear is not None or sc.deltanet is not None:  # their heads' maps are no softmax
         ab, state = _state_back(sc, h, dO_h, p)
     else:
         ab = attend_backward(dO_h, h.Q_used, h.K_used, h.V, h.weights, h.output, sc.allow, h.scale,
-                             scaled=h.scaled, softcap=h.read(Capped, lambda c: c.softcap), sink_share=share, policy=p)
-    dQ_rot = dK_rot = None
-    dQ_t, dK_t = ab.dQ_used, ab.dK_used
-    turn = turn_of(sc.rope, sc.positions, h.d_k, p) if trig is None else trig.get(h.d_k)
-    if turn is not None:
-        dQ_rot, dK_rot = dQ_t, dK_t
-        dQ_t = rotate_back(dQ_rot, turn.cos, turn.sin, turn.pairs, p)
-        dK_t = rotate_back(dK_rot, turn.cos, turn.sin, turn.pairs, p)
-    return dO_h, ab, gb, dQ_rot, dK_rot, dQ_t, dK_t, state
+                             scaled=h.scaled, policy=p, **options)
+    for f in grad_faces.faces():  # a turn of Q and K, read back (RoPE's)
+        turned = None if f.turn_back is None else f.turn_back(sc, h, ab.dQ_used, ab.dK_used, p, trig)
+        if turned is not None:
+            return (dO_h, ab, gb, *turned, state)
+    return dO_h, ab, gb, None, None, ab.dQ_used, ab.dK_used, state
 
 
 def _state_back(sc: Scenario, h: HeadResult, dO_h: Matrix, p: Policy) -> tuple[AttendBack, _State]:
@@ -309,83 +266,17 @@ def _gates_back(comp: Computation, heads: list[HeadGrad], grads_in: list[Matrix]
     return gb
 
 
-def _qk_norm_back(comp: Computation, parts: list[_Part], p: Policy) -> _QKBack:
-    """Each head's dQ and dK through QK-norm (or as they are without it), each head's contributions to the
-    gains' gradients, and the gains' own gradients (summed over the heads that share them, or side by side)."""
-    qk = comp.scenario.qk_norm
-    dQ_t = [p[5] for p in parts]
-    dK_t = [p[6] for p in parts]
+def _heads_back(comp: Computation, parts: list[_Part], p: Policy) -> _QKBack:
+    """Each head's dQ and dK at its projections, through a norm across the heads' Queries and Keys (QK-norm's, read
+    back by its own module) or as they are without one; each head's share of its gains' gradients, and theirs."""
+    dQ_t = [part[5] for part in parts]
+    dK_t = [part[6] for part in parts]
+    for f in grad_faces.faces():
+        back = None if f.heads_back is None else f.heads_back(comp, dQ_t, dK_t, p)
+        if back is not None:
+            return back
     H = len(comp.heads)
-    if qk is None:
-        return dQ_t, dK_t, [None] * H, [None] * H, None, None
-    if qk.over == "head":
-        return _qk_norm_head(comp, dQ_t, dK_t, p)
-    return _qk_norm_all(comp, dQ_t, dK_t, p)
-
-
-def _qk_norm_head(comp: Computation, dQ_t: list[Matrix], dK_t: list[Matrix], p: Policy) -> _QKBack:
-    """Each head's vectors normalised on their own: the gains are shared, so their gradients are summed."""
-    sc, qk = comp.scenario, comp.scenario.qk_norm
-    assert qk is not None
-    dQ, dK = [], []
-    gq: list[Vector | None] = []
-    gk: list[Vector | None] = []
-    for h, head in enumerate(comp.heads):
-        gamma_q, gamma_k = qk.gammas(h, sc.kv_head(h), head.d_k)
-        qkn = head.need(QKNormed)
-        bq = norm_backward("rms", head.Q, qkn.Q_normed.mean, qkn.Q_normed.root, gamma_q, dQ_t[h], p)
-        bk = norm_backward("rms", head.K, qkn.K_normed.mean, qkn.K_normed.root, gamma_k, dK_t[h], p)
-        dQ.append(bq.dX)
-        dK.append(bk.dX)
-        gq.append(bq.dgamma)
-        gk.append(bk.dgamma)
-    return dQ, dK, gq, gk, np.sum(_present(gq), axis=0), np.sum(_present(gk), axis=0)
-
-
-def _present(values: list[Vector | None]) -> list[Vector]:
-    return [v for v in values if v is not None]
-
-
-def _qk_norm_all(comp: Computation, dQ_t: list[Matrix], dK_t: list[Matrix], p: Policy) -> _QKBack:
-    # over every head's columns together: each row's root reads the whole projection, so one head's gradient
-    # reaches every head's columns; the backward runs on the wide rows and is cut back into heads
-    sc, heads, qk = comp.scenario, comp.heads, comp.scenario.qk_norm
-    assert qk is not None
-    H, d_k = len(heads), heads[0].d_k
-    Q_all = np.concatenate([h.Q for h in heads], axis=1)  # (n, H·d_k)
-    first = heads[0].need(QKNormed).Q_normed
-    assert first is not None
-    q_back = norm_backward("rms", Q_all, first.mean, first.root, qk.gamma_q, np.concatenate(dQ_t, axis=1), p)
-    dQ = [q_back.dX[:, h * d_k:(h + 1) * d_k] for h in range(H)]
-    gq: list[Vector | None] = [q_back.dgamma[h * d_k:(h + 1) * d_k] for h in range(H)]
-    kv_ids = sorted({sc.kv_head(h) for h in range(H)})
-    reader = {g: next(h for h in range(H) if sc.kv_head(h) == g) for g in kv_ids}
-    K_all = np.concatenate([heads[reader[g]].K for g in kv_ids], axis=1)  # (m, H_kv·d_k)
-    k_first = heads[0].need(QKNormed).K_normed
-    assert k_first is not None
-    # head h's own contribution c_h: its block alone, backwards through the wide rows (linear, so the c_h sum
-    # to the exact gradient); what reaches a K/V head's columns from heads that read another K/V head (through
-    # the shared root) is carried by its first reader, so each K/V head's readers still sum to its gradient
-    contrib, contrib_g = [], []
-    for h in range(H):
-        block = np.zeros_like(K_all)
-        slot = kv_ids.index(sc.kv_head(h))
-        block[:, slot * d_k:(slot + 1) * d_k] = dK_t[h]
-        back = norm_backward("rms", K_all, k_first.mean, k_first.root, qk.gamma_k, block, p)
-        contrib.append(back.dX)
-        contrib_g.append(back.dgamma)
-    dK: list[Matrix] = []
-    gk: list[Vector | None] = []
-    for h in range(H):
-        g = sc.kv_head(h)
-        cols = slice(kv_ids.index(g) * d_k, (kv_ids.index(g) + 1) * d_k)
-        others = [o for o in range(H) if sc.kv_head(o) != g] if reader[g] == h else []
-        dK.append(contrib[h][:, cols] + sum((contrib[o][:, cols] for o in others), np.zeros((K_all.shape[0], d_k))))
-        gk.append(contrib_g[h][cols] + sum((contrib_g[o][cols] for o in others), np.zeros(d_k)))
-    total_gk = np.sum(contrib_g, axis=0)
-    return dQ, dK, gq, gk, q_back.dgamma, total_gk
-
-
+    return dQ_t, dK_t, [None] * H, [None] * H, None, None
 
 
 def _kv_sums(sc: Scenario, heads: list[HeadGrad]) -> tuple[KVGrad, ...]:

@@ -11,11 +11,12 @@ from typing import Protocol
 
 import numpy as np
 
-from qkv_tui.core import variants
+from qkv_tui.core import trained, variants
 from qkv_tui.core.engine import Computation, ComputeError, compute
 from qkv_tui.core.gradients import Gradients, gradients
 from qkv_tui.core.scenario import Matrix, Scenario, ScenarioError
 from qkv_tui.core.toml_text import number
+from qkv_tui.core.trained import Weight, in_head, in_table, with_heads
 from qkv_tui.kernels.policy import round_to
 from qkv_tui.kernels.sharing import kv_owners
 
@@ -94,6 +95,40 @@ def _keep(a: Matrix) -> Matrix:
     return out
 
 
+def weights(sc: Scenario, g: Gradients) -> list[Weight]:
+    """Every array of the scenario [backward] may train, with its gradient, in the Train view's order: each head's
+    (a K/V head's once, under its first reader, with the sum of its readers' gradients: what a step applies), then
+    the layer's; each variant's (core/trained/) at its place. A table that holds every head's projections ([mla]'s
+    latent layer) stands for the heads' arrays. None values are arrays the scenario does not give."""
+    outer = [Weight("W_O", "W_O", None, sc.W_O, g.dW_O, lambda s, new: dataclasses.replace(s, W_O=new)),
+             Weight("b_O", "b_O", None, sc.b_O, g.db_O, lambda s, new: dataclasses.replace(s, b_O=new)),
+             Weight("gamma", "gamma", None, None if sc.norm is None else sc.norm.gamma, g.dgamma, in_table("norm", "gamma")),
+             Weight("beta", "beta", None, None if sc.norm is None else sc.norm.beta, g.dbeta, in_table("norm", "beta"))]
+    bw, ce = sc.backward, g.cross_entropy  # the cross-entropy's unembedding W_U: trained like any weight where it is
+    outer.append(Weight("W_U", "W_U", None, None if bw is None or ce is None else bw.W_U,
+                        None if ce is None else ce.dW_U, in_table("backward", "W_U")))
+    owns = trained.owner(sc)
+    if owns is not None and owns.layer is not None:
+        return trained.placed(outer, [(owns.layer_before, owns.layer(sc, g))])
+    owners = kv_owners([sc.kv_head(h) for h in range(len(sc.heads))], sc.heads)
+    kv_of = {kv.heads[0]: kv for kv in g.kv_heads}
+    out: list[Weight] = []
+    for h, (head, hg) in enumerate(zip(sc.heads, g.heads, strict=True)):
+        kv = kv_of.get(h) if owners[h] == h else None
+        own = [Weight("W_Q", "W_Q", h, head.W_Q, hg.dW_Q, in_head(h, "W_Q"))]
+        shared = [] if kv is None else [
+            Weight(name, name, h, getattr(head, name), grad, _in_readers(kv.heads, name))
+            for name, grad in (("W_K", kv.dW_K), ("W_V", kv.dW_V), ("b_K", kv.db_K), ("b_V", kv.db_V))]
+        own += [*shared[:2], Weight("b_Q", "b_Q", h, head.b_Q, hg.db_Q, in_head(h, "b_Q")), *shared[2:]]
+        out += trained.placed(own, [(f.head_before, f.head(sc, g, h)) for f in trained.faces() if f.head is not None])
+    return out + trained.placed(outer, [(f.layer_before, f.layer(sc, g)) for f in trained.faces() if f.layer is not None])
+
+
+def _in_readers(readers: tuple[int, ...], name: str) -> Callable[[Scenario, Matrix], Scenario]:
+    """K/V weights a K/V head's readers share stay one array: the new value goes to every reader."""
+    return lambda sc, new: with_heads(sc, readers, **{name: new})
+
+
 def updated(sc: Scenario, g: Gradients, decimals: int | None = None, rule: Rule | None = None) -> Scenario:
     """One step on the weights ``[backward] train`` names: ``rule``'s (SGD with the file's lr by default).
     K/V weights a K/V head's readers share are moved once, by the sum of their gradients, and stay one array,
@@ -106,111 +141,18 @@ def updated(sc: Scenario, g: Gradients, decimals: int | None = None, rule: Rule 
     def _frozen(a: Matrix) -> Matrix:
         return _keep(a if decimals is None else round_to(a, decimals))
 
-    if sc.mla is not None:
-        return _mla_updated(sc, g, lr, train, _frozen)
-    heads = list(sc.heads)
-    own: list[dict[str, object]] = []
-    for h, (head, hg) in enumerate(zip(sc.heads, g.heads, strict=True)):
-        changes: dict[str, object] = {}
-        if "W_Q" in train:
-            changes["W_Q"] = _frozen(lr(("W_Q", h), head.W_Q, hg.dW_Q))
-        if "b_Q" in train and head.b_Q is not None and hg.db_Q is not None:
-            changes["b_Q"] = _frozen(lr(("b_Q", h), head.b_Q, hg.db_Q))
-        if "W_G" in train and head.W_G is not None and hg.gate is not None:
-            changes["W_G"] = _frozen(lr(("W_G", h), head.W_G, hg.gate.dW_G))
-        if "sinks" in train and head.sink is not None and hg.attend.dsink is not None:
-            changes["sink"] = float(_frozen(lr(("sinks", h), np.array(head.sink), np.array(hg.attend.dsink))))
-        own.append(changes)
-    owners = kv_owners([sc.kv_head(h) for h in range(len(sc.heads))], sc.heads)
-    for kv in g.kv_heads:
-        first = sc.heads[kv.heads[0]]
-        shared: dict[str, object] = {}
-        for name, grad in (("W_K", kv.dW_K), ("W_V", kv.dW_V), ("b_K", kv.db_K), ("b_V", kv.db_V)):
-            current = getattr(first, name)
-            if name in train and current is not None and grad is not None:
-                shared[name] = _frozen(lr((name, kv.heads[0]), current, grad))
-        for h in kv.heads:
-            assert owners[h] == kv.heads[0]
-            own[h].update(shared)
-    for h, changes in enumerate(own):
-        if changes:
-            heads[h] = dataclasses.replace(heads[h], **changes)  # type: ignore[arg-type]
-    top: dict[str, object] = {"heads": tuple(heads)}
-    top.update(_outer_step(sc, g, lr, train, _frozen))
-    if sc.qk_norm is not None and ("gamma_q" in train or "gamma_k" in train):
-        qk = sc.qk_norm
-        if "gamma_q" in train and g.dgamma_q is not None:
-            qk = dataclasses.replace(qk, gamma_q=_frozen(lr(("gamma_q", None), qk.gamma_q, g.dgamma_q)))
-        if "gamma_k" in train and g.dgamma_k is not None:
-            qk = dataclasses.replace(qk, gamma_k=_frozen(lr(("gamma_k", None), qk.gamma_k, g.dgamma_k)))
-        top["qk_norm"] = qk
-    if sc.deltanet is not None and g.gates is not None:
-        top.update(_gates_step(sc, g, lr, train, _frozen))
-    stepped = dataclasses.replace(sc, **top)  # type: ignore[arg-type]
+    stepped = sc
+    for w in weights(sc, g):
+        if w.train in train and w.value is not None and w.grad is not None:
+            stepped = w.put(stepped, _frozen(lr((w.train, w.head), w.value, w.grad)))
+    owns = trained.owner(sc)
+    if owns is not None and owns.heads_from is not None:  # the heads follow from the table's new weights
+        return owns.heads_from(stepped)
     for t in variants.TABLES:  # a table that trains weights of its own ([differential]'s λ vectors) steps them
         step = getattr(t.of(sc), "trained", None)
         if step is not None:
             stepped = t.put(stepped, step(g.heads, lr, train, _frozen))
     return stepped
-
-
-def _outer_step(sc: Scenario, g: Gradients, lr: Rule, train: set[str],
-                frozen: Callable[[Matrix], Matrix]) -> dict[str, object]:
-    """What sits around the heads, whatever attention they run: W_O, b_O, the pre-norm's gains and the
-    cross-entropy's unembedding W_U."""
-    top: dict[str, object] = {}
-    if "W_O" in train and sc.W_O is not None and g.dW_O is not None:
-        top["W_O"] = frozen(lr(("W_O", None), sc.W_O, g.dW_O))
-    if "b_O" in train and sc.b_O is not None and g.db_O is not None:
-        top["b_O"] = frozen(lr(("b_O", None), sc.b_O, g.db_O))
-    if sc.norm is not None and ("gamma" in train or "beta" in train):
-        norm = sc.norm
-        if "gamma" in train and g.dgamma is not None:
-            norm = dataclasses.replace(norm, gamma=frozen(lr(("gamma", None), norm.gamma, g.dgamma)))
-        if "beta" in train and norm.beta is not None and g.dbeta is not None:
-            norm = dataclasses.replace(norm, beta=frozen(lr(("beta", None), norm.beta, g.dbeta)))
-        top["norm"] = norm
-    bw, ce = sc.backward, g.cross_entropy
-    if "W_U" in train and bw is not None and bw.W_U is not None and ce is not None:
-        top["backward"] = dataclasses.replace(bw, W_U=frozen(lr(("W_U", None), bw.W_U, ce.dW_U)))
-    return top
-
-
-def _gates_step(sc: Scenario, g: Gradients, lr: Rule, train: set[str],
-               frozen: Callable[[Matrix], Matrix]) -> dict[str, object]:
-    """[deltanet]'s W_a, A_log, dt_bias and W_b, where it computes g and β from them (``frozen`` writes each down)."""
-    dn, gb = sc.deltanet, g.gates
-    assert dn is not None and gb is not None
-    changes: dict[str, Matrix] = {}
-    for name, grad in (("W_a", gb.dW_a), ("W_b", gb.dW_b), ("A_log", gb.dA_log), ("dt_bias", gb.ddt_bias)):
-        current = getattr(dn, name)
-        if name in train and current is not None and grad is not None:
-            changes[name] = frozen(lr((name, None), current, grad))
-    return {"deltanet": dataclasses.replace(dn, **changes)} if changes else {}  # type: ignore[arg-type]
-
-
-def _mla_updated(sc: Scenario, g: Gradients, lr: Rule, train: set[str],
-                 _frozen: Callable[[Matrix], Matrix]) -> Scenario:
-    """[mla]: the latent layer's own weights move; the heads' multiplied-through shapes follow from them
-    (``_frozen`` writes each down)."""
-    mla, back = sc.mla, g.mla
-    assert mla is not None and back is not None
-    changes: dict[str, object] = {}
-    for name, grad in (("W_DKV", back.dW_DKV), ("W_UK", back.dW_UK), ("W_UV", back.dW_UV), ("W_KR", back.dW_KR),
-                       ("W_Q", back.dW_Q), ("W_DQ", back.dW_DQ), ("W_UQ", back.dW_UQ)):
-        current = getattr(mla, name)
-        if name in train and current is not None and grad is not None:
-            changes[name] = _frozen(lr((name, None), current, grad))
-    if "gamma_kv" in train and mla.kv_norm and back.dgamma_kv is not None:
-        changes["gamma_kv"] = _frozen(lr(("gamma_kv", None), mla.gamma_kv, back.dgamma_kv))
-    if "gamma_q" in train and mla.q_norm and mla.gamma_q is not None and back.dgamma_q is not None:
-        changes["gamma_q"] = _frozen(lr(("gamma_q", None), mla.gamma_q, back.dgamma_q))
-    new = dataclasses.replace(mla, **changes)  # type: ignore[arg-type]
-    heads = tuple(dataclasses.replace(head, W_Q=W_Q, W_K=W_K, W_V=W_V)
-                  for head, (_, W_Q, W_K, W_V) in zip(sc.heads, new.head_weights(), strict=True))
-    top: dict[str, object] = {"mla": new, "heads": heads}
-    top.update(_outer_step(sc, g, lr, train, _frozen))
-    return dataclasses.replace(sc, **top)  # type: ignore[arg-type]
 
 
 def steps(sc: Scenario, count: int | None = None) -> Iterator[TrainStep]:

@@ -7,6 +7,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from qkv_tui.core import part_questions as ask
 from qkv_tui.core.fmt import fmt
 from qkv_tui.core.scenario import Matrix, Scenario
 from qkv_tui.core.variants.backward import Backward
@@ -175,7 +176,7 @@ def _meaning(sc: Scenario) -> str:
         return ADAMW_MEANING
     if not weights_note(sc):
         return MEANING
-    weighed = "δ" if sc.deltanet is not None else "V"
+    weighed = ask.scenario_says(sc, "weighed") or "V"
     return MEANING.replace("Watch the attention map: as the weights the scores are made of move, where each token looks"
                            " changes.", f"Watch the map: as the weights q and k are made of move, so does how much each"
                            f" token weighs each {weighed}{weights_note(sc)}.")
@@ -237,7 +238,7 @@ def train_explanation(run: TrainRun, k: int, head: int, decimals: int) -> Explan
         r, c = np.unravel_index(int(np.argmax(np.abs(delta))), delta.shape)
         top = sc.key_labels[int(np.argmax(now[r]))]
         if weights_note(sc):  # a state head's weights weigh δ (or V unnormalised): no attention to move
-            weighed = "δ" if sc.deltanet is not None else "V"
+            weighed = ask.scenario_says(sc, "weighed") or "V"
             what, most = f"the weight on {weighed} moved most{weights_note(sc)}", f"weighs {weighed} of {top} most"
         else:
             what, most = "attention moved most", f"looks most at {top}"

@@ -10,23 +10,18 @@ from __future__ import annotations
 
 import io
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any, TextIO
 
 import numpy as np
 
 from qkv_tui.core import part_questions as ask
 from qkv_tui.core.engine import Computation, HeadResult, NormResult, combine, iter_heads, norm_of
-from qkv_tui.core.mla_part import mla_results
 from qkv_tui.core.scenario import Matrix, Scenario
 from qkv_tui.core.variants import TABLES, Vector
 from qkv_tui.core.variants.common import face
 from qkv_tui.edges.export_grad import Nested, backward_parts
-from qkv_tui.kernels.alibi import Biased
-from qkv_tui.kernels.gate import Gated
-from qkv_tui.kernels.norm import QKNormed
-from qkv_tui.kernels.rope import Rotated
-from qkv_tui.kernels.softmax import Capped, Sunk
+from qkv_tui.edges.faces import faces, placed
 
 _CHUNK = 1 << 16  # characters gathered before each write: few calls, little memory
 _NEG_INF = float("-inf")
@@ -98,53 +93,17 @@ def _fields(out: _Out, fields: Iterable[tuple[str, Any]], indent: str) -> None:
 
 
 def head_fields(h: HeadResult) -> list[tuple[str, Any]]:
-    """One entry of ``heads``, in the export's documented order (docs/scenarios.md, "Modern attention")."""
+    """One entry of ``heads``, in the export's documented order (docs/scenarios.md, "Modern attention"): each
+    variant's fields (edges/faces/) among the head's own, null where the scenario does not use it."""
     own = not any(getattr(r, "kv_given", False) for r in h.parts.values())  # [shared_kv]: another layer's K and V
-    return [
+    return placed([
         ("name", h.name), ("d_k", h.d_k), ("scale", h.scale),
         ("W_Q", h.W_Q), ("W_K", h.W_K if own else None), ("W_V", h.W_V if own else None),
         ("Q", h.Q), ("K", h.K), ("V", h.V),
         ("scores", h.scores), ("scaled", h.scaled), ("masked", h.masked),
         ("weights", h.weights), ("output", h.output),
-        # docs/scenario-format.md, "What is computed" (null where the scenario does not use the feature), then the biases
-        ("Q_rot", h.read(Rotated, lambda r: r.Q_rot)), ("K_rot", h.read(Rotated, lambda r: r.K_rot)),
-        ("bias", h.read(Biased, lambda b: b.bias)), ("sink", h.read(Sunk, lambda s: s.sink)), ("kv_head", h.kv_head),
-        ("b_Q", _vector(h.b_Q)), ("b_K", _vector(h.b_K)), ("b_V", _vector(h.b_V)),
-        ("Q_norm", h.read(QKNormed, lambda q: q.Q_norm)), ("K_norm", h.read(QKNormed, lambda q: q.K_norm)),
-        ("capped", h.read(Capped, lambda c: c.capped)),
-        ("gate", h.read(Gated, lambda g: g.gate)), ("gated_output", h.read(Gated, lambda g: g.gated)),
-    ]
-
-
-def _rope(sc: Scenario) -> dict[str, Any] | None:
-    """The frequencies RoPE turns by, after scaling, with YaRN's attention factor and how many dims turn;
-    null for plain RoPE (every dim turns at base^(−2i/d_k), all in "positions" and the heads' d_k) and without.
-    Under [mla] the rope is its own, turning the d_rope rotary dimensions (DeepSeek's YaRN: its m² on the softmax
-    scale is in each head's "scale")."""
-    rope = sc.rope if sc.mla is None else sc.mla.rope
-    if rope is None or not sc.heads or (rope.partial == 1.0 and rope.scaling is None):
-        return None
-    d_k = sc.heads[0].d_k if sc.mla is None else sc.mla.d_rope  # [rope] needs one d_k for every head
-    return {"inv_freq": rope.inv_freq(d_k).tolist(), "attention_factor": rope.attention_factor,
-            "rotated_dims": rope.rotated(d_k)}
-
-
-def _mla(sc: Scenario, norm: NormResult | None) -> dict[str, Any] | None:
-    """The latent attention's parts (docs/scenario-format.md, [mla]): q_R and k_R after the rotation, c_KV after
-    its norm; null without [mla]."""
-    if sc.mla is None:
-        return None
-    from qkv_tui.kernels.mla import MlaHead
-
-    heads = mla_results(sc, sc.X if norm is None else norm.X_norm)
-    shared = heads[0].need(MlaHead).shared
-    return {
-        "c_KV_raw": shared.c_KV_raw.tolist(), "c_KV": shared.c_KV.tolist(),
-        "c_Q": None if shared.c_Q is None else shared.c_Q.tolist(),
-        "heads": [{"q_C": m.q_C.tolist(), "q_R": m.q_R.tolist(), "k_C": m.k_C.tolist(), "v_C": m.v_C.tolist(),
-                   "absorbed_scores": m.absorbed_scores.tolist()} for m in (h.part(MlaHead) for h in heads) if m is not None],
-        "k_R": shared.k_R.tolist(),
-    }
+        ("kv_head", h.kv_head), ("b_Q", _vector(h.b_Q)), ("b_K", _vector(h.b_K)), ("b_V", _vector(h.b_V)),
+    ], [(f.head_at, f.head(h)) for f in faces() if f.head is not None])
 
 
 def _vector(values: Vector | None) -> list[float] | None:
@@ -167,50 +126,6 @@ class _Heads:
         out.write(f"\n{indent}]")
 
 
-def linear_fields(h: HeadResult) -> list[tuple[str, Any]]:
-    """One entry of ``"linear": {"heads": [...]}`` (docs/scenario-format.md, "[linear]"): S[t] is the state after token t."""
-    from qkv_tui.kernels.linear import LinearForward
-
-    lin = h.need(LinearForward)
-    return [("phi_Q", lin.phi_Q), ("phi_K", lin.phi_K), ("S", lin.S), ("z", lin.z), ("output", lin.recurrent)]
-
-
-def deltanet_fields(h: HeadResult) -> list[tuple[str, Any]]:
-    """One entry of ``"deltanet": {"heads": [...]}``: q and k as the rule reads them (L2-normalised, q ÷ √d_k)."""
-    from qkv_tui.kernels.deltanet import DeltaForward
-    from qkv_tui.kernels.deltanet_parts import Around
-
-    dn = h.need(DeltaForward)
-    around = h.part(Around)
-    conv = None if around is None else around.conv
-    normed = None if around is None else around.out_norm
-    return [("q", dn.q), ("k", dn.k), ("g", dn.g.tolist()), ("beta", dn.beta.tolist()), ("S", dn.S),
-            ("output", dn.output),
-            ("gate_o", None if normed is None else normed.gate),  # the output norm's gate: "silu" or "sigmoid" (Kimi)
-            # the short convolution's outputs (after SiLU) and the gated output norm's gate input and result
-            ("conv_q", None if conv is None else conv[0].out), ("conv_k", None if conv is None else conv[1].out),
-            ("conv_v", None if conv is None else conv[2].out), ("z", None if normed is None else normed.z),
-            ("normed", None if normed is None else normed.out)]
-
-
-class _PerHead(_Heads):
-    """A variant's ``{"heads": [...]}`` after the document's own fields: each head computed again as it is
-    written, so memory stays one head's (a state is n × d_k × d_v)."""
-
-    def __init__(self, sc: Scenario, norm: NormResult | None, fields: Callable[[HeadResult], list[tuple[str, Any]]]) -> None:
-        super().__init__(iter_heads(sc, norm))
-        self.fields = fields
-
-    def write(self, out: _Out, indent: str) -> None:
-        out.write("{\n" + f"{indent}  \"heads\": [\n")
-        for i, head in enumerate(self.heads):
-            if i:
-                out.write(",\n")
-            out.write(indent + "    ")
-            _fields(out, self.fields(head), indent + "    ")
-        out.write(f"\n{indent}  ]\n{indent}}}")
-
-
 def _part_fields(sc: Scenario, norm: NormResult | None) -> list[tuple[str, Any]]:
     """The fields of the parts registered with a JSON face ([differential]'s), each written by its own module; null
     under the table's name where the scenario has no such table, as every variant's field is (docs/reference.md)."""
@@ -226,7 +141,7 @@ def _document(
     comp: Computation | None = None,
 ) -> None:
     buffered = _Out(out)
-    _fields(buffered, [
+    _fields(buffered, placed([
         ("title", sc.title),
         ("tokens", list(sc.tokens)),
         ("key_tokens", list(sc.key_tokens)),
@@ -240,14 +155,10 @@ def _document(
         ("X_norm", norm.X_norm if norm is not None else None),
         ("positions", list(sc.positions) if sc.positions is not None else None),
         ("b_O", _vector(sc.b_O)),
-        ("rope", _rope(sc)),
         *backward_parts(sc, comp, _fields),  # "grad", "train": null without [backward]
-        ("mla", _mla(sc, norm)),
-        ("linear", _PerHead(sc, norm, linear_fields) if sc.linear is not None else None),
-        ("deltanet", _PerHead(sc, norm, deltanet_fields) if sc.deltanet is not None else None),
         *_part_fields(sc, norm),  # each registered part's own field, only where the scenario has its table
         *_kv_source(sc),
-    ], "")
+    ], [(f.document_at, f.document(sc, norm, _fields)) for f in faces() if f.document is not None]), "")
     buffered.write("\n")
     buffered.flush()
 

@@ -18,6 +18,7 @@ from qkv_tui.core.scenario import Matrix, Scenario
 from qkv_tui.core.toml_text import number as number  # re-exported: how the CLI and the tests write a value
 from qkv_tui.core.toml_text import string as string
 from qkv_tui.core.toml_text import vector as vector
+from qkv_tui.edges.faces import faces, placed
 
 
 def matrix(array: Matrix) -> str:
@@ -48,10 +49,7 @@ def to_toml(scenario: Scenario) -> str:
         lines.append(f"scale = {number(sc.scale)}")
     if sc.scale_from is not None:
         lines.append(f"scale_from = {string(sc.scale_from)}")
-    caps = {h.softcap for h in sc.heads}
-    one_cap = len(caps) == 1 and sc.num_heads_split is None  # one cap for every [[heads]] table: at the top level
-    if one_cap and sc.heads[0].softcap is not None:
-        lines.append(f"softcap = {number(sc.heads[0].softcap)}")
+    lines += [line for f in faces() if f.toml_top is not None for line in f.toml_top(sc)]
     if sc.mask_kind in ("none", "causal"):
         lines.append(f"mask = {string(sc.mask_kind)}")
     if sc.context_X is not None:
@@ -86,31 +84,29 @@ def to_toml(scenario: Scenario) -> str:
             parts = [getattr(h, role) for h in owners]
             if parts[0] is not None:
                 lines.append(f"{role} = {vector(np.concatenate(parts))}")
-        if sc.heads[0].sink is not None:
-            lines.append(f"sinks = {vector(h.sink for h in sc.heads if h.sink is not None)}")
-        if sc.heads[0].softcap is not None:  # [attention] gives every head the same cap
-            lines.append(f"softcap = {number(sc.heads[0].softcap)}")
-        if sc.heads[0].W_G is not None:  # the output gate's wide form: a table of its own after [attention]
-            lines += ["", "[gate]", f"W_G = {matrix(np.concatenate([h.W_G for h in sc.heads if h.W_G is not None], axis=1))}"]
-    elif sc.mla is None:  # [mla] writes its own heads (core/variants/mla.py)
-        for i, head in enumerate(sc.heads):
-            lines += ["", "[[heads]]", f"name = {string(head.name)}"]
-            lines += [f"{role} = {matrix(getattr(head, role))}" for role in ("W_Q", "W_K", "W_V")[:1 if reused else 3]]
-            biases = [(role, getattr(head, role)) for role in ("b_Q", "b_K", "b_V")]
-            lines += [f"{role} = {vector(b)}" for role, b in biases if b is not None]
-            if head.sink is not None:
-                lines.append(f"sink = {number(head.sink)}")
-            if sc.kv_head(i) != i:  # a real model's K/V head index (docs/real-models.md)
-                lines.append(f"kv_head = {sc.kv_head(i)}")
-            if not one_cap and head.softcap is not None:
-                lines.append(f"softcap = {number(head.softcap)}")
-            if head.W_G is not None:
-                lines.append(f"W_G = {matrix(head.W_G)}")
+        lines += [line for f in faces() if f.toml_attention is not None for line in f.toml_attention(sc)]
+    elif not any(f.toml_writes_heads(sc) for f in faces() if f.toml_writes_heads is not None):
+        for i in range(len(sc.heads)):
+            lines += ["", "[[heads]]", *_head(sc, i, reused)]
     if sc.W_O is not None:
         lines += ["", "[output]", f"W_O = {matrix(sc.W_O)}"]
         if sc.b_O is not None:
             lines.append(f"b_O = {vector(sc.b_O)}")
     return "\n".join(lines) + "\n"
+
+
+def _head(sc: Scenario, i: int, reused: bool) -> list[str]:
+    """The lines of head i's [[heads]] table after its header, each variant's (edges/faces/) at its place; ``reused``:
+    its K and V are another layer's, so it gives W_Q alone."""
+    head = sc.heads[i]
+    own = [("name", [f"name = {string(head.name)}"])]
+    own += [(role, [f"{role} = {matrix(getattr(head, role))}"]) for role in ("W_Q", "W_K", "W_V")[:1 if reused else 3]]
+    own += [(role, [] if getattr(head, role) is None else [f"{role} = {vector(getattr(head, role))}"])
+            for role in ("b_Q", "b_K", "b_V")]
+    # a real model's K/V head index (docs/real-models.md)
+    own.append(("kv_head", [f"kv_head = {sc.kv_head(i)}"] if sc.kv_head(i) != i else []))
+    extra = [(f.toml_head_at, [("", f.toml_head(sc, i))]) for f in faces() if f.toml_head is not None]
+    return [line for _, lines in placed(own, extra) for line in lines]
 
 
 def _modern_tables(sc: Scenario) -> list[str]:

@@ -10,7 +10,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import ClassVar
 
 import numpy as np
@@ -93,6 +95,10 @@ class Around:
 
     joined_name: ClassVar[str] = "dn_og"  # what the trace calls it
     joined_label: ClassVar[str] = "normed"  # what Concat's line calls it beside the head's name
+    # the views that cannot show it yet (core/part_questions.py refusal): the printed page has no tables for them
+    refuses: ClassVar[Mapping[str, str]] = MappingProxyType({
+        "worksheet": "a worksheet of [deltanet] with its short convolution or gated output norm (conv_q …, W_Z) is not"
+                     " supported yet; use --export markdown for every step, or leave those keys out"})
 
     @property
     def joined(self) -> Matrix | None:

@@ -18,8 +18,9 @@ dW_V are this query head's own share; the caller sums the heads reading one K/V 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -152,10 +153,11 @@ def diff_backward(dY: Matrix, X: Matrix, X_kv: Matrix, W_Q: Matrix, W_K: Matrix,
 
 
 def read_back(f: DiffForward, dY: Matrix, X: Matrix, X_kv: Matrix, W_Q: Matrix, W_K: Matrix, W_V: Matrix,
-              allow: np.ndarray, softcap: float | None, biases: tuple[bool, bool, bool],
+              allow: np.ndarray, options: Mapping[str, Any], biases: tuple[bool, bool, bool],
               policy: Policy = EXACT) -> DiffBack:
     """A differential head read backwards from ``dY`` (n, 2d), the gradient at its output: what core/gradients.py
-    asks of a part whose record names a ``backward`` (DiffForward.backward names this)."""
+    asks of a part whose record names a ``backward`` (DiffForward.backward names this). ``options``: what the
+    head's other parts give a softmax backward (core/grad_faces/): both maps read the soft-cap's."""
     assert f.head is not None
-    return diff_backward(dY, X, X_kv, W_Q, W_K, W_V, f, f.head, allow, softcap=softcap, turn=f.turn, biases=biases,
-                         policy=policy)
+    return diff_backward(dY, X, X_kv, W_Q, W_K, W_V, f, f.head, allow, softcap=options.get("softcap"), turn=f.turn,
+                         biases=biases, policy=policy)

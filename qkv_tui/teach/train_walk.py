@@ -16,8 +16,8 @@ import numpy as np
 from qkv_tui.core import variants
 from qkv_tui.core.gradients import Gradients, gradients
 from qkv_tui.core.scenario import Matrix, Scenario, ScenarioError
-from qkv_tui.core.training import Moments, TrainStep, advanced, computed_step, optimizer, steps
-from qkv_tui.kernels.sharing import kv_owners
+from qkv_tui.core.trained import owner
+from qkv_tui.core.training import Moments, TrainStep, advanced, computed_step, optimizer, steps, weights
 from qkv_tui.teach.handcalc import compute_hand
 
 
@@ -30,6 +30,7 @@ class Param:
     head: int | None  # the query head it belongs to (a K/V head's weights: its first reader); None for W_O, γ
     value: Matrix  # (rows, cols), a vector as one row, a sink as 1×1
     grad: Matrix | None  # ∂loss/∂value at that step, the same shape; None where the backward has none
+    bare: bool = False  # one number, written without an index (a head's sink logit)
 
 
 @dataclass(frozen=True)
@@ -56,10 +57,11 @@ class Move:
     grad: float
     new: float
     adam: Adam | None = None
+    bare: bool = False  # its Param's: one number, written without an index
 
     def cell(self, single_row: bool) -> str:
-        """``W_Q[1,2]``; a vector's ``b_Q[2]``; a sink bare."""
-        return self.param if self.param.startswith("sink") else (
+        """``W_Q[1,2]``; a vector's ``b_Q[2]``; one number (a head's sink) bare."""
+        return self.param if self.bare else (
             f"{self.param}[{self.col}]" if single_row else f"{self.param}[{self.row},{self.col}]")
 
 
@@ -70,55 +72,21 @@ def _row(v: Matrix | float | None) -> Matrix | None:
 
 
 def params(sc: Scenario, g: Gradients) -> list[Param]:
-    """Every weight the scenario gives, in TRAINABLE's order within a head, with its gradient. A K/V head's
-    weights are listed once, under its first reader, with the sum of its readers' gradients (what SGD applies)."""
-    if sc.mla is not None:
-        return _mla_params(sc, g)
+    """Every weight the scenario gives, in TRAINABLE's order within a head, with its gradient (core/training.py's
+    weights). A K/V head's weights are listed once, under its first reader, with the sum of its readers' gradients
+    (what SGD applies)."""
     many = len(sc.heads) > 1
-    owners = kv_owners([sc.kv_head(h) for h in range(len(sc.heads))], sc.heads)
-    kv_of = {kv.heads[0]: kv for kv in g.kv_heads}
-    out: list[Param] = []
-    for h, (head, hg) in enumerate(zip(sc.heads, g.heads, strict=True)):
-        suffix = f" ({head.name})" if many else ""
-        kv = kv_of.get(h) if owners[h] == h else None
-        items: list[tuple[str, str, Matrix | float | None, Matrix | float | None]] = [
-            ("W_Q", "W_Q", head.W_Q, hg.dW_Q)]
-        if kv is not None:
-            items += [("W_K", "W_K", head.W_K, kv.dW_K), ("W_V", "W_V", head.W_V, kv.dW_V)]
-        items.append(("W_G", "W_G", head.W_G, None if hg.gate is None else hg.gate.dW_G))
-        items.append(("b_Q", "b_Q", head.b_Q, hg.db_Q))
-        if kv is not None:
-            items += [("b_K", "b_K", head.b_K, kv.db_K), ("b_V", "b_V", head.b_V, kv.db_V)]
-        items.append(("sink", "sinks", head.sink, hg.attend.dsink))
-        for name, weight, value, grad in items:
-            if value is not None:
-                out.append(Param(name + suffix, weight, h, _row(value), _row(grad)))  # type: ignore[arg-type]
-    top: list[tuple[str, Matrix | None, Matrix | None]] = [("W_O", sc.W_O, g.dW_O), ("b_O", sc.b_O, g.db_O)]
-    if sc.norm is not None:
-        top += [("gamma", sc.norm.gamma, g.dgamma), ("beta", sc.norm.beta, g.dbeta)]
-    if sc.qk_norm is not None:
-        top += [("gamma_q", sc.qk_norm.gamma_q, g.dgamma_q), ("gamma_k", sc.qk_norm.gamma_k, g.dgamma_k)]
-    dn, gb = sc.deltanet, g.gates
-    if dn is not None and gb is not None:
-        top += [("W_a", dn.W_a, gb.dW_a), ("W_b", dn.W_b, gb.dW_b), ("A_log", dn.A_log, gb.dA_log),
-                ("dt_bias", dn.dt_bias, gb.ddt_bias)]
-    top += _unembedding(sc, g)
+    out = [Param(w.name + (f" ({sc.heads[w.head].name})" if many and w.head is not None else ""), w.train, w.head,
+                 _row(w.value), _row(w.grad), w.bare)  # type: ignore[arg-type]
+           for w in weights(sc, g) if w.value is not None]
+    if owner(sc) is not None:  # a table that holds every head's projections stands for the tables' own weights
+        return out
     for t in variants.TABLES:  # a table's own weights ([differential]'s λ vectors, one row per head)
         own = getattr(getattr(sc, t.key, None), "train_params", None)
         if own is not None:
-            top += own(g.heads)
-    for name, value, grad in top:
-        if value is not None:
-            out.append(Param(name, name, None, _row(value), _row(grad)))  # type: ignore[arg-type]
+            out += [Param(name, name, None, _row(value), _row(grad))  # type: ignore[arg-type]
+                    for name, value, grad in own(g.heads) if value is not None]
     return out
-
-
-def _unembedding(sc: Scenario, g: Gradients) -> list[tuple[str, Matrix | None, Matrix | None]]:
-    """The cross-entropy's W_U: trained like any weight where the loss has one."""
-    bw, ce = sc.backward, g.cross_entropy
-    if bw is None or bw.W_U is None or ce is None:
-        return []
-    return [("W_U", bw.W_U, ce.dW_U)]
 
 
 def hand_steps(sc: Scenario, decimals: int) -> Iterator[TrainStep]:
@@ -136,20 +104,6 @@ def hand_steps(sc: Scenario, decimals: int) -> Iterator[TrainStep]:
         if k < bw.steps:
             before = (sc, g)
             sc = advanced(sc, g, adam, decimals)
-def _mla_params(sc: Scenario, g: Gradients) -> list[Param]:
-    """[mla]: the latent layer's own weights, which every head shares (its heads hold no W_K or W_V of their own)."""
-    mla, back = sc.mla, g.mla
-    assert mla is not None and back is not None
-    items: list[tuple[str, Matrix | None, Matrix | None]] = [
-        ("W_Q", mla.W_Q, back.dW_Q), ("W_DKV", mla.W_DKV, back.dW_DKV), ("W_UK", mla.W_UK, back.dW_UK),
-        ("W_UV", mla.W_UV, back.dW_UV), ("W_KR", mla.W_KR, back.dW_KR), ("W_DQ", mla.W_DQ, back.dW_DQ),
-        ("W_UQ", mla.W_UQ, back.dW_UQ), ("gamma_kv", mla.gamma_kv if mla.kv_norm else None, back.dgamma_kv),
-        ("gamma_q", mla.gamma_q if mla.q_norm else None, back.dgamma_q), ("W_O", sc.W_O, g.dW_O), ("b_O", sc.b_O, g.db_O)]
-    if sc.norm is not None:
-        items += [("gamma", sc.norm.gamma, g.dgamma), ("beta", sc.norm.beta, g.dbeta)]
-    items += _unembedding(sc, g)
-    return [Param(name, name, None, _row(value), _row(grad)) for name, value, grad in items  # type: ignore[arg-type]
-            if value is not None]
 
 
 class TrainRun:
@@ -217,7 +171,7 @@ class TrainRun:
             for r, c in zip(*np.nonzero(q.value != p.value), strict=True):
                 adam = None if m1 is None else _cell(m0, m1, int(r), int(c))
                 out.append(Move(p.name, int(r), int(c), float(p.value[r, c]), float(p.grad[r, c]),
-                                float(q.value[r, c]), adam))
+                                float(q.value[r, c]), adam, p.bare))
         out.sort(key=lambda m: -abs(m.new - m.old))
         return out
 
@@ -230,7 +184,7 @@ class TrainRun:
                 continue
             for r, c in zip(*np.nonzero(q.value != p.value), strict=True):
                 old, new = float(p.value[r, c]), float(q.value[r, c])
-                out.append(Move(p.name, int(r), int(c), old, (old - new) / self.lr, new))
+                out.append(Move(p.name, int(r), int(c), old, (old - new) / self.lr, new, bare=p.bare))
         out.sort(key=lambda m: -abs(m.new - m.old))
         return out
 

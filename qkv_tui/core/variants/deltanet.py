@@ -48,6 +48,8 @@ class DeltaNet:
     # what the closing summary and the heads view call a row of the weights (core/part_questions.scenario_says):
     # q·k times the decay weighs the corrections δ, not V
     looks_heading: ClassVar[str] = "Whose δ each token weighs most"
+    weighed: ClassVar[str] = "δ"  # what the Train view says the map's weights weigh (V where no table says)
+    unprinted_backward: ClassVar[str] = "the gated delta rule ([deltanet])"  # no backward tables on a worksheet yet
 
     @property
     def lead(self) -> tuple[str, str]:

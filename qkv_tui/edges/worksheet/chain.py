@@ -16,11 +16,10 @@ import numpy as np
 from qkv_tui.core.engine import Computation
 from qkv_tui.core.part_questions import refusal
 from qkv_tui.edges.worksheet.backward.tables import backward_tables, zero_root
-from qkv_tui.kernels.rope import pairs
 from qkv_tui.teach.stages.printed import PrintedChain, Table, exact, idx, kv_owners
 from qkv_tui.teach.trace import Trace
 
-__all__ = ["Table", "chain", "exact", "idx", "kv_owners", "page", "pairs"]
+__all__ = ["Table", "chain", "exact", "idx", "kv_owners", "page"]
 
 # what float64 arithmetic on the printed (rounded) numbers raises where the exact pass, which --check ran, did not
 FLOAT_TROUBLE = (ArithmeticError, RuntimeWarning)

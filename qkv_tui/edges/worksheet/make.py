@@ -109,9 +109,6 @@ def build(comp: Computation, blanks: str = DEFAULT_BLANKS, seed: int = 0, decima
     problem = too_large(sc)
     if problem is not None:
         raise WorksheetError(problem)
-    if sc.deltanet is not None and sc.deltanet.io is not None:  # the printed page has no tables for them yet
-        raise WorksheetError("a worksheet of [deltanet] with its short convolution or gated output norm (conv_q …,"
-                             " W_Z) is not supported yet; use --export markdown for every step, or leave those keys out")
     refused = refusal(comp.heads, "worksheet")  # a head's part without printed tables yet says so (core/part_questions.py)
     if refused is not None:
         raise WorksheetError(refused)

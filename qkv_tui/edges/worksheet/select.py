@@ -15,8 +15,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from functools import cache
 
 from qkv_tui.core.engine import Computation
+from qkv_tui.edges.faces import faces
 from qkv_tui.teach.stages.printed import Table
 from qkv_tui.teach.trace import Trace
 
@@ -30,22 +32,15 @@ RANGE = ".."
 BACKWARD_STAGE = {
     **dict.fromkeys(("target", "dO"), "loss"),
     **dict.fromkeys(("dConcat", "dW_O", "db_O"), "dwo"),
-    **dict.fromkeys(("dOh", "dz", "dW_G"), "dgate"),
     **dict.fromkeys(("dV", "dP"), "dmix"),
-    **dict.fromkeys(("D", "dS", "psink", "dsink"), "dsoftmax"),
-    **dict.fromkeys(("dcap", "dscores"), "dscale"),
+    **dict.fromkeys(("D", "dS"), "dsoftmax"),
+    "dscores": "dscale",
     **dict.fromkeys(("dQu", "dKu"), "dscore"),
-    **dict.fromkeys(("dQt", "dKt", "mqR"), "drotate"),
-    **dict.fromkeys(("qroot", "qhat", "qm", "dQ", "dgamma_q", "kroot", "khat", "km", "dK", "dgamma_k",
-                     "aqroot", "aqhat", "aqm", "akroot", "akhat", "akm", "akc"), "dqk_norm"),
     **dict.fromkeys(("dW_Q", "db_Q", "dW_K", "dW_V", "db_K", "db_V", "kvdW_K", "kvdW_V", "kvdb_K", "kvdb_V"),
                     "dproject"),
-    **dict.fromkeys(("mkR", "mkRraw", "mW_KR"), "dk_r"),
-    **dict.fromkeys(("mcKV", "mW_UK", "mW_UV", "mW_Q"), "dexpand"),
-    "mW_DKV": "dcompress",
     "dX_in": "dembed",
     **dict.fromkeys(("xroot", "xhat", "xm", "xgbar", "dX", "dgamma", "dbeta"), "dnorm"),
-}
+}  # and each variant's kinds (edges/faces/: sheet_back_stages)
 ALIASES = {"drotate": ("dmla_rotate",)}  # [mla]'s dRotate has a key of its own
 
 
@@ -160,6 +155,12 @@ def _heads(comp: Computation, heads: Sequence[int]) -> tuple[int, ...]:
     return tuple(sorted(seen))
 
 
+@cache
+def _backward_stages() -> dict[str, str]:
+    """Every backward table kind's stage: the page's own, then each variant's."""
+    return {**BACKWARD_STAGE, **{kind: stage for f in faces() for kinds, stage in f.sheet_back_stages for kind in kinds}}
+
+
 def stage_of(tables: Sequence[Table], trace_keys: Sequence[str]) -> dict[str, str]:
     """Each table's stage as the stage bar names it: its own, or for a backward table the app's backward stage."""
     present = set(trace_keys)
@@ -169,7 +170,7 @@ def stage_of(tables: Sequence[Table], trace_keys: Sequence[str]) -> dict[str, st
         if table.stage != "backward":
             out[table.key] = table.stage
             continue
-        wanted = BACKWARD_STAGE.get(table.key.partition(".")[0])
+        wanted = _backward_stages().get(table.key.partition(".")[0])
         for key in (wanted, *ALIASES.get(wanted or "", ())):
             if key is not None and key in present:
                 last = key

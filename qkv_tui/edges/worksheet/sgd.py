@@ -15,6 +15,7 @@ from collections.abc import Container
 import numpy as np
 
 from qkv_tui.core.engine import Computation
+from qkv_tui.edges.faces import faces, placed
 from qkv_tui.kernels.policy import round_to
 from qkv_tui.teach.stages.common import Stage, StageSpec
 from qkv_tui.teach.stages.printed import PrintedCells, Table, exact, kv_owners
@@ -27,7 +28,6 @@ PER_HEAD = {
     "W_Q": (("W_Q.{h}", "dW_Q.{h}"),),
     "W_K": (("W_K.{h}", "kvdW_K.{h}"), ("W_K.{h}", "dW_K.{h}")),
     "W_V": (("W_V.{h}", "kvdW_V.{h}"), ("W_V.{h}", "dW_V.{h}")),
-    "W_G": (("W_G.{h}", "dW_G.{h}"),),
     "b_Q": (("b_Q.{h}", "db_Q.{h}"),),
     "b_K": (("b_K.{h}", "kvdb_K.{h}"), ("b_K.{h}", "db_K.{h}")),
     "b_V": (("b_V.{h}", "kvdb_V.{h}"), ("b_V.{h}", "db_V.{h}")),
@@ -39,13 +39,7 @@ SHARED = {  # one array for the whole layer; QK-norm's γ of one head is that he
     "beta": (("beta", "dbeta"),),
     "gamma_q": (("gamma_q", "dgamma_q"), ("gamma_q", "dgamma_q.0")),
     "gamma_k": (("gamma_k", "dgamma_k"), ("gamma_k", "dgamma_k.0")),
-    # [mla]'s latent layer: its weights are shared by every head (edges/worksheet/backward/mla.py's tables)
-    "W_DKV": (("W_DKV", "mW_DKV"),),
-    "W_UK": (("W_UK", "mW_UK"),),
-    "W_UV": (("W_UV", "mW_UV"),),
-    "W_KR": (("W_KR", "mW_KR"),),
 }
-MLA_Q = (("W_QA", "mW_Q"),)  # [mla]'s query weights are printed as W_QA
 
 
 def sgd_tables(tables: list[Table], comp: Computation, d: int) -> list[Table]:
@@ -75,41 +69,31 @@ def sgd_tables(tables: list[Table], comp: Computation, d: int) -> list[Table]:
 
     owners = kv_owners(sc)
     trained = set(bw.train)
+    # each variant's (edges/faces/): its weights of a query head among the head's, its own tables, the layer's after
+    mine = {name for f in faces() for name, _ in f.sgd_head}
+    per_head = placed(PER_HEAD.items(), [(f.sgd_head_at, list(f.sgd_head)) for f in faces() if f.sgd_head])
     for h in range(len(sc.heads)):
-        for name, pairs in PER_HEAD.items():
-            if name in trained and (name[-1] == "Q" or name == "W_G" or owners[h] == h):
+        for name, pairs in per_head:
+            if name in trained and (name[-1] == "Q" or name in mine or owners[h] == h):
                 add(name, tuple((w.format(h=h), g.format(h=h)) for w, g in pairs), h)
-        if "sinks" in trained:
-            _sink(out, by_key, h, lr, d)
-    for name, pairs in SHARED.items():
+        out += [table for f in faces() if f.sgd_own is not None and f.sgd_own[0] in trained
+                if (table := f.sgd_own[1](by_key, h, lr, d)) is not None]
+    for name, pairs in [*SHARED.items(), *(item for f in faces() for item in f.sgd_layer)]:
         if name in trained:
             add(name, pairs, None)
-    if sc.mla is not None and "W_Q" in trained:
-        add("W_Q", MLA_Q, None)
     return out
-
-
-def _sink(out: list[Table], by_key: dict[str, Table], h: int, lr: float, d: int) -> None:
-    """A head's sink logit: the sinks table's column h, and the head's dsink."""
-    sinks, g = by_key.get("sinks"), by_key.get(f"dsink.{h}")
-    if sinks is None or g is None or h >= sinks.values.shape[1] or not np.isfinite(sinks.values[0, h]):
-        return
-    with np.errstate(over="ignore", invalid="ignore"):
-        new = round_to(np.array([[sinks.values[0, h] - lr * g.values[0, 0]]]), d)
-    if not np.isfinite(new).all():
-        return
-    out.append(Table(f"sgd.sink.{h}", "new sink", "new sink = sink − lr·dsink", STAGE.key, h, new, ("sink",),
-                     ("new",), False, True))
 
 
 def operands(table: Table, present: Container[str]) -> tuple[str, str, int | None]:
     """The weight's and the gradient's table keys a new-weight table reads (the first pair on the page, as
-    sgd_tables chose), and the sinks column (None: the same cell)."""
+    sgd_tables chose), and the weight's column where one cell of a table of every head's is moved (None: the same cell)."""
     key = table.key.removeprefix("sgd.")
-    if key.startswith("sink."):
-        h = int(key.partition(".")[2])
-        return "sinks", f"dsink.{h}", h
-    for pairs in (*PER_HEAD.values(), *SHARED.values(), MLA_Q):
+    for f in faces():
+        if f.sgd_own is not None and (found := f.sgd_own[2](key)) is not None:
+            weight, grad, col = found
+            return weight, grad, col
+    every = [*PER_HEAD.items(), *SHARED.items(), *(item for f in faces() for item in (*f.sgd_head, *f.sgd_layer))]
+    for pairs in (pairs for _, pairs in every):
         for weight_key, grad_key in pairs:
             if "{h}" in weight_key:
                 base, _, head = key.rpartition(".")
@@ -136,11 +120,12 @@ class SgdSheet(StageSpec):
     def worksheet_line(self, cells: PrintedCells, table: Table, row: int, col: int, answer: str) -> str:
         bw = cells.sc.backward
         assert bw is not None
-        weight, grad, sink = operands(table, cells.tables)
-        w_row, w_col = (0, sink) if sink is not None else (row, col)
-        g_row, g_col = (0, 0) if sink is not None else (row, col)
+        # one cell read from a column of a table of every head's (a head's sink logit), or the same cell of each
+        weight, grad, column = operands(table, cells.tables)
+        w_row, w_col = (0, column) if column is not None else (row, col)
+        g_row, g_col = (0, 0) if column is not None else (row, col)
         w, g = cells.tables[weight], cells.tables[grad]
-        where = "" if sink is not None else (f"[{col}]" if len(table.rows) == 1 else f"[{row},{col}]")
+        where = "" if column is not None else (f"[{col}]" if len(table.rows) == 1 else f"[{row},{col}]")
         return (f"{table.name}{where} = {w.name}{where} − lr·{g.name}{where} = {cells.txt(weight, w_row, w_col)} −"
                 f" {exact(float(bw.lr))}·{cells.txt(grad, g_row, g_col)} = {answer}")
 

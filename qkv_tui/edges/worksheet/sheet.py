@@ -18,10 +18,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from qkv_tui.core import part_questions as ask
-from qkv_tui.core.variants.alibi import TABLE as ALIBI
+from qkv_tui.edges.faces import faces, placed
 from qkv_tui.edges.worksheet.chain import Table, exact
 from qkv_tui.edges.worksheet.content import Blank, WorksheetContent
-from qkv_tui.teach.stages.rotate import rope_notes
 
 if TYPE_CHECKING:
     from qkv_tui.core.scenario import Scenario
@@ -111,8 +110,8 @@ def sheet(ws: WorksheetContent) -> Sheet:
     # --heads: the scale of the heads asked about (a table of the layer as a whole never reads a head left out)
     asked_heads = None if ws.asked is None else {t.head for t in ws.tables if t.key in ws.asked} - {None} or None
     for h, head in enumerate(comp.heads):
-        if sc.linear is not None or sc.deltanet is not None:
-            continue  # no scores are scaled
+        if ask.scenario_has(sc, "state"):
+            continue  # a running state in place of the softmax: no scores are scaled
         if asked_heads is not None and h not in asked_heads:
             continue
         divisor = f"√{head.d_k} (dₖ = {head.d_k})" if head.scale_is_default else f"{exact(head.scale)} (set by the scenario)"
@@ -152,12 +151,13 @@ def rules(ws: WorksheetContent) -> list[str]:
     comp = ws.comp
     sc = comp.scenario
     d = ws.decimals
-    out = [
+    own: list[tuple[str, list[str]]] = [("work", [
         f"- Work from the numbers printed on this page, in order: every printed number was computed from the"
         f" printed numbers before it and rounded to {d} decimals, so your answer should match within one unit"
         f" of the last decimal.",
-    ]
+    ])]
     asks = _asks(ws)
+    out: list[str] = []
     if sc.norm is not None and asks("norm"):
         if sc.norm.kind == "rms":
             out.append("- Norm (RMSNorm), row by row: ms = the mean of the row's squares; each cell"
@@ -168,42 +168,30 @@ def rules(ws: WorksheetContent) -> list[str]:
         reads = ("Q is computed from X̂ (K and V from the context's X, as given)" if sc.is_cross
                  else "Q, K and V are computed from X̂")
         out.append(f"  eps = {float(sc.norm.eps)!r}. {reads}.")
-    if (any(h.b_Q is not None or h.b_K is not None or h.b_V is not None for h in sc.heads) or sc.b_O is not None) and (
-            asks("project") or asks("wo")):
-        out.append("- Biases: a projection with a bias vector b adds b[j] to every cell of its column j"
-                   " (Q = X·W_Q + b_Q).")
+    own.append(("norm", out))
+    own.append(("biases", ["- Biases: a projection with a bias vector b adds b[j] to every cell of its column j"
+                           " (Q = X·W_Q + b_Q)."]
+                if (any(h.b_Q is not None or h.b_K is not None or h.b_V is not None for h in sc.heads)
+                    or sc.b_O is not None) and (asks("project") or asks("wo")) else []))
     backward = any(t.stage == "backward" for t in ws.tables)
     # left out, the backward's rules give way to the line saying so
-    out += [line for spec in ws.specs.values() if backward or spec.stage.key != "backward" or not ws.left_out
-            if asks(spec.stage.key) for line in spec.worksheet_rules(comp)]
-    if sc.rope is not None and asks("rotate"):
-        shown = ", ".join(f"({a}, {b})" for a, b in sc.rope.pairs(comp.heads[0].d_k))
-        places = max((t.places or d for t in ws.tables if t.name == "cos/sin"), default=d)
-        guard = (f" (printed to {places} decimals: with fewer, the turned values could miss the page's last digit)"
-                 if places > d else "")
-        out.append(f"- Rotate (RoPE, {sc.rope.layout} layout): Q and K (never V) turn in pairs of dimensions"
-                   f" {shown}; pair i of a token at position p turns by the angle p·θᵢ, θᵢ = {_base(sc.rope.base)}^(−2i/dₖ):"
-                   f" a' = a·cos − b·sin, b' = a·sin + b·cos, with cos and sin read from the table{guard}."
-                   " The scores then use Q' and K'.")
-        out.extend(rope_notes(sc.rope, comp.heads[0].d_k))
-    if sc.linear is None and sc.deltanet is None and asks("softmax"):  # those keep a state instead (their stages' own rules)
-        out.append("- Softmax, row by row: subtract the row's largest scaled score, take e to each difference, divide each"
-                   " by their sum. Masked cells are −∞ and get weight 0.")
-    if ALIBI.of(sc) is not None and asks("scale"):
-        out.append("- ALiBi: each head adds slope·(j − i) to its scaled scores, j the key's position and i the"
-                   " query's: the further back the key, the lower its score.")
-    if any(h.sink is not None for h in sc.heads) and asks("softmax"):
-        out.append("- Attention sink: a head with a sink adds one more term, e^(sink − m), to each row's sum, where m"
-                   " is the larger of the row's largest scaled score and the sink; nothing gets that share, so the"
-                   " row's weights sum to less than 1.")
-    if (sc.num_kv_heads is not None or ws.kv_owners != list(range(len(sc.heads)))) and asks("project"):
-        out.append("- Grouped K/V heads: query heads that share a K/V head read the same K and V, printed once in"
-                   " the section of the first head that reads them.")
-    if ws.left_out:
-        out.append(ws.left_out)
-    if ws.asked is not None:
-        out.append(f"- This sheet asks about {ws.chosen} only (--stages, --heads): a table marked \"given\" is"
-                   " printed whole, for the questions that read it; take its numbers as they are.")
+    own.append(("stages", [line for spec in ws.specs.values() if backward or spec.stage.key != "backward"
+                           or not ws.left_out if asks(spec.stage.key) for line in spec.worksheet_rules(comp)]))
+    own.append(("softmax", ["- Softmax, row by row: subtract the row's largest scaled score, take e to each difference,"
+                            " divide each by their sum. Masked cells are −∞ and get weight 0."]
+                # a state in place of the softmax: its stages' own rules
+                if not ask.scenario_has(sc, "state") and asks("softmax") else []))
+    own.append(("kv", ["- Grouped K/V heads: query heads that share a K/V head read the same K and V, printed once in"
+                       " the section of the first head that reads them."]
+                if (sc.num_kv_heads is not None or ws.kv_owners != list(range(len(sc.heads)))) and asks("project")
+                else []))
+    own.append(("left_out", [ws.left_out] if ws.left_out else []))
+    own.append(("asked", [f"- This sheet asks about {ws.chosen} only (--stages, --heads): a table marked \"given\" is"
+                          " printed whole, for the questions that read it; take its numbers as they are."]
+                if ws.asked is not None else []))
+    # each variant's rule (edges/faces/) at its place
+    extra = [(f.sheet_rules_at, [("", f.sheet_rules(ws, asks))]) for f in faces() if f.sheet_rules is not None]
+    out = [line for _, lines in placed(own, extra) for line in lines]
     out.append(
         f"- Query tokens: {', '.join(sc.tokens)}"
         + (f"; key/value tokens from the context: {', '.join(sc.key_tokens)}" if sc.is_cross else "")
@@ -219,10 +207,6 @@ def _asks(ws: WorksheetContent) -> Callable[[str], bool]:
         return lambda _stage: True
     stages = {t.stage for t in ws.tables if t.key in ws.asked}
     return stages.__contains__
-
-
-def _base(base: float) -> str:
-    return str(int(base)) if base == round(base) and abs(base) < 1e15 else f"{base:g}"
 
 
 def items(lines: tuple[str, ...] | list[str]) -> list[tuple[bool, str]]:

@@ -15,35 +15,22 @@ which) gets a rule saying so and the forward pass only.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
 
 import numpy as np
 
+from qkv_tui.core import part_questions as ask
 from qkv_tui.core.engine import Computation, HeadResult, NormResult
 from qkv_tui.core.gradients import Gradients, HeadGrad, gradients
 from qkv_tui.core.scenario import Matrix, Scenario
-from qkv_tui.core.variants.alibi import TABLE as ALIBI
+from qkv_tui.edges.faces import faces, placed
 from qkv_tui.edges.worksheet.backward.lines import line, operand_keys
-from qkv_tui.edges.worksheet.backward.mla import (
-    dX_heading,
-    latent_turn,
-    mla_covered,
-    mla_head_tables,
-    mla_tables,
-    printed_mla,
-)
 from qkv_tui.edges.worksheet.backward.qk_all import qk_all, qk_all_covered, qk_all_tables
-from qkv_tui.edges.worksheet.backward.state import linear_tables, linear_weights, printed_linear
 from qkv_tui.kernels.attention import Turn
-from qkv_tui.kernels.gate import Gated
-from qkv_tui.kernels.norm import Normed, QKNormed, norm_root
+from qkv_tui.kernels.norm import norm_root
 from qkv_tui.kernels.norm_backward import row_means
 from qkv_tui.kernels.policy import PrintedPage, round_to
-from qkv_tui.kernels.rope import Rotated
-from qkv_tui.kernels.softmax import Capped, Sunk
 from qkv_tui.teach.stages.common import Stage, StageSpec
 from qkv_tui.teach.stages.printed import PrintedCells, PrintedChain, Table, exact, idx, kv_owners
-from qkv_tui.teach.stages.rotate import _trig_tables
 
 Add = Callable[..., None]  # adds one table: key, name, heading, values, rows, cols, head, allow
 STAGE = Stage("backward", "Backward", "the gradients of the loss, from the output back to every weight and X")
@@ -59,18 +46,26 @@ class PageBackward(PrintedPage):
 def covered(sc: Scenario) -> bool:
     """Whether the page's backward tables cover the scenario (module docstring)."""
     return bool(sc.backward is not None and (not qk_all(sc) or qk_all_covered(sc))
-                and (sc.mla is None or mla_covered(sc)) and sc.deltanet is None and not sc.backward.cross_entropy)
+                and all(f.sheet_back_covers(sc) for f in faces() if f.sheet_back_covers is not None)
+                and ask.scenario_says(sc, "unprinted_backward") is None
+                and not sc.backward.cross_entropy)
 
 
 def uncovered(sc: Scenario) -> str:
     """What of the scenario the page's backward tables leave to the app, for the rule that says so."""
-    if sc.mla is not None:
-        return "latent attention ([mla]) with a latent norm (kv_norm, q_norm), a query latent (W_DQ, W_UQ) or a gate"
-    if sc.deltanet is not None:
-        return "the gated delta rule ([deltanet])"
+    if (part := _uncovered_part(sc)) is not None:
+        return part
+    if (unprinted := ask.scenario_says(sc, "unprinted_backward")) is not None:
+        return unprinted
     if sc.backward is not None and sc.backward.cross_entropy:
         return "the cross-entropy loss through the unembedding W_U"
     return "QK-norm over every head's columns together with grouped K/V heads"
+
+
+def _uncovered_part(sc: Scenario) -> str | None:
+    """What a variant's own module names first as what the page may leave out ([mla]'s latent norms); None: nothing."""
+    return next((why for f in faces() if f.sheet_back_uncovered is not None
+                 if (why := f.sheet_back_uncovered(sc)) is not None), None)
 
 
 def printed_computation(chain: PrintedChain) -> Computation:
@@ -88,55 +83,44 @@ def printed_computation(chain: PrintedChain) -> Computation:
         g = chain.owners[h]
         fields: dict[str, object] = {"Q": v(f"Q.{h}"), "K": v(f"K.{g}"), "V": v(f"V.{g}"), "output": v(f"output.{h}")}
         records: list[object] = []
-        if sc.linear is not None:  # its kernels load with a scenario that has it
-            from qkv_tui.kernels.linear import LinearForward
-
-            weights = linear_weights(chain, h)  # (n, m)
+        # a map in place of the softmax ([linear]'s), as its own module reads it off the page
+        mapped = next((m for f in faces() if f.sheet_map is not None if (m := f.sheet_map(chain, h, hr)) is not None),
+                      None)
+        if mapped is not None:
+            weights, record = mapped  # (n, m)
             fields |= {"weights": weights}
-            records.append(printed_linear(chain, h, hr.need(LinearForward), weights))
+            records.append(record)
         else:
             weights = np.where(sc.allow, v(f"weights.{h}"), 0.0)  # (n, m)
             fields |= {"scaled": v(f"scaled.{h}"), "weights": weights}
-        if sc.rope is not None:
-            records.append(Rotated(v(f"Q_rot.{h}"), v(f"K_rot.{g}")))
-        if sc.qk_norm is not None:
-            records.append(QKNormed(_normed(chain, v(f"Q_norm.{h}"), v(f"qms.{h}")),
-                                    _normed(chain, v(f"K_norm.{g}"), v(f"kms.{g}"))))
-        if (gated := hr.part(Gated)) is not None:
-            records.append(replace(gated, gate=v(f"gate.{h}"), gated=v(f"gated.{h}")))
-        if (sunk := hr.part(Sunk)) is not None:  # the sink's share of each row is what the printed weights leave
-            records.append(replace(sunk, sink_exp=1.0 - weights.sum(axis=1)))
-            fields |= {"row_sum": np.ones(n)}
+        for f in faces():  # a variant's record as the page prints it (edges/faces/)
+            if f.sheet_printed is not None:
+                more, changed = f.sheet_printed(chain, h, hr, weights)
+                records += more
+                fields |= changed
         head = hr.with_parts(*records, **fields)
-        heads.append(printed_mla(chain, head) if sc.mla is not None else head)
+        for f in faces():  # a layer that makes the heads' projections, as the page prints it ([mla]'s latent)
+            if f.sheet_printed_head is not None:
+                head = f.sheet_printed_head(chain, head)
+        heads.append(head)
     concat = v("concat") if "concat" in chain.printed else heads[0].joined
     output = v("final") if sc.W_O is not None else concat
     return Computation(sc, tuple(heads), concat, comp.W_O, output, None, norm, comp.b_O)
-
-
-def _normed(chain: PrintedChain, X_norm: Matrix, ms: Matrix) -> Normed:
-    qk = chain.sc.qk_norm
-    assert qk is not None
-    spread = ms[:, 0]
-    return Normed(X_norm, np.zeros_like(spread), spread, root_of(spread, qk.eps, chain.d)[0], X_norm)
 
 
 def zero_root(chain: PrintedChain) -> str | None:
     """Why the page cannot be read backwards: a norm's root it prints as 0 (√(ms + eps) past the decimals a page
     prints), which the backward divides by; None when every root it reads is above 0."""
     sc = chain.sc
-    if sc.backward is None or not covered(sc) or (sc.norm is None and sc.qk_norm is None):
+    normed = [f.sheet_roots for f in faces() if f.sheet_roots is not None and f.sheet_roots[0](sc)]  # QK-norm's
+    if sc.backward is None or not covered(sc) or (sc.norm is None and not normed):
         return None
     pcomp = printed_computation(chain)
     roots: list[tuple[str, Matrix, Matrix, float, tuple[str, ...]]] = []  # name, spread, root, eps, row labels
     if sc.norm is not None and pcomp.norm is not None:
         roots.append(("r", pcomp.norm.spread, pcomp.norm.root, sc.norm.eps, sc.labels))
-    if sc.qk_norm is not None:
-        for hr in pcomp.heads:
-            qkn = hr.need(QKNormed)
-            for role, normed, labels in (("Q", qkn.Q_normed, sc.labels), ("K", qkn.K_normed, sc.key_labels)):
-                if normed is not None:
-                    roots.append((f"r_{role}", normed.spread, normed.root, sc.qk_norm.eps, labels))
+    for _, more in normed:
+        roots += more(sc, pcomp)
     for name, spread, root, eps, labels in roots:
         zero = np.flatnonzero(np.asarray(root) == 0)
         if zero.size:
@@ -159,18 +143,16 @@ def root_of(spread: Matrix, eps: float, d: int) -> tuple[Matrix, int]:
 
 
 def page_trig(chain: PrintedChain) -> dict[int, Turn] | None:
-    """RoPE's cos and sin by d_k, as printed in the cos/sin tables."""
-    sc = chain.sc
-    if sc.rope is None:
-        return None
-    trig = chain.memo("trig", lambda: _trig_tables(chain))
-    return {d_k: Turn(cos, sin, sc.rope.pairs(d_k)) for d_k, (cos, sin, _) in trig.items()}
+    """A turn's cos and sin by d_k as printed in the page's tables (RoPE's, edges/faces/rope.py); None without one."""
+    return next((trig for f in faces() if f.sheet_trig is not None if (trig := f.sheet_trig(chain)) is not None), None)
 
 
 def page_gradients(chain: PrintedChain) -> tuple[Computation, Gradients]:
     """core/gradients.py on the printed forward pass, under the page's policy."""
     pcomp = printed_computation(chain)
-    return pcomp, gradients(pcomp, PageBackward(chain.d), page_trig(chain), latent_turn(chain))
+    latent = next((trig for f in faces() if f.sheet_latent_trig is not None
+                   if (trig := f.sheet_latent_trig(chain)) is not None), None)  # [mla]'s shared rotary part's
+    return pcomp, gradients(pcomp, PageBackward(chain.d), page_trig(chain), latent)
 
 
 def backward_tables(chain: PrintedChain) -> list[Table]:
@@ -211,27 +193,24 @@ def backward_tables(chain: PrintedChain) -> list[Table]:
         g = chain.owners[h]
         mine = g == h
         dq, dk = ops.dq_names(h), ops.dk_names(h)
-        dv, dvc = idx(hr.d_v), idx(hr.d_k)
-        if hg.gate is not None:
-            t(f"dOh.{h}", "dO_h", "dO_h = dJ ⊙ g (dJ: this head's columns of the gradient at Concat)",
-              hg.gate.d_output, rows, dv, h)
-            t(f"dz.{h}", "dz", "dz = dJ ⊙ output ⊙ g ⊙ (1 − g) (at the gate's logits)", hg.gate.d_logit, rows, dv, h)
-            t(f"dW_G.{h}", "dW_G", f"dW_G = {xq}ᵀ·dz", hg.gate.dW_G, idx(hr.read(Gated, lambda g: g.W_G.shape[0]) or 0),
-              dv, h)
-        if hg.linear is not None:
-            linear_tables(t, chain, h, hg.linear, ops)
-        else:
+        dvc = idx(hr.d_k)
+        for f in faces():  # a variant's tables between Concat and the head's own output (the gate's)
+            if f.sheet_back_out is not None:
+                f.sheet_back_out(t, chain, h, hr, hg, xq)
+        # a map in place of the softmax read backwards by its own module ([linear]'s), else the softmax's tables
+        if not any(f.sheet_back_map is not None and f.sheet_back_map(t, chain, h, hg, ops) for f in faces()):
             _softmax_tables(t, chain, pcomp, h, hg)
-        if G.mla is not None:  # the latent layer's own tables stand for the heads' multiplied-through weights
-            mla_head_tables(t, chain, h, G.mla)
+        # a layer's own tables that stand for the rest of the head's ([mla]'s latent, for its multiplied-through weights)
+        if any(f.sheet_back_head_rest is not None and f.sheet_back_head_rest(t, chain, h, G) for f in faces()):
             continue
         if hg.dQ_rot is not None:
             t(f"dQt.{h}", dq[1], f"{dq[1]} = {dq[0]} turned back (by −p·θ)", hg.dQ_turned, rows, dvc, h)
             t(f"dKt.{h}", dk[1], f"{dk[1]} = {dk[0]} turned back (by −p·θ)", hg.dK_turned, keys, dvc, h)
         if qk_all(sc):  # the norm reads every head's columns: after every head's part
             continue
-        if sc.qk_norm is not None:
-            _qk_tables(t, chain, pcomp, h, mine, hg.dQ_turned, hg.dK_turned, hg)
+        for f in faces():  # a norm of the head's Q and K read backwards (QK-norm's), before its projections
+            if f.sheet_back_normed is not None:
+                f.sheet_back_normed(t, chain, pcomp, h, mine, hg)
         _weight_tables(t, chain, h, G, xq, xkv)
     if qk_all(sc):
         qk_all_tables(t, chain, pcomp, G, lambda spread, eps: root_of(spread, eps, chain.d)[1])
@@ -247,18 +226,21 @@ def backward_tables(chain: PrintedChain) -> list[Table]:
                     rs = ("b",) if value.ndim == 1 else idx(grid.shape[0])
                     t(f"kv{name}.{o}", name, f"{name} of K/V head {sc.kv_head(o) + 1} = the sum over {who}", r(grid), rs,
                       idx(grid.shape[1]))
-    if sc.qk_norm is not None and len(sc.heads) > 1 and not qk_all(sc):
-        assert G.dgamma_q is not None and G.dgamma_k is not None
-        t("dgamma_q", "dγ_q", "dγ_q = the sum over the heads", r(G.dgamma_q), ("γ_q",), idx(len(G.dgamma_q)))
-        t("dgamma_k", "dγ_k", "dγ_k = the sum over the heads", r(G.dgamma_k), ("γ_k",), idx(len(G.dgamma_k)))
+    for f in faces():  # a variant's gradients summed over the heads (QK-norm's gains)
+        if f.sheet_back_sums is not None:
+            f.sheet_back_sums(t, chain, G)
     dm = idx(G.dX_norm.shape[1])
-    if G.mla is not None:
-        mla_tables(t, chain, G.mla, xq)
-        t("dX_in", f"d{xq}", dX_heading(xq), G.dX_norm, rows, dm)
+    # a layer's own tables down to X̂ ([mla]'s latent), and what dX̂ then sums
+    layer = next((heading for f in faces() if f.sheet_back_layer is not None
+                  if (heading := f.sheet_back_layer(t, chain, G, xq)) is not None), None)
+    if layer is not None:
+        t("dX_in", f"d{xq}", layer, G.dX_norm, rows, dm)
         if sc.norm is not None and pcomp.norm is not None:
             _norm_tables(t, pcomp.norm, sc, G, chain.d)
         return out
-    paths = "Q" + ("" if sc.is_cross else ", K, V") + (", gate" if any(h.W_G is not None for h in sc.heads) else "")
+    # and each variant's own path into X̂ (the gate's), as it names it
+    paths = ", ".join(["Q", *([] if sc.is_cross else ["K", "V"]),
+                       *(path for f in faces() if f.sheet_back_path is not None if (path := f.sheet_back_path(sc)))])
     t("dX_in", "dX̂" if sc.norm is not None else "dX", f"{'dX̂' if sc.norm is not None else 'dX'} = the sum of the"
       f" {paths} paths (dQ·W_Qᵀ + …, every head)", G.dX_norm, rows, dm)
     if sc.norm is not None and pcomp.norm is not None:
@@ -286,7 +268,7 @@ def _weight_tables(t: Add, chain: PrintedChain, h: int, G: Gradients, xq: str, x
 def _softmax_tables(t: Add, chain: PrintedChain, pcomp: Computation, h: int, hg: HeadGrad) -> None:
     """One softmax head from dO_h to dQ and dK at what is scored (kernels/attention_backward.py's attend_backward)."""
     sc = chain.sc
-    hr, a, r = pcomp.heads[h], hg.attend, chain.rounded
+    hr, a = pcomp.heads[h], hg.attend
     rows, keys = sc.labels, sc.key_labels
     ops = operand_keys(sc, chain.owners)
     dq, dk = ops.dq_names(h), ops.dk_names(h)
@@ -295,48 +277,14 @@ def _softmax_tables(t: Add, chain: PrintedChain, pcomp: Computation, h: int, hg:
     t(f"dP.{h}", "dP", "dP = dO_h·Vᵀ", a.dP, rows, keys, h)
     t(f"D.{h}", "D", "D = rowsum(dO_h ⊙ output)", a.D[:, None], rows, ("D",), h)
     t(f"dS.{h}", "dS", "dS = weights ⊙ (dP − D) (0 where masked)", a.dS, rows, keys, h, sc.allow)
-    if hr.part(Sunk) is not None:
-        assert a.dsink is not None
-        t(f"psink.{h}", "p_sink", "p_sink = 1 − Σ weights (each row's sink share)",
-          r(1.0 - hr.weights.sum(axis=1))[:, None], rows, ("p",), h)
-        t(f"dsink.{h}", "dsink", "dsink = −Σ p_sink·D", np.array([[a.dsink]]), ("sink",), ("d",), h)
-    if hr.part(Capped) is not None:
-        t(f"dcap.{h}", "dscaled", "dscaled = dS ⊙ (1 − tanh²(scaled / c)) (through the soft-cap)", a.dscaled, rows,
-          keys, h, sc.allow)
-    t(f"dscores.{h}", "dscores", "dscores = dscaled / scale" if hr.part(Capped) is not None else "dscores = dS / scale",
-      a.dscores, rows, keys, h, sc.allow)
+    for f in faces():  # a variant's own tables between dS and dscores (a sink's share, the soft-cap's step)
+        if f.sheet_back_softmax is not None:
+            f.sheet_back_softmax(t, chain, h, hr, hg)
+    stepper = ask.stepper(hr)  # the part whose step the scores took: dscores gathers dS back through it
+    gathered = "dS" if stepper is None else str(stepper.gathered)
+    t(f"dscores.{h}", "dscores", f"dscores = {gathered} / scale", a.dscores, rows, keys, h, sc.allow)
     t(f"dQu.{h}", dq[0], f"{dq[0]} = dscores·{ops.k_used_name}", a.dQ_used, rows, dvc, h)
     t(f"dKu.{h}", dk[0], f"{dk[0]} = dscoresᵀ·{ops.q_used_name}", a.dK_used, keys, dvc, h)
-
-
-def _qk_tables(t: Add, chain: PrintedChain, pcomp: Computation, h: int, mine: bool, dQ_t: Matrix, dK_t: Matrix,
-               hg: HeadGrad) -> None:
-    """QK-norm read backwards for head ``h`` (kernels/norm_backward.py's norm_backward, over each head's columns)."""
-    sc = chain.sc
-    qk = sc.qk_norm
-    assert qk is not None
-    hr = pcomp.heads[h]
-    g = chain.owners[h]
-    gamma_q, gamma_k = qk.gammas(h, sc.kv_head(h), hr.d_k)
-    cols = idx(hr.d_k)
-    qkn = hr.need(QKNormed)
-    for role, normed, M, gamma, dY, labels, owner in (
-            ("Q", qkn.Q_normed, hr.Q, gamma_q, dQ_t, sc.labels, h), ("K", qkn.K_normed, hr.K, gamma_k, dK_t, sc.key_labels, g)):
-        assert normed is not None
-        low = role.lower()
-        xhat = chain.rounded(M / normed.root[:, None])  # (rows, d_k) as norm_backward keeps it
-        if role == "Q" or mine:
-            places = root_of(normed.spread, qk.eps, chain.d)[1]
-            t(f"{low}root.{owner}", f"r_{role}", f"r_{role} = √(ms_{role} + eps)", normed.root[:, None], labels, ("r",), h,
-              places=places)
-            t(f"{low}hat.{owner}", f"x̂_{role}", f"x̂_{role} = {role} / r_{role}", xhat, labels, cols, h)
-        inner = chain.rounded(row_means(gamma, dY, xhat)[0])  # (rows,)
-        grad = getattr(hg, f"d{role}")
-        dgamma = getattr(hg, f"dgamma_{low}")
-        t(f"{low}m.{h}", f"m_{role}", f"m_{role} = mean(d{role}̂ ⊙ γ_{low} ⊙ x̂_{role}), row by row", inner[:, None], labels,
-          ("m",), h)
-        t(f"d{role}.{h}", f"d{role}", f"d{role} = (d{role}̂ ⊙ γ_{low} − x̂_{role}·m_{role}) / r_{role}", grad, labels, cols, h)
-        t(f"dgamma_{low}.{h}", f"dγ_{low}", f"dγ_{low} = Σ rows of d{role}̂ ⊙ x̂_{role}", dgamma, (f"γ_{low}",), cols, h)
 
 
 def _norm_tables(t: Add, norm: NormResult, sc: Scenario, G: Gradients, d: int) -> None:
@@ -372,47 +320,23 @@ class BackwardSheet(StageSpec):
         if not covered(sc):
             return [f"- [backward]: this page has the forward pass only; its backward tables do not cover {uncovered(sc)}"
                     " (the app and --export markdown show every gradient of this scenario)"]
+        state = ask.scenario_has(sc, "state")  # a state in place of the softmax ([linear]): its own rule says how
         head = ("dV = weightsᵀ·dO_h, dP = dO_h·Vᵀ, D = rowsum(dO_h ⊙ output), dS = weights ⊙ (dP − D), 0 where masked;"
-                " dQ = (dS / scale)·K, dK = (dS / scale)ᵀ·Q; " if sc.linear is None else "")
-        out = ["- Backward: work each table of the Backward sections from the tables printed before it, in page order"
-               f" (the chain rule, one operation per table). {head}dW_Q = Xᵀ·dQ (each weight's gradient: its input"
-               " transposed times the gradient at its output); a bias's gradient is the sum of its gradient's rows."
-               if sc.linear is not None else
-               "- Backward: work each table of the Backward sections from the tables printed before it, in page order"
-               f" (the chain rule, one operation per table). {head}dW = Xᵀ·(its gradient); a bias's gradient is the sum"
-               " of its gradient's rows."]
-        if sc.linear is not None:
-            norm = sc.linear.normalize
-            out.append("  Linear attention, in place of the softmax: dV = " + ("W" if norm else "A") + "ᵀ·dO_h, dW = dO_h·Vᵀ, "
-                       + ("D = rowsum(dO_h ⊙ output), dA = (dW − D) ÷ ΣA" if norm else "dA = dW") + ", 0 where masked;"
-                       " dφ(Q) = dA·φ(K), dφ(K) = dAᵀ·φ(Q); dQ = dφ(Q) ⊙ φ'(Q), dK = dφ(K) ⊙ φ'(K)"
-                       + (" (φ' is 1 above 0 and e^x = φ(x) at or below)." if sc.linear.feature == "elu1" else "."))
-        if sc.mla is not None:
-            out.append("  Latent attention: each head's dQ and dK are at Q = [q_C | q_R'] and K = [k_C | k_R'], their first"
-                       " d_nope columns dq_C and dk_C" + (", the rest turned back by the opposite angle" if sc.mla.rope
-                                                          is not None else "") + "; dk_R sums every head's share (k_R is"
-                       " shared), dc_KV = Σ dk_C·W_UKᵀ + dv_C·W_UVᵀ over the heads, dX̂ sums the latent's, the rotary"
-                       " key's and the queries' paths.")
-        if sc.W_O is not None:
-            out.append("  Through W_O first: dConcat = dO·W_Oᵀ (each head's dO_h is its columns), dW_O = concatᵀ·dO.")
-        if any(h.W_G is not None for h in sc.heads):
-            out.append("  Gate: dO_h = dJ ⊙ g and dz = dJ ⊙ output ⊙ g ⊙ (1 − g), dJ the head's columns at Concat.")
-        if any(h.softcap is not None for h in sc.heads):
-            out.append("  Soft-cap: dscaled = dS ⊙ (1 − tanh²(scaled / c)), from the printed scaled scores.")
-        if any(h.sink is not None for h in sc.heads):
-            out.append("  Sink: its share of a row is p_sink = 1 − Σ weights, and dsink = −Σ p_sink·D.")
-        if ALIBI.of(sc) is not None:
-            out.append("  ALiBi: the bias is added, so dS passes through it unchanged.")
-        if sc.rope is not None:
-            out.append("  RoPE: turn the gradients back by the opposite angle: a = a'·cos + b'·sin, b = −a'·sin + b'·cos.")
-        if sc.qk_norm is not None and sc.qk_norm.over == "all":
-            out.append("  QK-norm over every head's columns, after every head's part: r = √(ms + eps) per row, x̂ = [every"
-                       " head's q] / r, m = mean(dq̂ ⊙ γ ⊙ x̂) over the whole row; dq = (dq̂ ⊙ γ − x̂·m) / r, dγ = Σ rows"
-                       " of dq̂ ⊙ x̂. Each head's dK is the sum of every head's share c_K: the same, from that head's dk̂"
-                       " alone (0 in the other heads' columns).")
-        elif sc.qk_norm is not None:
-            out.append("  QK-norm: r = √(ms + eps), x̂ = q / r, m = mean(dq̂ ⊙ γ ⊙ x̂); dq = (dq̂ ⊙ γ − x̂·m) / r,"
-                       " dγ = Σ rows of dq̂ ⊙ x̂.")
+                " dQ = (dS / scale)·K, dK = (dS / scale)ᵀ·Q; " if not state else "")
+        own = [("head", ["- Backward: work each table of the Backward sections from the tables printed before it, in page"
+                         f" order (the chain rule, one operation per table). {head}dW_Q = Xᵀ·dQ (each weight's gradient:"
+                         " its input transposed times the gradient at its output); a bias's gradient is the sum of its"
+                         " gradient's rows."
+                         if state else
+                         "- Backward: work each table of the Backward sections from the tables printed before it, in page"
+                         f" order (the chain rule, one operation per table). {head}dW = Xᵀ·(its gradient); a bias's"
+                         " gradient is the sum of its gradient's rows."]),
+               ("W_O", ["  Through W_O first: dConcat = dO·W_Oᵀ (each head's dO_h is its columns), dW_O = concatᵀ·dO."]
+                if sc.W_O is not None else [])]
+        # each variant's rule (edges/faces/), in the backward's order: the opposite of the forward's
+        extra = [(f.sheet_back_rules_at, [("", f.sheet_back_rules(sc))]) for f in reversed(faces())
+                 if f.sheet_back_rules is not None]
+        out = [line for _, lines in placed(own, extra) for line in lines]
         if sc.num_kv_heads is not None or kv_shared(sc):
             out.append("  Grouped K/V heads: each query head's dK, dV and their weights' gradients are its own share;"
                        " a K/V head's gradient is the sum of its readers' shares.")
