@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from qkv_tui.core import grad_faces
+from qkv_tui.core import part_questions as ask
 from qkv_tui.core.engine import Computation, HeadResult
 from qkv_tui.core.scenario import Matrix, Scenario
 from qkv_tui.core.variants import Vector
@@ -149,10 +150,10 @@ def gradients(comp: Computation, policy: Policy | None = None, trig: Mapping[int
     for hr in comp.heads:
         parts.append(_attend(sc, hr, X_in, d_concat[:, start:start + hr.d_v], p, trig, X_kv))
         start += hr.d_v
-    if sc.mla is not None:  # the latent layer in place of the heads' own projections (its own module)
-        from qkv_tui.core.mla_grad import mla_gradients
-
-        return replace(mla_gradients(comp, parts, loss, dO, d_concat, dW_O, db_O, p, latent_trig), cross_entropy=ce)
+    own = ask.scenario_says(sc, "runs_heads_back")  # a table whose heads its own layer builds reads them back ([mla])
+    if own is not None:
+        read: Gradients = face(own)(comp, parts, loss, dO, d_concat, dW_O, db_O, p, latent_trig)
+        return replace(read, cross_entropy=ce)
     dQ_all, dK_all, dgq, dgk, dgamma_q, dgamma_k = _heads_back(comp, parts, p)
     heads: list[HeadGrad] = []
     # dX̂'s paths side by side: (n, ·) gradients against (d_model, ·) weights, one dot product per cell

@@ -41,6 +41,8 @@ class Mla:
     cache_kind: ClassVar[str] = "mla"
     builds_heads: ClassVar[bool] = True  # the heads come from its latent (core/variants/refusals.py)
     runs_heads: ClassVar[str] = "qkv_tui.core.mla_part:mla_heads"  # and run in the forward driver's place
+    # and read backwards in the gradients' place (core/gradients.py asks it, as core/forward.py asks runs_heads)
+    runs_heads_back: ClassVar[str] = "qkv_tui.core.mla_grad:mla_gradients"
     cost_face: ClassVar[str] = "qkv_tui.display.mla_cost"
     two_forms: ClassVar[str] = (
         "Score, Scale, Softmax and Mix run on the expanded keys and values; Absorb is the same attention on the"
