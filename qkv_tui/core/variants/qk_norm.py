@@ -101,4 +101,6 @@ def _summary(qk: QKNorm) -> str:
 
 
 TABLE: Table[QKNorm] = Table("qk_norm", QK_NORM_KEYS, parse_qk_norm, _summary, write_qk_norm,
-                             faces=Faces(head="qkv_tui.core.qk_norm_part:qk_norm_part"))
+                             faces=Faces(head="qkv_tui.core.qk_norm_part:qk_norm_part",
+                                         # after Project (and [mla]'s latent path), before Rotate; backwards before dProject
+                                         stages=(("project", "qk_norm", "SPEC"), ("drotate", "qk_norm", "BACKWARD"))))
