@@ -7,7 +7,9 @@ cut into heads (``over = "all"``, one gain per column of the wide W_Q and W_K).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any, ClassVar
 
 import numpy as np
@@ -30,6 +32,8 @@ class QKNorm:
     # what it changes of a head's pass and how (core/variants/refusals.py): its statistics read a head's whole d_k
     acts_on: ClassVar[str] = "queries and keys"
     does: ClassVar[str] = "normalises"
+    # what a view says of it at a place (teach/stages/shared_kv.py: a layer that reuses K does this to Q alone)
+    words: ClassVar[Mapping[str, str]] = MappingProxyType({"reuse.q": "normed"})
     whole_head: ClassVar[bool] = True
 
     over: str  # "head" | "all"
