@@ -3,7 +3,9 @@ scaled scores before the mask (core/variants/alibi.py holds the keys, core/alibi
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any, ClassVar
 
 import numpy as np
@@ -29,6 +31,8 @@ class Biased:
     slope: float  # the head's slope
 
     term_name: ClassVar[str] = "bias"  # what the views call the term in a line of the scores
+    # the module that writes the term's lines in the Scale stage (core/part_questions.face; teach/stages/scale.py)
+    faces: ClassVar[Mapping[str, str]] = MappingProxyType({"scale": "qkv_tui.teach.stages.alibi_lines"})
 
     def scores_term(self, rows: Index, cols: Index) -> Matrix:
         """What this part adds to the scaled (stepped) scores of ``rows`` and ``cols``."""

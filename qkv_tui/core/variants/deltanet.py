@@ -195,4 +195,11 @@ def _summary(dn: DeltaNet) -> str:
 
 TABLE: Table[DeltaNet] = Table("deltanet", DELTANET_KEYS, parse_deltanet, _summary, write_deltanet,
                                faces=Faces(head="qkv_tui.core.deltanet_part:deltanet_part",
-                                           edit="qkv_tui.core.variants.deltanet_edit"))
+                                           edit="qkv_tui.core.variants.deltanet_edit",
+                                           # in place of Score … Mix: after them, before Concat; backwards before dSoftmax
+                                           stages=(("before:concat", "deltanet_io", "CONV_STAGE"),
+                                                   *(("before:concat", "deltanet", name)
+                                                     for name in ("NORMALISE", "GATES", "DELTA")),
+                                                   ("before:concat", "deltanet_io", "OUTPUT_NORM"),
+                                                   *(("before:dsoftmax", "deltanet", name)
+                                                     for name in ("BACKWARD", "GATES_BACKWARD")))))

@@ -82,4 +82,6 @@ def summary_parts(sc: Features) -> list[str]:
     return ["output gate"] if any(getattr(h, "W_G", None) is not None for h in sc.heads) else []
 
 
-KEYS = Keys(summary_parts, faces=Faces(head="qkv_tui.core.gate_part:gate_part", edit="qkv_tui.core.variants.gate_edit"))
+KEYS = Keys(summary_parts, faces=Faces(head="qkv_tui.core.gate_part:gate_part", edit="qkv_tui.core.variants.gate_edit",
+                                       # on each head's output, before Concat; backwards after dW_O
+                                       stages=(("before:concat", "gate", "SPEC"), ("dwo", "gate", "BACKWARD"))))

@@ -72,4 +72,8 @@ def _summary(lin: Linear) -> str:
 
 
 TABLE: Table[Linear] = Table("linear", LINEAR_KEYS, parse_linear, _summary, write_linear,
-                             faces=Faces(head="qkv_tui.core.linear_part:linear_part"))
+                             faces=Faces(head="qkv_tui.core.linear_part:linear_part",
+                                         # in place of Score … Mix: after them, before Concat; backwards before dSoftmax
+                                         stages=(*(("before:concat", "linear", name)
+                                                   for name in ("FEATURE", "QUADRATIC", "RECURRENT")),
+                                                 ("before:dsoftmax", "linear", "BACKWARD"))))

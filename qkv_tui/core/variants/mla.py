@@ -18,7 +18,7 @@ from qkv_tui.base.values import kind as _kind
 from qkv_tui.base.values import show as _show
 from qkv_tui.core.arrays import Matrix, Vector
 from qkv_tui.core.toml_text import vector
-from qkv_tui.core.variants.common import MAX_SIZE, Checker, Context, Reader, Table, face, number, numbers, write_whole
+from qkv_tui.core.variants.common import MAX_SIZE, Checker, Context, Faces, Reader, Table, face, number, numbers, write_whole
 from qkv_tui.core.variants.rope import Rope, latent_partial, latent_scaling, write_rope
 
 if TYPE_CHECKING:
@@ -359,4 +359,10 @@ def _summary(mla: Mla) -> str:
             f" {mha}{yarn})")
 
 
-TABLE: Table[Mla] = Table("mla", MLA_KEYS, parse_mla, _summary, write_mla)
+# Its stages: the latent path after Project, the absorbed W_O after Mix, and backwards the latent path after dRotate
+FACES = Faces(stages=(*(("project", module, "SPEC") for module in ("mla_compress", "mla_expand", "mla_rotate")),
+                      ("mix", "mla_absorb", "SPEC"),
+                      *(("drotate", module, name) for module, name in (
+                          ("mla_rotate", "BACKWARD"), ("mla_rotate", "KEY_BACKWARD"), ("mla_expand", "BACKWARD"),
+                          ("mla_compress", "BACKWARD")))))
+TABLE: Table[Mla] = Table("mla", MLA_KEYS, parse_mla, _summary, write_mla, faces=FACES)

@@ -7,7 +7,9 @@ cut into heads (``over = "all"``, one gain per column of the wide W_Q and W_K).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any, ClassVar
 
 import numpy as np
@@ -30,6 +32,8 @@ class QKNorm:
     # what it changes of a head's pass and how (core/variants/refusals.py): its statistics read a head's whole d_k
     acts_on: ClassVar[str] = "queries and keys"
     does: ClassVar[str] = "normalises"
+    # what a view says of it at a place (teach/stages/shared_kv.py: a layer that reuses K does this to Q alone)
+    words: ClassVar[Mapping[str, str]] = MappingProxyType({"reuse.q": "normed"})
     whole_head: ClassVar[bool] = True
 
     over: str  # "head" | "all"
@@ -101,4 +105,6 @@ def _summary(qk: QKNorm) -> str:
 
 
 TABLE: Table[QKNorm] = Table("qk_norm", QK_NORM_KEYS, parse_qk_norm, _summary, write_qk_norm,
-                             faces=Faces(head="qkv_tui.core.qk_norm_part:qk_norm_part"))
+                             faces=Faces(head="qkv_tui.core.qk_norm_part:qk_norm_part",
+                                         # after Project (and [mla]'s latent path), before Rotate; backwards before dProject
+                                         stages=(("project", "qk_norm", "SPEC"), ("drotate", "qk_norm", "BACKWARD"))))

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any, ClassVar
 
 import numpy as np
@@ -33,6 +35,8 @@ class Rope:
     # what it changes of a head's pass and how (core/variants/refusals.py)
     acts_on: ClassVar[str] = "queries and keys"
     does: ClassVar[str] = "turns"
+    # what a view says of it at a place (teach/stages/shared_kv.py: a layer that reuses K does this to Q alone)
+    words: ClassVar[Mapping[str, str]] = MappingProxyType({"reuse.q": "turned by RoPE"})
 
     base: float  # θ_i = base^(−2i/d_k)
     layout: str  # "interleaved": pair i = (2i, 2i+1); "half": pair i = (i, i + d_k/2)

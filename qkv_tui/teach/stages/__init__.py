@@ -1,13 +1,12 @@
 """The stages, in the order the trace walks them: one module each, registered here.
 
 A scenario runs the stages whose ``runs`` says so; consecutive per-head stages run head after
-head (Project … Mix for head 1, then for head 2), shared ones once. Adding a stage is one module
-with a :class:`~qkv_tui.teach.stages.common.StageSpec` and one line in ``REGISTRY`` (or
-:func:`register` at run time, as the tests do). A family a scenario may lack ([mla], [linear],
-[deltanet]) is listed by name and imported the first time a scenario has it (:func:`for_scenario`),
-so the first screen of a plain scenario does not load its modules. A part registered with its faces
-(core/variants/common.py Faces) names its stages and the stage each follows; it is placed here as a
-family of its own, with no line in this module.
+head (Project … Mix for head 1, then for head 2), shared ones once. Adding a stage every scenario may
+run is one module with a :class:`~qkv_tui.teach.stages.common.StageSpec` and one line in ``_REGISTRY``
+(or :func:`register` at run time, as the tests do). A variant registered with its faces
+(core/variants/common.py Faces) names its stages and the stage each follows or precedes; they are placed
+here with no line in this module, a table's as a family imported the first time a scenario has the table
+(:func:`for_scenario`), so the first screen of a plain scenario does not load its modules.
 """
 
 from __future__ import annotations
@@ -18,112 +17,90 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from qkv_tui.core.variants import TABLES
-from qkv_tui.core.variants.common import Table
-from qkv_tui.teach.stages import (
-    concat,
-    embed,
-    gate,
-    loss,
-    mix,
-    norm,
-    project,
-    qk_norm,
-    rotate,
-    scale,
-    score,
-    softmax,
-    wo,
-)
+from qkv_tui.core.variants import FEATURES, TABLES
+from qkv_tui.core.variants.common import Keys, Table
+from qkv_tui.teach.stages import concat, embed, loss, mix, norm, project, rotate, scale, score, softmax, wo
 from qkv_tui.teach.stages.common import StageSpec
 
 
 @dataclass(frozen=True)
 class _Later:
-    """A stage of a family whose modules load on first use: [mla]'s latent path, [linear], [deltanet].
-    A scenario without the family never runs one of its stages, so its first screen need not import them."""
+    """A stage of a family whose modules load on first use: a table's stages, named by its faces. A scenario
+    without the table never runs one of its stages, so its first screen need not import them."""
 
     family: str
     module: str
     name: str
 
 
-# the families that load on first use, and whether a scenario has each (every stage of a family runs only there)
-FAMILIES: dict[str, Callable[[Any], bool]] = {
-    "mla": lambda sc: getattr(sc, "mla", None) is not None,
-    "linear": lambda sc: getattr(sc, "linear", None) is not None,
-    "deltanet": lambda sc: getattr(sc, "deltanet", None) is not None,
-}
+# the families that load on first use, and whether a scenario has each (every stage of a family runs only there):
+# one per table registered with stages (its key), filled by _place_parts
+FAMILIES: dict[str, Callable[[Any], bool]] = {}
 
-# the walk's order; read it as REGISTRY (every family loaded) or for_scenario (only the families a scenario has)
+# the stages every scenario may run, in the walk's order; the parts' stages go in their places among them
+# (_place_parts). Read it as REGISTRY (every family loaded) or for_scenario (only the families a scenario has).
 _REGISTRY: list[StageSpec | _Later] = [
     embed.SPEC,
     norm.SPEC,
     project.SPEC,
-    _Later("mla", "mla_compress", "SPEC"),
-    _Later("mla", "mla_expand", "SPEC"),
-    _Later("mla", "mla_rotate", "SPEC"),
-    qk_norm.SPEC,
     rotate.SPEC,
     score.SPEC,
     scale.SPEC,
     softmax.SPEC,
     mix.SPEC,
-    _Later("mla", "mla_absorb", "SPEC"),
-    _Later("linear", "linear", "FEATURE"),
-    _Later("linear", "linear", "QUADRATIC"),
-    _Later("linear", "linear", "RECURRENT"),
-    _Later("deltanet", "deltanet_io", "CONV_STAGE"),
-    _Later("deltanet", "deltanet", "NORMALISE"),
-    _Later("deltanet", "deltanet", "GATES"),
-    _Later("deltanet", "deltanet", "DELTA"),
-    _Later("deltanet", "deltanet_io", "OUTPUT_NORM"),
-    gate.SPEC,
     concat.SPEC,
     wo.SPEC,
     # the backward pass, where the scenario has [backward] (docs/backward.md): each stage in its forward stage's module
     loss.SPEC,
     wo.BACKWARD,
-    gate.BACKWARD,
     mix.BACKWARD,
-    _Later("linear", "linear", "BACKWARD"),
-    _Later("deltanet", "deltanet", "BACKWARD"),
-    _Later("deltanet", "deltanet", "GATES_BACKWARD"),
     softmax.BACKWARD,
     scale.BACKWARD,
     score.BACKWARD,
     rotate.BACKWARD,
-    _Later("mla", "mla_rotate", "BACKWARD"),
-    _Later("mla", "mla_rotate", "KEY_BACKWARD"),
-    _Later("mla", "mla_expand", "BACKWARD"),
-    _Later("mla", "mla_compress", "BACKWARD"),
-    qk_norm.BACKWARD,
     project.BACKWARD,
     embed.BACKWARD,
     norm.BACKWARD,
 ]
 
-
+# a stage face's first item is the key of the stage it follows, or this prefix and the key of the stage it precedes
+BEFORE = "before:"
 
 
 def _has(table: Table[object]) -> Callable[[Any], bool]:
     return lambda sc: table.of(sc) is not None
 
 
+def _at(key: str) -> int:
+    return next(i for i, s in enumerate(_REGISTRY) if isinstance(s, StageSpec) and s.stage.key == key)
+
+
 def _place_parts() -> None:
-    """Each part registered with its faces (core/variants/common.py Faces) is a family of its own, named by its
-    table: its stages go right after the stage each follows, in the order the part lists them."""
-    for table in TABLES:
-        if table.faces is None or not table.faces.stages:
+    """Each part registered with stages in its faces (core/variants/common.py Faces) puts them next to the stage
+    each names, in the order the part lists them: right after the stage it follows, or right before the one it
+    precedes (``before:key``). Parts are placed in FEATURES' order, the tables' first, then the keys that sit in
+    other tables ([[heads]]); where several name the same stage, the one placed later sits nearer it.
+    A table's stages are a family of its own, named by its key and loaded the first time a scenario has the
+    table; a key's stages are in every scenario's walk (their own ``runs`` says where they run), loaded here."""
+    owners: list[Table[Any] | Keys] = [*TABLES, *(f for f in FEATURES if isinstance(f, Keys))]
+    for owner in owners:
+        if owner.faces is None or not owner.faces.stages:
             continue
-        FAMILIES[table.key] = _has(table)
+        family = None
+        if isinstance(owner, Table):
+            family = owner.key
+            FAMILIES[family] = _has(owner)
         placed: dict[str, int] = {}  # the stage followed -> where the part's last stage after it went
-        for after, module, name in table.faces.stages:
-            if after not in placed:
-                placed[after] = next(i for i, s in enumerate(_REGISTRY)
-                                     if isinstance(s, StageSpec) and s.stage.key == after)
-            placed[after] += 1
-            _REGISTRY.insert(placed[after], _Later(table.key, module, name))
+        for anchor, module, name in owner.faces.stages:
+            entry: StageSpec | _Later = (_Later(family, module, name) if family is not None
+                                         else getattr(importlib.import_module(f"{__name__}.{module}"), name))
+            if anchor.startswith(BEFORE):
+                _REGISTRY.insert(_at(anchor.removeprefix(BEFORE)), entry)
+                continue
+            if anchor not in placed:
+                placed[anchor] = _at(anchor)
+            placed[anchor] += 1
+            _REGISTRY.insert(placed[anchor], entry)
 
 
 _place_parts()

@@ -10,16 +10,12 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from qkv_tui.core import part_questions as ask
-from qkv_tui.core.engine import HeadResult
-from qkv_tui.core.fmt import NEG_INF, fmt, is_integral, operand
+from qkv_tui.core.fmt import NEG_INF, fmt, is_integral
 from qkv_tui.core.part_masks import mask_note, mask_reason
 from qkv_tui.core.scenario import Matrix
-from qkv_tui.core.variants.alibi import TABLE as ALIBI
-from qkv_tui.kernels.alibi import Biased, alibi_bias
-from qkv_tui.kernels.policy import EXACT, round_to
+from qkv_tui.kernels.policy import EXACT
 from qkv_tui.kernels.softmax import Capped, masked_logits
-from qkv_tui.teach.arith import SIGNIFICANT, agrees, quotient_line, shown, significant
-from qkv_tui.teach.arith import tries as _places
+from qkv_tui.teach.arith import quotient_line, significant
 from qkv_tui.teach.stages import soft_cap
 from qkv_tui.teach.stages.common import (
     BIAS,
@@ -40,6 +36,7 @@ from qkv_tui.teach.stages.grads import BackwardSpec, formula_cell, grads, has_ba
 from qkv_tui.teach.stages.markdown import MarkdownPage
 from qkv_tui.teach.stages.printed import PrintedCells, PrintedChain, Table, exact
 from qkv_tui.teach.stages.replaced import softmax_runs
+from qkv_tui.teach.stages.terms import adds_term, term_lines
 
 if TYPE_CHECKING:  # the cost view's module loads on its first use
     from qkv_tui.core.cell_edit import InputCell
@@ -85,10 +82,9 @@ class Scale(StageSpec):
         if not hr.scale_is_default:
             text = _own_scale(hr.scale, hr.d_k, scale_origin(sc))
         text += soft_cap.meaning(list(trace.comp.heads) if head is None else [hr])
-        if ALIBI.of(sc) is not None:
-            text += (" ALiBi then adds slope·(j − i) to each scaled cell (after the division, as BLOOM's code does):"
-                     " 0 on the diagonal and more negative the further back the key, so nearer keys are favoured;"
-                     " the bias pane shows it, and the softmax takes the sum.")
+        lines = term_lines(trace.comp.heads)
+        if lines is not None:
+            text += lines.MEANING
         if sc.mask_kind == "sliding" and sc.window is not None:
             w = sc.window
             text += (f" The sliding window of {w} applies here: a token sees itself and the {w - 1} before it"
@@ -118,11 +114,10 @@ class Scale(StageSpec):
         work = quotient_line(float(head.scores[row, col]), trace.integral("scores", h), head.scale, symbol,
                              head.scale == round(head.scale), scaled, d)
         extra: tuple[str, ...] = ()
-        if head.part(Biased) is not None and comp.scenario.positions is not None and not capping:
-            work, term, bias_t = alibi_line(head, row, col, comp.scenario.positions,
-                                            trace.integral("scores", h), symbol, d, trace.hand)
-            extra = (f"ALiBi: {head.name}'s slope {head.need(Biased).slope or 0:g} times the distance"
-                     f" j − i; bias = {term} = {bias_t}",)
+        lines = term_lines([head])
+        if lines is not None and comp.scenario.positions is not None and not capping:
+            work, extra = lines.scaled_line(head, row, col, comp.scenario.positions, trace.integral("scores", h),
+                                            symbol, d, trace.hand)
         text = f"scaled[{q},{k}] = {work}"
         details: tuple[str, ...] = ()
         value = float(head.masked[row, col] if not capping else head.scaled[row, col])
@@ -140,7 +135,7 @@ class Scale(StageSpec):
             details = (f"the scenario sets scale = {given}" + (f" ({origin})" if origin is not None else "")
                        + f" instead of √dₖ = √{head.d_k}",)
         operands: tuple[Ref, ...] = (Ref("scores", h, row, col),)
-        if head.part(Biased) is not None and not capping:
+        if ask.term_name(head) is not None and not capping:
             operands += (Ref("bias", h, row, col),)
         return Operation(index, seg, row, col, value, operands, text, extra + details)
 
@@ -158,14 +153,14 @@ class Scale(StageSpec):
             return hr.scaled if name == "scaled" else hr.masked
         if name == "capped":
             raise KeyError(name)
-        return hr.masked if name == "scaled" else hr.read(Biased, lambda b: b.bias)  # type: ignore[return-value]
+        return hr.masked if name == "scaled" else ask.term(hr)  # type: ignore[return-value]
 
     def panes(self, trace: TraceContext, op: Operation) -> list[Key]:
         h = op.head
         if soft_cap.has_cap(trace, h):
-            bias = [("bias", h)] if ALIBI.of(trace.comp.scenario) is not None else []
+            bias = [("bias", h)] if adds_term(trace.comp.heads) else []
             return [("scores", h), ("scaled", h), *bias, ("capped", h)]
-        if ALIBI.of(trace.comp.scenario) is not None:
+        if adds_term(trace.comp.heads):
             return [("scores", h), ("bias", h), ("scaled", h)]
         return [("scores", h), ("scaled", h)]
 
@@ -177,13 +172,14 @@ class Scale(StageSpec):
     def title(self, trace: TraceContext, name: str, head: int | None) -> str:
         sc = trace.comp.scenario
         hr = trace.comp.heads[head] if head is not None else None
-        if name == "bias":
-            return f"bias = {hr.need(Biased).slope if hr is not None and hr.part(Biased) is not None else 0:g}·(j − i)"
+        lines = term_lines(trace.comp.heads)
+        if name == "bias" and lines is not None:
+            return str(lines.title(hr))
         divisor = "" if hr is None else (f"√{hr.d_k}" if hr.scale_is_default else f"{hr.scale:g}")
         masked = "" if sc.mask_kind == "none" else f" +{sc.mask_kind} mask"
         if sc.mask_kind == "sliding":
             masked = f" +sliding mask (window {sc.window})"
-        bias = " + bias" if ALIBI.of(sc) is not None else ""
+        bias = " + bias" if adds_term(trace.comp.heads) else ""
         if hr is not None and hr.part(Capped) is not None:
             return soft_cap.capped_title(trace, hr, masked) if name == "capped" else f"scaled = scores/{divisor}"
         return f"scaled = scores/{divisor}{bias}{masked}"
@@ -196,7 +192,7 @@ class Scale(StageSpec):
         parts = [FormulaPart(DIVIDE, f"/{scale}")]
         if soft_cap.has_cap(trace, h):
             parts.append(FormulaPart(DIVIDE, "→cap"))
-        if ALIBI.of(trace.comp.scenario) is not None:
+        if adds_term(trace.comp.heads):
             parts.append(FormulaPart(BIAS, " + bias"))
         return parts
 
@@ -213,16 +209,16 @@ class Scale(StageSpec):
         out = [f"Divide by {divisor}." + (" Masked cells are −∞." if not sc.allow.all() else ""), ""]
         if hr.part(Capped) is not None:
             c = soft_cap.cap_text(hr.need(Capped).softcap)
-            bias = " + bias" if hr.part(Biased) is not None else ""
-            if hr.part(Biased) is not None:
-                out += [f"ALiBi bias, slope {hr.need(Biased).slope:g} · (j − i), added after the cap:", "",
-                        page.table("bias", head), ""]
+            lines = term_lines([hr])
+            bias = " + bias" if lines is not None else ""
+            if lines is not None:
+                out += lines.markdown(page, hr, head, after_step=True)
             out += [page.table("scaled", head), "", f"Soft-cap each scaled score: {c}·tanh(scaled/{c}){bias}"
                     " (the softmax's input):", "", page.table("capped", head), "", *page.worked(self.stage.key, head)]
             return out
-        if hr.part(Biased) is not None:
-            out += [f"ALiBi bias, slope {hr.need(Biased).slope:g} · (j − i):", "", page.table("bias", head), "",
-                    "scaled + bias (the softmax's input):", ""]
+        lines = term_lines([hr])
+        if lines is not None:
+            out += lines.markdown(page, hr, head, after_step=False)
         return [*out, page.table("scaled", head), "", *page.worked(self.stage.key, head)]
 
     def markdown_details(self, op: Operation) -> tuple[str, ...]:
@@ -235,17 +231,16 @@ class Scale(StageSpec):
         scores = chain.printed[f"scores.{h}"]
         divisor = f"√{hr.d_k}" if hr.scale_is_default else exact(hr.scale)
         quotient = page.worked(scores.values / page.divisor(hr.scale))  # (n, m) from the printed scores
-        alibi = ""
-        alibi_terms: Matrix | None = None
-        if ALIBI.of(sc) is not None:
-            assert sc.positions is not None
-            alibi_terms = alibi_bias(_printed_slopes(chain)[h], sc.positions)  # (n, n) slope·(j − i), from the printed slope
-            alibi = " + slope·(j − i)"
+        added = ""
+        terms: Matrix | None = None
+        lines = term_lines(chain.comp.heads)
+        if lines is not None:
+            terms, added = lines.printed_terms(chain, h)  # (n, m) the term from its printed inputs, and its words
         if hr.part(Capped) is not None:
-            return soft_cap.worksheet_tables(chain, h, quotient, alibi_terms, divisor)
-        logits = EXACT.logits(quotient, alibi_terms)  # (n, m) before it is printed: its whole-number flag reads this
-        scaled = masked_logits(quotient, sc.allow, alibi_terms, page)  # (n, m) printed rounded, −∞ where masked
-        return [Table(f"scaled.{h}", "scaled", f"scaled = scores / {divisor}{alibi}", "scale", h, scaled, sc.labels,
+            return soft_cap.worksheet_tables(chain, h, quotient, terms, added, divisor)
+        logits = EXACT.logits(quotient, terms)  # (n, m) before it is printed: its whole-number flag reads this
+        scaled = masked_logits(quotient, sc.allow, terms, page)  # (n, m) printed rounded, −∞ where masked
+        return [Table(f"scaled.{h}", "scaled", f"scaled = scores / {divisor}{added}", "scale", h, scaled, sc.labels,
                       sc.key_labels, False, True, sc.allow,
                       whole=scores.whole and is_integral(np.where(sc.allow, logits, 0.0)))]
 
@@ -261,13 +256,10 @@ class Scale(StageSpec):
             own = float(ask.scenario_answer(sc, "divisor"))
         divisor = f"√{sc.heads[h].d_k}" if own is None else exact(own)
         score = cells.txt(f"scores.{h}", row, col)
-        if "slopes" not in cells.tables or sc.heads[h].softcap is not None:
-            return f"scaled[{q},{k}] = {score} / {divisor} = {answer}"
-        assert sc.positions is not None
-        slope = cells.txt("slopes", 0, h)
-        pi, pj = sc.positions[row], sc.positions[col]
-        return (f"scaled[{q},{k}] = scores[{q},{k}] / {divisor} + slope·(j − i)"
-                f" = {score} / {divisor} + {slope}·({pj} − {pi}) = {answer}")
+        lines = term_lines(cells.comp.heads)
+        line = None if lines is None or sc.heads[h].softcap is not None else lines.worksheet_line(
+            cells, h, row, col, score, divisor, answer)
+        return f"scaled[{q},{k}] = {score} / {divisor} = {answer}" if line is None else line
 
 
 SPEC = Scale()
@@ -327,74 +319,6 @@ def _own_scale(scale: float, d_k: int, origin: str | None = None) -> str:
                 f" walkthroughs do. {paper}")
     return (f"Divide every score by {scale:g}, the scale this scenario sets. {paper} Any division leaves which"
             " key scores highest in a row unchanged, only how sharp the softmax is.")
-
-
-# --- the ALiBi term ----------------------------------------------------------------------------
-
-
-def alibi_line(head: HeadResult, row: int, col: int, positions: tuple[int, ...], score_int: bool, symbol: str | None,
-               d: int, hand: int | None) -> tuple[str, str, str]:
-    """``4 / √3 + 0.25·(1 − 2) = 2.309 + (-0.250) = 2.059``, the bias term alone and its value, one precision for all."""
-    assert head.part(Biased) is not None
-    slope = head.need(Biased).slope
-    slope_int = slope == round(slope)
-    distance = positions[col] - positions[row]
-    score = float(head.scores[row, col])
-    scaled, bias = float(head.scaled[row, col]), float(head.need(Biased).bias[row, col])
-    result = fmt(scaled + bias, False, d)
-    div_int = head.scale == round(head.scale)
-    line, term, bias_t = "", "", ""
-    # as in quotient_line: fixed decimals first, then the quotient's operands in scientific notation (a tiny
-    # scale reads 0.000 at fixed decimals; a calculator needs its significant digits)
-    # (by hand the first form that can be divided by is the one written down)
-    forms = [(p, False) for p in _places(d, hand is not None)] + [(p, True) for p in range(d, SIGNIFICANT)]
-    for p, scientific in forms:
-        num_t = significant(score, score_int, p, scientific)
-        div_t = symbol if symbol is not None else significant(head.scale, div_int, p, scientific)
-        divisor = head.scale if symbol is not None else shown(div_t)
-        if divisor == 0:
-            continue
-        q_t, bias_t = fmt(scaled, False, p), fmt(bias, False, p)
-        given = repr(float(slope)) if not slope_int else str(int(slope))
-        # the slope as written in the file when it is short (0.25, 0.0625): by hand too it is used as given
-        slope_t = (f"({given})" if slope < 0 else given) if len(given) <= 10 else operand(slope, slope_int, p)
-        term = f"{slope_t}·({positions[col]} − {positions[row]})"
-        line = f"{num_t} / {div_t} + {term} = {operand(scaled, False, p)} + {operand(bias, False, p)} = {result}"
-        total = shown(q_t) + shown(bias_t)
-        sums = (abs(total - shown(result)) < 1e-9 * max(1.0, abs(total))) if p == d else agrees(total, result)
-        whole = agrees(shown(num_t) / divisor + shown(slope_t) * distance, result)  # the left side, redone, too
-        if hand is not None or (sums and whole and agrees(shown(num_t) / divisor, q_t)
-                                and agrees(shown(slope_t) * distance, bias_t)):
-            break
-    return line, term, bias_t
-
-
-def _printed_slopes(chain: PrintedChain) -> list[float]:
-    """The ALiBi slopes as printed (an input printed after the weights), one per head."""
-
-    def make() -> list[float]:
-        sc = chain.sc
-        table = ALIBI.of(sc)
-        assert table is not None and sc.positions is not None
-        places = _slope_places(chain.d, table.slopes, sc.positions)
-        slopes = [float(round_to(np.array(s), places)) if places is not None else s for s in table.slopes]
-        notes = (["the ALiBi paper code's default"] if table.default else []) + (
-            [f"rounded to {places} decimals"] if places is not None else [])
-        default = f" ({', '.join(notes)})" if notes else ""
-        chain.late_input(Table("slopes", "slope", f"ALiBi slopes{default}", "scale", None, np.array([slopes]), ("slope",),
-                               tuple(h.name for h in sc.heads), True, False, places=places))
-        return slopes
-
-    return chain.memo("slopes", make)
-
-
-def _slope_places(d: int, slopes: tuple[float, ...], positions: tuple[int, ...]) -> int | None:
-    """None when every slope is short enough to print as given (0.5, 0.0625); else decimals that keep
-    slope·(j − i) within a tenth of a unit of the page's last digit at the largest distance."""
-    if all(len(exact(s)) <= 8 for s in slopes):
-        return None
-    far = max(positions) - min(positions) if positions else 0
-    return d + 1 + len(str(max(1, far)))
 
 
 class ScaleBack(BackwardSpec):

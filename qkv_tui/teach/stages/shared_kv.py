@@ -7,9 +7,11 @@ from __future__ import annotations
 
 from types import MappingProxyType
 
+from qkv_tui.core import part_questions as ask
 from qkv_tui.core.engine import HeadResult
 from qkv_tui.core.scenario import Matrix
 from qkv_tui.core.shared_kv_part import ReusedKV
+from qkv_tui.core.variants import TABLES
 from qkv_tui.teach.stages.common import K_SLOT, V_SLOT, Key, Operation, Plan, Ref, Segment, Stage, StageSpec
 from qkv_tui.teach.stages.context import TraceContext
 from qkv_tui.teach.stages.markdown import MarkdownPage
@@ -51,8 +53,8 @@ class Reuse(StageSpec):
         r = _record(hr)
         L = r.source_layer
         sc = trace.comp.scenario
-        turned = [what for what, has in (("normed", sc.qk_norm is not None), ("turned by RoPE", sc.rope is not None))
-                  if has]
+        # what the scenario's tables do to Q alone here, in the order they act (FEATURES')
+        turned = [said for said in (ask.said_of(t.of(sc), "reuse.q") for t in TABLES) if said is not None]
         text = (f"K and V reused from layer {L}, not computed here. This layer has no W_K, W_V, k_norm or v_norm"
                 f" (Gemma 3n's last layers share K and V, transformers' Gemma3nTextAttention): it reads the keys and"
                 f" values layer {L} computed from its own input and cached (in Gemma 3n, K after layer {L}'s k_norm and"

@@ -11,16 +11,16 @@ import math
 
 import numpy as np
 
+from qkv_tui.core import part_questions as ask
 from qkv_tui.core.engine import HeadResult
 from qkv_tui.core.fmt import NEG_INF, fmt, operand
 from qkv_tui.core.scenario import Matrix
-from qkv_tui.core.variants.alibi import TABLE as ALIBI
-from qkv_tui.kernels.alibi import Biased
 from qkv_tui.kernels.softmax import Capped, masked_logits, soft_cap
 from qkv_tui.teach.arith import MAX_GUARD, SIGNIFICANT, agrees, shown, significant
 from qkv_tui.teach.stages.common import Operation, Ref, Segment, hround
 from qkv_tui.teach.stages.context import TraceContext
 from qkv_tui.teach.stages.printed import PrintedCells, PrintedChain, Table, exact
+from qkv_tui.teach.stages.terms import adds_term, term_lines
 
 
 def pull_note(scaled: float, capped: float, cap: float, d: int) -> str:
@@ -49,9 +49,9 @@ def _u_forms(p: int) -> list[tuple[int, bool]]:
 
 
 def capped_line(scaled: float, cap: float, result: str, d: int, hand: int | None,
-                bias: tuple[float, float, int, str] | None = None) -> str:
-    """``50·tanh(1.414/50) = 50·tanh(0.02828) = 1.414``, with ALiBi's term after it where ``bias`` is
-    (its value, the slope, the distance j − i, the term's text ``0.25·(1 − 2)``).
+                bias: tuple[float, float, str] | None = None) -> str:
+    """``50·tanh(1.414/50) = 50·tanh(0.02828) = 1.414``, with a part's term after it where ``bias`` is (its value,
+    its value redone from the operands its text shows, its text: ALiBi's ``0.25·(1 − 2)``).
 
     The score is shown at the line's places (by hand: as written down), s/c with the digits the cap's
     factor needs, and every ``=`` redoes on a calculator from the numbers on its left."""
@@ -67,11 +67,11 @@ def capped_line(scaled: float, cap: float, result: str, d: int, hand: int | None
         if bias is None:
             score_ok = agrees(capped, result)
         else:
-            value, slope, distance, term = bias
+            value, redone, term = bias
             bias_t = fmt(value, False, p)
             total = shown(cap_t) + shown(bias_t)
             sums = abs(total - shown(result)) < 1e-9 * max(1.0, abs(total)) if p == d else agrees(total, result)
-            score_ok = sums and agrees(slope * distance, bias_t) and agrees(capped + slope * distance, result)
+            score_ok = sums and agrees(redone, bias_t) and agrees(capped + redone, result)
         for q, scientific in _u_forms(p):
             u_t = significant(u, False, q, scientific)
             if bias is None:
@@ -100,18 +100,14 @@ def capped_operation(trace: TraceContext, index: int, seg: Segment, row: int, co
     bias = None
     extra: tuple[str, ...] = ()
     logit = float(hr.need(Capped).capped[row, col])
-    if hr.part(Biased) is not None and sc.positions is not None:
-        slope = float(hr.need(Biased).slope or 0.0)
-        distance = sc.positions[col] - sc.positions[row]
-        value = float(hr.need(Biased).bias[row, col])
-        slope_t = exact(slope)
-        term = f"{f'({slope_t})' if slope < 0 else slope_t}·({sc.positions[col]} − {sc.positions[row]})"
-        bias = (value, slope, distance, term)
+    lines = term_lines([hr])
+    if lines is not None and sc.positions is not None:
+        bias, said = lines.capped_term(hr, sc.positions, row, col)
+        value = bias[0]
         logit = float(hr.masked[row, col]) if allowed else logit + value
         if not allowed and trace.hand is not None:
             logit = hround(logit, trace.hand)
-        extra = (f"ALiBi: {hr.name}'s slope {slope:g} times the distance j − i, added after the cap;"
-                 f" bias = {term} = {fmt(value, False, d)}",)
+        extra = (f"{said} = {fmt(value, False, d)}",)
     cap = hr.need(Capped)
     text = f"capped[{q},{k}] = " + capped_line(float(hr.scaled[row, col]), cap.softcap, fmt(logit, False, d), d,
                                                trace.hand, bias)
@@ -120,7 +116,7 @@ def capped_operation(trace: TraceContext, index: int, seg: Segment, row: int, co
         text += f", masked → {NEG_INF}"
         details = (reason, *details)
     operands: tuple[Ref, ...] = (Ref("scaled", h, row, col),)
-    if hr.part(Biased) is not None:
+    if ask.term_name(hr) is not None:
         operands += (Ref("bias", h, row, col),)
     return Operation(index, seg, row, col, float(hr.masked[row, col]), operands, text, extra + details)
 
@@ -128,7 +124,7 @@ def capped_operation(trace: TraceContext, index: int, seg: Segment, row: int, co
 def capped_title(trace: TraceContext, hr: HeadResult, masked: str) -> str:
     assert hr.part(Capped) is not None
     c = cap_text(hr.need(Capped).softcap)
-    bias = " + bias" if ALIBI.of(trace.comp.scenario) is not None else ""
+    bias = " + bias" if adds_term(trace.comp.heads) else ""
     return f"capped = {c}·tanh(scaled/{c}){bias}{masked}"
 
 
@@ -151,7 +147,7 @@ def meaning(heads: list[HeadResult]) -> str:
 # --- the worksheet -----------------------------------------------------------------------------
 
 
-def worksheet_tables(chain: PrintedChain, h: int, quotient: Matrix, alibi_terms: Matrix | None,
+def worksheet_tables(chain: PrintedChain, h: int, quotient: Matrix, terms: Matrix | None, added: str,
                      divisor: str) -> list[Table]:
     """The printed ``scaled`` table (scores / scale, no mask yet), then ``capped`` worked from it."""
     sc, page = chain.sc, chain.page
@@ -160,13 +156,12 @@ def worksheet_tables(chain: PrintedChain, h: int, quotient: Matrix, alibi_terms:
     everywhere = np.ones_like(sc.allow)
     printed = page.table(quotient)  # (n, m) scores / scale, as printed
     capped = soft_cap(printed, hr.need(Capped).softcap, page)  # (n, m) from the printed scaled table
-    logits = masked_logits(capped, sc.allow, alibi_terms, page)  # (n, m) + bias, −∞ where masked
-    alibi = " + slope·(j − i)" if alibi_terms is not None else ""
+    logits = masked_logits(capped, sc.allow, terms, page)  # (n, m) + a part's term (``added``), −∞ where masked
     c = cap_text(hr.need(Capped).softcap)
     return [
         Table(f"scaled.{h}", "scaled", f"scaled = scores / {divisor}", "scale", h, printed, sc.labels, sc.key_labels,
               False, True, everywhere),
-        Table(f"capped.{h}", "capped", f"capped = {c}·tanh(scaled / {c}){alibi}", "scale", h, logits, sc.labels,
+        Table(f"capped.{h}", "capped", f"capped = {c}·tanh(scaled / {c}){added}", "scale", h, logits, sc.labels,
               sc.key_labels, False, True, sc.allow),
     ]
 
@@ -180,13 +175,10 @@ def worksheet_line(cells: PrintedCells, table: Table, row: int, col: int, answer
     assert cap is not None
     c = cap_text(cap)
     scaled = shown(cells.txt(f"scaled.{h}", row, col))  # as printed: the line starts from the page's number
-    if "slopes" not in cells.tables:
+    lines = term_lines(cells.comp.heads)
+    printed = None if lines is None else lines.printed_capped_term(cells, h, row, col)
+    if printed is None:
         return f"capped[{q},{k}] = {c}·tanh(scaled[{q},{k}] / {c}) = " + capped_line(scaled, cap, answer, cells.d, None)
-    assert sc.positions is not None
-    slope_t = cells.txt("slopes", 0, h)
-    pi, pj = sc.positions[row], sc.positions[col]
-    term = f"{f'({slope_t})' if slope_t.startswith('-') else slope_t}·({pj} − {pi})"
-    slope = shown(slope_t)
-    bias = (slope * (pj - pi), slope, pj - pi, term)
-    return (f"capped[{q},{k}] = {c}·tanh(scaled[{q},{k}] / {c}) + slope·(j − i) = "
+    bias, added = printed
+    return (f"capped[{q},{k}] = {c}·tanh(scaled[{q},{k}] / {c}){added} = "
             + capped_line(scaled, cap, answer, cells.d, None, bias))
