@@ -113,7 +113,8 @@ class Faces:
     """
 
     head: str | None = None  # Run -> (head index -> PartSpec | None) | None, as core/head_parts.py's builders
-    # (the key of the stage they follow, the module under qkv_tui.teach.stages, the StageSpec's name), in walk order
+    # (the key of the stage they follow, or "before:KEY" of the one they precede; the module under
+    # qkv_tui.teach.stages; the StageSpec's name), in walk order (teach/stages/__init__.py places them)
     stages: tuple[tuple[str, str, str], ...] = ()
     json: str | None = None  # (scenario, norm, write_fields) -> the document's fields: [("name", value)] or []
     # how --compare holds a learner's numbers against a head with this part, in a few words (core/diagnose.py
