@@ -36,7 +36,7 @@ class DiffSpec(PartSpec):
         h = self.head
         earlier = p.shared_part(DiffForward)
         f = diff_forward(p.X, p.X_kv, h.W_Q, h.W_K, h.W_V, h.b_Q, h.b_K, h.b_V, p.allow, self.diff, scale=self.scale,
-                         turn=self.turn, bias=p.bias, softcap=p.softcap, shared=earlier, policy=p.policy)
+                         turn=self.turn, bias=p.bias, step=p.step, shared=earlier, policy=p.policy)
         p.notes["differential"] = f
         m = f.map_1.softmax
         # the first map's steps, the weights that multiply V, and the head's output: what every head's result holds

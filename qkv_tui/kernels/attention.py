@@ -12,7 +12,7 @@ import numpy as np
 
 from qkv_tui.kernels.norm import Normed, QKNormed, normalise
 from qkv_tui.kernels.policy import EXACT, Policy
-from qkv_tui.kernels.softmax import Capped, SoftmaxRows, Sunk, masked_logits, soft_cap, softmax_rows
+from qkv_tui.kernels.softmax import SoftmaxRows, Sunk, masked_logits, softmax_rows
 from qkv_tui.kernels.stats import Matrix
 
 P = TypeVar("P")
@@ -24,6 +24,12 @@ class Turn:
     cos: Matrix
     sin: Matrix
     pairs: Sequence[tuple[int, int]]
+
+
+class ScoresStep(Protocol):
+    """A part's step on the scaled scores before any term and the mask (the soft-cap's c·tanh(s/c))."""
+
+    def scores_step(self, scaled: Matrix, policy: Policy = ...) -> Matrix: ...
 
 
 class SharedKV(Protocol):
@@ -47,16 +53,11 @@ class Attended:
     scores: Matrix  # (n, m) Q_used K_usedᵀ
     scaled: Matrix  # (n, m) scores / divisor
     bias: Matrix | None  # (n, m) the ALiBi bias as kept
-    masked: Matrix  # (n, m) scaled (capped) + bias, −∞ where the mask forbids
+    masked: Matrix  # (n, m) scaled (stepped) + bias, −∞ where the mask forbids
     softmax: SoftmaxRows
     output: Matrix  # (n, d_v) weights V
-    capped: Matrix | None = None  # (n, m) softcap·tanh(scaled / softcap); None without a soft-cap
-
-    @property
-    def stepped(self) -> Matrix | None:
-        """(n, m) the scaled scores after a part's step on them, before any term (the soft-cap's); None
-        without one."""
-        return self.capped
+    stepped: Matrix | None = None  # (n, m) the scaled scores after a part's step on them (the soft-cap's); None
+    # without one
 
 
 @dataclass(eq=False)
@@ -78,7 +79,7 @@ class HeadPass:
     K_used: Matrix  # (m, d_k)
     bias: Matrix | None = None  # (n, m) added to the scaled scores
     sink: float | None = None  # a logit that joins each row's sum
-    softcap: float | None = None  # the scaled scores are soft-capped at it
+    step: ScoresStep | None = None  # a step on the scaled scores before the bias (the soft-cap)
     records: list[object] = field(default_factory=list)  # each part's own record, in the order they ran
     notes: dict[str, object] = field(default_factory=dict)  # what one part keeps between its own hooks
 
@@ -149,20 +150,6 @@ class SinkSpec(PartSpec):
 
 
 @dataclass(frozen=True, eq=False)
-class CapSpec(PartSpec):
-    """The soft-cap as a part: the scaled scores become softcap·tanh(scaled / softcap) before the bias."""
-
-    softcap: float
-
-    def before_score(self, p: HeadPass) -> None:
-        p.softcap = self.softcap
-
-    def after_mix(self, p: HeadPass, attended: Attended) -> None:
-        assert attended.capped is not None
-        p.records.append(Capped(attended.capped, self.softcap))
-
-
-@dataclass(frozen=True, eq=False)
 class Forward:
     """One head: the projections and what was attended, with each part's record in the order they ran."""
 
@@ -185,15 +172,15 @@ def project(X: Matrix, W: Matrix, b: Matrix | None, policy: Policy = EXACT) -> M
 
 
 def attend(Q: Matrix, K: Matrix, V: Matrix, allow: np.ndarray, scale: float, bias: Matrix | None = None,
-           sink: float | None = None, policy: Policy = EXACT, softcap: float | None = None) -> Attended:
+           sink: float | None = None, policy: Policy = EXACT, step: ScoresStep | None = None) -> Attended:
     """softmax(Q Kᵀ / scale + bias) V for Queries (n, d_k) and Keys (m, d_k) as scored, Values (m, d_v);
-    with ``softcap`` the scaled scores are soft-capped before the bias and the mask."""
+    with ``step`` the scaled scores are stepped (soft-capped) before the bias and the mask."""
     divisor = policy.divisor(scale)
     scores = policy.table(policy.matmul(Q, K.T))  # (n, m)
     scaled = policy.worked(scores / divisor)  # (n, m)
-    capped = None if softcap is None else frozen(soft_cap(scaled, softcap, policy))  # (n, m)
+    stepped = None if step is None else frozen(step.scores_step(scaled, policy))  # (n, m)
     kept_bias = None if bias is None else policy.worked(bias)  # (n, m)
-    masked = masked_logits(scaled if capped is None else capped, allow, kept_bias, policy)  # (n, m)
+    masked = masked_logits(scaled if stepped is None else stepped, allow, kept_bias, policy)  # (n, m)
     soft = softmax_rows(masked, sink, policy)
     output = policy.table(policy.matmul(soft.weights, V))  # (n, d_v)
     for a in (scores, scaled, masked, soft.row_max, soft.exps, soft.row_sum, soft.weights, output):
@@ -202,7 +189,7 @@ def attend(Q: Matrix, K: Matrix, V: Matrix, allow: np.ndarray, scale: float, bia
         frozen(soft.sink_exp)
     if kept_bias is not None and kept_bias is not bias:  # the caller's own array is the caller's to freeze
         frozen(kept_bias)
-    return Attended(divisor, scores, scaled, kept_bias, masked, soft, output, capped)
+    return Attended(divisor, scores, scaled, kept_bias, masked, soft, output, stepped)
 
 
 def head_forward(X: Matrix, X_kv: Matrix, W_Q: Matrix, W_K: Matrix, W_V: Matrix, b_Q: Matrix | None,
@@ -232,7 +219,7 @@ def scored(p: HeadPass, parts: Sequence[PartSpec]) -> Attended:
         part.before_score(p)
     attended = next((a for a in (part.attend(p) for part in parts) if a is not None), None)
     if attended is None:
-        attended = attend(p.Q_used, p.K_used, p.V, p.allow, p.scale, p.bias, p.sink, p.policy, p.softcap)
+        attended = attend(p.Q_used, p.K_used, p.V, p.allow, p.scale, p.bias, p.sink, p.policy, p.step)
     for part in parts:
         part.after_mix(p, attended)
     return attended

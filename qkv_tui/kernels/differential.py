@@ -24,11 +24,11 @@ from typing import ClassVar
 
 import numpy as np
 
-from qkv_tui.kernels.attention import Turn, frozen, project
+from qkv_tui.kernels.attention import ScoresStep, Turn, frozen, project
 from qkv_tui.kernels.norm import Normed, normalise
 from qkv_tui.kernels.policy import EXACT, Policy
 from qkv_tui.kernels.rope import rotate
-from qkv_tui.kernels.softmax import SoftmaxRows, masked_logits, soft_cap, softmax_rows
+from qkv_tui.kernels.softmax import SoftmaxRows, masked_logits, softmax_rows
 from qkv_tui.kernels.stats import Matrix
 
 
@@ -175,12 +175,12 @@ def diff_lambda(head: DiffHead, policy: Policy = EXACT) -> DiffLambda:
     return DiffLambda(dot_1, dot_2, lambda_1, lambda_2, init, kept(lambda_1 - lambda_2 + init))
 
 
-def _map(Q: Matrix, K: Matrix, allow: np.ndarray, divisor: float, bias: Matrix | None, softcap: float | None,
+def _map(Q: Matrix, K: Matrix, allow: np.ndarray, divisor: float, bias: Matrix | None, step: ScoresStep | None,
          policy: Policy) -> DiffMap:
     """One map: Score, Scale, the soft-cap and the bias, the mask, Softmax (kernels/attention.py's attend, without Mix)."""
     scores = policy.table(policy.matmul(Q, K.T))  # (n, m)
     scaled = policy.worked(scores / divisor)  # (n, m)
-    capped = None if softcap is None else frozen(soft_cap(scaled, softcap, policy))  # (n, m)
+    capped = None if step is None else frozen(step.scores_step(scaled, policy))  # (n, m)
     masked = masked_logits(scaled if capped is None else capped, allow, bias, policy)  # (n, m)
     soft = softmax_rows(masked, None, policy)
     for a in (scores, scaled, masked, soft.row_max, soft.exps, soft.row_sum, soft.weights):
@@ -191,7 +191,7 @@ def _map(Q: Matrix, K: Matrix, allow: np.ndarray, divisor: float, bias: Matrix |
 def diff_forward(X: Matrix, X_kv: Matrix, W_Q: Matrix, W_K: Matrix, W_V: Matrix, b_Q: Matrix | None,
                  b_K: Matrix | None, b_V: Matrix | None, allow: np.ndarray, head: DiffHead, *,
                  scale: float | None = None, turn: Turn | None = None, bias: Matrix | None = None,
-                 softcap: float | None = None, shared: DiffForward | None = None,
+                 step: ScoresStep | None = None, shared: DiffForward | None = None,
                  policy: Policy = EXACT) -> DiffForward:
     """One differential head. ``X`` is what the Query projection reads (already normalised), ``X_kv`` what the
     Keys and Values read; ``scale`` divides both maps' scores (None: √d, the half width); ``turn`` is RoPE's for
@@ -212,8 +212,8 @@ def diff_forward(X: Matrix, X_kv: Matrix, W_Q: Matrix, W_K: Matrix, W_V: Matrix,
     Q_used, K_used = (Q if Q_rot is None else Q_rot), (K if K_rot is None else K_rot)
     divisor = policy.divisor(math.sqrt(d) if scale is None else scale)
     kept_bias = None if bias is None else policy.worked(bias)  # (n, m) one bias for both maps
-    map_1 = _map(Q_used[:, :d], K_used[:, :d], allow, divisor, kept_bias, softcap, policy)
-    map_2 = _map(Q_used[:, d:], K_used[:, d:], allow, divisor, kept_bias, softcap, policy)
+    map_1 = _map(Q_used[:, :d], K_used[:, :d], allow, divisor, kept_bias, step, policy)
+    map_2 = _map(Q_used[:, d:], K_used[:, d:], allow, divisor, kept_bias, step, policy)
     lam = diff_lambda(head, policy)
     # the Subtract step, cell by cell: λ·p₂ written down, then p₁ minus it; a masked cell is 0 in both maps, and
     # np.where keeps it the exact 0 it is (λ < 0 would make λ·0 a −0.0)

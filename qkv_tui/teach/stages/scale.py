@@ -17,7 +17,8 @@ from qkv_tui.core.scenario import Matrix
 from qkv_tui.core.variants.alibi import TABLE as ALIBI
 from qkv_tui.kernels.alibi import Biased, alibi_bias
 from qkv_tui.kernels.policy import EXACT, round_to
-from qkv_tui.kernels.softmax import Capped, masked_logits
+from qkv_tui.kernels.softcap import Capped
+from qkv_tui.kernels.softmax import masked_logits
 from qkv_tui.teach.arith import SIGNIFICANT, agrees, quotient_line, shown, significant
 from qkv_tui.teach.arith import tries as _places
 from qkv_tui.teach.stages import soft_cap
