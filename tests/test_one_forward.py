@@ -29,7 +29,7 @@ from qkv_tui.core.variants.alibi import TABLE as ALIBI
 from qkv_tui.edges.worksheet.chain import Table, chain, kv_owners
 from qkv_tui.kernels.alibi import Biased
 from qkv_tui.kernels.rope import Rotated
-from qkv_tui.kernels.softmax import Sunk
+from qkv_tui.kernels.sinks import Sunk
 from qkv_tui.teach.handcalc import compute_hand
 
 from .variants_cases import ModernCase, modern_cases, reference

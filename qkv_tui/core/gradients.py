@@ -24,8 +24,8 @@ from qkv_tui.kernels.norm import QKNormed
 from qkv_tui.kernels.norm_backward import norm_backward
 from qkv_tui.kernels.policy import EXACT, ByHand, Policy
 from qkv_tui.kernels.sharing import kv_owners
+from qkv_tui.kernels.sinks import Sunk
 from qkv_tui.kernels.softcap import Capped
-from qkv_tui.kernels.softmax import Sunk
 
 if TYPE_CHECKING:  # [linear]'s, [deltanet]'s and [mla]'s backward kernels load with a scenario that has them
     from qkv_tui.kernels.cross_entropy import CrossEntropy

@@ -26,8 +26,8 @@ from qkv_tui.kernels.alibi import Biased
 from qkv_tui.kernels.gate import Gated
 from qkv_tui.kernels.norm import QKNormed
 from qkv_tui.kernels.rope import Rotated
+from qkv_tui.kernels.sinks import Sunk
 from qkv_tui.kernels.softcap import Capped
-from qkv_tui.kernels.softmax import Sunk
 
 _CHUNK = 1 << 16  # characters gathered before each write: few calls, little memory
 _NEG_INF = float("-inf")

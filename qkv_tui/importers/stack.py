@@ -195,7 +195,7 @@ def attention_forward(layer: Layer, rope: Rope | None, x: Array) -> Array:
             q, k = rope.rotate(q), rope.rotate(k)
         sink = None if layer.sinks is None else float(layer.sinks[h])
         step = None if layer.softcap is None else CapSpec(layer.softcap)
-        out = attend(q, k, v, allow, scale, sink=sink, step=step).output  # (n, d_v)
+        out = attend(q, k, v, allow, scale, beside=sink, step=step).output  # (n, d_v)
         if layer.W_G is not None:  # the engine's gate: σ of the normed input's own columns for this head
             out = gate(x, layer.W_G[:, h * d_v:(h + 1) * d_v], out).gated
         outputs.append(out)

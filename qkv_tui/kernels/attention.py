@@ -12,7 +12,7 @@ import numpy as np
 
 from qkv_tui.kernels.norm import Normed, QKNormed, normalise
 from qkv_tui.kernels.policy import EXACT, Policy
-from qkv_tui.kernels.softmax import SoftmaxRows, Sunk, masked_logits, softmax_rows
+from qkv_tui.kernels.softmax import SoftmaxRows, masked_logits, softmax_rows
 from qkv_tui.kernels.stats import Matrix
 
 P = TypeVar("P")
@@ -78,7 +78,7 @@ class HeadPass:
     Q_used: Matrix  # (n, d_k) the Queries as scored
     K_used: Matrix  # (m, d_k)
     bias: Matrix | None = None  # (n, m) added to the scaled scores
-    sink: float | None = None  # a logit that joins each row's sum
+    beside: float | None = None  # a logit beside the map, with no Value, that joins each row's sum (a sink)
     step: ScoresStep | None = None  # a step on the scaled scores before the bias (the soft-cap)
     records: list[object] = field(default_factory=list)  # each part's own record, in the order they ran
     notes: dict[str, object] = field(default_factory=dict)  # what one part keeps between its own hooks
@@ -136,20 +136,6 @@ class QKNormHead(PartSpec):
 
 
 @dataclass(frozen=True, eq=False)
-class SinkSpec(PartSpec):
-    """An attention sink as a part: a logit that joins each row's sum."""
-
-    sink: float
-
-    def before_score(self, p: HeadPass) -> None:
-        p.sink = self.sink
-
-    def after_mix(self, p: HeadPass, attended: Attended) -> None:
-        assert attended.softmax.sink_exp is not None
-        p.records.append(Sunk(self.sink, attended.softmax.sink_exp))
-
-
-@dataclass(frozen=True, eq=False)
 class Forward:
     """One head: the projections and what was attended, with each part's record in the order they ran."""
 
@@ -172,7 +158,7 @@ def project(X: Matrix, W: Matrix, b: Matrix | None, policy: Policy = EXACT) -> M
 
 
 def attend(Q: Matrix, K: Matrix, V: Matrix, allow: np.ndarray, scale: float, bias: Matrix | None = None,
-           sink: float | None = None, policy: Policy = EXACT, step: ScoresStep | None = None) -> Attended:
+           beside: float | None = None, policy: Policy = EXACT, step: ScoresStep | None = None) -> Attended:
     """softmax(Q Kᵀ / scale + bias) V for Queries (n, d_k) and Keys (m, d_k) as scored, Values (m, d_v);
     with ``step`` the scaled scores are stepped (soft-capped) before the bias and the mask."""
     divisor = policy.divisor(scale)
@@ -181,12 +167,12 @@ def attend(Q: Matrix, K: Matrix, V: Matrix, allow: np.ndarray, scale: float, bia
     stepped = None if step is None else frozen(step.scores_step(scaled, policy))  # (n, m)
     kept_bias = None if bias is None else policy.worked(bias)  # (n, m)
     masked = masked_logits(scaled if stepped is None else stepped, allow, kept_bias, policy)  # (n, m)
-    soft = softmax_rows(masked, sink, policy)
+    soft = softmax_rows(masked, beside, policy)
     output = policy.table(policy.matmul(soft.weights, V))  # (n, d_v)
     for a in (scores, scaled, masked, soft.row_max, soft.exps, soft.row_sum, soft.weights, output):
         frozen(a)
-    if soft.sink_exp is not None:
-        frozen(soft.sink_exp)
+    if soft.beside_exp is not None:
+        frozen(soft.beside_exp)
     if kept_bias is not None and kept_bias is not bias:  # the caller's own array is the caller's to freeze
         frozen(kept_bias)
     return Attended(divisor, scores, scaled, kept_bias, masked, soft, output, stepped)
@@ -219,7 +205,7 @@ def scored(p: HeadPass, parts: Sequence[PartSpec]) -> Attended:
         part.before_score(p)
     attended = next((a for a in (part.attend(p) for part in parts) if a is not None), None)
     if attended is None:
-        attended = attend(p.Q_used, p.K_used, p.V, p.allow, p.scale, p.bias, p.sink, p.policy, p.step)
+        attended = attend(p.Q_used, p.K_used, p.V, p.allow, p.scale, p.bias, p.beside, p.policy, p.step)
     for part in parts:
         part.after_mix(p, attended)
     return attended

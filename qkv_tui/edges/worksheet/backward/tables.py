@@ -40,8 +40,8 @@ from qkv_tui.kernels.norm import Normed, QKNormed, norm_root
 from qkv_tui.kernels.norm_backward import row_means
 from qkv_tui.kernels.policy import PrintedPage, round_to
 from qkv_tui.kernels.rope import Rotated
+from qkv_tui.kernels.sinks import Sunk
 from qkv_tui.kernels.softcap import Capped
-from qkv_tui.kernels.softmax import Sunk
 from qkv_tui.teach.stages.common import Stage, StageSpec
 from qkv_tui.teach.stages.printed import PrintedCells, PrintedChain, Table, exact, idx, kv_owners
 from qkv_tui.teach.stages.rotate import _trig_tables
