@@ -20,9 +20,9 @@ from qkv_tui.core.variants.common import face
 from qkv_tui.kernels.attention import Turn
 from qkv_tui.kernels.attention_backward import AttendBack, GateBack, attend_backward, gate_backward, rotate_back
 from qkv_tui.kernels.gate import Gated
-from qkv_tui.kernels.norm import QKNormed
 from qkv_tui.kernels.norm_backward import norm_backward
 from qkv_tui.kernels.policy import EXACT, ByHand, Policy
+from qkv_tui.kernels.qk_norm import QKNormed
 from qkv_tui.kernels.sharing import kv_owners
 from qkv_tui.kernels.sinks import Sunk
 from qkv_tui.kernels.softcap import Capped

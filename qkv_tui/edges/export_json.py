@@ -24,7 +24,7 @@ from qkv_tui.core.variants.common import face
 from qkv_tui.edges.export_grad import Nested, backward_parts
 from qkv_tui.kernels.alibi import Biased
 from qkv_tui.kernels.gate import Gated
-from qkv_tui.kernels.norm import QKNormed
+from qkv_tui.kernels.qk_norm import QKNormed
 from qkv_tui.kernels.rope import Rotated
 from qkv_tui.kernels.sinks import Sunk
 from qkv_tui.kernels.softcap import Capped

@@ -16,12 +16,13 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from qkv_tui.kernels.attention import Turn, attend, project, qk_normalise
+from qkv_tui.kernels.attention import Turn, attend, project
 from qkv_tui.kernels.deltanet_layer import DeltaLayerWeights, deltanet_layer
 from qkv_tui.kernels.gate import gate
 from qkv_tui.kernels.mla import MlaWeights, mla_head, mla_shared
 from qkv_tui.kernels.norm import normalise
 from qkv_tui.kernels.policy import EXACT
+from qkv_tui.kernels.qk_norm import qk_normalise
 from qkv_tui.kernels.rope import angles_at, pairs, turn
 from qkv_tui.kernels.rope_scaling import inv_freq, turn_scaled, yarn_default_factor
 from qkv_tui.kernels.sharing import kv_head_of

@@ -10,7 +10,6 @@ from typing import ClassVar, Protocol, TypeVar
 
 import numpy as np
 
-from qkv_tui.kernels.norm import Normed, QKNormed, normalise
 from qkv_tui.kernels.policy import EXACT, Policy
 from qkv_tui.kernels.softmax import SoftmaxRows, masked_logits, softmax_rows
 from qkv_tui.kernels.stats import Matrix
@@ -113,29 +112,6 @@ class PartSpec:
 
 
 @dataclass(frozen=True, eq=False)
-class QKNormHead(PartSpec):
-    """QK-norm for one head: the gains of its Q and of its K/V head's K, and, where the norm runs over every
-    head's columns together, each row's statistics over the whole projection (None: over the head's d_k)."""
-
-    gamma_q: Matrix  # (d_k,)
-    gamma_k: Matrix  # (d_k,)
-    eps: float
-    q_rows: Normed | None = None  # (n,) statistics of each token's whole query projection
-    k_rows: Normed | None = None  # (m,) statistics of each token's whole key projection
-
-    def before_score(self, p: HeadPass) -> None:
-        """Normalise each query and key row (before RoPE turns them); a head sharing an earlier head's K/V head
-        reuses its normalised Keys."""
-        Q_normed = qk_normalise(p.Q, self.gamma_q, self.eps, self.q_rows, p.policy)
-        earlier = p.shared_part(QKNormed)
-        K_normed = (qk_normalise(p.K, self.gamma_k, self.eps, self.k_rows, p.policy) if earlier is None
-                    else earlier.K_normed)
-        p.Q_turned = p.Q_used = Q_normed.X_norm
-        p.K_turned = p.K_used = K_normed.X_norm
-        p.records.append(QKNormed(Q_normed, K_normed))
-
-
-@dataclass(frozen=True, eq=False)
 class Forward:
     """One head: the projections and what was attended, with each part's record in the order they ran."""
 
@@ -209,12 +185,3 @@ def scored(p: HeadPass, parts: Sequence[PartSpec]) -> Attended:
     for part in parts:
         part.after_mix(p, attended)
     return attended
-
-
-def qk_normalise(M: Matrix, gamma: Matrix, eps: float, rows: Normed | None, policy: Policy = EXACT) -> Normed:
-    """RMSNorm of each row of Q or K (rows, d_k): over the row itself, or with the statistics of the whole
-    projection it was cut from (``rows``)."""
-    done = normalise(policy, "rms", M, gamma[None, :], None, eps, rows)
-    for a in (done.X_norm, done.spread, done.root):
-        frozen(a)
-    return done

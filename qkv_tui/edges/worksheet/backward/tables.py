@@ -36,9 +36,10 @@ from qkv_tui.edges.worksheet.backward.qk_all import qk_all, qk_all_covered, qk_a
 from qkv_tui.edges.worksheet.backward.state import linear_tables, linear_weights, printed_linear
 from qkv_tui.kernels.attention import Turn
 from qkv_tui.kernels.gate import Gated
-from qkv_tui.kernels.norm import Normed, QKNormed, norm_root
+from qkv_tui.kernels.norm import Normed, norm_root
 from qkv_tui.kernels.norm_backward import row_means
 from qkv_tui.kernels.policy import PrintedPage, round_to
+from qkv_tui.kernels.qk_norm import QKNormed
 from qkv_tui.kernels.rope import Rotated
 from qkv_tui.kernels.sinks import Sunk
 from qkv_tui.kernels.softcap import Capped
