@@ -42,7 +42,7 @@ class DiffSpec(PartSpec):
         # the first map's steps, the weights that multiply V, and the head's output: what every head's result holds
         soft = SoftmaxRows(m.row_max, m.exps, m.row_sum, f.weights, None)
         return Attended(f.divisor, f.map_1.scores, f.map_1.scaled, f.bias, f.map_1.masked, soft, f.output,
-                        f.map_1.capped)
+                        f.map_1.stepped)
 
     def after_mix(self, p: HeadPass, attended: Attended) -> None:
         f = p.notes["differential"]

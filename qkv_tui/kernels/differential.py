@@ -52,8 +52,8 @@ class DiffMap:
 
     scores: Matrix  # (n, m) Q_aK_aᵀ (the turned halves under RoPE)
     scaled: Matrix  # (n, m) scores / divisor
-    capped: Matrix | None  # (n, m) softcap·tanh(scaled / softcap); None without a soft-cap
-    masked: Matrix  # (n, m) the softmax's input: scaled (capped) + bias, −∞ where the mask forbids
+    stepped: Matrix | None  # (n, m) the scaled scores after a part's step (the soft-cap's); None without one
+    masked: Matrix  # (n, m) the softmax's input: scaled (stepped) + bias, −∞ where the mask forbids
     softmax: SoftmaxRows  # row_max, exps, row_sum and the weights, rows summing to 1
 
     @property
@@ -116,7 +116,7 @@ class DiffForward:
         """REFUSED, and the worksheet where the page has no tables for a step of this head (RoPE turning each
         half, a soft-cap, an ALiBi bias: teach/stages/differential_sheet.py prints the rest)."""
         missing = [what for what, has in (("[rope] (each half turned on its own)", self.turn is not None),
-                                          ("a soft-cap", self.map_1.capped is not None),
+                                          ("a soft-cap", self.map_1.stepped is not None),
                                           ("an ALiBi bias", self.bias is not None)) if has]
         if not missing:
             return self.REFUSED
@@ -180,12 +180,12 @@ def _map(Q: Matrix, K: Matrix, allow: np.ndarray, divisor: float, bias: Matrix |
     """One map: Score, Scale, the soft-cap and the bias, the mask, Softmax (kernels/attention.py's attend, without Mix)."""
     scores = policy.table(policy.matmul(Q, K.T))  # (n, m)
     scaled = policy.worked(scores / divisor)  # (n, m)
-    capped = None if step is None else frozen(step.scores_step(scaled, policy))  # (n, m)
-    masked = masked_logits(scaled if capped is None else capped, allow, bias, policy)  # (n, m)
+    stepped = None if step is None else frozen(step.scores_step(scaled, policy))  # (n, m)
+    masked = masked_logits(scaled if stepped is None else stepped, allow, bias, policy)  # (n, m)
     soft = softmax_rows(masked, None, policy)
     for a in (scores, scaled, masked, soft.row_max, soft.exps, soft.row_sum, soft.weights):
         frozen(a)
-    return DiffMap(scores, scaled, capped, masked, soft)
+    return DiffMap(scores, scaled, stepped, masked, soft)
 
 
 def diff_forward(X: Matrix, X_kv: Matrix, W_Q: Matrix, W_K: Matrix, W_V: Matrix, b_Q: Matrix | None,
