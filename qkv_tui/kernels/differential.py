@@ -75,8 +75,8 @@ class DiffLambda:
 
 @dataclass(frozen=True, eq=False)
 class DiffForward:
-    """One differential head, everything the stages show; every array read-only. ``K``, ``V``, ``K_rot`` and
-    ``K_normed`` are what a later query head reading the same K/V head reuses (kernels/attention.py's SharedKV)."""
+    """One differential head, everything the stages show; every array read-only. ``K``, ``V`` and ``K_rot`` are
+    what a later query head reading the same K/V head reuses."""
 
     Q: Matrix  # (n, 2d) [Q₁ | Q₂] as projected
     K: Matrix  # (m, 2d) [K₁ | K₂]
@@ -94,7 +94,6 @@ class DiffForward:
     norm: Normed  # the sub-norm of ``mixed``: its mean square (spread), root and normed rows (X_norm)
     factor: float  # 1 − λ_init as kept
     output: Matrix  # (n, 2d) (1 − λ_init)·normed: the head's output, what Concat joins
-    K_normed: Normed | None = None  # no QK-norm with [differential]: here for the SharedKV protocol
     head: DiffHead | None = None  # what it read: its λ vectors and sub-norm, and RoPE's turn for width d (the
     turn: Turn | None = None  # backward reads them again: read_back)
     own_stages: ClassVar[bool] = True  # its two maps replace the one-map stages (teach/stages/differential.py)
