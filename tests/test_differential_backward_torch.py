@@ -20,6 +20,7 @@ from qkv_tui.kernels.attention import Turn  # noqa: E402
 from qkv_tui.kernels.differential import DiffHead, diff_forward  # noqa: E402
 from qkv_tui.kernels.differential_backward import diff_backward  # noqa: E402
 from qkv_tui.kernels.rope import angles, pairs  # noqa: E402
+from qkv_tui.kernels.softcap import CapSpec  # noqa: E402
 
 TOL = 1e-10
 
@@ -107,7 +108,8 @@ def test_backward_is_autograds(case) -> None:
     eps = 1e-5
     spec = DiffHead(a["lambda_q1"], a["lambda_k1"], a["lambda_q2"], a["lambda_k2"], lambda_init, eps, a.get("gamma"))
     fwd = diff_forward(a["X"], a["X_kv"], a["W_Q"], a["W_K"], a["W_V"], a.get("b_Q"), a.get("b_K"), a.get("b_V"),
-                       allow, spec, turn=turn, bias=bias, softcap=softcap)
+                       allow, spec, turn=turn, bias=bias,
+                       step=None if softcap is None else CapSpec(softcap))
     t = {k: torch.tensor(v, requires_grad=True) for k, v in a.items()}
     out, A = _torch_forward(t, allow, d, turn, bias, softcap, lambda_init, eps, float(np.sqrt(d)))
     np.testing.assert_allclose(fwd.weights, A.detach().numpy(), rtol=0, atol=TOL)

@@ -10,7 +10,7 @@ from qkv_tui.core.part_questions import row_total
 from qkv_tui.core.scenario import parse_scenario
 from qkv_tui.core.ssd_part import SsdRecord
 from qkv_tui.kernels.deltanet import DeltaForward
-from qkv_tui.kernels.softmax import Sunk
+from qkv_tui.kernels.sinks import Sunk
 
 from .conftest import SCENARIOS
 from .strategies import Case, cases, reference

@@ -17,7 +17,7 @@ from qkv_tui.core.scenario import parse_scenario
 from qkv_tui.display.fused_view import fused_explanation
 from qkv_tui.display.modes import Modes
 from qkv_tui.display.presenter import Presenter
-from qkv_tui.kernels.softmax import Sunk
+from qkv_tui.kernels.sinks import Sunk
 from qkv_tui.teach.fused import fused
 from qkv_tui.teach.handcalc import compute_hand
 from qkv_tui.teach.stepper import Position

@@ -26,7 +26,8 @@ from qkv_tui.display.modes import Modes
 from qkv_tui.display.presenter import Presenter
 from qkv_tui.edges.export_markdown import to_markdown
 from qkv_tui.edges.export_toml import to_toml
-from qkv_tui.kernels.softmax import Capped, Sunk
+from qkv_tui.kernels.sinks import Sunk
+from qkv_tui.kernels.softcap import Capped
 from qkv_tui.teach.stepper import Position
 
 from .conftest import BASE, HEAD

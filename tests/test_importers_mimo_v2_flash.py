@@ -26,7 +26,7 @@ from qkv_tui.core.cost import kv_cache
 from qkv_tui.core.scenario import parse_scenario
 from qkv_tui.core.variants import value_scale
 from qkv_tui.edges.export_toml import to_toml
-from qkv_tui.kernels.softmax import Sunk
+from qkv_tui.kernels.sinks import Sunk
 
 from .test_importers_families import (
     TEXT,

@@ -29,7 +29,7 @@ from qkv_tui.core.variants.alibi import TABLE as ALIBI
 from qkv_tui.edges.worksheet.chain import Table, chain, kv_owners
 from qkv_tui.kernels.alibi import Biased
 from qkv_tui.kernels.rope import Rotated
-from qkv_tui.kernels.softmax import Sunk
+from qkv_tui.kernels.sinks import Sunk
 from qkv_tui.teach.handcalc import compute_hand
 
 from .variants_cases import ModernCase, modern_cases, reference
@@ -325,7 +325,7 @@ def test_no_module_outside_the_kernels_computes_a_kernel_itself(path: Path) -> N
 def test_the_kernels_hold_each_operation() -> None:
     found = {p.name: own_kernels(p.read_text(encoding="utf-8")) for p in (PACKAGE / "kernels").glob("*.py")}
     assert any("np.exp" in f for f in found["softmax.py"])
-    assert any("np.tanh" in f for f in found["softmax.py"])  # the soft-cap
+    assert any("np.tanh" in f for f in found["softcap.py"])  # the soft-cap
     assert any("rotation" in f for f in found["rope.py"])
     assert any("root" in f for f in found["norm.py"])
     assert any("mean of squares" in f for f in found["stats.py"])  # the overflow-safe row statistics

@@ -11,7 +11,7 @@ import numpy as np
 from qkv_tui.core.engine import compute
 from qkv_tui.core.gradients import gradients
 from qkv_tui.core.scenario import builtin_dir, parse_scenario
-from qkv_tui.kernels.softmax import Capped
+from qkv_tui.kernels.softcap import Capped
 from qkv_tui.teach.trace import Trace
 
 # softcap.toml's two heads (caps 5 and 50) with a dO, so the backward stages run

@@ -16,7 +16,7 @@ from qkv_tui.core.cell_edit import InputCell, apply_edit, input_cells, save_text
 from qkv_tui.core.scenario import parse_scenario
 from qkv_tui.edges.export_json import to_json
 from qkv_tui.edges.export_toml import to_toml
-from qkv_tui.kernels.norm import QKNormed
+from qkv_tui.kernels.qk_norm import QKNormed
 from qkv_tui.kernels.rope import Rotated
 from qkv_tui.teach.handcalc import compute_hand, round_to
 from qkv_tui.teach.stages import REGISTRY

@@ -14,7 +14,7 @@ from qkv_tui.core.ssd_part import SsdRecord
 from qkv_tui.display.view import hand_note
 from qkv_tui.kernels.deltanet import DeltaForward
 from qkv_tui.kernels.differential import DiffForward
-from qkv_tui.kernels.softmax import Sunk
+from qkv_tui.kernels.sinks import Sunk
 from qkv_tui.teach.handcalc import compute_hand, round_to
 from qkv_tui.teach.quiz import Score, check_choice, check_number, hide_result, parse_number, questions
 from qkv_tui.teach.trace import Trace

@@ -30,7 +30,8 @@ from qkv_tui.edges.export_markdown import to_markdown
 from qkv_tui.edges.export_toml import to_toml
 from qkv_tui.edges.worksheet.make import to_worksheet
 from qkv_tui.kernels.alibi import Biased
-from qkv_tui.kernels.softmax import Capped, Sunk
+from qkv_tui.kernels.sinks import Sunk
+from qkv_tui.kernels.softcap import Capped
 from qkv_tui.teach.decode import SCHEDULES, decode
 from qkv_tui.teach.handcalc import compute_hand, round_to
 from qkv_tui.teach.tiled import tiled

@@ -12,7 +12,7 @@ import numpy as np
 from qkv_tui.core.engine import compute
 from qkv_tui.core.scenario import builtin_dir, parse_scenario
 from qkv_tui.display.tiled_back_view import back_explanation
-from qkv_tui.kernels.softmax import Capped
+from qkv_tui.kernels.softcap import Capped
 from qkv_tui.teach.tiled import tiled
 from qkv_tui.teach.tiled_backward import TiledBackward, tiled_backward
 

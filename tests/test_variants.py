@@ -19,7 +19,7 @@ from qkv_tui.display.view import View
 from qkv_tui.edges.export_markdown import to_markdown
 from qkv_tui.kernels.alibi import Biased
 from qkv_tui.kernels.rope import Rotated
-from qkv_tui.kernels.softmax import Sunk
+from qkv_tui.kernels.sinks import Sunk
 from qkv_tui.teach.handcalc import compute_hand
 from qkv_tui.teach.trace import Trace
 

@@ -13,8 +13,8 @@ from qkv_tui.display.view import View
 from qkv_tui.edges.export_markdown import to_markdown
 from qkv_tui.edges.export_toml import to_toml
 from qkv_tui.kernels.gate import Gated
-from qkv_tui.kernels.norm import QKNormed
-from qkv_tui.kernels.softmax import Capped
+from qkv_tui.kernels.qk_norm import QKNormed
+from qkv_tui.kernels.softcap import Capped
 from qkv_tui.teach.decode import SCHEDULES, decode
 from qkv_tui.teach.handcalc import compute_hand
 from qkv_tui.teach.tiled import tiled

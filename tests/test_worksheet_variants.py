@@ -24,9 +24,9 @@ from qkv_tui.core.engine import Computation
 from qkv_tui.core.scenario import parse_scenario
 from qkv_tui.core.variants.alibi import TABLE as ALIBI
 from qkv_tui.edges.worksheet.make import WorksheetError, build
-from qkv_tui.kernels.norm import QKNormed
+from qkv_tui.kernels.qk_norm import QKNormed
 from qkv_tui.kernels.rope import Rotated
-from qkv_tui.kernels.softmax import Capped
+from qkv_tui.kernels.softcap import Capped
 
 from .conftest import MODEL_SCENARIOS, SCENARIOS, SOFTMAX_SCENARIOS, Run
 from .test_calculator import UnparsableError, check_text, evaluate

@@ -36,13 +36,13 @@ class DiffSpec(PartSpec):
         h = self.head
         earlier = p.shared_part(DiffForward)
         f = diff_forward(p.X, p.X_kv, h.W_Q, h.W_K, h.W_V, h.b_Q, h.b_K, h.b_V, p.allow, self.diff, scale=self.scale,
-                         turn=self.turn, bias=p.bias, softcap=p.softcap, shared=earlier, policy=p.policy)
+                         turn=self.turn, bias=p.bias, step=p.step, shared=earlier, policy=p.policy)
         p.notes["differential"] = f
         m = f.map_1.softmax
         # the first map's steps, the weights that multiply V, and the head's output: what every head's result holds
         soft = SoftmaxRows(m.row_max, m.exps, m.row_sum, f.weights, None)
         return Attended(f.divisor, f.map_1.scores, f.map_1.scaled, f.bias, f.map_1.masked, soft, f.output,
-                        f.map_1.capped)
+                        f.map_1.stepped)
 
     def after_mix(self, p: HeadPass, attended: Attended) -> None:
         f = p.notes["differential"]

@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from qkv_tui.core import part_questions as ask
 from qkv_tui.core.arrays import BoolMatrix, Matrix
 from qkv_tui.core.variants.indexer import TABLE, Indexer, run
 from qkv_tui.kernels.attention import PartSpec
@@ -96,13 +97,11 @@ class SelectSpec(PartSpec):
 
 
 def query_latent(run_: Any) -> Matrix:
-    """[mla]'s c_Q = q_norm(X̂·W_DQ), as the heads' own pass computes it (under the same policy): W_q reads it."""
-    from qkv_tui.kernels.mla import mla_shared
-
-    sc = run_.sc
-    shared = mla_shared(run_.X_in, sc.mla.weights(), None, run_.policy)
-    assert shared.c_Q is not None
-    return shared.c_Q
+    """The query latent W_q reads ([mla]'s c_Q), as the table that gives one (its query_latent_width) computes it
+    under the run's policy."""
+    giver: Any = next(t for t in ask.tables(run_.sc) if getattr(t, "query_latent_width", None) is not None)
+    c_Q: Matrix = giver.query_latent(run_.X_in, run_.policy)
+    return c_Q
 
 
 def indexer_part(run_: Any) -> Callable[[int], SelectSpec] | None:
@@ -114,7 +113,9 @@ def indexer_part(run_: Any) -> Callable[[int], SelectSpec] | None:
     ix = TABLE.of(sc)
     if ix is None:
         return None
-    rope = sc.rope if sc.mla is None else sc.mla.rope
+    # a table that builds the heads ([mla]) turns them by its own RoPE
+    builder: Any = next((t for t in ask.tables(sc) if getattr(t, "builds_heads", False) is True), None)
+    rope = sc.rope if builder is None else builder.rope
     with run_.quiet():
         c_Q = query_latent(run_) if ix.from_latent else None
         indexed = run(ix, run_.X_in, sc.allow, rope, c_Q, run_.policy)

@@ -1,5 +1,5 @@
 """[qk_norm] as a part of a head's pass: each query and key vector RMS-normalised before RoPE turns it
-(kernels/attention.py QKNormHead), built for core/head_parts.py's HEAD_PARTS."""
+(kernels/qk_norm.py QKNormHead), built for core/head_parts.py's HEAD_PARTS."""
 
 from __future__ import annotations
 
@@ -10,9 +10,10 @@ import numpy as np
 from qkv_tui.core.arrays import Matrix, Vector
 from qkv_tui.core.scenario import Scenario
 from qkv_tui.core.variants.qk_norm import QKNorm
-from qkv_tui.kernels.attention import QKNormHead, project
+from qkv_tui.kernels.attention import project
 from qkv_tui.kernels.norm import Normed, normalise
 from qkv_tui.kernels.policy import EXACT, Policy
+from qkv_tui.kernels.qk_norm import QKNormHead
 
 
 def qk_norms(sc: Scenario, X: Matrix, X_kv: Matrix, policy: Policy = EXACT) -> list[QKNormHead | None]:

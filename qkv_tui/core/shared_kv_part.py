@@ -16,7 +16,8 @@ import numpy as np
 from qkv_tui.core.arrays import Matrix
 from qkv_tui.core.variants.shared_kv import TABLE
 from qkv_tui.kernels.attention import Attended, HeadPass, PartSpec
-from qkv_tui.kernels.norm import Normed, QKNormed
+from qkv_tui.kernels.norm import Normed
+from qkv_tui.kernels.qk_norm import QKNormed
 from qkv_tui.kernels.rope import Rotated
 
 P = TypeVar("P")

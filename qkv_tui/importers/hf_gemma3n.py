@@ -45,7 +45,8 @@ from qkv_tui.importers.hf_tensors import lookup, prefix_of
 from qkv_tui.importers.safetensors_raw import TensorFiles
 from qkv_tui.importers.schedule import entry
 from qkv_tui.importers.stack import ACTIVATIONS, Array, Attention, Layer, Model, Norm, QkNorm, Rope, Tokenize
-from qkv_tui.kernels.attention import attend, qk_normalise
+from qkv_tui.kernels.attention import attend
+from qkv_tui.kernels.qk_norm import qk_normalise
 
 
 @dataclass(frozen=True)

@@ -16,15 +16,17 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from qkv_tui.kernels.attention import Turn, attend, project, qk_normalise
+from qkv_tui.kernels.attention import Turn, attend, project
 from qkv_tui.kernels.deltanet_layer import DeltaLayerWeights, deltanet_layer
 from qkv_tui.kernels.gate import gate
 from qkv_tui.kernels.mla import MlaWeights, mla_head, mla_shared
 from qkv_tui.kernels.norm import normalise
 from qkv_tui.kernels.policy import EXACT
+from qkv_tui.kernels.qk_norm import qk_normalise
 from qkv_tui.kernels.rope import angles_at, pairs, turn
 from qkv_tui.kernels.rope_scaling import inv_freq, turn_scaled, yarn_default_factor
 from qkv_tui.kernels.sharing import kv_head_of
+from qkv_tui.kernels.softcap import CapSpec
 from qkv_tui.kernels.softmax import softmax_rows
 
 Array = npt.NDArray[np.float64]
@@ -193,7 +195,8 @@ def attention_forward(layer: Layer, rope: Rope | None, x: Array) -> Array:
         if rope is not None and layer.rotary:
             q, k = rope.rotate(q), rope.rotate(k)
         sink = None if layer.sinks is None else float(layer.sinks[h])
-        out = attend(q, k, v, allow, scale, sink=sink, softcap=layer.softcap).output  # (n, d_v)
+        step = None if layer.softcap is None else CapSpec(layer.softcap)
+        out = attend(q, k, v, allow, scale, beside=sink, step=step).output  # (n, d_v)
         if layer.W_G is not None:  # the engine's gate: σ of the normed input's own columns for this head
             out = gate(x, layer.W_G[:, h * d_v:(h + 1) * d_v], out).gated
         outputs.append(out)

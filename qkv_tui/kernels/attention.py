@@ -10,9 +10,8 @@ from typing import ClassVar, Protocol, TypeVar
 
 import numpy as np
 
-from qkv_tui.kernels.norm import Normed, QKNormed, normalise
 from qkv_tui.kernels.policy import EXACT, Policy
-from qkv_tui.kernels.softmax import Capped, SoftmaxRows, Sunk, masked_logits, soft_cap, softmax_rows
+from qkv_tui.kernels.softmax import SoftmaxRows, masked_logits, softmax_rows
 from qkv_tui.kernels.stats import Matrix
 
 P = TypeVar("P")
@@ -24,6 +23,12 @@ class Turn:
     cos: Matrix
     sin: Matrix
     pairs: Sequence[tuple[int, int]]
+
+
+class ScoresStep(Protocol):
+    """A part's step on the scaled scores before any term and the mask (the soft-cap's c·tanh(s/c))."""
+
+    def scores_step(self, scaled: Matrix, policy: Policy = ...) -> Matrix: ...
 
 
 class SharedKV(Protocol):
@@ -47,16 +52,11 @@ class Attended:
     scores: Matrix  # (n, m) Q_used K_usedᵀ
     scaled: Matrix  # (n, m) scores / divisor
     bias: Matrix | None  # (n, m) the ALiBi bias as kept
-    masked: Matrix  # (n, m) scaled (capped) + bias, −∞ where the mask forbids
+    masked: Matrix  # (n, m) scaled (stepped) + bias, −∞ where the mask forbids
     softmax: SoftmaxRows
     output: Matrix  # (n, d_v) weights V
-    capped: Matrix | None = None  # (n, m) softcap·tanh(scaled / softcap); None without a soft-cap
-
-    @property
-    def stepped(self) -> Matrix | None:
-        """(n, m) the scaled scores after a part's step on them, before any term (the soft-cap's); None
-        without one."""
-        return self.capped
+    stepped: Matrix | None = None  # (n, m) the scaled scores after a part's step on them (the soft-cap's); None
+    # without one
 
 
 @dataclass(eq=False)
@@ -77,8 +77,8 @@ class HeadPass:
     Q_used: Matrix  # (n, d_k) the Queries as scored
     K_used: Matrix  # (m, d_k)
     bias: Matrix | None = None  # (n, m) added to the scaled scores
-    sink: float | None = None  # a logit that joins each row's sum
-    softcap: float | None = None  # the scaled scores are soft-capped at it
+    beside: float | None = None  # a logit beside the map, with no Value, that joins each row's sum (a sink)
+    step: ScoresStep | None = None  # a step on the scaled scores before the bias (the soft-cap)
     records: list[object] = field(default_factory=list)  # each part's own record, in the order they ran
     notes: dict[str, object] = field(default_factory=dict)  # what one part keeps between its own hooks
 
@@ -112,57 +112,6 @@ class PartSpec:
 
 
 @dataclass(frozen=True, eq=False)
-class QKNormHead(PartSpec):
-    """QK-norm for one head: the gains of its Q and of its K/V head's K, and, where the norm runs over every
-    head's columns together, each row's statistics over the whole projection (None: over the head's d_k)."""
-
-    gamma_q: Matrix  # (d_k,)
-    gamma_k: Matrix  # (d_k,)
-    eps: float
-    q_rows: Normed | None = None  # (n,) statistics of each token's whole query projection
-    k_rows: Normed | None = None  # (m,) statistics of each token's whole key projection
-
-    def before_score(self, p: HeadPass) -> None:
-        """Normalise each query and key row (before RoPE turns them); a head sharing an earlier head's K/V head
-        reuses its normalised Keys."""
-        Q_normed = qk_normalise(p.Q, self.gamma_q, self.eps, self.q_rows, p.policy)
-        earlier = p.shared_part(QKNormed)
-        K_normed = (qk_normalise(p.K, self.gamma_k, self.eps, self.k_rows, p.policy) if earlier is None
-                    else earlier.K_normed)
-        p.Q_turned = p.Q_used = Q_normed.X_norm
-        p.K_turned = p.K_used = K_normed.X_norm
-        p.records.append(QKNormed(Q_normed, K_normed))
-
-
-@dataclass(frozen=True, eq=False)
-class SinkSpec(PartSpec):
-    """An attention sink as a part: a logit that joins each row's sum."""
-
-    sink: float
-
-    def before_score(self, p: HeadPass) -> None:
-        p.sink = self.sink
-
-    def after_mix(self, p: HeadPass, attended: Attended) -> None:
-        assert attended.softmax.sink_exp is not None
-        p.records.append(Sunk(self.sink, attended.softmax.sink_exp))
-
-
-@dataclass(frozen=True, eq=False)
-class CapSpec(PartSpec):
-    """The soft-cap as a part: the scaled scores become softcap·tanh(scaled / softcap) before the bias."""
-
-    softcap: float
-
-    def before_score(self, p: HeadPass) -> None:
-        p.softcap = self.softcap
-
-    def after_mix(self, p: HeadPass, attended: Attended) -> None:
-        assert attended.capped is not None
-        p.records.append(Capped(attended.capped, self.softcap))
-
-
-@dataclass(frozen=True, eq=False)
 class Forward:
     """One head: the projections and what was attended, with each part's record in the order they ran."""
 
@@ -185,24 +134,24 @@ def project(X: Matrix, W: Matrix, b: Matrix | None, policy: Policy = EXACT) -> M
 
 
 def attend(Q: Matrix, K: Matrix, V: Matrix, allow: np.ndarray, scale: float, bias: Matrix | None = None,
-           sink: float | None = None, policy: Policy = EXACT, softcap: float | None = None) -> Attended:
+           beside: float | None = None, policy: Policy = EXACT, step: ScoresStep | None = None) -> Attended:
     """softmax(Q Kᵀ / scale + bias) V for Queries (n, d_k) and Keys (m, d_k) as scored, Values (m, d_v);
-    with ``softcap`` the scaled scores are soft-capped before the bias and the mask."""
+    with ``step`` the scaled scores are stepped (soft-capped) before the bias and the mask."""
     divisor = policy.divisor(scale)
     scores = policy.table(policy.matmul(Q, K.T))  # (n, m)
     scaled = policy.worked(scores / divisor)  # (n, m)
-    capped = None if softcap is None else frozen(soft_cap(scaled, softcap, policy))  # (n, m)
+    stepped = None if step is None else frozen(step.scores_step(scaled, policy))  # (n, m)
     kept_bias = None if bias is None else policy.worked(bias)  # (n, m)
-    masked = masked_logits(scaled if capped is None else capped, allow, kept_bias, policy)  # (n, m)
-    soft = softmax_rows(masked, sink, policy)
+    masked = masked_logits(scaled if stepped is None else stepped, allow, kept_bias, policy)  # (n, m)
+    soft = softmax_rows(masked, beside, policy)
     output = policy.table(policy.matmul(soft.weights, V))  # (n, d_v)
     for a in (scores, scaled, masked, soft.row_max, soft.exps, soft.row_sum, soft.weights, output):
         frozen(a)
-    if soft.sink_exp is not None:
-        frozen(soft.sink_exp)
+    if soft.beside_exp is not None:
+        frozen(soft.beside_exp)
     if kept_bias is not None and kept_bias is not bias:  # the caller's own array is the caller's to freeze
         frozen(kept_bias)
-    return Attended(divisor, scores, scaled, kept_bias, masked, soft, output, capped)
+    return Attended(divisor, scores, scaled, kept_bias, masked, soft, output, stepped)
 
 
 def head_forward(X: Matrix, X_kv: Matrix, W_Q: Matrix, W_K: Matrix, W_V: Matrix, b_Q: Matrix | None,
@@ -232,16 +181,7 @@ def scored(p: HeadPass, parts: Sequence[PartSpec]) -> Attended:
         part.before_score(p)
     attended = next((a for a in (part.attend(p) for part in parts) if a is not None), None)
     if attended is None:
-        attended = attend(p.Q_used, p.K_used, p.V, p.allow, p.scale, p.bias, p.sink, p.policy, p.softcap)
+        attended = attend(p.Q_used, p.K_used, p.V, p.allow, p.scale, p.bias, p.beside, p.policy, p.step)
     for part in parts:
         part.after_mix(p, attended)
     return attended
-
-
-def qk_normalise(M: Matrix, gamma: Matrix, eps: float, rows: Normed | None, policy: Policy = EXACT) -> Normed:
-    """RMSNorm of each row of Q or K (rows, d_k): over the row itself, or with the statistics of the whole
-    projection it was cut from (``rows``)."""
-    done = normalise(policy, "rms", M, gamma[None, :], None, eps, rows)
-    for a in (done.X_norm, done.spread, done.root):
-        frozen(a)
-    return done

@@ -24,11 +24,11 @@ from typing import ClassVar
 
 import numpy as np
 
-from qkv_tui.kernels.attention import Turn, frozen, project
+from qkv_tui.kernels.attention import ScoresStep, Turn, frozen, project
 from qkv_tui.kernels.norm import Normed, normalise
 from qkv_tui.kernels.policy import EXACT, Policy
 from qkv_tui.kernels.rope import rotate
-from qkv_tui.kernels.softmax import SoftmaxRows, masked_logits, soft_cap, softmax_rows
+from qkv_tui.kernels.softmax import SoftmaxRows, masked_logits, softmax_rows
 from qkv_tui.kernels.stats import Matrix
 
 
@@ -52,8 +52,8 @@ class DiffMap:
 
     scores: Matrix  # (n, m) Q_aK_aᵀ (the turned halves under RoPE)
     scaled: Matrix  # (n, m) scores / divisor
-    capped: Matrix | None  # (n, m) softcap·tanh(scaled / softcap); None without a soft-cap
-    masked: Matrix  # (n, m) the softmax's input: scaled (capped) + bias, −∞ where the mask forbids
+    stepped: Matrix | None  # (n, m) the scaled scores after a part's step (the soft-cap's); None without one
+    masked: Matrix  # (n, m) the softmax's input: scaled (stepped) + bias, −∞ where the mask forbids
     softmax: SoftmaxRows  # row_max, exps, row_sum and the weights, rows summing to 1
 
     @property
@@ -75,8 +75,8 @@ class DiffLambda:
 
 @dataclass(frozen=True, eq=False)
 class DiffForward:
-    """One differential head, everything the stages show; every array read-only. ``K``, ``V``, ``K_rot`` and
-    ``K_normed`` are what a later query head reading the same K/V head reuses (kernels/attention.py's SharedKV)."""
+    """One differential head, everything the stages show; every array read-only. ``K``, ``V`` and ``K_rot`` are
+    what a later query head reading the same K/V head reuses."""
 
     Q: Matrix  # (n, 2d) [Q₁ | Q₂] as projected
     K: Matrix  # (m, 2d) [K₁ | K₂]
@@ -94,7 +94,6 @@ class DiffForward:
     norm: Normed  # the sub-norm of ``mixed``: its mean square (spread), root and normed rows (X_norm)
     factor: float  # 1 − λ_init as kept
     output: Matrix  # (n, 2d) (1 − λ_init)·normed: the head's output, what Concat joins
-    K_normed: Normed | None = None  # no QK-norm with [differential]: here for the SharedKV protocol
     head: DiffHead | None = None  # what it read: its λ vectors and sub-norm, and RoPE's turn for width d (the
     turn: Turn | None = None  # backward reads them again: read_back)
     own_stages: ClassVar[bool] = True  # its two maps replace the one-map stages (teach/stages/differential.py)
@@ -116,7 +115,7 @@ class DiffForward:
         """REFUSED, and the worksheet where the page has no tables for a step of this head (RoPE turning each
         half, a soft-cap, an ALiBi bias: teach/stages/differential_sheet.py prints the rest)."""
         missing = [what for what, has in (("[rope] (each half turned on its own)", self.turn is not None),
-                                          ("a soft-cap", self.map_1.capped is not None),
+                                          ("a soft-cap", self.map_1.stepped is not None),
                                           ("an ALiBi bias", self.bias is not None)) if has]
         if not missing:
             return self.REFUSED
@@ -175,23 +174,23 @@ def diff_lambda(head: DiffHead, policy: Policy = EXACT) -> DiffLambda:
     return DiffLambda(dot_1, dot_2, lambda_1, lambda_2, init, kept(lambda_1 - lambda_2 + init))
 
 
-def _map(Q: Matrix, K: Matrix, allow: np.ndarray, divisor: float, bias: Matrix | None, softcap: float | None,
+def _map(Q: Matrix, K: Matrix, allow: np.ndarray, divisor: float, bias: Matrix | None, step: ScoresStep | None,
          policy: Policy) -> DiffMap:
     """One map: Score, Scale, the soft-cap and the bias, the mask, Softmax (kernels/attention.py's attend, without Mix)."""
     scores = policy.table(policy.matmul(Q, K.T))  # (n, m)
     scaled = policy.worked(scores / divisor)  # (n, m)
-    capped = None if softcap is None else frozen(soft_cap(scaled, softcap, policy))  # (n, m)
-    masked = masked_logits(scaled if capped is None else capped, allow, bias, policy)  # (n, m)
+    stepped = None if step is None else frozen(step.scores_step(scaled, policy))  # (n, m)
+    masked = masked_logits(scaled if stepped is None else stepped, allow, bias, policy)  # (n, m)
     soft = softmax_rows(masked, None, policy)
     for a in (scores, scaled, masked, soft.row_max, soft.exps, soft.row_sum, soft.weights):
         frozen(a)
-    return DiffMap(scores, scaled, capped, masked, soft)
+    return DiffMap(scores, scaled, stepped, masked, soft)
 
 
 def diff_forward(X: Matrix, X_kv: Matrix, W_Q: Matrix, W_K: Matrix, W_V: Matrix, b_Q: Matrix | None,
                  b_K: Matrix | None, b_V: Matrix | None, allow: np.ndarray, head: DiffHead, *,
                  scale: float | None = None, turn: Turn | None = None, bias: Matrix | None = None,
-                 softcap: float | None = None, shared: DiffForward | None = None,
+                 step: ScoresStep | None = None, shared: DiffForward | None = None,
                  policy: Policy = EXACT) -> DiffForward:
     """One differential head. ``X`` is what the Query projection reads (already normalised), ``X_kv`` what the
     Keys and Values read; ``scale`` divides both maps' scores (None: √d, the half width); ``turn`` is RoPE's for
@@ -212,8 +211,8 @@ def diff_forward(X: Matrix, X_kv: Matrix, W_Q: Matrix, W_K: Matrix, W_V: Matrix,
     Q_used, K_used = (Q if Q_rot is None else Q_rot), (K if K_rot is None else K_rot)
     divisor = policy.divisor(math.sqrt(d) if scale is None else scale)
     kept_bias = None if bias is None else policy.worked(bias)  # (n, m) one bias for both maps
-    map_1 = _map(Q_used[:, :d], K_used[:, :d], allow, divisor, kept_bias, softcap, policy)
-    map_2 = _map(Q_used[:, d:], K_used[:, d:], allow, divisor, kept_bias, softcap, policy)
+    map_1 = _map(Q_used[:, :d], K_used[:, :d], allow, divisor, kept_bias, step, policy)
+    map_2 = _map(Q_used[:, d:], K_used[:, d:], allow, divisor, kept_bias, step, policy)
     lam = diff_lambda(head, policy)
     # the Subtract step, cell by cell: λ·p₂ written down, then p₁ minus it; a masked cell is 0 in both maps, and
     # np.where keeps it the exact 0 it is (λ < 0 would make λ·0 a −0.0)

@@ -29,7 +29,7 @@ from qkv_tui.kernels.attention_backward import AttendBack, rotate_back, row_dots
 from qkv_tui.kernels.differential import DiffForward, DiffHead, DiffMap, halves
 from qkv_tui.kernels.norm_backward import norm_backward
 from qkv_tui.kernels.policy import EXACT, Policy
-from qkv_tui.kernels.softmax import cap_tanh
+from qkv_tui.kernels.softcap import cap_tanh
 from qkv_tui.kernels.stats import Matrix
 
 

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar
 
 import numpy as np
 
 from qkv_tui.kernels.policy import Policy
 from qkv_tui.kernels.stats import Matrix, mean_square, row_mean
 
-__all__ = ["Matrix", "Normed", "QKNormed", "mean_square", "normalise", "row_mean"]
+__all__ = ["Matrix", "Normed", "mean_square", "normalise", "row_mean"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -22,46 +21,6 @@ class Normed:
     spread: Matrix  # (n,) mean of squares (rms) or population variance (layer)
     root: Matrix  # (n,) √(spread + eps), what each centred cell is divided by
     unrounded: Matrix  # (n, d_model) X_norm as computed from the kept statistics, before the policy keeps it
-
-
-@dataclass(frozen=True, eq=False)
-class QKNormed:
-    """QK-norm's record of one head ([qk_norm]): Q and K after the norm, each row's mean square and root."""
-
-    Q_normed: Normed  # (n, d_k)
-    K_normed: Normed  # (m, d_k)
-
-    # the views' names of the Queries and Keys as scored, where no later part turns them (core/part_questions.py)
-    scored_suffix: ClassVar[str] = "_norm"
-    scored_word: ClassVar[str] = "normalised"
-    scored_mark: ClassVar[str] = "\u0302"  # Q̂, K̂ in the arithmetic (a combining circumflex)
-    back_suffix: ClassVar[str] = "_n"  # dQ_n, dK_n: the gradient at Q and K before the norm (teach/stages/grads.py)
-
-    @property
-    def Q_norm(self) -> Matrix:
-        return self.Q_normed.X_norm
-
-    @property
-    def K_norm(self) -> Matrix:
-        return self.K_normed.X_norm
-
-    @property
-    def Q_after(self) -> Matrix:
-        """The Queries as this part leaves them (what RoPE turns, or what is scored)."""
-        return self.Q_normed.X_norm
-
-    def overflow(self, stage: str, at: Any) -> tuple[str, str, str] | None:
-        """Q and K after the norm, past float64 (core/part_questions.py): its gains, or squares past float64."""
-        if stage != "turned":
-            return None
-        said: tuple[str, str, str] | None = at.named((
-            ("Q_norm", self.Q_norm, False, False, "expected a smaller gamma_q in [qk_norm], or Q whose squares float64 can hold"),
-            ("K_norm", self.K_norm, True, False, "expected a smaller gamma_k in [qk_norm], or K whose squares float64 can hold")))
-        return said
-
-    @property
-    def K_after(self) -> Matrix:
-        return self.K_normed.X_norm
 
 
 def norm_root(spread: Matrix, eps: float) -> Matrix:

@@ -108,9 +108,10 @@ class Exact:
         """A norm's row statistic (its mean square or variance: ``table``; its root: not) as it is kept."""
         return self.table(x) if table else self.worked(x)
 
-    def capped(self, capped: Matrix) -> Matrix:
-        """The soft-capped scores, c·tanh(s/c), computed from the scaled scores as kept."""
-        return capped
+    def stepped(self, stepped: Matrix) -> Matrix:
+        """The scaled scores after a part's step on them (the soft-cap's c·tanh(s/c)), from the scaled scores as
+        kept."""
+        return stepped
 
 
 class ByHand(Exact):
@@ -141,11 +142,11 @@ class ByHand(Exact):
         """The scaled scores are already written down as a line of their own; only a sum with the bias is new."""
         return scaled if bias is None else round_to(scaled + bias, self.places)
 
-    def capped(self, capped: Matrix) -> Matrix:
+    def stepped(self, stepped: Matrix) -> Matrix:
         """c·tanh(s/c) is keyed into a calculator as one line and its result written down rounded, as the
         logits are: rounding s/c or its tanh on the way (0.02828 → 0.028) would lose a logit's digits to the
         cap's factor 50 (1.414 → 1.400), an error no hand computation of it makes."""
-        return round_to(capped, self.places)
+        return round_to(stepped, self.places)
 
     def mean_square(self, centred: Matrix) -> Matrix:
         """Each square written down rounded, then their sum over the row's count; a row whose mean square is below
@@ -186,9 +187,9 @@ class PrintedPage(Exact):
         """The page prints one "scaled" table, scores / scale + slope·(j − i): the sum is rounded, not its terms."""
         return round_to(scaled if bias is None else scaled + bias, self.places)
 
-    def capped(self, capped: Matrix) -> Matrix:
+    def stepped(self, stepped: Matrix) -> Matrix:
         """The page prints the capped table, each cell from the printed scaled one, rounded once."""
-        return round_to(capped, self.places)
+        return round_to(stepped, self.places)
 
 
 Policy = Exact  # a policy is the exact one with some sites overridden: what a forward pass accepts

@@ -10,8 +10,8 @@ import numpy as np
 
 from qkv_tui.core.grad_faces import GradFace, QKBack
 from qkv_tui.core.variants import Vector, qk_norm
-from qkv_tui.kernels.norm import QKNormed
 from qkv_tui.kernels.norm_backward import norm_backward
+from qkv_tui.kernels.qk_norm import QKNormed
 
 if TYPE_CHECKING:
     from qkv_tui.core.engine import Computation

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from qkv_tui.core.grad_faces import GradFace
 from qkv_tui.core.variants import sinks
-from qkv_tui.kernels.softmax import Sunk
+from qkv_tui.kernels.sinks import Sunk
 
 if TYPE_CHECKING:
     from qkv_tui.core.head import HeadResult

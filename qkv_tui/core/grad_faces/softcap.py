@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from qkv_tui.core.grad_faces import GradFace
 from qkv_tui.core.variants import softcap
-from qkv_tui.kernels.softmax import Capped
+from qkv_tui.kernels.softcap import Capped
 
 if TYPE_CHECKING:
     from qkv_tui.core.head import HeadResult

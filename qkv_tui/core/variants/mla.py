@@ -79,6 +79,15 @@ class Mla:
         """The width of the query latent c_Q a later table may read ([indexer]'s W_q); None without W_DQ."""
         return self.d_cq
 
+    def query_latent(self, X: Matrix, policy: Any) -> Matrix:
+        """c_Q = q_norm(X̂·W_DQ), as the heads' own pass computes it under ``policy``: what [indexer]'s W_q reads."""
+        from qkv_tui.kernels.mla import mla_shared
+
+        shared = mla_shared(X, self.weights(), None, policy)
+        assert shared.c_Q is not None
+        c_Q: Matrix = shared.c_Q
+        return c_Q
+
     @property
     def d_qk(self) -> int:
         return self.d_nope + self.d_rope

@@ -20,6 +20,7 @@ from qkv_tui.base.values import show as _show
 from qkv_tui.core.arrays import Matrix
 from qkv_tui.core.toml_text import vector
 from qkv_tui.core.variants.common import MAX_INDEX, Checker, Context, Faces, Lookalikes, Table, write_whole
+from qkv_tui.core.variants.refusals import BUILDS_HEADS, Refused, refused
 
 KEYS = ("source_layer", "K", "V")
 KV_ROLES = ("W_K", "W_V", "b_K", "b_V")  # what a head of a sharing layer does not have
@@ -29,9 +30,10 @@ LOOKALIKES: Lookalikes = {
     ("[shared_kv]", "value_states"): ("V", "the source layer's values, one m × d_v matrix per K/V head"),
 }
 
-# (the key of an earlier table, why) — each would compute or change K and V in a layer that computes none
-REFUSED_TABLES = (
-    ("mla", "[mla] computes K and V from its own latent; a layer that reuses another's computes none"),
+# (the key of an earlier table, or what it is; why) — each would compute or change K and V in a layer that computes
+# none (core/variants/refusals.py)
+REFUSED_TABLES: Refused = (
+    (BUILDS_HEADS, "[{key}] computes K and V from its own latent; a layer that reuses another's computes none"),
     ("linear", "[linear] replaces the softmax the reused K and V are read with; no model shares K/V across such layers"),
     ("deltanet", "[deltanet] keeps a state, not K and V another layer could hand over"),
     ("backward", "[backward] would train W_K and W_V, which a layer that reuses another's K and V does not have"),
@@ -150,9 +152,10 @@ def kv_count(ctx: Context) -> int:
 
 def parse_shared_kv(table: dict[str, Any], ctx: Context) -> SharedKV:
     v = ctx.v
-    for key, why in REFUSED_TABLES:
-        if ctx.earlier.get(key) is not None:
-            raise v.fail(f"[shared_kv] cannot be used with [{key}]: {why}")
+    found = refused(ctx, REFUSED_TABLES)
+    if found is not None:
+        key, why = found
+        raise v.fail(f"[shared_kv] cannot be used with [{key}]: {why}")
     if ctx.is_cross:
         raise v.fail("[shared_kv] cannot be used with [context]: the reused K and V are an earlier layer's over the"
                      " same tokens; expected self-attention (no [context])")

@@ -10,7 +10,7 @@ from qkv_tui.core.scenario import Scenario
 from qkv_tui.core.variants import qk_norm
 from qkv_tui.edges.export_grad import WriteFields, vector
 from qkv_tui.edges.faces import At, ExportFace, Fields
-from qkv_tui.kernels.norm import QKNormed
+from qkv_tui.kernels.qk_norm import QKNormed
 
 if TYPE_CHECKING:  # the exports' gradients are read only where a scenario has [backward]
     from qkv_tui.core.gradients import Gradients

@@ -14,7 +14,7 @@ from qkv_tui.core.scenario import Scenario
 from qkv_tui.core.variants import sinks
 from qkv_tui.edges.export_toml import number, vector
 from qkv_tui.edges.faces import At, ExportFace, Fields
-from qkv_tui.kernels.softmax import Sunk
+from qkv_tui.kernels.sinks import Sunk
 
 
 def head(h: HeadResult) -> Fields:

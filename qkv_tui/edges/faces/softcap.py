@@ -10,7 +10,7 @@ from qkv_tui.core.scenario import Scenario
 from qkv_tui.core.variants import softcap
 from qkv_tui.edges.export_toml import number
 from qkv_tui.edges.faces import At, ExportFace, Fields
-from qkv_tui.kernels.softmax import Capped
+from qkv_tui.kernels.softcap import Capped
 
 
 def head(h: HeadResult) -> Fields:

@@ -9,7 +9,8 @@ import numpy as np
 
 from qkv_tui.core.engine import Computation, HeadResult
 from qkv_tui.core.scenario import Matrix
-from qkv_tui.kernels.norm import QKNormed, normalise
+from qkv_tui.kernels.norm import normalise
+from qkv_tui.kernels.qk_norm import QKNormed
 from qkv_tui.teach.stages.common import (
     K_SLOT,
     Q_SLOT,

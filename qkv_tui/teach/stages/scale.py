@@ -14,7 +14,8 @@ from qkv_tui.core.fmt import NEG_INF, fmt, is_integral
 from qkv_tui.core.part_masks import mask_note, mask_reason
 from qkv_tui.core.scenario import Matrix
 from qkv_tui.kernels.policy import EXACT
-from qkv_tui.kernels.softmax import Capped, masked_logits
+from qkv_tui.kernels.softcap import Capped
+from qkv_tui.kernels.softmax import masked_logits
 from qkv_tui.teach.arith import quotient_line, significant
 from qkv_tui.teach.stages import soft_cap
 from qkv_tui.teach.stages.common import (

@@ -15,7 +15,8 @@ from qkv_tui.core import part_questions as ask
 from qkv_tui.core.engine import HeadResult
 from qkv_tui.core.fmt import NEG_INF, fmt, operand
 from qkv_tui.core.scenario import Matrix
-from qkv_tui.kernels.softmax import Capped, masked_logits, soft_cap
+from qkv_tui.kernels.softcap import Capped, soft_cap
+from qkv_tui.kernels.softmax import masked_logits
 from qkv_tui.teach.arith import MAX_GUARD, SIGNIFICANT, agrees, shown, significant
 from qkv_tui.teach.stages.common import Operation, Ref, Segment, hround
 from qkv_tui.teach.stages.context import TraceContext

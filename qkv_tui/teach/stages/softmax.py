@@ -13,7 +13,8 @@ from qkv_tui.core import part_questions as ask
 from qkv_tui.core.engine import HeadResult
 from qkv_tui.core.fmt import NEG_INF, fmt
 from qkv_tui.core.scenario import Matrix
-from qkv_tui.kernels.softmax import Sunk, softmax_rows
+from qkv_tui.kernels.sinks import Sunk
+from qkv_tui.kernels.softmax import softmax_rows
 from qkv_tui.teach.arith import MAX_TERMS, Numbers, SoftmaxRow, elide
 from qkv_tui.teach.arith import softmax_row as worked_row
 from qkv_tui.teach.stages.common import (

@@ -17,8 +17,8 @@ from qkv_tui.core.engine import Computation
 from qkv_tui.core.gradients import Gradients
 from qkv_tui.core.scenario import Scenario
 from qkv_tui.edges.worksheet.backward.names import cell_name
-from qkv_tui.kernels.norm import QKNormed
 from qkv_tui.kernels.norm_backward import row_means
+from qkv_tui.kernels.qk_norm import QKNormed
 from qkv_tui.teach.stages.printed import PrintedCells, PrintedChain, Table, idx
 
 Add = Callable[..., None]  # adds one table: key, name, heading, values, rows, cols, head, allow

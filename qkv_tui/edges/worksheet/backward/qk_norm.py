@@ -13,8 +13,9 @@ from qkv_tui.core.gradients import Gradients, HeadGrad
 from qkv_tui.core.scenario import Matrix, Scenario
 from qkv_tui.edges.worksheet.backward.qk_all import qk_all
 from qkv_tui.edges.worksheet.backward.tables import root_of
-from qkv_tui.kernels.norm import Normed, QKNormed
+from qkv_tui.kernels.norm import Normed
 from qkv_tui.kernels.norm_backward import row_means
+from qkv_tui.kernels.qk_norm import QKNormed
 from qkv_tui.teach.stages.printed import PrintedChain, idx
 
 Add = Callable[..., None]  # adds one table: key, name, heading, values, rows, cols, head, allow
