@@ -8,7 +8,10 @@ path at every decimals, or refused in one line that names what overflowed:
   over eps = 1e-6 divided by a root written 0.0 (and the calculator now follows a by-hand step inside the
   parentheses of (0.00·0 + 0.92·3) / 1.95 = (0.00 + 2.76) / 1.95);
 - a dot product of 1e-300 and −1e300 wrote 0.00000000000·(−1e300) = −1 (every Project line, not only [v_norm]):
-  an operand too small for any places is now written by its mantissa, 1.000e-300.
+  an operand too small for any places is now written by its mantissa, 1.000e-300;
+- [ssd]: a state past float64 (dt·x·B) showed ∞ in Recurrence while the attention form stayed finite, now refused
+  in one line; by hand, dt·A was written down rounded one way and used rounded the other (0.13·(−0.5) written
+  −0.06, worked as −0.07); SiLU of a z far below 0 raised OverflowError in the Gate stage's line.
 """
 
 from __future__ import annotations
@@ -21,6 +24,77 @@ from .fuzz_paths import assert_every_path, assert_refused
 WORKSHEET = frozenset({"worksheet"})
 
 COMPUTED = {
+    "ssd_step_rounded_as_the_kernel_rounds_it": """\
+tokens = ["t0", "t1", "t2"]
+X = [[0, 0, 0], [0, 0, 0], [0, 2, 0]]
+mask = "causal"
+[[heads]]
+name = "h0"
+W_Q = [[0, 0], [0, 0], [0, 0]]
+W_K = [[0, 0], [0, 0], [0, 0]]
+W_V = [[0, 0], [0, 0], [0, 0]]
+[[heads]]
+name = "h1"
+W_Q = [[0, 0], [0, 0], [0, 0]]
+W_K = [[0, 0], [0, 0], [0, 0]]
+W_V = [[0, 0], [0, 0], [0, 0]]
+[ssd]
+num_heads = 2
+num_groups = 1
+A = [-1.0, -0.5]
+W_dt = [[0, 0], [0, -1], [0, 0]]
+B = [[0], [0], [0]]
+C = [[0], [0], [0]]
+x = [[0, 0, 0, 0], [0, 0, 0, 0], [0, 0, 0, 0]]
+""",
+    "v_norm_layer_norm_before_it": """\
+tokens = ["t0", "t1", "t2", "t3"]
+X = [[0, -1, -3], [2, -1, -2], [0, -2, 0], [2, 3, 0]]
+[norm]
+kind = "layer"
+beta = [0, 0, -2]
+[[heads]]
+name = "h0"
+W_Q = [[0], [0], [0.08]]
+W_K = [[-1], [-0.0], [0.42]]
+W_V = [[-3], [1.78], [-3]]
+[v_norm]
+""",
+    "ssd_gate_silu_of_a_z_far_below_zero": """\
+tokens = ["t0"]
+X = [[0]]
+mask = "causal"
+[[heads]]
+name = "h0"
+W_Q = [[0, 0]]
+W_K = [[0, 0]]
+W_V = [[0, 0]]
+[[heads]]
+name = "h1"
+W_Q = [[0, 0]]
+W_K = [[0, 0]]
+W_V = [[0, 0]]
+[ssd]
+num_heads = 2
+num_groups = 1
+A = [-1, -1]
+W_dt = [[1e+153, 0]]
+B = [[0]]
+C = [[1e+200]]
+x = [[0, 0, 1.7e+308, 1e+200]]
+z = [[-1.7e+308, 1e+200, 1, 1e+153]]
+eps = 1e+300
+""",
+    "v_norm_tiny_weight_huge_input": """\
+tokens = ["t0", "t1"]
+X = [[0, 0], [1, -1e+300]]
+[[heads]]
+name = "h0"
+W_Q = [[0, 0], [0, 0]]
+W_K = [[0, 0], [0, 0]]
+W_V = [[0, 5e-324], [0, 1e-300]]
+[v_norm]
+""",
     "v_norm_by_hand_products_in_parentheses": """\
 tokens = ["t0"]
 X = [[0, 0.92]]
@@ -80,6 +154,29 @@ W_V = [[-1e+300]]
 }
 
 REFUSED = {
+    "ssd_state_past_float64": ("""\
+tokens = ["t0"]
+X = [[0]]
+mask = "causal"
+[[heads]]
+name = "h0"
+W_Q = [[0, 0]]
+W_K = [[0, 0]]
+W_V = [[0, 0]]
+[[heads]]
+name = "h1"
+W_Q = [[0, 0]]
+W_K = [[0, 0]]
+W_V = [[0, 0]]
+[ssd]
+num_heads = 2
+num_groups = 1
+A = [-1, -1e-300]
+W_dt = [[0, 0]]
+B = [[1e+153]]
+C = [[0]]
+x = [[0, 0, 0, 1e+200]]
+""", "h1: values in [ssd]'s state h overflow float64 at row 1 (\"t0\")"),
     "indexer_w_past_float64": ("""\
 tokens = ["t0"]
 X = [[0, -2.5]]

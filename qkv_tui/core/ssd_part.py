@@ -74,6 +74,24 @@ class SsdRecord:
     def output(self) -> Matrix:
         return self.ssd.y if self.gate is None else self.gate.normed
 
+    def overflow(self, stage: str, at: Any) -> tuple[str, str, str] | None:
+        """Its numbers past float64, in the order the stages work them (core/part_questions.py): a state past
+        float64 would show ∞ in Recurrence and a y the Agree stage could not match, though the attention form,
+        read alone, stays finite."""
+        if stage != "state":
+            return None
+        s = self.ssd
+        inputs = "expected smaller x, dt (X, W_dt or dt_bias) or B"
+        said: tuple[str, str, str] | None = at.named((
+            ("[ssd]'s dt·x", s.xdt, False, False, "expected smaller x or dt (X, W_dt or dt_bias)"),
+            ("[ssd]'s state h", s.states.reshape(s.states.shape[0], -1), False, False, inputs),
+            ("[ssd]'s recurrent y", s.y_recurrent, False, False, inputs + ", or a smaller C or D"),
+            ("[ssd]'s C·Bᵀ", s.G, False, True, "expected smaller C or B"),
+            ("[ssd]'s map L ∘ C·Bᵀ", s.M, False, True, "expected smaller C or B"),
+            ("[ssd]'s y", s.y_attention, False, False, inputs + ", or a smaller C or D"),
+        ))
+        return said
+
     @property
     def route(self) -> str:
         """How a token's output is made, where the summary's "weights·V" would mislead."""

@@ -226,7 +226,7 @@ def _operand_read(x: float, integral: bool, places: int, tiny: bool = False) -> 
 
     ``tiny``: a number that reads as 0 at these places is written by its mantissa instead (``1.000e-300``),
     where a product with a huge one is what the result holds (1e-300·1e300 = 1, not 0·1e300)."""
-    if tiny and x != 0 and not integral and float(fmt(x, False, places)) == 0:
+    if tiny and x != 0 and math.isfinite(x) and not integral and shown(fmt(x, False, places)) == 0:
         text = significant(float(x), False, places, True)
         text = f"({text})" if text.startswith("-") else text
     else:

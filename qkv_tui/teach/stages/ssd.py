@@ -24,6 +24,7 @@ from qkv_tui.core.fmt import fmt, operand
 from qkv_tui.core.scenario import Matrix
 from qkv_tui.core.ssd_part import SsdRecord
 from qkv_tui.core.variants.ssd import TABLE
+from qkv_tui.kernels.policy import round_to
 from qkv_tui.kernels.ssd import SOFTPLUS_THRESHOLD
 from qkv_tui.teach.arith import agrees, dot_line, first_fit, shown, tries
 from qkv_tui.teach.stages.common import (
@@ -129,7 +130,7 @@ class Steps(_SsdStage):
         result = fmt(value, False, d)
         prod = dt * A
         if trace.hand is not None:  # by hand dt·A is written down first (kernels/ssd.py ssd_head)
-            prod = float(np.round(prod, trace.hand))
+            prod = float(round_to(np.array(prod), trace.hand))  # as the kernel's policy rounds it, ties included
 
         def attempt(p: int) -> tuple[tuple[str, str, str], bool]:
             ts = (operand(dt, False, p), operand(A, round(A) == A, p), operand(prod, False, p))
@@ -495,10 +496,10 @@ class Gate(_SsdStage):
         def attempt(p: int) -> tuple[tuple[str, str, str], bool]:
             ts = (operand(y, False, p), operand(z, z_int, p), operand(sz, False, p))
             zv = shown(ts[1].strip("()"))
-            ok = agrees(zv / (1 + math.exp(-zv)), ts[2].strip("()")) and agrees(
+            ok = agrees(_silu(zv), ts[2].strip("()")) and agrees(
                 shown(ts[0].strip("()")) * shown(ts[2].strip("()")), result)
             if trace.hand is None:
-                ok = ok and agrees(shown(ts[0].strip("()")) * zv / (1 + math.exp(-zv)), result)
+                ok = ok and agrees(shown(ts[0].strip("()")) * _silu(zv), result)
             return ts, ok
 
         yt, zt, st = first_fit(tries(d, False), attempt)
@@ -561,3 +562,13 @@ class Norm(_SsdStage):
 
 STEPS, RECURRENCE, MASK, MAP = Steps(), Recurrence(), Mask(), Map()
 ATTENTION, AGREE, GATE, NORM = Attention(), Agree(), Gate(), Norm()
+
+
+def _silu(v: float) -> float:
+    """z / (1 + e^−z) as a calculator gives it, without math.exp's OverflowError for a z far below 0 (where
+    e^−z is ∞ and the quotient is −0)."""
+    if v >= 0:
+        return v / (1 + math.exp(-v))
+    if v < -700:  # e^−z past float64: z / ∞
+        return -0.0
+    return v / (1 + math.exp(-v))
