@@ -156,18 +156,7 @@ def turn_line(target: str, src: str, token: str, pos: int, pair: int, a: int, b:
         if hand is not None:
             c, s = hround(c, hand), hround(s, hand)
         ct, st = operand(c, False, p), operand(s, False, p)
-        if first:
-            steps = [f"{va}·{ct} − {vb}·{st}"]
-            calc = shown(va) * shown(ct) - shown(vb) * shown(st)
-        else:
-            steps = [f"{va}·{st} + {vb}·{ct}"]
-            calc = shown(va) * shown(st) + shown(vb) * shown(ct)
-        if hand is not None:
-            x1 = hround(shown(va) * shown(ct if first else st), hand)
-            x2 = hround(shown(vb) * shown(st if first else ct), hand)
-            steps.append(f"{operand(x1, False, hand)} − {paren(fmt(x2, False, hand))}" if first
-                         else f"{operand(x1, False, hand)} + {operand(x2, False, hand)}")
-            calc = x1 - x2 if first else x1 + x2
+        steps, calc = _turn_steps(va, vb, ct, st, first, hand)
         text = " = ".join([symbolic, *steps, result])
         theta_t, angle_t = fmt(theta, False, max(p, 3)), fmt(angle, False, max(p, 3))
         details = (f"pair {pair} = dims ({a}, {b}); angle = position·θ{sub(pair)} = {pos}·{theta_t} = {angle_t}"
@@ -175,6 +164,24 @@ def turn_line(target: str, src: str, token: str, pos: int, pair: int, a: int, b:
         if agrees(calc, result) and agrees(pos * shown(theta_t), angle_t):
             break
     return text, details
+
+
+def _turn_steps(va: str, vb: str, ct: str, st: str, first: bool, hand: int | None) -> tuple[list[str], float]:
+    """The products of a turned cell as written, a·cos − b·sin (or a·sin + b·cos), then by hand each product
+    rounded; and what they give on a calculator."""
+    if first:
+        steps = [f"{va}·{ct} − {vb}·{st}"]
+        calc = shown(va) * shown(ct) - shown(vb) * shown(st)
+    else:
+        steps = [f"{va}·{st} + {vb}·{ct}"]
+        calc = shown(va) * shown(st) + shown(vb) * shown(ct)
+    if hand is not None:
+        x1 = hround(shown(va) * shown(ct if first else st), hand)
+        x2 = hround(shown(vb) * shown(st if first else ct), hand)
+        steps.append(f"{operand(x1, False, hand)} − {paren(fmt(x2, False, hand))}" if first
+                     else f"{operand(x1, False, hand)} + {operand(x2, False, hand)}")
+        calc = x1 - x2 if first else x1 + x2
+    return steps, calc
 
 
 def _scaled_turn_line(target: str, src: str, token: str, pos: int, pair: int, a: int, b: int, col: int,
@@ -202,18 +209,7 @@ def _scaled_turn_line(target: str, src: str, token: str, pos: int, pair: int, a:
         va, vb = operand(float(src_row[a]), src_int, p), operand(float(src_row[b]), src_int, p)
         trig = _trig(angle, factor, hand, p)
         ct, st = trig.cos, trig.sin
-        if first:
-            steps = [f"{va}·{ct} − {vb}·{st}"]
-            calc = shown(va) * shown(ct) - shown(vb) * shown(st)
-        else:
-            steps = [f"{va}·{st} + {vb}·{ct}"]
-            calc = shown(va) * shown(st) + shown(vb) * shown(ct)
-        if hand is not None:
-            x1 = hround(shown(va) * shown(ct if first else st), hand)
-            x2 = hround(shown(vb) * shown(st if first else ct), hand)
-            steps.append(f"{operand(x1, False, hand)} − {paren(fmt(x2, False, hand))}" if first
-                         else f"{operand(x1, False, hand)} + {operand(x2, False, hand)}")
-            calc = x1 - x2 if first else x1 + x2
+        steps, calc = _turn_steps(va, vb, ct, st, first, hand)
         text = " = ".join([symbolic, *steps, result])
         q = max(p, 3)
         theta_t, angle_t = fmt(theta, False, q), fmt(angle, False, q)
