@@ -18,6 +18,17 @@ end, so ``property`` and ``DropEditsScreen`` do not name RoPE):
 A variant's own modules are those whose file name holds one of its OWN words (``kernels/rope.py``,
 ``teach/stages/rotate.py``, ``core/variants/sinks.py``).
 
+Beside the count, two readings of it, so that a reader can tell a consumer that asks for the variant by name
+from a module that merely shares a word with it or builds on it:
+
+- ``homonyms``: the same count with the names of HOMONYMS left out. Each is a name another part uses for a
+  thing of its own that has nothing to do with the variant (Mamba-2's ``gate`` z, MLA's latent ``q_norm``,
+  RoPE scaling's ``"linear"`` type); each is listed with why, and ``--list`` marks every one it left out.
+- ``consumers``: of those, the modules that are no part's own (COMPOSERS names the own words of the parts
+  outside VARIANTS, and the words of VARIANTS count for each other): the engine, the trace, the exports, the
+  views. A part that is built on another (MLA's decoupled RoPE, the indexer's rotated keys) stays counted in
+  the first two columns; this column is the question "does a consumer test for the variant by name".
+
 Beside it, the tests for presence on a head's result: ``X is None`` / ``X is not None`` where X is one of
 HeadResult's per-variant fields as they were before the parts (FIELDS, on any receiver but the scenario's),
 or a part lookup (``hr.part(Rotated)``); counted over the whole package, importers included.
@@ -46,6 +57,18 @@ OWN: dict[str, tuple[str, ...]] = {
     "qk_norm": ("qk_norm", "qk_all"), "gate": ("gate",), "linear": ("linear", "linback"),
     "deltanet": ("deltanet",), "mla": ("mla",),
 }
+# the parts outside VARIANTS, by the words of their own modules' file names
+COMPOSERS: tuple[str, ...] = ("differential", "indexer", "dsa", "ssd", "shared_kv", "kda", "value_scale", "v_norm")
+# (variant, a word of the module's path, names): where that module's names are another thing that shares the word
+HOMONYMS: tuple[tuple[str, str, frozenset[str], str], ...] = (
+    ("qk_norm", "mla", frozenset({"q_norm"}), "MLA's RMSNorm of the query latent c_Q (DeepSeek's q_a_layernorm)"),
+    ("qk_norm", "indexer", frozenset({"k_norm", "k_normed"}), "the DSA indexer's LayerNorm of its keys (k_norm)"),
+    ("gate", "ssd", frozenset({"gate", "gated"}), "Mamba-2's output gate silu(z), not [gate]'s W_G"),
+    ("gate", "deltanet", frozenset({"gate"}), "Gated DeltaNet's gated output norm (silu or σ of z), not [gate]"),
+    ("gate", "serve/zygote", frozenset({"gate"}), "the pipe that starts the apps forked together"),
+    ("linear", "rope_scaling", frozenset({"linear"}), "RoPE scaling's type \"linear\" (Position Interpolation)"),
+    ("linear", "rotate", frozenset({"linear"}), "RoPE scaling's type \"linear\" (Position Interpolation)"),
+)
 FIELDS = {"Q_rot", "K_rot", "bias", "slope", "sink", "sink_exp", "capped", "softcap", "Q_normed", "K_normed",
           "W_G", "gate_logit", "gate", "gated_output", "linear", "deltanet", "around", "mla"}
 SCENARIO = re.compile(r"(^|\.)(sc|scenario|spec|layer|att|args)(\.|$)|sc\.heads|scenario\.heads")
@@ -95,15 +118,27 @@ def main(package: Path, listing: bool = False) -> None:
     used = {p: names_in(t) for p, t in trees.items()}
     counted = [p for p in modules if p.relative_to(package).parts[0] != "importers"]
     print(f"{len(modules)} modules in {package} ({len(counted)} outside importers/)")
-    print(f"{'variant':<10} {'modules':>7}")
+    print(f"{'variant':<10} {'modules':>7} {'homonyms':>9} {'consumers':>9}")
+    owners = (*COMPOSERS, *(w for words in OWN.values() for w in words))
     for variant, pattern in VARIANTS.items():
         rx = re.compile(pattern)
         hits = {p: sorted(n for n in used[p] if rx.search(n)) for p in counted if not any(w in p.stem for w in OWN[variant])}
         reach = {p: names for p, names in hits.items() if names}
-        print(f"{variant:<10} {len(reach):>7}")
+        left_out = {p: {n for n in names for v, where, homonyms, _ in HOMONYMS
+                        if v == variant and where in p.relative_to(package).as_posix() and n in homonyms}
+                    for p, names in reach.items()}
+        meant = [p for p, names in reach.items() if set(names) - left_out[p]]
+        consumers = [p for p in meant if not any(w in p.stem for w in owners if w not in OWN[variant])]
+        print(f"{variant:<10} {len(reach):>7} {len(meant):>9} {len(consumers):>9}")
         if listing:
             for p, names in reach.items():
-                print(f"    {p.relative_to(package)}: {', '.join(names)}")
+                mark = "" if p in consumers else "  [homonym]" if p not in meant else "  [another part's]"
+                shown = ", ".join(f"{n}*" if n in left_out[p] else n for n in names)
+                print(f"    {p.relative_to(package)}: {shown}{mark}")
+    if listing:
+        print("homonyms (* above):")
+        for variant, where, names, why in HOMONYMS:
+            print(f"    {variant}: {', '.join(sorted(names))} in {where}: {why}")
     print(f"presence tests on a head's variant fields or parts: {sum(presence_tests(t) for t in trees.values())}")
 
 
