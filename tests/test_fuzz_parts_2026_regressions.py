@@ -11,7 +11,9 @@ path at every decimals, or refused in one line that names what overflowed:
   an operand too small for any places is now written by its mantissa, 1.000e-300;
 - [ssd]: a state past float64 (dt·x·B) showed ∞ in Recurrence while the attention form stayed finite, now refused
   in one line; by hand, dt·A was written down rounded one way and used rounded the other (0.13·(−0.5) written
-  −0.06, worked as −0.07); SiLU of a z far below 0 raised OverflowError in the Gate stage's line.
+  −0.06, worked as −0.07); SiLU of a z far below 0 raised OverflowError in the Gate stage's line;
+- [differential]: a λ dot product past float64 below 0 (e^ of it 0) was computed, but its printed line wrote −∞
+  and --export markdown failed where --check had said ok; now refused in one line.
 """
 
 from __future__ import annotations
@@ -240,6 +242,22 @@ A_log = [0]
 dt_bias = [0]
 W_b = [[0]]
 """, 'h0: values in Σk² of [deltanet] overflow float64 at row 1 ("t0")'),
+    # e^ of it is 0, so the engine computed it, but the printed λ line wrote the product as −∞ and failed
+    "differential_lambda_product_past_float64": ("""\
+tokens = ["t0"]
+X = [[0]]
+[[heads]]
+name = "h0"
+W_Q = [[0, 0]]
+W_K = [[0, 0]]
+W_V = [[0, 0]]
+[differential]
+lambda_q1 = [[-2.5]]
+lambda_k1 = [[1.7e+308]]
+lambda_q2 = [[0]]
+lambda_k2 = [[0]]
+layer = 0
+""", '[differential] lambda_q1·lambda_k1 for head 1 ("h0") is past float64'),
 }
 
 

@@ -9,6 +9,7 @@ mask) combine with it; what would have to choose one of the two maps, or replace
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, ClassVar, cast
@@ -127,8 +128,12 @@ def parse_differential(table: dict[str, Any], ctx: Context) -> Differential:
         for q, k in ((0, 1), (2, 3)):
             with np.errstate(over="ignore", invalid="ignore"):
                 dot = float(lambdas[q][h] @ lambdas[k][h])
-            if not dot <= MAX_EXPONENT:  # also NaN: a product past float64 of opposite signs
-                name = ctx.heads[h][0]
+            name = ctx.heads[h][0]
+            if math.isnan(dot) or dot == -math.inf:  # NaN: products past float64 of opposite signs
+                # e^ of it would be 0, but no line can show the product it came from (it is past float64)
+                raise v.fail(f"[differential] {LAMBDA_KEYS[q]}·{LAMBDA_KEYS[k]} for {name} is past float64; expected"
+                             f" a dot product of at most {MAX_EXPONENT:g} whose terms and sum float64 can hold")
+            if not dot <= MAX_EXPONENT:
                 raise v.fail(f"[differential] {LAMBDA_KEYS[q]}·{LAMBDA_KEYS[k]} for {name} is {dot:g}, and e^ of it"
                              f" overflows float64; expected a dot product of at most {MAX_EXPONENT:g}")
     lambda_init, layer = _lambda_init(v, table)
