@@ -118,7 +118,12 @@ class RopeSpec(PartSpec):
     def before_score(self, p: HeadPass) -> None:
         t = self.turn
         earlier = p.shared_part(Rotated)
-        K_rot = frozen(rotate(p.K_turned, t.cos, t.sin, t.pairs, p.policy)) if earlier is None else earlier.K_rot
+        if earlier is not None:
+            K_rot = earlier.K_rot
+        elif p.K_given:  # turned by the layer that computed them
+            K_rot = p.K_turned
+        else:
+            K_rot = frozen(rotate(p.K_turned, t.cos, t.sin, t.pairs, p.policy))
         Q_rot = frozen(rotate(p.Q_turned, t.cos, t.sin, t.pairs, p.policy))
         p.Q_used, p.K_used = Q_rot, K_rot
         p.records.append(Rotated(Q_rot, K_rot))
