@@ -1,6 +1,6 @@
 """[rope] as a part of a head's pass: each head's Queries and Keys turned by position (kernels/rope.py), built for
 core/head_parts.py's HEAD_PARTS; ``turn_of`` is RoPE's cos and sin, which [mla]'s heads, the by-hand pages and
-the backward read too."""
+the backward read too; ``rotate`` turns a matrix by a [rope] outside a head's pass (the tests' own checks)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,8 @@ from qkv_tui.core.variants.rope import Rope
 from qkv_tui.kernels.attention import PartSpec, Turn
 from qkv_tui.kernels.policy import EXACT, Policy
 from qkv_tui.kernels.rope import RopeSpec, angles_at
+from qkv_tui.kernels.rope import rotate as rotate_kernel
+from qkv_tui.kernels.stats import Matrix
 
 
 def turn_of(rope: Rope | None, positions: tuple[int, ...] | None, d_k: int, policy: Policy = EXACT) -> Turn | None:
@@ -27,6 +29,13 @@ def turn_of(rope: Rope | None, positions: tuple[int, ...] | None, d_k: int, poli
     f = policy.worked(np.array(factor))
     cos, sin = policy.worked(np.cos(a)) * f, policy.worked(np.sin(a)) * f  # (n, r/2)
     return Turn(policy.worked(cos), policy.worked(sin), rope.pairs(d_k))
+
+
+def rotate(M: Matrix, rope: Rope, positions: tuple[int, ...]) -> Matrix:
+    """RoPE: each pair (a, b) of a row at position p turns by p·θ_i (docs/scenario-format.md, `[rope]`)."""
+    t = turn_of(rope, positions, M.shape[1])
+    assert t is not None
+    return rotate_kernel(M, t.cos, t.sin, t.pairs)
 
 
 def rope_part(run: Any) -> Any:
