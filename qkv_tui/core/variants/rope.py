@@ -38,11 +38,27 @@ class Rope:
     # what a view says of it at a place (teach/stages/shared_kv.py: a layer that reuses K does this to Q alone)
     words: ClassVar[Mapping[str, str]] = MappingProxyType({"reuse.q": "turned by RoPE"})
 
+    # what --compare tries with it (core/diagnose.py): its mistakes, and a setting whose numbers it does not try
+    compared_mistakes: ClassVar[tuple[str, ...]] = ("rope_layout",)  # "half" for "interleaved", or the reverse
+
     base: float  # θ_i = base^(−2i/d_k)
     layout: str  # "interleaved": pair i = (2i, 2i+1); "half": pair i = (i, i + d_k/2)
     positions: tuple[int, ...]  # one per token
     partial: float = 1.0  # the share of d_k that turns: the first int(partial·d_k) dimensions
     scaling: RopeScaling | None = None  # [rope.scaling]: context extension of the frequencies
+
+    @property
+    def not_compared(self) -> str | None:
+        """A setting --compare does not try the mistakes with; None where it tries them."""
+        return "RoPE's partial or scaling" if self.partial != 1.0 or self.scaling is not None else None
+
+    def compared_step(self, M: Matrix, mistakes: frozenset[str]) -> Matrix:
+        """M (rows, d_k) turned as --compare's plain attention turns each head's Q and K (every dimension, the
+        unscaled frequencies, rows from position 0 of ``positions``), with its mistakes among ``mistakes``."""
+        layout = self.layout
+        if "rope_layout" in mistakes:
+            layout = "half" if layout == "interleaved" else "interleaved"
+        return rope_kernel.turn(M, layout, self.base, tuple(self.positions)[: M.shape[0]])
 
     def rotated(self, d_k: int) -> int:
         """r, how many of a head's d_k dimensions turn; the rest pass through."""
@@ -175,5 +191,5 @@ TABLE: Table[Rope] = Table(
     lookalikes={("[rope]", key): ("scaling", f"{key} is a field of [rope.scaling]: write it under that header")
                 for key in ("factor", "type", "original_max_position_embeddings", "low_freq_factor",
                             "high_freq_factor", "beta_fast", "beta_slow", "attention_factor", "rope_type")},
-    faces=Faces(head="qkv_tui.core.rope_part:rope_part"),
+    faces=Faces(head="qkv_tui.core.rope_part:rope_part", mistakes=Rope.compared_mistakes),
 )
