@@ -16,6 +16,8 @@ from qkv_tui.core.toml_text import string
 from qkv_tui.core.variants.common import MAX_INDEX, Context, Faces, Table, choice, number, write_whole
 from qkv_tui.core.variants.rope_scaling import parse_partial, parse_scaling, summary, write_scaling
 from qkv_tui.kernels import rope as rope_kernel
+from qkv_tui.kernels.attention import Turn
+from qkv_tui.kernels.policy import EXACT, Policy
 from qkv_tui.kernels.rope_scaling import RopeScaling, base_inv_freq, rotated_dims
 from qkv_tui.kernels.stats import Matrix
 
@@ -59,6 +61,19 @@ class Rope:
         if "rope_layout" in mistakes:
             layout = "half" if layout == "interleaved" else "interleaved"
         return rope_kernel.turn(M, layout, self.base, tuple(self.positions)[: M.shape[0]])
+
+    def turn_at(self, positions: tuple[int, ...] | None, d_k: int, policy: Policy = EXACT) -> Turn:
+        """Its cos and sin for every token's position, for heads (or the blocks a score reads, part_questions
+        score_width) of width d_k: how it turns Queries and Keys (core/part_questions.py turn)."""
+        assert positions is not None
+        a = rope_kernel.angles_at(self.inv_freq(d_k), positions)  # (n, r/2): r = d_k unless partial
+        factor = self.attention_factor  # YaRN's: it multiplies cos and sin (so the scores carry it squared)
+        if factor == 1.0:
+            return Turn(np.cos(a), np.sin(a), self.pairs(d_k))
+        # by hand cos, sin and the factor are each written down rounded, then their products
+        f = policy.worked(np.array(factor))
+        cos, sin = policy.worked(np.cos(a)) * f, policy.worked(np.sin(a)) * f  # (n, r/2)
+        return Turn(policy.worked(cos), policy.worked(sin), self.pairs(d_k))
 
     def rotated(self, d_k: int) -> int:
         """r, how many of a head's d_k dimensions turn; the rest pass through."""
