@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from qkv_tui import compute, load_scenario
-from qkv_tui.core.engine import rotate
+from qkv_tui.core.rope_part import rotate
 from qkv_tui.core.scenario import parse_scenario
 from qkv_tui.core.variants import Rope
 from qkv_tui.core.variants.alibi import default_slopes

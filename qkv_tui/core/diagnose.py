@@ -14,14 +14,15 @@ import itertools
 import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, fields
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from qkv_tui.core import part_questions as ask
+from qkv_tui.core import variants as registry
 from qkv_tui.core.scenario import Head, Scenario
 from qkv_tui.core.tolerances import ATOL, RTOL
-from qkv_tui.kernels.rope import turn
 from qkv_tui.kernels.softmax import from_logsumexp, softmax_rows
 
 Matrix = npt.NDArray[np.float64]
@@ -29,10 +30,12 @@ BoolMatrix = npt.NDArray[np.bool_]
 
 MASKED_AT_MOST = -1e4  # a learner's masked score may hold −1e9, finfo.min or −∞: all count as masked
 
-# the names the JSON report and the docs use, in the order the report lists them
+# the names the JSON report and the docs use, in the order the report lists them: the mistakes in a table's step on
+# Q and K (its faces') after head_order
 MISTAKES = ("no_scale", "scale_d_model", "scale_d_k", "softmax_axis", "mask_after_softmax", "mask_fill_zero",
-            "causal_off_by_one", "k_not_transposed", "head_order", "rope_layout", "weight_transposed",
-            "k_v_swapped", "softmax_overflow")
+            "causal_off_by_one", "k_not_transposed", "head_order",
+            *(name for t in registry.TABLES if t.faces is not None for name in t.faces.mistakes),
+            "weight_transposed", "k_v_swapped", "softmax_overflow")
 STAGE_NAMES = {"scores": "Score", "scaled": "Scale", "weights": "Softmax", "mix": "Mix",
                "dV": "dMix", "dP": "dMix", "dS": "dSoftmax", "dQ": "dScore", "dK": "dScore"}
 GRADIENTS = ("dV", "dP", "dS", "dQ", "dK")  # in the app's order: dMix, dSoftmax, dScore
@@ -52,7 +55,9 @@ class Problem:
     heads: int
     allow: BoolMatrix  # (n, m)
     scale: float | None  # the divisor the scenario sets; None: √d_k
-    rope: tuple[float, str, tuple[int, ...]] | None = None  # base, layout, positions
+    # the tables' steps on each head's Q and K before the scores (a rotation by position), in the format's order:
+    # ``compared_step(M, mistakes)`` with the mistakes of its own among them, which it names (``compared_mistakes``)
+    qk_steps: tuple[Any, ...] = ()
     direct: bool = False  # Q, K, V given: the projections are selectors, not a learner's weights
     per_head_weights: bool = False  # the learner's weights had a head axis: a transposed weight is per head
     dtype: str = "float64"  # the learner's: where a softmax without the max subtraction overflows
@@ -108,8 +113,8 @@ def variants(p: Problem) -> list[str]:
         out.append("k_not_transposed")
     if p.heads > 1:
         out += (["head_order:merge"] if p.direct else ["head_order:both", "head_order:split", "head_order:merge"])
-    if p.rope is not None:
-        out.append("rope_layout")
+    for step in p.qk_steps:
+        out += step.compared_mistakes
     if not p.direct:
         square = [name for name in ("W_Q", "W_K", "W_V", "W_O")
                   if getattr(p, name) is not None and _transposable(p, getattr(p, name))]
@@ -174,11 +179,8 @@ def _forward(p: Problem, mistakes: frozenset[str], only_head: int | None) -> Sta
     scores, scaled, weights, mix = [], [], [], []
     for h in range(H) if only_head is None else (only_head,):
         Q, K, V = (_split(M, H, h, split_wrong) for M in (Q_all, K_all, V_all))
-        if p.rope is not None:
-            base, layout, positions = p.rope
-            if "rope_layout" in mistakes:
-                layout = "half" if layout == "interleaved" else "interleaved"
-            Q, K = _rope(Q, base, layout, positions), _rope(K, base, layout, positions)
+        for step in p.qk_steps:
+            Q, K = step.compared_step(Q, mistakes), step.compared_step(K, mistakes)
         if "k_not_transposed" in mistakes:
             if K.shape[0] != K.shape[1] or Q.shape[1] != K.shape[0]:
                 raise ValueError("K is not square")
@@ -214,10 +216,6 @@ def _split(M: Matrix, heads: int, h: int, wrong: bool) -> Matrix:
     if wrong:  # (d h): head h takes every heads-th column from h
         return M[:, h::heads]
     return M[:, h * width:(h + 1) * width]
-
-
-def _rope(M: Matrix, base: float, layout: str, positions: tuple[int, ...]) -> Matrix:
-    return turn(M, layout, base, positions[: M.shape[0]])
 
 
 def _softmax(T: Matrix, allow: BoolMatrix, mistakes: frozenset[str], dtype: str) -> Matrix:
@@ -409,10 +407,10 @@ def problem_of(sc: Scenario, *, direct: bool = False, per_head_weights: bool = F
     mistakes are then tried with it as the mask, as the heads of the layer attend)."""
     # the scenario's tables and a head's keys say what they make other than plain (``not_plain``)
     parts = [str(label) for table in ask.tables(sc) if (label := getattr(table, "not_plain", None)) is not None]
-    parts += [name for name, present in (
-        ("b_O", sc.b_O is not None), ("shared K/V heads", sc.num_kv_heads is not None),
-        ("RoPE's partial or scaling", sc.rope is not None and (sc.rope.partial != 1.0 or sc.rope.scaling is not None)),
-    ) if present]
+    parts += [name for name, present in (("b_O", sc.b_O is not None), ("shared K/V heads", sc.num_kv_heads is not None))
+              if present]
+    # and a table's setting the mistakes are not tried with (``not_compared``)
+    parts += [str(label) for table in ask.tables(sc) if (label := getattr(table, "not_compared", None)) is not None]
     said = [(f.name, f.metadata["not_plain"]) for f in fields(Head) if "not_plain" in f.metadata]
     for head in sc.heads:
         for attr, label in said:
@@ -422,10 +420,8 @@ def problem_of(sc: Scenario, *, direct: bool = False, per_head_weights: bool = F
         parts.append("heads of different widths")
     if parts:
         return f"the mistakes are tried on plain attention; this scenario has {', '.join(parts)}"
-    rope = None
-    if sc.rope is not None:
-        rope = (sc.rope.base, sc.rope.layout, tuple(sc.rope.positions))
+    steps = tuple(table for table in ask.tables(sc) if callable(getattr(table, "compared_step", None)))
     wide = {name: np.concatenate([getattr(h, name) for h in sc.heads], axis=1) for name in ("W_Q", "W_K", "W_V")}
     return Problem(sc.X, sc.X_kv, wide["W_Q"], wide["W_K"], wide["W_V"], sc.W_O, len(sc.heads),
                    sc.allow if allow is None else allow,
-                   sc.scale, rope, direct, per_head_weights, dtype)
+                   sc.scale, steps, direct, per_head_weights, dtype)

@@ -12,13 +12,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from qkv_tui.core.rope_part import turn_of
+from qkv_tui.core import part_questions as ask
 from qkv_tui.core.variants.differential import TABLE
 from qkv_tui.kernels.attention import Attended, HeadPass, PartSpec, Turn
 
 # this module loads only where a scenario has [differential] (its table's head face), so its kernel with it
 from qkv_tui.kernels.differential import DiffForward, DiffHead, diff_forward
-from qkv_tui.kernels.rope import Rotated
 from qkv_tui.kernels.softmax import SoftmaxRows
 
 
@@ -47,10 +46,6 @@ class DiffSpec(PartSpec):
     def after_mix(self, p: HeadPass, attended: Attended) -> None:
         f = p.notes["differential"]
         assert isinstance(f, DiffForward)
-        if f.Q_rot is not None and f.K_rot is not None:
-            # RoPE's part turned the head's whole width; what the maps scored is each half turned on its own, and
-            # that is what the head's record of the turn says (the Rotate stage, the JSON's Q_rot and K_rot)
-            p.records[:] = [Rotated(f.Q_rot, f.K_rot) if isinstance(r, Rotated) else r for r in p.records]
         p.records.append(f)
 
 
@@ -63,7 +58,8 @@ def diff_part(run: Any) -> Callable[[int], DiffSpec] | None:
 
     def spec(h: int) -> DiffSpec:
         # the exact head's divisor by hand (as every head's), the scenario's own, or None: √d, not √d_k = √(2d);
-        # RoPE's turn for one half of the head (width d), as for a whole head of that width
+        # the turn of Q and K by position for one half of the head (width d), as for a whole head of that width
+        # (the parts that act on Q and K turn each half so too: score_width)
         scale = run.exact[h].scale if run.exact is not None else sc.scale
-        return DiffSpec(sc.heads[h], df.head(h), scale, turn_of(sc.rope, sc.positions, df.d, run.policy))
+        return DiffSpec(sc.heads[h], df.head(h), scale, ask.turn(sc, df.d, run.policy))
     return spec

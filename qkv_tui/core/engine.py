@@ -21,13 +21,11 @@ from qkv_tui.core import part_questions as ask
 from qkv_tui.core.forward import HeadResult as HeadResult
 from qkv_tui.core.forward import run_heads
 from qkv_tui.core.part_masks import attended
-from qkv_tui.core.rope_part import turn_of as turn_of
 from qkv_tui.core.scenario import BoolMatrix, Matrix, Scenario, ScenarioError
-from qkv_tui.core.variants import Norm, Rope, Vector
+from qkv_tui.core.variants import Norm, Vector
 from qkv_tui.kernels.attention import frozen as _frozen
 from qkv_tui.kernels.norm import normalise
 from qkv_tui.kernels.policy import EXACT, Policy
-from qkv_tui.kernels.rope import rotate as rotate_kernel
 
 
 @dataclass(frozen=True, eq=False)
@@ -74,13 +72,6 @@ def normalize(norm: Norm, X: Matrix, policy: Policy = EXACT) -> NormResult:
     done = normalise(policy, norm.kind, X, norm.gamma[None, :], None if norm.beta is None else norm.beta[None, :],
                      norm.eps)
     return NormResult(*(_frozen(a) for a in (done.X_norm, done.mean, done.spread, done.root)))
-
-
-def rotate(M: Matrix, rope: Rope, positions: tuple[int, ...]) -> Matrix:
-    """RoPE: each pair (a, b) of a row at position p turns by p·θ_i (docs/scenario-format.md, `[rope]`)."""
-    t = turn_of(rope, positions, M.shape[1])
-    assert t is not None
-    return rotate_kernel(M, t.cos, t.sin, t.pairs)
 
 
 # --- the one overflow rule ---------------------------------------------------------------------

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from qkv_tui.core.engine import Computation, turn_of
+from qkv_tui.core.engine import Computation
 from qkv_tui.core.gradients import Gradients, HeadGrad, _kv_sums, _Part
+from qkv_tui.core.rope_part import turn_of
 from qkv_tui.core.scenario import Matrix
 from qkv_tui.core.variants import Vector
 from qkv_tui.kernels.attention import Turn

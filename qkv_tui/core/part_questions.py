@@ -244,3 +244,24 @@ def scenario_says(sc: Scenario, name: str) -> str | None:
         if isinstance(answer, str):
             return answer
     return None
+
+
+# reach_refuse: the Queries and Keys as they enter the scores, for a part that scores them itself
+
+
+def score_width(sc: Scenario, d_k: int) -> int:
+    """How many of a head's d_k columns of Q and K one score reads: d_k, or where a table scores each head in
+    blocks (``score_width``: differential attention's two halves), the block's; a step on Q and K acts on each
+    block as on a head of that width."""
+    width = scenario_answer(sc, "score_width")
+    return d_k if width is None else int(width)
+
+
+def turn(sc: Scenario, width: int, policy: Any) -> Any:
+    """How the scenario's tables turn Queries and Keys by position (``turn_at``: a rotation's cos and sin at each
+    token's position, kernels/attention.py Turn) for a head or block ``width`` wide; None where none turns them."""
+    for table in tables(sc):
+        at = getattr(table, "turn_at", None)
+        if callable(at):
+            return at(sc.positions, width, policy)
+    return None

@@ -501,6 +501,7 @@ class _Validator:
         mla = None
         if "mla" in doc:  # [mla] defines the heads itself (core/variants/mla.py)
             variants.mla.refuse_with(self, doc)
+            variants.gate.no_table_with_built_heads(self, doc, variants.mla.TABLE.header)
             mla = variants.mla.read_mla(self, variants.table_of(self, doc, "mla") or {}, d_model)
         if mla is None:
             heads, split, kv_split = self.heads(doc, d_model, d_in, d_in_name)

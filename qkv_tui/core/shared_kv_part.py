@@ -1,7 +1,8 @@
 """[shared_kv] as one part of a head's pass (contracts §15, Gemma 3n's cross-layer KV sharing): before anything
-reads them, the head's K and V become the source layer's, as it cached them; the parts that turn the Keys
-(QK-norm, RoPE) find them already turned, as they find an earlier query head's under GQA, so only Q is normed and
-rotated here. Its record says so to the views (``kv_given``) and refuses those not built for it.
+reads them, the head's K and V become the source layer's, as it cached them, and the head pass says its K is given
+(kernels/attention.py HeadPass.K_given): the parts that act on Queries and Keys (QK-norm, RoPE) find the Keys
+already as they enter the scores, so only Q is normed and rotated here. Its record says so to the views
+(``kv_given``) and refuses those not built for it.
 """
 
 from __future__ import annotations
@@ -9,18 +10,11 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, ClassVar, TypeVar
-
-import numpy as np
+from typing import Any, ClassVar
 
 from qkv_tui.core.arrays import Matrix
 from qkv_tui.core.variants.shared_kv import TABLE
 from qkv_tui.kernels.attention import Attended, HeadPass, PartSpec
-from qkv_tui.kernels.norm import Normed
-from qkv_tui.kernels.qk_norm import QKNormed
-from qkv_tui.kernels.rope import Rotated
-
-P = TypeVar("P")
 
 
 @dataclass(frozen=True, eq=False)
@@ -43,25 +37,6 @@ class ReusedKV:
 
 
 @dataclass(frozen=True, eq=False)
-class _FromLayer:
-    """The source layer's K and V as an earlier head's are handed to a GQA reader (kernels/attention.py SharedKV):
-    QK-norm and RoPE find the Keys they would have made, and reuse them."""
-
-    K: Matrix
-    V: Matrix
-    records: tuple[object, ...]
-
-    def part(self, kind: type[P]) -> P | None:
-        return next((r for r in self.records if isinstance(r, kind)), None)
-
-
-def _as_normed(K: Matrix) -> Normed:
-    """The reused Keys in QK-norm's record form (normed by the source layer; their statistics here are K's own)."""
-    spread = np.mean(K * K, axis=1)
-    return Normed(K, np.zeros(K.shape[0]), spread, np.sqrt(spread), K)
-
-
-@dataclass(frozen=True, eq=False)
 class ReuseSpec(PartSpec):
     record: ReusedKV
 
@@ -69,8 +44,7 @@ class ReuseSpec(PartSpec):
         K, V = self.record.K, self.record.V
         p.K = p.K_turned = p.K_used = K
         p.V = V
-        if p.shared is None:  # a later reader of the same K/V head already finds them in its earlier head
-            p.shared = _FromLayer(K, V, (QKNormed(_as_normed(K), _as_normed(K)), Rotated(K, K)))
+        p.K_given = True  # as they enter the scores: the parts that act on Q and K step Q alone
 
     def after_mix(self, p: HeadPass, attended: Attended) -> None:
         p.records.append(self.record)

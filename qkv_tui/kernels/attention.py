@@ -81,6 +81,9 @@ class HeadPass:
     step: ScoresStep | None = None  # a step on the scaled scores before the bias (the soft-cap)
     records: list[object] = field(default_factory=list)  # each part's own record, in the order they ran
     notes: dict[str, object] = field(default_factory=dict)  # what one part keeps between its own hooks
+    # K handed over as it enters the scores (another layer's, after that layer's own steps on K, [shared_kv]):
+    # a part that acts on Queries and Keys steps Q alone and keeps K as it came
+    K_given: bool = False
 
     def shared_part(self, kind: type[P]) -> P | None:
         return None if self.shared is None else self.shared.part(kind)

@@ -7,6 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+import numpy as np
+
 from qkv_tui.kernels.attention import HeadPass, PartSpec, frozen
 from qkv_tui.kernels.norm import Normed, normalise
 from qkv_tui.kernels.policy import EXACT, Policy
@@ -20,6 +22,13 @@ def qk_normalise(M: Matrix, gamma: Matrix, eps: float, rows: Normed | None, poli
     for a in (done.X_norm, done.spread, done.root):
         frozen(a)
     return done
+
+
+def as_normed(K: Matrix) -> Normed:
+    """Keys handed over already normed (by the layer that computed them) in the norm's record form: their
+    statistics here are K's own."""
+    spread = np.mean(K * K, axis=1)
+    return Normed(K, np.zeros(K.shape[0]), spread, np.sqrt(spread), K)
 
 
 @dataclass(frozen=True, eq=False)
@@ -78,8 +87,12 @@ class QKNormHead(PartSpec):
         reuses its normalised Keys."""
         Q_normed = qk_normalise(p.Q, self.gamma_q, self.eps, self.q_rows, p.policy)
         earlier = p.shared_part(QKNormed)
-        K_normed = (qk_normalise(p.K, self.gamma_k, self.eps, self.k_rows, p.policy) if earlier is None
-                    else earlier.K_normed)
+        if earlier is not None:
+            K_normed = earlier.K_normed
+        elif p.K_given:
+            K_normed = as_normed(p.K)
+        else:
+            K_normed = qk_normalise(p.K, self.gamma_k, self.eps, self.k_rows, p.policy)
         p.Q_turned = p.Q_used = Q_normed.X_norm
         p.K_turned = p.K_used = K_normed.X_norm
         p.records.append(QKNormed(Q_normed, K_normed))

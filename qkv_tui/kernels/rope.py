@@ -114,11 +114,23 @@ class RopeSpec(PartSpec):
     (normalised where the head has QK-norm); a head sharing an earlier head's K/V head reuses its turned Keys."""
 
     turn: Turn
+    block: int | None = None  # the width of each block of columns a score reads, turned on its own; None: d_k
+
+    def turned(self, M: Matrix, policy: Policy) -> Matrix:
+        t = self.turn
+        if self.block is None:
+            return frozen(rotate(M, t.cos, t.sin, t.pairs, policy))
+        blocks = [M[:, i:i + self.block] for i in range(0, M.shape[1], self.block)]
+        return frozen(np.concatenate([rotate(b, t.cos, t.sin, t.pairs, policy) for b in blocks], axis=1))
 
     def before_score(self, p: HeadPass) -> None:
-        t = self.turn
         earlier = p.shared_part(Rotated)
-        K_rot = frozen(rotate(p.K_turned, t.cos, t.sin, t.pairs, p.policy)) if earlier is None else earlier.K_rot
-        Q_rot = frozen(rotate(p.Q_turned, t.cos, t.sin, t.pairs, p.policy))
+        if earlier is not None:
+            K_rot = earlier.K_rot
+        elif p.K_given:  # turned by the layer that computed them
+            K_rot = p.K_turned
+        else:
+            K_rot = self.turned(p.K_turned, p.policy)
+        Q_rot = self.turned(p.Q_turned, p.policy)
         p.Q_used, p.K_used = Q_rot, K_rot
         p.records.append(Rotated(Q_rot, K_rot))

@@ -123,6 +123,9 @@ class Faces:
     # the module that says which of its inputs a learner may edit (core/cell_edit.py): KEYS, VECTORS, editable,
     # with_entry, write_cell, and where it has them BY_TOKEN and alias
     edit: str | None = None
+    # the learner's mistakes in its step that --compare tries (core/diagnose.py), by the names its report uses, in
+    # the report's order; the table's value applies them (``compared_step``)
+    mistakes: tuple[str, ...] = ()
 
 
 def face(path: str) -> Any:

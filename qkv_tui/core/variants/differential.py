@@ -81,6 +81,11 @@ class Differential:
         """The half width: each map's d_k."""
         return int(self.lambda_q1.shape[1])
 
+    @property
+    def score_width(self) -> int:
+        """Each of a head's two scores reads one half of its Q and K columns (core/part_questions.py score_width)."""
+        return self.d
+
     def trained(self, grads: Sequence[Any], rule: Callable[[tuple[str, int | None], Matrix, Matrix], Matrix],
                 train: Collection[str], frozen: Callable[[Matrix], Matrix]) -> Differential:
         """One training step on the λ vectors and the sub-norm's gains ``train`` names (core/training.py): ``grads``

@@ -48,6 +48,13 @@ def no_table_with_heads(v: Checker, doc: dict[str, Any]) -> None:
                      " W_G = [[...]] (d_model × d_v) in each [[heads]] table instead")
 
 
+def no_table_with_built_heads(v: Checker, doc: dict[str, Any], builder: str) -> None:
+    """Heads a table builds itself (``builder``, its header: [mla]'s from its latent) have no W_G, so the [gate]
+    table, the [attention] form of one, has no heads to gate."""
+    if TABLE_KEY in doc:
+        raise v.fail(f"{builder} has no output gate; remove [gate]")
+
+
 def parse_wide_gate(v: Reader, doc: dict[str, Any], d_model: int, num_heads: int, d_v: int) -> tuple[Matrix | None, ...]:
     """``[gate] W_G``, d_model × (num_heads·d_v), cut into one d_model × d_v slice per query head."""
     if TABLE_KEY not in doc:

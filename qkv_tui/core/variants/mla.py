@@ -307,7 +307,9 @@ def read_mla(v: Reader, table: dict[str, Any], d_model: int) -> Mla:
 
 
 def refuse_with(v: Checker, doc: dict[str, Any]) -> None:
-    """[mla] defines the heads itself, for self-attention, with its own latent norms: what cannot sit beside it."""
+    """[mla] defines the heads itself, for self-attention, with its own latent norms: what cannot sit beside it.
+    (The tables and keys of the heads it builds refuse it by what it is: a table that replaces the heads' softmax
+    (core/variants/refusals.py replaces_softmax), the [attention] form of a key of the heads (a gate's).)"""
     for key, what in (("heads", "[[heads]]"), ("attention", "[attention]")):
         if key in doc:
             raise v.fail(f"[mla] and {what} are both given; [mla] defines the heads itself (expected one of [mla],"
@@ -316,12 +318,6 @@ def refuse_with(v: Checker, doc: dict[str, Any]) -> None:
         raise v.fail("[mla] needs self-attention (the latent is of the tokens themselves); remove [context] or [mla]")
     if "qk_norm" in doc:
         raise v.fail("[mla] has its own latent norms (kv_norm, q_norm); remove [qk_norm]")
-    if "gate" in doc:
-        raise v.fail("[mla] has no output gate; remove [gate]")
-    for key in ("linear", "deltanet"):
-        if key in doc:
-            raise v.fail(f"[mla] and [{key}] are both given; [{key}] replaces the softmax of [[heads]] or [attention]"
-                         f" (expected one of [mla] or [{key}])")
 
 
 def parse_mla(table: dict[str, Any], ctx: Context) -> Mla:

@@ -70,7 +70,12 @@ def last_of(ctx: Context, having: Having) -> str | None:
 
 def replaces_softmax(v: Checker, ctx: Context, table: str) -> None:
     """The readings pinned for a table that replaces every head's softmax with a running state: a causal
-    mask, self-attention, one K/V head per query head, and none of the softmax's own keys."""
+    mask, self-attention, one K/V head per query head, and none of the softmax's own keys; and heads of
+    [[heads]] or [attention], not a table's that builds its own."""
+    found = refused(ctx, ((BUILDS_HEADS, f"[{{key}}] and [{table}] are both given; [{table}] replaces the softmax of"
+                                         f" [[heads]] or [attention] (expected one of [{{key}}] or [{table}])"),))
+    if found is not None:
+        raise v.fail(found[1])
     if ctx.is_cross:
         raise v.fail(f"[{table}] needs self-attention (its state runs over the tokens themselves); remove [context] or [{table}]")
     if ctx.mask_kind != "causal":

@@ -16,6 +16,8 @@ from qkv_tui.core.toml_text import string
 from qkv_tui.core.variants.common import MAX_INDEX, Context, Faces, Table, choice, number, write_whole
 from qkv_tui.core.variants.rope_scaling import parse_partial, parse_scaling, summary, write_scaling
 from qkv_tui.kernels import rope as rope_kernel
+from qkv_tui.kernels.attention import Turn
+from qkv_tui.kernels.policy import EXACT, Policy
 from qkv_tui.kernels.rope_scaling import RopeScaling, base_inv_freq, rotated_dims
 from qkv_tui.kernels.stats import Matrix
 
@@ -38,11 +40,40 @@ class Rope:
     # what a view says of it at a place (teach/stages/shared_kv.py: a layer that reuses K does this to Q alone)
     words: ClassVar[Mapping[str, str]] = MappingProxyType({"reuse.q": "turned by RoPE"})
 
+    # what --compare tries with it (core/diagnose.py): its mistakes, and a setting whose numbers it does not try
+    compared_mistakes: ClassVar[tuple[str, ...]] = ("rope_layout",)  # "half" for "interleaved", or the reverse
+
     base: float  # θ_i = base^(−2i/d_k)
     layout: str  # "interleaved": pair i = (2i, 2i+1); "half": pair i = (i, i + d_k/2)
     positions: tuple[int, ...]  # one per token
     partial: float = 1.0  # the share of d_k that turns: the first int(partial·d_k) dimensions
     scaling: RopeScaling | None = None  # [rope.scaling]: context extension of the frequencies
+
+    @property
+    def not_compared(self) -> str | None:
+        """A setting --compare does not try the mistakes with; None where it tries them."""
+        return "RoPE's partial or scaling" if self.partial != 1.0 or self.scaling is not None else None
+
+    def compared_step(self, M: Matrix, mistakes: frozenset[str]) -> Matrix:
+        """M (rows, d_k) turned as --compare's plain attention turns each head's Q and K (every dimension, the
+        unscaled frequencies, rows from position 0 of ``positions``), with its mistakes among ``mistakes``."""
+        layout = self.layout
+        if "rope_layout" in mistakes:
+            layout = "half" if layout == "interleaved" else "interleaved"
+        return rope_kernel.turn(M, layout, self.base, tuple(self.positions)[: M.shape[0]])
+
+    def turn_at(self, positions: tuple[int, ...] | None, d_k: int, policy: Policy = EXACT) -> Turn:
+        """Its cos and sin for every token's position, for heads (or the blocks a score reads, part_questions
+        score_width) of width d_k: how it turns Queries and Keys (core/part_questions.py turn)."""
+        assert positions is not None
+        a = rope_kernel.angles_at(self.inv_freq(d_k), positions)  # (n, r/2): r = d_k unless partial
+        factor = self.attention_factor  # YaRN's: it multiplies cos and sin (so the scores carry it squared)
+        if factor == 1.0:
+            return Turn(np.cos(a), np.sin(a), self.pairs(d_k))
+        # by hand cos, sin and the factor are each written down rounded, then their products
+        f = policy.worked(np.array(factor))
+        cos, sin = policy.worked(np.cos(a)) * f, policy.worked(np.sin(a)) * f  # (n, r/2)
+        return Turn(policy.worked(cos), policy.worked(sin), self.pairs(d_k))
 
     def rotated(self, d_k: int) -> int:
         """r, how many of a head's d_k dimensions turn; the rest pass through."""
@@ -175,5 +206,5 @@ TABLE: Table[Rope] = Table(
     lookalikes={("[rope]", key): ("scaling", f"{key} is a field of [rope.scaling]: write it under that header")
                 for key in ("factor", "type", "original_max_position_embeddings", "low_freq_factor",
                             "high_freq_factor", "beta_fast", "beta_slow", "attention_factor", "rope_type")},
-    faces=Faces(head="qkv_tui.core.rope_part:rope_part"),
+    faces=Faces(head="qkv_tui.core.rope_part:rope_part", mistakes=Rope.compared_mistakes),
 )

@@ -20,7 +20,7 @@ from qkv_tui.base.values import show as _show
 from qkv_tui.core.arrays import Matrix
 from qkv_tui.core.toml_text import vector
 from qkv_tui.core.variants.common import MAX_INDEX, Checker, Context, Faces, Lookalikes, Table, write_whole
-from qkv_tui.core.variants.refusals import BUILDS_HEADS, Refused, refused
+from qkv_tui.core.variants.refusals import BUILDS_HEADS, STATE, Refused, refused
 
 KEYS = ("source_layer", "K", "V")
 KV_ROLES = ("W_K", "W_V", "b_K", "b_V")  # what a head of a sharing layer does not have
@@ -34,8 +34,7 @@ LOOKALIKES: Lookalikes = {
 # none (core/variants/refusals.py)
 REFUSED_TABLES: Refused = (
     (BUILDS_HEADS, "[{key}] computes K and V from its own latent; a layer that reuses another's computes none"),
-    ("linear", "[linear] replaces the softmax the reused K and V are read with; no model shares K/V across such layers"),
-    ("deltanet", "[deltanet] keeps a state, not K and V another layer could hand over"),
+    (STATE, "[{key}] keeps a state, not K and V another layer could hand over"),
     ("backward", "[backward] would train W_K and W_V, which a layer that reuses another's K and V does not have"),
     ("value_scale", "the value scale multiplies V as this layer projects it, and this layer projects none"),
     ("differential", "[differential] projects its own 2d-wide K and V"),

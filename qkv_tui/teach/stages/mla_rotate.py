@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from qkv_tui.core.engine import turn_of
+from qkv_tui.core.rope_part import turn_of
 from qkv_tui.core.scenario import Matrix
 from qkv_tui.teach.stages import mla_grads, mla_sheet
 from qkv_tui.teach.stages import mla_parts as parts

@@ -12,8 +12,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from qkv_tui.core import part_questions as ask
-from qkv_tui.core.engine import Computation, turn_of
+from qkv_tui.core.engine import Computation
 from qkv_tui.core.fmt import fmt, operand
+from qkv_tui.core.rope_part import turn_of
 from qkv_tui.core.scenario import Matrix, Scenario
 from qkv_tui.core.variants import Rope
 from qkv_tui.kernels.policy import EXACT, round_to
