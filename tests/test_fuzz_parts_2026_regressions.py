@@ -13,7 +13,11 @@ path at every decimals, or refused in one line that names what overflowed:
   in one line; by hand, dt·A was written down rounded one way and used rounded the other (0.13·(−0.5) written
   −0.06, worked as −0.07); SiLU of a z far below 0 raised OverflowError in the Gate stage's line;
 - [differential]: a λ dot product past float64 below 0 (e^ of it 0) was computed, but its printed line wrote −∞
-  and --export markdown failed where --check had said ok; now refused in one line.
+  and --export markdown failed where --check had said ok; now refused in one line; so is [ssd]'s step X·W_dt past
+  float64, written −∞;
+- a [value_scale] factor of 1e-300 on a projection of −1e300 is written by its mantissa (it read 0.00000000000);
+- [ssd]'s Agree line for two outputs of 6.9e152 a rounding apart writes their exact decimals, as many as make the
+  gap on paper agree (12 digits showed none of the gap −9.304e136).
 """
 
 from __future__ import annotations
@@ -153,6 +157,36 @@ W_K = [[0]]
 W_V = [[-1e+300]]
 [v_norm]
 """,
+    # the factor read 0.00000000000 at every places, so the line said (−1e300)·0.00000000000 = −1
+    "value_scale_tiny_factor_on_a_huge_projection": """\
+tokens = ["t0"]
+X = [[1]]
+[[heads]]
+name = "h0"
+W_Q = [[0]]
+W_K = [[0]]
+W_V = [[-1e+300]]
+[value_scale]
+factor = 1e-300
+""",
+    # the two forms one rounding apart at 6.9e152: no 12 digits showed their gap of −9.304e136
+    "ssd_agree_gap_of_huge_outputs": """\
+tokens = ["t0"]
+X = [[0, -1e+300]]
+mask = "causal"
+[[heads]]
+name = "h0"
+W_Q = [[0, 0], [0, 0]]
+W_K = [[0, 0], [0, 0]]
+W_V = [[0, 0], [0, 0]]
+[ssd]
+num_heads = 1
+num_groups = 1
+A = [-1]
+W_dt = [[0], [0]]
+B = [[1e-300]]
+C = [[1e+153]]
+""",
 }
 
 REFUSED = {
@@ -258,6 +292,24 @@ lambda_q2 = [[0]]
 lambda_k2 = [[0]]
 layer = 0
 """, '[differential] lambda_q1·lambda_k1 for head 1 ("h0") is past float64'),
+    # softplus of it is 0, but the line wrote the step as −∞
+    "ssd_step_past_float64": ("""\
+tokens = ["t0"]
+X = [[0, -1e+300]]
+mask = "causal"
+[[heads]]
+name = "h0"
+W_Q = [[0, 0], [0, 0]]
+W_K = [[0, 0], [0, 0]]
+W_V = [[0, 0], [0, 0]]
+[ssd]
+num_heads = 1
+num_groups = 1
+A = [-1]
+W_dt = [[0], [1e+153]]
+B = [[0]]
+C = [[0]]
+""", "h0: values in [ssd]'s X·W_dt + dt_bias overflow float64 at row 1 (\"t0\")"),
 }
 
 

@@ -82,7 +82,10 @@ class SsdRecord:
             return None
         s = self.ssd
         inputs = "expected smaller x, dt (X, W_dt or dt_bias) or B"
+        # softplus of a step past float64 is 0 or the step itself, but no line can show the step it came from
+        summed = None if self.summed is None else self.summed.reshape(-1, 1)
         said: tuple[str, str, str] | None = at.named((
+            ("[ssd]'s X·W_dt + dt_bias", summed, False, False, "expected smaller X, W_dt or dt_bias"),
             ("[ssd]'s dt·x", s.xdt, False, False, "expected smaller x or dt (X, W_dt or dt_bias)"),
             ("[ssd]'s state h", s.states.reshape(s.states.shape[0], -1), False, False, inputs),
             ("[ssd]'s recurrent y", s.y_recurrent, False, False, inputs + ", or a smaller C or D"),

@@ -234,6 +234,11 @@ def _operand_read(x: float, integral: bool, places: int, tiny: bool = False) -> 
     return text, shown(text)
 
 
+def tiny_operand(x: float, integral: bool, places: int) -> str:
+    """``operand``, but a number that reads as 0 at these places written by its mantissa (``1.000e-300``)."""
+    return _operand_read(float(x), integral, places, True)[0]
+
+
 def dot_at(a: Numbers, b: Numbers, a_int: bool, b_int: bool, places: int,
            hand: int | None, tiny: bool = False) -> tuple[list[str], float, bool]:
     """The sides ``1·1 + 0·0 …`` (and, by hand, the rounded products), their sum, and whether the

@@ -13,7 +13,7 @@ from qkv_tui.core.engine import Computation, HeadResult
 from qkv_tui.core.fmt import is_integral, operand
 from qkv_tui.core.scenario import Matrix
 from qkv_tui.core.variants import v_norm
-from qkv_tui.teach.arith import agrees, dot_line, shown, tries, unit
+from qkv_tui.teach.arith import agrees, dot_line, shown, tiny_operand, tries, unit
 from qkv_tui.teach.stages.common import (
     K_SLOT,
     Q_SLOT,
@@ -387,11 +387,15 @@ def _scaled_formula(formula: str, factor: float) -> str:
 
 
 def _factor_texts(projected: float, factor: float, result: str, decimals: int, whole: bool) -> tuple[str, str]:
-    """The projection's cell and the factor, each with the digits that make their product the shown V."""
-    for p in tries(decimals, False):
-        u, s = operand(projected, whole and float(projected).is_integer(), p), operand(factor, factor.is_integer(), p)
-        if all(agrees(x * shown(s), result) for x in _readings(u, whole and float(projected).is_integer(), projected)):
-            break
+    """The projection's cell and the factor, each with the digits that make their product the shown V. Where no
+    places do, an operand too small for any of them beside a huge one (a factor of 1e-300 on −1e300) is written by
+    its mantissa, as dot_line writes one."""
+    exact = whole and float(projected).is_integer()
+    for write in (operand, tiny_operand):
+        for p in tries(decimals, False):
+            u, s = write(projected, exact, p), write(factor, factor.is_integer(), p)
+            if all(agrees(x * shown(s), result) for x in _readings(u, exact, projected)):
+                return u, s
     return u, s
 
 
