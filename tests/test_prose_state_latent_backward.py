@@ -27,7 +27,7 @@ def test_a_state_heads_weights_are_not_called_where_it_looks() -> None:
     run = TrainRun(load_scenario("deltanet_learns"))
     moved = [d for d in train_explanation(run, 2, 0, 3).details if "moved most" in d and "step 0, " in d]
     assert len(moved) == 1 and "attention" not in moved[0] and "looks" not in moved[0], moved
-    assert "not a distribution" in moved[0] and "weighs δ of" in moved[0], moved
+    assert "not a distribution" in moved[0] and "weighs the δ of \"" in moved[0], moved
     assert moved[0].startswith("the weight on δ moved most")
     meaning = train_explanation(run, 2, 0, 3).meaning
     assert "attention map" not in meaning and "where each token looks" not in meaning and "weighs each δ" in meaning

@@ -146,6 +146,9 @@ def adamw_lines(move: Move, bw: Backward, single_row: bool, decimals: int) -> li
     ]
 
 
+SCORED = frozenset({"X", "W_Q", "W_K", "b_Q", "b_K"})  # the train names a head's q and k are made of
+
+
 def _sig(x: float, decimals: int) -> int:
     """Decimals that show at least two significant digits of x (v is often 1e-5: at 3 decimals it would read 0)."""
     if x == 0 or not np.isfinite(x):
@@ -170,6 +173,20 @@ def paren(text: str) -> str:
     return f"({text})" if text.startswith("-") else text
 
 
+def _tables_trained(run: TrainRun, k: int, head: int, decimals: int) -> list[str]:
+    """What a table's trained vectors make, at step 0 and now, in its own words ([differential]'s λ): a table
+    whose value answers ``trained_note`` (its value at step 0, the head, the decimals) adds a line."""
+    from qkv_tui.core import variants
+
+    lines = []
+    for table in variants.TABLES:
+        now, first = table.of(run.at(k).scenario), table.of(run.at(0).scenario)
+        note = getattr(now, "trained_note", None)
+        if note is not None and first is not None:
+            lines.append(note(first, head, run.scenario.heads[head].name, decimals))
+    return lines
+
+
 def _meaning(sc: Scenario) -> str:
     """The view's words; a state head's map holds no attention, only the weights its q·k put on δ (or V)."""
     if sc.backward is not None and sc.backward.adamw:
@@ -177,8 +194,12 @@ def _meaning(sc: Scenario) -> str:
     if not weights_note(sc):
         return MEANING
     weighed = ask.scenario_says(sc, "weighed") or "V"
+    trained = sc.backward.train if sc.backward is not None else ()
+    # only the λ vectors train in differential_learns: no weight q or k is made of moves there
+    moving = ("the weights q and k are made of move" if set(trained) & SCORED else
+              f"the trained weights ({', '.join(trained)}) move")
     return MEANING.replace("Watch the attention map: as the weights the scores are made of move, where each token looks"
-                           " changes.", f"Watch the map: as the weights q and k are made of move, so does how much each"
+                           " changes.", f"Watch the map: as {moving}, so does how much each"
                            f" token weighs each {weighed}{weights_note(sc)}.")
 
 
@@ -191,7 +212,10 @@ def _loss_line(losses: list[float | None], k: int, decimals: int, cross_entropy:
     before = losses[k - 1]
     assert before is not None
     # a plain difference: the shown operands must give the shown change exactly, as on a calculator
-    texts, change = fit(lambda a, b: b - a, [before, now], now - before, decimals, plain_sum=True)
+    # a change too small for the shown decimals gets the digits that show it: "0.000 − 0.000 = 0.000; the loss
+    # fell" said nothing true
+    places = _sig(now - before, decimals) if float(fmt(now - before, False, decimals)) == 0 else decimals
+    texts, change = fit(lambda a, b: b - a, [before, now], now - before, places, plain_sum=True)
     word = "fell" if now < before else "rose" if now > before else "stayed where it was"
     return f"Δloss = {texts[1]} − {texts[0]} = {change}; step {k}: the loss {word}"
 
@@ -224,6 +248,7 @@ def train_explanation(run: TrainRun, k: int, head: int, decimals: int) -> Explan
             details.append(f"w ← w − lr·∂loss/∂w, lr = {run.lr:g}, with step {k - 1}'s gradients; moved: {names}"
                            f" ({len(moves)} cells); the biggest:")
             details += [f"  {update_line(m, run.lr, shapes[m.param], decimals)}" for m in moves[:SHOWN_MOVES]]
+        details += _tables_trained(run, k, head, decimals)
         total = run.since_start(k)[:SHOWN_MOVES]
         if total:
             details.append("moved most since step 0: " + " · ".join(
@@ -239,12 +264,13 @@ def train_explanation(run: TrainRun, k: int, head: int, decimals: int) -> Explan
         top = sc.key_labels[int(np.argmax(now[r]))]
         if weights_note(sc):  # a state head's weights weigh δ (or V unnormalised): no attention to move
             weighed = ask.scenario_says(sc, "weighed") or "V"
-            what, most = f"the weight on {weighed} moved most{weights_note(sc)}", f"weighs {weighed} of {top} most"
+            what, most = f"the weight on {weighed} moved most{weights_note(sc)}", f"weighs the {weighed} of \"{top}\" most"
         else:
-            what, most = "attention moved most", f"looks most at {top}"
+            what, most = "attention moved most", f"looks most at \"{top}\""
+        # the tokens quoted where they are words of the sentence: "the" weighs the V of "the" most
         details.append(f"{what}: {sc.labels[r]} → {sc.key_labels[c]},"
                        f" {fmt(float(first[r, c]), False, decimals)} at step 0, {fmt(float(now[r, c]), False, decimals)}"
-                       f" now; {sc.labels[r]} {most}")
+                       f" now; \"{sc.labels[r]}\" {most}")
     if run.error is not None and run.reached(run.total) < run.total:
         details.append(f"the run stops at step {run.reached(run.total)}: {run.error}")
     heads = len(sc.heads)

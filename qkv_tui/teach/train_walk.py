@@ -82,7 +82,7 @@ def params(sc: Scenario, g: Gradients) -> list[Param]:
     if owner(sc) is not None:  # a table that holds every head's projections stands for the tables' own weights
         return out
     for t in variants.TABLES:  # a table's own weights ([differential]'s λ vectors, one row per head)
-        own = getattr(getattr(sc, t.key, None), "train_params", None)
+        own = getattr(t.of(sc), "train_params", None)  # a part's value is in ``parts``, not a field of its name
         if own is not None:
             out += [Param(name, name, None, _row(value), _row(grad))  # type: ignore[arg-type]
                     for name, value, grad in own(g.heads) if value is not None]

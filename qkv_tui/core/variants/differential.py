@@ -110,6 +110,15 @@ class Differential:
             out.append((GAMMA_NAME, self.gamma, np.sum([hg.own.dgamma for hg in grads], axis=0)))
         return out
 
+    def trained_note(self, start: Differential, h: int, name: str, decimals: int) -> str:
+        """The Train view's line for head ``h``: λ, what the trained vectors make, at step 0 (``start``) and now."""
+        from qkv_tui.core.fmt import fmt
+        from qkv_tui.kernels.differential import diff_lambda
+
+        was, now = diff_lambda(start.head(h)).value, diff_lambda(self.head(h)).value
+        return (f"λ ({name}) = e^(λ_q1·λ_k1) − e^(λ_q2·λ_k2) + λ_init: {fmt(was, False, decimals)} at step 0,"
+                f" {fmt(now, False, decimals)} now (each row of its map sums to 1 − λ)")
+
     def head(self, h: int) -> DiffHead:
         """What the kernel reads for head ``h`` (0-based)."""
         from qkv_tui.kernels.differential import DiffHead
