@@ -123,6 +123,9 @@ class Faces:
     # the module that says which of its inputs a learner may edit (core/cell_edit.py): KEYS, VECTORS, editable,
     # with_entry, write_cell, and where it has them BY_TOKEN and alias
     edit: str | None = None
+    # its tables of the backward worksheet (edges/worksheet/backward/parts.py PartSheet), where it reads itself
+    # backwards in place of the one softmax; None: the page's own tables cover it, or it refuses the page
+    worksheet_back: str | None = None
 
 
 def face(path: str) -> Any:

@@ -13,6 +13,7 @@ from qkv_tui.core.scenario import Scenario
 from qkv_tui.edges.worksheet.backward.mla_lines import KINDS as MLA_KINDS
 from qkv_tui.edges.worksheet.backward.mla_lines import mla_line
 from qkv_tui.edges.worksheet.backward.names import cell_name
+from qkv_tui.edges.worksheet.backward.parts import part_sheets
 from qkv_tui.edges.worksheet.backward.qk_all import KINDS as QK_ALL_KINDS
 from qkv_tui.edges.worksheet.backward.qk_all import qk_all, qk_all_line
 from qkv_tui.edges.worksheet.backward.state_lines import KINDS as LINEAR_KINDS
@@ -140,6 +141,10 @@ def line(cells: PrintedCells, table: Table, i: int, j: int, answer: str) -> str:
         return cells.txt(f"weights.{h}", a, b) if sc.allow[a, b] else "0"
 
     name = cell_name(table, i, j, (*sc.labels, *sc.key_labels))
+    # a part's own tables (edges/worksheet/backward/parts.py): its module writes their lines
+    own = next((sheet for sheet in part_sheets(sc) if kind in sheet.kinds), None)
+    if own is not None:
+        return own.line(cells, table, i, j, answer)
     if qk_all(sc) and kind in QK_ALL_KINDS:
         return qk_all_line(cells, table, i, j, answer)
     if sc.mla is not None and kind in MLA_KINDS:
