@@ -99,33 +99,33 @@ def tables(t: Any, chain: PrintedChain, h: int, hr: Any, G: Any) -> bool:
     gains = _gains(f)
     xhat = _xhat(chain, f)
     if gains is not None:
-        t(f"subhat.{h}", "x̂", "x̂ = mixed / √(ms + eps), row by row (the sub-norm before its gains)", xhat, rows, w, h)
+        t(f"subhat.{h}", "x̂", "x̂ = mixed / √(ms + eps)", xhat, rows, w, h)
         m = row_means(gains, b.d_normed, xhat)[0]
-        t(f"subm.{h}", "m", "m = mean(d_normed ⊙ γ ⊙ x̂), row by row", chain.rounded(m)[:, None], rows, ("m",), h)
+        t(f"subm.{h}", "m", "m = mean(d_normed ⊙ γ ⊙ x̂)", chain.rounded(m)[:, None], rows, ("m",), h)
         t(f"dmixed.{h}", "dmixed", "dmixed = (d_normed ⊙ γ − x̂·m) / √(ms + eps)", b.dmixed, rows, w, h)
         assert b.dgamma is not None
         share = " (this head's share: the heads share γ)" if len(sc.heads) > 1 else ""
         t(f"dgsub.{h}", "dγ", f"dγ = Σ rows of d_normed ⊙ x̂{share}", b.dgamma, ("γ",), w, h)
     else:
         m = row_means(np.ones(2 * f.d), b.d_normed, xhat)[0]
-        t(f"subm.{h}", "m", "m = mean(d_normed ⊙ normed), row by row (without gains, x̂ is normed)",
+        t(f"subm.{h}", "m", "m = mean(d_normed ⊙ normed)",
           chain.rounded(m)[:, None], rows, ("m",), h)
         t(f"dmixed.{h}", "dmixed", "dmixed = (d_normed − normed·m) / √(ms + eps)", b.dmixed, rows, w, h)
     t(f"dV.{h}", "dV", "dV = weightsᵀ·dmixed", b.dV, keys, w, h)
     t(f"dweights.{h}", "dweights", "dweights = dmixed·Vᵀ", b.dweights, rows, keys, h)
-    t(f"dlam.{h}", "dλ", "dλ = −Σ dweights ⊙ p₂ (over the cells the mask allows)", np.array([[b.dlambda]]), ("dλ",),
+    t(f"dlam.{h}", "dλ", "dλ = −Σ dweights ⊙ p₂", np.array([[b.dlambda]]), ("dλ",),
       ("dλ",), h)
-    t(f"dP2.{h}", "dp₂", "dp₂ = −λ·dweights (dp₁ is dweights)", b.map_2.dP, rows, keys, h)
-    t(f"ddots.{h}", "d(λ·λ)", "d(λ_q1·λ_k1) = dλ·e^(λ_q1·λ_k1), d(λ_q2·λ_k2) = −dλ·e^(λ_q2·λ_k2)",
+    t(f"dP2.{h}", "dp₂", "dp₂ = −λ·dweights", b.map_2.dP, rows, keys, h)
+    t(f"ddots.{h}", "d(λ·λ)", "d(λ·λ) = ±dλ·e^(λ·λ)",
       np.array([[b.ddot_1, b.ddot_2]]), ("d",), DOTS, h)
     vectors = np.stack([b.dlambda_q1, b.dlambda_k1, b.dlambda_q2, b.dlambda_k2])  # (4, d)
-    t(f"dlamv.{h}", "dλ vectors", "dλ_q1 = d(λ_q1·λ_k1)·λ_k1, dλ_k1 = d(λ_q1·λ_k1)·λ_q1, and the second pair's alike",
+    t(f"dlamv.{h}", "dλ vectors", "dλ_q1 = d(λ_q1·λ_k1)·λ_k1, …",
       vectors, tuple(f"d{name}" for name in VECTORS), idx(f.d), h)
     divisor = _divisor(sc, f.d)[1]
     for a, mb in ((1, b.map_1), (2, b.map_2)):
         s, dp = SUB[a], "dweights" if a == 1 else "dp₂"
         t(f"D_{a}.{h}", f"D{s}", f"D{s} = rowsum(p{s} ⊙ {dp})", mb.D[:, None], rows, (f"D{s}",), h)
-        t(f"dS_{a}.{h}", f"dS{s}", f"dS{s} = p{s} ⊙ ({dp} − D{s}) (0 where masked)", mb.dS, rows, keys, h, sc.allow)
+        t(f"dS_{a}.{h}", f"dS{s}", f"dS{s} = p{s} ⊙ ({dp} − D{s})", mb.dS, rows, keys, h, sc.allow)
         t(f"dscores_{a}.{h}", f"dscores{s}", f"dscores{s} = dS{s} / {divisor}", mb.dscores, rows, keys, h, sc.allow)
     t(f"dQu.{h}", "dQ", "dQ = [dscores₁·K₁ | dscores₂·K₂]", hg.attend.dQ_used, rows, w, h)
     t(f"dKu.{h}", "dK", "dK = [dscores₁ᵀ·Q₁ | dscores₂ᵀ·Q₂]", hg.attend.dK_used, keys, w, h)
@@ -244,12 +244,8 @@ def _init(cells: PrintedCells, h: int) -> float:
 
 
 def rules(sc: Scenario) -> list[str]:
-    return ["  Differential heads, from the gradient at a head's output back: d_normed = (1 − λ_init)·dO_h; the"
-            " sub-norm, m = mean(d_normed ⊙ γ ⊙ x̂) and dmixed = (d_normed ⊙ γ − x̂·m) / √(ms + eps) (without gains"
-            " x̂ is normed); dV = weightsᵀ·dmixed, dweights = dmixed·Vᵀ; dλ = −Σ dweights ⊙ p₂ and dp₂ = −λ·dweights"
-            " (dp₁ is dweights); d(λ_q1·λ_k1) = dλ·e^(λ_q1·λ_k1), d(λ_q2·λ_k2) = −dλ·e^(λ_q2·λ_k2), and a λ vector's"
-            " gradient is that times its partner; each map's softmax as any, D = rowsum(p ⊙ dp), dS = p ⊙ (dp − D),"
-            " dscores = dS / scale; dQ = [dscores₁·K₁ | dscores₂·K₂], dK = [dscores₁ᵀ·Q₁ | dscores₂ᵀ·Q₂]."]
+    return ["  Differential heads: each table's heading is its step, the forward's read backwards; dp₁ is dweights,"
+            " a masked cell's dS is 0, and without gains the sub-norm's x̂ is normed."]
 
 
 STAGES = (
