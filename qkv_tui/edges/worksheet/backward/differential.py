@@ -131,7 +131,7 @@ def tables(t: Any, chain: PrintedChain, h: int, hr: Any, G: Any) -> bool:
     t(f"dKu.{h}", "dK", "dK = [dscores₁ᵀ·Q₁ | dscores₂ᵀ·Q₂]", hg.attend.dK_used, keys, w, h)
     last = len(sc.heads) - 1
     if gains is not None and h == last and last > 0:  # the heads' shares of the gains' gradient, summed
-        total = sum(np.asarray(G.heads[x].own.dgamma) for x in range(len(sc.heads)))  # each share as printed
+        total = np.sum([G.heads[x].own.dgamma for x in range(len(sc.heads))], axis=0)  # each share as printed
         t("dgamma_sub", "dγ", "dγ = the sum of every head's share", chain.rounded(total), ("γ",), w)
     return True
 
