@@ -170,3 +170,17 @@ def test_the_command_line_writes_the_backward_sheet(cli, tmp_path) -> None:  # t
     for heading in ("d_normed = (1 − λ_init)·dO_h", "dλ = −Σ dweights ⊙ p₂", "dS₂ = p₂ ⊙ (dp₂ − D₂)",
                     "dQ = [dscores₁·K₁ | dscores₂·K₂]", "new λ = λ − lr·dλ"):
         assert heading in page, heading
+
+
+@pytest.mark.parametrize("stages", ["d(1 − λ_init)..dSubtract", "dSoftmax₁..dProject"])
+def test_half_a_differential_heads_backward_fits_a_page_and_its_key_another(cli, tmp_path, stages: str) -> None:  # type: ignore[no-untyped-def]
+    """A lesson's worth (issue 34's two pages): the whole backward of one differential head, with the forward tables
+    it reads, takes two pages and its key a third (docs/worksheets.md), half its stages one and one."""
+    pytest.importorskip("typst")
+    from .test_worksheet_fits_two_pages import count
+
+    out = tmp_path / "sheet.pdf"
+    run = cli("--export", "worksheet", "--stages", stages, "--heads", "2", "--format", "pdf", "--key", "separate",
+              "-o", str(out), "differential_learns")
+    assert run.code == 0, run.err
+    assert count(out.read_bytes()) + count((tmp_path / "sheet-key.pdf").read_bytes()) <= 2
