@@ -7,7 +7,7 @@ backward table is worked from tables printed before it and the answer key's line
 (edges/worksheet/backward/lines.py writes them). The tables walk the trace's backward stages: dO, dConcat
 and dW_O, per head the gate, dV, dP, D, dS, the soft-cap, the scale, dQ and dK, RoPE turned back, QK-norm,
 dW_Q, dW_K, dW_V and the biases, a sink, then grouped K/V heads' sums, dX̂'s paths, the pre-norm and dγ. A [linear]
-head's quadratic form stands in for the softmax part (edges/worksheet/backward/state.py) and [mla]'s latent layer
+head's quadratic form stands in for the softmax part (edges/worksheet/backward/linear.py) and [mla]'s latent layer
 for the per-head weights (edges/worksheet/backward/mla.py). What the tables leave to the app (worksheet_rules says
 which) gets a rule saying so and the forward pass only.
 """
