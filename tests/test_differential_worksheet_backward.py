@@ -184,3 +184,35 @@ def test_half_a_differential_heads_backward_fits_a_page_and_its_key_another(cli,
               "-o", str(out), "differential_learns")
     assert run.code == 0, run.err
     assert count(out.read_bytes()) + count((tmp_path / "sheet-key.pdf").read_bytes()) <= 2
+
+
+LONG = '''
+tokens = ["a", "b", "c", "d", "e"]
+X = [[1, 0], [0, 1], [1, 1], [1, -1], [0.5, 0]]
+mask = "{mask}"
+
+[[heads]]
+W_Q = [[1, 0, 0, 1], [0, 1, 1, 0]]
+W_K = [[1, 0, 1, 0], [0, 1, 0, 1]]
+W_V = [[1, 0, 1, 0], [0, 1, 0, 1]]
+
+[differential]
+lambda_q1 = [[0.5, 0]]
+lambda_k1 = [[0.2, 0]]
+lambda_q2 = [[0, 0.5]]
+lambda_k2 = [[0, -0.2]]
+lambda_init = 0.2
+
+[backward]
+target = [[1, 0, 0, 0], [0, 1, 0, 0], [0, 0, 1, 0], [0, 0, 0, 1], [1, 1, 0, 0]]
+'''
+
+
+def test_a_dlambda_sum_past_what_a_page_takes_leaves_the_backward_to_the_app() -> None:
+    """dλ sums a product for every cell the mask allows: 15 under a causal mask of five tokens, 25 without one."""
+    causal = build(compute(parse_scenario(LONG.replace("{mask}", "causal"), "c.toml")), "100%").markdown()
+    assert "dλ vectors" in causal and "do not cover" not in causal
+    full = build(compute(parse_scenario(LONG.replace("{mask}", "none"), "n.toml")), "100%").markdown()
+    assert "dλ vectors" not in full and "## Subtract" in full
+    assert ("its backward tables do not cover [differential]'s dλ = −Σ dweights ⊙ p₂, a sum of 25 products (one for each"
+            " cell the mask allows), more than the 16 terms a worksheet takes") in full

@@ -30,6 +30,7 @@ from qkv_tui.kernels.differential_backward import DiffBack
 from qkv_tui.kernels.norm import Normed, norm_root
 from qkv_tui.kernels.norm_backward import row_means
 from qkv_tui.kernels.policy import round_to
+from qkv_tui.teach.arith import MAX_TERMS
 from qkv_tui.teach.stages.printed import PrintedCells, PrintedChain, Table, exact, idx
 
 SUB = {1: "₁", 2: "₂"}
@@ -248,6 +249,15 @@ def rules(sc: Scenario) -> list[str]:
             " a masked cell's dS is 0, and without gains the sub-norm's x̂ is normed."]
 
 
+def uncovered(sc: Scenario) -> str | None:
+    """dλ sums a product for every cell the mask allows: past MAX_TERMS, a sum a student cannot type in."""
+    cells = int(np.count_nonzero(sc.allow))
+    if cells <= MAX_TERMS:
+        return None
+    return (f"[differential]'s dλ = −Σ dweights ⊙ p₂, a sum of {cells} products (one for each cell the mask allows),"
+            f" more than the {MAX_TERMS} terms a worksheet takes")
+
+
 STAGES = (
     (("dnormed",), "ddiff_factor"),
     (("subhat", "subm", "dmixed", "dgsub", "dgamma_sub"), "ddiff_subnorm"),
@@ -307,4 +317,4 @@ def sgd_line(cells: PrintedCells, table: Table, i: int, j: int, answer: str) -> 
             f"{cells.txt(f'dlamv.{h}', r, j)} = {answer}")
 
 
-SHEET = PartSheet(printed, tables, KINDS, line, rules, STAGES, sgd_tables, sgd_line)
+SHEET = PartSheet(printed, tables, KINDS, line, rules, uncovered, STAGES, sgd_tables, sgd_line)

@@ -33,6 +33,8 @@ class PartSheet:
     line: Callable[[Any, Any, int, int, str], str]
     # (scenario) -> its rule lines, after the page's first backward rule
     rules: Callable[[Scenario], list[str]]
+    # (scenario) -> what of it the tables leave to the app, for the rule that says so; None: they cover it
+    uncovered: Callable[[Scenario], str | None] = lambda sc: None
     # (its table kinds, the app's backward stage that computes them), for --stages (edges/worksheet/select.py)
     stages: tuple[tuple[tuple[str, ...], str], ...] = ()
     # (tables by key, the computation, lr, decimals) -> its SGD step's tables (edges/worksheet/sgd.py)
@@ -45,6 +47,11 @@ def part_sheets(sc: Scenario) -> list[PartSheet]:
     """The backward worksheets of the scenario's parts, in the order ``--check`` names the tables."""
     return [face(t.faces.worksheet_back) for t in TABLES
             if t.faces is not None and t.faces.worksheet_back is not None and t.of(sc) is not None]
+
+
+def part_uncovered(sc: Scenario) -> str | None:
+    """What of the scenario's parts the backward tables leave to the app, the first named; None: nothing."""
+    return next((why for sheet in part_sheets(sc) if (why := sheet.uncovered(sc)) is not None), None)
 
 
 def stages_of(sc: Scenario) -> dict[str, str]:

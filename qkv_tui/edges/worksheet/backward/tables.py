@@ -24,7 +24,7 @@ from qkv_tui.core.gradients import Gradients, HeadGrad, gradients
 from qkv_tui.core.scenario import Matrix, Scenario
 from qkv_tui.edges.faces import faces, placed
 from qkv_tui.edges.worksheet.backward.lines import line, operand_keys
-from qkv_tui.edges.worksheet.backward.parts import part_sheets
+from qkv_tui.edges.worksheet.backward.parts import part_sheets, part_uncovered
 from qkv_tui.edges.worksheet.backward.qk_all import qk_all, qk_all_covered, qk_all_tables
 from qkv_tui.kernels.attention import Turn
 from qkv_tui.kernels.norm import norm_root
@@ -48,7 +48,7 @@ def covered(sc: Scenario) -> bool:
     """Whether the page's backward tables cover the scenario (module docstring)."""
     return bool(sc.backward is not None and (not qk_all(sc) or qk_all_covered(sc))
                 and all(f.sheet_back_covers(sc) for f in faces() if f.sheet_back_covers is not None)
-                and ask.scenario_says(sc, "unprinted_backward") is None
+                and ask.scenario_says(sc, "unprinted_backward") is None and part_uncovered(sc) is None
                 and not sc.backward.cross_entropy)
 
 
@@ -56,7 +56,7 @@ def uncovered(sc: Scenario) -> str:
     """What of the scenario the page's backward tables leave to the app, for the rule that says so."""
     if (part := _uncovered_part(sc)) is not None:
         return part
-    if (unprinted := ask.scenario_says(sc, "unprinted_backward")) is not None:
+    if (unprinted := ask.scenario_says(sc, "unprinted_backward") or part_uncovered(sc)) is not None:
         return unprinted
     if sc.backward is not None and sc.backward.cross_entropy:
         return "the cross-entropy loss through the unembedding W_U"
