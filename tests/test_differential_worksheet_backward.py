@@ -216,3 +216,11 @@ def test_a_dlambda_sum_past_what_a_page_takes_leaves_the_backward_to_the_app() -
     assert "dλ vectors" not in full and "## Subtract" in full
     assert ("its backward tables do not cover [differential]'s dλ = −Σ dweights ⊙ p₂, a sum of 25 products (one for each"
             " cell the mask allows), more than the 16 terms a worksheet takes") in full
+
+
+def test_the_pdf_prints_the_differential_key_on_the_key_pages_only() -> None:
+    pytest.importorskip("pypdf")
+    pytest.importorskip("typst")
+    from .test_worksheet_backward_variants import assert_backward_key_on_key_pages_only
+
+    assert_backward_key_on_key_pages_only(build(compute(scenario("differential_learns")), "25%"))
