@@ -34,7 +34,34 @@ GENERATED = {"grouped_gains_biases": (2, 2, 1, 2, False, True, True), "two_kv_he
              "no_gains_d3": (1, 2, 1, 3, False, True, False), "one_head": (2, 1, 1, 2, False, True, True)}
 
 
+CROSS = '''
+tokens = ["a", "b"]
+X = [[1, 0], [0, 1]]
+
+[context]
+tokens = ["x", "y", "z"]
+X = [[1, 0, 1], [0, 1, 0], [1, 1, 0]]
+
+[[heads]]
+W_Q = [[1, 0, 0, 1], [0, 1, 1, 0]]
+W_K = [[1, 0, 1, 0], [0, 1, 0, 1], [1, 1, 0, 0]]
+W_V = [[1, 0, 1, 0], [0, 1, 0, 1], [0, 0, 1, 1]]
+
+[differential]
+lambda_q1 = [[0.5, 0]]
+lambda_k1 = [[0.2, 0]]
+lambda_q2 = [[0, 0.5]]
+lambda_k2 = [[0, -0.2]]
+lambda_init = 0.2
+
+[backward]
+target = [[1, 0, 0, 0], [0, 1, 0, 0]]
+'''  # Queries from X, Keys and Values from [context]: dX̂ has the Query path only
+
+
 def scenario(name: str) -> Scenario:
+    if name == "cross_attention":
+        return parse_scenario(CROSS, "cross.toml")
     if name in GENERATED:
         return parse_scenario(_case(*GENERATED[name])[0], f"{name}.toml")
     return load_scenario(name)
@@ -65,7 +92,7 @@ def gradient(G, key: str) -> np.ndarray | None:  # type: ignore[no-untyped-def]
     return None if grid is None else np.atleast_2d(grid)
 
 
-@pytest.mark.parametrize("name", ["differential_learns", *GENERATED])
+@pytest.mark.parametrize("name", ["differential_learns", "cross_attention", *GENERATED])
 @pytest.mark.parametrize(("seed", "decimals"), [(0, 3), (1, 2), (2, 4)])
 def test_every_backward_blank_checks_out_from_the_page(name: str, seed: int, decimals: int) -> None:
     ws = build(compute(scenario(name)), "100%", seed, decimals)

@@ -109,19 +109,16 @@ def tables(t: Any, chain: PrintedChain, h: int, hr: Any, G: Any) -> bool:
         t(f"dgsub.{h}", "dγ", f"dγ = Σ rows of d_normed ⊙ x̂{share}", b.dgamma, ("γ",), w, h)
     else:
         m = row_means(np.ones(2 * f.d), b.d_normed, xhat)[0]
-        t(f"subm.{h}", "m", "m = mean(d_normed ⊙ normed)",
-          chain.rounded(m)[:, None], rows, ("m",), h)
+        t(f"subm.{h}", "m", "m = mean(d_normed ⊙ normed)", chain.rounded(m)[:, None], rows, ("m",), h)
         t(f"dmixed.{h}", "dmixed", "dmixed = (d_normed − normed·m) / √(ms + eps)", b.dmixed, rows, w, h)
     t(f"dV.{h}", "dV", "dV = weightsᵀ·dmixed", b.dV, keys, w, h)
     t(f"dweights.{h}", "dweights", "dweights = dmixed·Vᵀ", b.dweights, rows, keys, h)
-    t(f"dlam.{h}", "dλ", "dλ = −Σ dweights ⊙ p₂", np.array([[b.dlambda]]), ("dλ",),
-      ("dλ",), h)
+    t(f"dlam.{h}", "dλ", "dλ = −Σ dweights ⊙ p₂", np.array([[b.dlambda]]), ("dλ",), ("dλ",), h)
     t(f"dP2.{h}", "dp₂", "dp₂ = −λ·dweights", b.map_2.dP, rows, keys, h)
-    t(f"ddots.{h}", "d(λ·λ)", "d(λ·λ) = ±dλ·e^(λ·λ)",
-      np.array([[b.ddot_1, b.ddot_2]]), ("d",), DOTS, h)
+    t(f"ddots.{h}", "d(λ·λ)", "d(λ·λ) = ±dλ·e^(λ·λ)", np.array([[b.ddot_1, b.ddot_2]]), ("d",), DOTS, h)
     vectors = np.stack([b.dlambda_q1, b.dlambda_k1, b.dlambda_q2, b.dlambda_k2])  # (4, d)
-    t(f"dlamv.{h}", "dλ vectors", "dλ_q1 = d(λ_q1·λ_k1)·λ_k1, …",
-      vectors, tuple(f"d{name}" for name in VECTORS), idx(f.d), h)
+    t(f"dlamv.{h}", "dλ vectors", "dλ_q1 = d(λ_q1·λ_k1)·λ_k1, …", vectors, tuple(f"d{name}" for name in VECTORS),
+      idx(f.d), h)
     divisor = _divisor(sc, f.d)[1]
     for a, mb in ((1, b.map_1), (2, b.map_2)):
         s, dp = SUB[a], "dweights" if a == 1 else "dp₂"
