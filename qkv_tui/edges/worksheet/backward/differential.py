@@ -115,7 +115,8 @@ def tables(t: Any, chain: PrintedChain, h: int, hr: Any, G: Any) -> bool:
     t(f"dweights.{h}", "dweights", "dweights = dmixed·Vᵀ", b.dweights, rows, keys, h)
     t(f"dlam.{h}", "dλ", "dλ = −Σ dweights ⊙ p₂", np.array([[b.dlambda]]), ("dλ",), ("dλ",), h)
     t(f"dP2.{h}", "dp₂", "dp₂ = −λ·dweights", b.map_2.dP, rows, keys, h)
-    t(f"ddots.{h}", "d(λ·λ)", "d(λ·λ) = ±dλ·e^(λ·λ)", np.array([[b.ddot_1, b.ddot_2]]), ("d",), DOTS, h)
+    t(f"ddots.{h}", "d(λ·λ)", "d(λ_q1·λ_k1) = dλ·e^(λ_q1·λ_k1), the second pair's with −dλ",
+      np.array([[b.ddot_1, b.ddot_2]]), ("d",), DOTS, h)
     vectors = np.stack([b.dlambda_q1, b.dlambda_k1, b.dlambda_q2, b.dlambda_k2])  # (4, d)
     t(f"dlamv.{h}", "dλ vectors", "dλ_q1 = d(λ_q1·λ_k1)·λ_k1, …", vectors, tuple(f"d{name}" for name in VECTORS),
       idx(f.d), h)
