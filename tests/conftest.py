@@ -184,7 +184,7 @@ SLOW = frozenset({
     "test_imports.py::test_the_first_screen_loads_only_what_it_shows",
     "test_imports.py::test_the_lazy_modules_do_load_when_used",
     "test_layers.py::test_imports_run_downward[importers/hf_deepseek.py]",
-    "test_one_forward.py::test_no_module_outside_the_kernels_computes_a_kernel_itself[edges/worksheet/backward/state.py]",
+    "test_one_forward.py::test_no_module_outside_the_kernels_computes_a_kernel_itself[edges/worksheet/backward/linear.py]",
     "test_one_forward.py::test_no_module_outside_the_kernels_computes_a_kernel_itself[teach/tiled_backward.py]",
     "test_paged.py::test_paged_decode_equals_contiguous_decode",
     "test_production_lines.py::test_extreme_valid_inputs_check_out_without_overflow",

@@ -1,5 +1,5 @@
 """Backward worksheets beyond the plain softmax head: [linear] (both normalisations, each feature map;
-edges/worksheet/backward/state.py), [mla] (edges/worksheet/backward/mla.py) and QK-norm over every head's columns
+edges/worksheet/backward/linear.py), [mla] (edges/worksheet/backward/mla.py) and QK-norm over every head's columns
 (edges/worksheet/backward/qk_all.py), with the checks of tests/test_worksheet_backward_variants.py: every key
 answer is core/gradients.py's gradient on the printed page, every blank's operands are printed before it, every
 key line checks out on a calculator, and the typeset PDF holds the key on its key pages and no blanked answer on

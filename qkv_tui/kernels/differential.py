@@ -106,8 +106,6 @@ class DiffForward:
                  " per row, and a differential head has two softmax maps, subtracted.",
         "cache": "No KV-cache replay for differential attention yet: the cache view decodes one softmax map per"
                  " head, and a differential head has two, subtracted; the stages show every cell of both.",
-        "worksheet backward": "are not written yet for [differential] (its two maps, λ and the sub-norm read"
-                              " backwards)",
     })
 
     @property

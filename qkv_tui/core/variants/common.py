@@ -117,6 +117,9 @@ class Faces:
     # qkv_tui.teach.stages; the StageSpec's name), in walk order (teach/stages/__init__.py places them)
     stages: tuple[tuple[str, str, str], ...] = ()
     json: str | None = None  # (scenario, norm, write_fields) -> the document's fields: [("name", value)] or []
+    # its tables of the backward worksheet (edges/worksheet/backward/parts.py PartSheet), where it reads itself
+    # backwards in place of the one softmax; None: the page's own tables cover it, or it refuses the page
+    worksheet_back: str | None = None
     # how --compare holds a learner's numbers against a head with this part, in a few words (core/diagnose.py
     # refused); None: it does not model the part, and refuses the scenario in one line rather than compare wrongly
     compared: str | None = None

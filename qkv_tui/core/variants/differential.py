@@ -272,8 +272,8 @@ def trainable(table: dict[str, Any]) -> tuple[str, ...]:
 
 
 # The part's faces beyond its keys: its head-pass hook; its stages (each half's Rotate, both maps, λ and the rest
-# after Mix, where the one-map stages step aside; the backward ones after dRotate); its JSON field. Registering
-# the part is its line in FEATURES (core/variants/__init__.py).
+# after Mix, where the one-map stages step aside; the backward ones after dRotate); its JSON field; its backward
+# worksheet's tables. Registering the part is its line in FEATURES (core/variants/__init__.py).
 FACES = Faces(
     head="qkv_tui.core.differential_part:diff_part",
     edit="qkv_tui.core.variants.differential_edit",
@@ -286,6 +286,7 @@ FACES = Faces(
             "ROTATE")),
     ),
     json="qkv_tui.edges.export_differential:differential_parts",
+    worksheet_back="qkv_tui.edges.worksheet.backward.differential:SHEET",
 )
 TABLE: Table[Differential] = Table("differential", DIFFERENTIAL_KEYS, parse_differential, _summary, write_differential,
                                    LOOKALIKES, FACES, trainable)

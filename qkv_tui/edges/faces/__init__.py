@@ -124,6 +124,18 @@ class ExportFace:
     sheet_printed: Callable[[Any, int, Any, Any], tuple[list[object], dict[str, object]]] | None = None
     # (the printed chain) -> the turn's cos and sin by d_k as the page prints them, or None
     sheet_trig: Callable[[Any], Any] | None = None
+    # the backward answer key (edges/worksheet/backward/lines.py): (cells, table, row, col, answer, the page's operand
+    # keys) -> the line of a cell of one of the variant's backward tables, or None where the table is not its
+    sheet_back_line: Callable[[Any, Any, int, int, str, Any], str | None] | None = None
+    # (scenario) -> what the variant makes of Q and K before they are scored, where it does: (the mark its name
+    # takes, Q' or Q̂; its forward table's key with {role} for Q or K; the key of the gradient read back to what it
+    # took, with {r} for Q or K), the faces in the forward's order
+    sheet_scored: Callable[[Any], tuple[str, str, str] | None] | None = None
+    # (scenario) -> the key of the table a one-head page's output is (the gate's gated.0), or None: output.0
+    sheet_out: Callable[[Any], str | None] | None = None
+    # ((scenario) -> its words in dX̂'s line (" + dz·W_Gᵀ") or "", (scenario, head, row, col) -> its (gradient,
+    # weight) cells among dX̂'s terms): the variant's own path into X̂ in the answer key
+    sheet_back_term: tuple[Callable[[Any], str], Callable[[Any, int, int, int], list[Any]]] | None = None
 
 
 @cache

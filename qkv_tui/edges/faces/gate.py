@@ -70,10 +70,44 @@ def sheet_back_path(sc: Scenario) -> str | None:
     return "gate" if any(h.W_G is not None for h in sc.heads) else None
 
 
+def sheet_out(sc: Scenario) -> str | None:
+    """A one-head page's output is the gated one."""
+    return "gated.0" if sc.heads[0].W_G is not None else None
+
+
+def _term(sc: Scenario) -> str:
+    return " + dz·W_Gᵀ" if any(h.W_G is not None for h in sc.heads) else ""
+
+
+def _term_cells(sc: Scenario, h: int, i: int, c: int) -> list[Any]:
+    """dz[i,k]·W_G[c,k] for every k: the gate's path into X̂."""
+    head = sc.heads[h]
+    return [] if head.W_G is None else [((f"dz.{h}", i, k), (f"W_G.{h}", c, k)) for k in range(head.d_v)]
+
+
+def sheet_back_line(cells: Any, table: Any, i: int, j: int, answer: str, ops: Any) -> str | None:
+    """The gate read backwards: dO_h = dJ·g, dz = dJ·output·g·(1 − g), dW_G = X̂ᵀ·dz."""
+    kind, _, suffix = table.key.partition(".")
+    if kind not in ("dOh", "dz", "dW_G"):
+        return None
+    from qkv_tui.edges.worksheet.backward.lines import weight_line
+    from qkv_tui.edges.worksheet.backward.names import cell_name
+
+    sc, h, tx = cells.sc, int(suffix), cells.txt
+    name = cell_name(table, i, j, (*sc.labels, *sc.key_labels))
+    if kind == "dW_G":
+        return weight_line(cells, name, ops.x_in, f"dz.{h}", i, j, answer)
+    dJ, gate = tx(*ops.dJ(h, i, j)), tx(f"gate.{h}", i, j)
+    if kind == "dOh":
+        return f"{name} = dJ·g = {dJ}·{gate} = {answer}"
+    return f"{name} = dJ·output·g·(1 − g) = {dJ}·{tx(f'output.{h}', i, j)}·{gate}·(1 − {gate}) = {answer}"
+
+
 FACE = ExportFace(gate.KEYS, head=head, head_at=At(after="b_V"), grad_head=grad_head, grad_head_at=At(after="dsink"),
                   toml_attention=toml_attention, toml_head=toml_head, toml_head_at=At(after="kv_head"),
                   sgd_head=(("W_G", (("W_G.{h}", "dW_G.{h}"),)),), sgd_head_at=At(before="b_Q"),
                   sheet_back_rules=sheet_back_rules,
                   sheet_printed=sheet_printed,
                   sheet_back_out=sheet_back_out, sheet_back_path=sheet_back_path,
+                  sheet_back_line=sheet_back_line, sheet_out=sheet_out, sheet_back_term=(_term, _term_cells),
                   sheet_back_stages=((("dOh", "dz", "dW_G"), "dgate"),))

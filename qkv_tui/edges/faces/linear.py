@@ -56,10 +56,10 @@ def sheet_back_rules(sc: Scenario) -> list[str]:
 
 
 def sheet_map(chain: Any, h: int, hr: HeadResult) -> tuple[Any, object] | None:
-    """The head's map and record as the page prints them (edges/worksheet/backward/state.py)."""
+    """The head's map and record as the page prints them (edges/worksheet/backward/linear.py)."""
     if chain.sc.linear is None:
         return None
-    from qkv_tui.edges.worksheet.backward.state import linear_weights, printed_linear
+    from qkv_tui.edges.worksheet.backward.linear import linear_weights, printed_linear
     from qkv_tui.kernels.linear import LinearForward
 
     weights = linear_weights(chain, h)  # (n, m)
@@ -69,13 +69,25 @@ def sheet_map(chain: Any, h: int, hr: HeadResult) -> tuple[Any, object] | None:
 def sheet_back_map(t: Any, chain: Any, h: int, hg: Any, ops: Any) -> bool:
     if hg.linear is None:
         return False
-    from qkv_tui.edges.worksheet.backward.state import linear_tables
+    from qkv_tui.edges.worksheet.backward.linear import linear_tables
 
     linear_tables(t, chain, h, hg.linear, ops)
     return True
 
 
+def sheet_back_line(cells: Any, table: Any, i: int, j: int, answer: str, ops: Any) -> str | None:
+    """The key's line of a cell of a [linear] head's backward tables (edges/worksheet/backward/linear_lines.py)."""
+    from qkv_tui.edges.worksheet.backward.linear_lines import KINDS, linear_line
+
+    kind, _, suffix = table.key.partition(".")
+    if cells.sc.linear is None or kind not in KINDS or not suffix:
+        return None
+    h = int(suffix)
+    return linear_line(cells, table, h, i, j, answer, lambda a, b: ops.dO_h(cells.tables, h, a, b),
+                       lambda role: ops.used(role, h))
+
+
 FACE = ExportFace(linear.TABLE, document=document, document_at=At(after="train"), grad=grad, grad_at=At(after="dbeta"),
                   grad_head=grad_head, sheet_back_rules=sheet_back_rules,
                   sheet_back_rules_at=At(before="W_O"),
-                  sheet_map=sheet_map, sheet_back_map=sheet_back_map)
+                  sheet_map=sheet_map, sheet_back_map=sheet_back_map, sheet_back_line=sheet_back_line)

@@ -118,6 +118,15 @@ def sheet_back_layer(t: Any, chain: Any, G: Gradients, xq: str) -> str | None:
     return dX_heading(xq)
 
 
+def sheet_back_line(cells: Any, table: Any, i: int, j: int, answer: str, ops: Any) -> str | None:
+    """The key's line of a cell of the latent layer's backward tables (edges/worksheet/backward/mla_lines.py)."""
+    from qkv_tui.edges.worksheet.backward.mla_lines import KINDS, mla_line
+
+    if cells.sc.mla is None or table.key.partition(".")[0] not in KINDS:
+        return None
+    return mla_line(cells, table, i, j, answer)
+
+
 FACE = ExportFace(mla.TABLE, document=document, document_at=At(after="train"), grad=grad, grad_at=At(after="dbeta"),
                   grad_head=grad_head, toml_writes_heads=toml_writes_heads,
                   # the latent layer's weights, shared by every head (edges/worksheet/backward/mla.py's tables); its
@@ -129,6 +138,6 @@ FACE = ExportFace(mla.TABLE, document=document, document_at=At(after="train"), g
                   sheet_back_stages=((("mqR",), "drotate"), (("mkR", "mkRraw", "mW_KR"), "dk_r"),
                                      (("mcKV", "mW_UK", "mW_UV", "mW_Q"), "dexpand"), (("mW_DKV",), "dcompress")),
                   sheet_back_covers=sheet_back_covers, sheet_back_uncovered=sheet_back_uncovered,
-                  sheet_printed_head=sheet_printed_head,
+                  sheet_printed_head=sheet_printed_head, sheet_back_line=sheet_back_line,
                   sheet_latent_trig=sheet_latent_trig, sheet_back_head_rest=sheet_back_head_rest,
                   sheet_back_layer=sheet_back_layer)

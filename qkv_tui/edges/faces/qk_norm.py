@@ -73,7 +73,21 @@ def sheet_back_sums(t: Any, chain: Any, G: Any) -> None:
     sums(t, chain, G)
 
 
+def sheet_scored(sc: Scenario) -> tuple[str, str, str] | None:
+    """Q̂ and K̂, the normed tables (Q_norm.h), and dQ read back through the norm (dQ.h)."""
+    return None if sc.qk_norm is None else ("̂", "{role}_norm", "d{r}")
+
+
+def sheet_back_line(cells: Any, table: Any, i: int, j: int, answer: str, ops: Any) -> str | None:
+    if cells.sc.qk_norm is None:
+        return None
+    from qkv_tui.edges.worksheet.backward.qk_norm import line
+
+    return line(cells, table, i, j, answer, ops)
+
+
 FACE = ExportFace(qk_norm.TABLE, head=head, head_at=At(after="b_V"), grad=grad, sheet_back_rules=sheet_back_rules,
+                  sheet_scored=sheet_scored, sheet_back_line=sheet_back_line,
                   sheet_back_stages=(((
                       "qroot", "qhat", "qm", "dQ", "dgamma_q", "kroot", "khat", "km", "dK", "dgamma_k",
                       "aqroot", "aqhat", "aqm", "akroot", "akhat", "akm", "akc"), "dqk_norm"),),

@@ -77,8 +77,37 @@ def _base(base: float) -> str:
     return str(int(base)) if base == round(base) and abs(base) < 1e15 else f"{base:g}"
 
 
+def sheet_scored(sc: Scenario) -> tuple[str, str, str] | None:
+    """Q' and K', the turned tables (Q_rot.h), and dQ turned back (dQt.h)."""
+    return None if sc.rope is None else ("'", "{role}_rot", "d{r}t")
+
+
+def sheet_back_line(cells: Any, table: Any, i: int, j: int, answer: str, ops: Any) -> str | None:
+    """RoPE read backwards: a = a'·cos + b'·sin, b = −a'·sin + b'·cos (the rotation by the opposite angle)."""
+    kind, _, suffix = table.key.partition(".")
+    if kind not in ("dQt", "dKt"):
+        return None
+    sc, role, h = cells.sc, kind[1], int(suffix)
+    assert sc.rope is not None
+    d_k = sc.heads[h].d_k
+    src = f"d{role}u.{h}"
+    name = f"{table.name}[{table.rows[i]},{j}]"
+    found = next(((k, pair) for k, pair in enumerate(sc.rope.pairs(d_k)) if j in pair), None)
+    if found is None:  # partial rotary: passed through
+        return f"{name} = {cells.txt(src, i, j)} = {answer}"
+    k, (a, b) = found
+    trig = f"trig.{d_k}"
+    # a K row's position is its key's; the cos/sin table is the queries' rows, the same tokens in self-attention
+    cos, sin = cells.txt(trig, i, 2 * k), cells.txt(trig, i, 2 * k + 1)
+    va, vb = cells.txt(src, i, a), cells.txt(src, i, b)
+    if j == a:
+        return f"{name} = {role}'a·cos + {role}'b·sin = {va}·{cos} + {vb}·{sin} = {answer}"
+    return f"{name} = −{role}'a·sin + {role}'b·cos = -{va}·{sin} + {vb}·{cos} = {answer}"
+
+
 FACE = ExportFace(rope.TABLE, head=head, head_at=At(before="kv_head"), document=document,
                   document_at=At(after="b_O"), sheet_back_rules=sheet_back_rules,
-                  sheet_printed=sheet_printed, sheet_trig=sheet_trig,
+                  sheet_printed=sheet_printed, sheet_trig=sheet_trig, sheet_scored=sheet_scored,
+                  sheet_back_line=sheet_back_line,
                   sheet_rules=sheet_rules, sheet_rules_at=At(before="softmax"),
                   sheet_back_stages=((("dQt", "dKt"), "drotate"),))

@@ -90,10 +90,26 @@ def sheet_rules(ws: Any, asks: Callable[[str], bool]) -> list[str]:
             " row's weights sum to less than 1."]
 
 
+def sheet_back_line(cells: Any, table: Any, i: int, j: int, answer: str, ops: Any) -> str | None:
+    """The sink's share of a row from the printed weights, and its gradient from the shares and D."""
+    kind, _, suffix = table.key.partition(".")
+    if kind not in ("psink", "dsink"):
+        return None
+    from qkv_tui.edges.worksheet.backward.names import cell_name
+
+    sc, h, tx = cells.sc, int(suffix), cells.txt
+    if kind == "psink":
+        name = cell_name(table, i, j, (*sc.labels, *sc.key_labels))
+        body = " − ".join([tx(f"weights.{h}", i, b) for b in range(sc.m) if sc.allow[i, b]])
+        return f"{name} = 1 − Σ weights[{sc.labels[i]}] = 1 − {body} = {answer}"
+    body = " + ".join(f"{tx(f'psink.{h}', a, 0)}·{tx(f'D.{h}', a, 0)}" for a in range(sc.n)) or "0"
+    return f"dsink = −Σ p_sink·D = −({body}) = {answer}"
+
+
 FACE = ExportFace(sinks.KEYS, head=head, head_at=At(before="kv_head"), toml_attention=toml_attention,
                   toml_head=toml_head, toml_head_at=At(before="kv_head"), sgd_own=("sinks", sgd_table, sgd_operands),
                   sheet_back_rules=sheet_back_rules,
-                  sheet_back_softmax=sheet_back_softmax,
+                  sheet_back_softmax=sheet_back_softmax, sheet_back_line=sheet_back_line,
                   sheet_printed=sheet_printed,
                   sheet_rules=sheet_rules,
                   sheet_back_stages=((("psink", "dsink"), "dsoftmax"),))

@@ -52,7 +52,23 @@ def sheet_back_softmax(t: Any, chain: Any, h: int, hr: HeadResult, hg: Any) -> N
       sc.labels, sc.key_labels, h, sc.allow)
 
 
+def sheet_back_line(cells: Any, table: Any, i: int, j: int, answer: str, ops: Any) -> str | None:
+    """dscaled through the soft-cap, from the printed scaled scores and the cap as given."""
+    kind, _, suffix = table.key.partition(".")
+    if kind != "dcap":
+        return None
+    from qkv_tui.edges.worksheet.backward.names import cell_name
+    from qkv_tui.teach.stages.printed import exact
+
+    sc, h = cells.sc, int(suffix)
+    name = cell_name(table, i, j, (*sc.labels, *sc.key_labels))
+    c = exact(float(sc.heads[h].softcap or 0.0))
+    s = cells.txt(f"scaled.{h}", i, j)
+    return (f"{name} = dS·(1 − tanh²(scaled / c)) = {cells.txt(f'dS.{h}', i, j)}·(1 − tanh({s} / {c})·tanh({s} / {c}))"
+            f" = {answer}")
+
+
 FACE = ExportFace(softcap.KEYS, head=head, head_at=At(after="b_V"), toml_top=toml_top, toml_attention=toml_attention,
                   toml_head=toml_head, toml_head_at=At(after="kv_head"), sheet_back_rules=sheet_back_rules,
-                  sheet_back_softmax=sheet_back_softmax,
+                  sheet_back_softmax=sheet_back_softmax, sheet_back_line=sheet_back_line,
                   sheet_back_stages=((("dcap",), "dscale"),))

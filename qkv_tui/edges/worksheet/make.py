@@ -27,6 +27,7 @@ from qkv_tui.core.engine import Computation
 from qkv_tui.core.part_questions import refusal
 from qkv_tui.core.scenario import Scenario
 from qkv_tui.edges.worksheet import select, sgd
+from qkv_tui.edges.worksheet.backward.parts import stages_of
 from qkv_tui.edges.worksheet.backward.tables import SHEET
 from qkv_tui.edges.worksheet.chain import Table, page
 from qkv_tui.edges.worksheet.content import BLANK, Blank, Cell, WorksheetContent
@@ -128,7 +129,8 @@ def build(comp: Computation, blanks: str = DEFAULT_BLANKS, seed: int = 0, decima
     by_key = {t.key: t for t in tables}
     work = Working(sc, by_key, decimals, specs, comp)
     asked, shown = select.asked_and_shown(tables, selection, Trace(comp).stage_keys if not selection.everything
-                                          else (), {} if selection.everything else _reads(work, tables))
+                                          else (), {} if selection.everything else _reads(work, tables),
+                                          stages_of(sc) if sc.backward is not None else None)
     if not asked and not selection.everything:
         raise WorksheetError(f"--stages and --heads leave this worksheet nothing to ask ({selection.said}): no table"
                              " of those stages and heads has a number to work out; expected more stages or heads")

@@ -13,7 +13,7 @@ forward numbers its gradients need and none of the rest.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 
@@ -161,8 +161,9 @@ def _backward_stages() -> dict[str, str]:
     return {**BACKWARD_STAGE, **{kind: stage for f in faces() for kinds, stage in f.sheet_back_stages for kind in kinds}}
 
 
-def stage_of(tables: Sequence[Table], trace_keys: Sequence[str]) -> dict[str, str]:
-    """Each table's stage as the stage bar names it: its own, or for a backward table the app's backward stage."""
+def stage_of(tables: Sequence[Table], trace_keys: Sequence[str], own: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Each table's stage as the stage bar names it: its own, or for a backward table the app's backward stage;
+    ``own``: a part's table kinds with their stages (edges/worksheet/backward/parts.py), before the page's own."""
     present = set(trace_keys)
     out: dict[str, str] = {}
     last = next((key for key in trace_keys if key == "loss"), "loss")
@@ -170,7 +171,8 @@ def stage_of(tables: Sequence[Table], trace_keys: Sequence[str]) -> dict[str, st
         if table.stage != "backward":
             out[table.key] = table.stage
             continue
-        wanted = _backward_stages().get(table.key.partition(".")[0])
+        kind = table.key.partition(".")[0]
+        wanted = (own or {}).get(kind) or _backward_stages().get(kind)
         for key in (wanted, *ALIASES.get(wanted or "", ())):
             if key is not None and key in present:
                 last = key
@@ -180,13 +182,13 @@ def stage_of(tables: Sequence[Table], trace_keys: Sequence[str]) -> dict[str, st
 
 
 def asked_and_shown(tables: Sequence[Table], selection: Selection, trace_keys: Sequence[str],
-                    reads: dict[str, set[str]]) -> tuple[set[str], set[str]]:
+                    reads: dict[str, set[str]], own: Mapping[str, str] | None = None) -> tuple[set[str], set[str]]:
     """The keys of the tables the sheet asks about, and of every table it prints (those and what they read).
-    ``reads``: for each computed table, the keys of the tables its answer-key lines read."""
+    ``reads``: for each computed table, the keys of the tables its answer-key lines read; ``own`` as for stage_of."""
     if selection.everything:
         keys = {t.key for t in tables}
         return {t.key for t in tables if not t.given}, keys
-    stage = stage_of(tables, trace_keys)
+    stage = stage_of(tables, trace_keys, own)
     by_key = {t.key: t for t in tables}
     heads = selection.heads
 

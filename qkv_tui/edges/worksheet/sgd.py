@@ -16,6 +16,7 @@ import numpy as np
 
 from qkv_tui.core.engine import Computation
 from qkv_tui.edges.faces import faces, placed
+from qkv_tui.edges.worksheet.backward.parts import part_sheets
 from qkv_tui.kernels.policy import round_to
 from qkv_tui.teach.stages.common import Stage, StageSpec
 from qkv_tui.teach.stages.printed import PrintedCells, Table, exact, kv_owners
@@ -81,7 +82,9 @@ def sgd_tables(tables: list[Table], comp: Computation, d: int) -> list[Table]:
     for name, pairs in [*SHARED.items(), *(item for f in faces() for item in f.sgd_layer)]:
         if name in trained:
             add(name, pairs, None)
-    return out
+    # a part's own weights (differential attention's λ vectors: rows of one table), as its module moves them
+    return out + [table for sheet in part_sheets(sc) if sheet.sgd_tables is not None
+                  for table in sheet.sgd_tables(by_key, comp, lr, d)]
 
 
 def operands(table: Table, present: Container[str]) -> tuple[str, str, int | None]:
@@ -120,6 +123,10 @@ class SgdSheet(StageSpec):
     def worksheet_line(self, cells: PrintedCells, table: Table, row: int, col: int, answer: str) -> str:
         bw = cells.sc.backward
         assert bw is not None
+        own = next((text for sheet in part_sheets(cells.sc) if sheet.sgd_line is not None
+                    if (text := sheet.sgd_line(cells, table, row, col, answer)) is not None), None)
+        if own is not None:  # a part's own weight (edges/worksheet/backward/parts.py)
+            return own
         # one cell read from a column of a table of every head's (a head's sink logit), or the same cell of each
         weight, grad, column = operands(table, cells.tables)
         w_row, w_col = (0, column) if column is not None else (row, col)

@@ -8,15 +8,12 @@ digit; edges/worksheet/backward/tables.py builds the tables these lines explain.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 from qkv_tui.core.scenario import Scenario
-from qkv_tui.edges.worksheet.backward.mla_lines import KINDS as MLA_KINDS
-from qkv_tui.edges.worksheet.backward.mla_lines import mla_line
+from qkv_tui.edges.faces import faces
 from qkv_tui.edges.worksheet.backward.names import cell_name
-from qkv_tui.edges.worksheet.backward.qk_all import KINDS as QK_ALL_KINDS
-from qkv_tui.edges.worksheet.backward.qk_all import qk_all, qk_all_line
-from qkv_tui.edges.worksheet.backward.state_lines import KINDS as LINEAR_KINDS
-from qkv_tui.edges.worksheet.backward.state_lines import linear_line
+from qkv_tui.edges.worksheet.backward.parts import part_sheets
 from qkv_tui.teach.stages.printed import PrintedCells, Table, exact
 
 Ref = tuple[str, int, int]  # (table key, row, col) of a printed operand
@@ -29,6 +26,16 @@ class OperandKeys:
     sc: Scenario
     owners: list[int]  # query head -> the head whose section prints its K and V
 
+    @cached_property
+    def scored(self) -> list[tuple[str, str, str]]:
+        """What the variants make of Q and K before they are scored, in the forward's order (edges/faces/:
+        sheet_scored): each its mark, its forward table's key, the key of the gradient read back to what it took."""
+        return [s for f in faces() if f.sheet_scored is not None if (s := f.sheet_scored(self.sc)) is not None]
+
+    def _mark(self, back: int) -> str:
+        """The mark of the ``back``-th step from the last (1: the last), "" where there is none."""
+        return self.scored[-back][0] if len(self.scored) >= back else ""
+
     @property
     def out_name(self) -> str:
         return "final" if self.sc.W_O is not None else "output"
@@ -39,33 +46,30 @@ class OperandKeys:
 
     @property
     def q_used_name(self) -> str:
-        return "Q'" if self.sc.rope is not None else ("Q̂" if self.sc.qk_norm is not None else "Q")
+        return "Q" + self._mark(1)
 
     @property
     def k_used_name(self) -> str:
-        return "K'" if self.sc.rope is not None else ("K̂" if self.sc.qk_norm is not None else "K")
+        return "K" + self._mark(1)
 
     def dq_names(self, h: int) -> tuple[str, str]:
-        """The names of dQ at what is scored, then after RoPE is turned back."""
-        rope, qk = self.sc.rope is not None, self.sc.qk_norm is not None
-        return ("dQ'" if rope else ("dQ̂" if qk else "dQ"), "dQ̂" if qk else "dQ")
+        """The names of dQ at what is scored, then with the last step read back (RoPE turned back)."""
+        return "dQ" + self._mark(1), "dQ" + self._mark(2)
 
     def dk_names(self, h: int) -> tuple[str, str]:
-        rope, qk = self.sc.rope is not None, self.sc.qk_norm is not None
-        return ("dK'" if rope else ("dK̂" if qk else "dK"), "dK̂" if qk else "dK")
+        return "dK" + self._mark(1), "dK" + self._mark(2)
 
     def out(self, tables: dict[str, Table]) -> str:
-        """The table of the final output: final, concat, or the one head's (gated) output."""
+        """The table of the final output: final, concat, or the one head's (a variant's in place of it)."""
         if self.sc.W_O is not None:
             return "final"
-        if "concat" in tables:
-            return "concat"
-        return "gated.0" if self.sc.heads[0].W_G is not None else "output.0"
+        return self.concat(tables)
 
     def concat(self, tables: dict[str, Table]) -> str:
         if "concat" in tables:
             return "concat"
-        return "gated.0" if self.sc.heads[0].W_G is not None else "output.0"
+        return next((key for f in faces() if f.sheet_out is not None if (key := f.sheet_out(self.sc)) is not None),
+                    "output.0")
 
     def start(self, h: int) -> int:
         """Head ``h``'s first column at Concat."""
@@ -79,24 +83,21 @@ class OperandKeys:
         return (f"dOh.{h}", i, j) if f"dOh.{h}" in tables else self.dJ(h, i, j)
 
     def used(self, role: str, h: int) -> str:
-        """Q or K as scored: turned, normalised, or as projected (K and V in their owner's section)."""
+        """Q or K as scored: as the last step left them, or as projected (K and V in their owner's section)."""
         g = h if role == "Q" else self.owners[h]
-        if self.sc.rope is not None:
-            return f"{role}_rot.{g}"
-        if self.sc.qk_norm is not None:
-            return f"{role}_norm.{g}"
-        return f"{role}.{g}"
+        return f"{self.scored[-1][1].format(role=role)}.{g}" if self.scored else f"{role}.{g}"
 
     def grad_at_projection(self, role: str, h: int) -> str:
-        """The table of dQ (or dK) at Q = X̂·W_Q + b_Q."""
-        r = role[-1]
-        if self.sc.qk_norm is not None:
-            return f"d{r}.{h}"
-        return f"d{r}t.{h}" if self.sc.rope is not None else f"d{r}u.{h}"
+        """The table of dQ (or dK) at Q = X̂·W_Q + b_Q: read back through every step."""
+        return self._grad(role, h, 0)
 
     def turned(self, role: str, h: int) -> str:
-        """The gradient at what RoPE turns (what QK-norm's backward reads)."""
-        return f"d{role}t.{h}" if self.sc.rope is not None else f"d{role}u.{h}"
+        """The gradient at what the first step gave (what QK-norm's backward reads): read back through the rest."""
+        return self._grad(role, h, 1)
+
+    def _grad(self, role: str, h: int, step: int) -> str:
+        r = role[-1]
+        return f"{self.scored[step][2].format(r=r)}.{h}" if len(self.scored) > step else f"d{r}u.{h}"
 
     @property
     def x_in(self) -> str:
@@ -111,8 +112,11 @@ def operand_keys(sc: Scenario, owners: list[int]) -> OperandKeys:
     return OperandKeys(sc, owners)
 
 
-def _neg(text: str) -> str:
-    return text[1:-1] if text.startswith("(-") else f"(-{text})"
+def weight_line(cells: PrintedCells, name: str, x: str, src: str, i: int, j: int, answer: str) -> str:
+    """A weight's gradient, ``Σ X[·,i]·dY[·,j]``, from the printed input ``x`` and gradient ``src``."""
+    tables = cells.tables
+    body = " + ".join(f"{cells.txt(x, a, i)}·{cells.txt(src, a, j)}" for a in range(tables[src].values.shape[0])) or "0"
+    return f"{name} = Σ {tables[x].name}[·,{i}]·{tables[src].name}[·,{j}] = {body} = {answer}"
 
 
 def line(cells: PrintedCells, table: Table, i: int, j: int, answer: str) -> str:
@@ -140,13 +144,14 @@ def line(cells: PrintedCells, table: Table, i: int, j: int, answer: str) -> str:
         return cells.txt(f"weights.{h}", a, b) if sc.allow[a, b] else "0"
 
     name = cell_name(table, i, j, (*sc.labels, *sc.key_labels))
-    if qk_all(sc) and kind in QK_ALL_KINDS:
-        return qk_all_line(cells, table, i, j, answer)
-    if sc.mla is not None and kind in MLA_KINDS:
-        return mla_line(cells, table, i, j, answer)
-    if sc.linear is not None and kind in LINEAR_KINDS and suffix:
-        return linear_line(cells, table, h, i, j, answer, lambda a, b: ops.dO_h(tables, h, a, b),
-                           lambda role: ops.used(role, h))
+    # a part's own tables (edges/worksheet/backward/parts.py): its module writes their lines
+    own = next((sheet for sheet in part_sheets(sc) if kind in sheet.kinds), None)
+    if own is not None:
+        return own.line(cells, table, i, j, answer)
+    # a variant's own tables (edges/faces/: sheet_back_line), each as its module writes them
+    for f in faces():
+        if f.sheet_back_line is not None and (text := f.sheet_back_line(cells, table, i, j, answer, ops)) is not None:
+            return text
     if kind == "dO":
         out = ops.out(tables)
         return f"{name} = {ops.out_name} − target = {tx((out, i, j))} − {tx(('target', i, j))} = {answer}"
@@ -162,18 +167,10 @@ def line(cells: PrintedCells, table: Table, i: int, j: int, answer: str) -> str:
         src = {"db_O": "dO", "db_Q": ops.grad_at_projection("Q", h), "db_K": ops.grad_at_projection("K", h),
                "db_V": f"dV.{h}"}[kind]
         return f"{name} = Σ {tables[src].name}[·,{j}] = {col_sum(src, j)} = {answer}"
-    if kind == "dOh":
-        return f"{name} = dJ·g = {tx(ops.dJ(h, i, j))}·{tx((f'gate.{h}', i, j))} = {answer}"
-    if kind == "dz":
-        gate = tx((f"gate.{h}", i, j))
-        return (f"{name} = dJ·output·g·(1 − g) = {tx(ops.dJ(h, i, j))}·{tx((f'output.{h}', i, j))}·{gate}·(1 − {gate})"
-                f" = {answer}")
-    if kind in ("dW_G", "dW_Q", "dW_K", "dW_V"):
+    if kind in ("dW_Q", "dW_K", "dW_V"):
         x = ops.x_kv if kind in ("dW_K", "dW_V") else ops.x_in
-        src = {"dW_G": f"dz.{h}", "dW_Q": ops.grad_at_projection("Q", h), "dW_K": ops.grad_at_projection("K", h),
-               "dW_V": f"dV.{h}"}[kind]
-        body = terms([((x, a, i), (src, a, j)) for a in range(tables[src].values.shape[0])])
-        return f"{name} = Σ {tables[x].name}[·,{i}]·{tables[src].name}[·,{j}] = {body} = {answer}"
+        src = {"dW_Q": ops.grad_at_projection("Q", h), "dW_K": ops.grad_at_projection("K", h), "dW_V": f"dV.{h}"}[kind]
+        return weight_line(cells, name, x, src, i, j, answer)
     if kind == "dV":
         body = " + ".join(f"{w(a, i)}·{tx(ops.dO_h(tables, h, a, j))}" for a in range(sc.n))
         return f"{name} = Σ weights[·,{keys[i]}]·dO_h[·,{j}] = {body} = {answer}"
@@ -185,17 +182,6 @@ def line(cells: PrintedCells, table: Table, i: int, j: int, answer: str) -> str:
         return f"{name} = Σ dO_h[{tok[i]}] ⊙ output[{tok[i]}] = {body} = {answer}"
     if kind == "dS":
         return f"{name} = weights·(dP − D) = {w(i, j)}·({tx((f'dP.{h}', i, j))} − {tx((f'D.{h}', i, 0))}) = {answer}"
-    if kind == "psink":
-        body = " − ".join([tx((f"weights.{h}", i, b)) for b in range(sc.m) if sc.allow[i, b]])
-        return f"{name} = 1 − Σ weights[{tok[i]}] = 1 − {body} = {answer}"
-    if kind == "dsink":
-        body = terms([((f"psink.{h}", a, 0), (f"D.{h}", a, 0)) for a in range(sc.n)])
-        return f"dsink = −Σ p_sink·D = −({body}) = {answer}"
-    if kind == "dcap":
-        c = exact(float(sc.heads[h].softcap or 0.0))
-        s = tx((f"scaled.{h}", i, j))
-        return (f"{name} = dS·(1 − tanh²(scaled / c)) = {tx((f'dS.{h}', i, j))}·(1 − tanh({s} / {c})·tanh({s} / {c}))"
-                f" = {answer}")
     if kind == "dscores":
         src = f"dcap.{h}" if f"dcap.{h}" in tables else f"dS.{h}"
         return f"{name} = {tables[src].name} / scale = {tx((src, i, j))} / {_divisor(sc, h)} = {answer}"
@@ -207,36 +193,6 @@ def line(cells: PrintedCells, table: Table, i: int, j: int, answer: str) -> str:
         Q = ops.used("Q", h)
         body = terms([((f"dscores.{h}", a, i), (Q, a, j)) for a in range(sc.n) if sc.allow[a, i]])
         return f"{name} = Σ dscores[·,{keys[i]}]·{tables[Q].name}[·,{j}] = {body} = {answer}"
-    if kind in ("dQt", "dKt"):
-        return _turn_back(cells, table, kind[1], h, i, j, answer)
-    if kind in ("qroot", "kroot"):
-        role = kind[0].upper()
-        ms = tx((f"{kind[0]}ms.{h}", i, 0))
-        assert sc.qk_norm is not None
-        return f"{name} = √(ms_{role} + eps) = √({ms} + {float(sc.qk_norm.eps)!r}) = {answer}"
-    if kind in ("qhat", "khat"):
-        role = kind[0].upper()
-        return f"{name} = {role} / r_{role} = {tx((f'{role}.{h}', i, j))} / {tx((f'{kind[0]}root.{h}', i, 0))} = {answer}"
-    if kind in ("qm", "km"):
-        role = kind[0].upper()
-        dY, hat = ops.turned(role, h), f"{kind[0]}hat.{g if role == 'K' else h}"
-        d_k = sc.heads[h].d_k
-        body = " + ".join(f"{tx((dY, i, c))}·{tx(('gamma_' + kind[0], 0, c))}·{tx((hat, i, c))}" for c in range(d_k))
-        return f"{name} = mean(d{role}̂ ⊙ γ ⊙ x̂) = ({body}) / {d_k} = {answer}"
-    if kind in ("dQ", "dK"):
-        role = kind[1]
-        low = role.lower()
-        dY, o = ops.turned(role, h), (g if role == "K" else h)
-        return (f"{name} = (d{role}̂·γ − x̂·m) / r = ({tx((dY, i, j))}·{tx(('gamma_' + low, 0, j))} − "
-                f"{tx((f'{low}hat.{o}', i, j))}·{tx((f'{low}m.{h}', i, 0))}) / {tx((f'{low}root.{o}', i, 0))} = {answer}")
-    if kind in ("dgamma_q", "dgamma_k") and suffix:
-        role = kind[-1].upper()
-        dY, hat = ops.turned(role, h), f"{kind[-1]}hat.{g if role == 'K' else h}"
-        body = terms([((dY, a, j), (hat, a, j)) for a in range(tables[hat].values.shape[0])])
-        return f"{name} = Σ d{role}̂[·,{j}]·x̂_{role}[·,{j}] = {body} = {answer}"
-    if kind in ("dgamma_q", "dgamma_k"):
-        parts = " + ".join(tx((f"{kind}.{x}", 0, j)) for x in range(len(sc.heads)))
-        return f"{name} = Σ over the heads = {parts} = {answer}"
     if kind.startswith("kv"):
         what = kind[2:]
         readers = [x for x in range(len(sc.heads)) if cells.owners[x] == h]
@@ -244,7 +200,7 @@ def line(cells: PrintedCells, table: Table, i: int, j: int, answer: str) -> str:
         return f"{name} = Σ over its readers = {parts} = {answer}"
     if kind == "dX_in":
         what = "dQ·W_Qᵀ" + ("" if sc.is_cross else " + dK·W_Kᵀ + dV·W_Vᵀ")
-        what += " + dz·W_Gᵀ" if any(head.W_G is not None for head in sc.heads) else ""
+        what += "".join(f.sheet_back_term[0](sc) for f in faces() if f.sheet_back_term is not None)
         every = ", every head" if len(sc.heads) > 1 else ""
         return f"{name} = {what} at [{tok[i]},{j}]{every} = {_paths(cells, ops, i, j)} = {answer}"
     return _norm_line(cells, kind, name, i, j, answer)
@@ -267,29 +223,9 @@ def _paths(cells: PrintedCells, ops: OperandKeys, i: int, c: int) -> str:
             dk = ops.grad_at_projection("K", h)
             pairs += [((dk, i, k), (f"W_K.{g}", c, k)) for k in range(head.d_k)]
             pairs += [((f"dV.{h}", i, k), (f"W_V.{g}", c, k)) for k in range(head.d_v)]
-        if head.W_G is not None:
-            pairs += [((f"dz.{h}", i, k), (f"W_G.{h}", c, k)) for k in range(head.d_v)]
+        # each variant's own path into X̂ (the gate's), as its module names the cells
+        pairs += [pair for f in faces() if f.sheet_back_term is not None for pair in f.sheet_back_term[1](sc, h, i, c)]
     return " + ".join(f"{cells.txt(*a)}·{cells.txt(*b)}" for a, b in pairs)
-
-
-def _turn_back(cells: PrintedCells, table: Table, role: str, h: int, i: int, j: int, answer: str) -> str:
-    """RoPE read backwards: a = a'·cos + b'·sin, b = −a'·sin + b'·cos (the rotation by the opposite angle)."""
-    sc = cells.sc
-    assert sc.rope is not None
-    d_k = sc.heads[h].d_k
-    src = f"d{role}u.{h}"
-    name = f"{table.name}[{table.rows[i]},{j}]"
-    found = next(((k, pair) for k, pair in enumerate(sc.rope.pairs(d_k)) if j in pair), None)
-    if found is None:  # partial rotary: passed through
-        return f"{name} = {cells.txt(src, i, j)} = {answer}"
-    k, (a, b) = found
-    trig = f"trig.{d_k}"
-    # a K row's position is its key's; the cos/sin table is the queries' rows, the same tokens in self-attention
-    cos, sin = cells.txt(trig, i, 2 * k), cells.txt(trig, i, 2 * k + 1)
-    va, vb = cells.txt(src, i, a), cells.txt(src, i, b)
-    if j == a:
-        return f"{name} = {role}'a·cos + {role}'b·sin = {va}·{cos} + {vb}·{sin} = {answer}"
-    return f"{name} = −{role}'a·sin + {role}'b·cos = -{va}·{sin} + {vb}·{cos} = {answer}"
 
 
 def _norm_line(cells: PrintedCells, kind: str, name: str, i: int, j: int, answer: str) -> str:

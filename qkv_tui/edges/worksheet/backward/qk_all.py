@@ -16,6 +16,7 @@ import numpy as np
 from qkv_tui.core.engine import Computation
 from qkv_tui.core.gradients import Gradients
 from qkv_tui.core.scenario import Scenario
+from qkv_tui.edges.worksheet.backward.lines import operand_keys
 from qkv_tui.edges.worksheet.backward.names import cell_name
 from qkv_tui.kernels.norm_backward import row_means
 from qkv_tui.kernels.qk_norm import QKNormed
@@ -32,11 +33,6 @@ def qk_all(sc: Scenario) -> bool:
 def qk_all_covered(sc: Scenario) -> bool:
     """Every query head reads a K/V head of its own (then each K/V head's gradient is one head's sum of shares)."""
     return all(sc.kv_head(h) == h for h in range(len(sc.heads)))
-
-
-def _turned(sc: Scenario, role: str, h: int) -> str:
-    """The table of the gradient at what QK-norm gave (what RoPE turns, or what is scored)."""
-    return f"d{role}t.{h}" if sc.rope is not None else f"d{role}u.{h}"
 
 
 def qk_all_tables(t: Add, chain: PrintedChain, pcomp: Computation, G: Gradients, root_places: Callable[..., int]) -> None:
@@ -82,6 +78,7 @@ def qk_all_tables(t: Add, chain: PrintedChain, pcomp: Computation, G: Gradients,
 
 def qk_all_line(cells: PrintedCells, table: Table, i: int, j: int, answer: str) -> str:
     sc = cells.sc
+    ops = operand_keys(sc, cells.owners)  # ops.turned: the gradient at what QK-norm gave (what RoPE turns, or is scored)
     qk = sc.qk_norm
     assert qk is not None
     tx = cells.txt
@@ -99,7 +96,7 @@ def qk_all_line(cells: PrintedCells, table: Table, i: int, j: int, answer: str) 
 
     def dY(role: str, col: int, only: int | None = None) -> str:
         h, c = divmod(col, d_k)
-        return "0" if only is not None and h != only else tx(_turned(sc, role, h), i, c)
+        return "0" if only is not None and h != only else tx(ops.turned(role, h), i, c)
 
     if kind in ("aqm", "akm"):
         role = kind[1].upper()
@@ -126,5 +123,5 @@ def qk_all_line(cells: PrintedCells, table: Table, i: int, j: int, answer: str) 
     low = role.lower()
     h, c = divmod(j, d_k)
     rows = cells.tables[f"a{low}hat"].values.shape[0]
-    body = " + ".join(f"{tx(_turned(sc, role, h), a, c)}·{tx(f'a{low}hat', a, j)}" for a in range(rows))
+    body = " + ".join(f"{tx(ops.turned(role, h), a, c)}·{tx(f'a{low}hat', a, j)}" for a in range(rows))
     return f"{name} = Σ d{role}̂[·,{c}] ({sc.heads[h].name})·x̂_{role}[·,{j}] = {body} = {answer}"

@@ -5,18 +5,21 @@ head's columns together the tables are edges/worksheet/backward/qk_all.py's."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
 from qkv_tui.core.engine import Computation, HeadResult
 from qkv_tui.core.gradients import Gradients, HeadGrad
 from qkv_tui.core.scenario import Matrix, Scenario
-from qkv_tui.edges.worksheet.backward.qk_all import qk_all
+from qkv_tui.edges.worksheet.backward.names import cell_name
+from qkv_tui.edges.worksheet.backward.qk_all import KINDS as QK_ALL_KINDS
+from qkv_tui.edges.worksheet.backward.qk_all import qk_all, qk_all_line
 from qkv_tui.edges.worksheet.backward.tables import root_of
 from qkv_tui.kernels.norm import Normed
 from qkv_tui.kernels.norm_backward import row_means
 from qkv_tui.kernels.qk_norm import QKNormed
-from qkv_tui.teach.stages.printed import PrintedChain, idx
+from qkv_tui.teach.stages.printed import PrintedCells, PrintedChain, Table, idx
 
 Add = Callable[..., None]  # adds one table: key, name, heading, values, rows, cols, head, allow
 Root = tuple[str, Matrix, Matrix, float, tuple[str, ...]]  # name, spread, root, eps, row labels
@@ -87,3 +90,51 @@ def sums(t: Add, chain: PrintedChain, G: Gradients) -> None:
     assert G.dgamma_q is not None and G.dgamma_k is not None
     t("dgamma_q", "dγ_q", "dγ_q = the sum over the heads", r(G.dgamma_q), ("γ_q",), idx(len(G.dgamma_q)))
     t("dgamma_k", "dγ_k", "dγ_k = the sum over the heads", r(G.dgamma_k), ("γ_k",), idx(len(G.dgamma_k)))
+
+
+def line(cells: PrintedCells, table: Table, i: int, j: int, answer: str, ops: Any) -> str | None:
+    """The answer key's line of a cell of QK-norm's backward tables (``ops``: the page's operand keys, lines.py), or
+    None where the table is not QK-norm's."""
+    sc = cells.sc
+    qk = sc.qk_norm
+    assert qk is not None
+    kind, _, suffix = table.key.partition(".")
+    if qk_all(sc) and kind in QK_ALL_KINDS:
+        return qk_all_line(cells, table, i, j, answer)
+    if kind not in ("qroot", "kroot", "qhat", "khat", "qm", "km", "dQ", "dK", "dgamma_q", "dgamma_k"):
+        return None
+    h = int(suffix) if suffix.isdigit() else 0
+    g = cells.owners[h] if sc.heads else 0
+    tables = cells.tables
+
+    def tx(ref: tuple[str, int, int]) -> str:
+        return cells.txt(*ref)
+
+    name = cell_name(table, i, j, (*sc.labels, *sc.key_labels))
+    if kind in ("qroot", "kroot"):
+        role = kind[0].upper()
+        ms = tx((f"{kind[0]}ms.{h}", i, 0))
+        return f"{name} = √(ms_{role} + eps) = √({ms} + {float(qk.eps)!r}) = {answer}"
+    if kind in ("qhat", "khat"):
+        role = kind[0].upper()
+        return f"{name} = {role} / r_{role} = {tx((f'{role}.{h}', i, j))} / {tx((f'{kind[0]}root.{h}', i, 0))} = {answer}"
+    if kind in ("qm", "km"):
+        role = kind[0].upper()
+        dY, hat = ops.turned(role, h), f"{kind[0]}hat.{g if role == 'K' else h}"
+        d_k = sc.heads[h].d_k
+        body = " + ".join(f"{tx((dY, i, c))}·{tx(('gamma_' + kind[0], 0, c))}·{tx((hat, i, c))}" for c in range(d_k))
+        return f"{name} = mean(d{role}̂ ⊙ γ ⊙ x̂) = ({body}) / {d_k} = {answer}"
+    if kind in ("dQ", "dK"):
+        role = kind[1]
+        low = role.lower()
+        dY, o = ops.turned(role, h), (g if role == "K" else h)
+        return (f"{name} = (d{role}̂·γ − x̂·m) / r = ({tx((dY, i, j))}·{tx(('gamma_' + low, 0, j))} − "
+                f"{tx((f'{low}hat.{o}', i, j))}·{tx((f'{low}m.{h}', i, 0))}) / {tx((f'{low}root.{o}', i, 0))} = {answer}")
+    if suffix:
+        role = kind[-1].upper()
+        dY, hat = ops.turned(role, h), f"{kind[-1]}hat.{g if role == 'K' else h}"
+        pairs = [((dY, a, j), (hat, a, j)) for a in range(tables[hat].values.shape[0])]
+        body = " + ".join(f"{tx(a)}·{tx(b)}" for a, b in pairs) or "0"
+        return f"{name} = Σ d{role}̂[·,{j}]·x̂_{role}[·,{j}] = {body} = {answer}"
+    parts = " + ".join(tx((f"{kind}.{x}", 0, j)) for x in range(len(sc.heads)))
+    return f"{name} = Σ over the heads = {parts} = {answer}"

@@ -7,7 +7,7 @@ backward table is worked from tables printed before it and the answer key's line
 (edges/worksheet/backward/lines.py writes them). The tables walk the trace's backward stages: dO, dConcat
 and dW_O, per head the gate, dV, dP, D, dS, the soft-cap, the scale, dQ and dK, RoPE turned back, QK-norm,
 dW_Q, dW_K, dW_V and the biases, a sink, then grouped K/V heads' sums, dX̂'s paths, the pre-norm and dγ. A [linear]
-head's quadratic form stands in for the softmax part (edges/worksheet/backward/state.py) and [mla]'s latent layer
+head's quadratic form stands in for the softmax part (edges/worksheet/backward/linear.py) and [mla]'s latent layer
 for the per-head weights (edges/worksheet/backward/mla.py). What the tables leave to the app (worksheet_rules says
 which) gets a rule saying so and the forward pass only.
 """
@@ -24,6 +24,7 @@ from qkv_tui.core.gradients import Gradients, HeadGrad, gradients
 from qkv_tui.core.scenario import Matrix, Scenario
 from qkv_tui.edges.faces import faces, placed
 from qkv_tui.edges.worksheet.backward.lines import line, operand_keys
+from qkv_tui.edges.worksheet.backward.parts import part_sheets, part_uncovered
 from qkv_tui.edges.worksheet.backward.qk_all import qk_all, qk_all_covered, qk_all_tables
 from qkv_tui.kernels.attention import Turn
 from qkv_tui.kernels.norm import norm_root
@@ -47,7 +48,7 @@ def covered(sc: Scenario) -> bool:
     """Whether the page's backward tables cover the scenario (module docstring)."""
     return bool(sc.backward is not None and (not qk_all(sc) or qk_all_covered(sc))
                 and all(f.sheet_back_covers(sc) for f in faces() if f.sheet_back_covers is not None)
-                and ask.scenario_says(sc, "unprinted_backward") is None
+                and ask.scenario_says(sc, "unprinted_backward") is None and part_uncovered(sc) is None
                 and not sc.backward.cross_entropy)
 
 
@@ -55,7 +56,7 @@ def uncovered(sc: Scenario) -> str:
     """What of the scenario the page's backward tables leave to the app, for the rule that says so."""
     if (part := _uncovered_part(sc)) is not None:
         return part
-    if (unprinted := ask.scenario_says(sc, "unprinted_backward")) is not None:
+    if (unprinted := ask.scenario_says(sc, "unprinted_backward") or part_uncovered(sc)) is not None:
         return unprinted
     if sc.backward is not None and sc.backward.cross_entropy:
         return "the cross-entropy loss through the unembedding W_U"
@@ -86,7 +87,13 @@ def printed_computation(chain: PrintedChain) -> Computation:
         # a map in place of the softmax ([linear]'s), as its own module reads it off the page
         mapped = next((m for f in faces() if f.sheet_map is not None if (m := f.sheet_map(chain, h, hr)) is not None),
                       None)
-        if mapped is not None:
+        # a part that reads itself backwards (differential attention's), its record as the page prints it
+        own = next((o for sheet in part_sheets(sc) if (o := sheet.printed(chain, h, hr)) is not None), None)
+        if own is not None:
+            records += own[0]
+            fields |= own[1]
+            weights = np.asarray(own[1]["weights"])
+        elif mapped is not None:
             weights, record = mapped  # (n, m)
             fields |= {"weights": weights}
             records.append(record)
@@ -197,8 +204,10 @@ def backward_tables(chain: PrintedChain) -> list[Table]:
         for f in faces():  # a variant's tables between Concat and the head's own output (the gate's)
             if f.sheet_back_out is not None:
                 f.sheet_back_out(t, chain, h, hr, hg, xq)
-        # a map in place of the softmax read backwards by its own module ([linear]'s), else the softmax's tables
-        if not any(f.sheet_back_map is not None and f.sheet_back_map(t, chain, h, hg, ops) for f in faces()):
+        # a part's own tables down to dQ, dK and dV (edges/worksheet/backward/parts.py), or a map in place of the
+        # softmax read backwards by its own module ([linear]'s), else the softmax's tables
+        if (not any(sheet.tables(t, chain, h, hr, G) for sheet in part_sheets(sc))
+                and not any(f.sheet_back_map is not None and f.sheet_back_map(t, chain, h, hg, ops) for f in faces())):
             _softmax_tables(t, chain, pcomp, h, hg)
         # a layer's own tables that stand for the rest of the head's ([mla]'s latent, for its multiplied-through weights)
         if any(f.sheet_back_head_rest is not None and f.sheet_back_head_rest(t, chain, h, G) for f in faces()):
@@ -320,7 +329,9 @@ class BackwardSheet(StageSpec):
         if not covered(sc):
             return [f"- [backward]: this page has the forward pass only; its backward tables do not cover {uncovered(sc)}"
                     " (the app and --export markdown show every gradient of this scenario)"]
-        state = ask.scenario_has(sc, "state")  # a state in place of the softmax ([linear]): its own rule says how
+        # a state in place of the softmax ([linear]), or a part's own maps ([differential]): its own rule says how
+        own_rules = [line for sheet in part_sheets(sc) for line in sheet.rules(sc)]
+        state = ask.scenario_has(sc, "state") or bool(own_rules)
         head = ("dV = weightsᵀ·dO_h, dP = dO_h·Vᵀ, D = rowsum(dO_h ⊙ output), dS = weights ⊙ (dP − D), 0 where masked;"
                 " dQ = (dS / scale)·K, dK = (dS / scale)ᵀ·Q; " if not state else "")
         own = [("head", ["- Backward: work each table of the Backward sections from the tables printed before it, in page"
@@ -330,7 +341,7 @@ class BackwardSheet(StageSpec):
                          if state else
                          "- Backward: work each table of the Backward sections from the tables printed before it, in page"
                          f" order (the chain rule, one operation per table). {head}dW = Xᵀ·(its gradient); a bias's"
-                         " gradient is the sum of its gradient's rows."]),
+                         " gradient is the sum of its gradient's rows.", *own_rules]),
                ("W_O", ["  Through W_O first: dConcat = dO·W_Oᵀ (each head's dO_h is its columns), dW_O = concatᵀ·dO."]
                 if sc.W_O is not None else [])]
         # each variant's rule (edges/faces/), in the backward's order: the opposite of the forward's

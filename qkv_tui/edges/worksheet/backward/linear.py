@@ -2,7 +2,7 @@
 
 edges/worksheet/backward/tables.py calls these in place of the softmax's dP, D, dS and dscores; the numbers are
 core/gradients.py's (kernels/linear_backward.py) run on the printed forward pass, so each table is worked
-from tables printed before it (edges/worksheet/backward/state_lines.py writes the key's lines).
+from tables printed before it (edges/worksheet/backward/linear_lines.py writes the key's lines).
 """
 
 from __future__ import annotations
@@ -59,6 +59,6 @@ def linear_tables(t: Add, chain: PrintedChain, h: int, lb: LinearBack, ops: Oper
         t(f"dA.{h}", "dA", "dA = dW (0 where masked)", lb.dA, rows, keys, h, sc.allow)
     t(f"dphiQ.{h}", f"dφ({q})", f"dφ({q}) = dA·φ({k})", lb.dphi_Q, rows, idx(hd.d_k), h)
     t(f"dphiK.{h}", f"dφ({k})", f"dφ({k}) = dAᵀ·φ({q})", lb.dphi_K, keys, idx(hd.d_k), h)
-    slope = {"elu1": "1 above 0, e^x at or below", "relu": "1 above 0, else 0", "identity": "1"}[sc.linear.feature]
-    t(f"dQu.{h}", dq[0], f"{dq[0]} = dφ({q}) ⊙ φ'({q}) (φ' = {slope})", lb.dQ_used, rows, idx(hd.d_k), h)
+    phi_slope = {"elu1": "1 above 0, e^x at or below", "relu": "1 above 0, else 0", "identity": "1"}[sc.linear.feature]
+    t(f"dQu.{h}", dq[0], f"{dq[0]} = dφ({q}) ⊙ φ'({q}) (φ' = {phi_slope})", lb.dQ_used, rows, idx(hd.d_k), h)
     t(f"dKu.{h}", dk[0], f"{dk[0]} = dφ({k}) ⊙ φ'({k})", lb.dK_used, keys, idx(hd.d_k), h)

@@ -1,4 +1,4 @@
-"""The answer key's lines of [linear]'s backward tables (edges/worksheet/backward/state.py), each written with
+"""The answer key's lines of [linear]'s backward tables (edges/worksheet/backward/linear.py), each written with
 the printed operands it reads, so a calculator gives the printed answer."""
 
 from __future__ import annotations
