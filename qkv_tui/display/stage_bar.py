@@ -40,9 +40,17 @@ class Bar:
         return cell_len(self.plain)
 
 
+FORMULA = frozenset("−+·×/(=")  # a name that is a formula ("1 − λ_init") starts with a number and then one of these
+
+
 def short(label: str) -> str:
-    """A stage's label without its name: "1 Embed" is "1"; a stage with no key keeps its name ("dScore")."""
-    return label.split()[0] if label.split() else label
+    """A stage's label without its name: "1 Embed" is "1"; a stage with no key keeps its first word ("dScore",
+    "tile scores" is "tile"), but a name that is a formula stays whole: "1 − λ_init" (stage 13 of [differential], not
+    key 1's "1"), and "d(1 − λ_init)", never cut to "d(1"."""
+    first, _, rest = label.partition(" ")
+    if not rest or (first.isdigit() and rest[0] in FORMULA) or first.count("(") != first.count(")"):
+        return label
+    return first
 
 
 def _pieces_width(pieces: Sequence[tuple[str, str]]) -> int:

@@ -324,8 +324,9 @@ class Subtract(_DiffStage):
 
     stage = Stage("diff_subtract", "Subtract",
                   "The head's map is the first minus λ times the second: weights = p₁ − λ·p₂, cell by cell."
-                  " What both maps attend to (the common-mode noise the paper cancels) drops out; what only the"
-                  " first attends to stays. Each row now sums to 1 − λ, not 1, and a cell where the second map"
+                  " What both maps attend to (the common-mode noise the paper cancels) is reduced by λ times the"
+                  " second map's weight, and cancels where that equals the first's; what only the first attends to"
+                  " stays. Each row now sums to 1 − λ, not 1, and a cell where the second map"
                   " looks harder than the first is negative: this map is no longer a distribution.")
     matrices = ("weights",)
     styles = MappingProxyType({"weights": PaneStyle(heat=True, masked=True)})
