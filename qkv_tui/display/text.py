@@ -175,8 +175,9 @@ def title_variants(title: str) -> list[str]:
     base, _, shape = title.rpartition("  ")
     if not base:
         base, shape = title, ""
-    # a remark in parentheses goes whole ("(context, computed once)"), a formula's own brackets stay
-    remarks = re.sub(r" +\([^()]*\)", "", base)
+    # a remark in parentheses goes whole ("(context, computed once)"), a formula's own brackets stay: a bracket
+    # an operator follows is a factor ("output = (1 − λ_init)·normed" read "output =·normed")
+    remarks = re.sub(r" +\([^()]*\)(?=\s|$)", "", base)
     plain = " ".join(word for word in remarks.split(" ") if not word.startswith("+") and word != "mask")
     tight = plain.replace(" = ", "=")
     name = base.split(" = ")[0].split(" (")[0]

@@ -107,8 +107,12 @@ def checks(hr: HeadResult, allow: BoolMatrix, own: tuple[int, str] | None = None
         share = ask.beside_share(hr)  # a column beside the map (a sink) takes its share of each row
         if share is not None:
             total = total + share
-        what = next(iter(ask.said(hr, "summary.rows")), "every weight row sums to 1")
-        error = float(np.abs(total - 1.0).max())
+        # a map whose rows add up to other than 1 (differential attention's 1 − λ) is checked against its own total:
+        # against 1 it read "every weight row sums to 1 (to within 2e-01)", which no row did
+        target = ask.row_total(hr)
+        said = "every weight row sums to 1" if target == 1.0 else f"every weight row sums to 1 − λ = {target:.6g}"
+        what = next(iter(ask.said(hr, "summary.rows")), said)
+        error = float(np.abs(total - target).max())
         exact = "exactly" if error == 0 else f"to within {error:.0e}"
         parts.append(f"{what} ({exact})")
     line = "Checks: " + "; ".join(parts)
