@@ -218,7 +218,11 @@ def lead(sc: Scenario) -> tuple[str, str]:
     """What a page says it works, (words, formula): the scenario's tables say where its heads are not scaled
     dot-product attention ([linear], the delta rule, [ssd], [differential], a sparse selection)."""
     said = scenario_answer(sc, "lead")
-    return said if isinstance(said, tuple) else ("Scaled dot-product attention, ", "softmax(QKᵀ/√dₖ)V")
+    if isinstance(said, tuple):
+        return said
+    # the file's own divisor where it sets one (Gemma 3n's 1): the page's stages divide by it, not by √dₖ
+    divisor = "√dₖ" if sc.scale is None else f"{sc.scale:g}"
+    return ("Scaled dot-product attention, ", f"softmax(QKᵀ/{divisor})V")
 
 
 def map_formula(heads: Iterable[HeadResult]) -> tuple[tuple[str, bool], ...] | None:

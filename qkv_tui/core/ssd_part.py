@@ -61,6 +61,10 @@ class SsdRecord:
     projects: ClassVar[bool] = False  # C, B and x are the table's: the head's W_Q, W_K and W_V are not read
     distribution: ClassVar[bool] = False  # L ∘ C·Bᵀ has no row total to check (teach/summary.py asks)
     map_formula: ClassVar[tuple[tuple[str, bool], ...]] = (("L ∘ C·Bᵀ", True), ("·(dt·x)", False))  # the heads view
+    # what makes each head's map its own, as the heads view says it: no W_Q is read (core/part_questions.py said)
+    words: ClassVar[Mapping[str, str]] = MappingProxyType({
+        "heads.own": "Each head has its own A and dt (its C and B are shared by the heads of a group), so a decay"
+                     " and a pattern of its own"})
     refuses: ClassVar[Mapping[str, str]] = MappingProxyType({
         "tiles": "No tiles for [ssd]: the tiles view streams a softmax's running max and sum, and a state-space head"
                  " has no softmax; its Recurrence stage is the streaming form, one state per head.",

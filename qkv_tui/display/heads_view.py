@@ -22,7 +22,8 @@ from qkv_tui.display.view import Explanation
 from qkv_tui.teach.summary import MAX_ROWS, looked_at, looks_heading, weights_note
 
 KEYS = "← → ↑ ↓ pick a head · enter: step through it · v: back to the trace"
-MEANING = ("Each head has its own W_Q (its keys may be shared, as in GQA and MQA), so a pattern of its own: rows are"
+OWN = "Each head has its own W_Q (its keys may be shared, as in GQA and MQA), so a pattern of its own"
+MEANING = ("{own}: rows are"
            " the queries, columns the keys,"
            " a fuller block is more weight, · {masked}. A reading describes the weights on this text, not what the head"
            " is for.")  # not "darker": on the dark theme more weight is brighter
@@ -65,6 +66,11 @@ def grid(sources: Sources, modes: Modes) -> HeadsGrid:
     return sources.kept(("heads", "grid", layer), build)
 
 
+def _opening(sources: Sources, modes: Modes, head: int) -> int:
+    """The map the view opens on: the trace's head; a model's layer shows every head of it, and opens on its first."""
+    return 0 if layer_of(sources, modes) is not None else min(head, _steps(sources, modes, head) - 1)
+
+
 def _steps(sources: Sources, modes: Modes, head: int) -> int:
     return len(shown(sources, modes).heads)
 
@@ -91,7 +97,8 @@ def _frame(sources: Sources, modes: Modes, step: int, head: int) -> Frame:
     explanation = Explanation(
         stage_label="heads", counter=counter, head_label=f"{name} ({step + 1}/{len(heads.maps)})",
         arithmetic=f"{looks_heading(sc)}, {name}{weights_note(sc)}: " + "; ".join(looks) + more,
-        details=(keys,), meaning=MEANING.format(masked=masked_legend(comp.heads)),
+        details=(keys,),
+        meaning=MEANING.format(own=next(iter(ask.said(hr, "heads.own")), OWN), masked=masked_legend(comp.heads)),
         formula=_formula(comp), stages=stages,
     )
     return Frame(explanation, [], [], (), "", heads=HeadsShown(heads, step))
@@ -101,7 +108,11 @@ def _formula(comp: Computation) -> tuple[tuple[str, bool], ...]:
     """What the maps hold, as a part's record says where it is not the softmax's (a state head's weights, a
     differential head's two maps)."""
     said = ask.map_formula(comp.heads)
-    return (("softmax(Q·Kᵀ/√dₖ)", True), ("·V", False)) if said is None else said
+    if said is not None:
+        return said
+    from qkv_tui.teach.stages.scale import divisor_text
+
+    return ((f"softmax(Q·Kᵀ/{divisor_text(comp.heads)})", True), ("·V", False))
 
 
 def _act(sources: Sources, modes: Modes, action: str, across: int) -> Modes | None:

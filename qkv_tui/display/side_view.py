@@ -57,6 +57,8 @@ class SideView:
     per_head: bool = True  # the trace's head in view names its screenshots ("-head2"); False where its step does
     in_footer: bool = True  # its key shows in the footer (the heads view's only in the help and the palette)
     quiz: bool = True  # p asks here (a line of it works out a number); False: p does nothing in this view
+    # the step it opens at, given the trace's head: the heads view opens on that head (None: its first step)
+    opening: Callable[[Sources, Modes, int], int] | None = None
 
 
 # the trace's keys that move in the trace only: a side view gives them a meaning of its own (act) or none

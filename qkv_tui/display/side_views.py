@@ -73,6 +73,7 @@ HEADS = SideView(  # v: every head's attention map side by side (display/heads_v
     frame=_later("heads_view", "_frame"),
     shot=_later("heads_view", "_shot"),
     act=_later("heads_view", "_act"),
+    opening=_later("heads_view", "_opening"),
     enter=_later("heads_view", "_enter"),
     per_head=False,
     quiz=False,  # its lines name where each row looks; they work out no number to predict

@@ -98,7 +98,7 @@ class DiffForward:
     turn: Turn | None = None  # backward reads them again: read_back)
     own_stages: ClassVar[bool] = True  # its two maps replace the one-map stages (teach/stages/differential.py)
     # what the heads view says its map holds: first map − λ·second (core/part_questions.py map_formula)
-    map_formula: ClassVar[tuple[tuple[str, bool], ...]] = (("softmax(Q₁K₁ᵀ/√d) − λ·softmax(Q₂K₂ᵀ/√d)", True),
+    map_formula: ClassVar[tuple[tuple[str, bool], ...]] = (("(softmax(Q₁K₁ᵀ/√d) − λ·softmax(Q₂K₂ᵀ/√d))", True),
                                                           ("·V", False))
     # the views that would show one softmax map where this head has two (core/part_questions.py), each in one line
     REFUSED: ClassVar[Mapping[str, str]] = MappingProxyType({

@@ -602,7 +602,9 @@ class QKVApp(Session):
         """Open a side view (display/side_views.py) from its first step; its own key again returns to the trace."""
         view = TRACE if self.modes.view == name else name
         left = self._left(self.modes)
-        self.modes = replace(left, view=view, side_step=0, message=left.message if self.modes.question else "")
+        opened = side_view(view)
+        step = 0 if opened is None or opened.opening is None else opened.opening(self.presenter, left, self.position.head)
+        self.modes = replace(left, view=view, side_step=step, message=left.message if self.modes.question else "")
 
     def _option(self) -> Callable[[Modes], Modes] | None:
         side = self.presenter.side(self.modes)

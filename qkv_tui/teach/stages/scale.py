@@ -40,10 +40,21 @@ from qkv_tui.teach.stages.replaced import softmax_runs
 from qkv_tui.teach.stages.terms import adds_term, term_lines
 
 if TYPE_CHECKING:  # the cost view's module loads on its first use
+    from collections.abc import Sequence
+
     from qkv_tui.core.cell_edit import InputCell
     from qkv_tui.core.cost import Count, Phase
+    from qkv_tui.core.engine import HeadResult
     from qkv_tui.core.scenario import Scenario
 
+
+def divisor_text(heads: Sequence[HeadResult]) -> str:
+    """How a formula writes the divisor of these heads' scores: √dₖ, or the number every one of them divides by
+    where the scenario sets it (Embed's and Concat's line, which name no head, said √dₖ beside stages saying /1)."""
+    scales = {hr.scale for hr in heads if not hr.scale_is_default}
+    if len(scales) == 1 and all(not hr.scale_is_default for hr in heads):
+        return f"{scales.pop():g}"
+    return "√dₖ"
 
 class Scale(StageSpec):
     stage = Stage("scale", "Scale",
@@ -187,10 +198,7 @@ class Scale(StageSpec):
 
     def formula(self, trace: TraceContext, op: Operation) -> list[FormulaPart]:
         h = op.head
-        scale = "√dₖ"
-        if h is not None and not trace.comp.heads[h].scale_is_default:
-            scale = f"{trace.comp.heads[h].scale:g}"
-        parts = [FormulaPart(DIVIDE, f"/{scale}")]
+        parts = [FormulaPart(DIVIDE, f"/{divisor_text(trace.comp.heads if h is None else [trace.comp.heads[h]])}")]
         if soft_cap.has_cap(trace, h):
             parts.append(FormulaPart(DIVIDE, "→cap"))
         if adds_term(trace.comp.heads):

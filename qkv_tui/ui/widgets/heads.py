@@ -13,7 +13,17 @@ from rich.style import Style
 from textual.strip import Strip
 from textual.widget import Widget
 
-from qkv_tui.display.heads_grid import GLYPHS, MASKED, NEGATIVE, HeadsGrid, HeadsShown, Layout, glyph, key_labels
+from qkv_tui.display.heads_grid import (
+    GLYPHS,
+    MASKED,
+    MINUS,
+    NEGATIVE,
+    HeadsGrid,
+    HeadsShown,
+    Layout,
+    glyph,
+    key_labels,
+)
 
 PICKED = "bold reverse"
 STRONGEST = "bold yellow"
@@ -23,8 +33,11 @@ LEGEND = f"{GLYPHS[1:]} more weight · {MASKED} masked"
 
 
 def legend(grid: HeadsGrid) -> str:
-    """The legend's line: what the masked mark stands for, as the grid says (a key the indexer left out, too)."""
-    return LEGEND if grid.masked == "masked" else f"{GLYPHS[1:]} more weight · {MASKED} {grid.masked}"
+    """The legend's line: what the masked mark stands for, as the grid says (a key the indexer left out, too), and
+    the minus of a weight below 0 where a map has one (a differential head's)."""
+    said = LEGEND if grid.masked == "masked" else f"{GLYPHS[1:]} more weight · {MASKED} {grid.masked}"
+    below = any(bool((m.weights < 0).any()) for m in grid.maps)
+    return said + (f" · {MINUS * 2} below 0" if below else "")
 GAP = "  "
 
 Line = list[tuple[str, str]]  # (text, style) pieces
