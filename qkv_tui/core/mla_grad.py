@@ -7,6 +7,7 @@ import numpy as np
 
 from qkv_tui.core.engine import Computation, turn_of
 from qkv_tui.core.gradients import Gradients, HeadGrad, _kv_sums, _Part
+from qkv_tui.core.head import parts_of
 from qkv_tui.core.scenario import Matrix
 from qkv_tui.core.variants import Vector
 from qkv_tui.kernels.attention import Turn
@@ -21,7 +22,7 @@ def mla_gradients(comp: Computation, parts: list[_Part], loss: float | None, dO:
 
     A head's dQ and dK are at its q = [q_C | q_R] and k = [k_C | k_R] before the turn (dK holds this head's own
     share of the shared k_R); its dW_Q, dW_K, dW_V are against the multiplied-through weights its Head holds
-    (exact only without the latent norms): what trains is the latent's own weights, in Gradients.mla."""
+    (exact only without the latent norms): what trains is the latent's own weights, the layer's MlaBack (``Gradients.part``)."""
     sc = comp.scenario
     mla = sc.mla
     assert mla is not None
@@ -36,7 +37,7 @@ def mla_gradients(comp: Computation, parts: list[_Part], loss: float | None, dO:
                         [a.dV for a in abs_], turn, p)
     X_in = comp.X_in
     heads: list[HeadGrad] = []
-    for h, (dO_h, ab, gb, _, _, _, _, _) in enumerate(parts):
+    for h, (dO_h, ab, records, _, _, _, _, _) in enumerate(parts):
         dk_R_raw_h = back.dk_R_heads[h] if turn is None else rotate_back(back.dk_R_heads[h], turn.cos, turn.sin,
                                                                           turn.pairs, p)
         dQ = np.concatenate([back.dq_C[h], back.dq_R_raw[h]], axis=1)  # (n, d_qk)
@@ -44,7 +45,8 @@ def mla_gradients(comp: Computation, parts: list[_Part], loss: float | None, dO:
         rot = turn is not None
         heads.append(HeadGrad(
             dO_h, ab, ab.dQ_used if rot else None, ab.dK_used if rot else None, dQ, dK, dQ, dK,
-            p.matmul(X_in.T, dQ), p.matmul(X_in.T, dK), p.matmul(X_in.T, ab.dV), None, None, None, gb, None, None,
+            p.matmul(X_in.T, dQ), p.matmul(X_in.T, dK), p.matmul(X_in.T, ab.dV), None, None, None, None, None,
+            parts_of(records),
         ))
     kv = _kv_sums(sc, heads)
     dX, dgamma, dbeta = back.dX, None, None
@@ -53,4 +55,4 @@ def mla_gradients(comp: Computation, parts: list[_Part], loss: float | None, dO:
         dX, dgamma = nb.dX, nb.dgamma
         dbeta = nb.dbeta if sc.norm.beta is not None else None
     return Gradients(loss, dO, d_concat, dW_O, db_O, tuple(heads), kv, False, back.dX, dX, dgamma, dbeta,
-                     back.dgamma_q, None, mla=back)
+                     back.dgamma_q, None, parts_of((back,)))

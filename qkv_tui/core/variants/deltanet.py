@@ -68,7 +68,9 @@ class DeltaNet:
     def x_paths(self, grads: Any) -> list[tuple[str, Matrix, Matrix]]:
         """Its paths into X̂ where it computes g (through W_a) and β (through W_b) from X̂, for dEmbed
         (teach/stages/embed.py): (role, the gradient at X̂·W_role, W_role)."""
-        gb = grads.gates
+        from qkv_tui.kernels.deltanet_backward import GatesBack  # with the layer's gradients
+
+        gb = grads.part(GatesBack)
         if gb is None:
             return []
         return [(role, d, W) for role, d, W in (("a", gb.da, self.W_a), ("b", gb.db, self.W_b))
