@@ -385,7 +385,10 @@ FACES = Faces(stages=(*(("project", module, "SPEC") for module in ("mla_compress
                       ("mix", "mla_absorb", "SPEC"),
                       *(("drotate", module, name) for module, name in (
                           ("mla_rotate", "BACKWARD"), ("mla_rotate", "KEY_BACKWARD"), ("mla_expand", "BACKWARD"),
-                          ("mla_compress", "BACKWARD")))))
+                          ("mla_compress", "BACKWARD")))),
+              edit="qkv_tui.core.variants.mla_edit")
+
+
 def trains(ctx: Context) -> tuple[str, ...]:
     """Its own weights in [backward]'s train list, in its heads' W_Q, W_K and W_V's place."""
     m = ctx.earlier.get("mla")

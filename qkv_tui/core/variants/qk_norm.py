@@ -111,6 +111,7 @@ def trains(ctx: Context) -> tuple[str, ...]:
 
 TABLE: Table[QKNorm] = Table("qk_norm", QK_NORM_KEYS, parse_qk_norm, _summary, write_qk_norm,
                              faces=Faces(head="qkv_tui.core.qk_norm_part:qk_norm_part",
+                                         edit="qkv_tui.core.variants.qk_norm_edit",
                                          # after Project (and [mla]'s latent path), before Rotate; backwards before dProject
                                          stages=(("project", "qk_norm", "SPEC"), ("drotate", "qk_norm", "BACKWARD"))),
                              trains=Trains(("gamma_q", "gamma_k"), "b_O", trains))
