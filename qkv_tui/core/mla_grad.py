@@ -7,7 +7,6 @@ import numpy as np
 
 from qkv_tui.core.engine import Computation, turn_of
 from qkv_tui.core.gradients import Gradients, HeadGrad, _kv_sums, _Part
-from qkv_tui.core.head import parts_of
 from qkv_tui.core.scenario import Matrix
 from qkv_tui.core.variants import Vector
 from qkv_tui.kernels.attention import Turn
@@ -27,6 +26,7 @@ def mla_gradients(comp: Computation, parts: list[_Part], loss: float | None, dO:
     mla = sc.mla
     assert mla is not None
     turn = turn_of(mla.rope, sc.positions, mla.d_rope, p) if trig is None else trig
+    from qkv_tui.core.head import parts_of
     from qkv_tui.kernels.mla import MlaHead
     from qkv_tui.kernels.mla_backward import mla_backward
 
