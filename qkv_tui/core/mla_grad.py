@@ -10,9 +10,9 @@ from qkv_tui.core.gradients import Gradients, HeadGrad, _kv_sums, _Part
 from qkv_tui.core.scenario import Matrix
 from qkv_tui.core.variants import Vector
 from qkv_tui.kernels.attention import Turn
-from qkv_tui.kernels.attention_backward import rotate_back
 from qkv_tui.kernels.norm_backward import norm_backward
 from qkv_tui.kernels.policy import Policy
+from qkv_tui.kernels.rope_backward import rotate_back
 
 
 def mla_gradients(comp: Computation, parts: list[_Part], loss: float | None, dO: Matrix, d_concat: Matrix,
