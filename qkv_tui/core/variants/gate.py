@@ -84,7 +84,7 @@ def summary_parts(sc: Features) -> list[str]:
 
 def trains(ctx: Context) -> tuple[str, ...]:
     """W_G in [backward]'s train list where a head has a gate."""
-    return ("W_G",) if any(getattr(h, "W_G", None) is not None for h in ctx.head_tables) else ()
+    return ("W_G",) if any(h.W_G is not None for h in ctx.head_tables) else ()  # the loader's Heads
 
 
 KEYS = Keys(summary_parts, faces=Faces(head="qkv_tui.core.gate_part:gate_part", edit="qkv_tui.core.variants.gate_edit",
