@@ -68,6 +68,8 @@ HOMONYMS: tuple[tuple[str, str, frozenset[str], str], ...] = (
     ("gate", "serve/zygote", frozenset({"gate"}), "the pipe that starts the apps forked together"),
     ("linear", "rope_scaling", frozenset({"linear"}), "RoPE scaling's type \"linear\" (Position Interpolation)"),
     ("linear", "rotate", frozenset({"linear"}), "RoPE scaling's type \"linear\" (Position Interpolation)"),
+    ("deltanet", "display/train_view", frozenset({"delta"}), "the Train view's change of a weight since step 0"),
+    ("alibi", "kernels/deltanet_backward", frozenset({"slope"}), "softplus' slope σ(a) in g read backwards"),
 )
 FIELDS = {"Q_rot", "K_rot", "bias", "slope", "sink", "sink_exp", "capped", "softcap", "Q_normed", "K_normed",
           "W_G", "gate_logit", "gate", "gated_output", "linear", "deltanet", "around", "mla"}

@@ -17,6 +17,7 @@ from qkv_tui.core.gradients import gradients
 from qkv_tui.core.scenario import Scenario, parse_scenario
 from qkv_tui.edges.export_json import to_json
 from qkv_tui.edges.export_markdown import to_markdown
+from qkv_tui.kernels.mla_backward import MlaBack
 from qkv_tui.teach.handcalc import compute_hand
 from qkv_tui.teach.trace import Trace
 from qkv_tui.teach.train_walk import TrainRun
@@ -78,7 +79,7 @@ def test_generated_mla_backward_lines_check_out(case: Case) -> None:
 def test_the_stages_values_are_the_gradients() -> None:
     sc = generated(scenario_text(FULL), seed=2)
     trace = Trace(compute(sc))
-    m = gradients(trace.comp).mla
+    m = gradients(trace.comp).part(MlaBack)
     assert m is not None
     mla = sc.mla
     assert mla is not None

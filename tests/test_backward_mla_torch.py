@@ -19,6 +19,7 @@ from qkv_tui.core.engine import compute
 from qkv_tui.core.gradients import Gradients, gradients
 from qkv_tui.core.scenario import Scenario, parse_scenario
 from qkv_tui.core.training import steps
+from qkv_tui.kernels.mla_backward import MlaBack
 
 from .backward_torch import TOL, leaf, loss_of, rms, torch
 
@@ -212,7 +213,7 @@ def close(ours: Any, theirs: Any, what: str) -> None:
 
 def check(sc: Scenario) -> Gradients:
     g = gradients(compute(sc))
-    m = g.mla
+    m = g.part(MlaBack)
     assert m is not None
     P = params_of(sc)
     final, keep = forward(sc, P)
@@ -264,7 +265,7 @@ def test_central_differences_agree(case: Case) -> None:
     sc = with_backward(scenario_text(case), seed=3)
     mla = sc.mla
     assert mla is not None
-    m = gradients(compute(sc)).mla
+    m = gradients(compute(sc)).part(MlaBack)
     assert m is not None
     h = 1e-6
     named = {"W_DKV": m.dW_DKV, "W_UK": m.dW_UK, "W_UV": m.dW_UV, "W_KR": m.dW_KR, "W_Q": m.dW_Q, "W_DQ": m.dW_DQ,

@@ -15,6 +15,7 @@ from qkv_tui.core.engine import compute
 from qkv_tui.core.gradients import Gradients, gradients
 from qkv_tui.core.scenario import Scenario, parse_scenario
 from qkv_tui.core.training import steps
+from qkv_tui.kernels.gate_backward import GateBack
 from qkv_tui.kernels.sharing import kv_owners
 
 from .backward_torch import TOL, backward_checked, close, forward, loss_of, params_of, torch
@@ -53,8 +54,8 @@ def check(sc: Scenario) -> Gradients:
         if f"b_Q{h}" in P:
             close(hg.db_Q, P[f"b_Q{h}"].grad, f"b_Q of head {h + 1}")
         if f"W_G{h}" in P:
-            assert hg.gate is not None
-            close(hg.gate.dW_G, P[f"W_G{h}"].grad, f"W_G of head {h + 1}")
+            assert hg.part(GateBack) is not None
+            close(hg.part(GateBack).dW_G, P[f"W_G{h}"].grad, f"W_G of head {h + 1}")
         if f"sink{h}" in P:
             close(hg.attend.dsink, P[f"sink{h}"].grad, f"sink of head {h + 1}")
         # masked cells: dS and dscaled exactly 0

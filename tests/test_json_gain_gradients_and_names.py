@@ -15,6 +15,7 @@ from qkv_tui.core.gradients import gradients
 from qkv_tui.core.scenario import load_scenario, parse_scenario
 from qkv_tui.core.training import updated
 from qkv_tui.edges.export_json import to_json
+from qkv_tui.kernels.deltanet_backward import GatesBack
 
 SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
 
@@ -39,8 +40,8 @@ def test_deltanet_dt_bias_gradient_is_named_like_every_other() -> None:
     assert "dt_bias_grad" not in gates and list(gates)[1:] == ["dW_a", "dW_b", "dA_log", "ddt_bias"]
     sc = load_scenario("deltanet_learns")
     g = gradients(compute(sc))
-    if g.gates is not None and g.gates.ddt_bias is not None:
-        assert gates["ddt_bias"] == g.gates.ddt_bias.tolist()
+    if (gb := g.part(GatesBack)) is not None and gb.ddt_bias is not None:
+        assert gates["ddt_bias"] == gb.ddt_bias.tolist()
 
 
 @pytest.mark.parametrize("name", ["qk_norm", "qk_norm_all"])

@@ -19,6 +19,9 @@ from qkv_tui.core.gradients import Gradients, gradients
 from qkv_tui.core.scenario import Scenario, parse_scenario
 from qkv_tui.core.training import steps
 from qkv_tui.edges.export_json import to_json
+from qkv_tui.kernels.deltanet_backward import DeltaBack, GatesBack
+from qkv_tui.kernels.gate_backward import GateBack
+from qkv_tui.kernels.linear_backward import LinearBack
 
 from .backward_torch import backward_checked, close, leaf, out_projected, params_of, pre_norm, rms, torch, turn
 from .variants_cases import matrix, toml_value, vec
@@ -214,22 +217,21 @@ def check(sc: Scenario) -> Gradients:
             if f"{name}{h}" in P:
                 close(ours, P[f"{name}{h}"].grad, f"{name} of head {h + 1}")
         if f"W_G{h}" in P:
-            assert hg.gate is not None
-            close(hg.gate.dW_G, P[f"W_G{h}"].grad, f"W_G of head {h + 1}")
+            assert hg.part(GateBack) is not None
+            close(hg.part(GateBack).dW_G, P[f"W_G{h}"].grad, f"W_G of head {h + 1}")
         close(hg.dQ, keep[f"Q{h}"].grad, f"dQ of head {h + 1}")
         close(hg.dK, keep[f"K{h}"].grad, f"dK of head {h + 1}")
         close(hg.dV, keep[f"V{h}"].grad, f"dV of head {h + 1}")
-        if hg.linear is not None:
-            close(hg.linear.dphi_Q, keep[f"phi_Q{h}"].grad, "dφ(Q)")
-            close(hg.linear.dphi_K, keep[f"phi_K{h}"].grad, "dφ(K)")
-            assert (hg.linear.dA[~sc.allow] == 0).all() and not np.signbit(hg.linear.dA[~sc.allow]).any()
-        if hg.deltanet is not None:
-            d = hg.deltanet
+        if (lb := hg.part(LinearBack)) is not None:
+            close(lb.dphi_Q, keep[f"phi_Q{h}"].grad, "dφ(Q)")
+            close(lb.dphi_K, keep[f"phi_K{h}"].grad, "dφ(K)")
+            assert (lb.dA[~sc.allow] == 0).all() and not np.signbit(lb.dA[~sc.allow]).any()
+        if (d := hg.part(DeltaBack)) is not None:
             close(d.dq, keep[f"q{h}"].grad, "dq")
             close(d.dk, keep[f"k{h}"].grad, "dk")
             for t, S in enumerate(keep[f"S{h}"]):
                 close(d.dS[t], S.grad, f"dS after token {t + 1}")
-    gb = g.gates
+    gb = g.part(GatesBack)
     for name, ours in (("W_a", None if gb is None else gb.dW_a), ("W_b", None if gb is None else gb.dW_b),
                        ("A_log", None if gb is None else gb.dA_log), ("dt_bias", None if gb is None else gb.ddt_bias)):
         if name in P:
@@ -250,7 +252,7 @@ def test_generated_state_scenarios_agree_with_autograd(text: str) -> None:
 def test_every_feature_map_agrees_with_autograd(feature: str, normalize: bool) -> None:
     sc = parse_scenario(_linear_text(feature, normalize), "f.toml")
     g = check(sc)
-    assert g.heads[0].linear is not None
+    assert g.heads[0].part(LinearBack) is not None
 
 
 def _linear_text(feature: str, normalize: bool, extra: str = "") -> str:
@@ -301,10 +303,10 @@ def _loss(sc: Scenario) -> float:
 
 
 @pytest.mark.parametrize("text,prefix,shown,grad", [
-    (DELTA.format(gates=COMPUTED), "A_log = [", "0.2", lambda g: g.gates.dA_log[0]),
-    (DELTA.format(gates=COMPUTED), "dt_bias = [", "0.5", lambda g: g.gates.ddt_bias[0]),
-    (DELTA.format(gates=COMPUTED), "W_b = [[", "0.1", lambda g: g.gates.dW_b[0, 0]),
-    (DELTA.format(gates=COMPUTED), "W_a = [[", "0.1", lambda g: g.gates.dW_a[0, 0]),
+    (DELTA.format(gates=COMPUTED), "A_log = [", "0.2", lambda g: g.need(GatesBack).dA_log[0]),
+    (DELTA.format(gates=COMPUTED), "dt_bias = [", "0.5", lambda g: g.need(GatesBack).ddt_bias[0]),
+    (DELTA.format(gates=COMPUTED), "W_b = [[", "0.1", lambda g: g.need(GatesBack).dW_b[0, 0]),
+    (DELTA.format(gates=COMPUTED), "W_a = [[", "0.1", lambda g: g.need(GatesBack).dW_a[0, 0]),
     (DELTA.format(gates=GIVEN), "W_K = [[", "1", lambda g: g.heads[0].dW_K[0, 0]),
     (_linear_text("elu1", True), "W_Q = [[", "1", lambda g: g.heads[0].dW_Q[0, 0]),
     (_linear_text("relu", False), "W_K = [[", "0.6", lambda g: g.heads[0].dW_K[0, 0]),
@@ -329,7 +331,7 @@ def test_training_moves_the_gates_weights_and_lowers_the_loss() -> None:
     first, last = run[0].scenario.deltanet, run[-1].scenario.deltanet
     assert first is not None and last is not None and first.A_log is not None and last.A_log is not None
     # one SGD step is w − lr·grad, the gates' weights too
-    g0 = run[0].grads.gates
+    g0 = run[0].grads.part(GatesBack)
     assert g0 is not None and g0.dA_log is not None
     assert np.allclose(run[1].scenario.deltanet.A_log, first.A_log - 0.1 * g0.dA_log)  # type: ignore[union-attr]
 
@@ -337,7 +339,7 @@ def test_training_moves_the_gates_weights_and_lowers_the_loss() -> None:
 def test_given_g_and_beta_are_data_not_weights() -> None:
     sc = parse_scenario(DELTA.format(gates=GIVEN), "d.toml")
     assert sc.backward is not None and sc.backward.train == ("W_Q", "W_K", "W_V")
-    assert gradients(compute(sc)).gates is None
+    assert gradients(compute(sc)).part(GatesBack) is None
 
 
 def test_json_grad_gains_linear_and_deltanet_at_its_end() -> None:

@@ -179,11 +179,12 @@ def test_the_gradients_under_yarn_match_central_differences_of_the_loss() -> Non
     from dataclasses import replace
 
     from qkv_tui.core.gradients import gradients
+    from qkv_tui.kernels.mla_backward import MlaBack
 
     sc = parse_scenario(_learns(), "learns.toml")
     assert sc.mla is not None and sc.mla.softmax_mscale is not None and sc.mla.rope is not None
     assert sc.mla.rope.attention_factor != 1.0
-    back = gradients(compute(sc)).mla
+    back = gradients(compute(sc)).part(MlaBack)
     assert back is not None
     for name in ("W_KR", "W_UK", "W_Q"):
         W = np.array(getattr(sc.mla, name), dtype=float)

@@ -26,6 +26,9 @@ from qkv_tui.edges.worksheet.make import Worksheet, build
 from qkv_tui.edges.worksheet.render import markdown as md
 from qkv_tui.edges.worksheet.sheet import sheet
 from qkv_tui.edges.worksheet.working import Working
+from qkv_tui.kernels.gate_backward import GateBack
+from qkv_tui.kernels.linear_backward import LinearBack
+from qkv_tui.kernels.mla_backward import MlaBack
 from qkv_tui.teach.stages.printed import PrintedChain
 from qkv_tui.teach.trace import Trace
 
@@ -55,8 +58,8 @@ def page_grads(ws: Worksheet) -> Gradients:
 def gradient_of(G: Gradients, key: str) -> Any:
     """The gradient a backward table prints, by its key (written here apart from the page's own tables)."""
     kind, _, suffix = key.partition(".")
-    if G.mla is not None and kind in MLA:
-        value = getattr(G.mla, MLA[kind])
+    if (mb := G.part(MlaBack)) is not None and kind in MLA:
+        value = getattr(mb, MLA[kind])
         return value[int(suffix)] if suffix else value
     if not suffix:
         return {"dO": G.dO, "dConcat": G.d_concat, "dW_O": G.dW_O, "db_O": G.db_O, "dX_in": G.dX_norm, "dX": G.dX,
@@ -71,10 +74,10 @@ def gradient_of(G: Gradients, key: str) -> Any:
              "dQt": hg.dQ_turned, "dKt": hg.dK_turned, "dQ": hg.dQ, "dK": hg.dK, "dW_Q": hg.dW_Q, "dW_K": hg.dW_K,
              "dW_V": hg.dW_V, "db_Q": hg.db_Q, "db_K": hg.db_K, "db_V": hg.db_V, "dgamma_q": hg.dgamma_q,
              "dgamma_k": hg.dgamma_k, "dsink": None if a.dsink is None else np.array([[a.dsink]])}
-    if hg.gate is not None:
-        table |= {"dOh": hg.gate.d_output, "dz": hg.gate.d_logit, "dW_G": hg.gate.dW_G}
-    if hg.linear is not None:
-        table |= {"dP": hg.linear.dweights, "dA": hg.linear.dA, "dphiQ": hg.linear.dphi_Q, "dphiK": hg.linear.dphi_K}
+    if (gb := hg.part(GateBack)) is not None:
+        table |= {"dOh": gb.d_output, "dz": gb.d_logit, "dW_G": gb.dW_G}
+    if (lb := hg.part(LinearBack)) is not None:
+        table |= {"dP": lb.dweights, "dA": lb.dA, "dphiQ": lb.dphi_Q, "dphiK": lb.dphi_K}
     if kind == "dcap":
         return a.dscaled
     return table.get(kind)

@@ -26,7 +26,6 @@ from qkv_tui.core.engine import Computation, compute
 from qkv_tui.core.scenario import Head, Matrix, Scenario, ScenarioError, parse_scenario
 from qkv_tui.core.tomlfile import ReadError, decode, read_bytes, stat_path
 from qkv_tui.core.variants import FEATURES, TABLES
-from qkv_tui.core.variants import mla as mla_variant
 from qkv_tui.core.variants.common import Keys, Table
 
 if TYPE_CHECKING:
@@ -35,9 +34,12 @@ if TYPE_CHECKING:
 WEIGHTS = ("W_Q", "W_K", "W_V")
 HEAD_BIASES = ("b_Q", "b_K", "b_V")
 SHARED = ("W_K", "W_V", "b_K", "b_V")  # with grouped-query attention, heads that share a K/V head share these
-QK_GAINS = ("gamma_q", "gamma_k")  # [qk_norm]'s gains
 BACKWARD_INPUTS = ("target", "dO")  # [backward]'s: edit the target, watch the gradients
-# each table that says which of its inputs a learner may edit (its faces' edit module), in the registry's order
+# each table that says which of its inputs a learner may edit (its faces' edit module), in the registry's order.
+# Besides KEYS, VECTORS, editable, with_entry and write_cell, a module may say FIRST (its inputs come with the layer's
+# first, before the heads'), DEFAULTED (vectors the file may leave out, written whole under their key when saved) and
+# heads_from (its table holds every head's projections: the heads' own inputs are neither listed nor addressed, and
+# an edit derives the heads again)
 EDITS: tuple[tuple[Table[Any], Any], ...] = tuple((t, importlib.import_module(t.faces.edit)) for t in TABLES
                                                   if t.faces is not None and t.faces.edit is not None)
 # the keys of a head's own table that are one number each and say how they are edited (a sink, a soft-cap): each
@@ -49,10 +51,10 @@ SCALARS = {face.NAME: face for face in _HEAD_FACES if hasattr(face, "with_value"
 # written by their face where the [attention] form keeps every head's side by side (write_wide)
 HEAD_MATRICES = {face.NAME: face for face in _HEAD_FACES if hasattr(face, "write_wide")}
 TABLE_KEYS = tuple(key for _, face in EDITS for key in face.KEYS)  # their inputs, in the order the arrow keys visit them
+FIRST_KEYS = tuple(dict.fromkeys(key for _, face in EDITS if getattr(face, "FIRST", False) for key in face.KEYS))
 BY_TOKEN = tuple(key for _, face in EDITS for key in getattr(face, "BY_TOKEN", ()))  # rows named by the tokens
-VECTORS = ("gamma", "beta", *QK_GAINS, "b_O", *HEAD_BIASES, "gamma_kv",
+VECTORS = ("gamma", "beta", "b_O", *HEAD_BIASES,
            *(key for _, face in EDITS for key in face.VECTORS))  # one row: cell (0, i) is entry i
-MLA_INPUTS = (*mla_variant.MLA_MATRICES, *mla_variant.MLA_VECTORS)  # [mla]'s own inputs (its heads are derived)
 # NAME, NAME[row,col] or NAME[i], then an optional "(head name)"
 ADDRESS = re.compile(r"\s*([A-Za-z_][A-Za-z_0-9]*)"
                      r"\s*(?:\[\s*([^,\]]+?)\s*,\s*([^\]]+?)\s*\])?\s*(?:\[\s*\d+\s*\])?\s*(?:\(([^)]*)\))?\s*")
@@ -93,22 +95,15 @@ class InputCell:
 
 def _vector(sc: Scenario, name: str, head: int | None) -> Matrix | None:
     """A 1-D input (gamma, beta, a bias) where the scenario has it; None otherwise (or from a file that predates the key)."""
-    for table, face in EDITS:
-        if name in face.VECTORS:
-            value = table.of(sc)
-            given = None if value is None else face.editable(value).get(name)
-            return None if given is None else given[0]
-    mla = getattr(sc, "mla", None)
-    if mla is not None and name in mla_variant.MLA_VECTORS:
-        found = mla_variant.editable(mla).get(name)
-        return None if found is None else found[0]
+    found = _table_input(sc, name)
+    if found is not None:
+        table, face = found
+        given = face.editable(table.of(sc)).get(name)
+        return None if given is None else given[0]
     if name in HEAD_BIASES:
         return getattr(sc.heads[head], name, None) if head is not None else None
     if name == "b_O":
         return getattr(sc, "b_O", None)
-    if name in QK_GAINS:
-        qk = getattr(sc, "qk_norm", None)
-        return None if qk is None else getattr(qk, name)
     norm = getattr(sc, "norm", None)
     if norm is None:
         return None
@@ -119,6 +114,16 @@ def _vector(sc: Scenario, name: str, head: int | None) -> Matrix | None:
         return zeros
     vector: Matrix | None = getattr(norm, name, None)
     return vector
+
+
+def _table_input(sc: Scenario, name: str) -> tuple[Table[Any], Any] | None:
+    """The table (and its edit module) whose input ``name`` is, among the tables the scenario has; None if none."""
+    return next(((t, face) for t, face in EDITS if name in face.KEYS and t.of(sc) is not None), None)
+
+
+def _owns_heads(sc: Scenario) -> bool:
+    """Whether a table the scenario has holds every head's projections (their own inputs are then not edited)."""
+    return any(hasattr(face, "heads_from") and t.of(sc) is not None for t, face in EDITS)
 
 
 def value_of_vector(sc: Scenario, name: str) -> Matrix:
@@ -136,16 +141,14 @@ def _array(sc: Scenario, matrix: str, head: int | None) -> Matrix | None:
     if matrix in VECTORS:
         vector = _vector(sc, matrix, head)
         return None if vector is None else vector[None, :]  # (1, size)
-    mla = getattr(sc, "mla", None)
-    if mla is not None and head is None and matrix in mla_variant.MLA_MATRICES:
-        return mla_variant.editable(mla).get(matrix)
+    # a table's own inputs ([deltanet]'s g and β, [differential]'s λ, a latent layer's weights), where it gives them
+    table_input = _table_input(sc, matrix) if head is None else None
+    if table_input is not None:
+        table, face = table_input
+        found: Matrix | None = face.editable(table.of(sc)).get(matrix)
+        return found
     if matrix == "X":
         return sc.X
-    for table, face in EDITS:  # a table's own inputs ([deltanet]'s g and β, [differential]'s λ), where it gives them
-        if matrix in face.KEYS:
-            value = table.of(sc)
-            found: Matrix | None = None if value is None else face.editable(value).get(matrix)
-            return found
     if matrix in BACKWARD_INPUTS:  # what the backward pass starts from, where the scenario has [backward]
         bw = getattr(sc, "backward", None)
         given: Matrix | None = None if bw is None else getattr(bw, matrix)
@@ -166,10 +169,9 @@ def _inputs(sc: Scenario) -> Iterator[tuple[str, int | None]]:
     """Every input (matrix, head) in the order the arrow keys visit them: X, the context, the norm,
     each head's weights, biases and one-number keys (a sink, a soft-cap), W_O, b_O, scale, mask. Arrays where the
     scenario has them; "scale" and "mask" always, a head's one-number key where the head has it."""
-    yield from (("X", None), ("context_X", None), ("gamma", None), ("beta", None), ("gamma_q", None), ("gamma_k", None))
-    mla = getattr(sc, "mla", None)
-    if mla is not None:  # the latent attention's weights; its heads are derived from them
-        yield from ((key, None) for key in mla_variant.editable(mla) if key != "gamma_q")
+    yield from (("X", None), ("context_X", None), ("gamma", None), ("beta", None))
+    yield from ((key, None) for key in FIRST_KEYS)  # the tables' that come first (a latent layer's weights)
+    if _owns_heads(sc):  # the heads are derived from a table's weights: none of their own
         yield from (("W_O", None), ("b_O", None), ("scale", None), ("mask", None))
         return
     reused = ask.scenario_has(sc, "kv_given")  # [shared_kv]: K and V are another layer's, no W_K or W_V to edit
@@ -177,7 +179,7 @@ def _inputs(sc: Scenario) -> Iterator[tuple[str, int | None]]:
         yield from ((role, h) for role in ("W_Q", "b_Q", "W_K", "b_K", "W_V", "b_V") if not (reused and role in SHARED))
         yield from ((name, h) for name in SCALARS if getattr(head, name, None) is not None)
         yield from ((name, h) for name in HEAD_MATRICES if getattr(head, name, None) is not None)
-    yield from ((target, None) for target in TABLE_KEYS)
+    yield from ((target, None) for target in TABLE_KEYS if target not in FIRST_KEYS)
     yield from (("W_O", None), ("b_O", None), ("scale", None), ("mask", None))
     yield from ((name, None) for name in BACKWARD_INPUTS)
 
@@ -262,7 +264,7 @@ def parse_address(sc: Scenario, text: str) -> tuple[InputCell | None, str]:
     if matrix == "scale" and row_text is None:
         return InputCell("scale"), value
     head: int | None = None
-    if matrix in (*WEIGHTS, *HEAD_BIASES, *SCALARS, *HEAD_MATRICES) and getattr(sc, "mla", None) is None:
+    if matrix in (*WEIGHTS, *HEAD_BIASES, *SCALARS, *HEAD_MATRICES) and not _owns_heads(sc):
         head = 0
         if head_text:
             names = [h.name for h in sc.heads]
@@ -284,7 +286,6 @@ def parse_address(sc: Scenario, text: str) -> tuple[InputCell | None, str]:
     if row_text is None or col_text is None:
         raise EditError(f"{name.strip()!r}: give a row and a column, e.g. {matrix}[0,1]")
     if matrix not in ("X", "context_X", "W_O", "mask", *WEIGHTS, *HEAD_MATRICES, *BACKWARD_INPUTS,
-                      *(MLA_INPUTS if sc.mla is not None else ()),
                       *(key for table, face in EDITS if table.of(sc) is not None for key in face.KEYS)):
         raise EditError(f"{matrix!r} is not an input; edit X, X_ctx, W_Q, W_K, W_V, W_O, scale, mask"
                         " (and gamma, beta, b_Q, b_K, b_V, b_O, sink, W_G where the scenario has them)")
@@ -341,18 +342,15 @@ def apply_edit(sc: Scenario, cell: InputCell, text: str) -> Scenario:
         kind = "custom" if not allow.all() else "none"
         return replace(sc, allow=allow, mask_kind=kind, window=None)  # a sliding window edited by hand is custom now
     value = parse_number(text)
-    if sc.mla is not None and cell.matrix in MLA_INPUTS and cell.head is None:
-        mla = mla_variant.with_entry(sc.mla, cell.matrix, cell.row, cell.col, value)
-        derived = tuple(replace(h, W_Q=W_Q, W_K=W_K, W_V=W_V)
-                        for h, (_, W_Q, W_K, W_V) in zip(sc.heads, mla.head_weights(), strict=True))
-        return replace(sc, mla=mla, heads=derived)
-    for table, face in EDITS:
-        given = table.of(sc)
-        if given is not None and cell.matrix in face.KEYS:
-            try:
-                return table.put(sc, face.with_entry(given, cell.matrix, cell.row, cell.col, value))
-            except ValueError as exc:
-                raise EditError(str(exc)) from None
+    table_input = _table_input(sc, cell.matrix) if cell.head is None else None
+    if table_input is not None:
+        table, face = table_input
+        try:
+            put = table.put(sc, face.with_entry(table.of(sc), cell.matrix, cell.row, cell.col, value))
+        except ValueError as exc:
+            raise EditError(str(exc)) from None
+        heads_from = getattr(face, "heads_from", None)  # a table that holds every head's projections
+        return put if heads_from is None else heads_from(put)
     if cell.matrix in SCALARS and cell.head is not None:
         try:
             edited: Scenario = SCALARS[cell.matrix].with_value(sc, cell.head, value, text)
@@ -365,11 +363,6 @@ def apply_edit(sc: Scenario, cell: InputCell, text: str) -> Scenario:
         entry = _with(current[None, :], 0, cell.col, value)[0]
         norm = replace(sc.norm, gamma=entry) if cell.matrix == "gamma" else replace(sc.norm, beta=entry)
         return replace(sc, norm=norm)
-    if cell.matrix in QK_GAINS:
-        current = _vector(sc, cell.matrix, None)
-        assert sc.qk_norm is not None and current is not None
-        gains = _with(current[None, :], 0, cell.col, value)[0]
-        return replace(sc, qk_norm=replace(sc.qk_norm, **{cell.matrix: gains}))
     if cell.matrix == "b_O":
         assert sc.b_O is not None
         return replace(sc, b_O=_with(sc.b_O[None, :], 0, cell.col, value)[0])
@@ -467,16 +460,14 @@ def _write_cell(doc: tomlkit.TOMLDocument, sc: Scenario, cell: InputCell) -> Non
     """Set one edited number (not a mask cell) in its place in the document; a place that is not there
     raises what tomlkit or the indexing raises (KeyError, IndexError, TypeError)."""
     value = value_of(sc, cell)
-    if sc.mla is not None and cell.matrix in MLA_INPUTS and cell.head is None:
-        if cell.matrix not in mla_variant.MLA_VECTORS:
-            doc["mla"][cell.matrix][cell.row][cell.col] = _number(value)
-        elif cell.matrix in doc["mla"]:
-            doc["mla"][cell.matrix][cell.col] = _number(value)
-        else:  # left at its default in the file: write the whole vector
-            doc["mla"][cell.matrix] = [_number(float(v)) for v in value_of_vector(sc, cell.matrix)]
-    elif cell.matrix in TABLE_KEYS:
-        table, face = next((t, f) for t, f in EDITS if cell.matrix in f.KEYS)
-        face.write_cell(doc[table.key], cell.matrix, cell.row, cell.col, _number(value))
+    table_input = _table_input(sc, cell.matrix) if cell.head is None else None
+    if table_input is not None:
+        table, face = table_input
+        if cell.matrix in getattr(face, "DEFAULTED", ()) and cell.matrix not in doc[table.key]:
+            # left at its default in the file: write the whole vector
+            doc[table.key][cell.matrix] = [_number(float(v)) for v in value_of_vector(sc, cell.matrix)]
+        else:
+            face.write_cell(doc[table.key], cell.matrix, cell.row, cell.col, _number(value))
     elif cell.matrix == "scale":
         doc["scale"] = _number(value)
     elif cell.matrix == "X":
@@ -494,11 +485,6 @@ def _write_cell(doc: tomlkit.TOMLDocument, sc: Scenario, cell: InputCell) -> Non
             doc["norm"][cell.matrix][cell.col] = _number(value)
         else:  # left at its default in the file: write the whole vector
             doc["norm"][cell.matrix] = [_number(float(v)) for v in vector]
-    elif cell.matrix in QK_GAINS:
-        if cell.matrix in doc["qk_norm"]:
-            doc["qk_norm"][cell.matrix][cell.col] = _number(value)
-        else:  # left at its default in the file: write the whole vector
-            doc["qk_norm"][cell.matrix] = [_number(float(v)) for v in value_of_vector(sc, cell.matrix)]
     elif cell.matrix == "b_O":
         doc["output"]["b_O"][cell.col] = _number(value)
     elif cell.matrix in SCALARS and cell.head is not None:

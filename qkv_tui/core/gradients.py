@@ -8,38 +8,54 @@ into X̂, and the pre-norm (kernels/norm_backward.py).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import numpy as np
 
 from qkv_tui.core import grad_faces
 from qkv_tui.core import part_questions as ask
 from qkv_tui.core.engine import Computation, HeadResult
+from qkv_tui.core.head import NO_PARTS, Parts, parts_of
 from qkv_tui.core.scenario import Matrix, Scenario
 from qkv_tui.core.variants import Vector
 from qkv_tui.core.variants.common import face
 from qkv_tui.kernels.attention import Turn
 from qkv_tui.kernels.attention_backward import AttendBack, attend_backward
-from qkv_tui.kernels.gate import Gated
-from qkv_tui.kernels.gate_backward import GateBack, gate_backward
 from qkv_tui.kernels.norm_backward import norm_backward
 from qkv_tui.kernels.policy import EXACT, ByHand, Policy
 from qkv_tui.kernels.sharing import kv_owners
 
-if TYPE_CHECKING:  # [linear]'s, [deltanet]'s and [mla]'s backward kernels load with a scenario that has them
+if TYPE_CHECKING:
     from qkv_tui.kernels.cross_entropy import CrossEntropy
-    from qkv_tui.kernels.deltanet_backward import DeltaBack, GatesBack
-    from qkv_tui.kernels.linear_backward import LinearBack
-    from qkv_tui.kernels.mla_backward import MlaBack
+
+P = TypeVar("P")
+
+
+class _Records:
+    """A gradient record's parts: each variant's own record of it read backwards, keyed by the record's type (as a
+    head's forward records are, core/head.py), so the record has no field of any variant's."""
+
+    parts: Parts
+
+    def part(self, kind: type[P]) -> P | None:
+        """The record of the part ``kind``; None where there is none."""
+        return cast("P | None", self.parts.get(kind))
+
+    def need(self, kind: type[P]) -> P:
+        """The record of the part ``kind``, where the caller knows there is one."""
+        found = self.parts.get(kind)
+        if found is None:
+            raise LookupError(f"no {kind.__name__} in these gradients")
+        return cast(P, found)
 
 
 @dataclass(frozen=True, eq=False)
-class HeadGrad:
+class HeadGrad(_Records):
     """One query head's gradients. Under grouped-query attention dK, dV and the K/V weights' gradients are
     this head's own contribution (Gradients.kv_heads holds their sums)."""
 
-    dO: Matrix  # (n, d_v) at the head's output, before any gate
+    dO: Matrix  # (n, d_v) at the head's own output, before any part around it (a gate) acts on it
     attend: AttendBack  # dV, dP, D, dS, dscaled, dQ_used, dK_used, dsink
     dQ_rot: Matrix | None  # (n, d_k) at the turned Queries; None without rope
     dK_rot: Matrix | None  # (m, d_k)
@@ -53,12 +69,11 @@ class HeadGrad:
     db_Q: Vector | None  # (d_k,) Σ over rows of dQ; None without b_Q
     db_K: Vector | None
     db_V: Vector | None
-    gate: GateBack | None  # the gate read backwards; None without a gate
     dgamma_q: Vector | None  # (d_k,) None without QK-norm
     dgamma_k: Vector | None  # (d_k,)
-    # [linear] / [deltanet] read backwards in place of the softmax (attend then holds their dV, dQ_used, dK_used)
-    linear: LinearBack | None = None
-    deltanet: DeltaBack | None = None
+    # each part's record of this head read backwards (core/grad_faces/): a part around the output (the gate's), a
+    # map that is no softmax read back in its place (attend then holds its dV, dQ_used, dK_used); ``part(kind)``
+    parts: Parts = field(default_factory=lambda: NO_PARTS)
     # a part whose record reads itself backwards in place of the one softmax (differential attention's DiffBack):
     # attend, dQ and dK are then what it gives, and its own gradients are here
     own: Any = None
@@ -82,7 +97,7 @@ class KVGrad:
 
 
 @dataclass(frozen=True, eq=False)
-class Gradients:
+class Gradients(_Records):
     loss: float | None  # ½·Σ (output − target)²; None where dO is given
     dO: Matrix  # (n, d_out) at the final output
     d_concat: Matrix  # (n, Σ d_v) dO·W_Oᵀ (dO itself without W_O)
@@ -97,8 +112,9 @@ class Gradients:
     dbeta: Vector | None  # (d_model,) None unless [norm] gives beta
     dgamma_q: Vector | None  # the scenario's own gamma_q's gradient (the heads' summed, or side by side)
     dgamma_k: Vector | None
-    gates: GatesBack | None = None  # [deltanet]'s W_a, A_log, dt_bias, W_b; None unless g or β is computed
-    mla: MlaBack | None = None  # [mla]: the latent layer's gradients (its weights, c_KV, the shared k_R); None without
+    # each part's record of the whole layer read backwards (core/grad_faces/ layer_back, or the layer a table builds
+    # itself: runs_heads_back); ``part(kind)``
+    parts: Parts = field(default_factory=lambda: NO_PARTS)
     cross_entropy: CrossEntropy | None = None  # [backward] loss = "cross_entropy": logits … dW_U; None otherwise
 
 
@@ -159,23 +175,32 @@ def gradients(comp: Computation, policy: Policy | None = None, trig: Mapping[int
     # dX̂'s paths side by side: (n, ·) gradients against (d_model, ·) weights, one dot product per cell
     grads_in: list[Matrix] = []
     weights_in: list[Matrix] = []
-    for h, (head, (dO_h, ab, gb, dQ_rot, dK_rot, dQ_t, dK_t, state)) in enumerate(zip(comp.heads, parts, strict=True)):
+    for h, (head, (dO_h, ab, records, dQ_rot, dK_rot, dQ_t, dK_t, own_back)) in enumerate(
+            zip(comp.heads, parts, strict=True)):
         dQ, dK = dQ_all[h], dK_all[h]
         grads_in.append(dQ)
         weights_in.append(head.W_Q)
         if not sc.is_cross:
             grads_in += [dK, ab.dV]
             weights_in += [head.W_K, head.W_V]
-        if gb is not None and head.part(Gated) is not None:
-            grads_in.append(gb.d_logit)
-            weights_in.append(head.need(Gated).W_G)
-        heads.append(HeadGrad(
+        hg = HeadGrad(
             dO_h, ab, dQ_rot, dK_rot, dQ_t, dK_t, dQ, dK, p.matmul(X_in.T, dQ), p.matmul(X_kv.T, dK),
             p.matmul(X_kv.T, ab.dV), None if head.b_Q is None else p.table(dQ.sum(axis=0)),
             None if head.b_K is None else p.table(dK.sum(axis=0)), None if head.b_V is None else p.table(ab.dV.sum(axis=0)),
-            gb, dgq[h], dgk[h], *state,
-        ))
-    gates = _gates_back(comp, heads, grads_in, weights_in, p)
+            dgq[h], dgk[h], parts_of(records), own_back,
+        )
+        for f in grad_faces.faces():  # the parts' own paths into X̂ from this head (the gate's, through W_G)
+            for d, W in [] if f.paths is None else f.paths(head, hg):
+                grads_in.append(d)
+                weights_in.append(W)
+        heads.append(hg)
+    layer: list[object] = []
+    for f in grad_faces.faces():  # the layer's parts read back once every head is (and their paths after the heads')
+        read_back = None if f.layer_back is None else f.layer_back(comp, heads, p)
+        if read_back is not None:
+            layer.append(read_back[0])
+            grads_in += [d for d, _ in read_back[1]]
+            weights_in += [W for _, W in read_back[1]]
     dX_norm = p.matmul(np.concatenate(grads_in, axis=1), np.concatenate(weights_in, axis=1).T)  # (n, d_model)
     kv = _kv_sums(sc, heads)
     dX, dgamma, dbeta = dX_norm, None, None
@@ -184,87 +209,44 @@ def gradients(comp: Computation, policy: Policy | None = None, trig: Mapping[int
         dX, dgamma = back.dX, back.dgamma
         dbeta = back.dbeta if sc.norm.beta is not None else None
     return Gradients(loss, dO, d_concat, dW_O, db_O, tuple(heads), kv, any(len(k.heads) > 1 for k in kv),
-                     dX_norm, dX, dgamma, dbeta, dgamma_q, dgamma_k, gates, cross_entropy=ce)
+                     dX_norm, dX, dgamma, dbeta, dgamma_q, dgamma_k, parts_of(tuple(layer)), cross_entropy=ce)
 
 
 _QKBack = tuple[list[Matrix], list[Matrix], list[Vector | None], list[Vector | None], Vector | None, Vector | None]
-_State = tuple["LinearBack | None", "DeltaBack | None", Any]
-_Part = tuple[Matrix, AttendBack, GateBack | None, Matrix | None, Matrix | None, Matrix, Matrix, _State]
+# (dO at the head's own output, its softmax or map read back, its parts' records read back, dQ_rot, dK_rot, dQ and dK
+# where they were turned, the record of a part that reads the head back itself)
+_Part = tuple[Matrix, AttendBack, tuple[object, ...], Matrix | None, Matrix | None, Matrix, Matrix, Any]
 
 
 def _attend(sc: Scenario, h: HeadResult, X_in: Matrix, dJ: Matrix, p: Policy,
             trig: Mapping[int, Turn] | None = None, X_kv: Matrix | None = None) -> _Part:
     """One head from the gradient at what Concat joins (``dJ``, n × d_v) back to what RoPE turns."""
-    gb = None
+    records: list[object] = []
     dO_h = dJ
-    if h.part(Gated) is not None:
-        gb = gate_backward(dJ, X_in, h.need(Gated).W_G, h.output, h.need(Gated).gate, p)
-        dO_h = gb.d_output
+    for f in grad_faces.faces():  # a part around the head's output (the gate), read back first
+        outer = None if f.output_back is None else f.output_back(h, dO_h, X_in, p)
+        if outer is not None:
+            dO_h = outer[0]
+            records.append(outer[1])
     options = grad_faces.options(h)  # what the head's variants' records give the softmax backward (core/grad_faces/)
     own = next((r for r in h.parts.values() if hasattr(r, "backward")), None)
     if own is not None:  # its own maps, turn and norm read backwards, down to what its projections gave
         back = face(own.backward)(own, dO_h, X_in, X_in if X_kv is None else X_kv, h.W_Q, h.W_K, h.W_V, sc.allow,
                                   options, (h.b_Q is not None, h.b_K is not None, h.b_V is not None), p)
-        return dO_h, back.attend, gb, back.dQ_rot, back.dK_rot, back.dQ, back.dK, (None, None, back)
-    state: _State = (None, None, None)
-    if sc.linear is not None or sc.deltanet is not None:  # their heads' maps are no softmax
-        ab, state = _state_back(sc, h, dO_h, p)
+        return dO_h, back.attend, tuple(records), back.dQ_rot, back.dK_rot, back.dQ, back.dK, back
+    mapped = next((m for f in grad_faces.faces() if f.map_back is not None  # a map that is no softmax, read back
+                   if (m := f.map_back(sc, h, dO_h, p)) is not None), None)
+    if mapped is not None:
+        ab = mapped[0]
+        records.append(mapped[1])
     else:
         ab = attend_backward(dO_h, h.Q_used, h.K_used, h.V, h.weights, h.output, sc.allow, h.scale,
                              scaled=h.scaled, policy=p, **options)
     for f in grad_faces.faces():  # a turn of Q and K, read back (RoPE's)
         turned = None if f.turn_back is None else f.turn_back(sc, h, ab.dQ_used, ab.dK_used, p, trig)
         if turned is not None:
-            return (dO_h, ab, gb, *turned, state)
-    return dO_h, ab, gb, None, None, ab.dQ_used, ab.dK_used, state
-
-
-def _state_back(sc: Scenario, h: HeadResult, dO_h: Matrix, p: Policy) -> tuple[AttendBack, _State]:
-    """A [linear] or [deltanet] head read backwards (kernels/linear_backward.py, kernels/deltanet_backward.py).
-    Its AttendBack carries dV, dQ_used and dK_used on to RoPE and the projections like a softmax head's; there is
-    no softmax, so its dP, dS and dscaled are the quadratic form's dweights and dA ([linear]) or 0 ([deltanet]),
-    read by no softmax stage, and the JSON writes them null."""
-    if sc.linear is not None:
-        from qkv_tui.kernels.linear import LinearForward
-        from qkv_tui.kernels.linear_backward import linear_backward
-
-        lb = linear_backward(dO_h, h.Q_used, h.K_used, h.V, h.need(LinearForward), sc.allow, p)
-        ab = AttendBack(lb.dV, lb.dweights, lb.D, lb.dA, lb.dA, lb.dA, lb.dQ_used, lb.dK_used, None)
-        return ab, (lb, None, None)
-    from qkv_tui.kernels.deltanet import DeltaForward
-    from qkv_tui.kernels.deltanet_backward import deltanet_backward
-
-    db = deltanet_backward(dO_h, h.Q_used, h.K_used, h.V, h.need(DeltaForward), p)
-    n = dO_h.shape[0]
-    zero = np.zeros((n, n))
-    return AttendBack(db.dv, zero, np.zeros(n), zero, zero, zero, db.dQ_used, db.dK_used, None), (None, db, None)
-
-
-def _gates_back(comp: Computation, heads: list[HeadGrad], grads_in: list[Matrix], weights_in: list[Matrix],
-                p: Policy) -> GatesBack | None:
-    """[deltanet]'s g and β where computed from X̂: their weights' gradients, and their paths into dX̂ added to
-    ``grads_in``/``weights_in``."""
-    dn = comp.scenario.deltanet
-    if dn is None or (dn.g is not None and dn.beta is not None):
-        return None
-    from qkv_tui.kernels.deltanet import DeltaForward
-
-    fwd = [hr.part(DeltaForward) for hr in comp.heads]
-    back = [hg.deltanet for hg in heads]
-    assert all(f is not None for f in fwd) and all(b is not None for b in back)
-    g = np.stack([f.g for f in fwd if f is not None], axis=1)  # (n, H)
-    beta = np.stack([f.beta for f in fwd if f is not None], axis=1)
-    dg = np.stack([b.dg for b in back if b is not None], axis=1)
-    dbeta = np.stack([b.dbeta for b in back if b is not None], axis=1)
-    from qkv_tui.kernels.deltanet_backward import gates_backward
-
-    gb = gates_backward(comp.X_in, g, beta, dg, dbeta, dn.W_a if dn.g is None else None, dn.A_log, dn.dt_bias,
-                        dn.W_b if dn.beta is None else None, p)
-    for d, W in ((gb.da, dn.W_a), (gb.db, dn.W_b)):
-        if d is not None and W is not None:
-            grads_in.append(d)
-            weights_in.append(W)
-    return gb
+            return (dO_h, ab, tuple(records), *turned, None)
+    return dO_h, ab, tuple(records), None, None, ab.dQ_used, ab.dK_used, None
 
 
 def _heads_back(comp: Computation, parts: list[_Part], p: Policy) -> _QKBack:

@@ -11,9 +11,9 @@ from qkv_tui.core.rope_part import turn_of
 from qkv_tui.core.scenario import Matrix
 from qkv_tui.core.variants import Vector
 from qkv_tui.kernels.attention import Turn
-from qkv_tui.kernels.attention_backward import rotate_back
 from qkv_tui.kernels.norm_backward import norm_backward
 from qkv_tui.kernels.policy import Policy
+from qkv_tui.kernels.rope_backward import rotate_back
 
 
 def mla_gradients(comp: Computation, parts: list[_Part], loss: float | None, dO: Matrix, d_concat: Matrix,
@@ -22,11 +22,12 @@ def mla_gradients(comp: Computation, parts: list[_Part], loss: float | None, dO:
 
     A head's dQ and dK are at its q = [q_C | q_R] and k = [k_C | k_R] before the turn (dK holds this head's own
     share of the shared k_R); its dW_Q, dW_K, dW_V are against the multiplied-through weights its Head holds
-    (exact only without the latent norms): what trains is the latent's own weights, in Gradients.mla."""
+    (exact only without the latent norms): what trains is the latent's own weights, the layer's MlaBack (``Gradients.part``)."""
     sc = comp.scenario
     mla = sc.mla
     assert mla is not None
     turn = turn_of(mla.rope, sc.positions, mla.d_rope, p) if trig is None else trig
+    from qkv_tui.core.head import parts_of
     from qkv_tui.kernels.mla import MlaHead
     from qkv_tui.kernels.mla_backward import mla_backward
 
@@ -37,7 +38,7 @@ def mla_gradients(comp: Computation, parts: list[_Part], loss: float | None, dO:
                         [a.dV for a in abs_], turn, p)
     X_in = comp.X_in
     heads: list[HeadGrad] = []
-    for h, (dO_h, ab, gb, _, _, _, _, _) in enumerate(parts):
+    for h, (dO_h, ab, records, _, _, _, _, _) in enumerate(parts):
         dk_R_raw_h = back.dk_R_heads[h] if turn is None else rotate_back(back.dk_R_heads[h], turn.cos, turn.sin,
                                                                           turn.pairs, p)
         dQ = np.concatenate([back.dq_C[h], back.dq_R_raw[h]], axis=1)  # (n, d_qk)
@@ -45,7 +46,8 @@ def mla_gradients(comp: Computation, parts: list[_Part], loss: float | None, dO:
         rot = turn is not None
         heads.append(HeadGrad(
             dO_h, ab, ab.dQ_used if rot else None, ab.dK_used if rot else None, dQ, dK, dQ, dK,
-            p.matmul(X_in.T, dQ), p.matmul(X_in.T, dK), p.matmul(X_in.T, ab.dV), None, None, None, gb, None, None,
+            p.matmul(X_in.T, dQ), p.matmul(X_in.T, dK), p.matmul(X_in.T, ab.dV), None, None, None, None, None,
+            parts_of(records),
         ))
     kv = _kv_sums(sc, heads)
     dX, dgamma, dbeta = back.dX, None, None
@@ -54,4 +56,4 @@ def mla_gradients(comp: Computation, parts: list[_Part], loss: float | None, dO:
         dX, dgamma = nb.dX, nb.dgamma
         dbeta = nb.dbeta if sc.norm.beta is not None else None
     return Gradients(loss, dO, d_concat, dW_O, db_O, tuple(heads), kv, False, back.dX, dX, dgamma, dbeta,
-                     back.dgamma_q, None, mla=back)
+                     back.dgamma_q, None, parts_of((back,)))

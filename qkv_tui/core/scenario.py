@@ -522,6 +522,7 @@ class _Validator:
             trainable=tuple(name for t in variants.TABLES if t.trainable is not None and isinstance(doc.get(t.key), dict)
                             for name in t.trainable(doc[t.key])),
             latent=None if mla is None else (mla.d_nope, mla.d_rope),
+            trains=tuple(f.trains for f in variants.FEATURES if f.trains is not None),
         )
         tables = self.tables(doc, ctx)
         if tables.get("mla") is not None:  # its [rope] turns q_R and k_R only, so it is the [mla]'s, not every head's

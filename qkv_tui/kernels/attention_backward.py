@@ -1,22 +1,30 @@
-"""One head's backward pass: the exact gradient of kernels/attention.py's head_forward, by hand in NumPy
-(docs/backward.md). It runs from the gradient at what Concat joins back to the gradients at what RoPE
-turns; kernels/norm_backward.py takes them through QK-norm and the pre-norm.
+"""One head's backward pass: the exact gradient of kernels/attention.py's attend, by hand in NumPy
+(docs/backward.md). It runs from the gradient at the head's output back to the gradients at the Queries and Keys
+as they were scored; a part's turn of them is read back by the part (kernels/rope_backward.py), and
+kernels/norm_backward.py takes them through QK-norm and the pre-norm.
 
 Every step is the chain rule on one forward operation, read backwards: Mix (dV = Pᵀ·dO, dP = dO·Vᵀ), the
-softmax's Jacobian (dS = P ⊙ (dP − D), D = rowsum(dO ⊙ O)), the soft-cap, the scale, Score
-(dQ = dscaled·K / scale, dK = dscaledᵀ·Q / scale) and RoPE (the opposite rotation).
+softmax's Jacobian (dS = P ⊙ (dP − D), D = rowsum(dO ⊙ O)), a part's step on the scaled scores (the soft-cap's),
+the scale and Score (dQ = dscaled·K / scale, dK = dscaledᵀ·Q / scale). As the forward ``attend`` takes ``step``
+and ``beside``, this takes the step's slope and the share of each row a logit beside the map took.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
 from qkv_tui.kernels.policy import EXACT, Policy
-from qkv_tui.kernels.rope import rotate
 from qkv_tui.kernels.stats import Matrix
+
+
+class StepBack(Protocol):
+    """A part's step on the scaled scores (kernels/attention.py's ScoresStep), read backwards: its slope at each
+    scaled score (the soft-cap's 1 − tanh²(s/c))."""
+
+    def derivative(self, scaled: Matrix) -> Matrix: ...
 
 
 @dataclass(frozen=True, eq=False)
@@ -31,29 +39,29 @@ class AttendBack:
     dscores: Matrix  # (n, m) dscaled / scale
     dQ_used: Matrix  # (n, d_k) dscores·K_used
     dK_used: Matrix  # (m, d_k) dscoresᵀ·Q_used
-    dsink: float | None  # −Σᵢ p_sink,ᵢ·Dᵢ: the sink's share of every row's Jacobian
+    dsink: float | None  # −Σᵢ p_beside,ᵢ·Dᵢ: the gradient at a logit beside the map (a sink's); None without one
 
 
 def attend_backward(dO: Matrix, Q_used: Matrix, K_used: Matrix, V: Matrix, weights: Matrix, output: Matrix,
-                    allow: np.ndarray, divisor: float, *, scaled: Matrix | None = None, softcap: float | None = None,
-                    sink_share: Matrix | None = None, policy: Policy = EXACT) -> AttendBack:
-    """``dO`` (n, d_v) is the gradient at the head's output (before any gate). ``sink_share`` (n,) is each
-    row's sink weight e^(sink − max) / row_sum: the sink is a column whose dP is 0, as it adds nothing to
-    the output, so its gradient is p_sink·(0 − D). The bias (ALiBi) is added, so it passes dS on unchanged."""
+                    allow: np.ndarray, divisor: float, *, scaled: Matrix | None = None, step: StepBack | None = None,
+                    beside_share: Matrix | None = None, policy: Policy = EXACT) -> AttendBack:
+    """``dO`` (n, d_v) is the gradient at the head's own output (before any part around it, a gate). ``step``: a
+    part's step on the ``scaled`` scores, whose slope dS is multiplied by. ``beside_share`` (n,) is each row's
+    weight on a logit beside the map (a sink's e^(sink − max) / row_sum): a column whose dP is 0, as it adds nothing
+    to the output, so its gradient is p·(0 − D). A bias (ALiBi's) is added, so it passes dS on unchanged."""
     dV = policy.matmul(weights.T, dO)  # (m, d_v)
     dP = policy.matmul(dO, V.T)  # (n, m)
     D = row_dots(dO, output, policy)  # (n,)
     # P is exactly 0 at a masked cell; np.where keeps that 0 from becoming −0.0 (0 times a negative)
     dS = policy.table(np.where(allow, weights * (dP - D[:, None]), 0.0))  # (n, m)
     dscaled = dS
-    if softcap is not None:
+    if step is not None:
         assert scaled is not None
-        t = np.tanh(scaled / softcap)  # (n, m) d/ds c·tanh(s/c) = 1 − tanh²(s/c)
-        dscaled = policy.table(np.where(allow, dS * (1.0 - t * t), 0.0))
+        dscaled = policy.table(np.where(allow, dS * step.derivative(scaled), 0.0))
     dscores = policy.table(dscaled / divisor)  # (n, m)
     dsink = None
-    if sink_share is not None:
-        dsink = float(policy.matmul(policy.table(sink_share)[None, :], -D[:, None])[0, 0])
+    if beside_share is not None:
+        dsink = float(policy.matmul(policy.table(beside_share)[None, :], -D[:, None])[0, 0])
     return AttendBack(dV, dP, D, dS, dscaled, dscores, policy.matmul(dscores, K_used), policy.matmul(dscores.T, Q_used),
                       dsink)
 
@@ -65,8 +73,3 @@ def row_dots(a: Matrix, b: Matrix, policy: Policy = EXACT) -> Matrix:
         return out
     return np.array([policy.matmul(a[i:i + 1], b[i:i + 1].T)[0, 0] for i in range(a.shape[0])], dtype=np.float64)
 
-
-def rotate_back(dM: Matrix, cos: Matrix, sin: Matrix, turned: Sequence[tuple[int, int]], policy: Policy = EXACT) -> Matrix:
-    """The gradient before RoPE from the gradient after it: a rotation's transpose is the rotation by the
-    opposite angle (−sin), and the dimensions in no pair pass straight through: (rows, d_k)."""
-    return rotate(dM, cos, -sin, turned, policy)

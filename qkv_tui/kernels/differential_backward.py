@@ -25,10 +25,11 @@ from typing import Any, ClassVar
 import numpy as np
 
 from qkv_tui.kernels.attention import Turn
-from qkv_tui.kernels.attention_backward import AttendBack, rotate_back, row_dots
+from qkv_tui.kernels.attention_backward import AttendBack, row_dots
 from qkv_tui.kernels.differential import DiffForward, DiffHead, DiffMap, halves
 from qkv_tui.kernels.norm_backward import norm_backward
 from qkv_tui.kernels.policy import EXACT, Policy
+from qkv_tui.kernels.rope_backward import rotate_back
 from qkv_tui.kernels.softcap import cap_tanh
 from qkv_tui.kernels.stats import Matrix
 
@@ -159,5 +160,6 @@ def read_back(f: DiffForward, dY: Matrix, X: Matrix, X_kv: Matrix, W_Q: Matrix, 
     asks of a part whose record names a ``backward`` (DiffForward.backward names this). ``options``: what the
     head's other parts give a softmax backward (core/grad_faces/): both maps read the soft-cap's."""
     assert f.head is not None
-    return diff_backward(dY, X, X_kv, W_Q, W_K, W_V, f, f.head, allow, softcap=options.get("softcap"), turn=f.turn,
-                         biases=biases, policy=policy)
+    cap = options.get("step")  # the soft-cap's record, where the head has one
+    return diff_backward(dY, X, X_kv, W_Q, W_K, W_V, f, f.head, allow, softcap=None if cap is None else cap.softcap,
+                         turn=f.turn, biases=biases, policy=policy)

@@ -59,7 +59,9 @@ class Gated:
     def x_path(self, head_grads: Any) -> tuple[str, str, Matrix, Matrix] | None:
         """Its path into the X the projections read, for dEmbed (teach/stages/embed.py): (role, what the line
         calls its gradient, the gradient at X̂·W_G, W_G); None where the head's gradients have no gate."""
-        back = head_grads.gate
+        from qkv_tui.kernels.gate_backward import GateBack  # with the head's gradients
+
+        back = head_grads.part(GateBack)
         return None if back is None else ("G", "gate", back.d_logit, self.W_G)
 
     def again(self, X: Matrix, output: Matrix) -> Gated:

@@ -15,10 +15,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from qkv_tui.kernels.attention import Turn
-from qkv_tui.kernels.attention_backward import rotate_back
 from qkv_tui.kernels.mla import MlaShared, MlaWeights
 from qkv_tui.kernels.norm_backward import norm_backward
 from qkv_tui.kernels.policy import EXACT, Policy
+from qkv_tui.kernels.rope_backward import rotate_back
 from qkv_tui.kernels.stats import Matrix
 
 

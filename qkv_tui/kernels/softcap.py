@@ -130,6 +130,13 @@ class Capped:
     def softmax_options(self, rows: Index, cols: Index) -> dict[str, object]:
         return {"step": self}
 
+    def derivative(self, scaled: Matrix) -> Matrix:
+        """The step read backwards: d/ds c·tanh(s/c) = 1 − tanh²(s/c) at each scaled score (the softmax backward's
+        ``step``, kernels/attention_backward.py)."""
+        t = np.tanh(scaled / self.softcap)  # (n, m)
+        out: Matrix = 1.0 - t * t
+        return out
+
 
 @dataclass(frozen=True, eq=False)
 class CapSpec(PartSpec):

@@ -72,9 +72,9 @@ def _row(v: Matrix | float | None) -> Matrix | None:
 
 
 def params(sc: Scenario, g: Gradients) -> list[Param]:
-    """Every weight the scenario gives, in TRAINABLE's order within a head, with its gradient (core/training.py's
-    weights). A K/V head's weights are listed once, under its first reader, with the sum of its readers' gradients
-    (what SGD applies)."""
+    """Every weight the scenario gives, in the train list's order within a head (core/variants/backward.py
+    trainable), with its gradient (core/training.py's weights). A K/V head's weights are listed once, under its first
+    reader, with the sum of its readers' gradients (what SGD applies)."""
     many = len(sc.heads) > 1
     out = [Param(w.name + (f" ({sc.heads[w.head].name})" if many and w.head is not None else ""), w.train, w.head,
                  _row(w.value), _row(w.grad), w.bare)  # type: ignore[arg-type]

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from qkv_tui.core.grad_faces import GradFace
 from qkv_tui.core.rope_part import turn_of
 from qkv_tui.core.variants import rope
-from qkv_tui.kernels.attention_backward import rotate_back
+from qkv_tui.kernels.rope_backward import rotate_back
 
 if TYPE_CHECKING:
     from qkv_tui.core.head import HeadResult

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 
 def options(h: HeadResult) -> Mapping[str, Any]:
     sunk = h.part(Sunk)
-    return {} if sunk is None else {"sink_share": sunk.sink_exp / h.row_sum}  # (n,) each row's sink weight
+    return {} if sunk is None else {"beside_share": sunk.sink_exp / h.row_sum}  # (n,) each row's sink weight
 
 
 FACE = GradFace(sinks.KEYS, options=options)

@@ -1,4 +1,5 @@
-"""The soft-cap read backwards: its cap c, for the softmax backward (dscaled = dS ⊙ (1 − tanh²(scaled / c)))."""
+"""The soft-cap read backwards: its step's slope, for the softmax backward (dscaled = dS ⊙ (1 − tanh²(scaled / c)));
+a part that reads its own maps back takes the cap c from the record (kernels/differential_backward.py)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ if TYPE_CHECKING:
 
 def options(h: HeadResult) -> Mapping[str, Any]:
     capped = h.part(Capped)
-    return {} if capped is None else {"softcap": capped.softcap}
+    return {} if capped is None else {"step": capped}
 
 
 FACE = GradFace(softcap.KEYS, options=options)

@@ -13,8 +13,13 @@ if TYPE_CHECKING:
 
 
 def layer(sc: Scenario, g: Gradients) -> list[Weight]:
-    dn, gb = sc.deltanet, g.gates
-    if dn is None or gb is None:
+    dn = sc.deltanet
+    if dn is None:
+        return []
+    from qkv_tui.kernels.deltanet_backward import GatesBack  # with a scenario that has [deltanet]
+
+    gb = g.part(GatesBack)
+    if gb is None:
         return []
     return [Weight(name, name, None, getattr(dn, name), grad, in_table("deltanet", name))
             for name, grad in (("W_a", gb.dW_a), ("W_b", gb.dW_b), ("A_log", gb.dA_log), ("dt_bias", gb.ddt_bias))]

@@ -15,8 +15,13 @@ if TYPE_CHECKING:
 
 
 def layer(sc: Scenario, g: Gradients) -> list[Weight]:
-    m, back = sc.mla, g.mla
-    if m is None or back is None:
+    m = sc.mla
+    if m is None:
+        return []
+    from qkv_tui.kernels.mla_backward import MlaBack  # with a scenario that has [mla]
+
+    back = g.part(MlaBack)
+    if back is None:
         return []
     items = [("W_Q", m.W_Q, back.dW_Q), ("W_DKV", m.W_DKV, back.dW_DKV), ("W_UK", m.W_UK, back.dW_UK),
              ("W_UV", m.W_UV, back.dW_UV), ("W_KR", m.W_KR, back.dW_KR), ("W_DQ", m.W_DQ, back.dW_DQ),

@@ -13,8 +13,7 @@ from qkv_tui.base.values import show as _show
 from qkv_tui.core.arrays import Matrix
 from qkv_tui.core.toml_text import number as _number
 from qkv_tui.core.toml_text import string, vector
-from qkv_tui.core.variants.common import Checker, Context, Table, number, write_whole
-from qkv_tui.core.variants.mla import MLA_TRAINABLE, Mla, mla_weights
+from qkv_tui.core.variants.common import Checker, Context, Table, Trains, number, write_whole
 
 BACKWARD_KEYS = ("target", "dO", "lr", "steps", "train", "loss", "W_U", "next", "optimizer", "betas", "eps",
                  "weight_decay")
@@ -27,11 +26,10 @@ DEFAULT_BETAS = (0.9, 0.999)
 DEFAULT_EPS = 1e-8
 DEFAULT_WEIGHT_DECAY = 0.01
 MAX_STEPS = 1000
-# every weight the format has, in the order the default train list and the messages name them; never X,
-# the ALiBi slopes, the target or [deltanet]'s given g and beta arrays, which are data, not weights
-TRAINABLE = ("W_Q", "W_K", "W_V", "W_O", "W_G", "b_Q", "b_K", "b_V", "b_O", "gamma", "beta", "gamma_q", "gamma_k",
-             "sinks", "W_a", "W_b", "A_log", "dt_bias", *MLA_TRAINABLE, "W_U")
-DELTANET_WEIGHTS = ("W_a", "W_b", "A_log", "dt_bias")  # where [deltanet] computes g and β, as Qwen3-Next does
+# the layer's own weights, in the order the default train list and the messages name them; each variant's go at
+# its place among them (its Trains, core/variants/common.py), and the unembedding W_U last. Never X, the ALiBi
+# slopes, the target or a table's given arrays, which are data, not weights
+LAYER_WEIGHTS = ("W_Q", "W_K", "W_V", "W_O", "b_Q", "b_K", "b_V", "b_O")
 
 
 @dataclass(frozen=True, eq=False)
@@ -42,7 +40,7 @@ class Backward:
     dO: Matrix | None  # (n, d_out) the upstream gradient of the final output, given directly (no loss)
     lr: float  # SGD's learning rate
     steps: int  # SGD steps the JSON and the Train view run (0 with dO)
-    train: tuple[str, ...]  # the weights the steps update, in TRAINABLE's order
+    train: tuple[str, ...]  # the weights the steps update, in trainable()'s order
     train_given: bool = False  # the file named them (else the default, every weight it gives)
     loss: str = "squared"  # LOSSES: ½·Σ (output − target)², or cross-entropy through W_U against ``next``
     W_U: Matrix | None = None  # (d_out, vocab) the unembedding: logits = output·W_U; cross_entropy only
@@ -70,40 +68,41 @@ class Reader(Checker, MatrixReader, Protocol):
 
 
 def weights_of(heads: Sequence[Any], W_O: Matrix | None, b_O: Matrix | None) -> tuple[str, ...]:
-    """The weight names the heads and [output] give (the tables' gains are read from the tables)."""
+    """The weight names of the layer's own that the heads and [output] give (a variant's are its Trains')."""
     have = ["W_Q", "W_K", "W_V"]
-    have += [name for name in ("W_G", "b_Q", "b_K", "b_V") if any(getattr(h, name) is not None for h in heads)]
+    have += [name for name in ("b_Q", "b_K", "b_V") if any(getattr(h, name) is not None for h in heads)]
     have += [name for name, w in (("W_O", W_O), ("b_O", b_O)) if w is not None]
-    if any(h.sink is not None for h in heads):
-        have.append("sinks")
     return tuple(have)
 
 
+def trainable(trains: Sequence[Trains]) -> tuple[str, ...]:
+    """Every weight the format has, in the order the default train list and the messages name them: the layer's own,
+    each variant's after the one its Trains names (in FEATURES order), those placed at the end, then W_U."""
+    out: list[str] = []
+    for own in LAYER_WEIGHTS:
+        out.append(own)
+        out += [name for t in trains if t.after == own for name in t.names if name not in out]
+    out += [name for t in trains if t.after == "" for name in t.names if name not in out]
+    return (*out, "W_U")
+
+
 def given_weights(ctx: Context) -> tuple[str, ...]:
-    """The weights this scenario gives, in TRAINABLE's order: the default ``train``."""
+    """The weights this scenario gives, in trainable()'s order: the default ``train``."""
+    given = [(t, t.given(ctx)) for t in ctx.trains]
     have = set(ctx.weights)
-    if isinstance(mla := ctx.earlier.get("mla"), Mla):  # its heads' W_Q, W_K, W_V are its latent's, multiplied through
-        have = {w for w in have if w not in ("W_Q", "W_K", "W_V")} | set(mla_weights(mla))
-    norm, qk = ctx.earlier.get("norm"), ctx.earlier.get("qk_norm")
-    if norm is not None:
-        have.add("gamma")
-        if getattr(norm, "beta", None) is not None:
-            have.add("beta")
-    if qk is not None:
-        have.update(("gamma_q", "gamma_k"))
-    dn = ctx.earlier.get("deltanet")
-    have.update(w for w in DELTANET_WEIGHTS if dn is not None and getattr(dn, w, None) is not None)
-    return tuple(w for w in TRAINABLE if w in have) + ctx.trainable  # then the variant tables' own ([differential]'s)
+    for t, names in given:  # a latent layer's heads' W_Q, W_K, W_V are its own weights, multiplied through
+        if names:
+            have -= set(t.instead)
+    have.update(name for _, names in given for name in names)
+    return tuple(w for w in trainable(ctx.trains) if w in have) + ctx.trainable  # then the tables parsed after
 
 
 def parse_backward(table: dict[str, Any], ctx: Context) -> Backward:
     v: Reader = ctx.v  # type: ignore[assignment]  # the loader's validator reads matrices too
-    if getattr(ctx.earlier.get("deltanet"), "io", None) is not None:  # no gradients through them yet
-        raise v.fail("[backward] with [deltanet]'s short convolution or gated output norm (conv_q …, W_Z) is not"
-                     " supported yet; remove [backward] or those keys")
-    if getattr(ctx.earlier.get("deltanet"), "channels", None) is not None:  # kernels/deltanet_backward reads one g
-        raise v.fail("[backward] with a gate per key channel in [deltanet] (Kimi Delta Attention) is not supported yet;"
-                     " remove [backward], or give g one number per token and head")
+    for t in ctx.trains:  # what a variant cannot be read back through yet
+        why = None if t.refuse is None else t.refuse(ctx)
+        if why is not None:
+            raise v.fail(why)
     n, d_out = len(ctx.tokens), ctx.d_out
     loss = _choice(v, table, "loss", LOSSES, "squared", "the loss on the final output")
     if loss == "cross_entropy":
@@ -151,7 +150,7 @@ def parse_backward(table: dict[str, Any], ctx: Context) -> Backward:
     have = given_weights(ctx) + (("W_U",) if W_U is not None else ())
     train, train_given = have, "train" in table
     if train_given:
-        train = _train(v, table["train"], have, ctx.trainable)
+        train = _train(v, table["train"], have, trainable(ctx.trains), ctx.trainable)
     optimizer = _choice(v, table, "optimizer", OPTIMIZERS, "sgd", "the training steps' update rule")
     if optimizer != "adamw":
         for key in ADAMW_KEYS:
@@ -235,11 +234,12 @@ def _adamw(v: Checker, table: dict[str, Any]) -> tuple[tuple[float, float], floa
     return betas, eps, decay
 
 
-def _train(v: Checker, raw: Any, have: tuple[str, ...], own: tuple[str, ...] = ()) -> tuple[str, ...]:
-    """``own``: the names the file's variant tables add (Context.trainable), known here only where given."""
+def _train(v: Checker, raw: Any, have: tuple[str, ...], every: tuple[str, ...], own: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """``every``: trainable()'s names; ``own``: the names the tables parsed after [backward] add (Context.trainable),
+    known here only where given."""
     if not isinstance(raw, list) or not all(isinstance(w, str) for w in raw):
         raise v.fail(f"[backward] train must be a list of weight names such as [\"W_Q\", \"W_K\"], got {_kind(raw)}")
-    known = TRAINABLE + tuple(w for w in own if w not in TRAINABLE)
+    known = every + tuple(w for w in own if w not in every)
     for name in raw:
         if name not in known:
             # a name in the wrong case first: difflib reads W_dkv as nearer W_V than W_DKV

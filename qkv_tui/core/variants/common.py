@@ -96,6 +96,7 @@ class Context:
     weights: tuple[str, ...] = ()  # the weights the heads and [output] give (W_Q, b_O, sinks, …), for [backward]
     trainable: tuple[str, ...] = ()  # the weights the file's variant tables give (Table.trainable), for [backward]
     latent: tuple[int, int] | None = None  # [mla]'s (d_nope, d_rope): [rope] turns the d_rope part only
+    trains: tuple[Trains, ...] = ()  # every variant's Trains, in FEATURES order, for [backward] (reach_grad)
 
 
 T = TypeVar("T")
@@ -153,6 +154,7 @@ class Table(Generic[T]):
     # the weights [backward] may train that the table gives, read from the table as written (so a [backward]
     # parsed before it knows them): their names in a train list, in the order the default list names them
     trainable: Callable[[dict[str, Any]], tuple[str, ...]] | None = None
+    trains: Trains | None = None  # its weights in [backward]'s train list, read from it parsed (reach_grad)
 
     @property
     def header(self) -> str:
@@ -192,6 +194,7 @@ class Keys:
     summary_parts: Callable[[Features], list[str]]
     lookalikes: Lookalikes = field(default_factory=dict)
     faces: Faces | None = None  # its other faces (the head-pass builder), as a Table's
+    trains: Trains | None = None  # its weights in [backward]'s train list, as a Table's (reach_grad)
 
 
 # --- value rules -----------------------------------------------------------------
@@ -270,3 +273,20 @@ class MatrixReader(Protocol):
 
 class Reader(Checker, MatrixReader, Protocol):
     pass
+
+
+# reach_grad: a variant's place in [backward] (core/variants/backward.py walks Context.trains and names none)
+
+
+@dataclass(frozen=True)
+class Trains:
+    """The weights a variant adds to [backward]'s train list, read from the heads and the tables parsed before
+    [backward] (a table parsed after it gives its names by ``Table.trainable``, from the table as written); and what
+    [backward] cannot read back of it yet."""
+
+    names: tuple[str, ...]  # every weight it may add, in the order the default train list and the messages name them
+    after: str  # the layer's own weight (W_Q … b_O) its names follow in that order; "" at the end, before W_U
+    given: Callable[[Context], tuple[str, ...]]  # the ones this scenario gives
+    instead: tuple[str, ...] = ()  # the layer's own weights its names stand for where it gives any (a latent layer's)
+    # one line why [backward] cannot read this scenario back yet; None where it can
+    refuse: Callable[[Context], str | None] | None = None

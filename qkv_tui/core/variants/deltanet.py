@@ -18,7 +18,7 @@ import numpy as np
 from qkv_tui.base.values import kind as _kind
 from qkv_tui.core.arrays import Matrix, Vector
 from qkv_tui.core.toml_text import vector
-from qkv_tui.core.variants.common import Context, Faces, Reader, Table, numbers
+from qkv_tui.core.variants.common import Context, Faces, Reader, Table, Trains, numbers
 from qkv_tui.core.variants.deltanet_io import IO_KEYS, DeltaIO, parse_io, summary, write_io
 from qkv_tui.core.variants.kda_gates import KdaGates, parse_kda_gates, per_channel, write_kda_gates
 from qkv_tui.core.variants.kda_gates import summary as kda_summary
@@ -68,7 +68,9 @@ class DeltaNet:
     def x_paths(self, grads: Any) -> list[tuple[str, Matrix, Matrix]]:
         """Its paths into X̂ where it computes g (through W_a) and β (through W_b) from X̂, for dEmbed
         (teach/stages/embed.py): (role, the gradient at X̂·W_role, W_role)."""
-        gb = grads.gates
+        from qkv_tui.kernels.deltanet_backward import GatesBack  # with the layer's gradients
+
+        gb = grads.part(GatesBack)
         if gb is None:
             return []
         return [(role, d, W) for role, d, W in (("a", gb.da, self.W_a), ("b", gb.db, self.W_b))
@@ -193,7 +195,30 @@ def _summary(dn: DeltaNet) -> str:
     return f"gated delta rule ({where})" + summary(dn.io)
 
 
+WEIGHTS = ("W_a", "W_b", "A_log", "dt_bias")  # where it computes g and β, as Qwen3-Next does: [backward] trains them
+
+
+def trains(ctx: Context) -> tuple[str, ...]:
+    """Its weights in [backward]'s train list, those it gives."""
+    dn = ctx.earlier.get("deltanet")
+    return tuple(w for w in WEIGHTS if dn is not None and getattr(dn, w, None) is not None)
+
+
+def refuse_backward(ctx: Context) -> str | None:
+    """What [backward] cannot read back yet: no gradients through the short convolution or the gated output norm, and
+    kernels/deltanet_backward.py reads one g per token and head."""
+    dn = ctx.earlier.get("deltanet")
+    if getattr(dn, "io", None) is not None:
+        return ("[backward] with [deltanet]'s short convolution or gated output norm (conv_q …, W_Z) is not"
+                " supported yet; remove [backward] or those keys")
+    if getattr(dn, "channels", None) is not None:
+        return ("[backward] with a gate per key channel in [deltanet] (Kimi Delta Attention) is not supported yet;"
+                " remove [backward], or give g one number per token and head")
+    return None
+
+
 TABLE: Table[DeltaNet] = Table("deltanet", DELTANET_KEYS, parse_deltanet, _summary, write_deltanet,
+                               trains=Trains(WEIGHTS, "b_O", trains, refuse=refuse_backward),
                                faces=Faces(head="qkv_tui.core.deltanet_part:deltanet_part",
                                            edit="qkv_tui.core.variants.deltanet_edit",
                                            # in place of Score … Mix: after them, before Concat; backwards before dSoftmax

@@ -15,7 +15,7 @@ import numpy as np
 
 from qkv_tui.base.values import kind as _kind
 from qkv_tui.core.arrays import Matrix
-from qkv_tui.core.variants.common import Checker, Faces, Features, Keys, Reader
+from qkv_tui.core.variants.common import Checker, Context, Faces, Features, Keys, Reader, Trains
 
 HEAD_KEY = "W_G"  # in a [[heads]] table
 TABLE_KEY = "gate"  # the top-level [gate] table of the [attention] form
@@ -89,6 +89,12 @@ def summary_parts(sc: Features) -> list[str]:
     return ["output gate"] if any(getattr(h, "W_G", None) is not None for h in sc.heads) else []
 
 
+def trains(ctx: Context) -> tuple[str, ...]:
+    """W_G in [backward]'s train list where a head has a gate."""
+    return ("W_G",) if any(h.W_G is not None for h in ctx.head_tables) else ()  # the loader's Heads
+
+
 KEYS = Keys(summary_parts, faces=Faces(head="qkv_tui.core.gate_part:gate_part", edit="qkv_tui.core.variants.gate_edit",
                                        # on each head's output, before Concat; backwards after dW_O
-                                       stages=(("before:concat", "gate", "SPEC"), ("dwo", "gate", "BACKWARD"))))
+                                       stages=(("before:concat", "gate", "SPEC"), ("dwo", "gate", "BACKWARD"))),
+            trains=Trains(("W_G",), "W_O", trains))

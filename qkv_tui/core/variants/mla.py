@@ -18,7 +18,19 @@ from qkv_tui.base.values import kind as _kind
 from qkv_tui.base.values import show as _show
 from qkv_tui.core.arrays import Matrix, Vector
 from qkv_tui.core.toml_text import vector
-from qkv_tui.core.variants.common import MAX_SIZE, Checker, Context, Faces, Reader, Table, face, number, numbers, write_whole
+from qkv_tui.core.variants.common import (
+    MAX_SIZE,
+    Checker,
+    Context,
+    Faces,
+    Reader,
+    Table,
+    Trains,
+    face,
+    number,
+    numbers,
+    write_whole,
+)
 from qkv_tui.core.variants.rope import Rope, latent_partial, latent_scaling, write_rope
 
 if TYPE_CHECKING:
@@ -369,5 +381,15 @@ FACES = Faces(stages=(*(("project", module, "SPEC") for module in ("mla_compress
                       ("mix", "mla_absorb", "SPEC"),
                       *(("drotate", module, name) for module, name in (
                           ("mla_rotate", "BACKWARD"), ("mla_rotate", "KEY_BACKWARD"), ("mla_expand", "BACKWARD"),
-                          ("mla_compress", "BACKWARD")))))
-TABLE: Table[Mla] = Table("mla", MLA_KEYS, parse_mla, _summary, write_mla, faces=FACES)
+                          ("mla_compress", "BACKWARD")))),
+              edit="qkv_tui.core.variants.mla_edit")
+
+
+def trains(ctx: Context) -> tuple[str, ...]:
+    """Its own weights in [backward]'s train list, in its heads' W_Q, W_K and W_V's place."""
+    m = ctx.earlier.get("mla")
+    return mla_weights(m) if isinstance(m, Mla) else ()
+
+
+TABLE: Table[Mla] = Table("mla", MLA_KEYS, parse_mla, _summary, write_mla, faces=FACES,
+                          trains=Trains(MLA_TRAINABLE, "", trains, instead=("W_Q", "W_K", "W_V")))

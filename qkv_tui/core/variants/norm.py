@@ -10,7 +10,7 @@ import numpy as np
 from qkv_tui.base.values import show as _show
 from qkv_tui.core.arrays import Vector
 from qkv_tui.core.toml_text import string, vector
-from qkv_tui.core.variants.common import Context, Table, choice, number, numbers
+from qkv_tui.core.variants.common import Context, Table, Trains, choice, number, numbers
 
 NORM_KEYS = ("kind", "gamma", "beta", "eps")
 NORM_KINDS = ("rms", "layer")
@@ -59,4 +59,13 @@ def write_norm(norm: Norm) -> list[str]:
     return lines
 
 
-TABLE: Table[Norm] = Table("norm", NORM_KEYS, parse_norm, lambda norm: f"{norm.kind} norm", write_norm)
+def trains(ctx: Context) -> tuple[str, ...]:
+    """Its gain in [backward]'s train list, and its shift where it gives one."""
+    norm = ctx.earlier.get("norm")
+    if not isinstance(norm, Norm):
+        return ()
+    return ("gamma",) if norm.beta is None else ("gamma", "beta")
+
+
+TABLE: Table[Norm] = Table("norm", NORM_KEYS, parse_norm, lambda norm: f"{norm.kind} norm", write_norm,
+                           trains=Trains(("gamma", "beta"), "b_O", trains))

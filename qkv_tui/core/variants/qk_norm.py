@@ -17,7 +17,7 @@ import numpy as np
 from qkv_tui.base.values import show as _show
 from qkv_tui.core.arrays import Vector
 from qkv_tui.core.toml_text import string, vector
-from qkv_tui.core.variants.common import Context, Faces, Table, choice, number, numbers
+from qkv_tui.core.variants.common import Context, Faces, Table, Trains, choice, number, numbers
 
 QK_NORM_KEYS = ("over", "gamma_q", "gamma_k", "eps")
 QK_NORM_OVER = ("head", "all")
@@ -104,7 +104,14 @@ def _summary(qk: QKNorm) -> str:
     return "qk-norm per head" if qk.over == "head" else "qk-norm over all heads"
 
 
+def trains(ctx: Context) -> tuple[str, ...]:
+    """Its gains in [backward]'s train list."""
+    return ("gamma_q", "gamma_k") if ctx.earlier.get("qk_norm") is not None else ()
+
+
 TABLE: Table[QKNorm] = Table("qk_norm", QK_NORM_KEYS, parse_qk_norm, _summary, write_qk_norm,
                              faces=Faces(head="qkv_tui.core.qk_norm_part:qk_norm_part",
+                                         edit="qkv_tui.core.variants.qk_norm_edit",
                                          # after Project (and [mla]'s latent path), before Rotate; backwards before dProject
-                                         stages=(("project", "qk_norm", "SPEC"), ("drotate", "qk_norm", "BACKWARD"))))
+                                         stages=(("project", "qk_norm", "SPEC"), ("drotate", "qk_norm", "BACKWARD"))),
+                             trains=Trains(("gamma_q", "gamma_k"), "b_O", trains))

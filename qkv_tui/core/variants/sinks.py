@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from qkv_tui.core.variants.common import Checker, Faces, Features, Keys, Lookalikes, number, numbers
+from qkv_tui.core.variants.common import Checker, Context, Faces, Features, Keys, Lookalikes, Trains, number, numbers
 
 HEAD_KEY = "sink"
 ATTENTION_KEY = "sinks"
@@ -36,5 +36,11 @@ def summary_parts(sc: Features) -> list[str]:
     return ["sink"] if any(h.sink is not None for h in sc.heads) else []
 
 
+def trains(ctx: Context) -> tuple[str, ...]:
+    """Each head's sink logit in [backward]'s train list (one name for them all) where a head has one."""
+    return ("sinks",) if any(h.sink is not None for h in ctx.head_tables) else ()
+
+
 KEYS = Keys(summary_parts, LOOKALIKES, Faces(head="qkv_tui.core.sink_part:sink_part",
-                                            edit="qkv_tui.core.variants.sink_edit"))
+                                            edit="qkv_tui.core.variants.sink_edit"),
+            Trains(("sinks",), "b_O", trains))

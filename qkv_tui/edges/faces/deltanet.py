@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from qkv_tui.core.engine import NormResult, iter_heads
 from qkv_tui.core.head import HeadResult
@@ -41,17 +41,26 @@ def document(sc: Scenario, norm: NormResult | None, write_fields: WriteFields) -
     return [("deltanet", Nested(write_fields, fields=[("heads", Nested(write_fields, items=heads))]))]
 
 
+def back_of(hg: Any) -> Any:
+    """The head's [deltanet] read backwards (a DeltaBack), None where its map is another's."""
+    from qkv_tui.kernels.deltanet_backward import DeltaBack  # with a scenario that has [backward]
+
+    return hg.part(DeltaBack)
+
+
 def grad_head(sc: Scenario, g: Gradients, h: int) -> Fields:
     """A [deltanet] head has no softmax: no dP, dS or dscaled."""
-    return [("dP", None), ("dS", None), ("dscaled", None)] if g.heads[h].deltanet is not None else []
+    return [("dP", None), ("dS", None), ("dscaled", None)] if back_of(g.heads[h]) is not None else []
 
 
 def grad(sc: Scenario, g: Gradients, write_fields: WriteFields) -> Fields:
     if sc.deltanet is None:
         return [("deltanet", None)]
     heads = [[("dq", d.dq), ("dk", d.dk), ("dv", d.dv), ("dg", vector(d.dg)), ("dbeta", vector(d.dbeta)),
-              ("dS", d.dS)] for d in (h.deltanet for h in g.heads) if d is not None]
-    gb = g.gates
+              ("dS", d.dS)] for d in (back_of(h) for h in g.heads) if d is not None]
+    from qkv_tui.kernels.deltanet_backward import GatesBack
+
+    gb = g.part(GatesBack)
     return [("deltanet", Nested(write_fields, fields=[
         ("heads", Nested(write_fields, items=heads)),
         ("dW_a", None if gb is None else gb.dW_a), ("dW_b", None if gb is None else gb.dW_b),

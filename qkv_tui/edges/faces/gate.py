@@ -14,6 +14,7 @@ from qkv_tui.core.variants import gate
 from qkv_tui.edges.export_toml import matrix
 from qkv_tui.edges.faces import At, ExportFace, Fields
 from qkv_tui.kernels.gate import Gated
+from qkv_tui.kernels.gate_backward import GateBack
 from qkv_tui.teach.stages.printed import idx
 
 if TYPE_CHECKING:  # the exports' gradients are read only where a scenario has [backward]
@@ -25,7 +26,7 @@ def head(h: HeadResult) -> Fields:
 
 
 def grad_head(sc: Scenario, g: Gradients, h: int) -> Fields:
-    gb = g.heads[h].gate
+    gb = g.heads[h].part(GateBack)
     return [("dW_G", None if gb is None else gb.dW_G)]
 
 
@@ -57,7 +58,7 @@ def sheet_printed(chain: Any, h: int, hr: HeadResult, weights: Any) -> tuple[lis
 
 def sheet_back_out(t: Any, chain: Any, h: int, hr: HeadResult, hg: Any, xq: str) -> None:
     """The gate read backwards: to the head's own output, the gate's logits and W_G."""
-    gb = hg.gate
+    gb = hg.part(GateBack)
     if gb is None:
         return
     rows, dv = chain.sc.labels, idx(hr.d_v)

@@ -31,16 +31,23 @@ def document(sc: Scenario, norm: NormResult | None, write_fields: WriteFields) -
     return [("linear", Nested(write_fields, fields=[("heads", Nested(write_fields, items=heads))]))]
 
 
+def back_of(hg: Any) -> Any:
+    """The head's [linear] read backwards (a LinearBack), None where its map is another's."""
+    from qkv_tui.kernels.linear_backward import LinearBack  # with a scenario that has [backward]
+
+    return hg.part(LinearBack)
+
+
 def grad_head(sc: Scenario, g: Gradients, h: int) -> Fields:
     """A [linear] head has no softmax: no dP, dS or dscaled."""
-    return [("dP", None), ("dS", None), ("dscaled", None)] if g.heads[h].linear is not None else []
+    return [("dP", None), ("dS", None), ("dscaled", None)] if back_of(g.heads[h]) is not None else []
 
 
 def grad(sc: Scenario, g: Gradients, write_fields: WriteFields) -> Fields:
     if sc.linear is None:
         return [("linear", None)]
-    heads = [[("dphi_Q", h.linear.dphi_Q), ("dphi_K", h.linear.dphi_K), ("dV", h.linear.dV)]
-             for h in g.heads if h.linear is not None]
+    heads = [[("dphi_Q", lb.dphi_Q), ("dphi_K", lb.dphi_K), ("dV", lb.dV)]
+             for lb in (back_of(h) for h in g.heads) if lb is not None]
     return [("linear", Nested(write_fields, fields=[("heads", Nested(write_fields, items=heads))]))]
 
 
@@ -67,11 +74,12 @@ def sheet_map(chain: Any, h: int, hr: HeadResult) -> tuple[Any, object] | None:
 
 
 def sheet_back_map(t: Any, chain: Any, h: int, hg: Any, ops: Any) -> bool:
-    if hg.linear is None:
+    lb = back_of(hg)
+    if lb is None:
         return False
     from qkv_tui.edges.worksheet.backward.linear import linear_tables
 
-    linear_tables(t, chain, h, hg.linear, ops)
+    linear_tables(t, chain, h, lb, ops)
     return True
 
 

@@ -13,6 +13,7 @@ from qkv_tui.edges.faces import At, ExportFace, Fields
 
 if TYPE_CHECKING:  # the exports' gradients are read only where a scenario has [backward]
     from qkv_tui.core.gradients import Gradients
+    from qkv_tui.kernels.mla_backward import MlaBack
 
 
 def document(sc: Scenario, norm: NormResult | None, write_fields: WriteFields) -> Fields:
@@ -34,19 +35,27 @@ def document(sc: Scenario, norm: NormResult | None, write_fields: WriteFields) -
     })]
 
 
+def back_of(g: Gradients) -> MlaBack | None:
+    """The latent layer read backwards, None without [mla]."""
+    from qkv_tui.kernels.mla_backward import MlaBack  # with a scenario that has [backward]
+
+    return g.part(MlaBack)
+
+
 def grad_head(sc: Scenario, g: Gradients, h: int) -> Fields:
     """[mla]'s heads have no W_K or W_V of their own: dW_Q is the head's columns of the layer's W_Q (null with
     W_DQ/W_UQ)."""
-    if g.mla is None or sc.mla is None:
+    back = back_of(g)
+    if back is None or sc.mla is None:
         return []
     d_qk = sc.mla.d_qk
-    dW_Q = None if g.mla.dW_Q is None else g.mla.dW_Q[:, h * d_qk:(h + 1) * d_qk]
+    dW_Q = None if back.dW_Q is None else back.dW_Q[:, h * d_qk:(h + 1) * d_qk]
     return [("dW_Q", dW_Q), ("dW_K", None), ("dW_V", None)]
 
 
 def grad(sc: Scenario, g: Gradients, write_fields: WriteFields) -> Fields:
     """[mla]'s own gradients: its weights', the latent's (at c_KV after its norm) and the shared turned k_R's."""
-    m = g.mla
+    m = back_of(g)
     if m is None:
         return [("mla", None)]
     return [("mla", Nested(write_fields, fields=[
@@ -101,20 +110,22 @@ def sheet_latent_trig(chain: Any) -> Any:
 
 def sheet_back_head_rest(t: Any, chain: Any, h: int, G: Gradients) -> bool:
     """The latent layer's own tables stand for the heads' multiplied-through weights."""
-    if G.mla is None:
+    back = back_of(G)
+    if back is None:
         return False
     from qkv_tui.edges.worksheet.backward.mla import mla_head_tables
 
-    mla_head_tables(t, chain, h, G.mla)
+    mla_head_tables(t, chain, h, back)
     return True
 
 
 def sheet_back_layer(t: Any, chain: Any, G: Gradients, xq: str) -> str | None:
-    if G.mla is None:
+    back = back_of(G)
+    if back is None:
         return None
     from qkv_tui.edges.worksheet.backward.mla import dX_heading, mla_tables
 
-    mla_tables(t, chain, G.mla, xq)
+    mla_tables(t, chain, back, xq)
     return dX_heading(xq)
 
 

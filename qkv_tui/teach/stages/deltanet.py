@@ -59,8 +59,24 @@ from qkv_tui.teach.stages.score import scored, scored_names
 if TYPE_CHECKING:  # the cost view's module loads on its first use
     from qkv_tui.core.cell_edit import InputCell
     from qkv_tui.core.cost import Count, Phase
+    from qkv_tui.core.gradients import Gradients, HeadGrad
     from qkv_tui.core.scenario import Scenario
     from qkv_tui.core.variants.deltanet import DeltaNet
+    from qkv_tui.kernels.deltanet_backward import DeltaBack, GatesBack
+
+
+def _back(hg: HeadGrad) -> DeltaBack | None:
+    """The head's [deltanet] read backwards (core/grad_faces/deltanet.py)."""
+    from qkv_tui.kernels.deltanet_backward import DeltaBack  # with the head's gradients
+
+    return hg.part(DeltaBack)
+
+
+def _gates(g: Gradients) -> GatesBack | None:
+    """g's and β's weights read backwards, where the table computes them from X̂."""
+    from qkv_tui.kernels.deltanet_backward import GatesBack
+
+    return g.part(GatesBack)
 
 
 BLOCKS = ("dn_decayed", "dn_kv", "dn_delta", "dn_S", "dn_o")  # the Delta stage's steps, in a token's order
@@ -822,7 +838,7 @@ class DeltaBackStage(BackwardSpec):
         if seg.target in ("dn_dQ", "dn_dK"):
             return self._l2(trace, index, seg, row, col, d)
         hr, sc, hg = _hr(trace, h), trace.comp.scenario, grads(trace).heads[h]
-        dn, db = hr.part(DeltaForward), hg.deltanet
+        dn, db = hr.part(DeltaForward), _back(hg)
         assert dn is not None and db is not None
         t = sc.n - 1 - row
         tl = sc.labels[t]
@@ -883,7 +899,7 @@ class DeltaBackStage(BackwardSpec):
         h = seg.head
         assert h is not None
         hr, sc, hg = _hr(trace, h), trace.comp.scenario, grads(trace).heads[h]
-        dn, db = hr.part(DeltaForward), hg.deltanet
+        dn, db = hr.part(DeltaForward), _back(hg)
         assert dn is not None and db is not None
         is_q = seg.target == "dn_dQ"
         qn, kn, qs, ks = scored(trace)
@@ -912,7 +928,7 @@ class DeltaBackStage(BackwardSpec):
     def matrix(self, trace: TraceContext, name: str, head: int | None) -> Matrix:
         if head is None or not has_backward(trace):
             raise KeyError(name)
-        db = grads(trace).heads[head].deltanet
+        db = _back(grads(trace).heads[head])
         if db is None:
             raise KeyError(name)
         n = db.dq.shape[0]
@@ -984,7 +1000,7 @@ class GatesBackStage(BackwardSpec):
         return _x_named(trace, self.stage.meaning)
 
     def segments(self, trace: TraceContext, head: int | None) -> list[Plan]:
-        gb = grads(trace).gates
+        gb = _gates(grads(trace))
         n, d_model = trace.comp.X_in.shape
         plans = []
         if gb is not None and gb.da is not None:
@@ -997,7 +1013,7 @@ class GatesBackStage(BackwardSpec):
         h = seg.head
         assert h is not None
         comp, g = trace.comp, grads(trace)
-        sc, gb, db, fw = comp.scenario, g.gates, g.heads[h].deltanet, comp.heads[h].part(DeltaForward)
+        sc, gb, db, fw = comp.scenario, _gates(g), _back(g.heads[h]), comp.heads[h].part(DeltaForward)
         cfg = sc.deltanet
         assert gb is not None and db is not None and fw is not None and cfg is not None
         X = comp.X_in
@@ -1038,7 +1054,7 @@ class GatesBackStage(BackwardSpec):
                             f"db[{tl}] = dβ[{tl}]·β[{tl}]·(1 − β[{tl}])", (Ref("dnb_dbeta", h), me))
 
     def matrix(self, trace: TraceContext, name: str, head: int | None) -> Matrix:
-        gb = grads(trace).gates if has_backward(trace) else None
+        gb = _gates(grads(trace)) if has_backward(trace) else None
         if head is None or gb is None:
             raise KeyError(name)
         full = {"gb_da": gb.da, "dW_a": gb.dW_a, "gb_db": gb.db, "dW_b": gb.dW_b,

@@ -35,7 +35,16 @@ from qkv_tui.teach.stages.printed import PrintedCells, PrintedChain, Table, exac
 if TYPE_CHECKING:  # the cost view's module loads on its first use
     from qkv_tui.core.cell_edit import InputCell
     from qkv_tui.core.cost import Count, Phase
+    from qkv_tui.core.gradients import HeadGrad
     from qkv_tui.core.scenario import Scenario
+    from qkv_tui.kernels import gate_backward
+
+
+def _back(hg: HeadGrad) -> gate_backward.GateBack | None:
+    """The head's gate read backwards, None where it has no gate."""
+    from qkv_tui.kernels import gate_backward  # with the head's gradients
+
+    return hg.part(gate_backward.GateBack)
 
 
 WHY = ("Qiu et al. (2025) give the gate two benefits. First, a non-linearity between W_V and W_O: without it the"
@@ -271,7 +280,7 @@ class GateBack(BackwardSpec):
         assert h is not None and col is not None
         comp = trace.comp
         hr, hg = comp.heads[h], grads(trace).heads[h]
-        gb = hg.gate
+        gb = _back(hg)
         assert gb is not None and hr.part(Gated) is not None
         dJ = _dJ(trace, h)
         if seg.target == "dW_G":
@@ -295,7 +304,7 @@ class GateBack(BackwardSpec):
     def matrix(self, trace: TraceContext, name: str, head: int | None) -> Matrix:
         if head is None or not has_backward(trace):
             raise KeyError(name)
-        gb = grads(trace).heads[head].gate
+        gb = _back(grads(trace).heads[head])
         if name == "dJ":
             return _dJ(trace, head)
         if gb is None:

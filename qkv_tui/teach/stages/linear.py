@@ -46,7 +46,16 @@ from qkv_tui.teach.stages.score import scored, scored_names
 
 if TYPE_CHECKING:  # the cost view's module loads on its first use
     from qkv_tui.core.cost import Count, Phase
+    from qkv_tui.core.gradients import HeadGrad
     from qkv_tui.core.scenario import Scenario
+    from qkv_tui.kernels.linear_backward import LinearBack
+
+
+def _back(hg: HeadGrad) -> LinearBack | None:
+    """The head's [linear] read backwards (core/grad_faces/linear.py)."""
+    from qkv_tui.kernels.linear_backward import LinearBack  # with the head's gradients
+
+    return hg.part(LinearBack)
 
 
 PHI_TEXT = {"elu1": "elu(x) + 1", "relu": "max(x, 0)", "identity": "x"}
@@ -639,7 +648,7 @@ class LinearBackStage(BackwardSpec):
         h = seg.head
         assert h is not None and col is not None
         hg, hr, sc = grads(trace).heads[h], _lin(trace, h), trace.comp.scenario
-        lb, lin = hg.linear, hr.part(LinearForward)
+        lb, lin = _back(hg), hr.part(LinearForward)
         assert lb is not None and lin is not None
         w = "W" if _normalised(trace) else "A"
         _, _, qs, ks = scored(trace)
@@ -686,7 +695,7 @@ class LinearBackStage(BackwardSpec):
         h = seg.head
         assert h is not None
         hg, hr, sc = grads(trace).heads[h], _lin(trace, h), trace.comp.scenario
-        lb = hg.linear
+        lb = _back(hg)
         assert lb is not None and sc.linear is not None
         _, _, qs, ks = scored(trace)
         is_q = seg.target == "lb_dQ"
@@ -718,7 +727,7 @@ class LinearBackStage(BackwardSpec):
     def matrix(self, trace: TraceContext, name: str, head: int | None) -> Matrix:
         if head is None or not has_backward(trace):
             raise KeyError(name)
-        lb = grads(trace).heads[head].linear
+        lb = _back(grads(trace).heads[head])
         if lb is None:
             raise KeyError(name)
         return {"lb_dV": lb.dV, "lb_dW": lb.dweights, "lb_D": lb.D[:, None], "lb_dA": lb.dA, "lb_dphiQ": lb.dphi_Q,

@@ -20,7 +20,7 @@ def runs(trace: TraceContext) -> bool:
 
 
 def back_of(trace: TraceContext) -> MlaBack:
-    m = grads(trace).mla
+    m = grads(trace).part(MlaBack)
     if m is None:
         raise KeyError("mla")
     return m
