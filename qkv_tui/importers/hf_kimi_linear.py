@@ -36,6 +36,7 @@ from qkv_tui.importers.hf_deepseek import LATENT_EPS, _as_heads
 from qkv_tui.importers.hf_kimi_linear_config import FULL, KimiSizes, kimi_sizes, whole
 from qkv_tui.importers.hf_mimo import SigmoidMoe
 from qkv_tui.importers.hf_tensors import lookup, prefix_of
+from qkv_tui.importers.routed_experts import correction_bias, read_swiglu_experts
 from qkv_tui.importers.safetensors_raw import TensorFiles
 from qkv_tui.importers.stack import ACTIVATIONS, Array, Attention, GatedMlp, Layer, Model, Norm, Tokenize
 from qkv_tui.kernels.kda import KdaLayerWeights, kda_layer
@@ -132,19 +133,8 @@ def read_moe(config: Config, tensors: TensorFiles, h: str) -> Callable[[Array], 
     if isinstance(scaling, bool) or not isinstance(scaling, (int, float)) or not 0 < scaling < float("inf"):
         raise ImporterError(f"config.json: routed_scaling_factor = {_show(scaling)}; expected a number > 0")
     renorm = raw.get("moe_renormalize", raw.get("norm_topk_prob", True)) is not False
-    if m + "experts.gate_up_proj" in tensors:  # (experts, 2·inner, d): gate rows, then up rows
-        fused = get(m + "experts.gate_up_proj", (experts, None, d))
-        inner = int(fused.shape[1]) // 2
-        W_gate, W_up = fused[:, :inner].transpose(0, 2, 1), fused[:, inner:].transpose(0, 2, 1)
-        W_down = get(m + "experts.down_proj", (experts, d, inner)).transpose(0, 2, 1)
-    else:
-        gates = [get(f"{m}experts.{e}.w1.weight", (None, d)) for e in range(experts)]  # (inner, d) each
-        inner = int(gates[0].shape[0])
-        W_gate = np.stack([g.T for g in gates])
-        W_up = np.stack([get(f"{m}experts.{e}.w3.weight", (inner, d)).T for e in range(experts)])
-        W_down = np.stack([get(f"{m}experts.{e}.w2.weight", (d, inner)).T for e in range(experts)])
-    bias = get(m + "gate.e_score_correction_bias", (experts,)) if m + "gate.e_score_correction_bias" in tensors \
-        else np.zeros(experts)
+    W_gate, W_up, W_down = read_swiglu_experts(tensors, m, experts, d, "w1", "w3", "w2")
+    bias = correction_bias(tensors, m, experts)
     routed = SigmoidMoe(get(m + "gate.weight", (experts, d)).T, bias, W_gate, W_up, W_down, top_k, groups, top_groups,
                         renorm, float(scaling), act)
     shared = _swiglu(tensors, m + "shared_experts.", d, act) if m + "shared_experts.gate_proj.weight" in tensors else None

@@ -29,6 +29,7 @@ from qkv_tui.importers.hf_config import Config
 from qkv_tui.importers.hf_mamba2 import mixer_table, mixer_weights
 from qkv_tui.importers.hf_nemotron_h_config import ATTENTION, MAMBA, MLP, MOE, mixer_config
 from qkv_tui.importers.hf_tensors import lookup, prefix_of
+from qkv_tui.importers.routed_experts import correction_bias, grouped_top_k
 from qkv_tui.importers.safetensors_raw import TensorFiles
 from qkv_tui.importers.stack import ACTIVATIONS, Array, Attention, DenseMlp, Layer, Model, Norm, Tokenize
 from qkv_tui.kernels.gate import sigmoid
@@ -71,22 +72,12 @@ class NemotronMoe:
 
     def __call__(self, x: Array) -> Array:
         scores = sigmoid(x @ self.W_router)  # (n, experts)
-        choice = scores + self.bias
-        n, experts = choice.shape
-        per_group = np.sort(choice.reshape(n, self.groups, experts // self.groups), axis=2)[:, :, -2:].sum(axis=2)
-        kept = np.argsort(-per_group, axis=1, kind="stable")[:, : self.top_groups]  # (n, top_groups)
-        allowed = np.zeros((n, self.groups), dtype=bool)
-        np.put_along_axis(allowed, kept, True, axis=1)
-        choice = np.where(np.repeat(allowed, experts // self.groups, axis=1), choice, -np.inf)
-        chosen = np.argsort(-choice, axis=1, kind="stable")[:, : self.top_k]  # (n, k)
-        weights = np.take_along_axis(scores, chosen, axis=1)  # (n, k)
-        if self.renormalise:
-            weights = weights / (weights.sum(axis=1, keepdims=True) + 1e-20)
-        weights = weights * self.scaling
+        chosen, weights = grouped_top_k(scores, self.bias, self.groups, self.top_groups, self.top_k, self.renormalise,
+                                        self.scaling)
         h = x if self.latent_in is None else self.latent_in(x)  # (n, d_in)
         read = {e: self.expert(e) for e in sorted({int(e) for e in chosen.ravel()})}
         routed = np.zeros_like(h)
-        for row in range(n):
+        for row in range(x.shape[0]):
             for slot in range(self.top_k):
                 W_up, W_down = read[int(chosen[row, slot])]
                 routed[row] += weights[row, slot] * (self.act(h[row] @ W_up) @ W_down)
@@ -145,8 +136,7 @@ def read_moe(config: Config, tensors: TensorFiles, m: str, act: Callable[[Array]
         def expert(e: int) -> tuple[Array, Array]:
             return (get(f"{m}experts.{e}.up_proj.weight", (inner, d_in)).T,
                     get(f"{m}experts.{e}.down_proj.weight", (d_in, inner)).T)
-    bias_key = m + "gate.e_score_correction_bias"
-    bias = get(bias_key, (E,)) if bias_key in tensors else np.zeros(E)
+    bias = correction_bias(tensors, m, E)
     latent_in = latent_out = None
     if latent is not None:
         latent_in, latent_out = _linear(tensors, m + "fc1_latent_proj", d), _linear(tensors, m + "fc2_latent_proj", d_in)
