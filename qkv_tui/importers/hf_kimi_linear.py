@@ -35,10 +35,10 @@ from qkv_tui.importers.hf_config import Config
 from qkv_tui.importers.hf_deepseek import LATENT_EPS, _as_heads
 from qkv_tui.importers.hf_kimi_linear_config import FULL, KimiSizes, kimi_sizes, whole
 from qkv_tui.importers.hf_mimo import SigmoidMoe
+from qkv_tui.importers.hf_mlp import correction_bias, read_swiglu, read_swiglu_experts
 from qkv_tui.importers.hf_tensors import lookup, prefix_of
-from qkv_tui.importers.routed_experts import correction_bias, read_swiglu_experts
 from qkv_tui.importers.safetensors_raw import TensorFiles
-from qkv_tui.importers.stack import ACTIVATIONS, Array, Attention, GatedMlp, Layer, Model, Norm, Tokenize
+from qkv_tui.importers.stack import ACTIVATIONS, Array, Attention, Layer, Model, Norm, Tokenize
 from qkv_tui.kernels.kda import KdaLayerWeights, kda_layer
 from qkv_tui.kernels.mla import MlaWeights
 
@@ -109,13 +109,6 @@ def _mlp_prefix(tensors: TensorFiles, h: str, probe: str) -> str:
     return h + ("mlp." if h + "mlp." + probe in tensors else "block_sparse_moe.")
 
 
-def _swiglu(tensors: TensorFiles, m: str, d: int, act: Callable[[Array], Array]) -> GatedMlp:
-    gate = tensors.get(m + "gate_proj.weight", (None, d))  # (inner, d)
-    inner = int(gate.shape[0])
-    return GatedMlp(gate.T, tensors.get(m + "up_proj.weight", (inner, d)).T,
-                    tensors.get(m + "down_proj.weight", (d, inner)).T, act)
-
-
 def read_moe(config: Config, tensors: TensorFiles, h: str) -> Callable[[Array], Array]:
     """A sparse layer's MLP: the routed experts (SigmoidMoe, KimiLinearTopkRouter's choice) plus the shared ones."""
     raw, get, d, name = config.raw, tensors.get, config.d_model, "config.json"
@@ -137,7 +130,7 @@ def read_moe(config: Config, tensors: TensorFiles, h: str) -> Callable[[Array], 
     bias = correction_bias(tensors, m, experts)
     routed = SigmoidMoe(get(m + "gate.weight", (experts, d)).T, bias, W_gate, W_up, W_down, top_k, groups, top_groups,
                         renorm, float(scaling), act)
-    shared = _swiglu(tensors, m + "shared_experts.", d, act) if m + "shared_experts.gate_proj.weight" in tensors else None
+    shared = read_swiglu(tensors, m + "shared_experts.", d, act) if m + "shared_experts.gate_proj.weight" in tensors else None
     return routed if shared is None else (lambda x: routed(x) + shared(x))
 
 
@@ -166,7 +159,7 @@ def open_kimi_linear(config: Config, tensors: TensorFiles, tokenize: Tokenize, s
 
     def layer(i: int) -> Layer:
         h = f"{p}layers.{i}."
-        mlp = (_swiglu(tensors, _mlp_prefix(tensors, h, "gate_proj.weight"), d, act) if s.mlp_types[i] == "dense"
+        mlp = (read_swiglu(tensors, _mlp_prefix(tensors, h, "gate_proj.weight"), d, act) if s.mlp_types[i] == "dense"
                else read_moe(config, tensors, h))
         norms: dict[str, Any] = {"norm": rms(h + "input_layernorm"), "mlp_norm": rms(h + "post_attention_layernorm"),
                                  "mlp": mlp, "scale": None, "window": None, "rotary": False}

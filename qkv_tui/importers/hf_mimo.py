@@ -24,11 +24,11 @@ import numpy as np
 from qkv_tui.importers.errors import ImporterError
 from qkv_tui.importers.hf_config import Config, layer_type, sliding_window
 from qkv_tui.importers.hf_mimo_config import is_sparse, mimo_rope
+from qkv_tui.importers.hf_mlp import add_swiglu_experts, correction_bias, grouped_top_k, read_swiglu, read_swiglu_experts
 from qkv_tui.importers.hf_tensors import lookup, prefix_of
-from qkv_tui.importers.routed_experts import add_swiglu_experts, correction_bias, grouped_top_k, read_swiglu_experts
 from qkv_tui.importers.safetensors_raw import TensorFiles
 from qkv_tui.importers.schedule import entry
-from qkv_tui.importers.stack import ACTIVATIONS, Array, Attention, GatedMlp, Layer, Model, Norm, Rope, Tokenize
+from qkv_tui.importers.stack import ACTIVATIONS, Array, Attention, Layer, Model, Norm, Rope, Tokenize
 from qkv_tui.kernels.gate import sigmoid
 
 
@@ -137,10 +137,7 @@ def open_mimo(config: Config, tensors: TensorFiles, tokenize: Tokenize, source: 
         if is_sparse(raw, i):
             mlp: Callable[[Array], Array] = _moe(config, tensors, h + "mlp.")
         else:
-            gate = get(h + "mlp.gate_proj.weight", (None, d))  # (intermediate, d)
-            inner = int(gate.shape[0])
-            mlp = GatedMlp(gate.T, get(h + "mlp.up_proj.weight", (inner, d)).T,
-                           get(h + "mlp.down_proj.weight", (d, inner)).T, act)
+            mlp = read_swiglu(tensors, h + "mlp.", d, act)
         read = mimo_rope("config.json", raw, layer_type(config, i), d_k)
         return Layer(
             norm=Norm("rms", get(h + "input_layernorm.weight", (d,)), None, config.eps), attention=attention,

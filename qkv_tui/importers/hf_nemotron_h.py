@@ -27,9 +27,9 @@ from qkv_tui.base.values import show as _show
 from qkv_tui.importers.errors import ImporterError
 from qkv_tui.importers.hf_config import Config
 from qkv_tui.importers.hf_mamba2 import mixer_table, mixer_weights
+from qkv_tui.importers.hf_mlp import correction_bias, grouped_top_k
 from qkv_tui.importers.hf_nemotron_h_config import ATTENTION, MAMBA, MLP, MOE, mixer_config
 from qkv_tui.importers.hf_tensors import lookup, prefix_of
-from qkv_tui.importers.routed_experts import correction_bias, grouped_top_k
 from qkv_tui.importers.safetensors_raw import TensorFiles
 from qkv_tui.importers.stack import ACTIVATIONS, Array, Attention, DenseMlp, Layer, Model, Norm, Tokenize
 from qkv_tui.kernels.gate import sigmoid

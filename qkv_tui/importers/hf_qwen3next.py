@@ -17,7 +17,7 @@ import numpy as np
 
 from qkv_tui.importers.errors import ImporterError
 from qkv_tui.importers.hf_config import Config
-from qkv_tui.importers.routed_experts import add_swiglu_experts, read_swiglu_experts
+from qkv_tui.importers.hf_mlp import add_swiglu_experts, read_swiglu, read_swiglu_experts
 from qkv_tui.importers.safetensors_raw import TensorFiles
 from qkv_tui.importers.stack import Array, GatedMlp
 from qkv_tui.kernels.gate import sigmoid
@@ -72,11 +72,7 @@ def read_moe(config: Config, tensors: TensorFiles, m: str, act: Callable[[Array]
     if top_k > experts:
         raise ImporterError(f"config.json: num_experts_per_tok = {top_k} is more than num_experts = {experts}")
     W_gate, W_up, W_down = read_swiglu_experts(tensors, m, experts, d)
-    s = m + "shared_expert."
-    s_gate = get(s + "gate_proj.weight", (None, d))
-    s_inner = int(s_gate.shape[0])
-    shared = GatedMlp(s_gate.T, get(s + "up_proj.weight", (s_inner, d)).T, get(s + "down_proj.weight", (d, s_inner)).T,
-                      act)
+    shared = read_swiglu(tensors, m + "shared_expert.", d, act)
     return SharedExpertMoe(get(m + "gate.weight", (experts, d)).T, W_gate, W_up, W_down, shared,
                            get(m + "shared_expert_gate.weight", (1, d)).T, top_k,
                            config.raw.get("norm_topk_prob", True) is not False, act)

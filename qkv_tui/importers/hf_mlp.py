@@ -1,6 +1,7 @@
-"""What the mixtures of experts of several folders hold in common: DeepSeek-V3's grouped top-k choice (MiMo-V2-Flash,
-Kimi Linear, Nemotron-H), the SwiGLU experts as the Hub stores them or transformers fuses them, and running the
-chosen ones (MiMo-V2-Flash, Kimi Linear, Qwen3-Next). Each folder's module keeps its own router and its extras."""
+"""The MLP pieces several Hugging Face families hold in common: the SwiGLU under one prefix, DeepSeek-V3's grouped
+top-k choice of experts (MiMo-V2-Flash, Kimi Linear, Nemotron-H), the SwiGLU experts as the Hub stores them or
+transformers fuses them, and running the chosen ones (MiMo-V2-Flash, Kimi Linear, Qwen3-Next). Each family's module
+keeps its own router and its extras."""
 
 from __future__ import annotations
 
@@ -10,7 +11,15 @@ import numpy as np
 from numpy.typing import NDArray
 
 from qkv_tui.importers.safetensors_raw import TensorFiles
-from qkv_tui.importers.stack import Array
+from qkv_tui.importers.stack import Array, GatedMlp
+
+
+def read_swiglu(tensors: TensorFiles, m: str, d: int, act: Callable[[Array], Array]) -> GatedMlp:
+    """The SwiGLU under ``m`` (``gate_proj``, ``up_proj``, ``down_proj``: nn.Linear (out, in), transposed)."""
+    gate = tensors.get(m + "gate_proj.weight", (None, d))  # (inner, d)
+    inner = int(gate.shape[0])
+    return GatedMlp(gate.T, tensors.get(m + "up_proj.weight", (inner, d)).T,
+                    tensors.get(m + "down_proj.weight", (d, inner)).T, act)
 
 
 def grouped_top_k(scores: Array, bias: Array, groups: int, top_groups: int, top_k: int, renormalise: bool,
