@@ -35,7 +35,7 @@ from qkv_tui.importers.hf_config import Config
 from qkv_tui.importers.hf_deepseek import LATENT_EPS, _as_heads
 from qkv_tui.importers.hf_kimi_linear_config import FULL, KimiSizes, kimi_sizes, whole
 from qkv_tui.importers.hf_mimo import SigmoidMoe
-from qkv_tui.importers.hf_mlp import correction_bias, read_swiglu, read_swiglu_experts
+from qkv_tui.importers.hf_mlp import read_router, read_swiglu, read_swiglu_experts
 from qkv_tui.importers.hf_tensors import lookup, prefix_of
 from qkv_tui.importers.safetensors_raw import TensorFiles
 from qkv_tui.importers.stack import ACTIVATIONS, Array, Attention, Layer, Model, Norm, Tokenize
@@ -111,7 +111,7 @@ def _mlp_prefix(tensors: TensorFiles, h: str, probe: str) -> str:
 
 def read_moe(config: Config, tensors: TensorFiles, h: str) -> Callable[[Array], Array]:
     """A sparse layer's MLP: the routed experts (SigmoidMoe, KimiLinearTopkRouter's choice) plus the shared ones."""
-    raw, get, d, name = config.raw, tensors.get, config.d_model, "config.json"
+    raw, d, name = config.raw, config.d_model, "config.json"
     act = ACTIVATIONS[config.activation]
     m = _mlp_prefix(tensors, h, "gate.weight")
     experts = whole(name, raw, ("num_experts", "num_local_experts"), 256)
@@ -127,9 +127,8 @@ def read_moe(config: Config, tensors: TensorFiles, h: str) -> Callable[[Array], 
         raise ImporterError(f"config.json: routed_scaling_factor = {_show(scaling)}; expected a number > 0")
     renorm = raw.get("moe_renormalize", raw.get("norm_topk_prob", True)) is not False
     W_gate, W_up, W_down = read_swiglu_experts(tensors, m, experts, d, "w1", "w3", "w2")
-    bias = correction_bias(tensors, m, experts)
-    routed = SigmoidMoe(get(m + "gate.weight", (experts, d)).T, bias, W_gate, W_up, W_down, top_k, groups, top_groups,
-                        renorm, float(scaling), act)
+    router = read_router(tensors, m, experts, d, top_k, groups, top_groups, renorm, float(scaling))
+    routed = SigmoidMoe(router, W_gate, W_up, W_down, act)
     shared = read_swiglu(tensors, m + "shared_experts.", d, act) if m + "shared_experts.gate_proj.weight" in tensors else None
     return routed if shared is None else (lambda x: routed(x) + shared(x))
 

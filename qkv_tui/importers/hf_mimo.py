@@ -24,12 +24,17 @@ import numpy as np
 from qkv_tui.importers.errors import ImporterError
 from qkv_tui.importers.hf_config import Config, layer_type, sliding_window
 from qkv_tui.importers.hf_mimo_config import is_sparse, mimo_rope
-from qkv_tui.importers.hf_mlp import add_swiglu_experts, correction_bias, grouped_top_k, read_swiglu, read_swiglu_experts
+from qkv_tui.importers.hf_mlp import (
+    GroupedRouter,
+    add_swiglu_experts,
+    read_router,
+    read_swiglu,
+    read_swiglu_experts,
+)
 from qkv_tui.importers.hf_tensors import lookup, prefix_of
 from qkv_tui.importers.safetensors_raw import TensorFiles
 from qkv_tui.importers.schedule import entry
 from qkv_tui.importers.stack import ACTIVATIONS, Array, Attention, Layer, Model, Norm, Rope, Tokenize
-from qkv_tui.kernels.gate import sigmoid
 
 
 @dataclass(frozen=True, eq=False)
@@ -39,22 +44,14 @@ class SigmoidMoe:
     best such scores sum highest; the chosen experts' σ (not the biased score) weigh them, renormalised to
     sum 1 with norm_topk_prob (+ 1e-20), times routed_scaling_factor. Each expert is a SwiGLU."""
 
-    W_router: Array  # (d_model, experts)
-    bias: Array  # (experts,) e_score_correction_bias: it steers the choice only
+    router: GroupedRouter
     W_gate: Array  # (experts, d_model, inner)
     W_up: Array  # (experts, d_model, inner)
     W_down: Array  # (experts, inner, d_model)
-    top_k: int
-    groups: int
-    top_groups: int
-    renormalise: bool
-    scaling: float
     act: Callable[[Array], Array]
 
     def __call__(self, x: Array) -> Array:
-        scores = sigmoid(x @ self.W_router)  # (n, experts)
-        chosen, weights = grouped_top_k(scores, self.bias, self.groups, self.top_groups, self.top_k, self.renormalise,
-                                        self.scaling)
+        chosen, weights = self.router.choose(x)
         out = np.zeros_like(x)  # (n, d_model)
         add_swiglu_experts(out, x, chosen, weights, self.W_gate, self.W_up, self.W_down, self.act)
         return out
@@ -76,7 +73,7 @@ def _positive(raw: dict[str, Any], key: str) -> float:
 
 def _moe(config: Config, tensors: TensorFiles, m: str) -> SigmoidMoe:
     """The sparse MLP under ``m`` (a layer's "mlp."): experts as the Hub stores them, or transformers' fused form."""
-    raw, get, d = config.raw, tensors.get, config.d_model
+    raw, d = config.raw, config.d_model
     experts, top_k = _whole(raw, "n_routed_experts"), _whole(raw, "num_experts_per_tok")
     groups, top_groups = _whole(raw, "n_group"), _whole(raw, "topk_group")
     if top_k > experts or experts % groups or top_groups > groups:
@@ -84,10 +81,9 @@ def _moe(config: Config, tensors: TensorFiles, m: str) -> SigmoidMoe:
                             f" {groups}, topk_group = {top_groups}; expected top-k ≤ experts, groups"
                             " dividing the experts and topk_group ≤ n_group")
     W_gate, W_up, W_down = read_swiglu_experts(tensors, m, experts, d)
-    bias = correction_bias(tensors, m, experts)
-    return SigmoidMoe(get(m + "gate.weight", (experts, d)).T, bias, W_gate, W_up, W_down, top_k, groups, top_groups,
-                      raw.get("norm_topk_prob", True) is not False, _positive(raw, "routed_scaling_factor"),
-                      ACTIVATIONS[config.activation])
+    router = read_router(tensors, m, experts, d, top_k, groups, top_groups, raw.get("norm_topk_prob", True) is not False,
+                         _positive(raw, "routed_scaling_factor"))
+    return SigmoidMoe(router, W_gate, W_up, W_down, ACTIVATIONS[config.activation])
 
 
 def open_mimo(config: Config, tensors: TensorFiles, tokenize: Tokenize, source: str) -> Model:

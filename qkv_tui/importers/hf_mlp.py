@@ -1,17 +1,20 @@
-"""The MLP pieces several Hugging Face families hold in common: the SwiGLU under one prefix, DeepSeek-V3's grouped
-top-k choice of experts (MiMo-V2-Flash, Kimi Linear, Nemotron-H), the SwiGLU experts as the Hub stores them or
-transformers fuses them, and running the chosen ones (MiMo-V2-Flash, Kimi Linear, Qwen3-Next). Each family's module
-keeps its own router and its extras."""
+"""The MLP pieces several Hugging Face families hold in common: the SwiGLU under one prefix; DeepSeek-V3's router
+and its grouped top-k choice of experts (MiMo-V2-Flash, Kimi Linear, Nemotron-H, and DeepSeek-V3.2 and GLM through
+hf_mimo.py); the SwiGLU experts as the Hub stores them or transformers fuses them, and running the chosen ones
+(MiMo-V2-Flash, Kimi Linear, Qwen3-Next). What a family adds (shared experts, latent projections, its own router)
+stays in its module."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import NDArray
 
 from qkv_tui.importers.safetensors_raw import TensorFiles
 from qkv_tui.importers.stack import Array, GatedMlp
+from qkv_tui.kernels.gate import sigmoid
 
 
 def read_swiglu(tensors: TensorFiles, m: str, d: int, act: Callable[[Array], Array]) -> GatedMlp:
@@ -42,10 +45,32 @@ def grouped_top_k(scores: Array, bias: Array, groups: int, top_groups: int, top_
     return chosen, weights * scaling
 
 
-def correction_bias(tensors: TensorFiles, m: str, experts: int) -> Array:
-    """The router's e_score_correction_bias under ``m``, or zeros where the checkpoint has none (it only steers)."""
+@dataclass(frozen=True, eq=False)
+class GroupedRouter:
+    """DeepSeek-V3's router: σ of the router logits, then :func:`grouped_top_k`."""
+
+    W_router: Array  # (d_model, experts)
+    bias: Array  # (experts,) e_score_correction_bias: it steers the choice only
+    top_k: int
+    groups: int
+    top_groups: int
+    renormalise: bool
+    scaling: float
+
+    def choose(self, x: Array) -> tuple[NDArray[np.intp], Array]:
+        """Each row of ``x``'s chosen experts (n, k) and their weights (n, k)."""
+        scores = sigmoid(x @ self.W_router)  # (n, experts)
+        return grouped_top_k(scores, self.bias, self.groups, self.top_groups, self.top_k, self.renormalise, self.scaling)
+
+
+def read_router(tensors: TensorFiles, m: str, experts: int, d: int, top_k: int, groups: int, top_groups: int,
+                renormalise: bool, scaling: float) -> GroupedRouter:
+    """The router under ``m`` (``gate.weight``, and ``gate.e_score_correction_bias`` or zeros where the checkpoint
+    has none: it only steers the choice)."""
     name = m + "gate.e_score_correction_bias"
-    return tensors.get(name, (experts,)) if name in tensors else np.zeros(experts)
+    bias = tensors.get(name, (experts,)) if name in tensors else np.zeros(experts)
+    return GroupedRouter(tensors.get(m + "gate.weight", (experts, d)).T, bias, top_k, groups, top_groups, renormalise,
+                         scaling)
 
 
 def read_swiglu_experts(tensors: TensorFiles, m: str, experts: int, d: int, gate: str = "gate_proj",
