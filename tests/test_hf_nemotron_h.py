@@ -31,7 +31,8 @@ from qkv_tui.core.ssd_part import SsdRecord
 from qkv_tui.core.variants.ssd import TABLE as SSD
 from qkv_tui.edges.export_toml import to_toml
 
-from .test_importers_families import TEXT, _ids, _place_tokenizer, _randomise, _with_tokenizer
+from .hooked_forward import forward_hooked
+from .test_importers_families import TEXT, _ids, _open, _place_tokenizer, _randomise, _with_tokenizer
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -68,12 +69,6 @@ def _nemotron(tmp_path: Path, seed: int, **extra: Any) -> tuple[Path, Any]:
     return folder, model.double().eval()
 
 
-def _open(tmp_path: Path, folder: Path, layer: int, extra: str = "") -> Any:
-    path = tmp_path / f"layer{layer}.toml"
-    path.write_text(f'[model]\nsource = "{folder}"\ntext = "{TEXT}"\nlayer = {layer}\n{extra}', encoding="utf-8")
-    return compute(parse_scenario(path.read_text(encoding="utf-8"), str(path)))
-
-
 def _grab(t: Any) -> np.ndarray:
     return np.array((t[0] if isinstance(t, tuple) else t)[0].detach().numpy())
 
@@ -104,12 +99,7 @@ def _reference(model: Any, ids: list[int], layer: int) -> dict[str, np.ndarray]:
     for module, key_in, key_out in watched:
         handles += [module.register_forward_pre_hook(before(key_in), with_kwargs=True),
                     module.register_forward_hook(after(key_out), with_kwargs=True)]
-    try:
-        with torch.no_grad():
-            model(input_ids=torch.tensor([ids]), use_cache=False)
-    finally:
-        for handle in handles:
-            handle.remove()
+    forward_hooked(model, ids, handles, use_cache=False)
     return seen
 
 

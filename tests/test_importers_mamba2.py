@@ -27,7 +27,8 @@ from qkv_tui.core.ssd_part import SsdRecord
 from qkv_tui.core.variants.ssd import TABLE as SSD
 from qkv_tui.edges.export_toml import to_toml
 
-from .test_importers_families import TEXT, _ids, _place_tokenizer, _randomise, _with_tokenizer
+from .hooked_forward import forward_hooked
+from .test_importers_families import TEXT, _ids, _open, _place_tokenizer, _randomise, _with_tokenizer
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -54,12 +55,6 @@ def _mamba2(tmp_path: Path, seed: int, **extra: Any) -> tuple[Path, Any]:
     return folder, model.double().eval()
 
 
-def _open(tmp_path: Path, folder: Path, layer: int, extra: str = "") -> Any:
-    path = tmp_path / f"layer{layer}.toml"
-    path.write_text(f'[model]\nsource = "{folder}"\ntext = "{TEXT}"\nlayer = {layer}\n{extra}', encoding="utf-8")
-    return compute(parse_scenario(path.read_text(encoding="utf-8"), str(path)))
-
-
 def _reference(model: Any, ids: list[int], layer: int) -> dict[str, np.ndarray]:
     """What the eager forward computes at ``layer``, caught by hooks on the block, its mixer and the gated norm."""
     seen: dict[str, np.ndarray] = {}
@@ -84,12 +79,7 @@ def _reference(model: Any, ids: list[int], layer: int) -> dict[str, np.ndarray]:
         before, after = on(*names)
         handles += [module.register_forward_pre_hook(before, with_kwargs=True),
                     module.register_forward_hook(after, with_kwargs=True)]
-    try:
-        with torch.no_grad():
-            model(input_ids=torch.tensor([ids]), use_cache=False)
-    finally:
-        for handle in handles:
-            handle.remove()
+    forward_hooked(model, ids, handles, use_cache=False)
     return seen
 
 
