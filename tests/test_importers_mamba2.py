@@ -14,7 +14,6 @@ float32 whatever the model's dtype (hidden_states.to(torch.float32)), and its sc
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +27,7 @@ from qkv_tui.core.variants.ssd import TABLE as SSD
 from qkv_tui.edges.export_toml import to_toml
 
 from .hooked_forward import forward_hooked
-from .test_importers_families import TEXT, _ids, _open, _place_tokenizer, _randomise, _with_tokenizer
+from .test_importers_families import TEXT, _edit_config, _ids, _open, _place_tokenizer, _randomise, _with_tokenizer
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -178,8 +177,7 @@ REFUSED = [
 def test_what_the_scenario_cannot_compute_is_one_line(cli: Any, tmp_path: Path, change: dict[str, Any],
                                                      said: str) -> None:
     folder, _ = _mamba2(tmp_path, seed=64)
-    data = json.loads((folder / "config.json").read_text(encoding="utf-8"))
-    (folder / "config.json").write_text(json.dumps(data | change), encoding="utf-8")
+    _edit_config(folder, change)
     path = tmp_path / "refused.toml"
     path.write_text(f'[model]\nsource = "{folder}"\ntext = "{TEXT}"\n', encoding="utf-8")
     assert said in _refused(cli, path)
