@@ -18,6 +18,8 @@ from qkv_tui.core import variants
 from qkv_tui.core.diagnose import refused
 from qkv_tui.core.scenario import load_scenario
 
+from .dsa_numpy import indexer_selection
+
 SCENARIOS = Path(__file__).resolve().parents[1] / "scenarios"
 
 
@@ -25,20 +27,9 @@ def _dsa(no_scale: bool = False, fill_zero: bool = False, full: bool = False) ->
     """A learner's DeepSeek sparse attention of scenarios/dsa.toml: the indexer's top_k per query (ties to the
     earlier key), then one softmax head over the selected keys; optionally with one mistake."""
     doc = tomllib.loads((SCENARIOS / "dsa.toml").read_text(encoding="utf-8"))
-    X = np.array(doc["X"], dtype=float)
-    n = len(X)
-    causal = np.tril(np.ones((n, n), dtype=bool))
-    ix = doc["indexer"]
-    H, top_k = ix["num_heads"], ix["top_k"]
-    W_q, W_k, W_w = (np.array(ix[k], dtype=float) for k in ("W_q", "W_k", "W_w"))
-    d_I = W_k.shape[1]
-    q, k, w = (X @ W_q).reshape(n, H, d_I), X @ W_k, X @ W_w / math.sqrt(H * d_I)
-    index = np.einsum("tj,tjs->ts", w, np.maximum(np.einsum("tjd,sd->tjs", q, k), 0.0))
-    selected = np.zeros((n, n), dtype=bool)
-    for t in range(n):
-        for s in sorted(np.flatnonzero(causal[t]), key=lambda s: (-index[t, s], s))[:top_k]:
-            selected[t, s] = True
+    causal, selected = indexer_selection(doc)
     mask = causal if full else selected
+    X = np.array(doc["X"], dtype=float)
     head = doc["heads"][0]
     Q, K, V = (X @ np.array(head[m], dtype=float) for m in ("W_Q", "W_K", "W_V"))
     scores = Q @ K.T

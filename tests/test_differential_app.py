@@ -9,9 +9,8 @@ import numpy as np
 from qkv_tui import compute, load_scenario
 from qkv_tui.display.heads_grid import MASKED, MINUS, NEGATIVE, HeadMap, HeadsGrid, glyph
 from qkv_tui.ui.app import QKVApp
-from qkv_tui.ui.widgets.panels import ExplainPanel, FormulaLine
 
-from .test_app import text_of
+from .app_walk import stages_seen, step_through, storm, tiles_and_cache
 
 STAGES = ("Score₁", "Scale₁", "Softmax₁", "Score₂", "Scale₂", "Softmax₂", "λ", "Subtract", "Mix", "Sub-norm",
           "1 − λ_init", "Concat")
@@ -19,30 +18,16 @@ STAGES = ("Score₁", "Scale₁", "Softmax₁", "Score₂", "Scale₂", "Softmax
 
 async def test_every_operation_steps_at_80x24() -> None:
     app = QKVApp("differential")
-    seen: set[str] = set()
     async with app.run_test(size=(80, 24)) as pilot:
-        await pilot.pause()
-        count = int(text_of(app, FormulaLine).split("op 1/")[1].split()[0])  # "op 1/286"
-        for _ in range(count - 1):
-            await pilot.press("right")
-            line = text_of(app, FormulaLine)
-            seen.update(s for s in STAGES if f" {s} ·" in line)
-            assert text_of(app, ExplainPanel).strip()
-        assert app.position.index == count - 1 and f"op {count}/{count}" in text_of(app, FormulaLine)
-        # a storm over the stages: back and forth, heads, the side views and out again
-        for key in ("home", "right_square_bracket", "tab", "right_square_bracket", "left", "t", "t", "k", "k",
-                    "v", "right", "enter", "end", "left_square_bracket", "p", "escape", "m", "escape"):
-            await pilot.press(key)
-    assert seen == set(STAGES)
+        said = await step_through(app, pilot)
+        await storm(pilot)
+    assert set(stages_seen(said, STAGES)) == set(STAGES)
 
 
 async def test_tiles_and_cache_refuse_in_one_line() -> None:
-    app = QKVApp("differential")
-    async with app.run_test(size=(80, 24)) as pilot:
-        await pilot.press("t")
-        assert "No tiles for differential attention" in text_of(app, ExplainPanel)
-        await pilot.press("t", "k")
-        assert "No KV-cache replay for differential attention" in text_of(app, ExplainPanel)
+    tiles, cache = await tiles_and_cache("differential")
+    assert "No tiles for differential attention" in tiles
+    assert "No KV-cache replay for differential attention" in cache
 
 
 def test_a_negative_weight_keeps_its_sign_in_the_heads_grid() -> None:

@@ -6,7 +6,6 @@ recomputed here from the file's numbers with NumPy alone."""
 
 from __future__ import annotations
 
-import math
 import re
 import tomllib
 from pathlib import Path
@@ -23,6 +22,7 @@ from qkv_tui.ui.app import QKVApp
 from qkv_tui.ui.widgets.heads import HeadsPanel
 from qkv_tui.ui.widgets.panels import ExplainPanel
 
+from .dsa_numpy import indexer_selection
 from .test_app import text_of
 
 BUILTIN = Path(__file__).resolve().parents[1] / "scenarios" / "dsa.toml"
@@ -32,21 +32,7 @@ WORDS = "not selected by the indexer"
 
 def _dropped(text: str = TEXT) -> np.ndarray:
     """(n, n) the keys the causal mask lets through that the indexer leaves out, by NumPy from the file."""
-    doc = tomllib.loads(text)
-    X = np.array(doc["X"], dtype=float)
-    n = len(X)
-    causal = np.tril(np.ones((n, n), dtype=bool))
-    ix = doc["indexer"]
-    H, top_k = ix["num_heads"], ix["top_k"]
-    W_q, W_k, W_w = (np.array(ix[k], dtype=float) for k in ("W_q", "W_k", "W_w"))
-    d_I = W_k.shape[1]
-    k, w = X @ W_k, X @ W_w / math.sqrt(H * d_I)
-    q = (X @ W_q).reshape(n, H, d_I)
-    scores = np.einsum("tj,tjs->ts", w, np.maximum(np.einsum("tjd,sd->tjs", q, k), 0.0))
-    selected = np.zeros((n, n), dtype=bool)
-    for t in range(n):
-        for s in sorted(np.flatnonzero(causal[t]), key=lambda s: (-scores[t, s], s))[:top_k]:
-            selected[t, s] = True
+    causal, selected = indexer_selection(tomllib.loads(text))
     return causal & ~selected
 
 

@@ -23,6 +23,7 @@ from qkv_tui.edges.export_json import to_json
 from qkv_tui.edges.export_toml import to_toml
 from qkv_tui.teach.trace import Trace
 
+from .hooked_forward import catch_o_proj, forward_hooked
 from .test_importers_families import TEXT, _ids, _linear, _open
 from .test_importers_gemma3n import FLOAT32, built  # noqa: F401  (the module's fixture: the saved model)
 
@@ -41,20 +42,8 @@ def _reference(model: Any, layer: int, ids: list[int]) -> dict[str, Any]:
         keys, values = kwargs["shared_kv_states"][att.layer_type]  # (1, kv heads, n, head_dim) each
         seen["K"], seen["V"] = keys[0].detach().numpy().copy(), values[0].detach().numpy().copy()
 
-    def before_o(module: Any, args: tuple[Any, ...]) -> None:
-        seen["merged"] = args[0][0].detach().numpy().copy()
-
-    def after_o(module: Any, args: tuple[Any, ...], out: Any) -> None:
-        seen["attn"] = out[0].detach().numpy().copy()
-
-    hooks = [att.register_forward_pre_hook(before_attention, with_kwargs=True),
-             att.o_proj.register_forward_pre_hook(before_o), att.o_proj.register_forward_hook(after_o)]
-    try:
-        with torch.no_grad():
-            model(input_ids=torch.tensor([ids]))
-    finally:
-        for h in hooks:
-            h.remove()
+    forward_hooked(model, ids, [att.register_forward_pre_hook(before_attention, with_kwargs=True),
+                                *catch_o_proj(att.o_proj, seen)])
     return seen
 
 

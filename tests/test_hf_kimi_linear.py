@@ -26,6 +26,7 @@ from qkv_tui.importers.hf_folder import open_folder
 from qkv_tui.importers.stack import residual_stream
 from qkv_tui.kernels.deltanet_parts import Around
 
+from .hooked_forward import forward_hooked
 from .test_importers_families import TEXT, _ids, _open, _place_tokenizer, _randomise, _with_tokenizer
 
 torch = pytest.importorskip("torch")
@@ -79,12 +80,7 @@ def _hooked(model: Any, ids: list[int], layer: int) -> dict[str, np.ndarray]:
              attn.o_proj.register_forward_hook(keep("attn"))]
     if hasattr(attn, "o_norm"):  # the rule's o per head (n, H, d_k) and the gate's input z, before Kimi's norm
         hooks.append(attn.o_norm.register_forward_pre_hook(keep("o", 0)))
-    try:
-        with torch.no_grad():
-            out = model(input_ids=torch.tensor([ids]), output_hidden_states=True)
-    finally:
-        for h in hooks:
-            h.remove()
+    out = forward_hooked(model, ids, hooks, output_hidden_states=True)
     for i, h in enumerate(out.hidden_states):
         seen[f"hidden{i}"] = h[0].numpy()
     return seen

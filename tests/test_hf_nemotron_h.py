@@ -31,7 +31,9 @@ from qkv_tui.core.ssd_part import SsdRecord
 from qkv_tui.core.variants.ssd import TABLE as SSD
 from qkv_tui.edges.export_toml import to_toml
 
-from .test_importers_families import TEXT, _ids, _place_tokenizer, _randomise, _with_tokenizer
+from .hooked_forward import forward_hooked
+from .test_importers_families import TEXT, _edit_config, _ids, _open, _place_tokenizer, _randomise, _with_tokenizer
+from .test_importers_mamba2 import _refused
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -68,12 +70,6 @@ def _nemotron(tmp_path: Path, seed: int, **extra: Any) -> tuple[Path, Any]:
     return folder, model.double().eval()
 
 
-def _open(tmp_path: Path, folder: Path, layer: int, extra: str = "") -> Any:
-    path = tmp_path / f"layer{layer}.toml"
-    path.write_text(f'[model]\nsource = "{folder}"\ntext = "{TEXT}"\nlayer = {layer}\n{extra}', encoding="utf-8")
-    return compute(parse_scenario(path.read_text(encoding="utf-8"), str(path)))
-
-
 def _grab(t: Any) -> np.ndarray:
     return np.array((t[0] if isinstance(t, tuple) else t)[0].detach().numpy())
 
@@ -104,12 +100,7 @@ def _reference(model: Any, ids: list[int], layer: int) -> dict[str, np.ndarray]:
     for module, key_in, key_out in watched:
         handles += [module.register_forward_pre_hook(before(key_in), with_kwargs=True),
                     module.register_forward_hook(after(key_out), with_kwargs=True)]
-    try:
-        with torch.no_grad():
-            model(input_ids=torch.tensor([ids]), use_cache=False)
-    finally:
-        for handle in handles:
-            handle.remove()
+    forward_hooked(model, ids, handles, use_cache=False)
     return seen
 
 
@@ -194,12 +185,6 @@ def test_the_experts_match_nemotron_h_moe(tmp_path: Path) -> None:
         _close(ours, theirs)
 
 
-def _refused(cli: Any, path: Path) -> str:
-    run = cli("--check", str(path))
-    assert run.code == 2 and run.out == "" and run.err.count("\n") == 1 and "Traceback" not in run.err, run.err
-    return str(run.err)
-
-
 @pytest.mark.parametrize(("layer", "what"), [(1, "an MLP block (layers_block_type 'mlp')"),
                                              (3, "a mixture-of-experts MLP block (layers_block_type 'moe')")])
 def test_an_mlp_layer_is_one_line_naming_the_layers_that_open(cli: Any, tmp_path: Path, layer: int, what: str) -> None:
@@ -274,8 +259,7 @@ REFUSED = [
 def test_what_the_scenario_cannot_compute_is_one_line(cli: Any, tmp_path: Path, change: dict[str, Any],
                                                      said: str) -> None:
     folder, _ = _nemotron(tmp_path, seed=96)
-    data = json.loads((folder / "config.json").read_text(encoding="utf-8"))
-    (folder / "config.json").write_text(json.dumps(data | change), encoding="utf-8")
+    _edit_config(folder, change)
     path = tmp_path / "refused.toml"
     path.write_text(f'[model]\nsource = "{folder}"\ntext = "{TEXT}"\n', encoding="utf-8")
     assert said in _refused(cli, path)

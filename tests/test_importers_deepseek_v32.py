@@ -23,6 +23,7 @@ from qkv_tui.core.indexer_part import Selection
 from qkv_tui.importers.expand import open_source
 from qkv_tui.importers.stack import residual_stream
 
+from .hooked_forward import forward_hooked
 from .test_importers_deepseek import _compare, _lines
 from .test_importers_families import (
     ROPE_FLOAT32,
@@ -58,12 +59,7 @@ def _their_selection(model: Any, ids: list[int]) -> list[np.ndarray]:
     seen: list[np.ndarray] = []
     hooks = [block.self_attn.indexer.register_forward_hook(lambda m, a, out: seen.append(out[0].numpy().copy()))
              for block in model.model.layers]
-    try:
-        with torch.no_grad():
-            model(input_ids=torch.tensor([ids]))
-    finally:
-        for h in hooks:
-            h.remove()
+    forward_hooked(model, ids, hooks)
     return seen
 
 

@@ -31,6 +31,7 @@ from qkv_tui.kernels.softcap import Capped
 from qkv_tui.teach.stepper import Position
 
 from .conftest import BASE, HEAD
+from .hooked_forward import catch_o_proj, forward_hooked
 from .model_fixtures import llama_tokenizer
 
 torch = pytest.importorskip("torch")
@@ -75,26 +76,15 @@ def _reference(model: Any, layers: Any, ids: list[int], layer: int, attention: C
         hidden = args[0] if args else kwargs["hidden_states"]
         seen["X"] = hidden[0].detach().numpy().copy()
 
-    def before_o(module: Any, args: tuple[Any, ...]) -> None:
-        seen["merged"] = args[0][0].detach().numpy().copy()
-
-    def after_o(module: Any, args: tuple[Any, ...], out: Any) -> None:
-        seen["attn"] = out[0].detach().numpy().copy()
-
-    hooks = [block.register_forward_pre_hook(before_block, with_kwargs=True),
-             o_proj(block).register_forward_pre_hook(before_o), o_proj(block).register_forward_hook(after_o)]
-    try:
-        with torch.no_grad():
-            model(input_ids=torch.tensor([ids]))
-    finally:
-        for h in hooks:
-            h.remove()
+    forward_hooked(model, ids, [block.register_forward_pre_hook(before_block, with_kwargs=True),
+                                *catch_o_proj(o_proj(block), seen)])
     return seen
 
 
-def _open(tmp_path: Path, folder: Path, layer: int) -> Any:
+def _open(tmp_path: Path, folder: Path, layer: int, extra: str = "") -> Any:
+    """Layer ``layer`` of the folder opened through a [model] table (``extra``: more of its lines) and computed."""
     path = tmp_path / f"layer{layer}.toml"
-    path.write_text(f'[model]\nsource = "{folder}"\ntext = "{TEXT}"\nlayer = {layer}\n', encoding="utf-8")
+    path.write_text(f'[model]\nsource = "{folder}"\ntext = "{TEXT}"\nlayer = {layer}\n{extra}', encoding="utf-8")
     return compute(parse_scenario(path.read_text(encoding="utf-8"), str(path)))
 
 

@@ -33,6 +33,7 @@ from qkv_tui.importers.hf_gemma3n import Gemma3n
 from qkv_tui.importers.hf_gemma3n_config import text_config
 from qkv_tui.importers.safetensors_raw import TensorFiles
 
+from .hooked_forward import catch_o_proj, forward_hooked
 from .model_fixtures import llama_tokenizer
 from .test_importers_families import _check, _ids, _linear, _open, _randomise
 
@@ -73,20 +74,8 @@ def _reference(model: Any, layer: int, ids: list[int] = IDS) -> dict[str, np.nda
     def before_attention(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         seen["X"] = kwargs["hidden_states"][0].detach().numpy().copy()
 
-    def before_o(module: Any, args: tuple[Any, ...]) -> None:
-        seen["merged"] = args[0][0].detach().numpy().copy()
-
-    def after_o(module: Any, args: tuple[Any, ...], out: Any) -> None:
-        seen["attn"] = out[0].detach().numpy().copy()
-
-    hooks = [att.register_forward_pre_hook(before_attention, with_kwargs=True),
-             att.o_proj.register_forward_pre_hook(before_o), att.o_proj.register_forward_hook(after_o)]
-    try:
-        with torch.no_grad():
-            model(input_ids=torch.tensor([ids]))
-    finally:
-        for h in hooks:
-            h.remove()
+    forward_hooked(model, ids, [att.register_forward_pre_hook(before_attention, with_kwargs=True),
+                                *catch_o_proj(att.o_proj, seen)])
     return seen
 
 

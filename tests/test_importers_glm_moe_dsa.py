@@ -21,6 +21,7 @@ from qkv_tui.core.indexer_part import Selection
 from qkv_tui.importers.expand import open_source
 from qkv_tui.importers.stack import residual_stream
 
+from .hooked_forward import forward_hooked
 from .test_importers_deepseek import _compare, _lines
 from .test_importers_deepseek_v32 import TOP_K, _as_mask, _decisive
 from .test_importers_families import (
@@ -58,12 +59,7 @@ def _their_selection(model: Any, ids: list[int]) -> dict[int, np.ndarray]:
         if block.self_attn.indexer is not None:
             hooks.append(block.self_attn.indexer.register_forward_hook(
                 lambda m, a, out, i=i: seen.__setitem__(i, out[0].numpy().copy())))
-    try:
-        with torch.no_grad():
-            model(input_ids=torch.tensor([ids]))
-    finally:
-        for h in hooks:
-            h.remove()
+    forward_hooked(model, ids, hooks)
     return seen
 
 

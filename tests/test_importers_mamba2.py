@@ -14,7 +14,6 @@ float32 whatever the model's dtype (hidden_states.to(torch.float32)), and its sc
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +26,8 @@ from qkv_tui.core.ssd_part import SsdRecord
 from qkv_tui.core.variants.ssd import TABLE as SSD
 from qkv_tui.edges.export_toml import to_toml
 
-from .test_importers_families import TEXT, _ids, _place_tokenizer, _randomise, _with_tokenizer
+from .hooked_forward import forward_hooked
+from .test_importers_families import TEXT, _edit_config, _ids, _open, _place_tokenizer, _randomise, _with_tokenizer
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -54,12 +54,6 @@ def _mamba2(tmp_path: Path, seed: int, **extra: Any) -> tuple[Path, Any]:
     return folder, model.double().eval()
 
 
-def _open(tmp_path: Path, folder: Path, layer: int, extra: str = "") -> Any:
-    path = tmp_path / f"layer{layer}.toml"
-    path.write_text(f'[model]\nsource = "{folder}"\ntext = "{TEXT}"\nlayer = {layer}\n{extra}', encoding="utf-8")
-    return compute(parse_scenario(path.read_text(encoding="utf-8"), str(path)))
-
-
 def _reference(model: Any, ids: list[int], layer: int) -> dict[str, np.ndarray]:
     """What the eager forward computes at ``layer``, caught by hooks on the block, its mixer and the gated norm."""
     seen: dict[str, np.ndarray] = {}
@@ -84,12 +78,7 @@ def _reference(model: Any, ids: list[int], layer: int) -> dict[str, np.ndarray]:
         before, after = on(*names)
         handles += [module.register_forward_pre_hook(before, with_kwargs=True),
                     module.register_forward_hook(after, with_kwargs=True)]
-    try:
-        with torch.no_grad():
-            model(input_ids=torch.tensor([ids]), use_cache=False)
-    finally:
-        for handle in handles:
-            handle.remove()
+    forward_hooked(model, ids, handles, use_cache=False)
     return seen
 
 
@@ -188,8 +177,7 @@ REFUSED = [
 def test_what_the_scenario_cannot_compute_is_one_line(cli: Any, tmp_path: Path, change: dict[str, Any],
                                                      said: str) -> None:
     folder, _ = _mamba2(tmp_path, seed=64)
-    data = json.loads((folder / "config.json").read_text(encoding="utf-8"))
-    (folder / "config.json").write_text(json.dumps(data | change), encoding="utf-8")
+    _edit_config(folder, change)
     path = tmp_path / "refused.toml"
     path.write_text(f'[model]\nsource = "{folder}"\ntext = "{TEXT}"\n', encoding="utf-8")
     assert said in _refused(cli, path)

@@ -29,10 +29,11 @@ import numpy as np
 from qkv_tui.base.values import show as _show
 from qkv_tui.importers.errors import ImporterError
 from qkv_tui.importers.hf_config import Config
+from qkv_tui.importers.hf_mlp import read_swiglu
 from qkv_tui.importers.hf_tensors import lookup, prefix_of
 from qkv_tui.importers.safetensors_raw import TensorFiles
 from qkv_tui.importers.schedule import hf_schedule
-from qkv_tui.importers.stack import ACTIVATIONS, Array, Attention, GatedMlp, Layer, Model, Norm, Rope, Tokenize
+from qkv_tui.importers.stack import ACTIVATIONS, Array, Attention, Layer, Model, Norm, Rope, Tokenize
 from qkv_tui.kernels.mla import MlaWeights
 
 LATENT_EPS = 1e-6  # q_a_layernorm and kv_a_layernorm are built without the config's rms_norm_eps, so 1e-6
@@ -135,10 +136,7 @@ def open_deepseek(config: Config, tensors: TensorFiles, tokenize: Tokenize, sour
         w = weights(h + "self_attn.")
         W_O = get(h + "self_attn.o_proj.weight", (d, H * d_v)).T  # (H·d_v, d)
         if i < dense_until:
-            gate = get(h + "mlp.gate_proj.weight", (None, d))  # (intermediate, d)
-            inter = int(gate.shape[0])
-            mlp: Any = GatedMlp(gate.T, get(h + "mlp.up_proj.weight", (inter, d)).T,
-                                get(h + "mlp.down_proj.weight", (d, inter)).T, act)
+            mlp: Any = read_swiglu(tensors, h + "mlp.", d, act)
         else:
             mlp = moe(i)
         return Layer(

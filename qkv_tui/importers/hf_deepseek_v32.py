@@ -38,9 +38,10 @@ from qkv_tui.importers.errors import ImporterError
 from qkv_tui.importers.hf_config import Config
 from qkv_tui.importers.hf_deepseek import open_deepseek
 from qkv_tui.importers.hf_mimo import _moe as sigmoid_moe
+from qkv_tui.importers.hf_mlp import read_swiglu
 from qkv_tui.importers.hf_tensors import prefix_of
 from qkv_tui.importers.safetensors_raw import TensorFiles
-from qkv_tui.importers.stack import ACTIVATIONS, Array, GatedMlp, Layer, Model, Rope, Tokenize
+from qkv_tui.importers.stack import ACTIVATIONS, Array, Layer, Model, Rope, Tokenize
 from qkv_tui.kernels.attention import project
 from qkv_tui.kernels.indexer import DEFAULT_K_EPS, BoolMatrix, IndexerWeights, index
 from qkv_tui.kernels.mla import MlaWeights, mla_head, mla_shared
@@ -135,10 +136,8 @@ def open_deepseek_v32(config: Config, tensors: TensorFiles, tokenize: Tokenize, 
         transformers' DeepseekV32MoE and GlmMoeDsaMoE run them) plus the shared experts, a SwiGLU on every token."""
         m = f"{p}layers.{i}.mlp."
         routed = sigmoid_moe(config, tensors, m)
-        gate = get(m + "shared_experts.gate_proj.weight", (None, d))  # (moe_intermediate·n_shared_experts, d)
-        inner = int(gate.shape[0])
-        common = GatedMlp(gate.T, get(m + "shared_experts.up_proj.weight", (inner, d)).T,
-                          get(m + "shared_experts.down_proj.weight", (d, inner)).T, ACTIVATIONS[config.activation])
+        # the shared experts are one SwiGLU of moe_intermediate·n_shared_experts
+        common = read_swiglu(tensors, m + "shared_experts.", d, ACTIVATIONS[config.activation])
         return lambda x: routed(x) + common(x)
 
     def layer(i: int) -> Layer:

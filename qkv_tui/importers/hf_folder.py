@@ -57,6 +57,7 @@ from qkv_tui.importers.hf_gemma3n import open_gemma3n
 from qkv_tui.importers.hf_kimi_linear import open_kimi_linear
 from qkv_tui.importers.hf_mamba2_folder import open_mamba2
 from qkv_tui.importers.hf_mimo import open_mimo
+from qkv_tui.importers.hf_mlp import read_swiglu
 from qkv_tui.importers.hf_nemotron_h import open_nemotron_h
 from qkv_tui.importers.hf_tensors import lookup, prefix_of
 from qkv_tui.importers.safetensors_raw import TensorFiles
@@ -251,9 +252,7 @@ def _llama(config: Config, tensors: TensorFiles, tokenize: Tokenize, source: str
             fused = get(h + "mlp.gate_up_proj.weight", (None, d))  # (2·intermediate, d): gate rows, then up rows
             inter = int(fused.shape[0]) // 2
             return GatedMlp(fused[:inter].T, fused[inter:].T, get(h + "mlp.down_proj.weight", (d, inter)).T, act)
-        gate = get(h + "mlp.gate_proj.weight", (None, d))  # (intermediate, d)
-        inter = int(gate.shape[0])
-        return GatedMlp(gate.T, get(h + "mlp.up_proj.weight", (inter, d)).T, get(h + "mlp.down_proj.weight", (d, inter)).T, act)
+        return read_swiglu(tensors, h + "mlp.", d, act)
 
     olmo2 = config.model_type == "olmo2"
     schedule = hf_schedule(config)

@@ -35,9 +35,10 @@ from qkv_tui.importers.hf_config import Config
 from qkv_tui.importers.hf_deepseek import LATENT_EPS, _as_heads
 from qkv_tui.importers.hf_kimi_linear_config import FULL, KimiSizes, kimi_sizes, whole
 from qkv_tui.importers.hf_mimo import SigmoidMoe
+from qkv_tui.importers.hf_mlp import read_router, read_swiglu, read_swiglu_experts
 from qkv_tui.importers.hf_tensors import lookup, prefix_of
 from qkv_tui.importers.safetensors_raw import TensorFiles
-from qkv_tui.importers.stack import ACTIVATIONS, Array, Attention, GatedMlp, Layer, Model, Norm, Tokenize
+from qkv_tui.importers.stack import ACTIVATIONS, Array, Attention, Layer, Model, Norm, Tokenize
 from qkv_tui.kernels.kda import KdaLayerWeights, kda_layer
 from qkv_tui.kernels.mla import MlaWeights
 
@@ -108,16 +109,9 @@ def _mlp_prefix(tensors: TensorFiles, h: str, probe: str) -> str:
     return h + ("mlp." if h + "mlp." + probe in tensors else "block_sparse_moe.")
 
 
-def _swiglu(tensors: TensorFiles, m: str, d: int, act: Callable[[Array], Array]) -> GatedMlp:
-    gate = tensors.get(m + "gate_proj.weight", (None, d))  # (inner, d)
-    inner = int(gate.shape[0])
-    return GatedMlp(gate.T, tensors.get(m + "up_proj.weight", (inner, d)).T,
-                    tensors.get(m + "down_proj.weight", (d, inner)).T, act)
-
-
 def read_moe(config: Config, tensors: TensorFiles, h: str) -> Callable[[Array], Array]:
     """A sparse layer's MLP: the routed experts (SigmoidMoe, KimiLinearTopkRouter's choice) plus the shared ones."""
-    raw, get, d, name = config.raw, tensors.get, config.d_model, "config.json"
+    raw, d, name = config.raw, config.d_model, "config.json"
     act = ACTIVATIONS[config.activation]
     m = _mlp_prefix(tensors, h, "gate.weight")
     experts = whole(name, raw, ("num_experts", "num_local_experts"), 256)
@@ -132,22 +126,10 @@ def read_moe(config: Config, tensors: TensorFiles, h: str) -> Callable[[Array], 
     if isinstance(scaling, bool) or not isinstance(scaling, (int, float)) or not 0 < scaling < float("inf"):
         raise ImporterError(f"config.json: routed_scaling_factor = {_show(scaling)}; expected a number > 0")
     renorm = raw.get("moe_renormalize", raw.get("norm_topk_prob", True)) is not False
-    if m + "experts.gate_up_proj" in tensors:  # (experts, 2·inner, d): gate rows, then up rows
-        fused = get(m + "experts.gate_up_proj", (experts, None, d))
-        inner = int(fused.shape[1]) // 2
-        W_gate, W_up = fused[:, :inner].transpose(0, 2, 1), fused[:, inner:].transpose(0, 2, 1)
-        W_down = get(m + "experts.down_proj", (experts, d, inner)).transpose(0, 2, 1)
-    else:
-        gates = [get(f"{m}experts.{e}.w1.weight", (None, d)) for e in range(experts)]  # (inner, d) each
-        inner = int(gates[0].shape[0])
-        W_gate = np.stack([g.T for g in gates])
-        W_up = np.stack([get(f"{m}experts.{e}.w3.weight", (inner, d)).T for e in range(experts)])
-        W_down = np.stack([get(f"{m}experts.{e}.w2.weight", (d, inner)).T for e in range(experts)])
-    bias = get(m + "gate.e_score_correction_bias", (experts,)) if m + "gate.e_score_correction_bias" in tensors \
-        else np.zeros(experts)
-    routed = SigmoidMoe(get(m + "gate.weight", (experts, d)).T, bias, W_gate, W_up, W_down, top_k, groups, top_groups,
-                        renorm, float(scaling), act)
-    shared = _swiglu(tensors, m + "shared_experts.", d, act) if m + "shared_experts.gate_proj.weight" in tensors else None
+    W_gate, W_up, W_down = read_swiglu_experts(tensors, m, experts, d, "w1", "w3", "w2")
+    router = read_router(tensors, m, experts, d, top_k, groups, top_groups, renorm, float(scaling))
+    routed = SigmoidMoe(router, W_gate, W_up, W_down, act)
+    shared = read_swiglu(tensors, m + "shared_experts.", d, act) if m + "shared_experts.gate_proj.weight" in tensors else None
     return routed if shared is None else (lambda x: routed(x) + shared(x))
 
 
@@ -176,7 +158,7 @@ def open_kimi_linear(config: Config, tensors: TensorFiles, tokenize: Tokenize, s
 
     def layer(i: int) -> Layer:
         h = f"{p}layers.{i}."
-        mlp = (_swiglu(tensors, _mlp_prefix(tensors, h, "gate_proj.weight"), d, act) if s.mlp_types[i] == "dense"
+        mlp = (read_swiglu(tensors, _mlp_prefix(tensors, h, "gate_proj.weight"), d, act) if s.mlp_types[i] == "dense"
                else read_moe(config, tensors, h))
         norms: dict[str, Any] = {"norm": rms(h + "input_layernorm"), "mlp_norm": rms(h + "post_attention_layernorm"),
                                  "mlp": mlp, "scale": None, "window": None, "rotary": False}

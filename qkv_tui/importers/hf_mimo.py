@@ -24,11 +24,17 @@ import numpy as np
 from qkv_tui.importers.errors import ImporterError
 from qkv_tui.importers.hf_config import Config, layer_type, sliding_window
 from qkv_tui.importers.hf_mimo_config import is_sparse, mimo_rope
+from qkv_tui.importers.hf_mlp import (
+    GroupedRouter,
+    add_swiglu_experts,
+    read_router,
+    read_swiglu,
+    read_swiglu_experts,
+)
 from qkv_tui.importers.hf_tensors import lookup, prefix_of
 from qkv_tui.importers.safetensors_raw import TensorFiles
 from qkv_tui.importers.schedule import entry
-from qkv_tui.importers.stack import ACTIVATIONS, Array, Attention, GatedMlp, Layer, Model, Norm, Rope, Tokenize
-from qkv_tui.kernels.gate import sigmoid
+from qkv_tui.importers.stack import ACTIVATIONS, Array, Attention, Layer, Model, Norm, Rope, Tokenize
 
 
 @dataclass(frozen=True, eq=False)
@@ -38,38 +44,16 @@ class SigmoidMoe:
     best such scores sum highest; the chosen experts' σ (not the biased score) weigh them, renormalised to
     sum 1 with norm_topk_prob (+ 1e-20), times routed_scaling_factor. Each expert is a SwiGLU."""
 
-    W_router: Array  # (d_model, experts)
-    bias: Array  # (experts,) e_score_correction_bias: it steers the choice only
+    router: GroupedRouter
     W_gate: Array  # (experts, d_model, inner)
     W_up: Array  # (experts, d_model, inner)
     W_down: Array  # (experts, inner, d_model)
-    top_k: int
-    groups: int
-    top_groups: int
-    renormalise: bool
-    scaling: float
     act: Callable[[Array], Array]
 
     def __call__(self, x: Array) -> Array:
-        scores = sigmoid(x @ self.W_router)  # (n, experts)
-        choice = scores + self.bias  # (n, experts)
-        n, experts = choice.shape
-        per_group = np.sort(choice.reshape(n, self.groups, experts // self.groups), axis=2)[:, :, -2:].sum(axis=2)
-        kept = np.argsort(-per_group, axis=1, kind="stable")[:, : self.top_groups]  # (n, top_groups)
-        allowed = np.zeros((n, self.groups), dtype=bool)
-        np.put_along_axis(allowed, kept, True, axis=1)
-        choice = np.where(np.repeat(allowed, experts // self.groups, axis=1), choice, -np.inf)
-        chosen = np.argsort(-choice, axis=1, kind="stable")[:, : self.top_k]  # (n, k)
-        weights = np.take_along_axis(scores, chosen, axis=1)  # (n, k)
-        if self.renormalise:
-            weights = weights / (weights.sum(axis=1, keepdims=True) + 1e-20)
-        weights = weights * self.scaling
+        chosen, weights = self.router.choose(x)
         out = np.zeros_like(x)  # (n, d_model)
-        for row in range(n):
-            for slot in range(self.top_k):
-                e = int(chosen[row, slot])
-                hidden = self.act(x[row] @ self.W_gate[e]) * (x[row] @ self.W_up[e])  # (inner,)
-                out[row] += weights[row, slot] * (hidden @ self.W_down[e])
+        add_swiglu_experts(out, x, chosen, weights, self.W_gate, self.W_up, self.W_down, self.act)
         return out
 
 
@@ -89,29 +73,17 @@ def _positive(raw: dict[str, Any], key: str) -> float:
 
 def _moe(config: Config, tensors: TensorFiles, m: str) -> SigmoidMoe:
     """The sparse MLP under ``m`` (a layer's "mlp."): experts as the Hub stores them, or transformers' fused form."""
-    raw, get, d = config.raw, tensors.get, config.d_model
+    raw, d = config.raw, config.d_model
     experts, top_k = _whole(raw, "n_routed_experts"), _whole(raw, "num_experts_per_tok")
     groups, top_groups = _whole(raw, "n_group"), _whole(raw, "topk_group")
     if top_k > experts or experts % groups or top_groups > groups:
         raise ImporterError(f"config.json: num_experts_per_tok = {top_k}, n_routed_experts = {experts}, n_group ="
                             f" {groups}, topk_group = {top_groups}; expected top-k ≤ experts, groups"
                             " dividing the experts and topk_group ≤ n_group")
-    if m + "experts.gate_up_proj" in tensors:  # (experts, 2·inner, d): gate rows, then up rows
-        fused = get(m + "experts.gate_up_proj", (experts, None, d))
-        inner = int(fused.shape[1]) // 2
-        W_gate, W_up = fused[:, :inner].transpose(0, 2, 1), fused[:, inner:].transpose(0, 2, 1)
-        W_down = get(m + "experts.down_proj", (experts, d, inner)).transpose(0, 2, 1)
-    else:
-        gates = [get(f"{m}experts.{e}.gate_proj.weight", (None, d)) for e in range(experts)]  # (inner, d) each
-        inner = int(gates[0].shape[0])
-        W_gate = np.stack([g.T for g in gates])
-        W_up = np.stack([get(f"{m}experts.{e}.up_proj.weight", (inner, d)).T for e in range(experts)])
-        W_down = np.stack([get(f"{m}experts.{e}.down_proj.weight", (d, inner)).T for e in range(experts)])
-    bias = get(m + "gate.e_score_correction_bias", (experts,)) if m + "gate.e_score_correction_bias" in tensors \
-        else np.zeros(experts)
-    return SigmoidMoe(get(m + "gate.weight", (experts, d)).T, bias, W_gate, W_up, W_down, top_k, groups, top_groups,
-                      raw.get("norm_topk_prob", True) is not False, _positive(raw, "routed_scaling_factor"),
-                      ACTIVATIONS[config.activation])
+    W_gate, W_up, W_down = read_swiglu_experts(tensors, m, experts, d)
+    router = read_router(tensors, m, experts, d, top_k, groups, top_groups, raw.get("norm_topk_prob", True) is not False,
+                         _positive(raw, "routed_scaling_factor"))
+    return SigmoidMoe(router, W_gate, W_up, W_down, ACTIVATIONS[config.activation])
 
 
 def open_mimo(config: Config, tensors: TensorFiles, tokenize: Tokenize, source: str) -> Model:
@@ -161,10 +133,7 @@ def open_mimo(config: Config, tensors: TensorFiles, tokenize: Tokenize, source: 
         if is_sparse(raw, i):
             mlp: Callable[[Array], Array] = _moe(config, tensors, h + "mlp.")
         else:
-            gate = get(h + "mlp.gate_proj.weight", (None, d))  # (intermediate, d)
-            inner = int(gate.shape[0])
-            mlp = GatedMlp(gate.T, get(h + "mlp.up_proj.weight", (inner, d)).T,
-                           get(h + "mlp.down_proj.weight", (d, inner)).T, act)
+            mlp = read_swiglu(tensors, h + "mlp.", d, act)
         read = mimo_rope("config.json", raw, layer_type(config, i), d_k)
         return Layer(
             norm=Norm("rms", get(h + "input_layernorm.weight", (d,)), None, config.eps), attention=attention,

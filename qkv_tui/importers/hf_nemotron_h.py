@@ -27,11 +27,11 @@ from qkv_tui.base.values import show as _show
 from qkv_tui.importers.errors import ImporterError
 from qkv_tui.importers.hf_config import Config
 from qkv_tui.importers.hf_mamba2 import mixer_table, mixer_weights
+from qkv_tui.importers.hf_mlp import GroupedRouter, read_router
 from qkv_tui.importers.hf_nemotron_h_config import ATTENTION, MAMBA, MLP, MOE, mixer_config
 from qkv_tui.importers.hf_tensors import lookup, prefix_of
 from qkv_tui.importers.safetensors_raw import TensorFiles
 from qkv_tui.importers.stack import ACTIVATIONS, Array, Attention, DenseMlp, Layer, Model, Norm, Tokenize
-from qkv_tui.kernels.gate import sigmoid
 from qkv_tui.kernels.ssd import mixer
 
 ENTRY = {MAMBA: "linear", ATTENTION: "full", MLP: "mlp", MOE: "mlp"}  # each kind's [input] schedule entry
@@ -54,40 +54,22 @@ class NemotronMoe:
     relu²(h·W_up)·W_down with no gate, on h = x (or x·W_latent_in where moe_latent_size projects it first, and back
     after); the shared expert (an MLP on x) is added."""
 
-    W_router: Array  # (d_model, experts)
-    bias: Array  # (experts,)
+    router: GroupedRouter
     # expert e's (W_up (d_in, inner), W_down (inner, d_in)), read when a token picks it: a released checkpoint has
     # 128 experts a layer, and widening every one to float64 to run a dozen tokens would take gigabytes
     expert: Callable[[int], tuple[Array, Array]]
-    top_k: int
-    groups: int
-    top_groups: int
-    renormalise: bool
-    scaling: float
     act: Callable[[Array], Array]
     shared: DenseMlp
     latent_in: Affine | None  # fc1_latent_proj, or None
     latent_out: Affine | None  # fc2_latent_proj
 
     def __call__(self, x: Array) -> Array:
-        scores = sigmoid(x @ self.W_router)  # (n, experts)
-        choice = scores + self.bias
-        n, experts = choice.shape
-        per_group = np.sort(choice.reshape(n, self.groups, experts // self.groups), axis=2)[:, :, -2:].sum(axis=2)
-        kept = np.argsort(-per_group, axis=1, kind="stable")[:, : self.top_groups]  # (n, top_groups)
-        allowed = np.zeros((n, self.groups), dtype=bool)
-        np.put_along_axis(allowed, kept, True, axis=1)
-        choice = np.where(np.repeat(allowed, experts // self.groups, axis=1), choice, -np.inf)
-        chosen = np.argsort(-choice, axis=1, kind="stable")[:, : self.top_k]  # (n, k)
-        weights = np.take_along_axis(scores, chosen, axis=1)  # (n, k)
-        if self.renormalise:
-            weights = weights / (weights.sum(axis=1, keepdims=True) + 1e-20)
-        weights = weights * self.scaling
+        chosen, weights = self.router.choose(x)
         h = x if self.latent_in is None else self.latent_in(x)  # (n, d_in)
         read = {e: self.expert(e) for e in sorted({int(e) for e in chosen.ravel()})}
         routed = np.zeros_like(h)
-        for row in range(n):
-            for slot in range(self.top_k):
+        for row in range(x.shape[0]):
+            for slot in range(self.router.top_k):
                 W_up, W_down = read[int(chosen[row, slot])]
                 routed[row] += weights[row, slot] * (self.act(h[row] @ W_up) @ W_down)
         out = routed if self.latent_out is None else self.latent_out(routed)
@@ -145,14 +127,12 @@ def read_moe(config: Config, tensors: TensorFiles, m: str, act: Callable[[Array]
         def expert(e: int) -> tuple[Array, Array]:
             return (get(f"{m}experts.{e}.up_proj.weight", (inner, d_in)).T,
                     get(f"{m}experts.{e}.down_proj.weight", (d_in, inner)).T)
-    bias_key = m + "gate.e_score_correction_bias"
-    bias = get(bias_key, (E,)) if bias_key in tensors else np.zeros(E)
+    router = read_router(tensors, m, E, d, raw["num_experts_per_tok"], raw["n_group"], raw["topk_group"],
+                         raw["norm_topk_prob"] is not False, float(raw["routed_scaling_factor"]))
     latent_in = latent_out = None
     if latent is not None:
         latent_in, latent_out = _linear(tensors, m + "fc1_latent_proj", d), _linear(tensors, m + "fc2_latent_proj", d_in)
-    return NemotronMoe(get(m + "gate.weight", (E, d)).T, bias, expert, raw["num_experts_per_tok"], raw["n_group"],
-                       raw["topk_group"], raw["norm_topk_prob"] is not False, float(raw["routed_scaling_factor"]), act,
-                       _dense(tensors, m + "shared_experts.", d, None, act), latent_in, latent_out)
+    return NemotronMoe(router, expert, act, _dense(tensors, m + "shared_experts.", d, None, act), latent_in, latent_out)
 
 
 def _spans(layers: list[int]) -> str:

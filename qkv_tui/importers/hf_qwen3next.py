@@ -17,6 +17,7 @@ import numpy as np
 
 from qkv_tui.importers.errors import ImporterError
 from qkv_tui.importers.hf_config import Config
+from qkv_tui.importers.hf_mlp import add_swiglu_experts, read_swiglu, read_swiglu_experts
 from qkv_tui.importers.safetensors_raw import TensorFiles
 from qkv_tui.importers.stack import Array, GatedMlp
 from qkv_tui.kernels.gate import sigmoid
@@ -45,11 +46,7 @@ class SharedExpertMoe:
         if self.renormalise:
             top = top / top.sum(axis=1, keepdims=True)
         out = sigmoid(x @ self.W_shared_gate) * self.shared(x)  # (n, d_model)
-        for row in range(x.shape[0]):
-            for slot in range(self.top_k):
-                e = int(chosen[row, slot])
-                hidden = self.act(x[row] @ self.W_gate[e]) * (x[row] @ self.W_up[e])  # (inner,)
-                out[row] += top[row, slot] * (hidden @ self.W_down[e])
+        add_swiglu_experts(out, x, chosen, top, self.W_gate, self.W_up, self.W_down, self.act)
         return out
 
 
@@ -74,22 +71,8 @@ def read_moe(config: Config, tensors: TensorFiles, m: str, act: Callable[[Array]
     experts, top_k = _whole(config, "num_experts", 512), _whole(config, "num_experts_per_tok", 10)
     if top_k > experts:
         raise ImporterError(f"config.json: num_experts_per_tok = {top_k} is more than num_experts = {experts}")
-    if m + "experts.gate_up_proj" in tensors:  # transformers' fused form: (experts, 2·inner, d), gate rows first
-        fused = get(m + "experts.gate_up_proj", (experts, None, d))
-        inner = int(fused.shape[1]) // 2
-        W_gate, W_up = fused[:, :inner].transpose(0, 2, 1), fused[:, inner:].transpose(0, 2, 1)
-        W_down = get(m + "experts.down_proj", (experts, d, inner)).transpose(0, 2, 1)
-    else:
-        gates = [get(f"{m}experts.{e}.gate_proj.weight", (None, d)) for e in range(experts)]  # (inner, d) each
-        inner = int(gates[0].shape[0])
-        W_gate = np.stack([g.T for g in gates])
-        W_up = np.stack([get(f"{m}experts.{e}.up_proj.weight", (inner, d)).T for e in range(experts)])
-        W_down = np.stack([get(f"{m}experts.{e}.down_proj.weight", (d, inner)).T for e in range(experts)])
-    s = m + "shared_expert."
-    s_gate = get(s + "gate_proj.weight", (None, d))
-    s_inner = int(s_gate.shape[0])
-    shared = GatedMlp(s_gate.T, get(s + "up_proj.weight", (s_inner, d)).T, get(s + "down_proj.weight", (d, s_inner)).T,
-                      act)
+    W_gate, W_up, W_down = read_swiglu_experts(tensors, m, experts, d)
+    shared = read_swiglu(tensors, m + "shared_expert.", d, act)
     return SharedExpertMoe(get(m + "gate.weight", (experts, d)).T, W_gate, W_up, W_down, shared,
                            get(m + "shared_expert_gate.weight", (1, d)).T, top_k,
                            config.raw.get("norm_topk_prob", True) is not False, act)

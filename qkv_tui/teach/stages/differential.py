@@ -17,7 +17,7 @@ from qkv_tui.core.engine import Computation
 from qkv_tui.core.fmt import NEG_INF, fmt, operand
 from qkv_tui.core.scenario import Matrix
 from qkv_tui.core.variants.differential import TABLE
-from qkv_tui.kernels.differential import DiffForward
+from qkv_tui.kernels.differential import DiffForward, DiffMap
 from qkv_tui.teach.arith import agrees, dot_line, first_fit, quotient_line, shown, softmax_row, tries
 from qkv_tui.teach.stages import differential_sheet
 from qkv_tui.teach.stages.common import (
@@ -86,7 +86,26 @@ class _DiffStage(StageSpec):
         return differential_sheet.line(self.stage.key, cells, table, row, col, answer)
 
 
-class MapScore(_DiffStage):
+class _MapStage(_DiffStage):
+    """A stage of one of the two maps (``half`` 1 or 2): its one matrix is a query-by-key grid of that map."""
+
+    half: int
+
+    def segments(self, trace: TraceContext, head: int | None) -> list[Plan]:
+        sc = trace.comp.scenario
+        return [Plan(self.matrices[0], sc.n, sc.m)]
+
+    def map_of(self, trace: TraceContext, head: int | None) -> DiffMap:
+        f = diff_of(trace, head)
+        return f.map_1 if self.half == 1 else f.map_2
+
+
+def _both_halves(trace: TraceContext, head: int | None, name: str) -> list[Plan]:
+    """One matrix a row per token and 2d columns, V's width: both maps' halves of V side by side."""
+    return [Plan(name, trace.comp.scenario.n, 2 * diff_of(trace, head).d)]
+
+
+class MapScore(_MapStage):
     """scores_a = Q_a·K_aᵀ for map a (1 or 2): the halves of the head's 2d-wide Q and K."""
 
     def __init__(self, half: int) -> None:
@@ -103,16 +122,12 @@ class MapScore(_DiffStage):
         self.parts = ((OPEN, "("), (Q_SLOT, "Q₁"), (QK_DOT, "·"), (K_SLOT, "K₁ᵀ")) if half == 1 else ()
         self.lit = frozenset({Q_SLOT, QK_DOT, K_SLOT}) if half == 1 else frozenset({CLOSE})
 
-    def segments(self, trace: TraceContext, head: int | None) -> list[Plan]:
-        sc = trace.comp.scenario
-        return [Plan(f"scores_{self.half}", sc.n, sc.m)]
-
     def operation(self, trace: TraceContext, index: int, seg: Segment, row: int, col: int | None, d: int) -> Operation:
         h, a, s = seg.head, self.half, SUB[self.half]
         assert h is not None and col is not None
         f = diff_of(trace, h)
         Q, K = f.used(a)
-        value = float((f.map_1 if a == 1 else f.map_2).scores[row, col])
+        value = float(self.map_of(trace, h).scores[row, col])
         sc = trace.comp.scenario
         q, k = sc.labels[row], sc.key_labels[col]
         whole = trace.integral("Q", h) and trace.integral("K", h) and f.Q_rot is None
@@ -122,8 +137,7 @@ class MapScore(_DiffStage):
         return Operation(index, seg, row, col, value, (Ref("Q", h, row), Ref("K", h, col)), text)
 
     def matrix(self, trace: TraceContext, name: str, head: int | None) -> Matrix:
-        f = diff_of(trace, head)
-        return (f.map_1 if self.half == 1 else f.map_2).scores
+        return self.map_of(trace, head).scores
 
     def made_from(self, trace: TraceContext, name: str, head: int | None) -> list[Key] | None:
         return None if diff_of(trace, head).Q_rot is not None else [("Q", head), ("K", head)]
@@ -139,7 +153,7 @@ class MapScore(_DiffStage):
         return f"scores{s} = Q{s}·K{s}ᵀ"
 
 
-class MapScale(_DiffStage):
+class MapScale(_MapStage):
     """scaled_a = scores_a / √d (d the half width), then the mask: −∞ where a key is hidden."""
 
     def __init__(self, half: int) -> None:
@@ -152,15 +166,10 @@ class MapScale(_DiffStage):
         self.parts = ((DIVIDE, "/√d"),) if half == 1 else ()
         self.lit = frozenset({DIVIDE}) if half == 1 else frozenset({CLOSE})
 
-    def segments(self, trace: TraceContext, head: int | None) -> list[Plan]:
-        sc = trace.comp.scenario
-        return [Plan(f"scaled_{self.half}", sc.n, sc.m)]
-
     def operation(self, trace: TraceContext, index: int, seg: Segment, row: int, col: int | None, d: int) -> Operation:
         h, a, s = seg.head, self.half, SUB[self.half]
         assert h is not None and col is not None
-        f = diff_of(trace, h)
-        m = f.map_1 if a == 1 else f.map_2
+        f, m = diff_of(trace, h), self.map_of(trace, h)
         sc = trace.comp.scenario
         q, k = sc.labels[row], sc.key_labels[col]
         default = trace.comp.heads[h].scale_is_default and trace.hand is None
@@ -176,8 +185,7 @@ class MapScale(_DiffStage):
         return Operation(index, seg, row, col, value, (Ref(f"scores_{a}", h, row, col),), text, details)
 
     def matrix(self, trace: TraceContext, name: str, head: int | None) -> Matrix:
-        f = diff_of(trace, head)
-        return (f.map_1 if self.half == 1 else f.map_2).masked
+        return self.map_of(trace, head).masked
 
     def panes(self, trace: TraceContext, op: Operation) -> list[Key]:
         return [(f"scores_{self.half}", op.head), (f"scaled_{self.half}", op.head)]
@@ -187,7 +195,7 @@ class MapScale(_DiffStage):
         return f"scaled{s} = scores{s} / √d, masked"
 
 
-class MapSoftmax(_DiffStage):
+class MapSoftmax(_MapStage):
     """p_a = softmax(scaled_a), each row a distribution summing to 1."""
 
     def __init__(self, half: int) -> None:
@@ -202,15 +210,10 @@ class MapSoftmax(_DiffStage):
         self.lit = frozenset({OPEN, CLOSE}) if half == 1 else frozenset({CLOSE})
         self.styles = MappingProxyType({f"weights_{half}": PaneStyle(heat=True, masked=True)})
 
-    def segments(self, trace: TraceContext, head: int | None) -> list[Plan]:
-        sc = trace.comp.scenario
-        return [Plan(f"weights_{self.half}", sc.n, sc.m)]
-
     def operation(self, trace: TraceContext, index: int, seg: Segment, row: int, col: int | None, d: int) -> Operation:
         h, a, s = seg.head, self.half, SUB[self.half]
         assert h is not None and col is not None
-        f = diff_of(trace, h)
-        m = f.map_1 if a == 1 else f.map_2
+        m = self.map_of(trace, h)
         sc = trace.comp.scenario
         q, k = sc.labels[row], sc.key_labels[col]
         r = softmax_row(m.masked[row], m.weights[row], d)
@@ -227,7 +230,7 @@ class MapSoftmax(_DiffStage):
         return Operation(index, seg, row, col, value, (Ref(f"scaled_{a}", h, row),), text, details)
 
     def matrix(self, trace: TraceContext, name: str, head: int | None) -> Matrix:
-        return (diff_of(trace, head).map_1 if self.half == 1 else diff_of(trace, head).map_2).weights
+        return self.map_of(trace, head).weights
 
     def panes(self, trace: TraceContext, op: Operation) -> list[Key]:
         return [(f"scaled_{self.half}", op.head), (f"weights_{self.half}", op.head)]
@@ -400,8 +403,7 @@ class DiffMix(_DiffStage):
     lit = frozenset({V_DOT, V_SLOT})
 
     def segments(self, trace: TraceContext, head: int | None) -> list[Plan]:
-        f = diff_of(trace, head)
-        return [Plan("mixed", trace.comp.scenario.n, 2 * f.d)]
+        return _both_halves(trace, head, "mixed")
 
     def operation(self, trace: TraceContext, index: int, seg: Segment, row: int, col: int | None, d: int) -> Operation:
         h = seg.head
@@ -436,8 +438,7 @@ class SubNorm(_DiffStage):
     lit = frozenset({GATE_SLOT})
 
     def segments(self, trace: TraceContext, head: int | None) -> list[Plan]:
-        f = diff_of(trace, head)
-        return [Plan("normed", trace.comp.scenario.n, 2 * f.d)]
+        return _both_halves(trace, head, "normed")
 
     def operation(self, trace: TraceContext, index: int, seg: Segment, row: int, col: int | None, d: int) -> Operation:
         h = seg.head
@@ -475,8 +476,7 @@ class Factor(_DiffStage):
     lit = frozenset({GATE_SLOT})
 
     def segments(self, trace: TraceContext, head: int | None) -> list[Plan]:
-        f = diff_of(trace, head)
-        return [Plan("output", trace.comp.scenario.n, 2 * f.d)]
+        return _both_halves(trace, head, "output")
 
     def operation(self, trace: TraceContext, index: int, seg: Segment, row: int, col: int | None, d: int) -> Operation:
         h = seg.head

@@ -23,7 +23,7 @@ import numpy as np
 
 from qkv_tui.core.fmt import fmt, operand
 from qkv_tui.core.scenario import Matrix
-from qkv_tui.core.ssd_part import SsdRecord
+from qkv_tui.core.ssd_part import SsdGate, SsdRecord
 from qkv_tui.core.variants.ssd import TABLE
 from qkv_tui.kernels.policy import round_to
 from qkv_tui.kernels.ssd import SOFTPLUS_THRESHOLD
@@ -61,6 +61,19 @@ CORNERS = {"ssd_dt": "dt", "ssd_a": "a", "ssd_xdt": "dt·x", "ssd_h": "h", "ssd_
 def rec_of(trace: TraceContext, head: int | None) -> SsdRecord:
     assert head is not None
     return trace.comp.heads[head].need(SsdRecord)
+
+
+def gate_of(trace: TraceContext, head: int | None) -> tuple[SsdRecord, SsdGate]:
+    """The head's record and its gate, for the stages that run only where the table gives z."""
+    r = rec_of(trace, head)
+    assert r.gate is not None
+    return r, r.gate
+
+
+def like_x(trace: TraceContext, head: int | None, name: str) -> list[Plan]:
+    """One matrix shaped as the head's value stream x: a row per token, a column per channel."""
+    n, d = rec_of(trace, head).ssd.x.shape
+    return [Plan(name, n, d)]
 
 
 def has_ssd(trace: TraceContext) -> bool:
@@ -395,8 +408,7 @@ class Attention(_SsdStage):
     lit = frozenset({V_DOT, V_SLOT})
 
     def segments(self, trace: TraceContext, head: int | None) -> list[Plan]:
-        s = rec_of(trace, head).ssd
-        return [Plan("ssd_y", s.x.shape[0], s.x.shape[1])]
+        return like_x(trace, head, "ssd_y")
 
     def operation(self, trace: TraceContext, index: int, seg: Segment, row: int, col: int | None, d: int) -> Operation:
         h = seg.head
@@ -442,8 +454,7 @@ class Agree(_SsdStage):
     matrices = ("ssd_gap",)
 
     def segments(self, trace: TraceContext, head: int | None) -> list[Plan]:
-        s = rec_of(trace, head).ssd
-        return [Plan("ssd_gap", s.x.shape[0], s.x.shape[1])]
+        return like_x(trace, head, "ssd_gap")
 
     def operation(self, trace: TraceContext, index: int, seg: Segment, row: int, col: int | None, d: int) -> Operation:
         h = seg.head
@@ -496,15 +507,12 @@ class Gate(_SsdStage):
         return any((r := h.part(SsdRecord)) is not None and r.gate is not None for h in trace.comp.heads)
 
     def segments(self, trace: TraceContext, head: int | None) -> list[Plan]:
-        s = rec_of(trace, head).ssd
-        return [Plan("ssd_gated", s.x.shape[0], s.x.shape[1])]
+        return like_x(trace, head, "ssd_gated")
 
     def operation(self, trace: TraceContext, index: int, seg: Segment, row: int, col: int | None, d: int) -> Operation:
         h = seg.head
         assert h is not None and col is not None
-        r = rec_of(trace, h)
-        g = r.gate
-        assert g is not None
+        r, g = gate_of(trace, h)
         t = _label(trace, row)
         y, z, sz = float(r.ssd.y[row, col]), float(g.z[row, col]), float(g.silu_z[row, col])
         value = float(g.gated[row, col])
@@ -528,8 +536,7 @@ class Gate(_SsdStage):
         return self.op(index, seg, row, col, value, (Ref("ssd_y", h, row, col), Ref("ssd_z", h, row, col)), text)
 
     def matrix(self, trace: TraceContext, name: str, head: int | None) -> Matrix:
-        g = rec_of(trace, head).gate
-        assert g is not None
+        g = gate_of(trace, head)[1]
         return g.z if name == "ssd_z" else g.gated
 
     def made_from(self, trace: TraceContext, name: str, head: int | None) -> list[Key] | None:
@@ -551,15 +558,12 @@ class Norm(_SsdStage):
     lit = frozenset({GATE_SLOT})
 
     def segments(self, trace: TraceContext, head: int | None) -> list[Plan]:
-        s = rec_of(trace, head).ssd
-        return [Plan("output", s.x.shape[0], s.x.shape[1])]
+        return like_x(trace, head, "output")
 
     def operation(self, trace: TraceContext, index: int, seg: Segment, row: int, col: int | None, d: int) -> Operation:
         h = seg.head
         assert h is not None and col is not None
-        r = rec_of(trace, h)
-        g = r.gate
-        assert g is not None
+        r, g = gate_of(trace, h)
         t = _label(trace, row)
         value = float(g.normed[row, col])
         stats = RowStats(0.0, float(g.spread[row]), float(g.root[row]), g.eps)
