@@ -118,7 +118,7 @@ class Index(StageSpec):
             text = f"w[{q},{col}] = {x_sym}[{q}]·W_w[:,{col}] / √(H_I·d_I) = {quotient}"
             dot = dot_line(x[row], selection(trace).table.W_w[:, col], trace.integral(x_name, None),
                            trace.integral("W_w_I", None), raw_text, d, trace.hand)
-            details = (f"{x_sym}[{q}]·W_w[:,{col + 1}] = {dot}",
+            details = (f"{x_sym}[{q}]·W_w[:,{col}] = {dot}",
                        f"H_I·d_I = {H}·{d_I} = {H * d_I}: index head {col + 1}'s weight for the query {q}")
             return Operation(index, seg, row, col, value, (Ref(x_name, None, row), Ref("W_w_I", None, None, col)),
                              text, details)
@@ -204,10 +204,22 @@ class Index(StageSpec):
         return [("idx_scores", None)]
 
     def markdown(self, page: MarkdownPage, head: int | None) -> list[str]:
-        H = indexed(page.trace).w.shape[1]
-        tables = [("idx_w", "w"), *((TERMS[j], f"term{_sub(j)}") for j in range(H)), ("idx_scores", "I")]
-        return [line for name, corner in tables for line in (page.table(name, None, corner), "")] + page.worked(
-            self.stage.key, None)
+        """The weights and the index vectors the lines multiply, then w, each term and I: every operand of a line
+        is on the page. q_I is printed one index head at a time, as the lines name it (q_I₁, q_I₂, …)."""
+        trace = page.trace
+        ix = indexed(trace)
+        H, d_I = ix.w.shape[1], ix.k.shape[1]
+        weights = [("W_q_I", "W_q"), ("W_k_I", "W_k"), ("W_w_I", "W_w")]
+        lines = [line for name, corner in weights for line in (page.table(name, None, corner), "")]
+        rows = list(trace.comp.scenario.labels)
+        whole = trace.integral("idx_q", None)
+        cols = [str(c) for c in range(d_I)]
+        for j in range(H):
+            lines += [page.array(ix.q_turned[j], rows, cols, f"q_I{_sub(j)}", whole), ""]
+        tables = [("idx_k", "k_I"), ("idx_w", "w"), *((TERMS[j], f"term{_sub(j)}") for j in range(H)),
+                  ("idx_scores", "I")]
+        return lines + [line for name, corner in tables for line in (page.table(name, None, corner), "")] + \
+            page.worked(self.stage.key, None)
 
     def title(self, trace: TraceContext, name: str, head: int | None) -> str:
         t = selection(trace).table
