@@ -207,7 +207,8 @@ def _summary(ix: Indexer) -> str:
 FACES = Faces(head="qkv_tui.core.indexer_part:indexer_part",
               stages=tuple(("norm", "indexer", name) for name in ("INDEX", "SELECT")),
               json="qkv_tui.edges.export_indexer:indexer_fields",
-              compared="its selection as every head's mask")
+              compared="its selection as every head's mask",
+              edit="qkv_tui.core.variants.indexer_edit")
 TABLE: Table[Indexer] = Table("indexer", INDEXER_KEYS, parse_indexer, _summary, write_indexer, LOOKALIKES, FACES)
 
 
