@@ -44,7 +44,8 @@ def page(sources: Sources, r: CostReport) -> tuple[str, list[str]]:
     if forms.crossover:
         lines.append(f"crossover: absorbing costs no more from N = {forms.crossover} keys on (its two folds,"
                      f" 2·h·d_c·(d_nope + d_v) = {2 * m.num_heads * m.d_c * (m.d_nope + m.d_v)} FLOPs, are paid once a"
-                     " step; expanding pays 2·d_c·h·(d_nope + d_v) for every cached token)")
+                     f" step; expanding pays 2·d_c·h·(d_nope + d_v) for every {'cached' if keys == 'N' else 'attended'}"
+                     " token)")
     else:
         lines.append("crossover: none, expanding stays cheaper at every context for these sizes")
     return f"MLA at decode: expanded against absorbed, {keys} = {N}", lines
