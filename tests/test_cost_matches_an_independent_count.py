@@ -76,8 +76,16 @@ def independent(sc: Scenario, rows: int, keys: int, new: int, b: int,
             if new and sc.is_cross:
                 read |= cells("context X", new, d_in)
         put("project", mm, 0, read, written)
+    ix = sc.parts.get("indexer")
+    attended, seen = keys, keys  # the keys each row's heads attend, and those whose K and V they read
+    if ix is not None:
+        attended = min(keys, ix.top_k)
+        seen = attended if decode else keys
+        index_stages(sc, ix, rows, keys, new, put, cells)
+        # Select: a comparison a score, I read, each row's kept keys written as 32-bit indices whatever the dtype
+        out["select"] = (0, rows * keys, len(cells("I", rows, keys)) * b, rows * attended * 4)
     if sc.mla is not None:
-        mla_stages(sc, rows, keys, new, put, cells)
+        mla_stages(sc, rows, keys, new, put, cells, attended, seen)
     if sc.linear is not None:
         linear_stages(sc, rows, keys, new, put, cells, decode)
     if getattr(sc, "deltanet", None) is not None:
@@ -111,28 +119,28 @@ def independent(sc: Scenario, rows: int, keys: int, new: int, b: int,
     mm, read, written = 0, set(), set()
     for h, head in enumerate(sc.heads):
         for _i in range(rows):
-            for _j in range(keys):
+            for _j in range(attended):
                 for _c in range(head.d_k):
                     mm += 2
-        read |= cells(qk[h][0], rows, head.d_k) | cells(qk[h][1], keys, head.d_k)
-        written |= cells(("scores", h), rows, keys)
+        read |= cells(qk[h][0], rows, head.d_k) | cells(qk[h][1], seen, head.d_k)
+        written |= cells(("scores", h), rows, attended)
     put("score", mm, 0, read, written)
     other = 0
     for head in sc.heads:
-        for _ in range(rows * keys):
+        for _ in range(rows * attended):
             other += 1 + (2 if head.softcap is not None else 0)  # the division; a cap's tanh and its division by c
-    put("scale", 0, other, {(("scores", h), i, j) for h in range(H) for i in range(rows) for j in range(keys)},
-        {(("scaled", h), i, j) for h in range(H) for i in range(rows) for j in range(keys)})
-    other = sum(2 * keys + (1 if head.sink is not None else 0) for head in sc.heads for _ in range(rows))
-    put("softmax", 0, other, {(("scaled", h), i, j) for h in range(H) for i in range(rows) for j in range(keys)},
-        {(("weights", h), i, j) for h in range(H) for i in range(rows) for j in range(keys)})
+    put("scale", 0, other, {(("scores", h), i, j) for h in range(H) for i in range(rows) for j in range(attended)},
+        {(("scaled", h), i, j) for h in range(H) for i in range(rows) for j in range(attended)})
+    other = sum(2 * attended + (1 if head.sink is not None else 0) for head in sc.heads for _ in range(rows))
+    put("softmax", 0, other, {(("scaled", h), i, j) for h in range(H) for i in range(rows) for j in range(attended)},
+        {(("weights", h), i, j) for h in range(H) for i in range(rows) for j in range(attended)})
     mm, read, written = 0, set(), set()
     for h, head in enumerate(sc.heads):
         for _i in range(rows):
             for _c in range(head.d_v):
-                for _j in range(keys):
+                for _j in range(attended):
                     mm += 2
-        read |= cells(("weights", h), rows, keys) | cells(("V", sc.kv_head(h)), keys, head.d_v)
+        read |= cells(("weights", h), rows, attended) | cells(("V", sc.kv_head(h)), seen, head.d_v)
         written |= cells(("out", h), rows, head.d_v)
     put("mix", mm, 0, read, written)
     gated = [h for h, head in enumerate(sc.heads) if head.W_G is not None]
@@ -156,7 +164,24 @@ def independent(sc: Scenario, rows: int, keys: int, new: int, b: int,
     return out
 
 
-def mla_stages(sc: Scenario, rows: int, keys: int, new: int, put: Any, cells: Any) -> None:
+def index_stages(sc: Scenario, ix: Any, rows: int, keys: int, new: int, put: Any, cells: Any) -> None:
+    """[indexer]'s Index, cell by cell: the index query, key and weights, every query row against every key in each
+    index head, and the weighted sum."""
+    d, H, dI = int(sc.X.shape[1]), ix.num_heads, ix.d_index
+    d_q = int(ix.W_q.shape[0])
+    x = "X̂" if sc.norm is not None else "X"
+    mm = sum(2 for _ in range(rows * d_q * H * dI)) + sum(2 for _ in range(new * d * dI))
+    mm += sum(2 for _ in range(rows * d * H))
+    mm += sum(2 for _i in range(rows) for _s in range(keys) for _j in range(H) for _c in range(dI))
+    mm += sum(2 for _i in range(rows) for _s in range(keys) for _j in range(H))
+    other = rows * H + (sum(1 + dI + 2 for _ in range(new)) if ix.k_norm else 0)
+    read = cells(x, rows, d) | cells("W_q", d_q, H * dI) | cells("W_k", d, dI) | cells("W_w", d, H)
+    read |= cells("k_I", keys, dI) | (cells("c_Q", rows, d_q) if ix.from_latent else set())
+    put("index", mm, other, read, cells("new k_I", new, dI) | cells("I", rows, keys))
+
+
+def mla_stages(sc: Scenario, rows: int, keys: int, new: int, put: Any, cells: Any, attended: int | None = None,
+               seen: int | None = None) -> None:
     """[mla]'s Compress, Expand, Rotate and Absorb, cell by cell."""
     mla = sc.mla
     assert mla is not None
@@ -181,12 +206,14 @@ def mla_stages(sc: Scenario, rows: int, keys: int, new: int, put: Any, cells: An
             read |= cells("γ_q", 1, mla.d_cq)
             written |= cells("c_Q normed", rows, mla.d_cq)
     put("compress", mm, 0 + other, read, written)
+    attended = keys if attended is None else attended  # the keys each row's heads attend (a selection's top_k)
+    seen = keys if seen is None else seen  # the keys whose latents the heads read
     src, src_w = ("c_Q", mla.d_cq) if mla.d_cq is not None else (x, d)
-    mm, read, written = 0, cells(src, rows, src_w) | cells("c_KV", keys, dc), set()
+    mm, read, written = 0, cells(src, rows, src_w) | cells("c_KV", seen, dc), set()
     for h in range(H):
-        mm += sum(2 for _ in range(rows * dqk * src_w)) + sum(2 for _ in range(keys * (dn + dv) * dc))
+        mm += sum(2 for _ in range(rows * dqk * src_w)) + sum(2 for _ in range(seen * (dn + dv) * dc))
         read |= cells(("W_Q", h), src_w, dqk) | cells(("W_UK", h), dc, dn) | cells(("W_UV", h), dc, dv)
-        written |= cells(("q", h), rows, dqk) | cells(("k_C", h), keys, dn) | cells(("v_C", h), keys, dv)
+        written |= cells(("q", h), rows, dqk) | cells(("k_C", h), seen, dn) | cells(("v_C", h), seen, dv)
     put("expand", mm, 0, read, written)
     if mla.rope is not None:
         read, written = cells("k_R", new, dr), cells("k_R'", new, dr)
@@ -194,16 +221,16 @@ def mla_stages(sc: Scenario, rows: int, keys: int, new: int, put: Any, cells: An
             read |= cells(("q_R", h), rows, dr)
             written |= cells(("q_R'", h), rows, dr)
         put("mla_rotate", 0, 0, read, written)
-    mm, read, written = 0, cells("c_KV", keys, dc) | cells("k_R", keys, dr), set()
+    mm, read, written = 0, cells("c_KV", seen, dc) | cells("k_R", seen, dr), set()
     for h in range(H):
         for _ in range(rows):
             mm += 2 * dn * dc  # q_L's row
-            mm += sum(2 * (dc + dr) for _ in range(keys))  # a score per key
-            mm += sum(2 * keys for _ in range(dc))  # the weights mixing each latent column
+            mm += sum(2 * (dc + dr) for _ in range(attended))  # a score per key
+            mm += sum(2 * attended for _ in range(dc))  # the weights mixing each latent column
             mm += sum(2 * dc for _ in range(dv))  # ·W_UV
         read |= cells(("q_C", h), rows, dn) | cells(("W_UK", h), dc, dn) | cells(("q_R", h), rows, dr)
-        read |= cells(("weights", h), rows, keys) | cells(("W_UV", h), dc, dv)
-        written |= cells(("q_L", h), rows, dc) | cells(("scores_L", h), rows, keys) | cells(("mix_L", h), rows, dc)
+        read |= cells(("weights", h), rows, attended) | cells(("W_UV", h), dc, dv)
+        written |= cells(("q_L", h), rows, dc) | cells(("scores_L", h), rows, attended) | cells(("mix_L", h), rows, dc)
         written |= cells(("out_L", h), rows, dv)
     put("absorb", mm, 0, read, written)
 

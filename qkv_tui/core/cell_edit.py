@@ -53,6 +53,7 @@ HEAD_MATRICES = {face.NAME: face for face in _HEAD_FACES if hasattr(face, "write
 TABLE_KEYS = tuple(key for _, face in EDITS for key in face.KEYS)  # their inputs, in the order the arrow keys visit them
 FIRST_KEYS = tuple(dict.fromkeys(key for _, face in EDITS if getattr(face, "FIRST", False) for key in face.KEYS))
 BY_TOKEN = tuple(key for _, face in EDITS for key in getattr(face, "BY_TOKEN", ()))  # rows named by the tokens
+TABLE_SCALARS = tuple(key for _, face in EDITS for key in getattr(face, "SCALARS", ()))  # one number: ``top_k = 4``
 VECTORS = ("gamma", "beta", "b_O", *HEAD_BIASES,
            *(key for _, face in EDITS for key in face.VECTORS))  # one row: cell (0, i) is entry i
 # NAME, NAME[row,col] or NAME[i], then an optional "(head name)"
@@ -75,8 +76,8 @@ class InputCell:
 
     def label(self, sc: Scenario) -> str:
         """How the cell is written in the prompt and in messages: ``X[love,0]``, ``W_Q[2,1]``, ``mask[I,love]``."""
-        if self.matrix == "scale":
-            return "scale"
+        if self.matrix in ("scale", *TABLE_SCALARS):
+            return self.matrix
         where = f" ({sc.heads[self.head].name})" if self.head is not None and len(sc.heads) > 1 else ""
         if self.matrix in SCALARS:
             return f"{self.matrix}{where}"
@@ -263,6 +264,10 @@ def parse_address(sc: Scenario, text: str) -> tuple[InputCell | None, str]:
             matrix = face.alias(matrix, col_text is not None)
     if matrix == "scale" and row_text is None:
         return InputCell("scale"), value
+    if matrix in TABLE_SCALARS and _array(sc, matrix, None) is not None:  # a table's one number, its 1×1 cell
+        if row_text is not None:
+            raise EditError(f"{matrix} is one number, with no row or column: write e.g. {matrix} = 4")
+        return InputCell(matrix), value
     head: int | None = None
     if matrix in (*WEIGHTS, *HEAD_BIASES, *SCALARS, *HEAD_MATRICES) and not _owns_heads(sc):
         head = 0

@@ -102,6 +102,9 @@ class Phase:
     new: int
     bytes: int
     dtype: str
+    # fewer keys than ``keys`` that each query row's heads attend, where a part selects them (the indexer's top_k):
+    # its name and count; None: every key
+    attended: tuple[str, int] | None = None
 
     @property
     def R(self) -> tuple[str, int]:
@@ -114,6 +117,17 @@ class Phase:
         return ("m" if self.name == PREFILL else "N", self.keys)
 
     @property
+    def A(self) -> tuple[str, int]:
+        """The keys each row's heads attend: :attr:`K`, or the part's fewer (top_k) where a part selects them."""
+        return self.K if self.attended is None else self.attended
+
+    @property
+    def SEEN(self) -> tuple[str, int]:
+        """The keys whose K and V the heads read, each once: at decode the one row's attended keys; at prefill
+        every key (the rows' selections together may reach each one)."""
+        return self.A if self.name == DECODE else self.K
+
+    @property
     def NEW(self) -> tuple[str, int]:
         """The key rows projected now: m at prefill, the new token's 1 at decode."""
         return ("m" if self.name == PREFILL else "new", self.new)
@@ -124,8 +138,19 @@ def phases(sc: Scenario, dtype: str, context: int) -> tuple[Phase, Phase]:
     keys = sc.m if sc.is_cross else context
     if sc.window is not None and not sc.is_cross:
         keys = min(keys, sc.window)  # the cache keeps the window's keys only
-    return (Phase(PREFILL, sc.n, sc.m, sc.m, b, dtype),
-            Phase(DECODE, 1, keys, 0 if sc.is_cross else 1, b, dtype))
+    return (Phase(PREFILL, sc.n, sc.m, sc.m, b, dtype, attended(sc, sc.m)),
+            Phase(DECODE, 1, keys, 0 if sc.is_cross else 1, b, dtype, attended(sc, keys)))
+
+
+def attended(sc: Scenario, keys: int) -> tuple[str, int] | None:
+    """What a part narrows ``keys`` to for each query row's heads (a table's ``attended_keys``: the indexer's
+    top_k, where fewer); None where the heads attend every key."""
+    for table in ask.tables(sc):
+        narrows = getattr(table, "attended_keys", None)
+        said = narrows(keys) if callable(narrows) else None
+        if said is not None:
+            return said  # type: ignore[no-any-return]
+    return None
 
 
 @dataclass(frozen=True)
@@ -246,6 +271,7 @@ class KvCache:
     # softmax layers of a model whose scenario shows a linear or delta-rule layer: their K/V heads are not in it, so
     # they are left out of ``layers`` (and of every sum) and named, never counted as 0
     unknown: tuple[int, ...] = ()
+    notes: tuple[str, ...] = ()  # what a table says of what it adds to the cache (a width, and why)
 
     @property
     def per_token(self) -> int:
@@ -286,9 +312,10 @@ def layer_cache(sc: Scenario, layer: int, kind: str, bytes_per: int) -> LayerCac
     b = ("B", bytes_per)
     s = shapes(sc)
     held = _held(sc)
+    also = _also(sc, b)
     if held is not None and kind == attention_kind(sc):  # a table's own cache per token (a latent)
         what, size = held
-        return LayerCache(layer, kind, fig(term(what, size, b)))
+        return LayerCache(layer, kind, fig(term(what, size, b)) + also)
     if _state_kind(sc, kind):
         # a state of d_k × d_v per head, whatever the length: no token is cached
         if ask.scenario_has(sc, "state"):
@@ -305,7 +332,13 @@ def layer_cache(sc: Scenario, layer: int, kind: str, bytes_per: int) -> LayerCac
     window = int(kind.split(" ")[1]) if kind.startswith("sliding") else None
     sums = tuple(dk + dv for dk, dv in s.kv)
     per = per_heads("K+V", len(s.kv), "h_kv", sums, "d_k + d_v", back=(b,))
-    return LayerCache(layer, kind, per, window)
+    return LayerCache(layer, kind, per + also, window)
+
+
+def _also(sc: Scenario, b: tuple[str, int]) -> Figure:
+    """What a table caches per token beside K and V or the latent (its ``cache_also``: the indexer's key)."""
+    found = [getattr(table, "cache_also", None) for table in ask.tables(sc)]
+    return fig(*(term(what, size, b) for what, size in (f for f in found if isinstance(f, tuple))))
 
 
 def kv_cache(sc: Scenario, bytes_per: int, context: int) -> KvCache:
@@ -315,8 +348,10 @@ def kv_cache(sc: Scenario, bytes_per: int, context: int) -> KvCache:
     own = attention_kind(sc)
     state = ask.scenario_has(sc, "state")
     schedule = sc.input.schedule
+    notes = tuple(note(bytes_per) for table in ask.tables(sc) if callable(note := getattr(table, "cache_note", None)))
     if not schedule:
-        return KvCache((layer_cache(sc, sc.input.chosen_layer, own, bytes_per),), context, "this scenario's layer")
+        return KvCache((layer_cache(sc, sc.input.chosen_layer, own, bytes_per),), context, "this scenario's layer",
+                       notes=notes)
     layers, unknown = [], []
     for i, entry in enumerate(schedule):
         words = entry.split(" ")
@@ -335,7 +370,7 @@ def kv_cache(sc: Scenario, bytes_per: int, context: int) -> KvCache:
             kind = own if _held(sc) is not None else " ".join(words[:2])
         layers.append(layer_cache(sc, i, kind, bytes_per))
     return KvCache(tuple(layers), context, "every layer of the model's schedule, each with the K/V heads of the"
-                   " layer shown", tuple(unknown))
+                   " layer shown", tuple(unknown), notes)
 
 
 def _held(sc: Scenario) -> tuple[str, tuple[str, int]] | None:

@@ -104,11 +104,17 @@ def _phase_page(sources: Sources, r: CostReport, phase: str) -> tuple[str, list[
     lines += two_forms(sources.comp.scenario)
     if phase == PREFILL:
         head = f"Prefill of n = {ph.rows} tokens against m = {ph.keys} keys, {r.dtype} (B = {ph.bytes} bytes a number)"
+        head += _attending(ph.attended)
     else:
         at_window = " (capped at the window)" if ph.keys < r.context and ph.new else ""
         head = (f"Decode: 1 new token against N = {ph.keys} keys{at_window}, context {r.context} (--context),"
-                f" {r.dtype} (B = {ph.bytes})")
+                f" {r.dtype} (B = {ph.bytes})") + _attending(ph.attended)
     return head, lines
+
+
+def _attending(attended: tuple[str, int] | None) -> str:
+    """Where a part selects the keys (the indexer's top_k): how many of them each row's heads attend."""
+    return "" if attended is None else f"; the heads attend {attended[0]} = {attended[1]} of them a row"
 
 
 def _cache_page(sources: Sources, r: CostReport) -> tuple[str, list[str]]:
@@ -145,6 +151,7 @@ def _cache_page(sources: Sources, r: CostReport) -> tuple[str, list[str]]:
                      f" {cached}: {mha} / {cached} = {num(mha / cached)} times as much")
     if own is not None:
         lines += own.cache_lines(sc, r)
+    lines += kv.notes
     lines.append(f"counted from {kv.held}")
     head = f"KV cache: {kv.per_token} B per token over {len(kv.layers)} layer{'s' if len(kv.layers) > 1 else ''}," \
            f" {mib(kv.at_context)} at {r.context} tokens"
@@ -271,7 +278,9 @@ def _frame(sources: Sources, modes: Modes, step: int, head: int) -> Frame:
         own = _own(sources.comp.scenario)
         assert own is not None
         title, lines = own.page(sources, r)
-    meaning = MEANINGS[page] if page in MEANINGS else str(getattr(_own(sources.comp.scenario), "MEANING", ""))
+    # a table may say a phase's meaning for itself (the indexer's decode reads top_k keys, not every one)
+    said = ask.scenario_says(sources.comp.scenario, f"{page}_meaning")
+    meaning = said or (MEANINGS[page] if page in MEANINGS else str(getattr(_own(sources.comp.scenario), "MEANING", "")))
     ex = Explanation(stage_label=f"Cost {step + 1}/{len(pages)} {page}", counter="", head_label="", arithmetic=title,
                      details=tuple(lines), meaning=meaning, formula=(("FLOPs = 2mnp; bytes = numbers·B", False),))
     return Frame(ex, [], [], (), "")

@@ -35,16 +35,17 @@ def page(sources: Sources, r: CostReport) -> tuple[str, list[str]]:
     m = sources.comp.scenario.mla
     forms = r.forms
     assert m is not None and isinstance(forms, MlaDecode)
-    N = r.decode.keys
-    lines = [f"h = {m.num_heads}, d_c = {m.d_c}, d_nope = {m.d_nope}, d_rope = {m.d_rope}, d_v = {m.d_v}, N = {N}",
+    keys, N = r.decode.A  # N, or the fewer keys a selection leaves each query (the indexer's top_k)
+    lines = [f"h = {m.num_heads}, d_c = {m.d_c}, d_nope = {m.d_nope}, d_rope = {m.d_rope}, d_v = {m.d_v}, {keys} = {N}",
              f"expanded: {forms.expanded.text()} FLOPs",
              f"absorbed: {forms.absorbed.text()} FLOPs"]
     e, a = forms.expanded.value, forms.absorbed.value
-    lines.append(f"at N = {N}: expanded / absorbed = {e} / {a} = {num(e / a)}")
+    lines.append(f"at {keys} = {N}: expanded / absorbed = {e} / {a} = {num(e / a)}")
     if forms.crossover:
         lines.append(f"crossover: absorbing costs no more from N = {forms.crossover} keys on (its two folds,"
                      f" 2·h·d_c·(d_nope + d_v) = {2 * m.num_heads * m.d_c * (m.d_nope + m.d_v)} FLOPs, are paid once a"
-                     " step; expanding pays 2·d_c·h·(d_nope + d_v) for every cached token)")
+                     f" step; expanding pays 2·d_c·h·(d_nope + d_v) for every {'cached' if keys == 'N' else 'attended'}"
+                     " token)")
     else:
         lines.append("crossover: none, expanding stays cheaper at every context for these sizes")
-    return f"MLA at decode: expanded against absorbed, N = {N}", lines
+    return f"MLA at decode: expanded against absorbed, {keys} = {N}", lines

@@ -17,6 +17,7 @@ from qkv_tui.core.cost import (
     Phase,
     Traffic,
     Uncounted,
+    attended,
     kv_cache,
     phases,
     traffic,
@@ -85,9 +86,9 @@ def report(comp: Computation, dtype: str, context: int, trace: Trace | None = No
     d = max(h.d_k for h in sc.heads)
     if not ask.scenario_has(sc, "state"):  # a state in place of the softmax has no softmax to fuse
         flash = traffic(context, d, SRAM_BYTES // DTYPES[dtype])
-    forms = next((table.decode_forms(decode.keys) for table in ask.tables(sc) if hasattr(table, "decode_forms")), None)
+    forms = next((table.decode_forms(decode.A[1]) for table in ask.tables(sc) if hasattr(table, "decode_forms")), None)
     long_keys = sc.m if sc.is_cross else context
-    long = Phase(PREFILL, context, long_keys, long_keys, DTYPES[dtype], dtype)
+    long = Phase(PREFILL, context, long_keys, long_keys, DTYPES[dtype], dtype, attended(sc, long_keys))
     longs = tuple(spec.cost(sc, long) for spec in trace.specs if spec.cost is not None)
     return CostReport(dtype, context, prefill, decode, tuple(counts), tuple(uncounted),
                       kv_cache(sc, DTYPES[dtype], context), flash, d, forms, longs)

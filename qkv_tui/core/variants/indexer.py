@@ -74,9 +74,44 @@ class Indexer:
     lead: ClassVar[tuple[str, str]] = ("Scaled dot-product attention over each query's top_k keys (DeepSeek Sparse"
                                        " Attention), ", "softmax(QKᵀ/√dₖ)V")
 
+    # the cost view's word on its phases (core/cost.py, display/cost_view.py): each replaces the page's own meaning
+    prefill_meaning: ClassVar[str] = (
+        "Prefill with DeepSeek Sparse Attention: the indexer (Index) scores every key for every query, masked cells"
+        " included as a dense kernel computes them, 2·n·m·H_I·d_I FLOPs for the dots and 2·n·m·H_I for the weighted"
+        " sum, and Select keeps each row's top_k; the heads"
+        " then score, scale, weigh and mix only those top_k keys a row (a sparse kernel's count, short rows' unused"
+        " places included as masked cells are). Bytes: each input a stage reads once and each output it writes once.")
+    decode_meaning: ClassVar[str] = (
+        "Decode with DeepSeek Sparse Attention: the new token's index query meets every cached index key (Index:"
+        " the cache of k_I, d_I numbers a token, is read whole), Select keeps its top_k, at least one comparison a"
+        " score and no arithmetic, and the heads read the K and V (or latent) of those top_k keys only. So the heads'"
+        " bytes stop growing past top_k while the indexer's still grow with the context, at d_I a token.")
+    cache_meaning: ClassVar[str] = (
+        "The KV cache: what decoding keeps per token and per layer, Σ over the K/V heads of (d_k + d_v)·bytes (MLA: one"
+        " latent of d_c + d_rope), and with DeepSeek Sparse Attention the index key k_I too, d_I numbers a token: the"
+        " indexer reads every token's k_I at each step, the heads only the top_k tokens' K and V.")
+
     @property
     def d_index(self) -> int:
         return int(self.W_k.shape[1])
+
+    def attended_keys(self, keys: int) -> tuple[str, int] | None:
+        """Of ``keys``, what each query's heads attend (core/cost.py): top_k, where fewer; None: every key."""
+        return ("top_k", self.top_k) if self.top_k < keys else None
+
+    @property
+    def cache_also(self) -> tuple[str, tuple[str, int]]:
+        """What a layer with an indexer caches per token beside K and V (or the latent): the index key, d_I numbers."""
+        return "index key k_I", ("d_I", self.d_index)
+
+    def cache_note(self, bytes_per: int) -> str:
+        """The cache page's word on the index key's width: counted at the dtype's B as every number here, and what
+        DeepSeek-V3.2's own cache keeps."""
+        d = self.d_index
+        blocks = -(-d // 128)
+        return (f"the index key k_I: d_I = {d} numbers a token, counted at B = {bytes_per} as every number here"
+                f" (--dtype); DeepSeek-V3.2 caches it in FP8, 1 byte a number and a float32 scale per block of 128:"
+                f" d_I + 4·⌈d_I/128⌉ = {d} + 4·{blocks} = {d + 4 * blocks} B a token at this d_I")
 
     def weights(self) -> IndexerWeights:
         from qkv_tui.kernels.indexer import IndexerWeights
@@ -207,7 +242,8 @@ def _summary(ix: Indexer) -> str:
 FACES = Faces(head="qkv_tui.core.indexer_part:indexer_part",
               stages=tuple(("norm", "indexer", name) for name in ("INDEX", "SELECT")),
               json="qkv_tui.edges.export_indexer:indexer_fields",
-              compared="its selection as every head's mask")
+              compared="its selection as every head's mask",
+              edit="qkv_tui.core.variants.indexer_edit")
 TABLE: Table[Indexer] = Table("indexer", INDEXER_KEYS, parse_indexer, _summary, write_indexer, LOOKALIKES, FACES)
 
 

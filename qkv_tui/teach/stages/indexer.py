@@ -7,12 +7,14 @@ as −∞ and weight 0 (core/indexer_part.py narrows their mask).
 from __future__ import annotations
 
 from types import MappingProxyType
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from qkv_tui.core.fmt import NEG_INF, fmt
 from qkv_tui.core.indexer_part import Selection
-from qkv_tui.core.scenario import Matrix
+from qkv_tui.core.scenario import Matrix, Scenario
+from qkv_tui.core.variants.indexer import TABLE as INDEXER
 from qkv_tui.kernels.indexer import Indexed
 from qkv_tui.teach.arith import dot_line, fit, quotient_line
 from qkv_tui.teach.stages.common import (
@@ -24,9 +26,13 @@ from qkv_tui.teach.stages.common import (
     Segment,
     Stage,
     StageSpec,
+    counts,
 )
 from qkv_tui.teach.stages.context import TraceContext
 from qkv_tui.teach.stages.markdown import MarkdownPage
+
+if TYPE_CHECKING:  # the cost view's module loads on its first use
+    from qkv_tui.core.cost import Count, Phase
 
 MAX_INDEX_HEADS = 128  # the term panes a trace can name (DeepSeek-V3.2 and GLM-5 have 64 index heads)
 TERMS = tuple(f"idx_term_{j}" for j in range(1, MAX_INDEX_HEADS + 1))
@@ -118,7 +124,7 @@ class Index(StageSpec):
             text = f"w[{q},{col}] = {x_sym}[{q}]·W_w[:,{col}] / √(H_I·d_I) = {quotient}"
             dot = dot_line(x[row], selection(trace).table.W_w[:, col], trace.integral(x_name, None),
                            trace.integral("W_w_I", None), raw_text, d, trace.hand)
-            details = (f"{x_sym}[{q}]·W_w[:,{col + 1}] = {dot}",
+            details = (f"{x_sym}[{q}]·W_w[:,{col}] = {dot}",
                        f"H_I·d_I = {H}·{d_I} = {H * d_I}: index head {col + 1}'s weight for the query {q}")
             return Operation(index, seg, row, col, value, (Ref(x_name, None, row), Ref("W_w_I", None, None, col)),
                              text, details)
@@ -204,10 +210,22 @@ class Index(StageSpec):
         return [("idx_scores", None)]
 
     def markdown(self, page: MarkdownPage, head: int | None) -> list[str]:
-        H = indexed(page.trace).w.shape[1]
-        tables = [("idx_w", "w"), *((TERMS[j], f"term{_sub(j)}") for j in range(H)), ("idx_scores", "I")]
-        return [line for name, corner in tables for line in (page.table(name, None, corner), "")] + page.worked(
-            self.stage.key, None)
+        """The weights and the index vectors the lines multiply, then w, each term and I: every operand of a line
+        is on the page. q_I is printed one index head at a time, as the lines name it (q_I₁, q_I₂, …)."""
+        trace = page.trace
+        ix = indexed(trace)
+        H, d_I = ix.w.shape[1], ix.k.shape[1]
+        weights = [("W_q_I", "W_q"), ("W_k_I", "W_k"), ("W_w_I", "W_w")]
+        lines = [line for name, corner in weights for line in (page.table(name, None, corner), "")]
+        rows = list(trace.comp.scenario.labels)
+        whole = trace.integral("idx_q", None)
+        cols = [str(c) for c in range(d_I)]
+        for j in range(H):
+            lines += [page.array(ix.q_turned[j], rows, cols, f"q_I{_sub(j)}", whole), ""]
+        tables = [("idx_k", "k_I"), ("idx_w", "w"), *((TERMS[j], f"term{_sub(j)}") for j in range(H)),
+                  ("idx_scores", "I")]
+        return lines + [line for name, corner in tables for line in (page.table(name, None, corner), "")] + \
+            page.worked(self.stage.key, None)
 
     def title(self, trace: TraceContext, name: str, head: int | None) -> str:
         t = selection(trace).table
@@ -318,3 +336,49 @@ class Select(StageSpec):
 
 INDEX = Index()
 SELECT = Select()
+
+
+# --- the cost view (core/cost.py): the indexer's own work, before the heads attend top_k keys a row ---------
+
+
+@counts(INDEX)
+def _index_cost(sc: Scenario, ph: Phase) -> Count:
+    """q_I = X·W_q (or c_Q·W_q) for the query rows, k_I = X·W_k for the new key rows (LayerNorm-ed: a root and
+    d_I + 2 divisions a row, as Norm counts LayerNorm), w = X·W_w and its division by √(H_I·d_I), then every query
+    row against EVERY key: the dots q_I·k_I of each index head and the weighted sum Σ_j w·ReLU(dot) (a contraction
+    over the H_I heads, 2 FLOPs a head and cell; ReLU, a comparison, and RoPE's turn, multiplies and adds, are not
+    counted, as elementwise work is not). It reads the index keys of all the keys (the cache of k_I at decode) and
+    writes the new key rows' k_I (into that cache) and the scores I."""
+    from qkv_tui.core.cost import B, Count, fig, term
+
+    ix = INDEXER.of(sc)
+    assert ix is not None
+    d_model = int(sc.X.shape[1])
+    d, H, dI = ("d_model", d_model), ("H_I", ix.num_heads), ("d_I", ix.d_index)
+    q_in = ("d_cq", int(ix.W_q.shape[0])) if ix.from_latent else d
+    two, b = ("2", 2), B(ph)
+    x = "X" if sc.norm is None else "X̂"
+    other = fig(term("div", ph.R, H))
+    if ix.k_norm:
+        other += fig(term("root", ph.NEW), term("div", ph.NEW, ("d_I + 2", ix.d_index + 2)))
+    read = fig(term(x, ph.R, d, b), *((term("c_Q", ph.R, q_in, b),) if ix.from_latent else ()),
+               term("W_q", q_in, H, dI, b), term("W_k", d, dI, b), term("W_w", d, H, b), term("k_I", ph.K, dI, b))
+    return Count(INDEX.stage.key, INDEX.stage.name, ph.name,
+                 matmul=fig(term("q_I", two, ph.R, q_in, H, dI), term("k_I", two, ph.NEW, d, dI),
+                            term("w", two, ph.R, d, H), term("q_I·k_I", two, ph.R, ph.K, H, dI),
+                            term("Σ w·ReLU", two, ph.R, ph.K, H)),
+                 other=other, read=read,
+                 written=fig(term("k_I", ph.NEW, dI, b), term("I", ph.R, ph.K, b)))
+
+
+@counts(SELECT)
+def _select_cost(sc: Scenario, ph: Phase) -> Count:
+    """A top-k pass over each row's scores: no arithmetic, at least one comparison a score (each against the least
+    kept; a heap may make up to log₂ top_k more, counted here as the least). It reads I and writes each row's kept
+    keys as indices, 32-bit integers as DeepSeek-V3.2's kernels take them (4 bytes whatever --dtype)."""
+    from qkv_tui.core.cost import B, Count, fig, term
+
+    return Count(SELECT.stage.key, SELECT.stage.name, ph.name,
+                 other=fig(term("compare", ph.R, ph.K)),
+                 read=fig(term("I", ph.R, ph.K, B(ph))),
+                 written=fig(term("indices", ph.R, ph.A, ("int32", 4))))

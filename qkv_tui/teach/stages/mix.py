@@ -116,8 +116,8 @@ def _cost(sc: Scenario, ph: Phase) -> Count:
 
     s = shapes(sc)
     return Count(SPEC.stage.key, SPEC.stage.name, ph.name,
-                 matmul=per_heads("AV", s.h, "h", tuple(dv for _, dv in s.heads), "d_v", ("2", 2), ph.R, ph.K),
-                 read=fig(term("weights", ("h", s.h), ph.R, ph.K, B(ph)), term("V", ph.K, ("Σ_kv d_v", s.kv_dv), B(ph))),
+                 matmul=per_heads("AV", s.h, "h", tuple(dv for _, dv in s.heads), "d_v", ("2", 2), ph.R, ph.A),
+                 read=fig(term("weights", ("h", s.h), ph.R, ph.A, B(ph)), term("V", ph.SEEN, ("Σ_kv d_v", s.kv_dv), B(ph))),
                  written=fig(term("out", ph.R, ("Σd_v", s.sum_dv), B(ph))))
 
 

@@ -129,12 +129,12 @@ def _cost(sc: Scenario, ph: Phase) -> Count:
     nope, r, v = ("d_nope", mla.d_nope), ("d_rope", mla.d_rope), ("d_v", mla.d_v)
     cr = ("d_c + d_rope", mla.d_c + mla.d_rope)
     return Count(SPEC.stage.key, SPEC.stage.name, ph.name,
-                 matmul=fig(term("q_L", two, ph.R, nope, c, h), term("scores_L", two, ph.R, ph.K, cr, h),
-                            term("mix_L", two, ph.R, ph.K, c, h), term("out_L", two, ph.R, c, v, h)),
+                 matmul=fig(term("q_L", two, ph.R, nope, c, h), term("scores_L", two, ph.R, ph.A, cr, h),
+                            term("mix_L", two, ph.R, ph.A, c, h), term("out_L", two, ph.R, c, v, h)),
                  read=fig(term("q_C", ph.R, nope, h, B(ph)), term("W_UK", c, nope, h, B(ph)),
-                          term("q_R", ph.R, r, h, B(ph)), term("c_KV", ph.K, c, B(ph)), term("k_R", ph.K, r, B(ph)),
-                          term("weights", h, ph.R, ph.K, B(ph)), term("W_UV", c, v, h, B(ph))),
-                 written=fig(term("q_L", ph.R, c, h, B(ph)), term("scores_L", h, ph.R, ph.K, B(ph)),
+                          term("q_R", ph.R, r, h, B(ph)), term("c_KV", ph.SEEN, c, B(ph)), term("k_R", ph.SEEN, r, B(ph)),
+                          term("weights", h, ph.R, ph.A, B(ph)), term("W_UV", c, v, h, B(ph))),
+                 written=fig(term("q_L", ph.R, c, h, B(ph)), term("scores_L", h, ph.R, ph.A, B(ph)),
                              term("mix_L", ph.R, c, h, B(ph)), term("out_L", ph.R, v, h, B(ph))))
 
 

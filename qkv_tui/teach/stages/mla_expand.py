@@ -107,12 +107,12 @@ def _cost(sc: Scenario, ph: Phase) -> Count:
     src_name, w_q = ("c_Q", "W_UQ") if mla.d_cq is not None else ("X" if sc.norm is None else "X̂", "W_Q")
     qk, nope, v = ("d_nope + d_rope", mla.d_nope + mla.d_rope), ("d_nope", mla.d_nope), ("d_v", mla.d_v)
     return Count(SPEC.stage.key, SPEC.stage.name, ph.name,
-                 matmul=fig(term("q", two, ph.R, src, qk, h), term("k_C", two, ph.K, c, nope, h),
-                            term("v_C", two, ph.K, c, v, h)),
-                 read=fig(term(src_name, ph.R, src, B(ph)), term(w_q, src, qk, h, B(ph)), term("c_KV", ph.K, c, B(ph)),
+                 matmul=fig(term("q", two, ph.R, src, qk, h), term("k_C", two, ph.SEEN, c, nope, h),
+                            term("v_C", two, ph.SEEN, c, v, h)),
+                 read=fig(term(src_name, ph.R, src, B(ph)), term(w_q, src, qk, h, B(ph)), term("c_KV", ph.SEEN, c, B(ph)),
                           term("W_UK", c, nope, h, B(ph)), term("W_UV", c, v, h, B(ph))),
-                 written=fig(term("q", ph.R, qk, h, B(ph)), term("k_C", ph.K, nope, h, B(ph)),
-                             term("v_C", ph.K, v, h, B(ph))))
+                 written=fig(term("q", ph.R, qk, h, B(ph)), term("k_C", ph.SEEN, nope, h, B(ph)),
+                             term("v_C", ph.SEEN, v, h, B(ph))))
 
 
 class ExpandBack(BackwardSpec):

@@ -281,7 +281,7 @@ def _cost(sc: Scenario, ph: Phase) -> Count:
     from qkv_tui.core.cost import B, Count, fig, term
 
     h, capped = len(sc.heads), sum(1 for head in sc.heads if head.softcap is not None)
-    cells = (ph.R, ph.K)
+    cells = (ph.R, ph.A)
     other = fig(term("div", ("h", h), *cells))
     if capped:
         other += fig(term("tanh", ("capped heads", capped), *cells), term("div by c", ("capped heads", capped), *cells))

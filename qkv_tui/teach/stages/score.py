@@ -125,14 +125,15 @@ SPEC = Score()
 
 @counts(SPEC)
 def _cost(sc: Scenario, ph: Phase) -> Count:
-    """Q·Kᵀ for every head, every cell (masked ones too); each K/V head's K read once."""
+    """Q·Kᵀ for every head, every cell (masked ones too) of the keys it attends (a part's selection: top_k a row);
+    each K/V head's K read once."""
     from qkv_tui.core.cost import B, Count, fig, per_heads, shapes, term
 
     s = shapes(sc)
     return Count(SPEC.stage.key, SPEC.stage.name, ph.name,
-                 matmul=per_heads("QKᵀ", s.h, "h", tuple(dk for dk, _ in s.heads), "d_k", ("2", 2), ph.R, ph.K),
-                 read=fig(term("Q", ph.R, ("Σd_k", s.sum_dk), B(ph)), term("K", ph.K, ("Σ_kv d_k", s.kv_dk), B(ph))),
-                 written=fig(term("scores", ("h", s.h), ph.R, ph.K, B(ph))))
+                 matmul=per_heads("QKᵀ", s.h, "h", tuple(dk for dk, _ in s.heads), "d_k", ("2", 2), ph.R, ph.A),
+                 read=fig(term("Q", ph.R, ("Σd_k", s.sum_dk), B(ph)), term("K", ph.SEEN, ("Σ_kv d_k", s.kv_dk), B(ph))),
+                 written=fig(term("scores", ("h", s.h), ph.R, ph.A, B(ph))))
 
 
 def scored_names(hr: HeadResult) -> tuple[str, str, str, str]:

@@ -250,7 +250,7 @@ def _cost(sc: Scenario, ph: Phase) -> Count:
     from qkv_tui.core.cost import B, Count, fig, term
 
     h, sinks = len(sc.heads), sum(1 for head in sc.heads if head.sink is not None)
-    cells = (("h", h), ph.R, ph.K)
+    cells = (("h", h), ph.R, ph.A)
     other = fig(term("exp", *cells)) + (fig(term("exp sink", ("sink heads", sinks), ph.R)) if sinks else fig())
     return Count(SPEC.stage.key, SPEC.stage.name, ph.name, other=other + fig(term("div", *cells)),
                  read=fig(term("scaled", *cells, B(ph))), written=fig(term("weights", *cells, B(ph))))
