@@ -23,6 +23,7 @@ from qkv_tui.kernels.ssd import ssd_head
 from qkv_tui.teach.stepper import Position
 from qkv_tui.teach.trace import Trace
 
+from .fuzz_paths import assert_every_path
 from .test_calculator import assert_holds, check_text, explanation_text
 
 SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
@@ -217,3 +218,23 @@ def test_the_kda_description_says_what_love_reads() -> None:
     assert float(factors.group(1)) == round(math.exp(g[1, 0]), 3)
     assert round(k[0, 0] * math.exp(g[1, 0]) * q[1, 0], 3) == round(o[1, 0], 3)
     assert "faded by 5%." not in text
+
+
+def test_a_state_wiped_by_huge_decays_is_shown_not_refused() -> None:
+    # g of −1e308 then −1.7e308: running sums reached −∞ and −∞ − (−∞) = NaN in the mask, and the file was
+    # refused as "masked overflow … expected a smaller ALiBi slope" (there is no ALiBi). Multiplied directly the
+    # mask is e^g's: 0 across a wipe, e^−0.5 after it; the state forgets I and love, and every path shows that.
+    text = (SCENARIOS / "deltanet.toml").read_text().replace("g = [[-0.5], [-0.5], [-0.5]]",
+                                                             "g = [[-1e308], [-1.7e308], [-0.5]]")
+    assert assert_every_path(text)
+    comp = compute(parse_scenario(text, "wiped.toml"))
+    from qkv_tui.kernels.deltanet import DeltaForward, decay_mask
+
+    sc, head = comp.scenario, comp.scenario.heads[0]
+    g = np.asarray(sc.deltanet.g, dtype=float).reshape(-1)
+    q, k, o, A, prod = _reference(np.asarray(sc.X, dtype=float), head.W_Q, head.W_K, head.W_V, g,
+                                  np.asarray(sc.deltanet.beta, dtype=float).reshape(-1))
+    dn = comp.heads[0].need(DeltaForward)
+    assert np.array_equal(decay_mask(dn.g), prod[:, :, 0])
+    assert np.allclose(dn.output, o, rtol=1e-12, atol=1e-15)
+    assert np.allclose(comp.heads[0].weights, np.where(comp.allow, A, 0.0), rtol=1e-12, atol=1e-15)
