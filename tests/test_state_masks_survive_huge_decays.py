@@ -17,8 +17,12 @@ import pytest
 from qkv_tui import compute, load_scenario
 from qkv_tui.core import part_questions as ask
 from qkv_tui.core.scenario import parse_scenario
+from qkv_tui.display.modes import Modes
+from qkv_tui.display.presenter import Presenter
 from qkv_tui.display.view import View
 from qkv_tui.edges.export_markdown import to_markdown
+from qkv_tui.kernels.deltanet import DeltaForward, decay_mask
+from qkv_tui.kernels.kda import channel_mask, channel_weights
 from qkv_tui.kernels.ssd import ssd_head
 from qkv_tui.teach.stepper import Position
 from qkv_tui.teach.trace import Trace
@@ -92,11 +96,8 @@ def _kda_reference(sc):
 def test_kda_channel_masks_multiply_each_decay_under_a_huge_one() -> None:
     sc = parse_scenario(_kda_big(), "kda_big.toml")
     comp = compute(sc)
-    g, (q, k, o, A, prod) = _kda_reference(sc)
+    g, (_, _, o, A, prod) = _kda_reference(sc)
     assert g[1, 1] == -HUGE and math.isclose(math.exp(g[2, 1]), 0.0474, abs_tol=5e-4)
-    from qkv_tui.kernels.kda import channel_mask, channel_weights
-    from qkv_tui.kernels.deltanet import DeltaForward
-
     dn = comp.heads[0].need(DeltaForward)
     assert np.allclose(dn.output, o, rtol=1e-9, atol=1e-12)
     mask = channel_mask(dn.g)
@@ -124,9 +125,7 @@ def test_gated_deltanet_mask_multiplies_each_decay_under_a_huge_one() -> None:
     cfg, head = sc.deltanet, sc.heads[0]
     g = np.asarray(cfg.g, dtype=float).reshape(-1)
     beta = np.asarray(cfg.beta, dtype=float).reshape(-1)
-    q, k, o, A, prod = _reference(np.asarray(sc.X, dtype=float), head.W_Q, head.W_K, head.W_V, g, beta)
-    from qkv_tui.kernels.deltanet import DeltaForward, decay_mask
-
+    _, _, o, A, prod = _reference(np.asarray(sc.X, dtype=float), head.W_Q, head.W_K, head.W_V, g, beta)
     dn = comp.heads[0].need(DeltaForward)
     assert np.allclose(dn.output, o, rtol=1e-9, atol=1e-12)
     D = decay_mask(dn.g)
@@ -186,8 +185,10 @@ def test_the_heads_view_header_says_the_map_is_the_weights_on_delta(name: str) -
     said = ask.map_formula(comp.heads)
     assert said is not None
     mapped, rest = said[0][0], "".join(text for text, _ in said[1:])
-    assert not rest.startswith("·"), said  # not "…·δ": the numbers are not times δ
-    assert "weights on δ" in rest
+    assert "δ" not in mapped and not rest.startswith("·"), said  # not "…·δ": the numbers are not times δ
+    assert rest == ", the weights on δ"
+    frame = Presenter(comp).frame(Position(0, 0), Modes(view="heads"))
+    assert "".join(part for part, _ in frame.explanation.formula) == mapped + rest
 
 
 @pytest.mark.parametrize("name", ["kda", "deltanet", "deltanet_learns"])
@@ -206,7 +207,7 @@ def test_the_page_names_the_tables_as_the_lines_do(name: str) -> None:
 
 def test_the_kda_description_says_what_love_reads() -> None:
     sc = load_scenario("kda")
-    g, (q, k, o, A, prod) = _kda_reference(sc)
+    g, (q, k, o, _, _) = _kda_reference(sc)
     text = " ".join(sc.description.split())
     said = re.search(r"as o = \[([\d.]+), ([\d.]+)\]", text)
     assert said is not None, text
@@ -228,11 +229,9 @@ def test_a_state_wiped_by_huge_decays_is_shown_not_refused() -> None:
                                                              "g = [[-1e308], [-1.7e308], [-0.5]]")
     assert assert_every_path(text)
     comp = compute(parse_scenario(text, "wiped.toml"))
-    from qkv_tui.kernels.deltanet import DeltaForward, decay_mask
-
     sc, head = comp.scenario, comp.scenario.heads[0]
     g = np.asarray(sc.deltanet.g, dtype=float).reshape(-1)
-    q, k, o, A, prod = _reference(np.asarray(sc.X, dtype=float), head.W_Q, head.W_K, head.W_V, g,
+    _, _, o, A, prod = _reference(np.asarray(sc.X, dtype=float), head.W_Q, head.W_K, head.W_V, g,
                                   np.asarray(sc.deltanet.beta, dtype=float).reshape(-1))
     dn = comp.heads[0].need(DeltaForward)
     assert np.array_equal(decay_mask(dn.g), prod[:, :, 0])
