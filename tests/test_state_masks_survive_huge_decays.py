@@ -186,7 +186,7 @@ def test_the_heads_view_header_says_the_map_is_the_weights_on_delta(name: str) -
     assert said is not None
     mapped, rest = said[0][0], "".join(text for text, _ in said[1:])
     assert "δ" not in mapped and not rest.startswith("·"), said  # not "…·δ": the numbers are not times δ
-    assert rest == ", the weights on δ"
+    assert rest == " weighs δ"
     frame = Presenter(comp).frame(Position(0, 0), Modes(view="heads"))
     assert "".join(part for part, _ in frame.explanation.formula) == mapped + rest
 

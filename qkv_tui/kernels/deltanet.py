@@ -61,7 +61,7 @@ class DeltaForward:
         key channel sits inside the dot product (Kimi Delta Attention: A[t,s] = Σᵢ q_t[i]·e^(G_t[i] − G_s[i])·k_s[i]);
         the decaying mask weighs the corrections δ. The map is the weights alone, not times δ: the header says so."""
         inner = "Σᵢ q[i]·e^(G_t[i] − G_s[i])·k[i]" if self.decay.ndim == 2 else "(q·kᵀ)·e^(G_t − G_s)"
-        return ((inner, True), (", the weights on δ", False))
+        return ((inner, True), (" weighs δ", False))
 
     def overflow(self, stage: str, at: Any) -> tuple[str, str, str] | None:
         """The delta rule's values past float64, in place of the weights (core/part_questions.py)."""
