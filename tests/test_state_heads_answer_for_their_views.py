@@ -25,7 +25,7 @@ def test_a_state_head_names_its_lines_and_what_its_map_holds(name: str) -> None:
     else:
         assert sc.deltanet is not None
         per_channel = sc.deltanet.channels is not None
-        assert text == ("Σᵢ q[i]·e^(G_t[i] − G_s[i])·k[i]·δ" if per_channel else "(q·kᵀ)·e^(G_t − G_s)·δ")
+        assert text == ("Σᵢ q[i]·e^(G_t[i] − G_s[i])·k[i]" if per_channel else "(q·kᵀ)·e^(G_t − G_s)") + " weighs δ"
     for head in range(len(comp.heads)):
         frame = state_frame(comp, sc.n - 1, head, 3)
         state = next(p for p in frame.focus if p.key.startswith("state@") or p.key == "state")

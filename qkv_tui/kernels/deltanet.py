@@ -59,9 +59,9 @@ class DeltaForward:
     def map_formula(self) -> tuple[tuple[str, bool], ...]:
         """What the heads view's maps hold (core/part_questions.py): one decay a head multiplies q·k, a decay per
         key channel sits inside the dot product (Kimi Delta Attention: A[t,s] = Σᵢ q_t[i]·e^(G_t[i] − G_s[i])·k_s[i]);
-        the decaying mask weighs the corrections δ."""
+        the decaying mask weighs the corrections δ. The map is the weights alone, not times δ: the header says so."""
         inner = "Σᵢ q[i]·e^(G_t[i] − G_s[i])·k[i]" if self.decay.ndim == 2 else "(q·kᵀ)·e^(G_t − G_s)"
-        return ((inner, True), ("·δ", False))
+        return ((inner, True), (" weighs δ", False))
 
     def overflow(self, stage: str, at: Any) -> tuple[str, str, str] | None:
         """The delta rule's values past float64, in place of the weights (core/part_questions.py)."""
@@ -170,13 +170,19 @@ def deltanet_forward(Q: Matrix, K: Matrix, V: Matrix, g: Matrix, beta: Matrix, p
 
 
 def decay_mask(g: Matrix) -> Matrix:
-    """D[t, s] = e^{G_t − G_s} for s ≤ t (G the running sum of g), 0 for a later s: (n, n).
+    """D[t, s] = e^{G_t − G_s} = e^{g_{s+1}}·…·e^{g_t} for s ≤ t (1 on the diagonal), 0 for a later s: (n, n),
+    or (n, n, d_k) for a g of one log decay per key channel (kernels/kda.py), each channel its own mask.
 
-    The causal mask the state applies: o_t = Σ_s (q_t·k_s)·D[t, s]·δ_s."""
-    G = np.cumsum(g)  # (n,)
-    n = len(g)
-    with np.errstate(over="ignore"):
-        D = np.where(np.tril(np.ones((n, n), dtype=bool)), np.exp(np.minimum(G[:, None] - G[None, :], 0.0)), 0.0)
+    The causal mask the state applies: o_t = Σ_s (q_t·k_s)·D[t, s]·δ_s. Multiplied out from the decays between
+    s and t, as the state applies them (and as kernels/ssd.py's L), never from the running sums G: once one g is
+    huge, G_s swallows every later small g (−1e17 − 3.049 is −1e17 in float64), and G_t − G_s would read e^0 = 1
+    where the state faded by e^−3.049."""
+    e = np.exp(np.asarray(g, dtype=float))  # (n,) or (n, d_k)
+    n = e.shape[0]
+    D = np.zeros((n, n, *e.shape[1:]))
+    D[np.arange(n), np.arange(n)] = 1.0
+    for s in range(n - 2, -1, -1):  # a column at a time, leftwards: D[t, s] = D[t, s+1]·e^{g_{s+1}} for t > s
+        D[s + 1:, s] = D[s + 1:, s + 1] * e[s + 1]
     return D
 
 

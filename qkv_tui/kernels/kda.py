@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from qkv_tui.kernels.deltanet import decay_rate, l2_rows, state_overflow
+from qkv_tui.kernels.deltanet import decay_mask, decay_rate, l2_rows, state_overflow
 from qkv_tui.kernels.deltanet_parts import Convolved, causal_conv
 from qkv_tui.kernels.norm import normalise
 from qkv_tui.kernels.policy import EXACT, Policy
@@ -97,12 +97,9 @@ def kda_forward(Q: Matrix, K: Matrix, V: Matrix, g: Matrix, beta: Matrix, policy
 
 
 def channel_mask(g: Matrix) -> Matrix:
-    """D[t, s, i] = e^{G_t[i] − G_s[i]} for s ≤ t (G each channel's running sum of g), 0 for a later s: (n, n, d_k)."""
-    G = np.cumsum(g, axis=0)  # (n, d_k)
-    n = g.shape[0]
-    below = np.tril(np.ones((n, n), dtype=bool))[:, :, None]
-    with np.errstate(over="ignore"):
-        return np.where(below, np.exp(np.minimum(G[:, None, :] - G[None, :, :], 0.0)), 0.0)
+    """D[t, s, i] = e^{G_t[i] − G_s[i]} = e^{g_{s+1}[i]}·…·e^{g_t[i]} for s ≤ t, 0 for a later s: (n, n, d_k), each
+    channel's product of its decays taken directly (kernels/deltanet.decay_mask), never from running sums."""
+    return decay_mask(g)
 
 
 def channel_weights(q: Matrix, k: Matrix, g: Matrix) -> Matrix:

@@ -358,6 +358,10 @@ class Normalise(StageSpec):
     def title(self, trace: TraceContext, name: str, head: int | None) -> str:
         return "q = Q/‖Q‖/√dₖ" if name == "dn_q" else "k = K/‖K‖"
 
+    def markdown(self, page: MarkdownPage, head: int | None) -> list[str]:
+        return [page.table("dn_q", head, "q"), "", page.table("dn_k", head, "k"), "",
+                *page.worked(self.stage.key, head)]
+
     def formula(self, trace: TraceContext, op: Operation) -> list[FormulaPart]:
         return [FormulaPart(Q_SLOT, "q"), FormulaPart(QK_DOT, "·"), FormulaPart(K_SLOT, "kᵀ")]
 
@@ -490,6 +494,19 @@ class Gates(StageSpec):
             return "[g per key channel | β] per token"
         return "[g | β] per token"
 
+    def col_label(self, trace: TraceContext, name: str, col: int) -> str | None:
+        """g's columns (one, or one per key channel, by its index), then β's, where every head is as wide."""
+        widths = {_g_width(hr) for hr in trace.comp.heads}
+        if len(widths) != 1:
+            return None
+        width = widths.pop()
+        if col == width:
+            return "β"
+        return "g" if _channels(trace.comp.heads[0]) is None else None
+
+    def markdown(self, page: MarkdownPage, head: int | None) -> list[str]:
+        return [page.table("dn_g", head, "g, β"), "", *page.worked(self.stage.key, head)]
+
     def edit_cell(self, trace: TraceContext, op: Operation) -> InputCell | None:
         if op.head is None:
             return None
@@ -506,6 +523,7 @@ class Delta(StageSpec):
     per_head = True
     matrices = ("dn_step", *BLOCKS, "dn_D")
     styles = MappingProxyType({"dn_D": PaneStyle(heat=True, masked=True)})
+    key_columns = ("dn_D",)  # the unrolled map: a column per key token, as the softmax's weights
 
     def runs(self, trace: TraceContext) -> bool:
         return _on(trace)
@@ -621,6 +639,10 @@ class Delta(StageSpec):
         return out
 
     def filled(self, trace: TraceContext, name: str, head: int | None, index: int) -> int:
+        if name == "dn_D":  # the unrolled map is derived after the last token, where mask_lines work it: not before
+            n = trace.comp.scenario.n
+            done = trace.filled("dn_step", head, index) >= n * sum(self.widths(_hr(trace, head)))
+            return n * n if done else 0
         return _block_filled(trace, BLOCKS, "dn_step", self.widths, name, head, index)
 
     def panes(self, trace: TraceContext, op: Operation) -> list[Key]:
@@ -657,8 +679,8 @@ class Delta(StageSpec):
 
     def markdown(self, page: MarkdownPage, head: int | None) -> list[str]:
         out: list[str] = []
-        for name in (*BLOCKS, "dn_D"):
-            out += [page.table(name, head), ""]
+        for name in (*BLOCKS, "dn_D"):  # named as the lines name them, the pane titles' left-hand sides
+            out += [page.table(name, head, self.title(page.trace, name, head).split(" = ")[0]), ""]
         return out + page.worked(self.stage.key, head)
 
 
@@ -970,7 +992,7 @@ class DeltaBackStage(BackwardSpec):
     def markdown(self, page: MarkdownPage, head: int | None) -> list[str]:
         out: list[str] = []
         for name in (*BACK_BLOCKS, "dn_dQ", "dn_dK"):  # each step's block as a table of its own, the last token first
-            out += [page.table(name, head), ""]
+            out += [page.table(name, head, BACK_TITLES[name].split(" ")[0]), ""]  # dS, dq, …: as the lines name them
         return out + page.worked(self.stage.key, head)
 
     def title(self, trace: TraceContext, name: str, head: int | None) -> str:
@@ -1078,6 +1100,12 @@ class GatesBackStage(BackwardSpec):
         return _x_named(trace, {"gb_da": "da = −dg·e^A_log·σ(a)", "dW_a": "dW_a = X̂ᵀ·da", "dA_log": "dA_log = Σ dg·g",
                                 "ddt_bias": "ddt_bias = Σ da", "gb_db": "db = dβ·β(1 − β)",
                                 "dW_b": "dW_b = X̂ᵀ·db"}[name])
+
+    def markdown(self, page: MarkdownPage, head: int | None) -> list[str]:
+        out: list[str] = []
+        for plan in self.segments(page.trace, head):  # named as the lines name them: da, not gb_da
+            out += [page.table(plan.target, head, self.title(page.trace, plan.target, head).split(" = ")[0]), ""]
+        return out + page.worked(self.stage.key, head)
 
 
 GATES_BACKWARD = GatesBackStage()
