@@ -60,9 +60,9 @@ def calls(called: dict[int, types.CodeType]) -> Iterator[dict[int, types.CodeTyp
         threading.setprofile(None)
 
 
-def pack_code(called: dict[int, types.CodeType]) -> int:
+def pack_code(called: dict[int, types.CodeType]) -> dict[int, types.CodeType]:
     """Every function whose code is in ``called`` given a copy of it, the copies made one after the other;
-    how many functions were given one. Code that a called code makes functions of (a comprehension, a
+    the copies, by their original's id. Code that a called code makes functions of (a comprehension, a
     lambda, a nested def) is copied into its copy's constants, so the functions it makes run the copy too."""
     copies: dict[int, types.CodeType] = {}
 
@@ -76,14 +76,12 @@ def pack_code(called: dict[int, types.CodeType]) -> int:
 
     for code in called.values():
         copy(code)
-    given = 0
     for function in gc.get_objects():
         if type(function) is types.FunctionType:
             code = function.__code__
-            if called.get(id(code)) is code:  # the id is this very code's (not a later one's at its address)
+            if id(code) in called:  # called holds the code it names: an id there is this very code's
                 function.__code__ = copies[id(code)]
-                given += 1
-    return given
+    return copies
 
 
 def fill_free_blocks() -> int:
