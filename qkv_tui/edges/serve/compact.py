@@ -51,13 +51,14 @@ def calls(called: dict[int, types.CodeType]) -> Iterator[dict[int, types.CodeTyp
         if event == "call":
             called.setdefault(id(frame.f_code), frame.f_code)
 
+    before = sys.getprofile(), threading.getprofile()  # a profiler of the starter's own goes on after
     sys.setprofile(seen)
     threading.setprofile(seen)
     try:
         yield called
     finally:
-        sys.setprofile(None)
-        threading.setprofile(None)
+        sys.setprofile(before[0])
+        threading.setprofile(before[1])
 
 
 def pack_code(called: dict[int, types.CodeType]) -> dict[int, types.CodeType]:
