@@ -76,15 +76,18 @@ def preload(argv: list[str] | None = None) -> None:
     called = warm_up(argv or [])
     # The code the first frame ran, copied into pages of its own (compact.py); a second warm-up then
     # specialises the copies here, not in every app. The free blocks are filled before the copies are
-    # made (so they are made together) and again at the end (for what the copying and the second warm-up freed).
+    # made (so they are made together) and again at the end (for what the copying and the second warm-up
+    # freed). A layout that fails only costs the children pages.
     gc.collect()
-    serve_compact.fill_free_blocks()
-    serve_compact.pack_code(called)
+    with contextlib.suppress(Exception):
+        serve_compact.fill_free_blocks()
+        serve_compact.pack_code(called)
     called.clear()
     gc.collect()
     warm_up(argv or [], first=False)
     gc.collect()
-    serve_compact.fill_free_blocks()
+    with contextlib.suppress(Exception):
+        serve_compact.fill_free_blocks()
     # Objects made so far are never collected: the collector then does not touch (and so copy) their pages
     gc.freeze()
 
