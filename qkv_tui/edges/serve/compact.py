@@ -15,7 +15,8 @@ benchmarks/serve_cost.py (the figures are in benchmarks/README.md):
   gets copies of its code objects made one after the other, in the order it first ran, so that an app
   running it copies the few pages they fill, instead of the pages, all over the starter's memory, that
   each was made on at import beside objects the app never touches. A function keeps its identity
-  (only its ``__code__`` is the copy); the copies run as the originals do.
+  (only its ``__code__`` is the copy); the copies run as the originals do. The starter then draws a
+  second first frame, so that the copies are specialised once, there, before any fork (zygote.preload).
 """
 
 from __future__ import annotations
@@ -70,9 +71,13 @@ def pack_code(called: dict[int, types.CodeType]) -> dict[int, types.CodeType]:
     def copy(code: types.CodeType) -> types.CodeType:
         made = copies.get(id(code))
         if made is None:
-            consts = tuple(copy(const) if type(const) is types.CodeType and id(const) in called else const
-                           for const in code.co_consts)
-            made = copies[id(code)] = code.replace(co_consts=consts)
+            if any(type(const) is types.CodeType and id(const) in called for const in code.co_consts):
+                made = code.replace(co_consts=tuple(
+                    copy(const) if type(const) is types.CodeType and id(const) in called else const
+                    for const in code.co_consts))
+            else:
+                made = code.replace()  # its constants shared with the original: reading them writes nothing there
+            copies[id(code)] = made
         return made
 
     for code in called.values():
