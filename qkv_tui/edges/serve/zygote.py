@@ -38,9 +38,11 @@ import socket
 import sys
 import time
 import traceback
+import types
 from collections.abc import Callable, MutableMapping
 from typing import Any
 
+from qkv_tui.edges.serve import compact as serve_compact
 from qkv_tui.edges.serve import prepared as serve_prepared
 
 # What an app imports by the time a student sees the first screen, and what the first uses of
@@ -71,18 +73,35 @@ def preload(argv: list[str] | None = None) -> None:
         from rich.cells import cell_len
 
         cell_len("·→√")
-    warm_up(argv or [])
-    # Objects made so far are never collected: the collector then does not touch (and so copy) their pages
+    called = warm_up(argv or [])
+    # The code the first frame ran, copied into pages of its own (compact.py); a second warm-up then
+    # specialises the copies here, not in every app. The free blocks are filled before the copies are
+    # made (so they are made together) and again at the end (for what the copying and the second warm-up
+    # freed). A layout that fails only costs the children pages.
     gc.collect()
+    with contextlib.suppress(Exception):
+        serve_compact.fill_free_blocks()
+        serve_compact.pack_code(called)
+    called.clear()
+    gc.collect()
+    warm_up(argv or [], first=False)
+    gc.collect()
+    with contextlib.suppress(Exception):
+        serve_compact.fill_free_blocks()
+    # Objects made so far are never collected: the collector then does not touch (and so copy) their pages
     gc.freeze()
 
 
-def warm_up(argv: list[str]) -> None:
+def warm_up(argv: list[str], first: bool = True) -> dict[int, types.CodeType]:
     """Draw the first frame of a tab's app (``argv``, its command line) here, headless, before any fork: what
     a first frame imports late and the caches it fills (styles, colours, cell widths, the scenario's panes and
     text) are then in every child already, in pages they share, instead of being made again (and written
     into private pages) by each; the scenario, loaded and computed, is kept for the children to take
-    (prepared.py). It leaves no thread and no loop behind, and writes nothing."""
+    (prepared.py). It leaves no thread and no loop behind, and writes nothing.
+
+    The first returns the code its first frame ran (compact.calls); a second (``first`` False) keeps
+    nothing and records nothing: a profiled interpreter runs code unspecialised, and it is there to
+    specialise the copies compact.pack_code made."""
     import asyncio
     import threading
 
@@ -91,13 +110,17 @@ def warm_up(argv: list[str]) -> None:
     try:
         with contextlib.redirect_stderr(io.StringIO()):  # what is wrong with it, each child says to its tab
             prepared, app = prepared_app(argv)
-        serve_prepared.keep(prepared)
+        if first:
+            serve_prepared.keep(prepared)
     except (Exception, SystemExit):
         app = QKVApp("i_love_ai")  # a command line that cannot be prepared still warms the styles and caches
-    with contextlib.suppress(Exception):  # a warm-up that fails only costs the children their own start
+    called: dict[int, types.CodeType] = {}
+    # a warm-up that fails only costs the children their own start
+    with contextlib.suppress(Exception), serve_compact.calls(called) if first else contextlib.nullcontext():
         asyncio.run(first_frame(app))
     if threading.active_count() > 1:  # a fork copies only the thread that forks: say so, never hang on it
         sys.stderr.write(f"qkv-tui: the app starter's warm-up left {threading.active_count() - 1} thread(s) running\n")
+    return called
 
 
 def prepared_app(argv: list[str]) -> tuple[serve_prepared.Prepared, Any]:
