@@ -8,12 +8,14 @@ asks the record); these take their place, map 1 beside map 2.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from qkv_tui.core.engine import Computation
+from qkv_tui.core.head import HeadResult
 from qkv_tui.core.fmt import NEG_INF, fmt, operand
 from qkv_tui.core.scenario import Matrix
 from qkv_tui.core.variants.differential import TABLE
@@ -59,6 +61,19 @@ def diff_of(trace: TraceContext, head: int | None) -> DiffForward:
 
 def has_diff(trace: TraceContext) -> bool:
     return any(h.part(DiffForward) is not None for h in trace.comp.heads)
+
+
+def over(heads: Sequence[HeadResult]) -> str:
+    """How a line writes what these heads' maps were divided by: √d (the half width), or the number every one
+    of them divides by where the file sets ``scale`` (teach/stages/scale.py's divisor_text, for one map)."""
+    if all(hr.scale_is_default for hr in heads):
+        return "√d"
+    scales = {hr.scale for hr in heads}
+    return f"{scales.pop():g}" if len(scales) == 1 and not any(hr.scale_is_default for hr in heads) else "scale"
+
+
+def over_of(trace: TraceContext, head: int | None) -> str:
+    return over(trace.comp.heads if head is None else [trace.comp.heads[head]])
 
 
 class _DiffStage(StageSpec):
@@ -166,6 +181,16 @@ class MapScale(_MapStage):
         self.parts = ((DIVIDE, "/√d"),) if half == 1 else ()
         self.lit = frozenset({DIVIDE}) if half == 1 else frozenset({CLOSE})
 
+    def meaning(self, trace: TraceContext, head: int | None) -> str:
+        by = over_of(trace, head)
+        if by == "√d":
+            return self.stage.meaning
+        return (f"Divide map {self.half}'s scores by {by}, the scale this file sets (in place of √d, d the half"
+                " width each map scores with), then mask: a hidden key becomes −∞, in both maps alike.")
+
+    def formula(self, trace: TraceContext, op: Operation) -> list[FormulaPart]:
+        return [FormulaPart(DIVIDE, f"/{over_of(trace, op.head)}")] if self.half == 1 else []
+
     def operation(self, trace: TraceContext, index: int, seg: Segment, row: int, col: int | None, d: int) -> Operation:
         h, a, s = seg.head, self.half, SUB[self.half]
         assert h is not None and col is not None
@@ -178,7 +203,8 @@ class MapScale(_MapStage):
                              f.divisor == round(f.divisor), fmt(float(m.scaled[row, col]), False, d), d)
         text = f"scaled{s}[{q},{k}] = {work}"
         value = float(m.masked[row, col])
-        details: tuple[str, ...] = (f"d = {f.d} (each map's half of dₖ = {2 * f.d})",)
+        details: tuple[str, ...] = ((f"d = {f.d} (each map's half of dₖ = {2 * f.d})",) if over_of(trace, h) == "√d"
+                                    else (f"scale = {f.divisor:g}, set by the file in place of √d = √{f.d}",))
         if not trace.comp.allow[row, col]:
             text += f", masked → {NEG_INF}"
             details = (f"{q} may not see {k}: the mask hides it in both maps",)
@@ -192,7 +218,7 @@ class MapScale(_MapStage):
 
     def title(self, trace: TraceContext, name: str, head: int | None) -> str:
         s = SUB[self.half]
-        return f"scaled{s} = scores{s} / √d, masked"
+        return f"scaled{s} = scores{s} / {over_of(trace, head)}, masked"
 
 
 class MapSoftmax(_MapStage):
@@ -333,8 +359,10 @@ class Subtract(_DiffStage):
                   " looks harder than the first is negative: this map is no longer a distribution.")
     matrices = ("weights",)
     styles = MappingProxyType({"weights": PaneStyle(heat=True, masked=True)})
-    parts = ((CLOSE, " − λ·softmax(Q₂·K₂ᵀ/√d))"),)
     lit = frozenset({CLOSE})
+
+    def formula(self, trace: TraceContext, op: Operation) -> list[FormulaPart]:
+        return [FormulaPart(CLOSE, f" − λ·softmax(Q₂·K₂ᵀ/{over_of(trace, op.head)}))")]
 
     def segments(self, trace: TraceContext, head: int | None) -> list[Plan]:
         sc = trace.comp.scenario
@@ -344,7 +372,8 @@ class Subtract(_DiffStage):
         if getattr(comp.scenario, "differential", None) is None:
             return []
         return ["- Differential attention: each head's Q and K are 2d wide. Map 1 scores columns 0…d−1 of Q against the"
-                " same columns of K, map 2 columns d…2d−1; each is divided by √d and masked, then takes its own softmax."
+                f" same columns of K, map 2 columns d…2d−1; each is divided by {over(comp.heads)} and masked, then takes"
+                " its own softmax."
                 " λ = e^(λ_q1·λ_k1) − e^(λ_q2·λ_k2) + λ_init, each e^ of the printed dot product; weights = p₁ − λ·p₂"
                 " cell by cell (each row sums to 1 − λ, and a cell may be negative); mixed = weights·V.",
                 "- Sub-norm, row by row: ms = the mean of the row's squares of mixed; normed = mixed / √(ms + eps)"

@@ -23,7 +23,7 @@ from qkv_tui.kernels.norm_backward import row_means
 from qkv_tui.teach.arith import quotient_line
 from qkv_tui.teach.stages.common import Key, Operation, PaneStyle, Plan, Ref, Segment, Stage
 from qkv_tui.teach.stages.context import TraceContext
-from qkv_tui.teach.stages.differential import HEAD_ROW, SUB, diff_of, has_diff
+from qkv_tui.teach.stages.differential import HEAD_ROW, SUB, diff_of, has_diff, over_of
 from qkv_tui.teach.stages.grads import BackwardSpec, dot_cell, formula_cell, grads, has_backward, kept
 from qkv_tui.teach.stages.norm import back_cell, back_stat_cell
 
@@ -389,6 +389,14 @@ class DMapScale(_DiffBack):
         self.key_columns = self.matrices
         self.styles = MappingProxyType({name: PaneStyle(masked=True) for name in self.matrices})
 
+    def meaning(self, trace: TraceContext, head: int | None) -> str:
+        by, s = over_of(trace, head), SUB[self.half]
+        if by == "√d":
+            return self.stage.meaning
+        return (f"Back through map {self.half}'s Scale: its scores were divided by {by} (the scale this file sets,"
+                f" in place of √d), so their gradient is divided by it too, dscores{s} = dS{s} / {by} (under a"
+                " soft-cap, its slope 1 − tanh²(scaled / c) first). Both maps share the divisor and any fixed bias.")
+
     def _capped(self, trace: TraceContext, head: int) -> bool:
         """Whether a part steps the head's scaled scores (the soft-cap): the gradient passes its step first."""
         return ask.stepper(trace.comp.heads[head]) is not None
@@ -421,7 +429,7 @@ class DMapScale(_DiffBack):
         work = quotient_line(float(mb.dscaled[row, col]), False, f.divisor, f"√{f.d}" if default else None,
                              f.divisor == round(f.divisor), fmt(value, False, d), d)
         return Operation(index, seg, row, col, value, (Ref(source, h, row, col),),
-                         f"dscores{s}[{q},{k}] = {shown_source}[{q},{k}] / √d = {work}{masked}")
+                         f"dscores{s}[{q},{k}] = {shown_source}[{q},{k}] / {over_of(trace, h)} = {work}{masked}")
 
     def table(self, trace: TraceContext, name: str, head: int) -> Matrix:
         mb = _mb(back_of(trace, head), self.half)
@@ -442,7 +450,7 @@ class DMapScale(_DiffBack):
         s = SUB[self.half]
         if name.startswith("dscaled_"):
             return f"dscaled{s} = dS{s}·(1 − tanh²)"
-        return f"dscores{s} = {'dscaled' if self._capped(trace, head or 0) else 'dS'}{s} / √d"
+        return f"dscores{s} = {'dscaled' if self._capped(trace, head or 0) else 'dS'}{s} / {over_of(trace, head)}"
 
 
 class DScore(_DiffBack):
