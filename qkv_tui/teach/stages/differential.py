@@ -50,6 +50,7 @@ from qkv_tui.teach.stages.printed import PrintedCells, PrintedChain, Table
 
 if TYPE_CHECKING:
     from qkv_tui.core.cell_edit import InputCell
+    from qkv_tui.teach.stages.markdown import MarkdownPage
 
 SUB = {1: "₁", 2: "₂"}
 
@@ -76,6 +77,11 @@ def over_of(trace: TraceContext, head: int | None) -> str:
     return over(trace.comp.heads if head is None else [trace.comp.heads[head]])
 
 
+# each matrix's name in the worked lines, pane titles and worksheet: what the page's tables write in their corner
+CORNERS = {"scores_1": "scores₁", "scores_2": "scores₂", "scaled_1": "scaled₁", "scaled_2": "scaled₂",
+           "weights_1": "p₁", "weights_2": "p₂", "lambda": "λ", "Q_rot": "Q'", "K_rot": "K'"}
+
+
 class _DiffStage(StageSpec):
     """The formula line reads (softmax(Q₁·K₁ᵀ/√d) − λ·softmax(Q₂·K₂ᵀ/√d))·V → RMSNorm·(1 − λ_init): each stage
     places its pieces (``parts``) and lights its slots; map 2, λ and Subtract share the slot after map 1's ")"."""
@@ -92,6 +98,13 @@ class _DiffStage(StageSpec):
 
     def lights(self, seg: Segment) -> frozenset[int]:
         return self.lit
+
+    def markdown(self, page: MarkdownPage, head: int | None) -> list[str]:
+        """Its tables named as its lines name them (p₁, not weights_1), then its worked lines."""
+        out: list[str] = []
+        for plan in self.segments(page.trace, head):
+            out += [page.table(plan.target, head, CORNERS.get(plan.target, plan.target)), ""]
+        return out + page.worked(self.stage.key, head)
 
     def worksheet_tables(self, chain: PrintedChain, head: int | None) -> list[Table]:
         assert head is not None
@@ -269,7 +282,7 @@ class MapSoftmax(_MapStage):
         return f"p{s} = softmax(scaled{s})"
 
 
-LAMBDA_COLS = ("λ_q1·λ_k1", "e^ of it", "λ_q2·λ_k2", "e^ of it", "λ")
+LAMBDA_COLS = differential_sheet.LAMBDA_COLS  # the λ line's terms, as the worksheet names its columns
 HEAD_ROW = "head"  # the row label of a table with one row per head (λ and its gradients): the head in view
 
 
@@ -288,6 +301,9 @@ class Lambda(_DiffStage):
 
     def row_label(self, trace: TraceContext, name: str, row: int) -> str | None:
         return HEAD_ROW if name == "lambda" else None  # one row per head, not a token's
+
+    def col_label(self, trace: TraceContext, name: str, col: int) -> str | None:
+        return LAMBDA_COLS[col] if name == "lambda" else None
 
     def edit_cell(self, trace: TraceContext, op: Operation) -> InputCell | None:
         # the λ vectors are no pane: each cell opens at the head's row of the vector it reads first
