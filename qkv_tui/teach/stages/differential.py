@@ -229,6 +229,9 @@ class MapScale(_MapStage):
     def panes(self, trace: TraceContext, op: Operation) -> list[Key]:
         return [(f"scores_{self.half}", op.head), (f"scaled_{self.half}", op.head)]
 
+    def overview(self, trace: TraceContext, head: int) -> list[Key]:
+        return [(f"scaled_{self.half}", head)]
+
     def title(self, trace: TraceContext, name: str, head: int | None) -> str:
         s = SUB[self.half]
         return f"scaled{s} = scores{s} / {over_of(trace, head)}, masked"
@@ -467,6 +470,9 @@ class DiffMix(_DiffStage):
     def panes(self, trace: TraceContext, op: Operation) -> list[Key]:
         return [("weights", op.head), ("V", op.head), ("mixed", op.head)]
 
+    def overview(self, trace: TraceContext, head: int) -> list[Key]:
+        return [("mixed", head)]
+
     def title(self, trace: TraceContext, name: str, head: int | None) -> str:
         return "mixed = weights·V"
 
@@ -505,6 +511,9 @@ class SubNorm(_DiffStage):
 
     def panes(self, trace: TraceContext, op: Operation) -> list[Key]:
         return [("mixed", op.head), ("normed", op.head)]
+
+    def overview(self, trace: TraceContext, head: int) -> list[Key]:
+        return [("normed", head)]
 
     def title(self, trace: TraceContext, name: str, head: int | None) -> str:
         return "normed = RMSNorm(mixed)"
@@ -545,6 +554,9 @@ class Factor(_DiffStage):
 
     def panes(self, trace: TraceContext, op: Operation) -> list[Key]:
         return [("normed", op.head), ("output", op.head)]
+
+    def overview(self, trace: TraceContext, head: int) -> list[Key]:
+        return [("output", head)]
 
     def title(self, trace: TraceContext, name: str, head: int | None) -> str:
         return "output = (1 − λ_init)·normed"

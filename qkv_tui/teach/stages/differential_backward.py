@@ -472,6 +472,9 @@ class DMapScale(_DiffBack):
         source = f"dscaled_{a}" if self._capped(trace, h or 0) else f"dS_{a}"
         return [(source, h), (f"dscores_{a}", h)]
 
+    def overview(self, trace: TraceContext, head: int) -> list[Key]:
+        return [(f"dscores_{self.half}", head)]
+
     def title(self, trace: TraceContext, name: str, head: int | None) -> str:
         s = SUB[self.half]
         if name.startswith("dscaled_"):
