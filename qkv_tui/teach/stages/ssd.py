@@ -602,7 +602,7 @@ class Norm(_SsdStage):
         if name == "ssd_group" and head is not None:
             heads = group_heads(trace, head)
             d = rec_of(trace, head).ssd.x.shape[1]
-            spans = ", ".join(f"h{h + 1} {k * d}…{(k + 1) * d - 1}" if d > 1 else f"h{h + 1} {k}"
+            spans = ", ".join(f"h{h + 1}: cols {k * d}…{(k + 1) * d - 1}" if d > 1 else f"h{h + 1}: col {k}"
                               for k, h in enumerate(heads))
             return f"gated, group {rec_of(trace, head).group + 1} ({spans})"
         return "output = RMSNorm(gated)·γ"
