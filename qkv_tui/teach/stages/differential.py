@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from qkv_tui.core.engine import Computation
-from qkv_tui.core.head import HeadResult
 from qkv_tui.core.fmt import NEG_INF, fmt, operand
+from qkv_tui.core.head import HeadResult
 from qkv_tui.core.scenario import Matrix
 from qkv_tui.core.variants.differential import TABLE
 from qkv_tui.kernels.differential import DiffForward, DiffMap
