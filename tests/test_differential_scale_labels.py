@@ -47,8 +47,8 @@ def test_every_label_of_the_scale_steps_says_the_files_scale() -> None:
     md = _page_without_description(to_markdown(comp), sc.description)
     assert "√d" not in md.replace("in place of √d", "")  # the lead, the meanings, the details and the lines
     assert "(softmax(Q₁K₁ᵀ/1) − λ·softmax(Q₂K₂ᵀ/1))" in md
-    assert "Divide map 1's scores by 1, the scale this file sets" in md
-    assert re.search(r"scaled₁\[the,the\] = 2 / 1 = 2\.000\n      scale = 1, set by the file", md)
+    assert "Divide map 1's scores by 1, the scale the scenario sets" in md
+    assert re.search(r"scaled₁\[the,the\] = 2 / 1 = 2\.000\n      scale = 1, set by the scenario", md)
     assert "scaled₁ = scores₁ / 1, masked" in to_worksheet(comp)
     # the app: the pane's title and the formula line at Scale₁
     trace = Trace(comp)

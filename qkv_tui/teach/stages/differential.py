@@ -198,7 +198,7 @@ class MapScale(_MapStage):
         by = over_of(trace, head)
         if by == "√d":
             return self.stage.meaning
-        return (f"Divide map {self.half}'s scores by {by}, the scale this file sets (in place of √d, d the half"
+        return (f"Divide map {self.half}'s scores by {by}, the scale the scenario sets (in place of √d, d the half"
                 " width each map scores with), then mask: a hidden key becomes −∞, in both maps alike.")
 
     def formula(self, trace: TraceContext, op: Operation) -> list[FormulaPart]:
@@ -217,7 +217,7 @@ class MapScale(_MapStage):
         text = f"scaled{s}[{q},{k}] = {work}"
         value = float(m.masked[row, col])
         details: tuple[str, ...] = ((f"d = {f.d} (each map's half of dₖ = {2 * f.d})",) if over_of(trace, h) == "√d"
-                                    else (f"scale = {f.divisor:g}, set by the file in place of √d = √{f.d}",))
+                                    else (f"scale = {f.divisor:g}, set by the scenario in place of √d = √{f.d}",))
         if not trace.comp.allow[row, col]:
             text += f", masked → {NEG_INF}"
             details = (f"{q} may not see {k}: the mask hides it in both maps",)

@@ -419,7 +419,7 @@ class DMapScale(_DiffBack):
         by, s = over_of(trace, head), SUB[self.half]
         if by == "√d":
             return self.stage.meaning
-        return (f"Back through map {self.half}'s Scale: its scores were divided by {by} (the scale this file sets,"
+        return (f"Back through map {self.half}'s Scale: its scores were divided by {by} (the scale the scenario sets,"
                 f" in place of √d), so their gradient is divided by it too, dscores{s} = dS{s} / {by} (under a"
                 " soft-cap, its slope 1 − tanh²(scaled / c) first). Both maps share the divisor and any fixed bias.")
 
