@@ -219,7 +219,7 @@ def lead(sc: Scenario) -> tuple[str, str]:
     dot-product attention ([linear], the delta rule, [ssd], [differential], a sparse selection)."""
     said = scenario_answer(sc, "lead")
     if isinstance(said, tuple):
-        return said
+        return said[0], own_divisor(said[1], None if sc.scale is None else f"{sc.scale:g}")
     # the file's own divisor where it sets one (Gemma 3n's 1): the page's stages divide by it, not by √dₖ
     divisor = "√dₖ" if sc.scale is None else f"{sc.scale:g}"
     return ("Scaled dot-product attention, ", f"softmax(QKᵀ/{divisor})V")
@@ -228,12 +228,21 @@ def lead(sc: Scenario) -> tuple[str, str]:
 def map_formula(heads: Iterable[HeadResult]) -> tuple[tuple[str, bool], ...] | None:
     """What a head's map holds, as the heads view writes it ((text, on the map's colour) pieces), where a part's
     record says (an [ssd] head's L ∘ C·Bᵀ, a differential head's two maps); None where no part does."""
+    heads = list(heads)
     for hr in heads:
         for record in hr.parts.values():
             said = getattr(record, "map_formula", None)
             if said is not None:
-                return tuple(said)
+                scales = {h.scale for h in heads if not h.scale_is_default}
+                by = f"{scales.pop():g}" if len(scales) == 1 and not any(h.scale_is_default for h in heads) else None
+                return tuple((own_divisor(text, by), on) for text, on in said)
     return None
+
+
+def own_divisor(formula: str, by: str | None) -> str:
+    """A part's formula with the file's divisor ``by`` (None: none set) where the part writes its default, √d:
+    [differential]'s maps divide by the file's scale where it sets one, as its stages say."""
+    return formula if by is None else formula.replace("/√d)", f"/{by})")
 
 
 def scenario_has(sc: Scenario, name: str) -> bool:

@@ -8,6 +8,7 @@ asks the record); these take their place, map 1 beside map 2.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 
@@ -15,6 +16,7 @@ import numpy as np
 
 from qkv_tui.core.engine import Computation
 from qkv_tui.core.fmt import NEG_INF, fmt, operand
+from qkv_tui.core.head import HeadResult
 from qkv_tui.core.scenario import Matrix
 from qkv_tui.core.variants.differential import TABLE
 from qkv_tui.kernels.differential import DiffForward, DiffMap
@@ -48,6 +50,7 @@ from qkv_tui.teach.stages.printed import PrintedCells, PrintedChain, Table
 
 if TYPE_CHECKING:
     from qkv_tui.core.cell_edit import InputCell
+    from qkv_tui.teach.stages.markdown import MarkdownPage
 
 SUB = {1: "₁", 2: "₂"}
 
@@ -59,6 +62,24 @@ def diff_of(trace: TraceContext, head: int | None) -> DiffForward:
 
 def has_diff(trace: TraceContext) -> bool:
     return any(h.part(DiffForward) is not None for h in trace.comp.heads)
+
+
+def over(heads: Sequence[HeadResult]) -> str:
+    """How a line writes what these heads' maps were divided by: √d (the half width), or the number every one
+    of them divides by where the file sets ``scale`` (teach/stages/scale.py's divisor_text, for one map)."""
+    if all(hr.scale_is_default for hr in heads):
+        return "√d"
+    scales = {hr.scale for hr in heads}
+    return f"{scales.pop():g}" if len(scales) == 1 and not any(hr.scale_is_default for hr in heads) else "scale"
+
+
+def over_of(trace: TraceContext, head: int | None) -> str:
+    return over(trace.comp.heads if head is None else [trace.comp.heads[head]])
+
+
+# each matrix's name in the worked lines, pane titles and worksheet: what the page's tables write in their corner
+CORNERS = {"scores_1": "scores₁", "scores_2": "scores₂", "scaled_1": "scaled₁", "scaled_2": "scaled₂",
+           "weights_1": "p₁", "weights_2": "p₂", "lambda": "λ", "Q_rot": "Q'", "K_rot": "K'"}
 
 
 class _DiffStage(StageSpec):
@@ -77,6 +98,13 @@ class _DiffStage(StageSpec):
 
     def lights(self, seg: Segment) -> frozenset[int]:
         return self.lit
+
+    def markdown(self, page: MarkdownPage, head: int | None) -> list[str]:
+        """Its tables named as its lines name them (p₁, not weights_1), then its worked lines."""
+        out: list[str] = []
+        for plan in self.segments(page.trace, head):
+            out += [page.table(plan.target, head, CORNERS.get(plan.target, plan.target)), ""]
+        return out + page.worked(self.stage.key, head)
 
     def worksheet_tables(self, chain: PrintedChain, head: int | None) -> list[Table]:
         assert head is not None
@@ -166,6 +194,16 @@ class MapScale(_MapStage):
         self.parts = ((DIVIDE, "/√d"),) if half == 1 else ()
         self.lit = frozenset({DIVIDE}) if half == 1 else frozenset({CLOSE})
 
+    def meaning(self, trace: TraceContext, head: int | None) -> str:
+        by = over_of(trace, head)
+        if by == "√d":
+            return self.stage.meaning
+        return (f"Divide map {self.half}'s scores by {by}, the scale the scenario sets (in place of √d, d the half"
+                " width each map scores with), then mask: a hidden key becomes −∞, in both maps alike.")
+
+    def formula(self, trace: TraceContext, op: Operation) -> list[FormulaPart]:
+        return [FormulaPart(DIVIDE, f"/{over_of(trace, op.head)}")] if self.half == 1 else []
+
     def operation(self, trace: TraceContext, index: int, seg: Segment, row: int, col: int | None, d: int) -> Operation:
         h, a, s = seg.head, self.half, SUB[self.half]
         assert h is not None and col is not None
@@ -178,7 +216,8 @@ class MapScale(_MapStage):
                              f.divisor == round(f.divisor), fmt(float(m.scaled[row, col]), False, d), d)
         text = f"scaled{s}[{q},{k}] = {work}"
         value = float(m.masked[row, col])
-        details: tuple[str, ...] = (f"d = {f.d} (each map's half of dₖ = {2 * f.d})",)
+        details: tuple[str, ...] = ((f"d = {f.d} (each map's half of dₖ = {2 * f.d})",) if over_of(trace, h) == "√d"
+                                    else (f"scale = {f.divisor:g}, set by the scenario in place of √d = √{f.d}",))
         if not trace.comp.allow[row, col]:
             text += f", masked → {NEG_INF}"
             details = (f"{q} may not see {k}: the mask hides it in both maps",)
@@ -190,9 +229,12 @@ class MapScale(_MapStage):
     def panes(self, trace: TraceContext, op: Operation) -> list[Key]:
         return [(f"scores_{self.half}", op.head), (f"scaled_{self.half}", op.head)]
 
+    def overview(self, trace: TraceContext, head: int) -> list[Key]:
+        return [(f"scaled_{self.half}", head)]
+
     def title(self, trace: TraceContext, name: str, head: int | None) -> str:
         s = SUB[self.half]
-        return f"scaled{s} = scores{s} / √d, masked"
+        return f"scaled{s} = scores{s} / {over_of(trace, head)}, masked"
 
 
 class MapSoftmax(_MapStage):
@@ -243,7 +285,7 @@ class MapSoftmax(_MapStage):
         return f"p{s} = softmax(scaled{s})"
 
 
-LAMBDA_COLS = ("λ_q1·λ_k1", "e^ of it", "λ_q2·λ_k2", "e^ of it", "λ")
+LAMBDA_COLS = differential_sheet.LAMBDA_COLS  # the λ line's terms, as the worksheet names its columns
 HEAD_ROW = "head"  # the row label of a table with one row per head (λ and its gradients): the head in view
 
 
@@ -262,6 +304,9 @@ class Lambda(_DiffStage):
 
     def row_label(self, trace: TraceContext, name: str, row: int) -> str | None:
         return HEAD_ROW if name == "lambda" else None  # one row per head, not a token's
+
+    def col_label(self, trace: TraceContext, name: str, col: int) -> str | None:
+        return LAMBDA_COLS[col] if name == "lambda" else None
 
     def edit_cell(self, trace: TraceContext, op: Operation) -> InputCell | None:
         # the λ vectors are no pane: each cell opens at the head's row of the vector it reads first
@@ -333,8 +378,10 @@ class Subtract(_DiffStage):
                   " looks harder than the first is negative: this map is no longer a distribution.")
     matrices = ("weights",)
     styles = MappingProxyType({"weights": PaneStyle(heat=True, masked=True)})
-    parts = ((CLOSE, " − λ·softmax(Q₂·K₂ᵀ/√d))"),)
     lit = frozenset({CLOSE})
+
+    def formula(self, trace: TraceContext, op: Operation) -> list[FormulaPart]:
+        return [FormulaPart(CLOSE, f" − λ·softmax(Q₂·K₂ᵀ/{over_of(trace, op.head)}))")]
 
     def segments(self, trace: TraceContext, head: int | None) -> list[Plan]:
         sc = trace.comp.scenario
@@ -344,7 +391,8 @@ class Subtract(_DiffStage):
         if getattr(comp.scenario, "differential", None) is None:
             return []
         return ["- Differential attention: each head's Q and K are 2d wide. Map 1 scores columns 0…d−1 of Q against the"
-                " same columns of K, map 2 columns d…2d−1; each is divided by √d and masked, then takes its own softmax."
+                f" same columns of K, map 2 columns d…2d−1; each is divided by {over(comp.heads)} and masked, then takes"
+                " its own softmax."
                 " λ = e^(λ_q1·λ_k1) − e^(λ_q2·λ_k2) + λ_init, each e^ of the printed dot product; weights = p₁ − λ·p₂"
                 " cell by cell (each row sums to 1 − λ, and a cell may be negative); mixed = weights·V.",
                 "- Sub-norm, row by row: ms = the mean of the row's squares of mixed; normed = mixed / √(ms + eps)"
@@ -422,6 +470,9 @@ class DiffMix(_DiffStage):
     def panes(self, trace: TraceContext, op: Operation) -> list[Key]:
         return [("weights", op.head), ("V", op.head), ("mixed", op.head)]
 
+    def overview(self, trace: TraceContext, head: int) -> list[Key]:
+        return [("mixed", head)]
+
     def title(self, trace: TraceContext, name: str, head: int | None) -> str:
         return "mixed = weights·V"
 
@@ -460,6 +511,9 @@ class SubNorm(_DiffStage):
 
     def panes(self, trace: TraceContext, op: Operation) -> list[Key]:
         return [("mixed", op.head), ("normed", op.head)]
+
+    def overview(self, trace: TraceContext, head: int) -> list[Key]:
+        return [("normed", head)]
 
     def title(self, trace: TraceContext, name: str, head: int | None) -> str:
         return "normed = RMSNorm(mixed)"
@@ -500,6 +554,9 @@ class Factor(_DiffStage):
 
     def panes(self, trace: TraceContext, op: Operation) -> list[Key]:
         return [("normed", op.head), ("output", op.head)]
+
+    def overview(self, trace: TraceContext, head: int) -> list[Key]:
+        return [("output", head)]
 
     def title(self, trace: TraceContext, name: str, head: int | None) -> str:
         return "output = (1 − λ_init)·normed"

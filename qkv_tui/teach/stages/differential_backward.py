@@ -11,6 +11,7 @@ whose part has stages of its own (teach/stages/replaced.py); dProject then reads
 from __future__ import annotations
 
 from types import MappingProxyType
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -23,9 +24,12 @@ from qkv_tui.kernels.norm_backward import row_means
 from qkv_tui.teach.arith import quotient_line
 from qkv_tui.teach.stages.common import Key, Operation, PaneStyle, Plan, Ref, Segment, Stage
 from qkv_tui.teach.stages.context import TraceContext
-from qkv_tui.teach.stages.differential import HEAD_ROW, SUB, diff_of, has_diff
+from qkv_tui.teach.stages.differential import HEAD_ROW, SUB, diff_of, has_diff, over_of
 from qkv_tui.teach.stages.grads import BackwardSpec, dot_cell, formula_cell, grads, has_backward, kept
 from qkv_tui.teach.stages.norm import back_cell, back_stat_cell
+
+if TYPE_CHECKING:
+    from qkv_tui.teach.stages.markdown import MarkdownPage
 
 
 def back_of(trace: TraceContext, head: int | None) -> DiffBack:
@@ -49,8 +53,27 @@ def _fixed(M: Matrix) -> Matrix:
     return out
 
 
+# each gradient's name in the worked lines and pane titles: what the page's tables write in their corner
+CORNERS = {"dO_h": "dO", "dmixed_m": "m", "dgamma_sub": "dγ", "dlam": "dλ", "dP2": "dp₂",
+           "ddots": "d(λ_q·λ_k)", "dlambda_q1": "dλ_q1", "dlambda_k1": "dλ_k1", "dlambda_q2": "dλ_q2",
+           "dlambda_k2": "dλ_k2", "D_1": "D₁", "D_2": "D₂", "dS_1": "dS₁", "dS_2": "dS₂", "dscaled_1": "dscaled₁",
+           "dscaled_2": "dscaled₂", "dscores_1": "dscores₁", "dscores_2": "dscores₂", "dQ_t": "dQ", "dK_t": "dK"}
+DDOTS_COLS = ("d(λ_q1·λ_k1)", "d(λ_q2·λ_k2)")  # the ddots table's two cells, as its lines name them
+
+
 class _DiffBack(BackwardSpec):
     per_head = True
+
+    def markdown(self, page: MarkdownPage, head: int | None) -> list[str]:
+        """Its tables named as its lines name them (dλ, not dlam; [dQ₁ ¦ dQ₂] by its title), then its worked lines."""
+        out: list[str] = []
+        for plan in self.segments(page.trace, head):
+            name = plan.target
+            corner = CORNERS.get(name, name)
+            if name in ("dQ_s", "dK_s"):  # both halves side by side, as the title writes them ("|" would end a cell)
+                corner = self.title(page.trace, name, head).replace(" | ", " ¦ ")
+            out += [page.table(name, head, corner), ""]
+        return out + page.worked(self.stage.key, head)
 
     def runs(self, trace: TraceContext) -> bool:
         return has_backward(trace) and has_diff(trace)
@@ -272,6 +295,9 @@ class DLambda(_DiffBack):
     def row_label(self, trace: TraceContext, name: str, row: int) -> str | None:
         return HEAD_ROW if name in ("ddots", *LAMBDA_GRADS) else None  # one row per head, not a token's
 
+    def col_label(self, trace: TraceContext, name: str, col: int) -> str | None:
+        return DDOTS_COLS[col] if name == "ddots" else None
+
     def segments(self, trace: TraceContext, head: int | None) -> list[Plan]:
         d = diff_of(trace, head).d
         return [Plan("ddots", 1, 2), *(Plan(name, 1, d) for name in LAMBDA_GRADS)]
@@ -389,6 +415,14 @@ class DMapScale(_DiffBack):
         self.key_columns = self.matrices
         self.styles = MappingProxyType({name: PaneStyle(masked=True) for name in self.matrices})
 
+    def meaning(self, trace: TraceContext, head: int | None) -> str:
+        by, s = over_of(trace, head), SUB[self.half]
+        if by == "√d":
+            return self.stage.meaning
+        return (f"Back through map {self.half}'s Scale: its scores were divided by {by} (the scale the scenario sets,"
+                f" in place of √d), so their gradient is divided by it too, dscores{s} = dS{s} / {by} (under a"
+                " soft-cap, its slope 1 − tanh²(scaled / c) first). Both maps share the divisor and any fixed bias.")
+
     def _capped(self, trace: TraceContext, head: int) -> bool:
         """Whether a part steps the head's scaled scores (the soft-cap): the gradient passes its step first."""
         return ask.stepper(trace.comp.heads[head]) is not None
@@ -421,7 +455,7 @@ class DMapScale(_DiffBack):
         work = quotient_line(float(mb.dscaled[row, col]), False, f.divisor, f"√{f.d}" if default else None,
                              f.divisor == round(f.divisor), fmt(value, False, d), d)
         return Operation(index, seg, row, col, value, (Ref(source, h, row, col),),
-                         f"dscores{s}[{q},{k}] = {shown_source}[{q},{k}] / √d = {work}{masked}")
+                         f"dscores{s}[{q},{k}] = {shown_source}[{q},{k}] / {over_of(trace, h)} = {work}{masked}")
 
     def table(self, trace: TraceContext, name: str, head: int) -> Matrix:
         mb = _mb(back_of(trace, head), self.half)
@@ -438,11 +472,14 @@ class DMapScale(_DiffBack):
         source = f"dscaled_{a}" if self._capped(trace, h or 0) else f"dS_{a}"
         return [(source, h), (f"dscores_{a}", h)]
 
+    def overview(self, trace: TraceContext, head: int) -> list[Key]:
+        return [(f"dscores_{self.half}", head)]
+
     def title(self, trace: TraceContext, name: str, head: int | None) -> str:
         s = SUB[self.half]
         if name.startswith("dscaled_"):
             return f"dscaled{s} = dS{s}·(1 − tanh²)"
-        return f"dscores{s} = {'dscaled' if self._capped(trace, head or 0) else 'dS'}{s} / √d"
+        return f"dscores{s} = {'dscaled' if self._capped(trace, head or 0) else 'dS'}{s} / {over_of(trace, head)}"
 
 
 class DScore(_DiffBack):

@@ -76,6 +76,12 @@ def like_x(trace: TraceContext, head: int | None, name: str) -> list[Plan]:
     return [Plan(name, n, d)]
 
 
+def group_heads(trace: TraceContext, head: int | None) -> list[int]:
+    """The heads of ``head``'s group, in order: whose gated columns its norm's mean square reads, side by side."""
+    group = rec_of(trace, head).group
+    return [h for h, hr in enumerate(trace.comp.heads) if (r := hr.part(SsdRecord)) is not None and r.group == group]
+
+
 def has_ssd(trace: TraceContext) -> bool:
     return any(h.part(SsdRecord) is not None for h in trace.comp.heads)
 
@@ -553,12 +559,24 @@ class Norm(_SsdStage):
     stage = Stage("ssd_norm", "Norm",
                   "The gated rows are RMS-normalised group by group (the heads of one group share one mean"
                   " square, over all their columns) and multiplied by γ: the head's output, what Concat joins.")
-    matrices = ("output",)
+    # the group's gated rows (every head's of the group) are what the mean square reads: a head's own Gate shows
+    # only its columns, and on a page the other heads' come later, so the stage shows the group's before its own
+    matrices = ("ssd_group", "output")
     runs = Gate.runs
     lit = frozenset({GATE_SLOT})
 
     def segments(self, trace: TraceContext, head: int | None) -> list[Plan]:
         return like_x(trace, head, "output")
+
+    def markdown(self, page: MarkdownPage, head: int | None) -> list[str]:
+        """The group's gated rows, each column named by its head (h2:0 is head 2's column 0), then its own."""
+        trace = page.trace
+        group = gate_of(trace, head)[1].group_gated
+        cols = [f"h{h + 1}:{c}" for h in group_heads(trace, head) for c in range(rec_of(trace, h).ssd.x.shape[1])]
+        rows = [_label(trace, i) for i in range(group.shape[0])]
+        r = rec_of(trace, head)
+        out = [page.array(group, rows, cols, f"gated, group {r.group + 1}", False), ""]
+        return out + super().markdown(page, head)
 
     def operation(self, trace: TraceContext, index: int, seg: Segment, row: int, col: int | None, d: int) -> Operation:
         h = seg.head
@@ -570,15 +588,23 @@ class Norm(_SsdStage):
         symbolic = f"out[{t},{col}] = gated[{t},{col}] / √(ms + eps)·γ[{col}]"
         text, details = cell_lines(symbolic, g.group_gated[row], g.first + col, value, float(g.gamma[col]), None,
                                    stats, False, f"gated[{t}] over group {r.group + 1}", d, trace.hand)
-        return self.op(index, seg, row, col, value, (Ref("ssd_gated", h, row),), text, details)
+        return self.op(index, seg, row, col, value, (Ref("ssd_group", h, row),), text, details)
 
     def matrix(self, trace: TraceContext, name: str, head: int | None) -> Matrix:
+        if name == "ssd_group":
+            return gate_of(trace, head)[1].group_gated
         return trace.comp.heads[head if head is not None else 0].output
 
     def panes(self, trace: TraceContext, op: Operation) -> list[Key]:
-        return [("ssd_gated", op.head), ("output", op.head)]
+        return [("ssd_group", op.head), ("output", op.head)]
 
     def title(self, trace: TraceContext, name: str, head: int | None) -> str:
+        if name == "ssd_group" and head is not None:
+            heads = group_heads(trace, head)
+            d = rec_of(trace, head).ssd.x.shape[1]
+            spans = ", ".join(f"h{h + 1}: cols {k * d}…{(k + 1) * d - 1}" if d > 1 else f"h{h + 1}: col {k}"
+                              for k, h in enumerate(heads))
+            return f"gated, group {rec_of(trace, head).group + 1} ({spans})"
         return "output = RMSNorm(gated)·γ"
 
 
