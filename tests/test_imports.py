@@ -32,7 +32,9 @@ def test_app_module_does_load_textual() -> None:
 LAZY = ("tomlkit", "qkv_tui.ui.edit_prompt", "qkv_tui.ui.widgets.heatmap", "qkv_tui.ui.widgets.screens",
         "qkv_tui.ui.widgets.modal", "qkv_tui.ui.screenshot", "qkv_tui.display.heatmap", "qkv_tui.teach.whatif",
         "qkv_tui.edges", "qkv_tui.importers", "textual_serve", "aiohttp", "glassllm", "tokenizers", "safetensors",
-        "gguf", "huggingface_hub")
+        "gguf", "huggingface_hub",
+        # NumPy's annotations module, which NumPy itself does not load (the core's array types are spelled without it)
+        "numpy.typing")
 
 # A family's stages and kernels load with the first scenario that has it (teach/stages/__init__.py FAMILIES), and
 # each side view's module the first time it is opened (display/side_views.py): I love AI uses none of them.
@@ -53,7 +55,9 @@ DEFERRED = ("qkv_tui.teach.stages.mla_compress", "qkv_tui.teach.stages.mla_expan
             "qkv_tui.kernels.differential", "qkv_tui.kernels.attention_backward", "qkv_tui.kernels.norm_backward",
             "qkv_tui.kernels.cross_entropy", "qkv_tui.core.diagnose", "qkv_tui.edges.compare", "qkv_tui.edges.tensors",
             # Mamba-2's and the sparse indexer's kernels: loaded with the first [ssd] or [indexer] parsed or run
-            "qkv_tui.kernels.ssd", "qkv_tui.kernels.indexer")
+            "qkv_tui.kernels.ssd", "qkv_tui.kernels.indexer",
+            # a value norm's kernel: loaded with the first [v_norm] run (tests/test_command_start_imports.py)
+            "qkv_tui.kernels.v_norm")
 
 
 def first_screen_modules(scenario: str, keys: tuple[str, ...] = ()) -> list[str]:

@@ -6,9 +6,12 @@ has to import the other for a type. Shapes are written beside each use, e.g. ``#
 
 from __future__ import annotations
 
-import numpy as np
-import numpy.typing as npt
+from typing import Any
 
-Matrix = npt.NDArray[np.float64]
-BoolMatrix = npt.NDArray[np.bool_]
-Vector = npt.NDArray[np.float64]
+import numpy as np
+
+# npt.NDArray[np.float64] as NumPy defines it, spelled without numpy.typing: a module NumPy itself does not load,
+# which every start would otherwise import for these three names
+Matrix = np.ndarray[tuple[Any, ...], np.dtype[np.float64]]
+BoolMatrix = np.ndarray[tuple[Any, ...], np.dtype[np.bool_]]
+Vector = np.ndarray[tuple[Any, ...], np.dtype[np.float64]]

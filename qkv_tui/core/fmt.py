@@ -5,9 +5,12 @@ from __future__ import annotations
 import math
 import unicodedata
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 import numpy as np
-import numpy.typing as npt
+
+if TYPE_CHECKING:
+    import numpy.typing as npt
 
 NEG_INF = "−∞"
 BIG = 1e6  # beyond this, fixed decimals get unreadable: switch to scientific

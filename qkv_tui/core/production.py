@@ -25,13 +25,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 
 from qkv_tui.base.values import kind as _kind
 from qkv_tui.base.values import show as _show
+from qkv_tui.core.arrays import BoolMatrix, Matrix
 from qkv_tui.core.variants.common import write_whole
 
-Array = npt.NDArray[np.float64]
+Array = Matrix
 U = 2.0**-53  # float64's unit roundoff: one rounding moves a number by at most this fraction of it
 SAFETY = 4  # the bound below counts each rounding once; real sums of rounding errors stay far below
 TILES_KEYS = ("size",)
@@ -96,7 +96,7 @@ def parse_production(doc: dict[str, Any], n: int, fail: Any) -> ProductionSettin
 
 
 def rounding_bound(q: Array, K: Array, V: Array, weights: Array, divisor: float, bias: Array | None = None,
-                   rescales: int = 1, allow: npt.NDArray[np.bool_] | None = None) -> Array:
+                   rescales: int = 1, allow: BoolMatrix | None = None) -> Array:
     """(L, d_v): how far two float64 evaluations of softmax(q·Kᵀ/divisor + bias)·V may differ by rounding alone.
 
     The standard forward-error bound, term by term (u = 2⁻⁵³): each logit is a dot product of d_k terms,

@@ -15,13 +15,15 @@ import tomllib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import numpy.typing as npt
 
 from qkv_tui.base.files import NotRegularError, TooLargeError, UnreadableError, read_capped
 from qkv_tui.base.values import tame
+
+if TYPE_CHECKING:
+    import numpy.typing as npt
 
 MAX_BYTES = 64 * 1024 * 1024  # 64 MiB: a 4,096 x 512 matrix at full precision is about 45 MB
 MAX_BYTES_TEXT = "64 MiB"
@@ -125,19 +127,26 @@ _BASIC = r'"[^"\\\n]*+(?:\\.[^"\\\n]*+)*+"'
 _LITERAL = r"'[^'\n]*+'"
 _STRINGS = f"{_MULTI_BASIC}|{_MULTI_LITERAL}|{_BASIC}|{_LITERAL}"
 
-_LEX = re.compile(
-    rf"""
-    (?P<comment>\#[^\n]*+)
-    | (?P<string>{_MULTI_BASIC}|{_MULTI_LITERAL})
-    | (?P<unclosed>\"\"\"|''')
-    | (?P<string1>{_BASIC}|{_LITERAL})
-    | (?P<unclosed1>["'])
-    | (?P<open>[\[{{])
-    | (?P<close>[\]}}])
-    | (?P<other>[^\s\#"'\[\]{{}}]++)
-    """,
-    re.VERBOSE | re.DOTALL,
-)
+# The patterns below are compiled the first time they are used (a syntax error's message, a file of 4,096
+# characters or more): a scenario tomllib reads alone, as it reads every built-in one, needs none of them,
+# and compiling them took a millisecond of every start.
+
+
+@functools.cache
+def _lex() -> re.Pattern[str]:
+    return re.compile(
+        rf"""
+        (?P<comment>\#[^\n]*+)
+        | (?P<string>{_MULTI_BASIC}|{_MULTI_LITERAL})
+        | (?P<unclosed>\"\"\"|''')
+        | (?P<string1>{_BASIC}|{_LITERAL})
+        | (?P<unclosed1>["'])
+        | (?P<open>[\[{{])
+        | (?P<close>[\]}}])
+        | (?P<other>[^\s\#"'\[\]{{}}]++)
+        """,
+        re.VERBOSE | re.DOTALL,
+    )
 
 
 class _Scan:
@@ -148,7 +157,7 @@ class _Scan:
         self.unclosed_string: int | None = None
         self.last_end = 0  # just past the last thing that is not a comment or white space
         self.deepest: int | None = None  # the first opener past _DEPTH_SHOWN levels
-        for match in _LEX.finditer(text, 0, end):
+        for match in _lex().finditer(text, 0, end):
             kind = match.lastgroup
             if kind == "comment":
                 continue
@@ -222,8 +231,16 @@ def syntax_message(text: str, message: str) -> str:
 
 _KEY_PART = r"""(?:[A-Za-z0-9_-]+|"(?:[^"\\\n]|\\.)*"|'[^'\n]*')"""
 _KEY_PATH = rf"{_KEY_PART}(?:[ \t]*\.[ \t]*{_KEY_PART})*"
-_HEADER = re.compile(rf"(\[\[?)[ \t]*({_KEY_PATH})[ \t]*\]")
-_ASSIGN = re.compile(rf"({_KEY_PATH})[ \t]*=[ \t]*(\{{)?")
+
+
+@functools.cache
+def _header() -> re.Pattern[str]:
+    return re.compile(rf"(\[\[?)[ \t]*({_KEY_PATH})[ \t]*\]")
+
+
+@functools.cache
+def _assign() -> re.Pattern[str]:
+    return re.compile(rf"({_KEY_PATH})[ \t]*=[ \t]*(\{{)?")
 
 
 @dataclass(frozen=True)
@@ -259,15 +276,15 @@ def _statements(text: str, end: int) -> list[_Statement]:
     depth = 0
     skip = 0
     line, counted = 1, 0  # the line number at offset ``counted``
-    for match in _LEX.finditer(text, 0, end):
+    for match in _lex().finditer(text, 0, end):
         kind, start = match.lastgroup, match.start()
         if kind == "comment" or start < skip:
             continue
         if kind in ("unclosed", "unclosed1"):
             break
         if depth == 0 and not text[text.rfind("\n", 0, start) + 1:start].strip():
-            header = _HEADER.match(text, start) if kind == "open" and text[start] == "[" else None
-            assign = _ASSIGN.match(text, start) if header is None else None
+            header = _header().match(text, start) if kind == "open" and text[start] == "[" else None
+            assign = _assign().match(text, start) if header is None else None
             line += text.count("\n", counted, start)
             counted = start
             if header is not None:
@@ -324,11 +341,13 @@ def _nesting_message(text: str) -> str:
             " a scenario needs at most 3 (a matrix is a list of rows)")
 
 
-_LONG_INTEGER = re.compile(r"(?<![\w.])[+-]?[0-9][0-9_]{999,}")
+@functools.cache
+def _long_integer() -> re.Pattern[str]:
+    return re.compile(r"(?<![\w.])[+-]?[0-9][0-9_]{999,}")
 
 
 def _long_integer_message(text: str, exc: ValueError) -> str:
-    found = _LONG_INTEGER.search(text)
+    found = _long_integer().search(text)
     if found is None:
         return f"the TOML reader failed: {exc}"
     digits = sum(ch.isdigit() for ch in found.group())
@@ -363,20 +382,32 @@ def _grid_pattern() -> re.Pattern[str]:
     return re.compile(_GRID)
 
 
-_LINE_END = re.compile(r"[ \t]*(?:\#[^\n]*)?(?:\r?\n|\Z)")
+@functools.cache
+def _line_end() -> re.Pattern[str]:
+    return re.compile(r"[ \t]*(?:\#[^\n]*)?(?:\r?\n|\Z)")
+
+
 # What can come before a matrix: strings and comments (skipped whole, so that text
 # inside them is never taken for a key), or a `key = [[` at the start of a line
 # (never inside an inline table or an array, where TOML puts no line start).
-_SCAN = re.compile(
-    rf"""
-    (?P<skip>\#[^\n]*+ | {_STRINGS})
-    | (?P<stop>["'])
-    | ^[ \t]*[A-Za-z0-9_-]+(?:[ \t]*\.[ \t]*[A-Za-z0-9_-]+)*[ \t]*=[ \t]*(?P<grid>\[(?:[ \t]|\r?\n)*\[)
-    """,
-    re.VERBOSE | re.DOTALL | re.MULTILINE,
-)
+@functools.cache
+def _scan() -> re.Pattern[str]:
+    return re.compile(
+        rf"""
+        (?P<skip>\#[^\n]*+ | {_STRINGS})
+        | (?P<stop>["'])
+        | ^[ \t]*[A-Za-z0-9_-]+(?:[ \t]*\.[ \t]*[A-Za-z0-9_-]+)*[ \t]*=[ \t]*(?P<grid>\[(?:[ \t]|\r?\n)*\[)
+        """,
+        re.VERBOSE | re.DOTALL | re.MULTILINE,
+    )
+
+
 # An integer -0 (also matches an exponent "e-0", which only costs the fast path)
-_INTEGER_MINUS_ZERO = re.compile(r"-0(?![0-9.eE])")
+@functools.cache
+def _integer_minus_zero() -> re.Pattern[str]:
+    return re.compile(r"-0(?![0-9.eE])")
+
+
 _MARKER = "7316029485731602948573160"  # 25 digits, then 6 of index: far beyond any real value
 
 
@@ -399,7 +430,7 @@ class NumberGrid:
 
 def _grid(span: str) -> NumberGrid | None:
     integers = not any(ch in span for ch in ".eE")
-    if not integers and _INTEGER_MINUS_ZERO.search(span):
+    if not integers and _integer_minus_zero().search(span):
         return None  # an integer -0 among floats: tomllib's +0.0 is not worth a special case
     rows = [part.split("]", 1)[0] for part in span.split("[")[2:]]  # the grammar matched: no brackets elsewhere
     values = np.empty((0, 0), dtype=np.float64)
@@ -431,12 +462,12 @@ def _with_grids(text: str) -> dict[str, Any]:
     pieces: list[str] = []
     done = 0
     scan = _Lines(text)
-    for candidate in _GRID_START.finditer(text):
+    for candidate in _grid_start().finditer(text):
         start = candidate.end() - 1 - len(candidate.group("inner"))  # the outer '['
         if start < done:
             continue  # inside a matrix already taken
         match = _grid_pattern().match(text, start)
-        if match is None or match.end() - start < _FAST_MIN_CHARS or not _LINE_END.match(text, match.end()):
+        if match is None or match.end() - start < _FAST_MIN_CHARS or not _line_end().match(text, match.end()):
             continue  # small matrices are left to tomllib: no need to know where they sit
         where = scan.grid_at(start)
         if where == "stop":  # an unterminated string before it: tomllib will say where
@@ -469,7 +500,9 @@ def _with_grids(text: str) -> dict[str, Any]:
 
 # Where a large matrix may start: found in C over the whole text, so that a file whose only
 # matrices are small (a long description and a 3 x 4 X) is never scanned string by string.
-_GRID_START = re.compile(r"=[ \t]*\[(?P<inner>(?:[ \t]|\r?\n)*\[)")
+@functools.cache
+def _grid_start() -> re.Pattern[str]:
+    return re.compile(r"=[ \t]*\[(?P<inner>(?:[ \t]|\r?\n)*\[)")
 
 
 class _Lines:
@@ -483,7 +516,7 @@ class _Lines:
         """"key" when the matrix at ``start`` is the value of a ``key = [[`` line; "stop" at an
         unterminated string before it; "no" inside a string or a comment, or elsewhere."""
         while True:
-            found = _SCAN.search(self.text, self.pos)
+            found = _scan().search(self.text, self.pos)
             if found is None or found.start() > start:
                 return "no"
             if found.lastgroup == "stop":

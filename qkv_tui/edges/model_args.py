@@ -12,7 +12,7 @@ import re
 
 from qkv_tui.base.values import escaped
 from qkv_tui.core.scenario import Scenario, ScenarioError, parse_scenario
-from qkv_tui.edges.export_toml import string
+from qkv_tui.core.toml_text import string
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -6,11 +6,11 @@ The norm and the by-hand policy both read these, so they sit below both.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 
-Matrix = npt.NDArray[np.float64]
+Matrix = np.ndarray[tuple[Any, ...], np.dtype[np.float64]]  # npt.NDArray[np.float64], without numpy.typing at run time
 
 
 def row_mean(X: Matrix) -> Matrix:

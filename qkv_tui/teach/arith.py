@@ -27,13 +27,12 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 import numpy as np
-import numpy.typing as npt
 
 from qkv_tui.core.fmt import BIG, NEG_INF, fmt, is_integral, operand, vector
 from qkv_tui.core.scenario import Matrix
 from qkv_tui.teach.handcalc import round_to
 
-Numbers = Sequence[float] | npt.NDArray[np.float64]  # a row or column of a matrix, or a plain list
+Numbers = Sequence[float] | Matrix  # a row or column of a matrix, or a plain list
 Operand = float | Matrix  # what a view's formula takes: a number or a whole row
 T = TypeVar("T")
 P = TypeVar("P")  # what first_fit tries: decimal places, or (places, scientific)
@@ -207,7 +206,7 @@ def elide(items: Sequence[str], sep: str, hidden_sum: str | None = None) -> str:
     return _join(len(items), items.__getitem__, sep, hidden_sum)
 
 
-def _as_shown(x: Numbers, integral: bool, places: int) -> npt.NDArray[np.float64]:
+def _as_shown(x: Numbers, integral: bool, places: int) -> Matrix:
     """What every entry reads as when shown at ``places`` (used where only a sum's ends are shown)."""
     values = np.asarray(x, dtype=float)
     if integral:
@@ -306,7 +305,7 @@ def dot_places(rows: Sequence[tuple[Numbers, Numbers, str]], a_int: bool, b_int:
                      lambda p: (p, all(_dot(a, b, a_int, b_int, result, p, hand)[1] for a, b, result in rows)))
 
 
-def vector_mix(weights: Numbers, V: npt.NDArray[np.float64], v_int: bool, results: Sequence[str],
+def vector_mix(weights: Numbers, V: Matrix, v_int: bool, results: Sequence[str],
                places: int, hand: int | None) -> str:
     """The seed's vector form, ``0.070·[1, 0, 1] + 0.707·[1, 2, 0] = [...]``; "" when it would not check out."""
     wt = [fmt(float(w), False, places) for w in weights]

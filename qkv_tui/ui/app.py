@@ -805,3 +805,9 @@ class QKVApp(Session):
 
     def action_autoplay(self) -> None:
         self.live.autoplay()
+
+
+# Everything the app's imports made (Textual's, the command line's, the views') lives as long as the process, like
+# what the package froze (qkv_tui/__init__.py): frozen too, the collector's passes before the first frame, and its
+# last at exit, skip it
+gc.freeze()

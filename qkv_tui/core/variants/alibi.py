@@ -6,13 +6,15 @@ import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
-import numpy.typing as npt
 
 from qkv_tui.core.toml_text import vector
 from qkv_tui.core.variants.common import Checker, Context, Faces, Table, numbers
+
+if TYPE_CHECKING:
+    import numpy.typing as npt
 
 ALIBI_KEYS = ("slopes",)
 

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import numpy.typing as npt
 
 from qkv_tui.base.values import kind as _kind
 from qkv_tui.base.values import show as _show
 from qkv_tui.core.variants.common import MAX_INDEX, Checker, Features, Keys, write_whole
+
+if TYPE_CHECKING:
+    import numpy.typing as npt
 
 MASK_KEY = "window"
 

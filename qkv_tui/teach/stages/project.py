@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import importlib
+import sys
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -355,9 +356,10 @@ def _cost(sc: Scenario, ph: Phase) -> Count:
 
 def _value_norm(hr: HeadResult) -> ValueNormed | None:
     """The record of a value norm on this head's V (Gemma 3n's v_norm); None without."""
-    from qkv_tui.kernels.v_norm import ValueNormed
-
-    return hr.part(ValueNormed)
+    # Only the value norm's kernel makes that record, so while its module is not loaded no head has one: the V
+    # pane's title, on the first screen of every scenario, asks without importing it
+    kernel = sys.modules.get("qkv_tui.kernels.v_norm")
+    return None if kernel is None else cast("ValueNormed | None", hr.part(kernel.ValueNormed))
 
 
 def _root_texts(projected: float, root: float, result: str, decimals: int, whole: bool) -> tuple[str, str]:

@@ -26,7 +26,9 @@ class TraceScreen(Screen[None]):
         if not self._resumed:
             self._resumed = True
             event.refresh_styles = False
-        super()._on_screen_resume(event)
+        # no super() call: Textual runs each class's own handler up the MRO, Screen's next, with this event. Calling
+        # it here too ran Screen's twice a resume: a whole restyle twice after every overlay closed, and at the start
+        # two signals of changed keys, each composing the footer's keys anew
 
     def _screen_resized(self, size: Size) -> None:
         if size == self._compositor.size:
