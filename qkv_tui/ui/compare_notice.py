@@ -13,7 +13,8 @@ def noticed(text: str) -> type[QKVApp]:
 
     class ComparedApp(QKVApp):
         def on_mount(self) -> None:
-            super().on_mount()
+            # no super(): Textual runs each class's own on_mount up the MRO, so QKVApp's (the file watch, the
+            # first frame's work) ran twice under --compare
             agreed = text.startswith("agree")
             self.notify(text, title="your numbers", severity="information" if agreed else "warning",
                         timeout=NOTICE_SECONDS)
