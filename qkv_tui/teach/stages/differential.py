@@ -286,6 +286,9 @@ class MapSoftmax(_MapStage):
 
 
 LAMBDA_COLS = differential_sheet.LAMBDA_COLS  # the λ line's terms, as the worksheet names its columns
+# the same terms in a pane, shorter (exp₁ = e^(λ_q1·λ_k1); the λ line names them whole): the page's names
+# made the pane of a backward stage too wide for 80 columns beside the panes it is read with
+PANE_COLS = ("q1·k1", "exp₁", "q2·k2", "exp₂", "λ")
 HEAD_ROW = "head"  # the row label of a table with one row per head (λ and its gradients): the head in view
 
 
@@ -306,7 +309,7 @@ class Lambda(_DiffStage):
         return HEAD_ROW if name == "lambda" else None  # one row per head, not a token's
 
     def col_label(self, trace: TraceContext, name: str, col: int) -> str | None:
-        return LAMBDA_COLS[col] if name == "lambda" else None
+        return PANE_COLS[col] if name == "lambda" else None
 
     def edit_cell(self, trace: TraceContext, op: Operation) -> InputCell | None:
         # the λ vectors are no pane: each cell opens at the head's row of the vector it reads first
