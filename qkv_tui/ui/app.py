@@ -427,10 +427,13 @@ class QKVApp(Session):
                 getattr(side_view(str(parameters[0])), "key", "") == "c":
             return False  # the open view's own c (the cache's schedules) comes first; the cost view's c waits
         if (side := self.presenter.side(self.modes)) is not None:
-            state = key_state(side, action, parameters, lambda a, p: self._side_act(a, p) is not None,
-                              empty=is_empty(side, self.presenter))
+            empty = is_empty(side, self.presenter)
+            state = key_state(side, action, parameters, lambda a, p: self._side_act(a, p) is not None, empty=empty)
             if state is not True:  # None: greyed at an end of the view; False: no effect there, not in its footer
                 return state
+            if empty and action == "side" and parameters and (other := side_view(str(parameters[0]))) is not None \
+                    and other is not side and is_empty(other, self.presenter):
+                return False  # from one view with nothing to show to another: only its own key, to leave, is offered
         stages = () if self.modes.side else ("prev_stage", "next_stage")  # a side view's [ ] are its own (below)
         if action in ("prev", "first", *stages[:1]) and self.at_start:
             return None
