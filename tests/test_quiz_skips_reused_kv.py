@@ -3,6 +3,8 @@ layer cached them (given, like Embed's X), yet ``qkv-tui shared_kv``, 3, p, → 
 
 from __future__ import annotations
 
+import pytest
+
 from qkv_tui.core.engine import compute
 from qkv_tui.core.scenario import load_scenario
 from qkv_tui.teach.quiz import questions
@@ -34,3 +36,14 @@ async def test_predicting_through_reuse_asks_no_reused_value() -> None:
         op = app.trace.op(app.position.index, 3)
         assert op.segment.stage == "reuse"
         assert app.modes.asking and app.modes.question is None
+
+
+@pytest.mark.parametrize("name", ["ssd", "differential", "kda"])
+def test_every_other_cell_is_still_asked(name: str) -> None:
+    """Only a stage whose cells are given is skipped: every cell with a value elsewhere is asked ([ssd]'s stages
+    name the table's inputs they print, which is not a flag that they are given)."""
+    trace = Trace(compute(load_scenario(name)))
+    for index in range(len(trace)):
+        op = trace.op(index, 3)
+        if op.col is not None and op.value is not None:
+            assert questions(trace, index, 3), (name, op.segment.stage, op.arithmetic)

@@ -159,7 +159,7 @@ class StageSpec:
     uncounted: str = "its operations and bytes are not counted yet"
     # its cells are given, read as another layer computed them (the reused K and V), not worked out here: the
     # quiz asks none of them, as it asks none of Embed's X (teach/quiz.py)
-    given: bool = False
+    cells_given: bool = False
 
     # --- the trace ----------------------------------------------------------------------------
 
