@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, TypeVar, cast
 from qkv_tui.core.engine import Computation
 from qkv_tui.display.frame import Frame
 from qkv_tui.display.modes import Modes
-from qkv_tui.display.side_view import SideView
+from qkv_tui.display.side_view import SideView, is_empty
 from qkv_tui.display.side_views import HEADS, SIDE_VIEWS, shown_for, side_view
 from qkv_tui.display.view import View, hand_note, model_layer, whatif_lines
 from qkv_tui.teach.handcalc import compute_hand
@@ -124,7 +124,9 @@ class Presenter:
         others = ["m the map of every row"] if self.comp.scenario.n > MAX_ROWS else []
         if len(self.comp.heads) > 1:
             others.append("tab another head")
-        others += [f"{view.key} {view.closing}" for view in SIDE_VIEWS if view.closing and shown_for(view, self.comp.scenario)]
+        # a view with only a line that says why it shows nothing here is not offered (display/side_view.py empty)
+        others += [f"{view.key} {view.closing}" for view in SIDE_VIEWS
+                   if view.closing and shown_for(view, self.comp.scenario) and not is_empty(view, self)]
         others.append("home then p to predict every result")
         lines.append("Next: " + " · ".join(others))
         return lines

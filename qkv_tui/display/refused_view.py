@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from qkv_tui.core import part_questions as ask
 from qkv_tui.core.part_questions import refusal
 from qkv_tui.display.frame import Frame
 from qkv_tui.display.view import Explanation
@@ -47,3 +48,14 @@ def tiles_steps(sources: Any, *args: Any) -> int:
 
 def tiles_frame(sources: Any, *args: Any) -> Frame:
     return _frame("tiles", "tiled_view", sources, *args)
+
+
+def cache_empty(sources: Any) -> bool:
+    """The cache view has one line here: a part refuses it."""
+    return refusal(sources.comp.heads, "cache") is not None
+
+
+def tiles_empty(sources: Any) -> bool:
+    """The tiles view has one line here: a part refuses it, or the heads keep a state, with no n × n map to tile
+    (display/state_view.py NO_TILES)."""
+    return refusal(sources.comp.heads, "tiles") is not None or ask.face(sources.comp.heads, "state") is not None

@@ -59,21 +59,37 @@ class SideView:
     quiz: bool = True  # p asks here (a line of it works out a number); False: p does nothing in this view
     # the step it opens at, given the trace's head: the heads view opens on that head (None: its first step)
     opening: Callable[[Sources, Modes, int], int] | None = None
+    # whether it has nothing to show for this computation, only one line that says why (a part refuses it, a state
+    # has no tiles): the "Next:" line leaves it out, and there no step, head or quiz key acts (key_state; None: never)
+    empty: Callable[[Sources], bool] | None = None
 
 
 # the trace's keys that move in the trace only: a side view gives them a meaning of its own (act) or none
 TRACE_ONLY = ("row", "next_stage", "prev_stage", "stage", "goto", "hand", "whatif")
 _OTHER_WAY = {"next_stage": ("prev_stage", ()), "prev_stage": ("next_stage", ())}
+# what never acts on a view with nothing to show (its one line): a step, a head, the quiz (nothing to predict), the
+# view's option, the decimals (no number), autoplay; its key and Esc leave it, and help, quit and the rest still act
+NOT_ON_EMPTY = (*TRACE_ONLY, "next", "prev", "first", "last", "head", "quiz", "option", "side_enter", "decimals",
+                "autoplay", "explain_page")
+
+
+def is_empty(view: SideView, sources: Sources) -> bool:
+    """Whether the view shows only the line that says why it has nothing here (SideView.empty), asked once."""
+    empty = view.empty
+    return empty is not None and sources.kept(("empty", view.name), lambda: empty(sources))
 
 
 def key_state(view: SideView, action: str, parameters: tuple[object, ...],
-              acts: Callable[[str, tuple[object, ...]], bool]) -> bool | None:
+              acts: Callable[[str, tuple[object, ...]], bool], empty: bool = False) -> bool | None:
     """What a trace key is in a side view, as Textual's check_action reads it: True it acts now; None a key
     of the view that does nothing just now (at an end: shown greyed); False a key that never acts in this
     view (left out of the footer, which lists only what acts there). ``acts(action, parameters)``: whether
-    the view's own meaning for that key (SideView.act) does something now.
+    the view's own meaning for that key (SideView.act) does something now; ``empty``: the view shows one line
+    here (is_empty), so none of NOT_ON_EMPTY acts.
 
     Keys other than the trace's own (→ ←, the views' keys, help, quit) are decided elsewhere: True here."""
+    if empty:
+        return action not in NOT_ON_EMPTY
     if action == "head" and not view.per_head:  # the view's step is the head: the trace's head is behind it
         return False
     if action == "quiz" and not view.quiz:

@@ -40,6 +40,7 @@ CACHE = SideView(  # k: prefill and decode over a paged KV cache (display/decode
     asks="weights[",  # the step's softmax, from the scores the line before works out
     shot=lambda modes: "cache" if modes.schedule == "prefill" else f"cache-{modes.schedule}",
     option=_later("decode_view", "_next_schedule"),
+    empty=_later("refused_view", "cache_empty"),
 )
 TILES = SideView(  # t: FlashAttention's online softmax (display/tiled_view.py)
     name="tiles", key="t", label="tiles",
@@ -49,6 +50,7 @@ TILES = SideView(  # t: FlashAttention's online softmax (display/tiled_view.py)
     steps=_later("refused_view", "tiles_steps"),  # the same for every head; a part may refuse it
     frame=_later("refused_view", "tiles_frame"),
     shot=lambda modes: "tiles",
+    empty=_later("refused_view", "tiles_empty"),
 )
 TRAIN = SideView(  # l: SGD steps on [backward] (display/train_view.py)
     name="train", key="l", label="train",

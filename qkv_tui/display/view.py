@@ -278,7 +278,7 @@ class View:
         seg = op.segment
         heads = self.comp.heads
         head_label = ""
-        if len(heads) > 1 and seg.head is not None:  # Embed, Concat and W_O belong to no one head
+        if len(heads) > 1 and self.shows_head(pos):
             head_label = f"{heads[pos.head].name} ({pos.head + 1}/{len(heads)})"
         meaning = trace.meaning(seg.stage, seg.head)
         stages = []
@@ -296,6 +296,15 @@ class View:
             formula=self.formula(op),
             stages=tuple(stages),
         )
+
+    def shows_head(self, pos: Position) -> bool:
+        """Whether the screen at ``pos`` shows the viewed head's numbers, so tab changes it and the header names the
+        head: a head's own stage, and one that belongs to no one head (Embed, Concat, W_O) whose context panes
+        are the viewed head's matrices."""
+        op = self.trace.op(pos.index, 3)
+        if op.segment.head is not None:
+            return True
+        return any(head == pos.head for _, head in (*self.focus_keys(op), *self.overview_keys(pos)))
 
     def formula(self, op: Operation) -> tuple[tuple[str, bool], ...]:
         """The pieces of softmax(QKᵀ/√dₖ)V each stage of the scenario places, lit where ``op``'s stage computes."""

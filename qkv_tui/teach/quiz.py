@@ -145,9 +145,10 @@ class Question:
 
 
 def questions(trace: Trace, index: int, decimals: int) -> list[Question]:
-    """The questions for one operation, in order; none for look-ups (embedding, concatenation)."""
+    """The questions for one operation, in order; none for look-ups (embedding, concatenation) or for a stage's
+    given cells (StageSpec.cells_given: the K and V another layer computed)."""
     op = trace.op(index, decimals)
-    if op.col is None or op.value is None:
+    if op.col is None or op.value is None or trace.spec(op.segment.stage).cells_given:
         return []
     asked: list[Question] = []
     seg = op.segment

@@ -29,7 +29,7 @@ from qkv_tui.display.layout import fitted, overview_rows, pane_height, share_wid
 from qkv_tui.display.modes import MAX_DECIMALS, MIN_DECIMALS, TRACE, Modes
 from qkv_tui.display.presenter import Presenter
 from qkv_tui.display.presenting import next_prose, presented, prose_flag
-from qkv_tui.display.side_view import key_state
+from qkv_tui.display.side_view import is_empty, key_state
 from qkv_tui.display.side_views import SIDE_VIEWS, side_view
 from qkv_tui.display.text import pictured
 from qkv_tui.display.view import STAGE_KEYS, PaneSpec
@@ -427,9 +427,13 @@ class QKVApp(Session):
                 getattr(side_view(str(parameters[0])), "key", "") == "c":
             return False  # the open view's own c (the cache's schedules) comes first; the cost view's c waits
         if (side := self.presenter.side(self.modes)) is not None:
-            state = key_state(side, action, parameters, lambda a, p: self._side_act(a, p) is not None)
+            empty = is_empty(side, self.presenter)
+            state = key_state(side, action, parameters, lambda a, p: self._side_act(a, p) is not None, empty=empty)
             if state is not True:  # None: greyed at an end of the view; False: no effect there, not in its footer
                 return state
+            if empty and action == "side" and parameters and (other := side_view(str(parameters[0]))) is not None \
+                    and other is not side and is_empty(other, self.presenter):
+                return False  # from one view with nothing to show to another: only its own key, to leave, is offered
         stages = () if self.modes.side else ("prev_stage", "next_stage")  # a side view's [ ] are its own (below)
         if action in ("prev", "first", *stages[:1]) and self.at_start:
             return None
@@ -438,7 +442,7 @@ class QKVApp(Session):
         if action == "row" and (self.at_start if parameters == (-1,) else self.at_end):
             return None
         if action == "head" and self.stepper.head_count == 1:
-            return None
+            return False  # one head: tab never acts here, so the footer does not offer it
         if action == "head" and "qkv_tui.ui.widgets.heatmap" in sys.modules:  # else no map was ever opened
             from qkv_tui.ui.widgets.heatmap import HeatmapScreen
 
@@ -608,7 +612,8 @@ class QKVApp(Session):
 
     def _option(self) -> Callable[[Modes], Modes] | None:
         side = self.presenter.side(self.modes)
-        return side.option if side is not None else None
+        # a view with nothing to show here has no option to cycle: c is the cost view's
+        return side.option if side is not None and not is_empty(side, self.presenter) else None
 
     def action_option(self) -> None:
         """The open side view's own choice (c): in the cache view, prefill at once → chunked prefill → token by token."""
@@ -660,7 +665,9 @@ class QKVApp(Session):
         if self.modes.question is not None:
             self.modes = replace(self.modes, question=None, message="Revealed, not scored.")
             self.set_focus(None)
-        elif getattr(self.presenter.side(self.modes), "enter", None) is not None:  # the heads view: back
+        elif (side := self.presenter.side(self.modes)) is not None and (side.enter is not None or
+                                                                       is_empty(side, self.presenter)):
+            # the heads view, and a view with nothing to show here (its one line): back to the trace
             self.modes = replace(self.modes, view=TRACE, side_step=0)
         elif self.modes.asking:
             self.action_quiz()

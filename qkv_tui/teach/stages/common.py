@@ -157,6 +157,9 @@ class StageSpec:
     # counted, with this reason, never as a silent 0
     cost: CostFace | None = None
     uncounted: str = "its operations and bytes are not counted yet"
+    # its cells are given, read as another layer computed them (the reused K and V), not worked out here: the
+    # quiz asks none of them, as it asks none of Embed's X (teach/quiz.py)
+    cells_given: bool = False
 
     # --- the trace ----------------------------------------------------------------------------
 

@@ -35,6 +35,7 @@ class Reuse(StageSpec):
     stage = Stage("reuse", "Reuse",
                   "K and V are not computed here: this layer reuses those an earlier layer computed and cached.")
     per_head = True
+    cells_given = True  # layer L's numbers, read: nothing here to predict
     matrices = ROLES
     transposed = MappingProxyType({"KT": "K"})
 

@@ -54,7 +54,8 @@ KEYS = (
           " escape reveals a pending answer, escape or p leaves; moving away leaves a question unscored, and says so;"
           " while a question waits, digits type the answer (] [ change stage)"),
     ("f", "presenting: hide the prose (the matrices get its room) → a blank slate but the stage bar → all back"),
-    ("escape", "close the toasts on screen (a click closes one too); then reveal, as above"),
+    ("escape", "close the toasts on screen (a click closes one too); then reveal, as above; in the heads view or a"
+               " view with nothing to show here (one line saying why), back to the trace"),
     ("w", "what if: this row's softmax with and without ÷√dₖ, at dₖ ×1, ×4, ×16"),
     ("h", "by hand: round every intermediate to the shown decimals, as on paper"),
     ("+ / -", "more / fewer decimals (default 3, as the seed page)"),
