@@ -130,7 +130,7 @@ def build(comp: Computation, blanks: str = DEFAULT_BLANKS, seed: int = 0, decima
     work = Working(sc, by_key, decimals, specs, comp)
     asked, shown = select.asked_and_shown(tables, selection, Trace(comp).stage_keys if not selection.everything
                                           else (), {} if selection.everything else _reads(work, tables),
-                                          stages_of(sc) if sc.backward is not None else None)
+                                          stages_of(sc) if sc.backward is not None else None, sgd.untrained(comp))
     if not asked and not selection.everything:
         raise WorksheetError(f"--stages and --heads leave this worksheet nothing to ask ({selection.said}): no table"
                              " of those stages and heads has a number to work out; expected more stages or heads")

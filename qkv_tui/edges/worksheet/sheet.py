@@ -102,7 +102,11 @@ def sheet(ws: WorksheetContent) -> Sheet:
     for table in ws.tables:
         if table.given:
             body.append(Grid(table.heading, _suffix(ws, table), table))
-    if not sc.allow.all():
+    # --stages/--heads: the mask where an asked table of the forward reads it (its masked cells −∞ or 0); a backward
+    # table's masked cells are printed as the 0 they are, never blank, and its lines write them so
+    reads_mask = ws.asked is None or any(t.key in ws.asked and t.allow is not None and t.stage != "backward"
+                                         for t in ws.tables)
+    if not sc.allow.all() and reads_mask:
         mask = Table("mask", "mask", "", "scale", None, sc.allow.astype(np.float64), sc.labels, sc.key_labels, True, False)
         body.append(Grid("Mask (1 = the query may attend the key, 0 = masked)", "", mask))
     multi = len(comp.heads) > 1
