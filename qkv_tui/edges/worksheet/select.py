@@ -188,13 +188,14 @@ def stage_of(tables: Sequence[Table], trace_keys: Sequence[str], own: Mapping[st
 
 def asked_and_shown(tables: Sequence[Table], selection: Selection, trace_keys: Sequence[str],
                     reads: dict[str, set[str]], own: Mapping[str, str] | None = None,
-                    untrained: Container[str] = ()) -> tuple[set[str], set[str]]:
-    """The keys of the tables the sheet asks about, and of every table it prints (those and what they read).
+                    untrained: Container[str] = ()) -> tuple[set[str], set[str], list[str]]:
+    """The keys of the tables the sheet asks about, of every table it prints (those and what they read), and of the
+    gradients of weights not trained that it would have asked but leaves out, in page order.
     ``reads``: for each computed table, the keys of the tables its answer-key lines read; ``own`` as for stage_of;
     ``untrained``: the keys of the gradients of weights the scenario does not train (edges/worksheet/sgd.py)."""
     if selection.everything:
         keys = {t.key for t in tables}
-        return {t.key for t in tables if not t.given}, keys
+        return {t.key for t in tables if not t.given}, keys, []
     stage = stage_of(tables, trace_keys, own)
     by_key = {t.key: t for t in tables}
     heads = selection.heads
@@ -214,10 +215,12 @@ def asked_and_shown(tables: Sequence[Table], selection: Selection, trace_keys: S
             if t.head is None and any(left_out_head(k) for k in reads.get(t.key, ())):
                 continue
         asked.add(t.key)
+    idle: set[str] = set()
     if selection.stages is not None:  # a gradient nothing moves: asked where its stage is named, or a line reads it
         idle = {k for k in asked if k in untrained and stage[k] not in selection.named}
-        asked -= {k for k in idle if not any(k in reads.get(other, ()) for other in asked - idle)}
+        idle -= {k for k in idle if any(k in reads.get(other, ()) for other in asked - idle)}
+        asked -= idle
     shown = set(asked)
     for key in asked:
         shown |= {k for k in reads.get(key, ()) if k in by_key}
-    return asked, shown
+    return asked, shown, [t.key for t in tables if t.key in idle]

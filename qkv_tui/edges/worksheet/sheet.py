@@ -191,7 +191,10 @@ def rules(ws: WorksheetContent) -> list[str]:
                 else []))
     own.append(("left_out", [ws.left_out] if ws.left_out else []))
     own.append(("asked", [f"- This sheet asks about {ws.chosen} only (--stages, --heads): a table marked \"given\" is"
-                          " printed whole, for the questions that read it; take its numbers as they are."]
+                          " printed whole, for the questions that read it; take its numbers as they are."
+                          + (f" It leaves out {', '.join(ws.idle)}: [backward] does not train "
+                             f"{'that weight' if len(ws.idle) == 1 else 'those weights'} (name the stage to ask them)."
+                             if ws.idle else "")]
                 if ws.asked is not None else []))
     # each variant's rule (edges/faces/) at its place
     extra = [(f.sheet_rules_at, [("", f.sheet_rules(ws, asks))]) for f in faces() if f.sheet_rules is not None]
