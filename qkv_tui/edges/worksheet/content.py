@@ -42,6 +42,8 @@ class WorksheetContent:
     # the words naming the choice; a printed table not asked is given whole, for the asked ones to read
     asked: frozenset[str] | None = None
     chosen: str = ""
+    # the gradients of weights [backward] does not train that the choice would have asked and leaves out (select.py)
+    idle: tuple[str, ...] = ()
 
     def table(self, key: str) -> Table:
         return next(t for t in self.tables if t.key == key)

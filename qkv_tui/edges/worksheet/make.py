@@ -128,12 +128,13 @@ def build(comp: Computation, blanks: str = DEFAULT_BLANKS, seed: int = 0, decima
         specs[sgd.SHEET.stage.key] = sgd.SHEET
     by_key = {t.key: t for t in tables}
     work = Working(sc, by_key, decimals, specs, comp)
-    asked, shown = select.asked_and_shown(tables, selection, Trace(comp).stage_keys if not selection.everything
+    asked, shown, idle = select.asked_and_shown(tables, selection, Trace(comp).stage_keys if not selection.everything
                                           else (), {} if selection.everything else _reads(work, tables),
-                                          stages_of(sc) if sc.backward is not None else None)
+                                          stages_of(sc) if sc.backward is not None else None, sgd.untrained(comp))
     if not asked and not selection.everything:
         raise WorksheetError(f"--stages and --heads leave this worksheet nothing to ask ({selection.said}): no table"
                              " of those stages and heads has a number to work out; expected more stages or heads")
+    idle_names = tuple(by_key[k].name for k in idle)
     tables = [t for t in tables if t.key in shown]
     sgd_keys = {t.key for t in tables if t.stage == sgd.STAGE.key}
     main = [c for c in _candidates(tables, asked) if c[0] not in sgd_keys]
@@ -154,7 +155,7 @@ def build(comp: Computation, blanks: str = DEFAULT_BLANKS, seed: int = 0, decima
         for n, (key, i, j) in enumerate(chosen)
     )
     return Worksheet(comp, tuple(tables), result, decimals, specs, left_out,
-                     None if selection.everything else frozenset(asked), selection.said)
+                     None if selection.everything else frozenset(asked), selection.said, idle_names)
 
 
 def _candidates(tables: list[Table], asked: set[str]) -> list[Cell]:

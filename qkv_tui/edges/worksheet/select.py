@@ -8,12 +8,14 @@ sheet (in the ``backward`` group too). ``--heads`` counts the heads as ``--head`
 A table is *asked* (its cells may be blank) when its stage is chosen and it belongs to a chosen head; a table of
 no head (Concat, W_O, the loss, dX̂, the norm) is asked unless it reads a table of a head left out. Every other
 table is printed only where an asked table reads it, and then whole, as given: so a backward-only sheet prints the
-forward numbers its gradients need and none of the rest.
+forward numbers its gradients need and none of the rest. A weight's gradient whose weight the [backward] table does
+not train (no SGD step reads it) is asked only where its stage is named by itself or in a range, not through the
+``backward`` group, and no other asked table reads it: the group asks what the Train view's step moves.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 
@@ -61,6 +63,7 @@ class Selection:
     stages: frozenset[str] | None  # stage keys, "sgd" among them; None: every stage
     heads: tuple[int, ...] | None  # 0-based; None: every head
     said: str  # the rule line's words: "stages dSoftmax, dScore; head 1"
+    named: frozenset[str] = frozenset()  # the stages named by themselves or in a range, not through a group
 
     @property
     def everything(self) -> bool:
@@ -75,7 +78,7 @@ def choose(comp: Computation, stages: str | None, heads: Sequence[int] | None) -
     if stages is None and heads is None:
         return EVERYTHING
     trace = Trace(comp)
-    chosen_stages = None if stages is None else _stages(trace, comp, stages)
+    chosen_stages, named = (None, frozenset[str]()) if stages is None else _stages(trace, comp, stages)
     chosen_heads = None if heads is None else _heads(comp, heads)
     words = []
     if stages is not None:
@@ -84,7 +87,7 @@ def choose(comp: Computation, stages: str | None, heads: Sequence[int] | None) -
         names = [str(h + 1) + ("" if comp.heads[h].name == f"head {h + 1}" else f" ({comp.heads[h].name})")
                  for h in chosen_heads]
         words.append(f"{'head' if len(names) == 1 else 'heads'} {', '.join(names)}")
-    return Selection(chosen_stages, chosen_heads, "; ".join(words))
+    return Selection(chosen_stages, chosen_heads, "; ".join(words), named)
 
 
 def _stage_list(trace: Trace, comp: Computation) -> list[tuple[str, str]]:
@@ -104,7 +107,8 @@ def _in_order(trace: Trace, keys: Iterable[str]) -> list[str]:
     return sorted(keys, key=lambda k: order.get(k, len(order)))
 
 
-def _stages(trace: Trace, comp: Computation, text: str) -> frozenset[str]:
+def _stages(trace: Trace, comp: Computation, text: str) -> tuple[frozenset[str], frozenset[str]]:
+    """The stages ``text`` chooses, and those of them it names by themselves or in a range."""
     stages = _stage_list(trace, comp)
     backward = comp.scenario.backward is not None
     first_backward = next((n for n, (key, _) in enumerate(stages) if key == "loss"), len(stages))
@@ -120,6 +124,7 @@ def _stages(trace: Trace, comp: Computation, text: str) -> frozenset[str]:
         raise SelectionError(f"--stages {said_text(word)} is not a stage of this scenario; {known}")
 
     chosen: set[str] = set()
+    named: set[str] = set()
     for part in text.split(","):
         word = part.strip()
         if not word:
@@ -135,10 +140,10 @@ def _stages(trace: Trace, comp: Computation, text: str) -> frozenset[str]:
             if a > b:
                 raise SelectionError(f"--stages {said_text(word)}: {stages[a][1]} comes after {stages[b][1]} on the"
                                      f" stage bar; write the range first..last ({known})")
-            chosen.update(key for key, _ in stages[a:b + 1])
+            named.update(key for key, _ in stages[a:b + 1])
         else:
-            chosen.add(stages[one(word)][0])
-    return frozenset(chosen)
+            named.add(stages[one(word)][0])
+    return frozenset(chosen | named), frozenset(named)
 
 
 def _heads(comp: Computation, heads: Sequence[int]) -> tuple[int, ...]:
@@ -182,12 +187,15 @@ def stage_of(tables: Sequence[Table], trace_keys: Sequence[str], own: Mapping[st
 
 
 def asked_and_shown(tables: Sequence[Table], selection: Selection, trace_keys: Sequence[str],
-                    reads: dict[str, set[str]], own: Mapping[str, str] | None = None) -> tuple[set[str], set[str]]:
-    """The keys of the tables the sheet asks about, and of every table it prints (those and what they read).
-    ``reads``: for each computed table, the keys of the tables its answer-key lines read; ``own`` as for stage_of."""
+                    reads: dict[str, set[str]], own: Mapping[str, str] | None = None,
+                    untrained: Container[str] = ()) -> tuple[set[str], set[str], list[str]]:
+    """The keys of the tables the sheet asks about, of every table it prints (those and what they read), and of the
+    gradients of weights not trained that it would have asked but leaves out, in page order.
+    ``reads``: for each computed table, the keys of the tables its answer-key lines read; ``own`` as for stage_of;
+    ``untrained``: the keys of the gradients of weights the scenario does not train (edges/worksheet/sgd.py)."""
     if selection.everything:
         keys = {t.key for t in tables}
-        return {t.key for t in tables if not t.given}, keys
+        return {t.key for t in tables if not t.given}, keys, []
     stage = stage_of(tables, trace_keys, own)
     by_key = {t.key: t for t in tables}
     heads = selection.heads
@@ -207,7 +215,12 @@ def asked_and_shown(tables: Sequence[Table], selection: Selection, trace_keys: S
             if t.head is None and any(left_out_head(k) for k in reads.get(t.key, ())):
                 continue
         asked.add(t.key)
+    idle: set[str] = set()
+    if selection.stages is not None:  # a gradient nothing moves: asked where its stage is named, or a line reads it
+        idle = {k for k in asked if k in untrained and stage[k] not in selection.named}
+        idle -= {k for k in idle if any(k in reads.get(other, ()) for other in asked - idle)}
+        asked -= idle
     shown = set(asked)
     for key in asked:
         shown |= {k for k in reads.get(key, ()) if k in by_key}
-    return asked, shown
+    return asked, shown, [t.key for t in tables if t.key in idle]

@@ -87,6 +87,24 @@ def sgd_tables(tables: list[Table], comp: Computation, d: int) -> list[Table]:
                   for table in sheet.sgd_tables(by_key, comp, lr, d)]
 
 
+def untrained(comp: Computation) -> frozenset[str]:
+    """The table keys of the gradients of weights the [backward] table does not train (no SGD step reads them), of
+    every head; none without [backward]. A --stages selection asks them only where it names their stage
+    (edges/worksheet/select.py)."""
+    bw = comp.scenario.backward
+    if bw is None:
+        return frozenset()
+    trained = set(bw.train)
+    every = [*PER_HEAD.items(), *SHARED.items(), *(item for f in faces() for item in (*f.sgd_head, *f.sgd_layer))]
+    heads = range(len(comp.scenario.heads))
+
+    def keys(pairs: tuple[tuple[str, str], ...]) -> set[str]:
+        return {grad.format(h=h) for _, grad in pairs for h in heads}
+
+    idle = set().union(*(keys(pairs) for name, pairs in every if name not in trained))
+    return frozenset(idle - set().union(*(keys(pairs) for name, pairs in every if name in trained)))
+
+
 def operands(table: Table, present: Container[str]) -> tuple[str, str, int | None]:
     """The weight's and the gradient's table keys a new-weight table reads (the first pair on the page, as
     sgd_tables chose), and the weight's column where one cell of a table of every head's is moved (None: the same cell)."""

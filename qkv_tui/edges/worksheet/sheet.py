@@ -102,7 +102,11 @@ def sheet(ws: WorksheetContent) -> Sheet:
     for table in ws.tables:
         if table.given:
             body.append(Grid(table.heading, _suffix(ws, table), table))
-    if not sc.allow.all():
+    # --stages/--heads: the mask where an asked table of the forward reads it (its masked cells −∞ or 0); a backward
+    # table's masked cells are printed as the 0 they are, never blank, and its lines write them so
+    reads_mask = ws.asked is None or any(t.key in ws.asked and t.allow is not None and t.stage != "backward"
+                                         for t in ws.tables)
+    if not sc.allow.all() and reads_mask:
         mask = Table("mask", "mask", "", "scale", None, sc.allow.astype(np.float64), sc.labels, sc.key_labels, True, False)
         body.append(Grid("Mask (1 = the query may attend the key, 0 = masked)", "", mask))
     multi = len(comp.heads) > 1
@@ -187,7 +191,10 @@ def rules(ws: WorksheetContent) -> list[str]:
                 else []))
     own.append(("left_out", [ws.left_out] if ws.left_out else []))
     own.append(("asked", [f"- This sheet asks about {ws.chosen} only (--stages, --heads): a table marked \"given\" is"
-                          " printed whole, for the questions that read it; take its numbers as they are."]
+                          " printed whole, for the questions that read it; take its numbers as they are."
+                          + (f" It leaves out {', '.join(ws.idle)}: [backward] does not train "
+                             f"{'that weight' if len(ws.idle) == 1 else 'those weights'} (name the stage to ask them)."
+                             if ws.idle else "")]
                 if ws.asked is not None else []))
     # each variant's rule (edges/faces/) at its place
     extra = [(f.sheet_rules_at, [("", f.sheet_rules(ws, asks))]) for f in faces() if f.sheet_rules is not None]

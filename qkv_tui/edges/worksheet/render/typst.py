@@ -8,6 +8,8 @@ markup, so a title full of ``#``, ``$`` or ``*`` prints as written.
 
 from __future__ import annotations
 
+import math
+
 from qkv_tui.edges.worksheet.content import Blank
 from qkv_tui.edges.worksheet.render.formulas import IDENTIFIER, pieces, to_typst, typst_string
 from qkv_tui.edges.worksheet.sheet import Grid, Heading, Lines, Sheet, items, minus
@@ -210,13 +212,28 @@ def _side_by_side(page: Sheet, blocks: list[tuple[str, Grid]]) -> list[str]:
             heading, block = row[0]
             out += [*([heading, ""] if heading else []), _captioned(page, block), ""]
             continue
-        # each table its estimated width and an equal share of what is left
-        widths = [_width(page, b) for _, b in row]
-        slack = (LINE - sum(widths) - GUTTER * (len(row) - 1)) / len(row)
-        columns = ", ".join(f"{w + slack:.1f}pt" for w in widths)
+        columns = ", ".join(f"{w:.1f}pt" for w in _shares(page, [b for _, b in row]))
         cells = ", ".join(f"[{heading}{chr(10) * 2 if heading else ''}{_captioned(page, b)}]" for heading, b in row)
         out += [f"#grid(columns: ({columns}), column-gutter: {GUTTER}pt, align: top, {cells})", ""]
     return out
+
+
+def _shares(page: Sheet, blocks: list[Grid]) -> list[float]:
+    """Each table of a row its estimated width, then what is left of the line where it keeps the row shortest:
+    the row is as tall as its tallest caption and table together, so a long caption over a short table gets the
+    room to wrap in fewer lines before the rest is shared equally."""
+    widths = [_width(page, b) for b in blocks]
+    room = LINE - GUTTER * (len(blocks) - 1)
+    captions = [_chars(f"{b.caption}{b.suffix}:") * CHAR for b in blocks]
+    rows = [len(b.table.rows) + 1 for b in blocks]
+    for tall in range(max(rows) + 1, max(rows) + 1 + max(math.ceil(c / w) for c, w in zip(captions, widths, strict=True))):
+        # each caption in the lines its table leaves it under a row this tall (its table's rows and one line at least)
+        wanted = [max(w, c / max(1, tall - r)) for w, c, r in zip(widths, captions, rows, strict=True)]
+        if sum(wanted) <= room:
+            widths = wanted
+            break
+    slack = (room - sum(widths)) / len(blocks)
+    return [w + slack for w in widths]
 
 
 def source(page: Sheet, part: str = "all") -> str:
