@@ -74,6 +74,11 @@ async def test_every_toast_shows_its_brackets(tmp_path: Path, monkeypatch: pytes
     shutil.copy(builtin_dir() / "learn_to_look.toml", path)
     monkeypatch.chdir(tmp_path)
     app = QKVApp(path)
+    # every toast stays up until the test has read it: "Reloaded" lasts 3 s, and on a loaded machine the settling
+    # after r took longer, so the toast was gone before it was read (a flake under load, not a lost bracket)
+    notify = QKVApp.notify
+    monkeypatch.setattr(QKVApp, "notify", lambda self, message, *args, **kwargs:
+                        notify(self, message, *args, **{**kwargs, "timeout": 600}))
     seen: list[str] = []
     async with app.run_test(size=(200, 50), notifications=True) as pilot:  # Pilot's default draws no toasts
 
