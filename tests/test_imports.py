@@ -57,7 +57,11 @@ DEFERRED = ("qkv_tui.teach.stages.mla_compress", "qkv_tui.teach.stages.mla_expan
             # Mamba-2's and the sparse indexer's kernels: loaded with the first [ssd] or [indexer] parsed or run
             "qkv_tui.kernels.ssd", "qkv_tui.kernels.indexer",
             # a value norm's kernel: loaded with the first [v_norm] run (tests/test_command_start_imports.py)
-            "qkv_tui.kernels.v_norm")
+            "qkv_tui.kernels.v_norm",
+            # the keys in the heads' own tables: a sink's, a soft-cap's and a gate's head-pass builders and kernels,
+            # loaded with the first scenario whose heads have them (core/head_parts.py, teach/stages/loaded.py)
+            "qkv_tui.core.sink_part", "qkv_tui.core.softcap_part", "qkv_tui.core.gate_part", "qkv_tui.kernels.sinks",
+            "qkv_tui.kernels.softcap", "qkv_tui.kernels.gate")
 
 
 def first_screen_modules(scenario: str, keys: tuple[str, ...] = ()) -> list[str]:
@@ -107,6 +111,9 @@ def test_the_deferred_modules_load_where_they_are_used() -> None:
     assert "qkv_tui.kernels.ssd" in deferred_in(first_screen_modules("ssd"))
     assert "qkv_tui.kernels.indexer" in deferred_in(first_screen_modules("dsa"))
     assert "qkv_tui.teach.quiz" in deferred_in(first_screen_modules("i_love_ai", ("p", "right")))
+    assert {"qkv_tui.core.sink_part", "qkv_tui.kernels.sinks"} <= set(deferred_in(first_screen_modules("sink")))
+    assert {"qkv_tui.core.softcap_part", "qkv_tui.kernels.softcap"} <= set(deferred_in(first_screen_modules("softcap")))
+    assert {"qkv_tui.core.gate_part", "qkv_tui.kernels.gate"} <= set(deferred_in(first_screen_modules("gated")))
 
 
 def test_the_first_screen_loads_only_what_it_shows() -> None:
