@@ -61,7 +61,10 @@ DEFERRED = ("qkv_tui.teach.stages.mla_compress", "qkv_tui.teach.stages.mla_expan
             # the keys in the heads' own tables: a sink's, a soft-cap's and a gate's head-pass builders and kernels,
             # loaded with the first scenario whose heads have them (core/head_parts.py, teach/stages/loaded.py)
             "qkv_tui.core.sink_part", "qkv_tui.core.softcap_part", "qkv_tui.core.gate_part", "qkv_tui.kernels.sinks",
-            "qkv_tui.kernels.softcap", "qkv_tui.kernels.gate")
+            "qkv_tui.kernels.softcap", "qkv_tui.kernels.gate",
+            # the modules that read [differential], [indexer] and [ssd]: registered from small modules of their own
+            # (core/variants/*_table.py), loaded with the first file that has the table
+            "qkv_tui.core.variants.differential", "qkv_tui.core.variants.indexer", "qkv_tui.core.variants.ssd")
 
 
 def first_screen_modules(scenario: str, keys: tuple[str, ...] = ()) -> list[str]:
@@ -107,9 +110,10 @@ def test_the_deferred_modules_load_where_they_are_used() -> None:
     loaded = set(deferred_in(first_screen_modules("learn_to_look", ("l",))))
     assert {"qkv_tui.display.train_view", "qkv_tui.teach.train_walk", "qkv_tui.core.gradients",
             "qkv_tui.kernels.attention_backward", "qkv_tui.kernels.norm_backward"} <= loaded
-    assert "qkv_tui.kernels.differential" in deferred_in(first_screen_modules("differential"))
-    assert "qkv_tui.kernels.ssd" in deferred_in(first_screen_modules("ssd"))
-    assert "qkv_tui.kernels.indexer" in deferred_in(first_screen_modules("dsa"))
+    assert {"qkv_tui.kernels.differential", "qkv_tui.core.variants.differential"} <= set(
+        deferred_in(first_screen_modules("differential")))
+    assert {"qkv_tui.kernels.ssd", "qkv_tui.core.variants.ssd"} <= set(deferred_in(first_screen_modules("ssd")))
+    assert {"qkv_tui.kernels.indexer", "qkv_tui.core.variants.indexer"} <= set(deferred_in(first_screen_modules("dsa")))
     assert "qkv_tui.teach.quiz" in deferred_in(first_screen_modules("i_love_ai", ("p", "right")))
     assert {"qkv_tui.core.sink_part", "qkv_tui.kernels.sinks"} <= set(deferred_in(first_screen_modules("sink")))
     assert {"qkv_tui.core.softcap_part", "qkv_tui.kernels.softcap"} <= set(deferred_in(first_screen_modules("softcap")))
