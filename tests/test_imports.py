@@ -64,7 +64,9 @@ DEFERRED = ("qkv_tui.teach.stages.mla_compress", "qkv_tui.teach.stages.mla_expan
             "qkv_tui.kernels.softcap", "qkv_tui.kernels.gate",
             # the modules that read [differential], [indexer] and [ssd]: registered from small modules of their own
             # (core/variants/*_table.py), loaded with the first file that has the table
-            "qkv_tui.core.variants.differential", "qkv_tui.core.variants.indexer", "qkv_tui.core.variants.ssd")
+            "qkv_tui.core.variants.differential", "qkv_tui.core.variants.indexer", "qkv_tui.core.variants.ssd",
+            # Kimi's gates per key channel: read by [deltanet]'s parser where a table is written the KDA way
+            "qkv_tui.core.variants.kda_gates")
 
 
 def first_screen_modules(scenario: str, keys: tuple[str, ...] = ()) -> list[str]:
@@ -118,6 +120,7 @@ def test_the_deferred_modules_load_where_they_are_used() -> None:
     assert {"qkv_tui.core.sink_part", "qkv_tui.kernels.sinks"} <= set(deferred_in(first_screen_modules("sink")))
     assert {"qkv_tui.core.softcap_part", "qkv_tui.kernels.softcap"} <= set(deferred_in(first_screen_modules("softcap")))
     assert {"qkv_tui.core.gate_part", "qkv_tui.kernels.gate"} <= set(deferred_in(first_screen_modules("gated")))
+    assert "qkv_tui.core.variants.kda_gates" in deferred_in(first_screen_modules("kda"))
 
 
 def test_the_first_screen_loads_only_what_it_shows() -> None:
