@@ -14,7 +14,7 @@ functions named by :class:`~qkv_tui.core.variants.common.Later`), so a scenario 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from qkv_tui.core.arrays import Vector as Vector  # re-exported: the modules that read a Norm or Rope import it from here
 from qkv_tui.core.variants import alibi, biases, kv_heads, norm, qk_norm, rope, scale_from, sinks, softcap, window
@@ -22,7 +22,6 @@ from qkv_tui.core.variants import backward as backward
 from qkv_tui.core.variants import deltanet as deltanet
 from qkv_tui.core.variants import gate as gate
 from qkv_tui.core.variants import linear as linear
-from qkv_tui.core.variants import mla as mla
 from qkv_tui.core.variants import shared_kv as shared_kv
 from qkv_tui.core.variants import v_norm as v_norm
 from qkv_tui.core.variants import value_scale as value_scale
@@ -43,7 +42,7 @@ from qkv_tui.core.variants.indexer_table import TABLE as _INDEXER
 from qkv_tui.core.variants.kv_heads import kv_head_of as kv_head_of
 from qkv_tui.core.variants.kv_heads import parse_kv_head as parse_kv_head
 from qkv_tui.core.variants.kv_heads import parse_num_kv_heads as parse_num_kv_heads
-from qkv_tui.core.variants.mla import Mla as Mla
+from qkv_tui.core.variants.mla_table import TABLE as _MLA
 from qkv_tui.core.variants.norm import DEFAULT_EPS as DEFAULT_EPS
 from qkv_tui.core.variants.norm import NORM_KEYS as NORM_KEYS
 from qkv_tui.core.variants.norm import NORM_KINDS as NORM_KINDS
@@ -59,13 +58,26 @@ from qkv_tui.core.variants.ssd_table import TABLE as _SSD
 from qkv_tui.core.variants.window import parse_window as parse_window
 from qkv_tui.core.variants.window import sliding_allow as sliding_allow
 
+if TYPE_CHECKING:
+    from qkv_tui.core.variants.mla import Mla as Mla
+
+
+def __getattr__(name: str) -> Any:
+    """``Mla``, from [mla]'s module, imported the first time it is asked for (a scenario without [mla] never is)."""
+    if name == "Mla":
+        from qkv_tui.core.variants.mla import Mla
+
+        return Mla
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 # In the order ``--check`` names them (the tables and the keys of other tables interleave).
 FEATURES: tuple[Table[Any] | Keys, ...] = (
     norm.TABLE,
     biases.KEYS,
     qk_norm.TABLE,
     rope.TABLE,
-    mla.TABLE,
+    _MLA,
     kv_heads.KEYS,
     alibi.TABLE,
     window.KEYS,
