@@ -62,10 +62,10 @@ DEFERRED = ("qkv_tui.teach.stages.mla_compress", "qkv_tui.teach.stages.mla_expan
             # loaded with the first scenario whose heads have them (core/head_parts.py, teach/stages/loaded.py)
             "qkv_tui.core.sink_part", "qkv_tui.core.softcap_part", "qkv_tui.core.gate_part", "qkv_tui.kernels.sinks",
             "qkv_tui.kernels.softcap", "qkv_tui.kernels.gate",
-            # the modules that read [differential], [indexer], [ssd] and [mla]: registered from small modules of their own
+            # the modules that read [differential], [indexer], [ssd], [mla], [linear]: registered from small modules of their own
             # (core/variants/*_table.py), loaded with the first file that has the table
             "qkv_tui.core.variants.differential", "qkv_tui.core.variants.indexer", "qkv_tui.core.variants.ssd",
-            "qkv_tui.core.variants.mla",
+            "qkv_tui.core.variants.mla", "qkv_tui.core.variants.linear",
             # Kimi's gates per key channel: read by [deltanet]'s parser where a table is written the KDA way
             "qkv_tui.core.variants.kda_gates")
 
@@ -104,7 +104,8 @@ def test_the_deferred_modules_load_where_they_are_used() -> None:
     loaded = set(deferred_in(first_screen_modules("mla")))
     assert {"qkv_tui.teach.stages.mla_compress", "qkv_tui.kernels.mla", "qkv_tui.core.variants.mla"} <= loaded
     assert "qkv_tui.teach.stages.linear" not in loaded and "qkv_tui.kernels.deltanet" not in loaded
-    assert {"qkv_tui.teach.stages.linear", "qkv_tui.kernels.linear"} <= set(deferred_in(first_screen_modules("linear")))
+    assert {"qkv_tui.teach.stages.linear", "qkv_tui.kernels.linear", "qkv_tui.core.variants.linear"} <= set(
+        deferred_in(first_screen_modules("linear")))
     loaded = set(deferred_in(first_screen_modules("deltanet", ("k", "k", "t", "t", "v", "v"))))
     assert {"qkv_tui.teach.stages.deltanet", "qkv_tui.kernels.deltanet", "qkv_tui.display.decode_view",
             "qkv_tui.display.state_view", "qkv_tui.display.tiled_view", "qkv_tui.display.heads_view"} <= loaded

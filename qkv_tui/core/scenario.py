@@ -35,10 +35,10 @@ from qkv_tui.core.variants import Norm, QKNorm, Rope
 from qkv_tui.core.variants.backward import Backward
 from qkv_tui.core.variants.common import write_whole
 from qkv_tui.core.variants.deltanet import DeltaNet
-from qkv_tui.core.variants.linear import Linear
 from qkv_tui.core.variants.window import table_form as _table_form
 
-if TYPE_CHECKING:  # [mla]'s module loads with the first file that has the table
+if TYPE_CHECKING:  # [linear]'s and [mla]'s modules load with the first file that has the table
+    from qkv_tui.core.variants.linear import Linear
     from qkv_tui.core.variants.mla import Mla
 
 TOP_KEYS = (

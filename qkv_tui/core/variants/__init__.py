@@ -21,7 +21,6 @@ from qkv_tui.core.variants import alibi, biases, kv_heads, norm, qk_norm, rope, 
 from qkv_tui.core.variants import backward as backward
 from qkv_tui.core.variants import deltanet as deltanet
 from qkv_tui.core.variants import gate as gate
-from qkv_tui.core.variants import linear as linear
 from qkv_tui.core.variants import shared_kv as shared_kv
 from qkv_tui.core.variants import v_norm as v_norm
 from qkv_tui.core.variants import value_scale as value_scale
@@ -42,6 +41,7 @@ from qkv_tui.core.variants.indexer_table import TABLE as _INDEXER
 from qkv_tui.core.variants.kv_heads import kv_head_of as kv_head_of
 from qkv_tui.core.variants.kv_heads import parse_kv_head as parse_kv_head
 from qkv_tui.core.variants.kv_heads import parse_num_kv_heads as parse_num_kv_heads
+from qkv_tui.core.variants.linear_table import TABLE as _LINEAR
 from qkv_tui.core.variants.mla_table import TABLE as _MLA
 from qkv_tui.core.variants.norm import DEFAULT_EPS as DEFAULT_EPS
 from qkv_tui.core.variants.norm import NORM_KEYS as NORM_KEYS
@@ -85,7 +85,7 @@ FEATURES: tuple[Table[Any] | Keys, ...] = (
     softcap.KEYS,
     scale_from.KEYS,
     gate.KEYS,
-    linear.TABLE,
+    _LINEAR,
     deltanet.TABLE,
     backward.TABLE,
     value_scale.TABLE,
