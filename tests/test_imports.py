@@ -57,7 +57,17 @@ DEFERRED = ("qkv_tui.teach.stages.mla_compress", "qkv_tui.teach.stages.mla_expan
             # Mamba-2's and the sparse indexer's kernels: loaded with the first [ssd] or [indexer] parsed or run
             "qkv_tui.kernels.ssd", "qkv_tui.kernels.indexer",
             # a value norm's kernel: loaded with the first [v_norm] run (tests/test_command_start_imports.py)
-            "qkv_tui.kernels.v_norm")
+            "qkv_tui.kernels.v_norm",
+            # the keys in the heads' own tables: a sink's, a soft-cap's and a gate's head-pass builders and kernels,
+            # loaded with the first scenario whose heads have them (core/head_parts.py, teach/stages/loaded.py)
+            "qkv_tui.core.sink_part", "qkv_tui.core.softcap_part", "qkv_tui.core.gate_part", "qkv_tui.kernels.sinks",
+            "qkv_tui.kernels.softcap", "qkv_tui.kernels.gate",
+            # the modules that read [differential], [indexer], [ssd], [mla], [linear]: registered from small modules of their own
+            # (core/variants/*_table.py), loaded with the first file that has the table
+            "qkv_tui.core.variants.differential", "qkv_tui.core.variants.indexer", "qkv_tui.core.variants.ssd",
+            "qkv_tui.core.variants.mla", "qkv_tui.core.variants.linear",
+            # Kimi's gates per key channel: read by [deltanet]'s parser where a table is written the KDA way
+            "qkv_tui.core.variants.kda_gates")
 
 
 def first_screen_modules(scenario: str, keys: tuple[str, ...] = ()) -> list[str]:
@@ -92,9 +102,10 @@ def test_the_deferred_modules_load_where_they_are_used() -> None:
     """The check above can fail: a scenario with the family loads its stages and kernels, and opening the
     side views loads theirs (the cache view of a [deltanet] scenario draws its state)."""
     loaded = set(deferred_in(first_screen_modules("mla")))
-    assert {"qkv_tui.teach.stages.mla_compress", "qkv_tui.kernels.mla"} <= loaded
+    assert {"qkv_tui.teach.stages.mla_compress", "qkv_tui.kernels.mla", "qkv_tui.core.variants.mla"} <= loaded
     assert "qkv_tui.teach.stages.linear" not in loaded and "qkv_tui.kernels.deltanet" not in loaded
-    assert {"qkv_tui.teach.stages.linear", "qkv_tui.kernels.linear"} <= set(deferred_in(first_screen_modules("linear")))
+    assert {"qkv_tui.teach.stages.linear", "qkv_tui.kernels.linear", "qkv_tui.core.variants.linear"} <= set(
+        deferred_in(first_screen_modules("linear")))
     loaded = set(deferred_in(first_screen_modules("deltanet", ("k", "k", "t", "t", "v", "v"))))
     assert {"qkv_tui.teach.stages.deltanet", "qkv_tui.kernels.deltanet", "qkv_tui.display.decode_view",
             "qkv_tui.display.state_view", "qkv_tui.display.tiled_view", "qkv_tui.display.heads_view"} <= loaded
@@ -103,10 +114,15 @@ def test_the_deferred_modules_load_where_they_are_used() -> None:
     loaded = set(deferred_in(first_screen_modules("learn_to_look", ("l",))))
     assert {"qkv_tui.display.train_view", "qkv_tui.teach.train_walk", "qkv_tui.core.gradients",
             "qkv_tui.kernels.attention_backward", "qkv_tui.kernels.norm_backward"} <= loaded
-    assert "qkv_tui.kernels.differential" in deferred_in(first_screen_modules("differential"))
-    assert "qkv_tui.kernels.ssd" in deferred_in(first_screen_modules("ssd"))
-    assert "qkv_tui.kernels.indexer" in deferred_in(first_screen_modules("dsa"))
+    assert {"qkv_tui.kernels.differential", "qkv_tui.core.variants.differential"} <= set(
+        deferred_in(first_screen_modules("differential")))
+    assert {"qkv_tui.kernels.ssd", "qkv_tui.core.variants.ssd"} <= set(deferred_in(first_screen_modules("ssd")))
+    assert {"qkv_tui.kernels.indexer", "qkv_tui.core.variants.indexer"} <= set(deferred_in(first_screen_modules("dsa")))
     assert "qkv_tui.teach.quiz" in deferred_in(first_screen_modules("i_love_ai", ("p", "right")))
+    assert {"qkv_tui.core.sink_part", "qkv_tui.kernels.sinks"} <= set(deferred_in(first_screen_modules("sink")))
+    assert {"qkv_tui.core.softcap_part", "qkv_tui.kernels.softcap"} <= set(deferred_in(first_screen_modules("softcap")))
+    assert {"qkv_tui.core.gate_part", "qkv_tui.kernels.gate"} <= set(deferred_in(first_screen_modules("gated")))
+    assert "qkv_tui.core.variants.kda_gates" in deferred_in(first_screen_modules("kda"))
 
 
 def test_the_first_screen_loads_only_what_it_shows() -> None:

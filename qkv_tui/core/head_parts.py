@@ -53,10 +53,13 @@ def _part(table: Table[object], path: str) -> Builder:
     return build
 
 
-def _keys_part(path: str) -> Builder:
+def _keys_part(keys: Keys, path: str) -> Builder:
     """The builder of keys that sit in the heads' own tables (a sink, a soft-cap, a gate): it answers None for each
-    head without one."""
+    head without one, and is imported the first time a scenario has the keys (the features a scenario uses are
+    those its ``--check`` summary names), with its kernel: no head of a scenario without them has the part."""
     def build(run: Run) -> PerHead | None:
+        if not keys.summary_parts(run.sc):
+            return None
         made: PerHead | None = face(path)(run)
         return made
     return build
@@ -65,7 +68,7 @@ def _keys_part(path: str) -> Builder:
 def _builder(f: Table[Any] | Keys) -> Builder | None:
     if f.faces is None or f.faces.head is None:
         return None
-    return _part(f, f.faces.head) if isinstance(f, Table) else _keys_part(f.faces.head)
+    return _part(f, f.faces.head) if isinstance(f, Table) else _keys_part(f, f.faces.head)
 
 
 # every builder in FEATURES's order: QK-norm before RoPE (RoPE turns the normalised vectors), the gate before

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -31,12 +31,15 @@ from qkv_tui.core.arrays import Vector
 from qkv_tui.core.inputs import INPUT_KEYS, Input, parse_input
 from qkv_tui.core.production import CACHE_KEYS, TILES_KEYS, ProductionSettings, parse_production
 from qkv_tui.core.tomlfile import NumberGrid, ReadError, decode, parse_toml, read_bytes, stat_path, table_values
-from qkv_tui.core.variants import Mla, Norm, QKNorm, Rope
+from qkv_tui.core.variants import Norm, QKNorm, Rope
 from qkv_tui.core.variants.backward import Backward
 from qkv_tui.core.variants.common import write_whole
 from qkv_tui.core.variants.deltanet import DeltaNet
-from qkv_tui.core.variants.linear import Linear
 from qkv_tui.core.variants.window import table_form as _table_form
+
+if TYPE_CHECKING:  # [linear]'s and [mla]'s modules load with the first file that has the table
+    from qkv_tui.core.variants.linear import Linear
+    from qkv_tui.core.variants.mla import Mla
 
 TOP_KEYS = (
     "title", "description", "tokens", "X", "mask", "scale",
@@ -499,10 +502,12 @@ class _Validator:
         d_in_name = "the width of [context] X" if context_X is not None else "d_model (the width of X)"
 
         mla = None
-        if "mla" in doc:  # [mla] defines the heads itself (core/variants/mla.py)
-            variants.mla.refuse_with(self, doc)
-            variants.gate.no_table_with_built_heads(self, doc, variants.mla.TABLE.header)
-            mla = variants.mla.read_mla(self, variants.table_of(self, doc, "mla") or {}, d_model)
+        if "mla" in doc:  # [mla] defines the heads itself (core/variants/mla.py, loaded with the first such file)
+            from qkv_tui.core.variants import mla as latent
+
+            latent.refuse_with(self, doc)
+            variants.gate.no_table_with_built_heads(self, doc, latent.TABLE.header)
+            mla = latent.read_mla(self, variants.table_of(self, doc, "mla") or {}, d_model)
         if mla is None:
             heads, split, kv_split = self.heads(doc, d_model, d_in, d_in_name)
         else:
@@ -550,7 +555,7 @@ class _Validator:
             found[t.key] = ctx.earlier.get(t.key)
         return found
 
-    def mla_heads(self, doc: dict[str, Any], mla: variants.Mla) -> tuple[Head, ...]:
+    def mla_heads(self, doc: dict[str, Any], mla: Mla) -> tuple[Head, ...]:
         softcap = variants.softcap.parse_softcap(self, doc, "")
         with np.errstate(over="ignore", invalid="ignore"):
             weights = mla.head_weights()

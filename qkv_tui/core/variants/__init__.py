@@ -7,24 +7,21 @@ the TOML export writes for it. The loader (:mod:`qkv_tui.core.scenario`) and the
 :data:`TABLES`; ``--check`` walks :data:`FEATURES`. A part added since [value_scale] also names its
 other faces (:class:`~qkv_tui.core.variants.common.Faces`: its head-pass builder, its stages, its JSON
 field), and the Scenario keeps its value by key (``TABLE.of(sc)``): adding it is its modules and one
-line in ``FEATURES`` (docs/architecture.md, "Adding a variant").
+line in ``FEATURES`` (docs/architecture.md, "Adding a variant"). A part whose module is large may register
+its table from a small module of its own (``differential_table``: the key, keys, lookalikes and faces, its
+functions named by :class:`~qkv_tui.core.variants.common.Later`), so a scenario without it never loads the rest.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from qkv_tui.core.arrays import Vector as Vector  # re-exported: the modules that read a Norm or Rope import it from here
 from qkv_tui.core.variants import alibi, biases, kv_heads, norm, qk_norm, rope, scale_from, sinks, softcap, window
 from qkv_tui.core.variants import backward as backward
 from qkv_tui.core.variants import deltanet as deltanet
-from qkv_tui.core.variants import differential as differential
 from qkv_tui.core.variants import gate as gate
-from qkv_tui.core.variants import indexer as indexer
-from qkv_tui.core.variants import linear as linear
-from qkv_tui.core.variants import mla as mla
 from qkv_tui.core.variants import shared_kv as shared_kv
-from qkv_tui.core.variants import ssd as ssd
 from qkv_tui.core.variants import v_norm as v_norm
 from qkv_tui.core.variants import value_scale as value_scale
 from qkv_tui.core.variants.biases import parse_bias as parse_bias
@@ -39,10 +36,13 @@ from qkv_tui.core.variants.common import number as number
 from qkv_tui.core.variants.common import numbers as numbers
 from qkv_tui.core.variants.common import positive as positive
 from qkv_tui.core.variants.common import table_of as table_of
+from qkv_tui.core.variants.differential_table import TABLE as _DIFFERENTIAL
+from qkv_tui.core.variants.indexer_table import TABLE as _INDEXER
 from qkv_tui.core.variants.kv_heads import kv_head_of as kv_head_of
 from qkv_tui.core.variants.kv_heads import parse_kv_head as parse_kv_head
 from qkv_tui.core.variants.kv_heads import parse_num_kv_heads as parse_num_kv_heads
-from qkv_tui.core.variants.mla import Mla as Mla
+from qkv_tui.core.variants.linear_table import TABLE as _LINEAR
+from qkv_tui.core.variants.mla_table import TABLE as _MLA
 from qkv_tui.core.variants.norm import DEFAULT_EPS as DEFAULT_EPS
 from qkv_tui.core.variants.norm import NORM_KEYS as NORM_KEYS
 from qkv_tui.core.variants.norm import NORM_KINDS as NORM_KINDS
@@ -54,8 +54,22 @@ from qkv_tui.core.variants.rope import ROPE_LAYOUTS as ROPE_LAYOUTS
 from qkv_tui.core.variants.rope import Rope as Rope
 from qkv_tui.core.variants.sinks import parse_sink as parse_sink
 from qkv_tui.core.variants.sinks import parse_sinks as parse_sinks
+from qkv_tui.core.variants.ssd_table import TABLE as _SSD
 from qkv_tui.core.variants.window import parse_window as parse_window
 from qkv_tui.core.variants.window import sliding_allow as sliding_allow
+
+if TYPE_CHECKING:
+    from qkv_tui.core.variants.mla import Mla as Mla
+
+
+def __getattr__(name: str) -> Any:
+    """``Mla``, from [mla]'s module, imported the first time it is asked for (a scenario without [mla] never is)."""
+    if name == "Mla":
+        from qkv_tui.core.variants.mla import Mla
+
+        return Mla
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 # In the order ``--check`` names them (the tables and the keys of other tables interleave).
 FEATURES: tuple[Table[Any] | Keys, ...] = (
@@ -63,7 +77,7 @@ FEATURES: tuple[Table[Any] | Keys, ...] = (
     biases.KEYS,
     qk_norm.TABLE,
     rope.TABLE,
-    mla.TABLE,
+    _MLA,
     kv_heads.KEYS,
     alibi.TABLE,
     window.KEYS,
@@ -71,14 +85,14 @@ FEATURES: tuple[Table[Any] | Keys, ...] = (
     softcap.KEYS,
     scale_from.KEYS,
     gate.KEYS,
-    linear.TABLE,
+    _LINEAR,
     deltanet.TABLE,
     backward.TABLE,
     value_scale.TABLE,
-    differential.TABLE,  # after [backward] and [value_scale], which it refuses for now
+    _DIFFERENTIAL,  # after [backward] and [value_scale], which it refuses for now
     v_norm.TABLE,  # Gemma 3n's value norm: after the tables it refuses
-    indexer.TABLE,  # after [mla] (W_q may read its c_Q) and the tables it refuses
-    ssd.TABLE,  # after every table it refuses
+    _INDEXER,  # after [mla] (W_q may read its c_Q) and the tables it refuses
+    _SSD,  # after every table it refuses
     shared_kv.TABLE,  # after every table it refuses
 )
 

@@ -139,6 +139,18 @@ def face(path: str) -> Any:
 
 
 @dataclass(frozen=True)
+class Later:
+    """A function named ``"package.module:name"``, its module imported on its first call: a table registered
+    without its module (its key, keys, lookalikes and faces in a small module of their own) parses, sums up and
+    writes through these, so a scenario without the table never loads the module that reads it."""
+
+    path: str
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return face(self.path)(*args, **kwargs)
+
+
+@dataclass(frozen=True)
 class Table(Generic[T]):
     """A top-level table of the format: ``[key]``. A table of the first variants fills the Scenario field of the
     same name; a part registered since is kept in the Scenario's ``parts`` by its key (there is no field of its

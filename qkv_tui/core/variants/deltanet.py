@@ -11,7 +11,7 @@ n × num_heads × d_k, or Kimi Linear's W_fa, W_fb, A_log, dt_bias), it is Kimi 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar, cast
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 import numpy as np
 
@@ -20,9 +20,10 @@ from qkv_tui.core.arrays import Matrix, Vector
 from qkv_tui.core.toml_text import vector
 from qkv_tui.core.variants.common import Context, Faces, Reader, Table, Trains, numbers
 from qkv_tui.core.variants.deltanet_io import IO_KEYS, DeltaIO, parse_io, summary, write_io
-from qkv_tui.core.variants.kda_gates import KdaGates, parse_kda_gates, per_channel, write_kda_gates
-from qkv_tui.core.variants.kda_gates import summary as kda_summary
 from qkv_tui.core.variants.refusals import STATE, refused, replaces_softmax
+
+if TYPE_CHECKING:  # Kimi's gates per key channel load with the first [deltanet] read, not with every start-up
+    from qkv_tui.core.variants.kda_gates import KdaGates
 
 DELTANET_KEYS = ("g", "beta", "W_a", "W_b", "A_log", "dt_bias", "W_fa", "W_fb", *IO_KEYS)
 L2_EPS = 1e-6  # pinned: x / √(Σx² + 1e-6), as transformers' l2norm (and FLA's)
@@ -118,6 +119,8 @@ def parse_deltanet(table: dict[str, Any], ctx: Context) -> DeltaNet:
         raise v.fail(other[1])
     n, heads, d_model = len(ctx.tokens), len(ctx.heads), ctx.d_model
     g = beta = W_a = W_b = A_log = dt_bias = channels = None
+    from qkv_tui.core.variants.kda_gates import parse_kda_gates, per_channel
+
     if per_channel(table):
         channels = parse_kda_gates(table, ctx)
     elif "g" in table:
@@ -166,6 +169,8 @@ def _rows(M: Matrix) -> str:
 def write_deltanet(dn: DeltaNet) -> list[str]:
     out = ["[deltanet]"]
     if dn.channels is not None:
+        from qkv_tui.core.variants.kda_gates import write_kda_gates
+
         out += write_kda_gates(dn.channels)
     elif dn.g is not None:
         out.append(f"g = {_rows(dn.g)}")
@@ -182,6 +187,8 @@ def write_deltanet(dn: DeltaNet) -> list[str]:
 
 def _summary(dn: DeltaNet) -> str:
     if dn.channels is not None:
+        from qkv_tui.core.variants.kda_gates import summary as kda_summary
+
         where = "β given" if dn.beta is not None else "β from W_b"
         return f"gated delta rule, {kda_summary(dn.channels)}, {where}" + summary(dn.io)
     if dn.g is not None and dn.beta is not None:

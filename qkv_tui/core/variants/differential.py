@@ -20,34 +20,27 @@ from qkv_tui.base.values import kind as _kind
 from qkv_tui.base.values import show as _show
 from qkv_tui.core.arrays import Matrix, Vector
 from qkv_tui.core.toml_text import vector
+from qkv_tui.core.variants import differential_table
 from qkv_tui.core.variants.common import (
     MAX_INDEX,
     Context,
-    Faces,
-    Lookalikes,
     Reader,
     Table,
     number,
     numbers,
     write_whole,
 )
+from qkv_tui.core.variants.differential_table import DIFFERENTIAL_KEYS as DIFFERENTIAL_KEYS
+from qkv_tui.core.variants.differential_table import LAMBDA_KEYS as LAMBDA_KEYS
+from qkv_tui.core.variants.differential_table import LOOKALIKES as LOOKALIKES
 from qkv_tui.core.variants.refusals import BUILDS_HEADS, STATE, WHOLE_HEAD, head_keys, refused
 
 if TYPE_CHECKING:  # the kernel loads with the first [differential] scenario read, not with every start-up
     from qkv_tui.kernels.differential import DiffHead
 
-LAMBDA_KEYS = ("lambda_q1", "lambda_k1", "lambda_q2", "lambda_k2")
 GAMMA_NAME = "gamma_sub"  # the sub-norm's gains in a [backward] train list ("gamma" is [norm]'s)
-DIFFERENTIAL_KEYS = (*LAMBDA_KEYS, "lambda_init", "layer", "eps", "gamma")
 DEFAULT_DIFF_EPS = 1e-5
 MAX_EXPONENT = 709.0  # e^709 is the largest power of e below float64's limit (e^710 overflows)
-
-# keys of Hugging Face's config and module that a file copied from them may carry under the paper's names
-LOOKALIKES: Lookalikes = {
-    ("[differential]", "layer_idx"): ("layer", "the layer's depth, counted from 0 as transformers' layer_idx"),
-    ("[differential]", "rms_norm_eps"): ("eps", "the sub-norm's eps"),
-    ("[differential]", "weight"): ("gamma", "the sub-norm's gains, 2d numbers"),
-}
 
 # what the table cannot combine with: (the key of an earlier table, why)
 REFUSED_TABLES = (
@@ -271,22 +264,5 @@ def trainable(table: dict[str, Any]) -> tuple[str, ...]:
     return LAMBDA_KEYS + ((GAMMA_NAME,) if "gamma" in table else ())
 
 
-# The part's faces beyond its keys: its head-pass hook; its stages (each half's Rotate, both maps, λ and the rest
-# after Mix, where the one-map stages step aside; the backward ones after dRotate); its JSON field; its backward
-# worksheet's tables. Registering the part is its line in FEATURES (core/variants/__init__.py).
-FACES = Faces(
-    head="qkv_tui.core.differential_part:diff_part",
-    edit="qkv_tui.core.variants.differential_edit",
-    stages=(
-        *(("mix", "differential", name) for name in (
-            "ROTATE", "SCORE_1", "SCALE_1", "SOFTMAX_1", "SCORE_2", "SCALE_2", "SOFTMAX_2", "LAMBDA", "SUBTRACT",
-            "MIX", "SUBNORM", "FACTOR")),
-        *(("drotate", "differential_backward", name) for name in (  # in place of dMix … dRotate
-            "FACTOR", "SUBNORM", "MIX", "SUBTRACT", "LAMBDA", "SOFTMAX_1", "SCALE_1", "SOFTMAX_2", "SCALE_2", "SCORE",
-            "ROTATE")),
-    ),
-    json="qkv_tui.edges.export_differential:differential_parts",
-    worksheet_back="qkv_tui.edges.worksheet.backward.differential:SHEET",
-)
-TABLE: Table[Differential] = Table("differential", DIFFERENTIAL_KEYS, parse_differential, _summary, write_differential,
-                                   LOOKALIKES, FACES, trainable)
+# registered in differential_table.py, whose functions are this module's (a scenario without the table loads only that)
+TABLE: Table[Differential] = differential_table.TABLE

@@ -22,7 +22,11 @@ from qkv_tui.base.values import show as _show
 from qkv_tui.core.arrays import BoolMatrix, Matrix, Vector
 from qkv_tui.core.toml_text import number as num
 from qkv_tui.core.toml_text import string, vector
-from qkv_tui.core.variants.common import MAX_SIZE, Context, Faces, Reader, Table, choice, number, numbers, write_whole
+from qkv_tui.core.variants import indexer_table
+from qkv_tui.core.variants.common import MAX_SIZE, Context, Reader, Table, choice, number, numbers, write_whole
+from qkv_tui.core.variants.indexer_table import INDEXER_KEYS as INDEXER_KEYS
+from qkv_tui.core.variants.indexer_table import LOOKALIKES as LOOKALIKES
+from qkv_tui.core.variants.indexer_table import WHERE as WHERE
 from qkv_tui.core.variants.refusals import STATE, refused
 from qkv_tui.core.variants.rope import Rope
 from qkv_tui.kernels.policy import EXACT, Policy
@@ -30,9 +34,7 @@ from qkv_tui.kernels.policy import EXACT, Policy
 if TYPE_CHECKING:  # the kernel loads with the first [indexer] parsed or run, not with every scenario
     from qkv_tui.kernels.indexer import Indexed, IndexerWeights
 
-INDEXER_KEYS = ("num_heads", "W_q", "W_k", "W_w", "k_norm", "rope_dims", "rope_layout", "top_k")
 K_NORM_KEYS = ("gamma", "beta", "eps")
-WHERE = "[indexer]"
 
 # what the table cannot combine with: (the key of an earlier table, why); the selection narrows one softmax map's mask
 REFUSED_TABLES = (
@@ -40,18 +42,6 @@ REFUSED_TABLES = (
     ("differential", "the models with an indexer have one softmax map per head, [differential] two"),
     ("backward", "the gradients through the selection are not in the app yet (top-k passes none to the indexer)"),
 )
-
-# transformers' names for the same things (DeepseekV32Indexer, GlmMoeDsaIndexer and their configs)
-LOOKALIKES = {
-    (WHERE, "index_n_heads"): ("num_heads", "transformers' index_n_heads is num_heads here"),
-    (WHERE, "index_topk"): ("top_k", "transformers' index_topk is top_k here"),
-    (WHERE, "wq_b"): ("W_q", "transformers' wq_b is W_q here, as X·W (its weight transposed)"),
-    (WHERE, "wk"): ("W_k", "transformers' wk is W_k here, as X·W (its weight transposed)"),
-    (WHERE, "weights_proj"): ("W_w", "transformers' weights_proj is W_w here, as X·W (its weight transposed)"),
-    (WHERE, "qk_rope_head_dim"): ("rope_dims", "the turned dimensions of every index vector"),
-    (WHERE, "index_head_dim"): ("W_k", "d_I is W_k's column count"),
-    (WHERE, "layout"): ("rope_layout", "the indexer's own RoPE layout, which may differ from [rope]'s"),
-}
 
 
 @dataclass(frozen=True, eq=False)
@@ -237,16 +227,6 @@ def _summary(ix: Indexer) -> str:
     return f"sparse attention (indexer: {ix.num_heads} index heads, d_I {ix.d_index}, top-{ix.top_k})"
 
 
-# its faces beyond the keys: the head-pass builder whose selection narrows every head's mask, the Index and Select
-# stages (after Norm: the indexer reads what the heads read, before any head projects), the JSON field
-FACES = Faces(head="qkv_tui.core.indexer_part:indexer_part",
-              stages=tuple(("norm", "indexer", name) for name in ("INDEX", "SELECT")),
-              json="qkv_tui.edges.export_indexer:indexer_fields",
-              compared="its selection as every head's mask",
-              edit="qkv_tui.core.variants.indexer_edit")
-TABLE: Table[Indexer] = Table("indexer", INDEXER_KEYS, parse_indexer, _summary, write_indexer, LOOKALIKES, FACES)
-
-
 def run(ix: Indexer, X: Matrix, allow: BoolMatrix, rope: Rope | None, c_Q: Matrix | None = None,
         policy: Policy = EXACT) -> Indexed:
     """The table on X (n, d_model): ``c_Q`` is [mla]'s query latent where W_q reads it; [rope] gives base and positions."""
@@ -260,3 +240,7 @@ def run(ix: Indexer, X: Matrix, allow: BoolMatrix, rope: Rope | None, c_Q: Matri
     thetas = rope.inv_freq(ix.rope_dims) if scaled and rope is not None else None
     factor = rope.attention_factor if rope is not None and ix.rope_dims else 1.0
     return index(X, ix.weights(), allow, positions, base, c_Q if ix.from_latent else None, thetas, factor, policy)
+
+
+# registered in indexer_table.py, whose functions are this module's (a scenario without the table loads only that)
+TABLE: Table[Indexer] = indexer_table.TABLE

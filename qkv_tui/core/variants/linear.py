@@ -12,10 +12,11 @@ from typing import Any, ClassVar
 
 from qkv_tui.base.values import kind as _kind
 from qkv_tui.core.toml_text import string
-from qkv_tui.core.variants.common import Context, Faces, Table, choice
+from qkv_tui.core.variants import linear_table
+from qkv_tui.core.variants.common import Context, Table, choice
+from qkv_tui.core.variants.linear_table import LINEAR_KEYS as LINEAR_KEYS
 from qkv_tui.core.variants.refusals import replaces_softmax
 
-LINEAR_KEYS = ("feature", "normalize")
 FEATURE_KINDS = ("elu1", "relu", "identity")
 FEATURE_TEXT = {"elu1": "elu(x) + 1", "relu": "max(x, 0)", "identity": "x"}
 
@@ -71,9 +72,5 @@ def _summary(lin: Linear) -> str:
     return f"linear attention (φ = {FEATURE_TEXT[lin.feature]}{'' if lin.normalize else ', not normalised'})"
 
 
-TABLE: Table[Linear] = Table("linear", LINEAR_KEYS, parse_linear, _summary, write_linear,
-                             faces=Faces(head="qkv_tui.core.linear_part:linear_part",
-                                         # in place of Score … Mix: after them, before Concat; backwards before dSoftmax
-                                         stages=(*(("before:concat", "linear", name)
-                                                   for name in ("FEATURE", "QUADRATIC", "RECURRENT")),
-                                                 ("before:dsoftmax", "linear", "BACKWARD"))))
+# registered in linear_table.py, whose functions are this module's (a scenario without the table loads only that)
+TABLE: Table[Linear] = linear_table.TABLE

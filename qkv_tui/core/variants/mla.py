@@ -18,26 +18,25 @@ from qkv_tui.base.values import kind as _kind
 from qkv_tui.base.values import show as _show
 from qkv_tui.core.arrays import Matrix, Vector
 from qkv_tui.core.toml_text import vector
+from qkv_tui.core.variants import mla_table
 from qkv_tui.core.variants.common import (
     MAX_SIZE,
     Checker,
     Context,
-    Faces,
     Reader,
     Table,
-    Trains,
     face,
     number,
     numbers,
     write_whole,
 )
+from qkv_tui.core.variants.mla_table import MLA_KEYS as MLA_KEYS
+from qkv_tui.core.variants.mla_table import MLA_TRAINABLE as MLA_TRAINABLE
 from qkv_tui.core.variants.rope import Rope, latent_partial, latent_scaling, write_rope
 
 if TYPE_CHECKING:
     from qkv_tui.kernels.mla import MlaWeights
 
-MLA_KEYS = ("num_heads", "d_nope", "d_rope", "d_v", "W_DKV", "W_UK", "W_UV", "W_KR", "W_Q", "W_DQ", "W_UQ",
-            "kv_norm", "gamma_kv", "q_norm", "gamma_q", "eps")
 MLA_MATRICES = ("W_DKV", "W_UK", "W_UV", "W_KR", "W_Q", "W_DQ", "W_UQ")
 DEFAULT_MLA_EPS = 1e-6  # DeepSeek's rms_norm_eps, for both latent norms
 
@@ -188,8 +187,6 @@ class Mla:
 
 
 MLA_VECTORS = ("gamma_kv", "gamma_q")
-# what [backward] train may name beside the other weights (W_Q and gamma_q are already among them)
-MLA_TRAINABLE = ("W_DKV", "W_UK", "W_UV", "W_KR", "W_DQ", "W_UQ", "gamma_kv")
 
 
 def mla_weights(mla: Mla) -> tuple[str, ...]:
@@ -376,20 +373,11 @@ def _summary(mla: Mla) -> str:
             f" {mha}{yarn})")
 
 
-# Its stages: the latent path after Project, the absorbed W_O after Mix, and backwards the latent path after dRotate
-FACES = Faces(stages=(*(("project", module, "SPEC") for module in ("mla_compress", "mla_expand", "mla_rotate")),
-                      ("mix", "mla_absorb", "SPEC"),
-                      *(("drotate", module, name) for module, name in (
-                          ("mla_rotate", "BACKWARD"), ("mla_rotate", "KEY_BACKWARD"), ("mla_expand", "BACKWARD"),
-                          ("mla_compress", "BACKWARD")))),
-              edit="qkv_tui.core.variants.mla_edit")
-
-
 def trains(ctx: Context) -> tuple[str, ...]:
     """Its own weights in [backward]'s train list, in its heads' W_Q, W_K and W_V's place."""
     m = ctx.earlier.get("mla")
     return mla_weights(m) if isinstance(m, Mla) else ()
 
 
-TABLE: Table[Mla] = Table("mla", MLA_KEYS, parse_mla, _summary, write_mla, faces=FACES,
-                          trains=Trains(MLA_TRAINABLE, "", trains, instead=("W_Q", "W_K", "W_V")))
+# registered in mla_table.py, whose functions are this module's (a scenario without the table loads only that)
+TABLE: Table[Mla] = mla_table.TABLE

@@ -23,27 +23,18 @@ from qkv_tui.base.values import show as _show
 from qkv_tui.core.arrays import Matrix, Vector
 from qkv_tui.core.toml_text import number as num
 from qkv_tui.core.toml_text import vector
-from qkv_tui.core.variants.common import MAX_SIZE, Context, Faces, Reader, Table, number, numbers, write_whole
+from qkv_tui.core.variants import ssd_table
+from qkv_tui.core.variants.common import MAX_SIZE, Context, Reader, Table, number, numbers, write_whole
 from qkv_tui.core.variants.refusals import BUILDS_HEADS, ON_LOGITS, ON_QK, STATE, head_keys, refused
+from qkv_tui.core.variants.ssd_table import LOOKALIKES as LOOKALIKES
+from qkv_tui.core.variants.ssd_table import SSD_KEYS as SSD_KEYS
+from qkv_tui.core.variants.ssd_table import WHERE as WHERE
 from qkv_tui.kernels.policy import EXACT, Policy
 
 if TYPE_CHECKING:  # the kernel loads with the first [ssd] run, not with every scenario
     from qkv_tui.kernels.ssd import SsdHeads
 
-SSD_KEYS = ("num_heads", "num_groups", "A", "dt", "W_dt", "dt_bias", "dt_min", "dt_max", "B", "C", "x", "D", "z", "gamma",
-            "eps")
-WHERE = "[ssd]"
 DEFAULT_SSD_EPS = 1e-5  # Mamba2Config.layer_norm_epsilon
-
-LOOKALIKES = {
-    (WHERE, "A_log"): ("A", "write the decay rates themselves, A = −e^(A_log), each < 0"),
-    (WHERE, "n_groups"): ("num_groups", "transformers' n_groups is num_groups here"),
-    (WHERE, "dt_proj"): ("W_dt", "the dt columns of in_proj, as X·W"),
-    (WHERE, "gate"): ("z", "the gate stream the output is multiplied by SiLU of"),
-    (WHERE, "norm_weight"): ("gamma", "the gated RMSNorm's gains"),
-    (WHERE, "time_step_min"): ("dt_min", "the layer's time_step_limit clamps dt to [dt_min, dt_max]"),
-    (WHERE, "time_step_limit"): ("dt_min", "write its two ends as dt_min and dt_max"),
-}
 
 # what the table cannot combine with: (the key of an earlier table, or what it is; why)
 REFUSED_TABLES = (
@@ -272,17 +263,6 @@ def _summary(s: Ssd) -> str:
     return f"state-space duality ({s.num_heads} heads, d_state {s.d_state})"
 
 
-# The part's faces beyond its keys: its head-pass hook, its stages (after Mix, where the one-map stages would have
-# shown theirs), its JSON field. Registering the part is its line in FEATURES (core/variants/__init__.py).
-FACES = Faces(
-    head="qkv_tui.core.ssd_part:ssd_part",
-    stages=tuple(("mix", "ssd", name) for name in ("STEPS", "RECURRENCE", "MASK", "MAP", "ATTENTION", "AGREE", "GATE",
-                                                    "NORM")),
-    json="qkv_tui.edges.export_ssd:ssd_parts",
-)
-TABLE: Table[Ssd] = Table("ssd", SSD_KEYS, parse_ssd, _summary, write_ssd, LOOKALIKES, FACES)
-
-
 def run(s: Ssd, X: Matrix, policy: Policy = EXACT) -> tuple[SsdHeads, Matrix]:
     """The table on X (n, d_model): every head both ways, and the layer's y (gated and normalised with z)."""
     from qkv_tui.kernels.ssd import gated_norm, ssd, steps
@@ -292,3 +272,7 @@ def run(s: Ssd, X: Matrix, policy: Policy = EXACT) -> tuple[SsdHeads, Matrix]:
     if s.z is None or s.gamma is None:
         return heads, heads.y
     return heads, gated_norm(heads.y, s.z, s.gamma, s.num_groups, s.eps, policy)
+
+
+# registered in ssd_table.py, whose functions are this module's (a scenario without the table loads only that)
+TABLE: Table[Ssd] = ssd_table.TABLE

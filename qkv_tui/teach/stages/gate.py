@@ -9,9 +9,8 @@ import numpy as np
 
 from qkv_tui.core.fmt import fmt, operand
 from qkv_tui.core.scenario import Matrix
-from qkv_tui.kernels.gate import Gated
-from qkv_tui.kernels.gate import gate as gate_of
 from qkv_tui.teach.arith import agrees, dot_line, first_fit, shown, tries
+from qkv_tui.teach.stages import loaded
 from qkv_tui.teach.stages.common import (
     GATE_SLOT,
     FormulaPart,
@@ -62,7 +61,7 @@ class Gate(StageSpec):
     matrices = ("W_G", "gate", "gated")
 
     def runs(self, trace: TraceContext) -> bool:
-        return any(h.part(Gated) is not None for h in trace.comp.heads)
+        return any(loaded.gated(h) is not None for h in trace.comp.heads)
 
     def made_from(self, trace: TraceContext, name: str, head: int | None) -> list[Key] | None:
         return [] if name == "W_G" else None  # the gate's weights, as given
@@ -92,10 +91,10 @@ class Gate(StageSpec):
         if seg.target == "gate":
             return _gate_op(trace, index, seg, row, col, d)
         hr = trace.comp.heads[h]
-        assert hr.part(Gated) is not None
+        assert loaded.gated(hr) is not None
         q = trace.comp.scenario.labels[row]
-        value = float(hr.need(Gated).gated[row, col])
-        out, g = float(hr.output[row, col]), float(hr.need(Gated).gate[row, col])
+        value = float(loaded.need_gated(hr).gated[row, col])
+        out, g = float(hr.output[row, col]), float(loaded.need_gated(hr).gate[row, col])
         result = trace.formatted("gated", h, value, d)
 
         def attempt(p: int) -> tuple[tuple[str, str], bool]:
@@ -111,7 +110,7 @@ class Gate(StageSpec):
         if head is None:
             raise KeyError(name)
         hr = trace.comp.heads[head]
-        gated = hr.part(Gated)
+        gated = loaded.gated(hr)
         if gated is None or name not in ("W_G", "gate", "gated"):
             raise KeyError(name)
         found: Matrix = getattr(gated, name)
@@ -157,6 +156,8 @@ class Gate(StageSpec):
         assert hr.W_G is not None
         x_key = "X_norm" if "X_norm" in chain.printed else "X"
         x_values = chain.values(x_key) if x_key in chain.printed else sc.X
+        from qkv_tui.kernels.gate import gate as gate_of  # where used: only a gated head's page gets here
+
         # (n, d_v) from the printed X̂ and output
         g = gate_of(x_values, hr.W_G, chain.values(f"output.{head}"), chain.page)
         cols = idx(hr.d_v)
@@ -218,10 +219,10 @@ def _gate_op(trace: TraceContext, index: int, seg: Segment, row: int, col: int, 
     assert h is not None
     comp = trace.comp
     hr = comp.heads[h]
-    assert hr.part(Gated) is not None
+    assert loaded.gated(hr) is not None
     src, xs = x_in(trace)
     q = comp.scenario.labels[row]
-    z, value = float(hr.need(Gated).logit[row, col]), float(hr.need(Gated).gate[row, col])
+    z, value = float(loaded.need_gated(hr).logit[row, col]), float(loaded.need_gated(hr).gate[row, col])
     result = trace.formatted("gate", h, value, d)
     X = comp.X_in
     x_int, w_int = trace.integral(src, None), trace.integral("W_G", h)
@@ -240,7 +241,7 @@ def _gate_op(trace: TraceContext, index: int, seg: Segment, row: int, col: int, 
 
     zt, et, dt = first_fit(tries(d, False), attempt)
     dot_at = max(d, len(zt.partition(".")[2]))
-    work = dot_line(X[row], hr.need(Gated).W_G[:, col], x_int, w_int, zt, dot_at, trace.hand)
+    work = dot_line(X[row], loaded.need_gated(hr).W_G[:, col], x_int, w_int, zt, dot_at, trace.hand)
     sides = [f"σ({side})" for side in work.split(" = ")]
     head_text = f"g[{q},{col}] = σ({xs}[{q}]·W_G[:,{col}]) = {' = '.join(sides)}"
     details: tuple[str, ...] = ()
@@ -267,13 +268,13 @@ class GateBack(BackwardSpec):
     matrices = ("dJ", "dO_g", "dz", "dW_G")
 
     def runs(self, trace: TraceContext) -> bool:
-        return has_backward(trace) and any(h.part(Gated) is not None for h in trace.comp.heads)
+        return has_backward(trace) and any(loaded.gated(h) is not None for h in trace.comp.heads)
 
     def segments(self, trace: TraceContext, head: int | None) -> list[Plan]:
         assert head is not None
         sc, hr = trace.comp.scenario, trace.comp.heads[head]
-        assert hr.part(Gated) is not None
-        return [Plan("dO_g", sc.n, hr.d_v), Plan("dz", sc.n, hr.d_v), Plan("dW_G", *hr.need(Gated).W_G.shape)]
+        assert loaded.gated(hr) is not None
+        return [Plan("dO_g", sc.n, hr.d_v), Plan("dz", sc.n, hr.d_v), Plan("dW_G", *loaded.need_gated(hr).W_G.shape)]
 
     def operation(self, trace: TraceContext, index: int, seg: Segment, row: int, col: int | None, d: int) -> Operation:
         h = seg.head
@@ -281,7 +282,7 @@ class GateBack(BackwardSpec):
         comp = trace.comp
         hr, hg = comp.heads[h], grads(trace).heads[h]
         gb = _back(hg)
-        assert gb is not None and hr.part(Gated) is not None
+        assert gb is not None and loaded.gated(hr) is not None
         dJ = _dJ(trace, h)
         if seg.target == "dW_G":
             x_name, x_label = x_in(trace)
@@ -290,7 +291,7 @@ class GateBack(BackwardSpec):
                             f"dW_G[{row},{col}] = {x_label}[:,{row}]·dz[:,{col}]",
                             (Ref(x_name, None, None, row), Ref("dz", h, None, col)))
         q = comp.scenario.labels[row]
-        j, g, out = float(dJ[row, col]), float(hr.need(Gated).gate[row, col]), float(hr.output[row, col])
+        j, g, out = float(dJ[row, col]), float(loaded.need_gated(hr).gate[row, col]), float(hr.output[row, col])
         if seg.target == "dO_g":
             return formula_cell(trace, index, seg, row, col, d, float(gb.d_output[row, col]), lambda a, b: a * b,
                                 [j, g], lambda t: f"{t[0]}·{t[1]}", f"dO[{q},{col}] = dJ[{q},{col}]·g[{q},{col}]",

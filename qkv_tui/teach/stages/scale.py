@@ -14,10 +14,9 @@ from qkv_tui.core.fmt import NEG_INF, fmt, is_integral
 from qkv_tui.core.part_masks import mask_note, mask_reason
 from qkv_tui.core.scenario import Matrix
 from qkv_tui.kernels.policy import EXACT
-from qkv_tui.kernels.softcap import Capped
 from qkv_tui.kernels.softmax import masked_logits
 from qkv_tui.teach.arith import quotient_line, significant
-from qkv_tui.teach.stages import soft_cap
+from qkv_tui.teach.stages import loaded, soft_cap
 from qkv_tui.teach.stages.common import (
     BIAS,
     DIVIDE,
@@ -118,7 +117,7 @@ class Scale(StageSpec):
         if seg.target == "capped":
             reason = None if comp.allow[row, col] else _mask_reason(trace, row, col)
             return soft_cap.capped_operation(trace, index, seg, row, col, d, reason)
-        capping = head.part(Capped) is not None  # the bias and the mask come after the cap, in its own operation
+        capping = loaded.capped(head) is not None  # the bias and the mask come after the cap, in its own operation
         q, k = comp.scenario.labels[row], comp.scenario.key_labels[col]
         scaled = fmt(float(head.scaled[row, col]), False, d)
         # by hand √dₖ is written down rounded (√3 ≈ 1.732) and divided by as such
@@ -161,7 +160,7 @@ class Scale(StageSpec):
         if head is None:
             raise KeyError(name)
         hr = trace.comp.heads[head]
-        if hr.part(Capped) is not None and name in ("scaled", "capped"):  # the mask is applied to the capped scores
+        if loaded.capped(hr) is not None and name in ("scaled", "capped"):  # the mask is applied to the capped scores
             return hr.scaled if name == "scaled" else hr.masked
         if name == "capped":
             raise KeyError(name)
@@ -192,7 +191,7 @@ class Scale(StageSpec):
         if sc.mask_kind == "sliding":
             masked = f" +sliding mask (window {sc.window})"
         bias = " + bias" if adds_term(trace.comp.heads) else ""
-        if hr is not None and hr.part(Capped) is not None:
+        if hr is not None and loaded.capped(hr) is not None:
             return soft_cap.capped_title(trace, hr, masked) if name == "capped" else f"scaled = scores/{divisor}"
         return f"scaled = scores/{divisor}{bias}{masked}"
 
@@ -216,8 +215,8 @@ class Scale(StageSpec):
         if scale_origin(sc) is not None and not hr.scale_is_default:
             divisor = f"{hr.scale:g} (set by the scenario: {scale_origin(sc)})"
         out = [f"Divide by {divisor}." + (" Masked cells are −∞." if not sc.allow.all() else ""), ""]
-        if hr.part(Capped) is not None:
-            c = soft_cap.cap_text(hr.need(Capped).softcap)
+        if loaded.capped(hr) is not None:
+            c = soft_cap.cap_text(loaded.need_capped(hr).softcap)
             lines = term_lines([hr])
             bias = " + bias" if lines is not None else ""
             if lines is not None:
@@ -245,7 +244,7 @@ class Scale(StageSpec):
         lines = term_lines(chain.comp.heads)
         if lines is not None:
             terms, added = lines.printed_terms(chain, h)  # (n, m) the term from its printed inputs, and its words
-        if hr.part(Capped) is not None:
+        if loaded.capped(hr) is not None:
             return soft_cap.worksheet_tables(chain, h, quotient, terms, added, divisor)
         logits = EXACT.logits(quotient, terms)  # (n, m) before it is printed: its whole-number flag reads this
         scaled = masked_logits(quotient, sc.allow, terms, page)  # (n, m) printed rounded, −∞ where masked
@@ -346,7 +345,7 @@ class ScaleBack(BackwardSpec):
         return has_backward(trace) and softmax_runs(trace)  # [linear] and [deltanet] have their own
 
     def meaning(self, trace: TraceContext, head: int | None) -> str:
-        if head is None or trace.comp.heads[head].part(Capped) is None:
+        if head is None or loaded.capped(trace.comp.heads[head]) is None:
             return self.stage.meaning
         # under a cap the softmax read the capped scores: dS is their gradient, and the cap's slope comes first
         return ("Back through Scale, last step first. The softmax read capped + bias; adding a bias changes no"
@@ -359,7 +358,7 @@ class ScaleBack(BackwardSpec):
     def segments(self, trace: TraceContext, head: int | None) -> list[Plan]:
         assert head is not None
         sc = trace.comp.scenario
-        capped = [Plan("dscaled", sc.n, sc.m)] if trace.comp.heads[head].part(Capped) is not None else []
+        capped = [Plan("dscaled", sc.n, sc.m)] if loaded.capped(trace.comp.heads[head]) is not None else []
         return [*capped, Plan("dscores", sc.n, sc.m)]
 
     def operation(self, trace: TraceContext, index: int, seg: Segment, row: int, col: int | None, d: int) -> Operation:
@@ -369,14 +368,14 @@ class ScaleBack(BackwardSpec):
         q, k = sc.labels[row], sc.key_labels[col]
         masked = "" if sc.allow[row, col] else " (masked)"
         if seg.target == "dscaled":
-            step = hr.need(Capped)  # the cap writes the line back through its step (as differential attention's does)
+            step = loaded.need_capped(hr)  # the cap writes the line back through its step (as differential attention's does)
             refs = (Ref("dS", h, row, col), Ref("scaled", h, row, col))
             op = formula_cell(trace, index, seg, row, col, d, float(ab.dscaled[row, col]), step.back_value,
                               [float(ab.dS[row, col]), float(hr.scaled[row, col]), *step.back_operands],
                               step.back_written, f"dscaled[{q},{k}] = dS[{q},{k}]·{step.back_symbolic.format(scaled='scaled')}",
                               refs)
             return Operation(op.index, seg, row, col, op.value, refs, op.arithmetic + masked)
-        source = "dscaled" if hr.part(Capped) is not None else "dS"
+        source = "dscaled" if loaded.capped(hr) is not None else "dS"
         symbol = f"√{hr.d_k}" if hr.scale_is_default and trace.hand is None else None
         value = float(ab.dscores[row, col])
         work = quotient_line(float(ab.dscaled[row, col]), False, hr.scale, symbol, hr.scale == round(hr.scale),
@@ -394,7 +393,7 @@ class ScaleBack(BackwardSpec):
         h = op.head
         if op.segment.target == "dscaled":
             return [("dS", h), ("scaled", h), ("dscaled", h)]
-        source = "dscaled" if trace.comp.heads[h or 0].part(Capped) is not None else "dS"
+        source = "dscaled" if loaded.capped(trace.comp.heads[h or 0]) is not None else "dS"
         return [(source, h), ("dscores", h)]
 
     def title(self, trace: TraceContext, name: str, head: int | None) -> str:
@@ -402,7 +401,7 @@ class ScaleBack(BackwardSpec):
         divisor = f"√{hr.d_k}" if hr.scale_is_default else f"{hr.scale:g}"
         if name == "dscaled":
             return "dscaled = dS·(1 − tanh²)"
-        return f"dscores = {'dscaled' if hr.part(Capped) is not None else 'dS'} / {divisor}"
+        return f"dscores = {'dscaled' if loaded.capped(hr) is not None else 'dS'} / {divisor}"
 
 
 BACKWARD = ScaleBack()

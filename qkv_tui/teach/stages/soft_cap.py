@@ -15,9 +15,9 @@ from qkv_tui.core import part_questions as ask
 from qkv_tui.core.engine import HeadResult
 from qkv_tui.core.fmt import NEG_INF, fmt, operand
 from qkv_tui.core.scenario import Matrix
-from qkv_tui.kernels.softcap import Capped, soft_cap
 from qkv_tui.kernels.softmax import masked_logits
 from qkv_tui.teach.arith import MAX_GUARD, SIGNIFICANT, agrees, shown, significant
+from qkv_tui.teach.stages import loaded
 from qkv_tui.teach.stages.common import Operation, Ref, Segment, hround
 from qkv_tui.teach.stages.context import TraceContext
 from qkv_tui.teach.stages.printed import PrintedCells, PrintedChain, Table, exact
@@ -41,7 +41,7 @@ def cap_text(cap: float) -> str:
 
 
 def has_cap(trace: TraceContext, head: int | None) -> bool:
-    return head is not None and trace.comp.heads[head].part(Capped) is not None
+    return head is not None and loaded.capped(trace.comp.heads[head]) is not None
 
 
 def _u_forms(p: int) -> list[tuple[int, bool]]:
@@ -95,12 +95,12 @@ def capped_operation(trace: TraceContext, index: int, seg: Segment, row: int, co
     assert h is not None
     comp, sc = trace.comp, trace.comp.scenario
     hr = comp.heads[h]
-    assert hr.part(Capped) is not None
+    assert loaded.capped(hr) is not None
     q, k = sc.labels[row], sc.key_labels[col]
     allowed = bool(comp.allow[row, col])
     bias = None
     extra: tuple[str, ...] = ()
-    logit = float(hr.need(Capped).capped[row, col])
+    logit = float(loaded.need_capped(hr).capped[row, col])
     lines = term_lines([hr])
     if lines is not None and sc.positions is not None:
         bias, said = lines.capped_term(hr, sc.positions, row, col)
@@ -109,7 +109,7 @@ def capped_operation(trace: TraceContext, index: int, seg: Segment, row: int, co
         if not allowed and trace.hand is not None:
             logit = hround(logit, trace.hand)
         extra = (f"{said} = {fmt(value, False, d)}",)
-    cap = hr.need(Capped)
+    cap = loaded.need_capped(hr)
     text = f"capped[{q},{k}] = " + capped_line(float(hr.scaled[row, col]), cap.softcap, fmt(logit, False, d), d,
                                                trace.hand, bias)
     details: tuple[str, ...] = (pull_note(float(hr.scaled[row, col]), float(cap.capped[row, col]), cap.softcap, d),)
@@ -123,22 +123,22 @@ def capped_operation(trace: TraceContext, index: int, seg: Segment, row: int, co
 
 
 def capped_title(trace: TraceContext, hr: HeadResult, masked: str) -> str:
-    assert hr.part(Capped) is not None
-    c = cap_text(hr.need(Capped).softcap)
+    assert loaded.capped(hr) is not None
+    c = cap_text(loaded.need_capped(hr).softcap)
     bias = " + bias" if adds_term(trace.comp.heads) else ""
     return f"capped = {c}·tanh(scaled/{c}){bias}{masked}"
 
 
 def meaning(heads: list[HeadResult]) -> str:
     """The soft-cap's sentence of the Scale stage, for one head or (the Markdown page) for every head."""
-    capped = [hr for hr in heads if hr.part(Capped) is not None]
+    capped = [hr for hr in heads if loaded.capped(hr) is not None]
     if not capped:
         return ""
-    caps = list(dict.fromkeys(cap_text(hr.need(Capped).softcap) for hr in capped if hr.part(Capped) is not None))
+    caps = list(dict.fromkeys(cap_text(loaded.need_capped(hr).softcap) for hr in capped if loaded.capped(hr) is not None))
     c = caps[0] if len(caps) == 1 else "c"
     whose = f"{capped[0].name}'s soft-cap" if len(heads) == 1 else "the soft-cap"
     if len(capped) < len(heads) or len(caps) > 1:  # heads with caps of their own, or none
-        whose += " (" + ", ".join(f"{hr.name}: c = {cap_text(hr.need(Capped).softcap)}" for hr in capped) + ")"
+        whose += " (" + ", ".join(f"{hr.name}: c = {cap_text(loaded.need_capped(hr).softcap)}" for hr in capped) + ")"
     return (f" Then {whose} turns each scaled score s into {c}·tanh(s/{c}), before any bias and the mask:"
             f" no logit passes ±{c}, so none can run away, and a score much smaller than {c} in size stays almost as it"
             " was"  # not "far below c": a score of −10c is far below c and is pulled right in to −c
@@ -153,12 +153,13 @@ def worksheet_tables(chain: PrintedChain, h: int, quotient: Matrix, terms: Matri
     """The printed ``scaled`` table (scores / scale, no mask yet), then ``capped`` worked from it."""
     sc, page = chain.sc, chain.page
     hr = chain.comp.heads[h]
-    assert hr.part(Capped) is not None
+    assert loaded.capped(hr) is not None
+    from qkv_tui.kernels.softcap import soft_cap  # where used: only a capped head's page gets here
     everywhere = np.ones_like(sc.allow)
     printed = page.table(quotient)  # (n, m) scores / scale, as printed
-    capped = soft_cap(printed, hr.need(Capped).softcap, page)  # (n, m) from the printed scaled table
+    capped = soft_cap(printed, loaded.need_capped(hr).softcap, page)  # (n, m) from the printed scaled table
     logits = masked_logits(capped, sc.allow, terms, page)  # (n, m) + a part's term (``added``), −∞ where masked
-    c = cap_text(hr.need(Capped).softcap)
+    c = cap_text(loaded.need_capped(hr).softcap)
     return [
         Table(f"scaled.{h}", "scaled", f"scaled = scores / {divisor}", "scale", h, printed, sc.labels, sc.key_labels,
               False, True, everywhere),

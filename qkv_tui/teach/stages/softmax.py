@@ -13,10 +13,10 @@ from qkv_tui.core import part_questions as ask
 from qkv_tui.core.engine import HeadResult
 from qkv_tui.core.fmt import NEG_INF, fmt
 from qkv_tui.core.scenario import Matrix
-from qkv_tui.kernels.sinks import Sunk
 from qkv_tui.kernels.softmax import softmax_rows
 from qkv_tui.teach.arith import MAX_TERMS, Numbers, SoftmaxRow, elide
 from qkv_tui.teach.arith import softmax_row as worked_row
+from qkv_tui.teach.stages import loaded
 from qkv_tui.teach.stages.common import (
     CLOSE,
     OPEN,
@@ -69,7 +69,7 @@ class Softmax(StageSpec):
     def meaning(self, trace: TraceContext, head: int | None) -> str:
         # only the head in view: gated.toml's second head has no sink, and its rows do add to 1
         heads = trace.comp.heads if head is None else [trace.comp.heads[head]]
-        if any(h.part(Sunk) is not None for h in heads):
+        if any(loaded.sunk(h) is not None for h in heads):
             # not "add to 1" then "less than 1": the rows shown are the distribution without its sink share
             return SINK_MEANING
         return self.stage.meaning
@@ -90,7 +90,7 @@ class Softmax(StageSpec):
             text = (f"weights[{q},{k}] = e^({s} − {paren(top)}) / {r.total} = e^{r.shifted[col]} / {r.total}"
                     f" = {r.exps[col]} / {r.total} = {w}")
         # a long row keeps only the keys it may attend (masked ones add e^−∞ = 0) and names its max
-        sink = head.part(Sunk) is not None  # the sink is the row's last column until the weights are read off
+        sink = loaded.sunk(head) is not None  # the sink is the row's last column until the weights are read off
         keep = [j for j, t in enumerate(r.scaled) if len(r.scaled) <= MAX_TERMS or t != NEG_INF]
         exps = [f"{'sink: ' if sink and j == len(r.scaled) - 1 else ''}e^{r.shifted[j]} = {r.exps[j]}" for j in keep]
         if len(keep) <= MAX_TERMS:
@@ -120,7 +120,7 @@ class Softmax(StageSpec):
     def panes(self, trace: TraceContext, op: Operation) -> list[Key]:
         h = op.head
         logits = logits_name(trace, h)  # the capped scores where the head has a soft-cap
-        if h is not None and trace.comp.heads[h].part(Sunk) is not None:
+        if h is not None and loaded.sunk(trace.comp.heads[h]) is not None:
             return [(logits, h), ("weights", h), ("sink", h)]
         return [(logits, h), ("weights", h)]
 
@@ -133,7 +133,7 @@ class Softmax(StageSpec):
     def title(self, trace: TraceContext, name: str, head: int | None) -> str:
         if name == "sink":
             hr = trace.comp.heads[head] if head is not None else None
-            return f"sink {hr.need(Sunk).sink if hr is not None and hr.part(Sunk) is not None else 0:g}, dropped"
+            return f"sink {loaded.need_sunk(hr).sink if hr is not None and loaded.sunk(hr) is not None else 0:g}, dropped"
         return f"weights = softmax({logits_name(trace, head)})"
 
     def filled(self, trace: TraceContext, name: str, head: int | None, index: int) -> int:
@@ -165,7 +165,7 @@ class Softmax(StageSpec):
         if op.col is None or op.head is None:
             return None
         r = softmax_row(trace, op.head, op.row, decimals)
-        sink = trace.comp.heads[op.head].part(Sunk) is not None  # the sink's logit is the row's last, and joins the sum
+        sink = loaded.sunk(trace.comp.heads[op.head]) is not None  # the sink's logit is the row's last, and joins the sum
         terms = [f"e^{s}" + (" (sink)" if sink and j == len(r.scaled) - 1 else "")
                  for j, s in enumerate(r.scaled) if s != NEG_INF]  # a masked key adds e^−∞ = 0
         target = op.arithmetic.split(" = ")[0]
@@ -175,8 +175,8 @@ class Softmax(StageSpec):
         assert head is not None
         sc, hr = page.trace.comp.scenario, page.trace.comp.heads[head]
         out = [page.table("weights", head), ""]
-        if hr.part(Sunk) is not None:
-            out += [f"With the sink (logit {hr.need(Sunk).sink:g}) each row sums to less than 1:", "",
+        if loaded.sunk(hr) is not None:
+            out += [f"With the sink (logit {loaded.need_sunk(hr).sink:g}) each row sums to less than 1:", "",
                     page.array(sink_panel(page.trace, head), list(sc.labels), list(SINK_COLUMNS), "sink", False), ""]
         else:
             out += ["Every row sums to 1" + (" and masked weights are exactly 0." if not sc.allow.all() else "."), ""]
@@ -276,7 +276,7 @@ def softmax_row(trace: TraceContext, head: int, row: int, decimals: int) -> Soft
 
 def _worked(trace: TraceContext, head: int, row: int, decimals: int) -> SoftmaxRow:
     hr = trace.comp.heads[head]
-    if hr.part(Sunk) is not None:  # the sink is one more column of the row until the weights are read off
+    if loaded.sunk(hr) is not None:  # the sink is one more column of the row until the weights are read off
         logits, weights = sink_row(hr, row)
         return worked_row(logits, weights, decimals)
     return worked_row(hr.masked[row], hr.weights[row], decimals)
@@ -285,17 +285,18 @@ def _worked(trace: TraceContext, head: int, row: int, decimals: int) -> SoftmaxR
 def sink_panel(trace: TraceContext, head: int) -> Matrix:
     """The softmax's extra sink column per row: its logit, its exponential, and the row's Σ weights."""
     hr = trace.comp.heads[head]
-    assert hr.part(Sunk) is not None
-    panel = np.stack([np.full(len(hr.row_sum), hr.need(Sunk).sink), hr.need(Sunk).sink_exp, hr.weights.sum(axis=1)], axis=1)
+    assert loaded.sunk(hr) is not None
+    sink = loaded.need_sunk(hr)
+    panel = np.stack([np.full(len(hr.row_sum), sink.sink), sink.sink_exp, hr.weights.sum(axis=1)], axis=1)
     panel.setflags(write=False)
     return panel
 
 
 def sink_row(head: HeadResult, row: int) -> tuple[Numbers, Numbers]:
     """The softmax row with the sink as an extra last column: its logit, and the share it takes."""
-    assert head.part(Sunk) is not None
-    logits = np.append(head.masked[row], head.need(Sunk).sink)
-    share = float(head.need(Sunk).sink_exp[row] / head.row_sum[row])
+    assert loaded.sunk(head) is not None
+    logits = np.append(head.masked[row], loaded.need_sunk(head).sink)
+    share = float(loaded.need_sunk(head).sink_exp[row] / head.row_sum[row])
     return logits, np.append(head.weights[row], share)
 
 
@@ -319,7 +320,7 @@ class SoftmaxBack(BackwardSpec):
         if trace.comp.scenario.mask_kind != "none":
             text += (" A masked cell's weight is exactly 0, so its dS is exactly 0 whatever dP says: no gradient"
                      " reaches a score the mask hides.")
-        if head is not None and trace.comp.heads[head].part(Sunk) is not None:
+        if head is not None and loaded.sunk(trace.comp.heads[head]) is not None:
             text += (" The sink is one more column of the row whose dP is 0 (it adds nothing to the output), so it"
                      " takes its share of D: dsink = Σₜ p_sink[t]·(0 − D[t]).")
         return text
@@ -328,7 +329,7 @@ class SoftmaxBack(BackwardSpec):
         assert head is not None
         sc = trace.comp.scenario
         plans = [Plan("D", sc.n, 1), Plan("dS", sc.n, sc.m)]
-        return plans + ([Plan("dsink", 1, 1)] if trace.comp.heads[head].part(Sunk) is not None else [])
+        return plans + ([Plan("dsink", 1, 1)] if loaded.sunk(trace.comp.heads[head]) is not None else [])
 
     def operation(self, trace: TraceContext, index: int, seg: Segment, row: int, col: int | None, d: int) -> Operation:
         h = seg.head
@@ -340,7 +341,7 @@ class SoftmaxBack(BackwardSpec):
             return dot_cell(trace, index, seg, row, col, d, float(ab.D[row]), hg.dO[row], hr.output[row], False, False,
                             f"D[{q}] = dO[{q}]·out[{q}]", (Ref("dO_h", h, row), Ref("output", h, row)))
         if seg.target == "dsink":
-            share = kept(trace, np.asarray(hr.read(Sunk, lambda s: s.sink_exp)) / hr.row_sum)  # (n,)
+            share = kept(trace, np.asarray(None if (s := loaded.sunk(hr)) is None else s.sink_exp) / hr.row_sum)  # (n,)
             assert ab.dsink is not None
             return dot_cell(trace, index, seg, row, col, d, ab.dsink, share, -ab.D, False, False,
                             "dsink = Σₜ p_sink[t]·(−D[t])", (Ref("sink", h), Ref("D", h)))
