@@ -233,9 +233,18 @@ def map_formula(heads: Iterable[HeadResult]) -> tuple[tuple[str, bool], ...] | N
         for record in hr.parts.values():
             said = getattr(record, "map_formula", None)
             if said is not None:
-                scales = {h.scale for h in heads if not h.scale_is_default}
-                by = f"{scales.pop():g}" if len(scales) == 1 and not any(h.scale_is_default for h in heads) else None
+                by = set_divisor(heads)
                 return tuple((own_divisor(text, by), on) for text, on in said)
+    return None
+
+
+def set_divisor(heads: Iterable[HeadResult]) -> str | None:
+    """The number every one of these heads divides its scores by, as a formula writes it, where the scenario sets
+    it for all of them; None where one keeps its default (√dₖ) or they differ (each formula then says its own)."""
+    heads = list(heads)
+    scales = {hr.scale for hr in heads}
+    if heads and len(scales) == 1 and not any(hr.scale_is_default for hr in heads):
+        return f"{scales.pop():g}"
     return None
 
 

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from qkv_tui.core import part_questions as ask
 from qkv_tui.core.engine import Computation
 from qkv_tui.core.fmt import NEG_INF, fmt, operand
 from qkv_tui.core.head import HeadResult
@@ -69,8 +70,7 @@ def over(heads: Sequence[HeadResult]) -> str:
     of them divides by where the file sets ``scale`` (teach/stages/scale.py's divisor_text, for one map)."""
     if all(hr.scale_is_default for hr in heads):
         return "√d"
-    scales = {hr.scale for hr in heads}
-    return f"{scales.pop():g}" if len(scales) == 1 and not any(hr.scale_is_default for hr in heads) else "scale"
+    return ask.set_divisor(heads) or "scale"
 
 
 def over_of(trace: TraceContext, head: int | None) -> str:

@@ -50,10 +50,8 @@ if TYPE_CHECKING:  # the cost view's module loads on its first use
 def divisor_text(heads: Sequence[HeadResult]) -> str:
     """How a formula writes the divisor of these heads' scores: √dₖ, or the number every one of them divides by
     where the scenario sets it (Embed's and Concat's line, which name no head, said √dₖ beside stages saying /1)."""
-    scales = {hr.scale for hr in heads if not hr.scale_is_default}
-    if len(scales) == 1 and all(not hr.scale_is_default for hr in heads):
-        return f"{scales.pop():g}"
-    return "√dₖ"
+    return ask.set_divisor(heads) or "√dₖ"
+
 
 class Scale(StageSpec):
     stage = Stage("scale", "Scale",
