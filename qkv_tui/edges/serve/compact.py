@@ -40,6 +40,7 @@ PYMALLOC_ROW = re.compile(r"^\s*(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s*$", re.M
 MALLOC_SIZE = re.compile(r'<size from="(\d+)" to="(\d+)" total="\d+" count="(\d+)"/>')
 TCACHE_SIZES = range(32, 1041, 16)  # glibc's per-thread cache: chunks of these sizes, up to 7 each
 TCACHE_COUNT = 7
+POOL = 16384  # bytes in one of pymalloc's pools (CPython 3.10 and later)
 LARGEST_HOLE = 1 << 17  # chunks this size and above are the C library's own to give back; left alone
 
 
@@ -94,7 +95,9 @@ def fill_free_blocks() -> int:
     """Ballast in the free blocks of Python's small-object pools and of the C library's heap; how many
     blocks it took. Where the allocators cannot be read (another build of Python, another C library),
     nothing is done there."""
-    return _fill_pymalloc() + _fill_malloc()
+    # the C library's pass makes and drops Python objects of its own (its report, parsed): a last look at
+    # the pools fills what that left
+    return _fill_pymalloc() + _fill_malloc() + _fill_pymalloc(touch_up=True)
 
 
 def _pymalloc_free_blocks() -> dict[int, int]:
@@ -114,15 +117,20 @@ def _pymalloc_free_blocks() -> dict[int, int]:
         caught.seek(0)
         text = caught.read().decode(errors="replace")
     table = text.split("class   size   num pools   blocks in use  avail blocks", 1)[-1].split("\n\n", 1)[0]
-    return {int(row[0]): int(row[4]) for row in PYMALLOC_ROW.findall(table)}
+    # one row at a time: a list of every row's strings, freed at once, would leave free blocks of its own
+    return {int(row[1]): int(row[5]) for row in PYMALLOC_ROW.finditer(table)}
 
 
-def _fill_pymalloc() -> int:
+def _fill_pymalloc(touch_up: bool = False) -> int:
     taken = 0
-    for _ in range(3):  # the ballast's own list grows as it is filled: a last pass or two for what that freed
+    for fill in range(8):
         free = _pymalloc_free_blocks()
-        wanted = sum(free.values())
-        if not wanted:
+        # after the first pass, a class is left with its last fresh pool (where an app's new objects go,
+        # together); it is filled again only where more than a pool's worth is free, which what the ballast's
+        # own list and the passes themselves allocate and free between passes can leave
+        if fill or touch_up:
+            free = {size_class: count for size_class, count in free.items() if count > POOL // (16 * (size_class + 1))}
+        if not free:
             break
         for size_class, count in free.items():
             block = 16 * (size_class + 1)
@@ -166,7 +174,7 @@ def _malloc_free_chunks(libc: Any) -> list[tuple[int, int]]:
     libc.free(text)
     main = report.split('<heap nr="0">', 1)[-1].split("</sizes>", 1)[0]
     # a chunk's size as malloc_info gives it has its "previous chunk in use" bit set (+1)
-    return [(int(low) & ~15, int(count)) for low, _high, count in MALLOC_SIZE.findall(main)]
+    return [(int(size[1]) & ~15, int(size[3])) for size in MALLOC_SIZE.finditer(main)]
 
 
 def _fill_malloc() -> int:
