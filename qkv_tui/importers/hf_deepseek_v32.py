@@ -156,9 +156,9 @@ def open_deepseek_v32(config: Config, tensors: TensorFiles, tokenize: Tokenize, 
             allow = np.tril(np.ones((n, n), dtype=bool))
             # DeepSeek's YaRN where scaled: the scaled frequencies and its attention factor on cos and sin, for the
             # MLA and the indexer alike (transformers hands both the same cos and sin), and m² on the softmax scale
-            turned = Rotary(None if rope is None else rope.latent_turn(rotary_width(w), n))
+            rotary = Rotary(None if rope is None else rope.latent_turn(rotary_width(w), n))
             divisor = math.sqrt(w.d_qk) if rope is None else rope.latent_divisor(w.d_qk)
-            shared = mla_shared(x, w, turned)
+            shared = mla_shared(x, w, rotary)
             if ix is not None:
                 base_ = rope.base if rope is not None else 10000.0
                 thetas, factor = (None, 1.0) if rope is None or rope.scaling is None else rope.thetas(ix.rope_dims)
@@ -169,7 +169,7 @@ def open_deepseek_v32(config: Config, tensors: TensorFiles, tokenize: Tokenize, 
                 if picked.shape != (n, n):  # a walk up the stack runs the full layer first; anything else is a bug
                     raise ImporterError(f"{source}: layer {i} reuses layer {source_of(i)}'s selection, which has not"
                                         " run on this text")
-            outs = [mla_head(shared, w, h, picked, divisor, turned).attended.output for h in range(w.num_heads)]
+            outs = [mla_head(shared, w, h, picked, divisor, rotary).attended.output for h in range(w.num_heads)]
             return project(np.concatenate(outs, axis=1), W_O, None)  # (n, d_model)
 
         def tables(chosen: list[int]) -> dict[str, Any]:

@@ -208,11 +208,11 @@ def _mla_forward(w: MlaWeights, W_O: Array, rope: Rope | None, x: Array) -> Arra
     """Latent attention (kernels/mla.py) over the normed input x (n, d_model), causal, RoPE (DeepSeek's YaRN where
     scaled) on its rotary parts."""
     n = x.shape[0]
-    turned = Rotary(None if rope is None else rope.latent_turn(rotary_width(w), n))
+    rotary = Rotary(None if rope is None else rope.latent_turn(rotary_width(w), n))
     divisor = math.sqrt(w.d_qk) if rope is None else rope.latent_divisor(w.d_qk)
     allow = np.tril(np.ones((n, n), dtype=bool))
-    shared = mla_shared(x, w, turned)
-    outputs = [mla_head(shared, w, h, allow, divisor, turned).attended.output for h in range(w.num_heads)]
+    shared = mla_shared(x, w, rotary)
+    outputs = [mla_head(shared, w, h, allow, divisor, rotary).attended.output for h in range(w.num_heads)]
     return project(np.concatenate(outputs, axis=1), W_O, None)  # (n, d_model)
 
 

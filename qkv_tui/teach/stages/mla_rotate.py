@@ -71,8 +71,8 @@ class MlaRotate(StageSpec):
         pair, (a, b) = next((i, ab) for i, ab in enumerate(rope.pairs(mla.d_rope)) if col in ab)
         v = float(parts.value(comp, seg.target, seg.head)[row, col])
         text, details = _turn_line(parts.shown_name(seg.target), parts.shown_name(source),
-                                        comp.scenario.labels[row], positions[row], pair, a, b, col, src_row, v,
-                                        rope.theta(pair, mla.d_rope), d, trace.hand, rope, mla.d_rope)
+                                   comp.scenario.labels[row], positions[row], pair, a, b, col, src_row, v,
+                                   rope.theta(pair, mla.d_rope), d, trace.hand, rope, mla.d_rope)
         return Operation(index, seg, row, col, v, tuple(Ref(source, src_h, row, c) for c in (a, b)), text, details)
 
     def matrix(self, trace: TraceContext, name: str, head: int | None) -> Matrix:
@@ -106,8 +106,8 @@ SPEC = MlaRotate()
 
 
 def _turn_line(target: str, src: str, token: str, pos: int, pair: int, a: int, b: int, col: int, src_row: Matrix,
-              result_value: float, theta: float, d: int, hand: int | None,
-              rope: Rope | None = None, d_rope: int = 0) -> tuple[str, tuple[str, ...]]:
+               result_value: float, theta: float, d: int, hand: int | None,
+               rope: Rope | None = None, d_rope: int = 0) -> tuple[str, tuple[str, ...]]:
     """One turned cell of q_R or k_R: ``k_R'[love,0] = k_R[love,0]·cos(1·θ₀) − k_R[love,1]·sin(1·θ₀) = …``.
     ``rope`` (and the rotary width ``d_rope``) where it is scaled: YaRN's θ' and its attention factor a on cos and
     sin, worked as the Rotate stage of plain heads works them (rotate.py)."""

@@ -1,5 +1,6 @@
 """The latent attention's worksheet tables and their answer-key lines: each table worked exactly from the
-tables printed before it, then rounded (the printed-page policy), as every stage's are.
+tables printed before it, then rounded (the printed-page policy), as every stage's are. The Rotate stage's turned
+tables are its own (mla_rotate.py), on this module's Page.
 
 Besides its own tables it prints what Score and Mix read of every head: ``Q.h`` = [q_C | q_R'] and
 ``K.h`` = [k_C | k_R'] (copies side by side, nothing to fill in) and ``V.h``, which is v_C itself."""
