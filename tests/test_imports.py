@@ -42,6 +42,7 @@ DEFERRED = ("qkv_tui.teach.stages.mla_compress", "qkv_tui.teach.stages.mla_expan
             "qkv_tui.teach.stages.mla_absorb", "qkv_tui.teach.stages.mla_parts", "qkv_tui.teach.stages.mla_grads",
             "qkv_tui.teach.stages.mla_sheet", "qkv_tui.teach.stages.linear", "qkv_tui.teach.stages.deltanet",
             "qkv_tui.teach.stages.deltanet_io", "qkv_tui.kernels.mla", "qkv_tui.kernels.mla_backward",
+            "qkv_tui.kernels.mla_rope",
             "qkv_tui.kernels.linear", "qkv_tui.kernels.linear_backward", "qkv_tui.kernels.deltanet",
             "qkv_tui.kernels.deltanet_backward", "qkv_tui.kernels.deltanet_parts", "qkv_tui.edges.worksheet",
             "qkv_tui.edges.serve", "qkv_tui.display.decode_view", "qkv_tui.display.tiled_view",

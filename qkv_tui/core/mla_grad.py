@@ -7,13 +7,11 @@ import numpy as np
 
 from qkv_tui.core.engine import Computation
 from qkv_tui.core.gradients import Gradients, HeadGrad, _kv_sums, _Part
-from qkv_tui.core.rope_part import turn_of
 from qkv_tui.core.scenario import Matrix
 from qkv_tui.core.variants import Vector
 from qkv_tui.kernels.attention import Turn
 from qkv_tui.kernels.norm_backward import norm_backward
 from qkv_tui.kernels.policy import Policy
-from qkv_tui.kernels.rope_backward import rotate_back
 
 
 def mla_gradients(comp: Computation, parts: list[_Part], loss: float | None, dO: Matrix, d_concat: Matrix,
@@ -26,7 +24,7 @@ def mla_gradients(comp: Computation, parts: list[_Part], loss: float | None, dO:
     sc = comp.scenario
     mla = sc.mla
     assert mla is not None
-    turn = turn_of(mla.rope, sc.positions, mla.d_rope, p) if trig is None else trig
+    rotary = mla.rotation(sc.positions, p, trig)
     from qkv_tui.core.head import parts_of
     from qkv_tui.kernels.mla import MlaHead
     from qkv_tui.kernels.mla_backward import mla_backward
@@ -35,15 +33,14 @@ def mla_gradients(comp: Computation, parts: list[_Part], loss: float | None, dO:
     abs_ = [part[1] for part in parts]
 
     back = mla_backward(comp.X_in, mla.weights(), first.shared, [a.dQ_used for a in abs_], [a.dK_used for a in abs_],
-                        [a.dV for a in abs_], turn, p)
+                        [a.dV for a in abs_], rotary, p)
     X_in = comp.X_in
     heads: list[HeadGrad] = []
     for h, (dO_h, ab, records, _, _, _, _, _) in enumerate(parts):
-        dk_R_raw_h = back.dk_R_heads[h] if turn is None else rotate_back(back.dk_R_heads[h], turn.cos, turn.sin,
-                                                                          turn.pairs, p)
+        dk_R_raw_h = rotary.turned_back(back.dk_R_heads[h], p)
         dQ = np.concatenate([back.dq_C[h], back.dq_R_raw[h]], axis=1)  # (n, d_qk)
         dK = np.concatenate([back.dk_C[h], dk_R_raw_h], axis=1)  # (n, d_qk)
-        rot = turn is not None
+        rot = rotary.turns
         heads.append(HeadGrad(
             dO_h, ab, ab.dQ_used if rot else None, ab.dK_used if rot else None, dQ, dK, dQ, dK,
             p.matmul(X_in.T, dQ), p.matmul(X_in.T, dK), p.matmul(X_in.T, ab.dV), None, None, None, None, None,

@@ -11,7 +11,6 @@ from qkv_tui.core.forward import result_of, scale_of
 from qkv_tui.core.head import HeadResult
 from qkv_tui.core.head_parts import Run, head_parts
 from qkv_tui.core.part_masks import narrowed
-from qkv_tui.core.rope_part import turn_of
 from qkv_tui.core.scenario import Matrix, Scenario
 from qkv_tui.kernels.policy import EXACT, Policy
 
@@ -25,16 +24,16 @@ def mla_heads(run: Run) -> Iterator[HeadResult]:
     mla = sc.mla
     assert mla is not None
     w = mla.weights()
-    turn = turn_of(mla.rope, sc.positions, mla.d_rope, policy)
+    rotary = mla.rotation(sc.positions, policy)
     with np.errstate(over="ignore", invalid="ignore"):
-        shared = mla_shared(run.X_in, w, turn, policy)
+        shared = mla_shared(run.X_in, w, rotary, policy)
         parts_of_head = head_parts(run)  # a head's parts from the scores on (a bias, a soft-cap, a selection)
     for h, head in enumerate(sc.heads):
         with np.errstate(over="ignore", invalid="ignore"):
             parts = parts_of_head(h)
             allow, chosen = narrowed(sc.allow, parts)
             # √d_qk, over DeepSeek's YaRN m² where its [rope.scaling] gives mscale_all_dim
-            m = mla_head(shared, w, h, allow, scale_of(run, h, mla.divisor), turn, X=run.X_in, parts=parts,
+            m = mla_head(shared, w, h, allow, scale_of(run, h, mla.divisor), rotary, X=run.X_in, parts=parts,
                          policy=policy)
         # the latent layer's heads have no biases of their own
         yield result_of(head, m.Q, m.K, m.v_C, m.attended, (*chosen, *m.records, m), kv_head=h,

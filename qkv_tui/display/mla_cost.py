@@ -23,10 +23,10 @@ def cache_lines(sc: Scenario, r: CostReport) -> list[str]:
     """The cache page's word on the latent: how much smaller it is than the expanded K and V."""
     m = sc.mla
     assert m is not None
-    full = m.num_heads * (m.d_nope + m.d_rope + m.d_v)
-    latent = m.d_c + m.d_rope
+    full = m.num_heads * (m.d_qk + m.d_v)
+    latent = m.cache_per_token()[0]
     return [f"why MLA: expanded, a layer would cache h·(d_nope + d_rope + d_v)·B = {m.num_heads}·"
-            f"{m.d_nope + m.d_rope + m.d_v}·{r.bytes_per_number} = {full * r.bytes_per_number} B a token;"
+            f"{m.d_qk + m.d_v}·{r.bytes_per_number} = {full * r.bytes_per_number} B a token;"
             f" the latent is (d_c + d_rope)·B = {latent}·{r.bytes_per_number} = {latent * r.bytes_per_number}"
             f" B: {full} / {latent} = {num(full / latent)} times smaller"]
 
@@ -36,7 +36,8 @@ def page(sources: Sources, r: CostReport) -> tuple[str, list[str]]:
     forms = r.forms
     assert m is not None and isinstance(forms, MlaDecode)
     keys, N = r.decode.A  # N, or the fewer keys a selection leaves each query (the indexer's top_k)
-    lines = [f"h = {m.num_heads}, d_c = {m.d_c}, d_nope = {m.d_nope}, d_rope = {m.d_rope}, d_v = {m.d_v}, {keys} = {N}",
+    rotary, width = m.rotary_width
+    lines = [f"h = {m.num_heads}, d_c = {m.d_c}, d_nope = {m.d_nope}, {rotary} = {width}, d_v = {m.d_v}, {keys} = {N}",
              f"expanded: {forms.expanded.text()} FLOPs",
              f"absorbed: {forms.absorbed.text()} FLOPs"]
     e, a = forms.expanded.value, forms.absorbed.value

@@ -35,6 +35,7 @@ from qkv_tui.importers.safetensors_raw import TensorFiles
 from qkv_tui.importers.schedule import hf_schedule
 from qkv_tui.importers.stack import ACTIVATIONS, Array, Attention, Layer, Model, Norm, Rope, Tokenize
 from qkv_tui.kernels.mla import MlaWeights
+from qkv_tui.kernels.mla_rope import rotary_width
 
 LATENT_EPS = 1e-6  # q_a_layernorm and kv_a_layernorm are built without the config's rms_norm_eps, so 1e-6
 Q_LORA_RANK = {"deepseek_v2": None, "deepseek_v3": 1536, "deepseek_v32": 1536, "glm_moe_dsa": 2048}  # the defaults
@@ -119,7 +120,7 @@ def open_deepseek(config: Config, tensors: TensorFiles, tokenize: Tokenize, sour
             W_DQ = get(a + "q_a_proj.weight", (d_cq, d)).T  # (d, d_cq)
             gamma_q = rms(a + "q_a_layernorm", d_cq)
             W_UQ = get(a + "q_b_proj.weight", (H * d_qk, d_cq)).T  # (d_cq, H·d_qk)
-        return MlaWeights(H, d_nope, d_rope, d_v, np.ascontiguousarray(kv_a[:, :d_c]), W_UK, W_UV,
+        return MlaWeights(H, d_nope, d_v, np.ascontiguousarray(kv_a[:, :d_c]), W_UK, W_UV,
                           np.ascontiguousarray(kv_a[:, d_c:]), W_Q, W_DQ, W_UQ, rms(a + "kv_a_layernorm", d_c),
                           gamma_q, LATENT_EPS)
 
@@ -211,7 +212,7 @@ def _as_heads(w: MlaWeights, W_O: Array) -> Attention:
 
 def mla_table(w: MlaWeights) -> dict[str, Any]:
     """The [mla] table of the layer, as a scenario file spells it (docs/scenario-format.md, [mla])."""
-    out: dict[str, Any] = {"num_heads": w.num_heads, "d_nope": w.d_nope, "d_rope": w.d_rope, "d_v": w.d_v,
+    out: dict[str, Any] = {"num_heads": w.num_heads, "d_nope": w.d_nope, "d_rope": rotary_width(w), "d_v": w.d_v,
                            "W_DKV": w.W_DKV, "W_UK": w.W_UK, "W_UV": w.W_UV, "W_KR": w.W_KR}
     if w.W_Q is not None:
         out["W_Q"] = w.W_Q

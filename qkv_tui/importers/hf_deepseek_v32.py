@@ -45,6 +45,7 @@ from qkv_tui.importers.stack import ACTIVATIONS, Array, Layer, Model, Rope, Toke
 from qkv_tui.kernels.attention import project
 from qkv_tui.kernels.indexer import DEFAULT_K_EPS, BoolMatrix, IndexerWeights, index
 from qkv_tui.kernels.mla import MlaWeights, mla_head, mla_shared
+from qkv_tui.kernels.mla_rope import Rotary, rotary_width
 
 # the indexer's RoPE layout and transformers' default index_n_heads: DeepseekV32Indexer turns with rotate_half
 # (apply_rotary_pos_emb), unlike its MLA; GlmMoeDsaIndexer with apply_rotary_pos_emb_interleave
@@ -128,7 +129,7 @@ def open_deepseek_v32(config: Config, tensors: TensorFiles, tokenize: Tokenize, 
         d_cq = int(w.W_DQ.shape[1]) if w.W_DQ is not None else 0
         return IndexerWeights(
             H_I, _fixed(get(a + "wq_b.weight", (H_I * d_I, d_cq)).T), _fixed(get(a + "wk.weight", (d_I, d)).T),
-            _fixed(get(a + "weights_proj.weight", (H_I, d)).T), top_k, w.d_rope, layout,
+            _fixed(get(a + "weights_proj.weight", (H_I, d)).T), top_k, rotary_width(w), layout,
             get(a + "k_norm.weight", (d_I,)), get(a + "k_norm.bias", (d_I,)), DEFAULT_K_EPS)
 
     def sparse(i: int) -> Any:
@@ -155,9 +156,9 @@ def open_deepseek_v32(config: Config, tensors: TensorFiles, tokenize: Tokenize, 
             allow = np.tril(np.ones((n, n), dtype=bool))
             # DeepSeek's YaRN where scaled: the scaled frequencies and its attention factor on cos and sin, for the
             # MLA and the indexer alike (transformers hands both the same cos and sin), and m² on the softmax scale
-            turned = None if rope is None else rope.latent_turn(w.d_rope, n)
+            rotary = Rotary(None if rope is None else rope.latent_turn(rotary_width(w), n))
             divisor = math.sqrt(w.d_qk) if rope is None else rope.latent_divisor(w.d_qk)
-            shared = mla_shared(x, w, turned)
+            shared = mla_shared(x, w, rotary)
             if ix is not None:
                 base_ = rope.base if rope is not None else 10000.0
                 thetas, factor = (None, 1.0) if rope is None or rope.scaling is None else rope.thetas(ix.rope_dims)
@@ -168,7 +169,7 @@ def open_deepseek_v32(config: Config, tensors: TensorFiles, tokenize: Tokenize, 
                 if picked.shape != (n, n):  # a walk up the stack runs the full layer first; anything else is a bug
                     raise ImporterError(f"{source}: layer {i} reuses layer {source_of(i)}'s selection, which has not"
                                         " run on this text")
-            outs = [mla_head(shared, w, h, picked, divisor, turned).attended.output for h in range(w.num_heads)]
+            outs = [mla_head(shared, w, h, picked, divisor, rotary).attended.output for h in range(w.num_heads)]
             return project(np.concatenate(outs, axis=1), W_O, None)  # (n, d_model)
 
         def tables(chosen: list[int]) -> dict[str, Any]:

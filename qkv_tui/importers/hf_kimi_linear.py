@@ -98,7 +98,7 @@ def read_mla(s: KimiSizes, config: Config, tensors: TensorFiles, a: str) -> MlaW
         W_DQ = get(a + "q_a_proj.weight", (d_cq, d)).T
         gamma_q = get(a + "q_a_layernorm.weight", (d_cq,))
         W_UQ = get(a + "q_b_proj.weight", (H * (d_nope + d_rope), d_cq)).T
-    return MlaWeights(H, d_nope, d_rope, d_v, _c(kv_a[:, :d_c]), _c(per[:, :, :d_nope].reshape(d_c, H * d_nope)),
+    return MlaWeights(H, d_nope, d_v, _c(kv_a[:, :d_c]), _c(per[:, :, :d_nope].reshape(d_c, H * d_nope)),
                       _c(per[:, :, d_nope:].reshape(d_c, H * d_v)), _c(kv_a[:, d_c:]), W_Q, W_DQ, W_UQ,
                       get(a + "kv_a_layernorm.weight", (d_c,)), gamma_q, LATENT_EPS)
 

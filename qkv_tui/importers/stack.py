@@ -20,6 +20,7 @@ from qkv_tui.kernels.attention import Turn, attend, project
 from qkv_tui.kernels.deltanet_layer import DeltaLayerWeights, deltanet_layer
 from qkv_tui.kernels.gate import gate
 from qkv_tui.kernels.mla import MlaWeights, mla_head, mla_shared
+from qkv_tui.kernels.mla_rope import Rotary, rotary_width
 from qkv_tui.kernels.norm import normalise
 from qkv_tui.kernels.policy import EXACT
 from qkv_tui.kernels.qk_norm import qk_normalise
@@ -207,11 +208,11 @@ def _mla_forward(w: MlaWeights, W_O: Array, rope: Rope | None, x: Array) -> Arra
     """Latent attention (kernels/mla.py) over the normed input x (n, d_model), causal, RoPE (DeepSeek's YaRN where
     scaled) on its rotary parts."""
     n = x.shape[0]
-    turned = None if rope is None else rope.latent_turn(w.d_rope, n)
+    rotary = Rotary(None if rope is None else rope.latent_turn(rotary_width(w), n))
     divisor = math.sqrt(w.d_qk) if rope is None else rope.latent_divisor(w.d_qk)
     allow = np.tril(np.ones((n, n), dtype=bool))
-    shared = mla_shared(x, w, turned)
-    outputs = [mla_head(shared, w, h, allow, divisor, turned).attended.output for h in range(w.num_heads)]
+    shared = mla_shared(x, w, rotary)
+    outputs = [mla_head(shared, w, h, allow, divisor, rotary).attended.output for h in range(w.num_heads)]
     return project(np.concatenate(outputs, axis=1), W_O, None)  # (n, d_model)
 
 

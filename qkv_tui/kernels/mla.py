@@ -16,15 +16,25 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
-from qkv_tui.kernels.attention import Attended, HeadPass, PartSpec, Turn, frozen, project, scored
+from qkv_tui.kernels.attention import Attended, HeadPass, PartSpec, frozen, project, scored
 from qkv_tui.kernels.norm import Normed, normalise
 from qkv_tui.kernels.policy import EXACT, Policy
-from qkv_tui.kernels.rope import rotate
 from qkv_tui.kernels.stats import Matrix
+
+
+class Turning(Protocol):
+    """What turns the rotary columns by position (kernels/mla_rope.py's Rotary): the layer's kernels only ask it."""
+
+    @property
+    def turns(self) -> bool: ...
+
+    def turned(self, M: Matrix, policy: Policy = ...) -> Matrix: ...
+
+    def turned_back(self, dM: Matrix, policy: Policy = ...) -> Matrix: ...
 
 
 @dataclass(frozen=True, eq=False)
@@ -33,7 +43,6 @@ class MlaWeights:
 
     num_heads: int
     d_nope: int
-    d_rope: int
     d_v: int
     W_DKV: Matrix  # (d_model, d_c)
     W_UK: Matrix  # (d_c, num_heads·d_nope)
@@ -52,7 +61,8 @@ class MlaWeights:
 
     @property
     def d_qk(self) -> int:
-        return self.d_nope + self.d_rope
+        """A head's query and key width: its d_nope columns, then the rotary key's (W_KR's) columns."""
+        return self.d_nope + int(self.W_KR.shape[1])
 
     def W_UK_of(self, h: int) -> Matrix:
         return self.W_UK[:, h * self.d_nope:(h + 1) * self.d_nope]  # (d_c, d_nope)
@@ -127,7 +137,7 @@ class MlaHead:
         return None
 
 
-def mla_shared(X: Matrix, w: MlaWeights, turn: Turn | None, policy: Policy = EXACT) -> MlaShared:
+def mla_shared(X: Matrix, w: MlaWeights, rotary: Turning, policy: Policy = EXACT) -> MlaShared:
     """The latents c_KV (and c_Q) with their norms, every head's queries and the shared rotary key."""
     c_KV_raw = frozen(project(X, w.W_DKV, None, policy))  # (n, d_c)
     c_KV_normed = None if w.gamma_kv is None else _rms(c_KV_raw, w.gamma_kv, w.eps, policy)
@@ -142,11 +152,11 @@ def mla_shared(X: Matrix, w: MlaWeights, turn: Turn | None, policy: Policy = EXA
         assert w.W_Q is not None
         Q_all = frozen(project(X, w.W_Q, None, policy))
     k_R_raw = frozen(project(X, w.W_KR, None, policy))  # (n, d_rope)
-    k_R = k_R_raw if turn is None else frozen(rotate(k_R_raw, turn.cos, turn.sin, turn.pairs, policy))
+    k_R = rotary.turned(k_R_raw, policy)
     return MlaShared(c_KV_raw, c_KV_normed, c_Q_raw, c_Q_normed, Q_all, k_R_raw, k_R)
 
 
-def mla_head(shared: MlaShared, w: MlaWeights, h: int, allow: np.ndarray, scale: float, turn: Turn | None, *,
+def mla_head(shared: MlaShared, w: MlaWeights, h: int, allow: np.ndarray, scale: float, rotary: Turning, *,
              X: Matrix | None = None, parts: Sequence[PartSpec] = (), policy: Policy = EXACT) -> MlaHead:
     """Head h: expand its keys and values from the latent, turn its rotary query, attend (with ``parts`` at their
     hooks from the scores on, as any head's: a bias or a soft-cap; ``X`` is what the queries were projected from),
@@ -154,7 +164,7 @@ def mla_head(shared: MlaShared, w: MlaWeights, h: int, allow: np.ndarray, scale:
     start = h * w.d_qk
     q_C = frozen(np.ascontiguousarray(shared.Q_all[:, start:start + w.d_nope]))  # (n, d_nope)
     q_R_raw = frozen(np.ascontiguousarray(shared.Q_all[:, start + w.d_nope:start + w.d_qk]))  # (n, d_rope)
-    q_R = q_R_raw if turn is None else frozen(rotate(q_R_raw, turn.cos, turn.sin, turn.pairs, policy))
+    q_R = rotary.turned(q_R_raw, policy)
     W_UK, W_UV = w.W_UK_of(h), w.W_UV_of(h)
     k_C = frozen(project(shared.c_KV, W_UK, None, policy))  # (n, d_nope)
     v_C = frozen(project(shared.c_KV, W_UV, None, policy))  # (n, d_v)

@@ -14,11 +14,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from qkv_tui.kernels.attention import Turn
-from qkv_tui.kernels.mla import MlaShared, MlaWeights
+from qkv_tui.kernels.mla import MlaShared, MlaWeights, Turning
 from qkv_tui.kernels.norm_backward import norm_backward
 from qkv_tui.kernels.policy import EXACT, Policy
-from qkv_tui.kernels.rope_backward import rotate_back
 from qkv_tui.kernels.stats import Matrix
 
 
@@ -52,7 +50,7 @@ class MlaBack:
 
 
 def mla_backward(X: Matrix, w: MlaWeights, shared: MlaShared, dQ_used: Sequence[Matrix], dK_used: Sequence[Matrix],
-                 dV: Sequence[Matrix], turn: Turn | None, policy: Policy = EXACT) -> MlaBack:
+                 dV: Sequence[Matrix], rotary: Turning, policy: Policy = EXACT) -> MlaBack:
     """``dQ_used[h]`` (n, d_qk), ``dK_used[h]`` (n, d_qk) and ``dV[h]`` (n, d_v) are head h's gradients at what
     it scored and mixed (attend_backward's); ``X`` (n, d_model) is what the down-projections read (X̂)."""
     p, nope = policy, w.d_nope
@@ -60,10 +58,10 @@ def mla_backward(X: Matrix, w: MlaWeights, shared: MlaShared, dQ_used: Sequence[
     dq_R = tuple(d[:, nope:] for d in dQ_used)
     dk_C = tuple(d[:, :nope] for d in dK_used)
     dk_R_heads = tuple(d[:, nope:] for d in dK_used)
-    dq_R_raw = dq_R if turn is None else tuple(rotate_back(d, turn.cos, turn.sin, turn.pairs, p) for d in dq_R)
+    dq_R_raw = tuple(rotary.turned_back(d, p) for d in dq_R)
     # one sum of the heads' shares per cell, written down once
     dk_R = p.table(np.sum(dk_R_heads, axis=0))  # (n, d_rope)
-    dk_R_raw = dk_R if turn is None else rotate_back(dk_R, turn.cos, turn.sin, turn.pairs, p)
+    dk_R_raw = rotary.turned_back(dk_R, p)
     dk_C_all = np.concatenate(dk_C, axis=1)  # (n, H·d_nope)
     dV_all = np.concatenate(dV, axis=1)  # (n, H·d_v)
     c_KV = shared.c_KV

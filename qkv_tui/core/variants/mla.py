@@ -33,9 +33,12 @@ from qkv_tui.core.variants.common import (
 from qkv_tui.core.variants.mla_table import MLA_KEYS as MLA_KEYS
 from qkv_tui.core.variants.mla_table import MLA_TRAINABLE as MLA_TRAINABLE
 from qkv_tui.core.variants.rope import Rope, latent_partial, latent_scaling, write_rope
+from qkv_tui.kernels.policy import EXACT, Policy
 
 if TYPE_CHECKING:
+    from qkv_tui.kernels.attention import Turn
     from qkv_tui.kernels.mla import MlaWeights
+    from qkv_tui.kernels.mla_rope import Rotary
 
 MLA_MATRICES = ("W_DKV", "W_UK", "W_UV", "W_KR", "W_Q", "W_DQ", "W_UQ")
 DEFAULT_MLA_EPS = 1e-6  # DeepSeek's rms_norm_eps, for both latent norms
@@ -93,8 +96,9 @@ class Mla:
     def query_latent(self, X: Matrix, policy: Any) -> Matrix:
         """c_Q = q_norm(X̂·W_DQ), as the heads' own pass computes it under ``policy``: what [indexer]'s W_q reads."""
         from qkv_tui.kernels.mla import mla_shared
+        from qkv_tui.kernels.mla_rope import Rotary
 
-        shared = mla_shared(X, self.weights(), None, policy)
+        shared = mla_shared(X, self.weights(), Rotary(None), policy)
         assert shared.c_Q is not None
         c_Q: Matrix = shared.c_Q
         return c_Q
@@ -139,8 +143,8 @@ class Mla:
         """One decode step's FLOPs, expanded against absorbed, at N keys (core/mla_cost.py)."""
         # the cost view's figures load on its first use, by name: core/mla_cost.py counts with core/cost.py, which
         # reads the scenario this table is part of
-        decode: object = face("qkv_tui.core.mla_cost:mla_decode")(self.num_heads, self.d_c, self.d_nope, self.d_rope,
-                                                                    self.d_v, N)
+        decode: object = face("qkv_tui.core.mla_cost:mla_decode")(self.num_heads, self.d_c, self.d_nope, self.d_v, N,
+                                                                    ("d_nope + d_rope", self.d_qk), self.cache_held[1])
         return decode
 
     def overflow_hint(self, name: str) -> str | None:
@@ -155,7 +159,7 @@ class Mla:
     def weights(self) -> MlaWeights:
         from qkv_tui.kernels.mla import MlaWeights  # the kernel loads with a scenario that has [mla]
 
-        return MlaWeights(self.num_heads, self.d_nope, self.d_rope, self.d_v, self.W_DKV, self.W_UK, self.W_UV,
+        return MlaWeights(self.num_heads, self.d_nope, self.d_v, self.W_DKV, self.W_UK, self.W_UV,
                           self.W_KR, self.W_Q, self.W_DQ, self.W_UQ, self.gamma_kv if self.kv_norm else None,
                           self.gamma_q if self.q_norm else None, self.eps)
 
@@ -184,6 +188,33 @@ class Mla:
         DeepSeek-V2's Table 1, not the scale's d_k = d_nope + d_rope: DeepSeek-V3's 512 + 64 = 576 against
         2·128·128 = 32,768)."""
         return self.d_c + self.d_rope, 2 * self.num_heads * self.d_nope
+
+    # What the other modules of the latent layer ask of its rotary columns (each head's q_R, the shared k_R), so
+    # that [rope] and d_rope are named here and where they turn (kernels/mla_rope.py, teach/stages/mla_rotate.py)
+
+    def rotation(self, positions: tuple[int, ...] | None, policy: Policy = EXACT, printed: Turn | None = None) -> Rotary:
+        """How the rotary columns turn at these positions: by [rope] where the file has it (cos and sin under
+        ``policy``), by ``printed`` where a worksheet gives its own cos and sin, or not at all."""
+        from qkv_tui.kernels.mla_rope import Rotary  # the kernels load with a scenario that has [mla]
+
+        if printed is not None:
+            return Rotary(printed)
+        return Rotary(None if self.rope is None else self.rope.turn_at(positions, self.d_rope, policy))
+
+    @property
+    def turns(self) -> bool:
+        """Whether q_R and k_R turn by position (a [rope] beside [mla]): the screens then show them primed."""
+        return self.rope is not None
+
+    @property
+    def rotary_width(self) -> tuple[str, int]:
+        """The columns of each head's q_R and of the shared k_R, as the formulas name them."""
+        return "d_rope", self.d_rope
+
+    @property
+    def cache_sum(self) -> str:
+        """What a token caches, summed as the cache view and the Compress stage write it."""
+        return f"d_c + d_rope = {self.d_c} + {self.d_rope} = {self.cache_per_token()[0]}"
 
 
 MLA_VECTORS = ("gamma_kv", "gamma_q")

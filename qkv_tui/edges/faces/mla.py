@@ -74,8 +74,8 @@ def sheet_back_rules(sc: Scenario) -> list[str]:
     if sc.mla is None:
         return []
     return ["  Latent attention: each head's dQ and dK are at Q = [q_C | q_R'] and K = [k_C | k_R'], their first"
-            " d_nope columns dq_C and dk_C" + (", the rest turned back by the opposite angle" if sc.mla.rope
-                                               is not None else "") + "; dk_R sums every head's share (k_R is"
+            " d_nope columns dq_C and dk_C" + (", the rest turned back by the opposite angle" if sc.mla.turns
+                                               else "") + "; dk_R sums every head's share (k_R is"
             " shared), dc_KV = Σ dk_C·W_UKᵀ + dv_C·W_UVᵀ over the heads, dX̂ sums the latent's, the rotary"
             " key's and the queries' paths."]
 

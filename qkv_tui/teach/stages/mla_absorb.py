@@ -126,8 +126,8 @@ def _cost(sc: Scenario, ph: Phase) -> Count:
     mla = sc.mla
     assert mla is not None
     two, h, c = ("2", 2), ("h", mla.num_heads), ("d_c", mla.d_c)
-    nope, r, v = ("d_nope", mla.d_nope), ("d_rope", mla.d_rope), ("d_v", mla.d_v)
-    cr = ("d_c + d_rope", mla.d_c + mla.d_rope)
+    nope, r, v = ("d_nope", mla.d_nope), mla.rotary_width, ("d_v", mla.d_v)
+    cr = mla.cache_held[1]  # a token's cached row, [c_KV | k_R]
     return Count(SPEC.stage.key, SPEC.stage.name, ph.name,
                  matmul=fig(term("q_L", two, ph.R, nope, c, h), term("scores_L", two, ph.R, ph.A, cr, h),
                             term("mix_L", two, ph.R, ph.A, c, h), term("out_L", two, ph.R, c, v, h)),

@@ -43,20 +43,20 @@ class Compress(StageSpec):
         if mla.W_DQ is not None:
             text += " The queries have a latent of their own, c_Q = X·W_DQ" + (
                 ", RMS-normalised (q_a_layernorm)," if mla.q_norm else "") + " which W_UQ expands."
-        cached, mha = mla.cache_per_token()
+        mha = mla.cache_per_token()[1]
         # DeepSeek-V2's Table 1 counts multi-head attention's cache with d_h, a head's width (d_nope here), not
         # the dₖ = d_nope + d_rope the scale divides by: say which, as the cache view's line does
-        return text + (f" Per token and per layer the cache holds d_c + d_rope = {mla.d_c} + {mla.d_rope} = {cached}"
+        return text + (f" Per token and per layer the cache holds {mla.cache_sum}"
                        f" numbers, against 2·n_h·d_h = 2·{mla.num_heads}·{mla.d_nope} = {mha} for multi-head"
                        f" attention's K and V (DeepSeek-V2's Table 1: d_h is a head's width, d_nope = {mla.d_nope},"
-                       f" not the dₖ = d_nope + d_rope = {mla.d_nope + mla.d_rope} of the scale √dₖ).")
+                       f" not the dₖ = d_nope + d_rope = {mla.d_qk} of the scale √dₖ).")
 
     def segments(self, trace: TraceContext, head: int | None) -> list[Plan]:
         mla, n = parts.mla_of(trace), trace.comp.scenario.n
         plans = [Plan("c_KV_raw", n, mla.d_c)]
         if mla.kv_norm:
             plans.append(Plan("c_KV", n, mla.d_c))
-        plans.append(Plan("k_R_raw", n, mla.d_rope))
+        plans.append(Plan("k_R_raw", n, mla.W_KR.shape[1]))  # k_R = X·W_KR: as wide as W_KR
         if mla.W_DQ is not None and mla.d_cq is not None:
             plans.append(Plan("c_Q_raw", n, mla.d_cq))
             if mla.q_norm:
@@ -71,13 +71,12 @@ class Compress(StageSpec):
         op = parts.dot_op(trace, index, seg, row, col, d, source=x_in(trace)[0], weight=WEIGHT_OF[seg.target],
                           wcol=col)
         if seg.target == "c_KV_raw" and row == col == 0:  # said once: what the cache keeps
-            cached, mha = mla.cache_per_token()
+            mha = mla.cache_per_token()[1]
             op = Operation(op.index, op.segment, op.row, op.col, op.value, op.operands, op.arithmetic, (
-                f"the cache keeps c_KV and k_R, per token and per layer d_c + d_rope = {mla.d_c} + {mla.d_rope}"
-                f" = {cached}; multi-head attention keeps K and V of every head, 2·n_h·d_h ="
-                f" 2·{mla.num_heads}·{mla.d_nope} = {mha} (d_h = d_nope, a head's width, as DeepSeek-V2's Table 1"
-                " counts it, not the scale's dₖ = d_nope + d_rope; DeepSeek-V3: 512 + 64 = 576 against"
-                " 2·128·128 = 32,768)",))
+                f"the cache keeps c_KV and k_R, per token and per layer {mla.cache_sum}; multi-head attention keeps"
+                f" K and V of every head, 2·n_h·d_h = 2·{mla.num_heads}·{mla.d_nope} = {mha} (d_h = d_nope, a head's"
+                " width, as DeepSeek-V2's Table 1 counts it, not the scale's dₖ = d_nope + d_rope; DeepSeek-V3:"
+                " 512 + 64 = 576 against 2·128·128 = 32,768)",))
         return op
 
     def _normed(self, trace: TraceContext, index: int, seg: Segment, row: int, col: int, d: int) -> Operation:
@@ -140,7 +139,7 @@ def _cost(sc: Scenario, ph: Phase) -> Count:
     assert mla is not None
     two, d = ("2", 2), ("d_model", int(sc.X.shape[1]))
     x = "X" if sc.norm is None else "X̂"
-    c, r = ("d_c", mla.d_c), ("d_rope", mla.d_rope)
+    c, r = ("d_c", mla.d_c), mla.rotary_width
     matmul = fig(term("c_KV", two, ph.NEW, d, c), term("k_R", two, ph.NEW, d, r))
     other = fig(term("root", ph.NEW), term("div", ph.NEW, ("d_c + 1", mla.d_c + 1))) if mla.kv_norm else fig()
     read = fig(term(x, ph.R, d, B(ph)), term("W_DKV", d, c, B(ph)), term("W_KR", d, r, B(ph)))
@@ -191,7 +190,7 @@ class CompressBack(BackwardSpec):
         plans = [Plan("dc_KV_d", n, mla.d_c)]
         if mla.kv_norm:
             plans += [Plan("dc_KV_m", n, 1), Plan("dc_KV_n", n, mla.d_c), Plan("dgamma_kv", 1, mla.d_c)]
-        plans += [Plan("dW_DKV", d_model, mla.d_c), Plan("dW_KR", d_model, mla.d_rope)]
+        plans += [Plan("dW_DKV", d_model, mla.d_c), Plan("dW_KR", *mla.W_KR.shape)]
         if mla.W_DQ is not None and mla.d_cq is not None:
             plans.append(Plan("dc_Q_d", n, mla.d_cq))
             if mla.q_norm:
@@ -228,7 +227,7 @@ class CompressBack(BackwardSpec):
         x_name, x_label = x_in(trace)
         X = comp.X_in
         grads_of = {"dW_DKV": (back.dW_DKV, back.dc_KV_raw, "dc_KV", "dc_KV_n" if mla.kv_norm else "dc_KV_d"),
-                    "dW_KR": (back.dW_KR, back.dk_R_raw, "dk_R", "dk_R_back" if mla.rope is not None else "dk_R_sum"),
+                    "dW_KR": (back.dW_KR, back.dk_R_raw, "dk_R", "dk_R_back" if mla.turns else "dk_R_sum"),
                     "dW_DQ": (back.dW_DQ, back.dc_Q_raw, "dc_Q", "dc_Q_n" if mla.q_norm else "dc_Q_d")}
         value, grad, shown, pane = grads_of[target]
         assert value is not None and grad is not None
@@ -267,7 +266,7 @@ class CompressBack(BackwardSpec):
         if target in ("dc_Q_m", "dc_Q_n", "dgamma_cq"):
             return [("dc_Q_d", None), ("c_Q_raw", None), (target, None)]
         source = {"dW_DKV": "dc_KV_n" if mla.kv_norm else "dc_KV_d",
-                  "dW_KR": "dk_R_back" if mla.rope is not None else "dk_R_sum",
+                  "dW_KR": "dk_R_back" if mla.turns else "dk_R_sum",
                   "dW_DQ": "dc_Q_n" if mla.q_norm else "dc_Q_d"}[target]
         return [(x_in(trace)[0], None), (source, None), (target, None)]
 

@@ -32,7 +32,7 @@ class Expand(StageSpec):
 
     def segments(self, trace: TraceContext, head: int | None) -> list[Plan]:
         mla, n = parts.mla_of(trace), trace.comp.scenario.n
-        return [Plan("q_C", n, mla.d_nope), Plan("q_R_raw", n, mla.d_rope), Plan("k_C", n, mla.d_nope),
+        return [Plan("q_C", n, mla.d_nope), Plan("q_R_raw", n, mla.rotary_width[1]), Plan("k_C", n, mla.d_nope),
                 Plan("v_C", n, mla.d_v)]
 
     def _source(self, trace: TraceContext, target: str) -> tuple[str, str]:
@@ -105,7 +105,7 @@ def _cost(sc: Scenario, ph: Phase) -> Count:
     two, h, c = ("2", 2), ("h", mla.num_heads), ("d_c", mla.d_c)
     src = ("d_cq", mla.d_cq) if mla.d_cq is not None else ("d_model", int(sc.X.shape[1]))
     src_name, w_q = ("c_Q", "W_UQ") if mla.d_cq is not None else ("X" if sc.norm is None else "X̂", "W_Q")
-    qk, nope, v = ("d_nope + d_rope", mla.d_nope + mla.d_rope), ("d_nope", mla.d_nope), ("d_v", mla.d_v)
+    qk, nope, v = ("d_nope + d_rope", mla.d_qk), ("d_nope", mla.d_nope), ("d_v", mla.d_v)
     return Count(SPEC.stage.key, SPEC.stage.name, ph.name,
                  matmul=fig(term("q", two, ph.R, src, qk, h), term("k_C", two, ph.SEEN, c, nope, h),
                             term("v_C", two, ph.SEEN, c, v, h)),
@@ -195,7 +195,7 @@ class ExpandBack(BackwardSpec):
         if target == "dW_UV_h":
             return [(c_kv, None), ("dV", h), (target, h)]
         src = x_in(trace)[0] if mla.W_DQ is None else parts.query_latent(mla)
-        dq = "dQ_s" if mla.rope is None or (op.col or 0) < mla.d_nope else "dq_R_back"
+        dq = "dQ_s" if not mla.turns or (op.col or 0) < mla.d_nope else "dq_R_back"
         return [(src, None), (dq, h), (target, h)]
 
     def overview(self, trace: TraceContext, head: int) -> list[Key]:

@@ -35,7 +35,7 @@ def dq_of(trace: TraceContext, h: int) -> Matrix:
 def q_source(trace: TraceContext, h: int, col: int) -> Ref:
     """The pane a column of head h's dq is read from: Score's dq_C, or the rotary part turned back."""
     mla = parts.mla_of(trace)
-    if col < mla.d_nope or mla.rope is None:
+    if col < mla.d_nope or not mla.turns:
         return Ref("dQ_s", h, None, col)
     return Ref("dq_R_back", h, None, col - mla.d_nope)
 

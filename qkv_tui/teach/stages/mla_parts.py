@@ -1,20 +1,14 @@
 """What the latent attention's stages share (mla_compress, mla_expand, mla_rotate, mla_absorb): the names of
-its matrices, their values, and the lines of its two kinds of cell, a dot product and a turned pair."""
+its matrices, their values, and the line of a dot product (a turned pair's is mla_rotate's)."""
 
 from __future__ import annotations
 
-import math
-
-import numpy as np
-
 from qkv_tui.core.engine import Computation
-from qkv_tui.core.fmt import fmt, operand
 from qkv_tui.core.scenario import Matrix
-from qkv_tui.core.variants import Mla, Rope
+from qkv_tui.core.variants import Mla
 from qkv_tui.kernels.mla import MlaHead, MlaShared
-from qkv_tui.teach.arith import agrees, dot_line, shown
-from qkv_tui.teach.arith import tries as _places
-from qkv_tui.teach.stages.common import Key, Operation, Ref, Segment, hround, paren
+from qkv_tui.teach.arith import dot_line
+from qkv_tui.teach.stages.common import Key, Operation, Ref, Segment
 from qkv_tui.teach.stages.context import TraceContext
 
 # the inputs, as the file gives them (W_QA is [mla]'s wide W_Q, every head's [nope | rope] columns)
@@ -57,11 +51,11 @@ def query_latent(mla: Mla) -> str:
 
 
 def rotary_key(mla: Mla) -> str:
-    return "k_R" if mla.rope is not None else "k_R_raw"
+    return "k_R" if mla.turns else "k_R_raw"
 
 
 def rotary_query(mla: Mla) -> str:
-    return "q_R" if mla.rope is not None else "q_R_raw"
+    return "q_R" if mla.turns else "q_R_raw"
 
 
 def value(comp: Computation, name: str, head: int | None) -> Matrix:
@@ -78,7 +72,7 @@ def value(comp: Computation, name: str, head: int | None) -> Matrix:
     shared: dict[str, Matrix | None] = {
         "c_KV_raw": s.c_KV_raw, "c_KV": None if s.c_KV_normed is None else s.c_KV_normed.X_norm,
         "c_Q_raw": s.c_Q_raw, "c_Q": None if s.c_Q_normed is None else s.c_Q_normed.X_norm,
-        "k_R_raw": s.k_R_raw, "k_R": s.k_R if mla.rope is not None else None,
+        "k_R_raw": s.k_R_raw, "k_R": s.k_R if mla.turns else None,
     }
     if name in shared:
         if shared[name] is None:
@@ -129,102 +123,6 @@ def _matrix(comp: Computation, name: str, head: int | None) -> Matrix:
 
 def sub(i: int) -> str:
     return "".join("₀₁₂₃₄₅₆₇₈₉"[int(c)] for c in str(i))
-
-
-def turn_line(target: str, src: str, token: str, pos: int, pair: int, a: int, b: int, col: int, src_row: Matrix,
-              result_value: float, theta: float, d: int, hand: int | None,
-              rope: Rope | None = None, d_rope: int = 0) -> tuple[str, tuple[str, ...]]:
-    """One turned cell of q_R or k_R: ``k_R'[love,0] = k_R[love,0]·cos(1·θ₀) − k_R[love,1]·sin(1·θ₀) = …``.
-    ``rope`` (and the rotary width ``d_rope``) where it is scaled: YaRN's θ' and its attention factor a on cos and
-    sin, worked as the Rotate stage of plain heads works them (rotate.py)."""
-    if rope is not None and rope.scaling is not None:
-        return _scaled_turn_line(target, src, token, pos, pair, a, b, col, src_row, result_value, rope, d_rope, d,
-                                 hand)
-    first = col == a
-    angle = pos * theta
-    sym = f"{pos}·θ{sub(pair)}"
-    if first:
-        symbolic = f"{target}[{token},{a}] = {src}[{token},{a}]·cos({sym}) − {src}[{token},{b}]·sin({sym})"
-    else:
-        symbolic = f"{target}[{token},{b}] = {src}[{token},{a}]·sin({sym}) + {src}[{token},{b}]·cos({sym})"
-    result = fmt(result_value, False, d)
-    src_int = bool(np.all(src_row == np.round(src_row)))
-    text, details = "", ("",)
-    for p in _places(d, hand is not None):
-        va, vb = operand(float(src_row[a]), src_int, p), operand(float(src_row[b]), src_int, p)
-        c, s = math.cos(angle), math.sin(angle)
-        if hand is not None:
-            c, s = hround(c, hand), hround(s, hand)
-        ct, st = operand(c, False, p), operand(s, False, p)
-        steps, calc = _turn_steps(va, vb, ct, st, first, hand)
-        text = " = ".join([symbolic, *steps, result])
-        theta_t, angle_t = fmt(theta, False, max(p, 3)), fmt(angle, False, max(p, 3))
-        details = (f"pair {pair} = dims ({a}, {b}); angle = position·θ{sub(pair)} = {pos}·{theta_t} = {angle_t}"
-                   f" radians; cos {angle_t} = {ct} and sin {angle_t} = {st}",)
-        if agrees(calc, result) and agrees(pos * shown(theta_t), angle_t):
-            break
-    return text, details
-
-
-def _turn_steps(va: str, vb: str, ct: str, st: str, first: bool, hand: int | None) -> tuple[list[str], float]:
-    """The products of a turned cell as written, a·cos − b·sin (or a·sin + b·cos), then by hand each product
-    rounded; and what they give on a calculator."""
-    if first:
-        steps = [f"{va}·{ct} − {vb}·{st}"]
-        calc = shown(va) * shown(ct) - shown(vb) * shown(st)
-    else:
-        steps = [f"{va}·{st} + {vb}·{ct}"]
-        calc = shown(va) * shown(st) + shown(vb) * shown(ct)
-    if hand is not None:
-        x1 = hround(shown(va) * shown(ct if first else st), hand)
-        x2 = hround(shown(vb) * shown(st if first else ct), hand)
-        steps.append(f"{operand(x1, False, hand)} − {paren(fmt(x2, False, hand))}" if first
-                     else f"{operand(x1, False, hand)} + {operand(x2, False, hand)}")
-        calc = x1 - x2 if first else x1 + x2
-    return steps, calc
-
-
-def _scaled_turn_line(target: str, src: str, token: str, pos: int, pair: int, a: int, b: int, col: int,
-                      src_row: Matrix, result_value: float, rope: Rope, d_rope: int, d: int,
-                      hand: int | None) -> tuple[str, tuple[str, ...]]:
-    """A turned cell under [rope.scaling] (DeepSeek's YaRN): the angle p·θ'ᵢ of the scaled frequency, and cos and
-    sin times YaRN's attention factor a where it is not 1 (by hand each written down rounded, then the products)."""
-    from qkv_tui.teach.stages.rotate import _base, _sub, _trig, factor_how, scaling_line, squared
-
-    first = col == a
-    theta = rope.theta(pair, d_rope)
-    angle = pos * theta
-    factor = rope.attention_factor
-    on = "" if factor == 1.0 else "a·"
-    sym = f"{pos}·θ'{_sub(pair)}"
-    if first:
-        symbolic = f"{target}[{token},{a}] = {src}[{token},{a}]·{on}cos({sym}) − {src}[{token},{b}]·{on}sin({sym})"
-    else:
-        symbolic = f"{target}[{token},{b}] = {src}[{token},{a}]·{on}sin({sym}) + {src}[{token},{b}]·{on}cos({sym})"
-    result = fmt(result_value, False, d)
-    src_int = bool(np.all(src_row == np.round(src_row)))
-    text = ""
-    details: tuple[str, ...] = ("",)
-    for p in _places(d, hand is not None):
-        va, vb = operand(float(src_row[a]), src_int, p), operand(float(src_row[b]), src_int, p)
-        trig = _trig(angle, factor, hand, p)
-        ct, st = trig.cos, trig.sin
-        steps, calc = _turn_steps(va, vb, ct, st, first, hand)
-        text = " = ".join([symbolic, *steps, result])
-        q = max(p, 3)
-        theta_t, angle_t = fmt(theta, False, q), fmt(angle, False, q)
-        scaled, scaled_ok = scaling_line(rope, pair, d_rope, p)
-        before = fmt(rope.theta_unscaled(pair, d_rope), False, q)
-        details = (f"pair {pair} = dims ({a}, {b}); θ{_sub(pair)} = {_base(rope.base)}^(−2·{pair}/{d_rope}) = {before}"
-                   f" → θ'{_sub(pair)} = {theta_t}; angle = position·θ'{_sub(pair)} = {pos}·{theta_t} = {angle_t}"
-                   " radians", scaled, f"cos {angle_t} = {trig.plain_cos} and sin {angle_t} = {trig.plain_sin}")
-        if factor != 1.0:
-            details += (f"a = {fmt(factor, False, 3)} ({factor_how(rope)}) multiplies cos and sin, so the rotary"
-                        f" part of each score, q_R'·k_R', carries a² = {squared(factor)} (q_C·k_C does not turn)",
-                        f"cos·a = {trig.plain_cos}·{trig.factor} = {ct} | sin·a = {trig.plain_sin}·{trig.factor} = {st}")
-        if scaled_ok and trig.ok and agrees(calc, result) and agrees(pos * shown(theta_t), angle_t):
-            break
-    return text, details
 
 
 JOINED = ("Q", "K", "KT", "V")  # what the stages from Score on read of an [mla] head, as Project's panes show them

@@ -1,5 +1,6 @@
 """The latent attention's worksheet tables and their answer-key lines: each table worked exactly from the
-tables printed before it, then rounded (the printed-page policy), as every stage's are.
+tables printed before it, then rounded (the printed-page policy), as every stage's are. The Rotate stage's turned
+tables are its own (mla_rotate.py), on this module's Page.
 
 Besides its own tables it prints what Score and Mix read of every head: ``Q.h`` = [q_C | q_R'] and
 ``K.h`` = [k_C | k_R'] (copies side by side, nothing to fill in) and ``V.h``, which is v_C itself."""
@@ -9,16 +10,11 @@ from __future__ import annotations
 import numpy as np
 
 from qkv_tui.core.fmt import is_integral
-from qkv_tui.core.rope_part import turn_of
 from qkv_tui.core.scenario import Matrix
 from qkv_tui.core.variants import Mla
 from qkv_tui.kernels.norm import normalise
-from qkv_tui.kernels.policy import round_to
-from qkv_tui.kernels.rope import rotate as rope_rotate
 from qkv_tui.teach.stages import mla_parts as parts
 from qkv_tui.teach.stages.printed import PrintedCells, PrintedChain, Table, idx
-
-GUARD = 2  # the cos/sin table's extra decimals, so a turned cell is not off by their rounding
 
 
 def _mla(chain: PrintedChain | PrintedCells) -> Mla:
@@ -48,7 +44,7 @@ def _product(chain: PrintedChain, key: str, name: str, heading: str, stage: str,
                  whole=a_whole and b_whole and is_integral(raw))
 
 
-class _Page:
+class Page:
     """The tables printed so far, this stage's own among them (the chain adds those when the stage returns)."""
 
     def __init__(self, chain: PrintedChain) -> None:
@@ -68,7 +64,7 @@ class _Page:
         return self.table(key).whole
 
 
-def _norm(page: _Page, raw_key: str, name: str, gamma: Matrix, eps: float) -> None:
+def _norm(page: Page, raw_key: str, name: str, gamma: Matrix, eps: float) -> None:
     """The latent's RMSNorm: each row's mean square, then each cell, from the printed latent."""
     chain = page.chain
     sc, x = chain.sc, page.values(raw_key)
@@ -82,7 +78,7 @@ def _norm(page: _Page, raw_key: str, name: str, gamma: Matrix, eps: float) -> No
 
 
 def compress_tables(chain: PrintedChain) -> list[Table]:
-    mla, page = _mla(chain), _Page(chain)
+    mla, page = _mla(chain), Page(chain)
     page.add(_given("W_DKV", "W_DKV", "W_DKV (d_model × d_c)", "compress", mla.W_DKV),
              _given("W_KR", "W_KR", "W_KR (d_model × d_rope, the shared rotary key)", "compress", mla.W_KR))
     if mla.W_Q is not None:
@@ -114,7 +110,7 @@ def compress_tables(chain: PrintedChain) -> list[Table]:
 
 
 def expand_tables(chain: PrintedChain, h: int) -> list[Table]:
-    mla, page = _mla(chain), _Page(chain)
+    mla, page = _mla(chain), Page(chain)
     if mla.W_DQ is not None:
         q_key = parts.query_latent(mla)
         q_src, q_whole, W = page.values(q_key), page.whole(q_key), mla.W_UQ
@@ -136,12 +132,12 @@ def expand_tables(chain: PrintedChain, h: int) -> list[Table]:
         _product(chain, f"V.{h}", "v_C", f"v_C = {parts.shown_name(kv)}·W_UV (the head's V)", "expand", h, c, c_whole,
                  mla.W_UV[:, h * mla.d_v:(h + 1) * mla.d_v], is_integral(mla.W_UV)),
     )
-    if mla.rope is None:
-        _joined(page, h, "q_R_raw", "k_R_raw", "expand")
+    if not mla.turns:
+        joined(page, h, "q_R_raw", "k_R_raw", "expand")
     return page.mine
 
 
-def _joined(page: _Page, h: int, q_r: str, k_r: str, stage: str) -> None:
+def joined(page: Page, h: int, q_r: str, k_r: str, stage: str) -> None:
     """Q.h and K.h as Score reads them: the printed parts side by side (a copy: nothing to fill in)."""
     sc = page.chain.sc
     Q = np.concatenate([page.values(f"q_C.{h}"), page.values(f"{q_r}.{h}")], axis=1)  # (n, d_qk)
@@ -155,39 +151,8 @@ def _joined(page: _Page, h: int, q_r: str, k_r: str, stage: str) -> None:
                    idx(K.shape[1]), False, False, whole=k_whole))
 
 
-def rotate_tables(chain: PrintedChain, h: int) -> list[Table]:
-    mla, sc, page = _mla(chain), chain.sc, _Page(chain)
-    rope, positions = mla.rope, sc.positions
-    assert rope is not None and positions is not None
-    places = chain.d + GUARD
-    turned = rope.pairs(mla.d_rope)
-    if rope.scaling is None:  # as the page has always printed them: cos and sin of p·θᵢ
-        angles = np.array([[p * rope.theta(i, mla.d_rope) for i in range(len(turned))] for p in positions])  # (n, r/2)
-        cos, sin = round_to(np.cos(angles), places), round_to(np.sin(angles), places)  # (n, r/2) as printed
-    else:  # DeepSeek's YaRN: the scaled angles p·θ'ᵢ, cos and sin times its attention factor a, as the heads turn
-        turn = turn_of(rope, positions, mla.d_rope)
-        assert turn is not None
-        cos, sin = round_to(turn.cos, places), round_to(turn.sin, places)
-    on = "a·" if rope.attention_factor != 1.0 else ""
-    mark = "'" if rope.scaling is not None else ""
-    if h == 0:
-        both = np.stack([cos, sin], axis=2).reshape(sc.n, 2 * len(turned))  # (n, r): cos, sin of pair 0, …
-        cols = tuple(f"{on}{f} p·θ{mark}{parts.sub(i)}" for i in range(len(turned)) for f in ("cos", "sin"))
-        what = f"{on}cos and {on}sin" if on else "cos and sin"
-        page.add(Table("trig.mla", "cos/sin", f"{what} of each token's angle p·θ{mark}ᵢ", "mla_rotate", h, both,
-                       sc.labels, cols, False, False, places=places),
-                 Table("k_R", "k_R'", "k_R' = k_R turned by position (shared by every head)", "mla_rotate", h,
-                       rope_rotate(page.values("k_R_raw"), cos, sin, turned, chain.page), sc.labels,
-                       idx(mla.d_rope), False, True))
-    page.add(Table(f"q_R.{h}", "q_R'", "q_R' = q_R turned by position", "mla_rotate", h,
-                   rope_rotate(page.values(f"q_R_raw.{h}"), cos, sin, turned, chain.page), sc.labels,
-                   idx(mla.d_rope), False, True))
-    _joined(page, h, "q_R", "k_R", "mla_rotate")
-    return page.mine
-
-
 def absorb_tables(chain: PrintedChain, h: int) -> list[Table]:
-    mla, sc, page = _mla(chain), chain.sc, _Page(chain)
+    mla, sc, page = _mla(chain), chain.sc, Page(chain)
     kv, k_r = parts.latent(mla), parts.rotary_key(mla)
     q_r = f"{parts.rotary_query(mla)}.{h}"
     W_UK = mla.W_UK[:, h * mla.d_nope:(h + 1) * mla.d_nope]  # (d_c, d_nope)
@@ -248,22 +213,6 @@ def line(cells: PrintedCells, table: Table, row: int, col: int, answer: str) -> 
         name = "k_C" if key == "k_C" else "v_C"
         return (f"{name}[{token},{col}] = {parts.shown_name(kv)}[{token}]·{W}[:,{wcol}]"
                 f" = {cells.dot(kv, row, W, wcol)} = {answer}")
-    if key in ("k_R", "q_R"):
-        rope, positions = mla.rope, sc.positions
-        assert rope is not None and positions is not None
-        src = "k_R_raw" if key == "k_R" else f"q_R_raw.{h}"
-        name = parts.shown_name(key)
-        i, (a, b) = next((i, ab) for i, ab in enumerate(rope.pairs(mla.d_rope)) if col in ab)
-        angle = f"{positions[row]}·θ{chr(39) if rope.scaling is not None else ''}{parts.sub(i)}"
-        on = "a·" if rope.attention_factor != 1.0 else ""  # YaRN's attention factor, in the printed cos and sin
-        cos, sin = cells.txt("trig.mla", row, 2 * i), cells.txt("trig.mla", row, 2 * i + 1)
-        va, vb = cells.txt(src, row, a), cells.txt(src, row, b)
-        s = name.removesuffix("'")
-        if col == a:
-            return (f"{name}[{token},{a}] = {s}[{token},{a}]·{on}cos({angle}) − {s}[{token},{b}]·{on}sin({angle})"
-                    f" = {va}·{cos} − {vb}·{sin} = {answer}")
-        return (f"{name}[{token},{b}] = {s}[{token},{a}]·{on}sin({angle}) + {s}[{token},{b}]·{on}cos({angle})"
-                f" = {va}·{sin} + {vb}·{cos} = {answer}")
     if key == "q_L":
         terms = " + ".join(f"{cells.txt(f'q_C.{h}', row, c)}·{cells.txt('W_UK', col, h * mla.d_nope + c)}"
                            for c in range(mla.d_nope))
@@ -271,8 +220,9 @@ def line(cells: PrintedCells, table: Table, row: int, col: int, answer: str) -> 
     if key == "scores_L":
         kv, k_r, q_r = parts.latent(mla), parts.rotary_key(mla), f"{parts.rotary_query(mla)}.{h}"
         k = sc.key_labels[col]
-        left = [(f"q_L.{h}", row, c) for c in range(mla.d_c)] + [(q_r, row, c) for c in range(mla.d_rope)]
-        right = [(kv, col, c) for c in range(mla.d_c)] + [(k_r, col, c) for c in range(mla.d_rope)]
+        rotary = range(mla.rotary_width[1])
+        left = [(f"q_L.{h}", row, c) for c in range(mla.d_c)] + [(q_r, row, c) for c in rotary]
+        right = [(kv, col, c) for c in range(mla.d_c)] + [(k_r, col, c) for c in rotary]
         return f"scores_L[{token},{k}] = [q_L | {parts.shown_name(q_r.split('.')[0])}][{token}]·[{parts.shown_name(kv)}" \
                f" | {parts.shown_name(k_r)}][{k}] = {_dot(cells, left, right)} = {answer}"
     if key == "mix_L":
