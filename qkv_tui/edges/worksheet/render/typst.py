@@ -34,7 +34,8 @@ _PREAMBLE = """#set document(title: {title}, date: none)
 #set text(font: "New Computer Modern", size: BODYpt, lang: "en")
 #set par(justify: false, leading: 0.45em, spacing: 0.7em)
 #set list(spacing: 0.4em)
-#set table(stroke: 0.4pt + luma(120), inset: (x: 3pt, y: 1.8pt))
+#set block(spacing: 0.6em)
+#set table(stroke: 0.4pt + luma(120), inset: (x: 3pt, y: 1.3pt))
 #show heading: set block(above: 0.8em, below: 0.4em)
 #show heading.where(level: 1): set text(size: 12pt)
 #show heading.where(level: 2): set text(size: 10.5pt)
@@ -126,9 +127,10 @@ def _questions(page: Sheet) -> list[str]:
     out += _lines(page.rules, page.names)
     out.append("")
     heading = ""  # a section's heading waits for its first table, when that has a page of its own
-    # narrow tables so far, set side by side when they fit (_side_by_side), each with the heading of the section it
-    # opens: a row runs on across sections, so a section of one small table does not take a line of its own
+    # tables so far, set side by side when they fit (_side_by_side), each with the name of the section it opens run
+    # in before its caption: a row runs on across sections, so a section of one small table takes no line of its own
     narrow: list[tuple[str, Grid]] = []
+    opens = ""  # the name of the section the next table opens, run in
     for n, block in enumerate(page.body):
         fits = isinstance(block, Grid) and _narrow(page, block)
         following = page.body[n + 1] if n + 1 < len(page.body) else None
@@ -137,15 +139,18 @@ def _questions(page: Sheet) -> list[str]:
             out += _side_by_side(page, narrow)
             narrow = []
         if isinstance(block, Heading):
+            if opens_narrow:
+                opens = block.text
+                continue
             heading = _heading(block.text, 2, page.names)
-            if not (isinstance(following, Grid) and (len(following.table.cols) > WIDE or opens_narrow)):
+            if not (isinstance(following, Grid) and len(following.table.cols) > WIDE):
                 out += [heading, ""]
                 heading = ""
         elif isinstance(block, Lines):
             out += [*_lines(block.lines, page.names), ""]
         elif isinstance(block, Grid) and fits:
-            narrow.append((heading, block))
-            heading = ""
+            narrow.append((opens, block))
+            opens = ""
         elif isinstance(block, Grid):
             table = _captioned(page, block)
             if len(block.table.cols) > WIDE:
@@ -156,7 +161,7 @@ def _questions(page: Sheet) -> list[str]:
 
 
 def _narrow(page: Sheet, block: Grid) -> bool:
-    return _width(page, block) <= HALF and len(block.table.rows) <= KEEP
+    return _width(page, block) <= LINE and len(block.table.rows) <= KEEP and len(block.table.cols) <= WIDE
 
 
 # the page's text width (A4 less the margins) and a table's room beside one or two others, in points
@@ -166,7 +171,9 @@ HALF = (LINE - GUTTER) / 2
 MOST = 6  # tables to a row at most
 # a character of the 9pt font (a digit is 4.5pt, a minus sign more), generously; a bold one; a cell's sides; the
 # blank's room to write in after its number (0.3em and 2.6em)
-CHAR, BOLD_CHAR, INSET, LINE_ROOM = 4.7, 5.4, 7.0, 2.9 * BODY
+CHAR, BOLD_CHAR, INSET, LINE_ROOM = 4.4, 5.0, 7.0, 2.9 * BODY
+RUN_IN = 10.5  # pt: a section's name run in before its first table's caption, as large as a heading of its own
+RUN_IN_CHAR = 6.6
 
 
 def _chars(text: str) -> float:
@@ -187,44 +194,75 @@ def _width(page: Sheet, block: Grid) -> float:
     return width
 
 
-def _captioned(page: Sheet, block: Grid) -> str:
+def _captioned(page: Sheet, block: Grid, opens: str = "") -> str:
+    """A table under its caption; ``opens``: the name of the section it opens, set bold before the caption."""
     caption = f"{_prose(block.caption, page.names)}{_text(block.suffix)}{_text(':')}"
+    if opens:
+        caption = f"#text(size: {RUN_IN}pt, weight: \"bold\")[{_label(opens, page.names)}]#h(0.6em){caption}"
     # a table of a page or less stays with its caption, on one page
     breakable = "true" if len(block.table.rows) > KEEP else "false"
     return f"#block(breakable: {breakable})[{caption}\n\n{_table(page, block)}]"
 
 
 def _side_by_side(page: Sheet, blocks: list[tuple[str, Grid]]) -> list[str]:
-    """Consecutive narrow tables, up to MOST to a row where each fits its share of the line (captions wrap
-    within it), so a sheet of small tables takes a page or two rather than one column down many. A table that
-    opens a section carries its heading above its caption."""
-    rows: list[list[tuple[str, Grid]]] = []
-    for heading, block in blocks:
-        row = rows[-1] if rows else None
-        if (row is not None and len(row) < MOST
-                and sum(_width(page, b) for _, b in row) + _width(page, block) + GUTTER * len(row) <= LINE):
-            row.append((heading, block))
-            continue
-        rows.append([(heading, block)])
+    """Consecutive tables, up to MOST to a row where each fits its share of the line (captions wrap within it), so a
+    sheet of small tables takes a page or two rather than one column down many. Where the rows break is chosen, as
+    a paragraph's lines are, to make the rows together shortest (_rows). A table that opens a section carries the
+    section's name run in before its caption."""
+    rows = _rows(page, blocks)
     out: list[str] = []
     for row in rows:
         if len(row) == 1:
-            heading, block = row[0]
-            out += [*([heading, ""] if heading else []), _captioned(page, block), ""]
+            opens, block = row[0]
+            out += [_captioned(page, block, opens), ""]
             continue
-        columns = ", ".join(f"{w:.1f}pt" for w in _shares(page, [b for _, b in row]))
-        cells = ", ".join(f"[{heading}{chr(10) * 2 if heading else ''}{_captioned(page, b)}]" for heading, b in row)
+        columns = ", ".join(f"{w:.1f}pt" for w in _shares(page, row))
+        cells = ", ".join(f"[{_captioned(page, b, opens)}]" for opens, b in row)
         out += [f"#grid(columns: ({columns}), column-gutter: {GUTTER}pt, align: top, {cells})", ""]
     return out
 
 
-def _shares(page: Sheet, blocks: list[Grid]) -> list[float]:
+def _rows(page: Sheet, blocks: list[tuple[str, Grid]]) -> list[list[tuple[str, Grid]]]:
+    """The tables cut into rows, in page order, that fit the line and are together the shortest (each row as tall as
+    its tallest caption and table, _tall, and a line between rows): greedy filling can leave a long caption
+    wrapping down a sliver of a row that the next row had room for."""
+    best: list[tuple[float, int]] = [(0.0, 0)]  # for the first k tables: the least height, where their last row starts
+    for k in range(1, len(blocks) + 1):
+        options = []
+        for start in range(k - 1, max(-1, k - 1 - MOST), -1):
+            row = blocks[start:k]
+            if len(row) > 1 and sum(_width(page, b) for _, b in row) + GUTTER * (len(row) - 1) > LINE:
+                break
+            options.append((best[start][0] + _tall(page, row) + 1, start))
+        best.append(min(options))
+    cuts = []
+    k = len(blocks)
+    while k:
+        cuts.append(k)
+        k = best[k][1]
+    starts = [0, *reversed(cuts)]
+    return [blocks[a:b] for a, b in zip(starts, starts[1:], strict=False)]
+
+
+def _tall(page: Sheet, row: list[tuple[str, Grid]]) -> int:
+    """A row's height in lines: its tallest caption, wrapped in its share of the line, and table."""
+    return max(math.ceil(_caption_width(opens, b) / share) + len(b.table.rows) + 1
+               for (opens, b), share in zip(row, _shares(page, row), strict=True))
+
+
+def _caption_width(opens: str, block: Grid) -> float:
+    """A caption's estimated width on one line, with the name of the section it opens run in before it."""
+    return _chars(f"{block.caption}{block.suffix}:") * CHAR + (len(opens) + 1) * RUN_IN_CHAR * bool(opens)
+
+
+def _shares(page: Sheet, row: list[tuple[str, Grid]]) -> list[float]:
     """Each table of a row its estimated width, then what is left of the line where it keeps the row shortest:
     the row is as tall as its tallest caption and table together, so a long caption over a short table gets the
     room to wrap in fewer lines before the rest is shared equally."""
+    blocks = [b for _, b in row]
     widths = [_width(page, b) for b in blocks]
     room = LINE - GUTTER * (len(blocks) - 1)
-    captions = [_chars(f"{b.caption}{b.suffix}:") * CHAR for b in blocks]
+    captions = [_caption_width(opens, b) for opens, b in row]
     rows = [len(b.table.rows) + 1 for b in blocks]
     for tall in range(max(rows) + 1, max(rows) + 1 + max(math.ceil(c / w) for c, w in zip(captions, widths, strict=True))):
         # each caption in the lines its table leaves it under a row this tall (its table's rows and one line at least)
