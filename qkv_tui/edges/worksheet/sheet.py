@@ -109,7 +109,8 @@ def sheet(ws: WorksheetContent) -> Sheet:
     if not sc.allow.all() and reads_mask:
         mask = Table("mask", "mask", "", "scale", None, sc.allow.astype(np.float64), sc.labels, sc.key_labels, True, False)
         body.append(Grid("Mask (1 = the query may attend the key, 0 = masked)", "", mask))
-    multi = len(comp.heads) > 1
+    # a head's name on its sections where the sheet prints more than one head's tables (--heads 2 of two: none)
+    multi = len({t.head for t in ws.tables} - {None}) > 1
     scale = []
     # --heads: the scale of the heads asked about (a table of the layer as a whole never reads a head left out)
     asked_heads = None if ws.asked is None else {t.head for t in ws.tables if t.key in ws.asked} - {None} or None
@@ -145,7 +146,8 @@ def sheet(ws: WorksheetContent) -> Sheet:
 def _suffix(ws: WorksheetContent, table: Table) -> str:
     """`` (head 2)`` on a head's own table when there are several; K/V tables of shared heads name their readers."""
     heads = ws.comp.heads
-    if table.readers or table.head is None or len(heads) == 1 or "K/V head" in table.heading:
+    if (table.readers or table.head is None or len({t.head for t in ws.tables} - {None}) == 1
+            or "K/V head" in table.heading):
         return ""
     return f" ({heads[table.head].name})"
 

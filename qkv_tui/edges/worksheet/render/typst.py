@@ -9,6 +9,7 @@ markup, so a title full of ``#``, ``$`` or ``*`` prints as written.
 from __future__ import annotations
 
 import math
+import re
 
 from qkv_tui.edges.worksheet.content import Blank
 from qkv_tui.edges.worksheet.render.formulas import IDENTIFIER, pieces, to_typst, typst_string
@@ -32,8 +33,8 @@ MARGIN = 1.1  # cm on every side: room to hold the sheet, no more, so a one-head
 _PREAMBLE = """#set document(title: {title}, date: none)
 #set page(paper: "a4", margin: MARGINcm, numbering: "1 / 1")
 #set text(font: "New Computer Modern", size: BODYpt, lang: "en")
-#set par(justify: false, leading: 0.45em, spacing: 0.7em)
-#set list(spacing: 0.4em)
+#set par(justify: false, leading: 0.4em, spacing: 0.6em)
+#set list(spacing: 0.3em, indent: 0pt, body-indent: 0.4em)
 #set block(spacing: 0.6em)
 #set table(stroke: 0.4pt + luma(120), inset: (x: 3pt, y: 1.3pt))
 #show heading: set block(above: 0.8em, below: 0.4em)
@@ -169,6 +170,7 @@ LINE = (21.0 - 2 * MARGIN) / 2.54 * 72
 GUTTER = 12.0
 HALF = (LINE - GUTTER) / 2
 MOST = 6  # tables to a row at most
+GAP = 1.0  # the space between two rows of tables, in lines
 # a character of the 9pt font (a digit is 4.5pt, a minus sign more), generously; a bold one; a cell's sides; the
 # blank's room to write in after its number (0.3em and 2.6em)
 CHAR, BOLD_CHAR, INSET, LINE_ROOM = 4.4, 5.0, 7.0, 2.9 * BODY
@@ -180,15 +182,23 @@ def _chars(text: str) -> float:
     return len(text) + 0.5 * (text.count("-") + text.count("−"))
 
 
+def _label_chars(text: str, page: Sheet) -> float:
+    """A label's length in characters as set: one set as math (_label: ``e^(λ_q1·λ_k1)``) drops the marks of its sub-
+    and superscripts and the brackets around them, and half a character more for the slant."""
+    if "_" not in text or text in page.names:
+        return len(text)
+    return len(re.sub(r"[_^]", "", re.sub(r"[_^]\(([^()]*)\)", r"\1", text))) + 0.5
+
+
 def _width(page: Sheet, block: Grid) -> float:
     """How wide a table prints, estimated from its longest cell in each column (a blank: its number and its line)."""
     t = block.table
     if len(t.cols) > WIDE:
         return LINE
-    width = max(len(t.name), *(len(label) for label in t.rows)) * BOLD_CHAR + INSET
+    width = max(_label_chars(t.name, page), *(_label_chars(label, page) for label in t.rows)) * BOLD_CHAR + INSET
     for j, col in enumerate(t.cols):
         cells = [page.cell(t, i, j) for i in range(len(t.rows))]
-        width += max([len(col) * BOLD_CHAR, *(_chars(f"({c.number})") * CHAR + LINE_ROOM if isinstance(c, Blank)
+        width += max([_label_chars(col, page) * BOLD_CHAR, *(_chars(f"({c.number})") * CHAR + LINE_ROOM if isinstance(c, Blank)
                                               else _chars(c) * CHAR for c in cells)])
         width += INSET
     return width
@@ -233,7 +243,7 @@ def _rows(page: Sheet, blocks: list[tuple[str, Grid]]) -> list[list[tuple[str, G
             row = blocks[start:k]
             if len(row) > 1 and sum(_width(page, b) for _, b in row) + GUTTER * (len(row) - 1) > LINE:
                 break
-            options.append((best[start][0] + _tall(page, row) + 1, start))
+            options.append((best[start][0] + _tall(page, row) + GAP, start))
         best.append(min(options))
     cuts = []
     k = len(blocks)
