@@ -8,6 +8,7 @@ markup, so a title full of ``#``, ``$`` or ``*`` prints as written.
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 
@@ -251,7 +252,7 @@ def _rows(page: Sheet, blocks: list[tuple[str, Grid]]) -> list[list[tuple[str, G
         cuts.append(k)
         k = best[k][1]
     starts = [0, *reversed(cuts)]
-    return [blocks[a:b] for a, b in zip(starts, starts[1:], strict=False)]
+    return [blocks[a:b] for a, b in itertools.pairwise(starts)]
 
 
 def _tall(page: Sheet, row: list[tuple[str, Grid]]) -> int:
