@@ -74,6 +74,10 @@ class Sheet:
     def key(self) -> tuple[Blank, ...]:
         return self.ws.blanks
 
+    def columns(self, table: Table) -> tuple[int, ...]:
+        """The columns of ``table`` the page prints (--heads: the asked heads' of a table of the layer)."""
+        return self.ws.columns_of(table)
+
     def cell(self, table: Table, row: int, col: int) -> str | Blank:
         """A cell as printed, or the blank in its place."""
         blank = self.ws.blank_at(table.key, row, col)

@@ -79,12 +79,13 @@ def _cell(page: Sheet, value: str | Blank, wide: bool = False) -> str:
 
 def _table(page: Sheet, block: Grid) -> str:
     t = block.table
-    cols = len(t.cols)
-    header = ", ".join([f"[{_prose(t.name, page.names)}]", *(f"[*{_label(c, page.names)}*]" for c in t.cols)])
+    columns = page.columns(t)
+    cols = len(columns)
+    header = ", ".join([f"[{_prose(t.name, page.names)}]", *(f"[*{_label(t.cols[j], page.names)}*]" for j in columns)])
     wide = cols > WIDE
     rows = []
     for i, label in enumerate(t.rows):
-        cells = [_cell(page, page.cell(t, i, j), wide) for j in range(cols)]
+        cells = [_cell(page, page.cell(t, i, j), wide) for j in columns]
         rows.append(", ".join([f"[*{_label(label, page.names)}*]", *cells]))
     size = "8pt" if wide else f"{BODY}pt"
     widths = f"(auto,) + (1fr,) * {cols}" if wide else str(cols + 1)  # never wider than the page
@@ -137,6 +138,14 @@ def _questions(page: Sheet) -> list[str]:
         fits = isinstance(block, Grid) and _narrow(page, block)
         following = page.body[n + 1] if n + 1 < len(page.body) else None
         opens_narrow = isinstance(block, Heading) and isinstance(following, Grid) and _narrow(page, following)
+        # lines that close a section whose tables wait for their row (the scale's rule after the inputs) are set above
+        # that row, so the next section's tables may join it
+        closes = (isinstance(block, Lines) and narrow and isinstance(following, Heading)
+                  and isinstance(after := page.body[n + 2] if n + 2 < len(page.body) else None, Grid)
+                  and _narrow(page, after))
+        if closes:
+            out += [*_lines(block.lines, page.names), ""]
+            continue
         if not (fits or opens_narrow):
             out += _side_by_side(page, narrow)
             narrow = []
@@ -145,7 +154,7 @@ def _questions(page: Sheet) -> list[str]:
                 opens = block.text
                 continue
             heading = _heading(block.text, 2, page.names)
-            if not (isinstance(following, Grid) and len(following.table.cols) > WIDE):
+            if not (isinstance(following, Grid) and len(page.columns(following.table)) > WIDE):
                 out += [heading, ""]
                 heading = ""
         elif isinstance(block, Lines):
@@ -155,7 +164,7 @@ def _questions(page: Sheet) -> list[str]:
             opens = ""
         elif isinstance(block, Grid):
             table = _captioned(page, block)
-            if len(block.table.cols) > WIDE:
+            if len(page.columns(block.table)) > WIDE:
                 table = f"#page(flipped: true)[{heading}\n\n{table}]" if heading else f"#page(flipped: true)[{table}]"
                 heading = ""
             out += [table, ""]
@@ -163,7 +172,7 @@ def _questions(page: Sheet) -> list[str]:
 
 
 def _narrow(page: Sheet, block: Grid) -> bool:
-    return _width(page, block) <= LINE and len(block.table.rows) <= KEEP and len(block.table.cols) <= WIDE
+    return _width(page, block) <= LINE and len(block.table.rows) <= KEEP and len(page.columns(block.table)) <= WIDE
 
 
 # the page's text width (A4 less the margins) and a table's room beside one or two others, in points
@@ -194,10 +203,11 @@ def _label_chars(text: str, page: Sheet) -> float:
 def _width(page: Sheet, block: Grid) -> float:
     """How wide a table prints, estimated from its longest cell in each column (a blank: its number and its line)."""
     t = block.table
-    if len(t.cols) > WIDE:
+    if len(page.columns(t)) > WIDE:
         return LINE
     width = max(_label_chars(t.name, page), *(_label_chars(label, page) for label in t.rows)) * BOLD_CHAR + INSET
-    for j, col in enumerate(t.cols):
+    for j in page.columns(t):
+        col = t.cols[j]
         cells = [page.cell(t, i, j) for i in range(len(t.rows))]
         width += max([_label_chars(col, page) * BOLD_CHAR, *(_chars(f"({c.number})") * CHAR + LINE_ROOM if isinstance(c, Blank)
                                               else _chars(c) * CHAR for c in cells)])
