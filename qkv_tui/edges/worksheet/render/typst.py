@@ -30,14 +30,14 @@ class MissingExtraError(RuntimeError):
 
 
 BODY = 9  # pt: the floor for anything a student reads or writes in (tests/test_worksheet_fits_two_pages.py)
-MARGIN = 1.1  # cm on every side: room to hold the sheet, no more, so a one-head backward sheet is one page
+MARGIN = 1.0  # cm on every side: room to hold the sheet, no more, so a one-head backward sheet is one page
 _PREAMBLE = """#set document(title: {title}, date: none)
 #set page(paper: "a4", margin: MARGINcm, numbering: "1 / 1")
 #set text(font: "New Computer Modern", size: BODYpt, lang: "en")
 #set par(justify: false, leading: 0.4em, spacing: 0.6em)
-#set list(spacing: 0.3em, indent: 0pt, body-indent: 0.4em)
-#set block(spacing: 0.6em)
-#set table(stroke: 0.4pt + luma(120), inset: (x: 3pt, y: 1.3pt))
+#set list(spacing: 0.25em, indent: 0pt, body-indent: 0.4em)
+#set block(spacing: 0.45em)
+#set table(stroke: 0.4pt + luma(120), inset: (x: 3pt, y: 1.1pt))
 #show heading: set block(above: 0.8em, below: 0.4em)
 #show heading.where(level: 1): set text(size: 12pt)
 #show heading.where(level: 2): set text(size: 10.5pt)
@@ -119,14 +119,14 @@ def _key(page: Sheet, alone: bool) -> list[str]:
 
 
 def _questions(page: Sheet) -> list[str]:
-    out = [f"#text(size: 14pt, weight: \"bold\")[{_text(f'Worksheet: {page.title}')}]", "",
+    out = [f"#text(size: 13pt, weight: \"bold\")[{_text(f'Worksheet: {page.title}')}]", "",
            "#grid(columns: (auto, 1fr, auto, 5cm), column-gutter: 0.5em, align: bottom,"
-           " [Name:], box(width: 100%, stroke: (bottom: 0.5pt))[#v(0.9em)], [Date:],"
-           " box(width: 100%, stroke: (bottom: 0.5pt))[#v(0.9em)])", ""]
-    if page.intro:
-        out += [_prose(page.intro, page.names), ""]
+           " [Name:], box(width: 100%, stroke: (bottom: 0.5pt))[#v(0.8em)], [Date:],"
+           " box(width: 100%, stroke: (bottom: 0.5pt))[#v(0.8em)])", ""]
     text, formula, rest = page.lead
-    out += [f"{_text(text)}{to_typst(formula) if formula else ''}{_text(rest)}", ""]
+    # the description's words and the line under the title run on as one paragraph
+    intro = f"{_prose(page.intro, page.names)} " if page.intro else ""
+    out += [f"{intro}{_text(text)}{to_typst(formula) if formula else ''}{_text(rest)}", ""]
     out += _lines(page.rules, page.names)
     out.append("")
     heading = ""  # a section's heading waits for its first table, when that has a page of its own
