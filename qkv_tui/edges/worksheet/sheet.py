@@ -105,7 +105,7 @@ def sheet(ws: WorksheetContent) -> Sheet:
     body: list[Block] = [Heading("Inputs")]
     for table in ws.tables:
         if table.given:
-            body.append(Grid(table.heading, _suffix(ws, table), table))
+            body.append(Grid(table.heading, _suffix(ws, table) + _columns_note(ws, table), table))
     # --stages/--heads: the mask where an asked table of the forward reads it (its masked cells −∞ or 0); a backward
     # table's masked cells are printed as the 0 they are, never blank, and its lines write them so
     reads_mask = ws.asked is None or any(t.key in ws.asked and t.allow is not None and t.stage != "backward"
@@ -142,7 +142,8 @@ def sheet(ws: WorksheetContent) -> Sheet:
             last_section = section
             if table.head is not None and (note := spec.worksheet_note(comp, ws.kv_owners, table.head)):
                 body.append(Lines(tuple(note)))
-        body.append(Grid(table.heading, GIVEN if ws.asked is not None and table.key not in ws.asked else "", table))
+        body.append(Grid(table.heading, _columns_note(ws, table)
+                         + (GIVEN if ws.asked is not None and table.key not in ws.asked else ""), table))
     description = sc.description or ""
     return Sheet(ws, sc.title, description, intro(description), lead(sc), tuple(rules(ws)), tuple(body))
 
@@ -154,6 +155,15 @@ def _suffix(ws: WorksheetContent, table: Table) -> str:
             or "K/V head" in table.heading):
         return ""
     return f" ({heads[table.head].name})"
+
+
+def _columns_note(ws: WorksheetContent, table: Table) -> str:
+    """`` (head 1's columns)`` on a table of the layer a --heads sheet prints only some heads' columns of
+    (edges/worksheet/columns.py)."""
+    if table.key not in ws.columns:
+        return ""
+    heads = sorted({t.head for t in ws.tables} - {None})
+    return f" ({' and '.join(ws.comp.heads[h].name for h in heads)}'s columns)"
 
 
 def rules(ws: WorksheetContent) -> list[str]:
