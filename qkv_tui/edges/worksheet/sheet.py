@@ -162,8 +162,8 @@ def _columns_note(ws: WorksheetContent, table: Table) -> str:
     (edges/worksheet/columns.py)."""
     if table.key not in ws.columns:
         return ""
-    heads = sorted({t.head for t in ws.tables} - {None})
-    return f" ({' and '.join(ws.comp.heads[h].name for h in heads)}'s columns)"
+    heads = sorted(t.head for t in ws.tables if t.head is not None)
+    return f" ({' and '.join(dict.fromkeys(ws.comp.heads[h].name for h in heads))}'s columns)"
 
 
 def rules(ws: WorksheetContent) -> list[str]:

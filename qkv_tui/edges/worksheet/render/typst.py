@@ -140,10 +140,9 @@ def _questions(page: Sheet) -> list[str]:
         opens_narrow = isinstance(block, Heading) and isinstance(following, Grid) and _narrow(page, following)
         # lines that close a section whose tables wait for their row (the scale's rule after the inputs) are set above
         # that row, so the next section's tables may join it
-        closes = (isinstance(block, Lines) and narrow and isinstance(following, Heading)
-                  and isinstance(after := page.body[n + 2] if n + 2 < len(page.body) else None, Grid)
-                  and _narrow(page, after))
-        if closes:
+        after = page.body[n + 2] if n + 2 < len(page.body) else None
+        if (isinstance(block, Lines) and narrow and isinstance(following, Heading) and isinstance(after, Grid)
+                and _narrow(page, after)):
             out += [*_lines(block.lines, page.names), ""]
             continue
         if not (fits or opens_narrow):
