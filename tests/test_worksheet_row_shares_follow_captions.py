@@ -16,8 +16,7 @@ from qkv_tui.edges.worksheet.sheet import Grid, Sheet, sheet
 
 
 def tallest(page: Sheet, blocks: list[Grid], widths: list[float]) -> int:
-    return max(math.ceil(typ._chars(f"{b.caption}{b.suffix}:") * typ.CHAR / w) + len(b.table.rows) + 1
-               for b, w in zip(blocks, widths, strict=True))
+    return max(math.ceil(typ._caption_width("", b) / w) + len(b.table.rows) + 1 for b, w in zip(blocks, widths, strict=True))
 
 
 @pytest.mark.parametrize("name, heads", [("differential_learns", [1]), ("differential_learns", [2]),
@@ -32,7 +31,7 @@ def test_each_row_shares_its_room_by_its_captions(name: str, heads: list[int] | 
         if sum(widths) + typ.GUTTER > typ.LINE:
             continue
         rows += 1
-        shares = typ._shares(page, pair)
+        shares = typ._shares(page, [("", b) for b in pair])
         assert all(s >= w - 1e-9 for s, w in zip(shares, widths, strict=True))
         assert sum(shares) + typ.GUTTER <= typ.LINE + 1e-6
         equal = [w + (typ.LINE - typ.GUTTER - sum(widths)) / 2 for w in widths]
@@ -47,5 +46,5 @@ def test_a_long_caption_over_a_short_table_gets_the_room() -> None:
     by_key = {b.table.key: b for b in page.body if isinstance(b, Grid)}
     pair = [by_key["dnormed.0"], by_key["subm.0"]]
     widths = [typ._width(page, b) for b in pair]
-    shares = typ._shares(page, pair)
+    shares = typ._shares(page, [("", b) for b in pair])
     assert shares[1] - widths[1] > shares[0] - widths[0]  # the slack went to the long caption first

@@ -128,7 +128,8 @@ def test_every_format_prints_the_step() -> None:
     assert key is not None
     sheet_text = " ".join(page.extract_text() for page in pypdf.PdfReader(io.BytesIO(questions)).pages)
     key_text = " ".join(page.extract_text() for page in pypdf.PdfReader(io.BytesIO(key)).pages)
-    assert "SGD step\n" in sheet_text and "new 𝑊𝑄 0 1 2" in sheet_text  # the section, and its table's corner
+    # the section's name, run in before its first table's caption, and the table's corner
+    assert "\nSGD step new 𝑊𝑄" in sheet_text and "new 𝑊𝑄 0 1 2" in sheet_text
     assert answers[-1].answer.replace("-", "−") in key_text or answers[-1].answer in key_text
 
 

@@ -44,9 +44,16 @@ class WorksheetContent:
     chosen: str = ""
     # the gradients of weights [backward] does not train that the choice would have asked and leaves out (select.py)
     idle: tuple[str, ...] = ()
+    # --heads: the columns printed of a table of the layer whose columns are the heads' (edges/worksheet/columns.py);
+    # a table not named here prints every column
+    columns: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
 
     def table(self, key: str) -> Table:
         return next(t for t in self.tables if t.key == key)
+
+    def columns_of(self, table: Table) -> tuple[int, ...]:
+        """The columns of ``table`` the page prints, by their index in it."""
+        return self.columns.get(table.key, tuple(range(len(table.cols))))
 
     def blank_at(self, key: str, row: int, col: int) -> Blank | None:
         return self._blank_index.get((key, row, col))

@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from qkv_tui.core.engine import Computation
 from qkv_tui.core.part_questions import refusal
 from qkv_tui.core.scenario import Scenario
+from qkv_tui.edges.worksheet import columns as head_columns
 from qkv_tui.edges.worksheet import select, sgd
 from qkv_tui.edges.worksheet.backward.parts import stages_of
 from qkv_tui.edges.worksheet.backward.tables import SHEET
@@ -128,8 +129,9 @@ def build(comp: Computation, blanks: str = DEFAULT_BLANKS, seed: int = 0, decima
         specs[sgd.SHEET.stage.key] = sgd.SHEET
     by_key = {t.key: t for t in tables}
     work = Working(sc, by_key, decimals, specs, comp)
+    columns = head_columns.asked_columns(comp, tables, selection.heads)
     asked, shown, idle = select.asked_and_shown(tables, selection, Trace(comp).stage_keys if not selection.everything
-                                          else (), {} if selection.everything else _reads(work, tables),
+                                          else (), {} if selection.everything else _reads(work, tables, columns),
                                           stages_of(sc) if sc.backward is not None else None, sgd.untrained(comp))
     if not asked and not selection.everything:
         raise WorksheetError(f"--stages and --heads leave this worksheet nothing to ask ({selection.said}): no table"
@@ -137,8 +139,8 @@ def build(comp: Computation, blanks: str = DEFAULT_BLANKS, seed: int = 0, decima
     idle_names = tuple(by_key[k].name for k in idle)
     tables = [t for t in tables if t.key in shown]
     sgd_keys = {t.key for t in tables if t.stage == sgd.STAGE.key}
-    main = [c for c in _candidates(tables, asked) if c[0] not in sgd_keys]
-    steps = [c for c in _candidates(tables, asked) if c[0] in sgd_keys]
+    main = [c for c in _candidates(tables, asked, columns) if c[0] not in sgd_keys]
+    steps = [c for c in _candidates(tables, asked, columns) if c[0] in sgd_keys]
     # the SGD step's blanks are drawn apart, after the rest: the sheet before it keeps the blanks it had
     if count is not None:
         in_steps = round(count * len(steps) / (len(main) + len(steps))) if steps else 0
@@ -155,15 +157,17 @@ def build(comp: Computation, blanks: str = DEFAULT_BLANKS, seed: int = 0, decima
         for n, (key, i, j) in enumerate(chosen)
     )
     return Worksheet(comp, tuple(tables), result, decimals, specs, left_out,
-                     None if selection.everything else frozenset(asked), selection.said, idle_names)
+                     None if selection.everything else frozenset(asked), selection.said, idle_names,
+                     {k: v for k, v in columns.items() if k in shown})
 
 
-def _candidates(tables: list[Table], asked: set[str]) -> list[Cell]:
-    """Every cell that may be blank: of an asked table that can be worked by hand, and not masked."""
+def _candidates(tables: list[Table], asked: set[str], columns: dict[str, tuple[int, ...]]) -> list[Cell]:
+    """Every cell that may be blank: of an asked table that can be worked by hand, printed (--heads: columns.py), and
+    not masked."""
     return [
         (t.key, i, j)
         for t in tables if t.blankable and t.key in asked
-        for i in range(t.values.shape[0]) for j in range(t.values.shape[1])
+        for i in range(t.values.shape[0]) for j in columns.get(t.key, range(t.values.shape[1]))
         if t.allow is None or t.allow[i, j]
     ]
 
@@ -178,8 +182,9 @@ class _Reads(dict[str, Table]):
         return super().__getitem__(key)
 
 
-def _reads(work: Working, tables: list[Table]) -> dict[str, set[str]]:
-    """For each table a student works, the tables its answer-key lines read (every cell's, the masked ones aside)."""
+def _reads(work: Working, tables: list[Table], columns: dict[str, tuple[int, ...]]) -> dict[str, set[str]]:
+    """For each table a student works, the tables its answer-key lines read (every printed cell's, the masked ones
+    aside)."""
     record = _Reads(work.tables)
     work.tables = record
     out: dict[str, set[str]] = {}
@@ -189,7 +194,7 @@ def _reads(work: Working, tables: list[Table]) -> dict[str, set[str]]:
                 continue
             record.read = set()
             for i in range(t.values.shape[0]):
-                for j in range(t.values.shape[1]):
+                for j in columns.get(t.key, range(t.values.shape[1])):
                     if t.allow is None or t.allow[i, j]:
                         work.line(t, i, j)
             out[t.key] = record.read - {t.key}

@@ -82,12 +82,21 @@ def choose(comp: Computation, stages: str | None, heads: Sequence[int] | None) -
     chosen_heads = None if heads is None else _heads(comp, heads)
     words = []
     if stages is not None:
-        words.append(f"stages {', '.join(_name(trace, k) for k in _in_order(trace, chosen_stages or ()))}")
+        words.append(f"stages {_run(trace, comp, _in_order(trace, chosen_stages or ()))}")
     if chosen_heads is not None:
         names = [str(h + 1) + ("" if comp.heads[h].name == f"head {h + 1}" else f" ({comp.heads[h].name})")
                  for h in chosen_heads]
         words.append(f"{'head' if len(names) == 1 else 'heads'} {', '.join(names)}")
     return Selection(chosen_stages, chosen_heads, "; ".join(words), named)
+
+
+def _run(trace: Trace, comp: Computation, keys: list[str]) -> str:
+    """The stages' names for the rule line: a run of the stage bar's, four or more in its order, as its first and
+    last (``Loss … SGD``, the backward group), so the line does not list every stage of a long bar."""
+    order = [key for key, _ in _stage_list(trace, comp)]
+    if len(keys) >= 4 and keys[0] in order and order[order.index(keys[0]):order.index(keys[0]) + len(keys)] == keys:
+        return f"{_name(trace, keys[0])} … {_name(trace, keys[-1])}"
+    return ", ".join(_name(trace, k) for k in keys)
 
 
 def _stage_list(trace: Trace, comp: Computation) -> list[tuple[str, str]]:

@@ -74,6 +74,10 @@ class Sheet:
     def key(self) -> tuple[Blank, ...]:
         return self.ws.blanks
 
+    def columns(self, table: Table) -> tuple[int, ...]:
+        """The columns of ``table`` the page prints (--heads: the asked heads' of a table of the layer)."""
+        return self.ws.columns_of(table)
+
     def cell(self, table: Table, row: int, col: int) -> str | Blank:
         """A cell as printed, or the blank in its place."""
         blank = self.ws.blank_at(table.key, row, col)
@@ -101,7 +105,7 @@ def sheet(ws: WorksheetContent) -> Sheet:
     body: list[Block] = [Heading("Inputs")]
     for table in ws.tables:
         if table.given:
-            body.append(Grid(table.heading, _suffix(ws, table), table))
+            body.append(Grid(table.heading, _suffix(ws, table) + _columns_note(ws, table), table))
     # --stages/--heads: the mask where an asked table of the forward reads it (its masked cells −∞ or 0); a backward
     # table's masked cells are printed as the 0 they are, never blank, and its lines write them so
     reads_mask = ws.asked is None or any(t.key in ws.asked and t.allow is not None and t.stage != "backward"
@@ -109,7 +113,8 @@ def sheet(ws: WorksheetContent) -> Sheet:
     if not sc.allow.all() and reads_mask:
         mask = Table("mask", "mask", "", "scale", None, sc.allow.astype(np.float64), sc.labels, sc.key_labels, True, False)
         body.append(Grid("Mask (1 = the query may attend the key, 0 = masked)", "", mask))
-    multi = len(comp.heads) > 1
+    # a head's name on its sections where the sheet prints more than one head's tables (--heads 2 of two: none)
+    multi = len({t.head for t in ws.tables} - {None}) > 1
     scale = []
     # --heads: the scale of the heads asked about (a table of the layer as a whole never reads a head left out)
     asked_heads = None if ws.asked is None else {t.head for t in ws.tables if t.key in ws.asked} - {None} or None
@@ -137,7 +142,8 @@ def sheet(ws: WorksheetContent) -> Sheet:
             last_section = section
             if table.head is not None and (note := spec.worksheet_note(comp, ws.kv_owners, table.head)):
                 body.append(Lines(tuple(note)))
-        body.append(Grid(table.heading, GIVEN if ws.asked is not None and table.key not in ws.asked else "", table))
+        body.append(Grid(table.heading, _columns_note(ws, table)
+                         + (GIVEN if ws.asked is not None and table.key not in ws.asked else ""), table))
     description = sc.description or ""
     return Sheet(ws, sc.title, description, intro(description), lead(sc), tuple(rules(ws)), tuple(body))
 
@@ -145,9 +151,19 @@ def sheet(ws: WorksheetContent) -> Sheet:
 def _suffix(ws: WorksheetContent, table: Table) -> str:
     """`` (head 2)`` on a head's own table when there are several; K/V tables of shared heads name their readers."""
     heads = ws.comp.heads
-    if table.readers or table.head is None or len(heads) == 1 or "K/V head" in table.heading:
+    if (table.readers or table.head is None or len({t.head for t in ws.tables} - {None}) == 1
+            or "K/V head" in table.heading):
         return ""
     return f" ({heads[table.head].name})"
+
+
+def _columns_note(ws: WorksheetContent, table: Table) -> str:
+    """`` (head 1's columns)`` on a table of the layer a --heads sheet prints only some heads' columns of
+    (edges/worksheet/columns.py)."""
+    if table.key not in ws.columns:
+        return ""
+    heads = sorted(t.head for t in ws.tables if t.head is not None)
+    return f" ({' and '.join(dict.fromkeys(ws.comp.heads[h].name for h in heads))}'s columns)"
 
 
 def rules(ws: WorksheetContent) -> list[str]:

@@ -84,3 +84,16 @@ def mla_tables(t: Add, chain: PrintedChain, back: MlaBack, x_name: str) -> None:
 def dX_heading(x_name: str) -> str:
     return (f"d{x_name} = dc_KV·W_DKVᵀ + dk_R·W_KRᵀ + [dq_C | dq_R]·W_Qᵀ (the latent's, the rotary key's and the"
             " queries' paths)")
+
+
+def mla_head_columns(sc: Scenario) -> dict[str, int]:
+    """The latent layer's tables whose columns are every head's side by side, each with its columns a head
+    (edges/worksheet/columns.py): W_Q's [nope | rope], W_UK's d_nope and W_UV's d_v, with their gradients and steps."""
+    mla = sc.mla
+    if mla is None or not mla_covered(sc):
+        return {}
+    out: dict[str, int] = {}
+    for keys, width in ((("W_QA", "mW_Q", "sgd.W_QA"), mla.d_qk), (("W_UK", "mW_UK", "sgd.W_UK"), mla.d_nope),
+                        (("W_UV", "mW_UV", "sgd.W_UV"), mla.d_v)):
+        out.update(dict.fromkeys(keys, width))
+    return out

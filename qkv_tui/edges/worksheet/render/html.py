@@ -68,11 +68,11 @@ def _cell(value: str | Blank) -> str:
 def _table(page: Sheet, block: Grid) -> list[str]:
     t = block.table
     caption = f"{_prose(block.caption, page.names)}{html.escape(block.suffix)}:"
+    heads = "".join(f"<th>{html.escape(t.cols[j])}</th>" for j in page.columns(t))
     out = [f"<figure><figcaption>{caption}</figcaption>", "<table>",
-           "<thead><tr>" + f"<th>{_prose(t.name, page.names)}</th>" + "".join(f"<th>{html.escape(c)}</th>" for c in t.cols)
-           + "</tr></thead>", "<tbody>"]
+           "<thead><tr>" + f"<th>{_prose(t.name, page.names)}</th>" + heads + "</tr></thead>", "<tbody>"]
     for i, label in enumerate(t.rows):
-        cells = "".join(_cell(page.cell(t, i, j)) for j in range(len(t.cols)))
+        cells = "".join(_cell(page.cell(t, i, j)) for j in page.columns(t))
         out.append(f'<tr><th scope="row">{_label(label, page.names)}</th>{cells}</tr>')
     out += ["</tbody>", "</table></figure>"]
     return out

@@ -15,12 +15,13 @@ def _md(label: str) -> str:
 
 
 def _table_md(page: Sheet, table: Table) -> str:
-    head = "| " + " | ".join([_md(table.name), *(_md(c) for c in table.cols)]) + " |"
-    rule = "|" + "---|" * (len(table.cols) + 1)
+    columns = page.columns(table)
+    head = "| " + " | ".join([_md(table.name), *(_md(table.cols[j]) for j in columns)]) + " |"
+    rule = "|" + "---|" * (len(columns) + 1)
     body = []
     for i, label in enumerate(table.rows):
         cells = []
-        for j in range(len(table.cols)):
+        for j in columns:
             cell = page.cell(table, i, j)
             cells.append(cell if isinstance(cell, str) else f"({cell.number}) {BLANK}")
         body.append("| " + " | ".join([f"**{_md(label)}**", *cells]) + " |")

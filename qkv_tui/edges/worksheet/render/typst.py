@@ -8,7 +8,9 @@ markup, so a title full of ``#``, ``$`` or ``*`` prints as written.
 
 from __future__ import annotations
 
+import itertools
 import math
+import re
 
 from qkv_tui.edges.worksheet.content import Blank
 from qkv_tui.edges.worksheet.render.formulas import IDENTIFIER, pieces, to_typst, typst_string
@@ -28,13 +30,14 @@ class MissingExtraError(RuntimeError):
 
 
 BODY = 9  # pt: the floor for anything a student reads or writes in (tests/test_worksheet_fits_two_pages.py)
-MARGIN = 1.1  # cm on every side: room to hold the sheet, no more, so a one-head backward sheet is one page
+MARGIN = 1.0  # cm on every side: room to hold the sheet, no more, so a one-head backward sheet is one page
 _PREAMBLE = """#set document(title: {title}, date: none)
 #set page(paper: "a4", margin: MARGINcm, numbering: "1 / 1")
 #set text(font: "New Computer Modern", size: BODYpt, lang: "en")
-#set par(justify: false, leading: 0.45em, spacing: 0.7em)
-#set list(spacing: 0.4em)
-#set table(stroke: 0.4pt + luma(120), inset: (x: 3pt, y: 1.8pt))
+#set par(justify: false, leading: 0.4em, spacing: 0.6em)
+#set list(spacing: 0.25em, indent: 0pt, body-indent: 0.4em)
+#set block(spacing: 0.45em)
+#set table(stroke: 0.4pt + luma(120), inset: (x: 3pt, y: 1.1pt))
 #show heading: set block(above: 0.8em, below: 0.4em)
 #show heading.where(level: 1): set text(size: 12pt)
 #show heading.where(level: 2): set text(size: 10.5pt)
@@ -76,12 +79,13 @@ def _cell(page: Sheet, value: str | Blank, wide: bool = False) -> str:
 
 def _table(page: Sheet, block: Grid) -> str:
     t = block.table
-    cols = len(t.cols)
-    header = ", ".join([f"[{_prose(t.name, page.names)}]", *(f"[*{_label(c, page.names)}*]" for c in t.cols)])
+    columns = page.columns(t)
+    cols = len(columns)
+    header = ", ".join([f"[{_prose(t.name, page.names)}]", *(f"[*{_label(t.cols[j], page.names)}*]" for j in columns)])
     wide = cols > WIDE
     rows = []
     for i, label in enumerate(t.rows):
-        cells = [_cell(page, page.cell(t, i, j), wide) for j in range(cols)]
+        cells = [_cell(page, page.cell(t, i, j), wide) for j in columns]
         rows.append(", ".join([f"[*{_label(label, page.names)}*]", *cells]))
     size = "8pt" if wide else f"{BODY}pt"
     widths = f"(auto,) + (1fr,) * {cols}" if wide else str(cols + 1)  # never wider than the page
@@ -115,40 +119,51 @@ def _key(page: Sheet, alone: bool) -> list[str]:
 
 
 def _questions(page: Sheet) -> list[str]:
-    out = [f"#text(size: 14pt, weight: \"bold\")[{_text(f'Worksheet: {page.title}')}]", "",
+    out = [f"#text(size: 13pt, weight: \"bold\")[{_text(f'Worksheet: {page.title}')}]", "",
            "#grid(columns: (auto, 1fr, auto, 5cm), column-gutter: 0.5em, align: bottom,"
-           " [Name:], box(width: 100%, stroke: (bottom: 0.5pt))[#v(0.9em)], [Date:],"
-           " box(width: 100%, stroke: (bottom: 0.5pt))[#v(0.9em)])", ""]
-    if page.intro:
-        out += [_prose(page.intro, page.names), ""]
+           " [Name:], box(width: 100%, stroke: (bottom: 0.5pt))[#v(0.8em)], [Date:],"
+           " box(width: 100%, stroke: (bottom: 0.5pt))[#v(0.8em)])", ""]
     text, formula, rest = page.lead
-    out += [f"{_text(text)}{to_typst(formula) if formula else ''}{_text(rest)}", ""]
+    # the description's words and the line under the title run on as one paragraph
+    intro = f"{_prose(page.intro, page.names)} " if page.intro else ""
+    out += [f"{intro}{_text(text)}{to_typst(formula) if formula else ''}{_text(rest)}", ""]
     out += _lines(page.rules, page.names)
     out.append("")
     heading = ""  # a section's heading waits for its first table, when that has a page of its own
-    # narrow tables so far, set side by side when they fit (_side_by_side), each with the heading of the section it
-    # opens: a row runs on across sections, so a section of one small table does not take a line of its own
+    # tables so far, set side by side when they fit (_side_by_side), each with the name of the section it opens run
+    # in before its caption: a row runs on across sections, so a section of one small table takes no line of its own
     narrow: list[tuple[str, Grid]] = []
+    opens = ""  # the name of the section the next table opens, run in
     for n, block in enumerate(page.body):
         fits = isinstance(block, Grid) and _narrow(page, block)
         following = page.body[n + 1] if n + 1 < len(page.body) else None
         opens_narrow = isinstance(block, Heading) and isinstance(following, Grid) and _narrow(page, following)
+        # lines that close a section whose tables wait for their row (the scale's rule after the inputs) are set above
+        # that row, so the next section's tables may join it
+        after = page.body[n + 2] if n + 2 < len(page.body) else None
+        if (isinstance(block, Lines) and narrow and isinstance(following, Heading) and isinstance(after, Grid)
+                and _narrow(page, after)):
+            out += [*_lines(block.lines, page.names), ""]
+            continue
         if not (fits or opens_narrow):
             out += _side_by_side(page, narrow)
             narrow = []
         if isinstance(block, Heading):
+            if opens_narrow:
+                opens = block.text
+                continue
             heading = _heading(block.text, 2, page.names)
-            if not (isinstance(following, Grid) and (len(following.table.cols) > WIDE or opens_narrow)):
+            if not (isinstance(following, Grid) and len(page.columns(following.table)) > WIDE):
                 out += [heading, ""]
                 heading = ""
         elif isinstance(block, Lines):
             out += [*_lines(block.lines, page.names), ""]
         elif isinstance(block, Grid) and fits:
-            narrow.append((heading, block))
-            heading = ""
+            narrow.append((opens, block))
+            opens = ""
         elif isinstance(block, Grid):
             table = _captioned(page, block)
-            if len(block.table.cols) > WIDE:
+            if len(page.columns(block.table)) > WIDE:
                 table = f"#page(flipped: true)[{heading}\n\n{table}]" if heading else f"#page(flipped: true)[{table}]"
                 heading = ""
             out += [table, ""]
@@ -156,7 +171,7 @@ def _questions(page: Sheet) -> list[str]:
 
 
 def _narrow(page: Sheet, block: Grid) -> bool:
-    return _width(page, block) <= HALF and len(block.table.rows) <= KEEP
+    return _width(page, block) <= LINE and len(block.table.rows) <= KEEP and len(page.columns(block.table)) <= WIDE
 
 
 # the page's text width (A4 less the margins) and a table's room beside one or two others, in points
@@ -164,67 +179,110 @@ LINE = (21.0 - 2 * MARGIN) / 2.54 * 72
 GUTTER = 12.0
 HALF = (LINE - GUTTER) / 2
 MOST = 6  # tables to a row at most
+GAP = 1.0  # the space between two rows of tables, in lines
 # a character of the 9pt font (a digit is 4.5pt, a minus sign more), generously; a bold one; a cell's sides; the
 # blank's room to write in after its number (0.3em and 2.6em)
-CHAR, BOLD_CHAR, INSET, LINE_ROOM = 4.7, 5.4, 7.0, 2.9 * BODY
+CHAR, BOLD_CHAR, INSET, LINE_ROOM = 4.4, 5.0, 7.0, 2.9 * BODY
+RUN_IN = 10.5  # pt: a section's name run in before its first table's caption, as large as a heading of its own
+RUN_IN_CHAR = 6.6
 
 
 def _chars(text: str) -> float:
     return len(text) + 0.5 * (text.count("-") + text.count("−"))
 
 
+def _label_chars(text: str, page: Sheet) -> float:
+    """A label's length in characters as set: one set as math (_label: ``e^(λ_q1·λ_k1)``) drops the marks of its sub-
+    and superscripts and the brackets around them, and half a character more for the slant."""
+    if "_" not in text or text in page.names:
+        return len(text)
+    return len(re.sub(r"[_^]", "", re.sub(r"[_^]\(([^()]*)\)", r"\1", text))) + 0.5
+
+
 def _width(page: Sheet, block: Grid) -> float:
     """How wide a table prints, estimated from its longest cell in each column (a blank: its number and its line)."""
     t = block.table
-    if len(t.cols) > WIDE:
+    if len(page.columns(t)) > WIDE:
         return LINE
-    width = max(len(t.name), *(len(label) for label in t.rows)) * BOLD_CHAR + INSET
-    for j, col in enumerate(t.cols):
+    width = max(_label_chars(t.name, page), *(_label_chars(label, page) for label in t.rows)) * BOLD_CHAR + INSET
+    for j in page.columns(t):
+        col = t.cols[j]
         cells = [page.cell(t, i, j) for i in range(len(t.rows))]
-        width += max([len(col) * BOLD_CHAR, *(_chars(f"({c.number})") * CHAR + LINE_ROOM if isinstance(c, Blank)
+        width += max([_label_chars(col, page) * BOLD_CHAR, *(_chars(f"({c.number})") * CHAR + LINE_ROOM if isinstance(c, Blank)
                                               else _chars(c) * CHAR for c in cells)])
         width += INSET
     return width
 
 
-def _captioned(page: Sheet, block: Grid) -> str:
+def _captioned(page: Sheet, block: Grid, opens: str = "") -> str:
+    """A table under its caption; ``opens``: the name of the section it opens, set bold before the caption."""
     caption = f"{_prose(block.caption, page.names)}{_text(block.suffix)}{_text(':')}"
+    if opens:
+        caption = f"#text(size: {RUN_IN}pt, weight: \"bold\")[{_label(opens, page.names)}]#h(0.6em){caption}"
     # a table of a page or less stays with its caption, on one page
     breakable = "true" if len(block.table.rows) > KEEP else "false"
     return f"#block(breakable: {breakable})[{caption}\n\n{_table(page, block)}]"
 
 
 def _side_by_side(page: Sheet, blocks: list[tuple[str, Grid]]) -> list[str]:
-    """Consecutive narrow tables, up to MOST to a row where each fits its share of the line (captions wrap
-    within it), so a sheet of small tables takes a page or two rather than one column down many. A table that
-    opens a section carries its heading above its caption."""
-    rows: list[list[tuple[str, Grid]]] = []
-    for heading, block in blocks:
-        row = rows[-1] if rows else None
-        if (row is not None and len(row) < MOST
-                and sum(_width(page, b) for _, b in row) + _width(page, block) + GUTTER * len(row) <= LINE):
-            row.append((heading, block))
-            continue
-        rows.append([(heading, block)])
+    """Consecutive tables, up to MOST to a row where each fits its share of the line (captions wrap within it), so a
+    sheet of small tables takes a page or two rather than one column down many. Where the rows break is chosen, as
+    a paragraph's lines are, to make the rows together shortest (_rows). A table that opens a section carries the
+    section's name run in before its caption."""
+    rows = _rows(page, blocks)
     out: list[str] = []
     for row in rows:
         if len(row) == 1:
-            heading, block = row[0]
-            out += [*([heading, ""] if heading else []), _captioned(page, block), ""]
+            opens, block = row[0]
+            out += [_captioned(page, block, opens), ""]
             continue
-        columns = ", ".join(f"{w:.1f}pt" for w in _shares(page, [b for _, b in row]))
-        cells = ", ".join(f"[{heading}{chr(10) * 2 if heading else ''}{_captioned(page, b)}]" for heading, b in row)
+        columns = ", ".join(f"{w:.1f}pt" for w in _shares(page, row))
+        cells = ", ".join(f"[{_captioned(page, b, opens)}]" for opens, b in row)
         out += [f"#grid(columns: ({columns}), column-gutter: {GUTTER}pt, align: top, {cells})", ""]
     return out
 
 
-def _shares(page: Sheet, blocks: list[Grid]) -> list[float]:
+def _rows(page: Sheet, blocks: list[tuple[str, Grid]]) -> list[list[tuple[str, Grid]]]:
+    """The tables cut into rows, in page order, that fit the line and are together the shortest (each row as tall as
+    its tallest caption and table, _tall, and a line between rows): greedy filling can leave a long caption
+    wrapping down a sliver of a row that the next row had room for."""
+    best: list[tuple[float, int]] = [(0.0, 0)]  # for the first k tables: the least height, where their last row starts
+    for k in range(1, len(blocks) + 1):
+        options = []
+        for start in range(k - 1, max(-1, k - 1 - MOST), -1):
+            row = blocks[start:k]
+            if len(row) > 1 and sum(_width(page, b) for _, b in row) + GUTTER * (len(row) - 1) > LINE:
+                break
+            options.append((best[start][0] + _tall(page, row) + GAP, start))
+        best.append(min(options))
+    cuts = []
+    k = len(blocks)
+    while k:
+        cuts.append(k)
+        k = best[k][1]
+    starts = [0, *reversed(cuts)]
+    return [blocks[a:b] for a, b in itertools.pairwise(starts)]
+
+
+def _tall(page: Sheet, row: list[tuple[str, Grid]]) -> int:
+    """A row's height in lines: its tallest caption, wrapped in its share of the line, and table."""
+    return max(math.ceil(_caption_width(opens, b) / share) + len(b.table.rows) + 1
+               for (opens, b), share in zip(row, _shares(page, row), strict=True))
+
+
+def _caption_width(opens: str, block: Grid) -> float:
+    """A caption's estimated width on one line, with the name of the section it opens run in before it."""
+    return _chars(f"{block.caption}{block.suffix}:") * CHAR + (len(opens) + 1) * RUN_IN_CHAR * bool(opens)
+
+
+def _shares(page: Sheet, row: list[tuple[str, Grid]]) -> list[float]:
     """Each table of a row its estimated width, then what is left of the line where it keeps the row shortest:
     the row is as tall as its tallest caption and table together, so a long caption over a short table gets the
     room to wrap in fewer lines before the rest is shared equally."""
+    blocks = [b for _, b in row]
     widths = [_width(page, b) for b in blocks]
     room = LINE - GUTTER * (len(blocks) - 1)
-    captions = [_chars(f"{b.caption}{b.suffix}:") * CHAR for b in blocks]
+    captions = [_caption_width(opens, b) for opens, b in row]
     rows = [len(b.table.rows) + 1 for b in blocks]
     for tall in range(max(rows) + 1, max(rows) + 1 + max(math.ceil(c / w) for c, w in zip(captions, widths, strict=True))):
         # each caption in the lines its table leaves it under a row this tall (its table's rows and one line at least)
