@@ -23,6 +23,8 @@ from qkv_tui.core.engine import Computation, HeadResult, NormResult
 from qkv_tui.core.gradients import Gradients, HeadGrad, gradients
 from qkv_tui.core.scenario import Matrix, Scenario
 from qkv_tui.edges.faces import faces, placed
+from qkv_tui.edges.worksheet.backward.cross_entropy import ce_tables
+from qkv_tui.edges.worksheet.backward.cross_entropy import rules as ce_rules
 from qkv_tui.edges.worksheet.backward.lines import line, operand_keys
 from qkv_tui.edges.worksheet.backward.parts import part_sheets, part_uncovered
 from qkv_tui.edges.worksheet.backward.qk_all import qk_all, qk_all_covered, qk_all_tables
@@ -48,8 +50,7 @@ def covered(sc: Scenario) -> bool:
     """Whether the page's backward tables cover the scenario (module docstring)."""
     return bool(sc.backward is not None and (not qk_all(sc) or qk_all_covered(sc))
                 and all(f.sheet_back_covers(sc) for f in faces() if f.sheet_back_covers is not None)
-                and ask.scenario_says(sc, "unprinted_backward") is None and part_uncovered(sc) is None
-                and not sc.backward.cross_entropy)
+                and ask.scenario_says(sc, "unprinted_backward") is None and part_uncovered(sc) is None)
 
 
 def uncovered(sc: Scenario) -> str:
@@ -58,8 +59,6 @@ def uncovered(sc: Scenario) -> str:
         return part
     if (unprinted := ask.scenario_says(sc, "unprinted_backward") or part_uncovered(sc)) is not None:
         return unprinted
-    if sc.backward is not None and sc.backward.cross_entropy:
-        return "the cross-entropy loss through the unembedding W_U"
     return "QK-norm over every head's columns together with grouped K/V heads"
 
 
@@ -184,6 +183,8 @@ def backward_tables(chain: PrintedChain) -> list[Table]:
     if bw.dO is not None:
         out.append(Table("dO", "dO", "dO (the gradient at the output, as given)", "backward", None,
                          np.asarray(bw.dO, dtype=np.float64), rows, idx(d_out), True, False))
+    elif bw.cross_entropy:  # the Loss's own tables from the output to dO and dW_U (backward/cross_entropy.py)
+        ce_tables(t, out.append, sc, G, ops)
     else:
         assert bw.target is not None
         out.append(Table("target", "target", "target (the wanted output; loss = ½·Σ (output − target)²)", "backward",
@@ -341,7 +342,7 @@ class BackwardSheet(StageSpec):
                          if state else
                          "- Backward: work each table of the Backward sections from the tables printed before it, in page"
                          f" order (the chain rule, one operation per table). {head}dW = Xᵀ·(its gradient); a bias's"
-                         " gradient is the sum of its gradient's rows.", *own_rules]),
+                         " gradient is the sum of its gradient's rows.", *ce_rules(sc), *own_rules]),
                ("W_O", ["  Through W_O first: dConcat = dO·W_Oᵀ (each head's dO_h is its columns), dW_O = concatᵀ·dO."]
                 if sc.W_O is not None else [])]
         # each variant's rule (edges/faces/), in the backward's order: the opposite of the forward's
