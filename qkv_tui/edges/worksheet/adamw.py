@@ -43,7 +43,7 @@ def adamw_tables(tables: list[Table], comp: Computation, d: int) -> list[Table]:
             new = round_to(adam((w.key, head), w.values, g.values), d)  # the printed operands, rounded once
         if not np.isfinite(new).all():  # past float64: a step the page cannot print (the Train view says why)
             return None
-        heading = f"new {w.name} = {w.name} − lr·(m̂/(√v̂ + ε) + wd·{w.name}), g = {g.name}"
+        heading = f"new {w.name}: AdamW, g = {g.name}"  # its rule line has the formula
         return Table(f"sgd.{w.key}", f"new {w.name}", heading, STAGE.key, head, np.asarray(new, dtype=float),
                      w.rows, w.cols, False, True)
 
@@ -74,11 +74,9 @@ class AdamwSheet(StageSpec):
         if bw is None:
             return []
         b1, b2 = (exact(float(b)) for b in bw.betas)
-        return [f"- AdamW step, the Train view's first (t = 1, m and v start at 0), each trained weight w from its"
-                f" gradient g as printed: m = (1 − β₁)·g, v = (1 − β₂)·g·g, m̂ = m / (1 − β₁), v̂ = v / (1 − β₂), then"
-                f" new w = w − lr·(m̂/(√v̂ + ε) + wd·w), with lr = {exact(float(bw.lr))}, β₁ = {b1}, β₂ = {b2},"
-                f" ε = {exact(float(bw.eps))}, wd = {exact(float(bw.weight_decay))}; cell by cell, from the weight as"
-                " given. At t = 1, m̂/√v̂ is g/|g|: every weight moves by about lr, whatever its gradient's size."]
+        return [f"- AdamW step (the Train view's first: t = 1, m = v = 0 before): m = (1 − β₁)·g, v = (1 − β₂)·g·g,"
+                f" m̂ = m / (1 − β₁), v̂ = v / (1 − β₂), new w = w − lr·(m̂/(√v̂ + ε) + wd·w); lr = {exact(float(bw.lr))},"
+                f" β₁ = {b1}, β₂ = {b2}, ε = {exact(float(bw.eps))}, wd = {exact(float(bw.weight_decay))}."]
 
     def worksheet_line(self, cells: PrintedCells, table: Table, row: int, col: int, answer: str) -> str:
         bw = cells.sc.backward

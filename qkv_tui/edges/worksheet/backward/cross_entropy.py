@@ -40,26 +40,29 @@ def ce_tables(t: Callable[..., None], given: Callable[[Table], None], sc: Scenar
     rows = sc.labels
     d_out, vocab = bw.W_U.shape
     words = idx(vocab)
-    given(Table("W_U", "W_U", "W_U (the unembedding: a column of logits per word of the vocabulary)", "backward", None,
+    given(Table("W_U", "W_U", "W_U (the unembedding)", "backward", None,
                 np.asarray(bw.W_U, dtype=np.float64), idx(d_out), words, True, False))
-    given(Table("next", "next", "next (each token's next word, its column of W_U)", "backward", None,
+    given(Table("next", "next", "next (each token's next word)", "backward", None,
                 np.asarray(bw.next, dtype=np.float64)[:, None], rows, ("next",), True, False))
     out = ops.out_name
     t("ce_logits", "logits", f"logits = {out}·W_U", ce.logits, rows, words)
-    t("ce_p", "p", "p = softmax(logits), row by row over the vocabulary", ce.probs, rows, words)
-    t("ce_loss", "loss", "loss = −ln p[next] of each token (the loss is their mean)", ce.nll[:, None], rows, ("loss",))
+    t("ce_p", "p", "p = softmax(logits), row by row", ce.probs, rows, words)
+    t("ce_loss", "loss", "loss = −ln p[next]", ce.nll[:, None], rows, ("loss",))
     t("ce_dlogits", "dlogits", "dlogits = (p − onehot) / n (onehot: 1 at the next word)", ce.dlogits, rows, words)
     t("dO", "dO", "dO = dlogits·W_Uᵀ", ce.dO, rows, idx(d_out))
     t("dW_U", "dW_U", f"dW_U = {out}ᵀ·dlogits", ce.dW_U, idx(d_out), words)
 
 
-def rules(sc: Scenario) -> list[str]:
-    """The Loss's rule line, before the chain's."""
-    if not applies(sc):
-        return []
-    return ["  The loss first, the cross-entropy: logits = output·W_U; p = e^(z − max) / Σ e^(z − max) along each row; each"
-            f" token's loss = −ln p[next] (the loss is their mean); dlogits = (p − onehot) / n with n = {sc.n} and"
-            " onehot 1 at the next word; dO = dlogits·W_Uᵀ and dW_U = outputᵀ·dlogits."]
+def dW_U_placed(tables: list[Table]) -> list[Table]:
+    """The backward's tables with dW_U moved one table down, after the first below dO (dV, or dConcat): only the
+    step reads it, and there it lets a one-page sheet's rows of tables pack (--stages backward: two 4-column tables
+    do not share a row with a third, and dlogits, dO, dV do). Unchanged without dW_U."""
+    keys = [t.key for t in tables]
+    if "dW_U" not in keys or "dO" not in keys:
+        return tables
+    rest = [t for t in tables if t.key != "dW_U"]
+    at = [t.key for t in rest].index("dO") + 2
+    return [*rest[:at], tables[keys.index("dW_U")], *rest[at:]]
 
 
 def line(cells: PrintedCells, table: Table, i: int, j: int, answer: str) -> str | None:

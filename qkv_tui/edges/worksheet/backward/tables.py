@@ -23,8 +23,7 @@ from qkv_tui.core.engine import Computation, HeadResult, NormResult
 from qkv_tui.core.gradients import Gradients, HeadGrad, gradients
 from qkv_tui.core.scenario import Matrix, Scenario
 from qkv_tui.edges.faces import faces, placed
-from qkv_tui.edges.worksheet.backward.cross_entropy import ce_tables
-from qkv_tui.edges.worksheet.backward.cross_entropy import rules as ce_rules
+from qkv_tui.edges.worksheet.backward.cross_entropy import ce_tables, dW_U_placed
 from qkv_tui.edges.worksheet.backward.lines import line, operand_keys
 from qkv_tui.edges.worksheet.backward.parts import part_sheets, part_uncovered
 from qkv_tui.edges.worksheet.backward.qk_all import qk_all, qk_all_covered, qk_all_tables
@@ -247,7 +246,7 @@ def backward_tables(chain: PrintedChain) -> list[Table]:
         t("dX_in", f"d{xq}", layer, G.dX_norm, rows, dm)
         if sc.norm is not None and pcomp.norm is not None:
             _norm_tables(t, pcomp.norm, sc, G, chain.d)
-        return out
+        return dW_U_placed(out)
     # and each variant's own path into X̂ (the gate's), as it names it
     paths = ", ".join(["Q", *([] if sc.is_cross else ["K", "V"]),
                        *(path for f in faces() if f.sheet_back_path is not None if (path := f.sheet_back_path(sc)))])
@@ -255,7 +254,7 @@ def backward_tables(chain: PrintedChain) -> list[Table]:
       f" {paths} paths (dQ·W_Qᵀ + …, every head)", G.dX_norm, rows, dm)
     if sc.norm is not None and pcomp.norm is not None:
         _norm_tables(t, pcomp.norm, sc, G, chain.d)
-    return out
+    return dW_U_placed(out)
 
 
 def _weight_tables(t: Add, chain: PrintedChain, h: int, G: Gradients, xq: str, xkv: str) -> None:
@@ -342,7 +341,7 @@ class BackwardSheet(StageSpec):
                          if state else
                          "- Backward: work each table of the Backward sections from the tables printed before it, in page"
                          f" order (the chain rule, one operation per table). {head}dW = Xᵀ·(its gradient); a bias's"
-                         " gradient is the sum of its gradient's rows.", *ce_rules(sc), *own_rules]),
+                         " gradient is the sum of its gradient's rows.", *own_rules]),
                ("W_O", ["  Through W_O first: dConcat = dO·W_Oᵀ (each head's dO_h is its columns), dW_O = concatᵀ·dO."]
                 if sc.W_O is not None else [])]
         # each variant's rule (edges/faces/), in the backward's order: the opposite of the forward's
