@@ -84,14 +84,14 @@ class AdamwSheet(StageSpec):
         weight, grad, _ = sgd.operands(table, cells.tables)
         g_table = cells.tables[grad]
         where = f"[{col}]" if len(table.rows) == 1 else f"[{row},{col}]"
-        w, g = cells.txt(weight, row, col), cells.txt(grad, row, col)
+        w, g, g_plain = cells.txt(weight, row, col), cells.txt(grad, row, col), g_table.text(row, col, cells.d)
         one_b1, one_b2 = 1 - Decimal(exact(float(bw.betas[0]))), 1 - Decimal(exact(float(bw.betas[1])))
         m, v = one_b1 * _dec(g), one_b2 * _dec(g) * _dec(g)
         m_hat, v_hat = m / one_b1, v / one_b2  # exact: g and g·g
         mt, vt, mh, vh = (_text(x) for x in (m, v, m_hat, v_hat))
         lr, eps, wd = (exact(float(x)) for x in (bw.lr, bw.eps, bw.weight_decay))
         return (f"{table.name}{where} = w − lr·(m̂/(√v̂ + ε) + wd·w) = {w} − {lr}·({_op(mh)}/(√({vh}) + {eps}) +"
-                f" {wd}·{w}) = {answer}; g = {g_table.name}{where} = {g_table.text(row, col, cells.d)}, m = {_text(one_b1)}·{g} = {mt},"
+                f" {wd}·{w}) = {answer}; g = {g_table.name}{where} = {g_plain}, m = {_text(one_b1)}·{g} = {mt},"
                 f" v = {_text(one_b2)}·{g}·{g} = {vt}, m̂ = {_op(mt)} / {_text(one_b1)} = {mh},"
                 f" v̂ = {vt} / {_text(one_b2)} = {vh}")
 
