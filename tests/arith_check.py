@@ -15,7 +15,8 @@ NUMBER = r"-?\d+(?:\.\d+)?(?:e[+-]\d+)?"
 
 
 def _python(expr: str) -> str:
-    text = expr.replace("ln(", "log(").replace("−∞", "(-inf)").replace("−", "-").replace("·", "*").replace("⊙", "*").replace("√", "sqrt")
+    text = expr.replace("ln(", "log(")
+    text = text.replace("−∞", "(-inf)").replace("−", "-").replace("·", "*").replace("⊙", "*").replace("√", "sqrt")
     text = re.sub(r"sqrt(\d+)", r"sqrt(\1)", text)
     text = text.replace("e^", "exp")
     text = re.sub(r"exp(-?[\d.]+)", r"exp(\1)", text)

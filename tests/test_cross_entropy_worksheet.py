@@ -86,7 +86,7 @@ def test_the_loss_tables_are_torchs_on_the_printed_operands(decimals: int) -> No
 
 def test_the_page_stays_near_the_apps_exact_numbers() -> None:
     """The trace's Loss (kernels/cross_entropy.py, exact) and the page's tables differ by the page's rounding."""
-    ws, v = page(decimals=4)
+    _, v = page(decimals=4)
     g = gradients(compute(scenario()))
     ce = g.cross_entropy
     assert ce is not None

@@ -119,14 +119,14 @@ def build(comp: Computation, blanks: str = DEFAULT_BLANKS, seed: int = 0, decima
     except select.SelectionError as exc:
         raise WorksheetError(str(exc)) from None
     tables, left_out = page(comp, decimals)
-    step = adamw if adamw.applies(comp) else None  # the step the Train view runs: SGD's, or AdamW's (edges/worksheet/adamw.py)
+    adam = adamw.applies(comp)  # the step the Train view runs: AdamW's where the file says so (edges/worksheet/adamw.py)
     if any(t.stage == "backward" and not t.given for t in tables):  # the backward was worked: its step ends it
-        tables += sgd.sgd_tables(tables, comp, decimals) if step is None else step.adamw_tables(tables, comp, decimals)
+        tables += adamw.adamw_tables(tables, comp, decimals) if adam else sgd.sgd_tables(tables, comp, decimals)
     specs = {s.stage.key: s for s in stages_.REGISTRY}  # as registered now: each writes its tables' arithmetic
     if sc.backward is not None:  # the backward tables' lines and rule (edges/worksheet/backward/tables.py)
         specs[SHEET.stage.key] = SHEET
     if any(t.stage == sgd.STAGE.key for t in tables):  # its rule only where the page has its tables
-        specs[sgd.SHEET.stage.key] = sgd.SHEET if step is None else step.SHEET
+        specs[sgd.SHEET.stage.key] = adamw.SHEET if adam else sgd.SHEET
     by_key = {t.key: t for t in tables}
     work = Working(sc, by_key, decimals, specs, comp)
     asked, shown, idle = select.asked_and_shown(tables, selection, Trace(comp).stage_keys if not selection.everything

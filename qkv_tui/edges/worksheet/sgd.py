@@ -38,9 +38,9 @@ SHARED = {  # one array for the whole layer; QK-norm's γ of one head is that he
     "b_O": (("b_O", "db_O"),),
     "gamma": (("gamma", "dgamma"),),
     "beta": (("beta", "dbeta"),),
-    "W_U": (("W_U", "dW_U"),),  # the cross-entropy's unembedding (edges/worksheet/backward/cross_entropy.py)
     "gamma_q": (("gamma_q", "dgamma_q"), ("gamma_q", "dgamma_q.0")),
     "gamma_k": (("gamma_k", "dgamma_k"), ("gamma_k", "dgamma_k.0")),
+    "W_U": (("W_U", "dW_U"),),  # the cross-entropy's unembedding, last as in the Train view (backward/cross_entropy.py)
 }
 
 
