@@ -6,7 +6,8 @@ and new w = w − lr·(m̂/(√v̂ + ε) + wd·w). The page's new weights are co
 its gradient as printed, rounded once (the printed-page policy of :mod:`qkv_tui.edges.worksheet.chain`). The weights
 are the SGD step's (edges/worksheet/sgd.py finds each weight's gradient on the page); the section keeps that step's
 key, so ``--stages`` and the blanks treat it as the step that ends the sheet, under its own name. A key line shows m,
-v, m̂ and v̂ of its cell exactly, as decimals: each is a product or quotient of printed numbers.
+v, m̂ and v̂ of its cell exactly, as decimals (each a product or quotient of printed numbers), in one chain whose
+every side gives the answer.
 """
 
 from __future__ import annotations
@@ -82,18 +83,16 @@ class AdamwSheet(StageSpec):
         bw = cells.sc.backward
         assert bw is not None
         weight, grad, _ = sgd.operands(table, cells.tables)
-        g_table = cells.tables[grad]
         where = f"[{col}]" if len(table.rows) == 1 else f"[{row},{col}]"
-        w, g, g_plain = cells.txt(weight, row, col), cells.txt(grad, row, col), g_table.text(row, col, cells.d)
+        w, g = cells.txt(weight, row, col), _dec(cells.txt(grad, row, col))
         one_b1, one_b2 = 1 - Decimal(exact(float(bw.betas[0]))), 1 - Decimal(exact(float(bw.betas[1])))
-        m, v = one_b1 * _dec(g), one_b2 * _dec(g) * _dec(g)
-        m_hat, v_hat = m / one_b1, v / one_b2  # exact: g and g·g
-        mt, vt, mh, vh = (_text(x) for x in (m, v, m_hat, v_hat))
+        m, v = one_b1 * g, one_b2 * g * g
         lr, eps, wd = (exact(float(x)) for x in (bw.lr, bw.eps, bw.weight_decay))
-        return (f"{table.name}{where} = w − lr·(m̂/(√v̂ + ε) + wd·w) = {w} − {lr}·({_op(mh)}/(√({vh}) + {eps}) +"
-                f" {wd}·{w}) = {answer}; g = {g_table.name}{where} = {g_plain}, m = {_text(one_b1)}·{g} = {mt},"
-                f" v = {_text(one_b2)}·{g}·{g} = {vt}, m̂ = {_op(mt)} / {_text(one_b1)} = {mh},"
-                f" v̂ = {vt} / {_text(one_b2)} = {vh}")
+        # one chain whose every side is the answer: m and v worked from g, then m̂ and v̂ (exact: g and g·g at t = 1)
+        raw = f"{_op(_text(m))} / {_text(one_b1)} / (√({_text(v)} / {_text(one_b2)}) + {eps})"
+        hat = f"{_op(_text(m / one_b1))} / (√({_text(v / one_b2)}) + {eps})"
+        return (f"{table.name}{where} = w − lr·(m / (1 − β₁) / (√(v / (1 − β₂)) + ε) + wd·w) = {w} − {lr}·({raw} +"
+                f" {wd}·{w}) = w − lr·(m̂ / (√v̂ + ε) + wd·w) = {w} − {lr}·({hat} + {wd}·{w}) = {answer}")
 
 
 SHEET = AdamwSheet()

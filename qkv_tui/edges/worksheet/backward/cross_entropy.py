@@ -84,8 +84,7 @@ def line(cells: PrintedCells, table: Table, i: int, j: int, answer: str) -> str 
         return _loss_line(cells, name, i, answer)
     if kind == "ce_dlogits":
         hot = int(tables["next"].values[i, 0] == j)
-        return (f"{name} = (p − onehot) / n = ({tx('ce_p', i, j)} − {hot}) / {sc.n} = {answer}"
-                f"; next[{tok[i]}] = {tx('next', i, 0)}")
+        return f"{name} = (p − onehot) / n = ({tx('ce_p', i, j)} − {hot}) / {sc.n} = {answer}"
     if kind == "dO":
         body = " + ".join(f"{tx('ce_dlogits', i, c)}·{tx('W_U', j, c)}" for c in range(tables["W_U"].values.shape[1]))
         return f"{name} = Σ dlogits[{tok[i]},·]·W_U[{j},·] = {body} = {answer}"
@@ -115,10 +114,10 @@ def _loss_line(cells: PrintedCells, name: str, i: int, answer: str) -> str:
     tok = cells.sc.labels[i]
     nxt = int(cells.tables["next"].values[i, 0])
     if float(cells.tables["ce_p"].values[i, nxt]) > 0:
-        return f"{name} = −ln p[{tok},{nxt}] = −ln({cells.txt('ce_p', i, nxt)}) = {answer}; next[{tok}] = {nxt}"
+        return f"{name} = −ln p[{tok},{nxt}] = ln(1 / {cells.txt('ce_p', i, nxt)}) = {answer}"
     z = cells.tables["ce_logits"].values[i]
     top = int(np.argmax(z))
     tx = cells.txt
     terms = " + ".join(f"e^({tx('ce_logits', i, c)} − {tx('ce_logits', i, top)})" for c in range(len(z)))
     return (f"{name} = ln Σ e^(z − max) − (z[next] − max) = ln({terms}) − ({tx('ce_logits', i, nxt)} −"
-            f" {tx('ce_logits', i, top)}) = {answer}; p[{tok},{nxt}] prints as 0")
+            f" {tx('ce_logits', i, top)}) = {answer}")
