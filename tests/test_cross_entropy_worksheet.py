@@ -29,6 +29,8 @@ from qkv_tui.kernels.policy import round_to
 
 from .arith_check import check, evaluate
 from .conftest import SCENARIOS, Run
+from .test_cross_entropy_adamw_lines import generated
+from .test_worksheet_backward_variants import check_page
 from .test_worksheet_stages_and_heads import check_questions_read_the_page
 
 torch = pytest.importorskip("torch")
@@ -179,6 +181,34 @@ def test_sgd_names_no_stage_of_an_adamw_scenario(cli: Callable[..., Run]) -> Non
     run = cli("--export", "worksheet", "--stages", "sgd", NAME)
     assert run.code == 2 and run.err.count("\n") == 1 and run.err.startswith("error:")
     assert "Loss, dMix, dSoftmax, dScale, dScore, dProject, dEmbed, AdamW" in run.err
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+@pytest.mark.parametrize("decimals", [2, 3])
+def test_two_heads_through_w_o_and_other_betas(seed: int, decimals: int) -> None:
+    """Two heads, a W_O (dW_U one table below dO: after dConcat), a vocabulary of 5, β = 0.8, 0.99 and wd = 0.1: every
+    backward answer is core's gradient on the page, every line checks, and the step is torch's AdamW."""
+    sc = generated(seed)
+    ws = build(compute(sc), "100%", decimals=decimals)
+    assert check_page(ws) > 0
+    keys = [t.key for t in ws.tables]
+    assert keys.index("dW_U") == keys.index("dConcat") + 1
+    v = {t.key: t.values for t in ws.tables}
+    bw = sc.backward
+    assert bw is not None
+    moved = {t.key: t for t in ws.tables if t.stage == "sgd"}
+    assert set(moved) == {"sgd.W_Q.0", "sgd.W_K.0", "sgd.W_V.0", "sgd.W_Q.1", "sgd.W_K.1", "sgd.W_V.1", "sgd.W_O",
+                          "sgd.W_U"}
+    for key in moved:
+        w = key.removeprefix("sgd.")
+        p = t64(v[w], True)
+        p.grad = t64(v[f"d{w}"])
+        torch.optim.AdamW([p], lr=bw.lr, betas=bw.betas, eps=bw.eps, weight_decay=bw.weight_decay).step()
+        assert np.allclose(v[key], round_to(p.detach().numpy(), decimals), atol=1e-12), key
+    for b in ws.blanks:
+        if b.table.startswith("sgd."):
+            assert check(b.working) is True, b.working
+            assert "1 − β₁" in b.working and " 0.2 / " in b.working and "/ 0.01)" in b.working  # 1 − 0.8, 1 − 0.99
 
 
 def test_a_next_word_printed_with_p_zero_takes_the_form_without_p() -> None:
