@@ -228,13 +228,17 @@ def test_a_next_word_printed_with_p_zero_takes_the_form_without_p() -> None:
 
 
 def test_adamw_leaves_out_a_parts_own_sgd_step() -> None:
-    """differential_learns trains only its λ vectors, whose step is written as SGD's: under AdamW it is not printed."""
+    """differential_learns trains only its λ vectors, whose step is written as SGD's: under AdamW it is not printed,
+    and the rule says so."""
     sc = load_scenario("differential_learns")
     assert sc.backward is not None
     adam = dataclasses.replace(sc, backward=dataclasses.replace(sc.backward, optimizer="adamw"))
     assert [t for t in build(compute(sc), "100%").tables if t.stage == "sgd"]
     ws = build(compute(adam), "100%")
     assert not [t for t in ws.tables if t.stage == "sgd"] and "SGD" not in ws.markdown()
+    assert ("Not on this page: the step of lambda_q1, lambda_k1, lambda_q2, lambda_k2 (the Train view takes it)"
+            in ws.markdown())
+    assert "Not on this page" not in page()[0].markdown()
 
 
 pypdf = pytest.importorskip("pypdf")

@@ -18,6 +18,7 @@ import numpy as np
 
 from qkv_tui.core.engine import Computation
 from qkv_tui.core.training import AdamW
+from qkv_tui.edges.faces import faces
 from qkv_tui.edges.worksheet import sgd
 from qkv_tui.kernels.policy import round_to
 from qkv_tui.teach.stages.common import Stage, StageSpec
@@ -30,6 +31,15 @@ STAGE = Stage(sgd.STAGE.key, "AdamW step",
 def applies(comp: Computation) -> bool:
     bw = comp.scenario.backward
     return bw is not None and bw.adamw
+
+
+def unmoved(comp: Computation) -> list[str]:
+    """The [backward] train names whose step the page leaves to the Train view: a sink's logit, a part's own vectors
+    (differential attention's λ), whose modules write their step as SGD's only."""
+    bw = comp.scenario.backward
+    assert bw is not None
+    movable = {*sgd.PER_HEAD, *sgd.SHARED, *(name for f in faces() for name, _ in (*f.sgd_head, *f.sgd_layer))}
+    return [name for name in bw.train if name not in movable]
 
 
 def adamw_tables(tables: list[Table], comp: Computation, d: int) -> list[Table]:
@@ -77,7 +87,9 @@ class AdamwSheet(StageSpec):
         b1, b2 = (exact(float(b)) for b in bw.betas)
         return [f"- AdamW step (the Train view's first: t = 1, m = v = 0 before): m = (1 − β₁)·g, v = (1 − β₂)·g·g,"
                 f" m̂ = m / (1 − β₁), v̂ = v / (1 − β₂), new w = w − lr·(m̂/(√v̂ + ε) + wd·w); lr = {exact(float(bw.lr))},"
-                f" β₁ = {b1}, β₂ = {b2}, ε = {exact(float(bw.eps))}, wd = {exact(float(bw.weight_decay))}."]
+                f" β₁ = {b1}, β₂ = {b2}, ε = {exact(float(bw.eps))}, wd = {exact(float(bw.weight_decay))}.",
+                *([f"  Not on this page: the step of {', '.join(left)} (the Train view takes it)."]
+                  if (left := unmoved(comp)) else [])]
 
     def worksheet_line(self, cells: PrintedCells, table: Table, row: int, col: int, answer: str) -> str:
         bw = cells.sc.backward

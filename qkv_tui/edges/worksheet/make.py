@@ -120,12 +120,14 @@ def build(comp: Computation, blanks: str = DEFAULT_BLANKS, seed: int = 0, decima
         raise WorksheetError(str(exc)) from None
     tables, left_out = page(comp, decimals)
     adam = adamw.applies(comp)  # the step the Train view runs: AdamW's where the file says so (edges/worksheet/adamw.py)
-    if any(t.stage == "backward" and not t.given for t in tables):  # the backward was worked: its step ends it
+    worked = any(t.stage == "backward" and not t.given for t in tables)
+    if worked:  # the backward was worked: its step ends it
         tables += adamw.adamw_tables(tables, comp, decimals) if adam else sgd.sgd_tables(tables, comp, decimals)
     specs = {s.stage.key: s for s in stages_.REGISTRY}  # as registered now: each writes its tables' arithmetic
     if sc.backward is not None:  # the backward tables' lines and rule (edges/worksheet/backward/tables.py)
         specs[SHEET.stage.key] = SHEET
-    if any(t.stage == sgd.STAGE.key for t in tables):  # its rule only where the page has its tables
+    # its rule only where the page has its tables; AdamW's too where it names the weights the page leaves to the app
+    if any(t.stage == sgd.STAGE.key for t in tables) or (adam and worked and adamw.unmoved(comp)):
         specs[sgd.SHEET.stage.key] = adamw.SHEET if adam else sgd.SHEET
     by_key = {t.key: t for t in tables}
     work = Working(sc, by_key, decimals, specs, comp)
