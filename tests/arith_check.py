@@ -15,7 +15,8 @@ NUMBER = r"-?\d+(?:\.\d+)?(?:e[+-]\d+)?"
 
 
 def _python(expr: str) -> str:
-    text = expr.replace("−∞", "(-inf)").replace("−", "-").replace("·", "*").replace("⊙", "*").replace("√", "sqrt")
+    text = expr.replace("ln(", "log(")
+    text = text.replace("−∞", "(-inf)").replace("−", "-").replace("·", "*").replace("⊙", "*").replace("√", "sqrt")
     text = re.sub(r"sqrt(\d+)", r"sqrt(\1)", text)
     text = text.replace("e^", "exp")
     text = re.sub(r"exp(-?[\d.]+)", r"exp(\1)", text)
@@ -34,7 +35,7 @@ SAFE = {"array": lambda items: np.array(items, dtype=float), "exp": np.exp, "sqr
 
 def evaluate(expr: str) -> float | np.ndarray | None:
     """The value of a printed expression, or None when it names symbols (Q[I], ℓ) rather than numbers."""
-    words = expr.replace("softmax", "").replace("max", "").replace("tanh", "").replace("log", "")
+    words = expr.replace("softmax", "").replace("max", "").replace("tanh", "").replace("log", "").replace("ln", "")
     if not re.fullmatch(r"[\d.\s+\-−·⊙/()\[\],e^√∞]*", words.replace("−∞", "")):
         return None
     try:

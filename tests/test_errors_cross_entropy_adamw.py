@@ -60,12 +60,12 @@ def test_check_reports_one_clean_line(case: str, cli, write) -> None:
     assert_one_error_line(cli, write, *CASES[case])
 
 
-def test_a_cross_entropy_worksheet_prints_the_forward_pass_and_says_what_it_leaves(cli) -> None:
-    # its backward tables start from a target, which a cross-entropy loss has not: the page says so, as for [deltanet]
+def test_a_cross_entropy_worksheet_prints_its_loss_and_ends_with_the_adamw_step(cli) -> None:
+    # the Loss's own tables (edges/worksheet/backward/cross_entropy.py), then AdamW's step (tests/test_cross_entropy_worksheet.py)
     run = cli("--export", "worksheet", "next_token_adamw")
     assert run.code == 0, run.err
-    assert "do not cover the cross-entropy loss through the unembedding W_U" in run.out
-    assert "## Backward" not in run.out
+    assert "## Backward" in run.out and "dlogits = (p − onehot) / n" in run.out and "## AdamW step" in run.out
+    assert "do not cover" not in run.out
 
 
 def test_defaults_are_torch_s() -> None:

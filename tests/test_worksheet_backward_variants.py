@@ -61,6 +61,8 @@ def gradient_of(G: Gradients, key: str) -> Any:
     if (mb := G.part(MlaBack)) is not None and kind in MLA:
         value = getattr(mb, MLA[kind])
         return value[int(suffix)] if suffix else value
+    if not suffix and (ce := G.cross_entropy) is not None and kind in CROSS_ENTROPY:  # the cross-entropy's Loss
+        return getattr(ce, CROSS_ENTROPY[kind]) if kind != "ce_loss" else ce.nll[:, None]
     if not suffix:
         return {"dO": G.dO, "dConcat": G.d_concat, "dW_O": G.dW_O, "db_O": G.db_O, "dX_in": G.dX_norm, "dX": G.dX,
                 "dgamma": G.dgamma, "dbeta": G.dbeta, "dgamma_q": G.dgamma_q, "dgamma_k": G.dgamma_k}.get(kind)
@@ -86,6 +88,9 @@ def gradient_of(G: Gradients, key: str) -> Any:
 # [mla]'s latent tables by key: MlaBack's fields
 MLA = {"mqR": "dq_R_raw", "mkR": "dk_R", "mkRraw": "dk_R_raw", "mcKV": "dc_KV", "mW_UK": "dW_UK", "mW_UV": "dW_UV",
        "mW_KR": "dW_KR", "mW_Q": "dW_Q", "mW_DKV": "dW_DKV"}
+
+# the cross-entropy Loss's tables by key: CrossEntropy's fields (edges/worksheet/backward/cross_entropy.py)
+CROSS_ENTROPY = {"ce_logits": "logits", "ce_p": "probs", "ce_loss": "nll", "ce_dlogits": "dlogits", "dW_U": "dW_U"}
 
 # what the backward's own working prints as a table of its own (the norms' r, x̂ and m, a sink's share)
 INTERMEDIATE = ("qroot", "kroot", "qhat", "khat", "qm", "km", "xroot", "xhat", "xm", "xgbar", "psink",

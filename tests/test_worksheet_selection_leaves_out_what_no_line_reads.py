@@ -14,8 +14,8 @@ from qkv_tui.edges.worksheet.sheet import Grid, sheet
 
 from .test_worksheet_stages_and_heads import check_questions_read_the_page
 
-# the built-ins whose backward the worksheet prints (deltanet_learns and next_token_adamw keep it to the app)
-BACKWARD = ("learn_to_look", "differential_learns", "mla_learns")
+# the built-ins whose backward the worksheet prints (deltanet_learns keeps it to the app)
+BACKWARD = ("learn_to_look", "differential_learns", "mla_learns", "next_token_adamw")
 
 
 def keys(name: str, **kw: object) -> set[str]:

@@ -382,8 +382,10 @@ def engine(comp: Computation, key: Key, r: int, c: int) -> float | None:
 
 # this page model recomputes the softmax's tables; [linear]'s and [deltanet]'s pages (φ, A, the state token by
 # token) are checked by tests/test_linear_attention.py, [mla]'s by tests/test_mla.py, learn_to_look's backward
-# tables by tests/test_worksheet_backward.py (mla_learns is mla's sheet with a target)
-@pytest.mark.parametrize("path", [p for p in SOFTMAX_SCENARIOS if p.stem not in ("mla", "mla_learns", "learn_to_look")],
+# tables by tests/test_worksheet_backward.py (mla_learns is mla's sheet with a target), next_token_adamw's by
+# tests/test_cross_entropy_worksheet.py
+@pytest.mark.parametrize("path", [p for p in SOFTMAX_SCENARIOS
+                                  if p.stem not in ("mla", "mla_learns", "learn_to_look", "next_token_adamw")],
                          ids=lambda p: p.stem)
 @pytest.mark.parametrize(("blanks", "seed", "decimals"), [("25%", 0, 3), ("100%", 1, 3), ("7", 2, 2), ("60%", 3, 4),
                                                            ("100%", 4, 1)])

@@ -138,8 +138,8 @@ def _new_parser(names: tuple[str, ...]) -> argparse.ArgumentParser:
     parser.add_argument("--stages", metavar="NAME,NAME",
                         help="worksheet: the stages the sheet asks about, named as the stage bar names them (any case),"
                              " a range first..last, or the groups forward and backward (sgd: the SGD step that ends a"
-                             " backward sheet); default every stage. --heads N,N: the heads it asks about, counted"
-                             " from 1 as --head counts")
+                             " backward sheet, adamw where the file trains with AdamW); default every stage. --heads N,N:"
+                             " the heads it asks about, counted from 1 as --head counts")
     parser.add_argument("--dtype", choices=tuple(DTYPES),
                         help=f"cost: the bytes of a number in the cost view and --export cost (default {DEFAULT_DTYPE})")
     parser.add_argument("--context", metavar="N", type=_context,

@@ -26,8 +26,8 @@ from collections.abc import Sequence
 from qkv_tui.core.engine import Computation
 from qkv_tui.core.part_questions import refusal
 from qkv_tui.core.scenario import Scenario
+from qkv_tui.edges.worksheet import adamw, select, sgd
 from qkv_tui.edges.worksheet import columns as head_columns
-from qkv_tui.edges.worksheet import select, sgd
 from qkv_tui.edges.worksheet.backward.parts import stages_of
 from qkv_tui.edges.worksheet.backward.tables import SHEET
 from qkv_tui.edges.worksheet.chain import Table, page
@@ -120,13 +120,16 @@ def build(comp: Computation, blanks: str = DEFAULT_BLANKS, seed: int = 0, decima
     except select.SelectionError as exc:
         raise WorksheetError(str(exc)) from None
     tables, left_out = page(comp, decimals)
-    if any(t.stage == "backward" and not t.given for t in tables):  # the backward was worked: its SGD step ends it
-        tables += sgd.sgd_tables(tables, comp, decimals)
+    adam = adamw.applies(comp)  # the step the Train view runs: AdamW's where the file says so (edges/worksheet/adamw.py)
+    worked = any(t.stage == "backward" and not t.given for t in tables)
+    if worked:  # the backward was worked: its step ends it
+        tables += adamw.adamw_tables(tables, comp, decimals) if adam else sgd.sgd_tables(tables, comp, decimals)
     specs = {s.stage.key: s for s in stages_.REGISTRY}  # as registered now: each writes its tables' arithmetic
     if sc.backward is not None:  # the backward tables' lines and rule (edges/worksheet/backward/tables.py)
         specs[SHEET.stage.key] = SHEET
-    if any(t.stage == sgd.STAGE.key for t in tables):  # its rule only where the page has its tables
-        specs[sgd.SHEET.stage.key] = sgd.SHEET
+    # its rule only where the page has its tables; AdamW's too where it names the weights the page leaves to the app
+    if any(t.stage == sgd.STAGE.key for t in tables) or (adam and worked and adamw.unmoved(comp)):
+        specs[sgd.SHEET.stage.key] = adamw.SHEET if adam else sgd.SHEET
     by_key = {t.key: t for t in tables}
     work = Working(sc, by_key, decimals, specs, comp)
     columns = head_columns.asked_columns(comp, tables, selection.heads)

@@ -32,7 +32,7 @@ RANGE = ".."
 # app's backward that computes each (teach/stages/*.py). A kind not named here, or a stage this scenario's trace
 # lacks, goes with the table before it.
 BACKWARD_STAGE = {
-    **dict.fromkeys(("target", "dO"), "loss"),
+    **dict.fromkeys(("target", "dO", "ce_logits", "ce_p", "ce_loss", "ce_dlogits", "dW_U"), "loss"),
     **dict.fromkeys(("dConcat", "dW_O", "db_O"), "dwo"),
     **dict.fromkeys(("dV", "dP"), "dmix"),
     **dict.fromkeys(("D", "dS"), "dsoftmax"),
@@ -103,12 +103,18 @@ def _stage_list(trace: Trace, comp: Computation) -> list[tuple[str, str]]:
     """(key, name) of every stage a sheet can ask about, in the stage bar's order, then the SGD step."""
     out = [(key, trace.stage(key).name) for key in trace.stage_keys]
     if comp.scenario.backward is not None:
-        out.append((SGD_STAGE, "SGD"))
+        out.append((SGD_STAGE, _step_name(comp)))
     return out
 
 
+def _step_name(comp: Computation) -> str:
+    """The step's name: AdamW's where [backward] runs it (edges/worksheet/adamw.py), else SGD."""
+    bw = comp.scenario.backward
+    return "AdamW" if bw is not None and bw.adamw else "SGD"
+
+
 def _name(trace: Trace, key: str) -> str:
-    return "SGD" if key == SGD_STAGE else trace.stage(key).name
+    return _step_name(trace.comp) if key == SGD_STAGE else trace.stage(key).name
 
 
 def _in_order(trace: Trace, keys: Iterable[str]) -> list[str]:

@@ -10,7 +10,7 @@ a variant whose backward tables stop short of a weight (a latent layer's query l
 
 from __future__ import annotations
 
-from collections.abc import Container
+from collections.abc import Callable, Container
 
 import numpy as np
 
@@ -40,12 +40,17 @@ SHARED = {  # one array for the whole layer; QK-norm's γ of one head is that he
     "beta": (("beta", "dbeta"),),
     "gamma_q": (("gamma_q", "dgamma_q"), ("gamma_q", "dgamma_q.0")),
     "gamma_k": (("gamma_k", "dgamma_k"), ("gamma_k", "dgamma_k.0")),
+    "W_U": (("W_U", "dW_U"),),  # the cross-entropy's unembedding, last as in the Train view (backward/cross_entropy.py)
 }
 
 
-def sgd_tables(tables: list[Table], comp: Computation, d: int) -> list[Table]:
+Move = Callable[[Table, Table, int | None], Table | None]  # (weight, gradient, head) -> its new table; None: past float64
+
+
+def sgd_tables(tables: list[Table], comp: Computation, d: int, move: Move | None = None) -> list[Table]:
     """The SGD step's tables, after every other table of the page; none without [backward] or where the page
-    prints no gradient of a trained weight."""
+    prints no gradient of a trained weight. ``move``: another rule's step of one weight (AdamW's,
+    edges/worksheet/adamw.py) on the same weights, without the variants' and parts' own SGD tables."""
     sc = comp.scenario
     bw = sc.backward
     if bw is None:
@@ -54,18 +59,23 @@ def sgd_tables(tables: list[Table], comp: Computation, d: int) -> list[Table]:
     lr = float(bw.lr)
     out: list[Table] = []
 
+    def step(w: Table, g: Table, head: int | None) -> Table | None:
+        with np.errstate(over="ignore", invalid="ignore"):
+            new = round_to(w.values - lr * g.values, d)  # the printed operands, rounded once
+        if not np.isfinite(new).all():  # past float64: a step the page cannot print (the Train view says why)
+            return None
+        heading = f"new {w.name} = {w.name} − lr·{g.name}"
+        return Table(f"sgd.{w.key}", f"new {w.name}", heading, STAGE.key, head, np.asarray(new, dtype=float),
+                     w.rows, w.cols, False, True)
+
     def add(name: str, pairs: tuple[tuple[str, str], ...], head: int | None) -> None:
         for weight_key, grad_key in pairs:
             w, g = by_key.get(weight_key), by_key.get(grad_key)
             if w is None or g is None or w.values.shape != g.values.shape:
                 continue
-            with np.errstate(over="ignore", invalid="ignore"):
-                new = round_to(w.values - lr * g.values, d)  # the printed operands, rounded once
-            if not np.isfinite(new).all():  # past float64: a step the page cannot print (the Train view says why)
-                return
-            heading = f"new {w.name} = {w.name} − lr·{g.name}"
-            out.append(Table(f"sgd.{weight_key}", f"new {w.name}", heading, STAGE.key, head, np.asarray(new, dtype=float),
-                             w.rows, w.cols, False, True))
+            table = (move or step)(w, g, head)
+            if table is not None:
+                out.append(table)
             return
 
     owners = kv_owners(sc)
@@ -77,13 +87,13 @@ def sgd_tables(tables: list[Table], comp: Computation, d: int) -> list[Table]:
         for name, pairs in per_head:
             if name in trained and (name[-1] == "Q" or name in mine or owners[h] == h):
                 add(name, tuple((w.format(h=h), g.format(h=h)) for w, g in pairs), h)
-        out += [table for f in faces() if f.sgd_own is not None and f.sgd_own[0] in trained
+        out += [table for f in faces() if move is None and f.sgd_own is not None and f.sgd_own[0] in trained
                 if (table := f.sgd_own[1](by_key, h, lr, d)) is not None]
     for name, pairs in [*SHARED.items(), *(item for f in faces() for item in f.sgd_layer)]:
         if name in trained:
             add(name, pairs, None)
     # a part's own weights (differential attention's λ vectors: rows of one table), as its module moves them
-    return out + [table for sheet in part_sheets(sc) if sheet.sgd_tables is not None
+    return out + [table for sheet in part_sheets(sc) if move is None and sheet.sgd_tables is not None
                   for table in sheet.sgd_tables(by_key, comp, lr, d)]
 
 

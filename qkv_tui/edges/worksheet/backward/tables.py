@@ -23,6 +23,7 @@ from qkv_tui.core.engine import Computation, HeadResult, NormResult
 from qkv_tui.core.gradients import Gradients, HeadGrad, gradients
 from qkv_tui.core.scenario import Matrix, Scenario
 from qkv_tui.edges.faces import faces, placed
+from qkv_tui.edges.worksheet.backward.cross_entropy import ce_tables, dW_U_placed
 from qkv_tui.edges.worksheet.backward.lines import line, operand_keys
 from qkv_tui.edges.worksheet.backward.parts import part_sheets, part_uncovered
 from qkv_tui.edges.worksheet.backward.qk_all import qk_all, qk_all_covered, qk_all_tables
@@ -48,8 +49,7 @@ def covered(sc: Scenario) -> bool:
     """Whether the page's backward tables cover the scenario (module docstring)."""
     return bool(sc.backward is not None and (not qk_all(sc) or qk_all_covered(sc))
                 and all(f.sheet_back_covers(sc) for f in faces() if f.sheet_back_covers is not None)
-                and ask.scenario_says(sc, "unprinted_backward") is None and part_uncovered(sc) is None
-                and not sc.backward.cross_entropy)
+                and ask.scenario_says(sc, "unprinted_backward") is None and part_uncovered(sc) is None)
 
 
 def uncovered(sc: Scenario) -> str:
@@ -58,8 +58,6 @@ def uncovered(sc: Scenario) -> str:
         return part
     if (unprinted := ask.scenario_says(sc, "unprinted_backward") or part_uncovered(sc)) is not None:
         return unprinted
-    if sc.backward is not None and sc.backward.cross_entropy:
-        return "the cross-entropy loss through the unembedding W_U"
     return "QK-norm over every head's columns together with grouped K/V heads"
 
 
@@ -184,6 +182,8 @@ def backward_tables(chain: PrintedChain) -> list[Table]:
     if bw.dO is not None:
         out.append(Table("dO", "dO", "dO (the gradient at the output, as given)", "backward", None,
                          np.asarray(bw.dO, dtype=np.float64), rows, idx(d_out), True, False))
+    elif bw.cross_entropy:  # the Loss's own tables from the output to dO and dW_U (backward/cross_entropy.py)
+        ce_tables(t, out.append, sc, G, ops)
     else:
         assert bw.target is not None
         out.append(Table("target", "target", "target (the wanted output; loss = ½·Σ (output − target)²)", "backward",
@@ -246,7 +246,7 @@ def backward_tables(chain: PrintedChain) -> list[Table]:
         t("dX_in", f"d{xq}", layer, G.dX_norm, rows, dm)
         if sc.norm is not None and pcomp.norm is not None:
             _norm_tables(t, pcomp.norm, sc, G, chain.d)
-        return out
+        return dW_U_placed(out)
     # and each variant's own path into X̂ (the gate's), as it names it
     paths = ", ".join(["Q", *([] if sc.is_cross else ["K", "V"]),
                        *(path for f in faces() if f.sheet_back_path is not None if (path := f.sheet_back_path(sc)))])
@@ -254,7 +254,7 @@ def backward_tables(chain: PrintedChain) -> list[Table]:
       f" {paths} paths (dQ·W_Qᵀ + …, every head)", G.dX_norm, rows, dm)
     if sc.norm is not None and pcomp.norm is not None:
         _norm_tables(t, pcomp.norm, sc, G, chain.d)
-    return out
+    return dW_U_placed(out)
 
 
 def _weight_tables(t: Add, chain: PrintedChain, h: int, G: Gradients, xq: str, xkv: str) -> None:
