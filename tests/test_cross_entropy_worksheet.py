@@ -161,7 +161,7 @@ def test_a_one_head_backward_sheet_asks_the_loss_the_chain_and_the_step() -> Non
     ws = build(compute(scenario()), "100%", stages="backward", heads=[1])
     assert ws.asked is not None and set(LOSS) | set(STEPS) <= ws.asked
     assert {"dV.0", "dP.0", "D.0", "dS.0", "dscores.0", "dQu.0", "dKu.0", "dW_Q.0", "dW_K.0", "dW_V.0", "dX_in"} <= ws.asked
-    assert "stages Loss, dMix, dSoftmax, dScale, dScore, dProject, dEmbed, AdamW; head 1" in ws.markdown()
+    assert "stages Loss … AdamW; head 1" in ws.markdown()  # a run of four or more stages by its ends
     check_questions_read_the_page(ws)
     only = build(compute(scenario()), "100%", stages="AdamW")
     assert only.asked == set(STEPS)
