@@ -75,6 +75,19 @@ class Rope:
         cos, sin = policy.worked(np.cos(a)) * f, policy.worked(np.sin(a)) * f  # (n, r/2)
         return Turn(policy.worked(cos), policy.worked(sin), self.pairs(d_k))
 
+    def block_refusal(self, width: int, whole: int) -> str | None:
+        """Why it cannot turn each block of a head on its own as a head ``width`` wide (a differential head's halves,
+        d of a head ``whole`` = 2d wide: core/variants/differential.py asks), in words that follow the comma of
+        "[table] with [rope] turns each half of a head on its own,"; None where it can."""
+        if width % 2:
+            return (f"so it needs an even d, but d = {width} (W_Q is {whole} wide); expected W_Q widths that are"
+                    " multiples of 4")
+        r = self.rotated(width)
+        if r % 2:
+            return (f"and [rope] partial turns {r} of its d = {width} dimensions; expected an even count (dimensions"
+                    " turn in pairs)")
+        return None
+
     def rotated(self, d_k: int) -> int:
         """r, how many of a head's d_k dimensions turn; the rest pass through."""
         return rotated_dims(d_k, self.partial)
