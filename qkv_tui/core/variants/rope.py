@@ -219,5 +219,8 @@ TABLE: Table[Rope] = Table(
     lookalikes={("[rope]", key): ("scaling", f"{key} is a field of [rope.scaling]: write it under that header")
                 for key in ("factor", "type", "original_max_position_embeddings", "low_freq_factor",
                             "high_freq_factor", "beta_fast", "beta_slow", "attention_factor", "rope_type")},
-    faces=Faces(head="qkv_tui.core.rope_part:rope_part", mistakes=Rope.compared_mistakes),
+    # its Rotate and dRotate for a head scored in blocks (each half of a differential head), where the one-map ones
+    # step aside: after Rotate, and after the stages placed after dRotate
+    faces=Faces(head="qkv_tui.core.rope_part:rope_part", mistakes=Rope.compared_mistakes,
+                stages=(("rotate", "rotate_blocks", "ROTATE"), ("drotate", "rotate_blocks", "BACKWARD"))),
 )
