@@ -151,3 +151,15 @@ class RopeSpec(PartSpec):
         Q_rot = self.turned(p.Q_turned, p.policy)
         p.Q_used, p.K_used = Q_rot, K_rot
         p.records.append(Rotated(Q_rot, K_rot, self.turn, self.block))
+
+
+def columns(width: int, layout: str, positions: Sequence[int] | Matrix, base: float = 10000.0,
+            thetas: Matrix | None = None, factor: float = 1.0) -> RopeSpec | None:
+    """RoPE's turn of the first ``width`` columns of another part's vectors (the DSA indexer's q_I and k_I: the
+    models' qk_rope_head_dim), in that part's own ``layout``, each row at its token's position: frequencies
+    base^(−2i/width), or ``thetas`` where the main attention's RoPE scales them, and ``factor`` (YaRN's) multiplying
+    cos and sin; the other columns pass through. None where ``width`` is 0: nothing turns."""
+    if not width:
+        return None
+    a = angles(base, width, positions) if thetas is None else angles_at(thetas, positions)  # (rows, width/2)
+    return RopeSpec(Turn(np.cos(a) * factor, np.sin(a) * factor, pairs(layout, width)))

@@ -88,6 +88,14 @@ class Rope:
                     " turn in pairs)")
         return None
 
+    def columns_turn(self, width: int, layout: str) -> rope_kernel.RopeSpec | None:
+        """Its turn of the first ``width`` columns of another part's vectors, in that part's own ``layout`` (the DSA
+        indexer's q_I and k_I: kernels/rope.py columns): at its positions, with its frequencies for that width
+        (scaled where it scales them) and YaRN's factor on cos and sin; None where ``width`` is 0."""
+        thetas = self.inv_freq(width) if self.scaling is not None and width > 0 else None
+        factor = self.attention_factor if width else 1.0
+        return rope_kernel.columns(width, layout, self.positions, self.base, thetas, factor)
+
     def rotated(self, d_k: int) -> int:
         """r, how many of a head's d_k dimensions turn; the rest pass through."""
         return rotated_dims(d_k, self.partial)
