@@ -67,6 +67,16 @@ def test_a_partial_rope_dims_leaves_the_other_columns_as_they_are() -> None:
     np.testing.assert_allclose(ix.k_turned, _turned(ix.k_normed, 2, "half", 10.0), rtol=0, atol=1e-12)
 
 
+def test_under_mla_the_turn_is_the_one_mla_keeps() -> None:
+    """[mla] keeps the scenario's [rope] as its own (the scenario then has none of its own): the indexer asks it."""
+    indexer = "[indexer]" + _dsa(4, "half", 1.0).split("[indexer]")[1].split("[rope]")[0]
+    mla = (ROOT / "scenarios" / "mla.toml").read_text(encoding="utf-8").replace("base = 10000.0", "base = 10.0")
+    sc = parse_scenario(mla + "\n" + indexer, "t.toml")
+    assert sc.rope is None  # base 10 here, not the 10000 a turn without [rope] would take
+    ix = compute(sc).heads[0].need(Selection).indexed
+    np.testing.assert_allclose(ix.k_turned, _turned(ix.k_normed, 4, "half", 10.0), rtol=0, atol=1e-12)
+
+
 def test_without_rope_dims_nothing_turns() -> None:
     ix = compute(load_scenario("dsa")).heads[0].need(Selection).indexed
     assert ix.q_turned is ix.q and ix.k_turned is ix.k_normed

@@ -236,18 +236,18 @@ def _summary(ix: Indexer) -> str:
     return f"sparse attention (indexer: {ix.num_heads} index heads, d_I {ix.d_index}, top-{ix.top_k})"
 
 
-def run(ix: Indexer, X: Matrix, allow: BoolMatrix, rope: Rope | None, c_Q: Matrix | None = None,
+def run(ix: Indexer, X: Matrix, allow: BoolMatrix, turner: Any, c_Q: Matrix | None = None,
         policy: Policy = EXACT) -> Indexed:
-    """The table on X (n, d_model): ``c_Q`` is [mla]'s query latent where W_q reads it; [rope] turns the first
-    rope_dims of the index vectors in the table's own layout (its positions, frequencies and YaRN's factor: its
-    ``columns_turn``; without it, base 10000 at positions 0, 1, …)."""
+    """The table on X (n, d_model): ``c_Q`` is [mla]'s query latent where W_q reads it; ``turner`` ([rope]) turns
+    the first rope_dims of the index vectors in the table's own layout (its positions, frequencies and YaRN's
+    factor: its ``columns_turn``; None: base 10000 at positions 0, 1, …)."""
     from qkv_tui.kernels.indexer import index
     from qkv_tui.kernels.rope import columns
 
     if ix.from_latent and c_Q is None:
         raise ValueError("this [indexer] reads [mla]'s c_Q: pass it")
-    turn = (columns(ix.rope_dims, ix.rope_layout, tuple(range(X.shape[0]))) if rope is None
-            else rope.columns_turn(ix.rope_dims, ix.rope_layout))
+    turn = (columns(ix.rope_dims, ix.rope_layout, tuple(range(X.shape[0]))) if turner is None
+            else turner.columns_turn(ix.rope_dims, ix.rope_layout))
     return index(X, ix.weights(), allow, c_Q if ix.from_latent else None, turn, policy)
 
 
