@@ -33,6 +33,7 @@ from qkv_tui.kernels.stats import Matrix
 
 P = TypeVar("P")
 
+
 @dataclass(frozen=True, eq=False)
 class DiffHead:
     """What one head of ``[differential]`` reads besides its projections: its four λ vectors (d each), λ_init,
@@ -82,8 +83,10 @@ class DiffForward:
     Q: Matrix  # (n, 2d) [Q₁ | Q₂] as projected
     K: Matrix  # (m, 2d) [K₁ | K₂]
     V: Matrix  # (m, 2d)
-    Q_used: Matrix | None  # (n, 2d) [Q₁ | Q₂] as scored where the parts before the scores changed it (each half
-    K_used: Matrix | None  # (m, 2d)   turned); None where it was scored as projected (a page's printed Q then)
+    # [Q₁ | Q₂] and [K₁ | K₂] as scored where the head's parts before the scores changed them (RoPE's turns each
+    # half); None where they were scored as projected (Q and K themselves: on a worksheet, the printed ones)
+    Q_used: Matrix | None  # (n, 2d)
+    K_used: Matrix | None  # (m, 2d)
     divisor: float  # what both maps' scores were divided by
     bias: Matrix | None  # (n, m) the ALiBi bias as kept, added to both maps
     map_1: DiffMap
@@ -155,7 +158,6 @@ class DiffForward:
         return next((r for r in self.moved if isinstance(r, kind)), None)
 
 
-
 def diff_lambda(head: DiffHead, policy: Policy = EXACT) -> DiffLambda:
     """λ = e^(λ_q1·λ_k1) − e^(λ_q2·λ_k2) + λ_init, each dot product, exponential and sum as the policy keeps a
     table: the λ step shows each as a number of its own, and a printed page prints each rounded."""
@@ -201,6 +203,7 @@ def diff_forward(X: Matrix, X_kv: Matrix, W_Q: Matrix, W_K: Matrix, W_V: Matrix,
         V = frozen(project(X_kv, W_V, b_V, policy))  # (m, 2d)
     else:
         K, V = shared.K, shared.V
+    # the parts' hook as a head's pass runs it (the pass's scale is not theirs to read: the maps divide by ``scale``)
     p = HeadPass(X, X_kv, allow, 1.0, policy, shared, Q, K, V, Q, K, Q, K)
     for part in parts:
         part.before_score(p)

@@ -564,10 +564,6 @@ class Factor(_DiffStage):
         return "output = (1 − λ_init)·normed"
 
 
-def _sub(i: int) -> str:
-    return "".join("₀₁₂₃₄₅₆₇₈₉"[int(c)] for c in str(i))
-
-
 SCORE_1, SCALE_1, SOFTMAX_1 = MapScore(1), MapScale(1), MapSoftmax(1)
 SCORE_2, SCALE_2, SOFTMAX_2 = MapScore(2), MapScale(2), MapSoftmax(2)
 LAMBDA, SUBTRACT, MIX, SUBNORM, FACTOR = Lambda(), Subtract(), DiffMix(), SubNorm(), Factor()
