@@ -63,7 +63,7 @@ def test_the_trace_walks_the_differential_backward_in_place_of_the_one_map_stage
     sc = parse_scenario(_scenarios()[name], f"{name}.toml")
     trace = Trace(compute(sc))
     keys = trace.stage_keys
-    wanted = DIFF_BACK + (["ddiff_rotate"] if sc.rope is not None else [])
+    wanted = DIFF_BACK + (["drotate_blocks"] if sc.rope is not None else [])
     assert keys[keys.index("ddiff_factor"):keys.index("dproject")] == wanted
     for gone in ("dmix", "dsoftmax", "dscale", "dscore", "drotate"):
         assert gone not in keys

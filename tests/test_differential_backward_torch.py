@@ -19,10 +19,19 @@ torch = pytest.importorskip("torch")
 from qkv_tui.kernels.attention import Turn  # noqa: E402
 from qkv_tui.kernels.differential import DiffHead, diff_forward  # noqa: E402
 from qkv_tui.kernels.differential_backward import diff_backward  # noqa: E402
-from qkv_tui.kernels.rope import angles, pairs  # noqa: E402
+from qkv_tui.kernels.rope import (  # noqa: E402
+    RopeSpec,
+    angles,
+    pairs,
+)
 from qkv_tui.kernels.softcap import CapSpec  # noqa: E402
 
 TOL = 1e-10
+
+def _each_half(turn: Turn | None, W_Q: np.ndarray) -> tuple[RopeSpec, ...]:
+    """RoPE's part turning each half of a head (width d = W_Q's columns / 2) on its own, as the head's pass runs it."""
+    return () if turn is None else (RopeSpec(turn, W_Q.shape[1] // 2),)
+
 
 
 def _torch_forward(t: dict, allow: np.ndarray, d: int, turn: Turn | None, bias: np.ndarray | None,
@@ -108,7 +117,7 @@ def test_backward_is_autograds(case) -> None:
     eps = 1e-5
     spec = DiffHead(a["lambda_q1"], a["lambda_k1"], a["lambda_q2"], a["lambda_k2"], lambda_init, eps, a.get("gamma"))
     fwd = diff_forward(a["X"], a["X_kv"], a["W_Q"], a["W_K"], a["W_V"], a.get("b_Q"), a.get("b_K"), a.get("b_V"),
-                       allow, spec, turn=turn, bias=bias,
+                       allow, spec, parts=_each_half(turn, a["W_Q"]), bias=bias,
                        step=None if softcap is None else CapSpec(softcap))
     t = {k: torch.tensor(v, requires_grad=True) for k, v in a.items()}
     out, A = _torch_forward(t, allow, d, turn, bias, softcap, lambda_init, eps, float(np.sqrt(d)))
@@ -117,7 +126,7 @@ def test_backward_is_autograds(case) -> None:
     dY = np.random.default_rng(seed + 1).normal(size=out.shape)
     (out * torch.tensor(dY)).sum().backward()
     back = diff_backward(dY, a["X"], a["X_kv"], a["W_Q"], a["W_K"], a["W_V"], fwd, spec, allow, softcap=softcap,
-                         turn=turn, biases=("b_Q" in a, "b_K" in a, "b_V" in a))
+                         biases=("b_Q" in a, "b_K" in a, "b_V" in a))
     got = {"W_Q": back.dW_Q, "W_K": back.dW_K, "W_V": back.dW_V, "X": back.dX_q, "X_kv": back.dX_kv,
            "lambda_q1": back.dlambda_q1, "lambda_k1": back.dlambda_k1, "lambda_q2": back.dlambda_q2,
            "lambda_k2": back.dlambda_k2, "b_Q": back.db_Q, "b_K": back.db_K, "b_V": back.db_V, "gamma": back.dgamma}
@@ -140,13 +149,13 @@ def test_self_attention_dX_is_the_sum_of_the_paths() -> None:
     spec = DiffHead(a["lambda_q1"], a["lambda_k1"], a["lambda_q2"], a["lambda_k2"], lambda_init, 1e-5, a["gamma"])
     allow = case[5]
     fwd = diff_forward(a["X"], a["X"], a["W_Q"], a["W_K"], a["W_V"], a["b_Q"], a["b_K"], a["b_V"], allow, spec,
-                       turn=turn)
+                       parts=_each_half(turn, a["W_Q"]))
     t = {k: torch.tensor(v, requires_grad=True) for k, v in a.items() if k != "X_kv"}
     t["X_kv"] = t["X"]
     out, _ = _torch_forward(t, allow, 2, turn, None, None, lambda_init, 1e-5, float(np.sqrt(2)))
     dY = np.random.default_rng(3).normal(size=out.shape)
     (out * torch.tensor(dY)).sum().backward()
-    back = diff_backward(dY, a["X"], a["X"], a["W_Q"], a["W_K"], a["W_V"], fwd, spec, allow, turn=turn,
+    back = diff_backward(dY, a["X"], a["X"], a["W_Q"], a["W_K"], a["W_V"], fwd, spec, allow,
                          biases=(True, True, True))
     np.testing.assert_allclose(back.dX_q + back.dX_kv, t["X"].grad.numpy(), rtol=1e-8, atol=TOL)
 
@@ -164,10 +173,11 @@ def test_query_heads_sharing_a_kv_head_sum_their_shares() -> None:
     W_Qs = [rng.normal(size=(d_model, 2 * d)) for _ in range(2)]
     specs = [DiffHead(*(rng.normal(scale=0.5, size=d) for _ in range(4)), lambda_init=0.2) for _ in range(2)]
     dYs = [rng.normal(size=(n, 2 * d)) for _ in range(2)]
-    first = diff_forward(X, X, W_Qs[0], W_K, W_V, None, None, None, allow, specs[0], turn=turn)
-    second = diff_forward(X, X, W_Qs[1], W_K, W_V, None, None, None, allow, specs[1], turn=turn, shared=first)
-    assert second.K is first.K and second.V is first.V and second.K_rot is first.K_rot
-    backs = [diff_backward(dY, X, X, W_Q, W_K, W_V, f, spec, allow, turn=turn)
+    first = diff_forward(X, X, W_Qs[0], W_K, W_V, None, None, None, allow, specs[0], parts=_each_half(turn, W_Qs[0]))
+    second = diff_forward(X, X, W_Qs[1], W_K, W_V, None, None, None, allow, specs[1], parts=_each_half(turn, W_Qs[1]),
+                          shared=first)
+    assert second.K is first.K and second.V is first.V and second.K_used is not None and second.K_used is first.K_used
+    backs = [diff_backward(dY, X, X, W_Q, W_K, W_V, f, spec, allow)
              for dY, W_Q, f, spec in zip(dYs, W_Qs, (first, second), specs, strict=True)]
     tX, tK, tV = (torch.tensor(a, requires_grad=True) for a in (X, W_K, W_V))
     loss = torch.zeros((), dtype=torch.float64)

@@ -21,7 +21,13 @@ from qkv_tui.kernels.attention import Turn
 from qkv_tui.kernels.differential import DiffHead, diff_forward
 from qkv_tui.kernels.differential_backward import diff_backward
 from qkv_tui.kernels.policy import ByHand, PrintedPage
-from qkv_tui.kernels.rope import angles, pairs
+from qkv_tui.kernels.rope import RopeSpec, angles, pairs
+
+
+def _each_half(turn: Turn | None, W_Q: np.ndarray) -> tuple[RopeSpec, ...]:
+    """RoPE's part turning each half of a head (width d = W_Q's columns / 2) on its own, as the head's pass runs it."""
+    return () if turn is None else (RopeSpec(turn, W_Q.shape[1] // 2),)
+
 
 
 def _within(kept: object, loop: object, d: int, zero_kept_exact: bool = False) -> None:
@@ -106,7 +112,7 @@ def cases(draw):
 @given(cases())
 def test_every_table_is_worked_from_its_rounded_operands(case) -> None:
     dec, X, (W_Q, W_K, W_V), (b_Q, b_K, b_V), allow, head, turn = case
-    f = diff_forward(X, X, W_Q, W_K, W_V, b_Q, b_K, b_V, allow, head, turn=turn, policy=ByHand(dec))
+    f = diff_forward(X, X, W_Q, W_K, W_V, b_Q, b_K, b_V, allow, head, parts=_each_half(turn, W_Q), policy=ByHand(dec))
     p = Pencil(dec)
     for M, W, b in ((f.Q, W_Q, b_Q), (f.K, W_K, b_K), (f.V, W_V, b_V)):
         loop = p.matmul(X, W)
@@ -115,8 +121,8 @@ def test_every_table_is_worked_from_its_rounded_operands(case) -> None:
         _within(M, loop, dec)
     d = f.d
     if turn is not None:
-        assert f.Q_rot is not None and f.K_rot is not None
-        for turned, raw in ((f.Q_rot, f.Q), (f.K_rot, f.K)):
+        assert f.moved
+        for turned, raw in ((f.Q_used, f.Q), (f.K_used, f.K)):
             for cols in (slice(0, d), slice(d, 2 * d)):
                 _within(turned[:, cols], p.turn(raw[:, cols], turn.cos, turn.sin, turn.pairs), dec)
     divisor = p.k(math.sqrt(d))
@@ -168,9 +174,9 @@ def test_backward_by_hand_is_worked_from_its_rounded_operands(case) -> None:
     (the sub-norm's own rows are kernels/norm_backward.py's, checked with the other norms)."""
     dec, X, (W_Q, W_K, W_V), (b_Q, b_K, b_V), allow, head, turn = case
     policy = ByHand(dec)
-    f = diff_forward(X, X, W_Q, W_K, W_V, b_Q, b_K, b_V, allow, head, turn=turn, policy=policy)
+    f = diff_forward(X, X, W_Q, W_K, W_V, b_Q, b_K, b_V, allow, head, parts=_each_half(turn, W_Q), policy=policy)
     dY = np.round(np.random.default_rng(int(abs(X).sum() * 100)).normal(size=f.output.shape), 2)
-    b = diff_backward(dY, X, X, W_Q, W_K, W_V, f, head, allow, turn=turn, biases=(b_Q is not None,) * 3, policy=policy)
+    b = diff_backward(dY, X, X, W_Q, W_K, W_V, f, head, allow, biases=(b_Q is not None,) * 3, policy=policy)
     p = Pencil(dec)
     _within(b.d_normed, [[p.k(f.factor * float(x)) for x in row] for row in dY], dec)
     _within(b.dweights, p.matmul(b.dmixed, f.V.T), dec)
@@ -213,7 +219,7 @@ def test_printed_page_rounds_each_table_once_from_its_printed_operands(case) -> 
     """A worksheet's page (policy.PrintedPage): λ's numbers, the map, map·V and the output are each the exact
     result of the numbers printed before them, rounded once; nothing inside one operation is rounded."""
     dec, X, (W_Q, W_K, W_V), (b_Q, b_K, b_V), allow, head, turn = case
-    f = diff_forward(X, X, W_Q, W_K, W_V, b_Q, b_K, b_V, allow, head, turn=turn, policy=PrintedPage(dec))
+    f = diff_forward(X, X, W_Q, W_K, W_V, b_Q, b_K, b_V, allow, head, parts=_each_half(turn, W_Q), policy=PrintedPage(dec))
     once = lambda x: np.vectorize(lambda v: round(float(v), dec))(x)
     lam = f.lam
     _within(lam.dot_1, once(head.lambda_q1 @ head.lambda_k1), dec)

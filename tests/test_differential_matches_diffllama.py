@@ -33,9 +33,19 @@ from qkv_tui.core.variants.differential import TABLE  # noqa: E402
 from qkv_tui.importers.hf_diffllama_layout import diffllama_heads  # noqa: E402
 from qkv_tui.kernels.attention import Turn  # noqa: E402
 from qkv_tui.kernels.differential import DiffForward, DiffHead, diff_forward  # noqa: E402
-from qkv_tui.kernels.rope import angles, angles_at, pairs  # noqa: E402
+from qkv_tui.kernels.rope import (  # noqa: E402
+    RopeSpec,
+    angles,
+    angles_at,
+    pairs,
+)
 
 TOL = 1e-12
+
+def _each_half(turn: Turn | None, W_Q: np.ndarray) -> tuple[RopeSpec, ...]:
+    """RoPE's part turning each half of a head (width d = W_Q's columns / 2) on its own, as the head's pass runs it."""
+    return () if turn is None else (RopeSpec(turn, W_Q.shape[1] // 2),)
+
 
 
 def _layer(heads: int, kv_heads: int, head_dim: int, layer_idx: int, bias: bool, seed: int, orthogonal: bool = True):
@@ -91,7 +101,7 @@ def _ours(att, X: np.ndarray, cos: np.ndarray, sin: np.ndarray, heads: int, kv_h
                         att.config.rms_norm_eps)
         f = diff_forward(X, X, lay.W_Q[p], lay.W_K[c], lay.W_V[c], None if lay.b_Q is None else lay.b_Q[p],
                          None if lay.b_K is None else lay.b_K[c], None if lay.b_V is None else lay.b_V[c], allow, spec,
-                         turn=turn, shared=done.get(c))
+                         parts=_each_half(turn, lay.W_Q[p]), shared=done.get(c))
         done.setdefault(c, f)
         outs.append(f)
     return outs, np.concatenate([f.output for f in outs], axis=1)
@@ -153,7 +163,7 @@ def test_the_wrong_pairing_does_not_match() -> None:
     turn = Turn(cos[:, :d // 2], sin[:, :d // 2], pairs("half", d))
     allow = np.tril(np.ones((n, n), dtype=bool))
     spec = DiffHead(lay.lambda_q1[0], lay.lambda_k1[0], lay.lambda_q2[0], lay.lambda_k2[0], att.lambda_init, 1e-5)
-    f = diff_forward(X, X, lay.W_Q[0], lay.W_K[0], lay.W_V[0], None, None, None, allow, spec, turn=turn)
+    f = diff_forward(X, X, lay.W_Q[0], lay.W_K[0], lay.W_V[0], None, None, None, allow, spec, parts=_each_half(turn, lay.W_Q[0]))
     assert np.abs(f.output - concat[:, :2 * d]).max() > 1e-3
 
 
@@ -211,7 +221,7 @@ def test_a_scenario_of_the_mapped_layer_matches_diffllama(heads: int, kv_heads: 
     for h, head in enumerate(sc.heads):
         c = sc.kv_head(h)
         f = diff_forward(sc.X, sc.X, head.W_Q, head.W_K, head.W_V, head.b_Q, head.b_K, head.b_V, sc.allow, df.head(h),
-                         scale=sc.scale, turn=turn, shared=done.get(c))
+                         scale=sc.scale, parts=_each_half(turn, head.W_Q), shared=done.get(c))
         done.setdefault(c, f)
         outs.append(f.output)
     assert sc.W_O is not None

@@ -9,7 +9,9 @@ import pytest
 from qkv_tui import compute
 from qkv_tui.core.rope_part import turn_of
 from qkv_tui.core.scenario import parse_scenario
-from qkv_tui.kernels.differential import DiffForward, turn_halves
+from qkv_tui.kernels.differential import DiffForward
+from qkv_tui.kernels.policy import EXACT
+from qkv_tui.kernels.rope import RopeSpec
 
 SCENARIO = '''
 tokens = ["a", "b", "c"]
@@ -42,8 +44,9 @@ def test_each_half_turns_with_the_turn_for_width_d(layout: str, scaling: str) ->
     hr = compute(sc).heads[0]
     f = hr.need(DiffForward)
     turn = turn_of(sc.rope, sc.positions, 2)
-    assert turn is not None and f.Q_rot is not None and f.K_rot is not None
-    np.testing.assert_array_equal(f.Q_rot, turn_halves(f.Q, turn))
-    np.testing.assert_array_equal(f.K_rot, turn_halves(f.K, turn))
+    assert turn is not None and f.moved
+    each_half = RopeSpec(turn, 2)
+    np.testing.assert_array_equal(f.Q_used, each_half.turned(f.Q, EXACT))
+    np.testing.assert_array_equal(f.K_used, each_half.turned(f.K, EXACT))
     np.testing.assert_array_equal(hr.weights, f.weights)
     np.testing.assert_allclose(hr.weights.sum(axis=1), 1 - f.lam.value, atol=1e-12)

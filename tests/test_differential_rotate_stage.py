@@ -1,6 +1,7 @@
-"""Under [rope] a differential head's Rotate stage turns each half on its own (teach/stages/differential.py's
-DiffRotate, in place of the one-map Rotate), and the head's record of the turn (the JSON's Q_rot and K_rot, the
-panes) is what its maps scored: each half turned with the frequencies of width d, as RoPE turns a head of width d."""
+"""Under [rope] a differential head's Rotate stage turns each half on its own (teach/stages/rotate_blocks.py, RoPE's
+Rotate for a head scored in blocks, in place of the one-map Rotate), and the head's record of the turn (the JSON's
+Q_rot and K_rot, the panes) is what its maps scored: each half turned with the frequencies of width d, as RoPE
+turns a head of width d."""
 
 from __future__ import annotations
 
@@ -46,7 +47,7 @@ def test_the_record_and_the_json_hold_each_half_turned(layout: str) -> None:
     comp = compute(parse_scenario(_rope(layout), "d.toml"))
     doc = json.loads(to_json(comp))
     trace = Trace(comp)
-    assert "diff_rotate" in trace.stage_keys and "rotate" not in trace.stage_keys
+    assert "rotate_blocks" in trace.stage_keys and "rotate" not in trace.stage_keys
     for h, hr in enumerate(comp.heads):
         f = hr.need(DiffForward)
         want_Q, want_K = _turn_halves(f.Q, layout, 3), _turn_halves(f.K, layout, 3)

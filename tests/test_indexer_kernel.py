@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from qkv_tui.kernels.indexer import IndexerWeights, index, select_top_k
 from qkv_tui.kernels.policy import ByHand
-from qkv_tui.kernels.rope import angles
+from qkv_tui.kernels.rope import angles, columns
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
@@ -72,9 +72,9 @@ def test_index_scores_and_selection_match_transformers(model: str, layout: str, 
     theirs = record.scores[0].double().numpy()  # type: ignore[attr-defined]
 
     weights = IndexerWeights(H, module.wq_b.weight.detach().numpy().T, module.wk.weight.detach().numpy().T,
-                             module.weights_proj.weight.detach().numpy().T, top_k, rope, layout,
+                             module.weights_proj.weight.detach().numpy().T, top_k,
                              module.k_norm.weight.detach().numpy(), module.k_norm.bias.detach().numpy(), 1e-6)
-    ours = index(X, weights, allow, positions, q_source=c_Q, factor=factor)
+    ours = index(X, weights, allow, q_source=c_Q, turn=columns(rope, layout, positions, factor=factor))
 
     assert np.array_equal(np.isinf(ours.scores), np.isinf(theirs))
     seen = np.isfinite(theirs)
@@ -97,7 +97,7 @@ def test_each_score_is_the_sum_of_its_terms_with_the_models_scales() -> None:
                        rng.normal(size=(d_model, H)), 2)
     X = rng.normal(size=(n, d_model))
     allow = np.tril(np.ones((n, n), dtype=bool))
-    out = index(X, w, allow, range(n))
+    out = index(X, w, allow)
     for t in range(n):
         for s in range(n):
             if not allow[t, s]:
@@ -130,15 +130,16 @@ def test_top_k_covering_every_visible_key_gives_the_causal_mask(n: int, d_model:
     rope = 2 * min(rope_pairs, half_I)
     rng = np.random.default_rng(seed)
     w = IndexerWeights(heads, rng.normal(size=(d_model, heads * d_I)), rng.normal(size=(d_model, d_I)),
-                       rng.normal(size=(d_model, heads)), n + extra, rope, layout,
+                       rng.normal(size=(d_model, heads)), n + extra,
                        rng.normal(size=d_I) if norm else None, rng.normal(size=d_I) if norm else None)
     X = rng.normal(size=(n, d_model))
     allow = np.tril(np.ones((n, n), dtype=bool))
-    out = index(X, w, allow, range(n))
+    turn = columns(rope, layout, range(n))
+    out = index(X, w, allow, turn=turn)
     assert out.scores.shape == out.selected.shape == (n, n)
     assert np.array_equal(out.selected, allow) and out.covers_all and not out.dropped.any()
     assert np.array_equal(np.isinf(out.scores), ~allow)
-    small = index(X, IndexerWeights(heads, w.W_q, w.W_k, w.W_w, 1, rope, layout, w.k_gamma, w.k_beta), allow, range(n))
+    small = index(X, IndexerWeights(heads, w.W_q, w.W_k, w.W_w, 1, w.k_gamma, w.k_beta), allow, turn=turn)
     assert (small.selected.sum(axis=1) == 1).all()  # every query keeps exactly one key
     assert np.array_equal(small.selected | small.dropped, allow) and not (small.selected & small.dropped).any()
     best = np.argmax(small.scores, axis=1)  # argmax takes the first of equal maxima: the earlier key
@@ -147,10 +148,11 @@ def test_top_k_covering_every_visible_key_gives_the_causal_mask(n: int, d_model:
 
 def test_by_hand_policy_rounds_the_scores_it_writes_down() -> None:
     rng = np.random.default_rng(3)
-    w = IndexerWeights(2, rng.normal(size=(3, 4)), rng.normal(size=(3, 2)), rng.normal(size=(3, 2)), 2, 2)
+    w = IndexerWeights(2, rng.normal(size=(3, 4)), rng.normal(size=(3, 2)), rng.normal(size=(3, 2)), 2)
     X = rng.normal(size=(4, 3))
     allow = np.tril(np.ones((4, 4), dtype=bool))
-    exact, hand = index(X, w, allow, range(4)), index(X, w, allow, range(4), policy=ByHand(2))
+    turn = columns(2, "half", range(4))
+    exact, hand = index(X, w, allow, turn=turn), index(X, w, allow, turn=turn, policy=ByHand(2))
     seen = np.isfinite(hand.scores)
     assert np.array_equal(hand.scores[seen], np.round(hand.scores[seen], 2))
     assert np.array_equal(hand.w, np.round(hand.w, 2)) and hand.root == 2.0  # √(H_I·d_I) = √(2·2)
@@ -178,9 +180,9 @@ def test_index_scores_match_transformers_over_shapes(model: tuple[str, str], n: 
                torch.arange(n)[None])
     theirs = record.scores[0].double().numpy()  # type: ignore[attr-defined]
     weights = IndexerWeights(heads, module.wq_b.weight.detach().numpy().T, module.wk.weight.detach().numpy().T,
-                             module.weights_proj.weight.detach().numpy().T, top_k, rope, model[1],
+                             module.weights_proj.weight.detach().numpy().T, top_k,
                              module.k_norm.weight.detach().numpy(), module.k_norm.bias.detach().numpy())
-    ours = index(X, weights, allow, range(n), q_source=c_Q)
+    ours = index(X, weights, allow, q_source=c_Q, turn=columns(rope, model[1], range(n)))
     seen = np.isfinite(theirs)
     assert np.array_equal(seen, allow)
     np.testing.assert_allclose(ours.scores[seen], theirs[seen], rtol=1e-5, atol=1e-6)
@@ -198,7 +200,7 @@ def test_sparse_attention_is_full_attention_when_top_k_covers_the_visible_keys(n
     w = IndexerWeights(2, rng.normal(size=(3, 4)), rng.normal(size=(3, 2)), rng.normal(size=(3, 2)), top_k)
     X = rng.normal(size=(n, 3))
     allow = np.tril(np.ones((n, n), dtype=bool))
-    out = index(X, w, allow, range(n))
+    out = index(X, w, allow)
     S = rng.normal(size=(n, n))  # any attention logits
     full = softmax_rows(masked_logits(S, allow)).weights
     sparse = softmax_rows(masked_logits(S, out.attend)).weights

@@ -17,6 +17,7 @@ from qkv_tui.core.variants.common import Context
 from qkv_tui.core.variants.mla import Mla
 from qkv_tui.core.variants.rope import Rope
 from qkv_tui.kernels.indexer import index
+from qkv_tui.kernels.rope import columns
 from qkv_tui.kernels.ssd import gated_norm, ssd, steps
 
 N, D_MODEL = 4, 4
@@ -126,7 +127,7 @@ def test_indexer_writes_back_what_it_read_and_runs() -> None:
     X = RNG.normal(size=(N, D_MODEL))
     allow = np.tril(np.ones((N, N), dtype=bool))
     out = ix_keys.run(parsed, X, allow, ROPE)
-    direct = index(X, parsed.weights(), allow, ROPE.positions, ROPE.base)
+    direct = index(X, parsed.weights(), allow, turn=columns(parsed.rope_dims, parsed.rope_layout, ROPE.positions, ROPE.base))
     assert np.array_equal(out.scores, direct.scores) and (out.selected.sum(axis=1) == np.minimum(np.arange(1, N + 1), 2)).all()
     plain = ix_keys.parse_indexer(_indexer_table(k_norm=None, rope_dims=0), _ctx())
     assert not plain.k_norm and "k_norm = false" in ix_keys.write_indexer(plain)

@@ -1,7 +1,7 @@
 """RoPE's part turns each block of columns one score reads as a head of that width (core/part_questions.py
 score_width: a differential head's two halves), so the head's record of the turn is what the two maps score
-without the differential part replacing it; the differential part asks the scenario's turn of Q and K by position
-(part_questions.turn) and names no RoPE. Checked against LLaMA's rotate_half worked in NumPy."""
+without the differential part replacing it; the differential part scores what RoPE's part left and names no RoPE.
+Checked against LLaMA's rotate_half worked in NumPy."""
 
 from __future__ import annotations
 
@@ -64,9 +64,9 @@ def test_each_half_of_each_head_is_turned_as_a_head_of_width_d() -> None:
         f, turned = hr.need(DiffForward), hr.need(Rotated)
         np.testing.assert_allclose(turned.Q_rot, _halves(f.Q), rtol=0, atol=1e-12)
         np.testing.assert_allclose(turned.K_rot, _halves(f.K), rtol=0, atol=1e-12)
-        assert f.Q_rot is not None and f.K_rot is not None
-        np.testing.assert_array_equal(turned.Q_rot, f.Q_rot)  # the maps scored what the record says
-        np.testing.assert_array_equal(turned.K_rot, f.K_rot)
+        assert f.moved == (turned,)
+        np.testing.assert_array_equal(turned.Q_rot, f.Q_used)  # the maps scored what the record says
+        np.testing.assert_array_equal(turned.K_rot, f.K_used)
 
 
 def test_without_a_table_that_turns_there_is_no_turn() -> None:

@@ -18,11 +18,13 @@ from .conftest import SHIPPED
 
 SEED_ORDER = ["embed", "norm", "index", "select",  # [indexer]: once for the layer, before any head projects
               # "reuse": [shared_kv], K and V read from an earlier layer after Project computes Q
-              "project", "reuse", "compress", "expand", "mla_rotate", "qk_norm", "rotate", "score", "scale", "softmax",
+              "project", "reuse", "compress", "expand", "mla_rotate", "qk_norm", "rotate",
+              "rotate_blocks",  # [rope] on each block a score reads (a differential head's halves)
+              "score", "scale", "softmax",
               "mix",
               "ssd_steps", "ssd_recurrence", "ssd_mask", "ssd_map", "ssd_attention", "ssd_agree", "ssd_gate",
               "ssd_norm",  # [ssd]: Project and Score … Mix
-              "diff_rotate", "diff_score_1", "diff_scale_1", "diff_softmax_1", "diff_score_2", "diff_scale_2", "diff_softmax_2",
+              "diff_score_1", "diff_scale_1", "diff_softmax_1", "diff_score_2", "diff_scale_2", "diff_softmax_2",
               "diff_lambda", "diff_subtract", "diff_mix", "diff_subnorm", "diff_factor",  # [differential]: Score … Mix
               "absorb",
               "phi", "quadratic", "recurrent", "conv", "l2norm", "gates", "delta", "onorm",  # [linear], [deltanet]: Score … Mix
@@ -32,8 +34,9 @@ SEED_ORDER += ["loss", "dwo", "dgate", "dmix",
                "dlinear", "ddelta", "dgates",  # [linear], [deltanet] in place of dMix … dScore
                "dsoftmax", "dscale", "dscore", "drotate",
                "ddiff_factor", "ddiff_subnorm", "ddiff_mix", "ddiff_subtract", "ddiff_lambda", "ddiff_softmax_1",
-               "ddiff_scale_1", "ddiff_softmax_2", "ddiff_scale_2", "ddiff_score", "ddiff_rotate",  # [differential]
+               "ddiff_scale_1", "ddiff_softmax_2", "ddiff_scale_2", "ddiff_score",  # [differential]
                "dmla_rotate", "dk_r", "dexpand", "dcompress",  # [mla]'s latent layer, read backwards
+               "drotate_blocks",  # [rope] on each block, read back (after the stages placed after dRotate)
                "dqk_norm", "dproject", "dembed", "dnorm"]
 
 

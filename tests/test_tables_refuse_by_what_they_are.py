@@ -119,7 +119,7 @@ WALKS = {  # a walk the first variants moved out of, and the variants it may sti
     "core/head_parts.py": set(),
     "core/forward.py": set(),
     "core/cell_edit.py": {"qk_norm", "mla"},  # [qk_norm]'s gains and [mla]'s latent weights are edited by name still
-    "core/variants/differential.py": {"rope"},  # it turns each half by [rope] (its rotated count)
+    "core/variants/differential.py": set(),
     "core/variants/ssd.py": {"gate"},  # its own gate stream z, named as transformers' Mamba-2 names it
     "core/variants/v_norm.py": set(),
     "core/variants/value_scale.py": set(),

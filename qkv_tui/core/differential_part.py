@@ -1,5 +1,7 @@
 """[differential] as one part of a head's pass (contracts §14): its ``attend`` hook runs the kernel
-(kernels/differential.py diff_forward) in place of the one softmax, and its record is the kernel's DiffForward.
+(kernels/differential.py diff_maps) in place of the one softmax on the head's Q, K and V as projected and Q and K
+as the parts before the scores left them (RoPE's turns each half: core/part_questions.py score_width), and its
+record is the kernel's DiffForward.
 
 What the head's result then holds, as the JSON reads it: ``scores``/``scaled``/``masked`` and the softmax's
 row max, exponentials and sums are the first map's; ``weights`` is the map that multiplies V (first − λ·second,
@@ -12,30 +14,25 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from qkv_tui.core import part_questions as ask
 from qkv_tui.core.variants.differential import TABLE
-from qkv_tui.kernels.attention import Attended, HeadPass, PartSpec, Turn
+from qkv_tui.kernels.attention import Attended, HeadPass, PartSpec
 
 # this module loads only where a scenario has [differential] (its table's head face), so its kernel with it
-from qkv_tui.kernels.differential import DiffForward, DiffHead, diff_forward
+from qkv_tui.kernels.differential import DiffForward, DiffHead, diff_maps, moved_by
 from qkv_tui.kernels.softmax import SoftmaxRows
 
 
 @dataclass(frozen=True, eq=False)
 class DiffSpec(PartSpec):
-    """One differential head: its weights (the kernel projects and splits them itself), its λ and sub-norm,
-    the divisor (None: √d, the half width) and RoPE's turn for width d."""
+    """One differential head: its λ and sub-norm and the divisor (None: √d, the half width); the head pass gives
+    its projections, 2d wide, which the kernel splits."""
 
-    head: Any  # core/scenario.py's Head (not imported: the scenario's module imports the builders, which import this)
     diff: DiffHead
     scale: float | None
-    turn: Turn | None
 
     def attend(self, p: HeadPass) -> Attended:
-        h = self.head
-        earlier = p.shared_part(DiffForward)
-        f = diff_forward(p.X, p.X_kv, h.W_Q, h.W_K, h.W_V, h.b_Q, h.b_K, h.b_V, p.allow, self.diff, scale=self.scale,
-                         turn=self.turn, bias=p.bias, step=p.step, shared=earlier, policy=p.policy)
+        f = diff_maps(p.Q, p.K, p.V, p.allow, self.diff, Q_used=p.Q_used, K_used=p.K_used, moved=moved_by(p.records),
+                      scale=self.scale, bias=p.bias, step=p.step, policy=p.policy)
         p.notes["differential"] = f
         m = f.map_1.softmax
         # the first map's steps, the weights that multiply V, and the head's output: what every head's result holds
@@ -57,9 +54,7 @@ def diff_part(run: Any) -> Callable[[int], DiffSpec] | None:
         return None
 
     def spec(h: int) -> DiffSpec:
-        # the exact head's divisor by hand (as every head's), the scenario's own, or None: √d, not √d_k = √(2d);
-        # the turn of Q and K by position for one half of the head (width d), as for a whole head of that width
-        # (the parts that act on Q and K turn each half so too: score_width)
+        # the exact head's divisor by hand (as every head's), the scenario's own, or None: √d, not √d_k = √(2d)
         scale = run.exact[h].scale if run.exact is not None else sc.scale
-        return DiffSpec(sc.heads[h], df.head(h), scale, ask.turn(sc, df.d, run.policy))
+        return DiffSpec(df.head(h), scale)
     return spec

@@ -18,6 +18,7 @@ import numpy as np
 
 from qkv_tui.core import part_questions as ask
 from qkv_tui.core.arrays import BoolMatrix, Matrix
+from qkv_tui.core.turns_columns import turner
 from qkv_tui.core.variants.indexer import TABLE, Indexer, run
 from qkv_tui.kernels.attention import PartSpec
 from qkv_tui.kernels.indexer import Indexed
@@ -113,11 +114,10 @@ def indexer_part(run_: Any) -> Callable[[int], SelectSpec] | None:
     ix = TABLE.of(sc)
     if ix is None:
         return None
-    # a table that builds the heads ([mla]) turns them by its own RoPE
-    builder: Any = next((t for t in ask.tables(sc) if getattr(t, "builds_heads", False) is True), None)
-    rope = sc.rope if builder is None else builder.rope
+    # the index vectors turn as the table that turns the heads' Q and K by position would turn them (a table that
+    # builds the heads keeps its own: core/turns_columns.py)
     with run_.quiet():
         c_Q = query_latent(run_) if ix.from_latent else None
-        indexed = run(ix, run_.X_in, sc.allow, rope, c_Q, run_.policy)
+        indexed = run(ix, run_.X_in, sc.allow, turner(sc), c_Q, run_.policy)
     spec = SelectSpec(Selection(indexed, ix))
     return lambda h: spec

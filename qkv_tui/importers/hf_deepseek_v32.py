@@ -46,6 +46,7 @@ from qkv_tui.kernels.attention import project
 from qkv_tui.kernels.indexer import DEFAULT_K_EPS, BoolMatrix, IndexerWeights, index
 from qkv_tui.kernels.mla import MlaWeights, mla_head, mla_shared
 from qkv_tui.kernels.mla_rope import Rotary, rotary_width
+from qkv_tui.kernels.rope import columns
 
 # the indexer's RoPE layout and transformers' default index_n_heads: DeepseekV32Indexer turns with rotate_half
 # (apply_rotary_pos_emb), unlike its MLA; GlmMoeDsaIndexer with apply_rotary_pos_emb_interleave
@@ -129,8 +130,8 @@ def open_deepseek_v32(config: Config, tensors: TensorFiles, tokenize: Tokenize, 
         d_cq = int(w.W_DQ.shape[1]) if w.W_DQ is not None else 0
         return IndexerWeights(
             H_I, _fixed(get(a + "wq_b.weight", (H_I * d_I, d_cq)).T), _fixed(get(a + "wk.weight", (d_I, d)).T),
-            _fixed(get(a + "weights_proj.weight", (H_I, d)).T), top_k, rotary_width(w), layout,
-            get(a + "k_norm.weight", (d_I,)), get(a + "k_norm.bias", (d_I,)), DEFAULT_K_EPS)
+            _fixed(get(a + "weights_proj.weight", (H_I, d)).T), top_k, get(a + "k_norm.weight", (d_I,)),
+            get(a + "k_norm.bias", (d_I,)), DEFAULT_K_EPS)
 
     def sparse(i: int) -> Any:
         """A mixture-of-experts layer's MLP: DeepSeek-V3's router and routed experts (hf_mimo.py's SigmoidMoe, as
@@ -161,9 +162,10 @@ def open_deepseek_v32(config: Config, tensors: TensorFiles, tokenize: Tokenize, 
             shared = mla_shared(x, w, rotary)
             if ix is not None:
                 base_ = rope.base if rope is not None else 10000.0
-                thetas, factor = (None, 1.0) if rope is None or rope.scaling is None else rope.thetas(ix.rope_dims)
-                kept[i] = picked = index(x, ix, allow, list(range(n)), base_, shared.c_Q, thetas,
-                                         factor if ix.rope_dims else 1.0).selected  # (n, n)
+                thetas, factor = (None, 1.0) if rope is None or rope.scaling is None else rope.thetas(rotary_width(w))
+                # the first d_rope of q_I and k_I turn, in the indexer's own layout (RoPE's kernel: columns)
+                turn = columns(rotary_width(w), layout, list(range(n)), base_, thetas, factor if rotary_width(w) else 1.0)
+                kept[i] = picked = index(x, ix, allow, shared.c_Q, turn).selected  # (n, n)
             else:
                 picked = kept.get(source_of(i), np.zeros((0, 0), dtype=bool))
                 if picked.shape != (n, n):  # a walk up the stack runs the full layer first; anything else is a bug
@@ -180,7 +182,7 @@ def open_deepseek_v32(config: Config, tensors: TensorFiles, tokenize: Tokenize, 
                     f" layer {source_of(i)}'s selection, computed from that layer's input), which [indexer] cannot take"
                     f" yet; choose layer {source_of(i)} or another \"full\" layer")
             assert ix.k_gamma is not None and ix.k_beta is not None
-            return {"indexer": {"num_heads": H_I, "top_k": top_k, "rope_dims": ix.rope_dims, "rope_layout": layout,
+            return {"indexer": {"num_heads": H_I, "top_k": top_k, "rope_dims": rotary_width(w), "rope_layout": layout,
                                 "W_q": ix.W_q, "W_k": ix.W_k, "W_w": ix.W_w,
                                 "k_norm": {"gamma": ix.k_gamma.tolist(), "beta": ix.k_beta.tolist(), "eps": ix.k_eps}}}
 

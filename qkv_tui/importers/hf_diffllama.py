@@ -23,7 +23,7 @@ from qkv_tui.importers.safetensors_raw import TensorFiles
 from qkv_tui.importers.stack import Array, Attention, Layer, Model, Rope
 from qkv_tui.kernels.attention import Turn, project
 from qkv_tui.kernels.differential import DiffForward, DiffHead, diff_forward, lambda_init_of_layer
-from qkv_tui.kernels.rope import angles, angles_at, pairs
+from qkv_tui.kernels.rope import RopeSpec, angles, angles_at, pairs
 from qkv_tui.kernels.rope_scaling import inv_freq
 
 LAMBDAS = ("lambda_q1", "lambda_k1", "lambda_q2", "lambda_k2")
@@ -69,12 +69,13 @@ def _layer(layer: Layer, layout: DiffLayout, eps: float, index: int) -> Layer:
         n = x.shape[0]
         allow = np.tril(np.ones((n, n), dtype=bool))
         turn = _turn(rope, n, layout.d)
+        each_half = () if turn is None else (RopeSpec(turn, layout.d),)  # RoPE's part turns each half on its own
         done: dict[int, DiffForward] = {}
         outs = []
         for p in range(layout.num_heads):
             c = wide.kv_head(p)
             f = diff_forward(x, x, layout.W_Q[p], layout.W_K[c], layout.W_V[c], _at(layout.b_Q, p), _at(layout.b_K, c),
-                             _at(layout.b_V, c), allow, heads[p], turn=turn, shared=done.get(c))
+                             _at(layout.b_V, c), allow, heads[p], parts=each_half, shared=done.get(c))
             done.setdefault(c, f)
             outs.append(f.output)
         return project(np.concatenate(outs, axis=1), wide.W_O, wide.b_O)

@@ -1,15 +1,16 @@
 """One head of differential attention (Ye et al. 2024, "Differential Transformer"; contracts §14 and
 docs/scenario-format.md, [differential]), keeping every number the stages show.
 
-A head's W_Q and W_K are 2d wide and split in two: [Q₁ | Q₂] = X̂·W_Q, [K₁ | K₂] = X̂·W_K; each half is
-turned on its own under RoPE (a turn for width d), and each pair scores its own map under the one mask:
+A head's W_Q and W_K are 2d wide and split in two: [Q₁ | Q₂] = X̂·W_Q, [K₁ | K₂] = X̂·W_K; each pair scores its own
+map under the one mask, as the head's parts before the scores left Q and K (RoPE's part turns each half on its own,
+as a head of width d: core/part_questions.py score_width):
 
     λ = e^(λ_q1·λ_k1) − e^(λ_q2·λ_k2) + λ_init
     map = softmax(Q₁K₁ᵀ/√d) − λ·softmax(Q₂K₂ᵀ/√d)          rows sum to 1 − λ; cells may be negative
     output = (1 − λ_init)·RMSNorm(map·V)                    V is 2d wide; the norm runs over the 2d columns
 
-Every number is kept as the policy says (kernels/policy.py), as in kernels/attention.py: the softmax, the turn
-and the norm are the kernels' own (softmax.py, rope.py, norm.py). A per-logit step that reads no parameter of a
+Every number is kept as the policy says (kernels/policy.py), as in kernels/attention.py: the softmax and the norm
+are the kernels' own (softmax.py, norm.py). A per-logit step that reads no parameter of a
 map (the scale, the soft-cap, the ALiBi bias) acts on both maps alike; a sink would have to pick one map, so
 the keys module (core/variants/differential.py) refuses it before it gets here.
 """
@@ -17,19 +18,20 @@ the keys module (core/variants/differential.py) refuses it before it gets here.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import ClassVar
+from typing import Any, ClassVar, TypeVar
 
 import numpy as np
 
-from qkv_tui.kernels.attention import ScoresStep, Turn, frozen, project
+from qkv_tui.kernels.attention import HeadPass, PartSpec, ScoresStep, frozen, project
 from qkv_tui.kernels.norm import Normed, normalise
 from qkv_tui.kernels.policy import EXACT, Policy
-from qkv_tui.kernels.rope import rotate
 from qkv_tui.kernels.softmax import SoftmaxRows, masked_logits, softmax_rows
 from qkv_tui.kernels.stats import Matrix
+
+P = TypeVar("P")
 
 
 @dataclass(frozen=True, eq=False)
@@ -50,7 +52,7 @@ class DiffHead:
 class DiffMap:
     """One of the head's two maps, from its scores to its softmax: as kernels/attention.py's Attended keeps them."""
 
-    scores: Matrix  # (n, m) Q_aK_aᵀ (the turned halves under RoPE)
+    scores: Matrix  # (n, m) Q_aK_aᵀ, of the halves as scored
     scaled: Matrix  # (n, m) scores / divisor
     stepped: Matrix | None  # (n, m) the scaled scores after a part's step (the soft-cap's); None without one
     masked: Matrix  # (n, m) the softmax's input: scaled (stepped) + bias, −∞ where the mask forbids
@@ -75,14 +77,16 @@ class DiffLambda:
 
 @dataclass(frozen=True, eq=False)
 class DiffForward:
-    """One differential head, everything the stages show; every array read-only. ``K``, ``V`` and ``K_rot`` are
-    what a later query head reading the same K/V head reuses."""
+    """One differential head, everything the stages show; every array read-only. ``K``, ``V`` and the records in
+    ``moved`` are what a later query head reading the same K/V head reuses (``part``)."""
 
     Q: Matrix  # (n, 2d) [Q₁ | Q₂] as projected
     K: Matrix  # (m, 2d) [K₁ | K₂]
     V: Matrix  # (m, 2d)
-    Q_rot: Matrix | None  # (n, 2d) each half turned on its own; None without RoPE
-    K_rot: Matrix | None  # (m, 2d)
+    # [Q₁ | Q₂] and [K₁ | K₂] as scored where the head's parts before the scores changed them (RoPE's turns each
+    # half); None where they were scored as projected (Q and K themselves: on a worksheet, the printed ones)
+    Q_used: Matrix | None  # (n, 2d)
+    K_used: Matrix | None  # (m, 2d)
     divisor: float  # what both maps' scores were divided by
     bias: Matrix | None  # (n, m) the ALiBi bias as kept, added to both maps
     map_1: DiffMap
@@ -94,8 +98,10 @@ class DiffForward:
     norm: Normed  # the sub-norm of ``mixed``: its mean square (spread), root and normed rows (X_norm)
     factor: float  # 1 − λ_init as kept
     output: Matrix  # (n, 2d) (1 − λ_init)·normed: the head's output, what Concat joins
-    head: DiffHead | None = None  # what it read: its λ vectors and sub-norm, and RoPE's turn for width d (the
-    turn: Turn | None = None  # backward reads them again: read_back)
+    head: DiffHead | None = None  # what it read: its λ vectors and sub-norm (the backward reads them again: read_back)
+    # the records of the head's parts that changed Q and K before the scores (RoPE's turn of each half), in the order
+    # they ran: the backward reads the gradients back through them (their ``scored_back``)
+    moved: tuple[Any, ...] = ()
     own_stages: ClassVar[bool] = True  # its two maps replace the one-map stages (teach/stages/differential.py)
     # what the heads view says its map holds: first map − λ·second (core/part_questions.py map_formula)
     map_formula: ClassVar[tuple[tuple[str, bool], ...]] = (("(softmax(Q₁K₁ᵀ/√d) − λ·softmax(Q₂K₂ᵀ/√d))", True),
@@ -110,11 +116,13 @@ class DiffForward:
 
     @property
     def refuses(self) -> Mapping[str, str]:
-        """REFUSED, and the worksheet where the page has no tables for a step of this head (RoPE turning each
-        half, a soft-cap, an ALiBi bias: teach/stages/differential_sheet.py prints the rest)."""
-        missing = [what for what, has in (("[rope] (each half turned on its own)", self.turn is not None),
-                                          ("a soft-cap", self.map_1.stepped is not None),
-                                          ("an ALiBi bias", self.bias is not None)) if has]
+        """REFUSED, and the worksheet where the page has no tables for a step of this head (a part's step on each
+        half of Q and K, as its record says it at ``worksheet.blocks``; a soft-cap, an ALiBi bias:
+        teach/stages/differential_sheet.py prints the rest)."""
+        moved = [r.words["worksheet.blocks"].format(block="half") for r in self.moved
+                 if "worksheet.blocks" in getattr(r, "words", {})]
+        missing = [*moved, *(what for what, has in (("a soft-cap", self.map_1.stepped is not None),
+                                                    ("an ALiBi bias", self.bias is not None)) if has)]
         if not missing:
             return self.REFUSED
         return {**self.REFUSED, "worksheet": f"a worksheet of [differential] with {' or '.join(missing)} is not"
@@ -139,21 +147,15 @@ class DiffForward:
     backward: ClassVar[str] = "qkv_tui.kernels.differential_backward:read_back"
     def used(self, half: int) -> tuple[Matrix, Matrix]:
         """Map ``half`` (1 or 2)'s Queries and Keys as they were scored: (n, d) and (m, d)."""
-        Q = self.Q if self.Q_rot is None else self.Q_rot
-        K = self.K if self.K_rot is None else self.K_rot
+        Q = self.Q if self.Q_used is None else self.Q_used
+        K = self.K if self.K_used is None else self.K_used
         cols = slice(0, self.d) if half == 1 else slice(self.d, 2 * self.d)
         return Q[:, cols], K[:, cols]
 
-
-def halves(M: Matrix) -> tuple[Matrix, Matrix]:
-    """The paper's split of a 2d-wide projection: its first d columns and its last d."""
-    d = M.shape[1] // 2
-    return M[:, :d], M[:, d:]
-
-
-def turn_halves(M: Matrix, turn: Turn, policy: Policy = EXACT) -> Matrix:
-    """Each half of M (rows, 2d) turned on its own by ``turn`` (a turn for width d): (rows, 2d)."""
-    return np.concatenate([rotate(h, turn.cos, turn.sin, turn.pairs, policy) for h in halves(M)], axis=1)
+    def part(self, kind: type[P]) -> P | None:
+        """The record of a part that changed Q and K before the scores, of type ``kind`` (kernels/attention.py
+        SharedKV: a later query head reading the same K/V head reuses its Keys as that part left them)."""
+        return next((r for r in self.moved if isinstance(r, kind)), None)
 
 
 def diff_lambda(head: DiffHead, policy: Policy = EXACT) -> DiffLambda:
@@ -187,30 +189,51 @@ def _map(Q: Matrix, K: Matrix, allow: np.ndarray, divisor: float, bias: Matrix |
 
 def diff_forward(X: Matrix, X_kv: Matrix, W_Q: Matrix, W_K: Matrix, W_V: Matrix, b_Q: Matrix | None,
                  b_K: Matrix | None, b_V: Matrix | None, allow: np.ndarray, head: DiffHead, *,
-                 scale: float | None = None, turn: Turn | None = None, bias: Matrix | None = None,
+                 scale: float | None = None, parts: Sequence[PartSpec] = (), bias: Matrix | None = None,
                  step: ScoresStep | None = None, shared: DiffForward | None = None,
                  policy: Policy = EXACT) -> DiffForward:
-    """One differential head. ``X`` is what the Query projection reads (already normalised), ``X_kv`` what the
-    Keys and Values read; ``scale`` divides both maps' scores (None: √d, the half width); ``turn`` is RoPE's for
-    width d; ``shared`` an earlier query head's forward on the same K/V head, whose K, V and turned K this one
-    reuses (contracts §7's sharing rule)."""
-    if W_Q.shape[1] % 2 or W_Q.shape[1] != W_K.shape[1] or W_V.shape[1] != W_Q.shape[1]:
-        raise ValueError(f"a differential head needs W_Q, W_K and W_V 2d wide, got {W_Q.shape[1]}, {W_K.shape[1]},"
-                         f" {W_V.shape[1]}")
-    d = W_Q.shape[1] // 2
+    """One differential head from what it reads. ``X`` is what the Query projection reads (already normalised),
+    ``X_kv`` what the Keys and Values read; ``scale`` divides both maps' scores (None: √d, the half width);
+    ``parts`` are the head's parts that act on Q and K before the scores (RoPE's, turning each half as a head of
+    width d), run at their ``before_score`` hook as kernels/attention.py runs them; ``shared`` an earlier query
+    head's forward on the same K/V head, whose K, V and parts' Keys this one reuses (contracts §7's sharing rule)."""
     Q = frozen(project(X, W_Q, b_Q, policy))  # (n, 2d)
     if shared is None:
         K = frozen(project(X_kv, W_K, b_K, policy))  # (m, 2d)
         V = frozen(project(X_kv, W_V, b_V, policy))  # (m, 2d)
-        K_rot = None if turn is None else frozen(turn_halves(K, turn, policy))
     else:
-        K, V, K_rot = shared.K, shared.V, shared.K_rot
-    Q_rot = None if turn is None else frozen(turn_halves(Q, turn, policy))
-    Q_used, K_used = (Q if Q_rot is None else Q_rot), (K if K_rot is None else K_rot)
+        K, V = shared.K, shared.V
+    # the parts' hook as a head's pass runs it (the pass's scale is not theirs to read: the maps divide by ``scale``)
+    p = HeadPass(X, X_kv, allow, 1.0, policy, shared, Q, K, V, Q, K, Q, K)
+    for part in parts:
+        part.before_score(p)
+    return diff_maps(Q, K, V, allow, head, Q_used=p.Q_used, K_used=p.K_used, moved=moved_by(p.records), scale=scale,
+                     bias=bias, step=step, policy=policy)
+
+
+def moved_by(records: Sequence[object]) -> tuple[object, ...]:
+    """Of a head's part records, those of the parts that changed Q and K before the scores: each names Q and K as
+    scored (``scored_suffix``, core/part_questions.py)."""
+    return tuple(r for r in records if getattr(r, "scored_suffix", None))
+
+
+def diff_maps(Q: Matrix, K: Matrix, V: Matrix, allow: np.ndarray, head: DiffHead, *, Q_used: Matrix | None = None,
+              K_used: Matrix | None = None, moved: tuple[object, ...] = (), scale: float | None = None,
+              bias: Matrix | None = None, step: ScoresStep | None = None, policy: Policy = EXACT) -> DiffForward:
+    """One differential head from its projections Q (n, 2d), K (m, 2d) and V (m, 2d): ``Q_used`` and ``K_used``
+    are Q and K as the head's parts before the scores left them (None: as projected), ``moved`` those parts'
+    records; ``scale`` divides both maps' scores (None: √d, the half width)."""
+    if Q.shape[1] % 2 or Q.shape[1] != K.shape[1] or V.shape[1] != Q.shape[1]:
+        raise ValueError(f"a differential head needs W_Q, W_K and W_V 2d wide, got {Q.shape[1]}, {K.shape[1]},"
+                         f" {V.shape[1]}")
+    d = Q.shape[1] // 2
+    Q_used = None if Q_used is Q else Q_used  # what the head's pass scores: the projection itself where no part moved it
+    K_used = None if K_used is K else K_used
+    Q_s, K_s = (Q if Q_used is None else Q_used), (K if K_used is None else K_used)
     divisor = policy.divisor(math.sqrt(d) if scale is None else scale)
     kept_bias = None if bias is None else policy.worked(bias)  # (n, m) one bias for both maps
-    map_1 = _map(Q_used[:, :d], K_used[:, :d], allow, divisor, kept_bias, step, policy)
-    map_2 = _map(Q_used[:, d:], K_used[:, d:], allow, divisor, kept_bias, step, policy)
+    map_1 = _map(Q_s[:, :d], K_s[:, :d], allow, divisor, kept_bias, step, policy)
+    map_2 = _map(Q_s[:, d:], K_s[:, d:], allow, divisor, kept_bias, step, policy)
     lam = diff_lambda(head, policy)
     # the Subtract step, cell by cell: λ·p₂ written down, then p₁ minus it; a masked cell is 0 in both maps, and
     # np.where keeps it the exact 0 it is (λ < 0 would make λ·0 a −0.0)
@@ -225,8 +248,8 @@ def diff_forward(X: Matrix, X_kv: Matrix, W_Q: Matrix, W_K: Matrix, W_V: Matrix,
     output = frozen(policy.table(factor * norm.X_norm))  # (n, 2d)
     if kept_bias is not None and kept_bias is not bias:  # the caller's own array is the caller's to freeze
         frozen(kept_bias)
-    return DiffForward(Q, K, V, Q_rot, K_rot, divisor, kept_bias, map_1, map_2, lam, lam_p2, weights, mixed, norm,
-                       factor, output, head=head, turn=turn)
+    return DiffForward(Q, K, V, Q_used, K_used, divisor, kept_bias, map_1, map_2, lam, lam_p2, weights, mixed, norm,
+                       factor, output, head=head, moved=moved)
 
 
 def lambda_init_of_layer(layer: int) -> float:

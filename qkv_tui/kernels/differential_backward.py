@@ -7,7 +7,8 @@ From the gradient dY at the head's output (what Concat joins), each forward step
     Mix               dV = mapᵀ·dmixed, dmap = dmixed·Vᵀ
     Subtract          dP₁ = dmap, dP₂ = −λ·dmap, dλ = −Σ dmap ⊙ P₂
     each softmax      dS = P ⊙ (dP − D), D = rowsum(P ⊙ dP) (0 where masked), the soft-cap, the scale, Score
-    RoPE              each half turned back by the opposite angle (kernels/attention_backward.py's rotate_back)
+    the parts before  read back by each part that changed Q and K before the scores, last first (its record's
+                      ``scored_back``: RoPE turns each half back by the opposite angle)
     λ                 dλ_q1 = dλ·λ₁·λ_k1, dλ_k1 = dλ·λ₁·λ_q1, dλ_q2 = −dλ·λ₂·λ_k2, dλ_k2 = −dλ·λ₂·λ_q2
     the projections   dW_Q = X̂ᵀ·dQ, dW_K, dW_V, the biases, and the paths into X̂.
 
@@ -24,12 +25,10 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from qkv_tui.kernels.attention import Turn
 from qkv_tui.kernels.attention_backward import AttendBack, row_dots
-from qkv_tui.kernels.differential import DiffForward, DiffHead, DiffMap, halves
+from qkv_tui.kernels.differential import DiffForward, DiffHead, DiffMap
 from qkv_tui.kernels.norm_backward import norm_backward
 from qkv_tui.kernels.policy import EXACT, Policy
-from qkv_tui.kernels.rope_backward import rotate_back
 from qkv_tui.kernels.softcap import cap_tanh
 from qkv_tui.kernels.stats import Matrix
 
@@ -59,7 +58,8 @@ class DiffBack:
     dlambda: float  # −Σ dweights ⊙ P₂
     map_1: MapBack
     map_2: MapBack
-    dQ_rot: Matrix | None  # (n, 2d) at the turned [Q₁ | Q₂]; None without RoPE
+    dQ_rot: Matrix | None  # (n, 2d) at [Q₁ | Q₂] as scored, where a part before the scores changed it (RoPE's
+    # turn); None where it was scored as projected
     dK_rot: Matrix | None  # (m, 2d)
     dQ: Matrix  # (n, 2d) at the projection X̂·W_Q (+ b_Q)
     dK: Matrix  # (m, 2d)
@@ -110,10 +110,11 @@ def map_backward(dP: Matrix, m: DiffMap, Q_used: Matrix, K_used: Matrix, allow: 
 
 
 def diff_backward(dY: Matrix, X: Matrix, X_kv: Matrix, W_Q: Matrix, W_K: Matrix, W_V: Matrix, fwd: DiffForward,
-                  head: DiffHead, allow: np.ndarray, *, softcap: float | None = None, turn: Turn | None = None,
+                  head: DiffHead, allow: np.ndarray, *, softcap: float | None = None,
                   biases: tuple[bool, bool, bool] = (False, False, False), policy: Policy = EXACT) -> DiffBack:
     """``dY`` (n, 2d) is the gradient at the head's output; ``X`` and ``X_kv`` are what its projections read;
-    ``softcap`` and ``turn`` are the forward's; ``biases`` says which of b_Q, b_K, b_V the head has."""
+    ``softcap`` is the forward's; ``biases`` says which of b_Q, b_K, b_V the head has. The parts that changed Q
+    and K before the scores (``fwd.moved``) read their gradients back, last first."""
     p, lam = policy, fwd.lam
     d_normed = p.table(fwd.factor * dY)  # (n, 2d)
     gamma = np.ones(fwd.mixed.shape[1]) if head.gamma is None else np.asarray(head.gamma, dtype=np.float64)
@@ -133,10 +134,10 @@ def diff_backward(dY: Matrix, X: Matrix, X_kv: Matrix, W_Q: Matrix, W_K: Matrix,
     dQ_t = np.concatenate([b1.dQ_used, b2.dQ_used], axis=1)  # (n, 2d)
     dK_t = np.concatenate([b1.dK_used, b2.dK_used], axis=1)  # (m, 2d)
     dQ_rot = dK_rot = None
-    if turn is not None:
+    if fwd.moved:
         dQ_rot, dK_rot = dQ_t, dK_t
-        dQ_t = np.concatenate([rotate_back(h, turn.cos, turn.sin, turn.pairs, p) for h in halves(dQ_rot)], axis=1)
-        dK_t = np.concatenate([rotate_back(h, turn.cos, turn.sin, turn.pairs, p) for h in halves(dK_rot)], axis=1)
+        for record in reversed(fwd.moved):
+            dQ_t, dK_t = record.scored_back(dQ_t, dK_t, p)
     # λ = e^(λ_q1·λ_k1) − e^(λ_q2·λ_k2) + λ_init: each exponential's slope is itself
     g1 = float(p.table(np.array(dlambda * lam.lambda_1)))
     g2 = float(p.table(np.array(-dlambda * lam.lambda_2)))
@@ -162,4 +163,4 @@ def read_back(f: DiffForward, dY: Matrix, X: Matrix, X_kv: Matrix, W_Q: Matrix, 
     assert f.head is not None
     cap = options.get("step")  # the soft-cap's record, where the head has one
     return diff_backward(dY, X, X_kv, W_Q, W_K, W_V, f, f.head, allow, softcap=None if cap is None else cap.softcap,
-                         turn=f.turn, biases=biases, policy=policy)
+                         biases=biases, policy=policy)

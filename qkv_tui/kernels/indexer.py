@@ -8,8 +8,9 @@ What follows the models' own code (transformers ``DeepseekV32Indexer`` and ``Glm
 
 - q_I = c·W_q, c being X or, as the models do, [mla]'s query latent c_Q (q_a_layernorm(q_a_proj(x)));
   k_I = LayerNorm(X·W_k) (the LayerNorm ``k_norm`` has a gain and a bias, eps 1e-6); w = X·W_w.
-- Only the first ``rope_dims`` of each index head's q_I and of k_I turn (the models' qk_rope_head_dim,
-  the frequencies of the main attention's RoPE); the rest pass through. DeepSeek-V3.2 turns them in the
+- Only the first columns of each index head's q_I and of k_I turn (the models' qk_rope_head_dim, the
+  frequencies of the main attention's RoPE); the rest pass through. The turn is RoPE's, given to ``index`` as
+  a step on the rows (kernels/rope.py columns). DeepSeek-V3.2 turns them in the
   half-split layout (pair i = (i, i + r/2)), GLM-5 in interleaved pairs (2i, 2i + 1). transformers writes
   GLM's turned pairs out as [evens | odds], a reordering that q_I and k_I share, so every q_I·k_I and
   every score is the one an in-place interleaved turn gives; here the pairs stay where they are.
@@ -23,16 +24,14 @@ What follows the models' own code (transformers ``DeepseekV32Indexer`` and ``Glm
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
 
 from qkv_tui.kernels.norm import normalise
 from qkv_tui.kernels.policy import EXACT, Policy
-from qkv_tui.kernels.rope import angles, angles_at, pairs, rotate
 from qkv_tui.kernels.stats import Matrix
 
 BoolMatrix = npt.NDArray[np.bool_]
@@ -40,17 +39,22 @@ INDEX_LAYOUTS = ("half", "interleaved")  # DeepSeek-V3.2's, GLM-5's
 DEFAULT_K_EPS = 1e-6  # the models' nn.LayerNorm(index_head_dim, eps=1e-6)
 
 
+class Turns(Protocol):
+    """A step by position on the index vectors, given by the part that owns it (RoPE's turn of their first
+    columns, kernels/rope.py columns): each row of M at its token's position."""
+
+    def turned(self, M: Matrix, policy: Policy) -> Matrix: ...
+
+
 @dataclass(frozen=True, eq=False)
 class IndexerWeights:
-    """One layer's indexer: its projections, the index key's LayerNorm and how much turns."""
+    """One layer's indexer: its projections and the index key's LayerNorm."""
 
     num_heads: int  # H_I
     W_q: Matrix  # (d_src, H_I·d_I): d_src = d_model (from X) or d_cq (from [mla]'s c_Q); head h's columns h·d_I…
     W_k: Matrix  # (d_model, d_I): the one index key shared by the index heads
     W_w: Matrix  # (d_model, H_I): each index head's weight for each query
     top_k: int
-    rope_dims: int = 0  # the first rope_dims of every index vector turn (even); 0: none
-    layout: str = "half"  # "half" (DeepSeek-V3.2) | "interleaved" (GLM-5)
     k_gamma: Matrix | None = None  # (d_I,) LayerNorm gain; None with k_beta None: no k_norm
     k_beta: Matrix | None = None  # (d_I,) LayerNorm bias
     k_eps: float = DEFAULT_K_EPS
@@ -71,7 +75,7 @@ class Indexed:
     q: Matrix  # (H_I, n, d_I) each index head's query before the turn
     k: Matrix  # (n, d_I) X·W_k
     k_normed: Matrix  # (n, d_I) after k_norm (k itself without it)
-    q_turned: Matrix  # (H_I, n, d_I) the first rope_dims turned
+    q_turned: Matrix  # (H_I, n, d_I) as the step by position left them (their first columns turned); q without it
     k_turned: Matrix  # (n, d_I)
     w_raw: Matrix  # (n, H_I) X·W_w
     root: float  # √(H_I·d_I) as written down: w = w_raw / root
@@ -132,16 +136,14 @@ def select_top_k(scores: Matrix, allow: BoolMatrix, top_k: int) -> BoolMatrix:
     return out
 
 
-def index(X: Matrix, weights: IndexerWeights, allow: BoolMatrix, positions: Sequence[int] | Matrix,
-          base: float = 10000.0, q_source: Matrix | None = None, thetas: Matrix | None = None,
-          factor: float = 1.0, policy: Policy = EXACT) -> Indexed:
+def index(X: Matrix, weights: IndexerWeights, allow: BoolMatrix, q_source: Matrix | None = None,
+          turn: Turns | None = None, policy: Policy = EXACT) -> Indexed:
     """The indexer on X (n, d_model): scores, selection and every number between.
 
-    ``q_source`` is what W_q reads (X when None; [mla]'s c_Q as the models do). ``thetas`` are the turn's
-    frequencies where the main attention's RoPE scales them (rope_dims/2 of them); else base^(−2i/rope_dims).
-    ``factor`` multiplies cos and sin, YaRN's attention factor: transformers passes the indexer the main
-    attention's cos and sin, that factor included."""
-    H, d_I, r = weights.num_heads, weights.d_index, weights.rope_dims
+    ``q_source`` is what W_q reads (X when None; [mla]'s c_Q as the models do). ``turn`` is the step by position
+    on q_I and k_I (RoPE's turn of their first columns, its cos and sin with YaRN's factor in them: transformers
+    passes the indexer the main attention's); None: they do not turn."""
+    H, d_I = weights.num_heads, weights.d_index
     n = X.shape[0]
     src = X if q_source is None else q_source
     q_wide = policy.table(policy.matmul(src, weights.W_q))  # (n, H·d_I)
@@ -151,12 +153,9 @@ def index(X: Matrix, weights: IndexerWeights, allow: BoolMatrix, positions: Sequ
     if weights.k_norm:
         gamma = weights.k_gamma if weights.k_gamma is not None else np.ones(d_I)
         k_normed = normalise(policy, "layer", k, gamma, weights.k_beta, weights.k_eps).X_norm
-    if r:
-        a = angles(base, r, positions) if thetas is None else angles_at(thetas, positions)  # (n, r/2)
-        cos, sin = np.cos(a) * factor, np.sin(a) * factor
-        turned = pairs(weights.layout, r)  # indices inside the rotary part, the first r columns
-        q_turned = np.stack([rotate(q[h], cos, sin, turned, policy) for h in range(H)])
-        k_turned = rotate(k_normed, cos, sin, turned, policy)
+    if turn is not None:
+        q_turned = np.stack([turn.turned(q[h], policy) for h in range(H)])
+        k_turned = turn.turned(k_normed, policy)
     else:
         q_turned, k_turned = q, k_normed
     w_raw = policy.table(policy.matmul(X, weights.W_w))  # (n, H)

@@ -74,6 +74,8 @@ class Rotated:
 
     Q_rot: Matrix  # (n, d_k)
     K_rot: Matrix  # (m, d_k)
+    turn: Turn | None = None  # the cos and sin it turned by (for a block's width where ``block`` is set)
+    block: int | None = None  # the width of each block of columns turned on its own; None: the whole d_k
 
     # the views' names of the Queries and Keys as scored (core/part_questions.scored_suffix, scored_word)
     scored_suffix: ClassVar[str] = "_rot"
@@ -88,6 +90,8 @@ class Rotated:
         "score.distance": "both vectors are rotated by their own position, so position enters this score only through"
                           " the distance {query} − {key} = {distance}; the vectors themselves decide the rest",
         "worksheet.kv_reader": " (and K' in its Rotate section)",  # where a K/V reader's K is, after its Project's
+        # what a worksheet with no tables for a head that scores in blocks says it is missing ({block}: "half")
+        "worksheet.blocks": "[rope] (each {block} turned on its own)",
     })
 
     @property
@@ -106,6 +110,19 @@ class Rotated:
     @property
     def K_after(self) -> Matrix:
         return self.K_rot
+
+    def scored_back(self, dQ_rot: Matrix, dK_rot: Matrix, policy: Policy = EXACT) -> tuple[Matrix, Matrix]:
+        """The gradients at Q and K before the turn from those at the turned ones: each block turned back on its
+        own by the opposite angle, −sin (kernels/rope_backward.py rotate_back's turn; a part that scores the head in
+        blocks reads its gradients back through this)."""
+        t = self.turn
+        assert t is not None
+
+        def back(dM: Matrix) -> Matrix:
+            width = dM.shape[1] if self.block is None else self.block
+            blocks = [dM[:, i:i + width] for i in range(0, dM.shape[1], width)]
+            return np.concatenate([rotate(b, t.cos, -t.sin, t.pairs, policy) for b in blocks], axis=1)
+        return back(dQ_rot), back(dK_rot)
 
 
 @dataclass(frozen=True, eq=False)
@@ -133,4 +150,16 @@ class RopeSpec(PartSpec):
             K_rot = self.turned(p.K_turned, p.policy)
         Q_rot = self.turned(p.Q_turned, p.policy)
         p.Q_used, p.K_used = Q_rot, K_rot
-        p.records.append(Rotated(Q_rot, K_rot))
+        p.records.append(Rotated(Q_rot, K_rot, self.turn, self.block))
+
+
+def columns(width: int, layout: str, positions: Sequence[int] | Matrix, base: float = 10000.0,
+            thetas: Matrix | None = None, factor: float = 1.0) -> RopeSpec | None:
+    """RoPE's turn of the first ``width`` columns of another part's vectors (the DSA indexer's q_I and k_I: the
+    models' qk_rope_head_dim), in that part's own ``layout``, each row at its token's position: frequencies
+    base^(−2i/width), or ``thetas`` where the main attention's RoPE scales them, and ``factor`` (YaRN's) multiplying
+    cos and sin; the other columns pass through. None where ``width`` is 0: nothing turns."""
+    if not width:
+        return None
+    a = angles(base, width, positions) if thetas is None else angles_at(thetas, positions)  # (rows, width/2)
+    return RopeSpec(Turn(np.cos(a) * factor, np.sin(a) * factor, pairs(layout, width)))

@@ -192,15 +192,11 @@ def _half_width(ctx: Context) -> int:
         raise v.fail(f"[differential] needs every head to have the same half width d (the λ vectors are num_heads × d),"
                      f" but {said}; expected one W_Q width for every head")
     d = next(iter(widths))[0]
-    rope = ctx.earlier.get("rope")
-    if rope is not None:
-        if d % 2:
-            raise v.fail(f"[differential] with [rope] turns each half of a head on its own, so it needs an even d,"
-                         f" but d = {d} (W_Q is {2 * d} wide); expected W_Q widths that are multiples of 4")
-        r = cast(Any, rope).rotated(d)
-        if r % 2:
-            raise v.fail(f"[differential] with [rope] turns each half of a head on its own, and [rope] partial turns"
-                         f" {r} of its d = {d} dimensions; expected an even count (dimensions turn in pairs)")
+    for key, table in ctx.earlier.items():  # a step on Q and K runs on each half as on a head d wide
+        refusal = getattr(table, "block_refusal", None)
+        why = refusal(d, 2 * d) if callable(refusal) else None
+        if why is not None:  # what the table does to Q and K is its ``does`` (core/variants/refusals.py)
+            raise v.fail(f"[differential] with [{key}] {cast(Any, table).does} each half of a head on its own, {why}")
     return int(d)
 
 

@@ -18,19 +18,19 @@ LOOKALIKES: Lookalikes = {
     ("[differential]", "weight"): ("gamma", "the sub-norm's gains, 2d numbers"),
 }
 
-# The part's faces beyond its keys: its head-pass hook; its stages (each half's Rotate, both maps, λ and the rest
-# after Mix, where the one-map stages step aside; the backward ones after dRotate); its JSON field; its backward
-# worksheet's tables. Registering the part is its line in FEATURES (core/variants/__init__.py).
+# The part's faces beyond its keys: its head-pass hook; its stages (both maps, λ and the rest after Mix, where the
+# one-map stages step aside; the backward ones after dRotate; a step on Q and K before the scores, each half on its
+# own, is its own part's stage); its JSON field; its backward worksheet's tables. Registering the part is its line in
+# FEATURES (core/variants/__init__.py).
 FACES = Faces(
     head="qkv_tui.core.differential_part:diff_part",
     edit="qkv_tui.core.variants.differential_edit",
     stages=(
         *(("mix", "differential", name) for name in (
-            "ROTATE", "SCORE_1", "SCALE_1", "SOFTMAX_1", "SCORE_2", "SCALE_2", "SOFTMAX_2", "LAMBDA", "SUBTRACT",
+            "SCORE_1", "SCALE_1", "SOFTMAX_1", "SCORE_2", "SCALE_2", "SOFTMAX_2", "LAMBDA", "SUBTRACT",
             "MIX", "SUBNORM", "FACTOR")),
         *(("drotate", "differential_backward", name) for name in (  # in place of dMix … dRotate
-            "FACTOR", "SUBNORM", "MIX", "SUBTRACT", "LAMBDA", "SOFTMAX_1", "SCALE_1", "SOFTMAX_2", "SCALE_2", "SCORE",
-            "ROTATE")),
+            "FACTOR", "SUBNORM", "MIX", "SUBTRACT", "LAMBDA", "SOFTMAX_1", "SCALE_1", "SOFTMAX_2", "SCALE_2", "SCORE")),
     ),
     json="qkv_tui.edges.export_differential:differential_parts",
     worksheet_back="qkv_tui.edges.worksheet.backward.differential:SHEET",

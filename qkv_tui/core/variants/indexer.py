@@ -85,6 +85,16 @@ class Indexer:
     def d_index(self) -> int:
         return int(self.W_k.shape[1])
 
+    @property
+    def turns(self) -> bool:
+        """Whether its index vectors turn by position (their first rope_dims), so are no plain product of X."""
+        return self.rope_dims > 0
+
+    @property
+    def turned_words(self) -> str:
+        """What the Index stage says of that turn (teach/stages/indexer.py); nothing where none turns."""
+        return f", their first {self.rope_dims} dimensions turned by position ({self.rope_layout} pairs)" if self.turns else ""
+
     def attended_keys(self, keys: int) -> tuple[str, int] | None:
         """Of ``keys``, what each query's heads attend (core/cost.py): top_k, where fewer; None: every key."""
         return ("top_k", self.top_k) if self.top_k < keys else None
@@ -106,9 +116,8 @@ class Indexer:
     def weights(self) -> IndexerWeights:
         from qkv_tui.kernels.indexer import IndexerWeights
 
-        return IndexerWeights(self.num_heads, self.W_q, self.W_k, self.W_w, self.top_k, self.rope_dims,
-                              self.rope_layout, self.k_gamma if self.k_norm else None,
-                              self.k_beta if self.k_norm else None, self.k_eps)
+        return IndexerWeights(self.num_heads, self.W_q, self.W_k, self.W_w, self.top_k,
+                              self.k_gamma if self.k_norm else None, self.k_beta if self.k_norm else None, self.k_eps)
 
 
 def _count(ctx: Context, table: dict[str, Any], key: str, least: int, what: str, default: int | None = None) -> int:
@@ -227,19 +236,19 @@ def _summary(ix: Indexer) -> str:
     return f"sparse attention (indexer: {ix.num_heads} index heads, d_I {ix.d_index}, top-{ix.top_k})"
 
 
-def run(ix: Indexer, X: Matrix, allow: BoolMatrix, rope: Rope | None, c_Q: Matrix | None = None,
+def run(ix: Indexer, X: Matrix, allow: BoolMatrix, turner: Any, c_Q: Matrix | None = None,
         policy: Policy = EXACT) -> Indexed:
-    """The table on X (n, d_model): ``c_Q`` is [mla]'s query latent where W_q reads it; [rope] gives base and positions."""
+    """The table on X (n, d_model): ``c_Q`` is [mla]'s query latent where W_q reads it; ``turner`` ([rope]) turns
+    the first rope_dims of the index vectors in the table's own layout (its positions, frequencies and YaRN's
+    factor: its ``columns_turn``; None: base 10000 at positions 0, 1, …)."""
     from qkv_tui.kernels.indexer import index
+    from qkv_tui.kernels.rope import columns
 
     if ix.from_latent and c_Q is None:
         raise ValueError("this [indexer] reads [mla]'s c_Q: pass it")
-    positions = rope.positions if rope is not None else tuple(range(X.shape[0]))
-    base = rope.base if rope is not None else 10000.0
-    scaled = rope is not None and rope.scaling is not None and ix.rope_dims > 0
-    thetas = rope.inv_freq(ix.rope_dims) if scaled and rope is not None else None
-    factor = rope.attention_factor if rope is not None and ix.rope_dims else 1.0
-    return index(X, ix.weights(), allow, positions, base, c_Q if ix.from_latent else None, thetas, factor, policy)
+    turn = (columns(ix.rope_dims, ix.rope_layout, tuple(range(X.shape[0]))) if turner is None
+            else turner.columns_turn(ix.rope_dims, ix.rope_layout))
+    return index(X, ix.weights(), allow, c_Q if ix.from_latent else None, turn, policy)
 
 
 # registered in indexer_table.py, whose functions are this module's (a scenario without the table loads only that)

@@ -75,6 +75,27 @@ class Rope:
         cos, sin = policy.worked(np.cos(a)) * f, policy.worked(np.sin(a)) * f  # (n, r/2)
         return Turn(policy.worked(cos), policy.worked(sin), self.pairs(d_k))
 
+    def block_refusal(self, width: int, whole: int) -> str | None:
+        """Why it cannot turn each block of a head on its own as a head ``width`` wide (a differential head's halves,
+        d of a head ``whole`` = 2d wide: core/variants/differential.py asks), in words that follow the comma of
+        "[table] with [rope] turns each half of a head on its own,"; None where it can."""
+        if width % 2:
+            return (f"so it needs an even d, but d = {width} (W_Q is {whole} wide); expected W_Q widths that are"
+                    " multiples of 4")
+        r = self.rotated(width)
+        if r % 2:
+            return (f"and [rope] partial turns {r} of its d = {width} dimensions; expected an even count (dimensions"
+                    " turn in pairs)")
+        return None
+
+    def columns_turn(self, width: int, layout: str) -> rope_kernel.RopeSpec | None:
+        """Its turn of the first ``width`` columns of another part's vectors, in that part's own ``layout`` (the DSA
+        indexer's q_I and k_I: kernels/rope.py columns): at its positions, with its frequencies for that width
+        (scaled where it scales them) and YaRN's factor on cos and sin; None where ``width`` is 0."""
+        thetas = self.inv_freq(width) if self.scaling is not None and width > 0 else None
+        factor = self.attention_factor if width else 1.0
+        return rope_kernel.columns(width, layout, self.positions, self.base, thetas, factor)
+
     def rotated(self, d_k: int) -> int:
         """r, how many of a head's d_k dimensions turn; the rest pass through."""
         return rotated_dims(d_k, self.partial)
@@ -206,5 +227,8 @@ TABLE: Table[Rope] = Table(
     lookalikes={("[rope]", key): ("scaling", f"{key} is a field of [rope.scaling]: write it under that header")
                 for key in ("factor", "type", "original_max_position_embeddings", "low_freq_factor",
                             "high_freq_factor", "beta_fast", "beta_slow", "attention_factor", "rope_type")},
-    faces=Faces(head="qkv_tui.core.rope_part:rope_part", mistakes=Rope.compared_mistakes),
+    # its Rotate and dRotate for a head scored in blocks (each half of a differential head), where the one-map ones
+    # step aside: after Rotate, and after the stages placed after dRotate
+    faces=Faces(head="qkv_tui.core.rope_part:rope_part", mistakes=Rope.compared_mistakes,
+                stages=(("rotate", "rotate_blocks", "ROTATE"), ("drotate", "rotate_blocks", "BACKWARD"))),
 )

@@ -45,7 +45,6 @@ from qkv_tui.teach.stages.common import (
     paren,
 )
 from qkv_tui.teach.stages.context import TraceContext
-from qkv_tui.teach.stages.grads import formula_cell
 from qkv_tui.teach.stages.norm import RowStats, cell_lines
 from qkv_tui.teach.stages.printed import PrintedCells, PrintedChain, Table
 
@@ -79,7 +78,7 @@ def over_of(trace: TraceContext, head: int | None) -> str:
 
 # each matrix's name in the worked lines, pane titles and worksheet: what the page's tables write in their corner
 CORNERS = {"scores_1": "scores₁", "scores_2": "scores₂", "scaled_1": "scaled₁", "scaled_2": "scaled₂",
-           "weights_1": "p₁", "weights_2": "p₂", "lambda": "λ", "Q_rot": "Q'", "K_rot": "K'"}
+           "weights_1": "p₁", "weights_2": "p₂", "lambda": "λ"}
 
 
 class _DiffStage(StageSpec):
@@ -158,7 +157,7 @@ class MapScore(_MapStage):
         value = float(self.map_of(trace, h).scores[row, col])
         sc = trace.comp.scenario
         q, k = sc.labels[row], sc.key_labels[col]
-        whole = trace.integral("Q", h) and trace.integral("K", h) and f.Q_rot is None
+        whole = trace.integral("Q", h) and trace.integral("K", h) and not f.moved  # scored as projected
         result = fmt(value, whole, d)
         work = dot_line(Q[row], K[col], whole, whole, result, d, trace.hand)
         text = f"scores{s}[{q},{k}] = Q{s}[{q}]·K{s}[{k}] = {work}"
@@ -168,7 +167,7 @@ class MapScore(_MapStage):
         return self.map_of(trace, head).scores
 
     def made_from(self, trace: TraceContext, name: str, head: int | None) -> list[Key] | None:
-        return None if diff_of(trace, head).Q_rot is not None else [("Q", head), ("K", head)]
+        return None if diff_of(trace, head).moved else [("Q", head), ("K", head)]
 
     def panes(self, trace: TraceContext, op: Operation) -> list[Key]:
         return [("Q", op.head), ("KT", op.head), (f"scores_{self.half}", op.head)]
@@ -565,82 +564,6 @@ class Factor(_DiffStage):
         return "output = (1 − λ_init)·normed"
 
 
-class DiffRotate(_DiffStage):
-    """RoPE on each half of Q and K on its own, with the frequencies of width d (the one-map Rotate steps aside)."""
-
-    stage = Stage("diff_rotate", "Rotate",
-                  "RoPE turns Q and K (never V) by position, each half on its own: [Q₁ | Q₂] is two d-wide"
-                  " vectors per token, and each turns as a head of width d would (θᵢ = base^(−2i/d), the pairs of"
-                  " width d), because each map scores its own half. A pair (a, b) of a token at position p turns by"
-                  " p·θᵢ: a' = a·cos − b·sin, b' = a·sin + b·cos.")
-    matrices = ("Q_rot", "K_rot")
-
-    def runs(self, trace: TraceContext) -> bool:
-        return has_diff(trace) and trace.comp.scenario.rope is not None
-
-    def segments(self, trace: TraceContext, head: int | None) -> list[Plan]:
-        assert head is not None
-        sc, w = trace.comp.scenario, 2 * diff_of(trace, head).d
-        plans = [Plan("Q_rot", sc.n, w)]
-        if trace.kv_owner[head] == head:
-            plans.append(Plan("K_rot", sc.m, w))
-        return plans
-
-    def operation(self, trace: TraceContext, index: int, seg: Segment, row: int, col: int | None, d: int) -> Operation:
-        h = seg.head
-        assert h is not None and col is not None
-        f, sc = diff_of(trace, h), trace.comp.scenario
-        turn = f.turn
-        assert turn is not None and f.Q_rot is not None and f.K_rot is not None and sc.positions is not None
-        query = seg.target == "Q_rot"
-        source, done = (f.Q, f.Q_rot) if query else (f.K, f.K_rot)
-        name = "Q" if query else "K"
-        label = (sc.labels if query else sc.key_labels)[row]
-        value = float(done[row, col])
-        start = 0 if col < f.d else f.d  # the half's first column: its pairs count from there
-        half = "₁" if start == 0 else "₂"
-        pair = next(((i, start + a, start + b) for i, (a, b) in enumerate(turn.pairs) if col - start in (a, b)), None)
-        if pair is None:  # partial rotary: a dimension of the half past the turned ones passes through
-            text = f"{name}'[{label},{col}] = {name}[{label},{col}] = {fmt(value, False, d)} (not turned)"
-            return Operation(index, seg, row, col, value, (Ref(name, h, row, col),), text)
-        i, a, b = pair
-        cos, sin = float(turn.cos[row, i]), float(turn.sin[row, i])
-        x, y = float(source[row, a]), float(source[row, b])
-        refs = (Ref(name, h, row, a), Ref(name, h, row, b))
-        angle = f"{sc.positions[row]}·θ{_sub(i)}"
-        details = (f"pair {i} of {name}{half}: columns ({a}, {b}); θ{_sub(i)} of width d = {f.d}",)
-        if col == a:
-            said = f"{name}'[{label},{a}] = {name}[{label},{a}]·cos({angle}) − {name}[{label},{b}]·sin({angle})"
-            op = formula_cell(trace, index, seg, row, col, d, value, lambda u, c, v, t: u * c - v * t, [x, cos, y, sin],
-                              lambda t: f"{t[0]}·{t[1]} − {t[2]}·{t[3]}", said, refs, details)
-        else:
-            said = f"{name}'[{label},{b}] = {name}[{label},{a}]·sin({angle}) + {name}[{label},{b}]·cos({angle})"
-            op = formula_cell(trace, index, seg, row, col, d, value, lambda u, t, v, c: u * t + v * c, [x, sin, y, cos],
-                              lambda t: f"{t[0]}·{t[1]} + {t[2]}·{t[3]}", said, refs, details)
-        return op
-
-    def matrix(self, trace: TraceContext, name: str, head: int | None) -> Matrix:
-        f = diff_of(trace, head)
-        if f.Q_rot is None or f.K_rot is None:
-            raise KeyError(name)
-        return f.Q_rot if name == "Q_rot" else f.K_rot
-
-    def panes(self, trace: TraceContext, op: Operation) -> list[Key]:
-        name = op.segment.target[0]
-        return [(name, op.head), (op.segment.target, op.head)]
-
-    def overview(self, trace: TraceContext, head: int) -> list[Key]:
-        return [("Q_rot", head), ("K_rot", head)]
-
-    def title(self, trace: TraceContext, name: str, head: int | None) -> str:
-        return f"{name[0]}' = rope({name[0]}), each half"
-
-
-def _sub(i: int) -> str:
-    return "".join("₀₁₂₃₄₅₆₇₈₉"[int(c)] for c in str(i))
-
-
-ROTATE = DiffRotate()
 SCORE_1, SCALE_1, SOFTMAX_1 = MapScore(1), MapScale(1), MapSoftmax(1)
 SCORE_2, SCALE_2, SOFTMAX_2 = MapScore(2), MapScale(2), MapSoftmax(2)
 LAMBDA, SUBTRACT, MIX, SUBNORM, FACTOR = Lambda(), Subtract(), DiffMix(), SubNorm(), Factor()

@@ -3,9 +3,10 @@ gave, every cell's arithmetic read from the head's DiffBack (kernels/differentia
 kept it, and its DiffForward.
 
 The order is the forward's, reversed: the (1 − λ_init) factor, the sub-norm, Mix (dV and the gradient at the map),
-Subtract (dλ and the second map's share), λ's vectors, each map's softmax and scale, Score (both halves side by side)
-and, under RoPE, each half turned back on its own. These stand in for dMix … dRotate, which step aside for a head
-whose part has stages of its own (teach/stages/replaced.py); dProject then reads dQ, dK and dV from here.
+Subtract (dλ and the second map's share), λ's vectors, each map's softmax and scale, Score (both halves side by
+side). These stand in for dMix … dScore, which step aside for a head whose part has stages of its own
+(teach/stages/replaced.py); a step on Q and K before the scores is read back by its own part's stage after these
+(RoPE's, each half on its own: teach/stages/rotate_blocks.py), and dProject then reads dQ, dK and dV.
 """
 
 from __future__ import annotations
@@ -47,6 +48,12 @@ def _mb(b: DiffBack, half: int) -> MapBack:
     return b.map_1 if half == 1 else b.map_2
 
 
+def marks(f: DiffForward) -> str:
+    """What the lines add to Q and K as scored, where the parts before the scores changed them (RoPE's ', its
+    record's ``scored_mark``); nothing where they were scored as projected."""
+    return "".join(str(getattr(r, "scored_mark", "")) for r in f.moved)
+
+
 def _fixed(M: Matrix) -> Matrix:
     out = np.array(M, dtype=np.float64)
     out.setflags(write=False)
@@ -57,7 +64,7 @@ def _fixed(M: Matrix) -> Matrix:
 CORNERS = {"dO_h": "dO", "dmixed_m": "m", "dgamma_sub": "dγ", "dlam": "dλ", "dP2": "dp₂",
            "ddots": "d(λ_q·λ_k)", "dlambda_q1": "dλ_q1", "dlambda_k1": "dλ_k1", "dlambda_q2": "dλ_q2",
            "dlambda_k2": "dλ_k2", "D_1": "D₁", "D_2": "D₂", "dS_1": "dS₁", "dS_2": "dS₂", "dscaled_1": "dscaled₁",
-           "dscaled_2": "dscaled₂", "dscores_1": "dscores₁", "dscores_2": "dscores₂", "dQ_t": "dQ", "dK_t": "dK"}
+           "dscaled_2": "dscaled₂", "dscores_1": "dscores₁", "dscores_2": "dscores₂"}
 DDOTS_COLS = ("d(λ_q1·λ_k1)", "d(λ_q2·λ_k2)")  # the ddots table's two cells, as its lines name them
 
 
@@ -501,16 +508,16 @@ class DScore(_DiffBack):
         c, s = col - (a - 1) * f.d, SUB[a]
         mb = _mb(b, a)
         Q_used, K_used = f.used(a)
-        turned = "'" if f.Q_rot is not None else ""
+        turned = marks(f)
         if seg.target == "dQ_s":
             t = sc.labels[row]
             return dot_cell(trace, index, seg, row, col, d, float(mb.dQ_used[row, c]), mb.dscores[row], K_used[:, c],
-                            False, trace.integral("K", h) and f.K_rot is None,
+                            False, trace.integral("K", h) and not f.moved,
                             f"dQ{s}{turned}[{t},{c}] = dscores{s}[{t}]·K{s}{turned}[:,{c}]",
                             (Ref(f"dscores_{a}", h, row), Ref("K", h, None, col)))
         k = sc.key_labels[row]
         return dot_cell(trace, index, seg, row, col, d, float(mb.dK_used[row, c]), mb.dscores[:, row], Q_used[:, c],
-                        False, trace.integral("Q", h) and f.Q_rot is None,
+                        False, trace.integral("Q", h) and not f.moved,
                         f"dK{s}{turned}[{k},{c}] = dscores{s}[:,{k}]·Q{s}{turned}[:,{c}]",
                         (Ref(f"dscores_{a}", h, None, row), Ref("Q", h, None, col)))
 
@@ -529,68 +536,10 @@ class DScore(_DiffBack):
         return [("dQ_s", head), ("dK_s", head)]
 
     def title(self, trace: TraceContext, name: str, head: int | None) -> str:
-        turned = "'" if head is not None and diff_of(trace, head).Q_rot is not None else ""
+        turned = "" if head is None else marks(diff_of(trace, head))
         return f"[dQ₁ | dQ₂]{turned}" if name == "dQ_s" else f"[dK₁ | dK₂]{turned}"
-
-
-class DRotate(_DiffBack):
-    stage = Stage("ddiff_rotate", "dRotate",
-                  "Back through RoPE, each half on its own as the forward turned it: a pair (a, b) of a half turned by"
-                  " p·θ turns back by −p·θ, da = dQ'[a]·cos + dQ'[b]·sin and db = dQ'[b]·cos − dQ'[a]·sin, with the"
-                  " frequencies of width d (the half), not 2d. Dimensions RoPE does not turn pass straight through.")
-    matrices = ("dQ_t", "dK_t")
-
-    def runs(self, trace: TraceContext) -> bool:
-        return super().runs(trace) and trace.comp.scenario.rope is not None
-
-    def segments(self, trace: TraceContext, head: int | None) -> list[Plan]:
-        sc, w = trace.comp.scenario, 2 * diff_of(trace, head).d
-        return [Plan("dQ_t", sc.n, w), Plan("dK_t", sc.m, w)]
-
-    def operation(self, trace: TraceContext, index: int, seg: Segment, row: int, col: int | None, d: int) -> Operation:
-        h = seg.head
-        assert h is not None and col is not None
-        f, b, sc = diff_of(trace, h), back_of(trace, h), trace.comp.scenario
-        turn = f.turn
-        assert turn is not None and b.dQ_rot is not None and b.dK_rot is not None
-        query = seg.target == "dQ_t"
-        src = "dQ_s" if query else "dK_s"
-        grad, done = (b.dQ_rot, b.dQ) if query else (b.dK_rot, b.dK)
-        name, shown_src = ("dQ", "dQ'") if query else ("dK", "dK'")
-        label = sc.labels[row] if query else sc.key_labels[row]
-        value = float(done[row, col])
-        start = 0 if col < f.d else f.d  # the half's first column: its pairs count from there
-        within = col - start
-        pair = next(((i, start + p, start + q) for i, (p, q) in enumerate(turn.pairs) if within in (p, q)), None)
-        if pair is None:
-            result = trace.formatted(seg.target, h, value, d)
-            return Operation(index, seg, row, col, value, (Ref(src, h, row, col),),
-                             f"{name}[{label},{col}] = {shown_src}[{label},{col}] = {result} (not turned)")
-        i, p, q = pair
-        cos, sin = float(turn.cos[row, i]), float(turn.sin[row, i])
-        x, y = float(grad[row, p]), float(grad[row, q])
-        refs = (Ref(src, h, row, p), Ref(src, h, row, q))
-        if col == p:
-            return formula_cell(trace, index, seg, row, col, d, value, lambda u, c, v, s: u * c + v * s,
-                                [x, cos, y, sin], lambda t: f"{t[0]}·{t[1]} + {t[2]}·{t[3]}",
-                                f"{name}[{label},{p}] = {shown_src}[{label},{p}]·cos + {shown_src}[{label},{q}]·sin", refs)
-        return formula_cell(trace, index, seg, row, col, d, value, lambda v, c, u, s: v * c - u * s,
-                            [y, cos, x, sin], lambda t: f"{t[0]}·{t[1]} − {t[2]}·{t[3]}",
-                            f"{name}[{label},{q}] = {shown_src}[{label},{q}]·cos − {shown_src}[{label},{p}]·sin", refs)
-
-    def table(self, trace: TraceContext, name: str, head: int) -> Matrix:
-        b = back_of(trace, head)
-        return b.dQ if name == "dQ_t" else b.dK
-
-    def panes(self, trace: TraceContext, op: Operation) -> list[Key]:
-        h = op.head
-        return [("dQ_s", h), ("dQ_t", h)] if op.segment.target == "dQ_t" else [("dK_s", h), ("dK_t", h)]
-
-    def title(self, trace: TraceContext, name: str, head: int | None) -> str:
-        what = "dQ" if name == "dQ_t" else "dK"
-        return f"{what} = {what}' turned back (−p·θ), each half"
 
 
 FACTOR, SUBNORM, MIX, SUBTRACT, LAMBDA = DFactor(), DSubNorm(), DMix(), DSubtract(), DLambda()
 SOFTMAX_1, SCALE_1, SOFTMAX_2, SCALE_2 = DMapSoftmax(1), DMapScale(1), DMapSoftmax(2), DMapScale(2)
-SCORE, ROTATE = DScore(), DRotate()
+SCORE = DScore()

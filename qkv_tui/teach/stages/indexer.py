@@ -99,8 +99,7 @@ class Index(StageSpec):
         x = _x(trace)[1]
         made = (f" Here q_I = {src}·W_q ({H} index heads of width d_I = {d_I}), k_I = {x}·W_k"
                 + (", LayerNorm-ed (k_norm, as the models)" if t.k_norm else "")
-                + (f", their first {t.rope_dims} dimensions turned by position ({t.rope_layout} pairs)"
-                   if t.rope_dims else "")
+                + t.turned_words
                 + f", and w = {x}·W_w / √(H_I·d_I) = {x}·W_w / √{H * d_I}: both of the models' scales in w"
                   " (transformers scales q_I·k_I by d_I^(−1/2) and w by H_I^(−1/2); ReLU(c·x) = c·ReLU(x) for"
                   " c > 0, so the scores are the same).")
@@ -191,9 +190,9 @@ class Index(StageSpec):
         t = selection(trace).table
         if name in ("W_q_I", "W_k_I", "W_w_I"):
             return []
-        if name == "idx_q" and not t.from_latent and not t.rope_dims:
+        if name == "idx_q" and not t.from_latent and not t.turns:
             return [(_x(trace)[0], None), ("W_q_I", None)]
-        if name == "idx_k" and not t.k_norm and not t.rope_dims:
+        if name == "idx_k" and not t.k_norm and not t.turns:
             return [(_x(trace)[0], None), ("W_k_I", None)]
         return None
 
@@ -233,7 +232,7 @@ class Index(StageSpec):
         if name in TERMS:
             s = _sub(TERMS.index(name))
             return f"term{s} = w{s}·ReLU(q_I{s}·k_Iᵀ)"
-        turned = " turned" if t.rope_dims else ""
+        turned = " turned" if t.turns else ""
         return {"W_q_I": "W_q", "W_k_I": "W_k", "W_w_I": "W_w",
                 "idx_q": f"q_I = {_q_source(trace)}·W_q{turned}",
                 "idx_k": f"k_I = {'LayerNorm(' + x + '·W_k)' if t.k_norm else x + '·W_k'}{turned}",
