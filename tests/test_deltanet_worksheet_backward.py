@@ -79,8 +79,9 @@ def page_back(ws: Worksheet) -> tuple[object, object]:
     return pcomp, gradients(pcomp, PageBackward(ws.decimals))
 
 
-def gradient(G, key: str) -> np.ndarray | None:  # type: ignore[no-untyped-def]
-    """The gradient a delta-rule backward table prints, by its key, read off the kernels' own records."""
+def gradient(G, key: str, width: int) -> np.ndarray | None:  # type: ignore[no-untyped-def]
+    """The gradient a delta-rule backward table prints, by its key, read off the kernels' own records; nan in the
+    columns that hold no gradient of the kernels' (m, a, σ(a)); ``width`` the table's."""
     kind, _, rest = key.partition(".")
     parts = rest.split(".")
     if not parts[0].isdigit():
@@ -88,21 +89,25 @@ def gradient(G, key: str) -> np.ndarray | None:  # type: ignore[no-untyped-def]
     h = int(parts[0])
     b = G.heads[h].part(DeltaBack)
     gb = G.part(GatesBack)
-    if kind == "dnb_tok":
-        t = int(parts[1])
-        return np.concatenate([b.dS[t], b.ddelta[t][None, :]])
-    cols = {"da": None if gb is None or gb.da is None else gb.da[:, h],
-            "db": None if gb is None or gb.db is None else gb.db[:, h]}
-    grid = {"dnb_dq": b.dq, "dnb_dk": b.dk, "dnb_bg": np.stack([b.dbeta, b.dg], axis=1), "dV": b.dv,
+    n = b.dq.shape[0]
+    grid = {"dnb_qk": np.concatenate([b.dq, b.dk], axis=1),
+            "dV": np.concatenate([b.dv, b.dbeta[:, None], b.dg[:, None]], axis=1),
             "dQu": b.dQ_used, "dKu": b.dK_used, "dW_Q": G.heads[h].dW_Q, "dW_K": G.heads[h].dW_K,
             "dW_V": G.heads[h].dW_V}.get(kind)
+    if kind == "dnb_tok":
+        t = int(parts[1])
+        grid = np.concatenate([b.dS[t], b.ddelta[t][None, :]])
     if kind == "dnb_dW":
         grid = np.stack([g[:, h] for g in (gb.dW_a, gb.dW_b) if g is not None])
     if kind == "dnb_rate":
         grid = np.array([[gb.dA_log[h], gb.ddt_bias[h]]])
-    if kind == "dnb_gates":
-        grid = np.stack([c for c in (cols["da"], cols["db"]) if c is not None], axis=1)  # its last columns
-    return None if grid is None else np.atleast_2d(grid)
+    if kind == "dnb_gates":  # a and σ(a) first, where g is computed
+        cols = [c[:, h] for c in (gb.da, gb.db) if c is not None]
+        grid = np.concatenate([np.full((n, width - len(cols)), np.nan), np.stack(cols, axis=1)], axis=1)
+    if grid is None:
+        return None
+    grid = np.atleast_2d(grid)
+    return np.concatenate([grid, np.full((grid.shape[0], width - grid.shape[1]), np.nan)], axis=1)
 
 
 NAMES = ["deltanet_learns", *GENERATED]
@@ -135,15 +140,12 @@ def test_every_backward_blank_checks_out_from_the_page(name: str, seed: int, dec
             if ref[0] == b.table:
                 assert (ref[1], ref[2]) < (b.row, b.col), (b.working, ref)
             assert numbered.get(ref, 0) < b.number, (b.working, ref)
-        want = gradient(G, b.table) if table.stage == "backward" else None
-        if want is not None:
-            col = b.col - (table.values.shape[1] - want.shape[1])  # the gates table: a and σ(a) come first
-            if col >= 0:
-                assert b.answer == fmt(float(want[b.row, col]), False, decimals), (b.table, b.row, b.col)
+        want = gradient(G, b.table, table.values.shape[1]) if table.stage == "backward" else None
+        if want is not None and not np.isnan(want[b.row, b.col]):
+            assert b.answer == fmt(float(want[b.row, b.col]), False, decimals), (b.table, b.row, b.col)
     sc = ws.comp.scenario
     assert sc.deltanet is not None
-    want_kinds = {"dO", "dnb_tok", "dnb_dq", "dnb_dk", "dnb_bg", "dV", "dnb_qhat", "dnb_m", "dQu", "dKu", "dW_Q",
-                  "dW_K", "dW_V", "dX_in", "sgd"}
+    want_kinds = {"dO", "dnb_tok", "dnb_qk", "dnb_m", "dV", "dQu", "dKu", "dW_Q", "dW_K", "dW_V", "dX_in", "sgd"}
     if sc.deltanet.g is None or sc.deltanet.beta is None:
         want_kinds |= {"dnb_gates", "dnb_dW"}
     if sc.deltanet.g is None:
@@ -156,8 +158,8 @@ def test_every_backward_blank_checks_out_from_the_page(name: str, seed: int, dec
 def test_the_first_tokens_dg_is_printed_not_asked() -> None:
     """dg of the first token is 0 (its state was empty): printed, never a blank."""
     ws = build(compute(load_scenario("deltanet_learns")), "100%")
-    assert all(not (b.table == "dnb_bg.0" and b.row == 0 and b.col == 1) for b in ws.blanks)
-    assert ws.table("dnb_bg.0").values[0, 1] == 0
+    assert all(not (b.table == "dV.0" and b.row == 0 and b.col == 3) for b in ws.blanks)
+    assert ws.table("dV.0").values[0, 3] == 0 and ws.table("dV.0").cols == ("0", "1", "dβ", "dg")
 
 
 def _torch_loss(t, a: dict[str, np.ndarray], heads: int, g_given: bool, beta_given: bool):  # type: ignore[no-untyped-def]
@@ -239,17 +241,17 @@ def test_the_page_is_the_engine_and_the_engine_is_autograd(name: str) -> None:
     ws = build(comp, "0", decimals=10)
 
     def near(key: str, expected: np.ndarray) -> None:
-        np.testing.assert_allclose(ws.table(key).values, expected, rtol=0, atol=1e-6, err_msg=key)
+        """The table's first columns (dq and dk before m; dV before dβ and dg) against ``expected``."""
+        got = ws.table(key).values[:, :expected.shape[1]]
+        np.testing.assert_allclose(got, expected, rtol=0, atol=1e-6, err_msg=key)
 
     for h in range(heads):
         b = G.heads[h].part(DeltaBack)
         assert b is not None
         for step in range(sc.n):
             near(f"dnb_tok.{h}.{step}", np.concatenate([b.dS[step], b.ddelta[step][None, :]]))
-        near(f"dnb_dq.{h}", b.dq)
-        near(f"dnb_dk.{h}", b.dk)
-        near(f"dnb_bg.{h}", np.stack([b.dbeta, b.dg], axis=1))
-        near(f"dV.{h}", b.dv)
+        near(f"dnb_qk.{h}", np.concatenate([b.dq, b.dk], axis=1))
+        near(f"dV.{h}", np.concatenate([b.dv, b.dbeta[:, None], b.dg[:, None]], axis=1))
         near(f"dW_Q.{h}", auto("W_Q")[h])
         near(f"dW_K.{h}", auto("W_K")[h])
         near(f"dW_V.{h}", auto("W_V")[h])
@@ -270,7 +272,7 @@ def test_the_page_is_the_engine_and_the_engine_is_autograd(name: str) -> None:
 
 
 @pytest.mark.parametrize(("stages", "kinds"), [
-    ("dDelta", {"dnb_tok", "dnb_dq", "dnb_dk", "dnb_bg", "dV", "dnb_qhat", "dnb_m", "dQu", "dKu"}),
+    ("dDelta", {"dnb_tok", "dnb_qk", "dnb_m", "dV", "dQu", "dKu"}),
     ("dGates", {"dnb_gates", "dnb_rate", "dnb_dW"}),
     ("dProject", {"dW_Q", "dW_K", "dW_V"}),
     ("loss", {"dO"}),
@@ -299,6 +301,6 @@ def test_the_command_line_writes_the_backward_sheet(cli, tmp_path) -> None:  # t
               "-o", str(out))
     assert run.code == 0, run.err
     page = out.read_text(encoding="utf-8")
-    for heading in ("AI: dS, dδ (the last token)", "dq = S·dO", "dQ = (dq̂ − q̂·m) / ‖Q‖", "a, σ(a), da, db",
+    for heading in ("AI: dS, dδ (the last token)", "dq = S·dO, dk = dS·δ − S'·dv", "a, σ(a), da, db",
                     "dW_a = Xᵀ·da, dW_b = Xᵀ·db", "new W_a, W_b = each − lr·its gradient"):
         assert heading in page, heading

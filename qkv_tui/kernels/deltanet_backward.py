@@ -8,7 +8,7 @@ gives dg_t = Σ S̃_t ⊙ dS̃_t. Last, back through the L2 norms, and (where g 
 Qwen3-Next's softplus and sigmoid to W_a, A_log, dt_bias and W_b.
 
 What a printed page shows as a number of its own (dS, dq, dδ, dv, dβ, dk, dg) is ``policy.table``, what one
-operation writes down on the way (a product, dS' and the carry e^g·dS', dq / √d_k) ``policy.worked``: the two are the
+operation writes down on the way (a product, dS' and the carry e^g·dS', dq / √d_k, x / ‖x‖) ``policy.worked``: the two are the
 same by hand, but a printed page (edges/worksheet/backward/deltanet.py) rounds only the former, so each of its tables
 is worked from printed numbers.
 """
@@ -45,7 +45,7 @@ class DeltaBack:
 def l2_backward(x: Matrix, root: Matrix, dy: Matrix, policy: Policy = EXACT) -> Matrix:
     """y = x / r, r = √(Σx² + eps) per row: dx = (dy − ŷ·(ŷ·dy)) / r, ŷ = x / r (rows, d). Each ŷ of a row
     read every x of it through r, so what r passes back is taken away along ŷ."""
-    y = policy.table(x / root[:, None])  # (rows, d)
+    y = policy.worked(x / root[:, None])  # (rows, d)
     along = row_dots(y, dy, policy)  # (rows,)
     return policy.table((dy - y * along[:, None]) / root[:, None])
 

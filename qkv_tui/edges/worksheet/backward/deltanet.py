@@ -28,7 +28,7 @@ from qkv_tui.kernels.deltanet import L2_EPS, DeltaForward
 from qkv_tui.kernels.deltanet_backward import DeltaBack, GatesBack
 from qkv_tui.kernels.policy import round_to
 from qkv_tui.teach.arith import MAX_TERMS
-from qkv_tui.teach.stages.printed import PrintedChain, Table, idx
+from qkv_tui.teach.stages.printed import PrintedChain, Table, exact, idx
 
 
 def _value(chain: PrintedChain, key: str) -> np.ndarray:
@@ -93,24 +93,25 @@ def tables(t: Any, chain: PrintedChain, h: int, hr: Any, G: Any) -> bool:
     n, d_k = f.q.shape
     d_v = f.S.shape[2]
     ks, vs = idx(d_k), idx(d_v)
-    for t_ in range(n - 1, -1, -1):  # the last token first: the state's gradient flows backwards in time
+    for t_ in range(n - 1, -1, -1):  # a table a token, the last first: the state's gradient flows back in time
         heading = f"{tok[t_]}: dS, dδ" + (" (the last token)" if t_ == n - 1 else "")
         t(f"dnb_tok.{h}.{t_}", tok[t_], heading, np.concatenate([b.dS[t_], b.ddelta[t_][None, :]]),
           (*(f"dS {i}" for i in ks), "dδ"), vs, h)
-    t(f"dnb_dq.{h}", "dq", "dq = S·dO", b.dq, tok, ks, h)
-    t(f"dnb_dk.{h}", "dk", "dk = dS·δ − S'·dv", b.dk, tok, ks, h)
-    first = np.ones((n, 2), dtype=bool)
-    first[0, 1] = False  # dg of the first token is 0: its state was empty, so its decay changed nothing
-    t(f"dnb_bg.{h}", "dβ|dg", "dβ, dg", np.stack([b.dbeta, b.dg], axis=1), tok, ("dβ", "dg"), h, first)
-    t(f"dV.{h}", "dV", "dV = dδ·β", b.dv, tok, vs, h)
-    Q = chain.values(f"Q.{h}")
-    qhat = chain.rounded(Q / f.root_q[:, None])  # (n, d_k) as l2_backward keeps it
-    t(f"dnb_qhat.{h}", "q̂", "q̂ = Q / ‖Q‖", qhat, tok, ks, h)
     page = PageBackward(chain.d)  # m as l2_backward works it: each row's dot product, rounded once
-    m = np.stack([row_dots(qhat, b.dq / f.divisor, page), row_dots(f.k, b.dk, page)], axis=1)  # (n, 2)
-    t(f"dnb_m.{h}", "m", "m = q̂·dq̂, k·dk", m, tok, ("q", "k"), h)
-    t(f"dQu.{h}", "dQ", "dQ = (dq̂ − q̂·m) / ‖Q‖", hg.attend.dQ_used, tok, ks, h)
-    t(f"dKu.{h}", "dK", "dK = (dk − k·m) / ‖K‖", hg.attend.dK_used, tok, ks, h)
+    Q, K = chain.values(f"Q.{h}"), chain.values(f"K.{chain.owners[h]}")
+    m = np.stack([row_dots(Q / f.root_q[:, None], b.dq / f.divisor, page), row_dots(K / f.root_k[:, None], b.dk, page)],
+                 axis=1)  # (n, 2)
+    t(f"dnb_qk.{h}", "", "dq = S·dO, dk = dS·δ − S'·dv", np.concatenate([b.dq, b.dk], axis=1), tok,
+      (*(f"dq {i}" for i in ks), *(f"dk {i}" for i in ks)), h)
+    # what the L2 norms take away along Q and K
+    t(f"dnb_m.{h}", "m", "m_q = Q·dq̂ / ‖Q‖, m_k = K·dk / ‖K‖", m, tok, ("m_q", "m_k"), h)
+    t(f"dQu.{h}", "dQ", "dQ = (dq̂ − Q / ‖Q‖·m_q) / ‖Q‖", hg.attend.dQ_used, tok, ks, h)
+    t(f"dKu.{h}", "dK", "dK = (dk − K / ‖K‖·m_k) / ‖K‖", hg.attend.dK_used, tok, ks, h)
+    allow = np.ones((n, d_v + 2), dtype=bool)
+    allow[0, -1] = False  # dg of the first token is 0: its state was empty, so its decay changed nothing
+    # dV (what dW_V and dX read: its first d_v columns) with the token's dβ and dg beside it
+    t(f"dV.{h}", "dV", "dV = dδ·β; dβ, dg", np.concatenate([b.dv, b.dbeta[:, None], b.dg[:, None]], axis=1), tok,
+      (*vs, "dβ", "dg"), h, allow)
     _gate_tables(t, chain, h, G)
     return True
 
@@ -127,13 +128,11 @@ def _gate_tables(t: Any, chain: PrintedChain, h: int, G: Any) -> None:
     d_model = X.shape[1]
     weights = [(name, W[:, h]) for name, W, on in (("W_a", dn.W_a, has_g), ("W_b", dn.W_b, has_b))
                if on and W is not None]
-    t(f"dn_W.{h}", "W_gates", "the gates' weights (given), a row each", np.stack([w for _, w in weights]),
+    t(f"dn_W.{h}", "W", "the gates' weights (given)", np.stack([w for _, w in weights]),
       tuple(name for name, _ in weights), idx(d_model), h, given=True)
     cols: list[tuple[str, np.ndarray]] = []
     if has_g:
         assert dn.W_a is not None and dn.A_log is not None and dn.dt_bias is not None and gb.da is not None
-        t(f"dn_rate.{h}", "A_log|dt_bias", "the decay's (given)",
-          np.array([[dn.A_log[h], dn.dt_bias[h]]]), (str(h),), ("A_log", "dt_bias"), h, given=True)
         p = PageBackward(chain.d)
         a = p.table(p.matmul(X, dn.W_a[:, h:h + 1]) + dn.dt_bias[h])  # as gates_backward keeps it
         cols += [("a", a[:, 0]), ("σ(a)", p.table(1.0 / (1.0 + np.exp(-a)))[:, 0]), ("da", gb.da[:, h])]
@@ -141,26 +140,37 @@ def _gate_tables(t: Any, chain: PrintedChain, h: int, G: Any) -> None:
         assert gb.db is not None
         cols.append(("db", gb.db[:, h]))
     x = "X̂" if sc.norm is not None else "X"
-    t(f"dnb_gates.{h}", "|".join(c for c, _ in cols), ", ".join(c for c, _ in cols), np.stack([c for _, c in cols], axis=1),
-      sc.labels, tuple(c for c, _ in cols), h)
+    t(f"dnb_gates.{h}", "", ", ".join(c for c, _ in cols), np.stack([c for _, c in cols], axis=1), sc.labels,
+      tuple(c for c, _ in cols), h)
     if has_g:
         assert gb.dA_log is not None and gb.ddt_bias is not None
-        t(f"dnb_rate.{h}", "dA_log|ddt_bias", "dA_log = Σ dg·g, ddt_bias = Σ da",
-          np.array([[gb.dA_log[h], gb.ddt_bias[h]]]), (str(h),), ("dA_log", "ddt_bias"), h)
+        t(f"dnb_rate.{h}", "", "dA_log = Σ dg·g, ddt_bias = Σ da",
+          np.array([[gb.dA_log[h], gb.ddt_bias[h]]]), ("d",), ("dA_log", "ddt_bias"), h)
     grads = [("dW_a", gb.dW_a, "da") if name == "W_a" else ("dW_b", gb.dW_b, "db") for name, _ in weights]
-    t(f"dnb_dW.{h}", "dW_gates", ", ".join(f"{name} = {x}ᵀ·{d}" for name, _, d in grads),
+    t(f"dnb_dW.{h}", "", ", ".join(f"{name} = {x}ᵀ·{d}" for name, _, d in grads),
       np.stack([g[:, h] for _, g, _ in grads]), tuple(name for name, _, _ in grads), idx(d_model), h)
 
 
-KINDS = frozenset(("dnb_tok", "dnb_dq", "dnb_dk", "dnb_bg", "dV", "dnb_qhat", "dnb_m", "dQu", "dKu",
-                   "dn_W", "dn_rate", "dnb_gates", "dnb_rate", "dnb_dW"))
+KINDS = frozenset(("dnb_tok", "dnb_qk", "dnb_m", "dV", "dQu", "dKu",
+                   "dn_W", "dnb_gates", "dnb_rate", "dnb_dW"))
 
 
 def rules(sc: Scenario) -> list[str]:
-    return ["  Delta rule, last token first: dS = q·dOᵀ + e^g·dS' (dS' = dS − k·dδ·β of the token after), dδ = dSᵀk,"
-            " dk = dS·δ − S'·dδ·β (S' = S before·e^g), dβ = dδ·(v − kv) = dδ·δ / β; L2 norms: dq̂ = dq / √dₖ, m = q̂·dq̂,"
-            " dQ = (dq̂ − q̂·m) / √(ΣQ² + 1e-6)."
-            + (" Gates: da = −dg·e^A_log·σ(a), db = dβ·β·(1 − β)." if any(gate_columns(sc)) else "")]
+    return ["  The delta rule, last token first: dS = q·dOᵀ + e^g·dS' (dS' = dS − k·dδ·β, the token after's);"
+            " S' = S before·e^g; dβ = dδ·(v − kv) = dδ·δ / β; ‖Q‖ = √(ΣQ² + 1e-6), dq̂ = dq / √dₖ, m_q = Q·dq̂ / ‖Q‖."
+            + (" Gates: da = −dg·e^A_log·σ(a), db = dβ·β·(1 − β)." if any(gate_columns(sc)) else "")
+            + _rates(sc)]
+
+
+def _rates(sc: Scenario) -> str:
+    """The decay's A_log and dt_bias, given: the gates' lines and the SGD step read them from here."""
+    dn = sc.deltanet
+    if dn is None or dn.g is not None or dn.A_log is None or dn.dt_bias is None:
+        return ""
+    if len(sc.heads) == 1:
+        return f" A_log = {exact(float(dn.A_log[0]))}, dt_bias = {exact(float(dn.dt_bias[0]))} (given)."
+    return (f" A_log = {', '.join(exact(float(x)) for x in dn.A_log)} and dt_bias ="
+            f" {', '.join(exact(float(x)) for x in dn.dt_bias)}, a head each (given).")
 
 
 def uncovered(sc: Scenario) -> str | None:
@@ -173,8 +183,8 @@ def uncovered(sc: Scenario) -> str | None:
 
 
 STAGES = (
-    (("dnb_tok", "dnb_dq", "dnb_dk", "dnb_bg", "dV", "dnb_qhat", "dnb_m", "dQu", "dKu"), "ddelta"),
-    (("dn_W", "dn_rate", "dnb_gates", "dnb_rate", "dnb_dW"), "dgates"),
+    (("dnb_tok", "dnb_qk", "dnb_m", "dV", "dQu", "dKu"), "ddelta"),
+    (("dn_W", "dnb_gates", "dnb_rate", "dnb_dW"), "dgates"),
 )
 SGD_STAGE = "sgd"  # edges/worksheet/sgd.py's STAGE key (not imported: sgd.py asks this module)
 
@@ -186,21 +196,25 @@ def sgd_tables(by_key: dict[str, Table], comp: Any, lr: float, d: int) -> list[T
     trained = set(sc.backward.train)
     out: list[Table] = []
     for h in range(len(sc.heads)):
-        for weight, grad, by_row in ((f"dn_W.{h}", f"dnb_dW.{h}", True), (f"dn_rate.{h}", f"dnb_rate.{h}", False)):
-            w, g = by_key.get(weight), by_key.get(grad)
-            if w is None or g is None:
-                continue
-            names = w.rows if by_row else w.cols
-            keep = [n for n, name in enumerate(names) if name in trained]
+        w, g, r = by_key.get(f"dn_W.{h}"), by_key.get(f"dnb_dW.{h}"), by_key.get(f"dnb_rate.{h}")
+        dn = sc.deltanet
+        # a row a weight for W_a and W_b; A_log and dt_bias (the rule gives them) in one row
+        moves = [] if w is None or g is None else [(f"sgd.dn_W.{h}", w.rows, w.cols, w.values, g.values, True)]
+        if r is not None and dn is not None and dn.A_log is not None and dn.dt_bias is not None:
+            rates = np.array([[dn.A_log[h], dn.dt_bias[h]]])
+            moves.append((f"sgd.dn_rate.{h}", r.rows, r.cols, rates, r.values, False))
+        for key, rows, cols, old, grads, by_row in moves:
+            names = rows if by_row else cols
+            keep = [n for n, name in enumerate(names) if name.removeprefix("d") in trained]
             if not keep:
                 continue
-            old, grads = (w.values[keep], g.values[keep]) if by_row else (w.values[:, keep], g.values[:, keep])
+            old, grads = (old[keep], grads[keep]) if by_row else (old[:, keep], grads[:, keep])
             with np.errstate(over="ignore", invalid="ignore"):
                 new = round_to(old - lr * grads, d)
             if np.isfinite(new).all():
-                moved = tuple(names[n] for n in keep)
-                out.append(Table(f"sgd.{weight}", "new", f"new {', '.join(moved)} = each − lr·its gradient", SGD_STAGE, h,
-                                 np.asarray(new, dtype=float), moved if by_row else w.rows, w.cols if by_row else moved,
+                moved = tuple(names[n].removeprefix("d") for n in keep)
+                out.append(Table(key, "new", f"new {', '.join(moved)} = each − lr·its gradient", SGD_STAGE, h,
+                                 np.asarray(new, dtype=float), moved if by_row else ("",), cols if by_row else moved,
                                  False, True))
     return out
 
