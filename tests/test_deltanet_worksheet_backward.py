@@ -26,6 +26,7 @@ from qkv_tui.teach.trace import Trace
 
 from .arith_check import check
 from .test_worksheet_backward_variants import Recorder
+from .test_worksheet_stages_and_heads import check_questions_read_the_page
 
 
 def _rows(a: np.ndarray) -> str:
@@ -285,6 +286,14 @@ def test_stages_ask_the_delta_rules_tables_of_that_stage(stages: str, kinds: set
     assert {key.partition(".")[0] for key in ws.asked} == kinds
 
 
+def test_a_one_head_backward_sheet_prints_what_its_questions_read() -> None:
+    ws = build(compute(load_scenario("deltanet_learns")), "100%", stages="backward", heads=[1])
+    check_questions_read_the_page(ws)
+    printed = {t.key for t in ws.tables}
+    assert {"dn_S.0.0", "dn_delta.0.2", "dn_g.0", "dn_W.0"} <= printed  # what its lines read of the forward
+    assert not printed & {"dn_decayed.0.1", "dn_kv.0.1", "V.0"}  # S' and kv come from S and δ, so these are not read
+
+
 def test_a_state_too_large_to_sum_by_hand_leaves_the_backward_to_the_app() -> None:
     """dg sums d_k·d_v products: 5·4 = 20 is past the 16 terms of a worksheet, so the page keeps the forward."""
     text, _ = case(9, 1, 5, 4, d_model=5)
@@ -304,3 +313,28 @@ def test_the_command_line_writes_the_backward_sheet(cli, tmp_path) -> None:  # t
     for heading in ("AI: dS, dδ (the last token)", "dq = S·dO, dk = dS·δ − S'·dv", "a, σ(a), da, db",
                     "dW_a = Xᵀ·da, dW_b = Xᵀ·db", "new W_a, W_b = each − lr·its gradient"):
         assert heading in page, heading
+
+
+def test_the_sheet_and_its_key_take_two_pages(cli, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Issue 34: ``--stages backward --heads 1`` prints the sheet on one A4 page and its key on another, at 9 pt or
+    more (the layout of edges/worksheet/render/typst.py; tests/test_worksheet_fits_two_pages.py for learn_to_look)."""
+    pypdf = pytest.importorskip("pypdf")
+    pytest.importorskip("typst")
+    import io
+    import re
+
+    from qkv_tui.edges.worksheet.render import typst as typ
+    from qkv_tui.edges.worksheet.sheet import sheet
+
+    def count(data: bytes) -> int:
+        return len(pypdf.PdfReader(io.BytesIO(data)).pages)
+
+    out = tmp_path / "sheet.pdf"
+    run = cli("--export", "worksheet", "--stages", "backward", "--heads", "1", "--format", "pdf", "--key", "separate",
+              "-o", str(out), "deltanet_learns")
+    assert run.code == 0, run.err
+    assert count(out.read_bytes()) + count((tmp_path / "sheet-key.pdf").read_bytes()) <= 2
+    page = sheet(build(compute(load_scenario("deltanet_learns")), stages="backward", heads=[1]))
+    for part in ("questions", "key"):
+        sizes = [float(s) for s in re.findall(r"size: ([\d.]+)pt", typ.source(page, part))]
+        assert sizes and min(sizes) >= 9.0, sizes
