@@ -104,9 +104,9 @@ def tables(t: Any, chain: PrintedChain, h: int, hr: Any, G: Any) -> bool:
     t(f"dnb_qk.{h}", "", "dq = S·dO, dk = dS·δ − S'·dv", np.concatenate([b.dq, b.dk], axis=1), tok,
       (*(f"dq {i}" for i in ks), *(f"dk {i}" for i in ks)), h)
     # what the L2 norms take away along Q and K
-    t(f"dnb_m.{h}", "m", "m_q = Q·dq̂ / ‖Q‖, m_k = K·dk / ‖K‖", m, tok, ("m_q", "m_k"), h)
-    t(f"dQu.{h}", "dQ", "dQ = (dq̂ − Q / ‖Q‖·m_q) / ‖Q‖", hg.attend.dQ_used, tok, ks, h)
-    t(f"dKu.{h}", "dK", "dK = (dk − K / ‖K‖·m_k) / ‖K‖", hg.attend.dK_used, tok, ks, h)
+    t(f"dnb_m.{h}", "m", "m_q = Q·dq̂ / r_Q, m_k = K·dk / r_K", m, tok, ("m_q", "m_k"), h)
+    t(f"dQu.{h}", "dQ", "dQ = (dq̂ − Q / r_Q·m_q) / r_Q", hg.attend.dQ_used, tok, ks, h)
+    t(f"dKu.{h}", "dK", "dK = (dk − K / r_K·m_k) / r_K", hg.attend.dK_used, tok, ks, h)
     allow = np.ones((n, d_v + 2), dtype=bool)
     allow[0, -1] = False  # dg of the first token is 0: its state was empty, so its decay changed nothing
     # dV (what dW_V and dX read: its first d_v columns) with the token's dβ and dg beside it
@@ -157,7 +157,7 @@ KINDS = frozenset(("dnb_tok", "dnb_qk", "dnb_m", "dV", "dQu", "dKu",
 
 def rules(sc: Scenario) -> list[str]:
     return ["  The delta rule, last token first: dS = q·dOᵀ + e^g·dS' (dS' = dS − k·dδ·β, the token after's);"
-            " S' = S before·e^g; dβ = dδ·(v − kv) = dδ·δ / β; ‖Q‖ = √(ΣQ² + 1e-6), dq̂ = dq / √dₖ, m_q = Q·dq̂ / ‖Q‖."
+            " S' = S before·e^g; dβ = dδ·(v − kv) = dδ·δ / β; r_Q = √(ΣQ² + 1e-6) (r_K alike), dq̂ = dq / √dₖ, m_q = Q·dq̂ / r_Q."
             + (" Gates: da = −dg·e^A_log·σ(a), db = dβ·β·(1 − β)." if any(gate_columns(sc)) else "")
             + _rates(sc)]
 

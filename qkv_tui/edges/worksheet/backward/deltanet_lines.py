@@ -19,7 +19,7 @@ def _sum(parts: list[str]) -> str:
 
 
 def _root(cells: PrintedCells, key: str, t: int) -> str:
-    """‖x‖ = √(Σx² + 1e-6) of row ``t`` of a printed table, as its operands."""
+    """r = √(Σx² + 1e-6) of row ``t`` of a printed table, as its operands."""
     width = cells.tables[key].values.shape[1]
     squares = " + ".join(f"{cells.txt(key, t, c)}·{cells.txt(key, t, c)}" for c in range(width))
     return f"√({squares} + 0.000001)"
@@ -134,16 +134,16 @@ def line(cells: PrintedCells, table: Table, i: int, j: int, answer: str) -> str:
     if what == "m":
         if a == 0:
             body = _sum([f"{tx(Q, i, c)}·{r(st.dq(i, c))}" for c in range(d_k)])
-            return f"m_q[{tl}] = Q·dq / (‖Q‖·√{d_k}) = ({body}) / ({_root(cells, Q, i)}·√{d_k}) = {answer}"
+            return f"m_q[{tl}] = Q·dq / (r_Q·√{d_k}) = ({body}) / ({_root(cells, Q, i)}·√{d_k}) = {answer}"
         body = _sum([f"{tx(K, i, c)}·{r(st.dk(i, c))}" for c in range(d_k)])
-        return f"m_k[{tl}] = K·dk / ‖K‖ = ({body}) / {_root(cells, K, i)} = {answer}"
+        return f"m_k[{tl}] = K·dk / r_K = ({body}) / {_root(cells, K, i)} = {answer}"
     if kind == "dQu":
         root = _root(cells, Q, i)
-        return (f"dQ[{tl},{j}] = (dq / √{d_k} − Q / ‖Q‖·m_q) / ‖Q‖ = ({r(st.dq(i, j))} / √{d_k} −"
+        return (f"dQ[{tl},{j}] = (dq / √{d_k} − Q / r_Q·m_q) / r_Q = ({r(st.dq(i, j))} / √{d_k} −"
                 f" {tx(Q, i, j)} / {root}·{r(st.m(i, 0))}) / {root} = {answer}")
     if kind == "dKu":
         root = _root(cells, K, i)
-        return (f"dK[{tl},{j}] = (dk − K / ‖K‖·m_k) / ‖K‖ = ({r(st.dk(i, j))} − {tx(K, i, j)} / {root}·"
+        return (f"dK[{tl},{j}] = (dk − K / r_K·m_k) / r_K = ({r(st.dk(i, j))} − {tx(K, i, j)} / {root}·"
                 f"{r(st.m(i, 1))}) / {root} = {answer}")
     raise KeyError(table.key)
 
