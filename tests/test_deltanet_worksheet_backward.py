@@ -286,12 +286,18 @@ def test_stages_ask_the_delta_rules_tables_of_that_stage(stages: str, kinds: set
     assert {key.partition(".")[0] for key in ws.asked} == kinds
 
 
-def test_a_one_head_backward_sheet_prints_what_its_questions_read() -> None:
-    ws = build(compute(load_scenario("deltanet_learns")), "100%", stages="backward", heads=[1])
+@pytest.mark.parametrize(("name", "head"), [("deltanet_learns", 1), ("two_heads", 2), ("two_heads", 1)])
+def test_a_one_head_backward_sheet_prints_what_its_questions_read(name: str, head: int) -> None:
+    ws = build(compute(scenario(name)), "100%", stages="backward", heads=[head])
     check_questions_read_the_page(ws)
+    h = head - 1
     printed = {t.key for t in ws.tables}
-    assert {"dn_S.0.0", "dn_delta.0.2", "dn_g.0", "dn_W.0"} <= printed  # what its lines read of the forward
-    assert not printed & {"dn_decayed.0.1", "dn_kv.0.1", "V.0"}  # S' and kv come from S and δ, so these are not read
+    assert {f"dn_S.{h}.0", f"dn_delta.{h}.2", f"dn_g.{h}", f"dn_W.{h}"} <= printed  # what its lines read
+    assert not printed & {f"dn_decayed.{h}.1", f"dn_kv.{h}.1", f"V.{h}"}  # S' and kv come from S and δ, not read
+    assert ws.asked is not None
+    heads = {int(key.split(".")[1]) for key in ws.asked if key.count(".") and key.split(".")[1].isdigit()}
+    assert heads == {h}  # nothing of the other head is asked
+    assert ("dX_in" in ws.asked) == (len(ws.comp.scenario.heads) == 1)  # dX reads every head
 
 
 def test_a_state_too_large_to_sum_by_hand_leaves_the_backward_to_the_app() -> None:

@@ -3,13 +3,14 @@ head, the last token first, then its L2 norms and, where g and β come from the 
 projections' own tables (dW_Q = Xᵀ·dQ …), dX and the SGD step are the page's, after.
 
 The numbers are kernels/deltanet_backward.py's own (core/gradients.py reads the head's record backwards), run on the
-page: :func:`printed` hands it the head's forward as the page prints it (Q, K, V, q, k, g, β, each token's S', kv, δ
-and S), and the page's policy rounds what the kernel keeps as a table of its own (dS, dδ, dS', dq, dk, dβ, dg, dv …)
-and nothing inside one operation, so each table is worked from printed numbers, rounded once. The gates' a and σ(a)
-are computed here as kernels/deltanet_backward.py's gates_backward computes them under the same policy.
+page: :func:`printed` hands it the head's forward as the page prints it (Q, K, q, k, g, β, each token's δ and S; S' and
+kv worked from those, S' = S before·e^g and v − kv = δ / β, so no other forward table is read), and the page's policy
+rounds what the kernel keeps as a table of its own (dS, dδ, dq, dk, dv, dβ, dg, dQ, dK) and nothing inside one
+operation (dS' = dS − k·dδ·β is worked inside the line of the token before), so each table is worked from printed
+numbers, rounded once. The gates' a and σ(a) are computed here as gates_backward computes them, under the same policy.
 
-Each token's steps sit in one table (dS, then dδ = dSᵀk, then dS' = dS − k·(dδ·β)ᵀ), read row by row: the carry
-dS' of a token is what the token before it reads. The answer key's lines are in deltanet_lines.py.
+A table a token holds its dS and dδ, the last token first; dq and dk sit side by side, m_q and m_k (what the L2 norms
+take away along Q and K) apart, and dβ and dg beside dV. The answer key's lines are in deltanet_lines.py.
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ def printed(chain: PrintedChain, h: int, hr: Any) -> tuple[list[object], dict[st
     decayed[1:] = S[:-1] * np.exp(gates[1:])[:, None, None]  # S' = S·e^g of the printed S before: the first's was 0
     kv = np.zeros((n, d_v))
     for t in range(n):  # v − kv = δ / β; where β is 0 (given so) δ says nothing of kv: the printed one
-        kv[t] = V_of(chain, h, t) - delta[t] / beta[t] if beta[t] else (v(f"dn_kv.{h}.{t}")[0] if t else 0.0)
+        kv[t] = _v_row(chain, h, t) - delta[t] / beta[t] if beta[t] else (v(f"dn_kv.{h}.{t}")[0] if t else 0.0)
     sq_q, sq_k = (Q * Q).sum(axis=1), (K * K).sum(axis=1)
     record = DeltaForward(
         sq_q, sq_k, np.sqrt(sq_q + L2_EPS), np.sqrt(sq_k + L2_EPS), math.sqrt(d_k), v(f"dn_q.{h}"), v(f"dn_k.{h}"),
@@ -63,16 +64,15 @@ def printed(chain: PrintedChain, h: int, hr: Any) -> tuple[list[object], dict[st
     return [record], {"weights": hr.weights}
 
 
-def V_of(chain: PrintedChain, h: int, t: int) -> np.ndarray:
+def _v_row(chain: PrintedChain, h: int, t: int) -> np.ndarray:
     """Token ``t``'s Value row as printed (in the section of the head that owns the K/V head)."""
     row: np.ndarray = chain.values(f"V.{chain.owners[h]}")[t]
     return row
 
 
-def _x(chain: PrintedChain) -> tuple[np.ndarray, str]:
-    """What the gates read, as printed, and its key: X̂ where the scenario has a norm, else X."""
-    sc = chain.sc
-    return (chain.values("X_norm"), "X_norm") if sc.norm is not None else (np.asarray(sc.X, dtype=float), "X")
+def _x(chain: PrintedChain) -> np.ndarray:
+    """What the gates read, as printed: X̂ where the scenario has a norm, else X."""
+    return chain.values("X_norm") if chain.sc.norm is not None else np.asarray(chain.sc.X, dtype=float)
 
 
 def gate_columns(sc: Scenario) -> tuple[bool, bool]:
@@ -124,7 +124,7 @@ def _gate_tables(t: Any, chain: PrintedChain, h: int, G: Any) -> None:
     if gb is None or dn is None:
         return
     has_g, has_b = gate_columns(sc)
-    X = _x(chain)[0]
+    X = _x(chain)
     d_model = X.shape[1]
     weights = [(name, W[:, h]) for name, W, on in (("W_a", dn.W_a, has_g), ("W_b", dn.W_b, has_b))
                if on and W is not None]
