@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import re
+from pathlib import Path
 
 import pytest
 
@@ -24,9 +25,10 @@ pypdf = pytest.importorskip("pypdf")
 pytest.importorskip("typst")
 
 FLOOR = 9.0  # pt
+SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
 SIZE = re.compile(r"size: ([\d.]+)pt")
-# the built-ins with a [backward] table whose backward sheet the page prints (the other helpers add theirs)
-SHIPPED = ("learn_to_look", "differential_learns", "mla_learns")
+# every built-in with a [backward] table: a new one is on this list without anyone adding it
+SHIPPED = tuple(sorted(path.stem for path in SCENARIOS.glob("*.toml") if "\n[backward]" in path.read_text(encoding="utf-8")))
 
 
 def one_head_backward(name: str) -> Sheet:
@@ -133,3 +135,7 @@ def test_a_run_of_stages_is_named_by_its_ends() -> None:
     comp = compute(load_scenario("learn_to_look"))
     assert build(comp, stages="backward").chosen.startswith("stages Loss … SGD")
     assert build(comp, stages="dSoftmax,dScore").chosen == "stages dSoftmax, dScore"
+
+
+def test_every_backward_builtin_is_on_the_list() -> None:
+    assert {"learn_to_look", "differential_learns", "mla_learns", "next_token_adamw", "deltanet_learns"} <= set(SHIPPED)

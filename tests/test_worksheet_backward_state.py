@@ -119,8 +119,7 @@ def test_qk_norm_over_every_head_with_grouped_kv_heads_says_so_in_a_rule() -> No
     assert "do not cover QK-norm over every head's columns together with grouped K/V heads" in ws.markdown()
 
 
-@pytest.mark.parametrize(("name", "what"), [("mla_kv_norm", "latent attention ([mla]) with a latent norm"),
-                                            ("deltanet_learns", "the gated delta rule ([deltanet])")])
+@pytest.mark.parametrize(("name", "what"), [("mla_kv_norm", "latent attention ([mla]) with a latent norm")])
 def test_what_is_left_to_the_app_is_named(name: str, what: str) -> None:
     ws = build(compute(scenario(name)), "100%")
     assert not [t for t in ws.tables if t.stage == "backward"]

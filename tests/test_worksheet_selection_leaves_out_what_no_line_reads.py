@@ -14,8 +14,8 @@ from qkv_tui.edges.worksheet.sheet import Grid, sheet
 
 from .test_worksheet_stages_and_heads import check_questions_read_the_page
 
-# the built-ins whose backward the worksheet prints (deltanet_learns keeps it to the app)
-BACKWARD = ("learn_to_look", "differential_learns", "mla_learns", "next_token_adamw")
+# the built-ins whose backward the worksheet prints: every one with [backward]
+BACKWARD = ("learn_to_look", "differential_learns", "mla_learns", "next_token_adamw", "deltanet_learns")
 
 
 def keys(name: str, **kw: object) -> set[str]:

@@ -20,6 +20,7 @@ from qkv_tui.kernels.policy import round_to
 
 from .arith_check import check
 from .conftest import SCENARIOS
+from .test_deltanet_worksheet_backward import case
 from .worksheet_lesson import lesson
 
 GQA_BACKWARD = "\n[backward]\ntarget = [[1, 0, 1, 0], [0, 1, 0, 1], [1, 1, 0, 0]]\nlr = 0.25\n"
@@ -95,7 +96,8 @@ def test_latent_attention_moves_its_latent_weights() -> None:
 
 def test_no_step_without_a_worked_backward() -> None:
     assert not sgd(build(compute(load_scenario("two_heads")), "100%"))
-    ws = build(compute(load_scenario("deltanet_learns")), "100%")  # its backward is left to the app
+    big = parse_scenario(case(9, 1, 5, 4, d_model=5)[0], "big.toml")  # a delta rule's dg of 20 terms: left to the app
+    ws = build(compute(big), "100%")
     assert not sgd(ws) and "this page has the forward pass only" in ws.markdown()
     assert "SGD step" not in ws.markdown()  # nor its rule
 

@@ -6,6 +6,11 @@ e^{g_{t+1}}, every later token, so dS_t = q_t dO_tᵀ + e^{g_{t+1}}·dS̃_{t+1}.
 S_t = S̃_t + k_t δ_tᵀ, δ_t = (v_t − S̃_tᵀk_t)·β_t, then gives dk, dv, dβ and dS̃_t; the decay S̃_t = S_{t−1}·e^{g_t}
 gives dg_t = Σ S̃_t ⊙ dS̃_t. Last, back through the L2 norms, and (where g and β were computed) through
 Qwen3-Next's softplus and sigmoid to W_a, A_log, dt_bias and W_b.
+
+What a printed page shows as a number of its own (dS, dq, dδ, dv, dβ, dk, dg) is ``policy.table``, what one
+operation writes down on the way (a product, dS' and the carry e^g·dS', dq / √d_k, x / ‖x‖) ``policy.worked``: the two are the
+same by hand, but a printed page (edges/worksheet/backward/deltanet.py) rounds only the former, so each of its tables
+is worked from printed numbers.
 """
 
 from __future__ import annotations
@@ -40,7 +45,7 @@ class DeltaBack:
 def l2_backward(x: Matrix, root: Matrix, dy: Matrix, policy: Policy = EXACT) -> Matrix:
     """y = x / r, r = √(Σx² + eps) per row: dx = (dy − ŷ·(ŷ·dy)) / r, ŷ = x / r (rows, d). Each ŷ of a row
     read every x of it through r, so what r passes back is taken away along ŷ."""
-    y = policy.table(x / root[:, None])  # (rows, d)
+    y = policy.worked(x / root[:, None])  # (rows, d)
     along = row_dots(y, dy, policy)  # (rows,)
     return policy.table((dy - y * along[:, None]) / root[:, None])
 
@@ -57,21 +62,21 @@ def deltanet_backward(dO: Matrix, Q_used: Matrix, K_used: Matrix, V: Matrix, dn:
     dbeta, dg = np.zeros(n), np.zeros(n)
     carry = np.zeros((d_k, d_v))  # e^{g_{t+1}}·dS̃_{t+1}: what the later tokens ask of S_t
     for t in range(n - 1, -1, -1):
-        grad = policy.worked(carry + policy.worked(dn.q[t][:, None] * dO[t][None, :]))  # (d_k, d_v)
+        grad = policy.table(carry + policy.worked(dn.q[t][:, None] * dO[t][None, :]))  # (d_k, d_v)
         dS[t] = grad
-        dq[t] = policy.worked(policy.worked(dn.S[t] * dO[t][None, :]).sum(axis=1))  # (d_k,)
-        ddelta[t] = policy.worked(policy.worked(grad * dn.k[t][:, None]).sum(axis=0))  # (d_v,)
-        dv[t] = policy.worked(ddelta[t] * dn.beta[t])
-        dkv[t] = -dv[t]
-        dbeta[t] = float(policy.worked(policy.worked(ddelta[t] * policy.worked(V[t] - dn.kv[t])).sum()))
+        dq[t] = policy.table(policy.worked(dn.S[t] * dO[t][None, :]).sum(axis=1))  # (d_k,)
+        ddelta[t] = policy.table(policy.worked(grad * dn.k[t][:, None]).sum(axis=0))  # (d_v,)
+        dv[t] = policy.table(ddelta[t] * dn.beta[t])
+        dkv[t] = -policy.worked(ddelta[t] * dn.beta[t])  # the recall's gradient, from dδ and β as kept
+        dbeta[t] = float(policy.table(policy.worked(ddelta[t] * policy.worked(V[t] - dn.kv[t])).sum()))
         before = policy.worked(grad + policy.worked(dn.k[t][:, None] * dkv[t][None, :]))  # (d_k, d_v)
         dS_decayed[t] = before
         write = policy.worked(policy.worked(grad * dn.delta[t][None, :]).sum(axis=1))  # (d_k,) dS_t·δ_t
         recall = policy.worked(policy.worked(dn.decayed[t] * dkv[t][None, :]).sum(axis=1))  # (d_k,) S̃_t·dkv_t
-        dk[t] = policy.worked(write + recall)
-        dg[t] = float(policy.worked(policy.worked(dn.decayed[t] * before).sum()))
+        dk[t] = policy.table(write + recall)
+        dg[t] = float(policy.table(policy.worked(dn.decayed[t] * before).sum()))
         carry = policy.worked(before * dn.decay[t])
-    dq_hat = policy.table(dq / dn.divisor)  # (n, d_k) q = q̂ / √d_k
+    dq_hat = policy.worked(dq / dn.divisor)  # (n, d_k) q = q̂ / √d_k
     dQ_used = l2_backward(Q_used, dn.root_q, dq_hat, policy)
     dK_used = l2_backward(K_used, dn.root_k, dk, policy)
     arrays = (dS, dq, dk, ddelta, dv, dbeta, dkv, dS_decayed, dg, dQ_used, dK_used)

@@ -50,7 +50,6 @@ class DeltaNet:
     # q·k times the decay weighs the corrections δ, not V
     looks_heading: ClassVar[str] = "Whose δ each token weighs most"
     weighed: ClassVar[str] = "δ"  # what the Train view says the map's weights weigh (V where no table says)
-    unprinted_backward: ClassVar[str] = "the gated delta rule ([deltanet])"  # no backward tables on a worksheet yet
 
     @property
     def lead(self) -> tuple[str, str]:
@@ -228,6 +227,7 @@ TABLE: Table[DeltaNet] = Table("deltanet", DELTANET_KEYS, parse_deltanet, _summa
                                trains=Trains(WEIGHTS, "b_O", trains, refuse=refuse_backward),
                                faces=Faces(head="qkv_tui.core.deltanet_part:deltanet_part",
                                            edit="qkv_tui.core.variants.deltanet_edit",
+                                           worksheet_back="qkv_tui.edges.worksheet.backward.deltanet:SHEET",
                                            # in place of Score … Mix: after them, before Concat; backwards before dSoftmax
                                            stages=(("before:concat", "deltanet_io", "CONV_STAGE"),
                                                    *(("before:concat", "deltanet", name)

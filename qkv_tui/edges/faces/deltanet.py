@@ -68,5 +68,28 @@ def grad(sc: Scenario, g: Gradients, write_fields: WriteFields) -> Fields:
     ]))]
 
 
+def _gates(sc: Scenario) -> list[str]:
+    """Which of g and β the table computes from X̂ (their paths into X̂ on the backward worksheet)."""
+    dn = sc.deltanet
+    return [] if dn is None else [name for name, made in (("a", dn.g is None), ("b", dn.beta is None)) if made]
+
+
+def sheet_back_path(sc: Scenario) -> str | None:
+    return "gates" if _gates(sc) else None
+
+
+def _term(sc: Scenario) -> str:
+    return "".join(f" + d{name}·W_{name}ᵀ" for name in _gates(sc))
+
+
+def _term_cells(sc: Scenario, h: int, i: int, c: int) -> list[Any]:
+    """da[i]·W_a[c] and db[i]·W_b[c] of the head's column: the gates' paths into X̂
+    (edges/worksheet/backward/deltanet.py prints both tables)."""
+    names = _gates(sc)
+    column = {"a": 2, "b": 3 if "a" in names else 0}  # the gates table: a, σ(a), da where g is made, then db
+    return [((f"dnb_gates.{h}", i, column[name]), (f"dn_W.{h}", n, c)) for n, name in enumerate(names)]
+
+
 FACE = ExportFace(deltanet.TABLE, document=document, document_at=At(after="train"), grad=grad,
-                  grad_at=At(after="dbeta"), grad_head=grad_head)
+                  grad_at=At(after="dbeta"), grad_head=grad_head, sheet_back_path=sheet_back_path,
+                  sheet_back_term=(_term, _term_cells))

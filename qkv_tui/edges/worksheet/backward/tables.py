@@ -173,10 +173,11 @@ def backward_tables(chain: PrintedChain) -> list[Table]:
     ops = operand_keys(sc, chain.owners)
 
     def t(key: str, name: str, heading: str, values: Matrix, rs: tuple[str, ...], cs: tuple[str, ...],
-          head: int | None = None, allow: np.ndarray | None = None, places: int | None = None) -> None:
+          head: int | None = None, allow: np.ndarray | None = None, places: int | None = None,
+          given: bool = False) -> None:  # given: an input a part's backward reads first (the delta rule's gates)
         grid = values[None, :] if values.ndim == 1 else values
-        out.append(Table(key, name, heading, "backward", head, np.asarray(grid, dtype=np.float64), rs, cs, False, True,
-                         allow, places=places if places is not None and places > chain.d else None))
+        out.append(Table(key, name, heading, "backward", head, np.asarray(grid, dtype=np.float64), rs, cs, given,
+                         not given, allow, places=places if places is not None and places > chain.d else None))
 
     d_out = G.dO.shape[1]
     if bw.dO is not None:
