@@ -25,7 +25,8 @@ from qkv_tui.kernels.mla_backward import MlaBack
 from .conftest import ROOT
 from .test_views_ask_the_parts import _reach
 
-WALKERS = ("core/gradients.py", "core/variants/backward.py", "core/cell_edit.py", "kernels/attention_backward.py")
+WALKERS = ("core/gradients.py", "core/variants/backward.py", "core/cell_edit.py", "kernels/attention_backward.py",
+           "edges/worksheet/columns.py")
 # the documented order of the train list, as the messages name every weight (docs/scenario-format.md, [backward])
 ORDER = ("W_Q", "W_K", "W_V", "W_O", "W_G", "b_Q", "b_K", "b_V", "b_O", "gamma", "beta", "gamma_q", "gamma_k", "sinks",
          "W_a", "W_b", "A_log", "dt_bias", "W_DKV", "W_UK", "W_UV", "W_KR", "W_DQ", "W_UQ", "gamma_kv", "W_U")

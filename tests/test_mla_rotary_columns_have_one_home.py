@@ -17,12 +17,13 @@ from qkv_tui.kernels.mla import MlaHead
 from .conftest import ROOT
 from .test_views_ask_the_parts import _reach
 
-# the latent layer's modules besides its keys (core/variants/mla.py, mla_table.py: d_rope is a key of the file),
-# the rotary part's own (kernels/mla_rope.py, teach/stages/mla_rotate.py) and the worksheet's backward tables
+# the latent layer's modules, the worksheet's backward tables among them, besides its keys (core/variants/mla.py,
+# mla_table.py: d_rope is a key of the file) and the rotary part's own (kernels/mla_rope.py, teach/stages/mla_rotate.py)
 ASKERS = ("core/mla_cost.py", "core/mla_grad.py", "core/mla_part.py", "kernels/mla.py", "kernels/mla_backward.py",
           "display/mla_cache.py", "display/mla_cost.py", "edges/faces/mla.py", "teach/stages/mla_absorb.py",
           "teach/stages/mla_compress.py", "teach/stages/mla_expand.py", "teach/stages/mla_grads.py",
-          "teach/stages/mla_parts.py", "teach/stages/mla_sheet.py")
+          "teach/stages/mla_parts.py", "teach/stages/mla_sheet.py", "edges/worksheet/backward/mla.py",
+          "edges/worksheet/backward/mla_lines.py")
 
 
 def test_the_latent_layers_other_modules_name_no_rope() -> None:

@@ -216,6 +216,13 @@ class Mla:
         """What a token caches, summed as the cache view and the Compress stage write it."""
         return f"d_c + d_rope = {self.d_c} + {self.d_rope} = {self.cache_per_token()[0]}"
 
+    @property
+    def own_rope(self) -> tuple[Rope, int] | None:
+        """The [rope] it keeps for its rotary columns and their width, where it turns them: a table's answer
+        (core/part_questions.py scenario_answer) where its [rope] turns columns of its own, not every head's
+        (edges/faces/rope.py exports its frequencies)."""
+        return None if self.rope is None else (self.rope, self.d_rope)
+
 
 MLA_VECTORS = ("gamma_kv", "gamma_q")
 

@@ -136,6 +136,9 @@ class ExportFace:
     # ((scenario) -> its words in dX̂'s line (" + dz·W_Gᵀ") or "", (scenario, head, row, col) -> its (gradient,
     # weight) cells among dX̂'s terms): the variant's own path into X̂ in the answer key
     sheet_back_term: tuple[Callable[[Any], str], Callable[[Any, int, int, int], list[Any]]] | None = None
+    # (scenario) -> the key of each of its layer's tables whose columns are every head's side by side, to the
+    # columns a head has there (edges/worksheet/columns.py: a --heads sheet prints the asked heads' only)
+    sheet_head_columns: Callable[[Any], dict[str, int]] | None = None
 
 
 @cache

@@ -129,6 +129,14 @@ def sheet_back_layer(t: Any, chain: Any, G: Gradients, xq: str) -> str | None:
     return dX_heading(xq)
 
 
+def sheet_head_columns(sc: Scenario) -> dict[str, int]:
+    if sc.mla is None:
+        return {}
+    from qkv_tui.edges.worksheet.backward.mla import mla_head_columns
+
+    return mla_head_columns(sc)
+
+
 def sheet_back_line(cells: Any, table: Any, i: int, j: int, answer: str, ops: Any) -> str | None:
     """The key's line of a cell of the latent layer's backward tables (edges/worksheet/backward/mla_lines.py)."""
     from qkv_tui.edges.worksheet.backward.mla_lines import KINDS, mla_line
@@ -151,4 +159,4 @@ FACE = ExportFace(mla.TABLE, document=document, document_at=At(after="train"), g
                   sheet_back_covers=sheet_back_covers, sheet_back_uncovered=sheet_back_uncovered,
                   sheet_printed_head=sheet_printed_head, sheet_back_line=sheet_back_line,
                   sheet_latent_trig=sheet_latent_trig, sheet_back_head_rest=sheet_back_head_rest,
-                  sheet_back_layer=sheet_back_layer)
+                  sheet_back_layer=sheet_back_layer, sheet_head_columns=sheet_head_columns)

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from qkv_tui.core.head import HeadResult
+from qkv_tui.core.part_questions import scenario_answer
 from qkv_tui.core.scenario import Scenario
 from qkv_tui.core.variants import rope
 from qkv_tui.edges.faces import At, ExportFace, Fields
@@ -23,10 +24,11 @@ def document(sc: Scenario, norm: Any, write_fields: Any) -> Fields:
     null for plain RoPE (every dim turns at base^(−2i/d_k), all in "positions" and the heads' d_k) and without.
     Under [mla] the rope is its own, turning the d_rope rotary dimensions (DeepSeek's YaRN: its m² on the softmax
     scale is in each head's "scale")."""
-    rope = sc.rope if sc.mla is None else sc.mla.rope
+    kept = scenario_answer(sc, "own_rope")  # a table that keeps [rope] for columns of its own: ([rope], their width)
+    rope, width = (sc.rope, None) if kept is None else kept
     if rope is None or not sc.heads or (rope.partial == 1.0 and rope.scaling is None):
         return [("rope", None)]
-    d_k = sc.heads[0].d_k if sc.mla is None else sc.mla.d_rope  # [rope] needs one d_k for every head
+    d_k = sc.heads[0].d_k if width is None else width  # [rope] needs one d_k for every head
     return [("rope", {"inv_freq": rope.inv_freq(d_k).tolist(), "attention_factor": rope.attention_factor,
                       "rotated_dims": rope.rotated(d_k)})]
 

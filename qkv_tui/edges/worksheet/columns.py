@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from qkv_tui.core.engine import Computation
-from qkv_tui.edges.worksheet.backward.mla import mla_head_columns
+from qkv_tui.edges.faces import faces
 from qkv_tui.teach.stages.printed import Table
 
 
@@ -26,8 +26,9 @@ def head_spans(comp: Computation, tables: Sequence[Table]) -> dict[str, list[ran
         start += width
     kinds = {"concat", "dConcat"} | ({"target", "dO"} if comp.scenario.W_O is None else set())
     out = {t.key: spans for t in tables if t.key in kinds and t.head is None and t.values.shape[1] == start}
-    # a latent layer's weights: each head's columns of W_Q, W_UK, W_UV ([mla], edges/worksheet/backward/mla.py)
-    each = mla_head_columns(comp.scenario)
+    # a layer's weights, each head's columns side by side (edges/faces/: sheet_head_columns; [mla]'s W_Q, W_UK, W_UV)
+    each = {key: width for f in faces() if f.sheet_head_columns is not None
+            for key, width in f.sheet_head_columns(comp.scenario).items()}
     out.update({t.key: [range(h * each[t.key], (h + 1) * each[t.key]) for h in range(len(widths))] for t in tables
                 if t.key in each and t.head is None and t.values.shape[1] == each[t.key] * len(widths)})
     return out

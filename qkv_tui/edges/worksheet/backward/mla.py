@@ -41,19 +41,20 @@ def printed_mla(chain: PrintedChain, hr: HeadResult) -> HeadResult:
 def latent_turn(chain: PrintedChain) -> Turn | None:
     """The shared rotary part's cos and sin as the trig.mla table prints them (cos, sin of pair 0, …)."""
     mla = chain.sc.mla
-    if mla is None or mla.rope is None:
+    turn = None if mla is None else mla.rotation(chain.sc.positions).turn  # the pairs it turns, as the heads did
+    if turn is None:
         return None
     both = chain.values("trig.mla")  # (n, 2·pairs)
-    return Turn(both[:, 0::2], both[:, 1::2], mla.rope.pairs(mla.d_rope))
+    return Turn(both[:, 0::2], both[:, 1::2], turn.pairs)
 
 
 def mla_head_tables(t: Add, chain: PrintedChain, h: int, back: MlaBack) -> None:
     """Head ``h``'s rotary query part turned back (its dq_C is dQ's first columns as they are)."""
     mla = chain.sc.mla
     assert mla is not None
-    if mla.rope is not None:
+    if mla.turns:
         t(f"mqR.{h}", "dq_R", "dq_R = dQ's rotary columns (dq_R') turned back (by −p·θ)", back.dq_R_raw[h],
-          chain.sc.labels, idx(mla.d_rope), h)
+          chain.sc.labels, idx(back.dq_R_raw[h].shape[1]), h)
 
 
 def mla_tables(t: Add, chain: PrintedChain, back: MlaBack, x_name: str) -> None:
@@ -62,19 +63,20 @@ def mla_tables(t: Add, chain: PrintedChain, back: MlaBack, x_name: str) -> None:
     mla = sc.mla
     assert mla is not None
     rows = sc.labels
-    rot = mla.rope is not None
+    rot = mla.turns
     kr = "dk_R'" if rot else "dk_R"
+    rotary = idx(mla.W_KR.shape[1])  # the rotary columns, as many as W_KR's
     t("mkR", kr, f"{kr} = Σ over the heads of dK's rotary columns (k_R is shared by every head)", back.dk_R, rows,
-      idx(mla.d_rope))
+      rotary)
     if rot:
-        t("mkRraw", "dk_R", "dk_R = dk_R' turned back (by −p·θ)", back.dk_R_raw, rows, idx(mla.d_rope))
+        t("mkRraw", "dk_R", "dk_R = dk_R' turned back (by −p·θ)", back.dk_R_raw, rows, rotary)
     t("mcKV", "dc_KV", "dc_KV = Σ over the heads of dk_C·W_UKᵀ + dv_C·W_UVᵀ (dk_C: dK's first d_nope columns, dv_C: dV)",
       back.dc_KV, rows, idx(back.dc_KV.shape[1]))
     t("mW_UK", "dW_UK", "dW_UK = c_KVᵀ·dk_C (every head's columns side by side)", back.dW_UK, idx(mla.W_UK.shape[0]),
       idx(back.dW_UK.shape[1]))
     t("mW_UV", "dW_UV", "dW_UV = c_KVᵀ·dv_C (every head's columns side by side)", back.dW_UV, idx(mla.W_UV.shape[0]),
       idx(back.dW_UV.shape[1]))
-    t("mW_KR", "dW_KR", f"dW_KR = {x_name}ᵀ·dk_R", back.dW_KR, idx(mla.W_KR.shape[0]), idx(mla.d_rope))
+    t("mW_KR", "dW_KR", f"dW_KR = {x_name}ᵀ·dk_R", back.dW_KR, idx(mla.W_KR.shape[0]), rotary)
     assert back.dW_Q is not None
     t("mW_Q", "dW_Q", f"dW_Q = {x_name}ᵀ·[dq_C | dq_R] (every head's columns [nope | rope])", back.dW_Q,
       idx(back.dW_Q.shape[0]), idx(back.dW_Q.shape[1]))

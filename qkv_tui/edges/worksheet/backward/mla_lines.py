@@ -16,7 +16,7 @@ def _q_all(cells: PrintedCells, i: int, col: int) -> Ref:
     mla = cells.sc.mla
     assert mla is not None
     h, c = divmod(col, mla.d_qk)
-    if c >= mla.d_nope and mla.rope is not None:
+    if c >= mla.d_nope and mla.turns:
         return (f"mqR.{h}", i, c - mla.d_nope)
     return (f"dQu.{h}", i, c)
 
@@ -25,9 +25,10 @@ def _turn_back(cells: PrintedCells, name: str, src: Ref, role: str, i: int, j: i
     """a = a'·cos + b'·sin, b = −a'·sin + b'·cos with the printed cos and sin; ``src`` the turned gradient's
     (table, row, first column)."""
     mla = cells.sc.mla
-    assert mla is not None and mla.rope is not None
+    turn = None if mla is None else mla.rotation(cells.sc.positions).turn  # the pairs it turns, as the heads did
+    assert turn is not None
     key, _, start = src
-    found = next(((k, pair) for k, pair in enumerate(mla.rope.pairs(mla.d_rope)) if j in pair), None)
+    found = next(((k, pair) for k, pair in enumerate(turn.pairs) if j in pair), None)
     if found is None:  # partial rotary: passed through
         return f"{name} = {cells.txt(key, i, start + j)} = {answer}"
     k, (a, b) = found
@@ -82,6 +83,6 @@ def mla_line(cells: PrintedCells, table: Table, i: int, j: int, answer: str) -> 
                 f" = {answer}")
     # dX_in: every path into X̂, one product per term
     pairs = [(("mcKV", i, k), ("W_DKV", j, k)) for k in range(mla.W_DKV.shape[1])]
-    pairs += [((kR, i, k), ("W_KR", j, k)) for k in range(mla.d_rope)]
+    pairs += [((kR, i, k), ("W_KR", j, k)) for k in range(mla.W_KR.shape[1])]
     pairs += [(_q_all(cells, i, k), ("W_QA", j, k)) for k in range(H * mla.d_qk)]
     return f"{name} = dc_KV·W_DKVᵀ + dk_R·W_KRᵀ + [dq_C | dq_R]·W_Qᵀ at [{sc.labels[i]},{j}] = {terms(pairs)} = {answer}"
