@@ -18,8 +18,7 @@ from qkv_tui.core.engine import compute
 from qkv_tui.core.fmt import fmt
 from qkv_tui.core.gradients import gradients
 from qkv_tui.core.scenario import Scenario, load_scenario, parse_scenario
-from qkv_tui.edges.worksheet.backward.lines import line
-from qkv_tui.edges.worksheet.backward.tables import PageBackward, printed_computation
+from qkv_tui.edges.worksheet.backward.tables import SHEET, PageBackward, printed_computation
 from qkv_tui.edges.worksheet.make import Worksheet, WorksheetError, build
 from qkv_tui.edges.worksheet.sgd import SHEET as SGD
 from qkv_tui.kernels.deltanet_backward import DeltaBack, GatesBack
@@ -29,6 +28,8 @@ from qkv_tui.teach.trace import Trace
 from .arith_check import check
 from .test_worksheet_backward_variants import Recorder
 from .test_worksheet_stages_and_heads import check_questions_read_the_page
+
+line = SHEET.worksheet_line  # the answer key's line as the page writes it: the Loss's own first, then the chain's
 
 
 def _rows(a: np.ndarray) -> str:

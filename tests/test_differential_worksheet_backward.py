@@ -17,8 +17,7 @@ from qkv_tui.core.fmt import fmt
 from qkv_tui.core.gradients import gradients
 from qkv_tui.core.scenario import Scenario, load_scenario, parse_scenario
 from qkv_tui.edges.worksheet.backward.differential import line as diff_line
-from qkv_tui.edges.worksheet.backward.lines import line
-from qkv_tui.edges.worksheet.backward.tables import PageBackward, printed_computation
+from qkv_tui.edges.worksheet.backward.tables import SHEET, PageBackward, printed_computation
 from qkv_tui.edges.worksheet.make import Worksheet, build
 from qkv_tui.edges.worksheet.sgd import SHEET as SGD
 from qkv_tui.teach.stages.printed import PrintedChain
@@ -27,6 +26,8 @@ from qkv_tui.teach.trace import Trace
 from .arith_check import check
 from .test_differential_scenario_grads_torch import LAMBDAS, LR, _case, _torch_loss
 from .test_worksheet_backward_variants import Recorder
+
+line = SHEET.worksheet_line  # the answer key's line as the page writes it: the Loss's own first, then the chain's
 
 # (seed, num_heads, num_kv_heads, d, rope, biases, sub-norm gains): small enough for a worksheet (≤ 16 terms a sum),
 # with every sub-norm's ms above 0.2 (a smaller one magnifies the page's rounding past what these tests allow)

@@ -19,8 +19,7 @@ from qkv_tui.core.engine import compute
 from qkv_tui.core.fmt import fmt
 from qkv_tui.core.gradients import Gradients, gradients
 from qkv_tui.core.scenario import Scenario, parse_scenario
-from qkv_tui.edges.worksheet.backward.lines import line
-from qkv_tui.edges.worksheet.backward.tables import PageBackward, covered, page_trig, printed_computation
+from qkv_tui.edges.worksheet.backward.tables import SHEET, PageBackward, covered, page_trig, printed_computation
 from qkv_tui.edges.worksheet.chain import Table
 from qkv_tui.edges.worksheet.make import Worksheet, build
 from qkv_tui.edges.worksheet.render import markdown as md
@@ -35,6 +34,8 @@ from qkv_tui.teach.trace import Trace
 from .arith_check import check
 from .test_backward_torch import BUILT_INS, _builtin, shape_of, with_backward
 from .variants_cases import ModernCase, matrix, modern_cases
+
+line = SHEET.worksheet_line  # the answer key's line as the page writes it: the Loss's own first, then the chain's
 
 Cell = tuple[str, int, int]
 

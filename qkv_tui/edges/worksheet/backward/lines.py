@@ -144,11 +144,6 @@ def line(cells: PrintedCells, table: Table, i: int, j: int, answer: str) -> str:
         return cells.txt(f"weights.{h}", a, b) if sc.allow[a, b] else "0"
 
     name = cell_name(table, i, j, (*sc.labels, *sc.key_labels))
-    if sc.backward is not None and sc.backward.cross_entropy:  # the Loss's tables (it reads this module's helpers)
-        from qkv_tui.edges.worksheet.backward.cross_entropy import line as loss_line
-
-        if (text := loss_line(cells, table, i, j, answer)) is not None:
-            return text
     # a part's own tables (edges/worksheet/backward/parts.py): its module writes their lines
     own = next((sheet for sheet in part_sheets(sc) if kind in sheet.kinds), None)
     if own is not None:

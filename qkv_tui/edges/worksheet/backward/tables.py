@@ -24,6 +24,7 @@ from qkv_tui.core.gradients import Gradients, HeadGrad, gradients
 from qkv_tui.core.scenario import Matrix, Scenario
 from qkv_tui.edges.faces import faces, placed
 from qkv_tui.edges.worksheet.backward.cross_entropy import ce_tables, dW_U_placed
+from qkv_tui.edges.worksheet.backward.cross_entropy import line as loss_line
 from qkv_tui.edges.worksheet.backward.lines import line, operand_keys
 from qkv_tui.edges.worksheet.backward.parts import part_sheets, part_uncovered
 from qkv_tui.edges.worksheet.backward.qk_all import qk_all, qk_all_covered, qk_all_tables
@@ -359,6 +360,10 @@ class BackwardSheet(StageSpec):
         return out
 
     def worksheet_line(self, cells: PrintedCells, table: Table, row: int, col: int, answer: str) -> str:
+        bw = cells.sc.backward
+        # the Loss's own tables first (backward/cross_entropy.py)
+        if bw is not None and bw.cross_entropy and (text := loss_line(cells, table, row, col, answer)) is not None:
+            return text
         return line(cells, table, row, col, answer)
 
 
