@@ -15,12 +15,13 @@ is worked from printed numbers.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
 
 from qkv_tui.kernels.attention_backward import row_dots
-from qkv_tui.kernels.deltanet import DeltaForward
+from qkv_tui.kernels.deltanet import L2_EPS, DeltaForward
 from qkv_tui.kernels.policy import EXACT, Policy
 from qkv_tui.kernels.stats import Matrix
 
@@ -116,3 +117,18 @@ def gates_backward(X: Matrix, g: Matrix, beta: Matrix, dg: Matrix, dbeta: Matrix
         db = policy.table(dbeta * beta * (1.0 - beta))  # (n, H) σ' = σ(1 − σ)
         dW_b = policy.matmul(X.T, db)
     return GatesBack(da, dW_a, dA_log, ddt_bias, db, dW_b)
+
+
+def forward_as_printed(Q: Matrix, K: Matrix, q: Matrix, k: Matrix, gates: Matrix, beta: Matrix, S: np.ndarray,
+                       delta: Matrix, values: Matrix, kv_given: Matrix, output: Matrix) -> DeltaForward:
+    """A head's forward record from the numbers a page prints (Q, K, q, k, g, β, each token's S and δ, V's rows):
+    what the backward reads and the page does not print is worked from them, S' = S before·e^g (the first token's
+    is 0) and kv = v − δ / β; where β is 0, δ says nothing of kv, and ``kv_given``'s row is taken."""
+    n, d_k = q.shape
+    d_v = S.shape[2]
+    decayed = np.zeros((n, d_k, d_v))
+    decayed[1:] = S[:-1] * np.exp(gates[1:])[:, None, None]
+    kv = np.where(beta[:, None] != 0, values - delta / np.where(beta == 0, 1.0, beta)[:, None], kv_given)
+    sq_q, sq_k = (Q * Q).sum(axis=1), (K * K).sum(axis=1)
+    return DeltaForward(sq_q, sq_k, np.sqrt(sq_q + L2_EPS), np.sqrt(sq_k + L2_EPS), math.sqrt(d_k), q, k, gates, beta,
+                        np.exp(gates), decayed, kv, delta, S, output)

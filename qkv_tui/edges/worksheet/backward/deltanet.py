@@ -15,7 +15,6 @@ take away along Q and K) apart, and dβ and dg beside dV. The answer key's lines
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
@@ -25,8 +24,8 @@ from qkv_tui.edges.worksheet.backward import deltanet_lines as lines
 from qkv_tui.edges.worksheet.backward.parts import PartSheet
 from qkv_tui.edges.worksheet.backward.tables import PageBackward
 from qkv_tui.kernels.attention_backward import row_dots
-from qkv_tui.kernels.deltanet import L2_EPS, DeltaForward
-from qkv_tui.kernels.deltanet_backward import DeltaBack, GatesBack
+from qkv_tui.kernels.deltanet import DeltaForward
+from qkv_tui.kernels.deltanet_backward import DeltaBack, GatesBack, forward_as_printed
 from qkv_tui.kernels.policy import round_to
 from qkv_tui.teach.arith import MAX_TERMS
 from qkv_tui.teach.stages.printed import PrintedChain, Table, exact, idx
@@ -45,22 +44,18 @@ def printed(chain: PrintedChain, h: int, hr: Any) -> tuple[list[object], dict[st
     if f is None:
         return None
     v, g = chain.values, chain.owners[h]
-    n, d_k = f.q.shape
+    n = f.q.shape[0]
     d_v = f.S.shape[2]
     Q, K = v(f"Q.{h}"), v(f"K.{g}")
     gb = _value(chain, f"dn_g.{h}")
     gates, beta = np.array(gb[:, 0], dtype=float), np.array(gb[:, 1], dtype=float)
     S = np.stack([v(f"dn_S.{h}.{t}") for t in range(n)])  # (n, d_k, d_v)
     delta = np.stack([v(f"dn_delta.{h}.{t}")[0] for t in range(n)])  # (n, d_v)
-    decayed = np.zeros((n, d_k, d_v))
-    decayed[1:] = S[:-1] * np.exp(gates[1:])[:, None, None]  # S' = S·e^g of the printed S before: the first's was 0
-    kv = np.zeros((n, d_v))
-    for t in range(n):  # v − kv = δ / β; where β is 0 (given so) δ says nothing of kv: the printed one
-        kv[t] = _v_row(chain, h, t) - delta[t] / beta[t] if beta[t] else (v(f"dn_kv.{h}.{t}")[0] if t else 0.0)
-    sq_q, sq_k = (Q * Q).sum(axis=1), (K * K).sum(axis=1)
-    record = DeltaForward(
-        sq_q, sq_k, np.sqrt(sq_q + L2_EPS), np.sqrt(sq_k + L2_EPS), math.sqrt(d_k), v(f"dn_q.{h}"), v(f"dn_k.{h}"),
-        gates, beta, np.exp(gates), decayed, kv, delta, S, v(f"output.{h}"))
+    values = np.stack([_v_row(chain, h, t) for t in range(n)])
+    # where β is 0 (given so) δ says nothing of kv: the printed one (the first token's is 0)
+    kv_given = np.stack([v(f"dn_kv.{h}.{t}")[0] if t and not beta[t] else np.zeros(d_v) for t in range(n)])
+    record = forward_as_printed(Q, K, v(f"dn_q.{h}"), v(f"dn_k.{h}"), gates, beta, S, delta, values, kv_given,
+                                v(f"output.{h}"))
     return [record], {"weights": hr.weights}
 
 
