@@ -3,7 +3,7 @@ and the quiz's answer box."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, ClassVar, Protocol, cast
 
 from rich.segment import Segment
@@ -28,6 +28,8 @@ from qkv_tui.ui.widgets.looks import Styled
 from qkv_tui.ui.widgets.scrolling import SyncedScrollView
 
 if TYPE_CHECKING:  # the quiz's module loads when the quiz first asks, not with the first screen
+    from textual.screen import Screen
+
     from qkv_tui.teach.quiz import Question
 
 
@@ -205,16 +207,41 @@ class KeyFooter(Footer):
         self.order = tuple(order)
         self._fitted = -1  # the width the shown keys were chosen for
         self.left_out: frozenset[str] = frozenset()  # the actions of the keys the width had no room for
+        self._early: tuple[object, ...] | None = None  # the bindings the keys made before the app's mount show
 
     def compose(self) -> ComposeResult:
         if self.screen is not self.app.screen:  # a modal is on top: its keys are not ours
             self.left_out = frozenset()
             return
+        as_mounted = getattr(self.app, "keys_as_mounted", None)
         if not getattr(self.app, "ready", True):
-            # before the app's mount every key is off, and its mount refreshes the bindings, which composes
-            # the footer again: its keys are made once, not twice, on the way to the first frame
-            self._fitted = self.size.width or self.app.size.width  # and its first resize has nothing to redo
+            if as_mounted is None or not getattr(self.app, "starting", False):
+                return  # the app is quitting: no keys
+            # Before the app's mount: the keys its mount turns on, made now. The mount's refresh of the bindings
+            # then finds them made (bindings_changed), where Textual's footer composes empty and again after the
+            # first frame, which laid the screen out a second and a third time (the keys mounted, then sized).
+            self._bindings_ready = True  # else Textual's compose makes no key before its first bindings_changed
+            with as_mounted():
+                widgets = list(self._keys())
+                self._early = self._shown()
+            yield from widgets
             return
+        yield from self._keys()
+
+    def _shown(self) -> tuple[object, ...]:
+        """What compose reads of the screen's bindings: each shown key, whether it acts, its tooltip."""
+        return tuple((binding, enabled, tooltip)
+                     for (_, binding, enabled, tooltip) in self.screen.active_bindings.values() if binding.show)
+
+    def bindings_changed(self, screen: Screen) -> None:
+        early, self._early = self._early, None
+        if early is not None and screen is self.screen and self._shown() == early:
+            self._bindings_ready = True  # the keys composed before the mount are these: nothing to make again
+            return
+        super().bindings_changed(screen)
+
+    def _keys(self) -> Iterator[Widget]:
+        """Textual's keys (its compose), those the width has room for in ``order``, then the palette's key."""
         width = self.size.width or self.app.size.width
         self._fitted = width
         widgets = list(super().compose())
