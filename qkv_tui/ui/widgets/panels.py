@@ -114,6 +114,7 @@ class ExplainPanel(SyncedScrollView, Styled, can_focus=False):
         self._strips: list[Strip] = []
         # the current text's lines, wrapped at a width in the theme's styles (a new theme wraps again)
         self._wrapped: tuple[tuple[int, tuple[Style, ...]] | None, list[Strip]] = (None, [])
+        self._pass_style: Style | None = None  # the panel's style during one pass over its lines (render_lines)
 
     def _wrap(self, width: int) -> list[Strip]:
         looks = {kind: self.look(kind) for kind in self.KINDS}  # kept until the styles change (looks.py)
@@ -174,12 +175,21 @@ class ExplainPanel(SyncedScrollView, Styled, can_focus=False):
             if (y >= len(old) or y >= len(new) or old[y] != new[y]) and 0 <= y - top < self.size.height:
                 self.refresh(Region(0, y - top, width, 1))
 
+    def render_lines(self, crop: Region) -> list[Strip]:
+        # rich_style walks every ancestor's styles: once for the lines of one pass, in which nothing restyles
+        self._pass_style = self.rich_style
+        try:
+            return super().render_lines(crop)
+        finally:
+            self._pass_style = None
+
     def render_line(self, y: int) -> Strip:
         width = self.scrollable_content_region.width
         self._strips = self._wrap(width)  # the same lines, unless laid out at a new width or in a new theme
         row = y + int(self.scroll_y)
         strip = self._strips[row] if row < len(self._strips) else Strip.blank(width)
-        return strip.apply_style(self.rich_style).crop_extend(0, width, self.rich_style)
+        style = self.rich_style if self._pass_style is None else self._pass_style
+        return strip.apply_style(style).crop_extend(0, width, style)
 
 
 class _Key(Protocol):
