@@ -257,6 +257,7 @@ class QKVApp(Session):
         # the focus panes come first, then the whole explanation, then context panes in what is left
         avail = size.height - 3 - quiz_lines  # stage bar, formula line, footer and the quiz
         explain_lines = explain.lines_needed(size.width)
+        explain.expect(size.width)
         if screen.heads is not None:  # the heads view: every head's map in place of the panes
             for group in ("focus", *(f"overview-{i}" for i in range(OVERVIEW_ROWS))):
                 self._fill(group, [], 0)

@@ -137,6 +137,14 @@ class ExplainPanel(SyncedScrollView, Styled, can_focus=False):
         """Screen lines this panel takes at a terminal width: its wrapped text and the top border."""
         return len(self._wrap(max(width - 2, 1))) + 1  # padding on the left, the scrollbar's gutter on the right
 
+    def expect(self, width: int) -> None:
+        """Before the panel's first layout: its content's size at the terminal ``width`` (the lines lines_needed
+        counts), so that layout decides its scrollbars and draws its lines once; sized only at its first resize, it
+        was laid out and drawn again."""
+        if not self.scrollable_content_region.width and not self.virtual_size:
+            inner = max(width - 2, 1)
+            self.virtual_size = Size(inner, len(self._wrap(inner)))
+
     def show(self, ex: Explanation, description: str = "", notes: tuple[str, ...] = (), prose: bool = True) -> None:
         """``prose``: False leaves out what the stage means (f, display/presenting.py): the working stays."""
         # every line is the scenario's words too (labels, names): no control character may break it
@@ -243,7 +251,7 @@ class KeyFooter(Footer):
         return tuple((binding, enabled, tooltip)
                      for (_, binding, enabled, tooltip) in self.screen.active_bindings.values() if binding.show)
 
-    def bindings_changed(self, screen: Screen) -> None:
+    def bindings_changed(self, screen: Screen[object]) -> None:
         early, self._early = self._early, None
         if early is not None and screen is self.screen and self._shown() == early:
             self._bindings_ready = True  # the keys composed before the mount are these: nothing to make again
