@@ -32,12 +32,12 @@ from qkv_tui.core.inputs import INPUT_KEYS, Input, parse_input
 from qkv_tui.core.production import CACHE_KEYS, TILES_KEYS, ProductionSettings, parse_production
 from qkv_tui.core.tomlfile import NumberGrid, ReadError, decode, parse_toml, read_bytes, stat_path, table_values
 from qkv_tui.core.variants import Norm, QKNorm, Rope
-from qkv_tui.core.variants.backward import Backward
 from qkv_tui.core.variants.common import write_whole
-from qkv_tui.core.variants.deltanet import DeltaNet
 from qkv_tui.core.variants.window import table_form as _table_form
 
-if TYPE_CHECKING:  # [linear]'s and [mla]'s modules load with the first file that has the table
+if TYPE_CHECKING:  # [linear]'s, [mla]'s, [backward]'s and [deltanet]'s modules load with the first file that has the table
+    from qkv_tui.core.variants.backward import Backward
+    from qkv_tui.core.variants.deltanet import DeltaNet
     from qkv_tui.core.variants.linear import Linear
     from qkv_tui.core.variants.mla import Mla
 
@@ -523,7 +523,7 @@ class _Validator:
             mask_kind, allow, num_heads_split=split, num_kv_heads=kv_split,
             head_tables=heads,
             d_out=int(W_O.shape[1]) if W_O is not None else sum(h.d_v for h in heads), has_W_O=W_O is not None,
-            weights=variants.backward.weights_of(heads, W_O, b_O),
+            weights=variants.backward_table.weights_of(heads, W_O, b_O),
             trainable=tuple(name for t in variants.TABLES if t.trainable is not None and isinstance(doc.get(t.key), dict)
                             for name in t.trainable(doc[t.key])),
             latent=None if mla is None else (mla.d_nope, mla.d_rope),
@@ -572,7 +572,7 @@ class _Validator:
         self, doc: dict[str, Any], d_model: int, d_in: int, d_in_name: str
     ) -> tuple[tuple[Head, ...], int | None, int | None]:
         softcap = variants.softcap.parse_softcap(self, doc, "")  # every head's, unless its table sets its own
-        doc = variants.shared_kv.without_kv(self, doc, d_in)  # [shared_kv]: K and V are an earlier layer's
+        doc = variants.shared_kv_table.without_kv(self, doc, d_in)  # [shared_kv]: K and V are an earlier layer's
         has_heads, has_split = "heads" in doc, "attention" in doc
         if has_heads and has_split:
             raise self.fail("both [[heads]] and [attention] are given; expected exactly one way to define the heads")

@@ -8,6 +8,8 @@ sink, weights plus the sink's share) and masked weights are exactly 0.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from qkv_tui.core import part_questions as ask
@@ -15,7 +17,9 @@ from qkv_tui.core.engine import Computation, HeadResult
 from qkv_tui.core.fmt import fmt
 from qkv_tui.core.part_masks import masked_as
 from qkv_tui.core.scenario import BoolMatrix, Scenario
-from qkv_tui.core.variants.backward import Backward
+
+if TYPE_CHECKING:  # [backward]'s module loads with the first file that has the table
+    from qkv_tui.core.variants.backward import Backward
 
 MAX_ROWS = 8  # tokens listed by name; longer sentences list their first ones and point to the map
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import gc
 import io
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar, Literal, TextIO
@@ -133,6 +134,8 @@ class QKVApp(Session):
         if decimals is not None:  # --decimals
             self.set_reactive(QKVApp.modes, replace(self.modes, decimals=decimals))
         self.ready = False  # widgets exist only after mount, and no longer once the app is exiting
+        self.starting = True  # until mount (the footer's keys are made before it: keys_as_mounted)
+        self._as_mounted = False
         self._placed: dict[str, int] = {}  # height last given to each row of panes
         self._slots: dict[str, list[MatrixView]] = {}  # each row's pane widgets, found once
         self._rows: dict[str, Horizontal] = {}  # the rows of panes mounted so far, by id
@@ -172,9 +175,19 @@ class QKVApp(Session):
             yield ExplainPanel(id="explain")
         yield KeyFooter(FOOTER_KEEP, FOOTER_ORDER)
 
+    @contextmanager
+    def keys_as_mounted(self) -> Iterator[None]:
+        """check_action answering as it will once the app is mounted: the footer, composed before the mount,
+        makes the keys the mount turns on (widgets/panels.py KeyFooter)."""
+        self._as_mounted = True
+        try:
+            yield
+        finally:
+            self._as_mounted = False
+
     def on_mount(self) -> None:
         self.title = pictured(self.scenario.title)
-        self.ready = True
+        self.ready, self.starting = True, False
         self.live.start()
         self.redraw()
         self.refresh_bindings()  # the keys check_action kept off until now
@@ -244,6 +257,7 @@ class QKVApp(Session):
         # the focus panes come first, then the whole explanation, then context panes in what is left
         avail = size.height - 3 - quiz_lines  # stage bar, formula line, footer and the quiz
         explain_lines = explain.lines_needed(size.width)
+        explain.expect(size.width)
         if screen.heads is not None:  # the heads view: every head's map in place of the panes
             for group in ("focus", *(f"overview-{i}" for i in range(OVERVIEW_ROWS))):
                 self._fill(group, [], 0)
@@ -414,7 +428,7 @@ class QKVApp(Session):
         super().exit(result, return_code, message)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        if not self.ready:
+        if not self.ready and not self._as_mounted:
             return action == "quit"  # before mount, or once quitting: nothing to act on, and quit always works
         if isinstance(self.screen, ModalScreen) and action in self._own_actions():
             # help, notes and go-to sit on top of the trace: its keys must not move it unseen

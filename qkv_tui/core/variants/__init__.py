@@ -17,11 +17,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from qkv_tui.core.arrays import Vector as Vector  # re-exported: the modules that read a Norm or Rope import it from here
-from qkv_tui.core.variants import alibi, biases, kv_heads, norm, qk_norm, rope, scale_from, sinks, softcap, window
-from qkv_tui.core.variants import backward as backward
-from qkv_tui.core.variants import deltanet as deltanet
+from qkv_tui.core.variants import alibi_table, biases, kv_heads, norm, qk_norm, rope, scale_from, sinks, softcap, window
+from qkv_tui.core.variants import backward_table as backward_table  # the module that reads it loads with the table
+from qkv_tui.core.variants import deltanet_table as deltanet_table  # the modules that read it load with the table
 from qkv_tui.core.variants import gate as gate
-from qkv_tui.core.variants import shared_kv as shared_kv
+from qkv_tui.core.variants import shared_kv_table as shared_kv_table  # the module that reads it loads with the table
 from qkv_tui.core.variants import v_norm as v_norm
 from qkv_tui.core.variants import value_scale as value_scale
 from qkv_tui.core.variants.biases import parse_bias as parse_bias
@@ -79,21 +79,21 @@ FEATURES: tuple[Table[Any] | Keys, ...] = (
     rope.TABLE,
     _MLA,
     kv_heads.KEYS,
-    alibi.TABLE,
+    alibi_table.TABLE,
     window.KEYS,
     sinks.KEYS,
     softcap.KEYS,
     scale_from.KEYS,
     gate.KEYS,
     _LINEAR,
-    deltanet.TABLE,
-    backward.TABLE,
+    deltanet_table.TABLE,
+    backward_table.TABLE,
     value_scale.TABLE,
     _DIFFERENTIAL,  # after [backward] and [value_scale], which it refuses for now
     v_norm.TABLE,  # Gemma 3n's value norm: after the tables it refuses
     _INDEXER,  # after [mla] (W_q may read its c_Q) and the tables it refuses
     _SSD,  # after every table it refuses
-    shared_kv.TABLE,  # after every table it refuses
+    shared_kv_table.TABLE,  # after every table it refuses
 )
 
 # The top-level tables, in the order the loader parses them (a table may read the ones before it:

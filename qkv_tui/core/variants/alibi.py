@@ -11,12 +11,13 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 
 from qkv_tui.core.toml_text import vector
-from qkv_tui.core.variants.common import Checker, Context, Faces, Table, numbers
+from qkv_tui.core.variants import alibi_table
+from qkv_tui.core.variants.alibi_table import ALIBI_KEYS as ALIBI_KEYS
+from qkv_tui.core.variants.common import Checker, Context, Table, numbers
 
 if TYPE_CHECKING:
     import numpy.typing as npt
 
-ALIBI_KEYS = ("slopes",)
 
 
 @dataclass(frozen=True)
@@ -120,5 +121,5 @@ def write_alibi(alibi: Alibi) -> list[str]:
     return ["[alibi]"] if alibi.default else ["[alibi]", f"slopes = {vector(alibi.slopes)}"]
 
 
-FACES = Faces(head="qkv_tui.core.alibi_part:alibi_part")
-TABLE: Table[Alibi] = Table("alibi", ALIBI_KEYS, parse_alibi, lambda alibi: "alibi", write_alibi, faces=FACES)
+# registered in alibi_table.py, whose functions are this module's (a scenario without the table loads only that)
+TABLE: Table[Alibi] = alibi_table.TABLE

@@ -13,10 +13,11 @@ from qkv_tui.base.values import show as _show
 from qkv_tui.core.arrays import Matrix
 from qkv_tui.core.toml_text import number as _number
 from qkv_tui.core.toml_text import string, vector
+from qkv_tui.core.variants import backward_table
+from qkv_tui.core.variants.backward_table import BACKWARD_KEYS as BACKWARD_KEYS
+from qkv_tui.core.variants.backward_table import weights_of as weights_of
 from qkv_tui.core.variants.common import Checker, Context, Table, Trains, number, write_whole
 
-BACKWARD_KEYS = ("target", "dO", "lr", "steps", "train", "loss", "W_U", "next", "optimizer", "betas", "eps",
-                 "weight_decay")
 DEFAULT_LR = 0.1
 LOSSES = ("squared", "cross_entropy")
 OPTIMIZERS = ("sgd", "adamw")
@@ -65,14 +66,6 @@ class MatrixReader(Protocol):
 
 class Reader(Checker, MatrixReader, Protocol):
     pass
-
-
-def weights_of(heads: Sequence[Any], W_O: Matrix | None, b_O: Matrix | None) -> tuple[str, ...]:
-    """The weight names of the layer's own that the heads and [output] give (a variant's are its Trains')."""
-    have = ["W_Q", "W_K", "W_V"]
-    have += [name for name in ("b_Q", "b_K", "b_V") if any(getattr(h, name) is not None for h in heads)]
-    have += [name for name, w in (("W_O", W_O), ("b_O", b_O)) if w is not None]
-    return tuple(have)
 
 
 def trainable(trains: Sequence[Trains]) -> tuple[str, ...]:
@@ -287,4 +280,5 @@ def _summary(bw: Backward) -> str:
     return f"backward{loss}, {bw.steps} step{'' if bw.steps == 1 else 's'}{rule}" if bw.steps else f"backward{loss}"
 
 
-TABLE: Table[Backward] = Table("backward", BACKWARD_KEYS, parse_backward, _summary, write_backward)
+# registered in backward_table.py, whose functions are this module's (a scenario without the table loads only that)
+TABLE: Table[Backward] = backward_table.TABLE

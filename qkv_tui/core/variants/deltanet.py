@@ -18,14 +18,16 @@ import numpy as np
 from qkv_tui.base.values import kind as _kind
 from qkv_tui.core.arrays import Matrix, Vector
 from qkv_tui.core.toml_text import vector
-from qkv_tui.core.variants.common import Context, Faces, Reader, Table, Trains, numbers
-from qkv_tui.core.variants.deltanet_io import IO_KEYS, DeltaIO, parse_io, summary, write_io
+from qkv_tui.core.variants import deltanet_table
+from qkv_tui.core.variants.common import Context, Reader, Table, numbers
+from qkv_tui.core.variants.deltanet_io import DeltaIO, parse_io, summary, write_io
+from qkv_tui.core.variants.deltanet_table import DELTANET_KEYS as DELTANET_KEYS
+from qkv_tui.core.variants.deltanet_table import WEIGHTS as WEIGHTS
 from qkv_tui.core.variants.refusals import STATE, refused, replaces_softmax
 
 if TYPE_CHECKING:  # Kimi's gates per key channel load with the first [deltanet] read, not with every start-up
     from qkv_tui.core.variants.kda_gates import KdaGates
 
-DELTANET_KEYS = ("g", "beta", "W_a", "W_b", "A_log", "dt_bias", "W_fa", "W_fb", *IO_KEYS)
 L2_EPS = 1e-6  # pinned: x / √(Σx² + 1e-6), as transformers' l2norm (and FLA's)
 
 
@@ -201,9 +203,6 @@ def _summary(dn: DeltaNet) -> str:
     return f"gated delta rule ({where})" + summary(dn.io)
 
 
-WEIGHTS = ("W_a", "W_b", "A_log", "dt_bias")  # where it computes g and β, as Qwen3-Next does: [backward] trains them
-
-
 def trains(ctx: Context) -> tuple[str, ...]:
     """Its weights in [backward]'s train list, those it gives."""
     dn = ctx.earlier.get("deltanet")
@@ -223,15 +222,5 @@ def refuse_backward(ctx: Context) -> str | None:
     return None
 
 
-TABLE: Table[DeltaNet] = Table("deltanet", DELTANET_KEYS, parse_deltanet, _summary, write_deltanet,
-                               trains=Trains(WEIGHTS, "b_O", trains, refuse=refuse_backward),
-                               faces=Faces(head="qkv_tui.core.deltanet_part:deltanet_part",
-                                           edit="qkv_tui.core.variants.deltanet_edit",
-                                           worksheet_back="qkv_tui.edges.worksheet.backward.deltanet:SHEET",
-                                           # in place of Score … Mix: after them, before Concat; backwards before dSoftmax
-                                           stages=(("before:concat", "deltanet_io", "CONV_STAGE"),
-                                                   *(("before:concat", "deltanet", name)
-                                                     for name in ("NORMALISE", "GATES", "DELTA")),
-                                                   ("before:concat", "deltanet_io", "OUTPUT_NORM"),
-                                                   *(("before:dsoftmax", "deltanet", name)
-                                                     for name in ("BACKWARD", "GATES_BACKWARD")))))
+# registered in deltanet_table.py, whose functions are this module's (a scenario without the table loads only that)
+TABLE: Table[DeltaNet] = deltanet_table.TABLE

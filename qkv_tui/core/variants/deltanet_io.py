@@ -22,9 +22,9 @@ from qkv_tui.base.values import show as _show
 from qkv_tui.core.arrays import Matrix, Vector
 from qkv_tui.core.toml_text import number, vector
 from qkv_tui.core.variants.common import Context, Reader, numbers, positive
+from qkv_tui.core.variants.deltanet_table import IO_KEYS as IO_KEYS
 from qkv_tui.core.variants.refusals import ON_QK, last_of
 
-IO_KEYS = ("conv_q", "conv_k", "conv_v", "W_Z", "gamma_o", "eps_o", "gate_o")
 CONV_KEYS = IO_KEYS[:3]
 EPS_O = 1e-6  # transformers' rms_norm_eps default for Qwen3-Next and Qwen3.5
 MAX_TAPS = 64  # released models use 4; a longer kernel is no short convolution

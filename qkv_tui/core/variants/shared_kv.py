@@ -19,16 +19,13 @@ from qkv_tui.base.values import kind as _kind
 from qkv_tui.base.values import show as _show
 from qkv_tui.core.arrays import Matrix
 from qkv_tui.core.toml_text import vector
-from qkv_tui.core.variants.common import MAX_INDEX, Checker, Context, Faces, Lookalikes, Table, write_whole
+from qkv_tui.core.variants import shared_kv_table
+from qkv_tui.core.variants.common import MAX_INDEX, Checker, Context, Table, write_whole
 from qkv_tui.core.variants.refusals import BUILDS_HEADS, STATE, Refused, refused
+from qkv_tui.core.variants.shared_kv_table import KEYS as KEYS
+from qkv_tui.core.variants.shared_kv_table import LOOKALIKES as LOOKALIKES
 
-KEYS = ("source_layer", "K", "V")
 KV_ROLES = ("W_K", "W_V", "b_K", "b_V")  # what a head of a sharing layer does not have
-LOOKALIKES: Lookalikes = {
-    ("[shared_kv]", "kv_shared_layer_index"): ("source_layer", "the layer whose K and V this one reuses"),
-    ("[shared_kv]", "key_states"): ("K", "the source layer's keys, one m × d_k matrix per K/V head"),
-    ("[shared_kv]", "value_states"): ("V", "the source layer's values, one m × d_v matrix per K/V head"),
-}
 
 # (the key of an earlier table, or what it is; why) — each would compute or change K and V in a layer that computes
 # none (core/variants/refusals.py)
@@ -211,8 +208,5 @@ def _summary(s: SharedKV) -> str:
     return f"K and V reused from layer {s.source_layer}"
 
 
-# its faces: the head-pass hook that puts the table's K and V in the head's place, the Reuse stage after Project
-# (what the layer reads in place of computing K and V), and no JSON field beyond the top-level kv_source_layer
-FACES = Faces(head="qkv_tui.core.shared_kv_part:shared_kv_part",
-              stages=(("project", "shared_kv", "REUSE"),))
-TABLE: Table[SharedKV] = Table("shared_kv", KEYS, parse_shared_kv, _summary, write_shared_kv, LOOKALIKES, FACES)
+# registered in shared_kv_table.py, whose functions are this module's (a scenario without the table loads only that)
+TABLE: Table[SharedKV] = shared_kv_table.TABLE

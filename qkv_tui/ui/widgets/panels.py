@@ -3,7 +3,7 @@ and the quiz's answer box."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, ClassVar, Protocol, cast
 
 from rich.segment import Segment
@@ -28,6 +28,8 @@ from qkv_tui.ui.widgets.looks import Styled
 from qkv_tui.ui.widgets.scrolling import SyncedScrollView
 
 if TYPE_CHECKING:  # the quiz's module loads when the quiz first asks, not with the first screen
+    from textual.screen import Screen
+
     from qkv_tui.teach.quiz import Question
 
 
@@ -112,6 +114,7 @@ class ExplainPanel(SyncedScrollView, Styled, can_focus=False):
         self._strips: list[Strip] = []
         # the current text's lines, wrapped at a width in the theme's styles (a new theme wraps again)
         self._wrapped: tuple[tuple[int, tuple[Style, ...]] | None, list[Strip]] = (None, [])
+        self._pass_style: Style | None = None  # the panel's style during one pass over its lines (render_lines)
 
     def _wrap(self, width: int) -> list[Strip]:
         looks = {kind: self.look(kind) for kind in self.KINDS}  # kept until the styles change (looks.py)
@@ -133,6 +136,14 @@ class ExplainPanel(SyncedScrollView, Styled, can_focus=False):
     def lines_needed(self, width: int) -> int:
         """Screen lines this panel takes at a terminal width: its wrapped text and the top border."""
         return len(self._wrap(max(width - 2, 1))) + 1  # padding on the left, the scrollbar's gutter on the right
+
+    def expect(self, width: int) -> None:
+        """Before the panel's first layout: its content's size at the terminal ``width`` (the lines lines_needed
+        counts), so that layout decides its scrollbars and draws its lines once; sized only at its first resize, it
+        was laid out and drawn again."""
+        if not self.scrollable_content_region.width and not self.virtual_size:
+            inner = max(width - 2, 1)
+            self.virtual_size = Size(inner, len(self._wrap(inner)))
 
     def show(self, ex: Explanation, description: str = "", notes: tuple[str, ...] = (), prose: bool = True) -> None:
         """``prose``: False leaves out what the stage means (f, display/presenting.py): the working stays."""
@@ -172,12 +183,21 @@ class ExplainPanel(SyncedScrollView, Styled, can_focus=False):
             if (y >= len(old) or y >= len(new) or old[y] != new[y]) and 0 <= y - top < self.size.height:
                 self.refresh(Region(0, y - top, width, 1))
 
+    def render_lines(self, crop: Region) -> list[Strip]:
+        # rich_style walks every ancestor's styles: once for the lines of one pass, in which nothing restyles
+        self._pass_style = self.rich_style
+        try:
+            return super().render_lines(crop)
+        finally:
+            self._pass_style = None
+
     def render_line(self, y: int) -> Strip:
         width = self.scrollable_content_region.width
         self._strips = self._wrap(width)  # the same lines, unless laid out at a new width or in a new theme
         row = y + int(self.scroll_y)
         strip = self._strips[row] if row < len(self._strips) else Strip.blank(width)
-        return strip.apply_style(self.rich_style).crop_extend(0, width, self.rich_style)
+        style = self.rich_style if self._pass_style is None else self._pass_style
+        return strip.apply_style(style).crop_extend(0, width, style)
 
 
 class _Key(Protocol):
@@ -205,16 +225,41 @@ class KeyFooter(Footer):
         self.order = tuple(order)
         self._fitted = -1  # the width the shown keys were chosen for
         self.left_out: frozenset[str] = frozenset()  # the actions of the keys the width had no room for
+        self._early: tuple[object, ...] | None = None  # the bindings the keys made before the app's mount show
 
     def compose(self) -> ComposeResult:
         if self.screen is not self.app.screen:  # a modal is on top: its keys are not ours
             self.left_out = frozenset()
             return
+        as_mounted = getattr(self.app, "keys_as_mounted", None)
         if not getattr(self.app, "ready", True):
-            # before the app's mount every key is off, and its mount refreshes the bindings, which composes
-            # the footer again: its keys are made once, not twice, on the way to the first frame
-            self._fitted = self.size.width or self.app.size.width  # and its first resize has nothing to redo
+            if as_mounted is None or not getattr(self.app, "starting", False):
+                return  # the app is quitting: no keys
+            # Before the app's mount: the keys its mount turns on, made now. The mount's refresh of the bindings
+            # then finds them made (bindings_changed), where Textual's footer composes empty and again after the
+            # first frame, which laid the screen out a second and a third time (the keys mounted, then sized).
+            self._bindings_ready = True  # else Textual's compose makes no key before its first bindings_changed
+            with as_mounted():
+                widgets = list(self._keys())
+                self._early = self._shown()
+            yield from widgets
             return
+        yield from self._keys()
+
+    def _shown(self) -> tuple[object, ...]:
+        """What compose reads of the screen's bindings: each shown key, whether it acts, its tooltip."""
+        return tuple((binding, enabled, tooltip)
+                     for (_, binding, enabled, tooltip) in self.screen.active_bindings.values() if binding.show)
+
+    def bindings_changed(self, screen: Screen[object]) -> None:
+        early, self._early = self._early, None
+        if early is not None and screen is self.screen and self._shown() == early:
+            self._bindings_ready = True  # the keys composed before the mount are these: nothing to make again
+            return
+        super().bindings_changed(screen)
+
+    def _keys(self) -> Iterator[Widget]:
+        """Textual's keys (its compose), those the width has room for in ``order``, then the palette's key."""
         width = self.size.width or self.app.size.width
         self._fitted = width
         widgets = list(super().compose())
