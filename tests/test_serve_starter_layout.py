@@ -5,6 +5,7 @@ its pages; the second warm-up that specialises the copies keeps nothing and reco
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import subprocess
@@ -135,3 +136,25 @@ def test_the_c_heap_keeps_hardly_any_free_chunk_between_the_starters_own(laid_ou
     if not laid_out["glibc"]:
         pytest.skip("not glibc: its heap is left as it is")
     assert len(laid_out["chunks"]) <= 8, laid_out["chunks"]
+
+
+def test_a_function_made_before_a_freeze_runs_its_copy_too() -> None:
+    """The package's import calls gc.freeze(), which hides what it froze from gc.get_objects(): a function made
+    before a later import froze it must still be given its copy (whichever test module imports the app first)."""
+    namespace: dict[str, Any] = {}
+    exec("def tripled(x):\n    return 3 * x\n", namespace)  # a function of its own, made here
+    tripled = namespace["tripled"]
+    original = tripled.__code__
+    frozen_before = gc.get_freeze_count()
+    gc.freeze()
+    try:
+        called: dict[int, types.CodeType] = {}
+        with compact.calls(called):
+            assert tripled(2) == 6
+        compact.pack_code(called)
+        assert tripled.__code__ is not original and tripled.__code__.co_code == original.co_code
+        assert gc.get_freeze_count() > 0  # frozen again, as it was
+    finally:
+        if not frozen_before:  # left as it was found: frozen where the package's import had frozen it
+            gc.unfreeze()
+    assert tripled(5) == 15

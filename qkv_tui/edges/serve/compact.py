@@ -83,11 +83,20 @@ def pack_code(called: dict[int, types.CodeType]) -> dict[int, types.CodeType]:
 
     for code in called.values():
         copy(code)
-    for function in gc.get_objects():
-        if type(function) is types.FunctionType:
-            code = function.__code__
-            if id(code) in called:  # called holds the code it names: an id there is this very code's
-                function.__code__ = copies[id(code)]
+    # gc.get_objects() leaves out what gc.freeze() put aside (the package's import freezes it): a function made
+    # before a freeze would keep its original code
+    frozen = gc.get_freeze_count()
+    if frozen:
+        gc.unfreeze()
+    try:
+        for function in gc.get_objects():
+            if type(function) is types.FunctionType:
+                code = function.__code__
+                if id(code) in called:  # called holds the code it names: an id there is this very code's
+                    function.__code__ = copies[id(code)]
+    finally:
+        if frozen:
+            gc.freeze()
     return copies
 
 
