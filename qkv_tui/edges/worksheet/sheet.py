@@ -78,6 +78,13 @@ class Sheet:
         """The columns of ``table`` the page prints (--heads: the asked heads' of a table of the layer)."""
         return self.ws.columns_of(table)
 
+    def may_blank(self, table: Table, row: int, col: int) -> bool:
+        """Whether some ``--seed`` could leave this cell blank: one of the cells the blanks are drawn from (make.py's
+        _candidates: an asked table a student works, a cell not masked), on a sheet with blanks. A layout sized from
+        these, not from the cells this seed left blank, is the same for every seed (render/typst.py)."""
+        asked = self.ws.asked is None or table.key in self.ws.asked
+        return bool(self.key) and table.blankable and asked and (table.allow is None or bool(table.allow[row, col]))
+
     def cell(self, table: Table, row: int, col: int) -> str | Blank:
         """A cell as printed, or the blank in its place."""
         blank = self.ws.blank_at(table.key, row, col)

@@ -73,7 +73,9 @@ def _label(text: str, names: tuple[str, ...]) -> str:
 def _cell(page: Sheet, value: str | Blank, wide: bool = False) -> str:
     if isinstance(value, Blank):
         line = "1.8em" if wide else "2.6em"  # room to write the number in, on the line of its label
-        return f"[#{typst_string(f'({value.number})')}#h(0.3em)#box(width: {line}, height: 0.75em, stroke: (bottom: 0.5pt))]"
+        # no taller than a digit, so a row with a blank is as tall as one without and the page's height does not
+        # depend on which cells --seed left blank
+        return f"[#{typst_string(f'({value.number})')}#h(0.3em)#box(width: {line}, height: 0.6em, stroke: (bottom: 0.5pt))]"
     return f"[{_text(minus(value))}]"
 
 
@@ -180,9 +182,15 @@ GUTTER = 12.0
 HALF = (LINE - GUTTER) / 2
 MOST = 6  # tables to a row at most
 GAP = 1.0  # the space between two rows of tables, in lines
-# a character of the 9pt font (a digit is 4.5pt, a minus sign more), generously; a bold one; a cell's sides; the
-# blank's room to write in after its number (0.3em and 2.6em)
-CHAR, BOLD_CHAR, INSET, LINE_ROOM = 4.4, 5.0, 7.0, 2.9 * BODY
+# a character of a caption in the 9pt font, generously; a bold one of a label; a cell's sides (3pt each and the
+# rule); the blank's room to write in after its number (0.3em and 2.6em)
+CHAR, BOLD_CHAR, INSET, LINE_ROOM = 4.4, 5.0, 6.4, 2.9 * BODY
+# a sub- or superscript's character in a label set as math, and a capital's, in characters
+SCRIPT, CAPITAL = 0.7, 1.5
+# a printed number's glyphs in the 9pt font, in points (a digit, e and + half an em), as Typst sets them: a table's
+# columns are as wide as their widest cell, and rows of tables are cut to fit the line by the sum, so a number's
+# width is measured rather than guessed generously (a row one table shorter can cost the page a row)
+NUMBER_GLYPH = {".": 2.5, "(": 3.5, ")": 3.5, "−": 7.0, "-": 7.0}
 RUN_IN = 10.5  # pt: a section's name run in before its first table's caption, as large as a heading of its own
 RUN_IN_CHAR = 6.6
 
@@ -191,26 +199,36 @@ def _chars(text: str) -> float:
     return len(text) + 0.5 * (text.count("-") + text.count("−"))
 
 
+def _number_width(text: str) -> float:
+    return sum(NUMBER_GLYPH.get(ch, BODY / 2) for ch in text)
+
+
 def _label_chars(text: str, page: Sheet) -> float:
-    """A label's length in characters as set: one set as math (_label: ``e^(λ_q1·λ_k1)``) drops the marks of its sub-
-    and superscripts and the brackets around them, and half a character more for the slant."""
+    """A label's length in characters as set, a capital wider than a character (CAPITAL: the W of ``dW_Q``). One set as
+    math (_label: ``e^(λ_q1·λ_k1)``) drops the marks of its sub- and superscripts and the brackets around them and
+    sets what they hold smaller (SCRIPT), and takes half a character more for the slant."""
+    def chars(run: str) -> float:
+        return len(run) + sum(ch.isupper() for ch in run) * (CAPITAL - 1)
     if "_" not in text or text in page.names:
-        return len(text)
-    return len(re.sub(r"[_^]", "", re.sub(r"[_^]\(([^()]*)\)", r"\1", text))) + 0.5
+        return chars(text)
+    script = re.compile(r"[_^](\([^()]*\)|\w+'?)")
+    small = re.sub(r"[_^()]", "", "".join(script.findall(text)))
+    return chars(script.sub("", text)) + SCRIPT * chars(small) + 0.5
 
 
 def _width(page: Sheet, block: Grid) -> float:
-    """How wide a table prints, estimated from its longest cell in each column (a blank: its number and its line)."""
+    """How wide a table prints, estimated from its longest cell in each column. A cell any seed may leave blank
+    (Sheet.may_blank) counts as the wider of its number and a blank with the page's last number and its line, so
+    the estimate, and the rows of tables cut from it (_rows), are the same whichever cells this seed left blank."""
     t = block.table
     if len(page.columns(t)) > WIDE:
         return LINE
+    blank = _number_width(f"({len(page.key)})") + LINE_ROOM
     width = max(_label_chars(t.name, page), *(_label_chars(label, page) for label in t.rows)) * BOLD_CHAR + INSET
     for j in page.columns(t):
-        col = t.cols[j]
-        cells = [page.cell(t, i, j) for i in range(len(t.rows))]
-        width += max([_label_chars(col, page) * BOLD_CHAR, *(_chars(f"({c.number})") * CHAR + LINE_ROOM if isinstance(c, Blank)
-                                              else _chars(c) * CHAR for c in cells)])
-        width += INSET
+        cells = [max(_number_width(minus(t.text(i, j, page.ws.decimals))), blank if page.may_blank(t, i, j) else 0.0)
+                 for i in range(len(t.rows))]
+        width += max(_label_chars(t.cols[j], page) * BOLD_CHAR, *cells) + INSET
     return width
 
 
@@ -221,7 +239,8 @@ def _captioned(page: Sheet, block: Grid, opens: str = "") -> str:
         caption = f"#text(size: {RUN_IN}pt, weight: \"bold\")[{_label(opens, page.names)}]#h(0.6em){caption}"
     # a table of a page or less stays with its caption, on one page
     breakable = "true" if len(block.table.rows) > KEEP else "false"
-    return f"#block(breakable: {breakable})[{caption}\n\n{_table(page, block)}]"
+    # the caption sits close over its table, so the rows of tables of a --stages backward sheet take two pages
+    return f"#block(breakable: {breakable})[#set block(spacing: 0.35em)\n{caption}\n\n{_table(page, block)}]"
 
 
 def _side_by_side(page: Sheet, blocks: list[tuple[str, Grid]]) -> list[str]:
