@@ -10,6 +10,7 @@ from collections.abc import Callable, Hashable
 from dataclasses import replace
 from typing import TYPE_CHECKING, TypeVar, cast
 
+from qkv_tui.core import part_questions as ask
 from qkv_tui.core.engine import Computation
 from qkv_tui.display.frame import Frame
 from qkv_tui.display.modes import Modes
@@ -125,11 +126,16 @@ class Presenter:
         if len(self.comp.heads) > 1:
             others.append("tab another head")
         # a view with only a line that says why it shows nothing here is not offered (display/side_view.py empty)
-        others += [f"{view.key} {view.closing}" for view in SIDE_VIEWS
+        others += [f"{view.key} {self._closing_words(view)}" for view in SIDE_VIEWS
                    if view.closing and shown_for(view, self.comp.scenario) and not is_empty(view, self)]
         others.append("home then p to predict every result")
         lines.append("Next: " + " · ".join(others))
         return lines
+
+    def _closing_words(self, view: SideView) -> str:
+        """What the "Next:" line calls a view: as a part of a head names what it shows there, or as the view does."""
+        said = [words for hr in self.comp.heads for words in ask.said(hr, f"closing.{view.name}")]
+        return said[0] if said else view.closing
 
     def _whatif(self, pos: Position, modes: Modes) -> list[str]:
         from qkv_tui.display.state_view import carries_state  # with the views that draw a state, not at start-up

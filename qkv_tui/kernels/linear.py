@@ -56,6 +56,8 @@ class LinearForward:
 
     # the decode view's module for the state it carries, line by line (core/part_questions.py face)
     faces: ClassVar[Mapping[str, str]] = MappingProxyType({"state": "linear_state"})
+    # the last operation's "Next:" line names the k view by what it shows here: a state, where no KV cache is kept
+    words: ClassVar[Mapping[str, str]] = MappingProxyType({"closing.cache": "decoding with a state"})
 
     @property
     def map_formula(self) -> tuple[tuple[str, bool], ...]:
