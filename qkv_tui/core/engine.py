@@ -28,7 +28,7 @@ from qkv_tui.kernels.norm import normalise
 from qkv_tui.kernels.policy import EXACT, Policy
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, repr=False)
 class NormResult:
     """X normalised row by row, with the per-token statistics the trace shows."""
 

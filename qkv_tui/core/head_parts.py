@@ -23,7 +23,7 @@ from qkv_tui.kernels.attention import PartSpec
 from qkv_tui.kernels.policy import Policy
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, repr=False)
 class Run:
     """What the builders read: the scenario, what its projections read, the policy, and (by hand) the exact heads."""
 

@@ -20,8 +20,10 @@ INPUT_KEYS = ("kind", "layer", "schedule")
 INPUT_KINDS = ("embedding", "embedding+position", "residual", "embedding+position+type", "altup")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class Input:
+    """[input]: what the rows of X are (token embeddings, or a model's residual stream at a layer)."""
+
     kind: str = "embedding"  # token embeddings | token plus learned position embeddings | the residual stream
     # | "embedding+position+type": BERT's token, position and token-type embeddings summed, then LayerNormed
     # | "altup": Gemma 3n's active AltUp prediction entering the layer, after its input norm (what its attention reads)

@@ -39,8 +39,10 @@ CACHE_KEYS = ("block_size", "prefill", "chunk", "seed")
 LIMIT = 1 << 20  # a tile or block larger than this is a typo, not a teaching choice
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class ProductionSettings:
+    """[tiles] and [cache]: the FlashAttention tile and the paged cache's blocks, prefill and chunk."""
+
     tile: int = 2  # FlashAttention tile size B (query rows and key columns per tile)
     block_size: int = 2  # token rows per physical block of the paged cache
     prefill: int | None = None  # P; None: half the tokens, rounded up

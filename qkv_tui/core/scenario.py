@@ -75,7 +75,7 @@ class ScenarioError(Exception):
         self.message = message
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, repr=False)
 class Head:
     """One attention head's projections."""
 

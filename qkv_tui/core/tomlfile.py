@@ -243,7 +243,7 @@ def _assign() -> re.Pattern[str]:
     return re.compile(rf"({_KEY_PATH})[ \t]*=[ \t]*(\{{)?")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class _Statement:
     """A table header or a key = value line, as the file writes it."""
 
@@ -411,7 +411,7 @@ def _integer_minus_zero() -> re.Pattern[str]:
 _MARKER = "7316029485731602948573160"  # 25 digits, then 6 of index: far beyond any real value
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, repr=False)
 class NumberGrid:
     """A large matrix of decimal numbers read straight into NumPy.
 

@@ -11,8 +11,10 @@ if TYPE_CHECKING:
     from qkv_tui.display.heads_grid import HeadsShown
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class Frame:
+    """One screen's content: the explanation and the panes, before any widget draws it."""
+
     explanation: Explanation
     focus: list[PaneSpec]
     extra: list[PaneSpec]

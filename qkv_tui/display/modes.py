@@ -14,8 +14,10 @@ TRACE = "trace"  # the operation trace: the view that is no side view
 PROSE = ("shown", "hidden", "blank")  # what f cycles through (display/presenting.py)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class Modes:
+    """The display's switches: decimals, hand rounding, what-if and the side view in front."""
+
     decimals: int = 3  # shown after the point (the seed uses 3)
     hand: bool = False  # every intermediate rounded to the shown decimals before it is used
     whatif: bool = False  # the current query row's softmax with and without scaling, at wider heads

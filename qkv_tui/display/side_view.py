@@ -31,8 +31,10 @@ class Sources(Protocol):
     def kept(self, key: Hashable, build: Callable[[], T]) -> T: ...
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class SideView:
+    """A view shown in place of the trace, and the keys and words that name it."""
+
     name: str  # Modes.view while it is open; also its word in a screenshot's name
     key: str  # the key that opens it (and, pressed again, returns to the trace)
     label: str  # the footer's word for that key

@@ -30,7 +30,7 @@ def stage_key(number: int) -> str | None:
     return STAGE_KEYS[number - 1] if 1 <= number <= len(STAGE_KEYS) else None
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, repr=False)
 class PaneSpec:
     """One matrix pane: its values, labels, progress and highlights."""
 
@@ -123,8 +123,10 @@ def changed_rows(old: PaneSpec, new: PaneSpec) -> set[int] | None:
     return rows
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class Explanation:
+    """The explanation panel's content for one operation."""
+
     stage_label: str  # "3/6 Score"
     counter: str  # "op 31/66"
     head_label: str  # "head 1 (1/2)" or ""

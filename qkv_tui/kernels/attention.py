@@ -16,7 +16,7 @@ from qkv_tui.kernels.stats import Matrix
 
 P = TypeVar("P")
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class Turn:
     """RoPE's turn for every row: the cos and sin of p·θᵢ (rows, d_k/2) and the pairs they turn."""
 
@@ -44,7 +44,7 @@ class SharedKV(Protocol):
     def part(self, kind: type[P]) -> P | None: ...
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, repr=False)
 class Attended:
     """Everything from the scores on, for Queries and Keys as they are scored; every array read-only."""
 
@@ -59,7 +59,7 @@ class Attended:
     # without one
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, repr=False)
 class HeadPass:
     """One head's forward pass as it goes: what its parts read and change (the PartSpec hooks)."""
 
@@ -114,7 +114,7 @@ class PartSpec:
         return None
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, repr=False)
 class Forward:
     """One head: the projections and what was attended, with each part's record in the order they ran."""
 

@@ -12,7 +12,7 @@ from qkv_tui.kernels.stats import Matrix, mean_square, row_mean
 __all__ = ["Matrix", "Normed", "mean_square", "normalise", "row_mean"]
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, repr=False)
 class Normed:
     """X normalised row by row, with the statistics a reader sees (as the policy keeps them)."""
 

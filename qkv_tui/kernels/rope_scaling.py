@@ -42,7 +42,7 @@ def yarn_default_factor(factor: float, mscale: float = 1.0) -> float:
     return 1.0 if factor <= 1 else 0.1 * mscale * math.log(factor) + 1.0
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class RopeScaling:
     """One ``rope_scaling`` (``rope_parameters``) of Hugging Face's, with its field names; None where not given."""
 

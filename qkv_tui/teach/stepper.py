@@ -13,8 +13,10 @@ from dataclasses import dataclass
 from qkv_tui.teach.trace import StageRun, Trace
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class Position:
+    """Where the stepper stands in the trace."""
+
     index: int  # the current operation; 0 .. len(trace) - 1
     head: int  # the head whose panes are shown
 

@@ -44,8 +44,10 @@ FOOTER_ROOMY = 90  # columns from which the footer's keys get their full spacing
 ERROR_SECONDS = 24 * 3600  # an error stays on screen until it is fixed (or the next message replaces it)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class Undo:
+    """What one undo restores: the scenario and its computation before an edit, and the cell edited."""
+
     scenario: Scenario
     comp: Computation
     cell: InputCell

@@ -17,7 +17,7 @@ NORM_KINDS = ("rms", "layer")
 DEFAULT_EPS = 1e-5
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, repr=False)
 class Norm:
     """Normalise each row of X before the projections (pre-norm)."""
 

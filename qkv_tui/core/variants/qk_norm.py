@@ -24,7 +24,7 @@ QK_NORM_OVER = ("head", "all")
 DEFAULT_QK_EPS = 1e-6
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, repr=False)
 class QKNorm:
     """RMSNorm on Q and K: over each head's d_k, or over the whole projection width."""
 

@@ -26,7 +26,7 @@ ROPE_LAYOUTS = ("interleaved", "half")
 DEFAULT_BASE = 10000.0
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class Rope:
     """Rotary position embeddings on Q and K."""
 

@@ -23,7 +23,7 @@ from qkv_tui.kernels.sharing import kv_owners as owners_of
 T = TypeVar("T")
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, repr=False)
 class Table:
     """One matrix on the page, as printed."""
 
