@@ -243,7 +243,7 @@ def _assign() -> re.Pattern[str]:
     return re.compile(rf"({_KEY_PATH})[ \t]*=[ \t]*(\{{)?")
 
 
-@dataclass(frozen=True, repr=False)
+@dataclass(frozen=True, eq=False, repr=False)
 class _Statement:
     """A table header or a key = value line, as the file writes it."""
 

@@ -22,7 +22,7 @@ SEPARATOR = " › "
 TITLE_GAP = 4  # the title's padding (a cell each side) and the two cells after it
 
 
-@dataclass(frozen=True, repr=False)
+@dataclass(frozen=True, eq=False, repr=False)
 class Bar:
     """What the bar shows: the title (shortened, or "" when the scenario has none) and its pieces,
     each (text, state) with state one of "current", "done", "todo"; an elided run is ("…", "done"/"todo")."""

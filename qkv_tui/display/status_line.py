@@ -18,7 +18,7 @@ from qkv_tui.display.view import Explanation
 SEPARATOR = " · "
 
 
-@dataclass(frozen=True, repr=False)
+@dataclass(frozen=True, eq=False, repr=False)
 class Fit:
     """One way of writing the formula line, from roomiest to tightest."""
 

@@ -365,7 +365,7 @@ def significant(x: float, integral: bool, p: int, scientific: bool) -> str:
 # --- softmax -----------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, repr=False)
+@dataclass(frozen=True, eq=False, repr=False)
 class SoftmaxRow:
     """One row of the softmax as worked on paper, every number derived from the ones shown."""
 

@@ -103,7 +103,7 @@ T = TypeVar("T")
 DataclassT = TypeVar("DataclassT", bound="DataclassInstance")
 
 
-@dataclass(frozen=True, repr=False)
+@dataclass(frozen=True, eq=False, repr=False)
 class Faces:
     """Where a part's faces above its keys live, each ``"module:name"`` (or, for stages, ``(after, module, name)``).
 
@@ -138,7 +138,7 @@ def face(path: str) -> Any:
     return getattr(importlib.import_module(module), name)
 
 
-@dataclass(frozen=True, repr=False)
+@dataclass(frozen=True, eq=False, repr=False)
 class Later:
     """A function named ``"package.module:name"``, its module imported on its first call: a table registered
     without its module (its key, keys, lookalikes and faces in a small module of their own) parses, sums up and

@@ -19,7 +19,7 @@ from dataclasses import dataclass, fields, is_dataclass
 from qkv_tui.core.variants.common import Checker, Context
 
 
-@dataclass(frozen=True, repr=False)
+@dataclass(frozen=True, eq=False, repr=False)
 class Having:
     """Every table parsed before whose value answers ``question`` with ``answer``."""
 

@@ -23,7 +23,7 @@ from qkv_tui.teach.stages import concat, embed, loss, mix, norm, project, rotate
 from qkv_tui.teach.stages.common import StageSpec
 
 
-@dataclass(frozen=True, repr=False)
+@dataclass(frozen=True, eq=False, repr=False)
 class _Later:
     """A stage of a family whose modules load on first use: a table's stages, named by its faces. A scenario
     without the table never runs one of its stages, so its first screen need not import them."""

@@ -168,7 +168,7 @@ def norm_lines(comp: Computation, row: int, col: int, token: str, d: int, hand: 
                       stats, layer, token, d, hand)
 
 
-@dataclass(frozen=True, repr=False)
+@dataclass(frozen=True, eq=False, repr=False)
 class RowStats:
     """One row's statistics as the norm kept them, and the eps under its root."""
 

@@ -370,7 +370,7 @@ def passing(rope: Rope, d_k: int, words: bool = False) -> str:
     return f"; dims {_span(r, d_k)} pass through" if words else f" pass {','.join(map(str, range(r, d_k)))}"
 
 
-@dataclass(frozen=True, repr=False)
+@dataclass(frozen=True, eq=False, repr=False)
 class _Trig:
     """cos and sin of one angle as a line shows them: plain, the attention factor, and the factors' products."""
 
