@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from qkv_tui.base.fixed import fixed
 from qkv_tui.base.values import escaped
 from qkv_tui.core import part_questions as ask
 from qkv_tui.core.forward import HeadResult as HeadResult
@@ -28,7 +29,7 @@ from qkv_tui.kernels.norm import normalise
 from qkv_tui.kernels.policy import EXACT, Policy
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@fixed
 class NormResult:
     """X normalised row by row, with the per-token statistics the trace shows."""
 

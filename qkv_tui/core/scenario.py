@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from qkv_tui.base.fixed import fixed
 from qkv_tui.base.values import distinct_labels, escaped, visible
 from qkv_tui.base.values import kind as _kind
 from qkv_tui.base.values import show as _show
@@ -75,7 +76,7 @@ class ScenarioError(Exception):
         self.message = message
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@fixed
 class Head:
     """One attention head's projections."""
 

@@ -12,6 +12,7 @@ from functools import cached_property
 
 import numpy as np
 
+from qkv_tui.base.fixed import fixed
 from qkv_tui.core import part_questions as ask
 from qkv_tui.core.engine import HeadResult
 from qkv_tui.core.fmt import BIG, cell_len, fmt, is_integral
@@ -30,7 +31,7 @@ def stage_key(number: int) -> str | None:
     return STAGE_KEYS[number - 1] if 1 <= number <= len(STAGE_KEYS) else None
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@fixed
 class PaneSpec:
     """One matrix pane: its values, labels, progress and highlights."""
 

@@ -3,10 +3,9 @@ row's sum."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
+from qkv_tui.base.fixed import fixed
 from qkv_tui.kernels.policy import EXACT, Policy
 from qkv_tui.kernels.stats import Matrix
 
@@ -36,7 +35,7 @@ def exp_of_difference(a: Matrix, b: Matrix) -> Matrix:
     return out
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@fixed
 class SoftmaxRows:
     """A masked softmax's rows and the parts they are made of."""
 
