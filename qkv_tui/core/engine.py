@@ -12,7 +12,6 @@ Query heads that share a K/V head (grouped-query attention) share its K and V ar
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -39,7 +38,7 @@ class NormResult:
     root: Matrix  # (n,) √(spread + eps), what each centred cell is divided by
 
 
-@dataclass(frozen=True, eq=False)
+@fixed(repr=True)
 class Computation:
     """The whole computation of a scenario (the JSON export is its plain-data form)."""
 

@@ -14,7 +14,7 @@ import json
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -107,7 +107,7 @@ class Head:
         return int(self.W_V.shape[1])
 
 
-@dataclass(frozen=True, eq=False)
+@fixed(repr=True)
 class Scenario:
     """A validated attention problem (docs/scenario-format.md)."""
 

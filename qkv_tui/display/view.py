@@ -7,7 +7,7 @@ function of (computation, position) and can be tested without a terminal.
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, field
+from dataclasses import field
 from functools import cached_property
 
 import numpy as np
@@ -124,7 +124,7 @@ def changed_rows(old: PaneSpec, new: PaneSpec) -> set[int] | None:
     return rows
 
 
-@dataclass(frozen=True, repr=False)
+@fixed(eq=True)
 class Explanation:
     """The explanation panel's content for one operation."""
 
