@@ -12,10 +12,10 @@ Query heads that share a K/V head (grouped-query attention) share its K and V ar
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
 
 import numpy as np
 
+from qkv_tui.base.fixed import fixed
 from qkv_tui.base.values import escaped
 from qkv_tui.core import part_questions as ask
 from qkv_tui.core.forward import HeadResult as HeadResult
@@ -28,7 +28,7 @@ from qkv_tui.kernels.norm import normalise
 from qkv_tui.kernels.policy import EXACT, Policy
 
 
-@dataclass(frozen=True, eq=False)
+@fixed
 class NormResult:
     """X normalised row by row, with the per-token statistics the trace shows."""
 
@@ -38,7 +38,7 @@ class NormResult:
     root: Matrix  # (n,) √(spread + eps), what each centred cell is divided by
 
 
-@dataclass(frozen=True, eq=False)
+@fixed(repr=True)
 class Computation:
     """The whole computation of a scenario (the JSON export is its plain-data form)."""
 

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from types import MappingProxyType
 from typing import TypeVar, cast
 
+from qkv_tui.base.fixed import fixed
 from qkv_tui.core.scenario import Matrix
 from qkv_tui.core.variants import Vector
 
@@ -23,7 +24,7 @@ def parts_of(records: tuple[object, ...]) -> Parts:
 NO_PARTS: Parts = parts_of(())
 
 
-@dataclass(frozen=True, eq=False)
+@fixed(repr=True)
 class HeadResult:
     """One head's computation; every array is read-only. A variant's own numbers are its part's record
     (``part(Rotated)``, ``part(Gated)``, ...), None where the head has no such part."""

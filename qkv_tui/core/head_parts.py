@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from qkv_tui.base.fixed import fixed
 from qkv_tui.core import variants
 from qkv_tui.core.head import HeadResult
 from qkv_tui.core.scenario import Matrix, Scenario
@@ -23,7 +23,7 @@ from qkv_tui.kernels.attention import PartSpec
 from qkv_tui.kernels.policy import Policy
 
 
-@dataclass(frozen=True, eq=False)
+@fixed
 class Run:
     """What the builders read: the scenario, what its projections read, the policy, and (by hand) the exact heads."""
 

@@ -8,9 +8,10 @@ exports can say which; a frozen head keeps it, and a hand-made file may use it t
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
+from qkv_tui.base.fixed import fixed
 from qkv_tui.base.values import kind as _kind
 from qkv_tui.base.values import show as _show
 from qkv_tui.core.layer_schedule import entry_error, kv_source, schedule_line
@@ -20,8 +21,10 @@ INPUT_KEYS = ("kind", "layer", "schedule")
 INPUT_KINDS = ("embedding", "embedding+position", "residual", "embedding+position+type", "altup")
 
 
-@dataclass(frozen=True)
+@fixed(eq=True)
 class Input:
+    """[input]: what the rows of X are (token embeddings, or a model's residual stream at a layer)."""
+
     kind: str = "embedding"  # token embeddings | token plus learned position embeddings | the residual stream
     # | "embedding+position+type": BERT's token, position and token-type embeddings summed, then LayerNormed
     # | "altup": Gemma 3n's active AltUp prediction entering the layer, after its input norm (what its attention reads)

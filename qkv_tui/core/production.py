@@ -21,11 +21,11 @@ from __future__ import annotations
 
 import difflib
 import math
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from qkv_tui.base.fixed import fixed
 from qkv_tui.base.values import kind as _kind
 from qkv_tui.base.values import show as _show
 from qkv_tui.core.arrays import BoolMatrix, Matrix
@@ -39,8 +39,10 @@ CACHE_KEYS = ("block_size", "prefill", "chunk", "seed")
 LIMIT = 1 << 20  # a tile or block larger than this is a typo, not a teaching choice
 
 
-@dataclass(frozen=True)
+@fixed(eq=True)
 class ProductionSettings:
+    """[tiles] and [cache]: the FlashAttention tile and the paged cache's blocks, prefill and chunk."""
+
     tile: int = 2  # FlashAttention tile size B (query rows and key columns per tile)
     block_size: int = 2  # token rows per physical block of the paged cache
     prefill: int | None = None  # P; None: half the tokens, rounded up

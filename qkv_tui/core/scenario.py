@@ -14,13 +14,14 @@ import json
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from qkv_tui.base.fixed import fixed
 from qkv_tui.base.values import distinct_labels, escaped, visible
 from qkv_tui.base.values import kind as _kind
 from qkv_tui.base.values import show as _show
@@ -75,7 +76,7 @@ class ScenarioError(Exception):
         self.message = message
 
 
-@dataclass(frozen=True, eq=False)
+@fixed
 class Head:
     """One attention head's projections."""
 
@@ -106,7 +107,7 @@ class Head:
         return int(self.W_V.shape[1])
 
 
-@dataclass(frozen=True, eq=False)
+@fixed(repr=True)
 class Scenario:
     """A validated attention problem (docs/scenario-format.md)."""
 

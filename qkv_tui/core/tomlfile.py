@@ -13,13 +13,13 @@ import os
 import re
 import tomllib
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from qkv_tui.base.files import NotRegularError, TooLargeError, UnreadableError, read_capped
+from qkv_tui.base.fixed import fixed
 from qkv_tui.base.values import tame
 
 if TYPE_CHECKING:
@@ -243,7 +243,7 @@ def _assign() -> re.Pattern[str]:
     return re.compile(rf"({_KEY_PATH})[ \t]*=[ \t]*(\{{)?")
 
 
-@dataclass(frozen=True)
+@fixed
 class _Statement:
     """A table header or a key = value line, as the file writes it."""
 
@@ -411,7 +411,7 @@ def _integer_minus_zero() -> re.Pattern[str]:
 _MARKER = "7316029485731602948573160"  # 25 digits, then 6 of index: far beyond any real value
 
 
-@dataclass(frozen=True, eq=False)
+@fixed
 class NumberGrid:
     """A large matrix of decimal numbers read straight into NumPy.
 

@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from qkv_tui.base.fixed import fixed
 from qkv_tui.display.view import Explanation, PaneSpec
 
 if TYPE_CHECKING:
     from qkv_tui.display.heads_grid import HeadsShown
 
 
-@dataclass(frozen=True)
+@fixed
 class Frame:
+    """One screen's content: the explanation and the panes, before any widget draws it."""
+
     explanation: Explanation
     focus: list[PaneSpec]
     extra: list[PaneSpec]

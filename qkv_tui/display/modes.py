@@ -3,8 +3,9 @@ front (the operation trace or one of the side views of display/side_views.py) an
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+from qkv_tui.base.fixed import fixed
 
 if TYPE_CHECKING:  # the quiz's module loads when the quiz is first switched on, not with the first screen
     from qkv_tui.teach.quiz import Question, Score
@@ -14,8 +15,10 @@ TRACE = "trace"  # the operation trace: the view that is no side view
 PROSE = ("shown", "hidden", "blank")  # what f cycles through (display/presenting.py)
 
 
-@dataclass(frozen=True)
+@fixed(eq=True)
 class Modes:
+    """The display's switches: decimals, hand rounding, what-if and the side view in front."""
+
     decimals: int = 3  # shown after the point (the seed uses 3)
     hand: bool = False  # every intermediate rounded to the shown decimals before it is used
     whatif: bool = False  # the current query row's softmax with and without scaling, at wider heads

@@ -10,9 +10,9 @@ names and the closing summary's "Next:" line all walk that list, so a new view n
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable
-from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
+from qkv_tui.base.fixed import fixed
 from qkv_tui.core.engine import Computation
 from qkv_tui.core.scenario import Scenario
 from qkv_tui.display.frame import Frame
@@ -31,8 +31,10 @@ class Sources(Protocol):
     def kept(self, key: Hashable, build: Callable[[], T]) -> T: ...
 
 
-@dataclass(frozen=True)
+@fixed
 class SideView:
+    """A view shown in place of the trace, and the keys and words that name it."""
+
     name: str  # Modes.view while it is open; also its word in a screenshot's name
     key: str  # the key that opens it (and, pressed again, returns to the trace)
     label: str  # the footer's word for that key

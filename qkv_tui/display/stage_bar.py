@@ -11,8 +11,8 @@ only the last step can make its bar fit.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
+from qkv_tui.base.fixed import fixed
 from qkv_tui.core.fmt import cell_len
 from qkv_tui.display.text import shorten
 
@@ -22,7 +22,7 @@ SEPARATOR = " › "
 TITLE_GAP = 4  # the title's padding (a cell each side) and the two cells after it
 
 
-@dataclass(frozen=True)
+@fixed
 class Bar:
     """What the bar shows: the title (shortened, or "" when the scenario has none) and its pieces,
     each (text, state) with state one of "current", "done", "todo"; an elided run is ("…", "done"/"todo")."""

@@ -9,8 +9,7 @@ with no formula) leaves no separator and no gap behind: never "Train ·    [3 dp
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+from qkv_tui.base.fixed import fixed
 from qkv_tui.core.fmt import cell_len
 from qkv_tui.display.text import pictured, shorten
 from qkv_tui.display.view import Explanation
@@ -18,7 +17,7 @@ from qkv_tui.display.view import Explanation
 SEPARATOR = " · "
 
 
-@dataclass(frozen=True)
+@fixed
 class Fit:
     """One way of writing the formula line, from roomiest to tightest."""
 

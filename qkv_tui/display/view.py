@@ -7,11 +7,12 @@ function of (computation, position) and can be tested without a terminal.
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, field
+from dataclasses import field
 from functools import cached_property
 
 import numpy as np
 
+from qkv_tui.base.fixed import fixed
 from qkv_tui.core import part_questions as ask
 from qkv_tui.core.engine import HeadResult
 from qkv_tui.core.fmt import BIG, cell_len, fmt, is_integral
@@ -30,7 +31,7 @@ def stage_key(number: int) -> str | None:
     return STAGE_KEYS[number - 1] if 1 <= number <= len(STAGE_KEYS) else None
 
 
-@dataclass(frozen=True, eq=False)
+@fixed
 class PaneSpec:
     """One matrix pane: its values, labels, progress and highlights."""
 
@@ -123,8 +124,10 @@ def changed_rows(old: PaneSpec, new: PaneSpec) -> set[int] | None:
     return rows
 
 
-@dataclass(frozen=True)
+@fixed(eq=True)
 class Explanation:
+    """The explanation panel's content for one operation."""
+
     stage_label: str  # "3/6 Score"
     counter: str  # "op 31/66"
     head_label: str  # "head 1 (1/2)" or ""

@@ -10,13 +10,14 @@ from typing import ClassVar, Protocol, TypeVar
 
 import numpy as np
 
+from qkv_tui.base.fixed import fixed
 from qkv_tui.kernels.policy import EXACT, Policy
 from qkv_tui.kernels.softmax import SoftmaxRows, masked_logits, softmax_rows
 from qkv_tui.kernels.stats import Matrix
 
 P = TypeVar("P")
 
-@dataclass(frozen=True)
+@fixed
 class Turn:
     """RoPE's turn for every row: the cos and sin of p·θᵢ (rows, d_k/2) and the pairs they turn."""
 
@@ -44,7 +45,7 @@ class SharedKV(Protocol):
     def part(self, kind: type[P]) -> P | None: ...
 
 
-@dataclass(frozen=True, eq=False)
+@fixed
 class Attended:
     """Everything from the scores on, for Queries and Keys as they are scored; every array read-only."""
 
@@ -59,7 +60,7 @@ class Attended:
     # without one
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, repr=False)
 class HeadPass:
     """One head's forward pass as it goes: what its parts read and change (the PartSpec hooks)."""
 
@@ -114,7 +115,7 @@ class PartSpec:
         return None
 
 
-@dataclass(frozen=True, eq=False)
+@fixed
 class Forward:
     """One head: the projections and what was attended, with each part's record in the order they ran."""
 

@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
+from qkv_tui.base.fixed import fixed
 from qkv_tui.kernels.policy import Policy
 from qkv_tui.kernels.stats import Matrix, mean_square, row_mean
 
 __all__ = ["Matrix", "Normed", "mean_square", "normalise", "row_mean"]
 
 
-@dataclass(frozen=True, eq=False)
+@fixed
 class Normed:
     """X normalised row by row, with the statistics a reader sees (as the policy keeps them)."""
 

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, ClassVar
 
 import numpy as np
 
+from qkv_tui.base.fixed import fixed
 from qkv_tui.kernels.attention import HeadPass, PartSpec, Turn, frozen
 from qkv_tui.kernels.policy import EXACT, Policy
 from qkv_tui.kernels.stats import Matrix
@@ -68,7 +68,7 @@ def turn(M: Matrix, layout: str, base: float, positions: Sequence[int] | Matrix,
     return rotate(M, np.cos(a), np.sin(a), pairs(layout, d_k), policy)
 
 
-@dataclass(frozen=True, eq=False)
+@fixed
 class Rotated:
     """RoPE's record of one head ([rope]): Q and K turned by position."""
 
@@ -125,7 +125,7 @@ class Rotated:
         return back(dQ_rot), back(dK_rot)
 
 
-@dataclass(frozen=True, eq=False)
+@fixed
 class RopeSpec(PartSpec):
     """RoPE as a part of a head's forward pass: it turns the Queries and Keys as the parts before it left them
     (normalised where the head has QK-norm); a head sharing an earlier head's K/V head reuses its turned Keys."""

@@ -19,10 +19,10 @@ an importer holding Hugging Face's config fields.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import numpy as np
 
+from qkv_tui.base.fixed import fixed
 from qkv_tui.kernels.policy import EXACT, Policy
 from qkv_tui.kernels.rope import angles_at, pairs, rotate, theta
 from qkv_tui.kernels.stats import Matrix
@@ -42,7 +42,7 @@ def yarn_default_factor(factor: float, mscale: float = 1.0) -> float:
     return 1.0 if factor <= 1 else 0.1 * mscale * math.log(factor) + 1.0
 
 
-@dataclass(frozen=True)
+@fixed(eq=True)
 class RopeScaling:
     """One ``rope_scaling`` (``rope_parameters``) of Hugging Face's, with its field names; None where not given."""
 

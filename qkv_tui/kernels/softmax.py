@@ -3,10 +3,9 @@ row's sum."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
+from qkv_tui.base.fixed import fixed
 from qkv_tui.kernels.policy import EXACT, Policy
 from qkv_tui.kernels.stats import Matrix
 
@@ -36,8 +35,10 @@ def exp_of_difference(a: Matrix, b: Matrix) -> Matrix:
     return out
 
 
-@dataclass(frozen=True, eq=False)
+@fixed
 class SoftmaxRows:
+    """A masked softmax's rows and the parts they are made of."""
+
     row_max: Matrix  # (n,) subtracted before exp: the row's max, or the logit beside it where that is larger
     exps: Matrix  # (n, m) e^(masked − row_max); exactly 0 where masked
     row_sum: Matrix  # (n,) Σ exps, plus the exponential of the logit beside the map where there is one

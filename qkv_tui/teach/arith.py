@@ -23,11 +23,11 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 from typing import TypeVar
 
 import numpy as np
 
+from qkv_tui.base.fixed import fixed
 from qkv_tui.core.fmt import BIG, NEG_INF, fmt, is_integral, operand, vector
 from qkv_tui.core.scenario import Matrix
 from qkv_tui.teach.handcalc import round_to
@@ -365,7 +365,7 @@ def significant(x: float, integral: bool, p: int, scientific: bool) -> str:
 # --- softmax -----------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@fixed
 class SoftmaxRow:
     """One row of the softmax as worked on paper, every number derived from the ones shown."""
 

@@ -8,13 +8,15 @@ is computed) and the head being viewed. Every screen is a pure function of
 from __future__ import annotations
 
 import bisect
-from dataclasses import dataclass
 
+from qkv_tui.base.fixed import fixed
 from qkv_tui.teach.trace import StageRun, Trace
 
 
-@dataclass(frozen=True)
+@fixed(eq=True)
 class Position:
+    """Where the stepper stands in the trace."""
+
     index: int  # the current operation; 0 .. len(trace) - 1
     head: int  # the head whose panes are shown
 

@@ -11,7 +11,7 @@ import io
 import os
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -22,6 +22,7 @@ from textual.screen import Screen
 from textual.timer import Timer
 from textual.widgets import Footer
 
+from qkv_tui.base.fixed import fixed
 from qkv_tui.core.engine import Computation, compute
 from qkv_tui.core.scenario import Scenario, ScenarioError, builtin_dir, builtin_names, load_scenario, resolve
 from qkv_tui.display.frame import Frame
@@ -44,8 +45,10 @@ FOOTER_ROOMY = 90  # columns from which the footer's keys get their full spacing
 ERROR_SECONDS = 24 * 3600  # an error stays on screen until it is fixed (or the next message replaces it)
 
 
-@dataclass(frozen=True)
+@fixed
 class Undo:
+    """What one undo restores: the scenario and its computation before an edit, and the cell edited."""
+
     scenario: Scenario
     comp: Computation
     cell: InputCell

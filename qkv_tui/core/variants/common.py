@@ -14,11 +14,12 @@ import difflib
 import importlib
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 import numpy as np
 
+from qkv_tui.base.fixed import fixed
 from qkv_tui.base.values import kind as _kind
 from qkv_tui.base.values import show as _show
 from qkv_tui.core.arrays import BoolMatrix, Matrix, Vector
@@ -75,7 +76,7 @@ class Features(Protocol):
     def window(self) -> int | None: ...
 
 
-@dataclass(frozen=True)
+@fixed
 class Context:
     """What a table's parser may read of the scenario validated before it: one object, so a new
     table needs no new argument list in the loader."""
@@ -103,7 +104,7 @@ T = TypeVar("T")
 DataclassT = TypeVar("DataclassT", bound="DataclassInstance")
 
 
-@dataclass(frozen=True)
+@fixed
 class Faces:
     """Where a part's faces above its keys live, each ``"module:name"`` (or, for stages, ``(after, module, name)``).
 
@@ -138,7 +139,7 @@ def face(path: str) -> Any:
     return getattr(importlib.import_module(module), name)
 
 
-@dataclass(frozen=True)
+@fixed
 class Later:
     """A function named ``"package.module:name"``, its module imported on its first call: a table registered
     without its module (its key, keys, lookalikes and faces in a small module of their own) parses, sums up and
@@ -150,7 +151,7 @@ class Later:
         return face(self.path)(*args, **kwargs)
 
 
-@dataclass(frozen=True)
+@fixed
 class Table(Generic[T]):
     """A top-level table of the format: ``[key]``. A table of the first variants fills the Scenario field of the
     same name; a part registered since is kept in the Scenario's ``parts`` by its key (there is no field of its
@@ -199,7 +200,7 @@ def _field_of(sc: Any, key: str) -> bool:
     return key in getattr(type(sc), "__dataclass_fields__", {})
 
 
-@dataclass(frozen=True)
+@fixed
 class Keys:
     """A variant whose keys sit in tables the loader owns; the loader calls its parsers where those tables are read."""
 
@@ -290,7 +291,7 @@ class Reader(Checker, MatrixReader, Protocol):
 # reach_grad: a variant's place in [backward] (core/variants/backward.py walks Context.trains and names none)
 
 
-@dataclass(frozen=True)
+@fixed
 class Trains:
     """The weights a variant adds to [backward]'s train list, read from the heads and the tables parsed before
     [backward] (a table parsed after it gives its names by ``Table.trainable``, from the table as written); and what

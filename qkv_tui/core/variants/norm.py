@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
 
+from qkv_tui.base.fixed import fixed
 from qkv_tui.base.values import show as _show
 from qkv_tui.core.arrays import Vector
 from qkv_tui.core.toml_text import string, vector
@@ -17,7 +17,7 @@ NORM_KINDS = ("rms", "layer")
 DEFAULT_EPS = 1e-5
 
 
-@dataclass(frozen=True, eq=False)
+@fixed
 class Norm:
     """Normalise each row of X before the projections (pre-norm)."""
 

@@ -8,12 +8,12 @@ cut into heads (``over = "all"``, one gain per column of the wide W_Q and W_K).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, ClassVar
 
 import numpy as np
 
+from qkv_tui.base.fixed import fixed
 from qkv_tui.base.values import show as _show
 from qkv_tui.core.arrays import Vector
 from qkv_tui.core.toml_text import string, vector
@@ -24,7 +24,7 @@ QK_NORM_OVER = ("head", "all")
 DEFAULT_QK_EPS = 1e-6
 
 
-@dataclass(frozen=True, eq=False)
+@fixed
 class QKNorm:
     """RMSNorm on Q and K: over each head's d_k, or over the whole projection width."""
 

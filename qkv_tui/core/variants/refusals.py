@@ -14,12 +14,13 @@ header (``[{key}]``); so a new table with the same property is refused too, and 
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, fields, is_dataclass
+from dataclasses import fields, is_dataclass
 
+from qkv_tui.base.fixed import fixed
 from qkv_tui.core.variants.common import Checker, Context
 
 
-@dataclass(frozen=True)
+@fixed
 class Having:
     """Every table parsed before whose value answers ``question`` with ``answer``."""
 

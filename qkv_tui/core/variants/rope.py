@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, ClassVar
 
 import numpy as np
 
+from qkv_tui.base.fixed import fixed
 from qkv_tui.base.values import kind as _kind
 from qkv_tui.base.values import show as _show
 from qkv_tui.core.toml_text import string
@@ -26,7 +26,7 @@ ROPE_LAYOUTS = ("interleaved", "half")
 DEFAULT_BASE = 10000.0
 
 
-@dataclass(frozen=True)
+@fixed(eq=True)
 class Rope:
     """Rotary position embeddings on Q and K."""
 

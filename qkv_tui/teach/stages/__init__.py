@@ -14,16 +14,16 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Any
 
+from qkv_tui.base.fixed import fixed
 from qkv_tui.core.variants import FEATURES, TABLES
 from qkv_tui.core.variants.common import Keys, Table
 from qkv_tui.teach.stages import concat, embed, loss, mix, norm, project, rotate, scale, score, softmax, wo
 from qkv_tui.teach.stages.common import StageSpec
 
 
-@dataclass(frozen=True)
+@fixed
 class _Later:
     """A stage of a family whose modules load on first use: a table's stages, named by its faces. A scenario
     without the table never runs one of its stages, so its first screen need not import them."""

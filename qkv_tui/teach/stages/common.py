@@ -10,12 +10,12 @@ names a stage.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from qkv_tui.base.fixed import fixed
 from qkv_tui.core.engine import Computation, HeadResult
 from qkv_tui.core.fmt import operand
 from qkv_tui.core.scenario import Matrix, Scenario
@@ -27,14 +27,16 @@ from qkv_tui.teach.stages.markdown import MarkdownPage
 from qkv_tui.teach.stages.printed import PrintedCells, PrintedChain, Table
 
 
-@dataclass(frozen=True)
+@fixed(eq=True)
 class Stage:
+    """A stage as the stage bar and the explanation name it."""
+
     key: str
     name: str
     meaning: str
 
 
-@dataclass(frozen=True)
+@fixed(eq=True)
 class Ref:
     """Cells an operation reads or writes: a row, a column, or one cell of a matrix."""
 
@@ -44,7 +46,7 @@ class Ref:
     col: int | None = None  # None = every column
 
 
-@dataclass(frozen=True)
+@fixed(eq=True)
 class Segment:
     """A run of operations that fill one matrix, row-major."""
 
@@ -67,7 +69,7 @@ class Segment:
         return self.start + self.count
 
 
-@dataclass(frozen=True)
+@fixed(eq=True)
 class Plan:
     """A segment as a stage asks for it; the trace numbers it and places it after the ones before."""
 
@@ -77,7 +79,7 @@ class Plan:
     per_row: bool = False
 
 
-@dataclass(frozen=True)
+@fixed(eq=True)
 class StageRun:
     """One stage of one head (or a shared stage): operations start..stop-1."""
 
@@ -88,7 +90,7 @@ class StageRun:
     stop: int
 
 
-@dataclass(frozen=True)
+@fixed(eq=True)
 class Operation:
     """One step: one cell (or one row) of one matrix, with its arithmetic."""
 
@@ -119,14 +121,16 @@ class Operation:
 INPUT, OPEN, Q_SLOT, QK_DOT, K_SLOT, DIVIDE, BIAS, CLOSE, V_DOT, V_SLOT, GATE_SLOT, CONCAT, W_O_SLOT = range(13)
 
 
-@dataclass(frozen=True)
+@fixed(eq=True)
 class FormulaPart:
+    """A piece of the formula line, shown in its slot."""
+
     slot: int
     text: str
     alone: bool = False  # the other parts of its slot are left out (Embed's "X → " stands in for "X̂ → ")
 
 
-@dataclass(frozen=True)
+@fixed(eq=True)
 class PaneStyle:
     """How a matrix's pane is drawn beyond its numbers."""
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
 from decimal import Decimal, localcontext
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from qkv_tui.base.fixed import fixed
 from qkv_tui.core.engine import Computation
 from qkv_tui.core.fmt import BIG, fmt, is_integral, operand
 from qkv_tui.core.scenario import Matrix
@@ -168,7 +168,7 @@ def norm_lines(comp: Computation, row: int, col: int, token: str, d: int, hand: 
                       stats, layer, token, d, hand)
 
 
-@dataclass(frozen=True)
+@fixed
 class RowStats:
     """One row's statistics as the norm kept them, and the eps under its root."""
 

@@ -9,11 +9,11 @@ number. Each stage module builds its own tables from the chain (``StageSpec.work
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
+from qkv_tui.base.fixed import fixed
 from qkv_tui.core.engine import Computation
 from qkv_tui.core.fmt import fmt
 from qkv_tui.core.scenario import Matrix, Scenario
@@ -23,7 +23,7 @@ from qkv_tui.kernels.sharing import kv_owners as owners_of
 T = TypeVar("T")
 
 
-@dataclass(frozen=True, eq=False)
+@fixed
 class Table:
     """One matrix on the page, as printed."""
 

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 from functools import lru_cache
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from qkv_tui.base.fixed import fixed
 from qkv_tui.core import part_questions as ask
 from qkv_tui.core.engine import Computation
 from qkv_tui.core.fmt import fmt, operand
@@ -370,7 +370,7 @@ def passing(rope: Rope, d_k: int, words: bool = False) -> str:
     return f"; dims {_span(r, d_k)} pass through" if words else f" pass {','.join(map(str, range(r, d_k)))}"
 
 
-@dataclass(frozen=True)
+@fixed
 class _Trig:
     """cos and sin of one angle as a line shows them: plain, the attention factor, and the factors' products."""
 
