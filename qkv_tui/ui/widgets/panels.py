@@ -233,8 +233,12 @@ class KeyFooter(Footer):
             return
         as_mounted = getattr(self.app, "keys_as_mounted", None)
         if not getattr(self.app, "ready", True):
-            if as_mounted is None or not getattr(self.app, "starting", False):
-                return  # the app is quitting: no keys
+            if as_mounted is None or not getattr(self.app, "starting", False) or self.app.is_web:
+                # quitting: no keys. Served (a browser's tab, forked from --serve's app starter): made early, the
+                # keys cost each app's start more than the layouts they save (benchmarks/serve_cost.py: the last of
+                # thirty 6.0x a bare start-up, not 4.5x); the mount's refresh of the bindings makes them
+                self._fitted = self.size.width or self.app.size.width  # and its first resize has nothing to redo
+                return
             # Before the app's mount: the keys its mount turns on, made now. The mount's refresh of the bindings
             # then finds them made (bindings_changed), where Textual's footer composes empty and again after the
             # first frame, which laid the screen out a second and a third time (the keys mounted, then sized).
