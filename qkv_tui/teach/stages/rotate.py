@@ -47,6 +47,7 @@ from qkv_tui.teach.stages.replaced import own_stages
 if TYPE_CHECKING:  # the cost view's module loads on its first use
     from qkv_tui.core.cost import Count, Phase
     from qkv_tui.core.scenario import Scenario
+    from qkv_tui.kernels.attention import Turn
 
 
 MAX_GUARD = 8  # more decimals than the page's that the cos/sin table may get; float64 has no more to give
@@ -667,21 +668,7 @@ class RotateBack(BackwardSpec):
         value = float(done[row, col])
         shown_src = "dQ'" if query else "dK'"
         pair = next(((i, a, b) for i, (a, b) in enumerate(turn.pairs) if col in (a, b)), None)
-        if pair is None:
-            result = trace.formatted(seg.target, h, value, d)
-            return Operation(index, seg, row, col, value, (Ref(src, h, row, col),),
-                             f"{name}[{label},{col}] = {shown_src}[{label},{col}] = {result} (not turned)")
-        i, a, b = pair
-        cos, sin = float(turn.cos[row, i]), float(turn.sin[row, i])
-        x, y = float(grad[row, a]), float(grad[row, b])
-        refs = (Ref(src, h, row, a), Ref(src, h, row, b))
-        if col == a:
-            return formula_cell(trace, index, seg, row, col, d, value, lambda u, c, v, s: u * c + v * s,
-                                [x, cos, y, sin], lambda t: f"{t[0]}·{t[1]} + {t[2]}·{t[3]}",
-                                f"{name}[{label},{a}] = {shown_src}[{label},{a}]·cos + {shown_src}[{label},{b}]·sin", refs)
-        return formula_cell(trace, index, seg, row, col, d, value, lambda v, c, u, s: v * c - u * s,
-                            [y, cos, x, sin], lambda t: f"{t[0]}·{t[1]} − {t[2]}·{t[3]}",
-                            f"{name}[{label},{b}] = {shown_src}[{label},{b}]·cos − {shown_src}[{label},{a}]·sin", refs)
+        return turned_back(trace, index, seg, row, col, d, value, (name, shown_src, label), src, grad, turn, pair)
 
     def matrix(self, trace: TraceContext, name: str, head: int | None) -> Matrix:
         if head is None or not has_backward(trace) or trace.comp.scenario.rope is None:
@@ -699,3 +686,29 @@ class RotateBack(BackwardSpec):
 
 
 BACKWARD = RotateBack()
+
+
+def turned_back(trace: TraceContext, index: int, seg: Segment, row: int, col: int, d: int, value: float,
+                names: tuple[str, str, str], src: str, grad: Matrix, turn: Turn,
+                pair: tuple[int, int, int] | None) -> Operation:
+    """A gradient cell turned back by the transpose of its pair's rotation (``pair``: the pair's index among the
+    turn's and its two columns, or None where the column is not turned); ``names``: the gradient's name, the name
+    of the gradient it is turned back from, and the row's label. One rule for RoPE's own dRotate and each block's."""
+    name, shown_src, label = names
+    h = seg.head
+    assert h is not None
+    if pair is None:
+        result = trace.formatted(seg.target, h, value, d)
+        return Operation(index, seg, row, col, value, (Ref(src, h, row, col),),
+                         f"{name}[{label},{col}] = {shown_src}[{label},{col}] = {result} (not turned)")
+    i, a, b = pair
+    cos, sin = float(turn.cos[row, i]), float(turn.sin[row, i])
+    x, y = float(grad[row, a]), float(grad[row, b])
+    refs = (Ref(src, h, row, a), Ref(src, h, row, b))
+    if col == a:
+        return formula_cell(trace, index, seg, row, col, d, value, lambda u, c, v, s: u * c + v * s,
+                            [x, cos, y, sin], lambda t: f"{t[0]}·{t[1]} + {t[2]}·{t[3]}",
+                            f"{name}[{label},{a}] = {shown_src}[{label},{a}]·cos + {shown_src}[{label},{b}]·sin", refs)
+    return formula_cell(trace, index, seg, row, col, d, value, lambda v, c, u, s: v * c - u * s,
+                        [y, cos, x, sin], lambda t: f"{t[0]}·{t[1]} − {t[2]}·{t[3]}",
+                        f"{name}[{label},{b}] = {shown_src}[{label},{b}]·cos − {shown_src}[{label},{a}]·sin", refs)

@@ -185,21 +185,8 @@ class RotateBlocksBack(BackwardSpec):
         start = col - col % block  # the block's first column: its pairs count from there
         within = col - start
         pair = next(((i, start + p, start + q) for i, (p, q) in enumerate(turn.pairs) if within in (p, q)), None)
-        if pair is None:
-            result = trace.formatted(seg.target, h, value, d)
-            return Operation(index, seg, row, col, value, (Ref(src, h, row, col),),
-                             f"{name}[{label},{col}] = {shown_src}[{label},{col}] = {result} (not turned)")
-        i, p, q = pair
-        cos, sin = float(turn.cos[row, i]), float(turn.sin[row, i])
-        x, y = float(grad[row, p]), float(grad[row, q])
-        refs = (Ref(src, h, row, p), Ref(src, h, row, q))
-        if col == p:
-            return formula_cell(trace, index, seg, row, col, d, value, lambda u, c, v, s: u * c + v * s,
-                                [x, cos, y, sin], lambda t: f"{t[0]}·{t[1]} + {t[2]}·{t[3]}",
-                                f"{name}[{label},{p}] = {shown_src}[{label},{p}]·cos + {shown_src}[{label},{q}]·sin", refs)
-        return formula_cell(trace, index, seg, row, col, d, value, lambda v, c, u, s: v * c - u * s,
-                            [y, cos, x, sin], lambda t: f"{t[0]}·{t[1]} − {t[2]}·{t[3]}",
-                            f"{name}[{label},{q}] = {shown_src}[{label},{q}]·cos − {shown_src}[{label},{p}]·sin", refs)
+        return rotate.turned_back(trace, index, seg, row, col, d, value, (name, shown_src, label), src, grad, turn,
+                                  pair)
 
     def matrix(self, trace: TraceContext, name: str, head: int | None) -> Matrix:
         if not _blocks(trace, head):
