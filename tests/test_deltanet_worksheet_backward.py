@@ -324,15 +324,6 @@ def test_the_command_line_writes_the_backward_sheet(cli, tmp_path) -> None:  # t
         assert heading in page, heading
 
 
-def _layout_margin() -> float:
-    from qkv_tui.edges.worksheet.render import typst as typ
-
-    return float(typ.MARGIN)
-
-
-# the sheet takes a page and two rows of tables under the 1.1 cm margins and row spacing of 661d539; the tighter PDF
-# layout (1.0 cm, closer rows: branch h/wsfit) sets it on one page, its key on a second
-@pytest.mark.skipif(_layout_margin() > 1.0, reason="needs the tighter worksheet PDF layout (1.0 cm margins, h/wsfit)")
 def test_the_sheet_and_its_key_take_two_pages(cli, tmp_path) -> None:  # type: ignore[no-untyped-def]
     """Issue 34: ``--stages backward --heads 1`` prints the sheet on one A4 page and its key on another, at 9 pt or
     more (the layout of edges/worksheet/render/typst.py; tests/test_worksheet_fits_two_pages.py for learn_to_look)."""
